@@ -1,0 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
+// Registration of the subcommands; each lives in its own file.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tessel::cli {
+
+void add_bench_command(CLI::App& app);
+
+}  // namespace tessel::cli

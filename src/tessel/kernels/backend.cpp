@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tessel/kernels/backend.h"
+
+#include "tessel/kernels/cpu/cpu_backend.h"
+
+namespace tessel::kernels {
+
+std::string_view op_name(Op op) {
+  static constexpr std::string_view kNames[] = {
+      "gemm", "unary", "unary_backward", "binary", "reduce", "softmax", "softmax_backward",
+      "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "embedding",
+      "embedding_backward", "attention", "attention_backward", "cross_entropy",
+      "cross_entropy_backward", "adamw", "dropout"};
+  return kNames[int(op)];
+}
+
+std::string_view unary_name(UnaryOp op) {
+  static constexpr std::string_view kNames[] = {"neg", "exp", "log", "sqrt", "rsqrt", "abs",
+                                                "square", "tanh", "sigmoid", "relu", "gelu",
+                                                "silu", "scale", "add_scalar", "pow"};
+  return kNames[int(op)];
+}
+
+std::string_view binary_name(BinaryOp op) {
+  static constexpr std::string_view kNames[] = {"add", "sub", "mul", "div", "max", "min"};
+  return kNames[int(op)];
+}
+
+std::string_view reduce_name(ReduceOp op) {
+  static constexpr std::string_view kNames[] = {"sum", "mean", "max", "min"};
+  return kNames[int(op)];
+}
+
+GemmDesc dense_gemm_desc(int64_t batch, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b,
+                         bool b_batched) {
+  GemmDesc d;
+  d.batch = batch;
+  d.m = m;
+  d.n = n;
+  d.k = k;
+  d.trans_a = trans_a;
+  d.trans_b = trans_b;
+  d.lda = trans_a ? m : k;
+  d.ldb = trans_b ? k : n;
+  d.ldc = n;
+  d.stride_a = m * k;
+  d.stride_b = b_batched ? k * n : 0;
+  d.stride_c = m * n;
+  return d;
+}
+
+Backend& backend_for(Device device) {
+  TESSEL_CHECK(device.is_cpu(), "no kernel backend for device ", device.str(), " in this build");
+  return cpu_backend();
+}
+
+}  // namespace tessel::kernels

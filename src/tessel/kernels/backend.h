@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: Apache-2.0
+// Backend: the table of kernels for one device kind (ggml's backend interface, flashlight's
+// TensorBackend). Ops above call the backend of their inputs' device; the CPU and CUDA backends
+// implement the same interface, and the fp64 reference backend (kernels/reference, tests only)
+// is the oracle every other backend is checked against.
+//
+// Conventions for every kernel:
+// - all tensors are contiguous; the caller allocates outputs with the documented shapes/dtypes;
+// - outputs are overwritten, except where a kernel says it accumulates;
+// - "rows" means all leading dims flattened: a [B, T, C] input is B*T rows of C;
+// - kernels validate what the caller cannot (index ranges) and throw Error naming the op;
+// - saved statistics (mean, rstd, lse, per-row losses) and AdamW moments are "stat" tensors:
+//   f64 when the inputs are f64, f32 otherwise (stat_dtype()).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "tessel/tensor/tensor.h"
+
+namespace tessel::kernels {
+
+enum class Op {
+  Gemm, Unary, UnaryBackward, Binary, Reduce, Softmax, SoftmaxBackward,
+  LayerNorm, LayerNormBackward, RmsNorm, RmsNormBackward, Embedding, EmbeddingBackward,
+  Attention, AttentionBackward, CrossEntropy, CrossEntropyBackward, AdamW, Dropout,
+};
+std::string_view op_name(Op op);
+
+inline DType stat_dtype(DType input) { return input == DType::F64 ? DType::F64 : DType::F32; }
+
+enum class UnaryOp {
+  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Square, Tanh, Sigmoid, Relu,
+  Gelu,  // tanh approximation, as GPT-2 and HF "gelu_new": 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))
+  Silu,  // x * sigmoid(x)
+  Scale,      // alpha * x
+  AddScalar,  // x + alpha
+  Pow,        // x ^ alpha
+};
+std::string_view unary_name(UnaryOp op);
+
+enum class BinaryOp { Add, Sub, Mul, Div, Max, Min };
+std::string_view binary_name(BinaryOp op);
+
+enum class ReduceOp { Sum, Mean, Max, Min };
+std::string_view reduce_name(ReduceOp op);
+
+// C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for i < batch, all row-major.
+// op(A) is m x k (A stored k x m when trans_a), op(B) is k x n (B stored n x k when trans_b).
+// ld* are row strides in elements; stride_* step between batch entries (0: shared by all).
+// Element offsets are relative to each tensor's data pointer.
+struct GemmDesc {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  double alpha = 1.0, beta = 0.0;
+};
+// A GemmDesc for densely packed operands: a is [batch?, m, k] (or [k, m] when trans_a), b is
+// [batch?, k, n] (or [n, k]); stride_b = 0 when b has no batch dim.
+GemmDesc dense_gemm_desc(int64_t batch, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b,
+                         bool b_batched = true);
+
+// Fused multi-head attention over q [B, Tq, H, D], k and v [B, Tk, Hkv, D] (Hkv divides H:
+// multi-query / grouped-query attention), out [B, Tq, H, D], lse [B, H, Tq] (stat: the log-sum-exp
+// of each row's scaled scores, saved for backward). With `causal`, query i sees keys
+// j <= i + (Tk - Tq), so a decode step with a KV cache is causal too. `mask` (optional, i8
+// [B, Tk], 1 = attend) hides padded keys. A row that sees no key yields 0 and lse = -inf.
+struct AttentionDesc {
+  int64_t batch = 0, q_len = 0, kv_len = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  bool causal = true;
+  double scale = 0.0;  // usually 1/sqrt(head_dim)
+};
+
+struct AdamWParams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  int64_t step = 1;  // 1-based; used for bias correction
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual bool supports(Op op, DType dtype) const = 0;
+
+  virtual void gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) = 0;
+
+  // y = f(x); alpha parameterises Scale / AddScalar / Pow.
+  virtual void unary(UnaryOp op, const Tensor& x, Tensor& y, double alpha = 0.0) = 0;
+  // dx = dy * f'(x) (y = f(x) is given too, for ops whose derivative is cheaper from it).
+  virtual void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
+                              Tensor& dx, double alpha = 0.0) = 0;
+  // out = a (op) b with NumPy broadcasting; out has the broadcast shape.
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  // Reduces x over `dims`; out has x's shape with those dims set to 1 (keepdim form).
+  virtual void reduce(ReduceOp op, const Tensor& x, std::span<const int> dims, Tensor& out) = 0;
+
+  // Softmax (or log-softmax) over the last dim.
+  virtual void softmax(const Tensor& x, Tensor& y, bool log) = 0;
+  virtual void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) = 0;
+
+  // LayerNorm over the last dim C: y = (x - mean) * rstd * weight + bias. weight/bias [C] may be
+  // undefined (no affine). mean and rstd are stat tensors [rows], saved for backward.
+  virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                          Tensor& y, Tensor& mean, Tensor& rstd) = 0;
+  // dweight / dbias (when defined) are overwritten with this call's gradient.
+  virtual void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd, Tensor& dx,
+                                   Tensor& dweight, Tensor& dbias) = 0;
+  // RMSNorm over the last dim: y = x * rstd * weight, rstd = 1/sqrt(mean(x^2) + eps).
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) = 0;
+  virtual void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                 const Tensor& rstd, Tensor& dx, Tensor& dweight) = 0;
+
+  // out[n, :] = weight[ids[n], :]; ids i32 or i64 [N], weight [V, C], out [N, C].
+  virtual void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) = 0;
+  // dweight[ids[n], :] += dout[n, :] (accumulates; repeated ids add up).
+  virtual void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dweight) = 0;
+
+  virtual void attention(const AttentionDesc& desc, const Tensor& q, const Tensor& k,
+                         const Tensor& v, const Tensor& mask, Tensor& out, Tensor& lse) = 0;
+  virtual void attention_backward(const AttentionDesc& desc, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& mask, const Tensor& out,
+                                  const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
+                                  Tensor& dv) = 0;
+
+  // Per-row loss of softmax cross-entropy: logits [N, V], targets i32/i64 [N], losses [N] and
+  // lse [N] are stat tensors. Rows whose target is ignore_index get loss 0.
+  virtual void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                             Tensor& losses, Tensor& lse) = 0;
+  // dlogits = dlosses[n] * (softmax(logits[n]) - onehot(target[n])); zero on ignored rows.
+  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                      const Tensor& dlosses, int64_t ignore_index,
+                                      Tensor& dlogits) = 0;
+
+  // One decoupled-weight-decay Adam step (Loshchilov & Hutter 2019) on param in place, with
+  // moments m and v (f32) updated in place.
+  virtual void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                     const AdamWParams& params) = 0;
+
+  // y = x * keep / (1 - p) with keep_i = uniform_at(seed, offset, i) >= p. The mask is never
+  // stored: backward regenerates it from (seed, offset).
+  virtual void dropout(const Tensor& x, Tensor& y, double p, uint64_t seed, uint64_t offset) = 0;
+};
+
+// The backend for a device (the CPU backend for Device::cpu()).
+Backend& backend_for(Device device);
+Backend& cpu_backend();
+
+}  // namespace tessel::kernels

@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: Apache-2.0
+// STUB: replaced by the real kernels.
+#include "tessel/kernels/cpu/cpu_backend.h"
+
+namespace tessel::kernels {
+
+void CpuBackend::attention(const AttentionDesc& desc, const Tensor& q, const Tensor& k, const Tensor& v,
+                 const Tensor& mask, Tensor& out, Tensor& lse) {
+  TESSEL_FAIL("cpu attention: not implemented yet");
+}
+
+void CpuBackend::attention_backward(const AttentionDesc& desc, const Tensor& q, const Tensor& k,
+                          const Tensor& v, const Tensor& mask, const Tensor& out, const Tensor& lse,
+                          const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) {
+  TESSEL_FAIL("cpu attention_backward: not implemented yet");
+}
+
+}  // namespace tessel::kernels

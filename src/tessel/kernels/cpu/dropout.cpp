@@ -1,0 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
+// STUB: replaced by the real kernels.
+#include "tessel/kernels/cpu/cpu_backend.h"
+
+namespace tessel::kernels {
+
+void CpuBackend::dropout(const Tensor& x, Tensor& y, double p, uint64_t seed, uint64_t offset) {
+  TESSEL_FAIL("cpu dropout: not implemented yet");
+}
+
+}  // namespace tessel::kernels

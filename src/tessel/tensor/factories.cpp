@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: Apache-2.0
+// Tensor factories and the copy-based joins (concat, split).
+#include <cmath>
+#include <cstring>
+
+#include "tessel/core/threads.h"
+#include "tessel/tensor/tensor.h"
+
+namespace tessel {
+
+Tensor empty(const Shape& shape, DType dtype, Device device) {
+  TESSEL_CHECK(device.is_cpu(), "empty: device ", device.str(), " has no allocator in this build");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(size_t(shape.numel()) * dtype_size(dtype), cpu_allocator());
+  impl->shape = shape;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  if (t.nbytes() > 0) std::memset(t.data_ptr(), 0, t.nbytes());  // all-zero bits is 0 for every dtype
+  return t;
+}
+
+Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
+
+Tensor full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.fill(value);
+  return t;
+}
+
+Tensor arange(double start, double end, double step, DType dtype) {
+  TESSEL_CHECK(step != 0.0, "arange: step must be non-zero");
+  double count = std::ceil((end - start) / step);
+  int64_t n = count > 0 ? int64_t(count) : 0;
+  Tensor t = empty({n}, dtype);
+  for (int64_t i = 0; i < n; ++i) store_from_double(t.data_ptr(), dtype, size_t(i), start + double(i) * step);
+  return t;
+}
+
+namespace {
+template <typename Draw>
+Tensor random_tensor(const Shape& shape, DType dtype, Generator* generator, Draw draw) {
+  TESSEL_CHECK(dtype_is_float(dtype), "random tensors need a floating dtype, got ", dtype_name(dtype));
+  Generator& gen = generator ? *generator : default_generator();
+  uint64_t seed = gen.seed();
+  uint64_t offset = gen.reserve(uint64_t(shape.numel()));
+  Tensor t = empty(shape, dtype);
+  void* p = t.data_ptr();
+  parallel_for(0, shape.numel(), 4096, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) store_from_double(p, dtype, size_t(i), draw(seed, offset, uint64_t(i)));
+  });
+  return t;
+}
+}  // namespace
+
+Tensor randn(const Shape& shape, DType dtype, Generator* generator) {
+  return random_tensor(shape, dtype, generator, normal_at);
+}
+
+Tensor rand(const Shape& shape, DType dtype, Generator* generator) {
+  return random_tensor(shape, dtype, generator, uniform_at);
+}
+
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
+
+namespace {
+// Sizes of the dims before `dim` and after it.
+std::pair<int64_t, int64_t> outer_inner(const Shape& s, int dim) {
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < dim; ++i) outer *= s[i];
+  for (int i = dim + 1; i < s.ndim(); ++i) inner *= s[i];
+  return {outer, inner};
+}
+}  // namespace
+
+Tensor concat(std::span<const Tensor> tensors, int dim) {
+  TESSEL_CHECK(!tensors.empty(), "concat: no tensors given");
+  const Tensor& first = tensors[0];
+  int d = first.shape().normalize_dim(dim);
+  int64_t total = 0;
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const Tensor& t = tensors[k];
+    TESSEL_CHECK(t.dtype() == first.dtype(), "concat: tensor ", k, " is ", dtype_name(t.dtype()),
+                 ", tensor 0 is ", dtype_name(first.dtype()));
+    TESSEL_CHECK(t.ndim() == first.ndim(), "concat: tensor ", k, " has shape ", t.shape(),
+                 ", tensor 0 has ", first.shape());
+    for (int i = 0; i < t.ndim(); ++i)
+      TESSEL_CHECK(i == d || t.size(i) == first.size(i), "concat along dim ", d, ": tensor ", k,
+                   " has shape ", t.shape(), ", tensor 0 has ", first.shape());
+    total += t.size(d);
+  }
+  Tensor out = empty(first.shape().with(d, total), first.dtype());
+  auto [outer, inner] = outer_inner(out.shape(), d);
+  size_t es = out.element_size();
+  char* dst = static_cast<char*>(out.data_ptr());
+  int64_t col = 0;
+  for (const Tensor& t : tensors) {
+    int64_t block = t.size(d) * inner * int64_t(es);
+    if (block > 0) {
+      const char* src = static_cast<const char*>(t.data_ptr());
+      for (int64_t o = 0; o < outer; ++o)
+        std::memcpy(dst + (o * total + col) * inner * int64_t(es), src + o * block, size_t(block));
+    }
+    col += t.size(d);
+  }
+  return out;
+}
+
+Tensor concat(std::initializer_list<Tensor> tensors, int dim) {
+  return concat(std::span<const Tensor>(tensors.begin(), tensors.size()), dim);
+}
+
+std::vector<Tensor> split(const Tensor& t, std::span<const int64_t> sizes, int dim) {
+  int d = t.shape().normalize_dim(dim);
+  int64_t sum = 0;
+  for (int64_t s : sizes) {
+    TESSEL_CHECK(s >= 0, "split: negative size ", s);
+    sum += s;
+  }
+  TESSEL_CHECK(sum == t.size(d), "split of ", t.shape(), " along dim ", d, ": sizes sum to ", sum,
+               ", expected ", t.size(d));
+  auto [outer, inner] = outer_inner(t.shape(), d);
+  size_t es = t.element_size();
+  const char* src = static_cast<const char*>(t.data_ptr());
+  std::vector<Tensor> out;
+  int64_t col = 0;
+  for (int64_t s : sizes) {
+    Tensor piece = empty(t.shape().with(d, s), t.dtype());
+    int64_t block = s * inner * int64_t(es);
+    if (block > 0) {
+      char* dst = static_cast<char*>(piece.data_ptr());
+      for (int64_t o = 0; o < outer; ++o)
+        std::memcpy(dst + o * block, src + (o * t.size(d) + col) * inner * int64_t(es), size_t(block));
+    }
+    out.push_back(piece);
+    col += s;
+  }
+  return out;
+}
+
+std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int dim) {
+  TESSEL_CHECK(chunks >= 1, "chunk: need at least one chunk, got ", chunks);
+  int64_t n = t.size(dim);
+  int64_t each = (n + chunks - 1) / chunks;  // torch.chunk's rule: the last pieces may be short
+  std::vector<int64_t> sizes;
+  for (int64_t start = 0; start < n; start += each) sizes.push_back(std::min(each, n - start));
+  if (sizes.empty()) sizes.push_back(0);
+  return split(t, sizes, dim);
+}
+
+}  // namespace tessel
