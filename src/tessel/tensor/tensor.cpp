@@ -31,25 +31,32 @@ void* Tensor::data_ptr() const {
   return static_cast<char*>(storage().data()) + offset() * int64_t(element_size());
 }
 
-Tensor Tensor::reshape(const Shape& new_shape) const {
-  Shape s = new_shape;
+Tensor Tensor::reshape(std::span<const int64_t> dims) const {
+  std::vector<int64_t> sizes(dims.begin(), dims.end());
+  auto requested = [&] {
+    std::string r = "[";
+    for (size_t i = 0; i < dims.size(); ++i) r += (i ? ", " : "") + std::to_string(dims[i]);
+    return r + "]";
+  };
   int infer = -1;
   int64_t known = 1;
-  for (int i = 0; i < s.ndim(); ++i) {
-    if (s[i] == -1) {
-      TESSEL_CHECK(infer < 0, "reshape ", shape(), " -> ", new_shape, ": more than one -1");
-      infer = i;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == -1) {
+      TESSEL_CHECK(infer < 0, "reshape ", shape(), " -> ", requested(), ": more than one -1");
+      infer = int(i);
     } else {
-      known *= s[i];
+      TESSEL_CHECK(sizes[i] >= 0, "reshape ", shape(), " -> ", requested(), ": negative size");
+      known *= sizes[i];
     }
   }
   if (infer >= 0) {
-    TESSEL_CHECK(known > 0 && numel() % known == 0, "reshape ", shape(), " -> ", new_shape,
+    TESSEL_CHECK(known > 0 && numel() % known == 0, "reshape ", shape(), " -> ", requested(),
                  ": cannot infer the -1 dimension");
-    s[infer] = numel() / known;
+    sizes[size_t(infer)] = numel() / known;
   }
+  Shape s(sizes);
   TESSEL_CHECK(s.numel() == numel(), "reshape", name_suffix(), ": ", shape(), " (", numel(),
-               " elements) -> ", new_shape, " (", s.numel(), " elements)");
+               " elements) -> ", requested(), " (", s.numel(), " elements)");
   Tensor v = make_view(*this, offset(), s);
   v.impl_->requires_grad = false;
   return v;

@@ -66,7 +66,11 @@ class Tensor {
   }
 
   // --- views (share storage) ---
-  Tensor reshape(const Shape& shape) const;  // one dim may be -1
+  Tensor reshape(const Shape& shape) const { return reshape(shape.dims()); }
+  Tensor reshape(std::initializer_list<int64_t> dims) const {
+    return reshape(std::span<const int64_t>(dims.begin(), dims.size()));
+  }
+  Tensor reshape(std::span<const int64_t> dims) const;  // one dim may be -1
   Tensor flatten() const { return reshape({numel()}); }
   // [start, start + length) along dim; legal only where the result is contiguous in memory
   // (every dim before `dim` has size 1). Throws Error otherwise: use slice() to copy.
