@@ -1,0 +1,275 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tessel/io/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace tessel::io {
+
+namespace {
+
+using nlohmann::json;
+
+// Bits per element of every dtype the format defines (so valid files using dtypes tessel does not
+// compute in still validate; loading those tensors is refused).
+int safetensors_bits(const std::string& dtype) {
+  static const std::map<std::string, int> kBits = {
+      {"BOOL", 8},     {"U8", 8},          {"I8", 8},          {"F8_E5M2", 8},    {"F8_E4M3", 8},
+      {"F8_E8M0", 8},  {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"I16", 16},       {"U16", 16},
+      {"F16", 16},     {"BF16", 16},       {"I32", 32},        {"U32", 32},       {"F32", 32},
+      {"C64", 64},     {"F64", 64},        {"I64", 64},        {"U64", 64},       {"F4", 4},
+      {"F6_E2M3", 6},  {"F6_E3M2", 6}};
+  auto it = kBits.find(dtype);
+  return it == kBits.end() ? 0 : it->second;
+}
+
+uint64_t read_u64_le(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+uint64_t json_u64(const json& v, const std::string& what, const std::string& name, const char* field) {
+  TESSEL_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
+               what, ": tensor '", name, "': ", field, " must hold non-negative integers, got ", v.dump());
+  return v.get<uint64_t>();
+}
+
+SafetensorsEntry parse_entry(const std::string& name, const json& info, const std::string& what) {
+  TESSEL_CHECK(info.is_object(), what, ": tensor '", name, "': expected an object, got ", info.dump());
+  for (auto it = info.begin(); it != info.end(); ++it)
+    TESSEL_CHECK(it.key() == "dtype" || it.key() == "shape" || it.key() == "data_offsets", what,
+                 ": tensor '", name, "': unknown key '", it.key(), "'");
+  TESSEL_CHECK(info.contains("dtype") && info["dtype"].is_string(), what, ": tensor '", name,
+               "': missing string 'dtype'");
+  TESSEL_CHECK(info.contains("shape") && info["shape"].is_array(), what, ": tensor '", name,
+               "': missing array 'shape'");
+  TESSEL_CHECK(info.contains("data_offsets") && info["data_offsets"].is_array() &&
+                   info["data_offsets"].size() == 2,
+               what, ": tensor '", name, "': 'data_offsets' must be [begin, end]");
+  SafetensorsEntry e;
+  e.name = name;
+  e.dtype = info["dtype"].get<std::string>();
+  int bits = safetensors_bits(e.dtype);
+  TESSEL_CHECK(bits > 0, what, ": tensor '", name, "': unknown dtype '", e.dtype, "'");
+  TESSEL_CHECK(info["shape"].size() <= size_t(Shape::kMaxDims), what, ": tensor '", name, "': ",
+               info["shape"].size(), " dims, at most ", Shape::kMaxDims, " supported");
+  // numel * bits with overflow checks: a hostile shape must not wrap around to a small size.
+  unsigned __int128 total_bits = unsigned(bits);
+  std::vector<int64_t> dims;
+  for (const json& d : info["shape"]) {
+    uint64_t v = json_u64(d, what, name, "shape");
+    TESSEL_CHECK(v <= uint64_t(std::numeric_limits<int64_t>::max()), what, ": tensor '", name,
+                 "': dimension ", v, " too large");
+    dims.push_back(int64_t(v));
+    total_bits *= v;
+    TESSEL_CHECK(total_bits <= (unsigned __int128)(std::numeric_limits<uint64_t>::max()), what,
+                 ": tensor '", name, "': shape ", info["shape"].dump(), " overflows");
+  }
+  e.shape = Shape(dims);
+  e.begin = json_u64(info["data_offsets"][0], what, name, "data_offsets");
+  e.end = json_u64(info["data_offsets"][1], what, name, "data_offsets");
+  TESSEL_CHECK(e.begin <= e.end, what, ": tensor '", name, "': data_offsets [", e.begin, ", ", e.end,
+               "] end before begin");
+  TESSEL_CHECK(total_bits % 8 == 0, what, ": tensor '", name, "': ", uint64_t(total_bits),
+               " bits is not a whole number of bytes");
+  uint64_t bytes = uint64_t(total_bits / 8);
+  TESSEL_CHECK(e.end - e.begin == bytes, what, ": tensor '", name, "': shape ", e.shape, " of ",
+               e.dtype, " needs ", bytes, " bytes but data_offsets [", e.begin, ", ", e.end,
+               "] hold ", e.end - e.begin);
+  return e;
+}
+
+}  // namespace
+
+std::optional<DType> dtype_from_safetensors(const std::string& name) {
+  if (name == "F32") return DType::F32;
+  if (name == "F64") return DType::F64;
+  if (name == "BF16") return DType::BF16;
+  if (name == "F16") return DType::F16;
+  if (name == "I8") return DType::I8;
+  if (name == "I32") return DType::I32;
+  if (name == "I64") return DType::I64;
+  return std::nullopt;
+}
+
+std::string safetensors_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "F32";
+    case DType::F64: return "F64";
+    case DType::BF16: return "BF16";
+    case DType::F16: return "F16";
+    case DType::I8: return "I8";
+    case DType::I32: return "I32";
+    case DType::I64: return "I64";
+  }
+  TESSEL_FAIL("safetensors: invalid dtype ", int(dtype));
+}
+
+SafetensorsHeader parse_safetensors(const uint8_t* bytes, size_t size, const std::string& what) {
+  TESSEL_CHECK(size >= 8, what, ": ", size, " bytes is too short for a safetensors file (need 8 for the header length)");
+  uint64_t n = read_u64_le(bytes);
+  TESSEL_CHECK(n <= kSafetensorsMaxHeader, what, ": header length ", n, " exceeds the limit of ",
+               kSafetensorsMaxHeader, " bytes");
+  TESSEL_CHECK(n <= size - 8, what, ": header length ", n, " runs past the end of the file (", size, " bytes)");
+  TESSEL_CHECK(n >= 2 && bytes[8] == '{', what, ": header must be a JSON object starting with '{'");
+
+  // Duplicate names are an error, but a JSON object keeps only the last: catch them while parsing.
+  std::set<std::string> seen;
+  std::string duplicate;
+  auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && depth == 1) {
+      std::string key = parsed.get<std::string>();
+      if (!seen.insert(key).second && duplicate.empty()) duplicate = key;
+    }
+    return true;
+  };
+  json header;
+  const char* text = reinterpret_cast<const char*>(bytes + 8);
+  try {
+    header = json::parse(text, text + n, on_event);
+  } catch (const json::exception& e) {
+    TESSEL_FAIL(what, ": header is not valid JSON: ", e.what());
+  }
+  TESSEL_CHECK(duplicate.empty(), what, ": tensor name '", duplicate, "' appears twice in the header");
+  TESSEL_CHECK(header.is_object(), what, ": header must be a JSON object");
+
+  SafetensorsHeader out;
+  out.data_start = 8 + n;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      TESSEL_CHECK(it.value().is_object(), what, ": __metadata__ must map strings to strings");
+      for (auto m = it.value().begin(); m != it.value().end(); ++m) {
+        TESSEL_CHECK(m.value().is_string(), what, ": __metadata__ value of '", m.key(),
+                     "' must be a string, got ", m.value().dump());
+        out.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    out.entries.push_back(parse_entry(it.key(), it.value(), what));
+  }
+
+  // The buffer must be covered exactly: sorted by offset, each tensor starts where the last ended.
+  std::sort(out.entries.begin(), out.entries.end(), [](const auto& a, const auto& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t buffer = size - out.data_start, at = 0;
+  for (const SafetensorsEntry& e : out.entries) {
+    TESSEL_CHECK(e.end <= buffer, what, ": tensor '", e.name, "' data_offsets [", e.begin, ", ", e.end,
+                 "] lie outside the ", buffer, "-byte data buffer");
+    TESSEL_CHECK(e.begin >= at, what, ": tensor '", e.name, "' [", e.begin, ", ", e.end,
+                 ") overlaps the previous tensor, which ends at ", at);
+    TESSEL_CHECK(e.begin == at, what, ": hole in the data buffer: bytes [", at, ", ", e.begin,
+                 ") belong to no tensor (before '", e.name, "')");
+    at = e.end;
+  }
+  TESSEL_CHECK(at == buffer, what, ": the data buffer has ", buffer, " bytes but the tensors cover ", at);
+  return out;
+}
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  SafetensorsFile f;
+  f.file_ = MappedFile::open(path);
+  f.header_ = parse_safetensors(f.file_->data(), f.file_->size(), path);
+  for (size_t i = 0; i < f.header_.entries.size(); ++i) f.index_[f.header_.entries[i].name] = i;
+  return f;
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> v;
+  for (const auto& [name, _] : index_) v.push_back(name);
+  return v;
+}
+
+const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
+  auto it = index_.find(name);
+  TESSEL_CHECK(it != index_.end(), path(), ": no tensor named '", name, "'");
+  return header_.entries[it->second];
+}
+
+Tensor SafetensorsFile::load(const std::string& name, std::optional<DType> want) const {
+  const SafetensorsEntry& e = entry(name);
+  std::optional<DType> stored = dtype_from_safetensors(e.dtype);
+  TESSEL_CHECK(stored.has_value(), path(), ": tensor '", name, "' has dtype ", e.dtype,
+               ", which tessel cannot load (F32, F64, BF16, F16, I8, I32, I64)");
+  DType target = want.value_or(*stored);
+  TESSEL_CHECK(dtype_is_float(target) == dtype_is_float(*stored), path(), ": tensor '", name, "' is ",
+               e.dtype, "; converting it to ", dtype_name(target), " is not supported");
+  uint8_t* src = file_->mutable_data() + header_.data_start + e.begin;
+  bool aligned = reinterpret_cast<uintptr_t>(src) % dtype_size(*stored) == 0;
+  if (target == *stored && aligned && e.end > e.begin) {
+    auto keep = file_;  // the mapping lives as long as any tensor viewing it
+    auto impl = std::make_shared<TensorImpl>();
+    impl->storage = std::make_shared<Storage>(src, e.end - e.begin, Device::cpu(), [keep](void*) {});
+    impl->shape = e.shape;
+    impl->dtype = target;
+    impl->name = name;
+    return Tensor(std::move(impl));
+  }
+  Tensor out = empty(e.shape, target);
+  if (out.numel() > 0) {
+    if (target == *stored) {
+      std::memcpy(out.data_ptr(), src, e.end - e.begin);
+    } else {
+      std::vector<uint8_t> staged(src, src + (e.end - e.begin));  // aligned copy for the converter
+      convert_elements(staged.data(), *stored, out.data_ptr(), target, size_t(out.numel()));
+    }
+  }
+  out.set_name(name);
+  return out;
+}
+
+bool SafetensorsFile::is_zero_copy(const Tensor& t) const {
+  const uint8_t* p = static_cast<const uint8_t*>(t.data_ptr());
+  return p >= file_->data() && p < file_->data() + file_->size();
+}
+
+std::vector<uint8_t> serialize_safetensors(const NamedTensors& tensors,
+                                           const std::map<std::string, std::string>& metadata) {
+  std::vector<const std::pair<std::string, Tensor>*> order;
+  std::set<std::string> names;
+  for (const auto& nt : tensors) {
+    TESSEL_CHECK(names.insert(nt.first).second, "safetensors: tensor name '", nt.first, "' given twice");
+    TESSEL_CHECK(nt.first != "__metadata__", "safetensors: '__metadata__' is reserved");
+    TESSEL_CHECK(nt.second.device().is_cpu(), "safetensors: tensor '", nt.first, "' is not on the cpu");
+    order.push_back(&nt);
+  }
+  // The reference writer's order: larger element size first (keeps every tensor aligned), then name.
+  std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) {
+    size_t sa = a->second.element_size(), sb = b->second.element_size();
+    return sa != sb ? sa > sb : a->first < b->first;
+  });
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (auto* nt : order) {
+    const Tensor& t = nt->second;
+    header[nt->first] = {{"dtype", safetensors_dtype_name(t.dtype())},
+                         {"shape", t.shape().to_vector()},
+                         {"data_offsets", {offset, offset + t.nbytes()}}};
+    offset += t.nbytes();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data buffer starts 8-byte aligned
+  std::vector<uint8_t> out(8 + text.size() + offset);
+  uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out[size_t(i)] = uint8_t(n >> (8 * i));
+  std::memcpy(out.data() + 8, text.data(), text.size());
+  uint8_t* data = out.data() + 8 + text.size();
+  for (auto* nt : order) {
+    if (nt->second.nbytes() > 0) std::memcpy(data, nt->second.data_ptr(), nt->second.nbytes());
+    data += nt->second.nbytes();
+  }
+  return out;
+}
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  std::vector<uint8_t> bytes = serialize_safetensors(tensors, metadata);
+  write_file_atomic(path, bytes.data(), bytes.size());
+}
+
+}  // namespace tessel::io
