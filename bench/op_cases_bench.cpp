@@ -33,8 +33,8 @@ void run_case(benchmark::State& state, const OpCase* c) {
   for (auto _ : state) c->run(be, inputs, outputs);
   if (c->bytes > 0) state.SetBytesProcessed(int64_t(double(state.iterations()) * c->bytes));
   if (c->flops > 0)
-    state.counters["FLOP/s"] = benchmark::Counter(c->flops * double(state.iterations()),
-                                                  benchmark::Counter::kIsRate);
+    state.counters["FLOP/s"] =
+        benchmark::Counter(c->flops * double(state.iterations()), benchmark::Counter::kIsRate);
 }
 
 }  // namespace

@@ -8,6 +8,16 @@ const std::vector<OpCase>& all_op_cases() {
   static const std::vector<OpCase> cases = [] {
     std::vector<OpCase> v;
     // FAMILIES (one line per family file)
+    add_elementwise_cases(v);
+    add_reduce_cases(v);
+    add_softmax_cases(v);
+    add_norm_cases(v);
+    add_embedding_cases(v);
+    add_cross_entropy_cases(v);
+    add_optimizer_cases(v);
+    add_dropout_cases(v);
+    add_gemm_cases(v);
+    add_attention_cases(v);
     return v;
   }();
   return cases;

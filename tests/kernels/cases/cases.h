@@ -7,5 +7,15 @@
 namespace tessel::testing {
 
 // FAMILY DECLARATIONS
+void add_elementwise_cases(std::vector<OpCase>& v);
+void add_reduce_cases(std::vector<OpCase>& v);
+void add_softmax_cases(std::vector<OpCase>& v);
+void add_norm_cases(std::vector<OpCase>& v);
+void add_embedding_cases(std::vector<OpCase>& v);
+void add_cross_entropy_cases(std::vector<OpCase>& v);
+void add_optimizer_cases(std::vector<OpCase>& v);
+void add_dropout_cases(std::vector<OpCase>& v);
+void add_gemm_cases(std::vector<OpCase>& v);
+void add_attention_cases(std::vector<OpCase>& v);
 
 }  // namespace tessel::testing

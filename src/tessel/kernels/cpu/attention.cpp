@@ -1,18 +1,154 @@
 // SPDX-License-Identifier: Apache-2.0
-// STUB: replaced by the real kernels.
+// CPU attention forward, flash-attention style (Dao et al. 2022, FlashAttention-2 partitioning):
+// each task owns one (batch, head, query tile) and streams over key tiles with an online softmax
+// (running row max and sum), so no Tq x Tk score matrix is ever stored; it writes the output and
+// each row's log-sum-exp for the backward pass (attention_backward.cpp). Fully masked key tiles
+// and, with a causal mask, tiles past a query tile's last visible key are skipped.
+#include <vector>
+
+#include "tessel/core/threads.h"
+#include "tessel/kernels/cpu/attention_check.h"
+#include "tessel/kernels/cpu/attention_common.h"
 #include "tessel/kernels/cpu/cpu_backend.h"
 
 namespace tessel::kernels {
 
-void CpuBackend::attention(const AttentionDesc& desc, const Tensor& q, const Tensor& k, const Tensor& v,
-                 const Tensor& mask, Tensor& out, Tensor& lse) {
-  TESSEL_FAIL("cpu attention: not implemented yet");
+namespace {
+
+using namespace attention_tiles;
+
+template <typename T>
+struct ForwardScratch {
+  std::vector<T> acc, scores, row_max, row_sum, bias, row_bias;
+  explicit ForwardScratch(int64_t dim)
+      : acc(size_t(kQueryTile * dim)),
+        scores(size_t(kQueryTile * kKeyTile<T>)),
+        row_max(kQueryTile),
+        row_sum(kQueryTile),
+        bias(kKeyTile<T>),
+        row_bias(kKeyTile<T>) {}
+};
+
+// Below this many query rows K is not worth transposing (decode steps).
+constexpr int kDirectRows = 4;
+
+// Folds one tile of raw scores into the running softmax state of each row: masks and scales
+// them, rescales the row's accumulator when its max grows, and leaves the tile's probabilities
+// (relative to the new max) in `scores` for the P V product.
+template <typename T>
+void online_softmax(const Problem<T>& p, int64_t q0, int rows, int64_t j0, ForwardScratch<T>& s) {
+  for (int r = 0; r < rows; ++r) {
+    T* row = s.scores.data() + r * kKeyTile<T>;
+    const T* bias =
+        causal_bias<T, kKeyTile<T>>(s.bias.data(), p.key_end(q0 + r) - j0, s.row_bias.data());
+    scale_bias_row<T, kKeyTile<T>>(row, p.scale, bias);
+    T old_max = s.row_max[size_t(r)];
+    T new_max = std::max(old_max, row_max<T, kKeyTile<T>>(row));
+    if (new_max == kNegInf<T>) {  // the row has seen no key yet
+      std::fill(row, row + kKeyTile<T>, T(0));
+      continue;
+    }
+    exp_row<kKeyTile<T>>(row, new_max);
+    T correction = old_max == kNegInf<T> ? T(0) : std::exp(old_max - new_max);
+    s.row_sum[size_t(r)] = s.row_sum[size_t(r)] * correction + row_sum<T, kKeyTile<T>>(row);
+    s.row_max[size_t(r)] = new_max;
+    if (correction != T(1)) {
+      T* acc = s.acc.data() + r * p.dim;
+      for (int64_t c = 0; c < p.dim; ++c) acc[c] *= correction;
+    }
+  }
 }
 
-void CpuBackend::attention_backward(const AttentionDesc& desc, const Tensor& q, const Tensor& k,
-                          const Tensor& v, const Tensor& mask, const Tensor& out, const Tensor& lse,
-                          const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) {
-  TESSEL_FAIL("cpu attention_backward: not implemented yet");
+// K transposed once per call, tile by tile: [B][Hkv][key tile][D][kKeyTile<T>], zero-padded, so
+// that every query tile and every head of a group reuses the same transposed tiles.
+template <typename T>
+std::vector<T> transpose_keys(const Problem<T>& p, const T* k) {
+  int64_t tiles = p.key_tiles(), tile_size = p.dim * kKeyTile<T>;
+  std::vector<T> kt(size_t(p.batch * p.kv_heads * tiles * tile_size));
+  parallel_for(0, p.batch * p.kv_heads * tiles, 4, [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      int64_t tile = t % tiles, bh = t / tiles, j0 = tile * kKeyTile<T>;
+      int nk = int(std::min<int64_t>(kKeyTile<T>, p.tk - j0));
+      transpose_tile<T, kKeyTile<T>>(k + p.kv_at(bh / p.kv_heads, j0, bh % p.kv_heads), p.kv_ld(),
+                                     nk, int(p.dim), kt.data() + t * tile_size);
+    }
+  });
+  return kt;
+}
+
+template <typename T>
+void forward_tile(const Problem<T>& p, const T* q, const T* k, const T* kt, const T* v, T* out,
+                  T* lse, int64_t b, int64_t h, int64_t q0, int rows, ForwardScratch<T>& s) {
+  int dim = int(p.dim);
+  int64_t kvh = h / p.group;
+  const T* qr = q + p.q_at(b, q0, h);
+  std::fill(s.acc.begin(), s.acc.begin() + rows * dim, T(0));
+  std::fill(s.row_max.begin(), s.row_max.end(), kNegInf<T>);
+  std::fill(s.row_sum.begin(), s.row_sum.end(), T(0));
+  int64_t key_end = p.key_end(q0 + rows - 1);  // the last row sees the most keys
+  for (int64_t j0 = 0; j0 < key_end; j0 += kKeyTile<T>) {
+    if (!p.key_bias(b, j0, s.bias.data())) continue;  // all padding
+    int nk = int(std::min<int64_t>(kKeyTile<T>, p.tk - j0));
+    const T* kr = k + p.kv_at(b, j0, kvh);
+    if (kt == nullptr) {
+      scores_direct<T, kKeyTile<T>>(qr, p.q_ld(), rows, kr, p.kv_ld(), nk, dim, s.scores.data());
+    } else {
+      int64_t tile = (b * p.kv_heads + kvh) * p.key_tiles() + j0 / kKeyTile<T>;
+      scores_transposed<T, kKeyTile<T>>(qr, p.q_ld(), rows, kt + tile * dim * kKeyTile<T>, dim,
+                                        s.scores.data());
+    }
+    online_softmax(p, q0, rows, j0, s);
+    accumulate(s.acc.data(), dim, rows, s.scores.data(), kKeyTile<T>, 1, nk,
+               v + p.kv_at(b, j0, kvh), p.kv_ld(), dim);
+  }
+  for (int r = 0; r < rows; ++r) {
+    T sum = s.row_sum[size_t(r)];
+    T inv = sum > 0 ? T(1) / sum : T(0);
+    T* o = out + p.q_at(b, q0 + r, h);
+    const T* acc = s.acc.data() + r * dim;
+    for (int c = 0; c < dim; ++c) o[c] = acc[c] * inv;
+    lse[(b * p.heads + h) * p.tq + q0 + r] =
+        sum > 0 ? s.row_max[size_t(r)] + std::log(sum) : kNegInf<T>;
+  }
+}
+
+template <typename T>
+void forward(const AttentionDesc& d, const Tensor& q, const Tensor& k, const Tensor& v,
+             const Tensor& mask, Tensor& out, Tensor& lse) {
+  Problem<T> p = Problem<T>::make(d, mask);
+  const T* pq = q.data<T>();
+  const T* pk = k.data<T>();
+  const T* pv = v.data<T>();
+  T* po = out.data<T>();
+  T* pl = lse.data<T>();
+  int64_t q_tiles = (p.tq + kQueryTile - 1) / kQueryTile;
+  // Decode steps (a few query rows) take dot products against K directly instead.
+  std::vector<T> kt = p.tq >= kDirectRows ? transpose_keys(p, pk) : std::vector<T>();
+  const T* pkt = kt.empty() ? nullptr : kt.data();
+  parallel_for(0, p.batch * p.heads * q_tiles, 1, [&](int64_t lo, int64_t hi) {
+    ForwardScratch<T> scratch(p.dim);
+    for (int64_t t = lo; t < hi; ++t) {
+      int64_t qt = t % q_tiles, bh = t / q_tiles;
+      int64_t q0 = qt * kQueryTile;
+      int rows = int(std::min<int64_t>(kQueryTile, p.tq - q0));
+      forward_tile(p, pq, pk, pkt, pv, po, pl, bh / p.heads, bh % p.heads, q0, rows, scratch);
+    }
+  });
+}
+
+}  // namespace
+
+void CpuBackend::attention(const AttentionDesc& d, const Tensor& q, const Tensor& k,
+                           const Tensor& v, const Tensor& mask, Tensor& out, Tensor& lse) {
+  check_attention("attention", d, q, k, v, mask, out, lse);
+  switch (q.dtype()) {
+    case DType::F32:
+      return forward<float>(d, q, k, v, mask, out, lse);
+    case DType::F64:
+      return forward<double>(d, q, k, v, mask, out, lse);
+    default:
+      TESSEL_FAIL("attention: the cpu backend supports f32 and f64, got ", dtype_name(q.dtype()));
+  }
 }
 
 }  // namespace tessel::kernels

@@ -1,11 +1,88 @@
 // SPDX-License-Identifier: Apache-2.0
-// STUB: replaced by the real kernels.
+// CPU GEMM: f32 through oneDNN's matmul, f64 through OpenBLAS dgemm, and f32 through OpenBLAS
+// sgemm for the one shape class where oneDNN 2.6 collapses on this hardware. docs/KERNELS.md has
+// the measurements behind these choices (and why there is no bf16 here).
+#include <cblas.h>
+
+#include "tessel/core/threads.h"
 #include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/gemm_check.h"
+#include "tessel/kernels/cpu/gemm_onednn.h"
 
 namespace tessel::kernels {
 
-void CpuBackend::gemm(const GemmDesc& desc, const Tensor& a, const Tensor& b, Tensor& c) {
-  TESSEL_FAIL("cpu gemm: not implemented yet");
+namespace {
+
+// C = beta * C, the whole product when k == 0 (beta == 0 clears C, NaNs included, as in BLAS).
+template <typename T>
+void scale_c(const GemmDesc& d, T* c) {
+  for (int64_t bt = 0; bt < d.batch; ++bt)
+    for (int64_t i = 0; i < d.m; ++i) {
+      T* row = c + bt * d.stride_c + i * d.ldc;
+      for (int64_t j = 0; j < d.n; ++j) row[j] = d.beta == 0 ? T(0) : T(d.beta * row[j]);
+    }
+}
+
+void blas_one(const GemmDesc& d, const float* a, const float* b, float* c) {
+  cblas_sgemm(CblasRowMajor, d.trans_a ? CblasTrans : CblasNoTrans,
+              d.trans_b ? CblasTrans : CblasNoTrans, blasint(d.m), blasint(d.n), blasint(d.k),
+              float(d.alpha), a, blasint(d.lda), b, blasint(d.ldb), float(d.beta), c,
+              blasint(d.ldc));
+}
+
+void blas_one(const GemmDesc& d, const double* a, const double* b, double* c) {
+  cblas_dgemm(CblasRowMajor, d.trans_a ? CblasTrans : CblasNoTrans,
+              d.trans_b ? CblasTrans : CblasNoTrans, blasint(d.m), blasint(d.n), blasint(d.k),
+              d.alpha, a, blasint(d.lda), b, blasint(d.ldb), d.beta, c, blasint(d.ldc));
+}
+
+template <typename T>
+void blas_gemm(const GemmDesc& d, const T* a, const T* b, T* c) {
+  // BLAS takes 32-bit sizes: larger products would be silently truncated.
+  constexpr int64_t kMax = INT32_MAX;
+  TESSEL_CHECK(d.m <= kMax && d.n <= kMax && d.k <= kMax && d.lda <= kMax && d.ldb <= kMax &&
+                   d.ldc <= kMax,
+               "gemm: sizes and leading dimensions must fit in 32 bits for BLAS, got m ", d.m,
+               " n ", d.n, " k ", d.k, " lda ", d.lda, " ldb ", d.ldb, " ldc ", d.ldc);
+  auto one = [&](int64_t bt) {
+    blas_one(d, a + bt * d.stride_a, b + bt * d.stride_b, c + bt * d.stride_c);
+  };
+  // Small products: one per thread (OpenBLAS runs single-threaded inside a parallel region).
+  // Large ones: one after another, each using the whole pool.
+  constexpr double kSmallFlops = 2.0 * 96 * 96 * 96;
+  if (d.batch > 1 && 2.0 * d.m * d.n * d.k < kSmallFlops) {
+    parallel_for(0, d.batch, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t bt = lo; bt < hi; ++bt) one(bt);
+    });
+  } else {
+    for (int64_t bt = 0; bt < d.batch; ++bt) one(bt);
+  }
+}
+
+// oneDNN 2.6's AVX2 f32 kernel reads a non-transposed B in place (unpacked) when m is moderate;
+// if B's row stride is a multiple of 4 KiB its rows fall into the same cache sets and throughput
+// halves (measured 40-45 vs 85-95 GFLOP/s per core). OpenBLAS packs B and does not care. Small
+// m (decode) stays on oneDNN, which is 1.3-4.5x faster there.
+bool onednn_b_aliases(const GemmDesc& d) {
+  constexpr int64_t kFloatsPer4K = 1024;
+  return !d.trans_b && d.ldb % kFloatsPer4K == 0 && d.m >= 8 && d.m < 512;
+}
+
+}  // namespace
+
+void CpuBackend::gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) {
+  check_gemm("gemm", d, a, b, c);
+  DType dt = c.dtype();
+  TESSEL_CHECK(dt == DType::F32 || dt == DType::F64, "gemm: the cpu backend has no ",
+               dtype_name(dt), " gemm (f32 and f64 only)");
+  if (d.batch == 0 || d.m == 0 || d.n == 0) return;
+  if (dt == DType::F64) {
+    if (d.k == 0) return scale_c(d, c.data<double>());
+    return blas_gemm(d, a.data<double>(), b.data<double>(), c.data<double>());
+  }
+  if (d.k == 0) return scale_c(d, c.data<float>());
+  if (onednn_b_aliases(d)) return blas_gemm(d, a.data<float>(), b.data<float>(), c.data<float>());
+  onednn::gemm(d, a.data<float>(), b.data<float>(), c.data<float>());
 }
 
 }  // namespace tessel::kernels

@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: Apache-2.0
+// Tile micro-kernels of the CPU flash attention (private to cpu/attention*.cpp): small GEMM-like
+// loops over register blocks and a vector exp for the softmax, written with the GCC / Clang vector
+// extension instead of intrinsics, so one source builds for the host ISA (AVX2 + FMA here) and
+// for a portable SSE target.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+namespace tessel::kernels::attention_tiles {
+
+// The widest vector register the target has (AVX: 32 bytes, else SSE: 16 bytes).
+#ifdef __AVX__
+inline constexpr int kVecBytes = 32;
+#else
+inline constexpr int kVecBytes = 16;
+#endif
+
+// Keys per tile and queries per tile, chosen by measurement (docs/KERNELS.md): one query row of a
+// score tile fills eight vector registers (64 f32 or 32 f64 keys with AVX); 32-query tiles waste
+// little on the diagonal of a causal mask and measured as fast as 16 or 64.
+template <typename T>
+inline constexpr int kKeyTile = int(8 * kVecBytes / sizeof(T));
+inline constexpr int kQueryTile = 32;
+
+template <typename T>
+inline constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+
+// One vector register of T. Used where the accumulators of a register block must stay in
+// registers: the compiler spills plain arrays of them to the stack.
+template <typename T>
+struct VecOf;
+template <>
+struct VecOf<float> {
+  typedef float type __attribute__((vector_size(kVecBytes)));
+};
+template <>
+struct VecOf<double> {
+  typedef double type __attribute__((vector_size(kVecBytes)));
+};
+template <typename T>
+using Vec = typename VecOf<T>::type;
+template <typename T>
+inline constexpr int kLanes = int(kVecBytes / sizeof(T));
+
+template <typename T>
+inline Vec<T> load(const T* p) {
+  Vec<T> v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+template <typename T>
+inline void store(T* p, Vec<T> v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+
+// exp(x) for softmax arguments (x <= ~0), a vector of floats at a time: Cody-Waite range reduction
+// to r in [-ln2/2, ln2/2], the degree-6 Cephes expf polynomial, then 2^n through the exponent bits.
+// About 1 ulp; exactly 0 below -87 (and for -inf). Written on vectors because the compiler will
+// not if-convert the clamps of a scalar loop (FP compares may trap).
+inline Vec<float> exp_softmax(Vec<float> x) {
+  typedef int32_t Ints __attribute__((vector_size(kVecBytes)));
+  const Vec<float> lo = Vec<float>{} - 87.0f, hi = Vec<float>{} + 88.0f;
+  Vec<float> xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
+  const float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  Vec<float> n = (xc * 1.44269504088896341f + kRound) - kRound;
+  Vec<float> r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  Vec<float> p = Vec<float>{} + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  Ints bits = (__builtin_convertvector(n, Ints) + 127) << 23;
+  Vec<float> y = p * std::bit_cast<Vec<float>>(bits);
+  return x < lo ? Vec<float>{} : y;
+}
+
+// row[j] = exp(row[j] - shift) for j < kBk (f64 uses the library exp: it only feeds the checks).
+template <int kBk>
+void exp_row(float* row, float shift) {
+  for (int v = 0; v < kBk; v += kLanes<float>) store(row + v, exp_softmax(load(row + v) - shift));
+}
+template <int kBk>
+void exp_row(double* row, double shift) {
+  for (int j = 0; j < kBk; ++j) row[j] = std::exp(row[j] - shift);
+}
+
+template <typename T, int kBk>
+T row_max(const T* row) {
+  Vec<T> m = load(row);
+  for (int v = kLanes<T>; v < kBk; v += kLanes<T>) {
+    Vec<T> x = load(row + v);
+    m = m < x ? x : m;
+  }
+  T out = m[0];
+  for (int l = 1; l < kLanes<T>; ++l) out = std::max(out, m[l]);
+  return out;
+}
+
+template <typename T, int kBk>
+T row_sum(const T* row) {
+  Vec<T> s = load(row);
+  for (int v = kLanes<T>; v < kBk; v += kLanes<T>) s += load(row + v);
+  T out = 0;
+  for (int l = 0; l < kLanes<T>; ++l) out += s[l];
+  return out;
+}
+
+// row[j] = row[j] * scale + bias[j]: scaled scores with masked keys at -inf.
+// The key bias of one row: `bias` with the keys at and after `visible` (the causal cut) masked.
+template <typename T, int kBk>
+const T* causal_bias(const T* bias, int64_t visible, T* row_bias) {
+  if (visible >= kBk) return bias;
+  for (int j = 0; j < kBk; ++j) row_bias[j] = j < visible ? bias[j] : kNegInf<T>;
+  return row_bias;
+}
+
+template <typename T, int kBk>
+void scale_bias_row(T* row, T scale, const T* bias) {
+  for (int v = 0; v < kBk; v += kLanes<T>) store(row + v, load(row + v) * scale + load(bias + v));
+}
+
+// s[r][0:kBk] = a[r][0:dim] . bt[0:dim][0:kBk] for r < rows: the score tile Q K^T with K already
+// transposed into bt (row stride kBk). Rows go in groups whose accumulators fill eight vector
+// registers, so each loaded key vector serves every row of the group.
+template <typename T, int kBk, int kRows>
+void scores_rows(const T* a, int64_t lda, const T* bt, int dim, T* s) {
+  constexpr int kV = kBk / kLanes<T>;
+  Vec<T> acc[kRows][kV] = {};
+  for (int d = 0; d < dim; ++d) {
+    Vec<T> b[kV];
+    for (int v = 0; v < kV; ++v) b[v] = load(bt + d * kBk + v * kLanes<T>);
+    for (int r = 0; r < kRows; ++r) {
+      T x = a[r * lda + d];
+      for (int v = 0; v < kV; ++v) acc[r][v] += x * b[v];
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kV; ++v) store(s + r * kBk + v * kLanes<T>, acc[r][v]);
+}
+
+template <typename T, int kBk>
+void scores_transposed(const T* a, int64_t lda, int rows, const T* bt, int dim, T* s) {
+  static_assert(kBk % kLanes<T> == 0, "key tile must be whole vectors");
+  constexpr int kGroup = std::max(1, 8 / (kBk / kLanes<T>));
+  int r = 0;
+  for (; r + kGroup <= rows; r += kGroup)
+    scores_rows<T, kBk, kGroup>(a + r * lda, lda, bt, dim, s + r * kBk);
+  for (; r < rows; ++r) scores_rows<T, kBk, 1>(a + r * lda, lda, bt, dim, s + r * kBk);
+}
+
+// a . b over dim, with independent partial sums so the loop vectorises without reassociation.
+template <typename T>
+T dot(const T* a, const T* b, int dim) {
+  constexpr int kPartials = 8;
+  T acc[kPartials] = {};
+  int d = 0;
+  for (; d + kPartials <= dim; d += kPartials)
+    for (int l = 0; l < kPartials; ++l) acc[l] += a[d + l] * b[d + l];
+  T sum = 0;
+  for (int l = 0; l < kPartials; ++l) sum += acc[l];
+  for (; d < dim; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
+// The same score tile by dot products against k rows (stride ldk) directly: cheaper than
+// transposing a key tile when there are only a few query rows (decoding).
+template <typename T, int kBk>
+void scores_direct(const T* a, int64_t lda, int rows, const T* k, int64_t ldk, int nk, int dim,
+                   T* s) {
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < kBk; ++j)
+      s[r * kBk + j] = j < nk ? dot(a + r * lda, k + j * ldk, dim) : T(0);
+}
+
+// bt[d][j] = src[j][d] for j < nk, zero-padded to kBk columns.
+template <typename T, int kBk>
+void transpose_tile(const T* src, int64_t lds, int nk, int dim, T* bt) {
+  for (int d = 0; d < dim; ++d)
+    for (int j = 0; j < kBk; ++j) bt[d * kBk + j] = j < nk ? src[j * lds + d] : T(0);
+}
+
+// out[r][d0 : d0 + kV vectors] += sum_c w[r*wr + c*wc] * src[c][same columns] for kRows rows at
+// once: the kRows x kV accumulators stay in registers and each source vector feeds kRows FMAs.
+template <typename T, int kRows, int kV>
+void accumulate_block(T* out, int64_t ldo, const T* w, int64_t wr, int64_t wc, int n, const T* src,
+                      int64_t lds) {
+  constexpr int L = kLanes<T>;
+  Vec<T> acc[kRows][kV];
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kV; ++v) acc[r][v] = load(out + r * ldo + v * L);
+  for (int c = 0; c < n; ++c) {
+    Vec<T> x[kV];
+    for (int v = 0; v < kV; ++v) x[v] = load(src + c * lds + v * L);
+    for (int r = 0; r < kRows; ++r) {
+      T wv = w[r * wr + c * wc];
+      for (int v = 0; v < kV; ++v) acc[r][v] += wv * x[v];
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kV; ++v) store(out + r * ldo + v * L, acc[r][v]);
+}
+
+// All rows of one column block of kV vectors starting at column d0.
+template <typename T, int kV>
+void accumulate_columns(T* out, int64_t ldo, int rows, const T* w, int64_t wr, int64_t wc, int n,
+                        const T* src, int64_t lds, int d0) {
+  constexpr int kRows = kV >= 4 ? 2 : 4;  // 8 accumulator registers
+  int r = 0;
+  for (; r + kRows <= rows; r += kRows)
+    accumulate_block<T, kRows, kV>(out + r * ldo + d0, ldo, w + r * wr, wr, wc, n, src + d0, lds);
+  for (; r < rows; ++r)
+    accumulate_block<T, 1, kV>(out + r * ldo + d0, ldo, w + r * wr, wr, wc, n, src + d0, lds);
+}
+
+// out[r][0:dim] += sum_{c<n} w[r*wr + c*wc] * src[c][0:dim] for r < rows: P V, dS K, P^T dO and
+// dS^T Q all have this shape. dim goes in register-sized column blocks, then a scalar tail.
+template <typename T>
+void accumulate(T* out, int64_t ldo, int rows, const T* w, int64_t wr, int64_t wc, int n,
+                const T* src, int64_t lds, int dim) {
+  constexpr int L = kLanes<T>;
+  int d0 = 0;
+  for (; d0 + 4 * L <= dim; d0 += 4 * L)
+    accumulate_columns<T, 4>(out, ldo, rows, w, wr, wc, n, src, lds, d0);
+  if (dim - d0 >= 2 * L) {
+    accumulate_columns<T, 2>(out, ldo, rows, w, wr, wc, n, src, lds, d0);
+    d0 += 2 * L;
+  }
+  if (dim - d0 >= L) {
+    accumulate_columns<T, 1>(out, ldo, rows, w, wr, wc, n, src, lds, d0);
+    d0 += L;
+  }
+  if (d0 == dim) return;
+  for (int r = 0; r < rows; ++r) {
+    T* o = out + r * ldo;
+    for (int c = 0; c < n; ++c) {
+      T x = w[r * wr + c * wc];
+      const T* sr = src + c * lds;
+      for (int d = d0; d < dim; ++d) o[d] += x * sr[d];
+    }
+  }
+}
+
+}  // namespace tessel::kernels::attention_tiles

@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: Apache-2.0
+// oneDNN matmul for GemmDesc: transposes, leading dimensions and batch strides become memory
+// strides (a batch stride of 0 becomes a broadcast batch dim of size 1), alpha an output scale and
+// beta a sum post-op. Primitives are cached per descriptor; execution uses a per-thread user
+// scratchpad so that one cached primitive can run on several threads at once.
+#include "tessel/kernels/cpu/gemm_onednn.h"
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
+#include <vector>
+
+#include "tessel/core/error.h"
+
+namespace tessel::kernels::onednn {
+
+namespace {
+
+// Everything that determines the primitive. alpha and beta are baked in (as creation-time
+// attributes they give oneDNN's fastest kernels); models use a handful of distinct values.
+struct Key {
+  int64_t fields[12];
+  double alpha, beta;
+  bool operator==(const Key& o) const {
+    return std::memcmp(fields, o.fields, sizeof(fields)) == 0 && alpha == o.alpha && beta == o.beta;
+  }
+};
+
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](uint64_t x) { h = (h ^ x) * 1099511628211ull; };
+    for (int64_t f : k.fields) mix(uint64_t(f));
+    uint64_t bits;
+    std::memcpy(&bits, &k.alpha, 8);
+    mix(bits);
+    std::memcpy(&bits, &k.beta, 8);
+    mix(bits);
+    return size_t(h);
+  }
+};
+
+struct Entry {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+  size_t scratch_bytes = 0;
+  // oneDNN refused the batched layout (e.g. overlapping batch entries of A): pd is for one batch
+  // entry and gemm() loops over the batch.
+  bool per_batch = false;
+};
+
+// The cache is cleared when it grows past this many entries (a runaway caller with ever-changing
+// shapes must not grow memory without bound).
+constexpr size_t kMaxEntries = 4096;
+
+dnnl::engine& engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+struct Cache {
+  std::mutex mutex;
+  std::unordered_map<Key, std::shared_ptr<const Entry>, KeyHash> map;
+};
+
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+Key make_key(const GemmDesc& d) {
+  Key k{};
+  int64_t f[12] = {d.batch, d.m,   d.n,   d.k,        d.trans_a,  d.trans_b,
+                   d.lda,   d.ldb, d.ldc, d.stride_a, d.stride_b, d.stride_c};
+  std::memcpy(k.fields, f, sizeof(f));
+  k.alpha = d.alpha;
+  k.beta = d.beta;
+  return k;
+}
+
+// A logical rows x cols matrix (batched) stored with row stride ld, or transposed (stored
+// cols x rows). A batch stride of 0 is a broadcast: batch dim 1.
+dnnl::memory::desc matrix_desc(int64_t batch, int64_t stride, int64_t rows, int64_t cols,
+                               int64_t ld, bool trans) {
+  int64_t rs = trans ? 1 : ld, cs = trans ? ld : 1;
+  if (batch == 1) return dnnl::memory::desc({rows, cols}, dnnl::memory::data_type::f32, {rs, cs});
+  int64_t b = stride == 0 ? 1 : batch;
+  int64_t bs = stride == 0 ? (rows - 1) * rs + (cols - 1) * cs + 1 : stride;
+  return dnnl::memory::desc({b, rows, cols}, dnnl::memory::data_type::f32, {bs, rs, cs});
+}
+
+std::shared_ptr<Entry> create_exact(const GemmDesc& d) {
+  auto a_md = matrix_desc(d.batch, d.stride_a, d.m, d.k, d.lda, d.trans_a);
+  auto b_md = matrix_desc(d.batch, d.stride_b, d.k, d.n, d.ldb, d.trans_b);
+  auto c_md = matrix_desc(d.batch, d.stride_c, d.m, d.n, d.ldc, false);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (d.alpha != 1.0) attr.set_output_scales(0, {float(d.alpha)});
+  if (d.beta != 0.0) {
+    dnnl::post_ops ops;
+    ops.append_sum(float(d.beta));
+    attr.set_post_ops(ops);
+  }
+  auto entry = std::make_shared<Entry>();
+  entry->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine());
+  entry->prim = dnnl::matmul(entry->pd);
+  entry->scratch_bytes = entry->pd.scratchpad_desc().get_size();
+  return entry;
+}
+
+std::shared_ptr<const Entry> create(const GemmDesc& d) {
+  try {
+    return create_exact(d);
+  } catch (const dnnl::error& batched_error) {
+    if (d.batch > 1) {
+      GemmDesc one = d;
+      one.batch = 1;
+      try {
+        std::shared_ptr<Entry> e = create_exact(one);
+        e->per_batch = true;
+        return e;
+      } catch (const dnnl::error&) {
+      }
+    }
+    TESSEL_FAIL("gemm: oneDNN has no matmul for batch ", d.batch, " m ", d.m, " n ", d.n, " k ",
+                d.k, " trans_a ", d.trans_a, " trans_b ", d.trans_b, " lda ", d.lda, " ldb ", d.ldb,
+                " ldc ", d.ldc, ": ", batched_error.what());
+  }
+}
+
+std::shared_ptr<const Entry> lookup(const GemmDesc& d) {
+  Key key = make_key(d);
+  Cache& c = cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    auto it = c.map.find(key);
+    if (it != c.map.end()) return it->second;
+  }
+  // Created outside the lock: creation takes milliseconds and other shapes must not wait. Two
+  // threads may race to create the same entry; the first one stored wins.
+  std::shared_ptr<const Entry> made = create(d);
+  std::lock_guard<std::mutex> lock(c.mutex);
+  if (c.map.size() >= kMaxEntries) c.map.clear();
+  return c.map.emplace(key, std::move(made)).first->second;
+}
+
+struct ThreadState {
+  dnnl::stream stream{engine()};
+  std::vector<char> scratch;
+};
+
+ThreadState& thread_state() {
+  thread_local ThreadState state;
+  return state;
+}
+
+}  // namespace
+
+void gemm(const GemmDesc& d, const float* a, const float* b, float* c) {
+  std::shared_ptr<const Entry> e = lookup(d);
+  ThreadState& ts = thread_state();
+  if (ts.scratch.size() < e->scratch_bytes) ts.scratch.resize(e->scratch_bytes);
+  dnnl::engine& eng = engine();
+  dnnl::memory a_mem(e->pd.src_desc(), eng, const_cast<float*>(a));
+  dnnl::memory b_mem(e->pd.weights_desc(), eng, const_cast<float*>(b));
+  dnnl::memory c_mem(e->pd.dst_desc(), eng, c);
+  dnnl::memory s_mem(e->pd.scratchpad_desc(), eng, ts.scratch.data());
+  int64_t runs = e->per_batch ? d.batch : 1;
+  for (int64_t i = 0; i < runs; ++i) {
+    if (i > 0) {
+      a_mem.set_data_handle(const_cast<float*>(a + i * d.stride_a));
+      b_mem.set_data_handle(const_cast<float*>(b + i * d.stride_b));
+      c_mem.set_data_handle(c + i * d.stride_c);
+    }
+    e->prim.execute(ts.stream, {{DNNL_ARG_SRC, a_mem},
+                                {DNNL_ARG_WEIGHTS, b_mem},
+                                {DNNL_ARG_DST, c_mem},
+                                {DNNL_ARG_SCRATCHPAD, s_mem}});
+  }
+  ts.stream.wait();
+}
+
+size_t cached_primitives() {
+  std::lock_guard<std::mutex> lock(cache().mutex);
+  return cache().map.size();
+}
+
+}  // namespace tessel::kernels::onednn

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: Apache-2.0
+// GEMM cases: every transpose combination on odd shapes, batched and strided-batched products
+// (shared A or B, overlapping A), padded leading dimensions and batch strides, alpha / beta other
+// than 1 / 0, k == 0, and C full of NaN with beta == 0 (C must not be read), in f32 and f64.
+#include <cmath>
+#include <limits>
+
+#include "cases.h"
+
+namespace tessel::testing {
+
+namespace {
+
+struct GemmSpec {
+  std::string variant;
+  kernels::GemmDesc desc;
+  bool nan_c = false;  // fill C with NaN (only meaningful with beta == 0)
+};
+
+// Elements an operand needs: one past the furthest element the descriptor touches.
+int64_t extent(int64_t batch, int64_t stride, int64_t rows, int64_t ld, int64_t cols) {
+  if (batch == 0 || rows == 0 || cols == 0) return 0;
+  return (batch - 1) * stride + (rows - 1) * ld + cols;
+}
+
+OpCase gemm_case(const GemmSpec& spec, DType dtype) {
+  const kernels::GemmDesc d = spec.desc;
+  int64_t ra = d.trans_a ? d.k : d.m, ca = d.trans_a ? d.m : d.k;
+  int64_t rb = d.trans_b ? d.n : d.k, cb = d.trans_b ? d.k : d.n;
+  int64_t na = extent(d.batch, d.stride_a, ra, d.lda, ca);
+  int64_t nb = extent(d.batch, d.stride_b, rb, d.ldb, cb);
+  int64_t nc = extent(d.batch, d.stride_c, d.m, d.ldc, d.n);
+  OpCase c;
+  c.name = "gemm/" + spec.variant + "/" + shape_tag({d.batch, d.m, d.n, d.k}) + "/" +
+           std::string(dtype_name(dtype));
+  c.op = kernels::Op::Gemm;
+  c.dtype = dtype;
+  bool nan_c = spec.nan_c;
+  c.make_inputs = [=](Generator& gen) {
+    Tensor c0 = random_tensor(gen, {nc}, dtype);
+    if (nan_c) c0.fill(std::numeric_limits<double>::quiet_NaN());
+    return Tensors{random_tensor(gen, {na}, dtype), random_tensor(gen, {nb}, dtype), c0};
+  };
+  c.make_outputs = [](const Tensors& in) { return Tensors{in[2].clone()}; };
+  c.run = [d](kernels::Backend& be, const Tensors& in, Tensors& out) {
+    be.gemm(d, in[0], in[1], out[0]);
+  };
+  c.max_nmse = dtype == DType::F64 ? 1e-24 : 1e-10;
+  c.flops = 2.0 * d.batch * d.m * d.n * d.k;
+  c.bytes = double(na + nb + (d.beta != 0 ? 2 : 1) * nc) * dtype_size(dtype);
+  return c;
+}
+
+std::vector<GemmSpec> gemm_specs() {
+  std::vector<GemmSpec> specs;
+  const char* kTrans[] = {"nn", "nt", "tn", "tt"};
+  // Mixed odd shapes (m, n, k), each under every transpose combination.
+  const int64_t kShapes[][3] = {{7, 13, 33}, {1, 257, 7}, {33, 1, 13}, {257, 33, 1}, {13, 7, 257}};
+  for (auto& s : kShapes)
+    for (int t = 0; t < 4; ++t)
+      specs.push_back({kTrans[t], kernels::dense_gemm_desc(1, s[0], s[1], s[2], t & 2, t & 1)});
+  specs.push_back({"nn", kernels::dense_gemm_desc(1, 64, 64, 64, false, false)});
+  specs.push_back({"nn", kernels::dense_gemm_desc(1, 257, 257, 257, false, false)});
+
+  // Batched: every transpose combination, and B shared by the batch (a linear layer).
+  for (int t = 0; t < 4; ++t)
+    specs.push_back({std::string("batched_") + kTrans[t],
+                     kernels::dense_gemm_desc(3, 13, 7, 33, t & 2, t & 1)});
+  specs.push_back({"shared_b", kernels::dense_gemm_desc(5, 7, 33, 13, false, false, false)});
+  specs.push_back({"shared_b_nt", kernels::dense_gemm_desc(4, 33, 13, 7, false, true, false)});
+  kernels::GemmDesc shared_a = kernels::dense_gemm_desc(3, 13, 33, 7, true, false);
+  shared_a.stride_a = 0;
+  specs.push_back({"shared_a_tn", shared_a});
+
+  // Padded leading dimensions and gaps between batch entries.
+  for (int t = 0; t < 4; ++t) {
+    kernels::GemmDesc d = kernels::dense_gemm_desc(3, 13, 33, 7, t & 2, t & 1);
+    d.lda += 3;
+    d.ldb += 5;
+    d.ldc += 2;
+    d.stride_a = (d.trans_a ? d.k : d.m) * d.lda + 11;
+    d.stride_b = (d.trans_b ? d.n : d.k) * d.ldb + 1;
+    d.stride_c = d.m * d.ldc + 7;
+    specs.push_back({std::string("padded_") + kTrans[t], d});
+  }
+  kernels::GemmDesc one_padded = kernels::dense_gemm_desc(1, 33, 7, 257, false, true);
+  one_padded.lda = 300;
+  one_padded.ldb = 260;
+  one_padded.ldc = 9;
+  specs.push_back({"padded_nt", one_padded});
+
+  // B rows 4 KiB apart in f32 (routed to OpenBLAS, see cpu/gemm.cpp), batched with shared B.
+  kernels::GemmDesc ld4k = kernels::dense_gemm_desc(2, 13, 33, 7, false, false, false);
+  ld4k.ldb = 1024;
+  ld4k.beta = 0.5;
+  specs.push_back({"ld4k_b", ld4k});
+
+  // Per-head products read from and written into [tokens, heads, dim] layouts: batch entries
+  // side by side within each row.
+  kernels::GemmDesc heads = kernels::dense_gemm_desc(3, 13, 7, 33, false, true);
+  heads.lda = 3 * 33;
+  heads.stride_a = 33;
+  heads.ldb = 3 * 33;
+  heads.stride_b = 33;
+  heads.ldc = 3 * 7;
+  heads.stride_c = 7;
+  specs.push_back({"interleaved_heads", heads});
+
+  // Batch entries of A that overlap (each starts one row after the previous): legal for reads.
+  kernels::GemmDesc overlap = kernels::dense_gemm_desc(3, 13, 7, 33, false, false);
+  overlap.stride_a = overlap.lda;
+  specs.push_back({"overlapping_a", overlap});
+
+  // alpha and beta: scaled accumulation, plain accumulation, and beta == 0 over a NaN C.
+  kernels::GemmDesc ab = kernels::dense_gemm_desc(2, 33, 13, 7, false, true);
+  ab.alpha = 0.5;
+  ab.beta = -0.75;
+  specs.push_back({"alpha_beta", ab});
+  kernels::GemmDesc acc = kernels::dense_gemm_desc(1, 7, 257, 13, true, false);
+  acc.beta = 1.0;
+  specs.push_back({"accumulate", acc});
+  kernels::GemmDesc nan = kernels::dense_gemm_desc(2, 13, 7, 33, false, false);
+  nan.alpha = -2.0;
+  specs.push_back({"beta0_nan_c", nan, true});
+  kernels::GemmDesc k0 = kernels::dense_gemm_desc(2, 7, 13, 0, false, false);
+  k0.beta = 0.5;
+  specs.push_back({"k0_beta", k0});
+  specs.push_back({"k0_nan_c", kernels::dense_gemm_desc(1, 7, 13, 0, false, true), true});
+  specs.push_back({"empty_m", kernels::dense_gemm_desc(2, 0, 13, 7, false, false)});
+  return specs;
+}
+
+}  // namespace
+
+void add_gemm_cases(std::vector<OpCase>& v) {
+  for (const GemmSpec& s : gemm_specs())
+    for (DType dt : {DType::F32, DType::F64}) v.push_back(gemm_case(s, dt));
+}
+
+}  // namespace tessel::testing
