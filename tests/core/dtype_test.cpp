@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // dtype conversions: bf16 and f16 rounding (ties to even), NaN, infinities, overflow, subnormals.
 // f16 is checked exhaustively against the CPU's own F16C conversion instructions.
+#include "tessel/core/dtype.h"
+
 #include <gtest/gtest.h>
 #include <immintrin.h>
 
@@ -8,13 +10,14 @@
 #include <cstring>
 #include <limits>
 
-#include "tessel/core/dtype.h"
 #include "tessel/core/error.h"
 
 namespace tessel {
 namespace {
 
-float from_bits(uint32_t u) { return std::bit_cast<float>(u); }
+float from_bits(uint32_t u) {
+  return std::bit_cast<float>(u);
+}
 
 TEST(DType, SizesAndNames) {
   EXPECT_EQ(dtype_size(DType::F32), 4u);
@@ -69,7 +72,8 @@ TEST(BF16, MatchesExactRoundingOnManyFloats) {
     double dlo = from_bits(lo), dhi = from_bits(hi), df = f;
     double dist_lo = std::fabs(df - dlo), dist_hi = std::fabs(dhi - df);
     uint16_t want = (dist_lo < dist_hi || (dist_lo == dist_hi && ((lo >> 16) & 1) == 0))
-                        ? uint16_t(lo >> 16) : uint16_t(hi >> 16);
+                        ? uint16_t(lo >> 16)
+                        : uint16_t(hi >> 16);
     ASSERT_EQ(float_to_bf16(f).bits, want) << "float bits 0x" << std::hex << u;
   }
 }
@@ -87,15 +91,28 @@ TEST(F16, DecodesEveryPatternLikeF16C) {
 }
 
 TEST(F16, EncodesLikeF16COnEdgeCasesAndManyFloats) {
-  std::vector<uint32_t> patterns = {
-      0x00000000u, 0x80000000u, 0x3f800000u, 0x477fe000u /*65504*/, 0x477fefffu, 0x477ff000u /*tie->inf*/,
-      0x47800000u, 0x7f800000u, 0xff800000u, 0x33800000u /*2^-24*/, 0x33000000u /*2^-25 tie->0*/,
-      0x33000001u, 0x387fc000u, 0x38800000u /*2^-14*/, 0x3a800800u, 0x3a801800u};
+  std::vector<uint32_t> patterns = {0x00000000u,
+                                    0x80000000u,
+                                    0x3f800000u,
+                                    0x477fe000u /*65504*/,
+                                    0x477fefffu,
+                                    0x477ff000u /*tie->inf*/,
+                                    0x47800000u,
+                                    0x7f800000u,
+                                    0xff800000u,
+                                    0x33800000u /*2^-24*/,
+                                    0x33000000u /*2^-25 tie->0*/,
+                                    0x33000001u,
+                                    0x387fc000u,
+                                    0x38800000u /*2^-14*/,
+                                    0x3a800800u,
+                                    0x3a801800u};
   uint32_t u = 777;
   for (int i = 0; i < 300000; ++i) {
     u = u * 1664525u + 1013904223u;
     patterns.push_back(u);
-    patterns.push_back((u & 0x807fffffu) | (uint32_t(100 + (u >> 24) % 50) << 23));  // near f16 range
+    patterns.push_back((u & 0x807fffffu) |
+                       (uint32_t(100 + (u >> 24) % 50) << 23));  // near f16 range
   }
   for (uint32_t p : patterns) {
     float f = from_bits(p);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // safetensors: a hand-assembled file read back, save -> load bit-exact for every dtype, zero-copy
 // loads, conversion on load, sharded directories, and one clear error per kind of malformed file.
+#include "tessel/io/safetensors.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,7 +10,6 @@
 #include <fstream>
 #include <functional>
 
-#include "tessel/io/safetensors.h"
 #include "tessel/io/safetensors_dir.h"
 
 namespace tessel::io {
@@ -54,7 +55,8 @@ TEST(Safetensors, ReadsAHandAssembledFile) {
   std::string dir = temp_dir("hand");
   std::string path = dir + "/x.safetensors";
   auto bytes = make_file(header, data);
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
   SafetensorsFile f = SafetensorsFile::open(path);
   EXPECT_EQ(f.names(), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(f.metadata().at("format"), "pt");
@@ -122,13 +124,15 @@ TEST(Safetensors, LoadsZeroCopyAndConverts) {
 TEST(Safetensors, ShardedDirectoryRoundTrip) {
   std::string dir = temp_dir("sharded");
   NamedTensors tensors;
-  for (int i = 0; i < 5; ++i) tensors.push_back({"layer." + std::to_string(i) + ".weight", randn({13, 7})});
+  for (int i = 0; i < 5; ++i)
+    tensors.push_back({"layer." + std::to_string(i) + ".weight", randn({13, 7})});
   save_safetensors_dir(dir, tensors, 13 * 7 * 4 * 2);  // two tensors per shard -> 3 shards
   EXPECT_TRUE(fs::exists(fs::path(dir) / kSafetensorsIndexName));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "model-00003-of-00003.safetensors"));
   SafetensorsCheckpoint ckpt = SafetensorsCheckpoint::open(dir);
   EXPECT_EQ(ckpt.files().size(), 3u);
-  for (const auto& [name, t] : tensors) EXPECT_EQ(ckpt.load(name).to_vector<float>(), t.to_vector<float>());
+  for (const auto& [name, t] : tensors)
+    EXPECT_EQ(ckpt.load(name).to_vector<float>(), t.to_vector<float>());
   // Re-saving into one file replaces the shards' index.
   save_safetensors_dir(dir, tensors);
   EXPECT_FALSE(fs::exists(fs::path(dir) / kSafetensorsIndexName));
@@ -155,23 +159,83 @@ struct Malformed {
 TEST(Safetensors, MalformedFilesGiveClearErrors) {
   const std::vector<uint8_t> eight(8, 0), four(4, 0);
   std::vector<Malformed> cases = {
-      {"too short", [] { return std::vector<uint8_t>{1, 2, 3}; }, "too short"},
-      {"header past end", [&] { auto f = make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", four); f[0] = 200; return f; }, "runs past the end"},
-      {"header too large", [&] { auto f = make_file("{}", {}); f[4] = 1; return f; }, "exceeds the limit"},
-      {"truncated data", [&] { return make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", four); }, "outside the 4-byte data buffer"},
+      {"too short",
+       [] {
+         return std::vector<uint8_t>{1, 2, 3};
+       },
+       "too short"},
+      {"header past end",
+       [&] {
+         auto f = make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", four);
+         f[0] = 200;
+         return f;
+       },
+       "runs past the end"},
+      {"header too large",
+       [&] {
+         auto f = make_file("{}", {});
+         f[4] = 1;
+         return f;
+       },
+       "exceeds the limit"},
+      {"truncated data",
+       [&] { return make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", four); },
+       "outside the 4-byte data buffer"},
       {"not json", [&] { return make_file("{not json}", {}); }, "not valid JSON"},
       {"not an object", [&] { return make_file("[1,2]", {}); }, "starting with '{'"},
-      {"unknown dtype", [&] { return make_file(R"({"a":{"dtype":"F12","shape":[1],"data_offsets":[0,4]}})", four); }, "unknown dtype 'F12'"},
-      {"shape/bytes mismatch", [&] { return make_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight); }, "needs 12 bytes"},
-      {"overlap", [&] { return make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", eight); }, "overlaps"},
-      {"hole", [&] { return make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", eight); }, "hole"},
-      {"trailing bytes", [&] { return make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", eight); }, "cover 4"},
-      {"duplicate name", [&] { return make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", eight); }, "appears twice"},
-      {"negative dim", [&] { return make_file(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", four); }, "non-negative"},
-      {"overflowing shape", [&] { return make_file(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", four); }, "overflows"},
-      {"end before begin", [&] { return make_file(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[4,0]}})", four); }, "end before begin"},
-      {"metadata not strings", [&] { return make_file(R"({"__metadata__":{"n":1}})", {}); }, "must be a string"},
-      {"extra key", [&] { return make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", four); }, "unknown key 'x'"},
+      {"unknown dtype",
+       [&] { return make_file(R"({"a":{"dtype":"F12","shape":[1],"data_offsets":[0,4]}})", four); },
+       "unknown dtype 'F12'"},
+      {"shape/bytes mismatch",
+       [&] {
+         return make_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight);
+       },
+       "needs 12 bytes"},
+      {"overlap",
+       [&] {
+         return make_file(
+             R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+             eight);
+       },
+       "overlaps"},
+      {"hole",
+       [&] {
+         return make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", eight);
+       },
+       "hole"},
+      {"trailing bytes",
+       [&] {
+         return make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", eight);
+       },
+       "cover 4"},
+      {"duplicate name",
+       [&] {
+         return make_file(
+             R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+             eight);
+       },
+       "appears twice"},
+      {"negative dim",
+       [&] {
+         return make_file(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", four);
+       },
+       "non-negative"},
+      {"overflowing shape",
+       [&] {
+         return make_file(
+             R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", four);
+       },
+       "overflows"},
+      {"end before begin",
+       [&] { return make_file(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[4,0]}})", four); },
+       "end before begin"},
+      {"metadata not strings", [&] { return make_file(R"({"__metadata__":{"n":1}})", {}); },
+       "must be a string"},
+      {"extra key",
+       [&] {
+         return make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", four);
+       },
+       "unknown key 'x'"},
   };
   for (const Malformed& c : cases) {
     std::string err = parse_error(c.make());
@@ -184,7 +248,9 @@ TEST(Safetensors, MalformedFilesGiveClearErrors) {
 // Thousands of random mutations of a valid file: every one parses or throws Error, none crashes.
 // tests/io/CMakeLists builds the same loop under AddressSanitizer (safetensors_fuzz_asan).
 TEST(Safetensors, RandomMutationsNeverCrash) {
-  NamedTensors tensors = {{"a", randn({7, 3})}, {"bb", randn({13}).to(DType::BF16)}, {"c", arange(0, 5, 1, DType::I64)}};
+  NamedTensors tensors = {{"a", randn({7, 3})},
+                          {"bb", randn({13}).to(DType::BF16)},
+                          {"c", arange(0, 5, 1, DType::I64)}};
   std::vector<uint8_t> valid = serialize_safetensors(tensors, {{"format", "pt"}});
   uint64_t state = 99;
   auto next = [&] { return state = state * 6364136223846793005ull + 1442695040888963407ull; };
@@ -195,10 +261,18 @@ TEST(Safetensors, RandomMutationsNeverCrash) {
     for (int e = 0; e < edits; ++e) {
       size_t at = size_t(next() >> 33) % f.size();
       switch (next() >> 62) {
-        case 0: f[at] = uint8_t(next() >> 56); break;
-        case 1: f[at] = "0123456789[]{},:\"-"[(next() >> 40) % 18]; break;
-        case 2: f.resize(at); break;
-        default: f.insert(f.begin() + std::ptrdiff_t(at), uint8_t(next() >> 56)); break;
+        case 0:
+          f[at] = uint8_t(next() >> 56);
+          break;
+        case 1:
+          f[at] = "0123456789[]{},:\"-"[(next() >> 40) % 18];
+          break;
+        case 2:
+          f.resize(at);
+          break;
+        default:
+          f.insert(f.begin() + std::ptrdiff_t(at), uint8_t(next() >> 56));
+          break;
       }
       if (f.empty()) break;
     }

@@ -20,7 +20,8 @@ uint64_t name_hash(const std::string& s) {
 }  // namespace
 
 double nmse(const Tensor& got, const Tensor& want) {
-  TESSEL_CHECK(got.shape() == want.shape(), "nmse: shapes differ: ", got.shape(), " vs ", want.shape());
+  TESSEL_CHECK(got.shape() == want.shape(), "nmse: shapes differ: ", got.shape(), " vs ",
+               want.shape());
   Tensor g = got.to(DType::F64), w = want.to(DType::F64);
   const double* gp = g.data<double>();
   const double* wp = w.data<double>();
@@ -59,7 +60,8 @@ Tensor guarded_copy(const Tensor& t) {
 bool guards_intact(const Tensor& guarded) {
   size_t es = guarded.element_size();
   size_t guard = size_t(kGuardElements) * es;
-  TESSEL_CHECK(guarded.offset() == kGuardElements, "guards_intact: tensor was not made by guarded_copy");
+  TESSEL_CHECK(guarded.offset() == kGuardElements,
+               "guards_intact: tensor was not made by guarded_copy");
   const char* base = static_cast<const char*>(guarded.storage().data());
   const char* tail = base + guard + guarded.nbytes();
   for (size_t i = 0; i < guard; ++i)
@@ -93,7 +95,8 @@ std::string check_op_case(const OpCase& c, kernels::Backend& backend) {
   std::ostringstream failures;
   for (size_t i = 0; i < guarded_inputs.size(); ++i) {
     if (!guarded_inputs[i].defined()) continue;
-    if (!guards_intact(guarded_inputs[i])) failures << "input " << i << ": guard bytes overwritten; ";
+    if (!guards_intact(guarded_inputs[i]))
+      failures << "input " << i << ": guard bytes overwritten; ";
     if (nmse(guarded_inputs[i], inputs[i]) != 0) failures << "input " << i << " was modified; ";
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -101,7 +104,8 @@ std::string check_op_case(const OpCase& c, kernels::Backend& backend) {
     if (!guards_intact(outputs[i])) failures << "output " << i << ": guard bytes overwritten; ";
     double e = nmse(outputs[i], ref_outputs[i]);
     if (!(e <= c.max_nmse))
-      failures << "output " << i << " " << outputs[i].shape() << ": nmse " << e << " > " << c.max_nmse << "; ";
+      failures << "output " << i << " " << outputs[i].shape() << ": nmse " << e << " > "
+               << c.max_nmse << "; ";
   }
   return failures.str();
 }

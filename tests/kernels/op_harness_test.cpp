@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Runs every registered kernel case on the CPU backend against the fp64 reference.
-#include <gtest/gtest.h>
-
 #include "op_harness.h"
+
+#include <gtest/gtest.h>
 
 namespace tessel::testing {
 namespace {
@@ -12,7 +12,8 @@ class OpHarness : public ::testing::TestWithParam<size_t> {};
 TEST_P(OpHarness, MatchesReference) {
   const OpCase& c = all_op_cases()[GetParam()];
   kernels::Backend& backend = kernels::cpu_backend();
-  if (!backend.supports(c.op, c.dtype)) GTEST_SKIP() << backend.name() << " does not support " << c.name;
+  if (!backend.supports(c.op, c.dtype))
+    GTEST_SKIP() << backend.name() << " does not support " << c.name;
   std::string failures = check_op_case(c, backend);
   EXPECT_TRUE(failures.empty()) << c.name << ": " << failures;
 }

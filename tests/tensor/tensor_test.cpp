@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tensor factories, views, copies, conversions, printing and bad input.
+#include "tessel/tensor/tensor.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
 
-#include "tessel/tensor/tensor.h"
-
 namespace tessel {
 namespace {
 
-std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+std::vector<double> values(const Tensor& t) {
+  return t.to_vector<double>();
+}
 
 std::string error_of(const std::function<void()>& fn) {
   try {
@@ -31,7 +33,9 @@ TEST(Tensor, Factories) {
   Tensor t = from_data(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, {2, 3});
   EXPECT_EQ(t.dtype(), DType::I64);
   EXPECT_EQ(t.at(std::vector<int64_t>{1, 2}), 6);
-  EXPECT_NE(error_of([] { from_data(std::vector<float>{1, 2, 3}, {2, 2}); }).find("3 values for shape [2, 2]"),
+  EXPECT_NE(error_of([] {
+              from_data(std::vector<float>{1, 2, 3}, {2, 2});
+            }).find("3 values for shape [2, 2]"),
             std::string::npos);
   EXPECT_EQ(zeros({0, 5}).numel(), 0);
 }
@@ -92,7 +96,9 @@ TEST(Tensor, ConcatAndSplitRoundTrip) {
   EXPECT_EQ(chunks[3].numel(), 1);  // torch.chunk: 4 + 4 + 4 + 1
   EXPECT_NE(error_of([&] { concat({a, b}, 0); }).find("concat along dim 0"), std::string::npos);
   EXPECT_NE(error_of([&] { concat({a, b.to(DType::F64)}, 1); }).find("f64"), std::string::npos);
-  EXPECT_NE(error_of([&] { split(c, std::vector<int64_t>{3, 3}, 1); }).find("sizes sum to 6, expected 15"),
+  EXPECT_NE(error_of([&] {
+              split(c, std::vector<int64_t>{3, 3}, 1);
+            }).find("sizes sum to 6, expected 15"),
             std::string::npos);
 }
 
@@ -134,7 +140,8 @@ TEST(Tensor, PrintingElidesLargeDims) {
 
 TEST(Tensor, BadAccess) {
   Tensor t = zeros({2, 3});
-  EXPECT_NE(error_of([&] { t.data<double>(); }).find("holds f32, accessed as f64"), std::string::npos);
+  EXPECT_NE(error_of([&] { t.data<double>(); }).find("holds f32, accessed as f64"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { t.item(); }).find("6 elements"), std::string::npos);
   EXPECT_NE(error_of([&] { t.copy_from(zeros({3, 2})); }).find("[3, 2]"), std::string::npos);
   EXPECT_NE(error_of([&] { Tensor().shape(); }).find("undefined tensor"), std::string::npos);

@@ -10,26 +10,40 @@ namespace tessel {
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::BF16: return 2;
-    case DType::F16: return 2;
-    case DType::I8: return 1;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
+    case DType::F32:
+      return 4;
+    case DType::F64:
+      return 8;
+    case DType::BF16:
+      return 2;
+    case DType::F16:
+      return 2;
+    case DType::I8:
+      return 1;
+    case DType::I32:
+      return 4;
+    case DType::I64:
+      return 8;
   }
   TESSEL_FAIL("dtype_size: invalid dtype ", int(dtype));
 }
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "f32";
-    case DType::F64: return "f64";
-    case DType::BF16: return "bf16";
-    case DType::F16: return "f16";
-    case DType::I8: return "i8";
-    case DType::I32: return "i32";
-    case DType::I64: return "i64";
+    case DType::F32:
+      return "f32";
+    case DType::F64:
+      return "f64";
+    case DType::BF16:
+      return "bf16";
+    case DType::F16:
+      return "f16";
+    case DType::I8:
+      return "i8";
+    case DType::I32:
+      return "i32";
+    case DType::I64:
+      return "i64";
   }
   return "invalid";
 }
@@ -41,8 +55,7 @@ DType dtype_from_name(std::string_view name) {
 }
 
 bool dtype_is_float(DType dtype) {
-  return dtype == DType::F32 || dtype == DType::F64 || dtype == DType::BF16 ||
-         dtype == DType::F16;
+  return dtype == DType::F32 || dtype == DType::F64 || dtype == DType::BF16 || dtype == DType::F16;
 }
 
 float f16_to_float(F16 h) {
@@ -73,7 +86,7 @@ F16 float_to_f16(float f) {
   if (abs < 0x38800000u) {
     // Result is subnormal (or zero): scale to units of 2^-24 and round to nearest even.
     float a = std::bit_cast<float>(abs);
-    float scaled = a * 16777216.0f;  // exact: multiplication by a power of two
+    float scaled = a * 16777216.0f;    // exact: multiplication by a power of two
     float r = std::nearbyint(scaled);  // default rounding mode: ties to even
     return F16{uint16_t(sign | uint16_t(r))};
   }
@@ -87,16 +100,22 @@ namespace {
 
 template <typename T>
 double to_double(T v) {
-  if constexpr (std::is_same_v<T, BF16>) return bf16_to_float(v);
-  else if constexpr (std::is_same_v<T, F16>) return f16_to_float(v);
-  else return double(v);
+  if constexpr (std::is_same_v<T, BF16>)
+    return bf16_to_float(v);
+  else if constexpr (std::is_same_v<T, F16>)
+    return f16_to_float(v);
+  else
+    return double(v);
 }
 
 template <typename T>
 T from_double(double v) {
-  if constexpr (std::is_same_v<T, BF16>) return float_to_bf16(float(v));
-  else if constexpr (std::is_same_v<T, F16>) return float_to_f16(float(v));
-  else if constexpr (std::is_floating_point_v<T>) return T(v);
+  if constexpr (std::is_same_v<T, BF16>)
+    return float_to_bf16(float(v));
+  else if constexpr (std::is_same_v<T, F16>)
+    return float_to_f16(float(v));
+  else if constexpr (std::is_floating_point_v<T>)
+    return T(v);
   else {
     if (std::isnan(v)) return T(0);
     // Saturate instead of invoking undefined behaviour on out-of-range values.

@@ -17,7 +17,7 @@ inline constexpr DType kAllDTypes[] = {DType::F32, DType::F64, DType::BF16, DTyp
                                        DType::I8,  DType::I32, DType::I64};
 
 size_t dtype_size(DType dtype);
-std::string_view dtype_name(DType dtype);  // "f32", "bf16", ...
+std::string_view dtype_name(DType dtype);      // "f32", "bf16", ...
 DType dtype_from_name(std::string_view name);  // throws Error on an unknown name
 bool dtype_is_float(DType dtype);
 
@@ -29,12 +29,14 @@ struct F16 {
   uint16_t bits = 0;
 };
 
-inline float bf16_to_float(BF16 h) { return std::bit_cast<float>(uint32_t(h.bits) << 16); }
+inline float bf16_to_float(BF16 h) {
+  return std::bit_cast<float>(uint32_t(h.bits) << 16);
+}
 
 inline BF16 float_to_bf16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return BF16{uint16_t((u >> 16) | 0x0040u)};  // quiet NaN
-  uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);  // ties to even
+  uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);                                   // ties to even
   return BF16{uint16_t((u + rounding) >> 16)};
 }
 
@@ -44,13 +46,34 @@ F16 float_to_f16(float f);
 // Maps a C++ type to its DType at compile time.
 template <typename T>
 struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = DType::F32; };
-template <> struct DTypeOf<double> { static constexpr DType value = DType::F64; };
-template <> struct DTypeOf<BF16> { static constexpr DType value = DType::BF16; };
-template <> struct DTypeOf<F16> { static constexpr DType value = DType::F16; };
-template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::I8; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::I32; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::I64; };
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::F32;
+};
+template <>
+struct DTypeOf<double> {
+  static constexpr DType value = DType::F64;
+};
+template <>
+struct DTypeOf<BF16> {
+  static constexpr DType value = DType::BF16;
+};
+template <>
+struct DTypeOf<F16> {
+  static constexpr DType value = DType::F16;
+};
+template <>
+struct DTypeOf<int8_t> {
+  static constexpr DType value = DType::I8;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType value = DType::I32;
+};
+template <>
+struct DTypeOf<int64_t> {
+  static constexpr DType value = DType::I64;
+};
 
 // Converts n elements between any two dtypes (float -> int truncates toward zero, as C++ and
 // PyTorch do; NaN -> int gives 0).
@@ -64,13 +87,20 @@ void store_from_double(void* base, DType dtype, size_t index, double value);
 template <typename Fn>
 decltype(auto) dispatch_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::F32: return fn(float{});
-    case DType::F64: return fn(double{});
-    case DType::BF16: return fn(BF16{});
-    case DType::F16: return fn(F16{});
-    case DType::I8: return fn(int8_t{});
-    case DType::I32: return fn(int32_t{});
-    case DType::I64: return fn(int64_t{});
+    case DType::F32:
+      return fn(float{});
+    case DType::F64:
+      return fn(double{});
+    case DType::BF16:
+      return fn(BF16{});
+    case DType::F16:
+      return fn(F16{});
+    case DType::I8:
+      return fn(int8_t{});
+    case DType::I32:
+      return fn(int32_t{});
+    case DType::I64:
+      return fn(int64_t{});
   }
   return fn(float{});
 }

@@ -33,16 +33,17 @@ std::string concat(Args&&... args) {
 
 // TESSEL_CHECK(cond, parts...): throws tessel::Error when cond is false. The parts are streamed
 // together, so a message reads naturally with the values inline:
-//   TESSEL_CHECK(a.size(1) == b.size(0), "matmul: inner sizes differ: ", a.size(1), " vs ", b.size(0));
-#define TESSEL_CHECK(cond, ...)                                                      \
-  do {                                                                               \
-    if (!(cond)) [[unlikely]] {                                                      \
-      ::tessel::detail::throw_check_failure(#cond, __FILE__, __LINE__,               \
-                                            ::tessel::detail::concat(__VA_ARGS__));  \
-    }                                                                                \
+//   TESSEL_CHECK(a.size(1) == b.size(0), "matmul: inner sizes differ: ", a.size(1), " vs ",
+//   b.size(0));
+#define TESSEL_CHECK(cond, ...)                                                     \
+  do {                                                                              \
+    if (!(cond)) [[unlikely]] {                                                     \
+      ::tessel::detail::throw_check_failure(#cond, __FILE__, __LINE__,              \
+                                            ::tessel::detail::concat(__VA_ARGS__)); \
+    }                                                                               \
   } while (0)
 
 // TESSEL_FAIL(parts...): throws unconditionally (unsupported value, unreachable case).
-#define TESSEL_FAIL(...)                                                             \
-  ::tessel::detail::throw_check_failure(nullptr, __FILE__, __LINE__,                 \
+#define TESSEL_FAIL(...)                                             \
+  ::tessel::detail::throw_check_failure(nullptr, __FILE__, __LINE__, \
                                         ::tessel::detail::concat(__VA_ARGS__))

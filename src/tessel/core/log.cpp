@@ -24,8 +24,12 @@ LogLevel& level_setting() {
 }
 }  // namespace
 
-LogLevel log_level() { return level_setting(); }
-void set_log_level(LogLevel level) { level_setting() = level; }
+LogLevel log_level() {
+  return level_setting();
+}
+void set_log_level(LogLevel level) {
+  level_setting() = level;
+}
 
 void log_message(LogLevel level, const std::string& message) {
   static std::mutex mutex;

@@ -26,7 +26,9 @@ std::array<uint32_t, 4> philox4x32(uint64_t counter_lo, uint64_t counter_hi, uin
 
 namespace {
 // 24 random bits -> [0, 1) exactly representable in float.
-inline float to_unit(uint32_t x) { return float(x >> 8) * (1.0f / 16777216.0f); }
+inline float to_unit(uint32_t x) {
+  return float(x >> 8) * (1.0f / 16777216.0f);
+}
 }  // namespace
 
 float uniform_at(uint64_t seed, uint64_t offset, uint64_t index) {
@@ -53,6 +55,8 @@ Generator& default_generator() {
   return generator;
 }
 
-void manual_seed(uint64_t seed) { default_generator().set_state(seed, 0); }
+void manual_seed(uint64_t seed) {
+  default_generator().set_state(seed, 0);
+}
 
 }  // namespace tessel

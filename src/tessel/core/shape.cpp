@@ -8,7 +8,8 @@
 
 namespace tessel {
 
-Shape::Shape(std::initializer_list<int64_t> dims) : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
+Shape::Shape(std::initializer_list<int64_t> dims)
+    : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
 
 Shape::Shape(std::span<const int64_t> dims) {
   TESSEL_CHECK(dims.size() <= size_t(kMaxDims), "shape has ", dims.size(), " dims; at most ",
@@ -35,7 +36,8 @@ std::vector<int64_t> Shape::strides() const {
 }
 
 void Shape::push_back(int64_t size) {
-  TESSEL_CHECK(ndim_ < kMaxDims, "shape ", str(), " already has the maximum of ", kMaxDims, " dims");
+  TESSEL_CHECK(ndim_ < kMaxDims, "shape ", str(), " already has the maximum of ", kMaxDims,
+               " dims");
   TESSEL_CHECK(size >= 0, "negative dimension size ", size);
   dims_[ndim_++] = size;
 }
@@ -69,7 +71,9 @@ std::string Shape::str() const {
   return out.str();
 }
 
-std::ostream& operator<<(std::ostream& out, const Shape& shape) { return out << shape.str(); }
+std::ostream& operator<<(std::ostream& out, const Shape& shape) {
+  return out << shape.str();
+}
 
 Shape broadcast_shapes(const Shape& a, const Shape& b) {
   int n = std::max(a.ndim(), b.ndim());

@@ -30,7 +30,9 @@ int& thread_setting() {
 }
 }  // namespace
 
-int num_threads() { return thread_setting(); }
+int num_threads() {
+  return thread_setting();
+}
 
 void set_num_threads(int n) {
   TESSEL_CHECK(n >= 1, "set_num_threads: need at least 1 thread, got ", n);

@@ -34,7 +34,8 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
     void* p = ::mmap(nullptr, file->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     int err = errno;
     ::close(fd);
-    TESSEL_CHECK(p != MAP_FAILED, "cannot map '", path, "' (", file->size_, " bytes): ", std::strerror(err));
+    TESSEL_CHECK(p != MAP_FAILED, "cannot map '", path, "' (", file->size_,
+                 " bytes): ", std::strerror(err));
     file->data_ = static_cast<uint8_t*>(p);
   } else {
     ::close(fd);
@@ -50,7 +51,8 @@ void write_file_atomic(const std::string& path, const void* bytes, size_t size) 
   namespace fs = std::filesystem;
   fs::path target(path);
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmp = (dir / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
+  std::string tmp =
+      (dir / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   TESSEL_CHECK(fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
   const char* p = static_cast<const char*>(bytes);
@@ -62,7 +64,8 @@ void write_file_atomic(const std::string& path, const void* bytes, size_t size) 
       int err = errno;
       ::close(fd);
       ::unlink(tmp.c_str());
-      TESSEL_FAIL("writing '", tmp, "' failed after ", size - left, " of ", size, " bytes: ", std::strerror(err));
+      TESSEL_FAIL("writing '", tmp, "' failed after ", size - left, " of ", size,
+                  " bytes: ", std::strerror(err));
     }
     p += n;
     left -= size_t(n);

@@ -17,11 +17,11 @@ using nlohmann::json;
 // compute in still validate; loading those tensors is refused).
 int safetensors_bits(const std::string& dtype) {
   static const std::map<std::string, int> kBits = {
-      {"BOOL", 8},     {"U8", 8},          {"I8", 8},          {"F8_E5M2", 8},    {"F8_E4M3", 8},
-      {"F8_E8M0", 8},  {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"I16", 16},       {"U16", 16},
-      {"F16", 16},     {"BF16", 16},       {"I32", 32},        {"U32", 32},       {"F32", 32},
-      {"C64", 64},     {"F64", 64},        {"I64", 64},        {"U64", 64},       {"F4", 4},
-      {"F6_E2M3", 6},  {"F6_E3M2", 6}};
+      {"BOOL", 8},    {"U8", 8},          {"I8", 8},          {"F8_E5M2", 8}, {"F8_E4M3", 8},
+      {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"I16", 16},    {"U16", 16},
+      {"F16", 16},    {"BF16", 16},       {"I32", 32},        {"U32", 32},    {"F32", 32},
+      {"C64", 64},    {"F64", 64},        {"I64", 64},        {"U64", 64},    {"F4", 4},
+      {"F6_E2M3", 6}, {"F6_E3M2", 6}};
   auto it = kBits.find(dtype);
   return it == kBits.end() ? 0 : it->second;
 }
@@ -32,14 +32,17 @@ uint64_t read_u64_le(const uint8_t* p) {
   return v;
 }
 
-uint64_t json_u64(const json& v, const std::string& what, const std::string& name, const char* field) {
-  TESSEL_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
-               what, ": tensor '", name, "': ", field, " must hold non-negative integers, got ", v.dump());
+uint64_t json_u64(const json& v, const std::string& what, const std::string& name,
+                  const char* field) {
+  TESSEL_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0), what,
+               ": tensor '", name, "': ", field, " must hold non-negative integers, got ",
+               v.dump());
   return v.get<uint64_t>();
 }
 
 SafetensorsEntry parse_entry(const std::string& name, const json& info, const std::string& what) {
-  TESSEL_CHECK(info.is_object(), what, ": tensor '", name, "': expected an object, got ", info.dump());
+  TESSEL_CHECK(info.is_object(), what, ": tensor '", name, "': expected an object, got ",
+               info.dump());
   for (auto it = info.begin(); it != info.end(); ++it)
     TESSEL_CHECK(it.key() == "dtype" || it.key() == "shape" || it.key() == "data_offsets", what,
                  ": tensor '", name, "': unknown key '", it.key(), "'");
@@ -55,8 +58,8 @@ SafetensorsEntry parse_entry(const std::string& name, const json& info, const st
   e.dtype = info["dtype"].get<std::string>();
   int bits = safetensors_bits(e.dtype);
   TESSEL_CHECK(bits > 0, what, ": tensor '", name, "': unknown dtype '", e.dtype, "'");
-  TESSEL_CHECK(info["shape"].size() <= size_t(Shape::kMaxDims), what, ": tensor '", name, "': ",
-               info["shape"].size(), " dims, at most ", Shape::kMaxDims, " supported");
+  TESSEL_CHECK(info["shape"].size() <= size_t(Shape::kMaxDims), what, ": tensor '", name,
+               "': ", info["shape"].size(), " dims, at most ", Shape::kMaxDims, " supported");
   // numel * bits with overflow checks: a hostile shape must not wrap around to a small size.
   unsigned __int128 total_bits = unsigned(bits);
   std::vector<int64_t> dims;
@@ -72,8 +75,8 @@ SafetensorsEntry parse_entry(const std::string& name, const json& info, const st
   e.shape = Shape(dims);
   e.begin = json_u64(info["data_offsets"][0], what, name, "data_offsets");
   e.end = json_u64(info["data_offsets"][1], what, name, "data_offsets");
-  TESSEL_CHECK(e.begin <= e.end, what, ": tensor '", name, "': data_offsets [", e.begin, ", ", e.end,
-               "] end before begin");
+  TESSEL_CHECK(e.begin <= e.end, what, ": tensor '", name, "': data_offsets [", e.begin, ", ",
+               e.end, "] end before begin");
   TESSEL_CHECK(total_bits % 8 == 0, what, ": tensor '", name, "': ", uint64_t(total_bits),
                " bits is not a whole number of bytes");
   uint64_t bytes = uint64_t(total_bits / 8);
@@ -98,23 +101,32 @@ std::optional<DType> dtype_from_safetensors(const std::string& name) {
 
 std::string safetensors_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "F32";
-    case DType::F64: return "F64";
-    case DType::BF16: return "BF16";
-    case DType::F16: return "F16";
-    case DType::I8: return "I8";
-    case DType::I32: return "I32";
-    case DType::I64: return "I64";
+    case DType::F32:
+      return "F32";
+    case DType::F64:
+      return "F64";
+    case DType::BF16:
+      return "BF16";
+    case DType::F16:
+      return "F16";
+    case DType::I8:
+      return "I8";
+    case DType::I32:
+      return "I32";
+    case DType::I64:
+      return "I64";
   }
   TESSEL_FAIL("safetensors: invalid dtype ", int(dtype));
 }
 
 SafetensorsHeader parse_safetensors(const uint8_t* bytes, size_t size, const std::string& what) {
-  TESSEL_CHECK(size >= 8, what, ": ", size, " bytes is too short for a safetensors file (need 8 for the header length)");
+  TESSEL_CHECK(size >= 8, what, ": ", size,
+               " bytes is too short for a safetensors file (need 8 for the header length)");
   uint64_t n = read_u64_le(bytes);
   TESSEL_CHECK(n <= kSafetensorsMaxHeader, what, ": header length ", n, " exceeds the limit of ",
                kSafetensorsMaxHeader, " bytes");
-  TESSEL_CHECK(n <= size - 8, what, ": header length ", n, " runs past the end of the file (", size, " bytes)");
+  TESSEL_CHECK(n <= size - 8, what, ": header length ", n, " runs past the end of the file (", size,
+               " bytes)");
   TESSEL_CHECK(n >= 2 && bytes[8] == '{', what, ": header must be a JSON object starting with '{'");
 
   // Duplicate names are an error, but a JSON object keeps only the last: catch them while parsing.
@@ -134,7 +146,8 @@ SafetensorsHeader parse_safetensors(const uint8_t* bytes, size_t size, const std
   } catch (const json::exception& e) {
     TESSEL_FAIL(what, ": header is not valid JSON: ", e.what());
   }
-  TESSEL_CHECK(duplicate.empty(), what, ": tensor name '", duplicate, "' appears twice in the header");
+  TESSEL_CHECK(duplicate.empty(), what, ": tensor name '", duplicate,
+               "' appears twice in the header");
   TESSEL_CHECK(header.is_object(), what, ": header must be a JSON object");
 
   SafetensorsHeader out;
@@ -158,15 +171,16 @@ SafetensorsHeader parse_safetensors(const uint8_t* bytes, size_t size, const std
   });
   uint64_t buffer = size - out.data_start, at = 0;
   for (const SafetensorsEntry& e : out.entries) {
-    TESSEL_CHECK(e.end <= buffer, what, ": tensor '", e.name, "' data_offsets [", e.begin, ", ", e.end,
-                 "] lie outside the ", buffer, "-byte data buffer");
+    TESSEL_CHECK(e.end <= buffer, what, ": tensor '", e.name, "' data_offsets [", e.begin, ", ",
+                 e.end, "] lie outside the ", buffer, "-byte data buffer");
     TESSEL_CHECK(e.begin >= at, what, ": tensor '", e.name, "' [", e.begin, ", ", e.end,
                  ") overlaps the previous tensor, which ends at ", at);
     TESSEL_CHECK(e.begin == at, what, ": hole in the data buffer: bytes [", at, ", ", e.begin,
                  ") belong to no tensor (before '", e.name, "')");
     at = e.end;
   }
-  TESSEL_CHECK(at == buffer, what, ": the data buffer has ", buffer, " bytes but the tensors cover ", at);
+  TESSEL_CHECK(at == buffer, what, ": the data buffer has ", buffer,
+               " bytes but the tensors cover ", at);
   return out;
 }
 
@@ -196,14 +210,15 @@ Tensor SafetensorsFile::load(const std::string& name, std::optional<DType> want)
   TESSEL_CHECK(stored.has_value(), path(), ": tensor '", name, "' has dtype ", e.dtype,
                ", which tessel cannot load (F32, F64, BF16, F16, I8, I32, I64)");
   DType target = want.value_or(*stored);
-  TESSEL_CHECK(dtype_is_float(target) == dtype_is_float(*stored), path(), ": tensor '", name, "' is ",
-               e.dtype, "; converting it to ", dtype_name(target), " is not supported");
+  TESSEL_CHECK(dtype_is_float(target) == dtype_is_float(*stored), path(), ": tensor '", name,
+               "' is ", e.dtype, "; converting it to ", dtype_name(target), " is not supported");
   uint8_t* src = file_->mutable_data() + header_.data_start + e.begin;
   bool aligned = reinterpret_cast<uintptr_t>(src) % dtype_size(*stored) == 0;
   if (target == *stored && aligned && e.end > e.begin) {
     auto keep = file_;  // the mapping lives as long as any tensor viewing it
     auto impl = std::make_shared<TensorImpl>();
-    impl->storage = std::make_shared<Storage>(src, e.end - e.begin, Device::cpu(), [keep](void*) {});
+    impl->storage =
+        std::make_shared<Storage>(src, e.end - e.begin, Device::cpu(), [keep](void*) {});
     impl->shape = e.shape;
     impl->dtype = target;
     impl->name = name;
@@ -232,12 +247,15 @@ std::vector<uint8_t> serialize_safetensors(const NamedTensors& tensors,
   std::vector<const std::pair<std::string, Tensor>*> order;
   std::set<std::string> names;
   for (const auto& nt : tensors) {
-    TESSEL_CHECK(names.insert(nt.first).second, "safetensors: tensor name '", nt.first, "' given twice");
+    TESSEL_CHECK(names.insert(nt.first).second, "safetensors: tensor name '", nt.first,
+                 "' given twice");
     TESSEL_CHECK(nt.first != "__metadata__", "safetensors: '__metadata__' is reserved");
-    TESSEL_CHECK(nt.second.device().is_cpu(), "safetensors: tensor '", nt.first, "' is not on the cpu");
+    TESSEL_CHECK(nt.second.device().is_cpu(), "safetensors: tensor '", nt.first,
+                 "' is not on the cpu");
     order.push_back(&nt);
   }
-  // The reference writer's order: larger element size first (keeps every tensor aligned), then name.
+  // The reference writer's order: larger element size first (keeps every tensor aligned), then
+  // name.
   std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) {
     size_t sa = a->second.element_size(), sb = b->second.element_size();
     return sa != sb ? sa > sb : a->first < b->first;

@@ -18,8 +18,8 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
     ckpt.files_.push_back(SafetensorsFile::open(file));
     for (const std::string& name : ckpt.files_.back().names()) {
       auto [it, inserted] = ckpt.where_.emplace(name, ckpt.files_.size() - 1);
-      TESSEL_CHECK(inserted, "tensor '", name, "' appears in both '", ckpt.files_[it->second].path(),
-                   "' and '", file, "'");
+      TESSEL_CHECK(inserted, "tensor '", name, "' appears in both '",
+                   ckpt.files_[it->second].path(), "' and '", file, "'");
     }
   };
   if (!fs::is_directory(path)) {
@@ -85,7 +85,8 @@ Tensor SafetensorsCheckpoint::load(const std::string& name, std::optional<DType>
   return files_[it->second].load(name, want);
 }
 
-void save_safetensors_dir(const std::string& dir, const NamedTensors& tensors, uint64_t max_shard_bytes,
+void save_safetensors_dir(const std::string& dir, const NamedTensors& tensors,
+                          uint64_t max_shard_bytes,
                           const std::map<std::string, std::string>& metadata) {
   TESSEL_CHECK(max_shard_bytes > 0, "save_safetensors_dir: max_shard_bytes must be positive");
   fs::create_directories(dir);

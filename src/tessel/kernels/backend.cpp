@@ -6,18 +6,32 @@
 namespace tessel::kernels {
 
 std::string_view op_name(Op op) {
-  static constexpr std::string_view kNames[] = {
-      "gemm", "unary", "unary_backward", "binary", "reduce", "softmax", "softmax_backward",
-      "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "embedding",
-      "embedding_backward", "attention", "attention_backward", "cross_entropy",
-      "cross_entropy_backward", "adamw", "dropout"};
+  static constexpr std::string_view kNames[] = {"gemm",
+                                                "unary",
+                                                "unary_backward",
+                                                "binary",
+                                                "reduce",
+                                                "softmax",
+                                                "softmax_backward",
+                                                "layer_norm",
+                                                "layer_norm_backward",
+                                                "rms_norm",
+                                                "rms_norm_backward",
+                                                "embedding",
+                                                "embedding_backward",
+                                                "attention",
+                                                "attention_backward",
+                                                "cross_entropy",
+                                                "cross_entropy_backward",
+                                                "adamw",
+                                                "dropout"};
   return kNames[int(op)];
 }
 
 std::string_view unary_name(UnaryOp op) {
-  static constexpr std::string_view kNames[] = {"neg", "exp", "log", "sqrt", "rsqrt", "abs",
-                                                "square", "tanh", "sigmoid", "relu", "gelu",
-                                                "silu", "scale", "add_scalar", "pow"};
+  static constexpr std::string_view kNames[] = {"neg",  "exp",    "log",   "sqrt",       "rsqrt",
+                                                "abs",  "square", "tanh",  "sigmoid",    "relu",
+                                                "gelu", "silu",   "scale", "add_scalar", "pow"};
   return kNames[int(op)];
 }
 

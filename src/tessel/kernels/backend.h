@@ -22,19 +22,46 @@
 namespace tessel::kernels {
 
 enum class Op {
-  Gemm, Unary, UnaryBackward, Binary, Reduce, Softmax, SoftmaxBackward,
-  LayerNorm, LayerNormBackward, RmsNorm, RmsNormBackward, Embedding, EmbeddingBackward,
-  Attention, AttentionBackward, CrossEntropy, CrossEntropyBackward, AdamW, Dropout,
+  Gemm,
+  Unary,
+  UnaryBackward,
+  Binary,
+  Reduce,
+  Softmax,
+  SoftmaxBackward,
+  LayerNorm,
+  LayerNormBackward,
+  RmsNorm,
+  RmsNormBackward,
+  Embedding,
+  EmbeddingBackward,
+  Attention,
+  AttentionBackward,
+  CrossEntropy,
+  CrossEntropyBackward,
+  AdamW,
+  Dropout,
 };
 std::string_view op_name(Op op);
 
-inline DType stat_dtype(DType input) { return input == DType::F64 ? DType::F64 : DType::F32; }
+inline DType stat_dtype(DType input) {
+  return input == DType::F64 ? DType::F64 : DType::F32;
+}
 
 enum class UnaryOp {
-  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Square, Tanh, Sigmoid, Relu,
-  Gelu,  // tanh approximation, as GPT-2 and HF "gelu_new": 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))
-  Silu,  // x * sigmoid(x)
-  Scale,      // alpha * x
+  Neg,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Abs,
+  Square,
+  Tanh,
+  Sigmoid,
+  Relu,
+  Gelu,   // tanh approximation, as GPT-2 and HF "gelu_new": 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))
+  Silu,   // x * sigmoid(x)
+  Scale,  // alpha * x
   AddScalar,  // x + alpha
   Pow,        // x ^ alpha
 };
@@ -109,7 +136,8 @@ class Backend {
                                    const Tensor& mean, const Tensor& rstd, Tensor& dx,
                                    Tensor& dweight, Tensor& dbias) = 0;
   // RMSNorm over the last dim: y = x * rstd * weight, rstd = 1/sqrt(mean(x^2) + eps).
-  virtual void rms_norm(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) = 0;
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
+                        Tensor& rstd) = 0;
   virtual void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                  const Tensor& rstd, Tensor& dx, Tensor& dweight) = 0;
 
@@ -130,9 +158,9 @@ class Backend {
   virtual void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                              Tensor& losses, Tensor& lse) = 0;
   // dlogits = dlosses[n] * (softmax(logits[n]) - onehot(target[n])); zero on ignored rows.
-  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                                      const Tensor& dlosses, int64_t ignore_index,
-                                      Tensor& dlogits) = 0;
+  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                                      const Tensor& lse, const Tensor& dlosses,
+                                      int64_t ignore_index, Tensor& dlogits) = 0;
 
   // One decoupled-weight-decay Adam step (Loshchilov & Hutter 2019) on param in place, with
   // moments m and v (f32) updated in place.

@@ -21,8 +21,8 @@ class CpuAllocator final : public Allocator {
   void* allocate(size_t nbytes) override {
     size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
     void* p = std::aligned_alloc(kCpuAlignment, rounded == 0 ? kCpuAlignment : rounded);
-    TESSEL_CHECK(p != nullptr, "out of host memory allocating ", nbytes, " bytes (",
-                 bytes_in_use(), " bytes in use)");
+    TESSEL_CHECK(p != nullptr, "out of host memory allocating ", nbytes, " bytes (", bytes_in_use(),
+                 " bytes in use)");
     count_alloc(nbytes);
     return p;
   }

@@ -11,7 +11,8 @@ namespace tessel {
 Tensor empty(const Shape& shape, DType dtype, Device device) {
   TESSEL_CHECK(device.is_cpu(), "empty: device ", device.str(), " has no allocator in this build");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(size_t(shape.numel()) * dtype_size(dtype), cpu_allocator());
+  impl->storage =
+      std::make_shared<Storage>(size_t(shape.numel()) * dtype_size(dtype), cpu_allocator());
   impl->shape = shape;
   impl->dtype = dtype;
   return Tensor(std::move(impl));
@@ -19,11 +20,14 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
 
 Tensor zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  if (t.nbytes() > 0) std::memset(t.data_ptr(), 0, t.nbytes());  // all-zero bits is 0 for every dtype
+  if (t.nbytes() > 0)
+    std::memset(t.data_ptr(), 0, t.nbytes());  // all-zero bits is 0 for every dtype
   return t;
 }
 
-Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
+Tensor ones(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 1.0, dtype, device);
+}
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
@@ -36,21 +40,24 @@ Tensor arange(double start, double end, double step, DType dtype) {
   double count = std::ceil((end - start) / step);
   int64_t n = count > 0 ? int64_t(count) : 0;
   Tensor t = empty({n}, dtype);
-  for (int64_t i = 0; i < n; ++i) store_from_double(t.data_ptr(), dtype, size_t(i), start + double(i) * step);
+  for (int64_t i = 0; i < n; ++i)
+    store_from_double(t.data_ptr(), dtype, size_t(i), start + double(i) * step);
   return t;
 }
 
 namespace {
 template <typename Draw>
 Tensor random_tensor(const Shape& shape, DType dtype, Generator* generator, Draw draw) {
-  TESSEL_CHECK(dtype_is_float(dtype), "random tensors need a floating dtype, got ", dtype_name(dtype));
+  TESSEL_CHECK(dtype_is_float(dtype), "random tensors need a floating dtype, got ",
+               dtype_name(dtype));
   Generator& gen = generator ? *generator : default_generator();
   uint64_t seed = gen.seed();
   uint64_t offset = gen.reserve(uint64_t(shape.numel()));
   Tensor t = empty(shape, dtype);
   void* p = t.data_ptr();
   parallel_for(0, shape.numel(), 4096, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) store_from_double(p, dtype, size_t(i), draw(seed, offset, uint64_t(i)));
+    for (int64_t i = lo; i < hi; ++i)
+      store_from_double(p, dtype, size_t(i), draw(seed, offset, uint64_t(i)));
   });
   return t;
 }
@@ -64,8 +71,12 @@ Tensor rand(const Shape& shape, DType dtype, Generator* generator) {
   return random_tensor(shape, dtype, generator, uniform_at);
 }
 
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
-Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
+Tensor zeros_like(const Tensor& t) {
+  return zeros(t.shape(), t.dtype(), t.device());
+}
+Tensor empty_like(const Tensor& t) {
+  return empty(t.shape(), t.dtype(), t.device());
+}
 
 namespace {
 // Sizes of the dims before `dim` and after it.
@@ -134,7 +145,8 @@ std::vector<Tensor> split(const Tensor& t, std::span<const int64_t> sizes, int d
     if (block > 0) {
       char* dst = static_cast<char*>(piece.data_ptr());
       for (int64_t o = 0; o < outer; ++o)
-        std::memcpy(dst + o * block, src + (o * t.size(d) + col) * inner * int64_t(es), size_t(block));
+        std::memcpy(dst + o * block, src + (o * t.size(d) + col) * inner * int64_t(es),
+                    size_t(block));
     }
     out.push_back(piece);
     col += s;

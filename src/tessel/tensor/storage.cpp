@@ -22,11 +22,14 @@ Storage::~Storage() {
 }
 
 void* Storage::data() {
-  TESSEL_CHECK(is_materialized(), "storage of ", nbytes_, " bytes is released; materialize() it first");
+  TESSEL_CHECK(is_materialized(), "storage of ", nbytes_,
+               " bytes is released; materialize() it first");
   return data_;
 }
 
-const void* Storage::data() const { return const_cast<Storage*>(this)->data(); }
+const void* Storage::data() const {
+  return const_cast<Storage*>(this)->data();
+}
 
 void Storage::release() {
   TESSEL_CHECK(allocator_ != nullptr, "cannot release storage that wraps external memory");

@@ -65,7 +65,8 @@ Tensor Tensor::reshape(std::span<const int64_t> dims) const {
 Tensor Tensor::narrow(int dim, int64_t start, int64_t length) const {
   int d = shape().normalize_dim(dim);
   TESSEL_CHECK(start >= 0 && length >= 0 && start + length <= size(d), "narrow", name_suffix(),
-               ": [", start, ", ", start + length, ") out of range for dim ", d, " of size ", size(d));
+               ": [", start, ", ", start + length, ") out of range for dim ", d, " of size ",
+               size(d));
   for (int i = 0; i < d; ++i)
     TESSEL_CHECK(size(i) == 1, "narrow", name_suffix(), " of ", shape(), " along dim ", d,
                  " is not contiguous (dim ", i, " has size ", size(i), "); use slice() to copy");
@@ -74,7 +75,9 @@ Tensor Tensor::narrow(int dim, int64_t start, int64_t length) const {
   return make_view(*this, offset() + start * inner, shape().with(d, length));
 }
 
-Tensor Tensor::detach() const { return make_view(*this, offset(), shape()); }
+Tensor Tensor::detach() const {
+  return make_view(*this, offset(), shape());
+}
 
 Tensor Tensor::clone() const {
   Tensor out = empty(shape(), dtype(), device());
@@ -121,7 +124,8 @@ Tensor Tensor::slice(int dim, int64_t start, int64_t end) const {
   int d = shape().normalize_dim(dim);
   TESSEL_CHECK(0 <= start && start <= end && end <= size(d), "slice", name_suffix(), ": [", start,
                ", ", end, ") out of range for dim ", d, " of size ", size(d));
-  std::vector<Tensor> parts = split(*this, std::vector<int64_t>{start, end - start, size(d) - end}, d);
+  std::vector<Tensor> parts =
+      split(*this, std::vector<int64_t>{start, end - start, size(d) - end}, d);
   return parts[1];
 }
 
@@ -148,7 +152,8 @@ Tensor Tensor::permute(std::span<const int> dims) const {
   if (numel() == 0) return out;
   // Source strides in output order; walk the output contiguously.
   std::vector<int64_t> in_strides = shape().strides(), src_stride(dims.size());
-  for (size_t i = 0; i < dims.size(); ++i) src_stride[i] = in_strides[size_t(shape().normalize_dim(dims[i]))];
+  for (size_t i = 0; i < dims.size(); ++i)
+    src_stride[i] = in_strides[size_t(shape().normalize_dim(dims[i]))];
   const int n = ndim();
   const size_t es = element_size();
   const char* src = static_cast<const char*>(data_ptr());
@@ -156,7 +161,6 @@ Tensor Tensor::permute(std::span<const int> dims) const {
   const int64_t last = n > 0 ? out_shape[n - 1] : 1;
   const int64_t rows = numel() / last;
   parallel_for(0, rows, 64, [&](int64_t lo, int64_t hi) {
-    
     for (int64_t r = lo; r < hi; ++r) {
       int64_t rem = r, src_off = 0;
       for (int i = n - 2; i >= 0; --i) {
@@ -171,7 +175,8 @@ Tensor Tensor::permute(std::span<const int> dims) const {
         auto* s4 = reinterpret_cast<const uint32_t*>(src) + src_off;
         for (int64_t j = 0; j < last; ++j) d4[j] = s4[j * ls];
       } else {
-        for (int64_t j = 0; j < last; ++j) std::memcpy(drow + j * int64_t(es), src + (src_off + j * ls) * int64_t(es), es);
+        for (int64_t j = 0; j < last; ++j)
+          std::memcpy(drow + j * int64_t(es), src + (src_off + j * ls) * int64_t(es), es);
       }
     }
   });
@@ -179,7 +184,8 @@ Tensor Tensor::permute(std::span<const int> dims) const {
 }
 
 double Tensor::item() const {
-  TESSEL_CHECK(numel() == 1, "item()", name_suffix(), ": tensor has ", numel(), " elements, expected 1");
+  TESSEL_CHECK(numel() == 1, "item()", name_suffix(), ": tensor has ", numel(),
+               " elements, expected 1");
   check_cpu(*this, "item");
   return load_as_double(data_ptr(), dtype(), 0);
 }
@@ -189,8 +195,8 @@ double Tensor::at(std::span<const int64_t> index) const {
   check_cpu(*this, "at");
   int64_t flat = 0;
   for (int i = 0; i < ndim(); ++i) {
-    TESSEL_CHECK(index[size_t(i)] >= 0 && index[size_t(i)] < size(i), "at(): index ", index[size_t(i)],
-                 " out of range for dim ", i, " of shape ", shape());
+    TESSEL_CHECK(index[size_t(i)] >= 0 && index[size_t(i)] < size(i), "at(): index ",
+                 index[size_t(i)], " out of range for dim ", i, " of shape ", shape());
     flat = flat * size(i) + index[size_t(i)];
   }
   return load_as_double(data_ptr(), dtype(), size_t(flat));

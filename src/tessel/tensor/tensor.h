@@ -60,8 +60,8 @@ class Tensor {
   void* data_ptr() const;
   template <typename T>
   T* data() const {
-    TESSEL_CHECK(DTypeOf<T>::value == dtype(), "tensor", name_suffix(), " holds ", dtype_name(dtype()),
-                 ", accessed as ", dtype_name(DTypeOf<T>::value));
+    TESSEL_CHECK(DTypeOf<T>::value == dtype(), "tensor", name_suffix(), " holds ",
+                 dtype_name(dtype()), ", accessed as ", dtype_name(DTypeOf<T>::value));
     return static_cast<T*>(data_ptr());
   }
 
@@ -86,7 +86,7 @@ class Tensor {
   Tensor permute(std::initializer_list<int> dims) const {
     return permute(std::span<const int>(dims.begin(), dims.size()));
   }
-  Tensor to(DType dtype) const;  // returns *this when the dtype already matches
+  Tensor to(DType dtype) const;       // returns *this when the dtype already matches
   void copy_from(const Tensor& src);  // same shape; converts dtype
   void fill(double value);
 
@@ -107,7 +107,9 @@ class Tensor {
   Tensor grad() const { return Tensor(impl().grad); }
   void set_grad(const Tensor& grad) { impl().grad = grad.impl_; }
   AutogradMetaBase* autograd_meta() const { return impl().autograd.get(); }
-  void set_autograd_meta(std::shared_ptr<AutogradMetaBase> meta) { impl().autograd = std::move(meta); }
+  void set_autograd_meta(std::shared_ptr<AutogradMetaBase> meta) {
+    impl().autograd = std::move(meta);
+  }
   const std::string& name() const { return impl().name; }
   Tensor& set_name(std::string name) {
     impl().name = std::move(name);
@@ -130,12 +132,14 @@ class Tensor {
 Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
 Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
 Tensor ones(const Shape& shape, DType dtype = DType::F32, Device device = Device::cpu());
-Tensor full(const Shape& shape, double value, DType dtype = DType::F32, Device device = Device::cpu());
+Tensor full(const Shape& shape, double value, DType dtype = DType::F32,
+            Device device = Device::cpu());
 Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::F32);
 // Random draws take their numbers from a Generator (default: the process-wide one) and are
 // identical for any thread count.
 Tensor randn(const Shape& shape, DType dtype = DType::F32, Generator* generator = nullptr);
-Tensor rand(const Shape& shape, DType dtype = DType::F32, Generator* generator = nullptr);  // [0, 1)
+Tensor rand(const Shape& shape, DType dtype = DType::F32,
+            Generator* generator = nullptr);  // [0, 1)
 Tensor zeros_like(const Tensor& t);
 Tensor empty_like(const Tensor& t);
 

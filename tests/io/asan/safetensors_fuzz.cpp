@@ -9,8 +9,10 @@
 
 int main() {
   using namespace tessel;
-  io::NamedTensors tensors = {{"a", randn({7, 3})}, {"bb", randn({13}).to(DType::BF16)},
-                              {"c", arange(0, 5, 1, DType::I64)}, {"empty", zeros({0})}};
+  io::NamedTensors tensors = {{"a", randn({7, 3})},
+                              {"bb", randn({13}).to(DType::BF16)},
+                              {"c", arange(0, 5, 1, DType::I64)},
+                              {"empty", zeros({0})}};
   std::vector<uint8_t> valid = io::serialize_safetensors(tensors, {{"format", "pt"}});
   uint64_t state = 2024;
   auto next = [&] { return state = state * 6364136223846793005ull + 1442695040888963407ull; };
@@ -22,10 +24,18 @@ int main() {
     for (int e = 0; e < edits && !f.empty(); ++e) {
       size_t at = size_t(next() >> 33) % f.size();
       switch (next() >> 62) {
-        case 0: f[at] = uint8_t(next() >> 56); break;
-        case 1: f[at] = "0123456789[]{},:\"-"[(next() >> 40) % 18]; break;
-        case 2: f.resize(at); break;
-        default: f.insert(f.begin() + std::ptrdiff_t(at), uint8_t(next() >> 56)); break;
+        case 0:
+          f[at] = uint8_t(next() >> 56);
+          break;
+        case 1:
+          f[at] = "0123456789[]{},:\"-"[(next() >> 40) % 18];
+          break;
+        case 2:
+          f.resize(at);
+          break;
+        default:
+          f.insert(f.begin() + std::ptrdiff_t(at), uint8_t(next() >> 56));
+          break;
       }
     }
     // Copy into an exactly-sized heap buffer so any read past the end is caught.

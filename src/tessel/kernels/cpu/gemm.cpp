@@ -40,10 +40,10 @@ template <typename T>
 void blas_gemm(const GemmDesc& d, const T* a, const T* b, T* c) {
   // BLAS takes 32-bit sizes: larger products would be silently truncated.
   constexpr int64_t kMax = INT32_MAX;
-  TESSEL_CHECK(d.m <= kMax && d.n <= kMax && d.k <= kMax && d.lda <= kMax && d.ldb <= kMax &&
-                   d.ldc <= kMax,
-               "gemm: sizes and leading dimensions must fit in 32 bits for BLAS, got m ", d.m,
-               " n ", d.n, " k ", d.k, " lda ", d.lda, " ldb ", d.ldb, " ldc ", d.ldc);
+  TESSEL_CHECK(
+      d.m <= kMax && d.n <= kMax && d.k <= kMax && d.lda <= kMax && d.ldb <= kMax && d.ldc <= kMax,
+      "gemm: sizes and leading dimensions must fit in 32 bits for BLAS, got m ", d.m, " n ", d.n,
+      " k ", d.k, " lda ", d.lda, " ldb ", d.ldb, " ldc ", d.ldc);
   auto one = [&](int64_t bt) {
     blas_one(d, a + bt * d.stride_a, b + bt * d.stride_b, c + bt * d.stride_c);
   };

@@ -3,7 +3,9 @@
 
 namespace tessel::kernels {
 
-bool ReferenceBackend::supports(Op op, DType dtype) const { return dtype == DType::F64; }
+bool ReferenceBackend::supports(Op op, DType dtype) const {
+  return dtype == DType::F64;
+}
 
 Backend& reference_backend() {
   static ReferenceBackend backend;

@@ -26,9 +26,10 @@ class ReferenceBackend final : public Backend {
   void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                            const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight,
                            Tensor& dbias) override;
-  void rms_norm(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) override;
-  void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                         Tensor& dx, Tensor& dweight) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
+                Tensor& rstd) override;
+  void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                         const Tensor& rstd, Tensor& dx, Tensor& dweight) override;
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override;
   void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dweight) override;
   void attention(const AttentionDesc& desc, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -39,7 +40,8 @@ class ReferenceBackend final : public Backend {
   void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                      Tensor& losses, Tensor& lse) override;
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              const Tensor& dlosses, int64_t ignore_index, Tensor& dlogits) override;
+                              const Tensor& dlosses, int64_t ignore_index,
+                              Tensor& dlogits) override;
   void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
              const AdamWParams& params) override;
   void dropout(const Tensor& x, Tensor& y, double p, uint64_t seed, uint64_t offset) override;
