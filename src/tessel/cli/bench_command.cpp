@@ -77,8 +77,12 @@ void bench_kernels(const Limits& lim, double budget) {
   auto report = [&](const char* name, double bytes, const std::function<void()>& fn) {
     Timing t = time_it(fn, budget);
     double gbs = bytes / t.median_s / 1e9;
-    emit({{"bench", "kernels"}, {"figure", name}, {"shape", {rows, c}}, {"ms", t.median_s * 1e3},
-          {"gbs", gbs}, {"fraction_of_read_bandwidth", gbs / lim.read_gbs}});
+    emit({{"bench", "kernels"},
+          {"figure", name},
+          {"shape", {rows, c}},
+          {"ms", t.median_s * 1e3},
+          {"gbs", gbs},
+          {"fraction_of_read_bandwidth", gbs / lim.read_gbs}});
   };
   double rw = 2.0 * double(rows * c) * 4.0;  // read x, write y
   report("layer_norm_fwd", rw, [&] { be.layer_norm(x, w, b, 1e-5, y, mean, rstd); });
@@ -86,43 +90,58 @@ void bench_kernels(const Limits& lim, double budget) {
   report("softmax_fwd", rw, [&] { be.softmax(x, y, false); });
 
   // The three GEMMs of a GPT-2 MLP up-projection (forward, input grad, weight grad).
-  for (auto [name, ta, tb, m, n, k] :
-       {std::tuple{"gemm_fwd_NT", false, true, rows, 3072L, c},
-        std::tuple{"gemm_dgrad_NN", false, false, rows, c, 3072L},
-        std::tuple{"gemm_wgrad_TN", true, false, 3072L, c, rows}}) {
+  for (auto [name, ta, tb, m, n, k] : {std::tuple{"gemm_fwd_NT", false, true, rows, 3072L, c},
+                                       std::tuple{"gemm_dgrad_NN", false, false, rows, c, 3072L},
+                                       std::tuple{"gemm_wgrad_TN", true, false, 3072L, c, rows}}) {
     double g = gemm_gflops(m, n, k, ta, tb, budget);
-    emit({{"bench", "kernels"}, {"figure", name}, {"shape", {m, n, k}}, {"gflops", g},
+    emit({{"bench", "kernels"},
+          {"figure", name},
+          {"shape", {m, n, k}},
+          {"gflops", g},
           {"fraction_of_gemm_peak", g / lim.gemm_gflops}});
   }
 
   // Causal attention forward + backward at GPT-2 small shapes.
   const int64_t batch = 4, t = 256, heads = 12, hd = 64;
   kernels::AttentionDesc d{batch, t, t, heads, heads, hd, true, 0.125};
-  Tensor q = randn({batch, t, heads, hd}), k = randn({batch, t, heads, hd}), v = randn({batch, t, heads, hd});
+  Tensor q = randn({batch, t, heads, hd}), k = randn({batch, t, heads, hd}),
+         v = randn({batch, t, heads, hd});
   Tensor out = empty({batch, t, heads, hd}), lse = empty({batch, heads, t});
-  Tensor dq = empty_like(q), dk = empty_like(k), dv = empty_like(v), dout = randn({batch, t, heads, hd});
+  Tensor dq = empty_like(q), dk = empty_like(k), dv = empty_like(v),
+         dout = randn({batch, t, heads, hd});
   double fwd_flops = 4.0 * double(batch * heads * t * t * hd) / 2.0;  // causal: half the scores
   Timing tf = time_it([&] { be.attention(d, q, k, v, Tensor(), out, lse); }, budget);
-  Timing tb = time_it([&] { be.attention_backward(d, q, k, v, Tensor(), out, lse, dout, dq, dk, dv); }, budget);
-  emit({{"bench", "kernels"}, {"figure", "attention_fwd_causal"}, {"shape", {batch, t, heads, hd}},
-        {"ms", tf.median_s * 1e3}, {"gflops", fwd_flops / tf.median_s / 1e9},
+  Timing tb = time_it(
+      [&] { be.attention_backward(d, q, k, v, Tensor(), out, lse, dout, dq, dk, dv); }, budget);
+  emit({{"bench", "kernels"},
+        {"figure", "attention_fwd_causal"},
+        {"shape", {batch, t, heads, hd}},
+        {"ms", tf.median_s * 1e3},
+        {"gflops", fwd_flops / tf.median_s / 1e9},
         {"fraction_of_gemm_peak", fwd_flops / tf.median_s / 1e9 / lim.gemm_gflops}});
-  emit({{"bench", "kernels"}, {"figure", "attention_bwd_causal"}, {"shape", {batch, t, heads, hd}},
-        {"ms", tb.median_s * 1e3}, {"gflops", 2.5 * fwd_flops / tb.median_s / 1e9},
+  emit({{"bench", "kernels"},
+        {"figure", "attention_bwd_causal"},
+        {"shape", {batch, t, heads, hd}},
+        {"ms", tb.median_s * 1e3},
+        {"gflops", 2.5 * fwd_flops / tb.median_s / 1e9},
         {"fraction_of_gemm_peak", 2.5 * fwd_flops / tb.median_s / 1e9 / lim.gemm_gflops}});
 }
 
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench", "measure machine limits and kernels (one JSON line per figure)");
+  auto* cmd =
+      app.add_subcommand("bench", "measure machine limits and kernels (one JSON line per figure)");
   static double budget = 0.5;
   static std::string what = "all";
-  cmd->add_option("what", what, "peak | kernels | all")->check(CLI::IsMember({"peak", "kernels", "all"}));
+  cmd->add_option("what", what, "peak | kernels | all")
+      ->check(CLI::IsMember({"peak", "kernels", "all"}));
   cmd->add_option("--seconds", budget, "time budget per figure")->check(CLI::Range(0.01, 60.0));
-  cmd->callback([] {
-    std::cerr << "tessel bench: " << what << ", " << num_threads() << " threads, "
-              << budget << " s per figure\n";
+  add_bench_comm_command(*cmd);
+  cmd->callback([cmd] {
+    if (cmd->got_subcommand("comm")) return;
+    std::cerr << "tessel bench: " << what << ", " << num_threads() << " threads, " << budget
+              << " s per figure\n";
     Limits lim = bench_peak(budget);
     if (what != "peak") bench_kernels(lim, budget);
   });

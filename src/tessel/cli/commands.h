@@ -7,5 +7,6 @@
 namespace tessel::cli {
 
 void add_bench_command(CLI::App& app);
+void add_bench_comm_command(CLI::App& bench);  // `tessel bench comm`, in bench_comm.cpp
 
 }  // namespace tessel::cli

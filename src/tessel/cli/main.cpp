@@ -6,22 +6,40 @@
 
 #include "tessel/cli/commands.h"
 #include "tessel/core/error.h"
+#include "tessel/dist/launch.h"
+#include "tessel/dist/world.h"
+
+namespace {
+
+// One line on stderr and a non-zero exit. In a job of several ranks an error seen by one rank ends
+// them all at once (MPI_Abort) instead of leaving the others to wait for their deadline.
+int fail(const char* what) {
+  bool multi_rank = false;
+  try {
+    multi_rank = tessel::dist::detect_launch().size > 1;
+  } catch (const std::exception&) {
+  }
+  if (multi_rank) tessel::dist::abort_job(1, std::string("tessel: error: ") + what);
+  std::fprintf(stderr, "tessel: error: %s\n", what);
+  return 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tessel: trains and serves transformer models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("tessel ") + TESSEL_VERSION);
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("tessel: error: ") + e.what() + " (see --help)\n";
+  });
   tessel::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const tessel::Error& e) {
-    std::fprintf(stderr, "tessel: error: %s\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tessel: error: %s\n", e.what());
-    return 1;
+    return fail(e.what());
   }
   return 0;
 }
