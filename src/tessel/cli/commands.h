@@ -8,5 +8,6 @@ namespace tessel::cli {
 
 void add_bench_command(CLI::App& app);
 void add_bench_comm_command(CLI::App& bench);  // `tessel bench comm`, in bench_comm.cpp
+void add_data_command(CLI::App& app);          // `tessel data prepare`, in data_command.cpp
 
 }  // namespace tessel::cli

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
     return std::string("tessel: error: ") + e.what() + " (see --help)\n";
   });
   tessel::cli::add_bench_command(app);
+  tessel::cli::add_data_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
