@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+// Mapping between tessel's GPT-2 parameters and the Hugging Face checkpoint layout.
+#include "tessel/models/gpt2_checkpoint.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "tessel/io/safetensors_dir.h"
+
+namespace tessel::models {
+
+namespace {
+
+constexpr const char* kPrefix = "transformer.";
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The causal-mask buffers older HF versions saved; not parameters.
+bool is_mask_buffer(const std::string& name) {
+  static const std::regex pattern(R"(h\.\d+\.attn\.(bias|masked_bias))");
+  return std::regex_match(name, pattern);
+}
+
+Shape transposed(const Shape& s) {
+  return Shape{s[1], s[0]};
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  return std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+}
+
+}  // namespace
+
+bool gpt2_is_conv1d_weight(const std::string& name) {
+  for (const char* s :
+       {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
+    if (ends_with(name, s)) return true;
+  }
+  return false;
+}
+
+io::NamedTensors gpt2_to_hf(const GPT2& model, const std::string& prefix) {
+  io::NamedTensors out;
+  for (auto& [name, t] : model.state_dict()) {
+    if (name == "lm_head.weight") {
+      out.emplace_back(name, t);  // HF keeps the head outside `transformer.`
+    } else if (gpt2_is_conv1d_weight(name)) {
+      out.emplace_back(prefix + name, t.transpose(0, 1));
+    } else {
+      out.emplace_back(prefix + name, t);
+    }
+  }
+  return out;
+}
+
+void gpt2_load_hf(GPT2& model, const io::SafetensorsCheckpoint& checkpoint) {
+  // HF name (no prefix) -> (stored name, HF shape expected).
+  std::map<std::string, std::string> stored;
+  std::vector<std::string> unexpected, mismatched, missing;
+  std::string lm_head_name;
+  for (const std::string& raw : checkpoint.names()) {
+    std::string name = raw.rfind(kPrefix, 0) == 0 ? raw.substr(std::strlen(kPrefix)) : raw;
+    if (is_mask_buffer(name)) continue;
+    if (name == "lm_head.weight" && model.config().tie_word_embeddings) {
+      lm_head_name = raw;
+      continue;
+    }
+    TESSEL_CHECK(stored.emplace(name, raw).second, "load GPT-2: tensor '", name,
+                 "' is stored both with and without the '", kPrefix, "' prefix");
+  }
+  io::NamedTensors state;
+  std::map<std::string, bool> wanted;
+  for (auto& [name, t] : model.state_dict()) {
+    wanted[name] = true;
+    const bool conv = gpt2_is_conv1d_weight(name);
+    const Shape hf_shape = conv ? transposed(t.shape()) : t.shape();
+    auto it = stored.find(name);
+    if (it == stored.end()) {
+      missing.push_back(name);
+      continue;
+    }
+    const io::SafetensorsEntry& e = checkpoint.entry(it->second);
+    if (e.shape != hf_shape) {
+      std::ostringstream s;
+      s << it->second << " (expected " << hf_shape << ", got " << e.shape << ")";
+      mismatched.push_back(s.str());
+      continue;
+    }
+    Tensor value = checkpoint.load(it->second, t.dtype());
+    state.emplace_back(name, conv ? value.transpose(0, 1) : value);
+  }
+  for (auto& [name, raw] : stored) {
+    if (!wanted.count(name)) unexpected.push_back(raw);
+  }
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+    std::ostringstream msg;
+    msg << "load GPT-2 checkpoint: ";
+    auto list = [&](const char* what, const std::vector<std::string>& names) {
+      if (names.empty()) return;
+      msg << names.size() << " " << what << ": ";
+      for (size_t i = 0; i < names.size(); ++i) msg << (i ? ", " : "") << names[i];
+      msg << "; ";
+    };
+    list("missing", missing);
+    list("unexpected", unexpected);
+    list("mis-shaped", mismatched);
+    TESSEL_FAIL(msg.str());
+  }
+  model.load_state_dict(state);
+  if (!lm_head_name.empty()) {
+    const Tensor& wte = model.wte->weight;
+    const io::SafetensorsEntry& e = checkpoint.entry(lm_head_name);
+    TESSEL_CHECK(e.shape == wte.shape(), "load GPT-2: ", lm_head_name, " has shape ", e.shape,
+                 ", expected wte's ", wte.shape());
+    TESSEL_CHECK(bitwise_equal(checkpoint.load(lm_head_name, wte.dtype()), wte),
+                 "load GPT-2: ", lm_head_name,
+                 " differs from wte.weight but tie_word_embeddings is true");
+  }
+}
+
+std::shared_ptr<GPT2> load_gpt2(const std::string& dir) {
+  const std::filesystem::path config_path = std::filesystem::path(dir) / "config.json";
+  TESSEL_CHECK(std::filesystem::exists(config_path), "load GPT-2: ", config_path.string(),
+               " not found");
+  GPT2Config config = GPT2Config::from_file(config_path.string());
+  auto model = std::make_shared<GPT2>(config, nn::Init::none());
+  gpt2_load_hf(*model, io::SafetensorsCheckpoint::open(dir));
+  model->eval();
+  return model;
+}
+
+void save_gpt2(const GPT2& model, const std::string& dir, const GPT2SaveOptions& options) {
+  TESSEL_CHECK(options.prefix.empty() || options.prefix == kPrefix, "save GPT-2: prefix '",
+               options.prefix, "' must be empty or '", kPrefix, "'");
+  std::filesystem::create_directories(dir);
+  io::save_safetensors_dir(dir, gpt2_to_hf(model, options.prefix), options.max_shard_bytes);
+  // config.json last, through a temporary name, so a directory with a config is complete.
+  const std::filesystem::path path = std::filesystem::path(dir) / "config.json";
+  const std::filesystem::path tmp = std::filesystem::path(dir) / "config.json.tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    TESSEL_CHECK(out.good(), "save GPT-2: cannot write ", tmp.string());
+    out << model.config().to_json();
+    out.flush();
+    TESSEL_CHECK(out.good(), "save GPT-2: write failed for ", tmp.string());
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace tessel::models

@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: Apache-2.0
+// GPT2Config parsing: Hugging Face keys and aliases, type and range checks, presets.
+#include "tessel/models/gpt2_config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace tessel::models {
+
+namespace {
+
+using Json = nlohmann::json;
+
+// Reads an integer key under its name or its alias; both present and different is an error.
+bool read_int(const Json& j, const char* key, const char* alias, int64_t& out,
+              const std::string& what) {
+  const Json* found = nullptr;
+  std::string found_key;
+  for (const char* k : {key, alias}) {
+    if (k == nullptr || !j.contains(k)) continue;
+    const Json& v = j.at(k);
+    TESSEL_CHECK(v.is_number_integer(), what, ": '", k, "' must be an integer, got ", v.dump());
+    if (found != nullptr) {
+      TESSEL_CHECK(*found == v, what, ": '", found_key, "' = ", found->dump(), " and its alias '",
+                   k, "' = ", v.dump(), " disagree");
+    }
+    found = &v;
+    found_key = k;
+  }
+  if (found == nullptr) return false;
+  out = found->get<int64_t>();
+  return true;
+}
+
+void read_double(const Json& j, const char* key, double& out, const std::string& what) {
+  if (!j.contains(key)) return;
+  const Json& v = j.at(key);
+  TESSEL_CHECK(v.is_number(), what, ": '", key, "' must be a number, got ", v.dump());
+  out = v.get<double>();
+}
+
+void read_bool(const Json& j, const char* key, bool& out, const std::string& what) {
+  if (!j.contains(key)) return;
+  const Json& v = j.at(key);
+  TESSEL_CHECK(v.is_boolean(), what, ": '", key, "' must be true or false, got ", v.dump());
+  out = v.get<bool>();
+}
+
+}  // namespace
+
+GPT2Config GPT2Config::from_json(const std::string& text, const std::string& what) {
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::exception& e) {
+    TESSEL_FAIL(what, ": not valid JSON: ", e.what());
+  }
+  TESSEL_CHECK(j.is_object(), what, ": expected a JSON object, got ", j.type_name());
+  if (j.contains("model_type")) {
+    TESSEL_CHECK(j["model_type"] == "gpt2", what, ": model_type ", j["model_type"].dump(),
+                 " is not \"gpt2\"");
+  }
+  GPT2Config c;
+  read_int(j, "vocab_size", nullptr, c.vocab_size, what);
+  read_int(j, "n_positions", "max_position_embeddings", c.n_positions, what);
+  read_int(j, "n_embd", "hidden_size", c.n_embd, what);
+  read_int(j, "n_layer", "num_hidden_layers", c.n_layer, what);
+  read_int(j, "n_head", "num_attention_heads", c.n_head, what);
+  if (j.contains("n_inner") && !j["n_inner"].is_null()) {
+    read_int(j, "n_inner", nullptr, c.n_inner, what);
+    TESSEL_CHECK(c.n_inner > 0, what, ": 'n_inner' ", c.n_inner, " must be positive or null");
+  }
+  if (j.contains("activation_function")) {
+    const Json& a = j["activation_function"];
+    TESSEL_CHECK(a.is_string(), what, ": 'activation_function' must be a string, got ", a.dump());
+    TESSEL_CHECK(a == "gelu_new", what, ": activation_function ", a.dump(),
+                 " is not supported (GPT-2 uses \"gelu_new\", the tanh GELU)");
+  }
+  read_double(j, "layer_norm_epsilon", c.layer_norm_epsilon, what);
+  read_double(j, "resid_pdrop", c.resid_pdrop, what);
+  read_double(j, "embd_pdrop", c.embd_pdrop, what);
+  read_double(j, "attn_pdrop", c.attn_pdrop, what);
+  read_double(j, "initializer_range", c.initializer_range, what);
+  read_bool(j, "tie_word_embeddings", c.tie_word_embeddings, what);
+  if (j.contains("bos_token_id") && !j["bos_token_id"].is_null())
+    read_int(j, "bos_token_id", nullptr, c.bos_token_id, what);
+  if (j.contains("eos_token_id") && !j["eos_token_id"].is_null())
+    read_int(j, "eos_token_id", nullptr, c.eos_token_id, what);
+  bool scale = true, by_layer = false, reorder = false;
+  read_bool(j, "scale_attn_weights", scale, what);
+  read_bool(j, "scale_attn_by_inverse_layer_idx", by_layer, what);
+  read_bool(j, "reorder_and_upcast_attn", reorder, what);
+  TESSEL_CHECK(scale, what, ": scale_attn_weights = false is not supported (expected true)");
+  TESSEL_CHECK(!by_layer, what,
+               ": scale_attn_by_inverse_layer_idx = true is not supported (expected false)");
+  TESSEL_CHECK(!reorder, what,
+               ": reorder_and_upcast_attn = true is not supported (expected false)");
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    TESSEL_FAIL(what, ": ", e.what());
+  }
+  return c;
+}
+
+GPT2Config GPT2Config::from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TESSEL_CHECK(in.good(), "GPT2Config: cannot open ", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return from_json(text.str(), path);
+}
+
+GPT2Config GPT2Config::preset(const std::string& size) {
+  GPT2Config c;
+  auto set = [&](int64_t layers, int64_t heads, int64_t embd) {
+    c.n_layer = layers;
+    c.n_head = heads;
+    c.n_embd = embd;
+    return c;
+  };
+  if (size == "124M") return set(12, 12, 768);
+  if (size == "355M" || size == "350M") return set(24, 16, 1024);
+  if (size == "774M") return set(36, 20, 1280);
+  if (size == "1558M" || size == "1.5B") return set(48, 25, 1600);
+  TESSEL_FAIL("GPT2Config::preset: unknown size '", size, "' (expected 124M, 355M, 774M, 1558M)");
+}
+
+std::string GPT2Config::to_json() const {
+  Json j;
+  j["architectures"] = {"GPT2LMHeadModel"};
+  j["model_type"] = "gpt2";
+  j["vocab_size"] = vocab_size;
+  j["n_positions"] = n_positions;
+  j["n_ctx"] = n_positions;
+  j["n_embd"] = n_embd;
+  j["n_layer"] = n_layer;
+  j["n_head"] = n_head;
+  j["n_inner"] = n_inner > 0 ? Json(n_inner) : Json(nullptr);
+  j["activation_function"] = "gelu_new";
+  j["layer_norm_epsilon"] = layer_norm_epsilon;
+  j["resid_pdrop"] = resid_pdrop;
+  j["embd_pdrop"] = embd_pdrop;
+  j["attn_pdrop"] = attn_pdrop;
+  j["initializer_range"] = initializer_range;
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["bos_token_id"] = bos_token_id;
+  j["eos_token_id"] = eos_token_id;
+  j["scale_attn_weights"] = true;
+  j["scale_attn_by_inverse_layer_idx"] = false;
+  j["reorder_and_upcast_attn"] = false;
+  return j.dump(2) + "\n";
+}
+
+void GPT2Config::validate() const {
+  TESSEL_CHECK(vocab_size > 0, "GPT2Config: vocab_size ", vocab_size, " must be positive");
+  TESSEL_CHECK(n_positions > 0, "GPT2Config: n_positions ", n_positions, " must be positive");
+  TESSEL_CHECK(n_layer > 0, "GPT2Config: n_layer ", n_layer, " must be positive");
+  TESSEL_CHECK(n_embd > 0 && n_head > 0 && n_embd % n_head == 0, "GPT2Config: n_embd ", n_embd,
+               " must be a positive multiple of n_head ", n_head);
+  TESSEL_CHECK(n_inner >= 0, "GPT2Config: n_inner ", n_inner,
+               " must be positive (or 0 = 4 * n_embd)");
+  TESSEL_CHECK(layer_norm_epsilon > 0, "GPT2Config: layer_norm_epsilon ", layer_norm_epsilon,
+               " must be positive");
+  for (auto [name, p] : {std::pair{"resid_pdrop", resid_pdrop}, std::pair{"embd_pdrop", embd_pdrop},
+                         std::pair{"attn_pdrop", attn_pdrop}}) {
+    TESSEL_CHECK(p >= 0 && p < 1, "GPT2Config: ", name, " ", p, " must be in [0, 1)");
+  }
+  TESSEL_CHECK(initializer_range >= 0, "GPT2Config: initializer_range ", initializer_range,
+               " must be >= 0");
+}
+
+int64_t GPT2Config::parameter_count() const {
+  const int64_t c = n_embd, i = inner();
+  const int64_t block = 2 * 2 * c + (c * 3 * c + 3 * c) + (c * c + c) + (c * i + i) + (i * c + c);
+  int64_t n = vocab_size * c + n_positions * c + n_layer * block + 2 * c;
+  if (!tie_word_embeddings) n += vocab_size * c;
+  return n;
+}
+
+nn::BlockConfig GPT2Config::block_config() const {
+  nn::BlockConfig b;
+  b.n_embd = n_embd;
+  b.n_head = n_head;
+  b.n_inner = n_inner;
+  b.layer_norm_epsilon = layer_norm_epsilon;
+  b.resid_pdrop = resid_pdrop;
+  b.n_layer = n_layer;
+  return b;
+}
+
+}  // namespace tessel::models

@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+// The basic layers, each a thin Module over one differentiable op.
+#include "tessel/nn/layers.h"
+
+#include "tessel/nn/init.h"
+#include "tessel/ops/ops.h"
+
+namespace tessel::nn {
+
+namespace {
+
+Tensor weight_tensor(const Shape& shape, const Init& init) {
+  Tensor t = empty(shape, init.dtype);
+  if (init.kind == Init::Random) init::normal_(t, init.std, init.generator);
+  return t;
+}
+
+Tensor constant_tensor(const Shape& shape, const Init& init, double value) {
+  Tensor t = empty(shape, init.dtype);
+  if (init.kind == Init::Random) t.fill(value);
+  return t;
+}
+
+}  // namespace
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Init init)
+    : Module("Linear"), in_(in_features), out_(out_features) {
+  TESSEL_CHECK(in_features > 0 && out_features > 0, "Linear: sizes in=", in_features,
+               " out=", out_features, " must be positive");
+  weight = register_parameter("weight", weight_tensor(Shape{out_features, in_features}, init));
+  if (with_bias) bias = register_parameter("bias", constant_tensor(Shape{out_features}, init, 0.0));
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  return run_forward({x}, [&] { return ops::linear(x, weight, bias); });
+}
+
+Embedding::Embedding(int64_t num_embeddings, int64_t dim, Init init) : Module("Embedding") {
+  TESSEL_CHECK(num_embeddings > 0 && dim > 0, "Embedding: sizes num_embeddings=", num_embeddings,
+               " dim=", dim, " must be positive");
+  weight = register_parameter("weight", weight_tensor(Shape{num_embeddings, dim}, init));
+}
+
+Tensor Embedding::forward(const Tensor& ids) {
+  return run_forward({ids}, [&] { return ops::embedding(weight, ids); });
+}
+
+LayerNorm::LayerNorm(int64_t dim, double eps, bool with_bias, Init init)
+    : Module("LayerNorm"), eps_(eps) {
+  TESSEL_CHECK(dim > 0 && eps >= 0, "LayerNorm: dim=", dim, " eps=", eps,
+               " (expected dim > 0, eps >= 0)");
+  weight = register_parameter("weight", constant_tensor(Shape{dim}, init, 1.0));
+  if (with_bias) bias = register_parameter("bias", constant_tensor(Shape{dim}, init, 0.0));
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  return run_forward({x}, [&] { return ops::layer_norm(x, weight, bias, eps_); });
+}
+
+RMSNorm::RMSNorm(int64_t dim, double eps, Init init) : Module("RMSNorm"), eps_(eps) {
+  TESSEL_CHECK(dim > 0 && eps >= 0, "RMSNorm: dim=", dim, " eps=", eps,
+               " (expected dim > 0, eps >= 0)");
+  weight = register_parameter("weight", constant_tensor(Shape{dim}, init, 1.0));
+}
+
+Tensor RMSNorm::forward(const Tensor& x) {
+  return run_forward({x}, [&] { return ops::rms_norm(x, weight, eps_); });
+}
+
+Dropout::Dropout(double p, Generator* generator) : Module("Dropout"), p_(p), generator_(generator) {
+  TESSEL_CHECK(p >= 0 && p < 1, "Dropout: probability ", p, " must be in [0, 1)");
+}
+
+Tensor Dropout::forward(const Tensor& x) {
+  return run_forward({x}, [&] { return ops::dropout(x, p_, is_training(), generator_); });
+}
+
+}  // namespace tessel::nn

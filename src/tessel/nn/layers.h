@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+// The basic layers: Linear (weight [out, in], as in PyTorch), Embedding, LayerNorm, RMSNorm and
+// Dropout. Constructors allocate and initialise their parameters (normal(0, 0.02) weights, zero
+// biases, unit norm scales: GPT-2's scheme) from a Generator; `Init::None` only allocates.
+#pragma once
+
+#include <cstdint>
+
+#include "tessel/core/rng.h"
+#include "tessel/nn/module.h"
+
+namespace tessel::nn {
+
+// How a layer fills its parameters at construction.
+struct Init {
+  enum Kind { Random, None } kind = Random;
+  Generator* generator = nullptr;  // null: the process-wide generator
+  double std = 0.02;               // of the normal weights
+  DType dtype = DType::F32;
+
+  static Init none(DType dtype = DType::F32) { return {None, nullptr, 0.0, dtype}; }
+  static Init normal(Generator* g, double std = 0.02, DType dtype = DType::F32) {
+    return {Random, g, std, dtype};
+  }
+};
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, Init init = {});
+  Tensor forward(const Tensor& x);
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+  Tensor weight, bias;  // bias undefined without bias
+
+ private:
+  int64_t in_, out_;
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t dim, Init init = {});
+  // ids i32/i64 of any shape -> [ids.shape..., dim].
+  Tensor forward(const Tensor& ids);
+  Tensor weight;
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool bias = true, Init init = {});
+  Tensor forward(const Tensor& x);
+  double eps() const { return eps_; }
+  Tensor weight, bias;
+
+ private:
+  double eps_;
+};
+
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(int64_t dim, double eps = 1e-6, Init init = {});
+  Tensor forward(const Tensor& x);
+  Tensor weight;
+
+ private:
+  double eps_;
+};
+
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p, Generator* generator = nullptr);
+  // Identity in eval mode or when p == 0.
+  Tensor forward(const Tensor& x);
+  double p() const { return p_; }
+
+ private:
+  double p_;
+  Generator* generator_;
+};
+
+}  // namespace tessel::nn

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: Apache-2.0
+// GPT-2's transformer block: causal self-attention, MLP and the pre-LN residual wiring.
+#include "tessel/nn/transformer.h"
+
+#include <cmath>
+
+#include "tessel/ops/ops.h"
+
+namespace tessel::nn {
+
+namespace {
+
+// GPT-2 scales the init of projections that add into the residual stream by 1/sqrt(2 n_layer).
+Init residual_init(const BlockConfig& c, Init init) {
+  init.std /= std::sqrt(2.0 * double(c.n_layer));
+  return init;
+}
+
+}  // namespace
+
+void BlockConfig::validate() const {
+  TESSEL_CHECK(n_embd > 0 && n_head > 0, "BlockConfig: n_embd=", n_embd, " n_head=", n_head,
+               " must be positive");
+  TESSEL_CHECK(n_embd % n_head == 0, "BlockConfig: n_embd ", n_embd, " is not divisible by n_head ",
+               n_head);
+  TESSEL_CHECK(n_inner >= 0, "BlockConfig: n_inner ", n_inner, " must be >= 0 (0 = 4 * n_embd)");
+  TESSEL_CHECK(n_layer > 0, "BlockConfig: n_layer ", n_layer, " must be positive");
+  TESSEL_CHECK(layer_norm_epsilon >= 0, "BlockConfig: layer_norm_epsilon ", layer_norm_epsilon,
+               " must be >= 0");
+  TESSEL_CHECK(resid_pdrop >= 0 && resid_pdrop < 1, "BlockConfig: resid_pdrop ", resid_pdrop,
+               " must be in [0, 1)");
+}
+
+CausalSelfAttention::CausalSelfAttention(const BlockConfig& config, Init init)
+    : Module("CausalSelfAttention"), n_embd_(config.n_embd), n_head_(config.n_head) {
+  config.validate();
+  c_attn = register_module(
+      "c_attn", std::make_shared<Linear>(config.n_embd, 3 * config.n_embd, config.bias, init));
+  c_proj =
+      register_module("c_proj", std::make_shared<Linear>(config.n_embd, config.n_embd, config.bias,
+                                                         residual_init(config, init)));
+  resid_dropout = register_module("resid_dropout",
+                                  std::make_shared<Dropout>(config.resid_pdrop, init.generator));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  return run_forward({x}, [&] {
+    TESSEL_CHECK(x.ndim() == 3 && x.size(2) == n_embd_, "CausalSelfAttention: input shape ",
+                 x.shape(), " expected [B, T, ", n_embd_, "]");
+    const int64_t b = x.size(0), t = x.size(1), d = n_embd_ / n_head_;
+    Tensor qkv = c_attn->forward(x);
+    std::vector<Tensor> parts = ops::split(qkv, {n_embd_, n_embd_, n_embd_}, -1);
+    Tensor q = ops::reshape(parts[0], {b, t, n_head_, d});
+    Tensor k = ops::reshape(parts[1], {b, t, n_head_, d});
+    Tensor v = ops::reshape(parts[2], {b, t, n_head_, d});
+    tap("q", q);
+    tap("k", k);
+    tap("v", v);
+    Tensor y = ops::reshape(ops::attention(q, k, v, /*causal=*/true), {b, t, n_embd_});
+    tap("y", y);
+    return resid_dropout->forward(c_proj->forward(y));
+  });
+}
+
+MLP::MLP(const BlockConfig& config, Init init) : Module("MLP") {
+  config.validate();
+  c_fc = register_module(
+      "c_fc", std::make_shared<Linear>(config.n_embd, config.inner(), config.bias, init));
+  c_proj =
+      register_module("c_proj", std::make_shared<Linear>(config.inner(), config.n_embd, config.bias,
+                                                         residual_init(config, init)));
+  dropout =
+      register_module("dropout", std::make_shared<Dropout>(config.resid_pdrop, init.generator));
+}
+
+Tensor MLP::forward(const Tensor& x) {
+  return run_forward({x}, [&] {
+    Tensor h = ops::gelu(c_fc->forward(x));
+    tap("act", h);
+    return dropout->forward(c_proj->forward(h));
+  });
+}
+
+Block::Block(const BlockConfig& config, Init init) : Module("Block") {
+  config.validate();
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(
+                                     config.n_embd, config.layer_norm_epsilon, config.bias, init));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(config, init));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(
+                                     config.n_embd, config.layer_norm_epsilon, config.bias, init));
+  mlp = register_module("mlp", std::make_shared<MLP>(config, init));
+}
+
+Tensor Block::forward(const Tensor& x) {
+  return run_forward({x}, [&] {
+    Tensor h = ops::add(x, attn->forward(ln_1->forward(x)));
+    tap("resid_attn", h);
+    return ops::add(h, mlp->forward(ln_2->forward(h)));
+  });
+}
+
+}  // namespace tessel::nn

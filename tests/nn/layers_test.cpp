@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: Apache-2.0
+// The layers against plain double loops on odd sizes, the causal attention module against a
+// hand-written attention, GPT-2 initialisation statistics and seeding, and bad inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tessel/autograd/autograd.h"
+#include "tessel/nn/nn.h"
+#include "tessel/ops/ops.h"
+
+namespace tessel::nn {
+namespace {
+
+void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "at " << i;
+}
+
+TEST(Layers, LinearIsXTimesWeightTransposedPlusBias) {
+  Generator g(5);
+  Linear fc(13, 7, true, Init::normal(&g, 0.5));
+  fc.bias.copy_from(randn({7}, DType::F32, &g));
+  EXPECT_EQ(fc.weight.shape(), (Shape{7, 13}));
+  Tensor x = randn({3, 13}, DType::F32, &g);
+  auto w = fc.weight.to_vector<double>(), b = fc.bias.to_vector<double>();
+  auto xv = x.to_vector<double>();
+  std::vector<double> want(3 * 7);
+  for (int n = 0; n < 3; ++n)
+    for (int o = 0; o < 7; ++o) {
+      double s = b[o];
+      for (int i = 0; i < 13; ++i) s += xv[n * 13 + i] * w[o * 13 + i];
+      want[n * 7 + o] = s;
+    }
+  expect_near(fc.forward(x).to_vector<double>(), want, 1e-5);
+  Linear no_bias(13, 7, false);
+  EXPECT_FALSE(no_bias.bias.defined());
+  EXPECT_EQ(no_bias.named_parameters().size(), 1u);
+  EXPECT_THROW(Linear(0, 3), Error);
+  EXPECT_THROW(fc.forward(ones({3, 12})), Error);
+}
+
+TEST(Layers, EmbeddingGathersRows) {
+  Generator g(6);
+  Embedding emb(33, 7, Init::normal(&g));
+  Tensor ids = from_data(std::vector<int64_t>{0, 32, 5, 5}, Shape{2, 2});
+  Tensor y = emb.forward(ids);
+  EXPECT_EQ(y.shape(), (Shape{2, 2, 7}));
+  auto w = emb.weight.to_vector<float>(), yv = y.to_vector<float>();
+  const int64_t rows[] = {0, 32, 5, 5};
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 7; ++c) EXPECT_EQ(yv[r * 7 + c], w[rows[r] * 7 + c]);
+  EXPECT_THROW(emb.forward(from_data(std::vector<int64_t>{33}, Shape{1})), Error);
+}
+
+TEST(Layers, LayerNormAndRmsNormMatchLoops) {
+  Generator g(7);
+  LayerNorm ln(13, 1e-5);
+  RMSNorm rms(13, 1e-6);
+  ln.weight.copy_from(randn({13}, DType::F32, &g));
+  ln.bias.copy_from(randn({13}, DType::F32, &g));
+  rms.weight.copy_from(randn({13}, DType::F32, &g));
+  Tensor x = randn({5, 13}, DType::F32, &g);
+  auto xv = x.to_vector<double>(), w = ln.weight.to_vector<double>(),
+       b = ln.bias.to_vector<double>(), rw = rms.weight.to_vector<double>();
+  std::vector<double> want_ln(65), want_rms(65);
+  for (int r = 0; r < 5; ++r) {
+    double mean = 0, var = 0, sq = 0;
+    for (int c = 0; c < 13; ++c) mean += xv[r * 13 + c] / 13;
+    for (int c = 0; c < 13; ++c) {
+      double d = xv[r * 13 + c] - mean;
+      var += d * d / 13;
+      sq += xv[r * 13 + c] * xv[r * 13 + c] / 13;
+    }
+    for (int c = 0; c < 13; ++c) {
+      want_ln[r * 13 + c] = (xv[r * 13 + c] - mean) / std::sqrt(var + 1e-5) * w[c] + b[c];
+      want_rms[r * 13 + c] = xv[r * 13 + c] / std::sqrt(sq + 1e-6) * rw[c];
+    }
+  }
+  expect_near(ln.forward(x).to_vector<double>(), want_ln, 1e-4);
+  expect_near(rms.forward(x).to_vector<double>(), want_rms, 1e-4);
+  EXPECT_THROW(LayerNorm(0), Error);
+  EXPECT_THROW(ln.forward(ones({5, 12})), Error);
+}
+
+// softmax(q k^T / sqrt(d)) v with a causal mask, in doubles, from the module's own weights.
+std::vector<double> reference_attention(const CausalSelfAttention& a, const Tensor& x,
+                                        int64_t heads) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads;
+  auto xv = x.to_vector<double>();
+  auto wa = a.c_attn->weight.to_vector<double>(), ba = a.c_attn->bias.to_vector<double>();
+  auto wp = a.c_proj->weight.to_vector<double>(), bp = a.c_proj->bias.to_vector<double>();
+  std::vector<double> qkv(B * T * 3 * C), y(B * T * C), out(B * T * C);
+  for (int64_t r = 0; r < B * T; ++r)
+    for (int64_t o = 0; o < 3 * C; ++o) {
+      double s = ba[o];
+      for (int64_t i = 0; i < C; ++i) s += xv[r * C + i] * wa[o * C + i];
+      qkv[r * 3 * C + o] = s;
+    }
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> p(i + 1);
+        double mx = -1e300, z = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < D; ++d)
+            s += qkv[(b * T + i) * 3 * C + h * D + d] * qkv[(b * T + j) * 3 * C + C + h * D + d];
+          p[j] = s / std::sqrt(double(D));
+          mx = std::max(mx, p[j]);
+        }
+        for (auto& v : p) z += (v = std::exp(v - mx));
+        for (int64_t d = 0; d < D; ++d) {
+          double s = 0;
+          for (int64_t j = 0; j <= i; ++j)
+            s += p[j] / z * qkv[(b * T + j) * 3 * C + 2 * C + h * D + d];
+          y[(b * T + i) * C + h * D + d] = s;
+        }
+      }
+  for (int64_t r = 0; r < B * T; ++r)
+    for (int64_t o = 0; o < C; ++o) {
+      double s = bp[o];
+      for (int64_t i = 0; i < C; ++i) s += y[r * C + i] * wp[o * C + i];
+      out[r * C + o] = s;
+    }
+  return out;
+}
+
+TEST(Layers, CausalSelfAttentionMatchesHandWrittenAttention) {
+  Generator g(8);
+  BlockConfig c;
+  c.n_embd = 15;
+  c.n_head = 3;
+  c.n_layer = 2;
+  CausalSelfAttention attn(c, Init::normal(&g, 0.3));
+  attn.c_attn->bias.copy_from(randn({45}, DType::F32, &g));
+  Tensor x = randn({2, 7, 15}, DType::F32, &g);
+  expect_near(attn.forward(x).to_vector<double>(), reference_attention(attn, x, 3), 1e-4);
+  EXPECT_THROW(attn.forward(ones({2, 7, 14})), Error);
+  c.n_head = 4;
+  try {
+    CausalSelfAttention bad(c);
+    FAIL() << "15 % 4 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n_embd 15 is not divisible by n_head 4"),
+              std::string::npos);
+  }
+}
+
+double stddev(const Tensor& t) {
+  auto v = t.to_vector<double>();
+  double m = 0, s = 0;
+  for (double x : v) m += x / v.size();
+  for (double x : v) s += (x - m) * (x - m) / v.size();
+  return std::sqrt(s);
+}
+
+TEST(Layers, Gpt2InitScalesResidualProjectionsAndIsSeeded) {
+  BlockConfig c;
+  c.n_embd = 64;
+  c.n_head = 4;
+  c.n_layer = 8;
+  Generator g1(11), g2(11), g3(12);
+  Block a(c, Init::normal(&g1)), b(c, Init::normal(&g2)), d(c, Init::normal(&g3));
+  EXPECT_NEAR(stddev(a.attn->c_attn->weight), 0.02, 0.002);
+  EXPECT_NEAR(stddev(a.mlp->c_fc->weight), 0.02, 0.002);
+  EXPECT_NEAR(stddev(a.attn->c_proj->weight), 0.02 / 4.0, 0.0006);  // 1/sqrt(2*8)
+  EXPECT_NEAR(stddev(a.mlp->c_proj->weight), 0.02 / 4.0, 0.0006);
+  EXPECT_EQ(a.attn->c_attn->bias.to_vector<float>(), std::vector<float>(192, 0.0f));
+  EXPECT_EQ(a.ln_1->weight.to_vector<float>(), std::vector<float>(64, 1.0f));
+  EXPECT_EQ(a.ln_2->bias.to_vector<float>(), std::vector<float>(64, 0.0f));
+  for (auto& [name, t] : a.named_parameters()) {
+    EXPECT_EQ(t.to_vector<float>(), b.find(name).to_vector<float>()) << name;
+  }
+  EXPECT_NE(a.mlp->c_fc->weight.to_vector<float>(), d.mlp->c_fc->weight.to_vector<float>());
+}
+
+TEST(Layers, BlockGradientsReachEveryParameter) {
+  Generator g(9);
+  BlockConfig c;
+  c.n_embd = 6;
+  c.n_head = 2;
+  Block block(c, Init::normal(&g));
+  Tensor x = randn({1, 5, 6}, DType::F32, &g).set_requires_grad(true);
+  autograd::backward(ops::sum(ops::square(block.forward(x))));
+  for (auto& [name, t] : block.named_parameters()) {
+    ASSERT_TRUE(t.grad().defined()) << name;
+    EXPECT_EQ(t.grad().shape(), t.shape()) << name;
+  }
+  EXPECT_TRUE(x.grad().defined());
+}
+
+}  // namespace
+}  // namespace tessel::nn
