@@ -9,5 +9,9 @@ namespace tessel::cli {
 void add_bench_command(CLI::App& app);
 void add_bench_comm_command(CLI::App& bench);  // `tessel bench comm`, in bench_comm.cpp
 void add_data_command(CLI::App& app);          // `tessel data prepare`, in data_command.cpp
+void add_init_command(CLI::App& app);          // `tessel init`, in init_command.cpp
+void add_tokenize_command(CLI::App& app);      // `tessel tokenize`, in tokenize_command.cpp
+void add_generate_command(CLI::App& app);      // `tessel generate`, in generate_command.cpp
+void add_eval_command(CLI::App& app);          // `tessel eval`, in eval_command.cpp
 
 }  // namespace tessel::cli

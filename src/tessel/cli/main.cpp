@@ -35,6 +35,10 @@ int main(int argc, char** argv) {
   });
   tessel::cli::add_bench_command(app);
   tessel::cli::add_data_command(app);
+  tessel::cli::add_init_command(app);
+  tessel::cli::add_tokenize_command(app);
+  tessel::cli::add_generate_command(app);
+  tessel::cli::add_eval_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -13,6 +13,7 @@
 
 #include "tessel/core/rng.h"
 #include "tessel/models/gpt2_config.h"
+#include "tessel/models/kv_cache.h"
 #include "tessel/nn/nn.h"
 
 namespace tessel::models {
@@ -37,6 +38,14 @@ class GPT2 : public nn::Module {
   // Greedy decoding, recomputing the whole sequence at every step; once the sequence is longer
   // than n_positions the model sees its last n_positions tokens. Returns only the new ids.
   std::vector<int64_t> generate_greedy(const std::vector<int64_t>& prompt, int64_t steps);
+
+  // Incremental decoding (gpt2_decode.cpp): runs ids [B, T] at positions [cache.length(),
+  // cache.length() + T) against the cached keys and values, stores the new ones and advances the
+  // cache; returns logits [B, T, vocab], equal to the matching rows of forward() on the whole
+  // sequence. Inference only: no gradients, no dropout, no observers.
+  Tensor forward_step(const Tensor& ids, KVCache& cache);
+  // An empty cache for `batch` sequences of up to `capacity` tokens (0: n_positions).
+  KVCache make_cache(int64_t batch, int64_t capacity = 0) const;
 
   std::shared_ptr<nn::Embedding> wte, wpe;
   std::shared_ptr<nn::Dropout> drop;

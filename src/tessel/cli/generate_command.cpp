@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: Apache-2.0
+// `tessel generate`: loads a GPT-2 in the Hugging Face layout, processes the prompt in one forward,
+// then decodes token by token with the key/value cache (greedy at temperature 0, else sampled
+// with top-k / top-p). Text output streams the tokens as they come; JSON output is one line with
+// the ids, the text and the prompt and generation throughput.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "tessel/cli/commands.h"
+#include "tessel/cli/model_args.h"
+#include "tessel/io/tokenizer.h"
+#include "tessel/models/generation.h"
+#include "tessel/models/gpt2_checkpoint.h"
+
+namespace tessel::cli {
+
+namespace {
+
+struct GenerateArgs {
+  std::string model, prompt, prompt_ids, format = "text";
+  int64_t n_predict = 32;
+  models::SamplingOptions sampling{0.8, 40, 0.95, 0};
+  int threads = 0;
+  bool ignore_eos = false;
+};
+
+double per_second(int64_t n, double seconds) {
+  return seconds > 0 ? double(n) / seconds : 0.0;
+}
+
+void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
+  const bool text_prompt = cmd.count("--prompt") > 0, id_prompt = cmd.count("--prompt-ids") > 0;
+  TESSEL_CHECK(text_prompt != id_prompt,
+               "generate: give exactly one of -p/--prompt or "
+               "--prompt-ids");
+  TESSEL_CHECK(args.format == "text" || args.format == "json", "generate: --format '", args.format,
+               "' expected text or json");
+  TESSEL_CHECK(args.n_predict >= 0, "generate: -n ", args.n_predict, " must be >= 0");
+  args.sampling.validate();
+  check_model_dir(args.model, "generate");
+  apply_threads(args.threads);
+  // Everything that can be refused is checked before the weights are read.
+  const models::GPT2Config config =
+      models::GPT2Config::from_file((std::filesystem::path(args.model) / "config.json").string());
+  std::optional<io::Tokenizer> tokenizer;
+  if (has_tokenizer_files(args.model)) {
+    tokenizer = io::Tokenizer::load(args.model);
+  } else {
+    TESSEL_CHECK(!text_prompt, "generate: -p needs a tokenizer in ", args.model,
+                 " (tokenizer.json, vocab.json + merges.txt, or encoder.json + vocab.bpe); "
+                 "give --prompt-ids instead");
+    TESSEL_CHECK(args.format == "json", "generate: text output needs a tokenizer in ", args.model,
+                 "; use --format json");
+  }
+  std::vector<int64_t> prompt;
+  if (text_prompt) {
+    for (int32_t id : tokenizer->encode(args.prompt)) prompt.push_back(id);
+    TESSEL_CHECK(!prompt.empty(), "generate: the prompt is empty");
+  } else {
+    prompt = parse_id_list(args.prompt_ids, "generate --prompt-ids");
+  }
+  for (int64_t id : prompt) {
+    TESSEL_CHECK(id < config.vocab_size, "generate: prompt id ", id, " is out of range [0, ",
+                 config.vocab_size, ")");
+  }
+  const int64_t total = int64_t(prompt.size()) + args.n_predict;
+  TESSEL_CHECK(total <= config.n_positions, "generate: prompt of ", prompt.size(), " tokens + -n ",
+               args.n_predict, " = ", total,
+               " tokens exceeds the context length n_positions = ", config.n_positions);
+
+  auto model = models::load_gpt2(args.model);
+  models::GenerationOptions options;
+  options.max_new_tokens = args.n_predict;
+  options.sampling = args.sampling;
+  const int64_t eos = config.eos_token_id;
+  if (!args.ignore_eos && eos >= 0 && eos < config.vocab_size) options.stop_token = eos;
+  if (tokenizer) options.vocab_limit = std::min(config.vocab_size, tokenizer->vocab_size());
+  const bool stream = args.format == "text";
+  if (stream) {
+    std::vector<int32_t> p(prompt.begin(), prompt.end());
+    std::fputs(tokenizer->decode_bytes(p).c_str(), stdout);
+    std::fflush(stdout);
+    // Raw bytes per token: a character split across tokens is completed by the next ones.
+    options.on_token = [&](int64_t id) {
+      if (id == eos && !args.ignore_eos) return true;
+      const int32_t one = int32_t(id);
+      std::fputs(tokenizer->decode_bytes({&one, 1}).c_str(), stdout);
+      std::fflush(stdout);
+      return true;
+    };
+  }
+  const models::GenerationResult r = models::generate(*model, prompt, options);
+  const double prompt_rate = per_second(int64_t(prompt.size()), r.prefill_seconds);
+  const double decode_rate = per_second(r.decode_forwards, r.decode_seconds);
+  if (stream) {
+    std::fputs("\n", stdout);
+    std::fprintf(stderr,
+                 "tessel: generate: prompt %zu tokens, %.1f tokens/s; generated %zu tokens, "
+                 "%.1f tokens/s\n",
+                 prompt.size(), prompt_rate, r.tokens.size(), decode_rate);
+    return;
+  }
+  nlohmann::json out{{"command", "generate"},
+                     {"prompt_ids", prompt},
+                     {"generated_ids", r.tokens},
+                     {"prompt_tokens", prompt.size()},
+                     {"generated_tokens", r.tokens.size()},
+                     {"stopped_at_eos", r.stopped},
+                     {"prompt_seconds", r.prefill_seconds},
+                     {"generation_seconds", r.decode_seconds},
+                     {"prompt_tokens_per_s", prompt_rate},
+                     {"generation_tokens_per_s", decode_rate},
+                     {"temperature", args.sampling.temperature},
+                     {"top_k", args.sampling.top_k},
+                     {"top_p", args.sampling.top_p},
+                     {"seed", args.sampling.seed}};
+  if (tokenizer) {
+    std::vector<int32_t> gen(r.tokens.begin(), r.tokens.end());
+    std::vector<int32_t> p(prompt.begin(), prompt.end());
+    out["prompt"] = tokenizer->decode(p);
+    out["text"] = tokenizer->decode(gen);
+  } else {
+    out["prompt"] = nullptr;
+    out["text"] = nullptr;
+  }
+  // Invalid UTF-8 cannot occur (decode repairs it), so dump() does not throw.
+  std::cout << out.dump() << std::endl;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "generate", "Generate text with a GPT-2 model directory (KV-cache decoding)");
+  cmd->add_option("-m,--model", args->model,
+                  "Model directory: config.json + model.safetensors (+ tokenizer files)")
+      ->required();
+  cmd->add_option("-p,--prompt", args->prompt, "Prompt text");
+  cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt as comma-separated token ids");
+  cmd->add_option("-n,--n-predict", args->n_predict, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--temp", args->sampling.temperature, "Temperature (0: greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", args->sampling.top_k, "Sample among the k most likely (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", args->sampling.top_p,
+                  "Sample among the most likely tokens of total probability p (1: all)")
+      ->capture_default_str();
+  cmd->add_option("-s,--seed", args->sampling.seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--format", args->format, "text (streamed) or json")->capture_default_str();
+  cmd->add_option("-t,--threads", args->threads, "Threads (0: TESSEL_NUM_THREADS or all cores)")
+      ->capture_default_str();
+  cmd->add_flag("--ignore-eos", args->ignore_eos,
+                "Keep generating after the end-of-text token (eos_token_id of config.json)");
+  cmd->callback([args, cmd] { run_generate(*args, *cmd); });
+}
+
+}  // namespace tessel::cli

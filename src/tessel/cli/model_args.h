@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+// Helpers shared by the model subcommands (generate, eval, tokenize, init): comma-separated id
+// lists, whether a directory holds tokenizer files, reading a whole text file, thread count.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "tessel/core/error.h"
+#include "tessel/core/threads.h"
+
+namespace tessel::cli {
+
+// "1,2, 3" -> {1, 2, 3}; `what` names the flag in errors.
+inline std::vector<int64_t> parse_id_list(const std::string& text, const std::string& what) {
+  std::vector<int64_t> ids;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    std::string item = text.substr(pos, comma - pos);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    size_t used = 0;
+    long long value = -1;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    TESSEL_CHECK(!item.empty() && used == item.size() && value >= 0, what, ": '", item,
+                 "' is not a token id (expected comma-separated integers >= 0, e.g. 1,2,3)");
+    ids.push_back(value);
+    pos = comma + 1;
+  }
+  return ids;
+}
+
+// The tokenizer files Tokenizer::load(dir) reads.
+inline bool has_tokenizer_files(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  return fs::exists(dir / "tokenizer.json") ||
+         (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) ||
+         (fs::exists(dir / "encoder.json") && fs::exists(dir / "vocab.bpe"));
+}
+
+inline std::string read_text_file(const std::string& path, const std::string& what) {
+  TESSEL_CHECK(std::filesystem::is_regular_file(path), what, ": ", path, " is not a readable file");
+  std::ifstream in(path, std::ios::binary);
+  TESSEL_CHECK(in.good(), what, ": cannot open ", path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+inline void check_model_dir(const std::string& dir, const std::string& what) {
+  TESSEL_CHECK(std::filesystem::is_directory(dir), what, ": model directory ", dir, " not found");
+  TESSEL_CHECK(std::filesystem::exists(std::filesystem::path(dir) / "config.json"), what, ": ",
+               (std::filesystem::path(dir) / "config.json").string(), " not found");
+}
+
+// 0 keeps the default (TESSEL_NUM_THREADS or all cores).
+inline void apply_threads(int threads) {
+  if (threads > 0) set_num_threads(threads);
+}
+
+}  // namespace tessel::cli

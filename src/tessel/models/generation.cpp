@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+// The prefill + cached decode loop behind `tessel generate`.
+#include "tessel/models/generation.h"
+
+#include <chrono>
+
+#include "tessel/autograd/grad_mode.h"
+
+namespace tessel::models {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The logits of the last position of a [1, T, vocab] result, as f32.
+Tensor last_row(const Tensor& logits) {
+  return logits.narrow(1, logits.size(1) - 1, 1).to(DType::F32);
+}
+
+}  // namespace
+
+GenerationResult generate(GPT2& model, const std::vector<int64_t>& prompt,
+                          const GenerationOptions& options) {
+  const GPT2Config& config = model.config();
+  const int64_t n_prompt = int64_t(prompt.size()), n_new = options.max_new_tokens;
+  TESSEL_CHECK(n_prompt >= 1, "generate: empty prompt (at least one token is needed)");
+  TESSEL_CHECK(n_new >= 0, "generate: max_new_tokens ", n_new, " must be >= 0");
+  TESSEL_CHECK(n_prompt + n_new <= config.n_positions, "generate: prompt of ", n_prompt,
+               " tokens + ", n_new, " new tokens = ", n_prompt + n_new,
+               " exceeds the context length n_positions = ", config.n_positions);
+  for (int64_t i = 0; i < n_prompt; ++i) {
+    TESSEL_CHECK(prompt[size_t(i)] >= 0 && prompt[size_t(i)] < config.vocab_size,
+                 "generate: prompt token ", i, " has id ", prompt[size_t(i)], " outside [0, ",
+                 config.vocab_size, ")");
+  }
+  TESSEL_CHECK(options.vocab_limit >= 0 && options.vocab_limit <= config.vocab_size,
+               "generate: vocab_limit ", options.vocab_limit,
+               " outside [0, vocab_size = ", config.vocab_size, "]");
+  Sampler sampler(options.sampling);
+  GenerationResult result;
+  if (n_new == 0) return result;
+  autograd::NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  KVCache cache = model.make_cache(1, n_prompt + n_new);
+  try {
+    auto start = Clock::now();
+    Tensor logits = last_row(model.forward_step(from_data(prompt, Shape{1, n_prompt}), cache));
+    result.prefill_seconds = since(start);
+    start = Clock::now();
+    const int64_t vocab = options.vocab_limit > 0 ? options.vocab_limit : config.vocab_size;
+    for (int64_t s = 0; s < n_new; ++s) {
+      const int64_t next = sampler.sample({logits.data<float>(), size_t(vocab)});
+      result.tokens.push_back(next);
+      const bool keep_going = !options.on_token || options.on_token(next);
+      if (!keep_going || (options.stop_token && next == *options.stop_token)) {
+        result.stopped = true;
+        break;
+      }
+      if (s + 1 == n_new) break;
+      logits =
+          last_row(model.forward_step(from_data(std::vector<int64_t>{next}, Shape{1, 1}), cache));
+      ++result.decode_forwards;
+    }
+    result.decode_seconds = since(start);
+  } catch (...) {
+    model.train(was_training);
+    throw;
+  }
+  model.train(was_training);
+  return result;
+}
+
+}  // namespace tessel::models

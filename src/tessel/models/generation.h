@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+// Text generation with a GPT-2: the prompt is processed in one forward (prefill), then tokens are
+// decoded one at a time against the key/value cache, each chosen by a Sampler. Reports the time
+// of both phases so callers can print prompt and generation throughput.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "tessel/models/gpt2.h"
+#include "tessel/models/sampling.h"
+
+namespace tessel::models {
+
+struct GenerationOptions {
+  int64_t max_new_tokens = 16;
+  SamplingOptions sampling;
+  std::optional<int64_t> stop_token;  // generation ends after emitting it
+  // Only ids below this are drawn (0: the whole vocabulary); a model whose vocabulary is padded
+  // past its tokenizer's never emits ids that have no text.
+  int64_t vocab_limit = 0;
+  // Called with each new token as soon as it is chosen; returning false stops generation.
+  std::function<bool(int64_t)> on_token;
+};
+
+struct GenerationResult {
+  std::vector<int64_t> tokens;  // the new tokens only
+  double prefill_seconds = 0;   // the prompt's forward
+  // The single-token forwards after the prompt (one per new token but the last) and the sampling
+  // of every new token.
+  double decode_seconds = 0;
+  int64_t decode_forwards = 0;
+  bool stopped = false;  // ended by stop_token or on_token rather than by max_new_tokens
+};
+
+// Throws before any work when prompt + max_new_tokens exceeds n_positions.
+GenerationResult generate(GPT2& model, const std::vector<int64_t>& prompt,
+                          const GenerationOptions& options);
+
+}  // namespace tessel::models

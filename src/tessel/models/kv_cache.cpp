@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+// KVCache: fixed-capacity per-layer key/value buffers written in place as tokens arrive.
+#include "tessel/models/kv_cache.h"
+
+#include <cstring>
+
+namespace tessel::models {
+
+KVCache::KVCache(int64_t n_layer, int64_t batch, int64_t capacity, int64_t n_head, int64_t head_dim,
+                 DType dtype)
+    : batch_(batch), capacity_(capacity), n_head_(n_head), head_dim_(head_dim), dtype_(dtype) {
+  TESSEL_CHECK(n_layer > 0 && batch > 0 && capacity > 0 && n_head > 0 && head_dim > 0,
+               "KVCache: n_layer ", n_layer, ", batch ", batch, ", capacity ", capacity,
+               ", n_head ", n_head, ", head_dim ", head_dim, " must all be positive");
+  TESSEL_CHECK(dtype_is_float(dtype), "KVCache: dtype ", dtype_name(dtype),
+               " expected a floating type");
+  const Shape shape{batch, capacity, n_head, head_dim};
+  for (int64_t l = 0; l < n_layer; ++l) {
+    keys_.push_back(empty(shape, dtype));
+    values_.push_back(empty(shape, dtype));
+  }
+}
+
+std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const Tensor& v) {
+  TESSEL_CHECK(layer >= 0 && layer < n_layer(), "KVCache.append: layer ", layer, " outside [0, ",
+               n_layer(), ")");
+  TESSEL_CHECK(k.shape() == v.shape() && k.ndim() == 4 && k.size(0) == batch_ &&
+                   k.size(2) == n_head_ && k.size(3) == head_dim_,
+               "KVCache.append: k ", k.shape(), " and v ", v.shape(), " expected [", batch_,
+               ", T, ", n_head_, ", ", head_dim_, "]");
+  TESSEL_CHECK(k.dtype() == dtype_ && v.dtype() == dtype_, "KVCache.append: k ",
+               dtype_name(k.dtype()), " and v ", dtype_name(v.dtype()), " expected ",
+               dtype_name(dtype_));
+  const int64_t t = k.size(1), end = length_ + t;
+  TESSEL_CHECK(t >= 1 && end <= capacity_, "KVCache.append: ", t, " tokens after ", length_,
+               " cached exceed the capacity ", capacity_);
+  // Row b of a [B, T, H, D] input is one contiguous run; it lands at position `length_` of row b.
+  const size_t row = size_t(t * n_head_ * head_dim_) * dtype_size(dtype_);
+  const size_t token = size_t(n_head_ * head_dim_) * dtype_size(dtype_);
+  auto store = [&](const Tensor& src, const Tensor& dst) {
+    const auto* s = static_cast<const char*>(src.data_ptr());
+    auto* d = static_cast<char*>(dst.data_ptr());
+    for (int64_t b = 0; b < batch_; ++b) {
+      std::memcpy(d + (size_t(b * capacity_) + size_t(length_)) * token, s + size_t(b) * row, row);
+    }
+  };
+  store(k, keys_[layer]);
+  store(v, values_[layer]);
+  if (batch_ == 1) return {keys_[layer].narrow(1, 0, end), values_[layer].narrow(1, 0, end)};
+  return {keys_[layer].slice(1, 0, end), values_[layer].slice(1, 0, end)};
+}
+
+void KVCache::advance(int64_t tokens) {
+  TESSEL_CHECK(tokens >= 0 && length_ + tokens <= capacity_, "KVCache.advance: ", tokens,
+               " tokens after ", length_, " cached exceed the capacity ", capacity_);
+  length_ += tokens;
+}
+
+size_t KVCache::nbytes() const {
+  size_t n = 0;
+  for (const Tensor& t : keys_) n += t.nbytes();
+  for (const Tensor& t : values_) n += t.nbytes();
+  return n;
+}
+
+}  // namespace tessel::models

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+// The key/value cache of incremental decoding: per layer, the keys and values of every token
+// already processed, so each new token attends to them without recomputing them. Buffers are
+// allocated once for a fixed capacity ([B, capacity, H, D] per layer) and filled in place.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "tessel/tensor/tensor.h"
+
+namespace tessel::models {
+
+class KVCache {
+ public:
+  KVCache() = default;
+  KVCache(int64_t n_layer, int64_t batch, int64_t capacity, int64_t n_head, int64_t head_dim,
+          DType dtype = DType::F32);
+
+  int64_t n_layer() const { return int64_t(keys_.size()); }
+  int64_t batch() const { return batch_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t n_head() const { return n_head_; }
+  int64_t head_dim() const { return head_dim_; }
+  DType dtype() const { return dtype_; }
+  // Tokens cached and committed by advance(); the position of the next token.
+  int64_t length() const { return length_; }
+
+  // Stores k, v [B, T, H, D] of `layer` at positions [length, length + T) and returns the keys and
+  // values of positions [0, length + T), each [B, length + T, H, D]. A view of the buffer when
+  // B == 1, a copy otherwise (tensors are contiguous). Every layer appends the same T before
+  // advance(T) commits them.
+  std::pair<Tensor, Tensor> append(int64_t layer, const Tensor& k, const Tensor& v);
+  void advance(int64_t tokens);
+  // Forgets every token (the buffers are kept).
+  void reset() { length_ = 0; }
+  // Bytes held by the buffers.
+  size_t nbytes() const;
+
+ private:
+  std::vector<Tensor> keys_, values_;
+  int64_t batch_ = 0, capacity_ = 0, n_head_ = 0, head_dim_ = 0, length_ = 0;
+  DType dtype_ = DType::F32;
+};
+
+}  // namespace tessel::models
