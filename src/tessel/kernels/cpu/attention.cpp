@@ -2,8 +2,9 @@
 // CPU attention forward, flash-attention style (Dao et al. 2022, FlashAttention-2 partitioning):
 // each task owns one (batch, head, query tile) and streams over key tiles with an online softmax
 // (running row max and sum), so no Tq x Tk score matrix is ever stored; it writes the output and
-// each row's log-sum-exp for the backward pass (attention_backward.cpp). Fully masked key tiles
-// and, with a causal mask, tiles past a query tile's last visible key are skipped.
+// each row's log-sum-exp for the backward pass (attention_backward.cpp). K and V are packed once
+// per call into dense tiles; fully masked key tiles and, with a causal mask, tiles past a query
+// tile's last visible key are skipped.
 #include <vector>
 
 #include "tessel/core/threads.h"
@@ -19,9 +20,10 @@ using namespace attention_tiles;
 
 template <typename T>
 struct ForwardScratch {
-  std::vector<T> acc, scores, row_max, row_sum, bias, row_bias;
+  std::vector<T> q, acc, scores, row_max, row_sum, bias, row_bias;
   explicit ForwardScratch(int64_t dim)
-      : acc(size_t(kQueryTile * dim)),
+      : q(size_t(kQueryTile * dim)),
+        acc(size_t(kQueryTile * dim)),
         scores(size_t(kQueryTile * kKeyTile<T>)),
         row_max(kQueryTile),
         row_sum(kQueryTile),
@@ -59,29 +61,53 @@ void online_softmax(const Problem<T>& p, int64_t q0, int rows, int64_t j0, Forwa
   }
 }
 
-// K transposed once per call, tile by tile: [B][Hkv][key tile][D][kKeyTile<T>], zero-padded, so
-// that every query tile and every head of a group reuses the same transposed tiles.
+// K transposed and V gathered once per call, tile by tile: kt is [B][Hkv][key tile][D][kKeyTile]
+// (zero-padded), vp is [B][Hkv][key tile][kKeyTile][D], so that every query tile and every head
+// of a group reads the same dense tiles.
 template <typename T>
-std::vector<T> transpose_keys(const Problem<T>& p, const T* k) {
-  int64_t tiles = p.key_tiles(), tile_size = p.dim * kKeyTile<T>;
-  std::vector<T> kt(size_t(p.batch * p.kv_heads * tiles * tile_size));
+struct PackedKv {
+  std::vector<T> kt, vp;
+  int64_t tile_size = 0;
+  int64_t offset(const Problem<T>& p, int64_t b, int64_t kvh, int64_t j0) const {
+    int64_t tile = (b * p.kv_heads + kvh) * p.key_tiles() + j0 / kKeyTile<T>;
+    return tile * tile_size;
+  }
+  const T* k_tile(const Problem<T>& p, int64_t b, int64_t kvh, int64_t j0) const {
+    return kt.data() + offset(p, b, kvh, j0);
+  }
+  const T* v_tile(const Problem<T>& p, int64_t b, int64_t kvh, int64_t j0) const {
+    return vp.data() + offset(p, b, kvh, j0);
+  }
+};
+
+template <typename T>
+PackedKv<T> pack_kv(const Problem<T>& p, const T* k, const T* v) {
+  PackedKv<T> packed;
+  int64_t tiles = p.key_tiles();
+  packed.tile_size = p.dim * kKeyTile<T>;
+  packed.kt.resize(size_t(p.batch * p.kv_heads * tiles * packed.tile_size));
+  packed.vp.resize(packed.kt.size());
   parallel_for(0, p.batch * p.kv_heads * tiles, 4, [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
       int64_t tile = t % tiles, bh = t / tiles, j0 = tile * kKeyTile<T>;
       int nk = int(std::min<int64_t>(kKeyTile<T>, p.tk - j0));
-      transpose_tile<T, kKeyTile<T>>(k + p.kv_at(bh / p.kv_heads, j0, bh % p.kv_heads), p.kv_ld(),
-                                     nk, int(p.dim), kt.data() + t * tile_size);
+      int64_t at = p.kv_at(bh / p.kv_heads, j0, bh % p.kv_heads);
+      transpose_tile<T, kKeyTile<T>>(k + at, p.kv_ld(), nk, int(p.dim),
+                                     packed.kt.data() + t * packed.tile_size);
+      pack_rows(v + at, p.kv_ld(), nk, int(p.dim), packed.vp.data() + t * packed.tile_size);
     }
   });
-  return kt;
+  return packed;
 }
 
+// One (batch, head, query tile). `kv` is null for decode steps, which read K and V in place.
 template <typename T>
-void forward_tile(const Problem<T>& p, const T* q, const T* k, const T* kt, const T* v, T* out,
-                  T* lse, int64_t b, int64_t h, int64_t q0, int rows, ForwardScratch<T>& s) {
+void forward_tile(const Problem<T>& p, const T* q, const T* k, const T* v, const PackedKv<T>* kv,
+                  T* out, T* lse, int64_t b, int64_t h, int64_t q0, int rows,
+                  ForwardScratch<T>& s) {
   int dim = int(p.dim);
   int64_t kvh = h / p.group;
-  const T* qr = q + p.q_at(b, q0, h);
+  pack_rows(q + p.q_at(b, q0, h), p.q_ld(), rows, dim, s.q.data());
   std::fill(s.acc.begin(), s.acc.begin() + rows * dim, T(0));
   std::fill(s.row_max.begin(), s.row_max.end(), kNegInf<T>);
   std::fill(s.row_sum.begin(), s.row_sum.end(), T(0));
@@ -89,17 +115,19 @@ void forward_tile(const Problem<T>& p, const T* q, const T* k, const T* kt, cons
   for (int64_t j0 = 0; j0 < key_end; j0 += kKeyTile<T>) {
     if (!p.key_bias(b, j0, s.bias.data())) continue;  // all padding
     int nk = int(std::min<int64_t>(kKeyTile<T>, p.tk - j0));
-    const T* kr = k + p.kv_at(b, j0, kvh);
-    if (kt == nullptr) {
-      scores_direct<T, kKeyTile<T>>(qr, p.q_ld(), rows, kr, p.kv_ld(), nk, dim, s.scores.data());
+    const T* v_rows = v + p.kv_at(b, j0, kvh);
+    int64_t ldv = p.kv_ld();
+    if (kv == nullptr) {
+      scores_direct<T, kKeyTile<T>>(s.q.data(), dim, rows, k + p.kv_at(b, j0, kvh), p.kv_ld(), nk,
+                                    dim, s.scores.data());
     } else {
-      int64_t tile = (b * p.kv_heads + kvh) * p.key_tiles() + j0 / kKeyTile<T>;
-      scores_transposed<T, kKeyTile<T>>(qr, p.q_ld(), rows, kt + tile * dim * kKeyTile<T>, dim,
+      scores_transposed<T, kKeyTile<T>>(s.q.data(), dim, rows, kv->k_tile(p, b, kvh, j0), dim,
                                         s.scores.data());
+      v_rows = kv->v_tile(p, b, kvh, j0);
+      ldv = dim;
     }
     online_softmax(p, q0, rows, j0, s);
-    accumulate(s.acc.data(), dim, rows, s.scores.data(), kKeyTile<T>, 1, nk,
-               v + p.kv_at(b, j0, kvh), p.kv_ld(), dim);
+    accumulate(s.acc.data(), dim, rows, s.scores.data(), kKeyTile<T>, 1, nk, v_rows, ldv, dim);
   }
   for (int r = 0; r < rows; ++r) {
     T sum = s.row_sum[size_t(r)];
@@ -123,15 +151,15 @@ void forward(const AttentionDesc& d, const Tensor& q, const Tensor& k, const Ten
   T* pl = lse.data<T>();
   int64_t q_tiles = (p.tq + kQueryTile - 1) / kQueryTile;
   // Decode steps (a few query rows) take dot products against K directly instead.
-  std::vector<T> kt = p.tq >= kDirectRows ? transpose_keys(p, pk) : std::vector<T>();
-  const T* pkt = kt.empty() ? nullptr : kt.data();
+  PackedKv<T> packed = p.tq >= kDirectRows ? pack_kv(p, pk, pv) : PackedKv<T>();
+  const PackedKv<T>* kv = p.tq >= kDirectRows ? &packed : nullptr;
   parallel_for(0, p.batch * p.heads * q_tiles, 1, [&](int64_t lo, int64_t hi) {
     ForwardScratch<T> scratch(p.dim);
     for (int64_t t = lo; t < hi; ++t) {
       int64_t qt = t % q_tiles, bh = t / q_tiles;
       int64_t q0 = qt * kQueryTile;
       int rows = int(std::min<int64_t>(kQueryTile, p.tq - q0));
-      forward_tile(p, pq, pk, pkt, pv, po, pl, bh / p.heads, bh % p.heads, q0, rows, scratch);
+      forward_tile(p, pq, pk, pv, kv, po, pl, bh / p.heads, bh % p.heads, q0, rows, scratch);
     }
   });
 }

@@ -21,9 +21,12 @@ using namespace attention_tiles;
 
 template <typename T>
 struct BackwardScratch {
-  std::vector<T> kt, vt, p, ds, dk, dv, bias, row_bias;
+  std::vector<T> q, g, k, kt, vt, p, ds, dk, dv, bias, row_bias;
   explicit BackwardScratch(int64_t dim)
-      : kt(size_t(dim * kKeyTile<T>)),
+      : q(size_t(kQueryTile * dim)),
+        g(size_t(kQueryTile * dim)),
+        k(size_t(kKeyTile<T> * dim)),
+        kt(size_t(dim * kKeyTile<T>)),
         vt(size_t(dim * kKeyTile<T>)),
         p(size_t(kQueryTile * kKeyTile<T>)),
         ds(size_t(kQueryTile * kKeyTile<T>)),
@@ -39,17 +42,20 @@ struct Operands {
   T *dk, *dv;
 };
 
-// One query tile against one key tile: P and dS from the saved lse and D, then
-// dV += P^T dO, dK += dS^T Q (scratch) and dQ += dS K (dq_base, rows of stride q_ld).
+// One query tile against one key tile (K transposed in s.kt and s.vt, K's rows in s.k): P and dS
+// from the saved lse and D, then dV += P^T dO, dK += dS^T Q (scratch) and dQ += dS K (dq_base,
+// rows of stride q_ld). Q and dO rows are gathered into dense blocks first.
 template <typename T>
 void tile_pair(const Problem<T>& p, const Operands<T>& o, T* dq_base, int64_t b, int64_t h,
                int64_t q0, int rows, int64_t j0, int nk, BackwardScratch<T>& s) {
   int dim = int(p.dim);
   int64_t ld = p.q_ld();
-  const T* qr = o.q + p.q_at(b, q0, h);
-  const T* gr = o.dout + p.q_at(b, q0, h);
-  scores_transposed<T, kKeyTile<T>>(qr, ld, rows, s.kt.data(), dim, s.p.data());
-  scores_transposed<T, kKeyTile<T>>(gr, ld, rows, s.vt.data(), dim, s.ds.data());
+  pack_rows(o.q + p.q_at(b, q0, h), ld, rows, dim, s.q.data());
+  pack_rows(o.dout + p.q_at(b, q0, h), ld, rows, dim, s.g.data());
+  const T* qr = s.q.data();
+  const T* gr = s.g.data();
+  scores_transposed<T, kKeyTile<T>>(qr, dim, rows, s.kt.data(), dim, s.p.data());
+  scores_transposed<T, kKeyTile<T>>(gr, dim, rows, s.vt.data(), dim, s.ds.data());
   for (int r = 0; r < rows; ++r) {
     int64_t i = q0 + r, row = (b * p.heads + h) * p.tq + i;
     T row_lse = o.lse[row], row_dot = o.rowdot[row];
@@ -67,10 +73,10 @@ void tile_pair(const Problem<T>& p, const Operands<T>& o, T* dq_base, int64_t b,
     // dS already carries the softmax scale, so dK and dQ below need no further scaling.
     for (int j = 0; j < kKeyTile<T>; ++j) dr[j] = pr[j] * (dr[j] - row_dot) * p.scale;
   }
-  accumulate(s.dv.data(), dim, nk, s.p.data(), 1, kKeyTile<T>, rows, gr, ld, dim);
-  accumulate(s.dk.data(), dim, nk, s.ds.data(), 1, kKeyTile<T>, rows, qr, ld, dim);
-  accumulate(dq_base + p.q_at(b, q0, h), ld, rows, s.ds.data(), kKeyTile<T>, 1, nk,
-             o.k + p.kv_at(b, j0, h / p.group), p.kv_ld(), dim);
+  accumulate(s.dv.data(), dim, nk, s.p.data(), 1, kKeyTile<T>, rows, gr, dim, dim);
+  accumulate(s.dk.data(), dim, nk, s.ds.data(), 1, kKeyTile<T>, rows, qr, dim, dim);
+  accumulate(dq_base + p.q_at(b, q0, h), ld, rows, s.ds.data(), kKeyTile<T>, 1, nk, s.k.data(), dim,
+             dim);
 }
 
 // All key tiles t = split, split + splits, ... of one (batch, kv head).
@@ -86,6 +92,7 @@ void backward_unit(const Problem<T>& p, const Operands<T>& o, T* dq_target, int6
     if (p.key_bias(b, j0, s.bias.data())) {
       transpose_tile<T, kKeyTile<T>>(o.k + p.kv_at(b, j0, kvh), p.kv_ld(), nk, dim, s.kt.data());
       transpose_tile<T, kKeyTile<T>>(o.v + p.kv_at(b, j0, kvh), p.kv_ld(), nk, dim, s.vt.data());
+      pack_rows(o.k + p.kv_at(b, j0, kvh), p.kv_ld(), nk, dim, s.k.data());
       // With a causal mask, queries before j0 - offset see none of this tile.
       int64_t q_start = p.causal ? std::clamp<int64_t>(j0 - p.offset, 0, p.tq) : 0;
       for (int64_t h = kvh * p.group; h < (kvh + 1) * p.group; ++h) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace tessel::kernels::attention_tiles {
 
@@ -21,12 +22,12 @@ inline constexpr int kVecBytes = 32;
 inline constexpr int kVecBytes = 16;
 #endif
 
-// Keys per tile and queries per tile, chosen by measurement (docs/KERNELS.md): one query row of a
-// score tile fills eight vector registers (64 f32 or 32 f64 keys with AVX); 32-query tiles waste
-// little on the diagonal of a causal mask and measured as fast as 16 or 64.
+// Keys per tile and queries per tile, chosen by measurement (docs/KERNELS.md): 64 f32 keys (eight
+// AVX vectors per score row) and 48 queries (eight register blocks of six rows) measured best,
+// though 24 to 64 queries and 32 to 128 keys were all within a few percent.
 template <typename T>
 inline constexpr int kKeyTile = int(8 * kVecBytes / sizeof(T));
-inline constexpr int kQueryTile = 32;
+inline constexpr int kQueryTile = 48;
 
 template <typename T>
 inline constexpr T kNegInf = -std::numeric_limits<T>::infinity();
@@ -115,7 +116,6 @@ T row_sum(const T* row) {
   return out;
 }
 
-// row[j] = row[j] * scale + bias[j]: scaled scores with masked keys at -inf.
 // The key bias of one row: `bias` with the keys at and after `visible` (the causal cut) masked.
 template <typename T, int kBk>
 const T* causal_bias(const T* bias, int64_t visible, T* row_bias) {
@@ -124,38 +124,58 @@ const T* causal_bias(const T* bias, int64_t visible, T* row_bias) {
   return row_bias;
 }
 
+// row[j] = row[j] * scale + bias[j]: scaled scores with masked keys at -inf.
 template <typename T, int kBk>
 void scale_bias_row(T* row, T scale, const T* bias) {
   for (int v = 0; v < kBk; v += kLanes<T>) store(row + v, load(row + v) * scale + load(bias + v));
 }
 
-// s[r][0:kBk] = a[r][0:dim] . bt[0:dim][0:kBk] for r < rows: the score tile Q K^T with K already
-// transposed into bt (row stride kBk). Rows go in groups whose accumulators fill eight vector
-// registers, so each loaded key vector serves every row of the group.
-template <typename T, int kBk, int kRows>
-void scores_rows(const T* a, int64_t lda, const T* bt, int dim, T* s) {
-  constexpr int kV = kBk / kLanes<T>;
+// Register blocks of the two products: kBlockRows rows x kBlockVecs vectors of accumulators
+// (6 x 2 = 12 of the 16 AVX registers, the shape of the usual AVX2 GEMM micro-kernel), so that
+// each loaded vector feeds six FMAs and each broadcast two: 0.67 loads per FMA. Measured against
+// 4 x 2, 3 x 4 and 2 x 4 (docs/KERNELS.md).
+inline constexpr int kBlockRows = 6;
+inline constexpr int kBlockVecs = 2;
+
+// Calls fn(std::integral_constant<int, R>{}, r) for row blocks [r, r + R) covering [0, rows):
+// blocks of kBlockRows, then 4, 2 and 1 for the rest.
+template <typename Fn>
+void for_row_blocks(int rows, Fn&& fn) {
+  int r = 0;
+  for (; r + kBlockRows <= rows; r += kBlockRows) fn(std::integral_constant<int, kBlockRows>{}, r);
+  if (r + 4 <= rows) fn(std::integral_constant<int, 4>{}, r), r += 4;
+  if (r + 2 <= rows) fn(std::integral_constant<int, 2>{}, r), r += 2;
+  if (r < rows) fn(std::integral_constant<int, 1>{}, r);
+}
+
+// s[r][c0 : c0 + kV vectors] = a[r][0:dim] . bt[0:dim][same columns] for kRows rows.
+template <typename T, int kBk, int kRows, int kV>
+void scores_block(const T* a, int64_t lda, const T* bt, int dim, T* s) {
+  constexpr int L = kLanes<T>;
   Vec<T> acc[kRows][kV] = {};
   for (int d = 0; d < dim; ++d) {
     Vec<T> b[kV];
-    for (int v = 0; v < kV; ++v) b[v] = load(bt + d * kBk + v * kLanes<T>);
+    for (int v = 0; v < kV; ++v) b[v] = load(bt + d * kBk + v * L);
     for (int r = 0; r < kRows; ++r) {
       T x = a[r * lda + d];
       for (int v = 0; v < kV; ++v) acc[r][v] += x * b[v];
     }
   }
   for (int r = 0; r < kRows; ++r)
-    for (int v = 0; v < kV; ++v) store(s + r * kBk + v * kLanes<T>, acc[r][v]);
+    for (int v = 0; v < kV; ++v) store(s + r * kBk + v * L, acc[r][v]);
 }
 
+// s[r][0:kBk] = a[r][0:dim] . bt[0:dim][0:kBk] for r < rows: the score tile Q K^T with K already
+// transposed into bt (row stride kBk).
 template <typename T, int kBk>
 void scores_transposed(const T* a, int64_t lda, int rows, const T* bt, int dim, T* s) {
-  static_assert(kBk % kLanes<T> == 0, "key tile must be whole vectors");
-  constexpr int kGroup = std::max(1, 8 / (kBk / kLanes<T>));
-  int r = 0;
-  for (; r + kGroup <= rows; r += kGroup)
-    scores_rows<T, kBk, kGroup>(a + r * lda, lda, bt, dim, s + r * kBk);
-  for (; r < rows; ++r) scores_rows<T, kBk, 1>(a + r * lda, lda, bt, dim, s + r * kBk);
+  constexpr int kCols = kBlockVecs * kLanes<T>;
+  static_assert(kBk % kCols == 0, "key tile must be whole register blocks");
+  for (int c0 = 0; c0 < kBk; c0 += kCols)
+    for_row_blocks(rows, [&](auto block, int r) {
+      scores_block<T, kBk, decltype(block)::value, kBlockVecs>(a + r * lda, lda, bt + c0, dim,
+                                                               s + r * kBk + c0);
+    });
 }
 
 // a . b over dim, with independent partial sums so the loop vectorises without reassociation.
@@ -180,6 +200,14 @@ void scores_direct(const T* a, int64_t lda, int rows, const T* k, int64_t ldk, i
   for (int r = 0; r < rows; ++r)
     for (int j = 0; j < kBk; ++j)
       s[r * kBk + j] = j < nk ? dot(a + r * lda, k + j * ldk, dim) : T(0);
+}
+
+// dst[r][0:dim] = src[r * lds + 0:dim] for r < rows: gathers rows of a [B, T, heads, D] tensor
+// (rows heads * D apart, often a multiple of 4 KiB: their cache lines would share a few L1 sets)
+// into a dense block.
+template <typename T>
+void pack_rows(const T* src, int64_t lds, int rows, int dim, T* dst) {
+  for (int r = 0; r < rows; ++r) std::memcpy(dst + r * dim, src + r * lds, sizeof(T) * size_t(dim));
 }
 
 // bt[d][j] = src[j][d] for j < nk, zero-padded to kBk columns.
@@ -214,12 +242,10 @@ void accumulate_block(T* out, int64_t ldo, const T* w, int64_t wr, int64_t wc, i
 template <typename T, int kV>
 void accumulate_columns(T* out, int64_t ldo, int rows, const T* w, int64_t wr, int64_t wc, int n,
                         const T* src, int64_t lds, int d0) {
-  constexpr int kRows = kV >= 4 ? 2 : 4;  // 8 accumulator registers
-  int r = 0;
-  for (; r + kRows <= rows; r += kRows)
-    accumulate_block<T, kRows, kV>(out + r * ldo + d0, ldo, w + r * wr, wr, wc, n, src + d0, lds);
-  for (; r < rows; ++r)
-    accumulate_block<T, 1, kV>(out + r * ldo + d0, ldo, w + r * wr, wr, wc, n, src + d0, lds);
+  for_row_blocks(rows, [&](auto block, int r) {
+    accumulate_block<T, decltype(block)::value, kV>(out + r * ldo + d0, ldo, w + r * wr, wr, wc, n,
+                                                    src + d0, lds);
+  });
 }
 
 // out[r][0:dim] += sum_{c<n} w[r*wr + c*wc] * src[c][0:dim] for r < rows: P V, dS K, P^T dO and
@@ -229,12 +255,8 @@ void accumulate(T* out, int64_t ldo, int rows, const T* w, int64_t wr, int64_t w
                 const T* src, int64_t lds, int dim) {
   constexpr int L = kLanes<T>;
   int d0 = 0;
-  for (; d0 + 4 * L <= dim; d0 += 4 * L)
-    accumulate_columns<T, 4>(out, ldo, rows, w, wr, wc, n, src, lds, d0);
-  if (dim - d0 >= 2 * L) {
-    accumulate_columns<T, 2>(out, ldo, rows, w, wr, wc, n, src, lds, d0);
-    d0 += 2 * L;
-  }
+  for (; d0 + kBlockVecs * L <= dim; d0 += kBlockVecs * L)
+    accumulate_columns<T, kBlockVecs>(out, ldo, rows, w, wr, wc, n, src, lds, d0);
   if (dim - d0 >= L) {
     accumulate_columns<T, 1>(out, ldo, rows, w, wr, wc, n, src, lds, d0);
     d0 += L;

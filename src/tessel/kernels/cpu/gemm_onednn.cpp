@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // oneDNN matmul for GemmDesc: transposes, leading dimensions and batch strides become memory
 // strides (a batch stride of 0 becomes a broadcast batch dim of size 1), alpha an output scale and
-// beta a sum post-op. Primitives are cached per descriptor; execution uses a per-thread user
-// scratchpad so that one cached primitive can run on several threads at once.
+// beta a sum post-op. Primitives are cached per descriptor; execution uses per-thread memory
+// objects and a per-thread user scratchpad, so one cached primitive can run on several threads.
 #include "tessel/kernels/cpu/gemm_onednn.h"
 
 #include <cstring>
@@ -146,14 +146,41 @@ std::shared_ptr<const Entry> lookup(const GemmDesc& d) {
   return c.map.emplace(key, std::move(made)).first->second;
 }
 
+// One thread's memory objects for one cached primitive: creating dnnl::memory objects (and the
+// argument map) costs more than a small product, so each call only swaps the data pointers.
+struct Bound {
+  std::shared_ptr<const Entry> entry;  // keeps the map key alive and unique
+  dnnl::memory a, b, c, scratch;
+  std::unordered_map<int, dnnl::memory> args;
+};
+
 struct ThreadState {
   dnnl::stream stream{engine()};
   std::vector<char> scratch;
+  std::unordered_map<const Entry*, Bound> bound;
 };
 
 ThreadState& thread_state() {
   thread_local ThreadState state;
   return state;
+}
+
+Bound& bound_memories(ThreadState& ts, const std::shared_ptr<const Entry>& e) {
+  auto it = ts.bound.find(e.get());
+  if (it != ts.bound.end()) return it->second;
+  if (ts.bound.size() >= 64) ts.bound.clear();
+  dnnl::engine& eng = engine();
+  Bound b{e,
+          dnnl::memory(e->pd.src_desc(), eng, nullptr),
+          dnnl::memory(e->pd.weights_desc(), eng, nullptr),
+          dnnl::memory(e->pd.dst_desc(), eng, nullptr),
+          dnnl::memory(e->pd.scratchpad_desc(), eng, nullptr),
+          {}};
+  b.args = {{DNNL_ARG_SRC, b.a},
+            {DNNL_ARG_WEIGHTS, b.b},
+            {DNNL_ARG_DST, b.c},
+            {DNNL_ARG_SCRATCHPAD, b.scratch}};
+  return ts.bound.emplace(e.get(), std::move(b)).first->second;
 }
 
 }  // namespace
@@ -162,22 +189,14 @@ void gemm(const GemmDesc& d, const float* a, const float* b, float* c) {
   std::shared_ptr<const Entry> e = lookup(d);
   ThreadState& ts = thread_state();
   if (ts.scratch.size() < e->scratch_bytes) ts.scratch.resize(e->scratch_bytes);
-  dnnl::engine& eng = engine();
-  dnnl::memory a_mem(e->pd.src_desc(), eng, const_cast<float*>(a));
-  dnnl::memory b_mem(e->pd.weights_desc(), eng, const_cast<float*>(b));
-  dnnl::memory c_mem(e->pd.dst_desc(), eng, c);
-  dnnl::memory s_mem(e->pd.scratchpad_desc(), eng, ts.scratch.data());
+  Bound& m = bound_memories(ts, e);
+  m.scratch.set_data_handle(ts.scratch.data());
   int64_t runs = e->per_batch ? d.batch : 1;
   for (int64_t i = 0; i < runs; ++i) {
-    if (i > 0) {
-      a_mem.set_data_handle(const_cast<float*>(a + i * d.stride_a));
-      b_mem.set_data_handle(const_cast<float*>(b + i * d.stride_b));
-      c_mem.set_data_handle(c + i * d.stride_c);
-    }
-    e->prim.execute(ts.stream, {{DNNL_ARG_SRC, a_mem},
-                                {DNNL_ARG_WEIGHTS, b_mem},
-                                {DNNL_ARG_DST, c_mem},
-                                {DNNL_ARG_SCRATCHPAD, s_mem}});
+    m.a.set_data_handle(const_cast<float*>(a + i * d.stride_a));
+    m.b.set_data_handle(const_cast<float*>(b + i * d.stride_b));
+    m.c.set_data_handle(c + i * d.stride_c);
+    e->prim.execute(ts.stream, m.args);
   }
   ts.stream.wait();
 }
