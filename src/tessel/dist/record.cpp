@@ -4,8 +4,8 @@
 #include "tessel/dist/record.h"
 
 #include <algorithm>
-#include <ctime>
 #include <cstring>
+#include <ctime>
 #include <sstream>
 #include <type_traits>
 
