@@ -3,6 +3,7 @@
 // a good one prints a JSON summary and leaves a loadable dataset.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -28,7 +29,8 @@ std::string slurp(const fs::path& p) {
 }
 
 fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::path(testing::TempDir()) / ("tessel_cli_data_" + name);
+  const fs::path dir =
+      fs::path(testing::TempDir()) / ("tessel_cli_data_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

@@ -4,6 +4,7 @@
 // gives each document, joined by <|endoftext|>, and decode back to the files.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -39,7 +40,8 @@ std::vector<int32_t> tokens(const tessel::io::TokenDataset& d) {
 TEST(DataPrepareGpt2, LicenseTextsRoundTrip) {
   const std::string gpt2 = env_or("TESSEL_GPT2_DIR", TESSEL_GPT2_DIR);
   const std::string corpus = env_or("TESSEL_DATA_CORPUS", TESSEL_DATA_CORPUS);
-  const fs::path out = fs::path(testing::TempDir()) / "tessel_cli_data_gpt2";
+  const fs::path out =
+      fs::path(testing::TempDir()) / ("tessel_cli_data_gpt2_" + std::to_string(::getpid()));
   fs::remove_all(out);
   const std::string cmd = std::string(TESSEL_BINARY) + " data prepare --tokenizer " + gpt2 +
                           " --input " + corpus + " --out " + out.string() +

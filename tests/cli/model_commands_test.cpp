@@ -4,6 +4,7 @@
 // every bad invocation exits non-zero with one `tessel: error:` line and nothing on stdout.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -32,7 +33,8 @@ std::string slurp(const fs::path& p) {
 }
 
 fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::path(testing::TempDir()) / ("tessel_cli_model_" + name);
+  const fs::path dir = fs::path(testing::TempDir()) /
+                       ("tessel_cli_model_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

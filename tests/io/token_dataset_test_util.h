@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -17,7 +18,8 @@
 namespace tessel::io {
 
 inline std::filesystem::path data_temp_dir(const std::string& name) {
-  const auto dir = std::filesystem::path(testing::TempDir()) / ("tessel_token_dataset_" + name);
+  const auto dir = std::filesystem::path(testing::TempDir()) /
+                   ("tessel_token_dataset_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

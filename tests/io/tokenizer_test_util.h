@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -56,7 +57,8 @@ inline void expect_error(const std::function<void()>& fn, const std::vector<std:
 
 // A fresh directory for one test's files.
 inline std::filesystem::path temp_dir(const std::string& name) {
-  const auto dir = std::filesystem::path(testing::TempDir()) / ("tessel_tokenizer_" + name);
+  const auto dir = std::filesystem::path(testing::TempDir()) /
+                   ("tessel_tokenizer_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
