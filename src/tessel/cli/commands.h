@@ -7,11 +7,20 @@
 namespace tessel::cli {
 
 void add_bench_command(CLI::App& app);
-void add_bench_comm_command(CLI::App& bench);  // `tessel bench comm`, in bench_comm.cpp
-void add_data_command(CLI::App& app);          // `tessel data prepare`, in data_command.cpp
-void add_init_command(CLI::App& app);          // `tessel init`, in init_command.cpp
-void add_tokenize_command(CLI::App& app);      // `tessel tokenize`, in tokenize_command.cpp
-void add_generate_command(CLI::App& app);      // `tessel generate`, in generate_command.cpp
-void add_eval_command(CLI::App& app);          // `tessel eval`, in eval_command.cpp
+void add_bench_comm_command(CLI::App& bench);      // `tessel bench comm`, in bench_comm.cpp
+void add_bench_generate_command(CLI::App& bench);  // `tessel bench generate`, bench_generate.cpp
+void add_data_command(CLI::App& app);              // `tessel data prepare`, in data_command.cpp
+void add_init_command(CLI::App& app);              // `tessel init`, in init_command.cpp
+void add_tokenize_command(CLI::App& app);          // `tessel tokenize`, in tokenize_command.cpp
+void add_generate_command(CLI::App& app);          // `tessel generate`, in generate_command.cpp
+void add_eval_command(CLI::App& app);              // `tessel eval`, in eval_command.cpp
+
+// Machine limits measured by `tessel bench peak` (bench_command.cpp), printed as JSON lines; other
+// bench figures are reported as fractions of them.
+struct BenchLimits {
+  double gemm_gflops = 0;
+  double read_gbs = 0;
+};
+BenchLimits bench_peak(double budget_s);
 
 }  // namespace tessel::cli

@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: Apache-2.0
+// `tessel bench generate`: text generation throughput of a randomly initialised GPT-2 (124M shape
+// by default; fp32, batch 1): prompt processing (prefill) tokens/s and greedy cached decode
+// tokens/s, and the decode's weight traffic as a fraction of the read bandwidth measured in the
+// same run. One JSON line per figure.
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include "tessel/cli/commands.h"
+#include "tessel/core/threads.h"
+#include "tessel/models/generation.h"
+
+namespace tessel::cli {
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct GenerateBenchOptions {
+  std::string config = "124M";
+  int64_t prompt = 512;
+  int64_t tokens = 64;
+  double seconds = 1.0;
+  uint64_t seed = 0;
+};
+
+void emit(json j) {
+  j["threads"] = num_threads();
+  std::cout << j.dump() << std::endl;
+}
+
+models::GPT2Config load_config(const std::string& what) {
+  if (std::filesystem::is_regular_file(what)) return models::GPT2Config::from_file(what);
+  return models::GPT2Config::preset(what);
+}
+
+// Every decode step reads every weight once (the tied embedding serves as the LM head), so the
+// traffic per token is the bytes of the distinct parameter tensors; tied ones share storage.
+size_t weight_bytes(const models::GPT2& model) {
+  std::set<const void*> seen;
+  size_t bytes = 0;
+  for (const Tensor& p : model.parameters()) {
+    if (seen.insert(p.data_ptr()).second) bytes += p.nbytes();
+  }
+  return bytes;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void run_generate_bench(const GenerateBenchOptions& opt) {
+  const models::GPT2Config config = load_config(opt.config);
+  TESSEL_CHECK(opt.prompt + opt.tokens <= config.n_positions, "bench generate: prompt ", opt.prompt,
+               " + tokens ", opt.tokens, " exceeds n_positions ", config.n_positions);
+  std::cerr << "tessel bench generate: config " << opt.config << ", prompt " << opt.prompt
+            << ", tokens " << opt.tokens << ", " << num_threads() << " threads\n";
+  const BenchLimits lim = bench_peak(std::min(opt.seconds, 0.5));
+
+  auto t0 = Clock::now();
+  Generator generator(opt.seed);
+  auto model = models::GPT2::random(config, generator);
+  const double build_s = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  std::mt19937_64 rng(opt.seed);
+  std::uniform_int_distribution<int64_t> token(0, config.vocab_size - 1);
+  std::vector<int64_t> prompt(size_t(opt.prompt));
+  for (auto& id : prompt) id = token(rng);
+
+  models::GenerationOptions gen;
+  gen.max_new_tokens = opt.tokens;
+  gen.sampling.temperature = 0.0;         // greedy: no stop token, so every run decodes all tokens
+  models::generate(*model, prompt, gen);  // warm-up of both phases
+
+  // Whole runs (prefill then decode) until the budget is spent; medians of each phase's rate.
+  std::vector<double> prefill_tps, decode_tps;
+  auto start = Clock::now();
+  do {
+    models::GenerationResult r = models::generate(*model, prompt, gen);
+    prefill_tps.push_back(double(opt.prompt) / r.prefill_seconds);
+    decode_tps.push_back(double(r.decode_forwards) / r.decode_seconds);
+  } while (std::chrono::duration<double>(Clock::now() - start).count() < opt.seconds);
+
+  const json shape = {{"n_layer", config.n_layer},
+                      {"n_embd", config.n_embd},
+                      {"n_head", config.n_head},
+                      {"vocab_size", config.vocab_size}};
+  const double prefill = median(prefill_tps), decode = median(decode_tps);
+  const double bytes = double(weight_bytes(*model));
+  emit({{"bench", "generate"},
+        {"figure", "prefill"},
+        {"config", opt.config},
+        {"model", shape},
+        {"prompt", opt.prompt},
+        {"tokens_per_s", prefill},
+        {"ms", double(opt.prompt) / prefill * 1e3},
+        {"runs", int(prefill_tps.size())},
+        {"build_s", build_s}});
+  emit({{"bench", "generate"},
+        {"figure", "decode"},
+        {"config", opt.config},
+        {"prompt", opt.prompt},
+        {"tokens", opt.tokens},
+        {"tokens_per_s", decode},
+        {"ms_per_token", 1e3 / decode},
+        {"runs", int(decode_tps.size())}});
+  emit({{"bench", "generate"},
+        {"figure", "decode_bandwidth"},
+        {"weight_bytes", bytes},
+        {"gbs", bytes * decode / 1e9},
+        {"read_bandwidth_gbs", lim.read_gbs},
+        {"fraction_of_read_bandwidth", bytes * decode / 1e9 / lim.read_gbs}});
+}
+
+}  // namespace
+
+void add_bench_generate_command(CLI::App& bench) {
+  auto opt = std::make_shared<GenerateBenchOptions>();
+  auto* cmd = bench.add_subcommand(
+      "generate", "prefill and cached greedy decode throughput of a random GPT-2 (fp32, batch 1)");
+  cmd->add_option("--config", opt->config, "preset (124M, 355M, 774M, 1558M) or config.json path")
+      ->capture_default_str();
+  cmd->add_option("--prompt", opt->prompt, "prompt tokens")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->capture_default_str();
+  cmd->add_option("--tokens", opt->tokens, "tokens to generate")
+      ->check(CLI::Range(int64_t(2), int64_t(1) << 20))
+      ->capture_default_str();
+  cmd->add_option("--seconds", opt->seconds, "time budget for the timed runs (at least one)")
+      ->check(CLI::Range(0.0, 600.0))
+      ->capture_default_str();
+  cmd->add_option("-s,--seed", opt->seed, "seed of the weights and the prompt")
+      ->capture_default_str();
+  cmd->callback([opt] { run_generate_bench(*opt); });
+}
+
+}  // namespace tessel::cli
