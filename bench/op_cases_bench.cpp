@@ -7,6 +7,7 @@
 #include <benchmark/benchmark.h>
 
 #include "op_harness.h"
+#include "tessel/core/probe.h"
 #include "tessel/core/threads.h"
 
 namespace tessel::testing {
@@ -17,9 +18,7 @@ void read_bandwidth(benchmark::State& state) {
   Tensor t = full({n}, 1.0);
   const float* p = t.data<float>();
   for (auto _ : state) {
-    float total = 0;
-#pragma omp parallel for reduction(+ : total) schedule(static)
-    for (int64_t i = 0; i < n; ++i) total += p[i];
+    float total = tessel::stream_read_sum(p, n);
     benchmark::DoNotOptimize(total);
   }
   state.SetBytesProcessed(state.iterations() * n * 4);

@@ -10,6 +10,7 @@
 
 #include "tessel/cli/bench_timer.h"
 #include "tessel/cli/commands.h"
+#include "tessel/core/probe.h"
 #include "tessel/core/threads.h"
 #include "tessel/kernels/backend.h"
 
@@ -44,19 +45,7 @@ double read_bandwidth_gbs(double budget) {
   volatile float sink = 0;
   Timing tm = time_it(
       [&] {
-        // 32 independent partial sums per thread (four AVX2 registers): a single running sum is
-        // bound by the add latency (about 4 bytes per cycle), far below the memory system.
-        constexpr int64_t kLanes = 32;
-        float total = 0;
-#pragma omp parallel reduction(+ : total)
-        {
-          float acc[kLanes] = {};
-#pragma omp for schedule(static)
-          for (int64_t b = 0; b < n / kLanes; ++b) {
-            for (int64_t l = 0; l < kLanes; ++l) acc[l] += p[b * kLanes + l];
-          }
-          for (float a : acc) total += a;
-        }
+        float total = stream_read_sum(p, n);
         sink = total;
       },
       budget);
