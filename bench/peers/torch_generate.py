@@ -79,9 +79,9 @@ class GPT2(torch.nn.Module):
         x = self.wte(ids) + self.wpe(torch.arange(pos, pos + t))
         for blk, layer_cache in zip(self.h, cache):
             x = blk(x, layer_cache, pos)
-        # Logits of every position, as tessel's forward_step (and Hugging Face's forward) computes
-        # them, so both sides do the same work in prefill.
-        return F.linear(self.ln_f(x), self.wte.weight)
+        # Logits of the last position only, as tessel's generate asks of forward_step: all that
+        # sampling needs, so both sides do the same work in prefill.
+        return F.linear(self.ln_f(x[:, -1:]), self.wte.weight)
 
 
 def generate(model, prompt, tokens):

@@ -100,6 +100,22 @@ TEST(KVCache, LogitsDoNotDependOnTheCacheCapacity) {
   EXPECT_EQ(max_abs_diff(a, b), 0.0);
 }
 
+TEST(KVCache, LastOnlyReturnsTheLastRowOfEachSequence) {
+  Generator g(7);
+  auto model = GPT2::random(odd_config(), g);
+  const auto ids = random_ids(2 * 13, 37, 7);
+  KVCache all = model->make_cache(2), last = model->make_cache(2);
+  Tensor full = model->forward_step(columns(ids, 2, 13, 0, 13), all);
+  Tensor tail = model->forward_step(columns(ids, 2, 13, 0, 13), last, /*last_only=*/true);
+  ASSERT_EQ(tail.shape(), (Shape{2, 1, 37}));
+  // The LM head GEMM runs on fewer rows, so its blocking (and rounding) may differ slightly.
+  EXPECT_LE(max_abs_diff(tail, full.slice(1, 12, 13)), 1e-5);
+  EXPECT_EQ(last.length(), 13);  // the cache still holds every position
+  Tensor next_all = model->forward_step(columns(ids, 2, 13, 12, 1), all);
+  Tensor next_last = model->forward_step(columns(ids, 2, 13, 12, 1), last, /*last_only=*/true);
+  EXPECT_EQ(max_abs_diff(next_all, next_last), 0.0);
+}
+
 TEST(KVCache, ResetStartsOver) {
   Generator g(6);
   auto model = GPT2::random(odd_config(), g);

@@ -49,7 +49,8 @@ GenerationResult generate(GPT2& model, const std::vector<int64_t>& prompt,
   KVCache cache = model.make_cache(1, n_prompt + n_new);
   try {
     auto start = Clock::now();
-    Tensor logits = last_row(model.forward_step(from_data(prompt, Shape{1, n_prompt}), cache));
+    Tensor logits = last_row(
+        model.forward_step(from_data(prompt, Shape{1, n_prompt}), cache, /*last_only=*/true));
     result.prefill_seconds = since(start);
     start = Clock::now();
     const int64_t vocab = options.vocab_limit > 0 ? options.vocab_limit : config.vocab_size;

@@ -19,7 +19,7 @@ KVCache GPT2::make_cache(int64_t batch, int64_t capacity) const {
                  wte->weight.dtype());
 }
 
-Tensor GPT2::forward_step(const Tensor& ids, KVCache& cache) {
+Tensor GPT2::forward_step(const Tensor& ids, KVCache& cache, bool last_only) {
   TESSEL_CHECK(ids.ndim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
                "GPT2.forward_step: ids ", ids.shape(), " ", dtype_name(ids.dtype()),
                " expected i32/i64 [B, T]");
@@ -51,6 +51,7 @@ Tensor GPT2::forward_step(const Tensor& ids, KVCache& cache) {
     x = ops::add(x, mlp.c_proj->forward(ops::gelu(mlp.c_fc->forward(block.ln_2->forward(x)))));
   }
   cache.advance(t);
+  if (last_only && t > 1) x = x.slice(1, t - 1, t);
   return ops::linear(ln_f->forward(x), lm_head_weight());
 }
 
