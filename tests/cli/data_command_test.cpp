@@ -12,39 +12,23 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_run.h"
 #include "tessel/io/token_dataset.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+namespace cli_test = tessel::cli_test;
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using cli_test::Outcome;
+using cli_test::slurp;
 
 fs::path scratch(const std::string& name) {
-  const fs::path dir =
-      fs::path(testing::TempDir()) / ("tessel_cli_data_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return cli_test::scratch("tessel_cli_data_", name);
 }
 
 Outcome tessel(const std::string& args, const fs::path& dir) {
-  const std::string cmd = std::string(TESSEL_BINARY) + " " + args + " >" +
-                          (dir / "stdout").string() + " 2>" + (dir / "stderr").string();
-  const int status = std::system(cmd.c_str());
-  Outcome r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(dir / "stdout");
-  r.err = slurp(dir / "stderr");
-  return r;
+  return cli_test::run_tessel(args, dir);
 }
 
 // A byte-level vocabulary (no merges) with <|endoftext|>, written as vocab.json + merges.txt.

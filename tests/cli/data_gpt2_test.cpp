@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "cli_run.h"
 #include "tessel/io/token_dataset.h"
 #include "tessel/io/token_dataset_prepare.h"
 #include "tessel/io/tokenizer.h"
@@ -20,16 +21,14 @@
 namespace {
 
 namespace fs = std::filesystem;
+namespace cli_test = tessel::cli_test;
 
 std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v != nullptr ? v : fallback;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using cli_test::slurp;
 
 std::vector<int32_t> tokens(const tessel::io::TokenDataset& d) {
   std::vector<int64_t> ids(size_t(d.size()));

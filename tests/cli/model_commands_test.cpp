@@ -15,40 +15,24 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_run.h"
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/models/gpt2_checkpoint.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+namespace cli_test = tessel::cli_test;
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using cli_test::Outcome;
+using cli_test::slurp;
 
 fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::path(testing::TempDir()) /
-                       ("tessel_cli_model_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return cli_test::scratch("tessel_cli_model_", name);
 }
 
 Outcome tessel(const std::string& args, const fs::path& dir) {
-  const std::string cmd = std::string(TESSEL_BINARY) + " " + args + " >" +
-                          (dir / "stdout").string() + " 2>" + (dir / "stderr").string();
-  const int status = std::system(cmd.c_str());
-  Outcome r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(dir / "stdout");
-  r.err = slurp(dir / "stderr");
-  return r;
+  return cli_test::run_tessel(args, dir);
 }
 
 void expect_one_error_line(const Outcome& r, const std::string& part) {
