@@ -100,20 +100,7 @@ void gpt2_load_hf(GPT2& model, const io::SafetensorsCheckpoint& checkpoint) {
   for (auto& [name, raw] : stored) {
     if (!wanted.count(name)) unexpected.push_back(raw);
   }
-  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
-    std::ostringstream msg;
-    msg << "load GPT-2 checkpoint: ";
-    auto list = [&](const char* what, const std::vector<std::string>& names) {
-      if (names.empty()) return;
-      msg << names.size() << " " << what << ": ";
-      for (size_t i = 0; i < names.size(); ++i) msg << (i ? ", " : "") << names[i];
-      msg << "; ";
-    };
-    list("missing", missing);
-    list("unexpected", unexpected);
-    list("mis-shaped", mismatched);
-    TESSEL_FAIL(msg.str());
-  }
+  nn::check_state_names("load GPT-2 checkpoint", missing, unexpected, mismatched);
   model.load_state_dict(state);
   if (!lm_head_name.empty()) {
     const Tensor& wte = model.wte->weight;

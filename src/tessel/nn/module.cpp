@@ -176,20 +176,7 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
     missing.clear();
     unexpected.clear();
   }
-  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
-    std::ostringstream msg;
-    msg << "load_state_dict (" << type_name_ << "): ";
-    auto list = [&](const char* what, const std::vector<std::string>& names) {
-      if (names.empty()) return;
-      msg << names.size() << " " << what << ": ";
-      for (size_t i = 0; i < names.size(); ++i) msg << (i ? ", " : "") << names[i];
-      msg << "; ";
-    };
-    list("missing", missing);
-    list("unexpected", unexpected);
-    list("mis-shaped", mismatched);
-    TESSEL_FAIL(msg.str());
-  }
+  check_state_names("load_state_dict (" + type_name_ + ")", missing, unexpected, mismatched);
   autograd::NoGradGuard no_grad;
   for (auto& [name, t] : own) {
     auto it = given.find(name);
@@ -268,6 +255,24 @@ void Module::report(const std::string& name, const Tensor& value) const {
   for (const Module* m = this; m != nullptr; m = m->parent_) {
     for (auto& [h, observer] : m->observers_) observer(name, value);
   }
+}
+
+void check_state_names(const std::string& context, const std::vector<std::string>& missing,
+                       const std::vector<std::string>& unexpected,
+                       const std::vector<std::string>& mismatched) {
+  if (missing.empty() && unexpected.empty() && mismatched.empty()) return;
+  std::ostringstream msg;
+  msg << context << ": ";
+  auto list = [&](const char* what, const std::vector<std::string>& names) {
+    if (names.empty()) return;
+    msg << names.size() << " " << what << ": ";
+    for (size_t i = 0; i < names.size(); ++i) msg << (i ? ", " : "") << names[i];
+    msg << "; ";
+  };
+  list("missing", missing);
+  list("unexpected", unexpected);
+  list("mis-shaped", mismatched);
+  TESSEL_FAIL(msg.str());
 }
 
 }  // namespace tessel::nn

@@ -120,4 +120,11 @@ class ModuleList : public Module {
   size_t size() const { return children().size(); }
 };
 
+// Throws one Error listing every missing, unexpected and mis-shaped tensor name, prefixed with
+// `context`; returns when all three lists are empty. Shared by load_state_dict and the checkpoint
+// loaders, so every loader reports a mismatch the same way.
+void check_state_names(const std::string& context, const std::vector<std::string>& missing,
+                       const std::vector<std::string>& unexpected,
+                       const std::vector<std::string>& mismatched);
+
 }  // namespace tessel::nn
