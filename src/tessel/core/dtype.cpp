@@ -100,20 +100,16 @@ namespace {
 
 template <typename T>
 double to_double(T v) {
-  if constexpr (std::is_same_v<T, BF16>)
-    return bf16_to_float(v);
-  else if constexpr (std::is_same_v<T, F16>)
-    return f16_to_float(v);
+  if constexpr (std::is_same_v<T, BF16> || std::is_same_v<T, F16>)
+    return to_float(v);
   else
     return double(v);
 }
 
 template <typename T>
 T from_double(double v) {
-  if constexpr (std::is_same_v<T, BF16>)
-    return float_to_bf16(float(v));
-  else if constexpr (std::is_same_v<T, F16>)
-    return float_to_f16(float(v));
+  if constexpr (std::is_same_v<T, BF16> || std::is_same_v<T, F16>)
+    return from_float<T>(float(v));
   else if constexpr (std::is_floating_point_v<T>)
     return T(v);
   else {

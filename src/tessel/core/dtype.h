@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 namespace tessel {
 
@@ -42,6 +43,22 @@ inline BF16 float_to_bf16(float f) {
 
 float f16_to_float(F16 h);
 F16 float_to_f16(float f);
+
+// The 16-bit formats by overload, for code templated on the element type.
+inline float to_float(BF16 h) {
+  return bf16_to_float(h);
+}
+inline float to_float(F16 h) {
+  return f16_to_float(h);
+}
+template <typename T>
+T from_float(float f) {
+  static_assert(std::is_same_v<T, BF16> || std::is_same_v<T, F16>, "from_float: bf16 or f16");
+  if constexpr (std::is_same_v<T, BF16>)
+    return float_to_bf16(f);
+  else
+    return float_to_f16(f);
+}
 
 // Maps a C++ type to its DType at compile time.
 template <typename T>

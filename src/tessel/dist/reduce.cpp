@@ -14,21 +14,6 @@ namespace tessel::dist {
 namespace {
 
 template <typename T>
-float to_f32(T v) {
-  if constexpr (std::is_same_v<T, BF16>)
-    return bf16_to_float(v);
-  else
-    return f16_to_float(v);
-}
-template <typename T>
-T from_f32(float v) {
-  if constexpr (std::is_same_v<T, BF16>)
-    return float_to_bf16(v);
-  else
-    return float_to_f16(v);
-}
-
-template <typename T>
 T wrap_add(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     using U = std::make_unsigned_t<T>;
@@ -51,18 +36,18 @@ void reduce_typed(std::span<const void* const> inputs, void* out, int64_t count,
     float acc[kBlock];
     for (int64_t b = 0; b < count; b += kBlock) {
       int64_t m = std::min(kBlock, count - b);
-      for (int64_t i = 0; i < m; ++i) acc[i] = to_f32(src(0)[b + i]);
+      for (int64_t i = 0; i < m; ++i) acc[i] = to_float(src(0)[b + i]);
       for (size_t r = 1; r < n; ++r) {
         const T* s = src(r) + b;
         if (op == ReduceOp::Max) {
-          for (int64_t i = 0; i < m; ++i) acc[i] = std::max(acc[i], to_f32(s[i]));
+          for (int64_t i = 0; i < m; ++i) acc[i] = std::max(acc[i], to_float(s[i]));
         } else {
-          for (int64_t i = 0; i < m; ++i) acc[i] += to_f32(s[i]);
+          for (int64_t i = 0; i < m; ++i) acc[i] += to_float(s[i]);
         }
       }
       if (op == ReduceOp::Avg)
         for (int64_t i = 0; i < m; ++i) acc[i] /= float(n);
-      for (int64_t i = 0; i < m; ++i) dst[b + i] = from_f32<T>(acc[i]);
+      for (int64_t i = 0; i < m; ++i) dst[b + i] = from_float<T>(acc[i]);
     }
   } else {
     for (int64_t i = 0; i < count; ++i) {
@@ -83,8 +68,8 @@ void combine_typed(const void* in, void* inout, int64_t count, ReduceOp op) {
   T* b = static_cast<T*>(inout);
   for (int64_t i = 0; i < count; ++i) {
     if constexpr (kHalf<T>) {
-      float x = to_f32(a[i]), y = to_f32(b[i]);
-      b[i] = from_f32<T>(op == ReduceOp::Max ? std::max(x, y) : x + y);
+      float x = to_float(a[i]), y = to_float(b[i]);
+      b[i] = from_float<T>(op == ReduceOp::Max ? std::max(x, y) : x + y);
     } else {
       b[i] = op == ReduceOp::Max ? std::max(a[i], b[i]) : wrap_add(a[i], b[i]);
     }
@@ -113,7 +98,7 @@ void divide_by(void* data, int64_t count, DType dtype, int n) {
     using T = decltype(tag);
     T* p = static_cast<T*>(data);
     if constexpr (kHalf<T>) {
-      for (int64_t i = 0; i < count; ++i) p[i] = from_f32<T>(to_f32(p[i]) / float(n));
+      for (int64_t i = 0; i < count; ++i) p[i] = from_float<T>(to_float(p[i]) / float(n));
     } else if constexpr (std::is_floating_point_v<T>) {
       for (int64_t i = 0; i < count; ++i) p[i] /= T(n);
     }
