@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 
+#include "safetensors_mutate.h"
 #include "tessel/io/safetensors_dir.h"
 
 namespace tessel::io {
@@ -252,30 +253,10 @@ TEST(Safetensors, RandomMutationsNeverCrash) {
                           {"bb", randn({13}).to(DType::BF16)},
                           {"c", arange(0, 5, 1, DType::I64)}};
   std::vector<uint8_t> valid = serialize_safetensors(tensors, {{"format", "pt"}});
-  uint64_t state = 99;
-  auto next = [&] { return state = state * 6364136223846793005ull + 1442695040888963407ull; };
+  SafetensorsMutator mutator(99);
   int accepted = 0, rejected = 0;
   for (int iter = 0; iter < 5000; ++iter) {
-    std::vector<uint8_t> f = valid;
-    int edits = 1 + int(next() >> 60);
-    for (int e = 0; e < edits; ++e) {
-      size_t at = size_t(next() >> 33) % f.size();
-      switch (next() >> 62) {
-        case 0:
-          f[at] = uint8_t(next() >> 56);
-          break;
-        case 1:
-          f[at] = "0123456789[]{},:\"-"[(next() >> 40) % 18];
-          break;
-        case 2:
-          f.resize(at);
-          break;
-        default:
-          f.insert(f.begin() + std::ptrdiff_t(at), uint8_t(next() >> 56));
-          break;
-      }
-      if (f.empty()) break;
-    }
+    std::vector<uint8_t> f = mutator.mutate(valid);
     try {
       auto h = parse_safetensors(f.data(), f.size(), "fuzz");
       for (const auto& e : h.entries) ASSERT_LE(h.data_start + e.end, f.size());

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "../safetensors_mutate.h"
 #include "tessel/io/safetensors.h"
 
 int main() {
@@ -14,33 +15,11 @@ int main() {
                               {"c", arange(0, 5, 1, DType::I64)},
                               {"empty", zeros({0})}};
   std::vector<uint8_t> valid = io::serialize_safetensors(tensors, {{"format", "pt"}});
-  uint64_t state = 2024;
-  auto next = [&] { return state = state * 6364136223846793005ull + 1442695040888963407ull; };
+  io::SafetensorsMutator mutator(2024);
   int accepted = 0, rejected = 0;
   const int iterations = 20000;
   for (int iter = 0; iter < iterations; ++iter) {
-    std::vector<uint8_t> f = valid;
-    int edits = 1 + int(next() >> 60);
-    for (int e = 0; e < edits && !f.empty(); ++e) {
-      size_t at = size_t(next() >> 33) % f.size();
-      switch (next() >> 62) {
-        case 0:
-          f[at] = uint8_t(next() >> 56);
-          break;
-        case 1:
-          f[at] = "0123456789[]{},:\"-"[(next() >> 40) % 18];
-          break;
-        case 2:
-          f.resize(at);
-          break;
-        default:
-          f.insert(f.begin() + std::ptrdiff_t(at), uint8_t(next() >> 56));
-          break;
-      }
-    }
-    // Copy into an exactly-sized heap buffer so any read past the end is caught.
-    std::vector<uint8_t> exact(f.begin(), f.end());
-    exact.shrink_to_fit();
+    std::vector<uint8_t> exact = mutator.mutate(valid);
     try {
       io::parse_safetensors(exact.data(), exact.size(), "fuzz");
       ++accepted;
