@@ -22,3 +22,5 @@ find_package(benchmark REQUIRED)
 find_package(fmt REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(nlohmann_json REQUIRED)
+# toml++: the training configuration files (header-only).
+find_package(tomlplusplus REQUIRED)

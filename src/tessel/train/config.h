@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+// The training configuration: one struct with a section per concern, read from TOML (toml++),
+// overridden by `--set section.key=value`, validated key by key (an unknown key or a value outside
+// its range is an Error naming the key and what it allows), and printed resolved at start. Every
+// key, its default and its range live in one table (config.cpp), which also feeds the printer and
+// the documentation check, so the three cannot disagree.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessel::train {
+
+struct ModelSection {
+  // Model to train: a preset name ("tiny", "small", "124M", "355M", "774M", "1558M"), a path to
+  // an HF config.json, or a model directory (config.json + weights) to continue from.
+  std::string config = "tiny";
+  std::string init_from;  // optional HF-layout model directory whose weights start training
+};
+
+struct DataSection {
+  std::string dir = "data/fortunes";  // written by `tessel data prepare`
+  uint64_t seed = 1234;               // shuffles the training windows
+};
+
+struct TrainSection {
+  int64_t steps = 1000;       // optimizer steps
+  int64_t micro_batch = 8;    // B: rows per micro-batch
+  int64_t seq_len = 64;       // T: tokens per row (<= the model's n_positions)
+  int64_t grad_accum = 1;     // micro-batches per optimizer step
+  uint64_t seed = 1337;       // model initialisation and dropout
+  int threads = 0;            // 0: TESSEL_NUM_THREADS or all cores
+  int64_t max_bad_steps = 5;  // abort after this many non-finite steps in a row
+};
+
+struct OptimSection {
+  double lr = 1e-3;
+  double min_lr_ratio = 0.1;     // the schedule ends at lr * min_lr_ratio
+  int64_t warmup_steps = 50;     // linear warmup from lr / warmup_steps to lr
+  std::string decay = "cosine";  // cosine | linear | constant (after warmup)
+  double weight_decay = 0.1;     // decoupled; never on biases and norm weights (1-D tensors)
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // global L2 norm; 0 disables clipping
+};
+
+struct EvalSection {
+  int64_t interval = 100;  // optimizer steps between evaluations; 0: only at the end
+  int64_t batches = 8;     // validation micro-batches per evaluation
+};
+
+struct CheckpointSection {
+  std::string dir = "runs/default";  // the run directory (checkpoints, log, resolved config)
+  int64_t interval = 200;            // steps between checkpoints; 0: only at the end
+  int64_t keep = 3;                  // newest complete checkpoints kept
+};
+
+struct LogSection {
+  int64_t interval = 10;              // steps between progress lines (the JSONL has every step)
+  std::string jsonl = "train.jsonl";  // relative to checkpoint.dir; "" disables
+};
+
+struct SampleSection {
+  int64_t tokens = 64;      // generated at the end; 0 disables
+  std::string prompt = "";  // text (needs the dataset's tokenizer); "" starts from end-of-text
+  double temperature = 0.8;
+  int64_t top_k = 40;
+  uint64_t seed = 7;
+};
+
+struct MachineSection {
+  double peak_gflops = 0;  // dense f32 peak for MFU; 0: measured at start (GEMM, about 1 s)
+};
+
+// Test and drill hooks: deliberately break a run at a chosen step to prove recovery works.
+struct FaultSection {
+  int64_t nan_at_step = 0;   // poison one gradient with NaN at this step (0: never)
+  int64_t kill_at_step = 0;  // raise SIGKILL on this process midway through this step (0: never)
+};
+
+struct TrainConfig {
+  ModelSection model;
+  DataSection data;
+  TrainSection train;
+  OptimSection optim;
+  EvalSection eval;
+  CheckpointSection checkpoint;
+  LogSection log;
+  SampleSection sample;
+  MachineSection machine;
+  FaultSection fault;
+
+  // Defaults, then `toml_text` (may be empty), then each "section.key=value" override in order.
+  // `source` names the text in errors (a file path, or "<defaults>").
+  static TrainConfig parse(const std::string& toml_text, const std::vector<std::string>& overrides,
+                           const std::string& source = "<config>");
+  static TrainConfig from_file(const std::string& path, const std::vector<std::string>& overrides);
+
+  // Cross-key checks (e.g. warmup_steps <= steps); parse() calls it.
+  void validate() const;
+  // The resolved configuration as TOML, every key present; parse(to_toml(), {}) reproduces it.
+  std::string to_toml() const;
+};
+
+// Every key as "section.key", in table order, with its documentation line and allowed range
+// (the documentation test checks docs/TRAINING.md mentions each).
+struct ConfigKeyInfo {
+  std::string key, type, default_value, range, doc;
+};
+std::vector<ConfigKeyInfo> config_keys();
+
+}  // namespace tessel::train
