@@ -14,6 +14,8 @@ void add_init_command(CLI::App& app);              // `tessel init`, in init_com
 void add_tokenize_command(CLI::App& app);          // `tessel tokenize`, in tokenize_command.cpp
 void add_generate_command(CLI::App& app);          // `tessel generate`, in generate_command.cpp
 void add_eval_command(CLI::App& app);              // `tessel eval`, in eval_command.cpp
+void add_train_command(CLI::App& app);             // `tessel train`, in train_command.cpp
+void add_bench_train_command(CLI::App& bench);     // `tessel bench train`, in bench_train.cpp
 
 // Machine limits measured by `tessel bench peak` (bench_command.cpp), printed as JSON lines; other
 // bench figures are reported as fractions of them.

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   tessel::cli::add_tokenize_command(app);
   tessel::cli::add_generate_command(app);
   tessel::cli::add_eval_command(app);
+  tessel::cli::add_train_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

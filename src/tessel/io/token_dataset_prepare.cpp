@@ -303,7 +303,8 @@ PrepareSummary prepare_token_dataset(const PrepareOptions& o) {
       {"format", "tessel-token-dataset"},
       {"version", 1},
       {"tokenizer",
-       {{"path", o.tokenizer},
+       // Absolute, so a trainer started elsewhere finds the tokenizer for its samples.
+       {{"path", fs::absolute(o.tokenizer).lexically_normal().string()},
         {"vocab_size", sum.vocab_size},
         {"eot_id", eot.has_value() ? nlohmann::json(*eot) : nlohmann::json(nullptr)}}},
       {"dtype", sum.token_bytes == 2 ? "uint16" : "uint32"},

@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+// `tessel train`: trains a GPT-2 on a prepared token dataset. The configuration is TOML
+// (--config) with `--set section.key=value` overrides, printed resolved at start; `--resume`
+// continues a run directory (its newest checkpoint that verifies) or one checkpoint, with the
+// configuration stored in the checkpoint unless --config replaces it.
+#include <filesystem>
+#include <iostream>
+
+#include "tessel/cli/commands.h"
+#include "tessel/cli/model_args.h"
+#include "tessel/train/checkpoint.h"
+#include "tessel/train/trainer.h"
+
+namespace tessel::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TrainArgs {
+  std::string config_file, resume;
+  std::vector<std::string> overrides;
+  bool print_config = false;
+};
+
+void run_train(const TrainArgs& args) {
+  std::vector<std::string> overrides = args.overrides;
+  std::string checkpoint;
+  std::string text, source = "<defaults>";
+  if (!args.config_file.empty()) {
+    text = read_text_file(args.config_file, "train --config");
+    source = args.config_file;
+  }
+  if (!args.resume.empty()) {
+    std::vector<std::string> refused;
+    const train::CheckpointInfo info = train::resolve_resume(args.resume, &refused);
+    for (const auto& r : refused) std::cerr << "warning: checkpoint refused: " << r << "\n";
+    checkpoint = info.path;
+    if (args.config_file.empty()) {
+      source = (fs::path(checkpoint) / "train.toml").string();
+      text = read_text_file(source, "train --resume");
+    }
+    // The run continues where its checkpoints are, wherever it was started from.
+    bool dir_overridden = false;
+    for (const auto& o : overrides) dir_overridden |= o.rfind("checkpoint.dir=", 0) == 0;
+    if (!dir_overridden) {
+      overrides.insert(overrides.begin(),
+                       "checkpoint.dir=" + fs::path(checkpoint).parent_path().string());
+    }
+  }
+  const train::TrainConfig config = train::TrainConfig::parse(text, overrides, source);
+  std::cout << "# tessel train: resolved configuration\n" << config.to_toml() << std::endl;
+  if (args.print_config) return;
+  train::Trainer trainer(config, checkpoint);
+  const train::TrainSummary sum = trainer.run();
+  if (sum.val_loss) {
+    std::cout << "done: " << sum.last_step << " steps, val loss " << *sum.val_loss << ", "
+              << sum.skipped_steps << " skipped, " << int64_t(sum.seconds) << " s" << std::endl;
+  }
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "train", "Train a GPT-2 on a token dataset prepared with `tessel data prepare`");
+  cmd->add_option("-c,--config", args->config_file,
+                  "TOML configuration (keys: docs/TRAINING.md); defaults when omitted");
+  cmd->add_option("--set", args->overrides,
+                  "Override one key, e.g. --set optim.lr=3e-4 (repeatable, applied in order)");
+  cmd->add_option("--resume", args->resume,
+                  "Continue a run directory (its newest complete checkpoint) or one checkpoint");
+  cmd->add_flag("--print-config", args->print_config, "Print the resolved configuration and exit");
+  cmd->callback([args] { run_train(*args); });
+}
+
+}  // namespace tessel::cli

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+// Progress lines and JSONL records of a training run.
+#include "tessel/train/metrics.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "tessel/core/error.h"
+
+namespace tessel::train {
+
+namespace {
+
+// JSON has no NaN or infinity: a skipped step's loss is written as null.
+nlohmann::json number(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
+
+std::string fixed(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+}  // namespace
+
+double flops_per_token(int64_t matmul_params, int64_t n_layer, int64_t n_embd, int64_t seq_len) {
+  return 6.0 * double(matmul_params) + 6.0 * double(n_layer) * double(n_embd) * double(seq_len);
+}
+
+std::string format_bytes(double bytes) {
+  const double mib = bytes / (1024.0 * 1024.0);
+  if (mib < 1024.0) return fixed("%.0f MiB", mib);
+  return fixed("%.2f GiB", mib / 1024.0);
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = int64_t(std::llround(seconds));
+  char buf[32];
+  if (s < 60) {
+    std::snprintf(buf, sizeof buf, "%llds", (long long)s);
+  } else if (s < 3600) {
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
+  } else {
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", (long long)(s / 3600),
+                  (long long)(s % 3600 / 60));
+  }
+  return buf;
+}
+
+std::string progress_line(const StepRecord& r) {
+  std::ostringstream os;
+  const int width = int(std::to_string(r.steps).size());
+  char step[64];
+  std::snprintf(step, sizeof step, "step %*lld/%lld", width, (long long)r.step, (long long)r.steps);
+  os << step << " | loss " << (r.skipped ? std::string("skipped") : fixed("%.4f", r.loss))
+     << " | lr " << fixed("%.2e", r.lr) << " | norm " << fixed("%.4f", r.grad_norm) << " | "
+     << fixed("%.1f", r.step_ms) << " ms | " << fixed("%.0f", r.tokens_per_s) << " tok/s | MFU "
+     << (r.mfu > 0 ? fixed("%.1f%%", 100.0 * r.mfu) : std::string("n/a")) << " | mem "
+     << format_bytes(double(r.mem_bytes)) << " (peak " << format_bytes(double(r.mem_peak_bytes))
+     << ") | skipped " << r.skipped_total << " | ETA " << format_duration(r.eta_s);
+  return os.str();
+}
+
+std::string eval_line(const EvalRecord& r) {
+  return "eval step " + std::to_string(r.step) + " | val loss " + fixed("%.4f", r.val_loss) +
+         " | ppl " + fixed("%.2f", std::exp(r.val_loss)) + " | " + std::to_string(r.tokens) +
+         " tokens in " + fixed("%.0f", r.ms) + " ms";
+}
+
+std::string step_json(const StepRecord& r) {
+  nlohmann::json j{{"step", r.step},
+                   {"steps", r.steps},
+                   {"loss", number(r.loss)},
+                   {"lr", r.lr},
+                   {"grad_norm", number(r.grad_norm)},
+                   {"skipped", r.skipped},
+                   {"skipped_total", r.skipped_total},
+                   {"step_ms", r.step_ms},
+                   {"tokens_per_s", r.tokens_per_s},
+                   {"mfu", r.mfu},
+                   {"tokens", r.tokens},
+                   {"mem_bytes", r.mem_bytes},
+                   {"mem_peak_bytes", r.mem_peak_bytes},
+                   {"elapsed_s", r.elapsed_s},
+                   {"eta_s", r.eta_s}};
+  return j.dump();
+}
+
+std::string eval_json(const EvalRecord& r) {
+  return nlohmann::json{{"eval_step", r.step},
+                        {"val_loss", number(r.val_loss)},
+                        {"val_tokens", r.tokens},
+                        {"eval_ms", r.ms}}
+      .dump();
+}
+
+JsonlLog::JsonlLog(const std::string& path, int64_t resume_step) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> kept;
+  if (resume_step >= 0 && fs::exists(path)) {
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      // Keep what the resumed run will not repeat: records up to and including resume_step (and
+      // lines that are not tessel records, untouched). A torn last line from a crash is dropped.
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded()) continue;
+      const int64_t step = j.contains("step")        ? j["step"].get<int64_t>()
+                           : j.contains("eval_step") ? j["eval_step"].get<int64_t>()
+                                                     : -1;
+      if (step <= resume_step) kept.push_back(line);
+    }
+  }
+  if (resume_step < 0 || !fs::exists(path)) {
+    out_.open(path, std::ios::out | std::ios::trunc);
+  } else {
+    out_.open(path, std::ios::out | std::ios::trunc);
+    for (const auto& line : kept) out_ << line << '\n';
+  }
+  TESSEL_CHECK(out_.good(), "train: cannot write the JSONL log ", path);
+  out_.flush();
+}
+
+void JsonlLog::write(const std::string& line) {
+  if (!out_.is_open()) return;
+  out_ << line << '\n';
+  out_.flush();
+}
+
+}  // namespace tessel::train

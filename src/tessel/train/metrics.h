@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+// What a training run reports: one record per optimizer step (and one per evaluation), printed as
+// a progress line every log interval and appended to a JSONL file with the same fields. Model
+// FLOPs utilisation follows the PaLM/llm.c convention: 6 FLOPs per parameter per token for the
+// matmuls of forward + backward, plus 6 * n_layer * n_embd * T for causal attention's scores and
+// weighted sums, against the machine's dense peak.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+namespace tessel::train {
+
+// Forward + backward FLOPs per trained token. `matmul_params` excludes parameters used only as
+// lookups (GPT-2's position embedding); the tied token embedding counts, as the LM head uses it.
+double flops_per_token(int64_t matmul_params, int64_t n_layer, int64_t n_embd, int64_t seq_len);
+
+struct StepRecord {
+  int64_t step = 0, steps = 0;
+  double loss = 0;  // mean over the step's micro-batches (NaN/inf when skipped)
+  double lr = 0;
+  double grad_norm = 0;  // before clipping
+  bool skipped = false;  // non-finite loss or gradient: no update
+  int64_t skipped_total = 0;
+  double step_ms = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;                             // fraction of the peak, 0 when unknown
+  int64_t tokens = 0;                         // trained so far
+  int64_t mem_bytes = 0, mem_peak_bytes = 0;  // tensor allocator: in use now, peak so far
+  double elapsed_s = 0;
+  double eta_s = 0;
+};
+
+struct EvalRecord {
+  int64_t step = 0;
+  double val_loss = 0;
+  int64_t tokens = 0;  // validation tokens scored
+  double ms = 0;
+};
+
+// "step 120/1000 | loss 5.1234 | lr 6.00e-04 | norm 0.8123 | 412.3 ms | 1242 tok/s | MFU 23.1% |
+//  mem 812 MiB (peak 1.20 GiB) | skipped 0 | ETA 6m03s"
+std::string progress_line(const StepRecord& r);
+std::string eval_line(const EvalRecord& r);
+std::string step_json(const StepRecord& r);  // one line, no newline
+std::string eval_json(const EvalRecord& r);
+
+std::string format_bytes(double bytes);       // "812 MiB", "1.20 GiB"
+std::string format_duration(double seconds);  // "45s", "6m03s", "2h05m"
+
+// Appends records to a JSONL file. Opening for a resumed run first drops the records of steps
+// after `resume_step` (the steps the run is about to repeat), so the file reads as one run.
+class JsonlLog {
+ public:
+  JsonlLog() = default;
+  JsonlLog(const std::string& path, int64_t resume_step);
+  bool enabled() const { return out_.is_open(); }
+  void write(const std::string& line);
+
+ private:
+  std::ofstream out_;
+};
+
+}  // namespace tessel::train

@@ -1,0 +1,397 @@
+// SPDX-License-Identifier: Apache-2.0
+// The training loop. One optimizer step: grad_accum micro-batches of forward + backward, the
+// global gradient norm, the 1/grad_accum average and clipping folded into one scaling pass, then
+// AdamW at the schedule's learning rate. A step whose loss or gradient norm is not finite changes
+// no parameter; it is counted, and too many in a row end the run with an Error.
+#include "tessel/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "tessel/autograd/engine.h"
+#include "tessel/autograd/grad_mode.h"
+#include "tessel/core/log.h"
+#include "tessel/core/threads.h"
+#include "tessel/models/generation.h"
+#include "tessel/models/gpt2_checkpoint.h"
+#include "tessel/tensor/allocator.h"
+#include "tessel/train/checkpoint.h"
+#include "tessel/train/grad_clip.h"
+#include "tessel/train/peak.h"
+#include "tessel/train/stop_signal.h"
+
+namespace tessel::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The tokenizer `data prepare` used, from the dataset's manifest (absent or moved: none).
+std::string dataset_tokenizer_dir(const std::string& data_dir, int64_t* eot_id) {
+  std::ifstream in(fs::path(data_dir) / "manifest.json");
+  const nlohmann::json manifest = nlohmann::json::parse(in, nullptr, false);
+  if (manifest.is_discarded() || !manifest.contains("tokenizer")) return "";
+  const auto& tok = manifest["tokenizer"];
+  if (tok.contains("eot_id") && tok["eot_id"].is_number_integer()) {
+    *eot_id = tok["eot_id"].get<int64_t>();
+  }
+  if (!tok.contains("path") || !tok["path"].is_string()) return "";
+  fs::path path = tok["path"].get<std::string>();
+  if (fs::is_regular_file(path)) path = path.parent_path();  // a tokenizer.json
+  return fs::is_directory(path) ? path.string() : "";
+}
+
+}  // namespace
+
+models::GPT2Config resolve_model_config(const std::string& spec) {
+  if (spec == "tiny") {  // the default small model: about 11.5M parameters, most in wte
+    models::GPT2Config c;
+    c.n_positions = 256;
+    c.n_embd = 192;
+    c.n_layer = 4;
+    c.n_head = 6;
+    c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
+    return c;
+  }
+  if (fs::is_directory(spec)) {
+    TESSEL_CHECK(fs::exists(fs::path(spec) / "config.json"), "model.config: directory ", spec,
+                 " has no config.json");
+    return models::GPT2Config::from_file((fs::path(spec) / "config.json").string());
+  }
+  if (fs::is_regular_file(spec)) return models::GPT2Config::from_file(spec);
+  try {
+    return models::GPT2Config::preset(spec);
+  } catch (const Error&) {
+    TESSEL_FAIL("model.config = '", spec,
+                "' is neither a preset (tiny, 124M, 355M, 774M, 1558M), a config.json file nor a "
+                "model directory");
+  }
+}
+
+Trainer::Trainer(const TrainConfig& config, const std::string& resume, TrainerHooks hooks)
+    : config_(config), hooks_(std::move(hooks)), rng_(config.train.seed) {
+  config_.validate();
+  if (config_.train.threads > 0) set_num_threads(config_.train.threads);
+  build(resume);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::print(const std::string& line) const {
+  if (hooks_.print) {
+    hooks_.print(line);
+  } else {
+    std::cout << line << std::endl;
+  }
+}
+
+void Trainer::build(const std::string& resume) {
+  const TrainSection& t = config_.train;
+  run_dir_ = config_.checkpoint.dir;
+  if (!resume.empty()) verify_checkpoint(resume);  // before any of its files is trusted
+  if (resume.empty()) {
+    const auto existing = list_checkpoints(run_dir_);
+    TESSEL_CHECK(existing.empty(), "train: ", run_dir_, " already holds checkpoints (newest ",
+                 existing.empty() ? "" : existing.back().path, "); continue it with --resume ",
+                 run_dir_, " or set checkpoint.dir to a new directory");
+  }
+
+  // Data first: a missing dataset should fail before a large model is allocated.
+  train_data_ =
+      std::make_shared<io::TokenDataset>(io::TokenDataset::open(config_.data.dir, "train"));
+  try {
+    val_data_ = std::make_shared<io::TokenDataset>(io::TokenDataset::open(config_.data.dir, "val"));
+  } catch (const Error& e) {
+    print(std::string("note: no validation split, evaluation disabled (") + e.what() + ")");
+  }
+  tokenizer_dir_ = dataset_tokenizer_dir(config_.data.dir, &eot_id_);
+  if (!tokenizer_dir_.empty()) tokenizer_ = io::Tokenizer::load(tokenizer_dir_);
+
+  // The model: from the checkpoint being resumed, from init_from, or freshly initialised.
+  models::GPT2Config mc;
+  std::string weights_from;
+  if (!resume.empty()) {
+    mc = models::GPT2Config::from_file((fs::path(resume) / "config.json").string());
+    weights_from = resume;
+  } else if (!config_.model.init_from.empty()) {
+    mc = resolve_model_config(config_.model.init_from);
+    weights_from = config_.model.init_from;
+  } else {
+    mc = resolve_model_config(config_.model.config);
+  }
+  TESSEL_CHECK(t.seq_len <= mc.n_positions, "train.seq_len = ", t.seq_len,
+               " does not fit the model's context: n_positions = ", mc.n_positions);
+  TESSEL_CHECK(train_data_->vocab_size() <= mc.vocab_size, "train: the dataset's vocabulary (",
+               train_data_->vocab_size(), " tokens) is larger than the model's vocab_size ",
+               mc.vocab_size);
+  if (weights_from.empty()) {
+    model_ = std::make_shared<models::GPT2>(mc, nn::Init::normal(&rng_, mc.initializer_range));
+  } else {
+    nn::Init init = nn::Init::none();
+    init.generator = &rng_;  // dropout draws from the trainer's generator, saved in checkpoints
+    model_ = std::make_shared<models::GPT2>(mc, init);
+    models::gpt2_load_hf(*model_, io::SafetensorsCheckpoint::open(weights_from));
+  }
+  model_->train();
+
+  io::LoaderOptions lo;
+  lo.batch = t.micro_batch;
+  lo.seq_len = t.seq_len;
+  lo.seed = config_.data.seed;
+  loader_ = std::make_unique<io::TokenLoader>(train_data_, lo);
+  TESSEL_CHECK(loader_->windows_per_epoch() >= t.micro_batch, "train: the training split of ",
+               config_.data.dir, " holds ", train_data_->size(),
+               " tokens: ", loader_->windows_per_epoch(),
+               " windows of seq_len + 1 = ", t.seq_len + 1,
+               ", fewer than train.micro_batch = ", t.micro_batch);
+
+  const OptimSection& o = config_.optim;
+  optimizer_ = std::make_unique<AdamW>(model_->named_parameters(),
+                                       AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
+  schedule_ = LrSchedule{o.lr, o.min_lr_ratio, o.warmup_steps, t.steps, parse_decay(o.decay)};
+  const int64_t matmul_params = model_->parameter_count() - mc.n_positions * mc.n_embd;
+  flops_per_token_ = flops_per_token(matmul_params, mc.n_layer, mc.n_embd, t.seq_len);
+
+  if (!resume.empty()) load_checkpoint(resume);
+  fs::create_directories(run_dir_);
+  if (!config_.log.jsonl.empty()) {
+    log_ = JsonlLog((fs::path(run_dir_) / config_.log.jsonl).string(), resume.empty() ? -1 : step_);
+  }
+}
+
+bool Trainer::train_step(StepRecord& r) {
+  const TrainSection& t = config_.train;
+  const int64_t step = step_ + 1;
+  const auto t0 = Clock::now();
+  model_->zero_grad();
+  double loss_sum = 0;
+  for (int64_t m = 0; m < t.grad_accum; ++m) {
+    const io::TokenBatch batch = loader_->next();
+    const Tensor loss = model_->loss(batch.x, batch.y);
+    loss_sum += loss.item();
+    autograd::backward(loss);
+  }
+  std::vector<Tensor> params = model_->parameters();
+  if (hooks_.after_backward) hooks_.after_backward(step);
+  if (config_.fault.nan_at_step == step && !params.empty()) {
+    params.front().grad().data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+  }
+  if (config_.fault.kill_at_step == step) {
+    std::cout.flush();
+    std::raise(SIGKILL);  // a real kill -9: no handler, no flush, no checkpoint
+  }
+  // The gradients hold the sum over micro-batches; their mean is 1/grad_accum of it.
+  const double inv_accum = 1.0 / double(t.grad_accum);
+  r.grad_norm = grad_norm(params) * inv_accum;
+  r.loss = loss_sum * inv_accum;
+  r.lr = schedule_.at(step);
+  r.skipped = !std::isfinite(r.loss) || !std::isfinite(r.grad_norm);
+  if (r.skipped) {
+    ++skipped_;
+    ++bad_in_a_row_;
+    print("warning: step " + std::to_string(step) + " skipped: loss " + std::to_string(r.loss) +
+          ", grad norm " + std::to_string(r.grad_norm) + " (non-finite; no update, " +
+          std::to_string(bad_in_a_row_) + " in a row)");
+    TESSEL_CHECK(bad_in_a_row_ < t.max_bad_steps, "train: ", bad_in_a_row_,
+                 " non-finite steps in a row (train.max_bad_steps = ", t.max_bad_steps,
+                 "), the last at step ", step,
+                 "; lower optim.lr or raise optim.warmup_steps and "
+                 "resume from the last checkpoint");
+  } else {
+    double factor = inv_accum;
+    const double clip = config_.optim.grad_clip;
+    if (clip > 0 && r.grad_norm > clip) factor *= clip / (r.grad_norm + 1e-6);
+    if (factor != 1.0) scale_grads(params, factor);
+    optimizer_->step(r.lr);
+    bad_in_a_row_ = 0;
+  }
+  model_->zero_grad();  // the gradients are dead weight until the next backward
+  step_ = step;
+  tokens_ += t.micro_batch * t.seq_len * t.grad_accum;
+  r.step = step;
+  r.steps = t.steps;
+  r.skipped_total = skipped_;
+  r.step_ms = seconds_since(t0) * 1e3;
+  r.tokens = tokens_;
+  r.tokens_per_s = double(t.micro_batch * t.seq_len * t.grad_accum) / (r.step_ms / 1e3);
+  r.mfu = config_.machine.peak_gflops > 0
+              ? flops_per_token_ * r.tokens_per_s / (config_.machine.peak_gflops * 1e9)
+              : 0.0;
+  r.mem_bytes = int64_t(cpu_allocator().bytes_in_use());
+  r.mem_peak_bytes = int64_t(cpu_allocator().peak_bytes());
+  return !r.skipped;
+}
+
+EvalRecord Trainer::evaluate() {
+  EvalRecord r;
+  r.step = step_;
+  if (!val_data_) return r;
+  const auto t0 = Clock::now();
+  autograd::NoGradGuard no_grad;
+  model_->eval();
+  io::LoaderOptions lo;
+  lo.seq_len = config_.train.seq_len;
+  lo.shuffle = false;  // the same windows at every evaluation, so the values compare
+  lo.batch = 1;
+  const int64_t windows = io::TokenLoader(val_data_, lo).windows_per_epoch();
+  lo.batch = std::max<int64_t>(1, std::min(config_.train.micro_batch, windows));
+  if (windows == 0) {
+    model_->train();
+    return r;
+  }
+  io::TokenLoader loader(val_data_, lo);
+  const int64_t batches = std::max<int64_t>(1, std::min(config_.eval.batches, windows / lo.batch));
+  double total = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    const io::TokenBatch batch = loader.next();
+    total += model_->loss(batch.x, batch.y).item();
+  }
+  model_->train();
+  r.val_loss = total / double(batches);
+  r.tokens = batches * lo.batch * lo.seq_len;
+  r.ms = seconds_since(t0) * 1e3;
+  last_val_loss_ = r.val_loss;
+  return r;
+}
+
+std::string Trainer::generate_sample() {
+  const SampleSection& s = config_.sample;
+  std::vector<int64_t> prompt;
+  if (!s.prompt.empty() && tokenizer_) {
+    for (int32_t id : tokenizer_->encode(s.prompt)) prompt.push_back(id);
+  }
+  if (prompt.empty()) prompt.push_back(eot_id_ >= 0 ? eot_id_ : 0);
+  const int64_t room = model_->config().n_positions - int64_t(prompt.size());
+  if (room <= 0) return "";
+  models::GenerationOptions g;
+  g.max_new_tokens = std::min(s.tokens, room);
+  g.sampling.temperature = s.temperature;
+  g.sampling.top_k = s.top_k;
+  g.sampling.seed = s.seed;
+  if (tokenizer_) g.vocab_limit = std::min(model_->config().vocab_size, tokenizer_->vocab_size());
+  autograd::NoGradGuard no_grad;
+  model_->eval();
+  const models::GenerationResult out = models::generate(*model_, prompt, g);
+  model_->train();
+  if (!tokenizer_) {
+    std::string ids;
+    for (int64_t id : out.tokens) ids += (ids.empty() ? "" : " ") + std::to_string(id);
+    return ids;
+  }
+  std::vector<int32_t> all;
+  if (!s.prompt.empty()) {
+    for (int64_t id : prompt) all.push_back(int32_t(id));
+  }
+  for (int64_t id : out.tokens) all.push_back(int32_t(id));
+  return tokenizer_->decode(all);
+}
+
+TrainSummary Trainer::run() {
+  const TrainSection& t = config_.train;
+  TrainSummary sum;
+  const auto t0 = Clock::now();
+  sum.first_step = step_ + 1;
+  if (config_.machine.peak_gflops <= 0) {
+    config_.machine.peak_gflops = measure_gemm_peak_gflops(0.5);
+    print("machine: measured f32 GEMM peak " + std::to_string(int(config_.machine.peak_gflops)) +
+          " GFLOP/s (MFU is a fraction of it; set machine.peak_gflops to fix it)");
+  }
+  const models::GPT2Config& mc = model_->config();
+  print("model: GPT-2 " + std::to_string(mc.n_layer) + " layers x " + std::to_string(mc.n_embd) +
+        " wide, " + std::to_string(mc.n_head) + " heads, " +
+        std::to_string(model_->parameter_count()) + " parameters; " +
+        std::to_string(int64_t(flops_per_token_ / 1e6)) + " MFLOP per token");
+  print("data: " + std::to_string(train_data_->size()) + " train tokens (" +
+        std::to_string(loader_->windows_per_epoch()) + " windows of " +
+        std::to_string(t.seq_len + 1) + "), " + std::to_string(val_data_ ? val_data_->size() : 0) +
+        " val tokens; " + std::to_string(t.micro_batch * t.seq_len * t.grad_accum) +
+        " tokens per step; " + std::to_string(num_threads()) + " threads");
+  if (step_ > 0)
+    print("resumed at step " + std::to_string(step_) + " of " + std::to_string(t.steps));
+
+  install_stop_handlers();
+  struct Uninstall {
+    ~Uninstall() { remove_stop_handlers(); }
+  } uninstall;
+  double run_ms = 0;
+  int64_t run_steps = 0;
+  int64_t saved_at = -1;
+  double interval_ms = 0, interval_tokens = 0;
+  while (step_ < t.steps) {
+    if (stop_requested()) {
+      sum.interrupted = true;
+      break;
+    }
+    StepRecord r;
+    train_step(r);
+    run_ms += r.step_ms;
+    ++run_steps;
+    r.elapsed_s = seconds_since(t0);
+    r.eta_s = run_ms / double(run_steps) / 1e3 * double(t.steps - step_);
+    sum.last_loss = r.loss;
+    log_.write(step_json(r));
+    if (hooks_.on_step) hooks_.on_step(r);
+    interval_ms += r.step_ms;
+    interval_tokens += double(t.micro_batch * t.seq_len * t.grad_accum);
+    if (step_ % config_.log.interval == 0 || step_ == t.steps || step_ == 1) {
+      StepRecord shown = r;  // rates averaged over the interval, values of this step
+      shown.tokens_per_s = interval_tokens / (interval_ms / 1e3);
+      shown.mfu = r.mfu > 0 ? r.mfu * shown.tokens_per_s / r.tokens_per_s : 0.0;
+      print(progress_line(shown));
+      interval_ms = interval_tokens = 0;
+    }
+    if (val_data_ && config_.eval.interval > 0 && step_ % config_.eval.interval == 0 &&
+        step_ < t.steps) {
+      const EvalRecord e = evaluate();
+      log_.write(eval_json(e));
+      if (hooks_.on_eval) hooks_.on_eval(e);
+      print(eval_line(e));
+    }
+    if (config_.checkpoint.interval > 0 && step_ % config_.checkpoint.interval == 0 &&
+        step_ < t.steps) {
+      sum.last_checkpoint = save_checkpoint();
+      saved_at = step_;
+    }
+  }
+  sum.last_step = step_;
+  sum.skipped_steps = skipped_;
+  if (sum.interrupted) {
+    if (saved_at != step_) sum.last_checkpoint = save_checkpoint();
+    print("stopped by signal " + std::to_string(stop_signal()) + " after step " +
+          std::to_string(step_) + "; checkpoint " + sum.last_checkpoint +
+          "; continue with: tessel train --resume " + run_dir_);
+    sum.seconds = seconds_since(t0);
+    return sum;
+  }
+  if (val_data_ && run_steps > 0) {
+    const EvalRecord e = evaluate();
+    log_.write(eval_json(e));
+    if (hooks_.on_eval) hooks_.on_eval(e);
+    print(eval_line(e));
+  }
+  sum.val_loss = last_val_loss_;
+  if (run_steps > 0 || list_checkpoints(run_dir_).empty()) sum.last_checkpoint = save_checkpoint();
+  print("checkpoint: " + sum.last_checkpoint);
+  if (config_.sample.tokens > 0) {
+    sum.sample = generate_sample();
+    print("sample (" + std::to_string(config_.sample.tokens) + " tokens, temperature " +
+          std::to_string(config_.sample.temperature) + ", top_k " +
+          std::to_string(config_.sample.top_k) + "):\n" + sum.sample);
+  }
+  sum.seconds = seconds_since(t0);
+  return sum;
+}
+
+}  // namespace tessel::train

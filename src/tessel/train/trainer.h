@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// The single-process training loop: micro-batches from the token loader, gradient accumulation,
+// global-norm clipping, AdamW with a warmup + decay schedule, skipping of non-finite steps (and an
+// abort after too many in a row), periodic evaluation, crash-safe checkpoints, a clean stop on
+// SIGTERM/SIGINT, exact resume, and a generated sample at the end.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "tessel/core/rng.h"
+#include "tessel/io/token_dataset.h"
+#include "tessel/io/tokenizer.h"
+#include "tessel/models/gpt2.h"
+#include "tessel/train/adamw.h"
+#include "tessel/train/config.h"
+#include "tessel/train/lr_schedule.h"
+#include "tessel/train/metrics.h"
+
+namespace tessel::train {
+
+struct TrainSummary {
+  int64_t first_step = 1;  // the first step this run executed (after a resume: checkpoint + 1)
+  int64_t last_step = 0;   // the last step completed
+  double last_loss = 0;
+  std::optional<double> val_loss;  // of the last evaluation
+  int64_t skipped_steps = 0;
+  bool interrupted = false;  // stopped by SIGTERM/SIGINT (a checkpoint was written)
+  std::string last_checkpoint;
+  std::string sample;  // the generated text (or ids when the dataset has no tokenizer)
+  double seconds = 0;
+};
+
+// Test hooks: called on the training thread.
+struct TrainerHooks {
+  std::function<void(int64_t step)> after_backward;  // gradients of `step` are complete
+  std::function<void(const StepRecord&)> on_step;
+  std::function<void(const EvalRecord&)> on_eval;
+  std::function<void(const std::string&)> print;  // progress output (default: stdout)
+};
+
+class Trainer {
+ public:
+  // `resume` is "" (start fresh; an existing run directory with checkpoints is an Error: use
+  // --resume), a run directory (its newest valid checkpoint) or a checkpoint directory.
+  Trainer(const TrainConfig& config, const std::string& resume = "", TrainerHooks hooks = {});
+  ~Trainer();
+
+  TrainSummary run();
+
+  const TrainConfig& config() const { return config_; }
+  models::GPT2& model() { return *model_; }
+  AdamW& optimizer() { return *optimizer_; }
+  int64_t step() const { return step_; }  // completed optimizer steps (incl. skipped ones)
+
+  // Writes a checkpoint of the current state into checkpoint.dir; returns its path.
+  std::string save_checkpoint();
+  // Mean validation loss over eval.batches micro-batches (always the same windows).
+  EvalRecord evaluate();
+
+ private:
+  void build(const std::string& resume);
+  void load_checkpoint(const std::string& dir);
+  void print(const std::string& line) const;
+  bool train_step(StepRecord& record);
+  std::string generate_sample();
+
+  TrainConfig config_;
+  TrainerHooks hooks_;
+  std::string run_dir_;
+  Generator rng_;  // model initialisation, then dropout
+  std::shared_ptr<models::GPT2> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  LrSchedule schedule_;
+  std::shared_ptr<const io::TokenDataset> train_data_, val_data_;
+  std::unique_ptr<io::TokenLoader> loader_;
+  std::optional<io::Tokenizer> tokenizer_;
+  std::string tokenizer_dir_;
+  int64_t eot_id_ = -1;
+  double flops_per_token_ = 0;
+  int64_t step_ = 0, tokens_ = 0, skipped_ = 0, bad_in_a_row_ = 0;
+  std::optional<double> last_val_loss_;
+  JsonlLog log_;
+};
+
+// The model configuration `model.config` names: a preset ("tiny", "124M", ...), a config.json
+// path, or a model directory.
+models::GPT2Config resolve_model_config(const std::string& spec);
+
+}  // namespace tessel::train

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+// What a training checkpoint holds and how the trainer restores it. Beside the model in the
+// Hugging Face layout (config.json + model.safetensors, so `tessel generate` loads the directory
+// as it is, with the tokenizer files copied in), it stores everything a resumed run needs to
+// continue bit for bit: the AdamW moments (optimizer.safetensors), and in state.json the step, the
+// optimizer's step count, the tokens seen, the skip counters, the dropout generator's state and
+// the data loader's position; plus the resolved configuration (train.toml).
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tessel/core/log.h"
+#include "tessel/core/threads.h"
+#include "tessel/io/mapped_file.h"
+#include "tessel/io/safetensors.h"
+#include "tessel/models/gpt2_checkpoint.h"
+#include "tessel/train/checkpoint.h"
+#include "tessel/train/trainer.h"
+
+namespace tessel::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kStateFile = "state.json";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kConfigFile = "train.toml";
+
+void write_text(const fs::path& path, const std::string& text) {
+  io::write_file_atomic(path.string(), text.data(), text.size());
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  TESSEL_CHECK(in.good(), "checkpoint: cannot read ", path.string());
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+std::string Trainer::save_checkpoint() {
+  CheckpointWriter writer(run_dir_, step_);
+  const fs::path dir = writer.dir();
+  models::save_gpt2(*model_, dir.string());
+  io::save_safetensors((dir / kOptimizerFile).string(), optimizer_->state());
+  const io::LoaderPosition pos = loader_->position();
+  nlohmann::json state{
+      {"format", "tessel-train-state"},
+      {"version", 1},
+      {"step", step_},
+      {"optimizer_step", optimizer_->step_count()},
+      {"tokens", tokens_},
+      {"skipped_steps", skipped_},
+      {"bad_in_a_row", bad_in_a_row_},
+      {"rng", {{"seed", rng_.seed()}, {"offset", rng_.offset()}}},
+      {"loader", nlohmann::json::parse(pos.to_json())},
+      {"threads", num_threads()},
+      {"val_loss", last_val_loss_ ? nlohmann::json(*last_val_loss_) : nlohmann::json(nullptr)}};
+  write_text(dir / kStateFile, state.dump(2) + "\n");
+  write_text(dir / kConfigFile, config_.to_toml());
+  if (!tokenizer_dir_.empty()) {
+    for (const char* name :
+         {"tokenizer.json", "vocab.json", "merges.txt", "encoder.json", "vocab.bpe"}) {
+      const fs::path src = fs::path(tokenizer_dir_) / name;
+      if (fs::is_regular_file(src)) fs::copy_file(src, dir / name);
+    }
+  }
+  return writer.commit(config_.checkpoint.keep);
+}
+
+void Trainer::load_checkpoint(const std::string& dir_name) {
+  const fs::path dir = dir_name;  // verified by build()
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(read_text(dir / kStateFile));
+    TESSEL_CHECK(
+        state.value("format", "") == "tessel-train-state" && state.value("version", 0) == 1,
+        "not a tessel-train-state version 1 file");
+    step_ = state.at("step").get<int64_t>();
+    tokens_ = state.at("tokens").get<int64_t>();
+    skipped_ = state.at("skipped_steps").get<int64_t>();
+    bad_in_a_row_ = state.at("bad_in_a_row").get<int64_t>();
+    rng_.set_state(state.at("rng").at("seed").get<uint64_t>(),
+                   state.at("rng").at("offset").get<uint64_t>());
+    loader_->set_position(io::LoaderPosition::from_json(state.at("loader").dump()));
+    if (state.contains("val_loss") && state["val_loss"].is_number()) {
+      last_val_loss_ = state["val_loss"].get<double>();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    TESSEL_FAIL("checkpoint ", dir.string(), ": ", kStateFile, " is malformed: ", e.what());
+  }
+  // The moments are copied out of the mapped file: the optimizer updates them in place.
+  const io::SafetensorsFile file = io::SafetensorsFile::open((dir / kOptimizerFile).string());
+  NamedTensors moments;
+  for (const std::string& name : file.names()) moments.emplace_back(name, file.load(name).clone());
+  optimizer_->load_state(moments, state.at("optimizer_step").get<int64_t>());
+  const int saved_threads = state.value("threads", 0);
+  if (saved_threads != num_threads()) {
+    log(LogLevel::Warn, "train: resuming with ", num_threads(), " threads; the checkpoint was ",
+        "written with ", saved_threads, ", so losses may differ from an uninterrupted run in the ",
+        "last bits (same thread count: bit-identical)");
+  }
+}
+
+}  // namespace tessel::train
