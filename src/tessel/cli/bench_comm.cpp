@@ -2,7 +2,8 @@
 // `tessel bench comm`: time of one collective per message size through tessel's communicator and
 // through the bare MPI call on the same buffers, with algorithm and bus bandwidth as nccl-tests
 // defines them (busbw = algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and
-// all_to_all, 1 for broadcast). One JSON line per size, printed by rank 0. Run under mpirun.
+// all_to_all, 1 for broadcast). One JSON line per size, printed by rank 0. Run under mpirun (MPI)
+// or a torchrun-style launcher (tcp backend, no bare MPI figures).
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -178,8 +179,8 @@ void bench_comm(const CommOptions& opt) {
 }  // namespace
 
 void add_bench_comm_command(CLI::App& bench) {
-  auto* cmd =
-      bench.add_subcommand("comm", "collective time and bandwidth per message size (under mpirun)");
+  auto* cmd = bench.add_subcommand(
+      "comm", "collective time and bandwidth per message size (under mpirun or torchrun)");
   static CommOptions opt;
   cmd->add_option("--op", opt.op, "collective")
       ->check(CLI::IsMember(

@@ -81,6 +81,8 @@ LaunchInfo detect_launch(const EnvLookup& lookup) {
                          "LOCAL_WORLD_SIZE")) {
     if (const char* a = env("MASTER_ADDR")) i->master_addr = a;
     i->master_port = read_int(env, "MASTER_PORT").value_or(0);
+    TESSEL_CHECK(i->master_port <= 65535, "launch: MASTER_PORT=", i->master_port,
+                 " is not a TCP port (1..65535)");
     return *i;
   }
   return LaunchInfo{};

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Backend selection at start-up and the consistency check between launcher and MPI.
+// Backend selection at start-up (MPI under an MPI launcher, tcp for torchrun-style variables, a
+// world of one otherwise) and the consistency check between launcher and MPI.
 #include "tessel/dist/world.h"
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 
 #include "tessel/core/log.h"
 #include "tessel/dist/mpi/mpi_communicator.h"
+#include "tessel/dist/tcp/tcp_world.h"
 #include "tessel/dist/threads/thread_world.h"
 
 namespace tessel::dist {
@@ -32,13 +34,6 @@ CommPtr init_world() {
   std::lock_guard lock(h.mutex);
   if (h.world) return h.world;
   LaunchInfo info = detect_launch();
-  TESSEL_CHECK(info.launcher != Launcher::Torchrun || info.size == 1,
-               "launch: torchrun-style variables give RANK=", info.rank,
-               " of WORLD_SIZE=", info.size,
-               " but no MPI launcher started this process; tessel's processes find each other "
-               "through MPI: start them with `mpirun -np ",
-               info.size, "` or `srun --mpi=pmix -n ", info.size,
-               "` (a rendezvous at MASTER_ADDR:MASTER_PORT is not implemented)");
   CommPtr world;
   if (info.mpi_capable()) {
     world = MpiCommunicator::create_world();
@@ -48,6 +43,11 @@ CommPtr init_world() {
         " but MPI sees rank ", world->rank(), " of ", world->size(),
         (info.launcher == Launcher::Slurm ? "; under Slurm, MPI needs PMIx: srun --mpi=pmix"
                                           : "; the MPI library does not match the launcher"));
+  } else if (info.launcher == Launcher::Torchrun &&
+             (info.size > 1 || (!info.master_addr.empty() && info.master_port > 0))) {
+    // No MPI launcher: the processes meet at MASTER_ADDR:MASTER_PORT (a world of one without
+    // them stays in-process, as a program started by hand).
+    world = tcp::create_world(info);
   } else {
     world = ThreadWorld::single(process_context_ptr());
   }
@@ -68,6 +68,7 @@ void shutdown() {
     std::lock_guard lock(h.mutex);
     h.world.reset();
   }
+  tcp::finalize();
   mpi::finalize();
 }
 
@@ -75,6 +76,7 @@ void abort_job(int exit_code, const std::string& message) {
   log_message(LogLevel::Error, message);
   std::fflush(stderr);
   if (mpi::is_active()) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  if (tcp::is_active()) tcp::abort_peers(exit_code);
   std::_Exit(exit_code);
 }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The world of this process: MPI when a launcher MPI understands started it (mpirun, srun, a PMI
-// launcher), a world of one otherwise. Created once, on first use; MPI is finalised at exit.
+// launcher), tcp for a torchrun-style launch, a world of one otherwise. Created once, on first use;
+// MPI is finalised at exit.
 #pragma once
 
 #include <string>
@@ -11,18 +12,19 @@
 namespace tessel::dist {
 
 // Detects the launcher, starts the backend and the watchdog, and checks that MPI sees the world the
-// launcher announced. torchrun-style variables with WORLD_SIZE > 1 and no MPI launcher are refused
-// with an explanation (tessel's processes find each other through MPI). Thread-safe; later calls
-// return the same world.
+// launcher announced. Torchrun-style variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) without
+// an MPI launcher start the tcp backend: rank 0 serves a rendezvous store at
+// MASTER_ADDR:MASTER_PORT. Thread-safe; later calls return the same world.
 CommPtr init_world();
 const LaunchInfo& launch_info();  // after init_world()
 
-// Ends the runtime before exit (optional): stops the watchdog and finalises MPI if tessel
-// initialised it. Every rank must call it; communicators must not be used afterwards.
+// Ends the runtime before exit (optional): stops the watchdog, closes the tcp mesh, and finalises
+// MPI if tessel initialised it. Every rank must call it; communicators must not be used afterwards.
 void shutdown();
 
-// Ends every rank of the job with exit_code after printing `message` once on this rank (MPI_Abort
-// in a multi-process world, exit otherwise). For errors a single rank detects.
+// Ends every rank of the job with exit_code after printing `message` once on this rank (MPI_Abort,
+// or abort frames to every tcp peer, in a multi-process world; exit otherwise). For errors a single
+// rank detects.
 [[noreturn]] void abort_job(int exit_code, const std::string& message);
 
 }  // namespace tessel::dist
