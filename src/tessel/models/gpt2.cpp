@@ -45,6 +45,11 @@ Tensor GPT2::lm_head_weight() const {
   return lm_head ? lm_head->weight : wte->weight;
 }
 
+void GPT2::set_recompute(nn::Recompute mode) {
+  recompute_ = mode;
+  for (auto& block : blocks) block->set_recompute(mode);
+}
+
 Tensor GPT2::forward_impl(const Tensor& ids) {
   TESSEL_CHECK(ids.ndim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
                "GPT2.forward: ids ", ids.shape(), " ", dtype_name(ids.dtype()),

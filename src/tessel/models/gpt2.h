@@ -34,6 +34,9 @@ class GPT2 : public nn::Module {
   Tensor loss(const Tensor& ids, const Tensor& targets);
   // The token-embedding matrix the LM head multiplies with (wte.weight when tied).
   Tensor lm_head_weight() const;
+  // Activation recomputation for every block (nn::Recompute); gradients stay bitwise the same.
+  void set_recompute(nn::Recompute mode);
+  nn::Recompute recompute() const { return recompute_; }
 
   // Greedy decoding, recomputing the whole sequence at every step; once the sequence is longer
   // than n_positions the model sees its last n_positions tokens. Returns only the new ids.
@@ -59,6 +62,7 @@ class GPT2 : public nn::Module {
  private:
   Tensor forward_impl(const Tensor& ids);
   GPT2Config config_;
+  nn::Recompute recompute_ = nn::Recompute::None;
   int64_t dump_count_ = 0;
   bool warned_attn_pdrop_ = false;
 };

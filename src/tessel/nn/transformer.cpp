@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// GPT-2's transformer block: causal self-attention, MLP and the pre-LN residual wiring.
+// GPT-2's transformer block: causal self-attention, MLP and the pre-LN residual wiring, and the
+// block's activation recomputation modes.
 #include "tessel/nn/transformer.h"
 
 #include <cmath>
 
+#include "tessel/autograd/checkpoint.h"
+#include "tessel/autograd/grad_mode.h"
 #include "tessel/ops/ops.h"
 
 namespace tessel::nn {
@@ -17,6 +20,24 @@ Init residual_init(const BlockConfig& c, Init init) {
 }
 
 }  // namespace
+
+std::string_view recompute_name(Recompute mode) {
+  switch (mode) {
+    case Recompute::None:
+      return "none";
+    case Recompute::Selective:
+      return "selective";
+    case Recompute::Full:
+      return "full";
+  }
+  TESSEL_FAIL("recompute_name: unknown mode ", int(mode));
+}
+
+Recompute parse_recompute(std::string_view name) {
+  for (Recompute m : {Recompute::None, Recompute::Selective, Recompute::Full})
+    if (recompute_name(m) == name) return m;
+  TESSEL_FAIL("recompute mode \"", name, "\" is not one of none, selective, full");
+}
 
 void BlockConfig::validate() const {
   TESSEL_CHECK(n_embd > 0 && n_head > 0, "BlockConfig: n_embd=", n_embd, " n_head=", n_head,
@@ -47,19 +68,37 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   return run_forward({x}, [&] {
     TESSEL_CHECK(x.ndim() == 3 && x.size(2) == n_embd_, "CausalSelfAttention: input shape ",
                  x.shape(), " expected [B, T, ", n_embd_, "]");
-    const int64_t b = x.size(0), t = x.size(1), d = n_embd_ / n_head_;
-    Tensor qkv = c_attn->forward(x);
-    std::vector<Tensor> parts = ops::split(qkv, {n_embd_, n_embd_, n_embd_}, -1);
-    Tensor q = ops::reshape(parts[0], {b, t, n_head_, d});
-    Tensor k = ops::reshape(parts[1], {b, t, n_head_, d});
-    Tensor v = ops::reshape(parts[2], {b, t, n_head_, d});
-    tap("q", q);
-    tap("k", k);
-    tap("v", v);
-    Tensor y = ops::reshape(ops::attention(q, k, v, /*causal=*/true), {b, t, n_embd_});
-    tap("y", y);
+    return resid_dropout->forward(c_proj->forward(core(c_attn->forward(x))));
+  });
+}
+
+Tensor CausalSelfAttention::forward_recomputed(const Tensor& x, LayerNorm& norm) {
+  return run_forward({x}, [&] {
+    TESSEL_CHECK(x.ndim() == 3 && x.size(2) == n_embd_, "CausalSelfAttention: input shape ",
+                 x.shape(), " expected [B, T, ", n_embd_, "]");
+    LayerNorm* n = &norm;
+    // No dropout runs inside, so the default generator checkpoint always restores is enough.
+    Tensor y = autograd::checkpoint(
+        [this, n](const std::vector<Tensor>& in) {
+          return core(c_attn->forward(n->forward(in[0])));
+        },
+        {x});
     return resid_dropout->forward(c_proj->forward(y));
   });
+}
+
+Tensor CausalSelfAttention::core(const Tensor& qkv) {
+  const int64_t b = qkv.size(0), t = qkv.size(1), d = n_embd_ / n_head_;
+  std::vector<Tensor> parts = ops::split(qkv, {n_embd_, n_embd_, n_embd_}, -1);
+  Tensor q = ops::reshape(parts[0], {b, t, n_head_, d});
+  Tensor k = ops::reshape(parts[1], {b, t, n_head_, d});
+  Tensor v = ops::reshape(parts[2], {b, t, n_head_, d});
+  tap("q", q);
+  tap("k", k);
+  tap("v", v);
+  Tensor y = ops::reshape(ops::attention(q, k, v, /*causal=*/true), {b, t, n_embd_});
+  tap("y", y);
+  return y;
 }
 
 MLP::MLP(const BlockConfig& config, Init init) : Module("MLP") {
@@ -81,7 +120,7 @@ Tensor MLP::forward(const Tensor& x) {
   });
 }
 
-Block::Block(const BlockConfig& config, Init init) : Module("Block") {
+Block::Block(const BlockConfig& config, Init init) : Module("Block"), generator_(init.generator) {
   config.validate();
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(
                                      config.n_embd, config.layer_norm_epsilon, config.bias, init));
@@ -93,10 +132,21 @@ Block::Block(const BlockConfig& config, Init init) : Module("Block") {
 
 Tensor Block::forward(const Tensor& x) {
   return run_forward({x}, [&] {
-    Tensor h = ops::add(x, attn->forward(ln_1->forward(x)));
-    tap("resid_attn", h);
-    return ops::add(h, mlp->forward(ln_2->forward(h)));
+    // Without recording there is nothing to keep, so every mode runs the block once.
+    if (recompute_ != Recompute::Full || !autograd::grad_enabled()) return body(x);
+    std::vector<Generator*> generators;
+    if (generator_ != nullptr) generators.push_back(generator_);
+    return autograd::checkpoint([this](const std::vector<Tensor>& in) { return body(in[0]); }, {x},
+                                generators);
   });
+}
+
+Tensor Block::body(const Tensor& x) {
+  const bool selective = recompute_ == Recompute::Selective && autograd::grad_enabled();
+  Tensor a = selective ? attn->forward_recomputed(x, *ln_1) : attn->forward(ln_1->forward(x));
+  Tensor h = ops::add(x, a);
+  tap("resid_attn", h);
+  return ops::add(h, mlp->forward(ln_2->forward(h)));
 }
 
 }  // namespace tessel::nn

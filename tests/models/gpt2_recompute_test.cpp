@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: Apache-2.0
+// Activation recomputation (nn::Recompute) on a small GPT-2 with dropout on: every mode gives
+// bitwise the gradients, loss and generator state of Recompute::None, and the activation memory
+// the allocator measures falls strictly from none to selective to full.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "tessel/autograd/autograd.h"
+#include "tessel/models/gpt2.h"
+#include "tessel/tensor/allocator.h"
+
+namespace tessel::models {
+namespace {
+
+using nn::Recompute;
+
+constexpr int64_t kBatch = 3, kSeq = 13;
+
+GPT2Config odd_config() {
+  GPT2Config c;
+  c.vocab_size = 97;
+  c.n_positions = 17;
+  c.n_embd = 39;
+  c.n_head = 3;
+  c.n_layer = 3;
+  c.resid_pdrop = c.embd_pdrop = 0.1;  // dropout on, so the recomputation must replay the masks
+  c.attn_pdrop = 0.0;                  // not applied by the fused attention anyway
+  return c;
+}
+
+Tensor tokens(uint64_t seed) {
+  std::vector<int64_t> v(size_t(kBatch * kSeq));
+  for (auto& x : v) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    x = int64_t((seed >> 33) % 97);
+  }
+  return from_data(v, Shape{kBatch, kSeq});
+}
+
+struct Step {
+  double loss = 0;
+  std::vector<std::vector<char>> grads;  // raw bytes, in parameter order
+  int64_t saved = 0;  // bytes still held after the forward: what backward will read
+  int64_t peak = 0;   // peak over forward + backward, above the bytes in use before the forward
+};
+
+struct Trace {
+  std::vector<Step> steps;
+  uint64_t generator_offset = 0;
+};
+
+// Two forward/backward passes without zeroing the gradients in between: the first allocates the
+// gradient buffers, so the second's peak counts activations, their gradients and backward
+// temporaries, not the gradient buffers themselves.
+// With `own_generator` the model's init and dropout draw from a generator of the test's; without,
+// from the process-wide one (which checkpoint restores without being told).
+Trace train_twice(Recompute mode, bool own_generator = true) {
+  Generator g(20261129);
+  default_generator().set_state(20261129, 0);
+  auto model = own_generator ? GPT2::random(odd_config(), g) : std::make_shared<GPT2>(odd_config());
+  model->set_recompute(mode);
+  model->train();
+  Trace run;
+  for (int s = 0; s < 2; ++s) {
+    Tensor ids = tokens(7 + s), targets = tokens(101 + s);
+    Allocator& a = cpu_allocator();
+    const int64_t before = int64_t(a.bytes_in_use());
+    a.reset_peak();
+    Step step;
+    Tensor loss = model->loss(ids, targets);
+    step.saved = int64_t(a.bytes_in_use()) - before;
+    step.loss = loss.item();
+    autograd::backward(loss);
+    loss = Tensor();
+    step.peak = int64_t(a.peak_bytes()) - before;
+    for (const Tensor& p : model->parameters()) {
+      const Tensor grad = p.grad().contiguous_copy();
+      const char* bytes = static_cast<const char*>(grad.data_ptr());
+      step.grads.emplace_back(bytes, bytes + grad.nbytes());
+    }
+    run.steps.push_back(std::move(step));
+  }
+  run.generator_offset = own_generator ? g.offset() : default_generator().offset();
+  return run;
+}
+
+void expect_bitwise_equal_to_none(bool own_generator) {
+  const Trace none = train_twice(Recompute::None, own_generator);
+  for (Recompute mode : {Recompute::Selective, Recompute::Full}) {
+    const Trace other = train_twice(mode, own_generator);
+    const std::string name(nn::recompute_name(mode));
+    EXPECT_EQ(other.generator_offset, none.generator_offset) << name;
+    for (size_t s = 0; s < none.steps.size(); ++s) {
+      EXPECT_EQ(std::memcmp(&other.steps[s].loss, &none.steps[s].loss, sizeof(double)), 0)
+          << name << " step " << s;
+      ASSERT_EQ(other.steps[s].grads.size(), none.steps[s].grads.size());
+      for (size_t i = 0; i < none.steps[s].grads.size(); ++i)
+        EXPECT_TRUE(other.steps[s].grads[i] == none.steps[s].grads[i])
+            << name << " step " << s << ": gradient of parameter " << i << " differs";
+    }
+  }
+}
+
+TEST(GPT2Recompute, EveryModeGivesBitwiseTheGradientsOfNone) {
+  expect_bitwise_equal_to_none(/*own_generator=*/true);
+}
+
+TEST(GPT2Recompute, EveryModeGivesBitwiseTheGradientsOfNoneWithTheProcessGenerator) {
+  expect_bitwise_equal_to_none(/*own_generator=*/false);
+}
+
+TEST(GPT2Recompute, MeasuredActivationMemoryFallsFromNoneToSelectiveToFull) {
+  std::vector<Step> measured;
+  for (Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+    measured.push_back(train_twice(mode).steps.back());
+    std::cout << "recompute=" << nn::recompute_name(mode) << " saved=" << measured.back().saved
+              << " B peak=" << measured.back().peak << " B\n";
+  }
+  EXPECT_GT(measured[0].saved, measured[1].saved);
+  EXPECT_GT(measured[1].saved, measured[2].saved);
+  EXPECT_GT(measured[0].peak, measured[1].peak);
+  EXPECT_GT(measured[1].peak, measured[2].peak);
+}
+
+TEST(GPT2Recompute, WithoutGradModeEveryModeRunsTheBlockOnceWithTheSameOutput) {
+  std::vector<std::vector<float>> logits;
+  for (Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+    Generator g(5);
+    auto model = GPT2::random(odd_config(), g);
+    model->set_recompute(mode);
+    model->eval();
+    autograd::NoGradGuard no_grad;
+    Tensor out = model->forward(tokens(3));
+    EXPECT_FALSE(out.requires_grad());
+    logits.push_back(out.to_vector<float>());
+  }
+  EXPECT_EQ(logits[1], logits[0]);
+  EXPECT_EQ(logits[2], logits[0]);
+}
+
+TEST(GPT2Recompute, SetRecomputeReachesEveryBlock) {
+  Generator g(1);
+  auto model = GPT2::random(odd_config(), g);
+  EXPECT_EQ(model->recompute(), Recompute::None);
+  model->set_recompute(Recompute::Selective);
+  EXPECT_EQ(model->recompute(), Recompute::Selective);
+  for (auto& block : model->blocks) EXPECT_EQ(block->recompute(), Recompute::Selective);
+}
+
+TEST(GPT2Recompute, ModeNamesRoundTripAndUnknownNamesAreErrors) {
+  for (Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full})
+    EXPECT_EQ(nn::parse_recompute(nn::recompute_name(mode)), mode);
+  try {
+    nn::parse_recompute("partial");
+    FAIL() << "no error for an unknown mode";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"partial\" is not one of none, selective, full"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(nn::parse_recompute("Full"), Error);
+  EXPECT_THROW(nn::parse_recompute(""), Error);
+}
+
+}  // namespace
+}  // namespace tessel::models
