@@ -1,0 +1,300 @@
+// SPDX-License-Identifier: Apache-2.0
+// ZeroAdamW: AdamW on this rank's block of every gradient bucket (ZeRO stages 1 and 2), the
+// updated blocks all-gathered back into every replica. A block mixes parameters, so the kernel's
+// adamw runs once per (parameter ∩ block) range, each with its own weight decay.
+#include "tessel/parallel/zero_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <unordered_map>
+
+#include "tessel/autograd/backend_scope.h"
+#include "tessel/core/error.h"
+#include "tessel/core/threads.h"
+#include "tessel/nn/module.h"
+
+namespace tessel::parallel {
+
+namespace {
+
+const std::string kExpAvg = "exp_avg.";
+const std::string kExpAvgSq = "exp_avg_sq.";
+
+// Elements per block of the square sum: partial sums per block, added in block order, make the
+// result independent of the thread count.
+constexpr int64_t kBlock = 1 << 13;
+
+double square_sum(const float* x, int64_t n) {
+  constexpr int kLanes = 16;  // independent accumulators, so the f64 loop vectorises
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(size_t(blocks), 0.0);
+  parallel_for(0, blocks, 4, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
+      double acc[kLanes] = {};
+      int64_t i = lo;
+      for (; i + kLanes <= hi; i += kLanes)
+        for (int j = 0; j < kLanes; ++j) acc[j] += double(x[i + j]) * double(x[i + j]);
+      for (; i < hi; ++i) acc[0] += double(x[i]) * double(x[i]);
+      for (int width = kLanes / 2; width >= 1; width /= 2)
+        for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
+      partial[size_t(b)] = acc[0];
+    }
+  });
+  double total = 0.0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+void scale(float* x, int64_t n, double factor) {
+  const float f = float(factor);  // one rounding, as train::scale_grads does
+  parallel_for(0, n, kBlock, [&](int64_t lo, int64_t hi) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i) x[i] *= f;
+  });
+}
+
+// A parameter's elements as one flat view of its storage.
+Tensor flat_param(const Tensor& p) {
+  return p.detach().flatten();
+}
+
+}  // namespace
+
+ZeroAdamW::ZeroAdamW(DataParallel& dp, const ZeroOptions& options)
+    : dp_(dp), options_(options), places_(dp.places()) {
+  const ZeroOptions& o = options_;
+  TESSEL_CHECK(o.stage == 1 || o.stage == 2, "ZeroAdamW: stage must be 1 or 2, got ", o.stage,
+               " (stage 3, partitioned parameters, is not built)");
+  const GradReduction want = o.stage == 2 ? GradReduction::ReduceScatter : GradReduction::AllReduce;
+  TESSEL_CHECK(dp.options().reduction == want, "ZeroAdamW: stage ", o.stage,
+               " needs a DataParallel whose reduction is ",
+               o.stage == 2 ? "ReduceScatter" : "AllReduce", "; this one ",
+               o.stage == 2 ? "all-reduces" : "reduce-scatters");
+  TESSEL_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
+               "ZeroAdamW: betas must lie in [0, 1), got (", o.beta1, ", ", o.beta2, ")");
+  TESSEL_CHECK(std::isfinite(o.eps) && o.eps >= 0, "ZeroAdamW: eps must be finite and >= 0, got ",
+               o.eps);
+  TESSEL_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
+               "ZeroAdamW: weight_decay must be finite and >= 0, got ", o.weight_decay);
+
+  const int64_t rank = dp.comm().rank();
+  const Device device = places_.front().param.device();
+  shards_.resize(size_t(dp.bucket_count()));
+  int64_t largest = 0;
+  for (size_t b = 0; b < shards_.size(); ++b) {
+    Shard& s = shards_[b];
+    s.size = dp.shard_numel(int64_t(b));
+    s.lo = rank * s.size;
+    s.padded = dp.bucket_padded_numel(int64_t(b));
+    s.exp_avg = zeros({s.size}, DType::F32, device);
+    s.exp_avg_sq = zeros({s.size}, DType::F32, device);
+  }
+  for (size_t i = 0; i < places_.size(); ++i) {
+    const DataParallel::Place& p = places_[i];
+    Shard& s = shards_[size_t(p.bucket)];
+    s.places.push_back(i);
+    const int64_t begin = std::max(p.offset, s.lo);
+    const int64_t end = std::min(p.offset + p.param.numel(), s.lo + s.size);
+    if (end > begin) s.ranges.push_back(Range{i, begin, end - begin, p.param.ndim() >= 2});
+  }
+  for (Shard& s : shards_) {
+    std::sort(s.ranges.begin(), s.ranges.end(),
+              [](const Range& a, const Range& b) { return a.begin < b.begin; });
+    // A bucket of one parameter that needs no padding is its own gather buffer. This spares the
+    // staging copy of the largest tensors (GPT-2's embedding alone is 30% of its parameters).
+    s.in_place = s.places.size() == 1 && s.padded == places_[s.places.front()].param.numel();
+    if (!s.in_place) largest = std::max(largest, s.padded);
+  }
+  if (largest > 0) staging_ = zeros({largest}, DType::F32, device);
+}
+
+Tensor ZeroAdamW::grad_shard(size_t bucket) const {
+  if (options_.stage == 2) return dp_.gradient_shard(int64_t(bucket));
+  const Shard& s = shards_[bucket];
+  // Stage 1 buffers are unpadded: the last rank's block may reach past the parameters.
+  const int64_t numel = dp_.bucket_numel(int64_t(bucket));
+  const int64_t size = std::clamp<int64_t>(numel - s.lo, 0, s.size);
+  return dp_.bucket_gradients(int64_t(bucket)).narrow(0, std::min(s.lo, numel), size);
+}
+
+double ZeroAdamW::grad_square_sum() {
+  check_host("grad_square_sum");
+  double total = 0.0;
+  for (size_t b = 0; b < shards_.size(); ++b) {
+    // Stage 1: the full average is on every rank already, so every rank sums all of it and gets
+    // the same value without communicating. Stage 2: padding is zeros and adds nothing.
+    const Tensor g = options_.stage == 1 ? dp_.bucket_gradients(int64_t(b)) : grad_shard(b);
+    total += square_sum(g.data<float>(), g.numel());
+  }
+  if (options_.stage == 1) return total;
+  Tensor t = full({1}, total, DType::F64, dp_.comm().device());
+  dp_.comm().all_reduce(t, dist::ReduceOp::Sum);
+  return t.to_vector<double>()[0];
+}
+
+void ZeroAdamW::check_host(const char* what) const {
+  const Device device = places_.front().param.device();
+  // The square sum and the scaling below are host loops; other devices would use their backend.
+  TESSEL_CHECK(device.is_cpu(), "ZeroAdamW.", what, ": the gradients are on ", device.str(),
+               "; only cpu gradients are supported");
+}
+
+void ZeroAdamW::scale_grads(double factor) {
+  check_host("scale_grads");
+  for (size_t b = 0; b < shards_.size(); ++b) {
+    const Tensor g = options_.stage == 1 ? dp_.bucket_gradients(int64_t(b)) : grad_shard(b);
+    scale(g.data<float>(), g.numel(), factor);
+  }
+}
+
+void ZeroAdamW::step(double lr) {
+  TESSEL_CHECK(std::isfinite(lr) && lr >= 0, "ZeroAdamW.step: lr must be finite and >= 0, got ",
+               lr);
+  TESSEL_CHECK(dp_.sync_count() > synced_at_step_, "ZeroAdamW.step: no finish_gradient_sync() ",
+               "since the last step (sync count ", dp_.sync_count(),
+               "); the gradients are not averaged");
+  synced_at_step_ = dp_.sync_count();
+  ++step_;
+  kernels::AdamWParams h;
+  h.lr = lr;
+  h.beta1 = options_.beta1;
+  h.beta2 = options_.beta2;
+  h.eps = options_.eps;
+  h.step = step_;
+  for (size_t b = 0; b < shards_.size(); ++b) {
+    Shard& s = shards_[b];
+    const Tensor grads = grad_shard(b);
+    for (const Range& r : s.ranges) {
+      const DataParallel::Place& p = places_[r.place];
+      Tensor param = flat_param(p.param).narrow(0, r.begin - p.offset, r.length);
+      const Tensor g = grads.narrow(0, r.begin - s.lo, r.length);
+      Tensor m = s.exp_avg.narrow(0, r.begin - s.lo, r.length);
+      Tensor v = s.exp_avg_sq.narrow(0, r.begin - s.lo, r.length);
+      h.weight_decay = r.decay ? options_.weight_decay : 0.0;
+      autograd::backend_for(param.device()).adamw(param, g, m, v, h);
+    }
+    gather_parameters(b);
+  }
+}
+
+void ZeroAdamW::gather_parameters(size_t bucket) {
+  const Shard& s = shards_[bucket];
+  if (s.in_place) {
+    const Tensor param = flat_param(places_[s.places.front()].param);
+    dp_.comm().all_gather(param.narrow(0, s.lo, s.size), param);
+    return;
+  }
+  Tensor full_buffer = staging_.narrow(0, 0, s.padded);
+  Tensor block = full_buffer.narrow(0, s.lo, s.size);
+  block.fill(0.0);  // padding (and the parts of no parameter) travel as zeros
+  for (const Range& r : s.ranges) {
+    const DataParallel::Place& p = places_[r.place];
+    block.narrow(0, r.begin - s.lo, r.length)
+        .copy_from(flat_param(p.param).narrow(0, r.begin - p.offset, r.length));
+  }
+  dp_.comm().all_gather(block, full_buffer);
+  // Every rank copies every block back, its own included, so all replicas hold the same bits.
+  for (size_t i : s.places) {
+    const DataParallel::Place& p = places_[i];
+    flat_param(p.param).copy_from(full_buffer.narrow(0, p.offset, p.param.numel()));
+  }
+}
+
+Tensor ZeroAdamW::gather_moment(size_t bucket, const Tensor& shard) const {
+  const Shard& s = shards_[bucket];
+  Tensor out = empty({s.padded}, DType::F32, shard.device());
+  dp_.comm().all_gather(shard, out);
+  return out;
+}
+
+NamedTensors ZeroAdamW::gathered_state() const {
+  std::vector<Tensor> avg(places_.size()), avg_sq(places_.size());
+  for (size_t b = 0; b < shards_.size(); ++b) {
+    const Shard& s = shards_[b];
+    const Tensor m = gather_moment(b, s.exp_avg);
+    const Tensor v = gather_moment(b, s.exp_avg_sq);
+    for (size_t i : s.places) {
+      const DataParallel::Place& p = places_[i];
+      avg[i] = m.narrow(0, p.offset, p.param.numel()).clone().reshape(p.param.shape());
+      avg_sq[i] = v.narrow(0, p.offset, p.param.numel()).clone().reshape(p.param.shape());
+    }
+  }
+  NamedTensors out;
+  out.reserve(2 * places_.size());
+  for (size_t i = 0; i < places_.size(); ++i) out.emplace_back(kExpAvg + places_[i].name, avg[i]);
+  for (size_t i = 0; i < places_.size(); ++i)
+    out.emplace_back(kExpAvgSq + places_[i].name, avg_sq[i]);
+  return out;
+}
+
+void ZeroAdamW::load_full_state(const NamedTensors& state, int64_t step) {
+  TESSEL_CHECK(step >= 0, "ZeroAdamW.load_full_state: step must be >= 0, got ", step);
+  // name -> (place, second moment?)
+  std::unordered_map<std::string, std::pair<size_t, bool>> expected;
+  for (size_t i = 0; i < places_.size(); ++i) {
+    expected[kExpAvg + places_[i].name] = {i, false};
+    expected[kExpAvgSq + places_[i].name] = {i, true};
+  }
+  std::vector<std::string> missing, unexpected, mismatched;
+  std::set<std::string> seen;
+  for (const auto& [name, t] : state) {
+    auto it = expected.find(name);
+    if (it == expected.end() || !seen.insert(name).second) {
+      unexpected.push_back(name);
+      continue;
+    }
+    const Shape& want = places_[it->second.first].param.shape();
+    if (!t.defined()) {
+      mismatched.push_back(name + " (undefined)");
+    } else if (!dtype_is_float(t.dtype())) {
+      mismatched.push_back(name + " (" + std::string(dtype_name(t.dtype())) +
+                           ", expected a float dtype)");
+    } else if (t.shape() != want) {
+      mismatched.push_back(name + " (" + t.shape().str() + ", expected " + want.str() + ")");
+    }
+  }
+  for (const auto& p : places_) {
+    for (const std::string& prefix : {kExpAvg, kExpAvgSq})
+      if (!seen.count(prefix + p.name)) missing.push_back(prefix + p.name);
+  }
+  nn::check_state_names("ZeroAdamW.load_full_state", missing, unexpected, mismatched);
+  for (Shard& s : shards_) {
+    s.exp_avg.fill(0.0);
+    s.exp_avg_sq.fill(0.0);
+  }
+  for (const auto& [name, t] : state) {
+    const auto [place, second] = expected.at(name);
+    const DataParallel::Place& p = places_[place];
+    Shard& s = shards_[size_t(p.bucket)];
+    const Tensor src = t.flatten();
+    for (const Range& r : s.ranges) {
+      if (r.place != place) continue;
+      Tensor dst = (second ? s.exp_avg_sq : s.exp_avg).narrow(0, r.begin - s.lo, r.length);
+      dst.copy_from(src.narrow(0, r.begin - p.offset, r.length));  // converts f64 -> f32 too
+    }
+  }
+  step_ = step;
+}
+
+MemoryReport ZeroAdamW::memory() const {
+  MemoryReport r;
+  r.dp = dp_.comm().size();
+  r.stage = options_.stage;
+  for (const auto& p : places_) {
+    r.parameter_count += p.param.numel();
+    r.param_bytes += int64_t(p.param.nbytes());
+  }
+  r.grad_bytes = dp_.gradient_bytes();
+  for (const Shard& s : shards_)
+    r.optimizer_bytes += int64_t(s.exp_avg.nbytes() + s.exp_avg_sq.nbytes());
+  r.comm_bytes = staging_.defined() ? int64_t(staging_.nbytes()) : 0;
+  const int64_t psi = r.parameter_count;
+  r.expected_param_bytes = 4 * psi;
+  r.expected_grad_bytes = r.stage == 2 ? 4 * psi / r.dp : 4 * psi;
+  r.expected_optimizer_bytes = 8 * psi / r.dp;
+  return r;
+}
+
+}  // namespace tessel::parallel

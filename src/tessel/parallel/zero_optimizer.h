@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+// ZeRO stages 1 and 2 (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
+// Parameter Models", SC 2020) for AdamW: every rank of the dp axis keeps the Adam moments of only
+// its block of each gradient bucket, updates only the parameters of that block, and all-gathers the
+// updated blocks so that every replica ends with the same parameters. Stage 1 partitions the
+// optimizer state (gradients are all-reduced in full); stage 2 also partitions the gradients
+// (DataParallel reduce-scatters them, so each rank receives only its block of the average).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessel/parallel/data_parallel.h"
+#include "tessel/tensor/tensor.h"
+
+namespace tessel::parallel {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+struct ZeroOptions {
+  int stage = 1;  // 1: optimizer state partitioned; 2: gradients too
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weight_decay = 0.0;  // applied to parameters of two or more dimensions only
+};
+
+// Bytes on this rank, and what the ZeRO paper's model predicts for them. With Ψ parameters, f32
+// everywhere and dp ranks: parameters 4Ψ, gradients 4Ψ (stage 1) or 4Ψ/dp (stage 2), Adam's two
+// moments 8Ψ/dp. (The paper's K = 12 counts an f32 master copy next to f16 parameters, which pure
+// f32 training does not have.)
+struct MemoryReport {
+  int64_t parameter_count = 0;  // Ψ
+  int dp = 1;
+  int stage = 1;
+  int64_t param_bytes = 0;
+  int64_t grad_bytes = 0;       // gradient buffers held now (between steps)
+  int64_t optimizer_bytes = 0;  // moments of this rank's shards
+  int64_t comm_bytes = 0;       // the all_gather staging buffer (largest multi-parameter bucket)
+  int64_t expected_param_bytes = 0, expected_grad_bytes = 0, expected_optimizer_bytes = 0;
+
+  int64_t total() const { return param_bytes + grad_bytes + optimizer_bytes + comm_bytes; }
+  int64_t expected_total() const {
+    return expected_param_bytes + expected_grad_bytes + expected_optimizer_bytes;
+  }
+};
+
+// AdamW over the shards of a DataParallel's buckets. Its arithmetic is the kernel backend's adamw,
+// as train::AdamW's is, so with equal gradients the updated parameters are bitwise the same.
+//
+// One optimizer step (k micro-batches):
+//   dp.set_sync(...) / backward as usual; dp.finish_gradient_sync();
+//   double norm = sqrt(zero.grad_square_sum());   collective in stage 2
+//   zero.scale_grads(factor);                     1/k and clipping in one pass
+//   zero.step(lr);                                collective: one all_gather per bucket
+class ZeroAdamW {
+ public:
+  // `dp` must outlive this optimizer; stage 1 needs GradReduction::AllReduce, stage 2
+  // GradReduction::ReduceScatter.
+  ZeroAdamW(DataParallel& dp, const ZeroOptions& options);
+
+  int stage() const { return options_.stage; }
+
+  // Sum of squares of the averaged gradients of every parameter (f64), the same on every rank.
+  // Stage 1 computes it locally over the full all-reduced gradients (no communication); stage 2
+  // over this rank's shards, then all_reduce(Sum) of one f64 over dp (collective).
+  double grad_square_sum();
+  // Multiplies the averaged gradients by `factor` (rounded to f32 once, as train::scale_grads
+  // does): stage 1 the full buffers, stage 2 the shards.
+  void scale_grads(double factor);
+  // One AdamW update of this rank's shards, then one all_gather per bucket (collective). Requires
+  // a finish_gradient_sync() since the previous step. Increments step_count() first.
+  void step(double lr);
+  int64_t step_count() const { return step_; }
+
+  // Collective: the full moments by parameter name ("exp_avg.NAME", then "exp_avg_sq.NAME", in
+  // model order: train::AdamW::state()'s names and order), assembled from every rank's shards.
+  NamedTensors gathered_state() const;
+  // Takes full moments by name (as gathered_state() or train::AdamW::state() give them) and keeps
+  // this rank's shard; one Error lists every missing, unexpected or mis-shaped name. Local.
+  void load_full_state(const NamedTensors& state, int64_t step);
+
+  MemoryReport memory() const;
+
+ private:
+  // The part of one parameter inside this rank's shard of its bucket.
+  struct Range {
+    size_t place = 0;    // index into places_
+    int64_t begin = 0;   // in the bucket's flat coordinates
+    int64_t length = 0;  // > 0
+    bool decay = false;
+  };
+  struct Shard {
+    int64_t lo = 0, size = 0;  // block [lo, lo + size) of the padded bucket
+    int64_t padded = 0;
+    std::vector<Range> ranges;   // in flat order
+    std::vector<size_t> places;  // every parameter of the bucket
+    Tensor exp_avg, exp_avg_sq;  // [size], f32
+    bool in_place = false;       // parameters gathered straight into the one parameter
+  };
+
+  Tensor grad_shard(size_t bucket) const;
+  void check_host(const char* what) const;  // [size] averaged gradients of the shard
+  // Parameter values of the block go into staging's block; all_gather; copy back to every param.
+  void gather_parameters(size_t bucket);
+  // all_gather of one moment's shards into staging_; returns the padded full buffer.
+  Tensor gather_moment(size_t bucket, const Tensor& shard) const;
+
+  DataParallel& dp_;
+  ZeroOptions options_;
+  std::vector<DataParallel::Place> places_;
+  std::vector<Shard> shards_;  // by bucket
+  Tensor staging_;  // the largest padded bucket not gathered in place; reused by every all_gather
+  int64_t step_ = 0;
+  int64_t synced_at_step_ = 0;  // dp_.sync_count() at the last step
+};
+
+}  // namespace tessel::parallel
