@@ -81,7 +81,7 @@ TEST(TrainCommand, KillDashNineThenResumeIsBitIdentical) {
   EXPECT_EQ(slurp(fs::path(run_b) / "latest"), "step_000015\n");
   EXPECT_EQ(steps_of(fs::path(run_b) / "train.jsonl").size(), 15u);
   const Outcome resumed =
-      run_tessel("train --resume " + run_b + " --set fault.kill_at_step=0", s.dir);
+      run_tessel("train --resume " + run_b, s.dir);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_NE(resumed.out.find("resumed at step 15 of 30"), std::string::npos) << resumed.out;
 
@@ -189,7 +189,8 @@ TEST(TrainCommand, BadConfigurationsFailWithOneLine) {
        {Case{" --set optim.lrr=1", "optim.lrr"}, Case{" --set optim.lr=-1", "optim.lr"},
         Case{" --set train.seq_len=64", "n_positions = 32"},
         Case{" --set train.micro_batch=100000", "train.micro_batch = 100000"},
-        Case{" --set data.dir=/nonexistent", "/nonexistent"}}) {
+        Case{" --set data.dir=/nonexistent", "/nonexistent"},
+        Case{" --dp 2", "--dp 2 needs 2 ranks, but the job has 1"}}) {
     const Outcome r = run_tessel(s.common + run + c.flags, s.dir);
     EXPECT_EQ(r.exit_code, 1) << c.flags;
     EXPECT_NE(r.err.find("tessel: error: "), std::string::npos) << r.err;

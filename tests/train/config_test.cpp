@@ -57,6 +57,9 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.train.seed, b.train.seed);
   EXPECT_EQ(a.train.threads, b.train.threads);
   EXPECT_EQ(a.train.max_bad_steps, b.train.max_bad_steps);
+  EXPECT_EQ(a.train.recompute, b.train.recompute);
+  EXPECT_EQ(a.parallel.zero_stage, b.parallel.zero_stage);
+  EXPECT_EQ(a.parallel.bucket_mb, b.parallel.bucket_mb);
   EXPECT_EQ(a.optim.lr, b.optim.lr);
   EXPECT_EQ(a.optim.min_lr_ratio, b.optim.min_lr_ratio);
   EXPECT_EQ(a.optim.warmup_steps, b.optim.warmup_steps);
@@ -84,19 +87,22 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
 }
 
 // The members expect_same() compares, in table order: the key table must name exactly these.
+// clang-format off
 const std::vector<std::string> kAllKeys = {
     "model.config",       "model.init_from",     "data.dir",
     "data.seed",          "train.steps",         "train.micro_batch",
     "train.seq_len",      "train.grad_accum",    "train.seed",
-    "train.threads",      "train.max_bad_steps", "optim.lr",
-    "optim.min_lr_ratio", "optim.warmup_steps",  "optim.decay",
-    "optim.weight_decay", "optim.beta1",         "optim.beta2",
-    "optim.eps",          "optim.grad_clip",     "eval.interval",
-    "eval.batches",       "checkpoint.dir",      "checkpoint.interval",
-    "checkpoint.keep",    "log.interval",        "log.jsonl",
-    "sample.tokens",      "sample.prompt",       "sample.temperature",
-    "sample.top_k",       "sample.seed",         "machine.peak_gflops",
-    "fault.nan_at_step",  "fault.kill_at_step"};
+    "train.threads",      "train.max_bad_steps", "train.recompute",
+    "parallel.zero_stage", "parallel.bucket_mb",
+    "optim.lr",           "optim.min_lr_ratio",  "optim.warmup_steps",
+    "optim.decay",        "optim.weight_decay",  "optim.beta1",
+    "optim.beta2",        "optim.eps",           "optim.grad_clip",
+    "eval.interval",      "eval.batches",        "checkpoint.dir",
+    "checkpoint.interval", "checkpoint.keep",    "log.interval",
+    "log.jsonl",          "sample.tokens",       "sample.prompt",
+    "sample.temperature", "sample.top_k",        "sample.seed",
+    "machine.peak_gflops", "fault.nan_at_step",  "fault.kill_at_step"};
+// clang-format on
 
 TEST(TrainConfig, EmptyTextGivesTheStructDefaults) {
   const TrainConfig parsed = TrainConfig::parse("", {});
@@ -241,7 +247,7 @@ TEST(TrainConfig, ValuesOutsideTheirRangeNameKeyAndRange) {
 TEST(TrainConfig, UnknownSectionsAndKeysListTheKnownOnesAndSuggest) {
   std::string m = parse_error("[optimizer]\nlr = 1e-3\n");
   EXPECT_NE(m.find("run.toml:1:1: unknown section 'optimizer'"), std::string::npos) << m;
-  EXPECT_NE(m.find("model, data, train, optim, eval, checkpoint, log, sample, machine, fault"),
+  EXPECT_NE(m.find("model, data, train, parallel, optim, eval, checkpoint, log, sample, machine, fault"),
             std::string::npos)
       << m;
   EXPECT_NE(m.find("did you mean [optim]?"), std::string::npos) << m;
@@ -382,6 +388,8 @@ TEST(TrainConfig, KeyTableIsCompleteUniqueAndMapsEachKeyToItsOwnMember) {
   for (const auto& info : keys) {
     std::string value = info.type == "string" ? "x13" : "77";
     if (info.key == "optim.decay") value = "linear";
+    if (info.key == "train.recompute") value = "full";
+    if (info.key == "parallel.zero_stage") value = "2";
     if (info.type == "number") value = "0.25";
     const TrainConfig changed = TrainConfig::parse("", {info.key + "=" + value});
     std::istringstream a(defaults.to_toml()), b(changed.to_toml());

@@ -79,7 +79,7 @@ TEST(Trainer, NonFiniteGradientIsSkippedAndCounted) {
   EXPECT_EQ(steps[2].skipped_total, 1);
   EXPECT_FALSE(steps[3].skipped);
   EXPECT_EQ(s.skipped_steps, 1);
-  EXPECT_EQ(trainer.optimizer().step_count(), 7);  // the skipped step made no update
+  EXPECT_EQ(trainer.optimizer_steps(), 7);  // the skipped step made no update
   for (const auto& [name, p] : trainer.model().named_parameters()) {
     const float* d = p.data<float>();
     for (int64_t i = 0; i < p.numel(); ++i) ASSERT_TRUE(std::isfinite(d[i])) << name;
@@ -181,6 +181,38 @@ TEST(Trainer, FlopsPerTokenFollowsThePalmConvention) {
   // GPT-2 124M: 124,439,808 parameters, 786,432 of them position embeddings; T = 1024.
   const double f = flops_per_token(124439808 - 786432, 12, 768, 1024);
   EXPECT_DOUBLE_EQ(f, 6.0 * (124439808 - 786432) + 6.0 * 12 * 768 * 1024);
+}
+
+}  // namespace
+}  // namespace tessel::train
+
+namespace tessel::train {
+namespace {
+
+TEST(Trainer, RecomputeModesTrainIdenticallyAndReportHfu) {
+  const auto dir = test::scratch("recompute");
+  std::vector<std::vector<StepRecord>> runs;
+  for (const char* mode : {"none", "selective", "full"}) {
+    TrainConfig c = test::base_config(dir, 37, 4);
+    c.train.recompute = mode;
+    c.checkpoint.dir = (dir / (std::string("run_") + mode)).string();
+    std::vector<StepRecord> steps;
+    TrainerHooks h;
+    h.print = [](const std::string&) {};
+    h.on_step = [&steps](const StepRecord& r) { steps.push_back(r); };
+    Trainer(c, "", h).run();
+    runs.push_back(steps);
+  }
+  for (size_t m = 1; m < runs.size(); ++m) {
+    ASSERT_EQ(runs[m].size(), runs[0].size());
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      EXPECT_EQ(runs[m][i].loss, runs[0][i].loss) << "mode " << m << " step " << i + 1;
+      EXPECT_EQ(runs[m][i].grad_norm, runs[0][i].grad_norm) << "mode " << m << " step " << i + 1;
+    }
+  }
+  EXPECT_EQ(runs[0].back().hfu, runs[0].back().mfu);  // nothing recomputed
+  EXPECT_GT(runs[2].back().hfu, runs[2].back().mfu);
+  EXPECT_GT(runs[0].back().step_peak_bytes, runs[2].back().step_peak_bytes);
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 
 #include "tessel/cli/commands.h"
 #include "tessel/cli/model_args.h"
+#include "tessel/dist/mesh.h"
+#include "tessel/dist/world.h"
 #include "tessel/train/checkpoint.h"
 #include "tessel/train/trainer.h"
 
@@ -21,7 +23,21 @@ struct TrainArgs {
   std::string config_file, resume;
   std::vector<std::string> overrides;
   bool print_config = false;
+  int dp = 1;
 };
+
+// The data-parallel communicator of `mpirun -np N tessel train --dp N` (null for one process).
+dist::CommPtr data_parallel_comm(int dp) {
+  TESSEL_CHECK(dp >= 1, "train: --dp ", dp, " must be >= 1");
+  const dist::LaunchInfo launch = dist::detect_launch();
+  TESSEL_CHECK(launch.size == dp, "train: --dp ", dp, " needs ", dp, " ranks, but the job has ",
+               launch.size, " (", launch.describe(), "); start it with mpirun -np ", dp,
+               " or give --dp ", launch.size);
+  if (dp == 1) return nullptr;
+  dist::CommPtr world = dist::init_world();
+  auto mesh = std::make_shared<dist::DeviceMesh>(world, "dp=" + std::to_string(dp));
+  return mesh->comm_ptr("dp");
+}
 
 void run_train(const TrainArgs& args) {
   std::vector<std::string> overrides = args.overrides;
@@ -49,11 +65,13 @@ void run_train(const TrainArgs& args) {
     }
   }
   const train::TrainConfig config = train::TrainConfig::parse(text, overrides, source);
-  std::cout << "# tessel train: resolved configuration\n" << config.to_toml() << std::endl;
+  const dist::CommPtr dp = data_parallel_comm(args.dp);
+  const bool leader = !dp || dp->rank() == 0;
+  if (leader) std::cout << "# tessel train: resolved configuration\n" << config.to_toml() << std::endl;
   if (args.print_config) return;
-  train::Trainer trainer(config, checkpoint);
+  train::Trainer trainer(config, checkpoint, {}, dp);
   const train::TrainSummary sum = trainer.run();
-  if (sum.val_loss) {
+  if (sum.val_loss && leader) {
     std::cout << "done: " << sum.last_step << " steps, val loss " << *sum.val_loss << ", "
               << sum.skipped_steps << " skipped, " << int64_t(sum.seconds) << " s" << std::endl;
   }
@@ -71,6 +89,9 @@ void add_train_command(CLI::App& app) {
                   "Override one key, e.g. --set optim.lr=3e-4 (repeatable, applied in order)");
   cmd->add_option("--resume", args->resume,
                   "Continue a run directory (its newest complete checkpoint) or one checkpoint");
+  cmd->add_option("--dp", args->dp,
+                  "Data-parallel ranks: run under mpirun -np N (or srun, torchrun) with --dp N")
+      ->capture_default_str();
   cmd->add_flag("--print-config", args->print_config, "Print the resolved configuration and exit");
   cmd->callback([args] { run_train(*args); });
 }

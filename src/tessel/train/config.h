@@ -32,6 +32,13 @@ struct TrainSection {
   uint64_t seed = 1337;       // model initialisation and dropout
   int threads = 0;            // 0: TESSEL_NUM_THREADS or all cores
   int64_t max_bad_steps = 5;  // abort after this many non-finite steps in a row
+  // Activation recomputation per block (nn::Recompute): none | selective | full.
+  std::string recompute = "none";
+};
+
+struct ParallelSection {
+  int64_t zero_stage = 0;  // 0: replicated optimizer state; 1: partitioned; 2: gradients too
+  int64_t bucket_mb = 25;  // gradient bucket size for data parallelism (MiB)
 };
 
 struct OptimSection {
@@ -84,6 +91,7 @@ struct TrainConfig {
   ModelSection model;
   DataSection data;
   TrainSection train;
+  ParallelSection parallel;
   OptimSection optim;
   EvalSection eval;
   CheckpointSection checkpoint;

@@ -61,8 +61,10 @@ std::string progress_line(const StepRecord& r) {
   os << step << " | loss " << (r.skipped ? std::string("skipped") : fixed("%.4f", r.loss))
      << " | lr " << fixed("%.2e", r.lr) << " | norm " << fixed("%.4f", r.grad_norm) << " | "
      << fixed("%.1f", r.step_ms) << " ms | " << fixed("%.0f", r.tokens_per_s) << " tok/s | MFU "
-     << (r.mfu > 0 ? fixed("%.1f%%", 100.0 * r.mfu) : std::string("n/a")) << " | mem "
-     << format_bytes(double(r.mem_bytes)) << " (peak " << format_bytes(double(r.mem_peak_bytes))
+     << (r.mfu > 0 ? fixed("%.1f%%", 100.0 * r.mfu) : std::string("n/a"))
+     << (r.hfu > r.mfu ? fixed(" (HFU %.1f%%)", 100.0 * r.hfu) : std::string()) << " | mem "
+     << format_bytes(double(r.mem_bytes)) << " (peak " << format_bytes(double(r.mem_peak_bytes)) << "; state " << format_bytes(double(r.state_bytes))
+     << ", formula " << format_bytes(double(r.expected_state_bytes))
      << ") | skipped " << r.skipped_total << " | ETA " << format_duration(r.eta_s);
   return os.str();
 }
@@ -84,9 +86,17 @@ std::string step_json(const StepRecord& r) {
                    {"step_ms", r.step_ms},
                    {"tokens_per_s", r.tokens_per_s},
                    {"mfu", r.mfu},
+                   {"hfu", r.hfu},
                    {"tokens", r.tokens},
                    {"mem_bytes", r.mem_bytes},
                    {"mem_peak_bytes", r.mem_peak_bytes},
+                   {"step_peak_bytes", r.step_peak_bytes},
+                   {"state_bytes", r.state_bytes},
+                   {"expected_state_bytes", r.expected_state_bytes},
+                   {"param_bytes", r.param_bytes},
+                   {"grad_bytes", r.grad_bytes},
+                   {"optimizer_bytes", r.optimizer_bytes},
+                   {"comm_bytes", r.comm_bytes},
                    {"elapsed_s", r.elapsed_s},
                    {"eta_s", r.eta_s}};
   return j.dump();

@@ -26,8 +26,17 @@ struct StepRecord {
   double step_ms = 0;
   double tokens_per_s = 0;
   double mfu = 0;                             // fraction of the peak, 0 when unknown
+  double hfu = 0;  // as mfu, counting the forward work activation recomputation repeats
   int64_t tokens = 0;                         // trained so far
   int64_t mem_bytes = 0, mem_peak_bytes = 0;  // tensor allocator: in use now, peak so far
+  // Peak of the step\'s forward + backward above what was in use when it began: activations,
+  // gradients and temporaries.
+  int64_t step_peak_bytes = 0;
+  // Per-rank model state (parameters, gradients, optimizer moments, communication buffers) and
+  // what the ZeRO paper's formula expects for the stage (f32: 4 + 4 + 8 bytes per parameter,
+  // divided over the dp ranks as the stage partitions them).
+  int64_t state_bytes = 0, expected_state_bytes = 0;
+  int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, comm_bytes = 0;
   double elapsed_s = 0;
   double eta_s = 0;
 };

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -24,6 +25,7 @@
 #include "tessel/train/checkpoint.h"
 #include "tessel/train/grad_clip.h"
 #include "tessel/train/peak.h"
+#include "tessel/train/recompute_flops.h"
 #include "tessel/train/stop_signal.h"
 
 namespace tessel::train {
@@ -80,8 +82,10 @@ models::GPT2Config resolve_model_config(const std::string& spec) {
   }
 }
 
-Trainer::Trainer(const TrainConfig& config, const std::string& resume, TrainerHooks hooks)
-    : config_(config), hooks_(std::move(hooks)), rng_(config.train.seed) {
+Trainer::Trainer(const TrainConfig& config, const std::string& resume, TrainerHooks hooks,
+                 dist::CommPtr dp)
+    : config_(config), hooks_(std::move(hooks)), dp_(std::move(dp)), rng_(config.train.seed) {
+  if (dp_ && dp_->size() == 1) dp_.reset();
   config_.validate();
   if (config_.train.threads > 0) set_num_threads(config_.train.threads);
   build(resume);
@@ -90,6 +94,7 @@ Trainer::Trainer(const TrainConfig& config, const std::string& resume, TrainerHo
 Trainer::~Trainer() = default;
 
 void Trainer::print(const std::string& line) const {
+  if (!leader()) return;
   if (hooks_.print) {
     hooks_.print(line);
   } else {
@@ -145,26 +150,56 @@ void Trainer::build(const std::string& resume) {
     models::gpt2_load_hf(*model_, io::SafetensorsCheckpoint::open(weights_from));
   }
   model_->train();
+  const nn::Recompute recompute = nn::parse_recompute(t.recompute);
+  model_->set_recompute(recompute);
 
   io::LoaderOptions lo;
   lo.batch = t.micro_batch;
   lo.seq_len = t.seq_len;
   lo.seed = config_.data.seed;
+  lo.rank = dp_ ? dp_->rank() : 0;  // each step takes dp * B windows; rank r reads rows r*B..
+  lo.world = dp_size();
   loader_ = std::make_unique<io::TokenLoader>(train_data_, lo);
-  TESSEL_CHECK(loader_->windows_per_epoch() >= t.micro_batch, "train: the training split of ",
-               config_.data.dir, " holds ", train_data_->size(),
-               " tokens: ", loader_->windows_per_epoch(),
-               " windows of seq_len + 1 = ", t.seq_len + 1,
-               ", fewer than train.micro_batch = ", t.micro_batch);
+  TESSEL_CHECK(loader_->windows_per_epoch() >= t.micro_batch * dp_size(),
+               "train: the training split of ", config_.data.dir, " holds ", train_data_->size(),
+               " tokens: ", loader_->windows_per_epoch(), " windows of seq_len + 1 = ",
+               t.seq_len + 1, ", fewer than train.micro_batch = ", t.micro_batch,
+               dp_ ? " x dp = " + std::to_string(dp_size()) : std::string());
+
+  const int stage = int(config_.parallel.zero_stage);
+  if (dp_) {
+    parallel::DataParallelOptions dpo;
+    dpo.bucket_bytes = config_.parallel.bucket_mb << 20;
+    dpo.reduction = stage == 2 ? parallel::GradReduction::ReduceScatter
+                               : parallel::GradReduction::AllReduce;
+    ddp_ = std::make_unique<parallel::DataParallel>(model_->named_parameters(), dp_, dpo);
+    // Every rank initialised from the same seed; the broadcast makes equality a fact, not a hope.
+    if (weights_from.empty()) ddp_->broadcast_parameters(0);
+  } else if (stage > 0) {
+    print("note: parallel.zero_stage = " + std::to_string(stage) +
+          " has nothing to partition on one rank; training with the plain optimizer");
+  }
 
   const OptimSection& o = config_.optim;
-  optimizer_ = std::make_unique<AdamW>(model_->named_parameters(),
-                                       AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
+  if (ddp_ && stage > 0) {
+    parallel::ZeroOptions zo;
+    zo.stage = stage;
+    zo.beta1 = o.beta1;
+    zo.beta2 = o.beta2;
+    zo.eps = o.eps;
+    zo.weight_decay = o.weight_decay;
+    zero_ = std::make_unique<parallel::ZeroAdamW>(*ddp_, zo);
+  } else {
+    optimizer_ = std::make_unique<AdamW>(model_->named_parameters(),
+                                         AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
+  }
   schedule_ = LrSchedule{o.lr, o.min_lr_ratio, o.warmup_steps, t.steps, parse_decay(o.decay)};
   const int64_t matmul_params = model_->parameter_count() - mc.n_positions * mc.n_embd;
   flops_per_token_ = flops_per_token(matmul_params, mc.n_layer, mc.n_embd, t.seq_len);
+  recompute_flops_per_token_ = recompute_flops_per_token(mc, recompute, t.seq_len);
 
   if (!resume.empty()) load_checkpoint(resume);
+  if (!leader()) return;
   fs::create_directories(run_dir_);
   if (!config_.log.jsonl.empty()) {
     log_ = JsonlLog((fs::path(run_dir_) / config_.log.jsonl).string(), resume.empty() ? -1 : step_);
@@ -176,17 +211,25 @@ bool Trainer::train_step(StepRecord& r) {
   const int64_t step = step_ + 1;
   const auto t0 = Clock::now();
   model_->zero_grad();
+  const int64_t base_bytes = int64_t(cpu_allocator().bytes_in_use());
+  cpu_allocator().reset_peak();  // the step's own peak, for activation memory
   double loss_sum = 0;
   for (int64_t m = 0; m < t.grad_accum; ++m) {
     const io::TokenBatch batch = loader_->next();
     const Tensor loss = model_->loss(batch.x, batch.y);
     loss_sum += loss.item();
+    // Data parallelism communicates only on the last micro-batch, overlapped with its backward.
+    if (ddp_) ddp_->set_sync(m == t.grad_accum - 1);
     autograd::backward(loss);
   }
+  if (ddp_) ddp_->finish_gradient_sync();
+  r.step_peak_bytes = int64_t(cpu_allocator().peak_bytes()) - base_bytes;
   std::vector<Tensor> params = model_->parameters();
   if (hooks_.after_backward) hooks_.after_backward(step);
   if (config_.fault.nan_at_step == step && !params.empty()) {
-    params.front().grad().data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+    // ZeRO-2 keeps only this rank's shard of the averaged gradients.
+    Tensor g = zero_ && zero_->stage() == 2 ? ddp_->gradient_shard(0) : params.front().grad();
+    g.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
   }
   if (config_.fault.kill_at_step == step) {
     std::cout.flush();
@@ -194,8 +237,8 @@ bool Trainer::train_step(StepRecord& r) {
   }
   // The gradients hold the sum over micro-batches; their mean is 1/grad_accum of it.
   const double inv_accum = 1.0 / double(t.grad_accum);
-  r.grad_norm = grad_norm(params) * inv_accum;
-  r.loss = loss_sum * inv_accum;
+  r.grad_norm = std::sqrt(zero_ ? zero_->grad_square_sum() : grad_square_sum(params)) * inv_accum;
+  r.loss = dp_mean(loss_sum) * inv_accum;
   r.lr = schedule_.at(step);
   r.skipped = !std::isfinite(r.loss) || !std::isfinite(r.grad_norm);
   if (r.skipped) {
@@ -213,25 +256,73 @@ bool Trainer::train_step(StepRecord& r) {
     double factor = inv_accum;
     const double clip = config_.optim.grad_clip;
     if (clip > 0 && r.grad_norm > clip) factor *= clip / (r.grad_norm + 1e-6);
-    if (factor != 1.0) scale_grads(params, factor);
-    optimizer_->step(r.lr);
+    if (zero_) {
+      if (factor != 1.0) zero_->scale_grads(factor);
+      zero_->step(r.lr);  // this rank's shard, then the parameters all-gathered
+    } else {
+      if (factor != 1.0) scale_grads(params, factor);
+      optimizer_->step(r.lr);
+    }
     bad_in_a_row_ = 0;
   }
   model_->zero_grad();  // the gradients are dead weight until the next backward
   step_ = step;
-  tokens_ += t.micro_batch * t.seq_len * t.grad_accum;
+  const int64_t step_tokens = t.micro_batch * t.seq_len * t.grad_accum * dp_size();
+  tokens_ += step_tokens;
   r.step = step;
   r.steps = t.steps;
   r.skipped_total = skipped_;
   r.step_ms = seconds_since(t0) * 1e3;
   r.tokens = tokens_;
-  r.tokens_per_s = double(t.micro_batch * t.seq_len * t.grad_accum) / (r.step_ms / 1e3);
+  r.tokens_per_s = double(step_tokens) / (r.step_ms / 1e3);
+  // Against the peak of every rank together (machine.peak_gflops is one rank's).
   r.mfu = config_.machine.peak_gflops > 0
-              ? flops_per_token_ * r.tokens_per_s / (config_.machine.peak_gflops * 1e9)
+              ? flops_per_token_ * r.tokens_per_s /
+                    (config_.machine.peak_gflops * 1e9 * double(dp_size()))
               : 0.0;
+  r.hfu = r.mfu * (flops_per_token_ + recompute_flops_per_token_) / flops_per_token_;
+  const parallel::MemoryReport mem = memory_report();
+  r.param_bytes = mem.param_bytes;
+  r.grad_bytes = mem.grad_bytes;
+  r.optimizer_bytes = mem.optimizer_bytes;
+  r.comm_bytes = mem.comm_bytes;
+  r.state_bytes = mem.total();
+  r.expected_state_bytes = mem.expected_total();
   r.mem_bytes = int64_t(cpu_allocator().bytes_in_use());
-  r.mem_peak_bytes = int64_t(cpu_allocator().peak_bytes());
+  run_peak_bytes_ = std::max(run_peak_bytes_, int64_t(cpu_allocator().peak_bytes()));
+  r.mem_peak_bytes = run_peak_bytes_;
   return !r.skipped;
+}
+
+parallel::MemoryReport Trainer::memory_report() const {
+  if (zero_) return zero_->memory();
+  parallel::MemoryReport m;
+  m.parameter_count = model_->parameter_count();
+  m.dp = dp_size();
+  m.stage = 0;
+  for (const Tensor& p : model_->parameters()) m.param_bytes += p.nbytes();
+  // Without ZeRO every rank holds whole gradients during a step (in its buckets under dp).
+  m.grad_bytes = ddp_ ? ddp_->gradient_bytes() : m.param_bytes;
+  m.optimizer_bytes = optimizer_->state_bytes();
+  m.expected_param_bytes = 4 * m.parameter_count;
+  m.expected_grad_bytes = 4 * m.parameter_count;
+  m.expected_optimizer_bytes = 8 * m.parameter_count;
+  return m;
+}
+
+double Trainer::dp_mean(double value) const {
+  if (!dp_) return value;
+  Tensor t = full({1}, value);  // f32: the collectives carry no f64
+  dp_->all_reduce(t, dist::ReduceOp::Avg);
+  return double(t.data<float>()[0]);
+}
+
+// Every rank must leave the loop at the same step, so a signal seen by any rank counts for all.
+bool Trainer::stop_agreed() const {
+  if (!dp_) return stop_requested();
+  Tensor flag = full({1}, stop_requested() ? 1.0 : 0.0, DType::I32);
+  dp_->all_reduce(flag, dist::ReduceOp::Max);
+  return flag.data<int32_t>()[0] != 0;
 }
 
 EvalRecord Trainer::evaluate() {
@@ -316,8 +407,20 @@ TrainSummary Trainer::run() {
   print("data: " + std::to_string(train_data_->size()) + " train tokens (" +
         std::to_string(loader_->windows_per_epoch()) + " windows of " +
         std::to_string(t.seq_len + 1) + "), " + std::to_string(val_data_ ? val_data_->size() : 0) +
-        " val tokens; " + std::to_string(t.micro_batch * t.seq_len * t.grad_accum) +
-        " tokens per step; " + std::to_string(num_threads()) + " threads");
+        " val tokens; " + std::to_string(t.micro_batch * t.seq_len * t.grad_accum * dp_size()) +
+        " tokens per step; " + std::to_string(num_threads()) + " threads" +
+        (dp_ ? " x " + std::to_string(dp_size()) + " data-parallel ranks" : std::string()));
+  {
+    const parallel::MemoryReport m = memory_report();
+    print("memory per rank: parameters " + format_bytes(double(m.param_bytes)) + ", gradients " +
+          format_bytes(double(m.grad_bytes)) + ", optimizer " +
+          format_bytes(double(m.optimizer_bytes)) + ", buffers " +
+          format_bytes(double(m.comm_bytes)) + "; ZeRO-" + std::to_string(m.stage) +
+          " formula at dp " + std::to_string(m.dp) + ": " +
+          format_bytes(double(m.expected_total())) + " (4 + " +
+          (m.stage == 2 ? "4/dp" : "4") + " + " + (m.stage >= 1 ? "8/dp" : "8") +
+          " bytes per parameter)");
+  }
   if (step_ > 0)
     print("resumed at step " + std::to_string(step_) + " of " + std::to_string(t.steps));
 
@@ -330,7 +433,7 @@ TrainSummary Trainer::run() {
   int64_t saved_at = -1;
   double interval_ms = 0, interval_tokens = 0;
   while (step_ < t.steps) {
-    if (stop_requested()) {
+    if (stop_agreed()) {
       sum.interrupted = true;
       break;
     }
@@ -344,11 +447,12 @@ TrainSummary Trainer::run() {
     log_.write(step_json(r));
     if (hooks_.on_step) hooks_.on_step(r);
     interval_ms += r.step_ms;
-    interval_tokens += double(t.micro_batch * t.seq_len * t.grad_accum);
+    interval_tokens += double(t.micro_batch * t.seq_len * t.grad_accum * dp_size());
     if (step_ % config_.log.interval == 0 || step_ == t.steps || step_ == 1) {
       StepRecord shown = r;  // rates averaged over the interval, values of this step
       shown.tokens_per_s = interval_tokens / (interval_ms / 1e3);
       shown.mfu = r.mfu > 0 ? r.mfu * shown.tokens_per_s / r.tokens_per_s : 0.0;
+      shown.hfu = r.hfu > 0 ? r.hfu * shown.tokens_per_s / r.tokens_per_s : 0.0;
       print(progress_line(shown));
       interval_ms = interval_tokens = 0;
     }
@@ -384,11 +488,13 @@ TrainSummary Trainer::run() {
   sum.val_loss = last_val_loss_;
   if (run_steps > 0 || list_checkpoints(run_dir_).empty()) sum.last_checkpoint = save_checkpoint();
   print("checkpoint: " + sum.last_checkpoint);
-  if (config_.sample.tokens > 0) {
+  if (config_.sample.tokens > 0 && leader()) {
     sum.sample = generate_sample();
-    print("sample (" + std::to_string(config_.sample.tokens) + " tokens, temperature " +
-          std::to_string(config_.sample.temperature) + ", top_k " +
-          std::to_string(config_.sample.top_k) + "):\n" + sum.sample);
+    char what[96];
+    std::snprintf(what, sizeof what, "sample (%lld tokens, temperature %g, top_k %lld):",
+                  (long long)config_.sample.tokens, config_.sample.temperature,
+                  (long long)config_.sample.top_k);
+    print(what + ("\n" + sum.sample));
   }
   sum.seconds = seconds_since(t0);
   return sum;

@@ -12,9 +12,12 @@
 #include <string>
 
 #include "tessel/core/rng.h"
+#include "tessel/dist/communicator.h"
 #include "tessel/io/token_dataset.h"
 #include "tessel/io/tokenizer.h"
 #include "tessel/models/gpt2.h"
+#include "tessel/parallel/data_parallel.h"
+#include "tessel/parallel/zero_optimizer.h"
 #include "tessel/train/adamw.h"
 #include "tessel/train/config.h"
 #include "tessel/train/lr_schedule.h"
@@ -45,15 +48,18 @@ struct TrainerHooks {
 class Trainer {
  public:
   // `resume` is "" (start fresh; an existing run directory with checkpoints is an Error: use
-  // --resume), a run directory (its newest valid checkpoint) or a checkpoint directory.
-  Trainer(const TrainConfig& config, const std::string& resume = "", TrainerHooks hooks = {});
+  // --resume) or a checkpoint directory. `dp`: the data-parallel communicator (null or a world of
+  // one: a single process); each of its ranks trains on its own rows of every global batch, and
+  // rank 0 alone prints, logs and writes checkpoints.
+  Trainer(const TrainConfig& config, const std::string& resume = "", TrainerHooks hooks = {},
+          dist::CommPtr dp = nullptr);
   ~Trainer();
 
   TrainSummary run();
 
   const TrainConfig& config() const { return config_; }
   models::GPT2& model() { return *model_; }
-  AdamW& optimizer() { return *optimizer_; }
+  int64_t optimizer_steps() const { return zero_ ? zero_->step_count() : optimizer_->step_count(); }
   int64_t step() const { return step_; }  // completed optimizer steps (incl. skipped ones)
 
   // Writes a checkpoint of the current state into checkpoint.dir; returns its path.
@@ -64,16 +70,28 @@ class Trainer {
  private:
   void build(const std::string& resume);
   void load_checkpoint(const std::string& dir);
+  std::string write_checkpoint(const NamedTensors& moments);
   void print(const std::string& line) const;
   bool train_step(StepRecord& record);
   std::string generate_sample();
 
+  bool leader() const { return !dp_ || dp_->rank() == 0; }
+  int dp_size() const { return dp_ ? dp_->size() : 1; }
+  // The mean of `value` over the dp ranks (value itself without data parallelism).
+  double dp_mean(double value) const;
+  bool stop_agreed() const;
+  // This rank's model state against the ZeRO formula for the stage (stage 0: replicated).
+  parallel::MemoryReport memory_report() const;
+
   TrainConfig config_;
   TrainerHooks hooks_;
+  dist::CommPtr dp_;
   std::string run_dir_;
   Generator rng_;  // model initialisation, then dropout
   std::shared_ptr<models::GPT2> model_;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<parallel::DataParallel> ddp_;  // averages gradients over dp_, overlapped
+  std::unique_ptr<parallel::ZeroAdamW> zero_;     // parallel.zero_stage 1-2 (optimizer_ is null)
   LrSchedule schedule_;
   std::shared_ptr<const io::TokenDataset> train_data_, val_data_;
   std::unique_ptr<io::TokenLoader> loader_;
@@ -81,6 +99,8 @@ class Trainer {
   std::string tokenizer_dir_;
   int64_t eot_id_ = -1;
   double flops_per_token_ = 0;
+  double recompute_flops_per_token_ = 0;  // the forward work recomputation repeats (for HFU)
+  int64_t run_peak_bytes_ = 0;
   int64_t step_ = 0, tokens_ = 0, skipped_ = 0, bad_in_a_row_ = 0;
   std::optional<double> last_val_loss_;
   JsonlLog log_;

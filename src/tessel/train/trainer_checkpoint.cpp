@@ -40,16 +40,30 @@ std::string read_text(const fs::path& path) {
 }  // namespace
 
 std::string Trainer::save_checkpoint() {
+  // Without sharded state every rank holds the same model and moments: rank 0 writes them, and
+  // the others wait so that no rank runs ahead of a checkpoint that is not yet on disk.
+  // ZeRO's moments are spread over the ranks: gathering them is collective.
+  const NamedTensors moments = zero_ ? zero_->gathered_state() : optimizer_->state();
+  if (!leader()) {
+    dp_->barrier();
+    return "";
+  }
+  std::string path = write_checkpoint(moments);
+  if (dp_) dp_->barrier();
+  return path;
+}
+
+std::string Trainer::write_checkpoint(const NamedTensors& moments) {
   CheckpointWriter writer(run_dir_, step_);
   const fs::path dir = writer.dir();
   models::save_gpt2(*model_, dir.string());
-  io::save_safetensors((dir / kOptimizerFile).string(), optimizer_->state());
+  io::save_safetensors((dir / kOptimizerFile).string(), moments);
   const io::LoaderPosition pos = loader_->position();
   nlohmann::json state{
       {"format", "tessel-train-state"},
       {"version", 1},
       {"step", step_},
-      {"optimizer_step", optimizer_->step_count()},
+      {"optimizer_step", optimizer_steps()},
       {"tokens", tokens_},
       {"skipped_steps", skipped_},
       {"bad_in_a_row", bad_in_a_row_},
@@ -58,7 +72,10 @@ std::string Trainer::save_checkpoint() {
       {"threads", num_threads()},
       {"val_loss", last_val_loss_ ? nlohmann::json(*last_val_loss_) : nlohmann::json(nullptr)}};
   write_text(dir / kStateFile, state.dump(2) + "\n");
-  write_text(dir / kConfigFile, config_.to_toml());
+  // Drills apply to the run that was given them: a resumed run must not repeat the kill.
+  TrainConfig stored = config_;
+  stored.fault = FaultSection{};
+  write_text(dir / kConfigFile, stored.to_toml());
   if (!tokenizer_dir_.empty()) {
     for (const char* name :
          {"tokenizer.json", "vocab.json", "merges.txt", "encoder.json", "vocab.bpe"}) {
@@ -94,7 +111,13 @@ void Trainer::load_checkpoint(const std::string& dir_name) {
   const io::SafetensorsFile file = io::SafetensorsFile::open((dir / kOptimizerFile).string());
   NamedTensors moments;
   for (const std::string& name : file.names()) moments.emplace_back(name, file.load(name).clone());
-  optimizer_->load_state(moments, state.at("optimizer_step").get<int64_t>());
+  // Full moments by name whatever layout wrote them: ZeRO keeps its shard of them.
+  const int64_t optimizer_step = state.at("optimizer_step").get<int64_t>();
+  if (zero_) {
+    zero_->load_full_state(moments, optimizer_step);
+  } else {
+    optimizer_->load_state(moments, optimizer_step);
+  }
   const int saved_threads = state.value("threads", 0);
   if (saved_threads != num_threads()) {
     log(LogLevel::Warn, "train: resuming with ", num_threads(), " threads; the checkpoint was ",

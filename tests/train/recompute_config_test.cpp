@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+// The `train.recompute` key (none | selective | full) and the recomputed FLOPs that HFU adds to
+// MFU's count.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tessel/core/error.h"
+#include "tessel/train/config.h"
+#include "tessel/train/metrics.h"
+#include "tessel/train/recompute_flops.h"
+
+namespace tessel::train {
+namespace {
+
+using nn::Recompute;
+
+std::string error_of(const std::string& text, const std::vector<std::string>& overrides) {
+  try {
+    TrainConfig::parse(text, overrides, "run.toml");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a tessel::Error";
+  return "";
+}
+
+TEST(RecomputeConfig, DefaultsToNoneAndParsesEveryMode) {
+  EXPECT_EQ(TrainConfig::parse("", {}).train.recompute, "none");
+  for (const char* mode : {"none", "selective", "full"}) {
+    const TrainConfig from_toml =
+        TrainConfig::parse(std::string("[train]\nrecompute = \"") + mode + "\"\n", {});
+    EXPECT_EQ(from_toml.train.recompute, mode);
+    const TrainConfig from_set = TrainConfig::parse("", {std::string("train.recompute=") + mode});
+    EXPECT_EQ(from_set.train.recompute, mode);
+    // The value the trainer hands to the model names an nn::Recompute.
+    EXPECT_EQ(nn::recompute_name(nn::parse_recompute(from_set.train.recompute)), mode);
+  }
+  // The override wins over the file, and the resolved config prints it back.
+  const TrainConfig both =
+      TrainConfig::parse("[train]\nrecompute = \"full\"\n", {"train.recompute=selective"});
+  EXPECT_EQ(both.train.recompute, "selective");
+  EXPECT_EQ(TrainConfig::parse(both.to_toml(), {}).train.recompute, "selective");
+}
+
+TEST(RecomputeConfig, RejectsUnknownModesAndWrongTypes) {
+  for (const std::string bad : {"partial", "Full", "", "none ", "selective,full"}) {
+    for (const std::string& e : {error_of("", {"train.recompute=\"" + bad + "\""}),
+                                 error_of("[train]\nrecompute = \"" + bad + "\"\n", {})}) {
+      EXPECT_NE(e.find("train.recompute"), std::string::npos) << e;
+      EXPECT_NE(e.find("none, selective, full"), std::string::npos) << e;
+    }
+  }
+  const std::string e = error_of("[train]\nrecompute = 1\n", {});
+  EXPECT_NE(e.find("train.recompute"), std::string::npos) << e;
+}
+
+TEST(RecomputeConfig, KeyTableRowListsTheModes) {
+  int rows = 0;
+  for (const auto& info : config_keys()) {
+    if (info.key != "train.recompute") continue;
+    ++rows;
+    EXPECT_EQ(info.type, "string");
+    EXPECT_EQ(info.default_value, "\"none\"");
+    EXPECT_EQ(info.range, "one of none, selective, full");
+  }
+  EXPECT_EQ(rows, 1);
+}
+
+models::GPT2Config odd_config() {
+  models::GPT2Config c;
+  c.vocab_size = 97;
+  c.n_positions = 64;
+  c.n_embd = 39;
+  c.n_head = 3;
+  c.n_layer = 3;
+  c.n_inner = 77;
+  return c;
+}
+
+// One block's parameters, from the model's own count: two models differing by one layer.
+double block_params(models::GPT2Config c) {
+  c.n_layer = 2;
+  const double two = double(c.parameter_count());
+  c.n_layer = 1;
+  return two - double(c.parameter_count());
+}
+
+TEST(RecomputeFlops, FullRepeatsEveryBlockForwardAndNoneNothing) {
+  const models::GPT2Config c = odd_config();
+  const int64_t t = 13;
+  EXPECT_EQ(recompute_flops_per_token(c, Recompute::None, t), 0.0);
+  const double want = 3.0 * (2.0 * block_params(c) + 2.0 * 39.0 * 13.0);
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(c, Recompute::Full, t), want);
+}
+
+TEST(RecomputeFlops, SelectiveRepeatsLn1TheQkvProjectionAndTheAttention) {
+  const models::GPT2Config c = odd_config();
+  const double c1 = 39.0, t = 13.0;
+  const double ln_1 = 2.0 * c1, c_attn = c1 * 3.0 * c1 + 3.0 * c1;
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(c, Recompute::Selective, 13),
+                   3.0 * (2.0 * (ln_1 + c_attn) + 2.0 * c1 * t));
+  // Between none and full, and the attention part grows with T as in flops_per_token.
+  const double s13 = recompute_flops_per_token(c, Recompute::Selective, 13);
+  EXPECT_GT(s13, 0.0);
+  EXPECT_LT(s13, recompute_flops_per_token(c, Recompute::Full, 13));
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(c, Recompute::Selective, 26) - s13,
+                   3.0 * 2.0 * c1 * 13.0);
+  // For GPT-2 124M at T = 1024, full recomputation adds about a third of the model's FLOPs.
+  const models::GPT2Config g = models::GPT2Config::preset("124M");
+  const double model =
+      flops_per_token(g.parameter_count() - g.n_positions * g.n_embd, g.n_layer, g.n_embd, 1024);
+  const double full = recompute_flops_per_token(g, Recompute::Full, 1024);
+  EXPECT_GT(full / model, 0.2);
+  EXPECT_LT(full / model, 1.0 / 3.0);
+}
+
+TEST(RecomputeFlops, RejectsANonPositiveSequenceLength) {
+  EXPECT_THROW(recompute_flops_per_token(odd_config(), Recompute::Full, 0), Error);
+}
+
+}  // namespace
+}  // namespace tessel::train
