@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the CPU backend supports, and its singleton.
+// What the CPU backend supports, and its singleton (wrapped in the profiling decorator while
+// core/profile.h is switched on).
+#include "tessel/core/profile.h"
 #include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/profiled_backend.h"
 
 namespace tessel::kernels {
 
@@ -11,6 +14,10 @@ bool CpuBackend::supports(Op op, DType dtype) const {
 
 Backend& cpu_backend() {
   static CpuBackend backend;
+  if (profile::enabled()) [[unlikely]] {
+    static Backend& timed = profiled(backend);
+    return timed;
+  }
   return backend;
 }
 

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+// A small wall-clock profiler: named scoped timers aggregated per name (calls, seconds, and the
+// FLOPs the caller says the work did). Off by default; while off a Scope costs one relaxed atomic
+// load and a branch, so kernels can carry scopes permanently. Meant for the thread that issues the
+// kernels (the kernels themselves parallelise inside the scope); totals are guarded by a mutex, so
+// scopes on other threads are safe too, only slower.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessel::profile {
+
+namespace detail {
+extern std::atomic<bool> g_enabled;
+}
+
+inline bool enabled() {
+  return detail::g_enabled.load(std::memory_order_relaxed);
+}
+void set_enabled(bool on);
+
+struct Entry {
+  std::string name;
+  int64_t calls = 0;
+  double seconds = 0;
+  double flops = 0;  // 0 when the name's work is not counted in FLOPs
+};
+
+// Adds one call of `seconds` (and `flops`) to `name`'s totals.
+void add(std::string_view name, double seconds, double flops = 0);
+// All totals since the last reset, largest time first.
+std::vector<Entry> snapshot();
+void reset();
+
+// Times its own lifetime under `name` when profiling is on at construction. `name` must outlive
+// the scope (a literal, or a string the caller keeps).
+class Scope {
+ public:
+  explicit Scope(std::string_view name, double flops = 0) {
+    if (enabled()) {
+      name_ = name;
+      flops_ = flops;
+      start_ = std::chrono::steady_clock::now();
+      active_ = true;
+    }
+  }
+  ~Scope() {
+    if (active_) {
+      add(name_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(),
+          flops_);
+    }
+  }
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  std::string_view name_;
+  double flops_ = 0;
+  std::chrono::steady_clock::time_point start_;
+  bool active_ = false;
+};
+
+}  // namespace tessel::profile

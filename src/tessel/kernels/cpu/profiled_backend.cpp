@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+// The profiling decorator of profiled_backend.h. Each entry point becomes one profile::Scope;
+// GEMMs are keyed by transposes and m x n x k (with their FLOPs), so the forward, input-gradient
+// and weight-gradient products of each layer shape are told apart.
+#include "tessel/kernels/cpu/profiled_backend.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "tessel/core/profile.h"
+
+namespace tessel::kernels {
+
+namespace {
+
+class ProfiledBackend final : public Backend {
+ public:
+  explicit ProfiledBackend(Backend& inner) : inner_(inner) {}
+
+  std::string_view name() const override { return inner_.name(); }
+  bool supports(Op op, DType dtype) const override { return inner_.supports(op, dtype); }
+
+  void gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) override {
+    std::string label = "gemm." + std::string(d.trans_a ? "T" : "N") + (d.trans_b ? "T" : "N") +
+                        " " + (d.batch > 1 ? std::to_string(d.batch) + "x(" : "") +
+                        std::to_string(d.m) + "x" + std::to_string(d.n) + "x" +
+                        std::to_string(d.k) + (d.batch > 1 ? ")" : "");
+    profile::Scope s(label, 2.0 * double(d.batch) * double(d.m) * double(d.n) * double(d.k));
+    inner_.gemm(d, a, b, c);
+  }
+  void unary(UnaryOp op, const Tensor& x, Tensor& y, double alpha) override {
+    std::string label = "unary." + std::string(unary_name(op));
+    profile::Scope s(label);
+    inner_.unary(op, x, y, alpha);
+  }
+  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
+                      double alpha) override {
+    std::string label = "unary_backward." + std::string(unary_name(op));
+    profile::Scope s(label);
+    inner_.unary_backward(op, x, y, dy, dx, alpha);
+  }
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override {
+    std::string label =
+        "binary." + std::string(binary_name(op)) + " " + a.shape().str() + " " + b.shape().str();
+    profile::Scope s(label);
+    inner_.binary(op, a, b, out);
+  }
+  void reduce(ReduceOp op, const Tensor& x, std::span<const int> dims, Tensor& out) override {
+    std::string label = "reduce." + std::string(reduce_name(op)) + " " + x.shape().str();
+    profile::Scope s(label);
+    inner_.reduce(op, x, dims, out);
+  }
+  void softmax(const Tensor& x, Tensor& y, bool log) override {
+    profile::Scope s(log ? "log_softmax" : "softmax");
+    inner_.softmax(x, y, log);
+  }
+  void softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) override {
+    profile::Scope s(log ? "log_softmax_backward" : "softmax_backward");
+    inner_.softmax_backward(y, dy, dx, log);
+  }
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+                  Tensor& mean, Tensor& rstd) override {
+    profile::Scope s("layer_norm");
+    inner_.layer_norm(x, weight, bias, eps, y, mean, rstd);
+  }
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                           const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight,
+                           Tensor& dbias) override {
+    profile::Scope s("layer_norm_backward");
+    inner_.layer_norm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias);
+  }
+  void rms_norm(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
+                Tensor& rstd) override {
+    profile::Scope s("rms_norm");
+    inner_.rms_norm(x, weight, eps, y, rstd);
+  }
+  void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                         const Tensor& rstd, Tensor& dx, Tensor& dweight) override {
+    profile::Scope s("rms_norm_backward");
+    inner_.rms_norm_backward(dy, x, weight, rstd, dx, dweight);
+  }
+  void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override {
+    profile::Scope s("embedding");
+    inner_.embedding(weight, ids, out);
+  }
+  void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dweight) override {
+    profile::Scope s("embedding_backward");
+    inner_.embedding_backward(dout, ids, dweight);
+  }
+  void attention(const AttentionDesc& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                 const Tensor& mask, Tensor& out, Tensor& lse) override {
+    profile::Scope s("attention", attention_flops(d));
+    inner_.attention(d, q, k, v, mask, out, lse);
+  }
+  void attention_backward(const AttentionDesc& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& mask, const Tensor& out, const Tensor& lse,
+                          const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) override {
+    // Backward recomputes the scores and does four products to forward's two.
+    profile::Scope s("attention_backward", 2.5 * attention_flops(d));
+    inner_.attention_backward(d, q, k, v, mask, out, lse, dout, dq, dk, dv);
+  }
+  void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                     Tensor& losses, Tensor& lse) override {
+    profile::Scope s("cross_entropy");
+    inner_.cross_entropy(logits, targets, ignore_index, losses, lse);
+  }
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              const Tensor& dlosses, int64_t ignore_index,
+                              Tensor& dlogits) override {
+    profile::Scope s("cross_entropy_backward");
+    inner_.cross_entropy_backward(logits, targets, lse, dlosses, ignore_index, dlogits);
+  }
+  void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+             const AdamWParams& params) override {
+    profile::Scope s("adamw");
+    inner_.adamw(param, grad, m, v, params);
+  }
+  void dropout(const Tensor& x, Tensor& y, double p, uint64_t seed, uint64_t offset) override {
+    profile::Scope s("dropout");
+    inner_.dropout(x, y, p, seed, offset);
+  }
+
+ private:
+  // Two products of q_len x kv_len x head_dim per head; a causal mask halves the pairs.
+  static double attention_flops(const AttentionDesc& d) {
+    double pairs = double(d.q_len) * double(d.kv_len);
+    if (d.causal && d.q_len == d.kv_len) pairs = double(d.q_len) * double(d.q_len + 1) / 2.0;
+    return 4.0 * double(d.batch) * double(d.heads) * pairs * double(d.head_dim);
+  }
+
+  Backend& inner_;
+};
+
+}  // namespace
+
+Backend& profiled(Backend& inner) {
+  static std::mutex mutex;
+  static std::map<Backend*, std::unique_ptr<ProfiledBackend>> wrappers;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& w = wrappers[&inner];
+  if (!w) w = std::make_unique<ProfiledBackend>(inner);
+  return *w;
+}
+
+}  // namespace tessel::kernels
