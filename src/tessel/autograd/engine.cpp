@@ -63,7 +63,27 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> root_grads
     std::vector<Tensor>& buffer = buffers[e.node.get()];
     if (buffer.empty()) buffer.resize(e.node->num_outputs());
     Tensor& slot = buffer[size_t(e.input_nr)];
-    slot = slot.defined() ? add_gradients(slot, g) : std::move(g);
+    if (!slot.defined()) {
+      slot = std::move(g);
+    } else if (exclusively_owned(slot) && slot.dtype() == g.dtype() && slot.shape() == g.shape()) {
+      add_gradients_into(slot, g);  // no one else sees the buffer: no new allocation
+    } else {
+      slot = add_gradients(slot, g);
+    }
+  };
+  // The gradient already waiting in the buffer of `node`'s only input, when `node` may add its
+  // own into it in place (see Node::apply_accumulate).
+  auto accumulation_target = [&](Node& node) -> Tensor* {
+    const std::vector<Edge>& edges = node.next_edges();
+    if (edges.size() != 1 || !edges[0].valid()) return nullptr;
+    auto it = buffers.find(edges[0].node.get());
+    if (it == buffers.end()) return nullptr;
+    Tensor& slot = it->second[size_t(edges[0].input_nr)];
+    const TensorMeta& m = edges[0].node->output_meta(size_t(edges[0].input_nr));
+    if (!slot.defined() || !exclusively_owned(slot) || slot.shape() != m.shape ||
+        slot.dtype() != m.dtype)
+      return nullptr;
+    return &slot;
   };
 
   std::priority_queue<ReadyNode, std::vector<ReadyNode>, RunsLater> ready;
@@ -91,7 +111,14 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> root_grads
       if (!grads[i].defined()) grads[i] = zeros(m.shape, m.dtype, m.device);
     }
 
-    std::vector<Tensor> input_grads = node->apply(grads);
+    std::vector<Tensor> input_grads;
+    bool accumulated = false;
+    if (Tensor* into = accumulation_target(*node))
+      accumulated = node->apply_accumulate(grads, *into);
+    if (accumulated)
+      input_grads.resize(node->next_edges().size());
+    else
+      input_grads = node->apply(grads);
     grads.clear();
     if (!retain_graph && node->releasable()) {
       node->release_saved();

@@ -24,11 +24,6 @@ AutogradMeta& ensure_meta(const Tensor& t) {
   return ref;
 }
 
-// Whether nobody but the caller can see g's bytes, so it may become leaf.grad() without a copy.
-bool exclusively_owned(const Tensor& g) {
-  return g.impl_ptr().use_count() == 1 && g.storage_ptr().use_count() == 1;
-}
-
 class AccumulateGrad final : public Node {
  public:
   // Runs as soon as it is ready (highest priority): its hooks start communication early.
@@ -153,6 +148,17 @@ void remove_grad_ready_hook(const Tensor& leaf, int64_t handle) {
     }
   }
   TESSEL_FAIL("remove_grad_ready_hook: no hook with handle ", handle, " on this tensor");
+}
+
+bool exclusively_owned(const Tensor& g) {
+  return g.impl_ptr().use_count() == 1 && g.storage_ptr().use_count() == 1;
+}
+
+void add_gradients_into(Tensor& a, const Tensor& b) {
+  TESSEL_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype(), "autograd: cannot add gradient ",
+               b.shape(), " ", dtype_name(b.dtype()), " into ", a.shape(), " ",
+               dtype_name(a.dtype()));
+  backend_for(a.device()).binary(kernels::BinaryOp::Add, a, b, a);
 }
 
 Tensor add_gradients(const Tensor& a, const Tensor& b) {

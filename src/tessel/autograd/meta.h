@@ -69,5 +69,10 @@ void remove_grad_ready_hook(const Tensor& leaf, int64_t handle);
 
 // a + b as a new tensor (both gradients of the same tensor).
 Tensor add_gradients(const Tensor& a, const Tensor& b);
+// a += b in place; for a gradient buffer nobody else can see (exclusively_owned).
+void add_gradients_into(Tensor& a, const Tensor& b);
+// Whether nobody but the caller holds g or its bytes, so it may be written in place or become
+// leaf.grad() without a copy.
+bool exclusively_owned(const Tensor& g);
 
 }  // namespace tessel::autograd

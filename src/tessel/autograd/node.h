@@ -46,6 +46,13 @@ class Node {
   // be undefined where needs_input_grad(i) is false.
   virtual std::vector<Tensor> apply(std::vector<Tensor>& grad_outputs) = 0;
 
+  // Optional fast path for a node with one input whose gradient is a sparse update (an
+  // embedding's scatter-add): adds the input's gradient into `into`, a gradient of the input's
+  // shape and dtype that another consumer already delivered and that only the engine holds,
+  // instead of returning a dense gradient for the engine to add. Returns false (the default) when
+  // it cannot; the engine then calls apply().
+  virtual bool apply_accumulate(std::vector<Tensor>& grad_outputs, Tensor& into) { return false; }
+
   // Drops what the node saved for backward; called after apply() unless the graph is retained.
   virtual void release_saved() {}
   // Accumulators are shared between graphs and never released.

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // The `tessel` program: parses the command line and dispatches to one subcommand per file.
 // Every tessel::Error ends here as one line on stderr and exit code 1.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 
 #include "tessel/cli/commands.h"
 #include "tessel/core/error.h"
@@ -24,9 +27,21 @@ int fail(const char* what) {
   return 1;
 }
 
+// tessel's kernels and the GEMM library share one OpenMP pool that should wait passively between
+// parallel regions (DESIGN.md): libgomp's default spins first, and on a machine whose cores are
+// also busy with other work the spinning threads take the cycles the working ones need (a GPT-2
+// training step ran 2x slower that way). libgomp reads the policy when it loads, before main, so
+// when the user has not chosen one the program sets it and starts itself again, once.
+void wait_passively_by_default(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  execv("/proc/self/exe", argv);  // returns only on failure: then run with the default policy
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  wait_passively_by_default(argv);
   CLI::App app{"tessel: trains and serves transformer models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("tessel ") + TESSEL_VERSION);
@@ -40,6 +55,7 @@ int main(int argc, char** argv) {
   tessel::cli::add_generate_command(app);
   tessel::cli::add_eval_command(app);
   tessel::cli::add_train_command(app);
+  tessel::cli::add_schedule_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

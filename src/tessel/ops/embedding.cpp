@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Embedding forward (gather) and backward (scatter-add into a zeroed [V, C] gradient).
-// Repeated ids add up in the kernel, which accumulates into the gradient.
+// Repeated ids add up in the kernel, which accumulates into the gradient; when the weight already
+// has a gradient from another use (a tied LM head), backward scatters straight into that one.
 #include "tessel/ops/embedding.h"
 
 #include "tessel/ops/common.h"
@@ -22,6 +23,15 @@ class EmbeddingBackward final : public autograd::Node {
     detail::backend(g).embedding_backward(g.reshape({ids_.numel(), weight_shape_[1]}), ids_,
                                           dweight);
     return {dweight};
+  }
+
+  // A tied weight (GPT-2's token embedding is also the LM head) already has a dense gradient
+  // waiting: scatter into it rather than into a zeroed [V, C] that the engine would then add.
+  bool apply_accumulate(std::vector<Tensor>& grads, Tensor& into) override {
+    const Tensor& g = grads[0];
+    if (into.dtype() != g.dtype() || into.device() != g.device()) return false;
+    detail::backend(g).embedding_backward(g.reshape({ids_.numel(), weight_shape_[1]}), ids_, into);
+    return true;
   }
 
  private:

@@ -104,7 +104,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   Tensor y =
       gemm(dense_gemm_desc(1, rows, out, in, false, true), x, weight, x.shape().with(-1, out));
-  if (bias.defined()) y = detail::binary_raw(kernels::BinaryOp::Add, y, bias);
+  // y is fresh and ours alone: the bias goes in place, saving a [rows, out] buffer per layer.
+  if (bias.defined()) detail::backend(y).binary(kernels::BinaryOp::Add, y, bias, y);
   if (autograd::needs_grad({x, weight, bias}))
     autograd::record(std::make_shared<LinearBackward>(x, weight), {x, weight, bias}, {y});
   return y;
