@@ -140,8 +140,11 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--seconds", budget, "time budget per figure")->check(CLI::Range(0.01, 60.0));
   add_bench_comm_command(*cmd);
   add_bench_generate_command(*cmd);
+  add_bench_train_command(*cmd);
   cmd->callback([cmd] {
-    if (cmd->got_subcommand("comm") || cmd->got_subcommand("generate")) return;
+    if (cmd->got_subcommand("comm") || cmd->got_subcommand("generate") ||
+        cmd->got_subcommand("train"))
+      return;
     std::cerr << "tessel bench: " << what << ", " << num_threads() << " threads, " << budget
               << " s per figure\n";
     Limits lim = bench_peak(budget);

@@ -1,0 +1,346 @@
+// SPDX-License-Identifier: Apache-2.0
+// `tessel bench train`: the speed of one GPT-2 training step (124M shape by default, fp32, random
+// tokens, no dropout): forward + mean cross-entropy, backward, global gradient-norm clipping to
+// 1.0, an AdamW step (weight decay on the matrices only) and zeroing the gradients. Reports
+// ms/step, tokens/s and MFU against the f32 GEMM peak measured in the same run, runs the same step
+// in PyTorch (bench/peers/torch_train.py) for the ratio, and with --breakdown times every kernel
+// call of a few steps (core/profile.h) to say where a step goes. One JSON line per figure.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "tessel/autograd/engine.h"
+#include "tessel/cli/commands.h"
+#include "tessel/core/profile.h"
+#include "tessel/core/threads.h"
+#include "tessel/models/gpt2.h"
+#include "tessel/train/adamw.h"
+#include "tessel/train/grad_clip.h"
+
+namespace tessel::cli {
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct TrainBenchOptions {
+  std::string model = "124M";
+  int64_t batch = 4, seq = 64;
+  int steps = 10, warmup = 2, threads = 0, breakdown_steps = 3;
+  std::string peer = "torch";
+  std::string peer_script;  // empty: bench/peers/torch_train.py, found from cwd or the binary
+  bool breakdown = false;
+  uint64_t seed = 0;
+};
+
+void emit(json j) {
+  j["threads"] = num_threads();
+  std::cout << j.dump() << std::endl;
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// CPU seconds (user + system, all threads) and minor page faults of this process so far. On a
+// loaded machine wall time swings by 2x or more; CPU time per step moves far less, and page
+// faults count the fresh memory a step touches.
+struct Usage {
+  double cpu_s = 0;
+  double faults = 0;
+};
+
+Usage usage_now() {
+  rusage r{};
+  getrusage(RUSAGE_SELF, &r);
+  auto sec = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  return {sec(r.ru_utime) + sec(r.ru_stime), double(r.ru_minflt)};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+models::GPT2Config load_config(const std::string& what) {
+  models::GPT2Config c = std::filesystem::is_regular_file(what)
+                             ? models::GPT2Config::from_file(what)
+                             : models::GPT2Config::preset(what);
+  // Dropout off on both sides: the comparison is of the arithmetic every step must do.
+  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
+  return c;
+}
+
+// The model, optimizer and batch of one benchmark, and the step being measured.
+class TrainStep {
+ public:
+  TrainStep(const models::GPT2Config& config, const TrainBenchOptions& opt) : generator_(opt.seed) {
+    model_ = models::GPT2::random(config, generator_);
+    model_->train();
+    params_ = model_->parameters();
+    train::AdamWOptions adam;
+    adam.weight_decay = 0.1;
+    optimizer_ = std::make_unique<train::AdamW>(model_->named_parameters(), adam);
+    std::mt19937_64 rng(opt.seed + 1);
+    std::uniform_int_distribution<int64_t> token(0, config.vocab_size - 1);
+    std::vector<int64_t> ids(size_t(opt.batch * opt.seq)), targets(ids.size());
+    for (auto& id : ids) id = token(rng);
+    for (auto& id : targets) id = token(rng);
+    ids_ = from_data(ids, Shape{opt.batch, opt.seq});
+    targets_ = from_data(targets, Shape{opt.batch, opt.seq});
+  }
+
+  // One step; returns the loss. Phases are profile scopes, so --breakdown sees them too.
+  double run() {
+    Tensor loss;
+    {
+      profile::Scope s("phase.forward");
+      loss = model_->loss(ids_, targets_);
+    }
+    {
+      profile::Scope s("phase.backward");
+      autograd::backward(loss);
+    }
+    {
+      profile::Scope s("phase.clip_grad_norm");
+      train::clip_grad_norm(params_, 1.0);
+    }
+    {
+      profile::Scope s("phase.adamw");
+      optimizer_->step(3e-4);
+    }
+    {
+      profile::Scope s("phase.zero_grad");
+      model_->zero_grad();
+    }
+    return loss.to(DType::F64).data<double>()[0];
+  }
+
+  const models::GPT2& model() const { return *model_; }
+
+ private:
+  Generator generator_;
+  std::shared_ptr<models::GPT2> model_;
+  std::vector<Tensor> params_;
+  std::unique_ptr<train::AdamW> optimizer_;
+  Tensor ids_, targets_;
+};
+
+std::filesystem::path find_peer_script(const TrainBenchOptions& opt) {
+  if (!opt.peer_script.empty()) return opt.peer_script;
+  const std::filesystem::path rel = "bench/peers/torch_train.py";
+  if (std::filesystem::is_regular_file(rel)) return rel;
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  for (auto dir = exe.parent_path(); !ec && !dir.empty() && dir != dir.root_path();
+       dir = dir.parent_path()) {
+    if (std::filesystem::is_regular_file(dir / rel)) return dir / rel;
+  }
+  TESSEL_FAIL("bench train: cannot find ", rel.string(),
+              " (run from the repository root, or pass --peer-script PATH, or --peer none)");
+}
+
+// Runs the PyTorch peer with the same shape and threads; returns its JSON lines.
+std::vector<json> run_peer(const models::GPT2Config& c, const TrainBenchOptions& opt) {
+  const std::string cmd =
+      "/usr/bin/python3 '" + find_peer_script(opt).string() + "' -B " + std::to_string(opt.batch) +
+      " -T " + std::to_string(opt.seq) + " --n-layer " + std::to_string(c.n_layer) + " --n-embd " +
+      std::to_string(c.n_embd) + " --n-head " + std::to_string(c.n_head) + " --vocab " +
+      std::to_string(c.vocab_size) + " --positions " + std::to_string(c.n_positions) + " --steps " +
+      std::to_string(opt.steps) + " --warmup " + std::to_string(opt.warmup) + " --threads " +
+      std::to_string(num_threads()) + (opt.breakdown ? " --breakdown" : "");
+  std::cerr << "tessel bench train: peer: " << cmd << "\n";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  TESSEL_CHECK(pipe != nullptr, "bench train: cannot start the peer: ", cmd);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  TESSEL_CHECK(status == 0, "bench train: the peer exited with status ", status, ": ", cmd);
+  std::vector<json> lines;
+  size_t start = 0;
+  while (start < out.size()) {
+    size_t end = out.find('\n', start);
+    if (end == std::string::npos) end = out.size();
+    std::string line = out.substr(start, end - start);
+    if (!line.empty() && line[0] == '{') lines.push_back(json::parse(line));
+    start = end + 1;
+  }
+  return lines;
+}
+
+// Kernel times of `steps` profiled steps, per step, one line per kernel name, then the phases and
+// what no kernel accounts for (autograd bookkeeping, allocation, the ops' own checks).
+void run_breakdown(TrainStep& step, int steps, double unprofiled_s) {
+  profile::reset();
+  profile::set_enabled(true);
+  auto t0 = Clock::now();
+  for (int i = 0; i < steps; ++i) step.run();
+  const double total = seconds_since(t0) / steps;
+  profile::set_enabled(false);
+  double kernels = 0;
+  std::vector<profile::Entry> phases;
+  for (const profile::Entry& e : profile::snapshot()) {
+    if (e.name.rfind("phase.", 0) == 0) {
+      phases.push_back(e);
+      continue;
+    }
+    const double s = e.seconds / steps;
+    kernels += s;
+    json j = {{"bench", "train"},   {"figure", "breakdown"},
+              {"op", e.name},       {"ms_per_step", s * 1e3},
+              {"share", s / total}, {"calls_per_step", double(e.calls) / steps}};
+    if (e.flops > 0) j["gflops"] = e.flops / e.seconds / 1e9;
+    emit(j);
+  }
+  for (const profile::Entry& e : phases) {
+    emit({{"bench", "train"},
+          {"figure", "breakdown_phase"},
+          {"phase", e.name.substr(6)},
+          {"ms_per_step", e.seconds / steps * 1e3},
+          {"share", e.seconds / steps / total}});
+  }
+  emit({{"bench", "train"},
+        {"figure", "breakdown_total"},
+        {"ms_per_step_profiled", total * 1e3},
+        {"ms_per_step_unprofiled", unprofiled_s * 1e3},
+        {"kernels_ms", kernels * 1e3},
+        {"outside_kernels_ms", (total - kernels) * 1e3},
+        {"outside_kernels_share", (total - kernels) / total}});
+}
+
+void run_train_bench(const TrainBenchOptions& opt) {
+  if (opt.threads > 0) set_num_threads(opt.threads);
+  const models::GPT2Config config = load_config(opt.model);
+  TESSEL_CHECK(opt.seq <= config.n_positions, "bench train: T ", opt.seq, " exceeds n_positions ",
+               config.n_positions);
+  std::cerr << "tessel bench train: model " << opt.model << ", B " << opt.batch << ", T " << opt.seq
+            << ", " << num_threads() << " threads\n";
+  BenchLimits lim = bench_peak(0.3);
+
+  // The peer first: while it runs, tessel holds no memory or threads.
+  std::vector<json> peer;
+  if (opt.peer == "torch") peer = run_peer(config, opt);
+
+  auto t0 = Clock::now();
+  TrainStep step(config, opt);
+  const double build_s = seconds_since(t0);
+  for (int i = 0; i < opt.warmup; ++i) step.run();
+  std::vector<double> times;
+  double loss = 0;
+  const Usage u0 = usage_now();
+  for (int i = 0; i < opt.steps; ++i) {
+    auto s0 = Clock::now();
+    loss = step.run();
+    times.push_back(seconds_since(s0));
+  }
+  const Usage u1 = usage_now();
+  const double s = median(times);
+  const double best_s = *std::min_element(times.begin(), times.end());
+  // The peak again after the steps: on a shared machine one measurement can land in a busy
+  // moment, and a depressed peak would inflate the MFU.
+  lim.gemm_gflops = std::max(lim.gemm_gflops, bench_peak(0.3).gemm_gflops);
+  const double tokens = double(opt.batch * opt.seq);
+  // Matmul FLOPs per token: 6 per weight that multiplies (every parameter but the position
+  // table, the tied embedding counted once as the LM head), plus the causal attention products.
+  const double n_params = double(step.model().parameter_count());
+  const double flops_per_token = 6.0 * (n_params - double(config.n_positions * config.n_embd)) +
+                                 6.0 * double(config.n_layer * config.n_embd * opt.seq);
+  const double tps = tokens / s;
+  const json shape = {{"n_layer", config.n_layer},
+                      {"n_embd", config.n_embd},
+                      {"n_head", config.n_head},
+                      {"vocab_size", config.vocab_size},
+                      {"parameters", n_params}};
+  emit({{"bench", "train"},
+        {"figure", "step"},
+        {"model", opt.model},
+        {"shape", shape},
+        {"batch", opt.batch},
+        {"seq", opt.seq},
+        {"ms_per_step", s * 1e3},
+        {"best_ms", best_s * 1e3},
+        {"tokens_per_s", tps},
+        {"flops_per_token", flops_per_token},
+        {"gflops", flops_per_token * tps / 1e9},
+        {"gemm_peak_gflops", lim.gemm_gflops},
+        {"mfu", flops_per_token * tps / 1e9 / lim.gemm_gflops},
+        {"cpu_ms_per_step", (u1.cpu_s - u0.cpu_s) / opt.steps * 1e3},
+        {"page_faults_per_step", (u1.faults - u0.faults) / opt.steps},
+        {"steps", opt.steps},
+        {"loss", loss},
+        {"build_s", build_s}});
+  for (const json& line : peer) {
+    if (line.value("figure", "") == "step") {
+      json p = line;
+      p["mfu"] = flops_per_token * p["tokens_per_s"].get<double>() / 1e9 / lim.gemm_gflops;
+      std::cout << p.dump() << std::endl;
+      const double cpu_ms = (u1.cpu_s - u0.cpu_s) / opt.steps * 1e3;
+      emit({{"bench", "train"},
+            {"figure", "ratio_tessel_over_torch"},
+            {"ratio", tps / p["tokens_per_s"].get<double>()},
+            // Fastest step against fastest step: other jobs only ever add time.
+            {"ratio_best", p.value("best_ms", 0.0) / (best_s * 1e3)},
+            {"tessel_tokens_per_s", tps},
+            {"torch_tokens_per_s", p["tokens_per_s"]},
+            // Less sensitive to other jobs on the machine than the wall-clock ratio.
+            {"cpu_time_ratio", p.value("cpu_ms_per_step", 0.0) / cpu_ms},
+            {"peer", p["peer"]}});
+    }
+  }
+  if (opt.breakdown) {
+    run_breakdown(step, opt.breakdown_steps, s);
+    for (const json& line : peer)
+      if (line.value("figure", "") == "breakdown") std::cout << line.dump() << std::endl;
+  }
+}
+
+}  // namespace
+
+void add_bench_train_command(CLI::App& bench) {
+  auto opt = std::make_shared<TrainBenchOptions>();
+  auto* cmd = bench.add_subcommand(
+      "train", "GPT-2 training step speed (fp32): ms/step, tokens/s, MFU, PyTorch ratio");
+  cmd->add_option("--model", opt->model, "preset (124M, 355M, 774M, 1558M) or config.json path")
+      ->capture_default_str();
+  cmd->add_option("-B,--batch", opt->batch, "sequences per step")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 16))
+      ->capture_default_str();
+  cmd->add_option("-T,--seq", opt->seq, "tokens per sequence")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->capture_default_str();
+  cmd->add_option("--steps", opt->steps, "timed steps (the median is reported)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  cmd->add_option("--warmup", opt->warmup, "untimed steps first")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  cmd->add_option("--threads", opt->threads, "threads (0: TESSEL_NUM_THREADS or all cores)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  cmd->add_option("--peer", opt->peer, "run the same step in PyTorch too (torch) or not (none)")
+      ->check(CLI::IsMember({"torch", "none"}))
+      ->capture_default_str();
+  cmd->add_option("--peer-script", opt->peer_script,
+                  "path of torch_train.py (default: bench/peers/ from here or the binary)");
+  cmd->add_flag("--breakdown", opt->breakdown, "time every kernel call of a few extra steps");
+  cmd->add_option("--breakdown-steps", opt->breakdown_steps, "steps profiled for --breakdown")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  cmd->add_option("-s,--seed", opt->seed, "seed of the weights and the tokens")
+      ->capture_default_str();
+  cmd->callback([opt] { run_train_bench(*opt); });
+}
+
+}  // namespace tessel::cli
