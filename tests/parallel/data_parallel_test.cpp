@@ -7,21 +7,20 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstring>
-#include <functional>
 #include <memory>
-#include <mutex>
 
+#include "parallel_test_util.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/autograd/meta.h"
-#include "tessel/dist/threads/thread_world.h"
 #include "tessel/models/gpt2.h"
 #include "tessel/nn/nn.h"
 #include "tessel/ops/ops.h"
 
 namespace tessel::parallel {
 namespace {
+
+using namespace test_util;
 
 constexpr int64_t kIn = 13, kHidden = 33, kClasses = 7;
 
@@ -68,8 +67,6 @@ Batch make_batch(int64_t rows, uint64_t seed) {
   return b;
 }
 
-using Grads = std::vector<std::vector<double>>;
-
 Grads grads_of(const nn::Module& m) {
   Grads out;
   for (const auto& [name, p] : m.named_parameters()) {
@@ -78,49 +75,6 @@ Grads grads_of(const nn::Module& m) {
   }
   return out;
 }
-
-double rel_err(const std::vector<double>& got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num += (got[i] - want[i]) * (got[i] - want[i]);
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-}
-
-// Runs body(world, rank failures log) on n thread-ranks and fails the test on any failure.
-void run_world(int n, const std::function<void(dist::CommPtr)>& body) {
-  dist::ThreadWorld::run(n, [&](dist::Communicator& world) {
-    // Not owning: the world outlives the body.
-    body(dist::CommPtr(&world, [](dist::Communicator*) {}));
-  });
-}
-
-// Checks from several threads, reported once on the test thread.
-class Checks {
- public:
-  void expect(bool ok, const std::string& what) {
-    std::lock_guard lock(mutex_);
-    ++checks_;
-    if (!ok && failures_++ < 8) report_ += what + "\n";
-  }
-  void expect_grads(const Grads& got, const Grads& want, double tol, const std::string& what) {
-    for (size_t i = 0; i < want.size(); ++i) {
-      double e = rel_err(got[i], want[i]);
-      expect(e <= tol,
-             what + ": parameter " + std::to_string(i) + " relative error " + std::to_string(e));
-    }
-  }
-  void verify() const {
-    EXPECT_EQ(failures_, 0) << report_;
-    EXPECT_GT(checks_, 0);
-  }
-
- private:
-  std::mutex mutex_;
-  int checks_ = 0, failures_ = 0;
-  std::string report_;
-};
 
 constexpr uint64_t kModelSeed = 11, kDataSeed = 29;
 constexpr double kTol = 1e-6;
@@ -374,38 +328,23 @@ TEST(DataParallel, RefusesWhatItCannotReduce) {
 class TinyGpt2 : public ::testing::TestWithParam<nn::Recompute> {};
 
 TEST_P(TinyGpt2, MatchesFullBatch) {
-  models::GPT2Config c;
-  c.vocab_size = 37;
-  c.n_positions = 16;
-  c.n_embd = 16;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
   const int n = 3;
-  const int64_t t = 13;
-  std::vector<int64_t> ids(size_t(n * t)), targets(size_t(n * t));
-  for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] = int64_t((i * 7 + 3) % 37);
-    targets[i] = int64_t((i * 11 + 5) % 37);
-  }
-  const Tensor all_ids = from_data(ids, {n, t}), all_targets = from_data(targets, {n, t});
+  const TinyGpt2Case tiny(n);
   Grads want;
   {
-    Generator g(5);
-    auto model = models::GPT2::random(c, g);
-    autograd::backward(model->loss(all_ids, all_targets));
+    auto model = tiny.model();
+    autograd::backward(model->loss(tiny.ids, tiny.targets));
     want = grads_of(*model);
   }
   Checks checks;
   run_world(n, [&](dist::CommPtr comm) {
-    Generator g(5);
-    auto model = models::GPT2::random(c, g);
+    auto model = tiny.model();
     for (auto& block : model->blocks) block->set_recompute(GetParam());
     DataParallel dp(model->named_parameters(), comm, {.bucket_bytes = 4096});
     checks.expect(dp.bucket_count() > 3, "several buckets");
     const int r = comm->rank();
     const uint64_t issued = comm->context().issued_count();
-    autograd::backward(model->loss(all_ids.narrow(0, r, 1), all_targets.narrow(0, r, 1)));
+    autograd::backward(model->loss(tiny.ids.narrow(0, r, 1), tiny.targets.narrow(0, r, 1)));
     checks.expect(int64_t(comm->context().issued_count() - issued) == dp.bucket_count(),
                   "every bucket launched inside backward");
     dp.finish_gradient_sync();

@@ -8,13 +8,12 @@
 
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 
+#include "parallel_test_util.h"
 #include "tessel/autograd/engine.h"
-#include "tessel/dist/threads/thread_world.h"
 #include "tessel/models/gpt2.h"
 #include "tessel/nn/nn.h"
 #include "tessel/ops/ops.h"
@@ -24,6 +23,8 @@
 
 namespace tessel::parallel {
 namespace {
+
+using namespace test_util;
 
 constexpr int64_t kIn = 13, kHidden = 33, kClasses = 7;
 // Rows of one micro-batch over all ranks (divisible by 2, 3 and 4) and micro-batches per step.
@@ -67,15 +68,6 @@ Values values_of(const NamedTensors& tensors) {
   Values out;
   for (const auto& [name, t] : tensors) out.push_back(t.to_vector<float>());
   return out;
-}
-
-double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
 }
 
 bool same_bits(const Values& a, const Values& b) {
@@ -144,42 +136,6 @@ DataParallelOptions dp_options(int stage) {
 ZeroOptions zero_options(int stage) {
   return {.stage = stage, .weight_decay = kWeightDecay};
 }
-
-void run_world(int n, const std::function<void(dist::CommPtr)>& body) {
-  dist::ThreadWorld::run(n, [&](dist::Communicator& world) {
-    body(dist::CommPtr(&world, [](dist::Communicator*) {}));  // the world outlives the body
-  });
-}
-
-// Checks from several threads, reported once on the test thread.
-class Checks {
- public:
-  void expect(bool ok, const std::string& what) {
-    std::lock_guard lock(mutex_);
-    ++checks_;
-    if (!ok && failures_++ < 8) report_ += what + "\n";
-  }
-  template <typename Fn>
-  void expect_throw(Fn&& fn, const std::string& needle, const std::string& what) {
-    std::string message;
-    try {
-      fn();
-    } catch (const Error& e) {
-      message = e.what();
-    }
-    expect(message.find(needle) != std::string::npos,
-           what + ": expected an Error naming '" + needle + "', got '" + message + "'");
-  }
-  void verify() const {
-    EXPECT_EQ(failures_, 0) << report_;
-    EXPECT_GT(checks_, 0);
-  }
-
- private:
-  std::mutex mutex_;
-  int checks_ = 0, failures_ = 0;
-  std::string report_;
-};
 
 // Per-rank results collected on the test thread.
 struct PerRank {
@@ -397,44 +353,29 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ZeroResume,
 // ranks, stage 2: three steps against data parallelism + train::AdamW on the same ranks (bitwise)
 // and against train::AdamW on the whole batch in one process.
 TEST(ZeroGpt2, MatchesSingleProcess) {
-  models::GPT2Config c;
-  c.vocab_size = 37;
-  c.n_positions = 16;
-  c.n_embd = 16;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
   const int n = 3;
-  const int64_t t = 13;
-  std::vector<int64_t> ids(size_t(n * t)), targets(size_t(n * t));
-  for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] = int64_t((i * 7 + 3) % 37);
-    targets[i] = int64_t((i * 11 + 5) % 37);
-  }
-  const Tensor all_ids = from_data(ids, {n, t}), all_targets = from_data(targets, {n, t});
+  const TinyGpt2Case tiny(n);
   Values want;
   {
-    Generator g(5);
-    auto model = models::GPT2::random(c, g);
+    auto model = tiny.model();
     train::AdamW adam(model->named_parameters(), {0.9, 0.95, 1e-8, kWeightDecay});
     for (int64_t step = 1; step <= 3; ++step) {
       model->zero_grad();
-      autograd::backward(model->loss(all_ids, all_targets));
+      autograd::backward(model->loss(tiny.ids, tiny.targets));
       adam.step(lr_at(step));
     }
     want = values_of(model->named_parameters());
   }
   Checks checks;
   run_world(n, [&](dist::CommPtr comm) {
-    Generator g1(5), g2(5);
-    auto plain = models::GPT2::random(c, g1), sharded = models::GPT2::random(c, g2);
+    auto plain = tiny.model(), sharded = tiny.model();
     DataParallel plain_dp(plain->named_parameters(), comm, {.bucket_bytes = 4096});
     train::AdamW adam(plain->named_parameters(), {0.9, 0.95, 1e-8, kWeightDecay});
     DataParallel dp(sharded->named_parameters(), comm,
                     {.bucket_bytes = 4096, .reduction = GradReduction::ReduceScatter});
     ZeroAdamW z(dp, {.stage = 2, .beta2 = 0.95, .weight_decay = kWeightDecay});
-    const Tensor my_ids = all_ids.narrow(0, comm->rank(), 1);
-    const Tensor my_targets = all_targets.narrow(0, comm->rank(), 1);
+    const Tensor my_ids = tiny.ids.narrow(0, comm->rank(), 1);
+    const Tensor my_targets = tiny.targets.narrow(0, comm->rank(), 1);
     for (int64_t step = 1; step <= 3; ++step) {
       plain->zero_grad();
       autograd::backward(plain->loss(my_ids, my_targets));

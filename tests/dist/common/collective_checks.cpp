@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 
 namespace tessel::dist::testing {
@@ -13,6 +14,22 @@ void CheckLog::expect(bool ok, const std::string& what) {
   ++checks_;
   if (ok) return;
   if (++failures_ <= 20) detail_ << what << "\n";
+}
+
+int agree_on_exit(Communicator& world, const CheckLog& log) {
+  if (log.failures() > 0)
+    std::fprintf(stderr, "rank %d: %d of %d checks failed:\n%s", world.rank(), log.failures(),
+                 log.checks(), log.report().c_str());
+  Tensor failed = full({2}, 0, DType::I64);
+  failed.data<int64_t>()[0] = log.failures();
+  failed.data<int64_t>()[1] = log.checks();
+  world.all_reduce(failed);
+  const int64_t failures = failed.data<int64_t>()[0], checks = failed.data<int64_t>()[1];
+  if (world.rank() == 0)
+    std::printf("%s backend, %d ranks: %lld checks, %lld failed\n",
+                std::string(world.backend()).c_str(), world.size(), (long long)checks,
+                (long long)failures);
+  return failures == 0 && checks > 0 ? 0 : 1;
 }
 
 namespace {

@@ -41,4 +41,9 @@ void check_async(Communicator& comm, CheckLog& log);
 // Every axis and group-of-axes communicator of a mesh: size, rank, members, and a few collectives.
 void check_mesh(const DeviceMesh& mesh, CheckLog& log);
 
+// The end of a multi-process check: each rank prints what failed, failures and checks are summed
+// over `world` (a collective) and rank 0 prints the totals. Every rank gets the same exit code, 0
+// only when nothing failed and something was checked, so one failing rank fails the job.
+int agree_on_exit(Communicator& world, const CheckLog& log);
+
 }  // namespace tessel::dist::testing

@@ -3,7 +3,6 @@
 // every collective on every dtype and odd count, asynchronous overlap, and on 8 ranks the
 // sub-communicators of a 2x2x2 mesh. Every rank prints what differed; all ranks agree on the exit
 // code, so one failing rank fails the job.
-#include <cstdio>
 
 #include "common/collective_checks.h"
 #include "tessel/dist/world.h"
@@ -25,19 +24,7 @@ int main() {
       testing::check_collectives(mesh.comm("dp+pp"), log, {7}, {DType::F16, DType::I32});
       testing::check_async(mesh.comm("pp"), log);
     }
-    if (log.failures() > 0)
-      std::fprintf(stderr, "rank %d: %d of %d checks failed:\n%s", world->rank(), log.failures(),
-                   log.checks(), log.report().c_str());
-    Tensor failed = full({2}, 0, DType::I64);
-    failed.data<int64_t>()[0] = log.failures();
-    failed.data<int64_t>()[1] = log.checks();
-    world->all_reduce(failed);
-    const int64_t failures = failed.data<int64_t>()[0], checks = failed.data<int64_t>()[1];
-    if (world->rank() == 0)
-      std::printf("%s backend, %d ranks: %lld checks, %lld failed\n",
-                  std::string(world->backend()).c_str(), world->size(), (long long)checks,
-                  (long long)failures);
-    return failures == 0 && checks > 0 ? 0 : 1;
+    return testing::agree_on_exit(*world, log);
   } catch (const std::exception& e) {
     abort_job(1, std::string("collectives check: ") + e.what());
   }

@@ -6,12 +6,12 @@
 // Rank 0 prints the step figures (collectives, bytes, time in finish) as one JSON line per mode.
 // `data_parallel_main bench` uses a larger model and only prints the figures.
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "../parallel_test_common.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/dist/world.h"
 #include "tessel/models/gpt2.h"
@@ -19,6 +19,7 @@
 #include "tessel/parallel/data_parallel.h"
 
 using namespace tessel;
+namespace test_util = tessel::parallel::test_util;
 
 namespace {
 
@@ -31,12 +32,7 @@ struct Setup {
 
 Setup make_setup(bool bench) {
   Setup s;
-  s.config.vocab_size = 97;
-  s.config.n_positions = 64;
-  s.config.n_embd = bench ? 192 : 24;
-  s.config.n_layer = bench ? 4 : 3;
-  s.config.n_head = 3;
-  s.config.resid_pdrop = s.config.embd_pdrop = s.config.attn_pdrop = 0.0;
+  s.config = test_util::small_gpt2(97, 64, bench ? 192 : 24, bench ? 4 : 3, 3);
   if (bench) {
     s.per_micro = 2;
     s.t = 63;
@@ -44,12 +40,6 @@ Setup make_setup(bool bench) {
     s.steps = 4;
   }
   return s;
-}
-
-std::vector<int64_t> tokens(int64_t n, uint64_t salt) {
-  std::vector<int64_t> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = int64_t((uint64_t(i) * 31 + salt * 7 + 3) % 97);
-  return v;
 }
 
 std::vector<std::vector<float>> grads_of(models::GPT2& m) {
@@ -67,8 +57,9 @@ int main(int argc, char** argv) {
     const int n = world->size(), rank = world->rank();
     const Setup s = make_setup(bench);
     const int64_t rows = s.per_micro * s.micro * n;  // sequences per step over all ranks
-    const Tensor ids = from_data(tokens(rows * s.t, 1), {rows, s.t});
-    const Tensor targets = from_data(tokens(rows * s.t, 2), {rows, s.t});
+    const int64_t vocab = s.config.vocab_size;
+    const Tensor ids = from_data(test_util::tokens(rows * s.t, 1, vocab), {rows, s.t});
+    const Tensor targets = from_data(test_util::tokens(rows * s.t, 2, vocab), {rows, s.t});
 
     // The single-process reference, computed on every rank from rank 0's init.
     std::vector<std::vector<float>> want;
@@ -122,13 +113,7 @@ int main(int argc, char** argv) {
 
     if (!bench) {
       for (size_t i = 0; i < want.size(); ++i) {
-        double num = 0, den = 0;
-        for (size_t j = 0; j < want[i].size(); ++j) {
-          const double d = double(by_mode[1][i][j]) - double(want[i][j]);
-          num += d * d;
-          den += double(want[i][j]) * double(want[i][j]);
-        }
-        const double err = std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+        const double err = test_util::rel_err(by_mode[1][i], want[i]);
         if (err > 2e-6) {
           std::fprintf(stderr, "rank %d: parameter %zu relative error %g\n", rank, i, err);
           ++failures;

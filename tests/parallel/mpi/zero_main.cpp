@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../parallel_test_common.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/dist/world.h"
 #include "tessel/models/gpt2.h"
@@ -20,18 +21,12 @@
 #include "tessel/train/grad_clip.h"
 
 using namespace tessel;
+namespace test_util = tessel::parallel::test_util;
 
 namespace {
 
 constexpr int64_t kMicro = 2, kT = 17, kSteps = 3;
 constexpr double kClip = 0.5, kDecay = 0.1;
-
-std::vector<int64_t> tokens(int64_t n, uint64_t salt, int64_t vocab) {
-  std::vector<int64_t> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i)
-    v[size_t(i)] = int64_t((uint64_t(i) * 31 + salt * 7 + 3) % uint64_t(vocab));
-  return v;
-}
 
 double factor_for(double norm) {
   double f = 1.0 / double(kMicro);
@@ -39,23 +34,12 @@ double factor_for(double norm) {
   return f;
 }
 
-models::GPT2Config small_config() {
-  models::GPT2Config c;
-  c.vocab_size = 97;
-  c.n_positions = 64;
-  c.n_embd = 24;
-  c.n_layer = 3;
-  c.n_head = 3;
-  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
-  return c;
-}
-
 int check(const dist::CommPtr& world) {
   const int n = world->size(), rank = world->rank();
-  const models::GPT2Config c = small_config();
+  const models::GPT2Config c = test_util::small_gpt2(97, 64, 24, 3, 3);
   const int64_t rows = kMicro * n;  // one sequence per rank and micro-batch
-  const Tensor ids = from_data(tokens(rows * kT, 1, c.vocab_size), {rows, kT});
-  const Tensor targets = from_data(tokens(rows * kT, 2, c.vocab_size), {rows, kT});
+  const Tensor ids = from_data(test_util::tokens(rows * kT, 1, c.vocab_size), {rows, kT});
+  const Tensor targets = from_data(test_util::tokens(rows * kT, 2, c.vocab_size), {rows, kT});
   // Micro-batch k of the step is rows [k * n, (k + 1) * n); rank r reads row k * n + r.
   std::vector<std::vector<float>> want;
   std::vector<std::string> names;
@@ -111,12 +95,7 @@ int check(const dist::CommPtr& world) {
       // noise into lr-sized steps, so no other reduction order can match it.
       if (names[i].find("c_attn.bias") != std::string::npos) continue;
       const std::vector<float> got = p.to_vector<float>();
-      double num = 0, den = 0;
-      for (size_t j = 0; j < got.size(); ++j) {
-        num += (double(got[j]) - want[i][j]) * (double(got[j]) - want[i][j]);
-        den += double(want[i][j]) * want[i][j];
-      }
-      const double err = std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+      const double err = test_util::rel_err(got, want[i]);
       // Gradients agree to about 1e-7; Adam divides each element by its own gradient scale, so
       // elements whose gradient is near zero carry that difference into the update (the same
       // 2e-6..4e-6 in stage 1 and stage 2 on 2 ranks: the reduction order, not the sharding).
@@ -131,15 +110,14 @@ int check(const dist::CommPtr& world) {
 }
 
 void memory(const dist::CommPtr& world, int stage) {
-  models::GPT2Config c;  // GPT-2 124M
-  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
+  const models::GPT2Config c = test_util::without_dropout({});  // GPT-2 124M
   Generator g(100);
   auto model = models::GPT2::random(c, g);
   parallel::DataParallel dp(model->named_parameters(), world,
                             {.reduction = stage == 2 ? parallel::GradReduction::ReduceScatter
                                                      : parallel::GradReduction::AllReduce});
-  const Tensor ids = from_data(tokens(16, 1, c.vocab_size), {1, 16});
-  const Tensor targets = from_data(tokens(16, 2, c.vocab_size), {1, 16});
+  const Tensor ids = from_data(test_util::tokens(16, 1, c.vocab_size), {1, 16});
+  const Tensor targets = from_data(test_util::tokens(16, 2, c.vocab_size), {1, 16});
   parallel::MemoryReport m;
   int64_t in_use = 0;  // read while the optimizer and its state are alive
   if (stage == 0) {    // the baseline: plain data parallelism and train::AdamW

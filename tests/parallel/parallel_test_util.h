@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+// GoogleTest helpers shared by the data-parallel and ZeRO tests on in-process thread worlds: the
+// world runner, expectations checked on every rank thread and reported once on the test thread,
+// and the tiny GPT-2 with its deterministic batch that both compare against one process.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "parallel_test_common.h"
+#include "tessel/core/error.h"
+#include "tessel/dist/threads/thread_world.h"
+#include "tessel/models/gpt2.h"
+#include "tessel/tensor/tensor.h"
+
+namespace tessel::parallel::test_util {
+
+using Grads = std::vector<std::vector<double>>;
+
+// Runs body(world) on n thread-ranks; a rank that throws fails the run.
+inline void run_world(int n, const std::function<void(dist::CommPtr)>& body) {
+  dist::ThreadWorld::run(n, [&](dist::Communicator& world) {
+    // Not owning: the world outlives the body.
+    body(dist::CommPtr(&world, [](dist::Communicator*) {}));
+  });
+}
+
+// Checks from several threads, reported once on the test thread: gtest assertions are only
+// reliable on the thread running the test.
+class Checks {
+ public:
+  void expect(bool ok, const std::string& what) {
+    std::lock_guard lock(mutex_);
+    ++checks_;
+    if (!ok && failures_++ < 8) report_ += what + "\n";
+  }
+  void expect_grads(const Grads& got, const Grads& want, double tol, const std::string& what) {
+    for (size_t i = 0; i < want.size(); ++i) {
+      double e = rel_err(got[i], want[i]);
+      expect(e <= tol,
+             what + ": parameter " + std::to_string(i) + " relative error " + std::to_string(e));
+    }
+  }
+  template <typename Fn>
+  void expect_throw(Fn&& fn, const std::string& needle, const std::string& what) {
+    std::string message;
+    try {
+      fn();
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    expect(message.find(needle) != std::string::npos,
+           what + ": expected an Error naming '" + needle + "', got '" + message + "'");
+  }
+  void verify() const {
+    EXPECT_EQ(failures_, 0) << report_;
+    EXPECT_GT(checks_, 0);
+  }
+
+ private:
+  std::mutex mutex_;
+  int checks_ = 0, failures_ = 0;
+  std::string report_;
+};
+
+// A GPT-2 small enough for every test on thread worlds (tied embeddings, two blocks) with `rows`
+// sequences of 13 tokens, the same on every rank; every model() starts from the same weights, so
+// ranks and the single-process reference begin equal.
+struct TinyGpt2Case {
+  explicit TinyGpt2Case(int64_t rows) {
+    const int64_t t = 13;
+    std::vector<int64_t> id(size_t(rows * t)), target(size_t(rows * t));
+    for (size_t i = 0; i < id.size(); ++i) {
+      id[i] = int64_t((i * 7 + 3) % 37);
+      target[i] = int64_t((i * 11 + 5) % 37);
+    }
+    ids = from_data(id, {rows, t});
+    targets = from_data(target, {rows, t});
+  }
+  std::shared_ptr<models::GPT2> model() const {
+    Generator g(5);
+    return models::GPT2::random(config, g);
+  }
+
+  models::GPT2Config config = small_gpt2(37, 16, 16, 2, 2);
+  Tensor ids, targets;
+};
+
+}  // namespace tessel::parallel::test_util
