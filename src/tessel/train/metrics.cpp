@@ -63,9 +63,10 @@ std::string progress_line(const StepRecord& r) {
      << fixed("%.1f", r.step_ms) << " ms | " << fixed("%.0f", r.tokens_per_s) << " tok/s | MFU "
      << (r.mfu > 0 ? fixed("%.1f%%", 100.0 * r.mfu) : std::string("n/a"))
      << (r.hfu > r.mfu ? fixed(" (HFU %.1f%%)", 100.0 * r.hfu) : std::string()) << " | mem "
-     << format_bytes(double(r.mem_bytes)) << " (peak " << format_bytes(double(r.mem_peak_bytes)) << "; state " << format_bytes(double(r.state_bytes))
-     << ", formula " << format_bytes(double(r.expected_state_bytes))
-     << ") | skipped " << r.skipped_total << " | ETA " << format_duration(r.eta_s);
+     << format_bytes(double(r.mem_bytes)) << " (peak " << format_bytes(double(r.mem_peak_bytes))
+     << "; state " << format_bytes(double(r.state_bytes)) << ", formula "
+     << format_bytes(double(r.expected_state_bytes)) << ") | skipped " << r.skipped_total
+     << " | ETA " << format_duration(r.eta_s);
   return os.str();
 }
 
@@ -87,6 +88,7 @@ std::string step_json(const StepRecord& r) {
                    {"tokens_per_s", r.tokens_per_s},
                    {"mfu", r.mfu},
                    {"hfu", r.hfu},
+                   {"comm_wait_ms", r.comm_wait_ms},
                    {"tokens", r.tokens},
                    {"mem_bytes", r.mem_bytes},
                    {"mem_peak_bytes", r.mem_peak_bytes},

@@ -25,8 +25,11 @@ struct StepRecord {
   int64_t skipped_total = 0;
   double step_ms = 0;
   double tokens_per_s = 0;
-  double mfu = 0;                             // fraction of the peak, 0 when unknown
+  double mfu = 0;  // fraction of the peak, 0 when unknown
   double hfu = 0;  // as mfu, counting the forward work activation recomputation repeats
+  // Data parallelism: time the step blocked waiting for gradient averaging after backward (the
+  // communication the overlap did not hide).
+  double comm_wait_ms = 0;
   int64_t tokens = 0;                         // trained so far
   int64_t mem_bytes = 0, mem_peak_bytes = 0;  // tensor allocator: in use now, peak so far
   // Peak of the step\'s forward + backward above what was in use when it began: activations,

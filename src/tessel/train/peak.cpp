@@ -24,7 +24,7 @@ double measure_gemm_peak_gflops(double budget_s) {
     best = std::max(best, 2.0 * double(n) * double(n) * double(n) / s / 1e9);
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
             budget_s &&
-        rep >= 2) {
+        rep >= 4) {
       break;
     }
   }

@@ -162,16 +162,17 @@ void Trainer::build(const std::string& resume) {
   loader_ = std::make_unique<io::TokenLoader>(train_data_, lo);
   TESSEL_CHECK(loader_->windows_per_epoch() >= t.micro_batch * dp_size(),
                "train: the training split of ", config_.data.dir, " holds ", train_data_->size(),
-               " tokens: ", loader_->windows_per_epoch(), " windows of seq_len + 1 = ",
-               t.seq_len + 1, ", fewer than train.micro_batch = ", t.micro_batch,
+               " tokens: ", loader_->windows_per_epoch(),
+               " windows of seq_len + 1 = ", t.seq_len + 1,
+               ", fewer than train.micro_batch = ", t.micro_batch,
                dp_ ? " x dp = " + std::to_string(dp_size()) : std::string());
 
   const int stage = int(config_.parallel.zero_stage);
   if (dp_) {
     parallel::DataParallelOptions dpo;
     dpo.bucket_bytes = config_.parallel.bucket_mb << 20;
-    dpo.reduction = stage == 2 ? parallel::GradReduction::ReduceScatter
-                               : parallel::GradReduction::AllReduce;
+    dpo.reduction =
+        stage == 2 ? parallel::GradReduction::ReduceScatter : parallel::GradReduction::AllReduce;
     ddp_ = std::make_unique<parallel::DataParallel>(model_->named_parameters(), dp_, dpo);
     // Every rank initialised from the same seed; the broadcast makes equality a fact, not a hope.
     if (weights_from.empty()) ddp_->broadcast_parameters(0);
@@ -222,7 +223,10 @@ bool Trainer::train_step(StepRecord& r) {
     if (ddp_) ddp_->set_sync(m == t.grad_accum - 1);
     autograd::backward(loss);
   }
-  if (ddp_) ddp_->finish_gradient_sync();
+  if (ddp_) {
+    ddp_->finish_gradient_sync();
+    r.comm_wait_ms = ddp_->last_stats().wait_ms;
+  }
   r.step_peak_bytes = int64_t(cpu_allocator().peak_bytes()) - base_bytes;
   std::vector<Tensor> params = model_->parameters();
   if (hooks_.after_backward) hooks_.after_backward(step);
@@ -395,7 +399,7 @@ TrainSummary Trainer::run() {
   const auto t0 = Clock::now();
   sum.first_step = step_ + 1;
   if (config_.machine.peak_gflops <= 0) {
-    config_.machine.peak_gflops = measure_gemm_peak_gflops(0.5);
+    config_.machine.peak_gflops = measure_gemm_peak_gflops(1.0);
     print("machine: measured f32 GEMM peak " + std::to_string(int(config_.machine.peak_gflops)) +
           " GFLOP/s (MFU is a fraction of it; set machine.peak_gflops to fix it)");
   }
@@ -417,9 +421,8 @@ TrainSummary Trainer::run() {
           format_bytes(double(m.optimizer_bytes)) + ", buffers " +
           format_bytes(double(m.comm_bytes)) + "; ZeRO-" + std::to_string(m.stage) +
           " formula at dp " + std::to_string(m.dp) + ": " +
-          format_bytes(double(m.expected_total())) + " (4 + " +
-          (m.stage == 2 ? "4/dp" : "4") + " + " + (m.stage >= 1 ? "8/dp" : "8") +
-          " bytes per parameter)");
+          format_bytes(double(m.expected_total())) + " (4 + " + (m.stage == 2 ? "4/dp" : "4") +
+          " + " + (m.stage >= 1 ? "8/dp" : "8") + " bytes per parameter)");
   }
   if (step_ > 0)
     print("resumed at step " + std::to_string(step_) + " of " + std::to_string(t.steps));
@@ -431,6 +434,7 @@ TrainSummary Trainer::run() {
   double run_ms = 0;
   int64_t run_steps = 0;
   int64_t saved_at = -1;
+  bool warned_peak = false;
   double interval_ms = 0, interval_tokens = 0;
   while (step_ < t.steps) {
     if (stop_agreed()) {
@@ -444,6 +448,13 @@ TrainSummary Trainer::run() {
     r.elapsed_s = seconds_since(t0);
     r.eta_s = run_ms / double(run_steps) / 1e3 * double(t.steps - step_);
     sum.last_loss = r.loss;
+    if (r.mfu > 1.0 && !warned_peak) {
+      warned_peak = true;  // a peak measured while something else held the cores
+      print("warning: MFU above 100%: the peak of " +
+            std::to_string(int(config_.machine.peak_gflops)) +
+            " GFLOP/s measured at start is too low (was the machine busy?); set "
+            "machine.peak_gflops (tessel bench peak measures it)");
+    }
     log_.write(step_json(r));
     if (hooks_.on_step) hooks_.on_step(r);
     interval_ms += r.step_ms;
