@@ -80,8 +80,7 @@ TEST(TrainCommand, KillDashNineThenResumeIsBitIdentical) {
   EXPECT_TRUE(killed.exit_code == 137 || killed.exit_code == -1) << killed.exit_code;
   EXPECT_EQ(slurp(fs::path(run_b) / "latest"), "step_000015\n");
   EXPECT_EQ(steps_of(fs::path(run_b) / "train.jsonl").size(), 15u);
-  const Outcome resumed =
-      run_tessel("train --resume " + run_b, s.dir);
+  const Outcome resumed = run_tessel("train --resume " + run_b, s.dir);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_NE(resumed.out.find("resumed at step 15 of 30"), std::string::npos) << resumed.out;
 

@@ -247,8 +247,9 @@ TEST(TrainConfig, ValuesOutsideTheirRangeNameKeyAndRange) {
 TEST(TrainConfig, UnknownSectionsAndKeysListTheKnownOnesAndSuggest) {
   std::string m = parse_error("[optimizer]\nlr = 1e-3\n");
   EXPECT_NE(m.find("run.toml:1:1: unknown section 'optimizer'"), std::string::npos) << m;
-  EXPECT_NE(m.find("model, data, train, parallel, optim, eval, checkpoint, log, sample, machine, fault"),
-            std::string::npos)
+  EXPECT_NE(
+      m.find("model, data, train, parallel, optim, eval, checkpoint, log, sample, machine, fault"),
+      std::string::npos)
       << m;
   EXPECT_NE(m.find("did you mean [optim]?"), std::string::npos) << m;
 

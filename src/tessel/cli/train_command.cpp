@@ -67,7 +67,8 @@ void run_train(const TrainArgs& args) {
   const train::TrainConfig config = train::TrainConfig::parse(text, overrides, source);
   const dist::CommPtr dp = data_parallel_comm(args.dp);
   const bool leader = !dp || dp->rank() == 0;
-  if (leader) std::cout << "# tessel train: resolved configuration\n" << config.to_toml() << std::endl;
+  if (leader)
+    std::cout << "# tessel train: resolved configuration\n" << config.to_toml() << std::endl;
   if (args.print_config) return;
   train::Trainer trainer(config, checkpoint, {}, dp);
   const train::TrainSummary sum = trainer.run();

@@ -91,7 +91,7 @@ class Trainer {
   std::shared_ptr<models::GPT2> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<parallel::DataParallel> ddp_;  // averages gradients over dp_, overlapped
-  std::unique_ptr<parallel::ZeroAdamW> zero_;     // parallel.zero_stage 1-2 (optimizer_ is null)
+  std::unique_ptr<parallel::ZeroAdamW> zero_;    // parallel.zero_stage 1-2 (optimizer_ is null)
   LrSchedule schedule_;
   std::shared_ptr<const io::TokenDataset> train_data_, val_data_;
   std::unique_ptr<io::TokenLoader> loader_;
