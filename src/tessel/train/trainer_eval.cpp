@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the trainer does besides stepping: the validation loss over fixed windows, and the sample
+// generated at the end of a run.
+#include <algorithm>
+#include <chrono>
+
+#include "tessel/autograd/grad_mode.h"
+#include "tessel/models/generation.h"
+#include "tessel/train/trainer.h"
+
+namespace tessel::train {
+
+EvalRecord Trainer::evaluate() {
+  EvalRecord r;
+  r.step = step_;
+  if (!val_data_) return r;
+  const auto t0 = std::chrono::steady_clock::now();
+  autograd::NoGradGuard no_grad;
+  model_->eval();
+  io::LoaderOptions lo;
+  lo.seq_len = config_.train.seq_len;
+  lo.shuffle = false;  // the same windows at every evaluation, so the values compare
+  lo.batch = 1;
+  const int64_t windows = io::TokenLoader(val_data_, lo).windows_per_epoch();
+  lo.batch = std::max<int64_t>(1, std::min(config_.train.micro_batch, windows));
+  if (windows == 0) {
+    model_->train();
+    return r;
+  }
+  io::TokenLoader loader(val_data_, lo);
+  const int64_t batches = std::max<int64_t>(1, std::min(config_.eval.batches, windows / lo.batch));
+  double total = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    const io::TokenBatch batch = loader.next();
+    total += model_->loss(batch.x, batch.y).item();
+  }
+  model_->train();
+  r.val_loss = total / double(batches);
+  r.tokens = batches * lo.batch * lo.seq_len;
+  r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  last_val_loss_ = r.val_loss;
+  return r;
+}
+
+std::string Trainer::generate_sample() {
+  const SampleSection& s = config_.sample;
+  std::vector<int64_t> prompt;
+  if (!s.prompt.empty() && tokenizer_) {
+    for (int32_t id : tokenizer_->encode(s.prompt)) prompt.push_back(id);
+  }
+  if (prompt.empty()) prompt.push_back(eot_id_ >= 0 ? eot_id_ : 0);
+  const int64_t room = model_->config().n_positions - int64_t(prompt.size());
+  if (room <= 0) return "";
+  models::GenerationOptions g;
+  g.max_new_tokens = std::min(s.tokens, room);
+  g.sampling.temperature = s.temperature;
+  g.sampling.top_k = s.top_k;
+  g.sampling.seed = s.seed;
+  if (tokenizer_) g.vocab_limit = std::min(model_->config().vocab_size, tokenizer_->vocab_size());
+  autograd::NoGradGuard no_grad;
+  model_->eval();
+  const models::GenerationResult out = models::generate(*model_, prompt, g);
+  model_->train();
+  if (!tokenizer_) {
+    std::string ids;
+    for (int64_t id : out.tokens) ids += (ids.empty() ? "" : " ") + std::to_string(id);
+    return ids;
+  }
+  std::vector<int32_t> all;
+  if (!s.prompt.empty()) {
+    for (int64_t id : prompt) all.push_back(int32_t(id));
+  }
+  for (int64_t id : out.tokens) all.push_back(int32_t(id));
+  return tokenizer_->decode(all);
+}
+
+}  // namespace tessel::train
