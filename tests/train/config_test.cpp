@@ -60,6 +60,7 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.train.recompute, b.train.recompute);
   EXPECT_EQ(a.parallel.zero_stage, b.parallel.zero_stage);
   EXPECT_EQ(a.parallel.bucket_mb, b.parallel.bucket_mb);
+  EXPECT_EQ(a.parallel.overlap, b.parallel.overlap);
   EXPECT_EQ(a.optim.lr, b.optim.lr);
   EXPECT_EQ(a.optim.min_lr_ratio, b.optim.min_lr_ratio);
   EXPECT_EQ(a.optim.warmup_steps, b.optim.warmup_steps);
@@ -93,7 +94,7 @@ const std::vector<std::string> kAllKeys = {
     "data.seed",          "train.steps",         "train.micro_batch",
     "train.seq_len",      "train.grad_accum",    "train.seed",
     "train.threads",      "train.max_bad_steps", "train.recompute",
-    "parallel.zero_stage", "parallel.bucket_mb",
+    "parallel.zero_stage", "parallel.bucket_mb", "parallel.overlap",
     "optim.lr",           "optim.min_lr_ratio",  "optim.warmup_steps",
     "optim.decay",        "optim.weight_decay",  "optim.beta1",
     "optim.beta2",        "optim.eps",           "optim.grad_clip",
@@ -378,7 +379,8 @@ TEST(TrainConfig, KeyTableIsCompleteUniqueAndMapsEachKeyToItsOwnMember) {
     unique.insert(info.key);
     EXPECT_FALSE(info.doc.empty()) << info.key;
     EXPECT_FALSE(info.range.empty()) << info.key;
-    EXPECT_TRUE(info.type == "string" || info.type == "integer" || info.type == "number");
+    EXPECT_TRUE(info.type == "string" || info.type == "integer" || info.type == "number" ||
+                info.type == "boolean");
   }
   EXPECT_EQ(names, kAllKeys);
   EXPECT_EQ(unique.size(), keys.size());
@@ -391,6 +393,7 @@ TEST(TrainConfig, KeyTableIsCompleteUniqueAndMapsEachKeyToItsOwnMember) {
     if (info.key == "optim.decay") value = "linear";
     if (info.key == "train.recompute") value = "full";
     if (info.key == "parallel.zero_stage") value = "2";
+    if (info.type == "boolean") value = "false";
     if (info.type == "number") value = "0.25";
     const TrainConfig changed = TrainConfig::parse("", {info.key + "=" + value});
     std::istringstream a(defaults.to_toml()), b(changed.to_toml());
@@ -434,6 +437,36 @@ TEST(TrainConfig, TrainingDocDocumentsEveryKeyWithItsDefaultAndRange) {
     }
     EXPECT_EQ(rows, 1) << "docs/TRAINING.md needs one table row for `" << info.key << "`";
   }
+}
+
+}  // namespace
+}  // namespace tessel::train
+
+namespace tessel::train {
+namespace {
+
+TEST(TrainConfig, BooleansAreTomlBooleans) {
+  EXPECT_FALSE(TrainConfig::parse("[parallel]\noverlap = false\n", {}).parallel.overlap);
+  EXPECT_FALSE(TrainConfig::parse("", {"parallel.overlap=false"}).parallel.overlap);
+  EXPECT_TRUE(
+      TrainConfig::parse("", {"parallel.overlap=false", "parallel.overlap=true"}).parallel.overlap);
+  for (const auto& [text, overrides] :
+       {std::pair<std::string, std::vector<std::string>>{"[parallel]\noverlap = 1\n", {}},
+        {"", {"parallel.overlap=maybe"}},
+        {"", {"parallel.overlap=\"false\""}}}) {
+    try {
+      TrainConfig::parse(text, overrides);
+      FAIL() << "accepted " << text << (overrides.empty() ? "" : overrides[0]);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("parallel.overlap: expected a boolean"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // The printout reads back.
+  TrainConfig c;
+  c.parallel.overlap = false;
+  EXPECT_FALSE(TrainConfig::parse(c.to_toml(), {}).parallel.overlap);
 }
 
 }  // namespace

@@ -25,17 +25,17 @@
 namespace tessel::train {
 namespace {
 
-enum class Kind { kString, kInteger, kNumber };
+enum class Kind { kString, kInteger, kNumber, kBoolean };
 
 // Where a key's value lives in TrainConfig; integers of every width travel as int64_t.
-using FieldRef = std::variant<std::string*, int64_t*, uint64_t*, int*, double*>;
-using Value = std::variant<std::string, int64_t, double>;
+using FieldRef = std::variant<std::string*, int64_t*, uint64_t*, int*, double*, bool*>;
+using Value = std::variant<std::string, int64_t, double, bool>;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // What a key allows. Intervals without an upper end have hi = infinity.
 struct Range {
-  enum class Shape { kAny, kNonEmpty, kOneOf, kInterval } shape;
+  enum class Shape { kAny, kNonEmpty, kOneOf, kInterval, kBoolean } shape;
   double lo, hi;
   bool lo_open, hi_open;
   std::vector<std::string> choices;
@@ -43,6 +43,7 @@ struct Range {
 
 // clang-format off
 Range any() { return {Range::Shape::kAny, 0, 0, false, false, {}}; }
+Range boolean() { return {Range::Shape::kBoolean, 0, 0, false, false, {}}; }
 Range non_empty() { return {Range::Shape::kNonEmpty, 0, 0, false, false, {}}; }
 Range one_of(std::vector<std::string> c) { return {Range::Shape::kOneOf, 0, 0, false, false, c}; }
 Range at_least(double lo) { return {Range::Shape::kInterval, lo, kInf, false, false, {}}; }
@@ -90,6 +91,8 @@ std::vector<KeyDef> build_key_table() {
                         "ZeRO stage over the dp ranks: 1 partitions optimizer state, 2 gradients"),
       TESSEL_CONFIG_KEY(parallel, bucket_mb, at_least(1),
                         "Gradient bucket size (MiB) for data-parallel averaging"),
+      TESSEL_CONFIG_KEY(parallel, overlap, boolean(),
+                        "Average gradient buckets during backward (false: all after it)"),
       TESSEL_CONFIG_KEY(optim, lr, interval(true, 0, 10, false), "Peak learning rate"),
       TESSEL_CONFIG_KEY(optim, min_lr_ratio, interval(false, 0, 1, false),
                         "The schedule ends at lr * min_lr_ratio"),
@@ -129,8 +132,8 @@ std::vector<KeyDef> build_key_table() {
                         "Drill: SIGKILL this process midway through this step; 0: never"),
   };
   // The kind follows the member's type, in FieldRef's order.
-  constexpr Kind kKindOf[] = {Kind::kString, Kind::kInteger, Kind::kInteger, Kind::kInteger,
-                              Kind::kNumber};
+  constexpr Kind kKindOf[] = {Kind::kString,  Kind::kInteger, Kind::kInteger,
+                              Kind::kInteger, Kind::kNumber,  Kind::kBoolean};
   TrainConfig scratch;
   for (auto& key : keys) key.kind = kKindOf[key.field(scratch).index()];
   return keys;
@@ -145,7 +148,8 @@ const std::vector<KeyDef>& key_table() {
 
 // clang-format off
 const char* kind_name(Kind k) {
-  return k == Kind::kString ? "string" : k == Kind::kNumber ? "number" : "integer";
+  return k == Kind::kString ? "string" : k == Kind::kNumber ? "number"
+                                        : k == Kind::kBoolean ? "boolean" : "integer";
 }
 const char* article(Kind k) { return k == Kind::kInteger ? "an " : "a "; }
 // clang-format on
@@ -186,6 +190,7 @@ std::string toml_string(const std::string& text) {
 std::string toml_literal(const Value& value) {
   if (const auto* s = std::get_if<std::string>(&value)) return toml_string(*s);
   if (const auto* i = std::get_if<int64_t>(&value)) return std::to_string(*i);
+  if (const auto* b = std::get_if<bool>(&value)) return *b ? "true" : "false";
   std::string text = format_number(std::get<double>(value));
   // TOML reads "1" as an integer; keep doubles doubles.
   if (text.find_first_of(".ein") == std::string::npos) text += ".0";
@@ -195,6 +200,7 @@ std::string toml_literal(const Value& value) {
 std::string range_text(const Range& r) {
   if (r.shape == Range::Shape::kAny) return "any";
   if (r.shape == Range::Shape::kNonEmpty) return "non-empty";
+  if (r.shape == Range::Shape::kBoolean) return "true or false";
   if (r.shape == Range::Shape::kOneOf) {
     std::string out = "one of ";
     for (size_t i = 0; i < r.choices.size(); ++i) out += (i ? ", " : "") + r.choices[i];
@@ -312,7 +318,8 @@ void check_key(const std::string& src, const std::string& section, const std::st
 Value read(TrainConfig& config, const KeyDef& key) {
   return std::visit(
       [](auto* field) -> Value {
-        if constexpr (std::is_integral_v<std::remove_pointer_t<decltype(field)>>)
+        using T = std::remove_pointer_t<decltype(field)>;
+        if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
           return static_cast<int64_t>(*field);
         else
           return *field;
@@ -330,6 +337,7 @@ std::string range_violation(const KeyDef& key, const Value& value) {
       return key.full() + " = " + toml_string(*s) + " is not " + range_text(r);
     return "";
   }
+  if (std::holds_alternative<bool>(value)) return "";  // the type check is the whole range
   const bool is_int = std::holds_alternative<int64_t>(value);
   const double x = is_int ? static_cast<double>(std::get<int64_t>(value)) : std::get<double>(value);
   const std::string shown = is_int ? std::to_string(std::get<int64_t>(value)) : format_number(x);
@@ -348,7 +356,7 @@ void assign(TrainConfig& config, const KeyDef& key, const Value& value, const st
   std::visit(
       [&](auto* field) {
         using T = std::remove_pointer_t<decltype(field)>;
-        if constexpr (std::is_integral_v<T>)
+        if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
           *field = static_cast<T>(std::get<int64_t>(value));
         else
           *field = std::get<T>(value);
@@ -362,6 +370,7 @@ Value convert(const KeyDef& key, const toml::node& node, const std::string& src)
   const auto* integer = node.as_integer();
   const auto* floating = node.as_floating_point();
   if (key.kind == Kind::kString && node.is_string()) return node.as_string()->get();
+  if (key.kind == Kind::kBoolean && node.is_boolean()) return node.as_boolean()->get();
   if (key.kind == Kind::kNumber && integer) return static_cast<double>(integer->get());
   if (key.kind == Kind::kNumber && floating) return floating->get();
   if (key.kind == Kind::kInteger && integer) return integer->get();

@@ -39,6 +39,7 @@ struct TrainSection {
 struct ParallelSection {
   int64_t zero_stage = 0;  // 0: replicated optimizer state; 1: partitioned; 2: gradients too
   int64_t bucket_mb = 25;  // gradient bucket size for data parallelism (MiB)
+  bool overlap = true;     // launch each bucket's averaging as soon as its gradients are ready
 };
 
 struct OptimSection {

@@ -169,6 +169,7 @@ void Trainer::build(const std::string& resume) {
   if (dp_) {
     parallel::DataParallelOptions dpo;
     dpo.bucket_bytes = config_.parallel.bucket_mb << 20;
+    dpo.overlap = config_.parallel.overlap;
     dpo.reduction =
         stage == 2 ? parallel::GradReduction::ReduceScatter : parallel::GradReduction::AllReduce;
     ddp_ = std::make_unique<parallel::DataParallel>(model_->named_parameters(), dp_, dpo);
