@@ -194,3 +194,35 @@ TEST(Module, ZeroGradClearsGradients) {
 
 }  // namespace
 }  // namespace tessel::nn
+
+namespace tessel::nn {
+namespace {
+
+TEST(Module, ForwardOverrideReplacesTheBodyBetweenTheHooks) {
+  Linear lin(3, 2, true, Init::none());
+  init::ones_(lin.weight);
+  init::zeros_(lin.bias);
+  std::vector<std::string> calls;
+  lin.register_forward_pre_hook(
+      [&](Module&, const std::vector<Tensor>&) { calls.push_back("pre"); });
+  lin.register_forward_hook(
+      [&](Module&, const std::vector<Tensor>&, Tensor&) { calls.push_back("post"); });
+  const Tensor x = ones({1, 3});
+  EXPECT_EQ(lin.forward(x).data<float>()[0], 3.0f);  // the body: x @ W^T
+  lin.set_forward_override([&](Module& m, const std::vector<Tensor>& in) {
+    calls.push_back("override");
+    EXPECT_EQ(&m, &lin);
+    return full({1, 2}, 7.0);
+  });
+  EXPECT_TRUE(lin.has_forward_override());
+  EXPECT_EQ(lin.forward(x).data<float>()[0], 7.0f);
+  EXPECT_EQ(calls, (std::vector<std::string>{"pre", "post", "pre", "override", "post"}));
+  EXPECT_THROW(
+      lin.set_forward_override([](Module&, const std::vector<Tensor>&) { return Tensor(); }),
+      Error);
+  lin.set_forward_override({});  // restores the body
+  EXPECT_EQ(lin.forward(x).data<float>()[0], 3.0f);
+}
+
+}  // namespace
+}  // namespace tessel::nn

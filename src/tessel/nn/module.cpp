@@ -239,10 +239,16 @@ void Module::remove_hook(int64_t handle) {
 
 Tensor Module::run_forward(const std::vector<Tensor>& inputs, const std::function<Tensor()>& body) {
   for (auto& [h, hook] : pre_hooks_) hook(*this, inputs);
-  Tensor out = body();
+  Tensor out = override_ ? override_(*this, inputs) : body();
   for (auto& [h, hook] : post_hooks_) hook(*this, inputs, out);
   if (parent_ != nullptr) report(path(), out);
   return out;
+}
+
+void Module::set_forward_override(ForwardOverride fn) {
+  TESSEL_CHECK(!fn || !override_, "Module '", path(), "' (", type_name_,
+               ") already has a forward override");
+  override_ = std::move(fn);
 }
 
 void Module::tap(const std::string& what, const Tensor& value) const {

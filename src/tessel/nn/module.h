@@ -28,6 +28,9 @@ using ForwardPreHook = std::function<void(Module& module, const std::vector<Tens
 // Runs after forward; may replace the output.
 using ForwardHook =
     std::function<void(Module& module, const std::vector<Tensor>& inputs, Tensor& output)>;
+// Replaces a module's own forward computation (its parameters stay registered as they are): how
+// parallel styles change what a layer computes without changing the model's code.
+using ForwardOverride = std::function<Tensor(Module& module, const std::vector<Tensor>& inputs)>;
 // Receives every named intermediate ("h.0.ln_1", "h.0.attn.q", ...) of the subtree it observes.
 using ActivationObserver = std::function<void(const std::string& name, const Tensor& value)>;
 
@@ -83,6 +86,10 @@ class Module {
   int64_t register_forward_hook(ForwardHook hook);
   int64_t add_activation_observer(ActivationObserver observer);
   void remove_hook(int64_t handle);
+  // Runs `fn` instead of the module's forward body, between the pre- and post-hooks; an empty
+  // function restores the body. One override per module: a second one is an Error.
+  void set_forward_override(ForwardOverride fn);
+  bool has_forward_override() const { return static_cast<bool>(override_); }
 
  protected:
   // Runs pre-hooks, body(), post-hooks, then reports the output under this module's path.
@@ -107,6 +114,7 @@ class Module {
   std::vector<std::pair<int64_t, ForwardPreHook>> pre_hooks_;
   std::vector<std::pair<int64_t, ForwardHook>> post_hooks_;
   std::vector<std::pair<int64_t, ActivationObserver>> observers_;
+  ForwardOverride override_;
 };
 
 // Submodules named "0", "1", ... in order (GPT-2's "h.N" blocks).
