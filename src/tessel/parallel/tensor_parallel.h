@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+// Tensor-parallel styles for nn::Linear, applied from outside the model code (Megatron-LM's column-
+// and row-parallel linear layers, Shoeybi et al. 2019; the Colwise/Rowwise styles of PyTorch's
+// tensor-parallel API).
+//
+//   style     weight [out, in] holds     input             output               collectives
+//   Colwise   rows: out features S(0)    replicated (f)    S(-1) features       bwd all_reduce
+//   Rowwise   cols: in features  S(1)    S(-1) features    replicated (g) + b   fwd all_reduce
+//
+// Pieces follow the balanced uneven rule of sharding/placement.h. The module keeps its parameter
+// names and handles: the parameter tensors are rebound in place to this rank's piece, so
+// state_dict, named_parameters and optimizers built later see the shards under the same names.
+//
+// Mechanism: Linear::forward is not virtual and a model holds its layers by their concrete type,
+// so neither a subclass nor a wrapper can be swapped in without touching the model. Both styles
+// therefore install a forward override (nn::Module::set_forward_override): the module's hooks
+// and observers run as before, and the override computes the parallel product in place of the
+// layer's body (copy_to_region before the Colwise product, reduce_from_region after the Rowwise
+// product, the Rowwise bias added once after the reduction).
+#pragma once
+
+#include "tessel/dist/communicator.h"
+#include "tessel/nn/layers.h"
+#include "tessel/tensor/tensor.h"
+
+namespace tessel::parallel {
+
+// Shards the output features over `tp`: weight rows and bias. The input must be the full
+// (replicated) activation; the output holds this rank's output features. Needs
+// out_features >= tp->size().
+void parallelize_colwise(nn::Linear& linear, dist::CommPtr tp);
+
+// Shards the input features over `tp`: weight columns; the bias stays whole and is added once
+// after the all_reduce. With `input_is_sharded` the input holds this rank's input features (a
+// preceding Colwise output); otherwise it is the full activation and each rank takes its piece
+// (its gradient is then all-reduced, so every rank gets the full input gradient).
+// Needs in_features >= tp->size().
+void parallelize_rowwise(nn::Linear& linear, dist::CommPtr tp, bool input_is_sharded = true);
+
+enum class TpStyle { None, Colwise, Rowwise };
+// Read from the parameter shapes against in_features()/out_features() (which keep the global
+// sizes), so it needs no registry. A layer sharded over a world of one reads as None.
+TpStyle tp_style(const nn::Linear& linear);
+
+// The full weight [out, in] and bias [out] (or their gradients, with `grad`) on every rank of
+// `tp`, for tests and checkpoints. Collective: every rank of `tp` must call it. Undefined bias:
+// undefined result.
+Tensor gather_full_weight(const nn::Linear& linear, dist::Communicator& tp, bool grad = false);
+Tensor gather_full_bias(const nn::Linear& linear, dist::Communicator& tp, bool grad = false);
+
+}  // namespace tessel::parallel
