@@ -105,6 +105,13 @@ struct AdamWParams {
   int64_t step = 1;  // 1-based; used for bias correction
 };
 
+// Which tensors AdamW decays, as GPT-2 recipes (nanoGPT, Megatron) do: matrices and embeddings,
+// never biases or norm gains; the dimension count tells them apart without name patterns. One rule
+// for every optimizer that shards or replicates the moments.
+inline bool adamw_decays(const Shape& shape) {
+  return shape.ndim() >= 2;
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;

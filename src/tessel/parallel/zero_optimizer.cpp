@@ -97,7 +97,8 @@ ZeroAdamW::ZeroAdamW(DataParallel& dp, const ZeroOptions& options)
     s.places.push_back(i);
     const int64_t begin = std::max(p.offset, s.lo);
     const int64_t end = std::min(p.offset + p.param.numel(), s.lo + s.size);
-    if (end > begin) s.ranges.push_back(Range{i, begin, end - begin, p.param.ndim() >= 2});
+    if (end > begin)
+      s.ranges.push_back(Range{i, begin, end - begin, kernels::adamw_decays(p.param.shape())});
   }
   for (Shard& s : shards_) {
     std::sort(s.ranges.begin(), s.ranges.end(),
@@ -157,12 +158,7 @@ void ZeroAdamW::step(double lr) {
                "); the gradients are not averaged");
   synced_at_step_ = dp_.sync_count();
   ++step_;
-  kernels::AdamWParams h;
-  h.lr = lr;
-  h.beta1 = options_.beta1;
-  h.beta2 = options_.beta2;
-  h.eps = options_.eps;
-  h.step = step_;
+  kernels::AdamWParams h{lr, options_.beta1, options_.beta2, options_.eps, 0.0, step_};
   for (size_t b = 0; b < shards_.size(); ++b) {
     Shard& s = shards_[b];
     const Tensor grads = grad_shard(b);

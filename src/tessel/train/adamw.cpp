@@ -68,9 +68,7 @@ AdamW::AdamW(NamedTensors params, const AdamWOptions& options)
 }
 
 bool AdamW::decays(const std::string& /*name*/, const Shape& shape) {
-  // GPT-2 recipes (nanoGPT, Megatron) decay matrices and embeddings, never biases or norm gains;
-  // the dimension count tells them apart without a list of name patterns.
-  return shape.ndim() >= 2;
+  return kernels::adamw_decays(shape);
 }
 
 int64_t AdamW::decay_count() const {
@@ -99,12 +97,7 @@ void AdamW::step(double lr) {
                  dtype_name(p.dtype()), " ", p.shape(), " (the parameter's)");
   }
   ++step_;
-  kernels::AdamWParams h;
-  h.lr = lr;
-  h.beta1 = options_.beta1;
-  h.beta2 = options_.beta2;
-  h.eps = options_.eps;
-  h.step = step_;
+  kernels::AdamWParams h{lr, options_.beta1, options_.beta2, options_.eps, 0.0, step_};
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i].second;
     Tensor g = p.grad();

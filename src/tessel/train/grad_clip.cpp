@@ -102,20 +102,15 @@ void scale(T* x, int64_t lo, int64_t hi, double factor) {
   }
 }
 
+// Calls fn(T{}) for the floating dtypes gradients come in; other dtypes are an Error.
 template <typename Fn>
 void dispatch(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::F32:
-      return fn(float{});
-    case DType::F64:
-      return fn(double{});
-    case DType::BF16:
-      return fn(BF16{});
-    case DType::F16:
-      return fn(F16{});
-    default:
-      TESSEL_FAIL("grad clipping: unsupported gradient dtype ", dtype_name(dtype));
-  }
+  TESSEL_CHECK(dtype_is_float(dtype), "grad clipping: unsupported gradient dtype ",
+               dtype_name(dtype));
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_integral_v<T>) fn(tag);
+  });
 }
 
 }  // namespace
