@@ -13,6 +13,7 @@
 #include "tessel/core/probe.h"
 #include "tessel/core/threads.h"
 #include "tessel/kernels/backend.h"
+#include "tessel/kernels/gemm_rate.h"
 
 namespace tessel::cli {
 
@@ -25,15 +26,6 @@ using Limits = BenchLimits;
 void emit(json j) {
   j["threads"] = num_threads();
   std::cout << j.dump() << std::endl;
-}
-
-double gemm_gflops(int64_t m, int64_t n, int64_t k, bool ta, bool tb, double budget) {
-  kernels::Backend& be = kernels::cpu_backend();
-  Tensor a = randn(ta ? Shape{k, m} : Shape{m, k}), b = randn(tb ? Shape{n, k} : Shape{k, n});
-  Tensor c = zeros({m, n});
-  auto desc = kernels::dense_gemm_desc(1, m, n, k, ta, tb);
-  Timing t = time_it([&] { be.gemm(desc, a, b, c); }, budget);
-  return 2.0 * double(m) * double(n) * double(k) / t.median_s / 1e9;
 }
 
 // Streaming read of a buffer far larger than the caches: the bandwidth floor of every
@@ -58,7 +50,7 @@ double read_bandwidth_gbs(double budget) {
 Limits bench_peak(double budget) {
   Limits lim;
   for (int64_t s : {1024, 2048}) {
-    double g = gemm_gflops(s, s, s, false, false, budget);
+    double g = kernels::gemm_gflops(s, s, s, false, false, budget);
     emit({{"bench", "peak"}, {"figure", "gemm_f32"}, {"shape", {s, s, s}}, {"gflops", g}});
     lim.gemm_gflops = std::max(lim.gemm_gflops, g);
   }
@@ -94,7 +86,7 @@ void bench_kernels(const Limits& lim, double budget) {
   for (auto [name, ta, tb, m, n, k] : {std::tuple{"gemm_fwd_NT", false, true, rows, 3072L, c},
                                        std::tuple{"gemm_dgrad_NN", false, false, rows, c, 3072L},
                                        std::tuple{"gemm_wgrad_TN", true, false, 3072L, c, rows}}) {
-    double g = gemm_gflops(m, n, k, ta, tb, budget);
+    double g = kernels::gemm_gflops(m, n, k, ta, tb, budget);
     emit({{"bench", "kernels"},
           {"figure", name},
           {"shape", {m, n, k}},

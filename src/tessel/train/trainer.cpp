@@ -18,11 +18,11 @@
 #include "tessel/autograd/engine.h"
 #include "tessel/core/log.h"
 #include "tessel/core/threads.h"
+#include "tessel/kernels/gemm_rate.h"
 #include "tessel/models/gpt2_checkpoint.h"
 #include "tessel/tensor/allocator.h"
 #include "tessel/train/checkpoint.h"
 #include "tessel/train/grad_clip.h"
-#include "tessel/train/peak.h"
 #include "tessel/train/recompute_flops.h"
 #include "tessel/train/stop_signal.h"
 
@@ -334,7 +334,7 @@ TrainSummary Trainer::run() {
   const auto t0 = Clock::now();
   sum.first_step = step_ + 1;
   if (config_.machine.peak_gflops <= 0) {
-    config_.machine.peak_gflops = measure_gemm_peak_gflops(1.0);
+    config_.machine.peak_gflops = kernels::gemm_gflops(1024, 1024, 1024, false, false, 1.0);
     print("machine: measured f32 GEMM peak " + std::to_string(int(config_.machine.peak_gflops)) +
           " GFLOP/s (MFU is a fraction of it; set machine.peak_gflops to fix it)");
   }
