@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../dist/common/thread_checks.h"
 #include "parallel_test_common.h"
 #include "tessel/core/error.h"
 #include "tessel/dist/threads/thread_world.h"
@@ -23,23 +24,13 @@ namespace tessel::parallel::test_util {
 
 using Grads = std::vector<std::vector<double>>;
 
-// Runs body(world) on n thread-ranks; a rank that throws fails the run.
 inline void run_world(int n, const std::function<void(dist::CommPtr)>& body) {
-  dist::ThreadWorld::run(n, [&](dist::Communicator& world) {
-    // Not owning: the world outlives the body.
-    body(dist::CommPtr(&world, [](dist::Communicator*) {}));
-  });
+  tessel::test::run_thread_world(n, body);
 }
 
-// Checks from several threads, reported once on the test thread: gtest assertions are only
-// reliable on the thread running the test.
-class Checks {
+// The shared thread-world checks, plus gradients compared parameter by parameter.
+class Checks : public tessel::test::ThreadChecks {
  public:
-  void expect(bool ok, const std::string& what) {
-    std::lock_guard lock(mutex_);
-    ++checks_;
-    if (!ok && failures_++ < 8) report_ += what + "\n";
-  }
   void expect_grads(const Grads& got, const Grads& want, double tol, const std::string& what) {
     for (size_t i = 0; i < want.size(); ++i) {
       double e = rel_err(got[i], want[i]);
@@ -47,26 +38,6 @@ class Checks {
              what + ": parameter " + std::to_string(i) + " relative error " + std::to_string(e));
     }
   }
-  template <typename Fn>
-  void expect_throw(Fn&& fn, const std::string& needle, const std::string& what) {
-    std::string message;
-    try {
-      fn();
-    } catch (const Error& e) {
-      message = e.what();
-    }
-    expect(message.find(needle) != std::string::npos,
-           what + ": expected an Error naming '" + needle + "', got '" + message + "'");
-  }
-  void verify() const {
-    EXPECT_EQ(failures_, 0) << report_;
-    EXPECT_GT(checks_, 0);
-  }
-
- private:
-  std::mutex mutex_;
-  int checks_ = 0, failures_ = 0;
-  std::string report_;
 };
 
 // A GPT-2 small enough for every test on thread worlds (tied embeddings, two blocks) with `rows`

@@ -130,12 +130,8 @@ JsonlLog::JsonlLog(const std::string& path, int64_t resume_step) {
       if (step <= resume_step) kept.push_back(line);
     }
   }
-  if (resume_step < 0 || !fs::exists(path)) {
-    out_.open(path, std::ios::out | std::ios::trunc);
-  } else {
-    out_.open(path, std::ios::out | std::ios::trunc);
-    for (const auto& line : kept) out_ << line << '\n';
-  }
+  out_.open(path, std::ios::out | std::ios::trunc);
+  for (const auto& line : kept) out_ << line << '\n';
   TESSEL_CHECK(out_.good(), "train: cannot write the JSONL log ", path);
   out_.flush();
 }
