@@ -283,7 +283,10 @@ bool Trainer::train_step(StepRecord& r) {
               ? flops_per_token_ * r.tokens_per_s /
                     (config_.machine.peak_gflops * 1e9 * double(dp_size()))
               : 0.0;
-  r.hfu = r.mfu * (flops_per_token_ + recompute_flops_per_token_) / flops_per_token_;
+  // Exactly the MFU when nothing is recomputed (x*f/f need not round back to x).
+  r.hfu = recompute_flops_per_token_ > 0
+              ? r.mfu * (flops_per_token_ + recompute_flops_per_token_) / flops_per_token_
+              : r.mfu;
   const parallel::MemoryReport mem = memory_report();
   r.param_bytes = mem.param_bytes;
   r.grad_bytes = mem.grad_bytes;
