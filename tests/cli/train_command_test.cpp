@@ -189,7 +189,8 @@ TEST(TrainCommand, BadConfigurationsFailWithOneLine) {
         Case{" --set train.seq_len=64", "n_positions = 32"},
         Case{" --set train.micro_batch=100000", "train.micro_batch = 100000"},
         Case{" --set data.dir=/nonexistent", "/nonexistent"},
-        Case{" --dp 2", "--dp 2 needs 2 ranks, but the job has 1"}}) {
+        Case{" --dp 2", "--dp 2 x --tp 1 x --pp 1 = 2 ranks, but the job has 1"},
+        Case{" --dp 0", "parallel degrees must be >= 1, got --dp 0"}}) {
     const Outcome r = run_tessel(s.common + run + c.flags, s.dir);
     EXPECT_EQ(r.exit_code, 1) << c.flags;
     EXPECT_NE(r.err.find("tessel: error: "), std::string::npos) << r.err;

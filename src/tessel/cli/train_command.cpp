@@ -23,20 +23,22 @@ struct TrainArgs {
   std::string config_file, resume;
   std::vector<std::string> overrides;
   bool print_config = false;
-  int dp = 1;
+  int dp = 1, tp = 1, pp = 1;
 };
 
-// The data-parallel communicator of `mpirun -np N tessel train --dp N` (null for one process).
-dist::CommPtr data_parallel_comm(int dp) {
-  TESSEL_CHECK(dp >= 1, "train: --dp ", dp, " must be >= 1");
+// The mesh of `mpirun -np N tessel train --dp A --tp B --pp C` (A * B * C = N), checked against the
+// launch before any communication.
+train::TrainLayout train_layout(const TrainArgs& a) {
+  TESSEL_CHECK(a.dp >= 1 && a.tp >= 1 && a.pp >= 1,
+               "train: parallel degrees must be >= 1, got --dp ", a.dp, " --tp ", a.tp, " --pp ",
+               a.pp);
+  const int n = a.dp * a.tp * a.pp;
   const dist::LaunchInfo launch = dist::detect_launch();
-  TESSEL_CHECK(launch.size == dp, "train: --dp ", dp, " needs ", dp, " ranks, but the job has ",
-               launch.size, " (", launch.describe(), "); start it with mpirun -np ", dp,
-               " or give --dp ", launch.size);
-  if (dp == 1) return nullptr;
-  dist::CommPtr world = dist::init_world();
-  auto mesh = std::make_shared<dist::DeviceMesh>(world, "dp=" + std::to_string(dp));
-  return mesh->comm_ptr("dp");
+  TESSEL_CHECK(launch.size == n, "train: --dp ", a.dp, " x --tp ", a.tp, " x --pp ", a.pp, " = ", n,
+               " ranks, but the job has ", launch.size, " (", launch.describe(),
+               "); start it with mpirun -np ", n, " or change the degrees");
+  if (n == 1) return {};
+  return train::make_layout(dist::init_world(), a.dp, a.tp, a.pp);
 }
 
 void run_train(const TrainArgs& args) {
@@ -65,12 +67,12 @@ void run_train(const TrainArgs& args) {
     }
   }
   const train::TrainConfig config = train::TrainConfig::parse(text, overrides, source);
-  const dist::CommPtr dp = data_parallel_comm(args.dp);
-  const bool leader = !dp || dp->rank() == 0;
+  const train::TrainLayout layout = train_layout(args);
+  const bool leader = layout.world_rank() == 0;
   if (leader)
     std::cout << "# tessel train: resolved configuration\n" << config.to_toml() << std::endl;
   if (args.print_config) return;
-  train::Trainer trainer(config, checkpoint, {}, dp);
+  train::Trainer trainer(config, checkpoint, {}, layout);
   const train::TrainSummary sum = trainer.run();
   if (sum.val_loss && leader) {
     std::cout << "done: " << sum.last_step << " steps, val loss " << *sum.val_loss << ", "
@@ -92,6 +94,10 @@ void add_train_command(CLI::App& app) {
                   "Continue a run directory (its newest complete checkpoint) or one checkpoint");
   cmd->add_option("--dp", args->dp,
                   "Data-parallel ranks: run under mpirun -np N (or srun, torchrun) with --dp N")
+      ->capture_default_str();
+  cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (dp x tp x pp = the number of ranks)")
+      ->capture_default_str();
+  cmd->add_option("--pp", args->pp, "Pipeline-parallel stages (dp x tp x pp = the number of ranks)")
       ->capture_default_str();
   cmd->add_flag("--print-config", args->print_config, "Print the resolved configuration and exit");
   cmd->callback([args] { run_train(*args); });

@@ -81,10 +81,15 @@ models::GPT2Config resolve_model_config(const std::string& spec) {
 }
 
 Trainer::Trainer(const TrainConfig& config, const std::string& resume, TrainerHooks hooks,
-                 dist::CommPtr dp)
-    : config_(config), hooks_(std::move(hooks)), dp_(std::move(dp)), rng_(config.train.seed) {
-  if (dp_ && dp_->size() == 1) dp_.reset();
+                 TrainLayout layout)
+    : config_(config),
+      hooks_(std::move(hooks)),
+      layout_(std::move(layout)),
+      dp_(layout_.dp),
+      rng_(config.train.seed) {
   config_.validate();
+  TESSEL_CHECK(layout_.tp_size() == 1 && layout_.pp_size() == 1, "train: ", layout_.str(),
+               ": tensor and pipeline parallelism are not implemented in the trainer yet");
   if (config_.train.threads > 0) set_num_threads(config_.train.threads);
   build(resume);
 }

@@ -20,6 +20,7 @@
 #include "tessel/parallel/zero_optimizer.h"
 #include "tessel/train/adamw.h"
 #include "tessel/train/config.h"
+#include "tessel/train/layout.h"
 #include "tessel/train/lr_schedule.h"
 #include "tessel/train/metrics.h"
 
@@ -48,11 +49,11 @@ struct TrainerHooks {
 class Trainer {
  public:
   // `resume` is "" (start fresh; an existing run directory with checkpoints is an Error: use
-  // --resume) or a checkpoint directory. `dp`: the data-parallel communicator (null or a world of
-  // one: a single process); each of its ranks trains on its own rows of every global batch, and
-  // rank 0 alone prints, logs and writes checkpoints.
+  // --resume) or a checkpoint directory. `layout`: this rank's mesh (default: one process); each
+  // dp rank trains on its own rows of every global batch, and world rank 0 alone prints, logs and
+  // writes checkpoints.
   Trainer(const TrainConfig& config, const std::string& resume = "", TrainerHooks hooks = {},
-          dist::CommPtr dp = nullptr);
+          TrainLayout layout = {});
   ~Trainer();
 
   TrainSummary run();
@@ -75,7 +76,7 @@ class Trainer {
   bool train_step(StepRecord& record);
   std::string generate_sample();
 
-  bool leader() const { return !dp_ || dp_->rank() == 0; }
+  bool leader() const { return layout_.world_rank() == 0; }
   int dp_size() const { return dp_ ? dp_->size() : 1; }
   // The mean of `value` over the dp ranks (value itself without data parallelism).
   double dp_mean(double value) const;
@@ -85,7 +86,8 @@ class Trainer {
 
   TrainConfig config_;
   TrainerHooks hooks_;
-  dist::CommPtr dp_;
+  TrainLayout layout_;
+  dist::CommPtr dp_;  // layout_.dp
   std::string run_dir_;
   Generator rng_;  // model initialisation, then dropout
   std::shared_ptr<models::GPT2> model_;
