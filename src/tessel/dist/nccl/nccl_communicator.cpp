@@ -50,12 +50,15 @@ ncclDataType_t nccl_type(DType dtype) {
   TESSEL_FAIL("nccl: no datatype for dtype ", int(dtype));
 }
 
-ncclRedOp_t nccl_op(ReduceOp op) {
+// On one rank the average is the sum. Asking NCCL for ncclAvg there is also wrong in practice: its
+// one-rank out-of-place average left every element past the first 2^20 unwritten (seen on an H200
+// with NCCL 2.28.9, tests/dist/mpi/nccl_gpu_main.cpp), while ncclSum is a plain copy.
+ncclRedOp_t nccl_op(ReduceOp op, int ranks) {
   switch (op) {
     case ReduceOp::Sum:
       return ncclSum;
     case ReduceOp::Avg:
-      return ncclAvg;
+      return ranks == 1 ? ncclSum : ncclAvg;
     case ReduceOp::Max:
       return ncclMax;
   }
@@ -170,12 +173,12 @@ cudaEvent_t NcclCommunicator::enqueue(const OpCall& c) {
   switch (c.kind) {
     case OpKind::AllReduce:
       check_nccl(ncclAllReduce(c.in.data_ptr(), c.out.data_ptr(), size_t(c.out.numel()), type,
-                               nccl_op(c.reduce), comm_, stream_),
+                               nccl_op(c.reduce, n), comm_, stream_),
                  what, l);
       break;
     case OpKind::ReduceScatter:
       check_nccl(ncclReduceScatter(c.in.data_ptr(), c.out.data_ptr(), size_t(c.out.numel()), type,
-                                   nccl_op(c.reduce), comm_, stream_),
+                                   nccl_op(c.reduce, n), comm_, stream_),
                  what, l);
       break;
     case OpKind::AllGather:
@@ -311,7 +314,14 @@ CommPtr make_nccl_communicator(Communicator& bootstrap, int device) {
   bootstrap.broadcast(buf, 0);
   std::memcpy(&id, buf.data_ptr(), sizeof(id));
   ncclComm_t comm = nullptr;
-  check_nccl(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()), "init", l);
+  const ncclResult_t init = ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank());
+  const int local = launch_info().local_size;
+  TESSEL_CHECK(init != ncclInvalidUsage || local <= count, "nccl: init on axis '", l,
+               "' failed: invalid usage; this node runs ", local, " ranks but this process sees ",
+               count,
+               " CUDA device(s), and NCCL refuses two ranks on one GPU (give each rank its "
+               "own GPU, e.g. with CUDA_VISIBLE_DEVICES)");
+  check_nccl(init, "init", l);
   CommInfo info = bootstrap.info();
   info.label = process_context().unique_label(l + "/nccl");
   info.backend = "nccl";
