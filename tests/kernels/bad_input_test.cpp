@@ -157,12 +157,16 @@ TEST_P(BadInput, DropoutProbability) {
   expect_error([&] { be().dropout(x, y_bad, 0.5, 0, 0); }, {"dropout", "y", "[8]"});
 }
 
-// The reference backend accepts f64 only; the CPU backend rejects what it cannot run.
-TEST(BadInputDtype, ReferenceRejectsF32AndCpuRejectsBf16) {
+// The reference backend accepts f64 only; the CPU backend rejects what it cannot run: AdamW on
+// 16-bit weights (master weights are f32) and operands whose 16-bit dtypes disagree.
+TEST(BadInputDtype, ReferenceRejectsF32AndCpuRejectsBf16AdamWAndMixedDtypes) {
   Tensor x = zeros({7, 13}, DType::F32), y = zeros({7, 13}, DType::F32);
   expect_error([&] { reference_backend().softmax(x, y, false); }, {"softmax", "reference", "f32"});
-  Tensor xb = zeros({7, 13}, DType::BF16), yb = zeros({7, 13}, DType::BF16);
-  expect_error([&] { cpu_backend().unary(UnaryOp::Gelu, xb, yb); }, {"unary", "cpu", "bf16"});
+  Tensor pb = zeros({7, 13}, DType::BF16), gb = zeros({7, 13}, DType::BF16);
+  Tensor m = zeros({7, 13}, DType::F32), v = zeros({7, 13}, DType::F32);
+  expect_error([&] { cpu_backend().adamw(pb, gb, m, v, AdamWParams{}); }, {"adamw", "cpu", "bf16"});
+  Tensor yh = zeros({7, 13}, DType::F16);
+  expect_error([&] { cpu_backend().unary(UnaryOp::Gelu, pb, yh); }, {"unary", "bf16", "f16"});
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BadInput, ::testing::Bool(),

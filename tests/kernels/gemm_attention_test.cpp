@@ -162,12 +162,12 @@ TEST(AttentionBadInput, RejectedByBothBackends) {
   }
 }
 
-TEST(AttentionBadInput, UnsupportedDTypeOnCpu) {
+TEST(AttentionBadInput, MixedDTypesOnCpu) {
   AttentionDesc d = small_desc();
-  Tensor q = zeros({2, 5, 4, 8}, DType::BF16), k = zeros({2, 7, 2, 8}, DType::BF16);
+  Tensor q = zeros({2, 5, 4, 8}, DType::BF16), k = zeros({2, 7, 2, 8}, DType::F16);
   Tensor out = zeros({2, 5, 4, 8}, DType::BF16), lse = zeros({2, 4, 5}, DType::F32);
   expect_error([&] { kernels::cpu_backend().attention(d, q, k, k, Tensor(), out, lse); },
-               {"attention", "bf16"});
+               {"attention", "k", "f16", "bf16"});
 }
 
 // A batch row whose keys are all padding yields exactly 0 and lse = -inf, and no gradient.

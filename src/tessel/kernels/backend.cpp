@@ -5,6 +5,14 @@
 
 namespace tessel::kernels {
 
+void Backend::convert(const Tensor& src, Tensor& dst) {
+  TESSEL_CHECK(src.defined() && dst.defined() && src.numel() == dst.numel(),
+               "convert: source and destination must be defined and equally sized, got ",
+               src.defined() ? src.numel() : -1, " and ", dst.defined() ? dst.numel() : -1,
+               " elements");
+  convert_elements(src.data_ptr(), src.dtype(), dst.data_ptr(), dst.dtype(), size_t(src.numel()));
+}
+
 std::string_view op_name(Op op) {
   static constexpr std::string_view kNames[] = {"gemm",
                                                 "unary",

@@ -177,6 +177,10 @@ class Backend {
   // y = x * keep / (1 - p) with keep_i = uniform_at(seed, offset, i) >= p. The mask is never
   // stored: backward regenerates it from (seed, offset).
   virtual void dropout(const Tensor& x, Tensor& y, double p, uint64_t seed, uint64_t offset) = 0;
+
+  // dst = src in dst's dtype (equal element counts; float -> bf16/f16 rounds to nearest even).
+  // The default converts element by element on the host; backends override it with fast paths.
+  virtual void convert(const Tensor& src, Tensor& dst);
 };
 
 // The backend for a device (the CPU backend for Device::cpu()).

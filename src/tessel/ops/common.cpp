@@ -19,7 +19,8 @@ void check_float(const Tensor& t, std::string_view op, std::string_view what, ke
   TESSEL_CHECK(t.defined(), op, ": ", what, " is undefined");
   TESSEL_CHECK(backend(t).supports(kernel, t.dtype()), op, ": ", what, " ", describe(t),
                " has a dtype the ", backend(t).name(), " backend does not support for ",
-               kernels::op_name(kernel), " (expected f32 or f64)");
+               kernels::op_name(kernel),
+               " (the cpu backend runs f32, f64, bf16 and f16; AdamW f32 and f64)");
 }
 
 void check_same_kind(const Tensor& a, std::string_view a_name, const Tensor& b,

@@ -6,6 +6,7 @@
 
 #include "tessel/ops/activation.h"
 #include "tessel/ops/attention.h"
+#include "tessel/ops/cast.h"
 #include "tessel/ops/dropout.h"
 #include "tessel/ops/elementwise.h"
 #include "tessel/ops/embedding.h"

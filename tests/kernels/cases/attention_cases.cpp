@@ -6,7 +6,7 @@
 // long sequences appear in a few cases only.
 #include <cmath>
 
-#include "cases.h"
+#include "case_helpers.h"
 
 namespace tessel::testing {
 
@@ -88,7 +88,7 @@ OpCase forward_case(const AttnSpec& s, DType dt) {
   c.run = [desc](kernels::Backend& be, const Tensors& in, Tensors& out) {
     be.attention(desc, in[0], in[1], in[2], in[3], out[0], out[1]);
   };
-  c.max_nmse = dt == DType::F64 ? 1e-24 : 1e-10;
+  c.max_nmse = case_helpers::tolerance(dt, 1e-10, 1e-24);
   c.flops = attn_flops(s);
   c.bytes = double(2 * in_q(s) + 2 * s.batch * s.tk * s.kv_heads * s.dim) * dtype_size(dt);
   return c;
@@ -114,7 +114,7 @@ OpCase backward_case(const AttnSpec& s, DType dt) {
     be.attention_backward(desc, in[0], in[1], in[2], in[3], out[0], out[1], in[4], out[2], out[3],
                           out[4]);
   };
-  c.max_nmse = dt == DType::F64 ? 1e-24 : 1e-10;
+  c.max_nmse = case_helpers::tolerance(dt, 1e-10, 1e-24);
   c.flops = 2.5 * attn_flops(s);
   c.bytes = double(4 * in_q(s) + 4 * s.batch * s.tk * s.kv_heads * s.dim) * dtype_size(dt);
   return c;
@@ -136,7 +136,7 @@ void add_attention_cases(std::vector<OpCase>& v) {
       {1, 128, 128, 4, 4, 64, false, false, 4.0},
   };
   for (const AttnSpec& s : kBoth)
-    for (DType dt : {DType::F32, DType::F64}) {
+    for (DType dt : case_helpers::kCaseDTypes) {
       v.push_back(forward_case(s, dt));
       // With a single key P == 1, so dq and dk are exactly 0 and relative error is undefined.
       if (s.tk > 1) v.push_back(backward_case(s, dt));

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Cross-entropy cases, forward and backward: i32 and i64 targets with ignore_index rows (the
 // usual -100, and an in-vocabulary ignore_index), a vocabulary of one, a single row, logits of
-// large magnitude (spread +-50 and beyond), and a GPT-2-sized vocabulary. f32 and f64.
+// large magnitude (spread +-50 and beyond), and a GPT-2-sized vocabulary. f32, f64, bf16, f16.
 #include "case_helpers.h"
 #include "tessel/kernels/reference/reference_backend.h"
 
@@ -99,7 +99,7 @@ void add_cross_entropy_cases(std::vector<OpCase>& v) {
       {"huge", 7, 33, 300, -1, 2, DType::I32},
       {"gpt2", 33, 50257, 3, -100, 5},
   };
-  for (DType dt : {DType::F32, DType::F64})
+  for (DType dt : case_helpers::kCaseDTypes)
     for (const CrossEntropySpec& s : kSpecs) {
       v.push_back(cross_entropy_case(s, dt));
       v.push_back(cross_entropy_backward_case(s, dt));

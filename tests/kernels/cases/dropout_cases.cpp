@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Dropout cases: p in {0, 0.1, 0.5, 1}, offsets that are not multiples of the Philox block (4),
 // and sizes that split over threads at arbitrary positions. The mask must equal the one
-// tessel::uniform_at defines (the reference draws it element by element). f32 and f64.
+// tessel::uniform_at defines (the reference draws it element by element). f32, f64, bf16, f16.
 #include "case_helpers.h"
 
 namespace tessel::testing {
@@ -52,7 +52,7 @@ void add_dropout_cases(std::vector<OpCase>& v) {
       {"p0.1_threads", {33, 1025}, 0.1, 6, 2},
       {"p0.5_threads", {1024, 769}, 0.5, 7, 11},
   };
-  for (DType dt : {DType::F32, DType::F64})
+  for (DType dt : case_helpers::kCaseDTypes)
     for (const DropoutSpec& s : kSpecs) v.push_back(dropout_case(s, dt));
 }
 

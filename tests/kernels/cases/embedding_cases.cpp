@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Embedding cases: gather with i32 and i64 ids, multi-dim id tensors, a 1 x 1 table, and the
-// scatter-add backward with many repeated ids accumulating onto a non-zero dweight. f32, f64.
+// scatter-add backward with many repeated ids accumulating onto a non-zero dweight. f32, f64, bf16,
+// f16.
 #include "case_helpers.h"
 
 namespace tessel::testing {
@@ -88,7 +89,7 @@ void add_embedding_cases(std::vector<OpCase>& v) {
       {"repeats", 7, 1, {33}, DType::I32},
       {"gpt2", 1024, 768, {4, 257}},
   };
-  for (DType dt : {DType::F32, DType::F64})
+  for (DType dt : case_helpers::kCaseDTypes)
     for (const EmbeddingSpec& s : kSpecs) {
       v.push_back(embedding_case(s, dt));
       v.push_back(embedding_backward_case(s, dt));

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // GEMM cases: every transpose combination on odd shapes, batched and strided-batched products
 // (shared A or B, overlapping A), padded leading dimensions and batch strides, alpha / beta other
-// than 1 / 0, k == 0, and C full of NaN with beta == 0 (C must not be read), in f32 and f64.
+// than 1 / 0, k == 0, and C full of NaN with beta == 0 (C must not be read), in f32, f64, bf16,
+// f16.
 #include <cmath>
 #include <limits>
 
-#include "cases.h"
+#include "case_helpers.h"
 
 namespace tessel::testing {
 
@@ -45,7 +46,7 @@ OpCase gemm_case(const GemmSpec& spec, DType dtype) {
   c.run = [d](kernels::Backend& be, const Tensors& in, Tensors& out) {
     be.gemm(d, in[0], in[1], out[0]);
   };
-  c.max_nmse = dtype == DType::F64 ? 1e-24 : 1e-10;
+  c.max_nmse = case_helpers::tolerance(dtype, 1e-10, 1e-24);
   c.flops = 2.0 * d.batch * d.m * d.n * d.k;
   c.bytes = double(na + nb + (d.beta != 0 ? 2 : 1) * nc) * dtype_size(dtype);
   return c;
@@ -134,7 +135,7 @@ std::vector<GemmSpec> gemm_specs() {
 
 void add_gemm_cases(std::vector<OpCase>& v) {
   for (const GemmSpec& s : gemm_specs())
-    for (DType dt : {DType::F32, DType::F64}) v.push_back(gemm_case(s, dt));
+    for (DType dt : case_helpers::kCaseDTypes) v.push_back(gemm_case(s, dt));
 }
 
 }  // namespace tessel::testing

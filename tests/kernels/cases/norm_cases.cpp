@@ -2,7 +2,7 @@
 // LayerNorm and RMSNorm cases, forward and backward: with and without the affine parameters,
 // rows of one element, a single row, inputs far from zero mean (the variance must not come from
 // E[x^2] - mean^2), 3-d inputs and transformer-sized rows split over threads. Gradients of the
-// parameters start as garbage in the outputs: the kernels must overwrite them. f32 and f64.
+// parameters start as garbage in the outputs: the kernels must overwrite them. f32, f64, bf16, f16.
 #include "case_helpers.h"
 #include "tessel/kernels/reference/reference_backend.h"
 
@@ -177,7 +177,7 @@ void add_norm_cases(std::vector<OpCase>& v) {
       {"3d", {3, 5, 33}},
       {"gpt2", {1024, 768}},
   };
-  for (DType dt : {DType::F32, DType::F64})
+  for (DType dt : case_helpers::kCaseDTypes)
     for (const NormSpec& s : kSpecs) {
       v.push_back(layer_norm_case(s, dt));
       v.push_back(layer_norm_backward_case(s, dt));

@@ -2,7 +2,7 @@
 // Reduction cases: Sum / Mean / Max / Min over the last dim (row reduction), the first or all
 // leading dims (the bias-gradient pattern), a middle dim, several non-adjacent dims, every dim
 // (small, and large enough for the blocked full reduction), size-1 dims (a copy), rows of one
-// element and NaN inputs; in f32 and f64.
+// element and NaN inputs; in f32, f64, bf16, f16.
 #include <cmath>
 
 #include "case_helpers.h"
@@ -65,7 +65,7 @@ void add_reduce_cases(std::vector<OpCase>& v) {
       {"single_col", {33, 1}, {0}},     {"none", {7, 13}, {}},
   };
   const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min};
-  for (DType dt : {DType::F32, DType::F64}) {
+  for (DType dt : case_helpers::kCaseDTypes) {
     for (ReduceOp op : kOps)
       for (const ReduceSpec& s : kSpecs) v.push_back(reduce_case(op, s, dt));
     // Sizes that split over threads: bias gradient of a [tokens, C] activation, row sums,

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Softmax and log-softmax cases, forward and backward: odd row lengths, a single row, rows of one
 // element, large-magnitude inputs (spread +-50 and beyond) that overflow exp without the max
-// subtraction, -inf (masked) entries, 3-d inputs, a size that splits over threads; f32, f64.
+// subtraction, -inf (masked) entries, 3-d inputs, a size that splits over threads; f32, f64, bf16
+// and f16.
 #include <cmath>
 
 #include "case_helpers.h"
@@ -79,7 +80,7 @@ void add_softmax_cases(std::vector<OpCase>& v) {
       {"large", {13, 33}, 50},  {"huge", {7, 257}, 200},      {"3d", {3, 5, 33}, 3},
       {"wide", {257, 1024}, 4}, {"masked", {7, 33}, 2, true},
   };
-  for (DType dt : {DType::F32, DType::F64})
+  for (DType dt : case_helpers::kCaseDTypes)
     for (bool log : {false, true})
       for (const SoftmaxSpec& s : kSpecs) {
         v.push_back(softmax_case(s, log, dt));

@@ -11,6 +11,8 @@
 #include "tessel/kernels/cpu/attention_check.h"
 #include "tessel/kernels/cpu/attention_common.h"
 #include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/half_convert.h"
+#include "tessel/kernels/cpu/half_kernels.h"
 
 namespace tessel::kernels {
 
@@ -169,6 +171,7 @@ void forward(const AttentionDesc& d, const Tensor& q, const Tensor& k, const Ten
 void CpuBackend::attention(const AttentionDesc& d, const Tensor& q, const Tensor& k,
                            const Tensor& v, const Tensor& mask, Tensor& out, Tensor& lse) {
   check_attention("attention", d, q, k, v, mask, out, lse);
+  if (cpu::is_half(q.dtype())) return cpu::half_attention(*this, d, q, k, v, mask, out, lse);
   switch (q.dtype()) {
     case DType::F32:
       return forward<float>(d, q, k, v, mask, out, lse);

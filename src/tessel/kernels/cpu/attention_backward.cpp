@@ -12,6 +12,8 @@
 #include "tessel/kernels/cpu/attention_check.h"
 #include "tessel/kernels/cpu/attention_common.h"
 #include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/half_convert.h"
+#include "tessel/kernels/cpu/half_kernels.h"
 
 namespace tessel::kernels {
 
@@ -167,6 +169,8 @@ void CpuBackend::attention_backward(const AttentionDesc& d, const Tensor& q, con
                                     const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk,
                                     Tensor& dv) {
   check_attention_backward("attention_backward", d, q, k, v, mask, out, lse, dout, dq, dk, dv);
+  if (cpu::is_half(q.dtype()))
+    return cpu::half_attention_backward(*this, d, q, k, v, mask, out, lse, dout, dq, dk, dv);
   switch (q.dtype()) {
     case DType::F32:
       return backward<float>(d, q, k, v, mask, out, lse, dout, dq, dk, dv);

@@ -7,6 +7,8 @@
 
 #include "tessel/core/threads.h"
 #include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/half_convert.h"
+#include "tessel/kernels/cpu/half_kernels.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
 #include "tessel/kernels/cpu/loops.h"
 
@@ -143,6 +145,7 @@ void binary_impl(BinaryOp op, const Plan& p, const T* a, const T* b, T* out, int
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   validate_binary(*this, op, a, b, out);
+  if (cpu::is_half(a.dtype())) return cpu::half_binary(*this, op, a, b, out);
   if (out.numel() == 0) return;
   Plan plan = make_plan(a.shape(), b.shape(), out.shape());
   cpu::dispatch_float(a.dtype(), [&](auto tag) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CPU backend: GEMM through oneDNN (fp64 through OpenBLAS), everything else hand-written,
-// vectorised by the compiler for the host ISA and parallel over tessel's one OpenMP pool.
+// vectorised by the compiler for the host ISA and parallel over tessel's one OpenMP pool. bf16 and
+// f16 tensors are stored in 16 bits and computed in f32 (half_kernels.h).
 // Each kernel family lives in its own file in this folder.
 #pragma once
 
@@ -45,6 +46,7 @@ class CpuBackend final : public Backend {
   void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
              const AdamWParams& params) override;
   void dropout(const Tensor& x, Tensor& y, double p, uint64_t seed, uint64_t offset) override;
+  void convert(const Tensor& src, Tensor& dst) override;
 };
 
 }  // namespace tessel::kernels

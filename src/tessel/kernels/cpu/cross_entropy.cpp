@@ -6,6 +6,8 @@
 
 #include "tessel/core/threads.h"
 #include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/half_convert.h"
+#include "tessel/kernels/cpu/half_kernels.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
 #include "tessel/kernels/cpu/loops.h"
 #include "tessel/kernels/cpu/simd_math.h"
@@ -62,6 +64,8 @@ void cross_entropy_backward_impl(const T* logits, IndexView target, const T* lse
 void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                Tensor& losses, Tensor& lse) {
   RowShape r = validate_cross_entropy(*this, logits, targets, ignore_index, losses, lse);
+  if (cpu::is_half(logits.dtype()))
+    return cpu::half_cross_entropy(*this, logits, targets, ignore_index, losses, lse);
   cpu::dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cross_entropy_impl<T>(logits.data<T>(), IndexView(targets), ignore_index, losses.data<T>(),
@@ -74,6 +78,9 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
                                         int64_t ignore_index, Tensor& dlogits) {
   RowShape r =
       validate_cross_entropy_backward(*this, logits, targets, lse, dlosses, ignore_index, dlogits);
+  if (cpu::is_half(logits.dtype()))
+    return cpu::half_cross_entropy_backward(*this, logits, targets, lse, dlosses, ignore_index,
+                                            dlogits);
   cpu::dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cross_entropy_backward_impl<T>(logits.data<T>(), IndexView(targets), lse.data<T>(),

@@ -7,6 +7,8 @@
 
 #include "tessel/core/threads.h"
 #include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/half_convert.h"
+#include "tessel/kernels/cpu/half_kernels.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
 #include "tessel/kernels/cpu/loops.h"
 
@@ -80,6 +82,7 @@ void dropout_impl(const T* x, T* y, int64_t n, double p, uint64_t seed, uint64_t
 
 void CpuBackend::dropout(const Tensor& x, Tensor& y, double p, uint64_t seed, uint64_t offset) {
   validate_dropout(*this, x, y, p);
+  if (cpu::is_half(x.dtype())) return cpu::half_dropout(*this, x, y, p, seed, offset);
   if (x.numel() == 0) return;
   if (p == 0.0) {  // every element kept, scale 1
     if (y.data_ptr() != x.data_ptr()) std::memcpy(y.data_ptr(), x.data_ptr(), x.nbytes());

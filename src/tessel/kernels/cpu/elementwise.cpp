@@ -8,6 +8,8 @@
 
 #include "tessel/core/threads.h"
 #include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/half_convert.h"
+#include "tessel/kernels/cpu/half_kernels.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
 #include "tessel/kernels/cpu/loops.h"
 #include "tessel/kernels/cpu/simd_math.h"
@@ -148,6 +150,7 @@ bool derivative_reads_y(UnaryOp op) {
 
 void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& y, double alpha) {
   validate_unary(*this, x, y);
+  if (cpu::is_half(x.dtype())) return cpu::half_unary(*this, op, x, y, alpha);
   cpu::dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     unary_impl<T>(op, x.data<T>(), y.data<T>(), x.numel(), alpha);
@@ -157,6 +160,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& y, double alpha) {
 void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
                                 Tensor& dx, double alpha) {
   validate_unary_backward(*this, x, y, dy, dx);
+  if (cpu::is_half(x.dtype())) return cpu::half_unary_backward(*this, op, x, y, dy, dx, alpha);
   Tensor fx = y;
   if (derivative_reads_y(op) && !fx.defined()) {
     fx = empty_like(x);

@@ -6,6 +6,8 @@
 
 #include "tessel/core/threads.h"
 #include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/half_convert.h"
+#include "tessel/kernels/cpu/half_kernels.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
 #include "tessel/kernels/cpu/loops.h"
 
@@ -25,6 +27,7 @@ void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out)
 
 void CpuBackend::embedding_backward(const Tensor& dout, const Tensor& ids, Tensor& dweight) {
   RowShape r = validate_embedding_backward(*this, dout, ids, dweight);
+  if (cpu::is_half(dweight.dtype())) return cpu::half_embedding_backward(*this, dout, ids, dweight);
   IndexView id(ids);
   cpu::dispatch_float(dweight.dtype(), [&](auto tag) {
     using T = decltype(tag);

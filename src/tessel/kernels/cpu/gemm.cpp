@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // CPU GEMM: f32 through oneDNN's matmul, f64 through OpenBLAS dgemm, and f32 through OpenBLAS
-// sgemm for the one shape class where oneDNN 2.6 collapses on this hardware. docs/KERNELS.md has
-// the measurements behind these choices (and why there is no bf16 here).
+// sgemm for the one shape class where oneDNN 2.6 collapses on this hardware; bf16 / f16 operands
+// are widened to f32 (half_kernels.cpp). docs/KERNELS.md has the measurements behind these choices.
 #include <cblas.h>
 
 #include "tessel/core/threads.h"
 #include "tessel/kernels/cpu/cpu_backend.h"
 #include "tessel/kernels/cpu/gemm_check.h"
 #include "tessel/kernels/cpu/gemm_onednn.h"
+#include "tessel/kernels/cpu/half_convert.h"
+#include "tessel/kernels/cpu/half_kernels.h"
 
 namespace tessel::kernels {
 
@@ -73,9 +75,10 @@ bool onednn_b_aliases(const GemmDesc& d) {
 void CpuBackend::gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) {
   check_gemm("gemm", d, a, b, c);
   DType dt = c.dtype();
-  TESSEL_CHECK(dt == DType::F32 || dt == DType::F64, "gemm: the cpu backend has no ",
-               dtype_name(dt), " gemm (f32 and f64 only)");
+  TESSEL_CHECK(dt == DType::F32 || dt == DType::F64 || cpu::is_half(dt),
+               "gemm: the cpu backend has no ", dtype_name(dt), " gemm (f32, f64, bf16, f16)");
   if (d.batch == 0 || d.m == 0 || d.n == 0) return;
+  if (cpu::is_half(dt)) return cpu::half_gemm(*this, d, a, b, c);
   if (dt == DType::F64) {
     if (d.k == 0) return scale_c(d, c.data<double>());
     return blas_gemm(d, a.data<double>(), b.data<double>(), c.data<double>());

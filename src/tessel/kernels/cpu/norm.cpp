@@ -9,6 +9,8 @@
 
 #include "tessel/core/threads.h"
 #include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/half_convert.h"
+#include "tessel/kernels/cpu/half_kernels.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
 #include "tessel/kernels/cpu/loops.h"
 
@@ -229,6 +231,8 @@ void rms_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& wei
 void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                             Tensor& y, Tensor& mean, Tensor& rstd) {
   RowShape r = validate_layer_norm(*this, x, weight, bias, eps, y, mean, rstd);
+  if (cpu::is_half(x.dtype()))
+    return cpu::half_layer_norm(*this, x, weight, bias, eps, y, mean, rstd);
   cpu::dispatch_float(x.dtype(), [&](auto tag) {
     layer_norm_impl<decltype(tag)>(x, weight, bias, eps, y, mean, rstd, r);
   });
@@ -238,6 +242,8 @@ void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Te
                                      const Tensor& mean, const Tensor& rstd, Tensor& dx,
                                      Tensor& dweight, Tensor& dbias) {
   RowShape r = validate_layer_norm_backward(*this, dy, x, weight, mean, rstd, dx, dweight, dbias);
+  if (cpu::is_half(x.dtype()))
+    return cpu::half_layer_norm_backward(*this, dy, x, weight, mean, rstd, dx, dweight, dbias);
   cpu::dispatch_float(x.dtype(), [&](auto tag) {
     layer_norm_backward_impl<decltype(tag)>(dy, x, weight, mean, rstd, dx, dweight, dbias, r);
   });
@@ -246,6 +252,7 @@ void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Te
 void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
                           Tensor& rstd) {
   RowShape r = validate_rms_norm(*this, x, weight, eps, y, rstd);
+  if (cpu::is_half(x.dtype())) return cpu::half_rms_norm(*this, x, weight, eps, y, rstd);
   cpu::dispatch_float(x.dtype(),
                       [&](auto tag) { rms_norm_impl<decltype(tag)>(x, weight, eps, y, rstd, r); });
 }
@@ -253,6 +260,8 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, Ten
 void CpuBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                    const Tensor& rstd, Tensor& dx, Tensor& dweight) {
   RowShape r = validate_rms_norm_backward(*this, dy, x, weight, rstd, dx, dweight);
+  if (cpu::is_half(x.dtype()))
+    return cpu::half_rms_norm_backward(*this, dy, x, weight, rstd, dx, dweight);
   cpu::dispatch_float(x.dtype(), [&](auto tag) {
     rms_norm_backward_impl<decltype(tag)>(dy, x, weight, rstd, dx, dweight, r);
   });

@@ -30,6 +30,12 @@ class ProfiledBackend final : public Backend {
     profile::Scope s(label, 2.0 * double(d.batch) * double(d.m) * double(d.n) * double(d.k));
     inner_.gemm(d, a, b, c);
   }
+  void convert(const Tensor& src, Tensor& dst) override {
+    std::string label = "convert." + std::string(dtype_name(src.dtype())) + "->" +
+                        std::string(dtype_name(dst.dtype()));
+    profile::Scope s(label);
+    inner_.convert(src, dst);
+  }
   void unary(UnaryOp op, const Tensor& x, Tensor& y, double alpha) override {
     std::string label = "unary." + std::string(unary_name(op));
     profile::Scope s(label);

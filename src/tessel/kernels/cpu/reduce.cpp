@@ -10,6 +10,8 @@
 
 #include "tessel/core/threads.h"
 #include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/half_convert.h"
+#include "tessel/kernels/cpu/half_kernels.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
 #include "tessel/kernels/cpu/loops.h"
 
@@ -171,6 +173,7 @@ void reduce_impl(const T* x, const std::vector<Group>& groups, int64_t x_numel, 
 
 void CpuBackend::reduce(ReduceOp op, const Tensor& x, std::span<const int> dims, Tensor& out) {
   std::vector<int> reduced = validate_reduce(*this, op, x, dims, out);
+  if (cpu::is_half(x.dtype())) return cpu::half_reduce(*this, op, x, dims, out);
   int64_t count = 1;
   for (int d : reduced) count *= x.size(d);
   std::vector<Group> groups = coalesce(x.shape(), reduced);

@@ -6,6 +6,8 @@
 
 #include "tessel/core/threads.h"
 #include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/half_convert.h"
+#include "tessel/kernels/cpu/half_kernels.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
 #include "tessel/kernels/cpu/loops.h"
 #include "tessel/kernels/cpu/simd_math.h"
@@ -76,6 +78,7 @@ void softmax_backward_rows(const T* y, const T* dy, T* dx, RowShape r, bool log)
 
 void CpuBackend::softmax(const Tensor& x, Tensor& y, bool log) {
   RowShape r = validate_softmax(*this, x, y);
+  if (cpu::is_half(x.dtype())) return cpu::half_softmax(*this, x, y, log);
   cpu::dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     softmax_rows<T>(x.data<T>(), y.data<T>(), r, log);
@@ -84,6 +87,7 @@ void CpuBackend::softmax(const Tensor& x, Tensor& y, bool log) {
 
 void CpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, Tensor& dx, bool log) {
   RowShape r = validate_softmax_backward(*this, y, dy, dx);
+  if (cpu::is_half(y.dtype())) return cpu::half_softmax_backward(*this, y, dy, dx, log);
   cpu::dispatch_float(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
     softmax_backward_rows<T>(y.data<T>(), dy.data<T>(), dx.data<T>(), r, log);
