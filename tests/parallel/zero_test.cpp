@@ -410,8 +410,8 @@ TEST(ZeroRefusals, NamesWhatIsWrong) {
     DataParallel all_reduce(m.named_parameters(), comm, dp_options(1));
     checks.expect_throw([&] { ZeroAdamW z(all_reduce, zero_options(2)); }, "ReduceScatter",
                         "stage 2 over an all-reducing DataParallel");
-    checks.expect_throw([&] { ZeroAdamW z(all_reduce, zero_options(3)); }, "stage must be 1 or 2",
-                        "stage 3");
+    checks.expect_throw([&] { ZeroAdamW z(all_reduce, zero_options(4)); },
+                        "stage must be 1, 2 or 3", "stage 4");
     ZeroAdamW z(all_reduce, zero_options(1));
     checks.expect_throw([&] { z.step(0.1); }, "finish_gradient_sync", "step before any sync");
     NamedTensors state = z.gathered_state();
@@ -419,6 +419,8 @@ TEST(ZeroRefusals, NamesWhatIsWrong) {
     checks.expect_throw([&] { z.load_full_state(state, 1); }, "exp_avg_sq.fc2.bias",
                         "a missing moment");
     DataParallel scatter(m.named_parameters(), comm, dp_options(2));
+    checks.expect_throw([&] { ZeroAdamW z(scatter, zero_options(3)); }, "needs the Zero3Parameters",
+                        "stage 3 without parameter shards");
     checks.expect_throw([&] { scatter.gradient_shard(0); }, "finish_gradient_sync",
                         "a shard before any reduction");
   });

@@ -58,9 +58,15 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.train.threads, b.train.threads);
   EXPECT_EQ(a.train.max_bad_steps, b.train.max_bad_steps);
   EXPECT_EQ(a.train.recompute, b.train.recompute);
+  EXPECT_EQ(a.train.precision, b.train.precision);
+  EXPECT_EQ(a.train.loss_scale_init, b.train.loss_scale_init);
+  EXPECT_EQ(a.train.loss_scale_window, b.train.loss_scale_window);
   EXPECT_EQ(a.parallel.zero_stage, b.parallel.zero_stage);
   EXPECT_EQ(a.parallel.bucket_mb, b.parallel.bucket_mb);
   EXPECT_EQ(a.parallel.overlap, b.parallel.overlap);
+  EXPECT_EQ(a.parallel.schedule, b.parallel.schedule);
+  EXPECT_EQ(a.parallel.sequence_parallel, b.parallel.sequence_parallel);
+  EXPECT_EQ(a.parallel.tp_plan, b.parallel.tp_plan);
   EXPECT_EQ(a.optim.lr, b.optim.lr);
   EXPECT_EQ(a.optim.min_lr_ratio, b.optim.min_lr_ratio);
   EXPECT_EQ(a.optim.warmup_steps, b.optim.warmup_steps);
@@ -94,7 +100,9 @@ const std::vector<std::string> kAllKeys = {
     "data.seed",          "train.steps",         "train.micro_batch",
     "train.seq_len",      "train.grad_accum",    "train.seed",
     "train.threads",      "train.max_bad_steps", "train.recompute",
+    "train.precision",    "train.loss_scale_init", "train.loss_scale_window",
     "parallel.zero_stage", "parallel.bucket_mb", "parallel.overlap",
+    "parallel.schedule",  "parallel.sequence_parallel", "parallel.tp_plan",
     "optim.lr",           "optim.min_lr_ratio",  "optim.warmup_steps",
     "optim.decay",        "optim.weight_decay",  "optim.beta1",
     "optim.beta2",        "optim.eps",           "optim.grad_clip",
@@ -392,8 +400,10 @@ TEST(TrainConfig, KeyTableIsCompleteUniqueAndMapsEachKeyToItsOwnMember) {
     std::string value = info.type == "string" ? "x13" : "77";
     if (info.key == "optim.decay") value = "linear";
     if (info.key == "train.recompute") value = "full";
+    if (info.key == "train.precision") value = "bf16";
     if (info.key == "parallel.zero_stage") value = "2";
     if (info.type == "boolean") value = "false";
+    if (info.key == "parallel.sequence_parallel") value = "true";
     if (info.type == "number") value = "0.25";
     const TrainConfig changed = TrainConfig::parse("", {info.key + "=" + value});
     std::istringstream a(defaults.to_toml()), b(changed.to_toml());

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// `tessel bench train`: the speed of one GPT-2 training step (124M shape by default, fp32, random
+// `tessel bench train`: the speed of one GPT-2 training step (124M shape by default, random
 // tokens, no dropout): forward + mean cross-entropy, backward, global gradient-norm clipping to
-// 1.0, an AdamW step (weight decay on the matrices only) and zeroing the gradients. Reports
-// ms/step, tokens/s and MFU against the f32 GEMM peak measured in the same run, runs the same step
-// in PyTorch (bench/peers/torch_train.py) for the ratio, and with --breakdown times every kernel
-// call of a few steps (core/profile.h) to say where a step goes. One JSON line per figure.
+// 1.0, an AdamW step (weight decay on the matrices only) and zeroing the gradients. --precision
+// bf16 / fp16 runs forward and backward on 16-bit weight copies over f32 masters, as
+// train.precision does (fp16 without the loss scaler: one multiply per step). Reports ms/step,
+// tokens/s, MFU against the f32 GEMM peak measured in the same run and the allocator's peak
+// memory, runs the same step in PyTorch (bench/peers/torch_train.py) for the ratio, and with
+// --breakdown times every kernel call of a few steps (core/profile.h) to say where a step goes.
+// One JSON line per figure.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -23,6 +26,8 @@
 #include "tessel/core/profile.h"
 #include "tessel/core/threads.h"
 #include "tessel/models/gpt2.h"
+#include "tessel/nn/autocast.h"
+#include "tessel/tensor/allocator.h"
 #include "tessel/train/adamw.h"
 #include "tessel/train/grad_clip.h"
 
@@ -38,6 +43,7 @@ struct TrainBenchOptions {
   int64_t batch = 4, seq = 64;
   int steps = 10, warmup = 2, threads = 0, breakdown_steps = 3;
   std::string peer = "torch";
+  std::string precision = "fp32";  // fp32 | bf16 | fp16
   std::string peer_script;  // empty: bench/peers/torch_train.py, found from cwd or the binary
   bool breakdown = false;
   uint64_t seed = 0;
@@ -84,7 +90,11 @@ models::GPT2Config load_config(const std::string& what) {
 // The model, optimizer and batch of one benchmark, and the step being measured.
 class TrainStep {
  public:
-  TrainStep(const models::GPT2Config& config, const TrainBenchOptions& opt) : generator_(opt.seed) {
+  TrainStep(const models::GPT2Config& config, const TrainBenchOptions& opt)
+      : generator_(opt.seed),
+        dtype_(opt.precision == "bf16"   ? DType::BF16
+               : opt.precision == "fp16" ? DType::F16
+                                         : DType::F32) {
     model_ = models::GPT2::random(config, generator_);
     model_->train();
     params_ = model_->parameters();
@@ -104,12 +114,16 @@ class TrainStep {
   double run() {
     Tensor loss;
     {
-      profile::Scope s("phase.forward");
-      loss = model_->loss(ids_, targets_);
-    }
-    {
-      profile::Scope s("phase.backward");
-      autograd::backward(loss);
+      // The 16-bit weight copies live until backward has used them.
+      nn::LowPrecisionScope low_precision(*model_, dtype_);
+      {
+        profile::Scope s("phase.forward");
+        loss = model_->loss(ids_, targets_);
+      }
+      {
+        profile::Scope s("phase.backward");
+        autograd::backward(loss);
+      }
     }
     {
       profile::Scope s("phase.clip_grad_norm");
@@ -130,6 +144,7 @@ class TrainStep {
 
  private:
   Generator generator_;
+  DType dtype_;
   std::shared_ptr<models::GPT2> model_;
   std::vector<Tensor> params_;
   std::unique_ptr<train::AdamW> optimizer_;
@@ -240,11 +255,14 @@ void run_train_bench(const TrainBenchOptions& opt) {
   std::vector<double> times;
   double loss = 0;
   const Usage u0 = usage_now();
+  const double state_bytes = double(cpu_allocator().bytes_in_use());  // weights + AdamW moments
+  cpu_allocator().reset_peak();
   for (int i = 0; i < opt.steps; ++i) {
     auto s0 = Clock::now();
     loss = step.run();
     times.push_back(seconds_since(s0));
   }
+  const double peak_bytes = double(cpu_allocator().peak_bytes());
   const Usage u1 = usage_now();
   const double s = median(times);
   const double best_s = *std::min_element(times.begin(), times.end());
@@ -266,6 +284,7 @@ void run_train_bench(const TrainBenchOptions& opt) {
   emit({{"bench", "train"},
         {"figure", "step"},
         {"model", opt.model},
+        {"precision", opt.precision},
         {"shape", shape},
         {"batch", opt.batch},
         {"seq", opt.seq},
@@ -278,6 +297,10 @@ void run_train_bench(const TrainBenchOptions& opt) {
         {"mfu", flops_per_token * tps / 1e9 / lim.gemm_gflops},
         {"cpu_ms_per_step", (u1.cpu_s - u0.cpu_s) / opt.steps * 1e3},
         {"page_faults_per_step", (u1.faults - u0.faults) / opt.steps},
+        // Tensor allocator: the peak of the timed steps, and above the state held between steps
+        // (activations, gradients, 16-bit weight copies, temporaries).
+        {"peak_bytes", peak_bytes},
+        {"step_peak_bytes", peak_bytes - state_bytes},
         {"steps", opt.steps},
         {"loss", loss},
         {"build_s", build_s}});
@@ -311,7 +334,7 @@ void run_train_bench(const TrainBenchOptions& opt) {
 void add_bench_train_command(CLI::App& bench) {
   auto opt = std::make_shared<TrainBenchOptions>();
   auto* cmd = bench.add_subcommand(
-      "train", "GPT-2 training step speed (fp32): ms/step, tokens/s, MFU, PyTorch ratio");
+      "train", "GPT-2 training step speed: ms/step, tokens/s, MFU, peak memory, PyTorch ratio");
   cmd->add_option("--model", opt->model, "preset (124M, 355M, 774M, 1558M) or config.json path")
       ->capture_default_str();
   cmd->add_option("-B,--batch", opt->batch, "sequences per step")
@@ -328,6 +351,11 @@ void add_bench_train_command(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--threads", opt->threads, "threads (0: TESSEL_NUM_THREADS or all cores)")
       ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  cmd->add_option("--precision", opt->precision,
+                  "fp32, or bf16 / fp16 weight copies and activations over f32 masters (the "
+                  "PyTorch peer stays fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
   cmd->add_option("--peer", opt->peer, "run the same step in PyTorch too (torch) or not (none)")
       ->check(CLI::IsMember({"torch", "none"}))

@@ -2,7 +2,10 @@
 // `tessel generate`: loads a GPT-2 in the Hugging Face layout, processes the prompt in one forward,
 // then decodes token by token with the key/value cache (greedy at temperature 0, else sampled
 // with top-k / top-p). Text output streams the tokens as they come; JSON output is one line with
-// the ids, the text and the prompt and generation throughput.
+// the ids, the text and the prompt and generation throughput. With --tp N under mpirun -np N the
+// model is split by GPT-2's tensor-parallel plan (train/gpt2_tensor_parallel.h): each rank runs its
+// heads and vocabulary rows, the last position's logits are gathered before sampling, and rank 0
+// alone prints; the ids are those of one rank.
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -10,9 +13,11 @@
 
 #include "tessel/cli/commands.h"
 #include "tessel/cli/model_args.h"
+#include "tessel/dist/world.h"
 #include "tessel/io/tokenizer.h"
 #include "tessel/models/generation.h"
 #include "tessel/models/gpt2_checkpoint.h"
+#include "tessel/train/gpt2_tensor_parallel.h"
 
 namespace tessel::cli {
 
@@ -23,6 +28,7 @@ struct GenerateArgs {
   int64_t n_predict = 32;
   models::SamplingOptions sampling{0.8, 40, 0.95, 0};
   int threads = 0;
+  int tp = 1;
   bool ignore_eos = false;
 };
 
@@ -70,14 +76,30 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
                args.n_predict, " = ", total,
                " tokens exceeds the context length n_positions = ", config.n_positions);
 
+  TESSEL_CHECK(args.tp >= 1, "generate: --tp ", args.tp, " must be >= 1");
+  const dist::LaunchInfo launch = dist::detect_launch();
+  TESSEL_CHECK(launch.size == args.tp, "generate: --tp ", args.tp, " ranks, but the job has ",
+               launch.size, " (", launch.describe(), "); start it with mpirun -np ", args.tp);
   auto model = models::load_gpt2(args.model);
   models::GenerationOptions options;
+  std::optional<train::Gpt2TensorParallel> tp;
+  bool leader = true;
+  if (args.tp > 1) {
+    dist::CommPtr world = dist::init_world();
+    leader = world->rank() == 0;
+    tp = train::gpt2_parallelize(*model, world, "", false, [&](const std::string& line) {
+      if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());
+    });
+    options.full_logits = [&](const Tensor& local) {
+      return train::gpt2_tp_full_logits(*tp, local);
+    };
+  }
   options.max_new_tokens = args.n_predict;
   options.sampling = args.sampling;
   const int64_t eos = config.eos_token_id;
   if (!args.ignore_eos && eos >= 0 && eos < config.vocab_size) options.stop_token = eos;
   if (tokenizer) options.vocab_limit = std::min(config.vocab_size, tokenizer->vocab_size());
-  const bool stream = args.format == "text";
+  const bool stream = args.format == "text" && leader;
   if (stream) {
     std::vector<int32_t> p(prompt.begin(), prompt.end());
     std::fputs(tokenizer->decode_bytes(p).c_str(), stdout);
@@ -94,6 +116,7 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   const models::GenerationResult r = models::generate(*model, prompt, options);
   const double prompt_rate = per_second(int64_t(prompt.size()), r.prefill_seconds);
   const double decode_rate = per_second(r.decode_forwards, r.decode_seconds);
+  if (!leader) return;
   if (stream) {
     std::fputs("\n", stdout);
     std::fprintf(stderr,
@@ -151,6 +174,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("-s,--seed", args->sampling.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--format", args->format, "text (streamed) or json")->capture_default_str();
   cmd->add_option("-t,--threads", args->threads, "Threads (0: TESSEL_NUM_THREADS or all cores)")
+      ->capture_default_str();
+  cmd->add_option(
+         "--tp", args->tp,
+         "Tensor-parallel ranks: run under mpirun -np N with --tp N (same ids as one rank)")
       ->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos,
                 "Keep generating after the end-of-text token (eos_token_id of config.json)");

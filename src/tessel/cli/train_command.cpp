@@ -24,6 +24,9 @@ struct TrainArgs {
   std::vector<std::string> overrides;
   bool print_config = false;
   int dp = 1, tp = 1, pp = 1;
+  std::string schedule;   // --schedule: parallel.schedule
+  bool sp = false;        // --sp: parallel.sequence_parallel
+  int64_t microbatches = 0;  // --microbatches: train.grad_accum
 };
 
 // The mesh of `mpirun -np N tessel train --dp A --tp B --pp C` (A * B * C = N), checked against the
@@ -43,6 +46,10 @@ train::TrainLayout train_layout(const TrainArgs& a) {
 
 void run_train(const TrainArgs& args) {
   std::vector<std::string> overrides = args.overrides;
+  if (!args.schedule.empty()) overrides.push_back("parallel.schedule=" + args.schedule);
+  if (args.sp) overrides.push_back("parallel.sequence_parallel=true");
+  if (args.microbatches > 0)
+    overrides.push_back("train.grad_accum=" + std::to_string(args.microbatches));
   std::string checkpoint;
   std::string text, source = "<defaults>";
   if (!args.config_file.empty()) {
@@ -99,6 +106,13 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--pp", args->pp, "Pipeline-parallel stages (dp x tp x pp = the number of ranks)")
       ->capture_default_str();
+  cmd->add_flag("--sp", args->sp,
+                "Sequence parallelism with --tp: norms and dropouts on sequence pieces "
+                "(--set parallel.sequence_parallel=true)");
+  cmd->add_option("--schedule", args->schedule,
+                  "Pipeline schedule: gpipe, 1f1b or interleaved:V (--set parallel.schedule=...)");
+  cmd->add_option("--microbatches", args->microbatches,
+                  "Pipeline micro-batches per step (--set train.grad_accum=...)");
   cmd->add_flag("--print-config", args->print_config, "Print the resolved configuration and exit");
   cmd->callback([args] { run_train(*args); });
 }

@@ -49,8 +49,12 @@ GenerationResult generate(GPT2& model, const std::vector<int64_t>& prompt,
   KVCache cache = model.make_cache(1, n_prompt + n_new);
   try {
     auto start = Clock::now();
-    Tensor logits = last_row(
-        model.forward_step(from_data(prompt, Shape{1, n_prompt}), cache, /*last_only=*/true));
+    // Tensor parallelism: forward_step yields this rank's vocabulary columns; the hook gathers.
+    auto step = [&](Tensor out) {
+      return last_row(options.full_logits ? options.full_logits(out) : out);
+    };
+    Tensor logits =
+        step(model.forward_step(from_data(prompt, Shape{1, n_prompt}), cache, /*last_only=*/true));
     result.prefill_seconds = since(start);
     start = Clock::now();
     const int64_t vocab = options.vocab_limit > 0 ? options.vocab_limit : config.vocab_size;
@@ -63,8 +67,7 @@ GenerationResult generate(GPT2& model, const std::vector<int64_t>& prompt,
         break;
       }
       if (s + 1 == n_new) break;
-      logits =
-          last_row(model.forward_step(from_data(std::vector<int64_t>{next}, Shape{1, 1}), cache));
+      logits = step(model.forward_step(from_data(std::vector<int64_t>{next}, Shape{1, 1}), cache));
       ++result.decode_forwards;
     }
     result.decode_seconds = since(start);

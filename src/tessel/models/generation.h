@@ -21,6 +21,9 @@ struct GenerationOptions {
   // Only ids below this are drawn (0: the whole vocabulary); a model whose vocabulary is padded
   // past its tokenizer's never emits ids that have no text.
   int64_t vocab_limit = 0;
+  // Maps forward_step's logits to the full vocabulary before sampling (tensor parallelism, where
+  // each rank computes its columns); empty: used as they are.
+  std::function<Tensor(const Tensor&)> full_logits;
   // Called with each new token as soon as it is chosen; returning false stops generation.
   std::function<bool(int64_t)> on_token;
 };

@@ -15,8 +15,11 @@ KVCache GPT2::make_cache(int64_t batch, int64_t capacity) const {
   if (capacity == 0) capacity = config_.n_positions;
   TESSEL_CHECK(capacity > 0 && capacity <= config_.n_positions, "GPT2.make_cache: capacity ",
                capacity, " outside [1, n_positions = ", config_.n_positions, "]");
-  return KVCache(config_.n_layer, batch, capacity, config_.n_head, config_.n_embd / config_.n_head,
-                 wte->weight.dtype());
+  // Heads as c_attn holds them: all of them, or this rank's under tensor parallelism.
+  const int64_t d = config_.n_embd / config_.n_head;
+  const int64_t heads =
+      blocks.empty() ? config_.n_head : blocks[0]->attn->c_attn->weight.size(0) / (3 * d);
+  return KVCache(config_.n_layer, batch, capacity, heads, d, wte->weight.dtype());
 }
 
 Tensor GPT2::forward_step(const Tensor& ids, KVCache& cache, bool last_only) {
@@ -24,7 +27,11 @@ Tensor GPT2::forward_step(const Tensor& ids, KVCache& cache, bool last_only) {
                "GPT2.forward_step: ids ", ids.shape(), " ", dtype_name(ids.dtype()),
                " expected i32/i64 [B, T]");
   const int64_t b = ids.size(0), t = ids.size(1), start = cache.length();
-  const int64_t c = config_.n_embd, heads = config_.n_head, d = c / heads;
+  const int64_t d = config_.n_embd / config_.n_head;
+  // This rank's heads under tensor parallelism (c_attn split per head), else all of them.
+  const int64_t heads =
+      blocks.empty() ? config_.n_head : blocks[0]->attn->c_attn->weight.size(0) / (3 * d);
+  const int64_t c = heads * d;
   TESSEL_CHECK(cache.n_layer() == config_.n_layer && cache.batch() == b &&
                    cache.n_head() == heads && cache.head_dim() == d,
                "GPT2.forward_step: cache of ", cache.n_layer(), " layers, batch ", cache.batch(),

@@ -88,15 +88,20 @@ Tensor CausalSelfAttention::forward_recomputed(const Tensor& x, LayerNorm& norm)
 }
 
 Tensor CausalSelfAttention::core(const Tensor& qkv) {
+  // The head count follows qkv's width: n_head serially, this rank's n_head / tp heads when
+  // c_attn is split per head by tensor parallelism (parallel/plan.h), with no other change.
   const int64_t b = qkv.size(0), t = qkv.size(1), d = n_embd_ / n_head_;
-  std::vector<Tensor> parts = ops::split(qkv, {n_embd_, n_embd_, n_embd_}, -1);
-  Tensor q = ops::reshape(parts[0], {b, t, n_head_, d});
-  Tensor k = ops::reshape(parts[1], {b, t, n_head_, d});
-  Tensor v = ops::reshape(parts[2], {b, t, n_head_, d});
+  const int64_t c = qkv.size(2) / 3, heads = c / d;
+  TESSEL_CHECK(qkv.ndim() == 3 && qkv.size(2) == 3 * heads * d && heads >= 1,
+               "CausalSelfAttention: qkv ", qkv.shape(), " is not [B, T, 3 x heads x ", d, "]");
+  std::vector<Tensor> parts = ops::split(qkv, {c, c, c}, -1);
+  Tensor q = ops::reshape(parts[0], {b, t, heads, d});
+  Tensor k = ops::reshape(parts[1], {b, t, heads, d});
+  Tensor v = ops::reshape(parts[2], {b, t, heads, d});
   tap("q", q);
   tap("k", k);
   tap("v", v);
-  Tensor y = ops::reshape(ops::attention(q, k, v, /*causal=*/true), {b, t, n_embd_});
+  Tensor y = ops::reshape(ops::attention(q, k, v, /*causal=*/true), {b, t, c});
   tap("y", y);
   return y;
 }

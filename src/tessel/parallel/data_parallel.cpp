@@ -42,9 +42,23 @@ DataParallel::DataParallel(std::vector<std::pair<std::string, Tensor>> params, d
   }
 
   // Gradients become ready roughly in reverse model order, so buckets are filled from the end.
-  std::vector<std::vector<size_t>> groups;
+  std::vector<std::vector<size_t>> groups = options_.groups;
+  if (!groups.empty()) {
+    std::vector<int> uses(slots_.size(), 0);
+    for (const auto& group : groups) {
+      TESSEL_CHECK(!group.empty(), "DataParallel: options.groups holds an empty bucket");
+      for (size_t i : group) {
+        TESSEL_CHECK(i < slots_.size(), "DataParallel: options.groups names parameter ", i,
+                     "; there are ", slots_.size());
+        ++uses[i];
+      }
+    }
+    for (size_t i = 0; i < slots_.size(); ++i)
+      TESSEL_CHECK(uses[i] == 1, "DataParallel: options.groups lists parameter '", slots_[i].name,
+                   "' ", uses[i], " times; each must be in exactly one bucket");
+  }
   int64_t current = 0;
-  for (size_t i = slots_.size(); i-- > 0;) {
+  for (size_t i = slots_.size(); options_.groups.empty() && i-- > 0;) {
     const int64_t nbytes = int64_t(slots_[i].param.nbytes());
     if (groups.empty() || (current > 0 && current + nbytes > options_.bucket_bytes)) {
       groups.emplace_back();

@@ -32,6 +32,10 @@ struct DataParallelOptions {
   // false: every bucket is launched in finish_gradient_sync() (to measure what overlap buys).
   bool overlap = true;
   GradReduction reduction = GradReduction::AllReduce;
+  // Explicit buckets instead of the byte budget: indices into the parameter list, one vector per
+  // bucket, in launch order; every parameter exactly once. ZeRO-3 makes each gathering unit one
+  // bucket this way, so a unit's parameter shards and gradient shards are the same byte ranges.
+  std::vector<std::vector<size_t>> groups;
 };
 
 // Averages the gradients of a set of leaf parameters over one communicator (the dp axis).

@@ -12,6 +12,7 @@
 #include "tessel/ops/elementwise.h"
 #include "tessel/ops/matmul.h"
 #include "tessel/ops/shape.h"
+#include "tessel/parallel/param_shard.h"
 #include "tessel/sharding/placement.h"
 #include "tessel/sharding/regions.h"
 
@@ -22,12 +23,28 @@ namespace {
 struct TpState {
   TpStyle style = TpStyle::None;
   dist::CommPtr tp;
-  Tensor weight, bias;    // the registered parameters (this rank's pieces)
+  // The layer, whose weight and bias members hold this rank's pieces. Read at each call, not
+  // captured: a mixed-precision scope swaps the members for 16-bit copies while it lives.
+  const nn::Linear* linear = nullptr;
   int64_t in_local = 0;   // Rowwise: this rank's input features
   int64_t in_offset = 0;  // Rowwise: where they start
   int64_t in_full = 0;    // Rowwise: the global input features
   bool input_is_sharded = true;
+  TpOptions options;
 };
+
+int sequence_dim(const Tensor& x, const char* style) {
+  TESSEL_CHECK(x.ndim() >= 2, style, " under sequence parallelism: input ", x.shape().str(),
+               " needs a sequence dim before the features");
+  return int(x.ndim() - 2);
+}
+
+void check_options(const TpOptions& o, const char* style) {
+  TESSEL_CHECK(!o.sequence_parallel || o.sequence != nullptr, style,
+               ": sequence_parallel needs the shared SequenceState");
+  TESSEL_CHECK(o.blocks >= 1 && o.unit >= 1, style, ": blocks ", o.blocks, " and unit ", o.unit,
+               " must be >= 1");
+}
 
 // Points every handle of `param` (the module's registry and the layer's member) at `piece`,
 // as Module::to does for dtypes, so the parameter keeps its name and identity.
@@ -50,10 +67,19 @@ void check_unsharded(const nn::Linear& linear, const dist::CommPtr& tp, const ch
 }
 
 Tensor run_colwise(const TpState& st, const Tensor& x) {
-  const int64_t in = st.weight.size(1);
+  const int64_t in = st.linear->weight.size(1);
   TESSEL_CHECK(x.ndim() >= 1 && x.size(x.ndim() - 1) == in, "Colwise: input ", x.shape().str(),
                " must end in the full ", in, " input features");
-  return ops::linear(sharding::copy_to_region(x, *st.tp), st.weight, st.bias);
+  if (!sequence_sharded(st.options))
+    return ops::linear(sharding::copy_to_region(x, *st.tp), st.linear->weight, st.linear->bias);
+  const int d = sequence_dim(x, "Colwise");
+  const int64_t len = st.options.sequence->length;
+  TESSEL_CHECK(len > 0 && sharding::shard_size(len, st.tp->size(), st.tp->rank()) == x.size(d),
+               "Colwise under sequence parallelism: input ", x.shape().str(), " is not rank ",
+               st.tp->rank(), "'s piece of a sequence of ", len,
+               " (the sequence is split where a VocabParallel or Sequence embedding runs)");
+  return ops::linear(sharding::gather_from_region(x, *st.tp, d, len), st.linear->weight,
+                     st.linear->bias);
 }
 
 Tensor run_rowwise(const TpState& st, const Tensor& x) {
@@ -72,8 +98,11 @@ Tensor run_rowwise(const TpState& st, const Tensor& x) {
     local = ops::slice(sharding::copy_to_region(x, *st.tp), int(last), st.in_offset,
                        st.in_offset + st.in_local);
   }
-  Tensor y = sharding::reduce_from_region(ops::linear(local, st.weight), *st.tp);
-  return st.bias.defined() ? ops::add(y, st.bias) : y;
+  Tensor partial = ops::linear(local, st.linear->weight);
+  Tensor y = sequence_sharded(st.options) ? sharding::reduce_scatter_to_region(
+                                                partial, *st.tp, sequence_dim(partial, "Rowwise"))
+                                          : sharding::reduce_from_region(partial, *st.tp);
+  return st.linear->bias.defined() ? ops::add(y, st.linear->bias) : y;
 }
 
 void install(nn::Linear& linear, std::shared_ptr<TpState> st) {
@@ -88,27 +117,39 @@ void install(nn::Linear& linear, std::shared_ptr<TpState> st) {
 
 }  // namespace
 
-void parallelize_colwise(nn::Linear& linear, dist::CommPtr tp) {
+void parallelize_colwise(nn::Linear& linear, dist::CommPtr tp, const TpOptions& options) {
   check_unsharded(linear, tp, "parallelize_colwise");
+  check_options(options, "parallelize_colwise");
   const int n = tp->size(), r = tp->rank();
   const int64_t out = linear.out_features();
   TESSEL_CHECK(out >= n, "parallelize_colwise: '", linear.path(), "' has ", out,
                " output features, fewer than the ", n,
                " tensor-parallel ranks (a rank would hold no feature)");
-  const int64_t off = sharding::shard_offset(out, n, r), len = sharding::shard_size(out, n, r);
-  rebind(linear.weight, ops::slice(linear.weight.detach(), 0, off, off + len));
-  if (linear.bias.defined())
-    rebind(linear.bias, ops::slice(linear.bias.detach(), 0, off, off + len));
+  ShardSpec spec{0, out, 0, options.blocks, options.unit};
+  if (options.blocks > 1) {
+    TESSEL_CHECK(out % options.blocks == 0 && (out / options.blocks) % options.unit == 0 &&
+                     (out / options.blocks / options.unit) % n == 0,
+                 "parallelize_colwise: '", linear.path(), "': ", out, " output features in ",
+                 options.blocks, " blocks hold ", out / options.blocks / options.unit,
+                 " units (heads) of ", options.unit, " rows each, not divisible by tp ", n);
+  }
+  rebind(linear.weight, shard_tensor(linear.weight.detach(), spec, n, r));
+  if (linear.bias.defined()) rebind(linear.bias, shard_tensor(linear.bias.detach(), spec, n, r));
   auto st = std::make_shared<TpState>();
+  st->options = options;
   st->style = TpStyle::Colwise;
   st->tp = std::move(tp);
-  st->weight = linear.weight;
-  st->bias = linear.bias;
+  st->linear = &linear;
   install(linear, std::move(st));
 }
 
-void parallelize_rowwise(nn::Linear& linear, dist::CommPtr tp, bool input_is_sharded) {
+void parallelize_rowwise(nn::Linear& linear, dist::CommPtr tp, bool input_is_sharded,
+                         const TpOptions& options) {
   check_unsharded(linear, tp, "parallelize_rowwise");
+  check_options(options, "parallelize_rowwise");
+  TESSEL_CHECK(input_is_sharded || !options.sequence_parallel, "parallelize_rowwise: '",
+               linear.path(), "': under sequence parallelism the input must be a Colwise output ",
+               "(input_is_sharded = true)");
   const int n = tp->size(), r = tp->rank();
   const int64_t in = linear.in_features();
   TESSEL_CHECK(in >= n, "parallelize_rowwise: '", linear.path(), "' has ", in,
@@ -116,6 +157,7 @@ void parallelize_rowwise(nn::Linear& linear, dist::CommPtr tp, bool input_is_sha
                " tensor-parallel ranks (a rank would hold no feature)");
   auto st = std::make_shared<TpState>();
   st->style = TpStyle::Rowwise;
+  st->options = options;
   st->in_offset = sharding::shard_offset(in, n, r);
   st->in_local = sharding::shard_size(in, n, r);
   st->input_is_sharded = input_is_sharded;
@@ -123,8 +165,7 @@ void parallelize_rowwise(nn::Linear& linear, dist::CommPtr tp, bool input_is_sha
   rebind(linear.weight,
          ops::slice(linear.weight.detach(), 1, st->in_offset, st->in_offset + st->in_local));
   st->tp = std::move(tp);
-  st->weight = linear.weight;
-  st->bias = linear.bias;  // whole on every rank, added after the reduction
+  st->linear = &linear;  // the Rowwise bias is whole on every rank, added after the reduction
   install(linear, std::move(st));
 }
 

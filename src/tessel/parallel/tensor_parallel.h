@@ -17,7 +17,17 @@
 // and observers run as before, and the override computes the parallel product in place of the
 // layer's body (copy_to_region before the Colwise product, reduce_from_region after the Rowwise
 // product, the Rowwise bias added once after the reduction).
+//
+// Sequence parallelism (Korthikanti et al. 2022): with `sequence_parallel`, activations between
+// the tensor-parallel regions hold this rank's piece of the sequence (the dim before the
+// features). The Colwise input is then all-gathered along the sequence (backward: reduce-scatter)
+// instead of entering through f, and the Rowwise output is reduce-scattered along the sequence
+// (backward: all-gather) instead of all-reduced; the Rowwise bias is added to the sequence piece,
+// so its gradient is a per-rank addend that the trainer sums over the ranks.
 #pragma once
+
+#include <cstdint>
+#include <memory>
 
 #include "tessel/dist/communicator.h"
 #include "tessel/nn/layers.h"
@@ -25,17 +35,44 @@
 
 namespace tessel::parallel {
 
+// Shared by the styles of one parallelize() call under sequence parallelism: the full sequence
+// length, recorded where the sequence is first split (the vocab-parallel embedding or a Sequence
+// embedding) and read where it is gathered back (Colwise inputs), since uneven pieces do not
+// tell the whole length.
+struct SequenceState {
+  int64_t length = 0;
+  // false: every style behaves as without sequence parallelism (incremental decoding, whose one
+  // new token per step cannot be split).
+  bool active = true;
+};
+
+struct TpOptions {
+  bool sequence_parallel = false;
+  std::shared_ptr<SequenceState> sequence;  // required with sequence_parallel
+  // Colwise: the output features are `blocks` equal concatenated blocks, each split in units of
+  // `unit` rows (GPT-2's fused qkv: 3 blocks, units of a head); see param_shard.h.
+  int64_t blocks = 1;
+  int64_t unit = 1;
+};
+
+// Whether activations between the regions are sequence pieces right now.
+inline bool sequence_sharded(const TpOptions& o) {
+  return o.sequence_parallel && o.sequence != nullptr && o.sequence->active;
+}
+
 // Shards the output features over `tp`: weight rows and bias. The input must be the full
-// (replicated) activation; the output holds this rank's output features. Needs
-// out_features >= tp->size().
-void parallelize_colwise(nn::Linear& linear, dist::CommPtr tp);
+// (replicated) activation, or this rank's sequence piece under sequence parallelism; the output
+// holds this rank's output features of the full sequence. Needs out_features >= tp->size().
+void parallelize_colwise(nn::Linear& linear, dist::CommPtr tp, const TpOptions& options = {});
 
 // Shards the input features over `tp`: weight columns; the bias stays whole and is added once
 // after the all_reduce. With `input_is_sharded` the input holds this rank's input features (a
 // preceding Colwise output); otherwise it is the full activation and each rank takes its piece
 // (its gradient is then all-reduced, so every rank gets the full input gradient).
 // Needs in_features >= tp->size().
-void parallelize_rowwise(nn::Linear& linear, dist::CommPtr tp, bool input_is_sharded = true);
+// Under sequence parallelism the output is this rank's sequence piece.
+void parallelize_rowwise(nn::Linear& linear, dist::CommPtr tp, bool input_is_sharded = true,
+                         const TpOptions& options = {});
 
 enum class TpStyle { None, Colwise, Rowwise };
 // Read from the parameter shapes against in_features()/out_features() (which keep the global
@@ -43,8 +80,9 @@ enum class TpStyle { None, Colwise, Rowwise };
 TpStyle tp_style(const nn::Linear& linear);
 
 // The full weight [out, in] and bias [out] (or their gradients, with `grad`) on every rank of
-// `tp`, for tests and checkpoints. Collective: every rank of `tp` must call it. Undefined bias:
-// undefined result.
+// `tp`, for tests and checkpoints, of plain (unfused) layers: a fused Colwise layer (blocks > 1)
+// gathers through param_shard.h's gather_tensor with its ShardSpec. Collective: every rank of `tp`
+// must call it. Undefined bias: undefined result.
 Tensor gather_full_weight(const nn::Linear& linear, dist::Communicator& tp, bool grad = false);
 Tensor gather_full_bias(const nn::Linear& linear, dist::Communicator& tp, bool grad = false);
 

@@ -62,16 +62,18 @@ Tensor flat_param(const Tensor& p) {
 
 }  // namespace
 
-ZeroAdamW::ZeroAdamW(DataParallel& dp, const ZeroOptions& options)
-    : dp_(dp), options_(options), places_(dp.places()) {
+ZeroAdamW::ZeroAdamW(DataParallel& dp, const ZeroOptions& options, Zero3Parameters* params)
+    : dp_(dp), options_(options), params_(params), places_(dp.places()) {
   const ZeroOptions& o = options_;
-  TESSEL_CHECK(o.stage == 1 || o.stage == 2, "ZeroAdamW: stage must be 1 or 2, got ", o.stage,
-               " (stage 3, partitioned parameters, is not built)");
-  const GradReduction want = o.stage == 2 ? GradReduction::ReduceScatter : GradReduction::AllReduce;
+  TESSEL_CHECK(o.stage >= 1 && o.stage <= 3, "ZeroAdamW: stage must be 1, 2 or 3, got ", o.stage);
+  TESSEL_CHECK((o.stage == 3) == (params != nullptr), "ZeroAdamW: stage ", o.stage,
+               o.stage == 3 ? " needs the Zero3Parameters that hold the parameter shards"
+                            : " takes no Zero3Parameters (only stage 3 partitions parameters)");
+  const GradReduction want = o.stage >= 2 ? GradReduction::ReduceScatter : GradReduction::AllReduce;
   TESSEL_CHECK(dp.options().reduction == want, "ZeroAdamW: stage ", o.stage,
                " needs a DataParallel whose reduction is ",
-               o.stage == 2 ? "ReduceScatter" : "AllReduce", "; this one ",
-               o.stage == 2 ? "all-reduces" : "reduce-scatters");
+               o.stage >= 2 ? "ReduceScatter" : "AllReduce", "; this one ",
+               o.stage >= 2 ? "all-reduces" : "reduce-scatters");
   TESSEL_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
                "ZeroAdamW: betas must lie in [0, 1), got (", o.beta1, ", ", o.beta2, ")");
   TESSEL_CHECK(std::isfinite(o.eps) && o.eps >= 0, "ZeroAdamW: eps must be finite and >= 0, got ",
@@ -106,13 +108,13 @@ ZeroAdamW::ZeroAdamW(DataParallel& dp, const ZeroOptions& options)
     // A bucket of one parameter that needs no padding is its own gather buffer. This spares the
     // staging copy of the largest tensors (GPT-2's embedding alone is 30% of its parameters).
     s.in_place = s.places.size() == 1 && s.padded == places_[s.places.front()].param.numel();
-    if (!s.in_place) largest = std::max(largest, s.padded);
+    if (!s.in_place && o.stage != 3) largest = std::max(largest, s.padded);
   }
   if (largest > 0) staging_ = zeros({largest}, DType::F32, device);
 }
 
 Tensor ZeroAdamW::grad_shard(size_t bucket) const {
-  if (options_.stage == 2) return dp_.gradient_shard(int64_t(bucket));
+  if (options_.stage >= 2) return dp_.gradient_shard(int64_t(bucket));
   const Shard& s = shards_[bucket];
   // Stage 1 buffers are unpadded: the last rank's block may reach past the parameters.
   const int64_t numel = dp_.bucket_numel(int64_t(bucket));
@@ -156,22 +158,27 @@ void ZeroAdamW::step(double lr) {
   TESSEL_CHECK(dp_.sync_count() > synced_at_step_, "ZeroAdamW.step: no finish_gradient_sync() ",
                "since the last step (sync count ", dp_.sync_count(),
                "); the gradients are not averaged");
+  TESSEL_CHECK(params_ == nullptr || !params_->in_flight(),
+               "ZeroAdamW.step: parameter gathers are in flight; call "
+               "Zero3Parameters::finish_backward() after backward");
   synced_at_step_ = dp_.sync_count();
   ++step_;
   kernels::AdamWParams h{lr, options_.beta1, options_.beta2, options_.eps, 0.0, step_};
   for (size_t b = 0; b < shards_.size(); ++b) {
     Shard& s = shards_[b];
     const Tensor grads = grad_shard(b);
+    const Tensor own = params_ ? params_->parameter_shard(int64_t(b)) : Tensor();
     for (const Range& r : s.ranges) {
       const DataParallel::Place& p = places_[r.place];
-      Tensor param = flat_param(p.param).narrow(0, r.begin - p.offset, r.length);
+      Tensor param = params_ ? own.narrow(0, r.begin - s.lo, r.length)
+                             : flat_param(p.param).narrow(0, r.begin - p.offset, r.length);
       const Tensor g = grads.narrow(0, r.begin - s.lo, r.length);
       Tensor m = s.exp_avg.narrow(0, r.begin - s.lo, r.length);
       Tensor v = s.exp_avg_sq.narrow(0, r.begin - s.lo, r.length);
       h.weight_decay = r.decay ? options_.weight_decay : 0.0;
       autograd::backend_for(param.device()).adamw(param, g, m, v, h);
     }
-    gather_parameters(b);
+    if (!params_) gather_parameters(b);
   }
 }
 
@@ -282,15 +289,30 @@ MemoryReport ZeroAdamW::memory() const {
     r.parameter_count += p.param.numel();
     r.param_bytes += int64_t(p.param.nbytes());
   }
+  if (params_) {
+    r.gathered_param_bytes = params_->gathered_bytes();
+    r.param_bytes = params_->shard_bytes() + r.gathered_param_bytes;
+    r.peak_gathered_bytes = params_->peak_gathered_bytes();
+  }
   r.grad_bytes = dp_.gradient_bytes();
   for (const Shard& s : shards_)
     r.optimizer_bytes += int64_t(s.exp_avg.nbytes() + s.exp_avg_sq.nbytes());
   r.comm_bytes = staging_.defined() ? int64_t(staging_.nbytes()) : 0;
+  if (params_) r.comm_bytes = params_->staging_bytes();
   const int64_t psi = r.parameter_count;
-  r.expected_param_bytes = 4 * psi;
-  r.expected_grad_bytes = r.stage == 2 ? 4 * psi / r.dp : 4 * psi;
+  r.expected_param_bytes = r.stage == 3 ? 4 * psi / r.dp : 4 * psi;
+  r.expected_grad_bytes = r.stage >= 2 ? 4 * psi / r.dp : 4 * psi;
   r.expected_optimizer_bytes = 8 * psi / r.dp;
   return r;
+}
+
+NamedTensors ZeroAdamW::local_state() const {
+  NamedTensors out;
+  for (size_t b = 0; b < shards_.size(); ++b) {
+    out.emplace_back(kExpAvg + "b" + std::to_string(b), shards_[b].exp_avg);
+    out.emplace_back(kExpAvgSq + "b" + std::to_string(b), shards_[b].exp_avg_sq);
+  }
+  return out;
 }
 
 }  // namespace tessel::parallel

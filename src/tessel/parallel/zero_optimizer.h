@@ -5,6 +5,8 @@
 // updated blocks so that every replica ends with the same parameters. Stage 1 partitions the
 // optimizer state (gradients are all-reduced in full); stage 2 also partitions the gradients
 // (DataParallel reduce-scatters them, so each rank receives only its block of the average).
+// Stage 3 also partitions the parameters (zero3.h): the update writes the parameter shards that
+// Zero3Parameters gathers before each use, and nothing is gathered after the step.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "tessel/parallel/data_parallel.h"
+#include "tessel/parallel/zero3.h"
 #include "tessel/tensor/tensor.h"
 
 namespace tessel::parallel {
@@ -20,15 +23,15 @@ namespace tessel::parallel {
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 struct ZeroOptions {
-  int stage = 1;  // 1: optimizer state partitioned; 2: gradients too
+  int stage = 1;  // 1: optimizer state partitioned; 2: gradients too; 3: parameters too
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double weight_decay = 0.0;  // applied to parameters of two or more dimensions only
 };
 
 // Bytes on this rank, and what the ZeRO paper's model predicts for them. With Ψ parameters, f32
-// everywhere and dp ranks: parameters 4Ψ, gradients 4Ψ (stage 1) or 4Ψ/dp (stage 2), Adam's two
-// moments 8Ψ/dp. (The paper's K = 12 counts an f32 master copy next to f16 parameters, which pure
-// f32 training does not have.)
+// everywhere and dp ranks: parameters 4Ψ (4Ψ/dp in stage 3), gradients 4Ψ (stage 1) or 4Ψ/dp
+// (stages 2, 3), Adam's two moments 8Ψ/dp. (The paper's K = 12 counts an f32 master copy next to
+// f16 parameters, which pure f32 training does not have.)
 struct MemoryReport {
   int64_t parameter_count = 0;  // Ψ
   int dp = 1;
@@ -37,6 +40,9 @@ struct MemoryReport {
   int64_t grad_bytes = 0;       // gradient buffers held now (between steps)
   int64_t optimizer_bytes = 0;  // moments of this rank's shards
   int64_t comm_bytes = 0;       // the all_gather staging buffer (largest multi-parameter bucket)
+  // Stage 3: parameters gathered now (included in param_bytes) and the most gathered at once
+  // (parameters and gather buffers) since the last Zero3Parameters::reset_peak().
+  int64_t gathered_param_bytes = 0, peak_gathered_bytes = 0;
   int64_t expected_param_bytes = 0, expected_grad_bytes = 0, expected_optimizer_bytes = 0;
 
   int64_t total() const { return param_bytes + grad_bytes + optimizer_bytes + comm_bytes; }
@@ -55,9 +61,10 @@ struct MemoryReport {
 //   zero.step(lr);                                collective: one all_gather per bucket
 class ZeroAdamW {
  public:
-  // `dp` must outlive this optimizer; stage 1 needs GradReduction::AllReduce, stage 2
-  // GradReduction::ReduceScatter.
-  ZeroAdamW(DataParallel& dp, const ZeroOptions& options);
+  // `dp` must outlive this optimizer; stage 1 needs GradReduction::AllReduce, stages 2 and 3
+  // GradReduction::ReduceScatter; stage 3 needs `params` (built on the same dp), which must
+  // outlive it too.
+  ZeroAdamW(DataParallel& dp, const ZeroOptions& options, Zero3Parameters* params = nullptr);
 
   int stage() const { return options_.stage; }
 
@@ -68,8 +75,9 @@ class ZeroAdamW {
   // Multiplies the averaged gradients by `factor` (rounded to f32 once, as train::scale_grads
   // does): stage 1 the full buffers, stage 2 the shards.
   void scale_grads(double factor);
-  // One AdamW update of this rank's shards, then one all_gather per bucket (collective). Requires
-  // a finish_gradient_sync() since the previous step. Increments step_count() first.
+  // One AdamW update of this rank's shards, then one all_gather per bucket (collective; stage 3:
+  // none, the next forward gathers). Requires a finish_gradient_sync() since the previous step.
+  // Increments step_count() first.
   void step(double lr);
   int64_t step_count() const { return step_; }
 
@@ -81,6 +89,10 @@ class ZeroAdamW {
   void load_full_state(const NamedTensors& state, int64_t step);
 
   MemoryReport memory() const;
+
+  // This rank's moments as they are: "exp_avg.b<i>" and "exp_avg_sq.b<i>" for bucket i, each the
+  // block [shard_numel(i)] (for per-rank checkpoint shards).
+  NamedTensors local_state() const;
 
  private:
   // The part of one parameter inside this rank's shard of its bucket.
@@ -108,6 +120,7 @@ class ZeroAdamW {
 
   DataParallel& dp_;
   ZeroOptions options_;
+  Zero3Parameters* params_ = nullptr;  // stage 3
   std::vector<DataParallel::Place> places_;
   std::vector<Shard> shards_;  // by bucket
   Tensor staging_;  // the largest padded bucket not gathered in place; reused by every all_gather

@@ -66,6 +66,9 @@ std::string progress_line(const StepRecord& r) {
      << format_bytes(double(r.mem_bytes)) << " (peak " << format_bytes(double(r.mem_peak_bytes))
      << "; state " << format_bytes(double(r.state_bytes)) << ", formula "
      << format_bytes(double(r.expected_state_bytes)) << ") | skipped " << r.skipped_total
+     << (r.loss_scale > 0 ? fixed(" | scale %g", r.loss_scale) + " (overflows " +
+                                std::to_string(r.overflow_total) + ")"
+                          : std::string())
      << " | ETA " << format_duration(r.eta_s);
   return os.str();
 }
@@ -84,6 +87,9 @@ std::string step_json(const StepRecord& r) {
                    {"grad_norm", number(r.grad_norm)},
                    {"skipped", r.skipped},
                    {"skipped_total", r.skipped_total},
+                   {"loss_scale", r.loss_scale},
+                   {"overflow", r.overflow},
+                   {"overflow_total", r.overflow_total},
                    {"step_ms", r.step_ms},
                    {"tokens_per_s", r.tokens_per_s},
                    {"mfu", r.mfu},
@@ -99,6 +105,9 @@ std::string step_json(const StepRecord& r) {
                    {"grad_bytes", r.grad_bytes},
                    {"optimizer_bytes", r.optimizer_bytes},
                    {"comm_bytes", r.comm_bytes},
+                   {"collectives", r.collectives},
+                   {"collective_bytes", r.collective_bytes},
+                   {"gathered_peak_bytes", r.gathered_peak_bytes},
                    {"elapsed_s", r.elapsed_s},
                    {"eta_s", r.eta_s}};
   return j.dump();

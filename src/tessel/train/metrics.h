@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <map>
 #include <string>
 
 namespace tessel::train {
@@ -23,6 +24,11 @@ struct StepRecord {
   double grad_norm = 0;  // before clipping
   bool skipped = false;  // non-finite loss or gradient: no update
   int64_t skipped_total = 0;
+  // fp16 dynamic loss scaling: the scale this step's backward used (0 without scaling), whether
+  // its gradients overflowed (the step was skipped and the scale halved), overflows so far.
+  double loss_scale = 0;
+  bool overflow = false;
+  int64_t overflow_total = 0;
   double step_ms = 0;
   double tokens_per_s = 0;
   double mfu = 0;  // fraction of the peak, 0 when unknown
@@ -40,6 +46,12 @@ struct StepRecord {
   // divided over the dp ranks as the stage partitions them).
   int64_t state_bytes = 0, expected_state_bytes = 0;
   int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, comm_bytes = 0;
+  // Collectives this rank issued on the dp axis during the step, by kind ("all_gather": 12), and
+  // the bytes of the tensors they were given (an all_gather's: this rank's block).
+  std::map<std::string, int64_t> collectives;
+  int64_t collective_bytes = 0;
+  // ZeRO-3: the most bytes of gathered parameters (and their gather buffers) held at once.
+  int64_t gathered_peak_bytes = 0;
   double elapsed_s = 0;
   double eta_s = 0;
 };

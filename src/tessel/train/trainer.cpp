@@ -24,6 +24,7 @@
 #include "tessel/train/checkpoint.h"
 #include "tessel/train/grad_clip.h"
 #include "tessel/train/recompute_flops.h"
+#include "tessel/train/pipeline_stage.h"
 #include "tessel/train/stop_signal.h"
 
 namespace tessel::train {
@@ -88,8 +89,6 @@ Trainer::Trainer(const TrainConfig& config, const std::string& resume, TrainerHo
       dp_(layout_.dp),
       rng_(config.train.seed) {
   config_.validate();
-  TESSEL_CHECK(layout_.tp_size() == 1 && layout_.pp_size() == 1, "train: ", layout_.str(),
-               ": tensor and pipeline parallelism are not implemented in the trainer yet");
   if (config_.train.threads > 0) set_num_threads(config_.train.threads);
   build(resume);
 }
@@ -155,6 +154,9 @@ void Trainer::build(const std::string& resume) {
   model_->train();
   const nn::Recompute recompute = nn::parse_recompute(t.recompute);
   model_->set_recompute(recompute);
+  setup_tensor_parallel();  // full weights in hand: each tp rank keeps its pieces
+  setup_precision();
+  build_pipeline();  // with pp, the optimizer and dp below see only this rank's stages
 
   io::LoaderOptions lo;
   lo.batch = t.micro_batch;
@@ -176,10 +178,16 @@ void Trainer::build(const std::string& resume) {
     dpo.bucket_bytes = config_.parallel.bucket_mb << 20;
     dpo.overlap = config_.parallel.overlap;
     dpo.reduction =
-        stage == 2 ? parallel::GradReduction::ReduceScatter : parallel::GradReduction::AllReduce;
-    ddp_ = std::make_unique<parallel::DataParallel>(model_->named_parameters(), dp_, dpo);
+        stage >= 2 ? parallel::GradReduction::ReduceScatter : parallel::GradReduction::AllReduce;
+    const std::vector<parallel::Zero3Unit> units = stage == 3 ? zero3_units() : decltype(units){};
+    // The 16-bit copies are made of the whole model at once, which stage 3 never holds.
+    TESSEL_CHECK(stage < 3 || t.precision == "fp32", "train: parallel.zero_stage 3 with ",
+                 "train.precision = '", t.precision, "' is not supported yet (use fp32)");
+    if (stage == 3) dpo.groups = parallel::zero3_groups(trainable_parameters(), units);
+    ddp_ = std::make_unique<parallel::DataParallel>(trainable_parameters(), dp_, dpo);
     // Every rank initialised from the same seed; the broadcast makes equality a fact, not a hope.
     if (weights_from.empty()) ddp_->broadcast_parameters(0);
+    if (stage == 3) zero3_ = std::make_unique<parallel::Zero3Parameters>(*ddp_, units);
   } else if (stage > 0) {
     print("note: parallel.zero_stage = " + std::to_string(stage) +
           " has nothing to partition on one rank; training with the plain optimizer");
@@ -193,9 +201,9 @@ void Trainer::build(const std::string& resume) {
     zo.beta2 = o.beta2;
     zo.eps = o.eps;
     zo.weight_decay = o.weight_decay;
-    zero_ = std::make_unique<parallel::ZeroAdamW>(*ddp_, zo);
+    zero_ = std::make_unique<parallel::ZeroAdamW>(*ddp_, zo, zero3_.get());
   } else {
-    optimizer_ = std::make_unique<AdamW>(model_->named_parameters(),
+    optimizer_ = std::make_unique<AdamW>(trainable_parameters(),
                                          AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
   }
   schedule_ = LrSchedule{o.lr, o.min_lr_ratio, o.warmup_steps, t.steps, parse_decay(o.decay)};
@@ -215,28 +223,29 @@ bool Trainer::train_step(StepRecord& r) {
   const TrainSection& t = config_.train;
   const int64_t step = step_ + 1;
   const auto t0 = Clock::now();
+  const uint64_t issued_before = dp_ ? dp_->context().issued_count() : 0;
   model_->zero_grad();
   const int64_t base_bytes = int64_t(cpu_allocator().bytes_in_use());
   cpu_allocator().reset_peak();  // the step's own peak, for activation memory
-  double loss_sum = 0;
-  for (int64_t m = 0; m < t.grad_accum; ++m) {
+  if (zero3_) zero3_->reset_peak();
+  double loss_sum = pipe_ ? pipeline_forward_backward() : 0.0;
+  for (int64_t m = 0; m < (pipe_ ? 0 : t.grad_accum); ++m) {
     const io::TokenBatch batch = loader_->next();
-    const Tensor loss = model_->loss(batch.x, batch.y);
+    const auto low_precision = precision_scope();  // 16-bit weight copies until backward ends
+    const Tensor loss = compute_loss(batch.x, batch.y);
     loss_sum += loss.item();
     // Data parallelism communicates only on the last micro-batch, overlapped with its backward.
-    if (ddp_) ddp_->set_sync(m == t.grad_accum - 1);
-    autograd::backward(loss);
+    if (ddp_) ddp_->set_sync(m == t.grad_accum - 1 && !layout_defers_dp_sync());
+    autograd::backward(loss_for_backward(loss));
+    if (zero3_) zero3_->finish_backward();  // ZeRO-3: no parameter stays gathered
   }
-  if (ddp_) {
-    ddp_->finish_gradient_sync();
-    r.comm_wait_ms = ddp_->last_stats().wait_ms;
-  }
+  layout_sync_gradients(r);  // tp (sequence parallelism), dp, ZeRO-3 (trainer_layout.cpp)
   r.step_peak_bytes = int64_t(cpu_allocator().peak_bytes()) - base_bytes;
-  std::vector<Tensor> params = model_->parameters();
+  std::vector<Tensor> params = trainable_tensors();
   if (hooks_.after_backward) hooks_.after_backward(step);
   if (config_.fault.nan_at_step == step && !params.empty()) {
     // ZeRO-2 keeps only this rank's shard of the averaged gradients.
-    Tensor g = zero_ && zero_->stage() == 2 ? ddp_->gradient_shard(0) : params.front().grad();
+    Tensor g = zero_ && zero_->stage() >= 2 ? ddp_->gradient_shard(0) : params.front().grad();
     g.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
   }
   if (config_.fault.kill_at_step == step) {
@@ -245,11 +254,14 @@ bool Trainer::train_step(StepRecord& r) {
   }
   // The gradients hold the sum over micro-batches; their mean is 1/grad_accum of it.
   const double inv_accum = 1.0 / double(t.grad_accum);
-  r.grad_norm = std::sqrt(zero_ ? zero_->grad_square_sum() : grad_square_sum(params)) * inv_accum;
+  r.grad_norm = std::sqrt(layout_grad_square_sum()) * inv_accum;
   r.loss = dp_mean(loss_sum) * inv_accum;
   r.lr = schedule_.at(step);
-  r.skipped = !std::isfinite(r.loss) || !std::isfinite(r.grad_norm);
-  if (r.skipped) {
+  const bool overflow = overflow_check(r);  // fp16: unscales grad_norm
+  r.skipped = overflow || !std::isfinite(r.loss) || !std::isfinite(r.grad_norm);
+  if (overflow) {
+    ++skipped_;  // never counted toward train.max_bad_steps
+  } else if (r.skipped) {
     ++skipped_;
     ++bad_in_a_row_;
     print("warning: step " + std::to_string(step) + " skipped: loss " + std::to_string(r.loss) +
@@ -261,7 +273,7 @@ bool Trainer::train_step(StepRecord& r) {
                  "; lower optim.lr or raise optim.warmup_steps and "
                  "resume from the last checkpoint");
   } else {
-    double factor = inv_accum;
+    double factor = inv_accum / step_scale_;
     const double clip = config_.optim.grad_clip;
     if (clip > 0 && r.grad_norm > clip) factor *= clip / (r.grad_norm + 1e-6);
     if (zero_) {
@@ -273,6 +285,7 @@ bool Trainer::train_step(StepRecord& r) {
     }
     bad_in_a_row_ = 0;
   }
+  pipeline_after_step();
   model_->zero_grad();  // the gradients are dead weight until the next backward
   step_ = step;
   const int64_t step_tokens = t.micro_batch * t.seq_len * t.grad_accum * dp_size();
@@ -286,17 +299,20 @@ bool Trainer::train_step(StepRecord& r) {
   // Against the peak of every rank together (machine.peak_gflops is one rank's).
   r.mfu = config_.machine.peak_gflops > 0
               ? flops_per_token_ * r.tokens_per_s /
-                    (config_.machine.peak_gflops * 1e9 * double(dp_size()))
+                    (config_.machine.peak_gflops * 1e9 * double(dp_size() * layout_.pp_size()))
               : 0.0;
   // Exactly the MFU when nothing is recomputed (x*f/f need not round back to x).
   r.hfu = recompute_flops_per_token_ > 0
               ? r.mfu * (flops_per_token_ + recompute_flops_per_token_) / flops_per_token_
               : r.mfu;
+  if (dp_) count_collectives(issued_before, r);
+  layout_breakdown(r, r.step_ms);
   const parallel::MemoryReport mem = memory_report();
   r.param_bytes = mem.param_bytes;
   r.grad_bytes = mem.grad_bytes;
   r.optimizer_bytes = mem.optimizer_bytes;
   r.comm_bytes = mem.comm_bytes;
+  r.gathered_peak_bytes = mem.peak_gathered_bytes;
   r.state_bytes = mem.total();
   r.expected_state_bytes = mem.expected_total();
   r.mem_bytes = int64_t(cpu_allocator().bytes_in_use());
@@ -330,9 +346,11 @@ double Trainer::dp_mean(double value) const {
 
 // Every rank must leave the loop at the same step, so a signal seen by any rank counts for all.
 bool Trainer::stop_agreed() const {
-  if (!dp_) return stop_requested();
+  if (!dp_ && !layout_.pp && !layout_.tp) return stop_requested();
   Tensor flag = full({1}, stop_requested() ? 1.0 : 0.0, DType::I32);
-  dp_->all_reduce(flag, dist::ReduceOp::Max);
+  if (dp_) dp_->all_reduce(flag, dist::ReduceOp::Max);
+  if (layout_.pp) layout_.pp->all_reduce(flag, dist::ReduceOp::Max);  // dp x pp: the whole grid
+  if (layout_.tp) layout_.tp->all_reduce(flag, dist::ReduceOp::Max);
   return flag.data<int32_t>()[0] != 0;
 }
 
@@ -364,7 +382,8 @@ TrainSummary Trainer::run() {
           format_bytes(double(m.optimizer_bytes)) + ", buffers " +
           format_bytes(double(m.comm_bytes)) + "; ZeRO-" + std::to_string(m.stage) +
           " formula at dp " + std::to_string(m.dp) + ": " +
-          format_bytes(double(m.expected_total())) + " (4 + " + (m.stage == 2 ? "4/dp" : "4") +
+          format_bytes(double(m.expected_total())) + " (" + (m.stage == 3 ? "4/dp" : "4") +
+          " + " + (m.stage >= 2 ? "4/dp" : "4") +
           " + " + (m.stage >= 1 ? "8/dp" : "8") + " bytes per parameter)");
   }
   if (step_ > 0)
@@ -423,6 +442,7 @@ TrainSummary Trainer::run() {
       saved_at = step_;
     }
   }
+  if (!sum.interrupted) pipeline_report();
   sum.last_step = step_;
   sum.skipped_steps = skipped_;
   if (sum.interrupted) {
@@ -442,7 +462,10 @@ TrainSummary Trainer::run() {
   sum.val_loss = last_val_loss_;
   if (run_steps > 0 || list_checkpoints(run_dir_).empty()) sum.last_checkpoint = save_checkpoint();
   print("checkpoint: " + sum.last_checkpoint);
-  if (config_.sample.tokens > 0 && leader()) {
+  // ZeRO-3: rank 0 samples alone, so every rank gathers the whole model for it first.
+  if (zero3_ && config_.sample.tokens > 0) zero3_->gather_all();
+  // Under tensor parallelism rank 0's whole tp group samples together (the model is split).
+  if (config_.sample.tokens > 0 && (leader() || (tp_ && layout_.dp_rank() == 0))) {
     sum.sample = generate_sample();
     char what[96];
     std::snprintf(what, sizeof what, "sample (%lld tokens, temperature %g, top_k %lld):",

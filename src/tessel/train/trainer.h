@@ -16,15 +16,21 @@
 #include "tessel/io/token_dataset.h"
 #include "tessel/io/tokenizer.h"
 #include "tessel/models/gpt2.h"
+#include "tessel/nn/autocast.h"
 #include "tessel/parallel/data_parallel.h"
 #include "tessel/parallel/zero_optimizer.h"
 #include "tessel/train/adamw.h"
 #include "tessel/train/config.h"
+#include "tessel/train/gpt2_tensor_parallel.h"
 #include "tessel/train/layout.h"
+#include "tessel/train/loss_scaler.h"
 #include "tessel/train/lr_schedule.h"
 #include "tessel/train/metrics.h"
 
 namespace tessel::train {
+
+class CheckpointWriter;
+struct PipelineTraining;  // pipeline_stage.h
 
 struct TrainSummary {
   int64_t first_step = 1;  // the first step this run executed (after a resume: checkpoint + 1)
@@ -71,9 +77,27 @@ class Trainer {
  private:
   void build(const std::string& resume);
   void load_checkpoint(const std::string& dir);
-  std::string write_checkpoint(const NamedTensors& moments);
+  // Into `writer`'s directory (rank 0); `moments` empty when ZeRO shards hold them.
+  // `model`: what to write in place of model_ (the gathered full model under tensor parallelism).
+  std::string write_checkpoint(CheckpointWriter& writer, const NamedTensors& moments,
+                               const models::GPT2* model = nullptr);
+  // trainer_zero.cpp: ZeRO-3's gathering units, and per-rank checkpoint shards of ZeRO runs.
+  std::vector<parallel::Zero3Unit> zero3_units();
+  void write_zero_shards(const std::string& dir);  // every dp rank, its own file
+  // The dp collectives issued since the flight recorder's count was `issued_before`, into r.
+  void count_collectives(uint64_t issued_before, StepRecord& r) const;
   void print(const std::string& line) const;
   bool train_step(StepRecord& record);
+  // Mixed precision (trainer_precision.cpp): the dtype of the forward and backward, the 16-bit
+  // weight copies for one micro-batch (held until its backward ends), the loss backward starts
+  // from (scaled under fp16), and the overflow check, which unscales record.grad_norm and returns
+  // true when the step is skipped for an fp16 overflow (every dp rank agrees).
+  void setup_precision();
+  std::unique_ptr<nn::LowPrecisionScope> precision_scope();
+  Tensor loss_for_backward(const Tensor& loss);
+  bool overflow_check(StepRecord& record);
+  std::string precision_state() const;
+  void restore_precision_state(const std::string& json);
   std::string generate_sample();
 
   bool leader() const { return layout_.world_rank() == 0; }
@@ -83,6 +107,37 @@ class Trainer {
   bool stop_agreed() const;
   // This rank's model state against the ZeRO formula for the stage (stage 0: replicated).
   parallel::MemoryReport memory_report() const;
+  // Pipeline parallelism (trainer_pipeline.cpp); everything is a no-op or the identity without pp.
+  void build_pipeline();
+  NamedTensors trainable_parameters() const;  // the parameters of this rank's stages
+  std::vector<Tensor> trainable_tensors() const;
+  double pp_sum(double value) const;
+  double pipeline_forward_backward();  // the step's micro-batches; returns their loss sum
+  void pipeline_after_step();          // the tied wte to the last stage
+  void pipeline_sync_model();          // every parameter from the rank that trains it
+  NamedTensors pipeline_full_moments(const NamedTensors& own);
+  NamedTensors pipeline_own_moments(const NamedTensors& full) const;
+  void pipeline_report();
+  void barrier_all();  // every axis; ends a checkpoint's ZeRO-3 gather (layout_unpin)
+  // Tensor parallelism (trainer_tensor_parallel.cpp); without tp each is the plain path.
+  void setup_tensor_parallel();
+  Tensor compute_loss(const Tensor& ids, const Tensor& targets);  // model_->loss, or vocab-parallel
+  void tp_after_backward();  // sequence parallelism: replicated gradients summed over tp
+  double tp_grad_square_sum(const std::vector<Tensor>& params) const;
+  NamedTensors tp_gather(const NamedTensors& local);  // full tensors (identity without tp)
+  NamedTensors tp_shard(const NamedTensors& full) const;
+  // Composed layouts (trainer_layout.cpp): dp x tp x pp with ZeRO on one mesh.
+  int64_t layout_stage_seq_len() const;  // the sequence length a pipeline message carries
+  void layout_setup_pipeline();          // tp inside pipeline stages: the loss, the sequence
+  std::vector<parallel::Zero3Unit> layout_zero3_units(std::vector<parallel::Zero3Unit> units);
+  bool layout_defers_dp_sync() const;  // sp: replicated gradients summed over tp before dp
+  void layout_sync_gradients(StepRecord& r);  // after the step's backwards: tp, dp, ZeRO-3
+  double layout_grad_square_sum();  // every element once over dp, tp and pp
+  std::shared_ptr<void> layout_gather_all();  // ZeRO-3: whole parameters while it lives
+  std::shared_ptr<void> layout_gather_wte();
+  void layout_pin_for_checkpoint();
+  void layout_unpin();
+  void layout_breakdown(StepRecord& r, double step_ms);
 
   TrainConfig config_;
   TrainerHooks hooks_;
@@ -93,7 +148,8 @@ class Trainer {
   std::shared_ptr<models::GPT2> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<parallel::DataParallel> ddp_;  // averages gradients over dp_, overlapped
-  std::unique_ptr<parallel::ZeroAdamW> zero_;    // parallel.zero_stage 1-2 (optimizer_ is null)
+  std::unique_ptr<parallel::Zero3Parameters> zero3_;  // parallel.zero_stage 3: parameter shards
+  std::unique_ptr<parallel::ZeroAdamW> zero_;    // parallel.zero_stage 1-3 (optimizer_ is null)
   LrSchedule schedule_;
   std::shared_ptr<const io::TokenDataset> train_data_, val_data_;
   std::unique_ptr<io::TokenLoader> loader_;
@@ -106,6 +162,13 @@ class Trainer {
   int64_t step_ = 0, tokens_ = 0, skipped_ = 0, bad_in_a_row_ = 0;
   std::optional<double> last_val_loss_;
   JsonlLog log_;
+  DType compute_dtype_ = DType::F32;     // train.precision
+  std::unique_ptr<LossScaler> scaler_;    // fp16 only
+  double step_scale_ = 1.0;               // the loss scale this step's backward used
+  std::unique_ptr<PipelineTraining> pipe_;  // null without pp
+  std::unique_ptr<Gpt2TensorParallel> tp_;  // null without tp
+  bool layout_pinned_ = false;                // a checkpoint gathered ZeRO-3's parameters
+  double layout_tp_ms_ = 0, layout_pp_ms_ = 0;  // this step's measured communication
 };
 
 // The model configuration `model.config` names: a preset ("tiny", "124M", ...), a config.json

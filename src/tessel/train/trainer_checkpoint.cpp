@@ -2,7 +2,8 @@
 // What a training checkpoint holds and how the trainer restores it. Beside the model in the
 // Hugging Face layout (config.json + model.safetensors, so `tessel generate` loads the directory
 // as it is, with the tokenizer files copied in), it stores everything a resumed run needs to
-// continue bit for bit: the AdamW moments (optimizer.safetensors), and in state.json the step, the
+// continue bit for bit: the AdamW moments (optimizer.safetensors; under ZeRO one shard file per
+// rank plus an index, shard_checkpoint.h), and in state.json the step, the
 // optimizer's step count, the tokens seen, the skip counters, the dropout generator's state and
 // the data loader's position; plus the resolved configuration (train.toml).
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "tessel/io/safetensors.h"
 #include "tessel/models/gpt2_checkpoint.h"
 #include "tessel/train/checkpoint.h"
+#include "tessel/train/shard_checkpoint.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel::train {
@@ -42,22 +44,41 @@ std::string read_text(const fs::path& path) {
 std::string Trainer::save_checkpoint() {
   // Without sharded state every rank holds the same model and moments: rank 0 writes them, and
   // the others wait so that no rank runs ahead of a checkpoint that is not yet on disk.
-  // ZeRO's moments are spread over the ranks: gathering them is collective.
-  const NamedTensors moments = zero_ ? zero_->gathered_state() : optimizer_->state();
-  if (!leader()) {
-    dp_->barrier();
-    return "";
+  // Pipeline stages each hold part of the model: everything is gathered (trainer_pipeline.cpp)
+  // and written whole, so any layout can resume it.
+  // Under tensor parallelism too (a tp group's dp ranks would write files of the same names).
+  if (!zero_ || pipe_ || tp_) {
+    NamedTensors moments = zero_ ? zero_->gathered_state() : optimizer_->state();
+    if (pipe_) moments = pipeline_full_moments(moments);
+    moments = tp_gather(moments);  // tensor parallelism: full tensors (collective over tp)
+    const auto full_model = tp_ ? gpt2_tp_gather_model(*model_, *tp_) : model_;
+    if (!leader()) {
+      barrier_all();
+      return "";
+    }
+    CheckpointWriter writer(run_dir_, step_);
+    std::string path = write_checkpoint(writer, moments, full_model.get());
+    barrier_all();
+    return path;
   }
-  std::string path = write_checkpoint(moments);
-  if (dp_) dp_->barrier();
+  // ZeRO: every rank writes its own shard (trainer_zero.cpp) into rank 0's temporary directory,
+  // which is committed once all are on disk, so the manifest covers every shard.
+  if (zero3_) zero3_->gather_all();  // the HF-layout model needs whole parameters (collective)
+  std::unique_ptr<CheckpointWriter> writer;
+  if (leader()) writer = std::make_unique<CheckpointWriter>(run_dir_, step_);
+  write_zero_shards(writer ? writer->dir() : "");
+  std::string path;
+  if (leader()) path = write_checkpoint(*writer, {});
+  dp_->barrier();
+  if (zero3_) zero3_->release_all();
   return path;
 }
 
-std::string Trainer::write_checkpoint(const NamedTensors& moments) {
-  CheckpointWriter writer(run_dir_, step_);
+std::string Trainer::write_checkpoint(CheckpointWriter& writer, const NamedTensors& moments,
+                                      const models::GPT2* model) {
   const fs::path dir = writer.dir();
-  models::save_gpt2(*model_, dir.string());
-  io::save_safetensors((dir / kOptimizerFile).string(), moments);
+  models::save_gpt2(model ? *model : *model_, dir.string());
+  if (!zero_ || pipe_ || tp_) io::save_safetensors((dir / kOptimizerFile).string(), moments);
   const io::LoaderPosition pos = loader_->position();
   nlohmann::json state{
       {"format", "tessel-train-state"},
@@ -67,6 +88,7 @@ std::string Trainer::write_checkpoint(const NamedTensors& moments) {
       {"tokens", tokens_},
       {"skipped_steps", skipped_},
       {"bad_in_a_row", bad_in_a_row_},
+      {"loss_scale", nlohmann::json::parse(precision_state())},
       {"rng", {{"seed", rng_.seed()}, {"offset", rng_.offset()}}},
       {"loader", nlohmann::json::parse(pos.to_json())},
       {"threads", num_threads()},
@@ -98,6 +120,7 @@ void Trainer::load_checkpoint(const std::string& dir_name) {
     tokens_ = state.at("tokens").get<int64_t>();
     skipped_ = state.at("skipped_steps").get<int64_t>();
     bad_in_a_row_ = state.at("bad_in_a_row").get<int64_t>();
+    if (state.contains("loss_scale")) restore_precision_state(state["loss_scale"].dump());
     rng_.set_state(state.at("rng").at("seed").get<uint64_t>(),
                    state.at("rng").at("offset").get<uint64_t>());
     loader_->set_position(io::LoaderPosition::from_json(state.at("loader").dump()));
@@ -107,12 +130,24 @@ void Trainer::load_checkpoint(const std::string& dir_name) {
   } catch (const nlohmann::json::exception& e) {
     TESSEL_FAIL("checkpoint ", dir.string(), ": ", kStateFile, " is malformed: ", e.what());
   }
-  // The moments are copied out of the mapped file: the optimizer updates them in place.
-  const io::SafetensorsFile file = io::SafetensorsFile::open((dir / kOptimizerFile).string());
-  NamedTensors moments;
-  for (const std::string& name : file.names()) moments.emplace_back(name, file.load(name).clone());
-  // Full moments by name whatever layout wrote them: ZeRO keeps its shard of them.
   const int64_t optimizer_step = state.at("optimizer_step").get<int64_t>();
+  NamedTensors moments;
+  if (has_zero_shards(dir.string())) {
+    // Written by a ZeRO run: full tensors are rebuilt from its shards, whatever its dp size.
+    // The parameters came from model.safetensors already (the same bits); stage 3 keeps its
+    // blocks of the reassembled ones.
+    AssembledState a = assemble_zero_shards(dir.string());
+    if (zero3_) zero3_->load_full_parameters(a.params);
+    moments = std::move(a.moments);
+  } else {
+    // The moments are copied out of the mapped file: the optimizer updates them in place.
+    const io::SafetensorsFile file = io::SafetensorsFile::open((dir / kOptimizerFile).string());
+    for (const std::string& name : file.names())
+      moments.emplace_back(name, file.load(name).clone());
+  }
+  // Full moments by name whatever layout wrote them: ZeRO keeps its shard of them.
+  if (pipe_) moments = pipeline_own_moments(moments);
+  moments = tp_shard(moments);  // full moments sliced to this tp rank's pieces
   if (zero_) {
     zero_->load_full_state(moments, optimizer_step);
   } else {

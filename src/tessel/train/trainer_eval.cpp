@@ -3,6 +3,7 @@
 // generated at the end of a run.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/models/generation.h"
@@ -14,6 +15,7 @@ EvalRecord Trainer::evaluate() {
   EvalRecord r;
   r.step = step_;
   if (!val_data_) return r;
+  pipeline_sync_model();  // pipeline stages: every rank evaluates the whole current model
   const auto t0 = std::chrono::steady_clock::now();
   autograd::NoGradGuard no_grad;
   model_->eval();
@@ -22,21 +24,28 @@ EvalRecord Trainer::evaluate() {
   lo.shuffle = false;  // the same windows at every evaluation, so the values compare
   lo.batch = 1;
   const int64_t windows = io::TokenLoader(val_data_, lo).windows_per_epoch();
-  lo.batch = std::max<int64_t>(1, std::min(config_.train.micro_batch, windows));
   if (windows == 0) {
     model_->train();
     return r;
   }
+  // The dp ranks split each global micro-batch as in training, so every layout with the same
+  // global batch evaluates the same windows (and reports the same mean); a split too small to
+  // share is evaluated whole by every rank.
+  const int64_t world = windows >= dp_size() ? dp_size() : 1;
+  lo.rank = world > 1 ? dp_->rank() : 0;
+  lo.world = world;
+  lo.batch = std::max<int64_t>(1, std::min(config_.train.micro_batch, windows / world));
   io::TokenLoader loader(val_data_, lo);
-  const int64_t batches = std::max<int64_t>(1, std::min(config_.eval.batches, windows / lo.batch));
+  const int64_t batches =
+      std::max<int64_t>(1, std::min(config_.eval.batches, windows / (lo.batch * world)));
   double total = 0;
   for (int64_t b = 0; b < batches; ++b) {
     const io::TokenBatch batch = loader.next();
-    total += model_->loss(batch.x, batch.y).item();
+    total += compute_loss(batch.x, batch.y).item();
   }
   model_->train();
-  r.val_loss = total / double(batches);
-  r.tokens = batches * lo.batch * lo.seq_len;
+  r.val_loss = world > 1 ? dp_mean(total / double(batches)) : total / double(batches);
+  r.tokens = batches * lo.batch * world * lo.seq_len;
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   last_val_loss_ = r.val_loss;
   return r;
@@ -57,6 +66,11 @@ std::string Trainer::generate_sample() {
   g.sampling.top_k = s.top_k;
   g.sampling.seed = s.seed;
   if (tokenizer_) g.vocab_limit = std::min(model_->config().vocab_size, tokenizer_->vocab_size());
+  std::optional<SequenceParallelPause> pause;  // decoding runs without sequence pieces
+  if (tp_) {
+    g.full_logits = [this](const Tensor& local) { return gpt2_tp_full_logits(*tp_, local); };
+    pause.emplace(*tp_);
+  }
   autograd::NoGradGuard no_grad;
   model_->eval();
   const models::GenerationResult out = models::generate(*model_, prompt, g);

@@ -4,10 +4,12 @@
 // parameter bits, and those must match train::AdamW on the whole batch in one process (1e-5).
 // `zero_main memory STAGE` instead builds GPT-2 124M, runs one step and prints, as one JSON line
 // per rank, the bytes ZeroAdamW::memory() reports and the allocator's figures (taken while the
-// optimizer is alive); stage 0 is the baseline, DataParallel + train::AdamW.
+// optimizer is alive); stage 0 is the baseline, DataParallel + train::AdamW; stage 3 gathers one
+// unit per block (zero3.h) and also reports the most parameter bytes it held at once.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "tessel/autograd/engine.h"
 #include "tessel/dist/world.h"
 #include "tessel/models/gpt2.h"
+#include "tessel/parallel/zero3.h"
 #include "tessel/parallel/zero_optimizer.h"
 #include "tessel/tensor/allocator.h"
 #include "tessel/train/adamw.h"
@@ -113,9 +116,18 @@ void memory(const dist::CommPtr& world, int stage) {
   const models::GPT2Config c = test_util::without_dropout({});  // GPT-2 124M
   Generator g(100);
   auto model = models::GPT2::random(c, g);
-  parallel::DataParallel dp(model->named_parameters(), world,
-                            {.reduction = stage == 2 ? parallel::GradReduction::ReduceScatter
-                                                     : parallel::GradReduction::AllReduce});
+  std::vector<std::string> paths;
+  for (int64_t i = 0; i < c.n_layer; ++i) paths.push_back("h." + std::to_string(i));
+  paths.push_back("ln_f");
+  const auto units = parallel::zero3_units(*model, paths);
+  parallel::DataParallel dp(
+      model->named_parameters(), world,
+      {.reduction =
+           stage >= 2 ? parallel::GradReduction::ReduceScatter : parallel::GradReduction::AllReduce,
+       .groups = stage == 3 ? parallel::zero3_groups(model->named_parameters(), units)
+                            : std::vector<std::vector<size_t>>{}});
+  std::unique_ptr<parallel::Zero3Parameters> z3;
+  if (stage == 3) z3 = std::make_unique<parallel::Zero3Parameters>(dp, units);
   const Tensor ids = from_data(test_util::tokens(16, 1, c.vocab_size), {1, 16});
   const Tensor targets = from_data(test_util::tokens(16, 2, c.vocab_size), {1, 16});
   parallel::MemoryReport m;
@@ -134,9 +146,10 @@ void memory(const dist::CommPtr& world, int stage) {
     m.optimizer_bytes = adam.state_bytes();
     in_use = int64_t(cpu_allocator().bytes_in_use());
   } else {
-    parallel::ZeroAdamW zero(dp, {.stage = stage, .weight_decay = kDecay});
+    parallel::ZeroAdamW zero(dp, {.stage = stage, .weight_decay = kDecay}, z3.get());
     model->zero_grad();
     autograd::backward(model->loss(ids, targets));
+    if (z3) z3->finish_backward();
     dp.finish_gradient_sync();
     zero.scale_grads(1.0 / std::max(1.0, std::sqrt(zero.grad_square_sum())));
     zero.step(1e-4);
@@ -147,11 +160,12 @@ void memory(const dist::CommPtr& world, int stage) {
       "{\"figure\": \"zero_memory\", \"stage\": %d, \"dp\": %d, \"rank\": %d, \"params\": %lld, "
       "\"param_bytes\": %lld, \"grad_bytes\": %lld, \"optimizer_bytes\": %lld, "
       "\"comm_bytes\": %lld, \"expected_param_bytes\": %lld, \"expected_grad_bytes\": %lld, "
-      "\"expected_optimizer_bytes\": %lld, \"allocator_in_use\": %lld, \"allocator_peak\": %lld}\n",
+      "\"expected_optimizer_bytes\": %lld, \"gathered_peak_bytes\": %lld, "
+      "\"allocator_in_use\": %lld, \"allocator_peak\": %lld}\n",
       stage, m.dp, world->rank(), (long long)m.parameter_count, (long long)m.param_bytes,
       (long long)m.grad_bytes, (long long)m.optimizer_bytes, (long long)m.comm_bytes,
       (long long)m.expected_param_bytes, (long long)m.expected_grad_bytes,
-      (long long)m.expected_optimizer_bytes, (long long)in_use,
+      (long long)m.expected_optimizer_bytes, (long long)m.peak_gathered_bytes, (long long)in_use,
       (long long)cpu_allocator().peak_bytes());
   std::fflush(stdout);
 }

@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+// Shard specs: which rows of a parameter a rank holds, and the slice / gather between full
+// tensors and pieces that layout-independent checkpoints rely on.
+#include "tessel/parallel/param_shard.h"
+
+#include <algorithm>
+
+#include "tessel/autograd/grad_mode.h"
+#include "tessel/core/error.h"
+#include "tessel/sharding/placement.h"
+#include "tessel/sharding/regions.h"
+
+namespace tessel::parallel {
+
+std::string ShardSpec::str() const {
+  std::string s = "S(" + std::to_string(dim) + ") of " + std::to_string(full);
+  if (padded > full) s += " padded to " + std::to_string(padded);
+  if (blocks > 1)
+    s += " in " + std::to_string(blocks) + " blocks of units of " + std::to_string(unit);
+  return s;
+}
+
+std::vector<std::pair<int64_t, int64_t>> shard_ranges(const ShardSpec& s, int parts, int rank) {
+  TESSEL_CHECK(
+      parts >= 1 && rank >= 0 && rank < parts && s.full >= 0 && s.blocks >= 1 && s.unit >= 1,
+      "shard_ranges: ", s.str(), " over ", parts, " ranks (rank ", rank, ")");
+  if (s.padded > s.full) {
+    TESSEL_CHECK(s.blocks == 1 && s.padded % parts == 0, "shard_ranges: ", s.str(),
+                 " must be one block whose padded size divides by the ", parts, " ranks");
+    const int64_t len = s.padded / parts;
+    return {{rank * len, len}};
+  }
+  if (s.blocks == 1 && s.unit == 1)
+    return {
+        {sharding::shard_offset(s.full, parts, rank), sharding::shard_size(s.full, parts, rank)}};
+  TESSEL_CHECK(s.full % s.blocks == 0 && (s.full / s.blocks) % s.unit == 0,
+               "shard_ranges: ", s.str(), ": the size is not blocks x whole units");
+  const int64_t block = s.full / s.blocks, units = block / s.unit;
+  TESSEL_CHECK(units % parts == 0, "shard_ranges: ", units, " units of ", s.unit,
+               " rows per block do not divide by the ", parts, " tensor-parallel ranks");
+  std::vector<std::pair<int64_t, int64_t>> out;
+  const int64_t per = units / parts * s.unit;
+  for (int64_t b = 0; b < s.blocks; ++b) out.emplace_back(b * block + rank * per, per);
+  return out;
+}
+
+int64_t shard_length(const ShardSpec& spec, int parts, int rank) {
+  int64_t n = 0;
+  for (const auto& [start, len] : shard_ranges(spec, parts, rank)) n += len;
+  return n;
+}
+
+Tensor shard_tensor(const Tensor& full, const ShardSpec& s, int parts, int rank) {
+  TESSEL_CHECK(full.defined() && s.dim >= 0 && s.dim < full.ndim() && full.size(s.dim) == s.full,
+               "shard_tensor: tensor ", full.defined() ? full.shape().str() : "undefined",
+               " does not match ", s.str());
+  autograd::NoGradGuard no_grad;
+  std::vector<Tensor> pieces;
+  for (const auto& [start, len] : shard_ranges(s, parts, rank)) {
+    const int64_t real = std::max<int64_t>(0, std::min(start + len, s.full) - start);
+    if (real > 0) pieces.push_back(full.detach().slice(s.dim, start, start + real));
+    if (real < len) {
+      Shape pad = full.shape();
+      pad[s.dim] = len - real;
+      pieces.push_back(zeros(pad, full.dtype()));
+    }
+  }
+  return pieces.size() == 1 ? pieces[0].clone() : concat(pieces, s.dim);
+}
+
+Tensor gather_tensor(const Tensor& local, const ShardSpec& s, dist::Communicator& tp) {
+  const int k = tp.size();
+  TESSEL_CHECK(local.defined() && s.dim >= 0 && s.dim < local.ndim() &&
+                   local.size(s.dim) == shard_length(s, k, tp.rank()),
+               "gather_tensor: piece ", local.defined() ? local.shape().str() : "undefined",
+               " is not rank ", tp.rank(), "'s piece of ", s.str());
+  autograd::NoGradGuard no_grad;
+  int64_t total = 0;
+  std::vector<int64_t> starts;  // where each rank's piece starts in the gathered tensor
+  for (int r = 0; r < k; ++r) {
+    starts.push_back(total);
+    total += shard_length(s, k, r);
+  }
+  Tensor all =
+      k == 1 ? local.detach() : sharding::gather_from_region(local.detach(), tp, s.dim, total);
+  if (s.padded > s.full) return all.slice(s.dim, 0, s.full).clone();
+  if (s.blocks == 1) return all.clone();
+  // Rank-major (q0 k0 v0 q1 k1 v1 ...) back to block-major (q0 q1 .. k0 k1 .. v0 v1 ..).
+  std::vector<Tensor> pieces;
+  for (int64_t b = 0; b < s.blocks; ++b) {
+    for (int r = 0; r < k; ++r) {
+      const auto ranges = shard_ranges(s, k, r);
+      int64_t at = starts[size_t(r)];
+      for (int64_t i = 0; i < b; ++i) at += ranges[size_t(i)].second;
+      pieces.push_back(all.slice(s.dim, at, at + ranges[size_t(b)].second));
+    }
+  }
+  return concat(pieces, s.dim);
+}
+
+}  // namespace tessel::parallel

@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+// The Sequence style: sequence-sharded embeddings and the region after a norm that feeds a
+// vocab-split LM head; norms and dropouts need no change to run on a sequence piece.
+#include "tessel/parallel/sequence_parallel.h"
+
+#include "tessel/core/error.h"
+#include "tessel/nn/layers.h"
+#include "tessel/ops/embedding.h"
+#include "tessel/ops/norm.h"
+#include "tessel/ops/shape.h"
+#include "tessel/sharding/placement.h"
+#include "tessel/sharding/regions.h"
+
+namespace tessel::parallel {
+namespace {
+
+Tensor enter_region(const Tensor& y, dist::Communicator& tp, const TpOptions& o) {
+  if (!sequence_sharded(o)) return sharding::copy_to_region(y, tp);
+  TESSEL_CHECK(y.ndim() >= 2 && o.sequence->length > 0, "Sequence: output ", y.shape().str(),
+               " cannot be gathered along a sequence of ", o.sequence->length);
+  return sharding::gather_from_region(y, tp, int(y.ndim() - 2), o.sequence->length);
+}
+
+}  // namespace
+
+void parallelize_sequence(nn::Module& module, dist::CommPtr tp, const TpOptions& options,
+                          bool gather_output) {
+  TESSEL_CHECK(tp != nullptr, "parallelize_sequence: the communicator is null");
+  TESSEL_CHECK(!options.sequence_parallel || options.sequence != nullptr,
+               "parallelize_sequence: sequence_parallel needs the shared SequenceState");
+  TESSEL_CHECK(!module.has_forward_override(), "parallelize_sequence: '", module.path(),
+               "' is already parallelized");
+  const TpOptions o = options;
+  if (auto* ln = dynamic_cast<nn::LayerNorm*>(&module)) {
+    if (!gather_output) return;
+    module.set_forward_override([ln, tp, o](nn::Module&, const std::vector<Tensor>& in) {
+      return enter_region(ops::layer_norm(in.at(0), ln->weight, ln->bias, ln->eps()), *tp, o);
+    });
+    return;
+  }
+  const bool norm_or_dropout = dynamic_cast<nn::RMSNorm*>(&module) != nullptr ||
+                               dynamic_cast<nn::Dropout*>(&module) != nullptr;
+  if (norm_or_dropout) {
+    TESSEL_CHECK(!gather_output, "Sequence: gather_output is supported on LayerNorm, not on '",
+                 module.path(), "' (", module.type_name(), ")");
+    return;
+  }
+  if (auto* emb = dynamic_cast<nn::Embedding*>(&module)) {
+    TESSEL_CHECK(!gather_output, "Sequence: gather_output is not supported on an Embedding ('",
+                 module.path(), "')");
+    if (!o.sequence_parallel) return;
+    module.set_forward_override([emb, tp, o](nn::Module&, const std::vector<Tensor>& in) {
+      Tensor y = ops::embedding(emb->weight, in.at(0));
+      if (!sequence_sharded(o)) return y;
+      TESSEL_CHECK(y.ndim() >= 2, "Sequence embedding '", emb->path(), "': output ",
+                   y.shape().str(), " has no sequence dim");
+      const int d = int(y.ndim() - 2);
+      const int64_t n = y.size(d);
+      o.sequence->length = n;
+      const int64_t off = sharding::shard_offset(n, tp->size(), tp->rank());
+      return ops::slice(y, d, off, off + sharding::shard_size(n, tp->size(), tp->rank()));
+    });
+    return;
+  }
+  TESSEL_FAIL("style Sequence applies to LayerNorm, RMSNorm, Dropout or Embedding; '",
+              module.path(), "' is a ", module.type_name());
+}
+
+}  // namespace tessel::parallel

@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: Apache-2.0
+// Pipeline parallelism in the Trainer (GPipe, 1F1B, interleaved 1F1B; docs/PARALLEL.md). Every pp
+// rank builds the whole GPT-2 from the same seed, then trains only the parameters of its stages:
+// the optimizer, data parallelism and ZeRO see nothing else. A step's grad_accum micro-batches are
+// the pipeline's micro-batches, so a pp run consumes exactly the batches of one process.
+//
+// The tied embedding: the last stage multiplies with its copy of wte but does not train it; after
+// backward it sends its wte gradient to the first stage, which adds it to its own (the sum one
+// process forms) and alone updates wte; the updated wte then goes back to the last stage. So the
+// copies stay identical and the global norm and ZeRO count wte once (the embedding group of
+// Megatron-LM, as a reduce and a broadcast instead of an all-reduce).
+//
+// Checkpoints stay layout-independent: before one is written, every parameter and moment is
+// broadcast over pp from the rank that trains it, so world rank 0 writes the usual full files; a
+// resumed rank loads everything and keeps its part, whatever pp wrote the checkpoint.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "tessel/autograd/meta.h"
+#include "tessel/io/mapped_file.h"
+#include "tessel/parallel/pipeline/printer.h"
+#include "tessel/parallel/pipeline/simulator.h"
+#include "tessel/train/pipeline_stage.h"
+#include "tessel/train/trainer.h"
+
+namespace tessel::train {
+
+namespace pp = parallel::pipeline;
+
+namespace {
+
+// Tags above every tag the executor uses (it takes 2 * stages * micro-batches from 0).
+constexpr int kTiedGradientTag = dist::Communicator::kMaxTag;
+constexpr int kTiedWeightTag = dist::Communicator::kMaxTag - 1;
+const std::string kMomentPrefixes[] = {"exp_avg.", "exp_avg_sq."};
+
+}  // namespace
+
+void Trainer::build_pipeline() {
+  if (layout_.pp_size() == 1) return;
+  TESSEL_CHECK(config_.train.precision == "fp32",
+               "train: train.precision = ", config_.train.precision,
+               " with pp not supported yet (the stages run in fp32)");
+  const int p = layout_.pp_size();
+  const TrainSection& t = config_.train;
+  pp::Schedule schedule = schedule_from_spec(config_.parallel.schedule, p, int(t.grad_accum));
+  const std::vector<pp::LayerCost> costs = gpt2_layer_costs(*model_);
+  TESSEL_CHECK(int64_t(costs.size()) >= schedule.num_stages(),
+               "train: parallel.schedule = ", config_.parallel.schedule, " at pp = ", p, " needs ",
+               schedule.num_stages(), " stages, but a GPT-2 of ", model_->blocks.size(),
+               " blocks has only ", costs.size(), " pipeline layers (embedding, blocks, head)");
+  pipe_ = std::make_unique<PipelineTraining>();
+  pipe_->stages = std::make_unique<Gpt2Stages>(*model_, pp::balance(costs, schedule.num_stages()));
+  for (const auto& [name, param] : model_->named_parameters()) {
+    pipe_->owner[name] = schedule.owner(pipe_->stages->stage_of_parameter(name));
+  }
+  pipe_->tied = model_->lm_head == nullptr;
+  pp::ExecutorOptions options;
+  options.activation_shapes = {
+      Shape{t.micro_batch, layout_stage_seq_len(), model_->config().n_embd}};
+  layout_setup_pipeline();  // tensor parallelism inside the stages (trainer_layout.cpp)
+  std::string layers;       // "embedding..h.2 | h.3..head": a stage may hold no block at all
+  for (int64_t s = 0; s < pipe_->stages->partition().num_stages(); ++s) {
+    const auto [begin, end] = pipe_->stages->partition().layers_of(s);
+    layers += (s > 0 ? " | " : "") + costs[size_t(begin)].name;
+    if (end - begin > 1) layers += ".." + costs[size_t(end - 1)].name;
+  }
+  pipe_->executor =
+      std::make_unique<pp::PipelineExecutor>(std::move(schedule), layout_.pp, std::move(options));
+  print("pipeline: " + config_.parallel.schedule + " over pp = " + std::to_string(p) + ", " +
+        std::to_string(t.grad_accum) + " micro-batches per step; stages " + layers);
+}
+
+NamedTensors Trainer::trainable_parameters() const {
+  NamedTensors all = model_->named_parameters();
+  if (!pipe_) return all;
+  std::erase_if(all,
+                [&](const auto& np) { return pipe_->owner.at(np.first) != layout_.pp_rank(); });
+  return all;
+}
+
+std::vector<Tensor> Trainer::trainable_tensors() const {
+  std::vector<Tensor> out;
+  for (auto& [name, param] : trainable_parameters()) out.push_back(param);
+  return out;
+}
+
+double Trainer::pp_sum(double value) const {
+  if (!pipe_) return value;
+  Tensor t = full({1}, value, DType::F64);
+  layout_.pp->all_reduce(t, dist::ReduceOp::Sum);
+  return t.data<double>()[0];
+}
+
+double Trainer::pipeline_forward_backward() {
+  std::vector<io::TokenBatch> batches;
+  for (int64_t m = 0; m < config_.train.grad_accum; ++m) batches.push_back(loader_->next());
+  pipe_->stages->set_batches(std::move(batches));
+  // Data parallelism averages once, after the whole schedule (every chunk's last backward comes
+  // at a different point of it).
+  if (ddp_) ddp_->set_sync(false);
+  pp::ExecutionResult result = pipe_->executor->run(*pipe_->stages);
+  const int p = layout_.pp_size(), rank = layout_.pp_rank();
+  if (pipe_->tied) {
+    const Tensor& w = model_->wte->weight;
+    if (rank == p - 1) {
+      const Tensor g = w.grad().defined() ? w.grad() : zeros_like(w);
+      layout_.pp->send(g, 0, kTiedGradientTag);
+    } else if (rank == 0) {
+      Tensor head = empty_like(w);
+      layout_.pp->recv(head, p - 1, kTiedGradientTag);
+      Tensor g = w.grad();
+      autograd::add_gradients_into(g, head);
+    }
+  }
+  if (ddp_) ddp_->set_sync(true);
+  double loss_sum = 0;  // in micro-batch order, as one process adds them
+  for (double loss : result.losses) loss_sum += loss;
+  pipe_->last = std::move(result);
+  return pp_sum(loss_sum);
+}
+
+void Trainer::pipeline_after_step() {
+  if (!pipe_ || !pipe_->tied) return;
+  const int p = layout_.pp_size(), rank = layout_.pp_rank();
+  Tensor w = model_->wte->weight;
+  if (rank == 0) {
+    const auto gathered = layout_gather_wte();  // ZeRO-3 keeps only a shard of it
+    layout_.pp->send(w, p - 1, kTiedWeightTag);
+  }
+  if (rank == p - 1) layout_.pp->recv(w, 0, kTiedWeightTag);
+}
+
+void Trainer::pipeline_sync_model() {
+  if (!pipe_) return;
+  const auto gathered = layout_gather_all();  // ZeRO-3: whole parameters while they are sent
+  for (auto& [name, param] : model_->named_parameters()) {
+    layout_.pp->broadcast(param, pipe_->owner.at(name));
+  }
+}
+
+NamedTensors Trainer::pipeline_full_moments(const NamedTensors& own) {
+  layout_pin_for_checkpoint();  // ZeRO-3: whole parameters until barrier_all()
+  pipeline_sync_model();
+  NamedTensors full;
+  for (const std::string& prefix : kMomentPrefixes) {
+    for (const auto& [name, param] : model_->named_parameters()) {
+      const std::string key = prefix + name;
+      const auto it =
+          std::find_if(own.begin(), own.end(), [&](const auto& np) { return np.first == key; });
+      Tensor moment = it != own.end() ? it->second : zeros(param.shape(), DType::F32);
+      layout_.pp->broadcast(moment, pipe_->owner.at(name));
+      full.emplace_back(key, moment);
+    }
+  }
+  return full;
+}
+
+NamedTensors Trainer::pipeline_own_moments(const NamedTensors& full) const {
+  NamedTensors own;
+  for (const auto& [key, moment] : full) {
+    std::string name = key;
+    for (const std::string& prefix : kMomentPrefixes)
+      if (key.rfind(prefix, 0) == 0) name = key.substr(prefix.size());
+    const auto it = pipe_->owner.find(name);
+    // Unknown names stay, so that the optimizer's own check names them.
+    if (it == pipe_->owner.end() || it->second == layout_.pp_rank()) own.emplace_back(key, moment);
+  }
+  return own;
+}
+
+void Trainer::barrier_all() {
+  if (dp_) dp_->barrier();
+  if (layout_.pp) layout_.pp->barrier();
+  if (layout_.tp) layout_.tp->barrier();
+  layout_unpin();
+}
+
+// The measured timeline of the last step next to the simulator's prediction for the same
+// schedule with the measured mean forward and backward times. Collective over pp.
+void Trainer::pipeline_report() {
+  if (!pipe_ || !pipe_->last) return;
+  const pp::Schedule& schedule = pipe_->executor->schedule();
+  const auto timelines = pp::gather_timelines(*layout_.pp, schedule, pipe_->last->timeline);
+  if (!leader()) return;
+  const pp::Simulation measured = pp::measured_simulation(schedule, timelines);
+  double sum[2] = {0, 0};
+  int count[2] = {0, 0};
+  for (size_t r = 0; r < timelines.size(); ++r) {
+    for (const pp::TimedAction& t : timelines[r]) {
+      const pp::ActionKind kind = schedule.actions[r][size_t(t.index)].kind;
+      if (!pp::is_compute(kind)) continue;
+      const int k = kind == pp::ActionKind::Forward ? 0 : 1;
+      sum[k] += t.end - t.start;
+      ++count[k];
+    }
+  }
+  const pp::Costs costs{sum[0] / std::max(count[0], 1), sum[1] / std::max(count[1], 1), 0.0};
+  const pp::Simulation predicted = pp::simulate(schedule, costs);
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "pipeline: last step %.1f ms, measured bubble %.3f; simulator %.3f (mean forward "
+                "%.2f ms, backward %.2f ms per stage, no communication cost); peak activations "
+                "in flight per rank:",
+                measured.makespan, measured.bubble_fraction, predicted.bubble_fraction,
+                costs.forward, costs.backward);
+  std::string text = line;
+  for (int peak : measured.peak_in_flight) text += " " + std::to_string(peak);
+  text += "; busy per rank:";  // uneven stages show here, which equal stage costs cannot predict
+  for (double busy : measured.compute_time)
+    text += " " + std::to_string(int(100 * busy / measured.makespan + 0.5)) + "%";
+  print(text);
+  print("measured timeline (one cell = " + std::to_string(measured.makespan / 48.0) + " ms):\n" +
+        pp::text_timeline(schedule, measured, measured.makespan / 48.0));
+  // The same timeline for chrome://tracing or ui.perfetto.dev (times in ms, one unit = 1000 us).
+  const std::string trace = (std::filesystem::path(run_dir_) / "pipeline_trace.json").string();
+  const std::string json = pp::chrome_trace(schedule, measured, 1000.0);
+  io::write_file_atomic(trace, json.data(), json.size());
+  print("pipeline: Chrome trace of that step: " + trace);
+}
+
+}  // namespace tessel::train

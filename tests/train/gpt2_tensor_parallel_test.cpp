@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+// GPT-2 under tensor and sequence parallelism on thread worlds of 2 and 4 ranks, against one
+// process: logits, loss, gathered gradients and the gradient norm (relative error <= 1e-5), greedy
+// generation ids, per-rank parameter bytes, the shipped plan file equal to the built-in one, and
+// refusals (heads not divisible by tp, bad plans). A vocabulary of 37 is padded on both sizes and
+// a sequence of 13 splits unevenly.
+#include "tessel/train/gpt2_tensor_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "../parallel/parallel_test_util.h"
+#include "tessel/autograd/engine.h"
+#include "tessel/autograd/grad_mode.h"
+#include "tessel/models/generation.h"
+#include "tessel/train/grad_clip.h"
+
+namespace tessel::train {
+namespace {
+
+using parallel::test_util::Checks;
+using parallel::test_util::rel_err;
+using parallel::test_util::run_world;
+using parallel::test_util::TinyGpt2Case;
+
+constexpr double kTol = 1e-5;
+
+struct Reference {
+  std::vector<double> logits;
+  double loss = 0, grad_sq = 0;
+  std::map<std::string, std::vector<double>> grads;
+  std::vector<int64_t> generated;
+};
+
+models::GenerationOptions greedy(int64_t n) {
+  models::GenerationOptions g;
+  g.max_new_tokens = n;
+  g.sampling.temperature = 0;
+  return g;
+}
+
+const std::vector<int64_t> kPrompt = {3, 14, 15, 9, 2};
+
+Reference reference(const TinyGpt2Case& c) {
+  auto m = c.model();
+  Reference r;
+  {
+    autograd::NoGradGuard no_grad;
+    r.logits = m->forward(c.ids).to_vector<double>();
+  }
+  Tensor loss = m->loss(c.ids, c.targets);
+  r.loss = loss.item();
+  autograd::backward(loss);
+  for (const auto& [name, p] : m->named_parameters()) r.grads[name] = p.grad().to_vector<double>();
+  r.grad_sq = grad_square_sum(m->parameters());
+  r.generated = models::generate(*m, kPrompt, greedy(6)).tokens;
+  return r;
+}
+
+struct Case {
+  int tp;
+  bool sp;
+};
+
+class Gpt2TpWorld : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Gpt2TpWorld, EqualsOneProcess) {
+  const auto [n, sp] = GetParam();
+  TinyGpt2Case c(3);
+  c.config.n_head = 4;
+  const Reference want = reference(c);
+  Checks checks;
+  run_world(n, [&](dist::CommPtr tp) {
+    const std::string at =
+        "tp " + std::to_string(n) + (sp ? " sp" : "") + " rank " + std::to_string(tp->rank());
+    auto m = c.model();
+    int64_t full_sharded = 0;
+    std::vector<std::string> notes;
+    const auto info =
+        gpt2_parallelize(*m, tp, "", sp, [&](const std::string& s) { notes.push_back(s); });
+    checks.expect(
+        notes.size() == 1 &&
+            notes[0].find("37 padded to " + std::to_string(n == 2 ? 38 : 40)) != std::string::npos,
+        at + ": padding note");
+    // Bytes: every sharded parameter holds about 1/tp of its full size.
+    auto full_model = c.model();
+    int64_t local_sharded = 0;
+    for (const auto& [name, p] : m->named_parameters()) {
+      if (info.result.spec(name) == nullptr) continue;
+      local_sharded += int64_t(p.nbytes());
+      full_sharded += int64_t(full_model->find(name).nbytes());
+    }
+    const double share = double(local_sharded) * n / double(full_sharded);
+    checks.expect(share > 0.95 && share < 1.1,
+                  at + ": sharded bytes x tp / full = " + std::to_string(share));
+
+    {
+      autograd::NoGradGuard no_grad;
+      Tensor logits = gpt2_tp_full_logits(info, m->forward(c.ids));
+      const double e = rel_err(logits.to_vector<double>(), want.logits);
+      checks.expect(e <= kTol, at + ": logits relative error " + std::to_string(e));
+    }
+    Tensor loss = gpt2_tp_loss(*m, info, c.ids, c.targets);
+    const double el = std::abs(loss.item() - want.loss) / std::abs(want.loss);
+    checks.expect(el <= kTol, at + ": loss relative error " + std::to_string(el));
+    autograd::backward(loss);
+    gpt2_tp_reduce_gradients(*m, info);
+    nn::NamedTensors grads;
+    for (const auto& [name, p] : m->named_parameters()) grads.emplace_back(name, p.grad());
+    for (const auto& [name, g] : gpt2_tp_gather(info, grads)) {
+      const double e = rel_err(g.to_vector<double>(), want.grads.at(name));
+      checks.expect(e <= kTol,
+                    at + ": gradient of " + name + " relative error " + std::to_string(e));
+    }
+    const double gs = gpt2_tp_grad_square_sum(*m, info);
+    checks.expect(
+        std::abs(gs - want.grad_sq) <= kTol * want.grad_sq,
+        at + ": grad square sum " + std::to_string(gs) + " vs " + std::to_string(want.grad_sq));
+    // Gathered weights equal the full model's.
+    auto gathered = gpt2_tp_gather_model(*m, info);
+    for (const auto& [name, p] : full_model->named_parameters()) {
+      const double e = rel_err(gathered->find(name).to_vector<double>(), p.to_vector<double>());
+      checks.expect(e == 0, at + ": gathered " + name + " differs");
+    }
+    {
+      const SequenceParallelPause pause(info);
+      models::GenerationOptions g = greedy(6);
+      g.full_logits = [&](const Tensor& local) { return gpt2_tp_full_logits(info, local); };
+      checks.expect(models::generate(*m, kPrompt, g).tokens == want.generated,
+                    at + ": greedy ids differ");
+    }
+  });
+  checks.verify();
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, Gpt2TpWorld,
+                         ::testing::Values(Case{2, false}, Case{2, true}, Case{4, false},
+                                           Case{4, true}),
+                         [](const auto& info) {
+                           return "tp" + std::to_string(info.param.tp) +
+                                  (info.param.sp ? "_sp" : "");
+                         });
+
+TEST(Gpt2TensorParallelPlan, RefusesHeadsNotDivisible) {
+  TinyGpt2Case c(1);
+  c.config.n_head = 4;
+  Checks checks;
+  run_world(3, [&](dist::CommPtr tp) {
+    auto m = c.model();
+    checks.expect_throw([&] { gpt2_parallelize(*m, tp, "", false); },
+                        "n_head = 4 is not divisible by tp = 3", "heads");
+  });
+  checks.verify();
+}
+
+TEST(Gpt2TensorParallelPlan, ShippedPlanIsTheBuiltIn) {
+  const auto shipped =
+      parallel::ParallelPlan::load(std::string(TESSEL_SOURCE_DIR) + "/configs/gpt2-tp.json");
+  const auto built_in = parallel::ParallelPlan::parse(kGpt2TensorParallelPlan, "built-in");
+  ASSERT_EQ(shipped.rules.size(), built_in.rules.size());
+  for (size_t i = 0; i < shipped.rules.size(); ++i) {
+    EXPECT_EQ(shipped.rules[i].pattern, built_in.rules[i].pattern);
+    EXPECT_EQ(shipped.rules[i].style, built_in.rules[i].style);
+    EXPECT_EQ(shipped.rules[i].blocks, built_in.rules[i].blocks);
+    EXPECT_EQ(shipped.rules[i].unit, built_in.rules[i].unit);
+    EXPECT_EQ(shipped.rules[i].gather_output, built_in.rules[i].gather_output);
+  }
+}
+
+}  // namespace
+}  // namespace tessel::train
