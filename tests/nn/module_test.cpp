@@ -3,6 +3,7 @@
 // lists every bad name, train/eval propagation, hooks, observers and in-place dtype conversion.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,21 @@ TEST(Module, BlockParameterNamesInRegistrationOrder) {
             2 * 24 + 36 * 12 + 36 + 144 + 12 + 48 * 12 + 48 + 12 * 48 + 12);
   for (auto& t : block.parameters()) EXPECT_TRUE(t.requires_grad());
   EXPECT_EQ(block.attn->c_attn->path(), "attn.c_attn");
+}
+
+TEST(Module, NamedModulesArePathsWithoutTrailingDots) {
+  Generator g(1);
+  Block block(small_config(), Init::normal(&g));
+  std::vector<std::string> paths;
+  for (auto& [path, m] : block.named_modules()) paths.push_back(path);
+  ASSERT_FALSE(paths.empty());
+  EXPECT_EQ(paths.front(), "");  // the module itself
+  for (size_t i = 1; i < paths.size(); ++i) {
+    EXPECT_FALSE(paths[i].empty());
+    EXPECT_NE(paths[i].back(), '.') << paths[i];
+  }
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "attn.c_attn"), paths.end());
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "ln_1"), paths.end());
 }
 
 TEST(Module, RegistrationRejectsDuplicateAndDottedNames) {

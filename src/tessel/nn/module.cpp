@@ -18,6 +18,7 @@ namespace {
 std::atomic<int64_t> g_observer_count{0};
 
 std::string join(const std::string& prefix, const std::string& name) {
+  if (name.empty()) return prefix;  // a child's own path ("") is the child's name
   return prefix.empty() ? name : prefix + "." + name;
 }
 

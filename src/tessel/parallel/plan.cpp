@@ -97,13 +97,8 @@ const char* kinds_of(StyleKind style) {
   return "";
 }
 
-// Module paths with nn::Module::named_modules' trailing '.' (it joins a child's own "" path)
-// removed.
 std::vector<std::pair<std::string, nn::Module*>> module_paths(nn::Module& root) {
-  auto all = root.named_modules();
-  for (auto& [path, m] : all)
-    while (!path.empty() && path.back() == '.') path.pop_back();
-  return all;
+  return root.named_modules();
 }
 
 // The op signature a style on this module stands for (sharding/op_rules.h), for an input of one

@@ -33,11 +33,7 @@ class Zero3GatherBackward final : public autograd::Node {
 
 std::vector<Zero3Unit> zero3_units(nn::Module& root, const std::vector<std::string>& paths) {
   std::map<std::string, nn::Module*> modules;
-  for (auto& [name, m] : root.named_modules()) {
-    std::string key = name;  // (named_modules() may end a child's path with a '.')
-    while (!key.empty() && key.back() == '.') key.pop_back();
-    modules[key] = m;
-  }
+  for (auto& [name, m] : root.named_modules()) modules[name] = m;
   std::vector<Zero3Unit> listed;
   std::set<std::string> taken;
   for (const std::string& path : paths) {
