@@ -94,6 +94,29 @@ TEST(PipelineSchedule, GPipeAnd1F1BBubbleIsExact) {
   }
 }
 
+// A slow last stage (f=3, b=6 against f=1, b=2) never idles once its first input arrives, so
+// makespan = f0 + m(f1 + b1) + b0 = 1 + 36 + 2 for m = 4, whatever the schedule; the equal-stage
+// formula would claim a bubble of (p-1)/(m+p-1) = 0.2 instead of 1 - 48/78.
+TEST(PipelineSchedule, PerStageCostsPredictTheBottleneck) {
+  Costs uneven;
+  uneven.stage_forward = {1.0, 3.0};
+  uneven.stage_backward = {2.0, 6.0};
+  for (const Schedule& s : {gpipe(2, 4), one_f_one_b(2, 4)}) {
+    SCOPED_TRACE(s.name);
+    const Simulation sim = simulate(s, uneven);
+    ASSERT_TRUE(sim.ok()) << sim.error_text();
+    EXPECT_DOUBLE_EQ(sim.makespan, 39.0);
+    EXPECT_NEAR(sim.bubble_fraction, 1.0 - 48.0 / 78.0, 1e-12);
+    Costs same;  // per-stage costs all equal to the scalar ones change nothing
+    same.stage_forward = {1.0, 1.0};
+    same.stage_backward = {2.0, 2.0};
+    EXPECT_DOUBLE_EQ(simulate(s, same).makespan, simulate(s, Costs{1.0, 2.0, 0.0}).makespan);
+  }
+  Costs wrong;
+  wrong.stage_forward = {1.0, 1.0, 1.0};
+  EXPECT_THROW(simulate(gpipe(2, 4), wrong), Error);
+}
+
 // Costs are per chunk. Interleaved with chunk costs f=1, b=2 takes 3(mv + p - 1): the ideal
 // 3mv plus a bubble of 3(p-1), so bubble/ideal = (p-1)/(vm) (Megatron-LM's figure) and our
 // fraction of the makespan is (p-1)/(vm + p - 1). The same model under plain 1F1B (one chunk of

@@ -49,6 +49,12 @@ class Validator {
     TESSEL_CHECK(costs_.forward >= 0 && costs_.backward >= 0 && costs_.comm >= 0,
                  "pipeline simulate: negative cost f=", costs_.forward, " b=", costs_.backward,
                  " c=", costs_.comm);
+    for (const auto* v : {&costs_.stage_forward, &costs_.stage_backward}) {
+      TESSEL_CHECK(v->empty() || static_cast<int>(v->size()) == s_.num_stages(),
+                   "pipeline simulate: ", v->size(), " per-stage costs for ", s_.num_stages(),
+                   " stages");
+      for (double c : *v) TESSEL_CHECK(c >= 0, "pipeline simulate: negative stage cost ", c);
+    }
     valid_.resize(static_cast<size_t>(s_.ranks));
     for (int rank = 0; rank < s_.ranks; ++rank) {
       check_rank_order(rank);
@@ -253,9 +259,9 @@ class Validator {
   double duration(const Action& a) const {
     switch (a.kind) {
       case ActionKind::Forward:
-        return costs_.forward;
+        return costs_.forward_of(a.stage);
       case ActionKind::Backward:
-        return costs_.backward;
+        return costs_.backward_of(a.stage);
       case ActionKind::SendActivation:
       case ActionKind::SendGradient:
         return costs_.comm;

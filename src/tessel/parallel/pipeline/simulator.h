@@ -30,6 +30,17 @@ struct Costs {
   double forward = 1.0;
   double backward = 2.0;
   double comm = 0.0;
+  // Optional per-stage durations (one entry per stage), overriding forward/backward: uneven stages
+  // (a GPT-2's LM head, a partition of unequal blocks) are what makes a measured bubble exceed the
+  // equal-stage formula, and only per-stage costs predict it.
+  std::vector<double> stage_forward, stage_backward;
+
+  double forward_of(int stage) const {
+    return stage_forward.empty() ? forward : stage_forward[size_t(stage)];
+  }
+  double backward_of(int stage) const {
+    return stage_backward.empty() ? backward : stage_backward[size_t(stage)];
+  }
 };
 
 struct TimedAction {
