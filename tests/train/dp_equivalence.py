@@ -199,12 +199,12 @@ def main():
     if len(dps) >= 2:
         a, b = dps[0], dps[1]
         src = os.path.join(work, f"dp{a}_zero1", "step_000010")
-        shards = sorted(x for x in os.listdir(src) if x.startswith("zero_shard_"))
-        if shards != [f"zero_shard_{r:05d}_of_{a:05d}.safetensors" for r in range(a)]:
-            fail(f"dp={a} zero_stage=1 checkpoint holds shards {shards}")
+        shards = sorted(x for x in os.listdir(src) if x.startswith("pieces_"))
+        if shards != [f"pieces_{r:05d}_of_{a:05d}.safetensors" for r in range(a)] + ["pieces_index.json"]:
+            fail(f"dp={a} zero_stage=1 checkpoint holds piece files {shards}")
         with open(os.path.join(src, "COMMITTED")) as f:
             manifest = json.load(f)["files"]
-        if not all(x in manifest for x in shards + ["zero_index.json", "model.safetensors"]):
+        if not all(x in manifest for x in shards + ["model.safetensors"]):
             fail(f"the manifest of {src} does not list every shard: {sorted(manifest)}")
         for stage in (2, 3):
             d = os.path.join(work, f"resume_dp{a}_zero1_to_dp{b}_zero{stage}")

@@ -3,8 +3,10 @@
 // wrong values), recording, deadlines, and the dispatch to blocking or asynchronous execution.
 #include "tessel/dist/communicator.h"
 
+#include <chrono>
 #include <numeric>
 
+#include "tessel/dist/comm_time.h"
 #include "tessel/dist/diagnosis.h"
 
 namespace tessel::dist {
@@ -163,7 +165,11 @@ void Communicator::run_recorded(Communicator& executor, const OpCall& call, cons
 void Communicator::run(const OpCall& call) {
   check(call);
   Record record = context_->issue(*label_state_, call);
+  const auto t0 = std::chrono::steady_clock::now();
   run_recorded(*this, call, record);
+  add_blocking_time(label(), std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now() - t0)
+                                 .count());
 }
 
 WorkPtr Communicator::submit(const OpCall& call) {

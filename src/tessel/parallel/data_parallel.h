@@ -35,7 +35,7 @@ struct DataParallelOptions {
   // Explicit buckets instead of the byte budget: indices into the parameter list, one vector per
   // bucket, in launch order; every parameter exactly once. ZeRO-3 makes each gathering unit one
   // bucket this way, so a unit's parameter shards and gradient shards are the same byte ranges.
-  std::vector<std::vector<size_t>> groups;
+  std::vector<std::vector<size_t>> groups = {};
 };
 
 // Averages the gradients of a set of leaf parameters over one communicator (the dp axis).

@@ -80,6 +80,8 @@ class ZeroAdamW {
   // Increments step_count() first.
   void step(double lr);
   int64_t step_count() const { return step_; }
+  // For checkpoints that restore the moment shards in place (local_state()'s tensors).
+  void set_step_count(int64_t step) { step_ = step; }
 
   // Collective: the full moments by parameter name ("exp_avg.NAME", then "exp_avg_sq.NAME", in
   // model order: train::AdamW::state()'s names and order), assembled from every rank's shards.

@@ -69,6 +69,11 @@ std::string progress_line(const StepRecord& r) {
      << (r.loss_scale > 0 ? fixed(" | scale %g", r.loss_scale) + " (overflows " +
                                 std::to_string(r.overflow_total) + ")"
                           : std::string())
+     << (r.dp_comm_ms + r.tp_comm_ms + r.pp_bubble_ms > 0
+             ? fixed(" | compute %.1f ms, exposed dp ", r.compute_ms) +
+                   fixed("%.1f tp ", r.dp_comm_ms) + fixed("%.1f, pp bubble ", r.tp_comm_ms) +
+                   fixed("%.1f", r.pp_bubble_ms)
+             : std::string())
      << " | ETA " << format_duration(r.eta_s);
   return os.str();
 }
@@ -95,6 +100,10 @@ std::string step_json(const StepRecord& r) {
                    {"mfu", r.mfu},
                    {"hfu", r.hfu},
                    {"comm_wait_ms", r.comm_wait_ms},
+                   {"compute_ms", r.compute_ms},
+                   {"dp_comm_ms", r.dp_comm_ms},
+                   {"tp_comm_ms", r.tp_comm_ms},
+                   {"pp_bubble_ms", r.pp_bubble_ms},
                    {"tokens", r.tokens},
                    {"mem_bytes", r.mem_bytes},
                    {"mem_peak_bytes", r.mem_peak_bytes},

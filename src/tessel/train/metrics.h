@@ -36,6 +36,11 @@ struct StepRecord {
   // Data parallelism: time the step blocked waiting for gradient averaging after backward (the
   // communication the overlap did not hide).
   double comm_wait_ms = 0;
+  // The per-step breakdown (the slowest rank's, gathered over every axis): forward + backward
+  // compute (less the blocking tp calls inside it), exposed communication per axis (dp: the wait
+  // above plus blocking dp calls such as ZeRO's all-gathers; tp: every blocking tp call, in the
+  // layers and after them), and pp: the schedule's idle time, bubble and message waits together.
+  double compute_ms = 0, dp_comm_ms = 0, tp_comm_ms = 0, pp_bubble_ms = 0;
   int64_t tokens = 0;                         // trained so far
   int64_t mem_bytes = 0, mem_peak_bytes = 0;  // tensor allocator: in use now, peak so far
   // Peak of the step\'s forward + backward above what was in use when it began: activations,

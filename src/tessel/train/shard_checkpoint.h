@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Per-rank checkpoint shards of a ZeRO run. Every dp rank writes one file with its block of each
+// Per-rank checkpoint shards of a ZeRO run, the format of earlier tessel versions: the trainer now
+// writes layout-independent pieces (checkpoint_pieces.h) and reads these only to resume older
+// checkpoints (and the writers stay for tests). Every dp rank wrote one file with its block of each
 // flat bucket: the parameters ("param.b<i>") and the AdamW moments ("exp_avg.b<i>",
 // "exp_avg_sq.b<i>"); rank 0 writes an index (zero_index.json) with the flat layout: dp size,
 // stage, and per bucket its length, padded length, block size and every parameter's name, shape

@@ -23,8 +23,8 @@
 #include "tessel/tensor/allocator.h"
 #include "tessel/train/checkpoint.h"
 #include "tessel/train/grad_clip.h"
-#include "tessel/train/recompute_flops.h"
 #include "tessel/train/pipeline_stage.h"
+#include "tessel/train/recompute_flops.h"
 #include "tessel/train/stop_signal.h"
 
 namespace tessel::train {
@@ -149,7 +149,10 @@ void Trainer::build(const std::string& resume) {
     nn::Init init = nn::Init::none();
     init.generator = &rng_;  // dropout draws from the trainer's generator, saved in checkpoints
     model_ = std::make_shared<models::GPT2>(mc, init);
-    models::gpt2_load_hf(*model_, io::SafetensorsCheckpoint::open(weights_from));
+    // A checkpoint in pieces: each rank reads its own parts later (load_checkpoint), not the
+    // whole model here.
+    if (weights_from != resume || !has_piece_index(resume))
+      models::gpt2_load_hf(*model_, io::SafetensorsCheckpoint::open(weights_from));
   }
   model_->train();
   const nn::Recompute recompute = nn::parse_recompute(t.recompute);
@@ -224,6 +227,7 @@ bool Trainer::train_step(StepRecord& r) {
   const int64_t step = step_ + 1;
   const auto t0 = Clock::now();
   const uint64_t issued_before = dp_ ? dp_->context().issued_count() : 0;
+  layout_begin_step();
   model_->zero_grad();
   const int64_t base_bytes = int64_t(cpu_allocator().bytes_in_use());
   cpu_allocator().reset_peak();  // the step's own peak, for activation memory
@@ -306,7 +310,7 @@ bool Trainer::train_step(StepRecord& r) {
               ? r.mfu * (flops_per_token_ + recompute_flops_per_token_) / flops_per_token_
               : r.mfu;
   if (dp_) count_collectives(issued_before, r);
-  layout_breakdown(r, r.step_ms);
+  layout_breakdown(r);
   const parallel::MemoryReport mem = memory_report();
   r.param_bytes = mem.param_bytes;
   r.grad_bytes = mem.grad_bytes;
@@ -382,9 +386,9 @@ TrainSummary Trainer::run() {
           format_bytes(double(m.optimizer_bytes)) + ", buffers " +
           format_bytes(double(m.comm_bytes)) + "; ZeRO-" + std::to_string(m.stage) +
           " formula at dp " + std::to_string(m.dp) + ": " +
-          format_bytes(double(m.expected_total())) + " (" + (m.stage == 3 ? "4/dp" : "4") +
-          " + " + (m.stage >= 2 ? "4/dp" : "4") +
-          " + " + (m.stage >= 1 ? "8/dp" : "8") + " bytes per parameter)");
+          format_bytes(double(m.expected_total())) + " (" + (m.stage == 3 ? "4/dp" : "4") + " + " +
+          (m.stage >= 2 ? "4/dp" : "4") + " + " + (m.stage >= 1 ? "8/dp" : "8") +
+          " bytes per parameter)");
   }
   if (step_ > 0)
     print("resumed at step " + std::to_string(step_) + " of " + std::to_string(t.steps));
@@ -462,6 +466,9 @@ TrainSummary Trainer::run() {
   sum.val_loss = last_val_loss_;
   if (run_steps > 0 || list_checkpoints(run_dir_).empty()) sum.last_checkpoint = save_checkpoint();
   print("checkpoint: " + sum.last_checkpoint);
+  // Pipeline stages: rank 0 samples with every stage's current parameters (checkpoints no longer
+  // bring them: each stage writes its own pieces).
+  if (config_.sample.tokens > 0) pipeline_sync_model();
   // ZeRO-3: rank 0 samples alone, so every rank gathers the whole model for it first.
   if (zero3_ && config_.sample.tokens > 0) zero3_->gather_all();
   // Under tensor parallelism rank 0's whole tp group samples together (the model is split).

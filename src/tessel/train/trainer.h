@@ -20,6 +20,7 @@
 #include "tessel/parallel/data_parallel.h"
 #include "tessel/parallel/zero_optimizer.h"
 #include "tessel/train/adamw.h"
+#include "tessel/train/checkpoint_placement.h"
 #include "tessel/train/config.h"
 #include "tessel/train/gpt2_tensor_parallel.h"
 #include "tessel/train/layout.h"
@@ -77,13 +78,23 @@ class Trainer {
  private:
   void build(const std::string& resume);
   void load_checkpoint(const std::string& dir);
-  // Into `writer`'s directory (rank 0); `moments` empty when ZeRO shards hold them.
-  // `model`: what to write in place of model_ (the gathered full model under tensor parallelism).
-  std::string write_checkpoint(CheckpointWriter& writer, const NamedTensors& moments,
-                               const models::GPT2* model = nullptr);
-  // trainer_zero.cpp: ZeRO-3's gathering units, and per-rank checkpoint shards of ZeRO runs.
+  void load_legacy_state(const std::string& dir, int64_t optimizer_step);  // older formats
+  // Rank 0, into `writer`'s directory (every rank's pieces are there): the index, the HF-layout
+  // model, state.json, train.toml; then commits.
+  std::string write_checkpoint(CheckpointWriter& writer);
+  // `text` as rank 0 has it, on every rank (collective over the world); the world's barrier.
+  std::string share_leader_string(const std::string& text) const;
+  void barrier_world() const;
+  // trainer_checkpoint_pieces.cpp: layout-independent checkpoints (checkpoint_pieces.h). Where a
+  // local parameter (or its moment) lies in the global tensor; this rank's pieces of parameters
+  // and moments; loading this rank's parts from any layout's pieces; the HF model from them.
+  LocalPlacement checkpoint_placement(const std::string& param, const Shape& local) const;
+  std::string checkpoint_layout_json() const;
+  std::vector<Piece> checkpoint_pieces() const;
+  void load_checkpoint_pieces(const std::string& dir, int64_t optimizer_step);
+  void write_checkpoint_model(const std::string& dir) const;
+  // trainer_zero.cpp: ZeRO-3's gathering units.
   std::vector<parallel::Zero3Unit> zero3_units();
-  void write_zero_shards(const std::string& dir);  // every dp rank, its own file
   // The dp collectives issued since the flight recorder's count was `issued_before`, into r.
   void count_collectives(uint64_t issued_before, StepRecord& r) const;
   void print(const std::string& line) const;
@@ -115,29 +126,27 @@ class Trainer {
   double pipeline_forward_backward();  // the step's micro-batches; returns their loss sum
   void pipeline_after_step();          // the tied wte to the last stage
   void pipeline_sync_model();          // every parameter from the rank that trains it
-  NamedTensors pipeline_full_moments(const NamedTensors& own);
   NamedTensors pipeline_own_moments(const NamedTensors& full) const;
   void pipeline_report();
-  void barrier_all();  // every axis; ends a checkpoint's ZeRO-3 gather (layout_unpin)
   // Tensor parallelism (trainer_tensor_parallel.cpp); without tp each is the plain path.
   void setup_tensor_parallel();
   Tensor compute_loss(const Tensor& ids, const Tensor& targets);  // model_->loss, or vocab-parallel
   void tp_after_backward();  // sequence parallelism: replicated gradients summed over tp
   double tp_grad_square_sum(const std::vector<Tensor>& params) const;
-  NamedTensors tp_gather(const NamedTensors& local);  // full tensors (identity without tp)
   NamedTensors tp_shard(const NamedTensors& full) const;
   // Composed layouts (trainer_layout.cpp): dp x tp x pp with ZeRO on one mesh.
   int64_t layout_stage_seq_len() const;  // the sequence length a pipeline message carries
   void layout_setup_pipeline();          // tp inside pipeline stages: the loss, the sequence
   std::vector<parallel::Zero3Unit> layout_zero3_units(std::vector<parallel::Zero3Unit> units);
-  bool layout_defers_dp_sync() const;  // sp: replicated gradients summed over tp before dp
+  bool layout_defers_dp_sync() const;         // sp: replicated gradients summed over tp before dp
   void layout_sync_gradients(StepRecord& r);  // after the step's backwards: tp, dp, ZeRO-3
-  double layout_grad_square_sum();  // every element once over dp, tp and pp
+  double layout_grad_square_sum();            // every element once over dp, tp and pp
   std::shared_ptr<void> layout_gather_all();  // ZeRO-3: whole parameters while it lives
   std::shared_ptr<void> layout_gather_wte();
-  void layout_pin_for_checkpoint();
-  void layout_unpin();
-  void layout_breakdown(StepRecord& r, double step_ms);
+  void layout_begin_step();       // timing marks for the breakdown
+  double tp_blocking_ms() const;  // this thread's time inside blocking tp / dp calls so far
+  double dp_blocking_ms() const;
+  void layout_breakdown(StepRecord& r);
 
   TrainConfig config_;
   TrainerHooks hooks_;
@@ -147,9 +156,9 @@ class Trainer {
   Generator rng_;  // model initialisation, then dropout
   std::shared_ptr<models::GPT2> model_;
   std::unique_ptr<AdamW> optimizer_;
-  std::unique_ptr<parallel::DataParallel> ddp_;  // averages gradients over dp_, overlapped
+  std::unique_ptr<parallel::DataParallel> ddp_;       // averages gradients over dp_, overlapped
   std::unique_ptr<parallel::Zero3Parameters> zero3_;  // parallel.zero_stage 3: parameter shards
-  std::unique_ptr<parallel::ZeroAdamW> zero_;    // parallel.zero_stage 1-3 (optimizer_ is null)
+  std::unique_ptr<parallel::ZeroAdamW> zero_;  // parallel.zero_stage 1-3 (optimizer_ is null)
   LrSchedule schedule_;
   std::shared_ptr<const io::TokenDataset> train_data_, val_data_;
   std::unique_ptr<io::TokenLoader> loader_;
@@ -162,13 +171,14 @@ class Trainer {
   int64_t step_ = 0, tokens_ = 0, skipped_ = 0, bad_in_a_row_ = 0;
   std::optional<double> last_val_loss_;
   JsonlLog log_;
-  DType compute_dtype_ = DType::F32;     // train.precision
-  std::unique_ptr<LossScaler> scaler_;    // fp16 only
-  double step_scale_ = 1.0;               // the loss scale this step's backward used
+  DType compute_dtype_ = DType::F32;        // train.precision
+  std::unique_ptr<LossScaler> scaler_;      // fp16 only
+  double step_scale_ = 1.0;                 // the loss scale this step's backward used
   std::unique_ptr<PipelineTraining> pipe_;  // null without pp
   std::unique_ptr<Gpt2TensorParallel> tp_;  // null without tp
-  bool layout_pinned_ = false;                // a checkpoint gathered ZeRO-3's parameters
-  double layout_tp_ms_ = 0, layout_pp_ms_ = 0;  // this step's measured communication
+  // This step's timing marks (trainer_layout.cpp): its start, and the tp axis's blocking time.
+  double layout_step_start_ms_ = 0, layout_tp_start_ms_ = 0, layout_dp_start_ms_ = 0;
+  double layout_fb_ms_ = 0, layout_tp_fb_ms_ = 0;  // forward + backward: wall, tp's part
 };
 
 // The model configuration `model.config` names: a preset ("tiny", "124M", ...), a config.json

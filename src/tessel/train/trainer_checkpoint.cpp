@@ -2,9 +2,9 @@
 // What a training checkpoint holds and how the trainer restores it. Beside the model in the
 // Hugging Face layout (config.json + model.safetensors, so `tessel generate` loads the directory
 // as it is, with the tokenizer files copied in), it stores everything a resumed run needs to
-// continue bit for bit: the AdamW moments (optimizer.safetensors; under ZeRO one shard file per
-// rank plus an index, shard_checkpoint.h), and in state.json the step, the
-// optimizer's step count, the tokens seen, the skip counters, the dropout generator's state and
+// continue bit for bit: the parameters and AdamW moments as layout-independent pieces, one file
+// per rank plus an index (checkpoint_pieces.h), and in state.json the step, the optimizer's step
+// count, the tokens seen, the skip counters, the dropout generator's state and
 // the data loader's position; plus the resolved configuration (train.toml).
 #include <filesystem>
 #include <fstream>
@@ -16,6 +16,7 @@
 #include "tessel/io/safetensors.h"
 #include "tessel/models/gpt2_checkpoint.h"
 #include "tessel/train/checkpoint.h"
+#include "tessel/train/checkpoint_pieces.h"
 #include "tessel/train/shard_checkpoint.h"
 #include "tessel/train/trainer.h"
 
@@ -42,43 +43,44 @@ std::string read_text(const fs::path& path) {
 }  // namespace
 
 std::string Trainer::save_checkpoint() {
-  // Without sharded state every rank holds the same model and moments: rank 0 writes them, and
-  // the others wait so that no rank runs ahead of a checkpoint that is not yet on disk.
-  // Pipeline stages each hold part of the model: everything is gathered (trainer_pipeline.cpp)
-  // and written whole, so any layout can resume it.
-  // Under tensor parallelism too (a tp group's dp ranks would write files of the same names).
-  if (!zero_ || pipe_ || tp_) {
-    NamedTensors moments = zero_ ? zero_->gathered_state() : optimizer_->state();
-    if (pipe_) moments = pipeline_full_moments(moments);
-    moments = tp_gather(moments);  // tensor parallelism: full tensors (collective over tp)
-    const auto full_model = tp_ ? gpt2_tp_gather_model(*model_, *tp_) : model_;
-    if (!leader()) {
-      barrier_all();
-      return "";
-    }
-    CheckpointWriter writer(run_dir_, step_);
-    std::string path = write_checkpoint(writer, moments, full_model.get());
-    barrier_all();
-    return path;
-  }
-  // ZeRO: every rank writes its own shard (trainer_zero.cpp) into rank 0's temporary directory,
-  // which is committed once all are on disk, so the manifest covers every shard.
-  if (zero3_) zero3_->gather_all();  // the HF-layout model needs whole parameters (collective)
+  // Every rank writes the pieces it owns (trainer_checkpoint_pieces.cpp) into rank 0's temporary
+  // directory, all at once; rank 0 then indexes them, assembles the HF-layout model from them and
+  // commits, so the manifest covers every rank's file. No tensor is gathered over the network.
+  const std::vector<Piece> pieces = checkpoint_pieces();
   std::unique_ptr<CheckpointWriter> writer;
   if (leader()) writer = std::make_unique<CheckpointWriter>(run_dir_, step_);
-  write_zero_shards(writer ? writer->dir() : "");
+  const std::string dir = share_leader_string(writer ? writer->dir() : "");
+  write_piece_file(dir, layout_.world_rank(), layout_.world_size(), pieces);
+  barrier_world();  // every piece is on disk before rank 0 reads and seals them
   std::string path;
-  if (leader()) path = write_checkpoint(*writer, {});
-  dp_->barrier();
-  if (zero3_) zero3_->release_all();
+  if (leader()) path = write_checkpoint(*writer);
+  barrier_world();  // no rank runs ahead of a checkpoint that is not yet committed
   return path;
 }
 
-std::string Trainer::write_checkpoint(CheckpointWriter& writer, const NamedTensors& moments,
-                                      const models::GPT2* model) {
+std::string Trainer::share_leader_string(const std::string& text) const {
+  if (!layout_.mesh) return text;
+  dist::Communicator& world = layout_.mesh->world();
+  Tensor size = full({1}, double(text.size()), DType::I32);
+  world.broadcast(size, 0);
+  const int64_t n = int64_t(size.data<int32_t>()[0]);
+  Tensor bytes = zeros({std::max<int64_t>(n, 1)}, DType::I32);
+  if (leader())
+    for (int64_t i = 0; i < n; ++i) bytes.data<int32_t>()[i] = (unsigned char)text[size_t(i)];
+  world.broadcast(bytes, 0);
+  std::string out;
+  for (int64_t i = 0; i < n; ++i) out.push_back(char(bytes.data<int32_t>()[i]));
+  return out;
+}
+
+void Trainer::barrier_world() const {
+  if (layout_.mesh) layout_.mesh->world().barrier();
+}
+
+std::string Trainer::write_checkpoint(CheckpointWriter& writer) {
   const fs::path dir = writer.dir();
-  models::save_gpt2(model ? *model : *model_, dir.string());
-  if (!zero_ || pipe_ || tp_) io::save_safetensors((dir / kOptimizerFile).string(), moments);
+  write_piece_index(dir.string(), layout_.world_size(), checkpoint_layout_json());
+  write_checkpoint_model(dir.string());
   const io::LoaderPosition pos = loader_->position();
   nlohmann::json state{
       {"format", "tessel-train-state"},
@@ -131,6 +133,25 @@ void Trainer::load_checkpoint(const std::string& dir_name) {
     TESSEL_FAIL("checkpoint ", dir.string(), ": ", kStateFile, " is malformed: ", e.what());
   }
   const int64_t optimizer_step = state.at("optimizer_step").get<int64_t>();
+  if (has_piece_index(dir.string())) {
+    // Any layout's pieces: this rank reads the parts it holds (trainer_checkpoint_pieces.cpp).
+    load_checkpoint_pieces(dir.string(), optimizer_step);
+  } else {
+    load_legacy_state(dir.string(), optimizer_step);
+  }
+  const int saved_threads = state.value("threads", 0);
+  if (saved_threads != num_threads()) {
+    log(LogLevel::Warn, "train: resuming with ", num_threads(), " threads; the checkpoint was ",
+        "written with ", saved_threads, ", so losses may differ from an uninterrupted run in the ",
+        "last bits (same thread count: bit-identical)");
+  }
+}
+
+// Checkpoints of earlier tessel versions: optimizer.safetensors with the full moments (the
+// parameters come from model.safetensors), or per-rank ZeRO shards (shard_checkpoint.h). Full
+// tensors are rebuilt on every rank, which then keeps its part.
+void Trainer::load_legacy_state(const std::string& dir_name, int64_t optimizer_step) {
+  const fs::path dir = dir_name;
   NamedTensors moments;
   if (has_zero_shards(dir.string())) {
     // Written by a ZeRO run: full tensors are rebuilt from its shards, whatever its dp size.
@@ -152,12 +173,6 @@ void Trainer::load_checkpoint(const std::string& dir_name) {
     zero_->load_full_state(moments, optimizer_step);
   } else {
     optimizer_->load_state(moments, optimizer_step);
-  }
-  const int saved_threads = state.value("threads", 0);
-  if (saved_threads != num_threads()) {
-    log(LogLevel::Warn, "train: resuming with ", num_threads(), " threads; the checkpoint was ",
-        "written with ", saved_threads, ", so losses may differ from an uninterrupted run in the ",
-        "last bits (same thread count: bit-identical)");
   }
 }
 

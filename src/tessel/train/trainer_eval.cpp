@@ -15,6 +15,9 @@ EvalRecord Trainer::evaluate() {
   EvalRecord r;
   r.step = step_;
   if (!val_data_) return r;
+  // ZeRO-3 with pp: the stages' units gather around their own modules, not the whole model's
+  // forward (the tied head would find wte released), so evaluation holds everything gathered.
+  const auto gathered = pipe_ ? layout_gather_all() : nullptr;
   pipeline_sync_model();  // pipeline stages: every rank evaluates the whole current model
   const auto t0 = std::chrono::steady_clock::now();
   autograd::NoGradGuard no_grad;

@@ -141,23 +141,6 @@ void Trainer::pipeline_sync_model() {
   }
 }
 
-NamedTensors Trainer::pipeline_full_moments(const NamedTensors& own) {
-  layout_pin_for_checkpoint();  // ZeRO-3: whole parameters until barrier_all()
-  pipeline_sync_model();
-  NamedTensors full;
-  for (const std::string& prefix : kMomentPrefixes) {
-    for (const auto& [name, param] : model_->named_parameters()) {
-      const std::string key = prefix + name;
-      const auto it =
-          std::find_if(own.begin(), own.end(), [&](const auto& np) { return np.first == key; });
-      Tensor moment = it != own.end() ? it->second : zeros(param.shape(), DType::F32);
-      layout_.pp->broadcast(moment, pipe_->owner.at(name));
-      full.emplace_back(key, moment);
-    }
-  }
-  return full;
-}
-
 NamedTensors Trainer::pipeline_own_moments(const NamedTensors& full) const {
   NamedTensors own;
   for (const auto& [key, moment] : full) {
@@ -171,13 +154,6 @@ NamedTensors Trainer::pipeline_own_moments(const NamedTensors& full) const {
   return own;
 }
 
-void Trainer::barrier_all() {
-  if (dp_) dp_->barrier();
-  if (layout_.pp) layout_.pp->barrier();
-  if (layout_.tp) layout_.tp->barrier();
-  layout_unpin();
-}
-
 // The measured timeline of the last step next to the simulator's prediction for the same
 // schedule with the measured mean forward and backward times. Collective over pp.
 void Trainer::pipeline_report() {
@@ -186,26 +162,42 @@ void Trainer::pipeline_report() {
   const auto timelines = pp::gather_timelines(*layout_.pp, schedule, pipe_->last->timeline);
   if (!leader()) return;
   const pp::Simulation measured = pp::measured_simulation(schedule, timelines);
-  double sum[2] = {0, 0};
-  int count[2] = {0, 0};
+  // Mean measured forward and backward time of every stage, and over all stages.
+  const size_t stages = size_t(schedule.num_stages());
+  std::vector<double> sum[2] = {std::vector<double>(stages), std::vector<double>(stages)};
+  std::vector<int> count[2] = {std::vector<int>(stages), std::vector<int>(stages)};
+  double all_sum[2] = {0, 0};
+  int all_count[2] = {0, 0};
   for (size_t r = 0; r < timelines.size(); ++r) {
     for (const pp::TimedAction& t : timelines[r]) {
-      const pp::ActionKind kind = schedule.actions[r][size_t(t.index)].kind;
-      if (!pp::is_compute(kind)) continue;
-      const int k = kind == pp::ActionKind::Forward ? 0 : 1;
-      sum[k] += t.end - t.start;
-      ++count[k];
+      const pp::Action& a = schedule.actions[r][size_t(t.index)];
+      if (!pp::is_compute(a.kind)) continue;
+      const int k = a.kind == pp::ActionKind::Forward ? 0 : 1;
+      sum[k][size_t(a.stage)] += t.end - t.start;
+      ++count[k][size_t(a.stage)];
+      all_sum[k] += t.end - t.start;
+      ++all_count[k];
     }
   }
-  const pp::Costs costs{sum[0] / std::max(count[0], 1), sum[1] / std::max(count[1], 1), 0.0};
-  const pp::Simulation predicted = pp::simulate(schedule, costs);
-  char line[256];
+  // Equal stages (the textbook formula's assumption) and the measured per-stage costs.
+  const pp::Costs equal{all_sum[0] / std::max(all_count[0], 1),
+                        all_sum[1] / std::max(all_count[1], 1), 0.0};
+  pp::Costs per_stage = equal;
+  for (int k = 0; k < 2; ++k) {
+    auto& v = k == 0 ? per_stage.stage_forward : per_stage.stage_backward;
+    for (size_t s = 0; s < stages; ++s) v.push_back(sum[k][s] / std::max(count[k][s], 1));
+  }
+  const pp::Simulation predicted = pp::simulate(schedule, equal);
+  const pp::Simulation predicted_stages = pp::simulate(schedule, per_stage);
+  char line[320];
   std::snprintf(line, sizeof line,
-                "pipeline: last step %.1f ms, measured bubble %.3f; simulator %.3f (mean forward "
-                "%.2f ms, backward %.2f ms per stage, no communication cost); peak activations "
-                "in flight per rank:",
-                measured.makespan, measured.bubble_fraction, predicted.bubble_fraction,
-                costs.forward, costs.backward);
+                "pipeline: last step %.1f ms, measured bubble %.3f; simulator %.3f with the "
+                "measured per-stage times (%.1f ms predicted), %.3f with equal stages (mean "
+                "forward %.2f ms, backward %.2f ms; no communication cost); peak activations in "
+                "flight per rank:",
+                measured.makespan, measured.bubble_fraction, predicted_stages.bubble_fraction,
+                predicted_stages.makespan, predicted.bubble_fraction, equal.forward,
+                equal.backward);
   std::string text = line;
   for (int peak : measured.peak_in_flight) text += " " + std::to_string(peak);
   text += "; busy per rank:";  // uneven stages show here, which equal stage costs cannot predict

@@ -69,7 +69,7 @@ bool Trainer::overflow_check(StepRecord& r) {
   scaler_->update(bad_grads);
   r.overflow_total = scaler_->overflows();
   if (bad_grads) {
-    char line[160];
+    char line[256];
     std::snprintf(line, sizeof line,
                   "note: step %lld skipped: fp16 gradients overflowed at loss scale %g; scale "
                   "halved to %g (not counted toward train.max_bad_steps)",

@@ -37,11 +37,6 @@ double Trainer::tp_grad_square_sum(const std::vector<Tensor>& params) const {
   return tp_ ? gpt2_tp_grad_square_sum(*model_, *tp_) : grad_square_sum(params);
 }
 
-NamedTensors Trainer::tp_gather(const NamedTensors& local) {
-  if (tp_) layout_pin_for_checkpoint();  // ZeRO-3: whole parameters until barrier_all()
-  return tp_ ? gpt2_tp_gather(*tp_, local) : local;
-}
-
 NamedTensors Trainer::tp_shard(const NamedTensors& full) const {
   return tp_ ? gpt2_tp_shard(*tp_, full) : full;
 }

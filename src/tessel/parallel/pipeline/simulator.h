@@ -33,7 +33,7 @@ struct Costs {
   // Optional per-stage durations (one entry per stage), overriding forward/backward: uneven stages
   // (a GPT-2's LM head, a partition of unequal blocks) are what makes a measured bubble exceed the
   // equal-stage formula, and only per-stage costs predict it.
-  std::vector<double> stage_forward, stage_backward;
+  std::vector<double> stage_forward = {}, stage_backward = {};
 
   double forward_of(int stage) const {
     return stage_forward.empty() ? forward : stage_forward[size_t(stage)];

@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: Apache-2.0
+// Local tensors to checkpoint pieces and back (checkpoint_placement.h). A segment's elements lie
+// in the local tensor as `outer` runs of length * inner consecutive elements (outer = the product
+// of the dims before `dim`, inner = of those after); each run, cut to [begin, end), is a range of
+// consecutive elements of the segment's box too.
+#include "tessel/train/checkpoint_placement.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "tessel/core/error.h"
+
+namespace tessel::train {
+
+namespace {
+
+struct Run {
+  int64_t local = 0;  // first local element (flat)
+  int64_t box = 0;    // the same element's index in the segment's box
+  int64_t n = 0;
+};
+
+// The runs of segment `s` inside local elements [begin, end), in increasing order.
+std::vector<Run> segment_runs(const LocalPlacement& p, const Shape& local_shape,
+                              const LocalPlacement::Segment& s, int64_t begin, int64_t end) {
+  int64_t outer = 1, inner = 1;
+  for (int k = 0; k < p.dim; ++k) outer *= local_shape[k];
+  for (int k = p.dim + 1; k < local_shape.ndim(); ++k) inner *= local_shape[k];
+  const int64_t rows = local_shape.ndim() > 0 ? local_shape[p.dim] : 1;
+  const int64_t len = s.length * inner;
+  std::vector<Run> runs;
+  for (int64_t o = 0; o < outer; ++o) {
+    const int64_t lo = (o * rows + s.local_start) * inner;
+    const int64_t a = std::max(lo, begin), b = std::min(lo + len, end);
+    if (b > a) runs.push_back({a, o * len + (a - lo), b - a});
+  }
+  return runs;
+}
+
+PieceRegion segment_box(const LocalPlacement& p, const LocalPlacement::Segment& s) {
+  PieceRegion r = PieceRegion::whole(p.global);
+  if (p.global.ndim() > 0) {
+    r.start[size_t(p.dim)] = s.global_start;
+    r.length[size_t(p.dim)] = s.length;
+  }
+  r.end = r.box_numel();
+  return r;
+}
+
+void check_placement(const LocalPlacement& p, const Shape& local_shape, int64_t begin, int64_t end,
+                     const Tensor& flat, const std::string& name) {
+  TESSEL_CHECK(local_shape.ndim() == p.global.ndim() &&
+                   (p.global.ndim() == 0 || (p.dim >= 0 && p.dim < p.global.ndim())),
+               "checkpoint placement of ", name, ": local shape ", local_shape,
+               " does not match global ", p.global, " split along dim ", p.dim);
+  for (const auto& s : p.segments) {
+    const int64_t local_rows = local_shape.ndim() > 0 ? local_shape[p.dim] : 1;
+    const int64_t global_rows = p.global.ndim() > 0 ? p.global[p.dim] : 1;
+    TESSEL_CHECK(s.length >= 0 && s.local_start >= 0 && s.local_start + s.length <= local_rows &&
+                     s.global_start >= 0 && s.global_start + s.length <= global_rows,
+                 "checkpoint placement of ", name, ": segment local ", s.local_start, "+", s.length,
+                 " global ", s.global_start, " does not fit ", local_shape, " / ", p.global);
+  }
+  TESSEL_CHECK(begin >= 0 && begin <= end && end <= local_shape.numel() && flat.defined() &&
+                   flat.numel() == end - begin && flat.dtype() == DType::F32,
+               "checkpoint placement of ", name, ": elements [", begin, ", ", end, ") of ",
+               local_shape, " with ", flat.defined() ? flat.numel() : 0, " f32 values");
+}
+
+}  // namespace
+
+LocalPlacement LocalPlacement::whole(const Shape& shape) {
+  LocalPlacement p;
+  p.global = shape;
+  p.segments.push_back({0, 0, shape.ndim() > 0 ? shape[0] : 1});
+  return p;
+}
+
+std::vector<Piece> placed_pieces(const std::string& name, const LocalPlacement& placement,
+                                 const Shape& local_shape, int64_t begin, int64_t end,
+                                 const Tensor& flat_in) {
+  const Tensor flat = flat_in.to(DType::F32);
+  check_placement(placement, local_shape, begin, end, flat, name);
+  const float* src = flat.data<float>();
+  std::vector<Piece> out;
+  for (const auto& s : placement.segments) {
+    const std::vector<Run> runs = segment_runs(placement, local_shape, s, begin, end);
+    if (runs.empty()) continue;
+    Piece piece{name, placement.global, segment_box(placement, s), Tensor()};
+    piece.region.begin = runs.front().box;
+    piece.region.end = runs.back().box + runs.back().n;
+    piece.data = empty({piece.region.numel()}, DType::F32);
+    float* dst = piece.data.data<float>();
+    for (const Run& r : runs)
+      std::memcpy(dst + (r.box - piece.region.begin), src + (r.local - begin),
+                  size_t(r.n) * sizeof(float));
+    out.push_back(std::move(piece));
+  }
+  return out;
+}
+
+void read_placed(PieceReader& reader, const std::string& name, const LocalPlacement& placement,
+                 const Shape& local_shape, int64_t begin, int64_t end, Tensor flat) {
+  check_placement(placement, local_shape, begin, end, flat, name);
+  TESSEL_CHECK(reader.shape(name) == placement.global, "checkpoint: ", name, " has shape ",
+               reader.shape(name), ", this run's layout expects ", placement.global);
+  flat.fill(0.0);
+  float* dst = flat.data<float>();
+  for (const auto& s : placement.segments) {
+    const std::vector<Run> runs = segment_runs(placement, local_shape, s, begin, end);
+    if (runs.empty()) continue;
+    PieceRegion region = segment_box(placement, s);
+    region.begin = runs.front().box;
+    region.end = runs.back().box + runs.back().n;
+    Tensor part = empty({region.numel()}, DType::F32);
+    reader.read(name, region, part);
+    const float* src = part.data<float>();
+    for (const Run& r : runs)
+      std::memcpy(dst + (r.local - begin), src + (r.box - region.begin),
+                  size_t(r.n) * sizeof(float));
+  }
+}
+
+}  // namespace tessel::train

@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: Apache-2.0
+// The trainer's side of layout-independent checkpoints (checkpoint_pieces.h): which pieces of the
+// global parameters and AdamW moments this rank owns, and how a rank of any layout loads its
+// own parts back. Ownership, so that every element is written exactly once:
+//  - pipeline parallelism: a stage owns the parameters it trains (the tied wte: the first stage);
+//  - tensor parallelism: a sharded parameter's rows per parallel::shard_ranges (per-head q, k, v
+//    blocks; vocabulary padding rows belong to no tensor); a replicated one: tp rank 0;
+//  - ZeRO: a dp rank owns the elements of its block of each flat bucket (the moments, and under
+//    stage 3 the parameters too);
+//  - whatever the dp ranks hold whole (parameters below stage 3, moments without ZeRO): dp rank r
+//    writes elements [n r / dp, n (r + 1) / dp) of it, so saving is spread over every rank.
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "tessel/core/error.h"
+#include "tessel/models/gpt2_checkpoint.h"
+#include "tessel/parallel/param_shard.h"
+#include "tessel/train/checkpoint_placement.h"
+#include "tessel/train/pipeline_stage.h"
+#include "tessel/train/trainer.h"
+
+namespace tessel::train {
+
+namespace {
+
+const std::string kMoments[] = {"exp_avg.", "exp_avg_sq."};
+
+// "exp_avg.h.0.mlp.c_fc.bias" -> "h.0.mlp.c_fc.bias"
+std::string parameter_of(const std::string& key) {
+  for (const std::string& prefix : kMoments)
+    if (key.rfind(prefix, 0) == 0) return key.substr(prefix.size());
+  return key;
+}
+
+// Calls fn(place, bucket, begin, end, at) for the part [begin, end) (the parameter's own flat
+// elements) of every parameter inside this dp rank's block of each bucket; `at` is where that
+// part starts in the block.
+template <typename Fn>
+void for_each_zero_part(const parallel::DataParallel& dp, Fn&& fn) {
+  const int64_t rank = dp.comm().rank();
+  for (const parallel::DataParallel::Place& p : dp.places()) {
+    const int64_t shard = dp.shard_numel(p.bucket), lo = rank * shard;
+    const int64_t begin = std::max(p.offset, lo);
+    const int64_t end = std::min(p.offset + p.param.numel(), lo + shard);
+    if (end > begin) fn(p, p.bucket, begin - p.offset, end - p.offset, begin - lo);
+  }
+}
+
+Tensor zero_block(const NamedTensors& state, const std::string& prefix, int64_t bucket) {
+  const std::string key = prefix + "b" + std::to_string(bucket);
+  for (const auto& [name, t] : state)
+    if (name == key) return t;
+  TESSEL_FAIL("checkpoint: the ZeRO optimizer holds no ", key);
+}
+
+}  // namespace
+
+LocalPlacement Trainer::checkpoint_placement(const std::string& param, const Shape& local) const {
+  const parallel::ShardSpec* spec = tp_ ? tp_->result.spec(param) : nullptr;
+  if (spec == nullptr) return LocalPlacement::whole(local);
+  LocalPlacement p;
+  p.dim = spec->dim;
+  std::vector<int64_t> dims(local.dims().begin(), local.dims().end());
+  dims[size_t(spec->dim)] = spec->full;
+  p.global = Shape(dims);
+  int64_t at = 0;
+  for (const auto& [start, len] : parallel::shard_ranges(*spec, tp_->tp->size(), tp_->tp->rank())) {
+    const int64_t real = std::max<int64_t>(0, std::min(start + len, spec->full) - start);
+    if (real > 0) p.segments.push_back({at, start, real});
+    at += len;
+  }
+  return p;
+}
+
+std::string Trainer::checkpoint_layout_json() const {
+  return nlohmann::json{{"dp", layout_.dp_size()},
+                        {"tp", layout_.tp_size()},
+                        {"pp", layout_.pp_size()},
+                        {"zero_stage", zero_ ? zero_->stage() : 0},
+                        {"sequence_parallel", tp_ && tp_->sequence_parallel}}
+      .dump();
+}
+
+std::vector<Piece> Trainer::checkpoint_pieces() const {
+  std::vector<Piece> out;
+  const bool tp_lead = layout_.tp_rank() == 0;
+  auto owned_by_tp = [&](const std::string& param) {
+    return tp_lead || (tp_ && tp_->result.spec(param) != nullptr);
+  };
+  auto add = [&](const std::string& key, const std::string& param, const Shape& shape,
+                 int64_t begin, int64_t end, const Tensor& flat) {
+    for (Piece& p : placed_pieces(key, checkpoint_placement(param, shape), shape, begin, end, flat))
+      out.push_back(std::move(p));
+  };
+  // Held whole by every dp rank: each writes its share.
+  auto add_replicated = [&](const std::string& key, const Tensor& t) {
+    const std::string param = parameter_of(key);
+    if (!owned_by_tp(param)) return;
+    const int64_t n = t.numel(), d = layout_.dp_size(), r = layout_.dp_rank();
+    const int64_t begin = n * r / d, end = n * (r + 1) / d;
+    if (end > begin)
+      add(key, param, t.shape(), begin, end, t.detach().flatten().narrow(0, begin, end - begin));
+  };
+  if (zero3_) {
+    for_each_zero_part(*ddp_,
+                       [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
+                         if (owned_by_tp(p.name))
+                           add(p.name, p.name, p.param.shape(), begin, end,
+                               zero3_->parameter_shard(b).narrow(0, at, end - begin));
+                       });
+  } else {
+    for (const auto& [name, param] : trainable_parameters()) add_replicated(name, param);
+  }
+  if (zero_) {
+    const NamedTensors state = zero_->local_state();
+    for_each_zero_part(*ddp_,
+                       [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
+                         if (!owned_by_tp(p.name)) return;
+                         for (const std::string& prefix : kMoments)
+                           add(prefix + p.name, p.name, p.param.shape(), begin, end,
+                               zero_block(state, prefix, b).narrow(0, at, end - begin));
+                       });
+  } else {
+    for (const auto& [key, moment] : optimizer_->state()) add_replicated(key, moment);
+  }
+  return out;
+}
+
+void Trainer::load_checkpoint_pieces(const std::string& dir, int64_t optimizer_step) {
+  PieceReader reader(dir);
+  // The whole local tensor `t` from the pieces of `key`.
+  auto read_whole = [&](const std::string& key, const Tensor& t) {
+    Tensor flat = empty({t.numel()}, DType::F32);
+    read_placed(reader, key, checkpoint_placement(parameter_of(key), t.shape()), t.shape(), 0,
+                t.numel(), flat);
+    t.detach().copy_from(flat.reshape(t.shape()));
+  };
+  if (zero3_) {
+    for_each_zero_part(*ddp_, [&](const auto& p, int64_t b, int64_t begin, int64_t end,
+                                  int64_t at) {
+      read_placed(reader, p.name, checkpoint_placement(p.name, p.param.shape()), p.param.shape(),
+                  begin, end, zero3_->parameter_shard(b).narrow(0, at, end - begin));
+    });
+  }
+  // The parameters this rank holds outside ZeRO-3's shards. A pipeline stage holds every stage's
+  // parameters but uses only its own, and the last stage's copy of the tied wte; the others are
+  // zeros until an evaluation or the sample brings them from their stages.
+  std::set<std::string> sharded, used;
+  if (zero3_)
+    for (const auto& p : ddp_->places()) sharded.insert(p.name);
+  for (const auto& [name, param] : trainable_parameters()) used.insert(name);
+  if (pipe_ && pipe_->tied && layout_.pp_rank() == layout_.pp_size() - 1) used.insert("wte.weight");
+  for (const auto& [name, param] : model_->named_parameters()) {
+    if (sharded.count(name)) continue;
+    if (used.count(name)) {
+      read_whole(name, param);
+    } else {
+      param.detach().fill(0.0);
+    }
+  }
+  if (zero_) {
+    const NamedTensors state = zero_->local_state();
+    for_each_zero_part(
+        *ddp_, [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
+          for (const std::string& prefix : kMoments)
+            read_placed(reader, prefix + p.name, checkpoint_placement(p.name, p.param.shape()),
+                        p.param.shape(), begin, end,
+                        zero_block(state, prefix, b).narrow(0, at, end - begin));
+        });
+    zero_->set_step_count(optimizer_step);
+  } else {
+    NamedTensors moments;
+    for (const auto& [key, moment] : optimizer_->state()) {
+      Tensor t = empty(moment.shape(), DType::F32);
+      read_whole(key, t);
+      moments.emplace_back(key, t);
+    }
+    optimizer_->load_state(moments, optimizer_step);
+  }
+}
+
+void Trainer::write_checkpoint_model(const std::string& dir) const {
+  // The HF-layout model (what `tessel generate` and `--init_from` read), assembled from the
+  // pieces every rank just wrote: whole tensors on rank 0 only.
+  PieceReader reader(dir);
+  auto full = std::make_shared<models::GPT2>(model_->config(), nn::Init::none());
+  for (auto& [name, param] : full->named_parameters())
+    param.detach().copy_from(reader.read_full(name).reshape(param.shape()));
+  models::save_gpt2(*full, dir);
+}
+
+}  // namespace tessel::train

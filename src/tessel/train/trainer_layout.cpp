@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: Apache-2.0
+// The trainer on a composed layout: data x tensor x pipeline parallelism with ZeRO on one mesh
+// (the 3D parallelism of Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
+// Clusters Using Megatron-LM", SC 2021, with ZeRO over the dp axis). Each axis keeps its own code;
+// what lives here is where they meet:
+//  - tensor parallelism inside pipeline stages: the last stage's vocab-parallel loss, and under
+//    sequence parallelism the pipeline messages carry this rank's sequence piece (the p2p peer is
+//    the same tp coordinate of the adjacent stage, which the mesh's pp communicator connects);
+//  - ZeRO on a tensor-parallel rank's shards (they are plain local parameters to dp), and ZeRO-3
+//    units restricted to a pipeline stage's parameters;
+//  - one global gradient norm in which every element counts once: tp-sharded parameters summed
+//    over tp, replicated ones once, ZeRO shards summed over dp, stages summed over pp (the tied
+//    wte is trained, and so counted, by the first stage only);
+//  - the per-step breakdown: compute, exposed communication per axis, pipeline bubble.
+#include <chrono>
+#include <set>
+
+#include "tessel/dist/comm_time.h"
+#include "tessel/parallel/vocab_parallel.h"
+#include "tessel/sharding/placement.h"
+#include "tessel/train/pipeline_stage.h"
+#include "tessel/train/trainer.h"
+
+namespace tessel::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count();
+}
+
+double square_sum(const Tensor& t, int64_t begin, int64_t end) {
+  const float* d = t.data<float>();
+  double s = 0;
+  for (int64_t i = begin; i < end; ++i) s += double(d[i]) * double(d[i]);
+  return s;
+}
+
+}  // namespace
+
+double Trainer::tp_blocking_ms() const {
+  return layout_.tp ? dist::blocking_ms(layout_.tp->label()) : 0.0;
+}
+
+double Trainer::dp_blocking_ms() const {
+  return dp_ ? dist::blocking_ms(dp_->label()) : 0.0;
+}
+
+int64_t Trainer::layout_stage_seq_len() const {
+  const int64_t t = config_.train.seq_len;
+  if (!tp_ || !tp_->sequence_parallel) return t;
+  return sharding::shard_size(t, layout_.tp_size(), layout_.tp_rank());
+}
+
+void Trainer::layout_setup_pipeline() {
+  if (!tp_) return;
+  Gpt2TensorParallel* tp = tp_.get();
+  pipe_->stages->set_loss([tp](const Tensor& logits, const Tensor& targets) {
+    return parallel::vocab_parallel_cross_entropy(logits, targets, *tp->tp, tp->vocab,
+                                                  tp->vocab_offset);
+  });
+  // Later stages never run the embedding that records the full sequence length, which the
+  // gathers of their sequence pieces need.
+  if (tp_->result.sequence) tp_->result.sequence->length = config_.train.seq_len;
+}
+
+std::vector<parallel::Zero3Unit> Trainer::layout_zero3_units(
+    std::vector<parallel::Zero3Unit> units) {
+  if (!pipe_) return units;
+  std::set<std::string> own;
+  for (const auto& [name, param] : trainable_parameters()) own.insert(name);
+  std::vector<parallel::Zero3Unit> out;
+  for (parallel::Zero3Unit& u : units) {
+    std::erase_if(u.params, [&](const std::string& p) { return !own.count(p); });
+    if (u.params.empty()) continue;
+    // A stage never runs the root's forward: the embeddings' own modules carry the hooks.
+    if (u.module == model_.get()) {
+      TESSEL_CHECK(
+          u.params.size() == 1 && (u.params[0] == "wte.weight" || u.params[0] == "wpe.weight"),
+          "train: parallel.zero_stage 3 with pp: parameter '", u.params[0],
+          "' belongs to no module a pipeline stage runs (an untied lm_head is not "
+          "supported with pp and ZeRO-3)");
+      u.module = u.params[0] == "wte.weight" ? static_cast<nn::Module*>(model_->wte.get())
+                                             : static_cast<nn::Module*>(model_->wpe.get());
+    }
+    out.push_back(std::move(u));
+  }
+  return out;
+}
+
+bool Trainer::layout_defers_dp_sync() const {
+  // ZeRO-2/3 keep only shards of the averaged gradients, so the sum over tp of the replicated
+  // parameters' sequence-piece gradients must come first: dp then reduces after backward.
+  return tp_ && tp_->sequence_parallel && ddp_ && config_.parallel.zero_stage >= 2;
+}
+
+void Trainer::layout_sync_gradients(StepRecord& r) {
+  layout_fb_ms_ = now_ms() - layout_step_start_ms_;
+  layout_tp_fb_ms_ = tp_blocking_ms() - layout_tp_start_ms_;
+  if (zero3_ && pipe_) zero3_->finish_backward();  // the stages' micro-batches all ran
+  const bool deferred = layout_defers_dp_sync();
+  if (deferred) tp_after_backward();
+  if (ddp_) {
+    ddp_->set_sync(true);
+    ddp_->finish_gradient_sync();
+    r.comm_wait_ms = ddp_->last_stats().wait_ms;
+  }
+  if (!deferred) tp_after_backward();
+}
+
+double Trainer::layout_grad_square_sum() {
+  // [0]: parameters sharded over tp (their squares add over tp); [1]: replicated over tp.
+  double part[2] = {0, 0};
+  const auto slot = [&](const std::string& name) {
+    return tp_ && tp_->result.spec(name) != nullptr ? 0 : 1;
+  };
+  const int stage = zero_ ? zero_->stage() : 0;
+  if (zero_) {
+    for (const parallel::DataParallel::Place& p : ddp_->places()) {
+      const int64_t n = p.param.numel();
+      if (stage == 1) {  // the full average on every dp rank
+        part[slot(p.name)] += square_sum(ddp_->bucket_gradients(p.bucket), p.offset, p.offset + n);
+        continue;
+      }
+      const int64_t size = ddp_->shard_numel(p.bucket);
+      const int64_t lo = int64_t(layout_.dp_rank()) * size;
+      const int64_t begin = std::max(lo, p.offset), end = std::min(lo + size, p.offset + n);
+      if (begin >= end) continue;
+      part[slot(p.name)] += square_sum(ddp_->gradient_shard(p.bucket), begin - lo, end - lo);
+    }
+  } else {
+    for (const auto& [name, param] : trainable_parameters()) {
+      const Tensor g = param.grad();
+      if (!g.defined()) continue;
+      const Tensor f = g.to(DType::F32);
+      part[slot(name)] += square_sum(f, 0, f.numel());
+    }
+  }
+  // Without tp the split does not matter: one value travels, as ZeRO's own norm sends.
+  const std::vector<double> values =
+      layout_.tp ? std::vector<double>{part[0], part[1]} : std::vector<double>{part[0] + part[1]};
+  Tensor t = from_data(values, {int64_t(values.size())});
+  if (stage >= 2) dp_->all_reduce(t, dist::ReduceOp::Sum);  // each dp rank holds a shard
+  if (layout_.tp) {
+    if (layout_.tp_rank() != 0) t.data<double>()[1] = 0;  // equal on every tp rank: once
+    layout_.tp->all_reduce(t, dist::ReduceOp::Sum);
+  }
+  if (layout_.pp) layout_.pp->all_reduce(t, dist::ReduceOp::Sum);  // disjoint stages
+  double total = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) total += t.data<double>()[i];
+  return total;
+}
+
+std::shared_ptr<void> Trainer::layout_gather_all() {
+  if (!zero3_ || zero3_->pinned()) return nullptr;
+  zero3_->gather_all();
+  parallel::Zero3Parameters* z = zero3_.get();
+  return std::shared_ptr<void>(
+      z, [](void* p) { static_cast<parallel::Zero3Parameters*>(p)->release_all(); });
+}
+
+std::shared_ptr<void> Trainer::layout_gather_wte() {
+  if (!zero3_ || zero3_->pinned()) return nullptr;
+  for (size_t k = 0; k < zero3_->unit_count(); ++k) {
+    if (zero3_->unit_name(k) != "wte.weight") continue;
+    zero3_->gather(k);
+    parallel::Zero3Parameters* z = zero3_.get();
+    return std::shared_ptr<void>(
+        z, [k](void* p) { static_cast<parallel::Zero3Parameters*>(p)->release(k); });
+  }
+  return nullptr;
+}
+
+void Trainer::layout_begin_step() {
+  layout_step_start_ms_ = now_ms();
+  layout_tp_start_ms_ = tp_blocking_ms();
+  layout_dp_start_ms_ = dp_blocking_ms();
+}
+
+// The slowest rank's figures (a max over every axis), so that rank 0 reports the grid. Compute is
+// the forward + backward (the pipeline's compute actions under pp) less the blocking tp
+// collectives inside it; tp is every blocking tp call of the step (in the layers, the
+// sequence-parallel sums, the norm).
+void Trainer::layout_breakdown(StepRecord& r) {
+  const double tp_ms = tp_blocking_ms() - layout_tp_start_ms_;
+  // dp: the wait for the overlapped gradient reduction, and every blocking dp call (ZeRO's
+  // parameter all-gathers, the norm, the loss mean).
+  const double dp_ms = r.comm_wait_ms + dp_blocking_ms() - layout_dp_start_ms_;
+  double bubble = 0, compute = layout_fb_ms_;
+  if (pipe_ && pipe_->last) {
+    compute = pipe_->last->compute_ms;
+    bubble = std::max(0.0, pipe_->last->makespan_ms - compute);
+  }
+  compute = std::max(0.0, compute - layout_tp_fb_ms_);
+  Tensor t = from_data(std::vector<double>{compute, dp_ms, tp_ms, bubble}, {4});
+  for (const dist::CommPtr& axis : {layout_.dp, layout_.tp, layout_.pp})
+    if (axis) axis->all_reduce(t, dist::ReduceOp::Max);
+  const double* v = t.data<double>();
+  r.compute_ms = v[0];
+  r.dp_comm_ms = v[1];
+  r.tp_comm_ms = v[2];
+  r.pp_bubble_ms = v[3];
+}
+
+}  // namespace tessel::train
