@@ -210,7 +210,8 @@ void Trainer::build(const std::string& resume) {
                                          AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
   }
   schedule_ = LrSchedule{o.lr, o.min_lr_ratio, o.warmup_steps, t.steps, parse_decay(o.decay)};
-  const int64_t matmul_params = model_->parameter_count() - mc.n_positions * mc.n_embd;
+  // The whole model's count (this rank may hold a tensor-parallel piece of it).
+  const int64_t matmul_params = mc.parameter_count() - mc.n_positions * mc.n_embd;
   flops_per_token_ = flops_per_token(matmul_params, mc.n_layer, mc.n_embd, t.seq_len);
   recompute_flops_per_token_ = recompute_flops_per_token(mc, recompute, t.seq_len);
 
@@ -303,7 +304,7 @@ bool Trainer::train_step(StepRecord& r) {
   // Against the peak of every rank together (machine.peak_gflops is one rank's).
   r.mfu = config_.machine.peak_gflops > 0
               ? flops_per_token_ * r.tokens_per_s /
-                    (config_.machine.peak_gflops * 1e9 * double(dp_size() * layout_.pp_size()))
+                    (config_.machine.peak_gflops * 1e9 * double(layout_.world_size()))
               : 0.0;
   // Exactly the MFU when nothing is recomputed (x*f/f need not round back to x).
   r.hfu = recompute_flops_per_token_ > 0
@@ -370,15 +371,16 @@ TrainSummary Trainer::run() {
   }
   const models::GPT2Config& mc = model_->config();
   print("model: GPT-2 " + std::to_string(mc.n_layer) + " layers x " + std::to_string(mc.n_embd) +
-        " wide, " + std::to_string(mc.n_head) + " heads, " +
-        std::to_string(model_->parameter_count()) + " parameters; " +
-        std::to_string(int64_t(flops_per_token_ / 1e6)) + " MFLOP per token");
+        " wide, " + std::to_string(mc.n_head) + " heads, " + std::to_string(mc.parameter_count()) +
+        " parameters; " + std::to_string(int64_t(flops_per_token_ / 1e6)) + " MFLOP per token");
   print("data: " + std::to_string(train_data_->size()) + " train tokens (" +
         std::to_string(loader_->windows_per_epoch()) + " windows of " +
         std::to_string(t.seq_len + 1) + "), " + std::to_string(val_data_ ? val_data_->size() : 0) +
         " val tokens; " + std::to_string(t.micro_batch * t.seq_len * t.grad_accum * dp_size()) +
         " tokens per step; " + std::to_string(num_threads()) + " threads" +
-        (dp_ ? " x " + std::to_string(dp_size()) + " data-parallel ranks" : std::string()));
+        (layout_.world_size() > 1
+             ? " x " + std::to_string(layout_.world_size()) + " ranks (" + layout_.str() + ")"
+             : std::string()));
   {
     const parallel::MemoryReport m = memory_report();
     print("memory per rank: parameters " + format_bytes(double(m.param_bytes)) + ", gradients " +
