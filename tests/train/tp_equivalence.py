@@ -3,8 +3,9 @@
 """Tensor (and sequence) parallel training equals one rank: `mpirun -np N tessel train --tp N
 [--sp]` against `tessel train` on the same data and initialisation, for 20 steps. Every step's loss
 and the final parameters (gathered into the usual checkpoint) must agree to 1e-5 (relative); so
-must dp x tp (--dp 2 --tp 2), and a tp=2 checkpoint resumed at tp=4 with --sp. Greedy `tessel
-generate --tp N` emits the ids of one rank. The vocabulary (257) is padded on every tp size.
+must tp=2 with --sp and dropout on (0.1), dp x tp (--dp 2 --tp 2), and a tp=2 checkpoint
+resumed at tp=4 with --sp. Greedy `tessel generate --tp N` emits the ids of one rank. The
+vocabulary (257) is padded on every tp size.
 
 Usage: tp_equivalence.py TESSEL MPIRUN WORKDIR TP [TP ...]
 """
@@ -91,6 +92,21 @@ def main():
             if "padded to" not in p.stdout:
                 fail(f"{what}: no line announcing the padded vocabulary")
             compare(ref, d, what, steps)
+    # Dropout on: under --sp each rank draws its piece of the one-process mask (resid and embd
+    # dropouts; the fused attention applies no dropout on its probabilities).
+    drop_config = os.path.join(work, "config_dropout.json")
+    with open(drop_config, "w") as f:
+        json.dump(dict(cfg, resid_pdrop=0.1, embd_pdrop=0.1), f)
+    drop_common = [a.replace(config, drop_config) if a.startswith("model.config=") else a
+                   for a in common] + ["--set", "train.micro_batch=6"]
+    drop_ref = os.path.join(work, "tp1_dropout")
+    run([tessel] + drop_common + ["--set", "checkpoint.dir=" + drop_ref], env=env)
+    d = os.path.join(work, f"tp{tps[0]}_sp_dropout")
+    run(mpi + ["-np", str(tps[0]), tessel] + drop_common + ["--tp", str(tps[0]), "--sp",
+                                                            "--set", "checkpoint.dir=" + d], env=env)
+    if losses(drop_ref)[steps] == losses(ref)[steps]:
+        fail("dropout 0.1 left the one-rank losses unchanged: no mask was applied")
+    compare(drop_ref, d, f"tp={tps[0]} sp dropout 0.1", steps)
     # dp x tp: the dp ranks split each batch, the tp ranks of a dp rank read the same rows.
     d = os.path.join(work, "dp2_tp2")
     run(mpi + ["-np", "4", tessel] + common + ["--dp", "2", "--tp", "2", "--set", "train.micro_batch=3",

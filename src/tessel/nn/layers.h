@@ -71,6 +71,7 @@ class Dropout : public Module {
   // Identity in eval mode or when p == 0.
   Tensor forward(const Tensor& x);
   double p() const { return p_; }
+  Generator* generator() const { return generator_; }  // null: the process-wide generator
 
  private:
   double p_;

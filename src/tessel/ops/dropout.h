@@ -4,6 +4,8 @@
 // stored: backward and activation recomputation regenerate it.
 #pragma once
 
+#include <cstdint>
+
 #include "tessel/core/rng.h"
 #include "tessel/tensor/tensor.h"
 
@@ -12,5 +14,21 @@ namespace tessel::ops {
 // Returns x itself when !training or p == 0. Draws numel(x) numbers from `generator` (default:
 // the process-wide one).
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator* generator = nullptr);
+
+// Where a tensor lies inside the full tensor one process would drop out: indices
+// [start, start + x.size(dim)) of a dim whose full size is `length`, every other dim whole
+// (a rank's sequence piece under sequence parallelism).
+struct DropoutPiece {
+  int dim = 0;
+  int64_t start = 0;
+  int64_t length = 0;
+};
+
+// dropout() of the full tensor, restricted to the piece x: every element of x gets the mask
+// element that dropout(full) draws at its index in the full tensor, and the generator advances by
+// numel(full), exactly as dropout(full) would, so the ranks holding the pieces stay in step with
+// one process. A piece covering the whole dim is dropout(x).
+Tensor dropout_piece(const Tensor& x, double p, const DropoutPiece& piece, bool training = true,
+                     Generator* generator = nullptr);
 
 }  // namespace tessel::ops

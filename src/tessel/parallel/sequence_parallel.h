@@ -5,9 +5,13 @@
 // divides their activations by the tensor-parallel degree.
 //
 // Applied to:
-//   LayerNorm, RMSNorm, Dropout   nothing to change: they are per token, so they run on whatever
+//   LayerNorm, RMSNorm            nothing to change: they are per token, so they run on whatever
 //                                 piece arrives; the style records that their parameters'
 //                                 gradients are per-rank addends under sequence parallelism.
+//   Dropout                       under sequence parallelism each rank draws the elements of
+//                                 the full-sequence mask its piece covers (ops::dropout_piece)
+//                                 and advances the generator past the whole mask, so the ranks
+//                                 together apply exactly one process's mask.
 //   Embedding (positions)         under sequence parallelism the output keeps this rank's piece
 //                                 of the sequence (dim ndim - 2), and the length is recorded for
 //                                 the Colwise gathers that follow.
