@@ -5,7 +5,6 @@
 // counts toward train.max_bad_steps, and survives a checkpoint resume.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -193,25 +192,6 @@ TEST(PrecisionFp16, OverflowOnOneDpRankSkipsTheStepOnEveryRank) {
     }
   }
   EXPECT_EQ(params[0], params[1]);
-}
-
-// ZeRO-3 gathers parameters module by module, after the weight copies would be made: refused with
-// an Error on every rank, before any collective.
-TEST(PrecisionFp16, RefusesZero3) {
-  const auto dir = scratch("refuse_zero3");
-  TrainConfig c = base_config(dir, 37, 2);
-  c.train.precision = "bf16";
-  c.parallel.zero_stage = 3;
-  std::atomic<int> refused{0};
-  tessel::test::run_thread_world(2, [&](dist::CommPtr world) {
-    std::vector<StepRecord> unused;
-    try {
-      Trainer trainer(c, "", quiet(&unused), data_parallel_layout(world));
-    } catch (const Error& e) {
-      if (std::string(e.what()).find("train.precision = bf16") != std::string::npos) ++refused;
-    }
-  });
-  EXPECT_EQ(refused.load(), 2);
 }
 
 TEST(PrecisionFp16, CheckpointResumeKeepsTheLossScale) {

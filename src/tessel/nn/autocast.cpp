@@ -4,47 +4,85 @@
 // optimizer, the state dict and the gradient hooks see) and restores them on exit.
 #include "tessel/nn/autocast.h"
 
-#include <map>
-
+#include "tessel/autograd/grad_mode.h"
+#include "tessel/kernels/backend.h"
 #include "tessel/nn/layers.h"
 #include "tessel/ops/cast.h"
 
 namespace tessel::nn {
 
-LowPrecisionScope::LowPrecisionScope(Module& root, DType dtype) {
+LowPrecisionScope::LowPrecisionScope(Module& root, DType dtype)
+    : LowPrecisionScope(std::vector<Module*>{&root}, dtype) {}
+
+LowPrecisionScope::LowPrecisionScope(const std::vector<Module*>& roots, DType dtype, Defer defer)
+    : dtype_(dtype) {
   if (dtype == DType::F32 || dtype == DType::F64) return;
   TESSEL_CHECK(dtype == DType::BF16 || dtype == DType::F16, "LowPrecisionScope: dtype ",
                dtype_name(dtype), " is not a floating dtype (expected bf16 or f16)");
   std::map<const void*, Tensor> copies;  // master storage -> its cast, shared by tied weights
-  auto swap = [&](Tensor& member) {
-    if (!member.defined() || member.dtype() == dtype) return;
-    Tensor& copy = copies[member.impl_ptr().get()];
-    if (!copy.defined()) copy = ops::cast(member, dtype);
-    swapped_.emplace_back(&member, member);
-    member = copy;
-  };
   try {
-    for (auto& [name, module] : root.named_modules()) {
-      if (auto* l = dynamic_cast<Linear*>(module)) {
-        swap(l->weight);
-        swap(l->bias);
-      } else if (auto* e = dynamic_cast<Embedding*>(module)) {
-        swap(e->weight);
-      } else if (auto* n = dynamic_cast<LayerNorm*>(module)) {
-        swap(n->weight);
-        swap(n->bias);
-      } else if (auto* r = dynamic_cast<RMSNorm*>(module)) {
-        swap(r->weight);
-      }
-    }
+    for (Module* root : roots) add(*root, defer, copies);
   } catch (...) {
     for (auto it = swapped_.rbegin(); it != swapped_.rend(); ++it) *it->first = it->second;
     throw;
   }
 }
 
+void LowPrecisionScope::add(Module& root, const Defer& defer,
+                            std::map<const void*, Tensor>& copies) {
+  auto swap = [&](Tensor& member) {
+    if (!member.defined() || member.dtype() == dtype_) return;
+    const void* key = member.impl_ptr().get();
+    if (defer && defer(member)) {
+      Deferred& d = deferred_[key];
+      for (Tensor* m : d.members)
+        if (m == &member) return;  // a module listed under two roots
+      d.members.push_back(&member);
+      swapped_.emplace_back(&member, member);
+      return;
+    }
+    Tensor& copy = copies[key];
+    if (!copy.defined()) copy = ops::cast(member, dtype_);
+    swapped_.emplace_back(&member, member);
+    member = copy;
+  };
+  for (auto& [name, module] : root.named_modules()) {
+    if (auto* l = dynamic_cast<Linear*>(module)) {
+      swap(l->weight);
+      swap(l->bias);
+    } else if (auto* e = dynamic_cast<Embedding*>(module)) {
+      swap(e->weight);
+    } else if (auto* n = dynamic_cast<LayerNorm*>(module)) {
+      swap(n->weight);
+      swap(n->bias);
+    } else if (auto* r = dynamic_cast<RMSNorm*>(module)) {
+      swap(r->weight);
+    }
+  }
+}
+
 LowPrecisionScope::~LowPrecisionScope() {
   for (auto it = swapped_.rbegin(); it != swapped_.rend(); ++it) *it->first = it->second;
+}
+
+Tensor LowPrecisionScope::cast_deferred(const Tensor& master) {
+  auto it = deferred_.find(master.impl_ptr().get());
+  if (it == deferred_.end()) return Tensor();
+  Deferred& d = it->second;
+  // A copy made without a graph (under no_grad) would pass no gradient to a later backward.
+  if (!d.copy.defined() ||
+      (autograd::grad_enabled() && master.requires_grad() && !d.copy.requires_grad())) {
+    d.copy = ops::cast(master, dtype_);
+    for (Tensor* m : d.members) *m = d.copy;
+  }
+  return d.copy;
+}
+
+void LowPrecisionScope::recast(const Tensor& master, const Tensor& copy) {
+  TESSEL_CHECK(master.shape() == copy.shape(), "LowPrecisionScope::recast: master ", master.shape(),
+               " and copy ", copy.shape(), " differ in shape");
+  Tensor dst = copy.detach();
+  kernels::backend_for(copy.device()).convert(master.detach(), dst);
 }
 
 }  // namespace tessel::nn

@@ -22,6 +22,9 @@ class CastBackward final : public autograd::Node {
   std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
     return {convert(grads[0], input_dtype_)};
   }
+  // It saves nothing, so one cast may serve the graphs of several forwards (the weight copies of
+  // a pipeline step's micro-batches, or of ZeRO-3's units, are made once per step).
+  bool releasable() const override { return false; }
 
  private:
   DType input_dtype_;

@@ -192,6 +192,40 @@ void Zero3Parameters::materialize(Unit& u) {
   note_peak();
 }
 
+void Zero3Parameters::make_copies(Unit& u) {
+  u.copies.resize(u.places.size());
+  for (size_t j = 0; j < u.places.size(); ++j) {
+    const Tensor& p = places_[u.places[j]].param;
+    Tensor& c = u.copies[j];
+    if (c.defined() && !c.storage().is_materialized()) {
+      c.storage().materialize();
+      gathered_bytes_ += int64_t(c.nbytes());
+      nn::LowPrecisionScope::recast(p, c);
+    }
+    const Tensor now = low_->cast_deferred(p);  // the first time: the cast and its graph
+    if (now.impl_ptr() == c.impl_ptr()) continue;
+    if (c.defined() && c.storage().is_materialized()) gathered_bytes_ -= int64_t(c.nbytes());
+    c = now;
+    if (c.defined()) gathered_bytes_ += int64_t(c.nbytes());
+  }
+  note_peak();
+}
+
+void Zero3Parameters::set_low_precision(nn::LowPrecisionScope* scope) {
+  for (Unit& u : units_) {
+    for (const Tensor& c : u.copies)
+      if (c.defined() && c.storage().is_materialized()) gathered_bytes_ -= int64_t(c.nbytes());
+    u.copies.clear();
+  }
+  low_ = scope;
+}
+
+bool Zero3Parameters::holds(const Tensor& param) const {
+  return std::any_of(places_.begin(), places_.end(), [&](const DataParallel::Place& p) {
+    return p.param.impl_ptr() == param.impl_ptr();
+  });
+}
+
 void Zero3Parameters::prefetch(size_t unit) {
   TESSEL_CHECK(unit < units_.size(), "Zero3Parameters::prefetch: unit ", unit, " out of range [0, ",
                units_.size(), ")");
@@ -243,17 +277,24 @@ void Zero3Parameters::release(size_t unit) {
     gathered_bytes_ -= int64_t(s.nbytes());
     s.release();
   }
+  for (const Tensor& c : u.copies) {
+    if (!c.defined() || !c.storage().is_materialized()) continue;
+    gathered_bytes_ -= int64_t(c.nbytes());
+    c.storage().release();
+  }
   u.state = State::Released;
 }
 
 void Zero3Parameters::on_pre_forward(size_t unit) {
-  if (pinned_) return;
-  if (last_pre_ >= 0 && size_t(last_pre_) != unit)
-    units_[size_t(last_pre_)].next_forward = int64_t(unit);
-  last_pre_ = int64_t(unit);
-  gather(unit);
+  if (!pinned_) {
+    if (last_pre_ >= 0 && size_t(last_pre_) != unit)
+      units_[size_t(last_pre_)].next_forward = int64_t(unit);
+    last_pre_ = int64_t(unit);
+    gather(unit);
+  }
+  if (low_) make_copies(units_[unit]);  // from the gathered values; before the prefetch below
   const int64_t next = units_[unit].next_forward;
-  if (options_.prefetch && next >= 0) prefetch(size_t(next));
+  if (!pinned_ && options_.prefetch && next >= 0) prefetch(size_t(next));
 }
 
 void Zero3Parameters::on_post_forward(size_t unit, Tensor& output) {
@@ -272,6 +313,7 @@ void Zero3Parameters::on_post_forward(size_t unit, Tensor& output) {
 void Zero3Parameters::on_backward(size_t unit) {
   Unit& u = units_[unit];
   if (!pinned_) gather(unit);
+  if (low_) make_copies(u);  // the saved tensors of the unit's backward are its copies
   u.in_backward = true;
   u.pending_grads = int64_t(u.places.size());
   const int64_t next = u.next_backward;

@@ -9,6 +9,12 @@
 //
 // Works on any subset of a model's parameters (a pipeline stage's): the units name the
 // parameters, and only their modules get hooks.
+//
+// Mixed precision: while a LowPrecisionScope is set, a unit's 16-bit weight copies are made right
+// after its gather in the pre-forward hook (once per scope; the casts' graph serves every forward
+// under it) and follow the f32 parameters' life: released with the unit, materialised and
+// re-rounded from the gathered f32 values when the unit is gathered again (the next forward, or
+// backward, whose saved tensors are these copies).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +22,7 @@
 #include <vector>
 
 #include "tessel/dist/work.h"
+#include "tessel/nn/autocast.h"
 #include "tessel/nn/module.h"
 #include "tessel/parallel/data_parallel.h"
 #include "tessel/tensor/tensor.h"
@@ -70,6 +77,11 @@ class Zero3Parameters {
   void gather_all();
   void release_all();  // undoes gather_all(); local
   bool pinned() const { return pinned_; }
+  // Mixed precision: `scope` (null: none) was built with the parameters of these units deferred
+  // (holds() is its Defer); it must outlive the backward passes run while it is set. Setting it
+  // (or null) drops the copies of the previous one. Local.
+  void set_low_precision(nn::LowPrecisionScope* scope);
+  bool holds(const Tensor& param) const;  // one of the units' parameters
 
   // --- layout ---
   size_t unit_count() const { return units_.size(); }
@@ -103,9 +115,10 @@ class Zero3Parameters {
     std::vector<size_t> places;  // into places_
     int64_t bucket = 0;
     int64_t lo = 0, size = 0, padded = 0;
-    bool in_place = false;  // one parameter, no padding: gathered straight into it
-    Tensor shard;           // [size]
-    Tensor staging;         // [padded] while a gather is in flight (not in place)
+    bool in_place = false;       // one parameter, no padding: gathered straight into it
+    Tensor shard;                // [size]
+    Tensor staging;              // [padded] while a gather is in flight (not in place)
+    std::vector<Tensor> copies;  // mixed precision: one 16-bit copy per place (or undefined)
     dist::WorkPtr work;
     State state = State::Released;
     int64_t pending_grads = 0;  // in a backward: parameters whose gradient is not ready yet
@@ -119,6 +132,7 @@ class Zero3Parameters {
   void on_post_forward(size_t unit, Tensor& output);
   void on_grad_ready(size_t unit);
   void materialize(Unit& u);
+  void make_copies(Unit& u);  // mixed precision, after a gather
   void note_peak();
   friend class Zero3GatherBackward;
   void on_backward(size_t unit);
@@ -129,6 +143,7 @@ class Zero3Parameters {
   std::vector<Unit> units_;
   std::vector<std::pair<size_t, int64_t>> grad_hooks_;  // (place, handle)
   bool pinned_ = false;
+  nn::LowPrecisionScope* low_ = nullptr;
   int64_t last_pre_ = -1, last_post_ = -1;
   int64_t gathered_bytes_ = 0, staging_bytes_ = 0, peak_bytes_ = 0;
   int64_t gathers_ = 0, gather_bytes_ = 0;

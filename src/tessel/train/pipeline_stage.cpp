@@ -84,10 +84,15 @@ Tensor Gpt2Stages::forward(int stage, int microbatch, const Tensor& input) {
   if (end < blocks + 2) return x;
   x = model_.ln_f->forward(x);
   Tensor logits = ops::linear(x, model_.lm_head_weight());
-  if (loss_) return loss_(logits, batch.y);
-  const int64_t n = batch.y.numel();
-  return ops::cross_entropy(ops::reshape(logits, {n, model_.config().vocab_size}),
-                            batch.y.reshape({n}));
+  Tensor loss;
+  if (loss_) {
+    loss = loss_(logits, batch.y);
+  } else {
+    const int64_t n = batch.y.numel();
+    loss = ops::cross_entropy(ops::reshape(logits, {n, model_.config().vocab_size}),
+                              batch.y.reshape({n}));
+  }
+  return loss_scale_ == 1.0 ? loss : ops::mul(loss, loss_scale_);
 }
 
 }  // namespace tessel::train

@@ -42,6 +42,8 @@ class Gpt2Stages : public parallel::pipeline::StageRunner {
   // cross-entropy over the whole vocabulary; tensor parallelism passes the vocab-parallel one).
   using LossFn = std::function<Tensor(const Tensor& logits, const Tensor& targets)>;
   void set_loss(LossFn loss) { loss_ = std::move(loss); }
+  // fp16 loss scaling: the last stage returns loss * scale (backward starts from it).
+  void set_loss_scale(double scale) { loss_scale_ = scale; }
   Tensor forward(int stage, int microbatch, const Tensor& input) override;
 
   const parallel::pipeline::StagePartition& partition() const { return partition_; }
@@ -51,6 +53,7 @@ class Gpt2Stages : public parallel::pipeline::StageRunner {
   parallel::pipeline::StagePartition partition_;
   std::vector<io::TokenBatch> batches_;
   LossFn loss_;
+  double loss_scale_ = 1.0;
 };
 
 // What a pipeline-parallel Trainer holds besides the model.

@@ -183,9 +183,6 @@ void Trainer::build(const std::string& resume) {
     dpo.reduction =
         stage >= 2 ? parallel::GradReduction::ReduceScatter : parallel::GradReduction::AllReduce;
     const std::vector<parallel::Zero3Unit> units = stage == 3 ? zero3_units() : decltype(units){};
-    // The 16-bit copies are made of the whole model at once, which stage 3 never holds.
-    TESSEL_CHECK(stage < 3 || t.precision == "fp32", "train: parallel.zero_stage 3 with ",
-                 "train.precision = '", t.precision, "' is not supported yet (use fp32)");
     if (stage == 3) dpo.groups = parallel::zero3_groups(trainable_parameters(), units);
     ddp_ = std::make_unique<parallel::DataParallel>(trainable_parameters(), dp_, dpo);
     // Every rank initialised from the same seed; the broadcast makes equality a fact, not a hope.

@@ -100,11 +100,12 @@ class Trainer {
   void print(const std::string& line) const;
   bool train_step(StepRecord& record);
   // Mixed precision (trainer_precision.cpp): the dtype of the forward and backward, the 16-bit
-  // weight copies for one micro-batch (held until its backward ends), the loss backward starts
+  // weight copies while the returned handle lives (a micro-batch, or a pipeline step: held until
+  // the backwards end; under ZeRO-3 made per unit after its gather), the loss backward starts
   // from (scaled under fp16), and the overflow check, which unscales record.grad_norm and returns
-  // true when the step is skipped for an fp16 overflow (every dp rank agrees).
+  // true when the step is skipped for an fp16 overflow (every rank of every axis agrees).
   void setup_precision();
-  std::unique_ptr<nn::LowPrecisionScope> precision_scope();
+  std::shared_ptr<void> precision_scope();
   Tensor loss_for_backward(const Tensor& loss);
   bool overflow_check(StepRecord& record);
   std::string precision_state() const;
@@ -120,7 +121,8 @@ class Trainer {
   parallel::MemoryReport memory_report() const;
   // Pipeline parallelism (trainer_pipeline.cpp); everything is a no-op or the identity without pp.
   void build_pipeline();
-  NamedTensors trainable_parameters() const;  // the parameters of this rank's stages
+  NamedTensors trainable_parameters() const;       // the parameters of this rank's stages
+  std::vector<nn::Module*> stage_modules() const;  // the modules they run (the model without pp)
   std::vector<Tensor> trainable_tensors() const;
   double pp_sum(double value) const;
   double pipeline_forward_backward();  // the step's micro-batches; returns their loss sum
@@ -179,6 +181,7 @@ class Trainer {
   // This step's timing marks (trainer_layout.cpp): its start, and the tp axis's blocking time.
   double layout_step_start_ms_ = 0, layout_tp_start_ms_ = 0, layout_dp_start_ms_ = 0;
   double layout_fb_ms_ = 0, layout_tp_fb_ms_ = 0;  // forward + backward: wall, tp's part
+  bool layout_local_nonfinite_ = false;  // this rank's gradients held inf/NaN (the last norm)
 };
 
 // The model configuration `model.config` names: a preset ("tiny", "124M", ...), a config.json

@@ -13,6 +13,7 @@
 //    wte is trained, and so counted, by the first stage only);
 //  - the per-step breakdown: compute, exposed communication per axis, pipeline bubble.
 #include <chrono>
+#include <cmath>
 #include <set>
 
 #include "tessel/dist/comm_time.h"
@@ -138,6 +139,8 @@ double Trainer::layout_grad_square_sum() {
       part[slot(name)] += square_sum(f, 0, f.numel());
     }
   }
+  // Before tp rank != 0 drops its replicated part below (fp16 agrees on overflows over every axis).
+  layout_local_nonfinite_ = !std::isfinite(part[0] + part[1]);
   // Without tp the split does not matter: one value travels, as ZeRO's own norm sends.
   const std::vector<double> values =
       layout_.tp ? std::vector<double>{part[0], part[1]} : std::vector<double>{part[0] + part[1]};

@@ -13,6 +13,11 @@
 // Checkpoints stay layout-independent: before one is written, every parameter and moment is
 // broadcast over pp from the rank that trains it, so world rank 0 writes the usual full files; a
 // resumed rank loads everything and keeps its part, whatever pp wrote the checkpoint.
+//
+// bf16/fp16: one LowPrecisionScope over this rank's stages spans the whole schedule (1F1B runs a
+// micro-batch's backward after later forwards; the copies' casts serve every micro-batch's graph)
+// and closes before the tied-gradient exchange reads the f32 wte; messages travel in the compute
+// dtype; under fp16 the last stage returns loss * scale and the losses are divided back.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -40,9 +45,6 @@ const std::string kMomentPrefixes[] = {"exp_avg.", "exp_avg_sq."};
 
 void Trainer::build_pipeline() {
   if (layout_.pp_size() == 1) return;
-  TESSEL_CHECK(config_.train.precision == "fp32",
-               "train: train.precision = ", config_.train.precision,
-               " with pp not supported yet (the stages run in fp32)");
   const int p = layout_.pp_size();
   const TrainSection& t = config_.train;
   pp::Schedule schedule = schedule_from_spec(config_.parallel.schedule, p, int(t.grad_accum));
@@ -60,8 +62,9 @@ void Trainer::build_pipeline() {
   pp::ExecutorOptions options;
   options.activation_shapes = {
       Shape{t.micro_batch, layout_stage_seq_len(), model_->config().n_embd}};
-  layout_setup_pipeline();  // tensor parallelism inside the stages (trainer_layout.cpp)
-  std::string layers;       // "embedding..h.2 | h.3..head": a stage may hold no block at all
+  options.dtype = compute_dtype_;  // bf16/fp16: the stages' activations cross in 16 bits
+  layout_setup_pipeline();         // tensor parallelism inside the stages (trainer_layout.cpp)
+  std::string layers;              // "embedding..h.2 | h.3..head": a stage may hold no block at all
   for (int64_t s = 0; s < pipe_->stages->partition().num_stages(); ++s) {
     const auto [begin, end] = pipe_->stages->partition().layers_of(s);
     layers += (s > 0 ? " | " : "") + costs[size_t(begin)].name;
@@ -79,6 +82,29 @@ NamedTensors Trainer::trainable_parameters() const {
   std::erase_if(all,
                 [&](const auto& np) { return pipe_->owner.at(np.first) != layout_.pp_rank(); });
   return all;
+}
+
+std::vector<nn::Module*> Trainer::stage_modules() const {
+  if (!pipe_) return {model_.get()};
+  std::vector<nn::Module*> out;
+  const pp::StagePartition& partition = pipe_->stages->partition();
+  const int64_t blocks = int64_t(model_->blocks.size());
+  for (int64_t s = 0; s < partition.num_stages(); ++s) {
+    if (pipe_->executor->schedule().owner(int(s)) != layout_.pp_rank()) continue;
+    const auto [begin, end] = partition.layers_of(s);
+    for (int64_t l = begin; l < end; ++l) {
+      if (l == 0) {
+        out.insert(out.end(), {model_->wte.get(), model_->wpe.get()});
+      } else if (l <= blocks) {
+        out.push_back(model_->blocks[size_t(l - 1)].get());
+      } else {  // the head: ln_f and the LM head's matrix (the tied wte)
+        out.push_back(model_->ln_f.get());
+        out.push_back(model_->lm_head ? static_cast<nn::Module*>(model_->lm_head.get())
+                                      : static_cast<nn::Module*>(model_->wte.get()));
+      }
+    }
+  }
+  return out;
 }
 
 std::vector<Tensor> Trainer::trainable_tensors() const {
@@ -101,7 +127,17 @@ double Trainer::pipeline_forward_backward() {
   // Data parallelism averages once, after the whole schedule (every chunk's last backward comes
   // at a different point of it).
   if (ddp_) ddp_->set_sync(false);
-  pp::ExecutionResult result = pipe_->executor->run(*pipe_->stages);
+  // fp16: the last stage's backward starts from loss * scale (a power of two, so the losses it
+  // reports divide back exactly).
+  step_scale_ = scaler_ ? scaler_->scale() : 1.0;
+  pipe_->stages->set_loss_scale(step_scale_);
+  pp::ExecutionResult result;
+  {
+    // One set of 16-bit copies for the step: a micro-batch's backward may come after later
+    // micro-batches' forwards.
+    const auto low_precision = precision_scope();
+    result = pipe_->executor->run(*pipe_->stages);
+  }
   const int p = layout_.pp_size(), rank = layout_.pp_rank();
   if (pipe_->tied) {
     const Tensor& w = model_->wte->weight;
@@ -117,7 +153,7 @@ double Trainer::pipeline_forward_backward() {
   }
   if (ddp_) ddp_->set_sync(true);
   double loss_sum = 0;  // in micro-batch order, as one process adds them
-  for (double loss : result.losses) loss_sum += loss;
+  for (double loss : result.losses) loss_sum += loss / step_scale_;
   pipe_->last = std::move(result);
   return pp_sum(loss_sum);
 }

@@ -6,6 +6,11 @@
 // gradients are unscaled in the trainer's one scaling pass, and an overflow skips the step on
 // every rank and halves the scale. Overflow skips are not "bad steps": they never count toward
 // train.max_bad_steps.
+//
+// Every layout: tensor parallelism reads its pieces through the same layer members the copies
+// replace; a pipeline step keeps one set of copies of its stages' layers from the first forward to
+// the last backward (the micro-batches interleave); ZeRO-3 makes a unit's copies after its gather
+// (zero3.h). The overflow decision is agreed over dp, tp and pp.
 #include <cmath>
 #include <cstdio>
 
@@ -26,21 +31,20 @@ void Trainer::setup_precision() {
                  "', expected fp32, bf16 or fp16");
     compute_dtype_ = DType::F32;
   }
-  // The pipeline and tensor-parallel steps build their own forward, and ZeRO-3 gathers parameters
-  // module by module after the weight copies would be made: none of them reads the copies yet.
-  const bool zero3 = config_.parallel.zero_stage == 3 && dp_size() > 1;
-  TESSEL_CHECK(
-      compute_dtype_ == DType::F32 || (layout_.tp_size() == 1 && layout_.pp_size() == 1 && !zero3),
-      "train.precision = ", t.precision,
-      " runs on one process, with data parallelism and "
-      "with ZeRO stages 1-2; not yet with ",
-      layout_.str(), ", parallel.zero_stage = ", config_.parallel.zero_stage,
-      " (use train.precision = fp32 there)");
 }
 
-std::unique_ptr<nn::LowPrecisionScope> Trainer::precision_scope() {
+std::shared_ptr<void> Trainer::precision_scope() {
   if (compute_dtype_ == DType::F32) return nullptr;
-  return std::make_unique<nn::LowPrecisionScope>(*model_, compute_dtype_);
+  if (!zero3_) return std::make_shared<nn::LowPrecisionScope>(stage_modules(), compute_dtype_);
+  // ZeRO-3: its parameters hold values only while gathered, so their copies wait for the gather.
+  parallel::Zero3Parameters* z = zero3_.get();
+  auto* scope = new nn::LowPrecisionScope(stage_modules(), compute_dtype_,
+                                          [z](const Tensor& p) { return z->holds(p); });
+  z->set_low_precision(scope);
+  return std::shared_ptr<void>(scope, [z](void* p) {
+    z->set_low_precision(nullptr);
+    delete static_cast<nn::LowPrecisionScope*>(p);
+  });
 }
 
 Tensor Trainer::loss_for_backward(const Tensor& loss) {
@@ -52,12 +56,14 @@ bool Trainer::overflow_check(StepRecord& r) {
   if (!scaler_) return false;
   r.loss_scale = step_scale_;
   r.grad_norm /= step_scale_;
-  // The gradients were averaged over dp, so a rank's overflow shows on every rank already; the
-  // flag makes the agreement explicit for layouts where a rank sees only its shard.
-  bool bad_grads = !std::isfinite(r.grad_norm);
-  if (dp_) {
+  // The global norm carries most overflows to every rank already, but not all: a tp rank other
+  // than 0 leaves its replicated parameters out of the norm. The flag, agreed over every axis,
+  // makes one rank's non-finite gradient skip the step on all of them.
+  bool bad_grads = !std::isfinite(r.grad_norm) || layout_local_nonfinite_;
+  if (dp_ || layout_.tp || layout_.pp) {
     Tensor flag = full({1}, bad_grads ? 1.0 : 0.0, DType::I32);
-    dp_->all_reduce(flag, dist::ReduceOp::Max);
+    for (const dist::CommPtr& axis : {layout_.dp, layout_.tp, layout_.pp})
+      if (axis) axis->all_reduce(flag, dist::ReduceOp::Max);
     bad_grads = flag.data<int32_t>()[0] != 0;
   }
   // A non-finite loss is a diverging model, not an overflow: the bad-step rule handles it.

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: Apache-2.0
+// LowPrecisionScope's deferred copies (ZeRO-3 makes a unit's copies after its gather): a deferred
+// master stays in its members until cast_deferred() swaps its copy in; every member holding it
+// (tied weights) gets the same copy; recast() rounds exactly as the cast did; one copy passes
+// gradients from several backwards; the masters come back when the scope ends.
+#include "tessel/nn/autocast.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "tessel/autograd/autograd.h"
+#include "tessel/nn/nn.h"
+#include "tessel/ops/ops.h"
+
+namespace tessel::nn {
+namespace {
+
+class Tied : public Module {
+ public:
+  explicit Tied(Generator* g) : Module("Tied") {
+    a = register_module("a", std::make_shared<Linear>(13, 7, true, Init::normal(g, 0.5)));
+    b = register_module("b", std::make_shared<Linear>(13, 7, false, Init::normal(g, 0.5)));
+    b->weight = a->weight;  // the member only: a tied head reads the same master
+  }
+  std::shared_ptr<Linear> a, b;
+};
+
+TEST(LowPrecisionScope, DeferredMastersWaitForCastDeferredAndShareOneCopy) {
+  Generator g(3);
+  Tied m(&g);
+  const Tensor w = m.a->weight, bias = m.a->bias;
+  {
+    LowPrecisionScope scope({&m}, DType::BF16,
+                            [&](const Tensor& t) { return t.impl_ptr() == w.impl_ptr(); });
+    EXPECT_EQ(m.a->weight.dtype(), DType::F32) << "deferred: still the master";
+    EXPECT_EQ(m.a->bias.dtype(), DType::BF16) << "not deferred: cast at once";
+    EXPECT_FALSE(scope.cast_deferred(bias).defined()) << "bias was not deferred";
+    const Tensor copy = scope.cast_deferred(w);
+    ASSERT_TRUE(copy.defined());
+    EXPECT_EQ(copy.dtype(), DType::BF16);
+    EXPECT_EQ(m.a->weight.impl_ptr(), copy.impl_ptr());
+    EXPECT_EQ(m.b->weight.impl_ptr(), copy.impl_ptr()) << "tied members share the copy";
+    EXPECT_EQ(scope.cast_deferred(w).impl_ptr(), copy.impl_ptr()) << "made once per scope";
+
+    // recast writes what the cast wrote.
+    const std::vector<float> cast = copy.to_vector<float>();
+    copy.detach().fill(0.0);
+    LowPrecisionScope::recast(w, copy);
+    EXPECT_EQ(copy.to_vector<float>(), cast);
+
+    // Two forwards and two backwards through one copy: the master's gradient is their sum.
+    Tensor x = randn({3, 13}, DType::F32, &g).to(DType::BF16);
+    for (int i = 0; i < 2; ++i)
+      autograd::backward(ops::sum(ops::cast(m.a->forward(x), DType::F32)));
+    ASSERT_TRUE(w.grad().defined());
+    EXPECT_EQ(w.grad().dtype(), DType::F32);
+    // d(sum(x W^T))/dW[o][i] = sum over rows of x[:, i], twice.
+    const std::vector<float> xs = x.to_vector<float>(), gw = w.grad().to_vector<float>();
+    for (int64_t i = 0; i < 13; ++i) {
+      float col = 0;
+      for (int64_t r = 0; r < 3; ++r) col += xs[size_t(r * 13 + i)];
+      EXPECT_NEAR(gw[size_t(i)], 2 * col, 0.05 * std::abs(col) + 1e-3) << "column " << i;
+    }
+  }
+  EXPECT_EQ(m.a->weight.impl_ptr(), w.impl_ptr()) << "masters back after the scope";
+  EXPECT_EQ(m.b->weight.impl_ptr(), w.impl_ptr());
+  EXPECT_EQ(m.a->bias.impl_ptr(), bias.impl_ptr());
+}
+
+}  // namespace
+}  // namespace tessel::nn
