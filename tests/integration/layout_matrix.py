@@ -12,15 +12,14 @@ split over the dp ranks.
 
 Usage: layout_matrix.py TESSEL MPIRUN WORKDIR
 """
-import json
 import os
-import shutil
-import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
-from dp_equivalence import losses, read_safetensors, small_tokenizer  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from tessel_runs import (check_same_tensors, compare_losses, compare_params, fail,  # noqa: E402
+                         final_params, gpt2_config, mpi_prefix, prepare_workdir, run,
+                         single_thread_env, step_records, train_sets, write_json)
 
 # (dp, tp, pp, zero_stage, sequence parallel)
 LAYOUTS = [
@@ -39,80 +38,39 @@ STEPS = 20
 ROWS = 4  # per micro-batch, over every dp rank
 
 
-def fail(msg):
-    print("layout_matrix: FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
-
-
-def run(cmd, **kw):
-    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if p.returncode != 0:
-        fail(f"{' '.join(cmd)} exited {p.returncode}\n--- stdout\n{p.stdout[-3000:]}\n--- stderr\n{p.stderr[-3000:]}")
-    return p
-
-
 def norms(run_dir):
-    with open(os.path.join(run_dir, "train.jsonl")) as f:
-        return {j["step"]: j["grad_norm"] for j in map(json.loads, f) if "step" in j}
+    return {j["step"]: j["grad_norm"] for j in step_records(run_dir)}
 
 
 def compare(ref_dir, dir_, what):
-    a, b = losses(ref_dir), losses(dir_)
     na, nb = norms(ref_dir), norms(dir_)
-    worst = 0.0
-    for s in range(1, STEPS + 1):
-        if s not in b:
-            fail(f"{what}: no loss for step {s}")
-        rel = abs(a[s] - b[s]) / abs(a[s])
-        worst = max(worst, rel)
-        if rel > 1e-5:
-            fail(f"{what}: step {s} loss {b[s]!r} vs one rank {a[s]!r} (relative {rel:.2e} > 1e-5)")
+
+    def norm_check(s):
         # The global norm counts every element once, whatever the layout shards or replicates.
         if abs(na[s] - nb[s]) > 1e-5 * na[s]:
             fail(f"{what}: step {s} gradient norm {nb[s]!r} vs one rank {na[s]!r}")
-    pa = read_safetensors(os.path.join(ref_dir, f"step_{STEPS:06d}", "model.safetensors"))
-    pb = read_safetensors(os.path.join(dir_, f"step_{STEPS:06d}", "model.safetensors"))
-    if sorted(pa) != sorted(pb):
-        fail(f"{what}: checkpoint tensors {sorted(pb)} differ from one rank's {sorted(pa)}")
-    diff2 = norm2 = 0.0
-    for name, x in pa.items():
-        y = pb[name]
-        if len(x) != len(y):
-            fail(f"{what}: {name} has {len(y)} elements, one rank's {len(x)}")
-        diff2 += sum((u - v) ** 2 for u, v in zip(x, y))
-        norm2 += sum(u * u for u in x)
-    worst_p = (diff2 / norm2) ** 0.5
-    if worst_p > 1e-5:
-        fail(f"{what}: final parameters differ by {worst_p:.2e} (relative L2) > 1e-5")
+
+    worst = compare_losses(ref_dir, dir_, what, STEPS, per_step=norm_check)
+    pa, pb = final_params(ref_dir, STEPS), final_params(dir_, STEPS)
+    check_same_tensors(pa, pb, what)
+    worst_p = compare_params(pa, pb, what)[0]
     return worst, worst_p
 
 
 def main():
     tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    vocab = small_tokenizer(os.path.join(work, "tok"))
-    run([tessel, "data", "prepare", "--tokenizer", os.path.join(work, "tok"), "--input",
-         "/usr/share/common-licenses/GPL-3", "--out", os.path.join(work, "data"),
-         "--split", "blank", "--val-fraction", "0.1"])
-    cfg = {"model_type": "gpt2", "vocab_size": vocab, "n_positions": 16, "n_embd": 16,
-           "n_layer": 3, "n_head": 2, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
-    config = os.path.join(work, "config.json")
-    with open(config, "w") as f:
-        json.dump(cfg, f)
+    vocab = prepare_workdir(tessel, work)
+    config = write_json(os.path.join(work, "config.json"),
+                        gpt2_config(vocab, n_positions=16, n_embd=16, n_layer=3, n_head=2))
     # seq_len 7: uneven sequence pieces under --sp; grad_clip 0.5 clips most steps.
-    common = ["train", "--set", "model.config=" + config,
-              "--set", "data.dir=" + os.path.join(work, "data"), "--set", f"train.steps={STEPS}",
-              "--set", "train.seq_len=7", "--set", "train.grad_accum=2",
-              "--set", "optim.warmup_steps=3", "--set", "optim.lr=3e-3",
-              "--set", "optim.grad_clip=0.5", "--set", "eval.interval=0",
-              "--set", "sample.tokens=0", "--set", "log.interval=10",
-              "--set", "checkpoint.interval=1000"]
-    env = dict(os.environ, TESSEL_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    common = ["train"] + train_sets(config, os.path.join(work, "data"), STEPS, seq_len=7,
+                                    extra=["train.grad_accum=2", "optim.grad_clip=0.5",
+                                           "checkpoint.interval=1000"])
+    env = single_thread_env()
     ref = os.path.join(work, "ref")
     run([tessel] + common + ["--set", f"train.micro_batch={ROWS}", "--set", "checkpoint.dir=" + ref],
         env=env)
-    mpi = [mpirun, "--oversubscribe", "--bind-to", "none"]
+    mpi = mpi_prefix(mpirun)
     rows = [("(1,1,1)", 0, "-", 0.0, 0.0)]
     clipped = sum(1 for n in norms(ref).values() if n > 0.5)
     if clipped < STEPS // 2:

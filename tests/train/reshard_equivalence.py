@@ -12,90 +12,21 @@ Usage: reshard_equivalence.py TESSEL MPIRUN WORKDIR [--composed]
 """
 import json
 import os
-import shutil
-import struct
-import subprocess
 import sys
-from array import array
 
-
-def fail(msg):
-    print("reshard_equivalence: FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
-
-
-def run(cmd, **kw):
-    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if p.returncode != 0:
-        fail(f"{' '.join(cmd)} exited {p.returncode}\n--- stdout\n{p.stdout[-3000:]}\n--- stderr\n{p.stderr[-3000:]}")
-    return p
-
-
-def small_tokenizer(d):
-    """A byte-level BPE vocabulary: the 256 byte symbols of GPT-2's byte-to-unicode table."""
-    os.makedirs(d, exist_ok=True)
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    vocab = {chr(c): i for i, c in enumerate(cs)}
-    vocab["<|endoftext|>"] = len(vocab)
-    with open(os.path.join(d, "vocab.json"), "w") as f:
-        json.dump(vocab, f)
-    with open(os.path.join(d, "merges.txt"), "w") as f:
-        f.write("#version: 0.2\n")
-    return len(vocab)
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        b, end = e["data_offsets"]
-        out[name] = array("f", data[b:end])
-    return out
-
-
-def losses(run_dir):
-    out = {}
-    with open(os.path.join(run_dir, "train.jsonl")) as f:
-        for line in f:
-            j = json.loads(line)
-            if "step" in j:
-                out[j["step"]] = j["loss"]
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from tessel_runs import (compare_losses, compare_params, fail, final_params, gpt2_config,  # noqa: E402
+                         mpi_prefix, prepare_workdir, run, seed_resume, single_thread_env,
+                         train_sets, write_json)
 
 
 def compare(ref_dir, dir_, what, steps):
-    a, b = losses(ref_dir), losses(dir_)
-    worst = 0.0
-    for s in range(1, steps + 1):
-        if s not in b:
-            fail(f"{what}: no loss for step {s}")
-        rel = abs(a[s] - b[s]) / abs(a[s])
-        worst = max(worst, rel)
-        if rel > 1e-5:
-            fail(f"{what}: step {s} loss {b[s]!r} vs one rank {a[s]!r} (relative {rel:.2e} > 1e-5)")
-    pa = read_safetensors(os.path.join(ref_dir, f"step_{steps:06d}", "model.safetensors"))
-    pb = read_safetensors(os.path.join(dir_, f"step_{steps:06d}", "model.safetensors"))
+    worst = compare_losses(ref_dir, dir_, what, steps)
+    pa = final_params(ref_dir, steps, check_f32=False)
+    pb = final_params(dir_, steps, check_f32=False)
     if sorted(pa) != sorted(pb):
         fail(f"{what}: the final model holds {sorted(pb)}, one rank's {sorted(pa)}")
-    diff2 = norm2 = 0.0
-    for name, x in pa.items():
-        y = pb[name]
-        diff2 += sum((u - v) ** 2 for u, v in zip(x, y))
-        norm2 += sum(u * u for u in x)
-    rel_p = (diff2 / norm2) ** 0.5
-    if rel_p > 1e-5:
-        fail(f"{what}: final parameters differ by {rel_p:.2e} (relative L2) > 1e-5")
+    rel_p = compare_params(pa, pb, what)[0]
     print(f"{what}: losses within {worst:.1e}, final parameters within {rel_p:.1e}")
 
 
@@ -119,26 +50,15 @@ def check_pieces(ckpt, world, what):
 def main():
     tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
     composed = "--composed" in sys.argv[4:]
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    vocab = small_tokenizer(os.path.join(work, "tok"))
-    run([tessel, "data", "prepare", "--tokenizer", os.path.join(work, "tok"), "--input",
-         "/usr/share/common-licenses/GPL-3", "--out", os.path.join(work, "data"),
-         "--split", "blank", "--val-fraction", "0.1"])
+    vocab = prepare_workdir(tessel, work)
     # n_head 4 splits over tp 4; the vocabulary (257) is padded under every tp > 1.
-    cfg = {"model_type": "gpt2", "vocab_size": vocab, "n_positions": 32, "n_embd": 24,
-           "n_layer": 2, "n_head": 4, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
-    with open(os.path.join(work, "config.json"), "w") as f:
-        json.dump(cfg, f)
+    config = write_json(os.path.join(work, "config.json"),
+                        gpt2_config(vocab, n_positions=32, n_embd=24, n_layer=2, n_head=4))
     batch, steps = 12, 20
-    common = ["--set", "model.config=" + os.path.join(work, "config.json"),
-              "--set", "data.dir=" + os.path.join(work, "data"), "--set", f"train.steps={steps}",
-              "--set", "train.seq_len=16", "--set", "optim.warmup_steps=3", "--set", "optim.lr=3e-3",
-              "--set", "eval.interval=0", "--set", "sample.tokens=0", "--set", "log.interval=10",
-              "--set", "machine.peak_gflops=100", "--set", "checkpoint.interval=10",
-              "--set", "train.grad_accum=4"]
-    env = dict(os.environ, TESSEL_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    mpi = [mpirun, "--oversubscribe", "--bind-to", "none"]
+    common = train_sets(config, os.path.join(work, "data"), steps, seq_len=16,
+                        extra=["machine.peak_gflops=100", "checkpoint.interval=10", "train.grad_accum=4"])
+    env = single_thread_env()
+    mpi = mpi_prefix(mpirun)
 
     def launch(dp, tp, pp, stage, extra):
         world = dp * tp * pp
@@ -168,10 +88,7 @@ def main():
         for layout in resumes:
             to = "dp{}_tp{}_pp{}_zero{}".format(*layout)
             d = os.path.join(work, f"{name}_to_{to}")
-            shutil.copytree(ckpt, os.path.join(d, "step_000010"))
-            with open(os.path.join(d, "latest"), "w") as f:
-                f.write("step_000010\n")
-            shutil.copy(os.path.join(src, "train.jsonl"), os.path.join(d, "train.jsonl"))
+            seed_resume(src, "step_000010", d)
             launch(*layout, ["--resume", d])
             compare(ref, d, f"saved at {name}, resumed at {to}", steps)
 

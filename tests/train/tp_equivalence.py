@@ -11,78 +11,36 @@ Usage: tp_equivalence.py TESSEL MPIRUN WORKDIR TP [TP ...]
 """
 import json
 import os
-import shutil
-import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dp_equivalence import losses, read_safetensors, small_tokenizer  # noqa: E402
-
-
-def fail(msg):
-    print("tp_equivalence: FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
-
-
-def run(cmd, **kw):
-    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if p.returncode != 0:
-        fail(f"{' '.join(cmd)} exited {p.returncode}\n--- stdout\n{p.stdout[-3000:]}\n--- stderr\n{p.stderr[-3000:]}")
-    return p
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from tessel_runs import (check_same_tensors, compare_losses, compare_params, fail,  # noqa: E402
+                         final_params, gpt2_config, losses, mpi_prefix, prepare_workdir, run,
+                         seed_resume, single_thread_env, train_sets, write_json)
 
 
 def compare(ref_dir, dir_, what, steps):
-    a, b = losses(ref_dir), losses(dir_)
-    worst = 0.0
-    for s in range(1, steps + 1):
-        if s not in b:
-            fail(f"{what}: no loss for step {s}")
-        rel = abs(a[s] - b[s]) / abs(a[s])
-        worst = max(worst, rel)
-        if rel > 1e-5:
-            fail(f"{what}: step {s} loss {b[s]!r} vs one rank {a[s]!r} (relative {rel:.2e} > 1e-5)")
-    pa = read_safetensors(os.path.join(ref_dir, f"step_{steps:06d}", "model.safetensors"))
-    pb = read_safetensors(os.path.join(dir_, f"step_{steps:06d}", "model.safetensors"))
-    if sorted(pa) != sorted(pb):
-        fail(f"{what}: checkpoint tensors {sorted(pb)} differ from one rank's {sorted(pa)}")
-    diff2 = norm2 = 0.0
-    for name, x in pa.items():
-        y = pb[name]
-        if len(x) != len(y):
-            fail(f"{what}: {name} has {len(y)} elements, one rank's {len(x)}")
-        diff2 += sum((u - v) ** 2 for u, v in zip(x, y))
-        norm2 += sum(u * u for u in x)
-    rel_p = (diff2 / norm2) ** 0.5
-    if rel_p > 1e-5:
-        fail(f"{what}: final parameters differ by {rel_p:.2e} (relative L2) > 1e-5")
+    worst = compare_losses(ref_dir, dir_, what, steps)
+    pa, pb = final_params(ref_dir, steps), final_params(dir_, steps)
+    check_same_tensors(pa, pb, what)
+    rel_p = compare_params(pa, pb, what)[0]
     print(f"{what}: 20-step losses within {worst:.1e}, final parameters within {rel_p:.1e}")
 
 
 def main():
     tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
     tps = [int(x) for x in sys.argv[4:]]
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    vocab = small_tokenizer(os.path.join(work, "tok"))
-    run([tessel, "data", "prepare", "--tokenizer", os.path.join(work, "tok"), "--input",
-         "/usr/share/common-licenses/GPL-3", "--out", os.path.join(work, "data"),
-         "--split", "blank", "--val-fraction", "0.1"])
-    cfg = {"model_type": "gpt2", "vocab_size": vocab, "n_positions": 32, "n_embd": 24,
-           "n_layer": 2, "n_head": 4, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
-    config = os.path.join(work, "config.json")
-    with open(config, "w") as f:
-        json.dump(cfg, f)
+    vocab = prepare_workdir(tessel, work)
+    cfg = gpt2_config(vocab, n_positions=32, n_embd=24, n_layer=2, n_head=4)
+    config = write_json(os.path.join(work, "config.json"), cfg)
     steps = 20
     # seq_len 15: the sequence splits unevenly over 2 and 4 ranks under --sp.
-    common = ["train", "--set", "model.config=" + config,
-              "--set", "data.dir=" + os.path.join(work, "data"), "--set", f"train.steps={steps}",
-              "--set", "train.seq_len=15", "--set", "optim.warmup_steps=3", "--set", "optim.lr=3e-3",
-              "--set", "eval.interval=0", "--set", "sample.tokens=0", "--set", "log.interval=10",
-              "--set", "checkpoint.interval=10", "--set", "optim.grad_clip=0.5"]
-    env = dict(os.environ, TESSEL_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    common = ["train"] + train_sets(config, os.path.join(work, "data"), steps, seq_len=15,
+                                    extra=["checkpoint.interval=10", "optim.grad_clip=0.5"])
+    env = single_thread_env()
     ref = os.path.join(work, "tp1")
     run([tessel] + common + ["--set", "train.micro_batch=6", "--set", "checkpoint.dir=" + ref], env=env)
-    mpi = [mpirun, "--oversubscribe", "--bind-to", "none"]
+    mpi = mpi_prefix(mpirun)
     for tp in tps:
         for sp in (False, True):
             what = f"tp={tp}" + (" sp" if sp else "")
@@ -94,9 +52,8 @@ def main():
             compare(ref, d, what, steps)
     # Dropout on: under --sp each rank draws its piece of the one-process mask (resid and embd
     # dropouts; the fused attention applies no dropout on its probabilities).
-    drop_config = os.path.join(work, "config_dropout.json")
-    with open(drop_config, "w") as f:
-        json.dump(dict(cfg, resid_pdrop=0.1, embd_pdrop=0.1), f)
+    drop_config = write_json(os.path.join(work, "config_dropout.json"),
+                             dict(cfg, resid_pdrop=0.1, embd_pdrop=0.1))
     drop_common = [a.replace(config, drop_config) if a.startswith("model.config=") else a
                    for a in common] + ["--set", "train.micro_batch=6"]
     drop_ref = os.path.join(work, "tp1_dropout")
@@ -114,18 +71,13 @@ def main():
     compare(ref, d, "dp=2 x tp=2", steps)
     # Checkpoints hold full tensors: tp=2's step 10 resumed at tp=4 with --sp continues the same run.
     a, b = tps[0], tps[-1]
-    src = os.path.join(work, f"tp{a}", "step_000010")
     d = os.path.join(work, f"resume_tp{a}_to_tp{b}_sp")
-    shutil.copytree(src, os.path.join(d, "step_000010"))
-    with open(os.path.join(d, "latest"), "w") as f:
-        f.write("step_000010\n")
-    shutil.copy(os.path.join(work, f"tp{a}", "train.jsonl"), os.path.join(d, "train.jsonl"))
+    seed_resume(os.path.join(work, f"tp{a}"), "step_000010", d)
     run(mpi + ["-np", str(b), tessel, "train", "--resume", d, "--tp", str(b), "--sp"], env=env)
     compare(ref, d, f"resume tp={a} -> tp={b} sp", steps)
     # Greedy generation from a random model with large weights (more varied than a 20-step one).
-    model, gen_config = os.path.join(work, "model"), os.path.join(work, "config_gen.json")
-    with open(gen_config, "w") as f:
-        json.dump(dict(cfg, initializer_range=0.5), f)
+    model = os.path.join(work, "model")
+    gen_config = write_json(os.path.join(work, "config_gen.json"), dict(cfg, initializer_range=0.5))
     run([tessel, "init", "--config", gen_config, "--out", model, "--seed", "7"], env=env)
     gen = ["generate", "-m", model, "--prompt-ids", "5,9,12,40,77", "-n", "16", "--temp", "0",
            "--format", "json"]
