@@ -7,10 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../dist/common/thread_checks.h"
@@ -62,5 +64,24 @@ struct TinyGpt2Case {
   models::GPT2Config config = small_gpt2(37, 16, 16, 2, 2);
   Tensor ids, targets;
 };
+
+// Parameter values as plain floats, for bitwise comparisons between runs.
+using Values = std::vector<std::vector<float>>;
+
+inline Values values_of(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  Values out;
+  for (const auto& [name, t] : tensors) out.push_back(t.to_vector<float>());
+  return out;
+}
+
+inline bool same_bits(const Values& a, const Values& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].size() != b[i].size() ||
+        std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
+      return false;
+  }
+  return true;
+}
 
 }  // namespace tessel::parallel::test_util

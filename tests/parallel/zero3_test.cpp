@@ -25,28 +25,11 @@ namespace tessel::parallel {
 namespace {
 
 using namespace test_util;
-using Values = std::vector<std::vector<float>>;
 
 constexpr double kWeightDecay = 0.1;
 
 double lr_at(int64_t step) {
   return 0.02 / double(step);
-}
-
-Values values_of(const NamedTensors& tensors) {
-  Values out;
-  for (const auto& [name, t] : tensors) out.push_back(t.to_vector<float>());
-  return out;
-}
-
-bool same_bits(const Values& a, const Values& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size() != b[i].size() ||
-        std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
-      return false;
-  }
-  return true;
 }
 
 std::vector<std::string> gpt2_paths(const models::GPT2& m) {

@@ -62,24 +62,6 @@ double lr_at(int64_t step) {
   return 0.02 / double(step);
 }
 
-using Values = std::vector<std::vector<float>>;
-
-Values values_of(const NamedTensors& tensors) {
-  Values out;
-  for (const auto& [name, t] : tensors) out.push_back(t.to_vector<float>());
-  return out;
-}
-
-bool same_bits(const Values& a, const Values& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size() != b[i].size() ||
-        std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
-      return false;
-  }
-  return true;
-}
-
 // The clipping factor of the trainer: 1/accum, times clip / (norm + 1e-6) when the norm exceeds it.
 double factor_for(double norm, double clip) {
   double factor = 1.0 / double(kAccum);

@@ -24,8 +24,8 @@ struct TrainArgs {
   std::vector<std::string> overrides;
   bool print_config = false;
   int dp = 1, tp = 1, pp = 1;
-  std::string schedule;   // --schedule: parallel.schedule
-  bool sp = false;        // --sp: parallel.sequence_parallel
+  std::string schedule;      // --schedule: parallel.schedule
+  bool sp = false;           // --sp: parallel.sequence_parallel
   int64_t microbatches = 0;  // --microbatches: train.grad_accum
 };
 

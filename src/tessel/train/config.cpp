@@ -93,8 +93,9 @@ std::vector<KeyDef> build_key_table() {
                         "fp16: initial dynamic loss scale"),
       TESSEL_CONFIG_KEY(train, loss_scale_window, at_least(1),
                         "fp16: overflow-free steps after which the loss scale doubles"),
-      TESSEL_CONFIG_KEY(parallel, zero_stage, interval(false, 0, 3, false),
-                        "ZeRO stage over the dp ranks: 1 partitions optimizer state, 2 gradients, 3 parameters"),
+      TESSEL_CONFIG_KEY(
+          parallel, zero_stage, interval(false, 0, 3, false),
+          "ZeRO stage over the dp ranks: 1 partitions optimizer state, 2 gradients, 3 parameters"),
       TESSEL_CONFIG_KEY(parallel, bucket_mb, at_least(1),
                         "Gradient bucket size (MiB) for data-parallel averaging"),
       TESSEL_CONFIG_KEY(parallel, overlap, boolean(),

@@ -36,7 +36,7 @@ struct TrainSection {
   std::string recompute = "none";
   // Mixed precision (trainer_precision.cpp): fp32 | bf16 | fp16, f32 master weights either way.
   std::string precision = "fp32";
-  double loss_scale_init = 65536;   // fp16: initial dynamic loss scale (2^16)
+  double loss_scale_init = 65536;    // fp16: initial dynamic loss scale (2^16)
   int64_t loss_scale_window = 1000;  // fp16: clean steps before the scale doubles
 };
 
@@ -44,7 +44,7 @@ struct ParallelSection {
   int64_t zero_stage = 0;  // 0: replicated optimizer state; 1: partitioned; 2: gradients; 3: params
   int64_t bucket_mb = 25;  // gradient bucket size for data parallelism (MiB)
   bool overlap = true;     // launch each bucket's averaging as soon as its gradients are ready
-  std::string schedule = "1f1b";  // pipeline schedule: gpipe | 1f1b | interleaved:V
+  std::string schedule = "1f1b";   // pipeline schedule: gpipe | 1f1b | interleaved:V
   bool sequence_parallel = false;  // with tp > 1: norms and dropouts on sequence pieces (--sp)
   std::string tp_plan;             // tensor-parallel plan JSON; "": GPT-2's built-in plan
 };
