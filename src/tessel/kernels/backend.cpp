@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tessel/kernels/backend.h"
 
+#include <cmath>
+
 #include "tessel/kernels/cpu/cpu_backend.h"
 
 namespace tessel::kernels {
@@ -11,6 +13,15 @@ void Backend::convert(const Tensor& src, Tensor& dst) {
                src.defined() ? src.numel() : -1, " and ", dst.defined() ? dst.numel() : -1,
                " elements");
   convert_elements(src.data_ptr(), src.dtype(), dst.data_ptr(), dst.dtype(), size_t(src.numel()));
+}
+
+void check_adamw_hyperparameters(std::string_view who, double beta1, double beta2, double eps,
+                                 double weight_decay) {
+  TESSEL_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, who,
+               ": betas must lie in [0, 1), got (", beta1, ", ", beta2, ")");
+  TESSEL_CHECK(std::isfinite(eps) && eps >= 0, who, ": eps must be finite and >= 0, got ", eps);
+  TESSEL_CHECK(std::isfinite(weight_decay) && weight_decay >= 0, who,
+               ": weight_decay must be finite and >= 0, got ", weight_decay);
 }
 
 std::string_view op_name(Op op) {

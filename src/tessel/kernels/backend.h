@@ -112,6 +112,11 @@ inline bool adamw_decays(const Shape& shape) {
   return shape.ndim() >= 2;
 }
 
+// Refuses (tessel::Error naming `who`) betas outside [0, 1), a negative or non-finite eps or weight
+// decay: the one check of AdamW's hyperparameters for every optimizer built on the kernel.
+void check_adamw_hyperparameters(std::string_view who, double beta1, double beta2, double eps,
+                                 double weight_decay);
+
 class Backend {
  public:
   virtual ~Backend() = default;

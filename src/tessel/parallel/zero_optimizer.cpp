@@ -74,12 +74,7 @@ ZeroAdamW::ZeroAdamW(DataParallel& dp, const ZeroOptions& options, Zero3Paramete
                " needs a DataParallel whose reduction is ",
                o.stage >= 2 ? "ReduceScatter" : "AllReduce", "; this one ",
                o.stage >= 2 ? "all-reduces" : "reduce-scatters");
-  TESSEL_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
-               "ZeroAdamW: betas must lie in [0, 1), got (", o.beta1, ", ", o.beta2, ")");
-  TESSEL_CHECK(std::isfinite(o.eps) && o.eps >= 0, "ZeroAdamW: eps must be finite and >= 0, got ",
-               o.eps);
-  TESSEL_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
-               "ZeroAdamW: weight_decay must be finite and >= 0, got ", o.weight_decay);
+  kernels::check_adamw_hyperparameters("ZeroAdamW", o.beta1, o.beta2, o.eps, o.weight_decay);
 
   const int64_t rank = dp.comm().rank();
   const Device device = places_.front().param.device();

@@ -35,12 +35,7 @@ std::string supported_dtypes(const kernels::Backend& backend) {
 AdamW::AdamW(NamedTensors params, const AdamWOptions& options)
     : params_(std::move(params)), options_(options) {
   const AdamWOptions& o = options_;
-  TESSEL_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
-               "AdamW: betas must lie in [0, 1), got (", o.beta1, ", ", o.beta2, ")");
-  TESSEL_CHECK(std::isfinite(o.eps) && o.eps >= 0, "AdamW: eps must be finite and >= 0, got ",
-               o.eps);
-  TESSEL_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
-               "AdamW: weight_decay must be finite and >= 0, got ", o.weight_decay);
+  kernels::check_adamw_hyperparameters("AdamW", o.beta1, o.beta2, o.eps, o.weight_decay);
   std::set<std::string> names;
   exp_avg_.reserve(params_.size());
   exp_avg_sq_.reserve(params_.size());
