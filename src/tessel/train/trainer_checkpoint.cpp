@@ -17,7 +17,6 @@
 #include "tessel/models/gpt2_checkpoint.h"
 #include "tessel/train/checkpoint.h"
 #include "tessel/train/checkpoint_pieces.h"
-#include "tessel/train/shard_checkpoint.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel::train {
@@ -147,25 +146,14 @@ void Trainer::load_checkpoint(const std::string& dir_name) {
   }
 }
 
-// Checkpoints of earlier tessel versions: optimizer.safetensors with the full moments (the
-// parameters come from model.safetensors), or per-rank ZeRO shards (shard_checkpoint.h). Full
-// tensors are rebuilt on every rank, which then keeps its part.
+// Checkpoints written before pieces: optimizer.safetensors with the full moments (the parameters
+// came from model.safetensors). Every rank reads the full tensors and keeps its part.
 void Trainer::load_legacy_state(const std::string& dir_name, int64_t optimizer_step) {
   const fs::path dir = dir_name;
   NamedTensors moments;
-  if (has_zero_shards(dir.string())) {
-    // Written by a ZeRO run: full tensors are rebuilt from its shards, whatever its dp size.
-    // The parameters came from model.safetensors already (the same bits); stage 3 keeps its
-    // blocks of the reassembled ones.
-    AssembledState a = assemble_zero_shards(dir.string());
-    if (zero3_) zero3_->load_full_parameters(a.params);
-    moments = std::move(a.moments);
-  } else {
-    // The moments are copied out of the mapped file: the optimizer updates them in place.
-    const io::SafetensorsFile file = io::SafetensorsFile::open((dir / kOptimizerFile).string());
-    for (const std::string& name : file.names())
-      moments.emplace_back(name, file.load(name).clone());
-  }
+  // The moments are copied out of the mapped file: the optimizer updates them in place.
+  const io::SafetensorsFile file = io::SafetensorsFile::open((dir / kOptimizerFile).string());
+  for (const std::string& name : file.names()) moments.emplace_back(name, file.load(name).clone());
   // Full moments by name whatever layout wrote them: ZeRO keeps its shard of them.
   if (pipe_) moments = pipeline_own_moments(moments);
   moments = tp_shard(moments);  // full moments sliced to this tp rank's pieces
