@@ -47,7 +47,7 @@ def expected_collectives(cfg, dp, stage):
     block = 12 * e * e + 13 * e
     psi = v * e + p * e + n * block + 2 * e
     pad = lambda x: -(-x // dp) * dp
-    loss, norm = 4, 8  # the mean loss (f32) and stage 2-3's square sum (f64)
+    loss, norm = 8, 8  # the mean loss and stage 2-3's square sum (both f64)
     # Stages 0-2: one bucket, the model being far below the 25 MiB default.
     if stage == 0:
         return {"all_reduce": 2}, 4 * psi + loss

@@ -152,9 +152,9 @@ double gpt2_tp_grad_square_sum(models::GPT2& model, const Gpt2TensorParallel& tp
     for (int64_t i = 0; i < f.numel(); ++i) s += double(d[i]) * double(d[i]);
     (tp.result.spec(name) != nullptr ? sharded : replicated) += s;
   }
-  Tensor t = full({1}, sharded);  // f32: the collectives carry no f64
+  Tensor t = full({1}, sharded, DType::F64);
   tp.tp->all_reduce(t);
-  return double(t.data<float>()[0]) + replicated;
+  return t.data<double>()[0] + replicated;
 }
 
 }  // namespace tessel::train

@@ -341,9 +341,9 @@ parallel::MemoryReport Trainer::memory_report() const {
 
 double Trainer::dp_mean(double value) const {
   if (!dp_) return value;
-  Tensor t = full({1}, value);  // f32: the collectives carry no f64
+  Tensor t = full({1}, value, DType::F64);
   dp_->all_reduce(t, dist::ReduceOp::Avg);
-  return double(t.data<float>()[0]);
+  return t.data<double>()[0];
 }
 
 // Every rank must leave the loop at the same step, so a signal seen by any rank counts for all.
