@@ -10,6 +10,7 @@
 #include "tessel/ops/shape.h"
 #include "tessel/parallel/vocab_parallel.h"
 #include "tessel/sharding/regions.h"
+#include "tessel/train/grad_clip.h"
 
 namespace tessel::train {
 
@@ -142,19 +143,12 @@ void gpt2_tp_reduce_gradients(models::GPT2& model, const Gpt2TensorParallel& tp)
 }
 
 double gpt2_tp_grad_square_sum(models::GPT2& model, const Gpt2TensorParallel& tp) {
-  double sharded = 0, replicated = 0;
-  for (const auto& [name, p] : model.named_parameters()) {
-    const Tensor g = p.grad();
-    if (!g.defined()) continue;
-    const Tensor f = g.to(DType::F32);
-    const float* d = f.data<float>();
-    double s = 0;
-    for (int64_t i = 0; i < f.numel(); ++i) s += double(d[i]) * double(d[i]);
-    (tp.result.spec(name) != nullptr ? sharded : replicated) += s;
-  }
-  Tensor t = full({1}, sharded, DType::F64);
+  std::vector<Tensor> sharded, replicated;
+  for (const auto& [name, p] : model.named_parameters())
+    (tp.result.spec(name) != nullptr ? sharded : replicated).push_back(p);
+  Tensor t = full({1}, grad_square_sum(sharded), DType::F64);
   tp.tp->all_reduce(t);
-  return t.data<double>()[0] + replicated;
+  return t.data<double>()[0] + grad_square_sum(replicated);
 }
 
 }  // namespace tessel::train
