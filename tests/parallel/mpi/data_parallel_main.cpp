@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../../common/tolerance.h"
 #include "../parallel_test_common.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/dist/world.h"
@@ -112,10 +113,16 @@ int main(int argc, char** argv) {
     }
 
     if (!bench) {
+      // The ranks sum their tokens' gradients in another order than one process over the whole
+      // batch (and another vector width sums each kernel's terms in another order again): the
+      // derived bound for rows * t tokens through n_layer + 2 stages (tests/common/tolerance.h),
+      // 1.1e-5 on 3 ranks, where AVX-512 measured 2.06e-6 (ln_f.bias) and AVX2 below 2e-6.
+      const double tol = test::reorder_tolerance(DType::F32, rows * s.t, s.config.n_layer + 2);
       for (size_t i = 0; i < want.size(); ++i) {
         const double err = test_util::rel_err(by_mode[1][i], want[i]);
-        if (err > 2e-6) {
-          std::fprintf(stderr, "rank %d: parameter %zu relative error %g\n", rank, i, err);
+        if (err > tol) {
+          std::fprintf(stderr, "rank %d: parameter %zu relative error %g > %g\n", rank, i, err,
+                       tol);
           ++failures;
         }
         if (std::memcmp(by_mode[0][i].data(), by_mode[1][i].data(),
