@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 
+#include "../common/tolerance.h"
 #include "parallel_test_util.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/autograd/meta.h"
@@ -136,8 +137,13 @@ TEST_P(Zero3World, EqualsStageTwoAndOneProcess) {
       // c_attn's key bias has a zero gradient in exact arithmetic: only rounding noise, which
       // Adam turns into lr-sized steps (see zero_test.cpp); it matches only the same reduction.
       if (named[i].first.find("c_attn.bias") != std::string::npos) continue;
+      // Three AdamW steps on gradients reordered over the 2n rows' 13 tokens through n_layer + 2
+      // stages (tests/common/tolerance.h); weight decay alone moves the weights by 4e-3 relative.
+      const double tol = test::adam_tolerance(
+          test::reorder_tolerance(DType::F32, 2 * n * 13, tiny.config.n_layer + 2),
+          lr_at(1) + lr_at(2) + lr_at(3), test::rms_of(want[i]));
       const double e = rel_err(got[i], want[i]);
-      checks.expect(e <= 1e-5, named[i].first + " rel err " + std::to_string(e));
+      checks.expect(e <= tol, named[i].first + " rel err " + std::to_string(e));
     }
     const MemoryReport mem = s3.opt->memory();
     s3.z3->release_all();

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // ZeRO stages 1 and 2 across processes, launched by CTest as `mpirun -np N`: a small GPT-2 trains
 // three steps (two micro-batches each, clipped) with ZeroAdamW; every rank must end with the same
-// parameter bits, and those must match train::AdamW on the whole batch in one process (1e-5).
+// parameter bits, and those must match train::AdamW on the whole batch in one process (to the
+// derived bound of tests/common/tolerance.h).
 // `zero_main memory STAGE` instead builds GPT-2 124M, runs one step and prints, as one JSON line
 // per rank, the bytes ZeroAdamW::memory() reports and the allocator's figures (taken while the
 // optimizer is alive); stage 0 is the baseline, DataParallel + train::AdamW; stage 3 gathers one
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../../common/tolerance.h"
 #include "../parallel_test_common.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/dist/world.h"
@@ -101,10 +103,16 @@ int check(const dist::CommPtr& world) {
       const double err = test_util::rel_err(got, want[i]);
       // Gradients agree to about 1e-7; Adam divides each element by its own gradient scale, so
       // elements whose gradient is near zero carry that difference into the update (the same
-      // 2e-6..4e-6 in stage 1 and stage 2 on 2 ranks: the reduction order, not the sharding).
-      if (err > 1e-5) {
-        std::fprintf(stderr, "rank %d stage %d: %s relative error %g\n", rank, stage,
-                     names[i].c_str(), err);
+      // 2e-6..4e-6 in stage 1 and stage 2 on 2 ranks with AVX2: the reduction order, not the
+      // sharding). The bound: kSteps AdamW steps on gradients reordered over the step's rows * kT
+      // tokens through n_layer + 2 stages (tests/common/tolerance.h), 5e-5 and up by the tensor's
+      // RMS; weight decay alone moves a weight by kSteps * lr * kDecay = 3e-3 relative.
+      const double tol =
+          test::adam_tolerance(test::reorder_tolerance(DType::F32, rows * kT, c.n_layer + 2),
+                               double(kSteps) * 1e-2, test::rms_of(want[i]));
+      if (err > tol) {
+        std::fprintf(stderr, "rank %d stage %d: %s relative error %g > %g\n", rank, stage,
+                     names[i].c_str(), err, tol);
         ++failures;
       }
     }
