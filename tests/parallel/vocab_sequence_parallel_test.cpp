@@ -28,6 +28,10 @@ namespace {
 using namespace test_util;
 
 constexpr int64_t kVocab = 37, kDim = 7, kBatch = 2, kSeq = 13, kHidden = 33;
+// Vocab and sequence pieces summed over ranks in another order than one process: the derived
+// bound (tests/common/tolerance.h) for the longest reduction, kBatch * kSeq = 26 tokens or kHidden
+// = 33 terms, through 2 stages is 3.9e-6; 1e-5 is above it for every vector width, and far below
+// a missing piece or a wrong logsumexp (O(1e-2) and more).
 constexpr double kTol = 1e-5;
 
 // Kinds of the calls issued on `comm` since `before`, gathers of either form as "all_gather".
