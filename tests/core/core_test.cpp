@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "tessel/core/error.h"
+#include "tessel/core/log.h"
 #include "tessel/core/probe.h"
 #include "tessel/core/shape.h"
 #include "tessel/core/threads.h"
@@ -41,17 +42,35 @@ TEST(Shape, Broadcast) {
 }
 
 TEST(Error, CheckCarriesValuesAndLocation) {
+  const LogLevel saved = log_level();
+  set_log_level(LogLevel::Info);  // whatever TESSEL_LOG says in the environment
   int a = 3, b = 5;
   try {
     TESSEL_CHECK(a == b, "sizes differ: ", a, " vs ", b);
     FAIL();
   } catch (const Error& e) {
-    std::string m = e.what();
-    EXPECT_NE(m.find("sizes differ: 3 vs 5"), std::string::npos) << m;
-    EXPECT_NE(m.find("core_test.cpp"), std::string::npos) << m;
-    EXPECT_NE(m.find("a == b"), std::string::npos) << m;
+    // The message is the user's; the location is ours, in where() (and in the message only at
+    // TESSEL_LOG=debug, below).
+    EXPECT_EQ(std::string(e.what()), "sizes differ: 3 vs 5");
+    EXPECT_NE(e.where().find("core_test.cpp"), std::string::npos) << e.where();
+    EXPECT_NE(e.where().find("a == b"), std::string::npos) << e.where();
   }
   EXPECT_NO_THROW(TESSEL_CHECK(a < b, "unused"));
+  set_log_level(saved);
+}
+
+TEST(Error, DebugLevelAppendsTheLocationToTheMessage) {
+  const LogLevel saved = log_level();
+  set_log_level(LogLevel::Debug);
+  std::string m;
+  try {
+    TESSEL_FAIL("unsupported: ", 7);
+  } catch (const Error& e) {
+    m = e.what();
+  }
+  set_log_level(saved);
+  EXPECT_EQ(m.rfind("unsupported: 7 [", 0), 0u) << m;
+  EXPECT_NE(m.find("core_test.cpp:"), std::string::npos) << m;
 }
 
 TEST(Threads, SetAndParallelForCoversRange) {

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // tessel::Error and TESSEL_CHECK: every failed precondition in the library throws one Error whose
-// message names the check, where it failed, and the values that were wrong. Only cli/ turns it
-// into an exit code.
+// message names the values that were wrong; where() names the check and the line it failed at.
+// The message carries that location too ("... [tessel/io/x.cpp:12, n > 0]") only at
+// TESSEL_LOG=debug: it helps the people who work on tessel and is noise to those who use it.
+// Only cli/ turns an Error into an exit code.
 #pragma once
 
 #include <sstream>
@@ -14,6 +16,13 @@ namespace tessel {
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what) : std::runtime_error(what) {}
+  Error(const std::string& what, std::string where)
+      : std::runtime_error(what), where_(std::move(where)) {}
+  // "tessel/io/x.cpp:12, n > 0" for a failed TESSEL_CHECK; "" when not known.
+  const std::string& where() const { return where_; }
+
+ private:
+  std::string where_;
 };
 
 namespace detail {
