@@ -95,6 +95,18 @@ TEST(DataPrepareCommand, BadFractionAndSplit) {
   EXPECT_FALSE(fs::exists(d / "out" / "manifest.json"));
 }
 
+TEST(DataPrepareCommand, UncreatableOutputDirectoryNamesTheReason) {
+  const fs::path d = scratch("bad_out");
+  const std::string tok = tiny_tokenizer(d / "tok");
+  std::ofstream(d / "in.txt") << "a\n%\nb\n";
+  std::ofstream(d / "file") << "x";  // a file where a directory would have to be created
+  expect_one_error_line(
+      tessel("data prepare --tokenizer " + tok + " --input " + (d / "in.txt").string() + " --out " +
+                 (d / "file" / "out").string(),
+             d),
+      "cannot create output directory '" + (d / "file" / "out").string() + "': Not a directory");
+}
+
 TEST(DataPrepareCommand, PreparesALoadableDataset) {
   const fs::path d = scratch("good");
   const std::string tok = tiny_tokenizer(d / "tok");

@@ -260,7 +260,11 @@ TEST(GenerateCommand, BadInvocationsFailBeforeAnyWork) {
                 fs::copy_options::overwrite_existing);
   std::ofstream(model / "config.json") << R"({"vocab_size": 257, "n_positions": 33,
     "n_embd": 42, "n_layer": 2, "n_head": 3})";
-  expect_one_error_line(tessel(g + " -p a -n 1", d), "wte.weight");
+  const Outcome mis_shaped = tessel(g + " -p a -n 1", d);
+  expect_one_error_line(mis_shaped, "mis-shaped: wte.weight (expected [257, 42], got [257, ");
+  // The first few tensors name the problem; the rest are counted, not listed.
+  EXPECT_NE(mis_shaped.err.find(" more; "), std::string::npos) << mis_shaped.err;
+  EXPECT_LT(mis_shaped.err.size(), 400u) << mis_shaped.err;
 }
 
 TEST(EvalCommand, MatchesPerWindowCrossEntropy) {
@@ -312,6 +316,14 @@ TEST(EvalCommand, MatchesPerWindowCrossEntropy) {
   expect_one_error_line(
       tessel("eval -m " + model.string() + " -c 34 --text " + (d / "text.txt").string(), d),
       "--context 34 exceeds n_positions = 33");
+  expect_one_error_line(
+      tessel("eval -m " + model.string() + " -c -3 --text " + (d / "text.txt").string(), d),
+      "--context must be >= 0 (0: the model's n_positions), got -3");
+  // A binary file is refused as `data prepare` refuses it, naming the first NUL byte.
+  std::ofstream(d / "binary.dat", std::ios::binary) << std::string("ab\0cd", 5);
+  expect_one_error_line(
+      tessel("eval -m " + model.string() + " --text " + (d / "binary.dat").string(), d),
+      "binary.dat is not text (it holds a NUL byte at offset 2)");
   expect_one_error_line(tessel("eval -m " + model.string(), d), "--text");
   const fs::path bare = init_model(d, false);
   expect_one_error_line(

@@ -25,11 +25,13 @@ struct EvalArgs {
 };
 
 void run_eval(const EvalArgs& args) {
+  TESSEL_CHECK(args.context >= 0, "eval: --context must be >= 0 (0: the model's n_positions), got ",
+               args.context);
   check_model_dir(args.model, "eval");
   TESSEL_CHECK(has_tokenizer_files(args.model), "eval: no tokenizer in ", args.model,
                " (expected tokenizer.json, vocab.json + merges.txt, or encoder.json + vocab.bpe)");
   apply_threads(args.threads);
-  const std::string text = read_text_file(args.text, "eval --text");
+  const std::string text = read_text_input(args.text, "eval --text");
   const io::Tokenizer tokenizer = io::Tokenizer::load(args.model);
   const std::vector<int32_t> tokens = tokenizer.encode(text);
   const int64_t n = int64_t(tokens.size());

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Helpers shared by the model subcommands (generate, eval, tokenize, init): comma-separated id
-// lists, whether a directory holds tokenizer files, reading a whole text file, thread count.
+// lists, whether a directory holds tokenizer files, reading a whole text file (and refusing a
+// binary one), thread count.
 #pragma once
 
 #include <algorithm>
@@ -53,6 +54,17 @@ inline std::string read_text_file(const std::string& path, const std::string& wh
   std::ifstream in(path, std::ios::binary);
   TESSEL_CHECK(in.good(), what, ": cannot open ", path);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A text file to score or train on. As `data prepare` decides: a NUL byte in the first 64 KiB
+// means it is not text (a binary file would be scored as garbage without a word).
+inline std::string read_text_input(const std::string& path, const std::string& what) {
+  std::string text = read_text_file(path, what);
+  const size_t head = std::min<size_t>(text.size(), size_t(1) << 16);
+  const size_t nul = text.find('\0');
+  TESSEL_CHECK(nul >= head, what, ": ", path, " is not text (it holds a NUL byte at offset ", nul,
+               "); `tessel data prepare` refuses it too");
+  return text;
 }
 
 inline void check_model_dir(const std::string& dir, const std::string& what) {

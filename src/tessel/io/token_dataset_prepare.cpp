@@ -240,8 +240,9 @@ PrepareSummary prepare_token_dataset(const PrepareOptions& o) {
 
   const fs::path out(o.out_dir);
   fs::create_directories(out, ec);
-  TESSEL_CHECK(fs::is_directory(out, ec), "data prepare: cannot create output directory '",
-               o.out_dir, "'");
+  const std::string why = ec ? ec.message() : "it exists and is not a directory";
+  TESSEL_CHECK(!ec && fs::is_directory(out, ec), "data prepare: cannot create output directory '",
+               o.out_dir, "': ", why);
   clear_previous(out);
 
   const bool cuttable = can_cut_at_newlines(tok);

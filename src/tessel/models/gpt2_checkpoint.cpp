@@ -4,11 +4,11 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
 
+#include "tessel/io/mapped_file.h"
 #include "tessel/io/safetensors_dir.h"
 
 namespace tessel::models {
@@ -127,19 +127,15 @@ std::shared_ptr<GPT2> load_gpt2(const std::string& dir) {
 void save_gpt2(const GPT2& model, const std::string& dir, const GPT2SaveOptions& options) {
   TESSEL_CHECK(options.prefix.empty() || options.prefix == kPrefix, "save GPT-2: prefix '",
                options.prefix, "' must be empty or '", kPrefix, "'");
-  std::filesystem::create_directories(dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  TESSEL_CHECK(!ec, "save GPT-2: cannot create the output directory '", dir, "': ", ec.message());
   io::save_safetensors_dir(dir, gpt2_to_hf(model, options.prefix), options.max_shard_bytes);
-  // config.json last, through a temporary name, so a directory with a config is complete.
-  const std::filesystem::path path = std::filesystem::path(dir) / "config.json";
-  const std::filesystem::path tmp = std::filesystem::path(dir) / "config.json.tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    TESSEL_CHECK(out.good(), "save GPT-2: cannot write ", tmp.string());
-    out << model.config().to_json();
-    out.flush();
-    TESSEL_CHECK(out.good(), "save GPT-2: write failed for ", tmp.string());
-  }
-  std::filesystem::rename(tmp, path);
+  // config.json last, through a temporary name (every write checked, fsynced, renamed), so a
+  // directory with a config is complete.
+  const std::string json = model.config().to_json();
+  io::write_file_atomic((std::filesystem::path(dir) / "config.json").string(), json.data(),
+                        json.size());
 }
 
 }  // namespace tessel::models

@@ -270,10 +270,14 @@ void check_state_names(const std::string& context, const std::vector<std::string
   if (missing.empty() && unexpected.empty() && mismatched.empty()) return;
   std::ostringstream msg;
   msg << context << ": ";
+  // The first few of each kind name the problem; a whole model's worth (every tensor of a
+  // checkpoint of another size) would make a line of kilobytes that no one reads.
+  constexpr size_t kShown = 3;
   auto list = [&](const char* what, const std::vector<std::string>& names) {
     if (names.empty()) return;
     msg << names.size() << " " << what << ": ";
-    for (size_t i = 0; i < names.size(); ++i) msg << (i ? ", " : "") << names[i];
+    for (size_t i = 0; i < std::min(names.size(), kShown); ++i) msg << (i ? ", " : "") << names[i];
+    if (names.size() > kShown) msg << " and " << names.size() - kShown << " more";
     msg << "; ";
   };
   list("missing", missing);
