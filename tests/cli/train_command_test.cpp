@@ -5,69 +5,11 @@
 // NaN is skipped and counted; bad configurations fail with one line naming the key; the
 // checkpoint directory is a model `tessel generate` loads.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
-#include <chrono>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <thread>
-
-#include "cli_run.h"
-#include "tessel/io/tokenizer.h"
-#include "tessel/models/gpt2_config.h"
-#include "token_dataset_test_util.h"
-
-extern char** environ;
+#include "train_workspace.h"
 
 namespace tessel::cli_test {
 namespace {
-
-// A byte-level tokenizer, a dataset prepared from a license text, a tiny model config, and the
-// flags every run shares.
-struct Workspace {
-  fs::path dir;
-  std::string common;
-};
-
-Workspace make_workspace(const std::string& name) {
-  Workspace s;
-  s.dir = scratch("tessel_train_cli_", name);
-  const std::string tok = io::write_small_tokenizer(s.dir / "tok");
-  const Outcome prep = run_tessel(
-      "data prepare --tokenizer " + tok + " --input /usr/share/common-licenses/GPL-3 --out " +
-          (s.dir / "data").string() + " --val-fraction 0.1 --split blank",
-      s.dir);
-  EXPECT_EQ(prep.exit_code, 0) << prep.err;
-  models::GPT2Config mc;
-  mc.vocab_size = io::Tokenizer::load(tok).vocab_size();
-  mc.n_positions = 32;
-  mc.n_embd = 24;
-  mc.n_layer = 2;
-  mc.n_head = 2;
-  mc.resid_pdrop = mc.embd_pdrop = 0.1;  // dropout on: its generator must resume exactly
-  mc.attn_pdrop = 0.0;
-  std::ofstream(s.dir / "config.json") << mc.to_json();
-  s.common = "train --set model.config=" + (s.dir / "config.json").string() +
-             " --set data.dir=" + (s.dir / "data").string() +
-             " --set train.micro_batch=4 --set train.seq_len=16 --set train.threads=2"
-             " --set optim.warmup_steps=3 --set optim.lr=3e-3 --set log.interval=5"
-             " --set eval.interval=10 --set eval.batches=2 --set sample.tokens=8"
-             " --set machine.peak_gflops=100";
-  return s;
-}
-
-std::vector<nlohmann::json> steps_of(const fs::path& jsonl) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(jsonl);
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("step")) out.push_back(j);
-  }
-  return out;
-}
 
 TEST(TrainCommand, KillDashNineThenResumeIsBitIdentical) {
   const Workspace s = make_workspace("kill");
@@ -83,6 +25,11 @@ TEST(TrainCommand, KillDashNineThenResumeIsBitIdentical) {
   const Outcome resumed = run_tessel("train --resume " + run_b, s.dir);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_NE(resumed.out.find("resumed at step 15 of 30"), std::string::npos) << resumed.out;
+  // The killed run never released its lock: the kernel did, and the resumed run names the
+  // process that left it.
+  EXPECT_NE(resumed.out.find("run.lock was left by pid "), std::string::npos) << resumed.out;
+  EXPECT_NE(resumed.out.find("ended without releasing it"), std::string::npos) << resumed.out;
+  EXPECT_EQ(slurp(fs::path(run_b) / "run.lock"), "");  // released cleanly this time
 
   const auto ja = steps_of(fs::path(run_a) / "train.jsonl");
   const auto jb = steps_of(fs::path(run_b) / "train.jsonl");
@@ -103,28 +50,18 @@ TEST(TrainCommand, KillDashNineThenResumeIsBitIdentical) {
 TEST(TrainCommand, SigtermSavesACheckpointAndExitsCleanly) {
   const Workspace s = make_workspace("sigterm");
   const std::string run = (s.dir / "run").string();
-  const std::string cmd = std::string(TESSEL_BINARY) + " " + s.common +
-                          " --set train.steps=100000 --set checkpoint.dir=" + run + " >" +
-                          (s.dir / "out").string() + " 2>&1";
-  const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
-  // exec replaces the shell, so the pid is tessel's own.
-  const std::string exec_cmd = "exec " + cmd;
-  argv[2] = exec_cmd.c_str();
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+  const pid_t pid = spawn_shell(std::string(TESSEL_BINARY) + " " + s.common +
+                                    " --set train.steps=100000 --set checkpoint.dir=" + run,
+                                s.dir / "out");
   const fs::path jsonl = fs::path(run) / "train.jsonl";
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < deadline &&
-         (!fs::exists(jsonl) || steps_of(jsonl).size() < 3)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  EXPECT_TRUE(wait_for([&] { return has_steps(jsonl, 3); }));
   kill(pid, SIGTERM);
   int status = 0;
   waitpid(pid, &status, 0);
   const std::string out = slurp(s.dir / "out");
   ASSERT_TRUE(WIFEXITED(status)) << out;
   EXPECT_EQ(WEXITSTATUS(status), 0) << out;
-  EXPECT_NE(out.find("stopped by signal 15"), std::string::npos) << out;
+  EXPECT_NE(out.find("stopped by signal 15 (SIGTERM) after step "), std::string::npos) << out;
   const int64_t done = int64_t(steps_of(jsonl).size());
   EXPECT_GE(done, 3);
   char name[32];

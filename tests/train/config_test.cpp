@@ -91,6 +91,7 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.machine.peak_gflops, b.machine.peak_gflops);
   EXPECT_EQ(a.fault.nan_at_step, b.fault.nan_at_step);
   EXPECT_EQ(a.fault.kill_at_step, b.fault.kill_at_step);
+  EXPECT_EQ(a.fault.save_delay_ms, b.fault.save_delay_ms);
 }
 
 // The members expect_same() compares, in table order: the key table must name exactly these.
@@ -110,7 +111,8 @@ const std::vector<std::string> kAllKeys = {
     "checkpoint.interval", "checkpoint.keep",    "log.interval",
     "log.jsonl",          "sample.tokens",       "sample.prompt",
     "sample.temperature", "sample.top_k",        "sample.seed",
-    "machine.peak_gflops", "fault.nan_at_step",  "fault.kill_at_step"};
+    "machine.peak_gflops", "fault.nan_at_step",  "fault.kill_at_step",
+    "fault.save_delay_ms"};
 // clang-format on
 
 TEST(TrainConfig, EmptyTextGivesTheStructDefaults) {

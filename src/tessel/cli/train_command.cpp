@@ -81,9 +81,20 @@ void run_train(const TrainArgs& args) {
   if (args.print_config) return;
   train::Trainer trainer(config, checkpoint, {}, layout);
   const train::TrainSummary sum = trainer.run();
-  if (sum.val_loss && leader) {
-    std::cout << "done: " << sum.last_step << " steps, val loss " << *sum.val_loss << ", "
-              << sum.skipped_steps << " skipped, " << int64_t(sum.seconds) << " s" << std::endl;
+  // A failed write stopped the run after a checkpoint: rank 0 reports it and exits non-zero.
+  if (!sum.error.empty()) {
+    if (leader) TESSEL_FAIL(sum.error);
+    return;
+  }
+  if (leader && !sum.interrupted) {
+    std::cout << "done: " << sum.last_step << " steps, ";
+    if (sum.val_loss) {
+      std::cout << "val loss " << *sum.val_loss;
+    } else {
+      std::cout << "no validation split";
+    }
+    std::cout << ", " << sum.skipped_steps << " skipped, " << int64_t(sum.seconds) << " s"
+              << std::endl;
   }
 }
 

@@ -66,6 +66,17 @@ TokenDataset TokenDataset::open(const std::string& dir, const std::string& split
   return data;
 }
 
+bool TokenDataset::declares_split(const std::string& dir, const std::string& split) {
+  std::ifstream in(std::filesystem::path(dir) / "manifest.json");
+  const nlohmann::json manifest = nlohmann::json::parse(in, nullptr, false);
+  if (manifest.is_discarded() || !manifest.is_object()) return false;
+  const auto splits = manifest.find("splits");
+  if (splits == manifest.end() || !splits->is_object() || !splits->contains(split)) return false;
+  const nlohmann::json& entry = (*splits)[split];
+  return entry.is_object() && entry.contains("shards") && entry["shards"].is_array() &&
+         !entry["shards"].empty();
+}
+
 void TokenDataset::read(int64_t start, int64_t count, int64_t* out) const {
   TESSEL_CHECK(start >= 0 && count >= 0 && start + count <= total_, "token dataset: read of [",
                start, ", ", start + count, ") outside [0, ", total_, ")");

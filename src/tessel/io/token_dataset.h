@@ -22,6 +22,10 @@ class TokenDataset {
   // The shards that `dir`/manifest.json (written by prepare_token_dataset) lists for `split`
   // ("train" or "val"); their headers must agree with the manifest.
   static TokenDataset open(const std::string& dir, const std::string& split, bool verify = true);
+  // Whether `dir`/manifest.json lists at least one shard for `split` (false when the manifest is
+  // missing or unreadable: open() says why). A split the manifest declares must open; one it does
+  // not declare (--val-fraction 0) is simply absent.
+  static bool declares_split(const std::string& dir, const std::string& split);
 
   int64_t size() const { return total_; }
   int64_t vocab_size() const { return vocab_size_; }

@@ -427,8 +427,8 @@ std::vector<CheckpointInfo> list_checkpoints(const std::string& run_dir) {
   return step_dirs(run_dir, /*committed_only=*/true);
 }
 
-void verify_checkpoint(const std::string& checkpoint_dir) {
-  verify(checkpoint_dir);
+int64_t verify_checkpoint(const std::string& checkpoint_dir) {
+  return verify(checkpoint_dir);
 }
 
 CheckpointInfo resolve_resume(const std::string& path, std::vector<std::string>* refused) {
@@ -451,8 +451,15 @@ CheckpointInfo resolve_resume(const std::string& path, std::vector<std::string>*
     auto named = std::find_if(candidates.begin(), candidates.end(), [&](const CheckpointInfo& c) {
       return fs::path(c.path).filename() == latest;
     });
-    if (named == candidates.end()) {
-      refuse((fs::path(path) / kLatestPointer).string() + ": names '" + latest +
+    const fs::path pointer = fs::path(path) / kLatestPointer;
+    if (!parse_step_name(latest)) {
+      // Garbage (a bit flip, a foreign file) is described, never echoed to the terminal.
+      std::error_code size_ec;
+      const uintmax_t bytes = fs::file_size(pointer, size_ec);
+      refuse(pointer.string() + ": holds " + std::to_string(size_ec ? latest.size() : bytes) +
+             " bytes that are not a checkpoint name (expected one line: step_NNNNNN)");
+    } else if (named == candidates.end()) {
+      refuse(pointer.string() + ": names '" + latest +
              "', which is not a checkpoint directory here");
     } else {
       std::rotate(named, named + 1, candidates.end());  // latest last = tried first

@@ -55,8 +55,8 @@ struct CheckpointInfo {
 std::vector<CheckpointInfo> list_checkpoints(const std::string& run_dir);
 
 // Throws an Error naming the checkpoint and the first problem: no marker, unreadable manifest, a
-// file missing, of the wrong size, or with the wrong CRC-32C.
-void verify_checkpoint(const std::string& checkpoint_dir);
+// file missing, of the wrong size, or with the wrong CRC-32C. Returns the manifest's step.
+int64_t verify_checkpoint(const std::string& checkpoint_dir);
 
 // What `--resume PATH` loads. A checkpoint directory must verify (else its Error). A run
 // directory yields the newest checkpoint that verifies, trying `latest` first; every checkpoint

@@ -71,7 +71,8 @@ std::vector<KeyDef> build_key_table() {
   std::vector<KeyDef> keys = {
       TESSEL_CONFIG_KEY(
           model, config, non_empty(),
-          "Preset (tiny, small, 124M, 355M, 774M, 1558M), HF config.json, or model dir"),
+          "Preset (tiny, small, 124M, medium, 355M, large, 774M, xl, 1558M), HF config.json, or "
+          "model dir (a preset name always means the preset: ./NAME for a directory)"),
       TESSEL_CONFIG_KEY(model, init_from, any(), "HF model directory whose weights start training"),
       TESSEL_CONFIG_KEY(data, dir, any(), "Dataset directory written by `tessel data prepare`"),
       TESSEL_CONFIG_KEY(data, seed, at_least(0), "Seed for shuffling the training windows"),
@@ -143,6 +144,8 @@ std::vector<KeyDef> build_key_table() {
                         "Drill: poison one gradient with NaN at this step; 0: never"),
       TESSEL_CONFIG_KEY(fault, kill_at_step, at_least(0),
                         "Drill: SIGKILL this process midway through this step; 0: never"),
+      TESSEL_CONFIG_KEY(fault, save_delay_ms, at_least(0),
+                        "Drill: every checkpoint save takes this much longer (ms); 0: none"),
   };
   // The kind follows the member's type, in FieldRef's order.
   constexpr Kind kKindOf[] = {Kind::kString,  Kind::kInteger, Kind::kInteger,

@@ -13,7 +13,7 @@
 namespace tessel::train {
 
 struct ModelSection {
-  // Model to train: a preset name ("tiny", "small", "124M", "355M", "774M", "1558M"), a path to
+  // Model to train: a preset name (model_presets.h: "tiny", "small", "124M", ...), a path to
   // an HF config.json, or a model directory (config.json + weights) to continue from.
   std::string config = "tiny";
   std::string init_from;  // optional HF-layout model directory whose weights start training
@@ -93,6 +93,9 @@ struct MachineSection {
 struct FaultSection {
   int64_t nan_at_step = 0;   // poison one gradient with NaN at this step (0: never)
   int64_t kill_at_step = 0;  // raise SIGKILL on this process midway through this step (0: never)
+  // Every checkpoint save waits this long before it commits, as a big model's save would: proves
+  // that a stop signal's checkpoint survives the launcher's grace period (0: no delay).
+  int64_t save_delay_ms = 0;
 };
 
 struct TrainConfig {

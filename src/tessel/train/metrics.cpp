@@ -2,11 +2,18 @@
 // Progress lines and JSONL records of a training run.
 #include "tessel/train/metrics.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "tessel/core/error.h"
@@ -130,9 +137,9 @@ std::string eval_json(const EvalRecord& r) {
       .dump();
 }
 
-JsonlLog::JsonlLog(const std::string& path, int64_t resume_step) {
+JsonlLog::JsonlLog(const std::string& path, int64_t resume_step) : path_(path) {
   namespace fs = std::filesystem;
-  std::vector<std::string> kept;
+  std::string kept;
   if (resume_step >= 0 && fs::exists(path)) {
     std::ifstream in(path);
     std::string line;
@@ -145,19 +152,53 @@ JsonlLog::JsonlLog(const std::string& path, int64_t resume_step) {
       const int64_t step = j.contains("step")        ? j["step"].get<int64_t>()
                            : j.contains("eval_step") ? j["eval_step"].get<int64_t>()
                                                      : -1;
-      if (step <= resume_step) kept.push_back(line);
+      if (step <= resume_step) kept += line + '\n';
     }
   }
-  out_.open(path, std::ios::out | std::ios::trunc);
-  for (const auto& line : kept) out_ << line << '\n';
-  TESSEL_CHECK(out_.good(), "train: cannot write the JSONL log ", path);
-  out_.flush();
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TESSEL_CHECK(fd_ >= 0, "train: cannot open the JSONL log ", path,
+               " (log.jsonl): ", std::strerror(errno));
+  if (!kept.empty()) write(kept.substr(0, kept.size() - 1));
+}
+
+JsonlLog::~JsonlLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+JsonlLog::JsonlLog(JsonlLog&& other) noexcept
+    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
+
+JsonlLog& JsonlLog::operator=(JsonlLog&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(other.path_);
+    fd_ = std::exchange(other.fd_, -1);
+    size_ = other.size_;
+  }
+  return *this;
 }
 
 void JsonlLog::write(const std::string& line) {
-  if (!out_.is_open()) return;
-  out_ << line << '\n';
-  out_.flush();
+  if (fd_ < 0) return;
+  const std::string record = line + '\n';
+  size_t done = 0;
+  while (done < record.size()) {
+    const ssize_t n =
+        ::pwrite(fd_, record.data() + done, record.size() - done, size_ + off_t(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      // 0 bytes from a regular file means no space either; report it as such.
+      const int err = n < 0 ? errno : ENOSPC;
+      // No torn record: the file ends with the last whole one (best effort: the failure may be
+      // the very thing that stops the truncation too).
+      if (done > 0 && ::ftruncate(fd_, size_) != 0) {
+      }
+      TESSEL_FAIL("train: cannot write the JSONL log ", path_, " (log.jsonl): ", std::strerror(err),
+                  " after ", size_, " bytes");
+    }
+    done += size_t(n);
+  }
+  size_ += int64_t(record.size());
 }
 
 }  // namespace tessel::train

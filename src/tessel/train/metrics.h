@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <string>
 
@@ -79,16 +78,25 @@ std::string format_bytes(double bytes);       // "812 MiB", "1.20 GiB"
 std::string format_duration(double seconds);  // "45s", "6m03s", "2h05m"
 
 // Appends records to a JSONL file. Opening for a resumed run first drops the records of steps
-// after `resume_step` (the steps the run is about to repeat), so the file reads as one run.
+// after `resume_step` (the steps the run is about to repeat), so the file reads as one run. Every
+// write is checked: a record that cannot be written whole (disk full, file-size limit, I/O error)
+// is cut back off the file, so it never holds a torn line, and write() throws an Error naming the
+// file and the operating system's reason.
 class JsonlLog {
  public:
   JsonlLog() = default;
   JsonlLog(const std::string& path, int64_t resume_step);
-  bool enabled() const { return out_.is_open(); }
+  ~JsonlLog();
+  JsonlLog(JsonlLog&& other) noexcept;
+  JsonlLog& operator=(JsonlLog&& other) noexcept;
+  bool enabled() const { return fd_ >= 0; }
+  const std::string& path() const { return path_; }
   void write(const std::string& line);
 
  private:
-  std::ofstream out_;
+  std::string path_;
+  int fd_ = -1;
+  int64_t size_ = 0;  // bytes of whole records in the file
 };
 
 }  // namespace tessel::train

@@ -5,10 +5,12 @@
 // no parameter; it is counted, and too many in a row end the run with an Error.
 #include "tessel/train/trainer.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -56,31 +58,6 @@ std::string dataset_tokenizer_dir(const std::string& data_dir, int64_t* eot_id) 
 
 }  // namespace
 
-models::GPT2Config resolve_model_config(const std::string& spec) {
-  if (spec == "tiny") {  // the default small model: about 11.5M parameters, most in wte
-    models::GPT2Config c;
-    c.n_positions = 256;
-    c.n_embd = 192;
-    c.n_layer = 4;
-    c.n_head = 6;
-    c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
-    return c;
-  }
-  if (fs::is_directory(spec)) {
-    TESSEL_CHECK(fs::exists(fs::path(spec) / "config.json"), "model.config: directory ", spec,
-                 " has no config.json");
-    return models::GPT2Config::from_file((fs::path(spec) / "config.json").string());
-  }
-  if (fs::is_regular_file(spec)) return models::GPT2Config::from_file(spec);
-  try {
-    return models::GPT2Config::preset(spec);
-  } catch (const Error&) {
-    TESSEL_FAIL("model.config = '", spec,
-                "' is neither a preset (tiny, 124M, 355M, 774M, 1558M), a config.json file nor a "
-                "model directory");
-  }
-}
-
 Trainer::Trainer(const TrainConfig& config, const std::string& resume, TrainerHooks hooks,
                  TrainLayout layout)
     : config_(config),
@@ -99,15 +76,24 @@ void Trainer::print(const std::string& line) const {
   if (!leader()) return;
   if (hooks_.print) {
     hooks_.print(line);
-  } else {
-    std::cout << line << std::endl;
+    return;
+  }
+  errno = 0;
+  std::cout << line << std::endl;
+  if (!std::cout.good()) {  // a full disk under a redirected stdout: stop as for the JSONL log
+    if (write_failure_.empty())
+      write_failure_ = std::string("train: cannot write the progress output (stdout): ") +
+                       (errno != 0 ? std::strerror(errno) : "write failed");
+    std::cout.clear();
   }
 }
 
 void Trainer::build(const std::string& resume) {
   const TrainSection& t = config_.train;
   run_dir_ = config_.checkpoint.dir;
-  if (!resume.empty()) verify_checkpoint(resume);  // before any of its files is trusted
+  lock_run_directory();  // first: one run per directory, and an unwritable one fails here
+  int64_t resume_step = 0;
+  if (!resume.empty()) resume_step = verify_checkpoint(resume);  // before any file is trusted
   if (resume.empty()) {
     const auto existing = list_checkpoints(run_dir_);
     TESSEL_CHECK(existing.empty(), "train: ", run_dir_, " already holds checkpoints (newest ",
@@ -118,10 +104,20 @@ void Trainer::build(const std::string& resume) {
   // Data first: a missing dataset should fail before a large model is allocated.
   train_data_ =
       std::make_shared<io::TokenDataset>(io::TokenDataset::open(config_.data.dir, "train"));
-  try {
-    val_data_ = std::make_shared<io::TokenDataset>(io::TokenDataset::open(config_.data.dir, "val"));
-  } catch (const Error& e) {
-    print(std::string("note: no validation split, evaluation disabled (") + e.what() + ")");
+  // A validation split the manifest declares must be readable: training on without it would
+  // report no validation loss and leave the run unmeasured without a word.
+  if (io::TokenDataset::declares_split(config_.data.dir, "val")) {
+    try {
+      val_data_ =
+          std::make_shared<io::TokenDataset>(io::TokenDataset::open(config_.data.dir, "val"));
+    } catch (const Error& e) {
+      TESSEL_FAIL("train: the validation split that ", config_.data.dir,
+                  "/manifest.json declares cannot be read: ", e.what(),
+                  "; prepare the dataset again (tessel data prepare), or with --val-fraction 0 "
+                  "to train without one");
+    }
+  } else {
+    print("note: " + config_.data.dir + " has no validation split, evaluation disabled");
   }
   tokenizer_dir_ = dataset_tokenizer_dir(config_.data.dir, &eot_id_);
   if (!tokenizer_dir_.empty()) tokenizer_ = io::Tokenizer::load(tokenizer_dir_);
@@ -132,12 +128,14 @@ void Trainer::build(const std::string& resume) {
   if (!resume.empty()) {
     mc = models::GPT2Config::from_file((fs::path(resume) / "config.json").string());
     weights_from = resume;
+    check_resume_arguments(resume, resume_step, mc);
   } else if (!config_.model.init_from.empty()) {
-    mc = resolve_model_config(config_.model.init_from);
+    mc = resolve_model_config(config_.model.init_from, "model.init_from");
     weights_from = config_.model.init_from;
   } else {
     mc = resolve_model_config(config_.model.config);
   }
+  check_free_space_for(mc);  // before a large model is allocated
   TESSEL_CHECK(t.seq_len <= mc.n_positions, "train.seq_len = ", t.seq_len,
                " does not fit the model's context: n_positions = ", mc.n_positions);
   TESSEL_CHECK(train_data_->vocab_size() <= mc.vocab_size, "train: the dataset's vocabulary (",
@@ -214,7 +212,6 @@ void Trainer::build(const std::string& resume) {
 
   if (!resume.empty()) load_checkpoint(resume);
   if (!leader()) return;
-  fs::create_directories(run_dir_);
   if (!config_.log.jsonl.empty()) {
     log_ = JsonlLog((fs::path(run_dir_) / config_.log.jsonl).string(), resume.empty() ? -1 : step_);
   }
@@ -346,16 +343,6 @@ double Trainer::dp_mean(double value) const {
   return t.data<double>()[0];
 }
 
-// Every rank must leave the loop at the same step, so a signal seen by any rank counts for all.
-bool Trainer::stop_agreed() const {
-  if (!dp_ && !layout_.pp && !layout_.tp) return stop_requested();
-  Tensor flag = full({1}, stop_requested() ? 1.0 : 0.0, DType::I32);
-  if (dp_) dp_->all_reduce(flag, dist::ReduceOp::Max);
-  if (layout_.pp) layout_.pp->all_reduce(flag, dist::ReduceOp::Max);  // dp x pp: the whole grid
-  if (layout_.tp) layout_.tp->all_reduce(flag, dist::ReduceOp::Max);
-  return flag.data<int32_t>()[0] != 0;
-}
-
 TrainSummary Trainer::run() {
   const TrainSection& t = config_.train;
   TrainSummary sum;
@@ -401,8 +388,10 @@ TrainSummary Trainer::run() {
   int64_t saved_at = -1;
   bool warned_peak = false;
   double interval_ms = 0, interval_tokens = 0;
+  StopRequest stop;
   while (step_ < t.steps) {
-    if (stop_agreed()) {
+    stop = stop_agreed();
+    if (stop.any()) {
       sum.interrupted = true;
       break;
     }
@@ -420,7 +409,7 @@ TrainSummary Trainer::run() {
             " GFLOP/s measured at start is too low (was the machine busy?); set "
             "machine.peak_gflops (tessel bench peak measures it)");
     }
-    log_.write(step_json(r));
+    write_record(step_json(r));
     if (hooks_.on_step) hooks_.on_step(r);
     interval_ms += r.step_ms;
     interval_tokens += double(t.micro_batch * t.seq_len * t.grad_accum * dp_size());
@@ -435,7 +424,7 @@ TrainSummary Trainer::run() {
     if (val_data_ && config_.eval.interval > 0 && step_ % config_.eval.interval == 0 &&
         step_ < t.steps) {
       const EvalRecord e = evaluate();
-      log_.write(eval_json(e));
+      write_record(eval_json(e));
       if (hooks_.on_eval) hooks_.on_eval(e);
       print(eval_line(e));
     }
@@ -450,21 +439,35 @@ TrainSummary Trainer::run() {
   sum.skipped_steps = skipped_;
   if (sum.interrupted) {
     if (saved_at != step_) sum.last_checkpoint = save_checkpoint();
-    print("stopped by signal " + std::to_string(stop_signal()) + " after step " +
-          std::to_string(step_) + "; checkpoint " + sum.last_checkpoint +
-          "; continue with: tessel train --resume " + run_dir_);
+    sum.stop_signal = stop.signal;
     sum.seconds = seconds_since(t0);
+    if (stop.write_failed) {
+      sum.error = stopped_by_failure(sum.last_checkpoint);
+      return sum;
+    }
+    print("stopped by signal " + std::to_string(stop.signal) +
+          (stop.signal == SIGTERM || stop.signal == SIGINT || stop.signal == SIGUSR1
+               ? " (" + signal_name(stop.signal) + ")"
+               : std::string()) +
+          " after step " + std::to_string(step_) + "; checkpoint " + sum.last_checkpoint +
+          "; continue with: tessel train --resume " + run_dir_);
     return sum;
   }
   if (val_data_ && run_steps > 0) {
     const EvalRecord e = evaluate();
-    log_.write(eval_json(e));
+    write_record(eval_json(e));
     if (hooks_.on_eval) hooks_.on_eval(e);
     print(eval_line(e));
   }
   sum.val_loss = last_val_loss_;
   if (run_steps > 0 || list_checkpoints(run_dir_).empty()) sum.last_checkpoint = save_checkpoint();
-  print("checkpoint: " + sum.last_checkpoint);
+  if (!sum.last_checkpoint.empty()) print("checkpoint: " + sum.last_checkpoint);
+  // The last records' writes: agreed like a stop, since only rank 0 knows.
+  if (stop_agreed().write_failed) {
+    sum.error = stopped_by_failure(sum.last_checkpoint);
+    sum.seconds = seconds_since(t0);
+    return sum;
+  }
   // Pipeline stages: rank 0 samples with every stage's current parameters (checkpoints no longer
   // bring them: each stage writes its own pieces).
   if (config_.sample.tokens > 0) pipeline_sync_model();

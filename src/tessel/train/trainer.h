@@ -27,6 +27,9 @@
 #include "tessel/train/loss_scaler.h"
 #include "tessel/train/lr_schedule.h"
 #include "tessel/train/metrics.h"
+#include "tessel/train/model_presets.h"
+#include "tessel/train/run_directory.h"
+#include "tessel/train/stop_signal.h"
 
 namespace tessel::train {
 
@@ -40,6 +43,10 @@ struct TrainSummary {
   std::optional<double> val_loss;  // of the last evaluation
   int64_t skipped_steps = 0;
   bool interrupted = false;  // stopped by SIGTERM/SIGINT (a checkpoint was written)
+  int stop_signal = 0;       // the signal that stopped it, whichever rank received it
+  // A write that failed (the JSONL log, the progress output) and stopped the run after a
+  // checkpoint; the CLI reports it and exits non-zero. World rank 0 has the whole message.
+  std::string error;
   std::string last_checkpoint;
   std::string sample;  // the generated text (or ids when the dataset has no tokenizer)
   double seconds = 0;
@@ -116,7 +123,27 @@ class Trainer {
   int dp_size() const { return dp_ ? dp_->size() : 1; }
   // The mean of `value` over the dp ranks (value itself without data parallelism).
   double dp_mean(double value) const;
-  bool stop_agreed() const;
+  // trainer_safety.cpp: what is found before the first step, and how a run stops. Rank 0 takes
+  // the run directory's lock (and so proves it writable); the next checkpoint must fit in the free
+  // space; a resumed run's arguments must agree with its checkpoint.
+  void lock_run_directory();
+  void check_free_space_for(const models::GPT2Config& mc) const;
+  void check_resume_arguments(const std::string& checkpoint, int64_t checkpoint_step,
+                              const models::GPT2Config& checkpoint_model) const;
+  // One JSONL record; a failed write is kept in write_failure_ and stops the run at the next step.
+  void write_record(const std::string& json);
+  // The stop every rank agrees on at a step boundary: a signal any rank received, or a failed
+  // write on rank 0. Every rank leaves the loop at the same step.
+  struct StopRequest {
+    int signal = 0;
+    bool write_failed = false;
+    bool any() const { return signal != 0 || write_failed; }
+  };
+  StopRequest stop_agreed() const;
+  // After a save of `seconds`: warns once when it outlasts the launcher's grace period.
+  void check_save_time(double seconds);
+  // TrainSummary::error for a run stopped by a failed write, saved in `checkpoint`.
+  std::string stopped_by_failure(const std::string& checkpoint) const;
   // This rank's model state against the ZeRO formula for the stage (stage 0: replicated).
   parallel::MemoryReport memory_report() const;
   // Pipeline parallelism (trainer_pipeline.cpp); everything is a no-op or the identity without pp.
@@ -150,6 +177,9 @@ class Trainer {
   double dp_blocking_ms() const;
   void layout_breakdown(StepRecord& r);
 
+  // World rank 0: the run directory's lock. Declared first so that it is released last, after
+  // every file of the run is closed.
+  std::unique_ptr<RunLock> lock_;
   TrainConfig config_;
   TrainerHooks hooks_;
   TrainLayout layout_;
@@ -173,6 +203,8 @@ class Trainer {
   int64_t step_ = 0, tokens_ = 0, skipped_ = 0, bad_in_a_row_ = 0;
   std::optional<double> last_val_loss_;
   JsonlLog log_;
+  mutable std::string write_failure_;  // rank 0: the first failed write of a record or line
+  bool warned_save_time_ = false;
   DType compute_dtype_ = DType::F32;        // train.precision
   std::unique_ptr<LossScaler> scaler_;      // fp16 only
   double step_scale_ = 1.0;                 // the loss scale this step's backward used
@@ -183,9 +215,5 @@ class Trainer {
   double layout_fb_ms_ = 0, layout_tp_fb_ms_ = 0;  // forward + backward: wall, tp's part
   bool layout_local_nonfinite_ = false;  // this rank's gradients held inf/NaN (the last norm)
 };
-
-// The model configuration `model.config` names: a preset ("tiny", "124M", ...), a config.json
-// path, or a model directory.
-models::GPT2Config resolve_model_config(const std::string& spec);
 
 }  // namespace tessel::train

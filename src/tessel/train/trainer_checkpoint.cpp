@@ -6,9 +6,11 @@
 // per rank plus an index (checkpoint_pieces.h), and in state.json the step, the optimizer's step
 // count, the tokens seen, the skip counters, the dropout generator's state and
 // the data loader's position; plus the resolved configuration (train.toml).
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "tessel/core/log.h"
 #include "tessel/core/threads.h"
@@ -45,6 +47,7 @@ std::string Trainer::save_checkpoint() {
   // Every rank writes the pieces it owns (trainer_checkpoint_pieces.cpp) into rank 0's temporary
   // directory, all at once; rank 0 then indexes them, assembles the HF-layout model from them and
   // commits, so the manifest covers every rank's file. No tensor is gathered over the network.
+  const auto t0 = std::chrono::steady_clock::now();
   const std::vector<Piece> pieces = checkpoint_pieces();
   std::unique_ptr<CheckpointWriter> writer;
   if (leader()) writer = std::make_unique<CheckpointWriter>(run_dir_, step_);
@@ -52,8 +55,14 @@ std::string Trainer::save_checkpoint() {
   write_piece_file(dir, layout_.world_rank(), layout_.world_size(), pieces);
   barrier_world();  // every piece is on disk before rank 0 reads and seals them
   std::string path;
-  if (leader()) path = write_checkpoint(*writer);
+  if (leader()) {
+    // The drill: a save as slow as a big model's, before the commit a kill would prevent.
+    if (config_.fault.save_delay_ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(config_.fault.save_delay_ms));
+    path = write_checkpoint(*writer);
+  }
   barrier_world();  // no rank runs ahead of a checkpoint that is not yet committed
+  check_save_time(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return path;
 }
 
@@ -103,7 +112,10 @@ std::string Trainer::write_checkpoint(CheckpointWriter& writer) {
     for (const char* name :
          {"tokenizer.json", "vocab.json", "merges.txt", "encoder.json", "vocab.bpe"}) {
       const fs::path src = fs::path(tokenizer_dir_) / name;
-      if (fs::is_regular_file(src)) fs::copy_file(src, dir / name);
+      std::error_code ec;
+      if (fs::is_regular_file(src)) fs::copy_file(src, dir / name, ec);
+      TESSEL_CHECK(!ec, "checkpoint: cannot copy the tokenizer file ", src.string(), " into ",
+                   dir.string(), ": ", ec.message());
     }
   }
   return writer.commit(config_.checkpoint.keep);
