@@ -7,7 +7,7 @@
 
 #include "op_harness.h"
 #include "tessel/core/threads.h"
-#include "tessel/kernels/cpu/half_kernels.h"
+#include "tessel/kernels/cpu/half_block_size.h"
 
 namespace tessel::testing {
 namespace {

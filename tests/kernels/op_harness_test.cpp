@@ -1,25 +1,48 @@
 // SPDX-License-Identifier: Apache-2.0
-// Runs every registered kernel case on the CPU backend against the fp64 reference.
+// Runs every registered kernel case on the CPU backend of every kernel set against the fp64
+// reference: each set that was built and that this CPU can execute is tested here, whichever one
+// the process would choose (kernels/kernel_set.h); the others are reported as skipped.
 #include "op_harness.h"
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
+#include "tessel/core/cpu_features.h"
+#include "tessel/kernels/kernel_set.h"
+
 namespace tessel::testing {
 namespace {
 
-class OpHarness : public ::testing::TestWithParam<size_t> {};
+using kernels::KernelSet;
+using Param = std::tuple<KernelSet, size_t>;
+
+class OpHarness : public ::testing::TestWithParam<Param> {};
+
+bool built(KernelSet set) {
+  for (KernelSet s : kernels::built_kernel_sets())
+    if (s == set) return true;
+  return false;
+}
 
 TEST_P(OpHarness, MatchesReference) {
-  const OpCase& c = all_op_cases()[GetParam()];
-  kernels::Backend& backend = kernels::cpu_backend();
+  const auto [set, index] = GetParam();
+  const OpCase& c = all_op_cases()[index];
+  if (!built(set)) GTEST_SKIP() << kernels::kernel_set_name(set) << " kernel set not built";
+  if (!kernels::cpu_runs_kernel_set(set))
+    GTEST_SKIP() << "this CPU cannot run the " << kernels::kernel_set_name(set)
+                 << " kernel set (it has: " << cpu_features().names() << ")";
+  kernels::Backend& backend = kernels::cpu_backend_for(set);
   if (!backend.supports(c.op, c.dtype))
     GTEST_SKIP() << backend.name() << " does not support " << c.name;
   std::string failures = check_op_case(c, backend);
-  EXPECT_TRUE(failures.empty()) << c.name << ": " << failures;
+  EXPECT_TRUE(failures.empty()) << kernels::kernel_set_name(set) << " " << c.name << ": "
+                                << failures;
 }
 
-std::string case_name(const ::testing::TestParamInfo<size_t>& info) {
-  std::string s = all_op_cases()[info.param].name;
+std::string case_name(const ::testing::TestParamInfo<Param>& info) {
+  std::string s = std::string(kernels::kernel_set_name(std::get<0>(info.param))) + "_" +
+                  all_op_cases()[std::get<1>(info.param)].name;
   for (char& ch : s)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
@@ -31,8 +54,36 @@ std::vector<size_t> case_indices() {
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, OpHarness, ::testing::ValuesIn(case_indices()), case_name);
+INSTANTIATE_TEST_SUITE_P(Cpu, OpHarness,
+                         ::testing::Combine(::testing::Values(KernelSet::Baseline, KernelSet::Avx2,
+                                                              KernelSet::Avx512),
+                                            ::testing::ValuesIn(case_indices())),
+                         case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OpHarness);
+
+// Which sets run here follows from the CPU's features, the best of them is chosen, and a bad
+// name is refused with the names that are accepted.
+TEST(KernelSets, ChoiceFollowsTheCpuAndTheVariable) {
+  const auto runnable = kernels::runnable_kernel_sets();
+  ASSERT_FALSE(runnable.empty());
+  EXPECT_EQ(runnable.front(), KernelSet::Baseline);
+  EXPECT_TRUE(kernels::cpu_runs_kernel_set(KernelSet::Baseline));
+  // The process chose the best runnable set unless the environment forced one.
+  if (std::getenv("TESSEL_KERNELS") == nullptr) {
+    EXPECT_EQ(kernels::active_kernel_set(), runnable.back());
+  }
+  EXPECT_EQ(kernels::parse_kernel_set("avx2"), KernelSet::Avx2);
+  try {
+    kernels::parse_kernel_set("avx9");
+    FAIL() << "an unknown set name was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("avx9"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("baseline, avx2, avx512"), std::string::npos) << e.what();
+  }
+  // What a set requires matches the x86-64 levels the CPU reports.
+  EXPECT_EQ(kernels::cpu_runs_kernel_set(KernelSet::Avx2), cpu_features().x86_64_v3());
+  EXPECT_EQ(kernels::cpu_runs_kernel_set(KernelSet::Avx512), cpu_features().x86_64_v4());
+}
 
 }  // namespace
 }  // namespace tessel::testing

@@ -10,10 +10,12 @@
 
 #include "tessel/cli/bench_timer.h"
 #include "tessel/cli/commands.h"
+#include "tessel/core/cpu_features.h"
 #include "tessel/core/probe.h"
 #include "tessel/core/threads.h"
 #include "tessel/kernels/backend.h"
 #include "tessel/kernels/gemm_rate.h"
+#include "tessel/kernels/kernel_set.h"
 
 namespace tessel::cli {
 
@@ -49,6 +51,10 @@ double read_bandwidth_gbs(double budget) {
 
 Limits bench_peak(double budget) {
   Limits lim;
+  emit({{"bench", "peak"},
+        {"figure", "kernel_set"},
+        {"active", kernels::kernel_set_name(kernels::active_kernel_set())},
+        {"cpu", cpu_features().names()}});
   for (int64_t s : {1024, 2048}) {
     double g = kernels::gemm_gflops(s, s, s, false, false, budget);
     emit({{"bench", "peak"}, {"figure", "gemm_f32"}, {"shape", {s, s, s}}, {"gflops", g}});

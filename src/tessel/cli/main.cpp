@@ -11,6 +11,7 @@
 #include "tessel/core/error.h"
 #include "tessel/dist/launch.h"
 #include "tessel/dist/world.h"
+#include "tessel/kernels/kernel_set.h"
 
 namespace {
 
@@ -44,7 +45,10 @@ int main(int argc, char** argv) {
   wait_passively_by_default(argv);
   CLI::App app{"tessel: trains and serves transformer models"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("tessel ") + TESSEL_VERSION);
+  // The version line and the kernel set this CPU runs (and why), with the CPU's features.
+  app.set_version_flag("--version", [] {
+    return std::string("tessel ") + TESSEL_VERSION + "\n" + tessel::kernels::kernel_set_summary();
+  });
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return std::string("tessel: error: ") + e.what() + " (see --help)\n";
   });
@@ -57,6 +61,7 @@ int main(int argc, char** argv) {
   tessel::cli::add_train_command(app);
   tessel::cli::add_schedule_command(app);
   try {
+    tessel::kernels::active_kernel_set();  // a bad TESSEL_KERNELS fails here, before any work
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -3,7 +3,6 @@
 
 #include <cmath>
 
-#include "tessel/kernels/cpu/cpu_backend.h"
 
 namespace tessel::kernels {
 

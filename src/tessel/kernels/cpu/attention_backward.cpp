@@ -10,12 +10,14 @@
 
 #include "tessel/core/threads.h"
 #include "tessel/kernels/cpu/attention_check.h"
+#include "tessel/kernels/cpu/isa_region.h"
+TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/attention_common.h"
 #include "tessel/kernels/cpu/cpu_backend.h"
 #include "tessel/kernels/cpu/half_convert.h"
 #include "tessel/kernels/cpu/half_kernels.h"
 
-namespace tessel::kernels {
+namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
 namespace {
 
@@ -182,4 +184,5 @@ void CpuBackend::attention_backward(const AttentionDesc& d, const Tensor& q, con
   }
 }
 
-}  // namespace tessel::kernels
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA
+TESSEL_ISA_END

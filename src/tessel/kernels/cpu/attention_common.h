@@ -10,7 +10,7 @@
 #include "tessel/kernels/backend.h"
 #include "tessel/kernels/cpu/attention_tiles.h"
 
-namespace tessel::kernels::attention_tiles {
+namespace tessel::kernels::TESSEL_KERNEL_ISA::attention_tiles {
 
 template <typename T>
 struct Problem {
@@ -58,4 +58,4 @@ struct Problem {
   }
 };
 
-}  // namespace tessel::kernels::attention_tiles
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA::attention_tiles

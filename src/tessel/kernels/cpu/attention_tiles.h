@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tile micro-kernels of the CPU flash attention (private to cpu/attention*.cpp): small GEMM-like
 // loops over register blocks and a vector exp for the softmax, written with the GCC / Clang vector
-// extension instead of intrinsics, so one source builds for the host ISA (AVX2 + FMA here) and
-// for a portable SSE target.
+// extension instead of intrinsics, so one source builds for every kernel set (kernel_set.h):
+// 32-byte vectors in the avx2 and avx512 sets, 16-byte SSE vectors in the baseline set.
 #pragma once
 
 #include <algorithm>
@@ -13,10 +13,11 @@
 #include <limits>
 #include <type_traits>
 
-namespace tessel::kernels::attention_tiles {
+namespace tessel::kernels::TESSEL_KERNEL_ISA::attention_tiles {
 
-// The widest vector register the target has (AVX: 32 bytes, else SSE: 16 bytes).
-#ifdef __AVX__
+// The vector width of the kernel set (isa_region.h). The avx512 set keeps 32-byte vectors: it gains
+// the 32 registers of AVX-512 without re-tuning the tile shapes.
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
 inline constexpr int kVecBytes = 32;
 #else
 inline constexpr int kVecBytes = 16;
@@ -272,4 +273,4 @@ void accumulate(T* out, int64_t ldo, int rows, const T* w, int64_t wr, int64_t w
   }
 }
 
-}  // namespace tessel::kernels::attention_tiles
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA::attention_tiles

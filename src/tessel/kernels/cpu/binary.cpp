@@ -6,13 +6,15 @@
 #include <array>
 
 #include "tessel/core/threads.h"
+#include "tessel/kernels/cpu/isa_region.h"
+#include "tessel/kernels/cpu/kernel_checks.h"
+TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/cpu_backend.h"
 #include "tessel/kernels/cpu/half_convert.h"
 #include "tessel/kernels/cpu/half_kernels.h"
-#include "tessel/kernels/cpu/kernel_checks.h"
 #include "tessel/kernels/cpu/loops.h"
 
-namespace tessel::kernels {
+namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
 namespace {
 
@@ -154,4 +156,5 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& o
   });
 }
 
-}  // namespace tessel::kernels
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA
+TESSEL_ISA_END

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CPU backend: GEMM through oneDNN (fp64 through OpenBLAS), everything else hand-written,
-// vectorised by the compiler for the host ISA and parallel over tessel's one OpenMP pool. bf16 and
-// f16 tensors are stored in 16 bits and computed in f32 (half_kernels.h).
-// Each kernel family lives in its own file in this folder.
+// vectorised by the compiler for one kernel set's instructions (kernel_set.h: this class exists
+// once per set, in the set's namespace; include it inside TESSEL_ISA_BEGIN, isa_region.h) and
+// parallel over tessel's one OpenMP pool. bf16 and f16 tensors are stored in 16 bits and computed
+// in f32 (half_kernels.h). Each kernel family lives in its own file in this folder.
 #pragma once
 
 #include "tessel/kernels/backend.h"
 
-namespace tessel::kernels {
+namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
 class CpuBackend final : public Backend {
  public:
@@ -49,4 +50,6 @@ class CpuBackend final : public Backend {
   void convert(const Tensor& src, Tensor& dst) override;
 };
 
-}  // namespace tessel::kernels
+Backend& cpu_backend_instance();
+
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA

@@ -5,14 +5,16 @@
 #include <cmath>
 
 #include "tessel/core/threads.h"
+#include "tessel/kernels/cpu/isa_region.h"
+#include "tessel/kernels/cpu/kernel_checks.h"
+TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/cpu_backend.h"
 #include "tessel/kernels/cpu/half_convert.h"
 #include "tessel/kernels/cpu/half_kernels.h"
-#include "tessel/kernels/cpu/kernel_checks.h"
 #include "tessel/kernels/cpu/loops.h"
 #include "tessel/kernels/cpu/simd_math.h"
 
-namespace tessel::kernels {
+namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
 namespace {
 
@@ -88,4 +90,5 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
   });
 }
 
-}  // namespace tessel::kernels
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA
+TESSEL_ISA_END

@@ -5,13 +5,15 @@
 #include <cstring>
 
 #include "tessel/core/threads.h"
+#include "tessel/kernels/cpu/isa_region.h"
+#include "tessel/kernels/cpu/kernel_checks.h"
+TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/cpu_backend.h"
 #include "tessel/kernels/cpu/half_convert.h"
 #include "tessel/kernels/cpu/half_kernels.h"
-#include "tessel/kernels/cpu/kernel_checks.h"
 #include "tessel/kernels/cpu/loops.h"
 
-namespace tessel::kernels {
+namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
 void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
   RowShape r = validate_embedding(*this, weight, ids, out);
@@ -47,4 +49,5 @@ void CpuBackend::embedding_backward(const Tensor& dout, const Tensor& ids, Tenso
   });
 }
 
-}  // namespace tessel::kernels
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA
+TESSEL_ISA_END

@@ -5,13 +5,15 @@
 #include <cblas.h>
 
 #include "tessel/core/threads.h"
-#include "tessel/kernels/cpu/cpu_backend.h"
 #include "tessel/kernels/cpu/gemm_check.h"
 #include "tessel/kernels/cpu/gemm_onednn.h"
+#include "tessel/kernels/cpu/isa_region.h"
+TESSEL_ISA_BEGIN
+#include "tessel/kernels/cpu/cpu_backend.h"
 #include "tessel/kernels/cpu/half_convert.h"
 #include "tessel/kernels/cpu/half_kernels.h"
 
-namespace tessel::kernels {
+namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
 namespace {
 
@@ -88,4 +90,5 @@ void CpuBackend::gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, Tenso
   onednn::gemm(d, a.data<float>(), b.data<float>(), c.data<float>());
 }
 
-}  // namespace tessel::kernels
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA
+TESSEL_ISA_END

@@ -2,23 +2,20 @@
 // f32 <-> bf16 / f16 conversion loops. bf16 is the top half of an f32, so widening is a shift and
 // narrowing adds the rounding bias of round-to-nearest-even before truncating; written as selects
 // so that the compiler vectorises them. f16 uses the F16C instructions (vcvtph2ps / vcvtps2ph
-// with round-to-nearest-even) when the build targets them, and core's scalar conversion otherwise.
-#include "tessel/kernels/cpu/half_convert.h"
-
+// with round-to-nearest-even) in the avx2 and avx512 kernel sets, and core's scalar conversion
+// otherwise.
 #include <bit>
 #include <cstring>
 
-#include "tessel/kernels/cpu/cpu_backend.h"
-
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
-
 #include "tessel/core/error.h"
 #include "tessel/core/threads.h"
+#include "tessel/kernels/cpu/isa_region.h"
+TESSEL_ISA_BEGIN
+#include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/half_convert.h"
 #include "tessel/kernels/cpu/loops.h"
 
-namespace tessel::kernels::cpu {
+namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
 
 namespace {
 
@@ -39,7 +36,7 @@ void f32_to_bf16_loop(const float* src, uint16_t* dst, int64_t n) {
 
 void f16_to_f32_loop(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
-#if defined(__F16C__)
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
@@ -50,7 +47,7 @@ void f16_to_f32_loop(const uint16_t* src, float* dst, int64_t n) {
 
 void f32_to_f16_loop(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
-#if defined(__F16C__)
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
@@ -138,12 +135,13 @@ void convert_tensor(const Tensor& src, Tensor& dst) {
   }
 }
 
-}  // namespace tessel::kernels::cpu
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu
 
-namespace tessel::kernels {
+namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
 void CpuBackend::convert(const Tensor& src, Tensor& dst) {
   cpu::convert_tensor(src, dst);
 }
 
-}  // namespace tessel::kernels
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA
+TESSEL_ISA_END

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fast conversions between f32 and the 16-bit float formats (bf16, f16) for the CPU kernels:
-// vectorised (F16C for f16 where the build targets it, integer rounding for bf16), parallel over
-// tessel's pool, rounding to nearest even exactly as core/dtype.h does element by element.
+// vectorised (F16C for f16 in the avx2 and avx512 kernel sets, integer rounding for bf16), parallel
+// over tessel's pool, rounding to nearest even exactly as core/dtype.h does element by element.
 #pragma once
 
 #include <cstdint>
 
 #include "tessel/tensor/tensor.h"
 
-namespace tessel::kernels::cpu {
+namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
 
 inline bool is_half(DType dtype) {
   return dtype == DType::BF16 || dtype == DType::F16;
@@ -30,4 +30,4 @@ void f32_rows_to_half(const float* src, void* dst, DType dst_dtype, int64_t dst_
 // the fast paths above; others go through core's element-wise conversion, in parallel).
 void convert_tensor(const Tensor& src, Tensor& dst);
 
-}  // namespace tessel::kernels::cpu
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu

@@ -4,8 +4,6 @@
 // (loaded first only where the kernel accumulates into them or leaves parts untouched) are
 // rounded back when the call finishes. Kernels whose operands can be vocabulary-sized (GEMM,
 // cross-entropy) do this a block of rows at a time.
-#include "tessel/kernels/cpu/half_kernels.h"
-
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -13,11 +11,15 @@
 #include <vector>
 
 #include "tessel/core/threads.h"
-#include "tessel/kernels/cpu/half_convert.h"
+#include "tessel/kernels/cpu/half_block_size.h"
+#include "tessel/kernels/cpu/isa_region.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
+TESSEL_ISA_BEGIN
+#include "tessel/kernels/cpu/half_convert.h"
+#include "tessel/kernels/cpu/half_kernels.h"
 #include "tessel/kernels/cpu/loops.h"
 
-namespace tessel::kernels::cpu {
+namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
 
 namespace {
 
@@ -54,14 +56,9 @@ bool gemm_covers(const GemmDesc& d, const Tensor& c) {
   return packed && d.batch * d.m * d.n == c.numel();
 }
 
-// The f32 stand-ins of a large operand are made a block of rows at a time, about this many bytes
-// each, so that a vocabulary-sized tensor (GPT-2's logits and their gradient: 50257 columns) never
-// has a whole f32 copy beside its 16-bit self; that copy would take back the memory the 16-bit
-// activations save.
-int64_t g_block_bytes = int64_t(32) << 20;
-
 int64_t block_rows(int64_t rows, int64_t bytes_per_row) {
-  const int64_t fit = g_block_bytes / std::max<int64_t>(bytes_per_row, 1);
+  const int64_t fit =
+      ::tessel::kernels::cpu::half_block_bytes() / std::max<int64_t>(bytes_per_row, 1);
   return std::clamp<int64_t>(fit, 1, std::max<int64_t>(rows, 1));
 }
 
@@ -73,11 +70,6 @@ uint16_t* bits(Tensor& t) {
 }
 
 }  // namespace
-
-int64_t set_half_block_bytes(int64_t bytes) {
-  TESSEL_CHECK(bytes > 0, "set_half_block_bytes: ", bytes, " must be > 0");
-  return std::exchange(g_block_bytes, bytes);
-}
 
 void half_gemm(Backend& f32, const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) {
   if (d.batch != 1) {
@@ -276,4 +268,5 @@ void half_dropout(Backend& f32, const Tensor& x, Tensor& y, double p, uint64_t s
   w.store();
 }
 
-}  // namespace tessel::kernels::cpu
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu
+TESSEL_ISA_END

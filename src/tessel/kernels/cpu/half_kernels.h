@@ -11,11 +11,7 @@
 
 #include "tessel/kernels/backend.h"
 
-namespace tessel::kernels::cpu {
-
-// The f32 stand-ins of GEMM and cross-entropy operands are made this many bytes of rows at a time
-// (default 32 MiB); returns the previous value. Tests lower it to exercise the blocking.
-int64_t set_half_block_bytes(int64_t bytes);
+namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
 
 // Each calls the same kernel of `f32` on f32 stand-ins of its 16-bit tensors. Callers have
 // validated the arguments already (the f32 call validates the stand-ins again).
@@ -52,4 +48,4 @@ void half_cross_entropy_backward(Backend& f32, const Tensor& logits, const Tenso
 void half_dropout(Backend& f32, const Tensor& x, Tensor& y, double p, uint64_t seed,
                   uint64_t offset);
 
-}  // namespace tessel::kernels::cpu
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu

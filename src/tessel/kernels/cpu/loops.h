@@ -10,7 +10,7 @@
 #include "tessel/core/error.h"
 #include "tessel/tensor/tensor.h"
 
-namespace tessel::kernels::cpu {
+namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
 
 // Elements per task for streaming kernels: a parallel region costs microseconds, about the time
 // one core needs to stream 16K floats.
@@ -46,4 +46,4 @@ void dispatch_float(DType dtype, Fn&& fn) {
   }
 }
 
-}  // namespace tessel::kernels::cpu
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu

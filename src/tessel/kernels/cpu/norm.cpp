@@ -8,13 +8,15 @@
 #include <vector>
 
 #include "tessel/core/threads.h"
+#include "tessel/kernels/cpu/isa_region.h"
+#include "tessel/kernels/cpu/kernel_checks.h"
+TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/cpu_backend.h"
 #include "tessel/kernels/cpu/half_convert.h"
 #include "tessel/kernels/cpu/half_kernels.h"
-#include "tessel/kernels/cpu/kernel_checks.h"
 #include "tessel/kernels/cpu/loops.h"
 
-namespace tessel::kernels {
+namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
 namespace {
 
@@ -267,4 +269,5 @@ void CpuBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tens
   });
 }
 
-}  // namespace tessel::kernels
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA
+TESSEL_ISA_END

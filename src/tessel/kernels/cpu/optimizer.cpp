@@ -5,11 +5,13 @@
 #include <cmath>
 
 #include "tessel/core/threads.h"
-#include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/isa_region.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
+TESSEL_ISA_BEGIN
+#include "tessel/kernels/cpu/cpu_backend.h"
 #include "tessel/kernels/cpu/loops.h"
 
-namespace tessel::kernels {
+namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
 void CpuBackend::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                        const AdamWParams& h) {
@@ -41,4 +43,5 @@ void CpuBackend::adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
   });
 }
 
-}  // namespace tessel::kernels
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA
+TESSEL_ISA_END

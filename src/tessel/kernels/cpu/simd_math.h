@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace tessel::kernels::cpu {
+namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
 
 // a * b + c; fused where the target has FMA (plain std::fma would be a libm call without it).
 inline float madd(float a, float b, float c) {
@@ -83,4 +83,4 @@ inline T sigmoid_t(T x) {
     return T(1) / (T(1) + std::exp(-x));
 }
 
-}  // namespace tessel::kernels::cpu
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu

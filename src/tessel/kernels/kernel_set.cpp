@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: Apache-2.0
+// Choosing the kernel set. The per-set backends live in namespaces named after their sets, each
+// compiled from the same cpu/ sources (CMakeLists.txt); TESSEL_KERNEL_SETS_BUILT lists the ones
+// this build has, TESSEL_KERNEL_SETS_NOTE what the code-generation check found.
+#include "tessel/kernels/kernel_set.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "tessel/core/cpu_features.h"
+#include "tessel/core/error.h"
+#include "kernel_sets_note.h"  // generated: TESSEL_KERNEL_SETS_NOTE
+
+namespace tessel::kernels {
+
+namespace baseline {
+Backend& cpu_backend_instance();
+}
+#ifdef TESSEL_HAVE_KERNELS_AVX2
+namespace avx2 {
+Backend& cpu_backend_instance();
+}
+#endif
+#ifdef TESSEL_HAVE_KERNELS_AVX512
+namespace avx512 {
+Backend& cpu_backend_instance();
+}
+#endif
+
+namespace {
+
+constexpr KernelSet kAll[] = {KernelSet::Baseline, KernelSet::Avx2, KernelSet::Avx512};
+
+bool built(KernelSet set) {
+  switch (set) {
+    case KernelSet::Baseline:
+      return true;
+    case KernelSet::Avx2:
+#ifdef TESSEL_HAVE_KERNELS_AVX2
+      return true;
+#else
+      return false;
+#endif
+    case KernelSet::Avx512:
+#ifdef TESSEL_HAVE_KERNELS_AVX512
+      return true;
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+std::string set_list(const std::vector<KernelSet>& sets) {
+  std::string out;
+  for (KernelSet s : sets) {
+    if (!out.empty()) out += ' ';
+    out += kernel_set_name(s);
+  }
+  return out;
+}
+
+std::string not_built_reason(KernelSet set) {
+  std::string note = TESSEL_KERNEL_SETS_NOTE;
+  return "the " + std::string(kernel_set_name(set)) + " kernel set was not built" +
+         (note.empty() ? std::string() : " (" + note + ")");
+}
+
+struct Choice {
+  KernelSet set;
+  bool forced;
+};
+
+Choice choose() {
+  const char* env = std::getenv(std::string(kKernelSetVariable).c_str());
+  if (env == nullptr || *env == '\0' || std::string_view(env) == "auto")
+    return {runnable_kernel_sets().back(), false};
+  const KernelSet want = parse_kernel_set(env);
+  TESSEL_CHECK(built(want), kKernelSetVariable, "=", env, ": ", not_built_reason(want),
+               "; built: ", set_list(built_kernel_sets()));
+  TESSEL_CHECK(cpu_runs_kernel_set(want), kKernelSetVariable, "=", env,
+               ": this CPU cannot run the ", env, " kernel set (it has: ", cpu_features().names(),
+               "); it runs: ", set_list(runnable_kernel_sets()));
+  return {want, true};
+}
+
+const Choice& choice() {
+  static const Choice c = choose();
+  return c;
+}
+
+}  // namespace
+
+std::string_view kernel_set_name(KernelSet set) {
+  switch (set) {
+    case KernelSet::Baseline:
+      return "baseline";
+    case KernelSet::Avx2:
+      return "avx2";
+    case KernelSet::Avx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+KernelSet parse_kernel_set(std::string_view name) {
+  for (KernelSet s : kAll)
+    if (kernel_set_name(s) == name) return s;
+  TESSEL_FAIL("unknown kernel set '", name, "' in ", kKernelSetVariable,
+              ": expected baseline, avx2, avx512 or auto");
+}
+
+std::vector<KernelSet> built_kernel_sets() {
+  std::vector<KernelSet> out;
+  for (KernelSet s : kAll)
+    if (built(s)) out.push_back(s);
+  return out;
+}
+
+bool cpu_runs_kernel_set(KernelSet set) {
+  const CpuFeatures& f = cpu_features();
+  switch (set) {
+    case KernelSet::Baseline:
+      return f.sse42 && f.popcnt;
+    case KernelSet::Avx2:
+      return f.x86_64_v3();
+    case KernelSet::Avx512:
+      return f.x86_64_v4();
+  }
+  return false;
+}
+
+std::vector<KernelSet> runnable_kernel_sets() {
+  std::vector<KernelSet> out;
+  for (KernelSet s : kAll)
+    if (built(s) && cpu_runs_kernel_set(s)) out.push_back(s);
+  TESSEL_CHECK(!out.empty(),
+               "this CPU lacks SSE4.2 / POPCNT (x86-64-v2), which tessel is built for",
+               "; it has: ", cpu_features().names());
+  return out;
+}
+
+KernelSet active_kernel_set() {
+  return choice().set;
+}
+
+Backend& cpu_backend_for(KernelSet set) {
+  TESSEL_CHECK(built(set), not_built_reason(set));
+  TESSEL_CHECK(cpu_runs_kernel_set(set), "this CPU cannot run the ", kernel_set_name(set),
+               " kernel set (it has: ", cpu_features().names(), ")");
+  switch (set) {
+#ifdef TESSEL_HAVE_KERNELS_AVX512
+    case KernelSet::Avx512:
+      return avx512::cpu_backend_instance();
+#endif
+#ifdef TESSEL_HAVE_KERNELS_AVX2
+    case KernelSet::Avx2:
+      return avx2::cpu_backend_instance();
+#endif
+    default:
+      return baseline::cpu_backend_instance();
+  }
+}
+
+std::string kernel_set_summary() {
+  const Choice& c = choice();
+  std::string out = "kernels " + std::string(kernel_set_name(c.set)) +
+                    (c.forced ? " (forced by " + std::string(kKernelSetVariable) + ")"
+                              : " (best this CPU runs)") +
+                    "; built: " + set_list(built_kernel_sets());
+  const std::string note = TESSEL_KERNEL_SETS_NOTE;
+  if (!note.empty()) out += " (" + note + ")";
+  out += "; cpu: " + cpu_features().names();
+  return out;
+}
+
+}  // namespace tessel::kernels

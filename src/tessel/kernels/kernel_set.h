@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+// Kernel sets: the CPU kernels are compiled once per instruction-set level and one set is chosen
+// when the process starts, so one binary is right and fast on any x86-64 CPU (docs/KERNELS.md).
+//   baseline  x86-64-v2 (SSE4.2), what the rest of tessel is built for
+//   avx2      x86-64-v3 (AVX2, FMA, F16C)
+//   avx512    x86-64-v4 (AVX-512 F/CD/BW/DQ/VL)
+// The best set that was built and that the CPU runs is chosen; TESSEL_KERNELS=<set> forces a
+// lower one (tests run the op harness under each). The GEMMs come from oneDNN, which selects its
+// own kernels (AVX-512, AVX-512-BF16, AMX) at run time whatever set is active.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessel/kernels/backend.h"
+
+namespace tessel::kernels {
+
+enum class KernelSet { Baseline, Avx2, Avx512 };
+
+inline constexpr std::string_view kKernelSetVariable = "TESSEL_KERNELS";
+
+std::string_view kernel_set_name(KernelSet set);
+// "baseline", "avx2" or "avx512"; anything else throws an Error that lists them.
+KernelSet parse_kernel_set(std::string_view name);
+
+// Sets compiled into this binary (the configure-time code-generation check may drop one).
+std::vector<KernelSet> built_kernel_sets();
+// Whether this CPU (and its operating system) can execute the set's instructions.
+bool cpu_runs_kernel_set(KernelSet set);
+// Built and runnable here, lowest first.
+std::vector<KernelSet> runnable_kernel_sets();
+
+// The set the CPU backend uses: TESSEL_KERNELS when set (an unknown name, a set this CPU cannot
+// run or one that was not built is an Error naming why), else the best runnable set. Fixed at
+// the first call.
+KernelSet active_kernel_set();
+
+// The CPU backend compiled for `set` (an Error when it is not runnable here).
+Backend& cpu_backend_for(KernelSet set);
+
+// One line for `tessel --version` and the benchmarks: the active set, how it was chosen, the
+// built sets and the CPU's features.
+std::string kernel_set_summary();
+
+}  // namespace tessel::kernels
