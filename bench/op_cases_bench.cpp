@@ -7,8 +7,8 @@
 #include <benchmark/benchmark.h>
 
 #include "op_harness.h"
-#include "tessel/core/probe.h"
 #include "tessel/core/threads.h"
+#include "tessel/kernels/kernel_set.h"
 
 namespace tessel::testing {
 namespace {
@@ -18,7 +18,7 @@ void read_bandwidth(benchmark::State& state) {
   Tensor t = full({n}, 1.0);
   const float* p = t.data<float>();
   for (auto _ : state) {
-    float total = tessel::stream_read_sum(p, n);
+    float total = tessel::kernels::stream_read_sum(p, n);
     benchmark::DoNotOptimize(total);
   }
   state.SetBytesProcessed(state.iterations() * n * 4);

@@ -7,7 +7,6 @@
 
 #include "tessel/core/error.h"
 #include "tessel/core/log.h"
-#include "tessel/core/probe.h"
 #include "tessel/core/shape.h"
 #include "tessel/core/threads.h"
 
@@ -86,16 +85,6 @@ TEST(Threads, SetAndParallelForCoversRange) {
   }
   set_num_threads(saved);
   EXPECT_THROW(set_num_threads(0), Error);
-}
-
-TEST(Probe, StreamReadSumCoversEveryElement) {
-  for (int64_t n : {0, 1, 7, 33, 1001, 4099}) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(i % 7);  // exact in float at these sizes
-    double want = 0;
-    for (float x : v) want += x;
-    EXPECT_EQ(stream_read_sum(v.data(), n), float(want)) << n;
-  }
 }
 
 }  // namespace

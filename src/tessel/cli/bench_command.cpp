@@ -11,7 +11,6 @@
 #include "tessel/cli/bench_timer.h"
 #include "tessel/cli/commands.h"
 #include "tessel/core/cpu_features.h"
-#include "tessel/core/probe.h"
 #include "tessel/core/threads.h"
 #include "tessel/kernels/backend.h"
 #include "tessel/kernels/gemm_rate.h"
@@ -39,7 +38,7 @@ double read_bandwidth_gbs(double budget) {
   volatile float sink = 0;
   Timing tm = time_it(
       [&] {
-        float total = stream_read_sum(p, n);
+        float total = kernels::stream_read_sum(p, n);
         sink = total;
       },
       budget);

@@ -7,24 +7,27 @@
 #include <cstdlib>
 #include <string>
 
+#include "kernel_sets_note.h"  // generated: TESSEL_KERNEL_SETS_NOTE
 #include "tessel/core/cpu_features.h"
 #include "tessel/core/error.h"
-#include "kernel_sets_note.h"  // generated: TESSEL_KERNEL_SETS_NOTE
 
 namespace tessel::kernels {
 
 namespace baseline {
 Backend& cpu_backend_instance();
-}
+float stream_read_sum(const float* p, int64_t n);
+}  // namespace baseline
 #ifdef TESSEL_HAVE_KERNELS_AVX2
 namespace avx2 {
 Backend& cpu_backend_instance();
-}
+float stream_read_sum(const float* p, int64_t n);
+}  // namespace avx2
 #endif
 #ifdef TESSEL_HAVE_KERNELS_AVX512
 namespace avx512 {
 Backend& cpu_backend_instance();
-}
+float stream_read_sum(const float* p, int64_t n);
+}  // namespace avx512
 #endif
 
 namespace {
@@ -160,6 +163,28 @@ Backend& cpu_backend_for(KernelSet set) {
     default:
       return baseline::cpu_backend_instance();
   }
+}
+
+float stream_read_sum(KernelSet set, const float* p, int64_t n) {
+  TESSEL_CHECK(built(set), not_built_reason(set));
+  TESSEL_CHECK(cpu_runs_kernel_set(set), "this CPU cannot run the ", kernel_set_name(set),
+               " kernel set (it has: ", cpu_features().names(), ")");
+  switch (set) {
+#ifdef TESSEL_HAVE_KERNELS_AVX512
+    case KernelSet::Avx512:
+      return avx512::stream_read_sum(p, n);
+#endif
+#ifdef TESSEL_HAVE_KERNELS_AVX2
+    case KernelSet::Avx2:
+      return avx2::stream_read_sum(p, n);
+#endif
+    default:
+      return baseline::stream_read_sum(p, n);
+  }
+}
+
+float stream_read_sum(const float* p, int64_t n) {
+  return stream_read_sum(active_kernel_set(), p, n);
 }
 
 std::string kernel_set_summary() {

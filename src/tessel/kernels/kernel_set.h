@@ -9,6 +9,7 @@
 // own kernels (AVX-512, AVX-512-BF16, AMX) at run time whatever set is active.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +40,13 @@ KernelSet active_kernel_set();
 
 // The CPU backend compiled for `set` (an Error when it is not runnable here).
 Backend& cpu_backend_for(KernelSet set);
+
+// Sum of p[0, n) over the thread pool, as fast as the memory system allows, in the active set:
+// the kernel behind the "read bandwidth" limit that memory-bound kernels and decoding are quoted
+// against (`tessel bench peak`).
+float stream_read_sum(const float* p, int64_t n);
+// The same in a given set (tests; an Error when it is not runnable here).
+float stream_read_sum(KernelSet set, const float* p, int64_t n);
 
 // One line for `tessel --version` and the benchmarks: the active set, how it was chosen, the
 // built sets and the CPU's features.
