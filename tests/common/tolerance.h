@@ -70,6 +70,41 @@ inline double reorder_tolerance(DType dtype, int64_t n, int64_t depth = 1) {
          std::sqrt(double(std::max<int64_t>(n, 1)));
 }
 
+// One evaluation in `dtype` against an exact reference (hand-written f64 loops, PyTorch in f64):
+// only one side rounds, so half of reorder_tolerance, relative to the magnitude Σ|x_i| of the
+// longest sum's terms:
+//
+//   tol = λ · sqrt(depth) · u · sqrt(n).
+//
+// A stage's element-wise roundings (its output's, a subtraction, a division, a square root, exp or
+// tanh within a few ulps, in any vector width) are a few u each, inside λ·sqrt(n) >= 5.6 u for
+// n >= 2. Any vector width or FMA use changes which rounding errors occur, not this bound.
+inline double reference_tolerance(DType dtype, int64_t n, int64_t depth = 1) {
+  return reorder_tolerance(dtype, n, depth) / 2;
+}
+
+// reference_tolerance as an absolute, element-wise bound for values up to `max_abs` in magnitude,
+// each a sum of n terms of random signs: Σ|x_i| <= sqrt(n)·||x||_2 (Cauchy-Schwarz) and ||x||_2 is
+// of the order of |Σ x_i| for random signs, so the magnitude is sqrt(n)·max_abs:
+//
+//   tol = λ · sqrt(depth) · u · n · max_abs.
+//
+// For comparisons of one element at a time (EXPECT_NEAR against a loop) where the norm-wise
+// rel_err would hide a wrong element. A wrong index or a dropped term is off by O(max_abs / n) or
+// more, 1e-2 of max_abs for the small n (<= 64) of the tests that use it.
+inline double elementwise_tolerance(DType dtype, int64_t n, int64_t depth, double max_abs) {
+  return reference_tolerance(dtype, n, depth) * std::sqrt(double(std::max<int64_t>(n, 1))) *
+         max_abs;
+}
+
+// Largest |x| of a vector: elementwise_tolerance's max_abs.
+template <typename T>
+double max_abs_of(const std::vector<T>& v) {
+  double m = 0;
+  for (const T& x : v) m = std::max(m, std::abs(double(x)));
+  return m;
+}
+
 // Parameters after several AdamW steps from the same start, when every step's gradients differ by
 // at most `per_step` (norm-wise relative, e.g. reorder_tolerance). AdamW's update m̂/(sqrt(v̂)+ε) is
 // invariant to the scale of each element's gradient, so a gradient error δ_i (relative, per

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "../common/tolerance.h"
 #include "parallel_test_util.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/dist/record.h"
@@ -99,12 +100,16 @@ TEST(Plan, ColwiseRowwiseMlpIssuesOneAllReduceEachWay) {
     const bool bwd_ar = bwd == 1 && tp->context().recent(1).back().kind == dist::OpKind::AllReduce;
     checks.expect(fwd_ar, "forward issued " + std::to_string(fwd) + " calls");
     checks.expect(bwd_ar, "backward issued " + std::to_string(bwd) + " calls");
+    // proj sums fc's 33 outputs split over the ranks, then all-reduced, in another order than one
+    // process: the derived bound (tests/common/tolerance.h) for 33 terms through 2 layers, 3.9e-6
+    // (was 1e-5); a wrong shard or a missing all-reduce is off by O(1).
+    const double tol = test::reorder_tolerance(DType::F32, 33, 2);
     const double e = rel_err(y.to_vector<double>(), yr.to_vector<double>());
-    checks.expect(e <= 1e-5, "output relative error " + std::to_string(e));
+    checks.expect(e <= tol, "output relative error " + std::to_string(e));
     const double eg = rel_err(
         gather_tensor(net.fc->weight.grad(), *res.spec("fc.weight"), *tp).to_vector<double>(),
         ref.fc->weight.grad().to_vector<double>());
-    checks.expect(eg <= 1e-5, "fc weight gradient relative error " + std::to_string(eg));
+    checks.expect(eg <= tol, "fc weight gradient relative error " + std::to_string(eg));
   });
   checks.verify();
 }
