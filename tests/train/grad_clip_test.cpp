@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/tolerance.h"
 #include "optim_reference.h"
 #include "tessel/core/threads.h"
 
@@ -96,6 +97,8 @@ TEST(GradClip, ScalesEveryGradientByMaxOverNorm) {
     auto b = before[i].to_vector<float>(), a = params[i].grad().to_vector<float>();
     for (size_t k = 0; k < a.size(); ++k) ASSERT_EQ(a[k], b[k] * factor) << i << " " << k;
   }
+  // The factor is max_norm / (norm + 1e-6) (torch's epsilon), rounded to f32: the clipped norm is
+  // max_norm (1 - 1e-6 / norm) within a few u, so 1e-5 relative holds for norms above 0.1.
   EXPECT_NEAR(grad_norm(params), max_norm, 1e-5 * max_norm);
 }
 
@@ -133,7 +136,7 @@ TEST(GradClip, UndefinedGradientsAreIgnored) {
   EXPECT_NEAR(clip_grad_norm(params, 0.5), norm, 1e-12 * norm);
   EXPECT_FALSE(params[0].grad().defined());
   EXPECT_FALSE(params[3].grad().defined());
-  EXPECT_NEAR(grad_norm(params), 0.5, 1e-5);
+  EXPECT_NEAR(grad_norm(params), 0.5, 1e-5);  // as above: the 1e-6 epsilon and one rounding
   std::vector<Tensor> none = {zeros(Shape{3}).set_requires_grad(true)};
   EXPECT_EQ(clip_grad_norm(none, 1.0), 0.0);
 }
@@ -193,13 +196,21 @@ TEST(GradClip, MatchesTorchClipGradNorm) {
     const double norm = clip_grad_norm(c.params, c.max_norm);
     auto torch_norm = testing::read_raw<double>(dir / ("out.clip." + c.name + ".norm.f64"), 1);
     auto norm64 = testing::read_raw<double>(dir / ("out.clip." + c.name + ".norm64.f64"), 1);
-    EXPECT_LE(std::abs(norm - torch_norm[0]), 1e-6 * torch_norm[0]) << c.name;
+    // PyTorch sums the squares in f32 in its own order; tessel in f64 (equal to the f64
+    // reference to 1e-12), so the difference is PyTorch's f32 error over the elements.
+    int64_t elements = 0;
+    for (const auto& p : c.params) elements += p.grad().defined() ? p.grad().numel() : 0;
+    const double torch_tol = test::reference_tolerance(DType::F32, std::max<int64_t>(elements, 1));
+    EXPECT_LE(std::abs(norm - torch_norm[0]), torch_tol * torch_norm[0]) << c.name;
     EXPECT_LE(std::abs(norm - norm64[0]), 1e-12 * norm64[0]) << c.name;
     for (size_t i = 0; i < c.params.size(); ++i) {
       const Tensor& g = c.params[i].grad();
       auto ref = testing::read_raw<float>(
           dir / ("out.clip." + c.name + ".g" + std::to_string(i) + ".f32"), size_t(g.numel()));
-      EXPECT_LE(max_rel_err(g.to_vector<float>(), ref), 1e-6) << c.name << " grad " << i;
+      // The gradients are scaled by factors that differ by PyTorch's norm error and one rounding.
+      EXPECT_LE(max_rel_err(g.to_vector<float>(), ref),
+                torch_tol + 2 * test::unit_roundoff(DType::F32))
+          << c.name << " grad " << i;
     }
   }
   std::filesystem::remove_all(dir);

@@ -92,7 +92,7 @@ double max_rel_err(const std::vector<A>& a, const std::vector<B>& b) {
     diff = std::max(diff, d);
     scale = std::max(scale, std::abs(double(b[i])));
   }
-  return diff / std::max(scale, 1e-300);
+  return diff / std::max(scale, 1e-300);  // 1e-300: only a guard against dividing by zero
 }
 
 }  // namespace tessel::train::testing
