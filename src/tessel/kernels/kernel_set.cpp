@@ -92,6 +92,30 @@ const Choice& choice() {
   return c;
 }
 
+// What each set's objects export, for a set that was built and that this CPU runs.
+struct EntryPoints {
+  Backend& (*backend)();
+  float (*read_sum)(const float*, int64_t);
+};
+
+EntryPoints entry_points(KernelSet set) {
+  TESSEL_CHECK(built(set), not_built_reason(set));
+  TESSEL_CHECK(cpu_runs_kernel_set(set), "this CPU cannot run the ", kernel_set_name(set),
+               " kernel set (it has: ", cpu_features().names(), ")");
+  switch (set) {
+#ifdef TESSEL_HAVE_KERNELS_AVX512
+    case KernelSet::Avx512:
+      return {&avx512::cpu_backend_instance, &avx512::stream_read_sum};
+#endif
+#ifdef TESSEL_HAVE_KERNELS_AVX2
+    case KernelSet::Avx2:
+      return {&avx2::cpu_backend_instance, &avx2::stream_read_sum};
+#endif
+    default:
+      return {&baseline::cpu_backend_instance, &baseline::stream_read_sum};
+  }
+}
+
 }  // namespace
 
 std::string_view kernel_set_name(KernelSet set) {
@@ -148,39 +172,11 @@ KernelSet active_kernel_set() {
 }
 
 Backend& cpu_backend_for(KernelSet set) {
-  TESSEL_CHECK(built(set), not_built_reason(set));
-  TESSEL_CHECK(cpu_runs_kernel_set(set), "this CPU cannot run the ", kernel_set_name(set),
-               " kernel set (it has: ", cpu_features().names(), ")");
-  switch (set) {
-#ifdef TESSEL_HAVE_KERNELS_AVX512
-    case KernelSet::Avx512:
-      return avx512::cpu_backend_instance();
-#endif
-#ifdef TESSEL_HAVE_KERNELS_AVX2
-    case KernelSet::Avx2:
-      return avx2::cpu_backend_instance();
-#endif
-    default:
-      return baseline::cpu_backend_instance();
-  }
+  return entry_points(set).backend();
 }
 
 float stream_read_sum(KernelSet set, const float* p, int64_t n) {
-  TESSEL_CHECK(built(set), not_built_reason(set));
-  TESSEL_CHECK(cpu_runs_kernel_set(set), "this CPU cannot run the ", kernel_set_name(set),
-               " kernel set (it has: ", cpu_features().names(), ")");
-  switch (set) {
-#ifdef TESSEL_HAVE_KERNELS_AVX512
-    case KernelSet::Avx512:
-      return avx512::stream_read_sum(p, n);
-#endif
-#ifdef TESSEL_HAVE_KERNELS_AVX2
-    case KernelSet::Avx2:
-      return avx2::stream_read_sum(p, n);
-#endif
-    default:
-      return baseline::stream_read_sum(p, n);
-  }
+  return entry_points(set).read_sum(p, n);
 }
 
 float stream_read_sum(const float* p, int64_t n) {
