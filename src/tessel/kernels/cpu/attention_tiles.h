@@ -82,7 +82,9 @@ inline Vec<float> exp_softmax(Vec<float> x) {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
   Ints bits = (__builtin_convertvector(n, Ints) + 127) << 23;
-  Vec<float> y = p * std::bit_cast<Vec<float>>(bits);
+  // __builtin_bit_cast, not std::bit_cast: the std template was declared outside the kernel
+  // set's target region, and an instance of it returning a 32-byte vector would not use AVX.
+  Vec<float> y = p * __builtin_bit_cast(Vec<float>, bits);
   return x < lo ? Vec<float>{} : y;
 }
 
