@@ -7,9 +7,9 @@
 // cannot run the set's instructions (the check then inspects the assembly instead).
 // TESSEL_PLANT_DEFECT adds a trigger written as the miscompiled instruction sequence itself, for
 // the check's self-test.
-#include "tessel/kernels/cpu/isa_region.h"
-
 #include <cstdio>
+
+#include "tessel/kernels/cpu/isa_region.h"
 
 TESSEL_ISA_BEGIN
 

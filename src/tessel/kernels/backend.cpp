@@ -3,7 +3,6 @@
 
 #include <cmath>
 
-
 namespace tessel::kernels {
 
 void Backend::convert(const Tensor& src, Tensor& dst) {
