@@ -104,6 +104,12 @@ TEST(GPT2Config, PublishedSizesHaveTheirParameterCounts) {
     EXPECT_EQ(model.find("h.0.attn.c_attn.weight").shape(), (Shape{3 * c.n_embd, c.n_embd}));
   }
   EXPECT_EQ(GPT2Config::preset("1.5B").n_embd, 1600);
+  // The size words name the same models; every listed name is a preset.
+  EXPECT_EQ(GPT2Config::preset("small").parameter_count(), 124439808);
+  EXPECT_EQ(GPT2Config::preset("xl").parameter_count(), 1557611200);
+  EXPECT_EQ(GPT2Config::preset("tiny").parameter_count(), 11478336);  // README's figure
+  for (const std::string& name : GPT2Config::preset_names())
+    EXPECT_NO_THROW(GPT2Config::preset(name));
   EXPECT_THROW(GPT2Config::preset("7B"), Error);
   GPT2Config untied = GPT2Config::preset("124M");
   untied.tie_word_embeddings = false;

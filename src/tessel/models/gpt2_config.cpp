@@ -112,7 +112,7 @@ GPT2Config GPT2Config::from_file(const std::string& path) {
   return from_json(text.str(), path);
 }
 
-GPT2Config GPT2Config::preset(const std::string& size) {
+GPT2Config GPT2Config::preset(const std::string& name) {
   GPT2Config c;
   auto set = [&](int64_t layers, int64_t heads, int64_t embd) {
     c.n_layer = layers;
@@ -120,11 +120,23 @@ GPT2Config GPT2Config::preset(const std::string& size) {
     c.n_embd = embd;
     return c;
   };
-  if (size == "124M") return set(12, 12, 768);
-  if (size == "355M" || size == "350M") return set(24, 16, 1024);
-  if (size == "774M") return set(36, 20, 1280);
-  if (size == "1558M" || size == "1.5B") return set(48, 25, 1600);
-  TESSEL_FAIL("GPT2Config::preset: unknown size '", size, "' (expected 124M, 355M, 774M, 1558M)");
+  if (name == "tiny") {
+    c.n_positions = 256;
+    c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
+    return set(4, 6, 192);
+  }
+  if (name == "124M" || name == "small") return set(12, 12, 768);
+  if (name == "355M" || name == "350M" || name == "medium") return set(24, 16, 1024);
+  if (name == "774M" || name == "large") return set(36, 20, 1280);
+  if (name == "1558M" || name == "1.5B" || name == "xl") return set(48, 25, 1600);
+  TESSEL_FAIL("GPT2Config::preset: unknown preset '", name, "' (expected tiny, small, 124M, ",
+              "medium, 355M, large, 774M, xl, 1558M)");
+}
+
+const std::vector<std::string>& GPT2Config::preset_names() {
+  static const std::vector<std::string> names = {"tiny",  "small", "124M", "medium", "355M",
+                                                 "large", "774M",  "xl",   "1558M"};
+  return names;
 }
 
 std::string GPT2Config::to_json() const {

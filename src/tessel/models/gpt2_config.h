@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tessel/nn/transformer.h"
 
@@ -28,9 +29,13 @@ struct GPT2Config {
   // Parses config.json text; `what` names the source in errors.
   static GPT2Config from_json(const std::string& text, const std::string& what = "config.json");
   static GPT2Config from_file(const std::string& path);
-  // The four published sizes: "124M" (gpt2), "355M" (gpt2-medium), "774M" (gpt2-large),
-  // "1558M" (gpt2-xl; "1.5B" also accepted).
-  static GPT2Config preset(const std::string& size);
+  // The four published sizes under both names people use: the parameter count and the Hugging
+  // Face checkpoint's size word: "124M" / "small" (gpt2), "355M" / "medium", "774M" / "large",
+  // "1558M" / "xl" ("1.5B" also accepted); and tessel's "tiny" (4 x 192, about 11.5M parameters,
+  // most in wte: the default of `tessel train`).
+  static GPT2Config preset(const std::string& name);
+  // The names preset() takes, as docs/TRAINING.md lists them.
+  static const std::vector<std::string>& preset_names();
 
   // config.json text in the Hugging Face layout.
   std::string to_json() const;

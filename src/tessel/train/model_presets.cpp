@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Model presets and the resolution of `model.config`. The GPT-2 sizes carry both of the names
-// people use for them: the parameter count (124M, as tessel bench and the papers write it) and the
-// Hugging Face checkpoint's size word (gpt2 "small", gpt2-medium, -large, -xl).
+// The resolution of `model.config`: which of a preset (the model's own, GPT2Config::preset), a
+// config.json file or a model directory a name means.
 #include "tessel/train/model_presets.h"
 
 #include <algorithm>
@@ -15,58 +14,29 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Preset {
-  const char* name;
-  const char* size;  // GPT2Config::preset's name; nullptr: tessel's own "tiny"
-};
-
-constexpr Preset kPresets[] = {{"tiny", nullptr},  {"small", "124M"}, {"124M", "124M"},
-                               {"medium", "355M"}, {"355M", "355M"},  {"large", "774M"},
-                               {"774M", "774M"},   {"xl", "1558M"},   {"1558M", "1558M"}};
-
-// The default small model: about 11.5M parameters, most of them in the 50,257-token wte.
-models::GPT2Config tiny() {
-  models::GPT2Config c;
-  c.n_positions = 256;
-  c.n_embd = 192;
-  c.n_layer = 4;
-  c.n_head = 6;
-  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
-  return c;
-}
-
 std::string preset_list() {
   std::string out;
-  for (const Preset& p : kPresets) out += (out.empty() ? "" : ", ") + std::string(p.name);
+  for (const std::string& name : models::GPT2Config::preset_names())
+    out += (out.empty() ? "" : ", ") + name;
   return out;
 }
 
 }  // namespace
 
-const std::vector<std::string>& model_preset_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> v;
-    for (const Preset& p : kPresets) v.emplace_back(p.name);
-    return v;
-  }();
-  return names;
-}
-
 bool is_model_preset(const std::string& name) {
-  const auto& names = model_preset_names();
+  const auto& names = models::GPT2Config::preset_names();
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
 models::GPT2Config resolve_model_config(const std::string& spec, const std::string& key) {
-  for (const Preset& p : kPresets) {
-    if (spec != p.name) continue;
+  if (is_model_preset(spec)) {
     std::error_code ec;
     if (fs::exists(spec, ec)) {
       log(LogLevel::Warn, key, " = '", spec, "' is the preset of that name; to use the ",
           fs::is_directory(spec, ec) ? "directory" : "file", " '", spec,
           "' in the working directory write it as a path: ./", spec);
     }
-    return p.size ? models::GPT2Config::preset(p.size) : tiny();
+    return models::GPT2Config::preset(spec);
   }
   std::error_code ec;
   if (fs::is_directory(spec, ec)) {

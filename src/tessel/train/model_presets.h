@@ -11,9 +11,7 @@
 
 namespace tessel::train {
 
-// The preset names, as docs/TRAINING.md lists them: "tiny", "small" (= "124M"), "124M",
-// "medium" (= "355M"), ...
-const std::vector<std::string>& model_preset_names();
+// Whether `name` is one of the model's presets (GPT2Config::preset_names()).
 bool is_model_preset(const std::string& name);
 
 // The model configuration `spec` names (a preset, a config.json path or a model directory); an
