@@ -2,9 +2,15 @@
 // Attention throughput at GPT-2 small shapes (B=4, H=12, D=64): tessel's fused flash-style
 // forward and backward, against an unfused baseline built from the same backend's GEMM (scores
 // materialised per head, softmax, P V), which is what a framework without a fused kernel does.
-// GFLOP/s count 4 B H Tq Tk D for the forward (2.5x that for the backward), halved when causal.
+// GFLOP/s count 4 B H D per visible (query, key) pair for the forward (2.5x that for the
+// backward): Tq Tk pairs, about half when causal, about Tq window with a sliding window.
+// Also Mistral-style grouped-query attention (B=1, T=1024, H=8, Hkv=2, D=64), causal, with a
+// 256-key sliding window and without: forward, backward and the two together (attention_fwdbwd),
+// and the two together at T=4096.
+//   build/bench/attention_bench --benchmark_filter='gqa'
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -30,22 +36,29 @@ namespace k = tessel::kernels;
 struct Problem {
   k::AttentionDesc desc;
   Tensor q, kk, v, out, lse, dout, dq, dk, dv;
-  explicit Problem(int64_t b, int64_t t, int64_t h, int64_t d, bool causal) {
-    desc = k::AttentionDesc{b, t, t, h, h, d, causal, 1.0 / std::sqrt(double(d))};
+  explicit Problem(int64_t b, int64_t t, int64_t h, int64_t d, bool causal, int64_t hkv = 0,
+                   int64_t window = 0) {
+    if (hkv == 0) hkv = h;
+    desc = k::AttentionDesc{b, t, t, h, hkv, d, causal, 1.0 / std::sqrt(double(d)), window};
     q = tessel::randn({b, t, h, d});
-    kk = tessel::randn({b, t, h, d});
-    v = tessel::randn({b, t, h, d});
+    kk = tessel::randn({b, t, hkv, d});
+    v = tessel::randn({b, t, hkv, d});
     dout = tessel::randn({b, t, h, d});
     out = tessel::zeros({b, t, h, d});
     dq = tessel::zeros({b, t, h, d});
-    dk = tessel::zeros({b, t, h, d});
-    dv = tessel::zeros({b, t, h, d});
+    dk = tessel::zeros({b, t, hkv, d});
+    dv = tessel::zeros({b, t, hkv, d});
     lse = tessel::zeros({b, h, t});
   }
+  // GPT-2 figures keep the historical T^2/2 for causal; windows count the visible pairs.
   double forward_flops() const {
     const k::AttentionDesc& d = desc;
     double f = 4.0 * d.batch * d.heads * d.q_len * d.kv_len * d.head_dim;
-    return d.causal ? f / 2 : f;
+    if (!d.causal) return f;
+    if (d.window == 0) return f / 2;
+    double pairs = 0;
+    for (int64_t i = 0; i < d.q_len; ++i) pairs += double(std::min<int64_t>(i + 1, d.window));
+    return 4.0 * d.batch * d.heads * pairs * d.head_dim;
   }
 };
 
@@ -67,6 +80,37 @@ void bm_backward(benchmark::State& state, int64_t t, bool causal) {
     k::cpu_backend().attention_backward(p.desc, p.q, p.kk, p.v, Tensor(), p.out, p.lse, p.dout,
                                         p.dq, p.dk, p.dv);
   set_rate(state, 2.5 * p.forward_flops());
+}
+
+// Mistral-style GQA: B=1, H=8, Hkv=2, D=64, causal, with the given window (0 = none).
+Problem gqa_problem(int64_t t, int64_t window) {
+  return Problem(1, t, 8, 64, true, 2, window);
+}
+
+void bm_gqa_forward(benchmark::State& state, int64_t t, int64_t window) {
+  Problem p = gqa_problem(t, window);
+  for (auto _ : state) k::cpu_backend().attention(p.desc, p.q, p.kk, p.v, Tensor(), p.out, p.lse);
+  set_rate(state, p.forward_flops());
+}
+
+void bm_gqa_backward(benchmark::State& state, int64_t t, int64_t window) {
+  Problem p = gqa_problem(t, window);
+  k::cpu_backend().attention(p.desc, p.q, p.kk, p.v, Tensor(), p.out, p.lse);
+  for (auto _ : state)
+    k::cpu_backend().attention_backward(p.desc, p.q, p.kk, p.v, Tensor(), p.out, p.lse, p.dout,
+                                        p.dq, p.dk, p.dv);
+  set_rate(state, 2.5 * p.forward_flops());
+}
+
+// One training step's attention: the forward, then the backward from its saved lse.
+void bm_gqa_fwdbwd(benchmark::State& state, int64_t t, int64_t window) {
+  Problem p = gqa_problem(t, window);
+  for (auto _ : state) {
+    k::cpu_backend().attention(p.desc, p.q, p.kk, p.v, Tensor(), p.out, p.lse);
+    k::cpu_backend().attention_backward(p.desc, p.q, p.kk, p.v, Tensor(), p.out, p.lse, p.dout,
+                                        p.dq, p.dk, p.dv);
+  }
+  set_rate(state, 3.5 * p.forward_flops());
 }
 
 // In-place softmax of a row of t scores (t a multiple of the vector width) of which the first n
@@ -138,6 +182,21 @@ int main(int argc, char** argv) {
           ->UseRealTime();
     }
   }
+  // T=4096 (fwdbwd only) shows the scaling: T^2 without a window, T * window with one.
+  for (int64_t t : {1024, 4096})
+    for (int64_t window : {0, 256}) {
+      std::string tag = "gqa/causal" +
+                        (window > 0 ? "_w" + std::to_string(window) : std::string()) +
+                        "/B1xH8xKV2xD64xT" + std::to_string(t);
+      if (t == 1024) {
+        benchmark::RegisterBenchmark(("attention_fwd/" + tag).c_str(), bm_gqa_forward, t, window)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark(("attention_bwd/" + tag).c_str(), bm_gqa_backward, t, window)
+            ->UseRealTime();
+      }
+      benchmark::RegisterBenchmark(("attention_fwdbwd/" + tag).c_str(), bm_gqa_fwdbwd, t, window)
+          ->UseRealTime();
+    }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

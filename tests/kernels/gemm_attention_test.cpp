@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "../common/tolerance.h"
+#include "common/tolerance.h"
 #include "op_harness.h"
 #include "tessel/core/threads.h"
 #include "tessel/kernels/cpu/gemm_onednn.h"

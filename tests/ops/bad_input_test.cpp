@@ -127,8 +127,65 @@ TEST(BadInput, AttentionAndDropout) {
         attention(f32({7, 2, 5}), f32({7, 2, 5}), f32({7, 2, 5}));
       },
       {"attention", "4-D"});
+  expect_error(
+      [] {
+        attention(f32({2, 7, 2, 5}), f32({2, 7, 2, 5}), f32({2, 7, 2, 5}), false, Tensor(), 0.0, 4);
+      },
+      {"attention", "window 4", "causal"});
+  expect_error(
+      [] {
+        attention(f32({2, 7, 2, 5}), f32({2, 7, 2, 5}), f32({2, 7, 2, 5}), {.window = -1});
+      },
+      {"attention", "window -1"});
   expect_error([] { dropout(f32({3}), 1.5); }, {"dropout", "1.5"});
   expect_error([] { dropout(f32({3}), -0.1); }, {"dropout", "-0.1"});
+}
+
+TEST(BadInput, Rope) {
+  Tensor cos = f32({8, 3}), sin = f32({8, 3});
+  Tensor pos = zeros({2, 5}, DType::I64);
+  pos.data<int64_t>()[7] = 8;  // [1, 2]
+  expect_error(
+      [&] {
+        rope(f32({2, 5, 4, 6}), cos, sin, pos);
+      },
+      {"rope", "position 8", "[1, 2]", "[0, 8)"});
+  pos.data<int64_t>()[7] = -1;
+  expect_error([&] { rope(f32({2, 5, 4, 6}), cos, sin, pos); }, {"rope", "position -1"});
+  Tensor ok = zeros({2, 5}, DType::I32);
+  expect_error(
+      [&] {
+        rope(f32({2, 5, 4, 7}), f32({8, 3}), f32({8, 3}), ok);
+      },
+      {"rope", "even", "7"});
+  expect_error(
+      [&] {
+        rope(f32({2, 5, 4, 6}), f32({8, 6}), f32({8, 6}), ok);
+      },
+      {"rope", "cos", "[8, 6]", "[P, 3]"});
+  expect_error(
+      [&] {
+        rope(f32({2, 5, 4, 6}), f64({8, 3}), f64({8, 3}), ok);
+      },
+      {"rope", "cos is f64", "f32"});
+  expect_error(
+      [&] {
+        rope(f64({2, 5, 4, 6}), f32({8, 3}), f32({8, 3}), ok);
+      },
+      {"rope", "cos is f32", "f64"});
+  expect_error([&] { rope(f32({2, 5, 4, 6}), cos, f32({9, 3}), ok); }, {"rope", "sin", "cos"});
+  expect_error(
+      [&] {
+        rope(f32({2, 5, 4, 6}), cos, sin, zeros({2, 4}, DType::I64));
+      },
+      {"rope", "positions", "[2, 4]", "[2, 5]"});
+  expect_error(
+      [&] {
+        rope(f32({2, 5, 4, 6}), cos, sin, f32({2, 5}));
+      },
+      {"rope", "positions", "i32 or i64", "f32"});
+  expect_error([&] { rope(f32({10, 4, 6}), cos, sin, ok); }, {"rope", "4-D"});
+  expect_error([&] { rope(zeros({2, 5, 4, 6}, DType::I32), cos, sin, ok); }, {"rope", "i32"});
 }
 
 TEST(BadInput, ShapeOps) {

@@ -7,7 +7,7 @@
 #include <limits>
 #include <numbers>
 
-#include "../common/tolerance.h"
+#include "common/tolerance.h"
 #include "tessel/ops/ops.h"
 
 namespace tessel::ops {

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Finite-difference cases for the network ops: linear, matmul, softmax, norms, embedding,
-// attention (causal, GQA, padding mask), losses and dropout.
+// attention (causal, GQA, padding mask, sliding window), rotary embeddings, losses and dropout.
+#include <cmath>
+
 #include "gradcheck.h"
 #include "tessel/ops/ops.h"
 
@@ -15,7 +17,7 @@ Tensor rn(const Shape& s, Generator& g) {
 }
 
 GradCase attention_case(std::string name, int64_t b, int64_t tq, int64_t tk, int64_t h, int64_t hkv,
-                        int64_t d, bool causal, bool masked) {
+                        int64_t d, bool causal, bool masked, int64_t window = 0) {
   return {name,
           [=](Generator& g) {
             Inputs in{param(rn({b, tq, h, d}, g)), param(rn({b, tk, hkv, d}, g)),
@@ -30,8 +32,25 @@ GradCase attention_case(std::string name, int64_t b, int64_t tq, int64_t tk, int
             return in;
           },
           [=](const Inputs& in) {
-            return ops::attention(in[0], in[1], in[2], causal, masked ? in[3] : Tensor());
+            return ops::attention(in[0], in[1], in[2], causal, masked ? in[3] : Tensor(), 0.0,
+                                  window);
           }};
+}
+
+// cos / sin [P, D/2] of p * 10000^(-2i/D) (f64), and positions [B, T] drawn from [0, P).
+GradCase rope_case(std::string name, int64_t b, int64_t t, int64_t h, int64_t d, int64_t p) {
+  return {name,
+          [=](Generator& g) {
+            Tensor c = empty({p, d / 2}, DType::F64), s = empty({p, d / 2}, DType::F64);
+            for (int64_t r = 0; r < p; ++r)
+              for (int64_t i = 0; i < d / 2; ++i) {
+                double angle = double(r) * std::pow(10000.0, -2.0 * double(i) / double(d));
+                c.data<double>()[r * (d / 2) + i] = std::cos(angle);
+                s.data<double>()[r * (d / 2) + i] = std::sin(angle);
+              }
+            return Inputs{param(rn({b, t, h, d}, g)), c, s, ids({b, t}, p, g)};
+          },
+          [](const Inputs& in) { return ops::rope(in[0], in[1], in[2], in[3]); }};
 }
 
 }  // namespace
@@ -120,6 +139,17 @@ void add_nn_grad_cases(std::vector<GradCase>& v) {
   v.push_back(
       attention_case("attention_mqa_decode_b1_q3_k7_h3_kv1", 1, 3, 7, 3, 1, 5, true, false));
   v.push_back(attention_case("attention_masked_b2_t7_h2_d5", 2, 7, 7, 2, 1, 5, false, true));
+  // Sliding windows (Mistral): shorter than T over GQA, with padding, and in a decode step.
+  v.push_back(
+      attention_case("attention_window3_gqa_b2_t9_h4_kv2_d3", 2, 9, 9, 4, 2, 3, true, false, 3));
+  v.push_back(
+      attention_case("attention_window2_masked_b2_t7_h2_d5", 2, 7, 7, 2, 1, 5, true, true, 2));
+  v.push_back(
+      attention_case("attention_window4_decode_b1_q3_k9_h3_kv1", 1, 3, 9, 3, 1, 5, true, false, 4));
+
+  v.push_back(rope_case("rope_b3_t5_h7_d6_p11", 3, 5, 7, 6, 11));
+  v.push_back(rope_case("rope_b2_t3_h2_d2_p4", 2, 3, 2, 2, 4));
+  v.push_back(rope_case("rope_b1_t4_h3_d34_p9", 1, 4, 3, 34, 9));
 
   for (auto [name, reduction] :
        {std::pair{"mean", ops::Reduction::Mean}, std::pair{"sum", ops::Reduction::Sum},

@@ -41,7 +41,8 @@ std::string_view op_name(Op op) {
                                                 "cross_entropy",
                                                 "cross_entropy_backward",
                                                 "adamw",
-                                                "dropout"};
+                                                "dropout",
+                                                "rope"};
   return kNames[int(op)];
 }
 

@@ -41,6 +41,7 @@ enum class Op {
   CrossEntropyBackward,
   AdamW,
   Dropout,
+  Rope,
 };
 std::string_view op_name(Op op);
 
@@ -91,13 +92,17 @@ GemmDesc dense_gemm_desc(int64_t batch, int64_t m, int64_t n, int64_t k, bool tr
 
 // Fused multi-head attention over q [B, Tq, H, D], k and v [B, Tk, Hkv, D] (Hkv divides H:
 // multi-query / grouped-query attention), out [B, Tq, H, D], lse [B, H, Tq] (stat: the log-sum-exp
-// of each row's scaled scores, saved for backward). With `causal`, query i sees keys
-// j <= i + (Tk - Tq), so a decode step with a KV cache is causal too. `mask` (optional, i8
-// [B, Tk], 1 = attend) hides padded keys. A row that sees no key yields 0 and lse = -inf.
+// of each row's scaled scores, saved for backward). With `causal`, query i sits at absolute
+// position p = i + (Tk - Tq) and sees keys j <= p, so a decode step with a KV cache is causal too.
+// `window` > 0 (causal only; Mistral's sliding window, as Hugging Face masks it) narrows that to
+// p - window < j <= p: at most `window` keys, the query's own included; 0 = unlimited, and a window
+// >= Tk is the same as none. `mask` (optional, i8 [B, Tk], 1 = attend) hides padded keys. A row
+// that sees no key yields 0 and lse = -inf.
 struct AttentionDesc {
   int64_t batch = 0, q_len = 0, kv_len = 0, heads = 0, kv_heads = 0, head_dim = 0;
   bool causal = true;
   double scale = 0.0;  // usually 1/sqrt(head_dim)
+  int64_t window = 0;  // sliding window (keys per query, itself included); 0 = unlimited
 };
 
 struct AdamWParams {
@@ -182,6 +187,17 @@ class Backend {
   // y = x * keep / (1 - p) with keep_i = uniform_at(seed, offset, i) >= p. The mask is never
   // stored: backward regenerates it from (seed, offset).
   virtual void dropout(const Tensor& x, Tensor& y, double p, uint64_t seed, uint64_t offset) = 0;
+
+  // Rotary position embedding (Su et al. 2021, RoFormer) in the Hugging Face "rotate_half" layout
+  // of Llama, Mistral and Qwen2. x and out [B, T, H, D] with D even; cos and sin [P, D/2] (stat
+  // dtype: the tables of cos / sin(position * inv_freq)); positions i32 or i64 [B, T], each in
+  // [0, P) (checked: an Error names the first one outside). Each head vector x of token (b, t),
+  // halves x1 = x[:D/2] and x2 = x[D/2:], with c = cos[positions[b, t]], s = sin[...]:
+  //   out1 = x1 * c - x2 * s,   out2 = x2 * c + x1 * s.
+  // `inverse` rotates by the opposite angle (s -> -s); that is the backward pass: dx =
+  // rope(dy, inverse). out may be x itself (in place).
+  virtual void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& positions,
+                    bool inverse, Tensor& out) = 0;
 
   // dst = src in dst's dtype (equal element counts; float -> bf16/f16 rounds to nearest even).
   // The default converts element by element on the host; backends override it with fast paths.

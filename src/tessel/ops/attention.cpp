@@ -42,8 +42,13 @@ class AttentionBackward final : public autograd::Node {
 
 }  // namespace
 
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                 const AttentionOptions& options) {
+  return attention(q, k, v, options.causal, options.mask, options.scale, options.window);
+}
+
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& mask,
-                 double scale) {
+                 double scale, int64_t window) {
   detail::check_float(q, "attention", "q", kernels::Op::Attention);
   detail::check_same_kind(q, "q", k, "k", "attention");
   detail::check_same_kind(q, "q", v, "v", "attention");
@@ -64,6 +69,10 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                  k.size(1), "]");
   }
   TESSEL_CHECK(scale >= 0.0, "attention: scale ", scale, " must be >= 0 (0 = 1/sqrt(D))");
+  TESSEL_CHECK(window >= 0, "attention: window ", window, " must be >= 0 (0 = unlimited)");
+  TESSEL_CHECK(window == 0 || causal, "attention: window ", window,
+               " needs causal attention (a sliding window counts back from each query's "
+               "position)");
   kernels::AttentionDesc desc;
   desc.batch = q.size(0);
   desc.q_len = q.size(1);
@@ -72,6 +81,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
   desc.kv_heads = k.size(2);
   desc.head_dim = q.size(3);
   desc.causal = causal;
+  desc.window = window;
   desc.scale = scale > 0.0 ? scale : 1.0 / std::sqrt(double(q.size(3)));
   Tensor out = empty(q.shape(), q.dtype(), q.device());
   Tensor lse =

@@ -14,5 +14,6 @@
 #include "tessel/ops/matmul.h"
 #include "tessel/ops/norm.h"
 #include "tessel/ops/reduce.h"
+#include "tessel/ops/rope.h"
 #include "tessel/ops/shape.h"
 #include "tessel/ops/softmax.h"

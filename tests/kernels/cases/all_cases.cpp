@@ -18,6 +18,7 @@ const std::vector<OpCase>& all_op_cases() {
     add_dropout_cases(v);
     add_gemm_cases(v);
     add_attention_cases(v);
+    add_rope_cases(v);
     return v;
   }();
   return cases;

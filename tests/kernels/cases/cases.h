@@ -2,7 +2,7 @@
 // Declarations of the kernel case families (one function per file in this folder).
 #pragma once
 
-#include "../op_harness.h"
+#include "kernels/op_harness.h"
 
 namespace tessel::testing {
 
@@ -17,5 +17,6 @@ void add_optimizer_cases(std::vector<OpCase>& v);
 void add_dropout_cases(std::vector<OpCase>& v);
 void add_gemm_cases(std::vector<OpCase>& v);
 void add_attention_cases(std::vector<OpCase>& v);
+void add_rope_cases(std::vector<OpCase>& v);
 
 }  // namespace tessel::testing

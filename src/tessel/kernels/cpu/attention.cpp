@@ -4,7 +4,7 @@
 // (running row max and sum), so no Tq x Tk score matrix is ever stored; it writes the output and
 // each row's log-sum-exp for the backward pass (attention_backward.cpp). K and V are packed once
 // per call into dense tiles; fully masked key tiles and, with a causal mask, tiles past a query
-// tile's last visible key are skipped.
+// tile's last visible key (and, with a sliding window, before its first) are skipped.
 #include <vector>
 
 #include "tessel/core/threads.h"
@@ -45,8 +45,8 @@ template <typename T>
 void online_softmax(const Problem<T>& p, int64_t q0, int rows, int64_t j0, ForwardScratch<T>& s) {
   for (int r = 0; r < rows; ++r) {
     T* row = s.scores.data() + r * kKeyTile<T>;
-    const T* bias =
-        causal_bias<T, kKeyTile<T>>(s.bias.data(), p.key_end(q0 + r) - j0, s.row_bias.data());
+    const T* bias = causal_bias<T, kKeyTile<T>>(s.bias.data(), p.key_begin(q0 + r) - j0,
+                                                p.key_end(q0 + r) - j0, s.row_bias.data());
     scale_bias_row<T, kKeyTile<T>>(row, p.scale, bias);
     T old_max = s.row_max[size_t(r)];
     T new_max = std::max(old_max, row_max<T, kKeyTile<T>>(row));
@@ -115,8 +115,11 @@ void forward_tile(const Problem<T>& p, const T* q, const T* k, const T* v, const
   std::fill(s.acc.begin(), s.acc.begin() + rows * dim, T(0));
   std::fill(s.row_max.begin(), s.row_max.end(), kNegInf<T>);
   std::fill(s.row_sum.begin(), s.row_sum.end(), T(0));
-  int64_t key_end = p.key_end(q0 + rows - 1);  // the last row sees the most keys
-  for (int64_t j0 = 0; j0 < key_end; j0 += kKeyTile<T>) {
+  // The first row's window starts first and the last row sees the last key: the tiles in between
+  // are all that any row of the tile sees (O(window) of them with a sliding window).
+  int64_t key_end = p.key_end(q0 + rows - 1);
+  int64_t key_start = p.key_begin(q0) / kKeyTile<T> * kKeyTile<T>;
+  for (int64_t j0 = key_start; j0 < key_end; j0 += kKeyTile<T>) {
     if (!p.key_bias(b, j0, s.bias.data())) continue;  // all padding
     int nk = int(std::min<int64_t>(kKeyTile<T>, p.tk - j0));
     const T* v_rows = v + p.kv_at(b, j0, kvh);

@@ -70,8 +70,8 @@ void tile_pair(const Problem<T>& p, const Operands<T>& o, T* dq_base, int64_t b,
       std::fill(dr, dr + kKeyTile<T>, T(0));
       continue;
     }
-    const T* bias =
-        causal_bias<T, kKeyTile<T>>(s.bias.data(), p.key_end(i) - j0, s.row_bias.data());
+    const T* bias = causal_bias<T, kKeyTile<T>>(s.bias.data(), p.key_begin(i) - j0,
+                                                p.key_end(i) - j0, s.row_bias.data());
     scale_bias_row<T, kKeyTile<T>>(pr, p.scale, bias);
     exp_row<kKeyTile<T>>(pr, row_lse);
     // dS already carries the softmax scale, so dK and dQ below need no further scaling.
@@ -97,11 +97,12 @@ void backward_unit(const Problem<T>& p, const Operands<T>& o, T* dq_target, int6
       transpose_tile<T, kKeyTile<T>>(o.k + p.kv_at(b, j0, kvh), p.kv_ld(), nk, dim, s.kt.data());
       transpose_tile<T, kKeyTile<T>>(o.v + p.kv_at(b, j0, kvh), p.kv_ld(), nk, dim, s.vt.data());
       pack_rows(o.k + p.kv_at(b, j0, kvh), p.kv_ld(), nk, dim, s.k.data());
-      // With a causal mask, queries before j0 - offset see none of this tile.
-      int64_t q_start = p.causal ? std::clamp<int64_t>(j0 - p.offset, 0, p.tq) : 0;
+      // With a causal mask, queries before j0 - offset see none of this tile; with a sliding
+      // window, neither do those whose window starts after its last key.
+      int64_t q_start = p.query_begin(j0), q_end = p.query_end(j0 + nk - 1);
       for (int64_t h = kvh * p.group; h < (kvh + 1) * p.group; ++h) {
-        for (int64_t q0 = q_start; q0 < p.tq; q0 += kQueryTile) {
-          int rows = int(std::min<int64_t>(kQueryTile, p.tq - q0));
+        for (int64_t q0 = q_start; q0 < q_end; q0 += kQueryTile) {
+          int rows = int(std::min<int64_t>(kQueryTile, q_end - q0));
           tile_pair(p, o, dq_target, b, h, q0, rows, j0, nk, s);
         }
       }

@@ -32,6 +32,10 @@ inline void check_attention(std::string_view op, const AttentionDesc& d, const T
   TESSEL_CHECK(d.heads % d.kv_heads == 0, op, ": heads ", d.heads,
                " is not a multiple of kv_heads ", d.kv_heads);
   TESSEL_CHECK(std::isfinite(d.scale), op, ": scale must be finite, got ", d.scale);
+  TESSEL_CHECK(d.window >= 0, op, ": window must be >= 0 (0 = unlimited), got ", d.window);
+  TESSEL_CHECK(d.window == 0 || d.causal, op, ": window ", d.window,
+               " needs causal attention (a sliding window counts back from each query's "
+               "position)");
   TESSEL_CHECK(q.defined(), op, ": q is undefined");
   DType dt = q.dtype();
   TESSEL_CHECK(dtype_is_float(dt), op, ": q must be floating point, got ", dtype_name(dt));

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Shared setup of the CPU flash attention forward and backward passes (private to cpu/): typed
-// views of the [B, T, heads, D] tensors and the per-tile visibility rules (causal offset and
-// padding mask).
+// views of the [B, T, heads, D] tensors and the per-tile visibility rules (causal offset, sliding
+// window and padding mask).
 #pragma once
 
 #include <algorithm>
@@ -18,6 +18,7 @@ struct Problem {
   bool causal;
   T scale;
   int64_t offset;      // causal: query i sees keys j <= i + offset
+  int64_t window;      // > 0 (causal, < Tk: a longer one is none): and keys j > i + offset - window
   const int8_t* mask;  // [B, Tk] or null
 
   static Problem make(const AttentionDesc& d, const Tensor& mask) {
@@ -31,6 +32,7 @@ struct Problem {
             d.causal,
             T(d.scale),
             d.kv_len - d.q_len,
+            d.causal && d.window < d.kv_len ? d.window : 0,
             mask.defined() ? mask.data<int8_t>() : nullptr};
   }
   // Row strides of q-like [B, Tq, H, D] and k-like [B, Tk, Hkv, D] tensors, and row offsets.
@@ -44,6 +46,19 @@ struct Problem {
   // One past the last key that query i may see (0 when it sees none).
   int64_t key_end(int64_t i) const {
     return causal ? std::clamp<int64_t>(i + offset + 1, 0, tk) : tk;
+  }
+  // The first key that query i may see: the sliding window's start, else 0. Query i sees
+  // [key_begin(i), key_end(i)) less padding; both bounds grow with i.
+  int64_t key_begin(int64_t i) const {
+    return window > 0 ? std::clamp<int64_t>(i + offset - window + 1, 0, tk) : 0;
+  }
+  // One past the last query that sees key j (queries from the causal start up to here see it).
+  int64_t query_end(int64_t j) const {
+    return window > 0 ? std::clamp<int64_t>(j + window - offset, 0, tq) : tq;
+  }
+  // The first query that sees key j.
+  int64_t query_begin(int64_t j) const {
+    return causal ? std::clamp<int64_t>(j - offset, 0, tq) : 0;
   }
   // bias[j] = 0 for a key of the tile [j0, j0 + kKeyTile<T>) that exists and is not padding, -inf
   // otherwise. Returns whether any key of the tile is visible.

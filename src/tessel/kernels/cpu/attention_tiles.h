@@ -119,11 +119,12 @@ T row_sum(const T* row) {
   return out;
 }
 
-// The key bias of one row: `bias` with the keys at and after `visible` (the causal cut) masked.
+// The key bias of one row: `bias` with the keys before `first` (a sliding window's start) and at
+// and after `end` (the causal cut) masked; tile-relative indices.
 template <typename T, int kBk>
-const T* causal_bias(const T* bias, int64_t visible, T* row_bias) {
-  if (visible >= kBk) return bias;
-  for (int j = 0; j < kBk; ++j) row_bias[j] = j < visible ? bias[j] : kNegInf<T>;
+const T* causal_bias(const T* bias, int64_t first, int64_t end, T* row_bias) {
+  if (first <= 0 && end >= kBk) return bias;
+  for (int j = 0; j < kBk; ++j) row_bias[j] = j >= first && j < end ? bias[j] : kNegInf<T>;
   return row_bias;
 }
 

@@ -304,4 +304,41 @@ void validate_dropout(const Backend& backend, const Tensor& x, const Tensor& y, 
   TESSEL_CHECK(p >= 0 && p <= 1, "dropout: p must lie in [0, 1], got ", p);
 }
 
+RopeShape validate_rope(const Backend& backend, const Tensor& x, const Tensor& cos,
+                        const Tensor& sin, const Tensor& positions, const Tensor& out) {
+  constexpr Op kOp = Op::Rope;
+  check_supported(backend, kOp, x);
+  TESSEL_CHECK(x.ndim() == 4, "rope: x must be [B, T, H, D], got shape ", x.shape());
+  const int64_t b = x.size(0), t = x.size(1), d = x.size(3);
+  TESSEL_CHECK(d > 0 && d % 2 == 0, "rope: the head dim D of x ", x.shape(),
+               " must be even and > 0, got ", d);
+  like(kOp, "out", out, x, "x");
+  const DType table = stat_dtype(x.dtype());
+  for (const auto& [what, tab] :
+       {std::pair<const char*, const Tensor*>{"cos", &cos}, {"sin", &sin}}) {
+    need(kOp, what, *tab);
+    TESSEL_CHECK(tab->dtype() == table, "rope: ", what, " is ", dtype_name(tab->dtype()),
+                 ", expected ", dtype_name(table), " (the table dtype for ", dtype_name(x.dtype()),
+                 " x)");
+    TESSEL_CHECK(tab->ndim() == 2 && tab->size(1) == d / 2, "rope: ", what, " has shape ",
+                 tab->shape(), ", expected [P, ", d / 2, "] (half the head dim of x ", x.shape(),
+                 ")");
+  }
+  TESSEL_CHECK(sin.shape() == cos.shape(), "rope: sin ", sin.shape(), " and cos ", cos.shape(),
+               " must have the same shape");
+  need(kOp, "positions", positions);
+  TESSEL_CHECK(positions.dtype() == DType::I32 || positions.dtype() == DType::I64,
+               "rope: positions must be i32 or i64, got ", dtype_name(positions.dtype()));
+  TESSEL_CHECK(positions.shape() == Shape({b, t}), "rope: positions has shape ", positions.shape(),
+               ", expected [", b, ", ", t, "] (the [B, T] of x ", x.shape(), ")");
+  const int64_t rows = cos.size(0);
+  IndexView pos(positions);
+  for (int64_t i = 0; i < b * t; ++i) {
+    int64_t p = pos[i];
+    TESSEL_CHECK(p >= 0 && p < rows, "rope: position ", p, " at [", i / t, ", ", i % t,
+                 "] is out of range [0, ", rows, ") (the cos / sin tables have ", rows, " rows)");
+  }
+  return {b * t, x.size(2), d, rows};
+}
+
 }  // namespace tessel::kernels

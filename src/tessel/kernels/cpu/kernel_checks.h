@@ -80,4 +80,13 @@ void validate_adamw(const Backend& backend, const Tensor& param, const Tensor& g
                     const Tensor& m, const Tensor& v, const AdamWParams& params);
 void validate_dropout(const Backend& backend, const Tensor& x, const Tensor& y, double p);
 
+// x [B, T, H, D] as tokens = B * T rows of H heads of D (even) elements, over tables of P rows.
+struct RopeShape {
+  int64_t tokens = 0, heads = 0, dim = 0, table_rows = 0;
+};
+// x and out [B, T, H, D] with D even, cos and sin [P, D/2] in the stat dtype, positions i32 / i64
+// [B, T], every position in [0, P) (the first outside is named with its [b, t]).
+RopeShape validate_rope(const Backend& backend, const Tensor& x, const Tensor& cos,
+                        const Tensor& sin, const Tensor& positions, const Tensor& out);
+
 }  // namespace tessel::kernels

@@ -4,6 +4,7 @@
 // and weight-gradient products of each layer shape are told apart.
 #include "tessel/kernels/cpu/profiled_backend.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -127,12 +128,26 @@ class ProfiledBackend final : public Backend {
     profile::Scope s("dropout");
     inner_.dropout(x, y, p, seed, offset);
   }
+  void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& positions,
+            bool inverse, Tensor& out) override {
+    profile::Scope s(inverse ? "rope_backward" : "rope");
+    inner_.rope(x, cos, sin, positions, inverse, out);
+  }
 
  private:
-  // Two products of q_len x kv_len x head_dim per head; a causal mask halves the pairs.
+  // Two products of head_dim per visible (query, key) pair and head: all q_len x kv_len pairs,
+  // or with a causal mask (and sliding window) the keys each query position sees.
   static double attention_flops(const AttentionDesc& d) {
     double pairs = double(d.q_len) * double(d.kv_len);
-    if (d.causal && d.q_len == d.kv_len) pairs = double(d.q_len) * double(d.q_len + 1) / 2.0;
+    if (d.causal) {
+      pairs = 0;
+      for (int64_t i = 0; i < d.q_len; ++i) {
+        int64_t p = i + d.kv_len - d.q_len;  // the query's absolute position
+        int64_t hi = std::min(p + 1, d.kv_len);
+        int64_t lo = d.window > 0 ? std::max<int64_t>(p - d.window + 1, 0) : 0;
+        pairs += double(std::max<int64_t>(hi - lo, 0));
+      }
+    }
     return 4.0 * double(d.batch) * double(d.heads) * pairs * double(d.head_dim);
   }
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Reference attention: the naive formulation in double. Each (batch, head) materialises its full
-// score matrix, applies the causal and padding masks, takes a softmax and a weighted sum; the
-// backward pass recomputes the probabilities and applies the textbook softmax gradient
-// dS = P * (dP - rowsum(P * dP)). It ignores the saved out / lse on purpose, so that it checks
-// them.
+// score matrix, applies the causal (and sliding-window) and padding masks, takes a softmax and a
+// weighted sum; the backward pass recomputes the probabilities and applies the textbook softmax
+// gradient dS = P * (dP - rowsum(P * dP)). It ignores the saved out / lse on purpose, so that it
+// checks them.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -37,7 +37,10 @@ void probabilities(const AttentionDesc& d, const HeadView& q, const HeadView& k,
     double* s = &p[size_t(i * tk)];
     double max = kNegInf;
     for (int64_t j = 0; j < tk; ++j) {
-      bool visible = (!d.causal || j <= i + tk - tq) && (mask == nullptr || mask[b * tk + j] != 0);
+      // Query i sits at absolute position p = i + Tk - Tq; a window keeps p - window < j <= p.
+      int64_t p_abs = i + tk - tq;
+      bool in_window = !d.causal || (j <= p_abs && (d.window == 0 || j > p_abs - d.window));
+      bool visible = in_window && (mask == nullptr || mask[b * tk + j] != 0);
       if (!visible) {
         s[j] = kNegInf;
         continue;

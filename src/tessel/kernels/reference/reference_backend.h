@@ -45,6 +45,8 @@ class ReferenceBackend final : public Backend {
   void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
              const AdamWParams& params) override;
   void dropout(const Tensor& x, Tensor& y, double p, uint64_t seed, uint64_t offset) override;
+  void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& positions,
+            bool inverse, Tensor& out) override;
 };
 
 Backend& reference_backend();
