@@ -5,7 +5,7 @@
 #include <set>
 
 #include "tessel/io/token_dataset.h"
-#include "token_dataset_test_util.h"
+#include "common/token_dataset_test_util.h"
 
 namespace tessel::io {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "tessel/io/token_shards.h"
-#include "token_dataset_test_util.h"
+#include "common/token_dataset_test_util.h"
 
 namespace tessel::io {
 namespace {

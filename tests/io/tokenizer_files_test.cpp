@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizer_test_util.h"
+#include "common/tokenizer_test_util.h"
 
 namespace tessel::io {
 namespace {

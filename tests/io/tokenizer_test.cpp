@@ -13,7 +13,7 @@
 #include "tessel/io/bpe.h"
 #include "tessel/io/byte_level.h"
 #include "tessel/io/pretokenize.h"
-#include "tokenizer_test_util.h"
+#include "common/tokenizer_test_util.h"
 
 namespace tessel::io {
 namespace {

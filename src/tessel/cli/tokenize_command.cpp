@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// `tessel tokenize`: text -> ids (a JSON array on one line) with a model directory's tokenizer,
-// or ids -> text with --decode.
+// `tessel tokenize`: text -> ids (a JSON array on one line) with a model directory's tokenizer
+// (tokenizer.json, a SentencePiece tokenizer.model, or GPT-2's vocabulary files, as
+// io::Tokenizer::load chooses), or ids -> text with --decode.
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -23,9 +24,10 @@ void run_tokenize(const TokenizeArgs& args, const CLI::App& cmd) {
   TESSEL_CHECK(given == 1, "tokenize: give exactly one of --text, --file or --decode (got ", given,
                ")");
   TESSEL_CHECK(std::filesystem::exists(args.model), "tokenize: ", args.model, " not found");
-  TESSEL_CHECK(!std::filesystem::is_directory(args.model) || has_tokenizer_files(args.model),
+  TESSEL_CHECK(!std::filesystem::is_directory(args.model) || io::Tokenizer::files_in(args.model),
                "tokenize: no tokenizer in ", args.model,
-               " (expected tokenizer.json, vocab.json + merges.txt, or encoder.json + vocab.bpe)");
+               " (expected tokenizer.json, tokenizer.model, vocab.json + merges.txt, or "
+               "encoder.json + vocab.bpe)");
   const io::Tokenizer tokenizer = io::Tokenizer::load(args.model);
   if (cmd.count("--decode")) {
     std::vector<int32_t> ids;
@@ -49,7 +51,7 @@ void add_tokenize_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "tokenize", "Print the token ids of a text as a JSON array, or the text of ids (--decode)");
   cmd->add_option("-m,--model", args->model,
-                  "Model directory with tokenizer files (or a tokenizer.json)")
+                  "Model directory with tokenizer files (or a tokenizer.json or .model file)")
       ->required();
   cmd->add_option("--text", args->text, "Text to encode");
   cmd->add_option("--file", args->file, "File whose whole content is encoded");

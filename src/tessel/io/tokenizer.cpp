@@ -12,16 +12,12 @@
 #include "tessel/io/bpe.h"
 #include "tessel/io/byte_level.h"
 #include "tessel/io/pretokenize.h"
+#include "tessel/io/tokenizer_model.h"
 
 namespace tessel::io {
 namespace {
 
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-template <typename V>
-using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+using detail::StringMap;
 
 // Pieces longer than this are not cached: they are rare, and would crowd out the common ones.
 constexpr size_t kMaxCachedPiece = 128;
@@ -72,6 +68,9 @@ struct Tokenizer::Impl {
   std::unique_ptr<Pretokenizer> pretokenizer;   // null: each segment is one piece
   bool add_prefix_space = false;
   bool ignore_merges = false;
+  // Set for every algorithm but byte-level BPE; it then encodes and decodes (the byte-level
+  // fields above stay empty).
+  std::shared_ptr<const detail::TokenModel> model;
 
   mutable std::mutex cache_mutex;
   mutable StringMap<std::pair<uint32_t, uint32_t>> cache;  // piece -> (offset, count) in arena
@@ -79,8 +78,9 @@ struct Tokenizer::Impl {
   size_t cache_capacity = size_t{1} << 16;
 
   void build(TokenizerConfig& config);
+  void index_added();
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
-  void encode_ordinary(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_ordinary(std::string_view text, std::vector<int32_t>& out, bool at_start) const;
 };
 
 void Tokenizer::Impl::build(TokenizerConfig& config) {
@@ -153,14 +153,8 @@ void Tokenizer::Impl::build(TokenizerConfig& config) {
                    "' is listed twice (ids ", u.id, " and ", t.id, ")");
     }
     added.push_back(t);
-    added_first_byte[uint8_t(t.content[0])] = true;
-    if (!t.special) ordinary_first_byte[uint8_t(t.content[0])] = true;
   }
-  added_by_length.resize(added.size());
-  for (size_t i = 0; i < added.size(); ++i) added_by_length[i] = i;
-  std::stable_sort(added_by_length.begin(), added_by_length.end(), [&](size_t x, size_t y) {
-    return added[x].content.size() > added[y].content.size();
-  });
+  index_added();
 
   if (config.pattern) {
     try {
@@ -171,6 +165,18 @@ void Tokenizer::Impl::build(TokenizerConfig& config) {
   }
   add_prefix_space = config.add_prefix_space;
   ignore_merges = config.ignore_merges;
+}
+
+void Tokenizer::Impl::index_added() {
+  for (const AddedToken& t : added) {
+    added_first_byte[uint8_t(t.content[0])] = true;
+    if (!t.special) ordinary_first_byte[uint8_t(t.content[0])] = true;
+  }
+  added_by_length.resize(added.size());
+  for (size_t i = 0; i < added.size(); ++i) added_by_length[i] = i;
+  std::stable_sort(added_by_length.begin(), added_by_length.end(), [&](size_t x, size_t y) {
+    return added[x].content.size() > added[y].content.size();
+  });
 }
 
 void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
@@ -209,8 +215,13 @@ void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>&
   }
 }
 
-void Tokenizer::Impl::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
+void Tokenizer::Impl::encode_ordinary(std::string_view text, std::vector<int32_t>& out,
+                                      bool at_start) const {
   if (text.empty()) return;
+  if (model) {
+    model->encode(text, at_start, out);
+    return;
+  }
   std::string prefixed;
   if (add_prefix_space && text[0] != ' ') {
     prefixed = " " + std::string(text);
@@ -225,6 +236,37 @@ void Tokenizer::Impl::encode_ordinary(std::string_view text, std::vector<int32_t
 
 Tokenizer::Tokenizer(TokenizerConfig config) : impl_(std::make_shared<Impl>()) {
   impl_->build(config);
+}
+
+Tokenizer Tokenizer::from_model(std::string source, std::vector<std::string> spelling,
+                                std::vector<AddedToken> added,
+                                std::shared_ptr<const detail::TokenModel> model,
+                                TokenizerSettings settings) {
+  Tokenizer tok;
+  tok.impl_ = std::make_shared<Impl>();
+  Impl& m = *tok.impl_;
+  const std::string where = "tokenizer: " + source + ": ";
+  m.source = std::move(source);
+  m.spelling = std::move(spelling);
+  m.model = std::move(model);
+  TESSEL_CHECK(!m.spelling.empty(), where, "the vocabulary is empty");
+  m.spelling_to_id.reserve(m.spelling.size());
+  for (size_t id = 0; id < m.spelling.size(); ++id) m.spelling_to_id.emplace(m.spelling[id], id);
+  for (const AddedToken& t : added) {
+    TESSEL_CHECK(!t.content.empty(), where, "added token with id ", t.id, " has empty content");
+    TESSEL_CHECK(t.id >= 0 && size_t(t.id) < m.spelling.size(), where, "added token '", t.content,
+                 "' has id ", t.id, ", out of range [0, ", m.spelling.size(), ")");
+    TESSEL_CHECK(m.spelling[t.id] == t.content, where, "added token '", t.content, "' has id ",
+                 t.id, ", which the vocabulary gives to '", m.spelling[t.id], "'");
+    for (const AddedToken& u : m.added) {
+      TESSEL_CHECK(u.content != t.content, where, "added token '", t.content,
+                   "' is listed twice (ids ", u.id, " and ", t.id, ")");
+    }
+    m.added.push_back(t);
+  }
+  m.index_added();
+  tok.settings_ = std::make_shared<const TokenizerSettings>(std::move(settings));
+  return tok;
 }
 
 void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out,
@@ -249,12 +291,12 @@ void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out,
     const size_t begin = hit->lstrip ? white_space_before(text, pos, segment) : pos;
     size_t end = pos + hit->content.size();
     if (hit->rstrip) end = white_space_after(text, end);
-    m.encode_ordinary(text.substr(segment, begin - segment), out);
+    m.encode_ordinary(text.substr(segment, begin - segment), out, segment == 0);
     out.push_back(hit->id);
     segment = end;
     pos = end - 1;
   }
-  m.encode_ordinary(text.substr(segment), out);
+  m.encode_ordinary(text.substr(segment), out, segment == 0);
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special) const {
@@ -264,7 +306,25 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special
   return ids;
 }
 
+namespace {
+
+std::string decode_with(const detail::TokenModel& model, std::span<const int32_t> ids, size_t vocab,
+                        bool raw) {
+  std::string out;
+  const auto stream = model.decoder(raw);
+  for (int32_t id : ids) {
+    TESSEL_CHECK(id >= 0 && size_t(id) < vocab, "tokenizer decode: id ", id,
+                 " is out of range [0, ", vocab, ")");
+    stream->push(id, out);
+  }
+  stream->finish(out);
+  return out;
+}
+
+}  // namespace
+
 std::string Tokenizer::decode_bytes(std::span<const int32_t> ids) const {
+  if (impl_->model) return decode_with(*impl_->model, ids, impl_->spelling.size(), true);
   std::string out;
   for (int32_t id : ids) {
     TESSEL_CHECK(id >= 0 && size_t(id) < impl_->bytes.size(), "tokenizer decode: id ", id,
@@ -275,7 +335,41 @@ std::string Tokenizer::decode_bytes(std::span<const int32_t> ids) const {
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+  if (impl_->model) return decode_with(*impl_->model, ids, impl_->spelling.size(), false);
   return repair_utf8(decode_bytes(ids));
+}
+
+const detail::TokenModel* Tokenizer::impl_model() const {
+  return impl_->model.get();
+}
+
+std::vector<int32_t> Tokenizer::encode_with_special_tokens(std::string_view text,
+                                                           bool allow_special) const {
+  std::vector<int32_t> ids;
+  if (settings_->add_bos_token) {
+    const auto bos = bos_token_id();
+    TESSEL_CHECK(bos, "tokenizer: add_bos_token is set but the tokenizer has no bos_token");
+    ids.push_back(*bos);
+  }
+  encode_append(text, ids, allow_special);
+  if (settings_->add_eos_token) {
+    const auto eos = eos_token_id();
+    TESSEL_CHECK(eos, "tokenizer: add_eos_token is set but the tokenizer has no eos_token");
+    ids.push_back(*eos);
+  }
+  return ids;
+}
+
+std::optional<int32_t> Tokenizer::bos_token_id() const {
+  return settings_->bos_token ? token_id(*settings_->bos_token) : std::nullopt;
+}
+
+std::optional<int32_t> Tokenizer::eos_token_id() const {
+  return settings_->eos_token ? token_id(*settings_->eos_token) : std::nullopt;
+}
+
+std::optional<int32_t> Tokenizer::pad_token_id() const {
+  return settings_->pad_token ? token_id(*settings_->pad_token) : std::nullopt;
 }
 
 int64_t Tokenizer::vocab_size() const {

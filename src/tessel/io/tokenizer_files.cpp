@@ -10,11 +10,10 @@
 #include "tessel/core/error.h"
 #include "tessel/io/pretokenize.h"
 #include "tessel/io/tokenizer.h"
+#include "tessel/io/tokenizer_json.h"
 
 namespace tessel::io {
-namespace {
-
-using nlohmann::json;
+namespace detail {
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -94,7 +93,7 @@ std::string type_of(const json& object, const std::string& where) {
 
 // The pre_tokenizer section: ByteLevel (GPT-2), or Sequence[Split(regex), ByteLevel without its
 // own regex] (Llama 3).
-void read_pre_tokenizer(const json& pre, const std::string& where, TokenizerConfig& config) {
+static void read_pre_tokenizer(const json& pre, const std::string& where, TokenizerConfig& config) {
   const std::string type = type_of(pre, where);
   if (type == "ByteLevel") {
     config.add_prefix_space = flag(pre, "add_prefix_space", false, where);
@@ -130,7 +129,7 @@ void read_pre_tokenizer(const json& pre, const std::string& where, TokenizerConf
   config.add_prefix_space = flag((*list)[1], "add_prefix_space", false, byte_where);
 }
 
-void read_model(const json& model, const std::string& where, TokenizerConfig& config) {
+static void read_model(const json& model, const std::string& where, TokenizerConfig& config) {
   TESSEL_CHECK(model.is_object(), where, " must be an object");
   if (const json* type = member(model, "type")) {
     TESSEL_CHECK(*type == "BPE", where, ".type ", type->dump(), " is not supported (expected BPE)");
@@ -173,7 +172,7 @@ void read_model(const json& model, const std::string& where, TokenizerConfig& co
   };
 }
 
-void read_added_tokens(const json& list, const std::string& where, TokenizerConfig& config) {
+void read_added_tokens(const json& list, const std::string& where, std::vector<AddedToken>& out) {
   TESSEL_CHECK(list.is_array(), where, " must be an array");
   for (size_t i = 0; i < list.size(); ++i) {
     const json& t = list[i];
@@ -188,13 +187,14 @@ void read_added_tokens(const json& list, const std::string& where, TokenizerConf
     const int64_t value = id->get<int64_t>();
     TESSEL_CHECK(value >= 0 && value < INT32_MAX, entry, " ('", content->get<std::string>(),
                  "'): id ", value, " is out of range");
-    config.added_tokens.push_back(
-        {int32_t(value), content->get<std::string>(), flag(t, "special", false, entry),
-         flag(t, "lstrip", false, entry), flag(t, "rstrip", false, entry)});
+    out.push_back({int32_t(value), content->get<std::string>(), flag(t, "special", false, entry),
+                   flag(t, "lstrip", false, entry), flag(t, "rstrip", false, entry)});
   }
 }
 
-}  // namespace
+}  // namespace detail
+
+using namespace detail;
 
 Tokenizer Tokenizer::from_vocab_merges(const std::string& vocab_path,
                                        const std::string& merges_path,
@@ -248,51 +248,118 @@ Tokenizer Tokenizer::from_tokenizer_json(const std::string& path) {
   const json root = parse_json(read_text(path), path);
   const std::string where = "tokenizer: " + path + ": ";
   TESSEL_CHECK(root.is_object(), where, "expected a JSON object at the top level");
-  TokenizerConfig config;
-  config.source = path;
   const json* model = member(root, "model");
   TESSEL_CHECK(model, where, "has no \"model\"");
+  TESSEL_CHECK(model->is_object(), where, "model must be an object");
+  const json* type = member(*model, "type");
+  const std::string kind = type && type->is_string() ? type->get<std::string>() : "BPE";
+  TESSEL_CHECK(kind == "BPE" || kind == "Unigram", where, "model.type ",
+               type ? type->dump() : "null", " is not supported (supported: BPE, Unigram)");
+  // BPE without a byte-level pre-tokenizer is the SentencePiece layout (Llama 2, Mistral).
+  const json* pre = member(root, "pre_tokenizer");
+  const bool sentencepiece =
+      kind == "Unigram" || !pre || (pre->is_object() && pre->value("type", "") == "Metaspace");
+  if (sentencepiece) {
+    SentencePieceJson sp = read_sentencepiece_json(root, path);
+    return from_model(path, std::move(sp.spelling), std::move(sp.added), std::move(sp.model),
+                      std::move(sp.settings));
+  }
+
+  TokenizerConfig config;
+  config.source = path;
   read_model(*model, where + "model", config);
   if (const json* normalizer = member(root, "normalizer")) {
     TESSEL_FAIL(where, "normalizer ", normalizer->dump(), " is not supported");
   }
-  const json* pre = member(root, "pre_tokenizer");
-  TESSEL_CHECK(pre, where, "has no pre_tokenizer; a byte-level BPE needs ByteLevel");
   read_pre_tokenizer(*pre, where + "pre_tokenizer", config);
   if (const json* decoder = member(root, "decoder")) {
-    const std::string type = type_of(*decoder, where + "decoder");
-    TESSEL_CHECK(type == "ByteLevel", where, "decoder '", type,
+    const std::string dtype = type_of(*decoder, where + "decoder");
+    TESSEL_CHECK(dtype == "ByteLevel", where, "decoder '", dtype,
                  "' is not supported (expected ByteLevel)");
   }
-  if (const json* post = member(root, "post_processor")) {
-    // Template tokens (e.g. a BOS) are the caller's to add, as with add_special_tokens=False.
-    const std::string type = type_of(*post, where + "post_processor");
-    TESSEL_CHECK(type == "ByteLevel" || type == "TemplateProcessing", where, "post_processor '",
-                 type, "' is not supported");
-  }
+  TokenizerSettings settings;
+  // Template tokens (e.g. a BOS) are added by encode_with_special_tokens, not by encode.
+  settings_from_post_processor(member(root, "post_processor"), where + "post_processor", settings);
   if (const json* added = member(root, "added_tokens")) {
-    read_added_tokens(*added, where + "added_tokens", config);
+    read_added_tokens(*added, where + "added_tokens", config.added_tokens);
   }
-  return Tokenizer(std::move(config));
+  Tokenizer tok(std::move(config));
+  tok.settings_ = std::make_shared<const TokenizerSettings>(std::move(settings));
+  return tok;
 }
+
+std::optional<std::string> Tokenizer::files_in(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir(path);
+  auto has = [&](const char* name) { return fs::is_regular_file(dir / name, ec); };
+  if (has("tokenizer.json")) return "tokenizer.json";
+  if (has("tokenizer.model")) return "tokenizer.model";
+  if (has("vocab.json") && has("merges.txt")) return "vocab.json + merges.txt";
+  if (has("encoder.json") && has("vocab.bpe")) return "encoder.json + vocab.bpe";
+  return std::nullopt;
+}
+
+Tokenizer Tokenizer::with_config(const std::string& tokenizer_config_path) const {
+  TokenizerSettings settings = *settings_;
+  read_tokenizer_config(tokenizer_config_path, settings);
+  for (const auto* name :
+       {&settings.bos_token, &settings.eos_token, &settings.pad_token, &settings.unk_token}) {
+    TESSEL_CHECK(!*name || token_id(**name), "tokenizer: ", tokenizer_config_path, ": token '",
+                 **name, "' is not in the vocabulary");
+  }
+  Tokenizer tok = *this;
+  tok.settings_ = std::make_shared<const TokenizerSettings>(std::move(settings));
+  return tok;
+}
+
+namespace {
+
+// A SentencePiece model file starts with field 1 (pieces), wire type 2: byte 0x0A; a JSON file
+// with '{' after white space.
+bool looks_like_sentencepiece(const std::string& path) {
+  if (path.ends_with(".model")) return true;
+  std::ifstream in(path, std::ios::binary);
+  char first = 0, c = 0;
+  if (!in.get(first)) return false;
+  for (c = first; c == ' ' || c == '\n' || c == '\r' || c == '\t';) {
+    if (!in.get(c)) return false;
+  }
+  return first == 0x0A && c != '{';
+}
+
+}  // namespace
 
 Tokenizer Tokenizer::load(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (fs::is_regular_file(path, ec)) return from_tokenizer_json(path);
-  TESSEL_CHECK(fs::is_directory(path, ec), "tokenizer: ", path,
-               " is neither a file nor a directory");
-  const fs::path dir(path);
-  auto has = [&](const char* name) { return fs::is_regular_file(dir / name, ec); };
-  if (has("tokenizer.json")) return from_tokenizer_json((dir / "tokenizer.json").string());
-  if (has("vocab.json") && has("merges.txt")) {
-    return from_vocab_merges((dir / "vocab.json").string(), (dir / "merges.txt").string());
+  const fs::path p(path);
+  Tokenizer tok;
+  fs::path dir;
+  if (fs::is_regular_file(p, ec)) {
+    tok = looks_like_sentencepiece(path) ? from_sentencepiece(path) : from_tokenizer_json(path);
+    dir = p.parent_path();
+  } else {
+    TESSEL_CHECK(fs::is_directory(p, ec), "tokenizer: ", path,
+                 " is neither a file nor a directory");
+    dir = p;
+    const auto files = files_in(path);
+    TESSEL_CHECK(files, "tokenizer: ", path,
+                 " has no tokenizer.json, vocab.json + merges.txt, or encoder.json + vocab.bpe "
+                 "(nor a SentencePiece tokenizer.model)");
+    if (*files == "tokenizer.json") {
+      tok = from_tokenizer_json((dir / "tokenizer.json").string());
+    } else if (*files == "tokenizer.model") {
+      tok = from_sentencepiece((dir / "tokenizer.model").string());
+    } else if (*files == "vocab.json + merges.txt") {
+      tok = from_vocab_merges((dir / "vocab.json").string(), (dir / "merges.txt").string());
+    } else {
+      tok = from_vocab_merges((dir / "encoder.json").string(), (dir / "vocab.bpe").string());
+    }
   }
-  if (has("encoder.json") && has("vocab.bpe")) {
-    return from_vocab_merges((dir / "encoder.json").string(), (dir / "vocab.bpe").string());
-  }
-  TESSEL_FAIL("tokenizer: ", path,
-              " has no tokenizer.json, vocab.json + merges.txt, or encoder.json + vocab.bpe");
+  const fs::path config = (dir.empty() ? fs::path(".") : dir) / "tokenizer_config.json";
+  if (fs::is_regular_file(config, ec)) return tok.with_config(config.string());
+  return tok;
 }
 
 }  // namespace tessel::io

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "../safetensors_mutate.h"
+#include "io/safetensors_mutate.h"
 #include "tessel/io/safetensors.h"
 
 int main() {

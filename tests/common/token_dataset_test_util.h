@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Helpers shared by the token dataset tests: a small byte-level tokenizer written as vocab.json +
-// merges.txt (with <|endoftext|>), temp directories, and file patching.
+// Helpers shared by the token dataset tests (tests/io) and the `tessel train` tests (tests/cli): a
+// small byte-level tokenizer written as vocab.json + merges.txt (with <|endoftext|>), temp
+// directories, and file patching.
 #pragma once
 
 #include <gtest/gtest.h>
