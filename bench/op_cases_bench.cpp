@@ -6,7 +6,7 @@
 //   build/bench/op_cases_bench --benchmark_filter='layer_norm|gelu|softmax'
 #include <benchmark/benchmark.h>
 
-#include "op_harness.h"
+#include "kernels/op_harness.h"
 #include "tessel/core/threads.h"
 #include "tessel/kernels/kernel_set.h"
 

@@ -7,7 +7,7 @@
 #include <numbers>
 #include <vector>
 
-#include "../common/tolerance.h"
+#include "common/tolerance.h"
 #include "tessel/autograd/autograd.h"
 #include "tessel/ops/ops.h"
 

@@ -5,7 +5,7 @@
 
 #include <mutex>
 
-#include "common/collective_checks.h"
+#include "dist/common/collective_checks.h"
 #include "tessel/dist/reduce.h"
 #include "tessel/dist/threads/thread_world.h"
 

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "../common/tolerance.h"
+#include "common/tolerance.h"
 #include "tessel/autograd/autograd.h"
 #include "tessel/nn/nn.h"
 #include "tessel/ops/ops.h"

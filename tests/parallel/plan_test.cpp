@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "../common/tolerance.h"
+#include "common/tolerance.h"
 #include "parallel_test_util.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/dist/record.h"

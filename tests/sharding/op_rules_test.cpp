@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "../common/tolerance.h"
+#include "common/tolerance.h"
 #include "sharding_test_util.h"
 #include "tessel/ops/ops.h"
 #include "tessel/sharding/dist_tensor.h"

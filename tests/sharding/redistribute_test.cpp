@@ -10,7 +10,7 @@
 #include <mutex>
 #include <numeric>
 
-#include "../common/tolerance.h"
+#include "common/tolerance.h"
 #include "sharding_test_util.h"
 #include "tessel/core/error.h"
 

@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "../common/tolerance.h"
+#include "common/tolerance.h"
 #include "sharding_test_util.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/ops/elementwise.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "../dist/common/thread_checks.h"
+#include "common/thread_checks.h"
 #include "tessel/core/rng.h"
 #include "tessel/dist/threads/thread_world.h"
 #include "tessel/tensor/tensor.h"

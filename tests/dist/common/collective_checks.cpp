@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Inputs are small integers (exact in every dtype and in every partial sum), so sums and maxima
 // must match exactly; averages are compared with one rounding of the dtype as tolerance.
-#include "common/collective_checks.h"
+#include "collective_checks.h"
 
 #include <algorithm>
 #include <cmath>

@@ -4,7 +4,7 @@
 // sub-communicators of a 2x2x2 mesh. Every rank prints what differed; all ranks agree on the exit
 // code, so one failing rank fails the job.
 
-#include "common/collective_checks.h"
+#include "dist/common/collective_checks.h"
 #include "tessel/dist/world.h"
 
 using namespace tessel;

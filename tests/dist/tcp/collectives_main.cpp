@@ -7,7 +7,7 @@
 // fails the job.
 #include <cstring>
 
-#include "common/collective_checks.h"
+#include "dist/common/collective_checks.h"
 #include "tessel/core/rng.h"
 #include "tessel/dist/reduce.h"
 #include "tessel/dist/world.h"
