@@ -16,10 +16,9 @@
 #include <vector>
 
 #include "tessel/autograd/autograd.h"
-#include "tessel/models/gpt2.h"
+#include "tessel/models/gpt2/gpt2.h"
 #include "tessel/tensor/allocator.h"
 #include "tessel/train/metrics.h"
-#include "tessel/train/recompute_flops.h"
 
 namespace {
 
@@ -113,7 +112,7 @@ int main(int argc, char** argv) {
           const Measured m = step(*model, ids, targets);  // gradients already allocated
           if (s == 0 || m.ms < best.ms) best = m;
         }
-        const double extra = train::recompute_flops_per_token(config, mode, seq);
+        const double extra = config.recompute_flops_per_token(mode, seq);
         std::printf(
             "{\"mode\": \"%s\", \"batch\": %lld, \"seq\": %lld, \"layers\": %lld, "
             "\"saved_mib\": %.1f, \"peak_mib\": %.1f, \"step_peak_mib\": %.1f, "

@@ -17,7 +17,7 @@
 
 #include "cli_run.h"
 #include "tessel/autograd/grad_mode.h"
-#include "tessel/models/gpt2_checkpoint.h"
+#include "tessel/models/gpt2/gpt2_checkpoint.h"
 
 namespace {
 
@@ -234,7 +234,7 @@ TEST(GenerateCommand, BadInvocationsFailBeforeAnyWork) {
   const std::string g = "generate -m " + model.string();
   expect_one_error_line(tessel(g + " --prompt-ids 1,2,3 -n 31", d),
                         "prompt of 3 tokens + -n 31 = 34 tokens exceeds the context length "
-                        "n_positions = 33");
+                        "max_positions = 33");
   expect_one_error_line(tessel(g + " -p 'Hello' --prompt-ids 1", d), "exactly one of");
   expect_one_error_line(tessel(g + " -n 3", d), "exactly one of");
   expect_one_error_line(tessel(g + " --prompt-ids 1,,2", d), "'' is not a token id");
@@ -321,7 +321,7 @@ TEST(EvalCommand, MatchesPerWindowCrossEntropy) {
       "absent.txt");
   expect_one_error_line(
       tessel("eval -m " + model.string() + " -c 34 --text " + (d / "text.txt").string(), d),
-      "--context 34 exceeds n_positions = 33");
+      "--context 34 exceeds max_positions = 33");
   expect_one_error_line(
       tessel("eval -m " + model.string() + " -c -3 --text " + (d / "text.txt").string(), d),
       "--context must be >= 0 (0: the model's n_positions), got -3");

@@ -123,7 +123,7 @@ TEST(TrainCommand, BadConfigurationsFailWithOneLine) {
   };
   for (const Case& c :
        {Case{" --set optim.lrr=1", "optim.lrr"}, Case{" --set optim.lr=-1", "optim.lr"},
-        Case{" --set train.seq_len=64", "n_positions = 32"},
+        Case{" --set train.seq_len=64", "max_positions = 32"},
         Case{" --set train.micro_batch=100000", "train.micro_batch = 100000"},
         Case{" --set data.dir=/nonexistent", "/nonexistent"},
         Case{" --dp 2", "--dp 2 x --tp 1 x --pp 1 = 2 ranks, but the job has 1"},

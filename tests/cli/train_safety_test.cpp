@@ -185,9 +185,9 @@ TEST(TrainSafety, ResumeArgumentsAreCheckedAgainstTheCheckpoint) {
   expect_one_error_line(
       run_tessel("train --resume " + run.string() + " --set train.steps=8 --set model.config=124M",
                  s.dir),
-      "train: model.config = '124M' describes a model of 12 layers x 768 wide, 12 heads, "
-      "n_positions 1024, vocab_size 50257, but the checkpoint " +
-          ckpt + " holds one of 2 layers x 24 wide");
+      "train: model.config = '124M' describes a model of GPT-2 12 layers x 768 wide, 12 heads, "
+      "max_positions 1024, vocab_size 50257, but the checkpoint " +
+          ckpt + " holds one of GPT-2 2 layers x 24 wide");
   EXPECT_EQ(slurp(run / "latest"), "step_000006\n");  // nothing written by the refused runs
 }
 
@@ -215,16 +215,19 @@ TEST(TrainSafety, PresetNamesAreThePresetsAndAPathMeansADirectory) {
                             "./small"),
             std::string::npos)
       << preset.err;
-  EXPECT_NE(preset.err.find("train.seq_len = 2000 does not fit the model's context: n_positions "
+  EXPECT_NE(preset.err.find("train.seq_len = 2000 does not fit the model's context: max_positions "
                             "= 1024"),
             std::string::npos)
       << preset.err;
   const Outcome path = run_with(" --set model.config=./small");
-  EXPECT_NE(path.err.find("n_positions = 32"), std::string::npos) << path.err;
+  EXPECT_NE(path.err.find("max_positions = 32"), std::string::npos) << path.err;
   const Outcome unknown = run_with(" --set model.config=smal");
-  EXPECT_NE(unknown.err.find("model.config = 'smal' is neither a preset (tiny, small, 124M, "
-                             "medium, 355M, large, 774M, xl, 1558M) nor an existing config.json "
-                             "file or model directory"),
+  EXPECT_NE(unknown.err.find("model.config = 'smal' is neither a preset (gpt2:tiny, gpt2:small, "
+                             "gpt2:124M, gpt2:medium, gpt2:355M, gpt2:large, gpt2:774M, gpt2:xl, "
+                             "gpt2:1558M"),
+            std::string::npos)
+      << unknown.err;
+  EXPECT_NE(unknown.err.find(") nor an existing config.json file or model directory"),
             std::string::npos)
       << unknown.err;
 }

@@ -19,8 +19,8 @@
 
 #include "cli_run.h"
 #include "tessel/io/tokenizer.h"
-#include "tessel/models/gpt2_config.h"
-#include "token_dataset_test_util.h"
+#include "tessel/models/gpt2/gpt2_config.h"
+#include "common/token_dataset_test_util.h"
 
 extern char** environ;
 

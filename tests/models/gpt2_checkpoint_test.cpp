@@ -2,7 +2,7 @@
 // GPT-2 in the Hugging Face layout: save -> load is bit-exact (single file, shards, with and
 // without the `transformer.` prefix, tied and untied heads), Conv1D weights are stored [in, out],
 // mask buffers are skipped, and every malformed checkpoint gives one error naming the tensors.
-#include "tessel/models/gpt2_checkpoint.h"
+#include "tessel/models/gpt2/gpt2_checkpoint.h"
 
 #include <gtest/gtest.h>
 

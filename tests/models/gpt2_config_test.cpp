@@ -7,7 +7,7 @@
 #include <cmath>
 #include <string>
 
-#include "tessel/models/gpt2.h"
+#include "tessel/models/gpt2/gpt2.h"
 
 namespace tessel::models {
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "tessel/autograd/autograd.h"
-#include "tessel/models/gpt2.h"
+#include "tessel/models/gpt2/gpt2.h"
 #include "tessel/tensor/allocator.h"
 
 namespace tessel::models {

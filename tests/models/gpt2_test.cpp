@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The GPT-2 forward pass: shapes, the tied head, loss against a hand-computed cross-entropy,
 // greedy decoding limits, bad inputs, and the TESSEL_DUMP_DIR activation dump.
-#include "tessel/models/gpt2.h"
+#include "tessel/models/gpt2/gpt2.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <string>
 
-#include "../common/tolerance.h"
+#include "common/tolerance.h"
 #include "tessel/autograd/autograd.h"
 #include "tessel/io/safetensors.h"
 

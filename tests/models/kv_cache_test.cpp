@@ -10,10 +10,10 @@
 #include <cmath>
 #include <string>
 
-#include "../common/tolerance.h"
+#include "common/tolerance.h"
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/models/generation.h"
-#include "tessel/models/gpt2.h"
+#include "tessel/models/gpt2/gpt2.h"
 
 namespace tessel::models {
 namespace {

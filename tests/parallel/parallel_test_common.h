@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tessel/models/gpt2_config.h"
+#include "tessel/models/gpt2/gpt2_config.h"
 
 namespace tessel::parallel::test_util {
 
@@ -21,11 +21,13 @@ inline models::GPT2Config without_dropout(models::GPT2Config c) {
 
 inline models::GPT2Config small_gpt2(int64_t vocab, int64_t positions, int64_t embd, int64_t layers,
                                      int64_t heads) {
-  return without_dropout({.vocab_size = vocab,
-                          .n_positions = positions,
-                          .n_embd = embd,
-                          .n_layer = layers,
-                          .n_head = heads});
+  models::GPT2Config c;
+  c.vocab_size = vocab;
+  c.n_positions = positions;
+  c.n_embd = embd;
+  c.n_layer = layers;
+  c.n_head = heads;
+  return without_dropout(c);
 }
 
 // n token ids below `vocab`; another salt gives another stream.

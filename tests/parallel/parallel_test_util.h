@@ -15,11 +15,11 @@
 #include <utility>
 #include <vector>
 
-#include "../dist/common/thread_checks.h"
+#include "common/thread_checks.h"
 #include "parallel_test_common.h"
 #include "tessel/core/error.h"
 #include "tessel/dist/threads/thread_world.h"
-#include "tessel/models/gpt2.h"
+#include "tessel/models/gpt2/gpt2.h"
 #include "tessel/tensor/tensor.h"
 
 namespace tessel::parallel::test_util {

@@ -14,11 +14,11 @@
 #include <cstring>
 #include <memory>
 
-#include "../common/tolerance.h"
+#include "common/tolerance.h"
 #include "parallel_test_util.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/autograd/meta.h"
-#include "tessel/models/gpt2.h"
+#include "tessel/models/gpt2/gpt2.h"
 #include "tessel/parallel/zero_optimizer.h"
 #include "tessel/train/adamw.h"
 

@@ -12,10 +12,10 @@
 #include <memory>
 #include <mutex>
 
-#include "../common/tolerance.h"
+#include "common/tolerance.h"
 #include "parallel_test_util.h"
 #include "tessel/autograd/engine.h"
-#include "tessel/models/gpt2.h"
+#include "tessel/models/gpt2/gpt2.h"
 #include "tessel/nn/nn.h"
 #include "tessel/ops/ops.h"
 #include "tessel/parallel/zero_optimizer.h"

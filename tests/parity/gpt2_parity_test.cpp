@@ -13,10 +13,10 @@
 #include <map>
 #include <string>
 
-#include "../common/tolerance.h"
+#include "common/tolerance.h"
 #include "tessel/autograd/autograd.h"
 #include "tessel/io/safetensors.h"
-#include "tessel/models/gpt2_checkpoint.h"
+#include "tessel/models/gpt2/gpt2_checkpoint.h"
 #include "tessel/ops/ops.h"
 
 namespace tessel::models {

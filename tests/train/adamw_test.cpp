@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "../common/tolerance.h"
+#include "common/tolerance.h"
 #include "optim_reference.h"
 
 namespace tessel::train {

@@ -13,7 +13,7 @@
 #include <fstream>
 #include <random>
 
-#include "../dist/common/thread_checks.h"
+#include "common/thread_checks.h"
 #include "tessel/train/checkpoint.h"
 #include "tessel/train/checkpoint_placement.h"
 

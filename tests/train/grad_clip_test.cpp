@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "../common/tolerance.h"
+#include "common/tolerance.h"
 #include "optim_reference.h"
 #include "tessel/core/threads.h"
 

@@ -13,6 +13,7 @@
 
 #include "tessel/autograd/engine.h"
 #include "tessel/core/error.h"
+#include "tessel/models/gpt2/gpt2.h"
 
 namespace tessel::train {
 namespace {
@@ -39,7 +40,7 @@ io::TokenBatch batch_of(int64_t rows, int64_t t) {
   return {from_data(x, {rows, t}), from_data(y, {rows, t})};
 }
 
-TEST(Gpt2Stages, StagesInSequenceComputeTheModelsLossAndGradients) {
+TEST(ModelStages, StagesInSequenceComputeTheModelsLossAndGradients) {
   for (int64_t stages : {2, 5}) {
     SCOPED_TRACE("stages " + std::to_string(stages));
     Generator g1(3), g2(3);
@@ -49,10 +50,10 @@ TEST(Gpt2Stages, StagesInSequenceComputeTheModelsLossAndGradients) {
     const Tensor want = whole->loss(batch.x, batch.y);
     autograd::backward(want);
 
-    const auto costs = gpt2_layer_costs(*cut);
+    const auto costs = pipeline_layer_costs(*cut);
     ASSERT_EQ(costs.size(), 5u);  // embedding, h.0, h.1, h.2, head
     EXPECT_EQ(costs.front().cost, 0.0);
-    Gpt2Stages runner(*cut, pp::balance(costs, stages));
+    ModelStages runner(*cut, pp::balance(costs, stages));
     runner.set_batches({batch});
     // What the executor does on each stage: a received activation is a fresh leaf, and backward
     // runs stage by stage from the loss, handing each input gradient upstream.
@@ -92,11 +93,11 @@ TEST(Gpt2Stages, StagesInSequenceComputeTheModelsLossAndGradients) {
   }
 }
 
-TEST(Gpt2Stages, ParametersBelongToTheStageOfTheirLayer) {
+TEST(ModelStages, ParametersBelongToTheStageOfTheirLayer) {
   Generator g(1);
   auto model = models::GPT2::random(config_of(4), g);
   // embedding | h.0 h.1 | h.2 h.3 | head
-  Gpt2Stages runner(*model, pp::StagePartition{{0, 1, 3, 5}, 6});
+  ModelStages runner(*model, pp::StagePartition{{0, 1, 3, 5}, 6});
   EXPECT_EQ(runner.stage_of_parameter("wte.weight"), 0);
   EXPECT_EQ(runner.stage_of_parameter("wpe.weight"), 0);
   EXPECT_EQ(runner.stage_of_parameter("h.0.attn.c_attn.weight"), 1);
@@ -104,7 +105,7 @@ TEST(Gpt2Stages, ParametersBelongToTheStageOfTheirLayer) {
   EXPECT_EQ(runner.stage_of_parameter("h.3.ln_2.weight"), 2);
   EXPECT_EQ(runner.stage_of_parameter("ln_f.weight"), 3);
   EXPECT_THROW(runner.stage_of_parameter("encoder.weight"), Error);
-  EXPECT_THROW(Gpt2Stages(*model, pp::StagePartition{{0, 2}, 5}), Error);
+  EXPECT_THROW(ModelStages(*model, pp::StagePartition{{0, 2}, 5}), Error);
 }
 
 TEST(ScheduleFromSpec, ParsesTheThreeSchedulesAndRefusesOthers) {

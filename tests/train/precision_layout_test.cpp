@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "../dist/common/thread_checks.h"
+#include "common/thread_checks.h"
 #include "tessel/io/safetensors.h"
 #include "tessel/train/layout.h"
 #include "tessel/train/trainer.h"

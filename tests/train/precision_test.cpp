@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "../dist/common/thread_checks.h"
+#include "common/thread_checks.h"
 #include "tessel/train/layout.h"
 #include "tessel/train/loss_scaler.h"
 #include "tessel/train/trainer.h"

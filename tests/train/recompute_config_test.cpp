@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "tessel/core/error.h"
+#include "tessel/models/gpt2/gpt2_config.h"
 #include "tessel/train/config.h"
 #include "tessel/train/metrics.h"
-#include "tessel/train/recompute_flops.h"
 
 namespace tessel::train {
 namespace {
@@ -90,34 +90,34 @@ double block_params(models::GPT2Config c) {
 TEST(RecomputeFlops, FullRepeatsEveryBlockForwardAndNoneNothing) {
   const models::GPT2Config c = odd_config();
   const int64_t t = 13;
-  EXPECT_EQ(recompute_flops_per_token(c, Recompute::None, t), 0.0);
+  EXPECT_EQ(c.recompute_flops_per_token(Recompute::None, t), 0.0);
   const double want = 3.0 * (2.0 * block_params(c) + 2.0 * 39.0 * 13.0);
-  EXPECT_DOUBLE_EQ(recompute_flops_per_token(c, Recompute::Full, t), want);
+  EXPECT_DOUBLE_EQ(c.recompute_flops_per_token(Recompute::Full, t), want);
 }
 
 TEST(RecomputeFlops, SelectiveRepeatsLn1TheQkvProjectionAndTheAttention) {
   const models::GPT2Config c = odd_config();
   const double c1 = 39.0, t = 13.0;
   const double ln_1 = 2.0 * c1, c_attn = c1 * 3.0 * c1 + 3.0 * c1;
-  EXPECT_DOUBLE_EQ(recompute_flops_per_token(c, Recompute::Selective, 13),
+  EXPECT_DOUBLE_EQ(c.recompute_flops_per_token(Recompute::Selective, 13),
                    3.0 * (2.0 * (ln_1 + c_attn) + 2.0 * c1 * t));
   // Between none and full, and the attention part grows with T as in flops_per_token.
-  const double s13 = recompute_flops_per_token(c, Recompute::Selective, 13);
+  const double s13 = c.recompute_flops_per_token(Recompute::Selective, 13);
   EXPECT_GT(s13, 0.0);
-  EXPECT_LT(s13, recompute_flops_per_token(c, Recompute::Full, 13));
-  EXPECT_DOUBLE_EQ(recompute_flops_per_token(c, Recompute::Selective, 26) - s13,
+  EXPECT_LT(s13, c.recompute_flops_per_token(Recompute::Full, 13));
+  EXPECT_DOUBLE_EQ(c.recompute_flops_per_token(Recompute::Selective, 26) - s13,
                    3.0 * 2.0 * c1 * 13.0);
   // For GPT-2 124M at T = 1024, full recomputation adds about a third of the model's FLOPs.
   const models::GPT2Config g = models::GPT2Config::preset("124M");
   const double model =
       flops_per_token(g.parameter_count() - g.n_positions * g.n_embd, g.n_layer, g.n_embd, 1024);
-  const double full = recompute_flops_per_token(g, Recompute::Full, 1024);
+  const double full = g.recompute_flops_per_token(Recompute::Full, 1024);
   EXPECT_GT(full / model, 0.2);
   EXPECT_LT(full / model, 1.0 / 3.0);
 }
 
 TEST(RecomputeFlops, RejectsANonPositiveSequenceLength) {
-  EXPECT_THROW(recompute_flops_per_token(odd_config(), Recompute::Full, 0), Error);
+  EXPECT_THROW(odd_config().recompute_flops_per_token(Recompute::Full, 0), Error);
 }
 
 }  // namespace

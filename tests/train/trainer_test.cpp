@@ -166,7 +166,7 @@ TEST(Trainer, RefusesBadSettingsBeforeWork) {
     FAIL() << "expected an Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("train.seq_len = 33"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("n_positions = 32"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("max_positions = 32"), std::string::npos) << e.what();
   }
   c = base_config(dir, 37, 5);
   c.train.micro_batch = 5000;

@@ -18,7 +18,7 @@
 
 #include "tessel/core/rng.h"
 #include "tessel/io/token_shards.h"
-#include "tessel/models/gpt2_config.h"
+#include "tessel/models/gpt2/gpt2_config.h"
 #include "tessel/train/config.h"
 
 namespace tessel::train::test {

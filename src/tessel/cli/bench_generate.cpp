@@ -14,6 +14,7 @@
 
 #include "tessel/cli/commands.h"
 #include "tessel/core/threads.h"
+#include "tessel/models/family.h"
 #include "tessel/models/generation.h"
 
 namespace tessel::cli {
@@ -36,14 +37,15 @@ void emit(json j) {
   std::cout << j.dump() << std::endl;
 }
 
-models::GPT2Config load_config(const std::string& what) {
-  if (std::filesystem::is_regular_file(what)) return models::GPT2Config::from_file(what);
-  return models::GPT2Config::preset(what);
+// A config.json path or a preset of any family ("124M", "llama:tiny").
+models::ConfigPtr load_config(const std::string& what) {
+  if (std::filesystem::is_regular_file(what)) return models::load_model_config(what);
+  return models::find_preset(what);
 }
 
 // Every decode step reads every weight once (the tied embedding serves as the LM head), so the
 // traffic per token is the bytes of the distinct parameter tensors; tied ones share storage.
-size_t weight_bytes(const models::GPT2& model) {
+size_t weight_bytes(const models::CausalLM& model) {
   std::set<const void*> seen;
   size_t bytes = 0;
   for (const Tensor& p : model.parameters()) {
@@ -58,20 +60,22 @@ double median(std::vector<double> v) {
 }
 
 void run_generate_bench(const GenerateBenchOptions& opt) {
-  const models::GPT2Config config = load_config(opt.config);
-  TESSEL_CHECK(opt.prompt + opt.tokens <= config.n_positions, "bench generate: prompt ", opt.prompt,
-               " + tokens ", opt.tokens, " exceeds n_positions ", config.n_positions);
+  const models::ConfigPtr config_ptr = load_config(opt.config);
+  const models::ModelConfig& config = *config_ptr;
+  TESSEL_CHECK(opt.prompt + opt.tokens <= config.max_positions(), "bench generate: prompt ",
+               opt.prompt, " + tokens ", opt.tokens, " exceeds max_positions ",
+               config.max_positions());
   std::cerr << "tessel bench generate: config " << opt.config << ", prompt " << opt.prompt
             << ", tokens " << opt.tokens << ", " << num_threads() << " threads\n";
   const BenchLimits lim = bench_peak(std::min(opt.seconds, 0.5));
 
   auto t0 = Clock::now();
   Generator generator(opt.seed);
-  auto model = models::GPT2::random(config, generator);
+  auto model = config.build_random(generator);
   const double build_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
   std::mt19937_64 rng(opt.seed);
-  std::uniform_int_distribution<int64_t> token(0, config.vocab_size - 1);
+  std::uniform_int_distribution<int64_t> token(0, config.vocabulary_size() - 1);
   std::vector<int64_t> prompt(size_t(opt.prompt));
   for (auto& id : prompt) id = token(rng);
 
@@ -89,10 +93,11 @@ void run_generate_bench(const GenerateBenchOptions& opt) {
     decode_tps.push_back(double(r.decode_forwards) / r.decode_seconds);
   } while (std::chrono::duration<double>(Clock::now() - start).count() < opt.seconds);
 
-  const json shape = {{"n_layer", config.n_layer},
-                      {"n_embd", config.n_embd},
-                      {"n_head", config.n_head},
-                      {"vocab_size", config.vocab_size}};
+  const json shape = {{"family", std::string(config.family().name())},
+                      {"n_layer", config.num_layers()},
+                      {"n_embd", config.hidden_size()},
+                      {"n_head", config.num_heads()},
+                      {"vocab_size", config.vocabulary_size()}};
   const double prefill = median(prefill_tps), decode = median(decode_tps);
   const double bytes = double(weight_bytes(*model));
   emit({{"bench", "generate"},

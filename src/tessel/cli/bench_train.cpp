@@ -25,7 +25,8 @@
 #include "tessel/cli/commands.h"
 #include "tessel/core/profile.h"
 #include "tessel/core/threads.h"
-#include "tessel/models/gpt2.h"
+#include "tessel/models/family.h"
+#include "tessel/models/gpt2/gpt2.h"
 #include "tessel/nn/autocast.h"
 #include "tessel/tensor/allocator.h"
 #include "tessel/train/adamw.h"
@@ -78,31 +79,35 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-models::GPT2Config load_config(const std::string& what) {
-  models::GPT2Config c = std::filesystem::is_regular_file(what)
-                             ? models::GPT2Config::from_file(what)
-                             : models::GPT2Config::preset(what);
-  // Dropout off on both sides: the comparison is of the arithmetic every step must do.
-  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
+// A config.json path or a preset of any family ("124M", "llama:tiny").
+models::ConfigPtr load_config(const std::string& what) {
+  models::ConfigPtr c = std::filesystem::is_regular_file(what) ? models::load_model_config(what)
+                                                               : models::find_preset(what);
+  if (const auto* gpt2 = dynamic_cast<const models::GPT2Config*>(c.get())) {
+    // Dropout off on both sides: the comparison is of the arithmetic every step must do.
+    auto copy = std::make_shared<models::GPT2Config>(*gpt2);
+    copy->resid_pdrop = copy->embd_pdrop = copy->attn_pdrop = 0.0;
+    return copy;
+  }
   return c;
 }
 
 // The model, optimizer and batch of one benchmark, and the step being measured.
 class TrainStep {
  public:
-  TrainStep(const models::GPT2Config& config, const TrainBenchOptions& opt)
+  TrainStep(const models::ModelConfig& config, const TrainBenchOptions& opt)
       : generator_(opt.seed),
         dtype_(opt.precision == "bf16"   ? DType::BF16
                : opt.precision == "fp16" ? DType::F16
                                          : DType::F32) {
-    model_ = models::GPT2::random(config, generator_);
+    model_ = config.build_random(generator_);
     model_->train();
     params_ = model_->parameters();
     train::AdamWOptions adam;
     adam.weight_decay = 0.1;
     optimizer_ = std::make_unique<train::AdamW>(model_->named_parameters(), adam);
     std::mt19937_64 rng(opt.seed + 1);
-    std::uniform_int_distribution<int64_t> token(0, config.vocab_size - 1);
+    std::uniform_int_distribution<int64_t> token(0, config.vocabulary_size() - 1);
     std::vector<int64_t> ids(size_t(opt.batch * opt.seq)), targets(ids.size());
     for (auto& id : ids) id = token(rng);
     for (auto& id : targets) id = token(rng);
@@ -140,12 +145,12 @@ class TrainStep {
     return loss.to(DType::F64).data<double>()[0];
   }
 
-  const models::GPT2& model() const { return *model_; }
+  const models::CausalLM& model() const { return *model_; }
 
  private:
   Generator generator_;
   DType dtype_;
-  std::shared_ptr<models::GPT2> model_;
+  std::shared_ptr<models::CausalLM> model_;
   std::vector<Tensor> params_;
   std::unique_ptr<train::AdamW> optimizer_;
   Tensor ids_, targets_;
@@ -166,7 +171,11 @@ std::filesystem::path find_peer_script(const TrainBenchOptions& opt) {
 }
 
 // Runs the PyTorch peer with the same shape and threads; returns its JSON lines.
-std::vector<json> run_peer(const models::GPT2Config& c, const TrainBenchOptions& opt) {
+std::vector<json> run_peer(const models::ModelConfig& config, const TrainBenchOptions& opt) {
+  const auto* gpt2 = dynamic_cast<const models::GPT2Config*>(&config);
+  TESSEL_CHECK(gpt2 != nullptr, "bench train: the PyTorch peer runs GPT-2 only so far, not ",
+               config.summary(), "; pass --peer none");
+  const models::GPT2Config& c = *gpt2;
   const std::string cmd =
       "/usr/bin/python3 '" + find_peer_script(opt).string() + "' -B " + std::to_string(opt.batch) +
       " -T " + std::to_string(opt.seq) + " --n-layer " + std::to_string(c.n_layer) + " --n-embd " +
@@ -237,9 +246,10 @@ void run_breakdown(TrainStep& step, int steps, double unprofiled_s) {
 
 void run_train_bench(const TrainBenchOptions& opt) {
   if (opt.threads > 0) set_num_threads(opt.threads);
-  const models::GPT2Config config = load_config(opt.model);
-  TESSEL_CHECK(opt.seq <= config.n_positions, "bench train: T ", opt.seq, " exceeds n_positions ",
-               config.n_positions);
+  const models::ConfigPtr config_ptr = load_config(opt.model);
+  const models::ModelConfig& config = *config_ptr;
+  TESSEL_CHECK(opt.seq <= config.max_positions(), "bench train: T ", opt.seq,
+               " exceeds max_positions ", config.max_positions());
   std::cerr << "tessel bench train: model " << opt.model << ", B " << opt.batch << ", T " << opt.seq
             << ", " << num_threads() << " threads\n";
   BenchLimits lim = bench_peak(0.3);
@@ -270,16 +280,15 @@ void run_train_bench(const TrainBenchOptions& opt) {
   // moment, and a depressed peak would inflate the MFU.
   lim.gemm_gflops = std::max(lim.gemm_gflops, bench_peak(0.3).gemm_gflops);
   const double tokens = double(opt.batch * opt.seq);
-  // Matmul FLOPs per token: 6 per weight that multiplies (every parameter but the position
-  // table, the tied embedding counted once as the LM head), plus the causal attention products.
+  // Matmul FLOPs per token as the trainer's MFU counts them (ModelConfig::flops_per_token).
   const double n_params = double(step.model().parameter_count());
-  const double flops_per_token = 6.0 * (n_params - double(config.n_positions * config.n_embd)) +
-                                 6.0 * double(config.n_layer * config.n_embd * opt.seq);
+  const double flops_per_token = config.flops_per_token(opt.seq);
   const double tps = tokens / s;
-  const json shape = {{"n_layer", config.n_layer},
-                      {"n_embd", config.n_embd},
-                      {"n_head", config.n_head},
-                      {"vocab_size", config.vocab_size},
+  const json shape = {{"family", std::string(config.family().name())},
+                      {"n_layer", config.num_layers()},
+                      {"n_embd", config.hidden_size()},
+                      {"n_head", config.num_heads()},
+                      {"vocab_size", config.vocabulary_size()},
                       {"parameters", n_params}};
   emit({{"bench", "train"},
         {"figure", "step"},

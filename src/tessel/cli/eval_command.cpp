@@ -12,7 +12,7 @@
 #include "tessel/cli/commands.h"
 #include "tessel/cli/model_args.h"
 #include "tessel/io/tokenizer.h"
-#include "tessel/models/gpt2_checkpoint.h"
+#include "tessel/models/family.h"
 
 namespace tessel::cli {
 
@@ -37,16 +37,16 @@ void run_eval(const EvalArgs& args) {
   const int64_t n = int64_t(tokens.size());
   TESSEL_CHECK(n >= 2, "eval: ", args.text, " holds ", n,
                " tokens; at least 2 are needed to predict one");
-  const models::GPT2Config config =
-      models::GPT2Config::from_file((std::filesystem::path(args.model) / "config.json").string());
-  const int64_t context = args.context > 0 ? args.context : config.n_positions;
-  TESSEL_CHECK(context <= config.n_positions, "eval: --context ", context,
-               " exceeds n_positions = ", config.n_positions);
-  TESSEL_CHECK(tokenizer.vocab_size() <= config.vocab_size, "eval: the tokenizer has ",
+  const models::ConfigPtr config =
+      models::load_model_config((std::filesystem::path(args.model) / "config.json").string());
+  const int64_t limit = config->max_positions();
+  const int64_t context = args.context > 0 ? args.context : limit;
+  TESSEL_CHECK(context <= limit, "eval: --context ", context, " exceeds max_positions = ", limit);
+  TESSEL_CHECK(tokenizer.vocab_size() <= config->vocabulary_size(), "eval: the tokenizer has ",
                tokenizer.vocab_size(), " tokens, more than the model's vocab_size ",
-               config.vocab_size);
+               config->vocabulary_size());
 
-  auto model = models::load_gpt2(args.model);
+  auto model = models::load_model(args.model);
   autograd::NoGradGuard no_grad;
   const auto start = std::chrono::steady_clock::now();
   double total = 0;

@@ -3,7 +3,7 @@
 // then decodes token by token with the key/value cache (greedy at temperature 0, else sampled
 // with top-k / top-p). Text output streams the tokens as they come; JSON output is one line with
 // the ids, the text and the prompt and generation throughput. With --tp N under mpirun -np N the
-// model is split by GPT-2's tensor-parallel plan (train/gpt2_tensor_parallel.h): each rank runs its
+// model is split by GPT-2's tensor-parallel plan (train/model_tensor_parallel.h): each rank runs its
 // heads and vocabulary rows, the last position's logits are gathered before sampling, and rank 0
 // alone prints; the ids are those of one rank.
 #include <cstdio>
@@ -16,8 +16,8 @@
 #include "tessel/dist/world.h"
 #include "tessel/io/tokenizer.h"
 #include "tessel/models/generation.h"
-#include "tessel/models/gpt2_checkpoint.h"
-#include "tessel/train/gpt2_tensor_parallel.h"
+#include "tessel/models/family.h"
+#include "tessel/train/model_tensor_parallel.h"
 
 namespace tessel::cli {
 
@@ -48,8 +48,9 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   check_model_dir(args.model, "generate");
   apply_threads(args.threads);
   // Everything that can be refused is checked before the weights are read.
-  const models::GPT2Config config =
-      models::GPT2Config::from_file((std::filesystem::path(args.model) / "config.json").string());
+  const models::ConfigPtr config =
+      models::load_model_config((std::filesystem::path(args.model) / "config.json").string());
+  const int64_t vocab_size = config->vocabulary_size(), max_positions = config->max_positions();
   std::optional<io::Tokenizer> tokenizer;
   if (has_tokenizer_files(args.model)) {
     tokenizer = io::Tokenizer::load(args.model);
@@ -68,37 +69,37 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     prompt = parse_id_list(args.prompt_ids, "generate --prompt-ids");
   }
   for (int64_t id : prompt) {
-    TESSEL_CHECK(id < config.vocab_size, "generate: prompt id ", id, " is out of range [0, ",
-                 config.vocab_size, ")");
+    TESSEL_CHECK(id < vocab_size, "generate: prompt id ", id, " is out of range [0, ",
+                 vocab_size, ")");
   }
   const int64_t total = int64_t(prompt.size()) + args.n_predict;
-  TESSEL_CHECK(total <= config.n_positions, "generate: prompt of ", prompt.size(), " tokens + -n ",
+  TESSEL_CHECK(total <= max_positions, "generate: prompt of ", prompt.size(), " tokens + -n ",
                args.n_predict, " = ", total,
-               " tokens exceeds the context length n_positions = ", config.n_positions);
+               " tokens exceeds the context length max_positions = ", max_positions);
 
   TESSEL_CHECK(args.tp >= 1, "generate: --tp ", args.tp, " must be >= 1");
   const dist::LaunchInfo launch = dist::detect_launch();
   TESSEL_CHECK(launch.size == args.tp, "generate: --tp ", args.tp, " ranks, but the job has ",
                launch.size, " (", launch.describe(), "); start it with mpirun -np ", args.tp);
-  auto model = models::load_gpt2(args.model);
+  auto model = models::load_model(args.model);
   models::GenerationOptions options;
-  std::optional<train::Gpt2TensorParallel> tp;
+  std::optional<train::ModelTensorParallel> tp;
   bool leader = true;
   if (args.tp > 1) {
     dist::CommPtr world = dist::init_world();
     leader = world->rank() == 0;
-    tp = train::gpt2_parallelize(*model, world, "", false, [&](const std::string& line) {
+    tp = train::parallelize_model(*model, world, "", false, [&](const std::string& line) {
       if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());
     });
     options.full_logits = [&](const Tensor& local) {
-      return train::gpt2_tp_full_logits(*tp, local);
+      return train::model_tp_full_logits(*tp, local);
     };
   }
   options.max_new_tokens = args.n_predict;
   options.sampling = args.sampling;
-  const int64_t eos = config.eos_token_id;
-  if (!args.ignore_eos && eos >= 0 && eos < config.vocab_size) options.stop_token = eos;
-  if (tokenizer) options.vocab_limit = std::min(config.vocab_size, tokenizer->vocab_size());
+  const int64_t eos = config->eos_id().value_or(-1);
+  if (!args.ignore_eos && eos >= 0 && eos < vocab_size) options.stop_token = eos;
+  if (tokenizer) options.vocab_limit = std::min(vocab_size, tokenizer->vocab_size());
   const bool stream = args.format == "text" && leader;
   if (stream) {
     std::vector<int32_t> p(prompt.begin(), prompt.end());

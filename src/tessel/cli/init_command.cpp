@@ -9,7 +9,7 @@
 #include "tessel/cli/commands.h"
 #include "tessel/cli/model_args.h"
 #include "tessel/io/tokenizer.h"
-#include "tessel/models/gpt2_checkpoint.h"
+#include "tessel/models/family.h"
 
 namespace tessel::cli {
 
@@ -28,7 +28,7 @@ const char* const kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json"
 
 void run_init(const InitArgs& args) {
   TESSEL_CHECK(fs::is_regular_file(args.config), "init: config ", args.config, " not found");
-  const models::GPT2Config config = models::GPT2Config::from_file(args.config);
+  const models::ConfigPtr config = models::load_model_config(args.config);
   const fs::path out(args.out), source = fs::path(args.config).parent_path();
   TESSEL_CHECK(args.force || !fs::exists(out / "config.json"), "init: ", out.string(),
                " already holds a model (config.json); pass --force to overwrite it");
@@ -36,13 +36,13 @@ void run_init(const InitArgs& args) {
   const bool tokenizer = has_tokenizer_files(source.empty() ? fs::path(".") : source);
   if (tokenizer) {
     const io::Tokenizer tok = io::Tokenizer::load(source.empty() ? "." : source.string());
-    TESSEL_CHECK(tok.vocab_size() <= config.vocab_size, "init: the tokenizer in ", source.string(),
-                 " has ", tok.vocab_size(), " tokens, more than vocab_size ", config.vocab_size,
+    TESSEL_CHECK(tok.vocab_size() <= config->vocabulary_size(), "init: the tokenizer in ", source.string(),
+                 " has ", tok.vocab_size(), " tokens, more than vocab_size ", config->vocabulary_size(),
                  " of ", args.config);
   }
   Generator generator(args.seed);
-  auto model = models::GPT2::random(config, generator);
-  models::save_gpt2(*model, out.string());
+  auto model = config->build_random(generator);
+  models::save_model(*model, out.string());
   std::vector<std::string> copied;
   if (tokenizer) {
     for (const char* name : kTokenizerFiles) {
@@ -54,7 +54,8 @@ void run_init(const InitArgs& args) {
   }
   std::cout << nlohmann::json{{"command", "init"},
                               {"out", out.string()},
-                              {"parameters", config.parameter_count()},
+                              {"family", std::string(config->family().name())},
+                              {"parameters", config->parameter_count()},
                               {"seed", args.seed},
                               {"tokenizer_files", copied}}
                    .dump()

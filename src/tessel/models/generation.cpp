@@ -23,23 +23,24 @@ Tensor last_row(const Tensor& logits) {
 
 }  // namespace
 
-GenerationResult generate(GPT2& model, const std::vector<int64_t>& prompt,
+GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt,
                           const GenerationOptions& options) {
-  const GPT2Config& config = model.config();
+  const ModelConfig& config = model.model_config();
+  const int64_t max_positions = config.max_positions(), vocab_size = config.vocabulary_size();
   const int64_t n_prompt = int64_t(prompt.size()), n_new = options.max_new_tokens;
   TESSEL_CHECK(n_prompt >= 1, "generate: empty prompt (at least one token is needed)");
   TESSEL_CHECK(n_new >= 0, "generate: max_new_tokens ", n_new, " must be >= 0");
-  TESSEL_CHECK(n_prompt + n_new <= config.n_positions, "generate: prompt of ", n_prompt,
+  TESSEL_CHECK(n_prompt + n_new <= max_positions, "generate: prompt of ", n_prompt,
                " tokens + ", n_new, " new tokens = ", n_prompt + n_new,
-               " exceeds the context length n_positions = ", config.n_positions);
+               " exceeds the context length max_positions = ", max_positions);
   for (int64_t i = 0; i < n_prompt; ++i) {
-    TESSEL_CHECK(prompt[size_t(i)] >= 0 && prompt[size_t(i)] < config.vocab_size,
+    TESSEL_CHECK(prompt[size_t(i)] >= 0 && prompt[size_t(i)] < vocab_size,
                  "generate: prompt token ", i, " has id ", prompt[size_t(i)], " outside [0, ",
-                 config.vocab_size, ")");
+                 vocab_size, ")");
   }
-  TESSEL_CHECK(options.vocab_limit >= 0 && options.vocab_limit <= config.vocab_size,
+  TESSEL_CHECK(options.vocab_limit >= 0 && options.vocab_limit <= vocab_size,
                "generate: vocab_limit ", options.vocab_limit,
-               " outside [0, vocab_size = ", config.vocab_size, "]");
+               " outside [0, vocab_size = ", vocab_size, "]");
   Sampler sampler(options.sampling);
   GenerationResult result;
   if (n_new == 0) return result;
@@ -57,7 +58,7 @@ GenerationResult generate(GPT2& model, const std::vector<int64_t>& prompt,
         step(model.forward_step(from_data(prompt, Shape{1, n_prompt}), cache, /*last_only=*/true));
     result.prefill_seconds = since(start);
     start = Clock::now();
-    const int64_t vocab = options.vocab_limit > 0 ? options.vocab_limit : config.vocab_size;
+    const int64_t vocab = options.vocab_limit > 0 ? options.vocab_limit : vocab_size;
     for (int64_t s = 0; s < n_new; ++s) {
       const int64_t next = sampler.sample({logits.data<float>(), size_t(vocab)});
       result.tokens.push_back(next);

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Text generation with a GPT-2: the prompt is processed in one forward (prefill), then tokens are
+// Text generation with a causal LM: the prompt is processed in one forward (prefill), then tokens are
 // decoded one at a time against the key/value cache, each chosen by a Sampler. Reports the time
 // of both phases so callers can print prompt and generation throughput.
 #pragma once
@@ -9,7 +9,7 @@
 #include <optional>
 #include <vector>
 
-#include "tessel/models/gpt2.h"
+#include "tessel/models/causal_lm.h"
 #include "tessel/models/sampling.h"
 
 namespace tessel::models {
@@ -38,8 +38,8 @@ struct GenerationResult {
   bool stopped = false;  // ended by stop_token or on_token rather than by max_new_tokens
 };
 
-// Throws before any work when prompt + max_new_tokens exceeds n_positions.
-GenerationResult generate(GPT2& model, const std::vector<int64_t>& prompt,
+// Throws before any work when prompt + max_new_tokens exceeds max_positions.
+GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt,
                           const GenerationOptions& options);
 
 }  // namespace tessel::models

@@ -242,7 +242,9 @@ Tensor Module::run_forward(const std::vector<Tensor>& inputs, const std::functio
   for (auto& [h, hook] : pre_hooks_) hook(*this, inputs);
   Tensor out = override_ ? override_(*this, inputs) : body();
   for (auto& [h, hook] : post_hooks_) hook(*this, inputs, out);
-  if (parent_ != nullptr) report(path(), out);
+  // path() walks to the root and builds a string: only when someone observes.
+  if (parent_ != nullptr && g_observer_count.load(std::memory_order_relaxed) != 0)
+    report(path(), out);
   return out;
 }
 

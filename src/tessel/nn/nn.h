@@ -5,4 +5,4 @@
 #include "tessel/nn/init.h"
 #include "tessel/nn/layers.h"
 #include "tessel/nn/module.h"
-#include "tessel/nn/transformer.h"
+#include "tessel/nn/recompute.h"

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tensor-parallel plans: a JSON object mapping module-name patterns to styles, applied to a model
 // from outside its code (the idea of PyTorch's parallelize_module plans; the styles are
-// Megatron-LM's). Example (GPT-2's default plan, configs/gpt2-tp.json):
+// Megatron-LM's). Example (GPT-2's default plan, as its model family supplies it):
 //
 //   { "wte": "VocabParallel", "wpe": "Sequence", "drop": "Sequence",
 //     "h.*.ln_1": "Sequence",

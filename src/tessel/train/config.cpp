@@ -106,7 +106,7 @@ std::vector<KeyDef> build_key_table() {
       TESSEL_CONFIG_KEY(parallel, sequence_parallel, boolean(),
                         "With tp > 1: norms, dropouts and residuals on sequence pieces (--sp)"),
       TESSEL_CONFIG_KEY(parallel, tp_plan, any(),
-                        "Tensor-parallel plan JSON file; empty: GPT-2's built-in plan"),
+                        "Tensor-parallel plan JSON file; empty: the model family's built-in plan"),
       TESSEL_CONFIG_KEY(optim, lr, interval(true, 0, 10, false), "Peak learning rate"),
       TESSEL_CONFIG_KEY(optim, min_lr_ratio, interval(false, 0, 1, false),
                         "The schedule ends at lr * min_lr_ratio"),

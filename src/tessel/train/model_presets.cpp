@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The resolution of `model.config`: which of a preset (the model's own, GPT2Config::preset), a
+// The resolution of `model.config`: which of a preset (a model family's, models::find_preset), a
 // config.json file or a model directory a name means.
 #include "tessel/train/model_presets.h"
 
@@ -16,19 +16,17 @@ namespace {
 
 std::string preset_list() {
   std::string out;
-  for (const std::string& name : models::GPT2Config::preset_names())
-    out += (out.empty() ? "" : ", ") + name;
+  for (const std::string& name : models::all_preset_names()) out += (out.empty() ? "" : ", ") + name;
   return out;
 }
 
 }  // namespace
 
 bool is_model_preset(const std::string& name) {
-  const auto& names = models::GPT2Config::preset_names();
-  return std::find(names.begin(), names.end(), name) != names.end();
+  return models::is_preset(name);
 }
 
-models::GPT2Config resolve_model_config(const std::string& spec, const std::string& key) {
+models::ConfigPtr resolve_model_config(const std::string& spec, const std::string& key) {
   if (is_model_preset(spec)) {
     std::error_code ec;
     if (fs::exists(spec, ec)) {
@@ -36,15 +34,15 @@ models::GPT2Config resolve_model_config(const std::string& spec, const std::stri
           fs::is_directory(spec, ec) ? "directory" : "file", " '", spec,
           "' in the working directory write it as a path: ./", spec);
     }
-    return models::GPT2Config::preset(spec);
+    return models::find_preset(spec);
   }
   std::error_code ec;
   if (fs::is_directory(spec, ec)) {
     TESSEL_CHECK(fs::exists(fs::path(spec) / "config.json", ec), key, ": directory ", spec,
                  " has no config.json");
-    return models::GPT2Config::from_file((fs::path(spec) / "config.json").string());
+    return models::load_model_config((fs::path(spec) / "config.json").string());
   }
-  if (fs::is_regular_file(spec, ec)) return models::GPT2Config::from_file(spec);
+  if (fs::is_regular_file(spec, ec)) return models::load_model_config(spec);
   TESSEL_FAIL(key, " = '", spec, "' is neither a preset (", preset_list(),
               ") nor an existing config.json file or model directory");
 }

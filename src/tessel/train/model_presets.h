@@ -7,16 +7,16 @@
 #include <string>
 #include <vector>
 
-#include "tessel/models/gpt2_config.h"
+#include "tessel/models/family.h"
 
 namespace tessel::train {
 
-// Whether `name` is one of the model's presets (GPT2Config::preset_names()).
+// Whether `name` is a preset of some model family (models::is_preset).
 bool is_model_preset(const std::string& name);
 
 // The model configuration `spec` names (a preset, a config.json path or a model directory); an
 // Error naming the presets when it is none of them.
-models::GPT2Config resolve_model_config(const std::string& spec,
-                                        const std::string& key = "model.config");
+models::ConfigPtr resolve_model_config(const std::string& spec,
+                                       const std::string& key = "model.config");
 
 }  // namespace tessel::train

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// GPT-2 cut into pipeline stages for the trainer: the layer list the partition works on
-// ("embedding", "h.0", ..., "head"), the stage runner that computes one stage's share of GPT2's
-// forward for one micro-batch (the embedding with the first stage, ln_f and the loss with the
-// last), and the per-run pipeline state the Trainer keeps (trainer_pipeline.cpp).
+// A causal LM cut into pipeline stages for the trainer: the layer list the partition works on
+// ("embedding", "block.0", ..., "head", as models::CausalLM layers them), the stage runner that
+// computes one stage's share of the forward for one micro-batch (the embedding with the first
+// stage, the head and the loss with the last), and the per-run pipeline state the Trainer keeps
+// (trainer_pipeline.cpp).
 #pragma once
 
 #include <functional>
@@ -13,28 +14,30 @@
 #include <vector>
 
 #include "tessel/io/token_dataset.h"
-#include "tessel/models/gpt2.h"
+#include "tessel/models/causal_lm.h"
 #include "tessel/parallel/pipeline/executor.h"
 #include "tessel/parallel/pipeline/partition.h"
 
 namespace tessel::train {
 
 // One entry per pipeline layer of `model`, costed by the weights its forward multiplies with (a
-// proxy for its FLOPs): 0 for the embedding (lookups), a block's parameter count, and for the head
-// the LM head matrix (the tied wte when tied) plus ln_f.
-std::vector<parallel::pipeline::LayerCost> gpt2_layer_costs(const models::GPT2& model);
+// proxy for its FLOPs; CausalLM::layer_costs).
+std::vector<parallel::pipeline::LayerCost> pipeline_layer_costs(const models::CausalLM& model);
+
+// The module that holds parameter `name` ("h.0.attn.c_attn.weight" -> h.0.attn.c_attn) directly.
+nn::Module* owner_module(nn::Module& root, const std::string& name);
 
 // "gpipe", "1f1b" or "interleaved:V" (V >= 2 virtual stages per rank; "interleaved" is V = 2).
 parallel::pipeline::Schedule schedule_from_spec(const std::string& spec, int ranks,
                                                 int microbatches);
 
-class Gpt2Stages : public parallel::pipeline::StageRunner {
+class ModelStages : public parallel::pipeline::StageRunner {
  public:
-  // `partition` over gpt2_layer_costs(model)'s layers, one entry per pipeline stage.
-  Gpt2Stages(models::GPT2& model, parallel::pipeline::StagePartition partition);
+  // `partition` over pipeline_layer_costs(model)'s layers, one entry per pipeline stage.
+  ModelStages(models::CausalLM& model, parallel::pipeline::StagePartition partition);
 
-  // The stage whose layers hold parameter `name` (wte: the first stage, which owns the tied
-  // embedding).
+  // The stage whose layers hold parameter `name` (a tied embedding: the first stage, which owns
+  // it).
   int stage_of_parameter(const std::string& name) const;
   // The micro-batches of the step about to run: micro-batch i is batches[i].
   void set_batches(std::vector<io::TokenBatch> batches) { batches_ = std::move(batches); }
@@ -49,7 +52,7 @@ class Gpt2Stages : public parallel::pipeline::StageRunner {
   const parallel::pipeline::StagePartition& partition() const { return partition_; }
 
  private:
-  models::GPT2& model_;
+  models::CausalLM& model_;
   parallel::pipeline::StagePartition partition_;
   std::vector<io::TokenBatch> batches_;
   LossFn loss_;
@@ -58,11 +61,14 @@ class Gpt2Stages : public parallel::pipeline::StageRunner {
 
 // What a pipeline-parallel Trainer holds besides the model.
 struct PipelineTraining {
-  std::unique_ptr<Gpt2Stages> stages;
+  std::unique_ptr<ModelStages> stages;
   std::unique_ptr<parallel::pipeline::PipelineExecutor> executor;
   std::unordered_map<std::string, int> owner;  // parameter name -> pp rank that trains it
-  bool tied = false;  // the last stage multiplies with wte, which the first stage trains
+  // Parameters the last stage multiplies with although the first stage trains them (a tied
+  // embedding), when the two stages differ.
+  std::vector<std::string> tied;
   std::optional<parallel::pipeline::ExecutionResult> last;  // of the last step
+  std::vector<nn::Module*> modules;  // the modules this rank's stages run (owner_module of each)
 };
 
 }  // namespace tessel::train

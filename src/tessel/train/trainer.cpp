@@ -21,12 +21,11 @@
 #include "tessel/core/log.h"
 #include "tessel/core/threads.h"
 #include "tessel/kernels/gemm_rate.h"
-#include "tessel/models/gpt2_checkpoint.h"
+#include "tessel/models/family.h"
 #include "tessel/tensor/allocator.h"
 #include "tessel/train/checkpoint.h"
 #include "tessel/train/grad_clip.h"
 #include "tessel/train/pipeline_stage.h"
-#include "tessel/train/recompute_flops.h"
 #include "tessel/train/stop_signal.h"
 
 namespace tessel::train {
@@ -123,34 +122,34 @@ void Trainer::build(const std::string& resume) {
   if (!tokenizer_dir_.empty()) tokenizer_ = io::Tokenizer::load(tokenizer_dir_);
 
   // The model: from the checkpoint being resumed, from init_from, or freshly initialised.
-  models::GPT2Config mc;
+  models::ConfigPtr config;
   std::string weights_from;
   if (!resume.empty()) {
-    mc = models::GPT2Config::from_file((fs::path(resume) / "config.json").string());
+    config = models::load_model_config((fs::path(resume) / "config.json").string());
     weights_from = resume;
-    check_resume_arguments(resume, resume_step, mc);
+    check_resume_arguments(resume, resume_step, *config);
   } else if (!config_.model.init_from.empty()) {
-    mc = resolve_model_config(config_.model.init_from, "model.init_from");
+    config = resolve_model_config(config_.model.init_from, "model.init_from");
     weights_from = config_.model.init_from;
   } else {
-    mc = resolve_model_config(config_.model.config);
+    config = resolve_model_config(config_.model.config);
   }
+  const models::ModelConfig& mc = *config;
   check_free_space_for(mc);  // before a large model is allocated
-  TESSEL_CHECK(t.seq_len <= mc.n_positions, "train.seq_len = ", t.seq_len,
-               " does not fit the model's context: n_positions = ", mc.n_positions);
-  TESSEL_CHECK(train_data_->vocab_size() <= mc.vocab_size, "train: the dataset's vocabulary (",
-               train_data_->vocab_size(), " tokens) is larger than the model's vocab_size ",
-               mc.vocab_size);
+  TESSEL_CHECK(t.seq_len <= mc.max_positions(), "train.seq_len = ", t.seq_len,
+               " does not fit the model's context: max_positions = ", mc.max_positions());
+  TESSEL_CHECK(train_data_->vocab_size() <= mc.vocabulary_size(),
+               "train: the dataset's vocabulary (", train_data_->vocab_size(),
+               " tokens) is larger than the model's vocab_size ", mc.vocabulary_size());
   if (weights_from.empty()) {
-    model_ = std::make_shared<models::GPT2>(mc, nn::Init::normal(&rng_, mc.initializer_range));
+    model_ = mc.build_random(rng_);
   } else {
-    nn::Init init = nn::Init::none();
-    init.generator = &rng_;  // dropout draws from the trainer's generator, saved in checkpoints
-    model_ = std::make_shared<models::GPT2>(mc, init);
+    // Dropout draws from the trainer's generator, saved in checkpoints.
+    model_ = mc.build_empty(&rng_);
     // A checkpoint in pieces: each rank reads its own parts later (load_checkpoint), not the
     // whole model here.
     if (weights_from != resume || !has_piece_index(resume))
-      models::gpt2_load_hf(*model_, io::SafetensorsCheckpoint::open(weights_from));
+      mc.family().load_hf(*model_, io::SafetensorsCheckpoint::open(weights_from));
   }
   model_->train();
   const nn::Recompute recompute = nn::parse_recompute(t.recompute);
@@ -206,9 +205,8 @@ void Trainer::build(const std::string& resume) {
   }
   schedule_ = LrSchedule{o.lr, o.min_lr_ratio, o.warmup_steps, t.steps, parse_decay(o.decay)};
   // The whole model's count (this rank may hold a tensor-parallel piece of it).
-  const int64_t matmul_params = mc.parameter_count() - mc.n_positions * mc.n_embd;
-  flops_per_token_ = flops_per_token(matmul_params, mc.n_layer, mc.n_embd, t.seq_len);
-  recompute_flops_per_token_ = recompute_flops_per_token(mc, recompute, t.seq_len);
+  flops_per_token_ = mc.flops_per_token(t.seq_len);
+  recompute_flops_per_token_ = mc.recompute_flops_per_token(recompute, t.seq_len);
 
   if (!resume.empty()) load_checkpoint(resume);
   if (!leader()) return;
@@ -353,9 +351,8 @@ TrainSummary Trainer::run() {
     print("machine: measured f32 GEMM peak " + std::to_string(int(config_.machine.peak_gflops)) +
           " GFLOP/s (MFU is a fraction of it; set machine.peak_gflops to fix it)");
   }
-  const models::GPT2Config& mc = model_->config();
-  print("model: GPT-2 " + std::to_string(mc.n_layer) + " layers x " + std::to_string(mc.n_embd) +
-        " wide, " + std::to_string(mc.n_head) + " heads, " + std::to_string(mc.parameter_count()) +
+  const models::ModelConfig& mc = model_->model_config();
+  print("model: " + mc.summary() + ", " + std::to_string(mc.parameter_count()) +
         " parameters; " + std::to_string(int64_t(flops_per_token_ / 1e6)) + " MFLOP per token");
   print("data: " + std::to_string(train_data_->size()) + " train tokens (" +
         std::to_string(loader_->windows_per_epoch()) + " windows of " +

@@ -15,14 +15,14 @@
 #include "tessel/dist/communicator.h"
 #include "tessel/io/token_dataset.h"
 #include "tessel/io/tokenizer.h"
-#include "tessel/models/gpt2.h"
+#include "tessel/models/causal_lm.h"
 #include "tessel/nn/autocast.h"
 #include "tessel/parallel/data_parallel.h"
 #include "tessel/parallel/zero_optimizer.h"
 #include "tessel/train/adamw.h"
 #include "tessel/train/checkpoint_placement.h"
 #include "tessel/train/config.h"
-#include "tessel/train/gpt2_tensor_parallel.h"
+#include "tessel/train/model_tensor_parallel.h"
 #include "tessel/train/layout.h"
 #include "tessel/train/loss_scaler.h"
 #include "tessel/train/lr_schedule.h"
@@ -73,7 +73,7 @@ class Trainer {
   TrainSummary run();
 
   const TrainConfig& config() const { return config_; }
-  models::GPT2& model() { return *model_; }
+  models::CausalLM& model() { return *model_; }
   int64_t optimizer_steps() const { return zero_ ? zero_->step_count() : optimizer_->step_count(); }
   int64_t step() const { return step_; }  // completed optimizer steps (incl. skipped ones)
 
@@ -127,9 +127,9 @@ class Trainer {
   // the run directory's lock (and so proves it writable); the next checkpoint must fit in the free
   // space; a resumed run's arguments must agree with its checkpoint.
   void lock_run_directory();
-  void check_free_space_for(const models::GPT2Config& mc) const;
+  void check_free_space_for(const models::ModelConfig& mc) const;
   void check_resume_arguments(const std::string& checkpoint, int64_t checkpoint_step,
-                              const models::GPT2Config& checkpoint_model) const;
+                              const models::ModelConfig& checkpoint_model) const;
   // One JSONL record; a failed write is kept in write_failure_ and stops the run at the next step.
   void write_record(const std::string& json);
   // The stop every rank agrees on at a step boundary: a signal any rank received, or a failed
@@ -171,7 +171,7 @@ class Trainer {
   void layout_sync_gradients(StepRecord& r);  // after the step's backwards: tp, dp, ZeRO-3
   double layout_grad_square_sum();            // every element once over dp, tp and pp
   std::shared_ptr<void> layout_gather_all();  // ZeRO-3: whole parameters while it lives
-  std::shared_ptr<void> layout_gather_wte();
+  std::shared_ptr<void> layout_gather_tied();  // ZeRO-3: the tied embedding while it lives
   void layout_begin_step();       // timing marks for the breakdown
   double tp_blocking_ms() const;  // this thread's time inside blocking tp / dp calls so far
   double dp_blocking_ms() const;
@@ -186,7 +186,7 @@ class Trainer {
   dist::CommPtr dp_;  // layout_.dp
   std::string run_dir_;
   Generator rng_;  // model initialisation, then dropout
-  std::shared_ptr<models::GPT2> model_;
+  std::shared_ptr<models::CausalLM> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<parallel::DataParallel> ddp_;       // averages gradients over dp_, overlapped
   std::unique_ptr<parallel::Zero3Parameters> zero3_;  // parallel.zero_stage 3: parameter shards
@@ -209,7 +209,7 @@ class Trainer {
   std::unique_ptr<LossScaler> scaler_;      // fp16 only
   double step_scale_ = 1.0;                 // the loss scale this step's backward used
   std::unique_ptr<PipelineTraining> pipe_;  // null without pp
-  std::unique_ptr<Gpt2TensorParallel> tp_;  // null without tp
+  std::unique_ptr<ModelTensorParallel> tp_;  // null without tp
   // This step's timing marks (trainer_layout.cpp): its start, and the tp axis's blocking time.
   double layout_step_start_ms_ = 0, layout_tp_start_ms_ = 0, layout_dp_start_ms_ = 0;
   double layout_fb_ms_ = 0, layout_tp_fb_ms_ = 0;  // forward + backward: wall, tp's part

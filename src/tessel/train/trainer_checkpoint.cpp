@@ -16,7 +16,7 @@
 #include "tessel/core/threads.h"
 #include "tessel/io/mapped_file.h"
 #include "tessel/io/safetensors.h"
-#include "tessel/models/gpt2_checkpoint.h"
+#include "tessel/models/family.h"
 #include "tessel/train/checkpoint.h"
 #include "tessel/train/checkpoint_pieces.h"
 #include "tessel/train/trainer.h"

@@ -2,7 +2,7 @@
 // The trainer's side of layout-independent checkpoints (checkpoint_pieces.h): which pieces of the
 // global parameters and AdamW moments this rank owns, and how a rank of any layout loads its
 // own parts back. Ownership, so that every element is written exactly once:
-//  - pipeline parallelism: a stage owns the parameters it trains (the tied wte: the first stage);
+//  - pipeline parallelism: a stage owns the parameters it trains (a tied embedding: the first stage);
 //  - tensor parallelism: a sharded parameter's rows per parallel::shard_ranges (per-head q, k, v
 //    blocks; vocabulary padding rows belong to no tensor); a replicated one: tp rank 0;
 //  - ZeRO: a dp rank owns the elements of its block of each flat bucket (the moments, and under
@@ -13,7 +13,7 @@
 #include <set>
 
 #include "tessel/core/error.h"
-#include "tessel/models/gpt2_checkpoint.h"
+#include "tessel/models/family.h"
 #include "tessel/parallel/param_shard.h"
 #include "tessel/train/checkpoint_placement.h"
 #include "tessel/train/pipeline_stage.h"
@@ -143,13 +143,14 @@ void Trainer::load_checkpoint_pieces(const std::string& dir, int64_t optimizer_s
     });
   }
   // The parameters this rank holds outside ZeRO-3's shards. A pipeline stage holds every stage's
-  // parameters but uses only its own, and the last stage's copy of the tied wte; the others are
+  // parameters but uses only its own, and the last stage's copy of a tied embedding; the others are
   // zeros until an evaluation or the sample brings them from their stages.
   std::set<std::string> sharded, used;
   if (zero3_)
     for (const auto& p : ddp_->places()) sharded.insert(p.name);
   for (const auto& [name, param] : trainable_parameters()) used.insert(name);
-  if (pipe_ && pipe_->tied && layout_.pp_rank() == layout_.pp_size() - 1) used.insert("wte.weight");
+  if (pipe_ && layout_.pp_rank() == layout_.pp_size() - 1)
+    used.insert(pipe_->tied.begin(), pipe_->tied.end());
   for (const auto& [name, param] : model_->named_parameters()) {
     if (sharded.count(name)) continue;
     if (used.count(name)) {
@@ -183,10 +184,10 @@ void Trainer::write_checkpoint_model(const std::string& dir) const {
   // The HF-layout model (what `tessel generate` and `--init_from` read), assembled from the
   // pieces every rank just wrote: whole tensors on rank 0 only.
   PieceReader reader(dir);
-  auto full = std::make_shared<models::GPT2>(model_->config(), nn::Init::none());
+  std::shared_ptr<models::CausalLM> full = model_->model_config().build_empty();
   for (auto& [name, param] : full->named_parameters())
     param.detach().copy_from(reader.read_full(name).reshape(param.shape()));
-  models::save_gpt2(*full, dir);
+  models::save_model(*full, dir);
 }
 
 }  // namespace tessel::train

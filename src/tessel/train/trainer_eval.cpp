@@ -61,17 +61,17 @@ std::string Trainer::generate_sample() {
     for (int32_t id : tokenizer_->encode(s.prompt)) prompt.push_back(id);
   }
   if (prompt.empty()) prompt.push_back(eot_id_ >= 0 ? eot_id_ : 0);
-  const int64_t room = model_->config().n_positions - int64_t(prompt.size());
+  const int64_t room = model_->model_config().max_positions() - int64_t(prompt.size());
   if (room <= 0) return "";
   models::GenerationOptions g;
   g.max_new_tokens = std::min(s.tokens, room);
   g.sampling.temperature = s.temperature;
   g.sampling.top_k = s.top_k;
   g.sampling.seed = s.seed;
-  if (tokenizer_) g.vocab_limit = std::min(model_->config().vocab_size, tokenizer_->vocab_size());
+  if (tokenizer_) g.vocab_limit = std::min(model_->model_config().vocabulary_size(), tokenizer_->vocab_size());
   std::optional<SequenceParallelPause> pause;  // decoding runs without sequence pieces
   if (tp_) {
-    g.full_logits = [this](const Tensor& local) { return gpt2_tp_full_logits(*tp_, local); };
+    g.full_logits = [this](const Tensor& local) { return model_tp_full_logits(*tp_, local); };
     pause.emplace(*tp_);
   }
   autograd::NoGradGuard no_grad;

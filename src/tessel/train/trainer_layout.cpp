@@ -57,7 +57,7 @@ int64_t Trainer::layout_stage_seq_len() const {
 
 void Trainer::layout_setup_pipeline() {
   if (!tp_) return;
-  Gpt2TensorParallel* tp = tp_.get();
+  ModelTensorParallel* tp = tp_.get();
   pipe_->stages->set_loss([tp](const Tensor& logits, const Tensor& targets) {
     return parallel::vocab_parallel_cross_entropy(logits, targets, *tp->tp, tp->vocab,
                                                   tp->vocab_offset);
@@ -78,13 +78,11 @@ std::vector<parallel::Zero3Unit> Trainer::layout_zero3_units(
     if (u.params.empty()) continue;
     // A stage never runs the root's forward: the embeddings' own modules carry the hooks.
     if (u.module == model_.get()) {
-      TESSEL_CHECK(
-          u.params.size() == 1 && (u.params[0] == "wte.weight" || u.params[0] == "wpe.weight"),
-          "train: parallel.zero_stage 3 with pp: parameter '", u.params[0],
-          "' belongs to no module a pipeline stage runs (an untied lm_head is not "
-          "supported with pp and ZeRO-3)");
-      u.module = u.params[0] == "wte.weight" ? static_cast<nn::Module*>(model_->wte.get())
-                                             : static_cast<nn::Module*>(model_->wpe.get());
+      TESSEL_CHECK(u.params.size() == 1 && model_->layer_of_parameter(u.params[0]) == 0,
+                   "train: parallel.zero_stage 3 with pp: parameter '", u.params[0],
+                   "' belongs to no module a pipeline stage runs (an untied LM head is not "
+                   "supported with pp and ZeRO-3)");
+      u.module = owner_module(*model_, u.params[0]);
     }
     out.push_back(std::move(u));
   }
@@ -164,10 +162,10 @@ std::shared_ptr<void> Trainer::layout_gather_all() {
       z, [](void* p) { static_cast<parallel::Zero3Parameters*>(p)->release_all(); });
 }
 
-std::shared_ptr<void> Trainer::layout_gather_wte() {
-  if (!zero3_ || zero3_->pinned()) return nullptr;
+std::shared_ptr<void> Trainer::layout_gather_tied() {
+  if (!zero3_ || zero3_->pinned() || pipe_->tied.empty()) return nullptr;
   for (size_t k = 0; k < zero3_->unit_count(); ++k) {
-    if (zero3_->unit_name(k) != "wte.weight") continue;
+    if (zero3_->unit_name(k) != pipe_->tied.front()) continue;
     zero3_->gather(k);
     parallel::Zero3Parameters* z = zero3_.get();
     return std::shared_ptr<void>(

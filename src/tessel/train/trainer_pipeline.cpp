@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Pipeline parallelism in the Trainer (GPipe, 1F1B, interleaved 1F1B; docs/PARALLEL.md). Every pp
-// rank builds the whole GPT-2 from the same seed, then trains only the parameters of its stages:
+// rank builds the whole model from the same seed, then trains only the parameters of its stages:
 // the optimizer, data parallelism and ZeRO see nothing else. A step's grad_accum micro-batches are
 // the pipeline's micro-batches, so a pp run consumes exactly the batches of one process.
 //
-// The tied embedding: the last stage multiplies with its copy of wte but does not train it; after
-// backward it sends its wte gradient to the first stage, which adds it to its own (the sum one
-// process forms) and alone updates wte; the updated wte then goes back to the last stage. So the
-// copies stay identical and the global norm and ZeRO count wte once (the embedding group of
+// A tied embedding (CausalLM::head_tied_parameters, GPT-2's wte): the last stage multiplies with
+// its copy but does not train it; after backward it sends its gradient to the first stage, which
+// adds it to its own (the sum one process forms) and alone updates it; the updated weight then goes
+// back to the last stage. So the copies stay identical and the global norm and ZeRO count it once
+// (the embedding group of
 // Megatron-LM, as a reduce and a broadcast instead of an all-reduce).
 //
 // Checkpoints stay layout-independent: before one is written, every parameter and moment is
@@ -16,11 +17,12 @@
 //
 // bf16/fp16: one LowPrecisionScope over this rank's stages spans the whole schedule (1F1B runs a
 // micro-batch's backward after later forwards; the copies' casts serve every micro-batch's graph)
-// and closes before the tied-gradient exchange reads the f32 wte; messages travel in the compute
+// and closes before the tied-gradient exchange reads the f32 weight; messages travel in the compute
 // dtype; under fp16 the last stage returns loss * scale and the losses are divided back.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <string>
 
 #include "tessel/autograd/meta.h"
@@ -48,20 +50,32 @@ void Trainer::build_pipeline() {
   const int p = layout_.pp_size();
   const TrainSection& t = config_.train;
   pp::Schedule schedule = schedule_from_spec(config_.parallel.schedule, p, int(t.grad_accum));
-  const std::vector<pp::LayerCost> costs = gpt2_layer_costs(*model_);
+  const std::vector<pp::LayerCost> costs = pipeline_layer_costs(*model_);
   TESSEL_CHECK(int64_t(costs.size()) >= schedule.num_stages(),
                "train: parallel.schedule = ", config_.parallel.schedule, " at pp = ", p, " needs ",
-               schedule.num_stages(), " stages, but a GPT-2 of ", model_->blocks.size(),
+               schedule.num_stages(), " stages, but the model's ", model_->num_layers(),
                " blocks has only ", costs.size(), " pipeline layers (embedding, blocks, head)");
   pipe_ = std::make_unique<PipelineTraining>();
-  pipe_->stages = std::make_unique<Gpt2Stages>(*model_, pp::balance(costs, schedule.num_stages()));
+  pipe_->stages = std::make_unique<ModelStages>(*model_, pp::balance(costs, schedule.num_stages()));
   for (const auto& [name, param] : model_->named_parameters()) {
     pipe_->owner[name] = schedule.owner(pipe_->stages->stage_of_parameter(name));
   }
-  pipe_->tied = model_->lm_head == nullptr;
+  pipe_->tied = model_->head_tied_parameters();
+  {
+    // The modules that hold this rank's parameters (and the tied ones its head multiplies with).
+    std::set<nn::Module*> seen;
+    for (const auto& [name, param] : model_->named_parameters()) {
+      const bool head_uses =
+          std::find(pipe_->tied.begin(), pipe_->tied.end(), name) != pipe_->tied.end() &&
+          schedule.owner(pipe_->stages->partition().num_stages() - 1) == layout_.pp_rank();
+      if (pipe_->owner.at(name) != layout_.pp_rank() && !head_uses) continue;
+      nn::Module* m = owner_module(*model_, name);
+      if (seen.insert(m).second) pipe_->modules.push_back(m);
+    }
+  }
   pp::ExecutorOptions options;
   options.activation_shapes = {
-      Shape{t.micro_batch, layout_stage_seq_len(), model_->config().n_embd}};
+      Shape{t.micro_batch, layout_stage_seq_len(), model_->model_config().hidden_size()}};
   options.dtype = compute_dtype_;  // bf16/fp16: the stages' activations cross in 16 bits
   layout_setup_pipeline();         // tensor parallelism inside the stages (trainer_layout.cpp)
   std::string layers;              // "embedding..h.2 | h.3..head": a stage may hold no block at all
@@ -86,25 +100,7 @@ NamedTensors Trainer::trainable_parameters() const {
 
 std::vector<nn::Module*> Trainer::stage_modules() const {
   if (!pipe_) return {model_.get()};
-  std::vector<nn::Module*> out;
-  const pp::StagePartition& partition = pipe_->stages->partition();
-  const int64_t blocks = int64_t(model_->blocks.size());
-  for (int64_t s = 0; s < partition.num_stages(); ++s) {
-    if (pipe_->executor->schedule().owner(int(s)) != layout_.pp_rank()) continue;
-    const auto [begin, end] = partition.layers_of(s);
-    for (int64_t l = begin; l < end; ++l) {
-      if (l == 0) {
-        out.insert(out.end(), {model_->wte.get(), model_->wpe.get()});
-      } else if (l <= blocks) {
-        out.push_back(model_->blocks[size_t(l - 1)].get());
-      } else {  // the head: ln_f and the LM head's matrix (the tied wte)
-        out.push_back(model_->ln_f.get());
-        out.push_back(model_->lm_head ? static_cast<nn::Module*>(model_->lm_head.get())
-                                      : static_cast<nn::Module*>(model_->wte.get()));
-      }
-    }
-  }
-  return out;
+  return pipe_->modules;
 }
 
 std::vector<Tensor> Trainer::trainable_tensors() const {
@@ -139,8 +135,8 @@ double Trainer::pipeline_forward_backward() {
     result = pipe_->executor->run(*pipe_->stages);
   }
   const int p = layout_.pp_size(), rank = layout_.pp_rank();
-  if (pipe_->tied) {
-    const Tensor& w = model_->wte->weight;
+  for (const std::string& name : pipe_->tied) {
+    const Tensor w = model_->find(name);
     if (rank == p - 1) {
       const Tensor g = w.grad().defined() ? w.grad() : zeros_like(w);
       layout_.pp->send(g, 0, kTiedGradientTag);
@@ -159,14 +155,14 @@ double Trainer::pipeline_forward_backward() {
 }
 
 void Trainer::pipeline_after_step() {
-  if (!pipe_ || !pipe_->tied) return;
+  if (!pipe_ || pipe_->tied.empty()) return;
   const int p = layout_.pp_size(), rank = layout_.pp_rank();
-  Tensor w = model_->wte->weight;
-  if (rank == 0) {
-    const auto gathered = layout_gather_wte();  // ZeRO-3 keeps only a shard of it
-    layout_.pp->send(w, p - 1, kTiedWeightTag);
+  const auto gathered = rank == 0 ? layout_gather_tied() : nullptr;  // ZeRO-3 keeps a shard
+  for (const std::string& name : pipe_->tied) {
+    Tensor w = model_->find(name);
+    if (rank == 0) layout_.pp->send(w, p - 1, kTiedWeightTag);
+    if (rank == p - 1) layout_.pp->recv(w, 0, kTiedWeightTag);
   }
-  if (rank == p - 1) layout_.pp->recv(w, 0, kTiedWeightTag);
 }
 
 void Trainer::pipeline_sync_model() {

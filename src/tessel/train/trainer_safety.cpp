@@ -22,15 +22,9 @@ namespace {
 // again in the pieces, with the two f32 AdamW moments (checkpoint_pieces.h).
 constexpr uint64_t kCheckpointBytesPerParameter = 4 + 4 + 8;
 
-std::string shape_of(const models::GPT2Config& c) {
-  return std::to_string(c.n_layer) + " layers x " + std::to_string(c.n_embd) + " wide, " +
-         std::to_string(c.n_head) + " heads, n_positions " + std::to_string(c.n_positions) +
-         ", vocab_size " + std::to_string(c.vocab_size);
-}
-
-bool same_shape(const models::GPT2Config& a, const models::GPT2Config& b) {
-  return a.n_layer == b.n_layer && a.n_embd == b.n_embd && a.n_head == b.n_head &&
-         a.n_positions == b.n_positions && a.vocab_size == b.vocab_size;
+std::string shape_of(const models::ModelConfig& c) {
+  return c.summary() + ", max_positions " + std::to_string(c.max_positions()) + ", vocab_size " +
+         std::to_string(c.vocabulary_size());
 }
 
 }  // namespace
@@ -44,13 +38,12 @@ void Trainer::lock_run_directory() {
   }
 }
 
-void Trainer::check_free_space_for(const models::GPT2Config& mc) const {
+void Trainer::check_free_space_for(const models::ModelConfig& mc) const {
   if (!leader()) return;
   uint64_t tokenizer_bytes = 0;
   std::error_code ec;
   if (!tokenizer_dir_.empty()) {
-    for (const char* name :
-         {"tokenizer.json", "vocab.json", "merges.txt", "encoder.json", "vocab.bpe"}) {
+    for (const std::string& name : mc.family().tokenizer_files()) {
       const uint64_t n = fs::file_size(fs::path(tokenizer_dir_) / name, ec);
       if (!ec) tokenizer_bytes += n;
     }
@@ -63,7 +56,7 @@ void Trainer::check_free_space_for(const models::GPT2Config& mc) const {
 }
 
 void Trainer::check_resume_arguments(const std::string& checkpoint, int64_t checkpoint_step,
-                                     const models::GPT2Config& checkpoint_model) const {
+                                     const models::ModelConfig& checkpoint_model) const {
   const int64_t steps = config_.train.steps;
   TESSEL_CHECK(steps > checkpoint_step, "train: the checkpoint ", checkpoint, " is at step ",
                checkpoint_step, " and train.steps = ", steps,
@@ -77,12 +70,12 @@ void Trainer::check_resume_arguments(const std::string& checkpoint, int64_t chec
   const bool from_init = !config_.model.init_from.empty();
   const std::string key = from_init ? "model.init_from" : "model.config";
   const std::string spec = from_init ? config_.model.init_from : config_.model.config;
-  std::optional<models::GPT2Config> named;
+  models::ConfigPtr named;
   try {
     named = resolve_model_config(spec, key);
   } catch (const Error&) {
   }
-  TESSEL_CHECK(!named || same_shape(*named, checkpoint_model), "train: ", key, " = '", spec,
+  TESSEL_CHECK(!named || named->same_shapes(checkpoint_model), "train: ", key, " = '", spec,
                "' describes a model of ", shape_of(*named), ", but the checkpoint ", checkpoint,
                " holds one of ", shape_of(checkpoint_model),
                "; a resumed run trains its checkpoint's model: drop the override, or start a new "

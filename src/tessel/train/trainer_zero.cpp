@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The trainer's side of ZeRO: which modules of GPT-2 are ZeRO-3's gathering units, and the count
+// The trainer's side of ZeRO: which modules of the model are ZeRO-3's gathering units, and the count
 // of the dp collectives a step issued. (ZeRO checkpoints are pieces like every layout's:
 // trainer_checkpoint_pieces.cpp.)
 #include <unistd.h>
@@ -10,13 +10,11 @@
 
 namespace tessel::train {
 
-// One unit per transformer block and one for ln_f; the rest (the embeddings, which the tied LM
-// head uses again at the end of forward and the start of backward) is the root's unit.
+// The model's units (one per block, then the final norm, CausalLM::unit_paths); the rest (the
+// embeddings, which a tied LM head uses again at the end of forward and the start of backward) is
+// the root's unit.
 std::vector<parallel::Zero3Unit> Trainer::zero3_units() {
-  std::vector<std::string> paths;
-  for (int64_t i = 0; i < model_->config().n_layer; ++i) paths.push_back("h." + std::to_string(i));
-  paths.push_back("ln_f");
-  return layout_zero3_units(parallel::zero3_units(*model_, paths));  // a pipeline stage's part
+  return layout_zero3_units(parallel::zero3_units(*model_, model_->unit_paths()));  // a pipeline stage's part
 }
 
 void Trainer::count_collectives(uint64_t issued_before, StepRecord& r) const {

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "../../common/tolerance.h"
-#include "../parallel_test_common.h"
+#include "common/tolerance.h"
+#include "parallel/parallel_test_common.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/dist/world.h"
-#include "tessel/models/gpt2.h"
+#include "tessel/models/gpt2/gpt2.h"
 #include "tessel/ops/ops.h"
 #include "tessel/parallel/data_parallel.h"
 

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "../../common/tolerance.h"
-#include "../parallel_test_common.h"
+#include "common/tolerance.h"
+#include "parallel/parallel_test_common.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/dist/world.h"
-#include "tessel/models/gpt2.h"
+#include "tessel/models/gpt2/gpt2.h"
 #include "tessel/parallel/zero3.h"
 #include "tessel/parallel/zero_optimizer.h"
 #include "tessel/tensor/allocator.h"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // GPT2Config parsing: Hugging Face keys and aliases, type and range checks, presets.
-#include "tessel/models/gpt2_config.h"
+#include "tessel/models/gpt2/gpt2_config.h"
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -191,8 +191,8 @@ int64_t GPT2Config::parameter_count() const {
   return n;
 }
 
-nn::BlockConfig GPT2Config::block_config() const {
-  nn::BlockConfig b;
+models::GPT2BlockConfig GPT2Config::block_config() const {
+  models::GPT2BlockConfig b;
   b.n_embd = n_embd;
   b.n_head = n_head;
   b.n_inner = n_inner;
@@ -200,6 +200,46 @@ nn::BlockConfig GPT2Config::block_config() const {
   b.resid_pdrop = resid_pdrop;
   b.n_layer = n_layer;
   return b;
+}
+
+std::string GPT2Config::summary() const {
+  return "GPT-2 " + std::to_string(n_layer) + " layers x " + std::to_string(n_embd) + " wide, " +
+         std::to_string(n_head) + " heads";
+}
+
+bool GPT2Config::same_shapes(const ModelConfig& other) const {
+  const auto* o = dynamic_cast<const GPT2Config*>(&other);
+  return o != nullptr && o->vocab_size == vocab_size && o->n_positions == n_positions &&
+         o->n_embd == n_embd && o->n_layer == n_layer && o->n_head == n_head &&
+         o->inner() == inner() && o->tie_word_embeddings == tie_word_embeddings;
+}
+
+double GPT2Config::flops_per_token(int64_t seq_len) const {
+  const double matmul_params = double(parameter_count() - n_positions * n_embd);
+  return 6.0 * matmul_params + 6.0 * double(n_layer) * double(n_embd) * double(seq_len);
+}
+
+double GPT2Config::recompute_flops_per_token(nn::Recompute mode, int64_t seq_len) const {
+  TESSEL_CHECK(seq_len >= 1, "recompute_flops_per_token: seq_len ", seq_len, " must be >= 1");
+  const GPT2BlockConfig b = block_config();
+  const double c = double(b.n_embd), i = double(b.inner()), bias = b.bias ? 1.0 : 0.0;
+  const double layers = double(n_layer);
+  const double attention = 2.0 * c * double(seq_len);  // causal QK^T and PV, forward
+  // Parameters per part; a LayerNorm counts as its parameters, as flops_per_token counts.
+  const double ln = c * (1.0 + bias);
+  const double qkv = 3.0 * c * c + 3.0 * c * bias;
+  switch (mode) {
+    case nn::Recompute::None:
+      return 0.0;
+    case nn::Recompute::Selective:
+      return layers * (2.0 * (ln + qkv) + attention);
+    case nn::Recompute::Full: {
+      const double block =
+          2.0 * ln + qkv + (c * c + c * bias) + (c * i + i * bias) + (i * c + c * bias);
+      return layers * (2.0 * block + attention);
+    }
+  }
+  TESSEL_FAIL("recompute_flops_per_token: unknown mode ", int(mode));
 }
 
 }  // namespace tessel::models

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Mapping between tessel's GPT-2 parameters and the Hugging Face checkpoint layout.
-#include "tessel/models/gpt2_checkpoint.h"
+#include "tessel/models/gpt2/gpt2_checkpoint.h"
 
 #include <cstring>
 #include <filesystem>

@@ -1,14 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// GPT-2 under tensor (and sequence) parallelism: the model-specific glue around
-// parallel::parallelize. The model's code is unchanged; what GPT-2 needs beyond its plan lives
-// here (train/ may use both models and parallel, which models/ may not):
-//  - the head check: n_head must divide by tp (c_attn is split per head, and each rank's
-//    attention then runs n_head / tp heads, which nn::CausalSelfAttention reads from c_attn's
-//    width);
-//  - the vocabulary: the tied wte is split by rows, padded to a multiple of tp (Megatron-LM's
-//    padded vocabulary, announced in one line); the LM head multiplies with the same rows, so the
-//    model's logits are this rank's vocabulary columns, and the loss is the vocab-parallel
-//    cross-entropy, which leaves the padding columns out;
+// A causal LM under tensor (and sequence) parallelism: the glue around parallel::parallelize that
+// any model family needs (train/ may use both models and parallel, which models/ may not). The
+// model's code is unchanged; the family supplies the plan and its sizes (ModelConfig::
+// tensor_parallel, which also refuses shapes that cannot be split), and this file adds:
+//  - the vocabulary: the family's vocab-parallel embedding is split by rows, padded to a multiple
+//    of tp (Megatron-LM's padded vocabulary, announced in one line); the LM head multiplies with
+//    the same rows, so the model's logits are this rank's vocabulary columns, and the loss is the
+//    vocab-parallel cross-entropy, which leaves the padding columns out;
 //  - layout-independent checkpoints: shards gathered to full tensors (model and AdamW moments),
 //    and full tensors sliced back into shards;
 //  - the gradient norm over tp (sharded parameters summed over ranks, replicated ones once) and,
@@ -20,15 +18,12 @@
 #include <string>
 
 #include "tessel/dist/communicator.h"
-#include "tessel/models/gpt2.h"
+#include "tessel/models/causal_lm.h"
 #include "tessel/parallel/plan.h"
 
 namespace tessel::train {
 
-// The text of configs/gpt2-tp.json, built in so that `--tp` needs no file.
-extern const char* const kGpt2TensorParallelPlan;
-
-struct Gpt2TensorParallel {
+struct ModelTensorParallel {
   dist::CommPtr tp;
   parallel::ParallelizeResult result;
   int64_t vocab = 0;         // real tokens
@@ -38,21 +33,21 @@ struct Gpt2TensorParallel {
 };
 
 // Parallelizes `model` (full weights on every rank, as loaded or initialised) in place. `plan`
-// empty: the built-in plan. `note` receives the one-line vocabulary padding notice.
-Gpt2TensorParallel gpt2_parallelize(models::GPT2& model, dist::CommPtr tp,
+// empty: the family's built-in plan. `note` receives the one-line vocabulary padding notice.
+ModelTensorParallel parallelize_model(models::CausalLM& model, dist::CommPtr tp,
                                     const std::string& plan_path, bool sequence_parallel,
                                     const std::function<void(const std::string&)>& note = {});
 
-// Mean cross-entropy of ids against targets (-100 ignored), as GPT2::loss, from the
+// Mean cross-entropy of ids against targets (-100 ignored), as CausalLM::loss, from the
 // vocab-split logits. Collective over tp.
-Tensor gpt2_tp_loss(models::GPT2& model, const Gpt2TensorParallel& tp, const Tensor& ids,
+Tensor model_tp_loss(models::CausalLM& model, const ModelTensorParallel& tp, const Tensor& ids,
                     const Tensor& targets);
 
 // Incremental decoding cannot split its one new token per step over the ranks: while this lives,
 // sequence parallelism is paused and the model runs as plain tensor parallelism.
 class SequenceParallelPause {
  public:
-  explicit SequenceParallelPause(const Gpt2TensorParallel& tp) : state_(tp.result.sequence) {
+  explicit SequenceParallelPause(const ModelTensorParallel& tp) : state_(tp.result.sequence) {
     if (state_) state_->active = false;
   }
   ~SequenceParallelPause() {
@@ -66,24 +61,24 @@ class SequenceParallelPause {
 };
 
 // [..., V_local] logits of this rank -> [..., vocab] on every rank (inference; collective).
-Tensor gpt2_tp_full_logits(const Gpt2TensorParallel& tp, const Tensor& local);
+Tensor model_tp_full_logits(const ModelTensorParallel& tp, const Tensor& local);
 
 // Tensors named after parameters, possibly prefixed ("exp_avg.h.0.attn.c_attn.weight" with
 // prefix "exp_avg."): gathered to full tensors / sliced to this rank's pieces. Names that are
 // not sharded parameters pass through (cloned when gathering).
-nn::NamedTensors gpt2_tp_gather(const Gpt2TensorParallel& tp, const nn::NamedTensors& local);
-nn::NamedTensors gpt2_tp_shard(const Gpt2TensorParallel& tp, const nn::NamedTensors& full);
+nn::NamedTensors model_tp_gather(const ModelTensorParallel& tp, const nn::NamedTensors& local);
+nn::NamedTensors model_tp_shard(const ModelTensorParallel& tp, const nn::NamedTensors& full);
 
-// A full (unsharded) GPT-2 holding the gathered weights, for writing checkpoints. Collective.
-std::shared_ptr<models::GPT2> gpt2_tp_gather_model(models::GPT2& model,
-                                                   const Gpt2TensorParallel& tp);
+// A full (unsharded) model holding the gathered weights, for writing checkpoints. Collective.
+std::shared_ptr<models::CausalLM> model_tp_gather_model(models::CausalLM& model,
+                                                   const ModelTensorParallel& tp);
 
 // Under sequence parallelism: sums the replicated parameters' gradients over tp (one
 // all-reduce). Without it: nothing (their gradients are already equal on every rank).
-void gpt2_tp_reduce_gradients(models::GPT2& model, const Gpt2TensorParallel& tp);
+void model_tp_reduce_gradients(models::CausalLM& model, const ModelTensorParallel& tp);
 
 // The squared global gradient norm: sharded parameters' squares summed over tp, replicated ones
 // counted once. Collective over tp.
-double gpt2_tp_grad_square_sum(models::GPT2& model, const Gpt2TensorParallel& tp);
+double model_tp_grad_square_sum(models::CausalLM& model, const ModelTensorParallel& tp);
 
 }  // namespace tessel::train

@@ -4,7 +4,7 @@
 // generation ids, per-rank parameter bytes, the shipped plan file equal to the built-in one, and
 // refusals (heads not divisible by tp, bad plans). A vocabulary of 37 is padded on both sizes and
 // a sequence of 13 splits unevenly.
-#include "tessel/train/gpt2_tensor_parallel.h"
+#include "tessel/train/model_tensor_parallel.h"
 
 #include <gtest/gtest.h>
 
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "../common/tolerance.h"
-#include "../parallel/parallel_test_util.h"
+#include "common/tolerance.h"
+#include "parallel/parallel_test_util.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/models/generation.h"
@@ -85,7 +85,7 @@ TEST_P(Gpt2TpWorld, EqualsOneProcess) {
     int64_t full_sharded = 0;
     std::vector<std::string> notes;
     const auto info =
-        gpt2_parallelize(*m, tp, "", sp, [&](const std::string& s) { notes.push_back(s); });
+        parallelize_model(*m, tp, "", sp, [&](const std::string& s) { notes.push_back(s); });
     checks.expect(
         notes.size() == 1 &&
             notes[0].find("37 padded to " + std::to_string(n == 2 ? 38 : 40)) != std::string::npos,
@@ -104,28 +104,28 @@ TEST_P(Gpt2TpWorld, EqualsOneProcess) {
 
     {
       autograd::NoGradGuard no_grad;
-      Tensor logits = gpt2_tp_full_logits(info, m->forward(c.ids));
+      Tensor logits = model_tp_full_logits(info, m->forward(c.ids));
       const double e = rel_err(logits.to_vector<double>(), want.logits);
       checks.expect(e <= kTol, at + ": logits relative error " + std::to_string(e));
     }
-    Tensor loss = gpt2_tp_loss(*m, info, c.ids, c.targets);
+    Tensor loss = model_tp_loss(*m, info, c.ids, c.targets);
     const double el = std::abs(loss.item() - want.loss) / std::abs(want.loss);
     checks.expect(el <= kTol, at + ": loss relative error " + std::to_string(el));
     autograd::backward(loss);
-    gpt2_tp_reduce_gradients(*m, info);
+    model_tp_reduce_gradients(*m, info);
     nn::NamedTensors grads;
     for (const auto& [name, p] : m->named_parameters()) grads.emplace_back(name, p.grad());
-    for (const auto& [name, g] : gpt2_tp_gather(info, grads)) {
+    for (const auto& [name, g] : model_tp_gather(info, grads)) {
       const double e = rel_err(g.to_vector<double>(), want.grads.at(name));
       checks.expect(e <= kTol,
                     at + ": gradient of " + name + " relative error " + std::to_string(e));
     }
-    const double gs = gpt2_tp_grad_square_sum(*m, info);
+    const double gs = model_tp_grad_square_sum(*m, info);
     checks.expect(
         std::abs(gs - want.grad_sq) <= kTol * want.grad_sq,
         at + ": grad square sum " + std::to_string(gs) + " vs " + std::to_string(want.grad_sq));
     // Gathered weights equal the full model's.
-    auto gathered = gpt2_tp_gather_model(*m, info);
+    auto gathered = model_tp_gather_model(*m, info);
     for (const auto& [name, p] : full_model->named_parameters()) {
       const double e = rel_err(gathered->find(name).to_vector<double>(), p.to_vector<double>());
       checks.expect(e == 0, at + ": gathered " + name + " differs");
@@ -133,7 +133,7 @@ TEST_P(Gpt2TpWorld, EqualsOneProcess) {
     {
       const SequenceParallelPause pause(info);
       models::GenerationOptions g = greedy(6);
-      g.full_logits = [&](const Tensor& local) { return gpt2_tp_full_logits(info, local); };
+      g.full_logits = [&](const Tensor& local) { return model_tp_full_logits(info, local); };
       checks.expect(models::generate(*m, kPrompt, g).tokens == want.generated,
                     at + ": greedy ids differ");
     }
@@ -155,7 +155,7 @@ TEST(Gpt2TensorParallelPlan, RefusesHeadsNotDivisible) {
   Checks checks;
   run_world(3, [&](dist::CommPtr tp) {
     auto m = c.model();
-    checks.expect_throw([&] { gpt2_parallelize(*m, tp, "", false); },
+    checks.expect_throw([&] { parallelize_model(*m, tp, "", false); },
                         "n_head = 4 is not divisible by tp = 3", "heads");
   });
   checks.verify();
@@ -164,7 +164,8 @@ TEST(Gpt2TensorParallelPlan, RefusesHeadsNotDivisible) {
 TEST(Gpt2TensorParallelPlan, ShippedPlanIsTheBuiltIn) {
   const auto shipped =
       parallel::ParallelPlan::load(std::string(TESSEL_SOURCE_DIR) + "/configs/gpt2-tp.json");
-  const auto built_in = parallel::ParallelPlan::parse(kGpt2TensorParallelPlan, "built-in");
+  const auto built_in =
+      parallel::ParallelPlan::parse(models::GPT2Config().tensor_parallel(1).plan_json, "built-in");
   ASSERT_EQ(shipped.rules.size(), built_in.rules.size());
   for (size_t i = 0; i < shipped.rules.size(); ++i) {
     EXPECT_EQ(shipped.rules[i].pattern, built_in.rules[i].pattern);

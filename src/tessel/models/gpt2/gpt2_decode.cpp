@@ -6,7 +6,7 @@
 #include <string>
 
 #include "tessel/autograd/grad_mode.h"
-#include "tessel/models/gpt2.h"
+#include "tessel/models/gpt2/gpt2.h"
 #include "tessel/ops/ops.h"
 
 namespace tessel::models {
@@ -44,8 +44,8 @@ Tensor GPT2::forward_step(const Tensor& ids, KVCache& cache, bool last_only) {
   Tensor positions = arange(double(start), double(start + t), 1.0, DType::I64);
   Tensor x = ops::add(wte->forward(ids), wpe->forward(positions));
   for (size_t l = 0; l < blocks.size(); ++l) {
-    nn::Block& block = *blocks[l];
-    nn::CausalSelfAttention& attn = *block.attn;
+    models::GPT2Block& block = *blocks[l];
+    models::GPT2Attention& attn = *block.attn;
     std::vector<Tensor> qkv =
         ops::split(attn.c_attn->forward(block.ln_1->forward(x)), {c, c, c}, -1);
     Tensor q = qkv[0].reshape({b, t, heads, d});
@@ -54,7 +54,7 @@ Tensor GPT2::forward_step(const Tensor& ids, KVCache& cache, bool last_only) {
     // Causal with Tq < Tk: query i (position start + i) sees keys 0 .. start + i.
     Tensor y = ops::attention(q, k, v, /*causal=*/true).reshape({b, t, c});
     x = ops::add(x, attn.c_proj->forward(y));
-    nn::MLP& mlp = *block.mlp;
+    models::GPT2MLP& mlp = *block.mlp;
     x = ops::add(x, mlp.c_proj->forward(ops::gelu(mlp.c_fc->forward(block.ln_2->forward(x)))));
   }
   cache.advance(t);

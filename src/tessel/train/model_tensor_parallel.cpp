@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// GPT-2's tensor-parallel glue: the built-in plan, head and vocabulary checks, the vocab-parallel
+// A model's tensor-parallel glue: the family's plan, the padded vocabulary, the vocab-parallel
 // loss, gathered and sliced checkpoints, and the gradient reductions over tp.
-#include "tessel/train/gpt2_tensor_parallel.h"
+#include "tessel/train/model_tensor_parallel.h"
 
 #include <cmath>
 
@@ -14,27 +14,10 @@
 
 namespace tessel::train {
 
-const char* const kGpt2TensorParallelPlan = R"({
-  "# about": "GPT-2's tensor-parallel plan (Megatron-LM): vocab-split tied embedding, per-head qkv, Colwise then Rowwise in attention and MLP; with --sp the norms, dropouts and residuals run on sequence pieces",
-  "wte": "VocabParallel",
-  "wpe": "Sequence",
-  "drop": "Sequence",
-  "h.*.ln_1": "Sequence",
-  "h.*.attn.c_attn": {"style": "Colwise", "blocks": 3, "unit": "head_dim"},
-  "h.*.attn.c_proj": "Rowwise",
-  "h.*.attn.resid_dropout": "Sequence",
-  "h.*.ln_2": "Sequence",
-  "h.*.mlp.c_fc": "Colwise",
-  "h.*.mlp.c_proj": "Rowwise",
-  "h.*.mlp.dropout": "Sequence",
-  "ln_f": {"style": "Sequence", "gather_output": true}
-}
-)";
-
 namespace {
 
 // The sharded parameter a (possibly optimizer-prefixed) name refers to, or null.
-const parallel::ShardSpec* spec_of(const Gpt2TensorParallel& tp, const std::string& name) {
+const parallel::ShardSpec* spec_of(const ModelTensorParallel& tp, const std::string& name) {
   for (const char* prefix : {"", "exp_avg.", "exp_avg_sq."}) {
     const std::string p = prefix;
     if (name.compare(0, p.size(), p) != 0) continue;
@@ -45,33 +28,30 @@ const parallel::ShardSpec* spec_of(const Gpt2TensorParallel& tp, const std::stri
 
 }  // namespace
 
-Gpt2TensorParallel gpt2_parallelize(models::GPT2& model, dist::CommPtr tp,
+ModelTensorParallel parallelize_model(models::CausalLM& model, dist::CommPtr tp,
                                     const std::string& plan_path, bool sequence_parallel,
                                     const std::function<void(const std::string&)>& note) {
-  TESSEL_CHECK(tp != nullptr, "gpt2_parallelize: the tensor-parallel communicator is null");
-  const models::GPT2Config& c = model.config();
+  TESSEL_CHECK(tp != nullptr, "parallelize_model: the tensor-parallel communicator is null");
+  const models::ModelConfig& c = model.model_config();
   const int n = tp->size();
-  TESSEL_CHECK(c.n_head % n == 0, "tensor parallelism: GPT-2's n_head = ", c.n_head,
-               " is not divisible by tp = ", n, " (attention is split per head)");
-  TESSEL_CHECK(c.tie_word_embeddings,
-               "tensor parallelism: GPT-2 with an untied lm_head is not "
-               "supported (the plan splits the tied wte by vocabulary)");
+  const models::TensorParallelSpec spec = c.tensor_parallel(n);
   const parallel::ParallelPlan plan =
-      plan_path.empty() ? parallel::ParallelPlan::parse(kGpt2TensorParallelPlan, "built-in GPT-2")
-                        : parallel::ParallelPlan::load(plan_path);
+      plan_path.empty()
+          ? parallel::ParallelPlan::parse(spec.plan_json, "built-in " + c.summary())
+          : parallel::ParallelPlan::load(plan_path);
   parallel::ParallelizeOptions po;
   po.sequence_parallel = sequence_parallel;
-  po.sizes = {{"head_dim", c.n_embd / c.n_head}, {"n_embd", c.n_embd}, {"n_head", c.n_head}};
-  Gpt2TensorParallel out;
+  for (const auto& [name, value] : spec.sizes) po.sizes[name] = value;
+  ModelTensorParallel out;
   out.tp = tp;
-  out.vocab = c.vocab_size;
-  out.padded_vocab = parallel::padded_vocab_size(c.vocab_size, n);
+  out.vocab = c.vocabulary_size();
+  out.padded_vocab = parallel::padded_vocab_size(c.vocabulary_size(), n);
   out.sequence_parallel = sequence_parallel;
   out.result = parallel::parallelize(model, tp, plan, po);
-  const parallel::ShardSpec* wte = out.result.spec("wte.weight");
-  TESSEL_CHECK(wte != nullptr && out.result.applied.size() > 0,
-               "tensor parallelism: the plan must split wte with VocabParallel (GPT-2's LM head "
-               "multiplies with it)");
+  const parallel::ShardSpec* embedding = out.result.spec(spec.vocab_parallel_weight);
+  TESSEL_CHECK(embedding != nullptr && out.result.applied.size() > 0,
+               "tensor parallelism: the plan must split ", spec.vocab_parallel_weight,
+               " with VocabParallel (the LM head multiplies with its rows)");
   out.vocab_offset = int64_t(tp->rank()) * (out.padded_vocab / n);
   if (out.padded_vocab != out.vocab && note) {
     note("tensor parallel: vocabulary " + std::to_string(out.vocab) + " padded to " +
@@ -81,22 +61,22 @@ Gpt2TensorParallel gpt2_parallelize(models::GPT2& model, dist::CommPtr tp,
   return out;
 }
 
-Tensor gpt2_tp_loss(models::GPT2& model, const Gpt2TensorParallel& tp, const Tensor& ids,
+Tensor model_tp_loss(models::CausalLM& model, const ModelTensorParallel& tp, const Tensor& ids,
                     const Tensor& targets) {
-  TESSEL_CHECK(targets.shape() == ids.shape(), "GPT2 tensor-parallel loss: targets ",
+  TESSEL_CHECK(targets.shape() == ids.shape(), "tensor-parallel loss: targets ",
                targets.shape(), " expected the shape of ids ", ids.shape());
   return parallel::vocab_parallel_cross_entropy(model.forward(ids), targets, *tp.tp, tp.vocab,
                                                 tp.vocab_offset);
 }
 
-Tensor gpt2_tp_full_logits(const Gpt2TensorParallel& tp, const Tensor& local) {
+Tensor model_tp_full_logits(const ModelTensorParallel& tp, const Tensor& local) {
   autograd::NoGradGuard no_grad;
   const int last = int(local.ndim() - 1);
   Tensor all = sharding::gather_from_region(local.detach(), *tp.tp, last, tp.padded_vocab);
   return tp.padded_vocab == tp.vocab ? all : all.slice(last, 0, tp.vocab);
 }
 
-nn::NamedTensors gpt2_tp_gather(const Gpt2TensorParallel& tp, const nn::NamedTensors& local) {
+nn::NamedTensors model_tp_gather(const ModelTensorParallel& tp, const nn::NamedTensors& local) {
   nn::NamedTensors out;
   for (const auto& [name, t] : local) {
     const parallel::ShardSpec* s = spec_of(tp, name);
@@ -105,7 +85,7 @@ nn::NamedTensors gpt2_tp_gather(const Gpt2TensorParallel& tp, const nn::NamedTen
   return out;
 }
 
-nn::NamedTensors gpt2_tp_shard(const Gpt2TensorParallel& tp, const nn::NamedTensors& full) {
+nn::NamedTensors model_tp_shard(const ModelTensorParallel& tp, const nn::NamedTensors& full) {
   nn::NamedTensors out;
   for (const auto& [name, t] : full) {
     const parallel::ShardSpec* s = spec_of(tp, name);
@@ -114,15 +94,15 @@ nn::NamedTensors gpt2_tp_shard(const Gpt2TensorParallel& tp, const nn::NamedTens
   return out;
 }
 
-std::shared_ptr<models::GPT2> gpt2_tp_gather_model(models::GPT2& model,
-                                                   const Gpt2TensorParallel& tp) {
-  const nn::NamedTensors state = gpt2_tp_gather(tp, model.state_dict());
-  auto full = std::make_shared<models::GPT2>(model.config(), nn::Init::none());
+std::shared_ptr<models::CausalLM> model_tp_gather_model(models::CausalLM& model,
+                                                   const ModelTensorParallel& tp) {
+  const nn::NamedTensors state = model_tp_gather(tp, model.state_dict());
+  auto full = model.model_config().build_empty();
   full->load_state_dict(state);
   return full;
 }
 
-void gpt2_tp_reduce_gradients(models::GPT2& model, const Gpt2TensorParallel& tp) {
+void model_tp_reduce_gradients(models::CausalLM& model, const ModelTensorParallel& tp) {
   if (!tp.sequence_parallel) return;
   std::vector<Tensor> grads;
   for (const auto& [name, p] : model.named_parameters()) {
@@ -142,7 +122,7 @@ void gpt2_tp_reduce_gradients(models::GPT2& model, const Gpt2TensorParallel& tp)
   }
 }
 
-double gpt2_tp_grad_square_sum(models::GPT2& model, const Gpt2TensorParallel& tp) {
+double model_tp_grad_square_sum(models::CausalLM& model, const ModelTensorParallel& tp) {
   std::vector<Tensor> sharded, replicated;
   for (const auto& [name, p] : model.named_parameters())
     (tp.result.spec(name) != nullptr ? sharded : replicated).push_back(p);

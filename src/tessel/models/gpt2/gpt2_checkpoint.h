@@ -11,7 +11,7 @@
 #include <string>
 
 #include "tessel/io/safetensors_dir.h"
-#include "tessel/models/gpt2.h"
+#include "tessel/models/gpt2/gpt2.h"
 
 namespace tessel::models {
 

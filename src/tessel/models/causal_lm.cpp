@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+// What every causal LM shares: the forward as embedding, blocks and head in order, the loss, the
+// TESSEL_DUMP_DIR activation dump and greedy decoding by recomputation.
+#include "tessel/models/causal_lm.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "tessel/autograd/grad_mode.h"
+#include "tessel/io/safetensors.h"
+#include "tessel/ops/ops.h"
+
+namespace tessel::models {
+
+Tensor CausalLM::forward_layers(const Tensor& ids) {
+  TESSEL_CHECK(ids.ndim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
+               type_name(), ".forward: ids ", ids.shape(), " ", dtype_name(ids.dtype()),
+               " expected i32/i64 [B, T]");
+  const int64_t t = ids.size(1), limit = model_config().max_positions();
+  TESSEL_CHECK(t >= 1 && t <= limit, type_name(), ".forward: sequence length ", t,
+               " outside [1, max_positions = ", limit, "]");
+  Tensor x = embed(ids);
+  for (int64_t i = 0; i < num_layers(); ++i) x = block(i, x);
+  return head(x);
+}
+
+Tensor CausalLM::forward(const Tensor& ids) {
+  const char* dir = std::getenv("TESSEL_DUMP_DIR");
+  if (dir == nullptr || *dir == '\0') {
+    return run_forward({ids}, [&] { return forward_layers(ids); });
+  }
+  // Collect copies of every named intermediate, then write them as one safetensors file.
+  io::NamedTensors dumped;
+  std::set<std::string> seen;
+  const int64_t handle = add_activation_observer([&](const std::string& name, const Tensor& value) {
+    if (!value.defined() || !dtype_is_float(value.dtype()) || !seen.insert(name).second) return;
+    dumped.emplace_back(name, value.detach().clone());
+  });
+  Tensor out;
+  try {
+    out = run_forward({ids}, [&] { return forward_layers(ids); });
+  } catch (...) {
+    remove_hook(handle);
+    throw;
+  }
+  remove_hook(handle);
+  std::filesystem::create_directories(dir);
+  char file[64];
+  std::snprintf(file, sizeof(file), "activations-%04lld.safetensors", (long long)dump_count_++);
+  io::save_safetensors((std::filesystem::path(dir) / file).string(), dumped);
+  return out;
+}
+
+Tensor CausalLM::loss(const Tensor& ids, const Tensor& targets) {
+  TESSEL_CHECK(targets.shape() == ids.shape(), type_name(), ".loss: targets ", targets.shape(),
+               " expected the shape of ids ", ids.shape());
+  Tensor logits = forward(ids);
+  const int64_t n = ids.numel();
+  return ops::cross_entropy(ops::reshape(logits, {n, logits.size(int(logits.ndim()) - 1)}), targets.reshape({n}));
+}
+
+std::vector<int64_t> CausalLM::generate_greedy(const std::vector<int64_t>& prompt, int64_t steps) {
+  const int64_t limit = model_config().max_positions();
+  TESSEL_CHECK(!prompt.empty(), type_name(), ".generate_greedy: empty prompt");
+  TESSEL_CHECK(int64_t(prompt.size()) <= limit, type_name(), ".generate_greedy: prompt of ",
+               prompt.size(), " tokens is longer than max_positions ", limit);
+  TESSEL_CHECK(steps >= 0, type_name(), ".generate_greedy: steps ", steps, " must be >= 0");
+  autograd::NoGradGuard no_grad;
+  std::vector<int64_t> ids = prompt, out;
+  for (int64_t s = 0; s < steps; ++s) {
+    // Past the context length the window slides: the model sees the last max_positions tokens.
+    const int64_t t = std::min<int64_t>(int64_t(ids.size()), limit);
+    std::vector<int64_t> window(ids.end() - t, ids.end());
+    Tensor logits = forward(from_data(window, Shape{1, t}));
+    Tensor last = logits.narrow(1, t - 1, 1).to(DType::F32);
+    const float* p = last.data<float>();
+    const int64_t vocab = last.numel();
+    int64_t best = 0;
+    for (int64_t v = 1; v < vocab; ++v) {
+      if (p[v] > p[best]) best = v;  // the first maximum wins, as in torch.argmax
+    }
+    ids.push_back(best);
+    out.push_back(best);
+  }
+  return out;
+}
+
+}  // namespace tessel::models

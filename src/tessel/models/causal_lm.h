@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: Apache-2.0
+// The two things every architecture gives the rest of tessel: a ModelConfig (the hyper-parameters
+// of one model, read from and written to a Hugging Face config.json, with the facts the trainer,
+// the pipeline partitioner, the planner and the server ask for) and a CausalLM (the serial module
+// built from it). train/, parallel/, serve/ and plan/ see models only through these two and the
+// Family (family.h), so a new architecture is one folder in models/ and no edit elsewhere.
+//
+// Pipeline layering, shared by every family: layer 0 is the input embedding, layers 1..n are the
+// repeated blocks, layer n + 1 the final norm and the LM head; forward(ids) computes exactly
+// head(block(n-1, ... block(0, embed(ids)))), op for op, so a pipelined step equals one process.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessel/models/kv_cache.h"
+#include "tessel/nn/init.h"
+#include "tessel/nn/module.h"
+#include "tessel/nn/recompute.h"
+
+namespace tessel::models {
+
+class CausalLM;
+class Family;
+
+// What a KV cache for this model holds per token: layers x kv_heads x head_dim keys and values.
+struct KvGeometry {
+  int64_t layers = 0, kv_heads = 0, head_dim = 0;
+  // Keys and values of one token in all layers, in bytes of `element_bytes` each.
+  int64_t bytes_per_token(int64_t element_bytes) const {
+    return 2 * layers * kv_heads * head_dim * element_bytes;
+  }
+};
+
+// The data a tensor-parallel run needs from a family (models/ cannot name parallel/ types, so it
+// is plain data that parallel::ParallelPlan parses): the plan's JSON text (module-name patterns
+// to styles, like configs/gpt2-tp.json), the named sizes the plan's "unit" fields refer to, and
+// the vocabulary-parallel embedding that the LM head multiplies with.
+struct TensorParallelSpec {
+  std::string plan_json;
+  std::vector<std::pair<std::string, int64_t>> sizes;  // e.g. {"head_dim", 64}
+  std::string vocab_parallel_weight;                     // e.g. "wte.weight"
+};
+
+class ModelConfig {
+ public:
+  virtual ~ModelConfig() = default;
+  virtual const Family& family() const = 0;
+
+  // config.json text in the Hugging Face layout (architectures and model_type included).
+  virtual std::string to_json() const = 0;
+  // Range checks across keys; an Error names the key and the value.
+  virtual void validate() const = 0;
+  // "GPT-2 12 layers x 768 wide, 12 heads" : the model line of the trainer's output.
+  virtual std::string summary() const = 0;
+  // Whether `other` has the same tensors (names and shapes): resuming or loading across them is
+  // safe. Compared by the architecture's own shape fields.
+  virtual bool same_shapes(const ModelConfig& other) const = 0;
+
+  // (Named so that a family's config struct can keep the Hugging Face keys as its members.)
+  virtual int64_t vocabulary_size() const = 0;
+  virtual int64_t max_positions() const = 0;  // the longest sequence the model takes
+  virtual int64_t num_layers() const = 0;     // repeated blocks
+  virtual int64_t hidden_size() const = 0;
+  virtual int64_t num_heads() const = 0;
+  virtual int64_t parameter_count() const = 0;  // computed without building the model
+  virtual KvGeometry kv_geometry() const = 0;
+  virtual std::optional<int64_t> bos_id() const = 0;
+  virtual std::optional<int64_t> eos_id() const = 0;
+
+  // Model FLOPs of a training step per token (forward + backward, the MFU numerator, PaLM's
+  // 6N + 12 L C T form with N the parameters the forward multiplies with).
+  virtual double flops_per_token(int64_t seq_len) const = 0;
+  // The extra forward FLOPs per token that `mode` recomputes in backward (for HFU).
+  virtual double recompute_flops_per_token(nn::Recompute mode, int64_t seq_len) const = 0;
+
+  // The built module: random (the family's published initialisation, from `generator`), or
+  // shape-only storage that is allocated but never touched (for loading into).
+  virtual std::shared_ptr<CausalLM> build_random(Generator& generator) const = 0;
+  virtual std::shared_ptr<CausalLM> build_empty(Generator* dropout_generator = nullptr) const = 0;
+
+  // Tensor parallelism over `tp` ranks: an Error when the model cannot be split that way (heads not
+  // divisible, an untied head, ...), else the plan and sizes.
+  virtual TensorParallelSpec tensor_parallel(int tp) const = 0;
+};
+
+using ConfigPtr = std::shared_ptr<const ModelConfig>;
+
+class CausalLM : public nn::Module {
+ public:
+  using nn::Module::Module;
+
+  virtual const ModelConfig& model_config() const = 0;
+
+  // ids i32/i64 [B, T] (T <= max_positions) -> logits [B, T, vocab]: head(blocks(embed(ids))),
+  // reported to observers as the module's output. With TESSEL_DUMP_DIR set, each call writes every
+  // named intermediate to DIR/activations-NNNN.safetensors for layer-by-layer comparison.
+  Tensor forward(const Tensor& ids);
+  // Mean cross-entropy of forward(ids) against targets [B, T] (entries -100 are ignored).
+  Tensor loss(const Tensor& ids, const Tensor& targets);
+
+  // Pipeline layering (see the file comment). embed: ids [B, T] -> hidden [B, T, C]; block:
+  // hidden -> hidden; head: hidden -> logits [B, T, V'] (V' is the local vocabulary under tensor
+  // parallelism).
+  virtual Tensor embed(const Tensor& ids) = 0;
+  virtual Tensor block(int64_t index, const Tensor& hidden) = 0;
+  virtual Tensor head(const Tensor& hidden) = 0;
+  int64_t num_layers() const { return model_config().num_layers(); }
+  // The pipeline layer (0 .. num_layers() + 1) whose forward uses parameter `name`; a tied
+  // parameter belongs to the first layer that uses it. An Error for a name the model lacks.
+  virtual int64_t layer_of_parameter(const std::string& name) const = 0;
+  // Parameters the head uses although an earlier layer owns them (GPT-2's tied wte.weight).
+  virtual std::vector<std::string> head_tied_parameters() const = 0;
+  // Module paths of the units of work, in forward order: each block, then the final norm. ZeRO-3
+  // gathers a unit's parameters together; the rest (the embeddings) belong to the root.
+  virtual std::vector<std::string> unit_paths() const = 0;
+  // The cost of each pipeline layer for the partitioner: the weights its forward multiplies with.
+  virtual std::vector<double> layer_costs() const = 0;
+
+  virtual void set_recompute(nn::Recompute mode) = 0;
+  virtual nn::Recompute recompute() const = 0;
+
+  // Incremental decoding: runs ids [B, T] at positions [cache.length(), cache.length() + T)
+  // against the cached keys and values, stores the new ones and advances the cache; the logits
+  // equal the matching rows of forward() on the whole sequence. Inference only. With `last_only`
+  // the logits are [B, 1, V] for the last new position.
+  virtual Tensor forward_step(const Tensor& ids, KVCache& cache, bool last_only = false) = 0;
+  // An empty cache for `batch` sequences of up to `capacity` tokens (0: max_positions), for the
+  // heads this model holds (this rank's under tensor parallelism), in the weights' dtype.
+  virtual KVCache make_cache(int64_t batch, int64_t capacity = 0) const = 0;
+  // Greedy decoding, recomputing the whole sequence at every step (a reference for the cached
+  // path); past max_positions the model sees the last max_positions tokens. The new ids only.
+  std::vector<int64_t> generate_greedy(const std::vector<int64_t>& prompt, int64_t steps);
+
+ private:
+  Tensor forward_layers(const Tensor& ids);
+  int64_t dump_count_ = 0;
+};
+
+}  // namespace tessel::models

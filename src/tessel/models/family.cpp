@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+// The family registry (one line per architecture), config.json dispatch by "architectures" and
+// "model_type", presets across families, and model directories in the Hugging Face layout.
+#include "tessel/models/family.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tessel/core/error.h"
+#include "tessel/io/mapped_file.h"
+
+namespace tessel::models {
+
+const Family& gpt2_family();  // gpt2/gpt2_family.cpp
+
+namespace {
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TESSEL_CHECK(in.good(), "cannot open the model config '", path, "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  TESSEL_CHECK(!in.bad(), "cannot read the model config '", path, "'");
+  return text.str();
+}
+
+}  // namespace
+
+const std::vector<const Family*>& families() {
+  static const std::vector<const Family*> all = {
+      &gpt2_family(),
+  };
+  return all;
+}
+
+const Family& family_named(std::string_view name) {
+  std::vector<std::string> names;
+  for (const Family* f : families()) {
+    if (f->name() == name) return *f;
+    names.emplace_back(f->name());
+  }
+  TESSEL_FAIL("unknown model family '", name, "' (supported: ", join(names), ")");
+}
+
+const Family& family_for_config(const std::string& json_text, const std::string& what) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    TESSEL_FAIL(what, ": not valid JSON: ", e.what());
+  }
+  TESSEL_CHECK(j.is_object(), what, ": expected a JSON object");
+  std::vector<std::string> listed;
+  if (auto it = j.find("architectures"); it != j.end() && it->is_array()) {
+    for (const auto& a : *it) {
+      if (!a.is_string()) continue;
+      listed.push_back(a.get<std::string>());
+      for (const Family* f : families())
+        for (const std::string& arch : f->architectures())
+          if (arch == listed.back()) return *f;
+    }
+  }
+  std::string model_type;
+  if (auto it = j.find("model_type"); it != j.end() && it->is_string()) {
+    model_type = it->get<std::string>();
+    for (const Family* f : families())
+      for (const std::string& t : f->model_types())
+        if (t == model_type) return *f;
+  }
+  std::vector<std::string> supported;
+  for (const Family* f : families())
+    for (const std::string& arch : f->architectures()) supported.push_back(arch);
+  // GPT-2's own configs (and tessel's older checkpoints) may name neither: GPT-2 is the default,
+  // whose parser then names any key that is missing.
+  if (listed.empty() && model_type.empty()) return gpt2_family();
+  TESSEL_FAIL(what, ": unsupported architecture ",
+              listed.empty() ? "" : "[" + join(listed) + "]",
+              model_type.empty() ? "" : " (model_type \"" + model_type + "\")",
+              "; supported: ", join(supported));
+}
+
+ConfigPtr parse_model_config(const std::string& json_text, const std::string& what) {
+  return family_for_config(json_text, what).parse_config(json_text, what);
+}
+
+ConfigPtr load_model_config(const std::string& config_json_path) {
+  return parse_model_config(read_text(config_json_path), config_json_path);
+}
+
+ConfigPtr find_preset(const std::string& name) {
+  if (const auto colon = name.find(':'); colon != std::string::npos) {
+    const Family& f = family_named(name.substr(0, colon));
+    return f.preset(name.substr(colon + 1));
+  }
+  // A bare name is the first registered family's that has it (GPT-2 first: tessel's default).
+  for (const Family* f : families())
+    for (const std::string& p : f->preset_names())
+      if (p == name) return f->preset(name);
+  TESSEL_FAIL("unknown model preset '", name, "' (presets: ", join(all_preset_names()), ")");
+}
+
+bool is_preset(const std::string& name) {
+  const auto colon = name.find(':');
+  for (const Family* f : families()) {
+    if (colon != std::string::npos && f->name() != name.substr(0, colon)) continue;
+    const std::string bare = colon == std::string::npos ? name : name.substr(colon + 1);
+    for (const std::string& p : f->preset_names())
+      if (p == bare) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> all_preset_names() {
+  std::vector<std::string> out;
+  for (const Family* f : families())
+    for (const std::string& p : f->preset_names()) out.push_back(std::string(f->name()) + ":" + p);
+  return out;
+}
+
+std::shared_ptr<CausalLM> load_model(const std::string& dir) {
+  const std::filesystem::path config_path = std::filesystem::path(dir) / "config.json";
+  TESSEL_CHECK(std::filesystem::exists(config_path), "load model: ", config_path.string(),
+               " not found");
+  ConfigPtr config = load_model_config(config_path.string());
+  std::shared_ptr<CausalLM> model = config->build_empty();
+  config->family().load_hf(*model, io::SafetensorsCheckpoint::open(dir));
+  model->eval();
+  return model;
+}
+
+void save_model(const CausalLM& model, const std::string& dir, const SaveOptions& options) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  TESSEL_CHECK(!ec, "save model: cannot create the output directory '", dir, "': ", ec.message());
+  const ModelConfig& config = model.model_config();
+  io::save_safetensors_dir(dir, config.family().to_hf(model), options.max_shard_bytes);
+  // config.json last, through a temporary name (every write checked, fsynced, renamed), so a
+  // directory with a config is complete.
+  const std::string json = config.to_json();
+  io::write_file_atomic((std::filesystem::path(dir) / "config.json").string(), json.data(),
+                        json.size());
+}
+
+}  // namespace tessel::models

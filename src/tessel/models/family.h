@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+// A model family: one architecture (GPT-2, LLaMA, ...) as the rest of tessel knows it. The
+// registry maps a Hugging Face config.json (its "architectures" list, else its "model_type") to
+// the family that reads it; each family parses its configs (errors name the key), names its
+// presets, and maps its parameters to Hugging Face tensor names both ways. Checkpoint directories
+// in the HF layout (config.json + model.safetensors, or shards with model.safetensors.index.json)
+// are read and written through the family, so `tessel init|train|eval|generate` take any of them.
+// Adding an architecture: a folder models/<name>/ with a Family, a ModelConfig and a CausalLM, and
+// one line in family_registry.cpp; docs/MODELS.md has the checklist.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessel/io/safetensors_dir.h"
+#include "tessel/models/causal_lm.h"
+
+namespace tessel::models {
+
+class Family {
+ public:
+  virtual ~Family() = default;
+  // tessel's name for it ("gpt2", "llama"): the `--family` value and the docs' heading.
+  virtual std::string_view name() const = 0;
+  // The Hugging Face `architectures` entries and `model_type` values it reads.
+  virtual std::vector<std::string> architectures() const = 0;
+  virtual std::vector<std::string> model_types() const = 0;
+
+  // Parses config.json text; `what` names the source in errors.
+  virtual ConfigPtr parse_config(const std::string& json_text, const std::string& what) const = 0;
+  // Named sizes (e.g. GPT-2's "124M", "tiny"); an Error lists them for an unknown name.
+  virtual std::vector<std::string> preset_names() const = 0;
+  virtual ConfigPtr preset(const std::string& name) const = 0;
+
+  // The model's tensors as Hugging Face names and layouts (what model.safetensors holds).
+  virtual io::NamedTensors to_hf(const CausalLM& model) const = 0;
+  // Loads HF-layout tensors into `model` (f16/bf16 widened to the parameters' dtype); one Error
+  // lists every missing, unexpected and mis-shaped tensor in HF names and shapes.
+  virtual void load_hf(CausalLM& model, const io::SafetensorsCheckpoint& checkpoint) const = 0;
+  // The Hugging Face name of a tessel parameter name ("h.0.attn.c_attn.weight" ->
+  // "h.0.attn.c_attn.weight" for GPT-2, "layers.0.self_attn.q_proj.weight" ->
+  // "model.layers.0.self_attn.q_proj.weight" for LLaMA) and whether HF stores it transposed.
+  virtual std::string hf_name(const std::string& name) const = 0;
+  virtual bool hf_transposed(const std::string& name) const = 0;
+
+  // The files a model directory of this family uses for its tokenizer, in order of preference.
+  virtual std::vector<std::string> tokenizer_files() const = 0;
+};
+
+// Every registered family.
+const std::vector<const Family*>& families();
+// The family named `name` ("gpt2", "llama"); an Error lists the names.
+const Family& family_named(std::string_view name);
+// The family that reads this config.json text: the first of its "architectures" any family
+// lists, else its "model_type", else (neither given, as in GPT-2's original configs) GPT-2; an
+// Error names what the file says and lists what is supported.
+const Family& family_for_config(const std::string& json_text, const std::string& what);
+
+// config.json (text or a path) -> its family's config.
+ConfigPtr parse_model_config(const std::string& json_text, const std::string& what);
+ConfigPtr load_model_config(const std::string& config_json_path);
+// A preset of any family: "llama:tiny", or a bare name, which is the first registered family's
+// that has it (GPT-2 comes first: "tiny" is GPT-2's).
+ConfigPtr find_preset(const std::string& name);
+bool is_preset(const std::string& name);
+// Every preset as "family:name", for help texts and errors.
+std::vector<std::string> all_preset_names();
+
+// A model directory in the HF layout: builds the model from DIR/config.json and loads its
+// weights (f32 parameters; f16/bf16 files are widened).
+std::shared_ptr<CausalLM> load_model(const std::string& dir);
+struct SaveOptions {
+  uint64_t max_shard_bytes = uint64_t(5) << 30;  // larger models are split with an index
+};
+// Writes DIR/config.json and the weights (model.safetensors or shards + index), atomically.
+void save_model(const CausalLM& model, const std::string& dir, const SaveOptions& options = {});
+
+}  // namespace tessel::models

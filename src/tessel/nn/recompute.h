@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: Apache-2.0
+// Activation recomputation modes of a transformer block, named as `train.recompute` spells them.
+// Every family's block implements them; what each mode keeps is the block's own business.
+#pragma once
+
+#include <string_view>
+
+namespace tessel::nn {
+
+// What a block recomputes in backward instead of keeping from forward (activation recomputation,
+// through autograd::checkpoint, with dropout masks replayed bit for bit).
+//  None: every tensor the block's ops save stays alive until backward.
+//  Selective: Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
+//    Models") recompute the attention core, whose saved tensors are large and cheap to rebuild.
+//    tessel's fused attention already keeps no T x T matrix (only its output and the per-row
+//    log-sum-exp), so recomputing the core alone would free only the log-sum-exp. Selective here
+//    therefore recomputes everything from the block input to the c_proj input: ln_1, the fused
+//    QKV projection and the attention core; ln_1's output, the [B, T, 3C] qkv tensor and the
+//    log-sum-exp are not kept (4 of the 15 [B, T, C]-sized tensors a GPT-2 block saves) for a
+//    quarter of the block's matmul FLOPs plus the attention forward.
+//  Full: Chen et al. 2016 ("Training Deep Nets with Sublinear Memory Cost"): only the block input
+//    is kept and the whole block runs again in backward.
+// During a recomputation the submodules' hooks and activation observers run a second time, and
+// under selective attn's forward hooks see the block input (ln_1 runs inside the region).
+enum class Recompute { None, Selective, Full };
+
+std::string_view recompute_name(Recompute mode);
+// "none" | "selective" | "full"; anything else is an Error naming the three.
+Recompute parse_recompute(std::string_view name);
+
+}  // namespace tessel::nn
