@@ -80,7 +80,7 @@ TEST(GPT2, BadInputsNameTheProblem) {
       [&] {
         model->forward(zeros({1, 14}, DType::I64));
       },
-      "sequence length 14 outside [1, n_positions = 13]");
+      "sequence length 14 outside [1, max_positions = 13]");
   expect_msg([&] { model->forward(zeros({7}, DType::I64)); }, "expected i32/i64 [B, T]");
   expect_msg([&] { model->forward(zeros({1, 7}, DType::F32)); }, "expected i32/i64 [B, T]");
   expect_msg(
@@ -89,7 +89,7 @@ TEST(GPT2, BadInputsNameTheProblem) {
       },
       "GPT2.loss: targets [1, 6]");
   expect_msg([&] { model->generate_greedy(std::vector<int64_t>(14, 1), 1); },
-             "prompt of 14 tokens is longer than n_positions 13");
+             "prompt of 14 tokens is longer than max_positions 13");
   expect_msg([&] { model->generate_greedy({1}, -1); }, "steps -1 must be >= 0");
   expect_msg([&] { model->generate_greedy({}, 1); }, "empty prompt");
 }

@@ -222,7 +222,7 @@ TEST(Generate, RejectsTooLongAndBadPrompts) {
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("30 tokens + 4 new tokens = 34 exceeds the context "
-                                         "length n_positions = 33"),
+                                         "length max_positions = 33"),
               std::string::npos)
         << e.what();
   }

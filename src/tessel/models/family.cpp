@@ -13,7 +13,8 @@
 
 namespace tessel::models {
 
-const Family& gpt2_family();  // gpt2/gpt2_family.cpp
+const Family& gpt2_family();   // gpt2/gpt2_family.cpp
+const Family& llama_family();  // llama/llama_family.cpp
 
 namespace {
 
@@ -37,6 +38,7 @@ std::string read_text(const std::string& path) {
 const std::vector<const Family*>& families() {
   static const std::vector<const Family*> all = {
       &gpt2_family(),
+      &llama_family(),
   };
   return all;
 }
