@@ -59,6 +59,7 @@ class RMSNorm : public Module {
  public:
   explicit RMSNorm(int64_t dim, double eps = 1e-6, Init init = {});
   Tensor forward(const Tensor& x);
+  double eps() const { return eps_; }
   Tensor weight;
 
  private:

@@ -58,11 +58,17 @@ void parallelize_sequence(nn::Module& module, dist::CommPtr tp, const TpOptions&
     });
     return;
   }
-  const bool norm_or_dropout = dynamic_cast<nn::RMSNorm*>(&module) != nullptr ||
-                               dynamic_cast<nn::Dropout*>(&module) != nullptr;
+  if (auto* rms = dynamic_cast<nn::RMSNorm*>(&module)) {
+    if (!gather_output) return;
+    module.set_forward_override([rms, tp, o](nn::Module&, const std::vector<Tensor>& in) {
+      return enter_region(ops::rms_norm(in.at(0), rms->weight, rms->eps()), *tp, o);
+    });
+    return;
+  }
+  const bool norm_or_dropout = dynamic_cast<nn::Dropout*>(&module) != nullptr;
   TESSEL_CHECK(!norm_or_dropout || !gather_output,
-               "Sequence: gather_output is supported on LayerNorm, not on '", module.path(), "' (",
-               module.type_name(), ")");
+               "Sequence: gather_output is supported on LayerNorm and RMSNorm, not on '",
+               module.path(), "' (", module.type_name(), ")");
   if (auto* drop = dynamic_cast<nn::Dropout*>(&module)) {
     if (!o.sequence_parallel) return;
     module.set_forward_override([drop, tp, o](nn::Module& m, const std::vector<Tensor>& in) {
