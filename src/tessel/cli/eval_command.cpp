@@ -29,7 +29,8 @@ void run_eval(const EvalArgs& args) {
                args.context);
   check_model_dir(args.model, "eval");
   TESSEL_CHECK(has_tokenizer_files(args.model), "eval: no tokenizer in ", args.model,
-               " (expected tokenizer.json, vocab.json + merges.txt, or encoder.json + vocab.bpe)");
+               " (expected tokenizer.json, tokenizer.model, vocab.json + merges.txt, or encoder.json + "
+               "vocab.bpe)");
   apply_threads(args.threads);
   const std::string text = read_text_input(args.text, "eval --text");
   const io::Tokenizer tokenizer = io::Tokenizer::load(args.model);

@@ -56,7 +56,7 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     tokenizer = io::Tokenizer::load(args.model);
   } else {
     TESSEL_CHECK(!text_prompt, "generate: -p needs a tokenizer in ", args.model,
-                 " (tokenizer.json, vocab.json + merges.txt, or encoder.json + vocab.bpe); "
+                 " (tokenizer.json, tokenizer.model, vocab.json + merges.txt, or encoder.json + vocab.bpe); "
                  "give --prompt-ids instead");
     TESSEL_CHECK(args.format == "json", "generate: text output needs a tokenizer in ", args.model,
                  "; use --format json");

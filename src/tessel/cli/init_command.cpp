@@ -23,8 +23,9 @@ struct InitArgs {
   bool force = false;
 };
 
-const char* const kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json", "vocab.json",
-                                       "merges.txt",     "encoder.json",          "vocab.bpe"};
+const char* const kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json", "tokenizer.model",
+                                       "vocab.json",     "merges.txt",            "encoder.json",
+                                       "vocab.bpe"};
 
 void run_init(const InitArgs& args) {
   TESSEL_CHECK(fs::is_regular_file(args.config), "init: config ", args.config, " not found");

@@ -14,6 +14,7 @@
 
 #include "tessel/core/error.h"
 #include "tessel/core/threads.h"
+#include "tessel/io/tokenizer.h"
 
 namespace tessel::cli {
 
@@ -43,10 +44,7 @@ inline std::vector<int64_t> parse_id_list(const std::string& text, const std::st
 
 // The tokenizer files Tokenizer::load(dir) reads.
 inline bool has_tokenizer_files(const std::filesystem::path& dir) {
-  namespace fs = std::filesystem;
-  return fs::exists(dir / "tokenizer.json") ||
-         (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) ||
-         (fs::exists(dir / "encoder.json") && fs::exists(dir / "vocab.bpe"));
+  return io::Tokenizer::files_in(dir.string()).has_value();
 }
 
 inline std::string read_text_file(const std::string& path, const std::string& what) {
