@@ -10,7 +10,10 @@ once. Prints the measured band per layout (the table in docs/PARALLEL.md).
 Every layout takes the same global batch: grad_accum 2 micro-batches (the pipeline's) of 4 rows,
 split over the dp ranks.
 
-Usage: layout_matrix.py TESSEL MPIRUN WORKDIR
+With FAMILY llama the same check runs a tiny LLaMA (RMSNorm, RoPE, SwiGLU, tied head) over a
+subset of the layouts: dp with ZeRO-3, tp with sp, pp, and (2,2,2) with ZeRO-3 and sp.
+
+Usage: layout_matrix.py TESSEL MPIRUN WORKDIR [FAMILY]   (FAMILY: gpt2, the default, or llama)
 """
 import os
 import sys
@@ -33,6 +36,13 @@ LAYOUTS = [
     # tp with the other ZeRO stages: 2 keeps only gradient shards (sequence-parallel sums first).
     (2, 2, 1, 2, True),
     (2, 2, 2, 1, False),
+]
+# The LLaMA subset: one layout per axis and all three together.
+LLAMA_LAYOUTS = [
+    (2, 1, 1, 3, False),
+    (1, 2, 1, 0, True),
+    (1, 1, 2, 0, False),
+    (2, 2, 2, 3, True),
 ]
 STEPS = 20
 ROWS = 4  # per micro-batch, over every dp rank
@@ -58,11 +68,24 @@ def compare(ref_dir, dir_, what):
     return worst, worst_p
 
 
+def llama_config(vocab):
+    """A tiny LLaMA: 3 layers of width 16, 2 query and 2 key/value heads, a tied head."""
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab,
+            "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 3,
+            "num_attention_heads": 2, "num_key_value_heads": 2, "max_position_embeddings": 16,
+            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True}
+
+
 def main():
     tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
+    family = sys.argv[4] if len(sys.argv) > 4 else "gpt2"
+    if family not in ("gpt2", "llama"):
+        fail(f"unknown family {family!r} (gpt2 or llama)")
     vocab = prepare_workdir(tessel, work)
-    config = write_json(os.path.join(work, "config.json"),
-                        gpt2_config(vocab, n_positions=16, n_embd=16, n_layer=3, n_head=2))
+    model = (llama_config(vocab) if family == "llama" else
+             gpt2_config(vocab, n_positions=16, n_embd=16, n_layer=3, n_head=2))
+    config = write_json(os.path.join(work, "config.json"), model)
+    layouts = LLAMA_LAYOUTS if family == "llama" else LAYOUTS
     # seq_len 7: uneven sequence pieces under --sp; grad_clip 0.5 clips most steps.
     common = ["train"] + train_sets(config, os.path.join(work, "data"), STEPS, seq_len=7,
                                     extra=["train.grad_accum=2", "optim.grad_clip=0.5",
@@ -76,7 +99,7 @@ def main():
     clipped = sum(1 for n in norms(ref).values() if n > 0.5)
     if clipped < STEPS // 2:
         fail(f"only {clipped} of {STEPS} steps clip at 0.5: the norm would go untested")
-    for dp, tp, pp, zero, sp in LAYOUTS:
+    for dp, tp, pp, zero, sp in layouts:
         what = f"({dp},{tp},{pp})"
         d = os.path.join(work, f"dp{dp}_tp{tp}_pp{pp}_zero{zero}" + ("_sp" if sp else ""))
         cmd = mpi + ["-np", str(dp * tp * pp), tessel] + common + [
