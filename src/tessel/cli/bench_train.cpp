@@ -5,8 +5,9 @@
 // bf16 / fp16 runs forward and backward on 16-bit weight copies over f32 masters, as
 // train.precision does (fp16 without the loss scaler: one multiply per step). Reports ms/step,
 // tokens/s, MFU against the f32 GEMM peak measured in the same run and the allocator's peak
-// memory, runs the same step in PyTorch (bench/peers/torch_train.py) for the ratio, and with
-// --breakdown times every kernel call of a few steps (core/profile.h) to say where a step goes.
+// memory, runs the same step in PyTorch (bench/peers/torch_train.py: GPT-2 and LLaMA) for the
+// ratio, and with --breakdown times every kernel call of a few steps (core/profile.h) to say
+// where a step goes.
 // One JSON line per figure.
 #include <sys/resource.h>
 
@@ -27,6 +28,7 @@
 #include "tessel/core/threads.h"
 #include "tessel/models/family.h"
 #include "tessel/models/gpt2/gpt2.h"
+#include "tessel/models/llama/llama_config.h"
 #include "tessel/nn/autocast.h"
 #include "tessel/tensor/allocator.h"
 #include "tessel/train/adamw.h"
@@ -170,19 +172,48 @@ std::filesystem::path find_peer_script(const TrainBenchOptions& opt) {
               " (run from the repository root, or pass --peer-script PATH, or --peer none)");
 }
 
+// The peer's model flags for `config`: GPT-2, or LLaMA without what the peer does not implement.
+std::string peer_shape_flags(const models::ModelConfig& config, const TrainBenchOptions& opt) {
+  auto num = [](auto v) { return std::to_string(v); };
+  if (const auto* g = dynamic_cast<const models::GPT2Config*>(&config)) {
+    return " --n-layer " + num(g->n_layer) + " --n-embd " + num(g->n_embd) + " --n-head " +
+           num(g->n_head) + " --vocab " + num(g->vocab_size) + " --positions " +
+           num(g->n_positions);
+  }
+  if (const auto* l = dynamic_cast<const models::LlamaConfig*>(&config)) {
+    TESSEL_CHECK(l->rope_scaling.type == models::RopeScaling::Type::Default,
+                 "bench train: the PyTorch peer has no rope_scaling, and ", config.summary(),
+                 " has rope_scaling type '", models::rope_type_name(l->rope_scaling.type),
+                 "' (expected none); pass --peer none");
+    // A window at least T keys wide masks nothing: the same step as without one.
+    TESSEL_CHECK(l->window() == 0 || l->window() >= opt.seq,
+                 "bench train: the PyTorch peer has no sliding window, and ", config.summary(),
+                 " has sliding_window ", l->window(), " < T ", opt.seq,
+                 " (expected none or at least T); pass --peer none");
+    // --positions T: the peer's mask and rotary tables need T rows, not max_position_embeddings
+    // (131072 for some presets).
+    char reals[96];
+    std::snprintf(reals, sizeof reals, " --rope-theta %.17g --rms-eps %.17g", l->rope_theta,
+                  l->rms_norm_eps);
+    return " --family llama --n-layer " + num(l->num_hidden_layers) + " --n-embd " +
+           num(l->hidden) + " --n-head " + num(l->num_attention_heads) + " --kv-heads " +
+           num(l->num_key_value_heads) + " --head-dim " + num(l->head_dim) + " --intermediate " +
+           num(l->intermediate_size) + " --vocab " + num(l->vocab_size) + " --positions " +
+           num(opt.seq) + reals + " --tied " + num(int(l->tie_word_embeddings)) + " --qkv-bias " +
+           num(int(l->qkv_bias())) + " --o-bias " + num(int(l->o_bias())) + " --mlp-bias " +
+           num(int(l->mlp_biases()));
+  }
+  TESSEL_FAIL("bench train: the PyTorch peer runs GPT-2 and LLaMA only, not ", config.summary(),
+              "; pass --peer none");
+}
+
 // Runs the PyTorch peer with the same shape and threads; returns its JSON lines.
 std::vector<json> run_peer(const models::ModelConfig& config, const TrainBenchOptions& opt) {
-  const auto* gpt2 = dynamic_cast<const models::GPT2Config*>(&config);
-  TESSEL_CHECK(gpt2 != nullptr, "bench train: the PyTorch peer runs GPT-2 only so far, not ",
-               config.summary(), "; pass --peer none");
-  const models::GPT2Config& c = *gpt2;
-  const std::string cmd =
-      "/usr/bin/python3 '" + find_peer_script(opt).string() + "' -B " + std::to_string(opt.batch) +
-      " -T " + std::to_string(opt.seq) + " --n-layer " + std::to_string(c.n_layer) + " --n-embd " +
-      std::to_string(c.n_embd) + " --n-head " + std::to_string(c.n_head) + " --vocab " +
-      std::to_string(c.vocab_size) + " --positions " + std::to_string(c.n_positions) + " --steps " +
-      std::to_string(opt.steps) + " --warmup " + std::to_string(opt.warmup) + " --threads " +
-      std::to_string(num_threads()) + (opt.breakdown ? " --breakdown" : "");
+  const std::string cmd = "/usr/bin/python3 '" + find_peer_script(opt).string() + "' -B " +
+                          std::to_string(opt.batch) + " -T " + std::to_string(opt.seq) +
+                          peer_shape_flags(config, opt) + " --steps " + std::to_string(opt.steps) +
+                          " --warmup " + std::to_string(opt.warmup) + " --threads " +
+                          std::to_string(num_threads()) + (opt.breakdown ? " --breakdown" : "");
   std::cerr << "tessel bench train: peer: " << cmd << "\n";
   FILE* pipe = popen(cmd.c_str(), "r");
   TESSEL_CHECK(pipe != nullptr, "bench train: cannot start the peer: ", cmd);
