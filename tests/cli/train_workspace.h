@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "cli_run.h"
+#include "common/token_dataset_test_util.h"
 #include "tessel/io/tokenizer.h"
 #include "tessel/models/gpt2/gpt2_config.h"
-#include "common/token_dataset_test_util.h"
 
 extern char** environ;
 

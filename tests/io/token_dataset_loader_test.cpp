@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <set>
 
-#include "tessel/io/token_dataset.h"
 #include "common/token_dataset_test_util.h"
+#include "tessel/io/token_dataset.h"
 
 namespace tessel::io {
 namespace {

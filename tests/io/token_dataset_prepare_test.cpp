@@ -6,8 +6,8 @@
 
 #include <numeric>
 
-#include "tessel/io/token_dataset.h"
 #include "common/token_dataset_test_util.h"
+#include "tessel/io/token_dataset.h"
 
 namespace tessel::io {
 namespace {

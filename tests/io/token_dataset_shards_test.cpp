@@ -3,8 +3,8 @@
 // with an error naming the file and the field.
 #include <cstring>
 
-#include "tessel/io/token_shards.h"
 #include "common/token_dataset_test_util.h"
+#include "tessel/io/token_shards.h"
 
 namespace tessel::io {
 namespace {

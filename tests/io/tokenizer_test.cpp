@@ -9,11 +9,11 @@
 
 #include <random>
 
+#include "common/tokenizer_test_util.h"
 #include "tessel/core/error.h"
 #include "tessel/io/bpe.h"
 #include "tessel/io/byte_level.h"
 #include "tessel/io/pretokenize.h"
-#include "common/tokenizer_test_util.h"
 
 namespace tessel::io {
 namespace {

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // GPT-2's block against plain loops: the causal attention module against a hand-written
 // attention, GPT-2 initialisation statistics and seeding, gradients reaching every parameter.
+#include "tessel/models/gpt2/gpt2_block.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,7 +11,6 @@
 
 #include "common/tolerance.h"
 #include "tessel/autograd/autograd.h"
-#include "tessel/models/gpt2/gpt2_block.h"
 #include "tessel/ops/ops.h"
 
 namespace tessel::nn {

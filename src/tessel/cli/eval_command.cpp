@@ -28,9 +28,10 @@ void run_eval(const EvalArgs& args) {
   TESSEL_CHECK(args.context >= 0, "eval: --context must be >= 0 (0: the model's n_positions), got ",
                args.context);
   check_model_dir(args.model, "eval");
-  TESSEL_CHECK(has_tokenizer_files(args.model), "eval: no tokenizer in ", args.model,
-               " (expected tokenizer.json, tokenizer.model, vocab.json + merges.txt, or encoder.json + "
-               "vocab.bpe)");
+  TESSEL_CHECK(
+      has_tokenizer_files(args.model), "eval: no tokenizer in ", args.model,
+      " (expected tokenizer.json, tokenizer.model, vocab.json + merges.txt, or encoder.json + "
+      "vocab.bpe)");
   apply_threads(args.threads);
   const std::string text = read_text_input(args.text, "eval --text");
   const io::Tokenizer tokenizer = io::Tokenizer::load(args.model);

@@ -3,9 +3,9 @@
 // then decodes token by token with the key/value cache (greedy at temperature 0, else sampled
 // with top-k / top-p). Text output streams the tokens as they come; JSON output is one line with
 // the ids, the text and the prompt and generation throughput. With --tp N under mpirun -np N the
-// model is split by GPT-2's tensor-parallel plan (train/model_tensor_parallel.h): each rank runs its
-// heads and vocabulary rows, the last position's logits are gathered before sampling, and rank 0
-// alone prints; the ids are those of one rank.
+// model is split by GPT-2's tensor-parallel plan (train/model_tensor_parallel.h): each rank runs
+// its heads and vocabulary rows, the last position's logits are gathered before sampling, and rank
+// 0 alone prints; the ids are those of one rank.
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -15,8 +15,8 @@
 #include "tessel/cli/model_args.h"
 #include "tessel/dist/world.h"
 #include "tessel/io/tokenizer.h"
-#include "tessel/models/generation.h"
 #include "tessel/models/family.h"
+#include "tessel/models/generation.h"
 #include "tessel/train/model_tensor_parallel.h"
 
 namespace tessel::cli {
@@ -55,9 +55,10 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   if (has_tokenizer_files(args.model)) {
     tokenizer = io::Tokenizer::load(args.model);
   } else {
-    TESSEL_CHECK(!text_prompt, "generate: -p needs a tokenizer in ", args.model,
-                 " (tokenizer.json, tokenizer.model, vocab.json + merges.txt, or encoder.json + vocab.bpe); "
-                 "give --prompt-ids instead");
+    TESSEL_CHECK(
+        !text_prompt, "generate: -p needs a tokenizer in ", args.model,
+        " (tokenizer.json, tokenizer.model, vocab.json + merges.txt, or encoder.json + vocab.bpe); "
+        "give --prompt-ids instead");
     TESSEL_CHECK(args.format == "json", "generate: text output needs a tokenizer in ", args.model,
                  "; use --format json");
   }
@@ -69,8 +70,8 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     prompt = parse_id_list(args.prompt_ids, "generate --prompt-ids");
   }
   for (int64_t id : prompt) {
-    TESSEL_CHECK(id < vocab_size, "generate: prompt id ", id, " is out of range [0, ",
-                 vocab_size, ")");
+    TESSEL_CHECK(id < vocab_size, "generate: prompt id ", id, " is out of range [0, ", vocab_size,
+                 ")");
   }
   const int64_t total = int64_t(prompt.size()) + args.n_predict;
   TESSEL_CHECK(total <= max_positions, "generate: prompt of ", prompt.size(), " tokens + -n ",

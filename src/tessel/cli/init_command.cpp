@@ -23,9 +23,9 @@ struct InitArgs {
   bool force = false;
 };
 
-const char* const kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json", "tokenizer.model",
-                                       "vocab.json",     "merges.txt",            "encoder.json",
-                                       "vocab.bpe"};
+const char* const kTokenizerFiles[] = {
+    "tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json",
+    "merges.txt",     "encoder.json",          "vocab.bpe"};
 
 void run_init(const InitArgs& args) {
   TESSEL_CHECK(fs::is_regular_file(args.config), "init: config ", args.config, " not found");
@@ -37,9 +37,9 @@ void run_init(const InitArgs& args) {
   const bool tokenizer = has_tokenizer_files(source.empty() ? fs::path(".") : source);
   if (tokenizer) {
     const io::Tokenizer tok = io::Tokenizer::load(source.empty() ? "." : source.string());
-    TESSEL_CHECK(tok.vocab_size() <= config->vocabulary_size(), "init: the tokenizer in ", source.string(),
-                 " has ", tok.vocab_size(), " tokens, more than vocab_size ", config->vocabulary_size(),
-                 " of ", args.config);
+    TESSEL_CHECK(tok.vocab_size() <= config->vocabulary_size(), "init: the tokenizer in ",
+                 source.string(), " has ", tok.vocab_size(), " tokens, more than vocab_size ",
+                 config->vocabulary_size(), " of ", args.config);
   }
   Generator generator(args.seed);
   auto model = config->build_random(generator);

@@ -58,7 +58,8 @@ Tensor CausalLM::loss(const Tensor& ids, const Tensor& targets) {
                " expected the shape of ids ", ids.shape());
   Tensor logits = forward(ids);
   const int64_t n = ids.numel();
-  return ops::cross_entropy(ops::reshape(logits, {n, logits.size(int(logits.ndim()) - 1)}), targets.reshape({n}));
+  return ops::cross_entropy(ops::reshape(logits, {n, logits.size(int(logits.ndim()) - 1)}),
+                            targets.reshape({n}));
 }
 
 std::vector<int64_t> CausalLM::generate_greedy(const std::vector<int64_t>& prompt, int64_t steps) {

@@ -42,7 +42,7 @@ struct KvGeometry {
 struct TensorParallelSpec {
   std::string plan_json;
   std::vector<std::pair<std::string, int64_t>> sizes;  // e.g. {"head_dim", 64}
-  std::string vocab_parallel_weight;                     // e.g. "wte.weight"
+  std::string vocab_parallel_weight;                   // e.g. "wte.weight"
 };
 
 class ModelConfig {

@@ -83,8 +83,7 @@ const Family& family_for_config(const std::string& json_text, const std::string&
   // GPT-2's own configs (and tessel's older checkpoints) may name neither: GPT-2 is the default,
   // whose parser then names any key that is missing.
   if (listed.empty() && model_type.empty()) return gpt2_family();
-  TESSEL_FAIL(what, ": unsupported architecture ",
-              listed.empty() ? "" : "[" + join(listed) + "]",
+  TESSEL_FAIL(what, ": unsupported architecture ", listed.empty() ? "" : "[" + join(listed) + "]",
               model_type.empty() ? "" : " (model_type \"" + model_type + "\")",
               "; supported: ", join(supported));
 }

@@ -30,8 +30,8 @@ GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt,
   const int64_t n_prompt = int64_t(prompt.size()), n_new = options.max_new_tokens;
   TESSEL_CHECK(n_prompt >= 1, "generate: empty prompt (at least one token is needed)");
   TESSEL_CHECK(n_new >= 0, "generate: max_new_tokens ", n_new, " must be >= 0");
-  TESSEL_CHECK(n_prompt + n_new <= max_positions, "generate: prompt of ", n_prompt,
-               " tokens + ", n_new, " new tokens = ", n_prompt + n_new,
+  TESSEL_CHECK(n_prompt + n_new <= max_positions, "generate: prompt of ", n_prompt, " tokens + ",
+               n_new, " new tokens = ", n_prompt + n_new,
                " exceeds the context length max_positions = ", max_positions);
   for (int64_t i = 0; i < n_prompt; ++i) {
     TESSEL_CHECK(prompt[size_t(i)] >= 0 && prompt[size_t(i)] < vocab_size,

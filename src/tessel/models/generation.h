@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Text generation with a causal LM: the prompt is processed in one forward (prefill), then tokens are
-// decoded one at a time against the key/value cache, each chosen by a Sampler. Reports the time
+// Text generation with a causal LM: the prompt is processed in one forward (prefill), then tokens
+// are decoded one at a time against the key/value cache, each chosen by a Sampler. Reports the time
 // of both phases so callers can print prompt and generation throughput.
 #pragma once
 

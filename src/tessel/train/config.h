@@ -46,7 +46,7 @@ struct ParallelSection {
   bool overlap = true;     // launch each bucket's averaging as soon as its gradients are ready
   std::string schedule = "1f1b";   // pipeline schedule: gpipe | 1f1b | interleaved:V
   bool sequence_parallel = false;  // with tp > 1: norms and dropouts on sequence pieces (--sp)
-  std::string tp_plan;             // tensor-parallel plan JSON; "": the model family's built-in plan
+  std::string tp_plan;  // tensor-parallel plan JSON; "": the model family's built-in plan
 };
 
 struct OptimSection {

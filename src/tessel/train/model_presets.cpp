@@ -16,7 +16,8 @@ namespace {
 
 std::string preset_list() {
   std::string out;
-  for (const std::string& name : models::all_preset_names()) out += (out.empty() ? "" : ", ") + name;
+  for (const std::string& name : models::all_preset_names())
+    out += (out.empty() ? "" : ", ") + name;
   return out;
 }
 

@@ -29,16 +29,15 @@ const parallel::ShardSpec* spec_of(const ModelTensorParallel& tp, const std::str
 }  // namespace
 
 ModelTensorParallel parallelize_model(models::CausalLM& model, dist::CommPtr tp,
-                                    const std::string& plan_path, bool sequence_parallel,
-                                    const std::function<void(const std::string&)>& note) {
+                                      const std::string& plan_path, bool sequence_parallel,
+                                      const std::function<void(const std::string&)>& note) {
   TESSEL_CHECK(tp != nullptr, "parallelize_model: the tensor-parallel communicator is null");
   const models::ModelConfig& c = model.model_config();
   const int n = tp->size();
   const models::TensorParallelSpec spec = c.tensor_parallel(n);
   const parallel::ParallelPlan plan =
-      plan_path.empty()
-          ? parallel::ParallelPlan::parse(spec.plan_json, "built-in " + c.summary())
-          : parallel::ParallelPlan::load(plan_path);
+      plan_path.empty() ? parallel::ParallelPlan::parse(spec.plan_json, "built-in " + c.summary())
+                        : parallel::ParallelPlan::load(plan_path);
   parallel::ParallelizeOptions po;
   po.sequence_parallel = sequence_parallel;
   for (const auto& [name, value] : spec.sizes) po.sizes[name] = value;
@@ -62,9 +61,9 @@ ModelTensorParallel parallelize_model(models::CausalLM& model, dist::CommPtr tp,
 }
 
 Tensor model_tp_loss(models::CausalLM& model, const ModelTensorParallel& tp, const Tensor& ids,
-                    const Tensor& targets) {
-  TESSEL_CHECK(targets.shape() == ids.shape(), "tensor-parallel loss: targets ",
-               targets.shape(), " expected the shape of ids ", ids.shape());
+                     const Tensor& targets) {
+  TESSEL_CHECK(targets.shape() == ids.shape(), "tensor-parallel loss: targets ", targets.shape(),
+               " expected the shape of ids ", ids.shape());
   return parallel::vocab_parallel_cross_entropy(model.forward(ids), targets, *tp.tp, tp.vocab,
                                                 tp.vocab_offset);
 }
@@ -95,7 +94,7 @@ nn::NamedTensors model_tp_shard(const ModelTensorParallel& tp, const nn::NamedTe
 }
 
 std::shared_ptr<models::CausalLM> model_tp_gather_model(models::CausalLM& model,
-                                                   const ModelTensorParallel& tp) {
+                                                        const ModelTensorParallel& tp) {
   const nn::NamedTensors state = model_tp_gather(tp, model.state_dict());
   auto full = model.model_config().build_empty();
   full->load_state_dict(state);

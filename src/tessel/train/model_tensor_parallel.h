@@ -35,13 +35,13 @@ struct ModelTensorParallel {
 // Parallelizes `model` (full weights on every rank, as loaded or initialised) in place. `plan`
 // empty: the family's built-in plan. `note` receives the one-line vocabulary padding notice.
 ModelTensorParallel parallelize_model(models::CausalLM& model, dist::CommPtr tp,
-                                    const std::string& plan_path, bool sequence_parallel,
-                                    const std::function<void(const std::string&)>& note = {});
+                                      const std::string& plan_path, bool sequence_parallel,
+                                      const std::function<void(const std::string&)>& note = {});
 
 // Mean cross-entropy of ids against targets (-100 ignored), as CausalLM::loss, from the
 // vocab-split logits. Collective over tp.
 Tensor model_tp_loss(models::CausalLM& model, const ModelTensorParallel& tp, const Tensor& ids,
-                    const Tensor& targets);
+                     const Tensor& targets);
 
 // Incremental decoding cannot split its one new token per step over the ranks: while this lives,
 // sequence parallelism is paused and the model runs as plain tensor parallelism.
@@ -71,7 +71,7 @@ nn::NamedTensors model_tp_shard(const ModelTensorParallel& tp, const nn::NamedTe
 
 // A full (unsharded) model holding the gathered weights, for writing checkpoints. Collective.
 std::shared_ptr<models::CausalLM> model_tp_gather_model(models::CausalLM& model,
-                                                   const ModelTensorParallel& tp);
+                                                        const ModelTensorParallel& tp);
 
 // Under sequence parallelism: sums the replicated parameters' gradients over tp (one
 // all-reduce). Without it: nothing (their gradients are already equal on every rank).

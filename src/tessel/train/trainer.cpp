@@ -352,8 +352,8 @@ TrainSummary Trainer::run() {
           " GFLOP/s (MFU is a fraction of it; set machine.peak_gflops to fix it)");
   }
   const models::ModelConfig& mc = model_->model_config();
-  print("model: " + mc.summary() + ", " + std::to_string(mc.parameter_count()) +
-        " parameters; " + std::to_string(int64_t(flops_per_token_ / 1e6)) + " MFLOP per token");
+  print("model: " + mc.summary() + ", " + std::to_string(mc.parameter_count()) + " parameters; " +
+        std::to_string(int64_t(flops_per_token_ / 1e6)) + " MFLOP per token");
   print("data: " + std::to_string(train_data_->size()) + " train tokens (" +
         std::to_string(loader_->windows_per_epoch()) + " windows of " +
         std::to_string(t.seq_len + 1) + "), " + std::to_string(val_data_ ? val_data_->size() : 0) +

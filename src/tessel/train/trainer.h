@@ -22,12 +22,12 @@
 #include "tessel/train/adamw.h"
 #include "tessel/train/checkpoint_placement.h"
 #include "tessel/train/config.h"
-#include "tessel/train/model_tensor_parallel.h"
 #include "tessel/train/layout.h"
 #include "tessel/train/loss_scaler.h"
 #include "tessel/train/lr_schedule.h"
 #include "tessel/train/metrics.h"
 #include "tessel/train/model_presets.h"
+#include "tessel/train/model_tensor_parallel.h"
 #include "tessel/train/run_directory.h"
 #include "tessel/train/stop_signal.h"
 
@@ -167,12 +167,12 @@ class Trainer {
   int64_t layout_stage_seq_len() const;  // the sequence length a pipeline message carries
   void layout_setup_pipeline();          // tp inside pipeline stages: the loss, the sequence
   std::vector<parallel::Zero3Unit> layout_zero3_units(std::vector<parallel::Zero3Unit> units);
-  bool layout_defers_dp_sync() const;         // sp: replicated gradients summed over tp before dp
-  void layout_sync_gradients(StepRecord& r);  // after the step's backwards: tp, dp, ZeRO-3
-  double layout_grad_square_sum();            // every element once over dp, tp and pp
-  std::shared_ptr<void> layout_gather_all();  // ZeRO-3: whole parameters while it lives
+  bool layout_defers_dp_sync() const;          // sp: replicated gradients summed over tp before dp
+  void layout_sync_gradients(StepRecord& r);   // after the step's backwards: tp, dp, ZeRO-3
+  double layout_grad_square_sum();             // every element once over dp, tp and pp
+  std::shared_ptr<void> layout_gather_all();   // ZeRO-3: whole parameters while it lives
   std::shared_ptr<void> layout_gather_tied();  // ZeRO-3: the tied embedding while it lives
-  void layout_begin_step();       // timing marks for the breakdown
+  void layout_begin_step();                    // timing marks for the breakdown
   double tp_blocking_ms() const;  // this thread's time inside blocking tp / dp calls so far
   double dp_blocking_ms() const;
   void layout_breakdown(StepRecord& r);
@@ -205,10 +205,10 @@ class Trainer {
   JsonlLog log_;
   mutable std::string write_failure_;  // rank 0: the first failed write of a record or line
   bool warned_save_time_ = false;
-  DType compute_dtype_ = DType::F32;        // train.precision
-  std::unique_ptr<LossScaler> scaler_;      // fp16 only
-  double step_scale_ = 1.0;                 // the loss scale this step's backward used
-  std::unique_ptr<PipelineTraining> pipe_;  // null without pp
+  DType compute_dtype_ = DType::F32;         // train.precision
+  std::unique_ptr<LossScaler> scaler_;       // fp16 only
+  double step_scale_ = 1.0;                  // the loss scale this step's backward used
+  std::unique_ptr<PipelineTraining> pipe_;   // null without pp
   std::unique_ptr<ModelTensorParallel> tp_;  // null without tp
   // This step's timing marks (trainer_layout.cpp): its start, and the tp axis's blocking time.
   double layout_step_start_ms_ = 0, layout_tp_start_ms_ = 0, layout_dp_start_ms_ = 0;

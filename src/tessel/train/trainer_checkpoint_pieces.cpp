@@ -2,7 +2,8 @@
 // The trainer's side of layout-independent checkpoints (checkpoint_pieces.h): which pieces of the
 // global parameters and AdamW moments this rank owns, and how a rank of any layout loads its
 // own parts back. Ownership, so that every element is written exactly once:
-//  - pipeline parallelism: a stage owns the parameters it trains (a tied embedding: the first stage);
+//  - pipeline parallelism: a stage owns the parameters it trains (a tied embedding: the first
+//  stage);
 //  - tensor parallelism: a sharded parameter's rows per parallel::shard_ranges (per-head q, k, v
 //    blocks; vocabulary padding rows belong to no tensor); a replicated one: tp rank 0;
 //  - ZeRO: a dp rank owns the elements of its block of each flat bucket (the moments, and under

@@ -68,7 +68,8 @@ std::string Trainer::generate_sample() {
   g.sampling.temperature = s.temperature;
   g.sampling.top_k = s.top_k;
   g.sampling.seed = s.seed;
-  if (tokenizer_) g.vocab_limit = std::min(model_->model_config().vocabulary_size(), tokenizer_->vocab_size());
+  if (tokenizer_)
+    g.vocab_limit = std::min(model_->model_config().vocabulary_size(), tokenizer_->vocab_size());
   std::optional<SequenceParallelPause> pause;  // decoding runs without sequence pieces
   if (tp_) {
     g.full_logits = [this](const Tensor& local) { return model_tp_full_logits(*tp_, local); };

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The trainer's side of ZeRO: which modules of the model are ZeRO-3's gathering units, and the count
-// of the dp collectives a step issued. (ZeRO checkpoints are pieces like every layout's:
+// The trainer's side of ZeRO: which modules of the model are ZeRO-3's gathering units, and the
+// count of the dp collectives a step issued. (ZeRO checkpoints are pieces like every layout's:
 // trainer_checkpoint_pieces.cpp.)
 #include <unistd.h>
 
@@ -14,7 +14,8 @@ namespace tessel::train {
 // embeddings, which a tied LM head uses again at the end of forward and the start of backward) is
 // the root's unit.
 std::vector<parallel::Zero3Unit> Trainer::zero3_units() {
-  return layout_zero3_units(parallel::zero3_units(*model_, model_->unit_paths()));  // a pipeline stage's part
+  return layout_zero3_units(
+      parallel::zero3_units(*model_, model_->unit_paths()));  // a pipeline stage's part
 }
 
 void Trainer::count_collectives(uint64_t issued_before, StepRecord& r) const {

@@ -8,9 +8,9 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <functional>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -29,8 +29,9 @@ std::string configured(const char* name, const char* fallback) {
 
 const json& recorded() {
   static const json j = [] {
-    const fs::path path = fs::path(configured("TESSEL_TOKENIZER_JSON_DIR",
-                                              TESSEL_TOKENIZER_JSON_DIR)) / "expected.json";
+    const fs::path path =
+        fs::path(configured("TESSEL_TOKENIZER_JSON_DIR", TESSEL_TOKENIZER_JSON_DIR)) /
+        "expected.json";
     if (!fs::exists(path)) return json();
     std::ifstream in(path, std::ios::binary);
     std::ostringstream s;
@@ -64,18 +65,18 @@ void expect_matches(const Tokenizer& tok, const json& cases, bool check_text, si
     if (ids == want && text_ok) continue;
     if (++wrong <= 5) {
       ADD_FAILURE() << json(text).dump() << "\n  tessel:    " << show(ids)
-                    << "\n  reference: " << show(want) << "\n  decoded:   "
-                    << json(tok.decode(want)).dump() << "\n  expected:  "
-                    << (check_text ? c.at("decoded").dump() : "");
+                    << "\n  reference: " << show(want)
+                    << "\n  decoded:   " << json(tok.decode(want)).dump()
+                    << "\n  expected:  " << (check_text ? c.at("decoded").dump() : "");
     }
   }
   EXPECT_EQ(wrong, 0u) << "of " << checked;
   EXPECT_GE(checked, least);
 }
 
-#define REQUIRE_RECORDED()                                                                    \
-  ASSERT_FALSE(recorded().is_null())                                                          \
-      << "no recorded ids: run these tests through ctest, whose fixture "                      \
+#define REQUIRE_RECORDED()                                                \
+  ASSERT_FALSE(recorded().is_null())                                      \
+      << "no recorded ids: run these tests through ctest, whose fixture " \
          "io.tokenizer_json_setup records them"
 
 TEST(TokenizerJsonReference, Llama3RegexByteLevel) {

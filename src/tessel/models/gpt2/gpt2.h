@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "tessel/core/rng.h"
-#include "tessel/models/gpt2/gpt2_config.h"
 #include "tessel/models/causal_lm.h"
+#include "tessel/models/gpt2/gpt2_config.h"
 #include "tessel/models/kv_cache.h"
 #include "tessel/nn/nn.h"
 

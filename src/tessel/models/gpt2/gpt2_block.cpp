@@ -24,9 +24,10 @@ nn::Init residual_init(const GPT2BlockConfig& c, nn::Init init) {
 void GPT2BlockConfig::validate() const {
   TESSEL_CHECK(n_embd > 0 && n_head > 0, "GPT2BlockConfig: n_embd=", n_embd, " n_head=", n_head,
                " must be positive");
-  TESSEL_CHECK(n_embd % n_head == 0, "GPT2BlockConfig: n_embd ", n_embd, " is not divisible by n_head ",
-               n_head);
-  TESSEL_CHECK(n_inner >= 0, "GPT2BlockConfig: n_inner ", n_inner, " must be >= 0 (0 = 4 * n_embd)");
+  TESSEL_CHECK(n_embd % n_head == 0, "GPT2BlockConfig: n_embd ", n_embd,
+               " is not divisible by n_head ", n_head);
+  TESSEL_CHECK(n_inner >= 0, "GPT2BlockConfig: n_inner ", n_inner,
+               " must be >= 0 (0 = 4 * n_embd)");
   TESSEL_CHECK(n_layer > 0, "GPT2BlockConfig: n_layer ", n_layer, " must be positive");
   TESSEL_CHECK(layer_norm_epsilon >= 0, "GPT2BlockConfig: layer_norm_epsilon ", layer_norm_epsilon,
                " must be >= 0");
@@ -39,25 +40,25 @@ GPT2Attention::GPT2Attention(const GPT2BlockConfig& config, nn::Init init)
   config.validate();
   c_attn = register_module(
       "c_attn", std::make_shared<nn::Linear>(config.n_embd, 3 * config.n_embd, config.bias, init));
-  c_proj =
-      register_module("c_proj", std::make_shared<nn::Linear>(config.n_embd, config.n_embd, config.bias,
-                                                         residual_init(config, init)));
-  resid_dropout = register_module("resid_dropout",
-                                  std::make_shared<nn::Dropout>(config.resid_pdrop, init.generator));
+  c_proj = register_module("c_proj",
+                           std::make_shared<nn::Linear>(config.n_embd, config.n_embd, config.bias,
+                                                        residual_init(config, init)));
+  resid_dropout = register_module(
+      "resid_dropout", std::make_shared<nn::Dropout>(config.resid_pdrop, init.generator));
 }
 
 Tensor GPT2Attention::forward(const Tensor& x) {
   return run_forward({x}, [&] {
-    TESSEL_CHECK(x.ndim() == 3 && x.size(2) == n_embd_, "GPT2Attention: input shape ",
-                 x.shape(), " expected [B, T, ", n_embd_, "]");
+    TESSEL_CHECK(x.ndim() == 3 && x.size(2) == n_embd_, "GPT2Attention: input shape ", x.shape(),
+                 " expected [B, T, ", n_embd_, "]");
     return resid_dropout->forward(c_proj->forward(core(c_attn->forward(x))));
   });
 }
 
 Tensor GPT2Attention::forward_recomputed(const Tensor& x, nn::LayerNorm& norm) {
   return run_forward({x}, [&] {
-    TESSEL_CHECK(x.ndim() == 3 && x.size(2) == n_embd_, "GPT2Attention: input shape ",
-                 x.shape(), " expected [B, T, ", n_embd_, "]");
+    TESSEL_CHECK(x.ndim() == 3 && x.size(2) == n_embd_, "GPT2Attention: input shape ", x.shape(),
+                 " expected [B, T, ", n_embd_, "]");
     nn::LayerNorm* n = &norm;
     // No dropout runs inside, so the default generator checkpoint always restores is enough.
     Tensor y = autograd::checkpoint(
@@ -74,8 +75,8 @@ Tensor GPT2Attention::core(const Tensor& qkv) {
   // c_attn is split per head by tensor parallelism (parallel/plan.h), with no other change.
   const int64_t b = qkv.size(0), t = qkv.size(1), d = n_embd_ / n_head_;
   const int64_t c = qkv.size(2) / 3, heads = c / d;
-  TESSEL_CHECK(qkv.ndim() == 3 && qkv.size(2) == 3 * heads * d && heads >= 1,
-               "GPT2Attention: qkv ", qkv.shape(), " is not [B, T, 3 x heads x ", d, "]");
+  TESSEL_CHECK(qkv.ndim() == 3 && qkv.size(2) == 3 * heads * d && heads >= 1, "GPT2Attention: qkv ",
+               qkv.shape(), " is not [B, T, 3 x heads x ", d, "]");
   std::vector<Tensor> parts = ops::split(qkv, {c, c, c}, -1);
   Tensor q = ops::reshape(parts[0], {b, t, heads, d});
   Tensor k = ops::reshape(parts[1], {b, t, heads, d});
@@ -92,9 +93,9 @@ GPT2MLP::GPT2MLP(const GPT2BlockConfig& config, nn::Init init) : nn::Module("GPT
   config.validate();
   c_fc = register_module(
       "c_fc", std::make_shared<nn::Linear>(config.n_embd, config.inner(), config.bias, init));
-  c_proj =
-      register_module("c_proj", std::make_shared<nn::Linear>(config.inner(), config.n_embd, config.bias,
-                                                         residual_init(config, init)));
+  c_proj = register_module("c_proj",
+                           std::make_shared<nn::Linear>(config.inner(), config.n_embd, config.bias,
+                                                        residual_init(config, init)));
   dropout =
       register_module("dropout", std::make_shared<nn::Dropout>(config.resid_pdrop, init.generator));
 }
@@ -107,7 +108,8 @@ Tensor GPT2MLP::forward(const Tensor& x) {
   });
 }
 
-GPT2Block::GPT2Block(const GPT2BlockConfig& config, nn::Init init) : nn::Module("GPT2Block"), generator_(init.generator) {
+GPT2Block::GPT2Block(const GPT2BlockConfig& config, nn::Init init)
+    : nn::Module("GPT2Block"), generator_(init.generator) {
   config.validate();
   ln_1 = register_module("ln_1", std::make_shared<nn::LayerNorm>(
                                      config.n_embd, config.layer_norm_epsilon, config.bias, init));

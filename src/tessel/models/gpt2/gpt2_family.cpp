@@ -52,14 +52,14 @@ class GPT2Family final : public Family {
   ConfigPtr preset(const std::string& name) const override {
     return std::make_shared<GPT2Config>(GPT2Config::preset(name));
   }
-  io::NamedTensors to_hf(const CausalLM& model) const override { return gpt2_to_hf(as_gpt2(model)); }
+  io::NamedTensors to_hf(const CausalLM& model) const override {
+    return gpt2_to_hf(as_gpt2(model));
+  }
   void load_hf(CausalLM& model, const io::SafetensorsCheckpoint& checkpoint) const override {
     gpt2_load_hf(const_cast<GPT2&>(as_gpt2(model)), checkpoint);
   }
   std::string hf_name(const std::string& name) const override { return name; }
-  bool hf_transposed(const std::string& name) const override {
-    return gpt2_is_conv1d_weight(name);
-  }
+  bool hf_transposed(const std::string& name) const override { return gpt2_is_conv1d_weight(name); }
   std::vector<std::string> tokenizer_files() const override {
     return {"tokenizer.json", "vocab.json", "merges.txt", "encoder.json", "vocab.bpe"};
   }
