@@ -138,14 +138,18 @@ std::shared_ptr<CausalLM> load_model(const std::string& dir) {
 }
 
 void save_model(const CausalLM& model, const std::string& dir, const SaveOptions& options) {
+  save_model_tensors(model, model.model_config().family().to_hf(model), dir, options);
+}
+
+void save_model_tensors(const CausalLM& model, const io::NamedTensors& tensors,
+                        const std::string& dir, const SaveOptions& options) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   TESSEL_CHECK(!ec, "save model: cannot create the output directory '", dir, "': ", ec.message());
-  const ModelConfig& config = model.model_config();
-  io::save_safetensors_dir(dir, config.family().to_hf(model), options.max_shard_bytes);
+  io::save_safetensors_dir(dir, tensors, options.max_shard_bytes);
   // config.json last, through a temporary name (every write checked, fsynced, renamed), so a
   // directory with a config is complete.
-  const std::string json = config.to_json();
+  const std::string json = model.model_config().to_json();
   io::write_file_atomic((std::filesystem::path(dir) / "config.json").string(), json.data(),
                         json.size());
 }

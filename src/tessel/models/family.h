@@ -76,5 +76,9 @@ struct SaveOptions {
 };
 // Writes DIR/config.json and the weights (model.safetensors or shards + index), atomically.
 void save_model(const CausalLM& model, const std::string& dir, const SaveOptions& options = {});
+// The same with the tensors already in Hugging Face names (a family's variant of its layout, e.g.
+// GPT-2's "transformer." prefix).
+void save_model_tensors(const CausalLM& model, const io::NamedTensors& tensors,
+                        const std::string& dir, const SaveOptions& options = {});
 
 }  // namespace tessel::models

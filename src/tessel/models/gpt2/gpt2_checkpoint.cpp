@@ -10,6 +10,7 @@
 
 #include "tessel/io/mapped_file.h"
 #include "tessel/io/safetensors_dir.h"
+#include "tessel/models/family.h"
 
 namespace tessel::models {
 
@@ -114,28 +115,15 @@ void gpt2_load_hf(GPT2& model, const io::SafetensorsCheckpoint& checkpoint) {
 }
 
 std::shared_ptr<GPT2> load_gpt2(const std::string& dir) {
-  const std::filesystem::path config_path = std::filesystem::path(dir) / "config.json";
-  TESSEL_CHECK(std::filesystem::exists(config_path), "load GPT-2: ", config_path.string(),
-               " not found");
-  GPT2Config config = GPT2Config::from_file(config_path.string());
-  auto model = std::make_shared<GPT2>(config, nn::Init::none());
-  gpt2_load_hf(*model, io::SafetensorsCheckpoint::open(dir));
-  model->eval();
+  auto model = std::dynamic_pointer_cast<GPT2>(load_model(dir));
+  TESSEL_CHECK(model != nullptr, "load GPT-2: ", dir, "/config.json describes another family");
   return model;
 }
 
 void save_gpt2(const GPT2& model, const std::string& dir, const GPT2SaveOptions& options) {
   TESSEL_CHECK(options.prefix.empty() || options.prefix == kPrefix, "save GPT-2: prefix '",
                options.prefix, "' must be empty or '", kPrefix, "'");
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  TESSEL_CHECK(!ec, "save GPT-2: cannot create the output directory '", dir, "': ", ec.message());
-  io::save_safetensors_dir(dir, gpt2_to_hf(model, options.prefix), options.max_shard_bytes);
-  // config.json last, through a temporary name (every write checked, fsynced, renamed), so a
-  // directory with a config is complete.
-  const std::string json = model.config().to_json();
-  io::write_file_atomic((std::filesystem::path(dir) / "config.json").string(), json.data(),
-                        json.size());
+  save_model_tensors(model, gpt2_to_hf(model, options.prefix), dir, {options.max_shard_bytes});
 }
 
 }  // namespace tessel::models
