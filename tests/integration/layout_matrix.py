@@ -10,8 +10,10 @@ once. Prints the measured band per layout (the table in docs/PARALLEL.md).
 Every layout takes the same global batch: grad_accum 2 micro-batches (the pipeline's) of 4 rows,
 split over the dp ranks.
 
-With FAMILY llama the same check runs a tiny LLaMA (RMSNorm, RoPE, SwiGLU, tied head) over a
-subset of the layouts: dp with ZeRO-3, tp with sp, pp, and (2,2,2) with ZeRO-3 and sp.
+With FAMILY llama the same check runs a tiny LLaMA (RMSNorm, RoPE, SwiGLU, tied head, one KV head
+for four query heads, so that tp 2 replicates it) over a subset of the layouts: dp with ZeRO-3, tp
+with sp, pp, tp with ZeRO-2 (the copies' gradient sum before dp keeps shards), and (2,2,2) with
+ZeRO-3 and sp.
 
 Usage: layout_matrix.py TESSEL MPIRUN WORKDIR [FAMILY]   (FAMILY: gpt2, the default, or llama)
 """
@@ -42,6 +44,7 @@ LLAMA_LAYOUTS = [
     (2, 1, 1, 3, False),
     (1, 2, 1, 0, True),
     (1, 1, 2, 0, False),
+    (2, 2, 1, 2, False),
     (2, 2, 2, 3, True),
 ]
 STEPS = 20
@@ -69,10 +72,11 @@ def compare(ref_dir, dir_, what):
 
 
 def llama_config(vocab):
-    """A tiny LLaMA: 3 layers of width 16, 2 query and 2 key/value heads, a tied head."""
+    """A tiny LLaMA: 3 layers of width 16, 4 query heads sharing 1 key/value head (multi-query:
+    under tp 2 each rank holds a copy of it), a tied head."""
     return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab,
             "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 3,
-            "num_attention_heads": 2, "num_key_value_heads": 2, "max_position_embeddings": 16,
+            "num_attention_heads": 4, "num_key_value_heads": 1, "max_position_embeddings": 16,
             "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True}
 
 

@@ -348,7 +348,25 @@ TEST(LlamaConfig, TensorParallelPlan) {
     }
     return "";
   };
-  EXPECT_NE(error(4).find("num_key_value_heads = 2 < tp = 4"), std::string::npos) << error(4);
+  // 2 KV heads over tp 4: each replicated on 2 ranks (q_proj still split per head).
+  plan = Json::parse(c.tensor_parallel(4).plan_json);
+  EXPECT_TRUE(plan["layers.*.self_attn.k_proj"]["replicate"].get<bool>());
+  EXPECT_TRUE(plan["layers.*.self_attn.v_proj"]["replicate"].get<bool>());
+  EXPECT_FALSE(plan["layers.*.self_attn.q_proj"].contains("replicate"));
+  EXPECT_FALSE(Json::parse(c.tensor_parallel(2).plan_json)["layers.*.self_attn.k_proj"].contains(
+      "replicate"));
+  c.num_attention_heads = 6;
+  c.num_key_value_heads = 3;
+  c.head_dim = 8;
+  EXPECT_NE(error(2).find("num_key_value_heads = 3 and tp = 2: the KV heads must divide by tp"),
+            std::string::npos)
+      << error(2);
+  c.num_attention_heads = 12;
+  c.num_key_value_heads = 4;
+  EXPECT_NE(error(6).find("tp must be a multiple of the KV heads"), std::string::npos) << error(6);
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 12;
   EXPECT_NE(error(3).find("num_attention_heads = 4 is not divisible by tp = 3"), std::string::npos);
   c.tie_word_embeddings = false;
   c.vocab_size = 101;

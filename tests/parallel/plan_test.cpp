@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tensor-parallel plans: pattern matching over module paths, refusals of bad plans (before any
 // module changes), a plan-applied Colwise -> Rowwise MLP issuing one all-reduce forward and one
-// backward, and GPT-2's fused qkv split per head (each rank holds its heads' q, k and v rows).
+// backward, GPT-2's fused qkv split per head (each rank holds its heads' q, k and v rows), and
+// replicated units (KV heads fewer than the ranks: each held whole by ranks / units ranks).
 #include "tessel/parallel/plan.h"
 
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "common/tolerance.h"
 #include "parallel_test_util.h"
@@ -156,6 +159,66 @@ TEST(Plan, FusedQkvIsSplitPerHead) {
         "4 heads (units of 4) are not divisible by tp = 3", "heads over 3 ranks");
   });
   three.verify();
+}
+
+// Two KV heads of 3 rows over 4 ranks: ranks 0 and 1 hold head 0, ranks 2 and 3 head 1, and the
+// forward on each rank is exactly its head's rows of the full product.
+class KvNet : public nn::Module {
+ public:
+  KvNet() : Module("KvNet") {
+    Generator g(9);
+    k = register_module("k", std::make_shared<nn::Linear>(5, 6, true, nn::Init::normal(&g, 0.4)));
+  }
+  std::shared_ptr<nn::Linear> k;
+};
+
+TEST(Plan, ReplicatedUnitsAreHeldWholeAndGatheredOnce) {
+  KvNet ref;
+  Generator g(10);
+  const Tensor x = randn({3, 5}, DType::F32, &g);
+  const Tensor y_full = ref.k->forward(x);
+  const char* json = R"({"k": {"style": "Colwise", "unit": "head_dim", "replicate": true}})";
+  Checks checks;
+  run_world(4, [&](dist::CommPtr tp) {
+    KvNet net;
+    ParallelizeOptions o;
+    o.sizes["head_dim"] = 3;
+    const ParallelizeResult res = parallelize(net, tp, ParallelPlan::parse(json, "test"), o);
+    const int r = tp->rank(), head = r / 2;
+    const ShardSpec& spec = *res.spec("k.weight");
+    checks.expect(shard_replicas(spec, 4) == 2 && shard_leader(spec, 4, r) == (r % 2 == 0),
+                  "rank " + std::to_string(r) + ": replicas and leader");
+    const auto want_w = ref.k->weight.slice(0, 3 * head, 3 * head + 3).to_vector<double>();
+    checks.expect(
+        net.k->weight.to_vector<double>() == want_w,
+        "rank " + std::to_string(r) + " holds other rows than head " + std::to_string(head) + "'s");
+    const auto got_y = net.k->forward(x).to_vector<double>();
+    const auto want_y = y_full.slice(1, 3 * head, 3 * head + 3).to_vector<double>();
+    checks.expect(rel_err(got_y, want_y) <= 1e-6, "rank " + std::to_string(r) + " output");
+    // Gathering keeps one copy of each head, in head order.
+    checks.expect(gather_tensor(net.k->weight, spec, *tp).to_vector<double>() ==
+                          ref.k->weight.to_vector<double>() &&
+                      gather_tensor(net.k->bias, *res.spec("k.bias"), *tp).to_vector<double>() ==
+                          ref.k->bias.to_vector<double>(),
+                  "gathered weight and bias");
+  });
+  checks.verify();
+  // Without "replicate", or over ranks that are not a multiple of the heads: refused up front.
+  for (const auto& [world, plan, needle] : std::vector<std::tuple<int, std::string, std::string>>{
+           {4, R"({"k": {"style": "Colwise", "unit": "head_dim"}})",
+            "2 heads (units of 3) are not divisible by tp = 4"},
+           {3, json, "tp is not a multiple of them"}}) {
+    Checks refused;
+    run_world(world, [&](dist::CommPtr tp) {
+      KvNet net;
+      ParallelizeOptions o;
+      o.sizes["head_dim"] = 3;
+      refused.expect_throw([&] { parallelize(net, tp, ParallelPlan::parse(plan, "test"), o); },
+                           needle, plan);
+      refused.expect(net.k->weight.size(0) == 6, "a refused plan changed the layer");
+    });
+    refused.verify();
+  }
 }
 
 }  // namespace

@@ -17,6 +17,9 @@ std::string ShardSpec::str() const {
   if (padded > full) s += " padded to " + std::to_string(padded);
   if (blocks > 1)
     s += " in " + std::to_string(blocks) + " blocks of units of " + std::to_string(unit);
+  else if (unit > 1)
+    s += " in units of " + std::to_string(unit);
+  if (replicate) s += ", units replicated when fewer than the ranks";
   return s;
 }
 
@@ -36,9 +39,17 @@ std::vector<std::pair<int64_t, int64_t>> shard_ranges(const ShardSpec& s, int pa
   TESSEL_CHECK(s.full % s.blocks == 0 && (s.full / s.blocks) % s.unit == 0,
                "shard_ranges: ", s.str(), ": the size is not blocks x whole units");
   const int64_t block = s.full / s.blocks, units = block / s.unit;
+  std::vector<std::pair<int64_t, int64_t>> out;
+  if (s.replicate && units < parts) {
+    TESSEL_CHECK(parts % units == 0, "shard_ranges: ", units, " units of ", s.unit,
+                 " rows per block cannot be replicated evenly over ", parts,
+                 " tensor-parallel ranks (the ranks must be a multiple of the units)");
+    const int64_t u = rank / (parts / units);
+    for (int64_t b = 0; b < s.blocks; ++b) out.emplace_back(b * block + u * s.unit, s.unit);
+    return out;
+  }
   TESSEL_CHECK(units % parts == 0, "shard_ranges: ", units, " units of ", s.unit,
                " rows per block do not divide by the ", parts, " tensor-parallel ranks");
-  std::vector<std::pair<int64_t, int64_t>> out;
   const int64_t per = units / parts * s.unit;
   for (int64_t b = 0; b < s.blocks; ++b) out.emplace_back(b * block + rank * per, per);
   return out;
@@ -48,6 +59,12 @@ int64_t shard_length(const ShardSpec& spec, int parts, int rank) {
   int64_t n = 0;
   for (const auto& [start, len] : shard_ranges(spec, parts, rank)) n += len;
   return n;
+}
+
+int64_t shard_replicas(const ShardSpec& s, int parts) {
+  if (!s.replicate || s.padded > s.full || s.unit < 1 || s.blocks < 1) return 1;
+  const int64_t units = s.full / s.blocks / s.unit;
+  return units >= 1 && units < parts && parts % units == 0 ? parts / units : 1;
 }
 
 Tensor shard_tensor(const Tensor& full, const ShardSpec& s, int parts, int rank) {
@@ -84,11 +101,13 @@ Tensor gather_tensor(const Tensor& local, const ShardSpec& s, dist::Communicator
   Tensor all =
       k == 1 ? local.detach() : sharding::gather_from_region(local.detach(), tp, s.dim, total);
   if (s.padded > s.full) return all.slice(s.dim, 0, s.full).clone();
-  if (s.blocks == 1) return all.clone();
-  // Rank-major (q0 k0 v0 q1 k1 v1 ...) back to block-major (q0 q1 .. k0 k1 .. v0 v1 ..).
+  const int64_t replicas = shard_replicas(s, k);
+  if (s.blocks == 1 && replicas == 1) return all.clone();
+  // Rank-major (q0 k0 v0 q1 k1 v1 ...) back to block-major (q0 q1 .. k0 k1 .. v0 v1 ..), one
+  // copy of each replicated unit.
   std::vector<Tensor> pieces;
   for (int64_t b = 0; b < s.blocks; ++b) {
-    for (int r = 0; r < k; ++r) {
+    for (int r = 0; r < k; r += int(replicas)) {
       const auto ranges = shard_ranges(s, k, r);
       int64_t at = starts[size_t(r)];
       for (int64_t i = 0; i < b; ++i) at += ranges[size_t(i)].second;

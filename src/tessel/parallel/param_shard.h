@@ -9,7 +9,12 @@
 //    (GPT-2's fused q, k, v projection split per head: rank r holds its heads' rows of q, of k
 //    and of v, in that order), which needs the units of a block divisible by the ranks;
 //  - over a padded size (`padded` > `full`, Megatron-LM's vocabulary padding): equal pieces of
-//    padded / ranks rows, the rows past `full` being zeros that belong to no token.
+//    padded / ranks rows, the rows past `full` being zeros that belong to no token;
+//  - with `replicate` and fewer units per block than ranks (grouped-query attention's K and V
+//    projections when tp exceeds the KV heads, as vLLM and Megatron-LM forks replicate them):
+//    each unit is held whole by ranks / units consecutive ranks, which needs the ranks divisible
+//    by the units. The copies stay equal because their gradients are summed over the replicas
+//    (replica_groups), and only the first rank of each group writes it to a checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +33,7 @@ struct ShardSpec {
   int64_t padded = 0;  // 0 or full: no padding
   int64_t blocks = 1;
   int64_t unit = 1;
+  bool replicate = false;  // units fewer than ranks: replicate them instead of failing
 
   int64_t padded_size() const { return padded > full ? padded : full; }
   std::string str() const;
@@ -37,6 +43,13 @@ struct ShardSpec {
 // the local tensor holds them. Throws Error for specs the ranks cannot split.
 std::vector<std::pair<int64_t, int64_t>> shard_ranges(const ShardSpec& spec, int parts, int rank);
 int64_t shard_length(const ShardSpec& spec, int parts, int rank);
+
+// How many ranks hold each piece: 1, or ranks / units for a replicated spec.
+int64_t shard_replicas(const ShardSpec& spec, int parts);
+// Whether `rank` is the first of the ranks holding its piece (the one that writes and counts it).
+inline bool shard_leader(const ShardSpec& spec, int parts, int rank) {
+  return rank % shard_replicas(spec, parts) == 0;
+}
 
 // This rank's piece of `full` (size spec.full along dim), zero rows where it covers padding.
 Tensor shard_tensor(const Tensor& full, const ShardSpec& spec, int parts, int rank);

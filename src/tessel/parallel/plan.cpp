@@ -43,6 +43,8 @@ PlanRule parse_rule(const std::string& pattern, const nlohmann::json& value,
     } else if (key == "unit" && rule.style == StyleKind::Colwise &&
                (v.is_string() || v.is_number_integer())) {
       rule.unit = v.is_string() ? v.get<std::string>() : std::to_string(v.get<int64_t>());
+    } else if (key == "replicate" && rule.style == StyleKind::Colwise && v.is_boolean()) {
+      rule.replicate = v.get<bool>();
     } else if (key == "input_is_sharded" && rule.style == StyleKind::Rowwise && v.is_boolean()) {
       rule.input_is_sharded = v.get<bool>();
     } else if (key == "gather_output" && rule.style == StyleKind::Sequence && v.is_boolean()) {
@@ -50,7 +52,8 @@ PlanRule parse_rule(const std::string& pattern, const nlohmann::json& value,
     } else {
       TESSEL_FAIL(where, ": option \"", key, "\": ", v.dump(), " is not an option of style ",
                   style_name(rule.style),
-                  " (Colwise: blocks, unit; Rowwise: input_is_sharded; Sequence: gather_output)");
+                  " (Colwise: blocks, unit, replicate; Rowwise: input_is_sharded; Sequence: "
+                  "gather_output)");
     }
   }
   return rule;
@@ -235,15 +238,17 @@ ParallelizeResult parallelize(nn::Module& root, dist::CommPtr tp, const Parallel
       TESSEL_CHECK(!module->has_forward_override(), "tensor-parallel plan: '", path,
                    "' is already parallelized");
       check_declared(rule.style, *module, options.sequence_parallel, path);
-      if (rule.style == StyleKind::Colwise && rule.blocks > 1) {
+      if (rule.style == StyleKind::Colwise && (rule.blocks > 1 || unit > 1)) {
         auto* lin = dynamic_cast<nn::Linear*>(module);
         const int64_t out = lin->out_features();
         TESSEL_CHECK(out % rule.blocks == 0 && (out / rule.blocks) % unit == 0,
                      "tensor-parallel plan: '", path, "': ", out, " output features are not ",
                      rule.blocks, " blocks of whole units of ", unit);
         const int64_t units = out / rule.blocks / unit;
-        TESSEL_CHECK(units % n == 0, "tensor-parallel plan: '", path, "': ", units,
-                     " heads (units of ", unit, ") are not divisible by tp = ", n);
+        const bool replicated = rule.replicate && units < n && n % units == 0;
+        TESSEL_CHECK(units % n == 0 || replicated, "tensor-parallel plan: '", path, "': ", units,
+                     " heads (units of ", unit, ") are not divisible by tp = ", n,
+                     rule.replicate ? " and tp is not a multiple of them (to replicate them)" : "");
       }
       matches.push_back({path, module, &rule, unit});
     }
@@ -273,7 +278,8 @@ ParallelizeResult parallelize(nn::Module& root, dist::CommPtr tp, const Parallel
         TpOptions o = base;
         o.blocks = rule.blocks;
         o.unit = m.unit;
-        const ShardSpec spec{0, lin.out_features(), 0, rule.blocks, m.unit};
+        o.replicate = rule.replicate;
+        const ShardSpec spec{0, lin.out_features(), 0, rule.blocks, m.unit, rule.replicate};
         parallelize_colwise(lin, tp, o);
         result.sharded.emplace_back(join_name(m.path, "weight"), spec);
         if (lin.bias.defined()) result.sharded.emplace_back(join_name(m.path, "bias"), spec);

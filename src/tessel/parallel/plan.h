@@ -11,7 +11,9 @@
 //
 // Patterns are dotted module paths in which `*` matches one name (any characters but '.'). Styles:
 //   Colwise        nn::Linear; options "blocks" (int) and "unit" (int, or a name looked up in
-//                  ParallelizeOptions::sizes, such as "head_dim") for fused projections
+//                  ParallelizeOptions::sizes, such as "head_dim") for fused projections, and
+//                  "replicate" (bool): with fewer units than ranks, each unit is held by
+//                  ranks / units ranks (K and V projections of grouped-query attention)
 //   Rowwise        nn::Linear; option "input_is_sharded" (default true)
 //   VocabParallel  nn::Embedding (rows = vocabulary, padded to a multiple of tp)
 //   Sequence       LayerNorm, RMSNorm, Dropout, Embedding; option "gather_output"
@@ -41,6 +43,7 @@ struct PlanRule {
   StyleKind style = StyleKind::Colwise;
   int64_t blocks = 1;
   std::string unit = "1";  // an integer, or a name of ParallelizeOptions::sizes
+  bool replicate = false;  // Colwise: replicate units when they are fewer than the ranks
   bool input_is_sharded = true;
   bool gather_output = false;
 };

@@ -122,10 +122,10 @@ void parallelize_colwise(nn::Linear& linear, dist::CommPtr tp, const TpOptions& 
   check_options(options, "parallelize_colwise");
   const int n = tp->size(), r = tp->rank();
   const int64_t out = linear.out_features();
-  TESSEL_CHECK(out >= n, "parallelize_colwise: '", linear.path(), "' has ", out,
-               " output features, fewer than the ", n,
+  TESSEL_CHECK(out >= n || options.replicate, "parallelize_colwise: '", linear.path(), "' has ",
+               out, " output features, fewer than the ", n,
                " tensor-parallel ranks (a rank would hold no feature)");
-  ShardSpec spec{0, out, 0, options.blocks, options.unit};
+  ShardSpec spec{0, out, 0, options.blocks, options.unit, options.replicate};
   if (options.blocks > 1) {
     TESSEL_CHECK(out % options.blocks == 0 && (out / options.blocks) % options.unit == 0 &&
                      (out / options.blocks / options.unit) % n == 0,

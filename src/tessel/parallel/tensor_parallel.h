@@ -53,6 +53,9 @@ struct TpOptions {
   // `unit` rows (GPT-2's fused qkv: 3 blocks, units of a head); see param_shard.h.
   int64_t blocks = 1;
   int64_t unit = 1;
+  // Colwise with fewer units than ranks: each unit is held by ranks / units ranks (see
+  // param_shard.h); the copies' gradients must then be summed over them (the caller's job).
+  bool replicate = false;
 };
 
 // Whether activations between the regions are sequence pieces right now.

@@ -101,15 +101,29 @@ std::shared_ptr<models::CausalLM> model_tp_gather_model(models::CausalLM& model,
   return full;
 }
 
-void model_tp_reduce_gradients(models::CausalLM& model, const ModelTensorParallel& tp) {
-  if (!tp.sequence_parallel) return;
+TpShare model_tp_share(const ModelTensorParallel& tp, const std::string& name) {
+  const parallel::ShardSpec* s = tp.result.spec(name);
+  if (s == nullptr) return TpShare::Whole;
+  return parallel::shard_leader(*s, tp.tp->size(), tp.tp->rank()) ? TpShare::Piece
+                                                                  : TpShare::SecondCopy;
+}
+
+namespace {
+
+bool has_replicated_pieces(const ModelTensorParallel& tp) {
+  for (const auto& [name, spec] : tp.result.sharded)
+    if (parallel::shard_replicas(spec, tp.tp->size()) > 1) return true;
+  return false;
+}
+
+// The sequence-parallel sum: every rank adds its addend to the whole gradient.
+void sum_whole_gradients(models::CausalLM& model, const ModelTensorParallel& tp) {
   std::vector<Tensor> grads;
   for (const auto& [name, p] : model.named_parameters()) {
     if (tp.result.spec(name) != nullptr || !p.grad().defined()) continue;
     grads.push_back(p.grad());
   }
   if (grads.empty()) return;
-  autograd::NoGradGuard no_grad;
   std::vector<Tensor> flat;
   for (const Tensor& g : grads) flat.push_back(g.to(DType::F32).reshape({g.numel()}));
   Tensor all = concat(flat, 0);
@@ -121,13 +135,70 @@ void model_tp_reduce_gradients(models::CausalLM& model, const ModelTensorParalle
   }
 }
 
+// Replicated pieces: each rank writes its copy's gradient at the piece's rows of a zero buffer of
+// the whole parameter; the all-reduce over tp then sums exactly the copies of each piece.
+void sum_replicated_pieces(models::CausalLM& model, const ModelTensorParallel& tp) {
+  const int n = tp.tp->size(), rank = tp.tp->rank();
+  struct Item {
+    Tensor grad;
+    std::vector<std::pair<int64_t, int64_t>> ranges;  // rows of the whole parameter
+    int64_t row = 0, offset = 0;                      // row width; where it starts in the buffer
+  };
+  std::vector<Item> items;
+  int64_t total = 0;
+  for (const auto& [name, p] : model.named_parameters()) {
+    const parallel::ShardSpec* s = tp.result.spec(name);
+    if (s == nullptr || parallel::shard_replicas(*s, n) == 1 || !p.grad().defined()) continue;
+    TESSEL_CHECK(s->dim == 0, "tensor parallelism: replicated pieces of '", name,
+                 "' must be split along dim 0, not ", s->dim);
+    Item it{p.grad(), parallel::shard_ranges(*s, n, rank), p.numel() / p.size(0), total};
+    total += s->full * it.row;
+    items.push_back(std::move(it));
+  }
+  if (items.empty()) return;
+  Tensor buffer = zeros({total}, DType::F32);
+  for (const Item& it : items) {
+    const Tensor g = it.grad.to(DType::F32).reshape({it.grad.numel()});
+    int64_t local = 0;
+    for (const auto& [start, len] : it.ranges) {
+      const int64_t at = it.offset + start * it.row, count = len * it.row;
+      Tensor window = buffer.narrow(0, at, count);  // a view: the write lands in the buffer
+      window.copy_from(g.narrow(0, local, count));
+      local += count;
+    }
+  }
+  tp.tp->all_reduce(buffer);
+  for (Item& it : items) {
+    std::vector<Tensor> rows;
+    for (const auto& [start, len] : it.ranges) {
+      const int64_t at = it.offset + start * it.row;
+      rows.push_back(buffer.narrow(0, at, len * it.row));
+    }
+    it.grad.copy_from(concat(rows, 0).reshape(it.grad.shape()));
+  }
+}
+
+}  // namespace
+
+bool model_tp_sums_gradients(const ModelTensorParallel& tp) {
+  return tp.sequence_parallel || has_replicated_pieces(tp);
+}
+
+void model_tp_reduce_gradients(models::CausalLM& model, const ModelTensorParallel& tp) {
+  autograd::NoGradGuard no_grad;
+  if (tp.sequence_parallel) sum_whole_gradients(model, tp);
+  if (has_replicated_pieces(tp)) sum_replicated_pieces(model, tp);
+}
+
 double model_tp_grad_square_sum(models::CausalLM& model, const ModelTensorParallel& tp) {
-  std::vector<Tensor> sharded, replicated;
-  for (const auto& [name, p] : model.named_parameters())
-    (tp.result.spec(name) != nullptr ? sharded : replicated).push_back(p);
-  Tensor t = full({1}, grad_square_sum(sharded), DType::F64);
+  std::vector<Tensor> pieces, whole;
+  for (const auto& [name, p] : model.named_parameters()) {
+    const TpShare share = model_tp_share(tp, name);
+    if (share != TpShare::SecondCopy) (share == TpShare::Piece ? pieces : whole).push_back(p);
+  }
+  Tensor t = full({1}, grad_square_sum(pieces), DType::F64);
   tp.tp->all_reduce(t);
-  return t.data<double>()[0] + grad_square_sum(replicated);
+  return t.data<double>()[0] + grad_square_sum(whole);
 }
 
 }  // namespace tessel::train

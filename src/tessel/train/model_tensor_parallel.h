@@ -10,7 +10,9 @@
 //  - layout-independent checkpoints: shards gathered to full tensors (model and AdamW moments),
 //    and full tensors sliced back into shards;
 //  - the gradient norm over tp (sharded parameters summed over ranks, replicated ones once) and,
-//    under sequence parallelism, the sum over tp of the replicated parameters' gradients.
+//    under sequence parallelism, the sum over tp of the replicated parameters' gradients;
+//  - replicated pieces (K and V heads when tp exceeds them): their gradients summed over the
+//    ranks that hold each copy, counted and checkpointed once.
 #pragma once
 
 #include <cstdint>
@@ -73,8 +75,20 @@ nn::NamedTensors model_tp_shard(const ModelTensorParallel& tp, const nn::NamedTe
 std::shared_ptr<models::CausalLM> model_tp_gather_model(models::CausalLM& model,
                                                         const ModelTensorParallel& tp);
 
-// Under sequence parallelism: sums the replicated parameters' gradients over tp (one
-// all-reduce). Without it: nothing (their gradients are already equal on every rank).
+// How this rank holds a parameter, for counting and writing it exactly once over tp.
+enum class TpShare {
+  Piece,       // its own rows, disjoint from the other ranks' (squares add over tp)
+  Whole,       // the whole parameter, as every rank (counted on tp rank 0)
+  SecondCopy,  // a replicated piece an earlier rank also holds (counted and written there)
+};
+TpShare model_tp_share(const ModelTensorParallel& tp, const std::string& name);
+
+// Whether model_tp_reduce_gradients communicates (sequence parallelism or replicated pieces).
+bool model_tp_sums_gradients(const ModelTensorParallel& tp);
+
+// Under sequence parallelism: sums the replicated parameters' gradients over tp. Replicated
+// pieces: sums each copy's gradient over the ranks holding it. One all-reduce each; nothing when
+// neither applies (the gradients are then already complete on every rank).
 void model_tp_reduce_gradients(models::CausalLM& model, const ModelTensorParallel& tp);
 
 // The squared global gradient norm: sharded parameters' squares summed over tp, replicated ones

@@ -5,7 +5,8 @@
 //  - pipeline parallelism: a stage owns the parameters it trains (a tied embedding: the first
 //  stage);
 //  - tensor parallelism: a sharded parameter's rows per parallel::shard_ranges (per-head q, k, v
-//    blocks; vocabulary padding rows belong to no tensor); a replicated one: tp rank 0;
+//    blocks; vocabulary padding rows belong to no tensor; a piece replicated over several ranks,
+//    as K/V heads when tp exceeds them: the first of them); a replicated one: tp rank 0;
 //  - ZeRO: a dp rank owns the elements of its block of each flat bucket (the moments, and under
 //    stage 3 the parameters too);
 //  - whatever the dp ranks hold whole (parameters below stage 3, moments without ZeRO): dp rank r
@@ -86,7 +87,9 @@ std::vector<Piece> Trainer::checkpoint_pieces() const {
   std::vector<Piece> out;
   const bool tp_lead = layout_.tp_rank() == 0;
   auto owned_by_tp = [&](const std::string& param) {
-    return tp_lead || (tp_ && tp_->result.spec(param) != nullptr);
+    if (!tp_) return tp_lead;
+    const TpShare share = model_tp_share(*tp_, param);
+    return share == TpShare::Piece || (share == TpShare::Whole && tp_lead);
   };
   auto add = [&](const std::string& key, const std::string& param, const Shape& shape,
                  int64_t begin, int64_t end, const Tensor& flat) {

@@ -90,9 +90,10 @@ std::vector<parallel::Zero3Unit> Trainer::layout_zero3_units(
 }
 
 bool Trainer::layout_defers_dp_sync() const {
-  // ZeRO-2/3 keep only shards of the averaged gradients, so the sum over tp of the replicated
-  // parameters' sequence-piece gradients must come first: dp then reduces after backward.
-  return tp_ && tp_->sequence_parallel && ddp_ && config_.parallel.zero_stage >= 2;
+  // ZeRO-2/3 keep only shards of the averaged gradients, so the sums over tp (the replicated
+  // parameters' sequence-piece gradients, the copies of replicated K/V heads) must come first:
+  // dp then reduces after backward.
+  return tp_ && model_tp_sums_gradients(*tp_) && ddp_ && config_.parallel.zero_stage >= 2;
 }
 
 void Trainer::layout_sync_gradients(StepRecord& r) {
@@ -110,10 +111,20 @@ void Trainer::layout_sync_gradients(StepRecord& r) {
 }
 
 double Trainer::layout_grad_square_sum() {
-  // [0]: parameters sharded over tp (their squares add over tp); [1]: replicated over tp.
-  double part[2] = {0, 0};
+  // [0]: pieces over tp (their squares add over tp); [1]: whole on every tp rank; [2]: second
+  // copies of replicated pieces, counted where the first copy is.
+  double part[3] = {0, 0, 0};
   const auto slot = [&](const std::string& name) {
-    return tp_ && tp_->result.spec(name) != nullptr ? 0 : 1;
+    if (!tp_) return 1;
+    switch (model_tp_share(*tp_, name)) {
+      case TpShare::Piece:
+        return 0;
+      case TpShare::Whole:
+        return 1;
+      case TpShare::SecondCopy:
+        return 2;
+    }
+    return 1;
   };
   const int stage = zero_ ? zero_->stage() : 0;
   if (zero_) {
@@ -138,7 +149,7 @@ double Trainer::layout_grad_square_sum() {
     }
   }
   // Before tp rank != 0 drops its replicated part below (fp16 agrees on overflows over every axis).
-  layout_local_nonfinite_ = !std::isfinite(part[0] + part[1]);
+  layout_local_nonfinite_ = !std::isfinite(part[0] + part[1] + part[2]);
   // Without tp the split does not matter: one value travels, as ZeRO's own norm sends.
   const std::vector<double> values =
       layout_.tp ? std::vector<double>{part[0], part[1]} : std::vector<double>{part[0] + part[1]};

@@ -108,11 +108,11 @@ struct LlamaConfig : ModelConfig {
   double recompute_flops_per_token(nn::Recompute mode, int64_t seq_len) const override;
   std::shared_ptr<CausalLM> build_random(Generator& generator) const override;
   std::shared_ptr<CausalLM> build_empty(Generator* dropout_generator = nullptr) const override;
-  // Megatron-LM's plan (llama_tensor_parallel.cpp): q/k/v Colwise per head, o Rowwise,
+  // Megatron-LM's plan (llama_config_facts.cpp): q/k/v Colwise per head, o Rowwise,
   // gate/up Colwise, down Rowwise, the embedding split by vocabulary; the tied head multiplies
-  // with the vocab-split embedding, an untied lm_head is Colwise. Errors: heads or KV heads not
-  // divisible by tp (KV heads < tp would need replicated KV heads, which no style expresses yet),
-  // an untied vocabulary not divisible by tp.
+  // with the vocab-split embedding, an untied lm_head is Colwise. KV heads fewer than tp are
+  // replicated over tp / kv ranks each. Errors: heads not divisible by tp, KV heads neither
+  // divisible by tp nor dividing it, an untied vocabulary not divisible by tp.
   TensorParallelSpec tensor_parallel(int tp) const override;
 
   // The attention FLOPs' sequence factor: seq_len, or with a sliding window w < seq_len the

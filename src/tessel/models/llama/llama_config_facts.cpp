@@ -142,13 +142,14 @@ TensorParallelSpec LlamaConfig::tensor_parallel(int tp) const {
   TESSEL_CHECK(num_attention_heads % tp == 0,
                "tensor parallelism: num_attention_heads = ", num_attention_heads,
                " is not divisible by tp = ", tp, " (attention is split per head)");
-  TESSEL_CHECK(num_key_value_heads >= tp,
-               "tensor parallelism: num_key_value_heads = ", num_key_value_heads, " < tp = ", tp,
-               ": each rank would need a replicated KV head (Megatron-LM's scheme), which "
-               "tessel's tensor-parallel styles do not express yet");
-  TESSEL_CHECK(num_key_value_heads % tp == 0,
-               "tensor parallelism: num_key_value_heads = ", num_key_value_heads,
-               " is not divisible by tp = ", tp, " (k_proj and v_proj are split per KV head)");
+  // KV heads split over tp, or (fewer of them than ranks) each replicated over tp / kv ranks,
+  // whose query heads then all read it.
+  const bool replicate_kv = num_key_value_heads < tp;
+  TESSEL_CHECK(replicate_kv ? tp % num_key_value_heads == 0 : num_key_value_heads % tp == 0,
+               "tensor parallelism: num_key_value_heads = ", num_key_value_heads, " and tp = ", tp,
+               replicate_kv ? ": tp must be a multiple of the KV heads to replicate them"
+                            : ": the KV heads must divide by tp (k_proj and v_proj are split "
+                              "per KV head)");
   TESSEL_CHECK(intermediate_size >= tp && hidden >= tp, "tensor parallelism: tp = ", tp,
                " exceeds hidden_size ", hidden, " or intermediate_size ", intermediate_size);
   TESSEL_CHECK(tie_word_embeddings || vocab_size % tp == 0, "tensor parallelism: the untied ",
@@ -156,13 +157,18 @@ TensorParallelSpec LlamaConfig::tensor_parallel(int tp) const {
                " (its rows are split evenly; only the embedding can be padded)");
   nlohmann::ordered_json plan;
   plan["# about"] =
-      "LLaMA's tensor-parallel plan (Megatron-LM): vocab-split embedding, q/k/v per head, "
+      "LLaMA's tensor-parallel plan (Megatron-LM): vocab-split embedding, q/k/v per head "
+      "(k/v heads replicated when fewer than tp), "
       "Colwise then Rowwise in attention and MLP; with --sp the norms and residuals run on "
       "sequence pieces";
   plan["embed_tokens"] = "VocabParallel";
   plan["layers.*.input_layernorm"] = "Sequence";
-  for (const char* p : {"q_proj", "k_proj", "v_proj"})
-    plan[std::string("layers.*.self_attn.") + p] = {{"style", "Colwise"}, {"unit", "head_dim"}};
+  plan["layers.*.self_attn.q_proj"] = {{"style", "Colwise"}, {"unit", "head_dim"}};
+  for (const char* p : {"k_proj", "v_proj"}) {
+    nlohmann::ordered_json rule = {{"style", "Colwise"}, {"unit", "head_dim"}};
+    if (replicate_kv) rule["replicate"] = true;
+    plan[std::string("layers.*.self_attn.") + p] = rule;
+  }
   plan["layers.*.self_attn.o_proj"] = "Rowwise";
   plan["layers.*.post_attention_layernorm"] = "Sequence";
   plan["layers.*.mlp.gate_proj"] = "Colwise";
