@@ -8,7 +8,13 @@ tp=4; saved at pp=2, resumed at pp=1. With --composed, also saved at (dp, tp, pp
 resumed at (1, 1, 1), (4, 1, 2) and (1, 2, 4); saved at (2, 2, 1) and (2, 1, 2) with ZeRO-3 and
 resumed at (1, 1, 1), (2, 1, 2) ZeRO-3 and (1, 2, 1).
 
-Usage: reshard_equivalence.py TESSEL MPIRUN WORKDIR [--composed]
+With --llama the model is a tiny LLaMA with 4 query heads and 2 KV heads, so that tp 2 splits the
+KV heads and tp 4 replicates each over two ranks (written once, by the first): saved at tp=2 and
+resumed at tp=4 and tp=1; saved at tp=4 and resumed at tp=1 and at (2, 2, 1) ZeRO-3; saved at
+(2, 2, 2) ZeRO-1 and resumed at (1, 4, 2). Then greedy `tessel generate --tp 2` and `--tp 4` (KV
+cache of split and of replicated KV heads) emit the ids of one rank.
+
+Usage: reshard_equivalence.py TESSEL MPIRUN WORKDIR [--composed] [--llama]
 """
 import json
 import os
@@ -47,13 +53,24 @@ def check_pieces(ckpt, world, what):
         fail(f"{what}: the manifest of {ckpt} does not list {missing}")
 
 
+def llama_config(vocab):
+    """Width 24, 4 query heads of 6 rows sharing 2 KV heads, a tied head (the odd vocabulary is
+    padded under tp, which only the tied embedding allows)."""
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab,
+            "hidden_size": 24, "intermediate_size": 40, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 32,
+            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True}
+
+
 def main():
     tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
     composed = "--composed" in sys.argv[4:]
+    llama = "--llama" in sys.argv[4:]
     vocab = prepare_workdir(tessel, work)
     # n_head 4 splits over tp 4; the vocabulary (257) is padded under every tp > 1.
-    config = write_json(os.path.join(work, "config.json"),
-                        gpt2_config(vocab, n_positions=32, n_embd=24, n_layer=2, n_head=4))
+    model = (llama_config(vocab) if llama else
+             gpt2_config(vocab, n_positions=32, n_embd=24, n_layer=2, n_head=4))
+    config = write_json(os.path.join(work, "config.json"), model)
     batch, steps = 12, 20
     common = train_sets(config, os.path.join(work, "data"), steps, seq_len=16,
                         extra=["machine.peak_gflops=100", "checkpoint.interval=10", "train.grad_accum=4"])
@@ -73,7 +90,11 @@ def main():
     cases = [((2, 1, 1, 3), [(3, 1, 1, 3), (1, 1, 1, 0)]),
              ((1, 2, 1, 0), [(1, 1, 1, 0), (1, 4, 1, 0)]),
              ((1, 1, 2, 0), [(1, 1, 1, 0)])]
-    if composed:
+    if llama:
+        cases = [((1, 2, 1, 0), [(1, 4, 1, 0), (1, 1, 1, 0)]),
+                 ((1, 4, 1, 0), [(1, 1, 1, 0), (2, 2, 1, 3)]),
+                 ((2, 2, 2, 1), [(1, 4, 2, 0)])]
+    elif composed:
         cases.append(((2, 2, 2, 1), [(1, 1, 1, 0), (4, 1, 2, 2), (1, 2, 4, 0)]))
         # ZeRO-3 flat blocks cut through tp shards, and through a pipeline stage's parameters.
         cases.append(((2, 2, 1, 3), [(1, 1, 1, 0), (2, 1, 2, 3)]))
@@ -91,6 +112,23 @@ def main():
             seed_resume(src, "step_000010", d)
             launch(*layout, ["--resume", d])
             compare(ref, d, f"saved at {name}, resumed at {to}", steps)
+    if llama:
+        check_generate_tp(tessel, mpi, work, model, env)
+
+
+def check_generate_tp(tessel, mpi, work, model, env):
+    """A random model with large weights (more varied ids than a trained tiny one)."""
+    out = os.path.join(work, "model")
+    gen_config = write_json(os.path.join(work, "config_gen.json"), dict(model, initializer_range=0.5))
+    run([tessel, "init", "--config", gen_config, "--out", out, "--seed", "7"], env=env)
+    gen = ["generate", "-m", out, "--prompt-ids", "5,9,12,30,17", "-n", "16", "--temp", "0",
+           "--format", "json"]
+    want = json.loads(run([tessel] + gen, env=env).stdout)["generated_ids"]
+    for tp in (2, 4):
+        got = json.loads(run(mpi + ["-np", str(tp), tessel] + gen + ["--tp", str(tp)], env=env).stdout)
+        if got["generated_ids"] != want:
+            fail(f"generate --tp {tp}: ids {got['generated_ids']} vs one rank {want}")
+    print(f"generate --tp 2, 4: the same {len(want)} greedy ids as one rank ({len(set(want))} distinct)")
 
 
 if __name__ == "__main__":
