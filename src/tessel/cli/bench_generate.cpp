@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// `tessel bench generate`: text generation throughput of a randomly initialised GPT-2 (124M shape
+// `tessel bench generate`: text generation throughput of a randomly initialised model of any family
+// (GPT-2 124M shape
 // by default; fp32, batch 1): prompt processing (prefill) tokens/s and greedy cached decode
 // tokens/s, and the decode's weight traffic as a fraction of the read bandwidth measured in the
 // same run. One JSON line per figure.
@@ -130,8 +131,8 @@ void run_generate_bench(const GenerateBenchOptions& opt) {
 void add_bench_generate_command(CLI::App& bench) {
   auto opt = std::make_shared<GenerateBenchOptions>();
   auto* cmd = bench.add_subcommand(
-      "generate", "prefill and cached greedy decode throughput of a random GPT-2 (fp32, batch 1)");
-  cmd->add_option("--config", opt->config, "preset (124M, 355M, 774M, 1558M) or config.json path")
+      "generate", "prefill and cached greedy decode throughput of a random model of any family (fp32, batch 1)");
+  cmd->add_option("--config", opt->config, "preset of any family (124M, llama:smollm-135m, ...) or config.json path")
       ->capture_default_str();
   cmd->add_option("--prompt", opt->prompt, "prompt tokens")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20))

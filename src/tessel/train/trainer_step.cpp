@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: Apache-2.0
+// One optimizer step: grad_accum micro-batches of forward + backward, the global gradient norm,
+// the 1/grad_accum average and clipping folded into one scaling pass, then AdamW at the
+// schedule's learning rate. A step whose loss or gradient norm is not finite changes no
+// parameter; it is counted, and too many in a row end the run with an Error.
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <iostream>
+#include <limits>
+
+#include "tessel/autograd/engine.h"
+#include "tessel/tensor/allocator.h"
+#include "tessel/train/grad_clip.h"
+#include "tessel/train/trainer.h"
+
+namespace tessel::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+bool Trainer::train_step(StepRecord& r) {
+  const TrainSection& t = config_.train;
+  const int64_t step = step_ + 1;
+  const auto t0 = Clock::now();
+  const uint64_t issued_before = dp_ ? dp_->context().issued_count() : 0;
+  layout_begin_step();
+  model_->zero_grad();
+  const int64_t base_bytes = int64_t(cpu_allocator().bytes_in_use());
+  cpu_allocator().reset_peak();  // the step's own peak, for activation memory
+  if (zero3_) zero3_->reset_peak();
+  double loss_sum = pipe_ ? pipeline_forward_backward() : 0.0;
+  for (int64_t m = 0; m < (pipe_ ? 0 : t.grad_accum); ++m) {
+    const io::TokenBatch batch = loader_->next();
+    const auto low_precision = precision_scope();  // 16-bit weight copies until backward ends
+    const Tensor loss = compute_loss(batch.x, batch.y);
+    loss_sum += loss.item();
+    // Data parallelism communicates only on the last micro-batch, overlapped with its backward.
+    if (ddp_) ddp_->set_sync(m == t.grad_accum - 1 && !layout_defers_dp_sync());
+    autograd::backward(loss_for_backward(loss));
+    if (zero3_) zero3_->finish_backward();  // ZeRO-3: no parameter stays gathered
+  }
+  layout_sync_gradients(r);  // tp (sequence parallelism), dp, ZeRO-3 (trainer_layout.cpp)
+  r.step_peak_bytes = int64_t(cpu_allocator().peak_bytes()) - base_bytes;
+  std::vector<Tensor> params = trainable_tensors();
+  if (hooks_.after_backward) hooks_.after_backward(step);
+  if (config_.fault.nan_at_step == step && !params.empty()) {
+    // ZeRO-2 keeps only this rank's shard of the averaged gradients.
+    Tensor g = zero_ && zero_->stage() >= 2 ? ddp_->gradient_shard(0) : params.front().grad();
+    g.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+  }
+  if (config_.fault.kill_at_step == step) {
+    std::cout.flush();
+    std::raise(SIGKILL);  // a real kill -9: no handler, no flush, no checkpoint
+  }
+  // The gradients hold the sum over micro-batches; their mean is 1/grad_accum of it.
+  const double inv_accum = 1.0 / double(t.grad_accum);
+  r.grad_norm = std::sqrt(layout_grad_square_sum()) * inv_accum;
+  r.loss = dp_mean(loss_sum) * inv_accum;
+  r.lr = schedule_.at(step);
+  const bool overflow = overflow_check(r);  // fp16: unscales grad_norm
+  r.skipped = overflow || !std::isfinite(r.loss) || !std::isfinite(r.grad_norm);
+  if (overflow) {
+    ++skipped_;  // never counted toward train.max_bad_steps
+  } else if (r.skipped) {
+    ++skipped_;
+    ++bad_in_a_row_;
+    print("warning: step " + std::to_string(step) + " skipped: loss " + std::to_string(r.loss) +
+          ", grad norm " + std::to_string(r.grad_norm) + " (non-finite; no update, " +
+          std::to_string(bad_in_a_row_) + " in a row)");
+    TESSEL_CHECK(bad_in_a_row_ < t.max_bad_steps, "train: ", bad_in_a_row_,
+                 " non-finite steps in a row (train.max_bad_steps = ", t.max_bad_steps,
+                 "), the last at step ", step,
+                 "; lower optim.lr or raise optim.warmup_steps and "
+                 "resume from the last checkpoint");
+  } else {
+    double factor = inv_accum / step_scale_;
+    const double clip = config_.optim.grad_clip;
+    if (clip > 0 && r.grad_norm > clip) factor *= clip / (r.grad_norm + 1e-6);
+    if (zero_) {
+      if (factor != 1.0) zero_->scale_grads(factor);
+      zero_->step(r.lr);  // this rank's shard, then the parameters all-gathered
+    } else {
+      if (factor != 1.0) scale_grads(params, factor);
+      optimizer_->step(r.lr);
+    }
+    bad_in_a_row_ = 0;
+  }
+  pipeline_after_step();
+  model_->zero_grad();  // the gradients are dead weight until the next backward
+  step_ = step;
+  const int64_t step_tokens = t.micro_batch * t.seq_len * t.grad_accum * dp_size();
+  tokens_ += step_tokens;
+  r.step = step;
+  r.steps = t.steps;
+  r.skipped_total = skipped_;
+  r.step_ms = seconds_since(t0) * 1e3;
+  r.tokens = tokens_;
+  r.tokens_per_s = double(step_tokens) / (r.step_ms / 1e3);
+  // Against the peak of every rank together (machine.peak_gflops is one rank's).
+  r.mfu = config_.machine.peak_gflops > 0
+              ? flops_per_token_ * r.tokens_per_s /
+                    (config_.machine.peak_gflops * 1e9 * double(layout_.world_size()))
+              : 0.0;
+  // Exactly the MFU when nothing is recomputed (x*f/f need not round back to x).
+  r.hfu = recompute_flops_per_token_ > 0
+              ? r.mfu * (flops_per_token_ + recompute_flops_per_token_) / flops_per_token_
+              : r.mfu;
+  if (dp_) count_collectives(issued_before, r);
+  layout_breakdown(r);
+  const parallel::MemoryReport mem = memory_report();
+  r.param_bytes = mem.param_bytes;
+  r.grad_bytes = mem.grad_bytes;
+  r.optimizer_bytes = mem.optimizer_bytes;
+  r.comm_bytes = mem.comm_bytes;
+  r.gathered_peak_bytes = mem.peak_gathered_bytes;
+  r.state_bytes = mem.total();
+  r.expected_state_bytes = mem.expected_total();
+  r.mem_bytes = int64_t(cpu_allocator().bytes_in_use());
+  run_peak_bytes_ = std::max(run_peak_bytes_, int64_t(cpu_allocator().peak_bytes()));
+  r.mem_peak_bytes = run_peak_bytes_;
+  return !r.skipped;
+}
+
+parallel::MemoryReport Trainer::memory_report() const {
+  if (zero_) return zero_->memory();
+  parallel::MemoryReport m;
+  m.parameter_count = model_->parameter_count();
+  m.dp = dp_size();
+  m.stage = 0;
+  for (const Tensor& p : model_->parameters()) m.param_bytes += p.nbytes();
+  // Without ZeRO every rank holds whole gradients during a step (in its buckets under dp).
+  m.grad_bytes = ddp_ ? ddp_->gradient_bytes() : m.param_bytes;
+  m.optimizer_bytes = optimizer_->state_bytes();
+  m.expected_param_bytes = 4 * m.parameter_count;
+  m.expected_grad_bytes = 4 * m.parameter_count;
+  m.expected_optimizer_bytes = 8 * m.parameter_count;
+  return m;
+}
+
+}  // namespace tessel::train
