@@ -42,7 +42,8 @@ std::string_view op_name(Op op) {
                                                 "cross_entropy_backward",
                                                 "adamw",
                                                 "dropout",
-                                                "rope"};
+                                                "rope",
+                                                "square_sum"};
   return kNames[int(op)];
 }
 

@@ -42,8 +42,12 @@ enum class Op {
   AdamW,
   Dropout,
   Rope,
+  SquareSum,
 };
 std::string_view op_name(Op op);
+
+// Elements per block of Backend::square_sums.
+inline constexpr int64_t kSquareSumBlock = int64_t(1) << 13;
 
 inline DType stat_dtype(DType input) {
   return input == DType::F64 ? DType::F64 : DType::F32;
@@ -198,6 +202,12 @@ class Backend {
   // rope(dy, inverse). out may be x itself (in place).
   virtual void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& positions,
                     bool inverse, Tensor& out) = 0;
+
+  // Multi-tensor sums of squares with f64 accumulation: out[i] = sum_j xs[i][j]^2, for contiguous
+  // floating tensors of any dtypes (the gradient norm reads every gradient, bucket and shard this
+  // way). Each tensor is summed in blocks of kSquareSumBlock elements added in block order, so the
+  // value is the same for every thread count (a norm must not depend on how a run is threaded).
+  virtual void square_sums(std::span<const Tensor> xs, std::span<double> out) = 0;
 
   // dst = src in dst's dtype (equal element counts; float -> bf16/f16 rounds to nearest even).
   // The default converts element by element on the host; backends override it with fast paths.

@@ -19,6 +19,7 @@ const std::vector<OpCase>& all_op_cases() {
     add_gemm_cases(v);
     add_attention_cases(v);
     add_rope_cases(v);
+    add_square_sum_cases(v);
     return v;
   }();
   return cases;

@@ -18,5 +18,6 @@ void add_dropout_cases(std::vector<OpCase>& v);
 void add_gemm_cases(std::vector<OpCase>& v);
 void add_attention_cases(std::vector<OpCase>& v);
 void add_rope_cases(std::vector<OpCase>& v);
+void add_square_sum_cases(std::vector<OpCase>& v);
 
 }  // namespace tessel::testing

@@ -304,6 +304,18 @@ void validate_dropout(const Backend& backend, const Tensor& x, const Tensor& y, 
   TESSEL_CHECK(p >= 0 && p <= 1, "dropout: p must lie in [0, 1], got ", p);
 }
 
+void validate_square_sums(const Backend& backend, std::span<const Tensor> xs,
+                          std::span<const double> out) {
+  TESSEL_CHECK(xs.size() == out.size(), "square_sum: ", xs.size(), " tensors but ", out.size(),
+               " outputs");
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const std::string what = "tensor " + std::to_string(i);
+    check_supported(backend, Op::SquareSum, xs[i], what.c_str());
+    TESSEL_CHECK(xs[i].device().is_cpu(), "square_sum: ", what, " ", xs[i].shape(), " is on ",
+                 xs[i].device().str(), ", expected host memory");
+  }
+}
+
 RopeShape validate_rope(const Backend& backend, const Tensor& x, const Tensor& cos,
                         const Tensor& sin, const Tensor& positions, const Tensor& out) {
   constexpr Op kOp = Op::Rope;

@@ -79,6 +79,9 @@ RowShape validate_cross_entropy_backward(const Backend& backend, const Tensor& l
 void validate_adamw(const Backend& backend, const Tensor& param, const Tensor& grad,
                     const Tensor& m, const Tensor& v, const AdamWParams& params);
 void validate_dropout(const Backend& backend, const Tensor& x, const Tensor& y, double p);
+// As many outputs as tensors; every tensor defined, of a supported floating dtype, on the host.
+void validate_square_sums(const Backend& backend, std::span<const Tensor> xs,
+                          std::span<const double> out);
 
 // x [B, T, H, D] as tokens = B * T rows of H heads of D (even) elements, over tables of P rows.
 struct RopeShape {

@@ -128,6 +128,10 @@ class ProfiledBackend final : public Backend {
     profile::Scope s("dropout");
     inner_.dropout(x, y, p, seed, offset);
   }
+  void square_sums(std::span<const Tensor> xs, std::span<double> out) override {
+    profile::Scope s("square_sum");
+    inner_.square_sums(xs, out);
+  }
   void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& positions,
             bool inverse, Tensor& out) override {
     profile::Scope s(inverse ? "rope_backward" : "rope");

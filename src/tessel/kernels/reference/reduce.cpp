@@ -57,3 +57,19 @@ void ReferenceBackend::reduce(ReduceOp op, const Tensor& x, std::span<const int>
 }
 
 }  // namespace tessel::kernels
+
+namespace tessel::kernels {
+
+// Element order, one f64 accumulator: the plain definition the blocked CPU kernel is checked
+// against.
+void ReferenceBackend::square_sums(std::span<const Tensor> xs, std::span<double> out) {
+  validate_square_sums(*this, xs, out);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double* x = xs[i].data<double>();
+    double s = 0;
+    for (int64_t j = 0; j < xs[i].numel(); ++j) s += x[j] * x[j];
+    out[i] = s;
+  }
+}
+
+}  // namespace tessel::kernels

@@ -45,6 +45,7 @@ class ReferenceBackend final : public Backend {
   void adamw(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
              const AdamWParams& params) override;
   void dropout(const Tensor& x, Tensor& y, double p, uint64_t seed, uint64_t offset) override;
+  void square_sums(std::span<const Tensor> xs, std::span<double> out) override;
   void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& positions,
             bool inverse, Tensor& out) override;
 };
