@@ -21,6 +21,7 @@
 #include "tessel/models/gpt2/gpt2.h"
 #include "tessel/parallel/zero_optimizer.h"
 #include "tessel/train/adamw.h"
+#include "zero_test_util.h"
 
 namespace tessel::parallel {
 namespace {
@@ -79,10 +80,10 @@ void train_step(models::GPT2& model, DataParallel& dp, ZeroAdamW& opt, const Tin
     after_backward();
   }
   dp.finish_gradient_sync();
-  const double norm = std::sqrt(opt.grad_square_sum()) / 2;
+  const double norm = test_util::zero_grad_norm(opt, dp.comm()) / 2;
   double factor = 0.5;
   if (norm > 0.5) factor *= 0.5 / (norm + 1e-6);
-  opt.scale_grads(factor);
+  test_util::zero_scale(opt, factor);
   opt.step(lr_at(step));
 }
 

@@ -21,6 +21,7 @@
 #include "tessel/parallel/zero_optimizer.h"
 #include "tessel/train/adamw.h"
 #include "tessel/train/grad_clip.h"
+#include "zero_test_util.h"
 
 namespace tessel::parallel {
 namespace {
@@ -126,8 +127,8 @@ void backward_step(const Mlp& m, DataParallel& dp, int64_t step) {
 void zero_step(Mlp& m, DataParallel& dp, ZeroAdamW& z, int64_t step, double clip) {
   m.zero_grad();
   backward_step(m, dp, step);
-  const double norm = std::sqrt(z.grad_square_sum()) / double(kAccum);
-  z.scale_grads(factor_for(norm, clip));
+  const double norm = test_util::zero_grad_norm(z, dp.comm()) / double(kAccum);
+  test_util::zero_scale(z, factor_for(norm, clip));
   z.step(lr_at(step));
 }
 

@@ -21,40 +21,6 @@ namespace {
 const std::string kExpAvg = "exp_avg.";
 const std::string kExpAvgSq = "exp_avg_sq.";
 
-// Elements per block of the square sum: partial sums per block, added in block order, make the
-// result independent of the thread count.
-constexpr int64_t kBlock = 1 << 13;
-
-double square_sum(const float* x, int64_t n) {
-  constexpr int kLanes = 16;  // independent accumulators, so the f64 loop vectorises
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  std::vector<double> partial(size_t(blocks), 0.0);
-  parallel_for(0, blocks, 4, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t lo = b * kBlock, hi = std::min(n, lo + kBlock);
-      double acc[kLanes] = {};
-      int64_t i = lo;
-      for (; i + kLanes <= hi; i += kLanes)
-        for (int j = 0; j < kLanes; ++j) acc[j] += double(x[i + j]) * double(x[i + j]);
-      for (; i < hi; ++i) acc[0] += double(x[i]) * double(x[i]);
-      for (int width = kLanes / 2; width >= 1; width /= 2)
-        for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
-      partial[size_t(b)] = acc[0];
-    }
-  });
-  double total = 0.0;
-  for (double p : partial) total += p;
-  return total;
-}
-
-void scale(float* x, int64_t n, double factor) {
-  const float f = float(factor);  // one rounding, as train::scale_grads does
-  parallel_for(0, n, kBlock, [&](int64_t lo, int64_t hi) {
-#pragma omp simd
-    for (int64_t i = lo; i < hi; ++i) x[i] *= f;
-  });
-}
-
 // A parameter's elements as one flat view of its storage.
 Tensor flat_param(const Tensor& p) {
   return p.detach().flatten();
@@ -117,34 +83,11 @@ Tensor ZeroAdamW::grad_shard(size_t bucket) const {
   return dp_.bucket_gradients(int64_t(bucket)).narrow(0, std::min(s.lo, numel), size);
 }
 
-double ZeroAdamW::grad_square_sum() {
-  check_host("grad_square_sum");
-  double total = 0.0;
-  for (size_t b = 0; b < shards_.size(); ++b) {
-    // Stage 1: the full average is on every rank already, so every rank sums all of it and gets
-    // the same value without communicating. Stage 2: padding is zeros and adds nothing.
-    const Tensor g = options_.stage == 1 ? dp_.bucket_gradients(int64_t(b)) : grad_shard(b);
-    total += square_sum(g.data<float>(), g.numel());
-  }
-  if (options_.stage == 1) return total;
-  Tensor t = full({1}, total, DType::F64, dp_.comm().device());
-  dp_.comm().all_reduce(t, dist::ReduceOp::Sum);
-  return t.to_vector<double>()[0];
-}
-
-void ZeroAdamW::check_host(const char* what) const {
-  const Device device = places_.front().param.device();
-  // The square sum and the scaling below are host loops; other devices would use their backend.
-  TESSEL_CHECK(device.is_cpu(), "ZeroAdamW.", what, ": the gradients are on ", device.str(),
-               "; only cpu gradients are supported");
-}
-
-void ZeroAdamW::scale_grads(double factor) {
-  check_host("scale_grads");
-  for (size_t b = 0; b < shards_.size(); ++b) {
-    const Tensor g = options_.stage == 1 ? dp_.bucket_gradients(int64_t(b)) : grad_shard(b);
-    scale(g.data<float>(), g.numel(), factor);
-  }
+std::vector<Tensor> ZeroAdamW::gradients() const {
+  std::vector<Tensor> out;
+  for (size_t b = 0; b < shards_.size(); ++b)
+    out.push_back(options_.stage == 1 ? dp_.bucket_gradients(int64_t(b)) : grad_shard(b));
+  return out;
 }
 
 void ZeroAdamW::step(double lr) {

@@ -56,8 +56,8 @@ struct MemoryReport {
 //
 // One optimizer step (k micro-batches):
 //   dp.set_sync(...) / backward as usual; dp.finish_gradient_sync();
-//   double norm = sqrt(zero.grad_square_sum());   collective in stage 2
-//   zero.scale_grads(factor);                     1/k and clipping in one pass
+//   the norm over gradients() (summed over dp from stage 2), then the same spans scaled by the
+//   1/k of accumulation and the clipping factor (train/optim/grad_norm.h);
 //   zero.step(lr);                                collective: one all_gather per bucket
 class ZeroAdamW {
  public:
@@ -68,13 +68,10 @@ class ZeroAdamW {
 
   int stage() const { return options_.stage; }
 
-  // Sum of squares of the averaged gradients of every parameter (f64), the same on every rank.
-  // Stage 1 computes it locally over the full all-reduced gradients (no communication); stage 2
-  // over this rank's shards, then all_reduce(Sum) of one f64 over dp (collective).
-  double grad_square_sum();
-  // Multiplies the averaged gradients by `factor` (rounded to f32 once, as train::scale_grads
-  // does): stage 1 the full buffers, stage 2 the shards.
-  void scale_grads(double factor);
+  // The averaged gradients step() reads, one flat tensor per bucket: stage 1 the full
+  // all-reduced buffers (the same on every rank), stages 2 and 3 this rank's shards (their
+  // padding is zeros).
+  std::vector<Tensor> gradients() const;
   // One AdamW update of this rank's shards, then one all_gather per bucket (collective; stage 3:
   // none, the next forward gathers). Requires a finish_gradient_sync() since the previous step.
   // Increments step_count() first.
@@ -113,8 +110,7 @@ class ZeroAdamW {
     bool in_place = false;       // parameters gathered straight into the one parameter
   };
 
-  Tensor grad_shard(size_t bucket) const;
-  void check_host(const char* what) const;  // [size] averaged gradients of the shard
+  Tensor grad_shard(size_t bucket) const;  // [size] averaged gradients of the shard
   // Parameter values of the block go into staging's block; all_gather; copy back to every param.
   void gather_parameters(size_t bucket);
   // all_gather of one moment's shards into staging_; returns the padded full buffer.

@@ -80,6 +80,13 @@ int64_t AdamW::no_decay_count() const {
   return n;
 }
 
+std::vector<GradSpan> AdamW::gradients() const {
+  std::vector<GradSpan> spans;
+  for (const auto& [name, p] : params_)
+    if (p.grad().defined()) spans.push_back(whole_span(p.grad()));
+  return spans;
+}
+
 void AdamW::step(double lr) {
   TESSEL_CHECK(std::isfinite(lr) && lr >= 0, "AdamW.step: lr must be finite and >= 0, got ", lr);
   // Every gradient is checked before any parameter changes, so a bad one leaves the model and

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tessel/tensor/tensor.h"
+#include "tessel/train/optim/optimizer.h"
 
 namespace tessel::train {
 
@@ -22,15 +23,18 @@ struct AdamWOptions {
   double weight_decay = 0.0;  // applied to the decay group only
 };
 
-class AdamW {
+class AdamW : public Optimizer {
  public:
   // `params` are leaf tensors that require grad; their .grad() is read at step().
   AdamW(NamedTensors params, const AdamWOptions& options);
 
+  std::string_view name() const override { return "AdamW"; }
+  // Every defined gradient, whole.
+  std::vector<GradSpan> gradients() const override;
   // One update with learning rate `lr`; increments step_count() first (bias correction uses it).
   // A parameter whose .grad() is undefined is skipped (its moments are unchanged).
-  void step(double lr);
-  int64_t step_count() const { return step_; }
+  void step(double lr) override;
+  int64_t step_count() const override { return step_; }
 
   // Whether the parameter named `name` (shape `shape`) is in the decay group.
   static bool decays(const std::string& name, const Shape& shape);
@@ -44,7 +48,7 @@ class AdamW {
   // name. Sets the step count.
   void load_state(const NamedTensors& state, int64_t step);
   // Bytes of optimizer state (both moments).
-  int64_t state_bytes() const;
+  int64_t state_bytes() const override;
 
   const NamedTensors& params() const { return params_; }
 

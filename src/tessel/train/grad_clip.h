@@ -2,7 +2,8 @@
 // Global gradient-norm clipping (Pascanu et al. 2013) as torch.nn.utils.clip_grad_norm_ does it:
 // the L2 norm over every gradient together, accumulated in f64; when it exceeds max_norm every
 // gradient is scaled by max_norm / (norm + 1e-6). A non-finite norm is returned as is and nothing
-// is scaled, so the caller can skip the step.
+// is scaled, so the caller can skip the step. One process's parameters; the trainer's norm over a
+// layout is optim/grad_norm.h's, which these are built on.
 #pragma once
 
 #include <vector>

@@ -10,7 +10,6 @@
 #include "tessel/ops/shape.h"
 #include "tessel/parallel/vocab_parallel.h"
 #include "tessel/sharding/regions.h"
-#include "tessel/train/grad_clip.h"
 
 namespace tessel::train {
 
@@ -188,17 +187,6 @@ void model_tp_reduce_gradients(models::CausalLM& model, const ModelTensorParalle
   autograd::NoGradGuard no_grad;
   if (tp.sequence_parallel) sum_whole_gradients(model, tp);
   if (has_replicated_pieces(tp)) sum_replicated_pieces(model, tp);
-}
-
-double model_tp_grad_square_sum(models::CausalLM& model, const ModelTensorParallel& tp) {
-  std::vector<Tensor> pieces, whole;
-  for (const auto& [name, p] : model.named_parameters()) {
-    const TpShare share = model_tp_share(tp, name);
-    if (share != TpShare::SecondCopy) (share == TpShare::Piece ? pieces : whole).push_back(p);
-  }
-  Tensor t = full({1}, grad_square_sum(pieces), DType::F64);
-  tp.tp->all_reduce(t);
-  return t.data<double>()[0] + grad_square_sum(whole);
 }
 
 }  // namespace tessel::train

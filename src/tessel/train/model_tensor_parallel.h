@@ -9,8 +9,9 @@
 //    vocab-parallel cross-entropy, which leaves the padding columns out;
 //  - layout-independent checkpoints: shards gathered to full tensors (model and AdamW moments),
 //    and full tensors sliced back into shards;
-//  - the gradient norm over tp (sharded parameters summed over ranks, replicated ones once) and,
-//    under sequence parallelism, the sum over tp of the replicated parameters' gradients;
+//  - how each parameter is held over tp, for the global norm (sharded parameters summed over
+//    ranks, replicated ones once) and, under sequence parallelism, the sum over tp of the
+//    replicated parameters' gradients;
 //  - replicated pieces (K and V heads when tp exceeds them): their gradients summed over the
 //    ranks that hold each copy, counted and checkpointed once.
 #pragma once
@@ -90,9 +91,5 @@ bool model_tp_sums_gradients(const ModelTensorParallel& tp);
 // pieces: sums each copy's gradient over the ranks holding it. One all-reduce each; nothing when
 // neither applies (the gradients are then already complete on every rank).
 void model_tp_reduce_gradients(models::CausalLM& model, const ModelTensorParallel& tp);
-
-// The squared global gradient norm: sharded parameters' squares summed over tp, replicated ones
-// counted once. Collective over tp.
-double model_tp_grad_square_sum(models::CausalLM& model, const ModelTensorParallel& tp);
 
 }  // namespace tessel::train

@@ -196,10 +196,14 @@ void Trainer::build(const std::string& resume) {
     zo.beta2 = o.beta2;
     zo.eps = o.eps;
     zo.weight_decay = o.weight_decay;
-    zero_ = std::make_unique<parallel::ZeroAdamW>(*ddp_, zo, zero3_.get());
+    auto sharded = std::make_unique<ShardedAdamW>(*ddp_, zo, zero3_.get());
+    zero_ = &sharded->zero();
+    optimizer_ = std::move(sharded);
   } else {
-    optimizer_ = std::make_unique<AdamW>(trainable_parameters(),
+    auto adamw = std::make_unique<AdamW>(trainable_parameters(),
                                          AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
+    adamw_ = adamw.get();
+    optimizer_ = std::move(adamw);
   }
   schedule_ = LrSchedule{o.lr, o.min_lr_ratio, o.warmup_steps, t.steps, parse_decay(o.decay)};
   // The whole model's count (this rank may hold a tensor-parallel piece of it).

@@ -28,6 +28,7 @@
 #include "tessel/train/metrics.h"
 #include "tessel/train/model_presets.h"
 #include "tessel/train/model_tensor_parallel.h"
+#include "tessel/train/optim/sharded_adamw.h"
 #include "tessel/train/run_directory.h"
 #include "tessel/train/stop_signal.h"
 
@@ -74,7 +75,7 @@ class Trainer {
 
   const TrainConfig& config() const { return config_; }
   models::CausalLM& model() { return *model_; }
-  int64_t optimizer_steps() const { return zero_ ? zero_->step_count() : optimizer_->step_count(); }
+  int64_t optimizer_steps() const { return optimizer_->step_count(); }
   int64_t step() const { return step_; }  // completed optimizer steps (incl. skipped ones)
 
   // Writes a checkpoint of the current state into checkpoint.dir; returns its path.
@@ -161,7 +162,6 @@ class Trainer {
   void setup_tensor_parallel();
   Tensor compute_loss(const Tensor& ids, const Tensor& targets);  // model_->loss, or vocab-parallel
   void tp_after_backward();  // sequence parallelism: replicated gradients summed over tp
-  double tp_grad_square_sum(const std::vector<Tensor>& params) const;
   NamedTensors tp_shard(const NamedTensors& full) const;
   // Composed layouts (trainer_layout.cpp): dp x tp x pp with ZeRO on one mesh.
   int64_t layout_stage_seq_len() const;  // the sequence length a pipeline message carries
@@ -187,10 +187,11 @@ class Trainer {
   std::string run_dir_;
   Generator rng_;  // model initialisation, then dropout
   std::shared_ptr<models::CausalLM> model_;
-  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;  // AdamW, or ZeRO's AdamW over dp shards
+  AdamW* adamw_ = nullptr;                 // optimizer_ without ZeRO (its moments, for checkpoints)
   std::unique_ptr<parallel::DataParallel> ddp_;       // averages gradients over dp_, overlapped
   std::unique_ptr<parallel::Zero3Parameters> zero3_;  // parallel.zero_stage 3: parameter shards
-  std::unique_ptr<parallel::ZeroAdamW> zero_;  // parallel.zero_stage 1-3 (optimizer_ is null)
+  parallel::ZeroAdamW* zero_ = nullptr;  // optimizer_'s shards under parallel.zero_stage 1-3
   LrSchedule schedule_;
   std::shared_ptr<const io::TokenDataset> train_data_, val_data_;
   std::unique_ptr<io::TokenLoader> loader_;

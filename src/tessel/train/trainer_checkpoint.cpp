@@ -172,7 +172,7 @@ void Trainer::load_legacy_state(const std::string& dir_name, int64_t optimizer_s
   if (zero_) {
     zero_->load_full_state(moments, optimizer_step);
   } else {
-    optimizer_->load_state(moments, optimizer_step);
+    adamw_->load_state(moments, optimizer_step);
   }
 }
 

@@ -125,7 +125,7 @@ std::vector<Piece> Trainer::checkpoint_pieces() const {
                                zero_block(state, prefix, b).narrow(0, at, end - begin));
                        });
   } else {
-    for (const auto& [key, moment] : optimizer_->state()) add_replicated(key, moment);
+    for (const auto& [key, moment] : adamw_->state()) add_replicated(key, moment);
   }
   return out;
 }
@@ -175,12 +175,12 @@ void Trainer::load_checkpoint_pieces(const std::string& dir, int64_t optimizer_s
     zero_->set_step_count(optimizer_step);
   } else {
     NamedTensors moments;
-    for (const auto& [key, moment] : optimizer_->state()) {
+    for (const auto& [key, moment] : adamw_->state()) {
       Tensor t = empty(moment.shape(), DType::F32);
       read_whole(key, t);
       moments.emplace_back(key, t);
     }
-    optimizer_->load_state(moments, optimizer_step);
+    adamw_->load_state(moments, optimizer_step);
   }
 }
 

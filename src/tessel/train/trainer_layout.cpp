@@ -19,6 +19,7 @@
 #include "tessel/dist/comm_time.h"
 #include "tessel/parallel/vocab_parallel.h"
 #include "tessel/sharding/placement.h"
+#include "tessel/train/optim/grad_norm.h"
 #include "tessel/train/pipeline_stage.h"
 #include "tessel/train/trainer.h"
 
@@ -30,13 +31,6 @@ using Clock = std::chrono::steady_clock;
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count();
-}
-
-double square_sum(const Tensor& t, int64_t begin, int64_t end) {
-  const float* d = t.data<float>();
-  double s = 0;
-  for (int64_t i = begin; i < end; ++i) s += double(d[i]) * double(d[i]);
-  return s;
 }
 
 }  // namespace
@@ -111,58 +105,54 @@ void Trainer::layout_sync_gradients(StepRecord& r) {
 }
 
 double Trainer::layout_grad_square_sum() {
-  // [0]: pieces over tp (their squares add over tp); [1]: whole on every tp rank; [2]: second
-  // copies of replicated pieces, counted where the first copy is.
-  double part[3] = {0, 0, 0};
-  const auto slot = [&](const std::string& name) {
-    if (!tp_) return 1;
+  // Groups under tp: 0, pieces over tp (their squares add over tp); 1, whole on every tp rank
+  // (counted at tp rank 0). Second copies of replicated pieces are left out: the first copy
+  // counts. Without tp one group: one value travels per axis.
+  enum { kPiece = 0, kWhole = 1 };
+  const int groups = tp_ ? 2 : 1;
+  const auto group = [&](const std::string& name) -> int {
+    if (!tp_) return 0;
     switch (model_tp_share(*tp_, name)) {
       case TpShare::Piece:
-        return 0;
+        return kPiece;
       case TpShare::Whole:
-        return 1;
+        return kWhole;
       case TpShare::SecondCopy:
-        return 2;
+        return -1;
     }
-    return 1;
+    return kWhole;
   };
+  std::vector<GradSpan> spans;
   const int stage = zero_ ? zero_->stage() : 0;
   if (zero_) {
     for (const parallel::DataParallel::Place& p : ddp_->places()) {
+      const int g = group(p.name);
+      if (g < 0) continue;
       const int64_t n = p.param.numel();
       if (stage == 1) {  // the full average on every dp rank
-        part[slot(p.name)] += square_sum(ddp_->bucket_gradients(p.bucket), p.offset, p.offset + n);
+        spans.push_back({ddp_->bucket_gradients(p.bucket), p.offset, p.offset + n, g});
         continue;
       }
       const int64_t size = ddp_->shard_numel(p.bucket);
       const int64_t lo = int64_t(layout_.dp_rank()) * size;
       const int64_t begin = std::max(lo, p.offset), end = std::min(lo + size, p.offset + n);
-      if (begin >= end) continue;
-      part[slot(p.name)] += square_sum(ddp_->gradient_shard(p.bucket), begin - lo, end - lo);
+      if (begin < end) spans.push_back({ddp_->gradient_shard(p.bucket), begin - lo, end - lo, g});
     }
   } else {
     for (const auto& [name, param] : trainable_parameters()) {
-      const Tensor g = param.grad();
-      if (!g.defined()) continue;
-      const Tensor f = g.to(DType::F32);
-      part[slot(name)] += square_sum(f, 0, f.numel());
+      const int g = group(name);
+      if (g >= 0 && param.grad().defined()) spans.push_back(whole_span(param.grad(), g));
     }
   }
-  // Before tp rank != 0 drops its replicated part below (fp16 agrees on overflows over every axis).
-  layout_local_nonfinite_ = !std::isfinite(part[0] + part[1] + part[2]);
-  // Without tp the split does not matter: one value travels, as ZeRO's own norm sends.
-  const std::vector<double> values =
-      layout_.tp ? std::vector<double>{part[0], part[1]} : std::vector<double>{part[0] + part[1]};
-  Tensor t = from_data(values, {int64_t(values.size())});
-  if (stage >= 2) dp_->all_reduce(t, dist::ReduceOp::Sum);  // each dp rank holds a shard
-  if (layout_.tp) {
-    if (layout_.tp_rank() != 0) t.data<double>()[1] = 0;  // equal on every tp rank: once
-    layout_.tp->all_reduce(t, dist::ReduceOp::Sum);
-  }
-  if (layout_.pp) layout_.pp->all_reduce(t, dist::ReduceOp::Sum);  // disjoint stages
-  double total = 0;
-  for (int64_t i = 0; i < t.numel(); ++i) total += t.data<double>()[i];
-  return total;
+  std::vector<NormAxis> axes;
+  const std::vector<bool> all(size_t(groups), true);
+  if (stage >= 2) axes.push_back({dp_.get(), all});  // each dp rank holds a shard
+  if (tp_) axes.push_back({layout_.tp.get(), {true, false}});
+  if (layout_.pp) axes.push_back({layout_.pp.get(), all});  // disjoint stages
+  const GlobalSquareSum sum = global_square_sum(spans, groups, axes);
+  // fp16 agrees on overflows over every axis from this (the norm leaves some ranks' parts out).
+  layout_local_nonfinite_ = sum.local_nonfinite;
+  return sum.total;
 }
 
 std::shared_ptr<void> Trainer::layout_gather_all() {

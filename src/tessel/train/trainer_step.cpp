@@ -11,7 +11,6 @@
 
 #include "tessel/autograd/engine.h"
 #include "tessel/tensor/allocator.h"
-#include "tessel/train/grad_clip.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel::train {
@@ -84,13 +83,8 @@ bool Trainer::train_step(StepRecord& r) {
     double factor = inv_accum / step_scale_;
     const double clip = config_.optim.grad_clip;
     if (clip > 0 && r.grad_norm > clip) factor *= clip / (r.grad_norm + 1e-6);
-    if (zero_) {
-      if (factor != 1.0) zero_->scale_grads(factor);
-      zero_->step(r.lr);  // this rank's shard, then the parameters all-gathered
-    } else {
-      if (factor != 1.0) scale_grads(params, factor);
-      optimizer_->step(r.lr);
-    }
+    if (factor != 1.0) scale_spans(optimizer_->gradients(), factor);
+    optimizer_->step(r.lr);  // ZeRO: this rank's shard, then the parameters all-gathered
     bad_in_a_row_ = 0;
   }
   pipeline_after_step();

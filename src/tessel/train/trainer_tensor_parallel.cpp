@@ -33,10 +33,6 @@ void Trainer::tp_after_backward() {
   if (tp_) model_tp_reduce_gradients(*model_, *tp_);
 }
 
-double Trainer::tp_grad_square_sum(const std::vector<Tensor>& params) const {
-  return tp_ ? model_tp_grad_square_sum(*model_, *tp_) : grad_square_sum(params);
-}
-
 NamedTensors Trainer::tp_shard(const NamedTensors& full) const {
   return tp_ ? model_tp_shard(*tp_, full) : full;
 }

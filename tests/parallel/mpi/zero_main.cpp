@@ -16,6 +16,7 @@
 
 #include "common/tolerance.h"
 #include "parallel/parallel_test_common.h"
+#include "parallel/zero_test_util.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/dist/world.h"
 #include "tessel/models/gpt2/gpt2.h"
@@ -82,8 +83,8 @@ int check(const dist::CommPtr& world) {
         autograd::backward(model->loss(ids.narrow(0, row, 1), targets.narrow(0, row, 1)));
       }
       dp.finish_gradient_sync();
-      const double norm = std::sqrt(zero.grad_square_sum()) / double(kMicro);
-      zero.scale_grads(factor_for(norm));
+      const double norm = test_util::zero_grad_norm(zero, dp.comm()) / double(kMicro);
+      test_util::zero_scale(zero, factor_for(norm));
       zero.step(1e-2);
     }
     const auto params = model->named_parameters();
@@ -159,7 +160,7 @@ void memory(const dist::CommPtr& world, int stage) {
     autograd::backward(model->loss(ids, targets));
     if (z3) z3->finish_backward();
     dp.finish_gradient_sync();
-    zero.scale_grads(1.0 / std::max(1.0, std::sqrt(zero.grad_square_sum())));
+    test_util::zero_scale(zero, 1.0 / std::max(1.0, test_util::zero_grad_norm(zero, dp.comm())));
     zero.step(1e-4);
     m = zero.memory();
     in_use = int64_t(cpu_allocator().bytes_in_use());

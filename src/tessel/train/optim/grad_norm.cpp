@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+// The global gradient norm over spans and mesh axes, and the scaling of the same spans.
+#include "tessel/train/optim/grad_norm.h"
+
+#include <cmath>
+
+#include "tessel/autograd/backend_scope.h"
+#include "tessel/core/error.h"
+#include "tessel/kernels/backend.h"
+
+namespace tessel::train {
+
+namespace {
+
+Tensor view_of(const GradSpan& s, const char* who) {
+  TESSEL_CHECK(s.flat.defined() && s.flat.ndim() == 1 && s.begin >= 0 && s.begin <= s.end &&
+                   s.end <= s.flat.numel(),
+               who, ": span [", s.begin, ", ", s.end, ") of a ",
+               s.flat.defined() ? s.flat.shape().str() : std::string("undefined"),
+               " tensor (a 1-D tensor and a range inside it expected)");
+  return s.flat.narrow(0, s.begin, s.end - s.begin);
+}
+
+}  // namespace
+
+GradSpan whole_span(const Tensor& grad, int group) {
+  TESSEL_CHECK(grad.defined(), "whole_span: the gradient is undefined");
+  return GradSpan{grad.detach().flatten(), 0, grad.numel(), group};
+}
+
+GlobalSquareSum global_square_sum(std::span<const GradSpan> spans, int groups,
+                                  std::span<const NormAxis> axes) {
+  TESSEL_CHECK(groups >= 1, "global_square_sum: ", groups, " groups");
+  std::vector<Tensor> views;
+  views.reserve(spans.size());
+  for (const GradSpan& s : spans) {
+    TESSEL_CHECK(s.group >= 0 && s.group < groups, "global_square_sum: span group ", s.group,
+                 " outside [0, ", groups, ")");
+    views.push_back(view_of(s, "global_square_sum"));
+  }
+  std::vector<double> sums(views.size(), 0.0);
+  if (!views.empty()) autograd::backend_for(views.front().device()).square_sums(views, sums);
+  std::vector<double> part(size_t(groups), 0.0);
+  for (size_t i = 0; i < spans.size(); ++i) part[size_t(spans[i].group)] += sums[i];
+  GlobalSquareSum out;
+  double local = 0;
+  for (double p : part) local += p;
+  out.local_nonfinite = !std::isfinite(local);
+  Tensor t = from_data(part, {int64_t(groups)});
+  for (const NormAxis& axis : axes) {
+    if (axis.comm == nullptr || axis.comm->size() == 1) continue;
+    TESSEL_CHECK(axis.sums.size() == size_t(groups), "global_square_sum: an axis describes ",
+                 axis.sums.size(), " groups, expected ", groups);
+    // Groups that every rank of the axis holds alike travel from rank 0 only.
+    if (axis.comm->rank() != 0)
+      for (int g = 0; g < groups; ++g)
+        if (!axis.sums[size_t(g)]) t.data<double>()[g] = 0;
+    axis.comm->all_reduce(t, dist::ReduceOp::Sum);
+  }
+  for (int g = 0; g < groups; ++g) out.total += t.data<double>()[g];
+  return out;
+}
+
+void scale_spans(std::span<const GradSpan> spans, double factor) {
+  for (const GradSpan& s : spans) {
+    Tensor v = view_of(s, "scale_spans");
+    autograd::backend_for(v.device()).unary(kernels::UnaryOp::Scale, v, v, factor);
+  }
+}
+
+}  // namespace tessel::train

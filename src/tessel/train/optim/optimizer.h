@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: Apache-2.0
+// The one optimizer interface of the trainer: AdamW over whole parameters (train/adamw.h) and
+// AdamW over ZeRO shards (sharded_adamw.h), later an offloaded AdamW. A step is always
+//   norm over gradients() -> scale_spans(gradients(), 1/k and clipping) -> step(lr),
+// whatever the optimizer holds; what each one keeps for checkpoints stays its own.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "tessel/train/optim/grad_norm.h"
+
+namespace tessel::train {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual std::string_view name() const = 0;  // "AdamW", "ZeRO-2 AdamW"
+  // What step() reads: this rank's gradients (whole, or its shards of the averaged buckets), the
+  // spans that the step's scaling multiplies.
+  virtual std::vector<GradSpan> gradients() const = 0;
+  // One update at learning rate `lr`; step_count() grows by one first (bias correction uses it).
+  virtual void step(double lr) = 0;
+  virtual int64_t step_count() const = 0;
+  virtual int64_t state_bytes() const = 0;  // this rank's optimizer state (moments)
+};
+
+}  // namespace tessel::train

@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+// ZeRO's AdamW (Rajbhandari et al. 2020; parallel/zero_optimizer.h: the moments, and from stage 2
+// the gradients, partitioned over the data-parallel ranks) behind the trainer's Optimizer
+// interface. Its gradients are the full averaged buckets (stage 1) or this rank's shards of them.
+#pragma once
+
+#include <string>
+
+#include "tessel/parallel/zero_optimizer.h"
+#include "tessel/train/optim/optimizer.h"
+
+namespace tessel::train {
+
+class ShardedAdamW : public Optimizer {
+ public:
+  // As parallel::ZeroAdamW: `dp` (and `params` for stage 3) must outlive it.
+  ShardedAdamW(parallel::DataParallel& dp, const parallel::ZeroOptions& options,
+               parallel::Zero3Parameters* params = nullptr);
+
+  std::string_view name() const override { return name_; }
+  std::vector<GradSpan> gradients() const override;
+  void step(double lr) override { zero_.step(lr); }
+  int64_t step_count() const override { return zero_.step_count(); }
+  int64_t state_bytes() const override { return zero_.memory().optimizer_bytes; }
+
+  parallel::ZeroAdamW& zero() { return zero_; }
+  const parallel::ZeroAdamW& zero() const { return zero_; }
+
+ private:
+  parallel::ZeroAdamW zero_;
+  std::string name_;
+};
+
+}  // namespace tessel::train
