@@ -54,6 +54,7 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.train.micro_batch, b.train.micro_batch);
   EXPECT_EQ(a.train.seq_len, b.train.seq_len);
   EXPECT_EQ(a.train.grad_accum, b.train.grad_accum);
+  EXPECT_EQ(a.train.global_batch, b.train.global_batch);
   EXPECT_EQ(a.train.seed, b.train.seed);
   EXPECT_EQ(a.train.threads, b.train.threads);
   EXPECT_EQ(a.train.max_bad_steps, b.train.max_bad_steps);
@@ -99,7 +100,7 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
 const std::vector<std::string> kAllKeys = {
     "model.config",       "model.init_from",     "data.dir",
     "data.seed",          "train.steps",         "train.micro_batch",
-    "train.seq_len",      "train.grad_accum",    "train.seed",
+    "train.seq_len",      "train.grad_accum",    "train.global_batch",   "train.seed",
     "train.threads",      "train.max_bad_steps", "train.recompute",
     "train.precision",    "train.loss_scale_init", "train.loss_scale_window",
     "parallel.zero_stage", "parallel.bucket_mb", "parallel.overlap",

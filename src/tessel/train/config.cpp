@@ -81,6 +81,9 @@ std::vector<KeyDef> build_key_table() {
       TESSEL_CONFIG_KEY(train, seq_len, at_least(1),
                         "Tokens per row (T), <= the model's n_positions"),
       TESSEL_CONFIG_KEY(train, grad_accum, at_least(1), "Micro-batches per optimizer step"),
+      TESSEL_CONFIG_KEY(train, global_batch, at_least(0),
+                        "Sequences per optimizer step over every dp rank (0: micro_batch x "
+                        "grad_accum x dp); when set, grad_accum follows from it and the layout"),
       TESSEL_CONFIG_KEY(train, seed, at_least(0), "Seed for model initialisation and dropout"),
       TESSEL_CONFIG_KEY(train, threads, interval(false, 0, 1024, false),
                         "Worker threads; 0: TESSEL_NUM_THREADS or all cores"),

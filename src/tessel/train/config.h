@@ -29,6 +29,9 @@ struct TrainSection {
   int64_t micro_batch = 8;    // B: rows per micro-batch
   int64_t seq_len = 64;       // T: tokens per row (<= the model's n_positions)
   int64_t grad_accum = 1;     // micro-batches per optimizer step
+  // Sequences per optimizer step over every dp rank; 0: micro_batch x grad_accum x dp. When set,
+  // grad_accum follows from it (global_batch.h), so a resume in another layout keeps it.
+  int64_t global_batch = 0;
   uint64_t seed = 1337;       // model initialisation and dropout
   int threads = 0;            // 0: TESSEL_NUM_THREADS or all cores
   int64_t max_bad_steps = 5;  // abort after this many non-finite steps in a row

@@ -22,6 +22,7 @@
 #include "tessel/models/family.h"
 #include "tessel/tensor/allocator.h"
 #include "tessel/train/checkpoint.h"
+#include "tessel/train/global_batch.h"
 #include "tessel/train/grad_clip.h"
 #include "tessel/train/pipeline_stage.h"
 #include "tessel/train/stop_signal.h"
@@ -87,6 +88,11 @@ void Trainer::print(const std::string& line) const {
 
 void Trainer::build(const std::string& resume) {
   const TrainSection& t = config_.train;
+  // The global batch is what a checkpoint keeps (its train.toml); the accumulation follows.
+  const GlobalBatch global = resolve_global_batch(t, dp_size());
+  if (!global.note.empty()) print("note: " + global.note);
+  config_.train.grad_accum = global.grad_accum;
+  config_.train.global_batch = global.sequences;
   run_dir_ = config_.checkpoint.dir;
   lock_run_directory();  // first: one run per directory, and an unwritable one fails here
   int64_t resume_step = 0;

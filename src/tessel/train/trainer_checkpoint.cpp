@@ -96,6 +96,7 @@ std::string Trainer::write_checkpoint(CheckpointWriter& writer) {
       {"step", step_},
       {"optimizer_step", optimizer_steps()},
       {"tokens", tokens_},
+      {"global_batch", config_.train.global_batch},
       {"skipped_steps", skipped_},
       {"bad_in_a_row", bad_in_a_row_},
       {"loss_scale", nlohmann::json::parse(precision_state())},
@@ -140,6 +141,12 @@ void Trainer::load_checkpoint(const std::string& dir_name) {
     if (state.contains("val_loss") && state["val_loss"].is_number()) {
       last_val_loss_ = state["val_loss"].get<double>();
     }
+    // Checkpoints before the global batch was recorded say nothing here.
+    const int64_t trained = state.value("global_batch", int64_t(0));
+    if (trained > 0 && trained != config_.train.global_batch)
+      print("note: the global batch changes from " + std::to_string(trained) + " to " +
+            std::to_string(config_.train.global_batch) + " sequences per step at step " +
+            std::to_string(step_) + " (train.global_batch)");
   } catch (const nlohmann::json::exception& e) {
     TESSEL_FAIL("checkpoint ", dir.string(), ": ", kStateFile, " is malformed: ", e.what());
   }
