@@ -8,12 +8,14 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 
 #include "tessel/cli/commands.h"
+#include "tessel/core/profile.h"
 #include "tessel/core/threads.h"
 #include "tessel/models/family.h"
 #include "tessel/models/generation.h"
@@ -31,6 +33,7 @@ struct GenerateBenchOptions {
   int64_t tokens = 64;
   double seconds = 1.0;
   uint64_t seed = 0;
+  bool profile = false;  // where a decode step's time goes, per kernel
 };
 
 void emit(json j) {
@@ -53,6 +56,51 @@ size_t weight_bytes(const models::CausalLM& model) {
     if (seen.insert(p.data_ptr()).second) bytes += p.nbytes();
   }
   return bytes;
+}
+
+// The kernels' share of the decode: one profiled run with every token and one with the prompt
+// and a single token; their difference is the decode's, next to the decode's wall time, so the
+// time outside any kernel (op dispatch, allocation, the sampling) shows as the remainder.
+void emit_decode_profile(models::CausalLM& model, const std::vector<int64_t>& prompt,
+                         const models::GenerationOptions& gen, const std::string& config) {
+  auto profiled = [&](int64_t tokens, double* decode_seconds) {
+    models::GenerationOptions g = gen;
+    g.max_new_tokens = tokens;
+    profile::reset();
+    profile::set_enabled(true);
+    const models::GenerationResult r = models::generate(model, prompt, g);
+    profile::set_enabled(false);
+    if (decode_seconds) *decode_seconds = r.decode_seconds;
+    std::map<std::string, profile::Entry> out;
+    for (const profile::Entry& e : profile::snapshot()) out[e.name] = e;
+    return std::make_pair(out, r.decode_forwards);
+  };
+  double decode_s = 0;
+  const auto [all, forwards] = profiled(gen.max_new_tokens, &decode_s);
+  const auto [prefill, none] = profiled(1, nullptr);
+  std::vector<std::pair<double, std::string>> rows;
+  double kernels_s = 0;
+  for (const auto& [name, e] : all) {
+    auto it = prefill.find(name);
+    const double s = e.seconds - (it == prefill.end() ? 0.0 : it->second.seconds);
+    const int64_t calls = e.calls - (it == prefill.end() ? 0 : it->second.calls);
+    if (calls <= 0) continue;
+    kernels_s += s;
+    rows.emplace_back(s, name);
+    emit({{"bench", "generate"},
+          {"figure", "decode_profile"},
+          {"config", config},
+          {"kernel", name},
+          {"calls_per_token", double(calls) / double(forwards)},
+          {"ms_per_token", s / double(forwards) * 1e3},
+          {"share", decode_s > 0 ? s / decode_s : 0.0}});
+  }
+  emit({{"bench", "generate"},
+        {"figure", "decode_profile_total"},
+        {"config", config},
+        {"ms_per_token", decode_s / double(forwards) * 1e3},
+        {"kernels_ms_per_token", kernels_s / double(forwards) * 1e3},
+        {"outside_kernels_share", decode_s > 0 ? 1.0 - kernels_s / decode_s : 0.0}});
 }
 
 double median(std::vector<double> v) {
@@ -124,15 +172,18 @@ void run_generate_bench(const GenerateBenchOptions& opt) {
         {"gbs", bytes * decode / 1e9},
         {"read_bandwidth_gbs", lim.read_gbs},
         {"fraction_of_read_bandwidth", bytes * decode / 1e9 / lim.read_gbs}});
+  if (opt.profile) emit_decode_profile(*model, prompt, gen, opt.config);
 }
 
 }  // namespace
 
 void add_bench_generate_command(CLI::App& bench) {
   auto opt = std::make_shared<GenerateBenchOptions>();
-  auto* cmd = bench.add_subcommand(
-      "generate", "prefill and cached greedy decode throughput of a random model of any family (fp32, batch 1)");
-  cmd->add_option("--config", opt->config, "preset of any family (124M, llama:smollm-135m, ...) or config.json path")
+  auto* cmd = bench.add_subcommand("generate",
+                                   "prefill and cached greedy decode throughput of a random model "
+                                   "of any family (fp32, batch 1)");
+  cmd->add_option("--config", opt->config,
+                  "preset of any family (124M, llama:smollm-135m, ...) or config.json path")
       ->capture_default_str();
   cmd->add_option("--prompt", opt->prompt, "prompt tokens")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
@@ -145,6 +196,8 @@ void add_bench_generate_command(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("-s,--seed", opt->seed, "seed of the weights and the prompt")
       ->capture_default_str();
+  cmd->add_flag("--profile", opt->profile,
+                "after the timed runs, one profiled run: the decode's time per kernel");
   cmd->callback([opt] { run_generate_bench(*opt); });
 }
 

@@ -128,6 +128,23 @@ std::vector<GemmSpec> gemm_specs() {
   specs.push_back({"k0_beta", k0});
   specs.push_back({"k0_nan_c", kernels::dense_gemm_desc(1, 7, 13, 0, false, true), true});
   specs.push_back({"empty_m", kernels::dense_gemm_desc(2, 0, 13, 7, false, false)});
+
+  // The decode step (cpu/gemv.cpp: m <= 4 against a transposed B): every m, a row count that
+  // leaves a remainder after passes of four rows, fewer rows than one pass, a k with a vector
+  // tail, padding, alpha and beta, beta == 0 over NaN, and a shared B over a batch.
+  for (int64_t m = 1; m <= 5; ++m)
+    specs.push_back(
+        {"decode_m" + std::to_string(m), kernels::dense_gemm_desc(1, m, 257, 769, false, true)});
+  specs.push_back({"decode_n3", kernels::dense_gemm_desc(1, 1, 3, 33, false, true)});
+  kernels::GemmDesc dpad = kernels::dense_gemm_desc(1, 3, 33, 13, false, true);
+  dpad.lda = 17;
+  dpad.ldb = 19;
+  dpad.ldc = 37;
+  dpad.alpha = 0.5;
+  dpad.beta = -0.75;
+  specs.push_back({"decode_padded_alpha_beta", dpad});
+  specs.push_back({"decode_beta0_nan_c", kernels::dense_gemm_desc(1, 2, 13, 7, false, true), true});
+  specs.push_back({"decode_shared_b", kernels::dense_gemm_desc(3, 1, 33, 13, false, true, false)});
   return specs;
 }
 

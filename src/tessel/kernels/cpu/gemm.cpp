@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // CPU GEMM: f32 through oneDNN's matmul, f64 through OpenBLAS dgemm, and f32 through OpenBLAS
-// sgemm for the one shape class where oneDNN 2.6 collapses on this hardware; bf16 / f16 operands
-// are widened to f32 (half_kernels.cpp). docs/KERNELS.md has the measurements behind these choices.
+// sgemm for the one shape class where oneDNN 2.6 collapses on this hardware; the decode step's
+// few rows against a transposed weight through gemv.cpp; bf16 / f16 operands are widened to f32
+// (half_kernels.cpp). docs/KERNELS.md has the measurements behind these choices.
 #include <cblas.h>
 
 #include "tessel/core/threads.h"
@@ -10,6 +11,7 @@
 #include "tessel/kernels/cpu/isa_region.h"
 TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/gemv.h"
 #include "tessel/kernels/cpu/half_convert.h"
 #include "tessel/kernels/cpu/half_kernels.h"
 
@@ -86,6 +88,8 @@ void CpuBackend::gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, Tenso
     return blas_gemm(d, a.data<double>(), b.data<double>(), c.data<double>());
   }
   if (d.k == 0) return scale_c(d, c.data<float>());
+  if (cpu::small_m_gemm_fits(d))
+    return cpu::small_m_gemm(d, a.data<float>(), b.data<float>(), c.data<float>());
   if (onednn_b_aliases(d)) return blas_gemm(d, a.data<float>(), b.data<float>(), c.data<float>());
   onednn::gemm(d, a.data<float>(), b.data<float>(), c.data<float>());
 }
