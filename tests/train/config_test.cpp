@@ -84,6 +84,7 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.checkpoint.keep, b.checkpoint.keep);
   EXPECT_EQ(a.log.interval, b.log.interval);
   EXPECT_EQ(a.log.jsonl, b.log.jsonl);
+  EXPECT_EQ(a.log.tensorboard, b.log.tensorboard);
   EXPECT_EQ(a.sample.tokens, b.sample.tokens);
   EXPECT_EQ(a.sample.prompt, b.sample.prompt);
   EXPECT_EQ(a.sample.temperature, b.sample.temperature);
@@ -110,7 +111,7 @@ const std::vector<std::string> kAllKeys = {
     "optim.beta2",        "optim.eps",           "optim.grad_clip",
     "eval.interval",      "eval.batches",        "checkpoint.dir",
     "checkpoint.interval", "checkpoint.keep",    "log.interval",
-    "log.jsonl",          "sample.tokens",       "sample.prompt",
+    "log.jsonl",          "log.tensorboard",     "sample.tokens",       "sample.prompt",
     "sample.temperature", "sample.top_k",        "sample.seed",
     "machine.peak_gflops", "fault.nan_at_step",  "fault.kill_at_step",
     "fault.save_delay_ms"};
@@ -406,7 +407,7 @@ TEST(TrainConfig, KeyTableIsCompleteUniqueAndMapsEachKeyToItsOwnMember) {
     if (info.key == "train.precision") value = "bf16";
     if (info.key == "parallel.zero_stage") value = "2";
     if (info.type == "boolean") value = "false";
-    if (info.key == "parallel.sequence_parallel") value = "true";
+    if (info.key == "parallel.sequence_parallel" || info.key == "log.tensorboard") value = "true";
     if (info.type == "number") value = "0.25";
     const TrainConfig changed = TrainConfig::parse("", {info.key + "=" + value});
     std::istringstream a(defaults.to_toml()), b(changed.to_toml());
@@ -480,6 +481,19 @@ TEST(TrainConfig, BooleansAreTomlBooleans) {
   TrainConfig c;
   c.parallel.overlap = false;
   EXPECT_FALSE(TrainConfig::parse(c.to_toml(), {}).parallel.overlap);
+}
+
+TEST(TrainConfig, TensorBoardIsOffByDefaultAndSetLikeOtherBooleans) {
+  EXPECT_FALSE(TrainConfig{}.log.tensorboard);
+  EXPECT_TRUE(TrainConfig::parse("", {"log.tensorboard=true"}).log.tensorboard);
+  EXPECT_TRUE(TrainConfig::parse("[log]\ntensorboard = true\n", {}).log.tensorboard);
+  try {
+    TrainConfig::parse("", {"log.tensorboard=yes"});
+    FAIL() << "accepted log.tensorboard=yes";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("log.tensorboard: expected a boolean"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -16,6 +16,7 @@ void add_generate_command(CLI::App& app);          // `tessel generate`, in gene
 void add_eval_command(CLI::App& app);              // `tessel eval`, in eval_command.cpp
 void add_train_command(CLI::App& app);             // `tessel train`, in train_command.cpp
 void add_schedule_command(CLI::App& app);          // `tessel schedule`, in schedule_command.cpp
+void add_report_command(CLI::App& app);            // `tessel report`, in report_command.cpp
 void add_bench_train_command(CLI::App& bench);     // `tessel bench train`, in bench_train.cpp
 
 // Machine limits measured by `tessel bench peak` (bench_command.cpp), printed as JSON lines; other

@@ -3,7 +3,7 @@
 // records every file's size and CRC-32C, fsync, rename into place, then move the `latest` pointer.
 // The same write-then-marker idea as llm.c's DONE files and torch.distributed.checkpoint's
 // `.metadata`, with checksums so a truncated or bit-rotted file is refused on resume rather than
-// loaded. The checksum is CRC-32C (crc32c.cpp).
+// loaded. The checksum is CRC-32C (io/crc32c.h).
 #include "tessel/train/checkpoint.h"
 
 #include <fcntl.h>
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "tessel/core/error.h"
+#include "tessel/io/crc32c.h"
 
 namespace fs = std::filesystem;
 
@@ -60,7 +61,7 @@ uint32_t crc_of_fd(int fd, const std::string& path, uint64_t* bytes) {
     if (n < 0 && errno == EINTR) continue;
     TESSEL_CHECK(n >= 0, "reading '", path, "' failed after ", total, " bytes: ", errno_text());
     if (n == 0) break;
-    crc = crc32c(buf.data(), size_t(n), crc);
+    crc = io::crc32c(buf.data(), size_t(n), crc);
     total += uint64_t(n);
   }
   if (bytes != nullptr) *bytes = total;

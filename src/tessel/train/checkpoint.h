@@ -20,9 +20,8 @@ inline constexpr const char* kLatestPointer = "latest";
 // "step_000015" (six digits, more when the step needs them).
 std::string checkpoint_dir_name(int64_t step);
 
-// CRC-32C (Castagnoli) of a whole file, streamed; hardware instructions where the CPU has them.
+// CRC-32C (Castagnoli, io/crc32c.h) of a whole file, streamed.
 uint32_t file_crc32c(const std::string& path);
-uint32_t crc32c(const void* data, size_t size, uint32_t crc = 0);
 
 class CheckpointWriter {
  public:

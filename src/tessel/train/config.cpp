@@ -135,6 +135,8 @@ std::vector<KeyDef> build_key_table() {
       TESSEL_CONFIG_KEY(log, interval, at_least(1), "Steps between progress lines"),
       TESSEL_CONFIG_KEY(log, jsonl, any(),
                         "Per-step metrics file, relative to checkpoint.dir; \"\" disables it"),
+      TESSEL_CONFIG_KEY(log, tensorboard, boolean(),
+                        "Also write TensorBoard event files to checkpoint.dir/tensorboard"),
       TESSEL_CONFIG_KEY(sample, tokens, at_least(0), "Tokens sampled after training; 0: none"),
       TESSEL_CONFIG_KEY(sample, prompt, any(),
                         "Prompt text (dataset's tokenizer); \"\" starts from end-of-text"),

@@ -78,6 +78,7 @@ struct CheckpointSection {
 struct LogSection {
   int64_t interval = 10;              // steps between progress lines (the JSONL has every step)
   std::string jsonl = "train.jsonl";  // relative to checkpoint.dir; "" disables
+  bool tensorboard = false;           // event files in checkpoint.dir/tensorboard (metric_sinks.h)
 };
 
 struct SampleSection {

@@ -217,10 +217,23 @@ void Trainer::build(const std::string& resume) {
   recompute_flops_per_token_ = mc.recompute_flops_per_token(recompute, t.seq_len);
 
   if (!resume.empty()) load_checkpoint(resume);
+  setup_sinks(resume.empty() ? -1 : step_);
+}
+
+void Trainer::setup_sinks(int64_t resume_step) {
   if (!leader()) return;
+  const TrainSection& t = config_.train;
   if (!config_.log.jsonl.empty()) {
-    log_ = JsonlLog((fs::path(run_dir_) / config_.log.jsonl).string(), resume.empty() ? -1 : step_);
+    sinks_.add(std::make_unique<JsonlSink>(
+        JsonlLog((fs::path(run_dir_) / config_.log.jsonl).string(), resume_step)));
   }
+  if (config_.log.tensorboard) {
+    const std::string dir = (fs::path(run_dir_) / kTensorBoardDir).string();
+    sinks_.add(std::make_unique<TensorBoardSink>(dir, resume_step));
+  }
+  sinks_.add(std::make_unique<ProgressSink>(config_.log.interval,
+                                            t.micro_batch * t.seq_len * t.grad_accum * dp_size(),
+                                            [this](const std::string& line) { print(line); }));
 }
 
 double Trainer::dp_mean(double value) const {
@@ -273,7 +286,6 @@ TrainSummary Trainer::run() {
   int64_t run_steps = 0;
   int64_t saved_at = -1;
   bool warned_peak = false;
-  double interval_ms = 0, interval_tokens = 0;
   StopRequest stop;
   while (step_ < t.steps) {
     stop = stop_agreed();
@@ -295,24 +307,13 @@ TrainSummary Trainer::run() {
             " GFLOP/s measured at start is too low (was the machine busy?); set "
             "machine.peak_gflops (tessel bench peak measures it)");
     }
-    write_record(step_json(r));
+    write_record(r);  // JSONL, TensorBoard, the progress line (metric_sinks.h)
     if (hooks_.on_step) hooks_.on_step(r);
-    interval_ms += r.step_ms;
-    interval_tokens += double(t.micro_batch * t.seq_len * t.grad_accum * dp_size());
-    if (step_ % config_.log.interval == 0 || step_ == t.steps || step_ == 1) {
-      StepRecord shown = r;  // rates averaged over the interval, values of this step
-      shown.tokens_per_s = interval_tokens / (interval_ms / 1e3);
-      shown.mfu = r.mfu > 0 ? r.mfu * shown.tokens_per_s / r.tokens_per_s : 0.0;
-      shown.hfu = r.hfu > 0 ? r.hfu * shown.tokens_per_s / r.tokens_per_s : 0.0;
-      print(progress_line(shown));
-      interval_ms = interval_tokens = 0;
-    }
     if (val_data_ && config_.eval.interval > 0 && step_ % config_.eval.interval == 0 &&
         step_ < t.steps) {
       const EvalRecord e = evaluate();
-      write_record(eval_json(e));
+      write_record(e);
       if (hooks_.on_eval) hooks_.on_eval(e);
-      print(eval_line(e));
     }
     if (config_.checkpoint.interval > 0 && step_ % config_.checkpoint.interval == 0 &&
         step_ < t.steps) {
@@ -341,9 +342,8 @@ TrainSummary Trainer::run() {
   }
   if (val_data_ && run_steps > 0) {
     const EvalRecord e = evaluate();
-    write_record(eval_json(e));
+    write_record(e);
     if (hooks_.on_eval) hooks_.on_eval(e);
-    print(eval_line(e));
   }
   sum.val_loss = last_val_loss_;
   if (run_steps > 0 || list_checkpoints(run_dir_).empty()) sum.last_checkpoint = save_checkpoint();

@@ -25,6 +25,7 @@
 #include "tessel/train/layout.h"
 #include "tessel/train/loss_scaler.h"
 #include "tessel/train/lr_schedule.h"
+#include "tessel/train/metric_sinks.h"
 #include "tessel/train/metrics.h"
 #include "tessel/train/model_presets.h"
 #include "tessel/train/model_tensor_parallel.h"
@@ -131,8 +132,13 @@ class Trainer {
   void check_free_space_for(const models::ModelConfig& mc) const;
   void check_resume_arguments(const std::string& checkpoint, int64_t checkpoint_step,
                               const models::ModelConfig& checkpoint_model) const;
-  // One JSONL record; a failed write is kept in write_failure_ and stops the run at the next step.
-  void write_record(const std::string& json);
+  // Rank 0: the sinks of the run's records (metric_sinks.h): the progress line, the JSONL log
+  // (log.jsonl) and TensorBoard (log.tensorboard).
+  void setup_sinks(int64_t resume_step);
+  // One record to every sink; a failed write is kept in write_failure_ and stops the run at the
+  // next step.
+  void write_record(const StepRecord& r);
+  void write_record(const EvalRecord& e);
   // The stop every rank agrees on at a step boundary: a signal any rank received, or a failed
   // write on rank 0. Every rank leaves the loop at the same step.
   struct StopRequest {
@@ -203,7 +209,7 @@ class Trainer {
   int64_t run_peak_bytes_ = 0;
   int64_t step_ = 0, tokens_ = 0, skipped_ = 0, bad_in_a_row_ = 0;
   std::optional<double> last_val_loss_;
-  JsonlLog log_;
+  MetricSinks sinks_;                  // rank 0 only
   mutable std::string write_failure_;  // rank 0: the first failed write of a record or line
   bool warned_save_time_ = false;
   DType compute_dtype_ = DType::F32;         // train.precision

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
@@ -30,6 +31,7 @@
 #include "tessel/parallel/pipeline/printer.h"
 #include "tessel/parallel/pipeline/simulator.h"
 #include "tessel/train/pipeline_stage.h"
+#include "tessel/train/run_report.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel::train {
@@ -243,6 +245,33 @@ void Trainer::pipeline_report() {
   const std::string json = pp::chrome_trace(schedule, measured, 1000.0);
   io::write_file_atomic(trace, json.data(), json.size());
   print("pipeline: Chrome trace of that step: " + trace);
+  // The same actions for `tessel report` (run_report.h): per pp rank of world rank 0's pipeline,
+  // each action's kind (F, B, SendA, RecvA, SendG, RecvG), stage, micro-batch, start and end (ms).
+  nlohmann::json ranks = nlohmann::json::array();
+  for (size_t r = 0; r < timelines.size(); ++r) {
+    nlohmann::json actions = nlohmann::json::array();
+    for (const pp::TimedAction& t : timelines[r]) {
+      const pp::Action& a = schedule.actions[r][size_t(t.index)];
+      actions.push_back({{"kind", pp::to_string(a.kind)},
+                         {"stage", a.stage},
+                         {"microbatch", a.microbatch},
+                         {"start", t.start},
+                         {"end", t.end}});
+    }
+    ranks.push_back(std::move(actions));
+  }
+  const std::string timeline = nlohmann::json{
+      {"format", "tessel-pipeline-timeline"},
+      {"version", 1},
+      {"step", step_},
+      {"schedule", config_.parallel.schedule},
+      {"stages", schedule.num_stages()},
+      {"microbatches", config_.train.grad_accum},
+      {"makespan_ms", measured.makespan},
+      {"bubble_fraction", measured.bubble_fraction},
+      {"ranks", std::move(ranks)}}.dump();
+  io::write_file_atomic((std::filesystem::path(run_dir_) / kPipelineTimelineFile).string(),
+                        timeline.data(), timeline.size());
 }
 
 }  // namespace tessel::train

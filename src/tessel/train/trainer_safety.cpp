@@ -82,13 +82,16 @@ void Trainer::check_resume_arguments(const std::string& checkpoint, int64_t chec
                "run in another checkpoint.dir");
 }
 
-void Trainer::write_record(const std::string& json) {
-  if (!write_failure_.empty()) return;  // stopping: a later record would leave a gap before it
-  try {
-    log_.write(json);
-  } catch (const Error& e) {
-    write_failure_ = e.what();
-  }
+// The sinks keep their first failed write and send no more records to files after it (a later
+// record would leave a gap before it); the failure stops the run like a signal.
+void Trainer::write_record(const StepRecord& r) {
+  sinks_.on_step(r);
+  if (write_failure_.empty()) write_failure_ = sinks_.failure();
+}
+
+void Trainer::write_record(const EvalRecord& e) {
+  sinks_.on_eval(e);
+  if (write_failure_.empty()) write_failure_ = sinks_.failure();
 }
 
 Trainer::StopRequest Trainer::stop_agreed() const {

@@ -1,18 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-// CRC-32C (Castagnoli's polynomial, as in iSCSI, RFC 3720) for checkpoint manifests. Where the
-// compiler targets SSE4.2 it runs on the crc32 instruction, three interleaved streams at a time;
-// otherwise on slice-by-8 tables (eight table lookups fold in eight bytes per step).
+// CRC-32C (Castagnoli's polynomial, as in iSCSI, RFC 3720) for checkpoint manifests and TFRecord
+// framing. Where the compiler targets SSE4.2 it runs on the crc32 instruction, three interleaved
+// streams at a time; otherwise on slice-by-8 tables (eight table lookups fold in eight bytes per
+// step).
+#include "tessel/io/crc32c.h"
+
 #include <array>
 #include <cstdint>
 #include <cstring>
-
-#include "tessel/train/checkpoint.h"
 
 #if defined(__SSE4_2__)
 #include <nmmintrin.h>
 #endif
 
-namespace tessel::train {
+namespace tessel::io {
 namespace detail {
 
 namespace {
@@ -37,8 +38,6 @@ constexpr Crc32cTables kCrc32cTables = make_crc32c_tables();
 
 }  // namespace
 
-// Not in the header: the tests compare it with the hardware path, which it stands in for on CPUs
-// without SSE4.2.
 uint32_t crc32c_portable(const void* data, size_t size, uint32_t crc) {
   const auto& t = kCrc32cTables;
   const auto* p = static_cast<const uint8_t*>(data);
@@ -133,4 +132,4 @@ uint32_t crc32c(const void* data, size_t size, uint32_t crc) {
 #endif
 }
 
-}  // namespace tessel::train
+}  // namespace tessel::io

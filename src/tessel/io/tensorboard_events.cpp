@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: Apache-2.0
+// TensorBoard event files (tensorboard_events.h): TFRecord framing, the hand-written protobuf
+// encoding and decoding of tensorflow.Event, and the checked writer.
+#include "tessel/io/tensorboard_events.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <utility>
+
+#include "tessel/core/error.h"
+#include "tessel/io/crc32c.h"
+
+namespace tessel::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint32_t kMaskDelta = 0xa282ead8u;
+
+// Protobuf wire types and the field numbers of event.proto / summary.proto.
+constexpr int kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
+constexpr int kFieldWallTime = 1, kFieldStep = 2, kFieldFileVersion = 3, kFieldSummary = 5;
+constexpr int kFieldSummaryValue = 1;
+constexpr int kFieldTag = 1, kFieldSimpleValue = 2;
+
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(char(uint8_t(v) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(char(uint8_t(v)));
+}
+
+void put_le(std::string& out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(char(uint8_t(v >> (8 * i))));
+}
+
+void put_key(std::string& out, int field, int wire_type) {
+  put_varint(out, uint64_t(field) << 3 | uint64_t(wire_type));
+}
+
+void put_bytes(std::string& out, int field, const std::string& bytes) {
+  put_key(out, field, kLengthDelimited);
+  put_varint(out, bytes.size());
+  out += bytes;
+}
+
+void put_double(std::string& out, int field, double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, 8);
+  put_key(out, field, kFixed64);
+  put_le(out, bits, 8);
+}
+
+void put_float(std::string& out, int field, float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  put_key(out, field, kFixed32);
+  put_le(out, bits, 4);
+}
+
+std::string event_head(double wall_time, int64_t step) {
+  std::string out;
+  put_double(out, kFieldWallTime, wall_time);
+  put_key(out, kFieldStep, kVarint);
+  put_varint(out, uint64_t(step));  // int64: two's complement, ten bytes when negative
+  return out;
+}
+
+uint64_t get_le(const uint8_t* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= uint64_t(p[i]) << (8 * i);
+  return v;
+}
+
+// A protobuf message read field by field.
+struct WireReader {
+  const uint8_t* p;
+  const uint8_t* end;
+
+  bool done() const { return p >= end; }
+  uint64_t varint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      TESSEL_CHECK(p < end, "tensorboard: truncated varint in an Event record");
+      const uint8_t b = *p++;
+      v |= uint64_t(b & 0x7F) << shift;
+      if ((b & 0x80) == 0) return v;
+    }
+    TESSEL_FAIL("tensorboard: a varint longer than 10 bytes in an Event record");
+  }
+  const uint8_t* take(uint64_t n) {
+    TESSEL_CHECK(uint64_t(end - p) >= n, "tensorboard: a field of ", n, " bytes overruns the ",
+                 end - p, " left in an Event record");
+    const uint8_t* at = p;
+    p += n;
+    return at;
+  }
+  // The next field's number and wire type; its value is read by the caller (or skip()).
+  std::pair<int, int> key() {
+    const uint64_t k = varint();
+    return {int(k >> 3), int(k & 7)};
+  }
+  void skip(int wire_type) {
+    switch (wire_type) {
+      case kVarint:
+        varint();
+        return;
+      case kFixed64:
+        take(8);
+        return;
+      case kLengthDelimited:
+        take(varint());
+        return;
+      case kFixed32:
+        take(4);
+        return;
+      default:
+        TESSEL_FAIL("tensorboard: unsupported protobuf wire type ", wire_type,
+                    " in an Event record");
+    }
+  }
+  std::string bytes() {
+    const uint64_t n = varint();
+    return std::string(reinterpret_cast<const char*>(take(n)), size_t(n));
+  }
+};
+
+ScalarValue parse_value(const std::string& data) {
+  WireReader r{reinterpret_cast<const uint8_t*>(data.data()),
+               reinterpret_cast<const uint8_t*>(data.data()) + data.size()};
+  ScalarValue v;
+  while (!r.done()) {
+    const auto [field, type] = r.key();
+    if (field == kFieldTag && type == kLengthDelimited) {
+      v.tag = r.bytes();
+    } else if (field == kFieldSimpleValue && type == kFixed32) {
+      const uint32_t bits = uint32_t(get_le(r.take(4), 4));
+      std::memcpy(&v.value, &bits, 4);
+    } else {
+      r.skip(type);
+    }
+  }
+  return v;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
+  return buf;
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+uint32_t masked_crc32c(const void* data, size_t size) {
+  const uint32_t crc = crc32c(data, size);
+  return ((crc >> 15) | (crc << 17)) + kMaskDelta;
+}
+
+std::string tfrecord(const std::string& data) {
+  std::string out;
+  out.reserve(data.size() + 16);
+  put_le(out, data.size(), 8);
+  put_le(out, masked_crc32c(out.data(), 8), 4);
+  out += data;
+  put_le(out, masked_crc32c(data.data(), data.size()), 4);
+  return out;
+}
+
+std::string event_file_version(double wall_time) {
+  std::string out = event_head(wall_time, 0);
+  put_bytes(out, kFieldFileVersion, kEventFileVersion);
+  return out;
+}
+
+std::string event_scalars(double wall_time, int64_t step, const std::vector<ScalarValue>& values) {
+  std::string summary;
+  for (const ScalarValue& v : values) {
+    std::string value;
+    put_bytes(value, kFieldTag, v.tag);
+    put_float(value, kFieldSimpleValue, v.value);
+    put_bytes(summary, kFieldSummaryValue, value);
+  }
+  std::string out = event_head(wall_time, step);
+  put_bytes(out, kFieldSummary, summary);
+  return out;
+}
+
+Event parse_event(const std::string& data) {
+  WireReader r{reinterpret_cast<const uint8_t*>(data.data()),
+               reinterpret_cast<const uint8_t*>(data.data()) + data.size()};
+  Event e;
+  while (!r.done()) {
+    const auto [field, type] = r.key();
+    if (field == kFieldWallTime && type == kFixed64) {
+      const uint64_t bits = get_le(r.take(8), 8);
+      std::memcpy(&e.wall_time, &bits, 8);
+    } else if (field == kFieldStep && type == kVarint) {
+      e.step = int64_t(r.varint());
+    } else if (field == kFieldFileVersion && type == kLengthDelimited) {
+      e.file_version = r.bytes();
+    } else if (field == kFieldSummary && type == kLengthDelimited) {
+      const std::string summary = r.bytes();
+      WireReader s{reinterpret_cast<const uint8_t*>(summary.data()),
+                   reinterpret_cast<const uint8_t*>(summary.data()) + summary.size()};
+      while (!s.done()) {
+        const auto [sfield, stype] = s.key();
+        if (sfield == kFieldSummaryValue && stype == kLengthDelimited) {
+          e.values.push_back(parse_value(s.bytes()));
+        } else {
+          s.skip(stype);
+        }
+      }
+    } else {
+      r.skip(type);
+    }
+  }
+  return e;
+}
+
+EventFileContents read_event_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TESSEL_CHECK(in.good(), "tensorboard: cannot read the event file ", path, ": ",
+               std::strerror(errno));
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  EventFileContents out;
+  size_t at = 0;
+  while (bytes.size() - at >= 12) {
+    const uint64_t n = get_le(p + at, 8);
+    if (uint32_t(get_le(p + at + 8, 4)) != masked_crc32c(p + at, 8)) break;
+    if (bytes.size() - at - 12 < n || bytes.size() - at - 12 - n < 4) break;  // torn
+    const std::string data = bytes.substr(at + 12, size_t(n));
+    if (uint32_t(get_le(p + at + 12 + n, 4)) != masked_crc32c(data.data(), data.size())) break;
+    try {
+      out.events.push_back(parse_event(data));
+    } catch (const Error&) {
+      break;  // framed whole but not an Event: read no further, as for a bad CRC
+    }
+    at += 12 + size_t(n) + 4;
+    out.ends.push_back(at);
+  }
+  return out;
+}
+
+void truncate_event_file(const std::string& path, int64_t step) {
+  const EventFileContents contents = read_event_file(path);
+  uint64_t keep = 0;
+  for (size_t i = 0; i < contents.events.size() && contents.events[i].step <= step; ++i)
+    keep = contents.ends[i];
+  std::error_code ec;
+  if (keep == 0) {
+    fs::remove(path, ec);
+    TESSEL_CHECK(!ec, "tensorboard: cannot remove the event file ", path, " of steps after ", step,
+                 ": ", ec.message());
+    return;
+  }
+  if (keep == fs::file_size(path, ec) && !ec) return;
+  fs::resize_file(path, keep, ec);
+  TESSEL_CHECK(!ec, "tensorboard: cannot cut the event file ", path, " back to step ", step, ": ",
+               ec.message());
+}
+
+EventFileWriter::EventFileWriter(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  TESSEL_CHECK(!ec, "tensorboard: cannot create the event file folder ", dir, ": ", ec.message());
+  const std::string base =
+      (fs::path(dir) / (kEventFilePrefix + std::to_string(std::time(nullptr)) + "." + host_name()))
+          .string();
+  for (int n = 0; fd_ < 0; ++n) {
+    path_ = n == 0 ? base : base + "." + std::to_string(n);
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    TESSEL_CHECK(fd_ >= 0 || (errno == EEXIST && n < 1000),
+                 "tensorboard: cannot create the event file ", path_,
+                 " (log.tensorboard): ", std::strerror(errno));
+  }
+  write_record(event_file_version(now_seconds()));
+}
+
+EventFileWriter::~EventFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+EventFileWriter::EventFileWriter(EventFileWriter&& other) noexcept
+    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
+
+EventFileWriter& EventFileWriter::operator=(EventFileWriter&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(other.path_);
+    fd_ = std::exchange(other.fd_, -1);
+    size_ = other.size_;
+  }
+  return *this;
+}
+
+void EventFileWriter::write_scalars(int64_t step, const std::vector<ScalarValue>& values,
+                                    double wall_time) {
+  write_record(event_scalars(wall_time < 0 ? now_seconds() : wall_time, step, values));
+}
+
+void EventFileWriter::write_record(const std::string& data) {
+  if (fd_ < 0) return;
+  const std::string record = tfrecord(data);
+  size_t done = 0;
+  while (done < record.size()) {
+    const ssize_t n =
+        ::pwrite(fd_, record.data() + done, record.size() - done, off_t(size_) + off_t(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;  // 0 bytes from a regular file: no space either
+      // No torn record (best effort: the failure may prevent the truncation too).
+      if (done > 0 && ::ftruncate(fd_, off_t(size_)) != 0) {
+      }
+      TESSEL_FAIL("tensorboard: cannot write the event file ", path_,
+                  " (log.tensorboard): ", std::strerror(err), " after ", size_, " bytes");
+    }
+    done += size_t(n);
+  }
+  size_ += int64_t(record.size());
+}
+
+}  // namespace tessel::io
