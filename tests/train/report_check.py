@@ -59,12 +59,15 @@ class Dom(HTMLParser):
 
 
 def dump_dom(chromium, page):
-    """The DOM chromium builds from `page`, in a throwaway profile; no process outlives it."""
+    """The DOM chromium builds from `page`, in a throwaway profile (its crash reports and caches
+    too, which otherwise go to ~/.config and ~/.cache); no process outlives it."""
     with tempfile.TemporaryDirectory(prefix="tessel_chromium_") as profile:
         cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-               "--user-data-dir=" + profile, "--dump-dom", "file://" + os.path.abspath(page)]
+               "--user-data-dir=" + os.path.join(profile, "profile"), "--dump-dom",
+               "file://" + os.path.abspath(page)]
+        env = dict(os.environ, XDG_CONFIG_HOME=profile, XDG_CACHE_HOME=profile)
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
+                             start_new_session=True, env=env)
         try:
             out, err = p.communicate(timeout=120)
         except subprocess.TimeoutExpired:
