@@ -18,7 +18,7 @@
 #include "tessel/autograd/autograd.h"
 #include "tessel/models/gpt2/gpt2.h"
 #include "tessel/tensor/allocator.h"
-#include "tessel/train/metrics.h"
+#include "tessel/train/metrics/metrics.h"
 
 namespace {
 

@@ -448,7 +448,7 @@ CLEAN_TREE = {
     "tests/autograd/engine_test.cpp": '#include "tessel/ops/matmul.h"\n',
     "tests/parallel/parallel_test_util.h": '#include "tessel/models/gpt2.h"\n',
     "tests/parallel/zero_test.cpp":
-        '#include "parallel_test_util.h"\n#include "tessel/train/adamw.h"\n',
+        '#include "parallel_test_util.h"\n#include "tessel/train/optim/adamw.h"\n',
     "tests/train/tp_test.cpp": '#include "parallel/parallel_test_util.h"\n',
     "src/tessel/cli/bench_comm.cpp": '#include "tessel/dist/mpi/mpi_communicator.h"\n',
     "bench/attention_bench.cpp": '#include "tessel/kernels/cpu/loops.h"\n',

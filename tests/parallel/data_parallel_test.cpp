@@ -3,7 +3,7 @@
 // batch, and after finish_gradient_sync() every gradient equals the single-process gradient of the
 // mean loss over the whole batch. Also: no-sync accumulation, bucket formation, overlap on/off
 // giving the same bits, parameter broadcast, unused parameters, a tiny GPT-2, and refusals.
-#include "tessel/parallel/data_parallel.h"
+#include "tessel/parallel/data/data_parallel.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // module changes), a plan-applied Colwise -> Rowwise MLP issuing one all-reduce forward and one
 // backward, GPT-2's fused qkv split per head (each rank holds its heads' q, k and v rows), and
 // replicated units (KV heads fewer than the ranks: each held whole by ranks / units ranks).
-#include "tessel/parallel/plan.h"
+#include "tessel/parallel/tensor/plan.h"
 
 #include <gtest/gtest.h>
 

@@ -15,7 +15,7 @@
 #include "tessel/autograd/engine.h"
 #include "tessel/nn/nn.h"
 #include "tessel/ops/ops.h"
-#include "tessel/parallel/sequence_parallel.h"
+#include "tessel/parallel/tensor/sequence_parallel.h"
 #include "tessel/sharding/placement.h"
 #include "tessel/sharding/regions.h"
 

@@ -4,7 +4,7 @@
 // equals the single-process MLP (output, input gradient, gathered weight and bias gradients), with
 // one all_reduce in forward and one in backward, 1/tp of the parameter bytes, unchanged parameter
 // names, and refusals for bad shapes.
-#include "tessel/parallel/tensor_parallel.h"
+#include "tessel/parallel/tensor/tensor_parallel.h"
 
 #include <gtest/gtest.h>
 

@@ -16,9 +16,9 @@
 #include "tessel/dist/record.h"
 #include "tessel/nn/nn.h"
 #include "tessel/ops/ops.h"
-#include "tessel/parallel/param_shard.h"
-#include "tessel/parallel/tensor_parallel.h"
-#include "tessel/parallel/vocab_parallel.h"
+#include "tessel/parallel/tensor/param_shard.h"
+#include "tessel/parallel/tensor/tensor_parallel.h"
+#include "tessel/parallel/tensor/vocab_parallel.h"
 #include "tessel/sharding/placement.h"
 #include "tessel/sharding/regions.h"
 

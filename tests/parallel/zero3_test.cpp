@@ -6,7 +6,7 @@
 // in backward and released once their gradients are ready, with the next unit prefetched in both
 // directions; a rank never holds the whole model; full parameters load into the shards and gather
 // back whole.
-#include "tessel/parallel/zero3.h"
+#include "tessel/parallel/zero/zero3.h"
 
 #include <gtest/gtest.h>
 
@@ -19,8 +19,8 @@
 #include "tessel/autograd/engine.h"
 #include "tessel/autograd/meta.h"
 #include "tessel/models/gpt2/gpt2.h"
-#include "tessel/parallel/zero_optimizer.h"
-#include "tessel/train/adamw.h"
+#include "tessel/parallel/zero/zero_optimizer.h"
+#include "tessel/train/optim/adamw.h"
 #include "zero_test_util.h"
 
 namespace tessel::parallel {

@@ -18,9 +18,9 @@
 #include "tessel/models/gpt2/gpt2.h"
 #include "tessel/nn/nn.h"
 #include "tessel/ops/ops.h"
-#include "tessel/parallel/zero_optimizer.h"
-#include "tessel/train/adamw.h"
-#include "tessel/train/grad_clip.h"
+#include "tessel/parallel/zero/zero_optimizer.h"
+#include "tessel/train/optim/adamw.h"
+#include "tessel/train/optim/grad_clip.h"
 #include "zero_test_util.h"
 
 namespace tessel::parallel {

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "tessel/parallel/zero_optimizer.h"
+#include "tessel/parallel/zero/zero_optimizer.h"
 #include "tessel/train/optim/grad_norm.h"
 
 namespace tessel::parallel::test_util {

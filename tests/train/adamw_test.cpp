@@ -2,7 +2,7 @@
 // AdamW against torch.optim.AdamW (two param groups, changing lr), against a plain double
 // re-implementation for f64 parameters, and its bookkeeping: groups, skipped parameters, saved
 // state that resumes bit for bit, and the errors.
-#include "tessel/train/adamw.h"
+#include "tessel/train/optim/adamw.h"
 
 #include <gtest/gtest.h>
 

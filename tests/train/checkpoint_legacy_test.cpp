@@ -7,8 +7,8 @@
 #include <filesystem>
 
 #include "tessel/io/safetensors.h"
-#include "tessel/train/checkpoint.h"
-#include "tessel/train/checkpoint_pieces.h"
+#include "tessel/train/checkpoint/checkpoint.h"
+#include "tessel/train/checkpoint/checkpoint_pieces.h"
 #include "tessel/train/trainer.h"
 #include "trainer_test_util.h"
 

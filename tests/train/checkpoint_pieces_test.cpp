@@ -3,7 +3,7 @@
 // tensors (column shards, per-block rows, flat ranges cut through rows and through segments),
 // rank 0 indexes them, and every rank reads them back whole and in another layout, bit for bit.
 // A missing piece file, a missing piece and a corrupted file are refused with their names.
-#include "tessel/train/checkpoint_pieces.h"
+#include "tessel/train/checkpoint/checkpoint_pieces.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -14,8 +14,8 @@
 #include <random>
 
 #include "common/thread_checks.h"
-#include "tessel/train/checkpoint.h"
-#include "tessel/train/checkpoint_placement.h"
+#include "tessel/train/checkpoint/checkpoint.h"
+#include "tessel/train/checkpoint/checkpoint_placement.h"
 
 namespace tessel::train {
 namespace {

@@ -3,7 +3,7 @@
 // a message naming the damage, resume falls back past it, and retention and stale temp cleanup
 // delete only what they should. A file's CRC-32C is streamed in blocks (the checksum itself:
 // tests/io/crc32c_test.cpp).
-#include "tessel/train/checkpoint.h"
+#include "tessel/train/checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -2,7 +2,7 @@
 // Global gradient-norm clipping: the norm against an fp64 sum and against
 // torch.nn.utils.clip_grad_norm_, the clipping factor, the untouched cases (under the maximum,
 // non-finite norm), undefined gradients, other dtypes, and thread-count independence.
-#include "tessel/train/grad_clip.h"
+#include "tessel/train/optim/grad_clip.h"
 
 #include <gtest/gtest.h>
 

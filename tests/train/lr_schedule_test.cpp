@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The learning-rate schedule at the points where its value is known exactly: warmup, its end,
 // the cosine midpoint, the last step and beyond, for each decay shape, and its errors.
-#include "tessel/train/lr_schedule.h"
+#include "tessel/train/optim/lr_schedule.h"
 
 #include <gtest/gtest.h>
 

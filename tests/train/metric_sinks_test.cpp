@@ -3,7 +3,7 @@
 // keeps the first failed write and stops feeding files after it, the TensorBoard scalars of a
 // record, a resumed run's event files (the repeated steps cut), and a whole in-process run whose
 // event file holds what its JSONL holds.
-#include "tessel/train/metric_sinks.h"
+#include "tessel/train/metrics/metric_sinks.h"
 
 #include <gtest/gtest.h>
 

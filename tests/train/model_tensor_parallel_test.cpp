@@ -18,7 +18,7 @@
 #include "tessel/autograd/engine.h"
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/models/generation.h"
-#include "tessel/train/grad_clip.h"
+#include "tessel/train/optim/grad_clip.h"
 #include "tessel/train/optim/grad_norm.h"
 
 namespace tessel::train {

@@ -142,7 +142,7 @@ TEST_F(PrecisionLayout, Bf16Zero3FollowsOneProcessAndEqualsZero2) {
     for (size_t i = 0; i < a.steps[rank].size(); ++i) {
       EXPECT_EQ(a.steps[rank][i].loss, b.steps[rank][i].loss) << "rank " << rank << " step " << i;
       // Stage 3 buckets per unit, so the norm adds its shards' squares in another order. The
-      // squares are summed in f64 (train/grad_clip.cpp), so the order costs ~1e-15; the f32
+      // squares are summed in f64 (train/optim/grad_clip.cpp), so the order costs ~1e-15; the f32
       // gradients differ by at most one rounding of a two-rank sum (u = 6e-8). 1e-6 = 16u.
       EXPECT_NEAR(a.steps[rank][i].grad_norm, b.steps[rank][i].grad_norm,
                   1e-6 * a.steps[rank][i].grad_norm)

@@ -11,7 +11,7 @@
 
 #include "common/thread_checks.h"
 #include "tessel/train/layout.h"
-#include "tessel/train/loss_scaler.h"
+#include "tessel/train/optim/loss_scaler.h"
 #include "tessel/train/trainer.h"
 #include "trainer_test_util.h"
 

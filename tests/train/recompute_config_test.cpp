@@ -9,7 +9,7 @@
 #include "tessel/core/error.h"
 #include "tessel/models/gpt2/gpt2_config.h"
 #include "tessel/train/config.h"
-#include "tessel/train/metrics.h"
+#include "tessel/train/metrics/metrics.h"
 
 namespace tessel::train {
 namespace {

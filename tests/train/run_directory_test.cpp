@@ -3,7 +3,7 @@
 // host, a released lock is free again, a lock left in the file by a process that no longer
 // exists is taken over and named, and a checkpoint larger than the free space is refused with
 // both numbers. The JSONL log never keeps a torn record (a file-size limit makes writes fail).
-#include "tessel/train/run_directory.h"
+#include "tessel/train/checkpoint/run_directory.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -16,7 +16,7 @@
 #include <iterator>
 
 #include "tessel/core/error.h"
-#include "tessel/train/metrics.h"
+#include "tessel/train/metrics/metrics.h"
 
 namespace tessel::train {
 namespace {

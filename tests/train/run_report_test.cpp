@@ -4,7 +4,7 @@
 // skipped steps and HFU show where they should; a pipeline timeline becomes a Gantt chart; a real
 // run's checkpoint fills the table; and bad input is one Error naming the file (and line).
 // Rendering in a browser: tests/train/report_check.py.
-#include "tessel/train/run_report.h"
+#include "tessel/train/metrics/run_report.h"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <limits>
 
-#include "tessel/train/checkpoint.h"
+#include "tessel/train/checkpoint/checkpoint.h"
 #include "tessel/train/stop_signal.h"
 #include "trainer_test_util.h"
 

@@ -31,8 +31,8 @@
 #include "tessel/models/llama/llama_config.h"
 #include "tessel/nn/autocast.h"
 #include "tessel/tensor/allocator.h"
-#include "tessel/train/adamw.h"
-#include "tessel/train/grad_clip.h"
+#include "tessel/train/optim/adamw.h"
+#include "tessel/train/optim/grad_clip.h"
 
 namespace tessel::cli {
 

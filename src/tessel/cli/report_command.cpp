@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // `tessel report RUN_DIR [--out FILE]`: one self-contained HTML page about a training run — its
 // curves as inline SVG, a table of the run and, for a pipelined run, the last step's timeline
-// (train/run_report.h). Default output: RUN_DIR/report.html.
+// (train/metrics/run_report.h). Default output: RUN_DIR/report.html.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <memory>
 #include <string>
 
 #include "tessel/cli/commands.h"
-#include "tessel/train/run_report.h"
+#include "tessel/train/metrics/run_report.h"
 
 namespace tessel::cli {
 

@@ -10,7 +10,7 @@
 #include "tessel/cli/model_args.h"
 #include "tessel/dist/mesh.h"
 #include "tessel/dist/world.h"
-#include "tessel/train/checkpoint.h"
+#include "tessel/train/checkpoint/checkpoint.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel::cli {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // CRC-32C (Castagnoli's polynomial, as in iSCSI, RFC 3720): the checksum of checkpoint manifests
-// (train/checkpoint.h) and of TFRecord framing (tensorboard_events.h).
+// (train/checkpoint/checkpoint.h) and of TFRecord framing (tensorboard_events.h).
 #pragma once
 
 #include <cstddef>

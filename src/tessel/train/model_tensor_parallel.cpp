@@ -8,7 +8,7 @@
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/core/error.h"
 #include "tessel/ops/shape.h"
-#include "tessel/parallel/vocab_parallel.h"
+#include "tessel/parallel/tensor/vocab_parallel.h"
 #include "tessel/sharding/regions.h"
 
 namespace tessel::train {

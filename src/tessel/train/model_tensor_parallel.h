@@ -22,7 +22,7 @@
 
 #include "tessel/dist/communicator.h"
 #include "tessel/models/causal_lm.h"
-#include "tessel/parallel/plan.h"
+#include "tessel/parallel/tensor/plan.h"
 
 namespace tessel::train {
 

@@ -21,9 +21,9 @@
 #include "tessel/kernels/gemm_rate.h"
 #include "tessel/models/family.h"
 #include "tessel/tensor/allocator.h"
-#include "tessel/train/checkpoint.h"
+#include "tessel/train/checkpoint/checkpoint.h"
 #include "tessel/train/global_batch.h"
-#include "tessel/train/grad_clip.h"
+#include "tessel/train/optim/grad_clip.h"
 #include "tessel/train/pipeline_stage.h"
 #include "tessel/train/stop_signal.h"
 

@@ -17,20 +17,20 @@
 #include "tessel/io/tokenizer.h"
 #include "tessel/models/causal_lm.h"
 #include "tessel/nn/autocast.h"
-#include "tessel/parallel/data_parallel.h"
-#include "tessel/parallel/zero_optimizer.h"
-#include "tessel/train/adamw.h"
-#include "tessel/train/checkpoint_placement.h"
+#include "tessel/parallel/data/data_parallel.h"
+#include "tessel/parallel/zero/zero_optimizer.h"
+#include "tessel/train/checkpoint/checkpoint_placement.h"
+#include "tessel/train/checkpoint/run_directory.h"
 #include "tessel/train/config.h"
 #include "tessel/train/layout.h"
-#include "tessel/train/loss_scaler.h"
-#include "tessel/train/lr_schedule.h"
-#include "tessel/train/metric_sinks.h"
-#include "tessel/train/metrics.h"
+#include "tessel/train/metrics/metric_sinks.h"
+#include "tessel/train/metrics/metrics.h"
 #include "tessel/train/model_presets.h"
 #include "tessel/train/model_tensor_parallel.h"
+#include "tessel/train/optim/adamw.h"
+#include "tessel/train/optim/loss_scaler.h"
+#include "tessel/train/optim/lr_schedule.h"
 #include "tessel/train/optim/sharded_adamw.h"
-#include "tessel/train/run_directory.h"
 #include "tessel/train/stop_signal.h"
 
 namespace tessel::train {
@@ -194,7 +194,7 @@ class Trainer {
   Generator rng_;  // model initialisation, then dropout
   std::shared_ptr<models::CausalLM> model_;
   std::unique_ptr<Optimizer> optimizer_;  // AdamW, or ZeRO's AdamW over dp shards
-  AdamW* adamw_ = nullptr;                 // optimizer_ without ZeRO (its moments, for checkpoints)
+  AdamW* adamw_ = nullptr;                // optimizer_ without ZeRO (its moments, for checkpoints)
   std::unique_ptr<parallel::DataParallel> ddp_;       // averages gradients over dp_, overlapped
   std::unique_ptr<parallel::Zero3Parameters> zero3_;  // parallel.zero_stage 3: parameter shards
   parallel::ZeroAdamW* zero_ = nullptr;  // optimizer_'s shards under parallel.zero_stage 1-3

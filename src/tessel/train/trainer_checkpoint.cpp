@@ -17,8 +17,8 @@
 #include "tessel/io/mapped_file.h"
 #include "tessel/io/safetensors.h"
 #include "tessel/models/family.h"
-#include "tessel/train/checkpoint.h"
-#include "tessel/train/checkpoint_pieces.h"
+#include "tessel/train/checkpoint/checkpoint.h"
+#include "tessel/train/checkpoint/checkpoint_pieces.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel::train {

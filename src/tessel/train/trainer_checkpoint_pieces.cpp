@@ -16,8 +16,8 @@
 
 #include "tessel/core/error.h"
 #include "tessel/models/family.h"
-#include "tessel/parallel/param_shard.h"
-#include "tessel/train/checkpoint_placement.h"
+#include "tessel/parallel/tensor/param_shard.h"
+#include "tessel/train/checkpoint/checkpoint_placement.h"
 #include "tessel/train/pipeline_stage.h"
 #include "tessel/train/trainer.h"
 

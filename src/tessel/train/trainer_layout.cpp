@@ -17,7 +17,7 @@
 #include <set>
 
 #include "tessel/dist/comm_time.h"
-#include "tessel/parallel/vocab_parallel.h"
+#include "tessel/parallel/tensor/vocab_parallel.h"
 #include "tessel/sharding/placement.h"
 #include "tessel/train/optim/grad_norm.h"
 #include "tessel/train/pipeline_stage.h"

@@ -30,8 +30,8 @@
 #include "tessel/io/mapped_file.h"
 #include "tessel/parallel/pipeline/printer.h"
 #include "tessel/parallel/pipeline/simulator.h"
+#include "tessel/train/metrics/run_report.h"
 #include "tessel/train/pipeline_stage.h"
-#include "tessel/train/run_report.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel::train {

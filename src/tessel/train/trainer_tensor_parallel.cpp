@@ -4,7 +4,7 @@
 // sequence-parallel gradient sums, and checkpoints gathered to full tensors (and sliced back on
 // resume) so that any layout reads any other's checkpoints. Every tp rank reads the same batches:
 // the loader's rank is the dp rank.
-#include "tessel/train/grad_clip.h"
+#include "tessel/train/optim/grad_clip.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel::train {

@@ -17,7 +17,7 @@
 #include "tessel/dist/world.h"
 #include "tessel/models/gpt2/gpt2.h"
 #include "tessel/ops/ops.h"
-#include "tessel/parallel/data_parallel.h"
+#include "tessel/parallel/data/data_parallel.h"
 
 using namespace tessel;
 namespace test_util = tessel::parallel::test_util;

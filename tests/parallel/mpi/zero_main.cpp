@@ -20,11 +20,11 @@
 #include "tessel/autograd/engine.h"
 #include "tessel/dist/world.h"
 #include "tessel/models/gpt2/gpt2.h"
-#include "tessel/parallel/zero3.h"
-#include "tessel/parallel/zero_optimizer.h"
+#include "tessel/parallel/zero/zero3.h"
+#include "tessel/parallel/zero/zero_optimizer.h"
 #include "tessel/tensor/allocator.h"
-#include "tessel/train/adamw.h"
-#include "tessel/train/grad_clip.h"
+#include "tessel/train/optim/adamw.h"
+#include "tessel/train/optim/grad_clip.h"
 
 using namespace tessel;
 namespace test_util = tessel::parallel::test_util;

@@ -72,7 +72,7 @@ Tensor GPT2Attention::forward_recomputed(const Tensor& x, nn::LayerNorm& norm) {
 
 Tensor GPT2Attention::core(const Tensor& qkv) {
   // The head count follows qkv's width: n_head serially, this rank's n_head / tp heads when
-  // c_attn is split per head by tensor parallelism (parallel/plan.h), with no other change.
+  // c_attn is split per head by tensor parallelism (parallel/tensor/plan.h), with no other change.
   const int64_t b = qkv.size(0), t = qkv.size(1), d = n_embd_ / n_head_;
   const int64_t c = qkv.size(2) / 3, heads = c / d;
   TESSEL_CHECK(qkv.ndim() == 3 && qkv.size(2) == 3 * heads * d && heads >= 1, "GPT2Attention: qkv ",

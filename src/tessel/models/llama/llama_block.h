@@ -10,7 +10,8 @@
 // (silu(gate) * up), resid_attn, and the module outputs.
 //
 // Head counts follow the projections' widths: all heads serially, this rank's heads when
-// q/k/v_proj are split per head by tensor parallelism (parallel/plan.h), with no other change.
+// q/k/v_proj are split per head by tensor parallelism (parallel/tensor/plan.h), with no other
+// change.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The one optimizer interface of the trainer: AdamW over whole parameters (train/adamw.h) and
+// The one optimizer interface of the trainer: AdamW over whole parameters (train/optim/adamw.h) and
 // AdamW over ZeRO shards (sharded_adamw.h), later an offloaded AdamW. A step is always
 //   norm over gradients() -> scale_spans(gradients(), 1/k and clipping) -> step(lr),
 // whatever the optimizer holds; what each one keeps for checkpoints stays its own.

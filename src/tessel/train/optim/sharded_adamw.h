@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// ZeRO's AdamW (Rajbhandari et al. 2020; parallel/zero_optimizer.h: the moments, and from stage 2
-// the gradients, partitioned over the data-parallel ranks) behind the trainer's Optimizer
+// ZeRO's AdamW (Rajbhandari et al. 2020; parallel/zero/zero_optimizer.h: the moments, and from
+// stage 2 the gradients, partitioned over the data-parallel ranks) behind the trainer's Optimizer
 // interface. Its gradients are the full averaged buckets (stage 1) or this rank's shards of them.
 #pragma once
 
 #include <string>
 
-#include "tessel/parallel/zero_optimizer.h"
+#include "tessel/parallel/zero/zero_optimizer.h"
 #include "tessel/train/optim/optimizer.h"
 
 namespace tessel::train {

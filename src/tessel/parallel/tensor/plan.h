@@ -30,8 +30,8 @@
 
 #include "tessel/dist/communicator.h"
 #include "tessel/nn/module.h"
-#include "tessel/parallel/param_shard.h"
-#include "tessel/parallel/tensor_parallel.h"
+#include "tessel/parallel/tensor/param_shard.h"
+#include "tessel/parallel/tensor/tensor_parallel.h"
 
 namespace tessel::parallel {
 

@@ -2,7 +2,7 @@
 // ZeroAdamW: AdamW on this rank's block of every gradient bucket (ZeRO stages 1 and 2), the
 // updated blocks all-gathered back into every replica. A block mixes parameters, so the kernel's
 // adamw runs once per (parameter ∩ block) range, each with its own weight decay.
-#include "tessel/parallel/zero_optimizer.h"
+#include "tessel/parallel/zero/zero_optimizer.h"
 
 #include <algorithm>
 #include <cmath>

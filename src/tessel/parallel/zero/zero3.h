@@ -24,7 +24,7 @@
 #include "tessel/dist/work.h"
 #include "tessel/nn/autocast.h"
 #include "tessel/nn/module.h"
-#include "tessel/parallel/data_parallel.h"
+#include "tessel/parallel/data/data_parallel.h"
 #include "tessel/tensor/tensor.h"
 
 namespace tessel::parallel {

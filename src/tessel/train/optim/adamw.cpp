@@ -2,7 +2,7 @@
 // AdamW (Loshchilov & Hutter 2019) over named parameters: the bookkeeping (groups, moments, step
 // count, saved state). The arithmetic is the kernel backend's adamw of each parameter's device,
 // looked up as the ops do, so a BackendScope can swap in the reference backend.
-#include "tessel/train/adamw.h"
+#include "tessel/train/optim/adamw.h"
 
 #include <cmath>
 #include <set>

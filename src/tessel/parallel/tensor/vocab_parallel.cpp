@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The vocab-parallel embedding style and the vocab-parallel cross-entropy (an autograd node whose
 // backward needs no communication).
-#include "tessel/parallel/vocab_parallel.h"
+#include "tessel/parallel/tensor/vocab_parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +12,7 @@
 #include "tessel/core/error.h"
 #include "tessel/ops/elementwise.h"
 #include "tessel/ops/embedding.h"
-#include "tessel/parallel/param_shard.h"
+#include "tessel/parallel/tensor/param_shard.h"
 #include "tessel/sharding/regions.h"
 
 namespace tessel::parallel {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The metric sinks of a training run (metric_sinks.h): the progress line's interval averages, the
 // TensorBoard scalars of a record, and the fan-out that keeps the first failed write.
-#include "tessel/train/metric_sinks.h"
+#include "tessel/train/metrics/metric_sinks.h"
 
 #include <cmath>
 #include <filesystem>

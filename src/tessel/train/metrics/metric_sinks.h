@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "tessel/io/tensorboard_events.h"
-#include "tessel/train/metrics.h"
+#include "tessel/train/metrics/metrics.h"
 
 namespace tessel::train {
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Learning-rate schedule: linear warmup, then cosine (Loshchilov & Hutter, "SGDR", 2017), linear or
 // constant decay. Stateless, so resuming needs only the step number.
-#include "tessel/train/lr_schedule.h"
+#include "tessel/train/optim/lr_schedule.h"
 
 #include <cmath>
 #include <numbers>

@@ -3,7 +3,7 @@
 // (released and re-materialised in place, so every Tensor handle, including those autograd saved,
 // stays valid), driven by module forward hooks, an identity node at each unit's output whose
 // backward gathers the unit again, and grad-ready hooks that release it.
-#include "tessel/parallel/zero3.h"
+#include "tessel/parallel/zero/zero3.h"
 
 #include <algorithm>
 #include <map>

@@ -3,7 +3,7 @@
 // in the local tensor as `outer` runs of length * inner consecutive elements (outer = the product
 // of the dims before `dim`, inner = of those after); each run, cut to [begin, end), is a range of
 // consecutive elements of the segment's box too.
-#include "tessel/train/checkpoint_placement.h"
+#include "tessel/train/checkpoint/checkpoint_placement.h"
 
 #include <algorithm>
 #include <cstring>

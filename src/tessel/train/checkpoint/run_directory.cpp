@@ -6,7 +6,7 @@
 // so runs on different machines sharing a run directory exclude each other too. Where the
 // filesystem refuses locks altogether, the pid and host written into the file decide: a holder on
 // this host that no longer exists is stale and its lock is taken over.
-#include "tessel/train/run_directory.h"
+#include "tessel/train/checkpoint/run_directory.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -21,7 +21,7 @@
 #include <optional>
 
 #include "tessel/core/error.h"
-#include "tessel/train/metrics.h"
+#include "tessel/train/metrics/metrics.h"
 
 namespace tessel::train {
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Shard specs: which rows of a parameter a rank holds, and the slice / gather between full
 // tensors and pieces that layout-independent checkpoints rely on.
-#include "tessel/parallel/param_shard.h"
+#include "tessel/parallel/tensor/param_shard.h"
 
 #include <algorithm>
 

@@ -2,7 +2,7 @@
 // The Sequence style: sequence-sharded embeddings, dropouts that draw their piece of the
 // full-sequence mask, and the region after a norm that feeds a vocab-split LM head; norms need no
 // change to run on a sequence piece.
-#include "tessel/parallel/sequence_parallel.h"
+#include "tessel/parallel/tensor/sequence_parallel.h"
 
 #include "tessel/core/error.h"
 #include "tessel/nn/layers.h"

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Plan files: parsing, pattern matching over module paths, checking every rule against the
 // model, then applying the styles.
-#include "tessel/parallel/plan.h"
+#include "tessel/parallel/tensor/plan.h"
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -9,8 +9,8 @@
 
 #include "tessel/core/error.h"
 #include "tessel/nn/layers.h"
-#include "tessel/parallel/sequence_parallel.h"
-#include "tessel/parallel/vocab_parallel.h"
+#include "tessel/parallel/tensor/sequence_parallel.h"
+#include "tessel/parallel/tensor/vocab_parallel.h"
 #include "tessel/sharding/op_rules.h"
 
 namespace tessel::parallel {

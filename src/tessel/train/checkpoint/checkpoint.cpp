@@ -4,7 +4,7 @@
 // The same write-then-marker idea as llm.c's DONE files and torch.distributed.checkpoint's
 // `.metadata`, with checksums so a truncated or bit-rotted file is refused on resume rather than
 // loaded. The checksum is CRC-32C (io/crc32c.h).
-#include "tessel/train/checkpoint.h"
+#include "tessel/train/checkpoint/checkpoint.h"
 
 #include <fcntl.h>
 #include <signal.h>

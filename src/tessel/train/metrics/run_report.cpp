@@ -2,7 +2,7 @@
 // `tessel report` (run_report.h): reading a run directory — the JSONL log, the newest
 // checkpoint's configuration, model and layout, the pipeline timeline — and assembling the page.
 // The SVG itself is run_report_svg.cpp.
-#include "tessel/train/run_report.h"
+#include "tessel/train/metrics/run_report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,8 +16,8 @@
 #include "tessel/core/error.h"
 #include "tessel/io/mapped_file.h"
 #include "tessel/models/family.h"
-#include "tessel/train/checkpoint.h"
-#include "tessel/train/checkpoint_pieces.h"
+#include "tessel/train/checkpoint/checkpoint.h"
+#include "tessel/train/checkpoint/checkpoint_pieces.h"
 #include "tessel/train/config.h"
 
 namespace tessel::train {

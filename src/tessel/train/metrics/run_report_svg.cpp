@@ -8,7 +8,7 @@
 #include <limits>
 #include <string>
 
-#include "tessel/train/run_report.h"
+#include "tessel/train/metrics/run_report.h"
 
 namespace tessel::train {
 

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "tessel/parallel/data_parallel.h"
-#include "tessel/parallel/zero3.h"
+#include "tessel/parallel/data/data_parallel.h"
+#include "tessel/parallel/zero/zero3.h"
 #include "tessel/tensor/tensor.h"
 
 namespace tessel::parallel {

@@ -2,7 +2,7 @@
 // Colwise and Rowwise tensor parallelism for nn::Linear through a forward override (see the header
 // for the mechanism): parameters rebound in place to this rank's piece, the parallel product
 // computed around Megatron-LM's copy_to_region and reduce_from_region.
-#include "tessel/parallel/tensor_parallel.h"
+#include "tessel/parallel/tensor/tensor_parallel.h"
 
 #include <memory>
 #include <utility>
@@ -12,7 +12,7 @@
 #include "tessel/ops/elementwise.h"
 #include "tessel/ops/matmul.h"
 #include "tessel/ops/shape.h"
-#include "tessel/parallel/param_shard.h"
+#include "tessel/parallel/tensor/param_shard.h"
 #include "tessel/sharding/placement.h"
 #include "tessel/sharding/regions.h"
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "tessel/train/checkpoint_pieces.h"
+#include "tessel/train/checkpoint/checkpoint_pieces.h"
 
 namespace tessel::train {
 

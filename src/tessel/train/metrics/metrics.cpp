@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Progress lines and JSONL records of a training run.
-#include "tessel/train/metrics.h"
+#include "tessel/train/metrics/metrics.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -22,7 +22,7 @@
 
 #include "tessel/dist/communicator.h"
 #include "tessel/nn/layers.h"
-#include "tessel/parallel/tensor_parallel.h"
+#include "tessel/parallel/tensor/tensor_parallel.h"
 #include "tessel/tensor/tensor.h"
 
 namespace tessel::parallel {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // DataParallel: gradient buckets over reverse model order, launched from autograd's grad-ready
 // hooks strictly in bucket order, awaited in finish_gradient_sync().
-#include "tessel/parallel/data_parallel.h"
+#include "tessel/parallel/data/data_parallel.h"
 
 #include <set>
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // LossScaler: the scale stays a power of two times the initial value, so scaling and unscaling
 // are exact in binary floating point (no rounding is added to the gradients by the scaling).
-#include "tessel/train/loss_scaler.h"
+#include "tessel/train/optim/loss_scaler.h"
 
 #include <algorithm>
 #include <cmath>

@@ -23,7 +23,7 @@
 
 #include "tessel/dist/communicator.h"
 #include "tessel/nn/module.h"
-#include "tessel/parallel/tensor_parallel.h"
+#include "tessel/parallel/tensor/tensor_parallel.h"
 
 namespace tessel::parallel {
 

@@ -2,7 +2,7 @@
 // Writing, indexing and reading layout-independent checkpoint pieces (checkpoint_pieces.h). The
 // piece files are safetensors whose metadata lists each entry's global tensor and region; the
 // index is JSON so that a person (or another tool) can see which file holds what without tessel.
-#include "tessel/train/checkpoint_pieces.h"
+#include "tessel/train/checkpoint/checkpoint_pieces.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -3,7 +3,7 @@
 // factor max_norm / (norm + 1e-6), for parameters on one process: the norm is
 // optim/grad_norm.h's global square sum with no mesh axis (the backend's multi-tensor kernel, the
 // same value for every thread count) and the scaling its scale_spans.
-#include "tessel/train/grad_clip.h"
+#include "tessel/train/optim/grad_clip.h"
 
 #include <cmath>
 #include <vector>
