@@ -241,7 +241,10 @@ struct MpiRun {
 };
 
 // `mpirun -np 2 tessel train --dp 2 ...` in the background with `mca` options, training until
-// stopped; returns once 3 steps are in its log.
+// stopped; returns once 3 steps are in its log. Few progress lines: after a SIGTERM mpirun stops
+// reading the ranks' output, and a rank that fills the pipe in the seconds before the signal
+// reaches it would block in a write and never stop cleanly (measured: a progress line every 5
+// steps did so in one run of five).
 MpiRun start_mpi_run(const Workspace& s, const std::string& name, const std::string& mca) {
   MpiRun m;
   m.run = s.dir / name;
@@ -251,7 +254,7 @@ MpiRun start_mpi_run(const Workspace& s, const std::string& name, const std::str
           std::string(TESSEL_MPIEXEC) + " --oversubscribe --bind-to none -np 2 " + mca + " " +
           TESSEL_BINARY + " " + s.common +
           " --dp 2 --set train.threads=1 --set train.steps=100000 --set eval.interval=0"
-          " --set fault.save_delay_ms=1500 --set checkpoint.dir=" +
+          " --set fault.save_delay_ms=1500 --set log.interval=100 --set checkpoint.dir=" +
           m.run.string(),
       m.out);
   EXPECT_TRUE(wait_for([&] { return has_steps(m.run / "train.jsonl", 3); })) << slurp(m.out);

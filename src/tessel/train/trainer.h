@@ -107,7 +107,18 @@ class Trainer {
   // The dp collectives issued since the flight recorder's count was `issued_before`, into r.
   void count_collectives(uint64_t issued_before, StepRecord& r) const;
   void print(const std::string& line) const;
+  // One optimizer step (trainer_step.cpp), phase by phase.
   bool train_step(StepRecord& record);
+  struct StepMarks {  // what the step's metrics are measured from
+    double start_s = 0;
+    uint64_t issued_before = 0;  // dp collectives issued so far
+    int64_t base_bytes = 0;      // allocator bytes in use before forward
+  };
+  StepMarks begin_step();
+  double forward_backward();  // the step's micro-batches (or pipeline schedule); their loss sum
+  void inject_faults(int64_t step);  // fault.* and the after_backward hook (crash-safety tests)
+  void update(StepRecord& record, int64_t step);  // the skip rule, or clip + scale + optimizer
+  void end_step(StepRecord& record, int64_t step, const StepMarks& marks);  // counters, metrics
   // Mixed precision (trainer_precision.cpp): the dtype of the forward and backward, the 16-bit
   // weight copies while the returned handle lives (a micro-batch, or a pipeline step: held until
   // the backwards end; under ZeRO-3 made per unit after its gather), the loss backward starts

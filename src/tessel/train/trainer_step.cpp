@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// One optimizer step: grad_accum micro-batches of forward + backward, the global gradient norm,
-// the 1/grad_accum average and clipping folded into one scaling pass, then AdamW at the
-// schedule's learning rate. A step whose loss or gradient norm is not finite changes no
-// parameter; it is counted, and too many in a row end the run with an Error.
+// One optimizer step, read top to bottom in train_step: the micro-batches' forward and backward
+// (or the pipeline's schedule), the gradients synchronised over the layout's axes, the global
+// norm, then the update: the 1/grad_accum average, the loss scale and clipping folded into one
+// scaling pass and the optimizer at the schedule's learning rate. A step whose loss or gradient
+// norm is not finite changes no parameter; it is counted, and too many in a row end the run with
+// an Error. Fault injection and the step's metrics are phases of their own.
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -19,37 +21,62 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+// Seconds on the steady clock (the step's duration is a difference of two).
+double now_s() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
 
 bool Trainer::train_step(StepRecord& r) {
-  const TrainSection& t = config_.train;
   const int64_t step = step_ + 1;
-  const auto t0 = Clock::now();
-  const uint64_t issued_before = dp_ ? dp_->context().issued_count() : 0;
+  // The gradients hold the sum over micro-batches; their mean is 1/grad_accum of it.
+  const double inv_accum = 1.0 / double(config_.train.grad_accum);
+  const StepMarks marks = begin_step();
+  const double loss_sum = forward_backward();  // micro-batches, or the pipeline's schedule
+  layout_sync_gradients(r);                    // tp sums, dp averages, ZeRO-3 (trainer_layout)
+  r.step_peak_bytes = int64_t(cpu_allocator().peak_bytes()) - marks.base_bytes;
+  inject_faults(step);
+  r.grad_norm = std::sqrt(layout_grad_square_sum()) * inv_accum;  // every element once
+  r.loss = dp_mean(loss_sum) * inv_accum;
+  r.lr = schedule_.at(step);
+  update(r, step);
+  end_step(r, step, marks);
+  return !r.skipped;
+}
+
+Trainer::StepMarks Trainer::begin_step() {
+  StepMarks marks;
+  marks.start_s = now_s();
+  marks.issued_before = dp_ ? dp_->context().issued_count() : 0;
   layout_begin_step();
   model_->zero_grad();
-  const int64_t base_bytes = int64_t(cpu_allocator().bytes_in_use());
+  marks.base_bytes = int64_t(cpu_allocator().bytes_in_use());
   cpu_allocator().reset_peak();  // the step's own peak, for activation memory
   if (zero3_) zero3_->reset_peak();
-  double loss_sum = pipe_ ? pipeline_forward_backward() : 0.0;
-  for (int64_t m = 0; m < (pipe_ ? 0 : t.grad_accum); ++m) {
+  return marks;
+}
+
+double Trainer::forward_backward() {
+  if (pipe_) return pipeline_forward_backward();
+  const int64_t accum = config_.train.grad_accum;
+  double loss_sum = 0;
+  for (int64_t m = 0; m < accum; ++m) {
     const io::TokenBatch batch = loader_->next();
     const auto low_precision = precision_scope();  // 16-bit weight copies until backward ends
     const Tensor loss = compute_loss(batch.x, batch.y);
     loss_sum += loss.item();
     // Data parallelism communicates only on the last micro-batch, overlapped with its backward.
-    if (ddp_) ddp_->set_sync(m == t.grad_accum - 1 && !layout_defers_dp_sync());
+    if (ddp_) ddp_->set_sync(m == accum - 1 && !layout_defers_dp_sync());
     autograd::backward(loss_for_backward(loss));
     if (zero3_) zero3_->finish_backward();  // ZeRO-3: no parameter stays gathered
   }
-  layout_sync_gradients(r);  // tp (sequence parallelism), dp, ZeRO-3 (trainer_layout.cpp)
-  r.step_peak_bytes = int64_t(cpu_allocator().peak_bytes()) - base_bytes;
-  std::vector<Tensor> params = trainable_tensors();
+  return loss_sum;
+}
+
+void Trainer::inject_faults(int64_t step) {
   if (hooks_.after_backward) hooks_.after_backward(step);
+  const std::vector<Tensor> params = trainable_tensors();
   if (config_.fault.nan_at_step == step && !params.empty()) {
     // ZeRO-2 keeps only this rank's shard of the averaged gradients.
     Tensor g = zero_ && zero_->stage() >= 2 ? ddp_->gradient_shard(0) : params.front().grad();
@@ -59,34 +86,40 @@ bool Trainer::train_step(StepRecord& r) {
     std::cout.flush();
     std::raise(SIGKILL);  // a real kill -9: no handler, no flush, no checkpoint
   }
-  // The gradients hold the sum over micro-batches; their mean is 1/grad_accum of it.
-  const double inv_accum = 1.0 / double(t.grad_accum);
-  r.grad_norm = std::sqrt(layout_grad_square_sum()) * inv_accum;
-  r.loss = dp_mean(loss_sum) * inv_accum;
-  r.lr = schedule_.at(step);
+}
+
+void Trainer::update(StepRecord& r, int64_t step) {
   const bool overflow = overflow_check(r);  // fp16: unscales grad_norm
   r.skipped = overflow || !std::isfinite(r.loss) || !std::isfinite(r.grad_norm);
   if (overflow) {
     ++skipped_;  // never counted toward train.max_bad_steps
-  } else if (r.skipped) {
+    return;
+  }
+  if (r.skipped) {
     ++skipped_;
     ++bad_in_a_row_;
     print("warning: step " + std::to_string(step) + " skipped: loss " + std::to_string(r.loss) +
           ", grad norm " + std::to_string(r.grad_norm) + " (non-finite; no update, " +
           std::to_string(bad_in_a_row_) + " in a row)");
-    TESSEL_CHECK(bad_in_a_row_ < t.max_bad_steps, "train: ", bad_in_a_row_,
-                 " non-finite steps in a row (train.max_bad_steps = ", t.max_bad_steps,
+    const int64_t limit = config_.train.max_bad_steps;
+    TESSEL_CHECK(bad_in_a_row_ < limit, "train: ", bad_in_a_row_,
+                 " non-finite steps in a row (train.max_bad_steps = ", limit,
                  "), the last at step ", step,
                  "; lower optim.lr or raise optim.warmup_steps and "
                  "resume from the last checkpoint");
-  } else {
-    double factor = inv_accum / step_scale_;
-    const double clip = config_.optim.grad_clip;
-    if (clip > 0 && r.grad_norm > clip) factor *= clip / (r.grad_norm + 1e-6);
-    if (factor != 1.0) scale_spans(optimizer_->gradients(), factor);
-    optimizer_->step(r.lr);  // ZeRO: this rank's shard, then the parameters all-gathered
-    bad_in_a_row_ = 0;
+    return;
   }
+  // 1/grad_accum, the loss scale and clipping in one scaling pass.
+  double factor = 1.0 / double(config_.train.grad_accum) / step_scale_;
+  const double clip = config_.optim.grad_clip;
+  if (clip > 0 && r.grad_norm > clip) factor *= clip / (r.grad_norm + 1e-6);
+  if (factor != 1.0) scale_spans(optimizer_->gradients(), factor);
+  optimizer_->step(r.lr);  // ZeRO: this rank's shard, then the parameters all-gathered
+  bad_in_a_row_ = 0;
+}
+
+void Trainer::end_step(StepRecord& r, int64_t step, const StepMarks& marks) {
+  const TrainSection& t = config_.train;
   pipeline_after_step();
   model_->zero_grad();  // the gradients are dead weight until the next backward
   step_ = step;
@@ -95,7 +128,7 @@ bool Trainer::train_step(StepRecord& r) {
   r.step = step;
   r.steps = t.steps;
   r.skipped_total = skipped_;
-  r.step_ms = seconds_since(t0) * 1e3;
+  r.step_ms = (now_s() - marks.start_s) * 1e3;
   r.tokens = tokens_;
   r.tokens_per_s = double(step_tokens) / (r.step_ms / 1e3);
   // Against the peak of every rank together (machine.peak_gflops is one rank's).
@@ -107,7 +140,7 @@ bool Trainer::train_step(StepRecord& r) {
   r.hfu = recompute_flops_per_token_ > 0
               ? r.mfu * (flops_per_token_ + recompute_flops_per_token_) / flops_per_token_
               : r.mfu;
-  if (dp_) count_collectives(issued_before, r);
+  if (dp_) count_collectives(marks.issued_before, r);
   layout_breakdown(r);
   const parallel::MemoryReport mem = memory_report();
   r.param_bytes = mem.param_bytes;
@@ -120,7 +153,6 @@ bool Trainer::train_step(StepRecord& r) {
   r.mem_bytes = int64_t(cpu_allocator().bytes_in_use());
   run_peak_bytes_ = std::max(run_peak_bytes_, int64_t(cpu_allocator().peak_bytes()));
   r.mem_peak_bytes = run_peak_bytes_;
-  return !r.skipped;
 }
 
 parallel::MemoryReport Trainer::memory_report() const {
