@@ -2,7 +2,7 @@
 // Training runs on a composed layout in one process (a thread world shaped as `--dp A --tp B
 // --pp C`), their per-rank step records, and the distance between two runs' final models: shared
 // by the tests that compare layouts with one process (precision_layout_test.cpp,
-// precision_llama_test.cpp).
+// precision_llama_test.cpp), and their fp16 check.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -95,6 +95,31 @@ inline double param_distance(const std::string& a, const std::string& b) {
     }
   }
   return std::sqrt(diff / norm);
+}
+
+// fp16 on `layout` follows one process through loss-scale changes: from an initial scale of
+// 1024 doubled every 2 clean steps, 6 steps on every rank keep one process's scales, skip none,
+// and stay within `loss_tol` of its losses; the scale ends at 4096 (the window was exercised).
+inline void expect_fp16_follows_one_process(TrainConfig base, const Layout& layout,
+                                            double loss_tol) {
+  base.train.steps = 6;
+  base.train.precision = "fp16";
+  base.train.loss_scale_init = 1024;
+  base.train.loss_scale_window = 2;
+  const Layout one{};
+  const LayoutRun a = train_on(layout_config(base, one, "fp16_one"), one);
+  const LayoutRun b = train_on(layout_config(base, layout, "fp16_layout"), layout);
+  ASSERT_EQ(a.steps[0].size(), 6u);
+  for (int rank = 0; rank < layout.dp * layout.tp * layout.pp; ++rank) {
+    ASSERT_EQ(b.steps[rank].size(), 6u) << layout.str() << " rank " << rank;
+    for (size_t i = 0; i < 6; ++i) {
+      EXPECT_EQ(b.steps[rank][i].loss_scale, a.steps[0][i].loss_scale) << "step " << i + 1;
+      EXPECT_FALSE(b.steps[rank][i].skipped) << "step " << i + 1;
+      EXPECT_NEAR(b.steps[rank][i].loss, a.steps[0][i].loss, loss_tol * a.steps[0][i].loss)
+          << layout.str() << " rank " << rank << " step " << i + 1;
+    }
+  }
+  EXPECT_EQ(a.steps[0].back().loss_scale, 4096.0);
 }
 
 }  // namespace tessel::train::test

@@ -202,23 +202,7 @@ TEST(PrecisionLayoutFp16, PipelineFollowsOneProcessThroughScaleChanges) {
   TrainConfig base = base_config(dir, 37, 6);
   base.train.threads = 1;
   base.train.grad_accum = 2;
-  base.train.precision = "fp16";
-  base.train.loss_scale_init = 1024;
-  base.train.loss_scale_window = 2;
-  const Layout one{}, pp{1, 1, 2, 0, false, "1f1b"};
-  const LayoutRun a = train_on(layout_config(base, one, "one"), one);
-  const LayoutRun b = train_on(layout_config(base, pp, "pp"), pp);
-  ASSERT_EQ(a.steps[0].size(), 6u);
-  for (int rank = 0; rank < 2; ++rank) {
-    ASSERT_EQ(b.steps[rank].size(), 6u);
-    for (size_t i = 0; i < 6; ++i) {
-      EXPECT_EQ(b.steps[rank][i].loss_scale, a.steps[0][i].loss_scale) << "step " << i + 1;
-      EXPECT_FALSE(b.steps[rank][i].skipped) << "step " << i + 1;
-      EXPECT_NEAR(b.steps[rank][i].loss, a.steps[0][i].loss, kLossTol * a.steps[0][i].loss)
-          << "rank " << rank << " step " << i + 1;
-    }
-  }
-  EXPECT_EQ(a.steps[0].back().loss_scale, 4096.0);  // doubled twice: the window was exercised
+  test::expect_fp16_follows_one_process(base, Layout{1, 1, 2, 0, false, "1f1b"}, kLossTol);
   std::filesystem::remove_all(dir);
 }
 

@@ -120,23 +120,8 @@ TEST_F(PrecisionLlama, Bf16FullGridFollowsOneProcess) {
 
 TEST(PrecisionLlamaFp16, TensorPipelineFollowsOneProcessThroughScaleChanges) {
   const auto dir = test::scratch("precision_llama_fp16");
-  TrainConfig base = llama_base(dir, 6, "fp16");
-  base.train.loss_scale_init = 1024;
-  base.train.loss_scale_window = 2;
-  const Layout one{}, grid{1, 2, 2, 0, false, "1f1b"};
-  const LayoutRun a = train_on(layout_config(base, one, "one"), one);
-  const LayoutRun b = train_on(layout_config(base, grid, "grid"), grid);
-  ASSERT_EQ(a.steps[0].size(), 6u);
-  for (int rank = 0; rank < 4; ++rank) {
-    ASSERT_EQ(b.steps[rank].size(), 6u);
-    for (size_t i = 0; i < 6; ++i) {
-      EXPECT_EQ(b.steps[rank][i].loss_scale, a.steps[0][i].loss_scale) << "step " << i + 1;
-      EXPECT_FALSE(b.steps[rank][i].skipped) << "step " << i + 1;
-      EXPECT_NEAR(b.steps[rank][i].loss, a.steps[0][i].loss, kLossTol * a.steps[0][i].loss)
-          << "rank " << rank << " step " << i + 1;
-    }
-  }
-  EXPECT_EQ(a.steps[0].back().loss_scale, 4096.0);  // doubled twice: the window was exercised
+  test::expect_fp16_follows_one_process(llama_base(dir, 6, "fp16"), Layout{1, 2, 2, 0, false},
+                                        kLossTol);
   std::filesystem::remove_all(dir);
 }
 
