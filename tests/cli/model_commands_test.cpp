@@ -12,7 +12,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "cli_run.h"
@@ -335,6 +337,54 @@ TEST(EvalCommand, MatchesPerWindowCrossEntropy) {
   expect_one_error_line(
       tessel("eval -m " + bare.string() + " --text " + (d / "text.txt").string(), d),
       "no tokenizer in");
+}
+
+// `bench generate --profile` splits a decode step's time by kernel: every figure is there, the
+// products of a decode step appear as one-row GEMMs (the small-m path), the total is the sum of
+// the rows, and a LLaMA config is measured like a GPT-2 one.
+TEST(BenchGenerate, ProfileSplitsTheDecodeByKernel) {
+  const fs::path d = scratch("bench_generate");
+  std::ofstream(d / "gpt2.json") << R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+    "vocab_size": 97, "n_positions": 33, "n_embd": 16, "n_layer": 2, "n_head": 2})";
+  std::ofstream(d / "llama.json") << R"({"architectures": ["LlamaForCausalLM"],
+    "model_type": "llama", "vocab_size": 101, "hidden_size": 16, "intermediate_size": 24,
+    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 33, "tie_word_embeddings": false})";
+  for (const char* name : {"gpt2.json", "llama.json"}) {
+    const Outcome r = tessel("bench generate --config " + (d / name).string() +
+                                 " --prompt 7 --tokens 13 --seconds 0 --profile",
+                             d);
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    std::map<std::string, int> figures;
+    double share = 0, kernel_ms = 0, total_ms = 0, kernels_total_ms = 0;
+    bool one_row_gemm = false;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.value("bench", "") != "generate") continue;
+      const std::string figure = j["figure"];
+      ++figures[figure];
+      if (figure == "decode_profile") {
+        share += j["share"].get<double>();
+        kernel_ms += j["ms_per_token"].get<double>();
+        EXPECT_GT(j["calls_per_token"].get<double>(), 0) << line;
+        one_row_gemm |= j["kernel"].get<std::string>().rfind("gemm.NT 1x", 0) == 0;
+      } else if (figure == "decode_profile_total") {
+        total_ms = j["ms_per_token"];
+        kernels_total_ms = j["kernels_ms_per_token"];
+      }
+    }
+    EXPECT_EQ(figures["prefill"], 1) << r.out;
+    EXPECT_EQ(figures["decode"], 1) << r.out;
+    EXPECT_EQ(figures["decode_bandwidth"], 1) << r.out;
+    EXPECT_EQ(figures["decode_profile_total"], 1) << r.out;
+    EXPECT_GE(figures["decode_profile"], 4) << r.out;  // gemm, attention, norms, elementwise
+    EXPECT_TRUE(one_row_gemm) << name << ": no one-row product in the decode's profile\n" << r.out;
+    // The total is the sum of the rows (no timing is asserted: only that the figures agree).
+    EXPECT_GT(total_ms, 0);
+    EXPECT_NEAR(kernel_ms, kernels_total_ms, 1e-9 + 1e-9 * kernels_total_ms) << r.out;
+    EXPECT_TRUE(std::isfinite(share)) << r.out;
+  }
 }
 
 }  // namespace
