@@ -281,31 +281,18 @@ EventFileWriter::EventFileWriter(const std::string& dir) {
   const std::string base =
       (fs::path(dir) / (kEventFilePrefix + std::to_string(std::time(nullptr)) + "." + host_name()))
           .string();
-  for (int n = 0; fd_ < 0; ++n) {
-    path_ = n == 0 ? base : base + "." + std::to_string(n);
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    TESSEL_CHECK(fd_ >= 0 || (errno == EEXIST && n < 1000),
-                 "tensorboard: cannot create the event file ", path_,
+  int fd = -1;
+  std::string path;
+  for (int n = 0; fd < 0; ++n) {
+    path = n == 0 ? base : base + "." + std::to_string(n);
+    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    TESSEL_CHECK(fd >= 0 || (errno == EEXIST && n < 1000),
+                 "tensorboard: cannot create the event file ", path,
                  " (log.tensorboard): ", std::strerror(errno));
   }
+  file_ = RecordFile(fd, path,
+                     "tensorboard: cannot write the event file " + path + " (log.tensorboard)");
   write_record(event_file_version(now_seconds()));
-}
-
-EventFileWriter::~EventFileWriter() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-EventFileWriter::EventFileWriter(EventFileWriter&& other) noexcept
-    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
-
-EventFileWriter& EventFileWriter::operator=(EventFileWriter&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    path_ = std::move(other.path_);
-    fd_ = std::exchange(other.fd_, -1);
-    size_ = other.size_;
-  }
-  return *this;
 }
 
 void EventFileWriter::write_scalars(int64_t step, const std::vector<ScalarValue>& values,
@@ -314,24 +301,7 @@ void EventFileWriter::write_scalars(int64_t step, const std::vector<ScalarValue>
 }
 
 void EventFileWriter::write_record(const std::string& data) {
-  if (fd_ < 0) return;
-  const std::string record = tfrecord(data);
-  size_t done = 0;
-  while (done < record.size()) {
-    const ssize_t n =
-        ::pwrite(fd_, record.data() + done, record.size() - done, off_t(size_) + off_t(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : ENOSPC;  // 0 bytes from a regular file: no space either
-      // No torn record (best effort: the failure may prevent the truncation too).
-      if (done > 0 && ::ftruncate(fd_, off_t(size_)) != 0) {
-      }
-      TESSEL_FAIL("tensorboard: cannot write the event file ", path_,
-                  " (log.tensorboard): ", std::strerror(err), " after ", size_, " bytes");
-    }
-    done += size_t(n);
-  }
-  size_ += int64_t(record.size());
+  file_.append(tfrecord(data));
 }
 
 }  // namespace tessel::io

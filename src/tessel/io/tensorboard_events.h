@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "tessel/io/record_file.h"
+
 namespace tessel::io {
 
 inline constexpr const char* kEventFileVersion = "brain.Event:2";
@@ -68,20 +70,15 @@ class EventFileWriter {
   // (".1", ".2", ... appended when that name is taken: two starts within a second), then writes
   // the file_version record.
   explicit EventFileWriter(const std::string& dir);
-  ~EventFileWriter();
-  EventFileWriter(EventFileWriter&& other) noexcept;
-  EventFileWriter& operator=(EventFileWriter&& other) noexcept;
 
-  bool enabled() const { return fd_ >= 0; }
-  const std::string& path() const { return path_; }
+  bool enabled() const { return file_.is_open(); }
+  const std::string& path() const { return file_.path(); }
   // One Event holding `values` at `step`; wall_time < 0 means now.
   void write_scalars(int64_t step, const std::vector<ScalarValue>& values, double wall_time = -1);
 
  private:
   void write_record(const std::string& data);
-  std::string path_;
-  int fd_ = -1;
-  int64_t size_ = 0;  // bytes of whole records in the file
+  RecordFile file_;  // TFRecord-framed events
 };
 
 }  // namespace tessel::io

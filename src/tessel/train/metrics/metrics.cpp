@@ -137,7 +137,7 @@ std::string eval_json(const EvalRecord& r) {
       .dump();
 }
 
-JsonlLog::JsonlLog(const std::string& path, int64_t resume_step) : path_(path) {
+JsonlLog::JsonlLog(const std::string& path, int64_t resume_step) {
   namespace fs = std::filesystem;
   std::string kept;
   if (resume_step >= 0 && fs::exists(path)) {
@@ -155,50 +155,15 @@ JsonlLog::JsonlLog(const std::string& path, int64_t resume_step) : path_(path) {
       if (step <= resume_step) kept += line + '\n';
     }
   }
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TESSEL_CHECK(fd_ >= 0, "train: cannot open the JSONL log ", path,
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TESSEL_CHECK(fd >= 0, "train: cannot open the JSONL log ", path,
                " (log.jsonl): ", std::strerror(errno));
+  file_ = io::RecordFile(fd, path, "train: cannot write the JSONL log " + path + " (log.jsonl)");
   if (!kept.empty()) write(kept.substr(0, kept.size() - 1));
 }
 
-JsonlLog::~JsonlLog() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-JsonlLog::JsonlLog(JsonlLog&& other) noexcept
-    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
-
-JsonlLog& JsonlLog::operator=(JsonlLog&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    path_ = std::move(other.path_);
-    fd_ = std::exchange(other.fd_, -1);
-    size_ = other.size_;
-  }
-  return *this;
-}
-
 void JsonlLog::write(const std::string& line) {
-  if (fd_ < 0) return;
-  const std::string record = line + '\n';
-  size_t done = 0;
-  while (done < record.size()) {
-    const ssize_t n =
-        ::pwrite(fd_, record.data() + done, record.size() - done, size_ + off_t(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      // 0 bytes from a regular file means no space either; report it as such.
-      const int err = n < 0 ? errno : ENOSPC;
-      // No torn record: the file ends with the last whole one (best effort: the failure may be
-      // the very thing that stops the truncation too).
-      if (done > 0 && ::ftruncate(fd_, size_) != 0) {
-      }
-      TESSEL_FAIL("train: cannot write the JSONL log ", path_, " (log.jsonl): ", std::strerror(err),
-                  " after ", size_, " bytes");
-    }
-    done += size_t(n);
-  }
-  size_ += int64_t(record.size());
+  file_.append(line + '\n');
 }
 
 }  // namespace tessel::train

@@ -10,6 +10,8 @@
 #include <map>
 #include <string>
 
+#include "tessel/io/record_file.h"
+
 namespace tessel::train {
 
 // Forward + backward FLOPs per trained token. `matmul_params` excludes parameters used only as
@@ -86,17 +88,12 @@ class JsonlLog {
  public:
   JsonlLog() = default;
   JsonlLog(const std::string& path, int64_t resume_step);
-  ~JsonlLog();
-  JsonlLog(JsonlLog&& other) noexcept;
-  JsonlLog& operator=(JsonlLog&& other) noexcept;
-  bool enabled() const { return fd_ >= 0; }
-  const std::string& path() const { return path_; }
+  bool enabled() const { return file_.is_open(); }
+  const std::string& path() const { return file_.path(); }
   void write(const std::string& line);
 
  private:
-  std::string path_;
-  int fd_ = -1;
-  int64_t size_ = 0;  // bytes of whole records in the file
+  io::RecordFile file_;  // one line per record
 };
 
 }  // namespace tessel::train
