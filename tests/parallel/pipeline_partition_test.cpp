@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 
+#include "common/error_text.h"
 #include "tessel/core/error.h"
 #include "tessel/parallel/pipeline/partition.h"
 
@@ -46,14 +47,7 @@ double brute_force(const std::vector<LayerCost>& costs, int64_t stages) {
   return best;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using tessel::test::error_of;
 
 TEST(PipelinePartition, BalanceMatchesBruteForce) {
   std::mt19937 rng(13);

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error_text.h"
 #include "tessel/core/error.h"
 #include "tessel/io/crc32c.h"
 
@@ -82,14 +83,7 @@ std::vector<std::string> dot_entries(const std::string& run) {
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using tessel::test::error_of;
 
 TEST(Crc32c, FileIsStreamedAcrossBlockBoundaries) {
   TempDir t("crcfile");

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 
+#include "common/error_text.h"
 #include "tessel/core/error.h"
 #include "tessel/train/trainer.h"
 #include "trainer_test_util.h"
@@ -78,14 +79,7 @@ std::map<std::string, std::map<std::string, int>> plots_of(const std::string& ht
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using tessel::test::error_of;
 
 TEST(RunReport, EveryPlotHasFinitePointsOnOddStepCountsWithASkippedStep) {
   for (const auto& [steps, skip] : {std::pair<int64_t, int64_t>{7, 5}, {13, 2}}) {
