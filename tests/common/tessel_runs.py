@@ -188,3 +188,22 @@ def compare_params(pa, pb, what):
     if rel > RUN_REL_TOL:
         fail(f"{what}: final parameters differ by {rel:.2e} (relative L2) > {RUN_REL_TOL}")
     return rel, worst_name, worst_t
+
+
+def check_generate_tp(tessel, mpi, work, model_config, tps, prompt_ids, env):
+    """Greedy `tessel generate --tp N` for each N in TPS emits one rank's ids. The model is
+    MODEL_CONFIG initialised with large weights (initializer_range 0.5: more varied ids than a
+    trained tiny model gives) by `tessel init` into WORK/model."""
+    model = os.path.join(work, "model")
+    gen_config = write_json(os.path.join(work, "config_gen.json"),
+                            dict(model_config, initializer_range=0.5))
+    run([tessel, "init", "--config", gen_config, "--out", model, "--seed", "7"], env=env)
+    gen = ["generate", "-m", model, "--prompt-ids", ",".join(map(str, prompt_ids)), "-n", "16",
+           "--temp", "0", "--format", "json"]
+    want = json.loads(run([tessel] + gen, env=env).stdout)["generated_ids"]
+    for tp in tps:
+        got = json.loads(run(mpi + ["-np", str(tp), tessel] + gen + ["--tp", str(tp)], env=env).stdout)
+        if got["generated_ids"] != want:
+            fail(f"generate --tp {tp}: ids {got['generated_ids']} vs one rank {want}")
+    print(f"generate --tp {list(tps)}: the same {len(want)} greedy ids as one rank "
+          f"({len(set(want))} distinct)")

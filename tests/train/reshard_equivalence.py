@@ -21,9 +21,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from tessel_runs import (compare_losses, compare_params, fail, final_params, gpt2_config,  # noqa: E402
-                         mpi_prefix, prepare_workdir, run, seed_resume, single_thread_env,
-                         train_sets, write_json)
+from tessel_runs import (check_generate_tp, compare_losses, compare_params, fail,  # noqa: E402
+                         final_params, gpt2_config, mpi_prefix, prepare_workdir, run,
+                         seed_resume, single_thread_env, train_sets, write_json)
 
 
 def compare(ref_dir, dir_, what, steps):
@@ -113,22 +113,7 @@ def main():
             launch(*layout, ["--resume", d])
             compare(ref, d, f"saved at {name}, resumed at {to}", steps)
     if llama:
-        check_generate_tp(tessel, mpi, work, model, env)
-
-
-def check_generate_tp(tessel, mpi, work, model, env):
-    """A random model with large weights (more varied ids than a trained tiny one)."""
-    out = os.path.join(work, "model")
-    gen_config = write_json(os.path.join(work, "config_gen.json"), dict(model, initializer_range=0.5))
-    run([tessel, "init", "--config", gen_config, "--out", out, "--seed", "7"], env=env)
-    gen = ["generate", "-m", out, "--prompt-ids", "5,9,12,30,17", "-n", "16", "--temp", "0",
-           "--format", "json"]
-    want = json.loads(run([tessel] + gen, env=env).stdout)["generated_ids"]
-    for tp in (2, 4):
-        got = json.loads(run(mpi + ["-np", str(tp), tessel] + gen + ["--tp", str(tp)], env=env).stdout)
-        if got["generated_ids"] != want:
-            fail(f"generate --tp {tp}: ids {got['generated_ids']} vs one rank {want}")
-    print(f"generate --tp 2, 4: the same {len(want)} greedy ids as one rank ({len(set(want))} distinct)")
+        check_generate_tp(tessel, mpi, work, model, (2, 4), [5, 9, 12, 30, 17], env)
 
 
 if __name__ == "__main__":

@@ -9,12 +9,11 @@ vocabulary (257) is padded on every tp size.
 
 Usage: tp_equivalence.py TESSEL MPIRUN WORKDIR TP [TP ...]
 """
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from tessel_runs import (check_same_tensors, compare_losses, compare_params, fail,  # noqa: E402
+from tessel_runs import (check_generate_tp, check_same_tensors, compare_losses, compare_params, fail,  # noqa: E402
                          final_params, gpt2_config, losses, mpi_prefix, prepare_workdir, run,
                          seed_resume, single_thread_env, train_sets, write_json)
 
@@ -75,18 +74,7 @@ def main():
     seed_resume(os.path.join(work, f"tp{a}"), "step_000010", d)
     run(mpi + ["-np", str(b), tessel, "train", "--resume", d, "--tp", str(b), "--sp"], env=env)
     compare(ref, d, f"resume tp={a} -> tp={b} sp", steps)
-    # Greedy generation from a random model with large weights (more varied than a 20-step one).
-    model = os.path.join(work, "model")
-    gen_config = write_json(os.path.join(work, "config_gen.json"), dict(cfg, initializer_range=0.5))
-    run([tessel, "init", "--config", gen_config, "--out", model, "--seed", "7"], env=env)
-    gen = ["generate", "-m", model, "--prompt-ids", "5,9,12,40,77", "-n", "16", "--temp", "0",
-           "--format", "json"]
-    want = json.loads(run([tessel] + gen, env=env).stdout)["generated_ids"]
-    for tp in tps:
-        got = json.loads(run(mpi + ["-np", str(tp), tessel] + gen + ["--tp", str(tp)], env=env).stdout)
-        if got["generated_ids"] != want:
-            fail(f"generate --tp {tp}: ids {got['generated_ids']} vs one rank {want}")
-    print(f"generate --tp {tps}: the same {len(want)} greedy ids as one rank ({len(set(want))} distinct)")
+    check_generate_tp(tessel, mpi, work, cfg, tps, [5, 9, 12, 40, 77], env)
 
 
 if __name__ == "__main__":
