@@ -25,10 +25,10 @@ struct DataSection {
 };
 
 struct TrainSection {
-  int64_t steps = 1000;       // optimizer steps
-  int64_t micro_batch = 8;    // B: rows per micro-batch
-  int64_t seq_len = 64;       // T: tokens per row (<= the model's n_positions)
-  int64_t grad_accum = 1;     // micro-batches per optimizer step
+  int64_t steps = 1000;     // optimizer steps
+  int64_t micro_batch = 8;  // B: rows per micro-batch
+  int64_t seq_len = 64;     // T: tokens per row (<= the model's n_positions)
+  int64_t grad_accum = 1;   // micro-batches per optimizer step
   // Sequences per optimizer step over every dp rank; 0: micro_batch x grad_accum x dp. When set,
   // grad_accum follows from it (global_batch.h), so a resume in another layout keeps it.
   int64_t global_batch = 0;
