@@ -17,6 +17,7 @@
 
 #include "tessel/core/error.h"
 #include "tessel/io/crc32c.h"
+#include "tessel/io/protobuf_wire.h"
 
 namespace tessel::io {
 
@@ -82,72 +83,19 @@ uint64_t get_le(const uint8_t* p, int bytes) {
   return v;
 }
 
-// A protobuf message read field by field.
-struct WireReader {
-  const uint8_t* p;
-  const uint8_t* end;
+// Record bytes are read with io's protobuf reader; its errors name the record.
+constexpr const char* kRecord = "tensorboard: an Event record";
 
-  bool done() const { return p >= end; }
-  uint64_t varint() {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      TESSEL_CHECK(p < end, "tensorboard: truncated varint in an Event record");
-      const uint8_t b = *p++;
-      v |= uint64_t(b & 0x7F) << shift;
-      if ((b & 0x80) == 0) return v;
-    }
-    TESSEL_FAIL("tensorboard: a varint longer than 10 bytes in an Event record");
-  }
-  const uint8_t* take(uint64_t n) {
-    TESSEL_CHECK(uint64_t(end - p) >= n, "tensorboard: a field of ", n, " bytes overruns the ",
-                 end - p, " left in an Event record");
-    const uint8_t* at = p;
-    p += n;
-    return at;
-  }
-  // The next field's number and wire type; its value is read by the caller (or skip()).
-  std::pair<int, int> key() {
-    const uint64_t k = varint();
-    return {int(k >> 3), int(k & 7)};
-  }
-  void skip(int wire_type) {
-    switch (wire_type) {
-      case kVarint:
-        varint();
-        return;
-      case kFixed64:
-        take(8);
-        return;
-      case kLengthDelimited:
-        take(varint());
-        return;
-      case kFixed32:
-        take(4);
-        return;
-      default:
-        TESSEL_FAIL("tensorboard: unsupported protobuf wire type ", wire_type,
-                    " in an Event record");
-    }
-  }
-  std::string bytes() {
-    const uint64_t n = varint();
-    return std::string(reinterpret_cast<const char*>(take(n)), size_t(n));
-  }
-};
-
-ScalarValue parse_value(const std::string& data) {
-  WireReader r{reinterpret_cast<const uint8_t*>(data.data()),
-               reinterpret_cast<const uint8_t*>(data.data()) + data.size()};
+ScalarValue parse_value(wire::WireReader r) {
   ScalarValue v;
   while (!r.done()) {
-    const auto [field, type] = r.key();
-    if (field == kFieldTag && type == kLengthDelimited) {
-      v.tag = r.bytes();
-    } else if (field == kFieldSimpleValue && type == kFixed32) {
-      const uint32_t bits = uint32_t(get_le(r.take(4), 4));
-      std::memcpy(&v.value, &bits, 4);
+    const auto [field, type] = r.tag();
+    if (field == uint32_t(kFieldTag) && type == uint32_t(kLengthDelimited)) {
+      v.tag = r.string("tag");
+    } else if (field == uint32_t(kFieldSimpleValue) && type == uint32_t(kFixed32)) {
+      v.value = r.fixed32_float("simple_value");
     } else {
-      r.skip(type);
+      r.skip(field, type);
     }
   }
   return v;
@@ -200,32 +148,28 @@ std::string event_scalars(double wall_time, int64_t step, const std::vector<Scal
 }
 
 Event parse_event(const std::string& data) {
-  WireReader r{reinterpret_cast<const uint8_t*>(data.data()),
-               reinterpret_cast<const uint8_t*>(data.data()) + data.size()};
+  wire::WireReader r(data, 0, data.size(), kRecord);
   Event e;
   while (!r.done()) {
-    const auto [field, type] = r.key();
-    if (field == kFieldWallTime && type == kFixed64) {
-      const uint64_t bits = get_le(r.take(8), 8);
-      std::memcpy(&e.wall_time, &bits, 8);
-    } else if (field == kFieldStep && type == kVarint) {
-      e.step = int64_t(r.varint());
-    } else if (field == kFieldFileVersion && type == kLengthDelimited) {
-      e.file_version = r.bytes();
-    } else if (field == kFieldSummary && type == kLengthDelimited) {
-      const std::string summary = r.bytes();
-      WireReader s{reinterpret_cast<const uint8_t*>(summary.data()),
-                   reinterpret_cast<const uint8_t*>(summary.data()) + summary.size()};
-      while (!s.done()) {
-        const auto [sfield, stype] = s.key();
-        if (sfield == kFieldSummaryValue && stype == kLengthDelimited) {
-          e.values.push_back(parse_value(s.bytes()));
+    const auto [field, type] = r.tag();
+    if (field == uint32_t(kFieldWallTime) && type == uint32_t(kFixed64)) {
+      e.wall_time = r.fixed64_double("wall_time");
+    } else if (field == uint32_t(kFieldStep) && type == uint32_t(kVarint)) {
+      e.step = int64_t(r.varint("step"));
+    } else if (field == uint32_t(kFieldFileVersion) && type == uint32_t(kLengthDelimited)) {
+      e.file_version = r.string("file_version");
+    } else if (field == uint32_t(kFieldSummary) && type == uint32_t(kLengthDelimited)) {
+      wire::WireReader summary = wire::sub_message(r, field, type, "summary");
+      while (!summary.done()) {
+        const auto [sfield, stype] = summary.tag();
+        if (sfield == uint32_t(kFieldSummaryValue) && stype == uint32_t(kLengthDelimited)) {
+          e.values.push_back(parse_value(wire::sub_message(summary, sfield, stype, "value")));
         } else {
-          s.skip(stype);
+          summary.skip(sfield, stype);
         }
       }
     } else {
-      r.skip(type);
+      r.skip(field, type);
     }
   }
   return e;

@@ -52,6 +52,29 @@ json parse_json(const std::string& text, const std::string& path) {
 }
 
 // A token -> id object as a vector indexed by id; ids must be exactly 0..size-1.
+std::vector<std::pair<std::string, std::string>> merges_from_json(const json& list,
+                                                                  const std::string& where) {
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& m = list[i];
+    const std::string entry = where + "[" + std::to_string(i) + "]";
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const size_t space = s.find(' ');
+      TESSEL_CHECK(space != std::string::npos && space > 0 && space + 1 < s.size() &&
+                       s.find(' ', space + 1) == std::string::npos,
+                   entry, " '", s, "' must be two tokens separated by one space");
+      out.emplace_back(s.substr(0, space), s.substr(space + 1));
+    } else {
+      TESSEL_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), entry,
+                   " ", m.dump(), " must be \"a b\" or [\"a\", \"b\"]");
+      out.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> vocab_from_json(const json& object, const std::string& where) {
   TESSEL_CHECK(object.is_object(), where, " must be a JSON object of token -> id, got ",
                object.type_name());
@@ -150,23 +173,7 @@ static void read_model(const json& model, const std::string& where, TokenizerCon
   config.vocab = vocab_from_json(*vocab, where + ".vocab");
   const json* merges = member(model, "merges");
   TESSEL_CHECK(merges && merges->is_array(), where, ".merges must be an array");
-  config.merges.reserve(merges->size());
-  for (size_t i = 0; i < merges->size(); ++i) {
-    const json& m = (*merges)[i];
-    const std::string entry = where + ".merges[" + std::to_string(i) + "]";
-    if (m.is_string()) {  // legacy "a b"
-      const std::string s = m.get<std::string>();
-      const size_t space = s.find(' ');
-      TESSEL_CHECK(space != std::string::npos && space > 0 && space + 1 < s.size() &&
-                       s.find(' ', space + 1) == std::string::npos,
-                   entry, " '", s, "' must be two tokens separated by one space");
-      config.merges.emplace_back(s.substr(0, space), s.substr(space + 1));
-    } else {
-      TESSEL_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), entry,
-                   " ", m.dump(), " must be \"a b\" or [\"a\", \"b\"]");
-      config.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-    }
-  }
+  config.merges = merges_from_json(*merges, where + ".merges");
   config.describe_merge = [where](size_t i) {
     return where + ".merges[" + std::to_string(i) + "]";
   };

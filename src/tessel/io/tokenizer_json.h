@@ -25,6 +25,10 @@ bool flag(const json& object, const char* key, bool fallback, const std::string&
 std::string type_of(const json& object, const std::string& where);
 // A token -> id object as a vector indexed by id; ids must be exactly 0..size-1.
 std::vector<std::string> vocab_from_json(const json& object, const std::string& where);
+// A model's "merges": pairs written "a b" (one space; neither side holds a plain space) or
+// ["a", "b"].
+std::vector<std::pair<std::string, std::string>> merges_from_json(const json& list,
+                                                                  const std::string& where);
 void read_added_tokens(const json& list, const std::string& where, std::vector<AddedToken>& out);
 // Settings implied by a post_processor: a TemplateProcessing whose single-sequence template
 // starts (ends) with a special token adds a BOS (EOS).

@@ -139,22 +139,8 @@ void read_bpe(const json& model, const std::string& where, Spec& spec) {
   spec.tokens = vocab_from_json(*vocab, where + ".vocab");
   const json* merges = member(model, "merges");
   TESSEL_CHECK(merges && merges->is_array(), where, ".merges must be an array");
-  for (size_t i = 0; i < merges->size(); ++i) {
-    const json& m = (*merges)[i];
-    const std::string entry = where + ".merges[" + std::to_string(i) + "]";
-    if (m.is_string()) {  // "a b": SentencePiece pieces hold no plain space (it is U+2581)
-      const std::string s = m.get<std::string>();
-      const size_t space = s.find(' ');
-      TESSEL_CHECK(space != std::string::npos && space > 0 && space + 1 < s.size() &&
-                       s.find(' ', space + 1) == std::string::npos,
-                   entry, " '", s, "' must be two tokens separated by one space");
-      spec.merges.emplace_back(s.substr(0, space), s.substr(space + 1));
-    } else {
-      TESSEL_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), entry,
-                   " ", m.dump(), " must be \"a b\" or [\"a\", \"b\"]");
-      spec.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-    }
-  }
+  // SentencePiece pieces hold no plain space (it is U+2581), so "a b" is unambiguous.
+  spec.merges = merges_from_json(*merges, where + ".merges");
 }
 
 void read_unigram(const json& model, const std::string& where, Spec& spec) {
