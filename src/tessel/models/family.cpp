@@ -10,6 +10,7 @@
 
 #include "tessel/core/error.h"
 #include "tessel/io/mapped_file.h"
+#include "tessel/models/config_json.h"
 
 namespace tessel::models {
 
@@ -53,13 +54,7 @@ const Family& family_named(std::string_view name) {
 }
 
 const Family& family_for_config(const std::string& json_text, const std::string& what) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::exception& e) {
-    TESSEL_FAIL(what, ": not valid JSON: ", e.what());
-  }
-  TESSEL_CHECK(j.is_object(), what, ": expected a JSON object");
+  const nlohmann::json j = parse_config_object(json_text, what);
   std::vector<std::string> listed;
   if (auto it = j.find("architectures"); it != j.end() && it->is_array()) {
     for (const auto& a : *it) {

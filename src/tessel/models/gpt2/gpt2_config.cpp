@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tessel/models/config_json.h"
+
 namespace tessel::models {
 
 namespace {
@@ -50,13 +52,7 @@ void read_bool(const Json& j, const char* key, bool& out, const std::string& wha
 }  // namespace
 
 GPT2Config GPT2Config::from_json(const std::string& text, const std::string& what) {
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::exception& e) {
-    TESSEL_FAIL(what, ": not valid JSON: ", e.what());
-  }
-  TESSEL_CHECK(j.is_object(), what, ": expected a JSON object, got ", j.type_name());
+  const Json j = parse_config_object(text, what);
   if (j.contains("model_type")) {
     TESSEL_CHECK(j["model_type"] == "gpt2", what, ": model_type ", j["model_type"].dump(),
                  " is not \"gpt2\"");

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessel/core/error.h"
+#include "tessel/models/config_json.h"
 
 namespace tessel::models {
 
@@ -178,13 +179,7 @@ std::string_view rope_type_name(RopeScaling::Type type) {
 }
 
 LlamaConfig LlamaConfig::from_json(const std::string& text, const std::string& what) {
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::exception& e) {
-    TESSEL_FAIL(what, ": not valid JSON: ", e.what());
-  }
-  TESSEL_CHECK(j.is_object(), what, ": expected a JSON object, got ", j.type_name());
+  const Json j = parse_config_object(text, what);
   Reader read(j, what);
   LlamaConfig c;
   c.variant = variant_of(j, what);
