@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/tolerance.h"
+#include "parity_test_util.h"
 #include "tessel/autograd/autograd.h"
 #include "tessel/io/safetensors.h"
 #include "tessel/models/gpt2/gpt2_checkpoint.h"
@@ -27,17 +28,7 @@ std::string parity_dir() {
   return env != nullptr ? env : TESSEL_PARITY_DIR;
 }
 
-// max |a - b| and max |b| over all elements.
-std::pair<double, double> max_diff(const Tensor& got, const Tensor& want) {
-  auto a = got.to_vector<double>(), b = want.to_vector<double>();
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return {diff, scale};
-}
+using tessel::test::max_diff;
 
 class Gpt2Parity : public ::testing::TestWithParam<std::string> {
  protected:

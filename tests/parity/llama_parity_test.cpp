@@ -20,6 +20,7 @@
 #include <string>
 
 #include "common/tolerance.h"
+#include "parity_test_util.h"
 #include "tessel/autograd/autograd.h"
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/io/safetensors.h"
@@ -35,17 +36,7 @@ std::string parity_dir() {
   return env != nullptr ? env : TESSEL_LLAMA_PARITY_DIR;
 }
 
-// max |a - b| and max |b| over all elements.
-std::pair<double, double> max_diff(const Tensor& got, const Tensor& want) {
-  auto a = got.to_vector<double>(), b = want.to_vector<double>();
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return {diff, scale};
-}
+using tessel::test::max_diff;
 
 int64_t argmax_last(const Tensor& logits) {
   Tensor last = logits.narrow(1, logits.size(1) - 1, 1).to(DType::F32);
