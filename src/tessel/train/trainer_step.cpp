@@ -76,8 +76,8 @@ double Trainer::forward_backward() {
 
 void Trainer::inject_faults(int64_t step) {
   if (hooks_.after_backward) hooks_.after_backward(step);
-  const std::vector<Tensor> params = trainable_tensors();
-  if (config_.fault.nan_at_step == step && !params.empty()) {
+  if (config_.fault.nan_at_step == step && !trainable_tensors().empty()) {
+    const std::vector<Tensor> params = trainable_tensors();
     // ZeRO-2 keeps only this rank's shard of the averaged gradients.
     Tensor g = zero_ && zero_->stage() >= 2 ? ddp_->gradient_shard(0) : params.front().grad();
     g.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
