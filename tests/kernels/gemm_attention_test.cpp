@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "common/error_text.h"
 #include "common/tolerance.h"
 #include "op_harness.h"
 #include "tessel/core/threads.h"
@@ -23,17 +24,7 @@ using kernels::AttentionDesc;
 using kernels::Backend;
 using kernels::GemmDesc;
 
-// Runs fn, expecting a tessel::Error whose message contains every word in `words`.
-template <typename Fn>
-void expect_error(Fn&& fn, std::initializer_list<const char*> words) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected tessel::Error";
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (const char* w : words) EXPECT_NE(msg.find(w), std::string::npos) << msg << " lacks " << w;
-  }
-}
+using tessel::test::expect_error;
 
 std::vector<Backend*> both_backends() {
   return {&kernels::cpu_backend(), &kernels::reference_backend()};

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/error_text.h"
 #include "common/tolerance.h"
 #include "op_harness.h"
 #include "tessel/kernels/reference/reference_backend.h"
@@ -21,16 +22,7 @@ namespace {
 using kernels::AttentionDesc;
 using kernels::Backend;
 
-template <typename Fn>
-void expect_error(Fn&& fn, std::initializer_list<const char*> words) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected tessel::Error";
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (const char* w : words) EXPECT_NE(msg.find(w), std::string::npos) << msg << " lacks " << w;
-  }
-}
+using tessel::test::expect_error;
 
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() &&
