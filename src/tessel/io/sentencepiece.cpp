@@ -206,8 +206,12 @@ std::unique_ptr<DecodeStream> SentencePieceTokenModel::decoder(bool raw) const {
 }  // namespace detail
 
 Tokenizer Tokenizer::from_sentencepiece(const std::string& path) {
-  auto model =
-      std::make_shared<const detail::SentencePieceTokenModel>(read_sentencepiece_model(path));
+  return from_sentencepiece_model(read_sentencepiece_model(path));
+}
+
+Tokenizer Tokenizer::from_sentencepiece_model(SentencePieceModel parsed) {
+  const std::string path = parsed.source;
+  auto model = std::make_shared<const detail::SentencePieceTokenModel>(std::move(parsed));
   const SentencePieceModel& m = model->model();
   std::vector<std::string> spelling;
   std::vector<AddedToken> added;
@@ -228,6 +232,11 @@ Tokenizer Tokenizer::from_sentencepiece(const std::string& path) {
   }
   return from_model(path, std::move(spelling), std::move(added), std::move(model),
                     std::move(settings));
+}
+
+const SentencePieceModel* Tokenizer::sentencepiece_model() const {
+  const auto* sp = dynamic_cast<const detail::SentencePieceTokenModel*>(impl_model());
+  return sp ? &sp->model() : nullptr;
 }
 
 }  // namespace tessel::io

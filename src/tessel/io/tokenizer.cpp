@@ -61,6 +61,7 @@ struct Tokenizer::Impl {
   StringMap<int32_t> bytes_to_id;  // model vocab only: the ignore_merges lookup
   std::array<int32_t, 256> byte_id{};
   BpeMerges merges;
+  std::vector<std::pair<int32_t, int32_t>> merge_order;  // (left, right) by rank, for export
   std::vector<AddedToken> added;
   std::vector<size_t> added_by_length;          // indices into added, longest first
   std::array<bool, 256> added_first_byte{};     // some added token starts with this byte
@@ -123,6 +124,7 @@ void Tokenizer::Impl::build(TokenizerConfig& config) {
     TESSEL_CHECK(im != spelling_to_id.end(), where, describe(rank), " '", a, " ", b,
                  "': the merged token '", a + b, "' is not in the vocabulary");
     merges.add(ia->second, ib->second, int32_t(rank), im->second);
+    merge_order.emplace_back(ia->second, ib->second);
   }
   if (config.ignore_merges) {
     bytes_to_id.reserve(n);
@@ -374,6 +376,18 @@ std::optional<int32_t> Tokenizer::pad_token_id() const {
 
 int64_t Tokenizer::vocab_size() const {
   return int64_t(impl_->spelling.size());
+}
+
+std::vector<std::pair<std::string, std::string>> Tokenizer::bpe_merges() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(impl_->merge_order.size());
+  for (auto [a, b] : impl_->merge_order) out.emplace_back(impl_->spelling[a], impl_->spelling[b]);
+  return out;
+}
+
+std::optional<std::string> Tokenizer::pretokenizer_pattern() const {
+  if (!impl_->pretokenizer) return std::nullopt;
+  return impl_->pretokenizer->pattern();
 }
 
 const std::string& Tokenizer::token(int32_t id) const {

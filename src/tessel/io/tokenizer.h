@@ -18,6 +18,9 @@
 
 namespace tessel::io {
 
+class GgufMetadata;
+struct SentencePieceModel;
+
 namespace detail {
 class TokenModel;
 class DecodeStream;
@@ -77,6 +80,14 @@ class Tokenizer {
   static Tokenizer from_tokenizer_json(const std::string& path);
   // A SentencePiece model file (tokenizer.model): BPE or unigram.
   static Tokenizer from_sentencepiece(const std::string& path);
+  // The same from a parsed model (its source names it in errors).
+  static Tokenizer from_sentencepiece_model(SentencePieceModel model);
+  // GGUF metadata's tokenizer.ggml.* keys (gguf_tokenizer.cpp): model "gpt2" (byte-level BPE from
+  // tokens and merges) or "llama" (SentencePiece BPE: tokens, scores, token types, byte
+  // fallback), with the bos / eos / pad ids, add_bos/eos_token and tokenizer.chat_template.
+  static Tokenizer from_gguf(const GgufMetadata& metadata, const std::string& source);
+  // This tokenizer as those keys, for writing a GGUF; an Error for a kind GGUF has no model for.
+  void to_gguf(GgufMetadata& out) const;
   // A file (tokenizer.json or a SentencePiece .model) or a model directory: tokenizer.json, else
   // tokenizer.model, else vocab.json + merges.txt, else encoder.json + vocab.bpe; plus the
   // tokenizer_config.json beside them, when there is one.
@@ -108,6 +119,12 @@ class Tokenizer {
   StreamDecoder stream_decoder() const;
 
   int64_t vocab_size() const;
+  // What a byte-level BPE is built from (empty / nullopt for the other algorithms): the merges in
+  // rank order and the pre-tokenizer regex.
+  std::vector<std::pair<std::string, std::string>> bpe_merges() const;
+  std::optional<std::string> pretokenizer_pattern() const;
+  // The model of a tokenizer read from a SentencePiece .model (or GGUF "llama"), else null.
+  const SentencePieceModel* sentencepiece_model() const;
   // The vocabulary spelling of a token (byte-level alphabet, e.g. "Ġthe"; added tokens as is).
   const std::string& token(int32_t id) const;
   std::optional<int32_t> token_id(std::string_view spelling) const;
