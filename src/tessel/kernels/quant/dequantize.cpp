@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+// Scalar dequantization of the GGUF weight formats (dequantize.h), element by element through the
+// layout accessors of quant_blocks.h, so that the layout is written down in one place.
+#include "tessel/kernels/quant/dequantize.h"
+
+#include <cstring>
+
+#include "tessel/core/error.h"
+#include "tessel/kernels/quant/quant_blocks.h"
+
+namespace tessel::kernels::quant {
+
+namespace {
+
+template <class Block>
+Block load_block(const uint8_t* p) {
+  Block b;
+  std::memcpy(&b, p, sizeof b);  // GGUF data need not be aligned for the f16 fields
+  return b;
+}
+
+// T is float (ggml's arithmetic) or double (exact).
+template <class T>
+void dequantize_row_as(QuantType type, const uint8_t* src, T* dst, int64_t k) {
+  const int64_t blocks = row_bytes(type, k) / block_bytes(type);
+  switch (type) {
+    case QuantType::F16:
+      for (int64_t i = 0; i < k; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, src + 2 * i, 2);
+        dst[i] = T(half_bits_to_float(bits));
+      }
+      return;
+    case QuantType::BF16:
+      for (int64_t i = 0; i < k; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, src + 2 * i, 2);
+        dst[i] = T(bf16_to_float(BF16{bits}));
+      }
+      return;
+    case QuantType::Q8_0:
+      for (int64_t b = 0; b < blocks; ++b) {
+        const auto blk = load_block<BlockQ8_0>(src + b * sizeof(BlockQ8_0));
+        const T d = T(half_bits_to_float(blk.d));
+        for (int j = 0; j < kQBlock; ++j) dst[b * kQBlock + j] = d * T(blk.qs[j]);
+      }
+      return;
+    case QuantType::Q4_0:
+      for (int64_t b = 0; b < blocks; ++b) {
+        const auto blk = load_block<BlockQ4_0>(src + b * sizeof(BlockQ4_0));
+        const T d = T(half_bits_to_float(blk.d));
+        for (int j = 0; j < kQBlock / 2; ++j) {
+          dst[b * kQBlock + j] = d * T((blk.qs[j] & 0xF) - 8);
+          dst[b * kQBlock + j + 16] = d * T((blk.qs[j] >> 4) - 8);
+        }
+      }
+      return;
+    case QuantType::Q4_K:
+      for (int64_t b = 0; b < blocks; ++b) {
+        const auto blk = load_block<BlockQ4_K>(src + b * sizeof(BlockQ4_K));
+        const T d = T(half_bits_to_float(blk.d)), dmin = T(half_bits_to_float(blk.dmin));
+        for (int s = 0; s < 8; ++s) {
+          const T scale = d * T(q4k_scale(blk.scales, s));
+          const T offset = dmin * T(q4k_min(blk.scales, s));
+          for (int l = 0; l < 32; ++l)
+            dst[b * kKBlock + 32 * s + l] = scale * T(q4k_code(blk, 32 * s + l)) - offset;
+        }
+      }
+      return;
+    case QuantType::Q6_K:
+      for (int64_t b = 0; b < blocks; ++b) {
+        const auto blk = load_block<BlockQ6_K>(src + b * sizeof(BlockQ6_K));
+        const T d = T(half_bits_to_float(blk.d));
+        for (int e = 0; e < kKBlock; ++e)
+          dst[b * kKBlock + e] = d * T(blk.scales[e / 16]) * T(q6k_code(blk, e) - 32);
+      }
+      return;
+  }
+  TESSEL_FAIL("dequantize_row: unknown quant type ", uint32_t(type));
+}
+
+}  // namespace
+
+void dequantize_row(QuantType type, const void* src, float* dst, int64_t k) {
+  dequantize_row_as(type, static_cast<const uint8_t*>(src), dst, k);
+}
+
+void dequantize_row(QuantType type, const void* src, double* dst, int64_t k) {
+  dequantize_row_as(type, static_cast<const uint8_t*>(src), dst, k);
+}
+
+Tensor dequantize(QuantType type, std::span<const uint8_t> bytes, const Shape& shape) {
+  TESSEL_CHECK(shape.ndim() >= 1, "dequantize: ", quant_type_name(type),
+               " needs a shape with a row dimension, got ", shape);
+  const int64_t k = shape[shape.ndim() - 1];
+  const int64_t rb = row_bytes(type, k);
+  const int64_t rows = k == 0 ? 0 : shape.numel() / k;
+  TESSEL_CHECK(int64_t(bytes.size()) == rows * rb, "dequantize: a ", quant_type_name(type),
+               " tensor of shape ", shape, " takes ", rows * rb, " bytes, got ", bytes.size());
+  Tensor out = empty(shape, DType::F32);
+  float* o = out.data<float>();
+  for (int64_t r = 0; r < rows; ++r) dequantize_row(type, bytes.data() + r * rb, o + r * k, k);
+  return out;
+}
+
+}  // namespace tessel::kernels::quant

@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+// Weight formats of GGUF files (ggml's block quantization: Q8_0 and Q4_0 of the original ggml,
+// Q4_K and Q6_K of the k-quants, and F16 / BF16 rows), identified by their ggml type ids. A
+// quantized matrix is stored row by row; each row of k weights is k / block_elements blocks laid
+// out exactly as ggml writes them, so GGUF tensor bytes are used as they are, never repacked. The
+// byte layouts are in quant_blocks.h, the scalar (de)quantizers in quantize.h / dequantize.h and
+// docs/KERNELS.md ("Quantized weights").
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace tessel::kernels::quant {
+
+// The enumerator values are ggml's type ids (GGUF tensor infos store them).
+enum class QuantType : uint32_t {
+  F16 = 1,
+  Q4_0 = 2,
+  Q8_0 = 8,
+  Q4_K = 12,
+  Q6_K = 14,
+  BF16 = 30,
+};
+
+inline constexpr QuantType kAllQuantTypes[] = {QuantType::F16,  QuantType::BF16, QuantType::Q8_0,
+                                               QuantType::Q4_0, QuantType::Q4_K, QuantType::Q6_K};
+
+std::string_view quant_type_name(QuantType type);  // "q4_K", as ggml spells it
+// The type for a ggml type id; an Error names ids that are not (yet) supported here.
+QuantType quant_type_from_ggml(uint32_t ggml_type);
+bool is_ggml_type_supported(uint32_t ggml_type);
+
+// Weights per block (1 for F16 / BF16, 32 for Q8_0 / Q4_0, 256 for the k-quants) and its bytes.
+int64_t block_elements(QuantType type);
+int64_t block_bytes(QuantType type);
+
+// Bytes of one row of k weights. An Error names k and the block size when k is not a multiple of
+// it (or is negative): ggml cannot store such a row either.
+int64_t row_bytes(QuantType type, int64_t k);
+
+}  // namespace tessel::kernels::quant

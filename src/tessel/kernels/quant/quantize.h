@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: Apache-2.0
+// Scalar quantizers for the GGUF weight formats (quant_format.h): how tessel writes its own GGUF
+// files and test weights. Q8_0 and Q4_0 follow ggml's reference rules exactly (so a row
+// quantizes to the same bytes ggml writes); F16 / BF16 round to nearest even. Q4_K and Q6_K use
+// a simpler scale search than ggml's (quantize_k.cpp says which, docs/KERNELS.md what it costs):
+// valid blocks that any GGUF reader decodes, with a somewhat larger error.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tessel/kernels/quant/quant_format.h"
+
+namespace tessel::kernels::quant {
+
+// Quantizes one row of k weights (k a multiple of block_elements(type), else an Error naming k
+// and the block size) into row_bytes(type, k) bytes at `dst`.
+void quantize_row(QuantType type, const float* src, void* dst, int64_t k);
+
+// rows x k weights -> rows * row_bytes(type, k) bytes.
+std::vector<uint8_t> quantize_rows(QuantType type, const float* src, int64_t rows, int64_t k);
+
+// The k-quant rows (quantize_k.cpp).
+void quantize_row_q4_k(const float* src, void* dst, int64_t k);
+void quantize_row_q6_k(const float* src, void* dst, int64_t k);
+
+}  // namespace tessel::kernels::quant
