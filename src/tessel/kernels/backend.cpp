@@ -43,7 +43,8 @@ std::string_view op_name(Op op) {
                                                 "adamw",
                                                 "dropout",
                                                 "rope",
-                                                "square_sum"};
+                                                "square_sum",
+                                                "quant_matmul"};
   return kNames[int(op)];
 }
 

@@ -17,6 +17,7 @@
 #include <span>
 #include <string_view>
 
+#include "tessel/kernels/quant/quant_format.h"
 #include "tessel/tensor/tensor.h"
 
 namespace tessel::kernels {
@@ -43,6 +44,7 @@ enum class Op {
   Dropout,
   Rope,
   SquareSum,
+  QuantMatmul,
 };
 std::string_view op_name(Op op);
 
@@ -208,6 +210,14 @@ class Backend {
   // way). Each tensor is summed in blocks of kSquareSumBlock elements added in block order, so the
   // value is the same for every thread count (a norm must not depend on how a run is threaded).
   virtual void square_sums(std::span<const Tensor> xs, std::span<double> out) = 0;
+
+  // y[m, n] = x[m, k] W[n, k]^T for a weight W stored in a GGUF weight format (quant/
+  // quant_format.h: Q8_0, Q4_0, Q4_K, Q6_K, F16, BF16), read in place: w is an i8 tensor
+  // [n, row_bytes(type, k)] holding ggml's blocks exactly as a GGUF file stores them; x [m, k] and
+  // y [m, n] are f32 (f64 on the reference backend, which multiplies the exactly dequantized
+  // weights). For the Q types the CPU backend rounds each 32-element block of x to int8 with its
+  // own scale (as ggml's Q8_0) and multiplies in integers; F16 / BF16 weights multiply in f32.
+  virtual void quant_matmul(quant::QuantType type, const Tensor& x, const Tensor& w, Tensor& y) = 0;
 
   // dst = src in dst's dtype (equal element counts; float -> bf16/f16 rounds to nearest even).
   // The default converts element by element on the host; backends override it with fast paths.

@@ -10,7 +10,8 @@ namespace tessel::kernels::TESSEL_KERNEL_ISA {
 bool CpuBackend::supports(Op op, DType dtype) const {
   // Every kernel runs in f32 and f64 (f64 is what the finite-difference gradient checks use).
   // bf16 / f16 are stored in 16 bits and computed in f32 (half_kernels.h); AdamW updates the f32
-  // master weights only.
+  // master weights only. The quantized matmul takes f32 activations (its weights are raw blocks).
+  if (op == Op::QuantMatmul) return dtype == DType::F32;
   if (dtype == DType::BF16 || dtype == DType::F16) return op != Op::AdamW;
   return dtype == DType::F32 || dtype == DType::F64;
 }

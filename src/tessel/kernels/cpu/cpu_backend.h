@@ -50,6 +50,7 @@ class CpuBackend final : public Backend {
   void square_sums(std::span<const Tensor> xs, std::span<double> out) override;
   void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& positions,
             bool inverse, Tensor& out) override;
+  void quant_matmul(quant::QuantType type, const Tensor& x, const Tensor& w, Tensor& y) override;
   void convert(const Tensor& src, Tensor& dst) override;
 };
 

@@ -353,4 +353,26 @@ RopeShape validate_rope(const Backend& backend, const Tensor& x, const Tensor& c
   return {b * t, x.size(2), d, rows};
 }
 
+QuantMatmulShape validate_quant_matmul(const Backend& backend, quant::QuantType type,
+                                       const Tensor& x, const Tensor& w, const Tensor& y) {
+  const Op op = Op::QuantMatmul;
+  check_supported(backend, op, x);
+  need(op, "w", w);
+  need(op, "y", y);
+  TESSEL_CHECK(x.ndim() == 2 && w.ndim() == 2 && y.ndim() == 2,
+               "quant_matmul: x, w and y must be 2-D, got ", x.shape(), ", ", w.shape(), ", ",
+               y.shape());
+  TESSEL_CHECK(w.dtype() == DType::I8, "quant_matmul: w holds the raw ",
+               quant::quant_type_name(type), " blocks as i8, got ", dtype_name(w.dtype()));
+  QuantMatmulShape s;
+  s.m = x.size(0), s.k = x.size(1), s.n = w.size(0);
+  s.row_bytes = quant::row_bytes(type, s.k);
+  TESSEL_CHECK(w.size(1) == s.row_bytes, "quant_matmul: a ", quant::quant_type_name(type),
+               " row of ", s.k, " weights takes ", s.row_bytes, " bytes, but w is ", w.shape());
+  TESSEL_CHECK(y.dtype() == x.dtype() && y.shape() == Shape({s.m, s.n}), "quant_matmul: y must be ",
+               dtype_name(x.dtype()), " [", s.m, ", ", s.n, "], got ", dtype_name(y.dtype()), " ",
+               y.shape());
+  return s;
+}
+
 }  // namespace tessel::kernels

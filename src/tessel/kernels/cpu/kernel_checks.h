@@ -92,4 +92,12 @@ struct RopeShape {
 RopeShape validate_rope(const Backend& backend, const Tensor& x, const Tensor& cos,
                         const Tensor& sin, const Tensor& positions, const Tensor& out);
 
+// y[m, n] = x[m, k] W^T with W's n rows in a GGUF weight format: x and y 2-D of the same
+// supported dtype, w i8 [n, row_bytes(type, k)] (k a multiple of the type's block).
+struct QuantMatmulShape {
+  int64_t m = 0, n = 0, k = 0, row_bytes = 0;
+};
+QuantMatmulShape validate_quant_matmul(const Backend& backend, quant::QuantType type,
+                                       const Tensor& x, const Tensor& w, const Tensor& y);
+
 }  // namespace tessel::kernels

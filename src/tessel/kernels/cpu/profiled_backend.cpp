@@ -137,6 +137,10 @@ class ProfiledBackend final : public Backend {
     profile::Scope s(inverse ? "rope_backward" : "rope");
     inner_.rope(x, cos, sin, positions, inverse, out);
   }
+  void quant_matmul(quant::QuantType type, const Tensor& x, const Tensor& w, Tensor& y) override {
+    profile::Scope s("quant_matmul");
+    inner_.quant_matmul(type, x, w, y);
+  }
 
  private:
   // Two products of head_dim per visible (query, key) pair and head: all q_len x kv_len pairs,

@@ -48,6 +48,7 @@ class ReferenceBackend final : public Backend {
   void square_sums(std::span<const Tensor> xs, std::span<double> out) override;
   void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& positions,
             bool inverse, Tensor& out) override;
+  void quant_matmul(quant::QuantType type, const Tensor& x, const Tensor& w, Tensor& y) override;
 };
 
 Backend& reference_backend();

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+// The integer dot products of the quantized matmul: activations rounded to int8 per 32-element
+// block (scale max|x| / 127, as ggml's Q8_0), multiplied with a decoded weight row
+// (quant_decode.h) 32 codes at a time into int32, then scaled in f32 per 16 weights. Three
+// variants: plain loops (baseline set), AVX2 (vpmaddubsw + vpmaddwd) and AVX-512 VNNI (vpdpbusd,
+// avx512 set, only where the CPU has it). Both SIMD variants are unsigned x signed byte
+// products, so the weight's sign moves onto the activation (|w| * sign(w) x): |w| <= 128 and
+// |x| <= 127 keep vpmaddubsw's pair sums below 2^15. Kernel-private: include inside
+// TESSEL_ISA_BEGIN.
+#pragma once
+
+namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
+
+inline constexpr int64_t kActBlock = 32;
+
+// m rows of k activations as int8 codes, one f32 scale and the code sum per 32-block.
+struct QuantizedRows {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int32_t> sum;
+};
+
+inline void quantize_activation_row(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum) {
+  for (int64_t b = 0; b < k / kActBlock; ++b) {
+    const float* xb = x + b * kActBlock;
+    float amax = 0;
+    for (int j = 0; j < kActBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+    int32_t s = 0;
+    for (int j = 0; j < kActBlock; ++j) {
+      const int v = int(std::nearbyint(xb[j] * inv));
+      q[b * kActBlock + j] = int8_t(v);
+      s += v;
+    }
+    d[b] = amax / 127.0f;
+    sum[b] = s;
+  }
+}
+
+// The row's part that depends on the Q4_K offsets: sum over blocks of offset * dx * sum(qx).
+inline float offset_term(const float* offset, const float* dx, const int32_t* sx, int64_t blocks) {
+  float acc = 0;
+  for (int64_t g = 0; g < blocks; ++g) acc += offset[g] * dx[g] * float(sx[g]);
+  return acc;
+}
+
+// sum over 32-blocks g of dx[g] * (ws[2g] * (w.x over the first 16) + ws[2g+1] * (the next 16)).
+inline float dot_row_scalar(const int8_t* w, const float* ws, const int8_t* x, const float* dx,
+                            int64_t blocks) {
+  float acc = 0;
+  for (int64_t g = 0; g < blocks; ++g) {
+    int32_t lo = 0, hi = 0;
+    for (int j = 0; j < 16; ++j) lo += int32_t(w[32 * g + j]) * x[32 * g + j];
+    for (int j = 16; j < 32; ++j) hi += int32_t(w[32 * g + j]) * x[32 * g + j];
+    acc += dx[g] * (ws[2 * g] * float(lo) + ws[2 * g + 1] * float(hi));
+  }
+  return acc;
+}
+
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Lanes 0-3 carry the first 16 weights' scale, lanes 4-7 the next 16's (the int32 lanes of both
+// products below sum 4 consecutive bytes, in order).
+inline __m256 block_scales(const float* ws, float dx) {
+  return _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(ws[1]), _mm_set1_ps(ws[0])), _mm256_set1_ps(dx));
+}
+
+inline __m256i dot32_avx2(const int8_t* w, const int8_t* x) {
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+
+inline float dot_row_avx2(const int8_t* w, const float* ws, const int8_t* x, const float* dx,
+                          int64_t blocks) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t g = 0;
+  for (; g + 2 <= blocks; g += 2) {  // two chains hide the FMA latency
+    const __m256i p0 = dot32_avx2(w + 32 * g, x + 32 * g);
+    const __m256i p1 = dot32_avx2(w + 32 * g + 32, x + 32 * g + 32);
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), block_scales(ws + 2 * g, dx[g]), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), block_scales(ws + 2 * g + 2, dx[g + 1]), acc1);
+  }
+  if (g < blocks) {
+    const __m256i p0 = dot32_avx2(w + 32 * g, x + 32 * g);
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), block_scales(ws + 2 * g, dx[g]), acc0);
+  }
+  return hsum(_mm256_add_ps(acc0, acc1));
+}
+#endif
+
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+// AVX-512 VNNI on 256-bit vectors (AVX512_VNNI + VL): one vpdpbusd replaces the vpmaddubsw /
+// vpmaddwd pair and cannot saturate. Called only where cpu_features().avx512_vnni holds; the
+// target attribute adds VNNI to the set's own instructions for these two functions alone.
+#define TESSEL_VNNI_TARGET __attribute__((target("avx512vnni,avx512vl,avx512bw,avx512f,avx2,fma")))
+TESSEL_VNNI_TARGET inline __m256i dot32_vnni(const int8_t* w, const int8_t* x) {
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
+}
+
+TESSEL_VNNI_TARGET inline float dot_row_vnni(const int8_t* w, const float* ws, const int8_t* x,
+                                             const float* dx, int64_t blocks) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t g = 0;
+  for (; g + 2 <= blocks; g += 2) {
+    const __m256i p0 = dot32_vnni(w + 32 * g, x + 32 * g);
+    const __m256i p1 = dot32_vnni(w + 32 * g + 32, x + 32 * g + 32);
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), block_scales(ws + 2 * g, dx[g]), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), block_scales(ws + 2 * g + 2, dx[g + 1]), acc1);
+  }
+  if (g < blocks) {
+    const __m256i p0 = dot32_vnni(w + 32 * g, x + 32 * g);
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), block_scales(ws + 2 * g, dx[g]), acc0);
+  }
+  return hsum(_mm256_add_ps(acc0, acc1));
+}
+#undef TESSEL_VNNI_TARGET
+#endif
+
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+// The quantized matmul y[m, n] = x[m, k] W[n, k]^T with W in a GGUF weight format, read in place
+// (backend.h; formats in quant/quant_blocks.h). Each task owns a range of output columns (W's
+// rows, split over the one OpenMP pool): it decodes one weight row at a time into L1
+// (quant_decode.h) and multiplies it with every activation row, so each weight byte is read from
+// memory once per call whatever m is. For the Q types the activations are first rounded to int8
+// per 32-element block and the products are integer (quant_dot.h: AVX-512 VNNI, AVX2 or plain
+// loops, by kernel set and CPU); F16 / BF16 rows are widened to f32 and multiplied in f32.
+#include "tessel/core/cpu_features.h"
+#include "tessel/kernels/cpu/isa_region.h"
+#include "tessel/kernels/cpu/kernel_checks.h"
+#include "tessel/kernels/quant/quant_blocks.h"
+TESSEL_ISA_BEGIN
+#include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/quant_decode.h"
+#include "tessel/kernels/cpu/quant_dot.h"
+
+namespace tessel::kernels::TESSEL_KERNEL_ISA {
+
+namespace {
+
+using quant::QuantType;
+
+// Bytes of W per task at least: below this the fork/join costs more than the rows.
+constexpr int64_t kTaskBytes = int64_t(1) << 16;
+
+using DotRow = float (*)(const int8_t*, const float*, const int8_t*, const float*, int64_t);
+
+DotRow choose_dot_row() {
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+  if (cpu_features().avx512_vnni) return cpu::dot_row_vnni;
+#endif
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+  return cpu::dot_row_avx2;
+#else
+  return cpu::dot_row_scalar;
+#endif
+}
+
+void int8_matmul(QuantType type, const QuantMatmulShape& s, const float* x, const uint8_t* w,
+                 float* y) {
+  const int64_t blocks = s.k / cpu::kActBlock;
+  cpu::QuantizedRows act;
+  act.q.resize(size_t(s.m * s.k));
+  act.d.resize(size_t(s.m * blocks));
+  act.sum.resize(size_t(s.m * blocks));
+  for (int64_t i = 0; i < s.m; ++i)
+    cpu::quantize_activation_row(x + i * s.k, s.k, act.q.data() + i * s.k,
+                                 act.d.data() + i * blocks, act.sum.data() + i * blocks);
+  static const DotRow dot_row = choose_dot_row();
+  const int64_t grain = std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(s.row_bytes, 1));
+  parallel_for(0, s.n, grain, [&](int64_t lo, int64_t hi) {
+    cpu::DecodedRow row(s.k);
+    for (int64_t j = lo; j < hi; ++j) {
+      cpu::decode_row(type, w + j * s.row_bytes, s.k, row);
+      for (int64_t i = 0; i < s.m; ++i) {
+        const int8_t* xq = act.q.data() + i * s.k;
+        const float* dx = act.d.data() + i * blocks;
+        float v = dot_row(row.q.data(), row.scale.data(), xq, dx, blocks);
+        if (row.has_offset)
+          v -= cpu::offset_term(row.offset.data(), dx, act.sum.data() + i * blocks, blocks);
+        y[i * s.n + j] = v;
+      }
+    }
+  });
+}
+
+void half_matmul(QuantType type, const QuantMatmulShape& s, const float* x, const uint8_t* w,
+                 float* y) {
+  const int64_t grain = std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(s.row_bytes, 1));
+  parallel_for(0, s.n, grain, [&](int64_t lo, int64_t hi) {
+    std::vector<float> row(size_t(s.k));
+    float* r = row.data();
+    for (int64_t j = lo; j < hi; ++j) {
+      cpu::widen_row(type, w + j * s.row_bytes, s.k, r);
+      for (int64_t i = 0; i < s.m; ++i) {
+        const float* xi = x + i * s.k;
+        float acc = 0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t c = 0; c < s.k; ++c) acc += xi[c] * r[c];
+        y[i * s.n + j] = acc;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void CpuBackend::quant_matmul(QuantType type, const Tensor& x, const Tensor& w, Tensor& y) {
+  const QuantMatmulShape s = validate_quant_matmul(*this, type, x, w, y);
+  float* yp = y.data<float>();
+  if (s.m == 0 || s.n == 0) return;
+  if (s.k == 0) {
+    std::fill(yp, yp + s.m * s.n, 0.0f);
+    return;
+  }
+  const float* xp = x.data<float>();
+  const auto* wp = static_cast<const uint8_t*>(w.data_ptr());
+  if (type == QuantType::F16 || type == QuantType::BF16)
+    half_matmul(type, s, xp, wp, yp);
+  else
+    int8_matmul(type, s, xp, wp, yp);
+}
+
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA
+TESSEL_ISA_END
