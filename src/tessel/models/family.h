@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tessel/io/gguf.h"
 #include "tessel/io/safetensors_dir.h"
 #include "tessel/models/causal_lm.h"
 
@@ -47,6 +48,20 @@ class Family {
 
   // The files a model directory of this family uses for its tokenizer, in order of preference.
   virtual std::vector<std::string> tokenizer_files() const = 0;
+
+  // GGUF (the family's <name>_gguf.cpp; models/gguf_model.h has what all families share).
+  // The general.architecture value it reads and writes ("gpt2", "llama").
+  virtual std::string_view gguf_architecture() const = 0;
+  // The config from the file's "<arch>.*" keys (and its tensors' shapes where the keys are
+  // optional); an Error names the missing or bad key.
+  virtual ConfigPtr config_from_gguf(const io::GgufFile& file) const = 0;
+  // The config as "<arch>.*" keys.
+  virtual void config_to_gguf(const ModelConfig& config, io::GgufMetadata& out) const = 0;
+  // The model's tensors under GGUF names in the layout GGUF stores them (row-major; the writer
+  // turns shapes into ggml order), e.g. LLaMA's q/k rows in Meta's interleaved-RoPE order.
+  virtual io::NamedTensors to_gguf(const CausalLM& model) const = 0;
+  // Loads a GGUF file's tensors into `model` (F16 / BF16 widened to the parameters' dtype).
+  virtual void load_gguf(CausalLM& model, const io::GgufFile& file) const = 0;
 };
 
 // Every registered family.

@@ -7,6 +7,7 @@
 #include "tessel/models/family.h"
 #include "tessel/models/gpt2/gpt2.h"
 #include "tessel/models/gpt2/gpt2_checkpoint.h"
+#include "tessel/models/gpt2/gpt2_gguf.h"
 
 namespace tessel::models {
 
@@ -62,6 +63,17 @@ class GPT2Family final : public Family {
   bool hf_transposed(const std::string& name) const override { return gpt2_is_conv1d_weight(name); }
   std::vector<std::string> tokenizer_files() const override {
     return {"tokenizer.json", "vocab.json", "merges.txt", "encoder.json", "vocab.bpe"};
+  }
+  std::string_view gguf_architecture() const override { return "gpt2"; }
+  ConfigPtr config_from_gguf(const io::GgufFile& file) const override {
+    return gpt2_config_from_gguf(file);
+  }
+  void config_to_gguf(const ModelConfig& config, io::GgufMetadata& out) const override {
+    gpt2_config_to_gguf(config, out);
+  }
+  io::NamedTensors to_gguf(const CausalLM& model) const override { return gpt2_to_gguf(model); }
+  void load_gguf(CausalLM& model, const io::GgufFile& file) const override {
+    gpt2_load_gguf(model, file);
   }
 };
 

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "tessel/core/error.h"
+#include "tessel/models/llama/llama_gguf.h"
 
 namespace tessel::models {
 
@@ -56,6 +57,17 @@ class LlamaFamily final : public Family {
   bool hf_transposed(const std::string&) const override { return false; }
   std::vector<std::string> tokenizer_files() const override {
     return {"tokenizer.json", "tokenizer.model"};
+  }
+  std::string_view gguf_architecture() const override { return "llama"; }
+  ConfigPtr config_from_gguf(const io::GgufFile& file) const override {
+    return llama_config_from_gguf(file);
+  }
+  void config_to_gguf(const ModelConfig& config, io::GgufMetadata& out) const override {
+    llama_config_to_gguf(config, out);
+  }
+  io::NamedTensors to_gguf(const CausalLM& model) const override { return llama_to_gguf(model); }
+  void load_gguf(CausalLM& model, const io::GgufFile& file) const override {
+    llama_load_gguf(model, file);
   }
 };
 

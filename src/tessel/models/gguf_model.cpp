@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: Apache-2.0
+// GGUF models for every family: dispatch on general.architecture, the general.* keys, metadata
+// reads with clear errors, and the one tensor-loading loop the families share.
+#include "tessel/models/gguf_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "tessel/core/error.h"
+
+namespace tessel::models {
+
+bool is_gguf_model(const std::string& path) {
+  return std::filesystem::is_regular_file(path) && io::is_gguf_file(path);
+}
+
+const Family& family_for_gguf(const io::GgufFile& file) {
+  const std::string arch = file.metadata()
+                               .at("general.architecture", file.path())
+                               .as_string(file.path() + ": general.architecture");
+  std::string known;
+  for (const Family* f : families()) {
+    if (f->gguf_architecture() == arch) return *f;
+    known += (known.empty() ? "" : ", ") + std::string(f->gguf_architecture());
+  }
+  TESSEL_FAIL(file.path(), ": general.architecture '", arch,
+              "' is not supported (supported: ", known, ")");
+}
+
+ConfigPtr gguf_model_config(const io::GgufFile& file) {
+  ConfigPtr config = family_for_gguf(file).config_from_gguf(file);
+  config->validate();
+  return config;
+}
+
+std::shared_ptr<CausalLM> load_gguf_model(const std::string& path) {
+  const io::GgufFile file = io::GgufFile::open(path);
+  ConfigPtr config = gguf_model_config(file);
+  std::shared_ptr<CausalLM> model = config->build_empty();
+  config->family().load_gguf(*model, file);
+  model->eval();
+  return model;
+}
+
+ConfigPtr load_model_source_config(const std::string& model) {
+  if (is_gguf_model(model)) return gguf_model_config(io::GgufFile::open(model));
+  return load_model_config((std::filesystem::path(model) / "config.json").string());
+}
+
+std::shared_ptr<CausalLM> load_model_source(const std::string& model) {
+  return is_gguf_model(model) ? load_gguf_model(model) : load_model(model);
+}
+
+io::GgufMetadata gguf_model_metadata(const CausalLM& model, const std::string& name,
+                                     uint32_t file_type) {
+  const ModelConfig& config = model.model_config();
+  io::GgufMetadata m;
+  m.set("general.architecture",
+        io::GgufValue::of_string(std::string(config.family().gguf_architecture())));
+  m.set("general.name", io::GgufValue::of_string(name));
+  m.set("general.alignment", io::GgufValue::of_u32(io::kGgufDefaultAlignment));
+  m.set("general.file_type", io::GgufValue::of_u32(file_type));
+  config.family().config_to_gguf(config, m);
+  return m;
+}
+
+int64_t gguf_int(const io::GgufFile& file, const std::string& key) {
+  return file.metadata().at(key, file.path()).as_int(file.path() + ": " + key);
+}
+
+std::optional<int64_t> gguf_optional_int(const io::GgufFile& file, const std::string& key) {
+  if (!file.metadata().contains(key)) return std::nullopt;
+  return gguf_int(file, key);
+}
+
+double gguf_float(const io::GgufFile& file, const std::string& key, double fallback) {
+  const io::GgufValue* v = file.metadata().find(key);
+  return v ? v->as_double(file.path() + ": " + key) : fallback;
+}
+
+std::optional<int64_t> gguf_token_id(const io::GgufFile& file, const char* which) {
+  return gguf_optional_int(file, std::string("tokenizer.ggml.") + which + "_token_id");
+}
+
+void load_gguf_tensors(CausalLM& model, const io::GgufFile& file, const std::string& context,
+                       const std::function<std::string(const std::string&)>& gguf_name,
+                       const std::function<Tensor(const std::string&, const Tensor&)>& to_tessel,
+                       const std::set<std::string>& skip) {
+  io::NamedTensors state;
+  std::set<std::string> wanted;
+  std::vector<std::string> missing, unexpected, mismatched;
+  for (auto& [name, t] : model.state_dict()) {
+    const std::string stored = gguf_name(name);
+    wanted.insert(stored);
+    if (!file.contains(stored)) {
+      std::ostringstream s;
+      s << stored << " " << t.shape();
+      missing.push_back(s.str());
+      continue;
+    }
+    const io::GgufTensorInfo& info = file.info(stored);
+    if (info.shape() != t.shape()) {
+      std::ostringstream s;
+      s << stored << " (expected " << t.shape() << ", got " << info.shape() << ")";
+      mismatched.push_back(s.str());
+      continue;
+    }
+    Tensor value = file.load(stored, t.dtype());
+    state.emplace_back(name, to_tessel ? to_tessel(name, value) : value);
+  }
+  for (const io::GgufTensorInfo& info : file.tensors()) {
+    if (!wanted.count(info.name) && !skip.count(info.name)) {
+      std::ostringstream s;
+      s << info.name << " " << info.shape();
+      unexpected.push_back(s.str());
+    }
+  }
+  nn::check_state_names(context + " " + file.path(), missing, unexpected, mismatched);
+  model.load_state_dict(state);
+}
+
+bool gguf_same_bytes(const io::GgufFile& file, const std::string& a, const std::string& b) {
+  const auto ra = file.raw(a), rb = file.raw(b);
+  return file.info(a).type == file.info(b).type && ra.size() == rb.size() &&
+         std::memcmp(ra.data(), rb.data(), ra.size()) == 0;
+}
+
+}  // namespace tessel::models
+
+namespace tessel::models {
+
+namespace {
+
+// llama.cpp's general.file_type numbers for the whole-file types tessel writes.
+constexpr uint32_t kFileTypeF32 = 0, kFileTypeF16 = 1, kFileTypeBF16 = 32;
+
+struct ExportType {
+  DType dtype;
+  uint32_t file_type;
+};
+
+// The extension point for quantized exports: each --type maps to how the matrices are stored.
+ExportType export_type(const std::string& type) {
+  if (type == "f32") return {DType::F32, kFileTypeF32};
+  if (type == "f16") return {DType::F16, kFileTypeF16};
+  if (type == "bf16") return {DType::BF16, kFileTypeBF16};
+  if (type == "q8_0" || type == "q4_0" || type == "q4_k_m")
+    TESSEL_FAIL("GGUF export --type ", type,
+                ": quantized types are not written yet (their block formats are still being "
+                "added to kernels/quant); use f32, f16 or bf16");
+  std::string known;
+  for (const std::string& t : gguf_export_types()) known += (known.empty() ? "" : ", ") + t;
+  TESSEL_FAIL("GGUF export: unknown --type '", type, "' (", known, ")");
+}
+
+}  // namespace
+
+const std::vector<std::string>& gguf_export_types() {
+  static const std::vector<std::string> types = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m"};
+  return types;
+}
+
+void check_gguf_export_type(const std::string& type) {
+  export_type(type);
+}
+
+void save_gguf_model(const CausalLM& model, const std::string& path,
+                     const GgufExportOptions& options,
+                     const std::function<void(const GgufTensorReport&)>& on_tensor) {
+  const ExportType type = export_type(options.type);
+  const ModelConfig& config = model.model_config();
+  io::GgufMetadata metadata = gguf_model_metadata(model, options.name, type.file_type);
+  // The config's special ids, unless the tokenizer (below) gives its own.
+  if (auto id = config.bos_id())
+    metadata.set("tokenizer.ggml.bos_token_id", io::GgufValue::of_u32(uint32_t(*id)));
+  if (auto id = config.eos_id())
+    metadata.set("tokenizer.ggml.eos_token_id", io::GgufValue::of_u32(uint32_t(*id)));
+  if (options.tokenizer) options.tokenizer->to_gguf(metadata);
+
+  const io::NamedTensors tensors = config.family().to_gguf(model);
+  std::vector<io::GgufTensorOut> out;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& [name, t] = tensors[i];
+    const DType dtype = t.ndim() >= 2 ? type.dtype : DType::F32;
+    Tensor stored = t.dtype() == dtype ? t : t.to(dtype);
+    out.push_back(io::GgufTensorOut::from_tensor(name, stored));
+    if (on_tensor) {
+      GgufTensorReport r;
+      r.index = i + 1;
+      r.count = tensors.size();
+      r.name = name;
+      r.shape = t.shape();
+      r.type = io::ggml_type_name(out.back().type);
+      const Tensor a = t.to(DType::F32), b = stored.to(DType::F32);
+      const float *pa = a.data<float>(), *pb = b.data<float>();
+      double diff2 = 0, norm2 = 0;
+      for (int64_t k = 0; k < a.numel(); ++k) {
+        const double d = double(pb[k]) - double(pa[k]);
+        r.max_abs_error = std::max(r.max_abs_error, std::abs(d));
+        diff2 += d * d;
+        norm2 += double(pa[k]) * double(pa[k]);
+      }
+      r.rel_rms_error = norm2 > 0 ? std::sqrt(diff2 / norm2) : 0.0;
+      on_tensor(r);
+    }
+  }
+  io::save_gguf(path, metadata, out);
+}
+
+}  // namespace tessel::models
