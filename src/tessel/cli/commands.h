@@ -14,6 +14,7 @@ void add_init_command(CLI::App& app);              // `tessel init`, in init_com
 void add_tokenize_command(CLI::App& app);          // `tessel tokenize`, in tokenize_command.cpp
 void add_generate_command(CLI::App& app);          // `tessel generate`, in generate_command.cpp
 void add_eval_command(CLI::App& app);              // `tessel eval`, in eval_command.cpp
+void add_quantize_command(CLI::App& app);          // `tessel quantize`, in quantize_command.cpp
 void add_train_command(CLI::App& app);             // `tessel train`, in train_command.cpp
 void add_schedule_command(CLI::App& app);          // `tessel schedule`, in schedule_command.cpp
 void add_report_command(CLI::App& app);            // `tessel report`, in report_command.cpp

@@ -13,6 +13,7 @@
 #include "tessel/cli/model_args.h"
 #include "tessel/io/tokenizer.h"
 #include "tessel/models/family.h"
+#include "tessel/models/gguf_model.h"
 
 namespace tessel::cli {
 
@@ -39,8 +40,7 @@ void run_eval(const EvalArgs& args) {
   const int64_t n = int64_t(tokens.size());
   TESSEL_CHECK(n >= 2, "eval: ", args.text, " holds ", n,
                " tokens; at least 2 are needed to predict one");
-  const models::ConfigPtr config =
-      models::load_model_config((std::filesystem::path(args.model) / "config.json").string());
+  const models::ConfigPtr config = models::load_model_source_config(args.model);
   const int64_t limit = config->max_positions();
   const int64_t context = args.context > 0 ? args.context : limit;
   TESSEL_CHECK(context <= limit, "eval: --context ", context, " exceeds max_positions = ", limit);
@@ -48,7 +48,7 @@ void run_eval(const EvalArgs& args) {
                tokenizer.vocab_size(), " tokens, more than the model's vocab_size ",
                config->vocabulary_size());
 
-  auto model = models::load_model(args.model);
+  auto model = models::load_model_source(args.model);
   autograd::NoGradGuard no_grad;
   const auto start = std::chrono::steady_clock::now();
   double total = 0;
@@ -85,8 +85,9 @@ void add_eval_command(CLI::App& app) {
   auto args = std::make_shared<EvalArgs>();
   CLI::App* cmd = app.add_subcommand(
       "eval", "Mean cross-entropy and perplexity of a GPT-2 model directory on a text file");
-  cmd->add_option("-m,--model", args->model,
-                  "Model directory: config.json + model.safetensors + tokenizer files")
+  cmd->add_option(
+         "-m,--model", args->model,
+         "Model directory (config.json + model.safetensors + tokenizer files) or a .gguf file")
       ->required();
   cmd->add_option("--text", args->text, "Text file to evaluate on")->required();
   cmd->add_option("-c,--context", args->context, "Window length (0: n_positions)")

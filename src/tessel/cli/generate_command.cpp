@@ -17,6 +17,7 @@
 #include "tessel/io/tokenizer.h"
 #include "tessel/models/family.h"
 #include "tessel/models/generation.h"
+#include "tessel/models/gguf_model.h"
 #include "tessel/train/model_tensor_parallel.h"
 
 namespace tessel::cli {
@@ -48,8 +49,7 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   check_model_dir(args.model, "generate");
   apply_threads(args.threads);
   // Everything that can be refused is checked before the weights are read.
-  const models::ConfigPtr config =
-      models::load_model_config((std::filesystem::path(args.model) / "config.json").string());
+  const models::ConfigPtr config = models::load_model_source_config(args.model);
   const int64_t vocab_size = config->vocabulary_size(), max_positions = config->max_positions();
   std::optional<io::Tokenizer> tokenizer;
   if (has_tokenizer_files(args.model)) {
@@ -82,7 +82,7 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   const dist::LaunchInfo launch = dist::detect_launch();
   TESSEL_CHECK(launch.size == args.tp, "generate: --tp ", args.tp, " ranks, but the job has ",
                launch.size, " (", launch.describe(), "); start it with mpirun -np ", args.tp);
-  auto model = models::load_model(args.model);
+  auto model = models::load_model_source(args.model);
   models::GenerationOptions options;
   std::optional<train::ModelTensorParallel> tp;
   bool leader = true;
@@ -160,8 +160,9 @@ void add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand(
       "generate", "Generate text with a GPT-2 model directory (KV-cache decoding)");
-  cmd->add_option("-m,--model", args->model,
-                  "Model directory: config.json + model.safetensors (+ tokenizer files)")
+  cmd->add_option(
+         "-m,--model", args->model,
+         "Model directory (config.json + model.safetensors + tokenizer files) or a .gguf file")
       ->required();
   cmd->add_option("-p,--prompt", args->prompt, "Prompt text");
   cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt as comma-separated token ids");

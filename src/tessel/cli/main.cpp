@@ -45,6 +45,10 @@ int main(int argc, char** argv) {
   wait_passively_by_default(argv);
   CLI::App app{"tessel: trains and serves transformer models"};
   app.require_subcommand(1);
+  app.footer(
+      "Models: -m takes a Hugging Face directory (config.json + model.safetensors + tokenizer) or "
+      "a .gguf file;\n`tessel quantize -m DIR -o model.gguf --type f16` writes one "
+      "(docs/MODELS.md, \"GGUF\").");
   // The version line and the kernel set this CPU runs (and why), with the CPU's features.
   app.set_version_flag("--version", [] {
     return std::string("tessel ") + TESSEL_VERSION + "\n" + tessel::kernels::kernel_set_summary();
@@ -58,6 +62,7 @@ int main(int argc, char** argv) {
   tessel::cli::add_tokenize_command(app);
   tessel::cli::add_generate_command(app);
   tessel::cli::add_eval_command(app);
+  tessel::cli::add_quantize_command(app);
   tessel::cli::add_train_command(app);
   tessel::cli::add_schedule_command(app);
   tessel::cli::add_report_command(app);

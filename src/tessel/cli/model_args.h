@@ -14,7 +14,9 @@
 
 #include "tessel/core/error.h"
 #include "tessel/core/threads.h"
+#include "tessel/io/gguf.h"
 #include "tessel/io/tokenizer.h"
+#include "tessel/models/gguf_model.h"
 
 namespace tessel::cli {
 
@@ -42,8 +44,10 @@ inline std::vector<int64_t> parse_id_list(const std::string& text, const std::st
   return ids;
 }
 
-// The tokenizer files Tokenizer::load(dir) reads.
+// The tokenizer files Tokenizer::load(dir) reads, or a GGUF file with tokenizer.ggml.* keys.
 inline bool has_tokenizer_files(const std::filesystem::path& dir) {
+  if (models::is_gguf_model(dir.string()))
+    return io::GgufFile::open(dir.string()).metadata().contains("tokenizer.ggml.model");
   return io::Tokenizer::files_in(dir.string()).has_value();
 }
 
@@ -65,7 +69,9 @@ inline std::string read_text_input(const std::string& path, const std::string& w
   return text;
 }
 
+// A model directory (config.json + weights) or a GGUF file, which needs nothing else.
 inline void check_model_dir(const std::string& dir, const std::string& what) {
+  if (models::is_gguf_model(dir)) return;
   TESSEL_CHECK(std::filesystem::is_directory(dir), what, ": model directory ", dir, " not found");
   TESSEL_CHECK(std::filesystem::exists(std::filesystem::path(dir) / "config.json"), what, ": ",
                (std::filesystem::path(dir) / "config.json").string(), " not found");

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "tessel/core/error.h"
+#include "tessel/io/gguf.h"
 #include "tessel/io/pretokenize.h"
 #include "tessel/io/tokenizer.h"
 #include "tessel/io/tokenizer_json.h"
@@ -341,6 +342,9 @@ Tokenizer Tokenizer::load(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path p(path);
+  // A GGUF file carries its whole tokenizer in its metadata; no tokenizer_config.json applies.
+  if (fs::is_regular_file(p, ec) && is_gguf_file(path))
+    return from_gguf(GgufFile::open(path).metadata(), path);
   Tokenizer tok;
   fs::path dir;
   if (fs::is_regular_file(p, ec)) {

@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: Apache-2.0
+// GGUF through the program: `tessel quantize` writes a model directory (or a GGUF) as one .gguf
+// with its tokenizer, and `generate`, `eval` and `tokenize` given that file alone behave exactly as
+// with the directory (F32: identical ids and loss). Quantized types and damaged files are one
+// clear error line.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli_run.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace cli_test = tessel::cli_test;
+using cli_test::Outcome;
+
+Outcome tessel(const std::string& args, const fs::path& dir) {
+  return cli_test::run_tessel(args, dir);
+}
+
+nlohmann::json json_of(const Outcome& r) {
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return nlohmann::json::parse(r.out.empty() ? "{}" : r.out);
+}
+
+void expect_one_error_line(const Outcome& r, const std::string& part) {
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.err.rfind("tessel: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(part), std::string::npos) << "lacks '" << part << "': " << r.err;
+}
+
+// A GPT-2 of odd sizes (13 heads' worth of nothing: 3 heads of 7, 33 positions) with a byte-level
+// vocabulary plus a few merges and <|endoftext|>, made by `tessel init`.
+fs::path make_model(const fs::path& d) {
+  const fs::path src = d / "src";
+  fs::create_directories(src);
+  nlohmann::json vocab = nlohmann::json::object();
+  int shifted = 0, id = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+    const int cp = printable ? b : 256 + shifted++;
+    std::string s;
+    if (cp < 0x80) {
+      s += char(cp);
+    } else {
+      s += char(0xC0 | (cp >> 6));
+      s += char(0x80 | (cp & 0x3F));
+    }
+    vocab[s] = id++;
+  }
+  for (const char* merged : {"he", "ll", "hell", "\xC4\xA0w"}) vocab[merged] = id++;
+  vocab["<|endoftext|>"] = id++;
+  std::ofstream(src / "vocab.json") << vocab.dump();
+  std::ofstream(src / "merges.txt") << "#version: 0.2\nh e\nl l\nhe ll\n\xC4\xA0 w\n";
+  std::ofstream(src / "config.json") << R"({"model_type": "gpt2", "vocab_size": 261,
+    "n_positions": 33, "n_embd": 21, "n_layer": 2, "n_head": 3, "initializer_range": 0.2,
+    "bos_token_id": 260, "eos_token_id": 260, "activation_function": "gelu_new"})";
+  const fs::path model = d / "model";
+  const Outcome r = tessel("init --config " + (src / "config.json").string() + " --out " +
+                               model.string() + " -s 7 --force",
+                           d);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return model;
+}
+
+TEST(QuantizeCommand, GgufAloneGeneratesEvaluatesAndTokenizesAsTheDirectory) {
+  const fs::path d = cli_test::scratch("tessel_cli_gguf_", "same");
+  const fs::path model = make_model(d);
+  const std::string gguf = (d / "model-f32.gguf").string();
+  const Outcome q = tessel("quantize -m " + model.string() + " --type f32 -o " + gguf, d);
+  const nlohmann::json summary = json_of(q);
+  EXPECT_EQ(summary["type"], "f32");
+  EXPECT_EQ(summary["tokenizer"], true);
+  EXPECT_EQ(summary["max_rel_rms_error"], 0.0);
+  EXPECT_NE(q.err.find("[1/"), std::string::npos) << q.err;
+  EXPECT_NE(q.err.find("blk.1.ffn_down.weight"), std::string::npos) << q.err;
+
+  const std::string gen = " -p 'hello world' -n 16 --temp 0 --ignore-eos --format json";
+  const nlohmann::json want = json_of(tessel("generate -m " + model.string() + gen, d));
+  const nlohmann::json got = json_of(tessel("generate -m " + gguf + gen, d));
+  EXPECT_EQ(got["prompt_ids"], want["prompt_ids"]);
+  EXPECT_EQ(got["generated_ids"], want["generated_ids"]);
+  EXPECT_EQ(got["text"], want["text"]);
+
+  std::ofstream(d / "text.txt") << "hello world, well well: hell is the held shell.\n";
+  const std::string ev = " --text " + (d / "text.txt").string() + " -c 16";
+  const nlohmann::json e_want = json_of(tessel("eval -m " + model.string() + ev, d));
+  const nlohmann::json e_got = json_of(tessel("eval -m " + gguf + ev, d));
+  EXPECT_EQ(e_got["tokens"], e_want["tokens"]);
+  EXPECT_EQ(e_got["mean_cross_entropy"], e_want["mean_cross_entropy"]);
+
+  const std::string tok = " --text 'hello <|endoftext|> well' --special";
+  const Outcome t_want = tessel("tokenize -m " + model.string() + tok, d);
+  const Outcome t_got = tessel("tokenize -m " + gguf + tok, d);
+  EXPECT_EQ(t_got.exit_code, 0) << t_got.err;
+  EXPECT_EQ(t_got.out, t_want.out);
+
+  // GGUF -> GGUF at f16: smaller, loads, generates.
+  const std::string f16 = (d / "model-f16.gguf").string();
+  const nlohmann::json s16 = json_of(tessel("quantize -q -m " + gguf + " --type f16 -o " + f16, d));
+  EXPECT_LT(s16["bytes"].get<int64_t>(), summary["bytes"].get<int64_t>());
+  EXPECT_GT(s16["max_rel_rms_error"].get<double>(), 0.0);
+  EXPECT_LT(s16["max_rel_rms_error"].get<double>(), 1e-3);
+  const nlohmann::json g16 = json_of(tessel("generate -m " + f16 + gen, d));
+  EXPECT_EQ(g16["generated_ids"].size(), 16u);
+}
+
+TEST(QuantizeCommand, QuantizedTypesAndBadFilesAreOneErrorLine) {
+  const fs::path d = cli_test::scratch("tessel_cli_gguf_", "errors");
+  const fs::path model = make_model(d);
+  const std::string out = (d / "q.gguf").string();
+  expect_one_error_line(tessel("quantize -m " + model.string() + " --type q8_0 -o " + out, d),
+                        "not written yet");
+  expect_one_error_line(tessel("quantize -m " + model.string() + " --type q4_k_m -o " + out, d),
+                        "q4_k_m");
+  expect_one_error_line(tessel("quantize -m " + model.string() + " --type f8 -o " + out, d),
+                        "unknown --type 'f8'");
+  EXPECT_FALSE(fs::exists(out));
+
+  // A GGUF cut short: generate names the file and what was truncated.
+  const std::string good = (d / "good.gguf").string();
+  ASSERT_EQ(tessel("quantize -q -m " + model.string() + " -o " + good, d).exit_code, 0);
+  std::string bytes = cli_test::slurp(good);
+  const std::string cut = (d / "cut.gguf").string();
+  std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 3);
+  expect_one_error_line(tessel("generate -m " + cut + " --prompt-ids 1,2 -n 2 --format json", d),
+                        "cut.gguf");
+}
+
+}  // namespace
