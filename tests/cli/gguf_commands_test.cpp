@@ -111,6 +111,31 @@ TEST(QuantizeCommand, GgufAloneGeneratesEvaluatesAndTokenizesAsTheDirectory) {
   EXPECT_EQ(g16["generated_ids"].size(), 16u);
 }
 
+TEST(QuantizeCommand, LlamaGgufGeneratesTheDirectorysIds) {
+  // GQA 4/2 heads of 6: the q/k rows go through the interleaved-RoPE permutation and back.
+  const fs::path d = cli_test::scratch("tessel_cli_gguf_", "llama");
+  std::ofstream(d / "config.json") << R"({"architectures": ["LlamaForCausalLM"],
+    "model_type": "llama", "vocab_size": 61, "hidden_size": 24, "intermediate_size": 36,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 64, "initializer_range": 0.3, "rms_norm_eps": 1e-5})";
+  const fs::path model = d / "model";
+  ASSERT_EQ(
+      tessel("init --config " + (d / "config.json").string() + " --out " + model.string() + " -s 3",
+             d)
+          .exit_code,
+      0);
+  const std::string gguf = (d / "llama.gguf").string();
+  const Outcome q = tessel("quantize -q -m " + model.string() + " --type f32 -o " + gguf, d);
+  EXPECT_EQ(json_of(q)["tokenizer"], false);
+  EXPECT_NE(q.err.find("no tokenizer"), std::string::npos) << q.err;
+  const std::string gen = " --prompt-ids 1,2,3 -n 24 --temp 0 --ignore-eos --format json";
+  const nlohmann::json want = json_of(tessel("generate -m " + model.string() + gen, d));
+  const nlohmann::json got = json_of(tessel("generate -m " + gguf + gen, d));
+  EXPECT_EQ(got["generated_ids"], want["generated_ids"]);
+  // Without a tokenizer in the file, a text prompt is refused as it is for a directory.
+  expect_one_error_line(tessel("generate -m " + gguf + " -p hi -n 2", d), "needs a tokenizer");
+}
+
 TEST(QuantizeCommand, QuantizedTypesAndBadFilesAreOneErrorLine) {
   const fs::path d = cli_test::scratch("tessel_cli_gguf_", "errors");
   const fs::path model = make_model(d);

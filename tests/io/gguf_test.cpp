@@ -90,6 +90,16 @@ TEST(Gguf, TensorsOfOddSizesReadBackBitExactAndZeroCopy) {
   fs::remove(path);
 }
 
+TEST(Gguf, VersionTwoReadsLikeThree) {
+  // Version 2 has the same layout as 3 (64-bit counts and lengths); only the number differs.
+  std::vector<uint8_t> bytes = gguf_sample_bytes();
+  bytes[4] = 2;
+  const GgufHeader h = parse_gguf(bytes.data(), bytes.size(), "v2");
+  EXPECT_EQ(h.version, 2u);
+  EXPECT_EQ(h.tensors.size(), gguf_sample_tensors().size());
+  EXPECT_TRUE(h.metadata.at("test.nested", "v2") == gguf_sample_metadata().at("test.nested", ""));
+}
+
 TEST(Gguf, AlignmentFromMetadataIsHonoured) {
   GgufMetadata m;
   m.set("general.alignment", GgufValue::of_u32(64));

@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   app.footer(
       "Models: -m takes a Hugging Face directory (config.json + model.safetensors + tokenizer) or "
       "a .gguf file;\n`tessel quantize -m DIR -o model.gguf --type f16` writes one "
-      "(docs/MODELS.md, \"GGUF\").");
+      "(docs/MODELS.md, \"GGUF files\").");
   // The version line and the kernel set this CPU runs (and why), with the CPU's features.
   app.set_version_flag("--version", [] {
     return std::string("tessel ") + TESSEL_VERSION + "\n" + tessel::kernels::kernel_set_summary();
