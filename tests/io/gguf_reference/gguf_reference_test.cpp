@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// GGUF files written by tessel, read by an independent parser: Hugging Face's JavaScript
-// @huggingface/gguf (installed into the build tree by tests/io/gguf_reference_fixture.sh) must see
-// the same header, every metadata key with the same value type, element type and value (nested
-// arrays, 64-bit integers, floats, a tokenizer's keys), and the same tensor names, dims, ggml types
-// and offsets as tessel's own reader.
+// GGUF against an independent implementation, Hugging Face's JavaScript @huggingface/gguf
+// (installed into the build tree by tests/io/gguf_reference_fixture.sh): files tessel writes are
+// read by it with the same header, every metadata key with the same value type, element type and
+// value (nested arrays, 64-bit integers, floats, a tokenizer's keys), and the same tensor names,
+// dims, ggml types and offsets as tessel's own reader; and a file its serializer writes (every
+// value type, alignment 64) is read by tessel as written.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -107,6 +108,33 @@ TEST(GgufReference, JavaScriptReaderSeesWhatTesselWrote) {
     ASSERT_EQ(tensors[i].at("dims").size(), t.dims.size()) << t.name;
     for (size_t d = 0; d < t.dims.size(); ++d)
       EXPECT_EQ(tensors[i].at("dims")[d].get<std::string>(), std::to_string(t.dims[d])) << t.name;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(GgufReference, TesselReadsWhatJavaScriptWrote) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("tessel_gguf_ref_js_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string file = (dir / "theirs.gguf").string(), out = (dir / "written.json").string();
+  const std::string cmd = std::string(TESSEL_NODE) + " " + TESSEL_GGUF_WRITE_SCRIPT + " " +
+                          TESSEL_GGUF_PACKAGE + " " + file + " > " + out;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(out);
+  const json written = json::parse(in).at("metadata");
+  const GgufFile ours = GgufFile::open(file);
+  EXPECT_EQ(ours.version(), 3u);
+  EXPECT_EQ(ours.alignment(), 64u);
+  EXPECT_TRUE(ours.tensors().empty());
+  ASSERT_EQ(ours.metadata().size(), written.size());
+  for (const auto& [key, entry] : written.items()) {
+    const GgufValue* value = ours.metadata().find(key);
+    ASSERT_NE(value, nullptr) << key;
+    EXPECT_EQ(uint32_t(value->type), entry.at("type").get<uint32_t>()) << key;
+    if (value->type == GgufType::Array) {
+      EXPECT_EQ(uint32_t(value->elem), entry.at("subType").get<uint32_t>()) << key;
+    }
+    expect_same(*value, entry.at("value"), key);
   }
   fs::remove_all(dir);
 }
