@@ -31,6 +31,26 @@ inline float load_half(const uint8_t* p) {
 #endif
 }
 
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+// 16 bytes of nibbles -> 32 codes: the low nibbles first, then the high ones (the order of both
+// Q4_0 blocks and Q4_K sub-block pairs), minus `bias`.
+inline void unpack_nibbles(const uint8_t* src, int8_t* dst, int bias) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  const __m128i mask = _mm_set1_epi8(0xF);
+  const __m256i codes =
+      _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask), _mm_and_si128(bytes, mask));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                      _mm256_sub_epi8(codes, _mm256_set1_epi8(char(bias))));
+}
+#else
+inline void unpack_nibbles(const uint8_t* src, int8_t* dst, int bias) {
+  for (int j = 0; j < 16; ++j) {
+    dst[j] = int8_t((src[j] & 0xF) - bias);
+    dst[j + 16] = int8_t((src[j] >> 4) - bias);
+  }
+}
+#endif
+
 inline void decode_q8_0(const uint8_t* row, int64_t blocks, DecodedRow& out) {
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* p = row + b * int64_t(sizeof(quant::BlockQ8_0));
@@ -44,12 +64,7 @@ inline void decode_q4_0(const uint8_t* row, int64_t blocks, DecodedRow& out) {
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* p = row + b * int64_t(sizeof(quant::BlockQ4_0));
     const float d = load_half(p);
-    const uint8_t* qs = p + 2;
-    int8_t* q = out.q.data() + 32 * b;
-    for (int j = 0; j < 16; ++j) {
-      q[j] = int8_t((qs[j] & 0xF) - 8);
-      q[j + 16] = int8_t((qs[j] >> 4) - 8);
-    }
+    unpack_nibbles(p + 2, out.q.data() + 32 * b, 8);
     out.scale[size_t(2 * b)] = out.scale[size_t(2 * b + 1)] = d;
   }
 }
@@ -62,11 +77,17 @@ inline void decode_q4_k(const uint8_t* row, int64_t blocks, DecodedRow& out) {
     const uint8_t* scales = p + 4;
     const uint8_t* qs = p + 16;
     int8_t* q = out.q.data() + 256 * b;
-    for (int c = 0; c < 4; ++c)
-      for (int l = 0; l < 32; ++l) {
-        q[64 * c + l] = int8_t(qs[32 * c + l] & 0xF);
-        q[64 * c + 32 + l] = int8_t(qs[32 * c + l] >> 4);
-      }
+    // Bytes 32c .. 32c+31 hold sub-blocks 2c (low nibbles) and 2c+1 (high nibbles): two 16-byte
+    // halves, each unpacked as one Q4_0-style run, then the runs interleaved back into order.
+    for (int c = 0; c < 4; ++c) {
+      int8_t lo_hi[2][32];
+      unpack_nibbles(qs + 32 * c, lo_hi[0], 0);
+      unpack_nibbles(qs + 32 * c + 16, lo_hi[1], 0);
+      std::memcpy(q + 64 * c, lo_hi[0], 16);
+      std::memcpy(q + 64 * c + 16, lo_hi[1], 16);
+      std::memcpy(q + 64 * c + 32, lo_hi[0] + 16, 16);
+      std::memcpy(q + 64 * c + 48, lo_hi[1] + 16, 16);
+    }
     for (int s = 0; s < 8; ++s) {
       const float sc = d * float(quant::q4k_scale(scales, s));
       out.scale[size_t(16 * b + 2 * s)] = out.scale[size_t(16 * b + 2 * s + 1)] = sc;
@@ -113,7 +134,15 @@ inline void decode_row(quant::QuantType type, const uint8_t* row, int64_t k, Dec
 // F16 / BF16 rows widen to f32 (they are multiplied in f32, without rounding the activations).
 inline void widen_row(quant::QuantType type, const uint8_t* row, int64_t k, float* out) {
   if (type == quant::QuantType::BF16) {
-    for (int64_t i = 0; i < k; ++i) {
+    int64_t i = 0;
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+    for (; i + 8 <= k; i += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i));
+      _mm256_storeu_ps(out + i,
+                       _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+    }
+#endif
+    for (; i < k; ++i) {
       uint16_t bits;
       std::memcpy(&bits, row + 2 * i, 2);
       out[i] = std::bit_cast<float>(uint32_t(bits) << 16);

@@ -45,6 +45,7 @@ inline float offset_term(const float* offset, const float* dx, const int32_t* sx
 }
 
 // sum over 32-blocks g of dx[g] * (ws[2g] * (w.x over the first 16) + ws[2g+1] * (the next 16)).
+// (The SIMD versions take kSplit = false when ws[2g] == ws[2g+1] for every g: all but Q6_K.)
 inline float dot_row_scalar(const int8_t* w, const float* ws, const int8_t* x, const float* dx,
                             int64_t blocks) {
   float acc = 0;
@@ -67,8 +68,14 @@ inline float hsum(__m256 v) {
 
 // Lanes 0-3 carry the first 16 weights' scale, lanes 4-7 the next 16's (the int32 lanes of both
 // products below sum 4 consecutive bytes, in order).
+// kSplit: the two halves may differ (Q6_K); otherwise one broadcast does, which is cheaper.
+template <bool kSplit>
 inline __m256 block_scales(const float* ws, float dx) {
-  return _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(ws[1]), _mm_set1_ps(ws[0])), _mm256_set1_ps(dx));
+  if constexpr (kSplit)
+    return _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(ws[1]), _mm_set1_ps(ws[0])),
+                         _mm256_set1_ps(dx));
+  else
+    return _mm256_set1_ps(ws[0] * dx);
 }
 
 inline __m256i dot32_avx2(const int8_t* w, const int8_t* x) {
@@ -78,6 +85,7 @@ inline __m256i dot32_avx2(const int8_t* w, const int8_t* x) {
   return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
 
+template <bool kSplit>
 inline float dot_row_avx2(const int8_t* w, const float* ws, const int8_t* x, const float* dx,
                           int64_t blocks) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -85,12 +93,13 @@ inline float dot_row_avx2(const int8_t* w, const float* ws, const int8_t* x, con
   for (; g + 2 <= blocks; g += 2) {  // two chains hide the FMA latency
     const __m256i p0 = dot32_avx2(w + 32 * g, x + 32 * g);
     const __m256i p1 = dot32_avx2(w + 32 * g + 32, x + 32 * g + 32);
-    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), block_scales(ws + 2 * g, dx[g]), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), block_scales(ws + 2 * g + 2, dx[g + 1]), acc1);
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), block_scales<kSplit>(ws + 2 * g, dx[g]), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), block_scales<kSplit>(ws + 2 * g + 2, dx[g + 1]),
+                           acc1);
   }
   if (g < blocks) {
     const __m256i p0 = dot32_avx2(w + 32 * g, x + 32 * g);
-    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), block_scales(ws + 2 * g, dx[g]), acc0);
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), block_scales<kSplit>(ws + 2 * g, dx[g]), acc0);
   }
   return hsum(_mm256_add_ps(acc0, acc1));
 }
@@ -107,6 +116,7 @@ TESSEL_VNNI_TARGET inline __m256i dot32_vnni(const int8_t* w, const int8_t* x) {
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
 }
 
+template <bool kSplit>
 TESSEL_VNNI_TARGET inline float dot_row_vnni(const int8_t* w, const float* ws, const int8_t* x,
                                              const float* dx, int64_t blocks) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -114,12 +124,13 @@ TESSEL_VNNI_TARGET inline float dot_row_vnni(const int8_t* w, const float* ws, c
   for (; g + 2 <= blocks; g += 2) {
     const __m256i p0 = dot32_vnni(w + 32 * g, x + 32 * g);
     const __m256i p1 = dot32_vnni(w + 32 * g + 32, x + 32 * g + 32);
-    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), block_scales(ws + 2 * g, dx[g]), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), block_scales(ws + 2 * g + 2, dx[g + 1]), acc1);
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), block_scales<kSplit>(ws + 2 * g, dx[g]), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), block_scales<kSplit>(ws + 2 * g + 2, dx[g + 1]),
+                           acc1);
   }
   if (g < blocks) {
     const __m256i p0 = dot32_vnni(w + 32 * g, x + 32 * g);
-    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), block_scales(ws + 2 * g, dx[g]), acc0);
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), block_scales<kSplit>(ws + 2 * g, dx[g]), acc0);
   }
   return hsum(_mm256_add_ps(acc0, acc1));
 }
