@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: Apache-2.0
+// The quantized GEMV (m = 1, the decode step) per GGUF weight format, against the machine's read
+// bandwidth measured in the same process: `read_bandwidth` sums a 512 MiB f32 buffer over the
+// pool (kernels::stream_read_sum, what `tessel bench peak` reports), `quant_gemv/<type>/<n>x<k>`
+// multiplies one activation row by an n x k weight stored in <type>, and `f32_gemv` does the
+// same through the f32 GEMM (its small-m path) as the unquantized baseline. The weights are
+// copied until they fill 256 MiB and the copies are cycled, so that they come from memory, not
+// the cache (QUANT_BENCH_HOT=1 keeps one copy: the kernel's compute rate on cache-resident
+// weights). Both report "GB/s" of weight bytes read (for read_bandwidth: of the buffer).
+// docs/BENCHMARKS.md has the figures and the command.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tessel/kernels/backend.h"
+#include "tessel/kernels/kernel_set.h"
+#include "tessel/kernels/quant/quantize.h"
+#include "tessel/tensor/tensor.h"
+
+namespace {
+
+using tessel::DType;
+using tessel::Tensor;
+using tessel::kernels::quant::QuantType;
+
+constexpr int64_t kColdBytes = int64_t(256) << 20;
+
+int64_t weight_copies(int64_t bytes) {
+  if (const char* hot = std::getenv("QUANT_BENCH_HOT"); hot != nullptr && hot[0] == '1') return 1;
+  return std::max<int64_t>(1, kColdBytes / bytes);
+}
+
+void set_bandwidth(benchmark::State& state, double bytes_per_iteration) {
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void bm_read_bandwidth(benchmark::State& state) {
+  const int64_t n = (int64_t(512) << 20) / 4;
+  Tensor buf = tessel::full({n}, 1.0, DType::F32);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(tessel::kernels::stream_read_sum(buf.data<float>(), n));
+  set_bandwidth(state, double(n) * 4);
+}
+
+void bm_quant_gemv(benchmark::State& state, QuantType type, int64_t n, int64_t k) {
+  Tensor wf = tessel::randn({n, k}, DType::F32);
+  const std::vector<uint8_t> bytes =
+      tessel::kernels::quant::quantize_rows(type, wf.data<float>(), n, k);
+  const int64_t rb = tessel::kernels::quant::row_bytes(type, k);
+  const int64_t copies = weight_copies(int64_t(bytes.size()));
+  std::vector<Tensor> ws;
+  for (int64_t c = 0; c < copies; ++c) {
+    ws.push_back(tessel::empty({n, rb}, DType::I8));
+    std::memcpy(ws.back().data_ptr(), bytes.data(), bytes.size());
+  }
+  Tensor x = tessel::randn({1, k}, DType::F32);
+  Tensor y = tessel::zeros({1, n}, DType::F32);
+  tessel::kernels::Backend& be = tessel::kernels::cpu_backend();
+  size_t next = 0;
+  for (auto _ : state) {
+    be.quant_matmul(type, x, ws[next], y);
+    next = (next + 1) % ws.size();
+  }
+  set_bandwidth(state, double(bytes.size()));
+}
+
+void bm_f32_gemv(benchmark::State& state, int64_t n, int64_t k) {
+  const int64_t copies = weight_copies(n * k * 4);
+  std::vector<Tensor> ws;
+  for (int64_t c = 0; c < copies; ++c) ws.push_back(tessel::randn({n, k}, DType::F32));
+  Tensor x = tessel::randn({1, k}, DType::F32);
+  Tensor y = tessel::zeros({1, n}, DType::F32);
+  const auto desc = tessel::kernels::dense_gemm_desc(1, 1, n, k, false, true);
+  tessel::kernels::Backend& be = tessel::kernels::cpu_backend();
+  size_t next = 0;
+  for (auto _ : state) {
+    be.gemm(desc, x, ws[next], y);
+    next = (next + 1) % ws.size();
+  }
+  set_bandwidth(state, double(n * k * 4));
+}
+
+struct Registrar {
+  Registrar() {
+    benchmark::RegisterBenchmark("read_bandwidth", bm_read_bandwidth)->UseRealTime();
+    const QuantType kTypes[] = {QuantType::Q4_0, QuantType::Q4_K, QuantType::Q6_K,
+                                QuantType::Q8_0, QuantType::BF16, QuantType::F16};
+    // [out, in]: GPT-2's MLP up-projection (768 -> 3072) and a 7B model's square projection.
+    const int64_t kShapes[][2] = {{3072, 768}, {4096, 4096}};
+    for (const auto& s : kShapes) {
+      const std::string shape = std::to_string(s[1]) + "x" + std::to_string(s[0]);
+      for (QuantType t : kTypes)
+        benchmark::RegisterBenchmark(
+            ("quant_gemv/" + std::string(tessel::kernels::quant::quant_type_name(t)) + "/" + shape)
+                .c_str(),
+            bm_quant_gemv, t, s[0], s[1])
+            ->UseRealTime();
+      benchmark::RegisterBenchmark(("f32_gemv/" + shape).c_str(), bm_f32_gemv, s[0], s[1])
+          ->UseRealTime();
+    }
+  }
+} registrar;
+
+}  // namespace
+
+BENCHMARK_MAIN();
