@@ -4,11 +4,13 @@
 // to +-127) do not saturate the byte products on any kernel set this CPU runs.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "common/error_text.h"
 #include "tessel/kernels/kernel_set.h"
+#include "tessel/kernels/quant/dequantize.h"
 #include "tessel/kernels/quant/quant_blocks.h"
 #include "tessel/kernels/quant/quantize.h"
 #include "tessel/kernels/reference/reference_backend.h"
@@ -48,6 +50,32 @@ TEST(QuantMatmul, BadOperandsAreRefused) {
   Tensor w = weight_bytes(QuantType::Q4_K, 5, 256);
   expect_error([&] { cpu_backend().quant_matmul(QuantType::Q4_K, x64, w, y64); },
                {"quant_matmul", "f64"});
+}
+
+// The path a GGUF loader takes: raw bytes -> quantized_weight -> quant_matmul, which equals the
+// f32 product with the f32-dequantized weight up to the activation rounding.
+TEST(QuantMatmul, FromGgufBytes) {
+  constexpr int64_t n = 5, k = 512;
+  std::vector<float> wf(size_t(n * k));
+  for (size_t i = 0; i < wf.size(); ++i) wf[i] = float(int(i * 37 % 19) - 9) * 0.01f;
+  for (QuantType type : quant::kAllQuantTypes) {
+    const std::vector<uint8_t> bytes = quant::quantize_rows(type, wf.data(), n, k);
+    Tensor w = quant::quantized_weight(type, bytes, n, k);
+    Tensor wd = quant::dequantize(type, bytes, Shape{n, k});
+    Tensor x = randn({2, k}, DType::F32), y = zeros({2, n}, DType::F32);
+    cpu_backend().quant_matmul(type, x, w, y);
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0, scale = 0;
+        for (int64_t c = 0; c < k; ++c) {
+          want += double(x.data<float>()[i * k + c]) * wd.data<float>()[j * k + c];
+          scale += std::abs(double(x.data<float>()[i * k + c]) * wd.data<float>()[j * k + c]);
+        }
+        EXPECT_NEAR(y.data<float>()[i * n + j], want, 0.02 * scale) << quant::quant_type_name(type);
+      }
+  }
+  expect_error([&] { quant::quantized_weight(QuantType::Q8_0, std::vector<uint8_t>(100), 3, 64); },
+               {"q8_0", "3 rows of 64", "204", "100"});
 }
 
 TEST(QuantMatmul, ExtremeCodesDoNotSaturate) {

@@ -103,4 +103,14 @@ Tensor dequantize(QuantType type, std::span<const uint8_t> bytes, const Shape& s
   return out;
 }
 
+Tensor quantized_weight(QuantType type, std::span<const uint8_t> bytes, int64_t n, int64_t k) {
+  const int64_t rb = row_bytes(type, k);
+  TESSEL_CHECK(n >= 0 && int64_t(bytes.size()) == n * rb, "quantized_weight: a ",
+               quant_type_name(type), " weight of ", n, " rows of ", k, " takes ", n * rb,
+               " bytes, got ", bytes.size());
+  Tensor w = empty({n, rb}, DType::I8);
+  if (!bytes.empty()) std::memcpy(w.data_ptr(), bytes.data(), bytes.size());
+  return w;
+}
+
 }  // namespace tessel::kernels::quant

@@ -23,4 +23,9 @@ void dequantize_row(QuantType type, const void* src, double* dst, int64_t k);
 // last dim is the row, ggml's ne[0]). `bytes` must hold exactly rows * row_bytes(type, row).
 Tensor dequantize(QuantType type, std::span<const uint8_t> bytes, const Shape& shape);
 
+// The operand Backend::quant_matmul takes for an [n, k] weight stored in `type`: an i8 tensor
+// [n, row_bytes(type, k)] holding a copy of `bytes` (a GGUF tensor's data, whose ne[0] is k and
+// ne[1] is n). An Error names the sizes when `bytes` is not exactly that long.
+Tensor quantized_weight(QuantType type, std::span<const uint8_t> bytes, int64_t n, int64_t k);
+
 }  // namespace tessel::kernels::quant
