@@ -34,7 +34,7 @@ struct Bytes {
     return *this;
   }
   Bytes& header(uint64_t n_tensors, uint64_t n_kv, uint32_t version = 3) {
-    b.insert(b.end(), {'G', 'G', 'U', 'F'});
+    for (char c : std::string("GGUF")) b.push_back(uint8_t(c));
     return u32(version).u64(n_tensors).u64(n_kv);
   }
   // A tensor info: name, dims, type, offset.

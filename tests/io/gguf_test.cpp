@@ -9,6 +9,8 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "common/error_text.h"
 #include "gguf_mutate.h"
@@ -59,6 +61,13 @@ TEST(Gguf, TensorsOfOddSizesReadBackBitExactAndZeroCopy) {
   const std::string path = temp_path("roundtrip");
   const std::vector<GgufTensorOut> tensors = gguf_sample_tensors();
   save_gguf(path, gguf_sample_metadata(), tensors);
+  {
+    // The file (written piece by piece from the tensors) is the serialized bytes.
+    const std::vector<uint8_t> want = serialize_gguf(gguf_sample_metadata(), tensors);
+    std::ifstream in(path, std::ios::binary);
+    const std::vector<uint8_t> got((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_TRUE(got == want);
+  }
   Tensor a;
   {
     GgufFile f = GgufFile::open(path);

@@ -100,19 +100,22 @@ uint64_t expected_bytes(const GgufTensorOut& t) {
   return numel / type->block_size * type->block_bytes;
 }
 
-}  // namespace
-
-std::vector<uint8_t> serialize_gguf(const GgufMetadata& metadata,
-                                    const std::vector<GgufTensorOut>& tensors) {
+// The header (magic to the padding before the data) and where each tensor goes in the data.
+struct Layout {
+  std::vector<uint8_t> header;
+  std::vector<uint64_t> offsets;
   uint64_t alignment = kGgufDefaultAlignment;
+  uint64_t data_size = 0;  // with the padding after the last tensor
+};
+
+Layout layout_of(const GgufMetadata& metadata, const std::vector<GgufTensorOut>& tensors) {
+  Layout l;
   if (const GgufValue* a = metadata.find("general.alignment")) {
     TESSEL_CHECK(a->type == GgufType::U32 && a->uint > 0 && a->uint % 8 == 0,
                  "GGUF writer: general.alignment must be a u32 multiple of 8");
-    alignment = a->uint;
+    l.alignment = a->uint;
   }
-  std::vector<uint64_t> offsets;
   std::set<std::string> names;
-  uint64_t data_size = 0;
   for (const GgufTensorOut& t : tensors) {
     TESSEL_CHECK(!t.name.empty() && t.name.size() <= kGgufMaxNameBytes,
                  "GGUF writer: tensor name '", t.name, "' must have 1 to ", kGgufMaxNameBytes,
@@ -121,14 +124,13 @@ std::vector<uint8_t> serialize_gguf(const GgufMetadata& metadata,
     const uint64_t want = expected_bytes(t);
     TESSEL_CHECK(t.size() == want, "GGUF writer: tensor '", t.name, "' has ", t.size(),
                  " bytes; its dims and type need ", want);
-    offsets.push_back(data_size);
-    data_size += want;
-    data_size += (alignment - data_size % alignment) % alignment;
+    l.offsets.push_back(l.data_size);
+    l.data_size += want;
+    l.data_size += (l.alignment - l.data_size % l.alignment) % l.alignment;
   }
 
-  std::vector<uint8_t> out;
-  Sink sink(out);
-  out.insert(out.end(), {'G', 'G', 'U', 'F'});
+  Sink sink(l.header);
+  l.header.insert(l.header.end(), {'G', 'G', 'U', 'F'});
   sink.uint(3, 4);
   sink.uint(tensors.size(), 8);
   sink.uint(metadata.size(), 8);
@@ -145,21 +147,40 @@ std::vector<uint8_t> serialize_gguf(const GgufMetadata& metadata,
     sink.uint(t.dims.size(), 4);
     for (uint64_t d : t.dims) sink.uint(d, 8);
     sink.uint(t.type, 4);
-    sink.uint(offsets[i], 8);
+    sink.uint(l.offsets[i], 8);
   }
-  sink.pad_to(alignment);
+  sink.pad_to(l.alignment);
+  return l;
+}
+
+}  // namespace
+
+std::vector<uint8_t> serialize_gguf(const GgufMetadata& metadata,
+                                    const std::vector<GgufTensorOut>& tensors) {
+  Layout l = layout_of(metadata, tensors);
+  std::vector<uint8_t> out = std::move(l.header);
   const size_t data_start = out.size();
-  out.resize(data_start + data_size, 0);
+  out.resize(data_start + l.data_size, 0);
   for (size_t i = 0; i < tensors.size(); ++i)
     if (tensors[i].size() > 0)
-      std::memcpy(out.data() + data_start + offsets[i], tensors[i].data(), tensors[i].size());
+      std::memcpy(out.data() + data_start + l.offsets[i], tensors[i].data(), tensors[i].size());
   return out;
 }
 
 void save_gguf(const std::string& path, const GgufMetadata& metadata,
                const std::vector<GgufTensorOut>& tensors) {
-  std::vector<uint8_t> bytes = serialize_gguf(metadata, tensors);
-  write_file_atomic(path, bytes.data(), bytes.size());
+  // The tensors are written from where they are: only the header is assembled in memory.
+  const Layout l = layout_of(metadata, tensors);
+  const std::vector<uint8_t> zeros(l.alignment, 0);
+  std::vector<std::span<const uint8_t>> pieces = {l.header};
+  uint64_t at = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    pieces.emplace_back(tensors[i].data(), tensors[i].size());
+    at = l.offsets[i] + tensors[i].size();
+    const uint64_t next = i + 1 < tensors.size() ? l.offsets[i + 1] : l.data_size;
+    pieces.emplace_back(zeros.data(), size_t(next - at));
+  }
+  write_file_atomic(path, pieces);
 }
 
 }  // namespace tessel::io

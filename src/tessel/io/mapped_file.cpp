@@ -48,6 +48,11 @@ MappedFile::~MappedFile() {
 }
 
 void write_file_atomic(const std::string& path, const void* bytes, size_t size) {
+  const std::span<const uint8_t> one(static_cast<const uint8_t*>(bytes), size);
+  write_file_atomic(path, std::span<const std::span<const uint8_t>>(&one, 1));
+}
+
+void write_file_atomic(const std::string& path, std::span<const std::span<const uint8_t>> pieces) {
   namespace fs = std::filesystem;
   fs::path target(path);
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
@@ -55,20 +60,25 @@ void write_file_atomic(const std::string& path, const void* bytes, size_t size) 
       (dir / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   TESSEL_CHECK(fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
-  const char* p = static_cast<const char*>(bytes);
-  size_t left = size;
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      TESSEL_FAIL("writing '", tmp, "' failed after ", size - left, " of ", size,
-                  " bytes: ", std::strerror(err));
+  size_t size = 0, written = 0;
+  for (const auto& piece : pieces) size += piece.size();
+  for (const auto& piece : pieces) {
+    const char* p = reinterpret_cast<const char*>(piece.data());
+    size_t left = piece.size();
+    while (left > 0) {
+      ssize_t n = ::write(fd, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        int err = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        TESSEL_FAIL("writing '", tmp, "' failed after ", written, " of ", size,
+                    " bytes: ", std::strerror(err));
+      }
+      p += n;
+      left -= size_t(n);
+      written += size_t(n);
     }
-    p += n;
-    left -= size_t(n);
   }
   bool synced = ::fsync(fd) == 0;
   int err = errno;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 namespace tessel::io {
@@ -32,5 +33,8 @@ class MappedFile {
 // Writes `bytes` to `path` atomically: a temporary file in the same folder, fsync, rename, then
 // fsync of the folder. A crash leaves either the old file or the new one, never half of one.
 void write_file_atomic(const std::string& path, const void* bytes, size_t size);
+// The same for a file made of pieces written in order, without first copying them into one buffer
+// (a GGUF: its header, then each tensor's bytes where they already are).
+void write_file_atomic(const std::string& path, std::span<const std::span<const uint8_t>> pieces);
 
 }  // namespace tessel::io
