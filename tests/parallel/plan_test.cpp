@@ -109,9 +109,10 @@ TEST(Plan, ColwiseRowwiseMlpIssuesOneAllReduceEachWay) {
     const double tol = test::reorder_tolerance(DType::F32, 33, 2);
     const double e = rel_err(y.to_vector<double>(), yr.to_vector<double>());
     checks.expect(e <= tol, "output relative error " + std::to_string(e));
-    const double eg = rel_err(
-        gather_tensor(net.fc->weight.grad(), *res.spec("fc.weight"), *tp).to_vector<double>(),
-        ref.fc->weight.grad().to_vector<double>());
+    const double eg =
+        rel_err(sharding::gather_tensor(net.fc->weight.grad(), *res.spec("fc.weight"), *tp)
+                    .to_vector<double>(),
+                ref.fc->weight.grad().to_vector<double>());
     checks.expect(eg <= tol, "fc weight gradient relative error " + std::to_string(eg));
   });
   checks.verify();
@@ -185,8 +186,9 @@ TEST(Plan, ReplicatedUnitsAreHeldWholeAndGatheredOnce) {
     o.sizes["head_dim"] = 3;
     const ParallelizeResult res = parallelize(net, tp, ParallelPlan::parse(json, "test"), o);
     const int r = tp->rank(), head = r / 2;
-    const ShardSpec& spec = *res.spec("k.weight");
-    checks.expect(shard_replicas(spec, 4) == 2 && shard_leader(spec, 4, r) == (r % 2 == 0),
+    const sharding::ShardLayout& spec = *res.spec("k.weight");
+    checks.expect(sharding::shard_replicas(spec, 4) == 2 &&
+                      sharding::shard_leader(spec, 4, r) == (r % 2 == 0),
                   "rank " + std::to_string(r) + ": replicas and leader");
     const auto want_w = ref.k->weight.slice(0, 3 * head, 3 * head + 3).to_vector<double>();
     checks.expect(
@@ -196,11 +198,12 @@ TEST(Plan, ReplicatedUnitsAreHeldWholeAndGatheredOnce) {
     const auto want_y = y_full.slice(1, 3 * head, 3 * head + 3).to_vector<double>();
     checks.expect(rel_err(got_y, want_y) <= 1e-6, "rank " + std::to_string(r) + " output");
     // Gathering keeps one copy of each head, in head order.
-    checks.expect(gather_tensor(net.k->weight, spec, *tp).to_vector<double>() ==
-                          ref.k->weight.to_vector<double>() &&
-                      gather_tensor(net.k->bias, *res.spec("k.bias"), *tp).to_vector<double>() ==
-                          ref.k->bias.to_vector<double>(),
-                  "gathered weight and bias");
+    checks.expect(
+        sharding::gather_tensor(net.k->weight, spec, *tp).to_vector<double>() ==
+                ref.k->weight.to_vector<double>() &&
+            sharding::gather_tensor(net.k->bias, *res.spec("k.bias"), *tp).to_vector<double>() ==
+                ref.k->bias.to_vector<double>(),
+        "gathered weight and bias");
   });
   checks.verify();
   // Without "replicate", or over ranks that are not a multiple of the heads: refused up front.

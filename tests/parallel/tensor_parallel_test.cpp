@@ -2,8 +2,8 @@
 // Colwise and Rowwise tensor parallelism on in-process worlds of 2, 3 and 4 thread-ranks: an MLP
 // Linear(13->33) Colwise -> GELU -> Linear(33->7) Rowwise, parallelized from outside its code,
 // equals the single-process MLP (output, input gradient, gathered weight and bias gradients), with
-// one all_reduce in forward and one in backward, 1/tp of the parameter bytes, unchanged parameter
-// names, and refusals for bad shapes.
+// one all_reduce in forward and one in backward (whose bytes are the ones redistribute predicted),
+// 1/tp of the parameter bytes, unchanged parameter names, and refusals for bad shapes.
 #include "tessel/parallel/tensor/tensor_parallel.h"
 
 #include <gtest/gtest.h>
@@ -18,6 +18,7 @@
 #include "tessel/nn/nn.h"
 #include "tessel/ops/ops.h"
 #include "tessel/sharding/placement.h"
+#include "tessel/sharding/redistribute.h"
 
 namespace tessel::parallel {
 namespace {
@@ -134,6 +135,7 @@ TEST_P(TensorParallelWorld, MlpEqualsSingleProcess) {
       m.zero_grad();
       Tensor x = d.x.clone().set_requires_grad(true);
       const uint64_t before = tp->context().issued_count();
+      const int64_t predicted_before = sharding::predicted_bytes(tp->label());
       Tensor y = m.forward(x);
       const uint64_t fwd = tp->context().issued_count() - before;
       const bool fwd_ar =
@@ -144,6 +146,19 @@ TEST_P(TensorParallelWorld, MlpEqualsSingleProcess) {
           bwd == 1 && tp->context().recent(1).back().kind == dist::OpKind::AllReduce;
       const std::string s = at + " step " + std::to_string(step);
       checks.expect(fwd_ar, s + ": forward issued " + std::to_string(fwd) + " calls");
+      // Every collective of the step went through redistribute: the bytes it predicted are those
+      // of the all-reduces the flight recorder saw (y forward, the input gradient backward).
+      int64_t recorded = 0;
+      for (const dist::Record& rec : tp->context().recent(size_t(fwd + bwd)))
+        if (rec.kind == dist::OpKind::AllReduce)
+          recorded +=
+              sharding::redistribute_cost(sharding::Placement::partial(),
+                                          sharding::Placement::replicate(), rec.shape, rec.dtype, n)
+                  .bytes;
+      const int64_t predicted = sharding::predicted_bytes(tp->label()) - predicted_before;
+      checks.expect(predicted == recorded && recorded > 0,
+                    s + ": redistribute predicted " + std::to_string(predicted) +
+                        " bytes, the recorded all-reduces move " + std::to_string(recorded));
       checks.expect(bwd_ar, s + ": backward issued " + std::to_string(bwd) + " calls");
       checks.expect(m.fc1->weight.impl_ptr() == m.named_parameters()[0].second.impl_ptr() &&
                         m.fc2->bias.impl_ptr() == m.named_parameters()[3].second.impl_ptr(),

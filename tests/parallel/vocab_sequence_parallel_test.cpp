@@ -16,11 +16,11 @@
 #include "tessel/dist/record.h"
 #include "tessel/nn/nn.h"
 #include "tessel/ops/ops.h"
-#include "tessel/parallel/tensor/param_shard.h"
 #include "tessel/parallel/tensor/tensor_parallel.h"
 #include "tessel/parallel/tensor/vocab_parallel.h"
 #include "tessel/sharding/placement.h"
 #include "tessel/sharding/regions.h"
+#include "tessel/sharding/shard_layout.h"
 
 namespace tessel::parallel {
 namespace {
@@ -137,8 +137,8 @@ TEST_P(VocabParallelWorld, EmbeddingAndCrossEntropyEqualOneProcess) {
     const double el = std::abs(loss.item() - want.loss) / std::abs(want.loss);
     checks.expect(el <= kTol, at + ": loss relative error " + std::to_string(el));
     autograd::backward(loss);
-    const ShardSpec spec{0, kVocab, padded};
-    Tensor full_grad = gather_tensor(emb.weight.grad(), spec, *tp);
+    const sharding::ShardLayout spec{0, kVocab, padded};
+    Tensor full_grad = sharding::gather_tensor(emb.weight.grad(), spec, *tp);
     const double eg = rel_err(full_grad.to_vector<double>(), want.weight_grad);
     checks.expect(eg <= kTol, at + ": embedding gradient relative error " + std::to_string(eg));
     // Padding rows: zero weights, zero gradients.
@@ -228,16 +228,16 @@ TEST(SequenceParallelMlp, EqualsOneProcessWithOneGatherAndOneReduceScatterEachWa
   }
 }
 
-TEST(ShardSpec, FusedBlocksAndPaddingRoundTrip) {
+TEST(ShardLayout, FusedBlocksAndPaddingRoundTrip) {
   // A fused [3 x 4 heads x 2, 5] weight: rank r holds its heads' rows of each block, in order.
   Generator g(3);
   const Tensor w = randn({24, 5}, DType::F32, &g);
-  const ShardSpec fused{0, 24, 0, 3, 2};
+  const sharding::ShardLayout fused{0, 24, 0, 3, 2};
   for (int n : {1, 2, 4}) {
     Checks checks;
     run_world(n, [&](dist::CommPtr tp) {
       const int r = tp->rank();
-      Tensor piece = shard_tensor(w, fused, n, r);
+      Tensor piece = sharding::shard_tensor(w, fused, n, r);
       const int64_t per = 8 / n;  // rows per block on one rank
       for (int64_t b = 0; b < 3; ++b) {
         Tensor want = w.slice(0, b * 8 + r * per, b * 8 + (r + 1) * per);
@@ -245,18 +245,20 @@ TEST(ShardSpec, FusedBlocksAndPaddingRoundTrip) {
         checks.expect(got.to_vector<double>() == want.to_vector<double>(),
                       "rank " + std::to_string(r) + " block " + std::to_string(b));
       }
-      checks.expect(gather_tensor(piece, fused, *tp).to_vector<double>() == w.to_vector<double>(),
-                    "fused round trip over " + std::to_string(n));
+      checks.expect(
+          sharding::gather_tensor(piece, fused, *tp).to_vector<double>() == w.to_vector<double>(),
+          "fused round trip over " + std::to_string(n));
     });
     checks.verify();
   }
   // 7 rows padded to 9 over 3 ranks: rank 2 holds row 6 and two zero rows; gathering drops them.
-  const ShardSpec pad{0, 7, 9};
+  const sharding::ShardLayout pad{0, 7, 9};
   const Tensor v = randn({7, 2}, DType::F32, &g);
   const std::vector<double> all = v.to_vector<double>();
-  EXPECT_EQ(shard_tensor(v, pad, 3, 2).to_vector<double>(),
+  EXPECT_EQ(sharding::shard_tensor(v, pad, 3, 2).to_vector<double>(),
             std::vector<double>({all[12], all[13], 0, 0, 0, 0}));
-  EXPECT_THROW(shard_ranges(ShardSpec{0, 24, 0, 3, 2}, 3, 0), Error);  // 4 heads over 3 ranks
+  EXPECT_THROW(sharding::shard_ranges(sharding::ShardLayout{0, 24, 0, 3, 2}, 3, 0),
+               Error);  // 4 heads over 3 ranks
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ Tensor global(uint64_t seed, const Shape& shape) {
 }
 
 // The local tensor a placement describes, cut from the global one (zeros outside the segments).
-Tensor local_of(const Tensor& full, const LocalPlacement& p, const Shape& local_shape) {
+Tensor local_of(const Tensor& full, const sharding::LocalLayout& p, const Shape& local_shape) {
   Tensor out = zeros(local_shape, DType::F32);
   const Shape& g = full.shape();
   int64_t outer = 1, inner = 1;
@@ -57,17 +57,17 @@ Tensor local_of(const Tensor& full, const LocalPlacement& p, const Shape& local_
 
 // Columns of A [13, 7] in widths 2, 3, 2; rows {r, r + 3} along dim 1 of C [5, 6, 7]; B [33]
 // whole on every rank (the writer takes a flat third).
-LocalPlacement a_placement(int rank) {
+sharding::LocalLayout a_placement(int rank) {
   const int64_t starts[] = {0, 2, 5}, widths[] = {2, 3, 2};
-  LocalPlacement p;
+  sharding::LocalLayout p;
   p.global = Shape({13, 7});
   p.dim = 1;
   p.segments.push_back({0, starts[rank], widths[rank]});
   return p;
 }
 
-LocalPlacement c_placement(int rank) {
-  LocalPlacement p;
+sharding::LocalLayout c_placement(int rank) {
+  sharding::LocalLayout p;
   p.global = Shape({5, 6, 7});
   p.dim = 1;
   p.segments = {{0, rank, 1}, {1, rank + 3, 1}};
@@ -88,7 +88,7 @@ void write_three_ranks(const std::string& dir, const Tensor& a, const Tensor& b,
     add(pieces, placed_pieces("A", a_placement(r), la, 0, la.numel(),
                               local_of(a, a_placement(r), la).flatten()));
     if (!(skip_last_b && r == 2))
-      add(pieces, placed_pieces("B", LocalPlacement::whole(b.shape()), b.shape(), 11 * r,
+      add(pieces, placed_pieces("B", sharding::LocalLayout::whole(b.shape()), b.shape(), 11 * r,
                                 11 * r + 11, b.flatten().narrow(0, 11 * r, 11)));
     // C's local [5, 2, 7] in two flat halves cut at an odd element (through a row and through
     // the second segment's rows).
@@ -163,7 +163,7 @@ TEST(CheckpointPieces, ThreeRanksReassembleBitwiseInAnyLayout) {
     checks.expect(same_bits(reader.read_full("C"), c), "C whole");
     // Another layout: A split in 2 by rows (7 + 6), then this rank's flat third of that shard.
     const int r = world->rank();
-    LocalPlacement rows;
+    sharding::LocalLayout rows;
     rows.global = Shape({13, 7});
     rows.dim = 0;
     rows.segments.push_back({0, r % 2 == 0 ? 0 : 7, r % 2 == 0 ? 7 : 6});

@@ -20,6 +20,7 @@
 #include "tessel/models/generation.h"
 #include "tessel/train/optim/grad_clip.h"
 #include "tessel/train/optim/grad_norm.h"
+#include "tessel/train/strategy/tensor_parallel_strategy.h"
 
 namespace tessel::train {
 namespace {
@@ -121,16 +122,13 @@ TEST_P(Gpt2TpWorld, EqualsOneProcess) {
       checks.expect(e <= kTol,
                     at + ": gradient of " + name + " relative error " + std::to_string(e));
     }
-    // The trainer's norm over tp (trainer_layout.cpp): pieces add over tp, whole parameters count
-    // at tp rank 0, second copies of replicated pieces not at all.
-    std::vector<GradSpan> spans;
-    for (const auto& [name, p] : m->named_parameters()) {
-      const TpShare share = model_tp_share(info, name);
-      if (share != TpShare::SecondCopy)
-        spans.push_back(whole_span(p.grad(), share == TpShare::Piece ? 0 : 1));
-    }
-    const std::vector<NormAxis> axes = {{info.tp.get(), {true, false}}};
-    const double gs = global_square_sum(spans, 2, axes).total;
+    // The trainer's norm over tp, as the tensor-parallel axis describes it: pieces add over tp,
+    // whole parameters count at tp rank 0, second copies of replicated pieces not at all.
+    GradNormPlan plan;
+    for (const auto& [name, p] : m->named_parameters())
+      plan.spans.push_back(whole_span(p.grad(), 0, name));
+    describe_tensor_parallel_norm(info, plan);
+    const double gs = global_square_sum(plan.spans, plan.groups, plan.norm_axes()).total;
     checks.expect(
         std::abs(gs - want.grad_sq) <= kTol * want.grad_sq,
         at + ": grad square sum " + std::to_string(gs) + " vs " + std::to_string(want.grad_sq));

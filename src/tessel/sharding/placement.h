@@ -9,6 +9,10 @@
 // i.e. balanced pieces, the first n % k ranks one element longer (7 over 3: 3, 2, 2; 13 over 4:
 // 4, 3, 3, 3). No piece is empty unless n < k. This is the balanced split of Megatron-LM's
 // sequence/vocabulary partitioning helpers, not torch.chunk's ceil(n / k) rule.
+//
+// Parameters that a tensor-parallel style splits in blocks, by heads, over a padded size or with
+// replicated units refine Shard(dim) as a ShardLayout (shard_layout.h), which also says where a
+// rank's local tensor lies in the global one (checkpoint pieces).
 #pragma once
 
 #include <cstdint>

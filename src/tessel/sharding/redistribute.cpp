@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <string>
+#include <unordered_map>
 
 #include "tessel/autograd/meta.h"
 #include "tessel/core/error.h"
@@ -39,19 +41,36 @@ Tensor apply_raw(const Tensor& x, dist::Communicator& comm, Placement from, Plac
   return detail::pad_to_partial(x, comm, from.dim, shape);  // S(d) -> P
 }
 
+// This thread's predicted bytes per communicator label.
+std::unordered_map<std::string, int64_t>& tally() {
+  thread_local std::unordered_map<std::string, int64_t> bytes;
+  return bytes;
+}
+
+// apply_raw, its predicted cost added to the axis's tally.
+Tensor apply_counted(const Tensor& x, dist::Communicator& comm, Placement from, Placement to,
+                     const Shape& shape) {
+  tally()[comm.label()] += redistribute_cost(from, to, shape, x.dtype(), comm.size()).bytes;
+  return apply_raw(x, comm, from, to, shape);
+}
+
 class RedistributeBackward final : public autograd::Node {
  public:
-  RedistributeBackward(dist::Communicator& comm, Placement from, Placement to, const Shape& shape)
-      : comm_(comm), from_(from), to_(to), shape_(shape) {}
+  RedistributeBackward(dist::Communicator& comm, Placement from, Placement to, const Shape& shape,
+                       GradArrives arrives)
+      : comm_(comm), from_(from), to_(to), shape_(shape), arrives_(arrives) {}
   std::string_view name() const override { return "redistribute_backward"; }
   std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
-    return {apply_raw(grads[0], comm_, grad_placement(to_), grad_placement(from_), shape_)};
+    const Placement arrived =
+        arrives_ == GradArrives::Partial ? Placement::partial() : grad_placement(to_);
+    return {apply_counted(grads[0], comm_, arrived, grad_placement(from_), shape_)};
   }
 
  private:
   dist::Communicator& comm_;  // the axis communicator outlives the graph
   Placement from_, to_;
   Shape shape_;
+  GradArrives arrives_;
 };
 
 }  // namespace
@@ -83,7 +102,8 @@ RedistributeCost redistribute_cost(Placement from, Placement to, const Shape& sh
 }
 
 Tensor redistribute_local(const Tensor& local, dist::Communicator& comm, Placement from,
-                          Placement to, const Shape& shape, RedistributeCost* cost) {
+                          Placement to, const Shape& shape, RedistributeCost* cost,
+                          GradArrives grad) {
   TESSEL_CHECK(local.defined(), "redistribute: the local tensor is undefined");
   check_fit(from, shape, "source");
   check_fit(to, shape, "target");
@@ -93,11 +113,21 @@ Tensor redistribute_local(const Tensor& local, dist::Communicator& comm, Placeme
                comm.label(), "': rank ", comm.rank(), " holds ", local.shape(), ", but ",
                from.str(), " of ", shape, " gives it ", want);
   if (cost) *cost = redistribute_cost(from, to, shape, local.dtype(), comm.size());
-  if (from == to || comm.size() == 1) return local;  // the same values in the same place
-  Tensor y = apply_raw(local.detach(), comm, from, to, shape);
+  if (comm.size() == 1) return local;
+  // The same values in the same place, unless a per-rank gradient must be summed on the way back.
+  const bool identity = from == to;
+  if (identity && grad == GradArrives::AsPlacement) return local;
+  // The detached input makes even the identity's output a fresh tensor for the node to own.
+  Tensor y = apply_counted(local.detach(), comm, from, to, shape);
   if (autograd::needs_grad({local}))
-    autograd::record(std::make_shared<RedistributeBackward>(comm, from, to, shape), {local}, {y});
+    autograd::record(std::make_shared<RedistributeBackward>(comm, from, to, shape, grad), {local},
+                     {y});
   return y;
+}
+
+int64_t predicted_bytes(const std::string& label) {
+  const auto it = tally().find(label);
+  return it == tally().end() ? 0 : it->second;
 }
 
 DistTensor redistribute(const DistTensor& x, const Placements& to) {

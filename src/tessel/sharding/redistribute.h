@@ -20,7 +20,11 @@
 // Gradients (Megatron's replicated-loss convention: the gradient of a tensor has the tensor's
 // placement, except that the gradient of a Partial tensor is Replicate): the backward of
 // from -> to is grad(to) -> grad(from), so S -> R backward is a local slice, R -> S an all_gather,
-// P -> R the identity, P -> S an all_gather, S(d) -> S(e) an all_to_all back.
+// P -> R the identity, P -> S an all_gather, S(d) -> S(e) an all_to_all back. Where each rank's
+// work after the call differs (a Colwise layer after a replicated input), the gradient reaching
+// the output is a per-rank addend instead: GradArrives::Partial, whose backward starts from P
+// (R -> R backward is then an all_reduce, S(d) -> R a reduce_scatter). Megatron-LM's region
+// functions (regions.h) are redistributions of either kind.
 #pragma once
 
 #include <cstdint>
@@ -47,10 +51,21 @@ RedistributeCost redistribute_cost(Placement from, Placement to, const Shape& sh
 // axis shards the same dim. Collective over those axes; differentiable through the local tensor.
 DistTensor redistribute(const DistTensor& x, const Placements& to);
 
+// How the gradient reaches the output of a redistribution (see above).
+enum class GradArrives { AsPlacement, Partial };
+
 // One axis on plain tensors: `local` is this rank's piece of a tensor of `shape` placed `from`
 // along `comm`; returns its piece placed `to`. Differentiable (see above). `cost`, when given,
-// receives what redistribute_cost() predicts for the call issued.
+// receives what redistribute_cost() predicts for the call issued (the backward's cost is that of
+// the reverse redistribution of the gradient). Every call with communication adds its predicted
+// bytes to the axis's tally (predicted_bytes).
 Tensor redistribute_local(const Tensor& local, dist::Communicator& comm, Placement from,
-                          Placement to, const Shape& shape, RedistributeCost* cost = nullptr);
+                          Placement to, const Shape& shape, RedistributeCost* cost = nullptr,
+                          GradArrives grad = GradArrives::AsPlacement);
+
+// The bytes redistribute_cost() predicted for every redistribution this thread issued on the
+// communicator labelled `label` (forward and backward), since the thread started: what the
+// runtime's tensor-parallel traffic is, in the planner's terms.
+int64_t predicted_bytes(const std::string& label);
 
 }  // namespace tessel::sharding

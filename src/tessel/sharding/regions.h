@@ -10,8 +10,11 @@
 //   gather_from_region        all_gather along dim         reduce_scatter along dim
 //   reduce_scatter_to_region  reduce_scatter along dim     all_gather along dim
 //
-// Pieces along `dim` follow placement.h's uneven rule. Every rank of `comm` must call them in the
-// same order, forward and backward.
+// Each is one redistribution (redistribute.h): copy_to R -> R and gather_from S(dim) -> R with the
+// gradient arriving Partial, reduce_from P -> R and reduce_scatter_to P -> S(dim) with the usual
+// convention; so their communication and predicted bytes are redistribute's. Pieces along `dim`
+// follow placement.h's uneven rule. Every rank of `comm` must call them in the same order,
+// forward and backward.
 #pragma once
 
 #include <cstdint>

@@ -37,7 +37,8 @@ struct TrainSection {
   int64_t max_bad_steps = 5;  // abort after this many non-finite steps in a row
   // Activation recomputation per block (nn::Recompute): none | selective | full.
   std::string recompute = "none";
-  // Mixed precision (trainer_precision.cpp): fp32 | bf16 | fp16, f32 master weights either way.
+  // Mixed precision (strategy/precision_strategy.h): fp32 | bf16 | fp16, f32 master weights
+  // either way.
   std::string precision = "fp32";
   double loss_scale_init = 65536;    // fp16: initial dynamic loss scale (2^16)
   int64_t loss_scale_window = 1000;  // fp16: clean steps before the scale doubles

@@ -16,11 +16,11 @@ namespace tessel::train {
 namespace {
 
 // The sharded parameter a (possibly optimizer-prefixed) name refers to, or null.
-const parallel::ShardSpec* spec_of(const ModelTensorParallel& tp, const std::string& name) {
+const sharding::ShardLayout* spec_of(const ModelTensorParallel& tp, const std::string& name) {
   for (const char* prefix : {"", "exp_avg.", "exp_avg_sq."}) {
     const std::string p = prefix;
     if (name.compare(0, p.size(), p) != 0) continue;
-    if (const parallel::ShardSpec* s = tp.result.spec(name.substr(p.size()))) return s;
+    if (const sharding::ShardLayout* s = tp.result.spec(name.substr(p.size()))) return s;
   }
   return nullptr;
 }
@@ -46,7 +46,7 @@ ModelTensorParallel parallelize_model(models::CausalLM& model, dist::CommPtr tp,
   out.padded_vocab = parallel::padded_vocab_size(c.vocabulary_size(), n);
   out.sequence_parallel = sequence_parallel;
   out.result = parallel::parallelize(model, tp, plan, po);
-  const parallel::ShardSpec* embedding = out.result.spec(spec.vocab_parallel_weight);
+  const sharding::ShardLayout* embedding = out.result.spec(spec.vocab_parallel_weight);
   TESSEL_CHECK(embedding != nullptr && out.result.applied.size() > 0,
                "tensor parallelism: the plan must split ", spec.vocab_parallel_weight,
                " with VocabParallel (the LM head multiplies with its rows)");
@@ -77,8 +77,8 @@ Tensor model_tp_full_logits(const ModelTensorParallel& tp, const Tensor& local) 
 nn::NamedTensors model_tp_gather(const ModelTensorParallel& tp, const nn::NamedTensors& local) {
   nn::NamedTensors out;
   for (const auto& [name, t] : local) {
-    const parallel::ShardSpec* s = spec_of(tp, name);
-    out.emplace_back(name, s ? parallel::gather_tensor(t, *s, *tp.tp) : t.detach().clone());
+    const sharding::ShardLayout* s = spec_of(tp, name);
+    out.emplace_back(name, s ? sharding::gather_tensor(t, *s, *tp.tp) : t.detach().clone());
   }
   return out;
 }
@@ -86,8 +86,8 @@ nn::NamedTensors model_tp_gather(const ModelTensorParallel& tp, const nn::NamedT
 nn::NamedTensors model_tp_shard(const ModelTensorParallel& tp, const nn::NamedTensors& full) {
   nn::NamedTensors out;
   for (const auto& [name, t] : full) {
-    const parallel::ShardSpec* s = spec_of(tp, name);
-    out.emplace_back(name, s ? parallel::shard_tensor(t, *s, tp.tp->size(), tp.tp->rank()) : t);
+    const sharding::ShardLayout* s = spec_of(tp, name);
+    out.emplace_back(name, s ? sharding::shard_tensor(t, *s, tp.tp->size(), tp.tp->rank()) : t);
   }
   return out;
 }
@@ -101,9 +101,9 @@ std::shared_ptr<models::CausalLM> model_tp_gather_model(models::CausalLM& model,
 }
 
 TpShare model_tp_share(const ModelTensorParallel& tp, const std::string& name) {
-  const parallel::ShardSpec* s = tp.result.spec(name);
+  const sharding::ShardLayout* s = tp.result.spec(name);
   if (s == nullptr) return TpShare::Whole;
-  return parallel::shard_leader(*s, tp.tp->size(), tp.tp->rank()) ? TpShare::Piece
+  return sharding::shard_leader(*s, tp.tp->size(), tp.tp->rank()) ? TpShare::Piece
                                                                   : TpShare::SecondCopy;
 }
 
@@ -111,7 +111,7 @@ namespace {
 
 bool has_replicated_pieces(const ModelTensorParallel& tp) {
   for (const auto& [name, spec] : tp.result.sharded)
-    if (parallel::shard_replicas(spec, tp.tp->size()) > 1) return true;
+    if (sharding::shard_replicas(spec, tp.tp->size()) > 1) return true;
   return false;
 }
 
@@ -146,11 +146,11 @@ void sum_replicated_pieces(models::CausalLM& model, const ModelTensorParallel& t
   std::vector<Item> items;
   int64_t total = 0;
   for (const auto& [name, p] : model.named_parameters()) {
-    const parallel::ShardSpec* s = tp.result.spec(name);
-    if (s == nullptr || parallel::shard_replicas(*s, n) == 1 || !p.grad().defined()) continue;
+    const sharding::ShardLayout* s = tp.result.spec(name);
+    if (s == nullptr || sharding::shard_replicas(*s, n) == 1 || !p.grad().defined()) continue;
     TESSEL_CHECK(s->dim == 0, "tensor parallelism: replicated pieces of '", name,
                  "' must be split along dim 0, not ", s->dim);
-    Item it{p.grad(), parallel::shard_ranges(*s, n, rank), p.numel() / p.size(0), total};
+    Item it{p.grad(), sharding::shard_ranges(*s, n, rank), p.numel() / p.size(0), total};
     total += s->full * it.row;
     items.push_back(std::move(it));
   }

@@ -2,15 +2,13 @@
 // A causal LM cut into pipeline stages for the trainer: the layer list the partition works on
 // ("embedding", "block.0", ..., "head", as models::CausalLM layers them), the stage runner that
 // computes one stage's share of the forward for one micro-batch (the embedding with the first
-// stage, the head and the loss with the last), and the per-run pipeline state the Trainer keeps
-// (trainer_pipeline.cpp).
+// stage, the head and the loss with the last). The trainer's pipeline axis that runs them is
+// strategy/pipeline_strategy.h.
 #pragma once
 
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "tessel/io/token_dataset.h"
@@ -57,18 +55,6 @@ class ModelStages : public parallel::pipeline::StageRunner {
   std::vector<io::TokenBatch> batches_;
   LossFn loss_;
   double loss_scale_ = 1.0;
-};
-
-// What a pipeline-parallel Trainer holds besides the model.
-struct PipelineTraining {
-  std::unique_ptr<ModelStages> stages;
-  std::unique_ptr<parallel::pipeline::PipelineExecutor> executor;
-  std::unordered_map<std::string, int> owner;  // parameter name -> pp rank that trains it
-  // Parameters the last stage multiplies with although the first stage trains them (a tied
-  // embedding), when the two stages differ.
-  std::vector<std::string> tied;
-  std::optional<parallel::pipeline::ExecutionResult> last;  // of the last step
-  std::vector<nn::Module*> modules;  // the modules this rank's stages run (owner_module of each)
 };
 
 }  // namespace tessel::train

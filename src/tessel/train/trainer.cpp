@@ -24,7 +24,6 @@
 #include "tessel/train/checkpoint/checkpoint.h"
 #include "tessel/train/global_batch.h"
 #include "tessel/train/optim/grad_clip.h"
-#include "tessel/train/pipeline_stage.h"
 #include "tessel/train/stop_signal.h"
 
 namespace tessel::train {
@@ -158,9 +157,9 @@ void Trainer::build(const std::string& resume) {
   model_->train();
   const nn::Recompute recompute = nn::parse_recompute(t.recompute);
   model_->set_recompute(recompute);
-  setup_tensor_parallel();  // full weights in hand: each tp rank keeps its pieces
-  setup_precision();
-  build_pipeline();  // with pp, the optimizer and dp below see only this rank's stages
+  // The layout's axes: tp splits the full weights in hand, pp chooses this rank's stages, dp and
+  // ZeRO (and the optimizer below) see only those.
+  build_strategies(weights_from.empty());
 
   io::LoaderOptions lo;
   lo.batch = t.micro_batch;
@@ -176,33 +175,15 @@ void Trainer::build(const std::string& resume) {
                ", fewer than train.micro_batch = ", t.micro_batch,
                dp_ ? " x dp = " + std::to_string(dp_size()) : std::string());
 
-  const int stage = int(config_.parallel.zero_stage);
-  if (dp_) {
-    parallel::DataParallelOptions dpo;
-    dpo.bucket_bytes = config_.parallel.bucket_mb << 20;
-    dpo.overlap = config_.parallel.overlap;
-    dpo.reduction =
-        stage >= 2 ? parallel::GradReduction::ReduceScatter : parallel::GradReduction::AllReduce;
-    const std::vector<parallel::Zero3Unit> units = stage == 3 ? zero3_units() : decltype(units){};
-    if (stage == 3) dpo.groups = parallel::zero3_groups(trainable_parameters(), units);
-    ddp_ = std::make_unique<parallel::DataParallel>(trainable_parameters(), dp_, dpo);
-    // Every rank initialised from the same seed; the broadcast makes equality a fact, not a hope.
-    if (weights_from.empty()) ddp_->broadcast_parameters(0);
-    if (stage == 3) zero3_ = std::make_unique<parallel::Zero3Parameters>(*ddp_, units);
-  } else if (stage > 0) {
-    print("note: parallel.zero_stage = " + std::to_string(stage) +
-          " has nothing to partition on one rank; training with the plain optimizer");
-  }
-
   const OptimSection& o = config_.optim;
-  if (ddp_ && stage > 0) {
+  if (data_ && data_->zero_stage() > 0) {
     parallel::ZeroOptions zo;
-    zo.stage = stage;
+    zo.stage = data_->zero_stage();
     zo.beta1 = o.beta1;
     zo.beta2 = o.beta2;
     zo.eps = o.eps;
     zo.weight_decay = o.weight_decay;
-    auto sharded = std::make_unique<ShardedAdamW>(*ddp_, zo, zero3_.get());
+    auto sharded = std::make_unique<ShardedAdamW>(data_->ddp(), zo, data_->zero3());
     zero_ = &sharded->zero();
     optimizer_ = std::move(sharded);
   } else {
@@ -321,7 +302,7 @@ TrainSummary Trainer::run() {
       saved_at = step_;
     }
   }
-  if (!sum.interrupted) pipeline_report();
+  if (!sum.interrupted && pipeline_) pipeline_->report(run_dir_, step_);
   sum.last_step = step_;
   sum.skipped_steps = skipped_;
   if (sum.interrupted) {
@@ -356,11 +337,11 @@ TrainSummary Trainer::run() {
   }
   // Pipeline stages: rank 0 samples with every stage's current parameters (checkpoints no longer
   // bring them: each stage writes its own pieces).
-  if (config_.sample.tokens > 0) pipeline_sync_model();
+  if (config_.sample.tokens > 0 && pipeline_) pipeline_->sync_model();
   // ZeRO-3: rank 0 samples alone, so every rank gathers the whole model for it first.
-  if (zero3_ && config_.sample.tokens > 0) zero3_->gather_all();
+  if (zero3() && config_.sample.tokens > 0) zero3()->gather_all();
   // Under tensor parallelism rank 0's whole tp group samples together (the model is split).
-  if (config_.sample.tokens > 0 && (leader() || (tp_ && layout_.dp_rank() == 0))) {
+  if (config_.sample.tokens > 0 && (leader() || (tensor_ && layout_.dp_rank() == 0))) {
     sum.sample = generate_sample();
     char what[96];
     std::snprintf(what, sizeof what, "sample (%lld tokens, temperature %g, top_k %lld):",

@@ -16,8 +16,6 @@
 #include "tessel/io/token_dataset.h"
 #include "tessel/io/tokenizer.h"
 #include "tessel/models/causal_lm.h"
-#include "tessel/nn/autocast.h"
-#include "tessel/parallel/data/data_parallel.h"
 #include "tessel/parallel/zero/zero_optimizer.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
 #include "tessel/train/checkpoint/run_directory.h"
@@ -26,17 +24,18 @@
 #include "tessel/train/metrics/metric_sinks.h"
 #include "tessel/train/metrics/metrics.h"
 #include "tessel/train/model_presets.h"
-#include "tessel/train/model_tensor_parallel.h"
 #include "tessel/train/optim/adamw.h"
-#include "tessel/train/optim/loss_scaler.h"
 #include "tessel/train/optim/lr_schedule.h"
 #include "tessel/train/optim/sharded_adamw.h"
 #include "tessel/train/stop_signal.h"
+#include "tessel/train/strategy/data_parallel_strategy.h"
+#include "tessel/train/strategy/pipeline_strategy.h"
+#include "tessel/train/strategy/precision_strategy.h"
+#include "tessel/train/strategy/tensor_parallel_strategy.h"
 
 namespace tessel::train {
 
 class CheckpointWriter;
-struct PipelineTraining;  // pipeline_stage.h
 
 struct TrainSummary {
   int64_t first_step = 1;  // the first step this run executed (after a resume: checkpoint + 1)
@@ -97,40 +96,40 @@ class Trainer {
   // trainer_checkpoint_pieces.cpp: layout-independent checkpoints (checkpoint_pieces.h). Where a
   // local parameter (or its moment) lies in the global tensor; this rank's pieces of parameters
   // and moments; loading this rank's parts from any layout's pieces; the HF model from them.
-  LocalPlacement checkpoint_placement(const std::string& param, const Shape& local) const;
+  sharding::LocalLayout checkpoint_placement(const std::string& param, const Shape& local) const;
   std::string checkpoint_layout_json() const;
   std::vector<Piece> checkpoint_pieces() const;
   void load_checkpoint_pieces(const std::string& dir, int64_t optimizer_step);
   void write_checkpoint_model(const std::string& dir) const;
-  // trainer_zero.cpp: ZeRO-3's gathering units.
+  // trainer_strategies.cpp: ZeRO-3's gathering units (of this rank's stages under pp).
   std::vector<parallel::Zero3Unit> zero3_units();
-  // The dp collectives issued since the flight recorder's count was `issued_before`, into r.
-  void count_collectives(uint64_t issued_before, StepRecord& r) const;
   void print(const std::string& line) const;
   // One optimizer step (trainer_step.cpp), phase by phase.
   bool train_step(StepRecord& record);
   struct StepMarks {  // what the step's metrics are measured from
     double start_s = 0;
-    uint64_t issued_before = 0;  // dp collectives issued so far
-    int64_t base_bytes = 0;      // allocator bytes in use before forward
+    int64_t base_bytes = 0;  // allocator bytes in use before forward
   };
   StepMarks begin_step();
   double forward_backward();  // the step's micro-batches (or pipeline schedule); their loss sum
+  void sync_gradients(StepRecord& record);  // every axis, in list order
+  double global_norm();              // over every axis: each element of the gradient counted once
   void inject_faults(int64_t step);  // fault.* and the after_backward hook (crash-safety tests)
   void update(StepRecord& record, int64_t step);  // the skip rule, or clip + scale + optimizer
   void end_step(StepRecord& record, int64_t step, const StepMarks& marks);  // counters, metrics
-  // Mixed precision (trainer_precision.cpp): the dtype of the forward and backward, the 16-bit
-  // weight copies while the returned handle lives (a micro-batch, or a pipeline step: held until
-  // the backwards end; under ZeRO-3 made per unit after its gather), the loss backward starts
-  // from (scaled under fp16), and the overflow check, which unscales record.grad_norm and returns
-  // true when the step is skipped for an fp16 overflow (every rank of every axis agrees).
-  void setup_precision();
-  std::shared_ptr<void> precision_scope();
-  Tensor loss_for_backward(const Tensor& loss);
-  bool overflow_check(StepRecord& record);
-  std::string precision_state() const;
-  void restore_precision_state(const std::string& json);
   std::string generate_sample();
+  // The layout's axes (train/strategy/): built after the model, in the order of the gradient
+  // synchronisation; an absent axis is null and not in strategies_.
+  void build_strategies(bool fresh_weights);
+  // The loss of one micro-batch (the vocab-parallel one under tp).
+  Tensor compute_loss(const Tensor& ids, const Tensor& targets);
+  // What the axes hold, for checkpoints, evaluation and the sample (null where absent).
+  parallel::DataParallel* ddp() const { return data_ ? &data_->ddp() : nullptr; }
+  parallel::Zero3Parameters* zero3() const { return data_ ? data_->zero3() : nullptr; }
+  const ModelTensorParallel* tp() const { return tensor_ ? &tensor_->model_tp() : nullptr; }
+  NamedTensors trainable_parameters() const;       // the parameters of this rank's stages
+  std::vector<nn::Module*> stage_modules() const;  // the modules they run (the model without pp)
+  NamedTensors tp_shard(const NamedTensors& full) const;  // full tensors to this rank's pieces
 
   bool leader() const { return layout_.world_rank() == 0; }
   int dp_size() const { return dp_ ? dp_->size() : 1; }
@@ -164,35 +163,12 @@ class Trainer {
   std::string stopped_by_failure(const std::string& checkpoint) const;
   // This rank's model state against the ZeRO formula for the stage (stage 0: replicated).
   parallel::MemoryReport memory_report() const;
-  // Pipeline parallelism (trainer_pipeline.cpp); everything is a no-op or the identity without pp.
-  void build_pipeline();
-  NamedTensors trainable_parameters() const;       // the parameters of this rank's stages
-  std::vector<nn::Module*> stage_modules() const;  // the modules they run (the model without pp)
-  std::vector<Tensor> trainable_tensors() const;
-  double pp_sum(double value) const;
-  double pipeline_forward_backward();  // the step's micro-batches; returns their loss sum
-  void pipeline_after_step();          // the tied wte to the last stage
-  void pipeline_sync_model();          // every parameter from the rank that trains it
-  NamedTensors pipeline_own_moments(const NamedTensors& full) const;
-  void pipeline_report();
-  // Tensor parallelism (trainer_tensor_parallel.cpp); without tp each is the plain path.
-  void setup_tensor_parallel();
-  Tensor compute_loss(const Tensor& ids, const Tensor& targets);  // model_->loss, or vocab-parallel
-  void tp_after_backward();  // sequence parallelism: replicated gradients summed over tp
-  NamedTensors tp_shard(const NamedTensors& full) const;
-  // Composed layouts (trainer_layout.cpp): dp x tp x pp with ZeRO on one mesh.
-  int64_t layout_stage_seq_len() const;  // the sequence length a pipeline message carries
-  void layout_setup_pipeline();          // tp inside pipeline stages: the loss, the sequence
-  std::vector<parallel::Zero3Unit> layout_zero3_units(std::vector<parallel::Zero3Unit> units);
-  bool layout_defers_dp_sync() const;          // sp: replicated gradients summed over tp before dp
-  void layout_sync_gradients(StepRecord& r);   // after the step's backwards: tp, dp, ZeRO-3
-  double layout_grad_square_sum();             // every element once over dp, tp and pp
-  std::shared_ptr<void> layout_gather_all();   // ZeRO-3: whole parameters while it lives
-  std::shared_ptr<void> layout_gather_tied();  // ZeRO-3: the tied embedding while it lives
-  void layout_begin_step();                    // timing marks for the breakdown
-  double tp_blocking_ms() const;  // this thread's time inside blocking tp / dp calls so far
-  double dp_blocking_ms() const;
-  void layout_breakdown(StepRecord& r);
+  // The step's breakdown (trainer_breakdown.cpp): compute, exposed communication per axis, the
+  // pipeline's bubble; the slowest rank's figures.
+  void breakdown_begin();
+  void breakdown_after_backward();
+  void breakdown(StepRecord& r);
+  double blocking_ms(const dist::CommPtr& axis) const;
 
   // World rank 0: the run directory's lock. Declared first so that it is released last, after
   // every file of the run is closed.
@@ -204,11 +180,15 @@ class Trainer {
   std::string run_dir_;
   Generator rng_;  // model initialisation, then dropout
   std::shared_ptr<models::CausalLM> model_;
+  // The axes (an absent one is null), and the list the step's hooks run over.
+  std::unique_ptr<PrecisionStrategy> precision_;
+  std::unique_ptr<PipelineStrategy> pipeline_;
+  std::unique_ptr<TensorParallelStrategy> tensor_;
+  std::unique_ptr<DataParallelStrategy> data_;
+  std::vector<AxisStrategy*> strategies_;
   std::unique_ptr<Optimizer> optimizer_;  // AdamW, or ZeRO's AdamW over dp shards
   AdamW* adamw_ = nullptr;                // optimizer_ without ZeRO (its moments, for checkpoints)
-  std::unique_ptr<parallel::DataParallel> ddp_;       // averages gradients over dp_, overlapped
-  std::unique_ptr<parallel::Zero3Parameters> zero3_;  // parallel.zero_stage 3: parameter shards
-  parallel::ZeroAdamW* zero_ = nullptr;  // optimizer_'s shards under parallel.zero_stage 1-3
+  parallel::ZeroAdamW* zero_ = nullptr;   // optimizer_'s shards under parallel.zero_stage 1-3
   LrSchedule schedule_;
   std::shared_ptr<const io::TokenDataset> train_data_, val_data_;
   std::unique_ptr<io::TokenLoader> loader_;
@@ -223,15 +203,10 @@ class Trainer {
   MetricSinks sinks_;                  // rank 0 only
   mutable std::string write_failure_;  // rank 0: the first failed write of a record or line
   bool warned_save_time_ = false;
-  DType compute_dtype_ = DType::F32;         // train.precision
-  std::unique_ptr<LossScaler> scaler_;       // fp16 only
-  double step_scale_ = 1.0;                  // the loss scale this step's backward used
-  std::unique_ptr<PipelineTraining> pipe_;   // null without pp
-  std::unique_ptr<ModelTensorParallel> tp_;  // null without tp
-  // This step's timing marks (trainer_layout.cpp): its start, and the tp axis's blocking time.
-  double layout_step_start_ms_ = 0, layout_tp_start_ms_ = 0, layout_dp_start_ms_ = 0;
-  double layout_fb_ms_ = 0, layout_tp_fb_ms_ = 0;  // forward + backward: wall, tp's part
-  bool layout_local_nonfinite_ = false;  // this rank's gradients held inf/NaN (the last norm)
+  // This step's timing marks (trainer_breakdown.cpp): its start, each axis's blocking time.
+  double mark_start_ms_ = 0, mark_tp_ms_ = 0, mark_dp_ms_ = 0;
+  double fb_ms_ = 0, tp_fb_ms_ = 0;  // forward + backward: wall, tp's part
+  bool local_nonfinite_ = false;     // this rank's gradients held inf/NaN (the last norm)
 };
 
 }  // namespace tessel::train

@@ -99,7 +99,7 @@ std::string Trainer::write_checkpoint(CheckpointWriter& writer) {
       {"global_batch", config_.train.global_batch},
       {"skipped_steps", skipped_},
       {"bad_in_a_row", bad_in_a_row_},
-      {"loss_scale", nlohmann::json::parse(precision_state())},
+      {"loss_scale", nlohmann::json::parse(precision_ ? precision_->state_json() : "null")},
       {"rng", {{"seed", rng_.seed()}, {"offset", rng_.offset()}}},
       {"loader", nlohmann::json::parse(pos.to_json())},
       {"threads", num_threads()},
@@ -134,7 +134,8 @@ void Trainer::load_checkpoint(const std::string& dir_name) {
     tokens_ = state.at("tokens").get<int64_t>();
     skipped_ = state.at("skipped_steps").get<int64_t>();
     bad_in_a_row_ = state.at("bad_in_a_row").get<int64_t>();
-    if (state.contains("loss_scale")) restore_precision_state(state["loss_scale"].dump());
+    if (state.contains("loss_scale") && precision_)
+      precision_->restore_state(state["loss_scale"].dump());
     rng_.set_state(state.at("rng").at("seed").get<uint64_t>(),
                    state.at("rng").at("offset").get<uint64_t>());
     loader_->set_position(io::LoaderPosition::from_json(state.at("loader").dump()));
@@ -174,7 +175,7 @@ void Trainer::load_legacy_state(const std::string& dir_name, int64_t optimizer_s
   const io::SafetensorsFile file = io::SafetensorsFile::open((dir / kOptimizerFile).string());
   for (const std::string& name : file.names()) moments.emplace_back(name, file.load(name).clone());
   // Full moments by name whatever layout wrote them: ZeRO keeps its shard of them.
-  if (pipe_) moments = pipeline_own_moments(moments);
+  if (pipeline_) moments = pipeline_->own_moments(moments);
   moments = tp_shard(moments);  // full moments sliced to this tp rank's pieces
   if (zero_) {
     zero_->load_full_state(moments, optimizer_step);

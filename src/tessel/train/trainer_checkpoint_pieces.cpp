@@ -16,7 +16,7 @@
 
 #include "tessel/core/error.h"
 #include "tessel/models/family.h"
-#include "tessel/parallel/tensor/param_shard.h"
+#include "tessel/sharding/shard_layout.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
 #include "tessel/train/pipeline_stage.h"
 #include "tessel/train/trainer.h"
@@ -57,21 +57,11 @@ Tensor zero_block(const NamedTensors& state, const std::string& prefix, int64_t 
 
 }  // namespace
 
-LocalPlacement Trainer::checkpoint_placement(const std::string& param, const Shape& local) const {
-  const parallel::ShardSpec* spec = tp_ ? tp_->result.spec(param) : nullptr;
-  if (spec == nullptr) return LocalPlacement::whole(local);
-  LocalPlacement p;
-  p.dim = spec->dim;
-  std::vector<int64_t> dims(local.dims().begin(), local.dims().end());
-  dims[size_t(spec->dim)] = spec->full;
-  p.global = Shape(dims);
-  int64_t at = 0;
-  for (const auto& [start, len] : parallel::shard_ranges(*spec, tp_->tp->size(), tp_->tp->rank())) {
-    const int64_t real = std::max<int64_t>(0, std::min(start + len, spec->full) - start);
-    if (real > 0) p.segments.push_back({at, start, real});
-    at += len;
-  }
-  return p;
+sharding::LocalLayout Trainer::checkpoint_placement(const std::string& param,
+                                                    const Shape& local) const {
+  const sharding::ShardLayout* spec = tp() ? tp()->result.spec(param) : nullptr;
+  if (spec == nullptr) return sharding::LocalLayout::whole(local);
+  return sharding::LocalLayout::of(*spec, local, tp()->tp->size(), tp()->tp->rank());
 }
 
 std::string Trainer::checkpoint_layout_json() const {
@@ -79,7 +69,7 @@ std::string Trainer::checkpoint_layout_json() const {
                         {"tp", layout_.tp_size()},
                         {"pp", layout_.pp_size()},
                         {"zero_stage", zero_ ? zero_->stage() : 0},
-                        {"sequence_parallel", tp_ && tp_->sequence_parallel}}
+                        {"sequence_parallel", tp() && tp()->sequence_parallel}}
       .dump();
 }
 
@@ -87,8 +77,8 @@ std::vector<Piece> Trainer::checkpoint_pieces() const {
   std::vector<Piece> out;
   const bool tp_lead = layout_.tp_rank() == 0;
   auto owned_by_tp = [&](const std::string& param) {
-    if (!tp_) return tp_lead;
-    const TpShare share = model_tp_share(*tp_, param);
+    if (!tp()) return tp_lead;
+    const TpShare share = model_tp_share(*tp(), param);
     return share == TpShare::Piece || (share == TpShare::Whole && tp_lead);
   };
   auto add = [&](const std::string& key, const std::string& param, const Shape& shape,
@@ -105,19 +95,19 @@ std::vector<Piece> Trainer::checkpoint_pieces() const {
     if (end > begin)
       add(key, param, t.shape(), begin, end, t.detach().flatten().narrow(0, begin, end - begin));
   };
-  if (zero3_) {
-    for_each_zero_part(*ddp_,
+  if (zero3()) {
+    for_each_zero_part(*ddp(),
                        [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
                          if (owned_by_tp(p.name))
                            add(p.name, p.name, p.param.shape(), begin, end,
-                               zero3_->parameter_shard(b).narrow(0, at, end - begin));
+                               zero3()->parameter_shard(b).narrow(0, at, end - begin));
                        });
   } else {
     for (const auto& [name, param] : trainable_parameters()) add_replicated(name, param);
   }
   if (zero_) {
     const NamedTensors state = zero_->local_state();
-    for_each_zero_part(*ddp_,
+    for_each_zero_part(*ddp(),
                        [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
                          if (!owned_by_tp(p.name)) return;
                          for (const std::string& prefix : kMoments)
@@ -139,22 +129,22 @@ void Trainer::load_checkpoint_pieces(const std::string& dir, int64_t optimizer_s
                 t.numel(), flat);
     t.detach().copy_from(flat.reshape(t.shape()));
   };
-  if (zero3_) {
-    for_each_zero_part(*ddp_, [&](const auto& p, int64_t b, int64_t begin, int64_t end,
-                                  int64_t at) {
+  if (zero3()) {
+    for_each_zero_part(*ddp(), [&](const auto& p, int64_t b, int64_t begin, int64_t end,
+                                   int64_t at) {
       read_placed(reader, p.name, checkpoint_placement(p.name, p.param.shape()), p.param.shape(),
-                  begin, end, zero3_->parameter_shard(b).narrow(0, at, end - begin));
+                  begin, end, zero3()->parameter_shard(b).narrow(0, at, end - begin));
     });
   }
   // The parameters this rank holds outside ZeRO-3's shards. A pipeline stage holds every stage's
   // parameters but uses only its own, and the last stage's copy of a tied embedding; the others are
   // zeros until an evaluation or the sample brings them from their stages.
   std::set<std::string> sharded, used;
-  if (zero3_)
-    for (const auto& p : ddp_->places()) sharded.insert(p.name);
+  if (zero3())
+    for (const auto& p : ddp()->places()) sharded.insert(p.name);
   for (const auto& [name, param] : trainable_parameters()) used.insert(name);
-  if (pipe_ && layout_.pp_rank() == layout_.pp_size() - 1)
-    used.insert(pipe_->tied.begin(), pipe_->tied.end());
+  if (pipeline_ && layout_.pp_rank() == layout_.pp_size() - 1)
+    used.insert(pipeline_->tied().begin(), pipeline_->tied().end());
   for (const auto& [name, param] : model_->named_parameters()) {
     if (sharded.count(name)) continue;
     if (used.count(name)) {
@@ -166,7 +156,7 @@ void Trainer::load_checkpoint_pieces(const std::string& dir, int64_t optimizer_s
   if (zero_) {
     const NamedTensors state = zero_->local_state();
     for_each_zero_part(
-        *ddp_, [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
+        *ddp(), [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
           for (const std::string& prefix : kMoments)
             read_placed(reader, prefix + p.name, checkpoint_placement(p.name, p.param.shape()),
                         p.param.shape(), begin, end,

@@ -17,8 +17,8 @@ EvalRecord Trainer::evaluate() {
   if (!val_data_) return r;
   // ZeRO-3 with pp: the stages' units gather around their own modules, not the whole model's
   // forward (the tied head would find wte released), so evaluation holds everything gathered.
-  const auto gathered = pipe_ ? layout_gather_all() : nullptr;
-  pipeline_sync_model();  // pipeline stages: every rank evaluates the whole current model
+  const auto gathered = pipeline_ ? zero3_gather_all(zero3()) : nullptr;
+  if (pipeline_) pipeline_->sync_model();  // every rank evaluates the whole current model
   const auto t0 = std::chrono::steady_clock::now();
   autograd::NoGradGuard no_grad;
   model_->eval();
@@ -71,9 +71,11 @@ std::string Trainer::generate_sample() {
   if (tokenizer_)
     g.vocab_limit = std::min(model_->model_config().vocabulary_size(), tokenizer_->vocab_size());
   std::optional<SequenceParallelPause> pause;  // decoding runs without sequence pieces
-  if (tp_) {
-    g.full_logits = [this](const Tensor& local) { return model_tp_full_logits(*tp_, local); };
-    pause.emplace(*tp_);
+  if (const ModelTensorParallel* tp_model = tp()) {
+    g.full_logits = [tp_model](const Tensor& local) {
+      return model_tp_full_logits(*tp_model, local);
+    };
+    pause.emplace(*tp_model);
   }
   autograd::NoGradGuard no_grad;
   model_->eval();

@@ -2,9 +2,10 @@
 // One optimizer step, read top to bottom in train_step: the micro-batches' forward and backward
 // (or the pipeline's schedule), the gradients synchronised over the layout's axes, the global
 // norm, then the update: the 1/grad_accum average, the loss scale and clipping folded into one
-// scaling pass and the optimizer at the schedule's learning rate. A step whose loss or gradient
-// norm is not finite changes no parameter; it is counted, and too many in a row end the run with
-// an Error. Fault injection and the step's metrics are phases of their own.
+// scaling pass and the optimizer at the schedule's learning rate. Each phase calls the hooks of
+// the layout's axes (strategy/axis_strategy.h) in list order; a one-process run has none. A step
+// whose loss or gradient norm is not finite changes no parameter; it is counted, and too many in a
+// row end the run with an Error. Fault injection and the step's metrics are phases of their own.
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -30,14 +31,15 @@ double now_s() {
 
 bool Trainer::train_step(StepRecord& r) {
   const int64_t step = step_ + 1;
+  r.step = step;
   // The gradients hold the sum over micro-batches; their mean is 1/grad_accum of it.
   const double inv_accum = 1.0 / double(config_.train.grad_accum);
   const StepMarks marks = begin_step();
   const double loss_sum = forward_backward();  // micro-batches, or the pipeline's schedule
-  layout_sync_gradients(r);                    // tp sums, dp averages, ZeRO-3 (trainer_layout)
+  sync_gradients(r);                           // every axis, in list order
   r.step_peak_bytes = int64_t(cpu_allocator().peak_bytes()) - marks.base_bytes;
   inject_faults(step);
-  r.grad_norm = std::sqrt(layout_grad_square_sum()) * inv_accum;  // every element once
+  r.grad_norm = global_norm() * inv_accum;  // every element once
   r.loss = dp_mean(loss_sum) * inv_accum;
   r.lr = schedule_.at(step);
   update(r, step);
@@ -48,39 +50,74 @@ bool Trainer::train_step(StepRecord& r) {
 Trainer::StepMarks Trainer::begin_step() {
   StepMarks marks;
   marks.start_s = now_s();
-  marks.issued_before = dp_ ? dp_->context().issued_count() : 0;
-  layout_begin_step();
+  breakdown_begin();
+  for (AxisStrategy* s : strategies_) s->begin_step();
   model_->zero_grad();
   marks.base_bytes = int64_t(cpu_allocator().bytes_in_use());
   cpu_allocator().reset_peak();  // the step's own peak, for activation memory
-  if (zero3_) zero3_->reset_peak();
   return marks;
 }
 
 double Trainer::forward_backward() {
-  if (pipe_) return pipeline_forward_backward();
   const int64_t accum = config_.train.grad_accum;
+  // What every axis holds while micro-batches run (the 16-bit weight copies).
+  const auto scopes = [this] {
+    std::vector<std::shared_ptr<void>> held;
+    for (AxisStrategy* s : strategies_) held.push_back(s->micro_batch_scope());
+    return held;
+  };
+  if (pipeline_) {
+    std::vector<io::TokenBatch> batches;
+    for (int64_t m = 0; m < accum; ++m) batches.push_back(loader_->next());
+    // The schedule runs the backwards; nothing synchronises inside it (each chunk's last backward
+    // comes at a different point of it), and every axis finishes after it.
+    for (AxisStrategy* s : strategies_) s->before_backward(false);
+    const double loss_scale = precision_ ? precision_->step_scale() : 1.0;
+    const double loss_sum = pipeline_->forward_backward(std::move(batches), loss_scale, scopes);
+    for (AxisStrategy* s : strategies_) s->after_backward();
+    return loss_sum;
+  }
   double loss_sum = 0;
   for (int64_t m = 0; m < accum; ++m) {
     const io::TokenBatch batch = loader_->next();
-    const auto low_precision = precision_scope();  // 16-bit weight copies until backward ends
+    const auto held = scopes();
     const Tensor loss = compute_loss(batch.x, batch.y);
     loss_sum += loss.item();
-    // Data parallelism communicates only on the last micro-batch, overlapped with its backward.
-    if (ddp_) ddp_->set_sync(m == accum - 1 && !layout_defers_dp_sync());
-    autograd::backward(loss_for_backward(loss));
-    if (zero3_) zero3_->finish_backward();  // ZeRO-3: no parameter stays gathered
+    Tensor start = loss;  // what backward starts from (scaled under fp16)
+    for (AxisStrategy* s : strategies_) {
+      start = s->loss_for_backward(start);
+      s->before_backward(m == accum - 1);
+    }
+    autograd::backward(start);
+    for (AxisStrategy* s : strategies_) s->after_backward();
   }
   return loss_sum;
 }
 
+void Trainer::sync_gradients(StepRecord& r) {
+  breakdown_after_backward();
+  for (AxisStrategy* s : strategies_) s->sync_gradients(r);
+}
+
+double Trainer::global_norm() {
+  GradNormPlan plan;
+  plan.spans = optimizer_->parameter_gradients();
+  for (AxisStrategy* s : strategies_) s->describe_norm(plan);
+  const GlobalSquareSum sum = global_square_sum(plan.spans, plan.groups, plan.norm_axes());
+  // fp16 agrees on overflows over every axis from this (the norm leaves some ranks' parts out).
+  local_nonfinite_ = sum.local_nonfinite;
+  return std::sqrt(sum.total);
+}
+
 void Trainer::inject_faults(int64_t step) {
   if (hooks_.after_backward) hooks_.after_backward(step);
-  if (config_.fault.nan_at_step == step && !trainable_tensors().empty()) {
-    const std::vector<Tensor> params = trainable_tensors();
-    // ZeRO-2 keeps only this rank's shard of the averaged gradients.
-    Tensor g = zero_ && zero_->stage() >= 2 ? ddp_->gradient_shard(0) : params.front().grad();
-    g.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+  if (config_.fault.nan_at_step == step) {
+    // The first element of the gradient the optimizer will read (a ZeRO-2/3 shard included).
+    for (const GradSpan& g : optimizer_->gradients()) {
+      if (g.begin == g.end) continue;
+      g.flat.data<float>()[g.begin] = std::numeric_limits<float>::quiet_NaN();
+      break;
+    }
   }
   if (config_.fault.kill_at_step == step) {
     std::cout.flush();
@@ -89,7 +126,9 @@ void Trainer::inject_faults(int64_t step) {
 }
 
 void Trainer::update(StepRecord& r, int64_t step) {
-  const bool overflow = overflow_check(r);  // fp16: unscales grad_norm
+  bool overflow = false;  // fp16: the axis unscales grad_norm and agrees on an overflow
+  for (AxisStrategy* s : strategies_)
+    if (s->skip_update(r, local_nonfinite_)) overflow = true;
   r.skipped = overflow || !std::isfinite(r.loss) || !std::isfinite(r.grad_norm);
   if (overflow) {
     ++skipped_;  // never counted toward train.max_bad_steps
@@ -110,7 +149,8 @@ void Trainer::update(StepRecord& r, int64_t step) {
     return;
   }
   // 1/grad_accum, the loss scale and clipping in one scaling pass.
-  double factor = 1.0 / double(config_.train.grad_accum) / step_scale_;
+  double factor =
+      1.0 / double(config_.train.grad_accum) / (precision_ ? precision_->step_scale() : 1.0);
   const double clip = config_.optim.grad_clip;
   if (clip > 0 && r.grad_norm > clip) factor *= clip / (r.grad_norm + 1e-6);
   if (factor != 1.0) scale_spans(optimizer_->gradients(), factor);
@@ -120,7 +160,7 @@ void Trainer::update(StepRecord& r, int64_t step) {
 
 void Trainer::end_step(StepRecord& r, int64_t step, const StepMarks& marks) {
   const TrainSection& t = config_.train;
-  pipeline_after_step();
+  for (AxisStrategy* s : strategies_) s->after_update();  // pp: the tied embedding
   model_->zero_grad();  // the gradients are dead weight until the next backward
   step_ = step;
   const int64_t step_tokens = t.micro_batch * t.seq_len * t.grad_accum * dp_size();
@@ -140,8 +180,8 @@ void Trainer::end_step(StepRecord& r, int64_t step, const StepMarks& marks) {
   r.hfu = recompute_flops_per_token_ > 0
               ? r.mfu * (flops_per_token_ + recompute_flops_per_token_) / flops_per_token_
               : r.mfu;
-  if (dp_) count_collectives(marks.issued_before, r);
-  layout_breakdown(r);
+  for (AxisStrategy* s : strategies_) s->record(r);
+  breakdown(r);
   const parallel::MemoryReport mem = memory_report();
   r.param_bytes = mem.param_bytes;
   r.grad_bytes = mem.grad_bytes;
@@ -163,7 +203,7 @@ parallel::MemoryReport Trainer::memory_report() const {
   m.stage = 0;
   for (const Tensor& p : model_->parameters()) m.param_bytes += p.nbytes();
   // Without ZeRO every rank holds whole gradients during a step (in its buckets under dp).
-  m.grad_bytes = ddp_ ? ddp_->gradient_bytes() : m.param_bytes;
+  m.grad_bytes = ddp() ? ddp()->gradient_bytes() : m.param_bytes;
   m.optimizer_bytes = optimizer_->state_bytes();
   m.expected_param_bytes = 4 * m.parameter_count;
   m.expected_grad_bytes = 4 * m.parameter_count;

@@ -204,7 +204,7 @@ bool pattern_matches(const std::string& pattern, const std::string& path) {
   return p == pattern.size();
 }
 
-const ShardSpec* ParallelizeResult::spec(const std::string& name) const {
+const sharding::ShardLayout* ParallelizeResult::spec(const std::string& name) const {
   for (const auto& [n, s] : sharded)
     if (n == name) return &s;
   return nullptr;
@@ -279,7 +279,8 @@ ParallelizeResult parallelize(nn::Module& root, dist::CommPtr tp, const Parallel
         o.blocks = rule.blocks;
         o.unit = m.unit;
         o.replicate = rule.replicate;
-        const ShardSpec spec{0, lin.out_features(), 0, rule.blocks, m.unit, rule.replicate};
+        const sharding::ShardLayout spec{0,      lin.out_features(), 0, rule.blocks,
+                                         m.unit, rule.replicate};
         parallelize_colwise(lin, tp, o);
         result.sharded.emplace_back(join_name(m.path, "weight"), spec);
         if (lin.bias.defined()) result.sharded.emplace_back(join_name(m.path, "bias"), spec);
@@ -288,7 +289,8 @@ ParallelizeResult parallelize(nn::Module& root, dist::CommPtr tp, const Parallel
       case StyleKind::Rowwise: {
         auto& lin = dynamic_cast<nn::Linear&>(*m.module);
         parallelize_rowwise(lin, tp, rule.input_is_sharded, base);
-        result.sharded.emplace_back(join_name(m.path, "weight"), ShardSpec{1, lin.in_features()});
+        result.sharded.emplace_back(join_name(m.path, "weight"),
+                                    sharding::ShardLayout{1, lin.in_features()});
         break;
       }
       case StyleKind::VocabParallel: {
@@ -296,7 +298,7 @@ ParallelizeResult parallelize(nn::Module& root, dist::CommPtr tp, const Parallel
         const int64_t vocab = emb.weight.size(0);
         parallelize_vocab_embedding(emb, tp, base);
         result.sharded.emplace_back(join_name(m.path, "weight"),
-                                    ShardSpec{0, vocab, padded_vocab_size(vocab, n)});
+                                    sharding::ShardLayout{0, vocab, padded_vocab_size(vocab, n)});
         break;
       }
       case StyleKind::Sequence:

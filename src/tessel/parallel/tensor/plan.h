@@ -30,8 +30,8 @@
 
 #include "tessel/dist/communicator.h"
 #include "tessel/nn/module.h"
-#include "tessel/parallel/tensor/param_shard.h"
 #include "tessel/parallel/tensor/tensor_parallel.h"
+#include "tessel/sharding/shard_layout.h"
 
 namespace tessel::parallel {
 
@@ -64,7 +64,8 @@ struct ParallelizeOptions {
 };
 
 struct ParallelizeResult {
-  std::vector<std::pair<std::string, ShardSpec>> sharded;  // parameter name -> its layout
+  std::vector<std::pair<std::string, sharding::ShardLayout>>
+      sharded;  // parameter name -> its layout
   // The other parameters (whole on every rank). Under sequence parallelism they are used on
   // sequence pieces, so their gradients are per-rank addends to be summed over tp.
   std::vector<std::string> replicated;
@@ -72,7 +73,7 @@ struct ParallelizeResult {
   std::shared_ptr<SequenceState> sequence;
   bool sequence_parallel = false;
   // The layout of a parameter name, or null when it is replicated.
-  const ShardSpec* spec(const std::string& name) const;
+  const sharding::ShardLayout* spec(const std::string& name) const;
 };
 
 // Applies `plan` to the modules of `root` over `tp` (collective-free: each rank keeps its pieces

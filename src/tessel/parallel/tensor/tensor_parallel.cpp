@@ -12,9 +12,9 @@
 #include "tessel/ops/elementwise.h"
 #include "tessel/ops/matmul.h"
 #include "tessel/ops/shape.h"
-#include "tessel/parallel/tensor/param_shard.h"
 #include "tessel/sharding/placement.h"
 #include "tessel/sharding/regions.h"
+#include "tessel/sharding/shard_layout.h"
 
 namespace tessel::parallel {
 namespace {
@@ -125,7 +125,7 @@ void parallelize_colwise(nn::Linear& linear, dist::CommPtr tp, const TpOptions& 
   TESSEL_CHECK(out >= n || options.replicate, "parallelize_colwise: '", linear.path(), "' has ",
                out, " output features, fewer than the ", n,
                " tensor-parallel ranks (a rank would hold no feature)");
-  ShardSpec spec{0, out, 0, options.blocks, options.unit, options.replicate};
+  sharding::ShardLayout spec{0, out, 0, options.blocks, options.unit, options.replicate};
   if (options.blocks > 1) {
     TESSEL_CHECK(out % options.blocks == 0 && (out / options.blocks) % options.unit == 0 &&
                      (out / options.blocks / options.unit) % n == 0,
@@ -133,8 +133,9 @@ void parallelize_colwise(nn::Linear& linear, dist::CommPtr tp, const TpOptions& 
                  options.blocks, " blocks hold ", out / options.blocks / options.unit,
                  " units (heads) of ", options.unit, " rows each, not divisible by tp ", n);
   }
-  rebind(linear.weight, shard_tensor(linear.weight.detach(), spec, n, r));
-  if (linear.bias.defined()) rebind(linear.bias, shard_tensor(linear.bias.detach(), spec, n, r));
+  rebind(linear.weight, sharding::shard_tensor(linear.weight.detach(), spec, n, r));
+  if (linear.bias.defined())
+    rebind(linear.bias, sharding::shard_tensor(linear.bias.detach(), spec, n, r));
   auto st = std::make_shared<TpState>();
   st->options = options;
   st->style = TpStyle::Colwise;

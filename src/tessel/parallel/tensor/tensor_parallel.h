@@ -50,11 +50,12 @@ struct TpOptions {
   bool sequence_parallel = false;
   std::shared_ptr<SequenceState> sequence;  // required with sequence_parallel
   // Colwise: the output features are `blocks` equal concatenated blocks, each split in units of
-  // `unit` rows (GPT-2's fused qkv: 3 blocks, units of a head); see param_shard.h.
+  // `unit` rows (GPT-2's fused qkv: 3 blocks, units of a head); see sharding/shard_layout.h.
   int64_t blocks = 1;
   int64_t unit = 1;
   // Colwise with fewer units than ranks: each unit is held by ranks / units ranks (see
-  // param_shard.h); the copies' gradients must then be summed over them (the caller's job).
+  // sharding/shard_layout.h); the copies' gradients must then be summed over them (the caller's
+  // job).
   bool replicate = false;
 };
 
@@ -84,8 +85,8 @@ TpStyle tp_style(const nn::Linear& linear);
 
 // The full weight [out, in] and bias [out] (or their gradients, with `grad`) on every rank of
 // `tp`, for tests and checkpoints, of plain (unfused) layers: a fused Colwise layer (blocks > 1)
-// gathers through param_shard.h's gather_tensor with its ShardSpec. Collective: every rank of `tp`
-// must call it. Undefined bias: undefined result.
+// gathers through sharding/shard_layout.h's gather_tensor with its sharding::ShardLayout.
+// Collective: every rank of `tp` must call it. Undefined bias: undefined result.
 Tensor gather_full_weight(const nn::Linear& linear, dist::Communicator& tp, bool grad = false);
 Tensor gather_full_bias(const nn::Linear& linear, dist::Communicator& tp, bool grad = false);
 

@@ -12,8 +12,8 @@
 #include "tessel/core/error.h"
 #include "tessel/ops/elementwise.h"
 #include "tessel/ops/embedding.h"
-#include "tessel/parallel/tensor/param_shard.h"
 #include "tessel/sharding/regions.h"
+#include "tessel/sharding/shard_layout.h"
 
 namespace tessel::parallel {
 namespace {
@@ -111,10 +111,10 @@ void parallelize_vocab_embedding(nn::Embedding& embedding, dist::CommPtr tp,
   const int n = tp->size(), r = tp->rank();
   auto st = std::make_shared<VocabState>();
   st->vocab = embedding.weight.size(0);
-  const ShardSpec spec{0, st->vocab, padded_vocab_size(st->vocab, n)};
+  const sharding::ShardLayout spec{0, st->vocab, padded_vocab_size(st->vocab, n)};
   st->rows = spec.padded_size() / n;
   st->offset = int64_t(r) * st->rows;
-  Tensor piece = shard_tensor(embedding.weight.detach(), spec, n, r);
+  Tensor piece = sharding::shard_tensor(embedding.weight.detach(), spec, n, r);
   TensorImpl& impl = *embedding.weight.impl_ptr();  // rebound in place: name and handle kept
   impl.storage = piece.storage_ptr();
   impl.offset = piece.offset();

@@ -22,8 +22,8 @@ struct Run {
 };
 
 // The runs of segment `s` inside local elements [begin, end), in increasing order.
-std::vector<Run> segment_runs(const LocalPlacement& p, const Shape& local_shape,
-                              const LocalPlacement::Segment& s, int64_t begin, int64_t end) {
+std::vector<Run> segment_runs(const sharding::LocalLayout& p, const Shape& local_shape,
+                              const sharding::Segment& s, int64_t begin, int64_t end) {
   int64_t outer = 1, inner = 1;
   for (int k = 0; k < p.dim; ++k) outer *= local_shape[k];
   for (int k = p.dim + 1; k < local_shape.ndim(); ++k) inner *= local_shape[k];
@@ -38,7 +38,7 @@ std::vector<Run> segment_runs(const LocalPlacement& p, const Shape& local_shape,
   return runs;
 }
 
-PieceRegion segment_box(const LocalPlacement& p, const LocalPlacement::Segment& s) {
+PieceRegion segment_box(const sharding::LocalLayout& p, const sharding::Segment& s) {
   PieceRegion r = PieceRegion::whole(p.global);
   if (p.global.ndim() > 0) {
     r.start[size_t(p.dim)] = s.global_start;
@@ -48,8 +48,8 @@ PieceRegion segment_box(const LocalPlacement& p, const LocalPlacement::Segment& 
   return r;
 }
 
-void check_placement(const LocalPlacement& p, const Shape& local_shape, int64_t begin, int64_t end,
-                     const Tensor& flat, const std::string& name) {
+void check_placement(const sharding::LocalLayout& p, const Shape& local_shape, int64_t begin,
+                     int64_t end, const Tensor& flat, const std::string& name) {
   TESSEL_CHECK(local_shape.ndim() == p.global.ndim() &&
                    (p.global.ndim() == 0 || (p.dim >= 0 && p.dim < p.global.ndim())),
                "checkpoint placement of ", name, ": local shape ", local_shape,
@@ -70,14 +70,7 @@ void check_placement(const LocalPlacement& p, const Shape& local_shape, int64_t 
 
 }  // namespace
 
-LocalPlacement LocalPlacement::whole(const Shape& shape) {
-  LocalPlacement p;
-  p.global = shape;
-  p.segments.push_back({0, 0, shape.ndim() > 0 ? shape[0] : 1});
-  return p;
-}
-
-std::vector<Piece> placed_pieces(const std::string& name, const LocalPlacement& placement,
+std::vector<Piece> placed_pieces(const std::string& name, const sharding::LocalLayout& placement,
                                  const Shape& local_shape, int64_t begin, int64_t end,
                                  const Tensor& flat_in) {
   const Tensor flat = flat_in.to(DType::F32);
@@ -100,8 +93,9 @@ std::vector<Piece> placed_pieces(const std::string& name, const LocalPlacement& 
   return out;
 }
 
-void read_placed(PieceReader& reader, const std::string& name, const LocalPlacement& placement,
-                 const Shape& local_shape, int64_t begin, int64_t end, Tensor flat) {
+void read_placed(PieceReader& reader, const std::string& name,
+                 const sharding::LocalLayout& placement, const Shape& local_shape, int64_t begin,
+                 int64_t end, Tensor flat) {
   check_placement(placement, local_shape, begin, end, flat, name);
   TESSEL_CHECK(reader.shape(name) == placement.global, "checkpoint: ", name, " has shape ",
                reader.shape(name), ", this run's layout expects ", placement.global);

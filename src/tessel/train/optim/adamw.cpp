@@ -87,6 +87,13 @@ std::vector<GradSpan> AdamW::gradients() const {
   return spans;
 }
 
+std::vector<GradSpan> AdamW::parameter_gradients() const {
+  std::vector<GradSpan> spans;
+  for (const auto& [name, p] : params_)
+    if (p.grad().defined()) spans.push_back(whole_span(p.grad(), 0, name));
+  return spans;
+}
+
 void AdamW::step(double lr) {
   TESSEL_CHECK(std::isfinite(lr) && lr >= 0, "AdamW.step: lr must be finite and >= 0, got ", lr);
   // Every gradient is checked before any parameter changes, so a bad one leaves the model and

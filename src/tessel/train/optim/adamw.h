@@ -31,6 +31,7 @@ class AdamW : public Optimizer {
   std::string_view name() const override { return "AdamW"; }
   // Every defined gradient, whole.
   std::vector<GradSpan> gradients() const override;
+  std::vector<GradSpan> parameter_gradients() const override;
   // One update with learning rate `lr`; increments step_count() first (bias correction uses it).
   // A parameter whose .grad() is undefined is skipped (its moments are unchanged).
   void step(double lr) override;

@@ -23,9 +23,9 @@ Tensor view_of(const GradSpan& s, const char* who) {
 
 }  // namespace
 
-GradSpan whole_span(const Tensor& grad, int group) {
+GradSpan whole_span(const Tensor& grad, int group, std::string param) {
   TESSEL_CHECK(grad.defined(), "whole_span: the gradient is undefined");
-  return GradSpan{grad.detach().flatten(), 0, grad.numel(), group};
+  return GradSpan{grad.detach().flatten(), 0, grad.numel(), group, std::move(param)};
 }
 
 GlobalSquareSum global_square_sum(std::span<const GradSpan> spans, int groups,

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <span>
+#include <string>
 #include <vector>
 
 #include "tessel/dist/communicator.h"
@@ -21,6 +22,7 @@ struct GradSpan {
   Tensor flat;
   int64_t begin = 0, end = 0;
   int group = 0;
+  std::string param;  // the parameter these elements belong to ("" for a span of several)
 };
 
 // One mesh axis: `sums[g]` is true when group g's squares add over the ranks of `comm` (each
@@ -41,7 +43,7 @@ GlobalSquareSum global_square_sum(std::span<const GradSpan> spans, int groups,
                                   std::span<const NormAxis> axes);
 
 // The whole of `grad` as one span.
-GradSpan whole_span(const Tensor& grad, int group = 0);
+GradSpan whole_span(const Tensor& grad, int group = 0, std::string param = {});
 
 // Multiplies every span by `factor`, rounded once to the span's dtype (as torch multiplies by a
 // same-dtype scalar).

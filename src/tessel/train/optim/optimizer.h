@@ -20,6 +20,9 @@ class Optimizer {
   // What step() reads: this rank's gradients (whole, or its shards of the averaged buckets), the
   // spans that the step's scaling multiplies.
   virtual std::vector<GradSpan> gradients() const = 0;
+  // The same elements, one span per parameter part this rank holds (GradSpan::param set): what
+  // the global norm groups by how each axis shares a parameter.
+  virtual std::vector<GradSpan> parameter_gradients() const = 0;
   // One update at learning rate `lr`; step_count() grows by one first (bias correction uses it).
   virtual void step(double lr) = 0;
   virtual int64_t step_count() const = 0;

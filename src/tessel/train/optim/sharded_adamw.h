@@ -19,6 +19,8 @@ class ShardedAdamW : public Optimizer {
 
   std::string_view name() const override { return name_; }
   std::vector<GradSpan> gradients() const override;
+  // Each parameter's part of the averaged buckets (stage 1) or of this rank's shards (2, 3).
+  std::vector<GradSpan> parameter_gradients() const override;
   void step(double lr) override { zero_.step(lr); }
   int64_t step_count() const override { return zero_.step_count(); }
   int64_t state_bytes() const override { return zero_.memory().optimizer_bytes; }
@@ -27,6 +29,7 @@ class ShardedAdamW : public Optimizer {
   const parallel::ZeroAdamW& zero() const { return zero_; }
 
  private:
+  parallel::DataParallel& dp_;
   parallel::ZeroAdamW zero_;
   std::string name_;
 };

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Shard specs: which rows of a parameter a rank holds, and the slice / gather between full
-// tensors and pieces that layout-independent checkpoints rely on.
-#include "tessel/parallel/tensor/param_shard.h"
+// Shard layouts: which rows of a parameter a rank holds, where they lie in the global tensor, and
+// the slice / gather between full tensors and pieces that layout-independent checkpoints rely on.
+#include "tessel/sharding/shard_layout.h"
 
 #include <algorithm>
 
@@ -10,9 +10,9 @@
 #include "tessel/sharding/placement.h"
 #include "tessel/sharding/regions.h"
 
-namespace tessel::parallel {
+namespace tessel::sharding {
 
-std::string ShardSpec::str() const {
+std::string ShardLayout::str() const {
   std::string s = "S(" + std::to_string(dim) + ") of " + std::to_string(full);
   if (padded > full) s += " padded to " + std::to_string(padded);
   if (blocks > 1)
@@ -23,7 +23,7 @@ std::string ShardSpec::str() const {
   return s;
 }
 
-std::vector<std::pair<int64_t, int64_t>> shard_ranges(const ShardSpec& s, int parts, int rank) {
+std::vector<std::pair<int64_t, int64_t>> shard_ranges(const ShardLayout& s, int parts, int rank) {
   TESSEL_CHECK(
       parts >= 1 && rank >= 0 && rank < parts && s.full >= 0 && s.blocks >= 1 && s.unit >= 1,
       "shard_ranges: ", s.str(), " over ", parts, " ranks (rank ", rank, ")");
@@ -34,8 +34,7 @@ std::vector<std::pair<int64_t, int64_t>> shard_ranges(const ShardSpec& s, int pa
     return {{rank * len, len}};
   }
   if (s.blocks == 1 && s.unit == 1)
-    return {
-        {sharding::shard_offset(s.full, parts, rank), sharding::shard_size(s.full, parts, rank)}};
+    return {{shard_offset(s.full, parts, rank), shard_size(s.full, parts, rank)}};
   TESSEL_CHECK(s.full % s.blocks == 0 && (s.full / s.blocks) % s.unit == 0,
                "shard_ranges: ", s.str(), ": the size is not blocks x whole units");
   const int64_t block = s.full / s.blocks, units = block / s.unit;
@@ -55,19 +54,19 @@ std::vector<std::pair<int64_t, int64_t>> shard_ranges(const ShardSpec& s, int pa
   return out;
 }
 
-int64_t shard_length(const ShardSpec& spec, int parts, int rank) {
+int64_t shard_length(const ShardLayout& spec, int parts, int rank) {
   int64_t n = 0;
   for (const auto& [start, len] : shard_ranges(spec, parts, rank)) n += len;
   return n;
 }
 
-int64_t shard_replicas(const ShardSpec& s, int parts) {
+int64_t shard_replicas(const ShardLayout& s, int parts) {
   if (!s.replicate || s.padded > s.full || s.unit < 1 || s.blocks < 1) return 1;
   const int64_t units = s.full / s.blocks / s.unit;
   return units >= 1 && units < parts && parts % units == 0 ? parts / units : 1;
 }
 
-Tensor shard_tensor(const Tensor& full, const ShardSpec& s, int parts, int rank) {
+Tensor shard_tensor(const Tensor& full, const ShardLayout& s, int parts, int rank) {
   TESSEL_CHECK(full.defined() && s.dim >= 0 && s.dim < full.ndim() && full.size(s.dim) == s.full,
                "shard_tensor: tensor ", full.defined() ? full.shape().str() : "undefined",
                " does not match ", s.str());
@@ -85,7 +84,7 @@ Tensor shard_tensor(const Tensor& full, const ShardSpec& s, int parts, int rank)
   return pieces.size() == 1 ? pieces[0].clone() : concat(pieces, s.dim);
 }
 
-Tensor gather_tensor(const Tensor& local, const ShardSpec& s, dist::Communicator& tp) {
+Tensor gather_tensor(const Tensor& local, const ShardLayout& s, dist::Communicator& tp) {
   const int k = tp.size();
   TESSEL_CHECK(local.defined() && s.dim >= 0 && s.dim < local.ndim() &&
                    local.size(s.dim) == shard_length(s, k, tp.rank()),
@@ -98,8 +97,7 @@ Tensor gather_tensor(const Tensor& local, const ShardSpec& s, dist::Communicator
     starts.push_back(total);
     total += shard_length(s, k, r);
   }
-  Tensor all =
-      k == 1 ? local.detach() : sharding::gather_from_region(local.detach(), tp, s.dim, total);
+  Tensor all = k == 1 ? local.detach() : gather_from_region(local.detach(), tp, s.dim, total);
   if (s.padded > s.full) return all.slice(s.dim, 0, s.full).clone();
   const int64_t replicas = shard_replicas(s, k);
   if (s.blocks == 1 && replicas == 1) return all.clone();
@@ -117,4 +115,29 @@ Tensor gather_tensor(const Tensor& local, const ShardSpec& s, dist::Communicator
   return concat(pieces, s.dim);
 }
 
-}  // namespace tessel::parallel
+LocalLayout LocalLayout::whole(const Shape& shape) {
+  LocalLayout p;
+  p.global = shape;
+  p.dim = 0;
+  p.segments.push_back({0, 0, shape.ndim() > 0 ? shape[0] : 1});
+  return p;
+}
+
+LocalLayout LocalLayout::of(const ShardLayout& spec, const Shape& local, int parts, int rank) {
+  TESSEL_CHECK(spec.dim >= 0 && spec.dim < local.ndim(), "LocalLayout: ", spec.str(),
+               " for a local tensor of shape ", local);
+  LocalLayout p;
+  p.dim = spec.dim;
+  std::vector<int64_t> dims(local.dims().begin(), local.dims().end());
+  dims[size_t(spec.dim)] = spec.full;
+  p.global = Shape(dims);
+  int64_t at = 0;
+  for (const auto& [start, len] : shard_ranges(spec, parts, rank)) {
+    const int64_t real = std::max<int64_t>(0, std::min(start + len, spec.full) - start);
+    if (real > 0) p.segments.push_back({at, start, real});
+    at += len;
+  }
+  return p;
+}
+
+}  // namespace tessel::sharding

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+// Pipeline parallelism as a strategy of the step (GPipe, Huang et al. 2019; 1F1B and interleaved
+// 1F1B, Narayanan et al. 2021; docs/PARALLEL.md). Every pp rank builds the whole model from the
+// same seed, then trains only the parameters of its stages: the optimizer, data parallelism and
+// ZeRO see nothing else. A step's micro-batches are the pipeline's, so a pp run consumes exactly
+// the batches of one process; the schedule runs their forwards and backwards, in place of the
+// trainer's plain micro-batch loop.
+//
+// A tied embedding (CausalLM::head_tied_parameters, GPT-2's wte): the last stage multiplies with
+// its copy but does not train it; after backward it sends its gradient to the first stage, which
+// adds it to its own (the sum one process forms) and alone updates it; the updated weight then
+// goes back to the last stage. So the copies stay identical and the global norm and ZeRO count it
+// once (Megatron-LM's embedding group, as a reduce and a broadcast instead of an all-reduce).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tessel/io/token_dataset.h"
+#include "tessel/train/layout.h"
+#include "tessel/train/pipeline_stage.h"
+#include "tessel/train/strategy/axis_strategy.h"
+#include "tessel/train/strategy/data_parallel_strategy.h"
+#include "tessel/train/strategy/tensor_parallel_strategy.h"
+
+namespace tessel::train {
+
+struct PipelineSetup {
+  std::string schedule;                  // parallel.schedule: "gpipe", "1f1b", "interleaved:V"
+  int64_t micro_batches = 1;             // per step (train.grad_accum)
+  int64_t micro_batch = 1;               // sequences per micro-batch
+  int64_t seq_len = 0;                   // of a training window
+  DType dtype = DType::F32;              // of the activations between stages
+  TensorParallelStrategy* tp = nullptr;  // tensor parallelism inside the stages
+  std::function<void(const std::string&)> print;
+};
+
+class PipelineStrategy : public AxisStrategy {
+ public:
+  PipelineStrategy(models::CausalLM& model, const TrainLayout& layout, PipelineSetup setup);
+  ~PipelineStrategy() override;
+
+  std::string name() const override;
+  void describe_norm(GradNormPlan& plan) const override;
+  void after_update() override;  // the tied embedding back to the last stage
+
+  // ZeRO-3 shards the stages' parameters (built after this axis, from its parameters).
+  void set_zero3(parallel::Zero3Parameters* zero3) { zero3_ = zero3; }
+  // The step's micro-batches through the schedule, with `scope` held over all of them and the
+  // last stage's loss multiplied by `loss_scale`; returns their loss sum over the whole model
+  // (collective over pp).
+  double forward_backward(std::vector<io::TokenBatch> batches, double loss_scale,
+                          const std::function<std::vector<std::shared_ptr<void>>()>& scope);
+
+  // The parameters of this rank's stages, and the modules they run.
+  nn::NamedTensors trainable_parameters() const;
+  const std::vector<nn::Module*>& modules() const { return modules_; }
+  // Parameters the last stage multiplies with although the first stage trains them.
+  const std::vector<std::string>& tied() const { return tied_; }
+  // Every parameter, on every rank, from the rank that trains it (for evaluation and samples).
+  void sync_model();
+  // The entries of `full` (parameters or "exp_avg."/"exp_avg_sq." moments) this rank trains.
+  nn::NamedTensors own_moments(const nn::NamedTensors& full) const;
+  // The last step's compute time and makespan (ms), for the step's breakdown.
+  const std::optional<parallel::pipeline::ExecutionResult>& last() const { return last_; }
+  // The measured timeline of the last step beside the simulator's prediction, printed, and
+  // written into `run_dir` (Chrome trace, `tessel report`'s timeline). Collective over pp.
+  void report(const std::string& run_dir, int64_t step);
+
+ private:
+  models::CausalLM& model_;
+  TrainLayout layout_;
+  PipelineSetup setup_;
+  std::unique_ptr<ModelStages> stages_;
+  std::unique_ptr<parallel::pipeline::PipelineExecutor> executor_;
+  std::unordered_map<std::string, int> owner_;  // parameter name -> pp rank that trains it
+  std::vector<std::string> tied_;
+  std::vector<nn::Module*> modules_;
+  std::optional<parallel::pipeline::ExecutionResult> last_;
+  parallel::Zero3Parameters* zero3_ = nullptr;
+};
+
+}  // namespace tessel::train

@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+// The trainer's layout as a list of axes (strategy/axis_strategy.h). Each axis is built when the
+// run has it, after the model and in dependency order: tensor parallelism splits the full model;
+// pipeline stages then choose their parameters; data parallelism and ZeRO take the stage's
+// (sharded) parameters as plain local tensors; mixed precision covers the modules the stages run.
+// The list is in the order of the gradient synchronisation: data parallelism's overlapped
+// averages complete before tensor parallelism sums the replicated parameters' copies, except
+// under ZeRO-2/3, which keep only shards of the averages, so tp's sums must come first.
+#include <set>
+
+#include "tessel/train/pipeline_stage.h"
+#include "tessel/train/trainer.h"
+
+namespace tessel::train {
+
+void Trainer::build_strategies(bool fresh_weights) {
+  const TrainSection& t = config_.train;
+  const ParallelSection& par = config_.parallel;
+  const auto printer = [this](const std::string& line) { print(line); };
+  if (layout_.tp) {
+    tensor_ = std::make_unique<TensorParallelStrategy>(
+        *model_, layout_.tp, par.tp_plan, par.sequence_parallel,
+        [this](const std::string& line) { print("note: " + line); });
+    const int64_t heads = model_->model_config().num_heads();
+    print("tensor parallel: tp = " + std::to_string(layout_.tp_size()) +
+          (tensor_->model_tp().sequence_parallel ? " with sequence parallelism" : "") + ", " +
+          std::to_string(tensor_->model_tp().result.applied.size()) + " modules parallelized, " +
+          std::to_string(heads / layout_.tp_size()) + " of " + std::to_string(heads) +
+          " heads per rank");
+  } else if (par.sequence_parallel) {
+    print("note: parallel.sequence_parallel has no effect without --tp > 1");
+  }
+  const DType dtype = compute_dtype_of(t.precision);
+  if (layout_.pp_size() > 1) {
+    PipelineSetup ps;
+    ps.schedule = par.schedule;
+    ps.micro_batches = t.grad_accum;
+    ps.micro_batch = t.micro_batch;
+    ps.seq_len = t.seq_len;
+    ps.dtype = dtype;
+    ps.tp = tensor_.get();
+    ps.print = printer;
+    pipeline_ = std::make_unique<PipelineStrategy>(*model_, layout_, std::move(ps));
+  }
+  const int stage = int(par.zero_stage);
+  if (dp_) {
+    DataParallelSetup ds;
+    ds.options.bucket_bytes = par.bucket_mb << 20;
+    ds.options.overlap = par.overlap;
+    ds.zero_stage = stage;
+    if (stage == 3) ds.units = zero3_units();
+    ds.after_other_sums = tensor_ && tensor_->sums_gradients() && stage >= 2;
+    ds.broadcast = fresh_weights;
+    data_ = std::make_unique<DataParallelStrategy>(trainable_parameters(), dp_, std::move(ds));
+    if (pipeline_) pipeline_->set_zero3(data_->zero3());
+  } else if (stage > 0) {
+    print("note: parallel.zero_stage = " + std::to_string(stage) +
+          " has nothing to partition on one rank; training with the plain optimizer");
+  }
+  if (dtype != DType::F32) {
+    PrecisionSetup ps;
+    ps.precision = t.precision;
+    ps.loss_scale_init = t.loss_scale_init;
+    ps.loss_scale_window = t.loss_scale_window;
+    ps.modules = stage_modules();
+    ps.zero3 = zero3();
+    ps.layout = layout_;
+    ps.print = printer;
+    precision_ = std::make_unique<PrecisionStrategy>(std::move(ps));
+  }
+  // Temporaries would not outlive a ternary of initializer lists: a named vector.
+  const bool tp_first = data_ && tensor_ && data_->zero_stage() >= 2;
+  AxisStrategy* dp_axis = data_.get();
+  AxisStrategy* tp_axis = tensor_.get();
+  const std::vector<AxisStrategy*> order = {precision_.get(), pipeline_.get(),
+                                            tp_first ? tp_axis : dp_axis,
+                                            tp_first ? dp_axis : tp_axis};
+  for (AxisStrategy* s : order)
+    if (s) strategies_.push_back(s);
+}
+
+// The model's units (one per block, then the final norm, CausalLM::unit_paths); the rest (the
+// embeddings, which a tied LM head uses again at the end of forward and the start of backward) is
+// the root's unit. With pp, only the units of this rank's stages.
+std::vector<parallel::Zero3Unit> Trainer::zero3_units() {
+  std::vector<parallel::Zero3Unit> units = parallel::zero3_units(*model_, model_->unit_paths());
+  if (!pipeline_) return units;
+  std::set<std::string> own;
+  for (const auto& [name, param] : trainable_parameters()) own.insert(name);
+  std::vector<parallel::Zero3Unit> out;
+  for (parallel::Zero3Unit& u : units) {
+    std::erase_if(u.params, [&](const std::string& p) { return !own.count(p); });
+    if (u.params.empty()) continue;
+    // A stage never runs the root's forward: the embeddings' own modules carry the hooks.
+    if (u.module == model_.get()) {
+      TESSEL_CHECK(u.params.size() == 1 && model_->layer_of_parameter(u.params[0]) == 0,
+                   "train: parallel.zero_stage 3 with pp: parameter '", u.params[0],
+                   "' belongs to no module a pipeline stage runs (an untied LM head is not "
+                   "supported with pp and ZeRO-3)");
+      u.module = owner_module(*model_, u.params[0]);
+    }
+    out.push_back(std::move(u));
+  }
+  return out;
+}
+
+Tensor Trainer::compute_loss(const Tensor& ids, const Tensor& targets) {
+  return tensor_ ? tensor_->loss(ids, targets) : model_->loss(ids, targets);
+}
+
+NamedTensors Trainer::trainable_parameters() const {
+  return pipeline_ ? pipeline_->trainable_parameters() : model_->named_parameters();
+}
+
+std::vector<nn::Module*> Trainer::stage_modules() const {
+  if (!pipeline_) return {model_.get()};
+  return pipeline_->modules();
+}
+
+NamedTensors Trainer::tp_shard(const NamedTensors& full) const {
+  return tensor_ ? model_tp_shard(tensor_->model_tp(), full) : full;
+}
+
+}  // namespace tessel::train
