@@ -2,7 +2,8 @@
 // GPT-2 and LLaMA through GGUF: a model saved in the Hugging Face layout and exported to GGUF F32
 // gives bit-identical logits; F16 / BF16 stay within a bound and F16 greedy generation picks the
 // same 32 tokens; LLaMA's q/k rows are stored in Meta's interleaved order; tied and untied heads;
-// config keys; quantized types are clear "not yet" errors, on export and on load.
+// config keys; an unknown type is a clear error; a GGUF with a Q8_0 matrix loads with it quantized
+// (quantized_model_test.cpp covers quantized models).
 #include "tessel/models/gguf_model.h"
 
 #include <gtest/gtest.h>
@@ -206,15 +207,9 @@ TEST_F(GgufModel, LlamaQkRowsAreStoredInterleaved) {
   EXPECT_TRUE(f.contains("output.weight"));  // untied
 }
 
-TEST_F(GgufModel, QuantizedTypesAreNotYet) {
+TEST_F(GgufModel, UnknownTypeIsAnErrorAndQ8_0MatricesLoad) {
   Generator gen(3);
   auto model = tiny_gpt2().build_random(gen);
-  for (const char* type : {"q8_0", "q4_0", "q4_k_m"})
-    test::expect_error(
-        [&] {
-          save_gguf_model(*model, path("q.gguf"), {type, "", nullptr});
-        },
-        {type, "not written yet"});
   test::expect_error(
       [&] {
         save_gguf_model(*model, path("q.gguf"), {"q3", "", nullptr});
@@ -222,7 +217,7 @@ TEST_F(GgufModel, QuantizedTypesAreNotYet) {
       {"unknown --type 'q3'", "f16"});
   EXPECT_FALSE(fs::exists(path("q.gguf")));
 
-  // A file whose matrix is stored as Q8_0 blocks: loading names the tensor and the type.
+  // A file whose matrix is stored as Q8_0 blocks (written by hand, all zero): it loads quantized.
   save_gguf_model(*model, path("f.gguf"), {"f32", "", nullptr});
   io::GgufFile f = io::GgufFile::open(path("f.gguf"));
   io::GgufMetadata m = f.metadata();
@@ -240,8 +235,10 @@ TEST_F(GgufModel, QuantizedTypesAreNotYet) {
     }
   }
   io::save_gguf(path("q8.gguf"), m, tensors);
-  test::expect_error([&] { load_model_source(path("q8.gguf")); },
-                     {"tensor blk.0.ffn_down.weight has type Q8_0", "does not read yet"});
+  auto loaded = load_model_source(path("q8.gguf"));
+  EXPECT_TRUE(is_quantized_model(*loaded));
+  EXPECT_EQ(dynamic_cast<GPT2&>(*loaded).blocks[0]->mlp->c_proj->quant_type(),
+            kernels::quant::QuantType::Q8_0);
 }
 
 TEST_F(GgufModel, BadModelMetadataIsAClearError) {

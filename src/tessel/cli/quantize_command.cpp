@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // `tessel quantize`: writes a model (a Hugging Face directory or a GGUF file) as one GGUF file,
 // tokenizer included, so `tessel generate -m out.gguf` needs nothing else. --type sets how the
-// matrices are stored (f32, f16, bf16; norms and biases stay f32). The quantized types q8_0,
-// q4_0 and q4_k_m are accepted names that fail as "not written yet" until kernels/quant has their
-// block formats (models/gguf_model.cpp export_type is where they plug in). Prints one progress
-// line per tensor with its reconstruction error on stderr, and a JSON summary on stdout.
+// matrices are stored (f32, f16, bf16; norms and biases stay f32) or quantized (q8_0, q4_0,
+// q4_k_m: per-tensor types in models/gguf_quant_policy.h; a quantized GGUF input is widened
+// first). Prints one progress line per tensor with its reconstruction error on stderr, and a JSON
+// summary on stdout.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -42,7 +42,7 @@ void run_quantize(const QuantizeArgs& args) {
     std::fprintf(stderr, "tessel: quantize: no tokenizer in %s; %s will hold the weights only\n",
                  args.model.c_str(), args.output.c_str());
   }
-  auto model = models::load_model_source(args.model);
+  auto model = models::load_model_source(args.model, models::GgufWeights::Dequantized);
   models::GgufExportOptions options;
   options.type = args.type;
   options.name = args.name.empty() ? fs::path(args.model).stem().string() : args.name;
@@ -58,6 +58,8 @@ void run_quantize(const QuantizeArgs& args) {
                    "tessel: quantize: [%zu/%zu] %-28s %-14s %-4s max|err| %.3g  rel rms err %.3g\n",
                    r.index, r.count, r.name.c_str(), r.shape.str().c_str(), r.type.c_str(),
                    r.max_abs_error, r.rel_rms_error);
+    if (!args.quiet && !r.note.empty())
+      std::fprintf(stderr, "tessel: quantize:   note: %s %s\n", r.name.c_str(), r.note.c_str());
   });
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -86,7 +88,7 @@ void add_quantize_command(CLI::App& app) {
       ->required();
   cmd->add_option("-o,--output", args->output, "The .gguf file to write (atomically)")->required();
   cmd->add_option("--type", args->type,
-                  "Matrix type: f32, f16, bf16 (q8_0, q4_0, q4_k_m: not written yet)")
+                  "Matrix type: f32, f16, bf16, q8_0, q4_0, q4_k_m (docs/MODELS.md)")
       ->capture_default_str();
   cmd->add_option("--name", args->name, "general.name (default: the model's file or folder name)");
   cmd->add_option("-t,--threads", args->threads, "Threads (0: TESSEL_NUM_THREADS or all cores)")

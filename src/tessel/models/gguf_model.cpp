@@ -11,6 +11,11 @@
 #include <sstream>
 
 #include "tessel/core/error.h"
+#include "tessel/kernels/quant/dequantize.h"
+#include "tessel/kernels/quant/quant_format.h"
+#include "tessel/kernels/quant/quantize.h"
+#include "tessel/models/gguf_quant_policy.h"
+#include "tessel/nn/layers.h"
 
 namespace tessel::models {
 
@@ -37,13 +42,30 @@ ConfigPtr gguf_model_config(const io::GgufFile& file) {
   return config;
 }
 
-std::shared_ptr<CausalLM> load_gguf_model(const std::string& path) {
+std::shared_ptr<CausalLM> load_gguf_model(const std::string& path, GgufWeights weights) {
   const io::GgufFile file = io::GgufFile::open(path);
   ConfigPtr config = gguf_model_config(file);
   std::shared_ptr<CausalLM> model = config->build_empty();
   config->family().load_gguf(*model, file);
+  if (weights == GgufWeights::Dequantized) {
+    for (auto& [name, module] : model->named_modules()) {
+      if (auto* linear = dynamic_cast<nn::Linear*>(module)) linear->dequantize();
+      if (auto* embedding = dynamic_cast<nn::Embedding*>(module)) embedding->dequantize();
+    }
+  }
   model->eval();
   return model;
+}
+
+bool is_quantized_model(CausalLM& model) {
+  for (auto& [name, module] : model.named_modules()) {
+    if (auto* linear = dynamic_cast<nn::Linear*>(module); linear && linear->quant_type())
+      return true;
+    if (auto* embedding = dynamic_cast<nn::Embedding*>(module);
+        embedding && embedding->quant_type())
+      return true;
+  }
+  return false;
 }
 
 ConfigPtr load_model_source_config(const std::string& model) {
@@ -51,8 +73,8 @@ ConfigPtr load_model_source_config(const std::string& model) {
   return load_model_config((std::filesystem::path(model) / "config.json").string());
 }
 
-std::shared_ptr<CausalLM> load_model_source(const std::string& model) {
-  return is_gguf_model(model) ? load_gguf_model(model) : load_model(model);
+std::shared_ptr<CausalLM> load_model_source(const std::string& model, GgufWeights weights) {
+  return is_gguf_model(model) ? load_gguf_model(model, weights) : load_model(model);
 }
 
 io::GgufMetadata gguf_model_metadata(const CausalLM& model, const std::string& name,
@@ -93,6 +115,9 @@ void load_gguf_tensors(CausalLM& model, const io::GgufFile& file, const std::str
   io::NamedTensors state;
   std::set<std::string> wanted;
   std::vector<std::string> missing, unexpected, mismatched;
+  std::map<std::string, nn::Module*> modules;
+  for (auto& [module_name, module] : model.named_modules()) modules[module_name] = module;
+  std::shared_ptr<const io::GgufFile> keep;  // keeps the mapping alive under the block views
   for (auto& [name, t] : model.state_dict()) {
     const std::string stored = gguf_name(name);
     wanted.insert(stored);
@@ -109,6 +134,34 @@ void load_gguf_tensors(CausalLM& model, const io::GgufFile& file, const std::str
       mismatched.push_back(s.str());
       continue;
     }
+    if (kernels::quant::is_ggml_type_supported(info.type) && !io::dtype_of_ggml(info.type)) {
+      // A quantized matrix stays as its blocks: a view of the mapping (to_tessel only reorders
+      // whole rows, which for LLaMA's q / k is a copy of those blocks, still quantized).
+      if (!keep) keep = std::make_shared<const io::GgufFile>(file);
+      const std::span<const uint8_t> raw = file.raw(stored);
+      auto impl = std::make_shared<TensorImpl>();
+      impl->storage = std::make_shared<Storage>(const_cast<uint8_t*>(raw.data()), raw.size(),
+                                                Device::cpu(), [keep](void*) {});
+      impl->shape = Shape({info.shape()[0], int64_t(raw.size()) / info.shape()[0]});
+      impl->dtype = DType::I8;
+      impl->name = stored;
+      Tensor blocks(std::move(impl));
+      if (to_tessel) blocks = to_tessel(name, blocks);
+      const size_t dot = name.rfind('.');
+      nn::Module* owner = dot == std::string::npos ? nullptr : modules[name.substr(0, dot)];
+      const bool is_weight = dot != std::string::npos && name.substr(dot + 1) == "weight";
+      const auto quant = kernels::quant::quant_type_from_ggml(info.type);
+      if (auto* linear = dynamic_cast<nn::Linear*>(owner); linear && is_weight) {
+        linear->set_quantized(quant, blocks);
+      } else if (auto* embedding = dynamic_cast<nn::Embedding*>(owner); embedding && is_weight) {
+        embedding->set_quantized(quant, blocks);
+      } else {
+        TESSEL_FAIL(context, " ", file.path(), ": tensor ", stored, " is ",
+                    io::ggml_type_name(info.type),
+                    ", but only Linear and Embedding weights can be kept quantized (", name, ")");
+      }
+      continue;
+    }
     Tensor value = file.load(stored, t.dtype());
     state.emplace_back(name, to_tessel ? to_tessel(name, value) : value);
   }
@@ -120,7 +173,8 @@ void load_gguf_tensors(CausalLM& model, const io::GgufFile& file, const std::str
     }
   }
   nn::check_state_names(context + " " + file.path(), missing, unexpected, mismatched);
-  model.load_state_dict(state);
+  // Names are checked above; the quantized weights were bound in place, so they are not in `state`.
+  model.load_state_dict(state, /*strict=*/false);
 }
 
 bool gguf_same_bytes(const io::GgufFile& file, const std::string& a, const std::string& b) {
@@ -139,8 +193,9 @@ namespace {
 constexpr uint32_t kFileTypeF32 = 0, kFileTypeF16 = 1, kFileTypeBF16 = 32;
 
 struct ExportType {
-  DType dtype;
+  DType dtype;  // of the matrices (a quantized export: of those it keeps as floats)
   uint32_t file_type;
+  bool quantized = false;
 };
 
 // The extension point for quantized exports: each --type maps to how the matrices are stored.
@@ -148,10 +203,7 @@ ExportType export_type(const std::string& type) {
   if (type == "f32") return {DType::F32, kFileTypeF32};
   if (type == "f16") return {DType::F16, kFileTypeF16};
   if (type == "bf16") return {DType::BF16, kFileTypeBF16};
-  if (type == "q8_0" || type == "q4_0" || type == "q4_k_m")
-    TESSEL_FAIL("GGUF export --type ", type,
-                ": quantized types are not written yet (their block formats are still being "
-                "added to kernels/quant); use f32, f16 or bf16");
+  if (auto file_type = gguf_quant_file_type(type)) return {DType::F16, *file_type, true};
   std::string known;
   for (const std::string& t : gguf_export_types()) known += (known.empty() ? "" : ", ") + t;
   TESSEL_FAIL("GGUF export: unknown --type '", type, "' (", known, ")");
@@ -181,15 +233,47 @@ void save_gguf_model(const CausalLM& model, const std::string& path,
     metadata.set("tokenizer.ggml.eos_token_id", io::GgufValue::of_u32(uint32_t(*id)));
   if (options.tokenizer) options.tokenizer->to_gguf(metadata);
 
+  if (type.quantized)
+    metadata.set("general.quantization_version", io::GgufValue::of_u32(kGgufQuantizationVersion));
+
   const io::NamedTensors tensors = config.family().to_gguf(model);
+  int64_t n_blocks = 0;
+  for (const auto& [name, t] : tensors) {
+    TESSEL_CHECK(dtype_is_float(t.dtype()), "GGUF export: tensor ", name, " is ",
+                 dtype_name(t.dtype()),
+                 " (a quantized model's blocks); load the model with its weights dequantized");
+    if (name.rfind("blk.", 0) == 0)
+      n_blocks = std::max<int64_t>(n_blocks, std::stoll(name.substr(4)) + 1);
+  }
+  const bool tied_head = !model.head_tied_parameters().empty();
   std::vector<io::GgufTensorOut> out;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& [name, t] = tensors[i];
-    const DType dtype = t.ndim() >= 2 ? type.dtype : DType::F32;
-    Tensor stored = t.dtype() == dtype ? t : t.to(dtype);
-    out.push_back(io::GgufTensorOut::from_tensor(name, stored));
+    GgufQuantChoice choice;
+    if (type.quantized)
+      choice = gguf_quant_choice(options.type, name, t.ndim(), t.ndim() ? t.size(-1) : 0, n_blocks,
+                                 tied_head);
+    DType dtype = t.ndim() >= 2 ? type.dtype : DType::F32;
+    // A quantized export keeps 1-D tensors and the position embedding F32, misfit rows F16.
+    if (type.quantized && choice.note.empty()) dtype = DType::F32;
+    Tensor stored;
+    if (choice.type) {
+      const Tensor values = t.to(DType::F32);
+      const int64_t cols = t.size(-1), rows = t.numel() / cols;
+      io::GgufTensorOut q;
+      q.name = name;
+      for (int d = t.ndim() - 1; d >= 0; --d) q.dims.push_back(uint64_t(t.size(d)));
+      q.type = uint32_t(*choice.type);
+      q.bytes = kernels::quant::quantize_rows(*choice.type, values.data<float>(), rows, cols);
+      if (on_tensor) stored = kernels::quant::dequantize(*choice.type, q.bytes, t.shape());
+      out.push_back(std::move(q));
+    } else {
+      stored = t.dtype() == dtype ? t : t.to(dtype);
+      out.push_back(io::GgufTensorOut::from_tensor(name, stored));
+    }
     if (on_tensor) {
       GgufTensorReport r;
+      r.note = choice.note;
       r.index = i + 1;
       r.count = tensors.size();
       r.name = name;

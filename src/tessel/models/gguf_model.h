@@ -23,12 +23,21 @@ bool is_gguf_model(const std::string& path);
 // The family whose gguf_architecture() is the file's general.architecture; an Error lists them.
 const Family& family_for_gguf(const io::GgufFile& file);
 ConfigPtr gguf_model_config(const io::GgufFile& file);
+// How quantized tensors (Q8_0, Q4_0, Q4_K, Q6_K) load: kept as their blocks, a view of the
+// mapped file that nn::Linear / nn::Embedding multiply with in place (inference only, see
+// nn/quantized.h), or widened to f32 parameters (to re-export or train from them).
+enum class GgufWeights { Quantized, Dequantized };
 // Builds the model a GGUF file describes and loads its weights (f32 parameters; F16 / BF16
-// widened). A quantized tensor is an Error naming it and its type.
-std::shared_ptr<CausalLM> load_gguf_model(const std::string& path);
+// widened; quantized matrices as `weights` says). A quantized tensor that is not a Linear or
+// Embedding weight is an Error naming it and its type.
+std::shared_ptr<CausalLM> load_gguf_model(const std::string& path,
+                                          GgufWeights weights = GgufWeights::Quantized);
+// Whether any Linear or Embedding of `model` holds quantized blocks.
+bool is_quantized_model(CausalLM& model);
 // A model directory (config.json) or a GGUF file: its config, and the model.
 ConfigPtr load_model_source_config(const std::string& model);
-std::shared_ptr<CausalLM> load_model_source(const std::string& model);
+std::shared_ptr<CausalLM> load_model_source(const std::string& model,
+                                            GgufWeights weights = GgufWeights::Quantized);
 
 // The metadata of a GGUF holding `model`: general.* (architecture, name, alignment, file_type)
 // and the family's config keys. The tokenizer keys are added by the caller.
@@ -36,9 +45,9 @@ io::GgufMetadata gguf_model_metadata(const CausalLM& model, const std::string& n
                                      uint32_t file_type);
 
 // Writing a model as GGUF. `type` is the tensor type of the matrices: f32, f16 or bf16 (1-D
-// tensors, the norms and biases, stay f32 as GGUF readers expect). The quantized types q8_0,
-// q4_0 and q4_k_m are named here so that they are refused as "not yet" rather than mistaken for a
-// typo; they become available when kernels/quant has their block formats.
+// tensors, the norms and biases, stay f32 as GGUF readers expect), or the quantized q8_0, q4_0
+// and q4_k_m, whose per-tensor types models/gguf_quant_policy.h sets (general.file_type and
+// general.quantization_version are written).
 struct GgufExportOptions {
   std::string type = "f32";
   std::string name;                          // general.name
@@ -51,6 +60,7 @@ struct GgufTensorReport {
   std::string type;          // ggml type written ("F16")
   double max_abs_error = 0;  // of the stored values against the model's
   double rel_rms_error = 0;  // ||stored - original|| / ||original|| (0 for an all-zero tensor)
+  std::string note;          // why a matrix of a quantized export was not quantized, if so
 };
 // The types --type accepts; check_gguf_export_type throws the Error save_gguf_model would (an
 // unknown type, or a quantized one that is not written yet) before any weights are read.

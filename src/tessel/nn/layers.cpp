@@ -3,7 +3,9 @@
 #include "tessel/nn/layers.h"
 
 #include "tessel/nn/init.h"
+#include "tessel/nn/quantized.h"
 #include "tessel/ops/ops.h"
+#include "tessel/ops/quant_linear.h"
 
 namespace tessel::nn {
 
@@ -32,17 +34,56 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Init i
 }
 
 Tensor Linear::forward(const Tensor& x) {
-  return run_forward({x}, [&] { return ops::linear(x, weight, bias); });
+  return run_forward({x}, [&] {
+    if (!quant_) return ops::linear(x, weight, bias);
+    check_quantized_inference(*this, *quant_);
+    return ops::quant_linear(x, *quant_, weight, in_, bias);
+  });
 }
 
-Embedding::Embedding(int64_t num_embeddings, int64_t dim, Init init) : Module("Embedding") {
+void Linear::set_quantized(kernels::quant::QuantType type, const Tensor& blocks) {
+  TESSEL_CHECK(!quant_, "Linear '", path(), "' is already quantized");
+  bind_quantized_weight(weight, type, blocks, out_, in_, "Linear '" + path() + "'");
+  quant_ = type;
+}
+
+void Linear::dequantize() {
+  if (!quant_) return;
+  dequantize_weight(weight, *quant_, out_, in_);
+  quant_.reset();
+}
+
+Embedding::Embedding(int64_t num_embeddings, int64_t dim, Init init)
+    : Module("Embedding"), num_(num_embeddings), dim_(dim) {
   TESSEL_CHECK(num_embeddings > 0 && dim > 0, "Embedding: sizes num_embeddings=", num_embeddings,
                " dim=", dim, " must be positive");
   weight = register_parameter("weight", weight_tensor(Shape{num_embeddings, dim}, init));
 }
 
 Tensor Embedding::forward(const Tensor& ids) {
-  return run_forward({ids}, [&] { return ops::embedding(weight, ids); });
+  return run_forward({ids}, [&] {
+    if (!quant_) return ops::embedding(weight, ids);
+    check_quantized_inference(*this, *quant_);
+    return ops::quant_embedding(*quant_, weight, dim_, ids);
+  });
+}
+
+Tensor Embedding::project(const Tensor& x) {
+  if (!quant_) return ops::linear(x, weight);
+  check_quantized_inference(*this, *quant_);
+  return ops::quant_linear(x, *quant_, weight, dim_);
+}
+
+void Embedding::set_quantized(kernels::quant::QuantType type, const Tensor& blocks) {
+  TESSEL_CHECK(!quant_, "Embedding '", path(), "' is already quantized");
+  bind_quantized_weight(weight, type, blocks, num_, dim_, "Embedding '" + path() + "'");
+  quant_ = type;
+}
+
+void Embedding::dequantize() {
+  if (!quant_) return;
+  dequantize_weight(weight, *quant_, num_, dim_);
+  quant_.reset();
 }
 
 LayerNorm::LayerNorm(int64_t dim, double eps, bool with_bias, Init init)

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "tessel/core/rng.h"
+#include "tessel/kernels/quant/quant_format.h"
 #include "tessel/nn/module.h"
 
 namespace tessel::nn {
@@ -32,8 +34,15 @@ class Linear : public Module {
   int64_t out_features() const { return out_; }
   Tensor weight, bias;  // bias undefined without bias
 
+  // Inference with the weight kept as GGUF blocks (nn/quantized.h): forward multiplies through
+  // ops::quant_linear; forward in training mode is an Error. dequantize() widens it back to f32.
+  void set_quantized(kernels::quant::QuantType type, const Tensor& blocks);
+  void dequantize();
+  std::optional<kernels::quant::QuantType> quant_type() const { return quant_; }
+
  private:
   int64_t in_, out_;
+  std::optional<kernels::quant::QuantType> quant_;
 };
 
 class Embedding : public Module {
@@ -41,7 +50,23 @@ class Embedding : public Module {
   Embedding(int64_t num_embeddings, int64_t dim, Init init = {});
   // ids i32/i64 of any shape -> [ids.shape..., dim].
   Tensor forward(const Tensor& ids);
+  // x [..., dim] times the table transposed -> [..., num_embeddings]: a tied LM head, quantized
+  // or not.
+  Tensor project(const Tensor& x);
+  int64_t num_embeddings() const { return num_; }
+  int64_t dim() const { return dim_; }
+  // The activation dtype the lookup gives (f32 for a quantized table).
+  DType output_dtype() const { return quant_ ? DType::F32 : weight.dtype(); }
   Tensor weight;
+
+  // As Linear's: lookups dequantize only the rows they return (ops::quant_embedding).
+  void set_quantized(kernels::quant::QuantType type, const Tensor& blocks);
+  void dequantize();
+  std::optional<kernels::quant::QuantType> quant_type() const { return quant_; }
+
+ private:
+  int64_t num_, dim_;
+  std::optional<kernels::quant::QuantType> quant_;
 };
 
 class LayerNorm : public Module {

@@ -37,6 +37,13 @@ Tensor GPT2::lm_head_weight() const {
   return lm_head ? lm_head->weight : wte->weight;
 }
 
+Tensor GPT2::lm_logits(const Tensor& x) {
+  // A quantized head (a quantized GGUF) multiplies through its blocks; otherwise the plain product
+  // with the matrix, bypassing lm_head's hooks as before.
+  if (!lm_head) return wte->project(x);
+  return lm_head->quant_type() ? lm_head->forward(x) : ops::linear(x, lm_head->weight);
+}
+
 void GPT2::set_recompute(nn::Recompute mode) {
   recompute_ = mode;
   for (auto& block : blocks) block->set_recompute(mode);
@@ -62,7 +69,7 @@ Tensor GPT2::block(int64_t index, const Tensor& hidden) {
 }
 
 Tensor GPT2::head(const Tensor& hidden) {
-  Tensor logits = ops::linear(ln_f->forward(hidden), lm_head_weight());
+  Tensor logits = lm_logits(ln_f->forward(hidden));
   tap("logits", logits);
   return logits;
 }

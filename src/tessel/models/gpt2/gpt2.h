@@ -56,6 +56,8 @@ class GPT2 : public CausalLM {
   std::shared_ptr<nn::Linear> lm_head;  // only when tie_word_embeddings is false
 
  private:
+  Tensor lm_logits(const Tensor& x);  // the LM head on normed states, tied or not, quantized or not
+
   GPT2Config config_;
   nn::Recompute recompute_ = nn::Recompute::None;
   bool warned_attn_pdrop_ = false;

@@ -19,7 +19,7 @@ KVCache GPT2::make_cache(int64_t batch, int64_t capacity) const {
   const int64_t d = config_.n_embd / config_.n_head;
   const int64_t heads =
       blocks.empty() ? config_.n_head : blocks[0]->attn->c_attn->weight.size(0) / (3 * d);
-  return KVCache(config_.n_layer, batch, capacity, heads, d, wte->weight.dtype());
+  return KVCache(config_.n_layer, batch, capacity, heads, d, wte->output_dtype());
 }
 
 Tensor GPT2::forward_step(const Tensor& ids, KVCache& cache, bool last_only) {
@@ -59,7 +59,7 @@ Tensor GPT2::forward_step(const Tensor& ids, KVCache& cache, bool last_only) {
   }
   cache.advance(t);
   if (last_only && t > 1) x = x.slice(1, t - 1, t);
-  return ops::linear(ln_f->forward(x), lm_head_weight());
+  return lm_logits(ln_f->forward(x));
 }
 
 }  // namespace tessel::models

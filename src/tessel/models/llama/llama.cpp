@@ -58,7 +58,7 @@ Tensor Llama::block(int64_t index, const Tensor& hidden) {
 Tensor Llama::logits(const Tensor& normed) {
   // Through lm_head's module, so that a tensor-parallel style on it applies; the tied head
   // multiplies with the embedding's (possibly vocab-split) rows.
-  return lm_head ? lm_head->forward(normed) : ops::linear(normed, embed_tokens->weight);
+  return lm_head ? lm_head->forward(normed) : embed_tokens->project(normed);
 }
 
 Tensor Llama::head(const Tensor& hidden) {

@@ -19,7 +19,7 @@ KVCache Llama::make_cache(int64_t batch, int64_t capacity) const {
   const int64_t kv_heads = decoder_layers.empty() ? config_.num_key_value_heads
                                                   : decoder_layers[0]->self_attn->local_kv_heads();
   return KVCache(config_.num_hidden_layers, batch, capacity, kv_heads, config_.head_dim,
-                 embed_tokens->weight.dtype());
+                 embed_tokens->output_dtype());
 }
 
 Tensor Llama::forward_step(const Tensor& ids, KVCache& cache, bool last_only) {

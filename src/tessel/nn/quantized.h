@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: Apache-2.0
+// Weight matrices kept in a GGUF weight format for inference (a quantized GGUF loaded for
+// generate / eval). A layer's weight parameter is rebound in place to the raw blocks, an i8
+// tensor [rows, row_bytes(type, cols)] that is usually a view of the mapped file, so every handle
+// to it (state_dict, the model's members) sees the blocks and no dequantized copy of the matrix
+// exists. nn::Linear and nn::Embedding dispatch on it (layers.h); training such a layer is an
+// Error. dequantize_weight() widens it back to f32 (to re-export a quantized file).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tessel/kernels/quant/quant_format.h"
+#include "tessel/tensor/tensor.h"
+
+namespace tessel::nn {
+
+class Module;
+
+// Rebinds `weight` (a [rows, cols] parameter) to `blocks` (i8 [rows, row_bytes(type, cols)]);
+// an Error names `what`, the sizes and the block size when they do not fit.
+void bind_quantized_weight(Tensor& weight, kernels::quant::QuantType type, const Tensor& blocks,
+                           int64_t rows, int64_t cols, const std::string& what);
+// Rebinds a quantized `weight` to its f32 values [rows, cols] (a trainable parameter again).
+void dequantize_weight(Tensor& weight, kernels::quant::QuantType type, int64_t rows, int64_t cols);
+// The Error a quantized layer gives in training mode.
+void check_quantized_inference(const Module& layer, kernels::quant::QuantType type);
+
+}  // namespace tessel::nn
