@@ -3,7 +3,7 @@
 // heads) exported as Q8_0, Q4_0 and Q4_K_M and loaded with their matrices kept as blocks give
 // logits within documented NMSE bounds of the f32 model (prompts longer than one quant_matmul
 // chunk); a trained GPT-2 picks the same 32 greedy tokens in Q8_0 as in f32; a quantized model
-// refuses training; rows that are not a multiple of the block stay F16.
+// refuses training; rows that are not a multiple of the block stay F16; F16 matrices stay F16.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -173,6 +173,13 @@ TEST_F(QuantizedModel, WeightsStayTheFileBytes) {
   ASSERT_EQ(w.dtype(), DType::I8);
   ASSERT_EQ(w.nbytes(), raw.size());
   EXPECT_EQ(std::memcmp(w.data_ptr(), raw.data(), raw.size()), 0);
+  // F16 matrices stay F16 too (quant_matmul reads them), the norms f32.
+  save_gguf_model(*model, path("h.gguf"), {"f16", "h", nullptr});
+  auto half = load_gguf_model(path("h.gguf"));
+  auto& gpt2_half = dynamic_cast<GPT2&>(*half);
+  EXPECT_EQ(gpt2_half.blocks[0]->mlp->c_proj->quant_type(), QuantType::F16);
+  EXPECT_EQ(gpt2_half.wte->quant_type(), QuantType::F16);
+  EXPECT_EQ(gpt2_half.ln_f->weight.dtype(), DType::F32);
   // Re-exporting goes through the dequantized weights.
   auto widened = load_gguf_model(path("m.gguf"), GgufWeights::Dequantized);
   EXPECT_FALSE(is_quantized_model(*widened));

@@ -3,7 +3,8 @@
 // (GPT-2 124M shape
 // by default; fp32, batch 1): prompt processing (prefill) tokens/s and greedy cached decode
 // tokens/s, and the decode's weight traffic as a fraction of the read bandwidth measured in the
-// same run. One JSON line per figure.
+// same run. One JSON line per figure. --model measures a model directory or a GGUF file instead
+// (a quantized GGUF decodes from its blocks; the traffic counts their bytes).
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "tessel/core/threads.h"
 #include "tessel/models/family.h"
 #include "tessel/models/generation.h"
+#include "tessel/models/gguf_model.h"
 
 namespace tessel::cli {
 
@@ -29,6 +31,7 @@ using Clock = std::chrono::steady_clock;
 
 struct GenerateBenchOptions {
   std::string config = "124M";
+  std::string model;  // a model directory or .gguf: measured instead of a random `config`
   int64_t prompt = 512;
   int64_t tokens = 64;
   double seconds = 1.0;
@@ -109,18 +112,21 @@ double median(std::vector<double> v) {
 }
 
 void run_generate_bench(const GenerateBenchOptions& opt) {
-  const models::ConfigPtr config_ptr = load_config(opt.config);
+  const models::ConfigPtr config_ptr =
+      opt.model.empty() ? load_config(opt.config) : models::load_model_source_config(opt.model);
   const models::ModelConfig& config = *config_ptr;
   TESSEL_CHECK(opt.prompt + opt.tokens <= config.max_positions(), "bench generate: prompt ",
                opt.prompt, " + tokens ", opt.tokens, " exceeds max_positions ",
                config.max_positions());
-  std::cerr << "tessel bench generate: config " << opt.config << ", prompt " << opt.prompt
-            << ", tokens " << opt.tokens << ", " << num_threads() << " threads\n";
+  std::cerr << "tessel bench generate: "
+            << (opt.model.empty() ? "config " + opt.config : "model " + opt.model) << ", prompt "
+            << opt.prompt << ", tokens " << opt.tokens << ", " << num_threads() << " threads\n";
   const BenchLimits lim = bench_peak(std::min(opt.seconds, 0.5));
 
   auto t0 = Clock::now();
   Generator generator(opt.seed);
-  auto model = config.build_random(generator);
+  auto model =
+      opt.model.empty() ? config.build_random(generator) : models::load_model_source(opt.model);
   const double build_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
   std::mt19937_64 rng(opt.seed);
@@ -142,11 +148,12 @@ void run_generate_bench(const GenerateBenchOptions& opt) {
     decode_tps.push_back(double(r.decode_forwards) / r.decode_seconds);
   } while (std::chrono::duration<double>(Clock::now() - start).count() < opt.seconds);
 
-  const json shape = {{"family", std::string(config.family().name())},
-                      {"n_layer", config.num_layers()},
-                      {"n_embd", config.hidden_size()},
-                      {"n_head", config.num_heads()},
-                      {"vocab_size", config.vocabulary_size()}};
+  json shape = {{"family", std::string(config.family().name())},
+                {"n_layer", config.num_layers()},
+                {"n_embd", config.hidden_size()},
+                {"n_head", config.num_heads()},
+                {"vocab_size", config.vocabulary_size()}};
+  if (!opt.model.empty()) shape["path"] = opt.model;
   const double prefill = median(prefill_tps), decode = median(decode_tps);
   const double bytes = double(weight_bytes(*model));
   emit({{"bench", "generate"},
@@ -185,6 +192,8 @@ void add_bench_generate_command(CLI::App& bench) {
   cmd->add_option("--config", opt->config,
                   "preset of any family (124M, llama:smollm-135m, ...) or config.json path")
       ->capture_default_str();
+  cmd->add_option("--model", opt->model,
+                  "model directory or .gguf (quantized or not) to measure instead of --config");
   cmd->add_option("--prompt", opt->prompt, "prompt tokens")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
       ->capture_default_str();

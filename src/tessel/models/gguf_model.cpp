@@ -134,9 +134,21 @@ void load_gguf_tensors(CausalLM& model, const io::GgufFile& file, const std::str
       mismatched.push_back(s.str());
       continue;
     }
-    if (kernels::quant::is_ggml_type_supported(info.type) && !io::dtype_of_ggml(info.type)) {
-      // A quantized matrix stays as its blocks: a view of the mapping (to_tessel only reorders
-      // whole rows, which for LLaMA's q / k is a copy of those blocks, still quantized).
+    // A Linear or Embedding matrix in a GGUF weight format (the quantized ones, and F16 / BF16,
+    // which quant_matmul reads as they are) stays as its blocks: a view of the mapping (to_tessel
+    // only reorders whole rows, which for LLaMA's q / k is a copy of those blocks, still in their
+    // format). Any other quantized tensor is an Error; F32 and other float tensors load as before.
+    const size_t dot = name.rfind('.');
+    nn::Module* owner = dot == std::string::npos ? nullptr : modules[name.substr(0, dot)];
+    const bool is_weight = dot != std::string::npos && name.substr(dot + 1) == "weight";
+    auto* linear = is_weight ? dynamic_cast<nn::Linear*>(owner) : nullptr;
+    auto* embedding = is_weight ? dynamic_cast<nn::Embedding*>(owner) : nullptr;
+    const bool blocks_format = kernels::quant::is_ggml_type_supported(info.type);
+    const bool quantized = blocks_format && !io::dtype_of_ggml(info.type);
+    if (quantized || (blocks_format && info.dims.size() == 2 && (linear || embedding))) {
+      TESSEL_CHECK(linear || embedding, context, " ", file.path(), ": tensor ", stored, " is ",
+                   io::ggml_type_name(info.type),
+                   ", but only Linear and Embedding weights can be kept quantized (", name, ")");
       if (!keep) keep = std::make_shared<const io::GgufFile>(file);
       const std::span<const uint8_t> raw = file.raw(stored);
       auto impl = std::make_shared<TensorImpl>();
@@ -147,19 +159,11 @@ void load_gguf_tensors(CausalLM& model, const io::GgufFile& file, const std::str
       impl->name = stored;
       Tensor blocks(std::move(impl));
       if (to_tessel) blocks = to_tessel(name, blocks);
-      const size_t dot = name.rfind('.');
-      nn::Module* owner = dot == std::string::npos ? nullptr : modules[name.substr(0, dot)];
-      const bool is_weight = dot != std::string::npos && name.substr(dot + 1) == "weight";
-      const auto quant = kernels::quant::quant_type_from_ggml(info.type);
-      if (auto* linear = dynamic_cast<nn::Linear*>(owner); linear && is_weight) {
-        linear->set_quantized(quant, blocks);
-      } else if (auto* embedding = dynamic_cast<nn::Embedding*>(owner); embedding && is_weight) {
-        embedding->set_quantized(quant, blocks);
-      } else {
-        TESSEL_FAIL(context, " ", file.path(), ": tensor ", stored, " is ",
-                    io::ggml_type_name(info.type),
-                    ", but only Linear and Embedding weights can be kept quantized (", name, ")");
-      }
+      const auto type = kernels::quant::quant_type_from_ggml(info.type);
+      if (linear)
+        linear->set_quantized(type, blocks);
+      else
+        embedding->set_quantized(type, blocks);
       continue;
     }
     Tensor value = file.load(stored, t.dtype());

@@ -23,16 +23,17 @@ bool is_gguf_model(const std::string& path);
 // The family whose gguf_architecture() is the file's general.architecture; an Error lists them.
 const Family& family_for_gguf(const io::GgufFile& file);
 ConfigPtr gguf_model_config(const io::GgufFile& file);
-// How quantized tensors (Q8_0, Q4_0, Q4_K, Q6_K) load: kept as their blocks, a view of the
-// mapped file that nn::Linear / nn::Embedding multiply with in place (inference only, see
-// nn/quantized.h), or widened to f32 parameters (to re-export or train from them).
+// How Linear / Embedding matrices in a GGUF weight format (Q8_0, Q4_0, Q4_K, Q6_K, and F16 /
+// BF16) load: kept as their blocks, a view of the mapped file that nn::Linear / nn::Embedding
+// multiply with in place (inference only, see nn/quantized.h), or widened to f32 parameters (to
+// re-export or train from them).
 enum class GgufWeights { Quantized, Dequantized };
-// Builds the model a GGUF file describes and loads its weights (f32 parameters; F16 / BF16
-// widened; quantized matrices as `weights` says). A quantized tensor that is not a Linear or
-// Embedding weight is an Error naming it and its type.
+// Builds the model a GGUF file describes and loads its weights: F32 tensors as f32 parameters,
+// other F16 / BF16 tensors widened to f32, matrices in a block format as `weights` says. A
+// quantized tensor that is not a Linear or Embedding weight is an Error naming it and its type.
 std::shared_ptr<CausalLM> load_gguf_model(const std::string& path,
                                           GgufWeights weights = GgufWeights::Quantized);
-// Whether any Linear or Embedding of `model` holds quantized blocks.
+// Whether any Linear or Embedding of `model` holds GGUF blocks (quantized, or F16 / BF16).
 bool is_quantized_model(CausalLM& model);
 // A model directory (config.json) or a GGUF file: its config, and the model.
 ConfigPtr load_model_source_config(const std::string& model);

@@ -40,10 +40,10 @@ void dequantize_weight(Tensor& weight, kernels::quant::QuantType type, int64_t r
 }
 
 void check_quantized_inference(const Module& layer, kernels::quant::QuantType type) {
-  TESSEL_CHECK(!layer.is_training(), layer.type_name(), " '", layer.path(), "': the weight is ",
-               kernels::quant::quant_type_name(type),
-               " (a quantized GGUF); quantized models are inference-only: train the f32, f16 or "
-               "bf16 model and quantize it afterwards");
+  TESSEL_CHECK(!layer.is_training(), layer.type_name(), " '", layer.path(),
+               "': the weight is held as GGUF ", kernels::quant::quant_type_name(type),
+               " blocks, which are inference-only: train the safetensors model (or a GGUF loaded "
+               "with its weights dequantized) and quantize it afterwards");
 }
 
 }  // namespace tessel::nn
