@@ -198,6 +198,12 @@ TEST_F(QuantizedModel, RefusesTraining) {
   loaded->train();
   const Tensor ids = from_data(std::vector<int64_t>{1, 2, 3, 4}, Shape{1, 4});
   test::expect_error([&] { loaded->loss(ids, ids); }, {"q8_0", "inference-only"});
+  // In eval mode a forward that would record gradients (the f32 norms require them) is refused
+  // by the op; without recording it runs.
+  loaded->eval();
+  test::expect_error([&] { loaded->forward(ids); }, {"needs a gradient", "inference-only"});
+  autograd::NoGradGuard no_grad;
+  EXPECT_EQ(loaded->forward(ids).size(2), 301);
 }
 
 TEST_F(QuantizedModel, RowsNotAMultipleOfTheBlockStayF16) {
