@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // f32 GEMM throughput three ways on the same shapes: through tessel's CpuBackend::gemm (checks,
 // primitive cache, oneDNN), by calling oneDNN's matmul directly (primitive made once), and by
-// OpenBLAS cblas_sgemm, so that the wrapper's overhead and the library choice are both visible.
+// OpenBLAS cblas_sgemm, so that the wrapper's overhead and the library choice are both visible;
+// and bf16 through CpuBackend::gemm (native or widened: TESSEL_BF16_GEMM).
 // Shapes: square 1024 / 2048, the three products of a 768 -> 3072 linear layer (forward NN, dX NT,
 // dW TN) at 256..2048 tokens, decode-sized products (1 and 8 rows) and one tiny product.
 #include <benchmark/benchmark.h>
@@ -50,6 +51,17 @@ void bm_tessel(benchmark::State& state, Shape3 s) {
   Operands o(s);
   tessel::kernels::Backend& be = tessel::kernels::cpu_backend();
   for (auto _ : state) be.gemm(o.desc, o.a, o.b, o.c);
+  set_rate(state, s);
+}
+
+// The same product in bf16 through CpuBackend::gemm: oneDNN's bf16 matmul where the CPU has bf16
+// arithmetic, else the widening path (TESSEL_BF16_GEMM=widen forces it, to compare the two).
+void bm_tessel_bf16(benchmark::State& state, Shape3 s) {
+  Operands o(s);
+  const Tensor a = o.a.to(DType::BF16), b = o.b.to(DType::BF16);
+  Tensor c = o.c.to(DType::BF16);
+  tessel::kernels::Backend& be = tessel::kernels::cpu_backend();
+  for (auto _ : state) be.gemm(o.desc, a, b, c);
   set_rate(state, s);
 }
 
@@ -110,6 +122,8 @@ std::vector<Shape3> shapes() {
 int main(int argc, char** argv) {
   for (const Shape3& s : shapes()) {
     benchmark::RegisterBenchmark(("gemm/tessel/" + s.tag).c_str(), bm_tessel, s)->UseRealTime();
+    benchmark::RegisterBenchmark(("gemm/tessel_bf16/" + s.tag).c_str(), bm_tessel_bf16, s)
+        ->UseRealTime();
     benchmark::RegisterBenchmark(("gemm/onednn/" + s.tag).c_str(), bm_onednn, s)->UseRealTime();
     benchmark::RegisterBenchmark(("gemm/openblas/" + s.tag).c_str(), bm_openblas, s)->UseRealTime();
   }

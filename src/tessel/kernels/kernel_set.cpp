@@ -10,6 +10,7 @@
 #include "kernel_sets_note.h"  // generated: TESSEL_KERNEL_SETS_NOTE
 #include "tessel/core/cpu_features.h"
 #include "tessel/core/error.h"
+#include "tessel/kernels/cpu/gemm_onednn.h"
 
 namespace tessel::kernels {
 
@@ -191,6 +192,10 @@ std::string kernel_set_summary() {
                     "; built: " + set_list(built_kernel_sets());
   const std::string note = TESSEL_KERNEL_SETS_NOTE;
   if (!note.empty()) out += " (" + note + ")";
+  // oneDNN chooses its own instructions: whether bf16 products are native is its answer.
+  const onednn::Bf16Support& bf16 = onednn::bf16_support();
+  out += std::string("; bf16 gemm: ") +
+         (bf16.native ? "native (oneDNN " + bf16.implementation + ")" : "widened to f32");
   out += "; cpu: " + cpu_features().names();
   return out;
 }

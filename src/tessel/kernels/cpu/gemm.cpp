@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // CPU GEMM: f32 through oneDNN's matmul, f64 through OpenBLAS dgemm, and f32 through OpenBLAS
 // sgemm for the one shape class where oneDNN 2.6 collapses on this hardware; the decode step's
-// few rows against a transposed weight through gemv.cpp; bf16 / f16 operands are widened to f32
+// few rows against a transposed weight through gemv.cpp; bf16 through oneDNN's bf16 matmul where
+// the CPU has bf16 arithmetic (AVX-512-BF16, AMX), otherwise bf16 / f16 operands are widened to f32
 // (half_kernels.cpp). docs/KERNELS.md has the measurements behind these choices.
 #include <cblas.h>
 
@@ -82,6 +83,10 @@ void CpuBackend::gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, Tenso
   TESSEL_CHECK(dt == DType::F32 || dt == DType::F64 || cpu::is_half(dt),
                "gemm: the cpu backend has no ", dtype_name(dt), " gemm (f32, f64, bf16, f16)");
   if (d.batch == 0 || d.m == 0 || d.n == 0) return;
+  if (dt == DType::BF16 && d.k > 0 && onednn::bf16_gemm_native())
+    return onednn::gemm_bf16(d, static_cast<const uint16_t*>(a.data_ptr()),
+                             static_cast<const uint16_t*>(b.data_ptr()),
+                             static_cast<uint16_t*>(c.data_ptr()));
   if (cpu::is_half(dt)) return cpu::half_gemm(*this, d, a, b, c);
   if (dt == DType::F64) {
     if (d.k == 0) return scale_c(d, c.data<double>());

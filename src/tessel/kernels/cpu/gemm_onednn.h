@@ -5,14 +5,37 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 
 #include "tessel/kernels/backend.h"
 
 namespace tessel::kernels::onednn {
 
 // c = alpha * op(a) @ op(b) + beta * c for one GemmDesc (already validated; m, n, k > 0) on raw
-// f32 pointers. (oneDNN 2.6 has no bf16 matmul without AVX-512: see docs/KERNELS.md.)
+// f32 pointers.
 void gemm(const GemmDesc& desc, const float* a, const float* b, float* c);
+
+// Whether this CPU multiplies bf16 natively through oneDNN (AVX-512-BF16 or AMX: oneDNN 2.6 has no
+// bf16 matmul without AVX-512, and only a slow reference one without AVX-512-BF16), probed once
+// by creating a primitive; `implementation` is oneDNN's name for it (e.g. "brg:avx512_core_amx").
+struct Bf16Support {
+  bool native = false;
+  std::string implementation;
+};
+const Bf16Support& bf16_support();
+
+// Which path bf16 products take: Auto (native where bf16_support().native, else widened to f32),
+// or one forced (Native is an Error where the CPU lacks it). Starts as TESSEL_BF16_GEMM
+// (auto|native|widen; unset: auto); tests switch it to compare the two paths.
+enum class Bf16Gemm { Auto, Native, Widen };
+void set_bf16_gemm(Bf16Gemm mode);
+// Whether the next bf16 product runs natively.
+bool bf16_gemm_native();
+
+// The same product on bf16 operands and a bf16 result, accumulated in f32 (only where
+// bf16_support().native).
+void gemm_bf16(const GemmDesc& desc, const uint16_t* a, const uint16_t* b, uint16_t* c);
 
 // Number of cached primitives (for tests and diagnostics).
 size_t cached_primitives();
