@@ -9,23 +9,8 @@ set -euo pipefail
 
 npm_dir=$1
 package=@huggingface/gguf version=0.4.6
-package_dir=$npm_dir/node_modules/$package
 
-fail() {
-  echo "GGUF reference fixture: $*" >&2
-  exit 1
-}
-
-command -v node >/dev/null 2>&1 ||
-  fail "node is not installed; the GGUF reference test needs Node.js and npm (scripts/setup installs them)"
-installed=$(node -p "require('$package_dir/package.json').version" 2>/dev/null || true)
-if [[ $installed == "$version" ]]; then
-  echo "$package@$version is installed in $npm_dir"
-  exit 0
-fi
-command -v npm >/dev/null 2>&1 ||
-  fail "npm is not installed; it is needed once to fetch $package@$version (scripts/setup installs it)"
-mkdir -p "$npm_dir"
-echo "installing $package@$version into $npm_dir"
-npm install --prefix "$npm_dir" --no-audit --no-fund --no-save "$package@$version" >&2 ||
-  fail "npm install $package@$version failed (is the npm registry reachable?)"
+fixture_name="GGUF reference fixture"
+source "$(dirname "${BASH_SOURCE[0]}")/npm_fixture.sh"
+npm_fixture_install "$npm_dir" "$package" "$version"
+echo "$package@$version is installed in $npm_dir"

