@@ -49,24 +49,22 @@ class WireReader {
     return 0;
   }
 
-  float fixed32_float(const char* what) {
-    fail_if(end_ - pos_ < 4, pos_, what, ": 4 bytes needed, ", end_ - pos_, " left");
-    uint32_t bits = 0;
-    for (int i = 0; i < 4; ++i) bits |= uint32_t(uint8_t(buf_[pos_ + i])) << (8 * i);
-    pos_ += 4;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-  }
-
-  double fixed64_double(const char* what) {
-    fail_if(end_ - pos_ < 8, pos_, what, ": 8 bytes needed, ", end_ - pos_, " left");
+  // A little-endian fixed-width field as T (float: wire type 5, double: wire type 1).
+  template <typename T>
+  T fixed(const char* what) {
+    constexpr size_t n = sizeof(T);
+    fail_if(end_ - pos_ < n, pos_, what, ": ", n, " bytes needed, ", end_ - pos_, " left");
     uint64_t bits = 0;
-    for (int i = 0; i < 8; ++i) bits |= uint64_t(uint8_t(buf_[pos_ + i])) << (8 * i);
-    pos_ += 8;
-    double d;
-    std::memcpy(&d, &bits, 8);
-    return d;
+    for (size_t i = 0; i < n; ++i) bits |= uint64_t(uint8_t(buf_[pos_ + i])) << (8 * i);
+    pos_ += n;
+    T value;
+    if constexpr (n == 4) {
+      const uint32_t low = uint32_t(bits);
+      std::memcpy(&value, &low, n);
+    } else {
+      std::memcpy(&value, &bits, n);
+    }
+    return value;
   }
 
   // A length-delimited field: returns its [begin, end) and moves past it.

@@ -24,7 +24,7 @@ void read_piece(WireReader r, SentencePieceModel::Piece& piece) {
         break;
       case 2:
         r.expect(field, wire, kFixed32, "score");
-        piece.score = r.fixed32_float("score");
+        piece.score = r.fixed<float>("score");
         break;
       case 3:
         piece.type = SentencePieceModel::PieceType(read_enum(r, field, wire, "type"));

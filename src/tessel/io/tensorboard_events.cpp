@@ -93,7 +93,7 @@ ScalarValue parse_value(wire::WireReader r) {
     if (field == uint32_t(kFieldTag) && type == uint32_t(kLengthDelimited)) {
       v.tag = r.string("tag");
     } else if (field == uint32_t(kFieldSimpleValue) && type == uint32_t(kFixed32)) {
-      v.value = r.fixed32_float("simple_value");
+      v.value = r.fixed<float>("simple_value");
     } else {
       r.skip(field, type);
     }
@@ -153,7 +153,7 @@ Event parse_event(const std::string& data) {
   while (!r.done()) {
     const auto [field, type] = r.tag();
     if (field == uint32_t(kFieldWallTime) && type == uint32_t(kFixed64)) {
-      e.wall_time = r.fixed64_double("wall_time");
+      e.wall_time = r.fixed<double>("wall_time");
     } else if (field == uint32_t(kFieldStep) && type == uint32_t(kVarint)) {
       e.step = int64_t(r.varint("step"));
     } else if (field == uint32_t(kFieldFileVersion) && type == uint32_t(kLengthDelimited)) {
