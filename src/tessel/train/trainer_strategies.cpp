@@ -68,7 +68,6 @@ void Trainer::build_strategies(bool fresh_weights) {
     ps.print = printer;
     precision_ = std::make_unique<PrecisionStrategy>(std::move(ps));
   }
-  // Temporaries would not outlive a ternary of initializer lists: a named vector.
   const bool tp_first = data_ && tensor_ && data_->zero_stage() >= 2;
   AxisStrategy* dp_axis = data_.get();
   AxisStrategy* tp_axis = tensor_.get();

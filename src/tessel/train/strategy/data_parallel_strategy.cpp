@@ -9,10 +9,7 @@ namespace tessel::train {
 
 DataParallelStrategy::DataParallelStrategy(const nn::NamedTensors& params, dist::CommPtr dp,
                                            DataParallelSetup setup)
-    : comm_(std::move(dp)),
-      stage_(setup.zero_stage),
-      after_other_sums_(setup.after_other_sums),
-      pipeline_(setup.pipeline) {
+    : comm_(std::move(dp)), stage_(setup.zero_stage), after_other_sums_(setup.after_other_sums) {
   parallel::DataParallelOptions options = setup.options;
   options.reduction =
       stage_ >= 2 ? parallel::GradReduction::ReduceScatter : parallel::GradReduction::AllReduce;
@@ -45,7 +42,6 @@ void DataParallelStrategy::after_backward() {
 }
 
 void DataParallelStrategy::sync_gradients(StepRecord& r) {
-  if (zero3_ && pipeline_) zero3_->finish_backward();  // the schedule's micro-batches all ran
   ddp_->set_sync(true);
   ddp_->finish_gradient_sync();
   r.comm_wait_ms = ddp_->last_stats().wait_ms;

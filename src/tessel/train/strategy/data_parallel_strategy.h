@@ -25,7 +25,6 @@ struct DataParallelSetup {
   // The averages wait until every backward has run, for sums over other axes that must come
   // first (tensor parallelism's, when ZeRO-2/3 keep only shards of the averages).
   bool after_other_sums = false;
-  bool pipeline = false;  // a pipeline schedule runs the backwards (ZeRO-3 finishes once)
   // Every rank initialised from the same seed: rank 0's values are broadcast first, which makes
   // their equality a fact, not a hope.
   bool broadcast = false;
@@ -49,14 +48,13 @@ class DataParallelStrategy : public AxisStrategy {
   parallel::Zero3Parameters* zero3() const { return zero3_.get(); }  // null below stage 3
   int zero_stage() const { return stage_; }
   int size() const { return ddp_->comm().size(); }
-  int rank() const { return ddp_->comm().rank(); }
 
  private:
   dist::CommPtr comm_;
   std::unique_ptr<parallel::DataParallel> ddp_;
   std::unique_ptr<parallel::Zero3Parameters> zero3_;
   int stage_ = 0;
-  bool after_other_sums_ = false, pipeline_ = false;
+  bool after_other_sums_ = false;
   uint64_t issued_before_ = 0;  // the rank's collectives issued before this step
 };
 
