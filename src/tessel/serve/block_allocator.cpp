@@ -14,8 +14,8 @@ BlockAllocator::BlockAllocator(int64_t num_blocks) {
   refcount_.assign(num_blocks, 0);
   on_free_list_.assign(num_blocks, 1);
   in_lru_.assign(num_blocks, 0);
-  lru_prev_.assign(num_blocks, kNone);
-  lru_next_.assign(num_blocks, kNone);
+  lru_prev_.assign(num_blocks, kNoBlock);
+  lru_next_.assign(num_blocks, kNoBlock);
   // Reversed, so that block 0 is handed out first: tables read in order on a fresh pool.
   free_.reserve(num_blocks);
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<BlockId>(b));
@@ -46,7 +46,7 @@ BlockId BlockAllocator::pop_free() {
 }
 
 BlockId BlockAllocator::pop_lru() {
-  TESSEL_CHECK(lru_head_ != kNone, "block allocator: no evictable block");
+  TESSEL_CHECK(lru_head_ != kNoBlock, "block allocator: no evictable block");
   const BlockId block = lru_head_;
   lru_unlink(block);
   refcount_[block] = 1;
@@ -83,17 +83,17 @@ void BlockAllocator::discard(BlockId block) {
 
 void BlockAllocator::lru_unlink(BlockId block) {
   const BlockId prev = lru_prev_[block], next = lru_next_[block];
-  (prev == kNone ? lru_head_ : lru_next_[prev]) = next;
-  (next == kNone ? lru_tail_ : lru_prev_[next]) = prev;
-  lru_prev_[block] = lru_next_[block] = kNone;
+  (prev == kNoBlock ? lru_head_ : lru_next_[prev]) = next;
+  (next == kNoBlock ? lru_tail_ : lru_prev_[next]) = prev;
+  lru_prev_[block] = lru_next_[block] = kNoBlock;
   in_lru_[block] = 0;
   --num_evictable_;
 }
 
 void BlockAllocator::lru_push_back(BlockId block) {
   lru_prev_[block] = lru_tail_;
-  lru_next_[block] = kNone;
-  (lru_tail_ == kNone ? lru_head_ : lru_next_[lru_tail_]) = block;
+  lru_next_[block] = kNoBlock;
+  (lru_tail_ == kNoBlock ? lru_head_ : lru_next_[lru_tail_]) = block;
   lru_tail_ = block;
   in_lru_[block] = 1;
   ++num_evictable_;
@@ -109,8 +109,8 @@ void BlockAllocator::check_invariants() const {
     TESSEL_CHECK(on_free_list_[b], "block allocator: block ", b, " on the free list, unmarked");
   }
   int64_t lru_count = 0;
-  BlockId prev = kNone;
-  for (BlockId b = lru_head_; b != kNone; prev = b, b = lru_next_[b]) {
+  BlockId prev = kNoBlock;
+  for (BlockId b = lru_head_; b != kNoBlock; prev = b, b = lru_next_[b]) {
     TESSEL_CHECK(lru_count < n, "block allocator: the LRU list has a cycle");
     TESSEL_CHECK(in_lru_[b], "block allocator: block ", b, " in the LRU list, unmarked");
     TESSEL_CHECK(lru_prev_[b] == prev, "block allocator: LRU back link of block ", b, " is ",

@@ -11,6 +11,7 @@
 namespace tessel::serve {
 
 using BlockId = int32_t;
+inline constexpr BlockId kNoBlock = -1;  // "none" where a block id is expected
 
 // A block is in exactly one state: free (on the free list, refcount 0), evictable (refcount 0,
 // kept for the prefix cache, in the LRU list) or referenced (refcount > 0, in sequences' tables).
@@ -48,11 +49,10 @@ class BlockAllocator {
   std::vector<int32_t> refcount_;
   std::vector<BlockId> free_;  // a stack: the most recently freed block is reused first
   std::vector<uint8_t> on_free_list_;
-  // The LRU list, intrusive: prev/next per block; kNone ends it. Evicted from the head.
-  static constexpr BlockId kNone = -1;
+  // The LRU list, intrusive: prev/next per block; kNoBlock ends it. Evicted from the head.
   std::vector<BlockId> lru_prev_, lru_next_;
   std::vector<uint8_t> in_lru_;
-  BlockId lru_head_ = kNone, lru_tail_ = kNone;
+  BlockId lru_head_ = kNoBlock, lru_tail_ = kNoBlock;
   int64_t num_evictable_ = 0;
 };
 

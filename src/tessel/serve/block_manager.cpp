@@ -54,7 +54,7 @@ BlockManager::Match BlockManager::match(std::span<const int64_t> tokens) const {
     const auto block_tok = block_tokens(tokens, i);
     const uint64_t key = cache_.key(m.key, block_tok);
     const BlockId block = cache_.find(key, block_tok, m.parent);
-    if (block < 0) break;
+    if (block == kNoBlock) break;
     m.blocks.push_back(block);
     m.key = key;
     m.parent = cache_.ref(block);
@@ -127,7 +127,7 @@ bool BlockManager::append_slots(int64_t seq, int64_t count,
     const BlockId source = s.table.back();
     const BlockId copy = take_block();
     copies.emplace_back(source, copy);
-    allocator_.release(source, false);  // still referenced by the sequences sharing it
+    release_block(source);  // still referenced by the sequences sharing it
     s.table.back() = copy;
   }
   s.length += count;
@@ -174,7 +174,7 @@ void BlockManager::mark_computed(int64_t seq, std::span<const int64_t> tokens, i
     const uint64_t key = cache_.key(s.chain_key, block_tok);
     const BlockId own = s.table[i];
     BlockId canonical = cache_.entry(key);
-    if (canonical >= 0 && !cache_.matches(canonical, block_tok, s.chain_parent)) {
+    if (canonical != kNoBlock && !cache_.matches(canonical, block_tok, s.chain_parent)) {
       if (cache_.valid(cache_.parent(canonical))) {
         // A live entry for other tokens under the same key: a hash collision. Sharing it would
         // be wrong and replacing it would orphan its children, so this chain stops caching.
@@ -184,9 +184,9 @@ void BlockManager::mark_computed(int64_t seq, std::span<const int64_t> tokens, i
       // A stale entry (its parent was evicted): unreachable, so ours takes its key.
       cache_.erase(canonical);
       if (allocator_.evictable(canonical)) allocator_.discard(canonical);
-      canonical = BlockRef::kRoot;
+      canonical = kNoBlock;
     }
-    if (canonical < 0) {
+    if (canonical == kNoBlock) {
       if (cache_.contains(own)) {  // cached under another chain: the tokens given disagree
         s.chain_broken = true;
         break;
@@ -237,6 +237,8 @@ void BlockManager::check_invariants() const {
     TESSEL_CHECK(static_cast<int64_t>(s.table.size()) == ceil_div(s.length, block_size_),
                  "block manager: sequence ", id, " has ", s.table.size(), " blocks for length ",
                  s.length);
+    TESSEL_CHECK(s.registered <= static_cast<int64_t>(s.table.size()), "block manager: sequence ",
+                 id, " offered ", s.registered, " blocks to the cache, it has ", s.table.size());
     for (BlockId b : s.table) {
       TESSEL_CHECK(b >= 0 && b < num_blocks(), "block manager: sequence ", id, " holds block ", b);
       ++refs[b];

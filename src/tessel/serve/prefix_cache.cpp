@@ -48,7 +48,7 @@ std::span<const int64_t> PrefixCache::tokens_of(BlockId block) const {
 
 BlockId PrefixCache::entry(uint64_t key) const {
   auto it = index_.find(key);
-  return it == index_.end() ? BlockRef::kRoot : it->second;
+  return it == index_.end() ? kNoBlock : it->second;
 }
 
 bool PrefixCache::matches(BlockId block, std::span<const int64_t> tokens, BlockRef parent) const {
@@ -59,7 +59,7 @@ bool PrefixCache::matches(BlockId block, std::span<const int64_t> tokens, BlockR
 
 BlockId PrefixCache::find(uint64_t key, std::span<const int64_t> tokens, BlockRef parent) const {
   const BlockId block = entry(key);
-  return block >= 0 && matches(block, tokens, parent) ? block : BlockRef::kRoot;
+  return block != kNoBlock && matches(block, tokens, parent) ? block : kNoBlock;
 }
 
 bool PrefixCache::valid(BlockRef ref) const {

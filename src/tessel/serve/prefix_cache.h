@@ -40,9 +40,9 @@ class PrefixCache {
     return hash_(parent_key, tokens);
   }
 
-  // The entry for `key` holding `tokens` after `parent`; -1 when there is none.
+  // The entry for `key` holding `tokens` after `parent`; kNoBlock when there is none.
   BlockId find(uint64_t key, std::span<const int64_t> tokens, BlockRef parent) const;
-  // The entry stored under `key`, verified or not; -1 when there is none.
+  // The entry stored under `key`, verified or not; kNoBlock when there is none.
   BlockId entry(uint64_t key) const;
   bool matches(BlockId block, std::span<const int64_t> tokens, BlockRef parent) const;
   // False when `ref` names an entry that has since left the cache.
