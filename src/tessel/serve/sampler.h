@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+// Per-request sampling for the serving engine: one RequestSampler per choice turns each row of
+// logits into the next token under that request's SamplingParams (request.h): repetition penalty
+// (CTRL, Keskar et al. 2019), OpenAI's presence and frequency penalties, temperature, top-k,
+// top-p (nucleus sampling, Holtzman et al. 2020) and min-p (Nguyen et al. 2024), with the
+// log-probabilities vLLM reports. Draws come from the request's own counter-based generator
+// (Philox, core/rng.h) and use exactly one counter per token, greedy or not, so a seeded request
+// replays identically whatever else shares its batch.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "tessel/core/rng.h"
+#include "tessel/serve/request.h"
+
+namespace tessel::serve {
+
+// The token drawn, its log-probability and the top alternatives (most likely first, ties: lower id
+// first). logprob and top are filled only when the request asked for logprobs.
+using SampledToken = TokenLogprob;
+
+class RequestSampler {
+ public:
+  // params are validated (Error naming the bad one). vocab_limit: ids >= it are never drawn and
+  // are left out of the log-probabilities (a padded lm_head); 0 = every entry of the logits row.
+  // prompt: the ids the repetition penalty starts from.
+  RequestSampler(const SamplingParams& params, uint64_t seed, std::span<const int64_t> prompt,
+                 int64_t vocab_limit = 0);
+
+  // Draws the next token from one row of logits (NaN or +inf is an Error), records it for the
+  // penalties and advances the generator by one counter.
+  SampledToken sample(std::span<const float> logits);
+
+  // The candidates sample() would draw from for this row with the tokens recorded so far, and
+  // their renormalised probabilities, most likely first (ties: lower id first). Greedy: the argmax
+  // alone. Draws nothing, records nothing (for tests and diagnostics).
+  std::vector<std::pair<int64_t, double>> distribution(std::span<const float> logits) const;
+
+  // Records a token as generated without drawing it (a token the engine forced, or the replay of
+  // a preempted sequence's output into a fresh sampler).
+  void record(int64_t token);
+
+  const SamplingParams& params() const { return params_; }
+  const Generator& generator() const { return generator_; }
+  int64_t generated() const { return generated_; }
+
+ private:
+  struct Scratch;
+  // The penalised logits of the allowed ids into scratch.logits.
+  void penalise(std::span<const float> logits, Scratch& scratch) const;
+  // After penalise(): the candidate ids into scratch.order[0, count) and their unnormalised
+  // weights; returns count and sets the weights' total.
+  int64_t filter(Scratch& scratch, double& total) const;
+  int64_t limit_for(std::span<const float> logits) const;
+
+  SamplingParams params_;
+  Generator generator_;
+  int64_t vocab_limit_;
+  int64_t generated_ = 0;
+  // Ids seen in the prompt or the output (repetition penalty), and per generated id its count
+  // (presence and frequency penalties). Sparse: both grow with the sequence, not the vocabulary.
+  std::vector<int64_t> seen_;
+  std::unordered_map<int64_t, int64_t> counts_;
+};
+
+}  // namespace tessel::serve
