@@ -41,7 +41,6 @@ class TextStream {
 
   io::StreamDecoder decoder_;
   std::vector<std::string> stops_;
-  size_t longest_stop_ = 0;
   std::string held_;  // complete UTF-8 that may still be the start of a stop string
   bool stopped_ = false;
   bool finished_ = false;

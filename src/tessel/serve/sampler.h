@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -50,12 +51,17 @@ class RequestSampler {
 
  private:
   struct Scratch;
-  // The penalised logits of the allowed ids into scratch.logits.
-  void penalise(std::span<const float> logits, Scratch& scratch) const;
-  // After penalise(): the candidate ids into scratch.order[0, count) and their unnormalised
-  // weights; returns count and sets the weights' total.
-  int64_t filter(Scratch& scratch, double& total) const;
+  // Buffers of vocabulary size, one set per thread (not per request): a batch of many requests
+  // holds no vocabulary-sized memory of its own.
+  static Scratch& scratch();
   int64_t limit_for(std::span<const float> logits) const;
+  // The penalised logits of the allowed ids into scratch.logits; returns the first maximum's id.
+  int64_t penalise(std::span<const float> logits, Scratch& s) const;
+  // scratch.weight = exp((logit - max) / temperature); returns their sum.
+  double weigh(Scratch& s, double temperature, double max_logit) const;
+  // The candidates left by top-k, top-p and min-p into scratch.order[0, count); returns count and
+  // sets their total weight. sorted: whether they are in most-likely-first order.
+  int64_t filter(Scratch& s, double& total, bool& sorted) const;
 
   SamplingParams params_;
   Generator generator_;
@@ -63,7 +69,7 @@ class RequestSampler {
   int64_t generated_ = 0;
   // Ids seen in the prompt or the output (repetition penalty), and per generated id its count
   // (presence and frequency penalties). Sparse: both grow with the sequence, not the vocabulary.
-  std::vector<int64_t> seen_;
+  std::unordered_set<int64_t> seen_;
   std::unordered_map<int64_t, int64_t> counts_;
 };
 
