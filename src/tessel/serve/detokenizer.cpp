@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "tessel/core/error.h"
+#include "tessel/io/byte_level.h"
 
 namespace tessel::serve {
 
@@ -16,6 +17,9 @@ TextStream::TextStream(const io::Tokenizer& tokenizer, std::vector<std::string> 
     : decoder_(tokenizer), stops_(std::move(stop_strings)) {
   for (size_t i = 0; i < stops_.size(); ++i) {
     TESSEL_CHECK(!stops_[i].empty(), "detokenizer: stop string ", i, " is empty");
+    // Valid UTF-8 begins at a character boundary, so a cut before it never splits a character.
+    TESSEL_CHECK(io::is_valid_utf8(stops_[i]), "detokenizer: stop string ", i,
+                 " is not valid UTF-8");
   }
 }
 
@@ -62,10 +66,7 @@ StreamText TextStream::release(std::string&& more, bool last) {
       }
     }
   }
-  size_t keep = held_.size() - hold;
-  // A stop string that begins inside a character (only if it is not valid UTF-8 itself) must not
-  // split one: hold the whole character.
-  while (keep > 0 && keep < held_.size() && (uint8_t(held_[keep]) & 0xC0) == 0x80) --keep;
+  const size_t keep = held_.size() - hold;
   StreamText out{held_.substr(0, keep), false};
   held_.erase(0, keep);
   return out;

@@ -22,7 +22,8 @@ struct StreamText {
 
 class TextStream {
  public:
-  // Empty stop strings are an Error. Keeps a copy of the tokenizer (cheap, shared).
+  // A stop string that is empty or not valid UTF-8 is an Error. Keeps a copy of the tokenizer
+  // (cheap, shared).
   TextStream(const io::Tokenizer& tokenizer, std::vector<std::string> stop_strings);
 
   // Decodes one more token (decoded as Tokenizer::decode does, special tokens included). After a
