@@ -10,6 +10,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "sampler_reference.h"
@@ -116,6 +117,29 @@ TEST(RequestSampler, NucleusOverALargeVocabularyMatchesAFullSort) {
     const auto want = distribution(penalised(logits, {}, {}, p), p);
     expect_same_distribution(sampler.distribution(logits), want,
                              "top_k " + std::to_string(k) + " top_p " + std::to_string(top_p));
+  }
+}
+
+// Ties at the edge of top-k and of the nucleus: the lower ids are the more likely ones.
+TEST(RequestSampler, FiltersCutThroughTiesByIdOnOddVocabularies) {
+  for (size_t vocab : {7, 13, 33, 1001}) {
+    std::vector<float> levels(vocab);
+    for (size_t i = 0; i < vocab; ++i) levels[i] = float((i * 5) % 4) * 0.5f;
+    for (auto [k, top_p, min_p] : {std::tuple<int64_t, double, double>{3, 1.0, 0.0},
+                                   {0, 0.3, 0.0},
+                                   {0, 0.55, 0.0},
+                                   {5, 0.7, 0.0},
+                                   {0, 0.8, 0.5}}) {
+      SamplingParams p;
+      p.top_k = k;
+      p.top_p = top_p;
+      p.min_p = min_p;
+      RequestSampler sampler(p, 1, {});
+      const auto want = distribution(penalised(levels, {}, {}, p), p);
+      expect_same_distribution(sampler.distribution(levels), want,
+                               "vocab " + std::to_string(vocab) + " top_k " + std::to_string(k) +
+                                   " top_p " + std::to_string(top_p));
+    }
   }
 }
 

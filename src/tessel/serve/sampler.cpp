@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // RequestSampler: penalties, temperature, top-k / top-p / min-p and the draw over one row of
-// logits, in double. Sorting is only as deep as the filters need: top-k sorts k entries, top-p
-// sorts growing prefixes until the nucleus is complete, and with neither the draw scans the
-// weights in id order without sorting at all.
+// logits, in double. Nothing sorts the vocabulary: top-k keeps a heap of k (a partial sort), top-p
+// buckets the ids by log-weight in one pass and sorts only the bucket the nucleus ends in, and
+// the draw scans the surviving candidates in the order the filters left them (fixed by the logits
+// alone, so a seed still replays).
 #include "tessel/serve/sampler.h"
 
 #include <algorithm>
@@ -19,9 +20,17 @@ namespace {
 // Philox counter_hi of the sampling stream (uniform_at uses 0, normal_at 1), so a request's draws
 // never coincide with other uses of the same seed.
 constexpr uint64_t kSampleStream = 2;
-// The first prefix top-p sorts; it grows by kGrowth until the nucleus fits.
-constexpr int64_t kFirstPrefix = 64;
-constexpr int64_t kGrowth = 4;
+// Top-p's buckets: ids grouped by -log(weight) in steps of 1/32 nat, 128 nats deep (weights
+// below e^-128 share the last bucket).
+constexpr int kBucketsPerNat = 32;
+constexpr int kBuckets = 128 * kBucketsPerNat;
+
+// Most likely first: the higher logit, then the lower id (a strict total order, so the k best
+// and the nucleus are single, well-defined sets even with ties).
+struct Before {
+  const double* l;
+  bool operator()(int32_t a, int32_t b) const { return l[a] > l[b] || (l[a] == l[b] && a < b); }
+};
 
 // A uniform double in [0, 1) with 53 random bits from the counter's first two words: a float's
 // 24 bits could never draw a token less likely than 2^-24.
@@ -34,9 +43,12 @@ double draw_unit(uint64_t seed, uint64_t counter) {
 }  // namespace
 
 struct RequestSampler::Scratch {
-  std::vector<double> logits;  // penalised, one per allowed id
-  std::vector<double> weight;  // exp((logit - max) / temperature)
-  std::vector<int32_t> order;  // candidate ids
+  std::vector<double> logits;       // penalised, one per allowed id
+  std::vector<double> weight;       // exp((logit - max) / temperature)
+  std::vector<int32_t> order;       // candidate ids
+  std::vector<uint16_t> bucket;     // top-p: each id's bucket
+  std::vector<double> bucket_mass;  // top-p: each bucket's weight
+  std::vector<int32_t> edge;        // top-p: the ids of the bucket the nucleus ends in
 };
 
 RequestSampler::Scratch& RequestSampler::scratch() {
@@ -82,20 +94,24 @@ int64_t RequestSampler::penalise(std::span<const float> logits, Scratch& s) cons
     if (id >= n) continue;
     l[id] -= double(count) * params_.frequency_penalty + params_.presence_penalty;
   }
-  // One pass finds the first maximum and rejects what would poison the softmax.
-  int64_t best = 0;
-  bool bad = false;
+  // NaN and +inf would poison the softmax. Two vectorised passes (whether any is bad, the largest
+  // value), then the first id holding it.
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  int bad = 0;
+  double top = -kInf;
+#pragma omp simd reduction(| : bad) reduction(max : top)
   for (int64_t i = 0; i < n; ++i) {
-    bad |= std::isnan(l[i]) || l[i] == std::numeric_limits<double>::infinity();
-    if (l[i] > l[best]) best = i;
+    bad |= int(!(l[i] < kInf));  // NaN or +inf
+    top = l[i] > top ? l[i] : top;
   }
   if (bad) {
     for (int64_t i = 0; i < n; ++i) {
-      TESSEL_CHECK(!std::isnan(l[i]) && l[i] != std::numeric_limits<double>::infinity(),
-                   "sampler: logit ", i, " is ", logits[size_t(i)],
-                   " (NaN and +inf cannot be sampled)");
+      TESSEL_CHECK(!std::isnan(l[i]) && l[i] != kInf, "sampler: logit ", i, " is ",
+                   logits[size_t(i)], " (NaN and +inf cannot be sampled)");
     }
   }
+  int64_t best = 0;
+  while (l[best] != top) ++best;
   TESSEL_CHECK(std::isfinite(l[best]), "sampler: every allowed logit is -inf");
   return best;
 }
@@ -114,55 +130,95 @@ double RequestSampler::weigh(Scratch& s, double temperature, double max_logit) c
   return total;
 }
 
-int64_t RequestSampler::filter(Scratch& s, double& total, bool& sorted) const {
+int64_t RequestSampler::nucleus(Scratch& s, double max_logit, double target) const {
+  // Bucket b holds the ids with -log(weight) in [b, b + 1) / kBucketsPerNat, so every id of a
+  // bucket is more likely than every id of a later one. One pass weighs the buckets; the nucleus
+  // is then every bucket before the one where the mass crosses target, plus the most likely ids
+  // of that one, which alone is sorted.
+  const int64_t n = int64_t(s.logits.size());
+  const double* l = s.logits.data();
+  const double* w = s.weight.data();
+  const double scale = kBucketsPerNat / params_.temperature;
+  s.bucket.resize(size_t(n));
+  s.bucket_mass.assign(kBuckets, 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = (max_logit - l[i]) * scale;  // >= 0; +inf for a -inf logit
+    const uint16_t b = d < kBuckets - 1 ? uint16_t(d) : uint16_t(kBuckets - 1);
+    s.bucket[size_t(i)] = b;
+    s.bucket_mass[b] += w[i];
+  }
+  double above = 0;
+  int edge = 0;
+  while (edge < kBuckets - 1 && above + s.bucket_mass[size_t(edge)] < target) {
+    above += s.bucket_mass[size_t(edge++)];
+  }
+  int32_t* ids = s.order.data();
+  int64_t count = 0;
+  s.edge.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t b = s.bucket[size_t(i)];
+    if (b < edge) {
+      ids[count++] = int32_t(i);
+    } else if (b == edge) {
+      s.edge.push_back(int32_t(i));
+    }
+  }
+  std::sort(s.edge.begin(), s.edge.end(), Before{l});
+  for (int32_t id : s.edge) {
+    ids[count++] = id;
+    above += w[id];
+    if (above >= target) break;
+  }
+  return count;
+}
+
+int64_t RequestSampler::filter(Scratch& s, double max_logit, bool weighed, double& total) const {
   const int64_t n = int64_t(s.logits.size());
   s.order.resize(size_t(n));
   std::iota(s.order.begin(), s.order.end(), 0);
-  const double* l = s.logits.data();
-  const double* w = s.weight.data();
-  auto before = [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
-  auto first = s.order.begin();
+  const Before before{s.logits.data()};
+  int32_t* ids = s.order.data();
   int64_t count = n;
-  sorted = false;
-  if (params_.top_k > 0 && params_.top_k < n) {
+  const bool top_k = params_.top_k > 0 && params_.top_k < n;
+  if (top_k) {
+    // A heap of the k best in one pass, then sorted: most likely first.
     count = params_.top_k;
-    std::partial_sort(first, first + count, first + n, before);
-    sorted = true;
+    std::partial_sort(ids, ids + count, ids + n, before);
   }
-  total = 0;
-  for (int64_t i = 0; i < count; ++i) total += w[s.order[size_t(i)]];
-  if (params_.top_p < 1.0) {
-    // Nucleus: the shortest most-likely-first prefix whose mass reaches top_p. Sort a prefix, scan
-    // it, and only when the mass is still short sort the next, longer stretch of the rest.
-    const double target = params_.top_p * total;
-    int64_t ready = sorted ? count : 0, keep = 0;
-    double mass = 0;
-    while (true) {
-      if (keep == ready) {
-        const int64_t next = std::min(count, std::max(kFirstPrefix, ready * kGrowth));
-        std::partial_sort(first + ready, first + next, first + count, before);
-        ready = next;
-      }
-      mass += w[s.order[size_t(keep++)]];
-      if (mass >= target || keep == count) break;
+  if (!weighed) {
+    // Only the candidates' weights are ever read: after top-k, k exponentials instead of n.
+    s.weight.resize(size_t(n));
+    const double inv_t = 1.0 / params_.temperature;
+    for (int64_t i = 0; i < count; ++i) {
+      s.weight[size_t(ids[i])] = std::exp((s.logits[size_t(ids[i])] - max_logit) * inv_t);
     }
-    count = keep;
-    total = mass;
-    sorted = true;
   }
-  if (params_.min_p > 0.0) {
-    // The most likely candidate has weight exp(0) = 1 (every filter keeps it), so the bar is
-    // min_p itself.
-    const double bar = params_.min_p;
-    if (sorted) {
-      int64_t keep = 1;
-      while (keep < count && w[s.order[size_t(keep)]] >= bar) ++keep;
+  const double* w = s.weight.data();
+  auto sum = [&] {
+    double t = 0;
+    for (int64_t i = 0; i < count; ++i) t += w[ids[i]];
+    return t;
+  };
+  total = sum();
+  if (params_.top_p < 1.0) {
+    // Nucleus: the fewest most likely candidates whose mass reaches top_p.
+    const double target = params_.top_p * total;
+    if (top_k) {
+      double mass = 0;
+      int64_t keep = 0;
+      while (keep < count && mass < target) mass += w[ids[keep++]];
       count = keep;
     } else {
-      count = std::remove_if(first, first + count, [&](int32_t id) { return w[id] < bar; }) - first;
+      count = nucleus(s, max_logit, target);
     }
-    total = 0;
-    for (int64_t i = 0; i < count; ++i) total += w[s.order[size_t(i)]];
+    total = sum();
+  }
+  if (params_.min_p > 0.0) {
+    // The most likely candidate has weight exp(0) = 1 and every filter keeps it, so the bar is
+    // min_p itself.
+    const double bar = params_.min_p;
+    count = std::remove_if(ids, ids + count, [&](int32_t id) { return w[id] < bar; }) - ids;
+    total = sum();
   }
   return count;
 }
@@ -172,15 +228,9 @@ std::vector<std::pair<int64_t, double>> RequestSampler::distribution(
   Scratch& s = scratch();
   const int64_t best = penalise(logits, s);
   if (params_.greedy()) return {{best, 1.0}};
-  weigh(s, params_.temperature, s.logits[size_t(best)]);
   double total = 0;
-  bool sorted = false;
-  const int64_t count = filter(s, total, sorted);
-  const double* l = s.logits.data();
-  if (!sorted) {
-    std::sort(s.order.begin(), s.order.begin() + count,
-              [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
-  }
+  const int64_t count = filter(s, s.logits[size_t(best)], false, total);
+  std::sort(s.order.begin(), s.order.begin() + count, Before{s.logits.data()});
   std::vector<std::pair<int64_t, double>> out;
   out.reserve(size_t(count));
   for (int64_t i = 0; i < count; ++i) {
@@ -197,16 +247,16 @@ SampledToken RequestSampler::sample(std::span<const float> logits) {
   // One counter per token, drawn or not: the stream's position is the token's index.
   const double u = draw_unit(generator_.seed(), generator_.reserve(1));
   const bool greedy = params_.greedy();
-  // Weights at the temperature logprobs are reported at (1 for greedy); sampling reuses them.
+  // Logprobs need every weight, at the temperature they are reported at (1 for greedy); sampling
+  // reuses them. Otherwise filter() computes the candidates' weights alone.
   const double t = params_.temperature == 0.0 ? 1.0 : params_.temperature;
-  const double all = !greedy || params_.logprobs ? weigh(s, t, max_logit) : 0.0;
+  const double all = params_.logprobs ? weigh(s, t, max_logit) : 0.0;
   SampledToken out;
   if (greedy) {
     out.token = best;
   } else {
     double total = 0;
-    bool sorted = false;
-    const int64_t count = filter(s, total, sorted);
+    const int64_t count = filter(s, max_logit, params_.logprobs.has_value(), total);
     const double target = u * total;
     double acc = 0;
     out.token = -1;
@@ -227,12 +277,10 @@ SampledToken RequestSampler::sample(std::span<const float> logits) {
     const int64_t n = int64_t(s.logits.size());
     const int64_t top = std::min(*params_.logprobs, n);
     if (top > 0) {
-      const double* l = s.logits.data();
       s.order.resize(size_t(n));
       std::iota(s.order.begin(), s.order.end(), 0);
-      std::partial_sort(
-          s.order.begin(), s.order.begin() + top, s.order.end(),
-          [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+      std::partial_sort(s.order.begin(), s.order.begin() + top, s.order.end(),
+                        Before{s.logits.data()});
       out.top.reserve(size_t(top));
       for (int64_t i = 0; i < top; ++i) {
         out.top.emplace_back(s.order[size_t(i)], logprob(s.order[size_t(i)]));

@@ -59,9 +59,13 @@ class RequestSampler {
   int64_t penalise(std::span<const float> logits, Scratch& s) const;
   // scratch.weight = exp((logit - max) / temperature); returns their sum.
   double weigh(Scratch& s, double temperature, double max_logit) const;
-  // The candidates left by top-k, top-p and min-p into scratch.order[0, count); returns count and
-  // sets their total weight. sorted: whether they are in most-likely-first order.
-  int64_t filter(Scratch& s, double& total, bool& sorted) const;
+  // The candidates left by top-k, top-p and min-p into scratch.order[0, count) (in no particular
+  // order, but always the same one for the same logits); returns count and sets their total
+  // weight. weighed: scratch.weight already holds every weight at the request's temperature;
+  // otherwise only the candidates' are computed.
+  int64_t filter(Scratch& s, double max_logit, bool weighed, double& total) const;
+  // Top-p over every allowed id: the nucleus (mass >= target) into scratch.order; returns its size.
+  int64_t nucleus(Scratch& s, double max_logit, double target) const;
 
   SamplingParams params_;
   Generator generator_;
