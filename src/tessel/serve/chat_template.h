@@ -23,7 +23,7 @@ struct Template;
 }
 
 struct ChatMessage {
-  std::string role;     // "system", "user", "assistant", ... (passed through as the template sees it)
+  std::string role;  // "system", "user", "assistant", ... (passed through as the template sees it)
   std::string content;  // UTF-8 text
 };
 
