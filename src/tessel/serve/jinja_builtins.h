@@ -12,6 +12,10 @@
 
 namespace tessel::serve::jinja {
 
+// Whether a filter or test of that name exists (the parser refuses unknown ones, as Jinja2's
+// compiler does).
+bool is_filter(const std::string& name);
+bool is_test(const std::string& name);
 // value | name(args). An unknown filter or a wrong argument is an Error naming it.
 Value apply_filter(const std::string& name, const Value& value, CallArgs& args, int line);
 // value is name(args).

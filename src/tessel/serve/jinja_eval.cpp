@@ -256,7 +256,19 @@ Flow Renderer::exec_for(const Stmt& s, std::string& out) {
     scopes_.pop_back();
     if (flow == Flow::kBreak) break;
   }
-  if (n == 0 && s.bodies.size() > 1) return exec(s.bodies[1], out);
+  if (n == 0 && s.bodies.size() > 1) {
+    // The else block runs in the loop's scope too: what it sets does not outlive it.
+    scopes_.emplace_back();
+    Flow flow = Flow::kNormal;
+    try {
+      flow = exec(s.bodies[1], out);
+    } catch (...) {
+      scopes_.pop_back();
+      throw;
+    }
+    scopes_.pop_back();
+    return flow;
+  }
   return Flow::kNormal;
 }
 

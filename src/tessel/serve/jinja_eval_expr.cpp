@@ -147,6 +147,8 @@ bool Renderer::compare(const std::string& op, const Value& a, const Value& b, in
     } else if (b.is_list()) {
       for (const Value& x : *b.list) found = found || equals(x, a);
     } else if (b.is_dict()) {
+      if ((a.is_list() && !a.tuple) || a.is_dict())
+        fail(line, "unhashable type: '" + a.type_name() + "'");
       found = a.is_string() && b.dict->find(a.str) != nullptr;
     } else if (!b.is_undefined()) {
       fail(line, "argument of type '" + b.type_name() + "' is not iterable");

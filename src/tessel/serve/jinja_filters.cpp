@@ -39,10 +39,13 @@ List iterate(const Value& v, const std::string& f, int line) {
 }
 
 // Jinja2's attribute lookup for filters: "a.b" walks dicts (and list indexes for digits).
-Value attribute_path(const Value& v, const std::string& path) {
+Value attribute_path(const Value& v, const std::string& path, int line) {
   Value cur = v;
   size_t pos = 0;
   while (pos <= path.size()) {
+    if (cur.is_undefined()) {
+      fail(line, cur.str.empty() ? "an item is undefined" : "'" + cur.str + "' is undefined");
+    }
     const size_t dot = std::min(path.find('.', pos), path.size());
     const std::string part = path.substr(pos, dot - pos);
     if (cur.is_dict()) {
@@ -143,8 +146,9 @@ Value select(const std::string& f, const Value& value, CallArgs& args, int line)
   CallArgs test_args;
   test_args.args.assign(args.args.begin() + long(next), args.args.end());
   List out;
+  if (!value.truthy()) return Value::of(std::move(out));  // Jinja2 iterates only a truthy value
   for (const Value& item : iterate(value, f, line)) {
-    const Value subject = by_attr ? attribute_path(item, attr) : item;
+    const Value subject = by_attr ? attribute_path(item, attr, line) : item;
     CallArgs a = test_args;
     const bool pass = test.empty() ? subject.truthy() : apply_test(test, subject, a, line);
     if (pass == keep) out.push_back(item);
@@ -273,7 +277,7 @@ Value apply_filter(const std::string& name, const Value& value, CallArgs& args, 
     for (const Value& item : iterate(value, f, line)) {
       if (!first) out += sep ? to_str(*sep) : "";
       first = false;
-      out += to_str(attr && attr->is_string() ? attribute_path(item, attr->str) : item);
+      out += to_str(attr && attr->is_string() ? attribute_path(item, attr->str, line) : item);
     }
     return Value::of(std::move(out));
   }
@@ -327,9 +331,10 @@ Value apply_filter(const std::string& name, const Value& value, CallArgs& args, 
     const auto attr = arg(args, 99, "attribute");
     const auto fallback = arg(args, 99, "default");
     List out;
+    if (!value.truthy()) return Value::of(std::move(out));
     for (const Value& item : iterate(value, f, line)) {
       if (attr) {
-        Value v = attribute_path(item, to_str(*attr));
+        Value v = attribute_path(item, to_str(*attr), line);
         out.push_back(v.is_undefined() && fallback ? *fallback : v);
       } else {
         if (args.args.empty() || !args.args[0].is_string())
@@ -370,8 +375,41 @@ Value apply_filter(const std::string& name, const Value& value, CallArgs& args, 
   fail(line, "unknown filter '" + name + "'");
 }
 
+namespace {
+
+constexpr const char* kFilters[] = {
+    "trim",   "length", "count", "upper",      "lower",      "capitalize", "title",   "tojson",
+    "string", "safe",   "e",     "escape",     "int",        "float",      "default", "d",
+    "first",  "last",   "join",  "replace",    "items",      "list",       "reverse", "abs",
+    "select", "reject", "map",   "selectattr", "rejectattr", "indent"};
+constexpr const char* kUnaryTests[] = {"defined",  "undefined", "none",   "string",   "mapping",
+                                       "iterable", "sequence",  "number", "integer",  "float",
+                                       "boolean",  "true",      "false",  "callable", "lower",
+                                       "upper",    "odd",       "even"};
+constexpr const char* kBinaryTests[] = {
+    "divisibleby", "eq", "equalto", "==", "ne", "!=", "sameas", "in",
+    "lt",          "le", "gt",      ">",  "<",  "<=", ">=",     "ge"};
+
+template <size_t N>
+bool listed(const char* const (&names)[N], const std::string& name) {
+  return std::find_if(std::begin(names), std::end(names),
+                      [&](const char* n) { return name == n; }) != std::end(names);
+}
+
+}  // namespace
+
+bool is_filter(const std::string& name) {
+  return listed(kFilters, name);
+}
+bool is_test(const std::string& name) {
+  return listed(kUnaryTests, name) || listed(kBinaryTests, name);
+}
+
 bool apply_test(const std::string& name, const Value& v, CallArgs& args, int line) {
   using K = Value::Kind;
+  if (listed(kUnaryTests, name) && (!args.args.empty() || !args.kwargs.empty())) {
+    fail(line, "test '" + name + "' takes no argument");
+  }
   const auto other = [&]() -> const Value& {
     if (args.args.size() != 1) fail(line, "test '" + name + "' takes one argument");
     return args.args[0];
@@ -395,13 +433,21 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& args, int lin
   if (name == "upper")
     return to_str(v) == str_upper(to_str(v)) && str_lower(to_str(v)) != to_str(v);
   if (name == "odd" || name == "even" || name == "divisibleby") {
-    if (v.kind != K::kInt && v.kind != K::kBool) fail(line, "test '" + name + "' needs an integer");
-    const int64_t n = v.kind == K::kBool ? v.boolean : v.integer;
-    if (name == "odd") return n % 2 != 0;
-    if (name == "even") return n % 2 == 0;
-    const Value& d = other();
-    if (d.kind != K::kInt || d.integer == 0) fail(line, "divisibleby needs a non-zero integer");
-    return n % d.integer == 0;
+    // Jinja2: value % 2 == 1, value % 2 == 0, value % num == 0, with Python's modulo.
+    if (!v.is_number()) fail(line, "test '" + name + "' needs a number, got " + v.type_name());
+    const Value d = name == "divisibleby" ? other() : Value::of(int64_t(2));
+    if (!d.is_number() || d.as_double() == 0) fail(line, "test '" + name + "': modulo by zero");
+    double r = 0;
+    if (v.kind != K::kFloat && d.kind != K::kFloat) {
+      const int64_t a = v.kind == K::kBool ? v.boolean : v.integer;
+      const int64_t b = d.kind == K::kBool ? d.boolean : d.integer;
+      r = double(b == -1 ? 0 : ((a % b) + b) % b);
+    } else {
+      const double q = d.as_double();
+      r = std::fmod(v.as_double(), q);
+      if (r != 0 && ((r < 0) != (q < 0))) r += q;
+    }
+    return name == "odd" ? r == 1 : r == 0;
   }
   if (name == "eq" || name == "equalto" || name == "==") return equals(v, other());
   if (name == "ne" || name == "!=") return !equals(v, other());

@@ -3,6 +3,7 @@
 // jinja_parser.h; expressions in jinja_parser_expr.cpp).
 #include "tessel/serve/jinja_parser.h"
 
+#include "tessel/serve/jinja_builtins.h"
 #include "tessel/serve/jinja_parser_impl.h"
 
 namespace tessel::serve::jinja::detail {
@@ -74,12 +75,12 @@ std::unique_ptr<Stmt> Parser::parse_statement() {
   std::string stop;
   if (name == "if") {
     s->kind = Stmt::Kind::kIf;
-    s->conds.push_back(parse_tuple(true));
+    s->conds.push_back(parse_tuple(false));
     while (true) {
       expect(TokenType::kBlockEnd, "'%}'");
       s->bodies.push_back(parse_body({"elif", "else", "endif"}, &stop));
       if (stop == "elif") {
-        s->conds.push_back(parse_tuple(true));
+        s->conds.push_back(parse_tuple(false));
       } else if (stop == "else") {
         expect(TokenType::kBlockEnd, "'%}'");
         s->bodies.push_back(parse_body({"endif"}, &stop));
@@ -166,6 +167,35 @@ std::vector<std::string> Parser::parse_targets() {
   return names;
 }
 
+namespace {
+
+// Unknown filters and tests are refused when the template is loaded, except inside an if block
+// or a conditional expression, where Jinja2 defers the error to when (if ever) they run.
+void check_names(const Expr* e, bool soft) {
+  if (!e) return;
+  if (e->kind == Expr::Kind::kCond) soft = true;
+  if (!soft && e->kind == Expr::Kind::kFilter && !is_filter(e->name)) {
+    fail(e->line, "no filter named '" + e->name + "'");
+  }
+  if (!soft && e->kind == Expr::Kind::kTest && !is_test(e->name)) {
+    fail(e->line, "no test named '" + e->name + "'");
+  }
+  for (const auto& c : e->children) check_names(c.get(), soft);
+}
+
+void check_names(const Body& body, bool soft) {
+  for (const auto& s : body) {
+    check_names(s->expr.get(), soft);
+    const bool inner_soft = s->kind == Stmt::Kind::kIf || (soft && s->kind == Stmt::Kind::kBlock);
+    for (const auto& c : s->conds) check_names(c.get(), true);
+    check_names(s->filter.get(), false);
+    for (const auto& d : s->defaults) check_names(d.get(), false);
+    for (const auto& b : s->bodies) check_names(b, inner_soft);
+  }
+}
+
+}  // namespace
+
 }  // namespace tessel::serve::jinja::detail
 
 namespace tessel::serve::jinja {
@@ -173,6 +203,7 @@ namespace tessel::serve::jinja {
 std::shared_ptr<const Template> parse(const std::string& source) {
   auto t = std::make_shared<Template>();
   t->body = detail::Parser(tokenize(source)).parse_template();
+  detail::check_names(t->body, false);
   return t;
 }
 

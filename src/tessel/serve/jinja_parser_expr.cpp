@@ -253,9 +253,16 @@ ExprPtr Parser::parse_subscript(ExprPtr obj, int line) {
     }
     if (parts[part]) fail(cur().line, "expected ':' or ']', got " + describe(cur()));
     parts[part] = parse_expression(true);
+    if (part == 0 && is_op(",")) {  // x[a, b]: a tuple key
+      std::vector<ExprPtr> items;
+      items.push_back(std::move(parts[0]));
+      while (accept_op(",") && !is_op("]")) items.push_back(parse_expression(true));
+      parts[0] = tuple_of(std::move(items), line);
+      if (!is_op("]")) fail(cur().line, "expected ']', got " + describe(cur()));
+    }
   }
   expect_op("]");
-  if (!slice && !parts[0]) fail(line, "empty subscript []");
+  if (!slice && !parts[0]) parts[0] = tuple_of({}, line);  // x[] is x[()], as in Jinja2
   auto e = node(slice ? Expr::Kind::kSlice : Expr::Kind::kItem, line);
   e->children.push_back(std::move(obj));
   e->children.push_back(std::move(parts[0]));
@@ -308,6 +315,7 @@ ExprPtr Parser::parse_filters(ExprPtr e) {
       next();
       const bool negated = is_name("not") ? (next(), true) : false;
       std::string name = expect_name();
+      while (accept_op(".")) name += "." + expect_name();
       ExprPtr t;
       if (is_op("(")) {
         t = parse_call(std::move(e), Expr::Kind::kTest, name);
@@ -318,8 +326,7 @@ ExprPtr Parser::parse_filters(ExprPtr e) {
         const bool arg = (cur().type == TokenType::kName || cur().type == TokenType::kString ||
                           cur().type == TokenType::kInt || cur().type == TokenType::kFloat ||
                           is_op("[") || is_op("{")) &&
-                         !is_name("else") && !is_name("or") && !is_name("and") && !is_name("if") &&
-                         !is_name("in") && !is_name("not");
+                         !is_name("else") && !is_name("or") && !is_name("and");
         if (is_name("is")) fail(cur().line, "tests cannot be chained with 'is'");
         if (arg) t->children.push_back(parse_postfix(parse_primary()));
       }

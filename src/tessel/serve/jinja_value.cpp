@@ -289,7 +289,7 @@ std::string to_str(const Value& v) {
 std::string to_repr(const Value& v) {
   switch (v.kind) {
     case Value::Kind::kUndefined:
-      return "";
+      return "Undefined";
     case Value::Kind::kNone:
       return "None";
     case Value::Kind::kBool:
