@@ -71,6 +71,10 @@ class TemplateGenerator {
                                          "'str'",
                                          "\"q'\"",
                                          "'é✓'",
+                                         "'a\\nb\\t\\u00e9\\x41'",
+                                         "\"dq \\\" \\\\\"",
+                                         "ns.c",
+                                         "loop_var is defined",
                                          "''",
                                          "true",
                                          "false",
@@ -151,7 +155,7 @@ class TemplateGenerator {
     }
   }
   std::string statement(int depth) {
-    switch (depth <= 0 ? pick(3) : pick(7)) {
+    switch (depth <= 0 ? pick(3) : pick(8)) {
       case 0:
         return text();
       case 1:
@@ -176,6 +180,23 @@ class TemplateGenerator {
       }
       case 5:
         return open("{#") + "comment" + close("#}");
+      case 6:
+        switch (pick(4)) {
+          case 0:
+            return open("{%") + "set ns = namespace(c=" + expr(1) + ")" + close("%}") +
+                   body(depth - 1) + open("{%") + "set ns.c = " + expr(1) + close("%}") +
+                   open("{{") + "ns.c" + close("}}");
+          case 1:
+            return open("{%") + "macro m(a, b='mb')" + close("%}") + body(depth - 1) + open("{{") +
+                   "a ~ b" + close("}}") + open("{%") + "endmacro" + close("%}") + open("{{") +
+                   "m(" + expr(1) + ") ~ m(1, b=" + expr(1) + ")" + close("}}");
+          case 2:
+            return open("{%") + "set v0" + close("%}") + body(depth - 1) + open("{%") + "endset" +
+                   close("%}") + open("{{") + "v0|length" + close("}}");
+          default:
+            return open("{%") + "for k, v in d.items()" + close("%}") + open("{{") + "k ~ '=' ~ v" +
+                   close("}}") + body(depth - 1) + open("{%") + "endfor" + close("%}");
+        }
       default:
         return text() + open("{{") + expr(1) + close("}}") + text();
     }
