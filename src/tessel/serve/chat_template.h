@@ -45,6 +45,7 @@ class ChatTemplate {
   // The prompt for `messages`; with add_generation_prompt the text that opens the assistant's
   // turn is appended. An Error (with the template line) when the template rejects the
   // conversation via raise_exception or fails while rendering; a front end answers it with 400.
+  // Const and self-contained: several threads may render with one ChatTemplate at once.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
 
   bool is_fallback() const { return fallback_; }
