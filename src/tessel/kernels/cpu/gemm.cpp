@@ -3,11 +3,14 @@
 // sgemm for the one shape class where oneDNN 2.6 collapses on this hardware; the decode step's
 // few rows against a transposed weight through gemv.cpp; bf16 through oneDNN's bf16 matmul where
 // the CPU has bf16 arithmetic (AVX-512-BF16, AMX), otherwise bf16 / f16 operands are widened to f32
-// (half_kernels.cpp). docs/KERNELS.md has the measurements behind these choices.
+// (half_kernels.cpp). While kernels::batch_invariant() is on, products against a transposed weight
+// take gemm_invariant.cpp instead. docs/KERNELS.md has the measurements behind these choices.
 #include <cblas.h>
 
 #include "tessel/core/threads.h"
+#include "tessel/kernels/batch_invariant.h"
 #include "tessel/kernels/cpu/gemm_check.h"
+#include "tessel/kernels/cpu/gemm_invariant.h"
 #include "tessel/kernels/cpu/gemm_onednn.h"
 #include "tessel/kernels/cpu/isa_region.h"
 TESSEL_ISA_BEGIN
@@ -83,6 +86,8 @@ void CpuBackend::gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, Tenso
   TESSEL_CHECK(dt == DType::F32 || dt == DType::F64 || cpu::is_half(dt),
                "gemm: the cpu backend has no ", dtype_name(dt), " gemm (f32, f64, bf16, f16)");
   if (d.batch == 0 || d.m == 0 || d.n == 0) return;
+  if (dt != DType::F64 && batch_invariant() && cpu::invariant_gemm_fits(d))
+    return cpu::invariant_gemm(d, a, b, c);
   if (dt == DType::BF16 && d.k > 0 && onednn::bf16_gemm_native())
     return onednn::gemm_bf16(d, static_cast<const uint16_t*>(a.data_ptr()),
                              static_cast<const uint16_t*>(b.data_ptr()),

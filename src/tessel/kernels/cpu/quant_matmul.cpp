@@ -6,7 +6,12 @@
 // memory once per call whatever m is. For the Q types the activations are first rounded to int8
 // per 32-element block and the products are integer (quant_dot.h: AVX-512 VNNI, AVX2 or plain
 // loops, by kernel set and CPU); F16 / BF16 rows are widened to f32 and multiplied in f32.
+// Every output element depends only on its own row of x (the activations are rounded per row
+// and block), so the Q types are batch-invariant as they are; F16 / BF16 take the fixed-order
+// tiles of gemm_invariant.h while kernels::batch_invariant() is on.
 #include "tessel/core/cpu_features.h"
+#include "tessel/kernels/batch_invariant.h"
+#include "tessel/kernels/cpu/gemm_invariant.h"
 #include "tessel/kernels/cpu/isa_region.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
 #include "tessel/kernels/quant/quant_blocks.h"
@@ -71,6 +76,17 @@ void int8_matmul(QuantType type, const QuantMatmulShape& s, const float* x, cons
 
 void half_matmul(QuantType type, const QuantMatmulShape& s, const float* x, const uint8_t* w,
                  float* y) {
+  if (batch_invariant()) {
+    // omp simd's reduction may peel for the alignment of each row of x; the invariant tiles
+    // never do.
+    return cpu::invariant_matmul_widened(
+        s.m, s.n, s.k, x, s.k,
+        [&](int64_t j0, int64_t j1, float* dst) {
+          for (int64_t j = j0; j < j1; ++j)
+            cpu::widen_row(type, w + j * s.row_bytes, s.k, dst + (j - j0) * s.k);
+        },
+        y, s.n);
+  }
   const int64_t grain = std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(s.row_bytes, 1));
   parallel_for(0, s.n, grain, [&](int64_t lo, int64_t hi) {
     std::vector<float> row(size_t(s.k));

@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+// The batch-invariant product (gemm_invariant.h): tasks own blocks of W's rows (output columns),
+// sized so a block stays in L2 while every group of A's rows passes over it; a task walks the
+// groups of rows and, inside, the block's rows a register tile at a time. K is never split: each
+// element is one whole dot product in a tile (gemm_invariant_tiles.h), so neither the blocking
+// nor the thread count can change its reduction order. docs/SERVING.md has the cost.
+#include "tessel/kernels/cpu/gemm_invariant.h"
+
+#include "tessel/core/cpu_features.h"
+#include "tessel/kernels/cpu/gemm_onednn.h"
+#include "tessel/kernels/cpu/isa_region.h"
+TESSEL_ISA_BEGIN
+#include "tessel/kernels/cpu/gemm_invariant_tiles.h"
+#include "tessel/kernels/cpu/half_convert.h"
+
+namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
+
+namespace {
+
+using invariant::cols_for;
+using invariant::kMaxCols;
+using invariant::kMaxRows;
+using invariant::TileFn;
+
+constexpr size_t kTiles = size_t(kMaxRows * kMaxCols);
+constexpr std::array<TileFn<float>, kTiles> kF32Tiles =
+    invariant::tile_table<float, invariant::PickF32>(std::make_index_sequence<kTiles>());
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+constexpr std::array<TileFn<uint16_t>, kTiles> kBf16Tiles =
+    invariant::tile_table<uint16_t, invariant::PickBf16>(std::make_index_sequence<kTiles>());
+#endif
+
+// Bytes of W per block: it is re-read from L2 by every group of A's rows.
+constexpr int64_t kBlockBytes = int64_t(1) << 19;
+// Multiply-adds per task at least: below this the fork/join costs more than the work.
+constexpr int64_t kTaskMacs = int64_t(1) << 17;
+
+// W rows per block: a multiple of the widest tile's columns, at most kBlockBytes of W, and small
+// enough that each thread gets two blocks.
+int64_t block_cols(int64_t n, int64_t k, int64_t elem_bytes) {
+  const int64_t cw = cols_for(kMaxRows);
+  const int64_t by_cache = std::max<int64_t>(1, kBlockBytes / (k * elem_bytes * cw)) * cw;
+  const int64_t blocks = 2 * int64_t(num_threads());
+  const int64_t by_threads = (n + blocks - 1) / blocks;
+  return std::max(cw, std::min(by_cache, (by_threads + cw - 1) / cw * cw));
+}
+
+// Runs fn(j0, j1) over the blocks of W's rows, in parallel.
+template <typename Fn>
+void for_blocks(int64_t m, int64_t n, int64_t k, int64_t elem_bytes, Fn&& fn) {
+  const int64_t nb = block_cols(n, k, elem_bytes);
+  const int64_t blocks = (n + nb - 1) / nb;
+  const int64_t grain = std::max<int64_t>(1, kTaskMacs / std::max<int64_t>(1, m * nb * k));
+  parallel_for(0, blocks, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b) fn(b * nb, std::min(n, (b + 1) * nb));
+  });
+}
+
+// Output columns [j0, j1) of every row: w points at W's row j0. store(i, j, sum) writes one.
+template <typename T, size_t N, typename Store>
+void block(const std::array<TileFn<T>, N>& tiles, int64_t m, int64_t j0, int64_t j1, int64_t k,
+           const T* a, int64_t lda, const T* w, int64_t ldw, Store&& store) {
+  float out[kMaxRows * kMaxCols];
+  for (int64_t i = 0; i < m; i += kMaxRows) {
+    const int mr = int(std::min<int64_t>(kMaxRows, m - i));
+    const int full = cols_for(mr);
+    for (int64_t j = j0; j < j1; j += full) {
+      const int nr = int(std::min<int64_t>(full, j1 - j));
+      tiles[size_t((mr - 1) * kMaxCols + nr - 1)](a + i * lda, lda, w + (j - j0) * ldw, ldw, k,
+                                                  out);
+      for (int r = 0; r < mr; ++r)
+        for (int c = 0; c < nr; ++c) store(i + r, j + c, out[r * nr + c]);
+    }
+  }
+}
+
+// C's element from the dot product: alpha * sum + beta * C (C not read when beta == 0).
+struct Scale {
+  float alpha, beta;
+  bool plain;  // alpha == 1, beta == 0
+  explicit Scale(const GemmDesc& d)
+      : alpha(float(d.alpha)), beta(float(d.beta)), plain(d.alpha == 1 && d.beta == 0) {}
+  float operator()(float sum, float old) const {
+    return beta == 0 ? alpha * sum : alpha * sum + beta * old;
+  }
+};
+
+template <typename H>
+auto half_store(const GemmDesc& d, H* c) {
+  return [c, ldc = d.ldc, scale = Scale(d)](int64_t i, int64_t j, float s) {
+    H& dst = c[i * ldc + j];
+    dst = from_float<H>(scale.plain ? s : scale(s, scale.beta == 0 ? 0.0f : to_float(dst)));
+  };
+}
+
+void f32_gemm(const GemmDesc& d, const float* a, const float* b, float* c) {
+  const Scale scale(d);
+  for_blocks(d.m, d.n, d.k, sizeof(float), [&](int64_t j0, int64_t j1) {
+    block(kF32Tiles, d.m, j0, j1, d.k, a, d.lda, b + j0 * d.ldb, d.ldb,
+          [&](int64_t i, int64_t j, float s) {
+            float& dst = c[i * d.ldc + j];
+            dst = scale.plain ? s : scale(s, dst);
+          });
+  });
+}
+
+template <typename H>
+void widened_gemm(const GemmDesc& d, DType dt, const H* a, const H* b, H* c) {
+  std::vector<float> af(size_t(d.m * d.k));
+  half_rows_to_f32(a, dt, d.lda, af.data(), d.m, d.k);
+  const auto store = half_store(d, c);
+  for_blocks(d.m, d.n, d.k, sizeof(float), [&](int64_t j0, int64_t j1) {
+    std::vector<float> wf(size_t((j1 - j0) * d.k));
+    half_rows_to_f32(b + j0 * d.ldb, dt, d.ldb, wf.data(), j1 - j0, d.k);
+    block(kF32Tiles, d.m, j0, j1, d.k, af.data(), d.k, wf.data(), d.k, store);
+  });
+}
+
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+void native_bf16_gemm(const GemmDesc& d, const uint16_t* a, const uint16_t* b, uint16_t* c) {
+  const auto store = half_store(d, reinterpret_cast<BF16*>(c));
+  for_blocks(d.m, d.n, d.k, sizeof(uint16_t), [&](int64_t j0, int64_t j1) {
+    block(kBf16Tiles, d.m, j0, j1, d.k, a, d.lda, b + j0 * d.ldb, d.ldb, store);
+  });
+}
+#endif
+
+// vdpbf16ps where the CPU has it, unless bf16 products are forced to widen (TESSEL_BF16_GEMM).
+bool native_bf16() {
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+  return cpu_features().avx512_bf16 && onednn::bf16_gemm_native();
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool invariant_gemm_fits(const GemmDesc& d) {
+  return !d.trans_a && d.trans_b && d.k > 0;
+}
+
+void invariant_gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) {
+  const DType dt = c.dtype();
+  TESSEL_CHECK(dt == DType::F32 || is_half(dt), "gemm: no batch-invariant ", dtype_name(dt),
+               " product (f32, bf16, f16)");
+  const bool native = dt == DType::BF16 && native_bf16();
+  for (int64_t bt = 0; bt < d.batch; ++bt) {
+    if (dt == DType::F32) {
+      f32_gemm(d, a.data<float>() + bt * d.stride_a, b.data<float>() + bt * d.stride_b,
+               c.data<float>() + bt * d.stride_c);
+      continue;
+    }
+    const auto* ap = static_cast<const uint16_t*>(a.data_ptr()) + bt * d.stride_a;
+    const auto* bp = static_cast<const uint16_t*>(b.data_ptr()) + bt * d.stride_b;
+    auto* cp = static_cast<uint16_t*>(c.data_ptr()) + bt * d.stride_c;
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+    if (native) {
+      native_bf16_gemm(d, ap, bp, cp);
+      continue;
+    }
+#endif
+    (void)native;
+    if (dt == DType::BF16)
+      widened_gemm(d, dt, reinterpret_cast<const BF16*>(ap), reinterpret_cast<const BF16*>(bp),
+                   reinterpret_cast<BF16*>(cp));
+    else
+      widened_gemm(d, dt, reinterpret_cast<const F16*>(ap), reinterpret_cast<const F16*>(bp),
+                   reinterpret_cast<F16*>(cp));
+  }
+}
+
+void invariant_matmul_widened(int64_t m, int64_t n, int64_t k, const float* x, int64_t lda,
+                              const WidenRows& widen, float* y, int64_t ldy) {
+  for_blocks(m, n, k, sizeof(float), [&](int64_t j0, int64_t j1) {
+    std::vector<float> wf(size_t((j1 - j0) * k));
+    widen(j0, j1, wf.data());
+    block(kF32Tiles, m, j0, j1, k, x, lda, wf.data(), k,
+          [&](int64_t i, int64_t j, float s) { y[i * ldy + j] = s; });
+  });
+}
+
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu
+TESSEL_ISA_END

@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: Apache-2.0
+// Register tiles of the batch-invariant product (gemm_invariant.h): MR rows of A against NR rows
+// of a weight W stored [n, k], each output element a dot product over k with one fixed shape.
+// Lane l of an element's vector accumulator takes elements l, l + L, l + 2L, ... in order by FMA
+// (the last, partial vector zero-filled), then the L lanes are added in one fixed tree. Every
+// tile shape runs exactly these operations per element, so which tile (and which thread) computes
+// an element does not change its bits; only k and the kernel set (L, FMA or not) do. The tile
+// shapes fill the set's vector registers: MR * NR accumulators + MR rows of A + one W vector.
+// Kernel-private: include inside TESSEL_ISA_BEGIN.
+#pragma once
+
+namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu::invariant {
+
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+struct F32Lanes {
+  using V = __m512;
+  static constexpr int kLanes = 16;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load_part(const float* p, int n) {
+    return _mm512_maskz_loadu_ps(__mmask16((1u << n) - 1), p);
+  }
+  static V fma(V a, V b, V acc) { return _mm512_fmadd_ps(a, b, acc); }
+  static float sum(V v) {
+    const __m256 s8 = _mm256_add_ps(_mm512_extractf32x8_ps(v, 0), _mm512_extractf32x8_ps(v, 1));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+};
+// Rows per tile and W rows per tile for each row count (32 zmm registers).
+inline constexpr int kMaxRows = 4, kMaxCols = 8;
+constexpr int cols_for(int rows) {
+  return rows >= 4 ? 6 : 8;
+}
+#elif TESSEL_KERNEL_ISA_LEVEL == 1
+struct F32Lanes {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V load_part(const float* p, int n) {
+    alignas(32) float buf[8] = {};
+    std::memcpy(buf, p, size_t(n) * sizeof(float));
+    return _mm256_load_ps(buf);
+  }
+  static V fma(V a, V b, V acc) { return _mm256_fmadd_ps(a, b, acc); }
+  static float sum(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+};
+// 16 ymm registers.
+inline constexpr int kMaxRows = 3, kMaxCols = 8;
+constexpr int cols_for(int rows) {
+  return rows >= 3 ? 4 : rows == 2 ? 5 : 8;
+}
+#else
+struct F32Lanes {
+  using V = __m128;
+  static constexpr int kLanes = 4;
+  static V zero() { return _mm_setzero_ps(); }
+  static V load(const float* p) { return _mm_loadu_ps(p); }
+  static V load_part(const float* p, int n) {
+    alignas(16) float buf[4] = {};
+    std::memcpy(buf, p, size_t(n) * sizeof(float));
+    return _mm_load_ps(buf);
+  }
+  // No FMA below x86-64-v3: a rounded product, then the sum.
+  static V fma(V a, V b, V acc) { return _mm_add_ps(_mm_mul_ps(a, b), acc); }
+  static float sum(V v) {
+    __m128 s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+};
+// 16 xmm registers, one more for the product.
+inline constexpr int kMaxRows = 3, kMaxCols = 6;
+constexpr int cols_for(int rows) {
+  return rows >= 3 ? 3 : rows == 2 ? 4 : 6;
+}
+#endif
+
+// out[r * NR + c] = dot(a row r, w row c) over k, for f32 A and W.
+template <int MR, int NR>
+void tile_f32(const float* a, int64_t lda, const float* w, int64_t ldw, int64_t k, float* out) {
+  using S = F32Lanes;
+  typename S::V acc[MR][NR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < NR; ++c) acc[r][c] = S::zero();
+  auto step = [&](int64_t p, int part) {
+    typename S::V av[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r)
+      av[r] = part ? S::load_part(a + r * lda + p, part) : S::load(a + r * lda + p);
+#pragma GCC unroll 8
+    for (int c = 0; c < NR; ++c) {
+      const typename S::V wv =
+          part ? S::load_part(w + c * ldw + p, part) : S::load(w + c * ldw + p);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) acc[r][c] = S::fma(av[r], wv, acc[r][c]);
+    }
+  };
+  int64_t p = 0;
+  for (; p + S::kLanes <= k; p += S::kLanes) step(p, 0);
+  if (p < k) step(p, int(k - p));
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < NR; ++c) out[r * NR + c] = S::sum(acc[r][c]);
+}
+
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+// bf16 A and W with AVX-512-BF16's vdpbf16ps (only where cpu_features().avx512_bf16): each f32
+// lane takes a pair of products per instruction, 32 elements per vector; the set's own
+// instructions plus AVX512_BF16 for these functions alone.
+#define TESSEL_BF16_TARGET \
+  __attribute__((target("avx512bf16,avx512vl,avx512bw,avx512dq,avx512f,avx2,fma")))
+TESSEL_BF16_TARGET inline __m512bh load_bf16(const uint16_t* p) {
+  return (__m512bh)_mm512_loadu_si512(p);
+}
+TESSEL_BF16_TARGET inline __m512bh load_bf16_part(const uint16_t* p, int n) {
+  return (__m512bh)_mm512_maskz_loadu_epi16(__mmask32((uint64_t(1) << n) - 1), p);
+}
+
+inline constexpr int kBf16Lanes = 32;
+
+template <int MR, int NR>
+TESSEL_BF16_TARGET inline __attribute__((always_inline)) void step_bf16(
+    __m512 (&acc)[MR][NR], const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw,
+    int64_t p, int part) {
+  __m512bh av[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+    av[r] = part ? load_bf16_part(a + r * lda + p, part) : load_bf16(a + r * lda + p);
+#pragma GCC unroll 8
+  for (int c = 0; c < NR; ++c) {
+    const __m512bh wv = part ? load_bf16_part(w + c * ldw + p, part) : load_bf16(w + c * ldw + p);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], av[r], wv);
+  }
+}
+
+template <int MR, int NR>
+TESSEL_BF16_TARGET void tile_bf16(const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw,
+                                  int64_t k, float* out) {
+  __m512 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < NR; ++c) acc[r][c] = _mm512_setzero_ps();
+  int64_t p = 0;
+  for (; p + kBf16Lanes <= k; p += kBf16Lanes) step_bf16<MR, NR>(acc, a, lda, w, ldw, p, 0);
+  if (p < k) step_bf16<MR, NR>(acc, a, lda, w, ldw, p, int(k - p));
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < NR; ++c) out[r * NR + c] = F32Lanes::sum(acc[r][c]);
+}
+#undef TESSEL_BF16_TARGET
+#endif
+
+// Tile functions indexed [rows - 1][cols - 1], for any element type's tile template.
+template <typename T>
+using TileFn = void (*)(const T*, int64_t, const T*, int64_t, int64_t, float*);
+
+template <typename T, template <int, int> class Pick, size_t... I>
+constexpr std::array<TileFn<T>, sizeof...(I)> tile_table(std::index_sequence<I...>) {
+  return {Pick<int(I) / kMaxCols + 1, int(I) % kMaxCols + 1>::fn...};
+}
+
+template <int MR, int NR>
+struct PickF32 {
+  static constexpr TileFn<float> fn = tile_f32<MR, NR>;
+};
+
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+template <int MR, int NR>
+struct PickBf16 {
+  static constexpr TileFn<uint16_t> fn = tile_bf16<MR, NR>;
+};
+#endif
+
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu::invariant
