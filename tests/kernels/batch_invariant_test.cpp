@@ -206,8 +206,9 @@ TEST(BatchInvariantGemm, RowsAreTheSameInEveryBatch) {
         if (widen && dt != DType::BF16) continue;
         kernels::onednn::set_bf16_gemm(widen ? kernels::onednn::Bf16Gemm::Widen
                                              : kernels::onednn::Bf16Gemm::Auto);
-        for (const GemmShape& s : {GemmShape{300, 13, 7}, GemmShape{300, 1031, 33},
-                                   GemmShape{100, 1031, 768}, GemmShape{41, 50, 768}}) {
+        for (const GemmShape& s :
+             {GemmShape{300, 13, 7}, GemmShape{300, 1031, 33}, GemmShape{100, 1031, 768},
+              GemmShape{41, 50, 768}, GemmShape{37, 29, 3072}}) {
           Generator g(uint64_t(s.m * 7 + s.k));
           const Tensor x = randn({s.m, s.k}, DType::F32, &g).to(dt);
           const Tensor w = randn({s.n, s.k}, DType::F32, &g).to(dt);

@@ -56,20 +56,36 @@ void for_blocks(int64_t m, int64_t n, int64_t k, int64_t elem_bytes, Fn&& fn) {
   });
 }
 
+// Bytes of A's rows per pass over a block of W: they are re-read from L2 for every tile of W.
+constexpr int64_t kRowBlockBytes = int64_t(1) << 20;
+
 // Output columns [j0, j1) of every row: w points at W's row j0. store(i, j, sum) writes one.
+// From kMaxRows rows on, a tile of W's rows meets every group of A's rows of a row block (in L2)
+// before the next tile; fewer rows use wider tiles and one pass over W.
 template <typename T, size_t N, typename Store>
 void block(const std::array<TileFn<T>, N>& tiles, int64_t m, int64_t j0, int64_t j1, int64_t k,
            const T* a, int64_t lda, const T* w, int64_t ldw, Store&& store) {
   float out[kMaxRows * kMaxCols];
-  for (int64_t i = 0; i < m; i += kMaxRows) {
-    const int mr = int(std::min<int64_t>(kMaxRows, m - i));
-    const int full = cols_for(mr);
+  auto tile = [&](int64_t i, int mr, int64_t j, int nr) {
+    tiles[size_t((mr - 1) * kMaxCols + nr - 1)](a + i * lda, lda, w + (j - j0) * ldw, ldw, k, out);
+    for (int r = 0; r < mr; ++r)
+      for (int c = 0; c < nr; ++c) store(i + r, j + c, out[r * nr + c]);
+  };
+  if (m < kMaxRows) {
+    const int full = cols_for(int(m));
+    for (int64_t j = j0; j < j1; j += full)
+      tile(0, int(m), j, int(std::min<int64_t>(full, j1 - j)));
+    return;
+  }
+  const int full = cols_for(kMaxRows);
+  const int64_t rows_per_block =
+      std::max<int64_t>(1, kRowBlockBytes / (k * int64_t(sizeof(T)) * kMaxRows)) * kMaxRows;
+  for (int64_t i0 = 0; i0 < m; i0 += rows_per_block) {
+    const int64_t i1 = std::min(m, i0 + rows_per_block);
     for (int64_t j = j0; j < j1; j += full) {
       const int nr = int(std::min<int64_t>(full, j1 - j));
-      tiles[size_t((mr - 1) * kMaxCols + nr - 1)](a + i * lda, lda, w + (j - j0) * ldw, ldw, k,
-                                                  out);
-      for (int r = 0; r < mr; ++r)
-        for (int c = 0; c < nr; ++c) store(i + r, j + c, out[r * nr + c]);
+      for (int64_t i = i0; i < i1; i += kMaxRows)
+        tile(i, int(std::min<int64_t>(kMaxRows, i1 - i)), j, nr);
     }
   }
 }

@@ -28,6 +28,33 @@ struct F32Lanes {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
+  // _mm512_shuffle_f32x4, without GCC 12's false "uninitialized" warning for its unmasked form.
+  template <int kImm>
+  static V shuffle_quarters(V a, V b) {
+    return _mm512_maskz_shuffle_f32x4(__mmask16(0xffff), a, b, kImm);
+  }
+  // sum() of `count` <= 16 accumulators at once: the same additions, transposed (lanes l and
+  // l + 8, then l + 4, l + 2, l + 1), so 15 vector additions serve 16 elements instead of 64
+  // scalar-sized ones. Missing accumulators are zeros whose sums are dropped.
+  static void sums(const V* acc, int count, float* out) {
+    V x[16];
+    for (int i = 0; i < 16; ++i) x[i] = i < count ? acc[i] : zero();
+    V u[8], t[4], r[2];
+    for (int i = 0; i < 8; ++i)  // u[i]: element 2i in lanes 0-7, 2i + 1 in lanes 8-15
+      u[i] = _mm512_add_ps(shuffle_quarters<_MM_SHUFFLE(1, 0, 1, 0)>(x[2 * i], x[2 * i + 1]),
+                           shuffle_quarters<_MM_SHUFFLE(3, 2, 3, 2)>(x[2 * i], x[2 * i + 1]));
+    for (int i = 0; i < 4; ++i)  // t[i]: element 4i + g in lanes 4g..4g+3
+      t[i] = _mm512_add_ps(shuffle_quarters<_MM_SHUFFLE(2, 0, 2, 0)>(u[2 * i], u[2 * i + 1]),
+                           shuffle_quarters<_MM_SHUFFLE(3, 1, 3, 1)>(u[2 * i], u[2 * i + 1]));
+    for (int i = 0; i < 2; ++i)  // r[i]: lanes 4g, 4g+1 element 8i + g; 4g+2, 4g+3 element 8i+4+g
+      r[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    // Lane 4g + p: element g + 4p.
+    alignas(64) float f[16];
+    _mm512_store_ps(f, _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_ps(r[0], r[1], _MM_SHUFFLE(3, 1, 3, 1))));
+    for (int e = 0; e < count; ++e) out[e] = f[(e % 4) * 4 + e / 4];
+  }
 };
 // Rows per tile and W rows per tile for each row count (32 zmm registers).
 inline constexpr int kMaxRows = 4, kMaxCols = 8;
@@ -51,6 +78,23 @@ struct F32Lanes {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+  }
+  // sum() of `count` <= 8 accumulators at once, transposed (lanes l and l + 4, l + 2, l + 1).
+  static void sums(const V* acc, int count, float* out) {
+    V x[8];
+    for (int i = 0; i < 8; ++i) x[i] = i < count ? acc[i] : zero();
+    V u[4], r[2];
+    for (int i = 0; i < 4; ++i)  // u[i]: element 2i in lanes 0-3, 2i + 1 in lanes 4-7
+      u[i] = _mm256_add_ps(_mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x20),
+                           _mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x31));
+    for (int i = 0; i < 2; ++i)  // r[i]: lanes 4h, 4h+1 element 4i + h; 4h+2, 4h+3 element 4i+2+h
+      r[i] = _mm256_add_ps(_mm256_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                           _mm256_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    // Lane 4h + p: element h + 2p.
+    alignas(32) float f[8];
+    _mm256_store_ps(f, _mm256_add_ps(_mm256_shuffle_ps(r[0], r[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm256_shuffle_ps(r[0], r[1], _MM_SHUFFLE(3, 1, 3, 1))));
+    for (int e = 0; e < count; ++e) out[e] = f[(e % 2) * 4 + e / 2];
   }
 };
 // 16 ymm registers.
@@ -76,6 +120,9 @@ struct F32Lanes {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
+  static void sums(const V* acc, int count, float* out) {
+    for (int e = 0; e < count; ++e) out[e] = sum(acc[e]);
+  }
 };
 // 16 xmm registers, one more for the product.
 inline constexpr int kMaxRows = 3, kMaxCols = 6;
@@ -83,6 +130,14 @@ constexpr int cols_for(int rows) {
   return rows >= 3 ? 3 : rows == 2 ? 4 : 6;
 }
 #endif
+
+// out[e] = the lane sum of acc[e], for a tile's accumulators in row-major order.
+template <typename S, int MR, int NR>
+inline void finish(typename S::V (&acc)[MR][NR], float* out) {
+  constexpr int kCount = MR * NR, kGroup = S::kLanes;
+  for (int e = 0; e < kCount; e += kGroup)
+    S::sums(&acc[0][0] + e, std::min(kGroup, kCount - e), out + e);
+}
 
 // out[r * NR + c] = dot(a row r, w row c) over k, for f32 A and W.
 template <int MR, int NR>
@@ -109,10 +164,7 @@ void tile_f32(const float* a, int64_t lda, const float* w, int64_t ldw, int64_t 
   int64_t p = 0;
   for (; p + S::kLanes <= k; p += S::kLanes) step(p, 0);
   if (p < k) step(p, int(k - p));
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int c = 0; c < NR; ++c) out[r * NR + c] = S::sum(acc[r][c]);
+  finish<S>(acc, out);
 }
 
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
@@ -157,10 +209,7 @@ TESSEL_BF16_TARGET void tile_bf16(const uint16_t* a, int64_t lda, const uint16_t
   int64_t p = 0;
   for (; p + kBf16Lanes <= k; p += kBf16Lanes) step_bf16<MR, NR>(acc, a, lda, w, ldw, p, 0);
   if (p < k) step_bf16<MR, NR>(acc, a, lda, w, ldw, p, int(k - p));
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int c = 0; c < NR; ++c) out[r * NR + c] = F32Lanes::sum(acc[r][c]);
+  finish<F32Lanes>(acc, out);
 }
 #undef TESSEL_BF16_TARGET
 #endif
