@@ -6,8 +6,6 @@
 // nor the thread count can change its reduction order. docs/SERVING.md has the cost.
 #include "tessel/kernels/cpu/gemm_invariant.h"
 
-#include "tessel/core/cpu_features.h"
-#include "tessel/kernels/cpu/gemm_onednn.h"
 #include "tessel/kernels/cpu/isa_region.h"
 TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/gemm_invariant_tiles.h"
@@ -24,10 +22,12 @@ using invariant::TileFn;
 
 constexpr size_t kTiles = size_t(kMaxRows * kMaxCols);
 constexpr std::array<TileFn<float>, kTiles> kF32Tiles =
-    invariant::tile_table<float, invariant::PickF32>(std::make_index_sequence<kTiles>());
-#if TESSEL_KERNEL_ISA_LEVEL >= 2
+    invariant::tile_table<invariant::F32Load>(std::make_index_sequence<kTiles>());
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
 constexpr std::array<TileFn<uint16_t>, kTiles> kBf16Tiles =
-    invariant::tile_table<uint16_t, invariant::PickBf16>(std::make_index_sequence<kTiles>());
+    invariant::tile_table<invariant::Bf16Load>(std::make_index_sequence<kTiles>());
+constexpr std::array<TileFn<uint16_t>, kTiles> kF16Tiles =
+    invariant::tile_table<invariant::F16Load>(std::make_index_sequence<kTiles>());
 #endif
 
 // Bytes of W per block: it is re-read from L2 by every group of A's rows.
@@ -120,34 +120,31 @@ void f32_gemm(const GemmDesc& d, const float* a, const float* b, float* c) {
   });
 }
 
+// bf16 / f16: a few rows (decoding) read A and W in place and widen them in registers; more rows
+// widen A once and W a block at a time into f32 buffers, which amortises the conversion over the
+// rows. Both give the f32 tiles' bits on the exactly widened values, so the switch on m cannot
+// change a row.
 template <typename H>
-void widened_gemm(const GemmDesc& d, DType dt, const H* a, const H* b, H* c) {
+void half_gemm(const GemmDesc& d, DType dt, const H* a, const H* b, H* c) {
+  const auto store = half_store(d, c);
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+  if (d.m < kMaxRows) {
+    const auto& tiles = dt == DType::BF16 ? kBf16Tiles : kF16Tiles;
+    const auto* a16 = reinterpret_cast<const uint16_t*>(a);
+    const auto* b16 = reinterpret_cast<const uint16_t*>(b);
+    for_blocks(d.m, d.n, d.k, sizeof(H), [&](int64_t j0, int64_t j1) {
+      block(tiles, d.m, j0, j1, d.k, a16, d.lda, b16 + j0 * d.ldb, d.ldb, store);
+    });
+    return;
+  }
+#endif
   std::vector<float> af(size_t(d.m * d.k));
   half_rows_to_f32(a, dt, d.lda, af.data(), d.m, d.k);
-  const auto store = half_store(d, c);
   for_blocks(d.m, d.n, d.k, sizeof(float), [&](int64_t j0, int64_t j1) {
     std::vector<float> wf(size_t((j1 - j0) * d.k));
     half_rows_to_f32(b + j0 * d.ldb, dt, d.ldb, wf.data(), j1 - j0, d.k);
     block(kF32Tiles, d.m, j0, j1, d.k, af.data(), d.k, wf.data(), d.k, store);
   });
-}
-
-#if TESSEL_KERNEL_ISA_LEVEL >= 2
-void native_bf16_gemm(const GemmDesc& d, const uint16_t* a, const uint16_t* b, uint16_t* c) {
-  const auto store = half_store(d, reinterpret_cast<BF16*>(c));
-  for_blocks(d.m, d.n, d.k, sizeof(uint16_t), [&](int64_t j0, int64_t j1) {
-    block(kBf16Tiles, d.m, j0, j1, d.k, a, d.lda, b + j0 * d.ldb, d.ldb, store);
-  });
-}
-#endif
-
-// vdpbf16ps where the CPU has it, unless bf16 products are forced to widen (TESSEL_BF16_GEMM).
-bool native_bf16() {
-#if TESSEL_KERNEL_ISA_LEVEL >= 2
-  return cpu_features().avx512_bf16 && onednn::bf16_gemm_native();
-#else
-  return false;
-#endif
 }
 
 }  // namespace
@@ -160,29 +157,19 @@ void invariant_gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor&
   const DType dt = c.dtype();
   TESSEL_CHECK(dt == DType::F32 || is_half(dt), "gemm: no batch-invariant ", dtype_name(dt),
                " product (f32, bf16, f16)");
-  const bool native = dt == DType::BF16 && native_bf16();
   for (int64_t bt = 0; bt < d.batch; ++bt) {
     if (dt == DType::F32) {
       f32_gemm(d, a.data<float>() + bt * d.stride_a, b.data<float>() + bt * d.stride_b,
                c.data<float>() + bt * d.stride_c);
-      continue;
+    } else if (dt == DType::BF16) {
+      const auto* ap = static_cast<const BF16*>(a.data_ptr()) + bt * d.stride_a;
+      const auto* bp = static_cast<const BF16*>(b.data_ptr()) + bt * d.stride_b;
+      half_gemm(d, dt, ap, bp, static_cast<BF16*>(c.data_ptr()) + bt * d.stride_c);
+    } else {
+      const auto* ap = static_cast<const F16*>(a.data_ptr()) + bt * d.stride_a;
+      const auto* bp = static_cast<const F16*>(b.data_ptr()) + bt * d.stride_b;
+      half_gemm(d, dt, ap, bp, static_cast<F16*>(c.data_ptr()) + bt * d.stride_c);
     }
-    const auto* ap = static_cast<const uint16_t*>(a.data_ptr()) + bt * d.stride_a;
-    const auto* bp = static_cast<const uint16_t*>(b.data_ptr()) + bt * d.stride_b;
-    auto* cp = static_cast<uint16_t*>(c.data_ptr()) + bt * d.stride_c;
-#if TESSEL_KERNEL_ISA_LEVEL >= 2
-    if (native) {
-      native_bf16_gemm(d, ap, bp, cp);
-      continue;
-    }
-#endif
-    (void)native;
-    if (dt == DType::BF16)
-      widened_gemm(d, dt, reinterpret_cast<const BF16*>(ap), reinterpret_cast<const BF16*>(bp),
-                   reinterpret_cast<BF16*>(cp));
-    else
-      widened_gemm(d, dt, reinterpret_cast<const F16*>(ap), reinterpret_cast<const F16*>(bp),
-                   reinterpret_cast<F16*>(cp));
   }
 }
 

@@ -3,8 +3,8 @@
 // layer's weight) that the CPU backend runs while kernels::batch_invariant() is on
 // (batch_invariant.h). Each output element is one fixed-shape dot product over k
 // (gemm_invariant_tiles.h), so a row of C has the same bits whatever m, n, the other rows and the
-// thread count are. f32, bf16 (AVX-512-BF16's vdpbf16ps where the CPU has it, else widened to
-// f32) and f16 (widened).
+// thread count are. bf16 and f16 are widened to f32 exactly (in registers for a few rows, into
+// buffers for more), so they get the f32 tiles' bits on the widened values.
 #pragma once
 
 #include <functional>

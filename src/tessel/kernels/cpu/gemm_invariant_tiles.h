@@ -6,6 +6,8 @@
 // tile shape runs exactly these operations per element, so which tile (and which thread) computes
 // an element does not change its bits; only k and the kernel set (L, FMA or not) do. The tile
 // shapes fill the set's vector registers: MR * NR accumulators + MR rows of A + one W vector.
+// bf16 / f16 operands are widened exactly on load (avx2 and avx512 sets), which gives the same
+// bits as the f32 tiles on widened copies.
 // Kernel-private: include inside TESSEL_ISA_BEGIN.
 #pragma once
 
@@ -139,9 +141,64 @@ inline void finish(typename S::V (&acc)[MR][NR], float* out) {
     S::sums(&acc[0][0] + e, std::min(kGroup, kCount - e), out + e);
 }
 
-// out[r * NR + c] = dot(a row r, w row c) over k, for f32 A and W.
-template <int MR, int NR>
-void tile_f32(const float* a, int64_t lda, const float* w, int64_t ldw, int64_t k, float* out) {
+// Loads of L elements as f32 lanes: f32 itself, or bf16 / f16 widened in registers (exactly, so
+// a widened tile gives the bits of the f32 tile on a widened copy).
+struct F32Load {
+  using T = float;
+  static F32Lanes::V load(const float* p) { return F32Lanes::load(p); }
+  static F32Lanes::V load_part(const float* p, int n) { return F32Lanes::load_part(p, n); }
+};
+
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+inline __m256i load16(const uint16_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+inline __m256i load16_part(const uint16_t* p, int n) {
+  return _mm256_maskz_loadu_epi16(__mmask16((1u << n) - 1), p);
+}
+// The masked forms with a full mask avoid GCC 12's false "uninitialized" warnings of the plain
+// ones.
+inline __m512 bf16_lanes(__m256i h) {
+  const __mmask16 all = 0xffff;
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, _mm512_maskz_cvtepu16_epi32(all, h), 16));
+}
+inline __m512 f16_lanes(__m256i h) {
+  return _mm512_maskz_cvtph_ps(__mmask16(0xffff), h);
+}
+#elif TESSEL_KERNEL_ISA_LEVEL == 1
+inline __m128i load16(const uint16_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+inline __m128i load16_part(const uint16_t* p, int n) {
+  alignas(16) uint16_t buf[8] = {};
+  std::memcpy(buf, p, size_t(n) * sizeof(uint16_t));
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(buf));
+}
+inline __m256 bf16_lanes(__m128i h) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline __m256 f16_lanes(__m128i h) {
+  return _mm256_cvtph_ps(h);
+}
+#endif
+
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+struct Bf16Load {
+  using T = uint16_t;
+  static F32Lanes::V load(const uint16_t* p) { return bf16_lanes(load16(p)); }
+  static F32Lanes::V load_part(const uint16_t* p, int n) { return bf16_lanes(load16_part(p, n)); }
+};
+struct F16Load {
+  using T = uint16_t;
+  static F32Lanes::V load(const uint16_t* p) { return f16_lanes(load16(p)); }
+  static F32Lanes::V load_part(const uint16_t* p, int n) { return f16_lanes(load16_part(p, n)); }
+};
+#endif
+
+// out[r * NR + c] = dot(a row r, w row c) over k, for A and W loaded by Load.
+template <typename Load, int MR, int NR>
+void tile(const typename Load::T* a, int64_t lda, const typename Load::T* w, int64_t ldw, int64_t k,
+          float* out) {
   using S = F32Lanes;
   typename S::V acc[MR][NR];
 #pragma GCC unroll 8
@@ -152,11 +209,11 @@ void tile_f32(const float* a, int64_t lda, const float* w, int64_t ldw, int64_t 
     typename S::V av[MR];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r)
-      av[r] = part ? S::load_part(a + r * lda + p, part) : S::load(a + r * lda + p);
+      av[r] = part ? Load::load_part(a + r * lda + p, part) : Load::load(a + r * lda + p);
 #pragma GCC unroll 8
     for (int c = 0; c < NR; ++c) {
       const typename S::V wv =
-          part ? S::load_part(w + c * ldw + p, part) : S::load(w + c * ldw + p);
+          part ? Load::load_part(w + c * ldw + p, part) : Load::load(w + c * ldw + p);
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) acc[r][c] = S::fma(av[r], wv, acc[r][c]);
     }
@@ -167,72 +224,13 @@ void tile_f32(const float* a, int64_t lda, const float* w, int64_t ldw, int64_t 
   finish<S>(acc, out);
 }
 
-#if TESSEL_KERNEL_ISA_LEVEL >= 2
-// bf16 A and W with AVX-512-BF16's vdpbf16ps (only where cpu_features().avx512_bf16): each f32
-// lane takes a pair of products per instruction, 32 elements per vector; the set's own
-// instructions plus AVX512_BF16 for these functions alone.
-#define TESSEL_BF16_TARGET \
-  __attribute__((target("avx512bf16,avx512vl,avx512bw,avx512dq,avx512f,avx2,fma")))
-TESSEL_BF16_TARGET inline __m512bh load_bf16(const uint16_t* p) {
-  return (__m512bh)_mm512_loadu_si512(p);
-}
-TESSEL_BF16_TARGET inline __m512bh load_bf16_part(const uint16_t* p, int n) {
-  return (__m512bh)_mm512_maskz_loadu_epi16(__mmask32((uint64_t(1) << n) - 1), p);
-}
-
-inline constexpr int kBf16Lanes = 32;
-
-template <int MR, int NR>
-TESSEL_BF16_TARGET inline __attribute__((always_inline)) void step_bf16(
-    __m512 (&acc)[MR][NR], const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw,
-    int64_t p, int part) {
-  __m512bh av[MR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-    av[r] = part ? load_bf16_part(a + r * lda + p, part) : load_bf16(a + r * lda + p);
-#pragma GCC unroll 8
-  for (int c = 0; c < NR; ++c) {
-    const __m512bh wv = part ? load_bf16_part(w + c * ldw + p, part) : load_bf16(w + c * ldw + p);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], av[r], wv);
-  }
-}
-
-template <int MR, int NR>
-TESSEL_BF16_TARGET void tile_bf16(const uint16_t* a, int64_t lda, const uint16_t* w, int64_t ldw,
-                                  int64_t k, float* out) {
-  __m512 acc[MR][NR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int c = 0; c < NR; ++c) acc[r][c] = _mm512_setzero_ps();
-  int64_t p = 0;
-  for (; p + kBf16Lanes <= k; p += kBf16Lanes) step_bf16<MR, NR>(acc, a, lda, w, ldw, p, 0);
-  if (p < k) step_bf16<MR, NR>(acc, a, lda, w, ldw, p, int(k - p));
-  finish<F32Lanes>(acc, out);
-}
-#undef TESSEL_BF16_TARGET
-#endif
-
 // Tile functions indexed [rows - 1][cols - 1], for any element type's tile template.
 template <typename T>
 using TileFn = void (*)(const T*, int64_t, const T*, int64_t, int64_t, float*);
 
-template <typename T, template <int, int> class Pick, size_t... I>
-constexpr std::array<TileFn<T>, sizeof...(I)> tile_table(std::index_sequence<I...>) {
-  return {Pick<int(I) / kMaxCols + 1, int(I) % kMaxCols + 1>::fn...};
+template <typename Load, size_t... I>
+constexpr std::array<TileFn<typename Load::T>, sizeof...(I)> tile_table(std::index_sequence<I...>) {
+  return {tile<Load, int(I) / kMaxCols + 1, int(I) % kMaxCols + 1>...};
 }
-
-template <int MR, int NR>
-struct PickF32 {
-  static constexpr TileFn<float> fn = tile_f32<MR, NR>;
-};
-
-#if TESSEL_KERNEL_ISA_LEVEL >= 2
-template <int MR, int NR>
-struct PickBf16 {
-  static constexpr TileFn<uint16_t> fn = tile_bf16<MR, NR>;
-};
-#endif
 
 }  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu::invariant
