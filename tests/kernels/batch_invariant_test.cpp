@@ -197,7 +197,7 @@ TEST(BatchInvariantGemm, RowsAreTheSameInEveryBatch) {
   for (KernelSet set : kernels::runnable_kernel_sets()) {
     kernels::Backend& be = kernels::cpu_backend_for(set);
     for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
-      // Fewer rows than a tile read bf16 / f16 in place, more widen into buffers: the same bits.
+      // Under 32 rows bf16 / f16 are read in place, from 32 on widened into buffers: the same bits.
       for (const GemmShape& s :
            {GemmShape{300, 13, 7}, GemmShape{300, 1031, 33}, GemmShape{100, 1031, 768},
             GemmShape{41, 50, 768}, GemmShape{37, 29, 3072}}) {

@@ -120,7 +120,11 @@ void f32_gemm(const GemmDesc& d, const float* a, const float* b, float* c) {
   });
 }
 
-// bf16 / f16: a few rows (decoding) read A and W in place and widen them in registers; more rows
+// From this many rows on, bf16 / f16 products widen into buffers (measured on 2304 x 768: 16 rows
+// ran 1.25x faster widened in registers, 64 rows 1.3x faster widened into buffers).
+constexpr int64_t kWidenRows = 32;
+
+// bf16 / f16: fewer rows (decoding) read A and W in place and widen them in registers; more rows
 // widen A once and W a block at a time into f32 buffers, which amortises the conversion over the
 // rows. Both give the f32 tiles' bits on the exactly widened values, so the switch on m cannot
 // change a row.
@@ -128,7 +132,7 @@ template <typename H>
 void half_gemm(const GemmDesc& d, DType dt, const H* a, const H* b, H* c) {
   const auto store = half_store(d, c);
 #if TESSEL_KERNEL_ISA_LEVEL >= 1
-  if (d.m < kMaxRows) {
+  if (d.m < kWidenRows) {
     const auto& tiles = dt == DType::BF16 ? kBf16Tiles : kF16Tiles;
     const auto* a16 = reinterpret_cast<const uint16_t*>(a);
     const auto* b16 = reinterpret_cast<const uint16_t*>(b);
