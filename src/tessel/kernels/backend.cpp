@@ -44,7 +44,9 @@ std::string_view op_name(Op op) {
                                                 "dropout",
                                                 "rope",
                                                 "square_sum",
-                                                "quant_matmul"};
+                                                "quant_matmul",
+                                                "paged_kv_store",
+                                                "paged_attention"};
   return kNames[int(op)];
 }
 

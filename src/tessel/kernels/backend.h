@@ -45,6 +45,8 @@ enum class Op {
   Rope,
   SquareSum,
   QuantMatmul,
+  PagedKvStore,
+  PagedAttention,
 };
 std::string_view op_name(Op op);
 
@@ -109,6 +111,15 @@ struct AttentionDesc {
   bool causal = true;
   double scale = 0.0;  // usually 1/sqrt(head_dim)
   int64_t window = 0;  // sliding window (keys per query, itself included); 0 = unlimited
+};
+
+// Paged attention (PagedAttention, Kwon et al. 2023) over a block-paged KV cache: pools k_pool and
+// v_pool [num_blocks, block_size, Hkv, D]; key position t of sequence s lives at slot
+// block_tables[s][t / block_size] * block_size + t % block_size (a slot indexes the pool's
+// [num_blocks * block_size] rows). `scale` 0 means 1/sqrt(D); `window` as AttentionDesc's.
+struct PagedAttentionDesc {
+  double scale = 0.0;
+  int64_t window = 0;
 };
 
 struct AdamWParams {
@@ -218,6 +229,27 @@ class Backend {
   // weights). For the Q types the CPU backend rounds each 32-element block of x to int8 with its
   // own scale (as ggml's Q8_0) and multiplies in integers; F16 / BF16 weights multiply in f32.
   virtual void quant_matmul(quant::QuantType type, const Tensor& x, const Tensor& w, Tensor& y) = 0;
+
+  // Writes the keys and values of N new tokens into the paged pools: k_pool[slot[i]] = k[i] and
+  // v_pool[slot[i]] = v[i] for k, v [N, Hkv, D], pools [num_blocks, block_size, Hkv, D] of the
+  // same dtype and slots i64 [N]. Every slot lies in [0, num_blocks * block_size) and no two are
+  // equal (checked before anything is written).
+  virtual void paged_kv_store(const Tensor& k, const Tensor& v, const Tensor& slots, Tensor& k_pool,
+                              Tensor& v_pool) = 0;
+
+  // Causal attention of a ragged batch of S sequences whose N new queries are packed: q [N, H, D];
+  // block_tables i32 [S, max_blocks] (row s: sequence s's blocks in order; entries past its last
+  // block are ignored); seq_lens i64 [S] (keys of sequence s, its new tokens included);
+  // query_starts i64 [S + 1] (sequence s owns rows [query_starts[s], query_starts[s + 1]), n_s of
+  // them, n_s <= seq_lens[s]). Row j of sequence s sits at position p = seq_lens[s] - n_s + j and
+  // sees keys max(0, p - window + 1) .. p (0 .. p without a window); query head h reads kv head
+  // h / (H / Hkv). out [N, H, D] has q's dtype; the pools are f64 with f64 q, else any of f32,
+  // bf16, f16 (computed in f32). The CPU kernel is batch-invariant: a row's bits depend only on
+  // its query, its sequence's keys and values and the options (docs/KERNELS.md).
+  virtual void paged_attention(const PagedAttentionDesc& desc, const Tensor& q,
+                               const Tensor& k_pool, const Tensor& v_pool,
+                               const Tensor& block_tables, const Tensor& seq_lens,
+                               const Tensor& query_starts, Tensor& out) = 0;
 
   // dst = src in dst's dtype (equal element counts; float -> bf16/f16 rounds to nearest even).
   // The default converts element by element on the host; backends override it with fast paths.

@@ -13,6 +13,7 @@
 #include "tessel/ops/loss.h"
 #include "tessel/ops/matmul.h"
 #include "tessel/ops/norm.h"
+#include "tessel/ops/paged_attention.h"
 #include "tessel/ops/reduce.h"
 #include "tessel/ops/rope.h"
 #include "tessel/ops/shape.h"

@@ -58,6 +58,20 @@ void f32_to_f16_loop(const float* src, uint16_t* dst, int64_t n) {
 
 }  // namespace
 
+void half_row_to_f32(const uint16_t* src, DType src_dtype, float* dst, int64_t n) {
+  if (src_dtype == DType::BF16)
+    bf16_to_f32_loop(src, dst, n);
+  else
+    f16_to_f32_loop(src, dst, n);
+}
+
+void f32_row_to_half(const float* src, uint16_t* dst, DType dst_dtype, int64_t n) {
+  if (dst_dtype == DType::BF16)
+    f32_to_bf16_loop(src, dst, n);
+  else
+    f32_to_f16_loop(src, dst, n);
+}
+
 void half_to_f32(const void* src, DType src_dtype, float* dst, int64_t n) {
   TESSEL_CHECK(is_half(src_dtype), "half_to_f32: source is ", dtype_name(src_dtype),
                ", expected bf16 or f16");

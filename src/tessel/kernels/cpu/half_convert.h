@@ -19,6 +19,11 @@ void half_to_f32(const void* src, DType src_dtype, float* dst, int64_t n);
 // dst[i] = round_to_nearest_even(src[i]) for a bf16 or f16 destination (overflow gives inf).
 void f32_to_half(const float* src, void* dst, DType dst_dtype, int64_t n);
 
+// One short row on the calling thread (no parallel region, no checks: the dtype must be bf16 or
+// f16), for kernels that convert inside their own parallel loops.
+void half_row_to_f32(const uint16_t* src, DType src_dtype, float* dst, int64_t n);
+void f32_row_to_half(const float* src, uint16_t* dst, DType dst_dtype, int64_t n);
+
 // Row blocks: dst (rows x cols, packed) = float of the 16-bit src rows `src_ld` elements apart,
 // and the reverse with rounding. Parallel over rows.
 void half_rows_to_f32(const void* src, DType src_dtype, int64_t src_ld, float* dst, int64_t rows,

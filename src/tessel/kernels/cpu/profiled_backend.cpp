@@ -141,6 +141,17 @@ class ProfiledBackend final : public Backend {
     profile::Scope s("quant_matmul");
     inner_.quant_matmul(type, x, w, y);
   }
+  void paged_kv_store(const Tensor& k, const Tensor& v, const Tensor& slots, Tensor& k_pool,
+                      Tensor& v_pool) override {
+    profile::Scope s("paged_kv_store");
+    inner_.paged_kv_store(k, v, slots, k_pool, v_pool);
+  }
+  void paged_attention(const PagedAttentionDesc& desc, const Tensor& q, const Tensor& k_pool,
+                       const Tensor& v_pool, const Tensor& block_tables, const Tensor& seq_lens,
+                       const Tensor& query_starts, Tensor& out) override {
+    profile::Scope s("paged_attention");
+    inner_.paged_attention(desc, q, k_pool, v_pool, block_tables, seq_lens, query_starts, out);
+  }
 
  private:
   // Two products of head_dim per visible (query, key) pair and head: all q_len x kv_len pairs,

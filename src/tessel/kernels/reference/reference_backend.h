@@ -49,6 +49,11 @@ class ReferenceBackend final : public Backend {
   void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& positions,
             bool inverse, Tensor& out) override;
   void quant_matmul(quant::QuantType type, const Tensor& x, const Tensor& w, Tensor& y) override;
+  void paged_kv_store(const Tensor& k, const Tensor& v, const Tensor& slots, Tensor& k_pool,
+                      Tensor& v_pool) override;
+  void paged_attention(const PagedAttentionDesc& desc, const Tensor& q, const Tensor& k_pool,
+                       const Tensor& v_pool, const Tensor& block_tables, const Tensor& seq_lens,
+                       const Tensor& query_starts, Tensor& out) override;
 };
 
 Backend& reference_backend();

@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: Apache-2.0
+// Paged attention over a block-paged KV cache (PagedAttention, Kwon et al. 2023, as in vLLM), with
+// an online softmax (Milakov & Gimelshein 2018), written to be batch-invariant: the bits of a
+// query row's output depend only on that query, its sequence's keys and values and the options,
+// never on how many rows, sequences or threads share the call, nor on how the keys were written.
+//
+// How: keys are visited in tiles of kTile positions aligned at multiples of kTile (absolute
+// positions, not cache blocks, so the block size does not matter either). For each (query, head)
+// one thread runs the same code over the tiles its causal / sliding-window range touches, in
+// position order: scores of the whole tile (keys outside the row's range masked to -inf, so their
+// weights are exactly 0 and add nothing), the tile's max, the rescale, the weighted sum of V.
+// A work unit is (sequence, kv head, chunk of kQueryChunk rows): it gathers each tile's keys once,
+// transposed, for every query head of the kv head's group and every row of the chunk, and the
+// units are spread over the pool; splitting the work differently changes no row's arithmetic.
+#include <omp.h>
+
+#include "tessel/kernels/cpu/isa_region.h"
+#include "tessel/kernels/cpu/paged_check.h"
+TESSEL_ISA_BEGIN
+#include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/half_convert.h"
+#include "tessel/kernels/cpu/simd_math.h"
+
+namespace tessel::kernels::TESSEL_KERNEL_ISA {
+
+namespace {
+
+constexpr int64_t kTile = 32;        // key positions per tile
+constexpr int64_t kQueryChunk = 16;  // query rows per work unit
+
+template <typename Acc>
+Acc exp_acc(Acc x) {
+  if constexpr (std::is_same_v<Acc, float>)
+    return cpu::exp_f32(x);
+  else
+    return std::exp(x);
+}
+
+// n elements of any supported dtype at src (element offset `at`) widened to Acc.
+template <typename Acc>
+void load_row(const void* src, DType dtype, int64_t at, int64_t n, Acc* dst) {
+  if (dtype == DType::BF16 || dtype == DType::F16) {
+    if constexpr (std::is_same_v<Acc, float>)
+      cpu::half_row_to_f32(static_cast<const uint16_t*>(src) + at, dtype, dst, n);
+  } else if (dtype == DType::F32) {
+    const float* s = static_cast<const float*>(src) + at;
+    for (int64_t i = 0; i < n; ++i) dst[i] = Acc(s[i]);
+  } else {
+    const double* s = static_cast<const double*>(src) + at;
+    for (int64_t i = 0; i < n; ++i) dst[i] = Acc(s[i]);
+  }
+}
+
+template <typename Acc>
+void store_row(const Acc* src, void* dst, DType dtype, int64_t at, int64_t n) {
+  if (dtype == DType::BF16 || dtype == DType::F16) {
+    if constexpr (std::is_same_v<Acc, float>)
+      cpu::f32_row_to_half(src, static_cast<uint16_t*>(dst) + at, dtype, n);
+  } else if (dtype == DType::F32) {
+    float* d = static_cast<float*>(dst) + at;
+    for (int64_t i = 0; i < n; ++i) d[i] = float(src[i]);
+  } else {
+    double* d = static_cast<double*>(dst) + at;
+    for (int64_t i = 0; i < n; ++i) d[i] = double(src[i]);
+  }
+}
+
+struct PagedArgs {
+  const void* q;
+  DType q_dtype;
+  const void* k_pool;
+  const void* v_pool;
+  DType pool_dtype;
+  const int32_t* table;
+  const int64_t* lens;
+  const int64_t* starts;
+  void* out;
+  int64_t heads, kv_heads, dim, block_size, max_blocks, window;
+  double scale;
+};
+
+// One (sequence, kv head, row chunk) unit's buffers, reused across the units a thread runs.
+template <typename Acc>
+struct UnitBuffers {
+  std::vector<Acc> kt;    // [dim][kTile]: the tile's keys, transposed
+  std::vector<Acc> v;     // [kTile][dim]: the tile's values, widened (16-bit pools only)
+  std::vector<Acc> q;     // [rows * group][dim]
+  std::vector<Acc> acc;   // [rows * group][dim]
+  std::vector<Acc> m, l;  // [rows * group]
+};
+
+// The online-softmax update of one (query, head) state with one tile: keys [a, b) of the tile are
+// visible. Fixed code, fixed order: the same bits whichever unit or thread runs it.
+template <typename Acc>
+void update_state(const Acc* q, const Acc* kt, const Acc* const* vrow, int64_t dim, int64_t a,
+                  int64_t b, Acc scale, Acc& m, Acc& l, Acc* acc) {
+  constexpr Acc kNegInf = -std::numeric_limits<Acc>::infinity();
+  alignas(64) Acc s[kTile];
+  for (int64_t t = 0; t < kTile; ++t) s[t] = 0;
+  for (int64_t d = 0; d < dim; ++d) {
+    const Acc qd = q[d];
+    const Acc* kd = kt + d * kTile;
+#pragma omp simd
+    for (int64_t t = 0; t < kTile; ++t) s[t] = qd * kd[t] + s[t];
+  }
+  Acc tile_max = kNegInf;
+#pragma omp simd reduction(max : tile_max)
+  for (int64_t t = 0; t < kTile; ++t) {
+    s[t] = t >= a && t < b ? s[t] * scale : kNegInf;
+    tile_max = std::max(tile_max, s[t]);
+  }
+  const Acc m_new = std::max(m, tile_max);
+  const Acc corr = exp_acc(m - m_new);  // 0 on the first tile (m = -inf)
+  Acc sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t t = 0; t < kTile; ++t) {
+    s[t] = exp_acc(s[t] - m_new);
+    sum += s[t];
+  }
+  l = l * corr + sum;
+  m = m_new;
+#pragma omp simd
+  for (int64_t d = 0; d < dim; ++d) acc[d] *= corr;
+  for (int64_t t = a; t < b; ++t) {
+    const Acc p = s[t];
+    const Acc* vt = vrow[t];
+#pragma omp simd
+    for (int64_t d = 0; d < dim; ++d) acc[d] = p * vt[d] + acc[d];
+  }
+}
+
+// Pool element type T, accumulation type Acc (f32, or f64 for f64 pools).
+template <typename T, typename Acc>
+void run_unit(const PagedArgs& g, int64_t seq, int64_t kvh, int64_t r0, int64_t r1,
+              UnitBuffers<Acc>& buf) {
+  constexpr bool kHalf = std::is_same_v<T, BF16> || std::is_same_v<T, F16>;
+  const int64_t dim = g.dim, group = g.heads / g.kv_heads, states = (r1 - r0) * group;
+  const int64_t len = g.lens[seq], n = g.starts[seq + 1] - g.starts[seq], first = len - n;
+  buf.kt.assign(size_t(dim * kTile), Acc(0));
+  if (kHalf) buf.v.resize(size_t(kTile * dim));
+  buf.q.resize(size_t(states * dim));
+  buf.acc.assign(size_t(states * dim), Acc(0));
+  buf.m.assign(size_t(states), -std::numeric_limits<Acc>::infinity());
+  buf.l.assign(size_t(states), Acc(0));
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t h = 0; h < group; ++h)
+      load_row(g.q, g.q_dtype, ((g.starts[seq] + r) * g.heads + kvh * group + h) * dim, dim,
+               &buf.q[size_t(((r - r0) * group + h) * dim)]);
+
+  const auto row_begin = [&](int64_t p) {
+    return g.window > 0 ? std::max<int64_t>(p - g.window + 1, 0) : int64_t(0);
+  };
+  const T* kp = static_cast<const T*>(g.k_pool);
+  const T* vp = static_cast<const T*>(g.v_pool);
+  const int32_t* table = g.table + seq * g.max_blocks;
+  const int64_t lo = row_begin(first + r0), hi = first + r1;  // keys the chunk sees: [lo, hi)
+  const Acc scale = Acc(g.scale);
+  alignas(64) Acc row[1024];  // one 16-bit key row widened (dim <= 1024 is checked by the caller)
+  const Acc* vrow[kTile];
+  for (int64_t t0 = lo / kTile * kTile; t0 < hi; t0 += kTile) {
+    const int64_t t1 = std::min(t0 + kTile, hi);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t slot = int64_t(table[t / g.block_size]) * g.block_size + t % g.block_size;
+      const int64_t at = (slot * g.kv_heads + kvh) * dim;
+      const Acc* krow;
+      if constexpr (kHalf) {
+        load_row(kp, g.pool_dtype, at, dim, row);
+        krow = row;
+        load_row(vp, g.pool_dtype, at, dim, &buf.v[size_t((t - t0) * dim)]);
+        vrow[t - t0] = &buf.v[size_t((t - t0) * dim)];
+      } else {
+        krow = kp + at;
+        vrow[t - t0] = vp + at;
+      }
+      for (int64_t d = 0; d < dim; ++d) buf.kt[size_t(d * kTile + (t - t0))] = krow[d];
+    }
+    // Positions past the chunk's last key hold earlier tiles' keys: every row masks them.
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t p = first + r;
+      const int64_t a = std::max(row_begin(p), t0) - t0, b = std::min(p + 1, t0 + kTile) - t0;
+      if (a >= b) continue;
+      for (int64_t h = 0; h < group; ++h) {
+        const size_t st = size_t((r - r0) * group + h);
+        update_state(&buf.q[st * size_t(dim)], buf.kt.data(), vrow, dim, a, b, scale, buf.m[st],
+                     buf.l[st], &buf.acc[st * size_t(dim)]);
+      }
+    }
+  }
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t h = 0; h < group; ++h) {
+      const size_t st = size_t((r - r0) * group + h);
+      Acc* a = &buf.acc[st * size_t(dim)];
+      const Acc inv = Acc(1) / buf.l[st];
+      for (int64_t d = 0; d < dim; ++d) a[d] *= inv;
+      store_row(a, g.out, g.q_dtype, ((g.starts[seq] + r) * g.heads + kvh * group + h) * dim, dim);
+    }
+}
+
+template <typename T, typename Acc>
+void paged_attention_typed(const PagedArgs& g, int64_t sequences) {
+  // Units in sequence order; the pool takes them one at a time (causal rows differ in cost).
+  struct Unit {
+    int64_t seq, kvh, r0, r1;
+  };
+  std::vector<Unit> units;
+  for (int64_t s = 0; s < sequences; ++s) {
+    const int64_t n = g.starts[s + 1] - g.starts[s];
+    for (int64_t r = 0; r < n; r += kQueryChunk)
+      for (int64_t h = 0; h < g.kv_heads; ++h)
+        units.push_back({s, h, r, std::min(n, r + kQueryChunk)});
+  }
+  const int64_t count = int64_t(units.size());
+  const int threads = int(std::min<int64_t>(num_threads(), count));
+  if (threads <= 1 || omp_in_parallel()) {
+    UnitBuffers<Acc> buf;
+    for (const Unit& u : units) run_unit<T, Acc>(g, u.seq, u.kvh, u.r0, u.r1, buf);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    UnitBuffers<Acc> buf;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < count; ++i) {
+      const Unit& u = units[size_t(i)];
+      run_unit<T, Acc>(g, u.seq, u.kvh, u.r0, u.r1, buf);
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::paged_kv_store(const Tensor& k, const Tensor& v, const Tensor& slots,
+                                Tensor& k_pool, Tensor& v_pool) {
+  const PagedKvStoreShape s = validate_paged_kv_store(*this, k, v, slots, k_pool, v_pool);
+  const size_t row = size_t(s.pool.kv_heads * s.pool.head_dim) * dtype_size(k.dtype());
+  const int64_t* slot = slots.data<int64_t>();
+  const auto* ks = static_cast<const char*>(k.data_ptr());
+  const auto* vs = static_cast<const char*>(v.data_ptr());
+  auto* kd = static_cast<char*>(k_pool.data_ptr());
+  auto* vd = static_cast<char*>(v_pool.data_ptr());
+  parallel_for(0, s.tokens, std::max<int64_t>(1, (int64_t(1) << 16) / int64_t(row + 1)),
+               [&](int64_t lo, int64_t hi) {
+                 for (int64_t i = lo; i < hi; ++i) {
+                   std::memcpy(kd + size_t(slot[i]) * row, ks + size_t(i) * row, row);
+                   std::memcpy(vd + size_t(slot[i]) * row, vs + size_t(i) * row, row);
+                 }
+               });
+}
+
+void CpuBackend::paged_attention(const PagedAttentionDesc& desc, const Tensor& q,
+                                 const Tensor& k_pool, const Tensor& v_pool,
+                                 const Tensor& block_tables, const Tensor& seq_lens,
+                                 const Tensor& query_starts, Tensor& out) {
+  const PagedAttentionShape s = validate_paged_attention(*this, desc, q, k_pool, v_pool,
+                                                         block_tables, seq_lens, query_starts, out);
+  TESSEL_CHECK(s.pool.head_dim <= 1024, "paged_attention: head_dim ", s.pool.head_dim,
+               " above the CPU kernel's 1024");
+  const PagedArgs g{q.data_ptr(),
+                    q.dtype(),
+                    k_pool.data_ptr(),
+                    v_pool.data_ptr(),
+                    k_pool.dtype(),
+                    block_tables.data<int32_t>(),
+                    seq_lens.data<int64_t>(),
+                    query_starts.data<int64_t>(),
+                    out.data_ptr(),
+                    s.heads,
+                    s.pool.kv_heads,
+                    s.pool.head_dim,
+                    s.pool.block_size,
+                    s.max_blocks,
+                    desc.window,
+                    s.scale};
+  switch (k_pool.dtype()) {
+    case DType::F64:
+      paged_attention_typed<double, double>(g, s.sequences);
+      break;
+    case DType::BF16:
+      paged_attention_typed<BF16, float>(g, s.sequences);
+      break;
+    case DType::F16:
+      paged_attention_typed<F16, float>(g, s.sequences);
+      break;
+    default:
+      paged_attention_typed<float, float>(g, s.sequences);
+      break;
+  }
+}
+
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA
+TESSEL_ISA_END
