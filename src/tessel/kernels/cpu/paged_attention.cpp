@@ -7,11 +7,12 @@
 // How: keys are visited in tiles of kTile positions aligned at multiples of kTile (absolute
 // positions, not cache blocks, so the block size does not matter either). For each (query, head)
 // one thread runs the same code over the tiles its causal / sliding-window range touches, in
-// position order: scores of the whole tile (keys outside the row's range masked to -inf, so their
-// weights are exactly 0 and add nothing), the tile's max, the rescale, the weighted sum of V.
-// A work unit is (sequence, kv head, chunk of kQueryChunk rows): it gathers each tile's keys once,
-// transposed, for every query head of the kv head's group and every row of the chunk, and the
-// units are spread over the pool; splitting the work differently changes no row's arithmetic.
+// position order: the visible keys' scores (dot products in fixed lanes), the tile's max, the
+// rescale, the tile's weights summed in fixed lanes (keys outside the row's range weigh exactly
+// 0 and add nothing), the weighted sum of V. A work unit is (sequence, kv head, chunk of
+// kQueryChunk rows): it locates (and widens, for 16-bit pools) each tile's keys once for every
+// query head of the kv head's group and every row of the chunk, and the units are spread over the
+// pool; splitting the work differently changes no row's arithmetic.
 #include <omp.h>
 
 #include "tessel/kernels/cpu/isa_region.h"
@@ -82,42 +83,53 @@ struct PagedArgs {
 // One (sequence, kv head, row chunk) unit's buffers, reused across the units a thread runs.
 template <typename Acc>
 struct UnitBuffers {
-  std::vector<Acc> kt;    // [dim][kTile]: the tile's keys, transposed
-  std::vector<Acc> v;     // [kTile][dim]: the tile's values, widened (16-bit pools only)
+  std::vector<Acc> k, v;  // [kTile][dim]: the tile's keys and values, widened (16-bit pools)
   std::vector<Acc> q;     // [rows * group][dim]
   std::vector<Acc> acc;   // [rows * group][dim]
   std::vector<Acc> m, l;  // [rows * group]
 };
 
-// The online-softmax update of one (query, head) state with one tile: keys [a, b) of the tile are
-// visible. Fixed code, fixed order: the same bits whichever unit or thread runs it.
+// x . y over n elements in kLanes fixed partial sums, added pairwise at the end: the order is the
+// source's (no reassociation), so every kernel set vectorises it and every call with the same n
+// gives the same bits, whatever the addresses.
 template <typename Acc>
-void update_state(const Acc* q, const Acc* kt, const Acc* const* vrow, int64_t dim, int64_t a,
-                  int64_t b, Acc scale, Acc& m, Acc& l, Acc* acc) {
+Acc dot(const Acc* x, const Acc* y, int64_t n) {
+  constexpr int kLanes = 16;
+  Acc part[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) part[j] = x[i + j] * y[i + j] + part[j];
+  for (int j = 0; i < n; ++i, ++j) part[j] = x[i] * y[i] + part[j];
+  for (int width = kLanes / 2; width >= 1; width /= 2)
+    for (int j = 0; j < width; ++j) part[j] += part[j + width];
+  return part[0];
+}
+
+// The online-softmax update of one (query, head) state with one tile whose visible keys are
+// [a, b) (tile offsets). Fixed code and order: the same bits whichever unit or thread runs it.
+template <typename Acc>
+void update_state(const Acc* q, const Acc* const* krow, const Acc* const* vrow, int64_t dim,
+                  int64_t a, int64_t b, Acc scale, Acc& m, Acc& l, Acc* acc) {
   constexpr Acc kNegInf = -std::numeric_limits<Acc>::infinity();
+  constexpr int kSumLanes = 8;
   alignas(64) Acc s[kTile];
-  for (int64_t t = 0; t < kTile; ++t) s[t] = 0;
-  for (int64_t d = 0; d < dim; ++d) {
-    const Acc qd = q[d];
-    const Acc* kd = kt + d * kTile;
-#pragma omp simd
-    for (int64_t t = 0; t < kTile; ++t) s[t] = qd * kd[t] + s[t];
-  }
+  for (int64_t t = 0; t < kTile; ++t) s[t] = kNegInf;
   Acc tile_max = kNegInf;
-#pragma omp simd reduction(max : tile_max)
-  for (int64_t t = 0; t < kTile; ++t) {
-    s[t] = t >= a && t < b ? s[t] * scale : kNegInf;
+  for (int64_t t = a; t < b; ++t) {
+    s[t] = dot(q, krow[t], dim) * scale;
     tile_max = std::max(tile_max, s[t]);
   }
   const Acc m_new = std::max(m, tile_max);
   const Acc corr = exp_acc(m - m_new);  // 0 on the first tile (m = -inf)
-  Acc sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t t = 0; t < kTile; ++t) {
-    s[t] = exp_acc(s[t] - m_new);
-    sum += s[t];
-  }
-  l = l * corr + sum;
+#pragma omp simd
+  for (int64_t t = 0; t < kTile; ++t) s[t] = exp_acc(s[t] - m_new);  // masked keys: exactly 0
+  // The tile's weights in fixed lanes (the masked zeros add nothing), then pairwise.
+  Acc part[kSumLanes] = {};
+  for (int64_t t = 0; t < kTile; t += kSumLanes)
+    for (int j = 0; j < kSumLanes; ++j) part[j] += s[t + j];
+  for (int width = kSumLanes / 2; width >= 1; width /= 2)
+    for (int j = 0; j < width; ++j) part[j] += part[j + width];
+  l = l * corr + part[0];
   m = m_new;
 #pragma omp simd
   for (int64_t d = 0; d < dim; ++d) acc[d] *= corr;
@@ -136,8 +148,10 @@ void run_unit(const PagedArgs& g, int64_t seq, int64_t kvh, int64_t r0, int64_t 
   constexpr bool kHalf = std::is_same_v<T, BF16> || std::is_same_v<T, F16>;
   const int64_t dim = g.dim, group = g.heads / g.kv_heads, states = (r1 - r0) * group;
   const int64_t len = g.lens[seq], n = g.starts[seq + 1] - g.starts[seq], first = len - n;
-  buf.kt.assign(size_t(dim * kTile), Acc(0));
-  if (kHalf) buf.v.resize(size_t(kTile * dim));
+  if (kHalf) {
+    buf.k.resize(size_t(kTile * dim));
+    buf.v.resize(size_t(kTile * dim));
+  }
   buf.q.resize(size_t(states * dim));
   buf.acc.assign(size_t(states * dim), Acc(0));
   buf.m.assign(size_t(states), -std::numeric_limits<Acc>::infinity());
@@ -155,34 +169,33 @@ void run_unit(const PagedArgs& g, int64_t seq, int64_t kvh, int64_t r0, int64_t 
   const int32_t* table = g.table + seq * g.max_blocks;
   const int64_t lo = row_begin(first + r0), hi = first + r1;  // keys the chunk sees: [lo, hi)
   const Acc scale = Acc(g.scale);
-  alignas(64) Acc row[1024];  // one 16-bit key row widened (dim <= 1024 is checked by the caller)
+  const Acc* krow[kTile];
   const Acc* vrow[kTile];
   for (int64_t t0 = lo / kTile * kTile; t0 < hi; t0 += kTile) {
-    const int64_t t1 = std::min(t0 + kTile, hi);
-    for (int64_t t = t0; t < t1; ++t) {
+    // The tile's rows the chunk can see; the others are never read.
+    const int64_t t_lo = std::max(t0, lo), t1 = std::min(t0 + kTile, hi);
+    for (int64_t t = t_lo; t < t1; ++t) {
       const int64_t slot = int64_t(table[t / g.block_size]) * g.block_size + t % g.block_size;
       const int64_t at = (slot * g.kv_heads + kvh) * dim;
-      const Acc* krow;
+      const int64_t i = t - t0;
       if constexpr (kHalf) {
-        load_row(kp, g.pool_dtype, at, dim, row);
-        krow = row;
-        load_row(vp, g.pool_dtype, at, dim, &buf.v[size_t((t - t0) * dim)]);
-        vrow[t - t0] = &buf.v[size_t((t - t0) * dim)];
+        load_row(kp, g.pool_dtype, at, dim, &buf.k[size_t(i * dim)]);
+        load_row(vp, g.pool_dtype, at, dim, &buf.v[size_t(i * dim)]);
+        krow[i] = &buf.k[size_t(i * dim)];
+        vrow[i] = &buf.v[size_t(i * dim)];
       } else {
-        krow = kp + at;
-        vrow[t - t0] = vp + at;
+        krow[i] = kp + at;
+        vrow[i] = vp + at;
       }
-      for (int64_t d = 0; d < dim; ++d) buf.kt[size_t(d * kTile + (t - t0))] = krow[d];
     }
-    // Positions past the chunk's last key hold earlier tiles' keys: every row masks them.
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t p = first + r;
       const int64_t a = std::max(row_begin(p), t0) - t0, b = std::min(p + 1, t0 + kTile) - t0;
       if (a >= b) continue;
       for (int64_t h = 0; h < group; ++h) {
         const size_t st = size_t((r - r0) * group + h);
-        update_state(&buf.q[st * size_t(dim)], buf.kt.data(), vrow, dim, a, b, scale, buf.m[st],
-                     buf.l[st], &buf.acc[st * size_t(dim)]);
+        update_state(&buf.q[st * size_t(dim)], krow, vrow, dim, a, b, scale, buf.m[st], buf.l[st],
+                     &buf.acc[st * size_t(dim)]);
       }
     }
   }
@@ -253,8 +266,6 @@ void CpuBackend::paged_attention(const PagedAttentionDesc& desc, const Tensor& q
                                  const Tensor& query_starts, Tensor& out) {
   const PagedAttentionShape s = validate_paged_attention(*this, desc, q, k_pool, v_pool,
                                                          block_tables, seq_lens, query_starts, out);
-  TESSEL_CHECK(s.pool.head_dim <= 1024, "paged_attention: head_dim ", s.pool.head_dim,
-               " above the CPU kernel's 1024");
   const PagedArgs g{q.data_ptr(),
                     q.dtype(),
                     k_pool.data_ptr(),
