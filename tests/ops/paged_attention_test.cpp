@@ -195,18 +195,18 @@ TEST_P(PagedInvariance, AloneEqualsInsideABatchOf33) {
   }
 }
 
-// A 29-token prompt processed whole, in chunks of 5 and one token at a time, each in a cache of
+// A 75-token prompt processed whole, in chunks of 5 and one token at a time, each in a cache of
 // another block size: every row's output is the same bits.
 TEST_P(PagedInvariance, ChunkedPrefillEqualsWholePrompt) {
   const DType dt = GetParam();
-  const int64_t heads = 6, kv_heads = 3, dim = 18, len = 29;
+  const int64_t heads = 6, kv_heads = 3, dim = 18, len = 75;  // three 32-key tiles
   Tensor k = rn({len, kv_heads, dim}, 11, dt), v = rn({len, kv_heads, dim}, 12, dt);
   Tensor q = rn({len, heads, dim}, 13, dt);
   for (int64_t window : {int64_t(0), int64_t(5)}) {
     std::vector<Tensor> outs;
     const std::pair<int64_t, int64_t> kRuns[] = {{len, 1}, {5, 16}, {1, 3}};  // (chunk, block)
     for (auto [chunk, block] : kRuns) {
-      PagedCache cache(40, block, kv_heads, dim, dt, uint32_t(chunk));
+      PagedCache cache(90, block, kv_heads, dim, dt, uint32_t(chunk));
       const int s = cache.add_sequence();
       std::vector<Tensor> parts;
       for (int64_t at = 0; at < len; at += chunk) {
