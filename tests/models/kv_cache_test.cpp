@@ -150,7 +150,7 @@ TEST(KVCache, BadUsesNameTheValues) {
     model->forward_step(from_data(random_ids(9 * 2, 37, 1), Shape{2, 9}), cache);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("9 new tokens after 0 cached exceed the 8"),
+    EXPECT_NE(std::string(e.what()).find("9 new tokens after 0 cached exceed the capacity 8"),
               std::string::npos)
         << e.what();
   }

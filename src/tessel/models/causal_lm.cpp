@@ -62,6 +62,35 @@ Tensor CausalLM::loss(const Tensor& ids, const Tensor& targets) {
                             targets.reshape({n}));
 }
 
+Tensor CausalLM::forward_step(const Tensor& ids, KVCache& cache, bool last_only) {
+  TESSEL_CHECK(ids.ndim() == 2, type_name(), ".forward_step: ids ", ids.shape(),
+               " expected [B, T]");
+  const int64_t b = ids.size(0), t = ids.size(1);
+  Tensor rows;
+  if (last_only) {
+    std::vector<int64_t> last(static_cast<size_t>(b));
+    for (int64_t i = 0; i < b; ++i) last[size_t(i)] = i * t + t - 1;
+    rows = from_data(last, Shape{b});
+  }
+  Tensor logits = forward_cached(ids, cache, rows);
+  cache.advance(t);
+  return last_only ? logits.reshape({b, 1, logits.size(1)}) : logits;
+}
+
+Tensor CausalLM::select_tokens(const Tensor& hidden, const Tensor& rows) {
+  if (!rows.defined()) return hidden;
+  TESSEL_CHECK(hidden.ndim() == 3 && rows.ndim() == 1 && rows.dtype() == DType::I64,
+               "select_tokens: hidden ", hidden.shape(), " and rows ", rows.shape(), " ",
+               dtype_name(rows.dtype()), " expected [B, T, C] and i64 [R]");
+  const int64_t tokens = hidden.size(0) * hidden.size(1);
+  const int64_t* r = rows.data<int64_t>();
+  for (int64_t i = 0; i < rows.numel(); ++i)
+    TESSEL_CHECK(r[i] >= 0 && r[i] < tokens, "select_tokens: row ", r[i], " outside [0, ", tokens,
+                 ")");
+  // A row gather is an embedding lookup into the flattened tokens.
+  return ops::embedding(hidden.reshape({tokens, hidden.size(2)}), rows);
+}
+
 std::vector<int64_t> CausalLM::generate_greedy(const std::vector<int64_t>& prompt, int64_t steps) {
   const int64_t limit = model_config().max_positions();
   TESSEL_CHECK(!prompt.empty(), type_name(), ".generate_greedy: empty prompt");

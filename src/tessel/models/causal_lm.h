@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tessel/models/decode_cache.h"
 #include "tessel/models/kv_cache.h"
 #include "tessel/nn/init.h"
 #include "tessel/nn/module.h"
@@ -123,17 +124,26 @@ class CausalLM : public nn::Module {
   virtual void set_recompute(nn::Recompute mode) = 0;
   virtual nn::Recompute recompute() const = 0;
 
-  // Incremental decoding: runs ids [B, T] at positions [cache.length(), cache.length() + T)
-  // against the cached keys and values, stores the new ones and advances the cache; the logits
-  // equal the matching rows of forward() on the whole sequence. Inference only. With `last_only`
-  // the logits are [B, 1, V] for the last new position.
-  virtual Tensor forward_step(const Tensor& ids, KVCache& cache, bool last_only = false) = 0;
+  // Cached decoding: runs ids [B, T] at the positions `cache` gives them against the keys and
+  // values it holds, storing the new ones there (through cache.attend); the logits equal the
+  // matching rows of forward() on each whole sequence. Inference only. Without `rows` the logits
+  // are [B, T, V]; with rows (i64 [R], indices into the B x T tokens in row-major order) only those
+  // tokens reach the head: [R, V] (the serving engine needs each sequence's last token).
+  virtual Tensor forward_cached(const Tensor& ids, DecodeCache& cache,
+                                const Tensor& rows = Tensor()) = 0;
+  // forward_cached over a KVCache at positions [cache.length(), cache.length() + T), then
+  // cache.advance(T). With `last_only` the logits are [B, 1, V] for the last new position.
+  Tensor forward_step(const Tensor& ids, KVCache& cache, bool last_only = false);
   // An empty cache for `batch` sequences of up to `capacity` tokens (0: max_positions), for the
   // heads this model holds (this rank's under tensor parallelism), in the weights' dtype.
   virtual KVCache make_cache(int64_t batch, int64_t capacity = 0) const = 0;
   // Greedy decoding, recomputing the whole sequence at every step (a reference for the cached
   // path); past max_positions the model sees the last max_positions tokens. The new ids only.
   std::vector<int64_t> generate_greedy(const std::vector<int64_t>& prompt, int64_t steps);
+
+ protected:
+  // hidden [B, T, C] -> the tokens `rows` names, [R, C] (hidden itself when rows is undefined).
+  static Tensor select_tokens(const Tensor& hidden, const Tensor& rows);
 
  private:
   Tensor forward_layers(const Tensor& ids);

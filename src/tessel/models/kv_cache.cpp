@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "tessel/ops/attention.h"
+
 namespace tessel::models {
 
 KVCache::KVCache(int64_t n_layer, int64_t batch, int64_t capacity, int64_t n_head, int64_t head_dim,
@@ -54,6 +56,32 @@ void KVCache::advance(int64_t tokens) {
   TESSEL_CHECK(tokens >= 0 && length_ + tokens <= capacity_, "KVCache.advance: ", tokens,
                " tokens after ", length_, " cached exceed the capacity ", capacity_);
   length_ += tokens;
+}
+
+Tensor KVCache::positions(int64_t batch, int64_t tokens) const {
+  TESSEL_CHECK(batch == batch_ && tokens >= 1, "KVCache.positions: ", batch, " x ", tokens,
+               " tokens for a cache of batch ", batch_);
+  Tensor p = empty(Shape{batch, tokens}, DType::I64);
+  int64_t* data = p.data<int64_t>();
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < tokens; ++t) data[b * tokens + t] = length_ + t;
+  return p;
+}
+
+int64_t KVCache::position_end(int64_t batch, int64_t tokens) const {
+  TESSEL_CHECK(batch == batch_, "KVCache: a step of batch ", batch, " for a cache of batch ",
+               batch_);
+  // Checked before the step does any work, so a failed step commits nothing.
+  TESSEL_CHECK(tokens >= 1 && length_ + tokens <= capacity_, "KVCache: ", tokens,
+               " new tokens after ", length_, " cached exceed the capacity ", capacity_);
+  return length_ + tokens;
+}
+
+Tensor KVCache::attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
+                       int64_t window) {
+  auto [keys, values] = append(layer, k, v);
+  // Tq < Tk: query i sits at position length + i (causal and windowed from there).
+  return ops::attention(q, keys, values, /*causal=*/true, Tensor(), 0.0, window);
 }
 
 size_t KVCache::nbytes() const {

@@ -1,28 +1,31 @@
 // SPDX-License-Identifier: Apache-2.0
 // The key/value cache of incremental decoding: per layer, the keys and values of every token
 // already processed, so each new token attends to them without recomputing them. Buffers are
-// allocated once for a fixed capacity ([B, capacity, H, D] per layer) and filled in place.
+// allocated once for a fixed capacity ([B, capacity, H, D] per layer) and filled in place. Every
+// sequence of the batch is at the same position: length().
 #pragma once
 
 #include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "tessel/models/decode_cache.h"
 #include "tessel/tensor/tensor.h"
 
 namespace tessel::models {
 
-class KVCache {
+class KVCache final : public DecodeCache {
  public:
   KVCache() = default;
   KVCache(int64_t n_layer, int64_t batch, int64_t capacity, int64_t n_head, int64_t head_dim,
           DType dtype = DType::F32);
 
-  int64_t n_layer() const { return int64_t(keys_.size()); }
+  int64_t n_layer() const override { return int64_t(keys_.size()); }
+  int64_t kv_heads() const override { return n_head_; }
+  int64_t head_dim() const override { return head_dim_; }
   int64_t batch() const { return batch_; }
   int64_t capacity() const { return capacity_; }
   int64_t n_head() const { return n_head_; }
-  int64_t head_dim() const { return head_dim_; }
   DType dtype() const { return dtype_; }
   // Tokens cached and committed by advance(); the position of the next token.
   int64_t length() const { return length_; }
@@ -33,6 +36,13 @@ class KVCache {
   // advance(T) commits them.
   std::pair<Tensor, Tensor> append(int64_t layer, const Tensor& k, const Tensor& v);
   void advance(int64_t tokens);
+
+  // DecodeCache: positions [length, length + T) for every row; attend() appends, then runs causal
+  // attention with the query at position length + i. The caller advances after the step.
+  Tensor positions(int64_t batch, int64_t tokens) const override;
+  int64_t position_end(int64_t batch, int64_t tokens) const override;
+  Tensor attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
+                int64_t window) override;
   // Forgets every token (the buffers are kept).
   void reset() { length_ = 0; }
   // Bytes held by the buffers.

@@ -44,8 +44,9 @@ class GPT2 : public CausalLM {
   std::vector<double> layer_costs() const override;
   std::vector<std::string> unit_paths() const override;
 
-  // Incremental decoding (gpt2_decode.cpp); see CausalLM::forward_step.
-  Tensor forward_step(const Tensor& ids, KVCache& cache, bool last_only = false) override;
+  // Cached decoding (gpt2_decode.cpp); see CausalLM::forward_cached.
+  Tensor forward_cached(const Tensor& ids, DecodeCache& cache,
+                        const Tensor& rows = Tensor()) override;
   KVCache make_cache(int64_t batch, int64_t capacity = 0) const override;
 
   std::shared_ptr<nn::Embedding> wte, wpe;

@@ -51,7 +51,8 @@ class Llama : public CausalLM {
   // Incremental decoding (llama_decode.cpp). The cache holds this model's KV heads (this rank's
   // under tensor parallelism), keys after their rotation; a sliding window is applied to the
   // cached keys as to a whole sequence.
-  Tensor forward_step(const Tensor& ids, KVCache& cache, bool last_only = false) override;
+  Tensor forward_cached(const Tensor& ids, DecodeCache& cache,
+                        const Tensor& rows = Tensor()) override;
   KVCache make_cache(int64_t batch, int64_t capacity = 0) const override;
 
   // The matrix the LM head multiplies with (embed_tokens.weight when tied).

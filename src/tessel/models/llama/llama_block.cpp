@@ -28,20 +28,28 @@ LlamaAttention::LlamaAttention(const LlamaConfig& config, std::shared_ptr<Rotary
 }
 
 LlamaAttention::Projected LlamaAttention::project(const Tensor& x, int64_t start) {
-  Tensor q = q_proj->forward(x), k = k_proj->forward(x), v = v_proj->forward(x);
   // Under sequence parallelism x is this rank's piece of the sequence and the Colwise
-  // projections gather it: the length is the projections'.
+  // projections gather it: the length is the projections' (x.size(1) may be smaller).
+  return project(x, Tensor(), start);
+}
+
+LlamaAttention::Projected LlamaAttention::project(const Tensor& x, const Tensor& positions,
+                                                  int64_t position_end) {
+  Tensor q = q_proj->forward(x), k = k_proj->forward(x), v = v_proj->forward(x);
   const int64_t b = q.size(0), t = q.size(1), d = head_dim_;
   const int64_t heads = q.size(2) / d, kv_heads = k.size(2) / d;
   TESSEL_CHECK(q.ndim() == 3 && q.size(2) == heads * d && k.size(2) == kv_heads * d &&
                    v.shape() == k.shape() && kv_heads >= 1 && heads % kv_heads == 0,
                "LlamaAttention: q ", q.shape(), ", k ", k.shape(), ", v ", v.shape(),
                " are not whole heads of ", d, " with query heads a multiple of KV heads");
-  auto [cos, sin] = rope_->get(start + t, kernels::stat_dtype(q.dtype()));
-  Tensor positions = rope_positions(b, t, start);
+  // Without explicit positions, position_end is the start of a contiguous run.
+  const bool contiguous = !positions.defined();
+  auto [cos, sin] =
+      rope_->get(contiguous ? position_end + t : position_end, kernels::stat_dtype(q.dtype()));
+  const Tensor pos = contiguous ? rope_positions(b, t, position_end) : positions;
   Projected p;
-  p.q = ops::rope(ops::reshape(q, {b, t, heads, d}), cos, sin, positions);
-  p.k = ops::rope(ops::reshape(k, {b, t, kv_heads, d}), cos, sin, positions);
+  p.q = ops::rope(ops::reshape(q, {b, t, heads, d}), cos, sin, pos);
+  p.k = ops::rope(ops::reshape(k, {b, t, kv_heads, d}), cos, sin, pos);
   p.v = ops::reshape(v, {b, t, kv_heads, d});
   tap("q", p.q);
   tap("k", p.k);

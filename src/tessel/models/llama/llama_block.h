@@ -41,6 +41,9 @@ class LlamaAttention : public nn::Module {
     Tensor q, k, v;
   };
   Projected project(const Tensor& x, int64_t start);
+  // The same at explicit positions (i64 [B, T], each < position_end): a ragged serving batch.
+  Projected project(const Tensor& x, const Tensor& positions, int64_t position_end);
+  int64_t window() const { return window_; }
   // Attention of projected queries over keys / values of positions [0, Tk) (causal, windowed).
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v) const;
 

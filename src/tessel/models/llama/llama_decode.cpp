@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// LLaMA incremental decoding with a key/value cache: the new tokens run through every layer at
-// positions [cache.length(), cache.length() + T), their rotated keys and values join the cache
-// (KV heads only: a grouped-query model caches num_key_value_heads, not num_attention_heads), and
-// their queries attend to the cached positions they may see (causal, within the sliding window).
+// LLaMA cached decoding: the new tokens run through every layer at the positions the cache gives
+// them; their rotated keys and values go to the cache (KV heads only: a grouped-query model caches
+// num_key_value_heads, not num_attention_heads), which attends their queries over the positions
+// each may see (causal, within the sliding window).
 #include <algorithm>
 
 #include "tessel/autograd/grad_mode.h"
@@ -22,37 +22,36 @@ KVCache Llama::make_cache(int64_t batch, int64_t capacity) const {
                  embed_tokens->output_dtype());
 }
 
-Tensor Llama::forward_step(const Tensor& ids, KVCache& cache, bool last_only) {
+Tensor Llama::forward_cached(const Tensor& ids, DecodeCache& cache, const Tensor& rows) {
   TESSEL_CHECK(ids.ndim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
-               "Llama.forward_step: ids ", ids.shape(), " ", dtype_name(ids.dtype()),
+               "Llama.forward_cached: ids ", ids.shape(), " ", dtype_name(ids.dtype()),
                " expected i32/i64 [B, T]");
-  const int64_t b = ids.size(0), t = ids.size(1), start = cache.length();
+  const int64_t b = ids.size(0), t = ids.size(1);
   const int64_t d = config_.head_dim;
   const int64_t kv_heads = decoder_layers.empty() ? config_.num_key_value_heads
                                                   : decoder_layers[0]->self_attn->local_kv_heads();
-  TESSEL_CHECK(cache.n_layer() == config_.num_hidden_layers && cache.batch() == b &&
-                   cache.n_head() == kv_heads && cache.head_dim() == d,
-               "Llama.forward_step: cache of ", cache.n_layer(), " layers, batch ", cache.batch(),
-               ", ", cache.n_head(), " heads of ", cache.head_dim(), " expected ",
-               config_.num_hidden_layers, " layers, batch ", b, ", ", kv_heads, " KV heads of ", d);
-  const int64_t limit = std::min(cache.capacity(), config_.max_positions());
-  TESSEL_CHECK(t >= 1 && start + t <= limit, "Llama.forward_step: ", t, " new tokens after ", start,
-               " cached exceed the ", limit, " positions available");
+  TESSEL_CHECK(cache.n_layer() == config_.num_hidden_layers && cache.kv_heads() == kv_heads &&
+                   cache.head_dim() == d,
+               "Llama.forward_cached: cache of ", cache.n_layer(), " layers, ", cache.kv_heads(),
+               " heads of ", cache.head_dim(), " expected ", config_.num_hidden_layers, " layers, ",
+               kv_heads, " KV heads of ", d);
+  const int64_t end = cache.position_end(b, t);
+  TESSEL_CHECK(t >= 1 && end <= config_.max_positions(), "Llama.forward_cached: ", t,
+               " new tokens reach position ", end,
+               ", past max_positions = ", config_.max_positions());
   autograd::NoGradGuard no_grad;
+  const Tensor positions = cache.positions(b, t);
   Tensor x = embed_tokens->forward(ids);
   for (size_t l = 0; l < decoder_layers.size(); ++l) {
     LlamaDecoderLayer& layer = *decoder_layers[l];
     LlamaAttention& attn = *layer.self_attn;
-    LlamaAttention::Projected p = attn.project(layer.input_layernorm->forward(x), start);
-    auto [k, v] = cache.append(int64_t(l), p.k, p.v);
-    // Tq < Tk: query i sits at position start + i (causal and windowed from there).
-    Tensor y = attn.attend(p.q, k, v).reshape({b, t, p.q.size(2) * d});
+    LlamaAttention::Projected p = attn.project(layer.input_layernorm->forward(x), positions, end);
+    Tensor y =
+        cache.attend(int64_t(l), p.q, p.k, p.v, attn.window()).reshape({b, t, p.q.size(2) * d});
     x = ops::add(x, attn.o_proj->forward(y));
     x = ops::add(x, layer.mlp->forward(layer.post_attention_layernorm->forward(x)));
   }
-  cache.advance(t);
-  if (last_only && t > 1) x = x.slice(1, t - 1, t);
-  return logits(norm->forward(x));
+  return logits(norm->forward(select_tokens(x, rows)));
 }
 
 }  // namespace tessel::models
