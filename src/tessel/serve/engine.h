@@ -24,6 +24,8 @@ struct EngineOptions {
   // capped by what max_seqs full-length sequences could use.
   int64_t kv_cache_bytes = 0;
   int64_t block_size = 16;  // tokens per KV block
+  // The longest prompt + output (0: the model's max_positions).
+  int64_t max_model_len = 0;
   bool prefix_caching = true;
   int64_t max_queue = 256;  // waiting requests before submit answers kQueueFull
   int64_t max_n = 16;       // choices per request

@@ -1,0 +1,399 @@
+// SPDX-License-Identifier: Apache-2.0
+// The engine thread: takes submissions and cancellations, plans a step, runs it as one ragged
+// batch, samples, and hands each choice's new text to its request's sink.
+#include "tessel/serve/engine.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "tessel/autograd/grad_mode.h"
+#include "tessel/core/error.h"
+#include "tessel/core/log.h"
+#include "tessel/kernels/batch_invariant.h"
+#include "tessel/serve/engine_outputs.h"
+#include "tessel/serve/paged_kv_cache.h"
+
+namespace tessel::serve {
+namespace {
+
+// MemAvailable from /proc/meminfo in bytes (0 when unreadable).
+int64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
+// SplitMix64: a seed per arrival for requests that bring none.
+uint64_t derived_seed(uint64_t arrival) {
+  uint64_t z = arrival + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+struct Engine::State {
+  explicit State(io::Tokenizer t) : tokenizer(std::move(t)) {}
+  std::shared_ptr<models::CausalLM> model;
+  io::Tokenizer tokenizer;
+  EngineOptions options;
+  int64_t context_length = 0, vocab_limit = 0;
+  std::optional<int64_t> eos;
+  std::unique_ptr<PagedKvPool> pool;
+  std::unique_ptr<BlockManager> blocks;
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<OutputWriter> outputs;
+
+  mutable std::mutex mu;
+  std::condition_variable wake;
+  std::deque<std::shared_ptr<RequestState>> inbox;
+  std::vector<std::string> cancels;
+  int64_t waiting_requests = 0;  // inbox + admitted-but-waiting requests, for the queue limit
+  bool draining = false, stopping = false, started = false;
+  Clock::time_point drain_deadline;
+  EngineStats snapshot;
+  std::thread thread;
+
+  // The engine thread's own state.
+  std::unordered_map<std::string, std::shared_ptr<RequestState>> live;
+  std::unordered_map<const RequestState*, std::vector<std::shared_ptr<Sequence>>> sequences;
+  int64_t next_seq = 0;
+  uint64_t next_arrival = 0;
+  int64_t steps = 0;
+
+  void loop();
+  void accept(const std::shared_ptr<RequestState>& request);
+  void end_request(const RequestState& request, FinishReason reason, const std::string& error);
+  void run_step(StepPlan& plan);
+  void publish();
+};
+
+Engine::Engine(std::shared_ptr<models::CausalLM> model, io::Tokenizer tokenizer,
+               EngineOptions options)
+    : state_(std::make_unique<State>(std::move(tokenizer))) {
+  TESSEL_CHECK(model != nullptr, "Engine: no model");
+  State& s = *state_;
+  s.model = std::move(model);
+  s.options = options;
+  TESSEL_CHECK(options.max_batch_tokens >= 1 && options.max_seqs >= 1 && options.block_size >= 1 &&
+                   options.max_queue >= 1 && options.max_n >= 1 && options.kv_cache_bytes >= 0 &&
+                   options.max_model_len >= 0,
+               "Engine: max_batch_tokens ", options.max_batch_tokens, ", max_seqs ",
+               options.max_seqs, ", block_size ", options.block_size, ", max_queue ",
+               options.max_queue, ", max_n ", options.max_n, " must be >= 1, kv_cache_bytes ",
+               options.kv_cache_bytes, " and max_model_len ", options.max_model_len, " >= 0");
+  s.model->eval();
+  const models::ModelConfig& config = s.model->model_config();
+  s.context_length = config.max_positions();
+  if (options.max_model_len > 0)
+    s.context_length = std::min(s.context_length, options.max_model_len);
+  s.vocab_limit = std::min(config.vocabulary_size(), s.tokenizer.vocab_size());
+  if (auto id = s.tokenizer.eos_token_id())
+    s.eos = *id;
+  else if (auto cid = config.eos_id())
+    s.eos = *cid;
+
+  // The cache this rank's model expects (its heads under tensor parallelism, its dtype).
+  const models::KVCache probe = s.model->make_cache(1, 1);
+  const models::KvGeometry geometry{probe.n_layer(), probe.kv_heads(), probe.head_dim()};
+  const DType dtype = probe.dtype();
+  const int64_t per_token = geometry.bytes_per_token(int64_t(dtype_size(dtype)));
+  const int64_t blocks_per_seq = (s.context_length + options.block_size - 1) / options.block_size;
+  // One full-length sequence must fit (so the oldest request can always proceed), plus one
+  // block for a copy-on-write.
+  const int64_t minimum = blocks_per_seq + 1;
+  int64_t num_blocks = 0;
+  if (options.kv_cache_bytes > 0) {
+    num_blocks =
+        PagedKvPool::blocks_for(geometry, options.kv_cache_bytes, options.block_size, dtype);
+    TESSEL_CHECK(num_blocks >= minimum, "Engine: --kv-cache-bytes ", options.kv_cache_bytes,
+                 " holds ", num_blocks, " blocks of ", options.block_size,
+                 " tokens, fewer than the ", minimum, " one ", s.context_length,
+                 "-token sequence needs (", minimum * options.block_size * per_token,
+                 " bytes); give more or lower --max-model-len");
+  } else {
+    const int64_t budget = int64_t(kDefaultKvFraction * double(available_memory()));
+    num_blocks = PagedKvPool::blocks_for(geometry, budget, options.block_size, dtype);
+    // More than every sequence at full length could use is wasted.
+    num_blocks = std::min(num_blocks, options.max_seqs * blocks_per_seq + 1);
+    TESSEL_CHECK(num_blocks >= minimum, "Engine: ", kDefaultKvFraction,
+                 " of the available memory holds ", num_blocks, " KV blocks, fewer than the ",
+                 minimum, " one ", s.context_length,
+                 "-token sequence needs; lower --max-model-len or set --kv-cache-bytes");
+  }
+  s.pool = std::make_unique<PagedKvPool>(geometry, num_blocks, options.block_size, dtype);
+  s.blocks = std::make_unique<BlockManager>(num_blocks, options.block_size, options.prefix_caching);
+  s.scheduler = std::make_unique<Scheduler>(*s.blocks, options.max_batch_tokens, options.max_seqs);
+  s.outputs = std::make_unique<OutputWriter>(s.tokenizer, s.eos);
+  log(LogLevel::Info, "engine: KV cache of ", num_blocks, " blocks x ", options.block_size,
+      " tokens (", s.pool->nbytes() >> 20, " MiB, ", dtype_name(dtype), "), context ",
+      s.context_length, ", up to ", options.max_seqs, " sequences and ", options.max_batch_tokens,
+      " tokens per step");
+  s.publish();
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stopping = true;
+    state_->draining = true;
+    state_->drain_deadline = Clock::now();
+  }
+  state_->wake.notify_all();
+  if (state_->thread.joinable()) state_->thread.join();
+}
+
+void Engine::start() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  TESSEL_CHECK(!state_->started, "Engine.start: already started");
+  state_->started = true;
+  state_->thread = std::thread([s = state_.get()] { s->loop(); });
+}
+
+void Engine::drain(std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->draining = true;
+    state_->stopping = true;
+    state_->drain_deadline = Clock::now() + timeout;
+  }
+  state_->wake.notify_all();
+  if (state_->thread.joinable()) state_->thread.join();
+}
+
+SubmitResult Engine::submit(Request request, DeltaSink sink) {
+  State& s = *state_;
+  if (request.prompt.empty()) return {SubmitStatus::kInvalid, "the prompt has no tokens"};
+  try {
+    request.params.validate();
+    TextStream check(s.tokenizer, request.params.stop);  // stop strings must be valid UTF-8
+  } catch (const Error& e) {
+    return {SubmitStatus::kInvalid, e.what()};
+  }
+  if (request.params.n > s.options.max_n)
+    return {SubmitStatus::kInvalid,
+            detail::concat("n ", request.params.n, " is over the limit ", s.options.max_n)};
+  const int64_t prompt = int64_t(request.prompt.size());
+  if (prompt + request.params.max_tokens > s.context_length)
+    return {
+        SubmitStatus::kInvalid,
+        detail::concat("the prompt's ", prompt, " tokens plus max_tokens ",
+                       request.params.max_tokens, " exceed the context length ", s.context_length)};
+  const int64_t vocab = s.model->model_config().vocabulary_size();
+  for (int64_t id : request.prompt)
+    if (id < 0 || id >= vocab)
+      return {SubmitStatus::kInvalid,
+              detail::concat("prompt token ", id, " is outside the vocabulary [0, ", vocab, ")")};
+  auto state = std::make_shared<RequestState>();
+  state->request = std::move(request);
+  state->sink = std::move(sink);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.draining) return {SubmitStatus::kDraining, "the server is shutting down"};
+    if (s.waiting_requests >= s.options.max_queue)
+      return {SubmitStatus::kQueueFull,
+              detail::concat(s.waiting_requests, " requests are waiting (the limit is ",
+                             s.options.max_queue, ")")};
+    ++s.waiting_requests;
+    s.inbox.push_back(std::move(state));
+  }
+  s.wake.notify_all();
+  return {};
+}
+
+void Engine::cancel(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->cancels.push_back(id);
+  }
+  state_->wake.notify_all();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->snapshot;
+}
+
+const io::Tokenizer& Engine::tokenizer() const {
+  return state_->tokenizer;
+}
+int64_t Engine::context_length() const {
+  return state_->context_length;
+}
+std::optional<int64_t> Engine::eos_token_id() const {
+  return state_->eos;
+}
+const EngineOptions& Engine::options() const {
+  return state_->options;
+}
+
+void Engine::State::accept(const std::shared_ptr<RequestState>& request) {
+  request->arrival = next_arrival++;
+  const SamplingParams& params = request->request.params;
+  request->seed = params.seed ? *params.seed : derived_seed(request->arrival);
+  std::vector<std::shared_ptr<Sequence>>& list = sequences[request.get()];
+  for (int64_t c = 0; c < params.n; ++c) {
+    auto seq = std::make_shared<Sequence>();
+    seq->id = next_seq++;
+    seq->request = request;
+    seq->choice = c;
+    seq->tokens = request->request.prompt;
+    seq->prompt_length = int64_t(seq->tokens.size());
+    seq->sampler = std::make_unique<RequestSampler>(params, request->seed + uint64_t(c),
+                                                    request->request.prompt, vocab_limit);
+    seq->text = std::make_unique<TextStream>(tokenizer, params.stop);
+    list.push_back(seq);
+  }
+  // Choice 0 prefills the prompt; the others are forked from it when that is done.
+  for (size_t c = 1; c < list.size(); ++c) list[0]->children.push_back(list[c]);
+  scheduler->add_waiting(list[0]);
+  live[request->request.id] = request;
+}
+
+// Ends every unfinished choice of `request` with `reason` and forgets it.
+void Engine::State::end_request(const RequestState& request, FinishReason reason,
+                                const std::string& error) {
+  auto it = sequences.find(&request);
+  if (it == sequences.end()) return;
+  for (const auto& seq : it->second) {
+    if (seq->state == SeqState::kFinished) continue;
+    scheduler->remove(*seq);
+    outputs->finish(*seq, reason, error);
+  }
+  live.erase(request.request.id);
+  sequences.erase(it);
+}
+
+void Engine::State::run_step(StepPlan& plan) {
+  autograd::NoGradGuard no_grad;
+  // Every product and attention row computed in a fixed order whatever the batch holds.
+  kernels::BatchInvariantScope invariant(options.deterministic);
+  for (const auto& [from, to] : plan.copies) pool->copy_block(from, to);
+  PagedStep step(*pool, *blocks, plan);
+  Tensor logits = model->forward_cached(step.ids(), step, step.sample_rows());
+  scheduler->complete(plan);
+  logits = logits.to(DType::F32);  // tensors are contiguous (tensor.h)
+  const int64_t vocab = logits.size(-1);
+  const float* data = logits.data<float>();
+  for (size_t r = 0; r < step.sampled_chunks().size(); ++r) {
+    Sequence& seq = *plan.chunks[step.sampled_chunks()[r]].seq;
+    const std::span<const float> row(data + int64_t(r) * vocab, size_t(vocab));
+    // The prompt is done: the other choices share its blocks from here and sample the same row.
+    std::vector<std::shared_ptr<Sequence>> forked = std::move(seq.children);
+    seq.children.clear();
+    for (const auto& child : forked) {
+      blocks->fork(seq.id, child->id);
+      child->computed = seq.computed;
+      scheduler->add_running(child);
+    }
+    std::vector<Sequence*> samplers{&seq};
+    for (const auto& child : forked) samplers.push_back(child.get());
+    for (Sequence* s : samplers) {
+      const FinishReason done = outputs->sample(*s, row, context_length);
+      if (done == FinishReason::kNone) continue;
+      scheduler->remove(*s);
+      RequestState& request = *s->request;
+      if (++request.finished_choices == request.request.params.n) {
+        live.erase(request.request.id);
+        sequences.erase(&request);
+      }
+    }
+  }
+}
+
+void Engine::State::publish() {
+  EngineStats st;
+  st.waiting = int64_t(scheduler->waiting().size());
+  st.running = int64_t(scheduler->running().size());
+  const BlockManagerStats b = blocks->stats();
+  st.kv_blocks_total = b.total;
+  st.kv_blocks_used = b.used;
+  st.kv_block_size = blocks->block_size();
+  st.prefix_queries = b.prefix_queries;
+  st.prefix_hits = b.prefix_hits;
+  st.preemptions = scheduler->preemptions();
+  st.prompt_tokens = outputs->prompt_tokens();
+  st.generated_tokens = outputs->generated_tokens();
+  st.requests_finished = outputs->requests_finished();
+  st.steps = steps;
+  std::lock_guard<std::mutex> lock(mu);
+  st.waiting += int64_t(inbox.size());
+  snapshot = st;
+}
+
+void Engine::State::loop() {
+  while (true) {
+    std::deque<std::shared_ptr<RequestState>> arrived;
+    std::vector<std::string> cancelled;
+    bool stop_now = false;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      wake.wait(lock,
+                [&] { return !inbox.empty() || !cancels.empty() || stopping || !live.empty(); });
+      arrived.swap(inbox);
+      cancelled.swap(cancels);
+      if (stopping && (live.empty() || Clock::now() >= drain_deadline)) stop_now = true;
+    }
+    for (const auto& request : arrived) {
+      try {
+        accept(request);
+      } catch (const std::exception& e) {
+        // submit() checked what it could; anything left ends this request only.
+        log(LogLevel::Error, "engine: request ", request->request.id, " refused: ", e.what());
+        Delta d;
+        d.finish = FinishReason::kError;
+        d.error = e.what();
+        live.erase(request->request.id);
+        sequences.erase(request.get());
+        if (request->sink) request->sink(d);
+      }
+    }
+    for (const std::string& id : cancelled) {
+      auto it = live.find(id);
+      if (it != live.end()) end_request(*it->second, FinishReason::kCancelled, "");
+    }
+    if (stop_now && arrived.empty()) {
+      std::vector<std::shared_ptr<RequestState>> rest;
+      for (const auto& [id, request] : live) rest.push_back(request);
+      for (const auto& request : rest) end_request(*request, FinishReason::kCancelled, "");
+      publish();
+      return;
+    }
+    StepPlan plan = scheduler->schedule();
+    if (!plan.empty()) {
+      try {
+        run_step(plan);
+      } catch (const std::exception& e) {
+        // A step that fails ends the requests in it, not the server.
+        log(LogLevel::Error, "engine: step ", steps, " failed: ", e.what());
+        std::vector<std::shared_ptr<RequestState>> failed;
+        for (const ScheduledChunk& c : plan.chunks) failed.push_back(c.seq->request);
+        for (const auto& request : failed) end_request(*request, FinishReason::kError, e.what());
+      }
+      ++steps;
+    } else if (!live.empty()) {
+      // Nothing can run until a submission, a cancellation or the drain deadline.
+      std::unique_lock<std::mutex> lock(mu);
+      wake.wait_for(lock, std::chrono::milliseconds(5));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      waiting_requests = int64_t(inbox.size());
+      for (const auto& seq : scheduler->waiting())
+        if (seq->choice == 0 && seq->generated() == 0) ++waiting_requests;
+    }
+    publish();
+  }
+}
+
+}  // namespace tessel::serve

@@ -1,0 +1,316 @@
+// SPDX-License-Identifier: Apache-2.0
+// The serving engine end to end on a small random GPT-2 and LLaMA: greedy output equals
+// `generate`, a request's tokens and logprobs are bitwise the same alone and under load (chunked
+// prefill, prefix-cache hits, preemption), n > 1 choices equal separate seeded requests,
+// cancellation frees every block, and the queue answers with the right status.
+#include "tessel/serve/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/tokenizer_test_util.h"
+#include "tessel/core/rng.h"
+#include "tessel/models/generation.h"
+#include "tessel/models/gpt2/gpt2.h"
+#include "tessel/models/llama/llama.h"
+
+namespace tessel::serve {
+namespace {
+
+constexpr int64_t kVocab = 263;  // the test tokenizer's 262 ids and one padded row
+
+std::shared_ptr<models::CausalLM> tiny_gpt2() {
+  models::GPT2Config c;
+  c.vocab_size = kVocab;
+  c.n_positions = 97;
+  c.n_embd = 24;
+  c.n_head = 3;
+  c.n_layer = 2;
+  c.initializer_range = 0.2;
+  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
+  Generator g(11);
+  return models::GPT2::random(c, g);
+}
+
+std::shared_ptr<models::CausalLM> tiny_llama() {
+  models::LlamaConfig c;
+  c.vocab_size = kVocab;
+  c.hidden = 24;
+  c.intermediate_size = 37;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 6;
+  c.num_key_value_heads = 2;
+  c.head_dim = 4;
+  c.max_position_embeddings = 97;
+  c.initializer_range = 0.2;
+  c.bos_token_id = std::nullopt;
+  c.eos_token_ids = {};
+  Generator g(12);
+  return models::Llama::random(c, g);
+}
+
+std::vector<int64_t> prompt_of(int64_t n, uint64_t seed) {
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    ids[size_t(i)] = int64_t(uniform_at(seed, 0, uint64_t(i)) * 256.0f) % 256;
+  return ids;
+}
+
+// Collects every delta of every request and waits for their ends.
+class Collector {
+ public:
+  DeltaSink sink(const std::string& id) {
+    return [this, id](const Delta& d) {
+      std::lock_guard<std::mutex> lock(mu_);
+      deltas_[id].push_back(d);
+      if (d.finish != FinishReason::kNone) ++finished_[id];
+      done_.notify_all();
+    };
+  }
+  void wait(const std::string& id, int64_t choices = 1) {
+    std::unique_lock<std::mutex> lock(mu_);
+    ASSERT_TRUE(
+        done_.wait_for(lock, std::chrono::seconds(120), [&] { return finished_[id] >= choices; }))
+        << "request " << id << " did not finish";
+  }
+  std::vector<Delta> of(const std::string& id, int64_t choice = 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Delta> out;
+    for (const Delta& d : deltas_[id])
+      if (d.index == choice) out.push_back(d);
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable done_;
+  std::map<std::string, std::vector<Delta>> deltas_;
+  std::map<std::string, int64_t> finished_;
+};
+
+struct Output {
+  std::vector<int64_t> tokens;
+  std::vector<double> logprobs;
+  std::string text;
+  FinishReason finish = FinishReason::kNone;
+};
+
+Output output_of(const std::vector<Delta>& deltas) {
+  Output o;
+  for (const Delta& d : deltas) {
+    o.tokens.insert(o.tokens.end(), d.tokens.begin(), d.tokens.end());
+    for (const TokenLogprob& l : d.logprobs) {
+      o.logprobs.push_back(l.logprob);
+      for (const auto& [id, lp] : l.top) o.logprobs.push_back(lp + double(id));
+    }
+    o.text += d.text;
+    if (d.finish != FinishReason::kNone) o.finish = d.finish;
+  }
+  return o;
+}
+
+// Waits until the engine has nothing left to run (its stats are published after each step).
+EngineStats idle_stats(const Engine& engine) {
+  for (int i = 0; i < 2000; ++i) {
+    const EngineStats st = engine.stats();
+    if (st.running == 0 && st.waiting == 0) return st;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return engine.stats();
+}
+
+Request request(const std::string& id, std::vector<int64_t> prompt, int64_t max_tokens,
+                double temperature = 0.0, std::optional<uint64_t> seed = std::nullopt) {
+  Request r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.params.max_tokens = max_tokens;
+  r.params.temperature = temperature;
+  r.params.seed = seed;
+  r.params.ignore_eos = true;
+  return r;
+}
+
+Output run_alone(std::shared_ptr<models::CausalLM> model, Request r, EngineOptions options = {}) {
+  Engine engine(std::move(model), io::Tokenizer(io::small_config()), options);
+  engine.start();
+  Collector c;
+  const std::string id = r.id;
+  EXPECT_EQ(engine.submit(std::move(r), c.sink(id)).status, SubmitStatus::kAccepted);
+  c.wait(id);
+  return output_of(c.of(id));
+}
+
+TEST(Engine, GreedyEqualsGenerate) {
+  for (auto model : {tiny_gpt2(), tiny_llama()}) {
+    const std::vector<int64_t> prompt = prompt_of(13, 3);
+    models::GenerationOptions g;
+    g.max_new_tokens = 21;
+    g.sampling.temperature = 0.0;
+    const models::GenerationResult expected = models::generate(*model, prompt, g);
+    const Output got = run_alone(model, request("a", prompt, 21));
+    EXPECT_EQ(got.tokens, expected.tokens);
+    EXPECT_EQ(got.finish, FinishReason::kLength);
+    EXPECT_EQ(got.text, io::Tokenizer(io::small_config())
+                            .decode(std::vector<int32_t>(got.tokens.begin(), got.tokens.end())));
+  }
+}
+
+// A seeded sampled request with logprobs, then the same request among 32 others with chunked
+// prefill, a shared prefix and a KV pool small enough to preempt: bitwise the same.
+TEST(Engine, RequestIsBatchInvariant) {
+  auto model = tiny_gpt2();
+  Request probe = request("probe", prompt_of(33, 5), 24, 0.8, 77);
+  probe.params.logprobs = 3;
+  const Output alone = run_alone(model, probe);
+  ASSERT_EQ(alone.tokens.size(), 24u);
+
+  EngineOptions busy;
+  busy.max_batch_tokens = 19;  // prompts arrive in chunks
+  busy.max_seqs = 33;
+  busy.block_size = 4;
+  busy.kv_cache_bytes = 60 * 4 * 2 * 2 * 24 * 4;  // 60 blocks: preemption under load
+  Engine engine(model, io::Tokenizer(io::small_config()), busy);
+  Collector c;
+  for (int i = 0; i < 32; ++i) {
+    // Half share the probe's first 20 tokens (prefix-cache hits), the rest are unrelated.
+    std::vector<int64_t> p = prompt_of(7 + i % 29, 100 + uint64_t(i));
+    if (i % 2 == 0) {
+      p = prompt_of(33, 5);
+      p.resize(20);
+      p.push_back(i);
+    }
+    Request r = request("r" + std::to_string(i), p, 9 + i % 13, i % 3 == 0 ? 0.0 : 1.0, i);
+    ASSERT_EQ(engine.submit(r, c.sink(r.id)).status, SubmitStatus::kAccepted);
+    if (i == 16) {
+      ASSERT_EQ(engine.submit(probe, c.sink("probe")).status, SubmitStatus::kAccepted);
+    }
+  }
+  engine.start();
+  c.wait("probe");
+  for (int i = 0; i < 32; ++i) c.wait("r" + std::to_string(i));
+  const Output loaded = output_of(c.of("probe"));
+  EXPECT_EQ(loaded.tokens, alone.tokens);
+  ASSERT_EQ(loaded.logprobs.size(), alone.logprobs.size());
+  for (size_t i = 0; i < alone.logprobs.size(); ++i)
+    EXPECT_EQ(std::memcmp(&loaded.logprobs[i], &alone.logprobs[i], sizeof(double)), 0)
+        << "logprob " << i << ": " << loaded.logprobs[i] << " vs " << alone.logprobs[i];
+  const EngineStats st = idle_stats(engine);
+  EXPECT_GT(st.prefix_hits, 0);
+  EXPECT_GT(st.preemptions, 0);
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.requests_finished, 33);
+}
+
+TEST(Engine, ChoicesEqualSeparateSeededRequests) {
+  auto model = tiny_llama();
+  Request r = request("n3", prompt_of(18, 8), 12, 1.0, 40);
+  r.params.n = 3;
+  Engine engine(model, io::Tokenizer(io::small_config()), {});
+  engine.start();
+  Collector c;
+  ASSERT_EQ(engine.submit(r, c.sink("n3")).status, SubmitStatus::kAccepted);
+  c.wait("n3", 3);
+  for (int64_t i = 0; i < 3; ++i) {
+    const Output alone = run_alone(model, request("one", prompt_of(18, 8), 12, 1.0, 40 + i));
+    EXPECT_EQ(output_of(c.of("n3", i)).tokens, alone.tokens) << "choice " << i;
+  }
+}
+
+TEST(Engine, StopTokenAndStopStringEndTheChoice) {
+  auto model = tiny_gpt2();
+  const Output free_run = run_alone(model, request("free", prompt_of(9, 4), 16));
+  ASSERT_EQ(free_run.tokens.size(), 16u);
+  Request stop_id = request("id", prompt_of(9, 4), 16);
+  stop_id.params.stop_token_ids = {free_run.tokens[5]};
+  const Output by_id = run_alone(model, stop_id);
+  const auto first = std::find(free_run.tokens.begin(), free_run.tokens.end(), free_run.tokens[5]);
+  EXPECT_EQ(by_id.tokens, std::vector<int64_t>(free_run.tokens.begin(), first + 1));
+  EXPECT_EQ(by_id.finish, FinishReason::kStop);
+  const io::Tokenizer tok(io::small_config());
+  const std::string text =
+      tok.decode(std::vector<int32_t>(free_run.tokens.begin(), free_run.tokens.end()));
+  // A stop string of two ASCII characters from the output (random bytes decode partly to U+FFFD).
+  std::string stop;
+  for (size_t i = 1; i + 1 < text.size() && stop.empty(); ++i)
+    if (text[i] > ' ' && text[i] < 0x7f && text[i + 1] > ' ' && text[i + 1] < 0x7f)
+      stop = text.substr(i, 2);
+  if (stop.empty()) stop = "\xEF\xBF\xBD";
+  ASSERT_NE(text.find(stop), std::string::npos) << "no usable stop string in the output";
+  Request stop_text = request("text", prompt_of(9, 4), 16);
+  stop_text.params.stop = {stop};
+  const Output by_text = run_alone(model, stop_text);
+  EXPECT_EQ(by_text.text, text.substr(0, text.find(stop)));
+  EXPECT_EQ(by_text.finish, FinishReason::kStop);
+}
+
+TEST(Engine, CancelFreesEveryBlock) {
+  Engine engine(tiny_gpt2(), io::Tokenizer(io::small_config()), {});
+  engine.start();
+  Collector c;
+  std::mutex mu;
+  bool first = false;
+  std::condition_variable cv;
+  auto sink = c.sink("long");
+  ASSERT_EQ(engine
+                .submit(request("long", prompt_of(20, 9), 70),
+                        [&](const Delta& d) {
+                          sink(d);
+                          std::lock_guard<std::mutex> lock(mu);
+                          first = true;
+                          cv.notify_all();
+                        })
+                .status,
+            SubmitStatus::kAccepted);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return first; });
+  }
+  engine.cancel("long");
+  c.wait("long");
+  EXPECT_EQ(output_of(c.of("long")).finish, FinishReason::kCancelled);
+  EXPECT_LT(output_of(c.of("long")).tokens.size(), 70u);
+  const EngineStats st = idle_stats(engine);
+  EXPECT_EQ(st.kv_blocks_used, 0);
+  EXPECT_EQ(st.running, 0);
+}
+
+TEST(Engine, SubmitAnswersInvalidFullAndDraining) {
+  EngineOptions options;
+  options.max_queue = 2;
+  Engine engine(tiny_gpt2(), io::Tokenizer(io::small_config()), options);
+  Collector c;
+  EXPECT_EQ(engine.submit(request("long", prompt_of(90, 1), 8), c.sink("x")).status,
+            SubmitStatus::kInvalid);  // 90 + 8 > 97 positions
+  EXPECT_EQ(engine.submit(request("empty", {}, 8), c.sink("x")).status, SubmitStatus::kInvalid);
+  Request bad = request("bad", prompt_of(5, 1), 8);
+  bad.params.top_p = 0;
+  const SubmitResult refused = engine.submit(bad, c.sink("x"));
+  EXPECT_EQ(refused.status, SubmitStatus::kInvalid);
+  EXPECT_NE(refused.message.find("top_p"), std::string::npos) << refused.message;
+  Request broken = request("utf8", prompt_of(5, 1), 8);
+  broken.params.stop = {"\xC3"};
+  EXPECT_EQ(engine.submit(broken, c.sink("x")).status, SubmitStatus::kInvalid);
+  // Not started: the queue fills.
+  EXPECT_EQ(engine.submit(request("a", prompt_of(5, 1), 4), c.sink("a")).status,
+            SubmitStatus::kAccepted);
+  EXPECT_EQ(engine.submit(request("b", prompt_of(5, 2), 4), c.sink("b")).status,
+            SubmitStatus::kAccepted);
+  EXPECT_EQ(engine.submit(request("c", prompt_of(5, 3), 4), c.sink("c")).status,
+            SubmitStatus::kQueueFull);
+  engine.start();
+  engine.drain(std::chrono::seconds(60));  // finishes what was accepted
+  EXPECT_EQ(output_of(c.of("a")).finish, FinishReason::kLength);
+  EXPECT_EQ(output_of(c.of("b")).tokens.size(), 4u);
+  EXPECT_EQ(engine.submit(request("d", prompt_of(5, 4), 4), c.sink("d")).status,
+            SubmitStatus::kDraining);
+}
+
+}  // namespace
+}  // namespace tessel::serve
