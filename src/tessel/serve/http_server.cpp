@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: Apache-2.0
+// HttpServer: cpp-httplib routes, authentication, limits and the small endpoints; the generation
+// routes are in generation_handler.cpp.
+#include "tessel/serve/http_server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <ctime>
+#include <thread>
+
+#include "tessel/core/error.h"
+#include "tessel/core/log.h"
+#include "tessel/serve/generation_handler.h"
+#include "tessel/serve/openai_response.h"
+
+namespace tessel::serve {
+
+using nlohmann::json;
+
+struct HttpServer::Impl {
+  Impl(EngineQueue& engine, ServerOptions opts)
+      : options(std::move(opts)),
+        metrics(options.served_model_name),
+        generation(engine, options, metrics),
+        engine(engine) {}
+
+  ServerOptions options;
+  ServerMetrics metrics;
+  GenerationHandler generation;
+  EngineQueue& engine;
+  httplib::Server server;
+  std::thread thread;
+  int port = -1;
+  int64_t created = std::time(nullptr);
+  std::atomic<bool> ready{false}, draining{false};
+
+  void routes();
+  bool authorized(const httplib::Request& req) const;
+  static void send_error(httplib::Response& res, const ApiError& error);
+};
+
+namespace {
+
+bool is_known_route(const std::string& path) {
+  return path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/models" ||
+         path.rfind("/v1/models/", 0) == 0 || path == "/health" || path == "/metrics";
+}
+
+// Compares without an early exit, so the time taken does not tell how much of a key was right.
+bool same_secret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+void HttpServer::Impl::send_error(httplib::Response& res, const ApiError& error) {
+  res.status = error.status();
+  res.set_content(dump_json(error_json(error)), "application/json");
+}
+
+bool HttpServer::Impl::authorized(const httplib::Request& req) const {
+  if (options.api_key.empty()) return true;
+  const std::string header = req.get_header_value("Authorization");
+  const std::string prefix = "Bearer ";
+  return header.rfind(prefix, 0) == 0 && same_secret(header.substr(prefix.size()), options.api_key);
+}
+
+void HttpServer::Impl::routes() {
+  server.new_task_queue = [n = options.http_threads] { return new httplib::ThreadPool(size_t(n)); };
+  server.set_payload_max_length(options.max_body_bytes);
+  server.set_keep_alive_timeout(5);
+  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // Health and metrics stay open to probes and scrapers; the API needs the key.
+    if (req.path.rfind("/v1/", 0) == 0 && !authorized(req)) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      send_error(res, ApiError(401,
+                               "Incorrect or missing API key: send the header 'Authorization: "
+                               "Bearer <key>' with the server's --api-key",
+                               "invalid_request_error", "", "invalid_api_key"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    const bool generation = req.method == "POST" && (req.path == "/v1/completions" ||
+                                                     req.path == "/v1/chat/completions");
+    if (generation && (!ready || draining)) {
+      send_error(res, ApiError(503,
+                               draining ? "the server is shutting down" : "the model is loading",
+                               "server_error", "", "service_unavailable"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    generation.handle(Endpoint::kCompletions, req, res);
+  });
+  server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    generation.handle(Endpoint::kChat, req, res);
+  });
+  auto model_object = [this] {
+    return json{{"id", options.served_model_name},
+                {"object", "model"},
+                {"created", created},
+                {"owned_by", "tessel"},
+                {"root", options.served_model_name},
+                {"max_model_len", engine.context_length()}};
+  };
+  server.Get("/v1/models", [model_object](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump_json({{"object", "list"}, {"data", json::array({model_object()})}}),
+                    "application/json");
+  });
+  server.Get("/v1/models/(.+)", [this, model_object](const httplib::Request& req,
+                                                    httplib::Response& res) {
+    if (!generation.known_model(req.matches[1])) {
+      send_error(res, ApiError(404, "The model '" + std::string(req.matches[1]) + "' does not exist",
+                               "invalid_request_error", "model", "model_not_found"));
+      return;
+    }
+    res.set_content(dump_json(model_object()), "application/json");
+  });
+  server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (!ready || draining) {
+      send_error(res, ApiError(503, draining ? "the server is shutting down" : "the model is loading",
+                               "server_error", "", "service_unavailable"));
+      return;
+    }
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics.render(engine.stats()), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  // Statuses cpp-httplib answers itself (no route, body too large, unparsable request) get
+  // OpenAI's error object too.
+  server.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) {
+      send_error(res, ApiError(404, "Not found: " + req.method + " " + req.path,
+                               "invalid_request_error", "", "unknown_url"));
+    } else if (res.status == 413) {
+      send_error(res, ApiError(413,
+                               "The request body is larger than the server's limit of " +
+                                   std::to_string(options.max_body_bytes) + " bytes",
+                               "invalid_request_error", "", "request_too_large"));
+    } else {
+      send_error(res, ApiError(res.status, "Bad request", "invalid_request_error"));
+    }
+  });
+  server.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+        std::string what = "internal error";
+        try {
+          std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        send_error(res, ApiError(500, what, "server_error"));
+      });
+  server.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    metrics.count_response(is_known_route(req.path) ? req.path : "other", res.status);
+    if (res.status == 413) generation.log_refused(req, 413, "body too large");
+  });
+}
+
+HttpServer::HttpServer(EngineQueue& engine, ServerOptions options)
+    : impl_(std::make_unique<Impl>(engine, std::move(options))) {
+  impl_->routes();
+}
+
+HttpServer::~HttpServer() {
+  stop();
+}
+
+int HttpServer::bind() {
+  const ServerOptions& o = impl_->options;
+  if (o.port == 0) {
+    impl_->port = impl_->server.bind_to_any_port(o.host);
+  } else {
+    impl_->port = impl_->server.bind_to_port(o.host, o.port) ? o.port : -1;
+  }
+  TESSEL_CHECK(impl_->port > 0, "serve: cannot listen on ", o.host, ":", o.port,
+               " (address in use, or not an address of this machine)");
+  return impl_->port;
+}
+
+void HttpServer::start() {
+  TESSEL_CHECK(impl_->port > 0, "HttpServer::start: bind() first");
+  impl_->thread = std::thread([this] { impl_->server.listen_after_bind(); });
+}
+
+void HttpServer::set_ready(bool ready) {
+  impl_->ready = ready;
+}
+
+void HttpServer::begin_drain() {
+  impl_->draining = true;
+}
+
+void HttpServer::stop() {
+  impl_->draining = true;
+  impl_->server.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+int HttpServer::port() const {
+  return impl_->port;
+}
+
+ServerMetrics& HttpServer::metrics() {
+  return impl_->metrics;
+}
+
+}  // namespace tessel::serve
