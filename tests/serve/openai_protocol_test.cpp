@@ -118,8 +118,8 @@ TEST(OpenAiProtocol, ChatMessages) {
                  "messages[0].content[0].type", "not supported", Endpoint::kChat);
   expect_refused(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})",
                  "top_logprobs", "logprobs must be true", Endpoint::kChat);
-  expect_refused(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 3})",
-                 "logprobs", "boolean", Endpoint::kChat);
+  expect_refused(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 3})", "logprobs",
+                 "boolean", Endpoint::kChat);
 }
 
 TEST(OpenAiProtocol, MalformedBodies) {
@@ -128,7 +128,7 @@ TEST(OpenAiProtocol, MalformedBodies) {
   expect_refused("", "", "not valid JSON");
   expect_refused("{\"prompt\": \"a\xff\"}", "", "not valid UTF-8");
   expect_refused("{\"prompt\": \"\xc0\xaf\"}", "", "not valid UTF-8");  // overlong '/'
-  expect_refused(R"({"prompt": "\ud800"})", "", "not valid JSON");     // lone surrogate
+  expect_refused(R"({"prompt": "\ud800"})", "", "not valid JSON");      // lone surrogate
 }
 
 TEST(OpenAiProtocol, WrongTypesNameTheField) {
@@ -154,8 +154,8 @@ TEST(OpenAiProtocol, OutOfRangeAndUnsupported) {
   expect_refused(R"({"prompt": "a", "logprobs": 21})", "logprobs", "[0, 20]");
   expect_refused(R"({"prompt": "a", "logprobs": -1})", "logprobs", "[0, 20]");
   expect_refused(R"({"prompt": "a", "stop": ["x", ""]})", "stop", "empty");
-  expect_refused(R"({"prompt": "a", "stream_options": {"include_usage": true}})",
-                 "stream_options", "stream is true");
+  expect_refused(R"({"prompt": "a", "stream_options": {"include_usage": true}})", "stream_options",
+                 "stream is true");
   expect_refused(R"({"prompt": "a", "logit_bias": {"5": 10}})", "logit_bias", "not supported");
   expect_refused(R"({"prompt": "a", "best_of": 3})", "best_of", "best_of == n");
   expect_refused(R"({"prompt": "a", "suffix": "tail"})", "suffix", "not supported");
@@ -179,8 +179,8 @@ TEST_F(PreparePrompt, EncodesAndAppliesDefaults) {
   EXPECT_EQ(p.ids, expected);
   EXPECT_EQ(p.params.max_tokens, 16);
   // Chat without max_tokens: the rest of the context.
-  const ParsedRequest chat = parse(R"({"messages": [{"role": "user", "content": "x"}]})",
-                                   Endpoint::kChat);
+  const ParsedRequest chat =
+      parse(R"({"messages": [{"role": "user", "content": "x"}]})", Endpoint::kChat);
   const PreparedPrompt c = prepare_prompt(chat, "abc", tokenizer_, 64);
   EXPECT_EQ(c.ids.size(), 3u);
   EXPECT_EQ(c.params.max_tokens, 61);
@@ -202,8 +202,8 @@ TEST_F(PreparePrompt, RefusesWhatTheModelCannotTake) {
       EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
     }
   };
-  refused(R"({"prompt": [1, 2, 3], "max_tokens": 8})", 10,
-          "prompt", "maximum context length is 10 tokens. However, you requested 11 tokens");
+  refused(R"({"prompt": [1, 2, 3], "max_tokens": 8})", 10, "prompt",
+          "maximum context length is 10 tokens. However, you requested 11 tokens");
   refused(R"({"prompt": [1, 2, 3, 4]})", 4, "prompt", "maximum context length");
   refused(R"({"prompt": [1, 262]})", 64, "prompt", "out of range [0, 262)");
   refused(R"({"prompt": "a", "stop_token_ids": [999]})", 64, "stop_token_ids", "out of range");

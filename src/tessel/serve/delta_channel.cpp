@@ -30,7 +30,8 @@ void DeltaChannel::push(const Delta& delta) {
       // Several tokens in one delta arrived together: the interval is shared between them.
       if (last_token_[i] && metrics_) {
         const double each = seconds(now - *last_token_[i]) / double(delta.tokens.size());
-        for (size_t k = 0; k < delta.tokens.size(); ++k) metrics_->observe_inter_token_latency(each);
+        for (size_t k = 0; k < delta.tokens.size(); ++k)
+          metrics_->observe_inter_token_latency(each);
       }
       last_token_[i] = now;
     }

@@ -122,9 +122,8 @@ void GenerationHandler::log_finished(const Running& run, int status,
     std::snprintf(times, sizeof(times), "ttft=- total=%.3fs", total);
   }
   log_line(run.id + " " + std::to_string(status) + " " + outcome +
-           " prompt_tokens=" + std::to_string(u.prompt_tokens) +
-           " completion_tokens=" + std::to_string(u.completion_tokens) + " " + times +
-           " client=" + run.client);
+           " prompt_tokens=" + std::to_string(u.prompt_tokens) + " completion_tokens=" +
+           std::to_string(u.completion_tokens) + " " + times + " client=" + run.client);
 }
 
 void GenerationHandler::handle(Endpoint endpoint, const httplib::Request& req,
@@ -136,8 +135,9 @@ void GenerationHandler::handle(Endpoint endpoint, const httplib::Request& req,
     run->parsed = parse_request(endpoint, req.body, options_.limits);
     const ParsedRequest& parsed = run->parsed;
     if (!parsed.model.empty() && !known_model(parsed.model))
-      throw ApiError(404, "The model '" + parsed.model + "' does not exist (this server serves '" +
-                              options_.served_model_name + "')",
+      throw ApiError(404,
+                     "The model '" + parsed.model + "' does not exist (this server serves '" +
+                         options_.served_model_name + "')",
                      "invalid_request_error", "model", "model_not_found");
     std::string chat_text;
     if (endpoint == Endpoint::kChat) {
@@ -168,9 +168,9 @@ void GenerationHandler::handle(Endpoint endpoint, const httplib::Request& req,
         break;
       case SubmitStatus::kQueueFull:
         res.set_header("Retry-After", std::to_string(options_.retry_after.count()));
-        throw ApiError(429, "The server's request queue is full; retry later (" +
-                                submitted.message + ")",
-                       "rate_limit_error", "", "queue_full");
+        throw ApiError(
+            429, "The server's request queue is full; retry later (" + submitted.message + ")",
+            "rate_limit_error", "", "queue_full");
       case SubmitStatus::kDraining:
         throw ApiError(503, "the server is shutting down", "server_error", "",
                        "service_unavailable");
@@ -179,8 +179,8 @@ void GenerationHandler::handle(Endpoint endpoint, const httplib::Request& req,
     }
   } catch (const ApiError& e) {
     send_error(res, e);
-    log_line((run->id.empty() ? "-" : run->id) + " " + std::to_string(e.status()) + " " +
-             req.path + " (" + e.what() + ") client=" + run->client);
+    log_line((run->id.empty() ? "-" : run->id) + " " + std::to_string(e.status()) + " " + req.path +
+             " (" + e.what() + ") client=" + run->client);
     return;
   }
   if (run->parsed.stream) {
@@ -232,9 +232,9 @@ void GenerationHandler::stream(std::shared_ptr<Running> run, const httplib::Requ
     const int32_t one = int32_t(id);
     return tokenizer.decode_bytes({&one, 1});
   };
-  run->encoder = std::make_unique<StreamEncoder>(
-      run->head, int64_t(run->choices.size()), run->parsed.logprobs, run->parsed.include_usage,
-      run->echo_text, std::move(bytes));
+  run->encoder =
+      std::make_unique<StreamEncoder>(run->head, int64_t(run->choices.size()), run->parsed.logprobs,
+                                      run->parsed.include_usage, run->echo_text, std::move(bytes));
   run->watch =
       std::make_unique<PeerWatch>(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   run->last_write = Clock::now();
@@ -285,8 +285,8 @@ void GenerationHandler::stream(std::shared_ptr<Running> run, const httplib::Requ
       if (const std::optional<double> latency = run->channel->latency())
         metrics_.observe_request_latency(*latency);
     }
-    const std::string outcome = run->status == 200 ? std::string(finish_reason_name(
-                                                         run->choices.front().finish))
+    const std::string outcome = run->status == 200
+                                    ? std::string(finish_reason_name(run->choices.front().finish))
                                 : run->status == 500 ? "error: " + run->engine_error
                                                      : "cancelled (shutting down)";
     log_finished(*run, run->status, outcome);

@@ -4,6 +4,7 @@
 #include "tessel/serve/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <ctime>
@@ -18,6 +19,21 @@ namespace tessel::serve {
 
 using nlohmann::json;
 
+namespace {
+
+// cpp-httplib 0.11 listens with a backlog of 5: a burst of clients beyond that waits for TCP's
+// retransmission (a second or more) or fails. Listening again on the bound socket raises the
+// backlog (Linux takes a second listen() as a new backlog); the socket is a protected member.
+class Listener : public httplib::Server {
+ public:
+  void raise_backlog() {
+    const socket_t sock = svr_sock_;
+    if (sock != INVALID_SOCKET) ::listen(sock, SOMAXCONN);
+  }
+};
+
+}  // namespace
+
 struct HttpServer::Impl {
   Impl(EngineQueue& engine, ServerOptions opts)
       : options(std::move(opts)),
@@ -29,11 +45,11 @@ struct HttpServer::Impl {
   ServerMetrics metrics;
   GenerationHandler generation;
   EngineQueue& engine;
-  httplib::Server server;
+  Listener server;
   std::thread thread;
   int port = -1;
   int64_t created = std::time(nullptr);
-  std::atomic<bool> ready{false}, draining{false};
+  std::atomic<bool> ready{false}, draining{false}, listening_ended{false};
 
   void routes();
   bool authorized(const httplib::Request& req) const;
@@ -55,6 +71,13 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+ApiError too_large(size_t limit) {
+  return ApiError(
+      413,
+      "The request body is larger than the server's limit of " + std::to_string(limit) + " bytes",
+      "invalid_request_error", "", "request_too_large");
+}
+
 }  // namespace
 
 void HttpServer::Impl::send_error(httplib::Response& res, const ApiError& error) {
@@ -74,6 +97,16 @@ void HttpServer::Impl::routes() {
   server.set_payload_max_length(options.max_body_bytes);
   server.set_keep_alive_timeout(5);
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // A body announced larger than the limit is refused before it is read (cpp-httplib's own
+    // limit would first read and discard all of it); the connection is closed after the answer.
+    if (req.has_header("Content-Length")) {
+      const std::string length = req.get_header_value("Content-Length");
+      if (length.size() > 18 || std::stoull("0" + length) > options.max_body_bytes) {
+        res.set_header("Connection", "close");
+        send_error(res, too_large(options.max_body_bytes));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     // Health and metrics stay open to probes and scrapers; the API needs the key.
     if (req.path.rfind("/v1/", 0) == 0 && !authorized(req)) {
       res.set_header("WWW-Authenticate", "Bearer");
@@ -83,12 +116,12 @@ void HttpServer::Impl::routes() {
                                "invalid_request_error", "", "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;
     }
-    const bool generation = req.method == "POST" && (req.path == "/v1/completions" ||
-                                                     req.path == "/v1/chat/completions");
+    const bool generation = req.method == "POST" &&
+                            (req.path == "/v1/completions" || req.path == "/v1/chat/completions");
     if (generation && (!ready || draining)) {
-      send_error(res, ApiError(503,
-                               draining ? "the server is shutting down" : "the model is loading",
-                               "server_error", "", "service_unavailable"));
+      send_error(res,
+                 ApiError(503, draining ? "the server is shutting down" : "the model is loading",
+                          "server_error", "", "service_unavailable"));
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -111,19 +144,21 @@ void HttpServer::Impl::routes() {
     res.set_content(dump_json({{"object", "list"}, {"data", json::array({model_object()})}}),
                     "application/json");
   });
-  server.Get("/v1/models/(.+)", [this, model_object](const httplib::Request& req,
-                                                    httplib::Response& res) {
-    if (!generation.known_model(req.matches[1])) {
-      send_error(res, ApiError(404, "The model '" + std::string(req.matches[1]) + "' does not exist",
-                               "invalid_request_error", "model", "model_not_found"));
-      return;
-    }
-    res.set_content(dump_json(model_object()), "application/json");
-  });
+  server.Get(
+      "/v1/models/(.+)", [this, model_object](const httplib::Request& req, httplib::Response& res) {
+        if (!generation.known_model(req.matches[1])) {
+          send_error(res,
+                     ApiError(404, "The model '" + std::string(req.matches[1]) + "' does not exist",
+                              "invalid_request_error", "model", "model_not_found"));
+          return;
+        }
+        res.set_content(dump_json(model_object()), "application/json");
+      });
   server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (!ready || draining) {
-      send_error(res, ApiError(503, draining ? "the server is shutting down" : "the model is loading",
-                               "server_error", "", "service_unavailable"));
+      send_error(res,
+                 ApiError(503, draining ? "the server is shutting down" : "the model is loading",
+                          "server_error", "", "service_unavailable"));
       return;
     }
     res.set_content(R"({"status":"ok"})", "application/json");
@@ -139,10 +174,7 @@ void HttpServer::Impl::routes() {
       send_error(res, ApiError(404, "Not found: " + req.method + " " + req.path,
                                "invalid_request_error", "", "unknown_url"));
     } else if (res.status == 413) {
-      send_error(res, ApiError(413,
-                               "The request body is larger than the server's limit of " +
-                                   std::to_string(options.max_body_bytes) + " bytes",
-                               "invalid_request_error", "", "request_too_large"));
+      send_error(res, too_large(options.max_body_bytes));
     } else {
       send_error(res, ApiError(res.status, "Bad request", "invalid_request_error"));
     }
@@ -158,7 +190,9 @@ void HttpServer::Impl::routes() {
         }
         send_error(res, ApiError(500, what, "server_error"));
       });
-  server.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+  // Counted just before the response is written (cpp-httplib calls this for every response,
+  // routed or not), so a client that has its answer finds it counted in /metrics.
+  server.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     metrics.count_response(is_known_route(req.path) ? req.path : "other", res.status);
     if (res.status == 413) generation.log_refused(req, 413, "body too large");
   });
@@ -182,12 +216,21 @@ int HttpServer::bind() {
   }
   TESSEL_CHECK(impl_->port > 0, "serve: cannot listen on ", o.host, ":", o.port,
                " (address in use, or not an address of this machine)");
+  impl_->server.raise_backlog();
   return impl_->port;
 }
 
 void HttpServer::start() {
   TESSEL_CHECK(impl_->port > 0, "HttpServer::start: bind() first");
-  impl_->thread = std::thread([this] { impl_->server.listen_after_bind(); });
+  impl_->listening_ended = false;
+  impl_->thread = std::thread([this] {
+    impl_->server.listen_after_bind();
+    impl_->listening_ended = true;
+  });
+  // cpp-httplib's stop() does nothing until the listening loop runs: wait for it, so that a stop()
+  // right after start() is not lost.
+  while (!impl_->server.is_running() && !impl_->listening_ended)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 void HttpServer::set_ready(bool ready) {

@@ -31,7 +31,7 @@ struct ServerOptions {
   // model directory's name).
   std::string served_model_name = "model";
   std::vector<std::string> model_aliases;
-  std::string api_key;                     // empty: no key; else /v1/* needs "Bearer <key>"
+  std::string api_key;                       // empty: no key; else /v1/* needs "Bearer <key>"
   size_t max_body_bytes = size_t(16) << 20;  // larger bodies: 413
   ProtocolLimits limits;
   int http_threads = 256;  // connections served at once (each stream holds one)

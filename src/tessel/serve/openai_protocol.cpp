@@ -116,9 +116,9 @@ std::vector<int64_t> token_ids_of(const json& v, const std::string& name) {
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string item = name + "[" + std::to_string(i) + "]";
     ids.push_back(integer_of(v[i], item));
-    if (ids.back() < 0) throw invalid_request(item + ": token id " + std::to_string(ids.back()) +
-                                                  " is negative",
-                                              name);
+    if (ids.back() < 0)
+      throw invalid_request(item + ": token id " + std::to_string(ids.back()) + " is negative",
+                            name);
   }
   return ids;
 }
@@ -273,8 +273,7 @@ void refuse_unsupported(const json& body, const ParsedRequest& out) {
                             "response_format");
   }
   if (out.echo && out.logprobs)
-    throw invalid_request("echo with logprobs is not supported (it needs prompt logprobs)",
-                          "echo");
+    throw invalid_request("echo with logprobs is not supported (it needs prompt logprobs)", "echo");
 }
 
 void read_sampling(const json& body, ParsedRequest& out, const ProtocolLimits& limits) {
@@ -302,15 +301,15 @@ void read_sampling(const json& body, ParsedRequest& out, const ProtocolLimits& l
   const char* max_name = "max_tokens";
   const json* max = field(body, "max_tokens");
   if (out.endpoint == Endpoint::kChat) {
-    if (const json* v = field(body, "max_completion_tokens")) max = v, max_name = "max_completion_tokens";
+    if (const json* v = field(body, "max_completion_tokens"))
+      max = v, max_name = "max_completion_tokens";
   }
   if (max) {
     p.max_tokens = integer_of(*max, max_name);
     out.max_tokens_given = true;
     if (p.max_tokens < 1)
-      throw invalid_request(std::string(max_name) + ": " + std::to_string(p.max_tokens) +
-                                " must be >= 1",
-                            max_name);
+      throw invalid_request(
+          std::string(max_name) + ": " + std::to_string(p.max_tokens) + " must be >= 1", max_name);
   }
   read_stop(body, p);
   if (const json* v = field(body, "stop_token_ids")) {
@@ -385,9 +384,9 @@ PreparedPrompt prepare_prompt(const ParsedRequest& request, const std::string& p
                             "stop_token_ids");
   const int64_t prompt_tokens = int64_t(out.ids.size());
   if (!request.max_tokens_given) {
-    out.params.max_tokens =
-        request.endpoint == Endpoint::kChat ? std::max<int64_t>(context_length - prompt_tokens, 0)
-                                            : 16;
+    out.params.max_tokens = request.endpoint == Endpoint::kChat
+                                ? std::max<int64_t>(context_length - prompt_tokens, 0)
+                                : 16;
     if (request.endpoint == Endpoint::kCompletions)
       out.params.max_tokens = std::min(out.params.max_tokens, context_length - prompt_tokens);
   }

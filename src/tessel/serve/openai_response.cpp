@@ -96,7 +96,8 @@ json chat_logprobs(const std::vector<TokenLogprob>& logprobs, const TokenBytes& 
     json top = json::array();
     for (const auto& [id, logprob] : lp.top) {
       const std::string alt = bytes(id);
-      top.push_back({{"token", token_string(alt)}, {"logprob", logprob}, {"bytes", byte_list(alt)}});
+      top.push_back(
+          {{"token", token_string(alt)}, {"logprob", logprob}, {"bytes", byte_list(alt)}});
     }
     content.push_back({{"token", token_string(b)},
                        {"logprob", lp.logprob},
@@ -124,12 +125,9 @@ json full_response(const ResponseHead& head, const std::vector<ChoiceOutput>& ch
     choice["finish_reason"] = finish_json(c.finish);
     list.push_back(std::move(choice));
   }
-  return {{"id", head.id},
-          {"object", object_name(head.endpoint, false)},
-          {"created", head.created},
-          {"model", head.model},
-          {"choices", list},
-          {"usage", usage_json(usage)}};
+  return {{"id", head.id},           {"object", object_name(head.endpoint, false)},
+          {"created", head.created}, {"model", head.model},
+          {"choices", list},         {"usage", usage_json(usage)}};
 }
 
 StreamEncoder::StreamEncoder(ResponseHead head, int64_t n, bool logprobs, bool include_usage,
@@ -167,10 +165,8 @@ std::string StreamEncoder::encode(const Delta& delta) {
                                  {"logprobs", nullptr},
                                  {"finish_reason", nullptr}}));
     } else if (!echo_text_.empty()) {
-      events += sse_event(chunk({{"index", i},
-                                 {"text", echo_text_},
-                                 {"logprobs", nullptr},
-                                 {"finish_reason", nullptr}}));
+      events += sse_event(chunk(
+          {{"index", i}, {"text", echo_text_}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
     }
   }
   if (delta.text.empty() && delta.logprobs.empty() && delta.finish == FinishReason::kNone)

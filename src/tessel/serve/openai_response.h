@@ -79,7 +79,7 @@ class StreamEncoder {
   bool logprobs_, include_usage_;
   std::string echo_text_;
   TokenBytes bytes_;
-  std::vector<bool> started_;        // per choice: first chunk sent (chat: role; echo: prompt)
+  std::vector<bool> started_;         // per choice: first chunk sent (chat: role; echo: prompt)
   std::vector<int64_t> text_offset_;  // per choice, completions logprobs
 };
 

@@ -33,8 +33,8 @@ bool describe(const sockaddr_storage& addr, std::string& host, int& port) {
   return true;
 }
 
-bool matches(int fd, const std::string& local_addr, int local_port,
-             const std::string& remote_addr, int remote_port) {
+bool matches(int fd, const std::string& local_addr, int local_port, const std::string& remote_addr,
+             int remote_port) {
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
   sockaddr_storage local{}, remote{};
