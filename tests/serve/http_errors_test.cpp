@@ -131,6 +131,46 @@ TEST_F(ServerTest, LoadingAndDrainingAnswer503) {
   EXPECT_EQ(c.Get("/metrics")->status, 200);  // still observable while draining
 }
 
+TEST_F(ServerTest, DrainingLetsRunningStreamsFinish) {
+  ScriptedEngine::Options engine_options;
+  engine_options.step = std::chrono::milliseconds(2);
+  start(engine_options);
+  RawConnection raw(port_);
+  raw.send(post_request("/v1/completions",
+                        json{{"prompt", "abc"}, {"max_tokens", 100}, {"stream", true}}.dump()));
+  raw.read_until("data: ");
+  server_->begin_drain();
+  engine_->drain();
+  expect_error(post("/v1/completions", {{"prompt", "a"}}), 503, "server_error",
+               "service_unavailable");
+  const std::string body = raw.read_until("data: [DONE]");
+  EXPECT_NE(body.find("\"finish_reason\":\"length\""), std::string::npos) << body;
+  EXPECT_NE(body.find("data: [DONE]"), std::string::npos);
+  EXPECT_TRUE(engine_->cancelled().empty());
+}
+
+TEST(HttpServerAlone, AnswersWhileTheModelLoads) {
+  ServerOptions options;
+  options.port = 0;
+  options.log = [](const std::string&) {};
+  HttpServer server(options);
+  const int port = server.bind();
+  server.start();
+  httplib::Client c("127.0.0.1", port);
+  EXPECT_EQ(c.Get("/health")->status, 503);
+  EXPECT_EQ(c.Post("/v1/completions", "{}", "application/json")->status, 503);
+  EXPECT_EQ(c.Get("/metrics")->status, 200);
+  EXPECT_THROW(server.set_ready(true), Error);  // no engine yet
+  ScriptedEngine engine(io::Tokenizer(io::small_config()), {});
+  server.attach(engine);
+  server.set_ready(true);
+  EXPECT_EQ(c.Get("/health")->status, 200);
+  EXPECT_EQ(
+      c.Post("/v1/completions", R"({"prompt": "ab", "max_tokens": 2})", "application/json")->status,
+      200);
+  server.stop();  // before the engine it serves goes away
+}
+
 TEST_F(ServerTest, AStreamingClientThatDisconnectsIsCancelled) {
   ScriptedEngine::Options engine_options;
   engine_options.context_length = 1 << 20;

@@ -74,9 +74,8 @@ const ApiError kDrainCancelled(503, "the server shut down before the request fin
 
 }  // namespace
 
-GenerationHandler::GenerationHandler(EngineQueue& engine, const ServerOptions& options,
-                                     ServerMetrics& metrics)
-    : engine_(engine), options_(options), metrics_(metrics) {
+GenerationHandler::GenerationHandler(const ServerOptions& options, ServerMetrics& metrics)
+    : options_(options), metrics_(metrics) {
   std::random_device device;
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%08x%08x", device(), device());
@@ -149,8 +148,9 @@ void GenerationHandler::handle(Endpoint endpoint, const httplib::Request& req,
         throw invalid_request(std::string("messages: ") + e.what(), "messages");
       }
     }
-    const io::Tokenizer& tokenizer = engine_.tokenizer();
-    PreparedPrompt prompt = prepare_prompt(parsed, chat_text, tokenizer, engine_.context_length());
+    const io::Tokenizer& tokenizer = engine_.load()->tokenizer();
+    PreparedPrompt prompt =
+        prepare_prompt(parsed, chat_text, tokenizer, engine_.load()->context_length());
     run->prompt_tokens = int64_t(prompt.ids.size());
     if (parsed.echo) {
       std::vector<int32_t> ids(prompt.ids.begin(), prompt.ids.end());
@@ -161,8 +161,8 @@ void GenerationHandler::handle(Endpoint endpoint, const httplib::Request& req,
     run->choices.resize(size_t(prompt.params.n));
     run->channel = std::make_shared<DeltaChannel>(prompt.params.n, run->arrival, &metrics_);
     const SubmitResult submitted =
-        engine_.submit(Request{run->id, std::move(prompt.ids), prompt.params},
-                       [channel = run->channel](const Delta& d) { channel->push(d); });
+        engine_.load()->submit(Request{run->id, std::move(prompt.ids), prompt.params},
+                               [channel = run->channel](const Delta& d) { channel->push(d); });
     switch (submitted.status) {
       case SubmitStatus::kAccepted:
         break;
@@ -196,7 +196,7 @@ void GenerationHandler::respond_when_done(Running& run, const httplib::Request& 
   while (!run.channel->finished()) {
     for (const Delta& d : run.channel->pop(options_.poll_interval)) run.add(d);
     if (!run.channel->finished() && watch.closed()) {
-      engine_.cancel(run.id);
+      engine_.load()->cancel(run.id);
       res.status = 499;  // nginx's "client closed request": only the log and metrics see it
       log_finished(run, 499, "cancelled (client went away)");
       return;
@@ -214,7 +214,7 @@ void GenerationHandler::respond_when_done(Running& run, const httplib::Request& 
   }
   if (const std::optional<double> latency = run.channel->latency())
     metrics_.observe_request_latency(*latency);
-  const io::Tokenizer& tokenizer = engine_.tokenizer();
+  const io::Tokenizer& tokenizer = engine_.load()->tokenizer();
   const TokenBytes bytes = [&tokenizer](int64_t id) {
     const int32_t one = int32_t(id);
     return tokenizer.decode_bytes({&one, 1});
@@ -227,7 +227,7 @@ void GenerationHandler::respond_when_done(Running& run, const httplib::Request& 
 
 void GenerationHandler::stream(std::shared_ptr<Running> run, const httplib::Request& req,
                                httplib::Response& res) {
-  const io::Tokenizer& tokenizer = engine_.tokenizer();
+  const io::Tokenizer& tokenizer = engine_.load()->tokenizer();
   TokenBytes bytes = [&tokenizer](int64_t id) {
     const int32_t one = int32_t(id);
     return tokenizer.decode_bytes({&one, 1});
@@ -250,7 +250,7 @@ void GenerationHandler::stream(std::shared_ptr<Running> run, const httplib::Requ
     const bool failed = run->any(FinishReason::kError);
     const bool finished = failed || run->channel->finished();
     if (failed) {
-      engine_.cancel(run->id);  // the other choices of a failed request are not wanted
+      engine_.load()->cancel(run->id);  // the other choices of a failed request are not wanted
       out += StreamEncoder::error(ApiError(500, run->engine_error, "server_error"));
       run->status = 500;
     } else if (finished && run->any(FinishReason::kCancelled)) {
@@ -277,7 +277,7 @@ void GenerationHandler::stream(std::shared_ptr<Running> run, const httplib::Requ
   auto release = [this, run](bool) {
     metrics_.stream_closed();
     if (!run->completed) {
-      engine_.cancel(run->id);
+      engine_.load()->cancel(run->id);
       log_finished(*run, 499, "cancelled (client went away)");
       return;
     }

@@ -22,7 +22,12 @@ namespace tessel::serve {
 
 class GenerationHandler {
  public:
-  GenerationHandler(EngineQueue& engine, const ServerOptions& options, ServerMetrics& metrics);
+  GenerationHandler(const ServerOptions& options, ServerMetrics& metrics);
+
+  // The engine requests go to; handle() is called only once there is one (the server answers 503
+  // before).
+  void attach(EngineQueue& engine) { engine_ = &engine; }
+  EngineQueue* engine() const { return engine_; }
 
   void handle(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   bool known_model(const std::string& name) const;
@@ -37,7 +42,7 @@ class GenerationHandler {
   void log_line(const std::string& line) const;
   void log_finished(const Running& run, int status, const std::string& outcome) const;
 
-  EngineQueue& engine_;
+  std::atomic<EngineQueue*> engine_{nullptr};
   const ServerOptions& options_;
   ServerMetrics& metrics_;
   std::string id_prefix_;  // random per server, so ids do not repeat across restarts

@@ -35,16 +35,14 @@ class Listener : public httplib::Server {
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(EngineQueue& engine, ServerOptions opts)
+  explicit Impl(ServerOptions opts)
       : options(std::move(opts)),
         metrics(options.served_model_name),
-        generation(engine, options, metrics),
-        engine(engine) {}
+        generation(options, metrics) {}
 
   ServerOptions options;
   ServerMetrics metrics;
   GenerationHandler generation;
-  EngineQueue& engine;
   Listener server;
   std::thread thread;
   int port = -1;
@@ -52,6 +50,7 @@ struct HttpServer::Impl {
   std::atomic<bool> ready{false}, draining{false}, listening_ended{false};
 
   void routes();
+  EngineQueue* engine() const { return generation.engine(); }
   bool authorized(const httplib::Request& req) const;
   static void send_error(httplib::Response& res, const ApiError& error);
 };
@@ -138,7 +137,7 @@ void HttpServer::Impl::routes() {
                 {"created", created},
                 {"owned_by", "tessel"},
                 {"root", options.served_model_name},
-                {"max_model_len", engine.context_length()}};
+                {"max_model_len", engine() ? engine()->context_length() : 0}};
   };
   server.Get("/v1/models", [model_object](const httplib::Request&, httplib::Response& res) {
     res.set_content(dump_json({{"object", "list"}, {"data", json::array({model_object()})}}),
@@ -164,7 +163,8 @@ void HttpServer::Impl::routes() {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.render(engine.stats()), "text/plain; version=0.0.4; charset=utf-8");
+    res.set_content(metrics.render(engine() ? engine()->stats() : EngineStats{}),
+                    "text/plain; version=0.0.4; charset=utf-8");
   });
   // Statuses cpp-httplib answers itself (no route, body too large, unparsable request) get
   // OpenAI's error object too.
@@ -198,9 +198,17 @@ void HttpServer::Impl::routes() {
   });
 }
 
-HttpServer::HttpServer(EngineQueue& engine, ServerOptions options)
-    : impl_(std::make_unique<Impl>(engine, std::move(options))) {
+HttpServer::HttpServer(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
   impl_->routes();
+}
+
+HttpServer::HttpServer(EngineQueue& engine, ServerOptions options)
+    : HttpServer(std::move(options)) {
+  attach(engine);
+}
+
+void HttpServer::attach(EngineQueue& engine) {
+  impl_->generation.attach(engine);
 }
 
 HttpServer::~HttpServer() {
@@ -234,6 +242,7 @@ void HttpServer::start() {
 }
 
 void HttpServer::set_ready(bool ready) {
+  TESSEL_CHECK(!ready || impl_->engine(), "HttpServer::set_ready: attach() an engine first");
   impl_->ready = ready;
 }
 

@@ -48,7 +48,11 @@ struct ServerOptions {
 
 class HttpServer {
  public:
+  // The server may listen before the engine exists (a model loading answers /health with 503):
+  // attach() it then, and set_ready(true).
+  explicit HttpServer(ServerOptions options);
   HttpServer(EngineQueue& engine, ServerOptions options);
+  void attach(EngineQueue& engine);
   ~HttpServer();  // stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -57,7 +61,8 @@ class HttpServer {
   int bind();
   // Serves on a background thread until stop(); bind() first.
   void start();
-  // Until ready, /health and the /v1 generation routes answer 503 (the model is loading).
+  // Until ready, /health and the /v1 generation routes answer 503 (the model is loading); ready
+  // needs an attached engine.
   void set_ready(bool ready);
   // Draining: /health and new generation requests answer 503; running ones continue.
   void begin_drain();
