@@ -53,6 +53,20 @@ TEST_F(ServerTest, BodiesOverTheLimitAre413) {
   const std::string reply = raw.read_until("\r\n\r\n");
   EXPECT_EQ(reply.rfind("HTTP/1.1 413", 0), 0u) << reply;
   raw.close();
+  RawConnection garbled(port_);
+  garbled.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 12abc\r\n\r\n");
+  const std::string garbled_reply = garbled.read_until("\r\n\r\n");
+  EXPECT_EQ(garbled_reply.rfind("HTTP/1.1 400", 0), 0u) << garbled_reply;
+  // A chunked body has no length to check first: it is cut once it passes the limit.
+  RawConnection chunked(port_);
+  const std::string piece = std::string(1000, ' ');
+  std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 8; ++i) request += "3e8\r\n" + piece + "\r\n";
+  chunked.send(request + "0\r\n\r\n");
+  const std::string chunked_reply = chunked.read_until("\r\n\r\n");
+  EXPECT_EQ(chunked_reply.rfind("HTTP/1.1 413", 0), 0u) << chunked_reply;
   EXPECT_EQ(post("/v1/completions", {{"prompt", "ok"}, {"max_tokens", 1}}).first, 200);
 }
 

@@ -100,7 +100,14 @@ void HttpServer::Impl::routes() {
     // limit would first read and discard all of it); the connection is closed after the answer.
     if (req.has_header("Content-Length")) {
       const std::string length = req.get_header_value("Content-Length");
-      if (length.size() > 18 || std::stoull("0" + length) > options.max_body_bytes) {
+      const bool digits =
+          !length.empty() && length.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits) {
+        res.set_header("Connection", "close");
+        send_error(res, invalid_request("Content-Length '" + length + "' is not a byte count"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (length.size() > 18 || std::stoull(length) > options.max_body_bytes) {
         res.set_header("Connection", "close");
         send_error(res, too_large(options.max_body_bytes));
         return httplib::Server::HandlerResponse::Handled;

@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+// `tessel serve`: a model behind the OpenAI-compatible HTTP API (docs/SERVING.md). The listener
+// opens first, so that /health answers 503 while the weights load; then the engine starts, the
+// server turns ready and prints one line with its address. SIGTERM or SIGINT: new requests are
+// refused (503), running ones get --drain-timeout seconds to finish, the rest are cancelled, and
+// the program exits 0. Signals are taken by sigwait on the main thread (blocked in every other
+// thread), so no handler runs in an arbitrary thread's context.
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "tessel/cli/commands.h"
+#include "tessel/cli/model_args.h"
+#include "tessel/core/log.h"
+#include "tessel/io/gguf.h"
+#include "tessel/models/gguf_model.h"
+#include "tessel/serve/chat_template.h"
+#include "tessel/serve/engine.h"
+#include "tessel/serve/http_server.h"
+
+namespace tessel::cli {
+
+namespace {
+
+struct ServeArgs {
+  std::string model, host = "127.0.0.1", served_model_name, api_key;
+  int port = 8000;
+  serve::EngineOptions engine;
+  bool no_prefix_caching = false;
+  double drain_timeout = 30;
+  int64_t max_body_bytes = int64_t(16) << 20;
+  int http_threads = 256;
+  int threads = 0;
+};
+
+io::Tokenizer load_tokenizer(const std::string& model) {
+  TESSEL_CHECK(has_tokenizer_files(model), "serve: ", model,
+               " has no tokenizer (tokenizer.json, tokenizer.model, vocab.json + merges.txt, or "
+               "a GGUF with tokenizer.ggml.* keys); the server needs one to read prompts");
+  if (models::is_gguf_model(model))
+    return io::Tokenizer::from_gguf(io::GgufFile::open(model).metadata(), model);
+  return io::Tokenizer::load(model);
+}
+
+// The name a model is served under by default: its directory's or file's name.
+std::string default_model_name(const std::string& model) {
+  std::filesystem::path p(model);
+  while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
+  return models::is_gguf_model(model) ? p.stem().string() : p.filename().string();
+}
+
+void run_serve(const ServeArgs& args) {
+  TESSEL_CHECK(args.port >= 0 && args.port <= 65535, "serve: --port ", args.port,
+               " must be in [0, 65535]");
+  TESSEL_CHECK(args.drain_timeout >= 0, "serve: --drain-timeout ", args.drain_timeout,
+               " must be >= 0");
+  TESSEL_CHECK(args.max_body_bytes > 0, "serve: --max-body-bytes must be > 0");
+  TESSEL_CHECK(args.http_threads >= 1, "serve: --http-threads must be >= 1");
+  TESSEL_CHECK(args.engine.max_n >= 1, "serve: --max-n must be >= 1");
+  check_model_dir(args.model, "serve");
+  apply_threads(args.threads);
+
+  // Before any thread starts: SIGINT/SIGTERM are left to sigwait below, and a client that closes
+  // its socket mid-write must not kill the process.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  serve::ServerOptions options;
+  options.host = args.host;
+  options.port = args.port;
+  const std::string own_name = default_model_name(args.model);
+  options.served_model_name = args.served_model_name.empty() ? own_name : args.served_model_name;
+  options.model_aliases = {own_name, args.model};
+  options.api_key = args.api_key;
+  options.max_body_bytes = size_t(args.max_body_bytes);
+  options.limits.max_n = args.engine.max_n;
+  options.http_threads = args.http_threads;
+  const serve::ChatTemplate chat = serve::ChatTemplate::for_model(args.model);
+  options.render_chat = [chat](const std::vector<serve::ChatTurn>& turns, bool generation_prompt) {
+    std::vector<serve::ChatMessage> messages;
+    for (const serve::ChatTurn& t : turns) messages.push_back({t.role, t.content});
+    return chat.render(messages, generation_prompt);
+  };
+  serve::HttpServer server(options);
+  const int port = server.bind();
+  server.start();
+  log(LogLevel::Info, "serve: listening on http://", args.host, ":", port, ", loading ", args.model,
+      " (chat template: ", chat.origin(), ")");
+
+  serve::EngineOptions engine_options = args.engine;
+  engine_options.prefix_caching = !args.no_prefix_caching;
+  serve::Engine engine(models::load_model_source(args.model), load_tokenizer(args.model),
+                       engine_options);
+  engine.start();
+  server.attach(engine);
+  server.set_ready(true);
+  std::printf("tessel serve: ready at http://%s:%d (model '%s', context %lld tokens)\n",
+              args.host.c_str(), port, options.served_model_name.c_str(),
+              static_cast<long long>(engine.context_length()));
+  std::fflush(stdout);
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  log(LogLevel::Info, "serve: ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT",
+      ": draining (up to ", args.drain_timeout, " s)");
+  server.begin_drain();
+  engine.drain(std::chrono::milliseconds(int64_t(args.drain_timeout * 1000)));
+  server.stop();  // the running responses have their last deltas: their threads finish
+  log(LogLevel::Info, "serve: stopped");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "Serve a model over an OpenAI-compatible HTTP API (docs/SERVING.md)");
+  cmd->add_option("-m,--model", args->model,
+                  "Model directory (config.json + weights + tokenizer) or a .gguf file")
+      ->required();
+  cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", args->port, "Port to listen on (0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--served-model-name", args->served_model_name,
+                  "The model's id in the API (default: the directory's or file's name)");
+  cmd->add_option("--api-key", args->api_key,
+                  "Require 'Authorization: Bearer KEY' on /v1/* (health and metrics stay open)");
+  cmd->add_option("--max-batch-tokens", args->engine.max_batch_tokens,
+                  "Tokens per engine step (decode tokens + prompt chunks)")
+      ->capture_default_str();
+  cmd->add_option("--max-seqs", args->engine.max_seqs, "Sequences running at once")
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-bytes", args->engine.kv_cache_bytes,
+                  "KV-cache pool in bytes (0: a fraction of the free memory)")
+      ->capture_default_str();
+  cmd->add_option("--block-size", args->engine.block_size, "Tokens per KV-cache block")
+      ->capture_default_str();
+  cmd->add_flag("--no-prefix-caching", args->no_prefix_caching,
+                "Do not share the KV blocks of common prompt prefixes between requests");
+  cmd->add_option("--max-queue", args->engine.max_queue,
+                  "Waiting requests before new ones are refused with 429")
+      ->capture_default_str();
+  cmd->add_option("--max-n", args->engine.max_n, "Most choices (n) per request")
+      ->capture_default_str();
+  cmd->add_option("--drain-timeout", args->drain_timeout,
+                  "Seconds running requests get to finish after SIGTERM/SIGINT")
+      ->capture_default_str();
+  cmd->add_option("--max-body-bytes", args->max_body_bytes, "Largest request body (larger: 413)")
+      ->capture_default_str();
+  cmd->add_option("--http-threads", args->http_threads,
+                  "Connections served at once (each streaming response holds one)")
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", args->threads,
+                  "Compute threads (0: TESSEL_NUM_THREADS or all cores)")
+      ->capture_default_str();
+  cmd->callback([args] { run_serve(*args); });
+}
+
+}  // namespace tessel::cli
