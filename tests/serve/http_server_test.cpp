@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "server_fixture.h"
+#include "tessel/serve/chat_template.h"
 
 namespace tessel::serve::test {
 namespace {
@@ -97,6 +98,27 @@ TEST_F(ServerTest, ChatWholeResponseWithLogprobs) {
   EXPECT_EQ(first["top_logprobs"],
             json::array({{{"token", "s"}, {"logprob", -0.125}, {"bytes", {int('s')}}}}));
   EXPECT_EQ(r["usage"]["prompt_tokens"], prompt.size());
+}
+
+TEST_F(ServerTest, ChatThroughAChatTemplate) {
+  const ChatTemplate chatml = ChatTemplate::fallback();
+  const ChatTemplate refusing =
+      ChatTemplate::from_source("{{ raise_exception('only one turn, please') }}", "", "");
+  ServerOptions options;
+  options.render_chat = [&](const std::vector<ChatMessage>& m, bool generation_prompt) {
+    return (m.size() == 1 ? chatml : refusing).render(m, generation_prompt);
+  };
+  start({}, options);
+  const json user = {{"role", "user"}, {"content", "Hi"}};
+  const auto [status, r] = post("/v1/chat/completions", {{"messages", {user}}, {"max_tokens", 2}});
+  ASSERT_EQ(status, 200) << r.dump();
+  ASSERT_EQ(engine_->submitted().size(), 1u);
+  EXPECT_EQ(engine_->submitted()[0].prompt, encode(chatml.render({{"user", "Hi"}}, true)));
+  const auto refused = post("/v1/chat/completions", {{"messages", {user, user}}});
+  expect_error(refused, 400, "invalid_request_error");
+  EXPECT_NE(refused.second["error"]["message"].get<std::string>().find("only one turn, please"),
+            std::string::npos)
+      << refused.second.dump();
 }
 
 TEST_F(ServerTest, StreamedCompletionEqualsTheWholeOne) {

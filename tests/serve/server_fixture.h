@@ -137,9 +137,9 @@ class ServerTest : public ::testing::Test {
     options.limits.max_n = 4;
     options.poll_interval = std::chrono::milliseconds(5);
     if (!options.render_chat) {
-      options.render_chat = [](const std::vector<ChatTurn>& turns, bool generation_prompt) {
+      options.render_chat = [](const std::vector<ChatMessage>& turns, bool generation_prompt) {
         std::string text;
-        for (const ChatTurn& t : turns) text += t.role + ": " + t.content + "\n";
+        for (const ChatMessage& t : turns) text += t.role + ": " + t.content + "\n";
         return generation_prompt ? text + "assistant:" : text;
       };
     }

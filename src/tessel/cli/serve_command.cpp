@@ -84,9 +84,8 @@ void run_serve(const ServeArgs& args) {
   options.limits.max_n = args.engine.max_n;
   options.http_threads = args.http_threads;
   const serve::ChatTemplate chat = serve::ChatTemplate::for_model(args.model);
-  options.render_chat = [chat](const std::vector<serve::ChatTurn>& turns, bool generation_prompt) {
-    std::vector<serve::ChatMessage> messages;
-    for (const serve::ChatTurn& t : turns) messages.push_back({t.role, t.content});
+  options.render_chat = [chat](const std::vector<serve::ChatMessage>& messages,
+                               bool generation_prompt) {
     return chat.render(messages, generation_prompt);
   };
   serve::HttpServer server(options);

@@ -126,12 +126,12 @@ void GenerationHandler::log_finished(const Running& run, int status,
 }
 
 void GenerationHandler::handle(Endpoint endpoint, const httplib::Request& req,
-                               httplib::Response& res) {
+                               const std::string& body, httplib::Response& res) {
   auto run = std::make_shared<Running>();
   run->arrival = Clock::now();
   run->client = client_of(req);
   try {
-    run->parsed = parse_request(endpoint, req.body, options_.limits);
+    run->parsed = parse_request(endpoint, body, options_.limits);
     const ParsedRequest& parsed = run->parsed;
     if (!parsed.model.empty() && !known_model(parsed.model))
       throw ApiError(404,

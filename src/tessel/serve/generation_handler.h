@@ -29,7 +29,8 @@ class GenerationHandler {
   void attach(EngineQueue& engine) { engine_ = &engine; }
   EngineQueue* engine() const { return engine_; }
 
-  void handle(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  void handle(Endpoint endpoint, const httplib::Request& req, const std::string& body,
+              httplib::Response& res);
   bool known_model(const std::string& name) const;
   // The log line of a request refused before it reached a handler (e.g. 413).
   void log_refused(const httplib::Request& req, int status, const std::string& why) const;

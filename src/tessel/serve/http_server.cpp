@@ -132,12 +132,28 @@ void HttpServer::Impl::routes() {
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
-  server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    generation.handle(Endpoint::kCompletions, req, res);
-  });
-  server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    generation.handle(Endpoint::kChat, req, res);
-  });
+  // The generation routes read their bodies themselves: cpp-httplib 0.11 applies its payload
+  // limit to bodies with a Content-Length only, and would buffer a chunked body of any size.
+  auto generation_route = [this](Endpoint endpoint) {
+    return [this, endpoint](const httplib::Request& req, httplib::Response& res,
+                            const httplib::ContentReader& read) {
+      std::string body;
+      bool over = false;
+      read([&](const char* data, size_t n) {
+        over = body.size() + n > options.max_body_bytes;
+        if (!over) body.append(data, n);
+        return !over;
+      });
+      if (over) {
+        res.set_header("Connection", "close");
+        send_error(res, too_large(options.max_body_bytes));
+        return;
+      }
+      generation.handle(endpoint, req, body, res);
+    };
+  };
+  server.Post("/v1/completions", generation_route(Endpoint::kCompletions));
+  server.Post("/v1/chat/completions", generation_route(Endpoint::kChat));
   auto model_object = [this] {
     return json{{"id", options.served_model_name},
                 {"object", "model"},

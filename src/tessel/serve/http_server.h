@@ -20,9 +20,10 @@
 
 namespace tessel::serve {
 
-// The prompt text of a conversation (the model's chat template; serve/chat_template.h).
-using ChatRenderer =
-    std::function<std::string(const std::vector<ChatTurn>& messages, bool add_generation_prompt)>;
+// The prompt text of a conversation: the model's ChatTemplate::render (serve/chat_template.h),
+// called from several HTTP threads at once.
+using ChatRenderer = std::function<std::string(const std::vector<ChatMessage>& messages,
+                                               bool add_generation_prompt)>;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";

@@ -181,7 +181,7 @@ void read_messages(const json& body, ParsedRequest& out) {
     if (!msg.is_object()) throw wrong_type(name, msg, "an object");
     const json* role = field(msg, "role");
     if (!role) throw invalid_request(name + ".role is required", name + ".role");
-    ChatTurn turn{string_of(*role, name + ".role"), ""};
+    ChatMessage turn{string_of(*role, name + ".role"), ""};
     static const char* const kRoles[] = {"system", "developer", "user", "assistant", "tool"};
     if (std::find(std::begin(kRoles), std::end(kRoles), turn.role) == std::end(kRoles))
       throw invalid_request(name + ".role: '" + turn.role +

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tessel/serve/chat_template.h"
 #include "tessel/serve/request.h"
 
 namespace tessel::serve {
@@ -37,13 +38,6 @@ class ApiError : public std::runtime_error {
 ApiError invalid_request(const std::string& message, const std::string& param = "",
                          const std::string& code = "");
 
-// One chat turn as the client sent it ({"role", "content"}; content given as a list of text parts
-// is joined). The chat template turns a list of them into prompt text.
-struct ChatTurn {
-  std::string role;
-  std::string content;
-};
-
 enum class Endpoint { kCompletions, kChat };
 
 // A request body, checked, before tokenization.
@@ -52,10 +46,11 @@ struct ParsedRequest {
   std::string model;                       // "" when absent: the served model
   std::optional<std::string> prompt_text;  // completions: a text prompt
   std::vector<int64_t> prompt_ids;         // completions: a token-id prompt
-  std::vector<ChatTurn> messages;          // chat
-  bool add_generation_prompt = true;       // chat (vLLM extra)
-  SamplingParams params;                   // max_tokens as sent (see max_tokens_given)
-  bool max_tokens_given = false;           // absent: completions 16, chat the rest of the context
+  // Chat: the turns as sent (content given as a list of text parts is joined).
+  std::vector<ChatMessage> messages;
+  bool add_generation_prompt = true;  // chat (vLLM extra)
+  SamplingParams params;              // max_tokens as sent (see max_tokens_given)
+  bool max_tokens_given = false;      // absent: completions 16, chat the rest of the context
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions: the prompt text before the completion
