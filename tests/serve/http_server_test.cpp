@@ -212,6 +212,8 @@ TEST_F(ServerTest, MetricsCountResponsesAndLatencies) {
   post("/v1/completions", {{"prompt", "abc"}, {"max_tokens", 4}});
   post("/v1/completions", {{"prompt", "abc"}, {"max_tokens", 0}});
   httplib::Client c = client();
+  c.Get("/v1/models/some-id");
+  c.Get("/no/such/path");
   const httplib::Result res = c.Get("/metrics");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
@@ -223,6 +225,8 @@ TEST_F(ServerTest, MetricsCountResponsesAndLatencies) {
   has("tessel:http_requests_total" + m + ",endpoint=\"/v1/completions\",code=\"200\"} 2");
   has("tessel:http_requests_total" + m + ",endpoint=\"/v1/completions\",code=\"400\"} 1");
   has("tessel:request_success_total" + m + ",finished_reason=\"length\"} 2");
+  has("tessel:http_requests_total" + m + ",endpoint=\"/v1/models/{id}\",code=\"404\"} 1");
+  has("tessel:http_requests_total" + m + ",endpoint=\"other\",code=\"404\"} 1");
   has("tessel:time_to_first_token_seconds_count" + m + "} 2");
   has("tessel:time_to_first_token_seconds_bucket" + m + ",le=\"+Inf\"} 2");
   has("tessel:inter_token_latency_seconds_count" + m + "} 6");  // 3 intervals per request

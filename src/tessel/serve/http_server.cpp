@@ -57,9 +57,14 @@ struct HttpServer::Impl {
 
 namespace {
 
-bool is_known_route(const std::string& path) {
-  return path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/models" ||
-         path.rfind("/v1/models/", 0) == 0 || path == "/health" || path == "/metrics";
+// The endpoint label of a response: the route, never a client-chosen path (that would let clients
+// create any number of series).
+std::string endpoint_label(const std::string& path) {
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  for (const char* route :
+       {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"})
+    if (path == route) return route;
+  return "other";
 }
 
 // Compares without an early exit, so the time taken does not tell how much of a key was right.
@@ -216,7 +221,7 @@ void HttpServer::Impl::routes() {
   // Counted just before the response is written (cpp-httplib calls this for every response,
   // routed or not), so a client that has its answer finds it counted in /metrics.
   server.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    metrics.count_response(is_known_route(req.path) ? req.path : "other", res.status);
+    metrics.count_response(endpoint_label(req.path), res.status);
     if (res.status == 413) generation.log_refused(req, 413, "body too large");
   });
 }
