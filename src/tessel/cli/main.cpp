@@ -66,9 +66,7 @@ int main(int argc, char** argv) {
   tessel::cli::add_train_command(app);
   tessel::cli::add_schedule_command(app);
   tessel::cli::add_report_command(app);
-#ifdef TESSEL_SERVE_COMMAND  // built once the engine is in (cli/CMakeLists.txt)
   tessel::cli::add_serve_command(app);
-#endif
   try {
     tessel::kernels::active_kernel_set();  // a bad TESSEL_KERNELS fails here, before any work
     app.parse(argc, argv);
