@@ -2,7 +2,8 @@
 // `tessel bench [peak|kernels]`: measured machine limits (GEMM peak, memory read bandwidth) and
 // kernel figures at GPT-2 shapes as fractions of those limits. One JSON object per line, so the
 // output can be appended to a log and compared across runs and machines. Subcommands: `bench comm`
-// (bench_comm.cpp) and `bench generate` (bench_generate.cpp).
+// (bench_comm.cpp), `bench generate` (bench_generate.cpp), `bench train` (bench_train.cpp) and
+// `bench serve` (bench_serve.cpp).
 #include <omp.h>
 
 #include <iostream>
@@ -138,9 +139,10 @@ void add_bench_command(CLI::App& app) {
   add_bench_comm_command(*cmd);
   add_bench_generate_command(*cmd);
   add_bench_train_command(*cmd);
+  add_bench_serve_command(*cmd);
   cmd->callback([cmd] {
     if (cmd->got_subcommand("comm") || cmd->got_subcommand("generate") ||
-        cmd->got_subcommand("train"))
+        cmd->got_subcommand("train") || cmd->got_subcommand("serve"))
       return;
     std::cerr << "tessel bench: " << what << ", " << num_threads() << " threads, " << budget
               << " s per figure\n";

@@ -20,6 +20,7 @@ void add_schedule_command(CLI::App& app);          // `tessel schedule`, in sche
 void add_report_command(CLI::App& app);            // `tessel report`, in report_command.cpp
 void add_bench_train_command(CLI::App& bench);     // `tessel bench train`, in bench_train.cpp
 void add_serve_command(CLI::App& app);             // `tessel serve`, in serve_command.cpp
+void add_bench_serve_command(CLI::App& bench);     // `tessel bench serve`, in bench_serve.cpp
 
 // Machine limits measured by `tessel bench peak` (bench_command.cpp), printed as JSON lines; other
 // bench figures are reported as fractions of them.
