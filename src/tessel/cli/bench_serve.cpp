@@ -114,13 +114,17 @@ void count_client_tokens(std::vector<serve::RequestRecord>& records, const io::T
   }
 }
 
+// The first failure of each kind, with when it happened and what had arrived by then.
 void report_failures(const std::vector<serve::RequestRecord>& records) {
-  std::map<std::string, std::string> first;
+  std::map<std::string, const serve::RequestRecord*> first;
   for (const serve::RequestRecord& r : records) {
-    if (!r.ok() && !first.count(r.error)) first[r.error] = r.error_message;
+    if (!r.ok() && !first.count(r.error)) first[r.error] = &r;
   }
-  for (const auto& [kind, message] : first)
-    std::cerr << "tessel bench serve: " << kind << ": " << message.substr(0, 300) << "\n";
+  for (const auto& [kind, r] : first) {
+    std::cerr << "tessel bench serve: " << kind << ": " << r->error_message.substr(0, 300)
+              << " (request " << r->index << ", " << r->start_s << " s into the run, after "
+              << r->latency_s() << " s and " << r->chunks << " chunks)\n";
+  }
 }
 
 void run_serve_bench(const ServeBenchOptions& opt, const CLI::App& cmd) {
