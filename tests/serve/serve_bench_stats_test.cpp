@@ -74,16 +74,16 @@ TEST(ServeBenchStats, SummaryOfSamples) {
 }
 
 TEST(ServeBenchStats, HistogramBucketsIncludeTheirUpperBound) {
-  Histogram h({1, 2, 3});
+  LatencyHistogram h({1, 2, 3});
   for (double v : {0.5, 1.0, 1.5, 2.0, 2.0001, 3.0, 3.5, 100.0}) h.add(v);
   EXPECT_EQ(h.counts(), (std::vector<int64_t>{2, 2, 2, 2}));
   EXPECT_EQ(h.total(), 8);
-  expect_error([] { Histogram({1, 1}); }, {"increase", "1"});
-  expect_error([] { Histogram(std::vector<double>{}); }, {"no bucket bounds"});
+  expect_error([] { LatencyHistogram({1, 1}); }, {"increase", "1"});
+  expect_error([] { LatencyHistogram(std::vector<double>{}); }, {"no bucket bounds"});
 }
 
 TEST(ServeBenchStats, LatencyHistogramSpansMillisecondsToAMinute) {
-  Histogram h = Histogram::latency_seconds();
+  LatencyHistogram h = LatencyHistogram::latency_seconds();
   EXPECT_DOUBLE_EQ(h.bounds().front(), 1e-3);
   EXPECT_DOUBLE_EQ(h.bounds().back(), 60.0);
   h.add(0.0004);

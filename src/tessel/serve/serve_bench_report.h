@@ -46,7 +46,7 @@ struct RunFigures {
   double duration_s = 0;                  // first start to last end
   double requests_per_s = 0, output_tokens_per_s = 0, total_tokens_per_s = 0;
   Summary ttft_s, tpot_s, itl_s, latency_s;
-  Histogram ttft_histogram = Histogram::latency_seconds();
+  LatencyHistogram ttft_histogram = LatencyHistogram::latency_seconds();
   // Token counts over the completed requests.
   int64_t output_tokens = 0, prompt_tokens = 0;
   int64_t requested_output_tokens = 0;  // sum of max_tokens

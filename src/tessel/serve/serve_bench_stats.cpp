@@ -38,25 +38,25 @@ Summary summarize(const std::vector<double>& samples) {
   return s;
 }
 
-Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)) {
-  TESSEL_CHECK(!bounds_.empty(), "Histogram: no bucket bounds");
+LatencyHistogram::LatencyHistogram(std::vector<double> bounds) : bounds_(std::move(bounds)) {
+  TESSEL_CHECK(!bounds_.empty(), "LatencyHistogram: no bucket bounds");
   for (size_t i = 1; i < bounds_.size(); ++i) {
-    TESSEL_CHECK(bounds_[i] > bounds_[i - 1], "Histogram: bounds must increase, but bound ", i,
-                 " = ", bounds_[i], " follows ", bounds_[i - 1]);
+    TESSEL_CHECK(bounds_[i] > bounds_[i - 1], "LatencyHistogram: bounds must increase, but bound ",
+                 i, " = ", bounds_[i], " follows ", bounds_[i - 1]);
   }
   counts_.assign(bounds_.size() + 1, 0);
 }
 
-Histogram Histogram::latency_seconds() {
+LatencyHistogram LatencyHistogram::latency_seconds() {
   std::vector<double> b;
   for (double decade = 1e-3; decade < 50; decade *= 10) {
     for (double m : {1.0, 2.5, 5.0}) b.push_back(m * decade);
   }
   b.push_back(60.0);
-  return Histogram(b);
+  return LatencyHistogram(b);
 }
 
-void Histogram::add(double value) {
+void LatencyHistogram::add(double value) {
   // The first bound >= value: (bounds[i-1], bounds[i]] holds it.
   const auto it = std::lower_bound(bounds_.begin(), bounds_.end(), value);
   ++counts_[size_t(it - bounds_.begin())];

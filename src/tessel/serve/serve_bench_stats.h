@@ -22,11 +22,11 @@ Summary summarize(const std::vector<double>& samples);
 
 // Counts per bucket: bucket i holds samples in (bounds[i-1], bounds[i]] (Prometheus' `le`
 // convention); one more bucket above the last bound holds the rest.
-class Histogram {
+class LatencyHistogram {
  public:
-  explicit Histogram(std::vector<double> bounds);  // strictly increasing, non-empty
+  explicit LatencyHistogram(std::vector<double> bounds);  // strictly increasing, non-empty
   // Latency bounds in seconds, 1 ms to 60 s, about four per decade (1, 2.5, 5 x 10^k).
-  static Histogram latency_seconds();
+  static LatencyHistogram latency_seconds();
   void add(double value);
   const std::vector<double>& bounds() const { return bounds_; }
   const std::vector<int64_t>& counts() const { return counts_; }  // bounds().size() + 1 of them
