@@ -53,49 +53,91 @@ void write_file_atomic(const std::string& path, const void* bytes, size_t size) 
 }
 
 void write_file_atomic(const std::string& path, std::span<const std::span<const uint8_t>> pieces) {
+  AtomicFileWriter out(path);
+  for (const auto& piece : pieces) out.write(piece.data(), piece.size());
+  out.commit();
+}
+
+AtomicFileWriter::AtomicFileWriter(const std::string& path) : path_(path) {
   namespace fs = std::filesystem;
-  fs::path target(path);
-  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmp =
-      (dir / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TESSEL_CHECK(fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
-  size_t size = 0, written = 0;
-  for (const auto& piece : pieces) size += piece.size();
-  for (const auto& piece : pieces) {
-    const char* p = reinterpret_cast<const char*>(piece.data());
-    size_t left = piece.size();
-    while (left > 0) {
-      ssize_t n = ::write(fd, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        int err = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        TESSEL_FAIL("writing '", tmp, "' failed after ", written, " of ", size,
-                    " bytes: ", std::strerror(err));
-      }
-      p += n;
-      left -= size_t(n);
-      written += size_t(n);
-    }
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  tmp_ = (dir / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TESSEL_CHECK(fd_ >= 0, "cannot create '", tmp_, "': ", std::strerror(errno));
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void AtomicFileWriter::write(const void* bytes, size_t size) {
+  TESSEL_CHECK(fd_ >= 0, "writing '", path_, "' after it was committed");
+  const char* p = static_cast<const char*>(bytes);
+  while (size > 0) {
+    const ssize_t n = ::write(fd_, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    TESSEL_CHECK(n > 0, "writing '", tmp_, "' failed after ", written_,
+                 " bytes: ", std::strerror(n < 0 ? errno : ENOSPC));
+    p += n;
+    size -= size_t(n);
+    written_ += uint64_t(n);
   }
-  bool synced = ::fsync(fd) == 0;
+}
+
+void AtomicFileWriter::commit() {
+  TESSEL_CHECK(fd_ >= 0, "'", path_, "' was already committed");
+  const bool synced = ::fsync(fd_) == 0;
   int err = errno;
-  ::close(fd);
+  ::close(fd_);
+  fd_ = -1;
   if (!synced) {
-    ::unlink(tmp.c_str());
-    TESSEL_FAIL("fsync of '", tmp, "' failed: ", std::strerror(err));
+    ::unlink(tmp_.c_str());
+    TESSEL_FAIL("fsync of '", tmp_, "' failed: ", std::strerror(err));
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     err = errno;
-    ::unlink(tmp.c_str());
-    TESSEL_FAIL("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err));
+    ::unlink(tmp_.c_str());
+    TESSEL_FAIL("cannot rename '", tmp_, "' to '", path_, "': ", std::strerror(err));
   }
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  namespace fs = std::filesystem;
+  const fs::path target(path_);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);  // makes the rename itself durable
     ::close(dfd);
+  }
+}
+
+FileReader::FileReader(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TESSEL_CHECK(fd_ >= 0, "cannot open '", path, "': ", std::strerror(errno));
+}
+
+FileReader::~FileReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+FileReader::FileReader(FileReader&& other) noexcept
+    : path_(std::move(other.path_)), fd_(other.fd_) {
+  other.fd_ = -1;
+}
+
+void FileReader::read_at(uint64_t offset, void* dst, size_t size) const {
+  char* p = static_cast<char*>(dst);
+  uint64_t at = offset;
+  while (size > 0) {
+    const ssize_t n = ::pread(fd_, p, size, off_t(at));
+    if (n < 0 && errno == EINTR) continue;
+    TESSEL_CHECK(n >= 0, "reading '", path_, "' at byte ", at, " failed: ", std::strerror(errno));
+    TESSEL_CHECK(n > 0, "'", path_, "' ends at byte ", at, ", before the ", size,
+                 " more bytes expected there (truncated?)");
+    p += n;
+    size -= size_t(n);
+    at += uint64_t(n);
   }
 }
 

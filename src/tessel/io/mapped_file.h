@@ -30,6 +30,48 @@ class MappedFile {
   std::string path_;
 };
 
+// A file written front to back under a temporary name in the same folder and made visible whole:
+// commit() fsyncs it, renames it to `path` and fsyncs the folder. Destroyed uncommitted, it
+// deletes the temporary file. Every write is checked (a short write is retried, a failed one
+// throws naming the file), so a writer that produces the bytes piece by piece (a checkpoint
+// streamed from the tensors where they live) needs no buffer of the whole file.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(const std::string& path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(const void* bytes, size_t size);
+  uint64_t written() const { return written_; }
+  void commit();
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+  uint64_t written_ = 0;
+};
+
+// A file read with pread at any offset: bytes land where the caller wants them (a tensor being
+// restored), and nothing of the file stays mapped in the process (a mapped file's pages count in
+// its resident set for as long as the mapping lives).
+class FileReader {
+ public:
+  explicit FileReader(const std::string& path);
+  ~FileReader();
+  FileReader(FileReader&& other) noexcept;
+  FileReader& operator=(FileReader&&) = delete;
+  FileReader(const FileReader&) = delete;
+
+  // Reads exactly `size` bytes at `offset`; an Error names the file when it is shorter.
+  void read_at(uint64_t offset, void* dst, size_t size) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
 // Writes `bytes` to `path` atomically: a temporary file in the same folder, fsync, rename, then
 // fsync of the folder. A crash leaves either the old file or the new one, never half of one.
 void write_file_atomic(const std::string& path, const void* bytes, size_t size);

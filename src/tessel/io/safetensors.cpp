@@ -2,6 +2,7 @@
 #include "tessel/io/safetensors.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -184,9 +185,10 @@ SafetensorsHeader parse_safetensors(const uint8_t* bytes, size_t size, const std
   return out;
 }
 
-SafetensorsFile SafetensorsFile::open(const std::string& path) {
+SafetensorsFile SafetensorsFile::open(const std::string& path, SafetensorsLoad mode) {
   SafetensorsFile f;
   f.file_ = MappedFile::open(path);
+  if (mode == SafetensorsLoad::Read) f.reader_ = std::make_shared<FileReader>(path);
   f.header_ = parse_safetensors(f.file_->data(), f.file_->size(), path);
   for (size_t i = 0; i < f.header_.entries.size(); ++i) f.index_[f.header_.entries[i].name] = i;
   return f;
@@ -212,6 +214,19 @@ Tensor SafetensorsFile::load(const std::string& name, std::optional<DType> want)
   DType target = want.value_or(*stored);
   TESSEL_CHECK(dtype_is_float(target) == dtype_is_float(*stored), path(), ": tensor '", name,
                "' is ", e.dtype, "; converting it to ", dtype_name(target), " is not supported");
+  if (reader_ != nullptr) {
+    Tensor out = empty(e.shape, target);
+    const uint64_t at = header_.data_start + e.begin, bytes = e.end - e.begin;
+    if (target == *stored) {
+      if (bytes > 0) reader_->read_at(at, out.data_ptr(), bytes);
+    } else if (bytes > 0) {
+      std::vector<uint8_t> staged(bytes);
+      reader_->read_at(at, staged.data(), bytes);
+      convert_elements(staged.data(), *stored, out.data_ptr(), target, size_t(out.numel()));
+    }
+    out.set_name(name);
+    return out;
+  }
   uint8_t* src = file_->mutable_data() + header_.data_start + e.begin;
   bool aligned = reinterpret_cast<uintptr_t>(src) % dtype_size(*stored) == 0;
   if (target == *stored && aligned && e.end > e.begin) {
@@ -242,52 +257,111 @@ bool SafetensorsFile::is_zero_copy(const Tensor& t) const {
   return p >= file_->data() && p < file_->data() + file_->size();
 }
 
-std::vector<uint8_t> serialize_safetensors(const NamedTensors& tensors,
-                                           const std::map<std::string, std::string>& metadata) {
-  std::vector<const std::pair<std::string, Tensor>*> order;
+namespace {
+
+// The reference writer's order: larger element size first (keeps every tensor aligned), then name.
+// Returns the header text (padded so the data buffer starts 8-byte aligned) and fills `order`.
+std::string layout_header(const std::vector<StreamedTensor>& tensors,
+                          const std::map<std::string, std::string>& metadata,
+                          std::vector<const StreamedTensor*>& order) {
   std::set<std::string> names;
-  for (const auto& nt : tensors) {
-    TESSEL_CHECK(names.insert(nt.first).second, "safetensors: tensor name '", nt.first,
+  for (const auto& t : tensors) {
+    TESSEL_CHECK(names.insert(t.name).second, "safetensors: tensor name '", t.name,
                  "' given twice");
-    TESSEL_CHECK(nt.first != "__metadata__", "safetensors: '__metadata__' is reserved");
-    TESSEL_CHECK(nt.second.device().is_cpu(), "safetensors: tensor '", nt.first,
-                 "' is not on the cpu");
-    order.push_back(&nt);
+    TESSEL_CHECK(t.name != "__metadata__", "safetensors: '__metadata__' is reserved");
+    order.push_back(&t);
   }
-  // The reference writer's order: larger element size first (keeps every tensor aligned), then
-  // name.
   std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) {
-    size_t sa = a->second.element_size(), sb = b->second.element_size();
-    return sa != sb ? sa > sb : a->first < b->first;
+    size_t sa = dtype_size(a->dtype), sb = dtype_size(b->dtype);
+    return sa != sb ? sa > sb : a->name < b->name;
   });
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  for (auto* nt : order) {
-    const Tensor& t = nt->second;
-    header[nt->first] = {{"dtype", safetensors_dtype_name(t.dtype())},
-                         {"shape", t.shape().to_vector()},
-                         {"data_offsets", {offset, offset + t.nbytes()}}};
-    offset += t.nbytes();
+  for (const StreamedTensor* t : order) {
+    header[t->name] = {{"dtype", safetensors_dtype_name(t->dtype)},
+                       {"shape", t->shape.to_vector()},
+                       {"data_offsets", {offset, offset + t->nbytes()}}};
+    offset += t->nbytes();
   }
   std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // the data buffer starts 8-byte aligned
-  std::vector<uint8_t> out(8 + text.size() + offset);
-  uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) out[size_t(i)] = uint8_t(n >> (8 * i));
-  std::memcpy(out.data() + 8, text.data(), text.size());
-  uint8_t* data = out.data() + 8 + text.size();
-  for (auto* nt : order) {
-    if (nt->second.nbytes() > 0) std::memcpy(data, nt->second.data_ptr(), nt->second.nbytes());
-    data += nt->second.nbytes();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
+
+std::vector<StreamedTensor> views_of(const NamedTensors& tensors) {
+  std::vector<StreamedTensor> out;
+  out.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) {
+    TESSEL_CHECK(t.device().is_cpu(), "safetensors: tensor '", name, "' is not on the cpu");
+    out.push_back(streamed_view(name, t));
   }
+  return out;
+}
+
+// The 8-byte little-endian header length.
+std::array<uint8_t, 8> length_prefix(uint64_t n) {
+  std::array<uint8_t, 8> out{};
+  for (int i = 0; i < 8; ++i) out[size_t(i)] = uint8_t(n >> (8 * i));
+  return out;
+}
+
+}  // namespace
+
+StreamedTensor streamed_view(const std::string& name, const Tensor& t) {
+  return {name, t.dtype(), t.shape(), [t](const ByteSink& sink) {
+            if (t.nbytes() > 0) sink(t.data_ptr(), t.nbytes());
+          }};
+}
+
+std::vector<uint8_t> serialize_safetensors(const NamedTensors& tensors,
+                                           const std::map<std::string, std::string>& metadata) {
+  const std::vector<StreamedTensor> streamed = views_of(tensors);
+  std::vector<const StreamedTensor*> order;
+  const std::string text = layout_header(streamed, metadata, order);
+  uint64_t size = 8 + text.size();
+  for (const StreamedTensor* t : order) size += t->nbytes();
+  std::vector<uint8_t> out(size);
+  const auto prefix = length_prefix(text.size());
+  std::memcpy(out.data(), prefix.data(), prefix.size());
+  std::memcpy(out.data() + 8, text.data(), text.size());
+  size_t at = 8 + text.size();
+  for (const StreamedTensor* t : order)
+    t->write([&](const void* p, size_t n) {
+      std::memcpy(out.data() + at, p, n);
+      at += n;
+    });
   return out;
 }
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  std::vector<uint8_t> bytes = serialize_safetensors(tensors, metadata);
-  write_file_atomic(path, bytes.data(), bytes.size());
+  write_safetensors_streamed(path, views_of(tensors), metadata);
+}
+
+void write_safetensors_streamed(const std::string& path, const std::vector<StreamedTensor>& tensors,
+                                const std::map<std::string, std::string>& metadata) {
+  std::vector<const StreamedTensor*> order;
+  const std::string text = layout_header(tensors, metadata, order);
+  AtomicFileWriter out(path);
+  const auto prefix = length_prefix(text.size());
+  out.write(prefix.data(), prefix.size());
+  out.write(text.data(), text.size());
+  for (const StreamedTensor* t : order) {
+    const uint64_t begin = out.written();
+    t->write([&](const void* p, size_t n) {
+      TESSEL_CHECK(out.written() - begin + n <= t->nbytes(), "safetensors: tensor '", t->name,
+                   "' produced more than its ", t->nbytes(), " bytes");
+      out.write(p, n);
+    });
+    TESSEL_CHECK(out.written() - begin == t->nbytes(), "safetensors: tensor '", t->name,
+                 "' produced ", out.written() - begin, " of its ", t->nbytes(), " bytes");
+  }
+  out.commit();
+}
+
+uint64_t SafetensorsFile::file_offset(const std::string& name) const {
+  return header_.data_start + entry(name).begin;
 }
 
 }  // namespace tessel::io

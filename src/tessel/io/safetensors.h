@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -43,9 +44,15 @@ SafetensorsHeader parse_safetensors(const uint8_t* bytes, size_t size, const std
 std::optional<DType> dtype_from_safetensors(const std::string& name);
 std::string safetensors_dtype_name(DType dtype);
 
+// How load() gets a tensor's bytes: Map views the mapped file where it can (zero-copy; the pages
+// it touches stay resident while the file is open); Read copies each tensor out with pread, for a
+// caller that copies the values into tensors of its own (loading a model's parameters), so that
+// the file's pages are not held beside them.
+enum class SafetensorsLoad { Map, Read };
+
 class SafetensorsFile {
  public:
-  static SafetensorsFile open(const std::string& path);
+  static SafetensorsFile open(const std::string& path, SafetensorsLoad mode = SafetensorsLoad::Map);
 
   const std::string& path() const { return file_->path(); }
   std::vector<std::string> names() const;
@@ -57,9 +64,12 @@ class SafetensorsFile {
   // kept alive by the tensor) when no conversion is needed and the data is aligned; else a copy.
   Tensor load(const std::string& name, std::optional<DType> want = std::nullopt) const;
   bool is_zero_copy(const Tensor& t) const;
+  // Where tensor `name`'s bytes start in the file (for readers that fetch ranges themselves).
+  uint64_t file_offset(const std::string& name) const;
 
  private:
   std::shared_ptr<MappedFile> file_;
+  std::shared_ptr<FileReader> reader_;  // SafetensorsLoad::Read
   SafetensorsHeader header_;
   std::map<std::string, size_t> index_;
 };
@@ -69,8 +79,33 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 // The bytes of a safetensors file holding `tensors` (names unique) and string metadata.
 std::vector<uint8_t> serialize_safetensors(const NamedTensors& tensors,
                                            const std::map<std::string, std::string>& metadata = {});
-// Writes them to `path` atomically.
+// Writes them to `path` atomically, each tensor's bytes straight from its memory (no image of
+// the file is assembled).
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+
+// Receives a tensor's bytes, in order, in as many calls as the producer likes.
+using ByteSink = std::function<void(const void* bytes, size_t size)>;
+
+// A tensor of a streamed file: its stored dtype and shape, and a producer that passes exactly
+// its numel x dtype-size bytes (row-major) to the sink it is given. The producer runs once, when
+// the file reaches the tensor, so it can read the values from wherever they live (a shard of a
+// parameter, a checkpoint piece on disk) through a buffer of its own choosing.
+struct StreamedTensor {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;
+  std::function<void(const ByteSink&)> write;
+  uint64_t nbytes() const { return uint64_t(shape.numel()) * dtype_size(dtype); }
+};
+
+// A StreamedTensor whose bytes are `t`'s own (written from its memory, no copy).
+StreamedTensor streamed_view(const std::string& name, const Tensor& t);
+
+// Writes a safetensors file atomically (same layout as serialize_safetensors), calling each
+// tensor's producer in file order; an Error when a producer passes too few or too many bytes.
+// The memory it needs is the header: whatever buffering there is belongs to the producers.
+void write_safetensors_streamed(const std::string& path, const std::vector<StreamedTensor>& tensors,
+                                const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace tessel::io

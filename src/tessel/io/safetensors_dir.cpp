@@ -12,10 +12,10 @@ namespace tessel::io {
 
 namespace fs = std::filesystem;
 
-SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
+SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path, SafetensorsLoad mode) {
   SafetensorsCheckpoint ckpt;
   auto add_file = [&](const std::string& file) {
-    ckpt.files_.push_back(SafetensorsFile::open(file));
+    ckpt.files_.push_back(SafetensorsFile::open(file, mode));
     for (const std::string& name : ckpt.files_.back().names()) {
       auto [it, inserted] = ckpt.where_.emplace(name, ckpt.files_.size() - 1);
       TESSEL_CHECK(inserted, "tensor '", name, "' appears in both '",
@@ -88,25 +88,38 @@ Tensor SafetensorsCheckpoint::load(const std::string& name, std::optional<DType>
 void save_safetensors_dir(const std::string& dir, const NamedTensors& tensors,
                           uint64_t max_shard_bytes,
                           const std::map<std::string, std::string>& metadata) {
+  std::vector<StreamedTensor> streamed;
+  streamed.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) {
+    TESSEL_CHECK(t.device().is_cpu(), "safetensors: tensor '", name, "' is not on the cpu");
+    streamed.push_back(streamed_view(name, t));
+  }
+  save_safetensors_dir(dir, streamed, max_shard_bytes, metadata);
+}
+
+void save_safetensors_dir(const std::string& dir, const std::vector<StreamedTensor>& tensors,
+                          uint64_t max_shard_bytes,
+                          const std::map<std::string, std::string>& metadata) {
   TESSEL_CHECK(max_shard_bytes > 0, "save_safetensors_dir: max_shard_bytes must be positive");
   fs::create_directories(dir);
   // Greedy packing in the given order: a shard closes when the next tensor would overflow it.
-  std::vector<NamedTensors> shards(1);
+  std::vector<std::vector<StreamedTensor>> shards(1);
   uint64_t in_shard = 0, total = 0;
-  for (const auto& nt : tensors) {
-    uint64_t bytes = nt.second.nbytes();
+  for (const auto& t : tensors) {
+    const uint64_t bytes = t.nbytes();
     if (!shards.back().empty() && in_shard + bytes > max_shard_bytes) {
       shards.emplace_back();
       in_shard = 0;
     }
-    shards.back().push_back(nt);
+    shards.back().push_back(t);
     in_shard += bytes;
     total += bytes;
   }
   // A stale index or stale shards from an earlier save would shadow the new files.
   fs::remove(fs::path(dir) / kSafetensorsIndexName);
   if (shards.size() == 1) {
-    save_safetensors((fs::path(dir) / kSafetensorsSingleName).string(), shards[0], metadata);
+    write_safetensors_streamed((fs::path(dir) / kSafetensorsSingleName).string(), shards[0],
+                               metadata);
     return;
   }
   nlohmann::ordered_json index;
@@ -115,8 +128,8 @@ void save_safetensors_dir(const std::string& dir, const NamedTensors& tensors,
   for (size_t i = 0; i < shards.size(); ++i) {
     char name[64];
     std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-    save_safetensors((fs::path(dir) / name).string(), shards[i], metadata);
-    for (const auto& nt : shards[i]) index["weight_map"][nt.first] = name;
+    write_safetensors_streamed((fs::path(dir) / name).string(), shards[i], metadata);
+    for (const auto& t : shards[i]) index["weight_map"][t.name] = name;
   }
   fs::remove(fs::path(dir) / kSafetensorsSingleName);
   std::string text = index.dump(2) + "\n";

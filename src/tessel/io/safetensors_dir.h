@@ -19,7 +19,8 @@ inline constexpr const char* kSafetensorsIndexName = "model.safetensors.index.js
 class SafetensorsCheckpoint {
  public:
   // `path` is a directory (single file or index + shards) or one .safetensors file.
-  static SafetensorsCheckpoint open(const std::string& path);
+  static SafetensorsCheckpoint open(const std::string& path,
+                                    SafetensorsLoad mode = SafetensorsLoad::Map);
 
   std::vector<std::string> names() const;
   bool contains(const std::string& name) const { return where_.count(name) != 0; }
@@ -35,6 +36,10 @@ class SafetensorsCheckpoint {
 // Writes tensors into `dir` (created if missing): one model.safetensors when they fit in
 // `max_shard_bytes`, else shards plus the index. Every file is written atomically.
 void save_safetensors_dir(const std::string& dir, const NamedTensors& tensors,
+                          uint64_t max_shard_bytes = uint64_t(5) << 30,
+                          const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+// The same with tensors produced while their file is written (write_safetensors_streamed).
+void save_safetensors_dir(const std::string& dir, const std::vector<StreamedTensor>& tensors,
                           uint64_t max_shard_bytes = uint64_t(5) << 30,
                           const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
 

@@ -127,7 +127,9 @@ std::shared_ptr<CausalLM> load_model(const std::string& dir) {
                " not found");
   ConfigPtr config = load_model_config(config_path.string());
   std::shared_ptr<CausalLM> model = config->build_empty();
-  config->family().load_hf(*model, io::SafetensorsCheckpoint::open(dir));
+  // Read, not mapped: the parameters are the one copy of the weights (a mapped file's pages
+  // would stay resident beside them until the load ends).
+  config->family().load_hf(*model, io::SafetensorsCheckpoint::open(dir, io::SafetensorsLoad::Read));
   model->eval();
   return model;
 }

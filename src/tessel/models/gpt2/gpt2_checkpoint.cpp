@@ -8,6 +8,7 @@
 #include <regex>
 #include <sstream>
 
+#include "tessel/autograd/grad_mode.h"
 #include "tessel/io/mapped_file.h"
 #include "tessel/io/safetensors_dir.h"
 #include "tessel/models/family.h"
@@ -77,7 +78,14 @@ void gpt2_load_hf(GPT2& model, const io::SafetensorsCheckpoint& checkpoint) {
     TESSEL_CHECK(stored.emplace(name, raw).second, "load GPT-2: tensor '", name,
                  "' is stored both with and without the '", kPrefix, "' prefix");
   }
-  io::NamedTensors state;
+  // Checked first, then read one tensor at a time into its parameter: the weights are held once
+  // (with SafetensorsLoad::Read, a tensor's bytes and its transpose at most beside them).
+  struct Read {
+    Tensor param;
+    std::string stored;
+    bool transposed;
+  };
+  std::vector<Read> reads;
   std::map<std::string, bool> wanted;
   for (auto& [name, t] : model.state_dict()) {
     wanted[name] = true;
@@ -95,14 +103,19 @@ void gpt2_load_hf(GPT2& model, const io::SafetensorsCheckpoint& checkpoint) {
       mismatched.push_back(s.str());
       continue;
     }
-    Tensor value = checkpoint.load(it->second, t.dtype());
-    state.emplace_back(name, conv ? value.transpose(0, 1) : value);
+    reads.push_back({t, it->second, conv});
   }
   for (auto& [name, raw] : stored) {
     if (!wanted.count(name)) unexpected.push_back(raw);
   }
   nn::check_state_names("load GPT-2 checkpoint", missing, unexpected, mismatched);
-  model.load_state_dict(state);
+  {
+    autograd::NoGradGuard no_grad;
+    for (Read& r : reads) {
+      const Tensor value = checkpoint.load(r.stored, r.param.dtype());
+      r.param.copy_from(r.transposed ? value.transpose(0, 1) : value);
+    }
+  }
   if (!lm_head_name.empty()) {
     const Tensor& wte = model.wte->weight;
     const io::SafetensorsEntry& e = checkpoint.entry(lm_head_name);

@@ -7,6 +7,7 @@
 #include <regex>
 #include <sstream>
 
+#include "tessel/autograd/grad_mode.h"
 #include "tessel/core/error.h"
 #include "tessel/models/llama/llama_gguf.h"
 
@@ -108,7 +109,8 @@ void llama_load_hf(Llama& model, const io::SafetensorsCheckpoint& checkpoint) {
     TESSEL_CHECK(stored.emplace(name, raw).second, context, ": tensor '", name,
                  "' is stored both with and without the '", kPrefix, "' prefix");
   }
-  io::NamedTensors state;
+  // Checked first, then read one tensor at a time into its parameter (the weights held once).
+  std::vector<std::pair<Tensor, std::string>> reads;  // parameter, stored name
   std::map<std::string, bool> wanted;
   std::vector<std::string> missing, unexpected, mismatched;
   for (auto& [name, t] : model.state_dict()) {
@@ -125,7 +127,7 @@ void llama_load_hf(Llama& model, const io::SafetensorsCheckpoint& checkpoint) {
       mismatched.push_back(s.str());
       continue;
     }
-    state.emplace_back(name, checkpoint.load(it->second, t.dtype()));
+    reads.emplace_back(t, it->second);
   }
   for (auto& [name, raw] : stored) {
     if (!wanted.count(name)) {
@@ -135,7 +137,10 @@ void llama_load_hf(Llama& model, const io::SafetensorsCheckpoint& checkpoint) {
     }
   }
   nn::check_state_names(context, missing, unexpected, mismatched);
-  model.load_state_dict(state);
+  {
+    autograd::NoGradGuard no_grad;
+    for (auto& [param, raw] : reads) param.copy_from(checkpoint.load(raw, param.dtype()));
+  }
   if (!tied_head.empty()) {
     const Tensor& embedding = model.embed_tokens->weight;
     const io::SafetensorsEntry& e = checkpoint.entry(tied_head);
