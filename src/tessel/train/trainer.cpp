@@ -199,6 +199,7 @@ void Trainer::build(const std::string& resume) {
 
   if (!resume.empty()) load_checkpoint(resume);
   setup_sinks(resume.empty() ? -1 : step_);
+  if (loaded_) write_record(*loaded_);
 }
 
 void Trainer::setup_sinks(int64_t resume_step) {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "tessel/core/process_memory.h"
 #include "tessel/core/rng.h"
 #include "tessel/dist/communicator.h"
 #include "tessel/io/token_dataset.h"
@@ -149,6 +150,15 @@ class Trainer {
   // next step.
   void write_record(const StepRecord& r);
   void write_record(const EvalRecord& e);
+  void write_record(const CheckpointRecord& c);
+  // trainer_memory.cpp: each rank's figures, in world-rank order, to every rank (k values each).
+  std::vector<double> gather_world(const std::vector<double>& mine) const;
+  // The resident set and peak of every rank into the step's record.
+  void record_memory(StepRecord& r) const;
+  // Around a checkpoint save or load: returns freed heap to the system and reads the resident
+  // set; then the record of the operation with every rank's figures.
+  CheckpointMemory checkpoint_memory_before();
+  CheckpointRecord checkpoint_record(const std::string& event, double ms, CheckpointMemory before);
   // The stop every rank agrees on at a step boundary: a signal any rank received, or a failed
   // write on rank 0. Every rank leaves the loop at the same step.
   struct StopRequest {
@@ -198,6 +208,8 @@ class Trainer {
   double flops_per_token_ = 0;
   double recompute_flops_per_token_ = 0;  // the forward work recomputation repeats (for HFU)
   int64_t run_peak_bytes_ = 0;
+  std::optional<CheckpointRecord> loaded_;  // the resume's record, written once sinks exist
+  std::unique_ptr<ResidentPeakSampler> peak_sampler_;  // during a checkpoint save or load
   int64_t step_ = 0, tokens_ = 0, skipped_ = 0, bad_in_a_row_ = 0;
   std::optional<double> last_val_loss_;
   MetricSinks sinks_;                  // rank 0 only

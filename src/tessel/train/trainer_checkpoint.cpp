@@ -47,6 +47,7 @@ std::string Trainer::save_checkpoint() {
   // Every rank writes the pieces it owns (trainer_checkpoint_pieces.cpp) into rank 0's temporary
   // directory, all at once; rank 0 then indexes them, assembles the HF-layout model from them and
   // commits, so the manifest covers every rank's file. No tensor is gathered over the network.
+  const CheckpointMemory before = checkpoint_memory_before();
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<Piece> pieces = checkpoint_pieces();
   std::unique_ptr<CheckpointWriter> writer;
@@ -62,7 +63,10 @@ std::string Trainer::save_checkpoint() {
     path = write_checkpoint(*writer);
   }
   barrier_world();  // no rank runs ahead of a checkpoint that is not yet committed
-  check_save_time(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  write_record(checkpoint_record("save", seconds * 1e3, before));
+  check_save_time(seconds);
   return path;
 }
 
@@ -124,6 +128,8 @@ std::string Trainer::write_checkpoint(CheckpointWriter& writer) {
 
 void Trainer::load_checkpoint(const std::string& dir_name) {
   const fs::path dir = dir_name;  // verified by build()
+  const CheckpointMemory before = checkpoint_memory_before();
+  const auto t0 = std::chrono::steady_clock::now();
   nlohmann::json state;
   try {
     state = nlohmann::json::parse(read_text(dir / kStateFile));
@@ -158,6 +164,10 @@ void Trainer::load_checkpoint(const std::string& dir_name) {
   } else {
     load_legacy_state(dir.string(), optimizer_step);
   }
+  loaded_ = checkpoint_record(
+      "load",
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+      before);
   const int saved_threads = state.value("threads", 0);
   if (saved_threads != num_threads()) {
     log(LogLevel::Warn, "train: resuming with ", num_threads(), " threads; the checkpoint was ",

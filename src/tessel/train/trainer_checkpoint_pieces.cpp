@@ -11,10 +11,14 @@
 //    stage 3 the parameters too);
 //  - whatever the dp ranks hold whole (parameters below stage 3, moments without ZeRO): dp rank r
 //    writes elements [n r / dp, n (r + 1) / dp) of it, so saving is spread over every rank.
+#include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "tessel/core/error.h"
+#include "tessel/io/mapped_file.h"
+#include "tessel/io/safetensors_dir.h"
 #include "tessel/models/family.h"
 #include "tessel/sharding/shard_layout.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
@@ -22,6 +26,8 @@
 #include "tessel/train/trainer.h"
 
 namespace tessel::train {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -53,6 +59,48 @@ Tensor zero_block(const NamedTensors& state, const std::string& prefix, int64_t 
   for (const auto& [name, t] : state)
     if (name == key) return t;
   TESSEL_FAIL("checkpoint: the ZeRO optimizer holds no ", key);
+}
+
+// Tensor `name` (shape `shape`) as stored, rows at a time.
+void write_rows(PieceReader& reader, const std::string& name, const Shape& shape,
+                const io::ByteSink& sink) {
+  if (shape.numel() == 0) return;
+  const int64_t rows = shape.ndim() > 0 ? shape[0] : 1, row = shape.numel() / rows;
+  const int64_t block =
+      std::max<int64_t>(1, int64_t(kCheckpointStagingBytes / sizeof(float)) / row);
+  std::vector<float> buf(size_t(std::min(rows, block) * row));
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    PieceRegion region = PieceRegion::whole(shape);
+    const int64_t n = std::min(block, rows - r0);
+    if (shape.ndim() > 0) {
+      region.start[0] = r0;
+      region.length[0] = n;
+    }
+    region.end = region.box_numel();
+    reader.read(name, region, buf.data());
+    sink(buf.data(), size_t(region.numel()) * sizeof(float));
+  }
+}
+
+// A [rows, cols] tensor as its [cols, rows] transpose, blocks of columns at a time.
+void write_transposed(PieceReader& reader, const std::string& name, const Shape& shape,
+                      const io::ByteSink& sink) {
+  const int64_t rows = shape[0], cols = shape[1];
+  if (rows == 0 || cols == 0) return;
+  const int64_t block =
+      std::clamp<int64_t>(int64_t(kCheckpointStagingBytes / sizeof(float)) / rows, 1, cols);
+  std::vector<float> in(size_t(rows * block)), out(size_t(rows * block));
+  for (int64_t c0 = 0; c0 < cols; c0 += block) {
+    const int64_t n = std::min(block, cols - c0);
+    PieceRegion region = PieceRegion::whole(shape);
+    region.start[1] = c0;
+    region.length[1] = n;
+    region.end = region.box_numel();
+    reader.read(name, region, in.data());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < n; ++c) out[size_t(c * rows + r)] = in[size_t(r * n + c)];
+    sink(out.data(), size_t(rows * n) * sizeof(float));
+  }
 }
 
 }  // namespace
@@ -122,12 +170,14 @@ std::vector<Piece> Trainer::checkpoint_pieces() const {
 
 void Trainer::load_checkpoint_pieces(const std::string& dir, int64_t optimizer_step) {
   PieceReader reader(dir);
-  // The whole local tensor `t` from the pieces of `key`.
+  // The whole local tensor `t` from the pieces of `key`: read into its own memory when it is f32
+  // (tensors are contiguous), else through one temporary of its size.
   auto read_whole = [&](const std::string& key, const Tensor& t) {
-    Tensor flat = empty({t.numel()}, DType::F32);
+    const bool direct = t.dtype() == DType::F32;
+    Tensor flat = direct ? t.detach().flatten() : empty({t.numel()}, DType::F32);
     read_placed(reader, key, checkpoint_placement(parameter_of(key), t.shape()), t.shape(), 0,
                 t.numel(), flat);
-    t.detach().copy_from(flat.reshape(t.shape()));
+    if (!direct) t.detach().copy_from(flat.reshape(t.shape()));
   };
   if (zero3()) {
     for_each_zero_part(*ddp(), [&](const auto& p, int64_t b, int64_t begin, int64_t end,
@@ -164,24 +214,40 @@ void Trainer::load_checkpoint_pieces(const std::string& dir, int64_t optimizer_s
         });
     zero_->set_step_count(optimizer_step);
   } else {
-    NamedTensors moments;
-    for (const auto& [key, moment] : adamw_->state()) {
-      Tensor t = empty(moment.shape(), DType::F32);
-      read_whole(key, t);
-      moments.emplace_back(key, t);
-    }
-    adamw_->load_state(moments, optimizer_step);
+    // Into the moments themselves (state() gives them, not copies).
+    for (const auto& [key, moment] : adamw_->state()) read_whole(key, moment);
+    adamw_->set_step_count(optimizer_step);
   }
 }
 
 void Trainer::write_checkpoint_model(const std::string& dir) const {
   // The HF-layout model (what `tessel generate` and `--init_from` read), assembled from the
-  // pieces every rank just wrote: whole tensors on rank 0 only.
-  PieceReader reader(dir);
-  std::shared_ptr<models::CausalLM> full = model_->model_config().build_empty();
-  for (auto& [name, param] : full->named_parameters())
-    param.detach().copy_from(reader.read_full(name).reshape(param.shape()));
-  models::save_model(*full, dir);
+  // pieces every rank just wrote, a bounded block at a time: rows of a tensor stored as tessel
+  // holds it, blocks of columns transposed for one HF stores transposed (GPT-2's Conv1D). Rank 0
+  // holds at most two blocks of kCheckpointStagingBytes, never a whole model.
+  auto reader = std::make_shared<PieceReader>(dir);
+  const models::Family& family = model_->model_config().family();
+  std::vector<io::StreamedTensor> tensors;
+  for (const auto& [name, local] : model_->named_parameters()) {
+    const Shape shape = reader->shape(name);
+    const bool transposed = family.hf_transposed(name);
+    TESSEL_CHECK(!transposed || shape.ndim() == 2, "checkpoint: ", name, " of shape ", shape,
+                 " is stored transposed, which needs two dimensions");
+    io::StreamedTensor t{family.hf_name(name), DType::F32,
+                         transposed ? Shape{shape[1], shape[0]} : shape, nullptr};
+    t.write = [reader, name = name, shape, transposed](const io::ByteSink& sink) {
+      if (transposed) {
+        write_transposed(*reader, name, shape, sink);
+      } else {
+        write_rows(*reader, name, shape, sink);
+      }
+    };
+    tensors.push_back(std::move(t));
+  }
+  io::save_safetensors_dir(dir, tensors);
+  // config.json last, as models::save_model writes it: a directory with a config is complete.
+  const std::string json = model_->model_config().to_json();
+  io::write_file_atomic((fs::path(dir) / "config.json").string(), json.data(), json.size());
 }
 
 }  // namespace tessel::train

@@ -193,6 +193,7 @@ void Trainer::end_step(StepRecord& r, int64_t step, const StepMarks& marks) {
   r.mem_bytes = int64_t(cpu_allocator().bytes_in_use());
   run_peak_bytes_ = std::max(run_peak_bytes_, int64_t(cpu_allocator().peak_bytes()));
   r.mem_peak_bytes = run_peak_bytes_;
+  record_memory(r);
 }
 
 parallel::MemoryReport Trainer::memory_report() const {

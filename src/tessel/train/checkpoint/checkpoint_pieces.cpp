@@ -147,29 +147,70 @@ int64_t copy_overlap(const Shape& shape, const PieceRegion& from, const float* s
   return copied;
 }
 
+int64_t Piece::values() const {
+  if (runs.empty()) return data.defined() ? data.numel() : 0;
+  int64_t n = 0;
+  for (const auto& [first, count] : runs) n += count;
+  return n;
+}
+
+namespace {
+
+// Passes elements [first, first + count) of `t` to `sink` as f32: from t's memory when it holds
+// f32, else converted through `staging` (at most kCheckpointStagingBytes).
+void emit_f32(const Tensor& t, int64_t first, int64_t count, const io::ByteSink& sink,
+              std::vector<float>& staging) {
+  const auto* base = static_cast<const uint8_t*>(t.data_ptr()) + size_t(first) * t.element_size();
+  if (t.dtype() == DType::F32) {
+    if (count > 0) sink(base, size_t(count) * sizeof(float));
+    return;
+  }
+  const int64_t chunk = int64_t(kCheckpointStagingBytes / sizeof(float));
+  for (int64_t at = 0; at < count; at += chunk) {
+    const int64_t n = std::min(chunk, count - at);
+    staging.resize(size_t(std::max<int64_t>(n, int64_t(staging.size()))));
+    convert_elements(base + size_t(at) * t.element_size(), t.dtype(), staging.data(), DType::F32,
+                     size_t(n));
+    sink(staging.data(), size_t(n) * sizeof(float));
+  }
+}
+
+}  // namespace
+
 void write_piece_file(const std::string& dir, int rank, int world,
                       const std::vector<Piece>& pieces) {
-  io::NamedTensors tensors;
+  std::vector<io::StreamedTensor> tensors;
   nlohmann::json entries = nlohmann::json::array();
+  auto staging = std::make_shared<std::vector<float>>();
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Piece& p = pieces[i];
     check_region(p.shape, p.region, "checkpoint piece of " + p.name);
-    TESSEL_CHECK(p.data.defined() && p.data.numel() == p.region.numel(), "checkpoint piece of ",
-                 p.name, " ", p.region.str(), ": ", p.data.defined() ? p.data.numel() : 0,
-                 " values for ", p.region.numel(), " elements");
+    TESSEL_CHECK(
+        p.data.defined() && dtype_is_float(p.data.dtype()) && p.values() == p.region.numel(),
+        "checkpoint piece of ", p.name, " ", p.region.str(), ": ", p.values(), " values for ",
+        p.region.numel(), " elements");
+    for (const auto& [first, count] : p.runs)
+      TESSEL_CHECK(first >= 0 && count >= 0 && first + count <= p.data.numel(),
+                   "checkpoint piece of ", p.name, ": run [", first, ", ", first + count,
+                   ") outside its tensor of ", p.data.numel(), " elements");
     const std::string key = p.name + "#" + std::to_string(i);
-    tensors.emplace_back(key, p.data.to(DType::F32).reshape({p.region.numel()}));
+    // Written from where the values live when the file reaches them: no copy of the state.
+    tensors.push_back({key, DType::F32, Shape{p.region.numel()}, [&p, staging](const auto& sink) {
+                         if (p.runs.empty()) emit_f32(p.data, 0, p.data.numel(), sink, *staging);
+                         for (const auto& [first, count] : p.runs)
+                           emit_f32(p.data, first, count, sink, *staging);
+                       }});
     nlohmann::json e = region_json(p.region);
     e["key"] = key;
     e["tensor"] = p.name;
     e["shape"] = dims_of(p.shape);
     entries.push_back(std::move(e));
   }
-  io::save_safetensors((fs::path(dir) / piece_file_name(rank, world)).string(), tensors,
-                       {{"format", kFileFormat},
-                        {"rank", std::to_string(rank)},
-                        {"world", std::to_string(world)},
-                        {"pieces", entries.dump()}});
+  io::write_safetensors_streamed((fs::path(dir) / piece_file_name(rank, world)).string(), tensors,
+                                 {{"format", kFileFormat},
+                                  {"rank", std::to_string(rank)},
+                                  {"world", std::to_string(world)},
+                                  {"pieces", entries.dump()}});
 }
 
 void write_piece_index(const std::string& dir, int world, const std::string& layout_json) {
@@ -268,28 +309,84 @@ const Shape& PieceReader::shape(const std::string& name) const {
   return it->second;
 }
 
-const io::SafetensorsFile& PieceReader::file(size_t index) {
+PieceReader::OpenFile& PieceReader::file(size_t index) {
   auto it = open_.find(index);
-  if (it == open_.end())
-    it = open_.emplace(index, io::SafetensorsFile::open((fs::path(dir_) / files_[index]).string()))
-             .first;
+  if (it == open_.end()) {
+    const std::string path = (fs::path(dir_) / files_[index]).string();
+    it =
+        open_.emplace(index, OpenFile{io::SafetensorsFile::open(path), io::FileReader(path)}).first;
+  }
   return it->second;
 }
 
+namespace {
+
+// Row 0's start and the elements per row of a region's box (a scalar: 0 and 1).
+std::pair<int64_t, int64_t> row_origin(const PieceRegion& r) {
+  if (r.start.empty()) return {0, 1};
+  return {r.start[0], r.length[0] > 0 ? r.box_numel() / r.length[0] : 0};
+}
+
+// Whether the boxes agree in every dimension after the first: then an element's index in either
+// is its global row-major index less a constant, and the overlap is one range in both.
+bool rows_alike(const PieceRegion& a, const PieceRegion& b) {
+  for (size_t k = 1; k < a.start.size(); ++k)
+    if (a.start[k] != b.start[k] || a.length[k] != b.length[k]) return false;
+  return true;
+}
+
+}  // namespace
+
 void PieceReader::read(const std::string& name, const PieceRegion& region, Tensor dst) {
-  const Shape& s = shape(name);
-  check_region(s, region, "checkpoint " + dir_ + ": reading " + name);
   TESSEL_CHECK(dst.dtype() == DType::F32 && dst.numel() == region.numel(), "checkpoint read of ",
                name, " ", region.str(), " into a ", dtype_name(dst.dtype()), " tensor of ",
                dst.numel(), " elements");
+  read(name, region, dst.numel() > 0 ? dst.data<float>() : nullptr);
+}
+
+void PieceReader::read(const std::string& name, const PieceRegion& region, float* dst) {
+  const Shape& s = shape(name);
+  check_region(s, region, "checkpoint " + dir_ + ": reading " + name);
   int64_t copied = 0;
   for (const Entry& e : pieces_[name]) {
     if (!regions_may_meet(e.region, region)) continue;
-    const io::SafetensorsFile& f = file(e.file);
-    const Tensor src = f.load(e.key, DType::F32);
-    TESSEL_CHECK(src.numel() == e.region.numel(), f.path(), ": piece ", e.key, " holds ",
-                 src.numel(), " values, the index says ", e.region.numel());
-    copied += copy_overlap(s, e.region, src.data<float>(), region, dst.data<float>());
+    OpenFile& f = file(e.file);
+    const io::SafetensorsEntry& stored = f.header.entry(e.key);
+    TESSEL_CHECK(stored.dtype == "F32" && stored.shape.numel() == e.region.numel(), f.header.path(),
+                 ": piece ", e.key, " holds ", stored.shape.numel(), " ", stored.dtype,
+                 " values, the index says ", e.region.numel(), " F32");
+    const uint64_t base = f.header.file_offset(e.key);
+    const auto [p_row, stride] = row_origin(e.region);
+    const int64_t p_first = p_row * stride + e.region.begin;  // global index of its first value
+    if (rows_alike(e.region, region)) {
+      const int64_t t_first =
+          region.start.empty() ? region.begin : region.start[0] * stride + region.begin;
+      const int64_t lo = std::max(p_first, t_first);
+      const int64_t hi = std::min(p_first + e.region.numel(), t_first + region.numel());
+      if (hi > lo) {
+        f.data.read_at(base + uint64_t(lo - p_first) * sizeof(float), dst + (lo - t_first),
+                       size_t(hi - lo) * sizeof(float));
+        copied += hi - lo;
+      }
+      continue;
+    }
+    // Cut differently (a column shard from whole rows, a block of columns): the piece's values in
+    // the rows the region touches, a buffer at a time.
+    const auto [a0, a1] = row_span(e.region);
+    const auto [b0, b1] = row_span(region);
+    const int64_t first = std::max(e.region.begin, (std::max(a0, b0) - p_row) * stride);
+    const int64_t last = std::min(e.region.end, (std::min(a1, b1) - p_row) * stride);
+    const int64_t chunk = int64_t(kCheckpointStagingBytes / sizeof(float));
+    for (int64_t at = first; at < last; at += chunk) {
+      const int64_t n = std::min(chunk, last - at);
+      if (int64_t(staging_.size()) < n) staging_.resize(size_t(n));
+      f.data.read_at(base + uint64_t(at - e.region.begin) * sizeof(float), staging_.data(),
+                     size_t(n) * sizeof(float));
+      PieceRegion part = e.region;
+      part.begin = at;
+      part.end = at + n;
+      copied += copy_overlap(s, part, staging_.data(), region, dst);
+    }
   }
   TESSEL_CHECK(copied == region.numel(), "checkpoint ", dir_, ": the pieces of ", name, " cover ",
                copied, " of the ", region.numel(), " elements of ", region.str(),

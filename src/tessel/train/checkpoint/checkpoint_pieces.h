@@ -6,6 +6,11 @@
 // reads back only the pieces overlapping the regions it needs, and never a whole tensor it does
 // not hold (the idea of torch.distributed.checkpoint's per-shard metadata and resharding load).
 //
+// Memory: saving writes each piece from the tensor it lives in and reading fills the destination
+// with pread, so neither holds a copy of the state; where values must pass through a buffer (a
+// dtype conversion, a piece cut differently from the region read) it is at most
+// kCheckpointStagingBytes.
+//
 // A region is a box (start and length per dimension) and an element range [begin, end) of that
 // box in row-major order: a tensor-parallel shard is a whole box (begin = 0, end = its element
 // count), a ZeRO flat shard is a range of a box (the whole tensor, or the tp shard it is cut from).
@@ -22,6 +27,8 @@
 namespace tessel::train {
 
 inline constexpr const char* kPieceIndexFile = "pieces_index.json";
+// The most bytes a piece writer or reader buffers at once (docs/TRAINING.md, Checkpoints).
+inline constexpr size_t kCheckpointStagingBytes = size_t(16) << 20;
 
 struct PieceRegion {
   std::vector<int64_t> start, length;  // the box, one entry per dimension (none for a scalar)
@@ -37,7 +44,13 @@ struct Piece {
   std::string name;  // of the global tensor: "h.0.attn.c_attn.weight", "exp_avg.wte.weight"
   Shape shape;       // of the global tensor
   PieceRegion region;
-  Tensor data;  // region.numel() elements, read in row-major order (stored as f32)
+  // The region's values in row-major order (any float dtype; stored as f32): data's elements, or,
+  // when `runs` is given, the concatenation of data's flat elements [first, first + count) of
+  // each run, so that a piece can be a view of the local tensor it is cut from.
+  Tensor data;
+  std::vector<std::pair<int64_t, int64_t>> runs;
+
+  int64_t values() const;  // how many values data (and runs) hold
 };
 
 // "pieces_00001_of_00004.safetensors"
@@ -69,7 +82,10 @@ class PieceReader {
   // Fills `dst` (f32, region.numel() elements) with `region` of tensor `name` from the pieces
   // overlapping it. An Error when part of the region is in no piece (a piece file is missing or
   // lacks an entry) or covered twice, or a file disagrees with the index.
+  // Reads with pread straight into `dst` where the piece and the region are laid out alike (the
+  // same layout, whole tensors, row ranges), else through a buffer of kCheckpointStagingBytes.
   void read(const std::string& name, const PieceRegion& region, Tensor dst);
+  void read(const std::string& name, const PieceRegion& region, float* dst);
   Tensor read_full(const std::string& name);  // the whole tensor in its shape
 
   int64_t files_opened() const { return int64_t(open_.size()); }
@@ -80,14 +96,19 @@ class PieceReader {
     std::string key;
     PieceRegion region;
   };
-  const io::SafetensorsFile& file(size_t index);
+  struct OpenFile {
+    io::SafetensorsFile header;  // parsed from the mapping; only its first pages are touched
+    io::FileReader data;
+  };
+  OpenFile& file(size_t index);
 
   std::string dir_, layout_;
   std::vector<std::string> files_;
   std::vector<std::string> order_;
   std::map<std::string, Shape> tensors_;
   std::map<std::string, std::vector<Entry>> pieces_;
-  std::map<size_t, io::SafetensorsFile> open_;
+  std::map<size_t, OpenFile> open_;
+  std::vector<float> staging_;
 };
 
 // Copies the elements shared by `src` (values of region `from`) and `dst` (values of region `to`,

@@ -33,7 +33,11 @@ std::vector<Run> segment_runs(const sharding::LocalLayout& p, const Shape& local
   for (int64_t o = 0; o < outer; ++o) {
     const int64_t lo = (o * rows + s.local_start) * inner;
     const int64_t a = std::max(lo, begin), b = std::min(lo + len, end);
-    if (b > a) runs.push_back({a, o * len + (a - lo), b - a});
+    if (b <= a) continue;
+    if (!runs.empty() && runs.back().local + runs.back().n == a)
+      runs.back().n += b - a;  // the segment spans the whole dim: one run in both orders
+    else
+      runs.push_back({a, o * len + (a - lo), b - a});
   }
   return runs;
 }
@@ -49,7 +53,7 @@ PieceRegion segment_box(const sharding::LocalLayout& p, const sharding::Segment&
 }
 
 void check_placement(const sharding::LocalLayout& p, const Shape& local_shape, int64_t begin,
-                     int64_t end, const Tensor& flat, const std::string& name) {
+                     int64_t end, const Tensor& flat, const std::string& name, bool any_float) {
   TESSEL_CHECK(local_shape.ndim() == p.global.ndim() &&
                    (p.global.ndim() == 0 || (p.dim >= 0 && p.dim < p.global.ndim())),
                "checkpoint placement of ", name, ": local shape ", local_shape,
@@ -63,31 +67,28 @@ void check_placement(const sharding::LocalLayout& p, const Shape& local_shape, i
                  " global ", s.global_start, " does not fit ", local_shape, " / ", p.global);
   }
   TESSEL_CHECK(begin >= 0 && begin <= end && end <= local_shape.numel() && flat.defined() &&
-                   flat.numel() == end - begin && flat.dtype() == DType::F32,
+                   flat.numel() == end - begin &&
+                   (any_float ? dtype_is_float(flat.dtype()) : flat.dtype() == DType::F32),
                "checkpoint placement of ", name, ": elements [", begin, ", ", end, ") of ",
-               local_shape, " with ", flat.defined() ? flat.numel() : 0, " f32 values");
+               local_shape, " with ", flat.defined() ? flat.numel() : 0,
+               any_float ? " float values" : " f32 values");
 }
 
 }  // namespace
 
 std::vector<Piece> placed_pieces(const std::string& name, const sharding::LocalLayout& placement,
                                  const Shape& local_shape, int64_t begin, int64_t end,
-                                 const Tensor& flat_in) {
-  const Tensor flat = flat_in.to(DType::F32);
-  check_placement(placement, local_shape, begin, end, flat, name);
-  const float* src = flat.data<float>();
+                                 const Tensor& flat) {
+  check_placement(placement, local_shape, begin, end, flat, name, /*any_float=*/true);
   std::vector<Piece> out;
   for (const auto& s : placement.segments) {
     const std::vector<Run> runs = segment_runs(placement, local_shape, s, begin, end);
     if (runs.empty()) continue;
-    Piece piece{name, placement.global, segment_box(placement, s), Tensor()};
+    // A view of `flat`: the writer reads the runs from it when the file reaches them.
+    Piece piece{name, placement.global, segment_box(placement, s), flat, {}};
     piece.region.begin = runs.front().box;
     piece.region.end = runs.back().box + runs.back().n;
-    piece.data = empty({piece.region.numel()}, DType::F32);
-    float* dst = piece.data.data<float>();
-    for (const Run& r : runs)
-      std::memcpy(dst + (r.box - piece.region.begin), src + (r.local - begin),
-                  size_t(r.n) * sizeof(float));
+    for (const Run& r : runs) piece.runs.emplace_back(r.local - begin, r.n);
     out.push_back(std::move(piece));
   }
   return out;
@@ -96,23 +97,20 @@ std::vector<Piece> placed_pieces(const std::string& name, const sharding::LocalL
 void read_placed(PieceReader& reader, const std::string& name,
                  const sharding::LocalLayout& placement, const Shape& local_shape, int64_t begin,
                  int64_t end, Tensor flat) {
-  check_placement(placement, local_shape, begin, end, flat, name);
+  check_placement(placement, local_shape, begin, end, flat, name, /*any_float=*/false);
   TESSEL_CHECK(reader.shape(name) == placement.global, "checkpoint: ", name, " has shape ",
                reader.shape(name), ", this run's layout expects ", placement.global);
+  if (flat.numel() == 0) return;
   flat.fill(0.0);
   float* dst = flat.data<float>();
+  // Each run straight into its place in `flat` (no buffer of the segment).
   for (const auto& s : placement.segments) {
-    const std::vector<Run> runs = segment_runs(placement, local_shape, s, begin, end);
-    if (runs.empty()) continue;
-    PieceRegion region = segment_box(placement, s);
-    region.begin = runs.front().box;
-    region.end = runs.back().box + runs.back().n;
-    Tensor part = empty({region.numel()}, DType::F32);
-    reader.read(name, region, part);
-    const float* src = part.data<float>();
-    for (const Run& r : runs)
-      std::memcpy(dst + (r.local - begin), src + (r.box - region.begin),
-                  size_t(r.n) * sizeof(float));
+    for (const Run& r : segment_runs(placement, local_shape, s, begin, end)) {
+      PieceRegion region = segment_box(placement, s);
+      region.begin = r.box;
+      region.end = r.box + r.n;
+      reader.read(name, region, dst + (r.local - begin));
+    }
   }
 }
 

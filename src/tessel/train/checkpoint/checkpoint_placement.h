@@ -19,13 +19,14 @@
 namespace tessel::train {
 
 // The pieces of the local elements [begin, end) of a tensor of `local_shape`, whose values are
-// `flat` (end - begin elements, row-major), named `name`. Empty pieces are left out.
+// `flat` (end - begin elements, row-major, any float dtype), named `name`. The pieces are views of
+// `flat` (Piece::runs), nothing is copied. Empty pieces are left out.
 std::vector<Piece> placed_pieces(const std::string& name, const sharding::LocalLayout& placement,
                                  const Shape& local_shape, int64_t begin, int64_t end,
                                  const Tensor& flat);
 
 // Fills `flat` (f32, end - begin elements) with the local elements [begin, end) of `name` read
-// from `reader`; elements in no segment are set to zero.
+// from `reader` straight into place; elements in no segment are set to zero.
 void read_placed(PieceReader& reader, const std::string& name,
                  const sharding::LocalLayout& placement, const Shape& local_shape, int64_t begin,
                  int64_t end, Tensor flat);

@@ -88,6 +88,10 @@ void MetricSinks::on_eval(const EvalRecord& e) {
   each([&e](MetricSink& s) { s.on_eval(e); });
 }
 
+void MetricSinks::on_checkpoint(const CheckpointRecord& c) {
+  each([&c](MetricSink& s) { s.on_checkpoint(c); });
+}
+
 void MetricSinks::flush() {
   each([](MetricSink& s) { s.flush(); });
 }

@@ -30,6 +30,7 @@ class MetricSink {
   virtual ~MetricSink() = default;
   virtual void on_step(const StepRecord& r) = 0;
   virtual void on_eval(const EvalRecord& e) = 0;
+  virtual void on_checkpoint(const CheckpointRecord&) {}
   virtual void flush() {}
   // Whether the sink writes a file whose records must stay contiguous (see MetricSinks).
   virtual bool writes_file() const { return true; }
@@ -43,6 +44,7 @@ class ProgressSink final : public MetricSink {
   ProgressSink(int64_t interval, int64_t tokens_per_step, Print print);
   void on_step(const StepRecord& r) override;
   void on_eval(const EvalRecord& e) override;
+  void on_checkpoint(const CheckpointRecord& c) override { print_(checkpoint_line(c)); }
   bool writes_file() const override { return false; }
 
  private:
@@ -56,6 +58,7 @@ class JsonlSink final : public MetricSink {
   explicit JsonlSink(JsonlLog log) : log_(std::move(log)) {}
   void on_step(const StepRecord& r) override { log_.write(step_json(r)); }
   void on_eval(const EvalRecord& e) override { log_.write(eval_json(e)); }
+  void on_checkpoint(const CheckpointRecord& c) override { log_.write(checkpoint_json(c)); }
   const std::string& path() const { return log_.path(); }
 
  private:
@@ -91,6 +94,7 @@ class MetricSinks {
   // failure(), and from then on sinks that write files are skipped; the progress line goes on.
   void on_step(const StepRecord& r);
   void on_eval(const EvalRecord& e);
+  void on_checkpoint(const CheckpointRecord& c);
   void flush();
   const std::string& failure() const { return failure_; }
 

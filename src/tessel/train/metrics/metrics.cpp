@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -72,7 +73,14 @@ std::string progress_line(const StepRecord& r) {
      << (r.hfu > r.mfu ? fixed(" (HFU %.1f%%)", 100.0 * r.hfu) : std::string()) << " | mem "
      << format_bytes(double(r.mem_bytes)) << " (peak " << format_bytes(double(r.mem_peak_bytes))
      << "; state " << format_bytes(double(r.state_bytes)) << ", formula "
-     << format_bytes(double(r.expected_state_bytes)) << ") | skipped " << r.skipped_total
+     << format_bytes(double(r.expected_state_bytes)) << ")"
+     << (r.rss_peak_bytes > 0
+             ? " | RSS " + format_bytes(double(r.rss_bytes)) + " (peak " +
+                   format_bytes(double(r.rss_peak_bytes)) +
+                   (r.ranks.size() > 1 ? ", rank " + std::to_string(r.rss_rank) : std::string()) +
+                   ")"
+             : std::string())
+     << " | skipped " << r.skipped_total
      << (r.loss_scale > 0 ? fixed(" | scale %g", r.loss_scale) + " (overflows " +
                                 std::to_string(r.overflow_total) + ")"
                           : std::string())
@@ -124,8 +132,19 @@ std::string step_json(const StepRecord& r) {
                    {"collectives", r.collectives},
                    {"collective_bytes", r.collective_bytes},
                    {"gathered_peak_bytes", r.gathered_peak_bytes},
+                   {"rss_bytes", r.rss_bytes},
+                   {"rss_peak_bytes", r.rss_peak_bytes},
+                   {"rss_rank", r.rss_rank},
                    {"elapsed_s", r.elapsed_s},
                    {"eta_s", r.eta_s}};
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankMemory& m : r.ranks)
+    ranks.push_back({{"rss_bytes", m.rss_bytes},
+                     {"rss_peak_bytes", m.rss_peak_bytes},
+                     {"mem_bytes", m.mem_bytes},
+                     {"mem_peak_bytes", m.mem_peak_bytes},
+                     {"state_bytes", m.state_bytes}});
+  j["ranks"] = std::move(ranks);
   return j.dump();
 }
 
@@ -134,6 +153,37 @@ std::string eval_json(const EvalRecord& r) {
                         {"val_loss", number(r.val_loss)},
                         {"val_tokens", r.tokens},
                         {"eval_ms", r.ms}}
+      .dump();
+}
+
+std::string checkpoint_line(const CheckpointRecord& r) {
+  std::string out = "checkpoint " + r.event + " at step " + std::to_string(r.step) + ": " +
+                    fixed("%.1f s", r.ms / 1e3);
+  if (r.ranks.empty() || r.ranks.front().peak_during <= 0) return out;
+  // The rank that held the most beyond its state during the operation.
+  size_t worst = 0;
+  for (size_t i = 1; i < r.ranks.size(); ++i)
+    if (r.ranks[i].overhead() > r.ranks[worst].overhead()) worst = i;
+  const CheckpointMemory& m = r.ranks[worst];
+  out += " | RSS " + format_bytes(double(m.rss_before)) + " before, peak " +
+         format_bytes(double(m.peak_during)) + " during, " + format_bytes(double(m.rss_after)) +
+         " after";
+  if (r.ranks.size() > 1) out += " (rank " + std::to_string(worst) + ")";
+  return out;
+}
+
+std::string checkpoint_json(const CheckpointRecord& r) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const CheckpointMemory& m : r.ranks)
+    ranks.push_back({{"rss_before_bytes", m.rss_before},
+                     {"peak_rss_during_bytes", m.peak_during},
+                     {"rss_after_bytes", m.rss_after},
+                     {"peak_rss_before_bytes", m.peak_before},
+                     {"peak_rss_after_bytes", m.peak_after}});
+  return nlohmann::json{{"checkpoint_event", r.event},
+                        {"checkpoint_step", r.step},
+                        {"checkpoint_ms", r.ms},
+                        {"ranks", ranks}}
       .dump();
 }
 
@@ -149,9 +199,10 @@ JsonlLog::JsonlLog(const std::string& path, int64_t resume_step) {
       // lines that are not tessel records, untouched). A torn last line from a crash is dropped.
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded()) continue;
-      const int64_t step = j.contains("step")        ? j["step"].get<int64_t>()
-                           : j.contains("eval_step") ? j["eval_step"].get<int64_t>()
-                                                     : -1;
+      const int64_t step = j.contains("step")              ? j["step"].get<int64_t>()
+                           : j.contains("eval_step")       ? j["eval_step"].get<int64_t>()
+                           : j.contains("checkpoint_step") ? j["checkpoint_step"].get<int64_t>()
+                                                           : -1;
       if (step <= resume_step) kept += line + '\n';
     }
   }

@@ -6,9 +6,11 @@
 // weighted sums, against the machine's dense peak.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "tessel/io/record_file.h"
 
@@ -17,6 +19,13 @@ namespace tessel::train {
 // Forward + backward FLOPs per trained token. `matmul_params` excludes parameters used only as
 // lookups (GPT-2's position embedding); the tied token embedding counts, as the LM head uses it.
 double flops_per_token(int64_t matmul_params, int64_t n_layer, int64_t n_embd, int64_t seq_len);
+
+// One rank's memory as its allocator and the operating system count it.
+struct RankMemory {
+  int64_t rss_bytes = 0, rss_peak_bytes = 0;  // VmRSS now, VmHWM (the process's peak so far)
+  int64_t mem_bytes = 0, mem_peak_bytes = 0;  // tensor allocator: in use, peak of the run
+  int64_t state_bytes = 0;                    // parameters, gradients, moments, buffers
+};
 
 struct StepRecord {
   int64_t step = 0, steps = 0;
@@ -58,8 +67,28 @@ struct StepRecord {
   int64_t collective_bytes = 0;
   // ZeRO-3: the most bytes of gathered parameters (and their gather buffers) held at once.
   int64_t gathered_peak_bytes = 0;
+  // The operating system's count: the resident set now and the process's peak (VmHWM) of the
+  // rank with the largest peak (rss_rank), and every rank's figures (one entry per world rank).
+  int64_t rss_bytes = 0, rss_peak_bytes = 0;
+  int rss_rank = 0;
+  std::vector<RankMemory> ranks;
   double elapsed_s = 0;
   double eta_s = 0;
+};
+
+// A checkpoint save or load and the resident set around it, per rank: before (after freed heap
+// was returned to the system), the most it reached during the operation (sampled), after, and the
+// process's peak (VmHWM) before and after. What the operation held beyond the state it reads or
+// writes is peak_during - max(rss_before, rss_after) (a load makes its destination resident).
+struct CheckpointMemory {
+  int64_t rss_before = 0, peak_during = 0, rss_after = 0, peak_before = 0, peak_after = 0;
+  int64_t overhead() const { return peak_during - std::max(rss_before, rss_after); }
+};
+struct CheckpointRecord {
+  std::string event;  // "save" or "load"
+  int64_t step = 0;
+  double ms = 0;
+  std::vector<CheckpointMemory> ranks;
 };
 
 struct EvalRecord {
@@ -75,6 +104,9 @@ std::string progress_line(const StepRecord& r);
 std::string eval_line(const EvalRecord& r);
 std::string step_json(const StepRecord& r);  // one line, no newline
 std::string eval_json(const EvalRecord& r);
+// "checkpoint save at step 2: 12.3 s | RSS 5.60 GiB before, peak 5.62 GiB during (rank 0)"
+std::string checkpoint_line(const CheckpointRecord& r);
+std::string checkpoint_json(const CheckpointRecord& r);
 
 std::string format_bytes(double bytes);       // "812 MiB", "1.20 GiB"
 std::string format_duration(double seconds);  // "45s", "6m03s", "2h05m"

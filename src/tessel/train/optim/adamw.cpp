@@ -161,6 +161,11 @@ void AdamW::load_state(const NamedTensors& state, int64_t step) {
   step_ = step;
 }
 
+void AdamW::set_step_count(int64_t step) {
+  TESSEL_CHECK(step >= 0, "AdamW.set_step_count: step must be >= 0, got ", step);
+  step_ = step;
+}
+
 int64_t AdamW::state_bytes() const {
   int64_t bytes = 0;
   for (size_t i = 0; i < params_.size(); ++i)

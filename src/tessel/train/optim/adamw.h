@@ -48,6 +48,8 @@ class AdamW : public Optimizer {
   // Restores moments saved by state(); one Error lists every missing, unexpected or mis-shaped
   // name. Sets the step count.
   void load_state(const NamedTensors& state, int64_t step);
+  // For checkpoints that restore the moments in place (state()'s tensors).
+  void set_step_count(int64_t step);
   // Bytes of optimizer state (both moments).
   int64_t state_bytes() const override;
 
