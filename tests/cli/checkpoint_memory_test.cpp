@@ -72,8 +72,9 @@ TEST(CheckpointMemory, SaveAndResumeStayWithinTheStagingBound) {
     const auto& r = e.at("ranks")[0];
     // The state is resident after the operation (and before a save).
     EXPECT_GT(r.at("rss_after_bytes").get<int64_t>(), state) << e.dump();
-    if (e.at("checkpoint_event") == "save")
+    if (e.at("checkpoint_event") == "save") {
       EXPECT_GT(r.at("rss_before_bytes").get<int64_t>(), state) << e.dump();
+    }
     EXPECT_LE(added(r), kStagingBound + kTolerance)
         << e.at("checkpoint_event") << " at step " << e.at("checkpoint_step") << " added "
         << added(r) / kMiB << " MiB: " << e.dump();
