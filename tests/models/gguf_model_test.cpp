@@ -163,6 +163,10 @@ TEST_F(GgufModel, Gpt2KeysAndNamesFollowTheSpec) {
   EXPECT_EQ(m.at("gpt2.block_count", "").as_int(""), 2);
   EXPECT_EQ(m.at("gpt2.feed_forward_length", "").as_int(""), 64);
   EXPECT_EQ(m.at("gpt2.attention.head_count", "").as_int(""), 4);
+  // u32, as llama.cpp requires (a u64 context_length makes it refuse the file).
+  for (const char* k : {"gpt2.context_length", "gpt2.embedding_length", "gpt2.block_count",
+                        "gpt2.feed_forward_length", "gpt2.attention.head_count"})
+    EXPECT_EQ(m.at(k, "").type, io::GgufType::U32) << k;
   EXPECT_EQ(m.at("tokenizer.ggml.eos_token_id", "").as_int(""), 60);
   // Linear layout [out, in] = ggml dims {in, out}; norms stay F32; the tied head is written.
   EXPECT_EQ(f.info("blk.0.attn_qkv.weight").dims, (std::vector<uint64_t>{16, 48}));
@@ -204,6 +208,10 @@ TEST_F(GgufModel, LlamaQkRowsAreStoredInterleaved) {
   const io::GgufMetadata& m = f.metadata();
   EXPECT_EQ(m.at("llama.attention.head_count_kv", "").as_int(""), 2);
   EXPECT_EQ(m.at("llama.rope.dimension_count", "").as_int(""), 4);
+  for (const char* k :
+       {"llama.context_length", "llama.block_count", "llama.attention.head_count_kv",
+        "llama.rope.dimension_count", "llama.vocab_size"})
+    EXPECT_EQ(m.at(k, "").type, io::GgufType::U32) << k;
   EXPECT_TRUE(f.contains("output.weight"));  // untied
 }
 

@@ -74,12 +74,17 @@ ConfigPtr gpt2_config_from_gguf(const io::GgufFile& file) {
 void gpt2_config_to_gguf(const ModelConfig& config, io::GgufMetadata& out) {
   const auto* c = dynamic_cast<const GPT2Config*>(&config);
   TESSEL_CHECK(c != nullptr, "GPT-2 GGUF: the config is not a GPT-2's");
-  auto u64 = [](int64_t v) { return io::GgufValue::of(io::GgufType::U64, uint64_t(v)); };
-  out.set(key("context_length"), u64(c->n_positions));
-  out.set(key("embedding_length"), u64(c->n_embd));
-  out.set(key("block_count"), u64(c->n_layer));
-  out.set(key("feed_forward_length"), u64(c->inner()));
-  out.set(key("attention.head_count"), u64(c->n_head));
+  // The hyper-parameters are u32, as llama.cpp writes them and requires them (it refuses a u64
+  // context_length).
+  auto u32 = [](int64_t v) {
+    TESSEL_CHECK(v >= 0 && v <= int64_t(UINT32_MAX), "GGUF export: ", v, " does not fit in u32");
+    return io::GgufValue::of(io::GgufType::U32, uint64_t(v));
+  };
+  out.set(key("context_length"), u32(c->n_positions));
+  out.set(key("embedding_length"), u32(c->n_embd));
+  out.set(key("block_count"), u32(c->n_layer));
+  out.set(key("feed_forward_length"), u32(c->inner()));
+  out.set(key("attention.head_count"), u32(c->n_head));
   out.set(key("attention.layer_norm_epsilon"),
           io::GgufValue::of_float(io::GgufType::F32, c->layer_norm_epsilon));
 }

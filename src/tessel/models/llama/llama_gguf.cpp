@@ -138,20 +138,25 @@ void llama_config_to_gguf(const ModelConfig& config, io::GgufMetadata& out) {
   TESSEL_CHECK(scaling == RopeScaling::Type::Default || scaling == RopeScaling::Type::Linear,
                "GGUF export: rope_scaling '", rope_type_name(scaling),
                "' is not supported yet (default and linear are)");
-  auto u64 = [](int64_t v) { return io::GgufValue::of(io::GgufType::U64, uint64_t(v)); };
+  // The hyper-parameters are u32, as llama.cpp writes them and requires them (it refuses a u64
+  // context_length).
+  auto u32 = [](int64_t v) {
+    TESSEL_CHECK(v >= 0 && v <= int64_t(UINT32_MAX), "GGUF export: ", v, " does not fit in u32");
+    return io::GgufValue::of(io::GgufType::U32, uint64_t(v));
+  };
   auto f32 = [](double v) { return io::GgufValue::of_float(io::GgufType::F32, v); };
-  out.set(key("context_length"), u64(c->max_position_embeddings));
-  out.set(key("embedding_length"), u64(c->hidden));
-  out.set(key("block_count"), u64(c->num_hidden_layers));
-  out.set(key("feed_forward_length"), u64(c->intermediate_size));
-  out.set(key("attention.head_count"), u64(c->num_attention_heads));
-  out.set(key("attention.head_count_kv"), u64(c->num_key_value_heads));
-  out.set(key("attention.key_length"), u64(c->head_dim));
-  out.set(key("attention.value_length"), u64(c->head_dim));
+  out.set(key("context_length"), u32(c->max_position_embeddings));
+  out.set(key("embedding_length"), u32(c->hidden));
+  out.set(key("block_count"), u32(c->num_hidden_layers));
+  out.set(key("feed_forward_length"), u32(c->intermediate_size));
+  out.set(key("attention.head_count"), u32(c->num_attention_heads));
+  out.set(key("attention.head_count_kv"), u32(c->num_key_value_heads));
+  out.set(key("attention.key_length"), u32(c->head_dim));
+  out.set(key("attention.value_length"), u32(c->head_dim));
   out.set(key("attention.layer_norm_rms_epsilon"), f32(c->rms_norm_eps));
-  out.set(key("rope.dimension_count"), u64(c->head_dim));
+  out.set(key("rope.dimension_count"), u32(c->head_dim));
   out.set(key("rope.freq_base"), f32(c->rope_theta));
-  out.set(key("vocab_size"), u64(c->vocab_size));
+  out.set(key("vocab_size"), u32(c->vocab_size));
   if (scaling == RopeScaling::Type::Linear) {
     out.set(key("rope.scaling.type"), io::GgufValue::of_string("linear"));
     out.set(key("rope.scaling.factor"), f32(c->rope_scaling.factor));
