@@ -280,7 +280,8 @@ void expect_stopped_with_checkpoint(const MpiRun& m, const std::string& signal) 
 // With the grace raised as the README says, a save slower than a second completes.
 TEST(TrainSafetyMpi, SigtermToMpirunSavesASlowCheckpointWithinTheRaisedGrace) {
   const Workspace s = make_workspace("mpi_term");
-  const MpiRun m = start_mpi_run(s, "run", "--mca odls_base_sigkill_timeout 3");
+  // 10 s: raised well past the default, with room for a save on a machine busy with other tests.
+  const MpiRun m = start_mpi_run(s, "run", "--mca odls_base_sigkill_timeout 10");
   kill(m.mpirun, SIGTERM);
   wait_exit(m.mpirun);  // Open MPI's own status after a SIGTERM (1), not tessel's
   expect_stopped_with_checkpoint(m, "stopped by signal 15 (SIGTERM)");
