@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "tessel/core/rng.h"
+#include "tessel/io/byte_level.h"
 #include "tessel/io/tokenizer.h"
 #include "tessel/models/generation.h"
 #include "tessel/models/gpt2/gpt2.h"
@@ -36,7 +37,11 @@ std::shared_ptr<models::CausalLM> gpt2_124m() {
 io::Tokenizer byte_tokenizer() {
   io::TokenizerConfig c;
   c.source = "bytes";
-  for (int b = 0; b < 256; ++b) c.vocab.push_back(std::string(1, char(b)));
+  for (int b = 0; b < 256; ++b) {
+    std::string spelling;
+    io::append_utf8(io::byte_to_unicode(uint8_t(b)), spelling);
+    c.vocab.push_back(spelling);
+  }
   return io::Tokenizer(c);
 }
 
