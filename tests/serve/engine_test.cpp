@@ -168,10 +168,13 @@ TEST(Engine, RequestIsBatchInvariant) {
   auto model = tiny_gpt2();
   Request probe = request("probe", prompt_of(33, 5), 24, 0.8, 77);
   probe.params.logprobs = 3;
-  const Output alone = run_alone(model, probe);
+  EngineOptions invariant;
+  invariant.deterministic = true;
+  const Output alone = run_alone(model, probe, invariant);
   ASSERT_EQ(alone.tokens.size(), 24u);
 
   EngineOptions busy;
+  busy.deterministic = true;
   busy.max_batch_tokens = 19;  // prompts arrive in chunks
   busy.max_seqs = 33;
   busy.block_size = 4;
@@ -212,13 +215,16 @@ TEST(Engine, ChoicesEqualSeparateSeededRequests) {
   auto model = tiny_llama();
   Request r = request("n3", prompt_of(18, 8), 12, 1.0, 40);
   r.params.n = 3;
-  Engine engine(model, io::Tokenizer(io::small_config()), {});
+  EngineOptions invariant;  // three choices decode together; each alone decodes by itself
+  invariant.deterministic = true;
+  Engine engine(model, io::Tokenizer(io::small_config()), invariant);
   engine.start();
   Collector c;
   ASSERT_EQ(engine.submit(r, c.sink("n3")).status, SubmitStatus::kAccepted);
   c.wait("n3", 3);
   for (int64_t i = 0; i < 3; ++i) {
-    const Output alone = run_alone(model, request("one", prompt_of(18, 8), 12, 1.0, 40 + i));
+    const Output alone =
+        run_alone(model, request("one", prompt_of(18, 8), 12, 1.0, 40 + i), invariant);
     EXPECT_EQ(output_of(c.of("n3", i)).tokens, alone.tokens) << "choice " << i;
   }
 }

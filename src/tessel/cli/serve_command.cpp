@@ -144,6 +144,9 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--no-prefix-caching", args->no_prefix_caching,
                 "Do not share the KV blocks of common prompt prefixes between requests");
+  cmd->add_flag("--deterministic", args->engine.deterministic,
+                "Batch-invariant kernels: a request's tokens and logprobs do not depend on what "
+                "else is in the batch (docs/SERVING.md gives the cost)");
   cmd->add_option("--max-queue", args->engine.max_queue,
                   "Waiting requests before new ones are refused with 429")
       ->capture_default_str();
