@@ -189,29 +189,7 @@ Flow Renderer::exec(const Stmt& s, std::string& out) {
 }
 
 List Renderer::items_of(const Value& v, int line) {
-  switch (v.kind) {
-    case Value::Kind::kUndefined:
-      return {};
-    case Value::Kind::kList:
-      return *v.list;
-    case Value::Kind::kDict: {
-      if (v.namespace_) break;
-      List keys;
-      for (const auto& [k, item] : v.dict->items) keys.push_back(Value::of(k));
-      return keys;
-    }
-    case Value::Kind::kString: {
-      List chars;
-      for (uint32_t cp : decode_utf8(v.str)) {
-        std::string c;
-        append_utf8(c, cp);
-        chars.push_back(Value::of(std::move(c)));
-      }
-      return chars;
-    }
-    default:
-      break;
-  }
+  if (std::optional<List> items = iteration_items(v)) return std::move(*items);
   fail(line, "'" + v.type_name() + "' object is not iterable");
 }
 

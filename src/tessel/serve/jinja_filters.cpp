@@ -11,31 +11,10 @@
 namespace tessel::serve::jinja {
 namespace {
 
-// The items a filter iterates: a list's items, a dict's keys, a string's characters; nothing for
-// undefined.
+// The items a filter iterates (iteration_items), or the error Jinja gives.
 List iterate(const Value& v, const std::string& f, int line) {
-  switch (v.kind) {
-    case Value::Kind::kUndefined:
-      return {};
-    case Value::Kind::kList:
-      return *v.list;
-    case Value::Kind::kDict: {
-      List keys;
-      for (const auto& [k, item] : v.dict->items) keys.push_back(Value::of(k));
-      return keys;
-    }
-    case Value::Kind::kString: {
-      List chars;
-      for (uint32_t cp : decode_utf8(v.str)) {
-        std::string c;
-        append_utf8(c, cp);
-        chars.push_back(Value::of(std::move(c)));
-      }
-      return chars;
-    }
-    default:
-      fail(line, f + ": '" + v.type_name() + "' object is not iterable");
-  }
+  if (std::optional<List> items = iteration_items(v)) return std::move(*items);
+  fail(line, f + ": '" + v.type_name() + "' object is not iterable");
 }
 
 // Jinja2's attribute lookup for filters: "a.b" walks dicts (and list indexes for digits).

@@ -482,4 +482,30 @@ std::string to_json(const Value& v, int indent, bool sort_keys, int line) {
   return out;
 }
 
+std::optional<List> iteration_items(const Value& v) {
+  switch (v.kind) {
+    case Value::Kind::kUndefined:
+      return List{};
+    case Value::Kind::kList:
+      return *v.list;
+    case Value::Kind::kDict: {
+      if (v.namespace_) return std::nullopt;
+      List keys;
+      for (const auto& [k, item] : v.dict->items) keys.push_back(Value::of(k));
+      return keys;
+    }
+    case Value::Kind::kString: {
+      List chars;
+      for (uint32_t cp : decode_utf8(v.str)) {
+        std::string c;
+        append_utf8(c, cp);
+        chars.push_back(Value::of(std::move(c)));
+      }
+      return chars;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
 }  // namespace tessel::serve::jinja

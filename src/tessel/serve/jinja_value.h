@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,6 +88,9 @@ std::vector<uint32_t> decode_utf8(const std::string& s);
 std::string encode_utf8(const std::vector<uint32_t>& cps);
 void append_utf8(std::string& out, uint32_t cp);
 size_t utf8_length(const std::string& s);
+// What a for loop or a filter iterates: a list's items, a dict's keys, a string's characters,
+// nothing for undefined; nullopt for a value that is not iterable (numbers, namespaces, ...).
+std::optional<List> iteration_items(const Value& v);
 
 // The error every failure of a template raises: "chat template line N: message".
 [[noreturn]] void fail(int line, const std::string& message);
