@@ -3,10 +3,11 @@
 // opens first, so that /health answers 503 while the weights load; then the engine starts, the
 // server turns ready and prints one line with its address. SIGTERM or SIGINT: new requests are
 // refused (503), running ones get --drain-timeout seconds to finish, the rest are cancelled, and
-// the program exits 0. Signals are taken by sigwait on the main thread (blocked in every other
-// thread), so no handler runs in an arbitrary thread's context.
-#include <pthread.h>
+// the program exits 0. The signal handler only writes the signal's number to a pipe that the main
+// thread reads (the self-pipe trick): threads that existed before the command ran (OpenMP's,
+// started by the CPU probe) may receive the signal, and a mask set here could not cover them.
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -25,6 +26,32 @@
 namespace tessel::cli {
 
 namespace {
+
+int g_stop_pipe[2] = {-1, -1};
+
+void on_stop_signal(int signal_number) {
+  const unsigned char byte = static_cast<unsigned char>(signal_number);
+  [[maybe_unused]] const ssize_t n = write(g_stop_pipe[1], &byte, 1);  // async-signal-safe
+}
+
+// SIGTERM/SIGINT go to the pipe from whichever thread receives them.
+void install_stop_handler() {
+  TESSEL_CHECK(pipe(g_stop_pipe) == 0, "serve: cannot create the signal pipe");
+  struct sigaction action = {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+}
+
+// Blocks until a stop signal arrives; its number.
+int wait_stop_signal() {
+  unsigned char byte = 0;
+  while (read(g_stop_pipe[0], &byte, 1) != 1) {
+  }
+  return int(byte);
+}
 
 struct ServeArgs {
   std::string model, host = "127.0.0.1", served_model_name, api_key;
@@ -64,13 +91,9 @@ void run_serve(const ServeArgs& args) {
   check_model_dir(args.model, "serve");
   apply_threads(args.threads);
 
-  // Before any thread starts: SIGINT/SIGTERM are left to sigwait below, and a client that closes
-  // its socket mid-write must not kill the process.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // SIGINT/SIGTERM start the drain below; a client that closes its socket mid-write must not
+  // kill the process.
+  install_stop_handler();
   signal(SIGPIPE, SIG_IGN);
 
   serve::ServerOptions options;
@@ -106,8 +129,7 @@ void run_serve(const ServeArgs& args) {
               static_cast<long long>(engine.context_length()));
   std::fflush(stdout);
 
-  int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  const int signal_number = wait_stop_signal();
   log(LogLevel::Info, "serve: ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT",
       ": draining (up to ", args.drain_timeout, " s)");
   server.begin_drain();
@@ -141,6 +163,10 @@ void add_serve_command(CLI::App& app) {
                   "KV-cache pool in bytes (0: a fraction of the free memory)")
       ->capture_default_str();
   cmd->add_option("--block-size", args->engine.block_size, "Tokens per KV-cache block")
+      ->capture_default_str();
+  cmd->add_option("--max-model-len", args->engine.max_model_len,
+                  "Longest prompt + output in tokens (0: the model's max_positions); the KV pool "
+                  "must hold one such sequence")
       ->capture_default_str();
   cmd->add_flag("--no-prefix-caching", args->no_prefix_caching,
                 "Do not share the KV blocks of common prompt prefixes between requests");
