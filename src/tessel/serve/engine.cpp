@@ -134,7 +134,7 @@ Engine::Engine(std::shared_ptr<models::CausalLM> model, io::Tokenizer tokenizer,
   s.pool = std::make_unique<PagedKvPool>(geometry, num_blocks, options.block_size, dtype);
   s.blocks = std::make_unique<BlockManager>(num_blocks, options.block_size, options.prefix_caching);
   s.scheduler = std::make_unique<Scheduler>(*s.blocks, options.max_batch_tokens, options.max_seqs);
-  s.outputs = std::make_unique<OutputWriter>(s.tokenizer, s.eos);
+  s.outputs = std::make_unique<OutputWriter>(s.eos);
   log(LogLevel::Info, "engine: KV cache of ", num_blocks, " blocks x ", options.block_size,
       " tokens (", s.pool->nbytes() >> 20, " MiB, ", dtype_name(dtype), "), context ",
       s.context_length, ", up to ", options.max_seqs, " sequences and ", options.max_batch_tokens,
@@ -314,6 +314,8 @@ void Engine::State::run_step(StepPlan& plan) {
 void Engine::State::publish() {
   EngineStats st;
   st.waiting = int64_t(scheduler->waiting().size());
+  for (const auto& seq : scheduler->waiting())
+    if (seq->preemptions > 0) ++st.swapped_out;  // preempted, waiting to be recomputed
   st.running = int64_t(scheduler->running().size());
   const BlockManagerStats b = blocks->stats();
   st.kv_blocks_total = b.total;

@@ -8,7 +8,7 @@
 
 namespace tessel::serve {
 
-OutputWriter::OutputWriter(const io::Tokenizer&, std::optional<int64_t> eos) : eos_(eos) {}
+OutputWriter::OutputWriter(std::optional<int64_t> eos) : eos_(eos) {}
 
 void OutputWriter::send(Sequence& seq, Delta& delta) {
   const RequestState& request = *seq.request;

@@ -10,14 +10,13 @@
 #include <span>
 #include <string>
 
-#include "tessel/io/tokenizer.h"
 #include "tessel/serve/sequence.h"
 
 namespace tessel::serve {
 
 class OutputWriter {
  public:
-  OutputWriter(const io::Tokenizer& tokenizer, std::optional<int64_t> eos);
+  explicit OutputWriter(std::optional<int64_t> eos);
 
   // Samples seq's next token from `logits`, appends it to seq.tokens and sends the delta; returns
   // how the choice finished (kNone: it goes on).

@@ -94,7 +94,8 @@ struct SubmitResult {
 
 // A snapshot of the engine for /metrics and logs.
 struct EngineStats {
-  int64_t waiting = 0, running = 0, swapped_out = 0;  // sequences by state
+  // Sequences by state; swapped_out: waiting ones that were preempted (to be recomputed).
+  int64_t waiting = 0, running = 0, swapped_out = 0;
   int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_block_size = 0;
   int64_t prefix_queries = 0, prefix_hits = 0;  // prompt blocks looked up / found cached
   int64_t preemptions = 0;
