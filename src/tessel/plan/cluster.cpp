@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+// Cluster's queries and its TOML writer (the reader is cluster_reader.cpp).
+#include "tessel/plan/cluster.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "tessel/core/error.h"
+
+namespace tessel::plan {
+
+size_t peak_dtype_index(std::string_view dtype) {
+  for (size_t i = 0; i < std::size(kPeakDtypes); ++i)
+    if (kPeakDtypes[i] == dtype) return i;
+  TESSEL_FAIL("cluster description: unknown dtype '", dtype,
+              "' (known: f32, tf32, bf16, f16, int8)");
+}
+
+int Cluster::node_of(int rank) const {
+  TESSEL_CHECK(rank >= 0 && rank < num_devices(), source, ": rank ", rank, " is not one of the ",
+               num_devices(), " devices (", nodes, " nodes x ", devices_per_node, ")");
+  return rank / devices_per_node;
+}
+
+const LinkSpec& Cluster::link(bool across_nodes) const {
+  const std::optional<LinkSpec>& l = across_nodes ? inter_node : intra_node;
+  TESSEL_CHECK(l.has_value(), source, ": no [links.", across_nodes ? "inter_node" : "intra_node",
+               "] table, and a group of ranks crosses ", across_nodes ? "nodes" : "devices", " (",
+               nodes, " nodes x ", devices_per_node, " devices)");
+  return *l;
+}
+
+double Cluster::peak_flops(std::string_view dtype) const {
+  const double v = device.peak_flops.at(peak_dtype_index(dtype));
+  TESSEL_CHECK(v > 0, source, ": device.peak_flops.", dtype, " is not given for ", device.kind);
+  return v;
+}
+
+double Cluster::gemm_efficiency(std::string_view dtype, int64_t m, int64_t n, int64_t k) const {
+  const double peak = peak_flops(dtype);
+  const GemmPoint* best = nullptr;
+  double best_d = std::numeric_limits<double>::infinity();
+  auto lg = [](int64_t x) { return std::log2(double(std::max<int64_t>(x, 1))); };
+  for (const GemmPoint& p : gemm) {
+    if (p.dtype != dtype) continue;
+    const double d =
+        std::abs(lg(p.m) - lg(m)) + std::abs(lg(p.n) - lg(n)) + std::abs(lg(p.k) - lg(k));
+    if (d < best_d) best_d = d, best = &p;
+  }
+  return best ? std::min(1.0, best->flops / peak) : 1.0;
+}
+
+Cluster Cluster::with_devices(int devices) const {
+  TESSEL_CHECK(devices >= 1, source, ": a plan needs at least one device, got ", devices);
+  Cluster c = *this;
+  if (devices <= devices_per_node) {
+    c.devices_per_node = devices;
+    c.nodes = 1;
+    return c;
+  }
+  TESSEL_CHECK(devices % devices_per_node == 0, source, ": ", devices, " devices are not a whole ",
+               "number of nodes of ", devices_per_node);
+  c.nodes = devices / devices_per_node;
+  link(true);  // throws when the description cannot connect nodes
+  return c;
+}
+
+namespace {
+
+// The shortest text that reads back to the same double, so to_toml() round-trips exactly. What
+// std::to_chars writes ("3e+11", "1.5e-06", "0.25", "300") is valid TOML.
+std::string num(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string Cluster::to_toml() const {
+  std::ostringstream out;
+  out << "# Cluster description (docs/PLANNER.md, \"Cluster descriptions\"). Units: bytes, "
+         "seconds, FLOP/s.\n";
+  out << "name = " << quoted(name) << "\n";
+  out << "devices_per_node = " << devices_per_node << "\n";
+  out << "nodes = " << nodes << "\n\n";
+  out << "[device]\nkind = " << quoted(device.kind) << "\n";
+  out << "memory_bytes = " << device.memory_bytes << "\n";
+  out << "memory_bandwidth = " << num(device.memory_bandwidth) << "  # bytes/s\n\n";
+  out << "[device.peak_flops]  # dense FLOP/s\n";
+  for (size_t i = 0; i < std::size(kPeakDtypes); ++i)
+    if (device.peak_flops.size() > i && device.peak_flops[i] > 0)
+      out << kPeakDtypes[i] << " = " << num(device.peak_flops[i]) << "\n";
+  auto link_table = [&](const char* name, const LinkSpec& l) {
+    out << "\n[links." << name << "]  # per device, per direction\n";
+    out << "bandwidth = " << num(l.bandwidth) << "  # bytes/s\n";
+    out << "latency = " << num(l.latency) << "  # s\n";
+  };
+  if (intra_node) link_table("intra_node", *intra_node);
+  if (inter_node) link_table("inter_node", *inter_node);
+  for (const GemmPoint& p : gemm)
+    out << "\n[[gemm]]\ndtype = " << quoted(p.dtype) << "\nm = " << p.m << "\nn = " << p.n
+        << "\nk = " << p.k << "\nflops = " << num(p.flops) << "\n";
+  for (const CollectiveFit& f : collectives)
+    out << "\n[[collective]]  # t = alpha + beta * bytes\nop = " << quoted(f.op)
+        << "\nranks = " << f.ranks << "\nalpha = " << num(f.alpha) << "\nbeta = " << num(f.beta)
+        << "\n";
+  return out.str();
+}
+
+}  // namespace tessel::plan

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+// A cluster description: what the planner's cost model knows about the machines a plan runs on —
+// one device kind (peak FLOP/s per dtype, memory, memory bandwidth), devices per node, nodes, the
+// links of each level (within a node, between nodes) as an alpha-beta pair, and optionally GEMM
+// rates by shape measured by `tessel plan calibrate`. Read from TOML (docs/PLANNER.md, "Cluster
+// descriptions"); shipped descriptions live in configs/clusters/. The shape follows the
+// hardware descriptions of Alpa's and Calculon's cost models: a two-level hierarchy of links.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessel::plan {
+
+// The dtypes a device may list a peak for, in the order the file documents them.
+inline constexpr std::string_view kPeakDtypes[] = {"f32", "tf32", "bf16", "f16", "int8"};
+
+struct DeviceSpec {
+  std::string kind;                // "A100-SXM4-80GB", "cpu"
+  std::vector<double> peak_flops;  // per kPeakDtypes entry; 0 = not given (f32 is required)
+  int64_t memory_bytes = 0;        // per device
+  double memory_bandwidth = 0;     // bytes/s
+};
+
+// One level of the interconnect, per device and per direction: `bandwidth` bytes/s each device
+// can send (and, at the same time, receive), `latency` seconds of a message's fixed cost.
+struct LinkSpec {
+  double bandwidth = 0;
+  double latency = 0;
+};
+
+// One measured GEMM: `flops` FLOP/s achieved for [m, k] x [k, n] in `dtype`.
+struct GemmPoint {
+  std::string dtype;
+  int64_t m = 0, n = 0, k = 0;
+  double flops = 0;
+};
+
+// A measured fit of one collective, t = alpha + beta * bytes (bytes as nccl-tests counts them),
+// written by calibration next to the link figures so a reader can compare the model with it.
+struct CollectiveFit {
+  std::string op;  // "all_reduce", "send_recv"
+  int ranks = 0;
+  double alpha = 0;  // s
+  double beta = 0;   // s per byte
+};
+
+class Cluster {
+ public:
+  // Refuses (tessel::Error naming the key and `source`) a syntax error, a missing, mistyped or
+  // out-of-range key, and any key the schema does not know.
+  static Cluster parse(const std::string& toml_text, const std::string& source);
+  static Cluster load(const std::string& path);
+  // TOML that parse() reads back to an equal description, with a comment per section.
+  std::string to_toml() const;
+
+  std::string name;
+  std::string source;  // the file (or label) it was read from, for messages
+  DeviceSpec device;
+  int devices_per_node = 1;
+  int nodes = 1;
+  std::optional<LinkSpec> intra_node;  // required when devices_per_node > 1
+  std::optional<LinkSpec> inter_node;  // required when nodes > 1
+  std::vector<GemmPoint> gemm;
+  std::vector<CollectiveFit> collectives;
+
+  int num_devices() const { return devices_per_node * nodes; }
+  // Ranks fill nodes in order (mpirun's default --map-by slot, torchrun's node_rank * nproc +
+  // local_rank): rank r sits on node r / devices_per_node.
+  int node_of(int rank) const;
+  // The link between two devices of one node (false) or of two nodes (true); throws naming the
+  // missing [links.*] table.
+  const LinkSpec& link(bool across_nodes) const;
+  // Peak FLOP/s for "f32", "tf32", "bf16", "f16" or "int8"; throws naming the missing key.
+  double peak_flops(std::string_view dtype) const;
+  // Fraction of the dtype's peak that a GEMM of this shape reaches: the measured point of that
+  // dtype nearest in log(m), log(n), log(k); 1 when the table has none for the dtype.
+  double gemm_efficiency(std::string_view dtype, int64_t m, int64_t n, int64_t k) const;
+  // The same machines, as many nodes as `devices` needs (a whole number of nodes when more than
+  // one; fewer devices on one node when they fit). Throws when more nodes are needed and the
+  // description has no inter-node link.
+  Cluster with_devices(int devices) const;
+};
+
+// Index of `dtype` in kPeakDtypes; throws naming the known ones.
+size_t peak_dtype_index(std::string_view dtype);
+
+}  // namespace tessel::plan

@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: Apache-2.0
+// The alpha-beta cost of each collective. One level: ring reduce-scatter / all-gather send n-1
+// messages of S/n (Patarasuk & Yuan 2009), a ring all-reduce is the two in sequence, a double
+// binary tree all-reduce pipelines S up and down trees of depth ceil(log2 n) with every rank
+// receiving S and sending S per phase. Two levels: the bandwidth-optimal order — reduce-scatter
+// inside the node first so that only S/p per device crosses the network, every device's NIC
+// carrying its own share at once — which is what NCCL's multi-channel rings and trees reach
+// across nodes and what hierarchical all-reduce (Horovod, BlueConnect) does explicitly.
+#include "tessel/plan/comm_cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "tessel/core/error.h"
+
+namespace tessel::plan {
+
+std::string_view collective_name(Collective c) {
+  switch (c) {
+    case Collective::AllReduce:
+      return "all_reduce";
+    case Collective::ReduceScatter:
+      return "reduce_scatter";
+    case Collective::AllGather:
+      return "all_gather";
+    case Collective::Broadcast:
+      return "broadcast";
+    case Collective::SendRecv:
+      return "send_recv";
+    case Collective::AllToAll:
+      return "all_to_all";
+  }
+  return "?";
+}
+
+Collective collective_from_name(std::string_view name) {
+  for (Collective c : {Collective::AllReduce, Collective::ReduceScatter, Collective::AllGather,
+                       Collective::Broadcast, Collective::SendRecv, Collective::AllToAll})
+    if (collective_name(c) == name) return c;
+  TESSEL_FAIL("unknown collective '", name, "' (known: all_reduce, reduce_scatter, all_gather, ",
+              "broadcast, send_recv, all_to_all)");
+}
+
+namespace {
+
+// Latency and bandwidth seconds, kept apart so callers can see which term dominates.
+struct Terms {
+  double lat = 0, bw = 0;
+  Terms& operator+=(const Terms& o) {
+    lat += o.lat;
+    bw += o.bw;
+    return *this;
+  }
+};
+
+// Ring reduce-scatter or all-gather of S bytes over n ranks: n-1 steps of S/n each.
+Terms ring_half(int n, double s, const LinkSpec* l) {
+  if (n <= 1) return {};
+  return {(n - 1) * l->latency, (n - 1) / double(n) * s / l->bandwidth};
+}
+
+Terms ring_all_reduce(int n, double s, const LinkSpec* l) {
+  Terms t = ring_half(n, s, l);
+  t += ring_half(n, s, l);
+  return t;
+}
+
+// Double binary tree, pipelined: a reduce and a broadcast, each ceil(log2 n) hops deep, in which
+// every rank receives (then sends) S in total over its two trees.
+Terms tree_all_reduce(int n, double s, const LinkSpec* l) {
+  if (n <= 1) return {};
+  const double depth = std::ceil(std::log2(double(n)));
+  return {2 * depth * l->latency, 2 * s / l->bandwidth};
+}
+
+struct Placement {
+  int n = 0;  // ranks
+  int p = 0;  // the most ranks on one node
+  int m = 0;  // nodes touched
+};
+
+Placement place(const Cluster& cluster, std::span<const int> ranks) {
+  TESSEL_CHECK(!ranks.empty(), "collective cost: the group has no ranks");
+  std::set<int> seen;
+  std::map<int, int> per_node;
+  for (int r : ranks) {
+    TESSEL_CHECK(seen.insert(r).second, "collective cost: rank ", r, " appears twice in the group");
+    ++per_node[cluster.node_of(r)];
+  }
+  Placement pl;
+  pl.n = int(ranks.size());
+  pl.m = int(per_node.size());
+  for (const auto& [node, count] : per_node) pl.p = std::max(pl.p, count);
+  return pl;
+}
+
+Terms cost_terms(const Cluster& cluster, Collective op, const Placement& pl, double s,
+                 Algorithm algo) {
+  const int n = pl.n, p = pl.p, m = pl.m;
+  const LinkSpec* intra = p > 1 ? &cluster.link(false) : nullptr;
+  const LinkSpec* inter = m > 1 ? &cluster.link(true) : nullptr;
+  Terms t;
+  switch (op) {
+    case Collective::AllReduce:
+      t += ring_half(p, s, intra);  // reduce-scatter inside each node
+      t += algo == Algorithm::Tree ? tree_all_reduce(m, s / p, inter)
+                                   : ring_all_reduce(m, s / p, inter);
+      t += ring_half(p, s, intra);  // all-gather inside each node
+      return t;
+    case Collective::ReduceScatter:
+      t += ring_half(p, s, intra);
+      t += ring_half(m, s / p, inter);
+      return t;
+    case Collective::AllGather:
+      t += ring_half(m, s / p, inter);
+      t += ring_half(p, s, intra);
+      return t;
+    case Collective::Broadcast: {
+      // A pipelined chain through the ranks node by node (NCCL's ring broadcast): n-m hops inside
+      // nodes, m-1 across; the p channels leave a node through p NICs at once.
+      if (intra) t.lat += (n - m) * intra->latency;
+      if (inter) t.lat += (m - 1) * inter->latency;
+      double bw = 0;
+      if (intra) bw = std::max(bw, s / intra->bandwidth);
+      if (inter) bw = std::max(bw, s / (p * inter->bandwidth));
+      t.bw = bw;
+      return t;
+    }
+    case Collective::SendRecv: {
+      const LinkSpec* l = m > 1 ? inter : intra;
+      return {l->latency, s / l->bandwidth};
+    }
+    case Collective::AllToAll: {
+      // Pairwise exchange: n-1 steps of S/n, p-1 of them to peers on the same node; the two
+      // levels carry their shares at the same time.
+      if (intra) t.lat += (p - 1) * intra->latency;
+      if (inter) t.lat += (n - p) * inter->latency;
+      double bw = 0;
+      if (intra) bw = std::max(bw, (p - 1) / double(n) * s / intra->bandwidth);
+      if (inter) bw = std::max(bw, (n - p) / double(n) * s / inter->bandwidth);
+      t.bw = bw;
+      return t;
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+CommCost collective_cost(const Cluster& cluster, Collective op, std::span<const int> ranks,
+                         double bytes, Algorithm algorithm) {
+  TESSEL_CHECK(std::isfinite(bytes) && bytes >= 0, "collective cost: ", collective_name(op), " of ",
+               bytes, " bytes");
+  TESSEL_CHECK(algorithm != Algorithm::Tree || op == Collective::AllReduce,
+               "collective cost: ", collective_name(op),
+               " has no tree algorithm (only all_reduce does)");
+  TESSEL_CHECK(op != Collective::SendRecv || ranks.size() == 2, "collective cost: send_recv ",
+               "needs exactly two ranks (source, destination), got ", ranks.size());
+  const Placement pl = place(cluster, ranks);
+  CommCost c;
+  c.ranks_per_node = pl.p;
+  c.nodes = pl.m;
+  if (pl.n == 1) return c;
+  Algorithm chosen = algorithm == Algorithm::Tree ? Algorithm::Tree : Algorithm::Ring;
+  Terms t = cost_terms(cluster, op, pl, bytes, chosen);
+  if (algorithm == Algorithm::Best && op == Collective::AllReduce) {
+    const Terms tree = cost_terms(cluster, op, pl, bytes, Algorithm::Tree);
+    if (tree.lat + tree.bw < t.lat + t.bw) t = tree, chosen = Algorithm::Tree;
+  }
+  c.latency_seconds = t.lat;
+  c.bandwidth_seconds = t.bw;
+  c.seconds = t.lat + t.bw;
+  c.algorithm = chosen;
+  return c;
+}
+
+}  // namespace tessel::plan

@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: Apache-2.0
+// Cluster descriptions: the reader accepts the documented schema (and what to_toml writes), and
+// every malformed, missing, mistyped or unknown key is one Error naming the key and the file.
+#include "tessel/plan/cluster.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include "tessel/core/error.h"
+
+namespace tessel::plan {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kNode = R"(name = "test-node"
+devices_per_node = 4
+nodes = 3
+
+[device]
+kind = "X1"
+memory_bytes = 42949672960
+memory_bandwidth = 1.5e12
+
+[device.peak_flops]
+f32 = 19.5e12
+bf16 = 312e12
+
+[links.intra_node]
+bandwidth = 300e9
+latency = 0.6e-6
+
+[links.inter_node]
+bandwidth = 25e9
+latency = 2.7e-6
+
+[[gemm]]
+dtype = "f32"
+m = 1024
+n = 1024
+k = 1024
+flops = 9.75e12
+
+[[gemm]]
+dtype = "f32"
+m = 16
+n = 1024
+k = 1024
+flops = 1.95e12
+
+[[collective]]
+op = "all_reduce"
+ranks = 2
+alpha = 3e-6
+beta = 1e-10
+)";
+
+// The message of the Error that parsing `text` throws ("" when it parses).
+std::string error_of(const std::string& text) {
+  try {
+    Cluster::parse(text, "node.toml");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+TEST(Cluster, ReadsEveryKeyOfTheSchema) {
+  const Cluster c = Cluster::parse(kNode, "node.toml");
+  EXPECT_EQ(c.name, "test-node");
+  EXPECT_EQ(c.devices_per_node, 4);
+  EXPECT_EQ(c.nodes, 3);
+  EXPECT_EQ(c.num_devices(), 12);
+  EXPECT_EQ(c.device.kind, "X1");
+  EXPECT_EQ(c.device.memory_bytes, int64_t(40) << 30);
+  EXPECT_DOUBLE_EQ(c.device.memory_bandwidth, 1.5e12);
+  EXPECT_DOUBLE_EQ(c.peak_flops("f32"), 19.5e12);
+  EXPECT_DOUBLE_EQ(c.peak_flops("bf16"), 312e12);
+  ASSERT_TRUE(c.intra_node && c.inter_node);
+  EXPECT_DOUBLE_EQ(c.link(false).bandwidth, 300e9);
+  EXPECT_DOUBLE_EQ(c.link(true).latency, 2.7e-6);
+  ASSERT_EQ(c.gemm.size(), 2u);
+  EXPECT_EQ(c.gemm[1].m, 16);
+  ASSERT_EQ(c.collectives.size(), 1u);
+  EXPECT_EQ(c.collectives[0].op, "all_reduce");
+  EXPECT_EQ(c.node_of(0), 0);
+  EXPECT_EQ(c.node_of(3), 0);
+  EXPECT_EQ(c.node_of(4), 1);
+  EXPECT_EQ(c.node_of(11), 2);
+  EXPECT_THROW(c.node_of(12), Error);
+}
+
+TEST(Cluster, WritesTomlThatReadsBackEqual) {
+  const Cluster a = Cluster::parse(kNode, "node.toml");
+  const Cluster b = Cluster::parse(a.to_toml(), "written.toml");
+  EXPECT_EQ(b.name, a.name);
+  EXPECT_EQ(b.devices_per_node, a.devices_per_node);
+  EXPECT_EQ(b.nodes, a.nodes);
+  EXPECT_EQ(b.device.kind, a.device.kind);
+  EXPECT_EQ(b.device.memory_bytes, a.device.memory_bytes);
+  EXPECT_EQ(b.device.memory_bandwidth, a.device.memory_bandwidth);
+  EXPECT_EQ(b.device.peak_flops, a.device.peak_flops);
+  EXPECT_EQ(b.intra_node->bandwidth, a.intra_node->bandwidth);
+  EXPECT_EQ(b.intra_node->latency, a.intra_node->latency);
+  EXPECT_EQ(b.inter_node->latency, a.inter_node->latency);
+  ASSERT_EQ(b.gemm.size(), a.gemm.size());
+  EXPECT_EQ(b.gemm[1].flops, a.gemm[1].flops);
+  ASSERT_EQ(b.collectives.size(), 1u);
+  EXPECT_EQ(b.collectives[0].beta, a.collectives[0].beta);
+}
+
+TEST(Cluster, MissingKeysAreNamed) {
+  std::string e = error_of(replaced(kNode, "memory_bytes = 42949672960\n", ""));
+  EXPECT_NE(e.find("node.toml: missing key 'device.memory_bytes'"), std::string::npos) << e;
+  e = error_of(replaced(kNode, "f32 = 19.5e12\n", ""));
+  EXPECT_NE(e.find("missing key 'device.peak_flops.f32'"), std::string::npos) << e;
+  e = error_of(replaced(kNode, "name = \"test-node\"\n", ""));
+  EXPECT_NE(e.find("missing key 'name'"), std::string::npos) << e;
+  e = error_of(replaced(kNode, "latency = 2.7e-6\n", ""));
+  EXPECT_NE(e.find("missing key 'links.inter_node.latency'"), std::string::npos) << e;
+  // Links are required by the levels the description has.
+  e = error_of(replaced(kNode, "[links.inter_node]\nbandwidth = 25e9\nlatency = 2.7e-6\n", ""));
+  EXPECT_NE(e.find("missing table [links.inter_node]"), std::string::npos) << e;
+  EXPECT_NE(e.find("nodes = 3"), std::string::npos) << e;
+  e = error_of(replaced(kNode, "[links.intra_node]\nbandwidth = 300e9\nlatency = 0.6e-6\n", ""));
+  EXPECT_NE(e.find("missing table [links.intra_node]"), std::string::npos) << e;
+}
+
+TEST(Cluster, WrongTypesAndRangesNameTheKeyAndItsLine) {
+  std::string e = error_of(replaced(kNode, "latency = 0.6e-6", "latency = \"fast\""));
+  EXPECT_NE(e.find("node.toml:16:11: links.intra_node.latency: expected a positive number"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("got string \"fast\""), std::string::npos) << e;
+  e = error_of(replaced(kNode, "bandwidth = 25e9", "bandwidth = -25e9"));
+  EXPECT_NE(e.find("links.inter_node.bandwidth: expected a positive number"), std::string::npos)
+      << e;
+  e = error_of(replaced(kNode, "nodes = 3", "nodes = 2.5"));
+  EXPECT_NE(e.find("nodes: expected an integer >= 1"), std::string::npos) << e;
+  e = error_of(replaced(kNode, "devices_per_node = 4", "devices_per_node = 0"));
+  EXPECT_NE(e.find("devices_per_node: expected an integer >= 1"), std::string::npos) << e;
+  e = error_of(replaced(kNode, "memory_bytes = 42949672960", "memory_bytes = 1.5"));
+  EXPECT_NE(e.find("device.memory_bytes: expected a whole number of bytes"), std::string::npos)
+      << e;
+  e = error_of(replaced(kNode, "dtype = \"f32\"\nm = 16", "dtype = \"fp32\"\nm = 16"));
+  EXPECT_NE(e.find("gemm[1].dtype: expected f32, tf32, bf16, f16 or int8, got \"fp32\""),
+            std::string::npos)
+      << e;
+  e = error_of(replaced(kNode, "op = \"all_reduce\"", "op = \"allreduce\""));
+  EXPECT_NE(e.find("collective[0].op"), std::string::npos) << e;
+  e = error_of(replaced(kNode, "[device]\n", "device = 3\n[devices]\n"));
+  EXPECT_FALSE(e.empty());
+  e = error_of("gemm = 7\n" + kNode.substr(0, kNode.find("[[gemm]]")));
+  EXPECT_NE(e.find("gemm must be an array of tables"), std::string::npos) << e;
+}
+
+TEST(Cluster, UnknownKeysAreRefusedByName) {
+  std::string e = error_of(replaced(kNode, "bf16 = 312e12", "bf16 = 312e12\nfp8 = 624e12"));
+  EXPECT_NE(e.find("unknown key 'device.peak_flops.fp8' in [device.peak_flops]"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("known: bf16, f16, f32, int8, tf32"), std::string::npos) << e;
+  e = error_of(replaced(kNode, "kind = \"X1\"", "kind = \"X1\"\nmemory = 3"));
+  EXPECT_NE(e.find("node.toml:7:10: unknown key 'device.memory' in [device]"), std::string::npos)
+      << e;
+  e = error_of(kNode + "\n[links.pcie]\nbandwidth = 1\nlatency = 1\n");
+  EXPECT_NE(e.find("unknown key 'links.pcie'"), std::string::npos) << e;
+  e = error_of("nodez = 2\n" + kNode);
+  EXPECT_NE(e.find("unknown key 'nodez' at the top level"), std::string::npos) << e;
+  e = error_of(replaced(kNode, "flops = 1.95e12", "flops = 1.95e12\nthreads = 2"));
+  EXPECT_NE(e.find("unknown key 'gemm[1].threads'"), std::string::npos) << e;
+}
+
+TEST(Cluster, SyntaxErrorsAndMissingFilesNameTheFile) {
+  std::string e = error_of(replaced(kNode, "nodes = 3", "nodes = = 3"));
+  EXPECT_NE(e.find("node.toml:3:"), std::string::npos) << e;
+  EXPECT_NE(e.find("TOML syntax error"), std::string::npos) << e;
+  try {
+    Cluster::load("/nonexistent/cluster.toml");
+    FAIL() << "loaded a missing file";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("/nonexistent/cluster.toml: cannot open"),
+              std::string::npos)
+        << err.what();
+  }
+}
+
+TEST(Cluster, QueriesNameWhatIsMissing) {
+  const Cluster c = Cluster::parse(kNode, "node.toml");
+  try {
+    c.peak_flops("int8");
+    FAIL() << "int8 has no peak in the description";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("node.toml: device.peak_flops.int8 is not given"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(c.peak_flops("fp8"), Error);
+  // The nearest measured shape in log space: 33 x 1000 x 1100 is nearest to 16 x 1024 x 1024.
+  EXPECT_DOUBLE_EQ(c.gemm_efficiency("f32", 33, 1000, 1100), 1.95e12 / 19.5e12);
+  EXPECT_DOUBLE_EQ(c.gemm_efficiency("f32", 777, 1024, 1024), 9.75e12 / 19.5e12);
+  EXPECT_DOUBLE_EQ(c.gemm_efficiency("bf16", 7, 7, 7), 1.0);  // no bf16 points
+}
+
+TEST(Cluster, WithDevicesScalesNodes) {
+  const Cluster c = Cluster::parse(kNode, "node.toml");
+  EXPECT_EQ(c.with_devices(3).num_devices(), 3);
+  EXPECT_EQ(c.with_devices(3).nodes, 1);
+  const Cluster big = c.with_devices(1024);
+  EXPECT_EQ(big.nodes, 256);
+  EXPECT_EQ(big.devices_per_node, 4);
+  EXPECT_THROW(c.with_devices(6), Error);  // not a whole number of nodes
+  Cluster one = c;
+  one.inter_node.reset();
+  EXPECT_THROW(one.with_devices(8), Error);
+}
+
+// The shipped node descriptions stay valid and complete: 8 devices per node, both link levels,
+// every dense peak the data sheets give.
+TEST(Cluster, ShippedDescriptionsParse) {
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(TESSEL_SOURCE_DIR "/configs/clusters")) {
+    if (entry.path().extension() != ".toml") continue;
+    const Cluster c = Cluster::load(entry.path().string());
+    names.insert(entry.path().stem().string());
+    EXPECT_EQ(c.name, entry.path().stem().string());
+    EXPECT_EQ(c.devices_per_node, 8) << c.source;
+    ASSERT_TRUE(c.intra_node && c.inter_node) << c.source;
+    EXPECT_GT(c.intra_node->bandwidth, c.inter_node->bandwidth) << c.source;
+    for (std::string_view dt : kPeakDtypes) EXPECT_GT(c.peak_flops(dt), 0) << c.source << dt;
+    EXPECT_GT(c.peak_flops("bf16"), c.peak_flops("tf32")) << c.source;
+    EXPECT_GT(c.peak_flops("tf32"), c.peak_flops("f32")) << c.source;
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"a100-40gb", "a100-80gb", "h100-sxm", "h200"}));
+}
+
+}  // namespace
+}  // namespace tessel::plan

@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+// Collective costs against the alpha-beta formulas worked by hand (docs/PLANNER.md,
+// "Communication cost"), on odd group sizes and message sizes, one node and spanning nodes.
+#include "tessel/plan/comm_cost.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "tessel/core/error.h"
+#include "tessel/dist/mesh.h"
+
+namespace tessel::plan {
+namespace {
+
+// Links: a1/B1 inside a node, a2/B2 between nodes.
+constexpr double a1 = 2e-6, B1 = 100e9, a2 = 10e-6, B2 = 10e9;
+constexpr double S = 13e6;  // 13 MB
+
+Cluster make_cluster(int per_node, int nodes) {
+  Cluster c;
+  c.name = "hand";
+  c.source = "hand.toml";
+  c.device.kind = "X";
+  c.device.peak_flops = {1e12, 0, 0, 0, 0};
+  c.device.memory_bytes = 1 << 30;
+  c.device.memory_bandwidth = 1e11;
+  c.devices_per_node = per_node;
+  c.nodes = nodes;
+  c.intra_node = LinkSpec{B1, a1};
+  c.inter_node = LinkSpec{B2, a2};
+  return c;
+}
+
+std::vector<int> iota(int n, int first = 0) {
+  std::vector<int> v(size_t(n), 0);
+  std::iota(v.begin(), v.end(), first);
+  return v;
+}
+
+double cost(const Cluster& c, Collective op, const std::vector<int>& ranks, double bytes,
+            Algorithm a = Algorithm::Ring) {
+  return collective_cost(c, op, ranks, bytes, a).seconds;
+}
+
+TEST(CommCost, SevenRanksOnOneNode) {
+  const Cluster c = make_cluster(8, 2);
+  const std::vector<int> g = iota(7);
+  // Ring all-reduce: 2(n-1) steps of S/n.
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, g, S), 12 * a1 + 12.0 / 7 * S / B1);
+  // NCCL's trees run as chains inside a node: on one node the tree costs what the ring does.
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, g, S, Algorithm::Tree),
+                   12 * a1 + 12.0 / 7 * S / B1);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::ReduceScatter, g, S), 6 * a1 + 6.0 / 7 * S / B1);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllGather, g, S), 6 * a1 + 6.0 / 7 * S / B1);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::Broadcast, g, S), 6 * a1 + S / B1);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllToAll, g, S), 6 * a1 + 6.0 / 7 * S / B1);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::SendRecv, {3, 5}, S), a1 + S / B1);
+  const CommCost r = collective_cost(c, Collective::AllReduce, g, S, Algorithm::Ring);
+  EXPECT_EQ(r.nodes, 1);
+  EXPECT_EQ(r.ranks_per_node, 7);
+  EXPECT_DOUBLE_EQ(r.latency_seconds, 12 * a1);
+  EXPECT_DOUBLE_EQ(r.bandwidth_seconds, 12.0 / 7 * S / B1);
+}
+
+// One rank on each of 7 nodes: a double binary tree of depth ceil(log2 7) = 3 each way, every
+// rank receiving S and sending S per phase.
+TEST(CommCost, TreeAcrossSevenNodes) {
+  const Cluster c = make_cluster(1, 7);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, iota(7), S, Algorithm::Tree),
+                   6 * a2 + 2 * S / B2);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, iota(7), S), 12 * a2 + 12.0 / 7 * S / B2);
+}
+
+TEST(CommCost, GroupSpanningThreeNodes) {
+  const Cluster c = make_cluster(4, 3);
+  const std::vector<int> g = iota(12);  // p = 4 per node, m = 3 nodes
+  // Reduce-scatter in the node, ring all-reduce of S/4 across nodes, all-gather in the node.
+  const double intra_half = 3 * a1 + 3.0 / 4 * S / B1;
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, g, S),
+                   2 * intra_half + 4 * a2 + 4.0 / 3 * (S / 4) / B2);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, g, S, Algorithm::Tree),
+                   2 * intra_half + 4 * a2 + 2 * (S / 4) / B2);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::ReduceScatter, g, S),
+                   intra_half + 2 * a2 + 2.0 / 3 * (S / 4) / B2);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllGather, g, S),
+                   intra_half + 2 * a2 + 2.0 / 3 * (S / 4) / B2);
+  // Chain through 12 ranks: 9 hops inside nodes, 2 across; 4 NICs per node carry 4 channels.
+  EXPECT_DOUBLE_EQ(cost(c, Collective::Broadcast, g, S),
+                   9 * a1 + 2 * a2 + std::max(S / B1, S / (4 * B2)));
+  // Pairwise exchange: 3 local peers, 8 remote ones, both levels at once.
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllToAll, g, S),
+                   3 * a1 + 8 * a2 + std::max(3.0 / 12 * S / B1, 8.0 / 12 * S / B2));
+  EXPECT_DOUBLE_EQ(cost(c, Collective::SendRecv, {3, 4}, S), a2 + S / B2);
+}
+
+// A mesh axis placed by the documented rank order: with tp=4 fastest, the dp groups of
+// "tp=4,dp=4" over 2 nodes of 8 are {0,4,8,12}: 2 ranks on each of 2 nodes.
+TEST(CommCost, DataParallelGroupOfAMeshSpansNodes) {
+  const Cluster c = make_cluster(8, 2);
+  const dist::MeshShape mesh = dist::MeshShape::parse("tp=4,dp=4");
+  const std::vector<int> dp = mesh.group(0, {"dp"});
+  ASSERT_EQ(dp, (std::vector<int>{0, 4, 8, 12}));
+  const CommCost r = collective_cost(c, Collective::AllReduce, dp, S, Algorithm::Ring);
+  EXPECT_EQ(r.nodes, 2);
+  EXPECT_EQ(r.ranks_per_node, 2);
+  EXPECT_DOUBLE_EQ(r.seconds, 2 * (a1 + 0.5 * S / B1) + 2 * a2 + (S / 2) / B2);
+  // The tp groups stay on one node.
+  const std::vector<int> tp = mesh.group(9, {"tp"});
+  EXPECT_EQ(tp, (std::vector<int>{8, 9, 10, 11}));
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, tp, S), 6 * a1 + 6.0 / 4 * S / B1);
+}
+
+TEST(CommCost, UnevenGroupsAreBoundByTheFullestNode) {
+  const Cluster c = make_cluster(4, 3);
+  const std::vector<int> g = {0, 1, 2, 5, 9};  // 3 on node 0, 1 on node 1, 1 on node 2
+  const CommCost r = collective_cost(c, Collective::ReduceScatter, g, S);
+  EXPECT_EQ(r.ranks_per_node, 3);
+  EXPECT_EQ(r.nodes, 3);
+  EXPECT_DOUBLE_EQ(r.seconds, 2 * a1 + 2.0 / 3 * S / B1 + 2 * a2 + 2.0 / 3 * (S / 3) / B2);
+}
+
+TEST(CommCost, BestAllReduceIsTreeForSmallMessagesOverManyNodes) {
+  const Cluster c = make_cluster(1, 16);
+  const std::vector<int> g = iota(16);
+  const CommCost small = collective_cost(c, Collective::AllReduce, g, 1000);
+  EXPECT_EQ(small.algorithm, Algorithm::Tree);
+  EXPECT_DOUBLE_EQ(small.seconds, 8 * a2 + 2 * 1000 / B2);
+  const CommCost large = collective_cost(c, Collective::AllReduce, g, 10 * S);
+  EXPECT_EQ(large.algorithm, Algorithm::Ring);
+  EXPECT_DOUBLE_EQ(large.seconds, 30 * a2 + 30.0 / 16 * 10 * S / B2);
+}
+
+TEST(CommCost, TrivialGroupsAndBadArgumentsAreHandled) {
+  const Cluster c = make_cluster(4, 3);
+  EXPECT_EQ(cost(c, Collective::AllReduce, {5}, S), 0.0);
+  // 7 ranks: 4 on node 0, 3 on node 1; zero bytes leave the latency terms only.
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, iota(7), 0), 6 * a1 + 2 * a2);
+  EXPECT_THROW(cost(c, Collective::AllReduce, {}, S), Error);
+  EXPECT_THROW(cost(c, Collective::AllReduce, {1, 2, 1}, S), Error);
+  EXPECT_THROW(cost(c, Collective::AllReduce, {0, 12}, S), Error);  // 12 devices: 0..11
+  EXPECT_THROW(cost(c, Collective::ReduceScatter, {0, 1}, S, Algorithm::Tree), Error);
+  EXPECT_THROW(cost(c, Collective::SendRecv, {0, 1, 2}, S), Error);
+  EXPECT_THROW(cost(c, Collective::AllGather, {0, 1}, -1), Error);
+  Cluster one_level = c;
+  one_level.inter_node.reset();
+  try {
+    cost(one_level, Collective::AllGather, {0, 4}, S);
+    FAIL() << "costed a group across nodes without an inter-node link";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no [links.inter_node]"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(collective_from_name("all_to_all"), Collective::AllToAll);
+  EXPECT_THROW(collective_from_name("allreduce"), Error);
+}
+
+}  // namespace
+}  // namespace tessel::plan
