@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   tessel::cli::add_schedule_command(app);
   tessel::cli::add_report_command(app);
   tessel::cli::add_serve_command(app);
+  tessel::cli::add_plan_command(app);
   try {
     tessel::kernels::active_kernel_set();  // a bad TESSEL_KERNELS fails here, before any work
     app.parse(argc, argv);

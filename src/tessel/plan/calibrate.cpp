@@ -1,0 +1,345 @@
+// SPDX-License-Identifier: Apache-2.0
+// The measurements behind `tessel plan calibrate`. Medians, not best runs: the cost model should
+// predict what a step sees on a machine shared with other work, and one lucky repetition must not
+// set a rate. Every figure is agreed across ranks (the slowest rank's), so all ranks write the
+// same description.
+#include "tessel/plan/calibrate.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "tessel/core/cpu_features.h"
+#include "tessel/core/error.h"
+#include "tessel/core/threads.h"
+#include "tessel/kernels/backend.h"
+#include "tessel/kernels/kernel_set.h"
+#include "tessel/tensor/tensor.h"
+
+namespace tessel::plan {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double max_over_ranks(dist::Communicator& world, double x) {
+  Tensor t = full({1}, x, DType::F64);
+  world.all_reduce(t, dist::ReduceOp::Max);
+  return t.item();
+}
+
+// Median seconds of `fn` over repetitions filling about `budget` seconds (at least 3).
+template <typename Fn>
+double median_time(const Fn& fn, double budget) {
+  fn();  // warm-up: first touch, the library's kernel choice
+  std::vector<double> times;
+  const auto start = Clock::now();
+  while (times.size() < 3 || (seconds_since(start) < budget && times.size() < 10000)) {
+    const auto t0 = Clock::now();
+    fn();
+    times.push_back(seconds_since(t0));
+  }
+  return median(times);
+}
+
+struct Shape3 {
+  int64_t m, n, k;
+};
+
+// Square products, the tall-skinny ones of a transformer layer (tokens x hidden), and the few-row
+// products of decoding.
+std::vector<Shape3> gemm_shapes(bool quick) {
+  if (quick) return {{256, 256, 256}, {512, 512, 512}, {1024, 1024, 1024}, {8, 1024, 1024}};
+  return {{256, 256, 256},  {512, 512, 512},   {1024, 1024, 1024}, {2048, 2048, 2048},
+          {2048, 768, 768}, {2048, 3072, 768}, {2048, 768, 3072},  {8, 768, 3072},
+          {1, 4096, 4096},  {4096, 4096, 1024}};
+}
+
+double gemm_flops(const Shape3& s, DType dtype, double budget) {
+  kernels::Backend& backend = kernels::cpu_backend();
+  const Tensor a = randn({s.m, s.k}, dtype);
+  const Tensor b = randn({s.k, s.n}, dtype);
+  Tensor c = zeros({s.m, s.n}, dtype);
+  const kernels::GemmDesc desc = kernels::dense_gemm_desc(1, s.m, s.n, s.k, false, false);
+  const double t = median_time([&] { backend.gemm(desc, a, b, c); }, budget);
+  return 2.0 * double(s.m) * double(s.n) * double(s.k) / t;
+}
+
+// STREAM's copy (c = a: 2 words moved per element) and triad (a = b + q c: 3 words), on the one
+// thread pool, arrays far larger than the caches. Bytes per second as STREAM counts them (no
+// write-allocate traffic).
+std::pair<double, double> stream_bandwidth(int64_t n, double budget) {
+  std::unique_ptr<float[]> a(new float[size_t(n)]), b(new float[size_t(n)]),
+      c(new float[size_t(n)]);
+  float* pa = a.get();
+  float* pb = b.get();
+  float* pc = c.get();
+  constexpr int64_t kGrain = int64_t(1) << 16;
+  parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {  // first touch by the pool's threads
+    for (int64_t i = lo; i < hi; ++i) pa[i] = 1.0f, pb[i] = 2.0f, pc[i] = 0.0f;
+  });
+  const double copy = median_time(
+      [&] {
+        parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
+          for (int64_t i = lo; i < hi; ++i) pc[i] = pa[i];
+        });
+      },
+      budget);
+  const float q = 3.0f;
+  const double triad = median_time(
+      [&] {
+        parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
+          for (int64_t i = lo; i < hi; ++i) pa[i] = pb[i] + q * pc[i];
+        });
+      },
+      budget);
+  return {2.0 * 4.0 * double(n) / copy, 3.0 * 4.0 * double(n) / triad};
+}
+
+std::vector<double> message_sizes(bool quick) {
+  std::vector<double> sizes;
+  const double top = quick ? 512.0 * 1024 : 16.0 * 1024 * 1024;
+  for (double s = 8; s <= top; s *= quick ? 16 : 4) sizes.push_back(s);
+  return sizes;
+}
+
+Tensor message(double bytes) {
+  return full({std::max<int64_t>(1, int64_t(bytes) / 4)}, 1.0, DType::F32);
+}
+
+// One-way time per message between ranks `a` and `b` (half a round trip); the other ranks wait.
+double ping_pong(dist::Communicator& world, int a, int b, double bytes, double budget) {
+  Tensor buf = message(bytes);
+  Tensor count = full({1}, 0.0, DType::F64);
+  const int me = world.rank();
+  double result = 0;
+  if (me == a || me == b) {
+    const int peer = me == a ? b : a;
+    auto round_trip = [&] {
+      if (me == a) {
+        world.send(buf, peer, 1);
+        world.recv(buf, peer, 2);
+      } else {
+        world.recv(buf, peer, 1);
+        world.send(buf, peer, 2);
+      }
+    };
+    round_trip();
+    auto t0 = Clock::now();
+    round_trip();
+    // Rank a chooses the repetitions from its warm-up and tells b, so both loop alike.
+    if (me == a) {
+      count.data<double>()[0] =
+          std::clamp(budget / 3 / std::max(seconds_since(t0), 1e-7), 2.0, 2000.0);
+      world.send(count, peer, 3);
+    } else {
+      world.recv(count, peer, 3);
+    }
+    const int iters = int(count.item());
+    std::vector<double> rounds;
+    for (int r = 0; r < 3; ++r) {
+      t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) round_trip();
+      rounds.push_back(seconds_since(t0) / iters / 2);
+    }
+    result = median(rounds);
+  }
+  return max_over_ranks(world, result);
+}
+
+// Seconds per all-reduce of `bytes` over the world: an iteration count agreed from the slowest
+// rank's warm-up, then the median over three rounds of the slowest rank's average.
+double all_reduce_time(dist::Communicator& world, double bytes, double budget) {
+  Tensor buf = message(bytes);
+  world.all_reduce(buf);
+  auto t0 = Clock::now();
+  world.all_reduce(buf);
+  const double warm = max_over_ranks(world, seconds_since(t0));
+  const int iters = int(std::clamp(budget / 3 / std::max(warm, 1e-7), 2.0, 2000.0));
+  std::vector<double> rounds;
+  for (int r = 0; r < 3; ++r) {
+    world.barrier();
+    t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) world.all_reduce(buf);
+    rounds.push_back(max_over_ranks(world, seconds_since(t0) / iters));
+  }
+  return median(rounds);
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+// Every rank's host name, by rank (fixed-width rows of an all_gather).
+std::vector<std::string> host_names(dist::Communicator& world) {
+  constexpr int64_t kWidth = 64;
+  const std::string mine = host_name().substr(0, kWidth - 1);
+  Tensor in = zeros({kWidth}, DType::I32);
+  for (size_t i = 0; i < mine.size(); ++i)
+    in.data<int32_t>()[i] = static_cast<unsigned char>(mine[i]);
+  Tensor out = zeros({kWidth * world.size()}, DType::I32);
+  world.all_gather(in, out);
+  std::vector<std::string> names;
+  for (int r = 0; r < world.size(); ++r) {
+    std::string s;
+    for (int64_t i = 0; i < kWidth; ++i) {
+      const int32_t ch = out.data<int32_t>()[r * kWidth + i];
+      if (ch == 0) break;
+      s.push_back(char(ch));
+    }
+    names.push_back(s);
+  }
+  return names;
+}
+
+std::string format(double v, int precision = 4) {
+  std::ostringstream out;
+  out.precision(precision);
+  out << v;
+  return out.str();
+}
+
+LinkSpec link_from(const AlphaBeta& fit) {
+  return LinkSpec{1.0 / fit.beta, fit.alpha};
+}
+
+}  // namespace
+
+AlphaBeta fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds) {
+  TESSEL_CHECK(bytes.size() == seconds.size() && bytes.size() >= 2,
+               "alpha-beta fit: needs two or more (bytes, seconds) points, got ", bytes.size(),
+               " sizes and ", seconds.size(), " times");
+  // Minimise sum ((alpha + beta x - t) / t)^2: weighted least squares with w = 1 / t^2.
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    TESSEL_CHECK(seconds[i] > 0 && bytes[i] >= 0, "alpha-beta fit: point ", i, " has ", bytes[i],
+                 " bytes in ", seconds[i], " s");
+    const double w = 1.0 / (seconds[i] * seconds[i]);
+    sw += w, sx += w * bytes[i], sy += w * seconds[i];
+    sxx += w * bytes[i] * bytes[i], sxy += w * bytes[i] * seconds[i];
+  }
+  const double det = sw * sxx - sx * sx;
+  TESSEL_CHECK(det > 0, "alpha-beta fit: the message sizes are all equal");
+  AlphaBeta fit{(sxx * sy - sx * sxy) / det, (sw * sxy - sx * sy) / det};
+  if (fit.alpha > 0 && fit.beta > 0) return fit;
+  // Noise made one term non-positive: the two ends of the range still bound the line.
+  const size_t lo = size_t(std::min_element(bytes.begin(), bytes.end()) - bytes.begin());
+  const size_t hi = size_t(std::max_element(bytes.begin(), bytes.end()) - bytes.begin());
+  fit.alpha = seconds[lo];
+  fit.beta = std::max(seconds[hi] - seconds[lo], seconds[hi] * 1e-3) / (bytes[hi] - bytes[lo]);
+  return fit;
+}
+
+Cluster calibrate(dist::Communicator& world, const CalibrateOptions& options) {
+  const bool quick = options.quick;
+  const double budget = quick ? 0.03 : 0.3;
+  auto say = [&](const std::string& line) {
+    if (world.rank() == 0 && options.progress) options.progress(line);
+  };
+
+  // Where the ranks are: ranks on one host form a node; nodes must be filled in rank order.
+  const std::vector<std::string> hosts = host_names(world);
+  std::map<std::string, int> per_host;
+  for (const std::string& h : hosts) ++per_host[h];
+  const int p = per_host[hosts[0]];
+  for (const auto& [h, count] : per_host)
+    TESSEL_CHECK(count == p, "plan calibrate: host ", hosts[0], " runs ", p, " ranks but host ", h,
+                 " runs ", count, "; calibrate with the same number of ranks on every host");
+  for (int r = 0; r < world.size(); ++r)
+    TESSEL_CHECK(hosts[size_t(r)] == hosts[size_t(r / p * p)], "plan calibrate: rank ", r,
+                 " is on host ", hosts[size_t(r)], " but rank ", r / p * p, " on ",
+                 hosts[size_t(r / p * p)],
+                 ": ranks must fill hosts in order (mpirun --map-by slot)");
+
+  Cluster c;
+  c.name = "calibrated " + hosts[0];
+  c.source = "calibration";
+  c.devices_per_node = p;
+  c.nodes = world.size() / p;
+  c.device.kind = std::string("cpu (") +
+                  std::string(kernels::kernel_set_name(kernels::active_kernel_set())) + ", " +
+                  std::to_string(num_threads()) + " threads per rank)";
+  const int64_t ram = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+  c.device.memory_bytes = std::max<int64_t>(1, ram / p);
+  c.device.peak_flops.assign(std::size(kPeakDtypes), 0.0);
+  say("tessel plan calibrate: " + std::to_string(world.size()) + " rank(s), " +
+      std::to_string(c.nodes) + " node(s) of " + std::to_string(p) + ", " +
+      std::to_string(num_threads()) + " threads per rank, " + (quick ? "quick" : "full"));
+
+  // GEMM rates, all ranks at once; the peak of a CPU is the best rate measured.
+  std::vector<DType> dtypes = {DType::F32};
+  const CpuFeatures& cpu = cpu_features();
+  if (cpu.avx512_bf16 || cpu.amx_bf16) dtypes.push_back(DType::BF16);
+  for (DType dt : dtypes) {
+    const std::string name = dt == DType::F32 ? "f32" : "bf16";
+    double& peak = c.device.peak_flops[peak_dtype_index(name)];
+    for (const Shape3& s : gemm_shapes(quick)) {
+      world.barrier();
+      const double local = gemm_flops(s, dt, budget);
+      const double flops = 1.0 / max_over_ranks(world, 1.0 / local);  // the slowest rank's
+      c.gemm.push_back(GemmPoint{name, s.m, s.n, s.k, flops});
+      peak = std::max(peak, flops);
+      say("  gemm " + name + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+          std::to_string(s.k) + ": " + format(flops / 1e9) + " GFLOP/s");
+    }
+  }
+
+  // Memory bandwidth: all ranks stream at once, so each device gets its share of the node's.
+  const int64_t n = int64_t(quick ? 8 : 32) << 20;
+  world.barrier();
+  const auto [copy, triad] = stream_bandwidth(n, budget);
+  const double copy_all = 1.0 / max_over_ranks(world, 1.0 / copy);
+  const double triad_all = 1.0 / max_over_ranks(world, 1.0 / triad);
+  c.device.memory_bandwidth = triad_all;
+  say("  stream copy: " + format(copy_all / 1e9) + " GB/s, triad: " + format(triad_all / 1e9) +
+      " GB/s per rank (" + std::to_string(n * 4 >> 20) + " MiB arrays)");
+
+  // Links: ping-pong inside a node (ranks 0, 1) and across nodes (ranks 0, p); then all-reduce.
+  const std::vector<double> sizes = message_sizes(quick);
+  auto measure_link = [&](int a, int b, const char* what) {
+    std::vector<double> t;
+    for (double s : sizes) {
+      t.push_back(ping_pong(world, a, b, s, budget));
+      say(std::string("  send_recv ") + what + " " + format(s, 8) +
+          " B: " + format(t.back() * 1e6) + " us");
+    }
+    const AlphaBeta fit = fit_alpha_beta(sizes, t);
+    c.collectives.push_back(CollectiveFit{"send_recv", 2, fit.alpha, fit.beta});
+    say(std::string("  send_recv ") + what + " fit: alpha " + format(fit.alpha * 1e6) +
+        " us, bandwidth " + format(1e-9 / fit.beta) + " GB/s");
+    return fit;
+  };
+  if (p > 1) c.intra_node = link_from(measure_link(0, 1, "in node"));
+  if (c.nodes > 1) c.inter_node = link_from(measure_link(0, p, "across nodes"));
+  if (world.size() > 1) {
+    std::vector<double> t;
+    for (double s : sizes) {
+      t.push_back(all_reduce_time(world, s, budget));
+      say("  all_reduce " + format(s, 8) + " B: " + format(t.back() * 1e6) + " us");
+    }
+    const AlphaBeta fit = fit_alpha_beta(sizes, t);
+    c.collectives.push_back(CollectiveFit{"all_reduce", world.size(), fit.alpha, fit.beta});
+    say("  all_reduce fit: alpha " + format(fit.alpha * 1e6) + " us, beta " +
+        format(fit.beta * 1e9) + " ns/B (" + format(1e-9 / fit.beta) + " GB/s of buffer)");
+  }
+  return c;
+}
+
+}  // namespace tessel::plan

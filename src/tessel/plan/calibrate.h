@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+// Calibration: measures the machine tessel runs on into a cluster description (cluster.h) — GEMM
+// rates by shape through the CPU backend, memory bandwidth by STREAM's copy and triad (McCalpin
+// 1995) on the shared thread pool, and, with two or more ranks, point-to-point and all-reduce
+// time per message size over the real communicator, fitted to the alpha-beta model (Hockney
+// 1994). Every rank measures at once, as a training step runs, and the slowest rank's figure is
+// the device's. `tessel plan calibrate` writes the result.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "tessel/dist/communicator.h"
+#include "tessel/plan/cluster.h"
+
+namespace tessel::plan {
+
+struct CalibrateOptions {
+  bool quick = false;  // a smaller table and shorter timings (tests, a first look)
+  // Called with one line per figure, on rank 0 only.
+  std::function<void(const std::string&)> progress;
+};
+
+// A measured line t = alpha + beta * bytes.
+struct AlphaBeta {
+  double alpha = 0;  // s
+  double beta = 0;   // s per byte
+};
+
+// Least squares in relative error (each point weighted by 1/t^2, so a 10 us message counts as
+// much as a 10 ms one) over (bytes, seconds) points; alpha and beta are kept positive (a fit that
+// would give a negative alpha or beta falls back to the smallest message's time and the largest
+// message's slope). At least two distinct sizes.
+AlphaBeta fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds);
+
+// Collective over `world`: every rank calls it and gets the same description. Ranks on one host
+// are the devices of one node (hosts told apart by name); a job whose hosts hold different
+// numbers of ranks is refused.
+Cluster calibrate(dist::Communicator& world, const CalibrateOptions& options);
+
+}  // namespace tessel::plan

@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+// Reads a cluster description with the planner's reader and prints what it holds as one JSON
+// object, so a test script can check a file that `tessel plan calibrate` wrote. Exit 1 with the
+// reader's message when the file is refused.
+#include <algorithm>
+#include <exception>
+#include <iostream>
+
+#include "tessel/plan/cluster.h"
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::cerr << "usage: " << argv[0] << " CLUSTER.toml\n";
+    return 2;
+  }
+  try {
+    const tessel::plan::Cluster c = tessel::plan::Cluster::load(argv[1]);
+    std::cout << "{\"name\": \"" << c.name << "\", \"devices_per_node\": " << c.devices_per_node
+              << ", \"nodes\": " << c.nodes << ", \"memory_bytes\": " << c.device.memory_bytes
+              << ", \"memory_bandwidth\": " << c.device.memory_bandwidth
+              << ", \"peak_f32\": " << c.peak_flops("f32")
+              << ", \"peak_bf16\": " << c.device.peak_flops[tessel::plan::peak_dtype_index("bf16")]
+              << ", \"gemm\": " << c.gemm.size() << ", \"gemm_bf16\": "
+              << std::count_if(c.gemm.begin(), c.gemm.end(),
+                               [](const auto& g) { return g.dtype == "bf16"; });
+    if (c.intra_node)
+      std::cout << ", \"intra_bandwidth\": " << c.intra_node->bandwidth
+                << ", \"intra_latency\": " << c.intra_node->latency;
+    std::cout << ", \"collectives\": [";
+    for (size_t i = 0; i < c.collectives.size(); ++i)
+      std::cout << (i ? ", " : "") << "{\"op\": \"" << c.collectives[i].op
+                << "\", \"ranks\": " << c.collectives[i].ranks
+                << ", \"alpha\": " << c.collectives[i].alpha
+                << ", \"beta\": " << c.collectives[i].beta << "}";
+    std::cout << "]}" << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
