@@ -14,8 +14,9 @@
 namespace tessel::plan {
 namespace {
 
-// Links: a1/B1 inside a node, a2/B2 between nodes.
-constexpr double a1 = 2e-6, B1 = 100e9, a2 = 10e-6, B2 = 10e9;
+// Links: a1/B1 inside a node, a2/B2 between nodes; g: seconds per byte reduced (two operands
+// read, one written at the device's memory bandwidth).
+constexpr double a1 = 2e-6, B1 = 100e9, a2 = 10e-6, B2 = 10e9, kMemBw = 1e11, g = 3 / kMemBw;
 constexpr double S = 13e6;  // 13 MB
 
 Cluster make_cluster(int per_node, int nodes) {
@@ -25,7 +26,7 @@ Cluster make_cluster(int per_node, int nodes) {
   c.device.kind = "X";
   c.device.peak_flops = {1e12, 0, 0, 0, 0};
   c.device.memory_bytes = 1 << 30;
-  c.device.memory_bandwidth = 1e11;
+  c.device.memory_bandwidth = kMemBw;
   c.devices_per_node = per_node;
   c.nodes = nodes;
   c.intra_node = LinkSpec{B1, a1};
@@ -46,22 +47,25 @@ double cost(const Cluster& c, Collective op, const std::vector<int>& ranks, doub
 
 TEST(CommCost, SevenRanksOnOneNode) {
   const Cluster c = make_cluster(8, 2);
-  const std::vector<int> g = iota(7);
-  // Ring all-reduce: 2(n-1) steps of S/n.
-  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, g, S), 12 * a1 + 12.0 / 7 * S / B1);
+  const std::vector<int> r7 = iota(7);
+  // Ring all-reduce: 2(n-1) steps of S/n; each rank reduces n-1 blocks of S/n.
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, r7, S),
+                   12 * a1 + 12.0 / 7 * S / B1 + g * 6.0 / 7 * S);
   // NCCL's trees run as chains inside a node: on one node the tree costs what the ring does.
-  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, g, S, Algorithm::Tree),
-                   12 * a1 + 12.0 / 7 * S / B1);
-  EXPECT_DOUBLE_EQ(cost(c, Collective::ReduceScatter, g, S), 6 * a1 + 6.0 / 7 * S / B1);
-  EXPECT_DOUBLE_EQ(cost(c, Collective::AllGather, g, S), 6 * a1 + 6.0 / 7 * S / B1);
-  EXPECT_DOUBLE_EQ(cost(c, Collective::Broadcast, g, S), 6 * a1 + S / B1);
-  EXPECT_DOUBLE_EQ(cost(c, Collective::AllToAll, g, S), 6 * a1 + 6.0 / 7 * S / B1);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, r7, S, Algorithm::Tree),
+                   12 * a1 + 12.0 / 7 * S / B1 + g * 6.0 / 7 * S);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::ReduceScatter, r7, S),
+                   6 * a1 + 6.0 / 7 * S / B1 + g * 6.0 / 7 * S);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllGather, r7, S), 6 * a1 + 6.0 / 7 * S / B1);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::Broadcast, r7, S), 6 * a1 + S / B1);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllToAll, r7, S), 6 * a1 + 6.0 / 7 * S / B1);
   EXPECT_DOUBLE_EQ(cost(c, Collective::SendRecv, {3, 5}, S), a1 + S / B1);
-  const CommCost r = collective_cost(c, Collective::AllReduce, g, S, Algorithm::Ring);
+  const CommCost r = collective_cost(c, Collective::AllReduce, r7, S, Algorithm::Ring);
   EXPECT_EQ(r.nodes, 1);
   EXPECT_EQ(r.ranks_per_node, 7);
   EXPECT_DOUBLE_EQ(r.latency_seconds, 12 * a1);
   EXPECT_DOUBLE_EQ(r.bandwidth_seconds, 12.0 / 7 * S / B1);
+  EXPECT_DOUBLE_EQ(r.reduce_seconds, g * 6.0 / 7 * S);
 }
 
 // One rank on each of 7 nodes: a double binary tree of depth ceil(log2 7) = 3 each way, every
@@ -69,28 +73,30 @@ TEST(CommCost, SevenRanksOnOneNode) {
 TEST(CommCost, TreeAcrossSevenNodes) {
   const Cluster c = make_cluster(1, 7);
   EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, iota(7), S, Algorithm::Tree),
-                   6 * a2 + 2 * S / B2);
-  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, iota(7), S), 12 * a2 + 12.0 / 7 * S / B2);
+                   6 * a2 + 2 * S / B2 + g * S);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, iota(7), S),
+                   12 * a2 + 12.0 / 7 * S / B2 + g * 6.0 / 7 * S);
 }
 
 TEST(CommCost, GroupSpanningThreeNodes) {
   const Cluster c = make_cluster(4, 3);
-  const std::vector<int> g = iota(12);  // p = 4 per node, m = 3 nodes
+  const std::vector<int> r12 = iota(12);  // p = 4 per node, m = 3 nodes
   // Reduce-scatter in the node, ring all-reduce of S/4 across nodes, all-gather in the node.
   const double intra_half = 3 * a1 + 3.0 / 4 * S / B1;
-  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, g, S),
-                   2 * intra_half + 4 * a2 + 4.0 / 3 * (S / 4) / B2);
-  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, g, S, Algorithm::Tree),
-                   2 * intra_half + 4 * a2 + 2 * (S / 4) / B2);
-  EXPECT_DOUBLE_EQ(cost(c, Collective::ReduceScatter, g, S),
-                   intra_half + 2 * a2 + 2.0 / 3 * (S / 4) / B2);
-  EXPECT_DOUBLE_EQ(cost(c, Collective::AllGather, g, S),
+  const double reduced = 3.0 / 4 * S + 2.0 / 3 * (S / 4);  // in the node, then across
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, r12, S),
+                   2 * intra_half + 4 * a2 + 4.0 / 3 * (S / 4) / B2 + g * reduced);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, r12, S, Algorithm::Tree),
+                   2 * intra_half + 4 * a2 + 2 * (S / 4) / B2 + g * (3.0 / 4 * S + S / 4));
+  EXPECT_DOUBLE_EQ(cost(c, Collective::ReduceScatter, r12, S),
+                   intra_half + 2 * a2 + 2.0 / 3 * (S / 4) / B2 + g * reduced);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllGather, r12, S),
                    intra_half + 2 * a2 + 2.0 / 3 * (S / 4) / B2);
   // Chain through 12 ranks: 9 hops inside nodes, 2 across; 4 NICs per node carry 4 channels.
-  EXPECT_DOUBLE_EQ(cost(c, Collective::Broadcast, g, S),
+  EXPECT_DOUBLE_EQ(cost(c, Collective::Broadcast, r12, S),
                    9 * a1 + 2 * a2 + std::max(S / B1, S / (4 * B2)));
   // Pairwise exchange: 3 local peers, 8 remote ones, both levels at once.
-  EXPECT_DOUBLE_EQ(cost(c, Collective::AllToAll, g, S),
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllToAll, r12, S),
                    3 * a1 + 8 * a2 + std::max(3.0 / 12 * S / B1, 8.0 / 12 * S / B2));
   EXPECT_DOUBLE_EQ(cost(c, Collective::SendRecv, {3, 4}, S), a2 + S / B2);
 }
@@ -105,31 +111,34 @@ TEST(CommCost, DataParallelGroupOfAMeshSpansNodes) {
   const CommCost r = collective_cost(c, Collective::AllReduce, dp, S, Algorithm::Ring);
   EXPECT_EQ(r.nodes, 2);
   EXPECT_EQ(r.ranks_per_node, 2);
-  EXPECT_DOUBLE_EQ(r.seconds, 2 * (a1 + 0.5 * S / B1) + 2 * a2 + (S / 2) / B2);
+  EXPECT_DOUBLE_EQ(r.seconds,
+                   2 * (a1 + 0.5 * S / B1) + 2 * a2 + (S / 2) / B2 + g * (0.5 * S + 0.5 * (S / 2)));
   // The tp groups stay on one node.
   const std::vector<int> tp = mesh.group(9, {"tp"});
   EXPECT_EQ(tp, (std::vector<int>{8, 9, 10, 11}));
-  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, tp, S), 6 * a1 + 6.0 / 4 * S / B1);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, tp, S),
+                   6 * a1 + 6.0 / 4 * S / B1 + g * 3.0 / 4 * S);
 }
 
 TEST(CommCost, UnevenGroupsAreBoundByTheFullestNode) {
   const Cluster c = make_cluster(4, 3);
-  const std::vector<int> g = {0, 1, 2, 5, 9};  // 3 on node 0, 1 on node 1, 1 on node 2
-  const CommCost r = collective_cost(c, Collective::ReduceScatter, g, S);
+  const std::vector<int> uneven = {0, 1, 2, 5, 9};  // 3 on node 0, 1 on node 1, 1 on node 2
+  const CommCost r = collective_cost(c, Collective::ReduceScatter, uneven, S);
   EXPECT_EQ(r.ranks_per_node, 3);
   EXPECT_EQ(r.nodes, 3);
-  EXPECT_DOUBLE_EQ(r.seconds, 2 * a1 + 2.0 / 3 * S / B1 + 2 * a2 + 2.0 / 3 * (S / 3) / B2);
+  EXPECT_DOUBLE_EQ(r.seconds, 2 * a1 + 2.0 / 3 * S / B1 + 2 * a2 + 2.0 / 3 * (S / 3) / B2 +
+                                  g * (2.0 / 3 * S + 2.0 / 3 * (S / 3)));
 }
 
 TEST(CommCost, BestAllReduceIsTreeForSmallMessagesOverManyNodes) {
   const Cluster c = make_cluster(1, 16);
-  const std::vector<int> g = iota(16);
-  const CommCost small = collective_cost(c, Collective::AllReduce, g, 1000);
+  const std::vector<int> r16 = iota(16);
+  const CommCost small = collective_cost(c, Collective::AllReduce, r16, 1000);
   EXPECT_EQ(small.algorithm, Algorithm::Tree);
-  EXPECT_DOUBLE_EQ(small.seconds, 8 * a2 + 2 * 1000 / B2);
-  const CommCost large = collective_cost(c, Collective::AllReduce, g, 10 * S);
+  EXPECT_DOUBLE_EQ(small.seconds, 8 * a2 + 2 * 1000 / B2 + g * 1000);
+  const CommCost large = collective_cost(c, Collective::AllReduce, r16, 10 * S);
   EXPECT_EQ(large.algorithm, Algorithm::Ring);
-  EXPECT_DOUBLE_EQ(large.seconds, 30 * a2 + 30.0 / 16 * 10 * S / B2);
+  EXPECT_DOUBLE_EQ(large.seconds, 30 * a2 + 30.0 / 16 * 10 * S / B2 + g * 15.0 / 16 * 10 * S);
 }
 
 TEST(CommCost, TrivialGroupsAndBadArgumentsAreHandled) {

@@ -45,15 +45,23 @@ Collective collective_from_name(std::string_view name) {
 
 namespace {
 
-// Latency and bandwidth seconds, kept apart so callers can see which term dominates.
+// Latency, bandwidth and reduction seconds, kept apart so callers can see which term dominates.
 struct Terms {
-  double lat = 0, bw = 0;
+  double lat = 0, bw = 0, reduce = 0;
   Terms& operator+=(const Terms& o) {
     lat += o.lat;
     bw += o.bw;
+    reduce += o.reduce;
     return *this;
   }
 };
+
+// Thakur et al.'s gamma: the arithmetic of a reduction, which streams two operands in and one
+// result out of device memory per byte reduced. Small next to a GPU link; on a CPU, where memory
+// bandwidth is a few times the shared-memory transport's, it is a large share of an all-reduce.
+double reduce_seconds(const Cluster& cluster, double bytes_reduced) {
+  return 3.0 * bytes_reduced / cluster.device.memory_bandwidth;
+}
 
 // Ring reduce-scatter or all-gather of S bytes over n ranks: n-1 steps of S/n each.
 Terms ring_half(int n, double s, const LinkSpec* l) {
@@ -65,6 +73,11 @@ Terms ring_all_reduce(int n, double s, const LinkSpec* l) {
   Terms t = ring_half(n, s, l);
   t += ring_half(n, s, l);
   return t;
+}
+
+// Bytes each rank reduces in a ring reduce-scatter: n-1 blocks of S/n.
+double ring_reduced(int n, double s) {
+  return n <= 1 ? 0.0 : (n - 1) / double(n) * s;
 }
 
 // Double binary tree, pipelined: a reduce and a broadcast, each ceil(log2 n) hops deep, in which
@@ -108,10 +121,15 @@ Terms cost_terms(const Cluster& cluster, Collective op, const Placement& pl, dou
       t += algo == Algorithm::Tree ? tree_all_reduce(m, s / p, inter)
                                    : ring_all_reduce(m, s / p, inter);
       t += ring_half(p, s, intra);  // all-gather inside each node
+      // An inner rank of one double binary tree reduces two children's halves: S/p in all.
+      t.reduce = reduce_seconds(
+          cluster, ring_reduced(p, s) +
+                       (algo == Algorithm::Tree ? (m > 1 ? s / p : 0.0) : ring_reduced(m, s / p)));
       return t;
     case Collective::ReduceScatter:
       t += ring_half(p, s, intra);
       t += ring_half(m, s / p, inter);
+      t.reduce = reduce_seconds(cluster, ring_reduced(p, s) + ring_reduced(m, s / p));
       return t;
     case Collective::AllGather:
       t += ring_half(m, s / p, inter);
@@ -167,11 +185,13 @@ CommCost collective_cost(const Cluster& cluster, Collective op, std::span<const 
   Terms t = cost_terms(cluster, op, pl, bytes, chosen);
   if (algorithm == Algorithm::Best && op == Collective::AllReduce) {
     const Terms tree = cost_terms(cluster, op, pl, bytes, Algorithm::Tree);
-    if (tree.lat + tree.bw < t.lat + t.bw) t = tree, chosen = Algorithm::Tree;
+    if (tree.lat + tree.bw + tree.reduce < t.lat + t.bw + t.reduce)
+      t = tree, chosen = Algorithm::Tree;
   }
   c.latency_seconds = t.lat;
   c.bandwidth_seconds = t.bw;
-  c.seconds = t.lat + t.bw;
+  c.reduce_seconds = t.reduce;
+  c.seconds = t.lat + t.bw + t.reduce;
   c.algorithm = chosen;
   return c;
 }

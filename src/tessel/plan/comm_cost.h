@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Time of one collective for a group of ranks placed on a cluster, by the alpha-beta (Hockney)
-// model: a message of S bytes over a link costs alpha + S / B. Each collective is costed as the
+// model: a message of S bytes over a link costs alpha + S / B, and reducing S bytes costs
+// gamma * S (3 S / memory bandwidth: two operands in, one out). Each collective is costed as the
 // algorithm the backends run (Thakur, Rabenseifner & Gropp 2005 for MPI's ring and
 // recursive algorithms; NCCL's rings and double binary trees, Sanders, Speck & Träff 2009), and
 // as a two-level algorithm (within each node, then across nodes over every device's own NIC in
@@ -28,6 +29,7 @@ struct CommCost {
   double seconds = 0;
   double latency_seconds = 0;             // the alpha terms
   double bandwidth_seconds = 0;           // the bytes / bandwidth terms
+  double reduce_seconds = 0;              // the reduction's arithmetic (all-reduce, reduce-scatter)
   int ranks_per_node = 0;                 // p: the most group members on one node
   int nodes = 0;                          // m: nodes the group touches
   Algorithm algorithm = Algorithm::Ring;  // what was costed (Ring or Tree)
