@@ -16,20 +16,22 @@ TEST(CalibrateFit, RecoversAnExactLine) {
   std::vector<double> bytes = {8, 128, 2048, 32768, 524288, 13e6}, seconds;
   for (double b : bytes) seconds.push_back(alpha + beta * b);
   const AlphaBeta fit = fit_alpha_beta(bytes, seconds);
-  EXPECT_NEAR(fit.alpha, alpha, alpha * 1e-9);
-  EXPECT_NEAR(fit.beta, beta, beta * 1e-9);
+  EXPECT_NEAR(fit.alpha, alpha, alpha * 1e-6);
+  EXPECT_NEAR(fit.beta, beta, beta * 1e-6);
 }
 
-// Relative error: a 1% error on every point moves alpha and beta by about 1%, whatever the size.
-TEST(CalibrateFit, WeighsSmallAndLargeMessagesAlike) {
+// A point a time slice late (as on a shared machine) among the small and among the large
+// messages leaves the line where the other points put it.
+TEST(CalibrateFit, IgnoresDelayedPoints) {
   const double alpha = 2e-6, beta = 1e-9;
-  const std::vector<double> bytes = {8, 64, 512, 4096, 32768, 262144, 2097152};
+  const std::vector<double> bytes = {8, 64, 512, 4096, 32768, 262144, 2097152, 16777216, 33};
   std::vector<double> seconds;
-  for (size_t i = 0; i < bytes.size(); ++i)
-    seconds.push_back((alpha + beta * bytes[i]) * (i % 2 ? 1.01 : 0.99));
+  for (double b : bytes) seconds.push_back(alpha + beta * b);
+  seconds[1] += 5e-3;  // 64 B took 5 ms
+  seconds[6] *= 30;    // 2 MiB took 30 times as long
   const AlphaBeta fit = fit_alpha_beta(bytes, seconds);
-  EXPECT_NEAR(fit.alpha, alpha, alpha * 0.03);
-  EXPECT_NEAR(fit.beta, beta, beta * 0.03);
+  EXPECT_NEAR(fit.alpha, alpha, alpha * 0.05);
+  EXPECT_NEAR(fit.beta, beta, beta * 0.01);
 }
 
 TEST(CalibrateFit, KeepsBothTermsPositive) {

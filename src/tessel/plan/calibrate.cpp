@@ -226,22 +226,37 @@ AlphaBeta fit_alpha_beta(const std::vector<double>& bytes, const std::vector<dou
   TESSEL_CHECK(bytes.size() == seconds.size() && bytes.size() >= 2,
                "alpha-beta fit: needs two or more (bytes, seconds) points, got ", bytes.size(),
                " sizes and ", seconds.size(), " times");
-  // Minimise sum ((alpha + beta x - t) / t)^2: weighted least squares with w = 1 / t^2.
-  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (size_t i = 0; i < bytes.size(); ++i) {
+  std::vector<size_t> order(bytes.size());
+  for (size_t i = 0; i < order.size(); ++i) {
     TESSEL_CHECK(seconds[i] > 0 && bytes[i] >= 0, "alpha-beta fit: point ", i, " has ", bytes[i],
                  " bytes in ", seconds[i], " s");
-    const double w = 1.0 / (seconds[i] * seconds[i]);
-    sw += w, sx += w * bytes[i], sy += w * seconds[i];
-    sxx += w * bytes[i] * bytes[i], sxy += w * bytes[i] * seconds[i];
+    order[i] = i;
   }
-  const double det = sw * sxx - sx * sx;
-  TESSEL_CHECK(det > 0, "alpha-beta fit: the message sizes are all equal");
-  AlphaBeta fit{(sxx * sy - sx * sxy) / det, (sw * sxy - sx * sy) / det};
+  std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return bytes[x] < bytes[y]; });
+  const size_t lo = order.front(), hi = order.back();
+  TESSEL_CHECK(bytes[hi] > bytes[lo], "alpha-beta fit: the message sizes are all equal");
+  // Alpha from the smallest third of the sizes, beta from the largest third, each a median, then
+  // refined against each other: on a shared machine a few points land a time slice late, and a
+  // least-squares line would follow them.
+  const size_t k = std::max<size_t>(1, order.size() / 3);
+  auto alpha_given = [&](double beta) {
+    std::vector<double> v;
+    for (size_t i = 0; i < k; ++i) v.push_back(seconds[order[i]] - beta * bytes[order[i]]);
+    return median(v);
+  };
+  auto beta_given = [&](double alpha) {
+    std::vector<double> v;
+    for (size_t i = order.size() - k; i < order.size(); ++i)
+      if (bytes[order[i]] > 0) v.push_back((seconds[order[i]] - alpha) / bytes[order[i]]);
+    return v.empty() ? 0.0 : median(v);
+  };
+  AlphaBeta fit{alpha_given(0.0), 0.0};
+  for (int iter = 0; iter < 4; ++iter) {
+    fit.beta = beta_given(fit.alpha);
+    fit.alpha = alpha_given(fit.beta);
+  }
   if (fit.alpha > 0 && fit.beta > 0) return fit;
   // Noise made one term non-positive: the two ends of the range still bound the line.
-  const size_t lo = size_t(std::min_element(bytes.begin(), bytes.end()) - bytes.begin());
-  const size_t hi = size_t(std::max_element(bytes.begin(), bytes.end()) - bytes.begin());
   fit.alpha = seconds[lo];
   fit.beta = std::max(seconds[hi] - seconds[lo], seconds[hi] * 1e-3) / (bytes[hi] - bytes[lo]);
   return fit;

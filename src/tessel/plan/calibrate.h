@@ -27,10 +27,10 @@ struct AlphaBeta {
   double beta = 0;   // s per byte
 };
 
-// Least squares in relative error (each point weighted by 1/t^2, so a 10 us message counts as
-// much as a 10 ms one) over (bytes, seconds) points; alpha and beta are kept positive (a fit that
-// would give a negative alpha or beta falls back to the smallest message's time and the largest
-// message's slope). At least two distinct sizes.
+// Fits (bytes, seconds) points: alpha from the smallest third of the sizes, beta from the largest
+// third, each a median, refined against each other, so that a few points delayed by other work
+// do not move the line. Both terms stay positive (when noise would make one non-positive, the
+// smallest message's time and the slope between the ends are used). Two or more distinct sizes.
 AlphaBeta fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds);
 
 // Collective over `world`: every rank calls it and gets the same description. Ranks on one host
