@@ -122,7 +122,16 @@ Tensor message(double bytes) {
   return full({std::max<int64_t>(1, int64_t(bytes) / 4)}, 1.0, DType::F32);
 }
 
-// One-way time per message between ranks `a` and `b` (half a round trip); the other ranks wait.
+// Calls per figure: as many as fill `budget` at the warm-up's pace, at least 9 so that a median
+// of single calls has points on both sides of a stall.
+int repetitions(double budget, double warm) {
+  return int(std::clamp(budget / std::max(warm, 1e-7), 9.0, 2000.0));
+}
+
+// One-way time per message between ranks `a` and `b` (half a round trip), the median over single
+// round trips timed by `a`; the other ranks wait. Single calls rather than the average of a loop:
+// on a shared machine a few round trips wait a whole time slice for the peer, and an average
+// charges every message a share of that.
 double ping_pong(dist::Communicator& world, int a, int b, double bytes, double budget) {
   Tensor buf = message(bytes);
   Tensor count = full({1}, 0.0, DType::F64);
@@ -139,46 +148,49 @@ double ping_pong(dist::Communicator& world, int a, int b, double bytes, double b
         world.send(buf, peer, 2);
       }
     };
-    round_trip();
-    auto t0 = Clock::now();
-    round_trip();
+    std::vector<double> warm;
+    for (int i = 0; i < 3; ++i) {
+      const auto t0 = Clock::now();
+      round_trip();
+      warm.push_back(seconds_since(t0));
+    }
     // Rank a chooses the repetitions from its warm-up and tells b, so both loop alike.
     if (me == a) {
-      count.data<double>()[0] =
-          std::clamp(budget / 3 / std::max(seconds_since(t0), 1e-7), 2.0, 2000.0);
+      count.data<double>()[0] = repetitions(budget, median(warm));
       world.send(count, peer, 3);
     } else {
       world.recv(count, peer, 3);
     }
-    const int iters = int(count.item());
-    std::vector<double> rounds;
-    for (int r = 0; r < 3; ++r) {
-      t0 = Clock::now();
-      for (int i = 0; i < iters; ++i) round_trip();
-      rounds.push_back(seconds_since(t0) / iters / 2);
+    std::vector<double> times;
+    for (int i = 0; i < int(count.item()); ++i) {
+      const auto t0 = Clock::now();
+      round_trip();
+      times.push_back(seconds_since(t0) / 2);
     }
-    result = median(rounds);
+    if (me == a) result = median(times);
   }
   return max_over_ranks(world, result);
 }
 
-// Seconds per all-reduce of `bytes` over the world: an iteration count agreed from the slowest
-// rank's warm-up, then the median over three rounds of the slowest rank's average.
+// Seconds per all-reduce of `bytes` over the world: a repetition count agreed from the slowest
+// rank's warm-up, each rank's median over single calls, the slowest rank's median.
 double all_reduce_time(dist::Communicator& world, double bytes, double budget) {
   Tensor buf = message(bytes);
-  world.all_reduce(buf);
-  auto t0 = Clock::now();
-  world.all_reduce(buf);
-  const double warm = max_over_ranks(world, seconds_since(t0));
-  const int iters = int(std::clamp(budget / 3 / std::max(warm, 1e-7), 2.0, 2000.0));
-  std::vector<double> rounds;
-  for (int r = 0; r < 3; ++r) {
-    world.barrier();
-    t0 = Clock::now();
-    for (int i = 0; i < iters; ++i) world.all_reduce(buf);
-    rounds.push_back(max_over_ranks(world, seconds_since(t0) / iters));
+  std::vector<double> warm;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = Clock::now();
+    world.all_reduce(buf);
+    warm.push_back(seconds_since(t0));
   }
-  return median(rounds);
+  const int iters = repetitions(budget, max_over_ranks(world, median(warm)));
+  std::vector<double> times;
+  world.barrier();
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = Clock::now();
+    world.all_reduce(buf);
+    times.push_back(seconds_since(t0));
+  }
+  return max_over_ranks(world, median(times));
 }
 
 std::string host_name() {
