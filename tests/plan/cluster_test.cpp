@@ -118,6 +118,15 @@ TEST(Cluster, WritesTomlThatReadsBackEqual) {
   EXPECT_EQ(b.collectives[0].beta, a.collectives[0].beta);
 }
 
+TEST(Cluster, WritesNamesWithQuotesAndControlCharacters) {
+  Cluster a = Cluster::parse(kNode, "node.toml");
+  a.name = "node \"a\"\\b\tc\nd";
+  a.device.kind = "k\x01";
+  const Cluster b = Cluster::parse(a.to_toml(), "written.toml");
+  EXPECT_EQ(b.name, a.name);
+  EXPECT_EQ(b.device.kind, a.device.kind);
+}
+
 TEST(Cluster, MissingKeysAreNamed) {
   std::string e = error_of(replaced(kNode, "memory_bytes = 42949672960\n", ""));
   EXPECT_NE(e.find("node.toml: missing key 'device.memory_bytes'"), std::string::npos) << e;

@@ -120,6 +120,26 @@ TEST(CommCost, DataParallelGroupOfAMeshSpansNodes) {
                    6 * a1 + 6.0 / 4 * S / B1 + g * 3.0 / 4 * S);
 }
 
+// tp=3 over nodes of 4: tp groups {0,1,2} and {9,10,11} sit on one node, {3,4,5} and {6,7,8}
+// straddle two; every group all-reduces at once, so the axis costs what a straddling group does.
+TEST(CommCost, AxisCostIsTheSlowestGroupOfTheAxis) {
+  const Cluster c = make_cluster(4, 3);
+  const dist::MeshShape mesh = dist::MeshShape::parse("tp=3,dp=4");
+  const CommCost tp = axis_cost(c, mesh, {"tp"}, Collective::AllReduce, S, Algorithm::Ring);
+  EXPECT_EQ(tp.nodes, 2);
+  EXPECT_EQ(tp.ranks_per_node, 2);
+  EXPECT_DOUBLE_EQ(tp.seconds,
+                   2 * (a1 + 0.5 * S / B1) + 2 * a2 + (S / 2) / B2 + g * (0.5 * S + 0.5 * (S / 2)));
+  EXPECT_DOUBLE_EQ(tp.seconds, cost(c, Collective::AllReduce, {3, 4, 5}, S));
+  // dp groups {0,3,6,9}, {1,4,7,10}, {2,5,8,11}: 4 ranks on 3 nodes, at most 2 on one.
+  const CommCost dp = axis_cost(c, mesh, {"dp"}, Collective::AllGather, S);
+  EXPECT_EQ(dp.nodes, 3);
+  EXPECT_EQ(dp.ranks_per_node, 2);
+  EXPECT_DOUBLE_EQ(dp.seconds, 2 * a2 + 2.0 / 3 * (S / 2) / B2 + a1 + 0.5 * S / B1);
+  EXPECT_THROW(axis_cost(c, dist::MeshShape::parse("tp=4,dp=4"), {"tp"}, Collective::AllReduce, S),
+               Error);
+}
+
 TEST(CommCost, UnevenGroupsAreBoundByTheFullestNode) {
   const Cluster c = make_cluster(4, 3);
   const std::vector<int> uneven = {0, 1, 2, 5, 9};  // 3 on node 0, 1 on node 1, 1 on node 2

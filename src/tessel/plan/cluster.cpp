@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <sstream>
 
@@ -78,11 +79,20 @@ std::string num(double v) {
   return std::string(buf, r.ptr);
 }
 
+// A TOML basic string: quotes, backslashes and control characters escaped.
 std::string quoted(const std::string& s) {
   std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    out += ch;
+  for (unsigned char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += char(ch);
+    } else if (ch < 0x20 || ch == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+      out += buf;
+    } else {
+      out += char(ch);
+    }
   }
   return out + "\"";
 }

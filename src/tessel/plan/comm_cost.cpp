@@ -196,4 +196,22 @@ CommCost collective_cost(const Cluster& cluster, Collective op, std::span<const 
   return c;
 }
 
+CommCost axis_cost(const Cluster& cluster, const dist::MeshShape& mesh,
+                   const std::vector<std::string>& axes, Collective op, double bytes,
+                   Algorithm algorithm) {
+  TESSEL_CHECK(mesh.num_ranks() <= cluster.num_devices(), "collective cost: mesh ", mesh.str(),
+               " has ", mesh.num_ranks(), " ranks but ", cluster.source, " has ",
+               cluster.num_devices(), " devices (", cluster.nodes, " nodes x ",
+               cluster.devices_per_node, ")");
+  CommCost worst;
+  std::set<int> seen;  // first rank of each group already costed
+  for (int r = 0; r < mesh.num_ranks(); ++r) {
+    const std::vector<int> group = mesh.group(r, axes);
+    if (!seen.insert(group.front()).second) continue;
+    const CommCost c = collective_cost(cluster, op, group, bytes, algorithm);
+    if (c.seconds > worst.seconds || seen.size() == 1) worst = c;
+  }
+  return worst;
+}
+
 }  // namespace tessel::plan

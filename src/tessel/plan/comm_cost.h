@@ -11,7 +11,9 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "tessel/dist/mesh.h"
 #include "tessel/plan/cluster.h"
 
 namespace tessel::plan {
@@ -42,5 +44,13 @@ struct CommCost {
 // nothing. Throws on an empty group, a repeated or out-of-range rank.
 CommCost collective_cost(const Cluster& cluster, Collective op, std::span<const int> ranks,
                          double bytes, Algorithm algorithm = Algorithm::Best);
+
+// The same collective issued by every group along mesh `axes` at once (as a step issues it): the
+// slowest group's cost, groups taken from the mesh's documented rank order (dist::MeshShape). A
+// tp group that straddles two nodes makes the whole axis that slow. Throws when the mesh has more
+// ranks than the cluster has devices.
+CommCost axis_cost(const Cluster& cluster, const dist::MeshShape& mesh,
+                   const std::vector<std::string>& axes, Collective op, double bytes,
+                   Algorithm algorithm = Algorithm::Best);
 
 }  // namespace tessel::plan
