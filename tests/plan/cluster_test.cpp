@@ -155,6 +155,10 @@ TEST(Cluster, WrongTypesAndRangesNameTheKeyAndItsLine) {
       << e;
   e = error_of(replaced(kNode, "nodes = 3", "nodes = 2.5"));
   EXPECT_NE(e.find("nodes: expected an integer >= 1"), std::string::npos) << e;
+  e = error_of(replaced(kNode, "nodes = 3", "nodes = 1099511627776"));
+  EXPECT_NE(e.find("devices_per_node x nodes = 4 x 1099511627776 is more devices"),
+            std::string::npos)
+      << e;
   e = error_of(replaced(kNode, "devices_per_node = 4", "devices_per_node = 0"));
   EXPECT_NE(e.find("devices_per_node: expected an integer >= 1"), std::string::npos) << e;
   e = error_of(replaced(kNode, "memory_bytes = 42949672960", "memory_bytes = 1.5"));

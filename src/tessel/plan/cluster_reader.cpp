@@ -146,11 +146,14 @@ Cluster Cluster::parse(const std::string& toml_text, const std::string& source) 
   c.source = source;
   TableReader top(doc, "", source);
   c.name = top.string("name", "what this description is, e.g. \"a100-80gb\"");
-  c.devices_per_node = int(top.count("devices_per_node", "devices in one node"));
-  c.nodes = int(top.count("nodes", "number of nodes"));
-  TESSEL_CHECK(int64_t(c.devices_per_node) * c.nodes <= (int64_t(1) << 24), source,
-               ": devices_per_node x nodes = ", c.devices_per_node, " x ", c.nodes,
+  const int64_t per_node = top.count("devices_per_node", "devices in one node");
+  const int64_t nodes = top.count("nodes", "number of nodes");
+  constexpr int64_t kMaxDevices = int64_t(1) << 24;
+  TESSEL_CHECK(per_node <= kMaxDevices && nodes <= kMaxDevices && per_node * nodes <= kMaxDevices,
+               source, ": devices_per_node x nodes = ", per_node, " x ", nodes,
                " is more devices than the planner handles (2^24)");
+  c.devices_per_node = int(per_node);
+  c.nodes = int(nodes);
 
   const toml::table* dev = top.table("device", "the device kind");
   TESSEL_CHECK(dev, source, ": missing table [device] (kind, memory_bytes, memory_bandwidth, ",
