@@ -157,6 +157,34 @@ TEST_P(BadInput, DropoutProbability) {
   expect_error([&] { be().dropout(x, y_bad, 0.5, 0, 0); }, {"dropout", "y", "[8]"});
 }
 
+TEST_P(BadInput, GroupedGemmOffsetsAndShapes) {
+  Tensor a = ones({7, 13}, kF), b = ones({3, 13, 5}, kF), c = full({7, 5}, 5.0, kF);
+  Tensor bad_end = from_data<int64_t>({0, 2, 4, 6}, {4});
+  expect_error([&] { be().grouped_gemm({}, a, b, bad_end, c); },
+               {"grouped_gemm", "offsets", "7 rows", "0 .. 6"});
+  Tensor decreasing = from_data<int64_t>({0, 5, 3, 7}, {4});
+  expect_error([&] { be().grouped_gemm({}, a, b, decreasing, c); },
+               {"grouped_gemm", "group 1", "5 > 3"});
+  Tensor two_groups = from_data<int64_t>({0, 3, 7}, {3});
+  expect_error([&] { be().grouped_gemm({}, a, b, two_groups, c); },
+               {"grouped_gemm", "[3, 13, 5]", "2 groups"});
+  Tensor ok = from_data<int64_t>({0, 3, 3, 7}, {4});
+  Tensor bt = ones({3, 13, 5}, kF);
+  expect_error(
+      [&] {
+        be().grouped_gemm({true, false}, a, bt, ok, c);
+      },
+      {"grouped_gemm", "k = 13", "k = 5"});
+  Tensor dw = full({3, 13, 4}, 5.0, kF), g = ones({7, 5}, kF);
+  expect_error(
+      [&] {
+        be().grouped_gemm({false, true}, a, g, ok, dw);
+      },
+      {"grouped_gemm", "weight form", "[3, 13, 5]"});
+  EXPECT_EQ(c.to_vector<double>()[0], 5.0) << "output written before validation";
+  EXPECT_EQ(dw.to_vector<double>()[0], 5.0) << "output written before validation";
+}
+
 // The reference backend accepts f64 only; the CPU backend rejects what it cannot run: AdamW on
 // 16-bit weights (master weights are f32) and operands whose 16-bit dtypes disagree.
 TEST(BadInputDtype, ReferenceRejectsF32AndCpuRejectsBf16AdamWAndMixedDtypes) {

@@ -188,6 +188,30 @@ TEST(BadInput, Rope) {
   expect_error([&] { rope(zeros({2, 5, 4, 6}, DType::I32), cos, sin, ok); }, {"rope", "i32"});
 }
 
+TEST(BadInput, GroupedLinear) {
+  Tensor off = from_data<int64_t>({0, 3, 7}, {3});
+  expect_error(
+      [&] {
+        grouped_linear(f32({7, 13}), f32({2, 5, 12}), off);
+      },
+      {"grouped_linear", "[2, 5, 12]", "[groups, out, 13]"});
+  expect_error(
+      [&] {
+        grouped_linear(f32({7, 13}), f32({3, 5, 13}), off);
+      },
+      {"grouped_linear", "offsets", "i64 [4]", "[3]"});
+  expect_error(
+      [&] {
+        grouped_linear(f32({7, 13}), f32({2, 5, 13}), from_data<int64_t>({0, 3, 6}, {3}));
+      },
+      {"grouped_linear", "7 rows", "0 .. 6"});
+  expect_error(
+      [&] {
+        grouped_linear(f32({7, 13}), f64({2, 5, 13}), off);
+      },
+      {"grouped_linear", "f64", "f32"});
+}
+
 TEST(BadInput, ShapeOps) {
   expect_error([] { reshape(f32({7, 13}), {5, 13}); }, {"reshape", "[7, 13]", "[5, 13]"});
   expect_error([] { transpose(f32({7, 13}), 0, 2); }, {"transpose", "dim 2", "[7, 13]"});

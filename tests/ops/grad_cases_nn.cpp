@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Finite-difference cases for the network ops: linear, matmul, softmax, norms, embedding,
-// attention (causal, GQA, padding mask, sliding window), rotary embeddings, losses and dropout.
+// Finite-difference cases for the network ops: linear, matmul, grouped linear, softmax, norms,
+// embedding, attention (causal, GQA, padding mask, sliding window), rotary embeddings, losses and
+// dropout.
 #include <cmath>
 
 #include "gradcheck.h"
@@ -132,6 +133,20 @@ void add_nn_grad_cases(std::vector<GradCase>& v) {
                  },
                  [](const Inputs& in) { return ops::embedding(in[0], in[1]); }});
   }
+
+  // Experts of 7 outputs over 13 inputs; the middle expert received no row (zero gradient).
+  v.push_back({"grouped_linear_rows_7_0_13",
+               [](Generator& g) {
+                 return Inputs{param(rn({20, 13}, g)), param(rn({3, 7, 13}, g)),
+                               from_data<int64_t>({0, 7, 7, 20}, {4})};
+               },
+               [](const Inputs& in) { return ops::grouped_linear(in[0], in[1], in[2]); }});
+  v.push_back({"grouped_linear_one_group_of_33",
+               [](Generator& g) {
+                 return Inputs{param(rn({33, 7}, g)), param(rn({2, 13, 7}, g)),
+                               from_data<int64_t>({0, 0, 33}, {3})};
+               },
+               [](const Inputs& in) { return ops::grouped_linear(in[0], in[1], in[2]); }});
 
   v.push_back(attention_case("attention_causal_b2_t7_h2_d5", 2, 7, 7, 2, 2, 5, true, false));
   v.push_back(attention_case("attention_full_b1_t13_h1_d7", 1, 13, 13, 1, 1, 7, false, false));

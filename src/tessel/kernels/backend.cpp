@@ -46,7 +46,8 @@ std::string_view op_name(Op op) {
                                                 "square_sum",
                                                 "quant_matmul",
                                                 "paged_kv_store",
-                                                "paged_attention"};
+                                                "paged_attention",
+                                                "grouped_gemm"};
   return kNames[int(op)];
 }
 

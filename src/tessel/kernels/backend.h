@@ -47,6 +47,7 @@ enum class Op {
   QuantMatmul,
   PagedKvStore,
   PagedAttention,
+  GroupedGemm,
 };
 std::string_view op_name(Op op);
 
@@ -120,6 +121,20 @@ struct AttentionDesc {
 struct PagedAttentionDesc {
   double scale = 0.0;
   int64_t window = 0;
+};
+
+// Grouped GEMM (GShard / MegaBlocks: the experts of a mixture-of-experts layer, each multiplying
+// only the tokens routed to it, with no padding to a capacity). The M rows of `a` form G contiguous
+// groups given by offsets (i64 [G + 1]: offsets[0] = 0, non-decreasing, offsets[G] = M); group g
+// owns rows [offsets[g], offsets[g + 1]), and may be empty. Two forms:
+// - rows (weight_grad false): c[r, :] = a[r, :] @ op(b[g]) for every row r of group g, with a
+//   [M, K], b [G, K, N] ([G, N, K] with trans_b: each group's nn.Linear weight) and c [M, N].
+//   The forward product and the input gradient.
+// - weight gradient (weight_grad true): c[g] = a[rows of g]^T @ b[rows of g], with a [M, P],
+//   b [M, Q] and c [G, P, Q]; an empty group's c[g] is zero.
+struct GroupedGemmDesc {
+  bool trans_b = false;
+  bool weight_grad = false;
 };
 
 struct AdamWParams {
@@ -250,6 +265,9 @@ class Backend {
                                const Tensor& k_pool, const Tensor& v_pool,
                                const Tensor& block_tables, const Tensor& seq_lens,
                                const Tensor& query_starts, Tensor& out) = 0;
+
+  virtual void grouped_gemm(const GroupedGemmDesc& desc, const Tensor& a, const Tensor& b,
+                            const Tensor& offsets, Tensor& c) = 0;
 
   // dst = src in dst's dtype (equal element counts; float -> bf16/f16 rounds to nearest even).
   // The default converts element by element on the host; backends override it with fast paths.

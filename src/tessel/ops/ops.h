@@ -10,6 +10,7 @@
 #include "tessel/ops/dropout.h"
 #include "tessel/ops/elementwise.h"
 #include "tessel/ops/embedding.h"
+#include "tessel/ops/grouped_linear.h"
 #include "tessel/ops/loss.h"
 #include "tessel/ops/matmul.h"
 #include "tessel/ops/norm.h"

@@ -22,6 +22,7 @@ const std::vector<OpCase>& all_op_cases() {
     add_square_sum_cases(v);
     add_quant_matmul_cases(v);
     add_paged_attention_cases(v);
+    add_grouped_gemm_cases(v);
     return v;
   }();
   return cases;

@@ -21,5 +21,6 @@ void add_rope_cases(std::vector<OpCase>& v);
 void add_square_sum_cases(std::vector<OpCase>& v);
 void add_quant_matmul_cases(std::vector<OpCase>& v);
 void add_paged_attention_cases(std::vector<OpCase>& v);
+void add_grouped_gemm_cases(std::vector<OpCase>& v);
 
 }  // namespace tessel::testing

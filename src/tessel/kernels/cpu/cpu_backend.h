@@ -56,6 +56,8 @@ class CpuBackend final : public Backend {
   void paged_attention(const PagedAttentionDesc& desc, const Tensor& q, const Tensor& k_pool,
                        const Tensor& v_pool, const Tensor& block_tables, const Tensor& seq_lens,
                        const Tensor& query_starts, Tensor& out) override;
+  void grouped_gemm(const GroupedGemmDesc& desc, const Tensor& a, const Tensor& b,
+                    const Tensor& offsets, Tensor& c) override;
   void convert(const Tensor& src, Tensor& dst) override;
 };
 

@@ -152,6 +152,15 @@ class ProfiledBackend final : public Backend {
     profile::Scope s("paged_attention");
     inner_.paged_attention(desc, q, k_pool, v_pool, block_tables, seq_lens, query_starts, out);
   }
+  void grouped_gemm(const GroupedGemmDesc& desc, const Tensor& a, const Tensor& b,
+                    const Tensor& offsets, Tensor& c) override {
+    // Each row of a meets one [K, N] matrix (rows form) or one [P, Q] outer product (weight form).
+    const double flops =
+        2.0 * double(a.numel()) * double(desc.weight_grad ? b.size(-1) : c.size(-1));
+    profile::Scope s(std::string(desc.weight_grad ? "grouped_gemm.weight" : "grouped_gemm.rows"),
+                     flops);
+    inner_.grouped_gemm(desc, a, b, offsets, c);
+  }
 
  private:
   // Two products of head_dim per visible (query, key) pair and head: all q_len x kv_len pairs,
