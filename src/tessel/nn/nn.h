@@ -5,4 +5,5 @@
 #include "tessel/nn/init.h"
 #include "tessel/nn/layers.h"
 #include "tessel/nn/module.h"
+#include "tessel/nn/moe.h"
 #include "tessel/nn/recompute.h"

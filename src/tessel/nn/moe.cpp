@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+// The MoE layer's forward: routing on the host from the probabilities, every differentiable step
+// an op. The gates are gathered from the softmax (ops::embedding over the [T*E, 1] view), the
+// tokens gathered into expert order the same way, and the combine gathers each (token, choice)
+// pair's expert row back: its backward is the scatter-add. A dropped pair is multiplied by 0, so
+// neither its gate nor any expert receives gradient from it.
+#include "tessel/nn/moe.h"
+
+#include <sstream>
+
+#include "tessel/ops/ops.h"
+
+namespace tessel::nn {
+
+namespace {
+
+Tensor i64_tensor(const std::vector<int64_t>& values) {
+  return from_data(values, Shape{int64_t(values.size())});
+}
+
+void append_list(std::ostringstream& out, const std::vector<int64_t>& v) {
+  out << '[';
+  for (size_t i = 0; i < v.size(); ++i) out << (i ? "," : "") << v[i];
+  out << ']';
+}
+
+double scalar(const Tensor& t) {
+  return t.detach().to(DType::F64).to_vector<double>()[0];
+}
+
+}  // namespace
+
+std::string MoEStats::json() const {
+  std::ostringstream out;
+  out.precision(17);
+  out << "{\"tokens\":" << tokens << ",\"capacity\":" << capacity << ",\"tokens_per_expert\":";
+  append_list(out, tokens_per_expert);
+  out << ",\"routed_per_expert\":";
+  append_list(out, routed_per_expert);
+  out << ",\"dropped\":" << dropped << ",\"balance_loss\":" << balance_loss
+      << ",\"z_loss\":" << z_loss << ",\"aux_loss\":" << aux_loss << '}';
+  return out.str();
+}
+
+MoE::MoE(const MoEConfig& config, Init init, Generator* jitter_generator)
+    : Module("MoE"), config_(config), jitter_generator_(jitter_generator) {
+  config_.validate();
+  router = register_module(
+      "router", std::make_shared<Linear>(config_.hidden, config_.num_experts, false, init));
+  experts = register_module("experts",
+                            std::make_shared<ExpertMLPs>(config_.num_experts, config_.hidden,
+                                                         config_.ffn_hidden, config_.expert, init));
+  if (config_.residual)
+    dense = register_module("dense", std::make_shared<DenseMLP>(config_.hidden, config_.ffn_hidden,
+                                                                config_.expert, init));
+}
+
+// Switch's multiplicative jitter on the router's input, x * U[1 - eps, 1 + eps), drawn by the
+// counter-based generator (element i of the reserved range), so a replay gives the same noise.
+Tensor MoE::jittered(const Tensor& x) {
+  if (!is_training() || config_.jitter == 0) return x;
+  Generator& gen = jitter_generator_ != nullptr ? *jitter_generator_ : default_generator();
+  const uint64_t n = uint64_t(x.numel());
+  const uint64_t offset = gen.reserve(n);
+  std::vector<double> noise(n);
+  for (uint64_t i = 0; i < n; ++i)
+    noise[i] =
+        1.0 - config_.jitter + 2.0 * config_.jitter * double(uniform_at(gen.seed(), offset, i));
+  return ops::mul(x, from_data(noise, x.shape()).to(x.dtype()));
+}
+
+MoE::Output MoE::forward(const Tensor& x) {
+  const int64_t c = config_.hidden, e_count = config_.num_experts, k = config_.top_k;
+  TESSEL_CHECK(x.defined() && x.ndim() >= 1 && x.size(-1) == c, "MoE: input ",
+               x.defined() ? x.shape().str() : std::string("undefined"), " must be [..., ", c,
+               "] (hidden)");
+  const int64_t tokens = x.numel() / c;
+  TESSEL_CHECK(tokens > 0, "MoE: input ", x.shape().str(), " has no tokens");
+  Output out;
+  out.output = run_forward({x}, [&] {
+    Tensor x2 = ops::reshape(x, {tokens, c});
+    Tensor logits = router->forward(jittered(x2));
+    Tensor probs = ops::softmax(logits);
+    routing_ = route_tokens(probs.detach().to(DType::F64).to_vector<double>(), tokens, config_);
+    const Routing& r = routing_;
+
+    // Gates [T, k]: the chosen probabilities, renormalised over the k in Mixtral's form.
+    std::vector<int64_t> flat(size_t(tokens * k)), pos(size_t(tokens * k));
+    std::vector<double> keep(size_t(tokens * k));
+    for (int64_t i = 0; i < tokens * k; ++i) {
+      flat[size_t(i)] = (i / k) * e_count + r.choice[size_t(i)];
+      pos[size_t(i)] = r.kept[size_t(i)] ? r.row[size_t(i)] : 0;
+      keep[size_t(i)] = r.kept[size_t(i)] ? 1.0 : 0.0;
+    }
+    Tensor gates = ops::reshape(
+        ops::embedding(ops::reshape(probs, {tokens * e_count, 1}), i64_tensor(flat)), {tokens, k});
+    if (config_.gate_form == GateForm::Mixtral) gates = ops::div(gates, ops::sum(gates, {1}, true));
+    Tensor weights = ops::mul(gates, from_data(keep, Shape{tokens, k}).to(x.dtype()));
+
+    // Experts over their contiguous rows, then each pair's row weighted back into its token.
+    Tensor xs = ops::embedding(x2, i64_tensor(r.source));
+    Tensor ys = experts->forward(xs, i64_tensor(r.offsets), i64_tensor(r.expert_of_row));
+    Tensor picked = ops::reshape(ops::embedding(ys, i64_tensor(pos)), {tokens, k, c});
+    Tensor y = ops::sum(ops::mul(picked, ops::reshape(weights, {tokens, k, 1})), {1});
+    if (config_.residual) y = ops::add(dense->forward(x2), y);
+
+    // Load balance (Switch eq. 4): f_i = share of tokens whose first choice is i (a count, no
+    // gradient), P_i = mean router probability of i.
+    std::vector<double> f(static_cast<size_t>(e_count));
+    for (int64_t e = 0; e < e_count; ++e)
+      f[size_t(e)] = double(r.first_choice_count[size_t(e)]) / double(tokens);
+    Tensor p_mean = ops::mean(probs, {0});
+    out.balance_loss = ops::mul(
+        ops::sum(ops::mul(p_mean, from_data(f, Shape{e_count}).to(x.dtype()))), double(e_count));
+    // z-loss (ST-MoE eq. 5): logsumexp by the max shift; the shift carries no gradient and the
+    // derivative of the whole is the softmax either way.
+    Tensor shift = ops::max(logits, {1}, true).detach();
+    Tensor lse = ops::add(ops::log(ops::sum(ops::exp(ops::sub(logits, shift)), {1}, true)), shift);
+    out.z_loss = ops::mean(ops::square(lse));
+    out.aux_loss = ops::add(ops::mul(out.balance_loss, config_.aux_loss_coef),
+                            ops::mul(out.z_loss, config_.z_loss_coef));
+    return ops::reshape(y, x.shape());
+  });
+
+  const Routing& r = routing_;
+  stats_.tokens = tokens;
+  stats_.capacity = r.capacity;
+  stats_.routed_per_expert = r.routed;
+  stats_.tokens_per_expert.assign(size_t(e_count), 0);
+  for (int64_t e = 0; e < e_count; ++e)
+    stats_.tokens_per_expert[size_t(e)] = r.offsets[size_t(e + 1)] - r.offsets[size_t(e)];
+  stats_.dropped = r.dropped();
+  stats_.balance_loss = scalar(out.balance_loss);
+  stats_.z_loss = scalar(out.z_loss);
+  stats_.aux_loss = scalar(out.aux_loss);
+  return out;
+}
+
+}  // namespace tessel::nn

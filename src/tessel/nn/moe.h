@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+// A mixture-of-experts layer (Shazeer et al. 2017; GShard, Lepikhin et al. 2020; Switch
+// Transformer, Fedus et al. 2021; Mixtral, Jiang et al. 2024), as serial code: a linear router
+// with softmax, top-k gating (moe_config.h: Mixtral's renormalised or Switch's raw gates),
+// optional router jitter, capacity with GShard's dropping order or no dropping (moe_routing.h),
+// experts computed by grouped GEMMs over the tokens each received (moe_experts.h), the outputs
+// scattered back weighted by their gates; Switch's load-balancing loss and ST-MoE's router
+// z-loss (Zoph et al. 2022) weighted by the config's coefficients; and DeepSpeed-MoE's PR-MoE
+// residual form (a dense MLP plus the one chosen expert). docs/MOE.md describes it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessel/nn/layers.h"
+#include "tessel/nn/moe_config.h"
+#include "tessel/nn/moe_experts.h"
+#include "tessel/nn/moe_routing.h"
+
+namespace tessel::nn {
+
+// What one forward call routed, for the training log (one JSON object per layer and step).
+struct MoEStats {
+  int64_t tokens = 0;
+  int64_t capacity = 0;                    // per expert; 0 without dropping
+  std::vector<int64_t> tokens_per_expert;  // (token, choice) pairs each expert computed
+  std::vector<int64_t> routed_per_expert;  // pairs routed to each expert before the capacity
+  int64_t dropped = 0;                     // pairs dropped by the capacity
+  double balance_loss = 0;                 // E * sum_i f_i P_i, unweighted
+  double z_loss = 0;                       // mean logsumexp^2, unweighted
+  double aux_loss = 0;                     // the weighted sum that forward returns
+
+  std::string json() const;  // {"tokens":..,"capacity":..,"tokens_per_expert":[..],...}
+};
+
+class MoE : public Module {
+ public:
+  // `jitter_generator` draws the router jitter (null: the process-wide generator).
+  explicit MoE(const MoEConfig& config, Init init = {}, Generator* jitter_generator = nullptr);
+
+  struct Output {
+    Tensor output;        // x's shape
+    Tensor aux_loss;      // scalar: aux_loss_coef * balance_loss + z_loss_coef * z_loss; add it
+                          // to the training loss
+    Tensor balance_loss;  // scalar, unweighted
+    Tensor z_loss;        // scalar, unweighted
+  };
+  // x [..., hidden] -> output [..., hidden]; every leading position is one token.
+  Output forward(const Tensor& x);
+
+  const MoEConfig& config() const { return config_; }
+  const MoEStats& last_stats() const { return stats_; }
+  const Routing& last_routing() const { return routing_; }
+
+  std::shared_ptr<Linear> router;  // [experts, hidden], no bias
+  std::shared_ptr<ExpertMLPs> experts;
+  std::shared_ptr<DenseMLP> dense;  // PR-MoE's residual MLP (residual form only)
+
+ private:
+  Tensor jittered(const Tensor& x);
+
+  MoEConfig config_;
+  Generator* jitter_generator_;
+  Routing routing_;
+  MoEStats stats_;
+};
+
+}  // namespace tessel::nn

@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tessel/nn/moe_experts.h"
+
+#include "tessel/nn/init.h"
+#include "tessel/ops/ops.h"
+
+namespace tessel::nn {
+
+namespace {
+
+Tensor weight(const Shape& shape, const Init& init) {
+  Tensor t = empty(shape, init.dtype);
+  if (init.kind == Init::Random) init::normal_(t, init.std, init.generator);
+  return t;
+}
+
+Tensor zero_bias(const Shape& shape, const Init& init) {
+  Tensor t = empty(shape, init.dtype);
+  if (init.kind == Init::Random) t.fill(0.0);
+  return t;
+}
+
+}  // namespace
+
+ExpertMLPs::ExpertMLPs(int64_t experts, int64_t hidden, int64_t ffn_hidden, ExpertKind kind,
+                       Init init)
+    : Module("ExpertMLPs"), experts_(experts), kind_(kind) {
+  TESSEL_CHECK(experts > 0 && hidden > 0 && ffn_hidden > 0, "ExpertMLPs: experts ", experts,
+               ", hidden ", hidden, " and ffn_hidden ", ffn_hidden, " must be > 0");
+  if (kind == ExpertKind::SwiGLU) {
+    gate_proj = register_parameter("gate_proj", weight({experts, ffn_hidden, hidden}, init));
+    up_proj = register_parameter("up_proj", weight({experts, ffn_hidden, hidden}, init));
+    down_proj = register_parameter("down_proj", weight({experts, hidden, ffn_hidden}, init));
+  } else {
+    fc_weight = register_parameter("fc_weight", weight({experts, ffn_hidden, hidden}, init));
+    fc_bias = register_parameter("fc_bias", zero_bias({experts, ffn_hidden}, init));
+    proj_weight = register_parameter("proj_weight", weight({experts, hidden, ffn_hidden}, init));
+    proj_bias = register_parameter("proj_bias", zero_bias({experts, hidden}, init));
+  }
+}
+
+Tensor ExpertMLPs::forward(const Tensor& x, const Tensor& offsets, const Tensor& expert_of_row) {
+  return run_forward({x}, [&] {
+    if (kind_ == ExpertKind::SwiGLU) {
+      Tensor g = ops::grouped_linear(x, gate_proj, offsets);
+      Tensor u = ops::grouped_linear(x, up_proj, offsets);
+      return ops::grouped_linear(ops::mul(ops::silu(g), u), down_proj, offsets);
+    }
+    Tensor h = ops::add(ops::grouped_linear(x, fc_weight, offsets),
+                        ops::embedding(fc_bias, expert_of_row));
+    return ops::add(ops::grouped_linear(ops::gelu(h), proj_weight, offsets),
+                    ops::embedding(proj_bias, expert_of_row));
+  });
+}
+
+DenseMLP::DenseMLP(int64_t hidden, int64_t ffn_hidden, ExpertKind kind, Init init)
+    : Module("DenseMLP"), kind_(kind) {
+  if (kind == ExpertKind::SwiGLU) {
+    gate_proj =
+        register_module("gate_proj", std::make_shared<Linear>(hidden, ffn_hidden, false, init));
+    up_proj = register_module("up_proj", std::make_shared<Linear>(hidden, ffn_hidden, false, init));
+    down_proj =
+        register_module("down_proj", std::make_shared<Linear>(ffn_hidden, hidden, false, init));
+  } else {
+    c_fc = register_module("c_fc", std::make_shared<Linear>(hidden, ffn_hidden, true, init));
+    c_proj = register_module("c_proj", std::make_shared<Linear>(ffn_hidden, hidden, true, init));
+  }
+}
+
+Tensor DenseMLP::forward(const Tensor& x) {
+  return run_forward({x}, [&] {
+    if (kind_ == ExpertKind::SwiGLU)
+      return down_proj->forward(ops::mul(ops::silu(gate_proj->forward(x)), up_proj->forward(x)));
+    return c_proj->forward(ops::gelu(c_fc->forward(x)));
+  });
+}
+
+}  // namespace tessel::nn

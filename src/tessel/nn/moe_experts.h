@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+// The experts of a mixture-of-experts layer as stacked weights ([experts, out, in] per projection),
+// applied to tokens already grouped by expert: each projection is one grouped GEMM over the
+// experts' contiguous rows (ops::grouped_linear). SwiGLU experts as Mixtral's (w1 = gate_proj,
+// w3 = up_proj, w2 = down_proj, no biases) or GELU experts as GPT-2's MLP (c_fc, c_proj with
+// biases; the per-row bias is gathered by expert). DenseMLP is the same MLP as one ordinary
+// module: PR-MoE's residual branch.
+#pragma once
+
+#include <memory>
+
+#include "tessel/nn/layers.h"
+#include "tessel/nn/moe_config.h"
+
+namespace tessel::nn {
+
+class ExpertMLPs : public Module {
+ public:
+  ExpertMLPs(int64_t experts, int64_t hidden, int64_t ffn_hidden, ExpertKind kind, Init init = {});
+  // x [rows, hidden] grouped by offsets (i64 [experts + 1]); expert_of_row (i64 [rows]) names each
+  // row's expert (read by the GELU experts' biases). -> [rows, hidden].
+  Tensor forward(const Tensor& x, const Tensor& offsets, const Tensor& expert_of_row);
+  ExpertKind kind() const { return kind_; }
+  int64_t experts() const { return experts_; }
+
+  // SwiGLU: gate_proj, up_proj [E, F, C], down_proj [E, C, F].
+  // GELU: fc_weight [E, F, C], fc_bias [E, F], proj_weight [E, C, F], proj_bias [E, C].
+  Tensor gate_proj, up_proj, down_proj;
+  Tensor fc_weight, fc_bias, proj_weight, proj_bias;
+
+ private:
+  int64_t experts_;
+  ExpertKind kind_;
+};
+
+class DenseMLP : public Module {
+ public:
+  DenseMLP(int64_t hidden, int64_t ffn_hidden, ExpertKind kind, Init init = {});
+  Tensor forward(const Tensor& x);
+
+  // SwiGLU: gate_proj, up_proj, down_proj (no bias). GELU: c_fc, c_proj (with bias).
+  std::shared_ptr<Linear> gate_proj, up_proj, down_proj, c_fc, c_proj;
+
+ private:
+  ExpertKind kind_;
+};
+
+}  // namespace tessel::nn
