@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Tokenizers through GGUF metadata: a byte-level BPE ("gpt2") and a SentencePiece BPE with byte
-// fallback ("llama") written as tokenizer.ggml.* keys and read back encode and decode exactly as
-// the originals, with the same special tokens and chat template; bad keys are clear errors.
+// Tokenizers through GGUF metadata: a byte-level BPE ("gpt2", with each pre-tokenizer name) and a
+// SentencePiece BPE with byte fallback ("llama") written as tokenizer.ggml.* keys and read back
+// encode and decode exactly as the originals, with the same special tokens and chat template, and
+// write the same keys again; bad keys are clear errors. (Ids against reference encoders: the
+// tokenizer.json and SentencePiece reference tests.)
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -102,10 +104,22 @@ TEST(GgufTokenizer, SettingsAndChatTemplateAreRead) {
 TEST(GgufTokenizer, BadKeysAreClearErrors) {
   GgufMetadata m;
   Tokenizer::from_sentencepiece_model(byte_fallback_model()).to_gguf(m);
+  GgufMetadata bert = m;
+  bert.set("tokenizer.ggml.model", GgufValue::of_string("bert"));
+  test::expect_error([&] { Tokenizer::from_gguf(bert, "t.gguf"); },
+                     {"t.gguf", "tokenizer.ggml.model 'bert'", "not supported", "t5"});
   GgufMetadata t5 = m;
   t5.set("tokenizer.ggml.model", GgufValue::of_string("t5"));
+  t5.set("tokenizer.ggml.precompiled_charsmap", GgufValue::of_strings({"x"}));
   test::expect_error([&] { Tokenizer::from_gguf(t5, "t.gguf"); },
-                     {"t.gguf", "tokenizer.ggml.model 't5'", "not supported"});
+                     {"tokenizer.ggml.precompiled_charsmap", "u8 or i8", "array of string"});
+  GgufMetadata t5_unscored = m;
+  t5_unscored.set("tokenizer.ggml.model", GgufValue::of_string("t5"));
+  GgufMetadata without_scores;
+  for (const auto& [key, value] : t5_unscored.entries())
+    if (key != "tokenizer.ggml.scores") without_scores.set(key, value);
+  test::expect_error([&] { Tokenizer::from_gguf(without_scores, "t.gguf"); },
+                     {"tokenizer.ggml.scores is missing", "unigram"});
   GgufMetadata short_scores = m;
   short_scores.set("tokenizer.ggml.scores", GgufValue::of_array(GgufType::F32, {}));
   test::expect_error([&] { Tokenizer::from_gguf(short_scores, "t.gguf"); },
@@ -122,6 +136,63 @@ TEST(GgufTokenizer, BadKeysAreClearErrors) {
   gpt2.set("tokenizer.ggml.merges", GgufValue::of_strings({"a b c"}));
   test::expect_error([&] { Tokenizer::from_gguf(gpt2, "t.gguf"); },
                      {"tokenizer.ggml.merges[0] 'a b c'"});
+  Tokenizer(small_config()).to_gguf(gpt2);
+  gpt2.set("tokenizer.ggml.pre", GgufValue::of_string("deepseek-llm"));
+  test::expect_error([&] { Tokenizer::from_gguf(gpt2, "t.gguf"); },
+                     {"tokenizer.ggml.pre 'deepseek-llm' is not supported", "llama-bpe", "qwen2"});
+  TokenizerConfig odd = small_config();
+  odd.pattern = "\\p{L}+|\\P{L}";
+  test::expect_error([&] { Tokenizer(odd).to_gguf(gpt2); },
+                     {"regex '\\p{L}+|\\P{L}'", "none that GGUF names", "gpt-4o"});
+}
+
+// Every name tessel reads is written back as it was read, and a second read gives the same
+// tokenizer: read -> write -> read is identical, key for key.
+TEST(GgufTokenizer, PreTokenizerNamesRoundTrip) {
+  GgufMetadata first;
+  Tokenizer(small_config()).to_gguf(first);
+  EXPECT_EQ(first.at("tokenizer.ggml.pre", "t").str, "gpt-2");
+  for (const char* name : {"gpt-2", "default", "llama-bpe", "llama3", "dbrx", "smaug-bpe", "qwen2",
+                           "deepseek-r1-qwen", "qwen35", "gpt-4o", "llama4", "tekken"}) {
+    SCOPED_TRACE(name);
+    first.set("tokenizer.ggml.pre", GgufValue::of_string(name));
+    const Tokenizer a = Tokenizer::from_gguf(first, "a.gguf");
+    EXPECT_EQ(a.pretokenizer_name(), name);
+    const Tokenizer b = round_trip(a);
+    expect_same(a, b);
+    GgufMetadata wa, wb;
+    a.to_gguf(wa);
+    b.to_gguf(wb);
+    EXPECT_EQ(wa.entries(), wb.entries());
+    EXPECT_EQ(wa.at("tokenizer.ggml.pre", "t").str, name);
+  }
+}
+
+// Llama 3's and Tekken's names imply ignore_merges and BOS (llama.cpp's loader), the others
+// neither: a vocabulary token that no merge reaches is taken whole only under the former.
+TEST(GgufTokenizer, PreTokenizerNameSetsMergeRuleAndBos) {
+  TokenizerConfig c = small_config();
+  c.merges.erase(c.merges.begin() + 3);  // Ġt + he -> Ġthe: the token stays, unreachable
+  GgufMetadata m;
+  Tokenizer(c).to_gguf(m);
+  GgufMetadata bare;  // without add_bos_token, to see each name's default
+  for (const auto& [key, value] : m.entries())
+    if (key != "tokenizer.ggml.add_bos_token") bare.set(key, value);
+  const int32_t the = 256 + 3, gt = 256 + 1, he = 256 + 2;
+  for (const char* name : {"llama-bpe", "tekken"}) {
+    bare.set("tokenizer.ggml.pre", GgufValue::of_string(name));
+    const Tokenizer tok = Tokenizer::from_gguf(bare, "t.gguf");
+    EXPECT_TRUE(tok.ignores_merges()) << name;
+    EXPECT_EQ(tok.encode(" the"), (std::vector<int32_t>{the})) << name;
+    EXPECT_TRUE(tok.settings().add_bos_token) << name;
+  }
+  for (const char* name : {"dbrx", "qwen2", "gpt-4o", "gpt-2"}) {
+    bare.set("tokenizer.ggml.pre", GgufValue::of_string(name));
+    const Tokenizer tok = Tokenizer::from_gguf(bare, "t.gguf");
+    EXPECT_FALSE(tok.ignores_merges()) << name;
+    EXPECT_EQ(tok.encode(" the"), (std::vector<int32_t>{gt, he})) << name;
+    EXPECT_FALSE(tok.settings().add_bos_token) << name;
+  }
 }
 
 }  // namespace

@@ -1,91 +1,40 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tokenizers to and from GGUF metadata (the tokenizer.ggml.* keys). A GGUF file carries its
-// tokenizer inline: "gpt2" is a byte-level BPE (tokens in byte-level spelling plus "a b" merges),
-// "llama" is a SentencePiece BPE (tokens with scores and piece types, <0xNN> byte pieces for byte
-// fallback). Both are built with the same classes as the files a model directory has, so a GGUF
-// model encodes exactly as its source directory did.
-#include <algorithm>
-
-#include "tessel/core/error.h"
-#include "tessel/io/gguf.h"
-#include "tessel/io/pretokenize.h"
-#include "tessel/io/sentencepiece_model.h"
-#include "tessel/io/tokenizer.h"
+// tokenizer inline: "gpt2" is a byte-level BPE (tokens in byte-level spelling plus "a b" merges,
+// split first by the regex tokenizer.ggml.pre names: GPT-2's, Llama 3's, Qwen2's, ...), "llama"
+// a SentencePiece BPE and "t5" a SentencePiece unigram model (gguf_tokenizer_sentencepiece.cpp).
+// All are built with the same classes as the files a model directory has, so a GGUF model
+// encodes exactly as its source directory did.
+#include "tessel/io/gguf_pretokenizers.h"
+#include "tessel/io/gguf_tokenizer_keys.h"
 
 namespace tessel::io {
 
+using namespace detail::gguf_keys;
+
 namespace {
 
-constexpr const char* kModel = "tokenizer.ggml.model";
-constexpr const char* kPre = "tokenizer.ggml.pre";
-constexpr const char* kTokens = "tokenizer.ggml.tokens";
-constexpr const char* kScores = "tokenizer.ggml.scores";
-constexpr const char* kTypes = "tokenizer.ggml.token_type";
-constexpr const char* kMerges = "tokenizer.ggml.merges";
-constexpr const char* kBos = "tokenizer.ggml.bos_token_id";
-constexpr const char* kEos = "tokenizer.ggml.eos_token_id";
-constexpr const char* kPad = "tokenizer.ggml.padding_token_id";
-constexpr const char* kUnk = "tokenizer.ggml.unknown_token_id";
-constexpr const char* kAddBos = "tokenizer.ggml.add_bos_token";
-constexpr const char* kAddEos = "tokenizer.ggml.add_eos_token";
-constexpr const char* kSpacePrefix = "tokenizer.ggml.add_space_prefix";
-constexpr const char* kExtraSpaces = "tokenizer.ggml.remove_extra_whitespaces";
-constexpr const char* kChatTemplate = "tokenizer.chat_template";
-
-// GGUF token types; the same numbers as SentencePiece's piece types.
-constexpr int32_t kNormal = 1, kControl = 3, kUserDefined = 4, kByte = 6;
-
-std::vector<std::string> strings(const GgufMetadata& m, const char* key, const std::string& what) {
-  std::vector<std::string> out;
-  const std::string name = what + ": " + key;
-  for (const GgufValue& v : m.at(key, what).as_array(name)) out.push_back(v.as_string(name));
-  return out;
-}
-
-// The array under `key` when present: one entry per token, each checked by `get`.
-template <typename T, typename Get>
-std::vector<T> per_token(const GgufMetadata& m, const char* key, size_t n, const std::string& what,
-                         Get get) {
-  std::vector<T> out;
-  const GgufValue* v = m.find(key);
-  if (!v) return out;
-  const std::string name = what + ": " + key;
-  const auto& items = v->as_array(name);
-  TESSEL_CHECK(items.size() == n, name, " has ", items.size(), " entries for ", n, " tokens");
-  for (const GgufValue& item : items) out.push_back(get(item, name));
-  return out;
-}
-
-std::optional<int32_t> token_id(const GgufMetadata& m, const char* key, size_t n,
+// Special tokens and flags. Where a flag is absent, llama.cpp's default for the model kind: BOS
+// first for "llama" and for the pre-tokenizers that say so (Llama 3), EOS last for "t5". Token ids
+// come only from the file (llama.cpp's fixed fallbacks for "t5" name T5's own vocabulary).
+TokenizerSettings settings_from(const GgufMetadata& m, const std::string& model,
+                                const std::vector<std::string>& tokens, bool add_bos_default,
                                 const std::string& what) {
-  const GgufValue* v = m.find(key);
-  if (!v) return std::nullopt;
-  const int64_t id = v->as_int(what + ": " + key);
-  TESSEL_CHECK(id >= 0 && uint64_t(id) < n, what, ": ", key, " = ", id,
-               " is not a token id (the vocabulary has ", n, ")");
-  return int32_t(id);
-}
-
-bool flag(const GgufMetadata& m, const char* key, bool fallback, const std::string& what) {
-  const GgufValue* v = m.find(key);
-  return v ? v->as_bool(what + ": " + key) : fallback;
-}
-
-void settings_from(const GgufMetadata& m, const std::vector<std::string>& tokens,
-                   const std::string& what, TokenizerSettings& s) {
+  TokenizerSettings s;
   auto name = [&](const char* key) -> std::optional<std::string> {
     if (auto id = token_id(m, key, tokens.size(), what)) return tokens[size_t(*id)];
     return std::nullopt;
   };
   s.source = what;
-  if (auto t = name(kBos)) s.bos_token = t;
-  if (auto t = name(kEos)) s.eos_token = t;
-  if (auto t = name(kPad)) s.pad_token = t;
-  if (auto t = name(kUnk)) s.unk_token = t;
-  s.add_bos_token = flag(m, kAddBos, s.add_bos_token, what);
-  s.add_eos_token = flag(m, kAddEos, s.add_eos_token, what);
+  s.bos_token = name(kBos);
+  s.eos_token = name(kEos);
+  s.pad_token = name(kPad);
+  s.unk_token = name(kUnk);
+  s.add_bos_token = flag(m, kAddBos, add_bos_default, what);
+  s.add_eos_token = flag(m, kAddEos, model == "t5", what);
   if (const GgufValue* t = m.find(kChatTemplate))
     s.chat_template = t->as_string(what + ": " + kChatTemplate);
+  return s;
 }
 
 std::vector<int32_t> token_types(const GgufMetadata& m, size_t n, const std::string& what) {
@@ -97,59 +46,43 @@ std::vector<int32_t> token_types(const GgufMetadata& m, size_t n, const std::str
   });
 }
 
-void set_id(GgufMetadata& out, const char* key, std::optional<int32_t> id) {
-  if (id) out.set(key, GgufValue::of_u32(uint32_t(*id)));
+// The byte-level BPE's pre-tokenizer: tokenizer.ggml.pre, GPT-2's when absent.
+const detail::GgufPretokenizer& pretokenizer_of(const GgufMetadata& m, const std::string& what) {
+  const GgufValue* pre = m.find(kPre);
+  const std::string name = pre ? pre->as_string(what + ": " + kPre) : "gpt-2";
+  const detail::GgufPretokenizer* def = detail::find_gguf_pretokenizer(name);
+  TESSEL_CHECK(def != nullptr, what, ": ", kPre, " '", name,
+               "' is not supported (supported: ", detail::gguf_pretokenizer_names(), ")");
+  return *def;
 }
 
 }  // namespace
 
 Tokenizer Tokenizer::from_gguf(const GgufMetadata& m, const std::string& what) {
   const std::string model = m.at(kModel, what).as_string(what + ": " + kModel);
+  TESSEL_CHECK(model == "gpt2" || model == "llama" || model == "t5", what, ": ", kModel, " '",
+               model,
+               "' is not supported (gpt2: byte-level BPE, llama: SentencePiece BPE, t5: "
+               "SentencePiece unigram)");
   std::vector<std::string> tokens = strings(m, kTokens, what);
   TESSEL_CHECK(!tokens.empty(), what, ": ", kTokens, " is empty");
   const std::vector<int32_t> types = token_types(m, tokens.size(), what);
-  TokenizerSettings settings;
-  settings_from(m, tokens, what, settings);
 
-  if (model == "llama") {
-    SentencePieceModel sp;
-    sp.source = what;
-    sp.model_type = SentencePieceModel::ModelType::kBpe;
-    const std::vector<float> scores = per_token<float>(
-        m, kScores, tokens.size(), what,
-        [](const GgufValue& v, const std::string& name) { return float(v.as_double(name)); });
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      SentencePieceModel::Piece p;
-      p.piece = tokens[i];
-      p.score = scores.empty() ? 0.0f : scores[i];
-      p.type = SentencePieceModel::PieceType(types.empty() ? kNormal : types[i]);
-      sp.byte_fallback |= p.type == SentencePieceModel::PieceType::kByte;
-      sp.pieces.push_back(std::move(p));
-    }
-    // Llama's SentencePiece settings unless the file says otherwise: no character map, a space
-    // before the text, runs of spaces kept.
-    sp.normalizer.name = "identity";
-    sp.normalizer.present = true;
-    sp.normalizer.add_dummy_prefix = flag(m, kSpacePrefix, true, what);
-    sp.normalizer.remove_extra_whitespaces = flag(m, kExtraSpaces, false, what);
-    if (settings.unk_token) sp.unk_piece = *settings.unk_token;
-    if (settings.bos_token) sp.bos_piece = *settings.bos_token;
-    if (settings.eos_token) sp.eos_piece = *settings.eos_token;
-    if (settings.pad_token) sp.pad_piece = *settings.pad_token;
-    Tokenizer tok = from_sentencepiece_model(std::move(sp));
+  if (model != "gpt2") {
+    TokenizerSettings settings = settings_from(m, model, tokens, model == "llama", what);
+    Tokenizer tok =
+        from_sentencepiece_model(sentencepiece_from_gguf(m, model, tokens, types, settings, what));
     tok.settings_ = std::make_shared<const TokenizerSettings>(std::move(settings));
     return tok;
   }
 
-  TESSEL_CHECK(model == "gpt2", what, ": ", kModel, " '", model,
-               "' is not supported (gpt2: byte-level BPE, llama: SentencePiece)");
+  const detail::GgufPretokenizer& pre = pretokenizer_of(m, what);
+  TokenizerSettings settings = settings_from(m, model, tokens, pre.add_bos_default, what);
   TokenizerConfig config;
   config.source = what;
-  const GgufValue* pre = m.find(kPre);
-  const std::string pre_name = pre ? pre->as_string(what + ": " + kPre) : "gpt-2";
-  TESSEL_CHECK(pre_name == "gpt-2" || pre_name == "default", what, ": ", kPre, " '", pre_name,
-               "' is not supported yet (gpt-2 is)");
-  config.pattern = kGpt2Pattern;
+  config.pattern = std::string(pre.pattern);
+  config.ignore_merges = pre.ignore_merges;
+  if (const GgufValue* name = m.find(kPre)) config.pretokenizer_name = name->str;
   const std::vector<std::string> merges = strings(m, kMerges, what);
   for (size_t i = 0; i < merges.size(); ++i) {
     const size_t space = merges[i].find(' ');
@@ -178,31 +111,27 @@ Tokenizer Tokenizer::from_gguf(const GgufMetadata& m, const std::string& what) {
 
 void Tokenizer::to_gguf(GgufMetadata& out) const {
   const TokenizerSettings& s = settings();
-  std::vector<std::string> tokens;
-  for (int64_t i = 0; i < vocab_size(); ++i) tokens.push_back(token(int32_t(i)));
-  std::vector<GgufValue> types;
   if (const SentencePieceModel* sp = sentencepiece_model()) {
-    TESSEL_CHECK(sp->model_type == SentencePieceModel::ModelType::kBpe, "tokenizer ", sp->source,
-                 ": a SentencePiece unigram model has no GGUF 'llama' form (BPE only)");
-    out.set(kModel, GgufValue::of_string("llama"));
-    out.set(kTokens, GgufValue::of_strings(tokens));
-    std::vector<GgufValue> scores;
-    for (const auto& p : sp->pieces) {
-      scores.push_back(GgufValue::of_float(GgufType::F32, p.score));
-      types.push_back(GgufValue::of_int(GgufType::I32, int32_t(p.type)));
-    }
-    out.set(kScores, GgufValue::of_array(GgufType::F32, std::move(scores)));
-    out.set(kTypes, GgufValue::of_array(GgufType::I32, std::move(types)));
-    out.set(kSpacePrefix, GgufValue::of_bool(sp->normalizer.add_dummy_prefix));
-    out.set(kExtraSpaces, GgufValue::of_bool(sp->normalizer.remove_extra_whitespaces));
+    sentencepiece_to_gguf(*sp, out);
     set_id(out, kUnk, s.unk_token ? token_id(*s.unk_token) : std::nullopt);
   } else {
     const std::optional<std::string> pattern = pretokenizer_pattern();
-    TESSEL_CHECK(pattern && *pattern == kGpt2Pattern && !bpe_merges().empty(),
-                 "this tokenizer has no GGUF form yet (GGUF export takes GPT-2's byte-level BPE "
-                 "and SentencePiece BPE models)");
+    TESSEL_CHECK(pattern && !bpe_merges().empty(),
+                 "this tokenizer has no GGUF form (GGUF export takes byte-level BPE models with "
+                 "a pre-tokenizer regex, and SentencePiece BPE and unigram models)");
+    // The name it was read with when that still describes it, else the first with its regex.
+    const detail::GgufPretokenizer* pre = detail::find_gguf_pretokenizer(pretokenizer_name());
+    if (!pre || pre->pattern != *pattern || pre->ignore_merges != ignores_merges())
+      pre = detail::gguf_pretokenizer_for(*pattern, ignores_merges());
+    TESSEL_CHECK(pre != nullptr, "this tokenizer's pre-tokenizer regex '", *pattern,
+                 "' (ignore_merges = ", ignores_merges(),
+                 ") is none that GGUF names; tessel writes: ", detail::gguf_pretokenizer_names());
+    const bool same_name = detail::find_gguf_pretokenizer(pretokenizer_name()) == pre;
     out.set(kModel, GgufValue::of_string("gpt2"));
-    out.set(kPre, GgufValue::of_string("gpt-2"));
+    out.set(kPre, GgufValue::of_string(same_name ? pretokenizer_name() : std::string(pre->name)));
+    std::vector<std::string> tokens;
+    std::vector<GgufValue> types;
+    for (int64_t i = 0; i < vocab_size(); ++i) tokens.push_back(token(int32_t(i)));
     out.set(kTokens, GgufValue::of_strings(tokens));
     for (size_t i = 0; i < tokens.size(); ++i) {
       int32_t type = kNormal;

@@ -69,6 +69,7 @@ struct Tokenizer::Impl {
   std::unique_ptr<Pretokenizer> pretokenizer;   // null: each segment is one piece
   bool add_prefix_space = false;
   bool ignore_merges = false;
+  std::string pretokenizer_name;
   // Set for every algorithm but byte-level BPE; it then encodes and decodes (the byte-level
   // fields above stay empty).
   std::shared_ptr<const detail::TokenModel> model;
@@ -167,6 +168,7 @@ void Tokenizer::Impl::build(TokenizerConfig& config) {
   }
   add_prefix_space = config.add_prefix_space;
   ignore_merges = config.ignore_merges;
+  pretokenizer_name = std::move(config.pretokenizer_name);
 }
 
 void Tokenizer::Impl::index_added() {
@@ -388,6 +390,14 @@ std::vector<std::pair<std::string, std::string>> Tokenizer::bpe_merges() const {
 std::optional<std::string> Tokenizer::pretokenizer_pattern() const {
   if (!impl_->pretokenizer) return std::nullopt;
   return impl_->pretokenizer->pattern();
+}
+
+bool Tokenizer::ignores_merges() const {
+  return impl_->ignore_merges;
+}
+
+const std::string& Tokenizer::pretokenizer_name() const {
+  return impl_->pretokenizer_name;
 }
 
 const std::string& Tokenizer::token(int32_t id) const {

@@ -46,6 +46,7 @@ struct TokenizerConfig {
   std::optional<std::string> pattern;  // pre-tokenizer regex; nullopt: no splitting
   bool add_prefix_space = false;       // prepend " " to text that does not start with one
   bool ignore_merges = false;          // a piece that is itself a vocab token skips BPE
+  std::string pretokenizer_name;       // GGUF's tokenizer.ggml.pre when read from one, else empty
 };
 
 // What tokenizer_config.json says (Hugging Face transformers), or defaults from the tokenizer
@@ -123,6 +124,10 @@ class Tokenizer {
   // rank order and the pre-tokenizer regex.
   std::vector<std::pair<std::string, std::string>> bpe_merges() const;
   std::optional<std::string> pretokenizer_pattern() const;
+  // Whether a pre-tokenized piece that is itself a token skips the merges (Llama 3's BPE).
+  bool ignores_merges() const;
+  // The tokenizer.ggml.pre name a GGUF file gave this byte-level BPE (empty when not from GGUF).
+  const std::string& pretokenizer_name() const;
   // The model of a tokenizer read from a SentencePiece .model (or GGUF "llama"), else null.
   const SentencePieceModel* sentencepiece_model() const;
   // The vocabulary spelling of a token (byte-level alphabet, e.g. "Ġthe"; added tokens as is).

@@ -3,7 +3,9 @@
 // tests/io/sentencepiece_fixture.py) on the fortunes package: tessel must give the library's ids
 // and decoded text on more than 2,000 held-out and hard strings, decode arbitrary id sequences as
 // it does, load the tokenizer.json files converted from the same models to the same ids, stream
-// decode to the same text, and refuse truncated files with an error naming them.
+// decode to the same text, and refuse truncated files with an error naming them. Written as GGUF
+// metadata the way llama.cpp's converter writes them ("llama" for BPE, "t5" for unigram with the
+// character map as bytes), the models must still give the library's ids and text.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +18,8 @@
 
 #include "tessel/core/error.h"
 #include "tessel/io/byte_level.h"
+#include "tessel/io/gguf.h"
+#include "tessel/io/sentencepiece_model.h"
 #include "tessel/io/tokenizer.h"
 
 namespace tessel::io {
@@ -180,6 +184,74 @@ TEST_P(SentencePieceReference, StreamingEqualsWholeDecodeOnRandomIds) {
   for (const Case& c : reference().models.at(GetParam()).cases) {
     expect_stream_equals_decode(tok, c.ids);
   }
+}
+
+// The tokenizer.ggml.* keys llama.cpp's converter writes for a tokenizer.model, built here from
+// the parsed file rather than by tessel's writer, then serialized and parsed as a file.
+GgufMetadata converter_keys(const SentencePieceModel& sp) {
+  using Type = SentencePieceModel::PieceType;
+  const bool unigram = sp.model_type == SentencePieceModel::ModelType::kUnigram;
+  GgufMetadata m;
+  m.set("general.architecture", GgufValue::of_string(unigram ? "t5" : "llama"));
+  m.set("tokenizer.ggml.model", GgufValue::of_string(unigram ? "t5" : "llama"));
+  if (unigram) m.set("tokenizer.ggml.pre", GgufValue::of_string("default"));
+  std::vector<std::string> tokens;
+  std::vector<GgufValue> scores, types;
+  for (size_t i = 0; i < sp.pieces.size(); ++i) {
+    const auto& p = sp.pieces[i];
+    tokens.push_back(p.piece);
+    scores.push_back(GgufValue::of_float(GgufType::F32, p.score));
+    types.push_back(GgufValue::of_int(GgufType::I32, int32_t(p.type)));
+    if (p.type == Type::kUnknown)
+      m.set("tokenizer.ggml.unknown_token_id", GgufValue::of_u32(uint32_t(i)));
+    if (p.piece == sp.bos_piece) m.set("tokenizer.ggml.bos_token_id", GgufValue::of_u32(i));
+    if (p.piece == sp.eos_piece) m.set("tokenizer.ggml.eos_token_id", GgufValue::of_u32(i));
+  }
+  m.set("tokenizer.ggml.tokens", GgufValue::of_strings(tokens));
+  m.set("tokenizer.ggml.scores", GgufValue::of_array(GgufType::F32, std::move(scores)));
+  m.set("tokenizer.ggml.token_type", GgufValue::of_array(GgufType::I32, std::move(types)));
+  m.set("tokenizer.ggml.add_space_prefix", GgufValue::of_bool(sp.normalizer.add_dummy_prefix));
+  m.set("tokenizer.ggml.remove_extra_whitespaces",
+        GgufValue::of_bool(sp.normalizer.remove_extra_whitespaces));
+  if (unigram && !sp.normalizer.precompiled_charsmap.empty()) {
+    std::vector<GgufValue> bytes;
+    for (const char c : sp.normalizer.precompiled_charsmap)
+      bytes.push_back(GgufValue::of(GgufType::U8, uint8_t(c)));
+    m.set("tokenizer.ggml.precompiled_charsmap",
+          GgufValue::of_array(GgufType::U8, std::move(bytes)));
+  }
+  return m;
+}
+
+GgufMetadata through_file(const GgufMetadata& m) {
+  const std::vector<uint8_t> bytes = serialize_gguf(m, {});
+  return parse_gguf(bytes.data(), bytes.size(), "model.gguf").metadata;
+}
+
+TEST_P(SentencePieceReference, ThroughGgufEqualsTheLibrary) {
+  const Reference& ref = reference();
+  ASSERT_TRUE(ref.error.empty()) << ref.error;
+  const Recorded& r = ref.models.at(GetParam());
+  const std::string path = (ref.dir / (GetParam() + ".model")).string();
+  const SentencePieceModel sp = read_sentencepiece_model(path);
+  EXPECT_EQ(GetParam() == "unigram", !sp.normalizer.precompiled_charsmap.empty());
+  const Tokenizer tok = Tokenizer::from_gguf(through_file(converter_keys(sp)), "model.gguf");
+  EXPECT_EQ(tok.vocab_size(), r.vocab_size);
+  expect_matches(tok, r.cases, true);
+  for (const Decode& d : r.decodes) EXPECT_EQ(tok.decode(d.ids), d.text) << show(d.ids);
+
+  // read -> write -> read: tessel writes what it read, key for key, from the GGUF tokenizer and
+  // from the .model file alike.
+  GgufMetadata from_gguf, from_model, again;
+  tok.to_gguf(from_gguf);
+  Tokenizer::from_sentencepiece(path).to_gguf(from_model);
+  Tokenizer::from_gguf(through_file(from_gguf), "again.gguf").to_gguf(again);
+  for (const auto& [key, value] : from_gguf.entries()) {
+    if (key.starts_with("tokenizer.ggml.add_")) continue;  // BOS / EOS defaults differ by source
+    const GgufValue* other = from_model.find(key);
+    EXPECT_TRUE(other && *other == value) << key;
+  }
+  EXPECT_EQ(again.entries(), from_gguf.entries());
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SentencePieceReference,

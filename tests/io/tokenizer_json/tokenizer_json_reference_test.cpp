@@ -4,6 +4,8 @@
 // 3's pre-tokenizer regex over GPT-2's vocabulary, and the SentencePiece-style files (Llama 2
 // layout BPE with byte fallback, Unigram) converted by the SentencePiece fixture. Ids must be
 // equal (special tokens recognised, as Hugging Face does by default), and so must decoded text.
+// GGUF byte-level tokenizers with each tokenizer.ggml.pre name tessel reads are held to the same
+// reference over tokenizer.json files with that name's regex and merge rule.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tessel/io/gguf.h"
 #include "tessel/io/tokenizer.h"
 
 namespace tessel::io {
@@ -105,6 +108,32 @@ TEST(TokenizerJsonReference, Unigram) {
   };
   expect_matches(Tokenizer::load((dir / "unigram_json").string()),
                  recorded().at("models").at("unigram_json"), true, 400, has_unk);
+}
+
+// GPT-2's vocabulary and merges as tokenizer.ggml.* keys, with each pre-tokenizer name (and an
+// alias llama.cpp gives the same definition), read back from the file's bytes.
+TEST(TokenizerJsonReference, GgufPreTokenizers) {
+  REQUIRE_RECORDED();
+  const fs::path dir = configured("TESSEL_TOKENIZER_JSON_DIR", TESSEL_TOKENIZER_JSON_DIR);
+  GgufMetadata m;
+  Tokenizer::load((dir / "llama3_regex").string()).to_gguf(m);
+  // Llama 3's regex without ignore_merges is what llama.cpp calls "dbrx".
+  EXPECT_EQ(m.at("tokenizer.ggml.pre", "test").str, "dbrx");
+  const std::vector<std::pair<std::string, std::string>> names = {
+      {"llama-bpe", "llama-bpe"}, {"llama3", "llama-bpe"}, {"qwen2", "qwen2"},
+      {"qwen35", "qwen35"},       {"gpt-4o", "gpt-4o"},    {"llama4", "gpt-4o"},
+      {"tekken", "tekken"}};
+  for (const auto& [name, recorded_as] : names) {
+    SCOPED_TRACE(name);
+    m.set("tokenizer.ggml.pre", GgufValue::of_string(name));
+    const std::vector<uint8_t> bytes = serialize_gguf(m, {});
+    const GgufHeader h = parse_gguf(bytes.data(), bytes.size(), name + ".gguf");
+    const Tokenizer tok = Tokenizer::from_gguf(h.metadata, name + ".gguf");
+    expect_matches(tok, recorded().at("models").at("gguf_" + recorded_as), false, 4000);
+    GgufMetadata again;
+    tok.to_gguf(again);
+    EXPECT_EQ(again.at("tokenizer.ggml.pre", "test").str, name);
+  }
 }
 
 }  // namespace
