@@ -137,9 +137,13 @@ TEST(GgufTokenizer, BadKeysAreClearErrors) {
   test::expect_error([&] { Tokenizer::from_gguf(gpt2, "t.gguf"); },
                      {"tokenizer.ggml.merges[0] 'a b c'"});
   Tokenizer(small_config()).to_gguf(gpt2);
-  gpt2.set("tokenizer.ggml.pre", GgufValue::of_string("deepseek-llm"));
+  gpt2.set("tokenizer.ggml.pre", GgufValue::of_string("bloom"));
   test::expect_error([&] { Tokenizer::from_gguf(gpt2, "t.gguf"); },
-                     {"tokenizer.ggml.pre 'deepseek-llm' is not supported", "llama-bpe", "qwen2"});
+                     {"tokenizer.ggml.pre 'bloom' is not supported", "llama-bpe", "deepseek-v3"});
+  TokenizerConfig chain = small_config();
+  chain.pattern.reset();
+  chain.then_patterns = {"\\p{N}"};
+  test::expect_error([&] { Tokenizer{chain}; }, {"further pre-tokenizer regexes need a first one"});
   TokenizerConfig odd = small_config();
   odd.pattern = "\\p{L}+|\\P{L}";
   test::expect_error([&] { Tokenizer(odd).to_gguf(gpt2); },
@@ -153,7 +157,8 @@ TEST(GgufTokenizer, PreTokenizerNamesRoundTrip) {
   Tokenizer(small_config()).to_gguf(first);
   EXPECT_EQ(first.at("tokenizer.ggml.pre", "t").str, "gpt-2");
   for (const char* name : {"gpt-2", "default", "llama-bpe", "llama3", "dbrx", "smaug-bpe", "qwen2",
-                           "deepseek-r1-qwen", "qwen35", "gpt-4o", "llama4", "tekken"}) {
+                           "deepseek-r1-qwen", "qwen35", "gpt-4o", "llama4", "tekken", "starcoder",
+                           "command-r", "deepseek-coder", "deepseek-llm", "deepseek-v3"}) {
     SCOPED_TRACE(name);
     first.set("tokenizer.ggml.pre", GgufValue::of_string(name));
     const Tokenizer a = Tokenizer::from_gguf(first, "a.gguf");

@@ -7,12 +7,15 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tessel::io::detail {
 
 struct GgufPretokenizer {
-  std::string_view name;         // the name written back (the first of its aliases)
-  std::string_view pattern;      // PCRE2 syntax, as in the model's tokenizer.json
+  std::string name;  // the name written back (the first of its aliases)
+  // PCRE2 syntax, as in the model's tokenizer.json; each after the first splits every piece of
+  // the one before (a Sequence of Splits there, a list of regexes in llama.cpp).
+  std::vector<std::string> patterns;
   bool ignore_merges = false;    // Hugging Face BPE's ignore_merges
   bool add_bos_default = false;  // add_bos_token when tokenizer.ggml.add_bos_token is absent
 };
@@ -20,8 +23,9 @@ struct GgufPretokenizer {
 // The definition of a tokenizer.ggml.pre name (aliases included); null when tessel has none.
 const GgufPretokenizer* find_gguf_pretokenizer(std::string_view name);
 
-// The definition whose regex and merge rule a byte-level BPE has, for writing it; null if none.
-const GgufPretokenizer* gguf_pretokenizer_for(std::string_view pattern, bool ignore_merges);
+// The definition whose regexes and merge rule a byte-level BPE has, for writing it; null if none.
+const GgufPretokenizer* gguf_pretokenizer_for(const std::vector<std::string>& patterns,
+                                              bool ignore_merges);
 
 // The names tessel reads, for error messages ("gpt-2, llama-bpe, ...").
 std::string gguf_pretokenizer_names();

@@ -80,7 +80,8 @@ Tokenizer Tokenizer::from_gguf(const GgufMetadata& m, const std::string& what) {
   TokenizerSettings settings = settings_from(m, model, tokens, pre.add_bos_default, what);
   TokenizerConfig config;
   config.source = what;
-  config.pattern = std::string(pre.pattern);
+  config.pattern = pre.patterns.front();
+  config.then_patterns.assign(pre.patterns.begin() + 1, pre.patterns.end());
   config.ignore_merges = pre.ignore_merges;
   if (const GgufValue* name = m.find(kPre)) config.pretokenizer_name = name->str;
   const std::vector<std::string> merges = strings(m, kMerges, what);
@@ -115,20 +116,22 @@ void Tokenizer::to_gguf(GgufMetadata& out) const {
     sentencepiece_to_gguf(*sp, out);
     set_id(out, kUnk, s.unk_token ? token_id(*s.unk_token) : std::nullopt);
   } else {
-    const std::optional<std::string> pattern = pretokenizer_pattern();
-    TESSEL_CHECK(pattern && !bpe_merges().empty(),
+    const std::vector<std::string> patterns = pretokenizer_patterns();
+    TESSEL_CHECK(!patterns.empty() && !bpe_merges().empty(),
                  "this tokenizer has no GGUF form (GGUF export takes byte-level BPE models with "
                  "a pre-tokenizer regex, and SentencePiece BPE and unigram models)");
-    // The name it was read with when that still describes it, else the first with its regex.
+    // The name it was read with when that still describes it, else the first with its regexes.
     const detail::GgufPretokenizer* pre = detail::find_gguf_pretokenizer(pretokenizer_name());
-    if (!pre || pre->pattern != *pattern || pre->ignore_merges != ignores_merges())
-      pre = detail::gguf_pretokenizer_for(*pattern, ignores_merges());
-    TESSEL_CHECK(pre != nullptr, "this tokenizer's pre-tokenizer regex '", *pattern,
-                 "' (ignore_merges = ", ignores_merges(),
-                 ") is none that GGUF names; tessel writes: ", detail::gguf_pretokenizer_names());
+    if (!pre || pre->patterns != patterns || pre->ignore_merges != ignores_merges())
+      pre = detail::gguf_pretokenizer_for(patterns, ignores_merges());
+    TESSEL_CHECK(
+        pre != nullptr, "this tokenizer's pre-tokenizer regex '", patterns.front(), "'",
+        patterns.size() > 1 ? " (and " + std::to_string(patterns.size() - 1) + " more)" : "",
+        " with ignore_merges = ", ignores_merges(),
+        " is none that GGUF names; tessel writes: ", detail::gguf_pretokenizer_names());
     const bool same_name = detail::find_gguf_pretokenizer(pretokenizer_name()) == pre;
     out.set(kModel, GgufValue::of_string("gpt2"));
-    out.set(kPre, GgufValue::of_string(same_name ? pretokenizer_name() : std::string(pre->name)));
+    out.set(kPre, GgufValue::of_string(same_name ? pretokenizer_name() : pre->name));
     std::vector<std::string> tokens;
     std::vector<GgufValue> types;
     for (int64_t i = 0; i < vocab_size(); ++i) tokens.push_back(token(int32_t(i)));

@@ -66,7 +66,8 @@ struct Tokenizer::Impl {
   std::vector<size_t> added_by_length;          // indices into added, longest first
   std::array<bool, 256> added_first_byte{};     // some added token starts with this byte
   std::array<bool, 256> ordinary_first_byte{};  // ... some non-special one does
-  std::unique_ptr<Pretokenizer> pretokenizer;   // null: each segment is one piece
+  // Empty: each segment is one piece. Else each splits every piece of the one before.
+  std::vector<std::unique_ptr<Pretokenizer>> pretokenizers;
   bool add_prefix_space = false;
   bool ignore_merges = false;
   std::string pretokenizer_name;
@@ -83,6 +84,7 @@ struct Tokenizer::Impl {
   void index_added();
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
   void encode_ordinary(std::string_view text, std::vector<int32_t>& out, bool at_start) const;
+  void split_and_encode(size_t stage, std::string_view text, std::vector<int32_t>& out) const;
 };
 
 void Tokenizer::Impl::build(TokenizerConfig& config) {
@@ -159,9 +161,12 @@ void Tokenizer::Impl::build(TokenizerConfig& config) {
   }
   index_added();
 
-  if (config.pattern) {
+  TESSEL_CHECK(config.pattern || config.then_patterns.empty(), where,
+               "further pre-tokenizer regexes need a first one");
+  if (config.pattern) config.then_patterns.insert(config.then_patterns.begin(), *config.pattern);
+  for (const std::string& pattern : config.then_patterns) {
     try {
-      pretokenizer = std::make_unique<Pretokenizer>(*config.pattern);
+      pretokenizers.push_back(std::make_unique<Pretokenizer>(pattern));
     } catch (const Error& e) {
       TESSEL_FAIL(where, e.what());
     }
@@ -231,11 +236,17 @@ void Tokenizer::Impl::encode_ordinary(std::string_view text, std::vector<int32_t
     prefixed = " " + std::string(text);
     text = prefixed;
   }
-  if (!pretokenizer) {
+  split_and_encode(0, text, out);
+}
+
+void Tokenizer::Impl::split_and_encode(size_t stage, std::string_view text,
+                                       std::vector<int32_t>& out) const {
+  if (stage == pretokenizers.size()) {
     encode_piece(text, out);
     return;
   }
-  pretokenizer->split(text, [&](std::string_view piece) { encode_piece(piece, out); });
+  pretokenizers[stage]->split(
+      text, [&](std::string_view piece) { split_and_encode(stage + 1, piece, out); });
 }
 
 Tokenizer::Tokenizer(TokenizerConfig config) : impl_(std::make_shared<Impl>()) {
@@ -388,8 +399,14 @@ std::vector<std::pair<std::string, std::string>> Tokenizer::bpe_merges() const {
 }
 
 std::optional<std::string> Tokenizer::pretokenizer_pattern() const {
-  if (!impl_->pretokenizer) return std::nullopt;
-  return impl_->pretokenizer->pattern();
+  if (impl_->pretokenizers.empty()) return std::nullopt;
+  return impl_->pretokenizers.front()->pattern();
+}
+
+std::vector<std::string> Tokenizer::pretokenizer_patterns() const {
+  std::vector<std::string> out;
+  for (const auto& p : impl_->pretokenizers) out.push_back(p->pattern());
+  return out;
 }
 
 bool Tokenizer::ignores_merges() const {

@@ -44,9 +44,12 @@ struct TokenizerConfig {
   std::function<std::string(size_t)> describe_merge;  // "line 7" or "model.merges[5]" (optional)
   std::vector<AddedToken> added_tokens;
   std::optional<std::string> pattern;  // pre-tokenizer regex; nullopt: no splitting
-  bool add_prefix_space = false;       // prepend " " to text that does not start with one
-  bool ignore_merges = false;          // a piece that is itself a vocab token skips BPE
-  std::string pretokenizer_name;       // GGUF's tokenizer.ggml.pre when read from one, else empty
+  // Regexes that split each piece of the one before, in order (llama.cpp's regex chains, e.g.
+  // "deepseek-coder"); pieces are matches and the text between them, as for `pattern`.
+  std::vector<std::string> then_patterns;
+  bool add_prefix_space = false;  // prepend " " to text that does not start with one
+  bool ignore_merges = false;     // a piece that is itself a vocab token skips BPE
+  std::string pretokenizer_name;  // GGUF's tokenizer.ggml.pre when read from one, else empty
 };
 
 // What tokenizer_config.json says (Hugging Face transformers), or defaults from the tokenizer
@@ -124,6 +127,8 @@ class Tokenizer {
   // rank order and the pre-tokenizer regex.
   std::vector<std::pair<std::string, std::string>> bpe_merges() const;
   std::optional<std::string> pretokenizer_pattern() const;
+  // All the pre-tokenizer regexes: pretokenizer_pattern() and the ones chained after it.
+  std::vector<std::string> pretokenizer_patterns() const;
   // Whether a pre-tokenized piece that is itself a token skips the merges (Llama 3's BPE).
   bool ignores_merges() const;
   // The tokenizer.ggml.pre name a GGUF file gave this byte-level BPE (empty when not from GGUF).

@@ -120,9 +120,18 @@ TEST(TokenizerJsonReference, GgufPreTokenizers) {
   // Llama 3's regex without ignore_merges is what llama.cpp calls "dbrx".
   EXPECT_EQ(m.at("tokenizer.ggml.pre", "test").str, "dbrx");
   const std::vector<std::pair<std::string, std::string>> names = {
-      {"llama-bpe", "llama-bpe"}, {"llama3", "llama-bpe"}, {"qwen2", "qwen2"},
-      {"qwen35", "qwen35"},       {"gpt-4o", "gpt-4o"},    {"llama4", "gpt-4o"},
-      {"tekken", "tekken"}};
+      {"llama-bpe", "llama-bpe"},
+      {"llama3", "llama-bpe"},
+      {"qwen2", "qwen2"},
+      {"qwen35", "qwen35"},
+      {"gpt-4o", "gpt-4o"},
+      {"llama4", "gpt-4o"},
+      {"tekken", "tekken"},
+      {"starcoder", "starcoder"},
+      {"command-r", "starcoder"},
+      {"deepseek-coder", "deepseek-coder"},
+      {"deepseek-llm", "deepseek-llm"},
+      {"deepseek-v3", "deepseek-v3"}};
   for (const auto& [name, recorded_as] : names) {
     SCOPED_TRACE(name);
     m.set("tokenizer.ggml.pre", GgufValue::of_string(name));
