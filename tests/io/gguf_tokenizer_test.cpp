@@ -144,6 +144,9 @@ TEST(GgufTokenizer, BadKeysAreClearErrors) {
   chain.pattern.reset();
   chain.then_patterns = {"\\p{N}"};
   test::expect_error([&] { Tokenizer{chain}; }, {"further pre-tokenizer regexes need a first one"});
+  TokenizerConfig prefixed = small_config();
+  prefixed.add_prefix_space = true;
+  test::expect_error([&] { Tokenizer(prefixed).to_gguf(gpt2); }, {"add_prefix_space", "cannot"});
   TokenizerConfig odd = small_config();
   odd.pattern = "\\p{L}+|\\P{L}";
   test::expect_error([&] { Tokenizer(odd).to_gguf(gpt2); },

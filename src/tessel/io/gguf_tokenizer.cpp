@@ -120,6 +120,9 @@ void Tokenizer::to_gguf(GgufMetadata& out) const {
     TESSEL_CHECK(!patterns.empty() && !bpe_merges().empty(),
                  "this tokenizer has no GGUF form (GGUF export takes byte-level BPE models with "
                  "a pre-tokenizer regex, and SentencePiece BPE and unigram models)");
+    TESSEL_CHECK(!adds_prefix_space(),
+                 "this tokenizer puts a space before the text "
+                 "(add_prefix_space), which GGUF's byte-level tokenizers cannot say");
     // The name it was read with when that still describes it, else the first with its regexes.
     const detail::GgufPretokenizer* pre = detail::find_gguf_pretokenizer(pretokenizer_name());
     if (!pre || pre->patterns != patterns || pre->ignore_merges != ignores_merges())

@@ -413,6 +413,10 @@ bool Tokenizer::ignores_merges() const {
   return impl_->ignore_merges;
 }
 
+bool Tokenizer::adds_prefix_space() const {
+  return impl_->add_prefix_space;
+}
+
 const std::string& Tokenizer::pretokenizer_name() const {
   return impl_->pretokenizer_name;
 }

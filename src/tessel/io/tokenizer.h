@@ -131,6 +131,8 @@ class Tokenizer {
   std::vector<std::string> pretokenizer_patterns() const;
   // Whether a pre-tokenized piece that is itself a token skips the merges (Llama 3's BPE).
   bool ignores_merges() const;
+  // Whether a space is put before text that does not start with one (ByteLevel add_prefix_space).
+  bool adds_prefix_space() const;
   // The tokenizer.ggml.pre name a GGUF file gave this byte-level BPE (empty when not from GGUF).
   const std::string& pretokenizer_name() const;
   // The model of a tokenizer read from a SentencePiece .model (or GGUF "llama"), else null.
