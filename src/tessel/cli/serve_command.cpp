@@ -59,6 +59,7 @@ struct ServeArgs {
   serve::EngineOptions engine;
   bool no_prefix_caching = false;
   double drain_timeout = 30;
+  double stall_timeout = 60;
   int64_t max_body_bytes = int64_t(16) << 20;
   int http_threads = 256;
   int threads = 0;
@@ -85,6 +86,8 @@ void run_serve(const ServeArgs& args) {
                " must be in [0, 65535]");
   TESSEL_CHECK(args.drain_timeout >= 0, "serve: --drain-timeout ", args.drain_timeout,
                " must be >= 0");
+  TESSEL_CHECK(args.stall_timeout > 0, "serve: --stall-timeout ", args.stall_timeout,
+               " must be > 0");
   TESSEL_CHECK(args.max_body_bytes > 0, "serve: --max-body-bytes must be > 0");
   TESSEL_CHECK(args.http_threads >= 1, "serve: --http-threads must be >= 1");
   TESSEL_CHECK(args.engine.max_n >= 1, "serve: --max-n must be >= 1");
@@ -106,6 +109,7 @@ void run_serve(const ServeArgs& args) {
   options.max_body_bytes = size_t(args.max_body_bytes);
   options.limits.max_n = args.engine.max_n;
   options.http_threads = args.http_threads;
+  options.engine_stall_timeout = std::chrono::milliseconds(int64_t(args.stall_timeout * 1000));
   const serve::ChatTemplate chat = serve::ChatTemplate::for_model(args.model);
   options.render_chat = [chat](const std::vector<serve::ChatMessage>& messages,
                                bool generation_prompt) {
@@ -180,6 +184,9 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--drain-timeout", args->drain_timeout,
                   "Seconds running requests get to finish after SIGTERM/SIGINT")
+      ->capture_default_str();
+  cmd->add_option("--stall-timeout", args->stall_timeout,
+                  "Seconds one engine step may take before /health answers 503 (hung engine)")
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", args->max_body_bytes, "Largest request body (larger: 413)")
       ->capture_default_str();

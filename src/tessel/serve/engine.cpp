@@ -4,6 +4,7 @@
 #include "tessel/serve/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/core/error.h"
 #include "tessel/core/log.h"
+#include "tessel/core/profile.h"
 #include "tessel/kernels/batch_invariant.h"
 #include "tessel/serve/engine_outputs.h"
 #include "tessel/serve/paged_kv_cache.h"
@@ -40,6 +42,13 @@ uint64_t derived_seed(uint64_t arrival) {
   return z ^ (z >> 31);
 }
 
+// Nanoseconds on the steady clock, never 0 (0 marks "waiting for work" in busy_since).
+int64_t busy_stamp() {
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch());
+  return std::max<int64_t>(1, int64_t(ns.count()));
+}
+
 }  // namespace
 
 struct Engine::State {
@@ -63,6 +72,11 @@ struct Engine::State {
   Clock::time_point drain_deadline;
   EngineStats snapshot;
   std::thread thread;
+  // Liveness (EngineStats::engine_alive, busy_seconds), read without the lock: whether the loop
+  // runs, and when its current iteration began (steady-clock ns; 0 while it waits for work).
+  std::atomic<bool> alive{false};
+  std::atomic<int64_t> busy_since{0};
+  std::string failure;  // under mu: why the loop ended, when an exception ended it
 
   // The engine thread's own state.
   std::unordered_map<std::string, std::shared_ptr<RequestState>> live;
@@ -72,6 +86,8 @@ struct Engine::State {
   int64_t steps = 0;
 
   void loop();
+  void run_loop();
+  void fail_everything(const std::string& error);
   void accept(const std::shared_ptr<RequestState>& request);
   void end_request(const RequestState& request, FinishReason reason, const std::string& error);
   void run_step(StepPlan& plan);
@@ -157,7 +173,8 @@ void Engine::start() {
   std::lock_guard<std::mutex> lock(state_->mu);
   TESSEL_CHECK(!state_->started, "Engine.start: already started");
   state_->started = true;
-  state_->thread = std::thread([s = state_.get()] { s->loop(); });
+  state_->alive = true;  // before submit() can see `started`, so a caller never reads a gap
+  state_->thread = std::thread([s = state_.get()] { s->run_loop(); });
 }
 
 void Engine::drain(std::chrono::milliseconds timeout) {
@@ -199,6 +216,8 @@ SubmitResult Engine::submit(Request request, DeltaSink sink) {
   state->sink = std::move(sink);
   {
     std::lock_guard<std::mutex> lock(s.mu);
+    if (!s.failure.empty())
+      return {SubmitStatus::kDraining, "the engine stopped after an error: " + s.failure};
     if (s.draining) return {SubmitStatus::kDraining, "the server is shutting down"};
     if (s.waiting_requests >= s.options.max_queue)
       return {SubmitStatus::kQueueFull,
@@ -220,8 +239,14 @@ void Engine::cancel(const std::string& id) {
 }
 
 EngineStats Engine::stats() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->snapshot;
+  const State& s = *state_;
+  const int64_t since = s.busy_since.load(std::memory_order_acquire);
+  std::lock_guard<std::mutex> lock(s.mu);
+  EngineStats st = s.snapshot;
+  st.engine_alive = s.alive.load(std::memory_order_acquire);
+  st.engine_error = s.failure;
+  if (since != 0) st.busy_seconds = std::max(0.0, 1e-9 * double(busy_stamp() - since));
+  return st;
 }
 
 const io::Tokenizer& Engine::tokenizer() const {
@@ -279,10 +304,13 @@ void Engine::State::run_step(StepPlan& plan) {
   // Every product and attention row computed in a fixed order whatever the batch holds.
   kernels::BatchInvariantScope invariant(options.deterministic);
   for (const auto& [from, to] : plan.copies) pool->copy_block(from, to);
+  std::optional<profile::Scope> phase(std::in_place, "engine.pack");
   PagedStep step(*pool, *blocks, plan);
+  phase.emplace("engine.forward");
   Tensor logits = model->forward_cached(step.ids(), step, step.sample_rows());
   scheduler->complete(plan);
-  logits = logits.to(DType::F32);  // tensors are contiguous (tensor.h)
+  logits = logits.to(DType::F32);
+  phase.emplace("engine.sample");  // tensors are contiguous (tensor.h)
   const int64_t vocab = logits.size(-1);
   const float* data = logits.data<float>();
   for (size_t r = 0; r < step.sampled_chunks().size(); ++r) {
@@ -333,6 +361,43 @@ void Engine::State::publish() {
   snapshot = st;
 }
 
+// The thread's body: the loop, and on an exception that escapes it (one outside a step, which
+// would be a bug) an error for every request instead of std::terminate, and a dead engine that
+// /health reports.
+void Engine::State::run_loop() {
+  try {
+    loop();
+  } catch (const std::exception& e) {
+    log(LogLevel::Error, "engine: the engine thread stopped: ", e.what());
+    fail_everything(e.what());
+  }
+  busy_since.store(0, std::memory_order_release);
+  alive.store(false, std::memory_order_release);
+}
+
+void Engine::State::fail_everything(const std::string& error) {
+  std::deque<std::shared_ptr<RequestState>> arrived;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    failure = error;
+    arrived.swap(inbox);
+  }
+  Delta d;
+  d.finish = FinishReason::kError;
+  d.error = "the engine stopped: " + error;
+  for (const auto& request : arrived)
+    if (request->sink) request->sink(d);
+  std::vector<std::shared_ptr<RequestState>> rest;
+  for (const auto& [id, request] : live) rest.push_back(request);
+  for (const auto& request : rest) {
+    try {
+      end_request(*request, FinishReason::kError, d.error);
+    } catch (const std::exception&) {
+      if (request->sink) request->sink(d);  // the engine's own state may be what broke
+    }
+  }
+}
+
 void Engine::State::loop() {
   while (true) {
     std::deque<std::shared_ptr<RequestState>> arrived;
@@ -340,8 +405,12 @@ void Engine::State::loop() {
     bool stop_now = false;
     {
       std::unique_lock<std::mutex> lock(mu);
-      wake.wait(lock,
-                [&] { return !inbox.empty() || !cancels.empty() || stopping || !live.empty(); });
+      if (inbox.empty() && cancels.empty() && !stopping && live.empty()) {
+        busy_since.store(0, std::memory_order_release);
+        wake.wait(lock,
+                  [&] { return !inbox.empty() || !cancels.empty() || stopping || !live.empty(); });
+      }
+      busy_since.store(busy_stamp(), std::memory_order_release);
       arrived.swap(inbox);
       cancelled.swap(cancels);
       if (stopping && (live.empty() || Clock::now() >= drain_deadline)) stop_now = true;
@@ -371,7 +440,10 @@ void Engine::State::loop() {
       publish();
       return;
     }
-    StepPlan plan = scheduler->schedule();
+    StepPlan plan = [&] {
+      profile::Scope phase("engine.schedule");
+      return scheduler->schedule();
+    }();
     if (!plan.empty()) {
       try {
         run_step(plan);
@@ -386,10 +458,12 @@ void Engine::State::loop() {
     } else if (!live.empty()) {
       // Nothing can run until a submission, a cancellation or the drain deadline.
       std::unique_lock<std::mutex> lock(mu);
+      busy_since.store(0, std::memory_order_release);
       wake.wait_for(lock, std::chrono::milliseconds(5));
     }
     {
       std::lock_guard<std::mutex> lock(mu);
+      profile::Scope phase("engine.publish");
       waiting_requests = int64_t(inbox.size());
       for (const auto& seq : scheduler->waiting())
         if (seq->choice == 0 && seq->generated() == 0) ++waiting_requests;

@@ -75,6 +75,18 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// Why the engine is not live (empty when it is): its thread stopped, or it has been inside one
+// step for longer than `stall`.
+std::string engine_unhealthy(const EngineStats& s, std::chrono::milliseconds stall) {
+  if (!s.engine_alive)
+    return s.engine_error.empty() ? "the engine is not running"
+                                  : "the engine stopped after an error: " + s.engine_error;
+  if (s.busy_seconds * 1e3 > double(stall.count()))
+    return "the engine has been inside one step for " + std::to_string(int64_t(s.busy_seconds)) +
+           " s (the limit is " + std::to_string(stall.count()) + " ms)";
+  return "";
+}
+
 ApiError too_large(size_t limit) {
   return ApiError(
       413,
@@ -186,6 +198,11 @@ void HttpServer::Impl::routes() {
       send_error(res,
                  ApiError(503, draining ? "the server is shutting down" : "the model is loading",
                           "server_error", "", "service_unavailable"));
+      return;
+    }
+    if (const std::string dead = engine_unhealthy(engine()->stats(), options.engine_stall_timeout);
+        !dead.empty()) {
+      send_error(res, ApiError(503, dead, "server_error", "", "service_unavailable"));
       return;
     }
     res.set_content(R"({"status":"ok"})", "application/json");

@@ -42,7 +42,10 @@ struct ServerOptions {
   // proxies keep the connection.
   std::chrono::milliseconds keep_alive_interval{15000};
   std::chrono::seconds retry_after{1};  // the Retry-After of a 429
-  ChatRenderer render_chat;             // null: /v1/chat/completions answers 500
+  // /health answers 503 when the engine's thread has stopped, or has been inside one step longer
+  // than this (hung): liveness for a supervisor, beyond the HTTP thread answering at all.
+  std::chrono::milliseconds engine_stall_timeout{60000};
+  ChatRenderer render_chat;  // null: /v1/chat/completions answers 500
   // One line per finished generation request; null: tessel's log at info level.
   std::function<void(const std::string&)> log;
 };
@@ -63,7 +66,8 @@ class HttpServer {
   // Serves on a background thread until stop(); bind() first.
   void start();
   // Until ready, /health and the /v1 generation routes answer 503 (the model is loading); ready
-  // needs an attached engine.
+  // needs an attached engine. Once ready, /health also answers 503 while the engine is not live
+  // (EngineStats::engine_alive, busy_seconds against ServerOptions::engine_stall_timeout).
   void set_ready(bool ready);
   // Draining: /health and new generation requests answer 503; running ones continue.
   void begin_drain();

@@ -102,6 +102,13 @@ struct EngineStats {
   int64_t prompt_tokens = 0, generated_tokens = 0;  // totals since start
   int64_t steps = 0;
   int64_t requests_finished = 0;
+  // Liveness, for /health: whether the engine's thread is running its loop, and for how long it
+  // has been inside its current iteration (a step; 0 while it waits for work). A step that never
+  // ends (a hung kernel, a deadlock) shows as a growing busy_seconds, a thread that died or
+  // stopped as engine_alive false.
+  bool engine_alive = true;
+  double busy_seconds = 0;
+  std::string engine_error;  // why the thread stopped, when it failed
 };
 
 // The queue a front end submits to: thread-safe, non-blocking.

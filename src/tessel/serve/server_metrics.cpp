@@ -163,6 +163,11 @@ std::string ServerMetrics::render(const EngineStats& s) const {
   counter("num_preemptions_total", "Sequences preempted for KV-cache blocks (recomputed later).",
           double(s.preemptions));
   counter("engine_steps_total", "Engine steps (forward passes over a batch).", double(s.steps));
+  gauge("engine_alive", "1 while the engine thread runs its loop, 0 once it stopped.",
+        s.engine_alive ? 1.0 : 0.0);
+  gauge("engine_busy_seconds",
+        "How long the engine has been inside its current step (0 while it waits for work).",
+        s.busy_seconds);
   header(out, "tessel:time_to_first_token_seconds", "histogram",
          "From a request's arrival at the server to its first generated token.");
   out += ttft_.render("tessel:time_to_first_token_seconds", model);
