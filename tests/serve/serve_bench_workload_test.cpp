@@ -100,6 +100,35 @@ TEST(ServeBenchWorkload, RequestIDependsOnlyOnSeedAndI) {
             forward[17].prompt_ids);
 }
 
+TEST(ServeBenchWorkload, SharedPrefixOpensEveryPromptThenTheRequestsOwnIds) {
+  WorkloadSpec s = spec("uniform:5:13", "7");
+  s.shared_prefix_tokens = 33;
+  const Workload w(s);
+  const WorkloadSpec plain_spec = spec("uniform:5:13", "7");
+  const Workload plain(plain_spec);
+  const std::vector<int64_t> first = w.request(0).prompt_ids;
+  const std::vector<int64_t> prefix(first.begin(), first.begin() + 33);
+  EXPECT_GT(std::set<int64_t>(prefix.begin(), prefix.end()).size(), 10u);
+  for (int64_t i = 0; i < 20; ++i) {
+    const std::vector<int64_t> ids = w.request(i).prompt_ids;
+    // The request's own part is what the same workload without the prefix gives.
+    EXPECT_EQ(std::vector<int64_t>(ids.begin() + 33, ids.end()), plain.request(i).prompt_ids);
+    EXPECT_EQ(std::vector<int64_t>(ids.begin(), ids.begin() + 33), prefix);
+    for (int64_t id : ids) {
+      EXPECT_GE(id, 3);
+      EXPECT_LT(id, 97);
+    }
+  }
+  s.seed = 2;
+  const std::vector<int64_t> other = Workload(s).request(0).prompt_ids;
+  EXPECT_NE(std::vector<int64_t>(other.begin(), other.begin() + 33), prefix);
+  s.dataset = {"a line"};
+  expect_error([&] { Workload bad(s); }, {"--shared-prefix-tokens", "--dataset"});
+  s.dataset.clear();
+  s.shared_prefix_tokens = -1;
+  expect_error([&] { Workload bad(s); }, {"--shared-prefix-tokens -1", ">= 0"});
+}
+
 TEST(ServeBenchWorkload, DatasetsSplitByFortuneEntriesOrLines) {
   const std::string fortunes =
       "A bird in the hand\nis worth two.  \n%\nSecond saying.\n%\n%\n\nThird,\n\nwith a gap.\n%\n";

@@ -199,12 +199,17 @@ void run_serve_bench(const ServeBenchOptions& opt, const CLI::App& cmd) {
     vocab_from = "the default (give --vocab or a tokenizer)";
   }
   spec.vocab_size = vocab;
+  spec.shared_prefix_tokens = opt.shared_prefix_tokens;
   const serve::Workload workload(spec);
   const ServeClient client(target, settings);
   std::cerr << "tessel bench serve: " << opt.url << " model '" << settings.model << "', "
             << opt.endpoint << ", "
             << (spec.dataset.empty()
-                    ? "prompt tokens " + spec.prompt_tokens.describe() + " (random ids below " +
+                    ? "prompt tokens " +
+                          (spec.shared_prefix_tokens > 0
+                               ? std::to_string(spec.shared_prefix_tokens) + " shared + "
+                               : std::string()) +
+                          spec.prompt_tokens.describe() + " (random ids below " +
                           std::to_string(vocab) + ", from " + vocab_from + ")"
                     : std::to_string(spec.dataset.size()) + " prompts from " + opt.dataset)
             << ", output tokens " << spec.output_tokens.describe()
@@ -215,6 +220,7 @@ void run_serve_bench(const ServeBenchOptions& opt, const CLI::App& cmd) {
       {"endpoint", opt.endpoint},
       {"model", settings.model},
       {"prompt_tokens", spec.dataset.empty() ? json(spec.prompt_tokens.describe()) : json(nullptr)},
+      {"shared_prefix_tokens", spec.shared_prefix_tokens},
       {"dataset", opt.dataset.empty() ? json(nullptr) : json(opt.dataset)},
       {"output_tokens", spec.output_tokens.describe()},
       {"stream", opt.stream},
@@ -315,6 +321,10 @@ void add_bench_serve_command(CLI::App& bench) {
   cmd->add_option("--duration", opt->duration, "seconds per run: no new request after it");
   cmd->add_option("--prompt-tokens", opt->prompt_tokens,
                   "prompt length: N, uniform:A:B or normal:MEAN:SD (random token ids)")
+      ->capture_default_str();
+  cmd->add_option("--shared-prefix-tokens", opt->shared_prefix_tokens,
+                  "random ids that open every prompt before its own --prompt-tokens (a shared "
+                  "system prompt: what prefix caching saves)")
       ->capture_default_str();
   cmd->add_option("--output-tokens", opt->output_tokens,
                   "max_tokens per request, same forms (with ignore_eos: the exact length)")

@@ -34,6 +34,7 @@ struct ServeBenchOptions {
   int64_t requests = 0;     // per run; 0 with no --duration: 8 x the concurrency, or 64
   double duration = 0;      // seconds per run (no new request after it)
   std::string prompt_tokens = "128", output_tokens = "128";
+  int64_t shared_prefix_tokens = 0;  // ids every random prompt opens with (a system prompt)
   std::string dataset;
   bool stream = true;
   bool ignore_eos = true;

@@ -174,6 +174,13 @@ Workload::Workload(WorkloadSpec spec) : spec_(std::move(spec)) {
   TESSEL_CHECK(spec_.first_id >= 0 && spec_.first_id < spec_.vocab_size,
                "bench serve: prompt ids from [", spec_.first_id, ", ", spec_.vocab_size,
                ") is an empty range");
+  TESSEL_CHECK(
+      spec_.shared_prefix_tokens >= 0 && (spec_.shared_prefix_tokens == 0 || spec_.dataset.empty()),
+      "bench serve: --shared-prefix-tokens ", spec_.shared_prefix_tokens,
+      " must be >= 0, and works with random-id prompts only (not with --dataset)");
+  BenchRng prefix_rng(mix(spec_.seed ^ 0x5a4edf1e7ULL));
+  prefix_.resize(size_t(spec_.shared_prefix_tokens));
+  for (int64_t& id : prefix_) id = prefix_rng.uniform_int(spec_.first_id, spec_.vocab_size - 1);
   // Fisher-Yates with the workload's own generator: each entry is used once before any repeats.
   const int64_t n = int64_t(spec_.dataset.size());
   order_.resize(size_t(n));
@@ -193,8 +200,10 @@ BenchRequest Workload::request(int64_t index) const {
     return r;
   }
   const int64_t n = spec_.prompt_tokens.sample(rng);
-  r.prompt_ids.resize(size_t(n));
-  for (int64_t& id : r.prompt_ids) id = rng.uniform_int(spec_.first_id, spec_.vocab_size - 1);
+  r.prompt_ids = prefix_;
+  r.prompt_ids.resize(prefix_.size() + size_t(n));
+  for (size_t i = prefix_.size(); i < r.prompt_ids.size(); ++i)
+    r.prompt_ids[i] = rng.uniform_int(spec_.first_id, spec_.vocab_size - 1);
   return r;
 }
 

@@ -53,6 +53,10 @@ struct WorkloadSpec {
   int64_t vocab_size = 32000;  // random prompt ids are drawn from [first_id, vocab_size)
   int64_t first_id = 0;
   std::vector<std::string> dataset;  // non-empty: text prompts from it instead of random ids
+  // Random-id prompts only: this many ids (drawn from the seed alone) open every prompt, as a
+  // shared system prompt would, before the request's own prompt_tokens; what a prefix cache
+  // saves.
+  int64_t shared_prefix_tokens = 0;
 };
 
 struct BenchRequest {
@@ -70,7 +74,8 @@ class Workload {
 
  private:
   WorkloadSpec spec_;
-  std::vector<int64_t> order_;  // a seeded permutation of the dataset's entries
+  std::vector<int64_t> order_;   // a seeded permutation of the dataset's entries
+  std::vector<int64_t> prefix_;  // the shared prefix of every random-id prompt
 };
 
 // Arrival times of a Poisson process of `rate` requests/s: the first at 0, then exponential gaps.
