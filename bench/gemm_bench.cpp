@@ -12,6 +12,7 @@
 #include <string>
 
 #include "tessel/kernels/backend.h"
+#include "tessel/kernels/batch_invariant.h"
 #include "tessel/tensor/tensor.h"
 
 namespace {
@@ -49,6 +50,16 @@ void set_rate(benchmark::State& state, const Shape3& s) {
 
 void bm_tessel(benchmark::State& state, Shape3 s) {
   Operands o(s);
+  tessel::kernels::Backend& be = tessel::kernels::cpu_backend();
+  for (auto _ : state) be.gemm(o.desc, o.a, o.b, o.c);
+  set_rate(state, s);
+}
+
+// The same product with kernels::batch_invariant() on: the register-tiled kernel of
+// gemm_invariant.cpp where it fits (A row-major, B transposed), else the same path as bm_tessel.
+void bm_tessel_invariant(benchmark::State& state, Shape3 s) {
+  Operands o(s);
+  tessel::kernels::BatchInvariantScope invariant;
   tessel::kernels::Backend& be = tessel::kernels::cpu_backend();
   for (auto _ : state) be.gemm(o.desc, o.a, o.b, o.c);
   set_rate(state, s);
@@ -110,8 +121,13 @@ std::vector<Shape3> shapes() {
   // The forward product again with B's rows 3088 instead of 3072 floats apart (not a multiple of
   // 4 KiB): shows what oneDNN's kernel loses to cache-set aliasing (docs/KERNELS.md).
   v.push_back({"linear_fwd_nn_ldb3088/256x3072x768", 256, 3072, 768, false, false, 16});
-  for (int64_t rows : {1, 8})
+  // Decode steps of 1 to 64 streams against a [n, k] weight (the serving engine's batches).
+  for (int64_t rows : {1, 4, 8, 16, 32, 64, 128})
     v.push_back({"decode_nt/" + std::to_string(rows) + "x3072x768", rows, 3072, 768, false, true});
+  // GPT-2's LM head (50,257 x 768) for 1 and 16 sampled rows.
+  for (int64_t rows : {1, 16})
+    v.push_back(
+        {"lm_head_nt/" + std::to_string(rows) + "x50257x768", rows, 50257, 768, false, true});
   // Small enough that the per-call cost of the wrapper shows.
   v.push_back({"small_nn/16x64x64", 16, 64, 64, false, false});
   return v;
@@ -122,6 +138,10 @@ std::vector<Shape3> shapes() {
 int main(int argc, char** argv) {
   for (const Shape3& s : shapes()) {
     benchmark::RegisterBenchmark(("gemm/tessel/" + s.tag).c_str(), bm_tessel, s)->UseRealTime();
+    if (s.tb && !s.ta)
+      benchmark::RegisterBenchmark(("gemm/tessel_invariant/" + s.tag).c_str(), bm_tessel_invariant,
+                                   s)
+          ->UseRealTime();
     benchmark::RegisterBenchmark(("gemm/tessel_bf16/" + s.tag).c_str(), bm_tessel_bf16, s)
         ->UseRealTime();
     benchmark::RegisterBenchmark(("gemm/onednn/" + s.tag).c_str(), bm_onednn, s)->UseRealTime();

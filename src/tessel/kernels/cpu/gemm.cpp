@@ -78,6 +78,16 @@ bool onednn_b_aliases(const GemmDesc& d) {
   return !d.trans_b && d.ldb % kFloatsPer4K == 0 && d.m >= 8 && d.m < 512;
 }
 
+// Products of a few rows against a transposed weight (decode steps of 1 to kTiledMaxRows
+// streams, the LM head over the sampled rows) take the register-tiled kernel of
+// gemm_invariant.cpp in every mode: on the avx2 and avx512 sets it beat both small_m_gemm and
+// oneDNN there (docs/KERNELS.md, "Products of a serving step"); from about 64 rows oneDNN's packed
+// kernels are ahead. The baseline set keeps the older paths (its tiles have no FMA).
+constexpr int64_t kTiledMaxRows = 48;
+bool tiled_small_m(const GemmDesc& d) {
+  return TESSEL_KERNEL_ISA_LEVEL >= 1 && cpu::invariant_gemm_fits(d) && d.m <= kTiledMaxRows;
+}
+
 }  // namespace
 
 void CpuBackend::gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c) {
@@ -98,6 +108,7 @@ void CpuBackend::gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, Tenso
     return blas_gemm(d, a.data<double>(), b.data<double>(), c.data<double>());
   }
   if (d.k == 0) return scale_c(d, c.data<float>());
+  if (tiled_small_m(d)) return cpu::invariant_gemm(d, a, b, c);
   if (cpu::small_m_gemm_fits(d))
     return cpu::small_m_gemm(d, a.data<float>(), b.data<float>(), c.data<float>());
   if (onednn_b_aliases(d)) return blas_gemm(d, a.data<float>(), b.data<float>(), c.data<float>());
