@@ -2,12 +2,19 @@
 // The serving engine in-process (no HTTP): output tokens/s of GPT-2 124M's shape (random
 // weights) at 1, 4, 16 and 64 concurrent requests of 32 prompt and 64 output tokens, with the
 // batch-invariant kernels on and off, against `generate` running the same requests one at a time.
-// The HTTP-level figures come from `tessel bench serve` (docs/SERVING.md).
+// The HTTP-level figures come from `tessel bench serve` (docs/SERVING.md). With
+// TESSEL_ENGINE_PROFILE=C it instead profiles one wave of C requests: wall and CPU time per
+// engine step, and the engine's phases and kernels per step (core/profile.h).
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <mutex>
 
+#include "tessel/core/profile.h"
 #include "tessel/core/rng.h"
 #include "tessel/io/byte_level.h"
 #include "tessel/io/tokenizer.h"
@@ -52,36 +59,45 @@ std::vector<int64_t> prompt(uint64_t seed) {
   return ids;
 }
 
-void BM_Engine(benchmark::State& state) {
-  const int64_t concurrency = state.range(0);
+serve::EngineOptions engine_options(bool deterministic) {
   serve::EngineOptions options;
-  options.deterministic = state.range(1) != 0;
+  options.deterministic = deterministic;
   options.max_seqs = 64;
   options.max_batch_tokens = 512;
   options.kv_cache_bytes = int64_t(1) << 30;
-  serve::Engine engine(gpt2_124m(), byte_tokenizer(), options);
+  return options;
+}
+
+// Submits `concurrency` requests at once and waits for all of them.
+void run_wave(serve::Engine& engine, int64_t concurrency) {
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t done = 0;
+  for (int64_t r = 0; r < concurrency; ++r) {
+    serve::Request req;
+    req.id = std::to_string(r);
+    req.prompt = prompt(uint64_t(r));
+    req.params.max_tokens = kOutput;
+    req.params.temperature = 0.0;
+    req.params.ignore_eos = true;
+    engine.submit(req, [&](const serve::Delta& d) {
+      if (d.finish == serve::FinishReason::kNone) return;
+      std::lock_guard<std::mutex> lock(mu);
+      ++done;
+      cv.notify_all();
+    });
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done == concurrency; });
+}
+
+void BM_Engine(benchmark::State& state) {
+  const int64_t concurrency = state.range(0);
+  serve::Engine engine(gpt2_124m(), byte_tokenizer(), engine_options(state.range(1) != 0));
   engine.start();
   int64_t tokens = 0;
   for (auto _ : state) {
-    std::mutex mu;
-    std::condition_variable cv;
-    int64_t done = 0;
-    for (int64_t r = 0; r < concurrency; ++r) {
-      serve::Request req;
-      req.id = std::to_string(r);
-      req.prompt = prompt(uint64_t(r));
-      req.params.max_tokens = kOutput;
-      req.params.temperature = 0.0;
-      req.params.ignore_eos = true;
-      engine.submit(req, [&](const serve::Delta& d) {
-        if (d.finish == serve::FinishReason::kNone) return;
-        std::lock_guard<std::mutex> lock(mu);
-        ++done;
-        cv.notify_all();
-      });
-    }
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done == concurrency; });
+    run_wave(engine, concurrency);
     tokens += concurrency * kOutput;
   }
   state.counters["output_tok/s"] = benchmark::Counter(double(tokens), benchmark::Counter::kIsRate);
@@ -108,6 +124,46 @@ void BM_GenerateOneAtATime(benchmark::State& state) {
 }
 BENCHMARK(BM_GenerateOneAtATime)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 
+// With TESSEL_ENGINE_PROFILE=C (C concurrent requests; TESSEL_ENGINE_DETERMINISTIC=1 for the
+// invariant kernels): one wave with core/profile.h on, then the time per engine phase and per
+// kernel, per step, instead of the benchmarks.
+int profile_engine(int64_t concurrency, bool deterministic) {
+  serve::Engine engine(gpt2_124m(), byte_tokenizer(), engine_options(deterministic));
+  engine.start();
+  run_wave(engine, concurrency);  // warm-up: allocations, kernel dispatch
+  profile::reset();
+  profile::set_enabled(true);
+  const double cpu_start = double(std::clock()) / CLOCKS_PER_SEC;
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t steps_before = engine.stats().steps;
+  run_wave(engine, concurrency);
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  profile::set_enabled(false);
+  const double cpu = double(std::clock()) / CLOCKS_PER_SEC - cpu_start;
+  const int64_t steps = engine.stats().steps - steps_before;
+  std::printf(
+      "concurrency %lld, %s: %lld steps, %.1f ms per step (%.1f ms of CPU), %.1f output tok/s\n",
+      (long long)concurrency, deterministic ? "invariant" : "default", (long long)steps,
+      1e3 * wall / double(steps), 1e3 * cpu / double(steps), double(concurrency * kOutput) / wall);
+  std::printf("%-44s %8s %10s %8s %9s\n", "name", "calls", "ms/step", "share", "GFLOP/s");
+  for (const profile::Entry& e : profile::snapshot())
+    std::printf("%-44s %8lld %10.3f %7.1f%% %9.1f\n", e.name.c_str(), (long long)e.calls,
+                1e3 * e.seconds / double(steps), 100.0 * e.seconds / wall,
+                e.flops > 0 ? e.flops / e.seconds * 1e-9 : 0.0);
+  return 0;
+}
+
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  if (const char* c = std::getenv("TESSEL_ENGINE_PROFILE")) {
+    const char* det = std::getenv("TESSEL_ENGINE_DETERMINISTIC");
+    return profile_engine(std::atoll(c), det != nullptr && std::string(det) == "1");
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
