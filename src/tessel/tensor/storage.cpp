@@ -37,6 +37,14 @@ void Storage::release() {
   data_ = nullptr;
 }
 
+void Storage::rebind(void* data, Allocator& allocator) {
+  TESSEL_CHECK(allocator_ != nullptr, "cannot rebind storage that wraps external memory");
+  if (data_ != nullptr) allocator_->deallocate(data_, nbytes_);
+  data_ = data;
+  allocator_ = &allocator;
+  device_ = allocator.device();
+}
+
 void Storage::materialize() {
   if (is_materialized()) return;
   data_ = allocator_->allocate(nbytes_);

@@ -33,6 +33,11 @@ class Storage {
   void release();
   // Allocates the bytes again (contents undefined); no-op when already materialised.
   void materialize();
+  // Takes over `data` (nbytes() bytes that `allocator` handed out) as this storage's memory and
+  // frees the bytes it held: how memory/ moves a chunk between tiers, each tier its own
+  // allocator, while every tensor viewing the storage keeps its handle. A null `data` leaves the
+  // storage released, to be materialised from `allocator`.
+  void rebind(void* data, Allocator& allocator);
 
  private:
   void* data_ = nullptr;
