@@ -24,3 +24,10 @@ find_package(CLI11 REQUIRED)
 find_package(nlohmann_json REQUIRED)
 # toml++: the training configuration files (header-only).
 find_package(tomlplusplus REQUIRED)
+
+# liburing: io_uring for the NVMe tier's asynchronous direct I/O (docs/MEMORY.md).
+find_library(URING_LIBRARY NAMES uring REQUIRED)
+find_path(URING_INCLUDE_DIR liburing.h REQUIRED)
+add_library(tessel_dep_uring INTERFACE)
+target_link_libraries(tessel_dep_uring INTERFACE ${URING_LIBRARY})
+target_include_directories(tessel_dep_uring SYSTEM INTERFACE ${URING_INCLUDE_DIR})

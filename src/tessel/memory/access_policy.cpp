@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tessel/memory/access_policy.h"
+
+#include <algorithm>
+
+#include "tessel/core/error.h"
+
+namespace tessel::memory {
+
+namespace {
+// How far ahead on_access looks for an access that is not the expected one before it declares
+// the step out of sync with the trace.
+constexpr size_t kResyncWindow = 64;
+}  // namespace
+
+void AccessPolicy::resize(int num_chunks) {
+  last_use_.assign(size_t(num_chunks), 0);
+  positions_.assign(size_t(num_chunks), {});
+}
+
+void AccessPolicy::on_access(int chunk) {
+  TESSEL_CHECK(chunk >= 0 && size_t(chunk) < last_use_.size(), "access of chunk ", chunk, " of ",
+               last_use_.size());
+  last_use_[size_t(chunk)] = ++tick_;
+  if (recording_) recorded_.push_back(chunk);
+  if (trace_.empty()) return;
+  if (cursor_ == trace_.size() && trace_[0] == chunk) {
+    cursor_ = 1;  // the next step began
+    in_sync_ = true;
+    return;
+  }
+  if (!in_sync_) return;
+  size_t end = std::min(trace_.size(), cursor_ + kResyncWindow);
+  for (size_t p = cursor_; p < end; ++p) {
+    if (trace_[p] == chunk) {
+      cursor_ = p + 1;
+      return;
+    }
+  }
+  in_sync_ = false;
+}
+
+void AccessPolicy::start_recording() {
+  recording_ = true;
+  recorded_.clear();
+}
+
+std::vector<int> AccessPolicy::stop_recording() {
+  recording_ = false;
+  return std::move(recorded_);
+}
+
+void AccessPolicy::use_trace(std::vector<int> trace) {
+  trace_ = std::move(trace);
+  for (auto& p : positions_) p.clear();
+  for (size_t i = 0; i < trace_.size(); ++i) {
+    int c = trace_[i];
+    TESSEL_CHECK(c >= 0 && size_t(c) < positions_.size(), "trace position ", i, " names chunk ", c,
+                 " of ", positions_.size());
+    positions_[size_t(c)].push_back(i);
+  }
+  cursor_ = 0;
+  in_sync_ = true;
+}
+
+size_t AccessPolicy::next_use(int chunk, size_t from) const {
+  const auto& pos = positions_[size_t(chunk)];
+  if (pos.empty()) return kNever;
+  size_t step = trace_.size();
+  size_t base = from / step * step;
+  auto it = std::lower_bound(pos.begin(), pos.end(), from - base);
+  if (it != pos.end()) return base + *it;
+  return base + step + pos.front();
+}
+
+int AccessPolicy::choose_victim(std::span<const int> candidates) const {
+  int best = -1;
+  if (has_trace()) {
+    size_t best_next = 0;
+    for (int c : candidates) {
+      size_t next = next_use(c, cursor_);
+      if (best < 0 || next > best_next || (next == best_next && c < best)) {
+        best = c;
+        best_next = next;
+      }
+    }
+    return best;
+  }
+  uint64_t best_tick = 0;
+  for (int c : candidates) {
+    uint64_t t = last_use_[size_t(c)];
+    if (best < 0 || t < best_tick || (t == best_tick && c < best)) {
+      best = c;
+      best_tick = t;
+    }
+  }
+  return best;
+}
+
+}  // namespace tessel::memory

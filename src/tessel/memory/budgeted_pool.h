@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: Apache-2.0
+// BudgetedPool: an Allocator of direct-I/O-aligned host memory that never hands out more than
+// its byte budget. It backs the host tier, and the device tier on a machine without an
+// accelerator, so the offload policy runs unchanged against a budget it cannot overrun.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "tessel/tensor/allocator.h"
+
+namespace tessel::memory {
+
+class BudgetedPool final : public Allocator {
+ public:
+  BudgetedPool(std::string name, size_t budget) : name_(std::move(name)), budget_(budget) {}
+  ~BudgetedPool() override = default;
+
+  // Throws an Error naming the pool, its budget, the bytes in use and the request when the
+  // request does not fit.
+  void* allocate(size_t nbytes) override;
+  void deallocate(void* ptr, size_t nbytes) override;
+  Device device() const override { return Device::cpu(); }
+
+  bool fits(size_t nbytes) const { return bytes_in_use() + nbytes <= budget_; }
+  size_t budget() const { return budget_; }
+  size_t available() const { return budget_ - bytes_in_use(); }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  size_t budget_;
+};
+
+}  // namespace tessel::memory

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+// ChunkManager: lays registered tensors (parameters, their 16-bit copies, gradients, optimizer
+// states) out in fixed-size chunks in the order the step first uses them, one chunk list per
+// kind of tensor (PatrickStar, Fang et al. 2021), and moves chunks between the device, host and
+// NVMe tiers under byte budgets (ZeRO-Infinity's tiers). Each tensor becomes a view into its
+// chunk's Storage, so Tensor handles stay valid while the bytes move. Eviction follows
+// AccessPolicy (LRU, or Belady's MIN with a recorded trace); with a trace, reads are issued
+// ahead of use by conservative prefetching (Cao et al. 1995: the same replacements as MIN, only
+// earlier), so the number of NVMe reads stays MIN's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tessel/memory/access_policy.h"
+#include "tessel/memory/budgeted_pool.h"
+#include "tessel/memory/chunk.h"
+#include "tessel/memory/memory_config.h"
+#include "tessel/memory/nvme_tier.h"
+#include "tessel/tensor/tensor.h"
+
+namespace tessel::memory {
+
+enum class AccessMode : uint8_t { Read, ReadWrite };
+
+struct MemoryStats {
+  int64_t nvme_reads = 0;      // chunk reads from NVMe (demand + prefetch)
+  int64_t demand_reads = 0;    // reads issued by the access that needed them
+  int64_t prefetch_reads = 0;  // reads issued ahead of use
+  int64_t nvme_writes = 0;     // chunk writes to NVMe
+  int64_t io_waits = 0;        // accesses that found their chunk's I/O still in flight
+  int64_t host_to_device = 0;  // chunk copies between the memory tiers
+  int64_t device_to_host = 0;
+  size_t bytes_read = 0;
+  size_t bytes_written = 0;
+};
+
+class ChunkManager {
+ public:
+  // Opens the tiers; with memory.nvme_dir set, probes the directory (one clear error when it
+  // is missing, not writable or refuses writes).
+  explicit ChunkManager(MemoryConfig config);
+  // Tensors outlive the manager: chunks still in memory are copied to plain host memory, the
+  // tensors of chunks on NVMe are left released.
+  ~ChunkManager();
+  ChunkManager(const ChunkManager&) = delete;
+  ChunkManager& operator=(const ChunkManager&) = delete;
+
+  // Registers a contiguous tensor in the next free place of its group's open chunk, in call
+  // order (call in the order of first use). It becomes a view into the chunk at seal(); views
+  // taken from it before then keep the old storage.
+  void add(const Tensor& tensor, const std::string& group);
+  // Lays out the chunks, checks that the budgets can hold them (naming the smallest budget
+  // that would work otherwise), reserves the NVMe space, copies every tensor into its chunk
+  // and places the chunks (host first, then device, then NVMe).
+  void seal();
+
+  // Makes the chunk's bytes valid in `tier` (a memory tier) and holds it there for compute.
+  // Nested accesses count; Read keeps a clean NVMe copy valid, so evicting it writes nothing.
+  void access(int chunk, AccessMode mode = AccessMode::ReadWrite, Tier tier = Tier::Device);
+  // Ends one access; the last one moves the chunk to `after` (Hold, HoldAfterForward or
+  // HoldAfterBackward).
+  void release(int chunk, ChunkState after = ChunkState::Hold);
+  // Drops the contents (gradients after the update): no bytes anywhere until the next access,
+  // which starts from zeros.
+  void free(int chunk);
+  void access(const Tensor& tensor, AccessMode mode = AccessMode::ReadWrite) {
+    access(chunk_of(tensor), mode);
+  }
+  void release(const Tensor& tensor, ChunkState after = ChunkState::Hold) {
+    release(chunk_of(tensor), after);
+  }
+  // Moves a chunk that is not held for compute to `tier` now (waits for the transfer).
+  void move(int chunk, Tier tier);
+  // Starts bringing the chunk into `tier` without waiting (an NVMe read stays in flight).
+  void prefetch(int chunk, Tier tier = Tier::Device);
+  void wait_all();  // completes every transfer in flight
+
+  // Policy: record one step's accesses, then use them (Belady eviction, prefetch `distance`
+  // accesses ahead; 0 disables prefetch).
+  void start_trace() { policy_.start_recording(); }
+  std::vector<int> stop_trace() { return policy_.stop_recording(); }
+  void use_trace(std::vector<int> trace, int prefetch_distance);
+
+  int chunk_of(const Tensor& tensor) const;
+  int num_chunks() const { return int(chunks_.size()); }
+  const Chunk& chunk(int id) const { return *chunks_.at(size_t(id)); }
+  size_t chunk_bytes() const { return config_.chunk_bytes; }
+  const BudgetedPool& pool(Tier tier) const;
+  size_t nvme_bytes_in_use() const;
+  const MemoryStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+  bool direct_io() const { return nvme_ && nvme_->direct(); }
+  std::string direct_io_fallback() const { return nvme_ ? nvme_->fallback_reason() : ""; }
+  // Throws unless every pool's bytes in use equal the chunks it holds and stay within budget.
+  void check_accounting() const;
+
+ private:
+  struct Pending {
+    Tensor tensor;
+    std::string group;
+  };
+  BudgetedPool& pool_of(Tier tier);
+  Chunk& at(int id);
+  void check_sealed(const char* what) const;
+  void fill_and_place(Chunk& chunk, const std::vector<const Pending*>& members, void* staging);
+  // Tier moves (chunk_mover.cpp).
+  void bring_to(Chunk& chunk, Tier tier, bool prefetching);
+  void make_room(Tier tier, int exclude);
+  // Whether make_room(tier) can succeed without touching a chunk on its way between tiers
+  // (when it cannot, a device victim skips the host and goes to NVMe).
+  bool can_make_room(Tier tier, int exclude) const;
+  void evict(Chunk& chunk);
+  void write_to_nvme(Chunk& chunk);
+  void finish_io(Chunk& chunk);
+  int64_t take_nvme_slot(int exclude);
+  void run_prefetch();
+  [[noreturn]] void fail_budget(Tier tier, int exclude) const;
+
+  MemoryConfig config_;
+  BudgetedPool device_;
+  BudgetedPool host_;
+  std::unique_ptr<NvmeTier> nvme_;
+  std::vector<Pending> pending_;
+  std::vector<std::unique_ptr<Chunk>> chunks_;
+  std::unordered_map<const Storage*, int> chunk_by_storage_;
+  bool sealed_ = false;
+  AccessPolicy policy_;
+  int prefetch_distance_ = 0;
+  MemoryStats stats_;
+};
+
+}  // namespace tessel::memory

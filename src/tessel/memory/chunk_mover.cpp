@@ -1,0 +1,228 @@
+// SPDX-License-Identifier: Apache-2.0
+// ChunkManager's tier moves: bringing a chunk into a memory tier, making room by eviction down
+// the tiers (device -> host -> NVMe), NVMe transfers and their completion, and conservative
+// prefetching along the recorded trace.
+#include <cstring>
+
+#include "tessel/core/error.h"
+#include "tessel/memory/chunk_manager.h"
+
+namespace tessel::memory {
+
+void ChunkManager::move(int id, Tier tier) {
+  check_sealed("move");
+  Chunk& c = at(id);
+  TESSEL_CHECK(c.state != ChunkState::Compute && c.state != ChunkState::Free, "chunk ", id,
+               " cannot move while ", state_name(c.state));
+  if (tier == Tier::Nvme) {
+    TESSEL_CHECK(nvme_, "chunk ", id, " cannot move to NVMe: memory.nvme_dir is not set");
+    finish_io(c);
+    if (c.tier != Tier::Nvme) write_to_nvme(c);
+  } else {
+    bring_to(c, tier, false);
+  }
+  finish_io(c);
+}
+
+void ChunkManager::prefetch(int id, Tier tier) {
+  check_sealed("prefetch");
+  Chunk& c = at(id);
+  if (c.state == ChunkState::Free || c.state == ChunkState::Compute) return;
+  bring_to(c, tier, true);
+}
+
+void ChunkManager::wait_all() {
+  for (auto& c : chunks_) finish_io(*c);
+}
+
+void ChunkManager::bring_to(Chunk& c, Tier tier, bool prefetching) {
+  const size_t cb = config_.chunk_bytes;
+  if (c.io == Chunk::Io::Reading && c.tier == tier) return;
+  finish_io(c);
+  if (c.tier == tier) return;
+  // Making room may cascade down the tiers; the chunk being brought in must not be the one
+  // that makes room in the tier it comes from.
+  c.moving = true;
+  try {
+    make_room(tier, c.id);
+  } catch (...) {
+    c.moving = false;
+    throw;
+  }
+  c.moving = false;
+  BudgetedPool& pool = pool_of(tier);
+  void* p = pool.allocate(cb);
+  if (c.tier == Tier::Nvme) {
+    c.ticket = nvme_->read(c.nvme_slot, p);
+    c.io = Chunk::Io::Reading;
+    c.pending_buffer = p;
+    c.prefetched = prefetching;
+    ++stats_.nvme_reads;
+    ++(prefetching ? stats_.prefetch_reads : stats_.demand_reads);
+    stats_.bytes_read += cb;
+  } else {
+    std::memcpy(p, c.storage->data(), cb);
+    ++(tier == Tier::Device ? stats_.host_to_device : stats_.device_to_host);
+    c.storage->rebind(p, pool);
+  }
+  c.tier = tier;
+}
+
+void ChunkManager::make_room(Tier tier, int exclude) {
+  BudgetedPool& pool = pool_of(tier);
+  while (!pool.fits(config_.chunk_bytes)) {
+    // A write already leaving this tier frees its bytes soonest: wait for it first.
+    Chunk* writing = nullptr;
+    std::vector<int> candidates;
+    for (auto& c : chunks_) {
+      if (c->tier != tier || c->id == exclude || c->moving) continue;
+      if (c->io == Chunk::Io::Writing && writing == nullptr) writing = c.get();
+      if (c->io == Chunk::Io::None && c->state != ChunkState::Compute &&
+          c->state != ChunkState::Free && c->storage->is_materialized()) {
+        candidates.push_back(c->id);
+      }
+    }
+    if (writing != nullptr) {
+      finish_io(*writing);
+      continue;
+    }
+    int victim = policy_.choose_victim(candidates);
+    if (victim < 0) fail_budget(tier, exclude);
+    evict(at(victim));
+  }
+}
+
+bool ChunkManager::can_make_room(Tier tier, int exclude) const {
+  const BudgetedPool& p = pool(tier);
+  if (p.budget() < config_.chunk_bytes) return false;
+  if (p.fits(config_.chunk_bytes)) return true;
+  for (const auto& c : chunks_) {
+    if (c->tier != tier || c->id == exclude || c->moving) continue;
+    if (c->io == Chunk::Io::Writing) return true;
+    if (c->io == Chunk::Io::None && c->state != ChunkState::Compute &&
+        c->storage->is_materialized()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void ChunkManager::evict(Chunk& c) {
+  const size_t cb = config_.chunk_bytes;
+  if (c.tier == Tier::Device && can_make_room(Tier::Host, c.id)) {
+    make_room(Tier::Host, c.id);
+    void* p = host_.allocate(cb);
+    std::memcpy(p, c.storage->data(), cb);
+    c.storage->rebind(p, host_);
+    c.tier = Tier::Host;
+    ++stats_.device_to_host;
+    return;
+  }
+  if (!nvme_) fail_budget(c.tier, -1);
+  write_to_nvme(c);
+}
+
+void ChunkManager::write_to_nvme(Chunk& c) {
+  if (c.nvme_valid && c.nvme_slot >= 0) {
+    // Clean: the slot already holds these bytes.
+    c.storage->release();
+    c.tier = Tier::Nvme;
+    return;
+  }
+  if (c.nvme_slot < 0) c.nvme_slot = take_nvme_slot(c.id);
+  c.ticket = nvme_->write(c.nvme_slot, c.storage->data());
+  c.io = Chunk::Io::Writing;
+  ++stats_.nvme_writes;
+  stats_.bytes_written += config_.chunk_bytes;
+}
+
+void ChunkManager::finish_io(Chunk& c) {
+  if (c.io == Chunk::Io::None) return;
+  IoTicket ticket = std::move(c.ticket);
+  Chunk::Io io = c.io;
+  c.io = Chunk::Io::None;
+  if (io == Chunk::Io::Reading) {
+    void* p = c.pending_buffer;
+    c.pending_buffer = nullptr;
+    try {
+      nvme_->wait(ticket);
+    } catch (const Error&) {
+      // The chunk stays on NVMe (its slot still holds the contents); the buffer goes back.
+      pool_of(c.tier).deallocate(p, config_.chunk_bytes);
+      c.tier = Tier::Nvme;
+      throw;
+    }
+    c.storage->rebind(p, pool_of(c.tier));
+  } else {
+    nvme_->wait(ticket);  // on failure the bytes stay in memory, in their tier
+    c.storage->release();
+    c.tier = Tier::Nvme;
+    c.nvme_valid = true;
+  }
+}
+
+int64_t ChunkManager::take_nvme_slot(int exclude) {
+  TESSEL_CHECK(nvme_, "no NVMe tier: memory.nvme_dir is not set");
+  int64_t slot = nvme_->allocate_slot();
+  if (slot >= 0) return slot;
+  // Every slot is taken: take one back from a chunk in memory, whose NVMe copy is only a cache.
+  for (auto& c : chunks_) {
+    if (c->id == exclude || c->nvme_slot < 0 || c->io != Chunk::Io::None) continue;
+    if (c->tier != Tier::Device && c->tier != Tier::Host) continue;
+    nvme_->free_slot(c->nvme_slot);
+    c->nvme_slot = -1;
+    c->nvme_valid = false;
+    return nvme_->allocate_slot();
+  }
+  TESSEL_FAIL("NVMe tier in ", nvme_->dir(), ": all ", nvme_->slots(), " slots of ",
+              config_.chunk_bytes, " bytes are in use (memory.nvme_budget ", config_.nvme_budget,
+              ")");
+}
+
+void ChunkManager::fail_budget(Tier tier, int exclude) const {
+  const size_t cb = config_.chunk_bytes;
+  const BudgetedPool& p = pool(tier);
+  size_t held = 0;
+  for (const auto& c : chunks_) {
+    if (c->tier == tier && c->state == ChunkState::Compute) ++held;
+  }
+  bool below = tier == Tier::Device ? host_.budget() >= cb || nvme_ : bool(nvme_);
+  TESSEL_FAIL(
+      tier_name(tier), " tier: no room for a chunk of ", cb, " bytes (chunk ", exclude,
+      "): memory.", tier_name(tier), "_budget ", p.budget(), " bytes, ", p.bytes_in_use(),
+      " in use, ", held, " chunks held for compute", below ? "" : " and no lower tier to evict to",
+      "; the smallest budget that works for this working set is ", (held + 1) * cb, " bytes");
+}
+
+void ChunkManager::run_prefetch() {
+  if (prefetch_distance_ == 0 || !policy_.has_trace()) return;
+  const std::vector<int>& trace = policy_.trace();
+  const size_t now = policy_.cursor();
+  const size_t end = std::min(trace.size(), now + size_t(prefetch_distance_));
+  for (size_t u = now; u < end; ++u) {
+    Chunk& x = at(trace[u]);
+    if (x.state == ChunkState::Free || x.tier == Tier::Device) continue;  // no read needed
+    if (!device_.fits(config_.chunk_bytes)) {
+      // The chunk MIN evicts at the miss at u; it may go now only if nothing uses it before u,
+      // so the replacements stay MIN's and so does the number of reads.
+      int victim = -1;
+      size_t farthest = 0;
+      for (auto& c : chunks_) {
+        if (c->tier != Tier::Device || c->id == x.id) continue;
+        size_t next = policy_.next_use(c->id, u);
+        if (victim < 0 || next > farthest) {
+          victim = c->id;
+          farthest = next;
+        }
+      }
+      if (victim < 0) return;
+      Chunk& v = at(victim);
+      if (v.state == ChunkState::Compute || v.io != Chunk::Io::None) return;
+      if (policy_.next_use(victim, now) < u) return;
+      evict(v);
+    }
+    bring_to(x, Tier::Device, true);
+  }
+}
+
+}  // namespace tessel::memory
