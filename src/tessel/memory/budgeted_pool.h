@@ -1,11 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // BudgetedPool: an Allocator of direct-I/O-aligned host memory that never hands out more than
 // its byte budget. It backs the host tier, and the device tier on a machine without an
-// accelerator, so the offload policy runs unchanged against a budget it cannot overrun.
+// accelerator, so the offload policy runs unchanged against a budget it cannot overrun. Freed
+// blocks are kept for the next allocation of the same size (chunks all have one size), within
+// the budget: a tier's memory is faulted in once, not every time a chunk comes back, and what
+// the pool holds, used or cached, never exceeds the budget.
 #pragma once
 
 #include <cstddef>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tessel/tensor/allocator.h"
 
@@ -14,7 +19,9 @@ namespace tessel::memory {
 class BudgetedPool final : public Allocator {
  public:
   BudgetedPool(std::string name, size_t budget) : name_(std::move(name)), budget_(budget) {}
-  ~BudgetedPool() override = default;
+  ~BudgetedPool() override;
+  BudgetedPool(const BudgetedPool&) = delete;
+  BudgetedPool& operator=(const BudgetedPool&) = delete;
 
   // Throws an Error naming the pool, its budget, the bytes in use and the request when the
   // request does not fit.
@@ -25,11 +32,17 @@ class BudgetedPool final : public Allocator {
   bool fits(size_t nbytes) const { return bytes_in_use() + nbytes <= budget_; }
   size_t budget() const { return budget_; }
   size_t available() const { return budget_ - bytes_in_use(); }
+  // Bytes in use plus freed blocks kept for reuse: what the pool takes from the machine.
+  size_t bytes_held() const { return bytes_in_use() + cached_bytes_; }
   const std::string& name() const { return name_; }
 
  private:
+  void drop_cache();
+
   std::string name_;
   size_t budget_;
+  std::vector<std::pair<void*, size_t>> cache_;  // freed blocks and their sizes
+  size_t cached_bytes_ = 0;
 };
 
 }  // namespace tessel::memory

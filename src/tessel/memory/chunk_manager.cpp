@@ -257,9 +257,9 @@ void ChunkManager::check_accounting() const {
                        (c->tier != Tier::Nvme && c->storage->is_materialized()),
                    "chunk ", c->id, " is held for compute without its bytes in memory");
     }
-    TESSEL_CHECK(held == p.bytes_in_use() && p.bytes_in_use() <= p.budget(), tier_name(tier),
-                 " tier: ", p.bytes_in_use(), " bytes in use, chunks hold ", held, ", budget ",
-                 p.budget());
+    TESSEL_CHECK(held == p.bytes_in_use() && p.bytes_held() <= p.budget(), tier_name(tier),
+                 " tier: ", p.bytes_in_use(), " bytes in use (", p.bytes_held(),
+                 " with freed blocks kept), chunks hold ", held, ", budget ", p.budget());
   }
   size_t on_nvme = 0;
   for (const auto& c : chunks_) {
