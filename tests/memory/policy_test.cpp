@@ -9,6 +9,7 @@
 #include <bit>
 #include <random>
 
+#include "common/error_text.h"
 #include "memory_test_util.h"
 #include "tessel/memory/chunk_manager.h"
 
@@ -102,8 +103,9 @@ TEST(Policy, BeladyReadsEqualTheOptimumWithAndWithoutPrefetch) {
       Fixture f(chunks, capacity);
       f.manager->start_trace();
       f.run(seq);  // the recorded step, under LRU
-      std::vector<int> trace = f.manager->stop_trace();
-      ASSERT_EQ(trace, seq);
+      AccessTrace trace = f.manager->stop_trace();
+      ASSERT_EQ(trace.accesses, seq);
+      ASSERT_EQ(trace.max_held, 1);
       int64_t optimum = optimal_fetches(seq, chunks, capacity, f.device_mask());
       f.manager->reset_stats();
       f.manager->use_trace(trace, distance);
@@ -142,6 +144,25 @@ TEST(Policy, LruWithoutATraceReadsMoreThanBelady) {
   EXPECT_EQ(lru.manager->stats().nvme_reads, 24);
   EXPECT_EQ(min.manager->stats().nvme_reads, optimal_fetches(seq, 4, 3, start));
   EXPECT_LT(min.manager->stats().nvme_reads, 12);
+}
+
+TEST(Policy, AWorkingSetLargerThanTheDeviceIsRefusedBeforeTheStep) {
+  Fixture big(5, 4);
+  big.manager->start_trace();
+  for (int c : {0, 1, 2}) big.manager->access(c);  // a step that holds three chunks at once
+  for (int c : {2, 1, 0}) big.manager->release(c);
+  big.manager->access(3);
+  big.manager->release(3);
+  AccessTrace trace = big.manager->stop_trace();
+  EXPECT_EQ(trace.max_held, 3);
+  Fixture small(5, 2);
+  test::expect_error(
+      [&] { small.manager->use_trace(trace, 2); },
+      {"memory.device_budget of 16384 bytes holds 2 chunks", "holds 3 chunks for compute at once",
+       "smallest device budget that works is 24576 bytes"});
+  Fixture enough(5, 3);
+  enough.manager->use_trace(trace, 2);
+  enough.run({0, 1, 2, 3});
 }
 
 TEST(Policy, ManyChunkReadsInFlightAtOnce) {

@@ -205,6 +205,7 @@ void ChunkManager::access(int id, AccessMode mode, Tier tier) {
     finish_io(c);
   }
   if (mode == AccessMode::ReadWrite) c.nvme_valid = false;
+  if (c.compute_refs == 0) max_held_ = std::max(max_held_, ++held_);
   c.state = ChunkState::Compute;
   ++c.compute_refs;
   run_prefetch();
@@ -216,7 +217,10 @@ void ChunkManager::release(int id, ChunkState after) {
   TESSEL_CHECK(c.state == ChunkState::Compute && c.compute_refs > 0, "chunk ", id,
                " released while ", state_name(c.state), " (not held for compute)");
   check_transition(id, c.state, after);
-  if (--c.compute_refs == 0) c.state = after;
+  if (--c.compute_refs == 0) {
+    c.state = after;
+    --held_;
+  }
   run_prefetch();
 }
 
@@ -233,10 +237,25 @@ void ChunkManager::free(int id) {
   c.state = ChunkState::Free;
 }
 
-void ChunkManager::use_trace(std::vector<int> trace, int prefetch_distance) {
+void ChunkManager::start_trace() {
+  policy_.start_recording();
+  max_held_ = held_;
+}
+
+AccessTrace ChunkManager::stop_trace() {
+  return {policy_.stop_recording(), max_held_};
+}
+
+void ChunkManager::use_trace(AccessTrace trace, int prefetch_distance) {
   check_sealed("use_trace");
   TESSEL_CHECK(prefetch_distance >= 0, "prefetch distance ", prefetch_distance, " < 0");
-  policy_.use_trace(std::move(trace));
+  const size_t cb = config_.chunk_bytes;
+  TESSEL_CHECK(size_t(trace.max_held) <= device_.budget() / cb, "memory.device_budget of ",
+               device_.budget(), " bytes holds ", device_.budget() / cb, " chunks of ", cb,
+               " bytes, but the traced step holds ", trace.max_held,
+               " chunks for compute at once: the smallest device budget that works is ",
+               size_t(trace.max_held) * cb, " bytes");
+  policy_.use_trace(std::move(trace.accesses));
   prefetch_distance_ = prefetch_distance;
   run_prefetch();  // the step's first reads start now, not at its first access
 }

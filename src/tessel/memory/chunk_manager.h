@@ -27,6 +27,12 @@ namespace tessel::memory {
 
 enum class AccessMode : uint8_t { Read, ReadWrite };
 
+// One recorded step: every chunk access in order, and the most chunks held at once.
+struct AccessTrace {
+  std::vector<int> accesses;
+  int max_held = 0;
+};
+
 struct MemoryStats {
   int64_t nvme_reads = 0;      // chunk reads from NVMe (demand + prefetch)
   int64_t demand_reads = 0;    // reads issued by the access that needed them
@@ -82,9 +88,11 @@ class ChunkManager {
 
   // Policy: record one step's accesses, then use them (Belady eviction, prefetch `distance`
   // accesses ahead; 0 disables prefetch).
-  void start_trace() { policy_.start_recording(); }
-  std::vector<int> stop_trace() { return policy_.stop_recording(); }
-  void use_trace(std::vector<int> trace, int prefetch_distance);
+  // The trace also records the most chunks held for compute at once: the step's working set,
+  // which use_trace() checks against the device budget before any step runs with it.
+  void start_trace();
+  AccessTrace stop_trace();
+  void use_trace(AccessTrace trace, int prefetch_distance);
 
   int chunk_of(const Tensor& tensor) const;
   int num_chunks() const { return int(chunks_.size()); }
@@ -131,6 +139,8 @@ class ChunkManager {
   bool sealed_ = false;
   AccessPolicy policy_;
   int prefetch_distance_ = 0;
+  int held_ = 0;      // chunks in Compute now
+  int max_held_ = 0;  // the most since start_trace()
   MemoryStats stats_;
 };
 
