@@ -68,9 +68,9 @@ struct Fixture {
     }
     manager->seal();
   }
-  void run(const std::vector<int>& seq) {
+  void run(const std::vector<int>& seq, AccessMode mode = AccessMode::Read) {
     for (int c : seq) {
-      manager->access(c, AccessMode::Read);
+      manager->access(c, mode);
       EXPECT_EQ(manager->chunk(c).tier, Tier::Device);
       manager->release(c, ChunkState::HoldAfterForward);
       manager->check_accounting();
@@ -122,6 +122,34 @@ TEST(Policy, BeladyReadsEqualTheOptimumWithAndWithoutPrefetch) {
       }
     }
   }
+}
+
+TEST(Policy, DirtyChunksKeepTheOptimumAndTheirContents) {
+  // Every access writes, so every eviction writes to NVMe and prefetch must not wait for it.
+  const int chunks = 7, capacity = 3;
+  std::vector<int> seq = random_sequence(40, chunks, 5);
+  Fixture f(chunks, capacity);
+  f.manager->start_trace();
+  f.run(seq, AccessMode::ReadWrite);
+  AccessTrace trace = f.manager->stop_trace();
+  int64_t optimum = optimal_fetches(seq, chunks, capacity, f.device_mask());
+  f.manager->reset_stats();
+  f.manager->use_trace(trace, 4);
+  std::vector<float> last(chunks, -1.0f);
+  for (size_t i = 0; i < seq.size(); ++i) {
+    int c = seq[i];
+    f.manager->access(c);
+    Tensor& t = f.tensors[size_t(c)];
+    if (last[size_t(c)] >= 0) {
+      EXPECT_EQ(t.to_vector<float>()[1999], last[size_t(c)]);
+    }
+    t.fill(double(i));
+    last[size_t(c)] = float(i);
+    f.manager->release(c, ChunkState::HoldAfterBackward);
+    f.manager->check_accounting();
+  }
+  EXPECT_EQ(f.manager->stats().nvme_reads, optimum);
+  EXPECT_GT(f.manager->stats().nvme_writes, 0);
 }
 
 TEST(Policy, LruWithoutATraceReadsMoreThanBelady) {

@@ -202,6 +202,19 @@ void ChunkManager::run_prefetch() {
   for (size_t u = now; u < end; ++u) {
     Chunk& x = at(trace[u]);
     if (x.state == ChunkState::Free || x.tier == Tier::Device) continue;  // no read needed
+    if (x.io == Chunk::Io::Writing && !nvme_->done(x.ticket)) return;
+    // Prefetch never blocks the caller on a write: a victim's write still in flight is
+    // picked up at a later access or release, and the walk resumes from this miss.
+    bool leaving = false;
+    for (auto& c : chunks_) {
+      if (c->tier != Tier::Device || c->io != Chunk::Io::Writing) continue;
+      if (nvme_->done(c->ticket)) {
+        finish_io(*c);
+      } else {
+        leaving = true;
+      }
+    }
+    if (!device_.fits(config_.chunk_bytes) && leaving) return;
     if (!device_.fits(config_.chunk_bytes)) {
       // The chunk MIN evicts at the miss at u; it may go now only if nothing uses it before u,
       // so the replacements stay MIN's and so does the number of reads.
@@ -220,6 +233,7 @@ void ChunkManager::run_prefetch() {
       if (v.state == ChunkState::Compute || v.io != Chunk::Io::None) return;
       if (policy_.next_use(victim, now) < u) return;
       evict(v);
+      if (v.io == Chunk::Io::Writing) return;
     }
     bring_to(x, Tier::Device, true);
   }
