@@ -52,7 +52,7 @@ struct Chunk {
   enum class Io : uint8_t { None, Reading, Writing } io = Io::None;
   IoTicket ticket;
   void* pending_buffer = nullptr;
-  bool prefetched = false;  // the read in flight was issued ahead of the access
+  bool prefetched = false;  // read ahead of use and not accessed since
   bool moving = false;      // being brought into another tier: not an eviction candidate
 };
 

@@ -206,6 +206,7 @@ void ChunkManager::access(int id, AccessMode mode, Tier tier) {
   }
   if (mode == AccessMode::ReadWrite) c.nvme_valid = false;
   if (c.compute_refs == 0) max_held_ = std::max(max_held_, ++held_);
+  c.prefetched = false;
   c.state = ChunkState::Compute;
   ++c.compute_refs;
   run_prefetch();
@@ -258,6 +259,12 @@ void ChunkManager::use_trace(AccessTrace trace, int prefetch_distance) {
   policy_.use_trace(std::move(trace.accesses));
   prefetch_distance_ = prefetch_distance;
   run_prefetch();  // the step's first reads start now, not at its first access
+}
+
+int ChunkManager::prefetched_unused() const {
+  int n = 0;
+  for (const auto& c : chunks_) n += c->prefetched;
+  return n;
 }
 
 size_t ChunkManager::nvme_bytes_in_use() const {

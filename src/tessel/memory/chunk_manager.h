@@ -101,6 +101,8 @@ class ChunkManager {
   const BudgetedPool& pool(Tier tier) const;
   size_t nvme_bytes_in_use() const;
   const MemoryStats& stats() const { return stats_; }
+  // Chunks read ahead and not accessed yet (at the end of a step: the next step's first reads).
+  int prefetched_unused() const;
   void reset_stats() { stats_ = {}; }
   bool direct_io() const { return nvme_ && nvme_->direct(); }
   std::string direct_io_fallback() const { return nvme_ ? nvme_->fallback_reason() : ""; }

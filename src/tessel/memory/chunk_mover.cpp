@@ -197,10 +197,12 @@ void ChunkManager::fail_budget(Tier tier, int exclude) const {
 void ChunkManager::run_prefetch() {
   if (prefetch_distance_ == 0 || !policy_.has_trace()) return;
   const std::vector<int>& trace = policy_.trace();
+  // Positions past the trace's end are the next step's (the trace repeats), so its first
+  // reads start before the step ends; next_use() counts positions the same way.
   const size_t now = policy_.cursor();
-  const size_t end = std::min(trace.size(), now + size_t(prefetch_distance_));
+  const size_t end = now + size_t(prefetch_distance_);
   for (size_t u = now; u < end; ++u) {
-    Chunk& x = at(trace[u]);
+    Chunk& x = at(trace[u % trace.size()]);
     if (x.state == ChunkState::Free || x.tier == Tier::Device) continue;  // no read needed
     if (x.io == Chunk::Io::Writing && !nvme_->done(x.ticket)) return;
     // Prefetch never blocks the caller on a write: a victim's write still in flight is
