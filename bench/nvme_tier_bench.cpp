@@ -4,7 +4,9 @@
 // moves (host tier <-> NVMe), printed as one JSON line per figure. Compare with fio on the same
 // directory, block size and queue depth (docs/BENCHMARKS.md has both commands).
 //   nvme_tier_bench --dir D [--chunk-mib 64] [--chunks 16] [--block-kib 1024] [--depth 32]
-//                   [--repeat 3]
+//                   [--repeat 3] [--overlap-passes P --prefetch D]
+// With --overlap-passes, a scripted step with P passes of compute over each chunk instead: in
+// memory, from NVMe on demand, and with prefetch D chunks ahead (bench_overlap).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,11 +25,15 @@ using namespace tessel;
 using namespace tessel::memory;
 using Clock = std::chrono::steady_clock;
 
+volatile double g_sink = 0;  // keeps the overlap benchmark's compute from being optimised away
+
 struct Options {
   std::string dir;
   size_t chunk_mib = 64, chunks = 16, block_kib = 1024;
   unsigned depth = 32;
   int repeat = 3;
+  int overlap_passes = 0;  // > 0: run the overlap benchmark instead, this much compute per chunk
+  int prefetch = 2;
 };
 
 Options parse(int argc, char** argv) {
@@ -48,9 +54,14 @@ Options parse(int argc, char** argv) {
       o.depth = unsigned(std::stoul(value));
     } else if (arg == "--repeat") {
       o.repeat = std::stoi(value);
+    } else if (arg == "--overlap-passes") {
+      o.overlap_passes = std::stoi(value);
+    } else if (arg == "--prefetch") {
+      o.prefetch = std::stoi(value);
     } else {
       TESSEL_FAIL("nvme_tier_bench: unknown option ", arg,
-                  " (expected --dir, --chunk-mib, --chunks, --block-kib, --depth, --repeat)");
+                  " (expected --dir, --chunk-mib, --chunks, --block-kib, --depth, --repeat, "
+                  "--overlap-passes, --prefetch)");
     }
   }
   TESSEL_CHECK(!o.dir.empty(), "nvme_tier_bench: --dir is required");
@@ -155,13 +166,79 @@ void bench_manager(const Options& o) {
   print("manager_read", o, manager.direct_io(), bytes, read_s.front(), read_s[read_s.size() / 2]);
 }
 
+// Overlap: a scripted step sweeps the chunks in order (as a forward pass sweeps the layers),
+// each access running `passes` reads over its chunk as its compute. The same step with every
+// chunk in memory (compute alone), from NVMe with the trace but no prefetch (reads on demand),
+// and with prefetch `distance` ahead; a device tier of `distance` + 1 chunks, no host tier.
+void bench_overlap(const Options& o, int passes, int distance) {
+  const size_t cb = o.chunk_mib << 20;
+  const int n = int(o.chunks);
+  auto step = [&](ChunkManager& m, const std::vector<Tensor>& tensors) {
+    double sink = 0;
+    for (int c = 0; c < n; ++c) {
+      m.access(c, AccessMode::Read);
+      const float* p = tensors[size_t(c)].data<float>();
+      for (int r = 0; r < passes; ++r) {
+        float acc = 0;
+        for (size_t i = 0; i < cb / 4; ++i) acc += p[i];
+        sink += acc;
+      }
+      m.release(c, ChunkState::HoldAfterForward);
+    }
+    return sink;
+  };
+  auto run = [&](bool on_nvme, int prefetch, const char* what) {
+    MemoryConfig config;
+    config.chunk_bytes = cb;
+    config.device_budget = on_nvme ? cb * size_t(distance + 1) : cb * o.chunks;
+    config.nvme_dir = o.dir;
+    config.io_block_bytes = o.block_kib << 10;
+    config.io_depth = o.depth;
+    ChunkManager m(config);
+    std::vector<Tensor> tensors;
+    for (int c = 0; c < n; ++c) {
+      tensors.push_back(full({int64_t(cb / 4)}, 1.0));
+      m.add(tensors.back(), "param");
+    }
+    m.seal();
+    m.start_trace();
+    g_sink = g_sink + step(m, tensors);  // the recorded step
+    m.use_trace(m.stop_trace(), prefetch);
+    std::vector<double> t;
+    MemoryStats before = m.stats();
+    for (int r = 0; r < o.repeat; ++r) {
+      auto t0 = Clock::now();
+      g_sink = g_sink + step(m, tensors);
+      t.push_back(seconds_since(t0));
+    }
+    std::sort(t.begin(), t.end());
+    const MemoryStats& s = m.stats();
+    std::printf(
+        "{\"bench\":\"nvme_overlap\",\"mode\":\"%s\",\"chunk_mib\":%zu,\"chunks\":%d,"
+        "\"passes\":%d,\"prefetch_distance\":%d,\"step_s_median\":%.3f,\"step_s_best\":%.3f,"
+        "\"reads_per_step\":%.1f,\"demand_reads_per_step\":%.1f,\"waits_per_step\":%.1f}\n",
+        what, o.chunk_mib, n, passes, prefetch, t[t.size() / 2], t.front(),
+        double(s.nvme_reads - before.nvme_reads) / o.repeat,
+        double(s.demand_reads - before.demand_reads) / o.repeat,
+        double(s.io_waits - before.io_waits) / o.repeat);
+    std::fflush(stdout);
+  };
+  run(false, 0, "in_memory");
+  run(true, 0, "nvme_on_demand");
+  run(true, distance, "nvme_prefetch");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     Options o = parse(argc, argv);
-    bench_tier(o);
-    bench_manager(o);
+    if (o.overlap_passes > 0) {
+      bench_overlap(o, o.overlap_passes, o.prefetch);
+    } else {
+      bench_tier(o);
+      bench_manager(o);
+    }
   } catch (const tessel::Error& e) {
     std::fprintf(stderr, "nvme_tier_bench: %s\n", e.what());
     return 1;

@@ -12,12 +12,13 @@ namespace tessel::memory {
 struct UringFile::Request {
   IoTicket ticket;
   bool write;
+  void* buf;
   uint64_t offset;
   uint32_t nbytes;
 };
 
 namespace {
-// user_data of the no-op that tells the reaper to stop (no real request has a null pointer).
+// user_data of the no-op that tells the reaper to stop (no request pointer is 0).
 constexpr uint64_t kStopTag = 0;
 }  // namespace
 
@@ -27,7 +28,7 @@ UringFile::UringFile(int fd, std::string path, unsigned depth, size_t block_byte
                "io_uring on ", path_, ": depth ", depth_, " and block ", block_bytes_,
                " bytes must be >= 1 (block <= 1 GiB)");
   // One extra entry for the stop no-op; the completion queue (twice the size) cannot overflow
-  // because at most depth_ + 1 requests are ever in flight.
+  // because at most depth_ + 1 entries are ever in flight.
   int rc = io_uring_queue_init(depth_ + 1, &ring_, 0);
   if (rc < 0) {
     ::close(fd_);
@@ -39,7 +40,7 @@ UringFile::UringFile(int fd, std::string path, unsigned depth, size_t block_byte
 UringFile::~UringFile() {
   {
     std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return in_flight_ == 0 || broken_; });
+    changed_.wait(lock, [&] { return (in_flight_ == 0 && backlog_.empty()) || broken_; });
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     io_uring_prep_nop(sqe);
     io_uring_sqe_set_data64(sqe, kStopTag);
@@ -61,33 +62,41 @@ IoTicket UringFile::write(const void* buf, size_t nbytes, uint64_t offset) {
 IoTicket UringFile::submit(bool write, void* buf, size_t nbytes, uint64_t offset) {
   auto ticket = std::make_shared<IoGroup>();
   size_t blocks = (nbytes + block_bytes_ - 1) / block_bytes_;
-  std::unique_lock lock(mutex_);
+  std::lock_guard lock(mutex_);
+  TESSEL_CHECK(!broken_, "io_uring of ", path_, " stopped working");
   ticket->remaining = int(blocks);
-  size_t b = 0;
-  while (b < blocks) {
-    // Never more than depth_ in flight: the submission queue has free entries when this holds.
-    changed_.wait(lock, [&] { return in_flight_ < depth_ || broken_; });
-    TESSEL_CHECK(!broken_, "io_uring of ", path_, " stopped working");
-    // Prepare as many requests as fit, then enter the kernel once for all of them.
-    for (unsigned n = depth_ - in_flight_; n > 0 && b < blocks; --n, ++b) {
-      size_t begin = b * block_bytes_;
-      size_t len = std::min(block_bytes_, nbytes - begin);
-      auto* request = new Request{ticket, write, offset + begin, uint32_t(len)};
-      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-      TESSEL_CHECK(sqe != nullptr, "io_uring submission queue of ", path_, " is full");
-      char* p = static_cast<char*>(buf) + begin;
-      if (write) {
-        io_uring_prep_write(sqe, fd_, p, unsigned(len), offset + begin);
-      } else {
-        io_uring_prep_read(sqe, fd_, p, unsigned(len), offset + begin);
-      }
-      io_uring_sqe_set_data(sqe, request);
-      ++in_flight_;
-    }
-    int rc = io_uring_submit(&ring_);
-    TESSEL_CHECK(rc >= 0, "io_uring_submit on ", path_, " failed: ", strerror(-rc));
+  for (size_t b = 0; b < blocks; ++b) {
+    size_t begin = b * block_bytes_;
+    size_t len = std::min(block_bytes_, nbytes - begin);
+    backlog_.push_back(
+        new Request{ticket, write, static_cast<char*>(buf) + begin, offset + begin, uint32_t(len)});
   }
+  submit_backlog();
   return ticket;
+}
+
+void UringFile::submit_backlog() {
+  // Never more than depth_ in flight (so the submission queue always has room); the rest waits
+  // here and the reaper submits it as completions free the queue, so a caller never blocks on
+  // a full queue. Everything prepared goes to the kernel in one io_uring_enter.
+  unsigned prepared = 0;
+  while (!backlog_.empty() && in_flight_ < depth_) {
+    Request* request = backlog_.front();
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    TESSEL_CHECK(sqe != nullptr, "io_uring submission queue of ", path_, " is full");
+    backlog_.pop_front();
+    if (request->write) {
+      io_uring_prep_write(sqe, fd_, request->buf, request->nbytes, request->offset);
+    } else {
+      io_uring_prep_read(sqe, fd_, request->buf, request->nbytes, request->offset);
+    }
+    io_uring_sqe_set_data(sqe, request);
+    ++in_flight_;
+    ++prepared;
+  }
+  if (prepared == 0) return;
+  int rc = io_uring_submit(&ring_);
+  TESSEL_CHECK(rc >= 0, "io_uring_submit on ", path_, " failed: ", strerror(-rc));
 }
 
 void UringFile::reap_loop() {
@@ -117,6 +126,11 @@ void UringFile::reap_loop() {
     }
     --group.remaining;
     --in_flight_;
+    try {
+      submit_backlog();
+    } catch (const Error&) {
+      broken_ = true;  // waiters fail with "stopped working" instead of hanging
+    }
     changed_.notify_all();
   }
 }
@@ -137,7 +151,7 @@ bool UringFile::done(const IoTicket& ticket) {
 
 void UringFile::wait_all() {
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return in_flight_ == 0 || broken_; });
+  changed_.wait(lock, [&] { return (in_flight_ == 0 && backlog_.empty()) || broken_; });
 }
 
 }  // namespace tessel::memory

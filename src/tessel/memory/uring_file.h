@@ -2,8 +2,10 @@
 // UringFile: asynchronous direct I/O on one file through io_uring (Linux 5.1+, Debian's
 // liburing). A read or write of a chunk is split into fixed-size requests so that up to `depth`
 // are in flight at once, the queue depth an NVMe drive needs to reach its bandwidth; a ticket
-// completes when all of its requests have. One thread submits (the caller), one reaps
-// completions (owned here), the split liburing supports without locking the rings.
+// completes when all of its requests have. Requests beyond the depth wait in a backlog that the
+// completion thread (owned here) submits as room frees, so starting a transfer never waits for
+// the queue. Submission is serialised by a mutex; completions are reaped by that one thread,
+// which liburing supports without locking the completion ring.
 #pragma once
 
 #include <liburing.h>
@@ -11,6 +13,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,6 +52,7 @@ class UringFile {
  private:
   struct Request;
   IoTicket submit(bool write, void* buf, size_t nbytes, uint64_t offset);
+  void submit_backlog();  // with mutex_ held
   void reap_loop();
 
   int fd_;
@@ -59,7 +63,8 @@ class UringFile {
   std::mutex mutex_;
   std::condition_variable changed_;  // a request completed (in_flight_ or a ticket changed)
   unsigned in_flight_ = 0;
-  bool broken_ = false;  // the reaper saw the ring fail
+  std::deque<Request*> backlog_;  // requests waiting for room in the queue
+  bool broken_ = false;           // the reaper saw the ring fail
   std::thread reaper_;
 };
 
