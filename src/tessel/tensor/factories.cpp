@@ -4,15 +4,21 @@
 #include <cstring>
 
 #include "tessel/core/threads.h"
+#include "tessel/tensor/default_device.h"
+#include "tessel/tensor/meta_copy.h"
 #include "tessel/tensor/tensor.h"
 
 namespace tessel {
 
 Tensor empty(const Shape& shape, DType dtype, Device device) {
-  TESSEL_CHECK(device.is_cpu(), "empty: device ", device.str(), " has no allocator in this build");
+  if (device.is_cpu()) device = default_device();
+  TESSEL_CHECK(device.is_cpu() || device.is_meta(), "empty: device ", device.str(),
+               " has no allocator in this build");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage =
-      std::make_shared<Storage>(size_t(shape.numel()) * dtype_size(dtype), cpu_allocator());
+  const size_t nbytes = size_t(shape.numel()) * dtype_size(dtype);
+  // A meta tensor's storage knows its size and owns no memory (data() refuses it).
+  impl->storage = device.is_meta() ? std::make_shared<Storage>(nullptr, nbytes, device, nullptr)
+                                   : std::make_shared<Storage>(nbytes, cpu_allocator());
   impl->shape = shape;
   impl->dtype = dtype;
   return Tensor(std::move(impl));
@@ -20,6 +26,10 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
 
 Tensor zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
+  if (t.device().is_meta()) {
+    report_meta_copy("fill", {}, {t});
+    return t;
+  }
   if (t.nbytes() > 0)
     std::memset(t.data_ptr(), 0, t.nbytes());  // all-zero bits is 0 for every dtype
   return t;
@@ -40,6 +50,7 @@ Tensor arange(double start, double end, double step, DType dtype) {
   double count = std::ceil((end - start) / step);
   int64_t n = count > 0 ? int64_t(count) : 0;
   Tensor t = empty({n}, dtype);
+  if (t.device().is_meta()) return t;
   for (int64_t i = 0; i < n; ++i)
     store_from_double(t.data_ptr(), dtype, size_t(i), start + double(i) * step);
   return t;
@@ -50,6 +61,7 @@ template <typename Draw>
 Tensor random_tensor(const Shape& shape, DType dtype, Generator* generator, Draw draw) {
   TESSEL_CHECK(dtype_is_float(dtype), "random tensors need a floating dtype, got ",
                dtype_name(dtype));
+  if (default_device().is_meta()) return empty(shape, dtype);  // no values to draw
   Generator& gen = generator ? *generator : default_generator();
   uint64_t seed = gen.seed();
   uint64_t offset = gen.reserve(uint64_t(shape.numel()));
@@ -104,7 +116,14 @@ Tensor concat(std::span<const Tensor> tensors, int dim) {
                    " has shape ", t.shape(), ", tensor 0 has ", first.shape());
     total += t.size(d);
   }
-  Tensor out = empty(first.shape().with(d, total), first.dtype());
+  Tensor out = empty(first.shape().with(d, total), first.dtype(), first.device());
+  if (first.device().is_meta()) {
+    for (const Tensor& t : tensors)
+      TESSEL_CHECK(t.device().is_meta(), "concat: tensor 0 is on meta, another on ",
+                   t.device().str());
+    report_meta_copy("concat", tensors, std::span<const Tensor>(&out, 1));
+    return out;
+  }
   auto [outer, inner] = outer_inner(out.shape(), d);
   size_t es = out.element_size();
   char* dst = static_cast<char*>(out.data_ptr());
@@ -134,10 +153,15 @@ std::vector<Tensor> split(const Tensor& t, std::span<const int64_t> sizes, int d
   }
   TESSEL_CHECK(sum == t.size(d), "split of ", t.shape(), " along dim ", d, ": sizes sum to ", sum,
                ", expected ", t.size(d));
+  std::vector<Tensor> out;
+  if (t.device().is_meta()) {
+    for (int64_t s : sizes) out.push_back(empty(t.shape().with(d, s), t.dtype(), t.device()));
+    report_meta_copy("split", std::span<const Tensor>(&t, 1), out);
+    return out;
+  }
   auto [outer, inner] = outer_inner(t.shape(), d);
   size_t es = t.element_size();
   const char* src = static_cast<const char*>(t.data_ptr());
-  std::vector<Tensor> out;
   int64_t col = 0;
   for (int64_t s : sizes) {
     Tensor piece = empty(t.shape().with(d, s), t.dtype());

@@ -38,7 +38,9 @@ std::string Tensor::str(int64_t max_per_dim) const {
   out << "tensor(" << dtype_name(dtype()) << ", " << shape();
   if (!name().empty()) out << ", '" << name() << "'";
   out << ") ";
-  if (!storage().is_materialized()) {
+  if (device().is_meta()) {
+    out << "<meta>";
+  } else if (!storage().is_materialized()) {
     out << "<released>";
   } else {
     out << std::setprecision(6);

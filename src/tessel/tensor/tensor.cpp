@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tessel/core/threads.h"
+#include "tessel/tensor/meta_copy.h"
 
 namespace tessel {
 
@@ -18,6 +19,9 @@ Tensor make_view(const Tensor& base, int64_t offset, const Shape& shape) {
 }
 
 void check_cpu(const Tensor& t, const char* what) {
+  TESSEL_CHECK(!t.device().is_meta(), what, ": tensor",
+               t.name().empty() ? "" : " '" + t.name() + "'", " of shape ", t.shape(), " (",
+               dtype_name(t.dtype()), ") is on the meta device and has no data");
   TESSEL_CHECK(t.device().is_cpu(), what, ": tensor is on ", t.device().str(),
                "; only cpu tensors are supported here");
 }
@@ -28,6 +32,8 @@ std::string Tensor::name_suffix() const {
 }
 
 void* Tensor::data_ptr() const {
+  TESSEL_CHECK(!device().is_meta(), "data access to tensor", name_suffix(), " of shape ", shape(),
+               " (", dtype_name(dtype()), ") on the meta device, which has no data");
   return static_cast<char*>(storage().data()) + offset() * int64_t(element_size());
 }
 
@@ -88,6 +94,13 @@ Tensor Tensor::clone() const {
 void Tensor::copy_from(const Tensor& src) {
   TESSEL_CHECK(src.shape() == shape(), "copy_from: source shape ", src.shape(),
                " differs from destination shape ", shape());
+  if (device().is_meta() || src.device().is_meta()) {
+    TESSEL_CHECK(device() == src.device(), "copy_from: between ", src.device().str(), " and ",
+                 device().str(), " tensors of shape ", shape(), " (meta tensors have no data)");
+    if (!is_same(src))
+      report_meta_copy(src.dtype() == dtype() ? "copy" : "convert", {src}, {*this});
+    return;
+  }
   check_cpu(*this, "copy_from");
   check_cpu(src, "copy_from");
   if (src.dtype() == dtype()) {
@@ -103,6 +116,10 @@ void Tensor::copy_from(const Tensor& src) {
 }
 
 void Tensor::fill(double value) {
+  if (device().is_meta()) {
+    report_meta_copy("fill", {}, {*this});
+    return;
+  }
   check_cpu(*this, "fill");
   if (numel() == 0) return;
   store_from_double(data_ptr(), dtype(), 0, value);
@@ -137,7 +154,7 @@ Tensor Tensor::transpose(int dim0, int dim1) const {
 }
 
 Tensor Tensor::permute(std::span<const int> dims) const {
-  check_cpu(*this, "permute");
+  if (!device().is_meta()) check_cpu(*this, "permute");
   TESSEL_CHECK(int(dims.size()) == ndim(), "permute of ", shape(), ": got ", dims.size(),
                " dims, expected ", ndim());
   std::vector<bool> seen(static_cast<size_t>(ndim()), false);
@@ -149,6 +166,10 @@ Tensor Tensor::permute(std::span<const int> dims) const {
     out_shape.push_back(size(nd));
   }
   Tensor out = empty(out_shape, dtype(), device());
+  if (device().is_meta()) {
+    report_meta_copy("permute", {*this}, {out});
+    return out;
+  }
   if (numel() == 0) return out;
   // Source strides in output order; walk the output contiguously.
   std::vector<int64_t> in_strides = shape().strides(), src_stride(dims.size());
