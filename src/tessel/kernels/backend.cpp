@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "tessel/kernels/meta/meta_backend.h"
+
 namespace tessel::kernels {
 
 void Backend::convert(const Tensor& src, Tensor& dst) {
@@ -87,6 +89,7 @@ GemmDesc dense_gemm_desc(int64_t batch, int64_t m, int64_t n, int64_t k, bool tr
 }
 
 Backend& backend_for(Device device) {
+  if (device.is_meta()) return meta_backend();
   TESSEL_CHECK(device.is_cpu(), "no kernel backend for device ", device.str(), " in this build");
   return cpu_backend();
 }
