@@ -11,6 +11,7 @@
 
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/autograd/meta.h"
+#include "tessel/autograd/scope.h"
 
 namespace tessel::autograd {
 
@@ -97,6 +98,7 @@ void run_backward(const std::vector<Edge>& roots, std::vector<Tensor> root_grads
   while (!ready.empty()) {
     std::shared_ptr<Node> node = ready.top().node;
     ready.pop();
+    ScopeGuard scope(node->scope());
     TESSEL_CHECK(!node->released(), "backward: ", node->name(),
                  " already ran in an earlier backward, which freed its saved tensors; pass "
                  "retain_graph = true to the first backward to go through the graph twice");

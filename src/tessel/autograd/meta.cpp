@@ -8,6 +8,7 @@
 
 #include "tessel/autograd/backend_scope.h"
 #include "tessel/autograd/grad_mode.h"
+#include "tessel/autograd/scope.h"
 
 namespace tessel::autograd {
 
@@ -66,6 +67,7 @@ std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
   if (auto acc = m.grad_accumulator.lock()) return acc;
   auto acc = std::make_shared<AccumulateGrad>(leaf.impl_ptr());
   acc->add_output(leaf);
+  acc->set_scope(current_scope());  // the module that first uses the leaf
   m.grad_accumulator = acc;
   return acc;
 }
@@ -109,6 +111,7 @@ void record(const std::shared_ptr<Node>& node, std::span<const Tensor> inputs,
   edges.reserve(inputs.size());
   for (const Tensor& t : inputs) edges.push_back(gradient_edge(t));
   node->set_next_edges(std::move(edges));
+  node->set_scope(current_scope());
   for (size_t i = 0; i < outputs.size(); ++i) {
     Tensor out = outputs[i];
     node->add_output(out);
@@ -125,7 +128,9 @@ void record(const std::shared_ptr<Node>& node, std::span<const Tensor> inputs,
 }
 
 Tensor saved(const Tensor& t) {
-  return t.defined() ? t.detach() : Tensor();
+  if (!t.defined()) return Tensor();
+  notify_saved(t);
+  return t.detach();
 }
 
 int64_t register_grad_ready_hook(const Tensor& leaf, GradReadyHook hook) {

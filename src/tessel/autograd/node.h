@@ -73,6 +73,12 @@ class Node {
   bool released() const { return released_; }
   void mark_released() { released_ = true; }
 
+  // The scope (autograd/scope.h) that was current when the node was recorded; the engine makes
+  // it current again while the node runs, so backward work is attributed to the forward module
+  // that caused it. -1: none.
+  int64_t scope() const { return scope_; }
+  void set_scope(int64_t scope) { scope_ = scope; }
+
  protected:
   explicit Node(uint64_t sequence_nr) : sequence_nr_(sequence_nr) {}
 
@@ -81,6 +87,7 @@ class Node {
   std::vector<TensorMeta> outputs_;
   uint64_t sequence_nr_;
   bool released_ = false;
+  int64_t scope_ = -1;
 };
 
 }  // namespace tessel::autograd

@@ -22,7 +22,7 @@ class AttentionBackward final : public autograd::Node {
         v_(autograd::saved(v)),
         mask_(autograd::saved(mask)),
         out_(autograd::saved(out)),
-        lse_(lse) {}
+        lse_(autograd::saved(lse)) {}
   std::string_view name() const override { return "attention_backward"; }
   void release_saved() override { q_ = k_ = v_ = mask_ = out_ = lse_ = Tensor(); }
 

@@ -17,7 +17,7 @@ class CrossEntropyBackward final : public autograd::Node {
                        int64_t ignore_index)
       : logits_(autograd::saved(logits)),
         targets_(autograd::saved(targets)),
-        lse_(lse),
+        lse_(autograd::saved(lse)),
         ignore_index_(ignore_index) {}
   std::string_view name() const override { return "cross_entropy_backward"; }
   void release_saved() override { logits_ = targets_ = lse_ = Tensor(); }
@@ -35,6 +35,8 @@ class CrossEntropyBackward final : public autograd::Node {
 };
 
 int64_t count_not_ignored(const Tensor& targets, int64_t ignore_index) {
+  // Meta targets have no values: a shape-only trace counts every target.
+  if (targets.device().is_meta()) return targets.numel();
   TESSEL_CHECK(targets.device().is_cpu(),
                "cross_entropy: the mean reduction counts targets on the ", "host; targets are on ",
                targets.device().str());

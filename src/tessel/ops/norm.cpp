@@ -26,8 +26,8 @@ class LayerNormBackward final : public autograd::Node {
                     const Tensor& rstd)
       : x_(autograd::saved(x)),
         w_(autograd::saved(w)),
-        mean_(mean),
-        rstd_(rstd),
+        mean_(autograd::saved(mean)),
+        rstd_(autograd::saved(rstd)),
         has_bias_(has_bias) {}
   std::string_view name() const override { return "layer_norm_backward"; }
   void release_saved() override { x_ = w_ = mean_ = rstd_ = Tensor(); }
@@ -49,7 +49,7 @@ class LayerNormBackward final : public autograd::Node {
 class RmsNormBackward final : public autograd::Node {
  public:
   RmsNormBackward(const Tensor& x, const Tensor& w, const Tensor& rstd)
-      : x_(autograd::saved(x)), w_(autograd::saved(w)), rstd_(rstd) {}
+      : x_(autograd::saved(x)), w_(autograd::saved(w)), rstd_(autograd::saved(rstd)) {}
   std::string_view name() const override { return "rms_norm_backward"; }
   void release_saved() override { x_ = w_ = rstd_ = Tensor(); }
 

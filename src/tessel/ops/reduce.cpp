@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tessel/ops/common.h"
+#include "tessel/tensor/meta_copy.h"
 
 namespace tessel::ops {
 
@@ -77,8 +78,13 @@ class ReduceBackward final : public autograd::Node {
         return {detail::expand_to(scaled, x_shape_).reshape(input_shape_)};
       }
       default: {
-        TESSEL_CHECK(x_.device().is_cpu(), name_, ": only cpu tensors are supported");
         Tensor dx = empty(x_shape_, x_.dtype(), x_.device());
+        if (x_.device().is_meta()) {
+          // Shape-only: the ties are data; reported as the pass over x, y and dy it is.
+          report_meta_copy("extremum_backward", {x_, y_, g}, {dx});
+          return {dx.reshape(input_shape_)};
+        }
+        TESSEL_CHECK(x_.device().is_cpu(), name_, ": only cpu tensors are supported");
         if (x_.dtype() == DType::F64) {
           extremum_backward<double>(x_, y_, g, dx);
         } else {

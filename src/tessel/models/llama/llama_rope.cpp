@@ -64,6 +64,10 @@ std::pair<Tensor, Tensor> RotaryTables::get(int64_t seq_len, DType dtype) {
   const std::vector<double> inv = rope_inv_freq(config_, dynamic ? std::max(key, int64_t(1)) : 1);
   const int64_t half = int64_t(inv.size());
   Tensor cos = empty(Shape{rows, half}, DType::F64), sin = empty(Shape{rows, half}, DType::F64);
+  if (cos.device().is_meta()) {  // the model runs on the meta device: the tables' shapes only
+    e = {key, rows, cos.to(dtype), sin.to(dtype)};
+    return {e.cos, e.sin};
+  }
   double* cp = cos.data<double>();
   double* sp = sin.data<double>();
   for (int64_t p = 0; p < rows; ++p) {
@@ -82,6 +86,7 @@ std::pair<Tensor, Tensor> RotaryTables::get(int64_t seq_len, DType dtype) {
 
 Tensor rope_positions(int64_t batch, int64_t length, int64_t start) {
   Tensor p = empty(Shape{batch, length}, DType::I64);
+  if (p.device().is_meta()) return p;  // built on the meta device: shape only
   int64_t* data = p.data<int64_t>();
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < length; ++t) data[b * length + t] = start + t;
