@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+// Runs one training step of a model built on the meta device and records every kernel event
+// into a plan::Graph (see trace.h).
+#include "tessel/plan/trace.h"
+
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include "tessel/autograd/engine.h"
+#include "tessel/autograd/grad_mode.h"
+#include "tessel/autograd/scope.h"
+#include "tessel/nn/autocast.h"
+#include "tessel/tensor/default_device.h"
+
+namespace tessel::plan {
+
+namespace {
+
+class Recorder final : public kernels::KernelObserver {
+ public:
+  explicit Recorder(Graph& graph) : graph_(graph) {}
+  void set_backward() { backward_ = true; }
+  bool backward() const { return backward_; }
+  // Storages written so far.
+  std::vector<const void*> written() const {
+    std::vector<const void*> out;
+    for (const auto& [storage, op] : writer_) out.push_back(storage);
+    return out;
+  }
+
+  void on_kernel(const kernels::KernelEvent& e) override {
+    OpNode op;
+    op.kernel = std::string(e.kernel);
+    op.detail = std::string(e.detail);
+    // Inside the backward, grad mode is on only while a checkpoint recomputes its forward.
+    op.phase = !backward_ ? Phase::Forward
+                          : (autograd::grad_enabled() ? Phase::Recompute : Phase::Backward);
+    op.module = int(autograd::current_scope());
+    op.inputs = e.inputs;
+    op.outputs = e.outputs;
+    for (const kernels::TensorDesc& t : e.inputs) {
+      auto it = writer_.find(t.storage);
+      op.producers.push_back(it == writer_.end() ? -1 : it->second);
+    }
+    const int64_t id = int64_t(graph_.ops.size());
+    for (const kernels::TensorDesc& t : e.outputs) writer_[t.storage] = id;
+    op.cost = {e.flops, e.matmul_flops, e.bytes_read, e.bytes_written, 1};
+    graph_.ops.push_back(std::move(op));
+  }
+
+ private:
+  Graph& graph_;
+  bool backward_ = false;
+  std::unordered_map<const void*, int64_t> writer_;  // storage -> the op that wrote it last
+};
+
+}  // namespace
+
+Graph trace_training_step(const models::ModelConfig& config, const TraceOptions& options) {
+  const int64_t seq = options.seq > 0 ? options.seq : config.max_positions();
+  TESSEL_CHECK(options.batch >= 1, "trace: batch ", options.batch, " must be >= 1");
+  TESSEL_CHECK(seq <= config.max_positions(), "trace: seq ", seq, " exceeds the model's ",
+               config.max_positions(), " positions");
+  TESSEL_CHECK(options.compute_dtype == DType::F32 || options.compute_dtype == DType::BF16 ||
+                   options.compute_dtype == DType::F16,
+               "trace: compute dtype ", dtype_name(options.compute_dtype),
+               " is not one of f32, bf16, f16");
+
+  DefaultDeviceScope meta(Device::meta());
+  std::shared_ptr<models::CausalLM> model = config.build_empty();
+  model->set_recompute(options.recompute);
+  model->train(options.dropout);
+
+  Graph graph;
+  std::map<std::string, int> index;
+  std::vector<int> stack;
+  std::vector<std::pair<nn::Module*, int64_t>> hooks;
+  for (auto& [path, module] : model->named_modules()) {
+    const int id = int(graph.modules.size());
+    const size_t dot = path.rfind('.');
+    int parent = -1;
+    if (!path.empty()) parent = index.at(dot == std::string::npos ? "" : path.substr(0, dot));
+    graph.modules.push_back({path, module->type_name(), parent});
+    index[path] = id;
+    hooks.emplace_back(module, module->register_forward_pre_hook(
+                                   [id, &stack](nn::Module&, const std::vector<Tensor>&) {
+                                     stack.push_back(int(autograd::exchange_scope(id)));
+                                   }));
+    hooks.emplace_back(module, module->register_forward_hook(
+                                   [&stack](nn::Module&, const std::vector<Tensor>&, Tensor&) {
+                                     autograd::exchange_scope(stack.back());
+                                     stack.pop_back();
+                                   }));
+  }
+  graph.saved_bytes_by_module.assign(graph.modules.size(), 0.0);
+
+  std::set<const void*> parameters;
+  for (const Tensor& p : model->parameters()) {
+    if (parameters.insert(p.storage_ptr().get()).second) {
+      graph.parameter_bytes += double(p.storage().nbytes());
+      graph.parameter_count += p.numel();
+    }
+  }
+
+  Recorder recorder(graph);
+  std::set<const void*> saved;
+  auto on_saved = [&](const Tensor& t) {
+    if (recorder.backward()) return;  // a recomputation's own tensors live only in backward
+    const void* storage = t.storage_ptr().get();
+    if (parameters.contains(storage) || !saved.insert(storage).second) return;
+    const double bytes = double(t.storage().nbytes());
+    graph.saved_bytes += bytes;
+    const int64_t scope = autograd::current_scope();
+    if (scope >= 0)
+      graph.saved_bytes_by_module[size_t(scope)] += bytes;
+    else
+      graph.saved_bytes_outside += bytes;
+  };
+
+  Tensor ids = empty({options.batch, seq}, DType::I64);
+  Tensor targets = empty({options.batch, seq}, DType::I64);
+  {
+    kernels::KernelObserverScope observe(recorder);
+    autograd::SavedTensorObserverScope observe_saved(on_saved);
+    std::optional<nn::LowPrecisionScope> autocast;
+    if (options.compute_dtype != DType::F32) autocast.emplace(*model, options.compute_dtype);
+    // The 16-bit weight copies are made once per step, before the forward; the linear layers
+    // save them, but they are weights, not activations.
+    for (const void* storage : recorder.written()) parameters.insert(storage);
+    Tensor loss;
+    {
+      // The loss belongs to the model: the root module's scope.
+      autograd::ScopeGuard root(0);
+      loss = model->loss(ids, targets);
+    }
+    recorder.set_backward();
+    Tensor seed;
+    {
+      // Made here with grad mode off, so that only a checkpoint's recomputation runs with it on.
+      autograd::NoGradGuard no_grad;
+      autograd::ScopeGuard root(0);
+      seed = ones(loss.shape(), loss.dtype());
+    }
+    autograd::backward({loss}, {seed});
+  }
+  for (auto& [module, handle] : hooks) module->remove_hook(handle);
+  return graph;
+}
+
+}  // namespace tessel::plan
