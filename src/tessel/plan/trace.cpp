@@ -103,6 +103,8 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
       graph.parameter_count += p.numel();
     }
   }
+  // Buffers are model state, not activations, wherever an op keeps one.
+  for (const auto& [name, b] : model->named_buffers()) parameters.insert(b.storage_ptr().get());
 
   Recorder recorder(graph);
   std::set<const void*> saved;
@@ -125,7 +127,10 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
     kernels::KernelObserverScope observe(recorder);
     autograd::SavedTensorObserverScope observe_saved(on_saved);
     std::optional<nn::LowPrecisionScope> autocast;
-    if (options.compute_dtype != DType::F32) autocast.emplace(*model, options.compute_dtype);
+    if (options.compute_dtype != DType::F32) {
+      autograd::ScopeGuard root(0);  // the weight casts belong to the model
+      autocast.emplace(*model, options.compute_dtype);
+    }
     // The 16-bit weight copies are made once per step, before the forward; the linear layers
     // save them, but they are weights, not activations.
     for (const void* storage : recorder.written()) parameters.insert(storage);
