@@ -22,9 +22,11 @@ void add_bench_train_command(CLI::App& bench);     // `tessel bench train`, in b
 void add_serve_command(CLI::App& app);             // `tessel serve`, in serve_command.cpp
 void add_bench_serve_command(CLI::App& bench);     // `tessel bench serve`, in bench_serve.cpp
 // `tessel plan` (plan_command.cpp) and its subcommands, each in its own file:
-// `tessel plan calibrate` in plan_calibrate_command.cpp.
+// `tessel plan calibrate` in plan_calibrate_command.cpp, `tessel plan trace` in
+// plan_trace_command.cpp.
 void add_plan_command(CLI::App& app);
 void add_plan_calibrate_command(CLI::App& plan);
+void add_plan_trace_command(CLI::App& plan);
 
 // Machine limits measured by `tessel bench peak` (bench_command.cpp), printed as JSON lines; other
 // bench figures are reported as fractions of them.

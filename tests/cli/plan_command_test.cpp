@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+// `tessel plan trace` run as a program: the JSON a user reads agrees with itself and with the
+// family's formula, the table names the modules, and bad input is one clear error.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_run.h"
+
+namespace tessel::cli_test {
+namespace {
+
+TEST(PlanTrace, JsonTotalsAndModules) {
+  const fs::path dir = scratch("plan_", "json");
+  const Outcome r = run_tessel("plan trace --model tiny --batch 3 --seq 13 --json --depth 1", dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& g = j.at("graph");
+  const double fwd = g.at("totals").at("forward").at("matmul_flops").get<double>();
+  const double bwd = g.at("totals").at("backward").at("matmul_flops").get<double>();
+  EXPECT_GT(fwd, 0);
+  EXPECT_DOUBLE_EQ(bwd, 2 * fwd);
+  EXPECT_DOUBLE_EQ(g.at("totals").at("step").at("matmul_flops").get<double>(), fwd + bwd);
+  // The matmul FLOPs stay below the formula, which also counts biases and norms as 6N.
+  EXPECT_LT(fwd + bwd, j.at("formula_model_flops").get<double>() * 14.0 / 13.0);
+  EXPECT_GT(g.at("saved_activation_bytes").get<double>(), 0);
+  // The root and the depth-1 modules (wte, wpe, drop, h, ln_f, ...), none deeper.
+  bool blocks = false;
+  for (const auto& m : g.at("modules")) {
+    EXPECT_LE(m.at("depth").get<int>(), 1);
+    blocks = blocks || m.at("path") == "h";
+  }
+  EXPECT_TRUE(blocks);
+  EXPECT_FALSE(g.contains("ops"));
+}
+
+TEST(PlanTrace, TableAndRecompute) {
+  const fs::path dir = scratch("plan_", "table");
+  const Outcome none = run_tessel("plan trace -m llama:tiny -b 1 -t 7", dir);
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_NE(none.out.find("layers.0"), std::string::npos) << none.out;
+  EXPECT_NE(none.out.find("saved activations"), std::string::npos);
+  const Outcome full =
+      run_tessel("plan trace -m llama:tiny -b 1 -t 7 --recompute full --json", dir);
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  const nlohmann::json j = nlohmann::json::parse(full.out);
+  EXPECT_GT(j.at("graph").at("totals").at("recompute").at("ops").get<int>(), 0);
+}
+
+TEST(PlanTrace, BadInputIsOneClearError) {
+  const fs::path dir = scratch("plan_", "bad");
+  const Outcome model = run_tessel("plan trace --model no-such-model --seq 8", dir);
+  EXPECT_NE(model.exit_code, 0);
+  EXPECT_NE(model.err.find("no-such-model"), std::string::npos) << model.err;
+  const Outcome seq = run_tessel("plan trace --model tiny --seq 100000", dir);
+  EXPECT_NE(seq.exit_code, 0);
+  EXPECT_NE(seq.err.find("100000"), std::string::npos) << seq.err;
+  const Outcome mode = run_tessel("plan trace --model tiny --recompute most", dir);
+  EXPECT_NE(mode.exit_code, 0);
+}
+
+}  // namespace
+}  // namespace tessel::cli_test
