@@ -239,13 +239,17 @@ Tensor quant_product(kernels::Backend& be, QuantType type, const Tensor& x, cons
   return y;
 }
 
-// The Q types round each activation row on its own and give every output one dot product, so
-// they are invariant with the mode off as well; F16 / BF16 weights take the invariant tiles.
+// The Q types and Int8 rows round each activation row on its own and give every output one dot
+// product, so they are invariant with the mode off as well; F16 / BF16 weights take the invariant
+// tiles.
 TEST(BatchInvariantQuant, RowsAreTheSameInEveryBatch) {
   Restore restore;
+  std::vector<QuantType> types(std::begin(kernels::quant::kAllQuantTypes),
+                               std::end(kernels::quant::kAllQuantTypes));
+  types.push_back(QuantType::Int8);
   for (KernelSet set : kernels::runnable_kernel_sets()) {
     kernels::Backend& be = kernels::cpu_backend_for(set);
-    for (QuantType type : kernels::quant::kAllQuantTypes) {
+    for (QuantType type : types) {
       const bool q_type = type != QuantType::F16 && type != QuantType::BF16;
       for (bool mode : {true, false}) {
         if (!mode && !q_type) continue;

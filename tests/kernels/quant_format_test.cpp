@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The GGUF weight formats (kernels/quant/): hand-built blocks of every type decode to values
 // computed by hand from the ggml layouts (extreme and negative scales, zero blocks, smallest and
-// largest codes, each nibble and bit-pair position); Q8_0 and Q4_0 quantize by ggml's rules; each
+// largest codes, each nibble, bit and bit-pair position; Q5_K's fifth bit), and tessel's Int8
+// rows; Q8_0 and Q4_0 quantize by ggml's rules; each
 // type's quantize -> dequantize error on Gaussian rows of odd block counts stays under its bound;
 // rows that are not a whole number of blocks are refused, naming the length and the block size.
 #include <gtest/gtest.h>
@@ -40,8 +41,11 @@ TEST(QuantFormat, SizesAndIds) {
   EXPECT_EQ(row_bytes(QuantType::Q6_K, 256), 210);
   EXPECT_EQ(row_bytes(QuantType::F16, 3), 6);
   EXPECT_EQ(row_bytes(QuantType::BF16, 5), 10);
+  EXPECT_EQ(row_bytes(QuantType::Q5_K, 512), 352);
   EXPECT_EQ(quant_type_from_ggml(14), QuantType::Q6_K);
+  EXPECT_EQ(quant_type_from_ggml(13), QuantType::Q5_K);
   EXPECT_EQ(quant_type_name(QuantType::Q4_K), "q4_K");
+  EXPECT_EQ(quant_type_name(QuantType::Q5_K), "q5_K");
   expect_error([] { quant_type_from_ggml(3); }, {"ggml type id 3"});
 }
 
@@ -119,6 +123,69 @@ TEST(QuantFormat, Q4_KHandBuilt) {
   EXPECT_EQ(x[32 * 7 + 3], -7.5f);                         // scale 0: only the min remains
   BlockQ4_K zero{};
   for (float v : decode(QuantType::Q4_K, zero, 256)) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(QuantFormat, Q5_KHandBuilt) {
+  BlockQ5_K b{};
+  b.d = 0x3400;     // 0.25
+  b.dmin = 0x3800;  // 0.5
+  const uint8_t scales[12] = {0xC1, 0x42, 0x03, 0x04, 0x85, 0x06,
+                              0x07, 0x08, 0x9A, 0xBC, 0xDE, 0xF0};
+  std::memcpy(b.scales, scales, 12);  // Q4_K's packing: the values of Q4_KHandBuilt
+  const int sc[8] = {1, 2, 3, 4, 58, 28, 14, 0};
+  const int m[8] = {5, 6, 7, 8, 41, 11, 13, 15};
+  for (int i = 0; i < 128; ++i) b.qs[i] = uint8_t((i & 0xF) | ((15 - (i & 0xF)) << 4));
+  for (int l = 0; l < 32; ++l) b.qh[l] = uint8_t(l * 37 + 5);
+  const std::vector<float> x = decode(QuantType::Q5_K, b, 256);
+  for (int e = 0; e < 256; ++e) {
+    const int l = e % 32, pair = e / 64, upper = (e % 64) >= 32;
+    const int low = upper ? 15 - (l & 0xF) : (l & 0xF);
+    const int high = (uint8_t(l * 37 + 5) >> (2 * pair + upper)) & 1;
+    const int code = low + 16 * high;
+    EXPECT_EQ(x[size_t(e)], 0.25f * float(sc[e / 32]) * float(code) - 0.5f * float(m[e / 32])) << e;
+  }
+  // One high bit alone: bit 7 of qh[5] is element 64 * 3 + 32 + 5's fifth bit, worth 16 * d * sc.
+  BlockQ5_K one{};
+  one.d = 0x3C00;  // 1
+  const int unit[8] = {1, 1, 1, 1, 1, 1, 1, 1}, none[8] = {};
+  q4k_pack_scales(unit, none, one.scales);
+  one.qh[5] = 0x80;
+  const std::vector<float> y = decode(QuantType::Q5_K, one, 256);
+  for (int e = 0; e < 256; ++e) EXPECT_EQ(y[size_t(e)], e == 229 ? 16.0f : 0.0f) << e;
+  // The largest code, 31, and q5k_set_code writing it back bit for bit.
+  BlockQ5_K full{};
+  full.d = 0x3C00;
+  q4k_pack_scales(unit, none, full.scales);
+  for (int e = 0; e < 256; ++e) q5k_set_code(full, e, 31);
+  for (float v : decode(QuantType::Q5_K, full, 256)) EXPECT_EQ(v, 31.0f);
+  for (int e = 0; e < 256; ++e) EXPECT_EQ(q5k_code(b, e), q5k_code(b, e) & 31);
+  BlockQ5_K copy = b;
+  for (int e = 0; e < 256; ++e) q5k_set_code(copy, e, q5k_code(b, e));
+  EXPECT_EQ(std::memcmp(&copy, &b, sizeof b), 0);
+}
+
+// tessel's Int8 rows: the f32 scale, then one code per weight, for any k.
+TEST(QuantFormat, Int8Rows) {
+  EXPECT_EQ(row_bytes(QuantType::Int8, 13), 17);
+  EXPECT_EQ(row_bytes(QuantType::Int8, 0), 4);
+  EXPECT_FALSE(is_ggml_type_supported(uint32_t(QuantType::Int8)));
+  uint8_t row[4 + 5];
+  const float d = 0.5f;
+  std::memcpy(row, &d, 4);
+  const int8_t codes[5] = {-127, 127, 0, 3, -1};
+  std::memcpy(row + 4, codes, 5);
+  const std::vector<float> x = decode(QuantType::Int8, *reinterpret_cast<uint8_t(*)[9]>(row), 5);
+  EXPECT_EQ(x, (std::vector<float>{-63.5f, 63.5f, 0.0f, 1.5f, -0.5f}));
+  // The largest magnitude maps to +-127 exactly; the range is symmetric.
+  const float w[5] = {0.2f, -2.54f, 1.0f, 0.0f, 2.0f};
+  std::vector<uint8_t> bytes(9);
+  quantize_row(QuantType::Int8, w, bytes.data(), 5);
+  float stored;
+  std::memcpy(&stored, bytes.data(), 4);
+  EXPECT_EQ(stored, 2.54f / 127);
+  EXPECT_EQ(int8_t(bytes[4 + 1]), -127);
+  EXPECT_EQ(int8_t(bytes[4 + 4]), 100);
+  expect_error([] { row_bytes(QuantType::Int8, -1); }, {"int8", "-1"});
 }
 
 TEST(QuantFormat, Q4_KScalePackingRoundTrips) {
@@ -255,7 +322,8 @@ TEST(QuantFormat, RoundTripErrorOnGaussianRows) {
   };
   const Bound kBounds[] = {{QuantType::F16, 2e-7},  {QuantType::BF16, 1e-5},
                            {QuantType::Q8_0, 6e-5}, {QuantType::Q4_0, 1.2e-2},
-                           {QuantType::Q4_K, 8e-3}, {QuantType::Q6_K, 6e-4}};
+                           {QuantType::Q4_K, 8e-3}, {QuantType::Q5_K, 2e-3},
+                           {QuantType::Q6_K, 6e-4}, {QuantType::Int8, 2e-4}};
   for (const Bound& b : kBounds)
     for (int64_t blocks : {7, 13, 33}) {
       const int64_t k = blocks * std::max<int64_t>(block_elements(b.type), 32);
@@ -268,7 +336,9 @@ TEST(QuantFormat, RoundTripErrorOnGaussianRows) {
 }
 
 TEST(QuantFormat, ZeroAndConstantRowsRoundTrip) {
-  for (QuantType t : kAllQuantTypes) {
+  std::vector<QuantType> types(std::begin(kAllQuantTypes), std::end(kAllQuantTypes));
+  types.push_back(QuantType::Int8);
+  for (QuantType t : types) {
     const int64_t k = 2 * std::max<int64_t>(block_elements(t), 32);
     std::vector<float> x(size_t(k), 0.0f), y(size_t(k), 1.0f);
     std::vector<uint8_t> bytes(size_t(row_bytes(t, k)));

@@ -99,8 +99,8 @@ struct GgmlTypeInfo {
   uint32_t block_bytes;
 };
 namespace ggml {
-inline constexpr uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14,
-                          kBF16 = 30;
+inline constexpr uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13,
+                          kQ6_K = 14, kBF16 = 30;
 }
 // The type with this id, or null for an id that was never assigned or was removed.
 const GgmlTypeInfo* ggml_type_info(uint32_t id);

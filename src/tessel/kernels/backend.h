@@ -238,11 +238,12 @@ class Backend {
   virtual void square_sums(std::span<const Tensor> xs, std::span<double> out) = 0;
 
   // y[m, n] = x[m, k] W[n, k]^T for a weight W stored in a GGUF weight format (quant/
-  // quant_format.h: Q8_0, Q4_0, Q4_K, Q6_K, F16, BF16), read in place: w is an i8 tensor
-  // [n, row_bytes(type, k)] holding ggml's blocks exactly as a GGUF file stores them; x [m, k] and
-  // y [m, n] are f32 (f64 on the reference backend, which multiplies the exactly dequantized
-  // weights). For the Q types the CPU backend rounds each 32-element block of x to int8 with its
-  // own scale (as ggml's Q8_0) and multiplies in integers; F16 / BF16 weights multiply in f32.
+  // quant_format.h: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, F16, BF16) or as tessel's Int8 rows, read in
+  // place: w is an i8 tensor [n, row_bytes(type, k)] holding ggml's blocks exactly as a GGUF file
+  // stores them; x [m, k] and y [m, n] are f32 (f64 on the reference backend, which multiplies
+  // the exactly dequantized weights). For the Q types and Int8 the CPU backend rounds each
+  // 32-element block of x to int8 with its own scale (as ggml's Q8_0) and multiplies in integers;
+  // F16 / BF16 weights multiply in f32.
   virtual void quant_matmul(quant::QuantType type, const Tensor& x, const Tensor& w, Tensor& y) = 0;
 
   // Writes the keys and values of N new tokens into the paged pools: k_pool[slot[i]] = k[i] and

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Quantized matmul cases: y = x W^T with W in each GGUF weight format (Q8_0, Q4_0, Q4_K, Q6_K,
-// F16, BF16), built by quantizing Gaussian weights, for m in {1, 3, 7, 33, 64} activation rows
-// and odd n, against the fp64 product with the exactly dequantized weights. The quantization of
-// the weights is therefore not part of the error (both sides see the same blocks); what is:
-// - Q types: the CPU kernel rounds x to int8 per 32-element block (step max|x| / 127), an error
+// Quantized matmul cases: y = x W^T with W in each GGUF weight format (Q8_0, Q4_0, Q4_K, Q5_K,
+// Q6_K, F16, BF16) and in tessel's Int8 rows (also k = 229 and 13, not multiples of 32), built by
+// quantizing Gaussian weights, for m in {1, 3, 7, 33, 64} activation rows and odd n, against the
+// fp64 product with the exactly dequantized weights. The quantization of the weights is therefore
+// not part of the error (both sides see the same blocks); what is:
+// - Q types and Int8: the CPU kernel rounds x to int8 per 32-element block (step max|x| / 127), an
+// error
 //   of about step^2 / 12 per element, which for Gaussian x gives an NMSE near 2.5e-5 in x and
 //   hence in y (its sum over k averages independent errors); measured 2.0e-5 to 4.6e-5
 //   on every kernel set. Bound 1e-4.
@@ -54,12 +56,18 @@ OpCase quant_matmul_case(QuantType type, int64_t m, int64_t n, int64_t k,
 }  // namespace
 
 void add_quant_matmul_cases(std::vector<OpCase>& v) {
-  const QuantType kTypes[] = {QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_K,
-                              QuantType::Q6_K, QuantType::F16,  QuantType::BF16};
+  const QuantType kTypes[] = {QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_K, QuantType::Q5_K,
+                              QuantType::Q6_K, QuantType::F16,  QuantType::BF16, QuantType::Int8};
   const int64_t kRows[] = {1, 3, 7, 33, 64};
   for (QuantType t : kTypes) {
     // An odd number of blocks per row: 7 blocks of 32 (k = 224), 3 super-blocks (k = 768).
     const int64_t k = kernels::quant::block_elements(t) == 256 ? 768 : 224;
+    if (t == QuantType::Int8) {
+      // Any k: 7 activation blocks and a tail of 5 that the kernel multiplies in f32, and a row
+      // shorter than one block.
+      for (int64_t m : kRows) v.push_back(quant_matmul_case(t, m, m % 2 ? 13 : 33, 229, "", 1.0));
+      v.push_back(quant_matmul_case(t, 3, 33, 13, "short_row_", 1.0));
+    }
     for (int64_t m : kRows) v.push_back(quant_matmul_case(t, m, m % 2 ? 13 : 33, k, "", 1.0));
     v.push_back(quant_matmul_case(t, 3, 33, k == 768 ? 256 : 32, "one_block_", 1.0));
     // Tiny and huge weights: the f16 scales go subnormal / near their top, the kernel's f32

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // Decoding one weight row of a GGUF format (quant/quant_blocks.h) for the quantized matmul: the
-// codes become signed int8 (Q4_K keeps its unsigned 0..15 codes and a per-32 offset), the scales
-// one f32 per 16 weights (the k-quants' finest grain; the 32-weight formats repeat theirs). One
-// row is a few KiB and stays in L1 while every activation row is multiplied with it, so a matrix
-// is never widened as a whole. The loops are written so that the compiler vectorises them
+// codes become signed int8 (Q4_K / Q5_K keep their unsigned codes and a per-32 offset), the
+// scales one f32 per 16 weights (the k-quants' finest grain; the 32-weight formats repeat theirs).
+// One row is a few KiB and stays in L1 while every activation row is multiplied with it, so a
+// matrix is never widened as a whole. The loops are written so that the compiler vectorises them
 // with the kernel set's instructions. Kernel-private: include inside TESSEL_ISA_BEGIN.
 #pragma once
 
 namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
 
-// A weight row in the form the dot products take. `offset` (Q4_K only) is subtracted:
+// A weight row in the form the dot products take. `offset` (Q4_K, Q5_K) is subtracted:
 // w = scale * q - offset.
 struct DecodedRow {
   std::vector<int8_t> q;
@@ -96,6 +96,38 @@ inline void decode_q4_k(const uint8_t* row, int64_t blocks, DecodedRow& out) {
   }
 }
 
+// Q5_K: Q4_K's nibbles and scales, plus the fifth bit of each code from qh (bit 2c for the first
+// 32 of the 64 elements 64c.., bit 2c + 1 for the next 32).
+inline void decode_q5_k(const uint8_t* row, int64_t blocks, DecodedRow& out) {
+  out.has_offset = true;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* p = row + b * int64_t(sizeof(quant::BlockQ5_K));
+    const float d = load_half(p), dmin = load_half(p + 2);
+    const uint8_t* scales = p + 4;
+    const uint8_t* qh = p + 16;
+    const uint8_t* qs = p + 48;
+    int8_t* q = out.q.data() + 256 * b;
+    for (int c = 0; c < 4; ++c) {
+      int8_t lo_hi[2][32];
+      unpack_nibbles(qs + 32 * c, lo_hi[0], 0);
+      unpack_nibbles(qs + 32 * c + 16, lo_hi[1], 0);
+      std::memcpy(q + 64 * c, lo_hi[0], 16);
+      std::memcpy(q + 64 * c + 16, lo_hi[1], 16);
+      std::memcpy(q + 64 * c + 32, lo_hi[0] + 16, 16);
+      std::memcpy(q + 64 * c + 48, lo_hi[1] + 16, 16);
+      for (int l = 0; l < 32; ++l) {
+        q[64 * c + l] = int8_t(q[64 * c + l] | (((qh[l] >> (2 * c)) & 1) << 4));
+        q[64 * c + 32 + l] = int8_t(q[64 * c + 32 + l] | (((qh[l] >> (2 * c + 1)) & 1) << 4));
+      }
+    }
+    for (int s = 0; s < 8; ++s) {
+      const float sc = d * float(quant::q4k_scale(scales, s));
+      out.scale[size_t(16 * b + 2 * s)] = out.scale[size_t(16 * b + 2 * s + 1)] = sc;
+      out.offset[size_t(8 * b + s)] = dmin * float(quant::q4k_min(scales, s));
+    }
+  }
+}
+
 inline void decode_q6_k(const uint8_t* row, int64_t blocks, DecodedRow& out) {
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* p = row + b * int64_t(sizeof(quant::BlockQ6_K));
@@ -124,6 +156,8 @@ inline void decode_row(quant::QuantType type, const uint8_t* row, int64_t k, Dec
       return decode_q4_0(row, k / 32, out);
     case quant::QuantType::Q4_K:
       return decode_q4_k(row, k / 256, out);
+    case quant::QuantType::Q5_K:
+      return decode_q5_k(row, k / 256, out);
     case quant::QuantType::Q6_K:
       return decode_q6_k(row, k / 256, out);
     default:

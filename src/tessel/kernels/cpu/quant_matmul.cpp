@@ -3,9 +3,10 @@
 // (backend.h; formats in quant/quant_blocks.h). Each task owns a range of output columns (W's
 // rows, split over the one OpenMP pool): it decodes one weight row at a time into L1
 // (quant_decode.h) and multiplies it with every activation row, so each weight byte is read from
-// memory once per call whatever m is. For the Q types the activations are first rounded to int8
-// per 32-element block and the products are integer (quant_dot.h: AVX-512 VNNI, AVX2 or plain
-// loops, by kernel set and CPU); F16 / BF16 rows are widened to f32 and multiplied in f32.
+// memory once per call whatever m is. For the Q types and Int8 the activations are first rounded
+// to int8 per 32-element block and the products are integer (quant_dot.h: AVX-512 VNNI, AVX2 or
+// plain loops, by kernel set and CPU; Int8 rows are read in place, without a decode); F16 / BF16
+// rows are widened to f32 and multiplied in f32.
 // Every output element depends only on its own row of x (the activations are rounded per row
 // and block), so the Q types are batch-invariant as they are; F16 / BF16 take the fixed-order
 // tiles of gemm_invariant.h while kernels::batch_invariant() is on.
@@ -45,8 +46,7 @@ DotRow choose_dot_row(bool split) {
 #endif
 }
 
-void int8_matmul(QuantType type, const QuantMatmulShape& s, const float* x, const uint8_t* w,
-                 float* y) {
+cpu::QuantizedRows quantize_activations(const QuantMatmulShape& s, const float* x) {
   const int64_t blocks = s.k / cpu::kActBlock;
   cpu::QuantizedRows act;
   act.q.resize(size_t(s.m * s.k));
@@ -55,10 +55,20 @@ void int8_matmul(QuantType type, const QuantMatmulShape& s, const float* x, cons
   for (int64_t i = 0; i < s.m; ++i)
     cpu::quantize_activation_row(x + i * s.k, s.k, act.q.data() + i * s.k,
                                  act.d.data() + i * blocks, act.sum.data() + i * blocks);
+  return act;
+}
+
+int64_t task_grain(const QuantMatmulShape& s) {
+  return std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(s.row_bytes, 1));
+}
+
+void int8_matmul(QuantType type, const QuantMatmulShape& s, const float* x, const uint8_t* w,
+                 float* y) {
+  const int64_t blocks = s.k / cpu::kActBlock;
+  const cpu::QuantizedRows act = quantize_activations(s, x);
   static const DotRow split_dot = choose_dot_row(true), dot = choose_dot_row(false);
   const DotRow dot_row = type == QuantType::Q6_K ? split_dot : dot;
-  const int64_t grain = std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(s.row_bytes, 1));
-  parallel_for(0, s.n, grain, [&](int64_t lo, int64_t hi) {
+  parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
     cpu::DecodedRow row(s.k);
     for (int64_t j = lo; j < hi; ++j) {
       cpu::decode_row(type, w + j * s.row_bytes, s.k, row);
@@ -69,6 +79,32 @@ void int8_matmul(QuantType type, const QuantMatmulShape& s, const float* x, cons
         if (row.has_offset)
           v -= cpu::offset_term(row.offset.data(), dx, act.sum.data() + i * blocks, blocks);
         y[i * s.n + j] = v;
+      }
+    }
+  });
+}
+
+// Int8 rows (quant_format.h: the scale d, then k codes) need no decoding: the dot products read
+// the codes where they lie with a unit scale per 16 and d applies once per output. The last
+// k % 32 weights, which no activation block covers, are multiplied in f32 with x as it is.
+void int8_row_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
+  const int64_t blocks = s.k / cpu::kActBlock, covered = blocks * cpu::kActBlock;
+  const cpu::QuantizedRows act = quantize_activations(s, x);
+  const std::vector<float> unit(size_t(2 * blocks), 1.0f);
+  static const DotRow dot = choose_dot_row(false);
+  parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; ++j) {
+      const uint8_t* row = w + j * s.row_bytes;
+      float d;
+      std::memcpy(&d, row, sizeof d);
+      const auto* q = reinterpret_cast<const int8_t*>(row + quant::kInt8ScaleBytes);
+      for (int64_t i = 0; i < s.m; ++i) {
+        float v = blocks > 0 ? dot(q, unit.data(), act.q.data() + i * s.k,
+                                   act.d.data() + i * blocks, blocks)
+                             : 0.0f;
+        const float* xi = x + i * s.k;
+        for (int64_t c = covered; c < s.k; ++c) v += xi[c] * float(q[c]);
+        y[i * s.n + j] = d * v;
       }
     }
   });
@@ -87,8 +123,7 @@ void half_matmul(QuantType type, const QuantMatmulShape& s, const float* x, cons
         },
         y, s.n);
   }
-  const int64_t grain = std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(s.row_bytes, 1));
-  parallel_for(0, s.n, grain, [&](int64_t lo, int64_t hi) {
+  parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
     std::vector<float> row(size_t(s.k));
     float* r = row.data();
     for (int64_t j = lo; j < hi; ++j) {
@@ -118,6 +153,8 @@ void CpuBackend::quant_matmul(QuantType type, const Tensor& x, const Tensor& w, 
   const auto* wp = static_cast<const uint8_t*>(w.data_ptr());
   if (type == QuantType::F16 || type == QuantType::BF16)
     half_matmul(type, s, xp, wp, yp);
+  else if (type == QuantType::Int8)
+    int8_row_matmul(s, xp, wp, yp);
   else
     int8_matmul(type, s, xp, wp, yp);
 }

@@ -22,6 +22,14 @@ Block load_block(const uint8_t* p) {
 // T is float (ggml's arithmetic) or double (exact).
 template <class T>
 void dequantize_row_as(QuantType type, const uint8_t* src, T* dst, int64_t k) {
+  if (type == QuantType::Int8) {
+    row_bytes(type, k);  // refuses a negative k
+    float d;
+    std::memcpy(&d, src, sizeof d);
+    const auto* q = reinterpret_cast<const int8_t*>(src + kInt8ScaleBytes);
+    for (int64_t i = 0; i < k; ++i) dst[i] = T(d) * T(q[i]);
+    return;
+  }
   const int64_t blocks = row_bytes(type, k) / block_bytes(type);
   switch (type) {
     case QuantType::F16:
@@ -67,6 +75,18 @@ void dequantize_row_as(QuantType type, const uint8_t* src, T* dst, int64_t k) {
         }
       }
       return;
+    case QuantType::Q5_K:
+      for (int64_t b = 0; b < blocks; ++b) {
+        const auto blk = load_block<BlockQ5_K>(src + b * sizeof(BlockQ5_K));
+        const T d = T(half_bits_to_float(blk.d)), dmin = T(half_bits_to_float(blk.dmin));
+        for (int s = 0; s < 8; ++s) {
+          const T scale = d * T(q4k_scale(blk.scales, s));
+          const T offset = dmin * T(q4k_min(blk.scales, s));
+          for (int l = 0; l < 32; ++l)
+            dst[b * kKBlock + 32 * s + l] = scale * T(q5k_code(blk, 32 * s + l)) - offset;
+        }
+      }
+      return;
     case QuantType::Q6_K:
       for (int64_t b = 0; b < blocks; ++b) {
         const auto blk = load_block<BlockQ6_K>(src + b * sizeof(BlockQ6_K));
@@ -75,6 +95,8 @@ void dequantize_row_as(QuantType type, const uint8_t* src, T* dst, int64_t k) {
           dst[b * kKBlock + e] = d * T(blk.scales[e / 16]) * T(q6k_code(blk, e) - 32);
       }
       return;
+    case QuantType::Int8:
+      break;  // above
   }
   TESSEL_FAIL("dequantize_row: unknown quant type ", uint32_t(type));
 }

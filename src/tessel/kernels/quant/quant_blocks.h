@@ -38,6 +38,17 @@ struct BlockQ4_K {
   uint8_t qs[kKBlock / 2];
 };
 
+// Q5_K: as Q4_K (the same d, dmin and 6-bit scale / min packing, the same low-nibble order in
+// qs), with a fifth bit per weight in qh: element 64c + l (l < 32) takes bit 2c of qh[l], element
+// 64c + 32 + l bit 2c + 1, each worth 16. x = d * sc[s] * q - dmin * m[s], q in 0..31.
+struct BlockQ5_K {
+  uint16_t d;     // f16
+  uint16_t dmin;  // f16
+  uint8_t scales[12];
+  uint8_t qh[kKBlock / 8];
+  uint8_t qs[kKBlock / 2];
+};
+
 // Q6_K: 16 sub-blocks of 16 weights, x = d * scales[e / 16] * (q - 32) with q of 6 bits: 4 in ql,
 // 2 in qh. Each half h of 128 elements uses ql[64h ..], qh[32h ..]; its element 32p + l (quarter
 // p, l < 32) takes the low nibble of ql[64h + l] (p = 0), of ql[64h + 32 + l] (p = 1), the high
@@ -50,7 +61,7 @@ struct BlockQ6_K {
 };
 
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18);
-static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
 inline float half_bits_to_float(uint16_t bits) {
   return f16_to_float(F16{bits});
@@ -81,6 +92,23 @@ inline void q4k_pack_scales(const int sc[8], const int m[8], uint8_t s[12]) {
 inline int q4k_code(const BlockQ4_K& b, int e) {
   const uint8_t byte = b.qs[32 * (e / 64) + e % 32];
   return (e % 64) < 32 ? byte & 0xF : byte >> 4;
+}
+
+// The 5-bit code (0..31) of element e (0..255) of a Q5_K block.
+inline int q5k_code(const BlockQ5_K& b, int e) {
+  const uint8_t byte = b.qs[32 * (e / 64) + e % 32];
+  const int low = (e % 64) < 32 ? byte & 0xF : byte >> 4;
+  const int high = (b.qh[e % 32] >> (e / 32)) & 1;
+  return low | (high << 4);
+}
+
+// Stores code q (0..31) as element e of a Q5_K block (the other bits of its bytes are kept).
+inline void q5k_set_code(BlockQ5_K& b, int e, int q) {
+  uint8_t& byte = b.qs[32 * (e / 64) + e % 32];
+  byte = (e % 64) < 32 ? uint8_t((byte & 0xF0) | (q & 0xF))
+                       : uint8_t((byte & 0x0F) | ((q & 0xF) << 4));
+  uint8_t& hi = b.qh[e % 32];
+  hi = uint8_t((hi & ~(1 << (e / 32))) | (((q >> 4) & 1) << (e / 32)));
 }
 
 // The 6-bit code (0..63) of element e (0..255) of a Q6_K block.

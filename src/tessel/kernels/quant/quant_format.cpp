@@ -19,8 +19,12 @@ std::string_view quant_type_name(QuantType type) {
       return "q4_0";
     case QuantType::Q4_K:
       return "q4_K";
+    case QuantType::Q5_K:
+      return "q5_K";
     case QuantType::Q6_K:
       return "q6_K";
+    case QuantType::Int8:
+      return "int8";
   }
   TESSEL_FAIL("quant_type_name: unknown quant type ", uint32_t(type));
 }
@@ -34,7 +38,7 @@ bool is_ggml_type_supported(uint32_t ggml_type) {
 QuantType quant_type_from_ggml(uint32_t ggml_type) {
   TESSEL_CHECK(is_ggml_type_supported(ggml_type), "quant: ggml type id ", ggml_type,
                " is not a supported weight format (supported: f16=1, q4_0=2, q8_0=8, q4_K=12, "
-               "q6_K=14, bf16=30)");
+               "q5_K=13, q6_K=14, bf16=30)");
   return QuantType(ggml_type);
 }
 
@@ -42,11 +46,13 @@ int64_t block_elements(QuantType type) {
   switch (type) {
     case QuantType::F16:
     case QuantType::BF16:
+    case QuantType::Int8:
       return 1;
     case QuantType::Q8_0:
     case QuantType::Q4_0:
       return kQBlock;
     case QuantType::Q4_K:
+    case QuantType::Q5_K:
     case QuantType::Q6_K:
       return kKBlock;
   }
@@ -55,6 +61,8 @@ int64_t block_elements(QuantType type) {
 
 int64_t block_bytes(QuantType type) {
   switch (type) {
+    case QuantType::Int8:
+      return 1;
     case QuantType::F16:
     case QuantType::BF16:
       return 2;
@@ -64,6 +72,8 @@ int64_t block_bytes(QuantType type) {
       return sizeof(BlockQ4_0);
     case QuantType::Q4_K:
       return sizeof(BlockQ4_K);
+    case QuantType::Q5_K:
+      return sizeof(BlockQ5_K);
     case QuantType::Q6_K:
       return sizeof(BlockQ6_K);
   }
@@ -74,6 +84,7 @@ int64_t row_bytes(QuantType type, int64_t k) {
   const int64_t be = block_elements(type);
   TESSEL_CHECK(k >= 0 && k % be == 0, "quant: a ", quant_type_name(type), " row of ", k,
                " weights is not a multiple of the block size ", be);
+  if (type == QuantType::Int8) return k + kInt8ScaleBytes;
   return k / be * block_bytes(type);
 }
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Quantizers for F16, BF16, Q8_0 and Q4_0 rows (quantize.h). Q8_0 and Q4_0 use ggml's reference
-// rules, operation for operation in f32, because a GGUF file written here must hold the bytes
-// ggml would write for the same weights.
+// Quantizers for F16, BF16, Q8_0, Q4_0 and Int8 rows (quantize.h). Q8_0 and Q4_0 use ggml's
+// reference rules, operation for operation in f32, because a GGUF file written here must hold the
+// bytes ggml would write for the same weights.
 #include "tessel/kernels/quant/quantize.h"
 
 #include <algorithm>
@@ -47,6 +47,19 @@ void quantize_q4_0(const float* x, BlockQ4_0& b) {
   }
 }
 
+// Int8: d = max|x| / 127 over the whole row, q = x / d rounded to nearest (ties away), so the
+// largest weight is exactly +-127 * d and the range is symmetric.
+void quantize_int8_row(const float* x, uint8_t* out, int64_t k) {
+  float amax = 0;
+  for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127;
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  std::memcpy(out, &d, sizeof d);
+  auto* q = reinterpret_cast<int8_t*>(out + kInt8ScaleBytes);
+  for (int64_t i = 0; i < k; ++i)
+    q[i] = int8_t(std::clamp(std::roundf(x[i] * id), -127.0f, 127.0f));
+}
+
 template <class Block, class Fn>
 void quantize_blocks(const float* src, uint8_t* dst, int64_t k, int block, Fn fn) {
   for (int64_t i = 0; i < k / block; ++i) {
@@ -83,8 +96,14 @@ void quantize_row(QuantType type, const float* src, void* dst, int64_t k) {
     case QuantType::Q4_K:
       quantize_row_q4_k(src, dst, k);
       return;
+    case QuantType::Q5_K:
+      quantize_row_q5_k(src, dst, k);
+      return;
     case QuantType::Q6_K:
       quantize_row_q6_k(src, dst, k);
+      return;
+    case QuantType::Int8:
+      quantize_int8_row(src, out, k);
       return;
   }
   TESSEL_FAIL("quantize_row: unknown quant type ", uint32_t(type));

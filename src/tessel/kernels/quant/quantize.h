@@ -3,7 +3,8 @@
 // files and test weights. Q8_0 and Q4_0 follow ggml's reference rules exactly (so a row
 // quantizes to the same bytes ggml writes); F16 / BF16 round to nearest even. Q4_K and Q6_K use
 // a simpler scale search than ggml's (quantize_k.cpp says which, docs/KERNELS.md what it costs):
-// valid blocks that any GGUF reader decodes, with a somewhat larger error.
+// valid blocks that any GGUF reader decodes, with a somewhat larger error. Q5_K is Q4_K's search
+// with 32 codes. Int8 (tessel's per-row format) takes max|x| / 127 per row.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,7 @@ std::vector<uint8_t> quantize_rows(QuantType type, const float* src, int64_t row
 
 // The k-quant rows (quantize_k.cpp).
 void quantize_row_q4_k(const float* src, void* dst, int64_t k);
+void quantize_row_q5_k(const float* src, void* dst, int64_t k);
 void quantize_row_q6_k(const float* src, void* dst, int64_t k);
 
 }  // namespace tessel::kernels::quant
