@@ -2,7 +2,7 @@
 // `tessel quantize`: writes a model (a Hugging Face directory or a GGUF file) as one GGUF file,
 // tokenizer included, so `tessel generate -m out.gguf` needs nothing else. --type sets how the
 // matrices are stored (f32, f16, bf16; norms and biases stay f32) or quantized (q8_0, q4_0,
-// q4_k_m: per-tensor types in models/gguf_quant_policy.h; a quantized GGUF input is widened
+// q4_k_m, q5_k_m: per-tensor types in models/gguf_quant_policy.h; a quantized GGUF input is widened
 // first). Prints one progress line per tensor with its reconstruction error on stderr, and a JSON
 // summary on stdout.
 #include <chrono>
@@ -88,7 +88,7 @@ void add_quantize_command(CLI::App& app) {
       ->required();
   cmd->add_option("-o,--output", args->output, "The .gguf file to write (atomically)")->required();
   cmd->add_option("--type", args->type,
-                  "Matrix type: f32, f16, bf16, q8_0, q4_0, q4_k_m (docs/MODELS.md)")
+                  "Matrix type: f32, f16, bf16, q8_0, q4_0, q4_k_m, q5_k_m (docs/MODELS.md)")
       ->capture_default_str();
   cmd->add_option("--name", args->name, "general.name (default: the model's file or folder name)");
   cmd->add_option("-t,--threads", args->threads, "Threads (0: TESSEL_NUM_THREADS or all cores)")

@@ -216,7 +216,8 @@ ExportType export_type(const std::string& type) {
 }  // namespace
 
 const std::vector<std::string>& gguf_export_types() {
-  static const std::vector<std::string> types = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m"};
+  static const std::vector<std::string> types = {"f32",  "f16",    "bf16",  "q8_0",
+                                                 "q4_0", "q4_k_m", "q5_k_m"};
   return types;
 }
 

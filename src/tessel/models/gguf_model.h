@@ -23,7 +23,7 @@ bool is_gguf_model(const std::string& path);
 // The family whose gguf_architecture() is the file's general.architecture; an Error lists them.
 const Family& family_for_gguf(const io::GgufFile& file);
 ConfigPtr gguf_model_config(const io::GgufFile& file);
-// How Linear / Embedding matrices in a GGUF weight format (Q8_0, Q4_0, Q4_K, Q6_K, and F16 /
+// How Linear / Embedding matrices in a GGUF weight format (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, and F16 /
 // BF16) load: kept as their blocks, a view of the mapped file that nn::Linear / nn::Embedding
 // multiply with in place (inference only, see nn/quantized.h), or widened to f32 parameters (to
 // re-export or train from them).
@@ -46,8 +46,8 @@ io::GgufMetadata gguf_model_metadata(const CausalLM& model, const std::string& n
                                      uint32_t file_type);
 
 // Writing a model as GGUF. `type` is the tensor type of the matrices: f32, f16 or bf16 (1-D
-// tensors, the norms and biases, stay f32 as GGUF readers expect), or the quantized q8_0, q4_0
-// and q4_k_m, whose per-tensor types models/gguf_quant_policy.h sets (general.file_type and
+// tensors, the norms and biases, stay f32 as GGUF readers expect), or the quantized q8_0, q4_0,
+// q4_k_m and q5_k_m, whose per-tensor types models/gguf_quant_policy.h sets (general.file_type and
 // general.quantization_version are written).
 struct GgufExportOptions {
   std::string type = "f32";

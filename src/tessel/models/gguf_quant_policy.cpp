@@ -13,7 +13,7 @@ namespace {
 using kernels::quant::QuantType;
 
 // llama.cpp's whole-file type numbers (general.file_type).
-constexpr uint32_t kFileTypeQ4_0 = 2, kFileTypeQ8_0 = 7, kFileTypeQ4_K_M = 15;
+constexpr uint32_t kFileTypeQ4_0 = 2, kFileTypeQ8_0 = 7, kFileTypeQ4_K_M = 15, kFileTypeQ5_K_M = 17;
 
 // The blocks whose attn_v / ffn_down get the larger type under q4_k_m: roughly half of them, the
 // ends (most sensitive) and a regular stride through the middle.
@@ -28,6 +28,7 @@ std::optional<uint32_t> gguf_quant_file_type(const std::string& export_type) {
   if (export_type == "q8_0") return kFileTypeQ8_0;
   if (export_type == "q4_0") return kFileTypeQ4_0;
   if (export_type == "q4_k_m") return kFileTypeQ4_K_M;
+  if (export_type == "q5_k_m") return kFileTypeQ5_K_M;
   return std::nullopt;
 }
 
@@ -38,8 +39,8 @@ GgufQuantChoice gguf_quant_choice(const std::string& export_type, const std::str
   GgufQuantChoice choice;
   if (ndim < 2 || gguf_name.rfind("position_embd.", 0) == 0) return choice;
   QuantType type = export_type == "q8_0" ? QuantType::Q8_0 : QuantType::Q4_0;
-  if (export_type == "q4_k_m") {
-    type = QuantType::Q4_K;
+  if (export_type == "q4_k_m" || export_type == "q5_k_m") {
+    type = export_type == "q4_k_m" ? QuantType::Q4_K : QuantType::Q5_K;
     static const std::regex kBlockTensor(R"(blk\.(\d+)\.(attn_v|ffn_down)\.weight)");
     std::smatch m;
     if (gguf_name == "output.weight" || (tied_head && gguf_name == "token_embd.weight"))
