@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Quantized GGUF models end to end: GPT-2 and LLaMA (odd vocabularies, GQA, tied and untied
-// heads) exported as Q8_0, Q4_0 and Q4_K_M and loaded with their matrices kept as blocks give
-// logits within documented NMSE bounds of the f32 model (prompts longer than one quant_matmul
-// chunk); a trained GPT-2 picks the same 32 greedy tokens in Q8_0 as in f32; a quantized model
+// heads) exported as Q8_0, Q4_0, Q4_K_M and Q5_K_M and loaded with their matrices kept as blocks
+// give logits within documented NMSE bounds of the f32 model (prompts longer than one quant_matmul
+// chunk); a trained GPT-2 picks the same 32 greedy tokens in Q8_0 and under --weights int8 /
+// bf16 / f16 as in f32; a quantized model
 // refuses training; rows that are not a multiple of the block stay F16; F16 matrices stay F16.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "tessel/models/generation.h"
 #include "tessel/models/gguf_model.h"
 #include "tessel/models/gpt2/gpt2.h"
+#include "tessel/models/inference_weights.h"
 #include "tessel/models/llama/llama.h"
 
 namespace tessel::models {
@@ -101,8 +103,9 @@ void check_types(CausalLM& model, const std::string& dir, const std::string& ste
   const Tensor want = model.forward(ids);
   // Measured on these models (random weights, every layer's error adds up in the logits): q8_0
   // 4e-4 / 7e-4 (GPT-2 / LLaMA; most of it the kernels' int8 activations), q4_0 0.05 / 0.11,
-  // q4_k_m 0.026 / 0.074.
-  const std::map<std::string, double> bounds = {{"q8_0", 2e-3}, {"q4_0", 0.25}, {"q4_k_m", 0.15}};
+  // q4_k_m 0.026 / 0.074, q5_k_m (measured below, printed).
+  const std::map<std::string, double> bounds = {
+      {"q8_0", 2e-3}, {"q4_0", 0.25}, {"q4_k_m", 0.15}, {"q5_k_m", 0.05}};
   for (const auto& [type, bound] : bounds) {
     const std::string file = dir + "/" + stem + "-" + type + ".gguf";
     int quantized = 0;
@@ -119,9 +122,10 @@ void check_types(CausalLM& model, const std::string& dir, const std::string& ste
     EXPECT_GT(quantized, 4) << type;
     const io::GgufFile f = io::GgufFile::open(file);
     EXPECT_EQ(f.metadata().at("general.quantization_version", "").as_int(""), 2);
-    EXPECT_EQ(f.metadata().at("general.file_type", "").as_int(""), type == "q8_0"   ? 7
-                                                                   : type == "q4_0" ? 2
-                                                                                    : 15);
+    EXPECT_EQ(f.metadata().at("general.file_type", "").as_int(""), type == "q8_0"     ? 7
+                                                                   : type == "q4_0"   ? 2
+                                                                   : type == "q4_k_m" ? 15
+                                                                                      : 17);
     auto loaded = load_gguf_model(file);
     EXPECT_TRUE(is_quantized_model(*loaded));
     const Tensor got = loaded->forward(ids);
@@ -173,6 +177,14 @@ TEST_F(QuantizedModel, WeightsStayTheFileBytes) {
   ASSERT_EQ(w.dtype(), DType::I8);
   ASSERT_EQ(w.nbytes(), raw.size());
   EXPECT_EQ(std::memcmp(w.data_ptr(), raw.data(), raw.size()), 0);
+  // q5_k_m: the same mix with Q5_K as its base type.
+  save_gguf_model(*model, path("m5.gguf"), {"q5_k_m", "m5", nullptr});
+  auto q5 = load_gguf_model(path("m5.gguf"));
+  auto& gpt2_q5 = dynamic_cast<GPT2&>(*q5);
+  EXPECT_EQ(gpt2_q5.wte->quant_type(), QuantType::Q6_K);
+  EXPECT_EQ(gpt2_q5.blocks[0]->attn->c_attn->quant_type(), QuantType::Q5_K);
+  EXPECT_EQ(gpt2_q5.blocks[0]->mlp->c_proj->quant_type(), QuantType::Q5_K);  // ffn_down
+  EXPECT_EQ(gpt2_q5.blocks[1]->mlp->c_proj->quant_type(), QuantType::Q6_K);  // last block's
   // F16 matrices stay F16 too (quant_matmul reads them), the norms f32.
   save_gguf_model(*model, path("h.gguf"), {"f16", "h", nullptr});
   auto half = load_gguf_model(path("h.gguf"));
@@ -229,8 +241,9 @@ TEST_F(QuantizedModel, RowsNotAMultipleOfTheBlockStayF16) {
 }
 
 // A GPT-2 trained for a few hundred steps on a fixed successor rule (each token has one next
-// token) predicts with confidence; Q8_0 must pick the same 32 greedy tokens as f32.
-TEST_F(QuantizedModel, TrainedGpt2GreedyIdsEqualInQ8_0) {
+// token) predicts with confidence; Q8_0, and the f32 model converted by --weights int8, bf16 and
+// f16, must pick the same 32 greedy tokens as f32.
+TEST_F(QuantizedModel, TrainedGpt2GreedyIdsEqualQuantized) {
   Generator gen(12);
   GPT2Config config = gpt2_config(64);
   config.vocab_size = 67;
@@ -278,6 +291,15 @@ TEST_F(QuantizedModel, TrainedGpt2GreedyIdsEqualInQ8_0) {
   auto loaded = load_gguf_model(path("t.gguf"));
   const std::vector<int64_t> want = greedy(*model, 32);
   EXPECT_EQ(greedy(*loaded, 32), want);
+  save_gguf_model(*model, path("f.gguf"), {"f32", "f", nullptr});
+  for (InferenceWeights weights :
+       {InferenceWeights::Int8, InferenceWeights::BF16, InferenceWeights::F16}) {
+    auto converted = load_gguf_model(path("f.gguf"));
+    EXPECT_FALSE(is_quantized_model(*converted));
+    EXPECT_GT(convert_inference_weights(*converted, weights).converted, 8);
+    EXPECT_TRUE(is_quantized_model(*converted));
+    EXPECT_EQ(greedy(*converted, 32), want) << inference_weights_name(weights);
+  }
   int follows = 0;
   for (size_t i = 1; i < want.size(); ++i) follows += want[i] == next(want[i - 1]);
   EXPECT_GE(follows, 28);  // the model really learned the rule

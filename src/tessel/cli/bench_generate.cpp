@@ -4,7 +4,8 @@
 // by default; fp32, batch 1): prompt processing (prefill) tokens/s and greedy cached decode
 // tokens/s, and the decode's weight traffic as a fraction of the read bandwidth measured in the
 // same run. One JSON line per figure. --model measures a model directory or a GGUF file instead
-// (a quantized GGUF decodes from its blocks; the traffic counts their bytes).
+// (a quantized GGUF decodes from its blocks; the traffic counts their bytes). --weights converts
+// the matrices first (int8 / bf16 / f16, models/inference_weights.h).
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "tessel/models/family.h"
 #include "tessel/models/generation.h"
 #include "tessel/models/gguf_model.h"
+#include "tessel/models/inference_weights.h"
 
 namespace tessel::cli {
 
@@ -32,6 +34,7 @@ using Clock = std::chrono::steady_clock;
 struct GenerateBenchOptions {
   std::string config = "124M";
   std::string model;  // a model directory or .gguf: measured instead of a random `config`
+  std::string weights = "stored";  // --weights: the matrices converted after loading
   int64_t prompt = 512;
   int64_t tokens = 64;
   double seconds = 1.0;
@@ -127,6 +130,8 @@ void run_generate_bench(const GenerateBenchOptions& opt) {
   Generator generator(opt.seed);
   auto model =
       opt.model.empty() ? config.build_random(generator) : models::load_model_source(opt.model);
+  model->eval();
+  models::convert_inference_weights(*model, models::parse_inference_weights(opt.weights));
   const double build_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
   std::mt19937_64 rng(opt.seed);
@@ -168,6 +173,7 @@ void run_generate_bench(const GenerateBenchOptions& opt) {
   emit({{"bench", "generate"},
         {"figure", "decode"},
         {"config", opt.config},
+        {"weights", opt.weights},
         {"prompt", opt.prompt},
         {"tokens", opt.tokens},
         {"tokens_per_s", decode},
@@ -194,6 +200,9 @@ void add_bench_generate_command(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--model", opt->model,
                   "model directory or .gguf (quantized or not) to measure instead of --config");
+  cmd->add_option("--weights", opt->weights,
+                  "matrices converted after loading: int8, bf16, f16 or stored")
+      ->capture_default_str();
   cmd->add_option("--prompt", opt->prompt, "prompt tokens")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
       ->capture_default_str();

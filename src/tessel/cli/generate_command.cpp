@@ -25,7 +25,7 @@ namespace tessel::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, prompt_ids, format = "text";
+  std::string model, prompt, prompt_ids, format = "text", weights = "stored";
   int64_t n_predict = 32;
   models::SamplingOptions sampling{0.8, 40, 0.95, 0};
   int threads = 0;
@@ -46,6 +46,7 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
                "' expected text or json");
   TESSEL_CHECK(args.n_predict >= 0, "generate: -n ", args.n_predict, " must be >= 0");
   args.sampling.validate();
+  const models::InferenceWeights weights = models::parse_inference_weights(args.weights);
   check_model_dir(args.model, "generate");
   apply_threads(args.threads);
   // Everything that can be refused is checked before the weights are read.
@@ -79,10 +80,16 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
                " tokens exceeds the context length max_positions = ", max_positions);
 
   TESSEL_CHECK(args.tp >= 1, "generate: --tp ", args.tp, " must be >= 1");
+  // The tensor-parallel styles shard float parameters; converted matrices are not sharded yet.
+  TESSEL_CHECK(args.tp == 1 || weights == models::InferenceWeights::Stored, "generate: --weights ",
+               args.weights, " with --tp ", args.tp,
+               " is not supported yet (the tensor-parallel plan shards float matrices); use "
+               "--weights stored");
   const dist::LaunchInfo launch = dist::detect_launch();
   TESSEL_CHECK(launch.size == args.tp, "generate: --tp ", args.tp, " ranks, but the job has ",
                launch.size, " (", launch.describe(), "); start it with mpirun -np ", args.tp);
   auto model = models::load_model_source(args.model);
+  apply_inference_weights(*model, weights, "generate");
   models::GenerationOptions options;
   std::optional<train::ModelTensorParallel> tp;
   bool leader = true;
@@ -140,7 +147,8 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
                      {"temperature", args.sampling.temperature},
                      {"top_k", args.sampling.top_k},
                      {"top_p", args.sampling.top_p},
-                     {"seed", args.sampling.seed}};
+                     {"seed", args.sampling.seed},
+                     {"weights", args.weights}};
   if (tokenizer) {
     std::vector<int32_t> gen(r.tokens.begin(), r.tokens.end());
     std::vector<int32_t> p(prompt.begin(), prompt.end());
@@ -182,6 +190,7 @@ void add_generate_command(CLI::App& app) {
          "--tp", args->tp,
          "Tensor-parallel ranks: run under mpirun -np N with --tp N (same ids as one rank)")
       ->capture_default_str();
+  cmd->add_option("--weights", args->weights, kWeightsHelp)->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos,
                 "Keep generating after the end-of-text token (eos_token_id of config.json)");
   cmd->callback([args, cmd] { run_generate(*args, *cmd); });

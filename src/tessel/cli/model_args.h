@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -17,6 +18,7 @@
 #include "tessel/io/gguf.h"
 #include "tessel/io/tokenizer.h"
 #include "tessel/models/gguf_model.h"
+#include "tessel/models/inference_weights.h"
 
 namespace tessel::cli {
 
@@ -75,6 +77,24 @@ inline void check_model_dir(const std::string& dir, const std::string& what) {
   TESSEL_CHECK(std::filesystem::is_directory(dir), what, ": model directory ", dir, " not found");
   TESSEL_CHECK(std::filesystem::exists(std::filesystem::path(dir) / "config.json"), what, ": ",
                (std::filesystem::path(dir) / "config.json").string(), " not found");
+}
+
+// --weights of generate, eval, serve and bench generate.
+inline constexpr const char* kWeightsHelp =
+    "Matrices for inference: int8 (weight-only, one scale per output channel), bf16, f16, or "
+    "stored (as the model holds them); converted once at load (docs/MODELS.md)";
+
+// Converts a loaded model's matrices as --weights says, with one line on stderr saying what
+// changed ("tessel: <what>: ...").
+inline void apply_inference_weights(models::CausalLM& model, models::InferenceWeights weights,
+                                    const std::string& what) {
+  if (weights == models::InferenceWeights::Stored) return;
+  const models::WeightConversion c = models::convert_inference_weights(model, weights);
+  std::fprintf(stderr, "tessel: %s: --weights %s: %lld matrices converted (%.1f MB -> %.1f MB)%s\n",
+               what.c_str(), models::inference_weights_name(weights),
+               static_cast<long long>(c.converted), double(c.bytes_before) / 1e6,
+               double(c.bytes_after) / 1e6,
+               c.kept ? ", the GGUF blocks already quantized kept as they are" : "");
 }
 
 // 0 keeps the default (TESSEL_NUM_THREADS or all cores).

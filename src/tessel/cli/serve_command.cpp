@@ -54,7 +54,7 @@ int wait_stop_signal() {
 }
 
 struct ServeArgs {
-  std::string model, host = "127.0.0.1", served_model_name, api_key;
+  std::string model, host = "127.0.0.1", served_model_name, api_key, weights = "stored";
   int port = 8000;
   serve::EngineOptions engine;
   bool no_prefix_caching = false;
@@ -92,6 +92,7 @@ void run_serve(const ServeArgs& args) {
   TESSEL_CHECK(args.http_threads >= 1, "serve: --http-threads must be >= 1");
   TESSEL_CHECK(args.engine.max_n >= 1, "serve: --max-n must be >= 1");
   check_model_dir(args.model, "serve");
+  const models::InferenceWeights weights = models::parse_inference_weights(args.weights);
   apply_threads(args.threads);
 
   // SIGINT/SIGTERM start the drain below; a client that closes its socket mid-write must not
@@ -123,8 +124,9 @@ void run_serve(const ServeArgs& args) {
 
   serve::EngineOptions engine_options = args.engine;
   engine_options.prefix_caching = !args.no_prefix_caching;
-  serve::Engine engine(models::load_model_source(args.model), load_tokenizer(args.model),
-                       engine_options);
+  std::shared_ptr<models::CausalLM> model = models::load_model_source(args.model);
+  apply_inference_weights(*model, weights, "serve");
+  serve::Engine engine(std::move(model), load_tokenizer(args.model), engine_options);
   engine.start();
   server.attach(engine);
   server.set_ready(true);
@@ -151,6 +153,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("-m,--model", args->model,
                   "Model directory (config.json + weights + tokenizer) or a .gguf file")
       ->required();
+  cmd->add_option("--weights", args->weights, kWeightsHelp)->capture_default_str();
   cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->port, "Port to listen on (0: any free port)")
       ->capture_default_str();

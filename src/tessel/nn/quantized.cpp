@@ -3,8 +3,12 @@
 // the parameter's shared impl changes, so every handle to it follows.
 #include "tessel/nn/quantized.h"
 
+#include <vector>
+
 #include "tessel/core/error.h"
+#include "tessel/core/threads.h"
 #include "tessel/kernels/quant/dequantize.h"
+#include "tessel/kernels/quant/quantize.h"
 #include "tessel/nn/module.h"
 
 namespace tessel::nn {
@@ -31,6 +35,37 @@ void bind_quantized_weight(Tensor& weight, kernels::quant::QuantType type, const
                "] weight must be i8 [", rows, ", ", row_bytes, "], got ",
                dtype_name(blocks.dtype()), " ", blocks.shape());
   rebind(weight, blocks, false);
+}
+
+Tensor quantize_matrix(const Tensor& weight, kernels::quant::QuantType type) {
+  const DType dtype = weight.dtype();
+  TESSEL_CHECK(
+      weight.ndim() == 2 && (dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16),
+      "quantize_matrix: ", kernels::quant::quant_type_name(type),
+      " needs an f32, f16 or bf16 matrix, got ", dtype_name(weight.dtype()), " ", weight.shape());
+  const Tensor& w = weight;  // tensors are contiguous
+  const int64_t rows = w.size(0), cols = w.size(1);
+  const int64_t row_bytes = kernels::quant::row_bytes(type, cols);
+  Tensor blocks = empty({rows, row_bytes}, DType::I8);
+  auto* out = static_cast<uint8_t*>(blocks.data_ptr());
+  parallel_for(0, rows, std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(cols, 1)),
+               [&](int64_t lo, int64_t hi) {
+                 std::vector<float> row(static_cast<size_t>(cols));
+                 for (int64_t r = lo; r < hi; ++r) {
+                   const float* src = row.data();
+                   if (dtype == DType::F32) {
+                     src = w.data<float>() + r * cols;
+                   } else if (dtype == DType::F16) {
+                     const F16* h = w.data<F16>() + r * cols;
+                     for (int64_t c = 0; c < cols; ++c) row[size_t(c)] = f16_to_float(h[c]);
+                   } else {
+                     const BF16* h = w.data<BF16>() + r * cols;
+                     for (int64_t c = 0; c < cols; ++c) row[size_t(c)] = bf16_to_float(h[c]);
+                   }
+                   kernels::quant::quantize_row(type, src, out + r * row_bytes, cols);
+                 }
+               });
+  return blocks;
 }
 
 void dequantize_weight(Tensor& weight, kernels::quant::QuantType type, int64_t rows, int64_t cols) {

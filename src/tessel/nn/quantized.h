@@ -3,7 +3,8 @@
 // generate / eval). A layer's weight parameter is rebound in place to the raw blocks, an i8
 // tensor [rows, row_bytes(type, cols)] that is usually a view of the mapped file, so every handle
 // to it (state_dict, the model's members) sees the blocks and no dequantized copy of the matrix
-// exists. nn::Linear and nn::Embedding dispatch on it (layers.h); training such a layer is an
+// exists. A float model's layers can be converted the same way (quantize_matrix, for
+// `--weights`). nn::Linear and nn::Embedding dispatch on it (layers.h); training such a layer is an
 // Error. dequantize_weight() widens it back to f32 (to re-export a quantized file).
 #pragma once
 
@@ -21,6 +22,10 @@ class Module;
 // an Error names `what`, the sizes and the block size when they do not fit.
 void bind_quantized_weight(Tensor& weight, kernels::quant::QuantType type, const Tensor& blocks,
                            int64_t rows, int64_t cols, const std::string& what);
+// The blocks of `type` (i8 [rows, row_bytes(type, cols)]) for a float matrix [rows, cols] (f32,
+// f16 or bf16): rows are widened to f32 one at a time and quantized over the thread pool, so no
+// f32 copy of a 16-bit matrix is made. What `--weights int8|bf16|f16` binds to a float model.
+Tensor quantize_matrix(const Tensor& weight, kernels::quant::QuantType type);
 // Rebinds a quantized `weight` to its f32 values [rows, cols] (a trainable parameter again).
 void dequantize_weight(Tensor& weight, kernels::quant::QuantType type, int64_t rows, int64_t cols);
 // The Error a quantized layer gives in training mode.

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+// Converting a loaded model's matrices for inference (inference_weights.h).
+#include "tessel/models/inference_weights.h"
+
+#include <set>
+
+#include "tessel/core/error.h"
+#include "tessel/nn/layers.h"
+#include "tessel/nn/quantized.h"
+
+namespace tessel::models {
+
+namespace {
+
+using kernels::quant::QuantType;
+
+QuantType quant_type_of(InferenceWeights weights) {
+  switch (weights) {
+    case InferenceWeights::Int8:
+      return QuantType::Int8;
+    case InferenceWeights::BF16:
+      return QuantType::BF16;
+    case InferenceWeights::F16:
+      return QuantType::F16;
+    case InferenceWeights::Stored:
+      break;
+  }
+  TESSEL_FAIL("convert_inference_weights: 'stored' has no quantized type");
+}
+
+// Converts one layer's matrix unless it is GGUF blocks already; a weight shared with a layer
+// converted before (one tensor bound to two modules) is converted once.
+template <class Layer>
+void convert(Layer& layer, QuantType type, std::set<const void*>& seen, WeightConversion& out) {
+  if (layer.quant_type()) {
+    ++out.kept;
+    return;
+  }
+  if (!seen.insert(layer.weight.impl_ptr().get()).second) return;
+  const int64_t before = int64_t(layer.weight.nbytes());
+  const Tensor blocks = nn::quantize_matrix(layer.weight, type);
+  layer.set_quantized(type, blocks);
+  ++out.converted;
+  out.bytes_before += before;
+  out.bytes_after += int64_t(blocks.nbytes());
+}
+
+}  // namespace
+
+InferenceWeights parse_inference_weights(const std::string& name) {
+  if (name.empty() || name == "stored") return InferenceWeights::Stored;
+  if (name == "int8") return InferenceWeights::Int8;
+  if (name == "bf16") return InferenceWeights::BF16;
+  if (name == "f16") return InferenceWeights::F16;
+  TESSEL_FAIL("--weights '", name, "': expected int8, bf16, f16 or stored");
+}
+
+const char* inference_weights_name(InferenceWeights weights) {
+  switch (weights) {
+    case InferenceWeights::Stored:
+      return "stored";
+    case InferenceWeights::Int8:
+      return "int8";
+    case InferenceWeights::BF16:
+      return "bf16";
+    case InferenceWeights::F16:
+      return "f16";
+  }
+  return "?";
+}
+
+WeightConversion convert_inference_weights(CausalLM& model, InferenceWeights weights) {
+  WeightConversion out;
+  if (weights == InferenceWeights::Stored) return out;
+  TESSEL_CHECK(!model.is_training(), "--weights ", inference_weights_name(weights),
+               ": the converted matrices are inference-only; call eval() first");
+  const QuantType type = quant_type_of(weights);
+  std::set<const void*> seen;
+  for (auto& [name, module] : model.named_modules()) {
+    if (auto* linear = dynamic_cast<nn::Linear*>(module)) convert(*linear, type, seen, out);
+    if (auto* embedding = dynamic_cast<nn::Embedding*>(module))
+      convert(*embedding, type, seen, out);
+  }
+  return out;
+}
+
+}  // namespace tessel::models
