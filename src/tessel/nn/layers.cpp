@@ -11,15 +11,36 @@ namespace tessel::nn {
 
 namespace {
 
+// Under init::DeferInit the values are only described (the generator's offsets reserved as
+// randn reserves them), and the storage stays untouched.
 Tensor weight_tensor(const Shape& shape, const Init& init) {
   Tensor t = empty(shape, init.dtype);
-  if (init.kind == Init::Random) init::normal_(t, init.std, init.generator);
+  if (init.kind != Init::Random) return t;
+  if (init::InitRecord* record = init::deferred_record()) {
+    TESSEL_CHECK(init.std >= 0, "init::normal_: std ", init.std, " must be >= 0");
+    Generator& g = init.generator ? *init.generator : default_generator();
+    init::InitRecipe r;
+    r.kind = init::InitRecipe::Normal;
+    r.seed = g.seed();
+    r.offset = g.reserve(uint64_t(shape.numel()));
+    r.std = init.std;
+    record->add(t, r);
+  } else {
+    init::normal_(t, init.std, init.generator);
+  }
   return t;
 }
 
 Tensor constant_tensor(const Shape& shape, const Init& init, double value) {
   Tensor t = empty(shape, init.dtype);
-  if (init.kind == Init::Random) t.fill(value);
+  if (init.kind != Init::Random) return t;
+  if (init::InitRecord* record = init::deferred_record()) {
+    init::InitRecipe r;
+    r.value = value;
+    record->add(t, r);
+  } else {
+    t.fill(value);
+  }
   return t;
 }
 

@@ -23,6 +23,7 @@
 #include "tessel/tensor/allocator.h"
 #include "tessel/train/checkpoint/checkpoint.h"
 #include "tessel/train/global_batch.h"
+#include "tessel/train/materialize.h"
 #include "tessel/train/optim/grad_clip.h"
 #include "tessel/train/stop_signal.h"
 
@@ -139,13 +140,24 @@ void Trainer::build(const std::string& resume) {
   }
   const models::ModelConfig& mc = *config;
   check_free_space_for(mc);  // before a large model is allocated
+  const auto build_start = Clock::now();
+  CheckpointMemory build_memory = checkpoint_memory_before();
   TESSEL_CHECK(t.seq_len <= mc.max_positions(), "train.seq_len = ", t.seq_len,
                " does not fit the model's context: max_positions = ", mc.max_positions());
   TESSEL_CHECK(train_data_->vocab_size() <= mc.vocabulary_size(),
                "train: the dataset's vocabulary (", train_data_->vocab_size(),
                " tokens) is larger than the model's vocab_size ", mc.vocabulary_size());
+  RegionSource init;
   if (weights_from.empty()) {
-    model_ = mc.build_random(rng_);
+    // Construction without materialisation: the recipes now, each rank's share of the values
+    // once the axes have cut the model (build_strategies).
+    nn::init::InitRecord record;
+    {
+      nn::init::DeferInit defer(record);
+      model_ = mc.build_random(rng_);
+    }
+    init = init_region_source(
+        std::make_shared<const ParameterInits>(parameter_inits(*model_, record)));
   } else {
     // Dropout draws from the trainer's generator, saved in checkpoints.
     model_ = mc.build_empty(&rng_);
@@ -159,7 +171,8 @@ void Trainer::build(const std::string& resume) {
   model_->set_recompute(recompute);
   // The layout's axes: tp splits the full weights in hand, pp chooses this rank's stages, dp and
   // ZeRO (and the optimizer below) see only those.
-  build_strategies(weights_from.empty());
+  build_strategies(init);
+  built_ = checkpoint_record("build", seconds_since(build_start) * 1e3, build_memory);
 
   io::LoaderOptions lo;
   lo.batch = t.micro_batch;
@@ -199,6 +212,7 @@ void Trainer::build(const std::string& resume) {
 
   if (!resume.empty()) load_checkpoint(resume);
   setup_sinks(resume.empty() ? -1 : step_);
+  if (built_) write_record(*built_);
   if (loaded_) write_record(*loaded_);
 }
 

@@ -101,6 +101,10 @@ class Trainer {
   std::string checkpoint_layout_json() const;
   std::vector<Piece> checkpoint_pieces() const;
   void load_checkpoint_pieces(const std::string& dir, int64_t optimizer_step);
+  // Fills the parameters this rank holds (its ZeRO-3 blocks, its tensor-parallel pieces, its
+  // stages' parameters and the tied ones its head uses) from `source`, touching nothing else; the
+  // other stages' parameters become zero pages (train/materialize.h).
+  void fill_parameters(const RegionSource& source);
   void write_checkpoint_model(const std::string& dir) const;
   // trainer_strategies.cpp: ZeRO-3's gathering units (of this rank's stages under pp).
   std::vector<parallel::Zero3Unit> zero3_units();
@@ -121,7 +125,9 @@ class Trainer {
   std::string generate_sample();
   // The layout's axes (train/strategy/): built after the model, in the order of the gradient
   // synchronisation; an absent axis is null and not in strategies_.
-  void build_strategies(bool fresh_weights);
+  // `init`: the initialisation recipes' source when the model was built without values
+  // (train/materialize.h); each rank fills its share from it once the axes have cut the model.
+  void build_strategies(const RegionSource& init);
   // The loss of one micro-batch (the vocab-parallel one under tp).
   Tensor compute_loss(const Tensor& ids, const Tensor& targets);
   // What the axes hold, for checkpoints, evaluation and the sample (null where absent).
@@ -209,6 +215,9 @@ class Trainer {
   double recompute_flops_per_token_ = 0;  // the forward work recomputation repeats (for HFU)
   int64_t run_peak_bytes_ = 0;
   std::optional<CheckpointRecord> loaded_;  // the resume's record, written once sinks exist
+  // The model's construction (event "build"): time and resident set around building the model and
+  // cutting it into this layout, written once sinks exist.
+  std::optional<CheckpointRecord> built_;
   std::unique_ptr<ResidentPeakSampler> peak_sampler_;  // during a checkpoint save or load
   int64_t step_ = 0, tokens_ = 0, skipped_ = 0, bad_in_a_row_ = 0;
   std::optional<double> last_val_loss_;

@@ -16,12 +16,14 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "tessel/autograd/grad_mode.h"
 #include "tessel/core/error.h"
 #include "tessel/io/mapped_file.h"
 #include "tessel/io/safetensors_dir.h"
 #include "tessel/models/family.h"
 #include "tessel/sharding/shard_layout.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
+#include "tessel/train/materialize.h"
 #include "tessel/train/pipeline_stage.h"
 #include "tessel/train/trainer.h"
 
@@ -168,27 +170,26 @@ std::vector<Piece> Trainer::checkpoint_pieces() const {
   return out;
 }
 
-void Trainer::load_checkpoint_pieces(const std::string& dir, int64_t optimizer_step) {
-  PieceReader reader(dir);
-  // The whole local tensor `t` from the pieces of `key`: read into its own memory when it is f32
-  // (tensors are contiguous), else through one temporary of its size.
-  auto read_whole = [&](const std::string& key, const Tensor& t) {
+void Trainer::fill_parameters(const RegionSource& source) {
+  autograd::NoGradGuard no_grad;
+  // The whole local tensor `t`: filled in its own memory when it is f32 (tensors are
+  // contiguous), else through one temporary of its size.
+  auto fill_whole = [&](const std::string& name, const Tensor& t) {
     const bool direct = t.dtype() == DType::F32;
     Tensor flat = direct ? t.detach().flatten() : empty({t.numel()}, DType::F32);
-    read_placed(reader, key, checkpoint_placement(parameter_of(key), t.shape()), t.shape(), 0,
-                t.numel(), flat);
+    fill_placed(source, name, checkpoint_placement(name, t.shape()), t.shape(), 0, t.numel(), flat);
     if (!direct) t.detach().copy_from(flat.reshape(t.shape()));
   };
   if (zero3()) {
     for_each_zero_part(*ddp(), [&](const auto& p, int64_t b, int64_t begin, int64_t end,
                                    int64_t at) {
-      read_placed(reader, p.name, checkpoint_placement(p.name, p.param.shape()), p.param.shape(),
+      fill_placed(source, p.name, checkpoint_placement(p.name, p.param.shape()), p.param.shape(),
                   begin, end, zero3()->parameter_shard(b).narrow(0, at, end - begin));
     });
   }
   // The parameters this rank holds outside ZeRO-3's shards. A pipeline stage holds every stage's
   // parameters but uses only its own, and the last stage's copy of a tied embedding; the others are
-  // zeros until an evaluation or the sample brings them from their stages.
+  // zero pages until an evaluation or the sample brings them from their stages.
   std::set<std::string> sharded, used;
   if (zero3())
     for (const auto& p : ddp()->places()) sharded.insert(p.name);
@@ -198,11 +199,30 @@ void Trainer::load_checkpoint_pieces(const std::string& dir, int64_t optimizer_s
   for (const auto& [name, param] : model_->named_parameters()) {
     if (sharded.count(name)) continue;
     if (used.count(name)) {
-      read_whole(name, param);
+      fill_whole(name, param);
     } else {
-      param.detach().fill(0.0);
+      use_zero_pages(param);
     }
   }
+}
+
+void Trainer::load_checkpoint_pieces(const std::string& dir, int64_t optimizer_step) {
+  PieceReader reader(dir);
+  for (const auto& [name, param] : model_->named_parameters())
+    TESSEL_CHECK(reader.shape(name) == checkpoint_placement(name, param.shape()).global,
+                 "checkpoint: ", name, " has shape ", reader.shape(name),
+                 ", this run's layout expects ", checkpoint_placement(name, param.shape()).global);
+  fill_parameters([&reader](const std::string& name, const PieceRegion& region, float* dst) {
+    reader.read(name, region, dst);
+  });
+  // The moments: the whole local tensor when it is f32, else through one temporary of its size.
+  auto read_whole = [&](const std::string& key, const Tensor& t) {
+    const bool direct = t.dtype() == DType::F32;
+    Tensor flat = direct ? t.detach().flatten() : empty({t.numel()}, DType::F32);
+    read_placed(reader, key, checkpoint_placement(parameter_of(key), t.shape()), t.shape(), 0,
+                t.numel(), flat);
+    if (!direct) t.detach().copy_from(flat.reshape(t.shape()));
+  };
   if (zero_) {
     const NamedTensors state = zero_->local_state();
     for_each_zero_part(

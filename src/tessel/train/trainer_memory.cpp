@@ -23,11 +23,13 @@ void Trainer::record_memory(StepRecord& r) const {
   const ProcessMemory pm = process_memory();
   const std::vector<double> all =
       gather_world({double(pm.rss_bytes), double(pm.peak_rss_bytes), double(r.mem_bytes),
-                    double(r.mem_peak_bytes), double(r.state_bytes)});
+                    double(r.mem_peak_bytes), double(r.state_bytes), double(r.expected_state_bytes),
+                    double(r.step_peak_bytes), double(r.param_bytes)});
   r.ranks.clear();
-  for (size_t i = 0; i + 4 < all.size(); i += 5)
+  for (size_t i = 0; i + 7 < all.size(); i += 8)
     r.ranks.push_back({int64_t(all[i]), int64_t(all[i + 1]), int64_t(all[i + 2]),
-                       int64_t(all[i + 3]), int64_t(all[i + 4])});
+                       int64_t(all[i + 3]), int64_t(all[i + 4]), int64_t(all[i + 5]),
+                       int64_t(all[i + 6]), int64_t(all[i + 7])});
   r.rss_rank = 0;
   for (size_t i = 1; i < r.ranks.size(); ++i)
     if (r.ranks[i].rss_peak_bytes > r.ranks[size_t(r.rss_rank)].rss_peak_bytes) r.rss_rank = int(i);

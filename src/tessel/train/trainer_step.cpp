@@ -197,18 +197,35 @@ void Trainer::end_step(StepRecord& r, int64_t step, const StepMarks& marks) {
 }
 
 parallel::MemoryReport Trainer::memory_report() const {
-  if (zero_) return zero_->memory();
   parallel::MemoryReport m;
-  m.parameter_count = model_->parameter_count();
-  m.dp = dp_size();
-  m.stage = 0;
-  for (const Tensor& p : model_->parameters()) m.param_bytes += p.nbytes();
-  // Without ZeRO every rank holds whole gradients during a step (in its buckets under dp).
-  m.grad_bytes = ddp() ? ddp()->gradient_bytes() : m.param_bytes;
-  m.optimizer_bytes = optimizer_->state_bytes();
-  m.expected_param_bytes = 4 * m.parameter_count;
-  m.expected_grad_bytes = 4 * m.parameter_count;
-  m.expected_optimizer_bytes = 8 * m.parameter_count;
+  if (zero_) {
+    m = zero_->memory();
+  } else {
+    // What this rank trains: under pp its stages' parameters (the model's others are zero pages
+    // that hold nothing), under tp its pieces.
+    m.dp = dp_size();
+    m.stage = 0;
+    for (const auto& [name, p] : trainable_parameters()) {
+      m.parameter_count += p.numel();
+      m.param_bytes += int64_t(p.nbytes());
+    }
+    // Without ZeRO every rank holds whole gradients during a step (in its buckets under dp).
+    m.grad_bytes = ddp() ? ddp()->gradient_bytes() : m.param_bytes;
+    m.optimizer_bytes = optimizer_->state_bytes();
+    m.expected_param_bytes = 4 * m.parameter_count;
+    m.expected_grad_bytes = 4 * m.parameter_count;
+    m.expected_optimizer_bytes = 8 * m.parameter_count;
+  }
+  // The last pipeline stage's copy of a tied embedding, and the gradient its head computes for
+  // it: held whole beside the formula's share (no moments: the first stage updates it).
+  if (pipeline_ && layout_.pp_size() > 1 && layout_.pp_rank() == layout_.pp_size() - 1) {
+    for (const std::string& name : pipeline_->tied()) {
+      const Tensor w = model_->find(name);
+      m.param_bytes += int64_t(w.nbytes());
+      m.expected_param_bytes += 4 * w.numel();
+      m.expected_grad_bytes += 4 * w.numel();
+    }
+  }
   return m;
 }
 

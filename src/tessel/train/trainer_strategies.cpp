@@ -13,7 +13,7 @@
 
 namespace tessel::train {
 
-void Trainer::build_strategies(bool fresh_weights) {
+void Trainer::build_strategies(const RegionSource& init) {
   const TrainSection& t = config_.train;
   const ParallelSection& par = config_.parallel;
   const auto printer = [this](const std::string& line) { print(line); };
@@ -50,13 +50,18 @@ void Trainer::build_strategies(bool fresh_weights) {
     ds.zero_stage = stage;
     if (stage == 3) ds.units = zero3_units();
     ds.after_other_sums = tensor_ && tensor_->sums_gradients() && stage >= 2;
-    ds.broadcast = fresh_weights;
+    // Weights from a checkpoint are loaded on every rank alike; recipes give every rank the same
+    // values by construction: nothing to broadcast.
+    ds.broadcast = false;
     data_ = std::make_unique<DataParallelStrategy>(trainable_parameters(), dp_, std::move(ds));
     if (pipeline_) pipeline_->set_zero3(data_->zero3());
   } else if (stage > 0) {
     print("note: parallel.zero_stage = " + std::to_string(stage) +
           " has nothing to partition on one rank; training with the plain optimizer");
   }
+  // Every axis has cut the model: each rank computes only what it now holds (before the 16-bit
+  // copies are made from it).
+  if (init) fill_parameters(init);
   if (dtype != DType::F32) {
     PrecisionSetup ps;
     ps.precision = t.precision;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <vector>
 
 #include "tessel/core/error.h"
 
@@ -94,24 +95,42 @@ std::vector<Piece> placed_pieces(const std::string& name, const sharding::LocalL
   return out;
 }
 
-void read_placed(PieceReader& reader, const std::string& name,
+void fill_placed(const RegionSource& source, const std::string& name,
                  const sharding::LocalLayout& placement, const Shape& local_shape, int64_t begin,
                  int64_t end, Tensor flat) {
   check_placement(placement, local_shape, begin, end, flat, name, /*any_float=*/false);
-  TESSEL_CHECK(reader.shape(name) == placement.global, "checkpoint: ", name, " has shape ",
-               reader.shape(name), ", this run's layout expects ", placement.global);
   if (flat.numel() == 0) return;
-  flat.fill(0.0);
+  // Zeros only where no segment writes (the vocabulary padding): a whole-covering fill would touch
+  // every page twice.
   float* dst = flat.data<float>();
-  // Each run straight into its place in `flat` (no buffer of the segment).
+  std::vector<char> covered;
+  int64_t written = 0;
   for (const auto& s : placement.segments) {
     for (const Run& r : segment_runs(placement, local_shape, s, begin, end)) {
       PieceRegion region = segment_box(placement, s);
       region.begin = r.box;
       region.end = r.box + r.n;
-      reader.read(name, region, dst + (r.local - begin));
+      source(name, region, dst + (r.local - begin));
+      written += r.n;
     }
   }
+  if (written == end - begin) return;
+  covered.assign(size_t(end - begin), 0);
+  for (const auto& s : placement.segments)
+    for (const Run& r : segment_runs(placement, local_shape, s, begin, end))
+      std::fill_n(covered.begin() + (r.local - begin), r.n, char(1));
+  for (int64_t i = 0; i < end - begin; ++i)
+    if (!covered[size_t(i)]) dst[i] = 0.0f;
+}
+
+void read_placed(PieceReader& reader, const std::string& name,
+                 const sharding::LocalLayout& placement, const Shape& local_shape, int64_t begin,
+                 int64_t end, Tensor flat) {
+  TESSEL_CHECK(reader.shape(name) == placement.global, "checkpoint: ", name, " has shape ",
+               reader.shape(name), ", this run's layout expects ", placement.global);
+  fill_placed([&reader](const std::string& n, const PieceRegion& region,
+                        float* dst) { reader.read(n, region, dst); },
+              name, placement, local_shape, begin, end, std::move(flat));
 }
 
 }  // namespace tessel::train

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,20 @@ std::vector<Piece> placed_pieces(const std::string& name, const sharding::LocalL
                                  const Shape& local_shape, int64_t begin, int64_t end,
                                  const Tensor& flat);
 
-// Fills `flat` (f32, end - begin elements) with the local elements [begin, end) of `name` read
-// from `reader` straight into place; elements in no segment are set to zero.
+// Where the values of global tensors come from: fills `dst` (f32, region.numel() values, row-major)
+// with `region` of the global tensor `name`. A checkpoint's pieces (PieceReader::read), or values
+// computed per element (an initialisation recipe, train/materialize.h).
+using RegionSource =
+    std::function<void(const std::string& name, const PieceRegion& region, float* dst)>;
+
+// Fills `flat` (f32, end - begin elements) with the local elements [begin, end) of `name` from
+// `source`, one call per run of consecutive elements, straight into place (no buffer of the
+// segment); elements in no segment are set to zero.
+void fill_placed(const RegionSource& source, const std::string& name,
+                 const sharding::LocalLayout& placement, const Shape& local_shape, int64_t begin,
+                 int64_t end, Tensor flat);
+
+// fill_placed from `reader`, after checking that the checkpoint's tensor has the global shape.
 void read_placed(PieceReader& reader, const std::string& name,
                  const sharding::LocalLayout& placement, const Shape& local_shape, int64_t begin,
                  int64_t end, Tensor flat);

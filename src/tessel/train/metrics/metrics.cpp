@@ -143,7 +143,10 @@ std::string step_json(const StepRecord& r) {
                      {"rss_peak_bytes", m.rss_peak_bytes},
                      {"mem_bytes", m.mem_bytes},
                      {"mem_peak_bytes", m.mem_peak_bytes},
-                     {"state_bytes", m.state_bytes}});
+                     {"state_bytes", m.state_bytes},
+                     {"expected_state_bytes", m.expected_state_bytes},
+                     {"step_peak_bytes", m.step_peak_bytes},
+                     {"param_bytes", m.param_bytes}});
   j["ranks"] = std::move(ranks);
   return j.dump();
 }
@@ -157,8 +160,10 @@ std::string eval_json(const EvalRecord& r) {
 }
 
 std::string checkpoint_line(const CheckpointRecord& r) {
-  std::string out = "checkpoint " + r.event + " at step " + std::to_string(r.step) + ": " +
-                    fixed("%.1f s", r.ms / 1e3);
+  std::string out = r.event == "build"
+                        ? "model built: " + fixed("%.1f s", r.ms / 1e3)
+                        : "checkpoint " + r.event + " at step " + std::to_string(r.step) + ": " +
+                              fixed("%.1f s", r.ms / 1e3);
   if (r.ranks.empty() || r.ranks.front().peak_during <= 0) return out;
   // The rank that held the most beyond its state during the operation.
   size_t worst = 0;

@@ -25,6 +25,9 @@ struct RankMemory {
   int64_t rss_bytes = 0, rss_peak_bytes = 0;  // VmRSS now, VmHWM (the process's peak so far)
   int64_t mem_bytes = 0, mem_peak_bytes = 0;  // tensor allocator: in use, peak of the run
   int64_t state_bytes = 0;                    // parameters, gradients, moments, buffers
+  int64_t expected_state_bytes = 0;           // what the ZeRO formula gives this rank
+  int64_t step_peak_bytes = 0;                // the step's activations and temporaries
+  int64_t param_bytes = 0;                    // the parameters it holds between steps
 };
 
 struct StepRecord {
@@ -85,7 +88,7 @@ struct CheckpointMemory {
   int64_t overhead() const { return peak_during - std::max(rss_before, rss_after); }
 };
 struct CheckpointRecord {
-  std::string event;  // "save" or "load"
+  std::string event;  // "save", "load", or "build" (the model's construction in its layout)
   int64_t step = 0;
   double ms = 0;
   std::vector<CheckpointMemory> ranks;
