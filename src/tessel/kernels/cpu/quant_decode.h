@@ -69,6 +69,31 @@ inline void decode_q4_0(const uint8_t* row, int64_t blocks, DecodedRow& out) {
   }
 }
 
+// The 4-bit part shared by Q4_K and Q5_K: bytes 32c .. 32c+31 of qs hold sub-blocks 2c (low
+// nibbles) and 2c+1 (high nibbles): two 16-byte halves, each unpacked as one Q4_0-style run, then
+// the runs interleaved back into order.
+inline void decode_k_nibbles(const uint8_t* qs, int8_t* q) {
+  for (int c = 0; c < 4; ++c) {
+    int8_t lo_hi[2][32];
+    unpack_nibbles(qs + 32 * c, lo_hi[0], 0);
+    unpack_nibbles(qs + 32 * c + 16, lo_hi[1], 0);
+    std::memcpy(q + 64 * c, lo_hi[0], 16);
+    std::memcpy(q + 64 * c + 16, lo_hi[1], 16);
+    std::memcpy(q + 64 * c + 32, lo_hi[0] + 16, 16);
+    std::memcpy(q + 64 * c + 48, lo_hi[1] + 16, 16);
+  }
+}
+
+// Block b's eight 6-bit scale/min pairs (shared by Q4_K and Q5_K), widened to f32.
+inline void decode_k_scales(const uint8_t* scales, float d, float dmin, int64_t b,
+                            DecodedRow& out) {
+  for (int s = 0; s < 8; ++s) {
+    const float sc = d * float(quant::q4k_scale(scales, s));
+    out.scale[size_t(16 * b + 2 * s)] = out.scale[size_t(16 * b + 2 * s + 1)] = sc;
+    out.offset[size_t(8 * b + s)] = dmin * float(quant::q4k_min(scales, s));
+  }
+}
+
 inline void decode_q4_k(const uint8_t* row, int64_t blocks, DecodedRow& out) {
   out.has_offset = true;
   for (int64_t b = 0; b < blocks; ++b) {
@@ -77,22 +102,8 @@ inline void decode_q4_k(const uint8_t* row, int64_t blocks, DecodedRow& out) {
     const uint8_t* scales = p + 4;
     const uint8_t* qs = p + 16;
     int8_t* q = out.q.data() + 256 * b;
-    // Bytes 32c .. 32c+31 hold sub-blocks 2c (low nibbles) and 2c+1 (high nibbles): two 16-byte
-    // halves, each unpacked as one Q4_0-style run, then the runs interleaved back into order.
-    for (int c = 0; c < 4; ++c) {
-      int8_t lo_hi[2][32];
-      unpack_nibbles(qs + 32 * c, lo_hi[0], 0);
-      unpack_nibbles(qs + 32 * c + 16, lo_hi[1], 0);
-      std::memcpy(q + 64 * c, lo_hi[0], 16);
-      std::memcpy(q + 64 * c + 16, lo_hi[1], 16);
-      std::memcpy(q + 64 * c + 32, lo_hi[0] + 16, 16);
-      std::memcpy(q + 64 * c + 48, lo_hi[1] + 16, 16);
-    }
-    for (int s = 0; s < 8; ++s) {
-      const float sc = d * float(quant::q4k_scale(scales, s));
-      out.scale[size_t(16 * b + 2 * s)] = out.scale[size_t(16 * b + 2 * s + 1)] = sc;
-      out.offset[size_t(8 * b + s)] = dmin * float(quant::q4k_min(scales, s));
-    }
+    decode_k_nibbles(qs, q);
+    decode_k_scales(scales, d, dmin, b, out);
   }
 }
 
@@ -107,24 +118,14 @@ inline void decode_q5_k(const uint8_t* row, int64_t blocks, DecodedRow& out) {
     const uint8_t* qh = p + 16;
     const uint8_t* qs = p + 48;
     int8_t* q = out.q.data() + 256 * b;
+    decode_k_nibbles(qs, q);
     for (int c = 0; c < 4; ++c) {
-      int8_t lo_hi[2][32];
-      unpack_nibbles(qs + 32 * c, lo_hi[0], 0);
-      unpack_nibbles(qs + 32 * c + 16, lo_hi[1], 0);
-      std::memcpy(q + 64 * c, lo_hi[0], 16);
-      std::memcpy(q + 64 * c + 16, lo_hi[1], 16);
-      std::memcpy(q + 64 * c + 32, lo_hi[0] + 16, 16);
-      std::memcpy(q + 64 * c + 48, lo_hi[1] + 16, 16);
       for (int l = 0; l < 32; ++l) {
         q[64 * c + l] = int8_t(q[64 * c + l] | (((qh[l] >> (2 * c)) & 1) << 4));
         q[64 * c + 32 + l] = int8_t(q[64 * c + 32 + l] | (((qh[l] >> (2 * c + 1)) & 1) << 4));
       }
     }
-    for (int s = 0; s < 8; ++s) {
-      const float sc = d * float(quant::q4k_scale(scales, s));
-      out.scale[size_t(16 * b + 2 * s)] = out.scale[size_t(16 * b + 2 * s + 1)] = sc;
-      out.offset[size_t(8 * b + s)] = dmin * float(quant::q4k_min(scales, s));
-    }
+    decode_k_scales(scales, d, dmin, b, out);
   }
 }
 
