@@ -13,6 +13,8 @@
 #include <iterator>
 #include <string>
 
+#include "common/scratch_dir.h"
+
 namespace tessel::cli_test {
 
 namespace fs = std::filesystem;
@@ -29,11 +31,7 @@ inline std::string slurp(const fs::path& p) {
 
 // A fresh folder "<prefix><name>_<pid>" under the test temp directory.
 inline fs::path scratch(const std::string& prefix, const std::string& name) {
-  const fs::path dir =
-      fs::path(testing::TempDir()) / (prefix + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return tessel::test::scratch_path(prefix + name);
 }
 
 // `tessel ARGS`, with stdout and stderr captured through files in `dir`.

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "cli_run.h"
+#include "common/scratch_dir.h"
 #include "tessel/io/token_dataset.h"
 #include "tessel/io/token_dataset_prepare.h"
 #include "tessel/io/tokenizer.h"
@@ -39,9 +40,8 @@ std::vector<int32_t> tokens(const tessel::io::TokenDataset& d) {
 TEST(DataPrepareGpt2, LicenseTextsRoundTrip) {
   const std::string gpt2 = env_or("TESSEL_GPT2_DIR", TESSEL_GPT2_DIR);
   const std::string corpus = env_or("TESSEL_DATA_CORPUS", TESSEL_DATA_CORPUS);
-  const fs::path out =
-      fs::path(testing::TempDir()) / ("tessel_cli_data_gpt2_" + std::to_string(::getpid()));
-  fs::remove_all(out);
+  const fs::path out = tessel::test::scratch_path("tessel_cli_data_gpt2", /*create=*/false);
+  tessel::test::remove_at_exit(out.string() + ".json");
   const std::string cmd = std::string(TESSEL_BINARY) + " data prepare --tokenizer " + gpt2 +
                           " --input " + corpus + " --out " + out.string() +
                           " --val-fraction 0.25 --shard-tokens 5000 --quiet > " +

@@ -14,16 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "common/scratch_dir.h"
 #include "tokenizer_test_util.h"
 
 namespace tessel::io {
 
 inline std::filesystem::path data_temp_dir(const std::string& name) {
-  const auto dir = std::filesystem::path(testing::TempDir()) /
-                   ("tessel_token_dataset_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+  return tessel::test::scratch_path("tessel_token_dataset_" + name);
 }
 
 // The small test vocabulary (bytes, then a few merges), <|endoftext|> last, and `extra` unused

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/scratch_dir.h"
 #include "tessel/core/error.h"
 #include "tessel/io/byte_level.h"
 #include "tessel/io/pretokenize.h"
@@ -57,11 +58,7 @@ inline void expect_error(const std::function<void()>& fn, const std::vector<std:
 
 // A fresh directory for one test's files.
 inline std::filesystem::path temp_dir(const std::string& name) {
-  const auto dir = std::filesystem::path(testing::TempDir()) /
-                   ("tessel_tokenizer_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+  return tessel::test::scratch_path("tessel_tokenizer_" + name);
 }
 
 inline std::string write_file(const std::filesystem::path& path, const std::string& text) {

@@ -13,6 +13,7 @@
 #include <iterator>
 
 #include "common/error_text.h"
+#include "common/scratch_dir.h"
 #include "gguf_mutate.h"
 #include "gguf_sample.h"
 
@@ -25,6 +26,7 @@ std::string temp_path(const std::string& tag) {
   fs::path p = fs::temp_directory_path() /
                ("tessel_gguf_" + tag + "_" + std::to_string(::getpid()) + ".gguf");
   fs::remove(p);
+  tessel::test::remove_at_exit(p);
   return p.string();
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/scratch_dir.h"
 #include "tessel/io/safetensors.h"
 
 namespace tessel::io {
@@ -17,11 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path scratch(const std::string& tag) {
-  fs::path p =
-      fs::temp_directory_path() / ("tessel_st_stream_" + tag + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
+  return tessel::test::scratch_path("tessel_st_stream_" + tag);
 }
 
 std::vector<uint8_t> slurp(const fs::path& p) {

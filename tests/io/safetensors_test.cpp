@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 
+#include "common/scratch_dir.h"
 #include "safetensors_mutate.h"
 #include "tessel/io/safetensors_dir.h"
 
@@ -19,10 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_dir(const std::string& tag) {
-  fs::path p = fs::temp_directory_path() / ("tessel_st_" + tag + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
+  return tessel::test::scratch_path("tessel_st_" + tag).string();
 }
 
 std::vector<uint8_t> make_file(const std::string& header, const std::vector<uint8_t>& data) {

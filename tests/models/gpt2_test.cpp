@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <string>
 
+#include "common/scratch_dir.h"
 #include "common/tolerance.h"
 #include "tessel/autograd/autograd.h"
 #include "tessel/io/safetensors.h"
@@ -117,8 +118,7 @@ TEST(GPT2, GreedyDecodingPicksTheArgmaxOfTheLastPosition) {
 
 TEST(GPT2, DumpDirReceivesEveryNamedIntermediate) {
   namespace fs = std::filesystem;
-  fs::path dir = fs::temp_directory_path() / ("tessel_gpt2_dump_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  const fs::path dir = tessel::test::scratch_path("tessel_gpt2_dump", /*create=*/false);
   Generator g(5);
   auto model = GPT2::random(tiny_config(), g);
   Tensor ids = from_data(std::vector<int64_t>{1, 2, 3, 4, 5}, Shape{1, 5});

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/scratch_dir.h"
 #include "sampler_reference.h"
 #include "tessel/serve/sampler.h"
 
@@ -87,10 +88,7 @@ TEST(RequestSamplerTorch, LogprobsMatchTorchLogSoftmax) {
     }
   }
 
-  const fs::path dir =
-      fs::temp_directory_path() / ("tessel_sampler_torch_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = tessel::test::scratch_path("tessel_sampler_torch");
   {
     std::ofstream in(dir / "in.json");
     in << std::setprecision(17) << "{\"cases\":[";

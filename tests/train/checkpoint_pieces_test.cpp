@@ -13,6 +13,7 @@
 #include <fstream>
 #include <random>
 
+#include "common/scratch_dir.h"
 #include "common/thread_checks.h"
 #include "tessel/train/checkpoint/checkpoint.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
@@ -23,11 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_dir(const std::string& tag) {
-  const fs::path d =
-      fs::temp_directory_path() / ("tessel_pieces_" + tag + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
+  return tessel::test::scratch_path("tessel_pieces_" + tag).string();
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/scratch_dir.h"
 #include "tessel/tensor/tensor.h"
 
 #ifndef TESSEL_TORCH_PYTHON
@@ -31,10 +32,7 @@ namespace fs = std::filesystem;
 
 // A fresh directory named after the test and the process (ctest runs tests in parallel processes).
 inline fs::path scratch_dir(const std::string& tag) {
-  fs::path dir = fs::temp_directory_path() / ("tessel_" + tag + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return tessel::test::scratch_path("tessel_" + tag);
 }
 
 inline void write_f32(const fs::path& path, const Tensor& t) {

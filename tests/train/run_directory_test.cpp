@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "common/scratch_dir.h"
 #include "tessel/core/error.h"
 #include "tessel/train/metrics/metrics.h"
 
@@ -24,10 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path temp_dir(const std::string& name) {
-  const fs::path dir =
-      fs::path(testing::TempDir()) / ("tessel_run_dir_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  return dir;
+  return tessel::test::scratch_path("tessel_run_dir_" + name, /*create=*/false);
 }
 
 std::string slurp(const fs::path& p) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/scratch_dir.h"
 #include "tessel/core/rng.h"
 #include "tessel/io/token_shards.h"
 #include "tessel/models/gpt2/gpt2_config.h"
@@ -26,11 +27,7 @@ namespace tessel::train::test {
 namespace fs = std::filesystem;
 
 inline fs::path scratch(const std::string& name) {
-  const fs::path dir =
-      fs::path(testing::TempDir()) / ("tessel_train_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return tessel::test::scratch_path("tessel_train_" + name);
 }
 
 // Tokens of a Markov chain over `vocab` ids: the next id is a fixed permutation of the previous

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/scratch_dir.h"
 #include "common/tokenizer_test_util.h"
 #include "io/gguf_sample.h"
 #include "tessel/io/gguf.h"
@@ -70,9 +71,7 @@ json read_with_javascript(const std::string& file, const fs::path& dir) {
 }
 
 TEST(GgufReference, JavaScriptReaderSeesWhatTesselWrote) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("tessel_gguf_ref_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const fs::path dir = tessel::test::scratch_path("tessel_gguf_ref");
   GgufMetadata m = gguf_sample_metadata();
   TokenizerConfig c = small_config();
   c.vocab.push_back("<|endoftext|>");
@@ -113,9 +112,7 @@ TEST(GgufReference, JavaScriptReaderSeesWhatTesselWrote) {
 }
 
 TEST(GgufReference, TesselReadsWhatJavaScriptWrote) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("tessel_gguf_ref_js_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const fs::path dir = tessel::test::scratch_path("tessel_gguf_ref_js");
   const std::string file = (dir / "theirs.gguf").string(), out = (dir / "written.json").string();
   const std::string cmd = std::string(TESSEL_NODE) + " " + TESSEL_GGUF_WRITE_SCRIPT + " " +
                           TESSEL_GGUF_PACKAGE + " " + file + " > " + out;

@@ -16,6 +16,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/scratch_dir.h"
 #include "tessel/core/error.h"
 #include "tessel/io/byte_level.h"
 #include "tessel/io/gguf.h"
@@ -353,8 +354,7 @@ void expect_error(const std::function<void()>& fn, const std::vector<std::string
 TEST(SentencePieceFiles, TruncatedFilesAreClearErrors) {
   const Reference& ref = reference();
   ASSERT_TRUE(ref.error.empty()) << ref.error;
-  const fs::path dir = fs::path(testing::TempDir()) / "tessel_sp_truncated";
-  fs::create_directories(dir);
+  const fs::path dir = tessel::test::scratch_path("tessel_sp_truncated");
   for (const std::string name : {"bpe", "unigram"}) {
     const std::string bytes = read_file(ref.dir / (name + ".model"));
     for (const size_t keep : {size_t{0}, size_t{1}, size_t{2}, size_t{100}, bytes.size() / 3,

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/scratch_dir.h"
 #include "tessel/io/byte_level.h"
 #include "tessel/io/tokenizer.h"
 
@@ -153,8 +154,7 @@ TEST(TokenizerReference, ThreadsShareOneTokenizer) {
 TEST(TokenizerReference, EveryFileLayoutGivesTheSameIds) {
   const Reference& ref = reference();
   ASSERT_TRUE(ref.error.empty()) << ref.error;
-  const fs::path dir = fs::path(testing::TempDir()) / "tessel_gpt2_layouts";
-  fs::create_directories(dir);
+  const fs::path dir = tessel::test::scratch_path("tessel_gpt2_layouts");
   const std::string vocab = read_file(ref.gpt2_dir / "encoder.json");
   const std::string merges = read_file(ref.gpt2_dir / "vocab.bpe");
 
