@@ -31,3 +31,8 @@ find_path(URING_INCLUDE_DIR liburing.h REQUIRED)
 add_library(tessel_dep_uring INTERFACE)
 target_link_libraries(tessel_dep_uring INTERFACE ${URING_LIBRARY})
 target_include_directories(tessel_dep_uring SYSTEM INTERFACE ${URING_INCLUDE_DIR})
+
+# COIN-OR CBC: the mixed-integer solver of the planner's intra-operator sharding ILP
+# (plan/shard_ilp.h), through its C interface; found by pkg-config as Debian ships it.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(CBC REQUIRED IMPORTED_TARGET cbc)

@@ -26,6 +26,7 @@ struct TrainArgs {
   int dp = 1, tp = 1, pp = 1;
   std::string schedule;      // --schedule: parallel.schedule
   bool sp = false;           // --sp: parallel.sequence_parallel
+  std::string tp_plan;       // --tp-plan: parallel.tp_plan
   int64_t microbatches = 0;  // --microbatches: train.grad_accum
 };
 
@@ -48,6 +49,7 @@ void run_train(const TrainArgs& args) {
   std::vector<std::string> overrides = args.overrides;
   if (!args.schedule.empty()) overrides.push_back("parallel.schedule=" + args.schedule);
   if (args.sp) overrides.push_back("parallel.sequence_parallel=true");
+  if (!args.tp_plan.empty()) overrides.push_back("parallel.tp_plan=" + args.tp_plan);
   if (args.microbatches > 0)
     overrides.push_back("train.grad_accum=" + std::to_string(args.microbatches));
   std::string checkpoint;
@@ -120,6 +122,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--sp", args->sp,
                 "Sequence parallelism with --tp: norms and dropouts on sequence pieces "
                 "(--set parallel.sequence_parallel=true)");
+  cmd->add_option("--tp-plan", args->tp_plan,
+                  "Tensor-parallel plan JSON, e.g. from `tessel plan shard` "
+                  "(--set parallel.tp_plan=...; default: the model family's plan)");
   cmd->add_option("--schedule", args->schedule,
                   "Pipeline schedule: gpipe, 1f1b or interleaved:V (--set parallel.schedule=...)");
   cmd->add_option("--microbatches", args->microbatches,

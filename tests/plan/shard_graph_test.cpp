@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: Apache-2.0
+// The sharding ILP on a traced GPT-2 step: with no plan given, it rediscovers Megatron-LM's
+// split (Colwise then Rowwise in the MLP, per-head qkv Colwise, attention per head, Rowwise
+// output projection, vocab-split embedding and loss) on tp 2 and 4 when computing dominates,
+// keeps the small products whole when the links are what costs; and how placements follow views.
+#include "tessel/plan/shard_graph.h"
+
+#include <gtest/gtest.h>
+
+#include "tessel/models/family.h"
+#include "tessel/models/gpt2/gpt2_config.h"
+#include "tessel/plan/shard_plan.h"
+#include "tessel/plan/trace.h"
+
+namespace tessel::plan {
+namespace {
+
+using sharding::Placement;
+
+// One node of devices whose arithmetic is slow next to their links (1 GFLOP/s, 100 GB/s):
+// splitting a product pays, so the ILP must find the split that communicates least.
+Cluster slow_devices() {
+  return Cluster::parse(R"(name = "slow-arithmetic"
+devices_per_node = 4
+nodes = 1
+[device]
+kind = "test"
+memory_bytes = 1073741824
+memory_bandwidth = 1e12
+[device.peak_flops]
+f32 = 1e9
+[links.intra_node]
+bandwidth = 100e9
+latency = 1e-6
+)",
+                        "test cluster");
+}
+
+Cluster h100() {
+  return Cluster::parse(R"(name = "h100"
+devices_per_node = 8
+nodes = 1
+[device]
+kind = "H100"
+memory_bytes = 85899345920
+memory_bandwidth = 3.35e12
+[device.peak_flops]
+f32 = 67e12
+[links.intra_node]
+bandwidth = 450e9
+latency = 0.6e-6
+)",
+                        "test cluster");
+}
+
+models::ConfigPtr tiny_gpt2() {
+  models::GPT2Config c;
+  c.vocab_size = 257;
+  c.n_positions = 32;
+  c.n_embd = 24;
+  c.n_layer = 2;
+  c.n_head = 4;
+  return std::make_shared<models::GPT2Config>(c);
+}
+
+std::string style_of(const ShardModel& m, const ShardSolution& s, const std::string& module,
+                     const std::string& op) {
+  for (size_t v = 0; v < m.groups.size(); ++v)
+    if (m.groups[v].module == module && m.groups[v].op == op)
+      return m.groups[v].strategies[size_t(s.choice[v])].style;
+  return "<none>";
+}
+
+class ShardGraphTp : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShardGraphTp, RediscoversMegatronForGpt2) {
+  const int tp = GetParam();
+  TraceOptions t;
+  t.batch = 3;
+  t.seq = 13;
+  const Graph g = trace_training_step(*tiny_gpt2(), t);
+  ShardGraphOptions o;
+  o.tp = tp;
+  o.vocab_parallel_modules = {"wte"};
+  const ShardModel m = build_shard_model(g, slow_devices(), o);
+  const ShardSolution s = solve_shard_ilp(m.problem);
+  for (const char* block : {"h.0", "h.1"}) {
+    const std::string b = block;
+    EXPECT_EQ(style_of(m, s, b + ".attn.c_attn", "linear"), "Colwise") << b;
+    EXPECT_EQ(style_of(m, s, b + ".attn", "attention"), "heads") << b;
+    EXPECT_EQ(style_of(m, s, b + ".attn.c_proj", "linear"), "Rowwise") << b;
+    EXPECT_EQ(style_of(m, s, b + ".mlp.c_fc", "linear"), "Colwise") << b;
+    EXPECT_EQ(style_of(m, s, b + ".mlp.c_proj", "linear"), "Rowwise") << b;
+    EXPECT_EQ(style_of(m, s, b + ".ln_1", "layer_norm"), "replicated") << b;
+  }
+  EXPECT_EQ(style_of(m, s, "", "linear"), "Colwise");  // the tied LM head
+  EXPECT_EQ(style_of(m, s, "", "cross_entropy"), "vocab-parallel");
+  const std::vector<ShardPlanRule> rules = shard_plan_rules(m, s);
+  const std::vector<ShardPlanRule> want = {
+      {"wte", "VocabParallel"},       {"h.*.attn.c_attn", "Colwise", 3, 6},
+      {"h.*.attn.c_proj", "Rowwise"}, {"h.*.mlp.c_fc", "Colwise"},
+      {"h.*.mlp.c_proj", "Rowwise"},  {"ln_f", "Sequence", 1, 1, true, true}};
+  EXPECT_EQ(rules, want);
+  // Megatron's four all-reduces per block (f and g, forward and backward, in attention and MLP)
+  // and nothing else there: every other edge of the blocks is free.
+  EXPECT_GT(s.communication_seconds, 0);
+  EXPECT_LE(s.memory_bytes, m.problem.memory_budget);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tp, ShardGraphTp, ::testing::Values(2, 4));
+
+TEST(ShardGraph, SmallProductsStayWholeWhenLinksCostMore) {
+  // On an H100 a 24-wide layer's products take nanoseconds; an all-reduce a microsecond.
+  TraceOptions t;
+  t.batch = 3;
+  t.seq = 13;
+  const Graph g = trace_training_step(*tiny_gpt2(), t);
+  ShardGraphOptions o;
+  o.tp = 2;
+  o.vocab_parallel_modules = {"wte"};
+  const ShardModel m = build_shard_model(g, h100(), o);
+  const ShardSolution s = solve_shard_ilp(m.problem);
+  EXPECT_EQ(style_of(m, s, "h.0.mlp.c_fc", "linear"), "replicated");
+  EXPECT_EQ(style_of(m, s, "h.1.attn.c_attn", "linear"), "replicated");
+  const std::vector<ShardPlanRule> want = {{"wte", "VocabParallel"},
+                                           {"ln_f", "Sequence", 1, 1, true, true}};
+  EXPECT_EQ(shard_plan_rules(m, s), want);
+}
+
+TEST(ShardGraph, TightMemoryForcesTheSplitOnFastDevices) {
+  TraceOptions t;
+  t.batch = 3;
+  t.seq = 13;
+  const Graph g = trace_training_step(*tiny_gpt2(), t);
+  ShardGraphOptions o;
+  o.tp = 2;
+  o.vocab_parallel_modules = {"wte"};
+  const ShardModel free = build_shard_model(g, h100(), o);
+  const ShardSolution loose = solve_shard_ilp(free.problem);
+  // Just under what the replicated blocks need: something must be split.
+  o.memory_budget = loose.memory_bytes * 0.9;
+  const ShardModel tight = build_shard_model(g, h100(), o);
+  const ShardSolution s = solve_shard_ilp(tight.problem);
+  EXPECT_LE(s.memory_bytes, o.memory_budget);
+  EXPECT_GT(s.objective, loose.objective);
+  EXPECT_GT(shard_plan_rules(tight, s).size(), 1u);
+}
+
+TEST(ShardGraph, PlacementsFollowViews) {
+  const auto S = [](int d) { return Placement::shard(d); };
+  // [B, T, C] viewed as heads [B, T, H, D]: the feature split is a head split.
+  EXPECT_EQ(view_placement(S(2), {3, 13, 24}, {3, 13, 4, 6}, 2), S(2));
+  EXPECT_EQ(view_placement(S(2), {3, 13, 4, 6}, {3, 13, 24}, 4), S(2));
+  // Logits [B, T, V] flattened to [B * T, V] for the loss.
+  EXPECT_EQ(view_placement(S(2), {3, 13, 257}, {39, 257}, 2), S(1));
+  // 33 features as 3 x 11 over 2 ranks: the pieces (17, 16) are not whole rows of 11.
+  EXPECT_EQ(view_placement(S(1), {7, 33}, {7, 3, 11}, 2), std::nullopt);
+  // Cutting the batch of [3, 13] differs from cutting the flat 39.
+  EXPECT_EQ(view_placement(S(1), {3, 13}, {39}, 2), std::nullopt);
+  EXPECT_EQ(view_placement(Placement::partial(), {3, 13}, {39}, 2), Placement::partial());
+}
+
+}  // namespace
+}  // namespace tessel::plan

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""The sharding ILP's plan runs and trains as one rank does: `tessel plan shard --model CONFIG
+--tp N` on a cluster whose arithmetic is slow next to its links (so that splitting pays) writes
+a plan with Megatron-LM's split and no hand-written rule; `mpirun -np N tessel train --tp N
+--tp-plan PLAN` then matches `tessel train` on one rank, every step's loss and the final
+parameters within the tensor-parallel equivalence tests' tolerance. Also: a memory budget
+nothing fits is one clear error and no file.
+
+Usage: shard_tp_check.py TESSEL MPIRUN TP [TP ...]
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from tessel_runs import (RUN_REL_TOL, check_same_tensors, compare_losses, compare_params, fail,  # noqa: E402
+                         final_params, gpt2_config, mpi_prefix, prepare_workdir, run,
+                         single_thread_env, train_sets, write_json)
+
+SLOW_CLUSTER = """name = "slow-arithmetic"
+devices_per_node = 4
+nodes = 1
+[device]
+kind = "test"
+memory_bytes = 1073741824
+memory_bandwidth = 1e12
+[device.peak_flops]
+f32 = 1e9
+[links.intra_node]
+bandwidth = 100e9
+latency = 1e-6
+"""
+
+MEGATRON = {
+    "wte": "VocabParallel",
+    "h.*.attn.c_attn": {"style": "Colwise", "blocks": 3, "unit": 6},
+    "h.*.attn.c_proj": "Rowwise",
+    "h.*.mlp.c_fc": "Colwise",
+    "h.*.mlp.c_proj": "Rowwise",
+    "ln_f": {"style": "Sequence", "gather_output": True},
+}
+
+
+def main():
+    tessel, mpirun, tps = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3:]]
+    env = single_thread_env()
+    with tempfile.TemporaryDirectory(prefix="tessel_shard_tp_") as work:
+        vocab = prepare_workdir(tessel, os.path.join(work, "w"))
+        work = os.path.join(work, "w")
+        config = write_json(os.path.join(work, "config.json"),
+                            gpt2_config(vocab, n_positions=32, n_embd=24, n_layer=2, n_head=4))
+        cluster = os.path.join(work, "slow.toml")
+        with open(cluster, "w") as f:
+            f.write(SLOW_CLUSTER)
+        steps = 10
+        common = ["train"] + train_sets(config, os.path.join(work, "data"), steps, seq_len=15,
+                                        extra=["checkpoint.interval=10", "optim.grad_clip=0.5",
+                                               "train.micro_batch=6"])
+        ref = os.path.join(work, "tp1")
+        run([tessel] + common + ["--set", "checkpoint.dir=" + ref], env=env)
+        for tp in tps:
+            plan = os.path.join(work, f"plan_tp{tp}.json")
+            p = run([tessel, "plan", "shard", "--model", config, "--tp", str(tp), "--batch", "6",
+                     "--seq", "15", "--cluster", cluster, "-o", plan], env=env)
+            with open(plan) as f:
+                rules = {k: v for k, v in json.load(f).items() if not k.startswith("#")}
+            if rules != MEGATRON:
+                fail(f"tp={tp}: the ILP's plan {rules} is not Megatron's {MEGATRON}\n{p.stderr}")
+            d = os.path.join(work, f"tp{tp}")
+            run(mpi_prefix(mpirun) + ["-np", str(tp), tessel] + common +
+                ["--tp", str(tp), "--tp-plan", plan, "--set", "checkpoint.dir=" + d], env=env)
+            what = f"tp={tp} with the ILP's plan"
+            worst = compare_losses(ref, d, what, steps)
+            pa, pb = final_params(ref, steps), final_params(d, steps)
+            check_same_tensors(pa, pb, what)
+            rel = compare_params(pa, pb, what)[0]
+            print(f"{what}: {steps}-step losses within {worst:.1e}, final parameters within "
+                  f"{rel:.1e} (tolerance {RUN_REL_TOL})")
+        # A budget nothing fits: one error line, no plan file.
+        plan = os.path.join(work, "too_small.json")
+        p = subprocess.run([tessel, "plan", "shard", "--model", config, "--tp", "2", "--batch", "6",
+                            "--seq", "15", "--cluster", cluster, "--memory", "1000", "-o", plan],
+                           capture_output=True, text=True, env=env)
+        if p.returncode == 0 or os.path.exists(plan):
+            fail(f"a 1000-byte budget was accepted (exit {p.returncode})")
+        if "no choice of placements fits the memory budget" not in p.stderr:
+            fail(f"a 1000-byte budget: unexpected message {p.stderr!r}")
+        print("infeasible budget:", p.stderr.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":
+    main()
