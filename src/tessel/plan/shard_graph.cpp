@@ -43,13 +43,32 @@ const std::vector<StyleSignature>& style_signatures(const std::string& op) {
   return it == table.end() ? none : it->second;
 }
 
+// A forward op computed from model state alone (LLaMA's rotary tables converted to the compute
+// dtype): the same on every rank, neither a parameter nor a placed activation.
+bool is_constant(const Graph& g, int64_t id) {
+  const OpNode& op = g.ops[size_t(id)];
+  if (op.phase != Phase::Forward || op.kernel == "embedding") return false;
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    const int64_t p = op.producers[i];
+    if (p >= 0 ? !is_constant(g, p) : !dtype_is_float(op.inputs[i].dtype)) return false;
+  }
+  return true;
+}
+
 bool is_activation(const OpNode& op, size_t i, const Graph& g) {
   const int64_t p = op.producers[i];
-  return p >= 0 && g.ops[size_t(p)].phase == Phase::Forward;
+  return p >= 0 && g.ops[size_t(p)].phase == Phase::Forward && !is_constant(g, p);
 }
 
 bool is_parameter(const OpNode& op, size_t i, const Graph& g) {
-  return !is_activation(op, i, g) && dtype_is_float(op.inputs[i].dtype);
+  return op.producers[i] < 0 && dtype_is_float(op.inputs[i].dtype);
+}
+
+// Ops that join their producer's group: they take the placement it gives them (follow() below).
+bool is_follower(const OpNode& op) {
+  static const std::set<std::string> kinds = {"binary", "unary", "dropout", "split",
+                                              "reduce", "copy",  "convert", "rope"};
+  return kinds.contains(op.kernel);
 }
 
 int activation_count(const OpNode& op, const Graph& g) {
@@ -138,8 +157,9 @@ struct Builder {
     m.group_of.assign(g.ops.size(), -1);
     for (size_t i = 0; i < g.ops.size(); ++i) {
       const OpNode& op = g.ops[i];
-      if (op.phase != Phase::Forward) continue;
-      const std::string rule = anchor_rule(op, g);
+      if (op.phase != Phase::Forward || is_constant(g, int64_t(i))) continue;
+      std::string rule = anchor_rule(op, g);
+      if (rule.empty() && !is_follower(op)) rule = "?";  // no rule: a replicated node
       int join = -1;
       if (rule.empty()) {
         std::set<int> from;
@@ -221,6 +241,12 @@ struct Builder {
       set_all(*a);
       return true;
     }
+    if (op.kernel == "rope") {
+      // Rotates pairs within the last dim, per position: any other dim may be split.
+      if (a->is_partial() || (a->is_shard() && a->dim == int(in.ndim()) - 1)) return false;
+      set_all(*a);
+      return true;
+    }
     if (op.kernel == "split") {
       const Shape& from = op.inputs[0].shape;
       for (const kernels::TensorDesc& t : op.outputs)
@@ -247,23 +273,28 @@ struct Builder {
   // the shapes allow, followed through the merged ops.
   std::vector<GroupStrategy> strategies(const ShardGroup& group) const {
     const OpNode& op = g.ops[size_t(group.anchor)];
-    std::vector<StyleSignature> candidates = style_signatures(group.op);
+    std::string rule = group.op;
+    std::vector<Shape> shapes;
+    for (const kernels::TensorDesc& t : op.inputs) shapes.push_back(t.shape);
+    if (rule == "add") shapes[1] = shapes[0];  // the rule's shapes; a broadcast keeps the dims
+    if (!rule.empty()) {
+      // Shapes the rule does not cover (grouped-query attention's fewer K and V heads): the op
+      // stays whole.
+      try {
+        sharding::op_rule(rule).shape(shapes);
+      } catch (const Error&) {
+        rule.clear();
+      }
+    }
+    std::vector<StyleSignature> candidates = style_signatures(rule);
     if (candidates.empty()) candidates.push_back({"replicated", {}});
     std::vector<GroupStrategy> out;
     for (const StyleSignature& cand : candidates) {
       GroupStrategy st;
       st.style = cand.style;
       Placement output = R;
-      if (!group.op.empty()) {
-        std::vector<Shape> shapes;
-        for (const kernels::TensorDesc& t : op.inputs) shapes.push_back(t.shape);
-        if (group.op == "add") shapes[1] = shapes[0];  // the rule's shapes; a broadcast keeps dims
-        std::optional<sharding::OpSignature> sig;
-        try {
-          sig = sharding::find_signature(group.op, cand.inputs, shapes);
-        } catch (const Error&) {
-          sig = std::nullopt;
-        }
+      if (!rule.empty()) {
+        const auto sig = sharding::find_signature(rule, cand.inputs, shapes);
         if (!sig) continue;
         output = sig->output;
         bool ok = true;
