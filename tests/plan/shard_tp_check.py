@@ -4,13 +4,16 @@
 --tp N` on a cluster whose arithmetic is slow next to its links (so that splitting pays) writes
 a plan with Megatron-LM's split and no hand-written rule; `mpirun -np N tessel train --tp N
 --tp-plan PLAN` then matches `tessel train` on one rank, every step's loss and the final
-parameters within the tensor-parallel equivalence tests' tolerance. Also: a memory budget
-nothing fits is one clear error and no file.
+parameters within the tensor-parallel equivalence tests' tolerance. So do the plans it picks on an
+H100 node under budgets 13% and 22% above the least memory any choice needs (at these sizes
+mixes: some layers split and others whole, the position embedding split by rows). Also:
+a memory budget nothing fits is one clear error and no file.
 
 Usage: shard_tp_check.py TESSEL MPIRUN TP [TP ...]
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -42,6 +45,16 @@ MEGATRON = {
     "h.*.mlp.c_proj": "Rowwise",
     "ln_f": {"style": "Sequence", "gather_output": True},
 }
+
+
+def least_memory(tessel, config, cluster, env):
+    """The least memory per rank any choice needs, in bytes, as the error for a tiny budget says."""
+    p = subprocess.run([tessel, "plan", "shard", "--model", config, "--tp", "2", "--batch", "6",
+                        "--seq", "15", "--memory", "1"], capture_output=True, text=True, env=env)
+    m = re.search(r"the least any choice needs is ([0-9.]+) (B|KiB|MiB|GiB)", p.stderr)
+    if p.returncode == 0 or not m:
+        fail(f"a 1-byte budget: exit {p.returncode}, {p.stderr!r}")
+    return float(m.group(1)) * {"B": 1, "KiB": 1024, "MiB": 1 << 20, "GiB": 1 << 30}[m.group(2)]
 
 
 def main():
@@ -79,6 +92,25 @@ def main():
             rel = compare_params(pa, pb, what)[0]
             print(f"{what}: {steps}-step losses within {worst:.1e}, final parameters within "
                   f"{rel:.1e} (tolerance {RUN_REL_TOL})")
+        # A budget just above the least any choice needs: whatever mix of splits the ILP picks
+        # there, its plan trains as one rank does.
+        least = least_memory(tessel, config, cluster, env)
+        for factor in (1.13, 1.22):
+            budget = int(least * factor)
+            plan = os.path.join(work, f"plan_{budget}.json")
+            run([tessel, "plan", "shard", "--model", config, "--tp", "2", "--batch", "6",
+                 "--seq", "15", "--memory", str(budget), "-o", plan], env=env)
+            with open(plan) as f:
+                rules = {k: v for k, v in json.load(f).items() if not k.startswith("#")}
+            d = os.path.join(work, f"budget_{budget}")
+            run(mpi_prefix(mpirun) + ["-np", "2", tessel] + common +
+                ["--tp", "2", "--tp-plan", plan, "--set", "checkpoint.dir=" + d], env=env)
+            what = f"tp=2 under a budget of {budget} bytes, plan {rules}"
+            worst = compare_losses(ref, d, what, steps)
+            pa, pb = final_params(ref, steps), final_params(d, steps)
+            check_same_tensors(pa, pb, what)
+            rel = compare_params(pa, pb, what)[0]
+            print(f"{what}: losses within {worst:.1e}, final parameters within {rel:.1e}")
         # A budget nothing fits: one error line, no plan file.
         plan = os.path.join(work, "too_small.json")
         p = subprocess.run([tessel, "plan", "shard", "--model", config, "--tp", "2", "--batch", "6",

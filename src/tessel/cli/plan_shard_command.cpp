@@ -80,8 +80,8 @@ void run_shard(const ShardArgs& a) {
                "plan shard: %s, batch %lld x %lld, tp = %d on %s\n"
                "  %zu forward ops merged into %zu nodes, %zu edges; ILP: %d variables (%d "
                "integer), %d constraints; CBC %.3f s, %lld branch nodes\n"
-               "  predicted step: %.3f ms compute + %.3f ms communication; %.3f GiB per rank "
-               "(budget %.3f GiB)\n",
+               "  predicted step: %.3f ms compute + %.3f ms communication; %.5g MiB per rank "
+               "(budget %.5g MiB)\n",
                config->summary().c_str(), static_cast<long long>(a.batch),
                static_cast<long long>(seq), a.tp, cluster.name.c_str(),
                static_cast<size_t>(std::count_if(
@@ -90,8 +90,8 @@ void run_shard(const ShardArgs& a) {
                model.groups.size(), model.problem.edges.size(), solution.variables,
                solution.integer_variables, solution.constraints, solution.solve_seconds,
                static_cast<long long>(solution.branch_nodes), solution.compute_seconds * 1e3,
-               solution.communication_seconds * 1e3, solution.memory_bytes / double(1ull << 30),
-               model.problem.memory_budget / double(1ull << 30));
+               solution.communication_seconds * 1e3, solution.memory_bytes / double(1 << 20),
+               model.problem.memory_budget / double(1 << 20));
   for (const plan::ShardPlanRule& r : rules)
     std::fprintf(stderr, "  %-24s %s\n", r.pattern.c_str(), r.style.c_str());
   const std::string text = plan::shard_plan_json(

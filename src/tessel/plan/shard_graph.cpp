@@ -134,17 +134,19 @@ struct Builder {
     return collective_cost(cluster, c, ranks, bytes).seconds;
   }
 
-  // Time of moving a tensor of `shape` from `from` to `to`; with `styles_only`, kForbidden for the
-  // transitions no style performs. The styles do: nothing (R or the same shard), a local slice of
-  // a whole tensor (Rowwise on a replicated input), and the all-reduce that completes a pending
-  // sum right where it is made (Rowwise, VocabParallel): a pending sum never travels further.
-  double transfer(Placement from, Placement to, const Shape& shape, DType dtype,
-                  bool styles_only) const {
-    if (styles_only && from.is_partial() && !to.is_replicate()) return kForbidden;
+  // Time of moving a tensor of `shape` from `from` to `to`. What the styles do (`styles` set,
+  // kForbidden otherwise): nothing (R, or the same shard), a local slice of a whole input by a
+  // Rowwise product (`into_linear`; attention or an add cannot slice what they are given), and
+  // the all-reduce that completes a pending sum right where it is made (Rowwise, VocabParallel):
+  // a pending sum never travels further.
+  enum class Rule { Any, Styles, StylesIntoLinear };
+  double transfer(Placement from, Placement to, const Shape& shape, DType dtype, Rule rule) const {
+    if (rule != Rule::Any) {
+      if (from.is_partial() && !to.is_replicate()) return kForbidden;
+      const bool slice = from.is_replicate() && to.is_shard() && rule == Rule::StylesIntoLinear;
+      if (!(from == to) && !slice && !(from.is_partial() && to.is_replicate())) return kForbidden;
+    }
     if (from == to) return 0;
-    if (styles_only && !(from.is_replicate() && to.is_shard()) &&
-        !(from.is_partial() && to.is_replicate()))
-      return kForbidden;
     const sharding::RedistributeCost rc = sharding::redistribute_cost(from, to, shape, dtype, o.tp);
     if (rc.collective == "none") return 0;
     std::string name = rc.collective;
@@ -420,8 +422,9 @@ struct Builder {
               continue;
             }
             const Placement grad_out = from->is_partial() ? R : *from;
-            row.push_back(transfer(*from, b.inputs[k], shape, dtype, true) +
-                          transfer(b.grads[k], grad_out, shape, dtype, false));
+            const Rule rule = cg.op == "linear" ? Rule::StylesIntoLinear : Rule::Styles;
+            row.push_back(transfer(*from, b.inputs[k], shape, dtype, rule) +
+                          transfer(b.grads[k], grad_out, shape, dtype, Rule::Any));
           }
           e.cost.push_back(std::move(row));
         }
