@@ -32,20 +32,30 @@ std::string layer_pattern(const std::string& path) {
 }
 
 // The unit of a Colwise split whose output is viewed with its cut dim broken into smaller dims
-// (heads of head_dim): the elements of one piece of the view's cut dim.
+// (heads of head_dim), by a merged op (RoPE) or by the next group (attention): the elements of
+// one piece of the view's cut dim.
 int64_t colwise_unit(const ShardModel& m, int group, const GroupStrategy& st) {
   const Graph& g = *m.graph;
   int64_t unit = 1;
-  for (const ShardUse& use : m.uses) {
-    if (m.group_of[size_t(use.producer)] != group) continue;
-    const sharding::Placement p = st.outputs.at({use.producer, use.output});
-    if (!p.is_shard()) continue;
-    const Shape& from = g.ops[size_t(use.producer)].outputs[size_t(use.output)].shape;
-    const Shape& to = g.ops[size_t(use.consumer)].inputs[size_t(use.input)].shape;
-    const auto q = view_placement(p, from, to, m.tp);
-    if (!q || !q->is_shard()) continue;
-    const int64_t a = from[size_t(p.dim)], b = to[size_t(q->dim)];
-    if (b < a && a % b == 0) unit = std::max(unit, a / b);
+  for (size_t c = 0; c < g.ops.size(); ++c) {
+    const OpNode& op = g.ops[c];
+    if (op.phase != Phase::Forward) continue;
+    for (size_t k = 0; k < op.inputs.size(); ++k) {
+      const int64_t p = op.producers[k];
+      if (p < 0 || m.group_of[size_t(p)] != group) continue;
+      const OpNode& prod = g.ops[size_t(p)];
+      for (size_t out = 0; out < prod.outputs.size(); ++out) {
+        if (prod.outputs[out].storage != op.inputs[k].storage) continue;
+        auto it = st.outputs.find({int(p), int(out)});
+        if (it == st.outputs.end() || !it->second.is_shard()) continue;
+        const Shape& from = prod.outputs[out].shape;
+        const Shape& to = op.inputs[k].shape;
+        const auto q = view_placement(it->second, from, to, m.tp);
+        if (!q || !q->is_shard()) continue;
+        const int64_t a = from[size_t(it->second.dim)], b = to[size_t(q->dim)];
+        if (b < a && a % b == 0) unit = std::max(unit, a / b);
+      }
+    }
   }
   return unit;
 }
