@@ -462,31 +462,6 @@ struct Builder {
 
 }  // namespace
 
-std::optional<Placement> view_placement(Placement p, const Shape& from, const Shape& to,
-                                        int ranks) {
-  if (!p.is_shard()) return p;
-  if (from == to) return p;
-  TESSEL_CHECK(from.numel() == to.numel(), "view_placement: ", from, " and ", to,
-               " hold different numbers of elements");
-  int64_t before = 1;
-  for (int d = 0; d < p.dim; ++d) before *= from[size_t(d)];
-  int64_t acc = 1;
-  for (int e = 0; e < int(to.ndim()); ++e) {
-    if (acc == before && to[size_t(e)] > 1) {
-      const int64_t a = from[size_t(p.dim)], b = to[size_t(e)];
-      // The same elements before the cut dim; the pieces coincide when the sizes are equal, or
-      // when both split evenly and one dim is whole multiples of the other.
-      if (a == b) return Placement::shard(e);
-      if (a % ranks == 0 && b % ranks == 0 && (a % b == 0 || b % a == 0))
-        return Placement::shard(e);
-      return std::nullopt;
-    }
-    acc *= to[size_t(e)];
-    if (acc > before) break;
-  }
-  return std::nullopt;
-}
-
 ShardModel build_shard_model(const Graph& graph, const Cluster& cluster,
                              const ShardGraphOptions& options) {
   TESSEL_CHECK(options.tp >= 1, "shard ILP: tp = ", options.tp, " must be >= 1");
