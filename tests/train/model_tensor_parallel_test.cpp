@@ -10,9 +10,11 @@
 
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "common/scratch_dir.h"
 #include "common/tolerance.h"
 #include "parallel/parallel_test_util.h"
 #include "tessel/autograd/engine.h"
@@ -165,6 +167,26 @@ TEST(Gpt2TensorParallelPlan, RefusesHeadsNotDivisible) {
     auto m = c.model();
     checks.expect_throw([&] { parallelize_model(*m, tp, "", false); },
                         "n_head = 4 is not divisible by tp = 3", "heads");
+  });
+  checks.verify();
+}
+
+// Without the region entry before the tied head the input's gradient is one rank's partial sum:
+// training runs and is wrong (1e-4 off by step 2), so the plan is refused before any change.
+TEST(Gpt2TensorParallelPlan, RefusesATiedHeadWithoutRegionEntry) {
+  TinyGpt2Case c(1);
+  c.config.n_head = 4;
+  const std::string plan = test::scratch_path("tessel_tp_no_entry").string() + "/plan.json";
+  auto json = nlohmann::ordered_json::parse(c.config.tensor_parallel(2).plan_json);
+  json["ln_f"] = "Sequence";
+  std::ofstream(plan) << json.dump(2);
+  Checks checks;
+  run_world(2, [&](dist::CommPtr tp) {
+    auto m = c.model();
+    checks.expect_throw([&] { parallelize_model(*m, tp, plan, false); },
+                        "its input must enter the tensor-parallel region at 'ln_f'", "entry");
+    checks.expect_throw([&] { parallelize_model(*m, tp, plan, false); },
+                        "rule 'ln_f' is Sequence without gather_output", "rule");
   });
   checks.verify();
 }

@@ -44,6 +44,10 @@ struct TensorParallelSpec {
   std::string plan_json;
   std::vector<std::pair<std::string, int64_t>> sizes;  // e.g. {"head_dim", 64}
   std::string vocab_parallel_weight;                   // e.g. "wte.weight"
+  // With a tied head (it multiplies with the VocabParallel embedding's rows) the head's input must
+  // enter the tensor-parallel region at this module, a norm given Sequence with gather_output;
+  // without it the input's gradient is one rank's partial sum. Empty: the head enters itself.
+  std::string head_region_entry;  // e.g. "ln_f"
 };
 
 class ModelConfig {

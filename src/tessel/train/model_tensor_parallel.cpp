@@ -37,6 +37,23 @@ ModelTensorParallel parallelize_model(models::CausalLM& model, dist::CommPtr tp,
   const parallel::ParallelPlan plan =
       plan_path.empty() ? parallel::ParallelPlan::parse(spec.plan_json, "built-in " + c.summary())
                         : parallel::ParallelPlan::load(plan_path);
+  if (!spec.head_region_entry.empty()) {
+    // Checked here, not left to the equivalence tests: a plan without it trains, silently wrong.
+    const parallel::PlanRule* entry = nullptr;
+    for (const parallel::PlanRule& r : plan.rules) {
+      if (parallel::pattern_matches(r.pattern, spec.head_region_entry)) entry = &r;
+    }
+    TESSEL_CHECK(
+        entry != nullptr && entry->style == parallel::StyleKind::Sequence && entry->gather_output,
+        "tensor parallelism: the LM head multiplies with the rows of ", spec.vocab_parallel_weight,
+        ", so its input must enter the tensor-parallel region at '", spec.head_region_entry,
+        "': the plan", plan_path.empty() ? std::string() : " " + plan_path, " must give it ",
+        "{\"style\": \"Sequence\", \"gather_output\": true}",
+        entry == nullptr
+            ? std::string(" (no rule matches it)")
+            : " (its rule '" + entry->pattern + "' is " + parallel::style_name(entry->style) +
+                  (entry->gather_output ? "" : " without gather_output") + ")");
+  }
   parallel::ParallelizeOptions po;
   po.sequence_parallel = sequence_parallel;
   for (const auto& [name, value] : spec.sizes) po.sizes[name] = value;

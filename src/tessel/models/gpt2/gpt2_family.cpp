@@ -109,6 +109,7 @@ TensorParallelSpec GPT2Config::tensor_parallel(int tp) const {
   spec.plan_json = kPlan;
   spec.sizes = {{"head_dim", n_embd / n_head}, {"n_embd", n_embd}, {"n_head", n_head}};
   spec.vocab_parallel_weight = "wte.weight";
+  spec.head_region_entry = "ln_f";
   return spec;
 }
 

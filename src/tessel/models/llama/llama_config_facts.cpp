@@ -180,6 +180,7 @@ TensorParallelSpec LlamaConfig::tensor_parallel(int tp) const {
     // tensor-parallel region there (gathered along the sequence under --sp).
     plan["norm"] = {{"style", "Sequence"}, {"gather_output", true}};
     spec.vocab_parallel_weight = "embed_tokens.weight";
+    spec.head_region_entry = "norm";
   } else {
     // lm_head's Colwise input is gathered (or enters through f) by the style itself.
     plan["norm"] = "Sequence";
