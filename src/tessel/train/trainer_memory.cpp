@@ -5,6 +5,7 @@
 // is returned to the system (core/process_memory.h) before and after a save or load, so "before"
 // is what is in use and a copy of the state made while saving shows in "during".
 #include "tessel/core/process_memory.h"
+#include "tessel/tensor/host_memory.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel::train {
@@ -38,7 +39,7 @@ void Trainer::record_memory(StepRecord& r) const {
 }
 
 CheckpointMemory Trainer::checkpoint_memory_before() {
-  release_free_heap();
+  release_free_host_memory();
   const ProcessMemory pm = process_memory();
   CheckpointMemory m;
   m.rss_before = pm.rss_bytes;
@@ -51,7 +52,7 @@ CheckpointRecord Trainer::checkpoint_record(const std::string& event, double ms,
                                             CheckpointMemory m) {
   m.peak_during = peak_sampler_ ? peak_sampler_->stop() : 0;
   peak_sampler_.reset();
-  release_free_heap();
+  release_free_host_memory();
   const ProcessMemory pm = process_memory();
   m.peak_after = pm.peak_rss_bytes;
   m.rss_after = pm.rss_bytes;

@@ -3,6 +3,10 @@
 // MPI_IN_PLACE; the v-variants convert counts and displacements to MPI's int arrays.
 #include "tessel/dist/mpi/mpi_communicator.h"
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
 #include "tessel/dist/mpi/mpi_diag.h"
 #include "tessel/dist/reduce.h"
 #include "tessel/dist/watchdog.h"
@@ -41,6 +45,48 @@ void check_received(const MPI_Status& status, const OpCall& call, const std::str
   TESSEL_CHECK(got == call.out.numel(), "recv on axis '", label, "': rank ", call.peer, " sent ",
                got, " elements with tag ", call.tag, ", expected ", call.out.numel(), " of ",
                dtype_name(call.out.dtype()));
+}
+
+// Blocks above this are reduce-scattered by reduce_scatter_pairwise.
+constexpr int64_t kPairwiseBlockBytes = int64_t(4) << 20;
+// What one message of it carries: the temporary it needs.
+constexpr int64_t kPairwiseChunkBytes = int64_t(4) << 20;
+
+// A reduce-scatter whose temporary memory is one chunk. OpenMPI's MPI_Reduce_scatter_block
+// allocates buffers of the whole input (two with its recursive algorithms, one at the root of the
+// linear one), which a ZeRO-2/3 bucket of GPT-2's embedding (154 MB) would add to the resident set
+// of every rank while the bucket itself is held. Pairwise exchange instead: in round s = 1..p-1,
+// rank r sends its block (r + s) mod p to that rank and receives block r from rank (r - s) mod p,
+// a chunk at a time, adding it into `out` (which starts as its own block). Each rank sends
+// (p - 1) / p of the input, the bandwidth-optimal volume, as the ring does. Messages use a tag
+// above every one send/recv accept. Returns false (nothing done) where MPI's tags stop below it.
+bool reduce_scatter_pairwise(const OpCall& c, MPI_Comm comm, int rank, int size,
+                             const std::string& label) {
+  void* ub = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(comm, MPI_TAG_UB, &ub, &found);
+  constexpr int kTag = Communicator::kMaxTag + 1;
+  if (!found || *static_cast<int*>(ub) < kTag) return false;
+  const DType dt = c.out.dtype();
+  const MPI_Datatype type = mpi::datatype(dt);
+  const int64_t n = c.out.numel(), esize = int64_t(dtype_size(dt));
+  const ReduceOp combine = c.reduce == ReduceOp::Avg ? ReduceOp::Sum : c.reduce;
+  const auto* in = static_cast<const uint8_t*>(c.in.data_ptr());
+  auto* out = static_cast<uint8_t*>(c.out.data_ptr());
+  std::memcpy(out, in + rank * n * esize, size_t(n * esize));
+  const int64_t chunk = std::max<int64_t>(1, std::min(n, kPairwiseChunkBytes / esize));
+  std::vector<uint64_t> staged(size_t((chunk * esize + 7) / 8));  // aligned for the combiner
+  for (int s = 1; s < size; ++s) {
+    const int to = (rank + s) % size, from = (rank - s + size) % size;
+    for (int64_t at = 0; at < n; at += chunk) {
+      const int m = mpi::to_count(std::min(chunk, n - at), "reduce_scatter", label);
+      mpi::check(MPI_Sendrecv(in + (to * n + at) * esize, m, type, to, kTag, staged.data(), m, type,
+                              from, kTag, comm, MPI_STATUS_IGNORE),
+                 "reduce_scatter", label);
+      combine_into(staged.data(), out + at * esize, m, dt, combine);
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -82,6 +128,11 @@ void MpiCommunicator::execute(const OpCall& c, const Record&) {
       break;
     }
     case OpKind::ReduceScatter:
+      if (c.out.nbytes() > size_t(kPairwiseBlockBytes) && size() > 1 &&
+          reduce_scatter_pairwise(c, comm, rank(), size(), l)) {
+        if (c.reduce == ReduceOp::Avg) divide_by(c.out.data_ptr(), c.out.numel(), dt, size());
+        break;
+      }
       mpi::check(MPI_Reduce_scatter_block(c.in.data_ptr(), c.out.data_ptr(), count(c.out.numel()),
                                           type, mpi::reduce_op(dt, c.reduce), comm),
                  what, l);

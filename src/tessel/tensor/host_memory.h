@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the host allocator (tensor/allocator.cpp) keeps beyond what tensors use, and handing it
+// back. Large blocks are mappings of their own, cached after a free for the next request of their
+// size (tensor/mapped_block_cache.h); small ones come from glibc's heap, which keeps freed memory.
+// Both are reused by the next training step without page faults; a phase that ends with other
+// temporaries (a checkpoint save or load, an evaluation) hands them back so that the resident set
+// falls to what is in use.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tessel {
+
+// Freed large blocks the host allocator keeps mapped (resident where they were written).
+size_t host_cached_bytes();
+// Large blocks mapped and remapped so far: each may page-fault its memory in.
+int64_t host_block_maps();
+// Unmaps the cached blocks and returns the heap's free pages (core/process_memory.h's
+// release_free_heap).
+void release_free_host_memory();
+
+}  // namespace tessel
