@@ -3,11 +3,13 @@
 // "model_type", presets across families, and model directories in the Hugging Face layout.
 #include "tessel/models/family.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tessel/autograd/grad_mode.h"
 #include "tessel/core/error.h"
 #include "tessel/io/mapped_file.h"
 #include "tessel/models/config_json.h"
@@ -119,6 +121,28 @@ std::vector<std::string> all_preset_names() {
   for (const Family* f : families())
     for (const std::string& p : f->preset_names()) out.push_back(std::string(f->name()) + ":" + p);
   return out;
+}
+
+void Family::load_hf(CausalLM& model, const io::SafetensorsCheckpoint& checkpoint) const {
+  const HfLayout layout = hf_layout(model, checkpoint);
+  autograd::NoGradGuard no_grad;
+  std::map<std::string, Tensor> tensors;
+  for (auto& [name, t] : model.state_dict()) tensors.emplace(name, t);
+  // One tensor at a time: the weights are held once (with SafetensorsLoad::Read, a tensor's bytes
+  // and its transpose at most beside them).
+  for (const auto& [name, stored] : layout.tensors) {
+    Tensor& param = tensors.at(name);
+    const Tensor value = checkpoint.load(stored.name, param.dtype());
+    param.copy_from(stored.transposed ? value.transpose(0, 1) : value);
+  }
+  for (const auto& [stored, name] : layout.equal) {
+    const Tensor& param = tensors.at(name);
+    const Tensor value = checkpoint.load(stored, param.dtype());
+    TESSEL_CHECK(value.shape() == param.shape() &&
+                     std::memcmp(value.data_ptr(), param.data_ptr(), param.nbytes()) == 0,
+                 "load ", this->name(), " checkpoint: ", stored, " differs from ", hf_name(name),
+                 " but tie_word_embeddings is true");
+  }
 }
 
 std::shared_ptr<CausalLM> load_model(const std::string& dir) {

@@ -9,6 +9,7 @@
 // one line in family_registry.cpp; docs/MODELS.md has the checklist.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,6 +20,20 @@
 #include "tessel/models/causal_lm.h"
 
 namespace tessel::models {
+
+// Where a Hugging Face checkpoint stores one of tessel's tensors.
+struct HfStored {
+  std::string name;         // as stored (with or without the family's prefix)
+  bool transposed = false;  // the transpose of tessel's 2-D tensor (GPT-2's Conv1D weights)
+};
+
+// Where a checkpoint stores each of a model's tensors.
+struct HfLayout {
+  std::map<std::string, HfStored> tensors;  // by tessel name: every tensor of the state_dict
+  // Stored tensors that must hold the same values as one of those (a tied LM head saved beside
+  // the embedding): stored name -> tessel name. Loading checks them element by element.
+  std::map<std::string, std::string> equal;
+};
 
 class Family {
  public:
@@ -37,9 +52,15 @@ class Family {
 
   // The model's tensors as Hugging Face names and layouts (what model.safetensors holds).
   virtual io::NamedTensors to_hf(const CausalLM& model) const = 0;
-  // Loads HF-layout tensors into `model` (f16/bf16 widened to the parameters' dtype); one Error
-  // lists every missing, unexpected and mis-shaped tensor in HF names and shapes.
-  virtual void load_hf(CausalLM& model, const io::SafetensorsCheckpoint& checkpoint) const = 0;
+  // Where `checkpoint` stores each tensor of `model` (whose tensors have the whole model's
+  // shapes), after checking names and shapes: one Error lists every missing, unexpected and
+  // mis-shaped tensor in HF names and shapes. Reading only some elements of each (a rank's
+  // shards) needs nothing more.
+  virtual HfLayout hf_layout(const CausalLM& model,
+                             const io::SafetensorsCheckpoint& checkpoint) const = 0;
+  // Loads HF-layout tensors into `model` whole (f16/bf16 widened to the parameters' dtype),
+  // through hf_layout.
+  void load_hf(CausalLM& model, const io::SafetensorsCheckpoint& checkpoint) const;
   // The Hugging Face name of a tessel parameter name ("h.0.attn.c_attn.weight" ->
   // "h.0.attn.c_attn.weight" for GPT-2, "layers.0.self_attn.q_proj.weight" ->
   // "model.layers.0.self_attn.q_proj.weight" for LLaMA) and whether HF stores it transposed.

@@ -25,38 +25,11 @@ RegionSource init_region_source(std::shared_ptr<const ParameterInits> inits) {
   return [inits](const std::string& name, const PieceRegion& region, float* dst) {
     auto it = inits->find(name);
     TESSEL_CHECK(it != inits->end(), "deferred init: no recipe for '", name, "'");
-    const Shape& shape = it->second.shape;
     const nn::init::InitRecipe& recipe = it->second.recipe;
-    const size_t nd = size_t(shape.ndim());
-    TESSEL_CHECK(region.start.size() == nd && region.length.size() == nd && region.begin >= 0 &&
-                     region.begin <= region.end && region.end <= region.box_numel(),
-                 "deferred init: region ", region.str(), " of '", name, "' ", shape);
-    for (size_t d = 0; d < nd; ++d)
-      TESSEL_CHECK(region.start[d] >= 0 && region.start[d] + region.length[d] <= shape[int(d)],
-                   "deferred init: region ", region.str(), " outside '", name, "' ", shape);
-    if (nd == 0) {
-      if (region.end > region.begin) dst[0] = recipe.at(0);
-      return;
-    }
-    // Box element k lies in row k / L of the box (L: its last dim's length); a row is
-    // consecutive in the global tensor too.
-    const int64_t last = region.length[nd - 1];
-    int64_t k = region.begin;
-    while (k < region.end) {
-      const int64_t row = k / last, col = k % last;
-      const int64_t n = std::min(last - col, region.end - k);
-      int64_t global = 0, rest = row;
-      std::vector<int64_t> index(nd, 0);
-      for (size_t d = nd - 1; d-- > 0;) {
-        index[d] = rest % region.length[d];
-        rest /= region.length[d];
-      }
-      for (size_t d = 0; d + 1 < nd; ++d)
-        global = global * shape[int(d)] + region.start[d] + index[d];
-      global = global * shape[int(nd - 1)] + region.start[nd - 1] + col;
-      recipe.fill(uint64_t(global), n, dst + (k - region.begin));
-      k += n;
-    }
+    check_region("deferred init of " + name, it->second.shape, region);
+    for_each_run(it->second.shape, region, [&](int64_t global, int64_t n, int64_t at) {
+      recipe.fill(uint64_t(global), n, dst + at);
+    });
   };
 }
 

@@ -22,6 +22,7 @@
 #include "tessel/models/family.h"
 #include "tessel/tensor/allocator.h"
 #include "tessel/train/checkpoint/checkpoint.h"
+#include "tessel/train/checkpoint/safetensors_regions.h"
 #include "tessel/train/global_batch.h"
 #include "tessel/train/materialize.h"
 #include "tessel/train/optim/grad_clip.h"
@@ -161,10 +162,15 @@ void Trainer::build(const std::string& resume) {
   } else {
     // Dropout draws from the trainer's generator, saved in checkpoints.
     model_ = mc.build_empty(&rng_);
-    // A checkpoint in pieces: each rank reads its own parts later (load_checkpoint), not the
-    // whole model here.
-    if (weights_from != resume || !has_piece_index(resume))
-      mc.family().load_hf(*model_, io::SafetensorsCheckpoint::open(weights_from));
+    // A checkpoint in pieces: each rank reads its own parts later (load_checkpoint). A Hugging
+    // Face directory or a whole-model checkpoint: each rank reads the byte ranges of what it
+    // holds once the axes have cut the model, as from recipes (read, not mapped: nothing of the
+    // file stays resident).
+    if (weights_from != resume || !has_piece_index(resume)) {
+      auto checkpoint = std::make_shared<const io::SafetensorsCheckpoint>(
+          io::SafetensorsCheckpoint::open(weights_from, io::SafetensorsLoad::Read));
+      init = safetensors_region_source(checkpoint, mc.family().hf_layout(*model_, *checkpoint));
+    }
   }
   model_->train();
   const nn::Recompute recompute = nn::parse_recompute(t.recompute);

@@ -105,6 +105,11 @@ class Trainer {
   // stages' parameters and the tied ones its head uses) from `source`, touching nothing else; the
   // other stages' parameters become zero pages (train/materialize.h).
   void fill_parameters(const RegionSource& source);
+  // The AdamW moments this rank holds (ZeRO: its blocks), from `source` under their checkpoint
+  // keys ("exp_avg.<name>"), whose global shapes `stored_shape` gives; then the step count.
+  void fill_moments(const RegionSource& source,
+                    const std::function<Shape(const std::string&)>& stored_shape,
+                    int64_t optimizer_step);
   void write_checkpoint_model(const std::string& dir) const;
   // trainer_strategies.cpp: ZeRO-3's gathering units (of this rank's stages under pp).
   std::vector<parallel::Zero3Unit> zero3_units();

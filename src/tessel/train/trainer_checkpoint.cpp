@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "tessel/core/log.h"
@@ -19,6 +20,7 @@
 #include "tessel/models/family.h"
 #include "tessel/train/checkpoint/checkpoint.h"
 #include "tessel/train/checkpoint/checkpoint_pieces.h"
+#include "tessel/train/checkpoint/safetensors_regions.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel::train {
@@ -177,21 +179,29 @@ void Trainer::load_checkpoint(const std::string& dir_name) {
 }
 
 // Checkpoints written before pieces: optimizer.safetensors with the full moments (the parameters
-// came from model.safetensors). Every rank reads the full tensors and keeps its part.
+// came from model.safetensors, read like a Hugging Face directory when the model was built). Each
+// rank reads the byte ranges of the moments it holds, as from pieces.
 void Trainer::load_legacy_state(const std::string& dir_name, int64_t optimizer_step) {
-  const fs::path dir = dir_name;
-  NamedTensors moments;
-  // The moments are copied out of the mapped file: the optimizer updates them in place.
-  const io::SafetensorsFile file = io::SafetensorsFile::open((dir / kOptimizerFile).string());
-  for (const std::string& name : file.names()) moments.emplace_back(name, file.load(name).clone());
-  // Full moments by name whatever layout wrote them: ZeRO keeps its shard of them.
-  if (pipeline_) moments = pipeline_->own_moments(moments);
-  moments = tp_shard(moments);  // full moments sliced to this tp rank's pieces
-  if (zero_) {
-    zero_->load_full_state(moments, optimizer_step);
-  } else {
-    adamw_->load_state(moments, optimizer_step);
+  auto file = std::make_shared<const io::SafetensorsCheckpoint>(io::SafetensorsCheckpoint::open(
+      (fs::path(dir_name) / kOptimizerFile).string(), io::SafetensorsLoad::Read));
+  std::set<std::string> keys;
+  for (const auto& [name, param] : model_->named_parameters()) {
+    keys.insert("exp_avg." + name);
+    keys.insert("exp_avg_sq." + name);
   }
+  std::vector<std::string> unexpected;
+  for (const std::string& key : file->names())
+    if (!keys.count(key)) unexpected.push_back(key);
+  TESSEL_CHECK(unexpected.empty(), "checkpoint ", dir_name, ": ", kOptimizerFile,
+               " holds tensors that are no moment of this model's parameters: ", unexpected.front(),
+               unexpected.size() > 1 ? " and more" : "");
+  fill_moments(
+      safetensors_region_source(file, same_name_layout(*file)),
+      [&file](const std::string& key) {
+        TESSEL_CHECK(file->contains(key), "checkpoint: ", kOptimizerFile, " has no ", key);
+        return file->entry(key).shape;
+      },
+      optimizer_step);
 }
 
 }  // namespace tessel::train

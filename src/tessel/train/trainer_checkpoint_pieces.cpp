@@ -212,30 +212,43 @@ void Trainer::load_checkpoint_pieces(const std::string& dir, int64_t optimizer_s
     TESSEL_CHECK(reader.shape(name) == checkpoint_placement(name, param.shape()).global,
                  "checkpoint: ", name, " has shape ", reader.shape(name),
                  ", this run's layout expects ", checkpoint_placement(name, param.shape()).global);
-  fill_parameters([&reader](const std::string& name, const PieceRegion& region, float* dst) {
-    reader.read(name, region, dst);
-  });
-  // The moments: the whole local tensor when it is f32, else through one temporary of its size.
-  auto read_whole = [&](const std::string& key, const Tensor& t) {
+  const RegionSource source = [&reader](const std::string& name, const PieceRegion& region,
+                                        float* dst) { reader.read(name, region, dst); };
+  fill_parameters(source);
+  fill_moments(
+      source, [&reader](const std::string& key) { return reader.shape(key); }, optimizer_step);
+}
+
+void Trainer::fill_moments(const RegionSource& source,
+                           const std::function<Shape(const std::string&)>& stored_shape,
+                           int64_t optimizer_step) {
+  auto fill = [&](const std::string& key, const Shape& local, int64_t begin, int64_t end,
+                  Tensor flat) {
+    const sharding::LocalLayout placement = checkpoint_placement(parameter_of(key), local);
+    const Shape shape = stored_shape(key);
+    TESSEL_CHECK(shape == placement.global, "checkpoint: ", key, " has shape ", shape,
+                 ", this run's layout expects ", placement.global);
+    fill_placed(source, key, placement, local, begin, end, std::move(flat));
+  };
+  // The whole local tensor when it is f32, else through one temporary of its size.
+  auto fill_whole = [&](const std::string& key, const Tensor& t) {
     const bool direct = t.dtype() == DType::F32;
     Tensor flat = direct ? t.detach().flatten() : empty({t.numel()}, DType::F32);
-    read_placed(reader, key, checkpoint_placement(parameter_of(key), t.shape()), t.shape(), 0,
-                t.numel(), flat);
+    fill(key, t.shape(), 0, t.numel(), flat);
     if (!direct) t.detach().copy_from(flat.reshape(t.shape()));
   };
   if (zero_) {
     const NamedTensors state = zero_->local_state();
-    for_each_zero_part(
-        *ddp(), [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
-          for (const std::string& prefix : kMoments)
-            read_placed(reader, prefix + p.name, checkpoint_placement(p.name, p.param.shape()),
-                        p.param.shape(), begin, end,
-                        zero_block(state, prefix, b).narrow(0, at, end - begin));
-        });
+    for_each_zero_part(*ddp(),
+                       [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
+                         for (const std::string& prefix : kMoments)
+                           fill(prefix + p.name, p.param.shape(), begin, end,
+                                zero_block(state, prefix, b).narrow(0, at, end - begin));
+                       });
     zero_->set_step_count(optimizer_step);
   } else {
     // Into the moments themselves (state() gives them, not copies).
-    for (const auto& [key, moment] : adamw_->state()) read_whole(key, moment);
+    for (const auto& [key, moment] : adamw_->state()) fill_whole(key, moment);
     adamw_->set_step_count(optimizer_step);
   }
 }

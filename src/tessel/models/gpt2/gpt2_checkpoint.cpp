@@ -8,7 +8,6 @@
 #include <regex>
 #include <sstream>
 
-#include "tessel/autograd/grad_mode.h"
 #include "tessel/io/mapped_file.h"
 #include "tessel/io/safetensors_dir.h"
 #include "tessel/models/family.h"
@@ -32,11 +31,6 @@ bool is_mask_buffer(const std::string& name) {
 
 Shape transposed(const Shape& s) {
   return Shape{s[1], s[0]};
-}
-
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  return std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
 }
 
 }  // namespace
@@ -63,29 +57,24 @@ io::NamedTensors gpt2_to_hf(const GPT2& model, const std::string& prefix) {
   return out;
 }
 
-void gpt2_load_hf(GPT2& model, const io::SafetensorsCheckpoint& checkpoint) {
-  // HF name (no prefix) -> (stored name, HF shape expected).
+HfLayout gpt2_hf_layout(const GPT2& model, const io::SafetensorsCheckpoint& checkpoint) {
+  // HF name (no prefix) -> stored name.
   std::map<std::string, std::string> stored;
   std::vector<std::string> unexpected, mismatched, missing;
-  std::string lm_head_name;
+  HfLayout layout;
   for (const std::string& raw : checkpoint.names()) {
     std::string name = raw.rfind(kPrefix, 0) == 0 ? raw.substr(std::strlen(kPrefix)) : raw;
     if (is_mask_buffer(name)) continue;
     if (name == "lm_head.weight" && model.config().tie_word_embeddings) {
-      lm_head_name = raw;
+      const Shape& wte = model.wte->weight.shape();
+      TESSEL_CHECK(checkpoint.entry(raw).shape == wte, "load GPT-2: ", raw, " has shape ",
+                   checkpoint.entry(raw).shape, ", expected wte's ", wte);
+      layout.equal.emplace(raw, "wte.weight");
       continue;
     }
     TESSEL_CHECK(stored.emplace(name, raw).second, "load GPT-2: tensor '", name,
                  "' is stored both with and without the '", kPrefix, "' prefix");
   }
-  // Checked first, then read one tensor at a time into its parameter: the weights are held once
-  // (with SafetensorsLoad::Read, a tensor's bytes and its transpose at most beside them).
-  struct Read {
-    Tensor param;
-    std::string stored;
-    bool transposed;
-  };
-  std::vector<Read> reads;
   std::map<std::string, bool> wanted;
   for (auto& [name, t] : model.state_dict()) {
     wanted[name] = true;
@@ -103,28 +92,13 @@ void gpt2_load_hf(GPT2& model, const io::SafetensorsCheckpoint& checkpoint) {
       mismatched.push_back(s.str());
       continue;
     }
-    reads.push_back({t, it->second, conv});
+    layout.tensors.emplace(name, HfStored{it->second, conv});
   }
   for (auto& [name, raw] : stored) {
     if (!wanted.count(name)) unexpected.push_back(raw);
   }
   nn::check_state_names("load GPT-2 checkpoint", missing, unexpected, mismatched);
-  {
-    autograd::NoGradGuard no_grad;
-    for (Read& r : reads) {
-      const Tensor value = checkpoint.load(r.stored, r.param.dtype());
-      r.param.copy_from(r.transposed ? value.transpose(0, 1) : value);
-    }
-  }
-  if (!lm_head_name.empty()) {
-    const Tensor& wte = model.wte->weight;
-    const io::SafetensorsEntry& e = checkpoint.entry(lm_head_name);
-    TESSEL_CHECK(e.shape == wte.shape(), "load GPT-2: ", lm_head_name, " has shape ", e.shape,
-                 ", expected wte's ", wte.shape());
-    TESSEL_CHECK(bitwise_equal(checkpoint.load(lm_head_name, wte.dtype()), wte),
-                 "load GPT-2: ", lm_head_name,
-                 " differs from wte.weight but tie_word_embeddings is true");
-  }
+  return layout;
 }
 
 std::shared_ptr<GPT2> load_gpt2(const std::string& dir) {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "tessel/io/safetensors_dir.h"
+#include "tessel/models/family.h"
 #include "tessel/models/gpt2/gpt2.h"
 
 namespace tessel::models {
@@ -22,9 +23,10 @@ bool gpt2_is_conv1d_weight(const std::string& name);
 // named with `prefix` ("" or "transformer."); lm_head.weight only when untied.
 io::NamedTensors gpt2_to_hf(const GPT2& model, const std::string& prefix = "");
 
-// Loads HF-layout tensors into `model` (names with or without the prefix). One Error lists every
-// missing, unexpected and mis-shaped tensor, in HF names and shapes.
-void gpt2_load_hf(GPT2& model, const io::SafetensorsCheckpoint& checkpoint);
+// Where `checkpoint` stores each tensor of `model` (names with or without the prefix; Family::
+// hf_layout). One Error lists every missing, unexpected and mis-shaped tensor, in HF names and
+// shapes.
+HfLayout gpt2_hf_layout(const GPT2& model, const io::SafetensorsCheckpoint& checkpoint);
 
 // Builds the model from `dir`/config.json and loads its weights (in f32).
 std::shared_ptr<GPT2> load_gpt2(const std::string& dir);

@@ -7,7 +7,6 @@
 #include <regex>
 #include <sstream>
 
-#include "tessel/autograd/grad_mode.h"
 #include "tessel/core/error.h"
 #include "tessel/models/llama/llama_gguf.h"
 
@@ -21,11 +20,6 @@ constexpr const char* kPrefix = "model.";
 bool is_inv_freq_buffer(const std::string& name) {
   static const std::regex pattern(R"(layers\.\d+\.self_attn\.rotary_emb\.inv_freq)");
   return std::regex_match(name, pattern);
-}
-
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  return std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
 }
 
 Llama& as_llama(const CausalLM& model) {
@@ -51,8 +45,9 @@ class LlamaFamily final : public Family {
   io::NamedTensors to_hf(const CausalLM& model) const override {
     return llama_to_hf(as_llama(model));
   }
-  void load_hf(CausalLM& model, const io::SafetensorsCheckpoint& checkpoint) const override {
-    llama_load_hf(as_llama(model), checkpoint);
+  HfLayout hf_layout(const CausalLM& model,
+                     const io::SafetensorsCheckpoint& checkpoint) const override {
+    return llama_hf_layout(as_llama(model), checkpoint);
   }
   std::string hf_name(const std::string& name) const override { return llama_hf_name(name); }
   bool hf_transposed(const std::string&) const override { return false; }
@@ -93,24 +88,26 @@ io::NamedTensors llama_to_hf(const Llama& model) {
   return out;
 }
 
-void llama_load_hf(Llama& model, const io::SafetensorsCheckpoint& checkpoint) {
+HfLayout llama_hf_layout(const Llama& model, const io::SafetensorsCheckpoint& checkpoint) {
   const std::string context =
       "load " + std::string(llama_architecture(model.config().variant)) + " checkpoint";
   // tessel name -> stored name.
   std::map<std::string, std::string> stored;
-  std::string tied_head;
+  HfLayout layout;
   for (const std::string& raw : checkpoint.names()) {
     std::string name = raw.rfind(kPrefix, 0) == 0 ? raw.substr(std::strlen(kPrefix)) : raw;
     if (is_inv_freq_buffer(name)) continue;
     if (raw == "lm_head.weight" && !model.lm_head) {
-      tied_head = raw;
+      const Shape& embedding = model.embed_tokens->weight.shape();
+      TESSEL_CHECK(checkpoint.entry(raw).shape == embedding, context, ": ", raw, " has shape ",
+                   checkpoint.entry(raw).shape, ", expected model.embed_tokens.weight's ",
+                   embedding, " (tie_word_embeddings is true)");
+      layout.equal.emplace(raw, "embed_tokens.weight");
       continue;
     }
     TESSEL_CHECK(stored.emplace(name, raw).second, context, ": tensor '", name,
                  "' is stored both with and without the '", kPrefix, "' prefix");
   }
-  // Checked first, then read one tensor at a time into its parameter (the weights held once).
-  std::vector<std::pair<Tensor, std::string>> reads;  // parameter, stored name
   std::map<std::string, bool> wanted;
   std::vector<std::string> missing, unexpected, mismatched;
   for (auto& [name, t] : model.state_dict()) {
@@ -127,7 +124,7 @@ void llama_load_hf(Llama& model, const io::SafetensorsCheckpoint& checkpoint) {
       mismatched.push_back(s.str());
       continue;
     }
-    reads.emplace_back(t, it->second);
+    layout.tensors.emplace(name, HfStored{it->second, false});
   }
   for (auto& [name, raw] : stored) {
     if (!wanted.count(name)) {
@@ -137,20 +134,7 @@ void llama_load_hf(Llama& model, const io::SafetensorsCheckpoint& checkpoint) {
     }
   }
   nn::check_state_names(context, missing, unexpected, mismatched);
-  {
-    autograd::NoGradGuard no_grad;
-    for (auto& [param, raw] : reads) param.copy_from(checkpoint.load(raw, param.dtype()));
-  }
-  if (!tied_head.empty()) {
-    const Tensor& embedding = model.embed_tokens->weight;
-    const io::SafetensorsEntry& e = checkpoint.entry(tied_head);
-    TESSEL_CHECK(e.shape == embedding.shape(), context, ": ", tied_head, " has shape ", e.shape,
-                 ", expected model.embed_tokens.weight's ", embedding.shape(),
-                 " (tie_word_embeddings is true)");
-    TESSEL_CHECK(bitwise_equal(checkpoint.load(tied_head, embedding.dtype()), embedding), context,
-                 ": ", tied_head,
-                 " differs from model.embed_tokens.weight but tie_word_embeddings is true");
-  }
+  return layout;
 }
 
 }  // namespace tessel::models

@@ -95,6 +95,44 @@ std::vector<Piece> placed_pieces(const std::string& name, const sharding::LocalL
   return out;
 }
 
+void check_region(const std::string& name, const Shape& shape, const PieceRegion& region) {
+  const size_t nd = size_t(shape.ndim());
+  TESSEL_CHECK(region.start.size() == nd && region.length.size() == nd && region.begin >= 0 &&
+                   region.begin <= region.end && region.end <= region.box_numel(),
+               "region ", region.str(), " of '", name, "' ", shape);
+  for (size_t d = 0; d < nd; ++d)
+    TESSEL_CHECK(region.start[d] >= 0 && region.length[d] >= 0 &&
+                     region.start[d] + region.length[d] <= shape[int(d)],
+                 "region ", region.str(), " outside '", name, "' ", shape);
+}
+
+void for_each_run(const Shape& shape, const PieceRegion& region,
+                  const std::function<void(int64_t global, int64_t n, int64_t at)>& fn) {
+  const size_t nd = size_t(shape.ndim());
+  if (nd == 0) {
+    if (region.end > region.begin) fn(0, 1, 0);
+    return;
+  }
+  // Box element k lies in row k / L of the box (L: its last dim's length); a row is consecutive
+  // in the global tensor too.
+  const int64_t last = region.length[nd - 1];
+  std::vector<int64_t> index(nd, 0);
+  for (int64_t k = region.begin; k < region.end;) {
+    const int64_t row = k / last, col = k % last;
+    const int64_t n = std::min(last - col, region.end - k);
+    int64_t global = 0, rest = row;
+    for (size_t d = nd - 1; d-- > 0;) {
+      index[d] = rest % region.length[d];
+      rest /= region.length[d];
+    }
+    for (size_t d = 0; d + 1 < nd; ++d)
+      global = global * shape[int(d)] + region.start[d] + index[d];
+    global = global * shape[int(nd - 1)] + region.start[nd - 1] + col;
+    fn(global, n, k - region.begin);
+    k += n;
+  }
+}
+
 void fill_placed(const RegionSource& source, const std::string& name,
                  const sharding::LocalLayout& placement, const Shape& local_shape, int64_t begin,
                  int64_t end, Tensor flat) {

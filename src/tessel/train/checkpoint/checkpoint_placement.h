@@ -32,6 +32,14 @@ std::vector<Piece> placed_pieces(const std::string& name, const sharding::LocalL
 using RegionSource =
     std::function<void(const std::string& name, const PieceRegion& region, float* dst)>;
 
+// Checks that `region` lies inside a tensor of `shape` (an Error names `name` and both).
+void check_region(const std::string& name, const Shape& shape, const PieceRegion& region);
+
+// The region's elements as runs of consecutive elements of the global tensor (at most a row of the
+// box each): fn(global flat index of the first, count, its index in the region's [begin, end)).
+void for_each_run(const Shape& shape, const PieceRegion& region,
+                  const std::function<void(int64_t global, int64_t n, int64_t at)>& fn);
+
 // Fills `flat` (f32, end - begin elements) with the local elements [begin, end) of `name` from
 // `source`, one call per run of consecutive elements, straight into place (no buffer of the
 // segment); elements in no segment are set to zero.
