@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Paged KV store and paged attention cases (PagedAttention, Kwon et al. 2023) against the fp64
 // reference. Block sizes 1, 3, 7 and 16; H = 6 query heads over 6, 3, 2 and 1 kv heads; head dims
-// 8, 18 and 64; windows 0 (none), 1 and 5; ragged batches of up to 7 sequences: decode only
-// (n_s = 1), whole prompts (n_s = seq_len) and a mix of prefill chunks and decode steps. Block
-// tables are shuffled block ids with -1 past each sequence's last block, the pools hold spare
-// blocks that no sequence uses, and q, the pools and out run in f32, f64, bf16 and f16, plus f32
-// queries over bf16 / f16 pools.
+// 8, 16, 18, 64, 80 and 128; sequences of 7, 13 and 33 keys among others; windows 0 (none), 1 and
+// 5; ragged batches of up to 7 sequences: decode only (n_s = 1), whole prompts (n_s = seq_len) and
+// a mix of prefill chunks and decode steps. Block tables are shuffled block ids with -1 past each
+// sequence's last block, the pools hold spare blocks that no sequence uses, and q, the pools and
+// out run in f32, f64, bf16 and f16, plus f32 queries over bf16 / f16 pools.
 #include <algorithm>
 #include <numeric>
 
@@ -29,6 +29,8 @@ const std::vector<Scenario>& scenarios() {
       {"decode", {{1, 1}, {5, 1}, {17, 1}, {40, 1}, {33, 1}}},
       {"prefill", {{7, 7}, {20, 20}, {13, 13}}},
       {"mix", {{12, 5}, {30, 8}, {3, 3}, {50, 1}, {9, 2}, {16, 16}, {41, 7}}},
+      // 7, 13 and 33 keys: partial groups of the vectorised score loop, a tile and one key more.
+      {"odd", {{7, 1}, {13, 13}, {33, 1}, {33, 5}, {13, 2}}},
   };
   return kAll;
 }
@@ -168,7 +170,7 @@ void add_paged_attention_cases(std::vector<OpCase>& v) {
   for (int64_t bs : kBlockSizes)
     for (int64_t kvh : kKvHeads)
       for (int64_t w : kWindows) {
-        const PagedSpec s{bs, 6, kvh, kDims[i % 3], w, &sc[size_t(i / 3 % 3)]};
+        const PagedSpec s{bs, 6, kvh, kDims[i % 3], w, &sc[size_t(i / 3 % 4)]};
         v.push_back(attention_case(s, DType::F32, DType::F32));
         ++i;
       }
@@ -185,6 +187,16 @@ void add_paged_attention_cases(std::vector<OpCase>& v) {
       v.push_back(attention_case({16, 6, 3, 64, 0, &scen}, DType::F32, dt));
     }
   }
+  // The vectorised head-dim loops at the dims of real models (16, 64, 80, 128) over 7, 13 and 33
+  // keys: f32 with and without grouped heads and a window, and 16-bit pools.
+  const Scenario& odd = sc[3];
+  for (int64_t d : {16, 80, 128}) {
+    v.push_back(attention_case({16, 6, 6, d, 0, &odd}, DType::F32, DType::F32));
+    v.push_back(attention_case({3, 6, 2, d, 5, &odd}, DType::F32, DType::F32));
+    v.push_back(attention_case({7, 6, 3, d, 0, &odd}, DType::F32, DType::BF16));
+    v.push_back(attention_case({7, 6, 1, d, 0, &odd}, DType::F16, DType::F16));
+  }
+  v.push_back(attention_case({16, 6, 6, 64, 0, &odd}, DType::F32, DType::F32));
   for (DType dt : case_helpers::kCaseDTypes) {
     v.push_back(store_case(1, 3, 8, 7, dt));
     v.push_back(store_case(3, 2, 18, 13, dt));
