@@ -12,6 +12,7 @@
 // - F16 / BF16: exact weights and f32 accumulation only: measured 5e-15 to 8e-14; bound 1e-10.
 // With weights of 1e-6 the Q6_K scale underflows f16 to 0: both sides are then exactly zero.
 #include <cstring>
+#include <iterator>
 
 #include "case_helpers.h"
 #include "tessel/kernels/quant/quantize.h"
@@ -75,6 +76,17 @@ void add_quant_matmul_cases(std::vector<OpCase>& v) {
     v.push_back(quant_matmul_case(t, 7, 13, k, "small_weights_", 1e-6));
     v.push_back(quant_matmul_case(t, 7, 13, k, "large_weights_", 500.0));
   }
+  // F16 / BF16 weights are read in place by register tiles of up to 4 x 8 (avx512), 3 x 8 (avx2)
+  // or 3 x 6 (baseline) outputs, widened in registers below 32 rows and into buffers from there:
+  // every row count around those edges, each n = 7, 13, 33 and odd k (shorter than one vector, a
+  // partial last vector, several vectors).
+  const int64_t kHalfRows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17, 31, 32, 33, 47, 63, 64};
+  const int64_t kHalfCols[] = {7, 13, 33};
+  const int64_t kHalfK[] = {13, 229, 1031};
+  for (QuantType t : {QuantType::F16, QuantType::BF16})
+    for (size_t i = 0; i < std::size(kHalfRows); ++i)
+      v.push_back(quant_matmul_case(t, kHalfRows[i], kHalfCols[i % 3], kHalfK[(i / 3) % 3],
+                                    "rows_", 1.0));
 }
 
 }  // namespace tessel::testing

@@ -21,13 +21,17 @@ using invariant::kMaxRows;
 using invariant::TileFn;
 
 constexpr size_t kTiles = size_t(kMaxRows * kMaxCols);
-constexpr std::array<TileFn<float>, kTiles> kF32Tiles =
-    invariant::tile_table<invariant::F32Load>(std::make_index_sequence<kTiles>());
+using invariant::F32Load;
+constexpr auto kSeq = std::make_index_sequence<kTiles>();
+constexpr auto kF32Tiles = invariant::tile_table<F32Load, F32Load>(kSeq);
 #if TESSEL_KERNEL_ISA_LEVEL >= 1
-constexpr std::array<TileFn<uint16_t>, kTiles> kBf16Tiles =
-    invariant::tile_table<invariant::Bf16Load>(std::make_index_sequence<kTiles>());
-constexpr std::array<TileFn<uint16_t>, kTiles> kF16Tiles =
-    invariant::tile_table<invariant::F16Load>(std::make_index_sequence<kTiles>());
+using invariant::Bf16Load;
+using invariant::F16Load;
+constexpr auto kBf16Tiles = invariant::tile_table<Bf16Load, Bf16Load>(kSeq);
+constexpr auto kF16Tiles = invariant::tile_table<F16Load, F16Load>(kSeq);
+// f32 activations against a 16-bit weight read in place (the quantized matmul's F16 / BF16).
+constexpr auto kF32Bf16Tiles = invariant::tile_table<F32Load, Bf16Load>(kSeq);
+constexpr auto kF32F16Tiles = invariant::tile_table<F32Load, F16Load>(kSeq);
 #endif
 
 // Bytes of W per block: it is re-read from L2 by every group of A's rows.
@@ -62,9 +66,9 @@ constexpr int64_t kRowBlockBytes = int64_t(1) << 20;
 // Output columns [j0, j1) of every row: w points at W's row j0. store(i, j, sum) writes one.
 // From kMaxRows rows on, a tile of W's rows meets every group of A's rows of a row block (in L2)
 // before the next tile; fewer rows use wider tiles and one pass over W.
-template <typename T, size_t N, typename Store>
-void block(const std::array<TileFn<T>, N>& tiles, int64_t m, int64_t j0, int64_t j1, int64_t k,
-           const T* a, int64_t lda, const T* w, int64_t ldw, Store&& store) {
+template <typename TA, typename TW, size_t N, typename Store>
+void block(const std::array<TileFn<TA, TW>, N>& tiles, int64_t m, int64_t j0, int64_t j1, int64_t k,
+           const TA* a, int64_t lda, const TW* w, int64_t ldw, Store&& store) {
   float out[kMaxRows * kMaxCols];
   auto tile = [&](int64_t i, int mr, int64_t j, int nr) {
     tiles[size_t((mr - 1) * kMaxCols + nr - 1)](a + i * lda, lda, w + (j - j0) * ldw, ldw, k, out);
@@ -79,7 +83,7 @@ void block(const std::array<TileFn<T>, N>& tiles, int64_t m, int64_t j0, int64_t
   }
   const int full = cols_for(kMaxRows);
   const int64_t rows_per_block =
-      std::max<int64_t>(1, kRowBlockBytes / (k * int64_t(sizeof(T)) * kMaxRows)) * kMaxRows;
+      std::max<int64_t>(1, kRowBlockBytes / (k * int64_t(sizeof(TA)) * kMaxRows)) * kMaxRows;
   for (int64_t i0 = 0; i0 < m; i0 += rows_per_block) {
     const int64_t i1 = std::min(m, i0 + rows_per_block);
     for (int64_t j = j0; j < j1; j += full) {
@@ -177,13 +181,24 @@ void invariant_gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor&
   }
 }
 
-void invariant_matmul_widened(int64_t m, int64_t n, int64_t k, const float* x, int64_t lda,
-                              const WidenRows& widen, float* y, int64_t ldy) {
+void invariant_matmul_half(int64_t m, int64_t n, int64_t k, const float* x, int64_t lda, DType wt,
+                           const uint16_t* w, int64_t ldw, float* y, int64_t ldy) {
+  TESSEL_CHECK(is_half(wt), "invariant_matmul_half: the weight is ", dtype_name(wt),
+               ", not bf16 or f16");
+  const auto store = [&](int64_t i, int64_t j, float s) { y[i * ldy + j] = s; };
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+  if (m < kWidenRows) {
+    const auto& tiles = wt == DType::BF16 ? kF32Bf16Tiles : kF32F16Tiles;
+    for_blocks(m, n, k, sizeof(uint16_t), [&](int64_t j0, int64_t j1) {
+      block(tiles, m, j0, j1, k, x, lda, w + j0 * ldw, ldw, store);
+    });
+    return;
+  }
+#endif
   for_blocks(m, n, k, sizeof(float), [&](int64_t j0, int64_t j1) {
     std::vector<float> wf(size_t((j1 - j0) * k));
-    widen(j0, j1, wf.data());
-    block(kF32Tiles, m, j0, j1, k, x, lda, wf.data(), k,
-          [&](int64_t i, int64_t j, float s) { y[i * ldy + j] = s; });
+    half_rows_to_f32(w + j0 * ldw, wt, ldw, wf.data(), j1 - j0, k);
+    block(kF32Tiles, m, j0, j1, k, x, lda, wf.data(), k, store);
   });
 }
 

@@ -7,8 +7,6 @@
 // buffers for more), so they get the f32 tiles' bits on the widened values.
 #pragma once
 
-#include <functional>
-
 #include "tessel/kernels/backend.h"
 
 namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
@@ -18,11 +16,12 @@ bool invariant_gemm_fits(const GemmDesc& d);
 // The product for f32, bf16 or f16 operands (validated by the caller; m, n > 0).
 void invariant_gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, Tensor& c);
 
-// y[i, j] = dot(x row i, W row j) for f32 x [m, k] (rows lda apart) and a weight whose rows
-// [j0, j1) `widen` writes as f32 into a [j1 - j0, k] buffer (the quantized matmul's F16 / BF16
-// weights); y [m, n] rows ldy apart. The same per-element order as invariant_gemm on f32.
-using WidenRows = std::function<void(int64_t j0, int64_t j1, float* dst)>;
-void invariant_matmul_widened(int64_t m, int64_t n, int64_t k, const float* x, int64_t lda,
-                              const WidenRows& widen, float* y, int64_t ldy);
+// y[i, j] = dot(x row i, W row j) for f32 x [m, k] (rows lda apart) and a bf16 / f16 weight W
+// [n, k] (`wt`; rows ldw elements apart), y [m, n] rows ldy apart: the quantized matmul's F16 /
+// BF16 weights. W is read in place and widened in registers for a few rows of x (decoding), a
+// block of rows at a time into f32 buffers from there on; either way each element gets the bits of
+// invariant_gemm on f32 copies, so the product is batch-invariant in every mode.
+void invariant_matmul_half(int64_t m, int64_t n, int64_t k, const float* x, int64_t lda, DType wt,
+                           const uint16_t* w, int64_t ldw, float* y, int64_t ldy);
 
 }  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu

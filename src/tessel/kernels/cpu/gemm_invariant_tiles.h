@@ -7,7 +7,8 @@
 // an element does not change its bits; only k and the kernel set (L, FMA or not) do. The tile
 // shapes fill the set's vector registers: MR * NR accumulators + MR rows of A + one W vector.
 // bf16 / f16 operands are widened exactly on load (avx2 and avx512 sets), which gives the same
-// bits as the f32 tiles on widened copies.
+// bits as the f32 tiles on widened copies; A and W may differ (f32 activations against a 16-bit
+// weight read in place: the decode step's product).
 // Kernel-private: include inside TESSEL_ISA_BEGIN.
 #pragma once
 
@@ -195,10 +196,10 @@ struct F16Load {
 };
 #endif
 
-// out[r * NR + c] = dot(a row r, w row c) over k, for A and W loaded by Load.
-template <typename Load, int MR, int NR>
-void tile(const typename Load::T* a, int64_t lda, const typename Load::T* w, int64_t ldw, int64_t k,
-          float* out) {
+// out[r * NR + c] = dot(a row r, w row c) over k, for A loaded by ALoad and W by WLoad.
+template <typename ALoad, typename WLoad, int MR, int NR>
+void tile(const typename ALoad::T* a, int64_t lda, const typename WLoad::T* w, int64_t ldw,
+          int64_t k, float* out) {
   using S = F32Lanes;
   typename S::V acc[MR][NR];
 #pragma GCC unroll 8
@@ -209,11 +210,11 @@ void tile(const typename Load::T* a, int64_t lda, const typename Load::T* w, int
     typename S::V av[MR];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r)
-      av[r] = part ? Load::load_part(a + r * lda + p, part) : Load::load(a + r * lda + p);
+      av[r] = part ? ALoad::load_part(a + r * lda + p, part) : ALoad::load(a + r * lda + p);
 #pragma GCC unroll 8
     for (int c = 0; c < NR; ++c) {
       const typename S::V wv =
-          part ? Load::load_part(w + c * ldw + p, part) : Load::load(w + c * ldw + p);
+          part ? WLoad::load_part(w + c * ldw + p, part) : WLoad::load(w + c * ldw + p);
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) acc[r][c] = S::fma(av[r], wv, acc[r][c]);
     }
@@ -224,13 +225,14 @@ void tile(const typename Load::T* a, int64_t lda, const typename Load::T* w, int
   finish<S>(acc, out);
 }
 
-// Tile functions indexed [rows - 1][cols - 1], for any element type's tile template.
-template <typename T>
-using TileFn = void (*)(const T*, int64_t, const T*, int64_t, int64_t, float*);
+// Tile functions indexed [rows - 1][cols - 1], for any element types' tile template.
+template <typename TA, typename TW>
+using TileFn = void (*)(const TA*, int64_t, const TW*, int64_t, int64_t, float*);
 
-template <typename Load, size_t... I>
-constexpr std::array<TileFn<typename Load::T>, sizeof...(I)> tile_table(std::index_sequence<I...>) {
-  return {tile<Load, int(I) / kMaxCols + 1, int(I) % kMaxCols + 1>...};
+template <typename ALoad, typename WLoad, size_t... I>
+constexpr std::array<TileFn<typename ALoad::T, typename WLoad::T>, sizeof...(I)> tile_table(
+    std::index_sequence<I...>) {
+  return {tile<ALoad, WLoad, int(I) / kMaxCols + 1, int(I) % kMaxCols + 1>...};
 }
 
 }  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu::invariant

@@ -166,31 +166,4 @@ inline void decode_row(quant::QuantType type, const uint8_t* row, int64_t k, Dec
   }
 }
 
-// F16 / BF16 rows widen to f32 (they are multiplied in f32, without rounding the activations).
-inline void widen_row(quant::QuantType type, const uint8_t* row, int64_t k, float* out) {
-  if (type == quant::QuantType::BF16) {
-    int64_t i = 0;
-#if TESSEL_KERNEL_ISA_LEVEL >= 1
-    for (; i + 8 <= k; i += 8) {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i));
-      _mm256_storeu_ps(out + i,
-                       _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
-    }
-#endif
-    for (; i < k; ++i) {
-      uint16_t bits;
-      std::memcpy(&bits, row + 2 * i, 2);
-      out[i] = std::bit_cast<float>(uint32_t(bits) << 16);
-    }
-    return;
-  }
-  int64_t i = 0;
-#if TESSEL_KERNEL_ISA_LEVEL >= 1
-  for (; i + 8 <= k; i += 8)
-    _mm256_storeu_ps(
-        out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i))));
-#endif
-  for (; i < k; ++i) out[i] = load_half(row + 2 * i);
-}
-
 }  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu

@@ -6,12 +6,11 @@
 // memory once per call whatever m is. For the Q types and Int8 the activations are first rounded
 // to int8 per 32-element block and the products are integer (quant_dot.h: AVX-512 VNNI, AVX2 or
 // plain loops, by kernel set and CPU; Int8 rows are read in place, without a decode); F16 / BF16
-// rows are widened to f32 and multiplied in f32.
+// rows are widened to f32 in registers and multiplied in f32 (gemm_invariant.h's tiles).
 // Every output element depends only on its own row of x (the activations are rounded per row
-// and block), so the Q types are batch-invariant as they are; F16 / BF16 take the fixed-order
-// tiles of gemm_invariant.h while kernels::batch_invariant() is on.
+// and block), so the Q types are batch-invariant as they are; F16 / BF16 use fixed-order tiles
+// in every mode.
 #include "tessel/core/cpu_features.h"
-#include "tessel/kernels/batch_invariant.h"
 #include "tessel/kernels/cpu/gemm_invariant.h"
 #include "tessel/kernels/cpu/isa_region.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
@@ -110,33 +109,14 @@ void int8_row_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w
   });
 }
 
+// F16 / BF16 rows are multiplied in f32 with the activations as they are, through the invariant
+// tiles with the weight widened in registers (gemm_invariant.h): one fixed-order dot product per
+// output, so batch-invariant with the mode on or off.
 void half_matmul(QuantType type, const QuantMatmulShape& s, const float* x, const uint8_t* w,
                  float* y) {
-  if (batch_invariant()) {
-    // omp simd's reduction may peel for the alignment of each row of x; the invariant tiles
-    // never do.
-    return cpu::invariant_matmul_widened(
-        s.m, s.n, s.k, x, s.k,
-        [&](int64_t j0, int64_t j1, float* dst) {
-          for (int64_t j = j0; j < j1; ++j)
-            cpu::widen_row(type, w + j * s.row_bytes, s.k, dst + (j - j0) * s.k);
-        },
-        y, s.n);
-  }
-  parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
-    std::vector<float> row(size_t(s.k));
-    float* r = row.data();
-    for (int64_t j = lo; j < hi; ++j) {
-      cpu::widen_row(type, w + j * s.row_bytes, s.k, r);
-      for (int64_t i = 0; i < s.m; ++i) {
-        const float* xi = x + i * s.k;
-        float acc = 0;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t c = 0; c < s.k; ++c) acc += xi[c] * r[c];
-        y[i * s.n + j] = acc;
-      }
-    }
-  });
+  cpu::invariant_matmul_half(s.m, s.n, s.k, x, s.k,
+                             type == QuantType::BF16 ? DType::BF16 : DType::F16,
+                             reinterpret_cast<const uint16_t*>(w), s.row_bytes / 2, y, s.n);
 }
 
 }  // namespace
