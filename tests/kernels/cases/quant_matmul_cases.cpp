@@ -85,8 +85,8 @@ void add_quant_matmul_cases(std::vector<OpCase>& v) {
   const int64_t kHalfK[] = {13, 229, 1031};
   for (QuantType t : {QuantType::F16, QuantType::BF16})
     for (size_t i = 0; i < std::size(kHalfRows); ++i)
-      v.push_back(quant_matmul_case(t, kHalfRows[i], kHalfCols[i % 3], kHalfK[(i / 3) % 3],
-                                    "rows_", 1.0));
+      v.push_back(
+          quant_matmul_case(t, kHalfRows[i], kHalfCols[i % 3], kHalfK[(i / 3) % 3], "rows_", 1.0));
 }
 
 }  // namespace tessel::testing

@@ -206,6 +206,7 @@ void tile(const typename ALoad::T* a, int64_t lda, const typename WLoad::T* w, i
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
     for (int c = 0; c < NR; ++c) acc[r][c] = S::zero();
+  const bool short_rows = ldw * int64_t(sizeof(typename WLoad::T)) <= 4096;
   auto step = [&](int64_t p, int part) {
     typename S::V av[MR];
 #pragma GCC unroll 8
@@ -213,6 +214,11 @@ void tile(const typename ALoad::T* a, int64_t lda, const typename WLoad::T* w, i
       av[r] = part ? ALoad::load_part(a + r * lda + p, part) : ALoad::load(a + r * lda + p);
 #pragma GCC unroll 8
     for (int c = 0; c < NR; ++c) {
+      // The same place in the next tile's rows of W (the rows a pass over W reads next): rows of
+      // at most 4 KiB are too few cache lines for the hardware prefetcher to ramp up on each
+      // (measured: 1.2-1.6x on a 768-wide GEMV from memory; longer rows gain nothing).
+      if (short_rows)
+        _mm_prefetch(reinterpret_cast<const char*>(w + (c + NR) * ldw + p), _MM_HINT_T0);
       const typename S::V wv =
           part ? WLoad::load_part(w + c * ldw + p, part) : WLoad::load(w + c * ldw + p);
 #pragma GCC unroll 8

@@ -58,6 +58,28 @@ inline float dot_row_scalar(const int8_t* w, const float* ws, const int8_t* x, c
   return acc;
 }
 
+// Q8_0 weight rows multiplied where they lie (no decoded row: a block is its f16 scale and 32
+// codes, the form the dot product takes already): out[r] = sum over blocks g of
+// d_r[g] * dx[g] * (codes . x codes) for `rows` rows row_bytes apart, all against one activation
+// row. Plain loops; the SIMD versions below take kQ8Rows rows at a time (four streams of W in
+// flight, each row its own accumulator).
+inline constexpr int kQ8Rows = 4;
+inline constexpr int64_t kQ8Bytes = 34;  // sizeof(quant::BlockQ8_0)
+
+inline void q8_0_rows_scalar(const uint8_t* w, int64_t row_bytes, int rows, const int8_t* x,
+                             const float* dx, int64_t blocks, float* out) {
+  for (int r = 0; r < rows; ++r) {
+    float acc = 0;
+    for (int64_t g = 0; g < blocks; ++g) {
+      const uint8_t* p = w + r * row_bytes + g * kQ8Bytes;
+      int32_t s = 0;
+      for (int j = 0; j < 32; ++j) s += int32_t(int8_t(p[2 + j])) * x[32 * g + j];
+      acc += load_half(p) * dx[g] * float(s);
+    }
+    out[r] = acc;
+  }
+}
+
 #if TESSEL_KERNEL_ISA_LEVEL >= 1
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -103,6 +125,29 @@ inline float dot_row_avx2(const int8_t* w, const float* ws, const int8_t* x, con
   }
   return hsum(_mm256_add_ps(acc0, acc1));
 }
+
+// The body of the SIMD q8_0_rows for a 32-code dot product DOT (a macro: the VNNI version
+// needs the VNNI target on the function that inlines it).
+#define TESSEL_Q8_0_ROWS_BODY(DOT)                                                       \
+  __m256 acc[kRows];                                                                     \
+  for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();                          \
+  for (int64_t g = 0; g < blocks; ++g) {                                                 \
+    const __m256 sx = _mm256_set1_ps(dx[g]);                                             \
+    for (int r = 0; r < kRows; ++r) {                                                    \
+      const uint8_t* p = w + r * row_bytes + g * kQ8Bytes;                               \
+      _mm_prefetch(reinterpret_cast<const char*>(p + kRows * row_bytes), _MM_HINT_T0);   \
+      const __m256i dot = DOT(reinterpret_cast<const int8_t*>(p + 2), x + 32 * g);       \
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),                                  \
+                               _mm256_mul_ps(_mm256_set1_ps(load_half(p)), sx), acc[r]); \
+    }                                                                                    \
+  }                                                                                      \
+  for (int r = 0; r < kRows; ++r) out[r] = hsum(acc[r]);
+
+template <int kRows>
+inline void q8_0_rows_avx2(const uint8_t* w, int64_t row_bytes, const int8_t* x, const float* dx,
+                           int64_t blocks, float* out) {
+  TESSEL_Q8_0_ROWS_BODY(dot32_avx2)
+}
 #endif
 
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
@@ -134,7 +179,16 @@ TESSEL_VNNI_TARGET inline float dot_row_vnni(const int8_t* w, const float* ws, c
   }
   return hsum(_mm256_add_ps(acc0, acc1));
 }
+
+template <int kRows>
+TESSEL_VNNI_TARGET inline void q8_0_rows_vnni(const uint8_t* w, int64_t row_bytes, const int8_t* x,
+                                              const float* dx, int64_t blocks, float* out) {
+  TESSEL_Q8_0_ROWS_BODY(dot32_vnni)
+}
 #undef TESSEL_VNNI_TARGET
+#endif
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+#undef TESSEL_Q8_0_ROWS_BODY
 #endif
 
 }  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu

@@ -83,6 +83,51 @@ void int8_matmul(QuantType type, const QuantMatmulShape& s, const float* x, cons
   });
 }
 
+// Q8_0 rows need no decoding either: q8_0_rows (quant_dot.h) reads each block's scale and codes
+// in place, kQ8Rows rows at a time.
+using Q8Rows = void (*)(const uint8_t*, int64_t, const int8_t*, const float*, int64_t, float*);
+
+std::array<Q8Rows, 2> choose_q8_0_rows() {  // {kQ8Rows rows, one row}
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+  if (cpu_features().avx512_vnni)
+    return {cpu::q8_0_rows_vnni<cpu::kQ8Rows>, cpu::q8_0_rows_vnni<1>};
+#endif
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+  return {cpu::q8_0_rows_avx2<cpu::kQ8Rows>, cpu::q8_0_rows_avx2<1>};
+#else
+  return {[](const uint8_t* w, int64_t rb, const int8_t* x, const float* dx, int64_t blocks,
+             float* out) { cpu::q8_0_rows_scalar(w, rb, cpu::kQ8Rows, x, dx, blocks, out); },
+          [](const uint8_t* w, int64_t rb, const int8_t* x, const float* dx, int64_t blocks,
+             float* out) { cpu::q8_0_rows_scalar(w, rb, 1, x, dx, blocks, out); }};
+#endif
+}
+
+void q8_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
+  const int64_t blocks = s.k / cpu::kActBlock;
+  const cpu::QuantizedRows act = quantize_activations(s, x);
+  static const std::array<Q8Rows, 2> rows_fn = choose_q8_0_rows();
+  constexpr int64_t kR = cpu::kQ8Rows;
+  // Whole groups of kR rows per task, so a row's result does not depend on the split.
+  const int64_t groups = (s.n + kR - 1) / kR;
+  parallel_for(0, groups, std::max<int64_t>(1, task_grain(s) / kR), [&](int64_t lo, int64_t hi) {
+    float out[kR];
+    for (int64_t gj = lo; gj < hi; ++gj) {
+      const int64_t j0 = gj * kR, rows = std::min(kR, s.n - j0);
+      for (int64_t i = 0; i < s.m; ++i) {
+        const int8_t* xq = act.q.data() + i * s.k;
+        const float* dx = act.d.data() + i * blocks;
+        if (rows == kR) {
+          rows_fn[0](w + j0 * s.row_bytes, s.row_bytes, xq, dx, blocks, out);
+        } else {
+          for (int64_t r = 0; r < rows; ++r)
+            rows_fn[1](w + (j0 + r) * s.row_bytes, s.row_bytes, xq, dx, blocks, out + r);
+        }
+        for (int64_t r = 0; r < rows; ++r) y[i * s.n + j0 + r] = out[r];
+      }
+    }
+  });
+}
+
 // Int8 rows (quant_format.h: the scale d, then k codes) need no decoding: the dot products read
 // the codes where they lie with a unit scale per 16 and d applies once per output. The last
 // k % 32 weights, which no activation block covers, are multiplied in f32 with x as it is.
@@ -135,6 +180,8 @@ void CpuBackend::quant_matmul(QuantType type, const Tensor& x, const Tensor& w, 
     half_matmul(type, s, xp, wp, yp);
   else if (type == QuantType::Int8)
     int8_row_matmul(s, xp, wp, yp);
+  else if (type == QuantType::Q8_0)
+    q8_0_matmul(s, xp, wp, yp);
   else
     int8_matmul(type, s, xp, wp, yp);
 }
