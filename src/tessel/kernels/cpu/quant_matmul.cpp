@@ -5,8 +5,8 @@
 // (quant_decode.h) and multiplies it with every activation row, so each weight byte is read from
 // memory once per call whatever m is. For the Q types and Int8 the activations are first rounded
 // to int8 per 32-element block and the products are integer (quant_dot.h: AVX-512 VNNI, AVX2 or
-// plain loops, by kernel set and CPU; Int8 rows are read in place, without a decode); F16 / BF16
-// rows are widened to f32 in registers and multiplied in f32 (gemm_invariant.h's tiles).
+// plain loops, by kernel set and CPU; Int8 and Q8_0 rows are read in place, without a decode); F16
+// / BF16 rows are widened to f32 in registers and multiplied in f32 (gemm_invariant.h's tiles).
 // Every output element depends only on its own row of x (the activations are rounded per row
 // and block), so the Q types are batch-invariant as they are; F16 / BF16 use fixed-order tiles
 // in every mode.
