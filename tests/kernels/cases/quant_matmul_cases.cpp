@@ -9,7 +9,9 @@
 //   of about step^2 / 12 per element, which for Gaussian x gives an NMSE near 2.5e-5 in x and
 //   hence in y (its sum over k averages independent errors); measured 2.0e-5 to 4.6e-5
 //   on every kernel set. Bound 1e-4.
-// - F16 / BF16: exact weights and f32 accumulation only: measured 5e-15 to 8e-14; bound 1e-10.
+// - F16 / BF16: exact weights and f32 accumulation only (the activations are not rounded): measured
+//   5e-15 to 8e-14 with the earlier row-buffer kernel; bound 1e-10. The `rows_` cases walk the
+//   register tiles' edges and the switch to widened buffers at 32 rows.
 // With weights of 1e-6 the Q6_K scale underflows f16 to 0: both sides are then exactly zero.
 #include <cstring>
 #include <iterator>
