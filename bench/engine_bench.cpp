@@ -4,7 +4,10 @@
 // batch-invariant kernels on and off, against `generate` running the same requests one at a time.
 // The HTTP-level figures come from `tessel bench serve` (docs/SERVING.md). With
 // TESSEL_ENGINE_PROFILE=C it instead profiles one wave of C requests: wall and CPU time per
-// engine step, and the engine's phases and kernels per step (core/profile.h).
+// engine step, and the engine's phases and kernels per step (core/profile.h). With
+// TESSEL_ENGINE_TP=1 under `mpirun -np N` the profiled engine is tensor parallel over the N ranks
+// (rank 0 profiles; the others follow its steps), so the per-step cost of sending the step and
+// gathering the logits stands beside the one-rank figures of the same command.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -16,11 +19,14 @@
 
 #include "tessel/core/profile.h"
 #include "tessel/core/rng.h"
+#include "tessel/dist/world.h"
 #include "tessel/io/byte_level.h"
 #include "tessel/io/tokenizer.h"
 #include "tessel/models/generation.h"
 #include "tessel/models/gpt2/gpt2.h"
 #include "tessel/serve/engine.h"
+#include "tessel/serve/engine_follower.h"
+#include "tessel/train/model_tensor_parallel.h"
 
 namespace {
 
@@ -127,8 +133,22 @@ BENCHMARK(BM_GenerateOneAtATime)->Unit(benchmark::kMillisecond)->UseRealTime()->
 // With TESSEL_ENGINE_PROFILE=C (C concurrent requests; TESSEL_ENGINE_DETERMINISTIC=1 for the
 // invariant kernels): one wave with core/profile.h on, then the time per engine phase and per
 // kernel, per step, instead of the benchmarks.
-int profile_engine(int64_t concurrency, bool deterministic) {
-  serve::Engine engine(gpt2_124m(), byte_tokenizer(), engine_options(deterministic));
+int profile_engine(int64_t concurrency, bool deterministic, bool tensor_parallel) {
+  std::shared_ptr<models::CausalLM> model = gpt2_124m();
+  std::shared_ptr<serve::StepMirror> mirror;
+  if (tensor_parallel) {
+    dist::CommPtr world = dist::init_world();
+    auto tp = std::make_shared<train::ModelTensorParallel>(
+        train::parallelize_model(*model, world, "", false));
+    mirror = std::make_shared<serve::StepMirror>(
+        world, [tp](const Tensor& local) { return train::model_tp_full_logits(*tp, local); });
+    if (world->rank() != 0) {
+      serve::EngineFollower(model, engine_options(deterministic), mirror).run();
+      return 0;
+    }
+    std::printf("tensor parallel over %d ranks\n", world->size());
+  }
+  serve::Engine engine(model, byte_tokenizer(), engine_options(deterministic), mirror);
   engine.start();
   run_wave(engine, concurrency);  // warm-up: allocations, kernel dispatch
   profile::reset();
@@ -159,7 +179,9 @@ int profile_engine(int64_t concurrency, bool deterministic) {
 int main(int argc, char** argv) {
   if (const char* c = std::getenv("TESSEL_ENGINE_PROFILE")) {
     const char* det = std::getenv("TESSEL_ENGINE_DETERMINISTIC");
-    return profile_engine(std::atoll(c), det != nullptr && std::string(det) == "1");
+    const char* tp = std::getenv("TESSEL_ENGINE_TP");
+    return profile_engine(std::atoll(c), det != nullptr && std::string(det) == "1",
+                          tp != nullptr && std::string(tp) == "1");
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -6,6 +6,9 @@
 // the program exits 0. The signal handler only writes the signal's number to a pipe that the main
 // thread reads (the self-pipe trick): threads that existed before the command ran (OpenMP's,
 // started by the CPU probe) may receive the signal, and a mask set here could not cover them.
+// With --tp N under `mpirun -np N` (docs/SERVING.md "Distributed serving") every rank holds its
+// share of the model (train/model_tensor_parallel.h); rank 0 serves HTTP and runs the engine,
+// the others run each step it sends them and exit 0 when its drain ends.
 #include <signal.h>
 #include <unistd.h>
 
@@ -17,11 +20,14 @@
 #include "tessel/cli/commands.h"
 #include "tessel/cli/model_args.h"
 #include "tessel/core/log.h"
+#include "tessel/dist/world.h"
 #include "tessel/io/gguf.h"
 #include "tessel/models/gguf_model.h"
 #include "tessel/serve/chat_template.h"
 #include "tessel/serve/engine.h"
+#include "tessel/serve/engine_follower.h"
 #include "tessel/serve/http_server.h"
+#include "tessel/train/model_tensor_parallel.h"
 
 namespace tessel::cli {
 
@@ -63,7 +69,73 @@ struct ServeArgs {
   int64_t max_body_bytes = int64_t(16) << 20;
   int http_threads = 256;
   int threads = 0;
+  int tp = 1;
 };
+
+// The model of this rank: the whole of it, or under --tp its share, with the step mirror that
+// ties the ranks' engines together.
+struct RankModel {
+  std::shared_ptr<models::CausalLM> model;
+  std::shared_ptr<serve::StepMirror> mirror;
+  std::shared_ptr<train::ModelTensorParallel> tp;
+};
+
+RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weights,
+                          const dist::CommPtr& world) {
+  RankModel out;
+  out.model = models::load_model_source(args.model);
+  apply_inference_weights(*out.model, weights, "serve");
+  if (!world) return out;
+  const bool leader = world->rank() == 0;
+  out.tp = std::make_shared<train::ModelTensorParallel>(
+      train::parallelize_model(*out.model, world, "", false, [&](const std::string& line) {
+        if (leader) log(LogLevel::Info, "serve: ", line);
+      }));
+  out.mirror = std::make_shared<serve::StepMirror>(world, [tp = out.tp](const Tensor& local) {
+    return train::model_tp_full_logits(*tp, local);
+  });
+  return out;
+}
+
+// --tp: the job's size and the model's shape are checked before any weight is read. A model the
+// plan cannot split fails identically on every rank; only rank 0 reports it (the others wait to
+// be ended by its abort), so the job prints one error.
+dist::CommPtr start_tensor_parallel(const ServeArgs& args, models::InferenceWeights weights) {
+  TESSEL_CHECK(args.tp >= 1, "serve: --tp ", args.tp, " must be >= 1");
+  const dist::LaunchInfo launch = dist::detect_launch();
+  TESSEL_CHECK(launch.size == args.tp, "serve: --tp ", args.tp, " ranks, but the job has ",
+               launch.size, " (", launch.describe(), "); start it with mpirun -np ", args.tp,
+               " tessel serve --tp ", args.tp);
+  if (args.tp == 1) return nullptr;
+  // The tensor-parallel styles shard float parameters; converted matrices are not sharded yet.
+  TESSEL_CHECK(weights == models::InferenceWeights::Stored, "serve: --weights ", args.weights,
+               " with --tp ", args.tp,
+               " is not supported yet (the tensor-parallel plan shards float matrices); use "
+               "--weights stored");
+  dist::CommPtr world = dist::init_world();
+  try {
+    (void)models::load_model_source_config(args.model)->tensor_parallel(args.tp);
+  } catch (const Error&) {
+    if (world->rank() != 0) world->barrier();  // never completes: rank 0 ends the job
+    throw;
+  }
+  return world;
+}
+
+// A rank other than 0: its share of every step until rank 0 stops. Signals are rank 0's to act
+// on (mpirun forwards SIGINT to every rank): this rank leaves when rank 0's drain ends.
+void run_follower(const ServeArgs& args, models::InferenceWeights weights,
+                  const dist::CommPtr& world) {
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
+  serve::EngineOptions engine_options = args.engine;
+  engine_options.prefix_caching = !args.no_prefix_caching;
+  RankModel rank = load_rank_model(args, weights, world);
+  serve::EngineFollower follower(rank.model, engine_options, rank.mirror);
+  const int64_t steps = follower.run();
+  log(LogLevel::Info, "serve: tensor-parallel rank ", world->rank(), " stopped after ", steps,
+      " steps");
+}
 
 io::Tokenizer load_tokenizer(const std::string& model) {
   TESSEL_CHECK(has_tokenizer_files(model), "serve: ", model,
@@ -94,6 +166,8 @@ void run_serve(const ServeArgs& args) {
   check_model_dir(args.model, "serve");
   const models::InferenceWeights weights = models::parse_inference_weights(args.weights);
   apply_threads(args.threads);
+  const dist::CommPtr world = start_tensor_parallel(args, weights);
+  if (world && world->rank() != 0) return run_follower(args, weights, world);
 
   // SIGINT/SIGTERM start the drain below; a client that closes its socket mid-write must not
   // kill the process.
@@ -124,9 +198,9 @@ void run_serve(const ServeArgs& args) {
 
   serve::EngineOptions engine_options = args.engine;
   engine_options.prefix_caching = !args.no_prefix_caching;
-  std::shared_ptr<models::CausalLM> model = models::load_model_source(args.model);
-  apply_inference_weights(*model, weights, "serve");
-  serve::Engine engine(std::move(model), load_tokenizer(args.model), engine_options);
+  RankModel rank = load_rank_model(args, weights, world);
+  serve::Engine engine(std::move(rank.model), load_tokenizer(args.model), engine_options,
+                       rank.mirror);
   engine.start();
   server.attach(engine);
   server.set_ready(true);
@@ -198,6 +272,10 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-t,--threads", args->threads,
                   "Compute threads (0: TESSEL_NUM_THREADS or all cores)")
+      ->capture_default_str();
+  cmd->add_option("--tp", args->tp,
+                  "Tensor-parallel ranks: run under mpirun -np N with --tp N; rank 0 serves HTTP "
+                  "(same tokens as one rank)")
       ->capture_default_str();
   cmd->callback([args] { run_serve(*args); });
 }

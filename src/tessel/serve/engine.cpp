@@ -7,7 +7,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <fstream>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -16,23 +15,13 @@
 #include "tessel/core/error.h"
 #include "tessel/core/log.h"
 #include "tessel/core/profile.h"
+#include "tessel/dist/world.h"
 #include "tessel/kernels/batch_invariant.h"
 #include "tessel/serve/engine_outputs.h"
 #include "tessel/serve/paged_kv_cache.h"
 
 namespace tessel::serve {
 namespace {
-
-// MemAvailable from /proc/meminfo in bytes (0 when unreadable).
-int64_t available_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (in >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
-  return 0;
-}
 
 // SplitMix64: a seed per arrival for requests that bring none.
 uint64_t derived_seed(uint64_t arrival) {
@@ -62,6 +51,7 @@ struct Engine::State {
   std::unique_ptr<BlockManager> blocks;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<OutputWriter> outputs;
+  std::shared_ptr<StepMirror> mirror;  // rank 0 of a tensor-parallel group, else null
 
   mutable std::mutex mu;
   std::condition_variable wake;
@@ -91,11 +81,13 @@ struct Engine::State {
   void accept(const std::shared_ptr<RequestState>& request);
   void end_request(const RequestState& request, FinishReason reason, const std::string& error);
   void run_step(StepPlan& plan);
+  void run_mirrored(const StepPlan& plan, PagedStep& step, Tensor& logits);
+  void tell_followers_idle();
   void publish();
 };
 
 Engine::Engine(std::shared_ptr<models::CausalLM> model, io::Tokenizer tokenizer,
-               EngineOptions options)
+               EngineOptions options, std::shared_ptr<StepMirror> mirror)
     : state_(std::make_unique<State>(std::move(tokenizer))) {
   TESSEL_CHECK(model != nullptr, "Engine: no model");
   State& s = *state_;
@@ -110,51 +102,33 @@ Engine::Engine(std::shared_ptr<models::CausalLM> model, io::Tokenizer tokenizer,
                options.kv_cache_bytes, " and max_model_len ", options.max_model_len, " >= 0");
   s.model->eval();
   const models::ModelConfig& config = s.model->model_config();
-  s.context_length = config.max_positions();
-  if (options.max_model_len > 0)
-    s.context_length = std::min(s.context_length, options.max_model_len);
   s.vocab_limit = std::min(config.vocabulary_size(), s.tokenizer.vocab_size());
   if (auto id = s.tokenizer.eos_token_id())
     s.eos = *id;
   else if (auto cid = config.eos_id())
     s.eos = *cid;
 
-  // The cache this rank's model expects (its heads under tensor parallelism, its dtype).
-  const models::KVCache probe = s.model->make_cache(1, 1);
-  const models::KvGeometry geometry{probe.n_layer(), probe.kv_heads(), probe.head_dim()};
-  const DType dtype = probe.dtype();
-  const int64_t per_token = geometry.bytes_per_token(int64_t(dtype_size(dtype)));
-  const int64_t blocks_per_seq = (s.context_length + options.block_size - 1) / options.block_size;
-  // One full-length sequence must fit (so the oldest request can always proceed), plus one
-  // block for a copy-on-write.
-  const int64_t minimum = blocks_per_seq + 1;
-  int64_t num_blocks = 0;
-  if (options.kv_cache_bytes > 0) {
-    num_blocks =
-        PagedKvPool::blocks_for(geometry, options.kv_cache_bytes, options.block_size, dtype);
-    TESSEL_CHECK(num_blocks >= minimum, "Engine: --kv-cache-bytes ", options.kv_cache_bytes,
-                 " holds ", num_blocks, " blocks of ", options.block_size,
-                 " tokens, fewer than the ", minimum, " one ", s.context_length,
-                 "-token sequence needs (", minimum * options.block_size * per_token,
-                 " bytes); give more or lower --max-model-len");
-  } else {
-    const int64_t budget = int64_t(kDefaultKvFraction * double(available_memory()));
-    num_blocks = PagedKvPool::blocks_for(geometry, budget, options.block_size, dtype);
-    // More than every sequence at full length could use is wasted.
-    num_blocks = std::min(num_blocks, options.max_seqs * blocks_per_seq + 1);
-    TESSEL_CHECK(num_blocks >= minimum, "Engine: ", kDefaultKvFraction,
-                 " of the available memory holds ", num_blocks, " KV blocks, fewer than the ",
-                 minimum, " one ", s.context_length,
-                 "-token sequence needs; lower --max-model-len or set --kv-cache-bytes");
-  }
-  s.pool = std::make_unique<PagedKvPool>(geometry, num_blocks, options.block_size, dtype);
+  s.mirror = std::move(mirror);
+  TESSEL_CHECK(s.mirror == nullptr || s.mirror->leader(),
+               "Engine: runs on rank 0 of its tensor-parallel group (the others run "
+               "EngineFollower)");
+  std::function<int64_t(int64_t)> agree;
+  if (s.mirror) agree = [m = s.mirror](int64_t n) { return m->agree_min(n); };
+  const KvPoolPlan pool = plan_kv_pool(*s.model, options, agree);
+  s.context_length = pool.context_length;
+  const int64_t num_blocks = pool.num_blocks;
+  const DType dtype = pool.dtype;
+  s.pool = std::make_unique<PagedKvPool>(pool.geometry, num_blocks, options.block_size, dtype);
   s.blocks = std::make_unique<BlockManager>(num_blocks, options.block_size, options.prefix_caching);
   s.scheduler = std::make_unique<Scheduler>(*s.blocks, options.max_batch_tokens, options.max_seqs);
   s.outputs = std::make_unique<OutputWriter>(s.eos);
   log(LogLevel::Info, "engine: KV cache of ", num_blocks, " blocks x ", options.block_size,
       " tokens (", s.pool->nbytes() >> 20, " MiB, ", dtype_name(dtype), "), context ",
       s.context_length, ", up to ", options.max_seqs, " sequences and ", options.max_batch_tokens,
-      " tokens per step");
+      " tokens per step",
+      s.mirror ? detail::concat(", tensor parallel over ", s.mirror->size(),
+                                " ranks (this rank's heads)")
+               : std::string());
   s.publish();
 }
 
@@ -303,11 +277,17 @@ void Engine::State::run_step(StepPlan& plan) {
   autograd::NoGradGuard no_grad;
   // Every product and attention row computed in a fixed order whatever the batch holds.
   kernels::BatchInvariantScope invariant(options.deterministic);
-  for (const auto& [from, to] : plan.copies) pool->copy_block(from, to);
   std::optional<profile::Scope> phase(std::in_place, "engine.pack");
-  PagedStep step(*pool, *blocks, plan);
-  phase.emplace("engine.forward");
-  Tensor logits = model->forward_cached(step.ids(), step, step.sample_rows());
+  PagedStep step(*pool, *blocks, plan);  // checks the plan before anything is written or sent
+  for (const auto& [from, to] : plan.copies) pool->copy_block(from, to);
+  Tensor logits;
+  if (mirror) {
+    phase.reset();
+    run_mirrored(plan, step, logits);
+  } else {
+    phase.emplace("engine.forward");
+    logits = model->forward_cached(step.ids(), step, step.sample_rows());
+  }
   scheduler->complete(plan);
   logits = logits.to(DType::F32);
   phase.emplace("engine.sample");  // tensors are contiguous (tensor.h)
@@ -336,6 +316,27 @@ void Engine::State::run_step(StepPlan& plan) {
         sequences.erase(&request);
       }
     }
+  }
+}
+
+// Once the step is sent the other ranks are inside it: a failure here cannot be undone on their
+// side, so it ends the job (naming the step) instead of only the step's requests.
+void Engine::State::run_mirrored(const StepPlan& plan, PagedStep& step, Tensor& logits) {
+  {
+    profile::Scope phase("engine.send_step");
+    mirror->send_step(step.tensors(), plan.copies);
+  }
+  try {
+    {
+      profile::Scope phase("engine.forward");
+      logits = model->forward_cached(step.ids(), step, step.sample_rows());
+    }
+    profile::Scope phase("engine.gather_logits");
+    logits = mirror->gather_logits(logits);
+  } catch (const std::exception& e) {
+    dist::abort_job(1, detail::concat("tessel: error: serve: tensor-parallel step ", steps,
+                                      " failed on rank 0: ", e.what(),
+                                      " (the ranks can no longer run in step)"));
   }
 }
 
@@ -371,8 +372,26 @@ void Engine::State::run_loop() {
     log(LogLevel::Error, "engine: the engine thread stopped: ", e.what());
     fail_everything(e.what());
   }
+  if (mirror) {
+    try {
+      mirror->send_stop();  // the other ranks leave their loops and exit 0
+    } catch (const std::exception& e) {
+      log(LogLevel::Error, "engine: could not stop the tensor-parallel ranks: ", e.what());
+    }
+  }
   busy_since.store(0, std::memory_order_release);
   alive.store(false, std::memory_order_release);
+}
+
+// Before the engine thread sleeps for work: the other ranks then poll instead of waiting in a
+// collective (which would spin a core and, after the communication deadline, end the job).
+void Engine::State::tell_followers_idle() {
+  if (!mirror) return;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!inbox.empty() || !cancels.empty() || stopping) return;
+  }
+  mirror->send_idle();
 }
 
 void Engine::State::fail_everything(const std::string& error) {
@@ -400,6 +419,7 @@ void Engine::State::fail_everything(const std::string& error) {
 
 void Engine::State::loop() {
   while (true) {
+    if (live.empty()) tell_followers_idle();
     std::deque<std::shared_ptr<RequestState>> arrived;
     std::vector<std::string> cancelled;
     bool stop_now = false;
@@ -457,6 +477,7 @@ void Engine::State::loop() {
       ++steps;
     } else if (!live.empty()) {
       // Nothing can run until a submission, a cancellation or the drain deadline.
+      tell_followers_idle();
       std::unique_lock<std::mutex> lock(mu);
       busy_since.store(0, std::memory_order_release);
       wake.wait_for(lock, std::chrono::milliseconds(5));

@@ -13,35 +13,23 @@
 
 #include "tessel/io/tokenizer.h"
 #include "tessel/models/causal_lm.h"
+#include "tessel/serve/engine_options.h"
+#include "tessel/serve/kv_pool_plan.h"
 #include "tessel/serve/request.h"
+#include "tessel/serve/step_mirror.h"
 
 namespace tessel::serve {
 
-struct EngineOptions {
-  int64_t max_batch_tokens = 512;  // tokens per step (decode tokens + prompt chunks)
-  int64_t max_seqs = 64;           // sequences running at once
-  // KV pool size in bytes; 0: kDefaultKvFraction of the memory available when the engine starts,
-  // capped by what max_seqs full-length sequences could use.
-  int64_t kv_cache_bytes = 0;
-  int64_t block_size = 16;  // tokens per KV block
-  // The longest prompt + output (0: the model's max_positions).
-  int64_t max_model_len = 0;
-  bool prefix_caching = true;
-  int64_t max_queue = 256;  // waiting requests before submit answers kQueueFull
-  int64_t max_n = 16;       // choices per request
-  // Batch-invariant kernels (docs/SERVING.md): a request's tokens and logprobs do not depend on
-  // the rest of the batch. Off by default: measured 0.84x throughput at 16 and 64 concurrent
-  // GPT-2 124M streams; products of up to 48 rows take the same kernel in both modes.
-  bool deterministic = false;
-};
-
 class Engine final : public EngineQueue {
  public:
-  static constexpr double kDefaultKvFraction = 0.4;
+  static constexpr double kDefaultKvFraction = serve::kDefaultKvFraction;
 
   // `model` is in inference mode afterwards; its cache geometry comes from its config (this
-  // rank's heads under tensor parallelism).
-  Engine(std::shared_ptr<models::CausalLM> model, io::Tokenizer tokenizer, EngineOptions options);
+  // rank's heads under tensor parallelism). With `mirror` (rank 0 of a tensor-parallel group;
+  // the other ranks run EngineFollower) every step is sent to the group before it runs and the
+  // logits are gathered from it; the constructor agrees on the pool size with the group.
+  Engine(std::shared_ptr<models::CausalLM> model, io::Tokenizer tokenizer, EngineOptions options,
+         std::shared_ptr<StepMirror> mirror = nullptr);
   ~Engine() override;  // stops the thread; running requests end with kCancelled
 
   // Starts the engine thread (submit() queues before it runs).

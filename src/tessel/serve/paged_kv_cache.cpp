@@ -61,18 +61,18 @@ PagedStep::PagedStep(PagedKvPool& pool, const BlockManager& blocks, const StepPl
     tokens_ += c.count;
     widest = std::max(widest, blocks.block_table(c.seq->id).size());
   }
-  ids_ = empty(Shape{1, tokens_}, DType::I64);
-  positions_ = empty(Shape{1, tokens_}, DType::I64);
-  slots_ = empty(Shape{tokens_}, DType::I64);
-  block_tables_ = full(Shape{seqs, int64_t(widest)}, -1.0, DType::I32);
-  seq_lens_ = empty(Shape{seqs}, DType::I64);
-  query_starts_ = empty(Shape{seqs + 1}, DType::I64);
-  int64_t* ids = ids_.data<int64_t>();
-  int64_t* pos = positions_.data<int64_t>();
-  int64_t* slots = slots_.data<int64_t>();
-  int32_t* tables = block_tables_.data<int32_t>();
-  int64_t* lens = seq_lens_.data<int64_t>();
-  int64_t* starts = query_starts_.data<int64_t>();
+  t_.ids = empty(Shape{1, tokens_}, DType::I64);
+  t_.positions = empty(Shape{1, tokens_}, DType::I64);
+  t_.slots = empty(Shape{tokens_}, DType::I64);
+  t_.block_tables = full(Shape{seqs, int64_t(widest)}, -1.0, DType::I32);
+  t_.seq_lens = empty(Shape{seqs}, DType::I64);
+  t_.query_starts = empty(Shape{seqs + 1}, DType::I64);
+  int64_t* ids = t_.ids.data<int64_t>();
+  int64_t* pos = t_.positions.data<int64_t>();
+  int64_t* slots = t_.slots.data<int64_t>();
+  int32_t* tables = t_.block_tables.data<int32_t>();
+  int64_t* lens = t_.seq_lens.data<int64_t>();
+  int64_t* starts = t_.query_starts.data<int64_t>();
   std::vector<int64_t> rows;
   int64_t n = 0;
   for (int64_t s = 0; s < seqs; ++s) {
@@ -98,7 +98,22 @@ PagedStep::PagedStep(PagedKvPool& pool, const BlockManager& blocks, const StepPl
     }
   }
   starts[seqs] = n;
-  rows_ = from_data(rows, Shape{int64_t(rows.size())});
+  t_.rows = from_data(rows, Shape{int64_t(rows.size())});
+}
+
+PagedStep::PagedStep(PagedKvPool& pool, StepTensors packed) : pool_(pool), t_(std::move(packed)) {
+  TESSEL_CHECK(t_.ids.ndim() == 2 && t_.ids.size(0) == 1 &&
+                   t_.positions.shape() == t_.ids.shape() && t_.slots.numel() == t_.ids.numel() &&
+                   t_.seq_lens.ndim() == 1 && t_.query_starts.numel() == t_.seq_lens.numel() + 1 &&
+                   t_.block_tables.ndim() == 2 && t_.block_tables.size(0) == t_.seq_lens.numel(),
+               "PagedStep: packed ids ", t_.ids.shape(), ", positions ", t_.positions.shape(),
+               ", slots ", t_.slots.shape(), ", block tables ", t_.block_tables.shape(),
+               ", seq_lens ", t_.seq_lens.shape(), ", query_starts ", t_.query_starts.shape(),
+               " do not describe one step");
+  tokens_ = t_.ids.size(1);
+  const int64_t* lens = t_.seq_lens.data<int64_t>();
+  for (int64_t s = 0; s < t_.seq_lens.numel(); ++s)
+    position_end_ = std::max(position_end_, lens[s]);
 }
 
 void PagedStep::check_step(int64_t batch, int64_t tokens) const {
@@ -108,7 +123,7 @@ void PagedStep::check_step(int64_t batch, int64_t tokens) const {
 
 Tensor PagedStep::positions(int64_t batch, int64_t tokens) const {
   check_step(batch, tokens);
-  return positions_;
+  return t_.positions;
 }
 
 int64_t PagedStep::position_end(int64_t batch, int64_t tokens) const {
@@ -123,13 +138,13 @@ Tensor PagedStep::attend(int64_t layer, const Tensor& q, const Tensor& k, const 
   TESSEL_CHECK(q.ndim() == 4 && q.size(0) == 1 && q.size(1) == tokens_, "PagedStep.attend: q ",
                q.shape(), " expected [1, ", tokens_, ", H, D]");
   const int64_t hkv = kv_heads(), d = head_dim();
-  ops::paged_kv_store(k.reshape({tokens_, hkv, d}), v.reshape({tokens_, hkv, d}), slots_,
+  ops::paged_kv_store(k.reshape({tokens_, hkv, d}), v.reshape({tokens_, hkv, d}), t_.slots,
                       pool_.keys(layer), pool_.values(layer));
   ops::PagedAttentionOptions options;
   options.window = window;
-  Tensor y =
-      ops::paged_attention(q.reshape({tokens_, q.size(2), d}), pool_.keys(layer),
-                           pool_.values(layer), block_tables_, seq_lens_, query_starts_, options);
+  Tensor y = ops::paged_attention(q.reshape({tokens_, q.size(2), d}), pool_.keys(layer),
+                                  pool_.values(layer), t_.block_tables, t_.seq_lens,
+                                  t_.query_starts, options);
   return y.reshape({1, tokens_, q.size(2), d});
 }
 

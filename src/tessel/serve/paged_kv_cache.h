@@ -41,15 +41,29 @@ class PagedKvPool {
   std::vector<Tensor> keys_, values_;
 };
 
+// Everything the model runner needs of one step, with no reference to sequences or the block
+// manager: what rank 0 sends to the other tensor-parallel ranks (serve/step_mirror.h).
+struct StepTensors {
+  Tensor ids, positions;  // i64 [1, N]
+  Tensor slots;           // i64 [N]: where each token's K and V go in the pool
+  Tensor block_tables;    // i32 [S, W], -1 past a sequence's last block
+  Tensor seq_lens;        // i64 [S]: keys of each sequence after the step
+  Tensor query_starts;    // i64 [S + 1]: each sequence's rows in N
+  Tensor rows;            // i64 [R]: the tokens whose logits are wanted
+};
+
 // One step's batch as the model sees it: ids [1, N] and the DecodeCache over the pool.
 class PagedStep final : public models::DecodeCache {
  public:
   // Packs the plan's chunks in order; `blocks` gives their slots and tables.
   PagedStep(PagedKvPool& pool, const BlockManager& blocks, const StepPlan& plan);
+  // A step packed elsewhere (rank 0's, on another tensor-parallel rank).
+  PagedStep(PagedKvPool& pool, StepTensors packed);
 
-  const Tensor& ids() const { return ids_; }  // i64 [1, N]
+  const StepTensors& tensors() const { return t_; }
+  const Tensor& ids() const { return t_.ids; }  // i64 [1, N]
   // i64 [R]: the token (index into N) whose logits each sampling chunk needs, in plan order.
-  const Tensor& sample_rows() const { return rows_; }
+  const Tensor& sample_rows() const { return t_.rows; }
   // For each sampling chunk, its index in plan.chunks (the row order of the logits).
   const std::vector<size_t>& sampled_chunks() const { return sampled_; }
 
@@ -66,7 +80,7 @@ class PagedStep final : public models::DecodeCache {
 
   PagedKvPool& pool_;
   int64_t tokens_ = 0, position_end_ = 0;
-  Tensor ids_, positions_, slots_, block_tables_, seq_lens_, query_starts_, rows_;
+  StepTensors t_;
   std::vector<size_t> sampled_;
 };
 

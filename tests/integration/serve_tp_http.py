@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""`mpirun -np 2 tessel serve --tp 2` end to end on loopback.
+
+Writes a small random GPT-2 with a byte-level tokenizer (`tessel init`), starts the two-rank server
+on a free port, sends concurrent greedy completions and requires each text to equal one-rank
+`tessel generate` for the same prompt, then sends SIGTERM to rank 0 alone: it must drain, tell rank
+1 to stop, and the whole job must exit 0 with no process of it left. Also: a model whose 3 heads
+cannot be split over 2 ranks is refused with one error message and a non-zero exit.
+Usage: serve_tp_http.py TESSEL MPIEXEC WORKDIR
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+
+def fail(message):
+    print(f"serve --tp test: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def byte_vocab():
+    # GPT-2's byte-to-unicode table: every byte is one token, no merges.
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars, n = [], 0
+    for b in range(256):
+        if b in keep:
+            chars.append(chr(b))
+        else:
+            chars.append(chr(256 + n))
+            n += 1
+    return {c: i for i, c in enumerate(chars)}
+
+
+def write_model(tessel, work, name, heads):
+    src = os.path.join(work, name + "-src")
+    os.makedirs(src)
+    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 257,
+              "n_positions": 128, "n_embd": 24, "n_head": heads, "n_layer": 2,
+              "initializer_range": 0.2, "bos_token_id": 256, "eos_token_id": 256}
+    with open(os.path.join(src, "config.json"), "w") as f:
+        json.dump(config, f)
+    with open(os.path.join(src, "vocab.json"), "w") as f:
+        json.dump(byte_vocab(), f)
+    with open(os.path.join(src, "merges.txt"), "w") as f:
+        f.write("#version: 0.2\n")
+    out = os.path.join(work, name)
+    subprocess.run([tessel, "init", "--config", os.path.join(src, "config.json"), "--out", out,
+                    "-s", "3"], check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def children(pid):
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                out.append(int(entry))
+        except OSError:
+            continue
+    return out
+
+
+def rank_of(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for item in f.read().split(b"\0"):
+                if item.startswith(b"OMPI_COMM_WORLD_RANK="):
+                    return int(item.split(b"=", 1)[1])
+    except OSError:
+        pass
+    return None
+
+
+def completion(url, prompt, tokens):
+    body = json.dumps({"prompt": prompt, "max_tokens": tokens, "temperature": 0,
+                       "ignore_eos": True}).encode()
+    req = urllib.request.Request(url + "/v1/completions", body,
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.load(r)["choices"][0]["text"]
+
+
+def main():
+    tessel, mpiexec, work = sys.argv[1:4]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    env = dict(os.environ, TESSEL_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    mpirun = [mpiexec, "--oversubscribe", "--bind-to", "none", "-np", "2"]
+    try:
+        # 3 heads over 2 ranks: refused before any weight is read, one message for the job.
+        odd = write_model(tessel, work, "odd", 3)
+        r = subprocess.run(mpirun + [tessel, "serve", "--tp", "2", "-m", odd, "--port", "0"],
+                           capture_output=True, text=True, env=env, timeout=120)
+        said = (r.stdout + r.stderr).count("n_head = 3 is not divisible by tp = 2")
+        if r.returncode == 0 or said != 1:
+            fail(f"3 heads on 2 ranks: exit {r.returncode}, the error printed {said} times: "
+                 f"{r.stderr[-2000:]}")
+
+        model = write_model(tessel, work, "model", 4)
+        prompts = ["The sea", "Once upon a time, there", "abc abc abc abc abc abc abc abc x"]
+        expected = []
+        for p in prompts:
+            g = subprocess.run([tessel, "generate", "-m", model, "-p", p, "-n", "9", "--temp", "0",
+                                "--ignore-eos", "--format", "json"],
+                               capture_output=True, text=True, env=env, check=True)
+            expected.append(json.loads(g.stdout)["text"])
+
+        server = subprocess.Popen(
+            mpirun + [tessel, "serve", "--tp", "2", "-m", model, "--port", "0",
+                      "--block-size", "4", "--max-batch-tokens", "11", "--drain-timeout", "20"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            start_new_session=True)
+        try:
+            url, deadline = None, time.time() + 120
+            while url is None and time.time() < deadline:
+                line = server.stdout.readline()
+                if not line:
+                    break
+                m = re.search(r"ready at (http://\S+)", line)
+                if m:
+                    url = m.group(1)
+            if url is None:
+                fail(f"the server never said it was ready: {server.stderr.read()[-2000:]}")
+            texts = [None] * len(prompts)
+
+            def ask(i):
+                texts[i] = completion(url, prompts[i], 9)
+
+            threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            for i, p in enumerate(prompts):
+                if texts[i] != expected[i]:
+                    fail(f"{p!r}: server {texts[i]!r} != one-rank generate {expected[i]!r}")
+            # The same prompts again: now from the prefix cache.
+            if completion(url, prompts[1], 9) != expected[1]:
+                fail("a repeated prompt (prefix-cache hit) gave other text")
+
+            ranks = {rank_of(c): c for c in children(server.pid)}
+            if set(ranks) != {0, 1}:
+                fail(f"expected ranks 0 and 1 under mpirun, found {ranks}")
+            os.kill(ranks[0], signal.SIGTERM)
+            try:
+                code = server.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                fail("the job did not end within 90 s of SIGTERM to rank 0")
+            err = server.stderr.read()
+            if code != 0:
+                fail(f"the job exited {code} after SIGTERM to rank 0: {err[-3000:]}")
+            if "tensor-parallel rank 1 stopped" not in err:
+                fail(f"rank 1 did not report its stop: {err[-2000:]}")
+            left = [p for p in ranks.values() if os.path.exists(f"/proc/{p}")]
+            if left:
+                fail(f"processes {left} still exist after the job ended")
+        finally:
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+        print("serve --tp 2: 4 completions equal to one rank's, SIGTERM on rank 0 ended the job 0")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
