@@ -20,6 +20,7 @@
 #include "tessel/models/kv_cache.h"
 #include "tessel/nn/init.h"
 #include "tessel/nn/module.h"
+#include "tessel/nn/moe.h"
 #include "tessel/nn/recompute.h"
 
 namespace tessel::models {
@@ -72,6 +73,8 @@ class ModelConfig {
   virtual int64_t hidden_size() const = 0;
   virtual int64_t num_heads() const = 0;
   virtual int64_t parameter_count() const = 0;  // computed without building the model
+  // Whether some block is a mixture of experts (its forward has auxiliary losses to train).
+  virtual bool has_experts() const { return false; }
   virtual KvGeometry kv_geometry() const = 0;
   virtual std::optional<int64_t> bos_id() const = 0;
   virtual std::optional<int64_t> eos_id() const = 0;
@@ -93,6 +96,13 @@ class ModelConfig {
 };
 
 using ConfigPtr = std::shared_ptr<const ModelConfig>;
+
+// What one mixture-of-experts layer routed in the model's last forward: its block index and the
+// layer's statistics (tokens per expert, dropped pairs, the auxiliary losses).
+struct ExpertLayerStats {
+  int64_t layer = 0;
+  nn::MoEStats stats;
+};
 
 class CausalLM : public nn::Module {
  public:
@@ -127,6 +137,13 @@ class CausalLM : public nn::Module {
 
   virtual void set_recompute(nn::Recompute mode) = 0;
   virtual nn::Recompute recompute() const = 0;
+
+  // Mixture-of-experts models (nn/moe.h): the sum of the auxiliary losses (load balancing and
+  // router z-loss, each weighted by its coefficient) of every MoE layer in the last forward, a
+  // scalar the trainer adds to the loss it differentiates; undefined for a dense model. With
+  // `expert_stats` the layers' routing of that forward, in block order (empty when dense).
+  virtual Tensor auxiliary_loss() const { return Tensor(); }
+  virtual std::vector<ExpertLayerStats> expert_stats() const { return {}; }
 
   // Cached decoding: runs ids [B, T] at the positions `cache` gives them against the keys and
   // values it holds, storing the new ones there (through cache.attend); the logits equal the

@@ -16,8 +16,10 @@
 
 namespace tessel::models {
 
-const Family& gpt2_family();   // gpt2/gpt2_family.cpp
-const Family& llama_family();  // llama/llama_family.cpp
+const Family& gpt2_family();      // gpt2/gpt2_family.cpp
+const Family& llama_family();     // llama/llama_family.cpp
+const Family& mixtral_family();   // mixtral/mixtral_family.cpp
+const Family& gpt2_moe_family();  // gpt2/gpt2_moe_family.cpp
 
 namespace {
 
@@ -42,6 +44,8 @@ const std::vector<const Family*>& families() {
   static const std::vector<const Family*> all = {
       &gpt2_family(),
       &llama_family(),
+      &mixtral_family(),
+      &gpt2_moe_family(),
   };
   return all;
 }

@@ -81,7 +81,10 @@ MoE::Output MoE::forward(const Tensor& x) {
     Tensor x2 = ops::reshape(x, {tokens, c});
     Tensor logits = router->forward(jittered(x2));
     Tensor probs = ops::softmax(logits);
-    routing_ = route_tokens(probs.detach().to(DType::F64).to_vector<double>(), tokens, config_);
+    MoEConfig routing_config = config_;
+    if (!is_training() && !config_.drop_in_eval) routing_config.drop_tokens = false;
+    routing_ =
+        route_tokens(probs.detach().to(DType::F64).to_vector<double>(), tokens, routing_config);
     const Routing& r = routing_;
 
     // Gates [T, k]: the chosen probabilities, renormalised over the k in Mixtral's form.

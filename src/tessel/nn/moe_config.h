@@ -39,6 +39,10 @@ struct MoEConfig {
   // Capacity per expert = ceil(capacity_factor * tokens * top_k / num_experts) when drop_tokens;
   // without it every assignment is kept and no expert is padded.
   bool drop_tokens = true;
+  // Whether the capacity also applies in eval mode. Off, inference computes every pair, so a
+  // token's output does not depend on the other tokens of its batch (decoding one token at a time
+  // equals the whole sequence's forward), as DeepSpeed-MoE evaluates without dropping.
+  bool drop_in_eval = true;
   double capacity_factor = 1.25;
   // Router jitter (Switch): in training, the router's input is multiplied elementwise by noise
   // uniform in [1 - jitter, 1 + jitter) from the layer's counter-based generator; 0 disables it.

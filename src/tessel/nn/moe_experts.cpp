@@ -8,15 +8,33 @@ namespace tessel::nn {
 
 namespace {
 
+// Under init::DeferInit (construction without materialisation) the values are only described,
+// the generator's offsets reserved as normal_ reserves them, as nn::Linear's are.
 Tensor weight(const Shape& shape, const Init& init) {
   Tensor t = empty(shape, init.dtype);
-  if (init.kind == Init::Random) init::normal_(t, init.std, init.generator);
+  if (init.kind != Init::Random) return t;
+  if (init::InitRecord* record = init::deferred_record()) {
+    Generator& g = init.generator ? *init.generator : default_generator();
+    init::InitRecipe r;
+    r.kind = init::InitRecipe::Normal;
+    r.seed = g.seed();
+    r.offset = g.reserve(uint64_t(shape.numel()));
+    r.std = init.std;
+    record->add(t, r);
+  } else {
+    init::normal_(t, init.std, init.generator);
+  }
   return t;
 }
 
 Tensor zero_bias(const Shape& shape, const Init& init) {
   Tensor t = empty(shape, init.dtype);
-  if (init.kind == Init::Random) t.fill(0.0);
+  if (init.kind != Init::Random) return t;
+  if (init::InitRecord* record = init::deferred_record()) {
+    record->add(t, init::InitRecipe{});  // Constant 0
+  } else {
+    t.fill(0.0);
+  }
   return t;
 }
 

@@ -121,7 +121,11 @@ class Trainer {
     int64_t base_bytes = 0;  // allocator bytes in use before forward
   };
   StepMarks begin_step();
-  double forward_backward();  // the step's micro-batches (or pipeline schedule); their loss sum
+  // The step's micro-batches (or pipeline schedule); their loss sum. A mixture-of-experts model's
+  // auxiliary losses join the loss backward starts from, and their values and the layers' loads
+  // go into the record.
+  double forward_backward(StepRecord& record);
+  void add_expert_load(StepRecord& record, double aux, int64_t micro_batches) const;
   void sync_gradients(StepRecord& record);  // every axis, in list order
   double global_norm();              // over every axis: each element of the gradient counted once
   void inject_faults(int64_t step);  // fault.* and the after_backward hook (crash-safety tests)

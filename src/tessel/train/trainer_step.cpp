@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "tessel/autograd/engine.h"
+#include "tessel/ops/ops.h"
 #include "tessel/tensor/allocator.h"
 #include "tessel/train/trainer.h"
 
@@ -35,12 +36,13 @@ bool Trainer::train_step(StepRecord& r) {
   // The gradients hold the sum over micro-batches; their mean is 1/grad_accum of it.
   const double inv_accum = 1.0 / double(config_.train.grad_accum);
   const StepMarks marks = begin_step();
-  const double loss_sum = forward_backward();  // micro-batches, or the pipeline's schedule
-  sync_gradients(r);                           // every axis, in list order
+  const double loss_sum = forward_backward(r);  // micro-batches, or the pipeline's schedule
+  sync_gradients(r);                            // every axis, in list order
   r.step_peak_bytes = int64_t(cpu_allocator().peak_bytes()) - marks.base_bytes;
   inject_faults(step);
   r.grad_norm = global_norm() * inv_accum;  // every element once
   r.loss = dp_mean(loss_sum) * inv_accum;
+  if (r.has_experts) r.aux_loss = dp_mean(r.aux_loss);
   r.lr = schedule_.at(step);
   update(r, step);
   end_step(r, step, marks);
@@ -58,7 +60,7 @@ Trainer::StepMarks Trainer::begin_step() {
   return marks;
 }
 
-double Trainer::forward_backward() {
+double Trainer::forward_backward(StepRecord& r) {
   const int64_t accum = config_.train.grad_accum;
   // What every axis holds while micro-batches run (the 16-bit weight copies).
   const auto scopes = [this] {
@@ -84,6 +86,10 @@ double Trainer::forward_backward() {
     const Tensor loss = compute_loss(batch.x, batch.y);
     loss_sum += loss.item();
     Tensor start = loss;  // what backward starts from (scaled under fp16)
+    if (const Tensor aux = model_->auxiliary_loss(); aux.defined()) {
+      start = ops::add(loss, aux.to(loss.dtype()));
+      add_expert_load(r, aux.item(), accum);
+    }
     for (AxisStrategy* s : strategies_) {
       start = s->loss_for_backward(start);
       s->before_backward(m == accum - 1);
@@ -92,6 +98,28 @@ double Trainer::forward_backward() {
     for (AxisStrategy* s : strategies_) s->after_backward();
   }
   return loss_sum;
+}
+
+void Trainer::add_expert_load(StepRecord& r, double aux, int64_t micro_batches) const {
+  const double share = 1.0 / double(micro_batches);
+  r.has_experts = true;
+  r.aux_loss += aux * share;
+  const std::vector<models::ExpertLayerStats> layers = model_->expert_stats();
+  if (r.experts.empty()) r.experts.resize(layers.size());
+  for (size_t i = 0; i < layers.size() && i < r.experts.size(); ++i) {
+    const nn::MoEStats& s = layers[i].stats;
+    ExpertLoadRecord& e = r.experts[i];
+    e.layer = layers[i].layer;
+    e.tokens += s.tokens;
+    e.capacity = s.capacity;
+    e.dropped += s.dropped;
+    e.tokens_per_expert.resize(s.tokens_per_expert.size(), 0);
+    for (size_t x = 0; x < s.tokens_per_expert.size(); ++x)
+      e.tokens_per_expert[x] += s.tokens_per_expert[x];
+    e.balance_loss += s.balance_loss * share;
+    e.z_loss += s.z_loss * share;
+    e.aux_loss += s.aux_loss * share;
+  }
 }
 
 void Trainer::sync_gradients(StepRecord& r) {

@@ -32,6 +32,10 @@ void Trainer::build_strategies(const RegionSource& init) {
   }
   const DType dtype = compute_dtype_of(t.precision);
   if (layout_.pp_size() > 1) {
+    TESSEL_CHECK(!model_->model_config().has_experts(),
+                 "train: pipeline parallelism (pp = ", layout_.pp_size(),
+                 ") with a mixture-of-experts model (", model_->model_config().summary(),
+                 ") is not supported: its auxiliary losses come from every stage");
     PipelineSetup ps;
     ps.schedule = par.schedule;
     ps.micro_batches = t.grad_accum;

@@ -19,7 +19,7 @@ GPT2::GPT2(const GPT2Config& config, nn::Init init) : CausalLM("GPT2"), config_(
   drop = register_module("drop", std::make_shared<nn::Dropout>(config_.embd_pdrop, init.generator));
   h = register_module("h", std::make_shared<nn::ModuleList>());
   for (int64_t i = 0; i < config_.n_layer; ++i) {
-    blocks.push_back(h->append(std::make_shared<GPT2Block>(config_.block_config(), init)));
+    blocks.push_back(h->append(std::make_shared<GPT2Block>(config_.block_config(i), init)));
   }
   ln_f = register_module("ln_f", std::make_shared<nn::LayerNorm>(
                                      config_.n_embd, config_.layer_norm_epsilon, true, init));
@@ -47,6 +47,22 @@ Tensor GPT2::lm_logits(const Tensor& x) {
 void GPT2::set_recompute(nn::Recompute mode) {
   recompute_ = mode;
   for (auto& block : blocks) block->set_recompute(mode);
+}
+
+Tensor GPT2::auxiliary_loss() const {
+  Tensor total;
+  for (const auto& b : blocks) {
+    const Tensor& aux = b->last_aux_loss();
+    if (aux.defined()) total = total.defined() ? ops::add(total, aux) : aux;
+  }
+  return total;
+}
+
+std::vector<ExpertLayerStats> GPT2::expert_stats() const {
+  std::vector<ExpertLayerStats> out;
+  for (size_t i = 0; i < blocks.size(); ++i)
+    if (blocks[i]->moe) out.push_back({int64_t(i), blocks[i]->moe->last_stats()});
+  return out;
 }
 
 Tensor GPT2::embed(const Tensor& ids) {

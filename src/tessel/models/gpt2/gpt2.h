@@ -34,6 +34,9 @@ class GPT2 : public CausalLM {
   // Activation recomputation for every block (nn::Recompute); gradients stay bitwise the same.
   void set_recompute(nn::Recompute mode) override;
   nn::Recompute recompute() const override { return recompute_; }
+  // GPT-2-MoE: the MoE blocks' auxiliary losses and routing of the last forward.
+  Tensor auxiliary_loss() const override;
+  std::vector<ExpertLayerStats> expert_stats() const override;
 
   // Pipeline layering: wte + wpe and dropout; block i; ln_f and the LM head.
   Tensor embed(const Tensor& ids) override;

@@ -116,7 +116,29 @@ GPT2Block::GPT2Block(const GPT2BlockConfig& config, nn::Init init)
   attn = register_module("attn", std::make_shared<GPT2Attention>(config, init));
   ln_2 = register_module("ln_2", std::make_shared<nn::LayerNorm>(
                                      config.n_embd, config.layer_norm_epsilon, config.bias, init));
-  mlp = register_module("mlp", std::make_shared<GPT2MLP>(config, init));
+  if (config.moe) {
+    // The experts' second projections add into the residual stream like mlp.c_proj.
+    moe = register_module("moe", std::make_shared<nn::MoE>(*config.moe, init, init.generator));
+    moe_dropout = register_module(
+        "moe_dropout", std::make_shared<nn::Dropout>(config.resid_pdrop, init.generator));
+  } else {
+    mlp = register_module("mlp", std::make_shared<GPT2MLP>(config, init));
+  }
+}
+
+void GPT2Block::set_recompute(nn::Recompute mode) {
+  TESSEL_CHECK(!moe || mode != nn::Recompute::Full,
+               "GPT2Block: recompute 'full' is not supported with mixture-of-experts blocks (the "
+               "replay would route again and drop the auxiliary loss's gradient); use "
+               "'selective' or 'none'");
+  recompute_ = mode;
+}
+
+Tensor GPT2Block::feed_forward(const Tensor& x) {
+  if (!moe) return mlp->forward(x);
+  nn::MoE::Output out = moe->forward(x);
+  aux_loss_ = out.aux_loss;
+  return moe_dropout->forward(out.output);
 }
 
 Tensor GPT2Block::forward(const Tensor& x) {
@@ -135,7 +157,7 @@ Tensor GPT2Block::body(const Tensor& x) {
   Tensor a = selective ? attn->forward_recomputed(x, *ln_1) : attn->forward(ln_1->forward(x));
   Tensor h = ops::add(x, a);
   tap("resid_attn", h);
-  return ops::add(h, mlp->forward(ln_2->forward(h)));
+  return ops::add(h, feed_forward(ln_2->forward(h)));
 }
 
 }  // namespace tessel::models

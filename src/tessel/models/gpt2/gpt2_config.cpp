@@ -53,11 +53,20 @@ void read_bool(const Json& j, const char* key, bool& out, const std::string& wha
 
 GPT2Config GPT2Config::from_json(const std::string& text, const std::string& what) {
   const Json j = parse_config_object(text, what);
+  bool moe = false;
   if (j.contains("model_type")) {
-    TESSEL_CHECK(j["model_type"] == "gpt2", what, ": model_type ", j["model_type"].dump(),
-                 " is not \"gpt2\"");
+    TESSEL_CHECK(j["model_type"] == "gpt2" || j["model_type"] == "gpt2_moe", what, ": model_type ",
+                 j["model_type"].dump(), " is not \"gpt2\" or \"gpt2_moe\"");
+    moe = j["model_type"] == "gpt2_moe";
+  } else if (auto it = j.find("architectures"); it != j.end() && it->is_array()) {
+    for (const Json& a : *it) moe = moe || a == "GPT2MoELMHeadModel";
   }
   GPT2Config c;
+  if (moe) {
+    c.moe = GPT2MoESettings::from_json(j, what);
+    TESSEL_CHECK(c.moe.enabled(), what,
+                 ": a gpt2_moe config needs 'num_experts' (with 'moe_every') or 'expert_counts'");
+  }
   read_int(j, "vocab_size", nullptr, c.vocab_size, what);
   read_int(j, "n_positions", "max_position_embeddings", c.n_positions, what);
   read_int(j, "n_embd", "hidden_size", c.n_embd, what);
@@ -137,8 +146,9 @@ const std::vector<std::string>& GPT2Config::preset_names() {
 
 std::string GPT2Config::to_json() const {
   Json j;
-  j["architectures"] = {"GPT2LMHeadModel"};
-  j["model_type"] = "gpt2";
+  j["architectures"] = {moe.enabled() ? "GPT2MoELMHeadModel" : "GPT2LMHeadModel"};
+  j["model_type"] = moe.enabled() ? "gpt2_moe" : "gpt2";
+  if (moe.enabled()) moe.to_json(j);
   j["vocab_size"] = vocab_size;
   j["n_positions"] = n_positions;
   j["n_ctx"] = n_positions;
@@ -177,17 +187,33 @@ void GPT2Config::validate() const {
   }
   TESSEL_CHECK(initializer_range >= 0, "GPT2Config: initializer_range ", initializer_range,
                " must be >= 0");
+  if (moe.enabled()) moe.validate(n_layer);
+}
+
+int64_t GPT2Config::ffn_parameter_count(int64_t layer) const {
+  const int64_t c = n_embd, i = inner(), mlp = (c * i + i) + (i * c + c);
+  const int64_t e = moe.enabled() ? moe.experts_in(layer) : 0;
+  if (e == 0) return mlp;
+  return e * mlp + e * c + (moe.residual ? mlp : 0);  // experts, router, PR-MoE's dense MLP
+}
+
+int64_t GPT2Config::ffn_active_parameter_count(int64_t layer) const {
+  const int64_t c = n_embd, i = inner(), mlp = (c * i + i) + (i * c + c);
+  const int64_t e = moe.enabled() ? moe.experts_in(layer) : 0;
+  if (e == 0) return mlp;
+  return moe.top_k * mlp + e * c + (moe.residual ? mlp : 0);
 }
 
 int64_t GPT2Config::parameter_count() const {
-  const int64_t c = n_embd, i = inner();
-  const int64_t block = 2 * 2 * c + (c * 3 * c + 3 * c) + (c * c + c) + (c * i + i) + (i * c + c);
-  int64_t n = vocab_size * c + n_positions * c + n_layer * block + 2 * c;
+  const int64_t c = n_embd;
+  const int64_t attn_block = 2 * 2 * c + (c * 3 * c + 3 * c) + (c * c + c);
+  int64_t n = vocab_size * c + n_positions * c + n_layer * attn_block + 2 * c;
+  for (int64_t l = 0; l < n_layer; ++l) n += ffn_parameter_count(l);
   if (!tie_word_embeddings) n += vocab_size * c;
   return n;
 }
 
-models::GPT2BlockConfig GPT2Config::block_config() const {
+models::GPT2BlockConfig GPT2Config::block_config(int64_t layer) const {
   models::GPT2BlockConfig b;
   b.n_embd = n_embd;
   b.n_head = n_head;
@@ -195,23 +221,41 @@ models::GPT2BlockConfig GPT2Config::block_config() const {
   b.layer_norm_epsilon = layer_norm_epsilon;
   b.resid_pdrop = resid_pdrop;
   b.n_layer = n_layer;
+  if (moe.enabled() && moe.experts_in(layer) > 0) b.moe = moe.layer_config(layer, n_embd, inner());
   return b;
 }
 
 std::string GPT2Config::summary() const {
-  return "GPT-2 " + std::to_string(n_layer) + " layers x " + std::to_string(n_embd) + " wide, " +
-         std::to_string(n_head) + " heads";
+  std::string s = std::string(moe.enabled() ? "GPT-2-MoE " : "GPT-2 ") + std::to_string(n_layer) +
+                  " layers x " + std::to_string(n_embd) + " wide, " + std::to_string(n_head) +
+                  " heads";
+  if (moe.enabled()) {
+    s += ", experts per block [";
+    for (int64_t l = 0; l < n_layer; ++l) s += (l ? "," : "") + std::to_string(moe.experts_in(l));
+    s += "] top-" + std::to_string(moe.top_k) + (moe.residual ? " residual" : "");
+  }
+  return s;
 }
 
 bool GPT2Config::same_shapes(const ModelConfig& other) const {
   const auto* o = dynamic_cast<const GPT2Config*>(&other);
   return o != nullptr && o->vocab_size == vocab_size && o->n_positions == n_positions &&
          o->n_embd == n_embd && o->n_layer == n_layer && o->n_head == n_head &&
-         o->inner() == inner() && o->tie_word_embeddings == tie_word_embeddings;
+         o->inner() == inner() && o->tie_word_embeddings == tie_word_embeddings && same_experts(*o);
+}
+
+bool GPT2Config::same_experts(const GPT2Config& o) const {
+  if (o.moe.enabled() != moe.enabled() || o.moe.residual != moe.residual) return false;
+  for (int64_t l = 0; l < n_layer; ++l)
+    if (o.moe.experts_in(l) != moe.experts_in(l)) return false;
+  return true;
 }
 
 double GPT2Config::flops_per_token(int64_t seq_len) const {
-  const double matmul_params = double(parameter_count() - n_positions * n_embd);
+  double inactive = 0;  // experts a token does not run
+  for (int64_t l = 0; l < n_layer; ++l)
+    inactive += double(ffn_parameter_count(l) - ffn_active_parameter_count(l));
+  const double matmul_params = double(parameter_count() - n_positions * n_embd) - inactive;
   return 6.0 * matmul_params + 6.0 * double(n_layer) * double(n_embd) * double(seq_len);
 }
 

@@ -3,6 +3,8 @@
 // aliases) and written back in the same form, plus the four published sizes. Unknown keys are
 // ignored as Hugging Face does; known keys are type- and range-checked, and settings tessel does
 // not implement (another activation, per-layer attention scaling, reordered upcast) are errors.
+// With model_type "gpt2_moe" (architecture GPT2MoELMHeadModel) the config also carries the
+// experts (gpt2_moe.h) and belongs to the GPT-2-MoE family.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,7 @@
 
 #include "tessel/models/causal_lm.h"
 #include "tessel/models/gpt2/gpt2_block.h"
+#include "tessel/models/gpt2/gpt2_moe.h"
 
 namespace tessel::models {
 
@@ -27,6 +30,7 @@ struct GPT2Config : ModelConfig {
   double initializer_range = 0.02;
   bool tie_word_embeddings = true;
   int64_t bos_token_id = 50256, eos_token_id = 50256;
+  GPT2MoESettings moe;  // GPT-2-MoE; disabled: dense GPT-2
 
   // Parses config.json text; `what` names the source in errors.
   static GPT2Config from_json(const std::string& text, const std::string& what = "config.json");
@@ -40,7 +44,12 @@ struct GPT2Config : ModelConfig {
   static const std::vector<std::string>& preset_names();
 
   int64_t inner() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
-  GPT2BlockConfig block_config() const;
+  // Block `layer`'s config (its MoE layer, if any, from `moe`).
+  GPT2BlockConfig block_config(int64_t layer = 0) const;
+  // Parameters of block `layer`'s MLP or MoE layer: all of them, and those one token's forward
+  // multiplies with (top_k experts, the router and PR-MoE's dense MLP).
+  int64_t ffn_parameter_count(int64_t layer) const;
+  int64_t ffn_active_parameter_count(int64_t layer) const;
 
   // ModelConfig (gpt2_config.cpp, gpt2_family.cpp).
   const Family& family() const override;
@@ -48,12 +57,14 @@ struct GPT2Config : ModelConfig {
   void validate() const override;
   std::string summary() const override;
   bool same_shapes(const ModelConfig& other) const override;
+  bool same_experts(const GPT2Config& other) const;  // the same MoE blocks and expert counts
   int64_t vocabulary_size() const override { return vocab_size; }
   int64_t max_positions() const override { return n_positions; }
   int64_t num_layers() const override { return n_layer; }
   int64_t hidden_size() const override { return n_embd; }
   int64_t num_heads() const override { return n_head; }
   int64_t parameter_count() const override;
+  bool has_experts() const override { return moe.enabled(); }
   KvGeometry kv_geometry() const override { return {n_layer, n_head, n_embd / n_head}; }
   std::optional<int64_t> bos_id() const override { return bos_token_id; }
   std::optional<int64_t> eos_id() const override { return eos_token_id; }

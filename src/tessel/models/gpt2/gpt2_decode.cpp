@@ -50,6 +50,10 @@ Tensor GPT2::forward_cached(const Tensor& ids, DecodeCache& cache, const Tensor&
                             qkv[1].reshape({b, t, heads, d}), qkv[2].reshape({b, t, heads, d}),
                             /*window=*/0);
     x = ops::add(x, attn.c_proj->forward(y.reshape({b, t, c})));
+    if (block.moe) {
+      x = ops::add(x, block.feed_forward(block.ln_2->forward(x)));
+      continue;
+    }
     models::GPT2MLP& mlp = *block.mlp;
     x = ops::add(x, mlp.c_proj->forward(ops::gelu(mlp.c_fc->forward(block.ln_2->forward(x)))));
   }

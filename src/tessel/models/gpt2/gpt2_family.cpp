@@ -85,8 +85,10 @@ const Family& gpt2_family() {
   return family;
 }
 
+const Family& gpt2_moe_family();  // gpt2_moe_family.cpp
+
 const Family& GPT2Config::family() const {
-  return gpt2_family();
+  return moe.enabled() ? gpt2_moe_family() : gpt2_family();
 }
 
 std::shared_ptr<CausalLM> GPT2Config::build_random(Generator& generator) const {
@@ -101,6 +103,10 @@ std::shared_ptr<CausalLM> GPT2Config::build_empty(Generator* dropout_generator) 
 
 TensorParallelSpec GPT2Config::tensor_parallel(int tp) const {
   TESSEL_CHECK(tp >= 1, "tensor parallelism: tp = ", tp, " must be >= 1");
+  TESSEL_CHECK(!moe.enabled() || tp == 1,
+               "tensor parallelism: GPT-2-MoE's experts have no "
+               "tensor-parallel plan (tp = ",
+               tp, "); train it with dp / ZeRO");
   TESSEL_CHECK(n_head % tp == 0, "tensor parallelism: GPT-2's n_head = ", n_head,
                " is not divisible by tp = ", tp, " (attention is split per head)");
   TESSEL_CHECK(tie_word_embeddings,

@@ -40,6 +40,23 @@ void Llama::set_recompute(nn::Recompute mode) {
   for (auto& layer : decoder_layers) layer->set_recompute(mode);
 }
 
+Tensor Llama::auxiliary_loss() const {
+  Tensor total;
+  for (const auto& layer : decoder_layers) {
+    const Tensor& aux = layer->last_aux_loss();
+    if (aux.defined()) total = total.defined() ? ops::add(total, aux) : aux;
+  }
+  return total;
+}
+
+std::vector<ExpertLayerStats> Llama::expert_stats() const {
+  std::vector<ExpertLayerStats> out;
+  for (size_t i = 0; i < decoder_layers.size(); ++i)
+    if (decoder_layers[i]->block_sparse_moe)
+      out.push_back({int64_t(i), decoder_layers[i]->block_sparse_moe->last_stats()});
+  return out;
+}
+
 Tensor Llama::embed(const Tensor& ids) {
   TESSEL_CHECK(ids.ndim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
                "Llama.embed: ids ", ids.shape(), " ", dtype_name(ids.dtype()),

@@ -47,6 +47,9 @@ class Llama : public CausalLM {
 
   void set_recompute(nn::Recompute mode) override;
   nn::Recompute recompute() const override { return recompute_; }
+  // Mixtral: the decoder layers' MoE auxiliary losses and routing of the last forward.
+  Tensor auxiliary_loss() const override;
+  std::vector<ExpertLayerStats> expert_stats() const override;
 
   // Incremental decoding (llama_decode.cpp). The cache holds this model's KV heads (this rank's
   // under tensor parallelism), keys after their rotation; a sliding window is applied to the

@@ -110,7 +110,27 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& config, std::shared_ptr<
   post_attention_layernorm =
       register_module("post_attention_layernorm",
                       std::make_shared<nn::RMSNorm>(config.hidden, config.rms_norm_eps, init));
-  mlp = register_module("mlp", std::make_shared<LlamaMLP>(config, init));
+  if (config.is_moe()) {
+    block_sparse_moe =
+        register_module("block_sparse_moe", std::make_shared<nn::MoE>(config.moe_config(), init));
+  } else {
+    mlp = register_module("mlp", std::make_shared<LlamaMLP>(config, init));
+  }
+}
+
+void LlamaDecoderLayer::set_recompute(nn::Recompute mode) {
+  TESSEL_CHECK(!block_sparse_moe || mode != nn::Recompute::Full,
+               "LlamaDecoderLayer: recompute 'full' is not supported with mixture-of-experts "
+               "layers (the replay would route again and drop the auxiliary loss's gradient); "
+               "use 'selective' or 'none'");
+  recompute_ = mode;
+}
+
+Tensor LlamaDecoderLayer::feed_forward(const Tensor& x) {
+  if (!block_sparse_moe) return mlp->forward(x);
+  nn::MoE::Output out = block_sparse_moe->forward(x);
+  aux_loss_ = out.aux_loss;
+  return out.output;
 }
 
 Tensor LlamaDecoderLayer::forward(const Tensor& x) {
@@ -127,7 +147,7 @@ Tensor LlamaDecoderLayer::body(const Tensor& x) {
                        : self_attn->forward(input_layernorm->forward(x));
   Tensor h = ops::add(x, a);
   tap("resid_attn", h);
-  return ops::add(h, mlp->forward(post_attention_layernorm->forward(h)));
+  return ops::add(h, feed_forward(post_attention_layernorm->forward(h)));
 }
 
 }  // namespace tessel::models

@@ -7,7 +7,9 @@
 // (input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj).
 // Intermediates reported to observers under the layer's path: self_attn.q / self_attn.k (after
 // RoPE, [B, T, H, D]), self_attn.v, self_attn.y (heads merged, before o_proj), mlp.act
-// (silu(gate) * up), resid_attn, and the module outputs.
+// (silu(gate) * up), resid_attn, and the module outputs. Mixtral's layer has block_sparse_moe (an
+// nn::MoE of SwiGLU experts, docs/MOE.md) where the others have mlp; it keeps the last forward's
+// auxiliary loss for the model to collect.
 //
 // Head counts follow the projections' widths: all heads serially, this rank's heads when
 // q/k/v_proj are split per head by tensor parallelism (parallel/tensor/plan.h), with no other
@@ -20,6 +22,7 @@
 #include "tessel/models/llama/llama_config.h"
 #include "tessel/models/llama/llama_rope.h"
 #include "tessel/nn/layers.h"
+#include "tessel/nn/moe.h"
 #include "tessel/nn/recompute.h"
 
 namespace tessel::models {
@@ -70,17 +73,24 @@ class LlamaDecoderLayer : public nn::Module {
  public:
   LlamaDecoderLayer(const LlamaConfig& config, std::shared_ptr<RotaryTables> rope, nn::Init init);
   Tensor forward(const Tensor& x);
-  // Takes effect at the next forward; gradients are those of nn::Recompute::None.
-  void set_recompute(nn::Recompute mode) { recompute_ = mode; }
+  // Takes effect at the next forward; gradients are those of nn::Recompute::None. An MoE layer
+  // refuses Full (the replayed forward would re-route and lose the auxiliary loss's graph).
+  void set_recompute(nn::Recompute mode);
   nn::Recompute recompute() const { return recompute_; }
+  // The feed-forward part on normalised x: mlp, or the experts (their auxiliary loss kept).
+  Tensor feed_forward(const Tensor& x);
+  // The MoE layer's weighted auxiliary loss of the last forward (undefined for a dense layer).
+  const Tensor& last_aux_loss() const { return aux_loss_; }
 
   std::shared_ptr<nn::RMSNorm> input_layernorm, post_attention_layernorm;
   std::shared_ptr<LlamaAttention> self_attn;
-  std::shared_ptr<LlamaMLP> mlp;
+  std::shared_ptr<LlamaMLP> mlp;              // dense variants
+  std::shared_ptr<nn::MoE> block_sparse_moe;  // Mixtral
 
  private:
   Tensor body(const Tensor& x);
   nn::Recompute recompute_ = nn::Recompute::None;
+  Tensor aux_loss_;
 };
 
 }  // namespace tessel::models

@@ -16,7 +16,7 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr LlamaVariant kVariants[] = {LlamaVariant::Llama, LlamaVariant::Mistral,
-                                      LlamaVariant::Qwen2};
+                                      LlamaVariant::Qwen2, LlamaVariant::Mixtral};
 
 // The keys of one config.json object, read with their types checked; every Error names the key.
 class Reader {
@@ -73,11 +73,12 @@ LlamaVariant variant_of(const Json& j, const std::string& what) {
     for (LlamaVariant v : kVariants)
       if (it->get<std::string>() == llama_model_type(v)) return v;
     TESSEL_FAIL(what, ": model_type ", it->dump(),
-                " is not one of \"llama\", \"mistral\", \"qwen2\"");
+                " is not one of \"llama\", \"mistral\", \"qwen2\", \"mixtral\"");
   }
   TESSEL_FAIL(what,
               ": names neither an architecture (LlamaForCausalLM, MistralForCausalLM, "
-              "Qwen2ForCausalLM) nor a model_type (llama, mistral, qwen2)");
+              "Qwen2ForCausalLM, MixtralForCausalLM) nor a model_type (llama, mistral, qwen2, "
+              "mixtral)");
 }
 
 RopeScaling parse_rope_scaling(const Json& j, const std::string& what) {
@@ -148,6 +149,8 @@ std::string_view llama_architecture(LlamaVariant variant) {
       return "MistralForCausalLM";
     case LlamaVariant::Qwen2:
       return "Qwen2ForCausalLM";
+    case LlamaVariant::Mixtral:
+      return "MixtralForCausalLM";
   }
   return "?";
 }
@@ -160,6 +163,8 @@ std::string_view llama_model_type(LlamaVariant variant) {
       return "mistral";
     case LlamaVariant::Qwen2:
       return "qwen2";
+    case LlamaVariant::Mixtral:
+      return "mixtral";
   }
   return "?";
 }
@@ -218,6 +223,18 @@ LlamaConfig LlamaConfig::from_json(const std::string& text, const std::string& w
   // Mistral: absent is MistralConfig's default 4096, null is no window.
   if (mistral)
     c.sliding_window = j.contains("sliding_window") ? read.integer("sliding_window", 0) : 4096;
+  if (c.variant == LlamaVariant::Mixtral) {
+    // MixtralConfig's defaults: no window, 8 experts, top-2, coefficient 0.001.
+    c.sliding_window = read.integer("sliding_window", 0);
+    c.num_local_experts = read.integer("num_local_experts", 8);
+    c.num_experts_per_tok = read.integer("num_experts_per_tok", 2);
+    c.router_aux_loss_coef = read.number("router_aux_loss_coef", 0.001);
+    c.output_router_logits = read.boolean("output_router_logits", false);
+    const double jitter = read.number("router_jitter_noise", 0.0);
+    TESSEL_CHECK(jitter == 0.0, what, ": 'router_jitter_noise' ", jitter,
+                 " is not supported (Hugging Face's jitter scales the experts' input too; "
+                 "expected 0)");
+  }
   if (qwen2) {
     TESSEL_CHECK(!read.boolean("use_sliding_window", false), what,
                  ": 'use_sliding_window' = true is not supported for Qwen2 (its per-layer window "
@@ -307,6 +324,14 @@ std::string LlamaConfig::to_json() const {
   }
   if (variant == LlamaVariant::Mistral)
     j["sliding_window"] = sliding_window > 0 ? Json(sliding_window) : Json(nullptr);
+  if (variant == LlamaVariant::Mixtral) {
+    j["sliding_window"] = sliding_window > 0 ? Json(sliding_window) : Json(nullptr);
+    j["num_local_experts"] = num_local_experts;
+    j["num_experts_per_tok"] = num_experts_per_tok;
+    j["router_aux_loss_coef"] = router_aux_loss_coef;
+    j["output_router_logits"] = output_router_logits;
+    j["router_jitter_noise"] = 0.0;
+  }
   if (variant == LlamaVariant::Qwen2) {
     j["use_sliding_window"] = false;
     j["sliding_window"] = qwen2_sliding_window ? Json(*qwen2_sliding_window) : Json(nullptr);
@@ -347,6 +372,15 @@ void LlamaConfig::validate() const {
   TESSEL_CHECK(sliding_window >= 0, "'sliding_window' ", sliding_window,
                " must be positive (or null: no window)");
   TESSEL_CHECK(initializer_range >= 0, "'initializer_range' ", initializer_range, " must be >= 0");
+  if (is_moe()) {
+    positive("num_local_experts", num_local_experts);
+    positive("num_experts_per_tok", num_experts_per_tok);
+    TESSEL_CHECK(num_experts_per_tok <= num_local_experts, "'num_experts_per_tok' ",
+                 num_experts_per_tok, " exceeds 'num_local_experts' ", num_local_experts,
+                 " (each token picks that many distinct experts)");
+    TESSEL_CHECK(router_aux_loss_coef >= 0 && std::isfinite(router_aux_loss_coef),
+                 "'router_aux_loss_coef' ", router_aux_loss_coef, " must be >= 0");
+  }
   if (bos_token_id) {
     TESSEL_CHECK(*bos_token_id >= 0 && *bos_token_id < vocab_size, "'bos_token_id' ", *bos_token_id,
                  " is outside the vocabulary [0, ", vocab_size, ")");
@@ -372,7 +406,8 @@ void LlamaConfig::validate() const {
 std::string LlamaConfig::summary() const {
   std::string s = std::string(variant == LlamaVariant::Llama     ? "Llama "
                               : variant == LlamaVariant::Mistral ? "Mistral "
-                                                                 : "Qwen2 ") +
+                              : variant == LlamaVariant::Qwen2   ? "Qwen2 "
+                                                                 : "Mixtral ") +
                   std::to_string(num_hidden_layers) + " layers x " + std::to_string(hidden) +
                   " wide, " + std::to_string(num_attention_heads) + " heads";
   if (num_key_value_heads != num_attention_heads)
@@ -381,6 +416,9 @@ std::string LlamaConfig::summary() const {
   if (rope_scaling.type != RopeScaling::Type::Default)
     s += ", rope " + std::string(rope_type_name(rope_scaling.type));
   if (window() > 0) s += ", window " + std::to_string(window());
+  if (is_moe())
+    s += ", " + std::to_string(num_local_experts) + " experts top-" +
+         std::to_string(num_experts_per_tok);
   return s;
 }
 
@@ -391,7 +429,22 @@ bool LlamaConfig::same_shapes(const ModelConfig& other) const {
          o->num_attention_heads == num_attention_heads &&
          o->num_key_value_heads == num_key_value_heads && o->head_dim == head_dim &&
          o->tie_word_embeddings == tie_word_embeddings && o->qkv_bias() == qkv_bias() &&
-         o->o_bias() == o_bias() && o->mlp_biases() == mlp_biases();
+         o->o_bias() == o_bias() && o->mlp_biases() == mlp_biases() && o->is_moe() == is_moe() &&
+         (!is_moe() || o->num_local_experts == num_local_experts);
+}
+
+nn::MoEConfig LlamaConfig::moe_config() const {
+  nn::MoEConfig m;
+  m.hidden = hidden;
+  m.ffn_hidden = intermediate_size;
+  m.num_experts = num_local_experts;
+  m.top_k = num_experts_per_tok;
+  m.gate_form = nn::GateForm::Mixtral;
+  m.expert = nn::ExpertKind::SwiGLU;
+  m.drop_tokens = false;
+  m.aux_loss_coef = router_aux_loss_coef;
+  m.z_loss_coef = 0.0;
+  return m;
 }
 
 int64_t LlamaConfig::max_positions() const {

@@ -1,16 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // The hyper-parameters of the LLaMA family, one config behind Hugging Face's LlamaForCausalLM
-// (model_type "llama"), MistralForCausalLM ("mistral") and Qwen2ForCausalLM ("qwen2"): read from
+// (model_type "llama"), MistralForCausalLM ("mistral"), Qwen2ForCausalLM ("qwen2") and
+// MixtralForCausalLM ("mixtral", Jiang et al. 2024: the MLP replaced by a sparse mixture of
+// SwiGLU experts, models/mixtral/ registers it as a family of its own): read from
 // config.json, written back in the same layout, checked (an Error names the key and the value),
 // and the facts the trainer, the partitioner and the server ask for (parameters, FLOPs, KV-cache
 // geometry, the tensor-parallel plan).
 //
 // The three differ only in a few keys: Llama honours attention_bias (q, k, v and o biases) and
 // mlp_bias; Mistral has sliding_window (null: none); Qwen2 always has q, k and v biases and no
-// other, and its use_sliding_window must be false. Unknown keys are ignored as Hugging Face does.
-// Required keys (every published config has them): vocab_size, hidden_size, intermediate_size,
-// num_hidden_layers, num_attention_heads, max_position_embeddings; the others take Hugging Face's
-// defaults.
+// other, and its use_sliding_window must be false; Mixtral has sliding_window (absent or null:
+// none) and its experts (num_local_experts, num_experts_per_tok, router_aux_loss_coef,
+// output_router_logits; router_jitter_noise must be 0). Unknown keys are ignored as Hugging Face
+// does. Required keys (every published config has them): vocab_size, hidden_size,
+// intermediate_size, num_hidden_layers, num_attention_heads, max_position_embeddings; the others
+// take Hugging Face's defaults.
 #pragma once
 
 #include <cstdint>
@@ -21,10 +25,11 @@
 #include <vector>
 
 #include "tessel/models/causal_lm.h"
+#include "tessel/nn/moe_config.h"
 
 namespace tessel::models {
 
-enum class LlamaVariant { Llama, Mistral, Qwen2 };
+enum class LlamaVariant { Llama, Mistral, Qwen2, Mixtral };
 // "LlamaForCausalLM" / "llama", ...
 std::string_view llama_architecture(LlamaVariant variant);
 std::string_view llama_model_type(LlamaVariant variant);
@@ -59,7 +64,13 @@ struct LlamaConfig : ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // Llama: q, k, v and o biases
   bool mlp_bias = false;        // Llama: gate, up and down biases
-  int64_t sliding_window = 0;   // Mistral: keys per query (0: none, null in JSON)
+  int64_t sliding_window = 0;   // Mistral, Mixtral: keys per query (0: none, null in JSON)
+  // Mixtral: experts per layer, experts per token, the weight of the load-balancing loss in
+  // training (tessel's Switch form, docs/MOE.md), and Hugging Face's output_router_logits as read.
+  int64_t num_local_experts = 8;
+  int64_t num_experts_per_tok = 2;
+  double router_aux_loss_coef = 0.001;
+  bool output_router_logits = false;
   // Qwen2's sliding-window keys, written back as read (use_sliding_window must be false).
   std::optional<int64_t> qwen2_sliding_window;
   int64_t max_window_layers = 0;
@@ -80,12 +91,21 @@ struct LlamaConfig : ModelConfig {
   bool qkv_bias() const;
   bool o_bias() const;
   bool mlp_biases() const;
-  int64_t window() const { return variant == LlamaVariant::Mistral ? sliding_window : 0; }
+  int64_t window() const {
+    return variant == LlamaVariant::Mistral || variant == LlamaVariant::Mixtral ? sliding_window
+                                                                                : 0;
+  }
+  bool is_moe() const { return variant == LlamaVariant::Mixtral; }
+  // Mixtral's sparse MLP as the MoE layer computes it: softmax over the experts, top-k gates
+  // renormalised, SwiGLU experts of intermediate_size, no capacity (no token is dropped).
+  nn::MoEConfig moe_config() const;
   // Attention width: num_attention_heads x head_dim (may differ from hidden with head_dim set).
   int64_t q_width() const { return num_attention_heads * head_dim; }
   int64_t kv_width() const { return num_key_value_heads * head_dim; }
-  // Parameters of one decoder layer.
+  // Parameters of one decoder layer (every expert), and those one token's forward multiplies
+  // with (num_experts_per_tok experts and the router).
   int64_t layer_parameter_count() const;
+  int64_t layer_active_parameter_count() const;
 
   // ModelConfig.
   const Family& family() const override;
@@ -101,6 +121,7 @@ struct LlamaConfig : ModelConfig {
   int64_t hidden_size() const override { return hidden; }
   int64_t num_heads() const override { return num_attention_heads; }
   int64_t parameter_count() const override;
+  bool has_experts() const override { return is_moe(); }
   KvGeometry kv_geometry() const override;
   std::optional<int64_t> bos_id() const override { return bos_token_id; }
   std::optional<int64_t> eos_id() const override;

@@ -85,9 +85,20 @@ int64_t LlamaConfig::layer_parameter_count() const {
   n += c * q + 2 * c * kv + q * c;  // q, k, v, o
   if (qkv_bias()) n += q + 2 * kv;
   if (o_bias()) n += c;
-  n += 3 * c * i;  // gate, up, down
+  if (is_moe()) {
+    n += num_local_experts * (3 * c * i + c);  // every expert's w1, w3, w2 and its router row
+  } else {
+    n += 3 * c * i;  // gate, up, down
+  }
   if (mlp_biases()) n += 2 * i + c;
   return n;
+}
+
+int64_t LlamaConfig::layer_active_parameter_count() const {
+  if (!is_moe()) return layer_parameter_count();
+  // A token runs num_experts_per_tok experts and the whole router.
+  const int64_t c = hidden, i = intermediate_size;
+  return layer_parameter_count() - (num_local_experts - num_experts_per_tok) * 3 * c * i;
 }
 
 int64_t LlamaConfig::parameter_count() const {
@@ -111,8 +122,10 @@ double LlamaConfig::flops_per_token(int64_t seq_len) const {
   // Every parameter multiplies once per token in the forward except an untied embedding, which
   // is only looked up (the tied one is the LM head's matrix). Attention: scores and weighted sums
   // over the q width, as GPT-2 counts them (6 L C T for causal attention).
+  const double inactive =
+      double(num_hidden_layers) * double(layer_parameter_count() - layer_active_parameter_count());
   const double matmul_params =
-      double(parameter_count() - (tie_word_embeddings ? 0 : vocab_size * hidden));
+      double(parameter_count() - (tie_word_embeddings ? 0 : vocab_size * hidden)) - inactive;
   return 6.0 * matmul_params +
          6.0 * double(num_hidden_layers) * double(q_width()) * attention_span(seq_len);
 }
@@ -132,13 +145,17 @@ double LlamaConfig::recompute_flops_per_token(nn::Recompute mode, int64_t seq_le
     case nn::Recompute::Selective:  // input_layernorm, q/k/v (and RoPE) and the attention core
       return layers * (2.0 * (norm + qkv) + attention);
     case nn::Recompute::Full:
-      return layers * (2.0 * double(layer_parameter_count()) + attention);
+      return layers * (2.0 * double(layer_active_parameter_count()) + attention);
   }
   TESSEL_FAIL("recompute_flops_per_token: unknown mode ", int(mode));
 }
 
 TensorParallelSpec LlamaConfig::tensor_parallel(int tp) const {
   TESSEL_CHECK(tp >= 1, "tensor parallelism: tp = ", tp, " must be >= 1");
+  TESSEL_CHECK(!is_moe() || tp == 1,
+               "tensor parallelism: Mixtral's experts have no "
+               "tensor-parallel plan (tp = ",
+               tp, "); train it with dp / ZeRO");
   TESSEL_CHECK(num_attention_heads % tp == 0,
                "tensor parallelism: num_attention_heads = ", num_attention_heads,
                " is not divisible by tp = ", tp, " (attention is split per head)");

@@ -49,7 +49,7 @@ Tensor Llama::forward_cached(const Tensor& ids, DecodeCache& cache, const Tensor
     Tensor y =
         cache.attend(int64_t(l), p.q, p.k, p.v, attn.window()).reshape({b, t, p.q.size(2) * d});
     x = ops::add(x, attn.o_proj->forward(y));
-    x = ops::add(x, layer.mlp->forward(layer.post_attention_layernorm->forward(x)));
+    x = ops::add(x, layer.feed_forward(layer.post_attention_layernorm->forward(x)));
   }
   return logits(norm->forward(select_tokens(x, rows)));
 }

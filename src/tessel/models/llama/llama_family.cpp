@@ -74,8 +74,10 @@ const Family& llama_family() {
   return family;
 }
 
+const Family& mixtral_family();  // mixtral/mixtral_family.cpp
+
 const Family& LlamaConfig::family() const {
-  return llama_family();
+  return is_moe() ? mixtral_family() : llama_family();
 }
 
 std::string llama_hf_name(const std::string& name) {

@@ -67,7 +67,8 @@ std::string progress_line(const StepRecord& r) {
   char step[64];
   std::snprintf(step, sizeof step, "step %*lld/%lld", width, (long long)r.step, (long long)r.steps);
   os << step << " | loss " << (r.skipped ? std::string("skipped") : fixed("%.4f", r.loss))
-     << " | lr " << fixed("%.2e", r.lr) << " | norm " << fixed("%.4f", r.grad_norm) << " | "
+     << (r.has_experts ? fixed(" | aux %.4f", r.aux_loss) : std::string()) << " | lr "
+     << fixed("%.2e", r.lr) << " | norm " << fixed("%.4f", r.grad_norm) << " | "
      << fixed("%.1f", r.step_ms) << " ms | " << fixed("%.0f", r.tokens_per_s) << " tok/s | MFU "
      << (r.mfu > 0 ? fixed("%.1f%%", 100.0 * r.mfu) : std::string("n/a"))
      << (r.hfu > r.mfu ? fixed(" (HFU %.1f%%)", 100.0 * r.hfu) : std::string()) << " | mem "
@@ -148,6 +149,20 @@ std::string step_json(const StepRecord& r) {
                      {"step_peak_bytes", m.step_peak_bytes},
                      {"param_bytes", m.param_bytes}});
   j["ranks"] = std::move(ranks);
+  if (r.has_experts) {
+    j["aux_loss"] = number(r.aux_loss);
+    nlohmann::json experts = nlohmann::json::array();
+    for (const ExpertLoadRecord& e : r.experts)
+      experts.push_back({{"layer", e.layer},
+                         {"tokens", e.tokens},
+                         {"capacity", e.capacity},
+                         {"tokens_per_expert", e.tokens_per_expert},
+                         {"dropped", e.dropped},
+                         {"balance_loss", number(e.balance_loss)},
+                         {"z_loss", number(e.z_loss)},
+                         {"aux_loss", number(e.aux_loss)}});
+    j["experts"] = std::move(experts);
+  }
   return j.dump();
 }
 

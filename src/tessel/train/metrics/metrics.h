@@ -30,6 +30,17 @@ struct RankMemory {
   int64_t param_bytes = 0;                    // the parameters it holds between steps
 };
 
+// One mixture-of-experts layer over a step (models' ExpertLayerStats summed over the step's
+// micro-batches on this rank): the tokens it routed, the (token, choice) pairs each expert computed
+// and the pairs the capacity dropped; its losses are the micro-batches' means, unweighted
+// (balance, z) and weighted (aux).
+struct ExpertLoadRecord {
+  int64_t layer = 0;
+  int64_t tokens = 0, capacity = 0, dropped = 0;
+  std::vector<int64_t> tokens_per_expert;
+  double balance_loss = 0, z_loss = 0, aux_loss = 0;
+};
+
 struct StepRecord {
   int64_t step = 0, steps = 0;
   double loss = 0;  // mean over the step's micro-batches (NaN/inf when skipped)
@@ -77,6 +88,12 @@ struct StepRecord {
   std::vector<RankMemory> ranks;
   double elapsed_s = 0;
   double eta_s = 0;
+  // Mixture-of-experts models: the weighted auxiliary loss added to `loss` for backward (mean over
+  // the micro-batches and dp ranks; `loss` itself is the language-model loss), and each MoE
+  // layer's load (rank 0's micro-batches). Written only for such models.
+  bool has_experts = false;
+  double aux_loss = 0;
+  std::vector<ExpertLoadRecord> experts;
 };
 
 // A checkpoint save or load and the resident set around it, per rank: before (after freed heap
