@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // `tessel plan`: the planner's command (docs/PLANNER.md). Its subcommands live in their own files
 // and register here: `plan calibrate` (plan_calibrate_command.cpp), `plan trace`
-// (plan_trace_command.cpp), `plan shard` (plan_shard_command.cpp).
+// (plan_trace_command.cpp), `plan shard` (plan_shard_command.cpp), `plan memory`
+// (plan_memory_command.cpp).
 #include "tessel/cli/commands.h"
 
 namespace tessel::cli {
@@ -12,6 +13,7 @@ void add_plan_command(CLI::App& app) {
   add_plan_calibrate_command(*plan);
   add_plan_trace_command(*plan);
   add_plan_shard_command(*plan);
+  add_plan_memory_command(*plan);
 }
 
 }  // namespace tessel::cli

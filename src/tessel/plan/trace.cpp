@@ -3,6 +3,7 @@
 // into a plan::Graph (see trace.h).
 #include "tessel/plan/trace.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -10,9 +11,11 @@
 
 #include "tessel/autograd/engine.h"
 #include "tessel/autograd/grad_mode.h"
+#include "tessel/autograd/meta.h"
 #include "tessel/autograd/scope.h"
 #include "tessel/nn/autocast.h"
 #include "tessel/tensor/default_device.h"
+#include "tessel/tensor/meta_allocator.h"
 
 namespace tessel::plan {
 
@@ -20,7 +23,9 @@ namespace {
 
 class Recorder final : public kernels::KernelObserver {
  public:
-  explicit Recorder(Graph& graph) : graph_(graph) {}
+  Recorder(Graph& graph, bool stand_ins) : graph_(graph), stand_ins_(stand_ins) {}
+  // The most meta bytes live during a kernel, its f32 stand-ins included.
+  double kernel_peak() const { return kernel_peak_; }
   void set_backward() { backward_ = true; }
   bool backward() const { return backward_; }
   // Storages written so far.
@@ -47,11 +52,40 @@ class Recorder final : public kernels::KernelObserver {
     const int64_t id = int64_t(graph_.ops.size());
     for (const kernels::TensorDesc& t : e.outputs) writer_[t.storage] = id;
     op.cost = {e.flops, e.matmul_flops, e.bytes_read, e.bytes_written, 1};
+    if (stand_ins_) count_stand_ins(op);
     graph_.ops.push_back(std::move(op));
   }
 
  private:
+  void count_stand_ins(const OpNode& op) {
+    static const std::set<std::string> widened = {"unary",
+                                                  "unary_backward",
+                                                  "binary",
+                                                  "reduce",
+                                                  "softmax",
+                                                  "softmax_backward",
+                                                  "layer_norm",
+                                                  "layer_norm_backward",
+                                                  "rms_norm",
+                                                  "rms_norm_backward",
+                                                  "attention",
+                                                  "attention_backward",
+                                                  "cross_entropy",
+                                                  "cross_entropy_backward",
+                                                  "embedding_backward"};
+    const bool f16_gemm =
+        op.kernel == "gemm" && !op.inputs.empty() && op.inputs.front().dtype == DType::F16;
+    if (!f16_gemm && !widened.contains(op.kernel)) return;
+    double bytes = 0;
+    for (const auto* list : {&op.inputs, &op.outputs})
+      for (const kernels::TensorDesc& t : *list)
+        if (t.dtype == DType::BF16 || t.dtype == DType::F16) bytes += 4 * double(t.shape.numel());
+    kernel_peak_ = std::max(kernel_peak_, double(meta_allocator().bytes_in_use()) + bytes);
+  }
+
   Graph& graph_;
+  bool stand_ins_ = false;
+  double kernel_peak_ = 0;
   bool backward_ = false;
   std::unordered_map<const void*, int64_t> writer_;  // storage -> the op that wrote it last
 };
@@ -106,7 +140,7 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
   // Buffers are model state, not activations, wherever an op keeps one.
   for (const auto& [name, b] : model->named_buffers()) parameters.insert(b.storage_ptr().get());
 
-  Recorder recorder(graph);
+  Recorder recorder(graph, options.half_stand_ins);
   std::set<const void*> saved;
   auto on_saved = [&](const Tensor& t) {
     if (recorder.backward()) return;  // a recomputation's own tensors live only in backward
@@ -121,6 +155,21 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
       graph.saved_bytes_outside += bytes;
   };
 
+  if (options.gradients_held)
+    for (Tensor& p : model->parameters())
+      if (!p.grad().defined()) p.set_grad(zeros(p.shape(), DType::F32));
+  Tensor gradient_buffer;  // TraceOptions::first_gradient_bytes, from the first gradient on
+  std::vector<std::pair<Tensor, int64_t>> grad_hooks;
+  if (options.first_gradient_bytes > 0)
+    for (const Tensor& p : model->parameters())
+      grad_hooks.emplace_back(p, autograd::register_grad_ready_hook(p, [&](const Tensor&) {
+                                if (!gradient_buffer.defined())
+                                  gradient_buffer = empty(
+                                      {int64_t(options.first_gradient_bytes / 4)}, DType::F32);
+                              }));
+  // The step begins before the batch is loaded, as the trainer's step peak does.
+  const double step_base = double(meta_allocator().bytes_in_use());
+  meta_allocator().reset_peak();
   Tensor ids = empty({options.batch, seq}, DType::I64);
   Tensor targets = empty({options.batch, seq}, DType::I64);
   {
@@ -150,7 +199,10 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
     }
     autograd::backward({loss}, {seed});
   }
+  graph.step_peak_bytes =
+      std::max(double(meta_allocator().peak_bytes()), recorder.kernel_peak()) - step_base;
   for (auto& [module, handle] : hooks) module->remove_hook(handle);
+  for (auto& [p, handle] : grad_hooks) autograd::remove_grad_ready_hook(p, handle);
   return graph;
 }
 

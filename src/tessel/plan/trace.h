@@ -26,6 +26,19 @@ struct TraceOptions {
   // masters stay f32, as the trainer's --precision runs them).
   DType compute_dtype = DType::F32;
   bool dropout = true;  // train mode (the config's dropout); false traces eval-mode dropout
+  // Gradients exist before the step (data parallelism's bucket buffers hold them between steps),
+  // so the backward accumulates into them instead of allocating them: Graph::step_peak_bytes
+  // then leaves them out.
+  bool gradients_held = false;
+  // The CPU backend runs most kernels on 16-bit tensors through f32 stand-ins of every 16-bit
+  // operand and output (kernels/cpu/half_kernels.h), allocated for the kernel's duration; counted
+  // in Graph::step_peak_bytes when set. GEMMs widen in f16 only (bf16 GEMMs run natively through
+  // oneDNN on CPUs with AVX-512 BF16, the machines this models).
+  bool half_stand_ins = true;
+  // Bytes allocated when the backward's first parameter gradient is ready and held to its end:
+  // the full gradient buffers data parallelism reduce-scatters (ZeRO-2), allocated at a bucket's
+  // first gradient (all at once here: exact for one bucket). 0: none.
+  double first_gradient_bytes = 0;
 };
 
 // Forward + loss + backward of one micro-batch of `config`'s model, as a graph.

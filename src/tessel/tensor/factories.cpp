@@ -5,6 +5,7 @@
 
 #include "tessel/core/threads.h"
 #include "tessel/tensor/default_device.h"
+#include "tessel/tensor/meta_allocator.h"
 #include "tessel/tensor/meta_copy.h"
 #include "tessel/tensor/tensor.h"
 
@@ -16,9 +17,15 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
                " has no allocator in this build");
   auto impl = std::make_shared<TensorImpl>();
   const size_t nbytes = size_t(shape.numel()) * dtype_size(dtype);
-  // A meta tensor's storage knows its size and owns no memory (data() refuses it).
-  impl->storage = device.is_meta() ? std::make_shared<Storage>(nullptr, nbytes, device, nullptr)
-                                   : std::make_shared<Storage>(nbytes, cpu_allocator());
+  // A meta tensor's storage knows its size and owns no memory (data() refuses it); the meta
+  // allocator counts the bytes it stands for while it lives.
+  if (device.is_meta()) {
+    meta_allocator().allocate(nbytes);
+    impl->storage = std::make_shared<Storage>(
+        nullptr, nbytes, device, [nbytes](void*) { meta_allocator().deallocate(nullptr, nbytes); });
+  } else {
+    impl->storage = std::make_shared<Storage>(nbytes, cpu_allocator());
+  }
   impl->shape = shape;
   impl->dtype = dtype;
   return Tensor(std::move(impl));

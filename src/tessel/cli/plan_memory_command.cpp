@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+// `tessel plan memory`: the memory model's bytes per rank for a training layout
+// (docs/PLANNER.md, "Memory model"), term by term, as a table or JSON, and with --cluster the
+// step time model's figures; the names match the fields `tessel train` writes to train.jsonl, so
+// a run's measured figures sit beside the prediction.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tessel/cli/commands.h"
+#include "tessel/core/error.h"
+#include "tessel/plan/memory_model.h"
+#include "tessel/plan/step_cost.h"
+#include "tessel/train/model_presets.h"
+
+namespace tessel::cli {
+
+namespace {
+
+struct MemoryArgs {
+  std::string model;
+  plan::MemoryLayout layout;
+  int tp = 1, pp = 1;
+  std::string recompute = "none";
+  std::string precision = "fp32";
+  double bucket_mb = 25;
+  std::string cluster;  // with it, the step time too
+  bool json = false;
+};
+
+DType precision_dtype(const std::string& p) {
+  if (p == "bf16") return DType::BF16;
+  if (p == "fp16") return DType::F16;
+  return DType::F32;
+}
+
+void run_memory(MemoryArgs a) {
+  TESSEL_CHECK(a.tp == 1 && a.pp == 1, "plan memory: --tp ", a.tp, " --pp ", a.pp,
+               ": the memory model covers data parallelism and ZeRO only so far (tp = pp = 1)");
+  const models::ConfigPtr config = train::resolve_model_config(a.model, "plan memory --model");
+  a.layout.recompute = nn::parse_recompute(a.recompute);
+  a.layout.compute_dtype = precision_dtype(a.precision);
+  a.layout.bucket_bytes = int64_t(a.bucket_mb * double(1 << 20));
+  const plan::Graph graph = plan::trace_for_layout(*config, a.layout);
+  const plan::MemoryEstimate m = plan::estimate_memory(*config, a.layout, graph);
+  std::vector<std::pair<const char*, double>> times;
+  if (!a.cluster.empty()) {
+    const plan::Cluster cluster = plan::Cluster::load(a.cluster).with_devices(a.layout.dp);
+    const plan::StepTime t = plan::estimate_step_time(cluster, graph, m, a.layout);
+    times = {{"compute_ms", 1e3 * t.compute_seconds},
+             {"optimizer_ms", 1e3 * t.optimizer_seconds},
+             {"dp_comm_ms", 1e3 * t.dp_comm_seconds},
+             {"dp_exposed_ms", 1e3 * t.dp_exposed_seconds},
+             {"step_ms", 1e3 * t.total()}};
+  }
+  const std::pair<const char*, double> terms[] = {
+      {"param_bytes", m.param_bytes},
+      {"grad_bytes", m.grad_bytes},
+      {"optimizer_bytes", m.optimizer_bytes},
+      {"comm_bytes", m.comm_bytes},
+      {"state_bytes", m.state()},
+      {"traced_step_bytes", m.traced_step_bytes},
+      {"gradient_buffer_bytes", m.gradient_buffer_bytes},
+      {"traced_gradient_buffer_bytes", m.traced_gradient_buffer_bytes},
+      {"gathered_bytes", m.gathered_bytes},
+      {"step_peak_bytes", m.step()},
+      {"mem_peak_bytes", m.peak()},
+      {"saved_activation_bytes", m.saved_activation_bytes},
+      {"korthikanti_bytes", m.korthikanti_bytes},
+  };
+  if (a.json) {
+    nlohmann::json out = {{"model", config->summary()},
+                          {"dp", a.layout.dp},
+                          {"zero_stage", a.layout.zero_stage},
+                          {"micro_batch", a.layout.micro_batch},
+                          {"seq", a.layout.seq > 0 ? a.layout.seq : config->max_positions()},
+                          {"recompute", a.recompute},
+                          {"precision", a.precision},
+                          {"parameter_count", m.parameter_count},
+                          {"buckets", int64_t(m.buckets.size())}};
+    for (const auto& [name, v] : terms) out[name] = int64_t(v);
+    for (const auto& [name, v] : times) out[name] = v;
+    std::cout << out.dump() << std::endl;
+    return;
+  }
+  std::cout << "# " << config->summary() << ", dp " << a.layout.dp << ", ZeRO "
+            << a.layout.zero_stage << ", micro-batch " << a.layout.micro_batch << ", recompute "
+            << a.recompute << ", " << a.precision << " (bytes per rank)\n";
+  for (const auto& [name, v] : terms)
+    std::printf("%-24s %14.0f  %10.3f MiB\n", name, v, v / 1048576);
+  for (const auto& [name, v] : times) std::printf("%-24s %14.3f\n", name, v);
+}
+
+}  // namespace
+
+void add_plan_memory_command(CLI::App& plan) {
+  auto args = std::make_shared<MemoryArgs>();
+  CLI::App* cmd =
+      plan.add_subcommand("memory", "Predict one rank's training memory for a layout, by term");
+  cmd->add_option("-m,--model", args->model,
+                  "A preset (124M, llama:tiny), config.json or model dir")
+      ->required();
+  cmd->add_option("--dp", args->layout.dp, "Data-parallel ranks")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (1 only so far)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--pp", args->pp, "Pipeline stages (1 only so far)")->check(CLI::PositiveNumber);
+  cmd->add_option("--zero", args->layout.zero_stage, "ZeRO stage over the dp ranks")
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
+  cmd->add_option("--recompute", args->recompute, "none, selective or full")
+      ->check(CLI::IsMember({"none", "selective", "full"}))
+      ->capture_default_str();
+  cmd->add_option("--precision", args->precision, "fp32, or bf16 / fp16 over f32 master weights")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  cmd->add_option("-b,--micro-batch", args->layout.micro_batch, "Rows per micro-batch per dp rank")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--grad-accum", args->layout.grad_accum, "Micro-batches per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("-t,--seq", args->layout.seq, "Tokens per row (default: the model's context)");
+  cmd->add_option("--bucket-mb", args->bucket_mb, "Gradient bucket size (parallel.bucket_mb)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--cluster", args->cluster,
+                  "Cluster description (TOML, docs/PLANNER.md): also predict the step time");
+  cmd->add_flag("--json", args->json, "Print JSON instead of a table");
+  cmd->callback([args] { run_memory(*args); });
+}
+
+}  // namespace tessel::cli

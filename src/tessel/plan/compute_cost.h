@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+// The planner's compute cost: the time of each traced op by the roofline model (Williams,
+// Waterman & Patterson 2009): an op takes the longer of its FLOPs at the device's peak and its
+// bytes at the memory bandwidth. A GEMM's peak is scaled by the efficiency calibration measured for
+// the nearest shape (Cluster::gemm_efficiency), since small and thin products reach a fraction of
+// it; every other kernel is costed at the dtype's peak and is, in practice, bandwidth-bound.
+// Summed over a traced step (plan/trace.h) per phase. docs/PLANNER.md, "Compute cost".
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "tessel/plan/cluster.h"
+#include "tessel/plan/graph.h"
+
+namespace tessel::plan {
+
+struct OpTime {
+  double seconds = 0;          // max(compute, memory)
+  double compute_seconds = 0;  // FLOPs / (peak × efficiency)
+  double memory_seconds = 0;   // (bytes read + written) / bandwidth
+  double efficiency = 1;       // the GEMM efficiency applied (1 for other kernels)
+};
+
+// The product shape of a GEMM node: [b, m, k] x [k, n] as the output [.., m, n] and its matmul
+// FLOPs (2·b·m·n·k) give it.
+struct GemmShape {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+};
+GemmShape gemm_shape(const OpNode& op);
+
+// The dtype whose peak an op runs at: its first input's ("bf16", "f16"), "f32" otherwise; a
+// 16-bit dtype the cluster gives no peak for runs at the f32 peak (the CPU backend widens it).
+std::string peak_dtype(const Cluster& cluster, const OpNode& op);
+
+OpTime op_time(const Cluster& cluster, const OpNode& op);
+
+struct ComputeTime {
+  std::array<double, kNumPhases> seconds{};  // by Phase
+  double gemm_seconds = 0, other_seconds = 0;
+  double total() const { return seconds[0] + seconds[1] + seconds[2]; }
+};
+
+// The graph's ops one after another on one device (the kernels run one at a time).
+ComputeTime graph_compute_time(const Cluster& cluster, const Graph& graph);
+
+// AdamW over `elements` f32 parameters: reads parameter, gradient and both moments, writes
+// parameter and moments (28 bytes), 12 FLOPs each; bandwidth-bound.
+double adamw_seconds(const Cluster& cluster, double elements);
+
+}  // namespace tessel::plan

@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+// The planner's memory model: the bytes one rank holds at its peak for a training layout, term by
+// term. Model state follows ZeRO (Rajbhandari et al., SC 2020) with the runtime's own partitioning
+// rules (gradient buckets in reverse model order under a byte cap, each padded to a multiple of the
+// dp size once it is reduce-scattered, Adam moments on each rank's block, the all-gather staging
+// buffer); the step's activations and temporaries come from the shape-only trace (plan/trace.h),
+// which counts every tensor the step's kernels would allocate, so recomputation, autocast and the
+// fused kernels' choices are the runtime's own. Korthikanti et al. 2022's per-layer count of saved
+// activations is reported beside it. What each term is and how it was checked: docs/PLANNER.md,
+// "Memory model".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessel/core/dtype.h"
+#include "tessel/models/causal_lm.h"
+#include "tessel/nn/recompute.h"
+#include "tessel/plan/graph.h"
+
+namespace tessel::plan {
+
+struct MemoryLayout {
+  int dp = 1;
+  int zero_stage = 0;       // 0..3 over the dp ranks
+  int64_t micro_batch = 1;  // rows per micro-batch on each dp rank
+  int64_t seq = 0;          // tokens per row; 0: the model's context
+  int64_t grad_accum = 1;   // micro-batches per step
+  nn::Recompute recompute = nn::Recompute::None;
+  DType compute_dtype = DType::F32;          // f32, or bf16 / f16 autocast over f32 master weights
+  int64_t bucket_bytes = int64_t(25) << 20;  // gradient bucket cap (parallel.bucket_mb)
+};
+
+// One gradient bucket as the runtime builds it (parameters in reverse model order).
+struct BucketPlan {
+  std::vector<std::string> params;
+  int64_t numel = 0, padded = 0;  // padded: rounded up to a multiple of dp
+};
+
+// Bytes of one rank. "state" terms are held between steps; "step" terms are the step's own peak
+// above them (what `tessel train` reports as step_peak_bytes); peak() is their sum (the
+// allocator's peak, mem_peak_bytes).
+struct MemoryEstimate {
+  int64_t parameter_count = 0;
+  // Held between steps.
+  double param_bytes = 0;      // f32 master weights (ZeRO-3: this rank's blocks)
+  double grad_bytes = 0;       // gradient buffers kept between steps (dp buckets or shards)
+  double optimizer_bytes = 0;  // Adam's two moments (ZeRO >= 1: this rank's blocks)
+  double comm_bytes = 0;       // ZeRO's all-gather staging buffer
+  // The step.
+  double traced_step_bytes = 0;      // the trace's peak: activations, temporaries, fresh gradients
+  double gradient_buffer_bytes = 0;  // ZeRO-3: full bucket buffers alive during backward
+  // ZeRO-2: the full bucket buffers, allocated in the trace at the first gradient (so inside
+  // traced_step_bytes, not added again).
+  double traced_gradient_buffer_bytes = 0;
+  double gathered_bytes = 0;  // ZeRO-3: parameters gathered at once
+  // For the report: what autograd keeps per micro-batch, and Korthikanti et al.'s count.
+  double saved_activation_bytes = 0;
+  double korthikanti_bytes = 0;
+  std::vector<BucketPlan> buckets;
+
+  double state() const { return param_bytes + grad_bytes + optimizer_bytes + comm_bytes; }
+  double step() const { return traced_step_bytes + gradient_buffer_bytes + gathered_bytes; }
+  double peak() const { return state() + step(); }
+};
+
+// The buckets of `params` (name, elements; model order) over `dp` ranks, as DataParallel makes
+// them: reverse order, a new bucket when the next parameter would pass `bucket_bytes` (a larger
+// parameter gets one of its own), padded to a multiple of dp when `padded` (reduce-scatter).
+std::vector<BucketPlan> plan_buckets(const std::vector<std::pair<std::string, int64_t>>& params,
+                                     int dp, int64_t bucket_bytes, bool padded);
+
+// Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+// bytes saved per transformer layer with 16-bit activations: s·b·h·(34 + 5·a·s/h) without
+// recomputation, s·b·h·34 with selective recomputation, 2·s·b·h with full; divided by t under
+// tensor parallelism with sequence parallelism (t = 1 here).
+double korthikanti_layer_bytes(int64_t s, int64_t b, int64_t h, int64_t a, nn::Recompute mode);
+
+// The terms held between steps and ZeRO's buffers, without the trace (traced_step_bytes 0;
+// gradient_buffer_bytes: ZeRO-2/3's full buffers).
+MemoryEstimate estimate_state(const models::ModelConfig& config, const MemoryLayout& layout);
+
+// The trace of one micro-batch on one rank of `layout` (the step cost reads the same graph).
+Graph trace_for_layout(const models::ModelConfig& config, const MemoryLayout& layout);
+
+// Data parallelism and ZeRO over one model replica per rank; `graph` is trace_for_layout's.
+MemoryEstimate estimate_memory(const models::ModelConfig& config, const MemoryLayout& layout,
+                               const Graph& graph);
+MemoryEstimate estimate_memory(const models::ModelConfig& config, const MemoryLayout& layout);
+
+}  // namespace tessel::plan
