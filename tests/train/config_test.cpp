@@ -113,7 +113,8 @@ const std::vector<std::string> kAllKeys = {
     "checkpoint.interval", "checkpoint.keep",    "log.interval",
     "log.jsonl",          "log.tensorboard",     "sample.tokens",       "sample.prompt",
     "sample.temperature", "sample.top_k",        "sample.seed",
-    "machine.peak_gflops", "fault.nan_at_step",  "fault.kill_at_step",
+    "machine.peak_gflops", "memory.device_budget", "memory.host_budget", "memory.nvme_dir",
+    "memory.chunk_size",   "memory.prefetch",     "fault.nan_at_step",  "fault.kill_at_step",
     "fault.save_delay_ms"};
 // clang-format on
 
@@ -261,7 +262,8 @@ TEST(TrainConfig, UnknownSectionsAndKeysListTheKnownOnesAndSuggest) {
   std::string m = parse_error("[optimizer]\nlr = 1e-3\n");
   EXPECT_NE(m.find("run.toml:1:1: unknown section 'optimizer'"), std::string::npos) << m;
   EXPECT_NE(
-      m.find("model, data, train, parallel, optim, eval, checkpoint, log, sample, machine, fault"),
+      m.find("model, data, train, parallel, optim, eval, checkpoint, log, sample, machine, memory, "
+             "fault"),
       std::string::npos)
       << m;
   EXPECT_NE(m.find("did you mean [optim]?"), std::string::npos) << m;
@@ -406,6 +408,7 @@ TEST(TrainConfig, KeyTableIsCompleteUniqueAndMapsEachKeyToItsOwnMember) {
     if (info.key == "train.recompute") value = "full";
     if (info.key == "train.precision") value = "bf16";
     if (info.key == "parallel.zero_stage") value = "2";
+    if (info.key.rfind("memory.", 0) == 0 && info.type == "string") value = "13MiB";
     if (info.type == "boolean") value = "false";
     if (info.key == "parallel.sequence_parallel" || info.key == "log.tensorboard") value = "true";
     if (info.type == "number") value = "0.25";

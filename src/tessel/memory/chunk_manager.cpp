@@ -58,7 +58,8 @@ ChunkManager::~ChunkManager() {
 }
 
 void ChunkManager::add(const Tensor& tensor, const std::string& group) {
-  TESSEL_CHECK(!sealed_, "ChunkManager::add(", tensor.name(), "): the layout is sealed");
+  TESSEL_CHECK(!sealed_ && !laid_out_, "ChunkManager::add(", tensor.name(),
+               "): the layout is sealed (or laid out)");
   TESSEL_CHECK(tensor.storage().is_materialized(), "ChunkManager::add: tensor ", tensor.name(),
                " is released");
   size_t aligned = round_up(tensor.nbytes(), kTensorAlignment);
@@ -71,12 +72,14 @@ void ChunkManager::add(const Tensor& tensor, const std::string& group) {
   pending_.push_back({tensor, group});
 }
 
-void ChunkManager::seal() {
-  TESSEL_CHECK(!sealed_, "ChunkManager::seal called twice");
+void ChunkManager::lay_out() {
+  TESSEL_CHECK(!sealed_, "ChunkManager::lay_out after seal()");
+  if (laid_out_) return;
+  laid_out_ = true;
   const size_t cb = config_.chunk_bytes;
-  // Layout: one open chunk per group; a tensor that does not fit its group's open chunk opens
-  // the next one, so chunk ids follow the order of first use across groups.
-  std::vector<std::vector<const Pending*>> members;
+  // One open chunk per group; a tensor that does not fit its group's open chunk opens the next
+  // one, so chunk ids follow the order of first use across groups.
+  std::vector<std::vector<const Pending*>>& members = members_;
   std::map<std::string, int> open;
   for (const Pending& p : pending_) {
     size_t need = round_up(p.tensor.nbytes(), kTensorAlignment);
@@ -95,6 +98,13 @@ void ChunkManager::seal() {
     c.used_bytes += need;
     members[size_t(c.id)].push_back(&p);
   }
+}
+
+void ChunkManager::seal() {
+  TESSEL_CHECK(!sealed_, "ChunkManager::seal called twice");
+  lay_out();
+  const size_t cb = config_.chunk_bytes;
+  const std::vector<std::vector<const Pending*>>& members = members_;
   // Budgets, in whole chunks: the device tier must hold one, all tiers together every chunk.
   size_t n = chunks_.size();
   size_t dev = config_.device_budget / cb, host = config_.host_budget / cb;
@@ -122,6 +132,7 @@ void ChunkManager::seal() {
     fill_and_place(*c, members[size_t(c->id)], staging);
   }
   std::free(staging);
+  members_.clear();
   pending_.clear();
   sealed_ = true;
 }
@@ -188,6 +199,7 @@ void ChunkManager::access(int id, AccessMode mode, Tier tier) {
   Chunk& c = at(id);
   TESSEL_CHECK(tier == Tier::Device || tier == Tier::Host, "chunk ", id,
                ": compute happens in a memory tier, not ", tier_name(tier));
+  if (policy_.recording()) trace_tiers_.push_back(tier);
   policy_.on_access(id);
   check_transition(id, c.state, ChunkState::Compute);
   if (c.state == ChunkState::Compute) {
@@ -205,7 +217,7 @@ void ChunkManager::access(int id, AccessMode mode, Tier tier) {
     finish_io(c);
   }
   if (mode == AccessMode::ReadWrite) c.nvme_valid = false;
-  if (c.compute_refs == 0) max_held_ = std::max(max_held_, ++held_);
+  if (c.compute_refs == 0 && tier == Tier::Device) max_held_ = std::max(max_held_, ++held_);
   c.prefetched = false;
   c.state = ChunkState::Compute;
   ++c.compute_refs;
@@ -220,7 +232,7 @@ void ChunkManager::release(int id, ChunkState after) {
   check_transition(id, c.state, after);
   if (--c.compute_refs == 0) {
     c.state = after;
-    --held_;
+    if (c.tier == Tier::Device) --held_;
   }
   run_prefetch();
 }
@@ -240,11 +252,12 @@ void ChunkManager::free(int id) {
 
 void ChunkManager::start_trace() {
   policy_.start_recording();
+  trace_tiers_.clear();
   max_held_ = held_;
 }
 
 AccessTrace ChunkManager::stop_trace() {
-  return {policy_.stop_recording(), max_held_};
+  return {policy_.stop_recording(), std::move(trace_tiers_), max_held_};
 }
 
 void ChunkManager::use_trace(AccessTrace trace, int prefetch_distance) {
@@ -256,6 +269,9 @@ void ChunkManager::use_trace(AccessTrace trace, int prefetch_distance) {
                " bytes, but the traced step holds ", trace.max_held,
                " chunks for compute at once: the smallest device budget that works is ",
                size_t(trace.max_held) * cb, " bytes");
+  TESSEL_CHECK(trace.tiers.empty() || trace.tiers.size() == trace.accesses.size(), "a trace of ",
+               trace.accesses.size(), " accesses carries ", trace.tiers.size(), " tiers");
+  trace_tiers_ = std::move(trace.tiers);
   policy_.use_trace(std::move(trace.accesses));
   prefetch_distance_ = prefetch_distance;
   run_prefetch();  // the step's first reads start now, not at its first access

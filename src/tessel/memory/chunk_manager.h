@@ -27,9 +27,11 @@ namespace tessel::memory {
 
 enum class AccessMode : uint8_t { Read, ReadWrite };
 
-// One recorded step: every chunk access in order, and the most chunks held at once.
+// One recorded step: every chunk access in order, the memory tier each one wanted (prefetch
+// brings a chunk to that tier), and the most chunks held for compute in the device tier at once.
 struct AccessTrace {
   std::vector<int> accesses;
+  std::vector<Tier> tiers;  // per access; empty: every access is the device tier's
   int max_held = 0;
 };
 
@@ -60,6 +62,9 @@ class ChunkManager {
   // order (call in the order of first use). It becomes a view into the chunk at seal(); views
   // taken from it before then keep the old storage.
   void add(const Tensor& tensor, const std::string& group);
+  // Lays out the chunks without placing them (num_chunks() and chunk(i) describe them; no
+  // tensor moves yet); seal() does it when nobody did. No add() after it.
+  void lay_out();
   // Lays out the chunks, checks that the budgets can hold them (naming the smallest budget
   // that would work otherwise), reserves the NVMe space, copies every tensor into its chunk
   // and places the chunks (host first, then device, then NVMe).
@@ -98,6 +103,7 @@ class ChunkManager {
   int num_chunks() const { return int(chunks_.size()); }
   const Chunk& chunk(int id) const { return *chunks_.at(size_t(id)); }
   size_t chunk_bytes() const { return config_.chunk_bytes; }
+  const std::string& nvme_dir() const { return config_.nvme_dir; }
   const BudgetedPool& pool(Tier tier) const;
   size_t nvme_bytes_in_use() const;
   const MemoryStats& stats() const { return stats_; }
@@ -136,13 +142,16 @@ class ChunkManager {
   BudgetedPool host_;
   std::unique_ptr<NvmeTier> nvme_;
   std::vector<Pending> pending_;
+  std::vector<std::vector<const Pending*>> members_;  // per chunk, from lay_out() to seal()
+  bool laid_out_ = false;
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::unordered_map<const Storage*, int> chunk_by_storage_;
   bool sealed_ = false;
   AccessPolicy policy_;
   int prefetch_distance_ = 0;
-  int held_ = 0;      // chunks in Compute now
-  int max_held_ = 0;  // the most since start_trace()
+  int held_ = 0;                   // chunks in Compute in the device tier now
+  int max_held_ = 0;               // the most since start_trace()
+  std::vector<Tier> trace_tiers_;  // the tier of each access of the trace in use (or recording)
   MemoryStats stats_;
 };
 

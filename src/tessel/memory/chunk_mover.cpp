@@ -204,6 +204,14 @@ void ChunkManager::run_prefetch() {
   for (size_t u = now; u < end; ++u) {
     Chunk& x = at(trace[u % trace.size()]);
     if (x.state == ChunkState::Free || x.tier == Tier::Device) continue;  // no read needed
+    if (!trace_tiers_.empty() && trace_tiers_[u % trace.size()] == Tier::Host) {
+      // An access in the host tier (the CPU optimizer's): read it ahead from NVMe into free
+      // host memory; a chunk already in memory is copied at its access, and MIN's replacements
+      // are the device tier's, so nothing is evicted for it.
+      if (x.tier == Tier::Nvme && x.io == Chunk::Io::None && host_.fits(config_.chunk_bytes))
+        bring_to(x, Tier::Host, true);
+      continue;
+    }
     if (x.io == Chunk::Io::Writing && !nvme_->done(x.ticket)) return;
     // Prefetch never blocks the caller on a write: a victim's write still in flight is
     // picked up at a later access or release, and the walk resumes from this miss.

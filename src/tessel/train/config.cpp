@@ -145,6 +145,13 @@ std::vector<KeyDef> build_key_table() {
       TESSEL_CONFIG_KEY(sample, seed, at_least(0), "Seed for sampling"),
       TESSEL_CONFIG_KEY(machine, peak_gflops, at_least(0),
                         "Dense f32 peak GFLOP/s for MFU; 0: measured at start (about 1 s)"),
+      TESSEL_CONFIG_KEY(memory, device_budget, any(),
+                        "Offload: bytes of the device tier (\"512MiB\"); \"\": no offload"),
+      TESSEL_CONFIG_KEY(memory, host_budget, non_empty(), "Offload: bytes of the host tier"),
+      TESSEL_CONFIG_KEY(memory, nvme_dir, any(), "Offload: NVMe tier directory; \"\": none"),
+      TESSEL_CONFIG_KEY(memory, chunk_size, non_empty(), "Offload: bytes of one chunk"),
+      TESSEL_CONFIG_KEY(memory, prefetch, at_least(0),
+                        "Offload: chunk accesses read ahead along the traced step; 0: none"),
       TESSEL_CONFIG_KEY(fault, nan_at_step, at_least(0),
                         "Drill: poison one gradient with NaN at this step; 0: never"),
       TESSEL_CONFIG_KEY(fault, kill_at_step, at_least(0),
@@ -507,6 +514,7 @@ void TrainConfig::validate() const {
   TESSEL_CHECK(optim.warmup_steps <= train.steps,
                "training config: optim.warmup_steps = ", optim.warmup_steps,
                " exceeds train.steps = ", train.steps, "; the warmup must fit in the run");
+  validate_memory(*this);
 }
 
 std::string TrainConfig::to_toml() const {

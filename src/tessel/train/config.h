@@ -94,6 +94,22 @@ struct MachineSection {
   double peak_gflops = 0;  // dense f32 peak for MFU; 0: measured at start (GEMM, about 1 s)
 };
 
+// Heterogeneous memory (docs/MEMORY.md): with device_budget set, parameters, gradients and
+// AdamW moments live in chunks moved between the device, host and NVMe tiers under these budgets.
+// Sizes are bytes with an optional unit: "96MiB", "2GiB", "4096".
+struct MemorySection {
+  std::string device_budget;  // "": no offload (every state stays in plain memory)
+  std::string host_budget = "0";
+  std::string nvme_dir;              // "": no NVMe tier
+  std::string chunk_size = "64MiB";  // one chunk's payload
+  int64_t prefetch = 8;              // chunk accesses read ahead along the traced step; 0: none
+  bool enabled() const { return !device_budget.empty(); }
+};
+
+// "96MiB" -> 100663296 (B, KB/KiB, MB/MiB, GB/GiB, TB/TiB; K = 1024); an Error naming `key` and
+// the value otherwise.
+size_t parse_byte_size(const std::string& key, const std::string& text);
+
 // Test and drill hooks: deliberately break a run at a chosen step to prove recovery works.
 struct FaultSection {
   int64_t nan_at_step = 0;   // poison one gradient with NaN at this step (0: never)
@@ -114,6 +130,7 @@ struct TrainConfig {
   LogSection log;
   SampleSection sample;
   MachineSection machine;
+  MemorySection memory;
   FaultSection fault;
 
   // Defaults, then `toml_text` (may be empty), then each "section.key=value" override in order.
@@ -127,6 +144,13 @@ struct TrainConfig {
   // The resolved configuration as TOML, every key present; parse(to_toml(), {}) reproduces it.
   std::string to_toml() const;
 };
+
+// The memory.* keys' own checks (the sizes parse); validate() calls it.
+void validate_memory(const TrainConfig& config);
+// What an offloaded run refuses across sections (not built yet: 16-bit compute, recomputation,
+// periodic checkpoints, the NaN drill; an NVMe directory without offload); the trainer calls it
+// before any work.
+void check_offload_settings(const TrainConfig& config);
 
 // Every key as "section.key", in table order, with its documentation line and allowed range
 // (the documentation test checks docs/TRAINING.md mentions each).

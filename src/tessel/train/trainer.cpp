@@ -65,6 +65,7 @@ Trainer::Trainer(const TrainConfig& config, const std::string& resume, TrainerHo
       dp_(layout_.dp),
       rng_(config.train.seed) {
   config_.validate();
+  check_offload_settings(config_);
   if (config_.train.threads > 0) set_num_threads(config_.train.threads);
   build(resume);
 }
@@ -96,6 +97,9 @@ void Trainer::build(const std::string& resume) {
   config_.train.global_batch = global.sequences;
   run_dir_ = config_.checkpoint.dir;
   lock_run_directory();  // first: one run per directory, and an unwritable one fails here
+  TESSEL_CHECK(resume.empty() || !config_.memory.enabled(),
+               "train: --resume with memory offload "
+               "(memory.device_budget): checkpoints of an offloaded run are not built yet");
   int64_t resume_step = 0;
   if (!resume.empty()) resume_step = verify_checkpoint(resume);  // before any file is trusted
   if (resume.empty()) {
@@ -205,6 +209,13 @@ void Trainer::build(const std::string& resume) {
     auto sharded = std::make_unique<ShardedAdamW>(data_->ddp(), zo, data_->zero3());
     zero_ = &sharded->zero();
     optimizer_ = std::move(sharded);
+  } else if (offload_) {
+    auto adamw =
+        std::make_unique<OffloadAdamW>(offload_->chunks(), offload_->parameters(),
+                                       AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
+    offload_adamw_ = adamw.get();
+    offload_->set_optimizer(adamw.get());
+    optimizer_ = std::move(adamw);
   } else {
     auto adamw = std::make_unique<AdamW>(trainable_parameters(),
                                          AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
@@ -277,6 +288,7 @@ TrainSummary Trainer::run() {
           (m.stage >= 2 ? "4/dp" : "4") + " + " + (m.stage >= 1 ? "8/dp" : "8") +
           " bytes per parameter)");
   }
+  if (offload_) print(offload_->placement());
   if (step_ > 0)
     print("resumed at step " + std::to_string(step_) + " of " + std::to_string(t.steps));
 
@@ -327,7 +339,7 @@ TrainSummary Trainer::run() {
   sum.last_step = step_;
   sum.skipped_steps = skipped_;
   if (sum.interrupted) {
-    if (saved_at != step_) sum.last_checkpoint = save_checkpoint();
+    if (saved_at != step_ && !offload_) sum.last_checkpoint = save_checkpoint();
     sum.stop_signal = stop.signal;
     sum.seconds = seconds_since(t0);
     if (stop.write_failed) {
@@ -348,7 +360,11 @@ TrainSummary Trainer::run() {
     if (hooks_.on_eval) hooks_.on_eval(e);
   }
   sum.val_loss = last_val_loss_;
-  if (run_steps > 0 || list_checkpoints(run_dir_).empty()) sum.last_checkpoint = save_checkpoint();
+  if (offload_) {
+    print("note: no checkpoint written: checkpoints of an offloaded run are not built yet");
+  } else if (run_steps > 0 || list_checkpoints(run_dir_).empty()) {
+    sum.last_checkpoint = save_checkpoint();
+  }
   if (!sum.last_checkpoint.empty()) print("checkpoint: " + sum.last_checkpoint);
   // The last records' writes: agreed like a stop, since only rank 0 knows.
   if (stop_agreed().write_failed) {
@@ -362,7 +378,9 @@ TrainSummary Trainer::run() {
   // ZeRO-3: rank 0 samples alone, so every rank gathers the whole model for it first.
   if (zero3() && config_.sample.tokens > 0) zero3()->gather_all();
   // Under tensor parallelism rank 0's whole tp group samples together (the model is split).
-  if (config_.sample.tokens > 0 && (leader() || (tensor_ && layout_.dp_rank() == 0))) {
+  if (config_.sample.tokens > 0 && offload_) {
+    print("note: no sample generated: decoding from chunks is not built yet");
+  } else if (config_.sample.tokens > 0 && (leader() || (tensor_ && layout_.dp_rank() == 0))) {
     sum.sample = generate_sample();
     char what[96];
     std::snprintf(what, sizeof what, "sample (%lld tokens, temperature %g, top_k %lld):",

@@ -30,6 +30,7 @@
 #include "tessel/train/optim/sharded_adamw.h"
 #include "tessel/train/stop_signal.h"
 #include "tessel/train/strategy/data_parallel_strategy.h"
+#include "tessel/train/strategy/offload_strategy.h"
 #include "tessel/train/strategy/pipeline_strategy.h"
 #include "tessel/train/strategy/precision_strategy.h"
 #include "tessel/train/strategy/tensor_parallel_strategy.h"
@@ -78,6 +79,8 @@ class Trainer {
   models::CausalLM& model() { return *model_; }
   int64_t optimizer_steps() const { return optimizer_->step_count(); }
   int64_t step() const { return step_; }  // completed optimizer steps (incl. skipped ones)
+  // memory.device_budget set: the chunks and their tiers (null otherwise).
+  OffloadStrategy* offload() const { return offload_.get(); }
 
   // Writes a checkpoint of the current state into checkpoint.dir; returns its path.
   std::string save_checkpoint();
@@ -137,6 +140,8 @@ class Trainer {
   // `init`: the initialisation recipes' source when the model was built without values
   // (train/materialize.h); each rank fills its share from it once the axes have cut the model.
   void build_strategies(const RegionSource& init);
+  // memory.device_budget set (one process): the chunks of the model's state (offload_strategy.h).
+  void build_offload();
   // The loss of one micro-batch (the vocab-parallel one under tp).
   Tensor compute_loss(const Tensor& ids, const Tensor& targets);
   // What the axes hold, for checkpoints, evaluation and the sample (null where absent).
@@ -210,10 +215,12 @@ class Trainer {
   std::unique_ptr<PipelineStrategy> pipeline_;
   std::unique_ptr<TensorParallelStrategy> tensor_;
   std::unique_ptr<DataParallelStrategy> data_;
+  std::unique_ptr<OffloadStrategy> offload_;
   std::vector<AxisStrategy*> strategies_;
-  std::unique_ptr<Optimizer> optimizer_;  // AdamW, or ZeRO's AdamW over dp shards
-  AdamW* adamw_ = nullptr;                // optimizer_ without ZeRO (its moments, for checkpoints)
-  parallel::ZeroAdamW* zero_ = nullptr;   // optimizer_'s shards under parallel.zero_stage 1-3
+  std::unique_ptr<Optimizer> optimizer_;   // AdamW, or ZeRO's AdamW over dp shards
+  AdamW* adamw_ = nullptr;                 // optimizer_ without ZeRO (its moments, for checkpoints)
+  parallel::ZeroAdamW* zero_ = nullptr;    // optimizer_'s shards under parallel.zero_stage 1-3
+  OffloadAdamW* offload_adamw_ = nullptr;  // optimizer_ under memory offload
   LrSchedule schedule_;
   std::shared_ptr<const io::TokenDataset> train_data_, val_data_;
   std::unique_ptr<io::TokenLoader> loader_;

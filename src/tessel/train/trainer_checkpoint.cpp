@@ -46,6 +46,9 @@ std::string read_text(const fs::path& path) {
 }  // namespace
 
 std::string Trainer::save_checkpoint() {
+  TESSEL_CHECK(!offload_,
+               "train: checkpoints of an offloaded run (memory.device_budget) are not "
+               "built yet");
   // Every rank writes the pieces it owns (trainer_checkpoint_pieces.cpp) into rank 0's temporary
   // directory, all at once; rank 0 then indexes them, assembles the HF-layout model from them and
   // commits, so the manifest covers every rank's file. No tensor is gathered over the network.

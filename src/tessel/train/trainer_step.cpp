@@ -54,7 +54,7 @@ Trainer::StepMarks Trainer::begin_step() {
   marks.start_s = now_s();
   breakdown_begin();
   for (AxisStrategy* s : strategies_) s->begin_step();
-  model_->zero_grad();
+  if (!offload_) model_->zero_grad();  // offload: the gradients are chunk views, dropped there
   marks.base_bytes = int64_t(cpu_allocator().bytes_in_use());
   cpu_allocator().reset_peak();  // the step's own peak, for activation memory
   return marks;
@@ -128,6 +128,11 @@ void Trainer::sync_gradients(StepRecord& r) {
 }
 
 double Trainer::global_norm() {
+  if (offload_adamw_) {  // one process; the gradients are read chunk by chunk
+    const double total = offload_adamw_->gradient_square_sum();
+    local_nonfinite_ = !std::isfinite(total);
+    return std::sqrt(total);
+  }
   GradNormPlan plan;
   plan.spans = optimizer_->parameter_gradients();
   for (AxisStrategy* s : strategies_) s->describe_norm(plan);
@@ -181,7 +186,7 @@ void Trainer::update(StepRecord& r, int64_t step) {
       1.0 / double(config_.train.grad_accum) / (precision_ ? precision_->step_scale() : 1.0);
   const double clip = config_.optim.grad_clip;
   if (clip > 0 && r.grad_norm > clip) factor *= clip / (r.grad_norm + 1e-6);
-  if (factor != 1.0) scale_spans(optimizer_->gradients(), factor);
+  if (factor != 1.0) optimizer_->scale_gradients(factor);
   optimizer_->step(r.lr);  // ZeRO: this rank's shard, then the parameters all-gathered
   bad_in_a_row_ = 0;
 }
@@ -189,7 +194,7 @@ void Trainer::update(StepRecord& r, int64_t step) {
 void Trainer::end_step(StepRecord& r, int64_t step, const StepMarks& marks) {
   const TrainSection& t = config_.train;
   for (AxisStrategy* s : strategies_) s->after_update();  // pp: the tied embedding
-  model_->zero_grad();  // the gradients are dead weight until the next backward
+  if (!offload_) model_->zero_grad();  // the gradients are dead weight until the next backward
   step_ = step;
   const int64_t step_tokens = t.micro_batch * t.seq_len * t.grad_accum * dp_size();
   tokens_ += step_tokens;

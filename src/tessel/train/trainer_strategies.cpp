@@ -85,6 +85,24 @@ void Trainer::build_strategies(const RegionSource& init) {
                                             tp_first ? dp_axis : tp_axis};
   for (AxisStrategy* s : order)
     if (s) strategies_.push_back(s);
+  if (config_.memory.enabled()) build_offload();
+}
+
+void Trainer::build_offload() {
+  TESSEL_CHECK(layout_.world_size() == 1, "train: memory offload (memory.device_budget) runs on ",
+               "one process for now; this layout has ", layout_.world_size(), " ranks (",
+               layout_.str(), ")");
+  const MemorySection& m = config_.memory;
+  OffloadSetup os;
+  os.memory.chunk_bytes = parse_byte_size("memory.chunk_size", m.chunk_size);
+  os.memory.device_budget = parse_byte_size("memory.device_budget", m.device_budget);
+  os.memory.host_budget = parse_byte_size("memory.host_budget", m.host_budget);
+  os.memory.nvme_dir = m.nvme_dir;
+  os.prefetch = int(m.prefetch);
+  os.params = trainable_parameters();
+  os.units = parallel::zero3_units(*model_, model_->unit_paths());
+  offload_ = std::make_unique<OffloadStrategy>(std::move(os));
+  strategies_.push_back(offload_.get());
 }
 
 // The model's units (one per block, then the final norm, CausalLM::unit_paths); the rest (the

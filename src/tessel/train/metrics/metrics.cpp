@@ -61,6 +61,16 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
+namespace {
+
+// "h2d 12 MiB (3.1 GB/s)": a tier's traffic in a step and its rate over the step's time.
+std::string traffic(const char* what, int64_t bytes, double step_ms) {
+  return std::string(what) + " " + format_bytes(double(bytes)) +
+         fixed(" (%.2f GB/s)", step_ms > 0 ? double(bytes) / (step_ms * 1e6) : 0.0);
+}
+
+}  // namespace
+
 std::string progress_line(const StepRecord& r) {
   std::ostringstream os;
   const int width = int(std::to_string(r.steps).size());
@@ -90,6 +100,11 @@ std::string progress_line(const StepRecord& r) {
                    fixed("%.1f tp ", r.dp_comm_ms) + fixed("%.1f, pp bubble ", r.tp_comm_ms) +
                    fixed("%.1f", r.pp_bubble_ms)
              : std::string())
+     << (r.offload ? " | offload " + traffic("h2d", r.offload_h2d_bytes, r.step_ms) + ", " +
+                         traffic("d2h", r.offload_d2h_bytes, r.step_ms) + ", " +
+                         traffic("nvme read", r.offload_nvme_read_bytes, r.step_ms) + ", " +
+                         traffic("write", r.offload_nvme_write_bytes, r.step_ms)
+                   : std::string())
      << " | ETA " << format_duration(r.eta_s);
   return os.str();
 }
@@ -162,6 +177,22 @@ std::string step_json(const StepRecord& r) {
                          {"z_loss", number(e.z_loss)},
                          {"aux_loss", number(e.aux_loss)}});
     j["experts"] = std::move(experts);
+  }
+  if (r.offload) {
+    const auto gbps = [&r](int64_t bytes) {
+      return r.step_ms > 0 ? double(bytes) / (r.step_ms * 1e6) : 0.0;
+    };
+    j["offload"] = {{"h2d_bytes", r.offload_h2d_bytes},
+                    {"d2h_bytes", r.offload_d2h_bytes},
+                    {"nvme_read_bytes", r.offload_nvme_read_bytes},
+                    {"nvme_write_bytes", r.offload_nvme_write_bytes},
+                    {"h2d_gbps", gbps(r.offload_h2d_bytes)},
+                    {"d2h_gbps", gbps(r.offload_d2h_bytes)},
+                    {"nvme_read_gbps", gbps(r.offload_nvme_read_bytes)},
+                    {"nvme_write_gbps", gbps(r.offload_nvme_write_bytes)},
+                    {"device_bytes", r.offload_device_bytes},
+                    {"host_bytes", r.offload_host_bytes},
+                    {"nvme_bytes", r.offload_nvme_bytes}};
   }
   return j.dump();
 }

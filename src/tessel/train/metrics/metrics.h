@@ -86,6 +86,12 @@ struct StepRecord {
   int64_t rss_bytes = 0, rss_peak_bytes = 0;
   int rss_rank = 0;
   std::vector<RankMemory> ranks;
+  // Memory offload (memory.device_budget set): the step's chunk traffic between the tiers, and
+  // the bytes each tier holds at its end.
+  bool offload = false;
+  int64_t offload_h2d_bytes = 0, offload_d2h_bytes = 0;
+  int64_t offload_nvme_read_bytes = 0, offload_nvme_write_bytes = 0;
+  int64_t offload_device_bytes = 0, offload_host_bytes = 0, offload_nvme_bytes = 0;
   double elapsed_s = 0;
   double eta_s = 0;
   // Mixture-of-experts models: the weighted auxiliary loss added to `loss` for backward (mean over

@@ -23,6 +23,9 @@ class Optimizer {
   // The same elements, one span per parameter part this rank holds (GradSpan::param set): what
   // the global norm groups by how each axis shares a parameter.
   virtual std::vector<GradSpan> parameter_gradients() const = 0;
+  // Multiplies the gradients step() reads by `factor` (1/k, clipping, loss-scale removal); an
+  // optimizer whose gradients are not resident (offload) applies it during step().
+  virtual void scale_gradients(double factor) { scale_spans(gradients(), factor); }
   // One update at learning rate `lr`; step_count() grows by one first (bias correction uses it).
   virtual void step(double lr) = 0;
   virtual int64_t step_count() const = 0;

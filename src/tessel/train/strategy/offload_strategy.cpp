@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: Apache-2.0
+// OffloadStrategy: the chunk layout of a model's training state, the module hooks that hold a
+// unit's chunks in the device tier while it computes, the first step's trace, and the per-tier
+// traffic of each step.
+#include "tessel/train/strategy/offload_strategy.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "tessel/autograd/grad_mode.h"
+#include "tessel/autograd/meta.h"
+#include "tessel/core/error.h"
+#include "tessel/train/metrics/metrics.h"
+
+namespace tessel::train {
+
+using memory::AccessMode;
+using memory::ChunkState;
+using memory::Tier;
+
+// The identity a unit's output passes through while recording: its backward runs before the
+// backward of the unit's module, so it brings the unit's chunks in (as ZeRO-3's gather node).
+class OffloadBackward final : public autograd::Node {
+ public:
+  OffloadBackward(OffloadStrategy* owner, size_t unit) : owner_(owner), unit_(unit) {}
+  std::string_view name() const override { return "offload_backward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    owner_->on_backward(unit_);
+    return {grads[0]};
+  }
+
+ private:
+  OffloadStrategy* owner_;  // outlives the graphs it records (the trainer keeps both)
+  size_t unit_;
+};
+
+namespace {
+
+std::vector<int> sorted_unique(std::vector<int> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+}  // namespace
+
+OffloadStrategy::OffloadStrategy(OffloadSetup setup)
+    : chunks_(std::make_unique<memory::ChunkManager>(setup.memory)), prefetch_(setup.prefetch) {
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < setup.params.size(); ++i) index[setup.params[i].first] = i;
+  states_.resize(setup.params.size());
+  std::set<std::string> placed;
+  // First-use order: unit by unit as the forward meets them; the four kinds interleaved, so the
+  // i-th chunk of each kind covers the same parameters.
+  for (const parallel::Zero3Unit& unit : setup.units) {
+    for (const std::string& name : unit.params) {
+      auto it = index.find(name);
+      TESSEL_CHECK(it != index.end() && placed.insert(name).second, "offload: unit '", unit.name,
+                   "' names parameter '", name,
+                   "', which is not a trainable parameter or is twice");
+      const Tensor& p = setup.params[it->second].second;
+      OffloadedParameter& s = states_[it->second];
+      s.name = name;
+      s.param = p;
+      s.grad = zeros(p.shape(), p.dtype(), p.device());
+      s.exp_avg = zeros(p.shape(), p.dtype(), p.device());
+      s.exp_avg_sq = zeros(p.shape(), p.dtype(), p.device());
+      s.param.set_grad(s.grad);  // backward accumulates into the chunk in place
+      chunks_->add(s.param, "param");
+      chunks_->add(s.grad, "grad");
+      chunks_->add(s.exp_avg, "adam_m");
+      chunks_->add(s.exp_avg_sq, "adam_v");
+    }
+  }
+  TESSEL_CHECK(placed.size() == setup.params.size(),
+               "offload: ", setup.params.size() - placed.size(), " parameters belong to no unit");
+  chunks_->lay_out();
+  check_host_holds_all();  // before seal(), whose own check allows less
+  chunks_->seal();
+
+  std::set<int> root;  // chunks of the root's units: held through the whole forward / backward
+  nn::Module* root_module = setup.units.empty() ? nullptr : setup.units.front().module;
+  for (const parallel::Zero3Unit& unit : setup.units) {
+    Unit u;
+    u.module = unit.module;
+    u.params = unit.params.size();
+    for (const std::string& name : unit.params) {
+      const OffloadedParameter& s = states_[index.at(name)];
+      u.param_chunks.push_back(chunks_->chunk_of(s.param));
+      u.state_chunks.push_back(chunks_->chunk_of(s.param));
+      u.state_chunks.push_back(chunks_->chunk_of(s.grad));
+    }
+    u.param_chunks = sorted_unique(u.param_chunks);
+    u.state_chunks = sorted_unique(u.state_chunks);
+    if (unit.module == root_module) root.insert(u.state_chunks.begin(), u.state_chunks.end());
+    units_.push_back(std::move(u));
+  }
+  device_need_ = int(root.size());
+  for (const Unit& u : units_) {
+    std::set<int> held = root;
+    held.insert(u.state_chunks.begin(), u.state_chunks.end());
+    device_need_ = std::max(device_need_, int(held.size()));
+  }
+  check_budgets();
+
+  for (size_t k = 0; k < units_.size(); ++k) {
+    Unit& u = units_[k];
+    for (const std::string& name : setup.units[k].params) {
+      const Tensor& p = states_[index.at(name)].param;
+      grad_hooks_.emplace_back(
+          p, autograd::register_grad_ready_hook(p, [this, k](const Tensor&) { on_grad_ready(k); }));
+    }
+    if (u.module == nullptr) continue;
+    u.pre_hook = u.module->register_forward_pre_hook(
+        [this, k](nn::Module&, const std::vector<Tensor>&) { on_pre_forward(k); });
+    u.post_hook =
+        u.module->register_forward_hook([this, k](nn::Module&, const std::vector<Tensor>&,
+                                                  Tensor& out) { on_post_forward(k, out); });
+  }
+}
+
+OffloadStrategy::~OffloadStrategy() {
+  for (Unit& u : units_) {
+    try {
+      if (u.module != nullptr) {
+        u.module->remove_hook(u.pre_hook);
+        u.module->remove_hook(u.post_hook);
+      }
+    } catch (...) {  // a destructor must not throw
+    }
+  }
+  for (auto& [param, handle] : grad_hooks_) {
+    try {
+      autograd::remove_grad_ready_hook(param, handle);
+    } catch (...) {
+    }
+  }
+}
+
+void OffloadStrategy::check_budgets() const {
+  const memory::ChunkManager& c = *chunks_;
+  const size_t cb = c.chunk_bytes();
+  const size_t dev = c.pool(Tier::Device).budget(), host = c.pool(Tier::Host).budget();
+  TESSEL_CHECK(dev / cb >= size_t(device_need_), "memory.device_budget of ", dev, " bytes holds ",
+               dev / cb, " chunks of ", cb, " bytes, but one step holds ", device_need_,
+               " chunks in the device tier at once (a unit's parameters and gradients, with the "
+               "embeddings'): the smallest device budget that works is ",
+               size_t(device_need_) * cb, " bytes");
+  TESSEL_CHECK(host / cb >= 4, "memory.host_budget of ", host, " bytes holds ", host / cb,
+               " chunks of ", cb,
+               " bytes, but the CPU AdamW updates a chunk of parameters with its gradient and "
+               "both moments in the host tier at once: the smallest host budget that works is ",
+               4 * cb, " bytes");
+}
+
+void OffloadStrategy::check_host_holds_all() const {
+  const memory::ChunkManager& c = *chunks_;
+  if (!c.nvme_dir().empty()) return;
+  const size_t cb = c.chunk_bytes(), host = c.pool(Tier::Host).budget();
+  const size_t n = size_t(c.num_chunks());
+  // Without NVMe nothing can leave the host tier downwards, and a chunk coming up from it
+  // cannot trade places with the device's victim: the host tier holds every chunk, the device
+  // tier caches some.
+  TESSEL_CHECK(host / cb >= n, "memory.host_budget of ", host, " bytes holds ", host / cb,
+               " of the ", n, " chunks of ", cb,
+               " bytes; without memory.nvme_dir the host tier holds every chunk: the smallest "
+               "host budget that works is ",
+               n * cb, " bytes (or set memory.nvme_dir)");
+}
+
+void OffloadStrategy::on_pre_forward(size_t k) {
+  Unit& u = units_[k];
+  if (u.in_forward) return;  // a nested call of the same module
+  for (int id : u.param_chunks) chunks_->access(id, AccessMode::Read);
+  u.in_forward = true;
+}
+
+void OffloadStrategy::on_post_forward(size_t k, Tensor& output) {
+  Unit& u = units_[k];
+  if (!u.in_forward) return;
+  if (output.defined() && autograd::needs_grad({output})) {
+    Tensor y = output.detach();
+    autograd::record(std::make_shared<OffloadBackward>(this, k), {output}, {y});
+    output = y;
+  }
+  for (int id : u.param_chunks) chunks_->release(id, ChunkState::HoldAfterForward);
+  u.in_forward = false;
+}
+
+void OffloadStrategy::on_backward(size_t k) {
+  Unit& u = units_[k];
+  if (u.in_backward) return;
+  for (int id : u.state_chunks) chunks_->access(id, AccessMode::ReadWrite);
+  u.in_backward = true;
+  u.pending_grads = int64_t(u.params);
+}
+
+void OffloadStrategy::on_grad_ready(size_t k) {
+  Unit& u = units_[k];
+  if (!u.in_backward || --u.pending_grads > 0) return;
+  end_backward(u);
+}
+
+void OffloadStrategy::end_backward(Unit& u) {
+  for (int id : u.state_chunks) chunks_->release(id, ChunkState::HoldAfterBackward);
+  u.in_backward = false;
+}
+
+void OffloadStrategy::begin_step() {
+  at_step_start_ = chunks_->stats();
+  if (!traced_ && !tracing_) {
+    chunks_->start_trace();
+    tracing_ = true;
+  }
+}
+
+void OffloadStrategy::after_backward() {
+  for (Unit& u : units_)
+    if (u.in_backward) end_backward(u);
+}
+
+void OffloadStrategy::after_update() {
+  if (optimizer_) optimizer_->drop_gradients();  // a skipped step's too
+  if (tracing_) {
+    tracing_ = false;
+    traced_ = true;
+    chunks_->use_trace(chunks_->stop_trace(), prefetch_);
+  }
+}
+
+void OffloadStrategy::record(StepRecord& r) {
+  chunks_->check_accounting();  // every step: the pools agree with the chunks, within budget
+  const memory::MemoryStats& now = chunks_->stats();
+  const size_t cb = chunks_->chunk_bytes();
+  r.offload = true;
+  r.offload_h2d_bytes = (now.host_to_device - at_step_start_.host_to_device) * int64_t(cb);
+  r.offload_d2h_bytes = (now.device_to_host - at_step_start_.device_to_host) * int64_t(cb);
+  r.offload_nvme_read_bytes = int64_t(now.bytes_read - at_step_start_.bytes_read);
+  r.offload_nvme_write_bytes = int64_t(now.bytes_written - at_step_start_.bytes_written);
+  r.offload_device_bytes = int64_t(chunks_->pool(Tier::Device).bytes_in_use());
+  r.offload_host_bytes = int64_t(chunks_->pool(Tier::Host).bytes_in_use());
+  r.offload_nvme_bytes = int64_t(chunks_->nvme_bytes_in_use());
+}
+
+std::string OffloadStrategy::placement() const {
+  const memory::ChunkManager& c = *chunks_;
+  std::map<std::string, std::map<std::string, int>> where;  // kind -> tier -> chunks
+  std::vector<std::string> kinds;
+  for (int id = 0; id < c.num_chunks(); ++id) {
+    const memory::Chunk& ch = c.chunk(id);
+    if (!where.count(ch.group)) kinds.push_back(ch.group);
+    ++where[ch.group][memory::tier_name(ch.tier)];
+  }
+  std::string out = "memory offload: " + std::to_string(c.num_chunks()) + " chunks of " +
+                    format_bytes(double(c.chunk_bytes())) + "; budgets device " +
+                    format_bytes(double(c.pool(Tier::Device).budget())) + ", host " +
+                    format_bytes(double(c.pool(Tier::Host).budget())) + ", NVMe " +
+                    (c.nvme_dir().empty()
+                         ? std::string("none")
+                         : c.nvme_dir() + (c.direct_io() ? " (direct I/O)" : " (buffered I/O)")) +
+                    "; one step holds " + std::to_string(device_need_) +
+                    " chunks in the device tier; the optimizer runs in the host tier\n";
+  for (const std::string& kind : kinds) {
+    out += "  " + kind + ":";
+    for (const char* tier : {"device", "host", "nvme", "none"}) {
+      auto it = where[kind].find(tier);
+      if (it != where[kind].end()) out += " " + std::to_string(it->second) + " " + tier;
+    }
+    out += "\n";
+  }
+  const auto at = [&c](const Tensor& t) {
+    const int id = c.chunk_of(t);
+    return "chunk " + std::to_string(id) + " " + memory::tier_name(c.chunk(id).tier);
+  };
+  for (const OffloadedParameter& s : states_) {
+    out += "  " + s.name + ": param " + at(s.param) + ", grad " + at(s.grad) + ", adam_m " +
+           at(s.exp_avg) + ", adam_v " + at(s.exp_avg_sq) + "\n";
+  }
+  out.pop_back();
+  return out;
+}
+
+}  // namespace tessel::train

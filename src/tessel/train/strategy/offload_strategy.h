@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// The offload axis of the trainer (ZeRO-Offload / ZeRO-Infinity's tiers, PatrickStar's chunks):
+// parameters, gradients and AdamW moments laid out in chunks in the order the step first uses
+// them (the model's units: embeddings, blocks, final norm), each tensor a view into its chunk
+// (Storage::rebind), moved between the device, host and NVMe tiers by a ChunkManager. A unit's
+// parameter chunks are held in the device tier around its forward, and with its gradient chunks
+// around its backward (module hooks and an identity node at the unit's output, as ZeRO-3
+// gathers); the optimizer (OffloadAdamW) works in the host tier. The first step records every
+// chunk access; later steps evict by Belady's MIN over that trace and read ahead along it.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessel/memory/chunk_manager.h"
+#include "tessel/nn/module.h"
+#include "tessel/parallel/zero/zero3.h"
+#include "tessel/train/optim/offload_adamw.h"
+#include "tessel/train/strategy/axis_strategy.h"
+
+namespace tessel::train {
+
+struct OffloadSetup {
+  memory::MemoryConfig memory;
+  int prefetch = 8;                        // accesses read ahead along the trace
+  NamedTensors params;                     // the trainer's parameters, in its order
+  std::vector<parallel::Zero3Unit> units;  // in forward order; every parameter in one
+};
+
+class OffloadStrategy : public AxisStrategy {
+ public:
+  // Lays the states out (a chunk list per kind) and checks the budgets against one step's
+  // working set: one clear Error naming the smallest budget that works, before any step.
+  explicit OffloadStrategy(OffloadSetup setup);
+  ~OffloadStrategy() override;  // removes its hooks
+  OffloadStrategy(const OffloadStrategy&) = delete;
+  OffloadStrategy& operator=(const OffloadStrategy&) = delete;
+
+  std::string name() const override { return "memory offload"; }
+  void begin_step() override;
+  void after_backward() override;  // ends the accesses of units whose gradients never came
+  void after_update() override;    // drops the gradients; the first step's trace goes to use
+  void record(StepRecord& record) override;  // per-tier traffic, and the accounting check
+
+  memory::ChunkManager& chunks() { return *chunks_; }
+  std::vector<OffloadedParameter> parameters() const { return states_; }
+  void set_optimizer(OffloadAdamW* optimizer) { optimizer_ = optimizer; }
+  // Where every state lives now: chunks per kind and tier, and the budgets.
+  std::string placement() const;
+  // The most chunks one step holds in the device tier at once (computed from the layout).
+  int device_working_set() const { return device_need_; }
+
+ private:
+  struct Unit {
+    std::vector<int> param_chunks, state_chunks;  // state: parameters and gradients
+    nn::Module* module = nullptr;
+    int64_t pre_hook = 0, post_hook = 0;
+    size_t params = 0;
+    int64_t pending_grads = 0;
+    bool in_forward = false, in_backward = false;
+  };
+  friend class OffloadBackward;
+  void on_pre_forward(size_t unit);
+  void on_post_forward(size_t unit, Tensor& output);
+  void on_backward(size_t unit);
+  void on_grad_ready(size_t unit);
+  void end_backward(Unit& u);
+  void check_budgets() const;
+  void check_host_holds_all() const;
+
+  std::unique_ptr<memory::ChunkManager> chunks_;
+  int prefetch_;
+  std::vector<OffloadedParameter> states_;
+  std::vector<Unit> units_;
+  std::vector<std::pair<Tensor, int64_t>> grad_hooks_;
+  OffloadAdamW* optimizer_ = nullptr;
+  int device_need_ = 0;
+  bool tracing_ = false, traced_ = false;
+  memory::MemoryStats at_step_start_;
+};
+
+}  // namespace tessel::train

@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: Apache-2.0
+// Training with the model's state in chunks across the device, host and NVMe tiers: budgets so
+// small that every tier holds chunks give bitwise the losses, gradient norms, validation loss and
+// parameters of the in-memory run (odd sizes, gradient accumulation, clipping); the pools'
+// accounting holds after every step and their peaks stay within the budgets; the step records
+// carry the traffic; an unusable NVMe directory and budgets below one step's working set are
+// refused before any step, naming the smallest budget that works (and that budget works).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tessel/train/trainer.h"
+#include "trainer_test_util.h"
+
+namespace tessel::train {
+namespace {
+
+using memory::AccessMode;
+using memory::Tier;
+using test::scratch;
+namespace fs = std::filesystem;
+
+// Odd sizes: C = 33 over 3 heads, 3 blocks, vocabulary 37, B = 3, T = 13, two micro-batches.
+TrainConfig odd_config(const fs::path& dir, const std::string& run) {
+  TrainConfig c = test::base_config(dir, 37, 20);
+  models::GPT2Config m = test::tiny_model(37);
+  m.n_embd = 33;
+  m.n_head = 3;
+  m.n_layer = 3;
+  std::ofstream(dir / "config.json") << m.to_json();
+  c.checkpoint.dir = (dir / run).string();
+  c.train.micro_batch = 3;
+  c.train.seq_len = 13;
+  c.train.grad_accum = 2;
+  c.optim.grad_clip = 0.05;  // clipping on most steps: the scaling pass runs in the chunks
+  return c;
+}
+
+constexpr size_t kChunk = 20480;  // the largest tensor (33 x 132 f32) fits one
+
+TrainConfig offloaded(TrainConfig c, size_t device_chunks, size_t host_chunks,
+                      const std::string& nvme) {
+  c.memory.chunk_size = std::to_string(kChunk);
+  c.memory.device_budget = std::to_string(device_chunks * kChunk);
+  c.memory.host_budget = std::to_string(host_chunks * kChunk);
+  c.memory.nvme_dir = nvme;
+  c.memory.prefetch = 4;
+  return c;
+}
+
+TrainerHooks quiet(std::vector<StepRecord>* steps, std::vector<std::string>* lines = nullptr) {
+  TrainerHooks h;
+  h.print = [lines](const std::string& l) {
+    if (lines) lines->push_back(l);
+  };
+  h.on_step = [steps](const StepRecord& r) { steps->push_back(r); };
+  return h;
+}
+
+std::string error_of(const TrainConfig& c) {
+  try {
+    Trainer t(c, "", quiet(nullptr));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Offload, EveryTierGivesBitwiseTheInMemoryRun) {
+  const auto dir = scratch("offload_equal");
+  fs::create_directories(dir / "nvme");
+  const TrainConfig plain = odd_config(dir, "run_plain");
+  // The smallest device tier the layout allows (from a roomy first build), the smallest host
+  // tier, and NVMe for the rest.
+  size_t need = 0;
+  {
+    std::vector<StepRecord> none;
+    Trainer probe(offloaded(plain, 64, 64, ""), "", quiet(&none));
+    need = size_t(probe.offload()->device_working_set());
+  }
+  const TrainConfig off = offloaded(odd_config(dir, "run_off"), need, 4, (dir / "nvme").string());
+
+  std::vector<StepRecord> a, b;
+  std::vector<std::string> lines;
+  Trainer in_memory(plain, "", quiet(&a));
+  const TrainSummary sa = in_memory.run();
+  Trainer chunked(off, "", quiet(&b, &lines));
+  ASSERT_NE(chunked.offload(), nullptr);
+  memory::ChunkManager& chunks = chunked.offload()->chunks();
+  const int n = chunks.num_chunks();
+  ASSERT_GT(size_t(n), need + 4) << "the budgets must leave chunks on NVMe";
+  const TrainSummary sb = chunked.run();
+
+  ASSERT_EQ(a.size(), 20u);
+  ASSERT_EQ(b.size(), 20u);
+  int64_t nvme_reads = 0, h2d = 0, d2h = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].loss, b[i].loss) << "step " << i + 1;
+    EXPECT_EQ(a[i].grad_norm, b[i].grad_norm) << "step " << i + 1;
+    EXPECT_TRUE(b[i].offload);
+    nvme_reads += b[i].offload_nvme_read_bytes;
+    h2d += b[i].offload_h2d_bytes;
+    d2h += b[i].offload_d2h_bytes;
+  }
+  EXPECT_GT(nvme_reads, 0);
+  EXPECT_GT(h2d, 0);
+  EXPECT_GT(d2h, 0);
+  ASSERT_TRUE(sa.val_loss && sb.val_loss);
+  EXPECT_EQ(*sa.val_loss, *sb.val_loss);  // the evaluation's forward through the chunks
+  // Later steps run on the traced schedule: reads issued ahead of use.
+  EXPECT_GT(chunks.stats().prefetch_reads, 0);
+
+  // Every parameter, bitwise, read in the host tier.
+  const NamedTensors pa = in_memory.model().named_parameters();
+  const NamedTensors pb = chunked.model().named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    const int id = chunks.chunk_of(pb[i].second);
+    chunks.access(id, AccessMode::Read, Tier::Host);
+    EXPECT_EQ(0,
+              std::memcmp(pa[i].second.data_ptr(), pb[i].second.data_ptr(), pa[i].second.nbytes()))
+        << pa[i].first;
+    chunks.release(id);
+  }
+  chunks.check_accounting();
+  for (Tier t : {Tier::Device, Tier::Host})
+    EXPECT_LE(chunks.pool(t).peak_bytes(), chunks.pool(t).budget()) << memory::tier_name(t);
+
+  // Where every state lives, at start; the traffic in the progress line and the JSONL.
+  std::string all;
+  for (const std::string& l : lines) all += l + "\n";
+  EXPECT_NE(all.find("memory offload: " + std::to_string(n) + " chunks"), std::string::npos);
+  EXPECT_NE(all.find("h.2.mlp.c_fc.weight: param chunk"), std::string::npos) << all;
+  EXPECT_NE(all.find("| offload h2d"), std::string::npos) << all;
+  std::ifstream log(fs::path(off.checkpoint.dir) / "train.jsonl");
+  std::string line;
+  int with_traffic = 0;
+  while (std::getline(log, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("offload") && j["offload"].contains("nvme_read_gbps")) ++with_traffic;
+  }
+  EXPECT_EQ(with_traffic, 20);
+  fs::remove_all(dir);
+}
+
+TEST(Offload, RefusesUnusableSettingsNamingTheSmallestBudget) {
+  const auto dir = scratch("offload_refuse");
+  fs::create_directories(dir / "nvme");
+  const TrainConfig c = odd_config(dir, "run");
+  const std::string nvme = (dir / "nvme").string();
+
+  // An NVMe directory that is a file, or does not exist.
+  std::ofstream(dir / "a_file") << "x";
+  std::string e = error_of(offloaded(c, 64, 4, (dir / "a_file").string()));
+  EXPECT_NE(e.find("memory.nvme_dir"), std::string::npos) << e;
+  EXPECT_NE(e.find("not a directory"), std::string::npos) << e;
+  e = error_of(offloaded(c, 64, 4, (dir / "missing" / "deeper").string()));
+  EXPECT_NE(e.find("memory.nvme_dir"), std::string::npos) << e;
+
+  // A device tier of two chunks: below one step's working set; the budget named works.
+  e = error_of(offloaded(c, 2, 4, nvme));
+  const std::string key = "the smallest device budget that works is ";
+  ASSERT_NE(e.find(key), std::string::npos) << e;
+  const size_t need = std::stoull(e.substr(e.find(key) + key.size()));
+  EXPECT_EQ(need % kChunk, 0u);
+  EXPECT_GT(need, 2 * kChunk);
+  EXPECT_EQ(error_of(offloaded(c, need / kChunk, 4, nvme)), "");
+  // A host tier below the optimizer's row of four chunks.
+  e = error_of(offloaded(c, need / kChunk, 3, nvme));
+  EXPECT_NE(e.find("smallest host budget that works is " + std::to_string(4 * kChunk)),
+            std::string::npos)
+      << e;
+  // Without NVMe the host tier holds every chunk.
+  e = error_of(offloaded(c, need / kChunk, 4, ""));
+  EXPECT_NE(e.find("without memory.nvme_dir the host tier holds every chunk"), std::string::npos)
+      << e;
+  // What offload does not do yet is refused up front.
+  TrainConfig bad = offloaded(c, 64, 64, "");
+  bad.checkpoint.interval = 5;
+  e = error_of(bad);
+  EXPECT_NE(e.find("checkpoint.interval = 5"), std::string::npos) << e;
+  bad = offloaded(c, 64, 64, "");
+  bad.memory.device_budget = "12 parsecs";
+  e = error_of(bad);
+  EXPECT_NE(e.find("memory.device_budget = \"12 parsecs\" is not a size"), std::string::npos) << e;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessel::train
