@@ -203,6 +203,46 @@ TEST(Policy, AWorkingSetLargerThanTheDeviceIsRefusedBeforeTheStep) {
   enough.run({0, 1, 2, 3});
 }
 
+TEST(Policy, TheTraceKeepsEachAccessTierAndCountsOnlyDeviceHolds) {
+  // Four chunks on NVMe; the step reads chunk 0 in the device tier and, holding it, chunks 1-3
+  // in the host tier (as the CPU optimizer does).
+  test::ScratchDir dir;
+  MemoryConfig config;
+  config.chunk_bytes = kChunk;
+  config.device_budget = kChunk;
+  config.host_budget = 3 * kChunk;
+  config.nvme_dir = dir.str();
+  config.io_block_bytes = 4096;
+  ChunkManager m(config);
+  Generator gen{5};
+  std::vector<Tensor> t;
+  for (int i = 0; i < 6; ++i) {
+    t.push_back(randn({2000}, DType::F32, &gen));
+    m.add(t.back(), "param");
+  }
+  m.seal();
+  const auto step = [&] {
+    m.access(0, AccessMode::Read, Tier::Device);
+    for (int c : {1, 2, 3}) m.access(c, AccessMode::Read, Tier::Host);
+    for (int c : {3, 2, 1, 0}) m.release(c);
+    for (int c : {4, 5}) {
+      m.access(c, AccessMode::Read, Tier::Device);
+      m.release(c);
+    }
+    m.check_accounting();
+  };
+  m.start_trace();
+  step();
+  AccessTrace trace = m.stop_trace();
+  EXPECT_EQ(trace.accesses, (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(trace.tiers, (std::vector<Tier>{Tier::Device, Tier::Host, Tier::Host, Tier::Host,
+                                            Tier::Device, Tier::Device}));
+  EXPECT_EQ(trace.max_held, 1);  // four held at once, one of them in the device tier
+  m.use_trace(trace, 8);
+  // Steps under the trace, host-tier accesses included, keep the accounting.
+  for (int i = 0; i < 3; ++i) step();
+}
+
 TEST(Policy, ManyChunkReadsInFlightAtOnce) {
   Fixture f(12, 12);
   std::vector<std::vector<unsigned char>> expect;
