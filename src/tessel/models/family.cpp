@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <sstream>
+#include <vector>
 
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/core/error.h"
@@ -136,6 +138,18 @@ void Family::load_hf(CausalLM& model, const io::SafetensorsCheckpoint& checkpoin
   // and its transpose at most beside them).
   for (const auto& [name, stored] : layout.tensors) {
     Tensor& param = tensors.at(name);
+    if (!stored.stacked.empty()) {
+      TESSEL_CHECK(int64_t(stored.stacked.size()) == param.size(0), "load ", this->name(),
+                   " checkpoint: '", name, "' stacks ", param.size(0),
+                   " tensors, the layout names ", stored.stacked.size());
+      for (size_t e = 0; e < stored.stacked.size(); ++e) {
+        const Tensor value = checkpoint.load(stored.stacked[e], param.dtype());
+        std::vector<int64_t> dims = {1};
+        for (int64_t d = 0; d < value.ndim(); ++d) dims.push_back(value.size(d));
+        param.narrow(0, int64_t(e), 1).copy_from(value.reshape(std::span<const int64_t>(dims)));
+      }
+      continue;
+    }
     const Tensor value = checkpoint.load(stored.name, param.dtype());
     param.copy_from(stored.transposed ? value.transpose(0, 1) : value);
   }

@@ -25,6 +25,9 @@ namespace tessel::models {
 struct HfStored {
   std::string name;         // as stored (with or without the family's prefix)
   bool transposed = false;  // the transpose of tessel's 2-D tensor (GPT-2's Conv1D weights)
+  // Non-empty: tessel's tensor is these stored tensors stacked along a new first dimension
+  // (Mixtral's one tensor per expert for tessel's [experts, out, in]); `name` is then unused.
+  std::vector<std::string> stacked;
 };
 
 // Where a checkpoint stores each of a model's tensors.

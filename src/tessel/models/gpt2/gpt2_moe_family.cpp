@@ -60,8 +60,9 @@ class GPT2MoEFamily final : public Family {
   io::NamedTensors to_hf(const CausalLM& model) const override {
     return gpt2_to_hf(as_gpt2_moe(model));
   }
-  void load_hf(CausalLM& model, const io::SafetensorsCheckpoint& checkpoint) const override {
-    gpt2_load_hf(as_gpt2_moe(model), checkpoint);
+  HfLayout hf_layout(const CausalLM& model,
+                     const io::SafetensorsCheckpoint& checkpoint) const override {
+    return gpt2_hf_layout(as_gpt2_moe(model), checkpoint);
   }
   std::string hf_name(const std::string& name) const override { return name; }
   bool hf_transposed(const std::string& name) const override { return gpt2_is_conv1d_weight(name); }

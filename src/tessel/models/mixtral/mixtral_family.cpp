@@ -9,7 +9,6 @@
 #include <set>
 #include <sstream>
 
-#include "tessel/autograd/grad_mode.h"
 #include "tessel/core/error.h"
 #include "tessel/models/llama/llama_family.h"
 
@@ -70,8 +69,9 @@ class MixtralFamily final : public Family {
   io::NamedTensors to_hf(const CausalLM& model) const override {
     return mixtral_to_hf(as_mixtral(model));
   }
-  void load_hf(CausalLM& model, const io::SafetensorsCheckpoint& checkpoint) const override {
-    mixtral_load_hf(as_mixtral(model), checkpoint);
+  HfLayout hf_layout(const CausalLM& model,
+                     const io::SafetensorsCheckpoint& checkpoint) const override {
+    return mixtral_hf_layout(as_mixtral(model), checkpoint);
   }
   std::string hf_name(const std::string& name) const override { return mixtral_hf_name(name); }
   bool hf_transposed(const std::string&) const override { return false; }
@@ -128,34 +128,32 @@ io::NamedTensors mixtral_to_hf(const Llama& model) {
   return out;
 }
 
-void mixtral_load_hf(Llama& model, const io::SafetensorsCheckpoint& checkpoint) {
+HfLayout mixtral_hf_layout(const Llama& model, const io::SafetensorsCheckpoint& checkpoint) {
   const std::string context = "load MixtralForCausalLM checkpoint";
   std::map<std::string, std::string> stored;  // name without the prefix -> stored name
-  std::string tied_head;
+  HfLayout layout;
   for (const std::string& raw : checkpoint.names()) {
     const std::string name = strip_prefix(raw);
     if (is_inv_freq_buffer(name)) continue;
     if (raw == "lm_head.weight" && !model.lm_head) {
-      tied_head = raw;
+      const Shape& embedding = model.embed_tokens->weight.shape();
+      TESSEL_CHECK(checkpoint.entry(raw).shape == embedding, context, ": ", raw, " has shape ",
+                   checkpoint.entry(raw).shape, ", expected model.embed_tokens.weight's ",
+                   embedding, " (tie_word_embeddings is true)");
+      layout.equal.emplace(raw, "embed_tokens.weight");
       continue;
     }
     TESSEL_CHECK(stored.emplace(name, raw).second, context, ": tensor '", name,
                  "' is stored both with and without the '", kPrefix, "' prefix");
   }
-  struct Read {
-    Tensor param;
-    std::string stored;
-    int64_t expert;  // -1: the whole parameter
-  };
-  std::vector<Read> reads;
   std::set<std::string> used;
   std::vector<std::string> missing, unexpected, mismatched;
-  const auto want = [&](const Tensor& param, const std::string& hf, const Shape& shape,
-                        int64_t expert) {
+  // The stored name of `hf` when it is there with `shape`; empty (and the problem noted) if not.
+  const auto find = [&](const std::string& hf, const Shape& shape) -> std::string {
     const auto it = stored.find(strip_prefix(hf));
     if (it == stored.end()) {
       missing.push_back(with_shape(hf, shape));
-      return;
+      return "";
     }
     used.insert(it->first);
     const io::SafetensorsEntry& e = checkpoint.entry(it->second);
@@ -163,43 +161,34 @@ void mixtral_load_hf(Llama& model, const io::SafetensorsCheckpoint& checkpoint) 
       std::ostringstream s;
       s << it->second << " (expected " << shape << ", got " << e.shape << ")";
       mismatched.push_back(s.str());
-      return;
+      return "";
     }
-    reads.push_back({param, it->second, expert});
+    return it->second;
   };
   for (auto& [name, t] : model.state_dict()) {
     std::string base, proj;
     const std::string hf = mixtral_hf_name(name);
     if (!match_experts(name, base, proj) || stored.count(strip_prefix(hf))) {
-      want(t, hf, t.shape(), -1);  // a plain tensor, or a stack as the trainer writes it
+      // A plain tensor, or a stack as the trainer's streamed checkpoint writes it.
+      const std::string raw = find(hf, t.shape());
+      if (!raw.empty()) layout.tensors.emplace(name, HfStored{raw, false, {}});
       continue;
     }
-    for (int64_t e = 0; e < t.size(0); ++e)
-      want(t, kPrefix + base + "." + std::to_string(e) + "." + proj + ".weight",
-           Shape{t.size(1), t.size(2)}, e);
+    HfStored parts;
+    bool complete = true;
+    for (int64_t e = 0; e < t.size(0); ++e) {
+      const std::string raw =
+          find(kPrefix + base + "." + std::to_string(e) + "." + proj + ".weight",
+               Shape{t.size(1), t.size(2)});
+      complete = complete && !raw.empty();
+      parts.stacked.push_back(raw);
+    }
+    if (complete) layout.tensors.emplace(name, std::move(parts));
   }
   for (auto& [name, raw] : stored)
     if (!used.count(name)) unexpected.push_back(with_shape(raw, checkpoint.entry(raw).shape));
   nn::check_state_names(context, missing, unexpected, mismatched);
-  {
-    autograd::NoGradGuard no_grad;
-    for (Read& r : reads) {
-      const Tensor value = checkpoint.load(r.stored, r.param.dtype());
-      if (r.expert < 0) {
-        r.param.copy_from(value);
-      } else {
-        r.param.narrow(0, r.expert, 1).copy_from(value.reshape({1, value.size(0), value.size(1)}));
-      }
-    }
-  }
-  if (!tied_head.empty()) {
-    const Tensor& embedding = model.embed_tokens->weight;
-    const Tensor head = checkpoint.load(tied_head, embedding.dtype());
-    TESSEL_CHECK(head.shape() == embedding.shape() &&
-                     std::memcmp(head.data_ptr(), embedding.data_ptr(), head.nbytes()) == 0,
-                 context, ": ", tied_head,
-                 " differs from model.embed_tokens.weight but tie_word_embeddings is true");
-  }
+  return layout;
 }
 
 LlamaConfig mixtral_preset(const std::string& name) {

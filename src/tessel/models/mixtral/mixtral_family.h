@@ -12,7 +12,7 @@
 //
 // and every other tensor as the LLaMA family names it. hf_name gives a stacked weight the name
 // "model.layers.N.block_sparse_moe.experts.w1" (the trainer's streamed checkpoint writes the
-// stack whole); load_hf accepts either form.
+// stack whole); hf_layout accepts either form.
 #pragma once
 
 #include <string>
@@ -29,9 +29,9 @@ const Family& mixtral_family();
 std::string mixtral_hf_name(const std::string& name);
 // The model's tensors under HF names, one per expert.
 io::NamedTensors mixtral_to_hf(const Llama& model);
-// Loads per-expert or stacked tensors; one Error lists every missing, unexpected and mis-shaped
-// tensor in HF names and shapes.
-void mixtral_load_hf(Llama& model, const io::SafetensorsCheckpoint& checkpoint);
+// Where `checkpoint` stores each tensor (per-expert tensors as HfStored::stacked, or the stacks
+// whole); one Error lists every missing, unexpected and mis-shaped tensor in HF names and shapes.
+HfLayout mixtral_hf_layout(const Llama& model, const io::SafetensorsCheckpoint& checkpoint);
 
 // "tiny" (GPT-2 tiny's width and vocabulary, 4 experts top-2) and "mixtral-8x7b" (the published
 // shape, without weights).

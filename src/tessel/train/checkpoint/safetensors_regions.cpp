@@ -67,10 +67,41 @@ struct Reader {
     }
   }
 
+  // tessel's [E, ...] from E stored tensors of shape [...]: a run of the region is split where
+  // it crosses from one stored tensor into the next.
+  void read_stacked(const std::string& name, const std::vector<std::string>& parts,
+                    const PieceRegion& region, float* dst) const {
+    const Shape part = checkpoint->entry(parts[0]).shape;
+    for (const std::string& p : parts) {
+      TESSEL_CHECK(checkpoint->entry(p).shape == part, "checkpoint: ", p, " has shape ",
+                   checkpoint->entry(p).shape, ", but '", name, "' stacks tensors of shape ", part);
+    }
+    std::vector<int64_t> dims = {int64_t(parts.size())};
+    for (int64_t d = 0; d < part.ndim(); ++d) dims.push_back(part[d]);
+    const Shape shape(dims);
+    check_region(name, shape, region);
+    if (region.numel() == 0) return;
+    const int64_t inner = part.numel();
+    for_each_run(shape, region, [&](int64_t global, int64_t n, int64_t at) {
+      while (n > 0) {
+        const int64_t e = global / inner, offset = global % inner;
+        const int64_t k = std::min(n, inner - offset);
+        read_stored(parts[size_t(e)], offset, k, dst + at);
+        global += k;
+        at += k;
+        n -= k;
+      }
+    });
+  }
+
   void read(const std::string& name, const PieceRegion& region, float* dst) const {
     auto it = layout.tensors.find(name);
     TESSEL_CHECK(it != layout.tensors.end(), "checkpoint: no stored tensor for '", name, "'");
     const models::HfStored& stored = it->second;
+    if (!stored.stacked.empty()) {
+      read_stacked(name, stored.stacked, region, dst);
+      return;
+    }
     Shape shape = checkpoint->entry(stored.name).shape;
     TESSEL_CHECK(!stored.transposed || shape.ndim() == 2, "checkpoint: ", stored.name, " of shape ",
                  shape, " is stored transposed, which needs two dimensions");
