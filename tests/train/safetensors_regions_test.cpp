@@ -5,7 +5,8 @@
 // GPT-2 directory (Conv1D weights stored transposed, some tensors in bf16 and f16, the
 // `transformer.` prefix, a tied lm_head.weight beside wte) and from a LLaMA directory, equals the
 // same cut of the model loaded whole by the family; a tied head that differs, a tensor the layout
-// lacks and a region outside the tensor are refused.
+// lacks and a region outside the tensor are refused. Mixtral's per-expert tensors are read into
+// tessel's stacks, ranges crossing from one expert into the next included.
 #include "tessel/train/checkpoint/safetensors_regions.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include "tessel/models/gpt2/gpt2_checkpoint.h"
 #include "tessel/models/gpt2/gpt2_config.h"
 #include "tessel/models/llama/llama_config.h"
+#include "tessel/models/mixtral/mixtral_family.h"
 #include "tessel/sharding/shard_layout.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
 
@@ -196,6 +198,47 @@ TEST(SafetensorsRegions, RefusesADifferentTiedHeadUnknownTensorsAndRegionsOutsid
   PieceRegion outside = PieceRegion::whole(Shape{36});
   outside.start[0] = 30;
   EXPECT_THROW(l.source("h.0.attn.c_attn.bias", outside, buf.data()), Error);
+}
+
+// Mixtral stores one tensor per expert where tessel holds [experts, out, in]: whole stacks and
+// ZeRO flat ranges that cross from one expert's stored tensor into the next equal the family's
+// whole load.
+TEST(SafetensorsRegions, StackedExpertsReadAcrossTheirStoredTensors) {
+  ScratchDir dir("experts");
+  models::LlamaConfig config = models::mixtral_preset("tiny");
+  config.vocab_size = 33;
+  config.bos_token_id = 1;
+  config.eos_token_ids = {2};
+  config.hidden = 24;
+  config.intermediate_size = 13;
+  config.num_hidden_layers = 2;
+  config.num_local_experts = 3;
+  Generator g(9);
+  auto model = config.build_random(g);
+  models::save_model(*model, dir.path.string());
+  const Loaded l = open_both(config, dir.path.string());
+  int stacks = 0;
+  for (const auto& [name, want] : l.whole->named_parameters()) {
+    if (name.find(".experts.") == std::string::npos) continue;
+    ++stacks;
+    ASSERT_EQ(want.ndim(), 3) << name;
+    const Tensor saved = model->find(name);
+    EXPECT_TRUE(same_bits(saved, want)) << name;
+    Tensor got = full(want.shape(), 7.0);
+    fill_placed(l.source, name, sharding::LocalLayout::whole(want.shape()), want.shape(), 0,
+                want.numel(), got.flatten());
+    EXPECT_TRUE(same_bits(want, got)) << name;
+    const int64_t per_expert = want.numel() / want.size(0);
+    for (int64_t begin : {int64_t(0), per_expert - 5, 2 * per_expert - 1}) {
+      const int64_t end = std::min(begin + per_expert + 7, want.numel());
+      Tensor block = full({end - begin}, 7.0);
+      fill_placed(l.source, name, sharding::LocalLayout::whole(want.shape()), want.shape(), begin,
+                  end, block);
+      EXPECT_TRUE(same_bits(want.flatten().narrow(0, begin, end - begin).clone(), block))
+          << name << " elements " << begin << ".." << end;
+    }
+  }
+  EXPECT_EQ(stacks, 2 * 3);  // two layers, three projections
 }
 
 }  // namespace
