@@ -43,7 +43,7 @@ const std::vector<StyleSignature>& style_signatures(const std::string& op) {
   return it == table.end() ? none : it->second;
 }
 
-// A forward op computed from model state alone (LLaMA's rotary tables converted to the compute
+// A forward op computed from model state alone (a family's rotary tables converted to the compute
 // dtype): the same on every rank, neither a parameter nor a placed activation.
 bool is_constant(const Graph& g, int64_t id) {
   const OpNode& op = g.ops[size_t(id)];

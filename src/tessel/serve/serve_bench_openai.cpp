@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Request bodies and response parsing of the OpenAI completions and chat completions APIs for
-// `tessel bench serve` (field names from OpenAI's API reference; ignore_eos from vLLM and
-// llama.cpp's servers).
+// `tessel bench serve` (field names from OpenAI's API reference; ignore_eos is an extension
+// that vLLM and other servers accept).
 #include "tessel/serve/serve_bench_openai.h"
 
 #include <nlohmann/json.hpp>

@@ -24,7 +24,7 @@ struct BenchRequestBody {
   int64_t max_tokens = 16;
   double temperature = 0.0;
   bool stream = true;      // with stream_options.include_usage, so the last chunk has usage
-  bool ignore_eos = true;  // vLLM's and llama.cpp's extension: exactly max_tokens come back
+  bool ignore_eos = true;  // a common server extension: exactly max_tokens come back
 };
 std::string request_json(BenchEndpoint endpoint, const BenchRequestBody& body);
 
@@ -45,7 +45,7 @@ struct ResponsePart {
 ResponsePart parse_response_part(std::string_view json, BenchEndpoint endpoint);
 
 // GET /v1/models: the ids in order, and the vocabulary size where the server reports one
-// (llama.cpp's "meta": {"n_vocab": ...}).
+// (a "meta": {"n_vocab": ...}).
 struct ModelList {
   std::vector<std::string> ids;
   std::optional<int64_t> vocab_size;
