@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// The serving engine end to end on a small random GPT-2 and LLaMA: greedy output equals
-// `generate`, a request's tokens and logprobs are bitwise the same alone and under load (chunked
-// prefill, prefix-cache hits, preemption), n > 1 choices equal separate seeded requests,
-// cancellation frees every block, and the queue answers with the right status.
+// The serving engine end to end on a small random GPT-2 and LLaMA, and their mixture-of-experts
+// relatives (Mixtral, GPT-2-MoE): greedy output equals `generate`, a request's tokens and logprobs
+// are bitwise the same alone and under load (chunked prefill, prefix-cache hits, preemption; for
+// the MoE models each expert's GEMM then holds other requests' tokens too), n > 1 choices equal
+// separate seeded requests, cancellation frees every block, and the queue answers with the right
+// status.
 #include "tessel/serve/engine.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +18,7 @@
 
 #include "common/tokenizer_test_util.h"
 #include "tessel/core/rng.h"
+#include "tessel/models/family.h"
 #include "tessel/models/generation.h"
 #include "tessel/models/gpt2/gpt2.h"
 #include "tessel/models/llama/llama.h"
@@ -53,6 +56,49 @@ std::shared_ptr<models::CausalLM> tiny_llama() {
   c.eos_token_ids = {};
   Generator g(12);
   return models::Llama::random(c, g);
+}
+
+// Mixtral: the LLaMA above with 5 SwiGLU experts of 13 per layer, top-2.
+std::shared_ptr<models::CausalLM> tiny_mixtral() {
+  models::LlamaConfig c;
+  c.variant = models::LlamaVariant::Mixtral;
+  c.vocab_size = kVocab;
+  c.hidden = 24;
+  c.intermediate_size = 13;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 6;
+  c.num_key_value_heads = 2;
+  c.head_dim = 4;
+  c.max_position_embeddings = 97;
+  c.initializer_range = 0.2;
+  c.num_local_experts = 5;
+  c.num_experts_per_tok = 2;
+  c.bos_token_id = std::nullopt;
+  c.eos_token_ids = {};
+  Generator g(13);
+  auto model = models::Llama::random(c, g);
+  model->eval();
+  return model;
+}
+
+// GPT-2-MoE: the GPT-2 above with 4 GELU experts in its second block, top-2, and a capacity that
+// would drop pairs in training (inference computes every pair, whatever else the batch holds).
+std::shared_ptr<models::CausalLM> tiny_gpt2_moe() {
+  models::GPT2Config c;
+  c.vocab_size = kVocab;
+  c.n_positions = 97;
+  c.n_embd = 24;
+  c.n_head = 3;
+  c.n_layer = 2;
+  c.initializer_range = 0.2;
+  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
+  c.moe.num_experts = 4;
+  c.moe.top_k = 2;
+  c.moe.capacity_factor = 0.5;
+  Generator g(14);
+  auto model = models::GPT2::random(c, g);
+  model->eval();
+  return model;
 }
 
 std::vector<int64_t> prompt_of(int64_t n, uint64_t seed) {
@@ -148,7 +194,7 @@ Output run_alone(std::shared_ptr<models::CausalLM> model, Request r, EngineOptio
 }
 
 TEST(Engine, GreedyEqualsGenerate) {
-  for (auto model : {tiny_gpt2(), tiny_llama()}) {
+  for (auto model : {tiny_gpt2(), tiny_llama(), tiny_mixtral(), tiny_gpt2_moe()}) {
     const std::vector<int64_t> prompt = prompt_of(13, 3);
     models::GenerationOptions g;
     g.max_new_tokens = 21;
@@ -164,8 +210,7 @@ TEST(Engine, GreedyEqualsGenerate) {
 
 // A seeded sampled request with logprobs, then the same request among 32 others with chunked
 // prefill, a shared prefix and a KV pool small enough to preempt: bitwise the same.
-TEST(Engine, RequestIsBatchInvariant) {
-  auto model = tiny_gpt2();
+void expect_batch_invariant(std::shared_ptr<models::CausalLM> model) {
   Request probe = request("probe", prompt_of(33, 5), 24, 0.8, 77);
   probe.params.logprobs = 3;
   EngineOptions invariant;
@@ -178,7 +223,8 @@ TEST(Engine, RequestIsBatchInvariant) {
   busy.max_batch_tokens = 19;  // prompts arrive in chunks
   busy.max_seqs = 33;
   busy.block_size = 4;
-  busy.kv_cache_bytes = 60 * 4 * 2 * 2 * 24 * 4;  // 60 blocks: preemption under load
+  // 60 blocks: preemption under load.
+  busy.kv_cache_bytes = 60 * 4 * model->model_config().kv_geometry().bytes_per_token(4);
   Engine engine(model, io::Tokenizer(io::small_config()), busy);
   Collector c;
   for (int i = 0; i < 32; ++i) {
@@ -209,6 +255,13 @@ TEST(Engine, RequestIsBatchInvariant) {
   EXPECT_GT(st.preemptions, 0);
   EXPECT_EQ(st.running, 0);
   EXPECT_EQ(st.requests_finished, 33);
+}
+
+TEST(Engine, RequestIsBatchInvariant) {
+  for (auto model : {tiny_gpt2(), tiny_mixtral(), tiny_gpt2_moe()}) {
+    SCOPED_TRACE(std::string(model->model_config().family().name()));
+    expect_batch_invariant(model);
+  }
 }
 
 TEST(Engine, ChoicesEqualSeparateSeededRequests) {
