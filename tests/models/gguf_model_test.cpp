@@ -3,7 +3,9 @@
 // gives bit-identical logits; F16 / BF16 stay within a bound and F16 greedy generation picks the
 // same 32 tokens; LLaMA's q/k rows are stored in Meta's interleaved order; tied and untied heads;
 // config keys; an unknown type is a clear error; a GGUF with a Q8_0 matrix loads with it quantized
-// (quantized_model_test.cpp covers quantized models).
+// (quantized_model_test.cpp covers quantized models). Mixtral round-trips the same way under
+// llama.cpp's names (architecture "llama", llama.expert_count, stacked blk.N.ffn_*_exps), and its
+// Q8_0 export loads with the expert stacks dequantized.
 #include "tessel/models/gguf_model.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +13,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "common/error_text.h"
 #include "tessel/autograd/grad_mode.h"
@@ -18,6 +21,7 @@
 #include "tessel/models/gpt2/gpt2.h"
 #include "tessel/models/llama/llama.h"
 #include "tessel/models/llama/llama_gguf.h"
+#include "tessel/models/mixtral/mixtral_family.h"
 
 namespace tessel::models {
 namespace {
@@ -65,6 +69,18 @@ LlamaConfig tiny_llama(bool tied = false) {
   c.tie_word_embeddings = tied;
   c.rms_norm_eps = 1e-5;
   c.initializer_range = 0.3;
+  return c;
+}
+
+// Rows of 32 and 64: whole Q8_0 blocks for every matrix.
+LlamaConfig tiny_mixtral() {
+  LlamaConfig c = tiny_llama();
+  c.variant = LlamaVariant::Mixtral;
+  c.hidden = 32;
+  c.intermediate_size = 64;
+  c.head_dim = 8;
+  c.num_local_experts = 4;
+  c.num_experts_per_tok = 2;
   return c;
 }
 
@@ -213,6 +229,73 @@ TEST_F(GgufModel, LlamaQkRowsAreStoredInterleaved) {
         "llama.rope.dimension_count", "llama.vocab_size"})
     EXPECT_EQ(m.at(k, "").type, io::GgufType::U32) << k;
   EXPECT_TRUE(f.contains("output.weight"));  // untied
+}
+
+TEST_F(GgufModel, MixtralExportsMatchTheSafetensorsModel) {
+  check_exports(tiny_mixtral(), dir_.string(), "mixtral");
+  // llama.cpp's layout: the "llama" architecture with an expert count, one stacked tensor per
+  // projection with GGUF dims [in, out, experts].
+  io::GgufFile f = io::GgufFile::open(path("mixtral-f32.gguf"));
+  EXPECT_EQ(f.metadata().at("general.architecture", "").as_string(""), "llama");
+  EXPECT_EQ(gguf_int(f, "llama.expert_count"), 4);
+  EXPECT_EQ(gguf_int(f, "llama.expert_used_count"), 2);
+  EXPECT_EQ(f.info("blk.1.ffn_gate_inp.weight").dims, (std::vector<uint64_t>{32, 4}));
+  EXPECT_EQ(f.info("blk.1.ffn_gate_exps.weight").dims, (std::vector<uint64_t>{32, 64, 4}));
+  EXPECT_EQ(f.info("blk.1.ffn_up_exps.weight").dims, (std::vector<uint64_t>{32, 64, 4}));
+  EXPECT_EQ(f.info("blk.1.ffn_down_exps.weight").dims, (std::vector<uint64_t>{64, 32, 4}));
+  EXPECT_FALSE(f.contains("blk.0.ffn_gate.weight"));
+  auto loaded = load_model_source(path("mixtral-f32.gguf"));
+  EXPECT_EQ(loaded->model_config().family().name(), "mixtral");
+  // Expert 2's down projection is the stack's third [32, 64] slice, as in the HF directory's
+  // block_sparse_moe.experts.2.w2.weight.
+  auto reference = load_model(path("hf"));
+  const auto stack = [](CausalLM& m) {
+    for (auto& [name, t] : m.state_dict())
+      if (name == "layers.1.block_sparse_moe.experts.down_proj") return t;
+    return Tensor();
+  };
+  const Tensor got = stack(*loaded), want = stack(*reference);
+  ASSERT_TRUE(got.defined() && want.defined());
+  EXPECT_EQ(max_abs_diff(got.narrow(0, 2, 1), want.narrow(0, 2, 1)), 0.0);
+}
+
+TEST_F(GgufModel, MixtralQ8_0ExportLoadsWithItsExpertsDequantized) {
+  autograd::NoGradGuard no_grad;
+  Generator gen(5);
+  auto model = tiny_mixtral().build_random(gen);
+  model->eval();
+  save_gguf_model(*model, path("m-q8.gguf"), {"q8_0", "m", nullptr});
+  io::GgufFile f = io::GgufFile::open(path("m-q8.gguf"));
+  EXPECT_EQ(f.info("blk.0.ffn_up_exps.weight").type, io::ggml::kQ8_0);
+  auto loaded = load_model_source(path("m-q8.gguf"));
+  EXPECT_TRUE(is_quantized_model(*loaded));  // the Linear matrices stay Q8_0 blocks
+  // Each stack within Q8_0's rounding of the original (one scale per 32 values: half a step of
+  // max/127), in the same layout.
+  std::map<std::string, Tensor> before, after;
+  for (auto& [name, t] : model->state_dict()) before[name] = t.to(DType::F32);
+  for (auto& [name, t] : loaded->state_dict()) after[name] = t.to(DType::F32);
+  int stacks = 0;
+  for (auto& [name, t] : before) {
+    if (name.find(".experts.") == std::string::npos) continue;
+    ++stacks;
+    ASSERT_EQ(after[name].shape(), t.shape()) << name;
+    EXPECT_LT(max_abs_diff(after[name], t), max_abs(t) / 127.0) << name;
+  }
+  EXPECT_EQ(stacks, 6);
+  const Tensor ids = some_ids(53);
+  const Tensor want = model->forward(ids), got = loaded->forward(ids);
+  // Every matrix rounded to Q8_0 moves the logits (0.07 of their largest here: the weights of
+  // initializer_range 0.3 make them sharp); the stacks above are the check of the layout.
+  EXPECT_LT(max_abs_diff(got, want), 0.1 * max_abs(want));
+
+  LlamaConfig windowed = tiny_mixtral();
+  windowed.sliding_window = 5;
+  auto with_window = windowed.build_random(gen);
+  test::expect_error(
+      [&] {
+        save_gguf_model(*with_window, path("w.gguf"), {"f32", "", nullptr});
+      },
+      {"sliding_window 5"});
 }
 
 TEST_F(GgufModel, UnknownTypeIsAnErrorAndQ8_0MatricesLoad) {

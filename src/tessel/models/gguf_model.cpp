@@ -137,7 +137,8 @@ void load_gguf_tensors(CausalLM& model, const io::GgufFile& file, const std::str
     // A Linear or Embedding matrix in a GGUF weight format (the quantized ones, and F16 / BF16,
     // which quant_matmul reads as they are) stays as its blocks: a view of the mapping (to_tessel
     // only reorders whole rows, which for LLaMA's q / k is a copy of those blocks, still in their
-    // format). Any other quantized tensor is an Error; F32 and other float tensors load as before.
+    // format). Any other quantized tensor (a mixture of experts' stacked expert weights) is
+    // dequantized to the parameter's dtype here; F32 and other float tensors load as before.
     const size_t dot = name.rfind('.');
     nn::Module* owner = dot == std::string::npos ? nullptr : modules[name.substr(0, dot)];
     const bool is_weight = dot != std::string::npos && name.substr(dot + 1) == "weight";
@@ -145,10 +146,15 @@ void load_gguf_tensors(CausalLM& model, const io::GgufFile& file, const std::str
     auto* embedding = is_weight ? dynamic_cast<nn::Embedding*>(owner) : nullptr;
     const bool blocks_format = kernels::quant::is_ggml_type_supported(info.type);
     const bool quantized = blocks_format && !io::dtype_of_ggml(info.type);
+    if (quantized && !linear && !embedding) {
+      const Tensor value =
+          kernels::quant::dequantize(kernels::quant::quant_type_from_ggml(info.type),
+                                     file.raw(stored), info.shape())
+              .to(t.dtype());
+      state.emplace_back(name, to_tessel ? to_tessel(name, value) : value);
+      continue;
+    }
     if (quantized || (blocks_format && info.dims.size() == 2 && (linear || embedding))) {
-      TESSEL_CHECK(linear || embedding, context, " ", file.path(), ": tensor ", stored, " is ",
-                   io::ggml_type_name(info.type),
-                   ", but only Linear and Embedding weights can be kept quantized (", name, ")");
       if (!keep) keep = std::make_shared<const io::GgufFile>(file);
       const std::span<const uint8_t> raw = file.raw(stored);
       auto impl = std::make_shared<TensorImpl>();

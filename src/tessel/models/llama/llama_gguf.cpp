@@ -5,6 +5,10 @@
 // q_proj and k_proj (and their biases) are reordered per head on export and back on load. Only
 // the "llama" architecture with default or linear RoPE scaling has a GGUF form here; Mistral's
 // window, Qwen2 and the llama3 / dynamic scalings are refused by name rather than written wrong.
+// Mixtral is stored as llama.cpp stores it: architecture "llama" with llama.expert_count and
+// llama.expert_used_count, the router as blk.N.ffn_gate_inp.weight and each projection's experts
+// as one stacked tensor, blk.N.ffn_{gate,up,down}_exps.weight (GGUF dims [in, out, experts]: the
+// same bytes as tessel's [experts, out, in] stack).
 #include "tessel/models/llama/llama_gguf.h"
 
 #include <cstring>
@@ -52,8 +56,17 @@ std::string llama_gguf_name(const std::string& name) {
       {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"}};
   if (auto it = kTop.find(name); it != kTop.end()) return it->second;
+  static const std::map<std::string, std::string> kExperts = {
+      {"gate_proj", "ffn_gate_exps"}, {"up_proj", "ffn_up_exps"}, {"down_proj", "ffn_down_exps"}};
+  static const std::regex experts(R"(layers\.(\d+)\.block_sparse_moe\.experts\.(\w+))");
+  static const std::regex router(R"(layers\.(\d+)\.block_sparse_moe\.router\.weight)");
   static const std::regex pattern(R"(layers\.(\d+)\.(.+)\.(weight|bias))");
   std::smatch m;
+  if (std::regex_match(name, m, experts)) {
+    if (auto it = kExperts.find(m[2].str()); it != kExperts.end())
+      return "blk." + m[1].str() + "." + it->second + ".weight";
+  }
+  if (std::regex_match(name, m, router)) return "blk." + m[1].str() + ".ffn_gate_inp.weight";
   if (std::regex_match(name, m, pattern)) {
     if (auto it = kBlock.find(m[2].str()); it != kBlock.end())
       return "blk." + m[1].str() + "." + it->second + "." + m[3].str();
@@ -86,6 +99,14 @@ Tensor llama_permute_rope_rows(const Tensor& w, int64_t n_heads, bool to_interle
 ConfigPtr llama_config_from_gguf(const io::GgufFile& file) {
   auto c = std::make_shared<LlamaConfig>();
   c->variant = LlamaVariant::Llama;
+  // A mixture of experts (llama.cpp writes Mixtral as "llama" with an expert count).
+  if (const int64_t experts = gguf_optional_int(file, key("expert_count")).value_or(0);
+      experts > 0) {
+    c->variant = LlamaVariant::Mixtral;
+    c->sliding_window = 0;
+    c->num_local_experts = experts;
+    c->num_experts_per_tok = gguf_int(file, key("expert_used_count"));
+  }
   c->max_position_embeddings = gguf_int(file, key("context_length"));
   c->hidden = gguf_int(file, key("embedding_length"));
   c->num_hidden_layers = gguf_int(file, key("block_count"));
@@ -132,8 +153,11 @@ ConfigPtr llama_config_from_gguf(const io::GgufFile& file) {
 void llama_config_to_gguf(const ModelConfig& config, io::GgufMetadata& out) {
   const auto* c = dynamic_cast<const LlamaConfig*>(&config);
   TESSEL_CHECK(c != nullptr, "LLaMA GGUF: the config is not a LLaMA's");
-  TESSEL_CHECK(c->variant == LlamaVariant::Llama, "GGUF export of ", llama_architecture(c->variant),
-               " is not supported yet (LlamaForCausalLM is)");
+  TESSEL_CHECK(c->variant == LlamaVariant::Llama || c->variant == LlamaVariant::Mixtral,
+               "GGUF export of ", llama_architecture(c->variant),
+               " is not supported yet (LlamaForCausalLM and MixtralForCausalLM are)");
+  TESSEL_CHECK(c->sliding_window == 0, "GGUF export: sliding_window ", c->sliding_window,
+               " is not supported (llama.cpp's llama architecture has no window)");
   const RopeScaling::Type scaling = c->rope_scaling.type;
   TESSEL_CHECK(scaling == RopeScaling::Type::Default || scaling == RopeScaling::Type::Linear,
                "GGUF export: rope_scaling '", rope_type_name(scaling),
@@ -157,6 +181,10 @@ void llama_config_to_gguf(const ModelConfig& config, io::GgufMetadata& out) {
   out.set(key("rope.dimension_count"), u32(c->head_dim));
   out.set(key("rope.freq_base"), f32(c->rope_theta));
   out.set(key("vocab_size"), u32(c->vocab_size));
+  if (c->variant == LlamaVariant::Mixtral) {
+    out.set(key("expert_count"), u32(c->num_local_experts));
+    out.set(key("expert_used_count"), u32(c->num_experts_per_tok));
+  }
   if (scaling == RopeScaling::Type::Linear) {
     out.set(key("rope.scaling.type"), io::GgufValue::of_string("linear"));
     out.set(key("rope.scaling.factor"), f32(c->rope_scaling.factor));

@@ -11,6 +11,7 @@
 
 #include "tessel/core/error.h"
 #include "tessel/models/llama/llama_family.h"
+#include "tessel/models/llama/llama_gguf.h"
 
 namespace tessel::models {
 
@@ -78,21 +79,21 @@ class MixtralFamily final : public Family {
   std::vector<std::string> tokenizer_files() const override {
     return {"tokenizer.json", "tokenizer.model"};
   }
-  // llama.cpp stores Mixtral under "llama" with expert tensors tessel does not read yet.
-  std::string_view gguf_architecture() const override { return "mixtral"; }
+  // llama.cpp stores Mixtral under "llama" with llama.expert_count (llama_gguf.cpp): a GGUF file
+  // is found through the LLaMA family, whose config reader gives a Mixtral config when it has
+  // experts.
+  std::string_view gguf_architecture() const override { return "llama"; }
   ConfigPtr config_from_gguf(const io::GgufFile& file) const override {
-    TESSEL_FAIL(file.path(),
-                ": GGUF is not supported for the Mixtral family (use the Hugging "
-                "Face layout: config.json + model.safetensors)");
+    return llama_config_from_gguf(file);
   }
-  void config_to_gguf(const ModelConfig&, io::GgufMetadata&) const override {
-    TESSEL_FAIL("GGUF export is not supported for the Mixtral family");
+  void config_to_gguf(const ModelConfig& config, io::GgufMetadata& out) const override {
+    llama_config_to_gguf(config, out);
   }
-  io::NamedTensors to_gguf(const CausalLM&) const override {
-    TESSEL_FAIL("GGUF export is not supported for the Mixtral family");
+  io::NamedTensors to_gguf(const CausalLM& model) const override {
+    return llama_to_gguf(as_mixtral(model));
   }
-  void load_gguf(CausalLM&, const io::GgufFile& file) const override {
-    TESSEL_FAIL(file.path(), ": GGUF is not supported for the Mixtral family");
+  void load_gguf(CausalLM& model, const io::GgufFile& file) const override {
+    llama_load_gguf(as_mixtral(model), file);
   }
 };
 
