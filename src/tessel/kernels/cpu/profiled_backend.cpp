@@ -157,8 +157,8 @@ class ProfiledBackend final : public Backend {
     // Each row of a meets one [K, N] matrix (rows form) or one [P, Q] outer product (weight form).
     const double flops =
         2.0 * double(a.numel()) * double(desc.weight_grad ? b.size(-1) : c.size(-1));
-    profile::Scope s(std::string(desc.weight_grad ? "grouped_gemm.weight" : "grouped_gemm.rows"),
-                     flops);
+    // A literal: Scope keeps the name as a view, so a temporary string would dangle.
+    profile::Scope s(desc.weight_grad ? "grouped_gemm.weight" : "grouped_gemm.rows", flops);
     inner_.grouped_gemm(desc, a, b, offsets, c);
   }
 
