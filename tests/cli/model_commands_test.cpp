@@ -387,4 +387,35 @@ TEST(BenchGenerate, ProfileSplitsTheDecodeByKernel) {
   }
 }
 
+// A Mixtral's decode reads the active weights: every tensor but the experts', and k / E of each
+// layer's expert stacks, which is what the floor divides by; the profile (with the grouped GEMM's
+// rows) renders as JSON.
+TEST(BenchGenerate, MixtralTrafficCountsTheActiveExperts) {
+  const fs::path d = scratch("bench_generate_moe");
+  std::ofstream(d / "mixtral.json") << R"({"architectures": ["MixtralForCausalLM"],
+    "model_type": "mixtral", "vocab_size": 101, "hidden_size": 16, "intermediate_size": 24,
+    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 33, "tie_word_embeddings": false, "num_local_experts": 5,
+    "num_experts_per_tok": 2})";
+  const Outcome r = tessel("bench generate --config " + (d / "mixtral.json").string() +
+                               " --prompt 7 --tokens 5 --seconds 0 --profile",
+                           d);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  bool grouped = false, bandwidth = false;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.value("figure", "") == "decode_profile")
+      grouped |= j["kernel"].get<std::string>() == "grouped_gemm.rows";
+    if (j.value("figure", "") != "decode_bandwidth") continue;
+    bandwidth = true;
+    // 3 layers x 3 stacks of 5 experts x 16 x 24 f32; 3 of the 5 experts idle per token.
+    const double idle = 3.0 * 3 * 5 * 16 * 24 * 4 * 3 / 5;
+    EXPECT_DOUBLE_EQ(j["stored_weight_bytes"].get<double>() - j["weight_bytes"].get<double>(), idle)
+        << line;
+  }
+  EXPECT_TRUE(bandwidth) << r.out;
+  EXPECT_TRUE(grouped) << r.out;
+}
+
 }  // namespace

@@ -5,7 +5,9 @@
 // tokens/s, and the decode's weight traffic as a fraction of the read bandwidth measured in the
 // same run. One JSON line per figure. --model measures a model directory or a GGUF file instead
 // (a quantized GGUF decodes from its blocks; the traffic counts their bytes). --weights converts
-// the matrices first (int8 / bf16 / f16, models/inference_weights.h).
+// the matrices first (int8 / bf16 / f16, models/inference_weights.h). For a mixture-of-experts
+// model the traffic is the active weights (DeepSpeed-MoE's inference bound): a token reads only
+// the experts it was routed to.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -23,6 +25,7 @@
 #include "tessel/models/generation.h"
 #include "tessel/models/gguf_model.h"
 #include "tessel/models/inference_weights.h"
+#include "tessel/nn/moe.h"
 
 namespace tessel::cli {
 
@@ -62,6 +65,21 @@ size_t weight_bytes(const models::CausalLM& model) {
     if (seen.insert(p.data_ptr()).second) bytes += p.nbytes();
   }
   return bytes;
+}
+
+// What one token's decode reads of a mixture-of-experts model: every weight but the experts' once,
+// and of each MoE layer's expert stacks the top_k experts the token chose (k / E of them; at batch
+// 1 a token's k choices are distinct experts). Equal to weight_bytes for a dense model.
+double active_weight_bytes(models::CausalLM& model) {
+  double idle = 0;
+  for (auto& [name, m] : model.named_modules()) {
+    const auto* moe = dynamic_cast<const nn::MoE*>(m);
+    if (moe == nullptr) continue;
+    const nn::MoEConfig& c = moe->config();
+    for (const Tensor& p : moe->experts->parameters())
+      idle += double(p.nbytes()) * double(c.num_experts - c.top_k) / double(c.num_experts);
+  }
+  return double(weight_bytes(model)) - idle;
 }
 
 // The kernels' share of the decode: one profiled run with every token and one with the prompt
@@ -160,7 +178,8 @@ void run_generate_bench(const GenerateBenchOptions& opt) {
                 {"vocab_size", config.vocabulary_size()}};
   if (!opt.model.empty()) shape["path"] = opt.model;
   const double prefill = median(prefill_tps), decode = median(decode_tps);
-  const double bytes = double(weight_bytes(*model));
+  const double stored_bytes = double(weight_bytes(*model));
+  const double bytes = active_weight_bytes(*model);
   emit({{"bench", "generate"},
         {"figure", "prefill"},
         {"config", opt.config},
@@ -181,7 +200,8 @@ void run_generate_bench(const GenerateBenchOptions& opt) {
         {"runs", int(decode_tps.size())}});
   emit({{"bench", "generate"},
         {"figure", "decode_bandwidth"},
-        {"weight_bytes", bytes},
+        {"weight_bytes", bytes},  // read per token: the active weights of an MoE model
+        {"stored_weight_bytes", stored_bytes},
         {"gbs", bytes * decode / 1e9},
         {"read_bandwidth_gbs", lim.read_gbs},
         {"fraction_of_read_bandwidth", bytes * decode / 1e9 / lim.read_gbs}});
