@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "tessel/core/error.h"
@@ -28,9 +29,11 @@ const Family& family_for_gguf(const io::GgufFile& file) {
                                .at("general.architecture", file.path())
                                .as_string(file.path() + ": general.architecture");
   std::string known;
+  std::set<std::string_view> listed;  // Mixtral shares LLaMA's "llama"
   for (const Family* f : families()) {
     if (f->gguf_architecture() == arch) return *f;
-    known += (known.empty() ? "" : ", ") + std::string(f->gguf_architecture());
+    if (listed.insert(f->gguf_architecture()).second)
+      known += (known.empty() ? "" : ", ") + std::string(f->gguf_architecture());
   }
   TESSEL_FAIL(file.path(), ": general.architecture '", arch,
               "' is not supported (supported: ", known, ")");
