@@ -5,12 +5,15 @@
 Writes a small random GPT-2 with a byte-level tokenizer (`tessel init`), starts the two-rank server
 on a free port, sends concurrent greedy completions and requires each text to equal one-rank
 `tessel generate` for the same prompt, then sends SIGTERM to rank 0 alone: it must drain, tell rank
-1 to stop, and the whole job must exit 0 with no process of it left. Also: a model whose 3 heads
+1 to stop, and the whole job must exit 0 with no process of it left. Each rank loads the model
+directory by reading only its share of the safetensors file: both say how many weight values they
+read, each fewer than the file holds, together at least all of them. Also: a model whose 3 heads
 cannot be split over 2 ranks is refused with one error message and a non-zero exit.
 Usage: serve_tp_http.py TESSEL MPIEXEC WORKDIR
 """
 import json
 import os
+import struct
 import re
 import shutil
 import signal
@@ -39,12 +42,22 @@ def byte_vocab():
     return {c: i for i, c in enumerate(chars)}
 
 
-def write_model(tessel, work, name, heads):
+def write_model(tessel, work, name, heads, family="gpt2"):
     src = os.path.join(work, name + "-src")
     os.makedirs(src)
-    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 257,
-              "n_positions": 128, "n_embd": 24, "n_head": heads, "n_layer": 2,
-              "initializer_range": 0.2, "bos_token_id": 256, "eos_token_id": 256}
+    if family == "gpt2":
+        config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 257,
+                  "n_positions": 128, "n_embd": 24, "n_head": heads, "n_layer": 2,
+                  "initializer_range": 0.2, "bos_token_id": 256, "eos_token_id": 256}
+    else:
+        # Grouped-query heads (6 query, 2 key/value: one of each per rank), an untied head whose
+        # 258 rows split evenly.
+        config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                  "vocab_size": 258, "hidden_size": 24, "intermediate_size": 38,
+                  "num_hidden_layers": 2, "num_attention_heads": heads, "num_key_value_heads": 2,
+                  "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+                  "initializer_range": 0.2, "tie_word_embeddings": False,
+                  "bos_token_id": 256, "eos_token_id": 256}
     with open(os.path.join(src, "config.json"), "w") as f:
         json.dump(config, f)
     with open(os.path.join(src, "vocab.json"), "w") as f:
@@ -55,6 +68,24 @@ def write_model(tessel, work, name, heads):
     subprocess.run([tessel, "init", "--config", os.path.join(src, "config.json"), "--out", out,
                     "-s", "3"], check=True, stdout=subprocess.DEVNULL)
     return out
+
+
+def stored_values(model):
+    # Elements of every tensor in the directory's safetensors file(s), from their JSON headers.
+    total = 0
+    for name in os.listdir(model):
+        if not name.endswith(".safetensors"):
+            continue
+        with open(os.path.join(model, name), "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size))
+        for key, entry in header.items():
+            if key != "__metadata__":
+                n = 1
+                for d in entry["shape"]:
+                    n *= d
+                total += n
+    return total
 
 
 def children(pid):
@@ -92,6 +123,81 @@ def completion(url, prompt, tokens):
         return json.load(r)["choices"][0]["text"]
 
 
+def serve_and_compare(tessel, mpirun, env, model):
+    """Completions from the two-rank server equal one-rank generate; SIGTERM ends the job 0."""
+    prompts = ["The sea", "Once upon a time, there", "abc abc abc abc abc abc abc abc x"]
+    expected = []
+    for p in prompts:
+        g = subprocess.run([tessel, "generate", "-m", model, "-p", p, "-n", "9", "--temp", "0",
+                            "--ignore-eos", "--format", "json"],
+                           capture_output=True, text=True, env=env, check=True)
+        expected.append(json.loads(g.stdout)["text"])
+
+    server = subprocess.Popen(
+        mpirun + [tessel, "serve", "--tp", "2", "-m", model, "--port", "0",
+                  "--block-size", "4", "--max-batch-tokens", "11", "--drain-timeout", "20"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True)
+    try:
+        url, deadline = None, time.time() + 120
+        while url is None and time.time() < deadline:
+            line = server.stdout.readline()
+            if not line:
+                break
+            m = re.search(r"ready at (http://\S+)", line)
+            if m:
+                url = m.group(1)
+        if url is None:
+            fail(f"the server never said it was ready: {server.stderr.read()[-2000:]}")
+        texts = [None] * len(prompts)
+
+        def ask(i):
+            texts[i] = completion(url, prompts[i], 9)
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, p in enumerate(prompts):
+            if texts[i] != expected[i]:
+                fail(f"{p!r}: server {texts[i]!r} != one-rank generate {expected[i]!r}")
+        # The same prompts again: now from the prefix cache.
+        if completion(url, prompts[1], 9) != expected[1]:
+            fail("a repeated prompt (prefix-cache hit) gave other text")
+
+        ranks = {rank_of(c): c for c in children(server.pid)}
+        if set(ranks) != {0, 1}:
+            fail(f"expected ranks 0 and 1 under mpirun, found {ranks}")
+        os.kill(ranks[0], signal.SIGTERM)
+        try:
+            code = server.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            fail("the job did not end within 90 s of SIGTERM to rank 0")
+        err = server.stderr.read()
+        if code != 0:
+            fail(f"the job exited {code} after SIGTERM to rank 0: {err[-3000:]}")
+        if "tensor-parallel rank 1 stopped" not in err:
+            fail(f"rank 1 did not report its stop: {err[-2000:]}")
+        read = {int(r): int(n) for r, n in
+                re.findall(r"tensor-parallel rank (\d+) read (\d+) weight values", err)}
+        whole = stored_values(model)
+        if set(read) != {0, 1}:
+            fail(f"expected both ranks to say what they read, got {read}: {err[-2000:]}")
+        if any(n >= whole for n in read.values()) or sum(read.values()) < whole:
+            fail(f"ranks read {read} weight values of the file's {whole}: each should read "
+                 "only its share, and together all of it")
+        left = [p for p in ranks.values() if os.path.exists(f"/proc/{p}")]
+        if left:
+            fail(f"processes {left} still exist after the job ended")
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    print(f"serve --tp 2, {os.path.basename(model)}: 4 completions equal to one rank's, ranks "
+          f"read {read} of {whole} weight values, SIGTERM on rank 0 ended the job 0")
+
+
 def main():
     tessel, mpiexec, work = sys.argv[1:4]
     shutil.rmtree(work, ignore_errors=True)
@@ -108,69 +214,8 @@ def main():
             fail(f"3 heads on 2 ranks: exit {r.returncode}, the error printed {said} times: "
                  f"{r.stderr[-2000:]}")
 
-        model = write_model(tessel, work, "model", 4)
-        prompts = ["The sea", "Once upon a time, there", "abc abc abc abc abc abc abc abc x"]
-        expected = []
-        for p in prompts:
-            g = subprocess.run([tessel, "generate", "-m", model, "-p", p, "-n", "9", "--temp", "0",
-                                "--ignore-eos", "--format", "json"],
-                               capture_output=True, text=True, env=env, check=True)
-            expected.append(json.loads(g.stdout)["text"])
-
-        server = subprocess.Popen(
-            mpirun + [tessel, "serve", "--tp", "2", "-m", model, "--port", "0",
-                      "--block-size", "4", "--max-batch-tokens", "11", "--drain-timeout", "20"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-            start_new_session=True)
-        try:
-            url, deadline = None, time.time() + 120
-            while url is None and time.time() < deadline:
-                line = server.stdout.readline()
-                if not line:
-                    break
-                m = re.search(r"ready at (http://\S+)", line)
-                if m:
-                    url = m.group(1)
-            if url is None:
-                fail(f"the server never said it was ready: {server.stderr.read()[-2000:]}")
-            texts = [None] * len(prompts)
-
-            def ask(i):
-                texts[i] = completion(url, prompts[i], 9)
-
-            threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            for i, p in enumerate(prompts):
-                if texts[i] != expected[i]:
-                    fail(f"{p!r}: server {texts[i]!r} != one-rank generate {expected[i]!r}")
-            # The same prompts again: now from the prefix cache.
-            if completion(url, prompts[1], 9) != expected[1]:
-                fail("a repeated prompt (prefix-cache hit) gave other text")
-
-            ranks = {rank_of(c): c for c in children(server.pid)}
-            if set(ranks) != {0, 1}:
-                fail(f"expected ranks 0 and 1 under mpirun, found {ranks}")
-            os.kill(ranks[0], signal.SIGTERM)
-            try:
-                code = server.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                fail("the job did not end within 90 s of SIGTERM to rank 0")
-            err = server.stderr.read()
-            if code != 0:
-                fail(f"the job exited {code} after SIGTERM to rank 0: {err[-3000:]}")
-            if "tensor-parallel rank 1 stopped" not in err:
-                fail(f"rank 1 did not report its stop: {err[-2000:]}")
-            left = [p for p in ranks.values() if os.path.exists(f"/proc/{p}")]
-            if left:
-                fail(f"processes {left} still exist after the job ended")
-        finally:
-            if server.poll() is None:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
-        print("serve --tp 2: 4 completions equal to one rank's, SIGTERM on rank 0 ended the job 0")
+        serve_and_compare(tessel, mpirun, env, write_model(tessel, work, "model", 4))
+        serve_and_compare(tessel, mpirun, env, write_model(tessel, work, "llama", 6, "llama"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -28,6 +28,7 @@
 #include "tessel/serve/engine_follower.h"
 #include "tessel/serve/http_server.h"
 #include "tessel/train/model_tensor_parallel.h"
+#include "tessel/train/model_tp_load.h"
 
 namespace tessel::cli {
 
@@ -83,14 +84,28 @@ struct RankModel {
 RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weights,
                           const dist::CommPtr& world) {
   RankModel out;
-  out.model = models::load_model_source(args.model);
-  apply_inference_weights(*out.model, weights, "serve");
-  if (!world) return out;
+  if (!world) {
+    out.model = models::load_model_source(args.model);
+    apply_inference_weights(*out.model, weights, "serve");
+    return out;
+  }
   const bool leader = world->rank() == 0;
-  out.tp = std::make_shared<train::ModelTensorParallel>(
-      train::parallelize_model(*out.model, world, "", false, [&](const std::string& line) {
-        if (leader) log(LogLevel::Info, "serve: ", line);
-      }));
+  const auto note = [&](const std::string& line) {
+    if (leader) log(LogLevel::Info, "serve: ", line);
+  };
+  if (models::is_gguf_model(args.model)) {
+    // GGUF blocks are read whole, then cut.
+    out.model = models::load_model_source(args.model);
+    out.tp = std::make_shared<train::ModelTensorParallel>(
+        train::parallelize_model(*out.model, world, "", false, note));
+  } else {
+    // Each rank reads only the byte ranges of its share of the safetensors files.
+    train::TpLoadedModel loaded = train::load_model_tp(args.model, world, note);
+    log(LogLevel::Info, "serve: tensor-parallel rank ", world->rank(), " read ", loaded.values_read,
+        " weight values (its share)");
+    out.model = std::move(loaded.model);
+    out.tp = std::move(loaded.tp);
+  }
   out.mirror = std::make_shared<serve::StepMirror>(world, [tp = out.tp](const Tensor& local) {
     return train::model_tp_full_logits(*tp, local);
   });

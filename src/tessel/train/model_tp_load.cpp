@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// Loading a model directory into this rank's tensor-parallel share (model_tp_load.h).
+#include "tessel/train/model_tp_load.h"
+
+#include <filesystem>
+
+#include "tessel/autograd/grad_mode.h"
+#include "tessel/core/error.h"
+#include "tessel/io/safetensors_dir.h"
+#include "tessel/models/family.h"
+#include "tessel/train/checkpoint/checkpoint_placement.h"
+#include "tessel/train/checkpoint/safetensors_regions.h"
+
+namespace tessel::train {
+
+TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
+                            const std::function<void(const std::string&)>& note) {
+  const std::filesystem::path config_path = std::filesystem::path(dir) / "config.json";
+  TESSEL_CHECK(std::filesystem::exists(config_path), "load model: ", config_path.string(),
+               " not found");
+  const models::ConfigPtr config = models::load_model_config(config_path.string());
+  TpLoadedModel out;
+  // Built without values: the untouched full tensors are zero pages until the cut below copies
+  // this rank's share out of them.
+  out.model = config->build_empty();
+  auto checkpoint = std::make_shared<const io::SafetensorsCheckpoint>(
+      io::SafetensorsCheckpoint::open(dir, io::SafetensorsLoad::Read));
+  // The layout describes the whole model's tensors, so it is taken before the cut.
+  const RegionSource regions =
+      safetensors_region_source(checkpoint, config->family().hf_layout(*out.model, *checkpoint));
+  int64_t values = 0;
+  const RegionSource counted = [&](const std::string& name, const PieceRegion& region, float* dst) {
+    values += region.numel();
+    regions(name, region, dst);
+  };
+  out.tp =
+      std::make_shared<ModelTensorParallel>(parallelize_model(*out.model, tp, "", false, note));
+  autograd::NoGradGuard no_grad;
+  for (const auto& [name, param] : out.model->named_parameters()) {
+    const sharding::ShardLayout* spec = out.tp->result.spec(name);
+    const sharding::LocalLayout placement =
+        spec ? sharding::LocalLayout::of(*spec, param.shape(), tp->size(), tp->rank())
+             : sharding::LocalLayout::whole(param.shape());
+    // Straight into the parameter when it is f32 (parameters are contiguous), else through one
+    // temporary of its size.
+    const bool direct = param.dtype() == DType::F32;
+    Tensor flat = direct ? param.detach().flatten() : empty({param.numel()}, DType::F32);
+    fill_placed(counted, name, placement, param.shape(), 0, param.numel(), flat);
+    if (!direct) param.detach().copy_from(flat.reshape(param.shape()));
+  }
+  out.values_read = values;
+  out.model->eval();
+  return out;
+}
+
+}  // namespace tessel::train

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0
+// A model directory loaded straight into this rank's tensor-parallel share: the model is built
+// without values, cut by the family's plan, and each rank then reads from the safetensors files
+// only the byte ranges of the pieces it holds (train/checkpoint/safetensors_regions.h), as the
+// trainer does for its first step. This is the per-shard loading of Megatron-LM's distributed
+// checkpoints applied to an unsharded Hugging Face directory: a rank's resident memory grows by its
+// share of the weights, not by the whole model.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "tessel/dist/communicator.h"
+#include "tessel/models/causal_lm.h"
+#include "tessel/train/model_tensor_parallel.h"
+
+namespace tessel::train {
+
+struct TpLoadedModel {
+  std::shared_ptr<models::CausalLM> model;  // this rank's share, in eval mode
+  std::shared_ptr<ModelTensorParallel> tp;
+  int64_t values_read = 0;  // weight values this rank read from the files
+};
+
+// `dir` holds config.json and safetensors weights (a model directory or a whole-model tessel
+// checkpoint). Collective over `tp` (the plan's parallelization is). `note` receives the plan's
+// one-line notices (the vocabulary padding).
+TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
+                            const std::function<void(const std::string&)>& note = {});
+
+}  // namespace tessel::train
