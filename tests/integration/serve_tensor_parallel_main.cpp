@@ -6,7 +6,10 @@
 // choices (a copy-on-write block) and overflow a small pool (preemption), so every decision rank 0
 // makes about blocks must reach rank 1's pool for its tokens to match. Both runs see the same
 // schedule: the same requests are queued before the engine starts and the pools have the same
-// number of blocks. A GPT-2 whose 3 heads cannot be split over 2 ranks is refused, naming both.
+// number of blocks. The same requests sampled (temperature, top-p, top-k, a presence penalty, a
+// seed each) give the same tokens as one rank too: rank 0 samples from the gathered logits with
+// each choice's own Philox stream, so only the logits' last bits may differ. A GPT-2 whose 3
+// heads cannot be split over 2 ranks is refused, naming both.
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -134,8 +137,12 @@ serve::EngineOptions options_for(const models::CausalLM& model, int64_t blocks) 
 constexpr int64_t kRequests = 7;
 constexpr int64_t kChoices = kRequests + 1;  // request 3 has two choices
 
+// Greedy, or sampled with a seed per request (choice c of a request uses its seed + c).
+enum class Decoding { kGreedy, kSeeded };
+
 // Rank 0 queues the requests, starts the engine and collects every choice.
-std::map<std::string, Output> serve_requests(serve::Engine& engine, serve::EngineStats& stats) {
+std::map<std::string, Output> serve_requests(serve::Engine& engine, Decoding decoding,
+                                             serve::EngineStats& stats) {
   Collector c;
   const std::vector<int64_t> shared = prompt_of(23, 5);
   for (int64_t i = 0; i < kRequests; ++i) {
@@ -146,6 +153,13 @@ std::map<std::string, Output> serve_requests(serve::Engine& engine, serve::Engin
     r.prompt.insert(r.prompt.end(), own.begin(), own.end());
     r.params.max_tokens = 17 + i;
     r.params.temperature = 0.0;
+    if (decoding == Decoding::kSeeded) {
+      r.params.temperature = 0.7 + 0.1 * double(i % 4);
+      r.params.top_p = i % 2 ? 0.9 : 1.0;
+      r.params.top_k = i % 3 == 2 ? 40 : 0;
+      r.params.presence_penalty = i == 5 ? 0.4 : 0.0;
+      r.params.seed = 1000 + 17 * uint64_t(i);
+    }
     r.params.ignore_eos = true;
     r.params.logprobs = 2;
     if (i == 3) r.params.n = 2;  // the choices share the prompt's last, partial block
@@ -160,7 +174,7 @@ std::map<std::string, Output> serve_requests(serve::Engine& engine, serve::Engin
 }
 
 void run_case(const std::string& name,
-              const std::function<std::shared_ptr<models::CausalLM>()>& make,
+              const std::function<std::shared_ptr<models::CausalLM>()>& make, Decoding decoding,
               const dist::CommPtr& world) {
   const bool leader = world->rank() == 0;
   constexpr int64_t kBlocks = 40;  // 7 sequences of up to 53 tokens need 98: preemption
@@ -169,7 +183,7 @@ void run_case(const std::string& name,
     auto whole = make();
     serve::Engine engine(whole, io::Tokenizer(io::small_config()), options_for(*whole, kBlocks));
     serve::EngineStats stats;
-    expected = serve_requests(engine, stats);
+    expected = serve_requests(engine, decoding, stats);
   }
   auto model = make();
   auto tp = std::make_shared<train::ModelTensorParallel>(
@@ -188,7 +202,7 @@ void run_case(const std::string& name,
   }
   serve::Engine engine(model, io::Tokenizer(io::small_config()), options, mirror);
   serve::EngineStats stats;
-  const std::map<std::string, Output> got = serve_requests(engine, stats);
+  const std::map<std::string, Output> got = serve_requests(engine, decoding, stats);
   check(stats.prefix_hits > 0, name + ": no prefix-cache hit");
   check(stats.preemptions > 0, name + ": no preemption");
   check(got.size() == size_t(kChoices), name + ": " + std::to_string(got.size()) + " choices");
@@ -204,7 +218,7 @@ void run_case(const std::string& name,
           name + ": " + key + " ended " + std::to_string(have.ends) + " times with " +
               std::to_string(have.tokens.size()) + " tokens, expected " +
               std::to_string(want.tokens.size()));
-    check(have.tokens == want.tokens, name + ": " + key + " greedy tokens differ from one rank's");
+    check(have.tokens == want.tokens, name + ": " + key + " tokens differ from one rank's");
     check(have.alternatives == want.alternatives, name + ": " + key + " top alternatives differ");
     if (have.logprobs.size() != want.logprobs.size()) {
       check(false, name + ": " + key + " logprob counts differ");
@@ -215,8 +229,13 @@ void run_case(const std::string& name,
   }
   // f32 products split over 2 ranks and summed: the rounding of a 24-wide model.
   check(worst <= 2e-5, name + ": largest logprob difference " + std::to_string(worst));
+  if (decoding == Decoding::kSeeded && got.count("r3/0") && got.count("r3/1")) {
+    // Seeds 1051 and 1052 over one prompt: the draws really are random (and per choice).
+    check(got.at("r3/0").tokens != got.at("r3/1").tokens,
+          name + ": the two seeded choices of r3 sampled the same tokens");
+  }
   std::printf(
-      "%s: %zu choices, greedy tokens equal to one rank's, largest logprob difference "
+      "%s: %zu choices, tokens equal to one rank's, largest logprob difference "
       "%.3g, %lld prefix-cache hits, %lld preemptions\n",
       name.c_str(), got.size(), worst, static_cast<long long>(stats.prefix_hits),
       static_cast<long long>(stats.preemptions));
@@ -246,9 +265,13 @@ int main() {
       return 2;
     }
     run_case(
-        "gpt2", [] { return tiny_gpt2(4); }, world);
+        "gpt2", [] { return tiny_gpt2(4); }, Decoding::kGreedy, world);
     run_case(
-        "llama-gqa", [] { return tiny_llama(); }, world);
+        "llama-gqa", [] { return tiny_llama(); }, Decoding::kGreedy, world);
+    run_case(
+        "gpt2-seeded", [] { return tiny_gpt2(4); }, Decoding::kSeeded, world);
+    run_case(
+        "llama-gqa-seeded", [] { return tiny_llama(); }, Decoding::kSeeded, world);
     refuses_uneven_heads(world);
     Tensor failures = from_data(std::vector<int64_t>{g_failures}, Shape{1});
     world->all_reduce(failures);
