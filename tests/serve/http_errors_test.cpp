@@ -136,10 +136,22 @@ TEST_F(ServerTest, LoadingAndDrainingAnswer503) {
                "service_unavailable");
   httplib::Client c = client();
   EXPECT_EQ(c.Get("/health")->status, 503);
+  for (const char* path : {"/v1/models", "/v1/models/tiny"}) {
+    httplib::Result r = c.Get(path);
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->status, 503) << path << ": " << r->body;
+    const json error = json::parse(r->body).at("error");
+    EXPECT_EQ(error.at("type"), "server_error") << path;
+    EXPECT_EQ(error.at("code"), "service_unavailable") << path;
+    EXPECT_EQ(error.at("message"), "the model is loading") << path;
+  }
   server_->set_ready(true);
   EXPECT_EQ(c.Get("/health")->status, 200);
+  EXPECT_EQ(c.Get("/v1/models")->status, 200);
+  EXPECT_EQ(c.Get("/v1/models/tiny")->status, 200);
   server_->begin_drain();
   EXPECT_EQ(c.Get("/health")->status, 503);
+  EXPECT_EQ(c.Get("/v1/models")->status, 503);
   expect_error(post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}}}}),
                503, "server_error", "service_unavailable");
   EXPECT_EQ(c.Get("/metrics")->status, 200);  // still observable while draining
@@ -173,12 +185,14 @@ TEST(HttpServerAlone, AnswersWhileTheModelLoads) {
   httplib::Client c("127.0.0.1", port);
   EXPECT_EQ(c.Get("/health")->status, 503);
   EXPECT_EQ(c.Post("/v1/completions", "{}", "application/json")->status, 503);
+  EXPECT_EQ(c.Get("/v1/models")->status, 503);  // no engine to describe yet
   EXPECT_EQ(c.Get("/metrics")->status, 200);
   EXPECT_THROW(server.set_ready(true), Error);  // no engine yet
   ScriptedEngine engine(io::Tokenizer(io::small_config()), {});
   server.attach(engine);
   server.set_ready(true);
   EXPECT_EQ(c.Get("/health")->status, 200);
+  EXPECT_EQ(c.Get("/v1/models")->status, 200);
   EXPECT_EQ(
       c.Post("/v1/completions", R"({"prompt": "ab", "max_tokens": 2})", "application/json")->status,
       200);

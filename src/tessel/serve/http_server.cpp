@@ -139,9 +139,13 @@ void HttpServer::Impl::routes() {
                                "invalid_request_error", "", "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;
     }
+    // Every API route answers 503 until the engine runs and once draining starts, as /health
+    // does: a client that lists the models before the first completion must not read "ready".
     const bool generation = req.method == "POST" &&
                             (req.path == "/v1/completions" || req.path == "/v1/chat/completions");
-    if (generation && (!ready || draining)) {
+    const bool models =
+        req.method == "GET" && (req.path == "/v1/models" || req.path.rfind("/v1/models/", 0) == 0);
+    if ((generation || models) && (!ready || draining)) {
       send_error(res,
                  ApiError(503, draining ? "the server is shutting down" : "the model is loading",
                           "server_error", "", "service_unavailable"));
