@@ -2,8 +2,8 @@
 // ops::paged_kv_store and ops::paged_attention: equal to ops::attention on the same keys laid out
 // contiguously (causal, same window, grouped heads), bitwise batch-invariant (a sequence's rows
 // alone equal its rows inside a batch of 33 mixed sequences with other block tables; a prompt in
-// chunks of 1 and 5 equals it all at once, over other block sizes; one thread equals two), and
-// the errors: gradients, out-of-range slots and block-table entries, inconsistent query ranges.
+// chunks of 1 and 5 equals it all at once, over other block sizes; one thread equals two), 16-bit
+// pools read in place bitwise equal to f32 pools of their widened values, and the errors: gradients, out-of-range slots and block-table entries, inconsistent query ranges.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -241,6 +241,31 @@ TEST(PagedAttention, F32QueriesOverBf16PoolsAndF32Store) {
                                 v.to(DType::BF16).to(DType::F32).reshape({1, len, kv_heads, dim}));
   const std::vector<float> g = got.to_vector<float>(), w = want.to_vector<float>();
   for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], 2e-5) << "element " << i;
+}
+
+TEST(PagedAttention, SixteenBitPoolsReadInPlaceEqualTheirWidenedValuesBitwise) {
+  // A bf16 / f16 pool is widened in registers as the kernel reads it: exact, so the output is bit
+  // for bit the one of an f32 pool holding the widened values, at head dims that end in a partial
+  // vector of every kernel set (7, 13, 33) and over 7, 13 and 33 keys (partial key groups, a
+  // tile and one key more), with grouped heads and a window.
+  for (DType pool : {DType::BF16, DType::F16})
+    for (int64_t dim : {7, 13, 33})
+      for (int64_t len : {7, 13, 33}) {
+        const int64_t heads = 6, kv_heads = 2, rows = 3;
+        Tensor k = rn({len, kv_heads, dim}, 31 + uint64_t(dim)).to(pool);
+        Tensor v = rn({len, kv_heads, dim}, 32 + uint64_t(len)).to(pool);
+        Tensor q = rn({rows, heads, dim}, 33);
+        PagedCache half(12, 3, kv_heads, dim, pool, 4), wide(12, 3, kv_heads, dim, DType::F32, 4);
+        const int a = half.add_sequence(), b = wide.add_sequence();
+        half.append(a, k, v);
+        wide.append(b, k.to(DType::F32), v.to(DType::F32));
+        for (int64_t window : {0, 5}) {
+          const Tensor got = half.attend(q, {a}, {rows}, window);
+          const Tensor want = wide.attend(q, {b}, {rows}, window);
+          EXPECT_TRUE(same_rows(got, 0, want, 0, rows))
+              << dtype_name(pool) << " dim " << dim << " keys " << len << " window " << window;
+        }
+      }
 }
 
 TEST(PagedAttention, RefusesGradientsAndBadIndices) {

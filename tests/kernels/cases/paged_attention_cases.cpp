@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Paged KV store and paged attention cases (PagedAttention, Kwon et al. 2023) against the fp64
 // reference. Block sizes 1, 3, 7 and 16; H = 6 query heads over 6, 3, 2 and 1 kv heads; head dims
-// 8, 16, 18, 64, 80 and 128; sequences of 7, 13 and 33 keys among others; windows 0 (none), 1 and
-// 5; ragged batches of up to 7 sequences: decode only (n_s = 1), whole prompts (n_s = seq_len) and
-// a mix of prefill chunks and decode steps. Block tables are shuffled block ids with -1 past each
-// sequence's last block, the pools hold spare blocks that no sequence uses, and q, the pools and
-// out run in f32, f64, bf16 and f16, plus f32 queries over bf16 / f16 pools.
+// 7, 8, 13, 16, 18, 33, 64, 80 and 128; sequences of 7, 13 and 33 keys among others; windows 0
+// (none), 1 and 5; ragged batches of up to 7 sequences: decode only (n_s = 1), whole prompts (n_s =
+// seq_len) and a mix of prefill chunks and decode steps. Block tables are shuffled block ids with
+// -1 past each sequence's last block, the pools hold spare blocks that no sequence uses, and q, the
+// pools and out run in f32, f64, bf16 and f16, plus f32 queries over bf16 / f16 pools.
 #include <algorithm>
 #include <numeric>
 
@@ -197,6 +197,14 @@ void add_paged_attention_cases(std::vector<OpCase>& v) {
     v.push_back(attention_case({7, 6, 1, d, 0, &odd}, DType::F16, DType::F16));
   }
   v.push_back(attention_case({16, 6, 6, 64, 0, &odd}, DType::F32, DType::F32));
+  // 16-bit pools read in place: head dims 7, 13 and 33 end in a partial vector in every kernel
+  // set (4, 8 and 16 lanes), with and without grouped heads and a window.
+  for (int64_t d : {7, 13, 33}) {
+    v.push_back(attention_case({3, 6, 2, d, 5, &odd}, DType::F32, DType::BF16));
+    v.push_back(attention_case({16, 6, 3, d, 0, &odd}, DType::F32, DType::F16));
+    v.push_back(attention_case({7, 6, 1, d, 0, &sc[2]}, DType::BF16, DType::BF16));
+    v.push_back(attention_case({7, 6, 6, d, 1, &odd}, DType::F16, DType::F16));
+  }
   for (DType dt : case_helpers::kCaseDTypes) {
     v.push_back(store_case(1, 3, 8, 7, dt));
     v.push_back(store_case(3, 2, 18, 13, dt));

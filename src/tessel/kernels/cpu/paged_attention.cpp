@@ -9,13 +9,13 @@
 // one thread runs the same code over the tiles its causal / sliding-window range touches, in
 // position order: the visible keys' scores, the tile's max, the rescale, the tile's weights summed
 // in fixed lanes (keys outside the row's range weigh exactly 0 and add nothing), the weighted sum
-// of V. In f32 (and for 16-bit pools, widened to f32) the scores and the V sum are vectorised
-// across the head dim (paged_attention_tiles.h: one vector accumulator per key, the lanes of a
-// group of keys added together by one fixed tree); f64 pools take the scalar loops below. A work
-// unit is (sequence, kv head, chunk of kQueryChunk rows): it locates (and widens, for 16-bit
-// pools) each tile's keys once for every query head of the kv head's group and every row of the
-// chunk, one tile ahead with a prefetch, and the units are spread over the pool; splitting the
-// work differently changes no row's arithmetic.
+// of V. In f32, and for 16-bit pools read in place and widened in registers, the scores and the V
+// sum are vectorised across the head dim (paged_attention_tiles.h: one vector accumulator per key,
+// the lanes of a group of keys added together by one fixed tree); f64 pools take the scalar loops
+// below. A work unit is (sequence, kv head, chunk of kQueryChunk rows): it locates each tile's
+// keys once for every query head of the kv head's group and every row of the chunk, one tile
+// ahead with a prefetch, and the units are spread over the pool; splitting the work differently
+// changes no row's arithmetic.
 #include <omp.h>
 
 #include "tessel/kernels/cpu/isa_region.h"
@@ -85,14 +85,36 @@ struct PagedArgs {
   double scale;
 };
 
+// How the kernel reads a pool of element type T: Load gives f32 lanes from Elem (the element, or
+// the bits of a 16-bit float); f64 pools have no Load and take the scalar loops.
+template <typename T>
+struct PoolRead {
+  using Elem = T;
+  using Load = void;
+};
+template <>
+struct PoolRead<float> {
+  using Elem = float;
+  using Load = cpu::paged::F32Load;
+};
+template <>
+struct PoolRead<BF16> {
+  using Elem = uint16_t;
+  using Load = cpu::paged::Bf16Load;
+};
+template <>
+struct PoolRead<F16> {
+  using Elem = uint16_t;
+  using Load = cpu::paged::F16Load;
+};
+
 // One (sequence, kv head, row chunk) unit's buffers, reused across the units a thread runs.
-template <typename Acc>
+template <typename Acc, typename Elem>
 struct UnitBuffers {
-  std::vector<Acc> k, v;  // [kTile][dim]: the tile's keys and values, widened (16-bit pools)
-  std::vector<Acc> q;     // [rows * group][dim]
-  std::vector<Acc> acc;   // [rows * group][dim]
-  std::vector<Acc> m, l;  // [rows * group]
-  std::vector<Acc> zero;  // [dim] zeros: the keys a tile's chunk does not see point here
+  std::vector<Acc> q;      // [rows * group][dim]
+  std::vector<Acc> acc;    // [rows * group][dim]
+  std::vector<Acc> m, l;   // [rows * group]
+  std::vector<Elem> zero;  // [dim] zeros: the keys a tile's chunk does not see point here
 };
 
 // (f64) x . y over n elements in kLanes fixed partial sums, added pairwise at the end: the order is
@@ -112,15 +134,16 @@ Acc dot(const Acc* x, const Acc* y, int64_t n) {
 }
 
 // The online-softmax update of one (query, head) state with one tile whose visible keys are
-// [a, b) (tile offsets). Fixed code and order: the same bits whichever unit or thread runs it.
-template <typename Acc>
-void update_state(const Acc* q, const Acc* const* krow, const Acc* const* vrow, int64_t dim,
+// [a, b) (tile offsets), its rows read through Load (void: f64, scalar). Fixed code and order: the
+// same bits whichever unit or thread runs it.
+template <typename Acc, typename Load, typename Elem>
+void update_state(const Acc* q, const Elem* const* krow, const Elem* const* vrow, int64_t dim,
                   int64_t a, int64_t b, Acc scale, Acc& m, Acc& l, Acc* acc) {
   constexpr Acc kNegInf = -std::numeric_limits<Acc>::infinity();
   constexpr int kSumLanes = 8;
   alignas(64) Acc s[kTile];
   if constexpr (std::is_same_v<Acc, float>) {
-    cpu::paged::tile_scores<kTile>(q, krow, dim, a, b, scale, s);
+    cpu::paged::tile_scores<kTile, Load>(q, krow, dim, a, b, scale, s);
   } else {
     for (int64_t t = 0; t < kTile; ++t) s[t] = kNegInf;
     for (int64_t t = a; t < b; ++t) s[t] = dot(q, krow[t], dim) * scale;
@@ -142,7 +165,7 @@ void update_state(const Acc* q, const Acc* const* krow, const Acc* const* vrow, 
   l = l * corr + part[0];
   m = m_new;
   if constexpr (std::is_same_v<Acc, float>) {
-    cpu::paged::accumulate_values(acc, s, vrow, dim, a, b, corr);
+    cpu::paged::accumulate_values<Load>(acc, s, vrow, dim, a, b, corr);
   } else {
 #pragma omp simd
     for (int64_t d = 0; d < dim; ++d) acc[d] *= corr;
@@ -168,14 +191,11 @@ void prefetch_row(const T* row, int64_t n) {
 // Pool element type T, accumulation type Acc (f32, or f64 for f64 pools).
 template <typename T, typename Acc>
 void run_unit(const PagedArgs& g, int64_t seq, int64_t kvh, int64_t r0, int64_t r1,
-              UnitBuffers<Acc>& buf) {
-  constexpr bool kHalf = std::is_same_v<T, BF16> || std::is_same_v<T, F16>;
+              UnitBuffers<Acc, typename PoolRead<T>::Elem>& buf) {
+  using Elem = typename PoolRead<T>::Elem;
+  using Load = typename PoolRead<T>::Load;
   const int64_t dim = g.dim, group = g.heads / g.kv_heads, states = (r1 - r0) * group;
   const int64_t len = g.lens[seq], n = g.starts[seq + 1] - g.starts[seq], first = len - n;
-  if (kHalf) {
-    buf.k.resize(size_t(kTile * dim));
-    buf.v.resize(size_t(kTile * dim));
-  }
   buf.q.resize(size_t(states * dim));
   buf.acc.assign(size_t(states * dim), Acc(0));
   buf.m.assign(size_t(states), -std::numeric_limits<Acc>::infinity());
@@ -188,15 +208,15 @@ void run_unit(const PagedArgs& g, int64_t seq, int64_t kvh, int64_t r0, int64_t 
   const auto row_begin = [&](int64_t p) {
     return g.window > 0 ? std::max<int64_t>(p - g.window + 1, 0) : int64_t(0);
   };
-  const T* kp = static_cast<const T*>(g.k_pool);
-  const T* vp = static_cast<const T*>(g.v_pool);
+  const Elem* kp = static_cast<const Elem*>(g.k_pool);
+  const Elem* vp = static_cast<const Elem*>(g.v_pool);
   const int32_t* table = g.table + seq * g.max_blocks;
   const int64_t lo = row_begin(first + r0), hi = first + r1;  // keys the chunk sees: [lo, hi)
   const Acc scale = Acc(g.scale);
   // Tile t0's keys that the chunk sees, located through the block table (one division per tile)
   // and prefetched: a tile is located one tile ahead of its use, so its rows arrive from memory
   // while the tile before is computed.
-  const auto locate = [&](int64_t t0, const T** kr, const T** vr) {
+  const auto locate = [&](int64_t t0, const Elem** kr, const Elem** vr) {
     const int64_t t_lo = std::max(t0, lo), t1 = std::min(t0 + kTile, hi);
     int64_t block = t_lo / g.block_size, off = t_lo % g.block_size;
     for (int64_t t = t_lo; t < t1; ++t) {
@@ -208,11 +228,11 @@ void run_unit(const PagedArgs& g, int64_t seq, int64_t kvh, int64_t r0, int64_t 
       if (++off == g.block_size) off = 0, ++block;
     }
   };
-  const T* kraw[2][kTile];
-  const T* vraw[2][kTile];
-  const Acc* krow[kTile];
-  const Acc* vrow[kTile];
-  buf.zero.assign(size_t(dim), Acc(0));
+  const Elem* kraw[2][kTile];
+  const Elem* vraw[2][kTile];
+  const Elem* krow[kTile];
+  const Elem* vrow[kTile];
+  buf.zero.assign(size_t(dim), Elem(0));  // 0.0 in every format
   const int64_t first_tile = lo / kTile * kTile;
   if (first_tile < hi) locate(first_tile, kraw[0], vraw[0]);
   for (int64_t t0 = first_tile, cur = 0; t0 < hi; t0 += kTile, cur ^= 1) {
@@ -222,15 +242,8 @@ void run_unit(const PagedArgs& g, int64_t seq, int64_t kvh, int64_t r0, int64_t 
     const int64_t t_lo = std::max(t0, lo), t1 = std::min(t0 + kTile, hi);
     for (int64_t i = 0; i < kTile; ++i) krow[i] = vrow[i] = buf.zero.data();
     for (int64_t i = t_lo - t0; i < t1 - t0; ++i) {
-      if constexpr (kHalf) {
-        load_row(kraw[cur][i], g.pool_dtype, 0, dim, &buf.k[size_t(i * dim)]);
-        load_row(vraw[cur][i], g.pool_dtype, 0, dim, &buf.v[size_t(i * dim)]);
-        krow[i] = &buf.k[size_t(i * dim)];
-        vrow[i] = &buf.v[size_t(i * dim)];
-      } else {
-        krow[i] = kraw[cur][i];
-        vrow[i] = vraw[cur][i];
-      }
+      krow[i] = kraw[cur][i];
+      vrow[i] = vraw[cur][i];
     }
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t p = first + r;
@@ -238,8 +251,8 @@ void run_unit(const PagedArgs& g, int64_t seq, int64_t kvh, int64_t r0, int64_t 
       if (a >= b) continue;
       for (int64_t h = 0; h < group; ++h) {
         const size_t st = size_t((r - r0) * group + h);
-        update_state(&buf.q[st * size_t(dim)], krow, vrow, dim, a, b, scale, buf.m[st], buf.l[st],
-                     &buf.acc[st * size_t(dim)]);
+        update_state<Acc, Load>(&buf.q[st * size_t(dim)], krow, vrow, dim, a, b, scale, buf.m[st],
+                                buf.l[st], &buf.acc[st * size_t(dim)]);
       }
     }
   }
@@ -269,13 +282,13 @@ void paged_attention_typed(const PagedArgs& g, int64_t sequences) {
   const int64_t count = int64_t(units.size());
   const int threads = int(std::min<int64_t>(num_threads(), count));
   if (threads <= 1 || omp_in_parallel()) {
-    UnitBuffers<Acc> buf;
+    UnitBuffers<Acc, typename PoolRead<T>::Elem> buf;
     for (const Unit& u : units) run_unit<T, Acc>(g, u.seq, u.kvh, u.r0, u.r1, buf);
     return;
   }
 #pragma omp parallel num_threads(threads)
   {
-    UnitBuffers<Acc> buf;
+    UnitBuffers<Acc, typename PoolRead<T>::Elem> buf;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < count; ++i) {
       const Unit& u = units[size_t(i)];
