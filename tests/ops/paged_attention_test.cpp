@@ -3,7 +3,8 @@
 // contiguously (causal, same window, grouped heads), bitwise batch-invariant (a sequence's rows
 // alone equal its rows inside a batch of 33 mixed sequences with other block tables; a prompt in
 // chunks of 1 and 5 equals it all at once, over other block sizes; one thread equals two), 16-bit
-// pools read in place bitwise equal to f32 pools of their widened values, and the errors: gradients, out-of-range slots and block-table entries, inconsistent query ranges.
+// pools read in place bitwise equal to f32 pools of their widened values, and the errors:
+// gradients, out-of-range slots and block-table entries, inconsistent query ranges.
 #include <gtest/gtest.h>
 
 #include <algorithm>
