@@ -9,6 +9,7 @@
 
 #include "tessel/models/family.h"
 #include "tessel/models/gpt2/gpt2_config.h"
+#include "tessel/models/llama/llama_config.h"
 #include "tessel/plan/shard_plan.h"
 #include "tessel/plan/trace.h"
 
@@ -108,6 +109,55 @@ TEST_P(ShardGraphTp, RediscoversMegatronForGpt2) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tp, ShardGraphTp, ::testing::Values(2, 4));
+
+// A LLaMA with as many K/V heads as query heads (grouped-query attention stays whole), 2 blocks,
+// 24 wide, 4 heads of 6, SwiGLU MLP of 36.
+models::ConfigPtr tiny_llama() {
+  models::LlamaConfig c;
+  c.vocab_size = 257;
+  c.hidden = 24;
+  c.intermediate_size = 36;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 4;
+  c.head_dim = 6;
+  c.max_position_embeddings = 32;
+  return std::make_shared<models::LlamaConfig>(c);
+}
+
+TEST_P(ShardGraphTp, RediscoversMegatronForLlamasSwiGlu) {
+  const int tp = GetParam();
+  TraceOptions t;
+  t.batch = 3;
+  t.seq = 13;
+  const models::ConfigPtr config = tiny_llama();
+  const Graph g = trace_training_step(*config, t);
+  ShardGraphOptions o;
+  o.tp = tp;
+  const ShardModel m = build_shard_model(g, slow_devices(), o);
+  const ShardSolution s = solve_shard_ilp(m.problem);
+  for (const char* block : {"layers.0", "layers.1"}) {
+    const std::string b = block;
+    for (const char* proj : {"q_proj", "k_proj", "v_proj"})
+      EXPECT_EQ(style_of(m, s, b + ".self_attn." + proj, "linear"), "Colwise") << b << " " << proj;
+    EXPECT_EQ(style_of(m, s, b + ".self_attn.o_proj", "linear"), "Rowwise") << b;
+    // Megatron's MLP: both SwiGLU inputs by columns, their product on the rank's features
+    // (the op table's mul rule), the down projection by rows.
+    EXPECT_EQ(style_of(m, s, b + ".mlp.gate_proj", "linear"), "Colwise") << b;
+    EXPECT_EQ(style_of(m, s, b + ".mlp.up_proj", "linear"), "Colwise") << b;
+    EXPECT_EQ(style_of(m, s, b + ".mlp", "mul"), "features") << b;
+    EXPECT_EQ(style_of(m, s, b + ".mlp.down_proj", "linear"), "Rowwise") << b;
+  }
+  const std::vector<ShardPlanRule> rules = shard_plan_rules(m, s);
+  auto has = [&](const std::string& pattern, const std::string& style) {
+    for (const ShardPlanRule& r : rules)
+      if (r.pattern == pattern && r.style == style) return true;
+    return false;
+  };
+  EXPECT_TRUE(has("layers.*.mlp.gate_proj", "Colwise"));
+  EXPECT_TRUE(has("layers.*.mlp.up_proj", "Colwise"));
+  EXPECT_TRUE(has("layers.*.mlp.down_proj", "Rowwise"));
+}
 
 TEST(ShardGraph, SmallProductsStayWholeWhenLinksCostMore) {
   // On an H100 a 24-wide layer's products take nanoseconds; an all-reduce a microsecond.

@@ -41,6 +41,8 @@ std::map<std::string, Example> examples() {
                  [](const auto& x) { return ops::linear(x[0], x[1]); }};
   e["add"] = {{random({3, 13, 7}, 3), random({3, 13, 7}, 4)},
               [](const auto& x) { return ops::add(x[0], x[1]); }};
+  e["mul"] = {{random({3, 13, 7}, 14), random({3, 13, 7}, 15)},
+              [](const auto& x) { return ops::mul(x[0], x[1]); }};
   e["gelu"] = {{random({3, 13, 7}, 5)}, [](const auto& x) { return ops::gelu(x[0]); }};
   e["layer_norm"] = {{random({3, 13, 7}, 6), random({7}, 7), random({7}, 8)},
                      [](const auto& x) { return ops::layer_norm(x[0], x[1], x[2]); }};

@@ -37,6 +37,7 @@ const std::vector<StyleSignature>& style_signatures(const std::string& op) {
       {"attention", {{"replicated", {R, R, R}}, {"heads", {S(2), S(2), S(2)}}}},
       {"cross_entropy", {{"replicated", {R, R}}, {"vocab-parallel", {S(1), R}}}},
       {"add", {{"replicated", {R, R}}, {"features", {S(-1), S(-1)}}, {"pending sum", {P, P}}}},
+      {"mul", {{"replicated", {R, R}}, {"features", {S(-1), S(-1)}}}},
   };
   static const std::vector<StyleSignature> none;
   auto it = table.find(op);
@@ -87,7 +88,7 @@ std::string anchor_rule(const OpNode& op, const Graph& g) {
                ? "linear"
                : "?";
   if (op.kernel == "binary" && activation_count(op, g) >= 2)
-    return op.detail == "add" ? "add" : "?";
+    return op.detail == "add" || op.detail == "mul" ? op.detail : "?";
   return "";
 }
 
@@ -278,7 +279,8 @@ struct Builder {
     std::string rule = group.op;
     std::vector<Shape> shapes;
     for (const kernels::TensorDesc& t : op.inputs) shapes.push_back(t.shape);
-    if (rule == "add") shapes[1] = shapes[0];  // the rule's shapes; a broadcast keeps the dims
+    if (rule == "add" || rule == "mul")
+      shapes[1] = shapes[0];  // the rule's shapes; a broadcast keeps the dims
     if (!rule.empty()) {
       // Shapes the rule does not cover (grouped-query attention's fewer K and V heads): the op
       // stays whole.

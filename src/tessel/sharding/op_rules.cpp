@@ -52,6 +52,17 @@ std::vector<OpRule> make_rules() {
                     {{S(-2), S(-2)}, S(-2), "sequence (residual adds)"},
                     {{S(-1), S(-1)}, S(-1), "features"},
                     {{P, P}, P, "sum of pending sums"}}});
+  // mul(a, b), same shapes: elementwise, and linear in each operand, so a pending sum times a
+  // whole tensor is still a pending sum. SwiGLU's silu(gate) * up between Colwise and Rowwise.
+  rules.push_back({"mul",
+                   2,
+                   [](std::span<const Shape> s) { return same_shape(s, "mul"); },
+                   {{{R, R}, R, "replicated"},
+                    {{S(0), S(0)}, S(0), "batch"},
+                    {{S(-2), S(-2)}, S(-2), "sequence"},
+                    {{S(-1), S(-1)}, S(-1), "features (SwiGLU's gate times up)"},
+                    {{P, R}, P, "linearity in the first operand"},
+                    {{R, P}, P, "linearity in the second operand"}}});
   // gelu(x): elementwise and nonlinear (a pending sum must be reduced first).
   rules.push_back({"gelu",
                    1,

@@ -40,7 +40,7 @@ struct OpRule {
   std::vector<OpSignature> signatures;
 };
 
-// Every rule: linear, add, gelu, layer_norm, embedding, attention, cross_entropy.
+// Every rule: linear, add, mul, gelu, layer_norm, embedding, attention, cross_entropy.
 const std::vector<OpRule>& op_rules();
 // Throws Error for an unknown op.
 const OpRule& op_rule(std::string_view name);
