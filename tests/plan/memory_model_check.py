@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """The memory model against the allocator: for each layout, `tessel plan memory --json` predicts
-one rank's peak and `mpirun -np DP tessel train` measures it, on a tiny GPT-2 for two steps:
+one rank's peak (under pipelines each pipeline rank's) and `mpirun -np DP*TP*PP tessel train`
+measures it, on a tiny GPT-2 for two steps (data, tensor and pipeline parallelism, GPipe and 1F1B):
 every rank's allocator peak of the last step (train.jsonl: ranks[i].mem_bytes, in use between
 steps, plus ranks[i].step_peak_bytes) must be within 5% of the prediction, and with dp > 1 the state between steps (ranks[i].state_bytes) within 1%. Prints each layout's
 terms, measured and predicted, and the run's peak (mem_peak_bytes), which under ZeRO-2 sometimes
@@ -25,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run,  # noqa: E402
                          single_thread_env, step_records, train_sets, write_json)
 
-# (dp, zero stage, recompute, precision, micro-batch)
+# (dp, zero stage, recompute, precision, micro-batch[, tp, pp, schedule, micro-batches])
 LAYOUTS = [
     (1, 0, "none", "fp32", 3),
     (1, 0, "selective", "fp32", 3),
@@ -39,6 +40,13 @@ LAYOUTS = [
     (3, 1, "none", "fp32", 1),
     (2, 0, "selective", "bf16", 3),
     (1, 0, "selective", "bf16", 3),
+    # Tensor and pipeline parallelism: every rank checked against its own (pp) prediction.
+    (1, 0, "none", "fp32", 3, 2, 1, "", 1),
+    (1, 0, "selective", "fp32", 3, 2, 1, "", 1),
+    (1, 0, "none", "fp32", 2, 1, 2, "gpipe", 4),
+    (1, 0, "none", "fp32", 2, 1, 2, "1f1b", 4),
+    (1, 0, "full", "fp32", 2, 1, 2, "1f1b", 4),
+    (2, 1, "none", "fp32", 2, 2, 2, "1f1b", 4),
 ]
 SEQ = 31
 PEAK_TOL = 0.05
@@ -55,8 +63,19 @@ def main():
         print(f"{'layout':<34} {'state':>9} {'pred':>9} {'step':>9} {'pred':>9} "
               f"{'peak':>9} {'pred':>9} {'error':>7} {'run peak':>9}")
         worst = 0.0
-        for dp, zero, recompute, precision, mb in LAYOUTS:
+        for layout in LAYOUTS:
+            dp, zero, recompute, precision, mb = layout[:5]
+            tp, pp, schedule, micro = layout[5:] if len(layout) > 5 else (1, 1, "", 1)
             what = f"dp={dp} zero={zero} recompute={recompute} {precision} b={mb}"
+            axes, plan_axes = ["--dp", str(dp)], ["--dp", str(dp)]
+            if tp > 1:
+                what += f" tp={tp}"
+                axes += ["--tp", str(tp)]
+                plan_axes += ["--tp", str(tp)]
+            if pp > 1:
+                what += f" pp={pp} {schedule} m={micro}"
+                axes += ["--pp", str(pp), "--schedule", schedule, "--microbatches", str(micro)]
+                plan_axes += ["--pp", str(pp), "--schedule", schedule, "--grad-accum", str(micro)]
             out = os.path.join(work, "run")
             shutil.rmtree(out, ignore_errors=True)
             sets = train_sets(config, data, 2, SEQ, [
@@ -64,21 +83,23 @@ def main():
                 f"train.precision={precision}", f"parallel.zero_stage={zero}",
                 f"checkpoint.dir={out}", "checkpoint.interval=0", "machine.peak_gflops=1",
                 "log.interval=1"])
-            run(mpi_prefix(mpirun) + ["-np", str(dp), tessel, "train", "--dp", str(dp)] + sets,
-                env=env)
+            n = dp * tp * pp
+            run(mpi_prefix(mpirun) + ["-np", str(n), tessel, "train"] + axes + sets, env=env)
             last = step_records(out)[-1]
-            p = run([tessel, "plan", "memory", "--model", config, "--dp", str(dp), "--zero",
+            p = run([tessel, "plan", "memory", "--model", config] + plan_axes + ["--zero",
                      str(zero), "--recompute", recompute, "--precision", precision,
                      "--micro-batch", str(mb), "--seq", str(SEQ), "--json"], env=env)
-            pred = json.loads(p.stdout)
+            top = json.loads(p.stdout)
             for r, rank in enumerate(last["ranks"]):
+                # Mesh order tp-dp-pp (tp fastest): world rank r is pipeline rank r // (tp dp).
+                pred = top["pp_ranks"][r // (tp * dp)] if pp > 1 else top
                 # The allocator's peak of the step: what was in use when it began (mem_bytes at
                 # the end of a step: parameters, moments, buffers) plus the step's own peak.
                 measured = rank["mem_bytes"] + rank["step_peak_bytes"]
                 err = (measured - pred["mem_peak_bytes"]) / pred["mem_peak_bytes"]
                 state_err = abs(rank["state_bytes"] - pred["state_bytes"]) / pred["state_bytes"]
                 worst = max(worst, abs(err))
-                if r == 0:
+                if r == 0 or (pp > 1 and r % (tp * dp) == 0):
                     print(f"{what:<34} {rank['state_bytes']:>9} {pred['state_bytes']:>9} "
                           f"{rank['step_peak_bytes']:>9} {pred['step_peak_bytes']:>9} "
                           f"{measured:>9} {pred['mem_peak_bytes']:>9} {100 * err:>6.2f}% "

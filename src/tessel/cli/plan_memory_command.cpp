@@ -11,6 +11,7 @@
 #include <string>
 
 #include "tessel/cli/commands.h"
+#include "tessel/cli/plan_layout.h"
 #include "tessel/core/error.h"
 #include "tessel/plan/memory_model.h"
 #include "tessel/plan/step_cost.h"
@@ -24,6 +25,8 @@ struct MemoryArgs {
   std::string model;
   plan::MemoryLayout layout;
   int tp = 1, pp = 1;
+  std::string schedule = "1f1b";
+  std::string tp_plan;
   std::string recompute = "none";
   std::string precision = "fp32";
   double bucket_mb = 25;
@@ -38,22 +41,47 @@ DType precision_dtype(const std::string& p) {
 }
 
 void run_memory(MemoryArgs a) {
-  TESSEL_CHECK(a.tp == 1 && a.pp == 1, "plan memory: --tp ", a.tp, " --pp ", a.pp,
-               ": the memory model covers data parallelism and ZeRO only so far (tp = pp = 1)");
   const models::ConfigPtr config = train::resolve_model_config(a.model, "plan memory --model");
   a.layout.recompute = nn::parse_recompute(a.recompute);
   a.layout.compute_dtype = precision_dtype(a.precision);
   a.layout.bucket_bytes = int64_t(a.bucket_mb * double(1 << 20));
-  const plan::Graph graph = plan::trace_for_layout(*config, a.layout);
-  const plan::MemoryEstimate m = plan::estimate_memory(*config, a.layout, graph);
+  set_tensor_parallel(a.layout, a.tp, 0, a.tp_plan, false);
+  // Every pipeline rank holds different stages: each is predicted, and the figures below are the
+  // rank with the largest peak.
+  std::vector<plan::MemoryEstimate> ranks;
+  std::vector<plan::Graph> graphs;
+  for (int r = 0; r < a.pp; ++r) {
+    plan::MemoryLayout layout = a.layout;
+    if (a.pp > 1)
+      layout.pipeline = pipeline_rank(*config, a.schedule, a.pp, int(a.layout.grad_accum), r);
+    graphs.push_back(plan::trace_for_layout(*config, layout));
+    ranks.push_back(plan::estimate_memory(*config, layout, graphs.back()));
+  }
+  size_t worst = 0;
+  for (size_t r = 1; r < ranks.size(); ++r)
+    if (ranks[r].peak() > ranks[worst].peak()) worst = r;
+  const plan::MemoryEstimate& m = ranks[worst];
+  const plan::Graph& graph = graphs[worst];
   std::vector<std::pair<const char*, double>> times;
   if (!a.cluster.empty()) {
-    const plan::Cluster cluster = plan::Cluster::load(a.cluster).with_devices(a.layout.dp);
-    const plan::StepTime t = plan::estimate_step_time(cluster, graph, m, a.layout);
+    const plan::Cluster cluster =
+        plan::Cluster::load(a.cluster).with_devices(a.layout.dp * a.tp * a.pp);
+    plan::StepTime t;
+    if (a.pp > 1) {
+      plan::MemoryLayout layout = a.layout;
+      layout.pipeline = pipeline_rank(*config, a.schedule, a.pp, int(a.layout.grad_accum), 0);
+      t = plan::estimate_pipeline_step_time(cluster, graphs, ranks, layout);
+    } else {
+      t = plan::estimate_step_time(cluster, graph, m, a.layout);
+    }
     times = {{"compute_ms", 1e3 * t.compute_seconds},
              {"optimizer_ms", 1e3 * t.optimizer_seconds},
              {"dp_comm_ms", 1e3 * t.dp_comm_seconds},
              {"dp_exposed_ms", 1e3 * t.dp_exposed_seconds},
+             {"tp_comm_ms", 1e3 * t.tp_comm_seconds},
+             {"pp_comm_ms", 1e3 * t.pp_comm_seconds},
+             {"bubble_ms", 1e3 * t.bubble_seconds},
+             {"bubble_fraction", t.bubble_fraction},
              {"step_ms", 1e3 * t.total()}};
   }
   const std::pair<const char*, double> terms[] = {
@@ -74,6 +102,8 @@ void run_memory(MemoryArgs a) {
   if (a.json) {
     nlohmann::json out = {{"model", config->summary()},
                           {"dp", a.layout.dp},
+                          {"tp", a.tp},
+                          {"pp", a.pp},
                           {"zero_stage", a.layout.zero_stage},
                           {"micro_batch", a.layout.micro_batch},
                           {"seq", a.layout.seq > 0 ? a.layout.seq : config->max_positions()},
@@ -83,15 +113,28 @@ void run_memory(MemoryArgs a) {
                           {"buckets", int64_t(m.buckets.size())}};
     for (const auto& [name, v] : terms) out[name] = int64_t(v);
     for (const auto& [name, v] : times) out[name] = v;
+    if (a.pp > 1) {
+      out["schedule"] = a.schedule;
+      out["pp_rank"] = int(worst);
+      for (const plan::MemoryEstimate& e : ranks)
+        out["pp_ranks"].push_back({{"state_bytes", int64_t(e.state())},
+                                   {"step_peak_bytes", int64_t(e.step())},
+                                   {"mem_peak_bytes", int64_t(e.peak())}});
+    }
     std::cout << out.dump() << std::endl;
     return;
   }
-  std::cout << "# " << config->summary() << ", dp " << a.layout.dp << ", ZeRO "
-            << a.layout.zero_stage << ", micro-batch " << a.layout.micro_batch << ", recompute "
-            << a.recompute << ", " << a.precision << " (bytes per rank)\n";
+  std::cout << "# " << config->summary() << ", dp " << a.layout.dp << ", tp " << a.tp << ", pp "
+            << a.pp << (a.pp > 1 ? " (" + a.schedule + ", rank " + std::to_string(worst) + ")" : "")
+            << ", ZeRO " << a.layout.zero_stage << ", micro-batch " << a.layout.micro_batch
+            << ", recompute " << a.recompute << ", " << a.precision << " (bytes per rank)\n";
   for (const auto& [name, v] : terms)
     std::printf("%-24s %14.0f  %10.3f MiB\n", name, v, v / 1048576);
   for (const auto& [name, v] : times) std::printf("%-24s %14.3f\n", name, v);
+  if (a.pp > 1)
+    for (size_t r = 0; r < ranks.size(); ++r)
+      std::printf("pp rank %-16zu %14.0f  %10.3f MiB\n", r, ranks[r].peak(),
+                  ranks[r].peak() / 1048576);
 }
 
 }  // namespace
@@ -106,9 +149,14 @@ void add_plan_memory_command(CLI::App& plan) {
   cmd->add_option("--dp", args->layout.dp, "Data-parallel ranks")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--tp", args->tp, "Tensor-parallel ranks (1 only so far)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--pp", args->pp, "Pipeline stages (1 only so far)")->check(CLI::PositiveNumber);
+  cmd->add_option("--tp", args->tp, "Tensor-parallel ranks")->check(CLI::PositiveNumber);
+  cmd->add_option("--tp-plan", args->tp_plan,
+                  "Tensor-parallel plan JSON (default: the family's built-in plan)");
+  cmd->add_option("--pp", args->pp, "Pipeline ranks")->check(CLI::PositiveNumber);
+  cmd->add_option("--schedule", args->schedule,
+                  "Pipeline schedule: gpipe, 1f1b, interleaved or interleaved:V (--grad-accum "
+                  "micro-batches)")
+      ->capture_default_str();
   cmd->add_option("--zero", args->layout.zero_stage, "ZeRO stage over the dp ranks")
       ->check(CLI::Range(0, 3))
       ->capture_default_str();

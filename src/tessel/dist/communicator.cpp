@@ -73,7 +73,7 @@ void Communicator::check(const OpCall& c) const {
     TESSEL_CHECK(t->device() == device(), op, " on '", label(), "': tensor is on ",
                  t->device().str(), " but the ", backend(), " communicator works on ",
                  device().str());
-    TESSEL_CHECK(t->storage().is_materialized(), op, " on '", label(),
+    TESSEL_CHECK(t->device().is_meta() || t->storage().is_materialized(), op, " on '", label(),
                  "': tensor storage is released");
   }
   if (c.in.defined() && c.out.defined()) {

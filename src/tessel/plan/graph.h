@@ -38,6 +38,17 @@ struct OpNode {
   Cost cost;  // ops = 1
 };
 
+// A collective the step issues (recorded from the runtime's own parallel code run over a meta
+// communicator, dist/meta/meta_communicator.h): bytes as nccl-tests count them (the buffer of an
+// all-reduce or broadcast, the whole gathered or scattered buffer, the message of send/recv).
+struct CollectiveNode {
+  std::string op;    // dist::op_kind_name: "all_reduce", "all_gather", ...
+  std::string axis;  // the communicator's label: "tp", ...
+  int ranks = 1;     // the group's size
+  double bytes = 0;
+  Phase phase = Phase::Forward;
+};
+
 struct ModuleInfo {
   std::string path;  // "" for the root, "h.3.attn", ...
   std::string type;  // the module's type name
@@ -58,6 +69,7 @@ struct Graph {
   // (activations, temporaries, 16-bit weight copies and, unless held before, gradients): what the
   // host allocator's step peak counts for the same step (tensor/allocator.h, MetaAllocator).
   double step_peak_bytes = 0;
+  std::vector<CollectiveNode> collectives;  // in issue order
 
   Cost total() const;
   Cost phase_total(Phase phase) const;

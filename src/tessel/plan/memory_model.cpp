@@ -93,12 +93,15 @@ Graph trace_for_layout(const models::ModelConfig& config, const MemoryLayout& la
   options.recompute = layout.recompute;
   options.compute_dtype = layout.compute_dtype;
   options.gradients_held = layout.dp > 1;  // in the buckets, or in ZeRO-2/3's full buffers
+  options.transform = layout.tp_transform;
+  options.loss = layout.tp_loss;
   if (layout.dp > 1 && layout.zero_stage == 2) {
     // The full (padded) bucket buffers live from the backward's first gradient to the sync.
     const MemoryEstimate state = estimate_state(config, layout);
     options.first_gradient_bytes = state.gradient_buffer_bytes;
   }
-  return trace_training_step(config, options);
+  return layout.pipeline.active() ? trace_pipeline_rank(config, options, layout.pipeline)
+                                  : trace_training_step(config, options);
 }
 
 MemoryEstimate estimate_memory(const models::ModelConfig& config, const MemoryLayout& layout) {
@@ -114,13 +117,28 @@ MemoryEstimate estimate_state(const models::ModelConfig& config, const MemoryLay
   const int dp = layout.dp;
   // ZeRO partitions over the dp ranks; with one rank the trainer runs the plain optimizer.
   const int stage = dp > 1 ? layout.zero_stage : 0;
+  TESSEL_CHECK(layout.tp == 1 || layout.tp_transform, "memory model: tp ", layout.tp,
+               " needs the runtime's tensor-parallel transform (MemoryLayout::tp_transform)");
+  TESSEL_CHECK(!layout.pipeline.active() || stage < 3, "memory model: ZeRO-3 with pp ",
+               layout.pipeline.ranks, " is not modelled");
 
   std::vector<std::pair<std::string, int64_t>> params;
   std::shared_ptr<models::CausalLM> model;
+  double tied_copy = 0;  // a pipeline's last rank: the tied embedding it multiplies with
   {
     DefaultDeviceScope meta(Device::meta());
     model = config.build_empty();
-    for (const auto& [name, p] : model->named_parameters()) params.emplace_back(name, p.numel());
+    if (layout.tp_transform) layout.tp_transform(*model);
+    if (layout.pipeline.active()) {
+      // A pipeline rank trains (and keeps moments of) its stages' parameters only.
+      const std::vector<std::string> own = pipeline_rank_parameters(*model, layout.pipeline, false);
+      for (const std::string& name : own) params.emplace_back(name, model->find(name).numel());
+      for (const std::string& name : pipeline_rank_parameters(*model, layout.pipeline, true))
+        if (std::find(own.begin(), own.end(), name) == own.end())
+          tied_copy += kF32 * double(model->find(name).numel());
+    } else {
+      for (const auto& [name, p] : model->named_parameters()) params.emplace_back(name, p.numel());
+    }
   }
 
   MemoryEstimate m;
@@ -184,7 +202,7 @@ MemoryEstimate estimate_state(const models::ModelConfig& config, const MemoryLay
       break;
     }
   }
-
+  m.param_bytes += tied_copy;
   return m;
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "tessel/models/causal_lm.h"
 #include "tessel/nn/recompute.h"
 #include "tessel/plan/graph.h"
+#include "tessel/plan/pipeline_rank.h"
 
 namespace tessel::plan {
 
@@ -30,6 +32,16 @@ struct MemoryLayout {
   nn::Recompute recompute = nn::Recompute::None;
   DType compute_dtype = DType::F32;          // f32, or bf16 / f16 autocast over f32 master weights
   int64_t bucket_bytes = int64_t(25) << 20;  // gradient bucket cap (parallel.bucket_mb)
+  // Tensor parallelism: the runtime's transform of the model and its vocab-parallel loss, which
+  // the planner's layer cannot build (parallel/ is above it); cli/plan_layout.h supplies them.
+  // Parameters, gradients and moments are then this rank's pieces, activations those the plan
+  // leaves on the rank.
+  int tp = 1;
+  std::function<void(models::CausalLM&)> tp_transform;
+  std::function<Tensor(const Tensor& logits, const Tensor& targets)> tp_loss;
+  // Pipeline parallelism: this rank's stages and schedule (pipeline_rank.h; grad_accum is then
+  // its micro-batches). Inactive (ranks 1) by default.
+  PipelineRank pipeline;
 };
 
 // One gradient bucket as the runtime builds it (parameters in reverse model order).

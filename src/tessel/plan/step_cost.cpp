@@ -18,13 +18,50 @@ double exposed_after(const std::vector<double>& ready, const std::vector<double>
   return std::max(0.0, t - end);
 }
 
+double collectives_seconds(const Cluster& cluster, const Graph& graph, const std::string& axis,
+                           std::span<const int> ranks) {
+  double t = 0;
+  for (const CollectiveNode& c : graph.collectives) {
+    if (c.axis != axis || c.op == "barrier") continue;
+    std::string op = c.op;
+    if (op == "all_gather_v") op = "all_gather";
+    if (op == "all_to_all_v") op = "all_to_all";
+    if (op == "send" || op == "recv") op = "send_recv";
+    t += collective_cost(cluster, collective_from_name(op), ranks, c.bytes).seconds;
+  }
+  return t;
+}
+
+PipelineTime pipeline_time(const std::vector<double>& busy, int microbatches, int virtual_stages) {
+  TESSEL_CHECK(!busy.empty() && microbatches >= 1 && virtual_stages >= 1,
+               "pipeline_time: ", busy.size(), " ranks, ", microbatches, " micro-batches, ",
+               virtual_stages, " chunks per rank");
+  double most = 0, sum = 0;
+  for (double b : busy) {
+    most = std::max(most, b);
+    sum += b;
+  }
+  PipelineTime t;
+  t.makespan = double(microbatches) * most + (sum - most) / double(virtual_stages);
+  if (t.makespan > 0)
+    t.bubble_fraction = 1.0 - double(microbatches) * sum / (double(busy.size()) * t.makespan);
+  return t;
+}
+
 StepTime estimate_step_time(const Cluster& cluster, const Graph& graph,
                             const MemoryEstimate& memory, const MemoryLayout& layout) {
   const int dp = layout.dp;
+  const int tp = layout.tp;
   const int stage = dp > 1 ? layout.zero_stage : 0;
   const ComputeTime compute = graph_compute_time(cluster, graph);
   StepTime s;
   s.compute_seconds = compute.total() * double(layout.grad_accum);
+  if (tp > 1) {
+    std::vector<int> group(static_cast<size_t>(tp));
+    std::iota(group.begin(), group.end(), 0);
+    s.tp_comm_seconds = collectives_seconds(cluster, graph, "tp", group) *
+                        (layout.pipeline.active() ? 1.0 : double(layout.grad_accum));
+  }
   const double psi = double(memory.parameter_count);
   double padded = 0;
   for (const BucketPlan& b : memory.buckets) padded += double(b.padded);
@@ -34,8 +71,8 @@ StepTime estimate_step_time(const Cluster& cluster, const Graph& graph,
       adamw_seconds(cluster, updated) + 8 * updated / cluster.device.memory_bandwidth;
   if (dp == 1) return s;
 
-  std::vector<int> ranks(static_cast<size_t>(dp));
-  std::iota(ranks.begin(), ranks.end(), 0);
+  std::vector<int> ranks;
+  for (int r = 0; r < dp; ++r) ranks.push_back(r * tp);
   auto cost = [&](Collective op, double bytes) {
     return collective_cost(cluster, op, ranks, bytes).seconds;
   };
@@ -75,6 +112,48 @@ StepTime estimate_step_time(const Cluster& cluster, const Graph& graph,
     s.dp_comm_seconds += passes * total;
     s.dp_exposed_seconds += passes * exposed;
   }
+  return s;
+}
+
+StepTime estimate_pipeline_step_time(const Cluster& cluster, const std::vector<Graph>& graphs,
+                                     const std::vector<MemoryEstimate>& memories,
+                                     const MemoryLayout& layout) {
+  const PipelineRank& pr = layout.pipeline;
+  TESSEL_CHECK(pr.active() && int(graphs.size()) == pr.ranks && memories.size() == graphs.size(),
+               "pipeline step time: ", graphs.size(), " traces and ", memories.size(),
+               " memory estimates for ", pr.ranks, " pipeline ranks");
+  // Each rank's graph is its whole schedule: every micro-batch already counted once.
+  MemoryLayout once = layout;
+  once.grad_accum = 1;
+  std::vector<StepTime> rank_times;
+  std::vector<double> busy;
+  for (size_t r = 0; r < graphs.size(); ++r) {
+    rank_times.push_back(estimate_step_time(cluster, graphs[r], memories[r], once));
+    busy.push_back((rank_times.back().compute_seconds + rank_times.back().tp_comm_seconds) /
+                   double(pr.microbatches));
+  }
+  const size_t critical = size_t(std::max_element(busy.begin(), busy.end()) - busy.begin());
+  StepTime s = rank_times[critical];
+  const PipelineTime p = pipeline_time(busy, pr.microbatches, pr.virtual_stages);
+  s.bubble_fraction = p.bubble_fraction;
+  s.bubble_seconds = std::max(0.0, p.makespan - s.compute_seconds - s.tp_comm_seconds);
+  // The fill and the drain each pass one message between every pair of neighbouring ranks; in
+  // the steady state the sends overlap the next compute.
+  const int per_stage = layout.dp * layout.tp;
+  double message = 0;  // the largest message the traces sent between stages
+  for (const Graph& g : graphs)
+    for (const CollectiveNode& c : g.collectives)
+      if (c.axis == "pp") message = std::max(message, c.bytes);
+  const int pair[2] = {0, per_stage};
+  s.pp_comm_seconds = 2.0 * double(pr.ranks - 1) *
+                      collective_cost(cluster, Collective::SendRecv, pair, message).seconds;
+  double optimizer = 0, exposed = 0;
+  for (const StepTime& t : rank_times) {
+    optimizer = std::max(optimizer, t.optimizer_seconds);
+    exposed = std::max(exposed, t.dp_exposed_seconds);
+  }
+  s.optimizer_seconds = optimizer;
+  s.dp_exposed_seconds = exposed;
   return s;
 }
 

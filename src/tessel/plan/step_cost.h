@@ -5,8 +5,17 @@
 // finishes them, one after another (PyTorch DDP's bucketing, Li et al. VLDB 2020), so only what
 // outlasts the backward is exposed; ZeRO-1/2 all-gather the updated parameters after the update;
 // ZeRO-3 gathers each unit before its forward and again for its backward, the next one prefetched
-// while the current one computes (Rajbhandari et al. 2020). docs/PLANNER.md, "Step time".
+// while the current one computes (Rajbhandari et al. 2020). Tensor parallelism adds the
+// collectives the traced step issued (Megatron-LM's all-reduces, or all-gathers and
+// reduce-scatters under sequence parallelism), blocking between the ops that need them;
+// pipelines add the schedule's bubble (GPipe and 1F1B: (p-1)/(m+p-1) with equal stages;
+// interleaved: (p-1)/(vm+p-1); Narayanan et al. 2021) and the messages on its critical path.
+// docs/PLANNER.md, "Step time".
 #pragma once
+
+#include <span>
+#include <string>
+#include <vector>
 
 #include "tessel/plan/cluster.h"
 #include "tessel/plan/compute_cost.h"
@@ -19,7 +28,14 @@ struct StepTime {
   double optimizer_seconds = 0;   // AdamW on this rank's elements, and the gradient scaling pass
   double dp_comm_seconds = 0;     // every dp collective, as if nothing overlapped
   double dp_exposed_seconds = 0;  // the part the step waits for
-  double total() const { return compute_seconds + optimizer_seconds + dp_exposed_seconds; }
+  double tp_comm_seconds = 0;     // tensor-parallel collectives, none overlapped
+  double pp_comm_seconds = 0;     // pipeline messages on the schedule's critical path
+  double bubble_seconds = 0;      // the busiest pipeline rank's idle time in the schedule
+  double bubble_fraction = 0;     // idle share of all pipeline ranks' time
+  double total() const {
+    return compute_seconds + optimizer_seconds + dp_exposed_seconds + tp_comm_seconds +
+           pp_comm_seconds + bubble_seconds;
+  }
 };
 
 // When buckets of `bucket_seconds` (launch order) become ready at the given times and run one
@@ -28,8 +44,29 @@ double exposed_after(const std::vector<double>& ready, const std::vector<double>
                      double end);
 
 // `graph` is one micro-batch's trace on one dp rank; `memory` gives the buckets (estimate_memory
-// of the same layout). Ranks 0..dp-1 of `cluster` form the dp group.
+// of the same layout). Ranks 0, tp, 2tp, ... of `cluster` form the dp group, 0..tp-1 the tp group
+// (the mesh's order, tp fastest).
 StepTime estimate_step_time(const Cluster& cluster, const Graph& graph,
                             const MemoryEstimate& memory, const MemoryLayout& layout);
+
+// The graph's collectives on `axis` timed for the group of `ranks` world ranks.
+double collectives_seconds(const Cluster& cluster, const Graph& graph, const std::string& axis,
+                           std::span<const int> ranks);
+
+// A pipeline whose rank r is busy busy[r] seconds per micro-batch (all its chunks), run over m
+// micro-batches with v chunks per rank: makespan m·max + (Σ − max)/v, the fill and drain of the
+// slowest rank's rhythm by the others' (equal ranks: (m + (p−1)/v)·t).
+struct PipelineTime {
+  double makespan = 0;
+  double bubble_fraction = 0;  // 1 − Σ busy·m / (p · makespan)
+};
+PipelineTime pipeline_time(const std::vector<double>& busy, int microbatches, int virtual_stages);
+
+// A pipelined step from every pp rank's trace of its whole schedule (graphs[r], memories[r]:
+// layouts[r] with layouts[r].pipeline.rank = r). Pipeline rank r holds world ranks
+// r·dp·tp .. (r+1)·dp·tp − 1. The figures are the critical (busiest) rank's.
+StepTime estimate_pipeline_step_time(const Cluster& cluster, const std::vector<Graph>& graphs,
+                                     const std::vector<MemoryEstimate>& memories,
+                                     const MemoryLayout& layout);
 
 }  // namespace tessel::plan

@@ -7,90 +7,17 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <unordered_map>
 
 #include "tessel/autograd/engine.h"
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/autograd/meta.h"
 #include "tessel/autograd/scope.h"
 #include "tessel/nn/autocast.h"
+#include "tessel/plan/trace_recorder.h"
 #include "tessel/tensor/default_device.h"
 #include "tessel/tensor/meta_allocator.h"
 
 namespace tessel::plan {
-
-namespace {
-
-class Recorder final : public kernels::KernelObserver {
- public:
-  Recorder(Graph& graph, bool stand_ins) : graph_(graph), stand_ins_(stand_ins) {}
-  // The most meta bytes live during a kernel, its f32 stand-ins included.
-  double kernel_peak() const { return kernel_peak_; }
-  void set_backward() { backward_ = true; }
-  bool backward() const { return backward_; }
-  // Storages written so far.
-  std::vector<const void*> written() const {
-    std::vector<const void*> out;
-    for (const auto& [storage, op] : writer_) out.push_back(storage);
-    return out;
-  }
-
-  void on_kernel(const kernels::KernelEvent& e) override {
-    OpNode op;
-    op.kernel = std::string(e.kernel);
-    op.detail = std::string(e.detail);
-    // Inside the backward, grad mode is on only while a checkpoint recomputes its forward.
-    op.phase = !backward_ ? Phase::Forward
-                          : (autograd::grad_enabled() ? Phase::Recompute : Phase::Backward);
-    op.module = int(autograd::current_scope());
-    op.inputs = e.inputs;
-    op.outputs = e.outputs;
-    for (const kernels::TensorDesc& t : e.inputs) {
-      auto it = writer_.find(t.storage);
-      op.producers.push_back(it == writer_.end() ? -1 : it->second);
-    }
-    const int64_t id = int64_t(graph_.ops.size());
-    for (const kernels::TensorDesc& t : e.outputs) writer_[t.storage] = id;
-    op.cost = {e.flops, e.matmul_flops, e.bytes_read, e.bytes_written, 1};
-    if (stand_ins_) count_stand_ins(op);
-    graph_.ops.push_back(std::move(op));
-  }
-
- private:
-  void count_stand_ins(const OpNode& op) {
-    static const std::set<std::string> widened = {"unary",
-                                                  "unary_backward",
-                                                  "binary",
-                                                  "reduce",
-                                                  "softmax",
-                                                  "softmax_backward",
-                                                  "layer_norm",
-                                                  "layer_norm_backward",
-                                                  "rms_norm",
-                                                  "rms_norm_backward",
-                                                  "attention",
-                                                  "attention_backward",
-                                                  "cross_entropy",
-                                                  "cross_entropy_backward",
-                                                  "embedding_backward"};
-    const bool f16_gemm =
-        op.kernel == "gemm" && !op.inputs.empty() && op.inputs.front().dtype == DType::F16;
-    if (!f16_gemm && !widened.contains(op.kernel)) return;
-    double bytes = 0;
-    for (const auto* list : {&op.inputs, &op.outputs})
-      for (const kernels::TensorDesc& t : *list)
-        if (t.dtype == DType::BF16 || t.dtype == DType::F16) bytes += 4 * double(t.shape.numel());
-    kernel_peak_ = std::max(kernel_peak_, double(meta_allocator().bytes_in_use()) + bytes);
-  }
-
-  Graph& graph_;
-  bool stand_ins_ = false;
-  double kernel_peak_ = 0;
-  bool backward_ = false;
-  std::unordered_map<const void*, int64_t> writer_;  // storage -> the op that wrote it last
-};
-
-}  // namespace
 
 Graph trace_training_step(const models::ModelConfig& config, const TraceOptions& options) {
   const int64_t seq = options.seq > 0 ? options.seq : config.max_positions();
@@ -104,6 +31,7 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
 
   DefaultDeviceScope meta(Device::meta());
   std::shared_ptr<models::CausalLM> model = config.build_empty();
+  if (options.transform) options.transform(*model);
   model->set_recompute(options.recompute);
   model->train(options.dropout);
 
@@ -174,6 +102,7 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
   Tensor targets = empty({options.batch, seq}, DType::I64);
   {
     kernels::KernelObserverScope observe(recorder);
+    dist::MetaCallObserverScope observe_calls(recorder.collective_observer());
     autograd::SavedTensorObserverScope observe_saved(on_saved);
     std::optional<nn::LowPrecisionScope> autocast;
     if (options.compute_dtype != DType::F32) {
@@ -187,7 +116,7 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
     {
       // The loss belongs to the model: the root module's scope.
       autograd::ScopeGuard root(0);
-      loss = model->loss(ids, targets);
+      loss = options.loss ? options.loss(model->forward(ids), targets) : model->loss(ids, targets);
     }
     recorder.set_backward();
     Tensor seed;

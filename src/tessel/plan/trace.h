@@ -10,11 +10,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "tessel/core/dtype.h"
 #include "tessel/models/causal_lm.h"
 #include "tessel/nn/recompute.h"
 #include "tessel/plan/graph.h"
+#include "tessel/plan/pipeline_rank.h"
 
 namespace tessel::plan {
 
@@ -39,9 +43,28 @@ struct TraceOptions {
   // the full gradient buffers data parallelism reduce-scatters (ZeRO-2), allocated at a bucket's
   // first gradient (all at once here: exact for one bucket). 0: none.
   double first_gradient_bytes = 0;
+  // Applied to the model once it is built on meta, before anything runs: how a layer above the
+  // planner changes it (tensor parallelism lives in parallel/; cli/plan_layout.h applies the
+  // runtime's own plan). With it, `loss` replaces the model's cross-entropy of logits [B, T, V']
+  // and targets [B, T] (the vocab-parallel one). Empty: the model as built.
+  std::function<void(models::CausalLM&)> transform;
+  std::function<Tensor(const Tensor& logits, const Tensor& targets)> loss;
+  // Pipeline messages' sequence length (sequence parallelism sends this rank's piece); 0: seq.
+  int64_t message_seq = 0;
 };
 
 // Forward + loss + backward of one micro-batch of `config`'s model, as a graph.
 Graph trace_training_step(const models::ModelConfig& config, const TraceOptions& options);
+
+// One pipeline rank's step (pipeline_trace.cpp): its actions replayed in order over its stages,
+// every micro-batch, with the executor's message buffers. Graph::parameter_* count what the rank
+// holds; step_peak_bytes is the rank's peak over the whole schedule.
+Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions& options,
+                          const PipelineRank& rank);
+
+// The parameters pipeline rank `rank` trains (its stages'), and with `with_tied` also those its
+// head multiplies with although the first stage owns them (a tied embedding).
+std::vector<std::string> pipeline_rank_parameters(const models::CausalLM& model,
+                                                  const PipelineRank& rank, bool with_tied);
 
 }  // namespace tessel::plan

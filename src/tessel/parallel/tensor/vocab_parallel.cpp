@@ -37,7 +37,21 @@ struct VocabState {
   TpOptions options;
 };
 
+// Shape-only (the planner's trace on the meta device, plan/trace.h): the same ops and the same
+// allocations as the host path, with ids nobody can read.
+Tensor run_vocab_embedding_meta(const VocabState& st, const Tensor& ids) {
+  Shape mask_shape = ids.shape();
+  mask_shape.push_back(1);
+  Tensor looked = ops::embedding(st.embedding->weight, empty_like(ids).to(DType::I64));
+  Tensor part = ops::mul(looked, empty(mask_shape, DType::F32).to(looked.dtype()));
+  if (!sequence_sharded(st.options)) return sharding::reduce_from_region(part, *st.tp);
+  const int d = int(part.ndim() - 2);
+  st.options.sequence->length = part.size(d);
+  return sharding::reduce_scatter_to_region(part, *st.tp, d);
+}
+
 Tensor run_vocab_embedding(const VocabState& st, const Tensor& ids) {
+  if (ids.device().is_meta()) return run_vocab_embedding_meta(st, ids);
   const std::vector<int64_t> all = ids_of(ids);
   std::vector<int64_t> local(all.size());
   std::vector<float> keep(all.size());
@@ -67,6 +81,7 @@ class VocabCrossEntropyBackward final : public autograd::Node {
       : probs_(std::move(probs)), target_(std::move(local_target)), scale_(scale), dtype_(dtype) {}
   std::string_view name() const override { return "VocabParallelCrossEntropyBackward"; }
   std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    if (probs_.device().is_meta()) return {probs_.clone().to(dtype_)};  // shape-only
     const double g = double(grads[0].to(DType::F32).data<float>()[0]) * scale_;
     Tensor out = probs_.clone();
     float* p = out.data<float>();
@@ -140,6 +155,22 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
                logits.shape().str());
   TESSEL_CHECK(offset >= 0 && vocab >= 1, "vocab_parallel_cross_entropy: offset ", offset,
                " vocab ", vocab);
+  if (logits.device().is_meta()) {
+    // Shape-only: the host path's tensors and collectives, nothing computed.
+    Tensor x = logits.detach().to(DType::F32);
+    Tensor stats = full({rows}, 0.0);
+    tp.all_reduce(stats, dist::ReduceOp::Max);
+    Tensor sums = zeros({rows, 2});
+    Tensor probs = zeros(x.shape());
+    tp.all_reduce(sums, dist::ReduceOp::Sum);
+    Tensor loss = full({}, 0.0);
+    if (autograd::needs_grad({logits}))
+      autograd::record(std::make_shared<VocabCrossEntropyBackward>(
+                           probs, std::vector<int64_t>(size_t(rows), -1),
+                           1.0 / double(std::max<int64_t>(rows, 1)), logits.dtype()),
+                       {logits}, {loss});
+    return loss;
+  }
   const std::vector<int64_t> tgt = ids_of(targets);
   // Columns of this rank that are real tokens (the rest is padding).
   const int64_t real = std::clamp<int64_t>(vocab - offset, 0, v);

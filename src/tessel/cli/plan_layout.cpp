@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tessel/cli/plan_layout.h"
+
+#include "tessel/core/error.h"
+#include "tessel/dist/meta/meta_communicator.h"
+#include "tessel/parallel/pipeline/generators.h"
+#include "tessel/parallel/pipeline/partition.h"
+#include "tessel/parallel/tensor/vocab_parallel.h"
+#include "tessel/tensor/default_device.h"
+#include "tessel/train/model_tensor_parallel.h"
+#include "tessel/train/pipeline_stage.h"
+
+namespace tessel::cli {
+
+namespace pp = parallel::pipeline;
+
+namespace {
+
+plan::PipelineActionKind kind_of(pp::ActionKind k) {
+  switch (k) {
+    case pp::ActionKind::Forward:
+      return plan::PipelineActionKind::Forward;
+    case pp::ActionKind::Backward:
+      return plan::PipelineActionKind::Backward;
+    case pp::ActionKind::SendActivation:
+      return plan::PipelineActionKind::SendActivation;
+    case pp::ActionKind::RecvActivation:
+      return plan::PipelineActionKind::RecvActivation;
+    case pp::ActionKind::SendGradient:
+      return plan::PipelineActionKind::SendGradient;
+    case pp::ActionKind::RecvGradient:
+      return plan::PipelineActionKind::RecvGradient;
+  }
+  TESSEL_FAIL("pipeline: unknown action kind ", int(k));
+}
+
+}  // namespace
+
+plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::string& schedule,
+                                 int pp_size, int microbatches, int rank) {
+  TESSEL_CHECK(rank >= 0 && rank < pp_size, "pipeline rank ", rank, " of pp ", pp_size);
+  const pp::Schedule s = train::schedule_from_spec(schedule, pp_size, microbatches);
+  std::vector<pp::LayerCost> costs;
+  {
+    DefaultDeviceScope meta(Device::meta());
+    costs = train::pipeline_layer_costs(*config.build_empty());
+  }
+  TESSEL_CHECK(int64_t(costs.size()) >= s.num_stages(), "pipeline: ", schedule, " at pp ", pp_size,
+               " needs ", s.num_stages(), " stages, the model has ", costs.size(),
+               " pipeline layers");
+  const pp::StagePartition partition = pp::balance(costs, s.num_stages());
+  plan::PipelineRank out;
+  out.schedule = schedule;
+  out.ranks = pp_size;
+  out.rank = rank;
+  out.virtual_stages = s.virtual_stages;
+  out.microbatches = microbatches;
+  for (int64_t st = 0; st < partition.num_stages(); ++st)
+    out.stage_layers.push_back(partition.layers_of(st));
+  for (const pp::Action& a : s.actions[size_t(rank)])
+    out.actions.push_back({kind_of(a.kind), a.microbatch, a.stage});
+  return out;
+}
+
+void set_tensor_parallel(plan::MemoryLayout& layout, int tp, int tp_rank,
+                         const std::string& plan_path, bool sp) {
+  TESSEL_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp, "tensor-parallel rank ", tp_rank, " of tp ",
+               tp);
+  layout.tp = tp;
+  if (tp == 1) {
+    layout.tp_transform = nullptr;
+    layout.tp_loss = nullptr;
+    return;
+  }
+  // One state per transformed model: the memory model builds the model more than once, and each
+  // build is parallelized afresh before anything reads the state.
+  auto state = std::make_shared<train::ModelTensorParallel>();
+  layout.tp_transform = [state, tp, tp_rank, plan_path, sp](models::CausalLM& model) {
+    *state = train::parallelize_model(model, dist::make_meta_communicator(tp, tp_rank, "tp"),
+                                      plan_path, sp);
+  };
+  layout.tp_loss = [state](const Tensor& logits, const Tensor& targets) {
+    return parallel::vocab_parallel_cross_entropy(logits, targets, *state->tp, state->vocab,
+                                                  state->vocab_offset);
+  };
+}
+
+}  // namespace tessel::cli

@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the planner's memory and step models need from the layers above them (plan/ links models
+// and sharding only): a pipeline rank's stages and action list made by the runtime's own
+// partition (train/pipeline_stage.h) and schedule generators (parallel/pipeline), and tensor
+// parallelism applied by the runtime's own plan (train/model_tensor_parallel.h) to the model the
+// planner builds on the meta device, over a shape-only communicator. `tessel plan memory` uses
+// them; so can any command that plans a (dp, tp, pp) layout.
+#pragma once
+
+#include <string>
+
+#include "tessel/models/causal_lm.h"
+#include "tessel/plan/memory_model.h"
+
+namespace tessel::cli {
+
+// Pipeline rank `rank` of `pp` running `schedule` ("gpipe", "1f1b", "interleaved[:V]") over
+// `microbatches`, the stages cut as the trainer cuts them.
+plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::string& schedule,
+                                 int pp, int microbatches, int rank);
+
+// Sets layout.tp and the transform and loss of tensor-parallel rank `tp_rank` of `tp`, with the
+// family's built-in plan or the plan JSON at `plan_path`, and sequence parallelism when `sp`.
+void set_tensor_parallel(plan::MemoryLayout& layout, int tp, int tp_rank,
+                         const std::string& plan_path, bool sp);
+
+}  // namespace tessel::cli

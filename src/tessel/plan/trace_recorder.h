@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: Apache-2.0
+// The kernel observer behind the planner's traces (trace.cpp, pipeline_trace.cpp): one graph node
+// per kernel the meta backend reports, with its phase, module, producers and cost, and the
+// most meta bytes live during a kernel once the CPU backend's f32 stand-ins of 16-bit operands
+// are added (kernels/cpu/half_kernels.h). Internal to plan/.
+#pragma once
+
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tessel/autograd/grad_mode.h"
+#include "tessel/autograd/scope.h"
+#include "tessel/dist/meta/meta_communicator.h"
+#include "tessel/kernels/kernel_observer.h"
+#include "tessel/plan/graph.h"
+#include "tessel/tensor/meta_allocator.h"
+
+namespace tessel::plan {
+
+class Recorder final : public kernels::KernelObserver {
+ public:
+  Recorder(Graph& graph, bool stand_ins) : graph_(graph), stand_ins_(stand_ins) {}
+  // The most meta bytes live during a kernel, its f32 stand-ins included.
+  double kernel_peak() const { return kernel_peak_; }
+  void set_backward(bool on = true) { backward_ = on; }
+  bool backward() const { return backward_; }
+  // Storages written so far.
+  std::vector<const void*> written() const {
+    std::vector<const void*> out;
+    for (const auto& [storage, op] : writer_) out.push_back(storage);
+    return out;
+  }
+
+  // A collective of the traced step (a meta communicator's call).
+  void on_collective(const dist::OpCall& call, const dist::CommInfo& info) {
+    CollectiveNode c;
+    c.op = std::string(dist::op_kind_name(call.kind));
+    c.axis = info.label;
+    c.ranks = info.size;
+    const bool gathered = call.kind == dist::OpKind::AllGather ||
+                          call.kind == dist::OpKind::AllGatherV || call.kind == dist::OpKind::Recv;
+    const Tensor& t = gathered || !call.in.defined() ? call.out : call.in;
+    c.bytes = t.defined() ? double(t.numel()) * double(dtype_size(t.dtype())) : 0;
+    c.phase = !backward_ ? Phase::Forward
+                         : (autograd::grad_enabled() ? Phase::Recompute : Phase::Backward);
+    graph_.collectives.push_back(std::move(c));
+  }
+  // Observes the meta communicators' calls on this thread while it lives.
+  dist::MetaCallObserver collective_observer() {
+    return
+        [this](const dist::OpCall& call, const dist::CommInfo& info) { on_collective(call, info); };
+  }
+
+  void on_kernel(const kernels::KernelEvent& e) override {
+    OpNode op;
+    op.kernel = std::string(e.kernel);
+    op.detail = std::string(e.detail);
+    // Inside the backward, grad mode is on only while a checkpoint recomputes its forward.
+    op.phase = !backward_ ? Phase::Forward
+                          : (autograd::grad_enabled() ? Phase::Recompute : Phase::Backward);
+    op.module = int(autograd::current_scope());
+    op.inputs = e.inputs;
+    op.outputs = e.outputs;
+    for (const kernels::TensorDesc& t : e.inputs) {
+      auto it = writer_.find(t.storage);
+      op.producers.push_back(it == writer_.end() ? -1 : it->second);
+    }
+    const int64_t id = int64_t(graph_.ops.size());
+    for (const kernels::TensorDesc& t : e.outputs) writer_[t.storage] = id;
+    op.cost = {e.flops, e.matmul_flops, e.bytes_read, e.bytes_written, 1};
+    if (stand_ins_) count_stand_ins(op);
+    graph_.ops.push_back(std::move(op));
+  }
+
+ private:
+  void count_stand_ins(const OpNode& op) {
+    static const std::set<std::string> widened = {"unary",
+                                                  "unary_backward",
+                                                  "binary",
+                                                  "reduce",
+                                                  "softmax",
+                                                  "softmax_backward",
+                                                  "layer_norm",
+                                                  "layer_norm_backward",
+                                                  "rms_norm",
+                                                  "rms_norm_backward",
+                                                  "attention",
+                                                  "attention_backward",
+                                                  "cross_entropy",
+                                                  "cross_entropy_backward",
+                                                  "embedding_backward"};
+    const bool f16_gemm =
+        op.kernel == "gemm" && !op.inputs.empty() && op.inputs.front().dtype == DType::F16;
+    if (!f16_gemm && !widened.contains(op.kernel)) return;
+    double bytes = 0;
+    for (const auto* list : {&op.inputs, &op.outputs})
+      for (const kernels::TensorDesc& t : *list)
+        if (t.dtype == DType::BF16 || t.dtype == DType::F16) bytes += 4 * double(t.shape.numel());
+    kernel_peak_ = std::max(kernel_peak_, double(meta_allocator().bytes_in_use()) + bytes);
+  }
+
+  Graph& graph_;
+  bool stand_ins_ = false;
+  double kernel_peak_ = 0;
+  bool backward_ = false;
+  std::unordered_map<const void*, int64_t> writer_;  // storage -> the op that wrote it last
+};
+
+}  // namespace tessel::plan
