@@ -5,9 +5,11 @@
 // dp size once it is reduce-scattered, Adam moments on each rank's block, the all-gather staging
 // buffer); the step's activations and temporaries come from the shape-only trace (plan/trace.h),
 // which counts every tensor the step's kernels would allocate, so recomputation, autocast and the
-// fused kernels' choices are the runtime's own. Korthikanti et al. 2022's per-layer count of saved
-// activations is reported beside it. What each term is and how it was checked: docs/PLANNER.md,
-// "Memory model".
+// fused kernels' choices are the runtime's own; tensor parallelism (Megatron-LM's splits, as the
+// runtime's plan applies them) and pipelines (each rank's stages and in-flight micro-batches, by
+// replaying its schedule: GPipe, 1F1B, interleaved) are traced the same way. Korthikanti et al.
+// 2022's per-layer count of saved activations is reported beside it. What each term is and how it
+// was checked: docs/PLANNER.md, "Memory model".
 #pragma once
 
 #include <cstdint>
