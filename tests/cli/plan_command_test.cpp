@@ -59,5 +59,35 @@ TEST(PlanTrace, BadInputIsOneClearError) {
   EXPECT_NE(mode.exit_code, 0);
 }
 
+// `tessel plan memory` over tensor and pipeline parallelism: every pipeline rank predicted, the
+// figures shrink by the axes, and the schedule decides the in-flight activations.
+TEST(PlanMemory, TensorAndPipelineRanks) {
+  const fs::path dir = scratch("plan_", "memory");
+  const std::string base = "plan memory --model tiny --micro-batch 2 --seq 13 --json";
+  auto json = [&](const std::string& extra) {
+    const Outcome r = run_tessel(base + " " + extra, dir);
+    EXPECT_EQ(r.exit_code, 0) << extra << ": " << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+  };
+  const nlohmann::json one = json("");
+  const nlohmann::json tp = json("--tp 2");
+  ASSERT_TRUE(one.contains("state_bytes") && tp.contains("state_bytes"));
+  // The vocabulary and the blocks' products split in two, the norms and biases do not.
+  EXPECT_LT(tp.at("state_bytes").get<double>(), 0.6 * one.at("state_bytes").get<double>());
+  EXPECT_GT(tp.at("state_bytes").get<double>(), 0.5 * one.at("state_bytes").get<double>());
+  const nlohmann::json gpipe = json("--pp 2 --schedule gpipe --grad-accum 4");
+  const nlohmann::json f1b = json("--pp 2 --schedule 1f1b --grad-accum 4");
+  ASSERT_EQ(gpipe.at("pp_ranks").size(), 2u);
+  ASSERT_EQ(f1b.at("pp_ranks").size(), 2u);
+  // Rank 0 holds all four micro-batches under GPipe, two under 1F1B.
+  EXPECT_GT(gpipe.at("pp_ranks")[0].at("step_peak_bytes").get<double>(),
+            f1b.at("pp_ranks")[0].at("step_peak_bytes").get<double>());
+  // The same stages: the same state.
+  EXPECT_EQ(gpipe.at("pp_ranks")[1].at("state_bytes"), f1b.at("pp_ranks")[1].at("state_bytes"));
+  const Outcome bad = run_tessel(base + " --pp 2 --schedule zigzag", dir);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("zigzag"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace tessel::cli_test
