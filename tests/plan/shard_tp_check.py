@@ -130,7 +130,11 @@ def main():
             rules = {k: v for k, v in json.load(f).items() if not k.startswith("#")}
         for name, want in (("layers.*.self_attn.q_proj", {"style": "Colwise", "unit": 6}),
                            ("layers.*.self_attn.v_proj", {"style": "Colwise", "unit": 6}),
-                           ("layers.*.self_attn.o_proj", "Rowwise")):
+                           ("layers.*.self_attn.o_proj", "Rowwise"),
+                           # SwiGLU through the op table's mul rule: Megatron's MLP.
+                           ("layers.*.mlp.gate_proj", "Colwise"),
+                           ("layers.*.mlp.up_proj", "Colwise"),
+                           ("layers.*.mlp.down_proj", "Rowwise")):
             if rules.get(name) != want:
                 fail(f"LLaMA: the ILP's plan has {name}: {rules.get(name)!r}, expected {want!r}: {rules}")
         d = os.path.join(work, "llama_tp2")
