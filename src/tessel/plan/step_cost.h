@@ -63,8 +63,8 @@ struct PipelineTime {
 PipelineTime pipeline_time(const std::vector<double>& busy, int microbatches, int virtual_stages);
 
 // A pipelined step from every pp rank's trace of its whole schedule (graphs[r], memories[r]:
-// layouts[r] with layouts[r].pipeline.rank = r). Pipeline rank r holds world ranks
-// r·dp·tp .. (r+1)·dp·tp − 1. The figures are the critical (busiest) rank's.
+// pipeline rank r's); `layout.pipeline` gives the schedule (any rank's). Pipeline rank r holds
+// world ranks r·dp·tp .. (r+1)·dp·tp − 1. The figures are the critical (busiest) rank's.
 StepTime estimate_pipeline_step_time(const Cluster& cluster, const std::vector<Graph>& graphs,
                                      const std::vector<MemoryEstimate>& memories,
                                      const MemoryLayout& layout);
