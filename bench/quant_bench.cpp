@@ -87,7 +87,7 @@ void bm_f32_gemv(benchmark::State& state, int64_t n, int64_t k) {
 struct Registrar {
   Registrar() {
     benchmark::RegisterBenchmark("read_bandwidth", bm_read_bandwidth)->UseRealTime();
-    const QuantType kTypes[] = {QuantType::Q4_0, QuantType::Q4_K, QuantType::Q6_K,
+    const QuantType kTypes[] = {QuantType::Q4_0, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K,
                                 QuantType::Q8_0, QuantType::BF16, QuantType::F16};
     // [out, in]: GPT-2's MLP up-projection (768 -> 3072) and a 7B model's square projection.
     const int64_t kShapes[][2] = {{3072, 768}, {4096, 4096}};

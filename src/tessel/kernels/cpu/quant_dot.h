@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The integer dot products of the quantized matmul: activations rounded to int8 per 32-element
-// block (scale max|x| / 127, as ggml's Q8_0), multiplied with a decoded weight row
-// (quant_decode.h) 32 codes at a time into int32, then scaled in f32 per 16 weights. Three
+// block (scale max|x| / 127, as ggml's Q8_0), multiplied with int8 weight codes read in place
+// (Q8_0 blocks, Int8 rows; the 4- to 6-bit formats unpack theirs in quant_fused.h) 32 codes at a
+// time into int32, then scaled in f32 per 16 or 32 weights. Three
 // variants: plain loops (baseline set), AVX2 (vpmaddubsw + vpmaddwd) and AVX-512 VNNI (vpdpbusd,
 // avx512 set, only where the CPU has it). Both SIMD variants are unsigned x signed byte
 // products, so the weight's sign moves onto the activation (|w| * sign(w) x): |w| <= 128 and
@@ -13,39 +14,35 @@ namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
 
 inline constexpr int64_t kActBlock = 32;
 
-// m rows of k activations as int8 codes, one f32 scale and the code sum per 32-block.
+inline float load_half(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+  return _cvtsh_ss(bits);  // F16C: exact, subnormals included
+#else
+  return quant::half_bits_to_float(bits);
+#endif
+}
+
+// m rows of k activations as int8 codes and one f32 scale per 32-block.
 struct QuantizedRows {
   std::vector<int8_t> q;
   std::vector<float> d;
-  std::vector<int32_t> sum;
 };
 
-inline void quantize_activation_row(const float* x, int64_t k, int8_t* q, float* d, int32_t* sum) {
+inline void quantize_activation_row(const float* x, int64_t k, int8_t* q, float* d) {
   for (int64_t b = 0; b < k / kActBlock; ++b) {
     const float* xb = x + b * kActBlock;
     float amax = 0;
     for (int j = 0; j < kActBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
     const float inv = amax > 0 ? 127.0f / amax : 0.0f;
-    int32_t s = 0;
-    for (int j = 0; j < kActBlock; ++j) {
-      const int v = int(std::nearbyint(xb[j] * inv));
-      q[b * kActBlock + j] = int8_t(v);
-      s += v;
-    }
+    for (int j = 0; j < kActBlock; ++j) q[b * kActBlock + j] = int8_t(std::nearbyint(xb[j] * inv));
     d[b] = amax / 127.0f;
-    sum[b] = s;
   }
 }
 
-// The row's part that depends on the Q4_K offsets: sum over blocks of offset * dx * sum(qx).
-inline float offset_term(const float* offset, const float* dx, const int32_t* sx, int64_t blocks) {
-  float acc = 0;
-  for (int64_t g = 0; g < blocks; ++g) acc += offset[g] * dx[g] * float(sx[g]);
-  return acc;
-}
-
 // sum over 32-blocks g of dx[g] * (ws[2g] * (w.x over the first 16) + ws[2g+1] * (the next 16)).
-// (The SIMD versions take kSplit = false when ws[2g] == ws[2g+1] for every g: all but Q6_K.)
+// (The SIMD versions take kSplit = false when ws[2g] == ws[2g+1] for every g.)
 inline float dot_row_scalar(const int8_t* w, const float* ws, const int8_t* x, const float* dx,
                             int64_t blocks) {
   float acc = 0;

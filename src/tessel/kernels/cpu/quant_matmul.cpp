@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // The quantized matmul y[m, n] = x[m, k] W[n, k]^T with W in a GGUF weight format, read in place
 // (backend.h; formats in quant/quant_blocks.h). Each task owns a range of output columns (W's
-// rows, split over the one OpenMP pool): it decodes one weight row at a time into L1
-// (quant_decode.h) and multiplies it with every activation row, so each weight byte is read from
-// memory once per call whatever m is. For the Q types and Int8 the activations are first rounded
-// to int8 per 32-element block and the products are integer (quant_dot.h: AVX-512 VNNI, AVX2 or
-// plain loops, by kernel set and CPU; Int8 and Q8_0 rows are read in place, without a decode); F16
-// / BF16 rows are widened to f32 in registers and multiplied in f32 (gemm_invariant.h's tiles).
+// rows, split over the one OpenMP pool) and multiplies each weight row with every activation row
+// while the row is in L1, so each weight byte is read from memory once per call whatever m is.
+// For the Q types and Int8 the activations are first rounded to int8 per 32-element block and
+// the products are integer (quant_dot.h: AVX-512 VNNI, AVX2 or plain loops, by kernel set and
+// CPU). No format is decoded into a buffer: Int8 and Q8_0 codes are read where they lie, the 4- to
+// 6-bit formats' codes are unpacked in registers inside the dot product (quant_fused.h); F16 /
+// BF16 rows are widened to f32 in registers and multiplied in f32 (gemm_invariant.h's tiles).
 // Every output element depends only on its own row of x (the activations are rounded per row
 // and block), so the Q types are batch-invariant as they are; F16 / BF16 use fixed-order tiles
 // in every mode.
@@ -17,8 +18,8 @@
 #include "tessel/kernels/quant/quant_blocks.h"
 TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/cpu_backend.h"
-#include "tessel/kernels/cpu/quant_decode.h"
 #include "tessel/kernels/cpu/quant_dot.h"
+#include "tessel/kernels/cpu/quant_fused.h"
 
 namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
@@ -31,16 +32,14 @@ constexpr int64_t kTaskBytes = int64_t(1) << 16;
 
 using DotRow = float (*)(const int8_t*, const float*, const int8_t*, const float*, int64_t);
 
-// The fastest dot product this set and CPU run; `split`: the format has two scales per 32
-// weights (Q6_K).
-DotRow choose_dot_row(bool split) {
+// The fastest Int8-row dot product this set and CPU run.
+DotRow choose_dot_row() {
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
-  if (cpu_features().avx512_vnni) return split ? cpu::dot_row_vnni<true> : cpu::dot_row_vnni<false>;
+  if (cpu_features().avx512_vnni) return cpu::dot_row_vnni<false>;
 #endif
 #if TESSEL_KERNEL_ISA_LEVEL >= 1
-  return split ? cpu::dot_row_avx2<true> : cpu::dot_row_avx2<false>;
+  return cpu::dot_row_avx2<false>;
 #else
-  (void)split;
   return cpu::dot_row_scalar;
 #endif
 }
@@ -50,10 +49,9 @@ cpu::QuantizedRows quantize_activations(const QuantMatmulShape& s, const float* 
   cpu::QuantizedRows act;
   act.q.resize(size_t(s.m * s.k));
   act.d.resize(size_t(s.m * blocks));
-  act.sum.resize(size_t(s.m * blocks));
   for (int64_t i = 0; i < s.m; ++i)
     cpu::quantize_activation_row(x + i * s.k, s.k, act.q.data() + i * s.k,
-                                 act.d.data() + i * blocks, act.sum.data() + i * blocks);
+                                 act.d.data() + i * blocks);
   return act;
 }
 
@@ -61,23 +59,65 @@ int64_t task_grain(const QuantMatmulShape& s) {
   return std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(s.row_bytes, 1));
 }
 
-void int8_matmul(QuantType type, const QuantMatmulShape& s, const float* x, const uint8_t* w,
-                 float* y) {
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+// The fused row kernel of a 4- to 6-bit format for this set and CPU (quant_fused.h).
+template <class Dot>
+cpu::FusedRow fused_row_for(QuantType type) {
+  switch (type) {
+    case QuantType::Q4_0:
+      return cpu::q4_0_row<Dot>;
+    case QuantType::Q4_K:
+      return cpu::q4_k_row<Dot, false>;
+    case QuantType::Q5_K:
+      return cpu::q4_k_row<Dot, true>;
+    default:
+      return cpu::q6_k_row<Dot>;
+  }
+}
+
+#endif
+
+cpu::FusedRow choose_fused_row(QuantType type) {
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+  if (cpu_features().avx512_vnni) return fused_row_for<cpu::DotVnni>(type);
+#endif
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+  return fused_row_for<cpu::DotAvx2>(type);
+#else
+  switch (type) {
+    case QuantType::Q4_0:
+      return cpu::fused_row_scalar<QuantType::Q4_0>;
+    case QuantType::Q4_K:
+      return cpu::fused_row_scalar<QuantType::Q4_K>;
+    case QuantType::Q5_K:
+      return cpu::fused_row_scalar<QuantType::Q5_K>;
+    default:
+      return cpu::fused_row_scalar<QuantType::Q6_K>;
+  }
+#endif
+}
+
+// Q4_0, Q4_K, Q5_K, Q6_K: per weight row its f32 block scales and offsets (k/32 or k/16 floats),
+// then per activation row the fused integer dot minus the zero points' share.
+void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, const uint8_t* w,
+                  float* y) {
   const int64_t blocks = s.k / cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
-  static const DotRow split_dot = choose_dot_row(true), dot = choose_dot_row(false);
-  const DotRow dot_row = type == QuantType::Q6_K ? split_dot : dot;
+  std::vector<float> xs32(size_t(s.m * blocks)), xs16(size_t(s.m * 2 * blocks));
+  for (int64_t i = 0; i < s.m; ++i)
+    cpu::activation_block_sums(act.q.data() + i * s.k, act.d.data() + i * blocks, s.k,
+                               xs32.data() + i * blocks, xs16.data() + i * 2 * blocks);
+  const cpu::FusedRow row_fn = choose_fused_row(type);
   parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
-    cpu::DecodedRow row(s.k);
+    cpu::RowScales rs;
     for (int64_t j = lo; j < hi; ++j) {
-      cpu::decode_row(type, w + j * s.row_bytes, s.k, row);
+      const uint8_t* row = w + j * s.row_bytes;
+      cpu::row_scales(type, row, s.k, rs);
       for (int64_t i = 0; i < s.m; ++i) {
-        const int8_t* xq = act.q.data() + i * s.k;
-        const float* dx = act.d.data() + i * blocks;
-        float v = dot_row(row.q.data(), row.scale.data(), xq, dx, blocks);
-        if (row.has_offset)
-          v -= cpu::offset_term(row.offset.data(), dx, act.sum.data() + i * blocks, blocks);
-        y[i * s.n + j] = v;
+        const float v =
+            row_fn(row, rs.scale.data(), act.q.data() + i * s.k, act.d.data() + i * blocks, blocks);
+        y[i * s.n + j] =
+            v - cpu::offset_sum(rs, xs32.data() + i * blocks, xs16.data() + i * 2 * blocks);
       }
     }
   });
@@ -135,7 +175,7 @@ void int8_row_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w
   const int64_t blocks = s.k / cpu::kActBlock, covered = blocks * cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
   const std::vector<float> unit(size_t(2 * blocks), 1.0f);
-  static const DotRow dot = choose_dot_row(false);
+  static const DotRow dot = choose_dot_row();
   parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
     for (int64_t j = lo; j < hi; ++j) {
       const uint8_t* row = w + j * s.row_bytes;
@@ -183,7 +223,7 @@ void CpuBackend::quant_matmul(QuantType type, const Tensor& x, const Tensor& w, 
   else if (type == QuantType::Q8_0)
     q8_0_matmul(s, xp, wp, yp);
   else
-    int8_matmul(type, s, xp, wp, yp);
+    fused_matmul(type, s, xp, wp, yp);
 }
 
 }  // namespace tessel::kernels::TESSEL_KERNEL_ISA
