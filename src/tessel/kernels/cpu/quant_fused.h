@@ -38,6 +38,51 @@ struct RowScales {
   bool per16 = false;
 };
 
+// Q4_K / Q5_K: the eight 6-bit scales and mins of one super-block (the 12 bytes), times d and
+// dmin. Four at a time in 32-bit words: bytes 0-3 hold scales 0-3 in their low 6 bits and the
+// top 2 bits of scales 4-7, bytes 4-7 the same for the mins, bytes 8-11 the low 4 bits of
+// scale 4-7 (low nibbles) and min 4-7 (high nibbles). The shifts keep every bit in its byte.
+inline void k_scales(const uint8_t* s12, float d, float dmin, float* sc, float* off) {
+  uint32_t w[3];
+  std::memcpy(w, s12, 12);
+  const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+  const uint64_t scales = uint64_t(w[0] & m6) | uint64_t((w[2] & m4) | (((w[0] >> 6) & m2) << 4))
+                                                    << 32;
+  const uint64_t mins =
+      uint64_t(w[1] & m6) | uint64_t(((w[2] >> 4) & m4) | (((w[1] >> 6) & m2) << 4)) << 32;
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+  auto widen = [](uint64_t bytes, float f, float* out) {
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(bytes)));
+    _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(f)));
+  };
+  widen(scales, d, sc);
+  widen(mins, dmin, off);
+#else
+  for (int s = 0; s < 8; ++s) {
+    sc[s] = d * float((scales >> (8 * s)) & 0xFF);
+    off[s] = dmin * float((mins >> (8 * s)) & 0xFF);
+  }
+#endif
+}
+
+// Q6_K: the sixteen int8 scales of one super-block times d; the zero point 32 per code.
+inline void q6_k_scales(const uint8_t* s16, float d, float* sc, float* off) {
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s16));
+  for (int h = 0; h < 2; ++h) {
+    const __m256i i32 = _mm256_cvtepi8_epi32(h ? _mm_srli_si128(v, 8) : v);
+    const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(i32), _mm256_set1_ps(d));
+    _mm256_storeu_ps(sc + 8 * h, f);
+    _mm256_storeu_ps(off + 8 * h, _mm256_mul_ps(f, _mm256_set1_ps(32.0f)));
+  }
+#else
+  for (int s = 0; s < 16; ++s) {
+    sc[s] = d * float(int8_t(s16[s]));
+    off[s] = 32.0f * sc[s];
+  }
+#endif
+}
+
 inline void row_scales(quant::QuantType type, const uint8_t* row, int64_t k, RowScales& out) {
   using quant::QuantType;
   out.per16 = type == QuantType::Q6_K;
@@ -56,20 +101,12 @@ inline void row_scales(quant::QuantType type, const uint8_t* row, int64_t k, Row
         type == QuantType::Q4_K ? sizeof(quant::BlockQ4_K) : sizeof(quant::BlockQ5_K);
     for (int64_t b = 0; b < k / 256; ++b) {
       const uint8_t* p = row + b * bytes;
-      const float d = load_half(p), dmin = load_half(p + 2);
-      for (int s = 0; s < 8; ++s) {
-        sc[8 * b + s] = d * float(quant::q4k_scale(p + 4, s));
-        off[8 * b + s] = dmin * float(quant::q4k_min(p + 4, s));
-      }
+      k_scales(p + 4, load_half(p), load_half(p + 2), sc + 8 * b, off + 8 * b);
     }
   } else if (type == QuantType::Q6_K) {
     for (int64_t b = 0; b < k / 256; ++b) {
       const uint8_t* p = row + b * int64_t(sizeof(quant::BlockQ6_K));
-      const float d = load_half(p + 208);
-      for (int s = 0; s < 16; ++s) {
-        sc[16 * b + s] = d * float(int8_t(p[192 + s]));
-        off[16 * b + s] = 32.0f * sc[16 * b + s];
-      }
+      q6_k_scales(p + 192, load_half(p + 208), sc + 16 * b, off + 16 * b);
     }
   } else {
     TESSEL_FAIL("quant_matmul: ", quant::quant_type_name(type), " is not a fused format");
@@ -79,8 +116,17 @@ inline void row_scales(quant::QuantType type, const uint8_t* row, int64_t k, Row
 // sum_t offset[t] * xs[t]: the zero points' share of one output.
 inline float offset_sum(const RowScales& rs, const float* xs32, const float* xs16) {
   const float* xs = rs.per16 ? xs16 : xs32;
+  const float* off = rs.offset.data();
+  const size_t n = rs.offset.size();
+  size_t t = 0;
   float acc = 0;
-  for (size_t t = 0; t < rs.offset.size(); ++t) acc += rs.offset[t] * xs[t];
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+  __m256 v = _mm256_setzero_ps();
+  for (; t + 8 <= n; t += 8)
+    v = _mm256_fmadd_ps(_mm256_loadu_ps(off + t), _mm256_loadu_ps(xs + t), v);
+  acc = hsum(v);
+#endif
+  for (; t < n; ++t) acc += off[t] * xs[t];
   return acc;
 }
 
