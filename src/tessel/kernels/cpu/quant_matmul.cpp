@@ -114,8 +114,8 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
       const uint8_t* row = w + j * s.row_bytes;
       cpu::row_scales(type, row, s.k, rs);
       for (int64_t i = 0; i < s.m; ++i) {
-        const float v =
-            row_fn(row, rs.scale.data(), act.q.data() + i * s.k, act.d.data() + i * blocks, blocks);
+        const float v = row_fn(row, rs.scale.data(), act.q.data() + i * s.k,
+                               act.d.data() + i * blocks, xs32.data() + i * blocks, blocks);
         y[i * s.n + j] =
             v - cpu::offset_sum(rs, xs32.data() + i * blocks, xs16.data() + i * 2 * blocks);
       }
