@@ -138,12 +138,16 @@ void check_types(CausalLM& model, const std::string& dir, const std::string& ste
     std::printf("%s %s NMSE vs dequantized weights %.3g\n", stem.c_str(), type.c_str(),
                 kernel_error);
     EXPECT_LT(kernel_error, 2e-3) << stem << " " << type;  // measured 2e-4 .. 4e-4
-    // Decoding one token at a time through the cache gives the same last logits.
+    // Decoding one token at a time through the cache gives the same last logits, up to the int8
+    // activation rounding: the two paths' activations differ in their last bits (NMSE ~1e-13),
+    // and one that lies on a rounding boundary takes the neighbouring code in one path, which
+    // moves the logits by up to ~1e-5 (GPT-2 Q4_K_M with this prompt and the fused kernels:
+    // 1.5e-5; with two other prompts 4e-13 and 8e-13). A wrong cache is orders above that.
     KVCache cache = loaded->make_cache(1, 0);
     loaded->forward_step(ids.slice(1, 0, 79), cache);
     const Tensor step = loaded->forward_step(ids.slice(1, 79, 80), cache);
     const Tensor last = got.slice(1, 79, 80).reshape({-1});
-    EXPECT_LT(nmse(step.reshape({-1}), last), 1e-6) << stem << " " << type;
+    EXPECT_LT(nmse(step.reshape({-1}), last), 1e-4) << stem << " " << type;
   }
 }
 
