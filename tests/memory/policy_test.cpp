@@ -134,6 +134,30 @@ TEST(Policy, BeladyReadsEqualTheOptimumWithAndWithoutPrefetch) {
   }
 }
 
+TEST(Policy, UnscheduledAccessesLeaveTheScheduleWhereItWas) {
+  // A checkpoint between two steps touches every chunk out of the trace's order; the next step
+  // still finds each of its reads issued ahead of it. Fed to the policy as the step's own, the
+  // first of those accesses (not the trace's first) would lose the trace for good.
+  const int chunks = 7, capacity = 3;
+  const std::vector<int> seq = random_sequence(40, chunks, 5);
+  Fixture f(chunks, capacity);
+  f.manager->start_trace();
+  f.run(seq);
+  f.manager->use_trace(f.manager->stop_trace(), 4);
+  f.run(seq);
+  std::vector<int> order;
+  for (int c = 0; c < chunks; ++c)
+    if (c != seq.front()) order.push_back(c);
+  order.push_back(seq.front());
+  f.manager->begin_unscheduled();
+  f.run(order);
+  f.manager->end_unscheduled();
+  f.manager->reset_stats();
+  f.run(seq);
+  EXPECT_GT(f.manager->stats().nvme_reads, 0);
+  EXPECT_EQ(f.manager->stats().demand_reads, 0);
+}
+
 TEST(Policy, DirtyChunksKeepTheOptimumAndTheirContents) {
   // Every access writes, so every eviction writes to NVMe and prefetch must not wait for it.
   const int chunks = 7, capacity = 3;

@@ -6,62 +6,30 @@
 // carry the traffic; an unusable NVMe directory and budgets below one step's working set are
 // refused before any step, naming the smallest budget that works (and that budget works).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "offload_test_util.h"
 #include "tessel/train/trainer.h"
-#include "trainer_test_util.h"
 
 namespace tessel::train {
 namespace {
 
 using memory::AccessMode;
 using memory::Tier;
+using test::collect;
+using test::kChunk;
+using test::odd_config;
+using test::offloaded;
 using test::scratch;
 namespace fs = std::filesystem;
 
-// Odd sizes: C = 33 over 3 heads, 3 blocks, vocabulary 37, B = 3, T = 13, two micro-batches.
-TrainConfig odd_config(const fs::path& dir, const std::string& run) {
-  TrainConfig c = test::base_config(dir, 37, 20);
-  models::GPT2Config m = test::tiny_model(37);
-  m.n_embd = 33;
-  m.n_head = 3;
-  m.n_layer = 3;
-  std::ofstream(dir / "config.json") << m.to_json();
-  c.checkpoint.dir = (dir / run).string();
-  c.train.micro_batch = 3;
-  c.train.seq_len = 13;
-  c.train.grad_accum = 2;
-  c.optim.grad_clip = 0.05;  // clipping on most steps: the scaling pass runs in the chunks
-  return c;
-}
-
-constexpr size_t kChunk = 20480;  // the largest tensor (33 x 132 f32) fits one
-
-TrainConfig offloaded(TrainConfig c, size_t device_chunks, size_t host_chunks,
-                      const std::string& nvme) {
-  c.memory.chunk_size = std::to_string(kChunk);
-  c.memory.device_budget = std::to_string(device_chunks * kChunk);
-  c.memory.host_budget = std::to_string(host_chunks * kChunk);
-  c.memory.nvme_dir = nvme;
-  c.memory.prefetch = 4;
-  return c;
-}
-
-TrainerHooks quiet(std::vector<StepRecord>* steps, std::vector<std::string>* lines = nullptr) {
-  TrainerHooks h;
-  h.print = [lines](const std::string& l) {
-    if (lines) lines->push_back(l);
-  };
-  h.on_step = [steps](const StepRecord& r) { steps->push_back(r); };
-  return h;
-}
-
 std::string error_of(const TrainConfig& c) {
   try {
-    Trainer t(c, "", quiet(nullptr));
+    Trainer t(c, "", collect(nullptr));
   } catch (const Error& e) {
     return e.what();
   }
@@ -74,19 +42,14 @@ TEST(Offload, EveryTierGivesBitwiseTheInMemoryRun) {
   const TrainConfig plain = odd_config(dir, "run_plain");
   // The smallest device tier the layout allows (from a roomy first build), the smallest host
   // tier, and NVMe for the rest.
-  size_t need = 0;
-  {
-    std::vector<StepRecord> none;
-    Trainer probe(offloaded(plain, 64, 64, ""), "", quiet(&none));
-    need = size_t(probe.offload()->device_working_set());
-  }
+  const size_t need = test::device_chunks_needed(plain);
   const TrainConfig off = offloaded(odd_config(dir, "run_off"), need, 4, (dir / "nvme").string());
 
   std::vector<StepRecord> a, b;
   std::vector<std::string> lines;
-  Trainer in_memory(plain, "", quiet(&a));
+  Trainer in_memory(plain, "", collect(&a));
   const TrainSummary sa = in_memory.run();
-  Trainer chunked(off, "", quiet(&b, &lines));
+  Trainer chunked(off, "", collect(&b, &lines));
   ASSERT_NE(chunked.offload(), nullptr);
   memory::ChunkManager& chunks = chunked.offload()->chunks();
   const int n = chunks.num_chunks();
@@ -158,6 +121,20 @@ TEST(Offload, RefusesUnusableSettingsNamingTheSmallestBudget) {
   EXPECT_NE(e.find("not a directory"), std::string::npos) << e;
   e = error_of(offloaded(c, 64, 4, (dir / "missing" / "deeper").string()));
   EXPECT_NE(e.find("memory.nvme_dir"), std::string::npos) << e;
+  // A directory nobody may create files in: /proc refuses root too.
+  e = error_of(offloaded(c, 64, 4, "/proc"));
+  EXPECT_NE(e.find("memory.nvme_dir /proc is not writable: cannot create /proc/"),
+            std::string::npos)
+      << e;
+  if (geteuid() != 0) {  // root writes through permission bits
+    const fs::path locked = dir / "readonly";
+    fs::create_directories(locked);
+    fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec);
+    e = error_of(offloaded(c, 64, 4, locked.string()));
+    fs::permissions(locked, fs::perms::owner_all);
+    EXPECT_NE(e.find("is not writable"), std::string::npos) << e;
+    EXPECT_NE(e.find("Permission denied"), std::string::npos) << e;
+  }
 
   // A device tier of two chunks: below one step's working set; the budget named works.
   e = error_of(offloaded(c, 2, 4, nvme));
@@ -178,9 +155,9 @@ TEST(Offload, RefusesUnusableSettingsNamingTheSmallestBudget) {
       << e;
   // What offload does not do yet is refused up front.
   TrainConfig bad = offloaded(c, 64, 64, "");
-  bad.checkpoint.interval = 5;
+  bad.train.recompute = "full";
   e = error_of(bad);
-  EXPECT_NE(e.find("checkpoint.interval = 5"), std::string::npos) << e;
+  EXPECT_NE(e.find("train.recompute = full"), std::string::npos) << e;
   bad = offloaded(c, 64, 64, "");
   bad.memory.device_budget = "12 parsecs";
   e = error_of(bad);

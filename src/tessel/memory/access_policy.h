@@ -31,6 +31,17 @@ class AccessPolicy {
   bool has_trace() const { return !trace_.empty() && in_sync_; }
   const std::vector<int>& trace() const { return trace_; }
   size_t cursor() const { return cursor_; }  // position of the next expected access
+  // Where the step is in the trace: kept across accesses outside the traced step (a
+  // checkpoint's), which would otherwise move or lose it.
+  struct Position {
+    size_t cursor = 0;
+    bool in_sync = true;
+  };
+  Position position() const { return {cursor_, in_sync_}; }
+  void set_position(Position p) {
+    cursor_ = p.cursor;
+    in_sync_ = p.in_sync;
+  }
 
   // The first position >= `from` at which `chunk` is accessed, counting positions of the next
   // step (+ trace size) when it is not accessed again in this one; kNever if never.

@@ -277,6 +277,23 @@ void ChunkManager::use_trace(AccessTrace trace, int prefetch_distance) {
   run_prefetch();  // the step's first reads start now, not at its first access
 }
 
+void ChunkManager::begin_unscheduled() {
+  check_sealed("begin_unscheduled");
+  TESSEL_CHECK(!unscheduled_, "ChunkManager::begin_unscheduled: already unscheduled");
+  unscheduled_ = true;
+  scheduled_at_ = policy_.position();
+  scheduled_prefetch_ = prefetch_distance_;
+  prefetch_distance_ = 0;
+}
+
+void ChunkManager::end_unscheduled() {
+  if (!unscheduled_) return;
+  unscheduled_ = false;
+  policy_.set_position(scheduled_at_);
+  prefetch_distance_ = scheduled_prefetch_;
+  run_prefetch();
+}
+
 int ChunkManager::prefetched_unused() const {
   int n = 0;
   for (const auto& c : chunks_) n += c->prefetched;

@@ -99,6 +99,12 @@ class ChunkManager {
   AccessTrace stop_trace();
   void use_trace(AccessTrace trace, int prefetch_distance);
 
+  // Accesses between these two are outside the traced step (a checkpoint's): they leave the
+  // policy's position in the trace where it was and issue no prefetch; end_unscheduled() puts
+  // the schedule back and resumes prefetching from where the step is.
+  void begin_unscheduled();
+  void end_unscheduled();
+
   int chunk_of(const Tensor& tensor) const;
   int num_chunks() const { return int(chunks_.size()); }
   const Chunk& chunk(int id) const { return *chunks_.at(size_t(id)); }
@@ -149,8 +155,11 @@ class ChunkManager {
   bool sealed_ = false;
   AccessPolicy policy_;
   int prefetch_distance_ = 0;
-  int held_ = 0;                   // chunks in Compute in the device tier now
-  int max_held_ = 0;               // the most since start_trace()
+  bool unscheduled_ = false;
+  AccessPolicy::Position scheduled_at_;  // while unscheduled: the position to go back to
+  int scheduled_prefetch_ = 0;           // and the prefetch distance
+  int held_ = 0;                         // chunks in Compute in the device tier now
+  int max_held_ = 0;                     // the most since start_trace()
   std::vector<Tier> trace_tiers_;  // the tier of each access of the trace in use (or recording)
   MemoryStats stats_;
 };

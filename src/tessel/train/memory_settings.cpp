@@ -60,10 +60,6 @@ void check_offload_settings(const TrainConfig& c) {
   TESSEL_CHECK(c.train.recompute == "none",
                "training config: train.recompute = ", c.train.recompute,
                " with memory.device_budget set: offloaded training does not recompute yet");
-  TESSEL_CHECK(c.checkpoint.interval == 0,
-               "training config: checkpoint.interval = ", c.checkpoint.interval,
-               " with memory.device_budget set: checkpoints of an offloaded run are not built "
-               "yet; set checkpoint.interval = 0 (the run then ends without a checkpoint)");
   TESSEL_CHECK(c.fault.nan_at_step == 0,
                "training config: fault.nan_at_step = ", c.fault.nan_at_step,
                " with memory.device_budget set: not supported under offload");

@@ -97,9 +97,6 @@ void Trainer::build(const std::string& resume) {
   config_.train.global_batch = global.sequences;
   run_dir_ = config_.checkpoint.dir;
   lock_run_directory();  // first: one run per directory, and an unwritable one fails here
-  TESSEL_CHECK(resume.empty() || !config_.memory.enabled(),
-               "train: --resume with memory offload "
-               "(memory.device_budget): checkpoints of an offloaded run are not built yet");
   int64_t resume_step = 0;
   if (!resume.empty()) resume_step = verify_checkpoint(resume);  // before any file is trusted
   if (resume.empty()) {
@@ -339,7 +336,7 @@ TrainSummary Trainer::run() {
   sum.last_step = step_;
   sum.skipped_steps = skipped_;
   if (sum.interrupted) {
-    if (saved_at != step_ && !offload_) sum.last_checkpoint = save_checkpoint();
+    if (saved_at != step_) sum.last_checkpoint = save_checkpoint();
     sum.stop_signal = stop.signal;
     sum.seconds = seconds_since(t0);
     if (stop.write_failed) {
@@ -360,9 +357,7 @@ TrainSummary Trainer::run() {
     if (hooks_.on_eval) hooks_.on_eval(e);
   }
   sum.val_loss = last_val_loss_;
-  if (offload_) {
-    print("note: no checkpoint written: checkpoints of an offloaded run are not built yet");
-  } else if (run_steps > 0 || list_checkpoints(run_dir_).empty()) {
+  if (run_steps > 0 || list_checkpoints(run_dir_).empty()) {
     sum.last_checkpoint = save_checkpoint();
   }
   if (!sum.last_checkpoint.empty()) print("checkpoint: " + sum.last_checkpoint);

@@ -46,9 +46,6 @@ std::string read_text(const fs::path& path) {
 }  // namespace
 
 std::string Trainer::save_checkpoint() {
-  TESSEL_CHECK(!offload_,
-               "train: checkpoints of an offloaded run (memory.device_budget) are not "
-               "built yet");
   // Every rank writes the pieces it owns (trainer_checkpoint_pieces.cpp) into rank 0's temporary
   // directory, all at once; rank 0 then indexes them, assembles the HF-layout model from them and
   // commits, so the manifest covers every rank's file. No tensor is gathered over the network.
@@ -58,7 +55,15 @@ std::string Trainer::save_checkpoint() {
   std::unique_ptr<CheckpointWriter> writer;
   if (leader()) writer = std::make_unique<CheckpointWriter>(run_dir_, step_);
   const std::string dir = share_leader_string(writer ? writer->dir() : "");
-  write_piece_file(dir, layout_.world_rank(), layout_.world_size(), pieces);
+  if (offload_) {
+    // The pieces view the chunks; each is brought into memory when the file reaches it.
+    OffloadCheckpointAccess hold(offload_.get());
+    write_piece_file(dir, layout_.world_rank(), layout_.world_size(), pieces, [&](size_t i) {
+      offload_->hold_for_checkpoint(pieces[i].data, memory::AccessMode::Read);
+    });
+  } else {
+    write_piece_file(dir, layout_.world_rank(), layout_.world_size(), pieces);
+  }
   barrier_world();  // every piece is on disk before rank 0 reads and seals them
   std::string path;
   if (leader()) {
@@ -167,6 +172,9 @@ void Trainer::load_checkpoint(const std::string& dir_name) {
     // Any layout's pieces: this rank reads the parts it holds (trainer_checkpoint_pieces.cpp).
     load_checkpoint_pieces(dir.string(), optimizer_step);
   } else {
+    TESSEL_CHECK(!offload_, "checkpoint ", dir.string(),
+                 " predates checkpoint pieces: resume it without memory offload once, then "
+                 "offload from its next checkpoint");
     load_legacy_state(dir.string(), optimizer_step);
   }
   loaded_ = checkpoint_record(

@@ -164,6 +164,11 @@ std::vector<Piece> Trainer::checkpoint_pieces() const {
                            add(prefix + p.name, p.name, p.param.shape(), begin, end,
                                zero_block(state, prefix, b).narrow(0, at, end - begin));
                        });
+  } else if (offload_) {
+    // Views of the moments' chunks, in AdamW::state()'s order: the same pieces as in memory.
+    const std::vector<OffloadedParameter> states = offload_->parameters();
+    for (const OffloadedParameter& s : states) add_replicated(kMoments[0] + s.name, s.exp_avg);
+    for (const OffloadedParameter& s : states) add_replicated(kMoments[1] + s.name, s.exp_avg_sq);
   } else {
     for (const auto& [key, moment] : adamw_->state()) add_replicated(key, moment);
   }
@@ -172,9 +177,11 @@ std::vector<Piece> Trainer::checkpoint_pieces() const {
 
 void Trainer::fill_parameters(const RegionSource& source) {
   autograd::NoGradGuard no_grad;
+  OffloadCheckpointAccess hold(offload_.get());
   // The whole local tensor `t`: filled in its own memory when it is f32 (tensors are
-  // contiguous), else through one temporary of its size.
+  // contiguous), else through one temporary of its size. Under offload, in its chunk.
   auto fill_whole = [&](const std::string& name, const Tensor& t) {
+    if (offload_) offload_->hold_for_checkpoint(t, memory::AccessMode::ReadWrite);
     const bool direct = t.dtype() == DType::F32;
     Tensor flat = direct ? t.detach().flatten() : empty({t.numel()}, DType::F32);
     fill_placed(source, name, checkpoint_placement(name, t.shape()), t.shape(), 0, t.numel(), flat);
@@ -222,6 +229,7 @@ void Trainer::load_checkpoint_pieces(const std::string& dir, int64_t optimizer_s
 void Trainer::fill_moments(const RegionSource& source,
                            const std::function<Shape(const std::string&)>& stored_shape,
                            int64_t optimizer_step) {
+  OffloadCheckpointAccess hold(offload_.get());
   auto fill = [&](const std::string& key, const Shape& local, int64_t begin, int64_t end,
                   Tensor flat) {
     const sharding::LocalLayout placement = checkpoint_placement(parameter_of(key), local);
@@ -246,6 +254,19 @@ void Trainer::fill_moments(const RegionSource& source,
                                 zero_block(state, prefix, b).narrow(0, at, end - begin));
                        });
     zero_->set_step_count(optimizer_step);
+  } else if (offload_) {
+    // Into the moments' chunks, each held while it is filled.
+    const std::vector<OffloadedParameter> states = offload_->parameters();
+    for (const std::string& prefix : kMoments) {
+      for (const OffloadedParameter& s : states) {
+        const Tensor& m = prefix == kMoments[0] ? s.exp_avg : s.exp_avg_sq;
+        offload_->hold_for_checkpoint(m, memory::AccessMode::ReadWrite);
+        fill_whole(prefix + s.name, m);
+      }
+    }
+    hold.end();
+    offload_adamw_->set_step_count(optimizer_step);
+    offload_adamw_->drop_gradients();  // as after an update: the next backward starts from zeros
   } else {
     // Into the moments themselves (state() gives them, not copies).
     for (const auto& [key, moment] : adamw_->state()) fill_whole(key, moment);

@@ -224,7 +224,17 @@ void Trainer::end_step(StepRecord& r, int64_t step, const StepMarks& marks) {
   r.state_bytes = mem.total();
   r.expected_state_bytes = mem.expected_total();
   r.mem_bytes = int64_t(cpu_allocator().bytes_in_use());
-  run_peak_bytes_ = std::max(run_peak_bytes_, int64_t(cpu_allocator().peak_bytes()));
+  int64_t peak = int64_t(cpu_allocator().peak_bytes());
+  if (offload_) {
+    // The tiers' pools hold the state outside the CPU allocator: their bytes count too (the
+    // peak adds each pool's own, an upper bound of the moments' sum).
+    for (memory::Tier tier : {memory::Tier::Device, memory::Tier::Host}) {
+      const memory::BudgetedPool& pool = offload_->chunks().pool(tier);
+      r.mem_bytes += int64_t(pool.bytes_in_use());
+      peak += int64_t(pool.peak_bytes());
+    }
+  }
+  run_peak_bytes_ = std::max(run_peak_bytes_, peak);
   r.mem_peak_bytes = run_peak_bytes_;
   record_memory(r);
 }

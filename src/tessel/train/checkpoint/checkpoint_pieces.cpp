@@ -177,8 +177,8 @@ void emit_f32(const Tensor& t, int64_t first, int64_t count, const io::ByteSink&
 
 }  // namespace
 
-void write_piece_file(const std::string& dir, int rank, int world,
-                      const std::vector<Piece>& pieces) {
+void write_piece_file(const std::string& dir, int rank, int world, const std::vector<Piece>& pieces,
+                      const BeforePiece& before) {
   std::vector<io::StreamedTensor> tensors;
   nlohmann::json entries = nlohmann::json::array();
   auto staging = std::make_shared<std::vector<float>>();
@@ -195,11 +195,12 @@ void write_piece_file(const std::string& dir, int rank, int world,
                    ") outside its tensor of ", p.data.numel(), " elements");
     const std::string key = p.name + "#" + std::to_string(i);
     // Written from where the values live when the file reaches them: no copy of the state.
-    tensors.push_back({key, DType::F32, Shape{p.region.numel()}, [&p, staging](const auto& sink) {
-                         if (p.runs.empty()) emit_f32(p.data, 0, p.data.numel(), sink, *staging);
-                         for (const auto& [first, count] : p.runs)
-                           emit_f32(p.data, first, count, sink, *staging);
-                       }});
+    tensors.push_back(
+        {key, DType::F32, Shape{p.region.numel()}, [&p, &before, i, staging](const auto& sink) {
+           if (before) before(i);
+           if (p.runs.empty()) emit_f32(p.data, 0, p.data.numel(), sink, *staging);
+           for (const auto& [first, count] : p.runs) emit_f32(p.data, first, count, sink, *staging);
+         }});
     nlohmann::json e = region_json(p.region);
     e["key"] = key;
     e["tensor"] = p.name;

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -56,10 +57,15 @@ struct Piece {
 // "pieces_00001_of_00004.safetensors"
 std::string piece_file_name(int rank, int world);
 
+// Called with a piece's index just before its values are written, in the pieces' order: lets
+// the caller bring the bytes a piece views into memory only when the file reaches them (the
+// chunks of an offloaded run).
+using BeforePiece = std::function<void(size_t piece)>;
+
 // Writes this rank's pieces into dir/piece_file_name(rank, world), their regions in the file's
 // metadata. A rank without pieces writes an empty file (the index expects one per rank).
-void write_piece_file(const std::string& dir, int rank, int world,
-                      const std::vector<Piece>& pieces);
+void write_piece_file(const std::string& dir, int rank, int world, const std::vector<Piece>& pieces,
+                      const BeforePiece& before = {});
 
 // Rank 0, once every rank's file is on disk: reads the files' headers and writes the index
 // (kPieceIndexFile). `layout_json` (a JSON object, e.g. {"dp":2,"tp":1,"pp":1,"zero_stage":3})

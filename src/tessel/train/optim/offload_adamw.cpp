@@ -93,6 +93,11 @@ void OffloadAdamW::step(double lr) {
   scale_ = 1.0;
 }
 
+void OffloadAdamW::set_step_count(int64_t step) {
+  TESSEL_CHECK(step >= 0, "offloaded AdamW: step count must be >= 0, got ", step);
+  step_ = step;
+}
+
 void OffloadAdamW::drop_gradients() {
   for (const Row& r : rows_)
     if (chunks_.chunk(r.grad).state != ChunkState::Free) chunks_.free(r.grad);

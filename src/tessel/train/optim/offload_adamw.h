@@ -41,6 +41,7 @@ class OffloadAdamW : public Optimizer {
   // One update row by row in the host tier; each gradient chunk is dropped once used.
   void step(double lr) override;
   int64_t step_count() const override { return step_; }
+  void set_step_count(int64_t step);  // a resumed run's (the bias correction's) step
   int64_t state_bytes() const override;
   // Drops every gradient chunk (the next backward starts from zeros); after a skipped step too.
   void drop_gradients();

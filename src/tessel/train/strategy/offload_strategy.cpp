@@ -229,6 +229,36 @@ void OffloadStrategy::after_update() {
   }
 }
 
+void OffloadStrategy::hold_for_checkpoint(const Tensor& tensor, AccessMode mode) {
+  const int id = chunks_->chunk_of(tensor);
+  if (id == checkpoint_chunk_) return;
+  if (!checkpointing_) {
+    chunks_->begin_unscheduled();  // the step's trace and prefetch resume where they were
+    checkpointing_ = true;
+  }
+  if (checkpoint_chunk_ >= 0) {
+    const int held = checkpoint_chunk_;
+    checkpoint_chunk_ = -1;
+    chunks_->release(held, ChunkState::Hold);
+  }
+  // Where it is when it is in memory: saving moves nothing between the memory tiers.
+  const Tier tier = chunks_->chunk(id).tier == Tier::Device ? Tier::Device : Tier::Host;
+  chunks_->access(id, mode, tier);
+  checkpoint_chunk_ = id;
+}
+
+void OffloadStrategy::end_checkpoint_access() {
+  if (checkpoint_chunk_ >= 0) {
+    const int held = checkpoint_chunk_;
+    checkpoint_chunk_ = -1;
+    chunks_->release(held, ChunkState::Hold);
+  }
+  if (checkpointing_) {
+    checkpointing_ = false;
+    chunks_->end_unscheduled();
+  }
+}
+
 void OffloadStrategy::record(StepRecord& r) {
   chunks_->check_accounting();  // every step: the pools agree with the chunks, within budget
   const memory::MemoryStats& now = chunks_->stats();

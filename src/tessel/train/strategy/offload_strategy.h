@@ -51,6 +51,12 @@ class OffloadStrategy : public AxisStrategy {
   std::string placement() const;
   // The most chunks one step holds in the device tier at once (computed from the layout).
   int device_working_set() const { return device_need_; }
+  // A checkpoint streams the state a chunk at a time: holds the chunk of `tensor` for reading
+  // or writing its bytes (in the tier it is in, or read into the host tier from NVMe),
+  // releasing the chunk held before, so at most one chunk beyond the tiers' budgets' own is in
+  // use and no second copy of the state is made. end_checkpoint_access() releases the last.
+  void hold_for_checkpoint(const Tensor& tensor, memory::AccessMode mode);
+  void end_checkpoint_access();
 
  private:
   struct Unit {
@@ -78,7 +84,30 @@ class OffloadStrategy : public AxisStrategy {
   OffloadAdamW* optimizer_ = nullptr;
   int device_need_ = 0;
   bool tracing_ = false, traced_ = false;
+  int checkpoint_chunk_ = -1;   // held by hold_for_checkpoint()
+  bool checkpointing_ = false;  // the chunk manager is unscheduled for it
   memory::MemoryStats at_step_start_;
+};
+
+// Ends a checkpoint's chunk access when a save or load leaves, an error included (null: no
+// offload, nothing to do).
+class OffloadCheckpointAccess {
+ public:
+  explicit OffloadCheckpointAccess(OffloadStrategy* offload) : offload_(offload) {}
+  ~OffloadCheckpointAccess() {
+    try {
+      end();
+    } catch (...) {  // a destructor must not throw; the error being unwound says more
+    }
+  }
+  OffloadCheckpointAccess(const OffloadCheckpointAccess&) = delete;
+  OffloadCheckpointAccess& operator=(const OffloadCheckpointAccess&) = delete;
+  void end() {
+    if (offload_) offload_->end_checkpoint_access();
+  }
+
+ private:
+  OffloadStrategy* offload_;
 };
 
 }  // namespace tessel::train
