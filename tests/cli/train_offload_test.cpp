@@ -80,13 +80,13 @@ TEST(TrainOffload, KillDashNineAmidNvmeWritesResumesBitIdentical) {
         << "step " << i + 1;
   }
   const fs::path last = fs::path("step_000030");
-  for (const char* file : {"model.safetensors", "pieces_00001_of_00001.safetensors"})
+  for (const char* file : {"model.safetensors", "pieces_00000_of_00001.safetensors"})
     EXPECT_EQ(slurp(fs::path(run_a) / last / file), slurp(fs::path(run_b) / last / file)) << file;
 
   // The offloaded checkpoint is the in-memory run's, byte for byte.
   const Outcome c = run_tessel(s.common + steps + " --set checkpoint.dir=" + run_c, s.dir);
   ASSERT_EQ(c.exit_code, 0) << c.err;
-  for (const char* file : {"model.safetensors", "pieces_00001_of_00001.safetensors"})
+  for (const char* file : {"model.safetensors", "pieces_00000_of_00001.safetensors"})
     EXPECT_EQ(slurp(fs::path(run_a) / last / file), slurp(fs::path(run_c) / last / file)) << file;
 }
 

@@ -40,7 +40,7 @@ void expect_same_steps(const std::vector<StepRecord>& full, const std::vector<St
 
 // The checkpoint's data files equal: the HF model and the pieces (parameters and moments).
 void expect_same_checkpoint(const fs::path& a, const fs::path& b, const std::string& what) {
-  for (const char* file : {"model.safetensors", "pieces_00001_of_00001.safetensors"})
+  for (const char* file : {"model.safetensors", "pieces_00000_of_00001.safetensors"})
     EXPECT_TRUE(slurp(a / file) == slurp(b / file)) << what << ": " << file << " differs";
 }
 
