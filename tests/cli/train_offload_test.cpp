@@ -27,7 +27,7 @@ std::string offload_flags(const Workspace& s, const fs::path& nvme) {
                            " --set memory.host_budget=" + std::to_string(4 * kChunk) +
                            " --set memory.nvme_dir=" + nvme.string() + " --set memory.prefetch=4";
   const Outcome probe = run_tessel(
-      s.common + " --set train.steps=1 --set checkpoint.dir=" + (s.dir / "probe").string() + base +
+      s.common + " --set train.steps=3 --set checkpoint.dir=" + (s.dir / "probe").string() + base +
           " --set memory.device_budget=" + std::to_string(kChunk),
       s.dir);
   const std::string key = "the smallest device budget that works is ";
@@ -133,7 +133,7 @@ TEST(TrainOffload, AFullDiskIsOneErrorBeforeTrainingOrACleanStopWithTheCheckpoin
     std::smatch out;
     static const std::regex chunks("memory offload: ([0-9]+) chunks");
     const Outcome probe = run_tessel(
-        flags + " --set train.steps=1 --set checkpoint.dir=" + (s.dir / "n").string(), s.dir);
+        flags + " --set train.steps=3 --set checkpoint.dir=" + (s.dir / "n").string(), s.dir);
     std::regex_search(probe.out, out, chunks);
     return out;
   }();
