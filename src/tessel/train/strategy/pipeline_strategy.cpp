@@ -8,7 +8,7 @@
 // dtype; under fp16 the last stage returns loss * scale and the losses are divided back.
 //
 // Checkpoints stay layout-independent: each stage writes the pieces of the parameters it trains,
-// and a resumed rank keeps its part of whatever pp wrote the checkpoint (own_moments).
+// and a resumed rank reads its part of whatever pp wrote the checkpoint.
 #include "tessel/train/strategy/pipeline_strategy.h"
 
 #include <algorithm>
@@ -35,7 +35,6 @@ namespace {
 // Tags above every tag the executor uses (it takes 2 * stages * micro-batches from 0).
 constexpr int kTiedGradientTag = dist::Communicator::kMaxTag;
 constexpr int kTiedWeightTag = dist::Communicator::kMaxTag - 1;
-const std::string kMomentPrefixes[] = {"exp_avg.", "exp_avg_sq."};
 
 }  // namespace
 
@@ -168,19 +167,6 @@ void PipelineStrategy::sync_model() {
   const auto gathered = zero3_gather_all(zero3_);  // ZeRO-3: whole parameters while sent
   for (auto& [name, param] : model_.named_parameters())
     layout_.pp->broadcast(param, owner_.at(name));
-}
-
-nn::NamedTensors PipelineStrategy::own_moments(const nn::NamedTensors& full) const {
-  nn::NamedTensors own;
-  for (const auto& [key, moment] : full) {
-    std::string name = key;
-    for (const std::string& prefix : kMomentPrefixes)
-      if (key.rfind(prefix, 0) == 0) name = key.substr(prefix.size());
-    const auto it = owner_.find(name);
-    // Unknown names stay, so that the optimizer's own check names them.
-    if (it == owner_.end() || it->second == layout_.pp_rank()) own.emplace_back(key, moment);
-  }
-  return own;
 }
 
 // The measured timeline of the last step next to the simulator's prediction for the same

@@ -63,8 +63,6 @@ class PipelineStrategy : public AxisStrategy {
   const std::vector<std::string>& tied() const { return tied_; }
   // Every parameter, on every rank, from the rank that trains it (for evaluation and samples).
   void sync_model();
-  // The entries of `full` (parameters or "exp_avg."/"exp_avg_sq." moments) this rank trains.
-  nn::NamedTensors own_moments(const nn::NamedTensors& full) const;
   // The last step's compute time and makespan (ms), for the step's breakdown.
   const std::optional<parallel::pipeline::ExecutionResult>& last() const { return last_; }
   // The measured timeline of the last step beside the simulator's prediction, printed, and
