@@ -9,6 +9,10 @@ pp 2 and (dp 2, pp 2) ZeRO-3. For every rank:
   - build: the peak resident set after the model is built and cut into the layout (the "build"
     record) is at most 1.15 x the parameters it holds + OVERHEAD: no rank materialises what it
     does not own (before construction without materialisation, every rank built the whole model);
+    and what building added to the resident set (that peak minus the resident set before) is at
+    most 1.15 x those parameters + BUILD_OVERHEAD: no axis holds a transient copy of the whole
+    model while it cuts (the tensor-parallel cut and ZeRO-3's partition used to read the whole
+    tensors they cut from, 1-1.5 x the whole model's f32 parameters for a moment);
   - training: the peak after the last step is at most 1.15 x (its formula state + its measured
     step peak: activations, gradients and temporaries) + OVERHEAD, ZeRO-3 included (its per-unit
     gathers used to leave heap holes resident: 1.3-1.6 x the stage's f32 parameters more).
@@ -34,6 +38,9 @@ from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run,  #
 
 MIB = 1 << 20
 OVERHEAD = 128 * MIB  # docs/PARALLEL.md: a rank's resident set without a model (measured ~50 MiB)
+# docs/PARALLEL.md: what building adds beside the parameters a rank holds (the model's small
+# tensors from the heap, the axes' bookkeeping; as tests/train/load_shards.py allows).
+BUILD_OVERHEAD = 24 * MIB
 SLACK = 1.15
 # (dp, tp, pp, zero_stage)
 LAYOUTS = [(1, 1, 1, 0), (2, 1, 1, 3), (1, 2, 1, 0), (1, 1, 2, 0), (2, 1, 2, 3)]
@@ -77,6 +84,11 @@ def check_layout(tessel, mpirun, work, config, tag, layout, steps, whole_f32=Non
         b, s = built[r], last[r]
         held = s["param_bytes"]
         build_peak = b["peak_rss_after_bytes"]
+        increase = build_peak - b["rss_before_bytes"]
+        if increase > SLACK * held + BUILD_OVERHEAD:
+            problems.append(f"{what} rank {r}: building raised the resident set by "
+                            f"{increase / MIB:.0f} MiB, above 1.15 x the {held / MIB:.0f} MiB of "
+                            f"parameters it holds + {BUILD_OVERHEAD // MIB} MiB: a transient copy")
         if build_peak > SLACK * held + OVERHEAD:
             problems.append(f"{what} rank {r}: peak resident set after building {build_peak / MIB:.0f} MiB "
                  f"exceeds 1.15 x the {held / MIB:.0f} MiB of parameters it holds + "
@@ -90,7 +102,8 @@ def check_layout(tessel, mpirun, work, config, tag, layout, steps, whole_f32=Non
         if whole_f32 is not None and build_peak * 2 > whole_f32:
             problems.append(f"{what} rank {r}: {build_peak / MIB:.0f} MiB after building, not below half the "
                  f"whole model's {whole_f32 / MIB:.0f} MiB of f32 parameters")
-        rows.append(f"| {what} | {r} | {build_peak / MIB:.0f} MiB | {held / MIB:.0f} MiB | "
+        rows.append(f"| {what} | {r} | {build_peak / MIB:.0f} MiB | {increase / MIB:.0f} MiB | "
+                    f"{held / MIB:.0f} MiB | "
                     f"{s['rss_peak_bytes'] / MIB:.0f} MiB | {s['expected_state_bytes'] / MIB:.0f} "
                     f"MiB | {s['step_peak_bytes'] / MIB:.0f} MiB | {bound / MIB:.0f} MiB |")
     return rows
@@ -102,8 +115,8 @@ problems = []
 def main():
     tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
     vocab = prepare_workdir(tessel, work)
-    header = ["| layout | rank | build peak | params held | step peak RSS | formula state | step "
-              "peak (allocator) | bound |", "|---|---|---|---|---|---|---|---|"]
+    header = ["| layout | rank | build peak | build increase | params held | step peak RSS | "
+              "formula state | step peak (allocator) | bound |", "|---|---|---|---|---|---|---|---|---|"]
     # GPT-2's proportions, smaller: the 50257-token embedding is 2/3 of the parameters.
     width, layers = 384, 4
     config = write_json(os.path.join(work, "config.json"),

@@ -84,6 +84,15 @@ Tensor shard_tensor(const Tensor& full, const ShardLayout& s, int parts, int ran
   return pieces.size() == 1 ? pieces[0].clone() : concat(pieces, s.dim);
 }
 
+Tensor empty_shard(const Tensor& full, const ShardLayout& s, int parts, int rank) {
+  TESSEL_CHECK(full.defined() && s.dim >= 0 && s.dim < full.ndim() && full.size(s.dim) == s.full,
+               "empty_shard: tensor ", full.defined() ? full.shape().str() : "undefined",
+               " does not match ", s.str());
+  Shape shape = full.shape();
+  shape[s.dim] = shard_length(s, parts, rank);
+  return empty(shape, full.dtype(), full.device());
+}
+
 Tensor gather_tensor(const Tensor& local, const ShardLayout& s, dist::Communicator& tp) {
   const int k = tp.size();
   TESSEL_CHECK(local.defined() && s.dim >= 0 && s.dim < local.ndim() &&

@@ -59,6 +59,10 @@ inline bool shard_leader(const ShardLayout& spec, int parts, int rank) {
 
 // This rank's piece of `full` (size spec.full along dim), zero rows where it covers padding.
 Tensor shard_tensor(const Tensor& full, const ShardLayout& spec, int parts, int rank);
+// A tensor of the shape, dtype and device of that piece, nothing written and nothing of `full`
+// read: the piece of a parameter whose values are filled after the cut (construction without
+// materialisation), where reading the full tensor's untouched pages would make them resident.
+Tensor empty_shard(const Tensor& full, const ShardLayout& spec, int parts, int rank);
 
 // The full tensor (size spec.full along dim, padding dropped) on every rank of `tp` from each
 // rank's piece: the redistribution S -> R of a ShardLayout (regions.h's gather, then the blocks

@@ -29,7 +29,8 @@ const sharding::ShardLayout* spec_of(const ModelTensorParallel& tp, const std::s
 
 ModelTensorParallel parallelize_model(models::CausalLM& model, dist::CommPtr tp,
                                       const std::string& plan_path, bool sequence_parallel,
-                                      const std::function<void(const std::string&)>& note) {
+                                      const std::function<void(const std::string&)>& note,
+                                      bool copy_values) {
   TESSEL_CHECK(tp != nullptr, "parallelize_model: the tensor-parallel communicator is null");
   const models::ModelConfig& c = model.model_config();
   const int n = tp->size();
@@ -56,6 +57,7 @@ ModelTensorParallel parallelize_model(models::CausalLM& model, dist::CommPtr tp,
   }
   parallel::ParallelizeOptions po;
   po.sequence_parallel = sequence_parallel;
+  po.copy_values = copy_values;
   for (const auto& [name, value] : spec.sizes) po.sizes[name] = value;
   ModelTensorParallel out;
   out.tp = tp;
@@ -96,15 +98,6 @@ nn::NamedTensors model_tp_gather(const ModelTensorParallel& tp, const nn::NamedT
   for (const auto& [name, t] : local) {
     const sharding::ShardLayout* s = spec_of(tp, name);
     out.emplace_back(name, s ? sharding::gather_tensor(t, *s, *tp.tp) : t.detach().clone());
-  }
-  return out;
-}
-
-nn::NamedTensors model_tp_shard(const ModelTensorParallel& tp, const nn::NamedTensors& full) {
-  nn::NamedTensors out;
-  for (const auto& [name, t] : full) {
-    const sharding::ShardLayout* s = spec_of(tp, name);
-    out.emplace_back(name, s ? sharding::shard_tensor(t, *s, tp.tp->size(), tp.tp->rank()) : t);
   }
   return out;
 }

@@ -37,9 +37,12 @@ struct ModelTensorParallel {
 
 // Parallelizes `model` (full weights on every rank, as loaded or initialised) in place. `plan`
 // empty: the family's built-in plan. `note` receives the one-line vocabulary padding notice.
+// `copy_values` false: the model was built without values, which are filled after the cut
+// (parallel::TpOptions::copy_values): the pieces are allocated, nothing is read.
 ModelTensorParallel parallelize_model(models::CausalLM& model, dist::CommPtr tp,
                                       const std::string& plan_path, bool sequence_parallel,
-                                      const std::function<void(const std::string&)>& note = {});
+                                      const std::function<void(const std::string&)>& note = {},
+                                      bool copy_values = true);
 
 // Mean cross-entropy of ids against targets (-100 ignored), as CausalLM::loss, from the
 // vocab-split logits. Collective over tp.
@@ -67,10 +70,9 @@ class SequenceParallelPause {
 Tensor model_tp_full_logits(const ModelTensorParallel& tp, const Tensor& local);
 
 // Tensors named after parameters, possibly prefixed ("exp_avg.h.0.attn.c_attn.weight" with
-// prefix "exp_avg."): gathered to full tensors / sliced to this rank's pieces. Names that are
-// not sharded parameters pass through (cloned when gathering).
+// prefix "exp_avg."): gathered to full tensors. Names that are not sharded parameters pass
+// through (cloned).
 nn::NamedTensors model_tp_gather(const ModelTensorParallel& tp, const nn::NamedTensors& local);
-nn::NamedTensors model_tp_shard(const ModelTensorParallel& tp, const nn::NamedTensors& full);
 
 // A full (unsharded) model holding the gathered weights, for writing checkpoints. Collective.
 std::shared_ptr<models::CausalLM> model_tp_gather_model(models::CausalLM& model,

@@ -150,7 +150,6 @@ class Trainer {
   const ModelTensorParallel* tp() const { return tensor_ ? &tensor_->model_tp() : nullptr; }
   NamedTensors trainable_parameters() const;       // the parameters of this rank's stages
   std::vector<nn::Module*> stage_modules() const;  // the modules they run (the model without pp)
-  NamedTensors tp_shard(const NamedTensors& full) const;  // full tensors to this rank's pieces
 
   bool leader() const { return layout_.world_rank() == 0; }
   int dp_size() const { return dp_ ? dp_->size() : 1; }

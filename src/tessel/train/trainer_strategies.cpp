@@ -17,10 +17,13 @@ void Trainer::build_strategies(const RegionSource& init) {
   const TrainSection& t = config_.train;
   const ParallelSection& par = config_.parallel;
   const auto printer = [this](const std::string& line) { print(line); };
+  // The model holds no values yet (built unwritten, or empty for a checkpoint): no axis copies
+  // any (reading pages never written would make them resident); every rank fills what it holds
+  // once all the axes have cut it (fill_parameters, here or when a checkpoint is loaded).
   if (layout_.tp) {
     tensor_ = std::make_unique<TensorParallelStrategy>(
         *model_, layout_.tp, par.tp_plan, par.sequence_parallel,
-        [this](const std::string& line) { print("note: " + line); });
+        [this](const std::string& line) { print("note: " + line); }, /*copy_values=*/false);
     const int64_t heads = model_->model_config().num_heads();
     print("tensor parallel: tp = " + std::to_string(layout_.tp_size()) +
           (tensor_->model_tp().sequence_parallel ? " with sequence parallelism" : "") + ", " +
@@ -57,6 +60,7 @@ void Trainer::build_strategies(const RegionSource& init) {
     // Weights from a checkpoint are loaded on every rank alike; recipes give every rank the same
     // values by construction: nothing to broadcast.
     ds.broadcast = false;
+    ds.copy_values = false;
     data_ = std::make_unique<DataParallelStrategy>(trainable_parameters(), dp_, std::move(ds));
     if (pipeline_) pipeline_->set_zero3(data_->zero3());
   } else if (stage > 0) {
@@ -141,10 +145,6 @@ NamedTensors Trainer::trainable_parameters() const {
 std::vector<nn::Module*> Trainer::stage_modules() const {
   if (!pipeline_) return {model_.get()};
   return pipeline_->modules();
-}
-
-NamedTensors Trainer::tp_shard(const NamedTensors& full) const {
-  return tensor_ ? model_tp_shard(tensor_->model_tp(), full) : full;
 }
 
 }  // namespace tessel::train

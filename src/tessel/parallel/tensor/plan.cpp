@@ -270,6 +270,7 @@ ParallelizeResult parallelize(nn::Module& root, dist::CommPtr tp, const Parallel
   TpOptions base;
   base.sequence_parallel = options.sequence_parallel;
   base.sequence = result.sequence;
+  base.copy_values = options.copy_values;
   for (const Match& m : matches) {
     const PlanRule& rule = *m.rule;
     switch (rule.style) {

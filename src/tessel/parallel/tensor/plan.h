@@ -61,6 +61,7 @@ bool pattern_matches(const std::string& pattern, const std::string& path);
 struct ParallelizeOptions {
   bool sequence_parallel = false;
   std::map<std::string, int64_t> sizes;  // names a plan's "unit" may use
+  bool copy_values = true;               // TpOptions::copy_values
 };
 
 struct ParallelizeResult {

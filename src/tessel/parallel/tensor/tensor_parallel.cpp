@@ -133,9 +133,9 @@ void parallelize_colwise(nn::Linear& linear, dist::CommPtr tp, const TpOptions& 
                  options.blocks, " blocks hold ", out / options.blocks / options.unit,
                  " units (heads) of ", options.unit, " rows each, not divisible by tp ", n);
   }
-  rebind(linear.weight, sharding::shard_tensor(linear.weight.detach(), spec, n, r));
-  if (linear.bias.defined())
-    rebind(linear.bias, sharding::shard_tensor(linear.bias.detach(), spec, n, r));
+  const auto piece = options.copy_values ? sharding::shard_tensor : sharding::empty_shard;
+  rebind(linear.weight, piece(linear.weight.detach(), spec, n, r));
+  if (linear.bias.defined()) rebind(linear.bias, piece(linear.bias.detach(), spec, n, r));
   auto st = std::make_shared<TpState>();
   st->options = options;
   st->style = TpStyle::Colwise;
@@ -164,7 +164,9 @@ void parallelize_rowwise(nn::Linear& linear, dist::CommPtr tp, bool input_is_sha
   st->input_is_sharded = input_is_sharded;
   st->in_full = in;
   rebind(linear.weight,
-         ops::slice(linear.weight.detach(), 1, st->in_offset, st->in_offset + st->in_local));
+         options.copy_values
+             ? ops::slice(linear.weight.detach(), 1, st->in_offset, st->in_offset + st->in_local)
+             : sharding::empty_shard(linear.weight.detach(), sharding::ShardLayout{1, in}, n, r));
   st->tp = std::move(tp);
   st->linear = &linear;  // the Rowwise bias is whole on every rank, added after the reduction
   install(linear, std::move(st));

@@ -57,6 +57,11 @@ struct TpOptions {
   // sharding/shard_layout.h); the copies' gradients must then be summed over them (the caller's
   // job).
   bool replicate = false;
+  // False: the parameters hold no values yet (construction without materialisation: built
+  // unwritten, filled once every axis has cut them). Each rank's pieces are then allocated and
+  // left unwritten, and nothing of the full tensors is read: reading pages never written makes
+  // them resident, which would cost every rank the whole model for a moment.
+  bool copy_values = true;
 };
 
 // Whether activations between the regions are sequence pieces right now.

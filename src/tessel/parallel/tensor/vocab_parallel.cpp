@@ -129,7 +129,8 @@ void parallelize_vocab_embedding(nn::Embedding& embedding, dist::CommPtr tp,
   const sharding::ShardLayout spec{0, st->vocab, padded_vocab_size(st->vocab, n)};
   st->rows = spec.padded_size() / n;
   st->offset = int64_t(r) * st->rows;
-  Tensor piece = sharding::shard_tensor(embedding.weight.detach(), spec, n, r);
+  Tensor piece = options.copy_values ? sharding::shard_tensor(embedding.weight.detach(), spec, n, r)
+                                     : sharding::empty_shard(embedding.weight.detach(), spec, n, r);
   TensorImpl& impl = *embedding.weight.impl_ptr();  // rebound in place: name and handle kept
   impl.storage = piece.storage_ptr();
   impl.offset = piece.offset();

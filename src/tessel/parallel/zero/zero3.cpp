@@ -133,7 +133,7 @@ Zero3Parameters::Zero3Parameters(DataParallel& dp, std::vector<Zero3Unit> units,
       const DataParallel::Place& p = places_[i];
       const int64_t begin = std::max(p.offset, u.lo);
       const int64_t end = std::min(p.offset + p.param.numel(), u.lo + u.size);
-      if (end > begin)
+      if (end > begin && options_.copy_values)
         u.shard.narrow(0, begin - u.lo, end - begin)
             .copy_from(p.param.detach().flatten().narrow(0, begin - p.offset, end - begin));
     }

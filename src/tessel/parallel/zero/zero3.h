@@ -50,6 +50,9 @@ std::vector<std::vector<size_t>> zero3_groups(const nn::NamedTensors& params,
 
 struct Zero3Options {
   bool prefetch = true;  // start the next unit's all_gather while this one computes
+  // False: the parameters hold no values yet (construction without materialisation): the shards
+  // stay zero for the caller to fill, and the parameters' untouched pages are never read.
+  bool copy_values = true;
 };
 
 class Zero3Parameters {

@@ -16,8 +16,11 @@ DataParallelStrategy::DataParallelStrategy(const nn::NamedTensors& params, dist:
   if (stage_ == 3) options.groups = parallel::zero3_groups(params, setup.units);
   ddp_ = std::make_unique<parallel::DataParallel>(params, comm_, options);
   if (setup.broadcast) ddp_->broadcast_parameters(0);  // before ZeRO-3 keeps only shards
-  if (stage_ == 3)
-    zero3_ = std::make_unique<parallel::Zero3Parameters>(*ddp_, std::move(setup.units));
+  if (stage_ == 3) {
+    parallel::Zero3Options zo;
+    zo.copy_values = setup.copy_values;
+    zero3_ = std::make_unique<parallel::Zero3Parameters>(*ddp_, std::move(setup.units), zo);
+  }
 }
 
 DataParallelStrategy::~DataParallelStrategy() = default;

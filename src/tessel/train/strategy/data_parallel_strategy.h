@@ -28,6 +28,9 @@ struct DataParallelSetup {
   // Every rank initialised from the same seed: rank 0's values are broadcast first, which makes
   // their equality a fact, not a hope.
   bool broadcast = false;
+  // False: the parameters hold no values yet; ZeRO-3's shards are filled by the caller
+  // (parallel::Zero3Options::copy_values).
+  bool copy_values = true;
 };
 
 class DataParallelStrategy : public AxisStrategy {

@@ -6,9 +6,11 @@ namespace tessel::train {
 
 TensorParallelStrategy::TensorParallelStrategy(models::CausalLM& model, dist::CommPtr tp,
                                                const std::string& plan_path, bool sequence_parallel,
-                                               const std::function<void(const std::string&)>& note)
+                                               const std::function<void(const std::string&)>& note,
+                                               bool copy_values)
     : model_(model),
-      tp_(parallelize_model(model, std::move(tp), plan_path, sequence_parallel, note)) {}
+      tp_(parallelize_model(model, std::move(tp), plan_path, sequence_parallel, note,
+                            copy_values)) {}
 
 std::string TensorParallelStrategy::name() const {
   return "tensor parallel (tp " + std::to_string(size()) +

@@ -17,10 +17,12 @@ namespace tessel::train {
 class TensorParallelStrategy : public AxisStrategy {
  public:
   // Parallelizes `model` in place (full weights on every rank). `plan_path` empty: the family's
-  // plan. `note` receives the one-line notices (vocabulary padding).
+  // plan. `note` receives the one-line notices (vocabulary padding). `copy_values` false: the
+  // model holds no values yet; the caller fills the pieces (parallelize_model).
   TensorParallelStrategy(models::CausalLM& model, dist::CommPtr tp, const std::string& plan_path,
                          bool sequence_parallel,
-                         const std::function<void(const std::string&)>& note);
+                         const std::function<void(const std::string&)>& note,
+                         bool copy_values = true);
 
   std::string name() const override;
   void sync_gradients(StepRecord& record) override;
