@@ -8,9 +8,11 @@
 // global regions. Values are bit-identical to the one-process initialisation, since element i of
 // a parameter depends only on the seed and its offset (core/rng.h).
 //
-// Untouched pages cost no resident memory, so the whole-model allocation a rank never writes (the
-// full tensors tensor parallelism cuts from, the parameters ZeRO-3 releases, the other stages'
-// parameters) never shows in its RSS. A meta device (storage with a shape and no bytes) can
+// Pages never written cost no resident memory as long as nothing reads them either, so the axes
+// are told that the model holds no values (copy_values = false: the tensor-parallel cut allocates
+// its pieces, ZeRO-3 its blocks, neither reads the whole tensors), and the whole-model allocation
+// a rank never writes (the full tensors tensor parallelism cuts from, the parameters ZeRO-3
+// releases, the other stages' parameters) never shows in its RSS. A meta device (storage with a shape and no bytes) can
 // replace that allocation later without changing this file's callers.
 #pragma once
 
