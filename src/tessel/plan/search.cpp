@@ -1,0 +1,346 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tessel/plan/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "tessel/core/error.h"
+#include "tessel/plan/compute_cost.h"
+#include "tessel/tensor/default_device.h"
+
+namespace tessel::plan {
+
+namespace {
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+std::string gib(double bytes) {
+  std::ostringstream s;
+  s.precision(bytes >= 1e9 ? 4 : 3);
+  if (bytes >= double(int64_t(1) << 30)) {
+    s << bytes / double(int64_t(1) << 30) << " GiB";
+  } else {
+    s << bytes / double(1 << 20) << " MiB";
+  }
+  return s.str();
+}
+
+const char* dtype_peak_name(DType d) {
+  return d == DType::BF16 ? "bf16" : d == DType::F16 ? "f16" : "f32";
+}
+
+// The dtype's peak, or f32's where the description has none (the CPU backend widens 16-bit).
+double model_peak(const Cluster& cluster, DType d) {
+  const double p = cluster.device.peak_flops[peak_dtype_index(dtype_peak_name(d))];
+  return p > 0 ? p : cluster.peak_flops("f32");
+}
+
+// One predicted layout from its trace; `cluster` already has the launch's devices.
+PlanResult predict_traced(const models::ModelConfig& config, const Cluster& cluster,
+                          const SearchRequest& request, const Layout& l, const Graph& g) {
+  const MemoryLayout ml = memory_layout(l, request);
+  PlanResult r;
+  r.layout = l;
+  r.memory = estimate_memory(config, ml, g);
+  r.time = estimate_step_time(cluster, g, r.memory, ml);
+  r.step_seconds = r.time.total();
+  r.tokens_per_second = double(request.global_batch) * double(request.seq) / r.step_seconds;
+  // Model FLOPs (forward and backward, recomputation left out) against the dtype's peak.
+  const double flops = g.phase_total(Phase::Forward).flops + g.phase_total(Phase::Backward).flops;
+  r.mfu =
+      flops * double(l.grad_accum) / (r.step_seconds * model_peak(cluster, request.compute_dtype));
+  const double memory = double(cluster.device.memory_bytes);
+  if (r.memory.peak() > memory) {
+    r.status = PlanStatus::OutOfMemory;
+    r.reason = "needs " + gib(r.memory.peak()) + " per rank, the device has " + gib(memory);
+  } else {
+    r.status = PlanStatus::Ranked;
+  }
+  return r;
+}
+
+SearchRequest resolved(const models::ModelConfig& config, const Cluster& description,
+                       SearchRequest request) {
+  if (request.devices <= 0) request.devices = description.num_devices();
+  if (request.seq <= 0) request.seq = config.max_positions();
+  TESSEL_CHECK(request.global_batch >= 1, "plan: the global batch ", request.global_batch,
+               " must be >= 1 sequence");
+  TESSEL_CHECK(request.seq <= config.max_positions(), "plan: sequence length ", request.seq,
+               " exceeds the model's context of ", config.max_positions());
+  return request;
+}
+
+}  // namespace
+
+std::string Layout::str() const {
+  std::string s = "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) +
+                  " pp=" + std::to_string(pp) + " zero=" + std::to_string(zero_stage) +
+                  " recompute=" + std::string(nn::recompute_name(recompute)) +
+                  " micro_batch=" + std::to_string(micro_batch) +
+                  " grad_accum=" + std::to_string(grad_accum);
+  if (pp > 1) s += " schedule=" + schedule;
+  return s;
+}
+
+std::vector<std::string> Layout::train_args() const {
+  std::vector<std::string> a = {
+      "--dp",  std::to_string(dp),
+      "--tp",  std::to_string(tp),
+      "--pp",  std::to_string(pp),
+      "--set", "parallel.zero_stage=" + std::to_string(zero_stage),
+      "--set", "train.recompute=" + std::string(nn::recompute_name(recompute)),
+      "--set", "train.micro_batch=" + std::to_string(micro_batch),
+      "--set", "train.grad_accum=" + std::to_string(grad_accum)};
+  if (pp > 1) {
+    a.push_back("--schedule");
+    a.push_back(schedule);
+  }
+  return a;
+}
+
+std::string model_coverage(const Layout& layout) {
+  if (layout.tp > 1 && layout.pp > 1)
+    return "tp > 1 and pp > 1: no tensor- or pipeline-parallel terms in the memory and step "
+           "models yet";
+  if (layout.tp > 1) return "tp > 1: no tensor-parallel terms in the memory and step models yet";
+  if (layout.pp > 1)
+    return "pp > 1: no pipeline terms (in-flight micro-batches, bubble, sends) in the memory "
+           "and step models yet";
+  return "";
+}
+
+MemoryLayout memory_layout(const Layout& layout, const SearchRequest& request) {
+  MemoryLayout m;
+  m.dp = layout.dp;
+  m.zero_stage = layout.zero_stage;
+  m.micro_batch = layout.micro_batch;
+  m.seq = request.seq;
+  m.grad_accum = layout.grad_accum;
+  m.recompute = layout.recompute;
+  m.compute_dtype = request.compute_dtype;
+  m.bucket_bytes = request.bucket_bytes;
+  return m;
+}
+
+std::string_view status_name(PlanStatus status) {
+  switch (status) {
+    case PlanStatus::Ranked:
+      return "ranked";
+    case PlanStatus::OutOfMemory:
+      return "out of memory";
+    case PlanStatus::NotModelled:
+      return "not modelled";
+    case PlanStatus::Invalid:
+      return "invalid";
+  }
+  return "?";
+}
+
+std::vector<LayerCost> traced_layer_costs(const Cluster& cluster, const Graph& graph,
+                                          const models::CausalLM& model,
+                                          double state_bytes_per_param) {
+  const int64_t n = model.num_layers();
+  const std::vector<std::string> units = model.unit_paths();
+  std::vector<LayerCost> layers(size_t(n) + 2);
+  // The layer of each module inside a unit: block u is layer u + 1; a unit past the blocks (the
+  // final norm) belongs to the head, layer n + 1.
+  std::vector<int64_t> unit_layer(graph.modules.size(), -1);
+  for (size_t m = 0; m < graph.modules.size(); ++m) {
+    const std::string& path = graph.modules[m].path;
+    for (size_t u = 0; u < units.size(); ++u)
+      if (path == units[u] || path.rfind(units[u] + ".", 0) == 0)
+        unit_layer[m] = std::min<int64_t>(int64_t(u) + 1, n + 1);
+  }
+  // Ops outside every unit: in the forward, before the first block's ops the embedding (layer
+  // 0), after them the head; the backward meets them in the opposite order.
+  std::vector<int64_t> module_layer = unit_layer;
+  bool seen[kNumPhases] = {false, false, false};
+  for (const OpNode& op : graph.ops) {
+    const int64_t unit = op.module >= 0 ? unit_layer[size_t(op.module)] : -1;
+    const size_t phase = size_t(op.phase);
+    int64_t layer = unit;
+    if (unit >= 1 && unit <= n) seen[phase] = true;
+    if (layer < 0) {
+      if (op.phase == Phase::Backward) {
+        layer = seen[phase] ? 0 : n + 1;
+      } else {
+        layer = seen[phase] ? n + 1 : 0;
+      }
+      if (op.phase == Phase::Forward && op.module >= 0 && module_layer[size_t(op.module)] < 0)
+        module_layer[size_t(op.module)] = layer;
+    }
+    layers[size_t(layer)].seconds += op_time(cluster, op).seconds;
+  }
+  for (size_t m = 0; m < graph.saved_bytes_by_module.size() && m < module_layer.size(); ++m)
+    layers[size_t(module_layer[m] >= 0 ? module_layer[m] : n + 1)].activation_bytes +=
+        graph.saved_bytes_by_module[m];
+  layers[size_t(n) + 1].activation_bytes += graph.saved_bytes_outside;
+  for (const auto& [name, p] : model.named_parameters())
+    layers[size_t(model.layer_of_parameter(name))].state_bytes +=
+        double(p.numel()) * state_bytes_per_param;
+  return layers;
+}
+
+SearchResult search_plans(const models::ModelConfig& config, const Cluster& description,
+                          const SearchRequest& request_in) {
+  const SearchRequest request = resolved(config, description, request_in);
+  const Cluster cluster = description.with_devices(request.devices);
+
+  SearchResult out;
+  out.model = config.summary();
+  out.devices = request.devices;
+  out.device_memory_bytes = double(cluster.device.memory_bytes);
+  out.global_batch = request.global_batch;
+  out.seq = request.seq;
+
+  // Traces by (micro-batch, recompute, gradients held, ZeRO-2's buffers): the rest of a layout
+  // does not change one rank's step.
+  std::map<std::tuple<int64_t, int, bool, bool>, Graph> traces;
+  auto trace = [&](const MemoryLayout& m) -> const Graph& {
+    const auto key =
+        std::make_tuple(m.micro_batch, int(m.recompute), m.dp > 1, m.dp > 1 && m.zero_stage == 2);
+    auto it = traces.find(key);
+    if (it == traces.end()) {
+      it = traces.emplace(key, trace_for_layout(config, m)).first;
+      ++out.traces;
+    }
+    return it->second;
+  };
+  std::shared_ptr<models::CausalLM> meta_model;
+  {
+    DefaultDeviceScope meta(Device::meta());
+    meta_model = config.build_empty();
+  }
+  const int64_t heads = config.num_heads(), layers = config.num_layers() + 2;
+  auto predict = [&](const Layout& l) {
+    const MemoryLayout ml = memory_layout(l, request);
+    return predict_traced(config, cluster, request, l, trace(ml));
+  };
+
+  for (int64_t dp : divisors(request.devices)) {
+    for (int64_t tp : divisors(request.devices / dp)) {
+      const int64_t pp = request.devices / dp / tp;
+      Layout base;
+      base.dp = int(dp);
+      base.tp = int(tp);
+      base.pp = int(pp);
+      PlanResult invalid;
+      invalid.layout = base;
+      if (request.global_batch % dp != 0) {
+        invalid.reason = "the global batch of " + std::to_string(request.global_batch) +
+                         " sequences does not divide over dp " + std::to_string(dp);
+      } else if (heads % tp != 0) {
+        invalid.reason =
+            std::to_string(heads) + " attention heads do not divide over tp " + std::to_string(tp);
+      } else if (pp > layers) {
+        invalid.reason = "pp " + std::to_string(pp) + " exceeds the model's " +
+                         std::to_string(layers) + " pipeline layers";
+      }
+      if (!invalid.reason.empty()) {
+        out.pruned.push_back(std::move(invalid));
+        continue;
+      }
+      const int64_t rows = request.global_batch / dp;
+      std::string coverage = model_coverage(base);
+      if (!coverage.empty()) {
+        // Not ranked: one entry per factorisation. Under pp the DP's stage split is still
+        // computed (on one micro-batch's traced compute, no memory bound), for the report.
+        PlanResult r;
+        r.layout = base;
+        r.status = PlanStatus::NotModelled;
+        r.reason = std::move(coverage);
+        if (pp > 1) {
+          // Micro-batches >= pp where the rows allow, as a pipeline wants.
+          int64_t mb = 1;
+          for (int64_t d : divisors(rows))
+            if (rows / d >= pp) mb = d;
+          r.layout.micro_batch = mb;
+          r.layout.grad_accum = rows / mb;
+          r.layout.schedule = request.schedules.empty() ? "1f1b" : request.schedules.front();
+          Layout one = r.layout;
+          one.dp = 1;
+          one.zero_stage = 0;
+          const Graph& g = trace(memory_layout(one, request));
+          StageSplitRequest sr;
+          sr.stages = int(pp);
+          sr.micro_batches = r.layout.grad_accum;
+          r.stages = split_stages(traced_layer_costs(cluster, g, *meta_model, 16), sr);
+        }
+        out.pruned.push_back(std::move(r));
+        continue;
+      }
+      for (int64_t mb : divisors(rows)) {
+        if (request.max_micro_batch > 0 && mb > request.max_micro_batch) continue;
+        for (int zero : dp > 1 ? request.zero_stages : std::vector<int>{0}) {
+          for (nn::Recompute rc : request.recompute) {
+            Layout l = base;
+            l.zero_stage = zero;
+            l.recompute = rc;
+            l.micro_batch = mb;
+            l.grad_accum = rows / mb;
+            PlanResult r = predict(l);
+            (r.status == PlanStatus::Ranked ? out.ranked : out.pruned).push_back(std::move(r));
+          }
+        }
+      }
+    }
+  }
+  // Fastest first; equal times (the models charge some choices nothing) by less memory, then in
+  // search order (the lower ZeRO stage, the less recomputation).
+  std::stable_sort(out.ranked.begin(), out.ranked.end(),
+                   [](const PlanResult& a, const PlanResult& b) {
+                     if (a.step_seconds != b.step_seconds) return a.step_seconds < b.step_seconds;
+                     return a.memory.peak() < b.memory.peak();
+                   });
+  return out;
+}
+
+PlanResult predict_layout(const models::ModelConfig& config, const Cluster& description,
+                          const SearchRequest& request_in, const Layout& layout) {
+  const SearchRequest request = resolved(config, description, request_in);
+  TESSEL_CHECK(layout.dp * layout.tp * layout.pp == request.devices, "plan: ", layout.str(),
+               " needs ", layout.dp * layout.tp * layout.pp, " devices, the request has ",
+               request.devices);
+  PlanResult r;
+  r.layout = layout;
+  r.reason = model_coverage(layout);
+  if (!r.reason.empty()) {
+    r.status = PlanStatus::NotModelled;
+    return r;
+  }
+  const Cluster cluster = description.with_devices(request.devices);
+  const MemoryLayout ml = memory_layout(layout, request);
+  return predict_traced(config, cluster, request, layout, trace_for_layout(config, ml));
+}
+
+const PlanResult& best_plan(const SearchResult& result) {
+  if (!result.ranked.empty()) return result.ranked.front();
+  const PlanResult* least = nullptr;
+  for (const PlanResult& r : result.pruned)
+    if (r.status == PlanStatus::OutOfMemory && (!least || r.memory.peak() < least->memory.peak()))
+      least = &r;
+  if (least) {
+    TESSEL_FAIL("plan: ", result.model, " does not fit ", result.devices, " device(s) of ",
+                gib(result.device_memory_bytes),
+                " in any layout the models predict: the least "
+                "it needs is ",
+                gib(least->memory.peak()), " (", int64_t(least->memory.peak()),
+                " bytes) per rank, with ", least->layout.str(),
+                "; use devices with at least that much memory, more devices, or a smaller batch "
+                "or sequence");
+  }
+  std::string why;
+  for (const PlanResult& r : result.pruned) why += "\n  " + r.layout.str() + ": " + r.reason;
+  TESSEL_FAIL("plan: no layout of ", result.model, " on ", result.devices,
+              " device(s) can be predicted:", why);
+}
+
+}  // namespace tessel::plan

@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+// The plan search: every layout of a training step over a cluster's devices — dp × tp × pp
+// factorisations of the device count, ZeRO stage, activation recomputation, micro-batch size (and
+// so the number of micro-batches) and pipeline schedule — predicted by the memory model
+// (plan/memory_model.h) and the step-time model (plan/step_cost.h), pruned where a rank's bytes
+// exceed the device's memory, and ranked by predicted step time: the enumerate-prune-rank loop of
+// Alpa's and Merak's planners, over the layouts tessel's runtime runs. With pp > 1 the stage
+// boundaries come from Alpa's inter-operator DP (plan/stage_split.h) over the traced layers.
+// Which layouts the models can predict is one function (model_coverage); the others are listed
+// with the reason, never ranked on a guess. docs/PLANNER.md, "Plan search".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessel/core/dtype.h"
+#include "tessel/models/causal_lm.h"
+#include "tessel/nn/recompute.h"
+#include "tessel/plan/cluster.h"
+#include "tessel/plan/memory_model.h"
+#include "tessel/plan/stage_split.h"
+#include "tessel/plan/step_cost.h"
+
+namespace tessel::plan {
+
+struct SearchRequest {
+  int devices = 0;           // ranks of the launch; 0: the cluster description's devices
+  int64_t global_batch = 0;  // sequences per optimizer step over every dp rank
+  int64_t seq = 0;           // tokens per sequence; 0: the model's context
+  DType compute_dtype = DType::F32;
+  int64_t bucket_bytes = int64_t(25) << 20;
+  std::vector<int> zero_stages = {0, 1, 2, 3};  // searched when dp > 1
+  std::vector<nn::Recompute> recompute = {nn::Recompute::None, nn::Recompute::Selective,
+                                          nn::Recompute::Full};
+  std::vector<std::string> schedules = {"1f1b", "gpipe"};  // searched when pp > 1
+  int64_t max_micro_batch = 0;                             // 0: any
+};
+
+// One training layout: what `tessel train` takes as --dp/--tp/--pp, parallel.zero_stage,
+// train.recompute, train.micro_batch, train.grad_accum and parallel.schedule.
+struct Layout {
+  int dp = 1, tp = 1, pp = 1;
+  int zero_stage = 0;
+  nn::Recompute recompute = nn::Recompute::None;
+  int64_t micro_batch = 1;  // rows per micro-batch on each dp rank
+  int64_t grad_accum = 1;   // micro-batches per step (the pipeline's micro-batches under pp)
+  std::string schedule;     // pp > 1 only
+  std::string str() const;  // "dp=2 tp=1 pp=1 zero=1 recompute=none micro_batch=4 grad_accum=2"
+  // The `tessel train` arguments that run it (the flags and --set overrides).
+  std::vector<std::string> train_args() const;
+};
+
+// "" when the memory and step models predict `layout`; otherwise why not. The one place that
+// widens as tensor- and pipeline-parallel terms enter the models.
+std::string model_coverage(const Layout& layout);
+
+// The memory model's layout for a predicted one.
+MemoryLayout memory_layout(const Layout& layout, const SearchRequest& request);
+
+enum class PlanStatus { Ranked, OutOfMemory, NotModelled, Invalid };
+std::string_view status_name(PlanStatus status);
+
+struct PlanResult {
+  Layout layout;
+  PlanStatus status = PlanStatus::Invalid;
+  std::string reason;  // why it is not ranked
+  // Ranked and OutOfMemory: the predictions (the fullest rank's memory).
+  MemoryEstimate memory;
+  StepTime time;
+  double step_seconds = 0, tokens_per_second = 0, mfu = 0;
+  // pp > 1: the stage boundaries of Alpa's DP over the traced layers' compute.
+  StageSplit stages;
+};
+
+struct SearchResult {
+  std::string model;               // the model's summary line
+  int devices = 0;                 // of the cluster the search ran on
+  double device_memory_bytes = 0;  // per device
+  int64_t global_batch = 0, seq = 0;
+  std::vector<PlanResult> ranked;  // fastest first
+  std::vector<PlanResult> pruned;  // out of memory, not modelled or invalid, in search order
+  int traces = 0;                  // shape-only traces the search ran
+};
+
+// Every layout of `config`'s step on `cluster` scaled to request.devices.
+SearchResult search_plans(const models::ModelConfig& config, const Cluster& cluster,
+                          const SearchRequest& request);
+
+// One layout's prediction (status Ranked or OutOfMemory; NotModelled with the reason where the
+// models do not cover it): what a run of that layout writes beside its measurements.
+PlanResult predict_layout(const models::ModelConfig& config, const Cluster& cluster,
+                          const SearchRequest& request, const Layout& layout);
+
+// The fastest ranked plan; when none fits, one Error naming the least memory per rank any
+// predicted layout needs (and that layout), or why no layout could be predicted.
+const PlanResult& best_plan(const SearchResult& result);
+
+// Each pipeline layer's cost for the stage DP: compute time of its traced ops (all phases),
+// its parameters' state at `state_bytes_per_param`, the activations its modules save.
+std::vector<LayerCost> traced_layer_costs(const Cluster& cluster, const Graph& graph,
+                                          const models::CausalLM& model,
+                                          double state_bytes_per_param);
+
+}  // namespace tessel::plan

@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: Apache-2.0
+// The plan search (plan/search.h) on the tiny GPT-2 (4 layers, 6 heads) with odd batch and
+// sequence sizes: every predicted layout is the memory and step models' own figure, pruned
+// exactly where it passes the device's memory and ranked by step time; the factorisations the
+// models do not cover are listed with the reason (and, under pp, the inter-operator DP's stage
+// split); a request nothing fits names the least memory per rank any layout needs; the traced
+// layers' costs add up to the trace's.
+#include "tessel/plan/search.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "common/error_text.h"
+#include "tessel/models/family.h"
+#include "tessel/plan/compute_cost.h"
+#include "tessel/tensor/default_device.h"
+
+namespace tessel::plan {
+namespace {
+
+models::ConfigPtr tiny_gpt2() {
+  return models::family_named("gpt2").preset("tiny");
+}
+
+Cluster node(int64_t memory_bytes, int devices) {
+  return Cluster::parse(
+      "name = \"test\"\ndevices_per_node = " + std::to_string(devices) +
+          "\nnodes = 1\n[device]\nkind = \"t\"\nmemory_bytes = " + std::to_string(memory_bytes) +
+          "\nmemory_bandwidth = 2e10\n[device.peak_flops]\nf32 = 3e10\n"
+          "[links.intra_node]\nbandwidth = 5e9\nlatency = 3e-6\n",
+      "test.toml");
+}
+
+SearchRequest request(int devices) {
+  SearchRequest r;
+  r.devices = devices;
+  r.global_batch = 9;
+  r.seq = 13;
+  return r;
+}
+
+TEST(PlanSearch, PredictsPrunesAndRanksDataParallelLayouts) {
+  const auto config = tiny_gpt2();
+  // First with room for everything, to find a memory that splits the layouts.
+  const SearchResult all = search_plans(*config, node(int64_t(1) << 40, 3), request(3));
+  // dp 3 over 9 rows: micro-batches 1 and 3, ZeRO 0-3, three recompute modes.
+  ASSERT_EQ(all.ranked.size(), 24u);
+  std::vector<double> peaks;
+  for (const PlanResult& r : all.ranked) peaks.push_back(r.memory.peak());
+  std::sort(peaks.begin(), peaks.end());
+  const int64_t memory = int64_t(peaks[peaks.size() / 2]);
+  const SearchResult res = search_plans(*config, node(memory, 3), request(3));
+  size_t oom = 0;
+  for (const PlanResult& r : res.pruned) oom += r.status == PlanStatus::OutOfMemory;
+  EXPECT_EQ(res.ranked.size() + oom, 24u);
+  EXPECT_GT(oom, 0u);
+  EXPECT_GT(res.ranked.size(), 0u);
+  const Cluster cluster = node(memory, 3);
+  for (const PlanResult& r : res.ranked) {
+    EXPECT_LE(r.memory.peak(), double(memory)) << r.layout.str();
+    EXPECT_EQ(r.layout.dp, 3);
+    EXPECT_EQ(r.layout.micro_batch * r.layout.grad_accum, 3);
+    // The models' own figures for the layout.
+    const MemoryLayout ml = memory_layout(r.layout, request(3));
+    const Graph g = trace_for_layout(*config, ml);
+    const MemoryEstimate m = estimate_memory(*config, ml, g);
+    EXPECT_DOUBLE_EQ(r.memory.peak(), m.peak()) << r.layout.str();
+    EXPECT_DOUBLE_EQ(r.step_seconds, estimate_step_time(cluster, g, m, ml).total());
+    EXPECT_DOUBLE_EQ(r.tokens_per_second, 9.0 * 13.0 / r.step_seconds);
+  }
+  for (size_t i = 1; i < res.ranked.size(); ++i)
+    EXPECT_LE(res.ranked[i - 1].step_seconds, res.ranked[i].step_seconds);
+  for (const PlanResult& r : res.pruned)
+    if (r.status == PlanStatus::OutOfMemory) {
+      EXPECT_GT(r.memory.peak(), double(memory)) << r.layout.str();
+      EXPECT_NE(r.reason.find("per rank"), std::string::npos) << r.reason;
+    }
+  // One prediction of the best layout equals its ranked entry.
+  const PlanResult& best = best_plan(res);
+  const PlanResult one = predict_layout(*config, node(memory, 3), request(3), best.layout);
+  EXPECT_EQ(one.status, PlanStatus::Ranked);
+  EXPECT_DOUBLE_EQ(one.step_seconds, best.step_seconds);
+  EXPECT_DOUBLE_EQ(one.memory.peak(), best.memory.peak());
+}
+
+TEST(PlanSearch, UnmodelledAndInvalidFactorisationsSayWhy) {
+  const auto config = tiny_gpt2();
+  const SearchResult res = search_plans(*config, node(int64_t(1) << 40, 3), request(3));
+  // 3 devices: dp 3 is predicted; tp 3 and pp 3 are listed once each with the reason.
+  std::vector<const PlanResult*> other;
+  for (const PlanResult& r : res.pruned)
+    if (r.status != PlanStatus::OutOfMemory) other.push_back(&r);
+  ASSERT_EQ(other.size(), 2u);
+  for (const PlanResult* r : other) {
+    EXPECT_EQ(r->status, PlanStatus::NotModelled);
+    if (r->layout.pp == 3) {
+      EXPECT_NE(r->reason.find("pp > 1"), std::string::npos) << r->reason;
+      // The inter-operator DP split the 6 pipeline layers into 3 non-empty stages.
+      ASSERT_TRUE(r->stages.feasible);
+      EXPECT_EQ(r->stages.first_layer.size(), 4u);
+      EXPECT_EQ(r->stages.first_layer.back(), 6);
+      EXPECT_GE(r->layout.grad_accum, 3);  // micro-batches >= stages where the rows allow
+    } else {
+      EXPECT_EQ(r->layout.tp, 3);
+      EXPECT_NE(r->reason.find("tp > 1"), std::string::npos) << r->reason;
+    }
+  }
+  // 5 devices: 9 rows do not divide over dp 5, 6 heads not over tp 5.
+  const SearchResult five = search_plans(*config, node(int64_t(1) << 40, 5), request(5));
+  EXPECT_TRUE(five.ranked.empty());
+  int invalid = 0;
+  for (const PlanResult& r : five.pruned)
+    if (r.status == PlanStatus::Invalid) {
+      ++invalid;
+      EXPECT_TRUE(r.reason.find("dp 5") != std::string::npos ||
+                  r.reason.find("tp 5") != std::string::npos)
+          << r.reason;
+    }
+  EXPECT_EQ(invalid, 2);
+  const std::string e = test::error_of([&] { best_plan(five); });
+  EXPECT_NE(e.find("no layout"), std::string::npos) << e;
+  EXPECT_NE(e.find("dp 5"), std::string::npos) << e;
+}
+
+TEST(PlanSearch, ImpossibleRequestNamesTheLeastMemory) {
+  const auto config = tiny_gpt2();
+  const Cluster small = node(100000, 3);
+  const SearchResult res = search_plans(*config, small, request(3));
+  ASSERT_TRUE(res.ranked.empty());
+  // The least over every data-parallel layout, from the memory model directly.
+  double least = std::numeric_limits<double>::infinity();
+  for (int zero : {0, 1, 2, 3})
+    for (auto rc : {nn::Recompute::None, nn::Recompute::Selective, nn::Recompute::Full})
+      for (int64_t mb : {1, 3}) {
+        MemoryLayout ml;
+        ml.dp = 3;
+        ml.zero_stage = zero;
+        ml.recompute = rc;
+        ml.micro_batch = mb;
+        ml.grad_accum = 3 / mb;
+        ml.seq = 13;
+        least = std::min(least, estimate_memory(*config, ml).peak());
+      }
+  const std::string e = test::error_of([&] { best_plan(res); });
+  EXPECT_NE(e.find("the least it needs is"), std::string::npos) << e;
+  EXPECT_NE(e.find("(" + std::to_string(int64_t(least)) + " bytes) per rank"), std::string::npos)
+      << e << "\nexpected " << int64_t(least);
+}
+
+TEST(PlanSearch, LayerCostsAddUpToTheTrace) {
+  const auto config = tiny_gpt2();
+  const Cluster cluster = node(int64_t(1) << 40, 1);
+  MemoryLayout ml;
+  ml.micro_batch = 3;
+  ml.seq = 13;
+  const Graph g = trace_for_layout(*config, ml);
+  std::shared_ptr<models::CausalLM> model;
+  {
+    DefaultDeviceScope meta(Device::meta());
+    model = config->build_empty();
+  }
+  const auto layers = traced_layer_costs(cluster, g, *model, 16);
+  ASSERT_EQ(layers.size(), size_t(config->num_layers()) + 2);
+  double seconds = 0, state = 0, saved = 0;
+  for (const LayerCost& l : layers) {
+    seconds += l.seconds;
+    state += l.state_bytes;
+    saved += l.activation_bytes;
+  }
+  EXPECT_NEAR(seconds, graph_compute_time(cluster, g).total(), 1e-12);
+  EXPECT_DOUBLE_EQ(state, 16.0 * double(config->parameter_count()));
+  EXPECT_NEAR(saved, g.saved_bytes, 1e-6 * g.saved_bytes);
+  // The blocks are alike: equal compute and activations.
+  for (int64_t i = 2; i <= config->num_layers(); ++i) {
+    EXPECT_NEAR(layers[size_t(i)].seconds, layers[1].seconds, 1e-9 * layers[1].seconds);
+    EXPECT_DOUBLE_EQ(layers[size_t(i)].activation_bytes, layers[1].activation_bytes);
+  }
+  EXPECT_GT(layers[0].seconds, 0);
+  EXPECT_GT(layers.back().seconds, 0);
+}
+
+}  // namespace
+}  // namespace tessel::plan
