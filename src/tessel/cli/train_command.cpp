@@ -2,15 +2,21 @@
 // `tessel train`: trains a GPT-2 on a prepared token dataset. The configuration is TOML
 // (--config) with `--set section.key=value` overrides, printed resolved at start; `--resume`
 // continues a run directory (its newest checkpoint that verifies) or one checkpoint, with the
-// configuration stored in the checkpoint unless --config replaces it.
+// configuration stored in the checkpoint unless --config replaces it. `--plan auto --cluster FILE`
+// takes the layout of the planner's best plan for the launch's ranks (plan/search.h); with
+// `--cluster FILE` the layout's predicted step time and memory go into every JSONL record.
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "tessel/cli/commands.h"
 #include "tessel/cli/model_args.h"
+#include "tessel/cli/plan_search.h"
 #include "tessel/dist/mesh.h"
 #include "tessel/dist/world.h"
 #include "tessel/train/checkpoint/checkpoint.h"
+#include "tessel/train/global_batch.h"
+#include "tessel/train/model_presets.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel::cli {
@@ -28,7 +34,34 @@ struct TrainArgs {
   bool sp = false;           // --sp: parallel.sequence_parallel
   std::string tp_plan;       // --tp-plan: parallel.tp_plan
   int64_t microbatches = 0;  // --microbatches: train.grad_accum
+  std::string plan;          // --plan auto: the planner's best layout for the launch
+  std::string cluster;       // --cluster: the description the planner predicts for
 };
+
+// --plan auto: the best plan of the search over the launch's ranks. Its degrees replace --dp/--tp/
+// --pp and its ZeRO stage, recomputation and micro-batches are appended to the overrides, so the
+// run is exactly the one its printed flags would start.
+plan::PlanResult choose_plan(TrainArgs& a, std::vector<std::string>& overrides,
+                             const train::TrainConfig& config, const plan::Cluster& cluster) {
+  TESSEL_CHECK(a.plan == "auto", "train --plan: '", a.plan, "' is not 'auto'");
+  TESSEL_CHECK(a.dp == 1 && a.tp == 1 && a.pp == 1,
+               "train --plan auto chooses the degrees; leave "
+               "out --dp ",
+               a.dp, " --tp ", a.tp, " --pp ", a.pp);
+  const int devices = dist::detect_launch().size;
+  const models::ConfigPtr model = train::resolve_model_config(config.model.config);
+  const plan::SearchResult res =
+      plan::search_plans(*model, cluster, train_search_request(config, devices));
+  const plan::PlanResult best = plan::best_plan(res);
+  a.dp = best.layout.dp;
+  a.tp = best.layout.tp;
+  a.pp = best.layout.pp;
+  const std::vector<std::string> args = best.layout.train_args();
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--set") overrides.push_back(args[i + 1]);
+  if (best.layout.pp > 1) overrides.push_back("parallel.schedule=" + best.layout.schedule);
+  return best;
+}
 
 // The mesh of `mpirun -np N tessel train --dp A --tp B --pp C` (A * B * C = N), checked against the
 // launch before any communication.
@@ -75,13 +108,52 @@ void run_train(const TrainArgs& args) {
                        "checkpoint.dir=" + fs::path(checkpoint).parent_path().string());
     }
   }
+  TrainArgs degrees = args;
+  std::optional<plan::Cluster> cluster;
+  if (!args.cluster.empty()) cluster = plan::Cluster::load(args.cluster);
+  std::optional<plan::PlanResult> chosen;
+  if (!args.plan.empty()) {
+    TESSEL_CHECK(cluster,
+                 "train --plan auto needs --cluster FILE (the machines to plan for: "
+                 "configs/clusters/ or `tessel plan calibrate`)");
+    chosen = choose_plan(degrees, overrides, train::TrainConfig::parse(text, overrides, source),
+                         *cluster);
+  }
   const train::TrainConfig config = train::TrainConfig::parse(text, overrides, source);
-  const train::TrainLayout layout = train_layout(args);
+  const train::TrainLayout layout = train_layout(degrees);
   const bool leader = layout.world_rank() == 0;
+  if (leader && chosen)
+    std::cout << "# plan auto: " << chosen->layout.str() << ", predicted "
+              << 1e3 * chosen->step_seconds << " ms per step, " << int64_t(chosen->memory.peak())
+              << " bytes per rank (tessel train " << join_args(chosen->layout.train_args()) << ")"
+              << std::endl;
   if (leader)
     std::cout << "# tessel train: resolved configuration\n" << config.to_toml() << std::endl;
   if (args.print_config) return;
+  std::optional<train::PlanPrediction> prediction;
+  if (cluster) {
+    // The prediction for the layout that runs, whether chosen or given by hand.
+    const models::ConfigPtr model = train::resolve_model_config(config.model.config);
+    const int dp = layout.dp_size();
+    train::TrainConfig resolved = config;
+    resolved.train.grad_accum = train::resolve_global_batch(config.train, dp).grad_accum;
+    const plan::PlanResult p =
+        plan::predict_layout(*model, *cluster, train_search_request(config, layout.world_size()),
+                             train_layout_of(resolved, dp, layout.tp_size(), layout.pp_size()));
+    if (p.status == plan::PlanStatus::NotModelled) {
+      if (leader) std::cout << "# no prediction: " << p.reason << std::endl;
+    } else {
+      prediction =
+          train::PlanPrediction{p.layout.str(), 1e3 * p.step_seconds, int64_t(p.memory.peak()),
+                                int64_t(p.memory.state()), int64_t(p.memory.step())};
+      if (leader)
+        std::cout << "# predicted: " << prediction->layout << ": " << prediction->step_ms
+                  << " ms per step, " << prediction->mem_peak_bytes << " bytes per rank ("
+                  << plan::status_name(p.status) << ")" << std::endl;
+    }
+  }
   train::Trainer trainer(config, checkpoint, {}, layout);
+  if (prediction) trainer.set_prediction(*prediction);
   const train::TrainSummary sum = trainer.run();
   // A failed write stopped the run after a checkpoint: rank 0 reports it and exits non-zero.
   if (!sum.error.empty()) {
@@ -129,6 +201,14 @@ void add_train_command(CLI::App& app) {
                   "Pipeline schedule: gpipe, 1f1b or interleaved:V (--set parallel.schedule=...)");
   cmd->add_option("--microbatches", args->microbatches,
                   "Pipeline micro-batches per step (--set train.grad_accum=...)");
+  cmd->add_option("--plan", args->plan,
+                  "auto: the planner's best layout for this launch's ranks (needs --cluster); "
+                  "replaces --dp/--tp/--pp, parallel.zero_stage, train.recompute and the "
+                  "micro-batches")
+      ->check(CLI::IsMember({"auto"}));
+  cmd->add_option("--cluster", args->cluster,
+                  "Cluster description (TOML) to plan for; the layout's predicted step time and "
+                  "memory are written to the JSONL beside the measured ones");
   cmd->add_flag("--print-config", args->print_config, "Print the resolved configuration and exit");
   cmd->callback([args] { run_train(*args); });
 }

@@ -74,6 +74,8 @@ class Trainer {
   ~Trainer();
 
   TrainSummary run();
+  // The planner's prediction for this run's layout, written into every step record from now on.
+  void set_prediction(PlanPrediction prediction) { prediction_ = std::move(prediction); }
 
   const TrainConfig& config() const { return config_; }
   models::CausalLM& model() { return *model_; }
@@ -243,6 +245,7 @@ class Trainer {
   double mark_start_ms_ = 0, mark_tp_ms_ = 0, mark_dp_ms_ = 0;
   double fb_ms_ = 0, tp_fb_ms_ = 0;  // forward + backward: wall, tp's part
   bool local_nonfinite_ = false;     // this rank's gradients held inf/NaN (the last norm)
+  std::optional<PlanPrediction> prediction_;
 };
 
 }  // namespace tessel::train

@@ -237,6 +237,7 @@ void Trainer::end_step(StepRecord& r, int64_t step, const StepMarks& marks) {
   run_peak_bytes_ = std::max(run_peak_bytes_, peak);
   r.mem_peak_bytes = run_peak_bytes_;
   record_memory(r);
+  r.predicted = prediction_;
 }
 
 parallel::MemoryReport Trainer::memory_report() const {

@@ -167,6 +167,25 @@ std::string step_json(const StepRecord& r) {
                      {"step_peak_bytes", m.step_peak_bytes},
                      {"param_bytes", m.param_bytes}});
   j["ranks"] = std::move(ranks);
+  if (r.predicted) {
+    // Each rank's measured peak as the memory model counts it: what it holds between steps (in
+    // use at the step's end) plus the step's own peak above that.
+    const PlanPrediction& p = *r.predicted;
+    std::vector<int64_t> measured;
+    for (const RankMemory& m : r.ranks) measured.push_back(m.mem_bytes + m.step_peak_bytes);
+    if (measured.empty()) measured.push_back(r.mem_bytes + r.step_peak_bytes);
+    const int64_t worst = *std::max_element(measured.begin(), measured.end());
+    j["predicted"] = {
+        {"layout", p.layout},
+        {"step_ms", p.step_ms},
+        {"mem_peak_bytes", p.mem_peak_bytes},
+        {"state_bytes", p.state_bytes},
+        {"step_peak_bytes", p.step_peak_bytes},
+        {"measured_peak_bytes", measured},
+        {"step_ms_error", p.step_ms > 0 ? (r.step_ms - p.step_ms) / p.step_ms : 0.0},
+        {"mem_peak_error",
+         p.mem_peak_bytes > 0 ? double(worst - p.mem_peak_bytes) / double(p.mem_peak_bytes) : 0.0}};
+  }
   if (r.has_experts) {
     j["aux_loss"] = number(r.aux_loss);
     nlohmann::json experts = nlohmann::json::array();

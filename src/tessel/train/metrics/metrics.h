@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,15 @@ struct ExpertLoadRecord {
   int64_t tokens = 0, capacity = 0, dropped = 0;
   std::vector<int64_t> tokens_per_expert;
   double balance_loss = 0, z_loss = 0, aux_loss = 0;
+};
+
+// What the planner predicted for the run's layout (`tessel train --cluster FILE`, docs/PLANNER.md
+// "Plan search"), written into every step's record beside the measured figures.
+struct PlanPrediction {
+  std::string layout;  // plan::Layout::str()
+  double step_ms = 0;
+  int64_t mem_peak_bytes = 0;  // per rank: state + step peak (the fullest rank)
+  int64_t state_bytes = 0, step_peak_bytes = 0;
 };
 
 struct StepRecord {
@@ -100,6 +110,8 @@ struct StepRecord {
   bool has_experts = false;
   double aux_loss = 0;
   std::vector<ExpertLoadRecord> experts;
+  // The planner's prediction for this layout, when the run was given one.
+  std::optional<PlanPrediction> predicted;
 };
 
 // A checkpoint save or load and the resident set around it, per rank: before (after freed heap

@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: Apache-2.0
+// `tessel plan search`: every layout of a model's training step over a cluster, predicted,
+// pruned by memory and ranked by step time (plan/search.h; docs/PLANNER.md, "Plan search"). The
+// table gives each ranked layout's step time, tokens/s, MFU and memory per rank, then why the
+// others were not ranked, and the `tessel train` command that runs the best.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tessel/cli/commands.h"
+#include "tessel/cli/plan_search.h"
+#include "tessel/core/error.h"
+#include "tessel/train/model_presets.h"
+
+namespace tessel::cli {
+
+namespace {
+
+DType precision_dtype(const std::string& p) {
+  if (p == "bf16") return DType::BF16;
+  if (p == "fp16") return DType::F16;
+  return DType::F32;
+}
+
+double mib(double bytes) {
+  return bytes / 1048576.0;
+}
+
+nlohmann::json plan_json(const plan::PlanResult& r) {
+  const plan::Layout& l = r.layout;
+  nlohmann::json j = {{"layout", l.str()},
+                      {"dp", l.dp},
+                      {"tp", l.tp},
+                      {"pp", l.pp},
+                      {"zero_stage", l.zero_stage},
+                      {"recompute", std::string(nn::recompute_name(l.recompute))},
+                      {"micro_batch", l.micro_batch},
+                      {"grad_accum", l.grad_accum},
+                      {"status", std::string(plan::status_name(r.status))}};
+  if (l.pp > 1) j["schedule"] = l.schedule;
+  if (!r.reason.empty()) j["reason"] = r.reason;
+  if (r.status == plan::PlanStatus::Ranked || r.status == plan::PlanStatus::OutOfMemory) {
+    j["step_ms"] = 1e3 * r.step_seconds;
+    j["tokens_per_s"] = r.tokens_per_second;
+    j["mfu"] = r.mfu;
+    j["compute_ms"] = 1e3 * r.time.compute_seconds;
+    j["optimizer_ms"] = 1e3 * r.time.optimizer_seconds;
+    j["dp_comm_ms"] = 1e3 * r.time.dp_comm_seconds;
+    j["dp_exposed_ms"] = 1e3 * r.time.dp_exposed_seconds;
+    j["mem_peak_bytes"] = int64_t(r.memory.peak());
+    j["state_bytes"] = int64_t(r.memory.state());
+    j["step_peak_bytes"] = int64_t(r.memory.step());
+  }
+  if (r.stages.feasible) {
+    j["stage_first_layer"] = r.stages.first_layer;
+    j["pipeline_ms"] = 1e3 * r.stages.pipeline_seconds;
+  }
+  return j;
+}
+
+struct SearchArgs {
+  std::string model, cluster, precision = "fp32";
+  plan::SearchRequest request;
+  std::vector<int> zero = {0, 1, 2, 3};
+  std::vector<std::string> recompute = {"none", "selective", "full"};
+  double bucket_mb = 25;
+  int top = 10;
+  bool json = false;
+};
+
+void run_search(SearchArgs a) {
+  const models::ConfigPtr config = train::resolve_model_config(a.model, "plan search --model");
+  const plan::Cluster cluster = plan::Cluster::load(a.cluster);
+  a.request.compute_dtype = precision_dtype(a.precision);
+  a.request.bucket_bytes = int64_t(a.bucket_mb * double(1 << 20));
+  a.request.zero_stages = a.zero;
+  a.request.recompute.clear();
+  for (const std::string& r : a.recompute) a.request.recompute.push_back(nn::parse_recompute(r));
+  const plan::SearchResult res = plan::search_plans(*config, cluster, a.request);
+
+  if (a.json) {
+    nlohmann::json out = {{"model", res.model},
+                          {"cluster", cluster.name},
+                          {"devices", res.devices},
+                          {"device_memory_bytes", int64_t(res.device_memory_bytes)},
+                          {"global_batch", res.global_batch},
+                          {"seq", res.seq},
+                          {"traces", res.traces}};
+    out["ranked"] = nlohmann::json::array();
+    out["pruned"] = nlohmann::json::array();
+    for (size_t i = 0; i < res.ranked.size() && int(i) < a.top; ++i)
+      out["ranked"].push_back(plan_json(res.ranked[i]));
+    for (const plan::PlanResult& r : res.pruned) out["pruned"].push_back(plan_json(r));
+    if (!res.ranked.empty()) out["train_args"] = plan::best_plan(res).layout.train_args();
+    std::cout << out.dump() << std::endl;
+    plan::best_plan(res);  // none fits: the one error, after the figures
+    return;
+  }
+  std::printf("# %s on %d x %s (%.0f MiB each, %s), global batch %lld x %lld tokens, %s\n",
+              res.model.c_str(), res.devices, cluster.device.kind.c_str(),
+              mib(res.device_memory_bytes), cluster.name.c_str(), (long long)res.global_batch,
+              (long long)res.seq, a.precision.c_str());
+  std::printf("%4s  %-68s %10s %11s %6s %12s %12s\n", "rank", "layout", "step ms", "tokens/s",
+              "MFU", "mem/rank MiB", "(state+step)");
+  for (size_t i = 0; i < res.ranked.size() && int(i) < a.top; ++i) {
+    const plan::PlanResult& r = res.ranked[i];
+    char mem[64];
+    std::snprintf(mem, sizeof mem, "%.1f+%.1f", mib(r.memory.state()), mib(r.memory.step()));
+    std::printf("%4zu  %-68s %10.3f %11.1f %5.1f%% %12.1f %12s\n", i + 1, r.layout.str().c_str(),
+                1e3 * r.step_seconds, r.tokens_per_second, 100 * r.mfu, mib(r.memory.peak()), mem);
+  }
+  if (int(res.ranked.size()) > a.top)
+    std::printf("      ... %zu more ranked (--top)\n", res.ranked.size() - size_t(a.top));
+  // Why the others were not ranked: each factorisation the models cannot predict or that is
+  // invalid, and the layouts out of memory (least memory first, --top of them).
+  std::vector<const plan::PlanResult*> oom;
+  for (const plan::PlanResult& r : res.pruned)
+    if (r.status == plan::PlanStatus::OutOfMemory) oom.push_back(&r);
+  std::sort(oom.begin(), oom.end(),
+            [](auto* x, auto* y) { return x->memory.peak() < y->memory.peak(); });
+  if (!res.pruned.empty()) std::printf("# not ranked (%zu)\n", res.pruned.size());
+  for (size_t i = 0; i < oom.size() && int(i) < a.top; ++i)
+    std::printf("  %-68s out of memory: %s\n", oom[i]->layout.str().c_str(),
+                oom[i]->reason.c_str());
+  if (int(oom.size()) > a.top)
+    std::printf("  ... %zu more out of memory\n", oom.size() - size_t(a.top));
+  for (const plan::PlanResult& r : res.pruned) {
+    if (r.status == plan::PlanStatus::OutOfMemory) continue;
+    std::printf("  dp=%d tp=%d pp=%d: %s: %s\n", r.layout.dp, r.layout.tp, r.layout.pp,
+                std::string(plan::status_name(r.status)).c_str(), r.reason.c_str());
+    if (r.stages.feasible) {
+      std::string stages;
+      for (size_t s = 0; s + 1 < r.stages.first_layer.size(); ++s)
+        stages += (s ? " | " : "") + std::to_string(r.stages.first_layer[s]) + "-" +
+                  std::to_string(r.stages.first_layer[s + 1] - 1);
+      std::printf("      stage layers by the inter-operator DP (%lld micro-batches, %s): %s\n",
+                  (long long)r.layout.grad_accum, r.layout.schedule.c_str(), stages.c_str());
+    }
+  }
+  const plan::PlanResult& best = plan::best_plan(res);
+  std::printf("# best: mpirun -np %d tessel train %s\n", res.devices,
+              join_args(best.layout.train_args()).c_str());
+}
+
+}  // namespace
+
+plan::SearchRequest train_search_request(const train::TrainConfig& c, int devices) {
+  plan::SearchRequest r;
+  r.devices = devices;
+  r.global_batch = c.train.global_batch > 0
+                       ? c.train.global_batch
+                       : c.train.micro_batch * c.train.grad_accum * int64_t(devices);
+  r.seq = c.train.seq_len;
+  r.compute_dtype = precision_dtype(c.train.precision);
+  r.bucket_bytes = c.parallel.bucket_mb << 20;
+  return r;
+}
+
+plan::Layout train_layout_of(const train::TrainConfig& c, int dp, int tp, int pp) {
+  plan::Layout l;
+  l.dp = dp;
+  l.tp = tp;
+  l.pp = pp;
+  l.zero_stage = int(c.parallel.zero_stage);
+  l.recompute = nn::parse_recompute(c.train.recompute);
+  l.micro_batch = c.train.micro_batch;
+  l.grad_accum = c.train.grad_accum;
+  if (pp > 1) l.schedule = c.parallel.schedule;
+  return l;
+}
+
+std::string join_args(const std::vector<std::string>& args) {
+  std::string s;
+  for (const std::string& a : args) s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+
+void add_plan_search_command(CLI::App& plan) {
+  auto args = std::make_shared<SearchArgs>();
+  CLI::App* cmd = plan.add_subcommand(
+      "search", "Rank the training layouts of a model on a cluster by predicted step time");
+  cmd->add_option("-m,--model", args->model,
+                  "A preset (124M, llama:tiny), config.json or model dir")
+      ->required();
+  cmd->add_option("--cluster", args->cluster, "Cluster description (TOML, docs/PLANNER.md)")
+      ->required();
+  cmd->add_option("--devices", args->request.devices,
+                  "Ranks to plan for (default: the description's devices)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("-B,--global-batch", args->request.global_batch,
+                  "Sequences per optimizer step over every dp rank")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("-t,--seq", args->request.seq, "Tokens per sequence (default: the context)");
+  cmd->add_option("--precision", args->precision, "fp32, or bf16 / fp16 over f32 master weights")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  cmd->add_option("--zero", args->zero, "ZeRO stages to search (with dp > 1)")
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
+  cmd->add_option("--recompute", args->recompute, "Recompute modes to search")
+      ->check(CLI::IsMember({"none", "selective", "full"}))
+      ->capture_default_str();
+  cmd->add_option("--max-micro-batch", args->request.max_micro_batch,
+                  "Largest micro-batch to consider (default: any)");
+  cmd->add_option("--bucket-mb", args->bucket_mb, "Gradient bucket size (parallel.bucket_mb)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--top", args->top, "Ranked layouts to print")->capture_default_str();
+  cmd->add_flag("--json", args->json, "Print JSON instead of a table");
+  cmd->callback([args] { run_search(*args); });
+}
+
+}  // namespace tessel::cli

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""`tessel plan search` and `tessel train --plan auto` on a tiny GPT-2 (3 layers x 36, 4 heads,
+T = 15, global batch 6) over 2 ranks of a described node whose memory is the median of the
+layouts' predicted peaks, so some layouts do not fit:
+
+- the search's ranked table holds only layouts that fit and the rest are named as out of memory;
+- `mpirun -np 2 tessel train --plan auto --cluster C` trains with the search's best plan, and a
+  run with the printed explicit flags gives the same losses and gradient norms, step by step;
+- both runs' JSONL carry the plan's predicted step time and memory per rank beside the measured;
+- a node whose memory nothing fits: `plan search` and `train --plan auto` fail with one message
+  naming the least memory per rank (the smallest out-of-memory figure of the search);
+- malformed cluster files (an unknown key, a mistyped value) are refused naming the key.
+
+Usage: search_check.py TESSEL MPIRUN WORKDIR
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run,  # noqa: E402
+                         single_thread_env, step_records, train_sets, write_json)
+
+NODE = """name = "two-rank-test"
+devices_per_node = 2
+nodes = 1
+[device]
+kind = "test"
+memory_bytes = {memory}
+memory_bandwidth = 2e10
+[device.peak_flops]
+f32 = 3e10
+[links.intra_node]
+bandwidth = 5e9
+latency = 3e-6
+"""
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def search(tessel, config, cluster, env, check=True):
+    p = subprocess.run([tessel, "plan", "search", "--model", config, "--cluster", cluster,
+                        "--global-batch", "6", "--seq", "15", "--json"],
+                       capture_output=True, text=True, env=env)
+    if check and p.returncode != 0:
+        fail(f"plan search: exit {p.returncode}: {p.stderr}")
+    return p
+
+
+def main():
+    tessel, mpirun, work = sys.argv[1:4]
+    env = single_thread_env()
+    try:
+        vocab = prepare_workdir(tessel, work)
+        config = write_json(os.path.join(work, "config.json"), gpt2_config(vocab, 32, 36, 3, 4))
+        data = os.path.join(work, "data")
+        roomy = write(os.path.join(work, "roomy.toml"), NODE.format(memory=1 << 40))
+        every = json.loads(search(tessel, config, roomy, env).stdout)
+        peaks = sorted(r["mem_peak_bytes"] for r in every["ranked"])
+        memory = peaks[len(peaks) // 2]
+        cluster = write(os.path.join(work, "node.toml"), NODE.format(memory=memory))
+        res = json.loads(search(tessel, config, cluster, env).stdout)
+        for r in res["ranked"]:
+            if r["mem_peak_bytes"] > memory:
+                fail(f"ranked {r['layout']} needs {r['mem_peak_bytes']} > {memory}")
+        oom = [r for r in res["pruned"] if r["status"] == "out of memory"]
+        if not oom or any(r["mem_peak_bytes"] <= memory for r in oom):
+            fail(f"out-of-memory layouts wrong at {memory} bytes: {oom}")
+        fastest_free = every["ranked"][0]
+        best = res["ranked"][0]
+        print(f"node of {memory} bytes: best {best['layout']} ({best['step_ms']:.3f} ms, "
+              f"{best['mem_peak_bytes']} bytes); without the bound {fastest_free['layout']}; "
+              f"{len(oom)} out of memory")
+        # The table: the best layout's command, and tp/pp named as not modelled.
+        table = run([tessel, "plan", "search", "--model", config, "--cluster", cluster,
+                     "--global-batch", "6", "--seq", "15"], env=env).stdout
+        print(table)
+        if ("# best: mpirun -np 2 tessel train " + " ".join(res["train_args"])) not in table:
+            fail("the table lacks the best plan's command")
+        if "tp > 1: no tensor-parallel terms" not in table or "out of memory: needs" not in table:
+            fail("the table does not say why layouts were not ranked")
+
+        steps = 6
+        sets = train_sets(config, data, steps, 15, [
+            "train.micro_batch=3", "checkpoint.interval=0", "log.interval=1",
+            "machine.peak_gflops=1"])
+        auto_dir = os.path.join(work, "auto")
+        p = run(mpi_prefix(mpirun) + ["-np", "2", tessel, "train", "--plan", "auto", "--cluster",
+                                      cluster] + sets + ["--set", "checkpoint.dir=" + auto_dir],
+                env=env)
+        m = re.search(r"# plan auto: (.*?), predicted .* \(tessel train (.*)\)", p.stdout)
+        if not m:
+            fail(f"no plan line in:\n{p.stdout[:2000]}")
+        if m.group(1) != best["layout"]:
+            fail(f"--plan auto chose {m.group(1)}, the search's best is {best['layout']}")
+        flags = m.group(2).split()
+        if flags != res["train_args"]:
+            fail(f"--plan auto's flags {flags} differ from the search's {res['train_args']}")
+        explicit_dir = os.path.join(work, "explicit")
+        run(mpi_prefix(mpirun) + ["-np", "2", tessel, "train", "--cluster", cluster] + sets +
+            flags + ["--set", "checkpoint.dir=" + explicit_dir], env=env)
+        a, b = step_records(auto_dir), step_records(explicit_dir)
+        if len(a) != steps or len(b) != steps:
+            fail(f"{len(a)} and {len(b)} step records, expected {steps}")
+        for x, y in zip(a, b):
+            if x["loss"] != y["loss"] or x["grad_norm"] != y["grad_norm"]:
+                fail(f"step {x['step']}: --plan auto loss {x['loss']!r} norm {x['grad_norm']!r}, "
+                     f"explicit flags {y['loss']!r} {y['grad_norm']!r}")
+            for rec, what in ((x, "auto"), (y, "explicit")):
+                pr = rec.get("predicted")
+                if not pr:
+                    fail(f"{what} step {rec['step']}: no prediction in the JSONL")
+                if pr["layout"] != best["layout"] or pr["mem_peak_bytes"] != best["mem_peak_bytes"]:
+                    fail(f"{what}: predicted {pr}, the search said {best}")
+                if abs(pr["step_ms"] - best["step_ms"]) > 1e-9 * best["step_ms"]:
+                    fail(f"{what}: predicted step {pr['step_ms']} ms vs {best['step_ms']}")
+                if len(pr["measured_peak_bytes"]) != 2:
+                    fail(f"{what}: measured peaks {pr['measured_peak_bytes']}, expected 2 ranks")
+        last = b[-1]["predicted"]
+        print(f"--plan auto equals the explicit flags over {steps} steps; last step: predicted "
+              f"{last['step_ms']:.3f} ms vs measured {b[-1]['step_ms']:.3f} ms, predicted peak "
+              f"{last['mem_peak_bytes']} vs measured {last['measured_peak_bytes']} bytes "
+              f"(error {100 * last['mem_peak_error']:+.2f}%)")
+
+        # Nothing fits: one message naming the least memory per rank.
+        tiny = write(os.path.join(work, "tiny.toml"), NODE.format(memory=10000))
+        p = search(tessel, config, tiny, env, check=False)
+        least = min(r["mem_peak_bytes"] for r in json.loads(p.stdout.splitlines()[0])["pruned"]
+                    if r["status"] == "out of memory")
+        for q in (p, subprocess.run(mpi_prefix(mpirun) + ["-np", "2", tessel, "train", "--plan",
+                                                          "auto", "--cluster", tiny] + sets +
+                                    ["--set", "checkpoint.dir=" + os.path.join(work, "none")],
+                                    capture_output=True, text=True, env=env)):
+            msg = re.search(r"the least it needs is .*? \((\d+) bytes\) per rank", q.stderr)
+            if q.returncode == 0 or not msg or int(msg.group(1)) != least:
+                fail(f"impossible request: exit {q.returncode}, least {least}, stderr {q.stderr!r}")
+        print("impossible request:", p.stderr.strip().splitlines()[-1][:300])
+
+        # Malformed cluster files name the key.
+        bad = {"'device.memory'": NODE.format(memory=1 << 30).replace(
+                   "memory_bandwidth", "memory = 5\nmemory_bandwidth"),
+               "links.intra_node.latency": NODE.format(memory=1 << 30).replace(
+                   "latency = 3e-6", 'latency = "fast"')}
+        for key, text in bad.items():
+            path = write(os.path.join(work, "bad.toml"), text)
+            for q in (search(tessel, config, path, env, check=False),
+                      subprocess.run([tessel, "train", "--plan", "auto", "--cluster", path] + sets,
+                                     capture_output=True, text=True, env=env)):
+                if q.returncode == 0 or key not in q.stderr or "bad.toml" not in q.stderr:
+                    fail(f"malformed cluster ({key}): exit {q.returncode}, stderr {q.stderr!r}")
+            print(f"malformed cluster: {q.stderr.strip().splitlines()[-1][:200]}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
