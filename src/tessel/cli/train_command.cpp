@@ -5,6 +5,7 @@
 // configuration stored in the checkpoint unless --config replaces it. `--plan auto --cluster FILE`
 // takes the layout of the planner's best plan for the launch's ranks (plan/search.h); with
 // `--cluster FILE` the layout's predicted step time and memory go into every JSONL record.
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -29,7 +30,8 @@ struct TrainArgs {
   std::string config_file, resume;
   std::vector<std::string> overrides;
   bool print_config = false;
-  int dp = 1, tp = 1, pp = 1;
+  int dp = 1, tp = 1, pp = 1, ep = 1;
+  bool dp_given = false;     // --ep without --dp: dp is every rank tp and pp leave
   std::string schedule;      // --schedule: parallel.schedule
   bool sp = false;           // --sp: parallel.sequence_parallel
   std::string tp_plan;       // --tp-plan: parallel.tp_plan
@@ -65,17 +67,24 @@ plan::PlanResult choose_plan(TrainArgs& a, std::vector<std::string>& overrides,
 
 // The mesh of `mpirun -np N tessel train --dp A --tp B --pp C` (A * B * C = N), checked against the
 // launch before any communication.
-train::TrainLayout train_layout(const TrainArgs& a) {
-  TESSEL_CHECK(a.dp >= 1 && a.tp >= 1 && a.pp >= 1,
+train::TrainLayout train_layout(TrainArgs a) {
+  TESSEL_CHECK(a.dp >= 1 && a.tp >= 1 && a.pp >= 1 && a.ep >= 1,
                "train: parallel degrees must be >= 1, got --dp ", a.dp, " --tp ", a.tp, " --pp ",
-               a.pp);
-  const int n = a.dp * a.tp * a.pp;
+               a.pp, " --ep ", a.ep);
   const dist::LaunchInfo launch = dist::detect_launch();
+  // The ep groups lie inside the dp group (DeepSpeed-MoE): `--ep N` alone trains data-parallel
+  // over every rank with the experts split over groups of N.
+  if (a.ep > 1 && !a.dp_given) a.dp = std::max(1, launch.size / (a.tp * a.pp));
+  TESSEL_CHECK(a.dp % a.ep == 0, "train: --ep ", a.ep, " must divide the data-parallel degree ",
+               a.dp,
+               " (--dp, or the ranks tp and pp leave): the expert-parallel groups lie inside ",
+               "the data-parallel group");
+  const int n = a.dp * a.tp * a.pp;
   TESSEL_CHECK(launch.size == n, "train: --dp ", a.dp, " x --tp ", a.tp, " x --pp ", a.pp, " = ", n,
                " ranks, but the job has ", launch.size, " (", launch.describe(),
                "); start it with mpirun -np ", n, " or change the degrees");
   if (n == 1) return {};
-  return train::make_layout(dist::init_world(), a.dp, a.tp, a.pp);
+  return train::make_layout(dist::init_world(), a.dp, a.tp, a.pp, a.ep);
 }
 
 void run_train(const TrainArgs& args) {
@@ -191,6 +200,10 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--pp", args->pp, "Pipeline-parallel stages (dp x tp x pp = the number of ranks)")
       ->capture_default_str();
+  cmd->add_option("--ep", args->ep,
+                  "Expert-parallel ranks: each MoE layer's experts split over groups of N "
+                  "data-parallel ranks (N divides dp; without --dp, dp = the number of ranks)")
+      ->capture_default_str();
   cmd->add_flag("--sp", args->sp,
                 "Sequence parallelism with --tp: norms and dropouts on sequence pieces "
                 "(--set parallel.sequence_parallel=true)");
@@ -210,7 +223,10 @@ void add_train_command(CLI::App& app) {
                   "Cluster description (TOML) to plan for; the layout's predicted step time and "
                   "memory are written to the JSONL beside the measured ones");
   cmd->add_flag("--print-config", args->print_config, "Print the resolved configuration and exit");
-  cmd->callback([args] { run_train(*args); });
+  cmd->callback([args, cmd] {
+    args->dp_given = cmd->count("--dp") > 0;
+    run_train(*args);
+  });
 }
 
 }  // namespace tessel::cli

@@ -102,7 +102,9 @@ MoE::Output MoE::forward(const Tensor& x) {
 
     // Experts over their contiguous rows, then each pair's row weighted back into its token.
     Tensor xs = ops::embedding(x2, i64_tensor(r.source));
-    Tensor ys = experts->forward(xs, i64_tensor(r.offsets), i64_tensor(r.expert_of_row));
+    Tensor ys = dispatch_
+                    ? dispatch_->run(*experts, xs, r)
+                    : experts->forward(xs, i64_tensor(r.offsets), i64_tensor(r.expert_of_row));
     Tensor picked = ops::reshape(ops::embedding(ys, i64_tensor(pos)), {tokens, k, c});
     Tensor y = ops::sum(ops::mul(picked, ops::reshape(weights, {tokens, k, 1})), {1});
     if (config_.residual) y = ops::add(dense->forward(x2), y);

@@ -34,6 +34,17 @@ struct MoEStats {
   std::string json() const;  // {"tokens":..,"capacity":..,"tokens_per_expert":[..],...}
 };
 
+// Where the experts' rows are computed. Without one the layer runs its own experts; expert
+// parallelism (parallel/expert) installs one that sends each row to the rank holding its expert
+// and brings the result back.
+class ExpertDispatch {
+ public:
+  virtual ~ExpertDispatch() = default;
+  // xs [rows, hidden]: the kept pairs' tokens grouped by expert over all of the layer's experts
+  // (routing.offsets); returns the experts' outputs for the same rows in the same order.
+  virtual Tensor run(ExpertMLPs& experts, const Tensor& xs, const Routing& routing) = 0;
+};
+
 class MoE : public Module {
  public:
   // `jitter_generator` draws the router jitter (null: the process-wide generator).
@@ -52,6 +63,9 @@ class MoE : public Module {
   const MoEConfig& config() const { return config_; }
   const MoEStats& last_stats() const { return stats_; }
   const Routing& last_routing() const { return routing_; }
+  // Null: the experts run here (the default).
+  void set_dispatch(std::shared_ptr<ExpertDispatch> dispatch) { dispatch_ = std::move(dispatch); }
+  ExpertDispatch* dispatch() const { return dispatch_.get(); }
 
   std::shared_ptr<Linear> router;  // [experts, hidden], no bias
   std::shared_ptr<ExpertMLPs> experts;
@@ -62,6 +76,7 @@ class MoE : public Module {
 
   MoEConfig config_;
   Generator* jitter_generator_;
+  std::shared_ptr<ExpertDispatch> dispatch_;
   Routing routing_;
   MoEStats stats_;
 };

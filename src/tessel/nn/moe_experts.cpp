@@ -57,6 +57,25 @@ ExpertMLPs::ExpertMLPs(int64_t experts, int64_t hidden, int64_t ffn_hidden, Expe
   }
 }
 
+void ExpertMLPs::keep_experts(int64_t first, int64_t count) {
+  TESSEL_CHECK(first_ == 0 && first >= 0 && count >= 1 && first + count <= experts_,
+               "ExpertMLPs: cannot keep experts [", first, ", ", first + count, ") of ", experts_,
+               first_ != 0 ? " (already a part of a layer)" : "");
+  for (Tensor* t :
+       {&gate_proj, &up_proj, &down_proj, &fc_weight, &fc_bias, &proj_weight, &proj_bias}) {
+    if (!t->defined()) continue;
+    // Rebinding the shared implementation keeps every handle (the registry's, this member) valid.
+    const Tensor piece = t->detach().narrow(0, first, count).clone();
+    TensorImpl& impl = *t->impl_ptr();
+    impl.storage = piece.storage_ptr();
+    impl.offset = piece.offset();
+    impl.shape = piece.shape();
+    impl.grad.reset();
+  }
+  first_ = first;
+  experts_ = count;
+}
+
 Tensor ExpertMLPs::forward(const Tensor& x, const Tensor& offsets, const Tensor& expert_of_row) {
   return run_forward({x}, [&] {
     if (kind_ == ExpertKind::SwiGLU) {

@@ -21,7 +21,13 @@ class ExpertMLPs : public Module {
   // row's expert (read by the GELU experts' biases). -> [rows, hidden].
   Tensor forward(const Tensor& x, const Tensor& offsets, const Tensor& expert_of_row);
   ExpertKind kind() const { return kind_; }
-  int64_t experts() const { return experts_; }
+  int64_t experts() const { return experts_; }     // the experts this module holds
+  int64_t first_expert() const { return first_; }  // the layer's index of the first of them
+
+  // Keeps experts [first, first + count) only (expert parallelism): every stacked tensor becomes
+  // those rows, in its own memory, keeping its name and identity; forward's offsets then cover
+  // them alone.
+  void keep_experts(int64_t first, int64_t count);
 
   // SwiGLU: gate_proj, up_proj [E, F, C], down_proj [E, C, F].
   // GELU: fc_weight [E, F, C], fc_bias [E, F], proj_weight [E, C, F], proj_bias [E, C].
@@ -30,6 +36,7 @@ class ExpertMLPs : public Module {
 
  private:
   int64_t experts_;
+  int64_t first_ = 0;
   ExpertKind kind_;
 };
 

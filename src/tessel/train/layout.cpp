@@ -7,10 +7,12 @@ namespace tessel::train {
 
 std::string TrainLayout::str() const {
   return "dp=" + std::to_string(dp_size()) + " tp=" + std::to_string(tp_size()) +
-         " pp=" + std::to_string(pp_size());
+         " pp=" + std::to_string(pp_size()) + (ep ? " ep=" + std::to_string(ep_size()) : "");
 }
 
-TrainLayout make_layout(dist::CommPtr world, int dp, int tp, int pp) {
+TrainLayout make_layout(dist::CommPtr world, int dp, int tp, int pp, int ep) {
+  TESSEL_CHECK(ep >= 1 && dp % ep == 0, "train: --ep ", ep, " must be >= 1 and divide --dp ", dp,
+               " (the expert-parallel groups lie inside the data-parallel group)");
   TESSEL_CHECK(dp >= 1 && tp >= 1 && pp >= 1, "train: parallel degrees must be >= 1, got --dp ", dp,
                " --tp ", tp, " --pp ", pp);
   const int world_size = world ? world->size() : 1;
@@ -28,6 +30,11 @@ TrainLayout make_layout(dist::CommPtr world, int dp, int tp, int pp) {
   if (dp > 1) layout.dp = layout.mesh->comm_ptr("dp");
   if (tp > 1) layout.tp = layout.mesh->comm_ptr("tp");
   if (pp > 1) layout.pp = layout.mesh->comm_ptr("pp");
+  if (ep > 1) {
+    const int r = layout.dp->rank();
+    layout.ep = layout.dp->split(r / ep, r, "ep");
+    if (dp > ep) layout.ep_dp = layout.dp->split(r % ep, r, "ep_dp");
+  }
   return layout;
 }
 

@@ -372,10 +372,12 @@ TrainSummary Trainer::run() {
   if (config_.sample.tokens > 0 && pipeline_) pipeline_->sync_model();
   // ZeRO-3: rank 0 samples alone, so every rank gathers the whole model for it first.
   if (zero3() && config_.sample.tokens > 0) zero3()->gather_all();
-  // Under tensor parallelism rank 0's whole tp group samples together (the model is split).
+  // Under tensor parallelism rank 0's whole tp group samples together (the model is split), and
+  // under expert parallelism its ep group (consecutive dp ranks).
   if (config_.sample.tokens > 0 && offload_) {
     print("note: no sample generated: decoding from chunks is not built yet");
-  } else if (config_.sample.tokens > 0 && (leader() || (tensor_ && layout_.dp_rank() == 0))) {
+  } else if (config_.sample.tokens > 0 && (leader() || (tensor_ && layout_.dp_rank() == 0) ||
+                                           (expert_ && layout_.dp_rank() < layout_.ep_size()))) {
     sum.sample = generate_sample();
     char what[96];
     std::snprintf(what, sizeof what, "sample (%lld tokens, temperature %g, top_k %lld):",

@@ -30,6 +30,7 @@
 #include "tessel/train/optim/sharded_adamw.h"
 #include "tessel/train/stop_signal.h"
 #include "tessel/train/strategy/data_parallel_strategy.h"
+#include "tessel/train/strategy/expert_parallel_strategy.h"
 #include "tessel/train/strategy/offload_strategy.h"
 #include "tessel/train/strategy/pipeline_strategy.h"
 #include "tessel/train/strategy/precision_strategy.h"
@@ -131,6 +132,9 @@ class Trainer {
   // go into the record.
   double forward_backward(StepRecord& record);
   void add_expert_load(StepRecord& record, double aux, int64_t micro_batches) const;
+  // The layers' loads of every dp rank summed (their losses averaged), so a record does not
+  // depend on how the batch was split. Collective over dp.
+  void reduce_expert_load(StepRecord& record) const;
   void sync_gradients(StepRecord& record);  // every axis, in list order
   double global_norm();              // over every axis: each element of the gradient counted once
   void inject_faults(int64_t step);  // fault.* and the after_backward hook (crash-safety tests)
@@ -216,6 +220,7 @@ class Trainer {
   std::unique_ptr<PipelineStrategy> pipeline_;
   std::unique_ptr<TensorParallelStrategy> tensor_;
   std::unique_ptr<DataParallelStrategy> data_;
+  std::unique_ptr<ExpertParallelStrategy> expert_;
   std::unique_ptr<OffloadStrategy> offload_;
   std::vector<AxisStrategy*> strategies_;
   std::unique_ptr<Optimizer> optimizer_;   // AdamW, or ZeRO's AdamW over dp shards

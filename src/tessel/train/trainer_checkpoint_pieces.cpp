@@ -9,8 +9,11 @@
 //    as K/V heads when tp exceeds them: the first of them); a replicated one: tp rank 0;
 //  - ZeRO: a dp rank owns the elements of its block of each flat bucket (the moments, and under
 //    stage 3 the parameters too);
+//  - expert parallelism: a rank's experts are rows [r E / ep, (r + 1) E / ep) of each stacked
+//    expert tensor, held by the dp / ep ranks of its expert group;
 //  - whatever the dp ranks hold whole (parameters below stage 3, moments without ZeRO): dp rank r
-//    writes elements [n r / dp, n (r + 1) / dp) of it, so saving is spread over every rank.
+//    writes elements [n r / dp, n (r + 1) / dp) of it, so saving is spread over every rank (an
+//    expert part: over the ranks of its expert group).
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -109,6 +112,7 @@ void write_transposed(PieceReader& reader, const std::string& name, const Shape&
 
 sharding::LocalLayout Trainer::checkpoint_placement(const std::string& param,
                                                     const Shape& local) const {
+  if (expert_ && expert_->holds(param)) return expert_->placement(param, local);
   const sharding::ShardLayout* spec = tp() ? tp()->result.spec(param) : nullptr;
   if (spec == nullptr) return sharding::LocalLayout::whole(local);
   return sharding::LocalLayout::of(*spec, local, tp()->tp->size(), tp()->tp->rank());
@@ -118,6 +122,7 @@ std::string Trainer::checkpoint_layout_json() const {
   return nlohmann::json{{"dp", layout_.dp_size()},
                         {"tp", layout_.tp_size()},
                         {"pp", layout_.pp_size()},
+                        {"ep", layout_.ep_size()},
                         {"zero_stage", zero_ ? zero_->stage() : 0},
                         {"sequence_parallel", tp() && tp()->sequence_parallel}}
       .dump();
@@ -140,7 +145,13 @@ std::vector<Piece> Trainer::checkpoint_pieces() const {
   auto add_replicated = [&](const std::string& key, const Tensor& t) {
     const std::string param = parameter_of(key);
     if (!owned_by_tp(param)) return;
-    const int64_t n = t.numel(), d = layout_.dp_size(), r = layout_.dp_rank();
+    int64_t d = layout_.dp_size(), r = layout_.dp_rank();
+    if (expert_ && expert_->holds(param)) {
+      const dist::CommPtr& group = expert_->expert_dp();
+      d = group ? group->size() : 1;
+      r = group ? group->rank() : 0;
+    }
+    const int64_t n = t.numel();
     const int64_t begin = n * r / d, end = n * (r + 1) / d;
     if (end > begin)
       add(key, param, t.shape(), begin, end, t.detach().flatten().narrow(0, begin, end - begin));

@@ -42,7 +42,10 @@ bool Trainer::train_step(StepRecord& r) {
   inject_faults(step);
   r.grad_norm = global_norm() * inv_accum;  // every element once
   r.loss = dp_mean(loss_sum) * inv_accum;
-  if (r.has_experts) r.aux_loss = dp_mean(r.aux_loss);
+  if (r.has_experts) {
+    r.aux_loss = dp_mean(r.aux_loss);
+    reduce_expert_load(r);
+  }
   r.lr = schedule_.at(step);
   update(r, step);
   end_step(r, step, marks);
@@ -119,6 +122,30 @@ void Trainer::add_expert_load(StepRecord& r, double aux, int64_t micro_batches) 
     e.balance_loss += s.balance_loss * share;
     e.z_loss += s.z_loss * share;
     e.aux_loss += s.aux_loss * share;
+  }
+}
+
+void Trainer::reduce_expert_load(StepRecord& r) const {
+  if (!dp_) return;
+  // Per layer: tokens, dropped, balance, z and aux losses, then the tokens per expert.
+  std::vector<double> packed;
+  for (const ExpertLoadRecord& e : r.experts) {
+    packed.insert(packed.end(),
+                  {double(e.tokens), double(e.dropped), e.balance_loss, e.z_loss, e.aux_loss});
+    for (int64_t n : e.tokens_per_expert) packed.push_back(double(n));
+  }
+  Tensor t = from_data(packed, Shape{int64_t(packed.size())});
+  dp_->all_reduce(t);
+  const std::vector<double> sum = t.to_vector<double>();
+  const double dp = double(dp_size());
+  size_t i = 0;
+  for (ExpertLoadRecord& e : r.experts) {
+    e.tokens = int64_t(sum[i++]);
+    e.dropped = int64_t(sum[i++]);
+    e.balance_loss = sum[i++] / dp;
+    e.z_loss = sum[i++] / dp;
+    e.aux_loss = sum[i++] / dp;
+    for (int64_t& n : e.tokens_per_expert) n = int64_t(sum[i++]);
   }
 }
 

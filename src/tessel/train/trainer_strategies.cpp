@@ -34,6 +34,21 @@ void Trainer::build_strategies(const RegionSource& init) {
     print("note: parallel.sequence_parallel has no effect without --tp > 1");
   }
   const DType dtype = compute_dtype_of(t.precision);
+  if (layout_.ep) {
+    // Composed with dp alone for now (docs/MOE.md, "Expert parallelism").
+    TESSEL_CHECK(!layout_.tp && layout_.pp_size() == 1 && par.zero_stage == 0, "train: --ep ",
+                 layout_.ep_size(), " composes with data parallelism only for now; ",
+                 "this run also has ", layout_.str(), " and parallel.zero_stage = ", par.zero_stage,
+                 " (use --tp 1 --pp 1 and zero_stage 0 with --ep)");
+    TESSEL_CHECK(model_->model_config().has_experts(), "train: --ep ", layout_.ep_size(),
+                 " needs a mixture-of-experts model; ", model_->model_config().summary(),
+                 " has no experts");
+    expert_ = std::make_unique<ExpertParallelStrategy>(*model_, layout_.ep, layout_.ep_dp,
+                                                       layout_.dp_size());
+    print("expert parallel: ep = " + std::to_string(layout_.ep_size()) + ", " +
+          std::to_string(expert_->layers()) + " MoE layers, each rank holds 1/" +
+          std::to_string(layout_.ep_size()) + " of every layer's experts");
+  }
   if (layout_.pp_size() > 1) {
     TESSEL_CHECK(!model_->model_config().has_experts(),
                  "train: pipeline parallelism (pp = ", layout_.pp_size(),
@@ -61,7 +76,11 @@ void Trainer::build_strategies(const RegionSource& init) {
     // values by construction: nothing to broadcast.
     ds.broadcast = false;
     ds.copy_values = false;
-    data_ = std::make_unique<DataParallelStrategy>(trainable_parameters(), dp_, std::move(ds));
+    // The experts' gradients are summed over their own group (expert_parallel_strategy.h).
+    NamedTensors dense = trainable_parameters();
+    if (expert_)
+      std::erase_if(dense, [this](const auto& named) { return expert_->holds(named.first); });
+    data_ = std::make_unique<DataParallelStrategy>(dense, dp_, std::move(ds));
     if (pipeline_) pipeline_->set_zero3(data_->zero3());
   } else if (stage > 0) {
     print("note: parallel.zero_stage = " + std::to_string(stage) +
@@ -89,6 +108,7 @@ void Trainer::build_strategies(const RegionSource& init) {
                                             tp_first ? dp_axis : tp_axis};
   for (AxisStrategy* s : order)
     if (s) strategies_.push_back(s);
+  if (expert_) strategies_.push_back(expert_.get());
   if (config_.memory.enabled()) build_offload();
 }
 

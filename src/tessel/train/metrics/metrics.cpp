@@ -200,6 +200,10 @@ std::string step_json(const StepRecord& r) {
                          {"aux_loss", number(e.aux_loss)}});
     j["experts"] = std::move(experts);
   }
+  if (r.expert_parallel) {
+    j["all_to_all_calls"] = r.all_to_all_calls;
+    j["all_to_all_bytes"] = r.all_to_all_bytes;
+  }
   if (r.offload) {
     const auto gbps = [&r](int64_t bytes) {
       return r.step_ms > 0 ? double(bytes) / (r.step_ms * 1e6) : 0.0;

@@ -106,12 +106,18 @@ struct StepRecord {
   double eta_s = 0;
   // Mixture-of-experts models: the weighted auxiliary loss added to `loss` for backward (mean over
   // the micro-batches and dp ranks; `loss` itself is the language-model loss), and each MoE
-  // layer's load (rank 0's micro-batches). Written only for such models.
+  // layer's load (every dp rank's micro-batches, summed; its losses the mean). Written only for
+  // such models.
   bool has_experts = false;
   double aux_loss = 0;
   std::vector<ExpertLoadRecord> experts;
   // The planner's prediction for this layout, when the run was given one.
   std::optional<PlanPrediction> predicted;
+  // Expert parallelism (--ep): the all-to-all calls this rank issued on the ep axis during the
+  // step (the counts' exchange, dispatch and combine, forward and backward), and the bytes of the
+  // tensors every rank gave them, summed over the ranks.
+  bool expert_parallel = false;
+  int64_t all_to_all_calls = 0, all_to_all_bytes = 0;
 };
 
 // A checkpoint save or load and the resident set around it, per rank: before (after freed heap

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+// Expert parallelism as a strategy of the step (DeepSpeed-MoE's layout, Rajbhandari et al. 2022):
+// the experts of every MoE layer split over the ep ranks (parallel/expert), the ep group being
+// consecutive ranks of the dp group, so every rank still trains on its own rows of the batch.
+// Non-expert parameters stay replicated and the dp axis averages them as for a dense model; an
+// expert's gradient already holds the contributions of every ep rank's tokens (the combine's
+// backward brought them), so it is summed over the expert's own data-parallel group (the ranks
+// holding the same experts, dp / ep of them) and divided by dp: the dp average of the full
+// model's gradient. In the global norm the experts' squares add over ep.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tessel/dist/communicator.h"
+#include "tessel/models/causal_lm.h"
+#include "tessel/parallel/expert/expert_parallel.h"
+#include "tessel/sharding/shard_layout.h"
+#include "tessel/train/strategy/axis_strategy.h"
+
+namespace tessel::train {
+
+class ExpertParallelStrategy : public AxisStrategy {
+ public:
+  // Splits `model`'s experts over `ep` (the full experts on every rank before). `ep_dp`: the ranks
+  // holding the same experts (null when dp == ep); `dp_size`: the whole data-parallel degree.
+  ExpertParallelStrategy(models::CausalLM& model, dist::CommPtr ep, dist::CommPtr ep_dp,
+                         int dp_size);
+
+  std::string name() const override;
+  void begin_step() override;
+  void sync_gradients(StepRecord& record) override;
+  void describe_norm(GradNormPlan& plan) const override;
+  void record(StepRecord& record) override;
+
+  int size() const { return ep_->size(); }
+  int rank() const { return ep_->rank(); }
+  int64_t layers() const { return split_.layers; }
+  // Whether `param` holds this rank's experts only; where its rows lie in the global tensor.
+  bool holds(const std::string& param) const { return experts_.count(param) > 0; }
+  sharding::LocalLayout placement(const std::string& param, const Shape& local) const;
+  // The ranks that hold the same experts (null: this rank alone), for checkpoint ownership.
+  const dist::CommPtr& expert_dp() const { return ep_dp_; }
+
+ private:
+  models::CausalLM& model_;
+  dist::CommPtr ep_, ep_dp_;
+  int dp_size_;
+  parallel::ExpertParallelResult split_;
+  std::set<std::string> experts_;
+  uint64_t issued_before_ = 0;
+};
+
+}  // namespace tessel::train
