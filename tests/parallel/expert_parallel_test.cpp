@@ -48,7 +48,7 @@ Tensor tokens(int rank, int64_t count, int64_t hidden, bool positive) {
 // The same fixed projection of the output on every layout, plus the auxiliary loss.
 Tensor objective(const nn::MoE::Output& out) {
   const int64_t n = out.output.numel();
-  std::vector<double> w(size_t(n));
+  std::vector<double> w(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) w[size_t(i)] = std::cos(0.11 * double(i));
   return ops::add(ops::sum(ops::mul(out.output, from_data(w, out.output.shape()))), out.aux_loss);
 }
@@ -116,7 +116,7 @@ void check_layer(int n, nn::ExpertKind kind, bool route_to_first_two) {
 }
 
 TEST(ExpertParallel, GeluExpertsOverTwoRanksEqualTheSerialLayer) {
-  check_layer(2, nn::ExpertKind::GELU, false);
+  check_layer(2, nn::ExpertKind::Gelu, false);
 }
 
 TEST(ExpertParallel, SwigluExpertsOverFourRanksEqualTheSerialLayer) {
@@ -124,7 +124,7 @@ TEST(ExpertParallel, SwigluExpertsOverFourRanksEqualTheSerialLayer) {
 }
 
 TEST(ExpertParallel, ARankWhoseExpertsReceiveNothingStillExchanges) {
-  check_layer(2, nn::ExpertKind::GELU, true);
+  check_layer(2, nn::ExpertKind::Gelu, true);
 }
 
 TEST(ExpertParallel, RowExchangeAndItsGradient) {
@@ -162,9 +162,9 @@ TEST(ExpertParallel, RowExchangeAndItsGradient) {
 }
 
 TEST(ExpertParallel, ExpertsNotDivisibleByEpAreOneClearError) {
-  nn::MoEConfig c = config(nn::ExpertKind::GELU);
+  nn::MoEConfig c = config(nn::ExpertKind::Gelu);
   c.num_experts = 3;
-  EXPECT_EQ(expert_parallel_error(config(nn::ExpertKind::GELU), 2, "h.1.moe"), "");
+  EXPECT_EQ(expert_parallel_error(config(nn::ExpertKind::Gelu), 2, "h.1.moe"), "");
   const std::string e = expert_parallel_error(c, 2, "h.1.moe");
   EXPECT_NE(e.find("'h.1.moe' has 3 experts, which --ep 2 ranks cannot split evenly"),
             std::string::npos)
