@@ -5,6 +5,7 @@ T = 15, global batch 6) over 2 ranks of a described node whose memory is the med
 layouts' predicted peaks, so some layouts do not fit:
 
 - the search's ranked table holds only layouts that fit and the rest are named as out of memory;
+- a ranked tp layout and ranked gpipe and 1f1b pp layouts carry `tessel plan memory`'s figures;
 - `mpirun -np 2 tessel train --plan auto --cluster C` trains with the search's best plan, and a
   run with the printed explicit flags gives the same losses and gradient norms, step by step;
 - both runs' JSONL carry the plan's predicted step time and memory per rank beside the measured;
@@ -46,13 +47,38 @@ def write(path, text):
     return path
 
 
-def search(tessel, config, cluster, env, check=True):
+def search(tessel, config, cluster, env, check=True, extra=()):
     p = subprocess.run([tessel, "plan", "search", "--model", config, "--cluster", cluster,
-                        "--global-batch", "6", "--seq", "15", "--json"],
+                        "--global-batch", "6", "--seq", "15", "--json", *extra],
                        capture_output=True, text=True, env=env)
     if check and p.returncode != 0:
         fail(f"plan search: exit {p.returncode}: {p.stderr}")
     return p
+
+
+def check_against_plan_memory(tessel, config, cluster, res, env):
+    """A ranked tp layout and a ranked pp layout of each schedule carry `tessel plan memory`'s own
+    figures for the same layout (the largest pipeline rank's memory, the pipeline step time)."""
+    picks = {}
+    for r in res["ranked"]:
+        if r["tp"] > 1 or r["pp"] > 1:
+            picks.setdefault((r["tp"], r["pp"], r.get("schedule")), r)
+    if not any(k[0] > 1 for k in picks) or {k[2] for k in picks if k[1] > 1} != {"gpipe", "1f1b"}:
+        fail(f"the search ranked no tp layout or not both pipeline schedules: {sorted(picks)}")
+    for (tp, pp, schedule), r in sorted(picks.items(), key=str):
+        cmd = [tessel, "plan", "memory", "--model", config, "--cluster", cluster, "--json",
+               "--dp", str(r["dp"]), "--tp", str(tp), "--pp", str(pp), "--zero",
+               str(r["zero_stage"]), "--recompute", r["recompute"], "--micro-batch",
+               str(r["micro_batch"]), "--grad-accum", str(r["grad_accum"]), "--seq", "15"]
+        if schedule:
+            cmd += ["--schedule", schedule]
+        m = json.loads(run(cmd, env=env).stdout)
+        if m["mem_peak_bytes"] != r["mem_peak_bytes"] or \
+                abs(m["step_ms"] - r["step_ms"]) > 1e-9 * r["step_ms"]:
+            fail(f"{r['layout']}: search {r['mem_peak_bytes']} bytes {r['step_ms']} ms, plan memory "
+                 f"{m['mem_peak_bytes']} bytes {m['step_ms']} ms")
+        print(f"{r['layout']}: {r['step_ms']:.3f} ms (bubble {r['bubble_ms']:.3f} ms, tp comm "
+              f"{r['tp_comm_ms']:.3f} ms), {r['mem_peak_bytes']} bytes per rank, as plan memory")
 
 
 def main():
@@ -85,8 +111,11 @@ def main():
         print(table)
         if ("# best: mpirun -np 2 tessel train " + " ".join(res["train_args"])) not in table:
             fail("the table lacks the best plan's command")
-        if "tp > 1: no tensor-parallel terms" not in table or "out of memory: needs" not in table:
+        if "out of memory: needs" not in table:
             fail("the table does not say why layouts were not ranked")
+        check_against_plan_memory(
+            tessel, config, roomy,
+            json.loads(search(tessel, config, roomy, env, extra=["--top", "1000"]).stdout), env)
 
         steps = 6
         sets = train_sets(config, data, steps, 15, [

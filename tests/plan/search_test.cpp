@@ -3,7 +3,8 @@
 // sequence sizes: every predicted layout is the memory and step models' own figure, pruned
 // exactly where it passes the device's memory and ranked by step time; the factorisations the
 // models do not cover are listed with the reason (and, under pp, the inter-operator DP's stage
-// split); a request nothing fits names the least memory per rank any layout needs; the traced
+// split); pipeline layouts carry the largest rank's memory and the pipeline's step time; a
+// request nothing fits names the least memory per rank any layout needs; the traced
 // layers' costs add up to the trace's.
 #include "tessel/plan/search.h"
 
@@ -88,11 +89,12 @@ TEST(PlanSearch, PredictsPrunesAndRanksDataParallelLayouts) {
 TEST(PlanSearch, UnmodelledAndInvalidFactorisationsSayWhy) {
   const auto config = tiny_gpt2();
   const SearchResult res = search_plans(*config, node(int64_t(1) << 40, 3), request(3));
-  // 3 devices: dp 3 is predicted; tp 3 and pp 3 are listed once each with the reason.
+  // 3 devices, a request without the runtime's tensor-parallel transform and pipeline stages:
+  // dp 3 is predicted; tp 3 and pp 3 (each schedule) are listed once each with the reason.
   std::vector<const PlanResult*> other;
   for (const PlanResult& r : res.pruned)
     if (r.status != PlanStatus::OutOfMemory) other.push_back(&r);
-  ASSERT_EQ(other.size(), 2u);
+  ASSERT_EQ(other.size(), 3u);
   for (const PlanResult* r : other) {
     EXPECT_EQ(r->status, PlanStatus::NotModelled);
     if (r->layout.pp == 3) {
@@ -122,6 +124,107 @@ TEST(PlanSearch, UnmodelledAndInvalidFactorisationsSayWhy) {
   const std::string e = test::error_of([&] { best_plan(five); });
   EXPECT_NE(e.find("no layout"), std::string::npos) << e;
   EXPECT_NE(e.find("dp 5"), std::string::npos) << e;
+}
+
+// Two pipeline ranks of the 4-block tiny GPT-2, stages {embedding, h.0, h.1} and {h.2, h.3,
+// head}, m micro-batches, in the orders parallel/pipeline's generators make (the runtime's
+// generators sit above plan/; `tessel plan search` uses them, tests/plan/search_check.py checks
+// it against `tessel plan memory`).
+PipelineRank two_rank(const std::string& schedule, int m, int rank) {
+  using K = PipelineActionKind;
+  const bool gpipe = schedule == "gpipe";
+  PipelineRank pr;
+  pr.schedule = schedule;
+  pr.ranks = 2;
+  pr.rank = rank;
+  pr.microbatches = m;
+  pr.stage_layers = {{0, 3}, {3, 6}};
+  auto& a = pr.actions;
+  auto forward = [&](int i) {
+    if (rank == 1) a.push_back({K::RecvActivation, i, 0});
+    a.push_back({K::Forward, i, rank});
+    if (rank == 0) a.push_back({K::SendActivation, i, 0});
+  };
+  auto backward = [&](int i) {
+    if (rank == 0) a.push_back({K::RecvGradient, i, 1});
+    a.push_back({K::Backward, i, rank});
+    if (rank == 1) a.push_back({K::SendGradient, i, 1});
+  };
+  if (gpipe) {
+    for (int i = 0; i < m; ++i) forward(i);
+    for (int i = 0; i < m; ++i) backward(i);
+  } else if (rank == 0) {
+    forward(0);  // one warm-up forward, then one forward one backward
+    for (int i = 1; i < m; ++i) {
+      forward(i);
+      backward(i - 1);
+    }
+    backward(m - 1);
+  } else {
+    for (int i = 0; i < m; ++i) {
+      forward(i);
+      backward(i);
+    }
+  }
+  return pr;
+}
+
+TEST(PlanSearch, PipelineLayoutsCarryTheModelsOwnFigures) {
+  const auto config = tiny_gpt2();
+  SearchRequest req = request(2);
+  req.pipeline_rank = [](const std::string& schedule, int pp, int m, int rank) {
+    EXPECT_EQ(pp, 2);
+    return two_rank(schedule, m, rank);
+  };
+  const Cluster cluster = node(int64_t(1) << 40, 2);
+  const SearchResult res = search_plans(*config, cluster, req);
+  // 9 rows: dp 2 is invalid and tp 2 has no transform in the request; pp 2 is ranked for both
+  // schedules, micro-batches 1, 3 and 9, three recompute modes.
+  ASSERT_EQ(res.ranked.size(), 18u);
+  for (const PlanResult& r : res.ranked) {
+    EXPECT_EQ(r.layout.pp, 2);
+    EXPECT_EQ(r.layout.micro_batch * r.layout.grad_accum, 9);
+    std::vector<Graph> graphs;
+    std::vector<MemoryEstimate> ranks;
+    double peak = 0;
+    for (int p = 0; p < 2; ++p) {
+      const MemoryLayout ml = memory_layout(r.layout, req, p);
+      EXPECT_EQ(ml.pipeline.rank, p);
+      EXPECT_EQ(ml.pipeline.microbatches, r.layout.grad_accum);
+      graphs.push_back(trace_for_layout(*config, ml));
+      ranks.push_back(estimate_memory(*config, ml, graphs.back()));
+      peak = std::max(peak, ranks.back().peak());
+    }
+    // The largest rank's memory and the pipeline's step time.
+    EXPECT_DOUBLE_EQ(r.memory.peak(), peak) << r.layout.str();
+    const StepTime t =
+        estimate_pipeline_step_time(cluster, graphs, ranks, memory_layout(r.layout, req, 0));
+    EXPECT_DOUBLE_EQ(r.step_seconds, t.total()) << r.layout.str();
+    EXPECT_GT(r.time.bubble_seconds, 0) << r.layout.str();
+    const PlanResult one = predict_layout(*config, cluster, req, r.layout);
+    EXPECT_DOUBLE_EQ(one.step_seconds, r.step_seconds);
+    EXPECT_DOUBLE_EQ(one.memory.peak(), r.memory.peak());
+  }
+  for (const PlanResult& r : res.pruned) {
+    EXPECT_NE(r.status, PlanStatus::OutOfMemory) << r.layout.str();
+    if (r.layout.tp == 2) EXPECT_NE(r.reason.find("tensor-parallel"), std::string::npos);
+  }
+  // What the models still refuse: interleaved schedules, ZeRO-3 under pp; and tp/pp layouts of a
+  // request without the runtime's pieces.
+  Layout l;
+  l.pp = 2;
+  l.schedule = "interleaved:2";
+  EXPECT_NE(model_coverage(l).find("interleaved"), std::string::npos);
+  l.schedule = "1f1b";
+  EXPECT_EQ(model_coverage(l), "");
+  l.dp = 2;
+  l.zero_stage = 3;
+  EXPECT_NE(model_coverage(l).find("ZeRO-3"), std::string::npos);
+  Layout tp;
+  tp.tp = 3;
+  EXPECT_EQ(model_coverage(tp), "");
+  EXPECT_EQ(predict_layout(*config, node(int64_t(1) << 40, 3), request(3), tp).status,
+            PlanStatus::NotModelled);
 }
 
 TEST(PlanSearch, ImpossibleRequestNamesTheLeastMemory) {

@@ -12,8 +12,15 @@
 namespace tessel::cli {
 
 // The search request of a training configuration over `devices` ranks: its global batch (or
-// micro_batch x grad_accum x devices), sequence length, precision and bucket size.
-plan::SearchRequest train_search_request(const train::TrainConfig& config, int devices);
+// micro_batch x grad_accum x devices), sequence length, precision and bucket size, with
+// `model`'s tensor-parallel plan and pipeline stages (set_runtime_layouts).
+plan::SearchRequest train_search_request(const train::TrainConfig& config, int devices,
+                                         const models::ConfigPtr& model);
+
+// Lets `request` predict tp and pp layouts of `model`: tp rank 0 with the family's built-in plan,
+// and the pipeline ranks the trainer's partition and schedules make (plan_layout.h), as
+// `tessel plan memory --tp --pp` predicts them.
+void set_runtime_layouts(plan::SearchRequest& request, const models::ConfigPtr& model);
 
 // The layout `config` runs with these degrees (its ZeRO stage, recomputation, micro-batches).
 plan::Layout train_layout_of(const train::TrainConfig& config, int dp, int tp, int pp);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "tessel/cli/commands.h"
+#include "tessel/cli/plan_layout.h"
 #include "tessel/cli/plan_search.h"
 #include "tessel/core/error.h"
 #include "tessel/train/model_presets.h"
@@ -51,6 +52,10 @@ nlohmann::json plan_json(const plan::PlanResult& r) {
     j["optimizer_ms"] = 1e3 * r.time.optimizer_seconds;
     j["dp_comm_ms"] = 1e3 * r.time.dp_comm_seconds;
     j["dp_exposed_ms"] = 1e3 * r.time.dp_exposed_seconds;
+    j["tp_comm_ms"] = 1e3 * r.time.tp_comm_seconds;
+    j["pp_comm_ms"] = 1e3 * r.time.pp_comm_seconds;
+    j["bubble_ms"] = 1e3 * r.time.bubble_seconds;
+    j["bubble_fraction"] = r.time.bubble_fraction;
     j["mem_peak_bytes"] = int64_t(r.memory.peak());
     j["state_bytes"] = int64_t(r.memory.state());
     j["step_peak_bytes"] = int64_t(r.memory.step());
@@ -80,6 +85,7 @@ void run_search(SearchArgs a) {
   a.request.zero_stages = a.zero;
   a.request.recompute.clear();
   for (const std::string& r : a.recompute) a.request.recompute.push_back(nn::parse_recompute(r));
+  set_runtime_layouts(a.request, config);
   const plan::SearchResult res = plan::search_plans(*config, cluster, a.request);
 
   if (a.json) {
@@ -130,8 +136,12 @@ void run_search(SearchArgs a) {
     std::printf("  ... %zu more out of memory\n", oom.size() - size_t(a.top));
   for (const plan::PlanResult& r : res.pruned) {
     if (r.status == plan::PlanStatus::OutOfMemory) continue;
-    std::printf("  dp=%d tp=%d pp=%d: %s: %s\n", r.layout.dp, r.layout.tp, r.layout.pp,
-                std::string(plan::status_name(r.status)).c_str(), r.reason.c_str());
+    std::string which = "dp=" + std::to_string(r.layout.dp) + " tp=" + std::to_string(r.layout.tp) +
+                        " pp=" + std::to_string(r.layout.pp);
+    if (r.layout.pp > 1 && !r.layout.schedule.empty()) which += " schedule=" + r.layout.schedule;
+    if (r.layout.zero_stage > 0) which += " zero=" + std::to_string(r.layout.zero_stage);
+    std::printf("  %s: %s: %s\n", which.c_str(), std::string(plan::status_name(r.status)).c_str(),
+                r.reason.c_str());
     if (r.stages.feasible) {
       std::string stages;
       for (size_t s = 0; s + 1 < r.stages.first_layer.size(); ++s)
@@ -148,8 +158,19 @@ void run_search(SearchArgs a) {
 
 }  // namespace
 
-plan::SearchRequest train_search_request(const train::TrainConfig& c, int devices) {
+void set_runtime_layouts(plan::SearchRequest& request, const models::ConfigPtr& model) {
+  request.tensor_parallel = [](plan::MemoryLayout& layout, int tp) {
+    set_tensor_parallel(layout, tp, 0, "", false);
+  };
+  request.pipeline_rank = [model](const std::string& schedule, int pp, int microbatches, int rank) {
+    return pipeline_rank(*model, schedule, pp, microbatches, rank);
+  };
+}
+
+plan::SearchRequest train_search_request(const train::TrainConfig& c, int devices,
+                                         const models::ConfigPtr& model) {
   plan::SearchRequest r;
+  set_runtime_layouts(r, model);
   r.devices = devices;
   r.global_batch = c.train.global_batch > 0
                        ? c.train.global_batch

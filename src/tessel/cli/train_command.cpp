@@ -53,7 +53,7 @@ plan::PlanResult choose_plan(TrainArgs& a, std::vector<std::string>& overrides,
   const int devices = dist::detect_launch().size;
   const models::ConfigPtr model = train::resolve_model_config(config.model.config);
   const plan::SearchResult res =
-      plan::search_plans(*model, cluster, train_search_request(config, devices));
+      plan::search_plans(*model, cluster, train_search_request(config, devices, model));
   const plan::PlanResult best = plan::best_plan(res);
   a.dp = best.layout.dp;
   a.tp = best.layout.tp;
@@ -146,9 +146,9 @@ void run_train(const TrainArgs& args) {
     const int dp = layout.dp_size();
     train::TrainConfig resolved = config;
     resolved.train.grad_accum = train::resolve_global_batch(config.train, dp).grad_accum;
-    const plan::PlanResult p =
-        plan::predict_layout(*model, *cluster, train_search_request(config, layout.world_size()),
-                             train_layout_of(resolved, dp, layout.tp_size(), layout.pp_size()));
+    const plan::PlanResult p = plan::predict_layout(
+        *model, *cluster, train_search_request(config, layout.world_size(), model),
+        train_layout_of(resolved, dp, layout.tp_size(), layout.pp_size()));
     if (p.status == plan::PlanStatus::NotModelled) {
       if (leader) std::cout << "# no prediction: " << p.reason << std::endl;
     } else {

@@ -43,20 +43,81 @@ double model_peak(const Cluster& cluster, DType d) {
   return p > 0 ? p : cluster.peak_flops("f32");
 }
 
-// One predicted layout from its trace; `cluster` already has the launch's devices.
+// Shape-only traces of one rank's step, kept by what changes them: the micro-batch, recomputation,
+// gradients held and ZeRO-2's buffers, tp, and under pp the rank, schedule and micro-batches (the
+// rest of a layout does not change one rank's step).
+class Traces {
+ public:
+  explicit Traces(const models::ModelConfig& config) : config_(config) {}
+  const Graph& get(const MemoryLayout& m) {
+    std::string key = std::to_string(m.micro_batch) + "/" + std::to_string(int(m.recompute)) + "/" +
+                      std::to_string(m.dp > 1) + "/" +
+                      std::to_string(m.dp > 1 && m.zero_stage == 2) + "/" + std::to_string(m.tp);
+    if (m.pipeline.active())
+      key += "/" + m.pipeline.schedule + "/" + std::to_string(m.pipeline.ranks) + "/" +
+             std::to_string(m.pipeline.rank) + "/" + std::to_string(m.pipeline.microbatches);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      it = graphs_.emplace(key, trace_for_layout(config_, m)).first;
+      ++count_;
+    }
+    return it->second;
+  }
+  int count() const { return count_; }
+
+ private:
+  const models::ModelConfig& config_;
+  std::map<std::string, Graph> graphs_;
+  int count_ = 0;
+};
+
+// Why the search cannot predict `l` with this request: the models' coverage, and the runtime's
+// pieces tp and pp need.
+std::string coverage(const Layout& l, const SearchRequest& request) {
+  std::string why = model_coverage(l);
+  if (!why.empty()) return why;
+  if (l.tp > 1 && !request.tensor_parallel)
+    return "tp > 1: the request has no tensor-parallel transform to trace";
+  if (l.pp > 1 && !request.pipeline_rank)
+    return "pp > 1: the request has no pipeline stage partition to trace";
+  return "";
+}
+
+// One predicted layout; `cluster` already has the launch's devices. Under pp every pipeline
+// rank is traced and predicted (as `tessel plan memory --pp` does): the memory is the largest
+// rank's, the step time the pipeline's.
 PlanResult predict_traced(const models::ModelConfig& config, const Cluster& cluster,
-                          const SearchRequest& request, const Layout& l, const Graph& g) {
-  const MemoryLayout ml = memory_layout(l, request);
+                          const SearchRequest& request, const Layout& l, Traces& traces) {
   PlanResult r;
   r.layout = l;
-  r.memory = estimate_memory(config, ml, g);
-  r.time = estimate_step_time(cluster, g, r.memory, ml);
+  std::vector<Graph> graphs;
+  std::vector<MemoryEstimate> memories;
+  double flops = 0;  // model FLOPs of one rank's step (forward and backward)
+  for (int p = 0; p < l.pp; ++p) {
+    const MemoryLayout ml = memory_layout(l, request, p);
+    const Graph& g = traces.get(ml);
+    memories.push_back(estimate_memory(config, ml, g));
+    flops += g.phase_total(Phase::Forward).flops + g.phase_total(Phase::Backward).flops;
+    if (l.pp > 1) graphs.push_back(g);
+    if (p == 0) {
+      if (l.pp > 1) continue;
+      r.time = estimate_step_time(cluster, g, memories.back(), ml);
+      flops *= double(l.grad_accum);  // one micro-batch's trace
+    }
+  }
+  size_t worst = 0;
+  for (size_t p = 1; p < memories.size(); ++p)
+    if (memories[p].peak() > memories[worst].peak()) worst = p;
+  r.memory = memories[worst];
+  if (l.pp > 1) {
+    // A pipeline rank's trace covers its whole schedule; the ranks' mean is one rank's share.
+    r.time = estimate_pipeline_step_time(cluster, graphs, memories, memory_layout(l, request, 0));
+    flops /= double(l.pp);
+  }
   r.step_seconds = r.time.total();
   r.tokens_per_second = double(request.global_batch) * double(request.seq) / r.step_seconds;
-  // Model FLOPs (forward and backward, recomputation left out) against the dtype's peak.
-  const double flops = g.phase_total(Phase::Forward).flops + g.phase_total(Phase::Backward).flops;
-  r.mfu =
-      flops * double(l.grad_accum) / (r.step_seconds * model_peak(cluster, request.compute_dtype));
+  // Model FLOPs (recomputation left out) against the dtype's peak.
+  r.mfu = flops / (r.step_seconds * model_peak(cluster, request.compute_dtype));
   const double memory = double(cluster.device.memory_bytes);
   if (r.memory.peak() > memory) {
     r.status = PlanStatus::OutOfMemory;
@@ -107,17 +168,15 @@ std::vector<std::string> Layout::train_args() const {
 }
 
 std::string model_coverage(const Layout& layout) {
-  if (layout.tp > 1 && layout.pp > 1)
-    return "tp > 1 and pp > 1: no tensor- or pipeline-parallel terms in the memory and step "
-           "models yet";
-  if (layout.tp > 1) return "tp > 1: no tensor-parallel terms in the memory and step models yet";
-  if (layout.pp > 1)
-    return "pp > 1: no pipeline terms (in-flight micro-batches, bubble, sends) in the memory "
-           "and step models yet";
+  if (layout.pp > 1 && layout.zero_stage == 3)
+    return "ZeRO-3 with pp > 1: the memory model has no term for stages gathering their own units";
+  if (layout.pp > 1 && layout.schedule != "gpipe" && layout.schedule != "1f1b")
+    return "schedule '" + layout.schedule +
+           "': the search predicts gpipe and 1f1b pipelines (interleaved chunks are not chosen)";
   return "";
 }
 
-MemoryLayout memory_layout(const Layout& layout, const SearchRequest& request) {
+MemoryLayout memory_layout(const Layout& layout, const SearchRequest& request, int pp_rank) {
   MemoryLayout m;
   m.dp = layout.dp;
   m.zero_stage = layout.zero_stage;
@@ -127,6 +186,16 @@ MemoryLayout memory_layout(const Layout& layout, const SearchRequest& request) {
   m.recompute = layout.recompute;
   m.compute_dtype = request.compute_dtype;
   m.bucket_bytes = request.bucket_bytes;
+  if (layout.tp > 1) {
+    TESSEL_CHECK(bool(request.tensor_parallel), "plan: ", layout.str(),
+                 " needs the runtime's tensor-parallel transform in the request");
+    request.tensor_parallel(m, layout.tp);
+  }
+  if (layout.pp > 1) {
+    TESSEL_CHECK(bool(request.pipeline_rank), "plan: ", layout.str(),
+                 " needs the runtime's pipeline stages in the request");
+    m.pipeline = request.pipeline_rank(layout.schedule, layout.pp, int(layout.grad_accum), pp_rank);
+  }
   return m;
 }
 
@@ -201,30 +270,13 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
   out.global_batch = request.global_batch;
   out.seq = request.seq;
 
-  // Traces by (micro-batch, recompute, gradients held, ZeRO-2's buffers): the rest of a layout
-  // does not change one rank's step.
-  std::map<std::tuple<int64_t, int, bool, bool>, Graph> traces;
-  auto trace = [&](const MemoryLayout& m) -> const Graph& {
-    const auto key =
-        std::make_tuple(m.micro_batch, int(m.recompute), m.dp > 1, m.dp > 1 && m.zero_stage == 2);
-    auto it = traces.find(key);
-    if (it == traces.end()) {
-      it = traces.emplace(key, trace_for_layout(config, m)).first;
-      ++out.traces;
-    }
-    return it->second;
-  };
+  Traces traces(config);
   std::shared_ptr<models::CausalLM> meta_model;
   {
     DefaultDeviceScope meta(Device::meta());
     meta_model = config.build_empty();
   }
   const int64_t heads = config.num_heads(), layers = config.num_layers() + 2;
-  auto predict = [&](const Layout& l) {
-    const MemoryLayout ml = memory_layout(l, request);
-    return predict_traced(config, cluster, request, l, trace(ml));
-  };
-
   for (int64_t dp : divisors(request.devices)) {
     for (int64_t tp : divisors(request.devices / dp)) {
       const int64_t pp = request.devices / dp / tp;
@@ -249,50 +301,72 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
         continue;
       }
       const int64_t rows = request.global_batch / dp;
-      std::string coverage = model_coverage(base);
-      if (!coverage.empty()) {
-        // Not ranked: one entry per factorisation. Under pp the DP's stage split is still
-        // computed (on one micro-batch's traced compute, no memory bound), for the report.
-        PlanResult r;
-        r.layout = base;
-        r.status = PlanStatus::NotModelled;
-        r.reason = std::move(coverage);
-        if (pp > 1) {
-          // Micro-batches >= pp where the rows allow, as a pipeline wants.
-          int64_t mb = 1;
-          for (int64_t d : divisors(rows))
-            if (rows / d >= pp) mb = d;
-          r.layout.micro_batch = mb;
-          r.layout.grad_accum = rows / mb;
-          r.layout.schedule = request.schedules.empty() ? "1f1b" : request.schedules.front();
-          Layout one = r.layout;
-          one.dp = 1;
-          one.zero_stage = 0;
-          const Graph& g = trace(memory_layout(one, request));
-          StageSplitRequest sr;
-          sr.stages = int(pp);
-          sr.micro_batches = r.layout.grad_accum;
-          r.stages = split_stages(traced_layer_costs(cluster, g, *meta_model, 16), sr);
+      const std::vector<std::string> schedules =
+          pp > 1 ? request.schedules : std::vector<std::string>{""};
+      for (const std::string& schedule : schedules) {
+        Layout sched = base;
+        sched.schedule = schedule;
+        // Not ranked: one entry per factorisation and schedule. Under pp the DP's stage split is
+        // still computed (on one micro-batch's traced compute, no memory bound), for the report.
+        std::string why = coverage(sched, request);
+        if (!why.empty()) {
+          PlanResult r;
+          r.layout = sched;
+          r.status = PlanStatus::NotModelled;
+          r.reason = std::move(why);
+          if (pp > 1) {
+            // Micro-batches >= pp where the rows allow, as a pipeline wants.
+            int64_t mb = 1;
+            for (int64_t d : divisors(rows))
+              if (rows / d >= pp) mb = d;
+            r.layout.micro_batch = mb;
+            r.layout.grad_accum = rows / mb;
+            Layout one = r.layout;
+            one.dp = one.tp = one.pp = 1;
+            one.zero_stage = 0;
+            const Graph& g = traces.get(memory_layout(one, request));
+            StageSplitRequest sr;
+            sr.stages = int(pp);
+            sr.micro_batches = r.layout.grad_accum;
+            r.stages = split_stages(traced_layer_costs(cluster, g, *meta_model, 16), sr);
+          }
+          out.pruned.push_back(std::move(r));
+          continue;
         }
-        out.pruned.push_back(std::move(r));
-        continue;
-      }
-      for (int64_t mb : divisors(rows)) {
-        if (request.max_micro_batch > 0 && mb > request.max_micro_batch) continue;
+        // ZeRO stages the models do not cover with this factorisation: one entry each.
+        std::vector<int> zeros;
         for (int zero : dp > 1 ? request.zero_stages : std::vector<int>{0}) {
-          for (nn::Recompute rc : request.recompute) {
-            Layout l = base;
-            l.zero_stage = zero;
-            l.recompute = rc;
-            l.micro_batch = mb;
-            l.grad_accum = rows / mb;
-            PlanResult r = predict(l);
-            (r.status == PlanStatus::Ranked ? out.ranked : out.pruned).push_back(std::move(r));
+          Layout z = sched;
+          z.zero_stage = zero;
+          std::string excluded = coverage(z, request);
+          if (excluded.empty()) {
+            zeros.push_back(zero);
+            continue;
+          }
+          PlanResult r;
+          r.layout = z;
+          r.status = PlanStatus::NotModelled;
+          r.reason = std::move(excluded);
+          out.pruned.push_back(std::move(r));
+        }
+        for (int64_t mb : divisors(rows)) {
+          if (request.max_micro_batch > 0 && mb > request.max_micro_batch) continue;
+          for (int zero : zeros) {
+            for (nn::Recompute rc : request.recompute) {
+              Layout l = sched;
+              l.zero_stage = zero;
+              l.recompute = rc;
+              l.micro_batch = mb;
+              l.grad_accum = rows / mb;
+              PlanResult r = predict_traced(config, cluster, request, l, traces);
+              (r.status == PlanStatus::Ranked ? out.ranked : out.pruned).push_back(std::move(r));
+            }
           }
         }
       }
     }
   }
+  out.traces = traces.count();
   // Fastest first; equal times (the models charge some choices nothing) by less memory, then in
   // search order (the lower ZeRO stage, the less recomputation).
   std::stable_sort(out.ranked.begin(), out.ranked.end(),
@@ -311,14 +385,14 @@ PlanResult predict_layout(const models::ModelConfig& config, const Cluster& desc
                request.devices);
   PlanResult r;
   r.layout = layout;
-  r.reason = model_coverage(layout);
+  r.reason = coverage(layout, request);
   if (!r.reason.empty()) {
     r.status = PlanStatus::NotModelled;
     return r;
   }
   const Cluster cluster = description.with_devices(request.devices);
-  const MemoryLayout ml = memory_layout(layout, request);
-  return predict_traced(config, cluster, request, layout, trace_for_layout(config, ml));
+  Traces traces(config);
+  return predict_traced(config, cluster, request, layout, traces);
 }
 
 const PlanResult& best_plan(const SearchResult& result) {

@@ -4,13 +4,16 @@
 // so the number of micro-batches) and pipeline schedule — predicted by the memory model
 // (plan/memory_model.h) and the step-time model (plan/step_cost.h), pruned where a rank's bytes
 // exceed the device's memory, and ranked by predicted step time: the enumerate-prune-rank loop of
-// Alpa's and Merak's planners, over the layouts tessel's runtime runs. With pp > 1 the stage
-// boundaries come from Alpa's inter-operator DP (plan/stage_split.h) over the traced layers.
+// Alpa's and Merak's planners, over the layouts tessel's runtime runs. Tensor- and
+// pipeline-parallel layouts are predicted with the runtime's own plan and stage partition
+// (supplied in the request); for pipelines the models do not predict, Alpa's inter-operator DP
+// (plan/stage_split.h) reports a stage split over the traced layers.
 // Which layouts the models can predict is one function (model_coverage); the others are listed
 // with the reason, never ranked on a guess. docs/PLANNER.md, "Plan search".
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,12 @@ struct SearchRequest {
                                           nn::Recompute::Full};
   std::vector<std::string> schedules = {"1f1b", "gpipe"};  // searched when pp > 1
   int64_t max_micro_batch = 0;                             // 0: any
+  // Tensor and pipeline layouts need the runtime's tensor-parallel transform and its stage
+  // partition and schedules, which sit above plan/: cli/plan_layout.h supplies them (as
+  // `tessel plan memory` uses them). Without them tp (pp) layouts are not modelled.
+  std::function<void(MemoryLayout& layout, int tp)> tensor_parallel;
+  std::function<PipelineRank(const std::string& schedule, int pp, int microbatches, int rank)>
+      pipeline_rank;
 };
 
 // One training layout: what `tessel train` takes as --dp/--tp/--pp, parallel.zero_stage,
@@ -52,11 +61,12 @@ struct Layout {
 };
 
 // "" when the memory and step models predict `layout`; otherwise why not. The one place that
-// widens as tensor- and pipeline-parallel terms enter the models.
+// widens as terms enter the models.
 std::string model_coverage(const Layout& layout);
 
-// The memory model's layout for a predicted one.
-MemoryLayout memory_layout(const Layout& layout, const SearchRequest& request);
+// The memory model's layout for a predicted one, as `tessel plan memory` makes it: tp rank 0 with
+// the family's plan, and under pp > 1 pipeline rank `pp_rank`'s stages and schedule.
+MemoryLayout memory_layout(const Layout& layout, const SearchRequest& request, int pp_rank = 0);
 
 enum class PlanStatus { Ranked, OutOfMemory, NotModelled, Invalid };
 std::string_view status_name(PlanStatus status);
@@ -65,7 +75,8 @@ struct PlanResult {
   Layout layout;
   PlanStatus status = PlanStatus::Invalid;
   std::string reason;  // why it is not ranked
-  // Ranked and OutOfMemory: the predictions (the fullest rank's memory).
+  // Ranked and OutOfMemory: the predictions (the fullest rank's memory: under pp the pipeline
+  // rank with the largest peak).
   MemoryEstimate memory;
   StepTime time;
   double step_seconds = 0, tokens_per_second = 0, mfu = 0;
