@@ -8,6 +8,7 @@ layouts' predicted peaks, so some layouts do not fit:
 - a ranked tp layout and ranked gpipe and 1f1b pp layouts carry `tessel plan memory`'s figures;
 - `mpirun -np 2 tessel train --plan auto --cluster C` trains with the search's best plan, and a
   run with the printed explicit flags gives the same losses and gradient norms, step by step;
+  again with one sequence per step, where dp 2 is invalid and the best plan is a tp or pp layout;
 - both runs' JSONL carry the plan's predicted step time and memory per rank beside the measured;
 - a node whose memory nothing fits: `plan search` and `train --plan auto` fail with one message
   naming the least memory per rank (the smallest out-of-memory figure of the search);
@@ -47,9 +48,9 @@ def write(path, text):
     return path
 
 
-def search(tessel, config, cluster, env, check=True, extra=()):
+def search(tessel, config, cluster, env, check=True, extra=(), batch=6):
     p = subprocess.run([tessel, "plan", "search", "--model", config, "--cluster", cluster,
-                        "--global-batch", "6", "--seq", "15", "--json", *extra],
+                        "--global-batch", str(batch), "--seq", "15", "--json", *extra],
                        capture_output=True, text=True, env=env)
     if check and p.returncode != 0:
         fail(f"plan search: exit {p.returncode}: {p.stderr}")
@@ -79,6 +80,48 @@ def check_against_plan_memory(tessel, config, cluster, res, env):
                  f"{m['mem_peak_bytes']} bytes {m['step_ms']} ms")
         print(f"{r['layout']}: {r['step_ms']:.3f} ms (bubble {r['bubble_ms']:.3f} ms, tp comm "
               f"{r['tp_comm_ms']:.3f} ms), {r['mem_peak_bytes']} bytes per rank, as plan memory")
+
+
+def auto_equals_explicit(tessel, mpirun, cluster, sets, steps, best, res, work, tag, env):
+    """`train --plan auto` runs the search's best plan for the launch, and the printed explicit
+    flags give the same losses and gradient norms; both JSONL carry the plan's prediction."""
+    auto_dir = os.path.join(work, re.sub(r"\W+", "_", tag) + "auto")
+    p = run(mpi_prefix(mpirun) + ["-np", "2", tessel, "train", "--plan", "auto", "--cluster",
+                                  cluster] + sets + ["--set", "checkpoint.dir=" + auto_dir],
+            env=env)
+    m = re.search(r"# plan auto: (.*?), predicted .* \(tessel train (.*)\)", p.stdout)
+    if not m:
+        fail(f"no plan line in:\n{p.stdout[:2000]}")
+    if m.group(1) != best["layout"]:
+        fail(f"--plan auto chose {m.group(1)}, the search's best is {best['layout']}")
+    flags = m.group(2).split()
+    if flags != res["train_args"]:
+        fail(f"--plan auto's flags {flags} differ from the search's {res['train_args']}")
+    explicit_dir = os.path.join(work, re.sub(r"\W+", "_", tag) + "explicit")
+    run(mpi_prefix(mpirun) + ["-np", "2", tessel, "train", "--cluster", cluster] + sets +
+        flags + ["--set", "checkpoint.dir=" + explicit_dir], env=env)
+    a, b = step_records(auto_dir), step_records(explicit_dir)
+    if len(a) != steps or len(b) != steps:
+        fail(f"{len(a)} and {len(b)} step records, expected {steps}")
+    for x, y in zip(a, b):
+        if x["loss"] != y["loss"] or x["grad_norm"] != y["grad_norm"]:
+            fail(f"step {x['step']}: --plan auto loss {x['loss']!r} norm {x['grad_norm']!r}, "
+                 f"explicit flags {y['loss']!r} {y['grad_norm']!r}")
+        for rec, what in ((x, "auto"), (y, "explicit")):
+            pr = rec.get("predicted")
+            if not pr:
+                fail(f"{what} step {rec['step']}: no prediction in the JSONL")
+            if pr["layout"] != best["layout"] or pr["mem_peak_bytes"] != best["mem_peak_bytes"]:
+                fail(f"{what}: predicted {pr}, the search said {best}")
+            if abs(pr["step_ms"] - best["step_ms"]) > 1e-9 * best["step_ms"]:
+                fail(f"{what}: predicted step {pr['step_ms']} ms vs {best['step_ms']}")
+            if len(pr["measured_peak_bytes"]) != 2:
+                fail(f"{what}: measured peaks {pr['measured_peak_bytes']}, expected 2 ranks")
+    last = b[-1]["predicted"]
+    print(f"{tag}--plan auto equals the explicit flags over {steps} steps; last step: predicted "
+          f"{last['step_ms']:.3f} ms vs measured {b[-1]['step_ms']:.3f} ms, predicted peak "
+          f"{last['mem_peak_bytes']} vs measured {last['measured_peak_bytes']} bytes "
+          f"(error {100 * last['mem_peak_error']:+.2f}%)")
 
 
 def main():
@@ -121,43 +164,14 @@ def main():
         sets = train_sets(config, data, steps, 15, [
             "train.micro_batch=3", "checkpoint.interval=0", "log.interval=1",
             "machine.peak_gflops=1"])
-        auto_dir = os.path.join(work, "auto")
-        p = run(mpi_prefix(mpirun) + ["-np", "2", tessel, "train", "--plan", "auto", "--cluster",
-                                      cluster] + sets + ["--set", "checkpoint.dir=" + auto_dir],
-                env=env)
-        m = re.search(r"# plan auto: (.*?), predicted .* \(tessel train (.*)\)", p.stdout)
-        if not m:
-            fail(f"no plan line in:\n{p.stdout[:2000]}")
-        if m.group(1) != best["layout"]:
-            fail(f"--plan auto chose {m.group(1)}, the search's best is {best['layout']}")
-        flags = m.group(2).split()
-        if flags != res["train_args"]:
-            fail(f"--plan auto's flags {flags} differ from the search's {res['train_args']}")
-        explicit_dir = os.path.join(work, "explicit")
-        run(mpi_prefix(mpirun) + ["-np", "2", tessel, "train", "--cluster", cluster] + sets +
-            flags + ["--set", "checkpoint.dir=" + explicit_dir], env=env)
-        a, b = step_records(auto_dir), step_records(explicit_dir)
-        if len(a) != steps or len(b) != steps:
-            fail(f"{len(a)} and {len(b)} step records, expected {steps}")
-        for x, y in zip(a, b):
-            if x["loss"] != y["loss"] or x["grad_norm"] != y["grad_norm"]:
-                fail(f"step {x['step']}: --plan auto loss {x['loss']!r} norm {x['grad_norm']!r}, "
-                     f"explicit flags {y['loss']!r} {y['grad_norm']!r}")
-            for rec, what in ((x, "auto"), (y, "explicit")):
-                pr = rec.get("predicted")
-                if not pr:
-                    fail(f"{what} step {rec['step']}: no prediction in the JSONL")
-                if pr["layout"] != best["layout"] or pr["mem_peak_bytes"] != best["mem_peak_bytes"]:
-                    fail(f"{what}: predicted {pr}, the search said {best}")
-                if abs(pr["step_ms"] - best["step_ms"]) > 1e-9 * best["step_ms"]:
-                    fail(f"{what}: predicted step {pr['step_ms']} ms vs {best['step_ms']}")
-                if len(pr["measured_peak_bytes"]) != 2:
-                    fail(f"{what}: measured peaks {pr['measured_peak_bytes']}, expected 2 ranks")
-        last = b[-1]["predicted"]
-        print(f"--plan auto equals the explicit flags over {steps} steps; last step: predicted "
-              f"{last['step_ms']:.3f} ms vs measured {b[-1]['step_ms']:.3f} ms, predicted peak "
-              f"{last['mem_peak_bytes']} vs measured {last['measured_peak_bytes']} bytes "
-              f"(error {100 * last['mem_peak_error']:+.2f}%)")
+        auto_equals_explicit(tessel, mpirun, cluster, sets, steps, best, res, work, "", env)
+        # One sequence per step: dp 2 is invalid, so --plan auto runs a tp or a pp layout.
+        one = json.loads(search(tessel, config, cluster, env, batch=1).stdout)
+        one_best = one["ranked"][0]
+        if one_best["dp"] != 1:
+            fail(f"global batch 1: best {one_best['layout']}")
+        auto_equals_explicit(tessel, mpirun, cluster, sets + ["--set", "train.global_batch=1"],
+                             steps, one_best, one, work, one_best["layout"] + ": ", env)
 
         # Nothing fits: one message naming the least memory per rank.
         tiny = write(os.path.join(work, "tiny.toml"), NODE.format(memory=10000))
