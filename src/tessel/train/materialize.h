@@ -12,8 +12,8 @@
 // are told that the model holds no values (copy_values = false: the tensor-parallel cut allocates
 // its pieces, ZeRO-3 its blocks, neither reads the whole tensors), and the whole-model allocation
 // a rank never writes (the full tensors tensor parallelism cuts from, the parameters ZeRO-3
-// releases, the other stages' parameters) never shows in its RSS. A meta device (storage with a shape and no bytes) can
-// replace that allocation later without changing this file's callers.
+// releases, the other stages' parameters) never shows in its RSS. A meta device (storage with a
+// shape and no bytes) can replace that allocation later without changing this file's callers.
 #pragma once
 
 #include <map>
