@@ -12,18 +12,15 @@ prompt, sends one prompt again (a prefix-cache hit), then SIGTERM: the server mu
 with nothing left running.
 Usage: serve_moe_http.py TESSEL WORKDIR
 """
-import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
-import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_tp_http import byte_vocab, completion  # noqa: E402
+from serve_http_common import (completion, concurrent_completions, generate_greedy,  # noqa: E402
+                               start_server, write_hf_model)
 
 
 def fail(message):
@@ -46,23 +43,8 @@ CONFIGS = {
 }
 
 
-def write_model(tessel, work, name):
-    src = os.path.join(work, name + "-src")
-    os.makedirs(src)
-    with open(os.path.join(src, "config.json"), "w") as f:
-        json.dump(CONFIGS[name], f)
-    with open(os.path.join(src, "vocab.json"), "w") as f:
-        json.dump(byte_vocab(), f)
-    with open(os.path.join(src, "merges.txt"), "w") as f:
-        f.write("#version: 0.2\n")
-    out = os.path.join(work, name)
-    subprocess.run([tessel, "init", "--config", os.path.join(src, "config.json"), "--out", out,
-                    "-s", "5"], check=True, stdout=subprocess.DEVNULL)
-    return out
-
-
 def check_family(tessel, work, name, env):
-    model = write_model(tessel, work, name)
+    model = write_hf_model(tessel, work, name, CONFIGS[name], 5)
     if name == "mixtral":
         with open(os.path.join(model, "model.safetensors"), "rb") as f:
             header = f.read(8 + int.from_bytes(f.read(8), "little"))
@@ -70,39 +52,13 @@ def check_family(tessel, work, name, env):
             fail("the Mixtral checkpoint does not hold one tensor per expert")
     prompts = ["The sea", "Once upon a time, there", "abc abc abc abc abc abc abc abc x",
                "q", "Experts, experts everywhere"]
-    expected = []
-    for p in prompts:
-        g = subprocess.run([tessel, "generate", "-m", model, "-p", p, "-n", "11", "--temp", "0",
-                            "--ignore-eos", "--format", "json"],
-                           capture_output=True, text=True, env=env, check=True)
-        expected.append(json.loads(g.stdout)["text"])
-
-    server = subprocess.Popen(
+    expected = generate_greedy(tessel, model, prompts, 11, env)
+    server, url = start_server(
         [tessel, "serve", "-m", model, "--port", "0", "--block-size", "4",
          "--max-batch-tokens", "11", "--drain-timeout", "20"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        start_new_session=True)
+        env, lambda message: fail(f"{name}: {message}"))
     try:
-        url, deadline = None, time.time() + 120
-        while url is None and time.time() < deadline:
-            line = server.stdout.readline()
-            if not line:
-                break
-            m = re.search(r"ready at (http://\S+)", line)
-            if m:
-                url = m.group(1)
-        if url is None:
-            fail(f"{name}: the server never said it was ready: {server.stderr.read()[-2000:]}")
-        texts = [None] * len(prompts)
-
-        def ask(i):
-            texts[i] = completion(url, prompts[i], 11)
-
-        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        texts = concurrent_completions(url, prompts, 11)
         for i, p in enumerate(prompts):
             if texts[i] != expected[i]:
                 fail(f"{name}, {p!r}: server {texts[i]!r} != generate {expected[i]!r}")

@@ -19,9 +19,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
-import time
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_http_common import (completion, concurrent_completions, generate_greedy,  # noqa: E402
+                               start_server, write_hf_model)
 
 
 def fail(message):
@@ -29,22 +30,7 @@ def fail(message):
     sys.exit(1)
 
 
-def byte_vocab():
-    # GPT-2's byte-to-unicode table: every byte is one token, no merges.
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    chars, n = [], 0
-    for b in range(256):
-        if b in keep:
-            chars.append(chr(b))
-        else:
-            chars.append(chr(256 + n))
-            n += 1
-    return {c: i for i, c in enumerate(chars)}
-
-
 def write_model(tessel, work, name, heads, family="gpt2"):
-    src = os.path.join(work, name + "-src")
-    os.makedirs(src)
     if family == "gpt2":
         config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 257,
                   "n_positions": 128, "n_embd": 24, "n_head": heads, "n_layer": 2,
@@ -58,16 +44,7 @@ def write_model(tessel, work, name, heads, family="gpt2"):
                   "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
                   "initializer_range": 0.2, "tie_word_embeddings": False,
                   "bos_token_id": 256, "eos_token_id": 256}
-    with open(os.path.join(src, "config.json"), "w") as f:
-        json.dump(config, f)
-    with open(os.path.join(src, "vocab.json"), "w") as f:
-        json.dump(byte_vocab(), f)
-    with open(os.path.join(src, "merges.txt"), "w") as f:
-        f.write("#version: 0.2\n")
-    out = os.path.join(work, name)
-    subprocess.run([tessel, "init", "--config", os.path.join(src, "config.json"), "--out", out,
-                    "-s", "3"], check=True, stdout=subprocess.DEVNULL)
-    return out
+    return write_hf_model(tessel, work, name, config, 3)
 
 
 def stored_values(model):
@@ -114,51 +91,16 @@ def rank_of(pid):
     return None
 
 
-def completion(url, prompt, tokens):
-    body = json.dumps({"prompt": prompt, "max_tokens": tokens, "temperature": 0,
-                       "ignore_eos": True}).encode()
-    req = urllib.request.Request(url + "/v1/completions", body,
-                                 {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.load(r)["choices"][0]["text"]
-
-
 def serve_and_compare(tessel, mpirun, env, model):
     """Completions from the two-rank server equal one-rank generate; SIGTERM ends the job 0."""
     prompts = ["The sea", "Once upon a time, there", "abc abc abc abc abc abc abc abc x"]
-    expected = []
-    for p in prompts:
-        g = subprocess.run([tessel, "generate", "-m", model, "-p", p, "-n", "9", "--temp", "0",
-                            "--ignore-eos", "--format", "json"],
-                           capture_output=True, text=True, env=env, check=True)
-        expected.append(json.loads(g.stdout)["text"])
-
-    server = subprocess.Popen(
+    expected = generate_greedy(tessel, model, prompts, 9, env)
+    server, url = start_server(
         mpirun + [tessel, "serve", "--tp", "2", "-m", model, "--port", "0",
                   "--block-size", "4", "--max-batch-tokens", "11", "--drain-timeout", "20"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        start_new_session=True)
+        env, fail)
     try:
-        url, deadline = None, time.time() + 120
-        while url is None and time.time() < deadline:
-            line = server.stdout.readline()
-            if not line:
-                break
-            m = re.search(r"ready at (http://\S+)", line)
-            if m:
-                url = m.group(1)
-        if url is None:
-            fail(f"the server never said it was ready: {server.stderr.read()[-2000:]}")
-        texts = [None] * len(prompts)
-
-        def ask(i):
-            texts[i] = completion(url, prompts[i], 9)
-
-        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        texts = concurrent_completions(url, prompts, 9)
         for i, p in enumerate(prompts):
             if texts[i] != expected[i]:
                 fail(f"{p!r}: server {texts[i]!r} != one-rank generate {expected[i]!r}")
