@@ -28,7 +28,7 @@ namespace {
 
 constexpr int64_t kVocab = 263;  // the test tokenizer's 262 ids and one padded row
 
-std::shared_ptr<models::CausalLM> tiny_gpt2() {
+models::GPT2Config tiny_gpt2_config() {
   models::GPT2Config c;
   c.vocab_size = kVocab;
   c.n_positions = 97;
@@ -37,11 +37,10 @@ std::shared_ptr<models::CausalLM> tiny_gpt2() {
   c.n_layer = 2;
   c.initializer_range = 0.2;
   c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
-  Generator g(11);
-  return models::GPT2::random(c, g);
+  return c;
 }
 
-std::shared_ptr<models::CausalLM> tiny_llama() {
+models::LlamaConfig tiny_llama_config() {
   models::LlamaConfig c;
   c.vocab_size = kVocab;
   c.hidden = 24;
@@ -54,27 +53,26 @@ std::shared_ptr<models::CausalLM> tiny_llama() {
   c.initializer_range = 0.2;
   c.bos_token_id = std::nullopt;
   c.eos_token_ids = {};
+  return c;
+}
+
+std::shared_ptr<models::CausalLM> tiny_gpt2() {
+  Generator g(11);
+  return models::GPT2::random(tiny_gpt2_config(), g);
+}
+
+std::shared_ptr<models::CausalLM> tiny_llama() {
   Generator g(12);
-  return models::Llama::random(c, g);
+  return models::Llama::random(tiny_llama_config(), g);
 }
 
 // Mixtral: the LLaMA above with 5 SwiGLU experts of 13 per layer, top-2.
 std::shared_ptr<models::CausalLM> tiny_mixtral() {
-  models::LlamaConfig c;
+  models::LlamaConfig c = tiny_llama_config();
   c.variant = models::LlamaVariant::Mixtral;
-  c.vocab_size = kVocab;
-  c.hidden = 24;
   c.intermediate_size = 13;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 6;
-  c.num_key_value_heads = 2;
-  c.head_dim = 4;
-  c.max_position_embeddings = 97;
-  c.initializer_range = 0.2;
   c.num_local_experts = 5;
   c.num_experts_per_tok = 2;
-  c.bos_token_id = std::nullopt;
-  c.eos_token_ids = {};
   Generator g(13);
   auto model = models::Llama::random(c, g);
   model->eval();
@@ -84,14 +82,7 @@ std::shared_ptr<models::CausalLM> tiny_mixtral() {
 // GPT-2-MoE: the GPT-2 above with 4 GELU experts in its second block, top-2, and a capacity that
 // would drop pairs in training (inference computes every pair, whatever else the batch holds).
 std::shared_ptr<models::CausalLM> tiny_gpt2_moe() {
-  models::GPT2Config c;
-  c.vocab_size = kVocab;
-  c.n_positions = 97;
-  c.n_embd = 24;
-  c.n_head = 3;
-  c.n_layer = 2;
-  c.initializer_range = 0.2;
-  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
+  models::GPT2Config c = tiny_gpt2_config();
   c.moe.num_experts = 4;
   c.moe.top_k = 2;
   c.moe.capacity_factor = 0.5;
