@@ -20,8 +20,8 @@ TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
                " not found");
   const models::ConfigPtr config = models::load_model_config(config_path.string());
   TpLoadedModel out;
-  // Built without values: the untouched full tensors are zero pages until the cut below copies
-  // this rank's share out of them.
+  // Built without values, and cut without copying any (the untouched full tensors would become
+  // resident if read): every local piece is filled from the file below.
   out.model = config->build_empty();
   auto checkpoint = std::make_shared<const io::SafetensorsCheckpoint>(
       io::SafetensorsCheckpoint::open(dir, io::SafetensorsLoad::Read));
@@ -33,8 +33,8 @@ TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
     values += region.numel();
     regions(name, region, dst);
   };
-  out.tp =
-      std::make_shared<ModelTensorParallel>(parallelize_model(*out.model, tp, "", false, note));
+  out.tp = std::make_shared<ModelTensorParallel>(parallelize_model(*out.model, tp, "", false, note,
+                                                                   /*copy_values=*/false));
   autograd::NoGradGuard no_grad;
   for (const auto& [name, param] : out.model->named_parameters()) {
     const sharding::ShardLayout* spec = out.tp->result.spec(name);
