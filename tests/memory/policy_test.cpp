@@ -158,6 +158,27 @@ TEST(Policy, UnscheduledAccessesLeaveTheScheduleWhereItWas) {
   EXPECT_EQ(f.manager->stats().demand_reads, 0);
 }
 
+TEST(Policy, AStepThatLeftTheTraceFindsItAgainWhenTheNextStepBegins) {
+  // An access the trace does not have loses the position (LRU meanwhile); the next step starts
+  // with the trace's first access, and from there eviction must follow the trace again.
+  AccessPolicy p;
+  p.resize(7);
+  p.use_trace({0, 1, 2, 3, 4, 5});
+  for (int c : {0, 1, 6}) p.on_access(c);  // 6: not in the trace
+  EXPECT_FALSE(p.has_trace());
+  for (int c : {2, 3, 4, 5}) p.on_access(c);  // the rest of the step, off the trace
+  EXPECT_FALSE(p.has_trace());
+  p.on_access(0);  // the next step
+  ASSERT_TRUE(p.has_trace());
+  EXPECT_EQ(p.cursor(), 1u);
+  p.on_access(1);
+  EXPECT_EQ(p.cursor(), 2u);
+  // Belady again: of 0 (next use at 6) and 3 (at 3) the victim is 0; LRU would take 3, used
+  // before 0 came round.
+  const std::vector<int> candidates = {0, 3};
+  EXPECT_EQ(p.choose_victim(candidates), 0);
+}
+
 TEST(Policy, DirtyChunksKeepTheOptimumAndTheirContents) {
   // Every access writes, so every eviction writes to NVMe and prefetch must not wait for it.
   const int chunks = 7, capacity = 3;

@@ -29,7 +29,15 @@ void AccessPolicy::on_access(int chunk) {
     in_sync_ = true;
     return;
   }
-  if (!in_sync_) return;
+  if (!in_sync_) {
+    // Lost since an access the trace did not have: back on it when its first access comes
+    // round, taken as the next step's start (a mid-step repeat that is not loses it again).
+    if (chunk == trace_[0]) {
+      cursor_ = 1;
+      in_sync_ = true;
+    }
+    return;
+  }
   size_t end = std::min(trace_.size(), cursor_ + kResyncWindow);
   for (size_t p = cursor_; p < end; ++p) {
     if (trace_[p] == chunk) {
