@@ -206,6 +206,7 @@ void Trainer::build(const std::string& resume) {
     auto sharded = std::make_unique<ShardedAdamW>(data_->ddp(), zo, data_->zero3());
     zero_ = &sharded->zero();
     optimizer_ = std::move(sharded);
+    if (config_.memory.enabled()) build_offload_shards();
   } else if (offload_) {
     auto adamw =
         std::make_unique<OffloadAdamW>(offload_->chunks(), offload_->parameters(),

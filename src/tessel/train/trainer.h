@@ -148,6 +148,10 @@ class Trainer {
   void build_strategies(const RegionSource& init);
   // memory.device_budget set (one process): the chunks of the model's state (offload_strategy.h).
   void build_offload();
+  // memory.device_budget set with --dp N: each rank's ZeRO shards in chunks (after the optimizer).
+  void build_offload_shards();
+  void check_offload_layout() const;  // the layouts offload composes with
+  memory::MemoryConfig offload_memory_config() const;
   // The loss of one micro-batch (the vocab-parallel one under tp).
   Tensor compute_loss(const Tensor& ids, const Tensor& targets);
   // What the axes hold, for checkpoints, evaluation and the sample (null where absent).

@@ -201,6 +201,8 @@ void Trainer::fill_parameters(const RegionSource& source) {
   if (zero3()) {
     for_each_zero_part(*ddp(), [&](const auto& p, int64_t b, int64_t begin, int64_t end,
                                    int64_t at) {
+      if (offload_)
+        offload_->hold_for_checkpoint(zero3()->parameter_shard(b), memory::AccessMode::ReadWrite);
       fill_placed(source, p.name, checkpoint_placement(p.name, p.param.shape()), p.param.shape(),
                   begin, end, zero3()->parameter_shard(b).narrow(0, at, end - begin));
     });
@@ -258,12 +260,15 @@ void Trainer::fill_moments(const RegionSource& source,
   };
   if (zero_) {
     const NamedTensors state = zero_->local_state();
-    for_each_zero_part(*ddp(),
-                       [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
-                         for (const std::string& prefix : kMoments)
-                           fill(prefix + p.name, p.param.shape(), begin, end,
-                                zero_block(state, prefix, b).narrow(0, at, end - begin));
-                       });
+    for_each_zero_part(
+        *ddp(), [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
+          for (const std::string& prefix : kMoments) {
+            const Tensor block = zero_block(state, prefix, b);
+            if (offload_) offload_->hold_for_checkpoint(block, memory::AccessMode::ReadWrite);
+            fill(prefix + p.name, p.param.shape(), begin, end, block.narrow(0, at, end - begin));
+          }
+        });
+    hold.end();
     zero_->set_step_count(optimizer_step);
   } else if (offload_) {
     // Into the moments' chunks, each held while it is filled.

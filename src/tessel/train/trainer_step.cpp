@@ -57,7 +57,8 @@ Trainer::StepMarks Trainer::begin_step() {
   marks.start_s = now_s();
   breakdown_begin();
   for (AxisStrategy* s : strategies_) s->begin_step();
-  if (!offload_) model_->zero_grad();  // offload: the gradients are chunk views, dropped there
+  // One process offloaded: the gradients are chunk views, dropped there (under dp they are ZeRO's).
+  if (!offload_adamw_) model_->zero_grad();
   marks.base_bytes = int64_t(cpu_allocator().bytes_in_use());
   cpu_allocator().reset_peak();  // the step's own peak, for activation memory
   return marks;
@@ -221,7 +222,7 @@ void Trainer::update(StepRecord& r, int64_t step) {
 void Trainer::end_step(StepRecord& r, int64_t step, const StepMarks& marks) {
   const TrainSection& t = config_.train;
   for (AxisStrategy* s : strategies_) s->after_update();  // pp: the tied embedding
-  if (!offload_) model_->zero_grad();  // the gradients are dead weight until the next backward
+  if (!offload_adamw_) model_->zero_grad();               // dead weight until the next backward
   step_ = step;
   const int64_t step_tokens = t.micro_batch * t.seq_len * t.grad_accum * dp_size();
   tokens_ += step_tokens;

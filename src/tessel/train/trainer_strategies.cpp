@@ -6,6 +6,7 @@
 // The list is in the order of the gradient synchronisation: data parallelism's overlapped
 // averages complete before tensor parallelism sums the replicated parameters' copies, except
 // under ZeRO-2/3, which keep only shards of the averages, so tp's sums must come first.
+#include <filesystem>
 #include <set>
 
 #include "tessel/train/pipeline_stage.h"
@@ -109,24 +110,91 @@ void Trainer::build_strategies(const RegionSource& init) {
   for (AxisStrategy* s : order)
     if (s) strategies_.push_back(s);
   if (expert_) strategies_.push_back(expert_.get());
-  if (config_.memory.enabled()) build_offload();
+  // Under dp the shards to offload are ZeRO's optimizer's too: laid out once it exists (build()).
+  if (config_.memory.enabled()) {
+    check_offload_layout();
+    if (!dp_) build_offload();
+  }
+}
+
+void Trainer::check_offload_layout() const {
+  TESSEL_CHECK(layout_.world_size() == layout_.dp_size() && !layout_.ep,
+               "train: memory offload (memory.device_budget) composes with data parallelism only "
+               "for now; this layout has ",
+               layout_.world_size(), " ranks (", layout_.str(), ")");
+  TESSEL_CHECK(!dp_ || config_.parallel.zero_stage > 0, "train: memory offload with --dp ",
+               layout_.dp_size(),
+               " needs parallel.zero_stage 1, 2 or 3 (each rank offloads its own shard of the "
+               "state; ZeRO-3 also its parameters' shard); this run has zero_stage 0");
+}
+
+memory::MemoryConfig Trainer::offload_memory_config() const {
+  const MemorySection& m = config_.memory;
+  memory::MemoryConfig mc;
+  mc.chunk_bytes = parse_byte_size("memory.chunk_size", m.chunk_size);
+  mc.device_budget = parse_byte_size("memory.device_budget", m.device_budget);
+  mc.host_budget = parse_byte_size("memory.host_budget", m.host_budget);
+  mc.nvme_dir = m.nvme_dir;
+  return mc;
 }
 
 void Trainer::build_offload() {
-  TESSEL_CHECK(layout_.world_size() == 1, "train: memory offload (memory.device_budget) runs on ",
-               "one process for now; this layout has ", layout_.world_size(), " ranks (",
-               layout_.str(), ")");
   const MemorySection& m = config_.memory;
   OffloadSetup os;
-  os.memory.chunk_bytes = parse_byte_size("memory.chunk_size", m.chunk_size);
-  os.memory.device_budget = parse_byte_size("memory.device_budget", m.device_budget);
-  os.memory.host_budget = parse_byte_size("memory.host_budget", m.host_budget);
-  os.memory.nvme_dir = m.nvme_dir;
+  os.memory = offload_memory_config();
   os.prefetch = int(m.prefetch);
   os.params = trainable_parameters();
   os.units = parallel::zero3_units(*model_, model_->unit_paths());
   offload_ = std::make_unique<OffloadStrategy>(std::move(os));
   strategies_.push_back(offload_.get());
+}
+
+// Each rank's own shards (ZeRO-Infinity): ZeRO-3's parameter shards unit by unit in forward
+// order with their moments' shards; below stage 3 the moments' shards bucket by bucket, in the
+// update's order. Each rank's NVMe files go into a folder of its own under memory.nvme_dir.
+void Trainer::build_offload_shards() {
+  OffloadShardSetup os;
+  os.memory = offload_memory_config();
+  os.prefetch = int(config_.memory.prefetch);
+  os.zero_stage = zero_->stage();
+  if (!os.memory.nvme_dir.empty() && std::filesystem::is_directory(os.memory.nvme_dir)) {
+    const std::filesystem::path own =
+        std::filesystem::path(os.memory.nvme_dir) / ("rank" + std::to_string(layout_.dp_rank()));
+    std::error_code ec;
+    std::filesystem::create_directory(own, ec);
+    TESSEL_CHECK(!ec, "train: cannot create ", own.string(), " for rank ", layout_.dp_rank(),
+                 "'s NVMe tier: ", ec.message());
+    os.memory.nvme_dir = own.string();
+  }  // a missing memory.nvme_dir is the chunk manager's one error
+  const NamedTensors state = zero_->local_state();  // exp_avg.b<i>, exp_avg_sq.b<i> per bucket
+  auto moments = [&](int64_t b, OffloadShard& s) {
+    const std::string suffix = "b" + std::to_string(b);
+    for (const auto& [name, t] : state) {
+      if (name == "exp_avg." + suffix) s.exp_avg = t;
+      if (name == "exp_avg_sq." + suffix) s.exp_avg_sq = t;
+    }
+  };
+  if (parallel::Zero3Parameters* z = zero3()) {
+    for (size_t k = 0; k < z->unit_count(); ++k) {
+      OffloadShard s;
+      const int64_t b = z->unit_bucket(k);
+      s.name = z->unit_name(k);
+      s.param = z->parameter_shard(b);
+      moments(b, s);
+      os.shards.push_back(std::move(s));
+    }
+  } else {
+    for (int64_t b = 0; b < ddp()->bucket_count(); ++b) {
+      OffloadShard s;
+      s.name = "bucket " + std::to_string(b);
+      moments(b, s);
+      os.shards.push_back(std::move(s));
+    }
+  }
+  offload_ = std::make_unique<OffloadStrategy>(std::move(os));
+  strategies_.push_back(offload_.get());
+  if (zero3()) zero3()->set_shard_hold(offload_->shard_hold());
+  zero_->set_shard_hold(offload_->shard_hold());
 }
 
 // The model's units (one per block, then the final norm, CausalLM::unit_paths); the rest (the

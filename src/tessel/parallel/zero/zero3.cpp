@@ -231,6 +231,7 @@ void Zero3Parameters::prefetch(size_t unit) {
                units_.size(), ")");
   Unit& u = units_[unit];
   if (u.state != State::Released) return;
+  if (hold_) u.held = hold_(u.shard, ShardUse::Gather);
   if (u.in_place) {
     materialize(u);
     const Tensor flat = places_[u.places[0]].param.detach().flatten();
@@ -252,6 +253,7 @@ void Zero3Parameters::gather(size_t unit) {
   if (u.state == State::Gathered) return;
   u.work->wait();
   u.work.reset();
+  u.held.reset();
   if (!u.in_place) {
     materialize(u);
     for (size_t i : u.places) {
@@ -337,7 +339,9 @@ void Zero3Parameters::finish_backward() {
 }
 
 void Zero3Parameters::gather_all() {
-  for (size_t k = 0; k < units_.size(); ++k) prefetch(k);
+  // Offloaded shards: one at a time, so no more than one unit's shard is held at once.
+  if (!hold_)
+    for (size_t k = 0; k < units_.size(); ++k) prefetch(k);
   for (size_t k = 0; k < units_.size(); ++k) gather(k);
   pinned_ = true;
 }
@@ -404,6 +408,7 @@ void Zero3Parameters::load_full_parameters(const nn::NamedTensors& params) {
   for (size_t k = 0; k < units_.size(); ++k) {
     Unit& u = units_[k];
     if (u.state == State::Gathering) gather(k);
+    const std::shared_ptr<void> held = hold_ ? hold_(u.shard, ShardUse::Update) : nullptr;
     for (size_t i : u.places) {
       const DataParallel::Place& p = places_[i];
       const Tensor src = given.at(p.name)->flatten();

@@ -18,6 +18,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,14 @@ std::vector<Zero3Unit> zero3_units(nn::Module& root, const std::vector<std::stri
 // per unit, in reverse unit order (the order backward completes them).
 std::vector<std::vector<size_t>> zero3_groups(const nn::NamedTensors& params,
                                               const std::vector<Zero3Unit>& units);
+
+// Where a shard's bytes are while it is used. Memory offload (train/strategy/offload_strategy.h)
+// keeps this rank's shards in chunks that move between tiers: the hook makes a shard's bytes
+// valid before it is read or written, and dropping the returned handle ends that use. Gather:
+// read by an all_gather (in the device tier); Update: read and written on the host (the
+// optimizer's update, loading values). Unset: the shards are plain memory.
+enum class ShardUse { Gather, Update };
+using ShardHold = std::function<std::shared_ptr<void>(const Tensor& shard, ShardUse use)>;
 
 struct Zero3Options {
   bool prefetch = true;  // start the next unit's all_gather while this one computes
@@ -85,6 +95,9 @@ class Zero3Parameters {
   // (or null) drops the copies of the previous one. Local.
   void set_low_precision(nn::LowPrecisionScope* scope);
   bool holds(const Tensor& param) const;  // one of the units' parameters
+  // The shards live in offloaded chunks: each all_gather holds its shard from its start to its
+  // completion, and gather_all() gathers one unit at a time. Local.
+  void set_shard_hold(ShardHold hold) { hold_ = std::move(hold); }
 
   // --- layout ---
   size_t unit_count() const { return units_.size(); }
@@ -123,6 +136,7 @@ class Zero3Parameters {
     Tensor staging;              // [padded] while a gather is in flight (not in place)
     std::vector<Tensor> copies;  // mixed precision: one 16-bit copy per place (or undefined)
     dist::WorkPtr work;
+    std::shared_ptr<void> held;  // the shard's hold while its all_gather reads it
     State state = State::Released;
     int64_t pending_grads = 0;  // in a backward: parameters whose gradient is not ready yet
     bool in_backward = false;
@@ -147,6 +161,7 @@ class Zero3Parameters {
   std::vector<std::pair<size_t, int64_t>> grad_hooks_;  // (place, handle)
   bool pinned_ = false;
   nn::LowPrecisionScope* low_ = nullptr;
+  ShardHold hold_;
   int64_t last_pre_ = -1, last_post_ = -1;
   int64_t gathered_bytes_ = 0, staging_bytes_ = 0, peak_bytes_ = 0;
   int64_t gathers_ = 0, gather_bytes_ = 0;

@@ -104,6 +104,7 @@ void ZeroAdamW::step(double lr) {
   kernels::AdamWParams h{lr, options_.beta1, options_.beta2, options_.eps, 0.0, step_};
   for (size_t b = 0; b < shards_.size(); ++b) {
     Shard& s = shards_[b];
+    const std::vector<std::shared_ptr<void>> held = hold_bucket(b);
     const Tensor grads = grad_shard(b);
     const Tensor own = params_ ? params_->parameter_shard(int64_t(b)) : Tensor();
     for (const Range& r : s.ranges) {
@@ -118,6 +119,16 @@ void ZeroAdamW::step(double lr) {
     }
     if (!params_) gather_parameters(b);
   }
+}
+
+std::vector<std::shared_ptr<void>> ZeroAdamW::hold_bucket(size_t bucket) const {
+  if (!hold_) return {};
+  const Shard& s = shards_[bucket];
+  std::vector<std::shared_ptr<void>> held;
+  if (params_) held.push_back(hold_(params_->parameter_shard(int64_t(bucket)), ShardUse::Update));
+  held.push_back(hold_(s.exp_avg, ShardUse::Update));
+  held.push_back(hold_(s.exp_avg_sq, ShardUse::Update));
+  return held;
 }
 
 void ZeroAdamW::gather_parameters(size_t bucket) {
@@ -154,6 +165,7 @@ NamedTensors ZeroAdamW::gathered_state() const {
   std::vector<Tensor> avg(places_.size()), avg_sq(places_.size());
   for (size_t b = 0; b < shards_.size(); ++b) {
     const Shard& s = shards_[b];
+    const std::vector<std::shared_ptr<void>> held = hold_bucket(b);
     const Tensor m = gather_moment(b, s.exp_avg);
     const Tensor v = gather_moment(b, s.exp_avg_sq);
     for (size_t i : s.places) {
@@ -201,19 +213,21 @@ void ZeroAdamW::load_full_state(const NamedTensors& state, int64_t step) {
       if (!seen.count(prefix + p.name)) missing.push_back(prefix + p.name);
   }
   nn::check_state_names("ZeroAdamW.load_full_state", missing, unexpected, mismatched);
-  for (Shard& s : shards_) {
+  std::unordered_map<std::string, const Tensor*> given;
+  for (const auto& [name, t] : state) given[name] = &t;
+  // Bucket by bucket, so offloaded shards are held one bucket at a time.
+  for (size_t b = 0; b < shards_.size(); ++b) {
+    Shard& s = shards_[b];
+    const std::vector<std::shared_ptr<void>> held = hold_bucket(b);
     s.exp_avg.fill(0.0);
     s.exp_avg_sq.fill(0.0);
-  }
-  for (const auto& [name, t] : state) {
-    const auto [place, second] = expected.at(name);
-    const DataParallel::Place& p = places_[place];
-    Shard& s = shards_[size_t(p.bucket)];
-    const Tensor src = t.flatten();
     for (const Range& r : s.ranges) {
-      if (r.place != place) continue;
-      Tensor dst = (second ? s.exp_avg_sq : s.exp_avg).narrow(0, r.begin - s.lo, r.length);
-      dst.copy_from(src.narrow(0, r.begin - p.offset, r.length));  // converts f64 -> f32 too
+      const DataParallel::Place& p = places_[r.place];
+      for (const bool second : {false, true}) {
+        const Tensor src = given.at((second ? kExpAvgSq : kExpAvg) + p.name)->flatten();
+        Tensor dst = (second ? s.exp_avg_sq : s.exp_avg).narrow(0, r.begin - s.lo, r.length);
+        dst.copy_from(src.narrow(0, r.begin - p.offset, r.length));  // converts f64 -> f32 too
+      }
     }
   }
   step_ = step;

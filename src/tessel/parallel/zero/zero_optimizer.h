@@ -67,6 +67,9 @@ class ZeroAdamW {
   ZeroAdamW(DataParallel& dp, const ZeroOptions& options, Zero3Parameters* params = nullptr);
 
   int stage() const { return options_.stage; }
+  // The shards live in offloaded chunks (zero3.h, ShardHold): the update, the moments' gathers
+  // and loads hold each bucket's shards while they work on them. Local.
+  void set_shard_hold(ShardHold hold) { hold_ = std::move(hold); }
 
   // The averaged gradients step() reads, one flat tensor per bucket: stage 1 the full
   // all-reduced buffers (the same on every rank), stages 2 and 3 this rank's shards (their
@@ -113,12 +116,15 @@ class ZeroAdamW {
   Tensor grad_shard(size_t bucket) const;  // [size] averaged gradients of the shard
   // Parameter values of the block go into staging's block; all_gather; copy back to every param.
   void gather_parameters(size_t bucket);
+  // Holds the shards of one bucket (parameters at stage 3, both moments); null when not offloaded.
+  std::vector<std::shared_ptr<void>> hold_bucket(size_t bucket) const;
   // all_gather of one moment's shards into staging_; returns the padded full buffer.
   Tensor gather_moment(size_t bucket, const Tensor& shard) const;
 
   DataParallel& dp_;
   ZeroOptions options_;
   Zero3Parameters* params_ = nullptr;  // stage 3
+  ShardHold hold_;
   std::vector<DataParallel::Place> places_;
   std::vector<Shard> shards_;  // by bucket
   Tensor staging_;  // the largest padded bucket not gathered in place; reused by every all_gather

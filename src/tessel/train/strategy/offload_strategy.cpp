@@ -230,6 +230,7 @@ void OffloadStrategy::after_update() {
 }
 
 void OffloadStrategy::hold_for_checkpoint(const Tensor& tensor, AccessMode mode) {
+  if (!shards_.empty() && !in_chunks(tensor)) return;  // ZeRO-1/2's replicas are plain memory
   const int id = chunks_->chunk_of(tensor);
   if (id == checkpoint_chunk_) return;
   if (!checkpointing_) {
@@ -307,6 +308,7 @@ std::string OffloadStrategy::placement() const {
     out += "  " + s.name + ": param " + at(s.param) + ", grad " + at(s.grad) + ", adam_m " +
            at(s.exp_avg) + ", adam_v " + at(s.exp_avg_sq) + "\n";
   }
+  out += shard_placement();
   out.pop_back();
   return out;
 }

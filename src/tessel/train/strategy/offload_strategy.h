@@ -29,11 +29,29 @@ struct OffloadSetup {
   std::vector<parallel::Zero3Unit> units;  // in forward order; every parameter in one
 };
 
+// Data parallelism with ZeRO (docs/MEMORY.md, "With data parallelism"): this rank's shards of
+// one bucket, registered in the order the step first uses them.
+struct OffloadShard {
+  std::string name;  // the bucket's unit (stage 3) or "bucket <i>", for the placement lines
+  Tensor param;      // stage 3: the parameter shard; undefined below (the replicas stay in memory)
+  Tensor exp_avg, exp_avg_sq;
+};
+
+struct OffloadShardSetup {
+  memory::MemoryConfig memory;
+  int prefetch = 8;
+  int zero_stage = 3;
+  std::vector<OffloadShard> shards;
+};
+
 class OffloadStrategy : public AxisStrategy {
  public:
   // Lays the states out (a chunk list per kind) and checks the budgets against one step's
   // working set: one clear Error naming the smallest budget that works, before any step.
   explicit OffloadStrategy(OffloadSetup setup);
+  // Under data parallelism: only this rank's shards go into chunks; ZeRO's own code works on
+  // them, holding each through shard_hold() while it reads or writes it (offload_shards.cpp).
+  explicit OffloadStrategy(OffloadShardSetup setup);
   ~OffloadStrategy() override;  // removes its hooks
   OffloadStrategy(const OffloadStrategy&) = delete;
   OffloadStrategy& operator=(const OffloadStrategy&) = delete;
@@ -47,6 +65,11 @@ class OffloadStrategy : public AxisStrategy {
   memory::ChunkManager& chunks() { return *chunks_; }
   std::vector<OffloadedParameter> parameters() const { return states_; }
   void set_optimizer(OffloadAdamW* optimizer) { optimizer_ = optimizer; }
+  // Under data parallelism: what ZeRO holds its shards through (ZeRO-3's gathers in the device
+  // tier, the update and loads in the host tier). The handles it returns may outlive this object.
+  parallel::ShardHold shard_hold();
+  // Whether `tensor` views one of the chunks (under ZeRO-1/2 the parameters do not).
+  bool in_chunks(const Tensor& tensor) const;
   // Where every state lives now: chunks per kind and tier, and the budgets.
   std::string placement() const;
   // The most chunks one step holds in the device tier at once (computed from the layout).
@@ -75,10 +98,14 @@ class OffloadStrategy : public AxisStrategy {
   void end_backward(Unit& u);
   void check_budgets() const;
   void check_host_holds_all() const;
+  void check_shard_budgets(int zero_stage) const;
+  std::string shard_placement() const;
 
   std::unique_ptr<memory::ChunkManager> chunks_;
   int prefetch_;
   std::vector<OffloadedParameter> states_;
+  std::vector<OffloadShard> shards_;                            // under data parallelism
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for shard holds outliving this
   std::vector<Unit> units_;
   std::vector<std::pair<Tensor, int64_t>> grad_hooks_;
   OffloadAdamW* optimizer_ = nullptr;

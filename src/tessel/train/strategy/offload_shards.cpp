@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: Apache-2.0
+// OffloadStrategy under data parallelism (ZeRO-Infinity, Rajbhandari et al. 2021: each rank
+// offloads its own partition): the rank's ZeRO shards -- the parameter shards at stage 3 and
+// both AdamW moments' shards -- laid out in chunks, one row per bucket in the order the step
+// first uses them. ZeRO's gathers, reductions and update run unchanged on the same tensors (now
+// views of chunks), holding each shard's chunk through shard_hold() while they read or write it,
+// so the arithmetic, and every bit of its result, is the in-memory run's.
+#include <algorithm>
+#include <set>
+
+#include "tessel/core/error.h"
+#include "tessel/train/strategy/offload_strategy.h"
+
+namespace tessel::train {
+
+using memory::AccessMode;
+using memory::Tier;
+
+OffloadStrategy::OffloadStrategy(OffloadShardSetup setup)
+    : chunks_(std::make_unique<memory::ChunkManager>(setup.memory)),
+      prefetch_(setup.prefetch),
+      shards_(std::move(setup.shards)) {
+  TESSEL_CHECK(!shards_.empty(), "offload: no ZeRO shards to lay out");
+  for (const OffloadShard& s : shards_) {
+    if (s.param.defined()) chunks_->add(s.param, "param");
+    chunks_->add(s.exp_avg, "adam_m");
+    chunks_->add(s.exp_avg_sq, "adam_v");
+  }
+  chunks_->lay_out();
+  check_host_holds_all();
+  chunks_->seal();
+  // ZeRO-3 holds a unit's parameter shard in the device tier from its all_gather's start to its
+  // completion; with the next unit's gather started ahead (and one more a mispredicted prefetch
+  // may leave in flight), at most three at once. Below stage 3 nothing uses the device tier.
+  std::set<int> param_chunks;
+  for (const OffloadShard& s : shards_)
+    if (s.param.defined()) param_chunks.insert(chunks_->chunk_of(s.param));
+  device_need_ = std::min(3, int(param_chunks.size()));
+  check_shard_budgets(setup.zero_stage);
+}
+
+void OffloadStrategy::check_shard_budgets(int zero_stage) const {
+  const memory::ChunkManager& c = *chunks_;
+  const size_t cb = c.chunk_bytes();
+  const size_t dev = c.pool(Tier::Device).budget(), host = c.pool(Tier::Host).budget();
+  TESSEL_CHECK(dev / cb >= size_t(device_need_), "memory.device_budget of ", dev, " bytes holds ",
+               dev / cb, " chunks of ", cb, " bytes, but ZeRO-3 holds up to ", device_need_,
+               " chunks of parameter shards in the device tier at once (a unit's all_gather "
+               "and the next ones started ahead): the smallest device budget that works is ",
+               size_t(device_need_) * cb, " bytes");
+  const size_t row = zero_stage == 3 ? 3 : 2;
+  TESSEL_CHECK(
+      host / cb >= row, "memory.host_budget of ", host, " bytes holds ", host / cb, " chunks of ",
+      cb, " bytes, but the ZeRO update holds a bucket's ",
+      zero_stage == 3 ? "parameter shard and both moments' shards" : "shards of both moments",
+      " in the host tier at once: the smallest host budget that works is ", row * cb, " bytes");
+}
+
+parallel::ShardHold OffloadStrategy::shard_hold() {
+  const std::weak_ptr<bool> alive = alive_;
+  memory::ChunkManager* chunks = chunks_.get();
+  return [alive, chunks](const Tensor& shard, parallel::ShardUse use) -> std::shared_ptr<void> {
+    TESSEL_CHECK(!alive.expired(), "offload: a ZeRO shard is used after its chunks are gone");
+    const int id = chunks->chunk_of(shard);
+    // A gather only reads (a clean NVMe copy stays valid); the update and loads write.
+    if (use == parallel::ShardUse::Gather) {
+      chunks->access(id, AccessMode::Read, Tier::Device);
+    } else {
+      chunks->access(id, AccessMode::ReadWrite, Tier::Host);
+    }
+    return std::shared_ptr<void>(chunks, [alive, id](void* p) {
+      if (alive.expired()) return;  // the trainer is being torn down, the chunks with it
+      try {
+        static_cast<memory::ChunkManager*>(p)->release(id);
+      } catch (...) {  // a deleter must not throw; release fails only on a broken state machine
+      }
+    });
+  };
+}
+
+bool OffloadStrategy::in_chunks(const Tensor& tensor) const {
+  const Storage* s = tensor.storage_ptr().get();
+  for (int id = 0; id < chunks_->num_chunks(); ++id)
+    if (chunks_->chunk(id).storage.get() == s) return true;
+  return false;
+}
+
+std::string OffloadStrategy::shard_placement() const {
+  std::string out;
+  const memory::ChunkManager& c = *chunks_;
+  const auto at = [&c](const Tensor& t) {
+    const int id = c.chunk_of(t);
+    return "chunk " + std::to_string(id) + " " + memory::tier_name(c.chunk(id).tier);
+  };
+  for (const OffloadShard& s : shards_) {
+    out += "  " + s.name + " (this rank's shard): ";
+    if (s.param.defined()) out += "param " + at(s.param) + ", ";
+    out += "adam_m " + at(s.exp_avg) + ", adam_v " + at(s.exp_avg_sq) + "\n";
+  }
+  return out;
+}
+
+}  // namespace tessel::train

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Memory offload composed with data parallelism (docs/MEMORY.md, "With data parallelism"):
+`mpirun -np 2 tessel train --dp 2` with each rank's ZeRO shards in chunks, under budgets that
+leave chunks in the device, host and NVMe tiers, equals the same run in memory bit for bit, for
+ZeRO-3 and ZeRO-1: every step's loss and gradient norm, and the checkpoints' bytes (the model and
+every rank's piece file). A checkpoint of the offloaded run resumes at one rank in memory exactly
+as the in-memory run's does, and the in-memory run's resumes offloaded at dp 2 exactly on its
+trajectory. A GPT-2 with C = 33, 3 heads, 3 blocks, sequences of 13, two micro-batches per step
+and clipping.
+
+Usage: offload_dp_equivalence.py TESSEL MPIRUN WORKDIR
+"""
+import filecmp
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run, seed_resume,  # noqa: E402
+                         single_thread_env, step_records, train_sets, write_json)
+
+# ZeRO-3: 32 KiB chunks hold the largest unit's shard (a block's, 6749 floats); 4 chunks per kind.
+# ZeRO-1: one bucket (the model is far below a MiB), its moments' shards of 24800 floats each.
+CHUNK = {3: 32 << 10, 1: 128 << 10}
+STEPS, SAVE = 8, 4
+
+
+def offload_sets(nvme, host_chunks, device_chunks, chunk):
+    sets = [f"memory.chunk_size={chunk}", f"memory.host_budget={host_chunks * chunk}",
+            f"memory.device_budget={device_chunks * chunk}", f"memory.nvme_dir={nvme}",
+            "memory.prefetch=4"]
+    return [a for s in sets for a in ("--set", s)]
+
+
+def same_records(ref, dir_, what, first=1):
+    a = [(r["step"], r["loss"], r["grad_norm"]) for r in step_records(ref) if r["step"] >= first]
+    b = [(r["step"], r["loss"], r["grad_norm"]) for r in step_records(dir_) if r["step"] >= first]
+    if len(a) != STEPS - first + 1 or a != b:
+        fail(f"{what}: (step, loss, grad norm) {b} differ from the in-memory run's {a}")
+
+
+def same_checkpoint(ref, dir_, step, what):
+    da, db = (os.path.join(d, f"step_{step:06d}") for d in (ref, dir_))
+    files = sorted(f for f in os.listdir(da) if f.endswith(".safetensors"))
+    if "model.safetensors" not in files or sorted(
+            f for f in os.listdir(db) if f.endswith(".safetensors")) != files:
+        fail(f"{what}: checkpoint files {sorted(os.listdir(db))} vs {files}")
+    for f in files:
+        if not filecmp.cmp(os.path.join(da, f), os.path.join(db, f), shallow=False):
+            fail(f"{what}: {f} of step {step} differs from the in-memory run's")
+    return files
+
+
+def check_tiers(dir_, what):
+    """Every tier held chunks and NVMe was read and written: the budgets forced all of them."""
+    recs = [r["offload"] for r in step_records(dir_)]
+    if what.endswith("ZeRO-1 offloaded"):  # two chunks, both in the host tier's row
+        if len(recs) != STEPS or not all(r["host_bytes"] == 2 * CHUNK[1] for r in recs):
+            fail(f"{what}: the moments' two chunks are not in the host tier: {recs}")
+        return
+    if len(recs) != STEPS or not all(r["device_bytes"] > 0 and r["host_bytes"] > 0 and
+                                     r["nvme_bytes"] > 0 for r in recs):
+        fail(f"{what}: some step did not hold chunks in every tier: {recs}")
+    if not any(r["nvme_read_bytes"] > 0 for r in recs) or not any(
+            r["nvme_write_bytes"] > 0 for r in recs):
+        fail(f"{what}: no NVMe traffic: {recs}")
+
+
+def main():
+    tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
+    vocab = prepare_workdir(tessel, work)
+    cfg = gpt2_config(vocab, n_positions=17, n_embd=33, n_layer=3, n_head=3)
+    config = write_json(os.path.join(work, "config.json"), cfg)
+    common = ["train"] + train_sets(
+        config, os.path.join(work, "data"), STEPS, seq_len=13,
+        extra=["machine.peak_gflops=100", f"checkpoint.interval={SAVE}", "train.micro_batch=3",
+               "train.global_batch=12", "optim.grad_clip=0.05", "optim.weight_decay=0.1"])
+    env = single_thread_env()
+    mpi = mpi_prefix(mpirun) + ["-np", "2", tessel]
+    dp2 = ["--dp", "2"]
+
+    # A budget below one step's working set is refused before any step, naming the smallest.
+    d = os.path.join(work, "too_small")
+    nvme = os.path.join(work, "nvme_too_small")
+    os.makedirs(nvme)
+    p = subprocess.run(mpi + common + dp2 +
+                       ["--set", "parallel.zero_stage=3", "--set", "checkpoint.dir=" + d] +
+                       offload_sets(nvme, 1, 3, CHUNK[3]), env=env, capture_output=True, text=True)
+    m = re.search(r"smallest host budget that works is (\d+) bytes", p.stdout + p.stderr)
+    if p.returncode == 0 or not m or int(m.group(1)) != 3 * CHUNK[3]:
+        fail(f"a host budget of one chunk under ZeRO-3: rc {p.returncode}, {p.stderr[-600:]}")
+
+    for stage, host_chunks, device_chunks in ((3, 3, 3), (1, 2, 1)):
+        ref = os.path.join(work, f"memory_zero{stage}")
+        off = os.path.join(work, f"offload_zero{stage}")
+        zero = ["--set", f"parallel.zero_stage={stage}"]
+        run(mpi + common + dp2 + zero +
+            ["--set", "checkpoint.dir=" + ref], env=env)
+        nvme = os.path.join(work, f"nvme_zero{stage}")
+        os.makedirs(nvme)
+        run(mpi + common + dp2 + zero + ["--set", "checkpoint.dir=" + off] +
+            offload_sets(nvme, host_chunks, device_chunks, CHUNK[stage]), env=env)
+        what = f"dp 2 ZeRO-{stage} offloaded"
+        same_records(ref, off, what)
+        check_tiers(off, what)
+        if sorted(os.listdir(nvme)) != ["rank0", "rank1"] or any(
+                os.listdir(os.path.join(nvme, r)) for r in ("rank0", "rank1")):
+            fail(f"{what}: {nvme} holds {sorted(os.listdir(nvme))}: expected one empty folder "
+                 f"per rank (the swap files are unlinked)")
+        for step in (SAVE, STEPS):
+            files = same_checkpoint(ref, off, step, what)
+        print(f"{what}: {STEPS} steps' losses and norms bitwise the in-memory run's; checkpoints "
+              f"at steps {SAVE} and {STEPS} byte for byte ({', '.join(files)})")
+        if stage != 3:
+            continue
+        # The offloaded run's checkpoint resumes in memory at one rank as the in-memory one's.
+        outs = []
+        for src, name in ((ref, "memory"), (off, "offload")):
+            r = os.path.join(work, f"resume_{name}_zero3_at_1")
+            seed_resume(src, f"step_{SAVE:06d}", r)
+            run([tessel, "train", "--resume", r, "--set", "memory.device_budget=",
+                 "--set", "memory.nvme_dir="], env=env)
+            outs.append(r)
+        same_records(outs[0], outs[1], "the offloaded dp 2 checkpoint resumed at one rank",
+                     first=SAVE + 1)
+        same_checkpoint(outs[0], outs[1], STEPS, "the offloaded dp 2 checkpoint resumed at one rank")
+        # The in-memory run's checkpoint resumes offloaded at dp 2 on its own trajectory.
+        r = os.path.join(work, "resume_memory_zero3_offloaded")
+        seed_resume(ref, f"step_{SAVE:06d}", r)
+        nvme = os.path.join(work, "nvme_resume")
+        os.makedirs(nvme)
+        run(mpi + ["train", "--resume", r] + dp2 + zero +
+            offload_sets(nvme, host_chunks, device_chunks, CHUNK[stage]), env=env)
+        same_records(ref, r, "the in-memory dp 2 checkpoint resumed offloaded", first=SAVE + 1)
+        same_checkpoint(ref, r, STEPS, "the in-memory dp 2 checkpoint resumed offloaded")
+        print("ZeRO-3 checkpoints: offloaded -> one rank in memory, and in memory -> offloaded "
+              "at dp 2, both bitwise on the uninterrupted trajectory")
+
+
+if __name__ == "__main__":
+    main()
