@@ -73,10 +73,12 @@ void ChunkManager::make_room(Tier tier, int exclude) {
   while (!pool.fits(config_.chunk_bytes)) {
     // A write already leaving this tier frees its bytes soonest: wait for it first.
     Chunk* writing = nullptr;
+    Chunk* reading = nullptr;  // a prefetch landing here: evictable once it has landed
     std::vector<int> candidates;
     for (auto& c : chunks_) {
       if (c->tier != tier || c->id == exclude || c->moving) continue;
       if (c->io == Chunk::Io::Writing && writing == nullptr) writing = c.get();
+      if (c->io == Chunk::Io::Reading && reading == nullptr) reading = c.get();
       if (c->io == Chunk::Io::None && c->state != ChunkState::Compute &&
           c->state != ChunkState::Free && c->storage->is_materialized()) {
         candidates.push_back(c->id);
@@ -84,6 +86,10 @@ void ChunkManager::make_room(Tier tier, int exclude) {
     }
     if (writing != nullptr) {
       finish_io(*writing);
+      continue;
+    }
+    if (candidates.empty() && reading != nullptr) {
+      finish_io(*reading);
       continue;
     }
     int victim = policy_.choose_victim(candidates);
@@ -98,7 +104,7 @@ bool ChunkManager::can_make_room(Tier tier, int exclude) const {
   if (p.fits(config_.chunk_bytes)) return true;
   for (const auto& c : chunks_) {
     if (c->tier != tier || c->id == exclude || c->moving) continue;
-    if (c->io == Chunk::Io::Writing) return true;
+    if (c->io == Chunk::Io::Writing || c->io == Chunk::Io::Reading) return true;
     if (c->io == Chunk::Io::None && c->state != ChunkState::Compute &&
         c->storage->is_materialized()) {
       return true;
