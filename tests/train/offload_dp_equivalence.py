@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Memory offload composed with data parallelism (docs/MEMORY.md, "With data parallelism"):
-`mpirun -np 2 tessel train --dp 2` with each rank's ZeRO shards in chunks, under budgets that
-leave chunks in the device, host and NVMe tiers, equals the same run in memory bit for bit, for
-ZeRO-3 and ZeRO-1: every step's loss and gradient norm, and the checkpoints' bytes (the model and
-every rank's piece file). A checkpoint of the offloaded run resumes at one rank in memory exactly
-as the in-memory run's does, and the in-memory run's resumes offloaded at dp 2 exactly on its
-trajectory. A GPT-2 with C = 33, 3 heads, 3 blocks, sequences of 13, two micro-batches per step
-and clipping.
+`mpirun -np 2 tessel train --dp 2` with each rank's ZeRO shards in chunks equals the same run in
+memory bit for bit: every step's loss and gradient norm, and the checkpoints' bytes (the model and
+every rank's piece file). ZeRO-3 under budgets that leave chunks in the device, host and NVMe
+tiers (also with full recomputation, whose replay reads the gathered block); ZeRO-1 and ZeRO-2,
+whose two moment chunks make the host tier's row. A ZeRO-3 checkpoint of the offloaded run
+resumes at one rank in memory exactly as the in-memory run's does, and the in-memory run's
+resumes offloaded at dp 2 exactly on its trajectory; a host budget below the update's row is
+refused before any step, as is plain dp (zero_stage 0). A GPT-2 with C = 33, 3 heads, 3 blocks, sequences of 13, two
+micro-batches per step and clipping.
 
 Usage: offload_dp_equivalence.py TESSEL MPIRUN WORKDIR
 """
@@ -22,8 +24,8 @@ from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run, se
                          single_thread_env, step_records, train_sets, write_json)
 
 # ZeRO-3: 32 KiB chunks hold the largest unit's shard (a block's, 6749 floats); 4 chunks per kind.
-# ZeRO-1: one bucket (the model is far below a MiB), its moments' shards of 24800 floats each.
-CHUNK = {3: 32 << 10, 1: 128 << 10}
+# ZeRO-1/2: one bucket (the model is far below a MiB), its moments' shards of 24800 floats each.
+CHUNK = {3: 32 << 10, 2: 128 << 10, 1: 128 << 10}
 STEPS, SAVE = 8, 4
 
 
@@ -56,7 +58,7 @@ def same_checkpoint(ref, dir_, step, what):
 def check_tiers(dir_, what):
     """Every tier held chunks and NVMe was read and written: the budgets forced all of them."""
     recs = [r["offload"] for r in step_records(dir_)]
-    if what.endswith("ZeRO-1 offloaded"):  # two chunks, both in the host tier's row
+    if "ZeRO-3" not in what:  # two chunks, both in the host tier's row
         if len(recs) != STEPS or not all(r["host_bytes"] == 2 * CHUNK[1] for r in recs):
             fail(f"{what}: the moments' two chunks are not in the host tier: {recs}")
         return
@@ -92,17 +94,28 @@ def main():
     if p.returncode == 0 or not m or int(m.group(1)) != 3 * CHUNK[3]:
         fail(f"a host budget of one chunk under ZeRO-3: rc {p.returncode}, {p.stderr[-600:]}")
 
-    for stage, host_chunks, device_chunks in ((3, 3, 3), (1, 2, 1)):
-        ref = os.path.join(work, f"memory_zero{stage}")
-        off = os.path.join(work, f"offload_zero{stage}")
-        zero = ["--set", f"parallel.zero_stage={stage}"]
+    # Plain dp (every rank holding whole moments) is refused with the stages that work.
+    p = subprocess.run(mpi + common + dp2 + ["--set", "parallel.zero_stage=0", "--set",
+                       "checkpoint.dir=" + os.path.join(work, "zero0")] +
+                       offload_sets(nvme, 3, 3, CHUNK[3]), env=env, capture_output=True, text=True)
+    if p.returncode == 0 or "needs parallel.zero_stage 1, 2 or 3" not in p.stdout + p.stderr:
+        fail(f"offload with dp 2 and zero_stage 0: rc {p.returncode}, {p.stderr[-600:]}")
+
+    for stage, host_chunks, device_chunks, recompute in ((3, 3, 3, "none"), (1, 2, 1, "none"),
+                                                         (2, 2, 1, "none"),
+                                                         (3, 3, 3, "full")):
+        tag = f"zero{stage}" + ("" if recompute == "none" else "_recompute_" + recompute)
+        ref = os.path.join(work, f"memory_{tag}")
+        off = os.path.join(work, f"offload_{tag}")
+        zero = ["--set", f"parallel.zero_stage={stage}", "--set", f"train.recompute={recompute}"]
         run(mpi + common + dp2 + zero +
             ["--set", "checkpoint.dir=" + ref], env=env)
-        nvme = os.path.join(work, f"nvme_zero{stage}")
+        nvme = os.path.join(work, f"nvme_{tag}")
         os.makedirs(nvme)
         run(mpi + common + dp2 + zero + ["--set", "checkpoint.dir=" + off] +
             offload_sets(nvme, host_chunks, device_chunks, CHUNK[stage]), env=env)
-        what = f"dp 2 ZeRO-{stage} offloaded"
+        what = f"dp 2 ZeRO-{stage} offloaded" + ("" if recompute == "none" else
+                                                  f" (recompute {recompute})")
         same_records(ref, off, what)
         check_tiers(off, what)
         if sorted(os.listdir(nvme)) != ["rank0", "rank1"] or any(
@@ -113,7 +126,7 @@ def main():
             files = same_checkpoint(ref, off, step, what)
         print(f"{what}: {STEPS} steps' losses and norms bitwise the in-memory run's; checkpoints "
               f"at steps {SAVE} and {STEPS} byte for byte ({', '.join(files)})")
-        if stage != 3:
+        if stage != 3 or recompute != "none":
             continue
         # The offloaded run's checkpoint resumes in memory at one rank as the in-memory one's.
         outs = []

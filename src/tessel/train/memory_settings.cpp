@@ -57,9 +57,6 @@ void check_offload_settings(const TrainConfig& c) {
                "training config: train.precision = ", c.train.precision,
                " with memory.device_budget set: offloaded training runs in fp32 only (16-bit "
                "weight copies in chunks are not built yet)");
-  TESSEL_CHECK(c.train.recompute == "none",
-               "training config: train.recompute = ", c.train.recompute,
-               " with memory.device_budget set: offloaded training does not recompute yet");
   TESSEL_CHECK(c.fault.nan_at_step == 0,
                "training config: fault.nan_at_step = ", c.fault.nan_at_step,
                " with memory.device_budget set: not supported under offload");
