@@ -207,6 +207,15 @@ void Trainer::build(const std::string& resume) {
     zero_ = &sharded->zero();
     optimizer_ = std::move(sharded);
     if (config_.memory.enabled()) build_offload_shards();
+    if (expert_ && expert_->zero_buckets()) {
+      // The experts' blocks over their own group, next to the dense blocks over dp.
+      auto experts = std::make_unique<ShardedAdamW>(*expert_->zero_buckets(), zo);
+      expert_zero_ = &experts->zero();
+      std::vector<std::unique_ptr<Optimizer>> members;
+      members.push_back(std::move(optimizer_));
+      members.push_back(std::move(experts));
+      optimizer_ = std::make_unique<OptimizerGroup>(std::move(members));
+    }
   } else if (offload_) {
     auto adamw =
         std::make_unique<OffloadAdamW>(offload_->chunks(), offload_->parameters(),

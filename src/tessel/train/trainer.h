@@ -27,6 +27,7 @@
 #include "tessel/train/model_presets.h"
 #include "tessel/train/optim/adamw.h"
 #include "tessel/train/optim/lr_schedule.h"
+#include "tessel/train/optim/optimizer_group.h"
 #include "tessel/train/optim/sharded_adamw.h"
 #include "tessel/train/stop_signal.h"
 #include "tessel/train/strategy/data_parallel_strategy.h"
@@ -105,6 +106,9 @@ class Trainer {
   // and moments; loading this rank's parts from any layout's pieces; the HF model from them.
   sharding::LocalLayout checkpoint_placement(const std::string& param, const Shape& local) const;
   std::string checkpoint_layout_json() const;
+  // The ZeRO optimizers and the buckets they shard: the dense one over dp, then under --ep the
+  // experts' over their expert group.
+  std::vector<std::pair<parallel::DataParallel*, parallel::ZeroAdamW*>> zero_optimizers() const;
   std::vector<Piece> checkpoint_pieces() const;
   void load_checkpoint_pieces(const std::string& dir, int64_t optimizer_step);
   // Fills the parameters this rank holds (its ZeRO-3 blocks, its tensor-parallel pieces, its
@@ -227,10 +231,11 @@ class Trainer {
   std::unique_ptr<ExpertParallelStrategy> expert_;
   std::unique_ptr<OffloadStrategy> offload_;
   std::vector<AxisStrategy*> strategies_;
-  std::unique_ptr<Optimizer> optimizer_;   // AdamW, or ZeRO's AdamW over dp shards
-  AdamW* adamw_ = nullptr;                 // optimizer_ without ZeRO (its moments, for checkpoints)
-  parallel::ZeroAdamW* zero_ = nullptr;    // optimizer_'s shards under parallel.zero_stage 1-3
-  OffloadAdamW* offload_adamw_ = nullptr;  // optimizer_ under memory offload
+  std::unique_ptr<Optimizer> optimizer_;  // AdamW, or ZeRO's AdamW over dp shards
+  AdamW* adamw_ = nullptr;                // optimizer_ without ZeRO (its moments, for checkpoints)
+  parallel::ZeroAdamW* zero_ = nullptr;   // optimizer_'s shards under parallel.zero_stage 1-3
+  parallel::ZeroAdamW* expert_zero_ = nullptr;  // --ep with ZeRO 1-2: the experts' shards
+  OffloadAdamW* offload_adamw_ = nullptr;       // optimizer_ under memory offload
   LrSchedule schedule_;
   std::shared_ptr<const io::TokenDataset> train_data_, val_data_;
   std::unique_ptr<io::TokenLoader> loader_;

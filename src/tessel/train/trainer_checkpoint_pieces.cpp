@@ -8,7 +8,8 @@
 //    blocks; vocabulary padding rows belong to no tensor; a piece replicated over several ranks,
 //    as K/V heads when tp exceeds them: the first of them); a replicated one: tp rank 0;
 //  - ZeRO: a dp rank owns the elements of its block of each flat bucket (the moments, and under
-//    stage 3 the parameters too);
+//    stage 3 the parameters too); with expert parallelism the experts' buckets are blocked over
+//    their expert group instead of dp;
 //  - expert parallelism: a rank's experts are rows [r E / ep, (r + 1) E / ep) of each stacked
 //    expert tensor, held by the dp / ep ranks of its expert group;
 //  - whatever the dp ranks hold whole (parameters below stage 3, moments without ZeRO): dp rank r
@@ -118,6 +119,14 @@ sharding::LocalLayout Trainer::checkpoint_placement(const std::string& param,
   return sharding::LocalLayout::of(*spec, local, tp()->tp->size(), tp()->tp->rank());
 }
 
+std::vector<std::pair<parallel::DataParallel*, parallel::ZeroAdamW*>> Trainer::zero_optimizers()
+    const {
+  std::vector<std::pair<parallel::DataParallel*, parallel::ZeroAdamW*>> out;
+  if (zero_) out.emplace_back(ddp(), zero_);
+  if (expert_zero_) out.emplace_back(expert_->zero_buckets(), expert_zero_);
+  return out;
+}
+
 std::string Trainer::checkpoint_layout_json() const {
   return nlohmann::json{{"dp", layout_.dp_size()},
                         {"tp", layout_.tp_size()},
@@ -167,14 +176,16 @@ std::vector<Piece> Trainer::checkpoint_pieces() const {
     for (const auto& [name, param] : trainable_parameters()) add_replicated(name, param);
   }
   if (zero_) {
-    const NamedTensors state = zero_->local_state();
-    for_each_zero_part(*ddp(),
-                       [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
-                         if (!owned_by_tp(p.name)) return;
-                         for (const std::string& prefix : kMoments)
-                           add(prefix + p.name, p.name, p.param.shape(), begin, end,
-                               zero_block(state, prefix, b).narrow(0, at, end - begin));
-                       });
+    for (const auto& [buckets, zero] : zero_optimizers()) {
+      const NamedTensors state = zero->local_state();
+      for_each_zero_part(*buckets,
+                         [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
+                           if (!owned_by_tp(p.name)) return;
+                           for (const std::string& prefix : kMoments)
+                             add(prefix + p.name, p.name, p.param.shape(), begin, end,
+                                 zero_block(state, prefix, b).narrow(0, at, end - begin));
+                         });
+    }
   } else if (offload_) {
     // Views of the moments' chunks, in AdamW::state()'s order: the same pieces as in memory.
     const std::vector<OffloadedParameter> states = offload_->parameters();
@@ -259,17 +270,19 @@ void Trainer::fill_moments(const RegionSource& source,
     if (!direct) t.detach().copy_from(flat.reshape(t.shape()));
   };
   if (zero_) {
-    const NamedTensors state = zero_->local_state();
-    for_each_zero_part(
-        *ddp(), [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
-          for (const std::string& prefix : kMoments) {
-            const Tensor block = zero_block(state, prefix, b);
-            if (offload_) offload_->hold_for_checkpoint(block, memory::AccessMode::ReadWrite);
-            fill(prefix + p.name, p.param.shape(), begin, end, block.narrow(0, at, end - begin));
-          }
-        });
+    for (const auto& [buckets, zero] : zero_optimizers()) {
+      const NamedTensors state = zero->local_state();
+      for_each_zero_part(
+          *buckets, [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
+            for (const std::string& prefix : kMoments) {
+              const Tensor block = zero_block(state, prefix, b);
+              if (offload_) offload_->hold_for_checkpoint(block, memory::AccessMode::ReadWrite);
+              fill(prefix + p.name, p.param.shape(), begin, end, block.narrow(0, at, end - begin));
+            }
+          });
+      zero->set_step_count(optimizer_step);
+    }
     hold.end();
-    zero_->set_step_count(optimizer_step);
   } else if (offload_) {
     // Into the moments' chunks, each held while it is filled.
     const std::vector<OffloadedParameter> states = offload_->parameters();

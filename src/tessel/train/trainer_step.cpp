@@ -272,6 +272,17 @@ parallel::MemoryReport Trainer::memory_report() const {
   parallel::MemoryReport m;
   if (zero_) {
     m = zero_->memory();
+    if (expert_zero_) {  // --ep: the experts' blocks over their own group, beside the dense ones
+      const parallel::MemoryReport e = expert_zero_->memory();
+      m.parameter_count += e.parameter_count;
+      m.param_bytes += e.param_bytes;
+      m.grad_bytes += e.grad_bytes;
+      m.optimizer_bytes += e.optimizer_bytes;
+      m.comm_bytes += e.comm_bytes;
+      m.expected_param_bytes += e.expected_param_bytes;
+      m.expected_grad_bytes += e.expected_grad_bytes;
+      m.expected_optimizer_bytes += e.expected_optimizer_bytes;
+    }
   } else {
     // What this rank trains: under pp its stages' parameters (the model's others are zero pages
     // that hold nothing), under tp its pieces.

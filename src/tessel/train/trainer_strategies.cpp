@@ -36,19 +36,25 @@ void Trainer::build_strategies(const RegionSource& init) {
   }
   const DType dtype = compute_dtype_of(t.precision);
   if (layout_.ep) {
-    // Composed with dp alone for now (docs/MOE.md, "Expert parallelism").
-    TESSEL_CHECK(!layout_.tp && layout_.pp_size() == 1 && par.zero_stage == 0, "train: --ep ",
-                 layout_.ep_size(), " composes with data parallelism only for now; ",
-                 "this run also has ", layout_.str(), " and parallel.zero_stage = ", par.zero_stage,
-                 " (use --tp 1 --pp 1 and zero_stage 0 with --ep)");
+    // Composed with dp and ZeRO 1-2 for now (docs/MOE.md, "Expert parallelism").
+    TESSEL_CHECK(!layout_.tp && layout_.pp_size() == 1 && par.zero_stage <= 2, "train: --ep ",
+                 layout_.ep_size(), " composes with data parallelism and ZeRO stages 1-2 only ",
+                 "for now; this run also has ", layout_.str(),
+                 " and parallel.zero_stage = ", par.zero_stage,
+                 " (use --tp 1 --pp 1 and zero_stage <= 2 with --ep)");
     TESSEL_CHECK(model_->model_config().has_experts(), "train: --ep ", layout_.ep_size(),
                  " needs a mixture-of-experts model; ", model_->model_config().summary(),
                  " has no experts");
     expert_ = std::make_unique<ExpertParallelStrategy>(*model_, layout_.ep, layout_.ep_dp,
-                                                       layout_.dp_size());
+                                                       layout_.dp_size(), int(par.zero_stage),
+                                                       par.bucket_mb << 20);
     print("expert parallel: ep = " + std::to_string(layout_.ep_size()) + ", " +
           std::to_string(expert_->layers()) + " MoE layers, each rank holds 1/" +
-          std::to_string(layout_.ep_size()) + " of every layer's experts");
+          std::to_string(layout_.ep_size()) + " of every layer's experts" +
+          (par.zero_stage > 0 ? "; their ZeRO-" + std::to_string(par.zero_stage) + " blocks over " +
+                                    std::to_string(layout_.dp_size() / layout_.ep_size()) +
+                                    " rank(s) holding the same experts"
+                              : std::string()));
   }
   if (layout_.pp_size() > 1) {
     TESSEL_CHECK(!model_->model_config().has_experts(),

@@ -8,13 +8,34 @@
 namespace tessel::train {
 
 ExpertParallelStrategy::ExpertParallelStrategy(models::CausalLM& model, dist::CommPtr ep,
-                                               dist::CommPtr ep_dp, int dp_size)
-    : model_(model), ep_(std::move(ep)), ep_dp_(std::move(ep_dp)), dp_size_(dp_size) {
+                                               dist::CommPtr ep_dp, int dp_size, int zero_stage,
+                                               int64_t bucket_bytes)
+    : model_(model),
+      ep_(std::move(ep)),
+      ep_dp_(std::move(ep_dp)),
+      dp_size_(dp_size),
+      zero_stage_(zero_stage) {
   TESSEL_CHECK(ep_ && dp_size_ % ep_->size() == 0, "expert parallel: ep ", ep_ ? ep_->size() : 0,
                " must divide dp ", dp_size_);
+  TESSEL_CHECK(zero_stage_ >= 0 && zero_stage_ <= 2, "expert parallel: ZeRO stage ", zero_stage_,
+               " for the experts is not supported (0, 1 or 2)");
   split_ = parallel::parallelize_experts(model_, ep_);
   experts_.insert(split_.params.begin(), split_.params.end());
+  if (zero_stage_ == 0) return;
+  // dp == ep: every rank holds its experts alone, a group of one (split collectively over ep).
+  zero_group_ = ep_dp_ ? ep_dp_ : ep_->split(ep_->rank(), 0, "ep_dp");
+  std::vector<std::pair<std::string, Tensor>> params;
+  for (const auto& [name, param] : model_.named_parameters())
+    if (experts_.count(name)) params.emplace_back(name, param);
+  parallel::DataParallelOptions options;
+  options.bucket_bytes = bucket_bytes;
+  options.overlap = false;
+  options.reduction = zero_stage_ >= 2 ? parallel::GradReduction::ReduceScatter
+                                       : parallel::GradReduction::AllReduce;
+  ddp_ = std::make_unique<parallel::DataParallel>(std::move(params), zero_group_, options);
 }
+
+ExpertParallelStrategy::~ExpertParallelStrategy() = default;
 
 std::string ExpertParallelStrategy::name() const {
   return "expert parallel (ep " + std::to_string(size()) + ")";
@@ -24,7 +45,23 @@ void ExpertParallelStrategy::begin_step() {
   issued_before_ = ep_->context().issued_count();
 }
 
+void ExpertParallelStrategy::before_backward(bool) {
+  // Reduced in sync_gradients, after the dense buckets (the class comment says why).
+  if (ddp_) ddp_->set_sync(false);
+}
+
 void ExpertParallelStrategy::sync_gradients(StepRecord&) {
+  if (ddp_) {
+    // The average over ep_dp (dp / ep ranks) times 1 / ep: the sum over ep_dp divided by dp.
+    ddp_->set_sync(true);
+    ddp_->finish_gradient_sync();
+    std::vector<GradSpan> spans;
+    for (int64_t b = 0; b < ddp_->bucket_count(); ++b)
+      spans.push_back(
+          whole_span(zero_stage_ >= 2 ? ddp_->gradient_shard(b) : ddp_->bucket_gradients(b)));
+    scale_spans(spans, 1.0 / double(size()));
+    return;
+  }
   const double scale = 1.0 / double(dp_size_);
   for (const auto& [name, param] : model_.named_parameters()) {
     if (!experts_.count(name)) continue;
@@ -41,11 +78,13 @@ void ExpertParallelStrategy::sync_gradients(StepRecord&) {
 void ExpertParallelStrategy::describe_norm(GradNormPlan& plan) const {
   // Dense parameters are the same on every ep rank after the dp average (counted at ep rank 0);
   // each ep rank's experts are its own (their squares add over ep). A tensor-parallel plan has
-  // already made groups: refused with ep, so one group is all there is.
+  // already made groups: refused with ep, so one group is all there is. Under ZeRO-2 the dp axis
+  // adds every group's squares over dp, which covers the experts too: each of the dp = ep x ep_dp
+  // ranks holds a different block of a different rank's experts.
   enum { kDense = 0, kExperts = 1 };
   plan.groups = 2;
   for (GradSpan& s : plan.spans) s.group = experts_.count(s.param) ? kExperts : kDense;
-  plan.axes.push_back({ep_.get(), {false, true}});
+  if (zero_stage_ < 2) plan.axes.push_back({ep_.get(), {false, true}});
 }
 
 void ExpertParallelStrategy::record(StepRecord& r) {

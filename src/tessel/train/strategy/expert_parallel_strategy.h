@@ -7,14 +7,23 @@
 // backward brought them), so it is summed over the expert's own data-parallel group (the ranks
 // holding the same experts, dp / ep of them) and divided by dp: the dp average of the full
 // model's gradient. In the global norm the experts' squares add over ep.
+//
+// With ZeRO stage 1 or 2 (as DeepSpeed-MoE partitions them) the experts get their own flat
+// buckets over their own data-parallel group: a parallel::DataParallel over the expert parameters
+// on ep_dp, whose AdamW moments (stage 1) and averaged gradients (stage 2) each ep_dp rank keeps
+// only a block of; the dense parameters are partitioned over dp by the dp axis as for a dense
+// model. The expert buckets are reduced after every backward has run (the dense buckets' overlapped
+// reductions are complete by then), so every rank issues the two groups' collectives in one order.
 #pragma once
 
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "tessel/dist/communicator.h"
 #include "tessel/models/causal_lm.h"
+#include "tessel/parallel/data/data_parallel.h"
 #include "tessel/parallel/expert/expert_parallel.h"
 #include "tessel/sharding/shard_layout.h"
 #include "tessel/train/strategy/axis_strategy.h"
@@ -24,12 +33,16 @@ namespace tessel::train {
 class ExpertParallelStrategy : public AxisStrategy {
  public:
   // Splits `model`'s experts over `ep` (the full experts on every rank before). `ep_dp`: the ranks
-  // holding the same experts (null when dp == ep); `dp_size`: the whole data-parallel degree.
+  // holding the same experts (null when dp == ep); `dp_size`: the whole data-parallel degree;
+  // `zero_stage` 1 or 2: the experts' buckets (`buckets`: their byte budget) partitioned over
+  // ep_dp (0: the experts' gradients summed whole).
   ExpertParallelStrategy(models::CausalLM& model, dist::CommPtr ep, dist::CommPtr ep_dp,
-                         int dp_size);
+                         int dp_size, int zero_stage = 0, int64_t bucket_bytes = 25 << 20);
+  ~ExpertParallelStrategy() override;
 
   std::string name() const override;
   void begin_step() override;
+  void before_backward(bool last) override;
   void sync_gradients(StepRecord& record) override;
   void describe_norm(GradNormPlan& plan) const override;
   void record(StepRecord& record) override;
@@ -42,6 +55,10 @@ class ExpertParallelStrategy : public AxisStrategy {
   sharding::LocalLayout placement(const std::string& param, const Shape& local) const;
   // The ranks that hold the same experts (null: this rank alone), for checkpoint ownership.
   const dist::CommPtr& expert_dp() const { return ep_dp_; }
+  // ZeRO 1-2: the experts' buckets over their group (null without ZeRO), for the optimizer and
+  // checkpoints.
+  parallel::DataParallel* zero_buckets() const { return ddp_.get(); }
+  int zero_stage() const { return zero_stage_; }
 
  private:
   models::CausalLM& model_;
@@ -49,6 +66,9 @@ class ExpertParallelStrategy : public AxisStrategy {
   int dp_size_;
   parallel::ExpertParallelResult split_;
   std::set<std::string> experts_;
+  int zero_stage_ = 0;
+  dist::CommPtr zero_group_;  // ep_dp, or this rank alone when dp == ep
+  std::unique_ptr<parallel::DataParallel> ddp_;
   uint64_t issued_before_ = 0;
 };
 

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Expert parallelism with ZeRO equals one rank: `mpirun -np N tessel train --ep E` with
+parallel.zero_stage 1 or 2, where the dense parameters' moments (and from stage 2 their averaged
+gradients) are partitioned over dp and the experts' over their own expert-dp group (DeepSpeed-MoE),
+against `tessel train` on one rank with one micro-batch per rank of the parallel run. The model,
+data and checks are train.ep_equivalence's: every step's loss within 1e-5 (relative), the same
+per-layer loads and drops, the final parameters within 1e-5. Each rank's optimizer state is 8
+bytes per parameter / dp (plus the buckets' padding): every expert's moments live on one rank of
+its group. Checkpoints move between ep sizes and ZeRO stages (ep 2 ZeRO-2 -> ep 4 ZeRO-1 on 4
+ranks, ep 4 ZeRO-2 -> one rank, one rank -> ep 2 ZeRO-2) and continue the trajectory;
+zero_stage 3 with --ep is one clear error. With `bf16` as the last argument, the same layouts run
+under train.precision=bf16 against one rank at bf16 instead (bounds below).
+
+Usage: ep_zero_equivalence.py TESSEL MPIRUN WORKDIR [bf16]
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from tessel_runs import (compare_losses, compare_params, fail, final_params, mpi_prefix,  # noqa: E402
+                         prepare_workdir, run, seed_resume, single_thread_env, step_records,
+                         train_sets, write_json)
+from ep_equivalence import MICRO, SEQ, STEPS, check_routing, expect_error, moe_config  # noqa: E402
+
+
+def parameter_count(run_dir):
+    return sum(len(x) for x in final_params(run_dir, STEPS).values())
+
+
+def check_optimizer_bytes(ref_dir, dir_, dp, what):
+    """Rank 0's moments: 8 bytes per parameter / dp, at most a few padding elements more."""
+    psi = parameter_count(ref_dir)
+    for r in step_records(dir_):
+        have, want = r["optimizer_bytes"], 8 * psi / dp
+        if not want <= have <= want + 8 * 2 * dp:
+            fail(f"{what}: step {r['step']} rank 0 holds {have} bytes of moments; "
+                 f"8 x {psi} parameters / dp {dp} = {want:.0f} (+ padding)")
+    return psi
+
+
+def main():
+    tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
+    bf16 = len(sys.argv) > 4 and sys.argv[4] == "bf16"
+    vocab = prepare_workdir(tessel, work)
+    config = write_json(os.path.join(work, "config.json"), moe_config(vocab))
+    env = single_thread_env()
+    mpi = mpi_prefix(mpirun)
+    precision = ["train.precision=bf16"] if bf16 else []
+
+    def common(d, extra=()):
+        return ["train"] + train_sets(config, os.path.join(work, "data"), STEPS, seq_len=SEQ,
+                                      extra=["checkpoint.interval=6", f"train.micro_batch={MICRO}",
+                                             "log.jsonl=train.jsonl", "checkpoint.dir=" + d] +
+                                      precision + list(extra))
+
+    refs = {}
+    for accum in (2, 4):
+        refs[accum] = os.path.join(work, f"one_rank_accum{accum}")
+        run([tessel] + common(refs[accum], [f"train.grad_accum={accum}"]), env=env)
+
+    layouts = [(2, 2, 1), (4, 2, 1), (4, 2, 2), (4, 4, 2)] if not bf16 else [(2, 2, 2), (4, 2, 1)]
+    dirs = {}
+    for ranks, ep, stage in layouts:
+        what = f"np {ranks} --ep {ep} ZeRO-{stage}" + (" bf16" if bf16 else "")
+        d = dirs[(ranks, ep, stage)] = os.path.join(work, f"np{ranks}_ep{ep}_zero{stage}")
+        out = run(mpi + ["-np", str(ranks), tessel] + common(d, [f"parallel.zero_stage={stage}"]) +
+                  ["--ep", str(ep)], env=env).stdout
+        if "expert parallel: ep = " not in out or f"ZeRO-{stage}" not in out:
+            fail(f"{what}: the run did not report expert parallelism with ZeRO\n{out[-2000:]}")
+        ref = refs[ranks]
+        worst = compare_losses(ref, d, what, STEPS)
+        drops = check_routing(ref, d, what)
+        worst_p, name, worst_t = compare_params(final_params(ref, STEPS), final_params(d, STEPS), what)
+        psi = check_optimizer_bytes(ref, d, ranks, what)
+        print(f"{what}: {STEPS}-step losses within {worst:.1e} of one rank (grad_accum {ranks}), "
+              f"the same routing ({drops} pairs dropped in all), final parameters within "
+              f"{worst_p:.1e} (worst {name} {worst_t:.1e}); rank 0 holds the moments of "
+              f"{psi} / {ranks} parameters")
+    if bf16:
+        return
+
+    # Checkpoints hold whole tensors (each rank writes the moments of its blocks): they resume at
+    # another ep and another stage, on one rank, and one rank's under ep with ZeRO.
+    def resume(src, d, ranks, flags, what):
+        seed_resume(src, "step_000006", d)
+        run((mpi + ["-np", str(ranks)] if ranks > 1 else []) + [tessel, "train", "--resume", d] +
+            flags, env=env)
+        compare_losses(refs[4], d, what, STEPS)
+        compare_params(final_params(refs[4], STEPS), final_params(d, STEPS), what)
+        print(f"{what}: continues the trajectory (losses and final parameters within 1e-5)")
+
+    resume(dirs[(4, 2, 2)], os.path.join(work, "resume_ep2_zero2_at_ep4_zero1"), 4,
+           ["--ep", "4", "--set", "parallel.zero_stage=1"], "resume ep 2 ZeRO-2 -> ep 4 ZeRO-1")
+    resume(dirs[(4, 4, 2)], os.path.join(work, "resume_ep4_zero2_on_one_rank"), 1,
+           ["--set", "parallel.zero_stage=0"], "resume ep 4 ZeRO-2 -> one rank")
+    resume(refs[4], os.path.join(work, "resume_one_rank_at_ep2_zero2"), 4,
+           ["--ep", "2", "--set", "parallel.zero_stage=2"], "resume one rank -> ep 2 ZeRO-2")
+
+    expect_error(mpi + ["-np", "2", tessel] + common(os.path.join(work, "bad"),
+                                                     ["parallel.zero_stage=3"]) + ["--ep", "2"],
+                 env, "ZeRO stages 1-2 only", "--ep 2 with ZeRO-3")
+
+
+if __name__ == "__main__":
+    main()
