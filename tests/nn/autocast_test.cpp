@@ -80,5 +80,43 @@ TEST(LowPrecisionScope, DeferredMastersWaitForCastDeferredAndShareOneCopy) {
   EXPECT_EQ(m.a->bias.impl_ptr(), bias.impl_ptr());
 }
 
+// A mixture-of-experts layer under bf16: the expert stacks compute on 16-bit copies, the router
+// keeps its f32 master (selective precision), so the routing equals the f32 layer's for an input
+// that is already bf16, the probabilities behind it are f32, and every master gets an f32
+// gradient through the copies.
+TEST(LowPrecisionScope, MixtureOfExpertsCastsTheExpertsAndKeepsTheRouterF32) {
+  Generator g(5);
+  MoEConfig c;
+  c.hidden = 13;
+  c.ffn_hidden = 7;
+  c.num_experts = 5;
+  c.top_k = 2;
+  c.expert = ExpertKind::Gelu;
+  c.capacity_factor = 1.0;  // drops: the order of admission must match too
+  MoE moe(c, Init::normal(&g, 0.5));
+  const Tensor x = randn({33, 13}, DType::F32, &g).to(DType::BF16);
+  const Tensor fc = moe.experts->fc_weight, router = moe.router->weight;
+  moe.forward(x.to(DType::F32));
+  const Routing f32 = moe.last_routing();
+  {
+    LowPrecisionScope scope(moe, DType::BF16);
+    EXPECT_EQ(moe.experts->fc_weight.dtype(), DType::BF16);
+    EXPECT_EQ(moe.experts->proj_bias.dtype(), DType::BF16);
+    EXPECT_EQ(moe.router->weight.dtype(), DType::F32) << "the router stays f32";
+    MoE::Output out = moe.forward(x);
+    EXPECT_EQ(out.output.dtype(), DType::BF16);
+    EXPECT_EQ(out.aux_loss.dtype(), DType::F32);
+    EXPECT_EQ(moe.last_routing().choice, f32.choice);
+    EXPECT_EQ(moe.last_routing().kept, f32.kept);
+    EXPECT_GT(moe.last_stats().dropped, 0);
+    autograd::backward(ops::add(ops::sum(ops::cast(out.output, DType::F32)), out.aux_loss));
+  }
+  EXPECT_EQ(moe.experts->fc_weight.impl_ptr(), fc.impl_ptr()) << "masters back after the scope";
+  ASSERT_TRUE(fc.grad().defined());
+  ASSERT_TRUE(router.grad().defined());
+  EXPECT_EQ(fc.grad().dtype(), DType::F32);
+  EXPECT_EQ(router.grad().dtype(), DType::F32);
+}
+
 }  // namespace
 }  // namespace tessel::nn

@@ -4,9 +4,13 @@
 // optimizer, the state dict and the gradient hooks see) and restores them on exit.
 #include "tessel/nn/autocast.h"
 
+#include <set>
+
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/kernels/backend.h"
 #include "tessel/nn/layers.h"
+#include "tessel/nn/moe.h"
+#include "tessel/nn/moe_experts.h"
 #include "tessel/ops/cast.h"
 
 namespace tessel::nn {
@@ -46,7 +50,12 @@ void LowPrecisionScope::add(Module& root, const Defer& defer,
     swapped_.emplace_back(&member, member);
     member = copy;
   };
+  // A mixture-of-experts router stays f32 (moe.cpp says why).
+  std::set<const Module*> routers;
+  for (auto& [name, module] : root.named_modules())
+    if (auto* m = dynamic_cast<MoE*>(module)) routers.insert(m->router.get());
   for (auto& [name, module] : root.named_modules()) {
+    if (routers.count(module)) continue;
     if (auto* l = dynamic_cast<Linear*>(module)) {
       swap(l->weight);
       swap(l->bias);
@@ -57,6 +66,10 @@ void LowPrecisionScope::add(Module& root, const Defer& defer,
       swap(n->bias);
     } else if (auto* r = dynamic_cast<RMSNorm*>(module)) {
       swap(r->weight);
+    } else if (auto* x = dynamic_cast<ExpertMLPs*>(module)) {  // the stacks of MoE experts
+      for (Tensor* t : {&x->gate_proj, &x->up_proj, &x->down_proj, &x->fc_weight, &x->fc_bias,
+                        &x->proj_weight, &x->proj_bias})
+        swap(*t);
     }
   }
 }

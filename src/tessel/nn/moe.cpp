@@ -79,7 +79,12 @@ MoE::Output MoE::forward(const Tensor& x) {
   Output out;
   out.output = run_forward({x}, [&] {
     Tensor x2 = ops::reshape(x, {tokens, c});
-    Tensor logits = router->forward(jittered(x2));
+    // Selective precision (Switch Transformer, section 2.4): under a LowPrecisionScope the router
+    // keeps its f32 weight (autocast.cpp leaves it), so its input is cast up and the
+    // probabilities, gates and auxiliary losses stay f32: the choice of experts does not hang on
+    // 16-bit ties, and layouts that round the weights alike route alike.
+    const bool upcast = router->weight.dtype() == DType::F32 && x2.dtype() != DType::F32;
+    Tensor logits = router->forward(jittered(upcast ? ops::cast(x2, DType::F32) : x2));
     Tensor probs = ops::softmax(logits);
     MoEConfig routing_config = config_;
     if (!is_training() && !config_.drop_in_eval) routing_config.drop_tokens = false;
@@ -98,7 +103,8 @@ MoE::Output MoE::forward(const Tensor& x) {
     Tensor gates = ops::reshape(
         ops::embedding(ops::reshape(probs, {tokens * e_count, 1}), i64_tensor(flat)), {tokens, k});
     if (config_.gate_form == GateForm::Mixtral) gates = ops::div(gates, ops::sum(gates, {1}, true));
-    Tensor weights = ops::mul(gates, from_data(keep, Shape{tokens, k}).to(x.dtype()));
+    Tensor weights = ops::mul(gates, from_data(keep, Shape{tokens, k}).to(gates.dtype()));
+    if (upcast) weights = ops::cast(weights, x.dtype());
 
     // Experts over their contiguous rows, then each pair's row weighted back into its token.
     Tensor xs = ops::embedding(x2, i64_tensor(r.source));
@@ -115,8 +121,9 @@ MoE::Output MoE::forward(const Tensor& x) {
     for (int64_t e = 0; e < e_count; ++e)
       f[size_t(e)] = double(r.first_choice_count[size_t(e)]) / double(tokens);
     Tensor p_mean = ops::mean(probs, {0});
-    out.balance_loss = ops::mul(
-        ops::sum(ops::mul(p_mean, from_data(f, Shape{e_count}).to(x.dtype()))), double(e_count));
+    out.balance_loss =
+        ops::mul(ops::sum(ops::mul(p_mean, from_data(f, Shape{e_count}).to(p_mean.dtype()))),
+                 double(e_count));
     // z-loss (ST-MoE eq. 5): logsumexp by the max shift; the shift carries no gradient and the
     // derivative of the whole is the softmax either way.
     Tensor shift = ops::max(logits, {1}, true).detach();
