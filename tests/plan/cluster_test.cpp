@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -127,6 +128,58 @@ TEST(Cluster, WritesNamesWithQuotesAndControlCharacters) {
   EXPECT_EQ(b.device.kind, a.device.kind);
 }
 
+// The calibration keys (op_overhead, a GEMM's layout, [[kernel]] points) are optional: kNode has
+// none and reads as before (layout "nn", no kernels, no overhead); with them they read, write
+// back equal, and a wrong value is refused naming the key.
+TEST(Cluster, CalibrationKeysAreOptionalAndChecked) {
+  const Cluster old = Cluster::parse(kNode, "node.toml");
+  EXPECT_EQ(old.device.op_overhead, 0);
+  EXPECT_EQ(old.gemm[0].layout, "nn");
+  EXPECT_TRUE(old.kernels.empty());
+  const std::string calibrated =
+      replaced(replaced(kNode, "memory_bandwidth = 1.5e12\n",
+                        "memory_bandwidth = 1.5e12\nop_overhead = 2.5e-6\ncpu_share = 0.5\n"),
+               "flops = 1.95e12\n", "flops = 1.95e12\nlayout = \"tn\"\n") +
+      "\n[[kernel]]\nname = \"layer_norm\"\nbytes = 4096\nflops = 0\nseconds = 3.5e-6\n";
+  const Cluster a = Cluster::parse(calibrated, "node.toml");
+  EXPECT_EQ(a.device.op_overhead, 2.5e-6);
+  EXPECT_EQ(a.device.cpu_share, 0.5);
+  EXPECT_EQ(old.device.cpu_share, 1);
+  EXPECT_EQ(a.gemm[0].layout, "nn");
+  EXPECT_EQ(a.gemm[1].layout, "tn");
+  ASSERT_EQ(a.kernels.size(), 1u);
+  EXPECT_EQ(a.kernels[0].kernel, "layer_norm");
+  EXPECT_EQ(a.kernels[0].bytes, 4096);
+  EXPECT_EQ(a.kernels[0].flops, 0);
+  EXPECT_EQ(a.kernels[0].seconds, 3.5e-6);
+  const Cluster b = Cluster::parse(a.to_toml(), "written.toml");
+  EXPECT_EQ(b.device.op_overhead, a.device.op_overhead);
+  EXPECT_EQ(b.device.cpu_share, 0.5);
+  EXPECT_EQ(b.gemm[1].layout, "tn");
+  ASSERT_EQ(b.kernels.size(), 1u);
+  EXPECT_EQ(b.kernels[0].seconds, a.kernels[0].seconds);
+  EXPECT_EQ(b.kernel_points("layer_norm").size(), 1u);
+  EXPECT_TRUE(b.kernel_points("softmax").empty());
+  ASSERT_NE(b.measured_collective("all_reduce", 2), nullptr);
+  EXPECT_EQ(b.measured_collective("all_reduce", 4), nullptr);
+
+  std::string e = error_of(replaced(calibrated, "layout = \"tn\"", "layout = \"nx\""));
+  EXPECT_NE(e.find("gemm[1].layout: expected nn, nt, tn or tt, got \"nx\""), std::string::npos)
+      << e;
+  e = error_of(replaced(calibrated, "op_overhead = 2.5e-6", "op_overhead = -1"));
+  EXPECT_NE(e.find("device.op_overhead: expected a positive number"), std::string::npos) << e;
+  e = error_of(replaced(calibrated, "cpu_share = 0.5", "cpu_share = 1.5"));
+  EXPECT_NE(e.find("device.cpu_share: expected a number in (0, 1]"), std::string::npos) << e;
+  e = error_of(replaced(calibrated, "flops = 0\n", "flops = -3\n"));
+  EXPECT_NE(e.find("kernel[0].flops: expected a number >= 0"), std::string::npos) << e;
+  e = error_of(replaced(calibrated, "seconds = 3.5e-6", "seconds = \"slow\""));
+  EXPECT_NE(e.find("kernel[0].seconds: expected a positive number"), std::string::npos) << e;
+  e = error_of(replaced(calibrated, "bytes = 4096\n", ""));
+  EXPECT_NE(e.find("missing key 'kernel[0].bytes'"), std::string::npos) << e;
+  e = error_of(replaced(calibrated, "seconds = 3.5e-6", "seconds = 3.5e-6\nbeta = 1"));
+  EXPECT_NE(e.find("unknown key 'kernel[0].beta'"), std::string::npos) << e;
+}
+
 TEST(Cluster, MissingKeysAreNamed) {
   std::string e = error_of(replaced(kNode, "memory_bytes = 42949672960\n", ""));
   EXPECT_NE(e.find("node.toml: missing key 'device.memory_bytes'"), std::string::npos) << e;
@@ -217,9 +270,22 @@ TEST(Cluster, QueriesNameWhatIsMissing) {
         << e.what();
   }
   EXPECT_THROW(c.peak_flops("fp8"), Error);
-  // The nearest measured shape in log space: 33 x 1000 x 1100 is nearest to 16 x 1024 x 1024.
-  EXPECT_DOUBLE_EQ(c.gemm_efficiency("f32", 33, 1000, 1100), 1.95e12 / 19.5e12);
-  EXPECT_DOUBLE_EQ(c.gemm_efficiency("f32", 777, 1024, 1024), 9.75e12 / 19.5e12);
+  // The two f32 points (m = 16 and m = 1024 at n = k = 1024) are a grid along m: the rate is
+  // interpolated in log m (n and k clamped to their one value), measured points exactly.
+  auto along_m = [](double m) {
+    const double w = std::log2(m / 16) / 6;
+    return std::exp((1 - w) * std::log(1.95e12) + w * std::log(9.75e12)) / 19.5e12;
+  };
+  EXPECT_NEAR(c.gemm_efficiency("f32", 33, 1000, 1100), along_m(33), 1e-12);
+  EXPECT_NEAR(c.gemm_efficiency("f32", 777, 1024, 1024), along_m(777), 1e-12);
+  EXPECT_DOUBLE_EQ(c.gemm_efficiency("f32", 16, 1024, 1024), 1.95e12 / 19.5e12);
+  EXPECT_DOUBLE_EQ(c.gemm_efficiency("f32", 4096, 1024, 1024), 9.75e12 / 19.5e12);
+  // Not a grid (a third point off both lines): the nearest measured shape in log space.
+  Cluster d = c;
+  d.gemm.push_back({"f32", 64, 64, 64, 3.9e12});
+  EXPECT_DOUBLE_EQ(d.gemm_efficiency("f32", 33, 1000, 1100), 1.95e12 / 19.5e12);
+  EXPECT_DOUBLE_EQ(d.gemm_efficiency("f32", 777, 1024, 1024), 9.75e12 / 19.5e12);
+  EXPECT_DOUBLE_EQ(d.gemm_efficiency("f32", 50, 70, 60), 3.9e12 / 19.5e12);
   EXPECT_DOUBLE_EQ(c.gemm_efficiency("bf16", 7, 7, 7), 1.0);  // no bf16 points
 }
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "tessel/core/error.h"
+#include "tessel/plan/kernel_curve.h"
 
 namespace tessel::plan {
 
@@ -40,18 +41,48 @@ double Cluster::peak_flops(std::string_view dtype) const {
   return v;
 }
 
-double Cluster::gemm_efficiency(std::string_view dtype, int64_t m, int64_t n, int64_t k) const {
+double Cluster::gemm_efficiency(std::string_view dtype, int64_t m, int64_t n, int64_t k,
+                                std::string_view layout) const {
   const double peak = peak_flops(dtype);
+  auto has_layout = [&](std::string_view l) {
+    return std::any_of(gemm.begin(), gemm.end(),
+                       [&](const GemmPoint& p) { return p.dtype == dtype && p.layout == l; });
+  };
+  const std::string_view use = has_layout(layout) ? layout : std::string_view("nn");
+  std::vector<const GemmPoint*> points;
+  std::vector<GemmSample> samples;
+  for (const GemmPoint& p : gemm)
+    if (p.dtype == dtype && p.layout == use) {
+      points.push_back(&p);
+      samples.push_back({double(p.m), double(p.n), double(p.k), p.flops});
+    }
+  if (points.empty()) return 1.0;
+  if (const auto rate =
+          gemm_rate_on_grid(samples, double(std::max<int64_t>(m, 1)),
+                            double(std::max<int64_t>(n, 1)), double(std::max<int64_t>(k, 1))))
+    return std::min(1.0, *rate / peak);
   const GemmPoint* best = nullptr;
   double best_d = std::numeric_limits<double>::infinity();
   auto lg = [](int64_t x) { return std::log2(double(std::max<int64_t>(x, 1))); };
-  for (const GemmPoint& p : gemm) {
-    if (p.dtype != dtype) continue;
+  for (const GemmPoint* p : points) {
     const double d =
-        std::abs(lg(p.m) - lg(m)) + std::abs(lg(p.n) - lg(n)) + std::abs(lg(p.k) - lg(k));
-    if (d < best_d) best_d = d, best = &p;
+        std::abs(lg(p->m) - lg(m)) + std::abs(lg(p->n) - lg(n)) + std::abs(lg(p->k) - lg(k));
+    if (d < best_d) best_d = d, best = p;
   }
-  return best ? std::min(1.0, best->flops / peak) : 1.0;
+  return std::min(1.0, best->flops / peak);
+}
+
+std::vector<KernelPoint> Cluster::kernel_points(std::string_view kernel) const {
+  std::vector<KernelPoint> out;
+  for (const KernelPoint& p : kernels)
+    if (p.kernel == kernel) out.push_back(p);
+  return out;
+}
+
+const CollectiveFit* Cluster::measured_collective(std::string_view op, int ranks) const {
+  for (const CollectiveFit& f : collectives)
+    if (f.op == op && f.ranks == ranks) return &f;
+  return nullptr;
 }
 
 Cluster Cluster::with_devices(int devices) const {
@@ -108,7 +139,12 @@ std::string Cluster::to_toml() const {
   out << "nodes = " << nodes << "\n\n";
   out << "[device]\nkind = " << quoted(device.kind) << "\n";
   out << "memory_bytes = " << device.memory_bytes << "\n";
-  out << "memory_bandwidth = " << num(device.memory_bandwidth) << "  # bytes/s\n\n";
+  out << "memory_bandwidth = " << num(device.memory_bandwidth) << "  # bytes/s\n";
+  if (device.op_overhead > 0)
+    out << "op_overhead = " << num(device.op_overhead) << "  # s per op outside its kernel\n";
+  if (device.cpu_share < 1)
+    out << "cpu_share = " << num(device.cpu_share) << "  # of the wall clock, under load\n";
+  out << "\n";
   out << "[device.peak_flops]  # dense FLOP/s\n";
   for (size_t i = 0; i < std::size(kPeakDtypes); ++i)
     if (device.peak_flops.size() > i && device.peak_flops[i] > 0)
@@ -122,7 +158,11 @@ std::string Cluster::to_toml() const {
   if (inter_node) link_table("inter_node", *inter_node);
   for (const GemmPoint& p : gemm)
     out << "\n[[gemm]]\ndtype = " << quoted(p.dtype) << "\nm = " << p.m << "\nn = " << p.n
-        << "\nk = " << p.k << "\nflops = " << num(p.flops) << "\n";
+        << "\nk = " << p.k << "\nflops = " << num(p.flops) << "\n"
+        << (p.layout == "nn" ? std::string() : "layout = " + quoted(p.layout) + "\n");
+  for (const KernelPoint& p : kernels)
+    out << "\n[[kernel]]\nname = " << quoted(p.kernel) << "\nbytes = " << num(p.bytes)
+        << "\nflops = " << num(p.flops) << "\nseconds = " << num(p.seconds) << "\n";
   for (const CollectiveFit& f : collectives)
     out << "\n[[collective]]  # t = alpha + beta * bytes\nop = " << quoted(f.op)
         << "\nranks = " << f.ranks << "\nalpha = " << num(f.alpha) << "\nbeta = " << num(f.beta)

@@ -23,6 +23,14 @@ struct DeviceSpec {
   std::vector<double> peak_flops;  // per kPeakDtypes entry; 0 = not given (f32 is required)
   int64_t memory_bytes = 0;        // per device
   double memory_bandwidth = 0;     // bytes/s
+  // Seconds every op of a step costs outside its kernel (dispatch, allocating the output,
+  // autograd's bookkeeping), as calibration measured it; 0 = not given (a GPU's launch cost is
+  // hidden behind the queue and is left out of shipped descriptions).
+  double op_overhead = 0;
+  // The share of the wall clock a rank's threads got while calibration kept every rank busy
+  // (CPU seconds over wall seconds), in (0, 1]; 1 when not given. Below 1 the machine had more
+  // runnable work than cores, and a step is predicted that much slower (StepTime::load_seconds).
+  double cpu_share = 1;
 };
 
 // One level of the interconnect, per device and per direction: `bandwidth` bytes/s each device
@@ -32,11 +40,26 @@ struct LinkSpec {
   double latency = 0;
 };
 
-// One measured GEMM: `flops` FLOP/s achieved for [m, k] x [k, n] in `dtype`.
+// One measured GEMM: `flops` FLOP/s achieved for op(A) [m, k] x op(B) [k, n] in `dtype`, the
+// operands stored as `layout` says: "nn" plain, "nt" B stored [n, k] (nn::Linear's forward),
+// "tn" A stored [k, m] (a weight gradient), "tt" both. Files without the key mean "nn".
 struct GemmPoint {
   std::string dtype;
   int64_t m = 0, n = 0, k = 0;
   double flops = 0;
+  std::string layout = "nn";
+};
+inline constexpr std::string_view kGemmLayouts[] = {"nn", "nt", "tn", "tt"};
+
+// One measured call of a kernel other than GEMM (`kernel` as the trace names it: "binary",
+// "layer_norm_backward", ...): `seconds` for a call that reads and writes `bytes` and performs
+// `flops` as the meta backend counts them (kernels/meta). The points of one kernel form its
+// curve from the roofline's time to the measured time (plan/kernel_curve.h).
+struct KernelPoint {
+  std::string kernel;
+  double bytes = 0;
+  double flops = 0;  // may be 0 (copies)
+  double seconds = 0;
 };
 
 // A measured fit of one collective, t = alpha + beta * bytes (bytes as nccl-tests counts them),
@@ -65,6 +88,7 @@ class Cluster {
   std::optional<LinkSpec> intra_node;  // required when devices_per_node > 1
   std::optional<LinkSpec> inter_node;  // required when nodes > 1
   std::vector<GemmPoint> gemm;
+  std::vector<KernelPoint> kernels;
   std::vector<CollectiveFit> collectives;
 
   int num_devices() const { return devices_per_node * nodes; }
@@ -76,9 +100,16 @@ class Cluster {
   const LinkSpec& link(bool across_nodes) const;
   // Peak FLOP/s for "f32", "tf32", "bf16", "f16" or "int8"; throws naming the missing key.
   double peak_flops(std::string_view dtype) const;
-  // Fraction of the dtype's peak that a GEMM of this shape reaches: the measured point of that
-  // dtype nearest in log(m), log(n), log(k); 1 when the table has none for the dtype.
-  double gemm_efficiency(std::string_view dtype, int64_t m, int64_t n, int64_t k) const;
+  // Fraction of the dtype's peak that a GEMM of this shape and layout reaches, from the measured
+  // points of that dtype and layout ("nn" ones when the layout has none): interpolated in
+  // log(m), log(n), log(k) when the points form a full grid (gemm_rate_on_grid), else the point
+  // nearest in those coordinates; 1 when the table has none for the dtype.
+  double gemm_efficiency(std::string_view dtype, int64_t m, int64_t n, int64_t k,
+                         std::string_view layout = "nn") const;
+  // The measured points of one kernel, in the file's order (empty when not calibrated).
+  std::vector<KernelPoint> kernel_points(std::string_view kernel) const;
+  // The measured fit of `op` over `ranks` ranks, or null.
+  const CollectiveFit* measured_collective(std::string_view op, int ranks) const;
   // The same machines, as many nodes as `devices` needs (a whole number of nodes when more than
   // one; fewer devices on one node when they fit). Throws when more nodes are needed and the
   // description has no inter-node link.

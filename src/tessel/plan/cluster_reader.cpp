@@ -165,6 +165,13 @@ Cluster Cluster::parse(const std::string& toml_text, const std::string& source) 
                ": device.memory_bytes: expected a whole number of bytes, got ", mem);
   c.device.memory_bytes = int64_t(mem);
   c.device.memory_bandwidth = d.positive("memory_bandwidth", "bytes/s");
+  if (const toml::node* node = d.find("op_overhead"))
+    c.device.op_overhead = d.positive(*node, "op_overhead", "seconds per op outside its kernel");
+  if (const toml::node* node = d.find("cpu_share")) {
+    c.device.cpu_share = d.positive(*node, "cpu_share", "share of the wall clock, at most 1");
+    TESSEL_CHECK(c.device.cpu_share <= 1, d.at(*node), ": device.cpu_share: expected a number in ",
+                 "(0, 1] (share of the wall clock), got ", c.device.cpu_share);
+  }
   const toml::table* peaks = d.table("peak_flops", "FLOP/s per dtype");
   TESSEL_CHECK(peaks, source, ": missing table [device.peak_flops] (dense FLOP/s per dtype: ",
                "f32 required; tf32, bf16, f16, int8 optional)");
@@ -209,8 +216,30 @@ Cluster Cluster::parse(const std::string& toml_text, const std::string& source) 
         pt.n = g.count("n", "columns of the product");
         pt.k = g.count("k", "inner dimension");
         pt.flops = g.positive("flops", "FLOP/s measured");
+        if (g.find("layout")) {
+          pt.layout = g.string("layout", "nn, nt, tn or tt");
+          TESSEL_CHECK(std::find(std::begin(kGemmLayouts), std::end(kGemmLayouts),
+                                 std::string_view(pt.layout)) != std::end(kGemmLayouts),
+                       g.at(g.require("layout", "")), ": ", path,
+                       ".layout: expected nn, nt, tn or tt, got \"", pt.layout, "\"");
+        }
         g.finish();
         c.gemm.push_back(pt);
+      });
+  for_each_entry(
+      top, "kernel", "measured kernel calls", [&](const toml::table& t, const std::string& path) {
+        TableReader r(t, path, source);
+        KernelPoint pt;
+        pt.kernel = r.string("name", "the kernel as the trace names it, e.g. \"layer_norm\"");
+        pt.bytes = r.positive("bytes", "bytes read and written by the call");
+        const toml::node& f = r.require("flops", "FLOPs of the call, 0 for a copy");
+        pt.flops = f.value_or(-1.0);
+        if (const auto* i = f.as_integer()) pt.flops = double(i->get());
+        TESSEL_CHECK(std::isfinite(pt.flops) && pt.flops >= 0, r.at(f), ": ", path,
+                     ".flops: expected a number >= 0 (FLOPs of the call), got ", describe(f));
+        pt.seconds = r.positive("seconds", "seconds per call measured");
+        r.finish();
+        c.kernels.push_back(pt);
       });
   for_each_entry(top, "collective", "measured collective fits",
                  [&](const toml::table& t, const std::string& path) {
