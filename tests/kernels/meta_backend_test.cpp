@@ -39,6 +39,7 @@ TEST(MetaBackend, GemmCountsTwoMnkAndItsOperands) {
   ASSERT_EQ(c.events.size(), 2u);
   const KernelEvent& e = c.events[0];
   EXPECT_EQ(e.kernel, "gemm");
+  EXPECT_EQ(e.detail, "nt");  // the operands' layout: B stored [n, k]
   EXPECT_DOUBLE_EQ(e.flops, 2.0 * b * m * n * k);
   EXPECT_DOUBLE_EQ(e.matmul_flops, e.flops);
   EXPECT_DOUBLE_EQ(e.bytes_read, 4.0 * b * m * k + 2.0 * n * k);  // w shared by the batch

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tessel/plan/comm_cost.h"
 #include "tessel/plan/step_cost.h"
 
@@ -114,6 +116,100 @@ TEST(StepCost, DataParallelStep) {
   // Nothing left to overlap it with (ready at the end of backward: equal up to rounding).
   EXPECT_NEAR(t.dp_exposed_seconds, all_reduce, 1e-12 * t.compute_seconds);
   EXPECT_DOUBLE_EQ(t.total(), t.compute_seconds + t.optimizer_seconds + t.dp_exposed_seconds);
+}
+
+// The toy device calibrated: an "nt" GEMM point at half the "nn" rate, a measured curve for
+// "binary" and "adamw" calls, 3 us per op outside its kernel, and a measured all-reduce of two
+// ranks (t = 50 us + 1 ns/B) that replaces the link model.
+Cluster calibrated_toy() {
+  Cluster c = toy_cluster();
+  c.gemm.push_back({"f32", 512, 512, 512, 2e10, "nt"});
+  c.device.op_overhead = 3e-6;
+  c.kernels = {{"binary", 1e3, 0, 1e-6},
+               {"binary", 1e5, 0, 2e-5},
+               {"adamw", 2.8e4, 1.2e4, 5e-6},
+               {"adamw", 2.8e6, 1.2e6, 4e-4}};
+  c.collectives = {{"all_reduce", 2, 5e-5, 1e-9}};
+  return Cluster::parse(c.to_toml(), "calibrated toy");  // and the file keeps every key
+}
+
+TEST(ComputeCost, CalibratedKernelsLayoutsAndOverhead) {
+  const Cluster c = calibrated_toy();
+  EXPECT_EQ(c.kernels.size(), 4u);
+  EXPECT_DOUBLE_EQ(c.device.op_overhead, 3e-6);
+  OpNode add;
+  add.kernel = "binary";
+  add.detail = "add";
+  add.inputs = {{{50, 50}, DType::F32, nullptr}};
+  add.cost = {2500, 0, 6000, 4000, 1};  // 1e4 bytes: roofline 1e-6 s, between the two points
+  const OpTime ta = op_time(c, add);
+  EXPECT_TRUE(ta.calibrated);
+  // Log-log midway between (1e-7 s, 1 us) and (1e-5 s, 20 us).
+  EXPECT_NEAR(ta.kernel_seconds, std::sqrt(1e-6 * 2e-5), 1e-18);
+  EXPECT_DOUBLE_EQ(ta.seconds, ta.kernel_seconds + 3e-6);
+  OpNode nt = gemm_node(1, 512, 512, 512);
+  nt.detail = "nt";
+  OpNode tn = nt;
+  tn.detail = "tn";  // no "tn" points: the "nn" table
+  const double flops = 2.0 * 512 * 512 * 512;
+  EXPECT_DOUBLE_EQ(op_time(c, nt).efficiency, 0.2);
+  EXPECT_DOUBLE_EQ(op_time(c, nt).seconds, flops / 2e10 + 3e-6);
+  EXPECT_DOUBLE_EQ(op_time(c, tn).seconds, flops / 4e10 + 3e-6);
+  OpNode ln;  // not calibrated: the roofline, and the overhead
+  ln.kernel = "layer_norm";
+  ln.cost = {8e3, 0, 8e3, 4e3, 1};
+  EXPECT_FALSE(op_time(c, ln).calibrated);
+  EXPECT_DOUBLE_EQ(op_time(c, ln).seconds, 1.2e4 / 1e10 + 3e-6);
+
+  Graph graph;
+  graph.ops = {nt, add, tn, ln};
+  graph.ops[2].phase = Phase::Backward;
+  const ComputeTime sum = graph_compute_time(c, graph);
+  EXPECT_DOUBLE_EQ(sum.overhead_seconds, 4 * 3e-6);
+  EXPECT_NEAR(sum.total(), flops / 2e10 + std::sqrt(1e-6 * 2e-5) + flops / 4e10 + 1.2e-6 + 4 * 3e-6,
+              1e-15);
+  // AdamW: 10 tensors of 1000 elements, each at the curve's first point (2.8e4 bytes).
+  EXPECT_DOUBLE_EQ(adamw_seconds(c, 10000, 10), 10 * (5e-6 + 3e-6));
+}
+
+TEST(StepCost, TensorParallelStepWithCalibratedTerms) {
+  const Cluster c = calibrated_toy();
+  Graph graph;
+  OpNode nt = gemm_node(1, 512, 512, 512);
+  nt.detail = "nt";
+  graph.ops = {nt};
+  graph.parameter_count = 10000;
+  graph.parameter_tensors = 10;
+  graph.collectives = {{"all_reduce", "tp", 2, 1e5, Phase::Forward},
+                       {"all_reduce", "tp", 2, 1e5, Phase::Backward}};
+  MemoryEstimate m;
+  m.parameter_count = 10000;
+  MemoryLayout layout;
+  layout.tp = 2;
+  layout.grad_accum = 3;
+  const StepTime t = estimate_step_time(c, graph, m, layout);
+  const double gemm = 2.0 * 512 * 512 * 512 / 2e10 + 3e-6;
+  EXPECT_DOUBLE_EQ(t.compute_seconds, 3 * gemm);
+  EXPECT_DOUBLE_EQ(t.overhead_seconds, 3 * 3e-6);
+  // The measured fit, not the link model: 2 all-reduces x 3 micro-batches x (50 us + 100 us).
+  EXPECT_NEAR(t.tp_comm_seconds, 6 * (5e-5 + 1e-9 * 1e5), 1e-15);
+  const int pair[] = {0, 1};
+  EXPECT_NE(collective_cost(c, Collective::AllReduce, pair, 1e5).seconds, 5e-5 + 1e-4);
+  EXPECT_DOUBLE_EQ(step_collective_seconds(c, Collective::AllReduce, pair, 1e5), 5e-5 + 1e-4);
+  // No measured send/recv: the link model.
+  EXPECT_DOUBLE_EQ(step_collective_seconds(c, Collective::SendRecv, pair, 1e5),
+                   collective_cost(c, Collective::SendRecv, pair, 1e5).seconds);
+  EXPECT_DOUBLE_EQ(t.optimizer_seconds, 10 * (5e-6 + 3e-6) + 8 * 10000 / 1e10);
+  EXPECT_DOUBLE_EQ(t.total(), t.compute_seconds + t.optimizer_seconds + t.tp_comm_seconds);
+  EXPECT_EQ(t.load_seconds, 0);  // cpu_share not given: 1
+  // Calibrated on a machine where each rank got a quarter of the wall clock: every term waits
+  // three times its length for the CPU.
+  Cluster loaded = c;
+  loaded.device.cpu_share = 0.25;
+  const StepTime l = estimate_step_time(loaded, graph, m, layout);
+  EXPECT_DOUBLE_EQ(l.compute_seconds, t.compute_seconds);
+  EXPECT_NEAR(l.load_seconds, 3 * t.total(), 1e-15);
+  EXPECT_NEAR(l.total(), 4 * t.total(), 1e-15);
 }
 
 }  // namespace

@@ -75,6 +75,8 @@ void run_memory(MemoryArgs a) {
       t = plan::estimate_step_time(cluster, graph, m, a.layout);
     }
     times = {{"compute_ms", 1e3 * t.compute_seconds},
+             {"op_overhead_ms", 1e3 * t.overhead_seconds},
+             {"load_ms", 1e3 * t.load_seconds},
              {"optimizer_ms", 1e3 * t.optimizer_seconds},
              {"dp_comm_ms", 1e3 * t.dp_comm_seconds},
              {"dp_exposed_ms", 1e3 * t.dp_exposed_seconds},

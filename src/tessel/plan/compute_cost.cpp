@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "tessel/core/error.h"
+#include "tessel/plan/kernel_curve.h"
 
 namespace tessel::plan {
 
@@ -31,35 +32,74 @@ std::string peak_dtype(const Cluster& cluster, const OpNode& op) {
   return name;
 }
 
+double roofline_index(const Cluster& cluster, double flops, double bytes) {
+  return std::max(flops / cluster.peak_flops("f32"), bytes / cluster.device.memory_bandwidth);
+}
+
+namespace {
+
+// The kernel's measured time at `index` (roofline seconds), or -1 when it was not calibrated.
+double measured_kernel_seconds(const Cluster& cluster, std::string_view kernel, double index) {
+  std::vector<std::pair<double, double>> curve;
+  for (const KernelPoint& p : cluster.kernels)
+    if (p.kernel == kernel)
+      curve.emplace_back(roofline_index(cluster, p.flops, p.bytes), p.seconds);
+  if (curve.empty() || index <= 0) return -1;
+  return curve_at(std::move(curve), index);
+}
+
+}  // namespace
+
 OpTime op_time(const Cluster& cluster, const OpNode& op) {
   OpTime t;
   const std::string dtype = peak_dtype(cluster, op);
   double peak = cluster.peak_flops(dtype);
-  if (op.kernel == "gemm" && op.cost.matmul_flops > 0) {
+  const bool gemm = op.kernel == "gemm" && op.cost.matmul_flops > 0;
+  if (gemm) {
     const GemmShape g = gemm_shape(op);
+    const bool known = std::find(std::begin(kGemmLayouts), std::end(kGemmLayouts),
+                                 std::string_view(op.detail)) != std::end(kGemmLayouts);
     // A batched product runs as b products of its own shape; the table has the plain ones.
-    t.efficiency = cluster.gemm_efficiency(dtype, g.m, g.n, std::max<int64_t>(g.k, 1));
+    t.efficiency = cluster.gemm_efficiency(dtype, g.m, g.n, std::max<int64_t>(g.k, 1),
+                                           known ? std::string_view(op.detail) : "nn");
     peak *= t.efficiency;
   }
+  const double bytes = op.cost.bytes_read + op.cost.bytes_written;
   t.compute_seconds = op.cost.flops / peak;
-  t.memory_seconds = (op.cost.bytes_read + op.cost.bytes_written) / cluster.device.memory_bandwidth;
-  t.seconds = std::max(t.compute_seconds, t.memory_seconds);
+  t.memory_seconds = bytes / cluster.device.memory_bandwidth;
+  t.kernel_seconds = std::max(t.compute_seconds, t.memory_seconds);
+  if (!gemm) {
+    const double measured =
+        measured_kernel_seconds(cluster, op.kernel, roofline_index(cluster, op.cost.flops, bytes));
+    if (measured >= 0) {
+      t.kernel_seconds = measured;
+      t.calibrated = true;
+    }
+  }
+  t.overhead_seconds = cluster.device.op_overhead;
+  t.seconds = t.kernel_seconds + t.overhead_seconds;
   return t;
 }
 
 ComputeTime graph_compute_time(const Cluster& cluster, const Graph& graph) {
   ComputeTime c;
   for (const OpNode& op : graph.ops) {
-    const double s = op_time(cluster, op).seconds;
-    c.seconds[size_t(op.phase)] += s;
-    (op.kernel == "gemm" ? c.gemm_seconds : c.other_seconds) += s;
+    const OpTime t = op_time(cluster, op);
+    c.seconds[size_t(op.phase)] += t.seconds;
+    c.overhead_seconds += t.overhead_seconds;
+    (op.kernel == "gemm" ? c.gemm_seconds : c.other_seconds) += t.seconds;
   }
   return c;
 }
 
-double adamw_seconds(const Cluster& cluster, double elements) {
-  return std::max(12 * elements / cluster.peak_flops("f32"),
-                  28 * elements / cluster.device.memory_bandwidth);
+double adamw_seconds(const Cluster& cluster, double elements, double tensors) {
+  const double flops = 12 * elements, bytes = 28 * elements;
+  if (tensors >= 1 && elements > 0) {
+    const double each = measured_kernel_seconds(
+        cluster, "adamw", roofline_index(cluster, flops / tensors, bytes / tensors));
+    if (each >= 0) return tensors * (each + cluster.device.op_overhead);
+  }
+  return std::max(flops / cluster.peak_flops("f32"), bytes / cluster.device.memory_bandwidth);
 }
 
 }  // namespace tessel::plan

@@ -2,9 +2,11 @@
 // The planner's compute cost: the time of each traced op by the roofline model (Williams,
 // Waterman & Patterson 2009): an op takes the longer of its FLOPs at the device's peak and its
 // bytes at the memory bandwidth. A GEMM's peak is scaled by the efficiency calibration measured for
-// the nearest shape (Cluster::gemm_efficiency), since small and thin products reach a fraction of
-// it; every other kernel is costed at the dtype's peak and is, in practice, bandwidth-bound.
-// Summed over a traced step (plan/trace.h) per phase. docs/PLANNER.md, "Compute cost".
+// its shape and operand layout (Cluster::gemm_efficiency), since small and thin products reach a
+// fraction of it; a kernel that calibration measured is read off its measured curve at its
+// roofline time (plan/kernel_curve.h), any other at the roofline; every op adds the calibrated
+// cost of an op outside its kernel (device.op_overhead). Summed over a traced step (plan/trace.h)
+// per phase. docs/PLANNER.md, "Step time".
 #pragma once
 
 #include <array>
@@ -16,11 +18,18 @@
 namespace tessel::plan {
 
 struct OpTime {
-  double seconds = 0;          // max(compute, memory)
-  double compute_seconds = 0;  // FLOPs / (peak × efficiency)
-  double memory_seconds = 0;   // (bytes read + written) / bandwidth
-  double efficiency = 1;       // the GEMM efficiency applied (1 for other kernels)
+  double seconds = 0;           // the kernel's time (below) + overhead_seconds
+  double compute_seconds = 0;   // FLOPs / (peak × efficiency)
+  double memory_seconds = 0;    // (bytes read + written) / bandwidth
+  double kernel_seconds = 0;    // the measured curve's time when calibrated, else the roofline
+  double overhead_seconds = 0;  // device.op_overhead
+  double efficiency = 1;        // the GEMM efficiency applied (1 for other kernels)
+  bool calibrated = false;      // read off the kernel's measured curve
 };
+
+// The roofline time that indexes a kernel's measured curve: max(FLOPs / f32 peak, bytes /
+// bandwidth), the same for a measured call and a traced op, so the curve maps one to the other.
+double roofline_index(const Cluster& cluster, double flops, double bytes);
 
 // The product shape of a GEMM node: [b, m, k] x [k, n] as the output [.., m, n] and its matmul
 // FLOPs (2·b·m·n·k) give it.
@@ -36,16 +45,19 @@ std::string peak_dtype(const Cluster& cluster, const OpNode& op);
 OpTime op_time(const Cluster& cluster, const OpNode& op);
 
 struct ComputeTime {
-  std::array<double, kNumPhases> seconds{};  // by Phase
-  double gemm_seconds = 0, other_seconds = 0;
+  std::array<double, kNumPhases> seconds{};    // by Phase
+  double gemm_seconds = 0, other_seconds = 0;  // each with its ops' overhead
+  double overhead_seconds = 0;                 // the ops' overhead alone
   double total() const { return seconds[0] + seconds[1] + seconds[2]; }
 };
 
 // The graph's ops one after another on one device (the kernels run one at a time).
 ComputeTime graph_compute_time(const Cluster& cluster, const Graph& graph);
 
-// AdamW over `elements` f32 parameters: reads parameter, gradient and both moments, writes
-// parameter and moments (28 bytes), 12 FLOPs each; bandwidth-bound.
-double adamw_seconds(const Cluster& cluster, double elements);
+// AdamW over `elements` f32 parameters in `tensors` calls (one per parameter tensor, as the
+// optimizer runs it): reads parameter, gradient and both moments, writes parameter and moments
+// (28 bytes), 12 FLOPs each. Each call at the "adamw" kernel's measured curve for the mean tensor
+// plus the op overhead when calibrated; one bandwidth-bound pass otherwise.
+double adamw_seconds(const Cluster& cluster, double elements, double tensors = 1);
 
 }  // namespace tessel::plan

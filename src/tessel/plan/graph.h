@@ -65,6 +65,7 @@ struct Graph {
   double saved_bytes_outside = 0;             // saved outside every module
   double parameter_bytes = 0;
   int64_t parameter_count = 0;
+  int64_t parameter_tensors = 0;  // distinct parameter tensors (the optimizer's calls)
   // The most bytes meta tensors held at once during the step above what was live when it began
   // (activations, temporaries, 16-bit weight copies and, unless held before, gradients): what the
   // host allocator's step peak counts for the same step (tensor/allocator.h, MetaAllocator).

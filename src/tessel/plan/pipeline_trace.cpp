@@ -97,6 +97,7 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
     const Tensor p = model->find(name);
     graph.parameter_bytes += double(p.storage().nbytes());
     graph.parameter_count += p.numel();
+    ++graph.parameter_tensors;
     nn::Module* m = holder(*model, name);
     if (std::find(roots.begin(), roots.end(), m) == roots.end()) roots.push_back(m);
   }

@@ -18,6 +18,17 @@ double exposed_after(const std::vector<double>& ready, const std::vector<double>
   return std::max(0.0, t - end);
 }
 
+double step_collective_seconds(const Cluster& cluster, Collective op, std::span<const int> ranks,
+                               double bytes) {
+  if (ranks.size() > 1 && (op == Collective::AllReduce || op == Collective::SendRecv)) {
+    bool one_node = true;
+    for (int r : ranks) one_node = one_node && cluster.node_of(r) == cluster.node_of(ranks[0]);
+    const CollectiveFit* fit = cluster.measured_collective(collective_name(op), int(ranks.size()));
+    if (one_node && fit) return fit->alpha + fit->beta * bytes;
+  }
+  return collective_cost(cluster, op, ranks, bytes).seconds;
+}
+
 double collectives_seconds(const Cluster& cluster, const Graph& graph, const std::string& axis,
                            std::span<const int> ranks) {
   double t = 0;
@@ -27,10 +38,21 @@ double collectives_seconds(const Cluster& cluster, const Graph& graph, const std
     if (op == "all_gather_v") op = "all_gather";
     if (op == "all_to_all_v") op = "all_to_all";
     if (op == "send" || op == "recv") op = "send_recv";
-    t += collective_cost(cluster, collective_from_name(op), ranks, c.bytes).seconds;
+    t += step_collective_seconds(cluster, collective_from_name(op), ranks, c.bytes);
   }
   return t;
 }
+
+namespace {
+
+// The step's terms stretched by the share of the CPU the ranks got under calibration.
+StepTime with_load(const Cluster& cluster, StepTime s) {
+  s.load_seconds = 0;
+  s.load_seconds = s.total() * (1.0 / cluster.device.cpu_share - 1.0);
+  return s;
+}
+
+}  // namespace
 
 PipelineTime pipeline_time(const std::vector<double>& busy, int microbatches, int virtual_stages) {
   TESSEL_CHECK(!busy.empty() && microbatches >= 1 && virtual_stages >= 1,
@@ -56,6 +78,7 @@ StepTime estimate_step_time(const Cluster& cluster, const Graph& graph,
   const ComputeTime compute = graph_compute_time(cluster, graph);
   StepTime s;
   s.compute_seconds = compute.total() * double(layout.grad_accum);
+  s.overhead_seconds = compute.overhead_seconds * double(layout.grad_accum);
   if (tp > 1) {
     std::vector<int> group(static_cast<size_t>(tp));
     std::iota(group.begin(), group.end(), 0);
@@ -68,13 +91,14 @@ StepTime estimate_step_time(const Cluster& cluster, const Graph& graph,
   const double updated = stage >= 1 ? padded / dp : psi;
   // The update and the one pass that scales every gradient (1/accumulation and clipping).
   s.optimizer_seconds =
-      adamw_seconds(cluster, updated) + 8 * updated / cluster.device.memory_bandwidth;
-  if (dp == 1) return s;
+      adamw_seconds(cluster, updated, double(std::max<int64_t>(graph.parameter_tensors, 1))) +
+      8 * updated / cluster.device.memory_bandwidth;
+  if (dp == 1) return with_load(cluster, s);
 
   std::vector<int> ranks;
   for (int r = 0; r < dp; ++r) ranks.push_back(r * tp);
   auto cost = [&](Collective op, double bytes) {
-    return collective_cost(cluster, op, ranks, bytes).seconds;
+    return step_collective_seconds(cluster, op, ranks, bytes);
   };
   // Gradient buckets: ready as the last micro-batch's backward passes their parameters (buckets
   // hold parameters in reverse model order, the order backward finishes them).
@@ -112,7 +136,7 @@ StepTime estimate_step_time(const Cluster& cluster, const Graph& graph,
     s.dp_comm_seconds += passes * total;
     s.dp_exposed_seconds += passes * exposed;
   }
-  return s;
+  return with_load(cluster, s);
 }
 
 StepTime estimate_pipeline_step_time(const Cluster& cluster, const std::vector<Graph>& graphs,
@@ -146,7 +170,7 @@ StepTime estimate_pipeline_step_time(const Cluster& cluster, const std::vector<G
       if (c.axis == "pp") message = std::max(message, c.bytes);
   const int pair[2] = {0, per_stage};
   s.pp_comm_seconds = 2.0 * double(pr.ranks - 1) *
-                      collective_cost(cluster, Collective::SendRecv, pair, message).seconds;
+                      step_collective_seconds(cluster, Collective::SendRecv, pair, message);
   double optimizer = 0, exposed = 0;
   for (const StepTime& t : rank_times) {
     optimizer = std::max(optimizer, t.optimizer_seconds);
@@ -154,7 +178,7 @@ StepTime estimate_pipeline_step_time(const Cluster& cluster, const std::vector<G
   }
   s.optimizer_seconds = optimizer;
   s.dp_exposed_seconds = exposed;
-  return s;
+  return with_load(cluster, s);
 }
 
 }  // namespace tessel::plan

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tessel/plan/cluster.h"
+#include "tessel/plan/comm_cost.h"
 #include "tessel/plan/compute_cost.h"
 #include "tessel/plan/memory_model.h"
 
@@ -25,6 +26,7 @@ namespace tessel::plan {
 
 struct StepTime {
   double compute_seconds = 0;     // forward + backward (+ recompute) of every micro-batch
+  double overhead_seconds = 0;    // the part of compute_seconds that is ops' overhead
   double optimizer_seconds = 0;   // AdamW on this rank's elements, and the gradient scaling pass
   double dp_comm_seconds = 0;     // every dp collective, as if nothing overlapped
   double dp_exposed_seconds = 0;  // the part the step waits for
@@ -32,9 +34,12 @@ struct StepTime {
   double pp_comm_seconds = 0;     // pipeline messages on the schedule's critical path
   double bubble_seconds = 0;      // the busiest pipeline rank's idle time in the schedule
   double bubble_fraction = 0;     // idle share of all pipeline ranks' time
+  // The other terms' wait for the CPU on a machine with more runnable work than cores:
+  // their sum × (1 / device.cpu_share − 1).
+  double load_seconds = 0;
   double total() const {
     return compute_seconds + optimizer_seconds + dp_exposed_seconds + tp_comm_seconds +
-           pp_comm_seconds + bubble_seconds;
+           pp_comm_seconds + bubble_seconds + load_seconds;
   }
 };
 
@@ -48,6 +53,12 @@ double exposed_after(const std::vector<double>& ready, const std::vector<double>
 // (the mesh's order, tp fastest).
 StepTime estimate_step_time(const Cluster& cluster, const Graph& graph,
                             const MemoryEstimate& memory, const MemoryLayout& layout);
+
+// One collective of a step: the calibrated fit t = alpha + beta·bytes (Cluster::collectives) when
+// calibration measured this op over a group of this size inside one node — the blocking MPI call
+// as the machine runs it, latency included — else the model of plan/comm_cost.h.
+double step_collective_seconds(const Cluster& cluster, Collective op, std::span<const int> ranks,
+                               double bytes);
 
 // The graph's collectives on `axis` timed for the group of `ranks` world ranks.
 double collectives_seconds(const Cluster& cluster, const Graph& graph, const std::string& axis,

@@ -63,6 +63,7 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
     if (parameters.insert(p.storage_ptr().get()).second) {
       graph.parameter_bytes += double(p.storage().nbytes());
       graph.parameter_count += p.numel();
+      ++graph.parameter_tensors;
     }
   }
   // Buffers are model state, not activations, wherever an op keeps one.

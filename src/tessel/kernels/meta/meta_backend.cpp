@@ -94,7 +94,10 @@ class MetaBackend final : public Backend {
     const double bb = d.stride_b == 0 ? 1 : double(d.batch);
     const double mnk = double(d.batch) * double(d.m) * double(d.n) * double(d.k);
     const double c_elems = double(d.batch) * double(d.m) * double(d.n);
-    Report r("gemm");
+    // The detail names the operands' storage ("nn", "nt", "tn", "tt"): a forward product and its
+    // two gradient products of one shape run at different rates, which the planner tells apart.
+    static constexpr std::string_view kLayouts[] = {"nn", "nt", "tn", "tt"};
+    Report r("gemm", kLayouts[(d.trans_a ? 2 : 0) + (d.trans_b ? 1 : 0)]);
     r.in_part(a, ba * double(d.m) * double(d.k)).in_part(b, bb * double(d.k) * double(d.n));
     if (d.beta != 0.0) r.in_part(c, c_elems);  // accumulates: C is read too
     r.e.outputs.push_back(describe(c));
