@@ -3,8 +3,10 @@
 """`tessel plan calibrate` writes descriptions the planner's reader accepts.
 
 1. Two ranks under mpirun (--quick -o FILE): one node of two devices, a measured in-node link,
-   send_recv and all_reduce fits over two ranks, GEMM rates (bf16 too when the CPU has bf16
-   arithmetic), progress on stderr, nothing but the file on stdout.
+   send_recv and all_reduce fits over two ranks, GEMM rates over the grid of shapes in the three
+   layouts a step uses (bf16 too when the CPU has bf16 arithmetic), the other kernels' measured
+   calls, the op overhead, progress on stderr, nothing but the file on stdout; `tessel plan
+   memory --cluster FILE` reads it and charges the overhead.
 2. One rank without a launcher, TOML on stdout: one device, no links.
 3. The written file with an unknown key is refused by the reader, naming the key.
 
@@ -60,6 +62,27 @@ def main():
     check((c["gemm_bf16"] > 0) == has_bf16 and (c["peak_bf16"] > 0) == has_bf16,
           f"bf16 GEMM rates exactly when the CPU has bf16 arithmetic ({has_bf16})")
     check(c["memory_bandwidth"] > 1e8 and c["memory_bytes"] > 1 << 26, "memory figures")
+    grid = 4 ** 3 * 3  # --quick: 4 sizes per axis, layouts nt, nn, tn
+    check(c["gemm"] == grid * (2 if has_bf16 else 1), f"GEMM grid: {c['gemm']} points")
+    check(c["gemm_layouts"] == ["nn", "nt", "tn"], f"GEMM layouts: {c['gemm_layouts']}")
+    step_kernels = {"unary", "unary_backward", "binary", "reduce", "softmax", "softmax_backward",
+                    "layer_norm", "layer_norm_backward", "cross_entropy", "cross_entropy_backward",
+                    "embedding", "embedding_backward", "adamw", "attention", "attention_backward"}
+    check(set(c["kernels"]) == step_kernels, f"measured kernels: {c['kernels']}")
+    check(c["op_overhead"] >= 0, "op overhead")
+    with open(path) as f:
+        text = f.read()
+    check(("op_overhead = " in text) == (c["op_overhead"] > 0), "op_overhead written when measured")
+    config = os.path.join(work, "tiny.json")
+    with open(config, "w") as f:
+        json.dump({"model_type": "gpt2", "vocab_size": 97, "n_positions": 16, "n_embd": 32,
+                   "n_layer": 2, "n_head": 2}, f)
+    r = run([tessel, "plan", "memory", "--model", config, "--micro-batch", "2", "--seq", "16",
+             "--cluster", path, "--json"])
+    check(r.returncode == 0, f"plan memory with the calibrated file: {r.stderr}")
+    pred = json.loads(r.stdout)
+    check(pred["step_ms"] > pred["compute_ms"] > 0, f"predicted step: {pred}")
+    check((pred["op_overhead_ms"] > 0) == (c["op_overhead"] > 0), f"overhead charged: {pred}")
 
     r = run([tessel, "plan", "calibrate", "--quick"])
     check(r.returncode == 0, f"one-rank calibrate exited {r.returncode}: {r.stderr}")

@@ -5,6 +5,7 @@
 // same description.
 #include "tessel/plan/calibrate.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,64 +21,23 @@
 #include "tessel/core/threads.h"
 #include "tessel/kernels/backend.h"
 #include "tessel/kernels/kernel_set.h"
+#include "tessel/plan/calibrate_kernels.h"
+#include "tessel/plan/calibrate_timing.h"
 #include "tessel/tensor/tensor.h"
 
 namespace tessel::plan {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using calibration::Clock;
+using calibration::median;
+using calibration::median_time;
+using calibration::seconds_since;
 
 double max_over_ranks(dist::Communicator& world, double x) {
   Tensor t = full({1}, x, DType::F64);
   world.all_reduce(t, dist::ReduceOp::Max);
   return t.item();
-}
-
-// Median seconds of `fn` over repetitions filling about `budget` seconds (at least 3).
-template <typename Fn>
-double median_time(const Fn& fn, double budget) {
-  fn();  // warm-up: first touch, the library's kernel choice
-  std::vector<double> times;
-  const auto start = Clock::now();
-  while (times.size() < 3 || (seconds_since(start) < budget && times.size() < 10000)) {
-    const auto t0 = Clock::now();
-    fn();
-    times.push_back(seconds_since(t0));
-  }
-  return median(times);
-}
-
-struct Shape3 {
-  int64_t m, n, k;
-};
-
-// Square products, the tall-skinny ones of a transformer layer (tokens x hidden), and the few-row
-// products of decoding.
-std::vector<Shape3> gemm_shapes(bool quick) {
-  if (quick) return {{256, 256, 256}, {512, 512, 512}, {1024, 1024, 1024}, {8, 1024, 1024}};
-  return {{256, 256, 256},  {512, 512, 512},   {1024, 1024, 1024}, {2048, 2048, 2048},
-          {2048, 768, 768}, {2048, 3072, 768}, {2048, 768, 3072},  {8, 768, 3072},
-          {1, 4096, 4096},  {4096, 4096, 1024}};
-}
-
-double gemm_flops(const Shape3& s, DType dtype, double budget) {
-  kernels::Backend& backend = kernels::cpu_backend();
-  const Tensor a = randn({s.m, s.k}, dtype);
-  const Tensor b = randn({s.k, s.n}, dtype);
-  Tensor c = zeros({s.m, s.n}, dtype);
-  const kernels::GemmDesc desc = kernels::dense_gemm_desc(1, s.m, s.n, s.k, false, false);
-  const double t = median_time([&] { backend.gemm(desc, a, b, c); }, budget);
-  return 2.0 * double(s.m) * double(s.n) * double(s.k) / t;
 }
 
 // STREAM's copy (c = a: 2 words moved per element) and triad (a = b + q c: 3 words), on the one
@@ -191,6 +151,11 @@ double all_reduce_time(dist::Communicator& world, double bytes, double budget) {
     times.push_back(seconds_since(t0));
   }
   return max_over_ranks(world, median(times));
+}
+
+double load_average() {
+  double avg[1] = {0};
+  return getloadavg(avg, 1) == 1 ? avg[0] : 0.0;
 }
 
 std::string host_name() {
@@ -310,21 +275,23 @@ Cluster calibrate(dist::Communicator& world, const CalibrateOptions& options) {
       std::to_string(c.nodes) + " node(s) of " + std::to_string(p) + ", " +
       std::to_string(num_threads()) + " threads per rank, " + (quick ? "quick" : "full"));
 
-  // GEMM rates, all ranks at once; the peak of a CPU is the best rate measured.
+  const Agreement agree{[&] { world.barrier(); },
+                        [&](double seconds) { return max_over_ranks(world, seconds); }};
+
+  // GEMM rates over a grid of shapes per operand layout, all ranks at once; the peak of a CPU is
+  // the best rate measured.
   std::vector<DType> dtypes = {DType::F32};
   const CpuFeatures& cpu = cpu_features();
   if (cpu.avx512_bf16 || cpu.amx_bf16) dtypes.push_back(DType::BF16);
   for (DType dt : dtypes) {
     const std::string name = dt == DType::F32 ? "f32" : "bf16";
     double& peak = c.device.peak_flops[peak_dtype_index(name)];
-    for (const Shape3& s : gemm_shapes(quick)) {
-      world.barrier();
-      const double local = gemm_flops(s, dt, budget);
-      const double flops = 1.0 / max_over_ranks(world, 1.0 / local);  // the slowest rank's
-      c.gemm.push_back(GemmPoint{name, s.m, s.n, s.k, flops});
-      peak = std::max(peak, flops);
-      say("  gemm " + name + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
-          std::to_string(s.k) + ": " + format(flops / 1e9) + " GFLOP/s");
+    for (const GemmPoint& p : measure_gemm_grid(dt, quick, budget, agree, [&](const GemmPoint& p) {
+           say("  gemm " + name + " " + std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
+               std::to_string(p.k) + " " + p.layout + ": " + format(p.flops / 1e9) + " GFLOP/s");
+         })) {
+      c.gemm.push_back(p);
+      peak = std::max(peak, p.flops);
     }
   }
 
@@ -337,6 +304,27 @@ Cluster calibrate(dist::Communicator& world, const CalibrateOptions& options) {
   c.device.memory_bandwidth = triad_all;
   say("  stream copy: " + format(copy_all / 1e9) + " GB/s, triad: " + format(triad_all / 1e9) +
       " GB/s per rank (" + std::to_string(n * 4 >> 20) + " MiB arrays)");
+
+  // The other kernels of a step, then what an op costs outside its kernel.
+  c.kernels = measure_kernels(quick, budget, agree, [&](const KernelPoint& p) {
+    say("  kernel " + p.kernel + " " + format(p.bytes, 8) + " B " + format(p.flops, 8) +
+        " FLOP: " + format(p.seconds * 1e6) + " us");
+  });
+  c.device.op_overhead = measure_op_overhead(c, budget, agree);
+  say("  op overhead: " + format(c.device.op_overhead * 1e6) + " us per op outside its kernel");
+  {
+    // The load: every rank keeps its threads busy with 256^3 products, as a step would.
+    const Tensor a = randn({256, 256}), b = randn({256, 256});
+    Tensor out = zeros({256, 256});
+    const kernels::GemmDesc desc = kernels::dense_gemm_desc(1, 256, 256, 256, false, false);
+    kernels::Backend& backend = kernels::cpu_backend();
+    world.barrier();
+    const double share =
+        calibration::cpu_share([&] { backend.gemm(desc, a, b, out); }, quick ? 0.5 : 2.0);
+    c.device.cpu_share = std::min(1.0, 1.0 / max_over_ranks(world, 1.0 / std::max(share, 1e-3)));
+    say("  cpu share: " + format(c.device.cpu_share) + " of the wall clock per rank (load " +
+        format(load_average()) + ")");
+  }
 
   // Links: ping-pong inside a node (ranks 0, 1) and across nodes (ranks 0, p); then all-reduce.
   const std::vector<double> sizes = message_sizes(quick);

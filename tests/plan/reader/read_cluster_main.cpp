@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <exception>
 #include <iostream>
+#include <set>
+#include <string>
 
 #include "tessel/plan/cluster.h"
 
@@ -23,6 +25,16 @@ int main(int argc, char** argv) {
               << ", \"gemm\": " << c.gemm.size() << ", \"gemm_bf16\": "
               << std::count_if(c.gemm.begin(), c.gemm.end(),
                                [](const auto& g) { return g.dtype == "bf16"; });
+    std::cout << ", \"op_overhead\": " << c.device.op_overhead << ", \"gemm_layouts\": [";
+    std::set<std::string> layouts, kernels;
+    for (const auto& g : c.gemm) layouts.insert(g.layout);
+    for (const auto& k : c.kernels) kernels.insert(k.kernel);
+    for (auto it = layouts.begin(); it != layouts.end(); ++it)
+      std::cout << (it == layouts.begin() ? "" : ", ") << "\"" << *it << "\"";
+    std::cout << "], \"kernel_points\": " << c.kernels.size() << ", \"kernels\": [";
+    for (auto it = kernels.begin(); it != kernels.end(); ++it)
+      std::cout << (it == kernels.begin() ? "" : ", ") << "\"" << *it << "\"";
+    std::cout << "]";
     if (c.intra_node)
       std::cout << ", \"intra_bandwidth\": " << c.intra_node->bandwidth
                 << ", \"intra_latency\": " << c.intra_node->latency;

@@ -1,0 +1,241 @@
+// SPDX-License-Identifier: Apache-2.0
+// The per-op measurements of `tessel plan calibrate` (calibrate_kernels.h). A probe allocates
+// one kernel call's tensors on the default device and returns the call; it runs once on meta
+// under an observer (its bytes and FLOPs as the trace counts them) and is timed on the host.
+#include "tessel/plan/calibrate_kernels.h"
+
+#include <cmath>
+#include <memory>
+
+#include "tessel/autograd/engine.h"
+#include "tessel/core/error.h"
+#include "tessel/kernels/backend.h"
+#include "tessel/kernels/kernel_observer.h"
+#include "tessel/kernels/meta/meta_backend.h"
+#include "tessel/ops/activation.h"
+#include "tessel/ops/loss.h"
+#include "tessel/ops/matmul.h"
+#include "tessel/ops/norm.h"
+#include "tessel/plan/calibrate_timing.h"
+#include "tessel/plan/compute_cost.h"
+#include "tessel/plan/trace_recorder.h"
+#include "tessel/tensor/default_device.h"
+
+namespace tessel::plan {
+
+namespace {
+
+using kernels::Backend;
+using Call = std::function<void(Backend&)>;
+using Probe = std::function<Call()>;
+
+// What the meta backend reported for one call.
+struct Counted final : kernels::KernelObserver {
+  std::string kernel;
+  double bytes = 0, flops = 0;
+  void on_kernel(const kernels::KernelEvent& e) override {
+    if (kernel.empty()) kernel = std::string(e.kernel);
+    bytes += e.bytes_read + e.bytes_written;
+    flops += e.flops;
+  }
+};
+
+Counted count(const Probe& probe) {
+  Counted c;
+  DefaultDeviceScope meta(Device::meta());
+  const Call call = probe();
+  kernels::KernelObserverScope observe(c);
+  call(kernels::meta_backend());
+  return c;
+}
+
+KernelPoint measure(const Probe& probe, double budget, const Agreement& agree) {
+  const Counted c = count(probe);
+  TESSEL_CHECK(!c.kernel.empty() && c.bytes > 0, "plan calibrate: a kernel probe reported ",
+               "nothing on meta");
+  const Call call = probe();
+  Backend& cpu = kernels::cpu_backend();
+  agree.before();
+  const double local = calibration::median_time([&] { call(cpu); }, budget);
+  return KernelPoint{c.kernel, c.bytes, c.flops, agree.slowest(local)};
+}
+
+constexpr int64_t kWidth = 256;  // features per row of the element-wise probes
+
+}  // namespace
+
+std::vector<int64_t> gemm_grid_sizes(bool quick) {
+  if (quick) return {16, 64, 256, 1024};
+  return {8, 32, 128, 512, 2048};
+}
+
+std::vector<GemmPoint> measure_gemm_grid(DType dtype, bool quick, double budget,
+                                         const Agreement& agree,
+                                         const std::function<void(const GemmPoint&)>& say) {
+  const std::string name = dtype == DType::F32 ? "f32" : "bf16";
+  const std::vector<int64_t> sizes = gemm_grid_sizes(quick);
+  std::vector<GemmPoint> out;
+  for (const char* layout : {"nt", "nn", "tn"}) {
+    const bool ta = layout[0] == 't', tb = layout[1] == 't';
+    for (int64_t m : sizes)
+      for (int64_t n : sizes)
+        for (int64_t k : sizes) {
+          const Tensor a = ta ? randn({k, m}, dtype) : randn({m, k}, dtype);
+          const Tensor b = tb ? randn({n, k}, dtype) : randn({k, n}, dtype);
+          Tensor c = zeros({m, n}, dtype);
+          const kernels::GemmDesc desc = kernels::dense_gemm_desc(1, m, n, k, ta, tb);
+          Backend& cpu = kernels::cpu_backend();
+          agree.before();
+          const double t = calibration::median_time([&] { cpu.gemm(desc, a, b, c); }, budget);
+          GemmPoint p{name,  m, n, k, 2.0 * double(m) * double(n) * double(k) / agree.slowest(t),
+                      layout};
+          if (say) say(p);
+          out.push_back(p);
+        }
+  }
+  return out;
+}
+
+std::vector<KernelPoint> measure_kernels(bool quick, double budget, const Agreement& agree,
+                                         const std::function<void(const KernelPoint&)>& say) {
+  using kernels::UnaryOp;
+  const std::vector<int64_t> rows = quick ? std::vector<int64_t>{2, 32, 512, 2048}
+                                          : std::vector<int64_t>{1, 8, 64, 512, 4096, 16384};
+  const int64_t c = kWidth;
+  std::vector<Probe> probes;
+  for (int64_t r : rows) {
+    probes.push_back([=] {
+      Tensor x = randn({r, c}), y = zeros({r, c});
+      return Call([=](Backend& b) mutable { b.unary(UnaryOp::Gelu, x, y); });
+    });
+    probes.push_back([=] {
+      Tensor x = randn({r, c}), y = randn({r, c}), dy = randn({r, c}), dx = zeros({r, c});
+      return Call([=](Backend& b) mutable { b.unary_backward(UnaryOp::Gelu, x, y, dy, dx); });
+    });
+    probes.push_back([=] {
+      Tensor x = randn({r, c}), y = randn({r, c}), out = zeros({r, c});
+      return Call([=](Backend& b) mutable { b.binary(kernels::BinaryOp::Add, x, y, out); });
+    });
+    probes.push_back([=] {
+      Tensor x = randn({r, c}), out = zeros({1, c});
+      return Call([=](Backend& b) mutable {
+        const int dims[] = {0};
+        b.reduce(kernels::ReduceOp::Sum, x, dims, out);
+      });
+    });
+    probes.push_back([=] {
+      Tensor x = randn({r, c}), y = zeros({r, c});
+      return Call([=](Backend& b) mutable { b.softmax(x, y, false); });
+    });
+    probes.push_back([=] {
+      Tensor y = randn({r, c}), dy = randn({r, c}), dx = zeros({r, c});
+      return Call([=](Backend& b) mutable { b.softmax_backward(y, dy, dx, false); });
+    });
+    probes.push_back([=] {
+      Tensor x = randn({r, c}), w = randn({c}), bias = randn({c}), y = zeros({r, c});
+      Tensor mean = zeros({r}), rstd = zeros({r});
+      return Call([=](Backend& b) mutable { b.layer_norm(x, w, bias, 1e-5, y, mean, rstd); });
+    });
+    probes.push_back([=] {
+      Tensor dy = randn({r, c}), x = randn({r, c}), w = randn({c}), mean = zeros({r});
+      Tensor rstd = full({r}, 1.0), dx = zeros({r, c}), dw = zeros({c}), db = zeros({c});
+      return Call(
+          [=](Backend& b) mutable { b.layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db); });
+    });
+    probes.push_back([=] {
+      Tensor logits = randn({r, c}), targets = zeros({r}, DType::I64);
+      Tensor losses = zeros({r}), lse = zeros({r});
+      return Call([=](Backend& b) mutable { b.cross_entropy(logits, targets, -100, losses, lse); });
+    });
+    probes.push_back([=] {
+      Tensor logits = randn({r, c}), targets = zeros({r}, DType::I64), lse = full({r}, 6.0);
+      Tensor dlosses = full({r}, 1.0), dlogits = zeros({r, c});
+      return Call([=](Backend& b) mutable {
+        b.cross_entropy_backward(logits, targets, lse, dlosses, -100, dlogits);
+      });
+    });
+    probes.push_back([=] {
+      Tensor w = randn({c, c}), ids = zeros({r}, DType::I64), out = zeros({r, c});
+      return Call([=](Backend& b) mutable { b.embedding(w, ids, out); });
+    });
+    probes.push_back([=] {
+      Tensor dout = randn({r, c}), ids = zeros({r}, DType::I64), dw = zeros({c, c});
+      return Call([=](Backend& b) mutable { b.embedding_backward(dout, ids, dw); });
+    });
+    probes.push_back([=] {
+      Tensor p = randn({r * c}), g = randn({r * c}), m = zeros({r * c}), v = zeros({r * c});
+      return Call([=](Backend& b) mutable { b.adamw(p, g, m, v, kernels::AdamWParams{}); });
+    });
+  }
+  // Causal attention of 4 heads of width 32 over a few sequence lengths: FLOP-bound, so its
+  // curve is indexed by FLOPs where the others' are by bytes.
+  for (int64_t t : quick ? std::vector<int64_t>{8, 32, 128, 512}
+                         : std::vector<int64_t>{8, 32, 128, 512, 2048}) {
+    kernels::AttentionDesc d{1, t, t, 4, 4, 32, true, 1.0 / std::sqrt(32.0), 0};
+    probes.push_back([=] {
+      Tensor q = randn({1, t, 4, 32}), k = randn({1, t, 4, 32}), v = randn({1, t, 4, 32});
+      Tensor out = zeros({1, t, 4, 32}), lse = zeros({1, 4, t});
+      return Call([=](Backend& b) mutable { b.attention(d, q, k, v, Tensor(), out, lse); });
+    });
+    probes.push_back([=] {
+      Tensor q = randn({1, t, 4, 32}), k = randn({1, t, 4, 32}), v = randn({1, t, 4, 32});
+      Tensor out = zeros({1, t, 4, 32}), lse = zeros({1, 4, t});
+      Tensor dout = randn({1, t, 4, 32});
+      Tensor dq = zeros({1, t, 4, 32}), dk = zeros({1, t, 4, 32}), dv = zeros({1, t, 4, 32});
+      return Call([=](Backend& b) mutable {
+        b.attention_backward(d, q, k, v, Tensor(), out, lse, dout, dq, dk, dv);
+      });
+    });
+  }
+  std::vector<KernelPoint> out;
+  for (const Probe& p : probes) {
+    out.push_back(measure(p, budget, agree));
+    if (say) say(out.back());
+  }
+  return out;
+}
+
+double measure_op_overhead(const Cluster& cluster, double budget, const Agreement& agree) {
+  // A two-layer MLP with a norm and the loss, small enough that every kernel's fixed cost
+  // dominates it: linear, GELU, LayerNorm, linear, cross-entropy, and their backward.
+  struct Chain {
+    Tensor x, w1, b1, g, beta, w2, targets;
+    Chain() {
+      x = randn({8, 32});
+      w1 = randn({64, 32}).set_requires_grad();
+      b1 = zeros({64}).set_requires_grad();
+      g = full({64}, 1.0).set_requires_grad();
+      beta = zeros({64}).set_requires_grad();
+      w2 = randn({32, 64}).set_requires_grad();
+      targets = zeros({8}, DType::I64);
+    }
+    void run() const {
+      Tensor h = ops::gelu(ops::linear(x, w1, b1));
+      h = ops::layer_norm(h, g, beta);
+      autograd::backward(ops::cross_entropy(ops::linear(h, w2), targets));
+    }
+  };
+  // The kernels of one steady-state step (gradients already held: the second run), as the
+  // trace records them, and what the measured curves say they take.
+  Graph graph;
+  {
+    DefaultDeviceScope meta(Device::meta());
+    Chain chain;
+    chain.run();
+    Recorder recorder(graph, false);
+    kernels::KernelObserverScope observe(recorder);
+    chain.run();
+  }
+  TESSEL_CHECK(!graph.ops.empty(), "plan calibrate: the overhead probe recorded no kernel");
+  Cluster without = cluster;
+  without.device.op_overhead = 0;
+  double kernels_s = 0;
+  for (const OpNode& op : graph.ops) kernels_s += op_time(without, op).seconds;
+  Chain chain;
+  agree.before();
+  const double local = calibration::median_time([&] { chain.run(); }, budget);
+  const double step = agree.slowest(local);
+  return std::max(0.0, (step - kernels_s) / double(graph.ops.size()));
+}
+
+}  // namespace tessel::plan
