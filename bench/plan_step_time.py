@@ -3,8 +3,10 @@
 """The planner's step time against measured steps (docs/PLANNER.md, "Step time"): calibrates this
 machine with `tessel plan calibrate --quick` over two ranks, then for each layout runs `tessel
 train` for a few steps on a small GPT-2 and prints the median measured step_ms of steps 3..N next
-to `tessel plan memory --cluster`'s prediction and its terms. Prints a table; asserts nothing
-(timings on a shared machine are not a test).
+to `tessel plan memory --cluster`'s prediction and its terms. The calibration and the runs follow
+each other in one window, so the load other work puts on the machine reaches both (calibration
+records it as `cpu_share`); the load average is printed before the calibration and after each
+run. Prints a table; asserts nothing (timings on a shared machine are not a test).
 
 Usage: plan_step_time.py TESSEL MPIRUN WORKDIR [STEPS]
 """
@@ -37,6 +39,7 @@ def main():
     vocab = prepare_workdir(tessel, work)
     config = write_json(os.path.join(work, "config.json"), gpt2_config(vocab, SEQ, 128, 4, 4))
     cluster = os.path.join(work, "machine.toml")
+    print("load average before calibrating: %.2f %.2f %.2f" % os.getloadavg(), flush=True)
     run(mpi_prefix(mpirun) + ["-np", "2", tessel, "plan", "calibrate", "--quick", "-o", cluster],
         env=env)
     print(f"{'layout':<20} {'pred ms':>8} {'meas ms':>8} {'error':>7}  terms (ms)")
@@ -58,11 +61,16 @@ def main():
                 env=env)
         pred = json.loads(p.stdout)
         terms = " ".join(f"{k[:-3]} {pred[k]:.2f}" for k in (
-            "compute_ms", "optimizer_ms", "dp_exposed_ms", "tp_comm_ms", "pp_comm_ms", "bubble_ms")
+            "compute_ms", "op_overhead_ms", "optimizer_ms", "dp_exposed_ms", "tp_comm_ms",
+            "pp_comm_ms", "bubble_ms", "load_ms")
             if pred.get(k))
         err = (pred["step_ms"] - measured) / measured
         print(f"{label:<20} {pred['step_ms']:>8.2f} {measured:>8.2f} {100 * err:>6.1f}%  {terms}"
-              + (f" bubble {pred['bubble_fraction']:.3f}" if pp > 1 else ""), flush=True)
+              + (f" bubble {pred['bubble_fraction']:.3f}" if pp > 1 else "")
+              + " (load %.2f)" % os.getloadavg()[0], flush=True)
+    with open(cluster) as f:
+        share = [line for line in f if line.startswith(("cpu_share", "op_overhead"))]
+    print("calibrated: " + "; ".join(line.split("#")[0].strip() for line in share), flush=True)
     shutil.rmtree(work, ignore_errors=True)
 
 
