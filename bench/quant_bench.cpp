@@ -7,6 +7,9 @@
 // copied until they fill 256 MiB and the copies are cycled, so that they come from memory, not
 // the cache (QUANT_BENCH_HOT=1 keeps one copy: the kernel's compute rate on cache-resident
 // weights). Both report "GB/s" of weight bytes read (for read_bandwidth: of the buffer).
+// `quant_matmul/<type>/<k>x<n>/m<M>` multiplies M activation rows (a small decode batch, or a
+// prompt's M tokens) and `f32_matmul/<k>x<n>/m<M>` does the same through the f32 GEMM; they also
+// report "GFLOP/s".
 // docs/BENCHMARKS.md has the figures and the command.
 #include <benchmark/benchmark.h>
 
@@ -46,7 +49,12 @@ void bm_read_bandwidth(benchmark::State& state) {
   set_bandwidth(state, double(n) * 4);
 }
 
-void bm_quant_gemv(benchmark::State& state, QuantType type, int64_t n, int64_t k) {
+void set_flops(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
+  state.counters["GFLOP/s"] = benchmark::Counter(2e-9 * double(m) * double(n) * double(k),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void bm_quant_matmul(benchmark::State& state, QuantType type, int64_t m, int64_t n, int64_t k) {
   Tensor wf = tessel::randn({n, k}, DType::F32);
   const std::vector<uint8_t> bytes =
       tessel::kernels::quant::quantize_rows(type, wf.data<float>(), n, k);
@@ -57,8 +65,8 @@ void bm_quant_gemv(benchmark::State& state, QuantType type, int64_t n, int64_t k
     ws.push_back(tessel::empty({n, rb}, DType::I8));
     std::memcpy(ws.back().data_ptr(), bytes.data(), bytes.size());
   }
-  Tensor x = tessel::randn({1, k}, DType::F32);
-  Tensor y = tessel::zeros({1, n}, DType::F32);
+  Tensor x = tessel::randn({m, k}, DType::F32);
+  Tensor y = tessel::zeros({m, n}, DType::F32);
   tessel::kernels::Backend& be = tessel::kernels::cpu_backend();
   size_t next = 0;
   for (auto _ : state) {
@@ -66,15 +74,16 @@ void bm_quant_gemv(benchmark::State& state, QuantType type, int64_t n, int64_t k
     next = (next + 1) % ws.size();
   }
   set_bandwidth(state, double(bytes.size()));
+  if (m > 1) set_flops(state, m, n, k);
 }
 
-void bm_f32_gemv(benchmark::State& state, int64_t n, int64_t k) {
+void bm_f32_matmul(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
   const int64_t copies = weight_copies(n * k * 4);
   std::vector<Tensor> ws;
   for (int64_t c = 0; c < copies; ++c) ws.push_back(tessel::randn({n, k}, DType::F32));
-  Tensor x = tessel::randn({1, k}, DType::F32);
-  Tensor y = tessel::zeros({1, n}, DType::F32);
-  const auto desc = tessel::kernels::dense_gemm_desc(1, 1, n, k, false, true);
+  Tensor x = tessel::randn({m, k}, DType::F32);
+  Tensor y = tessel::zeros({m, n}, DType::F32);
+  const auto desc = tessel::kernels::dense_gemm_desc(1, m, n, k, false, true);
   tessel::kernels::Backend& be = tessel::kernels::cpu_backend();
   size_t next = 0;
   for (auto _ : state) {
@@ -82,6 +91,7 @@ void bm_f32_gemv(benchmark::State& state, int64_t n, int64_t k) {
     next = (next + 1) % ws.size();
   }
   set_bandwidth(state, double(n * k * 4));
+  if (m > 1) set_flops(state, m, n, k);
 }
 
 struct Registrar {
@@ -97,9 +107,26 @@ struct Registrar {
         benchmark::RegisterBenchmark(
             ("quant_gemv/" + std::string(tessel::kernels::quant::quant_type_name(t)) + "/" + shape)
                 .c_str(),
-            bm_quant_gemv, t, s[0], s[1])
+            bm_quant_matmul, t, 1, s[0], s[1])
             ->UseRealTime();
-      benchmark::RegisterBenchmark(("f32_gemv/" + shape).c_str(), bm_f32_gemv, s[0], s[1])
+      benchmark::RegisterBenchmark(("f32_gemv/" + shape).c_str(), bm_f32_matmul, 1, s[0], s[1])
+          ->UseRealTime();
+    }
+    // Batches: decode batches at the square shape, a 512-token prompt at GPT-2's.
+    const int64_t kBatches[][3] = {
+        {4, 4096, 4096}, {16, 4096, 4096}, {64, 4096, 4096}, {512, 3072, 768}};
+    for (const auto& b : kBatches) {
+      const std::string shape =
+          std::to_string(b[2]) + "x" + std::to_string(b[1]) + "/m" + std::to_string(b[0]);
+      for (QuantType t : kTypes)
+        if (t != QuantType::BF16 && t != QuantType::F16)
+          benchmark::RegisterBenchmark(
+              ("quant_matmul/" + std::string(tessel::kernels::quant::quant_type_name(t)) + "/" +
+               shape)
+                  .c_str(),
+              bm_quant_matmul, t, b[0], b[1], b[2])
+              ->UseRealTime();
+      benchmark::RegisterBenchmark(("f32_matmul/" + shape).c_str(), bm_f32_matmul, b[0], b[1], b[2])
           ->UseRealTime();
     }
   }
