@@ -9,7 +9,8 @@
 // weights). Both report "GB/s" of weight bytes read (for read_bandwidth: of the buffer).
 // `quant_matmul/<type>/<k>x<n>/m<M>` multiplies M activation rows (a small decode batch, or a
 // prompt's M tokens) and `f32_matmul/<k>x<n>/m<M>` does the same through the f32 GEMM; they also
-// report "GFLOP/s".
+// report "GFLOP/s". QUANT_BENCH_DOT=avx2|avx_vnni caps the byte dot product (kernel_set.h's
+// limit_quant_dot) to compare them; TESSEL_KERNELS chooses the kernel set.
 // docs/BENCHMARKS.md has the figures and the command.
 #include <benchmark/benchmark.h>
 
@@ -96,6 +97,13 @@ void bm_f32_matmul(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
 
 struct Registrar {
   Registrar() {
+    if (const char* dot = std::getenv("QUANT_BENCH_DOT"); dot != nullptr) {
+      using tessel::kernels::QuantDot;
+      const std::string d = dot;
+      tessel::kernels::limit_quant_dot(d == "avx2"       ? QuantDot::Avx2
+                                       : d == "avx_vnni" ? QuantDot::AvxVnni
+                                                         : QuantDot::Avx512Vnni);
+    }
     benchmark::RegisterBenchmark("read_bandwidth", bm_read_bandwidth)->UseRealTime();
     const QuantType kTypes[] = {QuantType::Q4_0, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K,
                                 QuantType::Q8_0, QuantType::BF16, QuantType::F16};

@@ -184,8 +184,9 @@ TEST(QuantFused, RandomBlocksWithinTheActivationRoundingBound) {
   }
 }
 
-// Every row of a product equals the same row computed alone (m = 1), on every set: the fused
-// kernels give each output one fixed sequence of operations.
+// Every row of a product equals the same row computed alone (m = 1), and every output column the
+// same weight row multiplied alone (n = 1: no group of rows to share the pass with), on every set:
+// the fused kernels give each output one fixed sequence of operations.
 TEST(QuantFused, RowsAloneEqualRowsInABatch) {
   for (KernelSet set : runnable_kernel_sets())
     for (QuantType t : kFused) {
@@ -202,6 +203,17 @@ TEST(QuantFused, RowsAloneEqualRowsInABatch) {
         cpu_backend_for(set).quant_matmul(t, xi, w, yi);
         EXPECT_EQ(std::memcmp(yi.data_ptr(), y.data<float>() + i * n, size_t(n) * 4), 0)
             << kernel_set_name(set) << " " << quant::quant_type_name(t) << " row " << i;
+      }
+      const int64_t rb = quant::row_bytes(t, k);
+      for (int64_t j = 0; j < n; ++j) {
+        Tensor wj = quant::quantized_weight(
+            t, std::span<const uint8_t>(bytes.data() + j * rb, size_t(rb)), 1, k);
+        Tensor yj = zeros({m, 1}, DType::F32);
+        cpu_backend_for(set).quant_matmul(t, x, wj, yj);
+        for (int64_t i = 0; i < m; ++i)
+          EXPECT_EQ(std::memcmp(yj.data<float>() + i, y.data<float>() + i * n + j, 4), 0)
+              << kernel_set_name(set) << " " << quant::quant_type_name(t) << " weight row " << j
+              << " alone, activation row " << i;
       }
     }
 }

@@ -4,6 +4,7 @@
 // this build has, TESSEL_KERNEL_SETS_NOTE what the code-generation check found.
 #include "tessel/kernels/kernel_set.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -17,17 +18,20 @@ namespace tessel::kernels {
 namespace baseline {
 Backend& cpu_backend_instance();
 float stream_read_sum(const float* p, int64_t n);
+void quant_dot_lanes(const uint8_t* u, const int8_t* x, int64_t blocks, int32_t* lanes);
 }  // namespace baseline
 #ifdef TESSEL_HAVE_KERNELS_AVX2
 namespace avx2 {
 Backend& cpu_backend_instance();
 float stream_read_sum(const float* p, int64_t n);
+void quant_dot_lanes(const uint8_t* u, const int8_t* x, int64_t blocks, int32_t* lanes);
 }  // namespace avx2
 #endif
 #ifdef TESSEL_HAVE_KERNELS_AVX512
 namespace avx512 {
 Backend& cpu_backend_instance();
 float stream_read_sum(const float* p, int64_t n);
+void quant_dot_lanes(const uint8_t* u, const int8_t* x, int64_t blocks, int32_t* lanes);
 }  // namespace avx512
 #endif
 
@@ -97,6 +101,7 @@ const Choice& choice() {
 struct EntryPoints {
   Backend& (*backend)();
   float (*read_sum)(const float*, int64_t);
+  void (*dot_lanes)(const uint8_t*, const int8_t*, int64_t, int32_t*);
 };
 
 EntryPoints entry_points(KernelSet set) {
@@ -106,14 +111,15 @@ EntryPoints entry_points(KernelSet set) {
   switch (set) {
 #ifdef TESSEL_HAVE_KERNELS_AVX512
     case KernelSet::Avx512:
-      return {&avx512::cpu_backend_instance, &avx512::stream_read_sum};
+      return {&avx512::cpu_backend_instance, &avx512::stream_read_sum, &avx512::quant_dot_lanes};
 #endif
 #ifdef TESSEL_HAVE_KERNELS_AVX2
     case KernelSet::Avx2:
-      return {&avx2::cpu_backend_instance, &avx2::stream_read_sum};
+      return {&avx2::cpu_backend_instance, &avx2::stream_read_sum, &avx2::quant_dot_lanes};
 #endif
     default:
-      return {&baseline::cpu_backend_instance, &baseline::stream_read_sum};
+      return {&baseline::cpu_backend_instance, &baseline::stream_read_sum,
+              &baseline::quant_dot_lanes};
   }
 }
 
@@ -182,6 +188,47 @@ float stream_read_sum(KernelSet set, const float* p, int64_t n) {
 
 float stream_read_sum(const float* p, int64_t n) {
   return stream_read_sum(active_kernel_set(), p, n);
+}
+
+namespace {
+std::atomic<QuantDot> dot_limit{QuantDot::Avx512Vnni};
+}  // namespace
+
+std::string_view quant_dot_name(QuantDot dot) {
+  switch (dot) {
+    case QuantDot::Scalar:
+      return "scalar";
+    case QuantDot::Avx2:
+      return "avx2";
+    case QuantDot::AvxVnni:
+      return "avx_vnni";
+    case QuantDot::Avx512Vnni:
+      return "avx512_vnni";
+  }
+  return "?";
+}
+
+QuantDot quant_dot_for(KernelSet set) {
+  const CpuFeatures& f = cpu_features();
+  const QuantDot limit = dot_limit.load();
+  if (set == KernelSet::Baseline) return QuantDot::Scalar;
+  if (set == KernelSet::Avx512 && limit >= QuantDot::Avx512Vnni && f.avx512_vnni)
+    return QuantDot::Avx512Vnni;
+  if (limit >= QuantDot::AvxVnni && f.avx_vnni) return QuantDot::AvxVnni;
+  return QuantDot::Avx2;
+}
+
+void limit_quant_dot(QuantDot highest) {
+  dot_limit.store(highest);
+}
+
+QuantDot quant_dot_limit() {
+  return dot_limit.load();
+}
+
+void quant_dot_lanes(KernelSet set, const uint8_t* u, const int8_t* x, int64_t blocks,
+                     int32_t* lanes) {
+  entry_points(set).dot_lanes(u, x, blocks, lanes);
 }
 
 std::string kernel_set_summary() {

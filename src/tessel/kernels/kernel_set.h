@@ -48,6 +48,25 @@ float stream_read_sum(const float* p, int64_t n);
 // The same in a given set (tests; an Error when it is not runnable here).
 float stream_read_sum(KernelSet set, const float* p, int64_t n);
 
+// The byte dot product of the quantized matmul's integer sums (Q types, Int8), by kernel set and
+// CPU: plain loops (baseline), vpmaddubsw + vpmaddwd (Avx2), AVX-VNNI's VEX vpdpbusd on 256-bit
+// vectors (AvxVnni: avx2 and avx512 sets, where the CPU has it) or AVX-512 VNNI's (Avx512Vnni:
+// avx512 set). Each set takes the highest its CPU has, up to a limit that tests and benchmarks
+// lower to compare them; all give the same sums (docs/KERNELS.md, "Byte dot products").
+enum class QuantDot { Scalar, Avx2, AvxVnni, Avx512Vnni };
+std::string_view quant_dot_name(QuantDot dot);
+// The dot product `set` uses on this CPU under the current limit.
+QuantDot quant_dot_for(KernelSet set);
+// Sets the limit (Avx512Vnni, the default, lets every set take its best). Not to be changed
+// while a product runs.
+void limit_quant_dot(QuantDot highest);
+QuantDot quant_dot_limit();
+// The int32 sums of `set`'s current dot product over 32-byte blocks: lanes[8 g + l] = sum of
+// u[32 g + 4 l + i] * x[32 g + 4 l + i], i < 4 (u unsigned, x signed), as the kernels compute
+// them (tests compare the dot products through it).
+void quant_dot_lanes(KernelSet set, const uint8_t* u, const int8_t* x, int64_t blocks,
+                     int32_t* lanes);
+
 // One line for `tessel --version` and the benchmarks: the active set, how it was chosen, the
 // built sets and the CPU's features.
 std::string kernel_set_summary();

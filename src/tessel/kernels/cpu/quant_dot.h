@@ -2,9 +2,10 @@
 // The integer dot products of the quantized matmul: activations rounded to int8 per 32-element
 // block (scale max|x| / 127, as ggml's Q8_0), multiplied with int8 weight codes read in place
 // (Q8_0 blocks, Int8 rows; the 4- to 6-bit formats unpack theirs in quant_fused.h) 32 codes at a
-// time into int32, then scaled in f32 per 16 or 32 weights. Three
-// variants: plain loops (baseline set), AVX2 (vpmaddubsw + vpmaddwd) and AVX-512 VNNI (vpdpbusd,
-// avx512 set, only where the CPU has it). Both SIMD variants are unsigned x signed byte
+// time into int32, then scaled in f32 per 16 or 32 weights. Four
+// variants: plain loops (baseline set), AVX2 (vpmaddubsw + vpmaddwd), AVX-VNNI (VEX vpdpbusd,
+// avx2 and avx512 sets, where the CPU has it) and AVX-512 VNNI (vpdpbusd, avx512 set, where the
+// CPU has it); kernel_set.h's QuantDot chooses. Both SIMD variants are unsigned x signed byte
 // products, so the weight's sign moves onto the activation (|w| * sign(w) x): |w| <= 128 and
 // |x| <= 127 keep vpmaddubsw's pair sums below 2^15. Kernel-private: include inside
 // TESSEL_ISA_BEGIN.
@@ -104,20 +105,33 @@ inline __m256i dot32_avx2(const int8_t* w, const int8_t* x) {
   return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
 
-template <bool kSplit>
+// AVX-VNNI (VEX vpdpbusd, registers 0-15: "x"), written as an instruction so that no target
+// attribute is needed; only where cpu_features().avx_vnni holds. The same sums as dot32_avx2:
+// |w| <= 128 and |x| <= 127 keep vpmaddubsw's pair sums below 2^15.
+inline __m256i dot32_avxvnni(const int8_t* w, const int8_t* x) {
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  __m256i acc = _mm256_setzero_si256();
+  asm("%{vex%} vpdpbusd %2, %1, %0"
+      : "+x"(acc)
+      : "x"(_mm256_abs_epi8(wv)), "x"(_mm256_sign_epi8(xv, wv)));
+  return acc;
+}
+
+template <bool kSplit, __m256i (*kDot)(const int8_t*, const int8_t*) = dot32_avx2>
 inline float dot_row_avx2(const int8_t* w, const float* ws, const int8_t* x, const float* dx,
                           int64_t blocks) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int64_t g = 0;
   for (; g + 2 <= blocks; g += 2) {  // two chains hide the FMA latency
-    const __m256i p0 = dot32_avx2(w + 32 * g, x + 32 * g);
-    const __m256i p1 = dot32_avx2(w + 32 * g + 32, x + 32 * g + 32);
+    const __m256i p0 = kDot(w + 32 * g, x + 32 * g);
+    const __m256i p1 = kDot(w + 32 * g + 32, x + 32 * g + 32);
     acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), block_scales<kSplit>(ws + 2 * g, dx[g]), acc0);
     acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), block_scales<kSplit>(ws + 2 * g + 2, dx[g + 1]),
                            acc1);
   }
   if (g < blocks) {
-    const __m256i p0 = dot32_avx2(w + 32 * g, x + 32 * g);
+    const __m256i p0 = kDot(w + 32 * g, x + 32 * g);
     acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), block_scales<kSplit>(ws + 2 * g, dx[g]), acc0);
   }
   return hsum(_mm256_add_ps(acc0, acc1));
@@ -144,6 +158,12 @@ template <int kRows>
 inline void q8_0_rows_avx2(const uint8_t* w, int64_t row_bytes, const int8_t* x, const float* dx,
                            int64_t blocks, float* out) {
   TESSEL_Q8_0_ROWS_BODY(dot32_avx2)
+}
+
+template <int kRows>
+inline void q8_0_rows_avxvnni(const uint8_t* w, int64_t row_bytes, const int8_t* x, const float* dx,
+                              int64_t blocks, float* out) {
+  TESSEL_Q8_0_ROWS_BODY(dot32_avxvnni)
 }
 #endif
 

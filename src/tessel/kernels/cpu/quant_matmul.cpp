@@ -15,11 +15,13 @@
 #include "tessel/kernels/cpu/gemm_invariant.h"
 #include "tessel/kernels/cpu/isa_region.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
+#include "tessel/kernels/kernel_set.h"
 #include "tessel/kernels/quant/quant_blocks.h"
 TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/cpu_backend.h"
 #include "tessel/kernels/cpu/quant_dot.h"
 #include "tessel/kernels/cpu/quant_fused.h"
+#include "tessel/kernels/cpu/quant_fused_rows.h"
 
 namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
@@ -32,12 +34,18 @@ constexpr int64_t kTaskBytes = int64_t(1) << 16;
 
 using DotRow = float (*)(const int8_t*, const float*, const int8_t*, const float*, int64_t);
 
-// The fastest Int8-row dot product this set and CPU run.
+// This set's byte dot product on this CPU (kernel_set.h).
+[[maybe_unused]] QuantDot set_dot() {
+  return quant_dot_for(KernelSet(TESSEL_KERNEL_ISA_LEVEL));
+}
+
+// The Int8-row dot product this set and CPU run.
 DotRow choose_dot_row() {
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
-  if (cpu_features().avx512_vnni) return cpu::dot_row_vnni<false>;
+  if (set_dot() == QuantDot::Avx512Vnni) return cpu::dot_row_vnni<false>;
 #endif
 #if TESSEL_KERNEL_ISA_LEVEL >= 1
+  if (set_dot() == QuantDot::AvxVnni) return cpu::dot_row_avx2<false, cpu::dot32_avxvnni>;
   return cpu::dot_row_avx2<false>;
 #else
   return cpu::dot_row_scalar;
@@ -60,30 +68,89 @@ int64_t task_grain(const QuantMatmulShape& s) {
 }
 
 #if TESSEL_KERNEL_ISA_LEVEL >= 1
-// The fused row kernel of a 4- to 6-bit format for this set and CPU (quant_fused.h).
+// The fused rows of a 4- to 6-bit format for a dot product: {kFusedRows rows, one row}.
 template <class Dot>
-cpu::FusedRow fused_row_for(QuantType type) {
+std::array<cpu::FusedRows, 2> fused_rows_for(QuantType type) {
+  constexpr int kR = cpu::kFusedRows;
   switch (type) {
     case QuantType::Q4_0:
-      return cpu::q4_0_row<Dot>;
+      return {cpu::q4_0_rows<Dot, kR>, cpu::q4_0_rows<Dot, 1>};
     case QuantType::Q4_K:
-      return cpu::q4_k_row<Dot, false>;
+      return {cpu::q4_k_rows<Dot, false, kR>, cpu::q4_k_rows<Dot, false, 1>};
     case QuantType::Q5_K:
-      return cpu::q4_k_row<Dot, true>;
+      return {cpu::q4_k_rows<Dot, true, kR>, cpu::q4_k_rows<Dot, true, 1>};
     default:
-      return cpu::q6_k_row<Dot>;
+      return {cpu::q6_k_rows<Dot, kR>, cpu::q6_k_rows<Dot, 1>};
   }
 }
 
-#endif
-
-cpu::FusedRow choose_fused_row(QuantType type) {
+std::array<cpu::FusedRows, 2> choose_fused_rows(QuantType type) {
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
-  if (cpu_features().avx512_vnni) return fused_row_for<cpu::DotVnni>(type);
+  if (set_dot() == QuantDot::Avx512Vnni) return fused_rows_for<cpu::DotVnni>(type);
 #endif
-#if TESSEL_KERNEL_ISA_LEVEL >= 1
-  return fused_row_for<cpu::DotAvx2>(type);
+  if (set_dot() == QuantDot::AvxVnni) return fused_rows_for<cpu::DotAvxVnni>(type);
+  return fused_rows_for<cpu::DotAvx2>(type);
+}
+
+// Q4_0, Q4_K, Q5_K, Q6_K: per group of kFusedRows weight rows their f32 block scales (and
+// Q4_K / Q5_K's offsets), shared by every activation row; per activation row the scales times
+// its dx, then the group's fused pass (quant_fused_rows.h) minus Q4_K / Q5_K's offsets. Whole
+// groups per task and the same operations per row whether it runs in a group or alone, so no
+// output depends on the split, the group or m.
+void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, const uint8_t* w,
+                  float* y) {
+  const int64_t blocks = s.k / cpu::kActBlock;
+  const cpu::QuantizedRows act = quantize_activations(s, x);
+  const bool per16 = type == QuantType::Q6_K;
+  const bool mins = type == QuantType::Q4_K || type == QuantType::Q5_K;
+  std::vector<float> xs32, xs16;
+  std::vector<int32_t> zx;
+  if (mins) {
+    xs32.resize(size_t(s.m * blocks));
+    xs16.resize(size_t(s.m * 2 * blocks));
+    for (int64_t i = 0; i < s.m; ++i)
+      cpu::activation_block_sums(act.q.data() + i * s.k, act.d.data() + i * blocks, s.k,
+                                 xs32.data() + i * blocks, xs16.data() + i * 2 * blocks);
+  } else {
+    zx.resize(size_t(s.m * 8 * blocks));
+    for (int64_t i = 0; i < s.m; ++i)
+      cpu::zero_point_lanes(act.q.data() + i * s.k, blocks, per16 ? 32 : 8,
+                            zx.data() + i * 8 * blocks);
+  }
+  const std::array<cpu::FusedRows, 2> rows_fn = choose_fused_rows(type);
+  constexpr int64_t kR = cpu::kFusedRows;
+  const int64_t per_row = per16 ? 2 * blocks : blocks;
+  const int64_t groups = (s.n + kR - 1) / kR;
+  parallel_for(0, groups, std::max<int64_t>(1, task_grain(s) / kR), [&](int64_t lo, int64_t hi) {
+    cpu::RowScales rs[kR];
+    std::vector<float> sdx(size_t(kR * per_row));
+    float out[kR];
+    for (int64_t gj = lo; gj < hi; ++gj) {
+      const int64_t j0 = gj * kR, rows = std::min(kR, s.n - j0);
+      for (int64_t r = 0; r < rows; ++r)
+        cpu::row_scales(type, w + (j0 + r) * s.row_bytes, s.k, rs[r]);
+      for (int64_t i = 0; i < s.m; ++i) {
+        const int8_t* xq = act.q.data() + i * s.k;
+        const int32_t* zxi = mins ? nullptr : zx.data() + i * 8 * blocks;
+        for (int64_t r = 0; r < rows; ++r)
+          cpu::scales_times_dx(rs[r], act.d.data() + i * blocks, blocks, sdx.data() + r * per_row);
+        if (rows == kR) {
+          rows_fn[0](w + j0 * s.row_bytes, s.row_bytes, sdx.data(), per_row, xq, zxi, blocks, out);
+        } else {
+          for (int64_t r = 0; r < rows; ++r)
+            rows_fn[1](w + (j0 + r) * s.row_bytes, s.row_bytes, sdx.data() + r * per_row, per_row,
+                       xq, zxi, blocks, out + r);
+        }
+        for (int64_t r = 0; r < rows; ++r)
+          y[i * s.n + j0 + r] = mins ? out[r] - cpu::offset_sum(rs[r], xs32.data() + i * blocks,
+                                                                xs16.data() + i * 2 * blocks)
+                                     : out[r];
+      }
+    }
+  });
+}
 #else
+cpu::FusedRow choose_fused_row(QuantType type) {
   switch (type) {
     case QuantType::Q4_0:
       return cpu::fused_row_scalar<QuantType::Q4_0>;
@@ -94,11 +161,10 @@ cpu::FusedRow choose_fused_row(QuantType type) {
     default:
       return cpu::fused_row_scalar<QuantType::Q6_K>;
   }
-#endif
 }
 
-// Q4_0, Q4_K, Q5_K, Q6_K: per weight row its f32 block scales and offsets (k/32 or k/16 floats),
-// then per activation row the fused integer dot minus the zero points' share.
+// Plain loops: per weight row its f32 block scales and offsets (k/32 or k/16 floats), then per
+// activation row the fused integer dot minus the zero points' share.
 void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, const uint8_t* w,
                   float* y) {
   const int64_t blocks = s.k / cpu::kActBlock;
@@ -122,6 +188,7 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
     }
   });
 }
+#endif
 
 // Q8_0 rows need no decoding either: q8_0_rows (quant_dot.h) reads each block's scale and codes
 // in place, kQ8Rows rows at a time.
@@ -129,10 +196,12 @@ using Q8Rows = void (*)(const uint8_t*, int64_t, const int8_t*, const float*, in
 
 std::array<Q8Rows, 2> choose_q8_0_rows() {  // {kQ8Rows rows, one row}
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
-  if (cpu_features().avx512_vnni)
+  if (set_dot() == QuantDot::Avx512Vnni)
     return {cpu::q8_0_rows_vnni<cpu::kQ8Rows>, cpu::q8_0_rows_vnni<1>};
 #endif
 #if TESSEL_KERNEL_ISA_LEVEL >= 1
+  if (set_dot() == QuantDot::AvxVnni)
+    return {cpu::q8_0_rows_avxvnni<cpu::kQ8Rows>, cpu::q8_0_rows_avxvnni<1>};
   return {cpu::q8_0_rows_avx2<cpu::kQ8Rows>, cpu::q8_0_rows_avx2<1>};
 #else
   return {[](const uint8_t* w, int64_t rb, const int8_t* x, const float* dx, int64_t blocks,
@@ -145,7 +214,7 @@ std::array<Q8Rows, 2> choose_q8_0_rows() {  // {kQ8Rows rows, one row}
 void q8_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
   const int64_t blocks = s.k / cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
-  static const std::array<Q8Rows, 2> rows_fn = choose_q8_0_rows();
+  const std::array<Q8Rows, 2> rows_fn = choose_q8_0_rows();
   constexpr int64_t kR = cpu::kQ8Rows;
   // Whole groups of kR rows per task, so a row's result does not depend on the split.
   const int64_t groups = (s.n + kR - 1) / kR;
@@ -175,7 +244,7 @@ void int8_row_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w
   const int64_t blocks = s.k / cpu::kActBlock, covered = blocks * cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
   const std::vector<float> unit(size_t(2 * blocks), 1.0f);
-  static const DotRow dot = choose_dot_row();
+  const DotRow dot = choose_dot_row();
   parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
     for (int64_t j = lo; j < hi; ++j) {
       const uint8_t* row = w + j * s.row_bytes;
@@ -224,6 +293,28 @@ void CpuBackend::quant_matmul(QuantType type, const Tensor& x, const Tensor& w, 
     q8_0_matmul(s, xp, wp, yp);
   else
     fused_matmul(type, s, xp, wp, yp);
+}
+
+void quant_dot_lanes(const uint8_t* u, const int8_t* x, int64_t blocks, int32_t* lanes) {
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+  auto run = [&]<class Dot>(Dot) {
+    for (int64_t g = 0; g < blocks; ++g)
+      _mm256_storeu_si256(
+          reinterpret_cast<__m256i*>(lanes + 8 * g),
+          Dot::dot(_mm256_setzero_si256(), cpu::load256(u + 32 * g), cpu::load256(x + 32 * g)));
+  };
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+  if (set_dot() == QuantDot::Avx512Vnni) return run(cpu::DotVnni{});
+#endif
+  if (set_dot() == QuantDot::AvxVnni) return run(cpu::DotAvxVnni{});
+  return run(cpu::DotAvx2{});
+#else
+  for (int64_t l = 0; l < 8 * blocks; ++l) {
+    int32_t sum = 0;
+    for (int i = 0; i < 4; ++i) sum += int32_t(u[4 * l + i]) * x[4 * l + i];
+    lanes[l] = sum;
+  }
+#endif
 }
 
 }  // namespace tessel::kernels::TESSEL_KERNEL_ISA

@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: Apache-2.0
+// The SIMD fused kernels of Q4_0, Q4_K, Q5_K and Q6_K (quant_fused.h has the formats' split and
+// the per-row scales): kRows weight rows per pass against one activation row, as Q8_0's rows do
+// (quant_dot.h). Each activation block is loaded once and shared by the rows, the rows' loads
+// are independent streams and each row keeps its own two accumulators, so the FMA latency of
+// one row's chain no longer bounds the pass (one row at a time ran at about half of the read
+// bandwidth, bound by that chain and its per-row work). Per block and row what is left: the
+// unpacking, one byte dot product, one conversion and one FMA with the block's scale already
+// multiplied by the activation's (`sdx`, worked out per row and activation row, 8 at a time).
+// Q4_0's and Q6_K's zero points (8 and 32 per code, scaled like the codes) are subtracted inside
+// the integer sums: the dot products start from `zx`, -zp times the activation codes' sums per
+// 4 bytes, shared by every row; Q4_K / Q5_K's mins have their own scale and stay in offset_sum.
+// A row's operations and their order do not depend on how many rows share the pass, so a row
+// alone gives the bits it gives in a group (the matmul's tails use kRows = 1) and in a batch.
+// Kernel-private: include inside TESSEL_ISA_BEGIN, after quant_fused.h.
+#pragma once
+
+namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
+
+inline constexpr int kFusedRows = 4;
+
+// -zp * (sum of the four activation codes of each int32 lane) per 32-block: the zero point's
+// share of a block's byte dot product, lane by lane (the lanes of every dot below sum 4
+// consecutive bytes, in order).
+inline void zero_point_lanes(const int8_t* q, int64_t blocks, int32_t zp, int32_t* zx) {
+  for (int64_t l = 0; l < 8 * blocks; ++l)
+    zx[l] = -zp * (int32_t(q[4 * l]) + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
+}
+
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+// scale * dx per block (`per16`: per 16 weights, dx per 32), the factor of each block's sum.
+inline void scales_times_dx(const RowScales& rs, const float* dx, int64_t blocks, float* sdx) {
+  const float* sc = rs.scale.data();
+  int64_t g = 0;
+  if (rs.per16) {
+    const __m256i pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    for (; g + 4 <= blocks; g += 4) {
+      const __m256 d =
+          _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(dx + g)), pairs);
+      _mm256_storeu_ps(sdx + 2 * g, _mm256_mul_ps(_mm256_loadu_ps(sc + 2 * g), d));
+    }
+    for (; g < blocks; ++g) {
+      sdx[2 * g] = sc[2 * g] * dx[g];
+      sdx[2 * g + 1] = sc[2 * g + 1] * dx[g];
+    }
+  } else {
+    for (; g + 8 <= blocks; g += 8)
+      _mm256_storeu_ps(sdx + g, _mm256_mul_ps(_mm256_loadu_ps(sc + g), _mm256_loadu_ps(dx + g)));
+    for (; g < blocks; ++g) sdx[g] = sc[g] * dx[g];
+  }
+}
+
+// ---- byte dot products: dot(init, u, x) = init + the eight int32 sums of u * x over 4 bytes ----
+// u unsigned (the codes, <= 63), x signed (the activation codes, |x| <= 127).
+
+// vpmaddubsw + vpmaddwd (AVX2): the pair sums stay below 2^15 (2 * 63 * 127), so nothing
+// saturates and the sums are exact, as vpdpbusd's are.
+struct DotAvx2 {
+  static __m256i dot(__m256i init, __m256i u, __m256i x) {
+    return _mm256_add_epi32(init,
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1)));
+  }
+};
+
+// AVX-VNNI: the VEX-encoded vpdpbusd on 256-bit vectors (Alder Lake, Zen 5 and later, also
+// without AVX-512), registers 0-15 only ("x"). Written as an instruction rather than the
+// intrinsic: the intrinsic needs a target attribute on every function it is inlined into, which
+// a template shared with DotAvx2 cannot carry. Called only where cpu_features().avx_vnni holds.
+struct DotAvxVnni {
+  static __m256i dot(__m256i init, __m256i u, __m256i x) {
+    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(init) : "x"(u), "x"(x));
+    return init;
+  }
+};
+
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+// AVX512_VNNI + VL on 256-bit vectors (EVEX, all 32 registers); only where
+// cpu_features().avx512_vnni holds.
+struct DotVnni {
+  static __m256i dot(__m256i init, __m256i u, __m256i x) {
+    asm("vpdpbusd %2, %1, %0" : "+v"(init) : "v"(u), "v"(x));
+    return init;
+  }
+};
+#endif
+
+inline __m256i load256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+// Lanes 0-3 sdx[0], lanes 4-7 sdx[1] (Q6_K's two 16-weight halves of a block).
+inline __m256 pair_scales(const float* sdx) {
+  const __m128 two = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(sdx)));
+  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two),
+                                  _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+}
+
+// The fused rows' signature: R rows row_bytes apart starting at w; row r's scales times dx at
+// sdx + r * sdx_stride; x the activation codes, zx their zero-point lanes (Q4_0, Q6_K);
+// out[r] = sum over blocks of sdx * (u . x - zero point share).
+#define TESSEL_FUSED_ROWS_ARGS                                                                \
+  const uint8_t *w, int64_t row_bytes, const float *sdx, int64_t sdx_stride, const int8_t *x, \
+      const int32_t *zx, int64_t blocks, float *out
+
+// Q4_0: 18-byte blocks (f16 d, then 16 bytes: low nibbles the first 16 weights, high the next).
+template <class Dot, int R>
+inline void q4_0_rows(TESSEL_FUSED_ROWS_ARGS) {
+  const __m256i mask = _mm256_set1_epi8(0xF);
+  __m256 acc0[R], acc1[R];
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
+  // Block g into acc (even blocks into acc0, odd ones into acc1: two chains per row).
+  auto block = [&](int64_t g, __m256* acc) {
+    const __m256i xv = load256(x + 32 * g), z = load256(zx + 8 * g);
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w + r * row_bytes + 18 * g;
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
+      const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), mask);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Dot::dot(z, u, xv)),
+                               _mm256_broadcast_ss(sdx + r * sdx_stride + g), acc[r]);
+    }
+  };
+  int64_t g = 0;
+  for (; g + 4 <= blocks; g += 4) {
+    for (int r = 0; r < R; ++r)  // 72 bytes: one prefetch of the next group's rows per 4 blocks
+      _mm_prefetch(reinterpret_cast<const char*>(w + (r + R) * row_bytes + 18 * g), _MM_HINT_T0);
+    block(g, acc0);
+    block(g + 1, acc1);
+    block(g + 2, acc0);
+    block(g + 3, acc1);
+  }
+  for (; g < blocks; ++g) block(g, g % 2 ? acc1 : acc0);
+  for (int r = 0; r < R; ++r) out[r] = hsum(_mm256_add_ps(acc0[r], acc1[r]));
+}
+
+// Q4_K (kFive = false) and Q5_K: bytes 32c..32c+31 of qs hold sub-block 2c in their low nibbles
+// and 2c+1 in their high ones; Q5_K's fifth bits for chunk c are bits 2c and 2c+1 of qh[0..31],
+// brought to bit 4 of each byte by 16-bit shifts (only bit 4 of each byte is kept, and it comes
+// from the same byte).
+template <class Dot, bool kFive, int R>
+inline void q4_k_rows(TESSEL_FUSED_ROWS_ARGS) {
+  constexpr int64_t kBytes = kFive ? 176 : 144;
+  const __m256i mask = _mm256_set1_epi8(0xF), bit4 = _mm256_set1_epi8(0x10);
+  const __m256i zero = _mm256_setzero_si256();
+  (void)zx;
+  __m256 acc[2][R];
+  for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks / 8; ++b) {
+    for (int c = 0; c < 4; ++c) {
+      const int64_t g = 8 * b + 2 * c;
+      const __m256i xa = load256(x + 32 * g), xb = load256(x + 32 * g + 32);
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = w + r * row_bytes + b * kBytes;
+        _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + R * row_bytes), _MM_HINT_T0);
+        const __m256i v = load256(p + (kFive ? 48 : 16) + 32 * c);
+        __m256i lo = _mm256_and_si256(v, mask),
+                hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+        if constexpr (kFive) {
+          const __m256i hb = _mm256_srli_epi16(load256(p + 16), 2 * c);
+          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
+        }
+        const float* s = sdx + r * sdx_stride + g;
+        acc[0][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Dot::dot(zero, lo, xa)),
+                                    _mm256_broadcast_ss(s), acc[0][r]);
+        acc[1][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Dot::dot(zero, hi, xb)),
+                                    _mm256_broadcast_ss(s + 1), acc[1][r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum(_mm256_add_ps(acc[0][r], acc[1][r]));
+}
+
+// Q6_K: each half of 128 weights reads ql[64h..64h+63] (A, B) and qh[32h..32h+31] (H); quarter
+// p takes A's or B's low (p = 0, 1) or high (p = 2, 3) nibbles and bits 2p, 2p+1 of H as bits
+// 4-5. Scales per 16 weights (sdx holds two per block).
+template <class Dot, int R>
+inline void q6_k_rows(TESSEL_FUSED_ROWS_ARGS) {
+  const __m256i mask = _mm256_set1_epi8(0xF), top = _mm256_set1_epi8(0x30);
+  __m256 acc[2][R];
+  for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks / 8; ++b) {
+    for (int h = 0; h < 2; ++h) {
+      const int64_t g = 8 * b + 4 * h;
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = w + r * row_bytes + b * int64_t(sizeof(quant::BlockQ6_K));
+        const char* next = reinterpret_cast<const char*>(p + R * row_bytes + 128 * h);
+        _mm_prefetch(next, _MM_HINT_T0);
+        _mm_prefetch(next + 64, _MM_HINT_T0);
+        const __m256i a = load256(p + 64 * h), bb = load256(p + 64 * h + 32);
+        const __m256i hv = load256(p + 128 + 32 * h);
+        const __m256i u[4] = {_mm256_or_si256(_mm256_and_si256(a, mask),
+                                              _mm256_and_si256(_mm256_slli_epi16(hv, 4), top)),
+                              _mm256_or_si256(_mm256_and_si256(bb, mask),
+                                              _mm256_and_si256(_mm256_slli_epi16(hv, 2), top)),
+                              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), mask),
+                                              _mm256_and_si256(hv, top)),
+                              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bb, 4), mask),
+                                              _mm256_and_si256(_mm256_srli_epi16(hv, 2), top))};
+        const float* s = sdx + r * sdx_stride + 2 * g;
+        auto quarter = [&](int q, __m256& a) {
+          const __m256i d = Dot::dot(load256(zx + 8 * (g + q)), u[q], load256(x + 32 * (g + q)));
+          a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), pair_scales(s + 2 * q), a);
+        };
+        quarter(0, acc[0][r]);
+        quarter(1, acc[1][r]);
+        quarter(2, acc[0][r]);
+        quarter(3, acc[1][r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum(_mm256_add_ps(acc[0][r], acc[1][r]));
+}
+
+#undef TESSEL_FUSED_ROWS_ARGS
+
+using FusedRows = void (*)(const uint8_t*, int64_t, const float*, int64_t, const int8_t*,
+                           const int32_t*, int64_t, float*);
+#endif
+
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu
