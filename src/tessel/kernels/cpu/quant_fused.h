@@ -100,25 +100,6 @@ inline void row_scales(quant::QuantType type, const uint8_t* row, int64_t k, Row
   float* off = folded ? nullptr : out.offset.data();
   if (type == QuantType::Q4_0) {
     int64_t g = 0;
-#if TESSEL_KERNEL_ISA_LEVEL >= 1
-    // Eight f16 scales (18 bytes apart) gathered by word inserts from memory and widened at
-    // once: a scalar _cvtsh_ss per block moves each through a general register, which the
-    // kernel flags (-mtune-ctrl=^inter_unit_moves_to_vec) send through the stack.
-    using Half = int16_t __attribute__((may_alias));
-    for (; g + 8 <= k / 32; g += 8) {
-      const uint8_t* p = row + g * 18;
-      __m128i h = _mm_setzero_si128();
-      h = _mm_insert_epi16(h, *reinterpret_cast<const Half*>(p), 0);
-      h = _mm_insert_epi16(h, *reinterpret_cast<const Half*>(p + 18), 1);
-      h = _mm_insert_epi16(h, *reinterpret_cast<const Half*>(p + 36), 2);
-      h = _mm_insert_epi16(h, *reinterpret_cast<const Half*>(p + 54), 3);
-      h = _mm_insert_epi16(h, *reinterpret_cast<const Half*>(p + 72), 4);
-      h = _mm_insert_epi16(h, *reinterpret_cast<const Half*>(p + 90), 5);
-      h = _mm_insert_epi16(h, *reinterpret_cast<const Half*>(p + 108), 6);
-      h = _mm_insert_epi16(h, *reinterpret_cast<const Half*>(p + 126), 7);
-      _mm256_storeu_ps(sc + g, _mm256_cvtph_ps(h));
-    }
-#endif
     for (; g < k / 32; ++g) {
       sc[g] = load_half(row + g * int64_t(sizeof(quant::BlockQ4_0)));
       if (off) off[g] = 8.0f * sc[g];

@@ -73,8 +73,6 @@ template <class Dot>
 std::array<cpu::FusedRows, 2> fused_rows_for(QuantType type) {
   constexpr int kR = cpu::kFusedRows;
   switch (type) {
-    case QuantType::Q4_0:
-      return {cpu::q4_0_rows<Dot, kR>, cpu::q4_0_rows<Dot, 1>};
     case QuantType::Q4_K:
       return {cpu::q4_k_rows<Dot, false, kR>, cpu::q4_k_rows<Dot, false, 1>};
     case QuantType::Q5_K:
@@ -92,13 +90,41 @@ std::array<cpu::FusedRows, 2> choose_fused_rows(QuantType type) {
   return fused_rows_for<cpu::DotAvx2>(type);
 }
 
-// Q4_0, Q4_K, Q5_K, Q6_K: per group of kFusedRows weight rows their f32 block scales (and
+using Q4_0Row = float (*)(const uint8_t*, const int8_t*, const float*, const float*, int64_t);
+
+Q4_0Row choose_q4_0_row() {
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+  if (set_dot() == QuantDot::Avx512Vnni) return cpu::q4_0_row<cpu::DotVnni>;
+#endif
+  if (set_dot() == QuantDot::AvxVnni) return cpu::q4_0_row<cpu::DotAvxVnni>;
+  return cpu::q4_0_row<cpu::DotAvx2>;
+}
+
+// Q4_0: one weight row at a time, its scales read in place (quant_fused_rows.h says why).
+void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
+  const int64_t blocks = s.k / cpu::kActBlock;
+  const cpu::QuantizedRows act = quantize_activations(s, x);
+  std::vector<float> xs32(size_t(s.m * blocks)), xs16(size_t(s.m * 2 * blocks));
+  for (int64_t i = 0; i < s.m; ++i)
+    cpu::activation_block_sums(act.q.data() + i * s.k, act.d.data() + i * blocks, s.k,
+                               xs32.data() + i * blocks, xs16.data() + i * 2 * blocks);
+  const Q4_0Row row_fn = choose_q4_0_row();
+  parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; ++j)
+      for (int64_t i = 0; i < s.m; ++i)
+        y[i * s.n + j] = row_fn(w + j * s.row_bytes, act.q.data() + i * s.k,
+                                act.d.data() + i * blocks, xs32.data() + i * blocks, blocks);
+  });
+}
+
+// Q4_K, Q5_K, Q6_K: per group of kFusedRows weight rows their f32 block scales (and
 // Q4_K / Q5_K's offsets), shared by every activation row; per activation row the scales times
 // its dx, then the group's fused pass (quant_fused_rows.h) minus Q4_K / Q5_K's offsets. Whole
 // groups per task and the same operations per row whether it runs in a group or alone, so no
 // output depends on the split, the group or m.
 void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, const uint8_t* w,
                   float* y) {
+  if (type == QuantType::Q4_0) return q4_0_matmul(s, x, w, y);
   const int64_t blocks = s.k / cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
   const bool per16 = type == QuantType::Q6_K;
@@ -114,8 +140,7 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
   } else {
     zx.resize(size_t(s.m * 8 * blocks));
     for (int64_t i = 0; i < s.m; ++i)
-      cpu::zero_point_lanes(act.q.data() + i * s.k, blocks, per16 ? 32 : 8,
-                            zx.data() + i * 8 * blocks);
+      cpu::zero_point_lanes(act.q.data() + i * s.k, blocks, 32, zx.data() + i * 8 * blocks);
   }
   const std::array<cpu::FusedRows, 2> rows_fn = choose_fused_rows(type);
   constexpr int64_t kR = cpu::kFusedRows;
