@@ -9,7 +9,7 @@
 // is tessel's): the codes stay unsigned (0..15, 0..31, 0..63), the products are unsigned x
 // signed bytes (vpdpbusd, or vpmaddubsw + vpmaddwd: 2 * 63 * 127 < 2^15), and the formats' zero
 // points (Q4_0's 8, Q6_K's 32, Q4_K / Q5_K's mins) are subtracted through the activations'
-// block sums (the SIMD rows fold Q4_0's and Q6_K's into the integer sums instead):
+// block sums (the SIMD rows fold Q6_K's into the integer sums instead):
 //   y = sum_g dx[g] * scale[g] * (u . x)_g  -  sum_t offset[t] * dx * (sum of x codes)_t
 // with t over 32-weight blocks (16 for Q6_K, whose scales are per 16). The per-block f32 scales
 // and offsets of one weight row (k/32 or k/16 floats, from the f16 / 6-bit fields) are worked out
@@ -89,10 +89,9 @@ inline void q6_k_scales(const uint8_t* s16, float d, float* sc, float* off) {
 inline void row_scales(quant::QuantType type, const uint8_t* row, int64_t k, RowScales& out) {
   using quant::QuantType;
   out.per16 = type == QuantType::Q6_K;
-  // The SIMD rows (quant_fused_rows.h) subtract Q4_0's and Q6_K's zero points inside the integer
-  // sums: no offsets for them (an empty offset list sums to 0).
-  const bool folded =
-      TESSEL_KERNEL_ISA_LEVEL >= 1 && type != QuantType::Q4_K && type != QuantType::Q5_K;
+  // The SIMD rows (quant_fused_rows.h) subtract Q6_K's zero points inside the integer sums: no
+  // offsets for it (an empty offset list sums to 0). The SIMD sets read Q4_0's scales in place.
+  const bool folded = TESSEL_KERNEL_ISA_LEVEL >= 1 && type == QuantType::Q6_K;
   const size_t count = size_t(out.per16 ? k / 16 : k / 32);
   out.scale.resize(count);
   out.offset.resize(folded ? 0 : count);
