@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "tessel/tensor/default_device.h"
+#include "tessel/tensor/meta_allocator.h"
 #include "tessel/tensor/meta_copy.h"
 #include "tessel/tensor/tensor.h"
 
@@ -119,6 +120,31 @@ TEST(Meta, CopiesAreReported) {
   EXPECT_EQ(g_seen[0], (std::pair<std::string, std::pair<size_t, size_t>>{"convert", {364, 182}}));
   EXPECT_EQ(g_seen[1].first, "permute");
   EXPECT_EQ(g_seen[2], (std::pair<std::string, std::pair<size_t, size_t>>{"split", {364, 364}}));
+}
+
+// ZeRO-3 releases its parameters' storage and materialises it again around each use; on meta the
+// count follows, once per release and once per materialisation, and a released storage's end
+// counts nothing more.
+TEST(Meta, StorageReleaseAndMaterializeAreCounted) {
+  const size_t before = meta_allocator().bytes_in_use();
+  {
+    Tensor t = empty({7, 13}, DType::F32, Device::meta());
+    EXPECT_TRUE(t.storage().is_materialized());
+    EXPECT_EQ(meta_allocator().bytes_in_use(), before + 7 * 13 * 4);
+    t.storage().release();
+    EXPECT_FALSE(t.storage().is_materialized());
+    EXPECT_EQ(meta_allocator().bytes_in_use(), before);
+    t.storage().release();  // twice: still nothing held
+    EXPECT_EQ(meta_allocator().bytes_in_use(), before);
+    t.storage().materialize();
+    t.storage().materialize();  // already there: no second count
+    EXPECT_TRUE(t.storage().is_materialized());
+    EXPECT_EQ(meta_allocator().bytes_in_use(), before + 7 * 13 * 4);
+    EXPECT_NE(error_of([&] { (void)t.data_ptr(); }).find("meta"), std::string::npos);
+    Tensor u = empty({33}, DType::BF16, Device::meta());
+    u.storage().release();
+  }
+  EXPECT_EQ(meta_allocator().bytes_in_use(), before);
 }
 
 }  // namespace

@@ -17,12 +17,11 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
                " has no allocator in this build");
   auto impl = std::make_shared<TensorImpl>();
   const size_t nbytes = size_t(shape.numel()) * dtype_size(dtype);
-  // A meta tensor's storage knows its size and owns no memory (data() refuses it); the meta
-  // allocator counts the bytes it stands for while it lives.
+  // A meta tensor's storage knows its size and owns no memory (Tensor::data_ptr refuses it); the
+  // meta allocator counts the bytes it stands for while it holds them (released and materialised
+  // again as ZeRO-3 does).
   if (device.is_meta()) {
-    meta_allocator().allocate(nbytes);
-    impl->storage = std::make_shared<Storage>(
-        nullptr, nbytes, device, [nbytes](void*) { meta_allocator().deallocate(nullptr, nbytes); });
+    impl->storage = std::make_shared<Storage>(nbytes, meta_allocator());
   } else {
     impl->storage = std::make_shared<Storage>(nbytes, cpu_allocator());
   }

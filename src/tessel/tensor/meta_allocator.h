@@ -12,8 +12,10 @@ namespace tessel {
 
 class MetaAllocator final : public Allocator {
  public:
-  void* allocate(size_t nbytes) override;  // counts; returns null (a meta storage has no data)
-  void deallocate(void* ptr, size_t nbytes) override;
+  // Counts; returns a placeholder address (a meta storage has no data, but knows it holds its
+  // bytes: Storage::release and materialize count them out and in again).
+  void* allocate(size_t nbytes) override;
+  void deallocate(void* ptr, size_t nbytes) override;  // null: nothing held, nothing counted
   Device device() const override { return Device::meta(); }
 };
 
