@@ -3,9 +3,11 @@
 
 #include "tessel/core/error.h"
 #include "tessel/dist/meta/meta_communicator.h"
+#include "tessel/parallel/data/data_parallel.h"
 #include "tessel/parallel/pipeline/generators.h"
 #include "tessel/parallel/pipeline/partition.h"
 #include "tessel/parallel/tensor/vocab_parallel.h"
+#include "tessel/parallel/zero/zero3.h"
 #include "tessel/tensor/default_device.h"
 #include "tessel/train/model_tensor_parallel.h"
 #include "tessel/train/pipeline_stage.h"
@@ -82,6 +84,69 @@ void set_tensor_parallel(plan::MemoryLayout& layout, int tp, int tp_rank,
   layout.tp_loss = [state](const Tensor& logits, const Tensor& targets) {
     return parallel::vocab_parallel_cross_entropy(logits, targets, *state->tp, state->vocab,
                                                   state->vocab_offset);
+  };
+}
+
+void set_data_parallel(plan::MemoryLayout& layout) {
+  if (layout.dp <= 1 || layout.zero_stage < 2) {
+    layout.dp_transform = nullptr;
+    return;
+  }
+  const int dp = layout.dp, stage = layout.zero_stage;
+  const int64_t bucket_bytes = layout.bucket_bytes;
+  layout.dp_transform = [dp, stage, bucket_bytes](models::CausalLM& model,
+                                                  const std::vector<std::string>& trained) {
+    struct State {
+      std::unique_ptr<parallel::DataParallel> ddp;
+      std::unique_ptr<parallel::Zero3Parameters> zero3;
+    };
+    auto state = std::make_shared<State>();
+    nn::NamedTensors params;
+    for (const std::string& name : trained) params.emplace_back(name, model.find(name));
+    // A pipeline rank trains some of the parameters only.
+    const bool stages = params.size() != model.named_parameters().size();
+    parallel::DataParallelOptions options;
+    options.bucket_bytes = bucket_bytes;
+    options.reduction = parallel::GradReduction::ReduceScatter;
+    std::vector<parallel::Zero3Unit> units;
+    if (stage == 3) {
+      // As the trainer's units: one per block and the final norm, one per other parameter; under
+      // pp those of the rank's parameters, the embeddings hooked on their own modules.
+      for (parallel::Zero3Unit& u : parallel::zero3_units(model, model.unit_paths())) {
+        std::erase_if(u.params, [&](const std::string& p) {
+          return std::find(trained.begin(), trained.end(), p) == trained.end();
+        });
+        if (u.params.empty()) continue;
+        if (stages && u.module == &model) u.module = train::owner_module(model, u.params[0]);
+        units.push_back(std::move(u));
+      }
+      options.groups = parallel::zero3_groups(params, units);
+    }
+    state->ddp = std::make_unique<parallel::DataParallel>(
+        params, dist::make_meta_communicator(dp, 0, "dp"), options);
+    if (stage == 3) {
+      parallel::Zero3Options zo;
+      zo.copy_values = false;
+      state->zero3 = std::make_unique<parallel::Zero3Parameters>(*state->ddp, units, zo);
+    }
+    // The state a step after the first finds: the gradient shards made, no full buffer left.
+    state->ddp->finish_gradient_sync();
+    model.zero_grad();
+    plan::DataParallelRun run;
+    parallel::DataParallel* ddp = state->ddp.get();
+    parallel::Zero3Parameters* zero3 = state->zero3.get();
+    run.before_backward = [ddp](bool last) { ddp->set_sync(last); };
+    run.finish = [ddp] {
+      ddp->set_sync(true);
+      ddp->finish_gradient_sync();
+    };
+    if (zero3) {
+      run.after_backward = [zero3] { zero3->finish_backward(); };
+      run.defer = [zero3](const Tensor& p) { return zero3->holds(p); };
+      run.set_low_precision = [zero3](nn::LowPrecisionScope* s) { zero3->set_low_precision(s); };
+    }
+    run.state = std::move(state);
+    return run;
   };
 }
 

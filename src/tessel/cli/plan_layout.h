@@ -24,4 +24,10 @@ plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::s
 void set_tensor_parallel(plan::MemoryLayout& layout, int tp, int tp_rank,
                          const std::string& plan_path, bool sp);
 
+// Sets layout.dp_transform for ZeRO-2 and ZeRO-3 over layout.dp ranks (stage and bucket size from
+// the layout; nothing for dp 1 or ZeRO-0/1, which the memory model counts by formula): the
+// runtime's DataParallel and Zero3Parameters (units as the trainer makes them, under pp those
+// of the rank's stages) on the model built on meta, over a shape-only dp communicator.
+void set_data_parallel(plan::MemoryLayout& layout);
+
 }  // namespace tessel::cli

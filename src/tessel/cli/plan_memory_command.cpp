@@ -46,6 +46,7 @@ void run_memory(MemoryArgs a) {
   a.layout.compute_dtype = precision_dtype(a.precision);
   a.layout.bucket_bytes = int64_t(a.bucket_mb * double(1 << 20));
   set_tensor_parallel(a.layout, a.tp, 0, a.tp_plan, false);
+  set_data_parallel(a.layout);
   // Every pipeline rank holds different stages: each is predicted, and the figures below are the
   // rank with the largest peak.
   std::vector<plan::MemoryEstimate> ranks;

@@ -51,6 +51,11 @@ std::vector<BucketPlan> zero3_buckets(const models::CausalLM& model,
   return out;
 }
 
+// ZeRO-2/3 traced by the runtime's own code (MemoryLayout::dp_transform).
+bool runs_zero(const MemoryLayout& layout) {
+  return layout.dp > 1 && layout.zero_stage >= 2 && bool(layout.dp_transform);
+}
+
 }  // namespace
 
 std::vector<BucketPlan> plan_buckets(const std::vector<std::pair<std::string, int64_t>>& params,
@@ -95,7 +100,10 @@ Graph trace_for_layout(const models::ModelConfig& config, const MemoryLayout& la
   options.gradients_held = layout.dp > 1;  // in the buckets, or in ZeRO-2/3's full buffers
   options.transform = layout.tp_transform;
   options.loss = layout.tp_loss;
-  if (layout.dp > 1 && layout.zero_stage == 2) {
+  if (runs_zero(layout)) {
+    options.data_parallel = layout.dp_transform;
+    options.micro_batches = layout.pipeline.active() ? 1 : layout.grad_accum;
+  } else if (layout.dp > 1 && layout.zero_stage == 2) {
     // The full (padded) bucket buffers live from the backward's first gradient to the sync.
     const MemoryEstimate state = estimate_state(config, layout);
     options.first_gradient_bytes = state.gradient_buffer_bytes;
@@ -119,8 +127,9 @@ MemoryEstimate estimate_state(const models::ModelConfig& config, const MemoryLay
   const int stage = dp > 1 ? layout.zero_stage : 0;
   TESSEL_CHECK(layout.tp == 1 || layout.tp_transform, "memory model: tp ", layout.tp,
                " needs the runtime's tensor-parallel transform (MemoryLayout::tp_transform)");
-  TESSEL_CHECK(!layout.pipeline.active() || stage < 3, "memory model: ZeRO-3 with pp ",
-               layout.pipeline.ranks, " is not modelled");
+  TESSEL_CHECK(!layout.pipeline.active() || stage < 3 || layout.dp_transform,
+               "memory model: ZeRO-3 with pp ", layout.pipeline.ranks,
+               " needs the runtime's data parallelism (MemoryLayout::dp_transform)");
 
   std::vector<std::pair<std::string, int64_t>> params;
   std::shared_ptr<models::CausalLM> model;
@@ -199,6 +208,7 @@ MemoryEstimate estimate_state(const models::ModelConfig& config, const MemoryLay
       }
       m.gathered_bytes = outside + largest_block;
       m.gradient_buffer_bytes = largest_outside;
+      if (runs_zero(layout)) m.gathered_bytes = m.gradient_buffer_bytes = 0;  // in the trace
       break;
     }
   }

@@ -22,6 +22,7 @@
 #include "tessel/nn/recompute.h"
 #include "tessel/plan/graph.h"
 #include "tessel/plan/pipeline_rank.h"
+#include "tessel/plan/trace.h"
 
 namespace tessel::plan {
 
@@ -44,6 +45,10 @@ struct MemoryLayout {
   // Pipeline parallelism: this rank's stages and schedule (pipeline_rank.h; grad_accum is then
   // its micro-batches). Inactive (ranks 1) by default.
   PipelineRank pipeline;
+  // ZeRO-2 and ZeRO-3 over dp > 1 by the runtime's own DataParallel and Zero3Parameters on meta
+  // (trace.h; cli/plan_layout.h supplies it): the step's full gradient buffers, gathered units and
+  // gather buffers are then traced, not estimated. Required for ZeRO-3 with a pipeline.
+  DataParallelTransform dp_transform;
 };
 
 // One gradient bucket as the runtime builds it (parameters in reverse model order).

@@ -101,11 +101,15 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
     nn::Module* m = holder(*model, name);
     if (std::find(roots.begin(), roots.end(), m) == roots.end()) roots.push_back(m);
   }
-  if (options.gradients_held)
+  DataParallelRun dp;
+  if (options.data_parallel) {
+    dp = options.data_parallel(*model, trained);
+  } else if (options.gradients_held) {
     for (const std::string& name : trained) {
       Tensor p = model->find(name);
       if (!p.grad().defined()) p.set_grad(zeros(p.shape(), DType::F32));
     }
+  }
 
   const double step_base = double(meta_allocator().bytes_in_use());
   meta_allocator().reset_peak();
@@ -122,8 +126,13 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
   {
     kernels::KernelObserverScope observe(recorder);
     dist::MetaCallObserverScope observe_calls(recorder.collective_observer());
+    // Nothing synchronises inside the schedule; the trainer's axes finish after it.
+    if (dp.before_backward) dp.before_backward(false);
     std::optional<nn::LowPrecisionScope> autocast;
-    if (options.compute_dtype != DType::F32) autocast.emplace(roots, options.compute_dtype);
+    if (options.compute_dtype != DType::F32) {
+      autocast.emplace(roots, options.compute_dtype, dp.defer);
+      if (dp.set_low_precision) dp.set_low_precision(&*autocast);
+    }
 
     const std::vector<PipelineAction>& list = pr.actions;
     std::map<std::pair<int, int>, Slot> slots;
@@ -139,13 +148,18 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
         if (is_recv(list[posted_upto].kind))
           posted[posted_upto] = empty(message_shape, message_dtype);
     };
-    // A send's buffer lives until the executor tests it after the next compute.
-    std::vector<Tensor> sends;
-    auto send = [&](Tensor payload) {
+    // A send's buffer lives until the executor finds it complete, testing after each compute.
+    // An activation's is the stage output its backward keeps anyway; a gradient's is the only
+    // reference to the input's gradient, and whether its send has completed by the test after
+    // the next compute depends on the receiver's progress (measured: mostly not, so the rank's
+    // next backward, its peak, often still holds it). Kept through the second compute after the
+    // send: the larger of the two outcomes (docs/PLANNER.md, "Memory model").
+    std::vector<std::pair<Tensor, int>> sends;  // payload, computes it still outlives
+    auto send = [&](Tensor payload, int computes) {
       graph.collectives.push_back({"send", "pp", pr.ranks,
                                    double(payload.numel()) * double(dtype_size(payload.dtype())),
                                    recorder.backward() ? Phase::Backward : Phase::Forward});
-      sends.push_back(std::move(payload));
+      sends.emplace_back(std::move(payload), computes);
     };
     post_ahead(0);
     for (size_t i = 0; i < list.size(); ++i) {
@@ -192,12 +206,13 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
           break;
         }
         case PipelineActionKind::SendActivation:
-          send(slots[{a.stage, a.microbatch}].output.detach());
+          send(slots[{a.stage, a.microbatch}].output.detach(), 1);
           break;
         case PipelineActionKind::SendGradient: {
           Slot& s = slots[{a.stage, a.microbatch}];
           send(s.input.grad().defined() ? s.input.grad().detach()
-                                        : zeros(message_shape, message_dtype));
+                                        : zeros(message_shape, message_dtype),
+               2);
           s.input = Tensor();
           break;
         }
@@ -214,10 +229,15 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
           break;
         }
       }
-      if (is_compute(a.kind)) sends.erase(sends.begin(), sends.begin() + long(sent_before));
+      if (is_compute(a.kind)) {
+        for (size_t k = 0; k < sent_before; ++k) --sends[k].second;
+        std::erase_if(sends, [](const auto& s) { return s.second <= 0; });
+      }
     }
     sends.clear();
     slots.clear();
+    if (autocast && dp.set_low_precision) dp.set_low_precision(nullptr);
+    autocast.reset();
     after_schedule = double(meta_allocator().bytes_in_use());
   }
   // The first stage receives the head's gradient of the tied embedding into a buffer of its
@@ -226,6 +246,10 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
   if (pr.owner(0) == pr.rank && pr.owner(last_stage) != pr.rank)
     for (const std::string& name : model->head_tied_parameters())
       tied_buffer += double(model->find(name).storage().nbytes());
+  // Then the axes finish (ZeRO-3 releases every unit; the gradient sync), before the trainer
+  // reads its step peak.
+  if (dp.after_backward) dp.after_backward();
+  if (dp.finish) dp.finish();
   graph.step_peak_bytes = std::max({double(meta_allocator().peak_bytes()), recorder.kernel_peak(),
                                     after_schedule + tied_buffer}) -
                           step_base;

@@ -84,9 +84,15 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
       graph.saved_bytes_outside += bytes;
   };
 
-  if (options.gradients_held)
+  DataParallelRun dp;
+  if (options.data_parallel) {
+    std::vector<std::string> trained;
+    for (const auto& [name, p] : model->named_parameters()) trained.push_back(name);
+    dp = options.data_parallel(*model, trained);
+  } else if (options.gradients_held) {
     for (Tensor& p : model->parameters())
       if (!p.grad().defined()) p.set_grad(zeros(p.shape(), DType::F32));
+  }
   Tensor gradient_buffer;  // TraceOptions::first_gradient_bytes, from the first gradient on
   std::vector<std::pair<Tensor, int64_t>> grad_hooks;
   if (options.first_gradient_bytes > 0)
@@ -99,6 +105,39 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
   // The step begins before the batch is loaded, as the trainer's step peak does.
   const double step_base = double(meta_allocator().bytes_in_use());
   meta_allocator().reset_peak();
+  // The 16-bit weight copies, made per micro-batch as the trainer's precision axis makes them
+  // (under ZeRO-3 each unit's when it is gathered).
+  auto low_precision = [&](std::optional<nn::LowPrecisionScope>& scope) {
+    if (options.compute_dtype == DType::F32) return;
+    autograd::ScopeGuard root(0);  // the weight casts belong to the model
+    scope.emplace(std::vector<nn::Module*>{model.get()}, options.compute_dtype, dp.defer);
+    if (dp.set_low_precision) dp.set_low_precision(&*scope);
+  };
+  auto end_low_precision = [&](std::optional<nn::LowPrecisionScope>& scope) {
+    if (scope && dp.set_low_precision) dp.set_low_precision(nullptr);
+    scope.reset();
+  };
+  auto loss_of = [&](const Tensor& ids, const Tensor& targets) {
+    return options.loss ? options.loss(model->forward(ids), targets) : model->loss(ids, targets);
+  };
+  if (options.data_parallel && options.micro_batches > 1) {
+    // The accumulating micro-batches before the traced one: no communication, gradients summed
+    // into the buffers the last one reduces. Not recorded.
+    Tensor ids = empty({options.batch, seq}, DType::I64);
+    Tensor targets = empty({options.batch, seq}, DType::I64);
+    std::optional<nn::LowPrecisionScope> autocast;
+    low_precision(autocast);
+    Tensor loss = loss_of(ids, targets);
+    if (dp.before_backward) dp.before_backward(false);
+    Tensor seed;
+    {
+      autograd::NoGradGuard no_grad;
+      seed = ones(loss.shape(), loss.dtype());
+    }
+    autograd::backward({loss}, {seed});
+    if (dp.after_backward) dp.after_backward();
+    end_low_precision(autocast);
+  }
   Tensor ids = empty({options.batch, seq}, DType::I64);
   Tensor targets = empty({options.batch, seq}, DType::I64);
   {
@@ -106,10 +145,7 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
     dist::MetaCallObserverScope observe_calls(recorder.collective_observer());
     autograd::SavedTensorObserverScope observe_saved(on_saved);
     std::optional<nn::LowPrecisionScope> autocast;
-    if (options.compute_dtype != DType::F32) {
-      autograd::ScopeGuard root(0);  // the weight casts belong to the model
-      autocast.emplace(*model, options.compute_dtype);
-    }
+    low_precision(autocast);
     // The 16-bit weight copies are made once per step, before the forward; the linear layers
     // save them, but they are weights, not activations.
     for (const void* storage : recorder.written()) parameters.insert(storage);
@@ -117,8 +153,9 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
     {
       // The loss belongs to the model: the root module's scope.
       autograd::ScopeGuard root(0);
-      loss = options.loss ? options.loss(model->forward(ids), targets) : model->loss(ids, targets);
+      loss = loss_of(ids, targets);
     }
+    if (dp.before_backward) dp.before_backward(true);
     recorder.set_backward();
     Tensor seed;
     {
@@ -128,6 +165,9 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
       seed = ones(loss.shape(), loss.dtype());
     }
     autograd::backward({loss}, {seed});
+    if (dp.after_backward) dp.after_backward();
+    end_low_precision(autocast);
+    if (dp.finish) dp.finish();  // the trainer reads its step peak after the gradient sync
   }
   graph.step_peak_bytes =
       std::max(double(meta_allocator().peak_bytes()), recorder.kernel_peak()) - step_base;

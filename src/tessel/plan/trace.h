@@ -11,16 +11,39 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tessel/core/dtype.h"
 #include "tessel/models/causal_lm.h"
+#include "tessel/nn/autocast.h"
 #include "tessel/nn/recompute.h"
 #include "tessel/plan/graph.h"
 #include "tessel/plan/pipeline_rank.h"
 
 namespace tessel::plan {
+
+// Data parallelism with ZeRO-2 or ZeRO-3 as the runtime runs it on one dp rank, set up on the model
+// built on meta by a layer above the planner (cli/plan_layout.h: parallel::DataParallel and
+// Zero3Parameters over a shape-only communicator of the dp ranks, in the state a step after the
+// first finds them: gradient shards made, ZeRO-3's parameters released to their shards). The
+// trace then drives it as the trainer does, so the full gradient buffers, the gathered units, the
+// gather buffers and the 16-bit copies of gathered units live exactly as long as they would.
+struct DataParallelRun {
+  std::shared_ptr<void> state;  // keeps the runtime's objects (and their hooks) alive
+  std::function<void(bool last)> before_backward;  // the last micro-batch of a step communicates
+  std::function<void()> after_backward;            // ZeRO-3: no unit stays gathered
+  std::function<void()> finish;                    // the step's gradient sync
+  // Mixed precision: masters whose 16-bit copies wait for their unit's gather, and the scope
+  // handed to ZeRO-3 (null: none) for as long as it lives.
+  nn::LowPrecisionScope::Defer defer;
+  std::function<void(nn::LowPrecisionScope*)> set_low_precision;
+};
+// Sets up data parallelism over `trained` (the parameters this rank trains, model order) of
+// `model`, as built on meta (and transformed).
+using DataParallelTransform = std::function<DataParallelRun(
+    models::CausalLM& model, const std::vector<std::string>& trained)>;
 
 struct TraceOptions {
   int64_t batch = 1;  // sequences per micro-batch
@@ -51,6 +74,13 @@ struct TraceOptions {
   std::function<Tensor(const Tensor& logits, const Tensor& targets)> loss;
   // Pipeline messages' sequence length (sequence parallelism sends this rank's piece); 0: seq.
   int64_t message_seq = 0;
+  // ZeRO-2/3 by the runtime's own code (above); replaces gradients_held and first_gradient_bytes.
+  DataParallelTransform data_parallel;
+  // Micro-batches per step (without a pipeline): with data_parallel and more than one, a first
+  // micro-batch runs before the traced one without communicating, as the trainer's accumulation
+  // does, so that the traced one starts with the buffers the others filled (its ops are not
+  // recorded: the graph stays one micro-batch).
+  int64_t micro_batches = 1;
 };
 
 // Forward + loss + backward of one micro-batch of `config`'s model, as a graph.
