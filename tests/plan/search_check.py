@@ -58,14 +58,17 @@ def search(tessel, config, cluster, env, check=True, extra=(), batch=6):
 
 
 def check_against_plan_memory(tessel, config, cluster, res, env):
-    """A ranked tp layout and a ranked pp layout of each schedule carry `tessel plan memory`'s own
-    figures for the same layout (the largest pipeline rank's memory, the pipeline step time)."""
+    """A ranked tp layout and a ranked pp layout of each schedule (interleaved with two chunks per
+    rank among them) carry `tessel plan memory`'s own figures for the same layout (the largest
+    pipeline rank's memory, the pipeline step time)."""
     picks = {}
     for r in res["ranked"]:
         if r["tp"] > 1 or r["pp"] > 1:
             picks.setdefault((r["tp"], r["pp"], r.get("schedule")), r)
-    if not any(k[0] > 1 for k in picks) or {k[2] for k in picks if k[1] > 1} != {"gpipe", "1f1b"}:
-        fail(f"the search ranked no tp layout or not both pipeline schedules: {sorted(picks)}")
+    if not any(k[0] > 1 for k in picks) or \
+            {k[2] for k in picks if k[1] > 1} != {"gpipe", "1f1b", "interleaved:2"}:
+        fail(f"the search ranked no tp layout or not every pipeline schedule (gpipe, 1f1b, "
+             f"interleaved:2): {sorted(picks, key=str)}")
     for (tp, pp, schedule), r in sorted(picks.items(), key=str):
         cmd = [tessel, "plan", "memory", "--model", config, "--cluster", cluster, "--json",
                "--dp", str(r["dp"]), "--tp", str(tp), "--pp", str(pp), "--zero",
@@ -156,6 +159,20 @@ def main():
             fail("the table lacks the best plan's command")
         if "out of memory: needs" not in table:
             fail("the table does not say why layouts were not ranked")
+        # Bare `tessel plan` with the search's options prints the same table; without them it
+        # says what it needs in one line; its help lists the subcommands.
+        bare = run([tessel, "plan", "--model", config, "--cluster", cluster,
+                    "--global-batch", "6", "--seq", "15"], env=env).stdout
+        if bare != table:
+            fail(f"`tessel plan` printed\n{bare}\nbut `tessel plan search`\n{table}")
+        p = subprocess.run([tessel, "plan"], capture_output=True, text=True, env=env)
+        lines = [l for l in p.stderr.splitlines() if l.strip()]
+        if p.returncode == 0 or len(lines) != 1 or "--global-batch" not in lines[0]:
+            fail(f"bare `tessel plan`: exit {p.returncode}, stderr {p.stderr!r}")
+        helptext = run([tessel, "plan", "--help"], env=env).stdout
+        for sub in ("search", "memory", "trace", "shard", "calibrate"):
+            if sub not in helptext:
+                fail(f"`tessel plan --help` does not list `{sub}`:\n{helptext}")
         check_against_plan_memory(
             tessel, config, roomy,
             json.loads(search(tessel, config, roomy, env, extra=["--top", "1000"]).stdout), env)

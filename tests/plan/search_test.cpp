@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 
 #include "common/error_text.h"
 #include "tessel/models/family.h"
@@ -90,11 +91,16 @@ TEST(PlanSearch, UnmodelledAndInvalidFactorisationsSayWhy) {
   const auto config = tiny_gpt2();
   const SearchResult res = search_plans(*config, node(int64_t(1) << 40, 3), request(3));
   // 3 devices, a request without the runtime's tensor-parallel transform and pipeline stages:
-  // dp 3 is predicted; tp 3 and pp 3 (each schedule) are listed once each with the reason.
+  // dp 3 is predicted; tp 3 and pp 3 (each schedule: 1f1b, gpipe and interleaved with 2 chunks,
+  // the only count whose 3 x V stages the 6 pipeline layers hold) are listed once each with the
+  // reason.
   std::vector<const PlanResult*> other;
   for (const PlanResult& r : res.pruned)
     if (r.status != PlanStatus::OutOfMemory) other.push_back(&r);
-  ASSERT_EQ(other.size(), 3u);
+  ASSERT_EQ(other.size(), 4u);
+  int interleaved = 0;
+  for (const PlanResult* r : other) interleaved += r->layout.schedule == "interleaved:2";
+  EXPECT_EQ(interleaved, 1);
   for (const PlanResult* r : other) {
     EXPECT_EQ(r->status, PlanStatus::NotModelled);
     if (r->layout.pp == 3) {
@@ -109,7 +115,8 @@ TEST(PlanSearch, UnmodelledAndInvalidFactorisationsSayWhy) {
       EXPECT_NE(r->reason.find("tp > 1"), std::string::npos) << r->reason;
     }
   }
-  // 5 devices: 9 rows do not divide over dp 5, 6 heads not over tp 5.
+  // 5 devices: 9 rows do not divide over dp 5, 6 heads not over tp 5, and 6 pipeline layers do
+  // not hold two chunks on each of pp 5 ranks.
   const SearchResult five = search_plans(*config, node(int64_t(1) << 40, 5), request(5));
   EXPECT_TRUE(five.ranked.empty());
   int invalid = 0;
@@ -117,10 +124,12 @@ TEST(PlanSearch, UnmodelledAndInvalidFactorisationsSayWhy) {
     if (r.status == PlanStatus::Invalid) {
       ++invalid;
       EXPECT_TRUE(r.reason.find("dp 5") != std::string::npos ||
-                  r.reason.find("tp 5") != std::string::npos)
+                  r.reason.find("tp 5") != std::string::npos ||
+                  r.reason.find("interleaved at pp 5 needs at least 10 pipeline layers") !=
+                      std::string::npos)
           << r.reason;
     }
-  EXPECT_EQ(invalid, 2);
+  EXPECT_EQ(invalid, 3);
   const std::string e = test::error_of([&] { best_plan(five); });
   EXPECT_NE(e.find("no layout"), std::string::npos) << e;
   EXPECT_NE(e.find("dp 5"), std::string::npos) << e;
@@ -172,6 +181,7 @@ PipelineRank two_rank(const std::string& schedule, int m, int rank) {
 TEST(PlanSearch, PipelineLayoutsCarryTheModelsOwnFigures) {
   const auto config = tiny_gpt2();
   SearchRequest req = request(2);
+  req.schedules = {"1f1b", "gpipe"};  // two_rank makes these two
   req.pipeline_rank = [](const std::string& schedule, int pp, int m, int rank) {
     EXPECT_EQ(pp, 2);
     return two_rank(schedule, m, rank);
@@ -209,22 +219,62 @@ TEST(PlanSearch, PipelineLayoutsCarryTheModelsOwnFigures) {
     EXPECT_NE(r.status, PlanStatus::OutOfMemory) << r.layout.str();
     if (r.layout.tp == 2) EXPECT_NE(r.reason.find("tensor-parallel"), std::string::npos);
   }
-  // What the models still refuse: interleaved schedules, ZeRO-3 under pp; and tp/pp layouts of a
-  // request without the runtime's pieces.
+  // The models cover interleaved schedules and ZeRO-3 under pp; a request without the runtime's
+  // data parallelism cannot trace ZeRO-3 under pp (its units gather inside the stages), and one
+  // without the runtime's pieces no tp/pp layout. An unknown schedule is refused by name.
   Layout l;
   l.pp = 2;
   l.schedule = "interleaved:2";
-  EXPECT_NE(model_coverage(l).find("interleaved"), std::string::npos);
+  EXPECT_EQ(model_coverage(l), "");
+  l.schedule = "zigzag";
+  EXPECT_NE(model_coverage(l).find("'zigzag'"), std::string::npos);
   l.schedule = "1f1b";
   EXPECT_EQ(model_coverage(l), "");
   l.dp = 2;
   l.zero_stage = 3;
-  EXPECT_NE(model_coverage(l).find("ZeRO-3"), std::string::npos);
+  EXPECT_EQ(model_coverage(l), "");
+  SearchRequest four = request(4);
+  four.global_batch = 8;
+  four.pipeline_rank = req.pipeline_rank;
+  const PlanResult z3 = predict_layout(*config, node(int64_t(1) << 40, 4), four, l);
+  EXPECT_EQ(z3.status, PlanStatus::NotModelled);
+  EXPECT_NE(z3.reason.find("data-parallel runtime"), std::string::npos) << z3.reason;
   Layout tp;
   tp.tp = 3;
   EXPECT_EQ(model_coverage(tp), "");
   EXPECT_EQ(predict_layout(*config, node(int64_t(1) << 40, 3), request(3), tp).status,
             PlanStatus::NotModelled);
+}
+
+// The search asks for interleaved:V for every V whose 2 x V stages the 6 pipeline layers hold (2
+// and 3) and only micro-batch counts that are multiples of pp (8 rows: 8, 4 and 2, never 1).
+TEST(PlanSearch, InterleavedSchedulesByChunksAndMicroBatchGroups) {
+  const auto config = tiny_gpt2();
+  SearchRequest req = request(2);
+  req.global_batch = 8;
+  req.schedules = {"interleaved"};
+  req.recompute = {nn::Recompute::None};
+  std::set<std::pair<std::string, int>> asked;
+  req.pipeline_rank = [&](const std::string& schedule, int pp, int m, int rank) {
+    EXPECT_EQ(pp, 2);
+    asked.insert({schedule, m});
+    // The two-rank 1F1B list stands in for the runtime's generator (above plan/), which
+    // plan.memory_model_mpi and plan.search_train_auto run.
+    return two_rank("1f1b", m, rank);
+  };
+  const SearchResult res = search_plans(*config, node(int64_t(1) << 40, 2), req);
+  const std::set<std::pair<std::string, int>> expected = {
+      {"interleaved:2", 8}, {"interleaved:2", 4}, {"interleaved:2", 2},
+      {"interleaved:3", 8}, {"interleaved:3", 4}, {"interleaved:3", 2}};
+  EXPECT_EQ(asked, expected);
+  int ranked = 0;
+  for (const PlanResult& r : res.ranked)
+    if (r.layout.pp == 2) {
+      ++ranked;
+      EXPECT_EQ(r.layout.grad_accum % 2, 0) << r.layout.str();
+      EXPECT_EQ(r.layout.schedule.rfind("interleaved:", 0), 0u) << r.layout.str();
+    }
+  EXPECT_EQ(ranked, 6);
 }
 
 TEST(PlanSearch, ImpossibleRequestNamesTheLeastMemory) {

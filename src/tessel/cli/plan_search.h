@@ -4,6 +4,7 @@
 // `tessel train --cluster FILE` (which writes the layout's predictions beside its measurements).
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <string>
 
 #include "tessel/plan/search.h"
@@ -27,5 +28,9 @@ plan::Layout train_layout_of(const train::TrainConfig& config, int dp, int tp, i
 
 // "--dp 2 --tp 1 --pp 1 --set parallel.zero_stage=1 ...": the layout as `tessel train` flags.
 std::string join_args(const std::vector<std::string>& args);
+
+// Bare `tessel plan --model M --cluster F --global-batch B`: the search's options on `plan`
+// itself, which print the ranked plans as `plan search` does when no subcommand is given.
+void add_plan_search_options(CLI::App& plan);
 
 }  // namespace tessel::cli

@@ -165,6 +165,7 @@ void set_runtime_layouts(plan::SearchRequest& request, const models::ConfigPtr& 
   request.pipeline_rank = [model](const std::string& schedule, int pp, int microbatches, int rank) {
     return pipeline_rank(*model, schedule, pp, microbatches, rank);
   };
+  request.data_parallel = [](plan::MemoryLayout& layout) { set_data_parallel(layout); };
 }
 
 plan::SearchRequest train_search_request(const train::TrainConfig& c, int devices,
@@ -200,21 +201,22 @@ std::string join_args(const std::vector<std::string>& args) {
   return s;
 }
 
-void add_plan_search_command(CLI::App& plan) {
-  auto args = std::make_shared<SearchArgs>();
-  CLI::App* cmd = plan.add_subcommand(
-      "search", "Rank the training layouts of a model on a cluster by predicted step time");
+namespace {
+
+// The search's options on `cmd`; `required`: --model, --cluster and --global-batch must be given
+// (`plan search`), or are checked by the caller (bare `plan`, whose subcommands need none).
+void add_search_options(CLI::App* cmd, const std::shared_ptr<SearchArgs>& args, bool required) {
   cmd->add_option("-m,--model", args->model,
                   "A preset (124M, llama:tiny), config.json or model dir")
-      ->required();
+      ->required(required);
   cmd->add_option("--cluster", args->cluster, "Cluster description (TOML, docs/PLANNER.md)")
-      ->required();
+      ->required(required);
   cmd->add_option("--devices", args->request.devices,
                   "Ranks to plan for (default: the description's devices)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("-B,--global-batch", args->request.global_batch,
                   "Sequences per optimizer step over every dp rank")
-      ->required()
+      ->required(required)
       ->check(CLI::PositiveNumber);
   cmd->add_option("-t,--seq", args->request.seq, "Tokens per sequence (default: the context)");
   cmd->add_option("--precision", args->precision, "fp32, or bf16 / fp16 over f32 master weights")
@@ -233,7 +235,32 @@ void add_plan_search_command(CLI::App& plan) {
       ->capture_default_str();
   cmd->add_option("--top", args->top, "Ranked layouts to print")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print JSON instead of a table");
+}
+
+}  // namespace
+
+void add_plan_search_command(CLI::App& plan) {
+  auto args = std::make_shared<SearchArgs>();
+  CLI::App* cmd = plan.add_subcommand(
+      "search", "Rank the training layouts of a model on a cluster by predicted step time");
+  add_search_options(cmd, args, true);
   cmd->callback([args] { run_search(*args); });
+}
+
+void add_plan_search_options(CLI::App& plan) {
+  auto args = std::make_shared<SearchArgs>();
+  add_search_options(&plan, args, false);
+  CLI::App* app = &plan;
+  // `tessel plan --model M --cluster F --global-batch B`: the ranked plans, as `plan search`
+  // prints them; with a subcommand the subcommand runs instead.
+  plan.callback([args, app] {
+    if (!app->get_subcommands().empty()) return;
+    TESSEL_CHECK(!args->model.empty() && !args->cluster.empty() && args->request.global_batch > 0,
+                 "plan: give --model, --cluster and --global-batch to rank the layouts of a "
+                 "model on a cluster (as `tessel plan search`), or one of the subcommands "
+                 "search, memory, trace, shard, calibrate (tessel plan --help)");
+    run_search(*args);
+  });
 }
 
 }  // namespace tessel::cli

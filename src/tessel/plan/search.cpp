@@ -53,6 +53,10 @@ class Traces {
     std::string key = std::to_string(m.micro_batch) + "/" + std::to_string(int(m.recompute)) + "/" +
                       std::to_string(m.dp > 1) + "/" +
                       std::to_string(m.dp > 1 && m.zero_stage == 2) + "/" + std::to_string(m.tp);
+    // The runtime's ZeRO-2/3 on meta: its stage, dp size and micro-batches change the step.
+    if (m.dp > 1 && m.zero_stage >= 2 && m.dp_transform)
+      key += "/zero" + std::to_string(m.zero_stage) + "/" + std::to_string(m.dp) + "/" +
+             std::to_string(m.grad_accum);
     if (m.pipeline.active())
       key += "/" + m.pipeline.schedule + "/" + std::to_string(m.pipeline.ranks) + "/" +
              std::to_string(m.pipeline.rank) + "/" + std::to_string(m.pipeline.microbatches);
@@ -80,6 +84,8 @@ std::string coverage(const Layout& l, const SearchRequest& request) {
     return "tp > 1: the request has no tensor-parallel transform to trace";
   if (l.pp > 1 && !request.pipeline_rank)
     return "pp > 1: the request has no pipeline stage partition to trace";
+  if (l.pp > 1 && l.dp > 1 && l.zero_stage == 3 && !request.data_parallel)
+    return "ZeRO-3 with pp > 1: the request has no data-parallel runtime to trace";
   return "";
 }
 
@@ -168,11 +174,9 @@ std::vector<std::string> Layout::train_args() const {
 }
 
 std::string model_coverage(const Layout& layout) {
-  if (layout.pp > 1 && layout.zero_stage == 3)
-    return "ZeRO-3 with pp > 1: the memory model has no term for stages gathering their own units";
-  if (layout.pp > 1 && layout.schedule != "gpipe" && layout.schedule != "1f1b")
-    return "schedule '" + layout.schedule +
-           "': the search predicts gpipe and 1f1b pipelines (interleaved chunks are not chosen)";
+  if (layout.pp > 1 && layout.schedule != "gpipe" && layout.schedule != "1f1b" &&
+      layout.schedule.rfind("interleaved", 0) != 0)
+    return "schedule '" + layout.schedule + "': the models know gpipe, 1f1b and interleaved[:V]";
   return "";
 }
 
@@ -196,6 +200,7 @@ MemoryLayout memory_layout(const Layout& layout, const SearchRequest& request, i
                  " needs the runtime's pipeline stages in the request");
     m.pipeline = request.pipeline_rank(layout.schedule, layout.pp, int(layout.grad_accum), pp_rank);
   }
+  if (request.data_parallel) request.data_parallel(m);
   return m;
 }
 
@@ -301,8 +306,26 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
         continue;
       }
       const int64_t rows = request.global_batch / dp;
-      const std::vector<std::string> schedules =
-          pp > 1 ? request.schedules : std::vector<std::string>{""};
+      std::vector<std::string> schedules;
+      for (const std::string& s : pp > 1 ? request.schedules : std::vector<std::string>{""}) {
+        if (s != "interleaved") {
+          schedules.push_back(s);
+          continue;
+        }
+        // Every number of chunks per rank the layers allow (a stage holds one layer at least).
+        for (int64_t v = 2; pp * v <= layers; ++v)
+          schedules.push_back("interleaved:" + std::to_string(v));
+        if (pp * 2 > layers) {
+          PlanResult r;
+          r.layout = base;
+          r.layout.schedule = s;
+          r.reason = "interleaved at pp " + std::to_string(pp) + " needs at least " +
+                     std::to_string(2 * pp) +
+                     " pipeline layers (two chunks per rank), the model has " +
+                     std::to_string(layers);
+          out.pruned.push_back(std::move(r));
+        }
+      }
       for (const std::string& schedule : schedules) {
         Layout sched = base;
         sched.schedule = schedule;
@@ -349,8 +372,12 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
           r.reason = std::move(excluded);
           out.pruned.push_back(std::move(r));
         }
+        const bool interleaved = schedule.rfind("interleaved", 0) == 0;
         for (int64_t mb : divisors(rows)) {
           if (request.max_micro_batch > 0 && mb > request.max_micro_batch) continue;
+          // The interleaved schedule moves micro-batches in groups of pp (the runtime refuses
+          // other counts).
+          if (interleaved && (rows / mb) % pp != 0) continue;
           for (int zero : zeros) {
             for (nn::Recompute rc : request.recompute) {
               Layout l = sched;

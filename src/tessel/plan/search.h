@@ -36,14 +36,20 @@ struct SearchRequest {
   std::vector<int> zero_stages = {0, 1, 2, 3};  // searched when dp > 1
   std::vector<nn::Recompute> recompute = {nn::Recompute::None, nn::Recompute::Selective,
                                           nn::Recompute::Full};
-  std::vector<std::string> schedules = {"1f1b", "gpipe"};  // searched when pp > 1
-  int64_t max_micro_batch = 0;                             // 0: any
+  // Searched when pp > 1; "interleaved" stands for every "interleaved:V" whose pp·V stages the
+  // model's pipeline layers hold (V >= 2), with micro-batch counts that are multiples of pp.
+  std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved"};
+  int64_t max_micro_batch = 0;  // 0: any
   // Tensor and pipeline layouts need the runtime's tensor-parallel transform and its stage
   // partition and schedules, which sit above plan/: cli/plan_layout.h supplies them (as
   // `tessel plan memory` uses them). Without them tp (pp) layouts are not modelled.
   std::function<void(MemoryLayout& layout, int tp)> tensor_parallel;
   std::function<PipelineRank(const std::string& schedule, int pp, int microbatches, int rank)>
       pipeline_rank;
+  // ZeRO-2/3 by the runtime's own data parallelism (MemoryLayout::dp_transform; sets it on a
+  // layout whose dp, ZeRO stage and bucket size are set). Needed for ZeRO-3 under pp; without it
+  // ZeRO-2/3 without pp are counted by the memory model's formula.
+  std::function<void(MemoryLayout& layout)> data_parallel;
 };
 
 // One training layout: what `tessel train` takes as --dp/--tp/--pp, parallel.zero_stage,
