@@ -73,6 +73,7 @@ void expect_whole_equal(const models::ModelConfig& config) {
   ASSERT_EQ(ref.size(), got.size());
   for (size_t i = 0; i < ref.size(); ++i) {
     const Tensor& t = got[i].second;
+    t.storage().materialize();  // shape-only until the rank that holds it allocates it
     fill_placed(source, got[i].first, sharding::LocalLayout::whole(t.shape()), t.shape(), 0,
                 t.numel(), t.detach().flatten());
     EXPECT_TRUE(same_bits(ref[i].second, t)) << got[i].first;
@@ -128,7 +129,7 @@ TEST(Materialize, PiecesAndRangesEqualTheirCutOfTheWhole) {
 }
 
 TEST(Materialize, DeferredModelTouchesNoParameterPage) {
-  // 2 M parameters (8 MB) built deferred: their pages are allocated, never written.
+  // 2 M parameters (8 MB) built deferred: shape-only, neither allocated nor written.
   models::GPT2Config c = odd_gpt2();
   c.vocab_size = 20011;
   c.n_embd = 96;
@@ -141,6 +142,28 @@ TEST(Materialize, DeferredModelTouchesNoParameterPage) {
   // ru_minflt counts pages first touched; writing 8 MB would fault ~2000 4-KiB pages.
   EXPECT_LT(after.ru_minflt - before.ru_minflt, 500) << "a deferred build wrote its parameters";
   EXPECT_EQ(d.model->named_parameters().size(), d.inits->size());
+  // Not even address space: every parameter's storage is released until a rank materialises it
+  // (the same allocator count before and after: nothing was allocated).
+  for (const auto& [name, p] : d.model->named_parameters())
+    EXPECT_FALSE(p.storage().is_materialized()) << name;
+  const size_t in_use = cpu_allocator().bytes_in_use();
+  Deferred again = build_deferred(c, 3);
+  EXPECT_LT(cpu_allocator().bytes_in_use() - in_use, size_t(1) << 20)
+      << "a deferred build allocated its parameters";
+  // A model built for a checkpoint (empty, no recipes) under a DeferInit is shape-only as well,
+  // and materialising one parameter allocates exactly its bytes.
+  nn::init::InitRecord unused;
+  std::shared_ptr<models::CausalLM> empty_model;
+  {
+    nn::init::DeferInit defer(unused);
+    empty_model = c.build_empty(nullptr);
+  }
+  for (const auto& [name, p] : empty_model->named_parameters())
+    EXPECT_FALSE(p.storage().is_materialized()) << name;
+  const Tensor wte = empty_model->find("wte.weight");
+  const size_t before_wte = cpu_allocator().bytes_in_use();
+  wte.storage().materialize();
+  EXPECT_EQ(cpu_allocator().bytes_in_use() - before_wte, wte.nbytes());
 }
 
 TEST(Materialize, RefusesUnknownTensorsAndRegionsOutside) {

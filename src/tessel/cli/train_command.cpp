@@ -30,6 +30,7 @@ struct TrainArgs {
   std::string config_file, resume;
   std::vector<std::string> overrides;
   bool print_config = false;
+  bool build_only = false;
   int dp = 1, tp = 1, pp = 1, ep = 1;
   bool dp_given = false;     // --ep without --dp: dp is every rank tp and pp leave
   std::string schedule;      // --schedule: parallel.schedule
@@ -161,7 +162,13 @@ void run_train(const TrainArgs& args) {
                   << plan::status_name(p.status) << ")" << std::endl;
     }
   }
-  train::Trainer trainer(config, checkpoint, {}, layout);
+  train::TrainerHooks hooks;
+  hooks.build_only = args.build_only;
+  train::Trainer trainer(config, checkpoint, std::move(hooks), layout);
+  if (args.build_only) {
+    if (leader) std::cout << "done: model built (--build-only)" << std::endl;
+    return;
+  }
   if (prediction) trainer.set_prediction(*prediction);
   const train::TrainSummary sum = trainer.run();
   // A failed write stopped the run after a checkpoint: rank 0 reports it and exits non-zero.
@@ -223,6 +230,9 @@ void add_train_command(CLI::App& app) {
                   "Cluster description (TOML) to plan for; the layout's predicted step time and "
                   "memory are written to the JSONL beside the measured ones");
   cmd->add_flag("--print-config", args->print_config, "Print the resolved configuration and exit");
+  cmd->add_flag("--build-only", args->build_only,
+                "Build the model in the layout (each rank its share), report its memory in the "
+                "log and exit");
   cmd->callback([args, cmd] {
     args->dp_given = cmd->count("--dp") > 0;
     run_train(*args);

@@ -20,6 +20,8 @@ ProcessMemory process_memory() {
       m.rss_bytes = int64_t(kb) * 1024;
     else if (std::strncmp(line, "VmHWM:", 6) == 0 && std::sscanf(line + 6, "%lld", &kb) == 1)
       m.peak_rss_bytes = int64_t(kb) * 1024;
+    else if (std::strncmp(line, "VmPeak:", 7) == 0 && std::sscanf(line + 7, "%lld", &kb) == 1)
+      m.peak_vm_bytes = int64_t(kb) * 1024;
   }
   std::fclose(f);
   return m;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the operating system counts against this process: its resident set now (VmRSS) and the
-// most it has held since it started (VmHWM), from /proc/self/status. Allocator counters say what
+// What the operating system counts against this process: its resident set now (VmRSS), the
+// most it has held since it started (VmHWM) and its address space's peak (VmPeak), from
+// /proc/self/status. Allocator counters say what
 // tensors hold; these say what the machine gives the process, including mapped files, heap the
 // allocator keeps after a free, libraries and thread stacks, which is what decides whether a run
 // fits.
@@ -15,6 +16,9 @@ namespace tessel {
 struct ProcessMemory {
   int64_t rss_bytes = 0;       // VmRSS; 0 where /proc is not available
   int64_t peak_rss_bytes = 0;  // VmHWM
+  // VmPeak: the most address space the process has reserved, resident or not (what
+  // `ulimit -v` caps; an allocation never written counts here and not in the resident set).
+  int64_t peak_vm_bytes = 0;
 };
 
 ProcessMemory process_memory();

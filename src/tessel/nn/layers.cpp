@@ -6,15 +6,22 @@
 #include "tessel/nn/quantized.h"
 #include "tessel/ops/ops.h"
 #include "tessel/ops/quant_linear.h"
+#include "tessel/tensor/unallocated.h"
 
 namespace tessel::nn {
 
 namespace {
 
+// A new parameter, uninitialised: shape-only while a DeferInit lives (no address space until the
+// rank that holds it materialises it: tensor/unallocated.h), else allocated.
+Tensor parameter_tensor(const Shape& shape, DType dtype) {
+  return init::deferred_record() != nullptr ? unallocated(shape, dtype) : empty(shape, dtype);
+}
+
 // Under init::DeferInit the values are only described (the generator's offsets reserved as
-// randn reserves them), and the storage stays untouched.
+// randn reserves them), and the tensor has no storage bytes yet (parameter_tensor).
 Tensor weight_tensor(const Shape& shape, const Init& init) {
-  Tensor t = empty(shape, init.dtype);
+  Tensor t = parameter_tensor(shape, init.dtype);
   if (init.kind != Init::Random) return t;
   if (init::InitRecord* record = init::deferred_record()) {
     TESSEL_CHECK(init.std >= 0, "init::normal_: std ", init.std, " must be >= 0");
@@ -32,7 +39,7 @@ Tensor weight_tensor(const Shape& shape, const Init& init) {
 }
 
 Tensor constant_tensor(const Shape& shape, const Init& init, double value) {
-  Tensor t = empty(shape, init.dtype);
+  Tensor t = parameter_tensor(shape, init.dtype);
   if (init.kind != Init::Random) return t;
   if (init::InitRecord* record = init::deferred_record()) {
     init::InitRecipe r;

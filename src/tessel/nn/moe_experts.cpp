@@ -3,15 +3,22 @@
 
 #include "tessel/nn/init.h"
 #include "tessel/ops/ops.h"
+#include "tessel/tensor/unallocated.h"
 
 namespace tessel::nn {
 
 namespace {
 
+// A new parameter, uninitialised: shape-only while a DeferInit lives (no address space until the
+// rank that holds it materialises it: tensor/unallocated.h), else allocated.
+Tensor parameter_tensor(const Shape& shape, DType dtype) {
+  return init::deferred_record() != nullptr ? unallocated(shape, dtype) : empty(shape, dtype);
+}
+
 // Under init::DeferInit (construction without materialisation) the values are only described,
 // the generator's offsets reserved as normal_ reserves them, as nn::Linear's are.
 Tensor weight(const Shape& shape, const Init& init) {
-  Tensor t = empty(shape, init.dtype);
+  Tensor t = parameter_tensor(shape, init.dtype);
   if (init.kind != Init::Random) return t;
   if (init::InitRecord* record = init::deferred_record()) {
     Generator& g = init.generator ? *init.generator : default_generator();
@@ -28,7 +35,7 @@ Tensor weight(const Shape& shape, const Init& init) {
 }
 
 Tensor zero_bias(const Shape& shape, const Init& init) {
-  Tensor t = empty(shape, init.dtype);
+  Tensor t = parameter_tensor(shape, init.dtype);
   if (init.kind != Init::Random) return t;
   if (init::InitRecord* record = init::deferred_record()) {
     record->add(t, init::InitRecipe{});  // Constant 0
@@ -65,7 +72,10 @@ void ExpertMLPs::keep_experts(int64_t first, int64_t count) {
        {&gate_proj, &up_proj, &down_proj, &fc_weight, &fc_bias, &proj_weight, &proj_bias}) {
     if (!t->defined()) continue;
     // Rebinding the shared implementation keeps every handle (the registry's, this member) valid.
-    const Tensor piece = t->detach().narrow(0, first, count).clone();
+    // A shape-only layer (construction without materialisation) keeps a shape-only part.
+    const Tensor part = t->detach().narrow(0, first, count);
+    const Tensor piece =
+        t->storage().is_materialized() ? part.clone() : unallocated(part.shape(), t->dtype());
     TensorImpl& impl = *t->impl_ptr();
     impl.storage = piece.storage_ptr();
     impl.offset = piece.offset();

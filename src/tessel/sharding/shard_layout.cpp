@@ -9,6 +9,7 @@
 #include "tessel/core/error.h"
 #include "tessel/sharding/placement.h"
 #include "tessel/sharding/regions.h"
+#include "tessel/tensor/unallocated.h"
 
 namespace tessel::sharding {
 
@@ -90,6 +91,10 @@ Tensor empty_shard(const Tensor& full, const ShardLayout& s, int parts, int rank
                " does not match ", s.str());
   Shape shape = full.shape();
   shape[s.dim] = shard_length(s, parts, rank);
+  // A shape-only tensor (construction without materialisation) gives a shape-only piece: the
+  // rank materialises it only if it holds it (a pipeline stage holds only its own stages').
+  if (full.device().is_cpu() && !full.storage().is_materialized())
+    return unallocated(shape, full.dtype());
   return empty(shape, full.dtype(), full.device());
 }
 

@@ -1,14 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Parameter regions from initialisation recipes, and zero-page storage (materialize.h).
+// Parameter regions from initialisation recipes (materialize.h).
 #include "tessel/train/materialize.h"
-
-#include <sys/mman.h>
 
 #include <memory>
 
 #include "tessel/core/error.h"
 #include "tessel/nn/module.h"
-#include "tessel/tensor/storage.h"
 
 namespace tessel::train {
 
@@ -31,18 +28,6 @@ RegionSource init_region_source(std::shared_ptr<const ParameterInits> inits) {
       recipe.fill(uint64_t(global), n, dst + at);
     });
   };
-}
-
-void use_zero_pages(const Tensor& param) {
-  const size_t bytes = param.nbytes();
-  if (bytes == 0) return;
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  TESSEL_CHECK(p != MAP_FAILED, "zero pages: mmap of ", bytes, " bytes failed");
-  auto storage =
-      std::make_shared<Storage>(p, bytes, param.device(), [bytes](void* q) { munmap(q, bytes); });
-  TensorImpl& impl = *param.impl_ptr();
-  impl.storage = std::move(storage);
-  impl.offset = 0;
 }
 
 }  // namespace tessel::train

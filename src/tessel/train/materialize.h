@@ -1,19 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// Construction without materialisation, the trainer's side. The model is built with every
-// parameter allocated but untouched (nn::init::DeferInit: the layers record how they would have
-// initialised each parameter, reserving the same generator offsets), the layout's axes are applied
-// to it (tensor parallelism cuts pieces, pipeline parallelism chooses the stages, ZeRO-3 keeps
-// blocks), and only then does each rank compute the elements it holds, through the same placement
+// Construction without materialisation, the trainer's side. The model is built shape-only
+// (nn::init::DeferInit: every parameter is a tensor whose storage has a size and no bytes, not
+// even address space, and the layers record how they would have initialised it, reserving the
+// same generator offsets), the layout's axes are applied to it (tensor parallelism cuts shape-only
+// pieces, pipeline parallelism chooses the stages, ZeRO-3 allocates its blocks), and only then
+// does each rank allocate what it holds and compute those elements, through the same placement
 // code that loads a checkpoint's pieces (checkpoint_placement.h): a recipe is one more source of
 // global regions. Values are bit-identical to the one-process initialisation, since element i of
 // a parameter depends only on the seed and its offset (core/rng.h).
 //
-// Pages never written cost no resident memory as long as nothing reads them either, so the axes
-// are told that the model holds no values (copy_values = false: the tensor-parallel cut allocates
-// its pieces, ZeRO-3 its blocks, neither reads the whole tensors), and the whole-model allocation
-// a rank never writes (the full tensors tensor parallelism cuts from, the parameters ZeRO-3
-// releases, the other stages' parameters) never shows in its RSS. A meta device (storage with a
-// shape and no bytes) can replace that allocation later without changing this file's callers.
+// So a rank's address space, not only its resident set, holds only its share: the whole model is
+// never allocated on any rank (the tensors tensor parallelism cuts from, the parameters ZeRO-3
+// partitions, the other stages' parameters), which `ulimit -v` proves (tests/train).
 #pragma once
 
 #include <map>
@@ -40,10 +38,5 @@ ParameterInits parameter_inits(const nn::Module& model, const nn::init::InitReco
 // Regions of the parameters computed from their recipes. An Error names a tensor it lacks or a
 // region outside its shape.
 RegionSource init_region_source(std::shared_ptr<const ParameterInits> inits);
-
-// Points `param` (every handle of it) at zero pages of its size mapped straight from the operating
-// system: it reads as zeros and costs resident memory only where something writes it later (a
-// pipeline stage's copy of another stage's parameters, filled only when the model is gathered).
-void use_zero_pages(const Tensor& param);
 
 }  // namespace tessel::train

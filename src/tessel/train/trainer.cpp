@@ -161,7 +161,10 @@ void Trainer::build(const std::string& resume) {
     init = init_region_source(
         std::make_shared<const ParameterInits>(parameter_inits(*model_, record)));
   } else {
-    // Dropout draws from the trainer's generator, saved in checkpoints.
+    // Dropout draws from the trainer's generator, saved in checkpoints. Shape-only as well: each
+    // rank materialises what it holds once the axes have cut the model.
+    nn::init::InitRecord unused;
+    nn::init::DeferInit defer(unused);
     model_ = mc.build_empty(&rng_);
     // A checkpoint in pieces: each rank reads its own parts later (load_checkpoint). A Hugging
     // Face directory or a whole-model checkpoint: each rank reads the byte ranges of what it
@@ -179,7 +182,13 @@ void Trainer::build(const std::string& resume) {
   // The layout's axes: tp splits the full weights in hand, pp chooses this rank's stages, dp and
   // ZeRO (and the optimizer below) see only those.
   build_strategies(init);
+  build_memory.param_bytes = held_parameter_bytes();
   built_ = checkpoint_record("build", seconds_since(build_start) * 1e3, build_memory);
+  if (hooks_.build_only) {
+    setup_sinks(-1);
+    write_record(*built_);
+    return;
+  }
 
   io::LoaderOptions lo;
   lo.batch = t.micro_batch;
@@ -266,6 +275,7 @@ double Trainer::dp_mean(double value) const {
 TrainSummary Trainer::run() {
   const TrainSection& t = config_.train;
   TrainSummary sum;
+  if (hooks_.build_only) return sum;
   const auto t0 = Clock::now();
   sum.first_step = step_ + 1;
   if (config_.machine.peak_gflops <= 0) {

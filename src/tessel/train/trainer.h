@@ -63,6 +63,10 @@ struct TrainerHooks {
   std::function<void(const StepRecord&)> on_step;
   std::function<void(const EvalRecord&)> on_eval;
   std::function<void(const std::string&)> print;  // progress output (default: stdout)
+  // Build the model in the layout (each rank allocates and fills its share), write the "build"
+  // record, and stop before the optimizer and the data loader exist: run() then does nothing
+  // (tessel train --build-only: does the layout's construction fit?).
+  bool build_only = false;
 };
 
 class Trainer {
@@ -113,8 +117,14 @@ class Trainer {
   void load_checkpoint_pieces(const std::string& dir, int64_t optimizer_step);
   // Fills the parameters this rank holds (its ZeRO-3 blocks, its tensor-parallel pieces, its
   // stages' parameters and the tied ones its head uses) from `source`, touching nothing else; the
-  // other stages' parameters become zero pages (train/materialize.h).
+  // other stages' parameters stay shape-only (train/materialize.h).
   void fill_parameters(const RegionSource& source);
+  // The parameters this rank holds whole (outside ZeRO-3's blocks): its stages' and the tied ones
+  // its head uses. The model is built shape-only; these are allocated (not written) once the
+  // axes have cut it, the rest never.
+  NamedTensors held_whole_parameters() const;
+  void materialize_held_parameters() const;
+  int64_t held_parameter_bytes() const;  // those and this rank's ZeRO-3 blocks
   // The AdamW moments this rank holds (ZeRO: its blocks), from `source` under their checkpoint
   // keys ("exp_avg.<name>"), whose global shapes `stored_shape` gives; then the step count.
   void fill_moments(const RegionSource& source,

@@ -27,7 +27,6 @@
 #include "tessel/models/family.h"
 #include "tessel/sharding/shard_layout.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
-#include "tessel/train/materialize.h"
 #include "tessel/train/pipeline_stage.h"
 #include "tessel/train/trainer.h"
 
@@ -218,23 +217,33 @@ void Trainer::fill_parameters(const RegionSource& source) {
                   begin, end, zero3()->parameter_shard(b).narrow(0, at, end - begin));
     });
   }
-  // The parameters this rank holds outside ZeRO-3's shards. A pipeline stage holds every stage's
-  // parameters but uses only its own, and the last stage's copy of a tied embedding; the others are
-  // zero pages until an evaluation or the sample brings them from their stages.
+  for (const auto& [name, param] : held_whole_parameters()) fill_whole(name, param);
+}
+
+NamedTensors Trainer::held_whole_parameters() const {
+  // A pipeline stage's model has every stage's parameters but uses only its own and, on the last
+  // stage, the copy of a tied embedding; the others stay shape-only until an evaluation or the
+  // sample brings them from their stages (PipelineStrategy::sync_model).
   std::set<std::string> sharded, used;
   if (zero3())
     for (const auto& p : ddp()->places()) sharded.insert(p.name);
   for (const auto& [name, param] : trainable_parameters()) used.insert(name);
   if (pipeline_ && layout_.pp_rank() == layout_.pp_size() - 1)
     used.insert(pipeline_->tied().begin(), pipeline_->tied().end());
-  for (const auto& [name, param] : model_->named_parameters()) {
-    if (sharded.count(name)) continue;
-    if (used.count(name)) {
-      fill_whole(name, param);
-    } else {
-      use_zero_pages(param);
-    }
-  }
+  NamedTensors out;
+  for (const auto& [name, param] : model_->named_parameters())
+    if (used.count(name) && !sharded.count(name)) out.emplace_back(name, param);
+  return out;
+}
+
+void Trainer::materialize_held_parameters() const {
+  for (const auto& [name, param] : held_whole_parameters()) param.storage().materialize();
+}
+
+int64_t Trainer::held_parameter_bytes() const {
+  int64_t bytes = zero3() ? zero3()->shard_bytes() : 0;
+  for (const auto& [name, param] : held_whole_parameters()) bytes += int64_t(param.nbytes());
+  return bytes;
 }
 
 void Trainer::load_checkpoint_pieces(const std::string& dir, int64_t optimizer_step) {

@@ -58,16 +58,18 @@ CheckpointRecord Trainer::checkpoint_record(const std::string& event, double ms,
   m.rss_after = pm.rss_bytes;
   // A peak the process reached for the first time was this operation's, sampled or not.
   if (m.peak_after > m.peak_before) m.peak_during = std::max(m.peak_during, m.peak_after);
-  const std::vector<double> all =
-      gather_world({double(m.rss_before), double(m.peak_during), double(m.rss_after),
-                    double(m.peak_before), double(m.peak_after)});
+  m.peak_vm_after = pm.peak_vm_bytes;
+  const std::vector<double> all = gather_world(
+      {double(m.rss_before), double(m.peak_during), double(m.rss_after), double(m.peak_before),
+       double(m.peak_after), double(m.peak_vm_after), double(m.param_bytes)});
   CheckpointRecord r;
   r.event = event;
   r.step = step_;
   r.ms = ms;
-  for (size_t i = 0; i + 4 < all.size(); i += 5)
+  for (size_t i = 0; i + 6 < all.size(); i += 7)
     r.ranks.push_back({int64_t(all[i]), int64_t(all[i + 1]), int64_t(all[i + 2]),
-                       int64_t(all[i + 3]), int64_t(all[i + 4])});
+                       int64_t(all[i + 3]), int64_t(all[i + 4]), int64_t(all[i + 5]),
+                       int64_t(all[i + 6])});
   return r;
 }
 

@@ -284,8 +284,8 @@ parallel::MemoryReport Trainer::memory_report() const {
       m.expected_optimizer_bytes += e.expected_optimizer_bytes;
     }
   } else {
-    // What this rank trains: under pp its stages' parameters (the model's others are zero pages
-    // that hold nothing), under tp its pieces.
+    // What this rank trains: under pp its stages' parameters (the model's others are shape-only:
+    // no storage), under tp its pieces.
     m.dp = dp_size();
     m.stage = 0;
     for (const auto& [name, p] : trainable_parameters()) {

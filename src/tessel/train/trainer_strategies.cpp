@@ -18,9 +18,10 @@ void Trainer::build_strategies(const RegionSource& init) {
   const TrainSection& t = config_.train;
   const ParallelSection& par = config_.parallel;
   const auto printer = [this](const std::string& line) { print(line); };
-  // The model holds no values yet (built unwritten, or empty for a checkpoint): no axis copies
-  // any (reading pages never written would make them resident); every rank fills what it holds
-  // once all the axes have cut it (fill_parameters, here or when a checkpoint is loaded).
+  // The model is shape-only (its parameters have no storage bytes yet, built from recipes or
+  // empty for a checkpoint): no axis copies values; the tensor-parallel pieces are shape-only as
+  // well, and every rank allocates and fills what it holds once all the axes have cut it
+  // (materialize_held_parameters, fill_parameters here or when a checkpoint is loaded).
   if (layout_.tp) {
     tensor_ = std::make_unique<TensorParallelStrategy>(
         *model_, layout_.tp, par.tp_plan, par.sequence_parallel,
@@ -93,8 +94,10 @@ void Trainer::build_strategies(const RegionSource& init) {
     print("note: parallel.zero_stage = " + std::to_string(stage) +
           " has nothing to partition on one rank; training with the plain optimizer");
   }
-  // Every axis has cut the model: each rank computes only what it now holds (before the 16-bit
-  // copies are made from it).
+  // Every axis has cut the shape-only model: each rank allocates only what it now holds (ZeRO-3
+  // has allocated its blocks) and computes its values (before the 16-bit copies are made from
+  // them); a checkpoint in pieces fills them later (load_checkpoint).
+  materialize_held_parameters();
   if (init) fill_parameters(init);
   if (dtype != DType::F32) {
     PrecisionSetup ps;

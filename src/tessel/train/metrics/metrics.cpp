@@ -251,12 +251,14 @@ std::string checkpoint_line(const CheckpointRecord& r) {
 
 std::string checkpoint_json(const CheckpointRecord& r) {
   nlohmann::json ranks = nlohmann::json::array();
-  for (const CheckpointMemory& m : r.ranks)
-    ranks.push_back({{"rss_before_bytes", m.rss_before},
-                     {"peak_rss_during_bytes", m.peak_during},
-                     {"rss_after_bytes", m.rss_after},
-                     {"peak_rss_before_bytes", m.peak_before},
-                     {"peak_rss_after_bytes", m.peak_after}});
+  for (const CheckpointMemory& m : r.ranks) {
+    nlohmann::json rank{
+        {"rss_before_bytes", m.rss_before},     {"peak_rss_during_bytes", m.peak_during},
+        {"rss_after_bytes", m.rss_after},       {"peak_rss_before_bytes", m.peak_before},
+        {"peak_rss_after_bytes", m.peak_after}, {"peak_vm_after_bytes", m.peak_vm_after}};
+    if (r.event == "build") rank["param_bytes"] = m.param_bytes;
+    ranks.push_back(std::move(rank));
+  }
   return nlohmann::json{{"checkpoint_event", r.event},
                         {"checkpoint_step", r.step},
                         {"checkpoint_ms", r.ms},

@@ -126,6 +126,8 @@ struct StepRecord {
 // writes is peak_during - max(rss_before, rss_after) (a load makes its destination resident).
 struct CheckpointMemory {
   int64_t rss_before = 0, peak_during = 0, rss_after = 0, peak_before = 0, peak_after = 0;
+  int64_t peak_vm_after = 0;  // the address space's peak afterwards (VmPeak)
+  int64_t param_bytes = 0;    // "build": the parameter bytes the rank holds (allocated)
   int64_t overhead() const { return peak_during - std::max(rss_before, rss_after); }
 };
 struct CheckpointRecord {

@@ -165,8 +165,11 @@ void PipelineStrategy::after_update() {
 
 void PipelineStrategy::sync_model() {
   const auto gathered = zero3_gather_all(zero3_);  // ZeRO-3: whole parameters while sent
-  for (auto& [name, param] : model_.named_parameters())
+  for (auto& [name, param] : model_.named_parameters()) {
+    // Another stage's parameter is shape-only here until the first time it is brought.
+    param.storage().materialize();
     layout_.pp->broadcast(param, owner_.at(name));
+  }
 }
 
 // The measured timeline of the last step next to the simulator's prediction for the same
