@@ -54,7 +54,8 @@ class InitRecord {
 };
 
 // While alive, the layers constructed on this thread record into `record` instead of writing
-// their parameters (which stay allocated and untouched: untouched pages cost no resident memory).
+// their parameters, which are shape-only: no bytes and no address space until the rank that holds
+// one materialises it (tensor/unallocated.h).
 class DeferInit {
  public:
   explicit DeferInit(InitRecord& record);
