@@ -13,6 +13,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -22,10 +23,15 @@
 #include "tessel/core/rng.h"
 #include "tessel/dist/world.h"
 #include "tessel/models/gpt2/gpt2.h"
+#include "tessel/models/inference_weights.h"
 #include "tessel/models/llama/llama.h"
+#include "tessel/nn/layers.h"
 #include "tessel/serve/engine.h"
 #include "tessel/serve/engine_follower.h"
+#include "tessel/sharding/placement.h"
+#include "tessel/sharding/shard_layout.h"
 #include "tessel/train/model_tensor_parallel.h"
+#include "tessel/train/model_tp_load.h"
 
 using namespace tessel;
 
@@ -40,11 +46,11 @@ void check(bool ok, const std::string& what) {
   std::fprintf(stderr, "FAILED: %s\n", what.c_str());
 }
 
-std::shared_ptr<models::CausalLM> tiny_gpt2(int64_t heads) {
+std::shared_ptr<models::CausalLM> tiny_gpt2(int64_t heads, int64_t width = 24) {
   models::GPT2Config c;
   c.vocab_size = kVocab;
   c.n_positions = 97;
-  c.n_embd = 24;
+  c.n_embd = width;
   c.n_head = heads;
   c.n_layer = 2;
   c.initializer_range = 0.2;
@@ -53,15 +59,18 @@ std::shared_ptr<models::CausalLM> tiny_gpt2(int64_t heads) {
   return models::GPT2::random(c, g);
 }
 
-std::shared_ptr<models::CausalLM> tiny_llama() {
+// wide: 64 features in 4 query heads of 16 and an MLP of 128, so that each rank's columns of the
+// row-parallel layers (32 and 64) start at a multiple of the int8 kernel's 32-element activation
+// blocks (docs/SERVING.md says why that matters for --weights int8).
+std::shared_ptr<models::CausalLM> tiny_llama(bool wide = false) {
   models::LlamaConfig c;
   c.vocab_size = kVocab + 1;  // an untied LM head is split evenly: no padding
-  c.hidden = 24;
-  c.intermediate_size = 38;
+  c.hidden = wide ? 64 : 24;
+  c.intermediate_size = wide ? 128 : 38;
   c.num_hidden_layers = 2;
-  c.num_attention_heads = 6;
+  c.num_attention_heads = wide ? 4 : 6;
   c.num_key_value_heads = 2;
-  c.head_dim = 4;
+  c.head_dim = wide ? 16 : 4;
   c.max_position_embeddings = 97;
   c.initializer_range = 0.2;
   c.bos_token_id = std::nullopt;
@@ -134,6 +143,11 @@ serve::EngineOptions options_for(const models::CausalLM& model, int64_t blocks) 
   return o;
 }
 
+// int8: the codes and scales are one rank's (check_int8_pieces), but the activations entering
+// each product are rounded to int8 per 32-element block, and an activation whose f32 value differs
+// in its last bit (the row-parallel sums add in another order) can round to the neighbouring code.
+constexpr double kInt8Tolerance = 1e-4;
+
 constexpr int64_t kRequests = 7;
 constexpr int64_t kChoices = kRequests + 1;  // request 3 has two choices
 
@@ -173,14 +187,64 @@ std::map<std::string, Output> serve_requests(serve::Engine& engine, Decoding dec
   return c.outputs();
 }
 
+// --weights int8 under tp: every row-parallel layer's piece holds exactly the codes and scales of
+// its columns in the whole model's int8 rows (each rank checks its own piece against a whole
+// model it converts itself). Also shows the check has teeth: some row's slice has a smaller
+// max|x| than the whole row, so a scale from the slice alone would differ.
+void check_int8_pieces(const std::string& name, models::CausalLM& piece_model,
+                       const train::ModelTensorParallel& tp,
+                       const std::function<std::shared_ptr<models::CausalLM>()>& make) {
+  auto whole = make();
+  whole->eval();
+  models::convert_inference_weights(*whole, models::InferenceWeights::Int8);
+  std::map<std::string, nn::Linear*> whole_layers;
+  for (auto& [path, m] : whole->named_modules())
+    if (auto* l = dynamic_cast<nn::Linear*>(m)) whole_layers[path] = l;
+  int64_t layers = 0, rows_smaller = 0;
+  for (auto& [path, m] : piece_model.named_modules()) {
+    auto* piece = dynamic_cast<nn::Linear*>(m);
+    const sharding::ShardLayout* spec = piece ? tp.result.spec(path + ".weight") : nullptr;
+    if (spec == nullptr || spec->dim != 1) continue;
+    ++layers;
+    const nn::Linear& w = *whole_layers.at(path);
+    const int64_t in = w.in_features(), n = tp.tp->size(), r = tp.tp->rank();
+    const int64_t off = sharding::shard_offset(in, int(n), int(r));
+    const int64_t cols = sharding::shard_size(in, int(n), int(r));
+    const int64_t rows = w.out_features(), wide = in + 4, narrow = cols + 4;
+    check(piece->quant_type() == kernels::quant::QuantType::Int8 &&
+              piece->weight.shape() == Shape({rows, narrow}),
+          name + ": " + path + " piece is " + piece->weight.shape().str());
+    const auto* a = static_cast<const uint8_t*>(w.weight.data_ptr());
+    const auto* b = static_cast<const uint8_t*>(piece->weight.data_ptr());
+    bool same = true;
+    for (int64_t i = 0; i < rows; ++i) {
+      same = same && std::memcmp(a + i * wide, b + i * narrow, 4) == 0 &&
+             std::memcmp(a + i * wide + 4 + off, b + i * narrow + 4, size_t(cols)) == 0;
+      int max_code = 0;
+      for (int64_t c = 0; c < cols; ++c)
+        max_code = std::max(max_code, std::abs(int(int8_t(b[i * narrow + 4 + c]))));
+      rows_smaller += max_code < 127;
+    }
+    check(same, name + ": " + path + " rank " + std::to_string(r) +
+                    "'s int8 codes or scales differ from the whole rows'");
+  }
+  check(layers > 0 && rows_smaller > 0,
+        name + ": " + std::to_string(layers) + " row-parallel layers, " +
+            std::to_string(rows_smaller) + " rows whose slice has a smaller max|x| than the row");
+}
+
 void run_case(const std::string& name,
               const std::function<std::shared_ptr<models::CausalLM>()>& make, Decoding decoding,
-              const dist::CommPtr& world) {
+              const dist::CommPtr& world,
+              models::InferenceWeights weights = models::InferenceWeights::Stored,
+              double tolerance = 2e-5) {
   const bool leader = world->rank() == 0;
   constexpr int64_t kBlocks = 40;  // 7 sequences of up to 53 tokens need 98: preemption
   std::map<std::string, Output> expected;
   if (leader) {  // one rank, the whole model
     auto whole = make();
+    whole->eval();
+    models::convert_inference_weights(*whole, weights);
     serve::Engine engine(whole, io::Tokenizer(io::small_config()), options_for(*whole, kBlocks));
     serve::EngineStats stats;
     expected = serve_requests(engine, decoding, stats);
@@ -188,6 +252,9 @@ void run_case(const std::string& name,
   auto model = make();
   auto tp = std::make_shared<train::ModelTensorParallel>(
       train::parallelize_model(*model, world, "", false));
+  model->eval();
+  train::convert_inference_weights_tp(*model, *tp, weights);
+  if (weights == models::InferenceWeights::Int8) check_int8_pieces(name, *model, *tp, make);
   auto mirror = std::make_shared<serve::StepMirror>(
       world, [tp](const Tensor& local) { return train::model_tp_full_logits(*tp, local); });
   const serve::EngineOptions options = options_for(*model, kBlocks);
@@ -227,8 +294,10 @@ void run_case(const std::string& name,
     for (size_t i = 0; i < want.logprobs.size(); ++i)
       worst = std::max(worst, std::abs(have.logprobs[i] - want.logprobs[i]));
   }
-  // f32 products split over 2 ranks and summed: the rounding of a 24-wide model.
-  check(worst <= 2e-5, name + ": largest logprob difference " + std::to_string(worst));
+  // f32 products split over 2 ranks and summed: the rounding of a 24-wide model (see main for
+  // the converted weights' bounds).
+  check(worst <= tolerance, name + ": largest logprob difference " + std::to_string(worst) +
+                                " above " + std::to_string(tolerance));
   if (decoding == Decoding::kSeeded && got.count("r3/0") && got.count("r3/1")) {
     // Seeds 1051 and 1052 over one prompt: the draws really are random (and per choice).
     check(got.at("r3/0").tokens != got.at("r3/1").tokens,
@@ -272,6 +341,20 @@ int main() {
         "gpt2-seeded", [] { return tiny_gpt2(4); }, Decoding::kSeeded, world);
     run_case(
         "llama-gqa-seeded", [] { return tiny_llama(); }, Decoding::kSeeded, world);
+    // --weights under tp: each rank's pieces converted, int8 with the whole rows' scales. The
+    // 64-wide models align the row-parallel splits with the int8 activation blocks.
+    run_case(
+        "gpt2-int8", [] { return tiny_gpt2(4, 64); }, Decoding::kGreedy, world,
+        models::InferenceWeights::Int8, kInt8Tolerance);
+    run_case(
+        "llama-gqa-int8", [] { return tiny_llama(true); }, Decoding::kGreedy, world,
+        models::InferenceWeights::Int8, kInt8Tolerance);
+    run_case(
+        "llama-gqa-bf16", [] { return tiny_llama(true); }, Decoding::kSeeded, world,
+        models::InferenceWeights::BF16);
+    run_case(
+        "gpt2-f16", [] { return tiny_gpt2(4); }, Decoding::kGreedy, world,
+        models::InferenceWeights::F16);
     refuses_uneven_heads(world);
     Tensor failures = from_data(std::vector<int64_t>{g_failures}, Shape{1});
     world->all_reduce(failures);

@@ -2,7 +2,9 @@
 // Converting a loaded model's matrices for inference (inference_weights.h).
 #include "tessel/models/inference_weights.h"
 
+#include <functional>
 #include <set>
+#include <vector>
 
 #include "tessel/core/error.h"
 #include "tessel/nn/layers.h"
@@ -29,16 +31,19 @@ QuantType quant_type_of(InferenceWeights weights) {
 }
 
 // Converts one layer's matrix unless it is GGUF blocks already; a weight shared with a layer
-// converted before (one tensor bound to two modules) is converted once.
+// converted before (one tensor bound to two modules) is converted once. `amax`: the int8 rows'
+// maxima to use instead of their own (empty: their own).
 template <class Layer>
-void convert(Layer& layer, QuantType type, std::set<const void*>& seen, WeightConversion& out) {
+void convert(Layer& layer, QuantType type, std::set<const void*>& seen, WeightConversion& out,
+             const std::function<std::vector<float>()>& amax = {}) {
   if (layer.quant_type()) {
     ++out.kept;
     return;
   }
   if (!seen.insert(layer.weight.impl_ptr().get()).second) return;
   const int64_t before = int64_t(layer.weight.nbytes());
-  const Tensor blocks = nn::quantize_matrix(layer.weight, type);
+  const std::vector<float> maxima = amax ? amax() : std::vector<float>();
+  const Tensor blocks = nn::quantize_matrix(layer.weight, type, maxima);
   layer.set_quantized(type, blocks);
   ++out.converted;
   out.bytes_before += before;
@@ -69,7 +74,8 @@ const char* inference_weights_name(InferenceWeights weights) {
   return "?";
 }
 
-WeightConversion convert_inference_weights(CausalLM& model, InferenceWeights weights) {
+WeightConversion convert_inference_weights(CausalLM& model, InferenceWeights weights,
+                                           const Int8RowAmax& row_amax) {
   WeightConversion out;
   if (weights == InferenceWeights::Stored) return out;
   TESSEL_CHECK(!model.is_training(), "--weights ", inference_weights_name(weights),
@@ -77,7 +83,14 @@ WeightConversion convert_inference_weights(CausalLM& model, InferenceWeights wei
   const QuantType type = quant_type_of(weights);
   std::set<const void*> seen;
   for (auto& [name, module] : model.named_modules()) {
-    if (auto* linear = dynamic_cast<nn::Linear*>(module)) convert(*linear, type, seen, out);
+    if (auto* linear = dynamic_cast<nn::Linear*>(module)) {
+      std::function<std::vector<float>()> amax;
+      if (row_amax && type == QuantType::Int8)
+        amax = [&row_amax, linear, path = name] {
+          return row_amax(path, nn::row_abs_max(linear->weight));
+        };
+      convert(*linear, type, seen, out, amax);
+    }
     if (auto* embedding = dynamic_cast<nn::Embedding*>(module))
       convert(*embedding, type, seen, out);
   }

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "tessel/models/causal_lm.h"
 
@@ -29,7 +31,19 @@ struct WeightConversion {
   int64_t bytes_after = 0;
 };
 
-// Converts `model`'s matrices (nothing for Stored). The model must not be training.
-WeightConversion convert_inference_weights(CausalLM& model, InferenceWeights weights);
+// int8 of a model whose Linear weights are tensor-parallel pieces: given a layer's path and the
+// max|x| of each row of the piece this rank holds, the maxima to quantize those rows with. A
+// row-parallel layer's rank holds a slice of every row, and a scale from its slice alone would
+// not be the scale one rank gives the whole row; the caller returns the maximum over the ranks.
+// Called for every Linear converted, in the model's module order, on every rank alike (so it may
+// be collective).
+using Int8RowAmax =
+    std::function<std::vector<float>(const std::string& layer, std::vector<float> own)>;
+
+// Converts `model`'s matrices (nothing for Stored). The model must not be training. The layers
+// may hold tensor-parallel pieces (parallel/tensor: each piece is converted, and the layers'
+// forward overrides multiply through the converted form); `row_amax` then gives int8's scales.
+WeightConversion convert_inference_weights(CausalLM& model, InferenceWeights weights,
+                                           const Int8RowAmax& row_amax = {});
 
 }  // namespace tessel::models

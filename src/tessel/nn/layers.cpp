@@ -51,6 +51,13 @@ Tensor constant_tensor(const Shape& shape, const Init& init, double value) {
   return t;
 }
 
+// The matrix the blocks replace: the weight as the layer holds it now, which is the whole
+// [rows, cols] or a tensor-parallel rank's piece of it (rows or columns of it).
+std::array<int64_t, 2> held_matrix(const Tensor& weight, int64_t rows, int64_t cols) {
+  if (weight.defined() && weight.ndim() == 2) return {weight.size(0), weight.size(1)};
+  return {rows, cols};
+}
+
 }  // namespace
 
 Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Init init)
@@ -71,13 +78,14 @@ Tensor Linear::forward(const Tensor& x) {
 
 void Linear::set_quantized(kernels::quant::QuantType type, const Tensor& blocks) {
   TESSEL_CHECK(!quant_, "Linear '", path(), "' is already quantized");
-  bind_quantized_weight(weight, type, blocks, out_, in_, "Linear '" + path() + "'");
+  held_ = held_matrix(weight, out_, in_);
+  bind_quantized_weight(weight, type, blocks, held_[0], held_[1], "Linear '" + path() + "'");
   quant_ = type;
 }
 
 void Linear::dequantize() {
   if (!quant_) return;
-  dequantize_weight(weight, *quant_, out_, in_);
+  dequantize_weight(weight, *quant_, held_[0], held_[1]);
   quant_.reset();
 }
 
@@ -104,13 +112,14 @@ Tensor Embedding::project(const Tensor& x) {
 
 void Embedding::set_quantized(kernels::quant::QuantType type, const Tensor& blocks) {
   TESSEL_CHECK(!quant_, "Embedding '", path(), "' is already quantized");
-  bind_quantized_weight(weight, type, blocks, num_, dim_, "Embedding '" + path() + "'");
+  held_ = held_matrix(weight, num_, dim_);
+  bind_quantized_weight(weight, type, blocks, held_[0], held_[1], "Embedding '" + path() + "'");
   quant_ = type;
 }
 
 void Embedding::dequantize() {
   if (!quant_) return;
-  dequantize_weight(weight, *quant_, num_, dim_);
+  dequantize_weight(weight, *quant_, held_[0], held_[1]);
   quant_.reset();
 }
 

@@ -4,6 +4,7 @@
 // biases, unit norm scales: GPT-2's scheme) from a Generator; `Init::None` only allocates.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 
@@ -36,6 +37,8 @@ class Linear : public Module {
 
   // Inference with the weight kept as GGUF blocks (nn/quantized.h): forward multiplies through
   // ops::quant_linear; forward in training mode is an Error. dequantize() widens it back to f32.
+  // The blocks replace the matrix the layer holds when called: its whole [out, in], or a
+  // tensor-parallel rank's piece (whose forward override then multiplies through them).
   void set_quantized(kernels::quant::QuantType type, const Tensor& blocks);
   void dequantize();
   std::optional<kernels::quant::QuantType> quant_type() const { return quant_; }
@@ -43,6 +46,7 @@ class Linear : public Module {
  private:
   int64_t in_, out_;
   std::optional<kernels::quant::QuantType> quant_;
+  std::array<int64_t, 2> held_{};  // the float matrix the blocks replaced (a tp piece, or whole)
 };
 
 class Embedding : public Module {
@@ -67,6 +71,7 @@ class Embedding : public Module {
  private:
   int64_t num_, dim_;
   std::optional<kernels::quant::QuantType> quant_;
+  std::array<int64_t, 2> held_{};
 };
 
 class LayerNorm : public Module {

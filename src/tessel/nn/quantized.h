@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "tessel/kernels/quant/quant_format.h"
 #include "tessel/tensor/tensor.h"
@@ -25,7 +27,13 @@ void bind_quantized_weight(Tensor& weight, kernels::quant::QuantType type, const
 // The blocks of `type` (i8 [rows, row_bytes(type, cols)]) for a float matrix [rows, cols] (f32,
 // f16 or bf16): rows are widened to f32 one at a time and quantized over the thread pool, so no
 // f32 copy of a 16-bit matrix is made. What `--weights int8|bf16|f16` binds to a float model.
-Tensor quantize_matrix(const Tensor& weight, kernels::quant::QuantType type);
+// `int8_row_amax` (Int8 only, one per row): each row's scale comes from that max|x| instead of
+// the row's own, for a matrix holding column slices of longer rows (a tensor-parallel rank's
+// piece of a row-parallel layer), so its codes are those of the whole rows.
+Tensor quantize_matrix(const Tensor& weight, kernels::quant::QuantType type,
+                       std::span<const float> int8_row_amax = {});
+// max|x| of each row of a float matrix [rows, cols] (f32, f16 or bf16).
+std::vector<float> row_abs_max(const Tensor& weight);
 // Rebinds a quantized `weight` to its f32 values [rows, cols] (a trainable parameter again).
 void dequantize_weight(Tensor& weight, kernels::quant::QuantType type, int64_t rows, int64_t cols);
 // The Error a quantized layer gives in training mode.

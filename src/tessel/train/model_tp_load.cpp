@@ -53,4 +53,20 @@ TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
   return out;
 }
 
+models::WeightConversion convert_inference_weights_tp(models::CausalLM& model,
+                                                      const ModelTensorParallel& tp,
+                                                      models::InferenceWeights weights) {
+  // Which layers are row-parallel is read from the plan's result (dim 1 of the weight split),
+  // the same on every rank, so every rank makes the same all-reduces in the same order.
+  const models::Int8RowAmax whole_rows = [&](const std::string& layer, std::vector<float> own) {
+    const sharding::ShardLayout* spec = tp.result.spec(layer + ".weight");
+    if (spec == nullptr || spec->dim != 1) return own;  // whole rows: their own maxima
+    Tensor t = from_data(own, Shape({int64_t(own.size())}));
+    tp.tp->all_reduce(t, dist::ReduceOp::Max);
+    const float* p = t.data<float>();
+    return std::vector<float>(p, p + own.size());
+  };
+  return models::convert_inference_weights(model, weights, whole_rows);
+}
+
 }  // namespace tessel::train

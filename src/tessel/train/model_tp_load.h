@@ -13,6 +13,7 @@
 
 #include "tessel/dist/communicator.h"
 #include "tessel/models/causal_lm.h"
+#include "tessel/models/inference_weights.h"
 #include "tessel/train/model_tensor_parallel.h"
 
 namespace tessel::train {
@@ -28,5 +29,16 @@ struct TpLoadedModel {
 // one-line notices (the vocabulary padding).
 TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
                             const std::function<void(const std::string&)>& note = {});
+
+// `--weights int8|bf16|f16` of a tensor-parallel model (the model in eval mode): each rank converts
+// the pieces it holds, and the layers' forward overrides multiply through them. A row-parallel
+// layer's rank holds a slice of every row, so int8's per-row scales come from the whole rows: the
+// pieces' row maxima are all-reduced (max) over tp, one [rows] all-reduce per row-parallel layer,
+// and each rank quantizes its slice with them. Every code and scale then equals one rank's
+// `--weights int8`, and the output differs from one rank's only by the order of the sums
+// (docs/SERVING.md, "Distributed serving"). Collective over tp.
+models::WeightConversion convert_inference_weights_tp(models::CausalLM& model,
+                                                      const ModelTensorParallel& tp,
+                                                      models::InferenceWeights weights);
 
 }  // namespace tessel::train

@@ -47,17 +47,19 @@ void quantize_q4_0(const float* x, BlockQ4_0& b) {
   }
 }
 
-// Int8: d = max|x| / 127 over the whole row, q = x / d rounded to nearest (ties away), so the
-// largest weight is exactly +-127 * d and the range is symmetric.
-void quantize_int8_row(const float* x, uint8_t* out, int64_t k) {
-  float amax = 0;
-  for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(x[i]));
+// Int8: d = amax / 127 with amax the row's max|x|, q = x / d rounded to nearest (ties away), so
+// the largest weight is exactly +-127 * d and the range is symmetric.
+void quantize_int8_codes(const float* x, uint8_t* out, int64_t k, float amax) {
   const float d = amax / 127;
   const float id = d != 0 ? 1.0f / d : 0.0f;
   std::memcpy(out, &d, sizeof d);
   auto* q = reinterpret_cast<int8_t*>(out + kInt8ScaleBytes);
   for (int64_t i = 0; i < k; ++i)
     q[i] = int8_t(std::clamp(std::roundf(x[i] * id), -127.0f, 127.0f));
+}
+
+void quantize_int8_row(const float* x, uint8_t* out, int64_t k) {
+  quantize_int8_codes(x, out, k, int8_row_amax(x, k));
 }
 
 template <class Block, class Fn>
@@ -70,6 +72,18 @@ void quantize_blocks(const float* src, uint8_t* dst, int64_t k, int block, Fn fn
 }
 
 }  // namespace
+
+float int8_row_amax(const float* src, int64_t k) {
+  float amax = 0;
+  for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(src[i]));
+  return amax;
+}
+
+void quantize_int8_slice(const float* src, void* dst, int64_t k, float amax) {
+  TESSEL_CHECK(amax >= int8_row_amax(src, k), "quantize_int8_slice: the row's max|x| ", amax,
+               " is below the slice's own ", int8_row_amax(src, k));
+  quantize_int8_codes(src, static_cast<uint8_t*>(dst), k, amax);
+}
 
 void quantize_row(QuantType type, const float* src, void* dst, int64_t k) {
   row_bytes(type, k);  // refuses a k that is not a multiple of the block

@@ -18,6 +18,13 @@ namespace tessel::kernels::quant {
 // and the block size) into row_bytes(type, k) bytes at `dst`.
 void quantize_row(QuantType type, const float* src, void* dst, int64_t k);
 
+// Int8 (tessel's per-row format): max|x| of a row of k weights, and a slice of k weights of a
+// longer row quantized with the whole row's max|x| `amax` (an Error when the slice holds a larger
+// one). A tensor-parallel rank holding columns of a row-parallel layer quantizes its slice this
+// way, so its codes and scale are those of the whole row's quantization.
+float int8_row_amax(const float* src, int64_t k);
+void quantize_int8_slice(const float* src, void* dst, int64_t k, float amax);
+
 // rows x k weights -> rows * row_bytes(type, k) bytes.
 std::vector<uint8_t> quantize_rows(QuantType type, const float* src, int64_t rows, int64_t k);
 

@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "tessel/core/error.h"
+#include "tessel/nn/quantized.h"
 #include "tessel/ops/elementwise.h"
 #include "tessel/ops/matmul.h"
+#include "tessel/ops/quant_linear.h"
 #include "tessel/ops/shape.h"
 #include "tessel/sharding/placement.h"
 #include "tessel/sharding/regions.h"
@@ -66,20 +68,31 @@ void check_unsharded(const nn::Linear& linear, const dist::CommPtr& tp, const ch
                "] (already parallelized?)");
 }
 
+// This rank's product with its piece of the weight (`in` input features): through
+// ops::quant_linear when the piece was converted for inference (--weights int8|bf16|f16), which a
+// tensor-parallel piece is after the cut (models/inference_weights.h).
+Tensor local_linear(const nn::Linear& linear, const Tensor& x, int64_t in, const Tensor& bias) {
+  if (const auto type = linear.quant_type()) {
+    nn::check_quantized_inference(linear, *type);
+    return ops::quant_linear(x, *type, linear.weight, in, bias);
+  }
+  return ops::linear(x, linear.weight, bias);
+}
+
 Tensor run_colwise(const TpState& st, const Tensor& x) {
-  const int64_t in = st.linear->weight.size(1);
+  const int64_t in = st.linear->in_features();
   TESSEL_CHECK(x.ndim() >= 1 && x.size(x.ndim() - 1) == in, "Colwise: input ", x.shape().str(),
                " must end in the full ", in, " input features");
   if (!sequence_sharded(st.options))
-    return ops::linear(sharding::copy_to_region(x, *st.tp), st.linear->weight, st.linear->bias);
+    return local_linear(*st.linear, sharding::copy_to_region(x, *st.tp), in, st.linear->bias);
   const int d = sequence_dim(x, "Colwise");
   const int64_t len = st.options.sequence->length;
   TESSEL_CHECK(len > 0 && sharding::shard_size(len, st.tp->size(), st.tp->rank()) == x.size(d),
                "Colwise under sequence parallelism: input ", x.shape().str(), " is not rank ",
                st.tp->rank(), "'s piece of a sequence of ", len,
                " (the sequence is split where a VocabParallel or Sequence embedding runs)");
-  return ops::linear(sharding::gather_from_region(x, *st.tp, d, len), st.linear->weight,
-                     st.linear->bias);
+  return local_linear(*st.linear, sharding::gather_from_region(x, *st.tp, d, len), in,
+                      st.linear->bias);
 }
 
 Tensor run_rowwise(const TpState& st, const Tensor& x) {
@@ -98,7 +111,7 @@ Tensor run_rowwise(const TpState& st, const Tensor& x) {
     local = ops::slice(sharding::copy_to_region(x, *st.tp), int(last), st.in_offset,
                        st.in_offset + st.in_local);
   }
-  Tensor partial = ops::linear(local, st.linear->weight);
+  Tensor partial = local_linear(*st.linear, local, st.in_local, Tensor());
   Tensor y = sequence_sharded(st.options) ? sharding::reduce_scatter_to_region(
                                                 partial, *st.tp, sequence_dim(partial, "Rowwise"))
                                           : sharding::reduce_from_region(partial, *st.tp);

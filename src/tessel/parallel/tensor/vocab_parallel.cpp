@@ -12,6 +12,7 @@
 #include "tessel/core/error.h"
 #include "tessel/ops/elementwise.h"
 #include "tessel/ops/embedding.h"
+#include "tessel/ops/quant_linear.h"
 #include "tessel/sharding/regions.h"
 #include "tessel/sharding/shard_layout.h"
 
@@ -64,7 +65,12 @@ Tensor run_vocab_embedding(const VocabState& st, const Tensor& ids) {
   }
   Shape mask_shape = ids.shape();
   mask_shape.push_back(1);
-  Tensor looked = ops::embedding(st.embedding->weight, from_data(local, ids.shape()));
+  // A table converted for inference (--weights) dequantizes only the rows it looks up.
+  const auto type = st.embedding->quant_type();
+  const Tensor local_ids = from_data(local, ids.shape());
+  Tensor looked =
+      type ? ops::quant_embedding(*type, st.embedding->weight, st.embedding->dim(), local_ids)
+           : ops::embedding(st.embedding->weight, local_ids);
   Tensor part = ops::mul(looked, from_data(keep, mask_shape).to(looked.dtype()));
   if (!sequence_sharded(st.options)) return sharding::reduce_from_region(part, *st.tp);
   TESSEL_CHECK(part.ndim() >= 2, "VocabParallel embedding under sequence parallelism: ids ",
