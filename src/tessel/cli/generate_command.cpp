@@ -3,16 +3,19 @@
 // then decodes token by token with the key/value cache (greedy at temperature 0, else sampled
 // with top-k / top-p). Text output streams the tokens as they come; JSON output is one line with
 // the ids, the text and the prompt and generation throughput. With --tp N under mpirun -np N the
-// model is split by GPT-2's tensor-parallel plan (train/model_tensor_parallel.h): each rank runs
-// its heads and vocabulary rows, the last position's logits are gathered before sampling, and rank
-// 0 alone prints; the ids are those of one rank.
+// model is split by the family's tensor-parallel plan (train/model_tensor_parallel.h), each rank
+// reading only its share of a model directory (cli/tp_model.h): each rank runs its heads and
+// vocabulary rows, the last position's logits are gathered before sampling, and rank 0 alone
+// prints; the ids are those of one rank (with --weights too: int8 keeps the whole rows' scales).
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "tessel/cli/commands.h"
 #include "tessel/cli/model_args.h"
+#include "tessel/cli/tp_model.h"
 #include "tessel/dist/world.h"
 #include "tessel/io/tokenizer.h"
 #include "tessel/models/family.h"
@@ -80,28 +83,34 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
                " tokens exceeds the context length max_positions = ", max_positions);
 
   TESSEL_CHECK(args.tp >= 1, "generate: --tp ", args.tp, " must be >= 1");
-  // The tensor-parallel styles shard float parameters; converted matrices are not sharded yet.
-  TESSEL_CHECK(args.tp == 1 || weights == models::InferenceWeights::Stored, "generate: --weights ",
-               args.weights, " with --tp ", args.tp,
-               " is not supported yet (the tensor-parallel plan shards float matrices); use "
-               "--weights stored");
   const dist::LaunchInfo launch = dist::detect_launch();
   TESSEL_CHECK(launch.size == args.tp, "generate: --tp ", args.tp, " ranks, but the job has ",
                launch.size, " (", launch.describe(), "); start it with mpirun -np ", args.tp);
-  auto model = models::load_model_source(args.model);
-  apply_inference_weights(*model, weights, "generate");
+  std::shared_ptr<models::CausalLM> model;
   models::GenerationOptions options;
-  std::optional<train::ModelTensorParallel> tp;
+  std::shared_ptr<train::ModelTensorParallel> tp;
   bool leader = true;
   if (args.tp > 1) {
+    // Each rank reads only its share of a model directory (a GGUF whole, then cut).
     dist::CommPtr world = dist::init_world();
     leader = world->rank() == 0;
-    tp = train::parallelize_model(*model, world, "", false, [&](const std::string& line) {
-      if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());
-    });
-    options.full_logits = [&](const Tensor& local) {
+    TpRankModel loaded =
+        load_tp_rank_model(args.model, weights, world, "generate", [&](const std::string& line) {
+          if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());
+        });
+    if (loaded.values_read >= 0)
+      std::fprintf(stderr,
+                   "tessel: generate: tensor-parallel rank %d read %lld weight values "
+                   "(its share)\n",
+                   world->rank(), static_cast<long long>(loaded.values_read));
+    model = std::move(loaded.model);
+    tp = std::move(loaded.tp);
+    options.full_logits = [tp](const Tensor& local) {
       return train::model_tp_full_logits(*tp, local);
     };
+  } else {
+    model = models::load_model_source(args.model);
+    apply_inference_weights(*model, weights, "generate");
   }
   options.max_new_tokens = args.n_predict;
   options.sampling = args.sampling;

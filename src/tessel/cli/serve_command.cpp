@@ -19,6 +19,7 @@
 
 #include "tessel/cli/commands.h"
 #include "tessel/cli/model_args.h"
+#include "tessel/cli/tp_model.h"
 #include "tessel/core/log.h"
 #include "tessel/dist/world.h"
 #include "tessel/io/gguf.h"
@@ -28,7 +29,6 @@
 #include "tessel/serve/engine_follower.h"
 #include "tessel/serve/http_server.h"
 #include "tessel/train/model_tensor_parallel.h"
-#include "tessel/train/model_tp_load.h"
 
 namespace tessel::cli {
 
@@ -93,19 +93,12 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
   const auto note = [&](const std::string& line) {
     if (leader) log(LogLevel::Info, "serve: ", line);
   };
-  if (models::is_gguf_model(args.model)) {
-    // GGUF blocks are read whole, then cut.
-    out.model = models::load_model_source(args.model);
-    out.tp = std::make_shared<train::ModelTensorParallel>(
-        train::parallelize_model(*out.model, world, "", false, note));
-  } else {
-    // Each rank reads only the byte ranges of its share of the safetensors files.
-    train::TpLoadedModel loaded = train::load_model_tp(args.model, world, note);
+  TpRankModel loaded = load_tp_rank_model(args.model, weights, world, "serve", note);
+  if (loaded.values_read >= 0)
     log(LogLevel::Info, "serve: tensor-parallel rank ", world->rank(), " read ", loaded.values_read,
         " weight values (its share)");
-    out.model = std::move(loaded.model);
-    out.tp = std::move(loaded.tp);
-  }
+  out.model = std::move(loaded.model);
+  out.tp = std::move(loaded.tp);
   out.mirror = std::make_shared<serve::StepMirror>(world, [tp = out.tp](const Tensor& local) {
     return train::model_tp_full_logits(*tp, local);
   });
@@ -115,18 +108,13 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
 // --tp: the job's size and the model's shape are checked before any weight is read. A model the
 // plan cannot split fails identically on every rank; only rank 0 reports it (the others wait to
 // be ended by its abort), so the job prints one error.
-dist::CommPtr start_tensor_parallel(const ServeArgs& args, models::InferenceWeights weights) {
+dist::CommPtr start_tensor_parallel(const ServeArgs& args) {
   TESSEL_CHECK(args.tp >= 1, "serve: --tp ", args.tp, " must be >= 1");
   const dist::LaunchInfo launch = dist::detect_launch();
   TESSEL_CHECK(launch.size == args.tp, "serve: --tp ", args.tp, " ranks, but the job has ",
                launch.size, " (", launch.describe(), "); start it with mpirun -np ", args.tp,
                " tessel serve --tp ", args.tp);
   if (args.tp == 1) return nullptr;
-  // The tensor-parallel styles shard float parameters; converted matrices are not sharded yet.
-  TESSEL_CHECK(weights == models::InferenceWeights::Stored, "serve: --weights ", args.weights,
-               " with --tp ", args.tp,
-               " is not supported yet (the tensor-parallel plan shards float matrices); use "
-               "--weights stored");
   dist::CommPtr world = dist::init_world();
   try {
     (void)models::load_model_source_config(args.model)->tensor_parallel(args.tp);
@@ -181,7 +169,7 @@ void run_serve(const ServeArgs& args) {
   check_model_dir(args.model, "serve");
   const models::InferenceWeights weights = models::parse_inference_weights(args.weights);
   apply_threads(args.threads);
-  const dist::CommPtr world = start_tensor_parallel(args, weights);
+  const dist::CommPtr world = start_tensor_parallel(args);
   if (world && world->rank() != 0) return run_follower(args, weights, world);
 
   // SIGINT/SIGTERM start the drain below; a client that closes its socket mid-write must not
