@@ -60,8 +60,6 @@ ChunkManager::~ChunkManager() {
 void ChunkManager::add(const Tensor& tensor, const std::string& group) {
   TESSEL_CHECK(!sealed_ && !laid_out_, "ChunkManager::add(", tensor.name(),
                "): the layout is sealed (or laid out)");
-  TESSEL_CHECK(tensor.storage().is_materialized(), "ChunkManager::add: tensor ", tensor.name(),
-               " is released");
   size_t aligned = round_up(tensor.nbytes(), kTensorAlignment);
   TESSEL_CHECK(aligned <= config_.chunk_bytes, "tensor ", tensor.name(), " (", tensor.nbytes(),
                " bytes) does not fit a chunk of ", config_.chunk_bytes,
@@ -97,10 +95,11 @@ void ChunkManager::lay_out() {
     c.tensors.push_back({p.tensor.name(), c.used_bytes, p.tensor.nbytes()});
     c.used_bytes += need;
     members[size_t(c.id)].push_back(&p);
+    chunk_by_tensor_[p.tensor.impl_ptr().get()] = c.id;
   }
 }
 
-void ChunkManager::seal() {
+void ChunkManager::seal(const TensorFill& fill) {
   TESSEL_CHECK(!sealed_, "ChunkManager::seal called twice");
   lay_out();
   const size_t cb = config_.chunk_bytes;
@@ -123,22 +122,62 @@ void ChunkManager::seal() {
   }
   if (nvme_) nvme_->reserve(std::min(nvme, n));
   policy_.resize(int(n));
-  void* staging = nullptr;
-  for (auto& c : chunks_) {
-    if (!device_.fits(cb) && !host_.fits(cb) && staging == nullptr) {
-      staging = std::aligned_alloc(kIoAlignment, cb);
-      TESSEL_CHECK(staging != nullptr, "out of host memory for a staging chunk of ", cb, " bytes");
+  // Chunks bound for NVMe are filled in two staging buffers in turn: one is written while the
+  // next chunk is filled in the other.
+  struct Staging {
+    void* buffer = nullptr;
+    IoTicket write;
+  };
+  Staging staging[2];
+  const auto drain = [this, &staging] {
+    for (Staging& s : staging)
+      if (s.write) {
+        IoTicket t = std::move(s.write);
+        s.write = nullptr;
+        nvme_->wait(t);
+      }
+  };
+  const auto free_staging = [&staging] {
+    for (Staging& s : staging) std::free(s.buffer);
+  };
+  try {
+    size_t turn = 0;
+    for (auto& c : chunks_) {
+      Staging* s = nullptr;
+      if (!device_.fits(cb) && !host_.fits(cb)) {
+        s = &staging[turn++ % 2];
+        if (s->write) {
+          IoTicket t = std::move(s->write);
+          s->write = nullptr;
+          nvme_->wait(t);
+        }
+        if (s->buffer == nullptr) {
+          s->buffer = std::aligned_alloc(kIoAlignment, cb);
+          TESSEL_CHECK(s->buffer != nullptr, "out of host memory for a staging chunk of ", cb,
+                       " bytes");
+        }
+      }
+      IoTicket write = fill_and_place(*c, members[size_t(c->id)], s ? s->buffer : nullptr, fill);
+      if (s) s->write = std::move(write);
     }
-    fill_and_place(*c, members[size_t(c->id)], staging);
+    drain();
+  } catch (...) {
+    try {
+      if (nvme_) nvme_->wait_all();  // no write may still read a buffer freed below
+    } catch (...) {
+    }
+    free_staging();
+    throw;
   }
-  std::free(staging);
+  free_staging();
   members_.clear();
   pending_.clear();
+  chunk_by_tensor_.clear();
   sealed_ = true;
 }
 
-void ChunkManager::fill_and_place(Chunk& c, const std::vector<const Pending*>& members,
-                                  void* staging) {
+IoTicket ChunkManager::fill_and_place(Chunk& c, const std::vector<const Pending*>& members,
+                                      void* staging, const TensorFill& fill) {
   const size_t cb = config_.chunk_bytes;
   Tier tier = device_.fits(cb) ? Tier::Device : host_.fits(cb) ? Tier::Host : Tier::Nvme;
   c.storage = std::make_shared<Storage>(cb, tier == Tier::Nvme ? cpu_allocator() : pool_of(tier));
@@ -146,13 +185,18 @@ void ChunkManager::fill_and_place(Chunk& c, const std::vector<const Pending*>& m
   std::memset(buf, 0, cb);  // padding is zero, so a chunk's bytes are a function of its tensors
   for (size_t i = 0; i < members.size(); ++i) {
     const Tensor& t = members[i]->tensor;
-    std::memcpy(buf + c.tensors[i].byte_offset, t.data_ptr(), t.nbytes());
+    char* dst = buf + c.tensors[i].byte_offset;
+    if (fill) {
+      fill(t, dst);
+    } else if (t.storage().is_materialized()) {
+      std::memcpy(dst, t.data_ptr(), t.nbytes());
+    }
   }
   c.tier = tier;
+  IoTicket write;
   if (tier == Tier::Nvme) {
     c.nvme_slot = take_nvme_slot(-1);
-    IoTicket ticket = nvme_->write(c.nvme_slot, buf);
-    nvme_->wait(ticket);
+    write = nvme_->write(c.nvme_slot, buf);  // seal() waits for it before it returns
     c.nvme_valid = true;
     c.storage->rebind(nullptr, host_);
     ++stats_.nvme_writes;
@@ -165,6 +209,7 @@ void ChunkManager::fill_and_place(Chunk& c, const std::vector<const Pending*>& m
   }
   chunk_by_storage_[c.storage.get()] = c.id;
   c.state = ChunkState::Hold;
+  return write;
 }
 
 void ChunkManager::check_sealed(const char* what) const {
@@ -188,6 +233,12 @@ const BudgetedPool& ChunkManager::pool(Tier tier) const {
 }
 
 int ChunkManager::chunk_of(const Tensor& tensor) const {
+  if (!sealed_) {
+    auto laid = chunk_by_tensor_.find(tensor.impl_ptr().get());
+    TESSEL_CHECK(laid != chunk_by_tensor_.end(), "tensor ", tensor.name(),
+                 " is not in a chunk of this manager (add it, then lay out or seal)");
+    return laid->second;
+  }
   auto it = chunk_by_storage_.find(tensor.storage_ptr().get());
   TESSEL_CHECK(it != chunk_by_storage_.end(), "tensor ", tensor.name(),
                " is not in a chunk of this manager (add it, then seal)");

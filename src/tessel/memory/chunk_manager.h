@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -58,17 +59,27 @@ class ChunkManager {
   ChunkManager(const ChunkManager&) = delete;
   ChunkManager& operator=(const ChunkManager&) = delete;
 
+  // Writes a registered tensor's first contents straight into its place in a chunk (`dst`,
+  // tensor.nbytes() bytes, zeroed): how a run too large for the machine's memory starts, each
+  // value computed where it lives instead of in a plain copy first.
+  using TensorFill = std::function<void(const Tensor& tensor, void* dst)>;
+
   // Registers a contiguous tensor in the next free place of its group's open chunk, in call
   // order (call in the order of first use). It becomes a view into the chunk at seal(); views
-  // taken from it before then keep the old storage.
+  // taken from it before then keep the old storage. A tensor without bytes (a released storage:
+  // only its shape) starts as zeros, or as seal()'s fill writes it.
   void add(const Tensor& tensor, const std::string& group);
   // Lays out the chunks without placing them (num_chunks() and chunk(i) describe them; no
   // tensor moves yet); seal() does it when nobody did. No add() after it.
   void lay_out();
   // Lays out the chunks, checks that the budgets can hold them (naming the smallest budget
-  // that would work otherwise), reserves the NVMe space, copies every tensor into its chunk
-  // and places the chunks (host first, then device, then NVMe).
-  void seal();
+  // that would work otherwise), reserves the NVMe space, fills every chunk and places it
+  // (device first, then host, then NVMe), one chunk after another: each chunk is filled in its
+  // tier's memory, or in one of two staging buffers whose write to NVMe overlaps the next fill,
+  // so sealing holds at most the budgets and two chunks besides the registered tensors. `fill`
+  // writes each tensor's contents; without it a tensor's own bytes are copied (zeros for one
+  // without bytes).
+  void seal(const TensorFill& fill = {});
 
   // Makes the chunk's bytes valid in `tier` (a memory tier) and holds it there for compute.
   // Nested accesses count; Read keeps a clean NVMe copy valid, so evicting it writes nothing.
@@ -105,6 +116,7 @@ class ChunkManager {
   void begin_unscheduled();
   void end_unscheduled();
 
+  // The chunk a registered tensor (or a view of it, once sealed) is in; from lay_out() on.
   int chunk_of(const Tensor& tensor) const;
   int num_chunks() const { return int(chunks_.size()); }
   const Chunk& chunk(int id) const { return *chunks_.at(size_t(id)); }
@@ -129,7 +141,10 @@ class ChunkManager {
   BudgetedPool& pool_of(Tier tier);
   Chunk& at(int id);
   void check_sealed(const char* what) const;
-  void fill_and_place(Chunk& chunk, const std::vector<const Pending*>& members, void* staging);
+  // Fills the chunk and places it; one bound for NVMe is filled in `staging` and its write
+  // started (the returned ticket; invalid otherwise).
+  IoTicket fill_and_place(Chunk& chunk, const std::vector<const Pending*>& members, void* staging,
+                          const TensorFill& fill);
   // Tier moves (chunk_mover.cpp).
   void bring_to(Chunk& chunk, Tier tier, bool prefetching);
   void make_room(Tier tier, int exclude);
@@ -152,6 +167,7 @@ class ChunkManager {
   bool laid_out_ = false;
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::unordered_map<const Storage*, int> chunk_by_storage_;
+  std::unordered_map<const TensorImpl*, int> chunk_by_tensor_;  // from lay_out() to seal()
   bool sealed_ = false;
   AccessPolicy policy_;
   int prefetch_distance_ = 0;

@@ -160,8 +160,9 @@ class Trainer {
   // `init`: the initialisation recipes' source when the model was built without values
   // (train/materialize.h); each rank fills its share from it once the axes have cut the model.
   void build_strategies(const RegionSource& init);
-  // memory.device_budget set (one process): the chunks of the model's state (offload_strategy.h).
-  void build_offload();
+  // memory.device_budget set (one process): the chunks of the model's state (offload_strategy.h),
+  // each parameter filled from `init` straight into its chunk (null: a checkpoint load fills them).
+  void build_offload(const RegionSource& init);
   // memory.device_budget set with --dp N: each rank's ZeRO shards in chunks (after the optimizer).
   void build_offload_shards();
   void check_offload_layout() const;  // the layouts offload composes with

@@ -96,9 +96,12 @@ void Trainer::build_strategies(const RegionSource& init) {
   }
   // Every axis has cut the shape-only model: each rank allocates only what it now holds (ZeRO-3
   // has allocated its blocks) and computes its values (before the 16-bit copies are made from
-  // them); a checkpoint in pieces fills them later (load_checkpoint).
-  materialize_held_parameters();
-  if (init) fill_parameters(init);
+  // them); a checkpoint in pieces fills them later (load_checkpoint). A one-process offloaded
+  // run computes each value in its chunk instead (build_offload), never allocating the whole.
+  if (!(config_.memory.enabled() && !dp_)) {
+    materialize_held_parameters();
+    if (init) fill_parameters(init);
+  }
   if (dtype != DType::F32) {
     PrecisionSetup ps;
     ps.precision = t.precision;
@@ -122,7 +125,7 @@ void Trainer::build_strategies(const RegionSource& init) {
   // Under dp the shards to offload are ZeRO's optimizer's too: laid out once it exists (build()).
   if (config_.memory.enabled()) {
     check_offload_layout();
-    if (!dp_) build_offload();
+    if (!dp_) build_offload(init);
   }
 }
 
@@ -147,13 +150,24 @@ memory::MemoryConfig Trainer::offload_memory_config() const {
   return mc;
 }
 
-void Trainer::build_offload() {
+void Trainer::build_offload(const RegionSource& init) {
   const MemorySection& m = config_.memory;
   OffloadSetup os;
   os.memory = offload_memory_config();
   os.prefetch = int(m.prefetch);
   os.params = trainable_parameters();
   os.units = parallel::zero3_units(*model_, model_->unit_paths());
+  // Start-up streams: the model was built shape-only (nothing written), and each parameter is
+  // computed from its recipe or read from its file straight into its chunk as the layout is
+  // sealed, chunk by chunk within the budgets. Without a source (a checkpoint in pieces being
+  // resumed) the chunks start as zeros and the load fills them, one chunk at a time.
+  os.init = [this, init](const std::string& name, const Tensor& dst) {
+    if (!init) return;
+    TESSEL_CHECK(dst.dtype() == DType::F32, "offload: parameter '", name, "' is ",
+                 dtype_name(dst.dtype()), "; offloaded start-up fills f32 parameters");
+    fill_placed(init, name, checkpoint_placement(name, dst.shape()), dst.shape(), 0, dst.numel(),
+                dst.flatten());
+  };
   offload_ = std::make_unique<OffloadStrategy>(std::move(os));
   strategies_.push_back(offload_.get());
 }

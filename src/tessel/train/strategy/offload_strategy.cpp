@@ -37,6 +37,25 @@ class OffloadBackward final : public autograd::Node {
 
 namespace {
 
+// A tensor with `like`'s shape and no bytes: what a gradient or moment is until seal() places
+// it, as zeros, in its chunk (no plain-memory copy of the state is ever made).
+Tensor shape_only(const Tensor& like) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(nullptr, like.nbytes(), like.device(), nullptr);
+  impl->shape = like.shape();
+  impl->dtype = like.dtype();
+  return Tensor(std::move(impl));
+}
+
+// `like`'s shape over `bytes` (not owned): a parameter's place in a chunk being filled.
+Tensor view_of(const Tensor& like, void* bytes) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(bytes, like.nbytes(), like.device(), nullptr);
+  impl->shape = like.shape();
+  impl->dtype = like.dtype();
+  return Tensor(std::move(impl));
+}
+
 std::vector<int> sorted_unique(std::vector<int> v) {
   std::sort(v.begin(), v.end());
   v.erase(std::unique(v.begin(), v.end()), v.end());
@@ -63,9 +82,9 @@ OffloadStrategy::OffloadStrategy(OffloadSetup setup)
       OffloadedParameter& s = states_[it->second];
       s.name = name;
       s.param = p;
-      s.grad = zeros(p.shape(), p.dtype(), p.device());
-      s.exp_avg = zeros(p.shape(), p.dtype(), p.device());
-      s.exp_avg_sq = zeros(p.shape(), p.dtype(), p.device());
+      s.grad = shape_only(p).set_name(name + ".grad");
+      s.exp_avg = shape_only(p).set_name(name + ".exp_avg");
+      s.exp_avg_sq = shape_only(p).set_name(name + ".exp_avg_sq");
       s.param.set_grad(s.grad);  // backward accumulates into the chunk in place
       chunks_->add(s.param, "param");
       chunks_->add(s.grad, "grad");
@@ -76,9 +95,6 @@ OffloadStrategy::OffloadStrategy(OffloadSetup setup)
   TESSEL_CHECK(placed.size() == setup.params.size(),
                "offload: ", setup.params.size() - placed.size(), " parameters belong to no unit");
   chunks_->lay_out();
-  check_host_holds_all();  // before seal(), whose own check allows less
-  chunks_->seal();
-
   std::set<int> root;  // chunks of the root's units: held through the whole forward / backward
   nn::Module* root_module = setup.units.empty() ? nullptr : setup.units.front().module;
   for (const parallel::Zero3Unit& unit : setup.units) {
@@ -102,7 +118,19 @@ OffloadStrategy::OffloadStrategy(OffloadSetup setup)
     held.insert(u.state_chunks.begin(), u.state_chunks.end());
     device_need_ = std::max(device_need_, int(held.size()));
   }
+  // Every check before seal(), which writes the whole state (to NVMe past the budgets).
   check_budgets();
+  check_host_holds_all();  // before seal(), whose own check allows less
+  memory::ChunkManager::TensorFill fill;
+  if (setup.init) {
+    std::map<const TensorImpl*, size_t> param_at;
+    for (size_t i = 0; i < states_.size(); ++i) param_at[states_[i].param.impl_ptr().get()] = i;
+    fill = [&, param_at](const Tensor& t, void* dst) {
+      auto it = param_at.find(t.impl_ptr().get());
+      if (it != param_at.end()) setup.init(states_[it->second].name, view_of(t, dst));
+    };
+  }
+  chunks_->seal(fill);
 
   for (size_t k = 0; k < units_.size(); ++k) {
     Unit& u = units_[k];

@@ -27,6 +27,11 @@ struct OffloadSetup {
   int prefetch = 8;                        // accesses read ahead along the trace
   NamedTensors params;                     // the trainer's parameters, in its order
   std::vector<parallel::Zero3Unit> units;  // in forward order; every parameter in one
+  // Writes a parameter's first values into `dst`, its place in its chunk (zeros on entry), so
+  // start-up streams: the parameters are built shape-only and each is computed where it lives,
+  // chunk by chunk within the budgets, never as a whole plain copy. Empty: the parameters'
+  // own values are copied.
+  std::function<void(const std::string& name, const Tensor& dst)> init;
 };
 
 // Data parallelism with ZeRO (docs/MEMORY.md, "With data parallelism"): this rank's shards of
@@ -47,7 +52,8 @@ struct OffloadShardSetup {
 class OffloadStrategy : public AxisStrategy {
  public:
   // Lays the states out (a chunk list per kind) and checks the budgets against one step's
-  // working set: one clear Error naming the smallest budget that works, before any step.
+  // working set: one clear Error naming the smallest budget that works, before any step. The
+  // gradients and moments are shape-only until they start as zeros in their chunks.
   explicit OffloadStrategy(OffloadSetup setup);
   // Under data parallelism: only this rank's shards go into chunks; ZeRO's own code works on
   // them, holding each through shard_hold() while it reads or writes it (offload_shards.cpp).
