@@ -64,7 +64,7 @@ TEST(TrainOffloadStartup, PeakResidentSetStaysWithinTheBudgets) {
             << " MiB, after one step " << step_peak / kMiB << " MiB\n";
   EXPECT_LE(build_peak, bound);
   EXPECT_LE(step_peak, bound);
-  EXPECT_LT(bound, state / 2);
+  EXPECT_LT(build_peak, state / 2);  // well below the state it started
 }
 
 }  // namespace
