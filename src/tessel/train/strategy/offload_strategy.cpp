@@ -11,6 +11,7 @@
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/autograd/meta.h"
 #include "tessel/core/error.h"
+#include "tessel/tensor/unallocated.h"
 #include "tessel/train/metrics/metrics.h"
 
 namespace tessel::train {
@@ -36,16 +37,6 @@ class OffloadBackward final : public autograd::Node {
 };
 
 namespace {
-
-// A tensor with `like`'s shape and no bytes: what a gradient or moment is until seal() places
-// it, as zeros, in its chunk (no plain-memory copy of the state is ever made).
-Tensor shape_only(const Tensor& like) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(nullptr, like.nbytes(), like.device(), nullptr);
-  impl->shape = like.shape();
-  impl->dtype = like.dtype();
-  return Tensor(std::move(impl));
-}
 
 // `like`'s shape over `bytes` (not owned): a parameter's place in a chunk being filled.
 Tensor view_of(const Tensor& like, void* bytes) {
@@ -82,9 +73,9 @@ OffloadStrategy::OffloadStrategy(OffloadSetup setup)
       OffloadedParameter& s = states_[it->second];
       s.name = name;
       s.param = p;
-      s.grad = shape_only(p).set_name(name + ".grad");
-      s.exp_avg = shape_only(p).set_name(name + ".exp_avg");
-      s.exp_avg_sq = shape_only(p).set_name(name + ".exp_avg_sq");
+      s.grad = unallocated(p.shape(), p.dtype()).set_name(name + ".grad");
+      s.exp_avg = unallocated(p.shape(), p.dtype()).set_name(name + ".exp_avg");
+      s.exp_avg_sq = unallocated(p.shape(), p.dtype()).set_name(name + ".exp_avg_sq");
       s.param.set_grad(s.grad);  // backward accumulates into the chunk in place
       chunks_->add(s.param, "param");
       chunks_->add(s.grad, "grad");
