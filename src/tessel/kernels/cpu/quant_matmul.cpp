@@ -67,6 +67,22 @@ int64_t task_grain(const QuantMatmulShape& s) {
   return std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(s.row_bytes, 1));
 }
 
+// Each activation row's per-block sums (32- and 16-element blocks), with which the formats'
+// zero points and offsets are subtracted once per output instead of per code.
+struct BlockSums {
+  std::vector<float> xs32, xs16;
+};
+
+BlockSums activation_sums(const QuantMatmulShape& s, const cpu::QuantizedRows& act) {
+  const int64_t blocks = s.k / cpu::kActBlock;
+  BlockSums b{std::vector<float>(size_t(s.m * blocks)),
+              std::vector<float>(size_t(s.m * 2 * blocks))};
+  for (int64_t i = 0; i < s.m; ++i)
+    cpu::activation_block_sums(act.q.data() + i * s.k, act.d.data() + i * blocks, s.k,
+                               b.xs32.data() + i * blocks, b.xs16.data() + i * 2 * blocks);
+  return b;
+}
+
 #if TESSEL_KERNEL_ISA_LEVEL >= 1
 // The fused rows of a 4- to 6-bit format for a dot product: {kFusedRows rows, one row}.
 template <class Dot>
@@ -104,10 +120,7 @@ Q4_0Row choose_q4_0_row() {
 void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
   const int64_t blocks = s.k / cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
-  std::vector<float> xs32(size_t(s.m * blocks)), xs16(size_t(s.m * 2 * blocks));
-  for (int64_t i = 0; i < s.m; ++i)
-    cpu::activation_block_sums(act.q.data() + i * s.k, act.d.data() + i * blocks, s.k,
-                               xs32.data() + i * blocks, xs16.data() + i * 2 * blocks);
+  const auto [xs32, xs16] = activation_sums(s, act);
   const Q4_0Row row_fn = choose_q4_0_row();
   parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
     for (int64_t j = lo; j < hi; ++j)
@@ -129,14 +142,10 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
   const cpu::QuantizedRows act = quantize_activations(s, x);
   const bool per16 = type == QuantType::Q6_K;
   const bool mins = type == QuantType::Q4_K || type == QuantType::Q5_K;
-  std::vector<float> xs32, xs16;
+  BlockSums sums;
   std::vector<int32_t> zx;
   if (mins) {
-    xs32.resize(size_t(s.m * blocks));
-    xs16.resize(size_t(s.m * 2 * blocks));
-    for (int64_t i = 0; i < s.m; ++i)
-      cpu::activation_block_sums(act.q.data() + i * s.k, act.d.data() + i * blocks, s.k,
-                                 xs32.data() + i * blocks, xs16.data() + i * 2 * blocks);
+    sums = activation_sums(s, act);
   } else {
     zx.resize(size_t(s.m * 8 * blocks));
     for (int64_t i = 0; i < s.m; ++i)
@@ -167,9 +176,10 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
                        xq, zxi, blocks, out + r);
         }
         for (int64_t r = 0; r < rows; ++r)
-          y[i * s.n + j0 + r] = mins ? out[r] - cpu::offset_sum(rs[r], xs32.data() + i * blocks,
-                                                                xs16.data() + i * 2 * blocks)
-                                     : out[r];
+          y[i * s.n + j0 + r] = mins
+                                    ? out[r] - cpu::offset_sum(rs[r], sums.xs32.data() + i * blocks,
+                                                               sums.xs16.data() + i * 2 * blocks)
+                                    : out[r];
       }
     }
   });
@@ -194,10 +204,7 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
                   float* y) {
   const int64_t blocks = s.k / cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
-  std::vector<float> xs32(size_t(s.m * blocks)), xs16(size_t(s.m * 2 * blocks));
-  for (int64_t i = 0; i < s.m; ++i)
-    cpu::activation_block_sums(act.q.data() + i * s.k, act.d.data() + i * blocks, s.k,
-                               xs32.data() + i * blocks, xs16.data() + i * 2 * blocks);
+  const auto [xs32, xs16] = activation_sums(s, act);
   const cpu::FusedRow row_fn = choose_fused_row(type);
   parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
     cpu::RowScales rs;
