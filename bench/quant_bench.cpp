@@ -10,7 +10,8 @@
 // `quant_matmul/<type>/<k>x<n>/m<M>` multiplies M activation rows (a small decode batch, or a
 // prompt's M tokens) and `f32_matmul/<k>x<n>/m<M>` does the same through the f32 GEMM; they also
 // report "GFLOP/s". QUANT_BENCH_DOT=avx2|avx_vnni caps the byte dot product (kernel_set.h's
-// limit_quant_dot) to compare them; TESSEL_KERNELS chooses the kernel set.
+// limit_quant_dot) to compare them; QUANT_BENCH_BITS=256 keeps the avx512 set's fused k-quant rows
+// on 256-bit vectors (limit_quant_vector_bits); TESSEL_KERNELS chooses the kernel set.
 // docs/BENCHMARKS.md has the figures and the command.
 #include <benchmark/benchmark.h>
 
@@ -104,6 +105,8 @@ struct Registrar {
                                        : d == "avx_vnni" ? QuantDot::AvxVnni
                                                          : QuantDot::Avx512Vnni);
     }
+    if (const char* bits = std::getenv("QUANT_BENCH_BITS"); bits != nullptr)
+      tessel::kernels::limit_quant_vector_bits(std::atoi(bits));
     benchmark::RegisterBenchmark("read_bandwidth", bm_read_bandwidth)->UseRealTime();
     const QuantType kTypes[] = {QuantType::Q4_0, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K,
                                 QuantType::Q8_0, QuantType::BF16, QuantType::F16};

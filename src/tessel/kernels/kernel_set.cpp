@@ -226,6 +226,21 @@ QuantDot quant_dot_limit() {
   return dot_limit.load();
 }
 
+namespace {
+std::atomic<int> vector_bits_limit{512};
+}  // namespace
+
+int quant_vector_bits_for(KernelSet set) {
+  if (set == KernelSet::Baseline) return 0;
+  return set == KernelSet::Avx512 ? vector_bits_limit.load() : 256;
+}
+
+void limit_quant_vector_bits(int bits) {
+  TESSEL_CHECK(bits == 256 || bits == 512, "limit_quant_vector_bits: ", bits,
+               " bits; 256 or 512");
+  vector_bits_limit.store(bits);
+}
+
 void quant_dot_lanes(KernelSet set, const uint8_t* u, const int8_t* x, int64_t blocks,
                      int32_t* lanes) {
   entry_points(set).dot_lanes(u, x, blocks, lanes);

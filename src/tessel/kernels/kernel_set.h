@@ -61,6 +61,14 @@ QuantDot quant_dot_for(KernelSet set);
 // while a product runs.
 void limit_quant_dot(QuantDot highest);
 QuantDot quant_dot_limit();
+// The vector width of the fused k-quant rows (Q4_K, Q5_K, Q6_K) that `set` runs: 512 in the
+// avx512 set (two 32-weight blocks per instruction, cpu/quant_fused_rows512.h) unless limited to
+// 256, 256 in the avx2 set, 0 in the baseline (plain loops). Both widths give the same outputs
+// bit for bit (tests compare them through the limit, quant_bench times them). The limit (512,
+// the default, or 256) is not to be changed while a product runs.
+int quant_vector_bits_for(KernelSet set);
+void limit_quant_vector_bits(int bits);
+
 // The int32 sums of `set`'s current dot product over 32-byte blocks: lanes[8 g + l] = sum of
 // u[32 g + 4 l + i] * x[32 g + 4 l + i], i < 4 (u unsigned, x signed), as the kernels compute
 // them (tests compare the dot products through it).

@@ -22,6 +22,7 @@ TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/quant_dot.h"
 #include "tessel/kernels/cpu/quant_fused.h"
 #include "tessel/kernels/cpu/quant_fused_rows.h"
+#include "tessel/kernels/cpu/quant_fused_rows512.h"
 
 namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
@@ -98,8 +99,27 @@ std::array<cpu::FusedRows, 2> fused_rows_for(QuantType type) {
   }
 }
 
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+// The same on 512-bit vectors (quant_fused_rows512.h: equal outputs, half the instructions).
+template <class Dot>
+std::array<cpu::FusedRows, 2> fused_rows512_for(QuantType type) {
+  constexpr int kR = cpu::kFusedRows;
+  switch (type) {
+    case QuantType::Q4_K:
+      return {cpu::q4_k_rows512<Dot, false, kR>, cpu::q4_k_rows512<Dot, false, 1>};
+    case QuantType::Q5_K:
+      return {cpu::q4_k_rows512<Dot, true, kR>, cpu::q4_k_rows512<Dot, true, 1>};
+    default:
+      return {cpu::q6_k_rows512<Dot, kR>, cpu::q6_k_rows512<Dot, 1>};
+  }
+}
+#endif
+
 std::array<cpu::FusedRows, 2> choose_fused_rows(QuantType type) {
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
+  if (quant_vector_bits_for(KernelSet::Avx512) == 512)
+    return set_dot() == QuantDot::Avx512Vnni ? fused_rows512_for<cpu::Dot512Vnni>(type)
+                                             : fused_rows512_for<cpu::Dot512Bw>(type);
   if (set_dot() == QuantDot::Avx512Vnni) return fused_rows_for<cpu::DotVnni>(type);
 #endif
   if (set_dot() == QuantDot::AvxVnni) return fused_rows_for<cpu::DotAvxVnni>(type);
