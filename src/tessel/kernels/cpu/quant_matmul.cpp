@@ -23,6 +23,7 @@ TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/quant_fused.h"
 #include "tessel/kernels/cpu/quant_fused_rows.h"
 #include "tessel/kernels/cpu/quant_fused_rows512.h"
+#include "tessel/kernels/cpu/quant_fused_direct512.h"
 
 namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
@@ -115,6 +116,38 @@ std::array<cpu::FusedRows, 2> fused_rows512_for(QuantType type) {
 }
 #endif
 
+// Below this many activation rows the avx512 set's 512-bit rows work out each super-block's scales
+// where they use them (quant_fused_direct512.h) instead of per weight row beforehand: the
+// preparation is then repeated per activation row, which pays only while they are few.
+constexpr int64_t kDirectRowsBelow = 4;
+
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+template <class Dot>
+std::array<cpu::FusedDirect, 2> fused_direct512_for(QuantType type) {
+  constexpr int kR = cpu::kFusedRows;
+  switch (type) {
+    case QuantType::Q4_K:
+      return {cpu::q4_k_direct512<Dot, false, kR>, cpu::q4_k_direct512<Dot, false, 1>};
+    case QuantType::Q5_K:
+      return {cpu::q4_k_direct512<Dot, true, kR>, cpu::q4_k_direct512<Dot, true, 1>};
+    default:
+      return {cpu::q6_k_direct512<Dot, kR>, cpu::q6_k_direct512<Dot, 1>};
+  }
+}
+#endif
+
+// {kFusedRows rows, one row} of the direct kernels for m < kDirectRowsBelow, or nulls where this
+// set and limit have none (the 256-bit sets keep the prepared scales for every m).
+std::array<cpu::FusedDirect, 2> choose_fused_direct(QuantType type, int64_t m) {
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+  if (m < kDirectRowsBelow && quant_vector_bits_for(KernelSet::Avx512) == 512)
+    return set_dot() == QuantDot::Avx512Vnni ? fused_direct512_for<cpu::Dot512Vnni>(type)
+                                             : fused_direct512_for<cpu::Dot512Bw>(type);
+#endif
+  (void)type, (void)m;
+  return {nullptr, nullptr};
+}
+
 std::array<cpu::FusedRows, 2> choose_fused_rows(QuantType type) {
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
   if (quant_vector_bits_for(KernelSet::Avx512) == 512)
@@ -171,8 +204,32 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
     for (int64_t i = 0; i < s.m; ++i)
       cpu::zero_point_lanes(act.q.data() + i * s.k, blocks, 32, zx.data() + i * 8 * blocks);
   }
-  const std::array<cpu::FusedRows, 2> rows_fn = choose_fused_rows(type);
   constexpr int64_t kR = cpu::kFusedRows;
+  if (const auto direct = choose_fused_direct(type, s.m); direct[0] != nullptr) {
+    const int64_t groups = (s.n + kR - 1) / kR;
+    parallel_for(0, groups, std::max<int64_t>(1, task_grain(s) / kR), [&](int64_t lo, int64_t hi) {
+      float out[kR];
+      for (int64_t gj = lo; gj < hi; ++gj) {
+        const int64_t j0 = gj * kR, rows = std::min(kR, s.n - j0);
+        for (int64_t i = 0; i < s.m; ++i) {
+          const int8_t* xq = act.q.data() + i * s.k;
+          const float* dx = act.d.data() + i * blocks;
+          const float* xs = mins ? sums.xs32.data() + i * blocks : nullptr;
+          const int32_t* zxi = mins ? nullptr : zx.data() + i * 8 * blocks;
+          if (rows == kR) {
+            direct[0](w + j0 * s.row_bytes, s.row_bytes, xq, dx, xs, zxi, blocks, out);
+          } else {
+            for (int64_t r = 0; r < rows; ++r)
+              direct[1](w + (j0 + r) * s.row_bytes, s.row_bytes, xq, dx, xs, zxi, blocks,
+                        out + r);
+          }
+          for (int64_t r = 0; r < rows; ++r) y[i * s.n + j0 + r] = out[r];
+        }
+      }
+    });
+    return;
+  }
+  const std::array<cpu::FusedRows, 2> rows_fn = choose_fused_rows(type);
   const int64_t per_row = per16 ? 2 * blocks : blocks;
   const int64_t groups = (s.n + kR - 1) / kR;
   parallel_for(0, groups, std::max<int64_t>(1, task_grain(s) / kR), [&](int64_t lo, int64_t hi) {

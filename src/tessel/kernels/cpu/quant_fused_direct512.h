@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: Apache-2.0
+// The 512-bit fused k-quant rows for a few activation rows (the decode step, m < 4), with each
+// super-block's scales worked out in registers where they are used. The rows of
+// quant_fused_rows512.h take per weight row a list of f32 scales (row_scales, k/32 or k/16
+// floats) and per activation row those times dx (scales_times_dx), and subtract Q4_K / Q5_K's
+// mins afterwards (offset_sum): at m = 1 that preparation, written to memory and read back once,
+// took as long as the rows themselves (a profile of the 4096 x 4096 Q4_K product: 4.9% of the
+// samples in the preparation against 4.7% in the rows). Here each super-block's 12 (Q4_K, Q5_K)
+// or 16 (Q6_K) scale bytes become eight or sixteen f32 scales in a register, are multiplied by
+// the eight activation scales of the super-block, and the mins go into one more accumulator per
+// row, in the same operations and order as row_scales -> scales_times_dx -> offset_sum, so the
+// outputs are those of the 256-bit rows bit for bit. Kernel-private: include inside
+// TESSEL_ISA_BEGIN, after quant_fused_rows512.h.
+#pragma once
+
+namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
+
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+
+// Lane l holds (l >> shift) + add; built from uniform constants under masks (quant_fused_rows512.h
+// says why). Once per call.
+inline __m512i lane_index(int shift, int add) {
+  __m512i idx = _mm512_set1_epi32(add);
+  for (int l = 1; l < 16; ++l)
+    idx = _mm512_mask_set1_epi32(idx, __mmask16(1u << l), (l >> shift) + add);
+  return idx;
+}
+
+// w: R weight rows row_bytes apart; x, dx the activation row's codes and scales; xs32 dx times
+// its code sums per 32 (Q4_K / Q5_K's mins); zx its zero-point lanes (Q6_K);
+// out[r] = the row's output.
+#define TESSEL_FUSED_DIRECT_ARGS                                                             \
+  const uint8_t *w, int64_t row_bytes, const int8_t *x, const float *dx, const float *xs32, \
+      const int32_t *zx, int64_t blocks, float *out
+
+// Eight unsigned bytes as f32 times f (k_scales' `widen`, returning the vector).
+inline __m256 widen(uint64_t bytes, float f) {
+  const __m256i v = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(bytes)));
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(f));
+}
+
+// Q4_K / Q5_K: k_scales' decoding of the 12 bytes (the same words and shifts), widened as its
+// `widen` does, times dx as scales_times_dx does; the mins times xs32 accumulated as offset_sum
+// does (eight at a time, in super-block order, reduced at the end).
+template <class Dot, bool kFive, int R>
+inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
+  constexpr int64_t kBytes = kFive ? 176 : 144;
+  const __m512i mask = _mm512_set1_epi8(0xF), bit4 = _mm512_set1_epi8(0x10);
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i pair[4] = {lane_index(3, 0), lane_index(3, 2), lane_index(3, 4),
+                           lane_index(3, 6)};
+  (void)zx;
+  __m512 acc[R];
+  __m256 mins[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm512_setzero_ps();
+    mins[r] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < blocks / 8; ++b) {
+    const __m256 dx8 = _mm256_loadu_ps(dx + 8 * b), xs8 = _mm256_loadu_ps(xs32 + 8 * b);
+    __m512 sdx[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w + r * row_bytes + b * kBytes;
+      uint32_t s[3];
+      std::memcpy(s, p + 4, 12);
+      const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+      const uint64_t sc = uint64_t(s[0] & m6) | uint64_t((s[2] & m4) | (((s[0] >> 6) & m2) << 4))
+                                                    << 32;
+      const uint64_t mn =
+          uint64_t(s[1] & m6) | uint64_t(((s[2] >> 4) & m4) | (((s[1] >> 6) & m2) << 4)) << 32;
+      sdx[r] = _mm512_castps256_ps512(_mm256_mul_ps(widen(sc, load_half(p)), dx8));
+      mins[r] = _mm256_fmadd_ps(widen(mn, load_half(p + 2)), xs8, mins[r]);
+    }
+    for (int c = 0; c < 4; ++c) {
+      const __m512i xx = load512(x + 32 * (8 * b + 2 * c));
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = w + r * row_bytes + b * kBytes;
+        _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + R * row_bytes), _MM_HINT_T0);
+        const __m512i v = load256_twice(p + (kFive ? 48 : 16) + 32 * c);
+        __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(v, kHighWords, v, 4), mask);
+        if constexpr (kFive) {
+          const __m512i hb = _mm512_srli_epi16(load256_twice(p + 16), 2 * c);
+          const __m512i t = _mm512_mask_slli_epi16(_mm512_slli_epi16(hb, 3), kLowWords, hb, 4);
+          u = _mm512_or_si512(u, _mm512_and_si512(t, bit4));
+        }
+        const __m512 s2 = _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), pair[c], sdx[r]);
+        acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(zero, u, xx)), s2, acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum_halves(acc[r]) - hsum(mins[r]);
+}
+
+// Q6_K: q6_k_scales' sixteen scales (int8 times d) in one register, times dx per pair of
+// 16-weight halves as scales_times_dx does; the zero point stays in the integer sums (zx).
+template <class Dot, int R>
+inline void q6_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
+  const __m512i mask = _mm512_set1_epi8(0xF), top = _mm512_set1_epi8(0x30);
+  const __m512i twice = lane_index(1, 0);  // dx[l / 2]
+  const __m512i quad[4] = {lane_index(2, 0), lane_index(2, 4), lane_index(2, 8),
+                           lane_index(2, 12)};
+  (void)xs32;
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks / 8; ++b) {
+    const __m512 dx16 = _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), twice,
+                                                    _mm512_maskz_loadu_ps(0x00FF, dx + 8 * b));
+    __m512 sdx[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = w + r * row_bytes + b * int64_t(sizeof(quant::BlockQ6_K));
+      const __m512i s = _mm512_maskz_cvtepi8_epi32(
+          __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)));
+      sdx[r] =
+          _mm512_mul_ps(_mm512_mul_ps(to_float(s), _mm512_set1_ps(load_half(p + 208))), dx16);
+    }
+    for (int h = 0; h < 2; ++h) {
+      const int64_t g = 8 * b + 4 * h;
+      const __m512i x01 = load512(x + 32 * g), x23 = load512(x + 32 * g + 64);
+      const __m512i z01 = load512(zx + 8 * g), z23 = load512(zx + 8 * g + 16);
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = w + r * row_bytes + b * int64_t(sizeof(quant::BlockQ6_K));
+        const char* next = reinterpret_cast<const char*>(p + R * row_bytes + 128 * h);
+        _mm_prefetch(next, _MM_HINT_T0);
+        _mm_prefetch(next + 64, _MM_HINT_T0);
+        const __m512i ab = load512(p + 64 * h);
+        const __m512i hv = load256_twice(p + 128 + 32 * h);
+        const __m512i h01 = _mm512_mask_slli_epi16(_mm512_slli_epi16(hv, 2), kLowWords, hv, 4);
+        const __m512i h23 = _mm512_mask_srli_epi16(hv, kHighWords, hv, 2);
+        const __m512i u01 =
+            _mm512_or_si512(_mm512_and_si512(ab, mask), _mm512_and_si512(h01, top));
+        const __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ab, 4), mask),
+                                            _mm512_and_si512(h23, top));
+        const __m512 s01 = _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), quad[2 * h], sdx[r]);
+        const __m512 s23 =
+            _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), quad[2 * h + 1], sdx[r]);
+        acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z01, u01, x01)), s01, acc[r]);
+        acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z23, u23, x23)), s23, acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum_halves(acc[r]);
+}
+
+#undef TESSEL_FUSED_DIRECT_ARGS
+
+#endif
+
+// The direct kernels' signature (declared in every set: the avx2 set's matmul asks for them and
+// gets none).
+using FusedDirect = void (*)(const uint8_t*, int64_t, const int8_t*, const float*, const float*,
+                             const int32_t*, int64_t, float*);
+
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu
