@@ -43,8 +43,10 @@ struct Limits {
 // Why the 512-bit rows cannot run here, or "" when they can.
 std::string missing_avx512() {
   const CpuFeatures& f = cpu_features();
-  for (auto [has, name] : {std::pair{f.avx512f, "avx512f"}, {f.avx512bw, "avx512bw"},
-                           {f.avx512dq, "avx512dq"}, {f.avx512vl, "avx512vl"}})
+  for (auto [has, name] : {std::pair{f.avx512f, "avx512f"},
+                           {f.avx512bw, "avx512bw"},
+                           {f.avx512dq, "avx512dq"},
+                           {f.avx512vl, "avx512vl"}})
     if (!has) return std::string("this CPU lacks ") + name;
   for (KernelSet s : runnable_kernel_sets())
     if (s == KernelSet::Avx512) return "";
@@ -63,8 +65,8 @@ std::vector<uint8_t> random_rows(QuantType t, int64_t n, int64_t k, std::mt19937
       std::memset(bytes.data() + at, 0, size_t(bb));
       continue;
     }
-    const std::vector<int> fields = t == QuantType::Q6_K ? std::vector<int>{208}
-                                                         : std::vector<int>{0, 2};
+    const std::vector<int> fields =
+        t == QuantType::Q6_K ? std::vector<int>{208} : std::vector<int>{0, 2};
     for (int off : fields) {
       const uint16_t h = float_to_f16(coin(rng) % 2 ? mag(rng) : -mag(rng)).bits;
       std::memcpy(bytes.data() + at + off, &h, 2);
@@ -90,7 +92,8 @@ double zero_point(QuantType t, const uint8_t* row, int64_t j) {
     std::memcpy(&h, p, 2);
     return double(quant::half_bits_to_float(h));
   };
-  if (t == QuantType::Q6_K) return 32 * std::abs(half(blk + 208) * double(int8_t(blk[192 + e / 16])));
+  if (t == QuantType::Q6_K)
+    return 32 * std::abs(half(blk + 208) * double(int8_t(blk[192 + e / 16])));
   return std::abs(half(blk + 2) * quant::q4k_min(blk + 4, e / 32));
 }
 
@@ -121,8 +124,8 @@ TEST(QuantFused512, EqualsThe256BitRowsBitForBit) {
             const Tensor x = activations(m, k, rng);
             const Tensor y256 = product(t, x, w, n, 256), y512 = product(t, x, w, n, 512);
             ASSERT_EQ(std::memcmp(y256.data_ptr(), y512.data_ptr(), size_t(m * n) * 4), 0)
-                << quant_dot_name(dot) << " " << quant::quant_type_name(t) << " m" << m << " n"
-                << n << " k" << k;
+                << quant_dot_name(dot) << " " << quant::quant_type_name(t) << " m" << m << " n" << n
+                << " k" << k;
           }
   }
 }

@@ -236,8 +236,7 @@ int quant_vector_bits_for(KernelSet set) {
 }
 
 void limit_quant_vector_bits(int bits) {
-  TESSEL_CHECK(bits == 256 || bits == 512, "limit_quant_vector_bits: ", bits,
-               " bits; 256 or 512");
+  TESSEL_CHECK(bits == 256 || bits == 512, "limit_quant_vector_bits: ", bits, " bits; 256 or 512");
   vector_bits_limit.store(bits);
 }
 

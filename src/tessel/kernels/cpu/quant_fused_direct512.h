@@ -29,26 +29,41 @@ inline __m512i lane_index(int shift, int add) {
 // w: R weight rows row_bytes apart; x, dx the activation row's codes and scales; xs32 dx times
 // its code sums per 32 (Q4_K / Q5_K's mins); zx its zero-point lanes (Q6_K);
 // out[r] = the row's output.
-#define TESSEL_FUSED_DIRECT_ARGS                                                             \
+#define TESSEL_FUSED_DIRECT_ARGS                                                            \
   const uint8_t *w, int64_t row_bytes, const int8_t *x, const float *dx, const float *xs32, \
       const int32_t *zx, int64_t blocks, float *out
 
-// Eight unsigned bytes as f32 times f (k_scales' `widen`, returning the vector).
-inline __m256 widen(uint64_t bytes, float f) {
-  const __m256i v = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(bytes)));
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(f));
+// The low eight unsigned bytes of v as f32 times f (k_scales' `widen`).
+inline __m256 widen(__m128i v, float f) {
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)), _mm256_set1_ps(f));
 }
 
-// Q4_K / Q5_K: k_scales' decoding of the 12 bytes (the same words and shifts), widened as its
-// `widen` does, times dx as scales_times_dx does; the mins times xs32 accumulated as offset_sum
-// does (eight at a time, in super-block order, reduced at the end).
+// Q4_K / Q5_K's 12 bytes of 6-bit scales and mins (k_scales' words w0, w1, w2) decoded in one
+// vector: the 32-bit lanes become scales 0-3, scales 4-7, mins 0-3, mins 4-7, one per byte, the
+// same bytes k_scales makes with general-purpose registers (which took as many instructions per
+// super-block as the block's dot products). Reads 16 bytes at p (the block continues past them).
+inline __m128i six_bit_fields(const uint8_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i t = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  // w0, w2, w1, w2
+  const __m128i t2 = _mm_mask_srli_epi32(t, __mmask8(0x8), t, 4);   // w0, w2, w1, w2 >> 4
+  // Lanes 0, 2: the low 6 bits of each byte; lanes 1, 3: the low 4 bits ...
+  const __m128i low = _mm_mask_and_epi32(_mm_and_si128(t2, _mm_set1_epi8(0x0F)), __mmask8(0x5), t2,
+                                         _mm_set1_epi8(0x3F));
+  // ... and bits 4-5 from the top two bits of w0's / w1's bytes.
+  const __m128i top = _mm_and_si128(_mm_srli_epi32(t, 2), _mm_set1_epi8(0x30));
+  return _mm_mask_or_epi32(low, __mmask8(0xA), low,
+                           _mm_shuffle_epi32(top, _MM_SHUFFLE(2, 2, 0, 0)));
+}
+
+// Q4_K / Q5_K: k_scales' bytes (six_bit_fields), widened as its `widen` does, times dx as
+// scales_times_dx does; the mins times xs32 accumulated as offset_sum does (eight at a time, in
+// super-block order, reduced at the end).
 template <class Dot, bool kFive, int R>
 inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
   constexpr int64_t kBytes = kFive ? 176 : 144;
   const __m512i mask = _mm512_set1_epi8(0xF), bit4 = _mm512_set1_epi8(0x10);
   const __m512i zero = _mm512_setzero_si512();
-  const __m512i pair[4] = {lane_index(3, 0), lane_index(3, 2), lane_index(3, 4),
-                           lane_index(3, 6)};
+  const __m512i pair[4] = {lane_index(3, 0), lane_index(3, 2), lane_index(3, 4), lane_index(3, 6)};
   (void)zx;
   __m512 acc[R];
   __m256 mins[R];
@@ -61,15 +76,9 @@ inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
     __m512 sdx[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w + r * row_bytes + b * kBytes;
-      uint32_t s[3];
-      std::memcpy(s, p + 4, 12);
-      const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
-      const uint64_t sc = uint64_t(s[0] & m6) | uint64_t((s[2] & m4) | (((s[0] >> 6) & m2) << 4))
-                                                    << 32;
-      const uint64_t mn =
-          uint64_t(s[1] & m6) | uint64_t(((s[2] >> 4) & m4) | (((s[1] >> 6) & m2) << 4)) << 32;
-      sdx[r] = _mm512_castps256_ps512(_mm256_mul_ps(widen(sc, load_half(p)), dx8));
-      mins[r] = _mm256_fmadd_ps(widen(mn, load_half(p + 2)), xs8, mins[r]);
+      const __m128i sm = six_bit_fields(p + 4);
+      sdx[r] = _mm512_castps256_ps512(_mm256_mul_ps(widen(sm, load_half(p)), dx8));
+      mins[r] = _mm256_fmadd_ps(widen(_mm_unpackhi_epi64(sm, sm), load_half(p + 2)), xs8, mins[r]);
     }
     for (int c = 0; c < 4; ++c) {
       const __m512i xx = load512(x + 32 * (8 * b + 2 * c));
@@ -97,8 +106,7 @@ template <class Dot, int R>
 inline void q6_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
   const __m512i mask = _mm512_set1_epi8(0xF), top = _mm512_set1_epi8(0x30);
   const __m512i twice = lane_index(1, 0);  // dx[l / 2]
-  const __m512i quad[4] = {lane_index(2, 0), lane_index(2, 4), lane_index(2, 8),
-                           lane_index(2, 12)};
+  const __m512i quad[4] = {lane_index(2, 0), lane_index(2, 4), lane_index(2, 8), lane_index(2, 12)};
   (void)xs32;
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -110,8 +118,7 @@ inline void q6_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
       const uint8_t* p = w + r * row_bytes + b * int64_t(sizeof(quant::BlockQ6_K));
       const __m512i s = _mm512_maskz_cvtepi8_epi32(
           __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)));
-      sdx[r] =
-          _mm512_mul_ps(_mm512_mul_ps(to_float(s), _mm512_set1_ps(load_half(p + 208))), dx16);
+      sdx[r] = _mm512_mul_ps(_mm512_mul_ps(to_float(s), _mm512_set1_ps(load_half(p + 208))), dx16);
     }
     for (int h = 0; h < 2; ++h) {
       const int64_t g = 8 * b + 4 * h;
@@ -126,13 +133,11 @@ inline void q6_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
         const __m512i hv = load256_twice(p + 128 + 32 * h);
         const __m512i h01 = _mm512_mask_slli_epi16(_mm512_slli_epi16(hv, 2), kLowWords, hv, 4);
         const __m512i h23 = _mm512_mask_srli_epi16(hv, kHighWords, hv, 2);
-        const __m512i u01 =
-            _mm512_or_si512(_mm512_and_si512(ab, mask), _mm512_and_si512(h01, top));
+        const __m512i u01 = _mm512_or_si512(_mm512_and_si512(ab, mask), _mm512_and_si512(h01, top));
         const __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ab, 4), mask),
                                             _mm512_and_si512(h23, top));
         const __m512 s01 = _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), quad[2 * h], sdx[r]);
-        const __m512 s23 =
-            _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), quad[2 * h + 1], sdx[r]);
+        const __m512 s23 = _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), quad[2 * h + 1], sdx[r]);
         acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z01, u01, x01)), s01, acc[r]);
         acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z23, u23, x23)), s23, acc[r]);
       }

@@ -147,15 +147,13 @@ inline void q6_k_rows512(TESSEL_FUSED_ROWS_ARGS) {
         const __m512i hv = load256_twice(p + 128 + 32 * h);
         const __m512i h01 = _mm512_mask_slli_epi16(_mm512_slli_epi16(hv, 2), kLowWords, hv, 4);
         const __m512i h23 = _mm512_mask_srli_epi16(hv, kHighWords, hv, 2);
-        const __m512i u01 =
-            _mm512_or_si512(_mm512_and_si512(ab, mask), _mm512_and_si512(h01, top));
+        const __m512i u01 = _mm512_or_si512(_mm512_and_si512(ab, mask), _mm512_and_si512(h01, top));
         const __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ab, 4), mask),
                                             _mm512_and_si512(h23, top));
         const float* s = sdx + r * sdx_stride + 2 * g;
-        acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z01, u01, x01)),
-                                 quad_scales(idx, s), acc[r]);
-        acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z23, u23, x23)),
-                                 quad_scales(idx, s + 4), acc[r]);
+        acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z01, u01, x01)), quad_scales(idx, s), acc[r]);
+        acc[r] =
+            _mm512_fmadd_ps(to_float(Dot::dot(z23, u23, x23)), quad_scales(idx, s + 4), acc[r]);
       }
     }
   }

@@ -23,6 +23,7 @@ TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/quant_fused.h"
 #include "tessel/kernels/cpu/quant_fused_rows.h"
 #include "tessel/kernels/cpu/quant_fused_rows512.h"
+// After the 512-bit rows, whose helpers it uses.
 #include "tessel/kernels/cpu/quant_fused_direct512.h"
 
 namespace tessel::kernels::TESSEL_KERNEL_ISA {
@@ -220,8 +221,7 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
             direct[0](w + j0 * s.row_bytes, s.row_bytes, xq, dx, xs, zxi, blocks, out);
           } else {
             for (int64_t r = 0; r < rows; ++r)
-              direct[1](w + (j0 + r) * s.row_bytes, s.row_bytes, xq, dx, xs, zxi, blocks,
-                        out + r);
+              direct[1](w + (j0 + r) * s.row_bytes, s.row_bytes, xq, dx, xs, zxi, blocks, out + r);
           }
           for (int64_t r = 0; r < rows; ++r) y[i * s.n + j0 + r] = out[r];
         }
