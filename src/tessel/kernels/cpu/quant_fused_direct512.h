@@ -61,8 +61,11 @@ inline __m128i six_bit_fields(const uint8_t* p) {
 template <class Dot, bool kFive, int R>
 inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
   constexpr int64_t kBytes = kFive ? 176 : 144;
-  const __m512i mask = _mm512_set1_epi8(0xF), bit4 = _mm512_set1_epi8(0x10);
+  const __m512i mask = _mm512_set1_epi8(0xF);
   const __m512i zero = _mm512_setzero_si512();
+  const __m512i fifth[4] = {fifth_bit_mask(0), fifth_bit_mask(1), fifth_bit_mask(2),
+                            fifth_bit_mask(3)};
+  (void)fifth;
   const __m512i pair[4] = {lane_index(3, 0), lane_index(3, 2), lane_index(3, 4), lane_index(3, 6)};
   (void)zx;
   __m512 acc[R];
@@ -87,11 +90,7 @@ inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
         _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + R * row_bytes), _MM_HINT_T0);
         const __m512i v = load256_twice(p + (kFive ? 48 : 16) + 32 * c);
         __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(v, kHighWords, v, 4), mask);
-        if constexpr (kFive) {
-          const __m512i hb = _mm512_srli_epi16(load256_twice(p + 16), 2 * c);
-          const __m512i t = _mm512_mask_slli_epi16(_mm512_slli_epi16(hb, 3), kLowWords, hb, 4);
-          u = _mm512_or_si512(u, _mm512_and_si512(t, bit4));
-        }
+        if constexpr (kFive) u = fifth_bits(u, load256_twice(p + 16), fifth[c]);
         const __m512 s2 = _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), pair[c], sdx[r]);
         acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(zero, u, xx)), s2, acc[r]);
       }

@@ -86,19 +86,37 @@ inline float hsum_halves(__m512 acc) {
                             _mm512_maskz_extractf32x8_ps(__mmask8(0xFF), acc, 1)));
 }
 
+// Q5_K's fifth bits for chunk c: bit 2c of each qh byte for the low half (sub-block 2c), bit
+// 2c+1 for the high half, one byte mask per chunk (the halves differ, so each is put together
+// under a mask, see the top).
+inline __m512i fifth_bit_mask(int c) {
+  return _mm512_mask_set1_epi8(_mm512_set1_epi8(char(1 << (2 * c))),
+                               __mmask64(0xFFFFFFFF00000000ull), char(1 << (2 * c + 1)));
+}
+
+// u (nibbles, bit 4 clear) with bit 4 set in the bytes whose qh byte (the 32 bytes of qh in both
+// halves) has the chunk's bit: the codes q4_k_rows makes with shifts, in a byte test and a masked
+// add (which is an or here).
+inline __m512i fifth_bits(__m512i u, __m512i qh, __m512i bits) {
+  return _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(qh, bits), u, _mm512_set1_epi8(0x10));
+}
+
 #define TESSEL_FUSED_ROWS_ARGS                                                                \
   const uint8_t *w, int64_t row_bytes, const float *sdx, int64_t sdx_stride, const int8_t *x, \
       const int32_t *zx, int64_t blocks, float *out
 
 // Q4_K / Q5_K (q4_k_rows' layout): the 32 bytes of chunk c in both halves, the high half shifted
 // down by 4, masked: sub-block 2c in the low half, 2c+1 in the high one, against the 64
-// activation codes of those two blocks. Q5_K's fifth bits: bit 2c of qh to bit 4 in the low
-// half (<< 4), bit 2c+1 in the high half (<< 3).
+// activation codes of those two blocks. Q5_K's fifth bits (fifth_bits): bit 2c of qh to bit 4 in
+// the low half, bit 2c+1 in the high half.
 template <class Dot, bool kFive, int R>
 inline void q4_k_rows512(TESSEL_FUSED_ROWS_ARGS) {
   constexpr int64_t kBytes = kFive ? 176 : 144;
-  const __m512i mask = _mm512_set1_epi8(0xF), bit4 = _mm512_set1_epi8(0x10);
+  const __m512i mask = _mm512_set1_epi8(0xF);
   const __m512i zero = _mm512_setzero_si512();
+  const __m512i fifth[4] = {fifth_bit_mask(0), fifth_bit_mask(1), fifth_bit_mask(2),
+                            fifth_bit_mask(3)};
+  (void)fifth;
   (void)zx;
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -111,11 +129,7 @@ inline void q4_k_rows512(TESSEL_FUSED_ROWS_ARGS) {
         _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + R * row_bytes), _MM_HINT_T0);
         const __m512i v = load256_twice(p + (kFive ? 48 : 16) + 32 * c);
         __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(v, kHighWords, v, 4), mask);
-        if constexpr (kFive) {
-          const __m512i hb = _mm512_srli_epi16(load256_twice(p + 16), 2 * c);
-          const __m512i t = _mm512_mask_slli_epi16(_mm512_slli_epi16(hb, 3), kLowWords, hb, 4);
-          u = _mm512_or_si512(u, _mm512_and_si512(t, bit4));
-        }
+        if constexpr (kFive) u = fifth_bits(u, load256_twice(p + 16), fifth[c]);
         acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(zero, u, xx)),
                                  two_scales(sdx + r * sdx_stride + g), acc[r]);
       }
