@@ -3,13 +3,15 @@
 """Mixed precision under memory offload (docs/MEMORY.md, "Mixed precision"): bf16 and fp16 runs
 whose 16-bit weight copies live in chunks of their own, offloaded across the device, host and NVMe
 tiers, equal the same runs in memory bit for bit: every step's loss, gradient norm, loss scale and
-overflow flag, and the checkpoints' bytes (the final parameters among them). fp16 starts from a
-loss scale that overflows, so the skipped steps and the halved scale are compared too. The
-in-memory bf16 checkpoint resumes offloaded on its own trajectory (the copies are rounded from
-the loaded masters). Under dp 2 with ZeRO-2 and ZeRO-3, each rank's shards offloaded, the same.
-A host tier below the update's row of five chunks (parameters, gradients, both moments and the
-copies') is refused before any step, naming that budget. A GPT-2 with C = 33, 3 heads, 3 blocks,
-sequences of 13, two micro-batches per step and clipping.
+overflow flag, and the checkpoints' bytes (the final parameters among them); bf16 with full
+recomputation too, whose replay reads the kept copies. fp16 starts from a loss scale that
+overflows, so the skipped steps and the halved scale are compared too. The in-memory bf16
+checkpoint resumes offloaded on its own trajectory (the copies are rounded from the loaded
+masters). Under dp 2 with ZeRO-2 and ZeRO-3, each rank's shards offloaded, the same. A host tier
+below the update's row of five chunks (parameters, gradients, both moments and the copies') is
+refused before any step, naming that budget. A GPT-2 with C = 33, 3 heads, 3 blocks, sequences
+of 13, 12 sequences per step (four micro-batches of 3 on one process, two per rank at dp 2) and
+clipping.
 
 Usage: offload_precision_equivalence.py TESSEL MPIRUN WORKDIR
 """
@@ -113,25 +115,28 @@ def main():
     print(f"bf16 offload: device tier of {device} chunks; a host tier of 4 chunks is refused "
           f"naming {host} bytes (5 chunks)")
 
-    for precision in ("bf16", "fp16"):
-        prec = ["--set", f"train.precision={precision}"]
-        ref = os.path.join(work, f"memory_{precision}")
+    for precision, recompute in (("bf16", "none"), ("fp16", "none"), ("bf16", "full")):
+        prec = ["--set", f"train.precision={precision}", "--set", f"train.recompute={recompute}"]
+        tag = precision + ("" if recompute == "none" else "_recompute_" + recompute)
+        ref = os.path.join(work, f"memory_{tag}")
         run(one + prec + ["--set", "checkpoint.dir=" + ref], env=env)
         if precision == "fp16" and not any(r[4] for r in records(ref)):
             fail(f"fp16 from loss scale {FP16_SCALE}: no step overflowed, {records(ref)}")
-        off = os.path.join(work, f"offload_{precision}")
-        nvme = os.path.join(work, f"nvme_{precision}")
+        off = os.path.join(work, f"offload_{tag}")
+        nvme = os.path.join(work, f"nvme_{tag}")
         os.makedirs(nvme)
         run(one + prec + ["--set", "checkpoint.dir=" + off] +
             offload_sets(nvme, 5, device, CHUNK), env=env)
-        what = f"{precision} offloaded"
+        # The replay of a block's forward inside its backward reads the same kept copies.
+        what = f"{precision} offloaded" + ("" if recompute == "none" else
+                                            f" (recompute {recompute})")
         same_records(ref, off, what)
         check_tiers(off, what)
         for step in (SAVE, STEPS):
             files = same_checkpoint(ref, off, step, what)
         print(f"{what}: {STEPS} steps' losses, norms and scales bitwise the in-memory run's; "
               f"checkpoints at steps {SAVE} and {STEPS} byte for byte ({', '.join(files)})")
-        if precision != "bf16":
+        if precision != "bf16" or recompute != "none":
             continue
         # The in-memory checkpoint resumes offloaded: the copies come from the loaded masters.
         r = os.path.join(work, "resume_memory_bf16_offloaded")
