@@ -134,8 +134,8 @@ TEST(LowPrecisionScope, KeptCopiesAreTakenAsTheyAreAndMastersNamesEachOnce) {
     EXPECT_EQ(m.a->bias.dtype(), DType::BF16) << "no kept copy: cast now";
   }
   {  // deferred, as memory offload defers its kept copies to each unit's forward
-    LowPrecisionScope scope({&m}, DType::BF16,
-                            [&](const Tensor& t) { return keep(t).defined(); }, keep);
+    LowPrecisionScope scope(
+        {&m}, DType::BF16, [&](const Tensor& t) { return keep(t).defined(); }, keep);
     EXPECT_EQ(m.a->weight.dtype(), DType::F32);
     EXPECT_EQ(scope.cast_deferred(w).data_ptr(), kept.data_ptr());
     EXPECT_EQ(m.b->weight.data_ptr(), kept.data_ptr());

@@ -101,7 +101,7 @@ TEST(Cast, KeptCopyIsUsedAsItIsWithCastsBackward) {
       EXPECT_EQ(x.grad().data<float>()[i], want.data<float>()[i]) << dtype_name(dt) << " " << i;
   }
   EXPECT_THROW(cast_kept(x, zeros({7, 12}, DType::BF16)), Error);  // another shape
-  EXPECT_THROW(cast_kept(x, x), Error);                             // the same dtype
+  EXPECT_THROW(cast_kept(x, x), Error);                            // the same dtype
 }
 
 }  // namespace

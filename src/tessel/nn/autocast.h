@@ -39,8 +39,8 @@ class LowPrecisionScope {
 
   DType dtype() const { return dtype_; }
   // A deferred master's copy, made now (its values must be present, or its kept copy's) and
-  // swapped into every layer member that holds the master; later calls return the same copy. Undefined when no layer under
-  // the scope holds `master` deferred.
+  // swapped into every layer member that holds the master; later calls return the same copy.
+  // Undefined when no layer under the scope holds `master` deferred.
   Tensor cast_deferred(const Tensor& master);
   // Writes master rounded to copy's dtype into copy's storage, as the cast that made it did (no
   // graph is recorded): for a copy whose storage was released and materialised again.

@@ -247,8 +247,8 @@ void OffloadStrategy::on_backward(size_t k) {
   // The copies' chunks are only read (their gradients go into the masters' gradient chunks), so
   // their NVMe copies stay valid and evicting them writes nothing.
   for (int id : *u.backward_held)
-    chunks_->access(id, chunks_->chunk(id).group == kCopyGroup ? AccessMode::Read
-                                                               : AccessMode::ReadWrite);
+    chunks_->access(
+        id, chunks_->chunk(id).group == kCopyGroup ? AccessMode::Read : AccessMode::ReadWrite);
   u.in_backward = true;
   u.pending_grads = int64_t(u.params);
 }

@@ -115,7 +115,7 @@ class OffloadStrategy : public AxisStrategy {
     std::vector<int> param_chunks, state_chunks;  // state: parameters and gradients
     // The same under mixed precision: the 16-bit copies' chunks in place of their masters'.
     std::vector<int> copy_chunks, copy_state_chunks;
-    std::vector<size_t> members;  // into states_
+    std::vector<size_t> members;                     // into states_
     const std::vector<int>* forward_held = nullptr;  // what the forward / backward accessed
     const std::vector<int>* backward_held = nullptr;
     nn::Module* module = nullptr;
@@ -144,7 +144,7 @@ class OffloadStrategy : public AxisStrategy {
   std::vector<std::pair<Tensor, int64_t>> grad_hooks_;
   OffloadAdamW* optimizer_ = nullptr;
   int device_need_ = 0;
-  bool has_copies_ = false;      // mixed precision: some parameters have 16-bit copies
+  bool has_copies_ = false;               // mixed precision: some parameters have 16-bit copies
   nn::LowPrecisionScope* low_ = nullptr;  // a micro-batch's precision scope
   bool tracing_ = false, traced_ = false;
   int checkpoint_chunk_ = -1;   // held by hold_for_checkpoint()
