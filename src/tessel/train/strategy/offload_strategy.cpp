@@ -266,10 +266,14 @@ void OffloadStrategy::end_backward(Unit& u) {
 
 void OffloadStrategy::begin_step() {
   at_step_start_ = chunks_->stats();
-  if (!traced_ && !tracing_) {
+  if (tracing_) {  // the last step was skipped: this one is recorded instead
+    chunks_->stop_trace();
+    chunks_->start_trace();
+  } else if (!traced_) {
     chunks_->start_trace();
     tracing_ = true;
   }
+  if (optimizer_) updates_at_start_ = optimizer_->step_count();
 }
 
 void OffloadStrategy::after_backward() {
@@ -279,7 +283,10 @@ void OffloadStrategy::after_backward() {
 
 void OffloadStrategy::after_update() {
   if (optimizer_) optimizer_->drop_gradients();  // a skipped step's too
-  if (tracing_) {
+  // A skipped step (an fp16 overflow, a non-finite loss) ran no update, so its trace lacks the
+  // optimizer's accesses that every later step makes: the next step is traced instead.
+  const bool updated = !optimizer_ || optimizer_->step_count() != updates_at_start_;
+  if (tracing_ && updated) {
     tracing_ = false;
     traced_ = true;
     chunks_->use_trace(chunks_->stop_trace(), prefetch_);

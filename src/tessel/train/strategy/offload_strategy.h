@@ -147,8 +147,9 @@ class OffloadStrategy : public AxisStrategy {
   bool has_copies_ = false;               // mixed precision: some parameters have 16-bit copies
   nn::LowPrecisionScope* low_ = nullptr;  // a micro-batch's precision scope
   bool tracing_ = false, traced_ = false;
-  int checkpoint_chunk_ = -1;   // held by hold_for_checkpoint()
-  bool checkpointing_ = false;  // the chunk manager is unscheduled for it
+  int64_t updates_at_start_ = 0;  // the optimizer's step count when the step began
+  int checkpoint_chunk_ = -1;     // held by hold_for_checkpoint()
+  bool checkpointing_ = false;    // the chunk manager is unscheduled for it
   memory::MemoryStats at_step_start_;
 };
 
