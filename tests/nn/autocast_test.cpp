@@ -118,5 +118,32 @@ TEST(LowPrecisionScope, MixtureOfExpertsCastsTheExpertsAndKeepsTheRouterF32) {
   EXPECT_EQ(router.grad().dtype(), DType::F32);
 }
 
+TEST(LowPrecisionScope, KeptCopiesAreTakenAsTheyAreAndMastersNamesEachOnce) {
+  Generator g(5);
+  Tied m(&g);
+  const Tensor w = m.a->weight, bias = m.a->bias;
+  const std::vector<Tensor> masters = LowPrecisionScope::masters({&m});
+  ASSERT_EQ(masters.size(), 2u) << "the tied weight once, and the bias";
+  Tensor kept = empty(w.shape(), DType::BF16);
+  LowPrecisionScope::recast(w, kept);
+  const auto keep = [&](const Tensor& t) { return t.impl_ptr() == w.impl_ptr() ? kept : Tensor(); };
+  {
+    LowPrecisionScope scope({&m}, DType::BF16, {}, keep);
+    EXPECT_EQ(m.a->weight.data_ptr(), kept.data_ptr());
+    EXPECT_EQ(m.b->weight.data_ptr(), kept.data_ptr()) << "the tied member: the same copy";
+    EXPECT_EQ(m.a->bias.dtype(), DType::BF16) << "no kept copy: cast now";
+  }
+  {  // deferred, as memory offload defers its kept copies to each unit's forward
+    LowPrecisionScope scope(
+        {&m}, DType::BF16, [&](const Tensor& t) { return keep(t).defined(); }, keep);
+    EXPECT_EQ(m.a->weight.dtype(), DType::F32);
+    EXPECT_EQ(scope.cast_deferred(w).data_ptr(), kept.data_ptr());
+    EXPECT_EQ(m.b->weight.data_ptr(), kept.data_ptr());
+  }
+  EXPECT_EQ(m.a->weight.impl_ptr(), w.impl_ptr());
+  EXPECT_EQ(m.b->weight.impl_ptr(), w.impl_ptr());
+  EXPECT_EQ(m.a->bias.impl_ptr(), bias.impl_ptr());
+}
+
 }  // namespace
 }  // namespace tessel::nn

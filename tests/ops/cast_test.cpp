@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // ops::cast: the forward rounds exactly as core's element conversion does (the CPU backend's
 // vectorised path and its scalar tail alike, NaN, overflow and subnormals included), and the
-// backward carries the gradient back into the input's dtype.
+// backward carries the gradient back into the input's dtype; cast_kept takes a copy written ahead
+// of time as it is, with the same backward.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -76,6 +77,31 @@ TEST(Cast, GradientReturnsInTheInputDtype) {
       EXPECT_EQ(x.grad().data<float>()[i], w16.data<float>()[i]) << dtype_name(dt) << " " << i;
   }
   EXPECT_THROW(cast(zeros({3}, DType::I64), DType::BF16), Error);
+}
+
+TEST(Cast, KeptCopyIsUsedAsItIsWithCastsBackward) {
+  Tensor x = randn({7, 13}, DType::F32);
+  x.set_requires_grad(true);
+  const Tensor w = randn({7, 13}, DType::F32);
+  for (DType dt : {DType::BF16, DType::F16}) {
+    // The gradient through a cast made now, then through a copy written ahead of time.
+    x.set_grad(Tensor());
+    autograd::backward(sum(cast(mul(cast(x, dt), cast(w, dt)), DType::F32)));
+    const Tensor want = x.grad().clone();
+    x.set_grad(Tensor());
+    const Tensor kept = cast(x.detach(), dt);
+    const Tensor y = cast_kept(x, kept);
+    EXPECT_EQ(y.data_ptr(), kept.data_ptr()) << "the kept bytes themselves, no conversion";
+    EXPECT_TRUE(y.requires_grad());
+    EXPECT_FALSE(kept.requires_grad()) << "the graph node is the handle's, not the copy's";
+    autograd::backward(sum(cast(mul(y, cast(w, dt)), DType::F32)));
+    ASSERT_TRUE(x.grad().defined());
+    EXPECT_EQ(x.grad().dtype(), DType::F32);
+    for (int64_t i = 0; i < x.numel(); ++i)
+      EXPECT_EQ(x.grad().data<float>()[i], want.data<float>()[i]) << dtype_name(dt) << " " << i;
+  }
+  EXPECT_THROW(cast_kept(x, zeros({7, 12}, DType::BF16)), Error);  // another shape
+  EXPECT_THROW(cast_kept(x, x), Error);                            // the same dtype
 }
 
 }  // namespace

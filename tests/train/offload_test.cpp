@@ -153,12 +153,20 @@ TEST(Offload, RefusesUnusableSettingsNamingTheSmallestBudget) {
   e = error_of(offloaded(c, need / kChunk, 4, ""));
   EXPECT_NE(e.find("without memory.nvme_dir the host tier holds every chunk"), std::string::npos)
       << e;
-  // What offload does not do yet is refused up front.
+  // Mixed precision: the update also rounds its row into a chunk of 16-bit copies, five chunks
+  // in the host tier at once (offload_precision_equivalence.py runs it).
+  for (const std::string precision : {"bf16", "fp16"}) {
+    TrainConfig mixed = offloaded(c, 64, 4, nvme);
+    mixed.train.precision = precision;
+    e = error_of(mixed);
+    EXPECT_NE(e.find("rounds it into a chunk of its 16-bit copies"), std::string::npos) << e;
+    EXPECT_NE(e.find("smallest host budget that works is " + std::to_string(5 * kChunk)),
+              std::string::npos)
+        << e;
+    mixed.memory.host_budget = std::to_string(5 * kChunk);
+    EXPECT_EQ(error_of(mixed), "") << precision;
+  }
   TrainConfig bad = offloaded(c, 64, 64, "");
-  bad.train.precision = "bf16";
-  e = error_of(bad);
-  EXPECT_NE(e.find("train.precision = bf16"), std::string::npos) << e;
-  bad = offloaded(c, 64, 64, "");
   bad.memory.device_budget = "12 parsecs";
   e = error_of(bad);
   EXPECT_NE(e.find("memory.device_budget = \"12 parsecs\" is not a size"), std::string::npos) << e;

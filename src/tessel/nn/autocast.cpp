@@ -18,8 +18,9 @@ namespace tessel::nn {
 LowPrecisionScope::LowPrecisionScope(Module& root, DType dtype)
     : LowPrecisionScope(std::vector<Module*>{&root}, dtype) {}
 
-LowPrecisionScope::LowPrecisionScope(const std::vector<Module*>& roots, DType dtype, Defer defer)
-    : dtype_(dtype) {
+LowPrecisionScope::LowPrecisionScope(const std::vector<Module*>& roots, DType dtype, Defer defer,
+                                     Kept kept)
+    : dtype_(dtype), kept_(std::move(kept)) {
   if (dtype == DType::F32 || dtype == DType::F64) return;
   TESSEL_CHECK(dtype == DType::BF16 || dtype == DType::F16, "LowPrecisionScope: dtype ",
                dtype_name(dtype), " is not a floating dtype (expected bf16 or f16)");
@@ -32,9 +33,33 @@ LowPrecisionScope::LowPrecisionScope(const std::vector<Module*>& roots, DType dt
   }
 }
 
+void LowPrecisionScope::for_each_member(Module& root, const std::function<void(Tensor&)>& visit) {
+  std::set<const Module*> routers;
+  for (auto& [name, module] : root.named_modules())
+    if (auto* m = dynamic_cast<MoE*>(module)) routers.insert(m->router.get());
+  for (auto& [name, module] : root.named_modules()) {
+    if (routers.count(module)) continue;
+    if (auto* l = dynamic_cast<Linear*>(module)) {
+      visit(l->weight);
+      visit(l->bias);
+    } else if (auto* e = dynamic_cast<Embedding*>(module)) {
+      visit(e->weight);
+    } else if (auto* n = dynamic_cast<LayerNorm*>(module)) {
+      visit(n->weight);
+      visit(n->bias);
+    } else if (auto* r = dynamic_cast<RMSNorm*>(module)) {
+      visit(r->weight);
+    } else if (auto* x = dynamic_cast<ExpertMLPs*>(module)) {  // the stacks of MoE experts
+      for (Tensor* t : {&x->gate_proj, &x->up_proj, &x->down_proj, &x->fc_weight, &x->fc_bias,
+                        &x->proj_weight, &x->proj_bias})
+        visit(*t);
+    }
+  }
+}
+
 void LowPrecisionScope::add(Module& root, const Defer& defer,
                             std::map<const void*, Tensor>& copies) {
-  auto swap = [&](Tensor& member) {
+  for_each_member(root, [&](Tensor& member) {
     if (!member.defined() || member.dtype() == dtype_) return;
     const void* key = member.impl_ptr().get();
     if (defer && defer(member)) {
@@ -46,32 +71,22 @@ void LowPrecisionScope::add(Module& root, const Defer& defer,
       return;
     }
     Tensor& copy = copies[key];
-    if (!copy.defined()) copy = ops::cast(member, dtype_);
+    if (!copy.defined()) copy = copy_of(member);
     swapped_.emplace_back(&member, member);
     member = copy;
-  };
-  // A mixture-of-experts router stays f32 (moe.cpp says why).
-  std::set<const Module*> routers;
-  for (auto& [name, module] : root.named_modules())
-    if (auto* m = dynamic_cast<MoE*>(module)) routers.insert(m->router.get());
-  for (auto& [name, module] : root.named_modules()) {
-    if (routers.count(module)) continue;
-    if (auto* l = dynamic_cast<Linear*>(module)) {
-      swap(l->weight);
-      swap(l->bias);
-    } else if (auto* e = dynamic_cast<Embedding*>(module)) {
-      swap(e->weight);
-    } else if (auto* n = dynamic_cast<LayerNorm*>(module)) {
-      swap(n->weight);
-      swap(n->bias);
-    } else if (auto* r = dynamic_cast<RMSNorm*>(module)) {
-      swap(r->weight);
-    } else if (auto* x = dynamic_cast<ExpertMLPs*>(module)) {  // the stacks of MoE experts
-      for (Tensor* t : {&x->gate_proj, &x->up_proj, &x->down_proj, &x->fc_weight, &x->fc_bias,
-                        &x->proj_weight, &x->proj_bias})
-        swap(*t);
-    }
-  }
+  });
+}
+
+std::vector<Tensor> LowPrecisionScope::masters(const std::vector<Module*>& roots) {
+  std::vector<Tensor> out;
+  std::set<const void*> seen;
+  for (Module* root : roots)
+    for_each_member(*root, [&](Tensor& member) {
+      if (member.defined() && dtype_is_float(member.dtype()) &&
+          seen.insert(member.impl_ptr().get()).second)
+        out.push_back(member);
+    });
+  return out;
 }
 
 LowPrecisionScope::~LowPrecisionScope() {
@@ -85,10 +100,18 @@ Tensor LowPrecisionScope::cast_deferred(const Tensor& master) {
   // A copy made without a graph (under no_grad) would pass no gradient to a later backward.
   if (!d.copy.defined() ||
       (autograd::grad_enabled() && master.requires_grad() && !d.copy.requires_grad())) {
-    d.copy = ops::cast(master, dtype_);
+    d.copy = copy_of(master);
     for (Tensor* m : d.members) *m = d.copy;
   }
   return d.copy;
+}
+
+Tensor LowPrecisionScope::copy_of(const Tensor& master) {
+  const Tensor held = kept_ ? kept_(master) : Tensor();
+  if (!held.defined()) return ops::cast(master, dtype_);
+  TESSEL_CHECK(held.dtype() == dtype_, "LowPrecisionScope: the kept copy of a master is ",
+               dtype_name(held.dtype()), ", not the scope's ", dtype_name(dtype_));
+  return ops::cast_kept(master, held);
 }
 
 void LowPrecisionScope::recast(const Tensor& master, const Tensor& copy) {

@@ -45,3 +45,19 @@ Tensor cast(const Tensor& x, DType dtype) {
 }
 
 }  // namespace tessel::ops
+
+namespace tessel::ops {
+
+Tensor cast_kept(const Tensor& x, const Tensor& kept) {
+  TESSEL_CHECK(x.defined() && kept.defined(), "cast_kept: x or kept is undefined");
+  TESSEL_CHECK(x.shape() == kept.shape() && dtype_is_float(x.dtype()) &&
+                   dtype_is_float(kept.dtype()) && x.dtype() != kept.dtype(),
+               "cast_kept: ", detail::describe(x), " kept as ", detail::describe(kept),
+               ": expected the same shape in another floating dtype");
+  Tensor y = kept.detach();  // a handle of its own: the graph node is this use's, not kept's
+  if (autograd::needs_grad({x}))
+    autograd::record(std::make_shared<CastBackward>(x.dtype()), {x}, {y});
+  return y;
+}
+
+}  // namespace tessel::ops

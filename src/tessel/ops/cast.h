@@ -12,4 +12,10 @@ namespace tessel::ops {
 // that dtype. Backward converts the gradient back to x's dtype.
 Tensor cast(const Tensor& x, DType dtype);
 
+// cast(x, kept.dtype()) whose values were written into `kept` ahead of time (a 16-bit weight copy
+// kept between steps, as memory offload keeps one in chunks): returns a handle on kept's bytes
+// (nothing is computed or read now, so the bytes may be elsewhere until used) with cast's
+// backward, which converts the gradient into x's dtype for x. Same shape, floating dtypes.
+Tensor cast_kept(const Tensor& x, const Tensor& kept);
+
 }  // namespace tessel::ops

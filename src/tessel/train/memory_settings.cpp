@@ -53,10 +53,6 @@ void check_offload_settings(const TrainConfig& c) {
                  "\" without memory.device_budget: set the device budget to offload");
     return;
   }
-  TESSEL_CHECK(c.train.precision == "fp32",
-               "training config: train.precision = ", c.train.precision,
-               " with memory.device_budget set: offloaded training runs in fp32 only (16-bit "
-               "weight copies in chunks are not built yet)");
   TESSEL_CHECK(c.fault.nan_at_step == 0,
                "training config: fault.nan_at_step = ", c.fault.nan_at_step,
                " with memory.device_budget set: not supported under offload");

@@ -255,6 +255,7 @@ void Trainer::load_checkpoint_pieces(const std::string& dir, int64_t optimizer_s
   const RegionSource source = [&reader](const std::string& name, const PieceRegion& region,
                                         float* dst) { reader.read(name, region, dst); };
   fill_parameters(source);
+  if (offload_) offload_->refresh_copies();  // mixed precision: the loaded masters, rounded
   fill_moments(
       source, [&reader](const std::string& key) { return reader.shape(key); }, optimizer_step);
 }

@@ -168,8 +168,18 @@ void Trainer::build_offload(const RegionSource& init) {
     fill_placed(init, name, checkpoint_placement(name, dst.shape()), dst.shape(), 0, dst.numel(),
                 dst.flatten());
   };
+  if (precision_) {  // the 16-bit copies live in chunks of their own, kept between steps
+    os.compute = precision_->compute_dtype();
+    os.low_precision_roots = stage_modules();
+  }
   offload_ = std::make_unique<OffloadStrategy>(std::move(os));
   strategies_.push_back(offload_.get());
+  if (precision_ && offload_->has_copies()) {
+    OffloadStrategy* offload = offload_.get();  // outlives the step's scopes
+    precision_->set_kept_copies(offload_->kept_copies(), [offload](nn::LowPrecisionScope* scope) {
+      offload->set_low_precision(scope);
+    });
+  }
 }
 
 // Each rank's own shards (ZeRO-Infinity): ZeRO-3's parameter shards unit by unit in forward

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // OffloadAdamW: rows of chunks (parameters, gradients, both moments) accessed in the host tier
 // and updated by the backend's adamw; the chunk manager's trace makes the rows' NVMe reads
-// arrive ahead of their turn.
+// arrive ahead of their turn. Under mixed precision each updated master is rounded into its
+// 16-bit copy's chunk right away, while the row is in the host tier.
 #include "tessel/train/optim/offload_adamw.h"
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include "tessel/autograd/backend_scope.h"
 #include "tessel/core/error.h"
 #include "tessel/kernels/backend.h"
+#include "tessel/nn/autocast.h"
 
 namespace tessel::train {
 
@@ -74,6 +76,7 @@ void OffloadAdamW::step(double lr) {
     chunks_.access(r.grad, scale_ != 1.0 ? AccessMode::ReadWrite : AccessMode::Read, Tier::Host);
     chunks_.access(r.exp_avg, AccessMode::ReadWrite, Tier::Host);
     chunks_.access(r.exp_avg_sq, AccessMode::ReadWrite, Tier::Host);
+    int copy_chunk = -1;  // mixed precision: the 16-bit copies' chunk being written
     for (size_t i : r.members) {
       OffloadedParameter& p = params_[i];
       kernels::Backend& backend = autograd::backend_for(p.param.device());
@@ -83,7 +86,19 @@ void OffloadAdamW::step(double lr) {
       }
       h.weight_decay = decay_[i] ? options_.weight_decay : 0.0;
       backend.adamw(p.param, p.grad, p.exp_avg, p.exp_avg_sq, h);
+      if (!p.copy.defined()) continue;
+      // The next forward's copy, rounded as the in-memory scope's cast rounds it. A row's copies
+      // (half its bytes) may straddle two chunks of their list: one is held at a time.
+      const int cc = chunks_.chunk_of(p.copy);
+      if (cc != copy_chunk) {
+        if (copy_chunk >= 0) chunks_.release(copy_chunk);
+        copy_chunk = -1;
+        chunks_.access(cc, AccessMode::ReadWrite, Tier::Host);
+        copy_chunk = cc;
+      }
+      nn::LowPrecisionScope::recast(p.param, p.copy);
     }
+    if (copy_chunk >= 0) chunks_.release(copy_chunk);
     chunks_.release(r.exp_avg_sq);
     chunks_.release(r.exp_avg);
     chunks_.release(r.grad);

@@ -16,10 +16,12 @@
 
 namespace tessel::train {
 
-// One parameter and its state, each a view into its group's chunk.
+// One parameter and its state, each a view into its group's chunk; `copy` is the 16-bit compute
+// copy under mixed precision (undefined otherwise), which the update rounds the master into.
 struct OffloadedParameter {
   std::string name;
   Tensor param, grad, exp_avg, exp_avg_sq;
+  Tensor copy;
 };
 
 class OffloadAdamW : public Optimizer {

@@ -61,8 +61,14 @@ OffloadStrategy::OffloadStrategy(OffloadSetup setup)
   for (size_t i = 0; i < setup.params.size(); ++i) index[setup.params[i].first] = i;
   states_.resize(setup.params.size());
   std::set<std::string> placed;
+  // Mixed precision: the parameters the precision scope gives 16-bit copies.
+  std::set<const TensorImpl*> covered;
+  if (setup.compute == DType::BF16 || setup.compute == DType::F16)
+    for (const Tensor& m : nn::LowPrecisionScope::masters(setup.low_precision_roots))
+      covered.insert(m.impl_ptr().get());
   // First-use order: unit by unit as the forward meets them; the four kinds interleaved, so the
-  // i-th chunk of each kind covers the same parameters.
+  // i-th chunk of each kind covers the same parameters (the 16-bit copies, half the bytes, fill
+  // a list of their own at their own pace).
   for (const parallel::Zero3Unit& unit : setup.units) {
     for (const std::string& name : unit.params) {
       auto it = index.find(name);
@@ -77,6 +83,11 @@ OffloadStrategy::OffloadStrategy(OffloadSetup setup)
       s.exp_avg = unallocated(p.shape(), p.dtype()).set_name(name + ".exp_avg");
       s.exp_avg_sq = unallocated(p.shape(), p.dtype()).set_name(name + ".exp_avg_sq");
       s.param.set_grad(s.grad);  // backward accumulates into the chunk in place
+      if (covered.count(p.impl_ptr().get())) {
+        s.copy = unallocated(p.shape(), setup.compute).set_name(name + ".param16");
+        chunks_->add(s.copy, kCopyGroup);  // first used by the forward, before the master
+        has_copies_ = true;
+      }
       chunks_->add(s.param, "param");
       chunks_->add(s.grad, "grad");
       chunks_->add(s.exp_avg, "adam_m");
@@ -86,7 +97,6 @@ OffloadStrategy::OffloadStrategy(OffloadSetup setup)
   TESSEL_CHECK(placed.size() == setup.params.size(),
                "offload: ", setup.params.size() - placed.size(), " parameters belong to no unit");
   chunks_->lay_out();
-  std::set<int> root;  // chunks of the root's units: held through the whole forward / backward
   nn::Module* root_module = setup.units.empty() ? nullptr : setup.units.front().module;
   for (const parallel::Zero3Unit& unit : setup.units) {
     Unit u;
@@ -94,20 +104,32 @@ OffloadStrategy::OffloadStrategy(OffloadSetup setup)
     u.params = unit.params.size();
     for (const std::string& name : unit.params) {
       const OffloadedParameter& s = states_[index.at(name)];
+      u.members.push_back(index.at(name));
       u.param_chunks.push_back(chunks_->chunk_of(s.param));
       u.state_chunks.push_back(chunks_->chunk_of(s.param));
       u.state_chunks.push_back(chunks_->chunk_of(s.grad));
+      const int compute = chunks_->chunk_of(s.copy.defined() ? s.copy : s.param);
+      u.copy_chunks.push_back(compute);
+      u.copy_state_chunks.push_back(compute);
+      u.copy_state_chunks.push_back(chunks_->chunk_of(s.grad));
     }
-    u.param_chunks = sorted_unique(u.param_chunks);
-    u.state_chunks = sorted_unique(u.state_chunks);
-    if (unit.module == root_module) root.insert(u.state_chunks.begin(), u.state_chunks.end());
+    for (std::vector<int>* v :
+         {&u.param_chunks, &u.state_chunks, &u.copy_chunks, &u.copy_state_chunks})
+      *v = sorted_unique(std::move(*v));
     units_.push_back(std::move(u));
   }
-  device_need_ = int(root.size());
-  for (const Unit& u : units_) {
-    std::set<int> held = root;
-    held.insert(u.state_chunks.begin(), u.state_chunks.end());
-    device_need_ = std::max(device_need_, int(held.size()));
+  // The most chunks held in the device tier at once: a unit's with the root's, in f32 (an
+  // evaluation's forward) and with the 16-bit copies (a training step's).
+  for (auto state : {&Unit::state_chunks, &Unit::copy_state_chunks}) {
+    std::set<int> root;  // chunks of the root's units: held through the whole forward / backward
+    for (const Unit& u : units_)
+      if (u.module == root_module) root.insert((u.*state).begin(), (u.*state).end());
+    device_need_ = std::max(device_need_, int(root.size()));
+    for (const Unit& u : units_) {
+      std::set<int> held = root;
+      held.insert((u.*state).begin(), (u.*state).end());
+      device_need_ = std::max(device_need_, int(held.size()));
+    }
   }
   // Every check before seal(), which writes the whole state (to NVMe past the budgets).
   check_budgets();
@@ -122,6 +144,7 @@ OffloadStrategy::OffloadStrategy(OffloadSetup setup)
     };
   }
   chunks_->seal(fill);
+  refresh_copies();  // the copies start as their masters rounded, as the scope's casts would be
 
   for (size_t k = 0; k < units_.size(); ++k) {
     Unit& u = units_[k];
@@ -166,11 +189,15 @@ void OffloadStrategy::check_budgets() const {
                " chunks in the device tier at once (a unit's parameters and gradients, with the "
                "embeddings'): the smallest device budget that works is ",
                size_t(device_need_) * cb, " bytes");
-  TESSEL_CHECK(host / cb >= 4, "memory.host_budget of ", host, " bytes holds ", host / cb,
+  // Mixed precision: the update also rounds the row's masters into their copies' chunk.
+  const size_t row = has_copies_ ? 5 : 4;
+  TESSEL_CHECK(host / cb >= row, "memory.host_budget of ", host, " bytes holds ", host / cb,
                " chunks of ", cb,
                " bytes, but the CPU AdamW updates a chunk of parameters with its gradient and "
-               "both moments in the host tier at once: the smallest host budget that works is ",
-               4 * cb, " bytes");
+               "both moments",
+               has_copies_ ? " and rounds it into a chunk of its 16-bit copies" : "",
+               " in the host tier at once: the smallest host budget that works is ", row * cb,
+               " bytes");
 }
 
 void OffloadStrategy::check_host_holds_all() const {
@@ -191,8 +218,14 @@ void OffloadStrategy::check_host_holds_all() const {
 void OffloadStrategy::on_pre_forward(size_t k) {
   Unit& u = units_[k];
   if (u.in_forward) return;  // a nested call of the same module
-  for (int id : u.param_chunks) chunks_->access(id, AccessMode::Read);
+  u.forward_held = low_ ? &u.copy_chunks : &u.param_chunks;
+  for (int id : *u.forward_held) chunks_->access(id, AccessMode::Read);
   u.in_forward = true;
+  // The unit's copies join the graph now, so their casts' backwards run within the unit's
+  // backward (its gradients are complete there and its chunks released in turn).
+  if (low_)
+    for (size_t i : u.members)
+      if (states_[i].copy.defined()) low_->cast_deferred(states_[i].param);
 }
 
 void OffloadStrategy::on_post_forward(size_t k, Tensor& output) {
@@ -203,14 +236,19 @@ void OffloadStrategy::on_post_forward(size_t k, Tensor& output) {
     autograd::record(std::make_shared<OffloadBackward>(this, k), {output}, {y});
     output = y;
   }
-  for (int id : u.param_chunks) chunks_->release(id, ChunkState::HoldAfterForward);
+  for (int id : *u.forward_held) chunks_->release(id, ChunkState::HoldAfterForward);
   u.in_forward = false;
 }
 
 void OffloadStrategy::on_backward(size_t k) {
   Unit& u = units_[k];
   if (u.in_backward) return;
-  for (int id : u.state_chunks) chunks_->access(id, AccessMode::ReadWrite);
+  u.backward_held = low_ ? &u.copy_state_chunks : &u.state_chunks;
+  // The copies' chunks are only read (their gradients go into the masters' gradient chunks), so
+  // their NVMe copies stay valid and evicting them writes nothing.
+  for (int id : *u.backward_held)
+    chunks_->access(
+        id, chunks_->chunk(id).group == kCopyGroup ? AccessMode::Read : AccessMode::ReadWrite);
   u.in_backward = true;
   u.pending_grads = int64_t(u.params);
 }
@@ -222,16 +260,20 @@ void OffloadStrategy::on_grad_ready(size_t k) {
 }
 
 void OffloadStrategy::end_backward(Unit& u) {
-  for (int id : u.state_chunks) chunks_->release(id, ChunkState::HoldAfterBackward);
+  for (int id : *u.backward_held) chunks_->release(id, ChunkState::HoldAfterBackward);
   u.in_backward = false;
 }
 
 void OffloadStrategy::begin_step() {
   at_step_start_ = chunks_->stats();
-  if (!traced_ && !tracing_) {
+  if (tracing_) {  // the last step was skipped: this one is recorded instead
+    chunks_->stop_trace();
+    chunks_->start_trace();
+  } else if (!traced_) {
     chunks_->start_trace();
     tracing_ = true;
   }
+  if (optimizer_) updates_at_start_ = optimizer_->step_count();
 }
 
 void OffloadStrategy::after_backward() {
@@ -241,7 +283,10 @@ void OffloadStrategy::after_backward() {
 
 void OffloadStrategy::after_update() {
   if (optimizer_) optimizer_->drop_gradients();  // a skipped step's too
-  if (tracing_) {
+  // A skipped step (an fp16 overflow, a non-finite loss) ran no update, so its trace lacks the
+  // optimizer's accesses that every later step makes: the next step is traced instead.
+  const bool updated = !optimizer_ || optimizer_->step_count() != updates_at_start_;
+  if (tracing_ && updated) {
     tracing_ = false;
     traced_ = true;
     chunks_->use_trace(chunks_->stop_trace(), prefetch_);
@@ -324,8 +369,9 @@ std::string OffloadStrategy::placement() const {
     return "chunk " + std::to_string(id) + " " + memory::tier_name(c.chunk(id).tier);
   };
   for (const OffloadedParameter& s : states_) {
-    out += "  " + s.name + ": param " + at(s.param) + ", grad " + at(s.grad) + ", adam_m " +
-           at(s.exp_avg) + ", adam_v " + at(s.exp_avg_sq) + "\n";
+    out += "  " + s.name + ": " + (s.copy.defined() ? "param16 " + at(s.copy) + ", " : "") +
+           "param " + at(s.param) + ", grad " + at(s.grad) + ", adam_m " + at(s.exp_avg) +
+           ", adam_v " + at(s.exp_avg_sq) + "\n";
   }
   out += shard_placement();
   out.pop_back();

@@ -7,6 +7,9 @@
 // around its backward (module hooks and an identity node at the unit's output, as ZeRO-3
 // gathers); the optimizer (OffloadAdamW) works in the host tier. The first step records every
 // chunk access; later steps evict by Belady's MIN over that trace and read ahead along it.
+// Mixed precision keeps the 16-bit compute copies in chunks of their own ("param16", as
+// PatrickStar keeps its fp16 parameter chunks): the update rounds each master into its copy, and
+// forward and backward read the copies' chunks instead of the f32 masters' (offload_copies.cpp).
 #pragma once
 
 #include <functional>
@@ -15,12 +18,16 @@
 #include <vector>
 
 #include "tessel/memory/chunk_manager.h"
+#include "tessel/nn/autocast.h"
 #include "tessel/nn/module.h"
 #include "tessel/parallel/zero/zero3.h"
 #include "tessel/train/optim/offload_adamw.h"
 #include "tessel/train/strategy/axis_strategy.h"
 
 namespace tessel::train {
+
+// The chunk list of the 16-bit compute copies under mixed precision.
+inline constexpr const char* kCopyGroup = "param16";
 
 struct OffloadSetup {
   memory::MemoryConfig memory;
@@ -32,6 +39,10 @@ struct OffloadSetup {
   // chunk by chunk within the budgets, never as a whole plain copy. Empty: the parameters'
   // own values are copied.
   std::function<void(const std::string& name, const Tensor& dst)> init;
+  // Mixed precision: the compute dtype (bf16 or f16; f32: none) and the modules its scope covers
+  // (nn::LowPrecisionScope::masters names the parameters that get 16-bit copies).
+  DType compute = DType::F32;
+  std::vector<nn::Module*> low_precision_roots;
 };
 
 // Data parallelism with ZeRO (docs/MEMORY.md, "With data parallelism"): this rank's shards of
@@ -67,6 +78,18 @@ class OffloadStrategy : public AxisStrategy {
   void after_backward() override;  // ends the accesses of units whose gradients never came
   void after_update() override;    // drops the gradients; the first step's trace goes to use
   void record(StepRecord& record) override;  // per-tier traffic, and the accounting check
+  // The copies the precision scope uses (PrecisionStrategy::set_kept_copies): a master's 16-bit
+  // chunk view, undefined for a tensor without one. Valid while the chunks' tensors are.
+  nn::LowPrecisionScope::Kept kept_copies() const;
+  // A micro-batch's precision scope (null: none), built with the kept copies deferred: while it
+  // is set, a unit holds its copies' chunks instead of its masters' and takes its copies from
+  // the scope as its forward starts (an evaluation without it reads the f32 masters, as in
+  // memory).
+  void set_low_precision(nn::LowPrecisionScope* scope) { low_ = scope; }
+  // Rounds every master into its 16-bit copy, a chunk of each at a time in the host tier (after
+  // the masters were written other than by the update: start-up, a checkpoint's load).
+  void refresh_copies();
+  bool has_copies() const { return has_copies_; }
 
   memory::ChunkManager& chunks() { return *chunks_; }
   std::vector<OffloadedParameter> parameters() const { return states_; }
@@ -90,6 +113,11 @@ class OffloadStrategy : public AxisStrategy {
  private:
   struct Unit {
     std::vector<int> param_chunks, state_chunks;  // state: parameters and gradients
+    // The same under mixed precision: the 16-bit copies' chunks in place of their masters'.
+    std::vector<int> copy_chunks, copy_state_chunks;
+    std::vector<size_t> members;                     // into states_
+    const std::vector<int>* forward_held = nullptr;  // what the forward / backward accessed
+    const std::vector<int>* backward_held = nullptr;
     nn::Module* module = nullptr;
     int64_t pre_hook = 0, post_hook = 0;
     size_t params = 0;
@@ -116,9 +144,12 @@ class OffloadStrategy : public AxisStrategy {
   std::vector<std::pair<Tensor, int64_t>> grad_hooks_;
   OffloadAdamW* optimizer_ = nullptr;
   int device_need_ = 0;
+  bool has_copies_ = false;               // mixed precision: some parameters have 16-bit copies
+  nn::LowPrecisionScope* low_ = nullptr;  // a micro-batch's precision scope
   bool tracing_ = false, traced_ = false;
-  int checkpoint_chunk_ = -1;   // held by hold_for_checkpoint()
-  bool checkpointing_ = false;  // the chunk manager is unscheduled for it
+  int64_t updates_at_start_ = 0;  // the optimizer's step count when the step began
+  int checkpoint_chunk_ = -1;     // held by hold_for_checkpoint()
+  bool checkpointing_ = false;    // the chunk manager is unscheduled for it
   memory::MemoryStats at_step_start_;
 };
 

@@ -37,6 +37,16 @@ void PrecisionStrategy::begin_step() {
 
 std::shared_ptr<void> PrecisionStrategy::micro_batch_scope() {
   parallel::Zero3Parameters* z = setup_.zero3;
+  if (kept_) {  // memory offload: the copies in chunks, taken unit by unit
+    const nn::LowPrecisionScope::Kept kept = kept_;
+    auto* scope = new nn::LowPrecisionScope(
+        setup_.modules, dtype_, [kept](const Tensor& p) { return kept(p).defined(); }, kept);
+    set_scope_(scope);
+    return std::shared_ptr<void>(scope, [set = set_scope_](void* p) {
+      set(nullptr);
+      delete static_cast<nn::LowPrecisionScope*>(p);
+    });
+  }
   if (!z) return std::make_shared<nn::LowPrecisionScope>(setup_.modules, dtype_);
   // ZeRO-3: its parameters hold values only while gathered, so their copies wait for the gather.
   auto* scope = new nn::LowPrecisionScope(setup_.modules, dtype_,

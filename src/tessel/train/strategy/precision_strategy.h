@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tessel/core/dtype.h"
+#include "tessel/nn/autocast.h"
 #include "tessel/nn/module.h"
 #include "tessel/parallel/zero/zero3.h"
 #include "tessel/train/layout.h"
@@ -51,6 +52,15 @@ class PrecisionStrategy : public AxisStrategy {
   bool skip_update(StepRecord& record, bool local_nonfinite) override;
 
   DType compute_dtype() const { return dtype_; }
+  // Memory offload: the copies are kept in chunks between steps (OffloadStrategy::kept_copies),
+  // not made per micro-batch; the scope takes each when its unit's forward starts (as ZeRO-3's
+  // after its gather), handed to `set_scope` for the micro-batch (null after it), so each cast's
+  // backward runs with its unit's backward and the unit's chunks are released in turn.
+  void set_kept_copies(nn::LowPrecisionScope::Kept kept,
+                       std::function<void(nn::LowPrecisionScope*)> set_scope) {
+    kept_ = std::move(kept);
+    set_scope_ = std::move(set_scope);
+  }
   double step_scale() const { return step_scale_; }  // the loss scale of this step's backward
   std::string state_json() const;                    // the loss scaler's state, or "null"
   void restore_state(const std::string& json);
@@ -59,6 +69,8 @@ class PrecisionStrategy : public AxisStrategy {
   PrecisionSetup setup_;
   DType dtype_;
   std::unique_ptr<LossScaler> scaler_;  // fp16 only
+  nn::LowPrecisionScope::Kept kept_;
+  std::function<void(nn::LowPrecisionScope*)> set_scope_;
   double step_scale_ = 1.0;
 };
 
