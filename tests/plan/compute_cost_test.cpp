@@ -211,8 +211,7 @@ TEST(StepCost, TensorParallelStepWithCalibratedTerms) {
   EXPECT_DOUBLE_EQ(l.compute_seconds, t.compute_seconds);
   EXPECT_DOUBLE_EQ(l.tp_comm_seconds, t.tp_comm_seconds);
   EXPECT_NEAR(l.load_seconds, 3 * (t.compute_seconds + t.optimizer_seconds), 1e-15);
-  EXPECT_NEAR(l.total(), 4 * (t.compute_seconds + t.optimizer_seconds) + t.tp_comm_seconds,
-              1e-15);
+  EXPECT_NEAR(l.total(), 4 * (t.compute_seconds + t.optimizer_seconds) + t.tp_comm_seconds, 1e-15);
 }
 
 }  // namespace

@@ -90,13 +90,21 @@ std::vector<std::string> train_command(const PlanCheckOptions& o, const CheckedS
   char peak[64];
   // The description's f32 peak for MFU, so no run spends a second measuring one.
   std::snprintf(peak, sizeof peak, "machine.peak_gflops=%.6g", cluster.device.peak_flops[0] / 1e9);
-  const std::vector<std::string> sets = {
-      "model.config=" + s.model, "data.dir=" + data,
-      "train.steps=" + std::to_string(o.warmup + o.steps), "train.seq_len=" + std::to_string(res.seq),
-      "train.precision=" + s.precision, "parallel.bucket_mb=" + std::to_string(s.bucket_mb),
-      "optim.warmup_steps=0", "checkpoint.dir=" + dir, "checkpoint.interval=0",
-      "checkpoint.keep=1", "eval.interval=0", "eval.batches=1", "sample.tokens=0",
-      "log.interval=1", peak};
+  const std::vector<std::string> sets = {"model.config=" + s.model,
+                                         "data.dir=" + data,
+                                         "train.steps=" + std::to_string(o.warmup + o.steps),
+                                         "train.seq_len=" + std::to_string(res.seq),
+                                         "train.precision=" + s.precision,
+                                         "parallel.bucket_mb=" + std::to_string(s.bucket_mb),
+                                         "optim.warmup_steps=0",
+                                         "checkpoint.dir=" + dir,
+                                         "checkpoint.interval=0",
+                                         "checkpoint.keep=1",
+                                         "eval.interval=0",
+                                         "eval.batches=1",
+                                         "sample.tokens=0",
+                                         "log.interval=1",
+                                         peak};
   for (const std::string& x : sets) {
     cmd.push_back("--set");
     cmd.push_back(x);
@@ -159,7 +167,8 @@ void print_table(const nlohmann::json& summary, const std::vector<CheckRow>& row
     std::printf("%4d  %-68s %9.3f %9.3f %+7.1f%% %10.3f %10.3f %+7.2f%% %10.1f %5d\n",
                 r.predicted_rank, p.layout.str().c_str(), 1e3 * p.step_seconds, m.step_ms,
                 100 * error_of(1e3 * p.step_seconds, m.step_ms), mib(double(p.memory.peak())),
-                mib(double(m.peak_bytes)), 100 * error_of(double(p.memory.peak()), double(m.peak_bytes)),
+                mib(double(m.peak_bytes)),
+                100 * error_of(double(p.memory.peak()), double(m.peak_bytes)),
                 mib(double(m.vm_hwm_bytes)), r.measured_rank);
   }
   std::printf("# predicted ranking %s (measured order:",
@@ -170,8 +179,7 @@ void print_table(const nlohmann::json& summary, const std::vector<CheckRow>& row
               100 * summary.at("median_abs_peak_error").get<double>());
 }
 
-void write_out(const std::string& path, const nlohmann::json& summary,
-               const nlohmann::json& rows) {
+void write_out(const std::string& path, const nlohmann::json& summary, const nlohmann::json& rows) {
   std::ofstream f(path);
   TESSEL_CHECK(bool(f), "plan --check: cannot write --out ", path);
   if (fs::path(path).extension() == ".jsonl") {
@@ -211,7 +219,8 @@ void run_plan_check(const PlanCheckOptions& o, const CheckedSearch& s,
                     const plan::SearchResult& res, const plan::Cluster& cluster) {
   TESSEL_CHECK(dist::detect_launch().size <= 1,
                "plan --check starts its own runs (through mpirun for several ranks): run it as "
-               "one process, not under a launcher of ", dist::detect_launch().size, " ranks");
+               "one process, not under a launcher of ",
+               dist::detect_launch().size, " ranks");
   plan::best_plan(res);  // nothing ranked: the search's one error
   const std::string data = o.data.empty() ? train::TrainConfig{}.data.dir : o.data;
   TESSEL_CHECK(fs::is_directory(data), "plan --check: no dataset directory ", data,
@@ -292,10 +301,11 @@ void run_plan_check(const PlanCheckOptions& o, const CheckedSearch& s,
     all["rows"] = row_list;
     std::cout << all.dump() << std::endl;
   } else {
-    std::printf("# plan --check: %s on %d ranks (%s), global batch %lld x %lld tokens; median of "
-                "%d steps after %d warmup\n",
-                res.model.c_str(), res.devices, cluster.name.c_str(), (long long)res.global_batch,
-                (long long)res.seq, o.steps, o.warmup);
+    std::printf(
+        "# plan --check: %s on %d ranks (%s), global batch %lld x %lld tokens; median of "
+        "%d steps after %d warmup\n",
+        res.model.c_str(), res.devices, cluster.name.c_str(), (long long)res.global_batch,
+        (long long)res.seq, o.steps, o.warmup);
     print_table(summary, rows);
     std::fflush(stdout);
   }

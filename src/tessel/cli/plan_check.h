@@ -36,7 +36,7 @@ struct CheckedSearch {
   std::string model;      // --model as given: the runs' model.config
   std::string precision;  // train.precision
   int64_t bucket_mb = 25;
-  int top = 3;       // layouts run, from the fastest predicted
+  int top = 3;        // layouts run, from the fastest predicted
   bool json = false;  // print the JSON instead of the table
 };
 

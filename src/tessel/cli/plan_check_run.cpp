@@ -147,8 +147,8 @@ CheckMeasurement run_and_measure(const std::vector<std::string>& argv, const std
     for (const nlohmann::json& r : new_step_records(jsonl, offset)) {
       char line[160];
       std::snprintf(line, sizeof line, "%sstep %lld/%d: %.2f ms%s\n", prefix.c_str(),
-                    (long long)r.value("step", int64_t(0)), warmup + steps,
-                    r.value("step_ms", 0.0), r.value("step", int64_t(0)) <= warmup ? " (warmup)" : "");
+                    (long long)r.value("step", int64_t(0)), warmup + steps, r.value("step_ms", 0.0),
+                    r.value("step", int64_t(0)) <= warmup ? " (warmup)" : "");
       progress << line << std::flush;
     }
     if (done == pid) break;
