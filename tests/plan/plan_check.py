@@ -70,6 +70,8 @@ def check_rows(res, search, runs, warmup):
         if len(times) != row["measured_steps"] or \
                 not close(statistics.median(times), row["measured_step_ms"]) or \
                 peak != row["measured_peak_bytes"] or \
+                row["measured_rank_peak_bytes"] != [r["mem_bytes"] + r["step_peak_bytes"]
+                                                    for r in last["ranks"]] or \
                 len(last["ranks"]) != row["dp"] * row["tp"] * row["pp"]:
             fail(f"row {k + 1}: measured {row['measured_step_ms']} ms, {row['measured_peak_bytes']} "
                  f"bytes; its train.jsonl says {times} ms, {peak} bytes over {len(last['ranks'])} ranks")

@@ -148,6 +148,8 @@ nlohmann::json row_json(const CheckRow& r) {
   j["measured_peak_bytes"] = m.peak_bytes;
   j["peak_error"] = error_of(double(p.memory.peak()), double(m.peak_bytes));
   j["measured_vm_hwm_bytes"] = m.vm_hwm_bytes;
+  j["measured_rank_peak_bytes"] = m.rank_peak_bytes;
+  j["measured_rank_vm_hwm_bytes"] = m.rank_vm_hwm_bytes;
   j["measured_rank"] = r.measured_rank;
   return j;
 }

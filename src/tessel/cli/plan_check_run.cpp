@@ -78,9 +78,11 @@ CheckMeasurement measure_train_log(const std::string& jsonl_path, int warmup) {
   const nlohmann::json& last = records.back();
   const nlohmann::json& ranks = last.at("ranks");
   for (const nlohmann::json& rank : ranks) {
-    m.peak_bytes = std::max(m.peak_bytes, rank.at("mem_bytes").get<int64_t>() +
-                                              rank.at("step_peak_bytes").get<int64_t>());
-    m.vm_hwm_bytes = std::max(m.vm_hwm_bytes, rank.at("rss_peak_bytes").get<int64_t>());
+    m.rank_peak_bytes.push_back(rank.at("mem_bytes").get<int64_t>() +
+                                rank.at("step_peak_bytes").get<int64_t>());
+    m.rank_vm_hwm_bytes.push_back(rank.at("rss_peak_bytes").get<int64_t>());
+    m.peak_bytes = std::max(m.peak_bytes, m.rank_peak_bytes.back());
+    m.vm_hwm_bytes = std::max(m.vm_hwm_bytes, m.rank_vm_hwm_bytes.back());
   }
   if (ranks.empty()) {
     m.peak_bytes = last.at("mem_bytes").get<int64_t>() + last.at("step_peak_bytes").get<int64_t>();

@@ -21,7 +21,8 @@ struct CheckMeasurement {
   int steps_measured = 0;    // how many
   int64_t peak_bytes = 0;    // max over ranks of the last step's mem_bytes + step_peak_bytes
   int64_t vm_hwm_bytes = 0;  // max over ranks of the last step's VmHWM
-  double seconds = 0;        // the run's wall time, start-up and final checkpoint included
+  std::vector<int64_t> rank_peak_bytes, rank_vm_hwm_bytes;  // the same per world rank
+  double seconds = 0;  // the run's wall time, start-up and final checkpoint included
 };
 
 // Reads a finished run's train.jsonl: an Error when it is missing or has no step after `warmup`.
