@@ -79,11 +79,12 @@ std::vector<std::string> launcher(const PlanCheckOptions& o, int ranks) {
 }
 
 // The `tessel train` settings every checked run shares, then the layout's, then the user's.
-std::vector<std::string> train_command(const PlanCheckOptions& o, const CheckedSearch& s,
+std::vector<std::string> train_command(const std::vector<std::string>& launch,
+                                       const PlanCheckOptions& o, const CheckedSearch& s,
                                        const plan::SearchResult& res, const plan::Cluster& cluster,
                                        const plan::Layout& layout, const std::string& dir,
                                        const std::string& data) {
-  std::vector<std::string> cmd = launcher(o, layout.dp * layout.tp * layout.pp);
+  std::vector<std::string> cmd = launch;
   cmd.push_back(tessel_binary());
   cmd.push_back("train");
   for (const std::string& a : layout.train_args()) cmd.push_back(a);
@@ -227,6 +228,8 @@ void run_plan_check(const PlanCheckOptions& o, const CheckedSearch& s,
   const std::string data = o.data.empty() ? train::TrainConfig{}.data.dir : o.data;
   TESSEL_CHECK(fs::is_directory(data), "plan --check: no dataset directory ", data,
                " (write one with `tessel data prepare`, or give --data DIR)");
+  // Every layout has the search's ranks: the launcher is found (or refused) before any run.
+  const std::vector<std::string> launch = launcher(o, res.devices);
   const bool temporary = o.workdir.empty();
   const fs::path work =
       temporary ? fs::temp_directory_path() / ("tessel-plan-check-" + std::to_string(getpid()))
@@ -241,7 +244,11 @@ void run_plan_check(const PlanCheckOptions& o, const CheckedSearch& s,
     r.predicted_rank = int(i) + 1;
     const std::string dir = (work / ("rank" + std::to_string(i + 1))).string();
     fs::remove_all(dir);
-    r.command = train_command(o, s, res, cluster, r.plan->layout, dir, fs::absolute(data).string());
+    TESSEL_CHECK(r.plan->layout.dp * r.plan->layout.tp * r.plan->layout.pp == res.devices,
+                 "plan --check: ", r.plan->layout.str(), " is not a layout of ", res.devices,
+                 " ranks");
+    r.command =
+        train_command(launch, o, s, res, cluster, r.plan->layout, dir, fs::absolute(data).string());
     std::cerr << "# check " << i + 1 << "/" << n << ": " << r.plan->layout.str() << ", predicted "
               << 1e3 * r.plan->step_seconds << " ms, " << mib(double(r.plan->memory.peak()))
               << " MiB per rank\n#   " << join_args(r.command) << std::endl;
