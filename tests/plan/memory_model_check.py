@@ -40,6 +40,11 @@ LAYOUTS = [
     (3, 1, "none", "fp32", 1),
     (2, 0, "selective", "bf16", 3),
     (1, 0, "selective", "bf16", 3),
+    # Accumulation without a pipeline: the later micro-batches' activations come on top of the
+    # gradients the first one's backward allocated (one rank, tp) or filled (dp buckets).
+    (1, 0, "none", "fp32", 3, 1, 1, "", 2),
+    (1, 0, "none", "fp32", 3, 2, 1, "", 2),
+    (2, 1, "none", "fp32", 1, 1, 1, "", 3),
     # Tensor and pipeline parallelism: every rank checked against its own (pp) prediction.
     (1, 0, "none", "fp32", 3, 2, 1, "", 1),
     (1, 0, "selective", "fp32", 3, 2, 1, "", 1),

@@ -4,7 +4,7 @@
 // (plan_trace_command.cpp), `plan shard` (plan_shard_command.cpp), `plan memory`
 // (plan_memory_command.cpp), `plan search` (plan_search_command.cpp). Without a subcommand,
 // `tessel plan --model M --cluster F --global-batch B` prints the ranked plans as `plan search`
-// does (issue 20's `tessel plan`).
+// does (issue 20's `tessel plan`), and with `--check` runs the top ones here (plan_check.cpp).
 #include "tessel/cli/commands.h"
 #include "tessel/cli/plan_search.h"
 

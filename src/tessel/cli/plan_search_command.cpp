@@ -5,6 +5,7 @@
 // others were not ranked, and the `tessel train` command that runs the best.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "tessel/cli/commands.h"
+#include "tessel/cli/plan_check.h"
 #include "tessel/cli/plan_layout.h"
 #include "tessel/cli/plan_search.h"
 #include "tessel/core/error.h"
@@ -75,6 +77,7 @@ struct SearchArgs {
   double bucket_mb = 25;
   int top = 10;
   bool json = false;
+  std::shared_ptr<PlanCheckOptions> check;  // bare `tessel plan` only: --check and its options
 };
 
 void run_search(SearchArgs a) {
@@ -87,6 +90,11 @@ void run_search(SearchArgs a) {
   for (const std::string& r : a.recompute) a.request.recompute.push_back(nn::parse_recompute(r));
   set_runtime_layouts(a.request, config);
   const plan::SearchResult res = plan::search_plans(*config, cluster, a.request);
+  if (a.check && a.check->enabled) {
+    run_plan_check(*a.check, {a.model, a.precision, std::llround(a.bucket_mb), a.top, a.json}, res,
+                   cluster);
+    return;
+  }
 
   if (a.json) {
     nlohmann::json out = {{"model", res.model},
@@ -250,6 +258,8 @@ void add_plan_search_command(CLI::App& plan) {
 void add_plan_search_options(CLI::App& plan) {
   auto args = std::make_shared<SearchArgs>();
   add_search_options(&plan, args, false);
+  args->check = std::make_shared<PlanCheckOptions>();
+  add_plan_check_options(plan, args->check);
   CLI::App* app = &plan;
   // `tessel plan --model M --cluster F --global-batch B`: the ranked plans, as `plan search`
   // prints them; with a subcommand the subcommand runs instead.
@@ -259,6 +269,8 @@ void add_plan_search_options(CLI::App& plan) {
                  "plan: give --model, --cluster and --global-batch to rank the layouts of a "
                  "model on a cluster (as `tessel plan search`), or one of the subcommands "
                  "search, memory, trace, shard, calibrate (tessel plan --help)");
+    // --check runs its layouts: three unless --top says otherwise.
+    if (args->check->enabled && app->count("--top") == 0) args->top = 3;
     run_search(*args);
   });
 }

@@ -100,9 +100,10 @@ Graph trace_for_layout(const models::ModelConfig& config, const MemoryLayout& la
   options.gradients_held = layout.dp > 1;  // in the buckets, or in ZeRO-2/3's full buffers
   options.transform = layout.tp_transform;
   options.loss = layout.tp_loss;
+  // A pipeline rank's trace replays every micro-batch itself.
+  options.micro_batches = layout.pipeline.active() ? 1 : layout.grad_accum;
   if (runs_zero(layout)) {
     options.data_parallel = layout.dp_transform;
-    options.micro_batches = layout.pipeline.active() ? 1 : layout.grad_accum;
   } else if (layout.dp > 1 && layout.zero_stage == 2) {
     // The full (padded) bucket buffers live from the backward's first gradient to the sync.
     const MemoryEstimate state = estimate_state(config, layout);

@@ -45,10 +45,14 @@ double collectives_seconds(const Cluster& cluster, const Graph& graph, const std
 
 namespace {
 
-// The step's terms stretched by the share of the CPU the ranks got under calibration.
+// The CPU-bound terms (compute, optimizer, and the bubble, which is other ranks' compute)
+// stretched by the share of the CPU the ranks got under calibration. The communication terms are
+// not: calibration timed the collectives and links by the wall clock on the same loaded machine,
+// so the wait for a core (and for the peer's) is already in their fits; stretching them again
+// counted that wait twice.
 StepTime with_load(const Cluster& cluster, StepTime s) {
-  s.load_seconds = 0;
-  s.load_seconds = s.total() * (1.0 / cluster.device.cpu_share - 1.0);
+  s.load_seconds = (s.compute_seconds + s.optimizer_seconds + s.bubble_seconds) *
+                   (1.0 / cluster.device.cpu_share - 1.0);
   return s;
 }
 

@@ -34,8 +34,9 @@ struct StepTime {
   double pp_comm_seconds = 0;     // pipeline messages on the schedule's critical path
   double bubble_seconds = 0;      // the busiest pipeline rank's idle time in the schedule
   double bubble_fraction = 0;     // idle share of all pipeline ranks' time
-  // The other terms' wait for the CPU on a machine with more runnable work than cores:
-  // their sum × (1 / device.cpu_share − 1).
+  // The CPU-bound terms' wait for a core on a machine with more runnable work than cores:
+  // (compute + optimizer + bubble) × (1 / device.cpu_share − 1). The communication terms come
+  // from wall-clock calibration under the same load and are not stretched again.
   double load_seconds = 0;
   double total() const {
     return compute_seconds + optimizer_seconds + dp_exposed_seconds + tp_comm_seconds +

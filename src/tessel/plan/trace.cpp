@@ -120,9 +120,11 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
   auto loss_of = [&](const Tensor& ids, const Tensor& targets) {
     return options.loss ? options.loss(model->forward(ids), targets) : model->loss(ids, targets);
   };
-  if (options.data_parallel && options.micro_batches > 1) {
+  if (options.micro_batches > 1) {
     // The accumulating micro-batches before the traced one: no communication, gradients summed
-    // into the buffers the last one reduces. Not recorded.
+    // into the buffers the last one reduces (without data parallelism, the gradients the first
+    // backward allocated inside the step, which the later ones' activations come on top of). Not
+    // recorded.
     Tensor ids = empty({options.batch, seq}, DType::I64);
     Tensor targets = empty({options.batch, seq}, DType::I64);
     std::optional<nn::LowPrecisionScope> autocast;

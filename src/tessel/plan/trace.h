@@ -76,10 +76,10 @@ struct TraceOptions {
   int64_t message_seq = 0;
   // ZeRO-2/3 by the runtime's own code (above); replaces gradients_held and first_gradient_bytes.
   DataParallelTransform data_parallel;
-  // Micro-batches per step (without a pipeline): with data_parallel and more than one, a first
-  // micro-batch runs before the traced one without communicating, as the trainer's accumulation
-  // does, so that the traced one starts with the buffers the others filled (its ops are not
-  // recorded: the graph stays one micro-batch).
+  // Micro-batches per step (without a pipeline): with more than one, a first micro-batch runs
+  // before the traced one without communicating, as the trainer's accumulation does, so that the
+  // traced one starts with the gradients (or data parallelism's buffers) the others filled (its
+  // ops are not recorded: the graph stays one micro-batch).
   int64_t micro_batches = 1;
 };
 
