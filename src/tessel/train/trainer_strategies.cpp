@@ -37,12 +37,11 @@ void Trainer::build_strategies(const RegionSource& init) {
   }
   const DType dtype = compute_dtype_of(t.precision);
   if (layout_.ep) {
-    // Composed with dp and ZeRO 1-2 for now (docs/MOE.md, "Expert parallelism").
-    TESSEL_CHECK(!layout_.tp && layout_.pp_size() == 1 && par.zero_stage <= 2, "train: --ep ",
-                 layout_.ep_size(), " composes with data parallelism and ZeRO stages 1-2 only ",
-                 "for now; this run also has ", layout_.str(),
-                 " and parallel.zero_stage = ", par.zero_stage,
-                 " (use --tp 1 --pp 1 and zero_stage <= 2 with --ep)");
+    // Composed with dp and ZeRO 1-3 for now (docs/MOE.md, "Expert parallelism").
+    TESSEL_CHECK(!layout_.tp && layout_.pp_size() == 1, "train: --ep ", layout_.ep_size(),
+                 " composes with data parallelism and ZeRO stages 1-3 only for now; this run "
+                 "also has ",
+                 layout_.str(), " (use --tp 1 --pp 1 with --ep)");
     TESSEL_CHECK(model_->model_config().has_experts(), "train: --ep ", layout_.ep_size(),
                  " needs a mixture-of-experts model; ", model_->model_config().summary(),
                  " has no experts");
@@ -78,7 +77,13 @@ void Trainer::build_strategies(const RegionSource& init) {
     ds.options.bucket_bytes = par.bucket_mb << 20;
     ds.options.overlap = par.overlap;
     ds.zero_stage = stage;
-    if (stage == 3) ds.units = zero3_units();
+    if (stage == 3) {
+      ds.units = zero3_units();
+      // The experts are the expert axis's own units (expert_parallel_strategy.h).
+      if (expert_)
+        for (parallel::Zero3Unit& u : ds.units)
+          std::erase_if(u.params, [this](const std::string& p) { return expert_->holds(p); });
+    }
     ds.after_other_sums = tensor_ && tensor_->sums_gradients() && stage >= 2;
     // Weights from a checkpoint are loaded on every rank alike; recipes give every rank the same
     // values by construction: nothing to broadcast.
@@ -108,7 +113,7 @@ void Trainer::build_strategies(const RegionSource& init) {
     ps.loss_scale_init = t.loss_scale_init;
     ps.loss_scale_window = t.loss_scale_window;
     ps.modules = stage_modules();
-    ps.zero3 = zero3();
+    for (const auto& [buckets, z3] : zero3_parts()) ps.zero3.push_back(z3);
     ps.layout = layout_;
     ps.print = printer;
     precision_ = std::make_unique<PrecisionStrategy>(std::move(ps));
@@ -243,6 +248,22 @@ std::vector<parallel::Zero3Unit> Trainer::zero3_units() {
     out.push_back(std::move(u));
   }
   return out;
+}
+
+std::vector<std::pair<parallel::DataParallel*, parallel::Zero3Parameters*>> Trainer::zero3_parts()
+    const {
+  std::vector<std::pair<parallel::DataParallel*, parallel::Zero3Parameters*>> out;
+  if (zero3()) out.emplace_back(ddp(), zero3());
+  if (expert_ && expert_->zero3()) out.emplace_back(expert_->zero_buckets(), expert_->zero3());
+  return out;
+}
+
+std::shared_ptr<void> Trainer::gather_all_zero3() const {
+  // Dense units first, then the experts': the same order on every rank.
+  std::vector<std::shared_ptr<void>> held;
+  for (const auto& [buckets, z3] : zero3_parts()) held.push_back(zero3_gather_all(z3));
+  if (held.empty()) return nullptr;
+  return std::make_shared<std::vector<std::shared_ptr<void>>>(std::move(held));
 }
 
 Tensor Trainer::compute_loss(const Tensor& ids, const Tensor& targets) {

@@ -17,8 +17,8 @@ ExpertParallelStrategy::ExpertParallelStrategy(models::CausalLM& model, dist::Co
       zero_stage_(zero_stage) {
   TESSEL_CHECK(ep_ && dp_size_ % ep_->size() == 0, "expert parallel: ep ", ep_ ? ep_->size() : 0,
                " must divide dp ", dp_size_);
-  TESSEL_CHECK(zero_stage_ >= 0 && zero_stage_ <= 2, "expert parallel: ZeRO stage ", zero_stage_,
-               " for the experts is not supported (0, 1 or 2)");
+  TESSEL_CHECK(zero_stage_ >= 0 && zero_stage_ <= 3, "expert parallel: ZeRO stage ", zero_stage_,
+               " for the experts is not supported (0, 1, 2 or 3)");
   split_ = parallel::parallelize_experts(model_, ep_);
   experts_.insert(split_.params.begin(), split_.params.end());
   if (zero_stage_ == 0) return;
@@ -32,7 +32,32 @@ ExpertParallelStrategy::ExpertParallelStrategy(models::CausalLM& model, dist::Co
   options.overlap = false;
   options.reduction = zero_stage_ >= 2 ? parallel::GradReduction::ReduceScatter
                                        : parallel::GradReduction::AllReduce;
+  std::vector<parallel::Zero3Unit> units;
+  if (zero_stage_ == 3) {
+    units = expert_units();
+    options.groups = parallel::zero3_groups(params, units);
+  }
   ddp_ = std::make_unique<parallel::DataParallel>(std::move(params), zero_group_, options);
+  if (zero_stage_ == 3) {
+    parallel::Zero3Options zo;
+    zo.copy_values = false;  // built shape-only: the trainer fills the shards
+    zero3_ = std::make_unique<parallel::Zero3Parameters>(*ddp_, std::move(units), zo);
+  }
+}
+
+// One unit per MoE layer: its local experts, hooked on the MoE module itself (not the experts'
+// module, whose forward a rank skips when no row reached its experts).
+std::vector<parallel::Zero3Unit> ExpertParallelStrategy::expert_units() {
+  std::vector<parallel::Zero3Unit> units;
+  for (auto& [name, module] : model_.named_modules()) {
+    auto* moe = dynamic_cast<nn::MoE*>(module);
+    if (moe == nullptr) continue;
+    parallel::Zero3Unit u{name + ".experts", moe, {}};
+    const std::string prefix = (name.empty() ? "" : name + ".") + "experts.";
+    for (const auto& [param, t] : moe->experts->named_parameters()) u.params.push_back(prefix + param);
+    units.push_back(std::move(u));
+  }
+  return units;
 }
 
 ExpertParallelStrategy::~ExpertParallelStrategy() = default;
@@ -48,6 +73,10 @@ void ExpertParallelStrategy::begin_step() {
 void ExpertParallelStrategy::before_backward(bool) {
   // Reduced in sync_gradients, after the dense buckets (the class comment says why).
   if (ddp_) ddp_->set_sync(false);
+}
+
+void ExpertParallelStrategy::after_backward() {
+  if (zero3_) zero3_->finish_backward();  // no expert stays gathered
 }
 
 void ExpertParallelStrategy::sync_gradients(StepRecord&) {

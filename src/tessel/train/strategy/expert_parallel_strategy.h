@@ -14,6 +14,13 @@
 // only a block of; the dense parameters are partitioned over dp by the dp axis as for a dense
 // model. The expert buckets are reduced after every backward has run (the dense buckets' overlapped
 // reductions are complete by then), so every rank issues the two groups' collectives in one order.
+//
+// With ZeRO stage 3 the experts' parameters are partitioned over the same group: each MoE layer's
+// local experts are one parallel::Zero3Parameters unit with a bucket of its own, gathered on ep_dp
+// when the layer's forward starts (the hooks sit on the MoE module, which every rank runs, so the
+// gathers come in one order on every rank even where no row reached a rank's experts), released
+// after it, gathered again when backward reaches the layer's output and released once its
+// gradients are in the bucket; the dense units over dp are ZeRO-3's as for a dense model.
 #pragma once
 
 #include <memory>
@@ -25,6 +32,7 @@
 #include "tessel/models/causal_lm.h"
 #include "tessel/parallel/data/data_parallel.h"
 #include "tessel/parallel/expert/expert_parallel.h"
+#include "tessel/parallel/zero/zero3.h"
 #include "tessel/sharding/shard_layout.h"
 #include "tessel/train/strategy/axis_strategy.h"
 
@@ -35,7 +43,8 @@ class ExpertParallelStrategy : public AxisStrategy {
   // Splits `model`'s experts over `ep` (the full experts on every rank before). `ep_dp`: the ranks
   // holding the same experts (null when dp == ep); `dp_size`: the whole data-parallel degree;
   // `zero_stage` 1 or 2: the experts' buckets (`buckets`: their byte budget) partitioned over
-  // ep_dp (0: the experts' gradients summed whole).
+  // ep_dp (0: the experts' gradients summed whole); 3: the experts' parameters too, one unit per
+  // MoE layer (the parameters hold no values yet: the caller fills the shards).
   ExpertParallelStrategy(models::CausalLM& model, dist::CommPtr ep, dist::CommPtr ep_dp,
                          int dp_size, int zero_stage = 0, int64_t bucket_bytes = 25 << 20);
   ~ExpertParallelStrategy() override;
@@ -43,6 +52,7 @@ class ExpertParallelStrategy : public AxisStrategy {
   std::string name() const override;
   void begin_step() override;
   void before_backward(bool last) override;
+  void after_backward() override;
   void sync_gradients(StepRecord& record) override;
   void describe_norm(GradNormPlan& plan) const override;
   void record(StepRecord& record) override;
@@ -55,12 +65,15 @@ class ExpertParallelStrategy : public AxisStrategy {
   sharding::LocalLayout placement(const std::string& param, const Shape& local) const;
   // The ranks that hold the same experts (null: this rank alone), for checkpoint ownership.
   const dist::CommPtr& expert_dp() const { return ep_dp_; }
-  // ZeRO 1-2: the experts' buckets over their group (null without ZeRO), for the optimizer and
-  // checkpoints.
+  // ZeRO 1-3: the experts' buckets over their group (null without ZeRO), for the optimizer and
+  // checkpoints; ZeRO-3: their parameter shards (null below stage 3).
   parallel::DataParallel* zero_buckets() const { return ddp_.get(); }
+  parallel::Zero3Parameters* zero3() const { return zero3_.get(); }
   int zero_stage() const { return zero_stage_; }
 
  private:
+  std::vector<parallel::Zero3Unit> expert_units();
+
   models::CausalLM& model_;
   dist::CommPtr ep_, ep_dp_;
   int dp_size_;
@@ -69,6 +82,7 @@ class ExpertParallelStrategy : public AxisStrategy {
   int zero_stage_ = 0;
   dist::CommPtr zero_group_;  // ep_dp, or this rank alone when dp == ep
   std::unique_ptr<parallel::DataParallel> ddp_;
+  std::unique_ptr<parallel::Zero3Parameters> zero3_;
   uint64_t issued_before_ = 0;
 };
 

@@ -36,14 +36,17 @@ void PrecisionStrategy::begin_step() {
 }
 
 std::shared_ptr<void> PrecisionStrategy::micro_batch_scope() {
-  parallel::Zero3Parameters* z = setup_.zero3;
-  if (!z) return std::make_shared<nn::LowPrecisionScope>(setup_.modules, dtype_);
+  const std::vector<parallel::Zero3Parameters*> zs = setup_.zero3;
+  if (zs.empty()) return std::make_shared<nn::LowPrecisionScope>(setup_.modules, dtype_);
   // ZeRO-3: its parameters hold values only while gathered, so their copies wait for the gather.
-  auto* scope = new nn::LowPrecisionScope(setup_.modules, dtype_,
-                                          [z](const Tensor& p) { return z->holds(p); });
-  z->set_low_precision(scope);
-  return std::shared_ptr<void>(scope, [z](void* p) {
-    z->set_low_precision(nullptr);
+  auto* scope = new nn::LowPrecisionScope(setup_.modules, dtype_, [zs](const Tensor& p) {
+    for (parallel::Zero3Parameters* z : zs)
+      if (z->holds(p)) return true;
+    return false;
+  });
+  for (parallel::Zero3Parameters* z : zs) z->set_low_precision(scope);
+  return std::shared_ptr<void>(scope, [zs](void* p) {
+    for (parallel::Zero3Parameters* z : zs) z->set_low_precision(nullptr);
     delete static_cast<nn::LowPrecisionScope*>(p);
   });
 }
