@@ -145,7 +145,13 @@ class Trainer {
   // auxiliary losses join the loss backward starts from, and their values and the layers' loads
   // go into the record.
   double forward_backward(StepRecord& record);
-  void add_expert_load(StepRecord& record, double aux, int64_t micro_batches) const;
+  // trainer_expert_load.cpp: one forward's auxiliary loss and the routing of `layers` (some of
+  // the model's MoE layers) into the record, each loss weighted 1 / micro_batches.
+  void add_expert_load(StepRecord& record, double aux, int64_t micro_batches,
+                       const std::vector<models::ExpertLayerStats>& layers) const;
+  // Pipeline stages: each of this rank's stage forwards of the step, then every stage's layers
+  // and losses on every pp rank (collective over pp).
+  void add_stage_expert_loads(StepRecord& record) const;
   // The layers' loads of every dp rank summed (their losses averaged), so a record does not
   // depend on how the batch was split. Collective over dp.
   void reduce_expert_load(StepRecord& record) const;

@@ -36,31 +36,7 @@ void Trainer::build_strategies(const RegionSource& init) {
     print("note: parallel.sequence_parallel has no effect without --tp > 1");
   }
   const DType dtype = compute_dtype_of(t.precision);
-  if (layout_.ep) {
-    // Composed with dp and ZeRO 1-3 for now (docs/MOE.md, "Expert parallelism").
-    TESSEL_CHECK(!layout_.tp && layout_.pp_size() == 1, "train: --ep ", layout_.ep_size(),
-                 " composes with data parallelism and ZeRO stages 1-3 only for now; this run "
-                 "also has ",
-                 layout_.str(), " (use --tp 1 --pp 1 with --ep)");
-    TESSEL_CHECK(model_->model_config().has_experts(), "train: --ep ", layout_.ep_size(),
-                 " needs a mixture-of-experts model; ", model_->model_config().summary(),
-                 " has no experts");
-    expert_ = std::make_unique<ExpertParallelStrategy>(*model_, layout_.ep, layout_.ep_dp,
-                                                       layout_.dp_size(), int(par.zero_stage),
-                                                       par.bucket_mb << 20);
-    print("expert parallel: ep = " + std::to_string(layout_.ep_size()) + ", " +
-          std::to_string(expert_->layers()) + " MoE layers, each rank holds 1/" +
-          std::to_string(layout_.ep_size()) + " of every layer's experts" +
-          (par.zero_stage > 0 ? "; their ZeRO-" + std::to_string(par.zero_stage) + " blocks over " +
-                                    std::to_string(layout_.dp_size() / layout_.ep_size()) +
-                                    " rank(s) holding the same experts"
-                              : std::string()));
-  }
   if (layout_.pp_size() > 1) {
-    TESSEL_CHECK(!model_->model_config().has_experts(),
-                 "train: pipeline parallelism (pp = ", layout_.pp_size(),
-                 ") with a mixture-of-experts model (", model_->model_config().summary(),
-                 ") is not supported: its auxiliary losses come from every stage");
     PipelineSetup ps;
     ps.schedule = par.schedule;
     ps.micro_batches = t.grad_accum;
@@ -70,6 +46,31 @@ void Trainer::build_strategies(const RegionSource& init) {
     ps.tp = tensor_.get();
     ps.print = printer;
     pipeline_ = std::make_unique<PipelineStrategy>(*model_, layout_, std::move(ps));
+  }
+  if (layout_.ep) {
+    // Composed with dp, ZeRO 1-3 and pp for now (docs/MOE.md, "Expert parallelism"). After the
+    // pipeline axis: the stages are cut from the whole experts' costs, as without --ep, and each
+    // rank reduces only its stages' experts.
+    TESSEL_CHECK(!layout_.tp, "train: --ep ", layout_.ep_size(),
+                 " composes with data parallelism, ZeRO stages 1-3 and pipeline parallelism only "
+                 "for now; this run also has ",
+                 layout_.str(), " (use --tp 1 with --ep)");
+    TESSEL_CHECK(model_->model_config().has_experts(), "train: --ep ", layout_.ep_size(),
+                 " needs a mixture-of-experts model; ", model_->model_config().summary(),
+                 " has no experts");
+    std::set<std::string> trained;
+    if (pipeline_)
+      for (const auto& [name, param] : pipeline_->trainable_parameters()) trained.insert(name);
+    expert_ = std::make_unique<ExpertParallelStrategy>(*model_, layout_.ep, layout_.ep_dp,
+                                                       layout_.dp_size(), int(par.zero_stage),
+                                                       par.bucket_mb << 20, trained);
+    print("expert parallel: ep = " + std::to_string(layout_.ep_size()) + ", " +
+          std::to_string(expert_->layers()) + " MoE layers, each rank holds 1/" +
+          std::to_string(layout_.ep_size()) + " of every layer's experts" +
+          (par.zero_stage > 0 ? "; their ZeRO-" + std::to_string(par.zero_stage) + " blocks over " +
+                                    std::to_string(layout_.dp_size() / layout_.ep_size()) +
+                                    " rank(s) holding the same experts"
+                              : std::string()));
   }
   const int stage = int(par.zero_stage);
   if (dp_) {
@@ -83,6 +84,7 @@ void Trainer::build_strategies(const RegionSource& init) {
       if (expert_)
         for (parallel::Zero3Unit& u : ds.units)
           std::erase_if(u.params, [this](const std::string& p) { return expert_->holds(p); });
+      std::erase_if(ds.units, [](const parallel::Zero3Unit& u) { return u.params.empty(); });
     }
     ds.after_other_sums = tensor_ && tensor_->sums_gradients() && stage >= 2;
     // Weights from a checkpoint are loaded on every rank alike; recipes give every rank the same
@@ -94,7 +96,11 @@ void Trainer::build_strategies(const RegionSource& init) {
     if (expert_)
       std::erase_if(dense, [this](const auto& named) { return expert_->holds(named.first); });
     data_ = std::make_unique<DataParallelStrategy>(dense, dp_, std::move(ds));
-    if (pipeline_) pipeline_->set_zero3(data_->zero3());
+    if (pipeline_) {
+      std::vector<parallel::Zero3Parameters*> parts;
+      for (const auto& [buckets, z3] : zero3_parts()) parts.push_back(z3);
+      pipeline_->set_zero3(std::move(parts));
+    }
   } else if (stage > 0) {
     print("note: parallel.zero_stage = " + std::to_string(stage) +
           " has nothing to partition on one rank; training with the plain optimizer");

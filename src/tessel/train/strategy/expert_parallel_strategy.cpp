@@ -9,7 +9,8 @@ namespace tessel::train {
 
 ExpertParallelStrategy::ExpertParallelStrategy(models::CausalLM& model, dist::CommPtr ep,
                                                dist::CommPtr ep_dp, int dp_size, int zero_stage,
-                                               int64_t bucket_bytes)
+                                               int64_t bucket_bytes,
+                                               const std::set<std::string>& trained)
     : model_(model),
       ep_(std::move(ep)),
       ep_dp_(std::move(ep_dp)),
@@ -21,12 +22,15 @@ ExpertParallelStrategy::ExpertParallelStrategy(models::CausalLM& model, dist::Co
                " for the experts is not supported (0, 1, 2 or 3)");
   split_ = parallel::parallelize_experts(model_, ep_);
   experts_.insert(split_.params.begin(), split_.params.end());
-  if (zero_stage_ == 0) return;
+  for (const std::string& name : experts_)
+    if (trained.empty() || trained.count(name)) trained_.insert(name);
+  // A pipeline stage without MoE layers has no experts to partition (nor do its ep peers).
+  if (zero_stage_ == 0 || trained_.empty()) return;
   // dp == ep: every rank holds its experts alone, a group of one (split collectively over ep).
   zero_group_ = ep_dp_ ? ep_dp_ : ep_->split(ep_->rank(), 0, "ep_dp");
   std::vector<std::pair<std::string, Tensor>> params;
   for (const auto& [name, param] : model_.named_parameters())
-    if (experts_.count(name)) params.emplace_back(name, param);
+    if (trained_.count(name)) params.emplace_back(name, param);
   parallel::DataParallelOptions options;
   options.bucket_bytes = bucket_bytes;
   options.overlap = false;
@@ -54,8 +58,9 @@ std::vector<parallel::Zero3Unit> ExpertParallelStrategy::expert_units() {
     if (moe == nullptr) continue;
     parallel::Zero3Unit u{name + ".experts", moe, {}};
     const std::string prefix = (name.empty() ? "" : name + ".") + "experts.";
-    for (const auto& [param, t] : moe->experts->named_parameters()) u.params.push_back(prefix + param);
-    units.push_back(std::move(u));
+    for (const auto& [param, t] : moe->experts->named_parameters())
+      if (trained_.count(prefix + param)) u.params.push_back(prefix + param);
+    if (!u.params.empty()) units.push_back(std::move(u));  // another stage's layer: not here
   }
   return units;
 }
@@ -93,7 +98,7 @@ void ExpertParallelStrategy::sync_gradients(StepRecord&) {
   }
   const double scale = 1.0 / double(dp_size_);
   for (const auto& [name, param] : model_.named_parameters()) {
-    if (!experts_.count(name)) continue;
+    if (!trained_.count(name)) continue;
     Tensor g = param.grad();
     if (!g.defined()) {  // no row reached these experts on any micro-batch of this rank
       g = zeros(param.shape(), param.dtype());

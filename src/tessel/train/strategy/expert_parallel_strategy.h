@@ -15,6 +15,10 @@
 // model. The expert buckets are reduced after every backward has run (the dense buckets' overlapped
 // reductions are complete by then), so every rank issues the two groups' collectives in one order.
 //
+// With pipeline parallelism each stage's MoE layers use the ep and expert-dp groups of that stage
+// (the groups lie inside the stage's dp group), and a rank reduces and updates only the experts of
+// its own stages.
+//
 // With ZeRO stage 3 the experts' parameters are partitioned over the same group: each MoE layer's
 // local experts are one parallel::Zero3Parameters unit with a bucket of its own, gathered on ep_dp
 // when the layer's forward starts (the hooks sit on the MoE module, which every rank runs, so the
@@ -45,8 +49,10 @@ class ExpertParallelStrategy : public AxisStrategy {
   // `zero_stage` 1 or 2: the experts' buckets (`buckets`: their byte budget) partitioned over
   // ep_dp (0: the experts' gradients summed whole); 3: the experts' parameters too, one unit per
   // MoE layer (the parameters hold no values yet: the caller fills the shards).
+  // `trained`: the parameters this rank trains (its pipeline stages'; empty: all of them).
   ExpertParallelStrategy(models::CausalLM& model, dist::CommPtr ep, dist::CommPtr ep_dp,
-                         int dp_size, int zero_stage = 0, int64_t bucket_bytes = 25 << 20);
+                         int dp_size, int zero_stage = 0, int64_t bucket_bytes = 25 << 20,
+                         const std::set<std::string>& trained = {});
   ~ExpertParallelStrategy() override;
 
   std::string name() const override;
@@ -78,7 +84,8 @@ class ExpertParallelStrategy : public AxisStrategy {
   dist::CommPtr ep_, ep_dp_;
   int dp_size_;
   parallel::ExpertParallelResult split_;
-  std::set<std::string> experts_;
+  std::set<std::string> experts_;  // every split parameter (every stage's)
+  std::set<std::string> trained_;  // those this rank trains
   int zero_stage_ = 0;
   dist::CommPtr zero_group_;  // ep_dp, or this rank alone when dp == ep
   std::unique_ptr<parallel::DataParallel> ddp_;
