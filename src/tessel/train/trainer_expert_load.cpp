@@ -16,8 +16,8 @@ namespace {
 std::vector<double> pack(const std::vector<ExpertLoadRecord>& layers) {
   std::vector<double> out;
   for (const ExpertLoadRecord& e : layers) {
-    out.insert(out.end(), {double(e.tokens), double(e.dropped), double(e.capacity),
-                           e.balance_loss, e.z_loss, e.aux_loss});
+    out.insert(out.end(), {double(e.tokens), double(e.dropped), double(e.capacity), e.balance_loss,
+                           e.z_loss, e.aux_loss});
     for (int64_t n : e.tokens_per_expert) out.push_back(double(n));
   }
   return out;

@@ -59,8 +59,8 @@ Tensor GPT2::auxiliary_loss() const {
 }
 
 Tensor GPT2::block_auxiliary_loss(int64_t block) const {
-  TESSEL_CHECK(block >= 0 && block < int64_t(blocks.size()), "GPT2: block ", block, " out of range [0, ",
-               blocks.size(), ")");
+  TESSEL_CHECK(block >= 0 && block < int64_t(blocks.size()), "GPT2: block ", block,
+               " out of range [0, ", blocks.size(), ")");
   return blocks[size_t(block)]->last_aux_loss();
 }
 

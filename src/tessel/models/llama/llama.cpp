@@ -50,8 +50,8 @@ Tensor Llama::auxiliary_loss() const {
 }
 
 Tensor Llama::block_auxiliary_loss(int64_t block) const {
-  TESSEL_CHECK(block >= 0 && block < int64_t(decoder_layers.size()), "Llama: block ", block, " out of range [0, ",
-               decoder_layers.size(), ")");
+  TESSEL_CHECK(block >= 0 && block < int64_t(decoder_layers.size()), "Llama: block ", block,
+               " out of range [0, ", decoder_layers.size(), ")");
   return decoder_layers[size_t(block)]->last_aux_loss();
 }
 
