@@ -7,7 +7,8 @@ of the stage where it arises (the stage's output carries it), and each stage's M
 ep and expert-dp groups of that stage. The model, data and checks are train.ep_equivalence's (a
 GPT-2-MoE whose two blocks are MoE, one per stage, capacity drops): every step's loss within 1e-5
 (relative), the same per-layer loads and drops (each layer's figures come from its own stage), the
-same mean auxiliary loss, the final parameters within 1e-5. Layouts: pp 2 GPipe (np 2); ep 2 x pp 2
+same mean auxiliary loss, the final parameters within 1e-5, and under ep the step's all-to-all
+bytes over every rank of every stage as docs/MOE.md's formula. Layouts: pp 2 GPipe (np 2); ep 2 x pp 2
 GPipe and 1F1B (np 4: dp 2); ep 2 x pp 2 1F1B with ZeRO-3 (the experts' units over their expert
 group inside each stage). A checkpoint of ep 2 x pp 2 resumes on one rank and continues the
 trajectory.
@@ -21,7 +22,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tessel_runs import (compare_losses, compare_params, fail, final_params, mpi_prefix,  # noqa: E402
                          prepare_workdir, run, seed_resume, single_thread_env, step_records,
                          train_sets, write_json)
-from ep_equivalence import MICRO, SEQ, STEPS, check_routing, moe_config  # noqa: E402
+from ep_equivalence import (EMBD, EXPERTS, LAYERS, MICRO, SEQ, STEPS, check_routing,  # noqa: E402
+                            moe_config)
 
 MICRO_BATCHES = 2  # per pipeline step
 
@@ -35,6 +37,18 @@ def check_aux(ref_dir, dir_, what):
             fail(f"{what}: step {a['step']} aux_loss {b['aux_loss']} vs one rank {a['aux_loss']}")
         worst = max(worst, rel)
     return worst
+
+
+def check_all_to_all_bytes(dir_, dp, what):
+    """docs/MOE.md's formula summed over every rank of every stage: each MoE layer runs on one
+    stage, whose dp ranks each exchange 8 E bytes of counts per micro-batch, and every kept row
+    crosses in the dispatch and combine forward and backward (4 x 4 bytes x n_embd)."""
+    for r in step_records(dir_):
+        kept = sum(sum(e["tokens_per_expert"]) for e in r["experts"])
+        want = dp * MICRO_BATCHES * LAYERS * 8 * EXPERTS + 16 * EMBD * kept
+        if r["all_to_all_bytes"] != want:
+            fail(f"{what}: step {r['step']} all-to-all bytes {r['all_to_all_bytes']} (all ranks, "
+                 f"all stages); the formula gives {want} ({kept} kept rows)")
 
 
 def main():
@@ -71,6 +85,8 @@ def main():
         worst = compare_losses(ref, d, what, STEPS)
         drops = check_routing(ref, d, what)
         aux = check_aux(ref, d, what)
+        if flags:
+            check_all_to_all_bytes(d, ranks // 2, what)
         worst_p, name, worst_t = compare_params(final_params(ref, STEPS), final_params(d, STEPS), what)
         print(f"{what}: {STEPS}-step losses within {worst:.1e} of one rank, the same routing "
               f"({drops} pairs dropped in all), auxiliary losses within {aux:.1e}, final "

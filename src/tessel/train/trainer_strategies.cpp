@@ -64,6 +64,7 @@ void Trainer::build_strategies(const RegionSource& init) {
     expert_ = std::make_unique<ExpertParallelStrategy>(*model_, layout_.ep, layout_.ep_dp,
                                                        layout_.dp_size(), int(par.zero_stage),
                                                        par.bucket_mb << 20, trained);
+    if (pipeline_) expert_->set_pipeline(layout_.pp);
     print("expert parallel: ep = " + std::to_string(layout_.ep_size()) + ", " +
           std::to_string(expert_->layers()) + " MoE layers, each rank holds 1/" +
           std::to_string(layout_.ep_size()) + " of every layer's experts" +

@@ -133,10 +133,12 @@ void ExpertParallelStrategy::record(StepRecord& r) {
     ++r.all_to_all_calls;
     if (rec.has_tensor) bytes += double(rec.shape.numel() * int64_t(dtype_size(rec.dtype)));
   }
-  // Summed over every rank (the ep group, then the groups), as the expert loads are.
+  // Summed over every rank (the ep group, then the groups, then the stages), as the expert loads
+  // are.
   Tensor t = from_data(std::vector<double>{bytes}, Shape{1});
   ep_->all_reduce(t);
   if (ep_dp_) ep_dp_->all_reduce(t);
+  if (pp_) pp_->all_reduce(t);
   r.all_to_all_bytes = int64_t(t.to_vector<double>()[0]);
 }
 

@@ -63,6 +63,10 @@ class ExpertParallelStrategy : public AxisStrategy {
   void describe_norm(GradNormPlan& plan) const override;
   void record(StepRecord& record) override;
 
+  // Pipeline stages: the step's all-to-all bytes are summed over pp too (each stage exchanges
+  // for its own MoE layers).
+  void set_pipeline(dist::CommPtr pp) { pp_ = std::move(pp); }
+
   int size() const { return ep_->size(); }
   int rank() const { return ep_->rank(); }
   int64_t layers() const { return split_.layers; }
@@ -81,7 +85,7 @@ class ExpertParallelStrategy : public AxisStrategy {
   std::vector<parallel::Zero3Unit> expert_units();
 
   models::CausalLM& model_;
-  dist::CommPtr ep_, ep_dp_;
+  dist::CommPtr ep_, ep_dp_, pp_;
   int dp_size_;
   parallel::ExpertParallelResult split_;
   std::set<std::string> experts_;  // every split parameter (every stage's)
