@@ -8,11 +8,12 @@ data and checks are train.ep_equivalence's: every step's loss within 1e-5 (relat
 per-layer loads and drops, the final parameters within 1e-5. Each rank's optimizer state is 8
 bytes per parameter / dp (plus the buckets' padding): every expert's moments live on one rank of
 its group. Checkpoints move between ep sizes and ZeRO stages (ep 2 ZeRO-2 -> ep 4 ZeRO-1 on 4
-ranks, ep 4 ZeRO-2 -> one rank, one rank -> ep 2 ZeRO-2) and continue the trajectory;
-zero_stage 3 with --ep is one clear error.
+ranks, ep 4 ZeRO-2 -> one rank, one rank -> ep 2 ZeRO-2) and continue the trajectory
+(ZeRO-3 with --ep: train.ep_zero3_equivalence).
 
-With `bf16` as the last argument, layouts run under train.precision=bf16 against one rank at bf16
-with the same flags. The first step (the same weights) must give the same loss and routing
+With `bf16` as the last argument, layouts (np 2 ep 2; np 4 ep 2 with ZeRO-2 and with ZeRO-3, whose
+16-bit expert copies are made after each gather) run under train.precision=bf16 against one rank
+at bf16 with the same flags. The first step (the same weights) must give the same loss and routing
 exactly: the router is f32 on every layout and the rows' expert GEMMs do not depend on the other
 rows. Later steps differ by the rounding of gradient sums taken in another order, which the
 16-bit copies of the weights can turn into a flipped near-tie of the router, so the bounds are
@@ -29,7 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tessel_runs import (compare_losses, compare_params, fail, final_params, mpi_prefix,  # noqa: E402
                          prepare_workdir, run, seed_resume, single_thread_env, step_records,
                          train_sets, write_json)
-from ep_equivalence import MICRO, SEQ, STEPS, check_routing, expect_error, moe_config  # noqa: E402
+from ep_equivalence import MICRO, SEQ, STEPS, check_routing, moe_config  # noqa: E402
 
 
 def parameter_count(run_dir):
@@ -55,11 +56,13 @@ def relative_distance(pa, pb):
 
 def check_bf16(tessel, mpi, work, common, refs, env):
     """REFS are one rank at bf16; the module docstring gives the bounds."""
-    for ranks, ep, stage in ((2, 2, 0), (4, 2, 2)):
+    for ranks, ep, stage in ((2, 2, 0), (4, 2, 2), (4, 2, 3)):
         what = f"np {ranks} --ep {ep} ZeRO-{stage} bf16"
         ref = refs[ranks]
         f32 = os.path.join(work, f"one_rank_accum{ranks}_f32")
-        run([tessel] + common(f32, [f"train.grad_accum={ranks}", "train.precision=fp32"]), env=env)
+        if not os.path.isdir(f32):
+            run([tessel] + common(f32, [f"train.grad_accum={ranks}", "train.precision=fp32"]),
+                env=env)
         d = os.path.join(work, f"np{ranks}_ep{ep}_zero{stage}_bf16")
         run(mpi + ["-np", str(ranks), tessel] + common(d, [f"parallel.zero_stage={stage}"]) +
             ["--ep", str(ep)], env=env)
@@ -140,9 +143,6 @@ def main():
     resume(refs[4], os.path.join(work, "resume_one_rank_at_ep2_zero2"), 4,
            ["--ep", "2", "--set", "parallel.zero_stage=2"], "resume one rank -> ep 2 ZeRO-2")
 
-    expect_error(mpi + ["-np", "2", tessel] + common(os.path.join(work, "bad"),
-                                                     ["parallel.zero_stage=3"]) + ["--ep", "2"],
-                 env, "ZeRO stages 1-2 only", "--ep 2 with ZeRO-3")
 
 
 if __name__ == "__main__":

@@ -143,6 +143,12 @@ class CausalLM : public nn::Module {
   // scalar the trainer adds to the loss it differentiates; undefined for a dense model. With
   // `expert_stats` the layers' routing of that forward, in block order (empty when dense).
   virtual Tensor auxiliary_loss() const { return Tensor(); }
+  // The auxiliary loss of block `block` alone in its last forward (undefined for a dense block):
+  // a pipeline stage adds its own blocks' losses to its backward.
+  virtual Tensor block_auxiliary_loss(int64_t block) const {
+    (void)block;
+    return Tensor();
+  }
   virtual std::vector<ExpertLayerStats> expert_stats() const { return {}; }
 
   // Cached decoding: runs ids [B, T] at the positions `cache` gives them against the keys and

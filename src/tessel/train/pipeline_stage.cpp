@@ -3,6 +3,7 @@
 // (embed, blocks, head), op for op, so a pipelined step computes what one process computes.
 #include "tessel/train/pipeline_stage.h"
 
+#include "tessel/autograd/meta.h"
 #include "tessel/core/error.h"
 #include "tessel/ops/ops.h"
 #include "tessel/parallel/pipeline/generators.h"
@@ -63,6 +64,35 @@ int ModelStages::stage_of_parameter(const std::string& name) const {
   return int(partition_.stage_of(model_.layer_of_parameter(name)));
 }
 
+namespace {
+
+// y = x; backward passes dy to x and `scale` (the gradient the last stage's loss starts from) to
+// the scalar `aux`, in aux's own dtype (f32 routers under 16-bit activations).
+class AuxiliaryLossBackward final : public autograd::Node {
+ public:
+  AuxiliaryLossBackward(Shape aux_shape, DType aux_dtype, double scale)
+      : shape_(std::move(aux_shape)), dtype_(aux_dtype), scale_(scale) {}
+  std::string_view name() const override { return "auxiliary_loss_backward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
+    return {grads[0], full(shape_, scale_, dtype_)};
+  }
+
+ private:
+  Shape shape_;
+  DType dtype_;
+  double scale_;
+};
+
+Tensor with_auxiliary_loss(const Tensor& x, const Tensor& aux, double scale) {
+  if (!autograd::needs_grad({x, aux})) return x;
+  Tensor y = x.detach();
+  autograd::record(std::make_shared<AuxiliaryLossBackward>(aux.shape(), aux.dtype(), scale),
+                   {x, aux}, {y});
+  return y;
+}
+
+}  // namespace
+
 Tensor ModelStages::forward(int stage, int microbatch, const Tensor& input) {
   TESSEL_CHECK(microbatch >= 0 && microbatch < int(batches_.size()), "ModelStages: micro-batch ",
                microbatch, " of a step with ", batches_.size());
@@ -70,9 +100,20 @@ Tensor ModelStages::forward(int stage, int microbatch, const Tensor& input) {
   const auto [begin, end] = partition_.layers_of(stage);
   const int64_t blocks = model_.num_layers();
   Tensor x = begin == 0 ? model_.embed(batch.x) : input;
-  for (int64_t l = std::max<int64_t>(begin, 1); l < std::min(end, blocks + 1); ++l)
+  Tensor aux;  // this stage's blocks' auxiliary losses
+  for (int64_t l = std::max<int64_t>(begin, 1); l < std::min(end, blocks + 1); ++l) {
     x = model_.block(l - 1, x);
-  if (end < blocks + 2) return x;
+    if (const Tensor a = model_.block_auxiliary_loss(l - 1); a.defined())
+      aux = aux.defined() ? ops::add(aux, a) : a;
+  }
+  if (aux.defined()) {
+    ExpertLoad load;
+    load.aux = aux.item();
+    for (models::ExpertLayerStats& s : model_.expert_stats())
+      if (s.layer >= begin - 1 && s.layer < end - 1) load.layers.push_back(std::move(s));
+    expert_loads_.push_back(std::move(load));
+  }
+  if (end < blocks + 2) return aux.defined() ? with_auxiliary_loss(x, aux, loss_scale_) : x;
   Tensor logits = model_.head(x);
   Tensor loss;
   if (loss_) {
@@ -81,7 +122,8 @@ Tensor ModelStages::forward(int stage, int microbatch, const Tensor& input) {
     const int64_t n = batch.y.numel();
     loss = ops::cross_entropy(ops::reshape(logits, {n, logits.size(2)}), batch.y.reshape({n}));
   }
-  return loss_scale_ == 1.0 ? loss : ops::mul(loss, loss_scale_);
+  if (loss_scale_ != 1.0) loss = ops::mul(loss, loss_scale_);
+  return aux.defined() ? with_auxiliary_loss(loss, aux, loss_scale_) : loss;
 }
 
 }  // namespace tessel::train

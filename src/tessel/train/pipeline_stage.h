@@ -4,6 +4,11 @@
 // computes one stage's share of the forward for one micro-batch (the embedding with the first
 // stage, the head and the loss with the last). The trainer's pipeline axis that runs them is
 // strategy/pipeline_strategy.h.
+//
+// A mixture-of-experts block's auxiliary loss is added to the backward of the stage where it
+// arises (as one process adds every block's to the loss): the stage's output passes through an
+// identity whose backward also starts the auxiliary losses' backward, with the gradient (the loss
+// scale) the last stage's loss gets, so no stage needs another stage's losses.
 #pragma once
 
 #include <functional>
@@ -38,7 +43,10 @@ class ModelStages : public parallel::pipeline::StageRunner {
   // it).
   int stage_of_parameter(const std::string& name) const;
   // The micro-batches of the step about to run: micro-batch i is batches[i].
-  void set_batches(std::vector<io::TokenBatch> batches) { batches_ = std::move(batches); }
+  void set_batches(std::vector<io::TokenBatch> batches) {
+    batches_ = std::move(batches);
+    expert_loads_.clear();
+  }
   // The last stage's loss from its logits [B, T, V'] and targets [B, T] (default: the
   // cross-entropy over the whole vocabulary; tensor parallelism passes the vocab-parallel one).
   using LossFn = std::function<Tensor(const Tensor& logits, const Tensor& targets)>;
@@ -46,6 +54,14 @@ class ModelStages : public parallel::pipeline::StageRunner {
   // fp16 loss scaling: the last stage returns loss * scale (backward starts from it).
   void set_loss_scale(double scale) { loss_scale_ = scale; }
   Tensor forward(int stage, int microbatch, const Tensor& input) override;
+
+  // Mixture-of-experts models: each stage forward of the step that ran MoE layers, in the order
+  // they ran: the sum of its blocks' auxiliary losses and their routing. Cleared by set_batches.
+  struct ExpertLoad {
+    double aux = 0;
+    std::vector<models::ExpertLayerStats> layers;
+  };
+  const std::vector<ExpertLoad>& expert_loads() const { return expert_loads_; }
 
   const parallel::pipeline::StagePartition& partition() const { return partition_; }
 
@@ -55,6 +71,7 @@ class ModelStages : public parallel::pipeline::StageRunner {
   std::vector<io::TokenBatch> batches_;
   LossFn loss_;
   double loss_scale_ = 1.0;
+  std::vector<ExpertLoad> expert_loads_;
 };
 
 }  // namespace tessel::train

@@ -218,7 +218,7 @@ void Trainer::build(const std::string& resume) {
     if (config_.memory.enabled()) build_offload_shards();
     if (expert_ && expert_->zero_buckets()) {
       // The experts' blocks over their own group, next to the dense blocks over dp.
-      auto experts = std::make_unique<ShardedAdamW>(*expert_->zero_buckets(), zo);
+      auto experts = std::make_unique<ShardedAdamW>(*expert_->zero_buckets(), zo, expert_->zero3());
       expert_zero_ = &experts->zero();
       std::vector<std::unique_ptr<Optimizer>> members;
       members.push_back(std::move(optimizer_));
@@ -390,8 +390,9 @@ TrainSummary Trainer::run() {
   // Pipeline stages: rank 0 samples with every stage's current parameters (checkpoints no longer
   // bring them: each stage writes its own pieces).
   if (config_.sample.tokens > 0 && pipeline_) pipeline_->sync_model();
-  // ZeRO-3: rank 0 samples alone, so every rank gathers the whole model for it first.
-  if (zero3() && config_.sample.tokens > 0) zero3()->gather_all();
+  // ZeRO-3: rank 0 samples alone (or its ep group), so every rank gathers the whole model for it
+  // first (under --ep its experts too).
+  const auto gathered = config_.sample.tokens > 0 ? gather_all_zero3() : nullptr;
   // Under tensor parallelism rank 0's whole tp group samples together (the model is split), and
   // under expert parallelism its ep group (consecutive dp ranks).
   if (config_.sample.tokens > 0 && offload_) {

@@ -145,7 +145,13 @@ class Trainer {
   // auxiliary losses join the loss backward starts from, and their values and the layers' loads
   // go into the record.
   double forward_backward(StepRecord& record);
-  void add_expert_load(StepRecord& record, double aux, int64_t micro_batches) const;
+  // trainer_expert_load.cpp: one forward's auxiliary loss and the routing of `layers` (some of
+  // the model's MoE layers) into the record, each loss weighted 1 / micro_batches.
+  void add_expert_load(StepRecord& record, double aux, int64_t micro_batches,
+                       const std::vector<models::ExpertLayerStats>& layers) const;
+  // Pipeline stages: each of this rank's stage forwards of the step, then every stage's layers
+  // and losses on every pp rank (collective over pp).
+  void add_stage_expert_loads(StepRecord& record) const;
   // The layers' loads of every dp rank summed (their losses averaged), so a record does not
   // depend on how the batch was split. Collective over dp.
   void reduce_expert_load(StepRecord& record) const;
@@ -172,6 +178,11 @@ class Trainer {
   // What the axes hold, for checkpoints, evaluation and the sample (null where absent).
   parallel::DataParallel* ddp() const { return data_ ? &data_->ddp() : nullptr; }
   parallel::Zero3Parameters* zero3() const { return data_ ? data_->zero3() : nullptr; }
+  // Every ZeRO-3 parameter partition with the buckets it shards: the dense one over dp, then under
+  // --ep the experts' over their expert group (empty below stage 3).
+  std::vector<std::pair<parallel::DataParallel*, parallel::Zero3Parameters*>> zero3_parts() const;
+  // Collective: every ZeRO-3 partition gathered while the handle lives (null: nothing to do).
+  std::shared_ptr<void> gather_all_zero3() const;
   const ModelTensorParallel* tp() const { return tensor_ ? &tensor_->model_tp() : nullptr; }
   NamedTensors trainable_parameters() const;       // the parameters of this rank's stages
   std::vector<nn::Module*> stage_modules() const;  // the modules they run (the model without pp)
@@ -245,7 +256,7 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;  // AdamW, or ZeRO's AdamW over dp shards
   AdamW* adamw_ = nullptr;                // optimizer_ without ZeRO (its moments, for checkpoints)
   parallel::ZeroAdamW* zero_ = nullptr;   // optimizer_'s shards under parallel.zero_stage 1-3
-  parallel::ZeroAdamW* expert_zero_ = nullptr;  // --ep with ZeRO 1-2: the experts' shards
+  parallel::ZeroAdamW* expert_zero_ = nullptr;  // --ep with ZeRO 1-3: the experts' shards
   OffloadAdamW* offload_adamw_ = nullptr;       // optimizer_ under memory offload
   LrSchedule schedule_;
   std::shared_ptr<const io::TokenDataset> train_data_, val_data_;

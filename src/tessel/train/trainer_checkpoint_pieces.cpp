@@ -165,12 +165,13 @@ std::vector<Piece> Trainer::checkpoint_pieces() const {
       add(key, param, t.shape(), begin, end, t.detach().flatten().narrow(0, begin, end - begin));
   };
   if (zero3()) {
-    for_each_zero_part(*ddp(),
-                       [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
-                         if (owned_by_tp(p.name))
-                           add(p.name, p.name, p.param.shape(), begin, end,
-                               zero3()->parameter_shard(b).narrow(0, at, end - begin));
-                       });
+    for (const auto& [buckets, z3] : zero3_parts())
+      for_each_zero_part(*buckets,
+                         [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
+                           if (owned_by_tp(p.name))
+                             add(p.name, p.name, p.param.shape(), begin, end,
+                                 z3->parameter_shard(b).narrow(0, at, end - begin));
+                         });
   } else {
     for (const auto& [name, param] : trainable_parameters()) add_replicated(name, param);
   }
@@ -208,13 +209,13 @@ void Trainer::fill_parameters(const RegionSource& source) {
     fill_placed(source, name, checkpoint_placement(name, t.shape()), t.shape(), 0, t.numel(), flat);
     if (!direct) t.detach().copy_from(flat.reshape(t.shape()));
   };
-  if (zero3()) {
-    for_each_zero_part(*ddp(), [&](const auto& p, int64_t b, int64_t begin, int64_t end,
-                                   int64_t at) {
+  for (const auto& [buckets, z3] : zero3_parts()) {
+    for_each_zero_part(*buckets, [&, z3 = z3](const auto& p, int64_t b, int64_t begin, int64_t end,
+                                              int64_t at) {
       if (offload_)
-        offload_->hold_for_checkpoint(zero3()->parameter_shard(b), memory::AccessMode::ReadWrite);
+        offload_->hold_for_checkpoint(z3->parameter_shard(b), memory::AccessMode::ReadWrite);
       fill_placed(source, p.name, checkpoint_placement(p.name, p.param.shape()), p.param.shape(),
-                  begin, end, zero3()->parameter_shard(b).narrow(0, at, end - begin));
+                  begin, end, z3->parameter_shard(b).narrow(0, at, end - begin));
     });
   }
   for (const auto& [name, param] : held_whole_parameters()) fill_whole(name, param);
@@ -225,8 +226,8 @@ NamedTensors Trainer::held_whole_parameters() const {
   // stage, the copy of a tied embedding; the others stay shape-only until an evaluation or the
   // sample brings them from their stages (PipelineStrategy::sync_model).
   std::set<std::string> sharded, used;
-  if (zero3())
-    for (const auto& p : ddp()->places()) sharded.insert(p.name);
+  for (const auto& [buckets, z3] : zero3_parts())
+    for (const auto& p : buckets->places()) sharded.insert(p.name);
   for (const auto& [name, param] : trainable_parameters()) used.insert(name);
   if (pipeline_ && layout_.pp_rank() == layout_.pp_size() - 1)
     used.insert(pipeline_->tied().begin(), pipeline_->tied().end());
@@ -241,7 +242,8 @@ void Trainer::materialize_held_parameters() const {
 }
 
 int64_t Trainer::held_parameter_bytes() const {
-  int64_t bytes = zero3() ? zero3()->shard_bytes() : 0;
+  int64_t bytes = 0;
+  for (const auto& [buckets, z3] : zero3_parts()) bytes += z3->shard_bytes();
   for (const auto& [name, param] : held_whole_parameters()) bytes += int64_t(param.nbytes());
   return bytes;
 }

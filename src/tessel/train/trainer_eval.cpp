@@ -17,7 +17,7 @@ EvalRecord Trainer::evaluate() {
   if (!val_data_) return r;
   // ZeRO-3 with pp: the stages' units gather around their own modules, not the whole model's
   // forward (the tied head would find wte released), so evaluation holds everything gathered.
-  const auto gathered = pipeline_ ? zero3_gather_all(zero3()) : nullptr;
+  const auto gathered = pipeline_ ? gather_all_zero3() : nullptr;
   if (pipeline_) pipeline_->sync_model();  // every rank evaluates the whole current model
   const auto t0 = std::chrono::steady_clock::now();
   autograd::NoGradGuard no_grad;

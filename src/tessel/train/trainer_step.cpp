@@ -81,6 +81,7 @@ double Trainer::forward_backward(StepRecord& r) {
     const double loss_scale = precision_ ? precision_->step_scale() : 1.0;
     const double loss_sum = pipeline_->forward_backward(std::move(batches), loss_scale, scopes);
     for (AxisStrategy* s : strategies_) s->after_backward();
+    if (model_->model_config().has_experts()) add_stage_expert_loads(r);
     return loss_sum;
   }
   double loss_sum = 0;
@@ -92,7 +93,7 @@ double Trainer::forward_backward(StepRecord& r) {
     Tensor start = loss;  // what backward starts from (scaled under fp16)
     if (const Tensor aux = model_->auxiliary_loss(); aux.defined()) {
       start = ops::add(loss, aux.to(loss.dtype()));
-      add_expert_load(r, aux.item(), accum);
+      add_expert_load(r, aux.item(), accum, model_->expert_stats());
     }
     for (AxisStrategy* s : strategies_) {
       start = s->loss_for_backward(start);
@@ -102,52 +103,6 @@ double Trainer::forward_backward(StepRecord& r) {
     for (AxisStrategy* s : strategies_) s->after_backward();
   }
   return loss_sum;
-}
-
-void Trainer::add_expert_load(StepRecord& r, double aux, int64_t micro_batches) const {
-  const double share = 1.0 / double(micro_batches);
-  r.has_experts = true;
-  r.aux_loss += aux * share;
-  const std::vector<models::ExpertLayerStats> layers = model_->expert_stats();
-  if (r.experts.empty()) r.experts.resize(layers.size());
-  for (size_t i = 0; i < layers.size() && i < r.experts.size(); ++i) {
-    const nn::MoEStats& s = layers[i].stats;
-    ExpertLoadRecord& e = r.experts[i];
-    e.layer = layers[i].layer;
-    e.tokens += s.tokens;
-    e.capacity = s.capacity;
-    e.dropped += s.dropped;
-    e.tokens_per_expert.resize(s.tokens_per_expert.size(), 0);
-    for (size_t x = 0; x < s.tokens_per_expert.size(); ++x)
-      e.tokens_per_expert[x] += s.tokens_per_expert[x];
-    e.balance_loss += s.balance_loss * share;
-    e.z_loss += s.z_loss * share;
-    e.aux_loss += s.aux_loss * share;
-  }
-}
-
-void Trainer::reduce_expert_load(StepRecord& r) const {
-  if (!dp_) return;
-  // Per layer: tokens, dropped, balance, z and aux losses, then the tokens per expert.
-  std::vector<double> packed;
-  for (const ExpertLoadRecord& e : r.experts) {
-    packed.insert(packed.end(),
-                  {double(e.tokens), double(e.dropped), e.balance_loss, e.z_loss, e.aux_loss});
-    for (int64_t n : e.tokens_per_expert) packed.push_back(double(n));
-  }
-  Tensor t = from_data(packed, Shape{int64_t(packed.size())});
-  dp_->all_reduce(t);
-  const std::vector<double> sum = t.to_vector<double>();
-  const double dp = double(dp_size());
-  size_t i = 0;
-  for (ExpertLoadRecord& e : r.experts) {
-    e.tokens = int64_t(sum[i++]);
-    e.dropped = int64_t(sum[i++]);
-    e.balance_loss = sum[i++] / dp;
-    e.z_loss = sum[i++] / dp;
-    e.aux_loss = sum[i++] / dp;
-    for (int64_t& n : e.tokens_per_expert) n = int64_t(sum[i++]);
-  }
 }
 
 void Trainer::sync_gradients(StepRecord& r) {

@@ -36,32 +36,7 @@ void Trainer::build_strategies(const RegionSource& init) {
     print("note: parallel.sequence_parallel has no effect without --tp > 1");
   }
   const DType dtype = compute_dtype_of(t.precision);
-  if (layout_.ep) {
-    // Composed with dp and ZeRO 1-2 for now (docs/MOE.md, "Expert parallelism").
-    TESSEL_CHECK(!layout_.tp && layout_.pp_size() == 1 && par.zero_stage <= 2, "train: --ep ",
-                 layout_.ep_size(), " composes with data parallelism and ZeRO stages 1-2 only ",
-                 "for now; this run also has ", layout_.str(),
-                 " and parallel.zero_stage = ", par.zero_stage,
-                 " (use --tp 1 --pp 1 and zero_stage <= 2 with --ep)");
-    TESSEL_CHECK(model_->model_config().has_experts(), "train: --ep ", layout_.ep_size(),
-                 " needs a mixture-of-experts model; ", model_->model_config().summary(),
-                 " has no experts");
-    expert_ = std::make_unique<ExpertParallelStrategy>(*model_, layout_.ep, layout_.ep_dp,
-                                                       layout_.dp_size(), int(par.zero_stage),
-                                                       par.bucket_mb << 20);
-    print("expert parallel: ep = " + std::to_string(layout_.ep_size()) + ", " +
-          std::to_string(expert_->layers()) + " MoE layers, each rank holds 1/" +
-          std::to_string(layout_.ep_size()) + " of every layer's experts" +
-          (par.zero_stage > 0 ? "; their ZeRO-" + std::to_string(par.zero_stage) + " blocks over " +
-                                    std::to_string(layout_.dp_size() / layout_.ep_size()) +
-                                    " rank(s) holding the same experts"
-                              : std::string()));
-  }
   if (layout_.pp_size() > 1) {
-    TESSEL_CHECK(!model_->model_config().has_experts(),
-                 "train: pipeline parallelism (pp = ", layout_.pp_size(),
-                 ") with a mixture-of-experts model (", model_->model_config().summary(),
-                 ") is not supported: its auxiliary losses come from every stage");
     PipelineSetup ps;
     ps.schedule = par.schedule;
     ps.micro_batches = t.grad_accum;
@@ -72,13 +47,46 @@ void Trainer::build_strategies(const RegionSource& init) {
     ps.print = printer;
     pipeline_ = std::make_unique<PipelineStrategy>(*model_, layout_, std::move(ps));
   }
+  if (layout_.ep) {
+    // Composed with dp, ZeRO 1-3 and pp for now (docs/MOE.md, "Expert parallelism"). After the
+    // pipeline axis: the stages are cut from the whole experts' costs, as without --ep, and each
+    // rank reduces only its stages' experts.
+    TESSEL_CHECK(!layout_.tp, "train: --ep ", layout_.ep_size(),
+                 " composes with data parallelism, ZeRO stages 1-3 and pipeline parallelism only "
+                 "for now; this run also has ",
+                 layout_.str(), " (use --tp 1 with --ep)");
+    TESSEL_CHECK(model_->model_config().has_experts(), "train: --ep ", layout_.ep_size(),
+                 " needs a mixture-of-experts model; ", model_->model_config().summary(),
+                 " has no experts");
+    std::set<std::string> trained;
+    if (pipeline_)
+      for (const auto& [name, param] : pipeline_->trainable_parameters()) trained.insert(name);
+    expert_ = std::make_unique<ExpertParallelStrategy>(*model_, layout_.ep, layout_.ep_dp,
+                                                       layout_.dp_size(), int(par.zero_stage),
+                                                       par.bucket_mb << 20, trained);
+    if (pipeline_) expert_->set_pipeline(layout_.pp);
+    print("expert parallel: ep = " + std::to_string(layout_.ep_size()) + ", " +
+          std::to_string(expert_->layers()) + " MoE layers, each rank holds 1/" +
+          std::to_string(layout_.ep_size()) + " of every layer's experts" +
+          (par.zero_stage > 0 ? "; their ZeRO-" + std::to_string(par.zero_stage) + " blocks over " +
+                                    std::to_string(layout_.dp_size() / layout_.ep_size()) +
+                                    " rank(s) holding the same experts"
+                              : std::string()));
+  }
   const int stage = int(par.zero_stage);
   if (dp_) {
     DataParallelSetup ds;
     ds.options.bucket_bytes = par.bucket_mb << 20;
     ds.options.overlap = par.overlap;
     ds.zero_stage = stage;
-    if (stage == 3) ds.units = zero3_units();
+    if (stage == 3) {
+      ds.units = zero3_units();
+      // The experts are the expert axis's own units (expert_parallel_strategy.h).
+      if (expert_)
+        for (parallel::Zero3Unit& u : ds.units)
+          std::erase_if(u.params, [this](const std::string& p) { return expert_->holds(p); });
+      std::erase_if(ds.units, [](const parallel::Zero3Unit& u) { return u.params.empty(); });
+    }
     ds.after_other_sums = tensor_ && tensor_->sums_gradients() && stage >= 2;
     // Weights from a checkpoint are loaded on every rank alike; recipes give every rank the same
     // values by construction: nothing to broadcast.
@@ -89,7 +97,11 @@ void Trainer::build_strategies(const RegionSource& init) {
     if (expert_)
       std::erase_if(dense, [this](const auto& named) { return expert_->holds(named.first); });
     data_ = std::make_unique<DataParallelStrategy>(dense, dp_, std::move(ds));
-    if (pipeline_) pipeline_->set_zero3(data_->zero3());
+    if (pipeline_) {
+      std::vector<parallel::Zero3Parameters*> parts;
+      for (const auto& [buckets, z3] : zero3_parts()) parts.push_back(z3);
+      pipeline_->set_zero3(std::move(parts));
+    }
   } else if (stage > 0) {
     print("note: parallel.zero_stage = " + std::to_string(stage) +
           " has nothing to partition on one rank; training with the plain optimizer");
@@ -108,7 +120,7 @@ void Trainer::build_strategies(const RegionSource& init) {
     ps.loss_scale_init = t.loss_scale_init;
     ps.loss_scale_window = t.loss_scale_window;
     ps.modules = stage_modules();
-    ps.zero3 = zero3();
+    for (const auto& [buckets, z3] : zero3_parts()) ps.zero3.push_back(z3);
     ps.layout = layout_;
     ps.print = printer;
     precision_ = std::make_unique<PrecisionStrategy>(std::move(ps));
@@ -253,6 +265,22 @@ std::vector<parallel::Zero3Unit> Trainer::zero3_units() {
     out.push_back(std::move(u));
   }
   return out;
+}
+
+std::vector<std::pair<parallel::DataParallel*, parallel::Zero3Parameters*>> Trainer::zero3_parts()
+    const {
+  std::vector<std::pair<parallel::DataParallel*, parallel::Zero3Parameters*>> out;
+  if (zero3()) out.emplace_back(ddp(), zero3());
+  if (expert_ && expert_->zero3()) out.emplace_back(expert_->zero_buckets(), expert_->zero3());
+  return out;
+}
+
+std::shared_ptr<void> Trainer::gather_all_zero3() const {
+  // Dense units first, then the experts': the same order on every rank.
+  std::vector<std::shared_ptr<void>> held;
+  for (const auto& [buckets, z3] : zero3_parts()) held.push_back(zero3_gather_all(z3));
+  if (held.empty()) return nullptr;
+  return std::make_shared<std::vector<std::shared_ptr<void>>>(std::move(held));
 }
 
 Tensor Trainer::compute_loss(const Tensor& ids, const Tensor& targets) {

@@ -58,6 +58,12 @@ Tensor GPT2::auxiliary_loss() const {
   return total;
 }
 
+Tensor GPT2::block_auxiliary_loss(int64_t block) const {
+  TESSEL_CHECK(block >= 0 && block < int64_t(blocks.size()), "GPT2: block ", block,
+               " out of range [0, ", blocks.size(), ")");
+  return blocks[size_t(block)]->last_aux_loss();
+}
+
 std::vector<ExpertLayerStats> GPT2::expert_stats() const {
   std::vector<ExpertLayerStats> out;
   for (size_t i = 0; i < blocks.size(); ++i)

@@ -36,6 +36,7 @@ class GPT2 : public CausalLM {
   nn::Recompute recompute() const override { return recompute_; }
   // GPT-2-MoE: the MoE blocks' auxiliary losses and routing of the last forward.
   Tensor auxiliary_loss() const override;
+  Tensor block_auxiliary_loss(int64_t block) const override;
   std::vector<ExpertLayerStats> expert_stats() const override;
 
   // Pipeline layering: wte + wpe and dropout; block i; ln_f and the LM head.

@@ -49,6 +49,12 @@ Tensor Llama::auxiliary_loss() const {
   return total;
 }
 
+Tensor Llama::block_auxiliary_loss(int64_t block) const {
+  TESSEL_CHECK(block >= 0 && block < int64_t(decoder_layers.size()), "Llama: block ", block,
+               " out of range [0, ", decoder_layers.size(), ")");
+  return decoder_layers[size_t(block)]->last_aux_loss();
+}
+
 std::vector<ExpertLayerStats> Llama::expert_stats() const {
   std::vector<ExpertLayerStats> out;
   for (size_t i = 0; i < decoder_layers.size(); ++i)

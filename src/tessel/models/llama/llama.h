@@ -49,6 +49,7 @@ class Llama : public CausalLM {
   nn::Recompute recompute() const override { return recompute_; }
   // Mixtral: the decoder layers' MoE auxiliary losses and routing of the last forward.
   Tensor auxiliary_loss() const override;
+  Tensor block_auxiliary_loss(int64_t block) const override;
   std::vector<ExpertLayerStats> expert_stats() const override;
 
   // Incremental decoding (llama_decode.cpp). The cache holds this model's KV heads (this rank's

@@ -9,7 +9,8 @@ namespace tessel::train {
 
 ExpertParallelStrategy::ExpertParallelStrategy(models::CausalLM& model, dist::CommPtr ep,
                                                dist::CommPtr ep_dp, int dp_size, int zero_stage,
-                                               int64_t bucket_bytes)
+                                               int64_t bucket_bytes,
+                                               const std::set<std::string>& trained)
     : model_(model),
       ep_(std::move(ep)),
       ep_dp_(std::move(ep_dp)),
@@ -17,22 +18,51 @@ ExpertParallelStrategy::ExpertParallelStrategy(models::CausalLM& model, dist::Co
       zero_stage_(zero_stage) {
   TESSEL_CHECK(ep_ && dp_size_ % ep_->size() == 0, "expert parallel: ep ", ep_ ? ep_->size() : 0,
                " must divide dp ", dp_size_);
-  TESSEL_CHECK(zero_stage_ >= 0 && zero_stage_ <= 2, "expert parallel: ZeRO stage ", zero_stage_,
-               " for the experts is not supported (0, 1 or 2)");
+  TESSEL_CHECK(zero_stage_ >= 0 && zero_stage_ <= 3, "expert parallel: ZeRO stage ", zero_stage_,
+               " for the experts is not supported (0, 1, 2 or 3)");
   split_ = parallel::parallelize_experts(model_, ep_);
   experts_.insert(split_.params.begin(), split_.params.end());
-  if (zero_stage_ == 0) return;
+  for (const std::string& name : experts_)
+    if (trained.empty() || trained.count(name)) trained_.insert(name);
+  // A pipeline stage without MoE layers has no experts to partition (nor do its ep peers).
+  if (zero_stage_ == 0 || trained_.empty()) return;
   // dp == ep: every rank holds its experts alone, a group of one (split collectively over ep).
   zero_group_ = ep_dp_ ? ep_dp_ : ep_->split(ep_->rank(), 0, "ep_dp");
   std::vector<std::pair<std::string, Tensor>> params;
   for (const auto& [name, param] : model_.named_parameters())
-    if (experts_.count(name)) params.emplace_back(name, param);
+    if (trained_.count(name)) params.emplace_back(name, param);
   parallel::DataParallelOptions options;
   options.bucket_bytes = bucket_bytes;
   options.overlap = false;
   options.reduction = zero_stage_ >= 2 ? parallel::GradReduction::ReduceScatter
                                        : parallel::GradReduction::AllReduce;
+  std::vector<parallel::Zero3Unit> units;
+  if (zero_stage_ == 3) {
+    units = expert_units();
+    options.groups = parallel::zero3_groups(params, units);
+  }
   ddp_ = std::make_unique<parallel::DataParallel>(std::move(params), zero_group_, options);
+  if (zero_stage_ == 3) {
+    parallel::Zero3Options zo;
+    zo.copy_values = false;  // built shape-only: the trainer fills the shards
+    zero3_ = std::make_unique<parallel::Zero3Parameters>(*ddp_, std::move(units), zo);
+  }
+}
+
+// One unit per MoE layer: its local experts, hooked on the MoE module itself (not the experts'
+// module, whose forward a rank skips when no row reached its experts).
+std::vector<parallel::Zero3Unit> ExpertParallelStrategy::expert_units() {
+  std::vector<parallel::Zero3Unit> units;
+  for (auto& [name, module] : model_.named_modules()) {
+    auto* moe = dynamic_cast<nn::MoE*>(module);
+    if (moe == nullptr) continue;
+    parallel::Zero3Unit u{name + ".experts", moe, {}};
+    const std::string prefix = (name.empty() ? "" : name + ".") + "experts.";
+    for (const auto& [param, t] : moe->experts->named_parameters())
+      if (trained_.count(prefix + param)) u.params.push_back(prefix + param);
+    if (!u.params.empty()) units.push_back(std::move(u));  // another stage's layer: not here
+  }
+  return units;
 }
 
 ExpertParallelStrategy::~ExpertParallelStrategy() = default;
@@ -50,6 +80,10 @@ void ExpertParallelStrategy::before_backward(bool) {
   if (ddp_) ddp_->set_sync(false);
 }
 
+void ExpertParallelStrategy::after_backward() {
+  if (zero3_) zero3_->finish_backward();  // no expert stays gathered
+}
+
 void ExpertParallelStrategy::sync_gradients(StepRecord&) {
   if (ddp_) {
     // The average over ep_dp (dp / ep ranks) times 1 / ep: the sum over ep_dp divided by dp.
@@ -64,7 +98,7 @@ void ExpertParallelStrategy::sync_gradients(StepRecord&) {
   }
   const double scale = 1.0 / double(dp_size_);
   for (const auto& [name, param] : model_.named_parameters()) {
-    if (!experts_.count(name)) continue;
+    if (!trained_.count(name)) continue;
     Tensor g = param.grad();
     if (!g.defined()) {  // no row reached these experts on any micro-batch of this rank
       g = zeros(param.shape(), param.dtype());
@@ -99,10 +133,12 @@ void ExpertParallelStrategy::record(StepRecord& r) {
     ++r.all_to_all_calls;
     if (rec.has_tensor) bytes += double(rec.shape.numel() * int64_t(dtype_size(rec.dtype)));
   }
-  // Summed over every rank (the ep group, then the groups), as the expert loads are.
+  // Summed over every rank (the ep group, then the groups, then the stages), as the expert loads
+  // are.
   Tensor t = from_data(std::vector<double>{bytes}, Shape{1});
   ep_->all_reduce(t);
   if (ep_dp_) ep_dp_->all_reduce(t);
+  if (pp_) pp_->all_reduce(t);
   r.all_to_all_bytes = int64_t(t.to_vector<double>()[0]);
 }
 

@@ -14,6 +14,17 @@
 // only a block of; the dense parameters are partitioned over dp by the dp axis as for a dense
 // model. The expert buckets are reduced after every backward has run (the dense buckets' overlapped
 // reductions are complete by then), so every rank issues the two groups' collectives in one order.
+//
+// With pipeline parallelism each stage's MoE layers use the ep and expert-dp groups of that stage
+// (the groups lie inside the stage's dp group), and a rank reduces and updates only the experts of
+// its own stages.
+//
+// With ZeRO stage 3 the experts' parameters are partitioned over the same group: each MoE layer's
+// local experts are one parallel::Zero3Parameters unit with a bucket of its own, gathered on ep_dp
+// when the layer's forward starts (the hooks sit on the MoE module, which every rank runs, so the
+// gathers come in one order on every rank even where no row reached a rank's experts), released
+// after it, gathered again when backward reaches the layer's output and released once its
+// gradients are in the bucket; the dense units over dp are ZeRO-3's as for a dense model.
 #pragma once
 
 #include <memory>
@@ -25,6 +36,7 @@
 #include "tessel/models/causal_lm.h"
 #include "tessel/parallel/data/data_parallel.h"
 #include "tessel/parallel/expert/expert_parallel.h"
+#include "tessel/parallel/zero/zero3.h"
 #include "tessel/sharding/shard_layout.h"
 #include "tessel/train/strategy/axis_strategy.h"
 
@@ -35,17 +47,25 @@ class ExpertParallelStrategy : public AxisStrategy {
   // Splits `model`'s experts over `ep` (the full experts on every rank before). `ep_dp`: the ranks
   // holding the same experts (null when dp == ep); `dp_size`: the whole data-parallel degree;
   // `zero_stage` 1 or 2: the experts' buckets (`buckets`: their byte budget) partitioned over
-  // ep_dp (0: the experts' gradients summed whole).
+  // ep_dp (0: the experts' gradients summed whole); 3: the experts' parameters too, one unit per
+  // MoE layer (the parameters hold no values yet: the caller fills the shards).
+  // `trained`: the parameters this rank trains (its pipeline stages'; empty: all of them).
   ExpertParallelStrategy(models::CausalLM& model, dist::CommPtr ep, dist::CommPtr ep_dp,
-                         int dp_size, int zero_stage = 0, int64_t bucket_bytes = 25 << 20);
+                         int dp_size, int zero_stage = 0, int64_t bucket_bytes = 25 << 20,
+                         const std::set<std::string>& trained = {});
   ~ExpertParallelStrategy() override;
 
   std::string name() const override;
   void begin_step() override;
   void before_backward(bool last) override;
+  void after_backward() override;
   void sync_gradients(StepRecord& record) override;
   void describe_norm(GradNormPlan& plan) const override;
   void record(StepRecord& record) override;
+
+  // Pipeline stages: the step's all-to-all bytes are summed over pp too (each stage exchanges
+  // for its own MoE layers).
+  void set_pipeline(dist::CommPtr pp) { pp_ = std::move(pp); }
 
   int size() const { return ep_->size(); }
   int rank() const { return ep_->rank(); }
@@ -55,20 +75,25 @@ class ExpertParallelStrategy : public AxisStrategy {
   sharding::LocalLayout placement(const std::string& param, const Shape& local) const;
   // The ranks that hold the same experts (null: this rank alone), for checkpoint ownership.
   const dist::CommPtr& expert_dp() const { return ep_dp_; }
-  // ZeRO 1-2: the experts' buckets over their group (null without ZeRO), for the optimizer and
-  // checkpoints.
+  // ZeRO 1-3: the experts' buckets over their group (null without ZeRO), for the optimizer and
+  // checkpoints; ZeRO-3: their parameter shards (null below stage 3).
   parallel::DataParallel* zero_buckets() const { return ddp_.get(); }
+  parallel::Zero3Parameters* zero3() const { return zero3_.get(); }
   int zero_stage() const { return zero_stage_; }
 
  private:
+  std::vector<parallel::Zero3Unit> expert_units();
+
   models::CausalLM& model_;
-  dist::CommPtr ep_, ep_dp_;
+  dist::CommPtr ep_, ep_dp_, pp_;
   int dp_size_;
   parallel::ExpertParallelResult split_;
-  std::set<std::string> experts_;
+  std::set<std::string> experts_;  // every split parameter (every stage's)
+  std::set<std::string> trained_;  // those this rank trains
   int zero_stage_ = 0;
   dist::CommPtr zero_group_;  // ep_dp, or this rank alone when dp == ep
   std::unique_ptr<parallel::DataParallel> ddp_;
+  std::unique_ptr<parallel::Zero3Parameters> zero3_;
   uint64_t issued_before_ = 0;
 };
 

@@ -155,7 +155,8 @@ void PipelineStrategy::after_update() {
   if (tied_.empty()) return;
   const int p = layout_.pp_size(), rank = layout_.pp_rank();
   // ZeRO-3 keeps a shard of the first stage's embedding: whole while it is sent.
-  const auto gathered = rank == 0 ? zero3_gather_unit(zero3_, tied_.front()) : nullptr;
+  const auto gathered =
+      rank == 0 && !zero3_.empty() ? zero3_gather_unit(zero3_.front(), tied_.front()) : nullptr;
   for (const std::string& name : tied_) {
     Tensor w = model_.find(name);
     if (rank == 0) layout_.pp->send(w, p - 1, kTiedWeightTag);
@@ -164,7 +165,8 @@ void PipelineStrategy::after_update() {
 }
 
 void PipelineStrategy::sync_model() {
-  const auto gathered = zero3_gather_all(zero3_);  // ZeRO-3: whole parameters while sent
+  std::vector<std::shared_ptr<void>> gathered;  // ZeRO-3: whole parameters while sent
+  for (parallel::Zero3Parameters* z : zero3_) gathered.push_back(zero3_gather_all(z));
   for (auto& [name, param] : model_.named_parameters()) {
     // Another stage's parameter is shape-only here until the first time it is brought.
     param.storage().materialize();

@@ -48,8 +48,9 @@ class PipelineStrategy : public AxisStrategy {
   void describe_norm(GradNormPlan& plan) const override;
   void after_update() override;  // the tied embedding back to the last stage
 
-  // ZeRO-3 shards the stages' parameters (built after this axis, from its parameters).
-  void set_zero3(parallel::Zero3Parameters* zero3) { zero3_ = zero3; }
+  // ZeRO-3 shards the stages' parameters (built after this axis, from its parameters): the dense
+  // partition first, then under --ep the experts'.
+  void set_zero3(std::vector<parallel::Zero3Parameters*> zero3) { zero3_ = std::move(zero3); }
   // The step's micro-batches through the schedule, with `scope` held over all of them and the
   // last stage's loss multiplied by `loss_scale`; returns their loss sum over the whole model
   // (collective over pp).
@@ -59,6 +60,10 @@ class PipelineStrategy : public AxisStrategy {
   // The parameters of this rank's stages, and the modules they run.
   nn::NamedTensors trainable_parameters() const;
   const std::vector<nn::Module*>& modules() const { return modules_; }
+  // Mixture-of-experts models: this rank's stage forwards of the last step (pipeline_stage.h).
+  const std::vector<ModelStages::ExpertLoad>& expert_loads() const {
+    return stages_->expert_loads();
+  }
   // Parameters the last stage multiplies with although the first stage trains them.
   const std::vector<std::string>& tied() const { return tied_; }
   // Every parameter, on every rank, from the rank that trains it (for evaluation and samples).
@@ -79,7 +84,7 @@ class PipelineStrategy : public AxisStrategy {
   std::vector<std::string> tied_;
   std::vector<nn::Module*> modules_;
   std::optional<parallel::pipeline::ExecutionResult> last_;
-  parallel::Zero3Parameters* zero3_ = nullptr;
+  std::vector<parallel::Zero3Parameters*> zero3_;
 };
 
 }  // namespace tessel::train

@@ -36,7 +36,7 @@ void PrecisionStrategy::begin_step() {
 }
 
 std::shared_ptr<void> PrecisionStrategy::micro_batch_scope() {
-  parallel::Zero3Parameters* z = setup_.zero3;
+  const std::vector<parallel::Zero3Parameters*> zs = setup_.zero3;
   if (kept_) {  // memory offload: the copies in chunks, taken unit by unit
     const nn::LowPrecisionScope::Kept kept = kept_;
     auto* scope = new nn::LowPrecisionScope(
@@ -47,13 +47,16 @@ std::shared_ptr<void> PrecisionStrategy::micro_batch_scope() {
       delete static_cast<nn::LowPrecisionScope*>(p);
     });
   }
-  if (!z) return std::make_shared<nn::LowPrecisionScope>(setup_.modules, dtype_);
+  if (zs.empty()) return std::make_shared<nn::LowPrecisionScope>(setup_.modules, dtype_);
   // ZeRO-3: its parameters hold values only while gathered, so their copies wait for the gather.
-  auto* scope = new nn::LowPrecisionScope(setup_.modules, dtype_,
-                                          [z](const Tensor& p) { return z->holds(p); });
-  z->set_low_precision(scope);
-  return std::shared_ptr<void>(scope, [z](void* p) {
-    z->set_low_precision(nullptr);
+  auto* scope = new nn::LowPrecisionScope(setup_.modules, dtype_, [zs](const Tensor& p) {
+    for (parallel::Zero3Parameters* z : zs)
+      if (z->holds(p)) return true;
+    return false;
+  });
+  for (parallel::Zero3Parameters* z : zs) z->set_low_precision(scope);
+  return std::shared_ptr<void>(scope, [zs](void* p) {
+    for (parallel::Zero3Parameters* z : zs) z->set_low_precision(nullptr);
     delete static_cast<nn::LowPrecisionScope*>(p);
   });
 }

@@ -34,9 +34,10 @@ struct PrecisionSetup {
   std::string precision;  // "bf16" or "fp16"
   double loss_scale_init = 65536;
   int64_t loss_scale_window = 1000;
-  std::vector<nn::Module*> modules;            // what the copies cover (this rank's stages)
-  parallel::Zero3Parameters* zero3 = nullptr;  // ZeRO-3: copies wait for each unit's gather
-  TrainLayout layout;                          // the axes an overflow is agreed over
+  std::vector<nn::Module*> modules;  // what the copies cover (this rank's stages)
+  // ZeRO-3: copies wait for each unit's gather (the dense partition, and the experts' under --ep).
+  std::vector<parallel::Zero3Parameters*> zero3;
+  TrainLayout layout;  // the axes an overflow is agreed over
   std::function<void(const std::string&)> print;
 };
 

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Mixture-of-experts models under pipeline parallelism, alone and with expert parallelism, equal
+one rank: `mpirun -np N tessel train --pp 2 [--ep 2]` against `tessel train` with the same global
+batch (grad_accum = dp x micro-batches). Each MoE block's auxiliary loss is added to the backward
+of the stage where it arises (the stage's output carries it), and each stage's MoE layers use the
+ep and expert-dp groups of that stage. The model, data and checks are train.ep_equivalence's (a
+GPT-2-MoE whose two blocks are MoE, one per stage, capacity drops): every step's loss within 1e-5
+(relative), the same per-layer loads and drops (each layer's figures come from its own stage), the
+same mean auxiliary loss, the final parameters within 1e-5, and under ep the step's all-to-all
+bytes over every rank of every stage as docs/MOE.md's formula. Layouts: pp 2 GPipe (np 2); ep 2 x pp 2
+GPipe and 1F1B (np 4: dp 2); ep 2 x pp 2 1F1B with ZeRO-3 (the experts' units over their expert
+group inside each stage). A checkpoint of ep 2 x pp 2 resumes on one rank and continues the
+trajectory.
+
+Usage: ep_pp_equivalence.py TESSEL MPIRUN WORKDIR
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from tessel_runs import (compare_losses, compare_params, fail, final_params, mpi_prefix,  # noqa: E402
+                         prepare_workdir, run, seed_resume, single_thread_env, step_records,
+                         train_sets, write_json)
+from ep_equivalence import (EMBD, EXPERTS, LAYERS, MICRO, SEQ, STEPS, check_routing,  # noqa: E402
+                            moe_config)
+
+MICRO_BATCHES = 2  # per pipeline step
+
+
+def check_aux(ref_dir, dir_, what):
+    """The step's mean auxiliary loss (every layer's, from its stage) as one rank reports it."""
+    worst = 0.0
+    for a, b in zip(step_records(ref_dir), step_records(dir_), strict=True):
+        rel = abs(a["aux_loss"] - b["aux_loss"]) / abs(a["aux_loss"])
+        if rel > 1e-5:
+            fail(f"{what}: step {a['step']} aux_loss {b['aux_loss']} vs one rank {a['aux_loss']}")
+        worst = max(worst, rel)
+    return worst
+
+
+def check_all_to_all_bytes(dir_, dp, what):
+    """docs/MOE.md's formula summed over every rank of every stage: each MoE layer runs on one
+    stage, whose dp ranks each exchange 8 E bytes of counts per micro-batch, and every kept row
+    crosses in the dispatch and combine forward and backward (4 x 4 bytes x n_embd)."""
+    for r in step_records(dir_):
+        kept = sum(sum(e["tokens_per_expert"]) for e in r["experts"])
+        want = dp * MICRO_BATCHES * LAYERS * 8 * EXPERTS + 16 * EMBD * kept
+        if r["all_to_all_bytes"] != want:
+            fail(f"{what}: step {r['step']} all-to-all bytes {r['all_to_all_bytes']} (all ranks, "
+                 f"all stages); the formula gives {want} ({kept} kept rows)")
+
+
+def main():
+    tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
+    vocab = prepare_workdir(tessel, work)
+    config = write_json(os.path.join(work, "config.json"), moe_config(vocab))
+    env = single_thread_env()
+    mpi = mpi_prefix(mpirun)
+
+    def common(d, extra=()):
+        return ["train"] + train_sets(config, os.path.join(work, "data"), STEPS, seq_len=SEQ,
+                                      extra=["checkpoint.interval=6", f"train.micro_batch={MICRO}",
+                                             "log.jsonl=train.jsonl", "checkpoint.dir=" + d] +
+                                      list(extra))
+
+    refs = {}
+    for accum in (2, 4):
+        refs[accum] = os.path.join(work, f"one_rank_accum{accum}")
+        run([tessel] + common(refs[accum], [f"train.grad_accum={accum}"]), env=env)
+
+    layouts = [(2, [], "gpipe", 0), (4, ["--ep", "2"], "gpipe", 0), (4, ["--ep", "2"], "1f1b", 0),
+               (4, ["--ep", "2"], "1f1b", 3)]
+    dirs = {}
+    for ranks, flags, schedule, stage in layouts:
+        what = f"np {ranks} --pp 2 {' '.join(flags)} {schedule} ZeRO-{stage}".replace("  ", " ")
+        d = dirs[(ranks, schedule, stage)] = os.path.join(
+            work, f"np{ranks}_pp2_{'ep2_' if flags else ''}{schedule}_zero{stage}")
+        out = run(mpi + ["-np", str(ranks), tessel] + common(d, [f"parallel.zero_stage={stage}"]) +
+                  ["--pp", "2", "--dp", str(ranks // 2), "--schedule", schedule,
+                   "--microbatches", str(MICRO_BATCHES)] + flags, env=env).stdout
+        if "pipeline: " not in out or (flags and "expert parallel: ep = " not in out):
+            fail(f"{what}: the run did not report its pipeline and expert parallelism\n{out[-2000:]}")
+        ref = refs[MICRO_BATCHES * ranks // 2]
+        worst = compare_losses(ref, d, what, STEPS)
+        drops = check_routing(ref, d, what)
+        aux = check_aux(ref, d, what)
+        if flags:
+            check_all_to_all_bytes(d, ranks // 2, what)
+        worst_p, name, worst_t = compare_params(final_params(ref, STEPS), final_params(d, STEPS), what)
+        print(f"{what}: {STEPS}-step losses within {worst:.1e} of one rank, the same routing "
+              f"({drops} pairs dropped in all), auxiliary losses within {aux:.1e}, final "
+              f"parameters within {worst_p:.1e} (worst {name} {worst_t:.1e})")
+
+    d = os.path.join(work, "resume_ep2_pp2_on_one_rank")
+    seed_resume(dirs[(4, "1f1b", 0)], "step_000006", d)
+    run([tessel, "train", "--resume", d], env=env)
+    compare_losses(refs[4], d, "resume ep 2 x pp 2 -> one rank", STEPS)
+    compare_params(final_params(refs[4], STEPS), final_params(d, STEPS), "resume ep 2 x pp 2 -> one rank")
+    print("resume ep 2 x pp 2 -> one rank: continues the trajectory (losses and final parameters "
+          "within 1e-5)")
+
+
+if __name__ == "__main__":
+    main()
