@@ -5,6 +5,7 @@
 // the last, shorter window is included. With --weights int8|bf16|f16 the model is scored as
 // stored, converted (models/inference_weights.h) and scored again: the JSON line carries both
 // perplexities and the change.
+// The process's peak resident set and address space end it (cli/peak_memory.h).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/cli/commands.h"
 #include "tessel/cli/model_args.h"
+#include "tessel/cli/peak_memory.h"
 #include "tessel/io/tokenizer.h"
 #include "tessel/models/family.h"
 #include "tessel/models/gguf_model.h"
@@ -130,7 +132,9 @@ void run_eval(const EvalArgs& args) {
                  ppl, args.weights.c_str(), ref, reference_weights.c_str(),
                  100.0 * (ppl - ref) / ref);
   }
+  add_peak_memory(out);
   std::cout << out.dump() << std::endl;
+  std::fprintf(stderr, "tessel: eval: %s\n", peak_memory_line().c_str());
 }
 
 }  // namespace

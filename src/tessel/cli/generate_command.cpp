@@ -7,6 +7,8 @@
 // reading only its share of a model directory (cli/tp_model.h): each rank runs its heads and
 // vocabulary rows, the last position's logits are gathered before sampling, and rank 0 alone
 // prints; the ids are those of one rank (with --weights too: int8 keeps the whole rows' scales).
+// Every process ends with its peak resident set and address space on stderr (cli/peak_memory.h;
+// also in the JSON line), so the memory a rank's share saves is visible.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -15,6 +17,7 @@
 
 #include "tessel/cli/commands.h"
 #include "tessel/cli/model_args.h"
+#include "tessel/cli/peak_memory.h"
 #include "tessel/cli/tp_model.h"
 #include "tessel/dist/world.h"
 #include "tessel/io/tokenizer.h"
@@ -90,10 +93,12 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   models::GenerationOptions options;
   std::shared_ptr<train::ModelTensorParallel> tp;
   bool leader = true;
+  int rank = -1;  // under --tp: this process's rank, named in its memory line
   if (args.tp > 1) {
     // Each rank reads only its share of a model directory (a GGUF whole, then cut).
     dist::CommPtr world = dist::init_world();
     leader = world->rank() == 0;
+    rank = world->rank();
     TpRankModel loaded =
         load_tp_rank_model(args.model, weights, world, "generate", [&](const std::string& line) {
           if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());
@@ -134,13 +139,21 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   const models::GenerationResult r = models::generate(*model, prompt, options);
   const double prompt_rate = per_second(int64_t(prompt.size()), r.prefill_seconds);
   const double decode_rate = per_second(r.decode_forwards, r.decode_seconds);
-  if (!leader) return;
+  // Every rank says what the process peaked at (loading and generating), after its output.
+  const auto print_memory = [rank] {
+    std::fprintf(stderr, "tessel: generate: %s\n", peak_memory_line(rank).c_str());
+  };
+  if (!leader) {
+    print_memory();
+    return;
+  }
   if (stream) {
     std::fputs("\n", stdout);
     std::fprintf(stderr,
                  "tessel: generate: prompt %zu tokens, %.1f tokens/s; generated %zu tokens, "
                  "%.1f tokens/s\n",
                  prompt.size(), prompt_rate, r.tokens.size(), decode_rate);
+    print_memory();
     return;
   }
   nlohmann::json out{{"command", "generate"},
@@ -167,8 +180,10 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     out["prompt"] = nullptr;
     out["text"] = nullptr;
   }
+  add_peak_memory(out);
   // Invalid UTF-8 cannot occur (decode repairs it), so dump() does not throw.
   std::cout << out.dump() << std::endl;
+  print_memory();
 }
 
 }  // namespace

@@ -45,8 +45,10 @@ class ResidentPeakSampler {
 // Returns the heap's free memory to the operating system (glibc's malloc_trim: free pages anywhere
 // in the heap, not only at its top). The host allocator (tensor/allocator.cpp) keeps freed blocks
 // below 1 GiB in the heap so that every training step reuses the last one's temporaries without
-// page faults; the trainer calls this where a phase with other temporaries ends (a checkpoint
-// save or load, an evaluation), so the resident set falls back to what is in use.
+// page faults; the trainer calls it (through tensor/host_memory.h's release_free_host_memory)
+// before and after each checkpoint save or load, so the resident set falls back to what is in use
+// and the operation's record starts from it. An evaluation does not call it (the blocks it
+// frees stay cached for the next step).
 // docs/TRAINING.md (Memory) has the measurements.
 void release_free_heap();
 

@@ -115,6 +115,16 @@ void AtomicFileWriter::commit() {
 FileReader::FileReader(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TESSEL_CHECK(fd_ >= 0, "cannot open '", path, "': ", std::strerror(errno));
+  struct stat st {};
+  const bool stated = ::fstat(fd_, &st) == 0;
+  const int err = errno;
+  if (!stated || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    TESSEL_CHECK(stated, "cannot stat '", path, "': ", std::strerror(err));
+    TESSEL_FAIL("'", path, "' is not a regular file");
+  }
+  size_ = uint64_t(st.st_size);
 }
 
 FileReader::~FileReader() {
@@ -122,7 +132,7 @@ FileReader::~FileReader() {
 }
 
 FileReader::FileReader(FileReader&& other) noexcept
-    : path_(std::move(other.path_)), fd_(other.fd_) {
+    : path_(std::move(other.path_)), fd_(other.fd_), size_(other.size_) {
   other.fd_ = -1;
 }
 

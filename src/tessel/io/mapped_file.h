@@ -66,10 +66,13 @@ class FileReader {
   // Reads exactly `size` bytes at `offset`; an Error names the file when it is shorter.
   void read_at(uint64_t offset, void* dst, size_t size) const;
   const std::string& path() const { return path_; }
+  // The file's size when it was opened (a regular file; an Error otherwise).
+  uint64_t size() const { return size_; }
 
  private:
   std::string path_;
   int fd_ = -1;
+  uint64_t size_ = 0;
 };
 
 // Writes `bytes` to `path` atomically: a temporary file in the same folder, fsync, rename, then

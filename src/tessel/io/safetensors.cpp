@@ -121,13 +121,28 @@ std::string safetensors_dtype_name(DType dtype) {
 }
 
 SafetensorsHeader parse_safetensors(const uint8_t* bytes, size_t size, const std::string& what) {
+  return parse_safetensors_prefix(bytes, size, size, what);
+}
+
+uint64_t safetensors_prefix_bytes(const uint8_t* first8, uint64_t file_size) {
+  if (file_size < 8) return file_size;
+  const uint64_t n = read_u64_le(first8);
+  return n <= kSafetensorsMaxHeader && n <= file_size - 8 ? 8 + n : 8;
+}
+
+SafetensorsHeader parse_safetensors_prefix(const uint8_t* bytes, size_t have, uint64_t size,
+                                           const std::string& what) {
   TESSEL_CHECK(size >= 8, what, ": ", size,
                " bytes is too short for a safetensors file (need 8 for the header length)");
+  TESSEL_CHECK(have >= 8 && have <= size, what, ": ", have, " bytes given of a ", size,
+               "-byte file; the first 8 at least are needed");
   uint64_t n = read_u64_le(bytes);
   TESSEL_CHECK(n <= kSafetensorsMaxHeader, what, ": header length ", n, " exceeds the limit of ",
                kSafetensorsMaxHeader, " bytes");
   TESSEL_CHECK(n <= size - 8, what, ": header length ", n, " runs past the end of the file (", size,
                " bytes)");
+  TESSEL_CHECK(have >= 8 + n, what, ": the header needs bytes [8, ", 8 + n, "), only ", have,
+               " were read");
   TESSEL_CHECK(n >= 2 && bytes[8] == '{', what, ": header must be a JSON object starting with '{'");
 
   // Duplicate names are an error, but a JSON object keeps only the last: catch them while parsing.
@@ -183,78 +198,6 @@ SafetensorsHeader parse_safetensors(const uint8_t* bytes, size_t size, const std
   TESSEL_CHECK(at == buffer, what, ": the data buffer has ", buffer,
                " bytes but the tensors cover ", at);
   return out;
-}
-
-SafetensorsFile SafetensorsFile::open(const std::string& path, SafetensorsLoad mode) {
-  SafetensorsFile f;
-  f.file_ = MappedFile::open(path);
-  if (mode == SafetensorsLoad::Read) f.reader_ = std::make_shared<FileReader>(path);
-  f.header_ = parse_safetensors(f.file_->data(), f.file_->size(), path);
-  for (size_t i = 0; i < f.header_.entries.size(); ++i) f.index_[f.header_.entries[i].name] = i;
-  return f;
-}
-
-std::vector<std::string> SafetensorsFile::names() const {
-  std::vector<std::string> v;
-  for (const auto& [name, _] : index_) v.push_back(name);
-  return v;
-}
-
-const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
-  auto it = index_.find(name);
-  TESSEL_CHECK(it != index_.end(), path(), ": no tensor named '", name, "'");
-  return header_.entries[it->second];
-}
-
-Tensor SafetensorsFile::load(const std::string& name, std::optional<DType> want) const {
-  const SafetensorsEntry& e = entry(name);
-  std::optional<DType> stored = dtype_from_safetensors(e.dtype);
-  TESSEL_CHECK(stored.has_value(), path(), ": tensor '", name, "' has dtype ", e.dtype,
-               ", which tessel cannot load (F32, F64, BF16, F16, I8, I32, I64)");
-  DType target = want.value_or(*stored);
-  TESSEL_CHECK(dtype_is_float(target) == dtype_is_float(*stored), path(), ": tensor '", name,
-               "' is ", e.dtype, "; converting it to ", dtype_name(target), " is not supported");
-  if (reader_ != nullptr) {
-    Tensor out = empty(e.shape, target);
-    const uint64_t at = header_.data_start + e.begin, bytes = e.end - e.begin;
-    if (target == *stored) {
-      if (bytes > 0) reader_->read_at(at, out.data_ptr(), bytes);
-    } else if (bytes > 0) {
-      std::vector<uint8_t> staged(bytes);
-      reader_->read_at(at, staged.data(), bytes);
-      convert_elements(staged.data(), *stored, out.data_ptr(), target, size_t(out.numel()));
-    }
-    out.set_name(name);
-    return out;
-  }
-  uint8_t* src = file_->mutable_data() + header_.data_start + e.begin;
-  bool aligned = reinterpret_cast<uintptr_t>(src) % dtype_size(*stored) == 0;
-  if (target == *stored && aligned && e.end > e.begin) {
-    auto keep = file_;  // the mapping lives as long as any tensor viewing it
-    auto impl = std::make_shared<TensorImpl>();
-    impl->storage =
-        std::make_shared<Storage>(src, e.end - e.begin, Device::cpu(), [keep](void*) {});
-    impl->shape = e.shape;
-    impl->dtype = target;
-    impl->name = name;
-    return Tensor(std::move(impl));
-  }
-  Tensor out = empty(e.shape, target);
-  if (out.numel() > 0) {
-    if (target == *stored) {
-      std::memcpy(out.data_ptr(), src, e.end - e.begin);
-    } else {
-      std::vector<uint8_t> staged(src, src + (e.end - e.begin));  // aligned copy for the converter
-      convert_elements(staged.data(), *stored, out.data_ptr(), target, size_t(out.numel()));
-    }
-  }
-  out.set_name(name);
-  return out;
-}
-
-bool SafetensorsFile::is_zero_copy(const Tensor& t) const {
-  const uint8_t* p = static_cast<const uint8_t*>(t.data_ptr());
-  return p >= file_->data() && p < file_->data() + file_->size();
 }
 
 namespace {
@@ -358,10 +301,6 @@ void write_safetensors_streamed(const std::string& path, const std::vector<Strea
                  "' produced ", out.written() - begin, " of its ", t->nbytes(), " bytes");
   }
   out.commit();
-}
-
-uint64_t SafetensorsFile::file_offset(const std::string& name) const {
-  return header_.data_start + entry(name).begin;
 }
 
 }  // namespace tessel::io

@@ -85,6 +85,13 @@ Tensor SafetensorsCheckpoint::load(const std::string& name, std::optional<DType>
   return files_[it->second].load(name, want);
 }
 
+void SafetensorsCheckpoint::load_into(const std::string& name, const Tensor& dst,
+                                      int64_t first) const {
+  auto it = where_.find(name);
+  TESSEL_CHECK(it != where_.end(), "checkpoint has no tensor named '", name, "'");
+  files_[it->second].load_into(name, dst, first);
+}
+
 void save_safetensors_dir(const std::string& dir, const NamedTensors& tensors,
                           uint64_t max_shard_bytes,
                           const std::map<std::string, std::string>& metadata) {

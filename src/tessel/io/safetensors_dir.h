@@ -26,6 +26,8 @@ class SafetensorsCheckpoint {
   bool contains(const std::string& name) const { return where_.count(name) != 0; }
   const SafetensorsEntry& entry(const std::string& name) const;
   Tensor load(const std::string& name, std::optional<DType> want = std::nullopt) const;
+  // SafetensorsFile::load_into on the file that holds `name`.
+  void load_into(const std::string& name, const Tensor& dst, int64_t first = 0) const;
   const std::vector<SafetensorsFile>& files() const { return files_; }
 
  private:

@@ -3,6 +3,7 @@
 // "model_type", presets across families, and model directories in the Hugging Face layout.
 #include "tessel/models/family.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -134,32 +135,51 @@ void Family::load_hf(CausalLM& model, const io::SafetensorsCheckpoint& checkpoin
   autograd::NoGradGuard no_grad;
   std::map<std::string, Tensor> tensors;
   for (auto& [name, t] : model.state_dict()) tensors.emplace(name, t);
-  // One tensor at a time: the weights are held once (with SafetensorsLoad::Read, a tensor's bytes
-  // and its transpose at most beside them).
+  // Straight into each parameter (SafetensorsCheckpoint::load_into): the weights are held once,
+  // with no temporary of a tensor's size beside them, except a transposed tensor's stored bytes
+  // (GPT-2's Conv1D weights), read whole and copied transposed.
+  const auto check_shape = [&](const std::string& stored_name, const Shape& want,
+                               const std::string& name) {
+    const Shape& got = checkpoint.entry(stored_name).shape;
+    TESSEL_CHECK(got == want, "load ", this->name(), " checkpoint: ", stored_name, " has shape ",
+                 got, ", '", name, "' needs ", want);
+  };
   for (const auto& [name, stored] : layout.tensors) {
     Tensor& param = tensors.at(name);
     if (!stored.stacked.empty()) {
       TESSEL_CHECK(int64_t(stored.stacked.size()) == param.size(0), "load ", this->name(),
                    " checkpoint: '", name, "' stacks ", param.size(0),
                    " tensors, the layout names ", stored.stacked.size());
+      std::vector<int64_t> part;
+      for (int d = 1; d < param.ndim(); ++d) part.push_back(param.size(d));
       for (size_t e = 0; e < stored.stacked.size(); ++e) {
-        const Tensor value = checkpoint.load(stored.stacked[e], param.dtype());
-        std::vector<int64_t> dims = {1};
-        for (int64_t d = 0; d < value.ndim(); ++d) dims.push_back(value.size(d));
-        param.narrow(0, int64_t(e), 1).copy_from(value.reshape(std::span<const int64_t>(dims)));
+        check_shape(stored.stacked[e], Shape(part), name);
+        checkpoint.load_into(stored.stacked[e], param.narrow(0, int64_t(e), 1));
       }
       continue;
     }
-    const Tensor value = checkpoint.load(stored.name, param.dtype());
-    param.copy_from(stored.transposed ? value.transpose(0, 1) : value);
+    if (stored.transposed) {
+      const Tensor value = checkpoint.load(stored.name, param.dtype());
+      param.copy_from(value.transpose(0, 1));
+      continue;
+    }
+    check_shape(stored.name, param.shape(), name);
+    checkpoint.load_into(stored.name, param);
   }
+  // A stored copy of a tied tensor is compared a stretch at a time (no second whole tensor).
+  constexpr int64_t kCompareElements = int64_t(1) << 18;
   for (const auto& [stored, name] : layout.equal) {
     const Tensor& param = tensors.at(name);
-    const Tensor value = checkpoint.load(stored, param.dtype());
-    TESSEL_CHECK(value.shape() == param.shape() &&
-                     std::memcmp(value.data_ptr(), param.data_ptr(), param.nbytes()) == 0,
-                 "load ", this->name(), " checkpoint: ", stored, " differs from ", hf_name(name),
-                 " but tie_word_embeddings is true");
+    check_shape(stored, param.shape(), name);
+    const auto* mine = static_cast<const uint8_t*>(param.data_ptr());
+    for (int64_t k = 0; k < param.numel(); k += kCompareElements) {
+      const Tensor part = empty({std::min(kCompareElements, param.numel() - k)}, param.dtype());
+      checkpoint.load_into(stored, part, k);
+      TESSEL_CHECK(std::memcmp(part.data_ptr(), mine + size_t(k) * param.element_size(),
+                               part.nbytes()) == 0,
+                   "load ", this->name(), " checkpoint: ", stored, " differs from ", hf_name(name),
+                   " but tie_word_embeddings is true");
+    }
   }
 }
 

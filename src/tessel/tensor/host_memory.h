@@ -2,8 +2,8 @@
 // What the host allocator (tensor/allocator.cpp) keeps beyond what tensors use, and handing it
 // back. Large blocks are mappings of their own, cached after a free for the next request of their
 // size (tensor/mapped_block_cache.h); small ones come from glibc's heap, which keeps freed memory.
-// Both are reused by the next training step without page faults; a phase that ends with other
-// temporaries (a checkpoint save or load, an evaluation) hands them back so that the resident set
+// Both are reused by the next training step without page faults; the trainer hands them back
+// before and after a checkpoint save or load (train/trainer_memory.cpp), so that the resident set
 // falls to what is in use.
 #pragma once
 

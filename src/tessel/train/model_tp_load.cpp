@@ -8,6 +8,7 @@
 #include "tessel/core/error.h"
 #include "tessel/io/safetensors_dir.h"
 #include "tessel/models/family.h"
+#include "tessel/nn/init.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
 #include "tessel/train/checkpoint/safetensors_regions.h"
 
@@ -20,9 +21,15 @@ TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
                " not found");
   const models::ConfigPtr config = models::load_model_config(config_path.string());
   TpLoadedModel out;
-  // Built without values, and cut without copying any (the untouched full tensors would become
-  // resident if read): every local piece is filled from the file below.
-  out.model = config->build_empty();
+  {
+    // Built shape-only (tensor/unallocated.h: no bytes, no address space) and cut without copying
+    // values, so the cut's pieces are shape-only too: only the pieces this rank holds are ever
+    // allocated, below, and each is filled from the file's byte ranges. The whole model is never
+    // allocated on any rank, not even untouched (its address space would count in VmPeak).
+    nn::init::InitRecord unused;
+    nn::init::DeferInit defer(unused);
+    out.model = config->build_empty();
+  }
   auto checkpoint = std::make_shared<const io::SafetensorsCheckpoint>(
       io::SafetensorsCheckpoint::open(dir, io::SafetensorsLoad::Read));
   // The layout describes the whole model's tensors, so it is taken before the cut.
@@ -37,6 +44,7 @@ TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
                                                                    /*copy_values=*/false));
   autograd::NoGradGuard no_grad;
   for (const auto& [name, param] : out.model->named_parameters()) {
+    param.storage().materialize();
     const sharding::ShardLayout* spec = out.tp->result.spec(name);
     const sharding::LocalLayout placement =
         spec ? sharding::LocalLayout::of(*spec, param.shape(), tp->size(), tp->rank())

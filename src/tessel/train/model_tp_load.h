@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // A model directory loaded straight into this rank's tensor-parallel share: the model is built
-// without values, cut by the family's plan, and each rank then reads from the safetensors files
-// only the byte ranges of the pieces it holds (train/checkpoint/safetensors_regions.h), as the
-// trainer does for its first step. This is the per-shard loading of Megatron-LM's distributed
-// checkpoints applied to an unsharded Hugging Face directory: a rank's resident memory grows by its
-// share of the weights, not by the whole model.
+// shape-only (tensor/unallocated.h, as the trainer's construction without materialisation), cut by
+// the family's plan into shape-only pieces, and each rank then allocates only the pieces it holds
+// and reads into them from the safetensors files only their byte ranges, with pread (nothing is
+// mapped; train/checkpoint/safetensors_regions.h), as the trainer does for its first step. This is
+// the per-shard loading of Megatron-LM's distributed checkpoints applied to an unsharded Hugging
+// Face directory: a rank's resident set and its address space grow by its share of the weights,
+// not by the whole model.
 #pragma once
 
 #include <functional>

@@ -220,7 +220,9 @@ void write_piece_index(const std::string& dir, int world, const std::string& lay
   std::map<std::string, std::pair<Shape, int64_t>> seen;  // shape, elements stored
   for (int r = 0; r < world; ++r) {
     const std::string name = piece_file_name(r, world);
-    const io::SafetensorsFile file = io::SafetensorsFile::open((fs::path(dir) / name).string());
+    // Only the header is needed: read, not mapped (a mapping takes the file's address space).
+    const io::SafetensorsFile file =
+        io::SafetensorsFile::open((fs::path(dir) / name).string(), io::SafetensorsLoad::Read);
     const auto& meta = file.metadata();
     TESSEL_CHECK(meta.count("format") && meta.at("format") == kFileFormat && meta.count("pieces"),
                  "checkpoint piece file ", file.path(), " is not a ", kFileFormat, " file");
@@ -315,7 +317,10 @@ PieceReader::OpenFile& PieceReader::file(size_t index) {
   if (it == open_.end()) {
     const std::string path = (fs::path(dir_) / files_[index]).string();
     it =
-        open_.emplace(index, OpenFile{io::SafetensorsFile::open(path), io::FileReader(path)}).first;
+        open_
+            .emplace(index, OpenFile{io::SafetensorsFile::open(path, io::SafetensorsLoad::Read),
+                                     io::FileReader(path)})
+            .first;
   }
   return it->second;
 }

@@ -103,7 +103,7 @@ class PieceReader {
     PieceRegion region;
   };
   struct OpenFile {
-    io::SafetensorsFile header;  // parsed from the mapping; only its first pages are touched
+    io::SafetensorsFile header;  // read with pread (SafetensorsLoad::Read): nothing mapped
     io::FileReader data;
   };
   OpenFile& file(size_t index);
