@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """`mpirun -np 2 tessel generate|serve --tp 2 -m model.gguf` equal one process on the same file.
 
-A random GPT-2 (tied head, vocabulary 257 padded to 258) and a LLaMA with grouped-query heads
+A random GPT-2 (tied head, vocabulary 259 padded to 260) and a LLaMA with grouped-query heads
 (untied head), both 64 wide with an MLP of 256 / 128 so that every row-parallel split falls on a
 32-weight block, are quantized by `tessel quantize` to Q8_0 and F16 GGUF files (tokenizer inside).
 For each: greedy ids of `generate --tp 2` equal one process's, and each rank says it read less than
@@ -21,8 +21,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_http_common import (completion, concurrent_completions, generate_greedy,  # noqa: E402
-                               start_server, write_hf_model)
+from serve_http_common import (byte_vocab, completion, concurrent_completions,  # noqa: E402
+                               generate_greedy, start_server, write_hf_model)
 from serve_tp_http import children, rank_of  # noqa: E402
 
 PROMPT = "5,9,12,40,77,3,101,250,7,19,64,2,33"
@@ -33,18 +33,34 @@ def fail(message):
     sys.exit(1)
 
 
+def write_model(tessel, work, name, config, seed):
+    """`tessel init` of `config` with a byte-level tokenizer that has one merge and an end token
+    (258 ids): GGUF stores a BPE tokenizer by its merges, so the file carries it."""
+    model = write_hf_model(tessel, work, name, config, seed)
+    vocab = byte_vocab()
+    vocab["he"] = 256
+    vocab["<|endoftext|>"] = 257
+    with open(os.path.join(model, "vocab.json"), "w") as f:
+        json.dump(vocab, f)
+    with open(os.path.join(model, "merges.txt"), "w") as f:
+        f.write("#version: 0.2\nh e\n")
+    return model
+
+
 def llama_config(intermediate):
     return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 258,
             "hidden_size": 64, "intermediate_size": intermediate, "num_hidden_layers": 2,
             "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
             "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "initializer_range": 0.5,
-            "tie_word_embeddings": False, "bos_token_id": 256, "eos_token_id": 256}
+            "tie_word_embeddings": False, "bos_token_id": 257, "eos_token_id": 257}
 
 
 def quantize(tessel, model, kind, env):
     out = f"{model}-{kind}.gguf"
-    subprocess.run([tessel, "quantize", "-m", model, "--type", kind, "-o", out, "-q"], check=True,
-                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    r = subprocess.run([tessel, "quantize", "-m", model, "--type", kind, "-o", out, "-q"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        fail(f"quantize {model} --type {kind} exited {r.returncode}: {r.stderr[-2000:]}")
     return out
 
 
@@ -123,17 +139,17 @@ def main():
     env = dict(os.environ, TESSEL_NUM_THREADS="1", OMP_NUM_THREADS="1")
     mpirun = [mpiexec, "--oversubscribe", "--bind-to", "none", "-np", "2"]
     try:
-        gpt2 = write_hf_model(tessel, work, "gpt2", {
-            "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 257,
+        gpt2 = write_model(tessel, work, "gpt2", {
+            "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 259,
             "n_positions": 64, "n_embd": 64, "n_head": 4, "n_layer": 2,
-            "initializer_range": 0.5, "bos_token_id": 256, "eos_token_id": 256}, 5)
-        llama = write_hf_model(tessel, work, "llama", llama_config(128), 6)
+            "initializer_range": 0.5, "bos_token_id": 257, "eos_token_id": 257}, 5)
+        llama = write_model(tessel, work, "llama", llama_config(128), 6)
         for model in (gpt2, llama):
             for kind in ("q8_0", "f16"):
                 generate_matches(tessel, mpirun, quantize(tessel, model, kind, env), env)
         serve_matches(tessel, mpirun, f"{llama}-q8_0.gguf", env)
 
-        narrow = quantize(tessel, write_hf_model(tessel, work, "narrow", llama_config(96), 7),
+        narrow = quantize(tessel, write_model(tessel, work, "narrow", llama_config(96), 7),
                           "q8_0", env)
         r = subprocess.run(mpirun + [tessel, "generate", "--tp", "2", "-m", narrow, "--prompt-ids",
                                      PROMPT, "-n", "4", "--format", "json"],
