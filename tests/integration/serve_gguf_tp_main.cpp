@@ -113,7 +113,8 @@ std::vector<int64_t> greedy(models::CausalLM& model, const std::vector<int64_t>&
   o.max_new_tokens = 16;
   o.sampling.temperature = 0.0;
   o.vocab_limit = vocab;
-  if (tp) o.full_logits = [tp](const Tensor& local) { return train::model_tp_full_logits(*tp, local); };
+  if (tp)
+    o.full_logits = [tp](const Tensor& local) { return train::model_tp_full_logits(*tp, local); };
   return models::generate(model, ids, o).tokens;
 }
 
@@ -159,11 +160,12 @@ void run_case(const dist::CommPtr& world, const std::string& dir, const std::str
   if (type != "f32")  // the first rank's column-parallel rows are the mapping itself
     check(world->rank() != 0 || loaded.views > 0, label + ": no matrix bound as a view");
   if (world->rank() == 0)
-    std::printf("%s: logits within %.3g of max|logit| %.3g, 16 greedy tokens equal; rank 0 read "
-                "%lld of %lld bytes, %lld views, %lld copies\n",
-                label.c_str(), worst, scale, static_cast<long long>(loaded.bytes_read),
-                static_cast<long long>(loaded.file_bytes), static_cast<long long>(loaded.views),
-                static_cast<long long>(loaded.copies));
+    std::printf(
+        "%s: logits within %.3g of max|logit| %.3g, 16 greedy tokens equal; rank 0 read "
+        "%lld of %lld bytes, %lld views, %lld copies\n",
+        label.c_str(), worst, scale, static_cast<long long>(loaded.bytes_read),
+        static_cast<long long>(loaded.file_bytes), static_cast<long long>(loaded.views),
+        static_cast<long long>(loaded.copies));
 }
 
 void refuses_split_inside_block(const dist::CommPtr& world, const std::string& dir,

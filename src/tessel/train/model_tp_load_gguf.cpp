@@ -44,11 +44,12 @@ void check_block_split(const std::string& stored, quant::QuantType type,
   const int64_t block = quant::block_elements(type);
   for (int r = 0; r < n; ++r) {
     for (const auto& [start, len] : sharding::shard_ranges(spec, n, r)) {
-      const int64_t bad = start % block != 0 ? start : (start + len) % block != 0 ? start + len : -1;
+      const int64_t bad = start % block != 0           ? start
+                          : (start + len) % block != 0 ? start + len
+                                                       : -1;
       TESSEL_CHECK(bad < 0, "tensor parallelism: GGUF tensor ", stored, " (",
-                   quant::quant_type_name(type), ", rows of ", spec.full,
-                   " weights in blocks of ", block, ") is row-parallel, and tp = ", n,
-                   " splits its rows at weight ", bad,
+                   quant::quant_type_name(type), ", rows of ", spec.full, " weights in blocks of ",
+                   block, ") is row-parallel, and tp = ", n, " splits its rows at weight ", bad,
                    ", inside a block: every rank's columns must be whole blocks (", spec.full,
                    " / tp in multiples of ", block,
                    "); use a tp that splits it so, or a file whose matrices have smaller blocks");
@@ -93,8 +94,8 @@ void bind_blocks(nn::Module& owner, const io::GgufFile& file,
     auto impl = std::make_shared<TensorImpl>();
     const uint8_t* at = raw.data() + from[0] * row_bytes;
     const size_t bytes = from.size() * size_t(row_bytes);
-    impl->storage = std::make_shared<Storage>(const_cast<uint8_t*>(at), bytes, Device::cpu(),
-                                              [keep](void*) {});
+    impl->storage =
+        std::make_shared<Storage>(const_cast<uint8_t*>(at), bytes, Device::cpu(), [keep](void*) {});
     impl->shape = Shape({local[0], row_bytes});
     impl->dtype = DType::I8;
     impl->name = stored.name;
