@@ -95,7 +95,7 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   bool leader = true;
   int rank = -1;  // under --tp: this process's rank, named in its memory line
   if (args.tp > 1) {
-    // Each rank reads only its share of a model directory (a GGUF whole, then cut).
+    // Each rank reads only its share of a model directory or a GGUF file.
     dist::CommPtr world = dist::init_world();
     leader = world->rank() == 0;
     rank = world->rank();
@@ -103,11 +103,8 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
         load_tp_rank_model(args.model, weights, world, "generate", [&](const std::string& line) {
           if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());
         });
-    if (loaded.values_read >= 0)
-      std::fprintf(stderr,
-                   "tessel: generate: tensor-parallel rank %d read %lld weight values "
-                   "(its share)\n",
-                   world->rank(), static_cast<long long>(loaded.values_read));
+    std::fprintf(stderr, "tessel: generate: tensor-parallel rank %d %s\n", world->rank(),
+                 loaded.share.c_str());
     model = std::move(loaded.model);
     tp = std::move(loaded.tp);
     options.full_logits = [tp](const Tensor& local) {

@@ -94,9 +94,7 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
     if (leader) log(LogLevel::Info, "serve: ", line);
   };
   TpRankModel loaded = load_tp_rank_model(args.model, weights, world, "serve", note);
-  if (loaded.values_read >= 0)
-    log(LogLevel::Info, "serve: tensor-parallel rank ", world->rank(), " read ", loaded.values_read,
-        " weight values (its share)");
+  log(LogLevel::Info, "serve: tensor-parallel rank ", world->rank(), " ", loaded.share);
   out.model = std::move(loaded.model);
   out.tp = std::move(loaded.tp);
   out.mirror = std::make_shared<serve::StepMirror>(world, [tp = out.tp](const Tensor& local) {

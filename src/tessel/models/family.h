@@ -11,6 +11,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,24 @@ struct HfLayout {
   // Stored tensors that must hold the same values as one of those (a tied LM head saved beside
   // the embedding): stored name -> tessel name. Loading checks them element by element.
   std::map<std::string, std::string> equal;
+};
+
+// Where a GGUF file stores one of tessel's tensors (models/gguf_layout.h).
+struct GgufStored {
+  std::string name;  // the GGUF tensor name ("blk.0.attn_q.weight")
+  // > 0: the stored rows are in Meta's interleaved-RoPE order within each of this many heads
+  // (LLaMA's q and k projections and their biases); tessel row r is stored row
+  // gguf_stored_row(r, rows, rope_heads). A head's rows stay within the head, so a rank holding
+  // whole heads reads only its own heads' stored rows.
+  int64_t rope_heads = 0;
+};
+
+// Where a GGUF file stores each of a model's tensors: what a rank needs to read only its pieces.
+// Whether a tensor is column-parallel, row-parallel or replicated under tp is the tensor-parallel
+// plan's word (ParallelizeResult::spec), the same one the safetensors path reads.
+struct GgufLayout {
+  std::map<std::string, GgufStored> tensors;  // by tessel name: every tensor of the state_dict
+  std::set<std::string> skip;                 // GGUF tensors not loaded (a tied head written twice)
 };
 
 class Family {
@@ -86,6 +105,12 @@ class Family {
   virtual io::NamedTensors to_gguf(const CausalLM& model) const = 0;
   // Loads a GGUF file's tensors into `model` (F16 / BF16 widened to the parameters' dtype).
   virtual void load_gguf(CausalLM& model, const io::GgufFile& file) const = 0;
+  // Where `file` stores each tensor of `model` (whose tensors have the whole model's shapes),
+  // after checking names and shapes as load_gguf does (one Error lists every missing, unexpected
+  // and mis-shaped tensor in GGUF names): what a tensor-parallel rank needs to read only its
+  // pieces (train/model_tp_load_gguf.h). The default is an Error naming the family (GPT-2 and
+  // LLaMA have one; the mixture-of-experts families have no tensor-parallel plan).
+  virtual GgufLayout gguf_layout(const CausalLM& model, const io::GgufFile& file) const;
 };
 
 // Every registered family.

@@ -76,6 +76,9 @@ class GPT2Family final : public Family {
   void load_gguf(CausalLM& model, const io::GgufFile& file) const override {
     gpt2_load_gguf(model, file);
   }
+  GgufLayout gguf_layout(const CausalLM& model, const io::GgufFile& file) const override {
+    return gpt2_gguf_layout(model, file);
+  }
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "tessel/core/error.h"
+#include "tessel/models/gguf_layout.h"
 #include "tessel/models/gguf_model.h"
 #include "tessel/models/gpt2/gpt2.h"
 
@@ -102,6 +103,13 @@ void gpt2_load_gguf(CausalLM& model, const io::GgufFile& file) {
   std::set<std::string> skip;
   if (gpt2.config().tie_word_embeddings) skip.insert("output.weight");
   load_gguf_tensors(model, file, "load GPT-2 GGUF", gpt2_gguf_name, nullptr, skip);
+}
+
+GgufLayout gpt2_gguf_layout(const CausalLM& model, const io::GgufFile& file) {
+  const GPT2& gpt2 = as_gpt2(model);
+  std::set<std::string> skip;
+  if (gpt2.config().tie_word_embeddings) skip.insert("output.weight");
+  return make_gguf_layout(model, file, "load GPT-2 GGUF", gpt2_gguf_name, nullptr, skip);
 }
 
 }  // namespace tessel::models

@@ -7,6 +7,7 @@
 #include "tessel/io/gguf.h"
 #include "tessel/io/safetensors.h"
 #include "tessel/models/causal_lm.h"
+#include "tessel/models/family.h"
 
 namespace tessel::models {
 
@@ -16,5 +17,7 @@ ConfigPtr gpt2_config_from_gguf(const io::GgufFile& file);
 void gpt2_config_to_gguf(const ModelConfig& config, io::GgufMetadata& out);
 io::NamedTensors gpt2_to_gguf(const CausalLM& model);
 void gpt2_load_gguf(CausalLM& model, const io::GgufFile& file);
+// Every tensor as stored (GGUF keeps tessel's [out, in]); a tied head's output.weight skipped.
+GgufLayout gpt2_gguf_layout(const CausalLM& model, const io::GgufFile& file);
 
 }  // namespace tessel::models

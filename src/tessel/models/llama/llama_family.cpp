@@ -65,6 +65,9 @@ class LlamaFamily final : public Family {
   void load_gguf(CausalLM& model, const io::GgufFile& file) const override {
     llama_load_gguf(model, file);
   }
+  GgufLayout gguf_layout(const CausalLM& model, const io::GgufFile& file) const override {
+    return llama_gguf_layout(model, file);
+  }
 };
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <regex>
 
 #include "tessel/core/error.h"
+#include "tessel/models/gguf_layout.h"
 #include "tessel/models/gguf_model.h"
 #include "tessel/models/llama/llama.h"
 
@@ -209,6 +210,12 @@ void llama_load_gguf(CausalLM& model, const io::GgufFile& file) {
                       const int64_t heads = rope_heads(config, name);
                       return heads > 0 ? llama_permute_rope_rows(t, heads, false) : t;
                     });
+}
+
+GgufLayout llama_gguf_layout(const CausalLM& model, const io::GgufFile& file) {
+  const LlamaConfig& config = as_llama(model).config();
+  return make_gguf_layout(model, file, "load LLaMA GGUF", llama_gguf_name,
+                          [&](const std::string& name) { return rope_heads(config, name); });
 }
 
 }  // namespace tessel::models

@@ -8,6 +8,7 @@
 #include "tessel/io/gguf.h"
 #include "tessel/io/safetensors.h"
 #include "tessel/models/causal_lm.h"
+#include "tessel/models/family.h"
 
 namespace tessel::models {
 
@@ -22,5 +23,7 @@ ConfigPtr llama_config_from_gguf(const io::GgufFile& file);
 void llama_config_to_gguf(const ModelConfig& config, io::GgufMetadata& out);
 io::NamedTensors llama_to_gguf(const CausalLM& model);
 void llama_load_gguf(CausalLM& model, const io::GgufFile& file);
+// Every tensor as stored, q and k (weights and biases) with their rows in interleaved-RoPE order.
+GgufLayout llama_gguf_layout(const CausalLM& model, const io::GgufFile& file);
 
 }  // namespace tessel::models

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+// GGUF layouts: the checked name map every family's gguf_layout builds (gguf_layout.h).
+#include "tessel/models/gguf_layout.h"
+
+#include <sstream>
+#include <vector>
+
+#include "tessel/core/error.h"
+#include "tessel/nn/module.h"
+
+namespace tessel::models {
+
+GgufLayout Family::gguf_layout(const CausalLM&, const io::GgufFile& file) const {
+  TESSEL_FAIL(file.path(), ": the ", name(),
+              " family has no GGUF layout for tensor parallelism (GPT-2 and LLaMA have one); "
+              "run the file on one process");
+}
+
+GgufLayout make_gguf_layout(const CausalLM& model, const io::GgufFile& file,
+                            const std::string& context,
+                            const std::function<std::string(const std::string&)>& gguf_name,
+                            const std::function<int64_t(const std::string&)>& rope_heads,
+                            const std::set<std::string>& skip) {
+  GgufLayout layout;
+  layout.skip = skip;
+  std::set<std::string> wanted;
+  std::vector<std::string> missing, unexpected, mismatched;
+  for (const auto& [name, t] : model.state_dict()) {
+    const std::string stored = gguf_name(name);
+    wanted.insert(stored);
+    if (!file.contains(stored)) {
+      std::ostringstream s;
+      s << stored << " " << t.shape();
+      missing.push_back(s.str());
+      continue;
+    }
+    if (file.info(stored).shape() != t.shape()) {
+      std::ostringstream s;
+      s << stored << " (expected " << t.shape() << ", got " << file.info(stored).shape() << ")";
+      mismatched.push_back(s.str());
+      continue;
+    }
+    layout.tensors[name] = GgufStored{stored, rope_heads ? rope_heads(name) : 0};
+  }
+  for (const io::GgufTensorInfo& info : file.tensors()) {
+    if (!wanted.count(info.name) && !skip.count(info.name)) {
+      std::ostringstream s;
+      s << info.name << " " << info.shape();
+      unexpected.push_back(s.str());
+    }
+  }
+  nn::check_state_names(context + " " + file.path(), missing, unexpected, mismatched);
+  return layout;
+}
+
+int64_t gguf_stored_row(int64_t row, int64_t rows, int64_t heads) {
+  if (heads <= 0) return row;
+  TESSEL_CHECK(rows % (2 * heads) == 0, "GGUF layout: ", rows, " rows do not split into ", heads,
+               " heads of an even size");
+  const int64_t head_dim = rows / heads, half = head_dim / 2;
+  const int64_t head = row / head_dim, within = row % head_dim;
+  const int64_t pair = within / half, i = within % half;
+  return head * head_dim + 2 * i + pair;
+}
+
+}  // namespace tessel::models

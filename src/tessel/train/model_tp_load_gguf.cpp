@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: Apache-2.0
+// Loading a GGUF file into this rank's tensor-parallel share (model_tp_load_gguf.h).
+#include "tessel/train/model_tp_load_gguf.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "tessel/autograd/grad_mode.h"
+#include "tessel/core/error.h"
+#include "tessel/kernels/quant/quant_format.h"
+#include "tessel/models/family.h"
+#include "tessel/models/gguf_layout.h"
+#include "tessel/models/gguf_model.h"
+#include "tessel/nn/layers.h"
+#include "tessel/sharding/shard_layout.h"
+#include "tessel/train/checkpoint/checkpoint_placement.h"
+
+namespace tessel::train {
+
+namespace {
+
+namespace quant = kernels::quant;
+
+// Hands the whole pages inside `bytes` back to the kernel: this rank copied what it needed from
+// them, and an untouched private file mapping reads them again from the file if ever asked. Pages
+// shared with a neighbouring tensor (possibly a view some layer holds) are left alone.
+void release_pages(std::span<const uint8_t> bytes) {
+  static const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (uintptr_t(bytes.data()) + page - 1) / page * page;
+  const uintptr_t hi = (uintptr_t(bytes.data()) + bytes.size()) / page * page;
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
+// A row-parallel split must cut every row between whole blocks. Checked for every rank's range on
+// every rank, so all of them refuse the file with the same Error instead of some waiting for the
+// others at the first collective.
+void check_block_split(const std::string& stored, quant::QuantType type,
+                       const sharding::ShardLayout& spec, int n) {
+  const int64_t block = quant::block_elements(type);
+  for (int r = 0; r < n; ++r) {
+    for (const auto& [start, len] : sharding::shard_ranges(spec, n, r)) {
+      const int64_t bad = start % block != 0           ? start
+                          : (start + len) % block != 0 ? start + len
+                                                       : -1;
+      TESSEL_CHECK(bad < 0, "tensor parallelism: GGUF tensor ", stored, " (",
+                   quant::quant_type_name(type), ", rows of ", spec.full, " weights in blocks of ",
+                   block, ") is row-parallel, and tp = ", n, " splits its rows at weight ", bad,
+                   ", inside a block: every rank's columns must be whole blocks (", spec.full,
+                   " / tp in multiples of ", block,
+                   "); use a tp that splits it so, or a file whose matrices have smaller blocks");
+    }
+  }
+}
+
+struct Stats {
+  int64_t bytes = 0, views = 0, copies = 0;
+};
+
+// This rank's piece of a matrix kept as GGUF blocks, bound to its Linear or Embedding.
+void bind_blocks(nn::Module& owner, const io::GgufFile& file,
+                 const std::shared_ptr<const io::GgufFile>& keep, const models::GgufStored& stored,
+                 const sharding::LocalLayout& placement, const Shape& local, Stats& stats) {
+  const io::GgufTensorInfo& info = file.info(stored.name);
+  const quant::QuantType type = quant::quant_type_from_ggml(info.type);
+  const int64_t rows = info.shape()[0], cols = info.shape()[1];
+  const int64_t row_bytes = quant::row_bytes(type, cols);
+  const std::span<const uint8_t> raw = file.raw(stored.name);
+  // The local rows' stored rows (-1: vocabulary padding), and the columns this rank holds.
+  std::vector<int64_t> from(size_t(local[0]), -1);
+  int64_t col0 = 0, ncols = cols;
+  if (placement.dim == 1) {
+    col0 = placement.segments.at(0).global_start;
+    ncols = placement.segments.at(0).length;
+    for (int64_t i = 0; i < rows; ++i) from[size_t(i)] = i;
+  } else {
+    for (const sharding::Segment& s : placement.segments)
+      for (int64_t k = 0; k < s.length; ++k) from[size_t(s.local_start + k)] = s.global_start + k;
+  }
+  for (int64_t& r : from)
+    if (r >= 0) r = models::gguf_stored_row(r, rows, stored.rope_heads);
+  const int64_t first_byte = col0 / quant::block_elements(type) * quant::block_bytes(type);
+  const int64_t piece_bytes = quant::row_bytes(type, ncols);
+  bool consecutive = piece_bytes == row_bytes && !from.empty();
+  for (size_t i = 0; consecutive && i < from.size(); ++i)
+    consecutive = from[i] >= 0 && from[i] == from[0] + int64_t(i);
+  Tensor blocks;
+  if (consecutive) {
+    // Whole rows in file order: the mapping itself, kept alive by the view.
+    auto impl = std::make_shared<TensorImpl>();
+    const uint8_t* at = raw.data() + from[0] * row_bytes;
+    const size_t bytes = from.size() * size_t(row_bytes);
+    impl->storage =
+        std::make_shared<Storage>(const_cast<uint8_t*>(at), bytes, Device::cpu(), [keep](void*) {});
+    impl->shape = Shape({local[0], row_bytes});
+    impl->dtype = DType::I8;
+    impl->name = stored.name;
+    blocks = Tensor(std::move(impl));
+    ++stats.views;
+  } else {
+    blocks = empty({local[0], piece_bytes}, DType::I8);
+    auto* out = static_cast<uint8_t*>(blocks.data_ptr());
+    for (size_t i = 0; i < from.size(); ++i) {
+      uint8_t* dst = out + i * size_t(piece_bytes);
+      if (from[i] < 0)
+        std::memset(dst, 0, size_t(piece_bytes));  // zero blocks dequantize to zeros
+      else
+        std::memcpy(dst, raw.data() + from[i] * row_bytes + first_byte, size_t(piece_bytes));
+    }
+    release_pages(raw);
+    ++stats.copies;
+  }
+  stats.bytes += int64_t(blocks.nbytes());
+  if (auto* linear = dynamic_cast<nn::Linear*>(&owner))
+    linear->set_quantized(type, blocks);
+  else
+    dynamic_cast<nn::Embedding&>(owner).set_quantized(type, blocks);
+}
+
+// Regions of the float tensors (F32, or F16 / BF16 widened), rows reordered where the layout says.
+RegionSource float_regions(const io::GgufFile& file, const models::GgufLayout& layout,
+                           Stats& stats) {
+  return [&file, &layout, &stats](const std::string& name, const PieceRegion& region, float* dst) {
+    const models::GgufStored& stored = layout.tensors.at(name);
+    const io::GgufTensorInfo& info = file.info(stored.name);
+    const std::optional<DType> dtype = io::dtype_of_ggml(info.type);
+    TESSEL_CHECK(dtype && dtype_is_float(*dtype), "tensor parallelism: GGUF tensor ", stored.name,
+                 " is ", io::ggml_type_name(info.type),
+                 ", which only a Linear or Embedding weight may be under tensor parallelism");
+    const Shape shape = info.shape();
+    check_region(name, shape, region);
+    const int64_t rows = shape.ndim() > 0 ? shape[0] : 1, row_len = shape.numel() / rows;
+    const size_t size = dtype_size(*dtype);
+    const uint8_t* raw = file.raw(stored.name).data();
+    for_each_run(shape, region, [&](int64_t global, int64_t n, int64_t at) {
+      while (n > 0) {  // a piece of one row at a time: rows may be stored in another order
+        const int64_t row = global / row_len, col = global % row_len;
+        const int64_t k = std::min(n, row_len - col);
+        const int64_t from = models::gguf_stored_row(row, rows, stored.rope_heads) * row_len + col;
+        convert_elements(raw + size_t(from) * size, *dtype, dst + at, DType::F32, size_t(k));
+        stats.bytes += k * int64_t(size);
+        global += k;
+        at += k;
+        n -= k;
+      }
+    });
+  };
+}
+
+}  // namespace
+
+TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp,
+                                const std::function<void(const std::string&)>& note) {
+  auto file = std::make_shared<const io::GgufFile>(io::GgufFile::open(path));
+  const models::ConfigPtr config = models::gguf_model_config(*file);
+  TpGgufLoaded out;
+  out.model = config->build_empty();
+  // The layout names the whole model's tensors, so it is taken before the cut.
+  const models::GgufLayout layout = config->family().gguf_layout(*out.model, *file);
+  out.tp = std::make_shared<ModelTensorParallel>(parallelize_model(*out.model, tp, "", false, note,
+                                                                   /*copy_values=*/false));
+  std::map<std::string, nn::Module*> modules;
+  for (auto& [name, module] : out.model->named_modules()) modules[name] = module;
+  // Which matrices stay blocks: load_gguf_tensors' rule (a Linear or Embedding weight in a block
+  // format: the quantized types, and F16 / BF16 matrices).
+  auto block_owner = [&](const std::string& name, const io::GgufTensorInfo& info) -> nn::Module* {
+    const size_t dot = name.rfind('.');
+    if (dot == std::string::npos || name.substr(dot + 1) != "weight") return nullptr;
+    nn::Module* owner = modules[name.substr(0, dot)];
+    if (!dynamic_cast<nn::Linear*>(owner) && !dynamic_cast<nn::Embedding*>(owner)) return nullptr;
+    const bool blocks_format = quant::is_ggml_type_supported(info.type);
+    const bool quantized = blocks_format && !io::dtype_of_ggml(info.type);
+    return quantized || (blocks_format && info.dims.size() == 2) ? owner : nullptr;
+  };
+  const int n = tp->size();
+  // Refusals first, the same on every rank.
+  for (const auto& [name, param] : out.model->named_parameters()) {
+    const models::GgufStored& stored = layout.tensors.at(name);
+    const io::GgufTensorInfo& info = file->info(stored.name);
+    const sharding::ShardLayout* spec = out.tp->result.spec(name);
+    if (spec && spec->dim == 1 && block_owner(name, info))
+      check_block_split(stored.name, quant::quant_type_from_ggml(info.type), *spec, n);
+  }
+  Stats stats;
+  const RegionSource floats = float_regions(*file, layout, stats);
+  autograd::NoGradGuard no_grad;
+  size_t loaded = 0;
+  for (const auto& [name, param] : out.model->named_parameters()) {
+    const models::GgufStored& stored = layout.tensors.at(name);
+    const io::GgufTensorInfo& info = file->info(stored.name);
+    const sharding::ShardLayout* spec = out.tp->result.spec(name);
+    const sharding::LocalLayout placement =
+        spec ? sharding::LocalLayout::of(*spec, param.shape(), n, tp->rank())
+             : sharding::LocalLayout::whole(param.shape());
+    ++loaded;
+    if (nn::Module* owner = block_owner(name, info)) {
+      bind_blocks(*owner, *file, file, stored, placement, param.shape(), stats);
+      continue;
+    }
+    const bool direct = param.dtype() == DType::F32;
+    Tensor flat = direct ? param.detach().flatten() : empty({param.numel()}, DType::F32);
+    fill_placed(floats, name, placement, param.shape(), 0, param.numel(), flat);
+    if (!direct) param.detach().copy_from(flat.reshape(param.shape()));
+  }
+  TESSEL_CHECK(loaded == layout.tensors.size(), "load GGUF ", path, ": ", loaded,
+               " parameters loaded, but the layout names ", layout.tensors.size(),
+               " tensors (a buffer in the state_dict?)");
+  for (const io::GgufTensorInfo& info : file->tensors()) out.file_bytes += int64_t(info.nbytes);
+  out.bytes_read = stats.bytes;
+  out.views = stats.views;
+  out.copies = stats.copies;
+  out.model->eval();
+  return out;
+}
+
+}  // namespace tessel::train

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+// A GGUF file loaded straight into this rank's tensor-parallel share, its quantized matrices kept
+// as their blocks (the per-shard loading of model_tp_load.h, for the files llama.cpp's ecosystem
+// ships). The model is built without values and cut by the family's plan; each parameter is then
+// read from the memory-mapped file through the family's GGUF layout (Family::gguf_layout):
+//  - a column-parallel matrix (rows = output features; the vocab-split embedding, an untied LM
+//    head) keeps this rank's rows. GGUF stores a quantized row as whole blocks, so a run of
+//    consecutive rows is a zero-copy view of the mapping; reordered rows (LLaMA's q / k, stored in
+//    interleaved-RoPE order) and the vocabulary padding (zero blocks) are row copies;
+//  - a row-parallel matrix (columns = input features) keeps this rank's blocks of every row, a
+//    copy. Its split must fall on a block boundary (32 weights for Q8_0 / Q4_0, 256 for the
+//    k-quants, 1 for F16 / BF16): a split inside a block is refused with one Error naming the
+//    tensor, its width, the block size and tp, on every rank alike;
+//  - f32 tensors (and an F32 file's matrices) are read as the safetensors path reads them, only
+//    the rank's regions, widened from F16 / BF16 where stored so.
+// The quantized kernels compute each output feature from its row alone, so a column-parallel
+// product equals one process's bit for bit; a row-parallel one sums the ranks' partial products,
+// which differ from one process's only by the order of the sums (docs/SERVING.md). The pages of
+// the file a rank copied from are handed back to the kernel after each tensor, so a rank's
+// resident memory holds its share, not the file.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "tessel/dist/communicator.h"
+#include "tessel/models/causal_lm.h"
+#include "tessel/train/model_tensor_parallel.h"
+
+namespace tessel::train {
+
+struct TpGgufLoaded {
+  std::shared_ptr<models::CausalLM> model;  // this rank's share, in eval mode
+  std::shared_ptr<ModelTensorParallel> tp;
+  int64_t bytes_read = 0;  // tensor bytes of the file this rank read (its share)
+  int64_t file_bytes = 0;  // tensor bytes the file holds
+  int64_t views = 0;       // matrices bound as zero-copy views of the mapped file
+  int64_t copies = 0;      // matrices whose blocks were copied (row-parallel, reordered, padded)
+};
+
+// Collective over `tp` (the plan's parallelization is). `note` receives the plan's one-line
+// notices (the vocabulary padding).
+TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp,
+                                const std::function<void(const std::string&)>& note = {});
+
+}  // namespace tessel::train
