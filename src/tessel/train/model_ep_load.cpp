@@ -10,6 +10,7 @@
 #include "tessel/core/error.h"
 #include "tessel/io/safetensors_dir.h"
 #include "tessel/models/family.h"
+#include "tessel/nn/moe.h"
 #include "tessel/parallel/expert/expert_inference.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
 #include "tessel/train/checkpoint/safetensors_regions.h"
@@ -43,6 +44,12 @@ EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep) {
   // The layout describes the whole model's tensors, so it is taken before the cut.
   const RegionSource regions =
       safetensors_region_source(checkpoint, config->family().hf_layout(*out.model, *checkpoint));
+  // The whole stacked expert tensors are released first, so that keeping this rank's experts
+  // makes shape-only pieces instead of copying (and so touching) the untouched whole ones: the
+  // peak is then this rank's share, not the share plus the pages the copy read.
+  for (auto& [name, module] : out.model->named_modules())
+    if (auto* moe = dynamic_cast<nn::MoE*>(module))
+      for (auto& [param, t] : moe->experts->named_parameters()) t.storage().release();
   const parallel::ExpertParallelResult split =
       parallel::parallelize_experts_inference(*out.model, ep);
   out.layers = split.layers;
@@ -64,6 +71,7 @@ EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep) {
       spec.full = it->second;
       placement = sharding::LocalLayout::of(spec, param.shape(), ep->size(), ep->rank());
     }
+    param.storage().materialize();  // the experts' pieces (a no-op for the dense tensors)
     const bool direct = param.dtype() == DType::F32;
     Tensor flat = direct ? param.detach().flatten() : empty({param.numel()}, DType::F32);
     fill_placed(counted, name, placement, param.shape(), 0, param.numel(), flat);
