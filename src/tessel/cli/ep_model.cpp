@@ -43,8 +43,8 @@ EpRankModel load_ep_rank_model(const std::string& model, models::InferenceWeight
        "over " + std::to_string(world->size()) + " ranks");
   EpRankModel out{std::move(loaded.model), loaded.values_read};
   if (weights != models::InferenceWeights::Stored) {
-    // Every rank converts what it holds as one process would: the dense matrices whole, each
-    // expert's own rows.
+    // Every rank converts what it holds as one process would (the dense matrices and the router;
+    // the expert stacks stay as stored, docs/MOE.md "Inference").
     const models::WeightConversion c = models::convert_inference_weights(*out.model, weights);
     note("--weights " + std::string(models::inference_weights_name(weights)) + ": " +
          std::to_string(c.converted) + " matrices converted on every rank");
