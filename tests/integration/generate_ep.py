@@ -6,7 +6,8 @@ For a random Mixtral (6 experts, top-2, one stored tensor per expert) and a rand
 (4 GELU experts in its second block, a capacity that drops pairs in training but not in eval),
 greedy ids of `generate --ep 2` with --weights stored and int8 must equal one process's, and each
 rank must say it read fewer weight values than the file holds, the two together at least all of
-them (the dense part is read by both). A model of 5 experts is refused on 2 ranks with one error.
+them (the dense part is read by both). Refused on 2 ranks with one error for the job: 5 experts,
+a model without MoE layers, --ep with --tp.
 Usage: generate_ep.py TESSEL MPIEXEC WORKDIR
 """
 import json
@@ -44,6 +45,11 @@ GPT2_MOE = {"architectures": ["GPT2MoELMHeadModel"], "model_type": "gpt2_moe",
             "initializer_range": 0.3, "bos_token_id": 256, "eos_token_id": 256}
 
 
+DENSE_GPT2 = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 257,
+              "n_positions": 128, "n_embd": 26, "n_head": 2, "n_layer": 1,
+              "bos_token_id": 256, "eos_token_id": 256}
+
+
 def generate(command, env):
     r = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     if r.returncode != 0:
@@ -59,15 +65,20 @@ def main():
     mpirun = [mpiexec, "--oversubscribe", "--bind-to", "none", "-np", "2"]
     try:
         odd = write_hf_model(tessel, work, "odd", mixtral(5), 3)
-        r = subprocess.run(mpirun + [tessel, "generate", "--ep", "2", "-m", odd, "--prompt-ids",
-                                     PROMPT, "--format", "json"],
-                           capture_output=True, text=True, env=env, timeout=120)
-        said = (r.stdout + r.stderr).count("has 5 experts, which --ep 2 ranks cannot split")
-        if r.returncode == 0 or said != 1:
-            fail(f"5 experts on 2 ranks: exit {r.returncode}, the error printed {said} times: "
-                 f"{r.stderr[-2000:]}")
+        dense = write_hf_model(tessel, work, "dense", DENSE_GPT2, 4)
         models = [write_hf_model(tessel, work, "mixtral", mixtral(6), 5),
                   write_hf_model(tessel, work, "gpt2-moe", GPT2_MOE, 6)]
+        for model, extra, message in [
+                (odd, [], "has 5 experts, which --ep 2 ranks cannot split"),
+                (dense, [], "needs a mixture-of-experts model"),
+                (models[0], ["--tp", "2"], "--ep 2 with --tp 2 is not supported")]:
+            r = subprocess.run(mpirun + [tessel, "generate", "--ep", "2", "-m", model,
+                                         "--prompt-ids", PROMPT, "--format", "json"] + extra,
+                               capture_output=True, text=True, env=env, timeout=120)
+            said = (r.stdout + r.stderr).count(message)
+            if r.returncode == 0 or said != 1:
+                fail(f"{os.path.basename(model)} {extra}: exit {r.returncode}, {message!r} "
+                     f"printed {said} times: {r.stderr[-2000:]}")
         for model in models:
             whole = stored_values(model)
             name = os.path.basename(model)

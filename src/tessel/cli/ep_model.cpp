@@ -13,20 +13,24 @@ dist::CommPtr start_expert_parallel(const std::string& model, int ep, int tp,
                                     const std::string& what) {
   TESSEL_CHECK(ep >= 1, what, ": --ep ", ep, " must be >= 1");
   if (ep == 1) return nullptr;
-  TESSEL_CHECK(tp == 1, what, ": --ep ", ep, " with --tp ", tp,
-               " is not supported; give one of them");
   const dist::LaunchInfo launch = dist::detect_launch();
   TESSEL_CHECK(launch.size == ep, what, ": --ep ", ep, " ranks, but the job has ", launch.size,
                " (", launch.describe(), "); start it with mpirun -np ", ep, " tessel ", what,
                " --ep ", ep);
-  TESSEL_CHECK(!models::is_gguf_model(model), what, ": --ep reads a safetensors model directory (",
-               "each rank reads only its experts); ", model, " is a GGUF file");
   dist::CommPtr world = dist::init_world();
   std::string error;
-  try {
-    error = train::expert_parallel_load_error(model, ep);
-  } catch (const Error& e) {
-    error = e.what();
+  if (tp != 1) {
+    error = "--ep " + std::to_string(ep) + " with --tp " + std::to_string(tp) +
+            " is not supported; give one of them";
+  } else if (models::is_gguf_model(model)) {
+    error = "--ep reads a safetensors model directory (each rank reads only its experts); " +
+            model + " is a GGUF file";
+  } else {
+    try {
+      error = train::expert_parallel_load_error(model, ep);
+    } catch (const Error& e) {
+      error = e.what();
+    }
   }
   if (!error.empty()) {
     if (world->rank() != 0) world->barrier();  // never completes: rank 0 ends the job
