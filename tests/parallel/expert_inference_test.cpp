@@ -79,10 +79,10 @@ void check_layer(int n, nn::ExpertKind kind, DType dtype, bool last_two) {
       const Tensor want = serial->forward(x).output;
       const Tensor got = split->forward(x).output;
       checks.expect_close(got, want, 0, what + ", " + std::to_string(count) + " tokens");
-      checks.expect(split->last_stats().tokens_per_expert ==
-                            serial->last_stats().tokens_per_expert &&
-                        split->last_stats().dropped == serial->last_stats().dropped,
-                    what + ": the same routing and drops");
+      checks.expect(
+          split->last_stats().tokens_per_expert == serial->last_stats().tokens_per_expert &&
+              split->last_stats().dropped == serial->last_stats().dropped,
+          what + ": the same routing and drops");
       if (kind == nn::ExpertKind::Gelu && count == 7 && !last_two)
         checks.expect(split->last_stats().dropped > 0, what + ": pairs dropped");
     }
@@ -114,8 +114,8 @@ TEST(ExpertInference, BadSplitsAndUsesAreOneClearError) {
     checks.expect(expert_inference_error(seven, 2).find(
                       "has 7 experts, which --ep 2 ranks cannot split evenly") != std::string::npos,
                   "7 experts: the error");
-    checks.expect_throw([&] { parallelize_experts_inference(seven, world); },
-                        "cannot split evenly", "7 experts");
+    checks.expect_throw([&] { parallelize_experts_inference(seven, world); }, "cannot split evenly",
+                        "7 experts");
     nn::Linear dense(3, 3);
     checks.expect_throw([&] { parallelize_experts_inference(dense, world); }, "has no MoE layer",
                         "dense");
@@ -129,8 +129,9 @@ TEST(ExpertInference, BadSplitsAndUsesAreOneClearError) {
 
     // Ranks that ran different batches disagree on the routing: every rank gets the Error.
     autograd::NoGradGuard no_grad;
-    checks.expect_throw([&] { moe->forward(tokens(world->rank() == 0 ? 7 : 5, DType::F64, false)); },
-                        "every rank must run the same batch", "different batches");
+    checks.expect_throw(
+        [&] { moe->forward(tokens(world->rank() == 0 ? 7 : 5, DType::F64, false)); },
+        "every rank must run the same batch", "different batches");
   });
   checks.verify();
 }

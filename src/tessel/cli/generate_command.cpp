@@ -90,8 +90,9 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   TESSEL_CHECK(args.tp >= 1, "generate: --tp ", args.tp, " must be >= 1");
   const dist::CommPtr ep_world = start_expert_parallel(args.model, args.ep, args.tp, "generate");
   const dist::LaunchInfo launch = dist::detect_launch();
-  TESSEL_CHECK(ep_world || launch.size == args.tp, "generate: --tp ", args.tp, " ranks, but the job has ",
-               launch.size, " (", launch.describe(), "); start it with mpirun -np ", args.tp);
+  TESSEL_CHECK(ep_world || launch.size == args.tp, "generate: --tp ", args.tp,
+               " ranks, but the job has ", launch.size, " (", launch.describe(),
+               "); start it with mpirun -np ", args.tp);
   std::shared_ptr<models::CausalLM> model;
   models::GenerationOptions options;
   std::shared_ptr<train::ModelTensorParallel> tp;

@@ -49,9 +49,8 @@ class ExpertInferenceDispatch final : public nn::ExpertDispatch {
         offsets[size_t(j)] = r.offsets[size_t(first + j)] - begin;
       for (int64_t i = begin; i < end; ++i)
         expert_of_row[size_t(i - begin)] = r.expert_of_row[size_t(i)] - first;
-      mine = experts
-                 .forward(xs.narrow(0, begin, end - begin), i64_tensor(offsets),
-                          i64_tensor(expert_of_row));
+      mine = experts.forward(xs.narrow(0, begin, end - begin), i64_tensor(offsets),
+                             i64_tensor(expert_of_row));
     } else {
       // No row for these experts: an empty block, still in the gather every rank makes.
       Shape shape = xs.shape();
@@ -77,8 +76,8 @@ class ExpertInferenceDispatch final : public nn::ExpertDispatch {
       for (size_t e = 0; e < r.offsets.size(); ++e)
         TESSEL_CHECK(v[size_t(s) * r.offsets.size() + e] == r.offsets[e],
                      "expert-parallel inference: rank ", s, " routed ",
-                     v[size_t(s) * r.offsets.size() + e], " rows before expert ", e,
-                     ", this rank ", r.offsets[e],
+                     v[size_t(s) * r.offsets.size() + e], " rows before expert ", e, ", this rank ",
+                     r.offsets[e],
                      "; every rank must run the same batch with the same weights and threads");
   }
 
