@@ -7,6 +7,9 @@
 // reading only its share of a model directory (cli/tp_model.h): each rank runs its heads and
 // vocabulary rows, the last position's logits are gathered before sampling, and rank 0 alone
 // prints; the ids are those of one rank (with --weights too: int8 keeps the whole rows' scales).
+// With --ep N a mixture-of-experts model's experts are spread over the ranks (cli/ep_model.h):
+// every rank runs the whole forward and gathers its MoE layers' expert rows, so every rank samples
+// the same ids as one process.
 // Every process ends with its peak resident set and address space on stderr (cli/peak_memory.h;
 // also in the JSON line), so the memory a rank's share saves is visible.
 #include <cstdio>
@@ -16,6 +19,7 @@
 #include <optional>
 
 #include "tessel/cli/commands.h"
+#include "tessel/cli/ep_model.h"
 #include "tessel/cli/model_args.h"
 #include "tessel/cli/peak_memory.h"
 #include "tessel/cli/tp_model.h"
@@ -36,6 +40,7 @@ struct GenerateArgs {
   models::SamplingOptions sampling{0.8, 40, 0.95, 0};
   int threads = 0;
   int tp = 1;
+  int ep = 1;
   bool ignore_eos = false;
 };
 
@@ -86,15 +91,27 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
                " tokens exceeds the context length max_positions = ", max_positions);
 
   TESSEL_CHECK(args.tp >= 1, "generate: --tp ", args.tp, " must be >= 1");
+  const dist::CommPtr ep_world = start_expert_parallel(args.model, args.ep, args.tp, "generate");
   const dist::LaunchInfo launch = dist::detect_launch();
-  TESSEL_CHECK(launch.size == args.tp, "generate: --tp ", args.tp, " ranks, but the job has ",
-               launch.size, " (", launch.describe(), "); start it with mpirun -np ", args.tp);
+  TESSEL_CHECK(ep_world || launch.size == args.tp, "generate: --tp ", args.tp,
+               " ranks, but the job has ", launch.size, " (", launch.describe(),
+               "); start it with mpirun -np ", args.tp);
   std::shared_ptr<models::CausalLM> model;
   models::GenerationOptions options;
   std::shared_ptr<train::ModelTensorParallel> tp;
   bool leader = true;
-  int rank = -1;  // under --tp: this process's rank, named in its memory line
-  if (args.tp > 1) {
+  int rank = -1;  // under --tp or --ep: this process's rank, named in its memory line
+  if (ep_world) {
+    leader = ep_world->rank() == 0;
+    rank = ep_world->rank();
+    EpRankModel loaded =
+        load_ep_rank_model(args.model, weights, ep_world, [&](const std::string& line) {
+          if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());
+        });
+    std::fprintf(stderr, "tessel: generate: expert-parallel rank %d read %lld weight values\n",
+                 ep_world->rank(), static_cast<long long>(loaded.values_read));
+    model = std::move(loaded.model);
+  } else if (args.tp > 1) {
     // Each rank reads only its share of a model directory or a GGUF file.
     dist::CommPtr world = dist::init_world();
     leader = world->rank() == 0;
@@ -210,6 +227,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option(
          "--tp", args->tp,
          "Tensor-parallel ranks: run under mpirun -np N with --tp N (same ids as one rank)")
+      ->capture_default_str();
+  cmd->add_option("--ep", args->ep,
+                  "Expert-parallel ranks of a mixture-of-experts model: run under mpirun -np N "
+                  "with --ep N (same ids as one rank)")
       ->capture_default_str();
   cmd->add_option("--weights", args->weights, kWeightsHelp)->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos,

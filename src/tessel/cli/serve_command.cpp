@@ -8,7 +8,8 @@
 // started by the CPU probe) may receive the signal, and a mask set here could not cover them.
 // With --tp N under `mpirun -np N` (docs/SERVING.md "Distributed serving") every rank holds its
 // share of the model (train/model_tensor_parallel.h); rank 0 serves HTTP and runs the engine,
-// the others run each step it sends them and exit 0 when its drain ends.
+// the others run each step it sends them and exit 0 when its drain ends. --ep N does the same with
+// a mixture-of-experts model's experts spread over the ranks (cli/ep_model.h).
 #include <signal.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <memory>
 
 #include "tessel/cli/commands.h"
+#include "tessel/cli/ep_model.h"
 #include "tessel/cli/model_args.h"
 #include "tessel/cli/tp_model.h"
 #include "tessel/core/log.h"
@@ -71,6 +73,7 @@ struct ServeArgs {
   int http_threads = 256;
   int threads = 0;
   int tp = 1;
+  int ep = 1;
 };
 
 // The model of this rank: the whole of it, or under --tp its share, with the step mirror that
@@ -93,6 +96,14 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
   const auto note = [&](const std::string& line) {
     if (leader) log(LogLevel::Info, "serve: ", line);
   };
+  if (args.ep > 1) {
+    EpRankModel loaded = load_ep_rank_model(args.model, weights, world, note);
+    log(LogLevel::Info, "serve: expert-parallel rank ", world->rank(), " read ", loaded.values_read,
+        " weight values (the dense part and its experts)");
+    out.model = std::move(loaded.model);
+    out.mirror = expert_parallel_step_mirror(world);
+    return out;
+  }
   TpRankModel loaded = load_tp_rank_model(args.model, weights, world, "serve", note);
   log(LogLevel::Info, "serve: tensor-parallel rank ", world->rank(), " ", loaded.share);
   out.model = std::move(loaded.model);
@@ -134,8 +145,8 @@ void run_follower(const ServeArgs& args, models::InferenceWeights weights,
   RankModel rank = load_rank_model(args, weights, world);
   serve::EngineFollower follower(rank.model, engine_options, rank.mirror);
   const int64_t steps = follower.run();
-  log(LogLevel::Info, "serve: tensor-parallel rank ", world->rank(), " stopped after ", steps,
-      " steps");
+  log(LogLevel::Info, "serve: ", args.ep > 1 ? "expert" : "tensor", "-parallel rank ",
+      world->rank(), " stopped after ", steps, " steps");
 }
 
 io::Tokenizer load_tokenizer(const std::string& model) {
@@ -167,7 +178,9 @@ void run_serve(const ServeArgs& args) {
   check_model_dir(args.model, "serve");
   const models::InferenceWeights weights = models::parse_inference_weights(args.weights);
   apply_threads(args.threads);
-  const dist::CommPtr world = start_tensor_parallel(args);
+  const dist::CommPtr world = args.ep > 1
+                                  ? start_expert_parallel(args.model, args.ep, args.tp, "serve")
+                                  : start_tensor_parallel(args);
   if (world && world->rank() != 0) return run_follower(args, weights, world);
 
   // SIGINT/SIGTERM start the drain below; a client that closes its socket mid-write must not
@@ -277,6 +290,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--tp", args->tp,
                   "Tensor-parallel ranks: run under mpirun -np N with --tp N; rank 0 serves HTTP "
                   "(same tokens as one rank)")
+      ->capture_default_str();
+  cmd->add_option("--ep", args->ep,
+                  "Expert-parallel ranks of a mixture-of-experts model: run under mpirun -np N "
+                  "with --ep N; rank 0 serves HTTP (same tokens as one rank)")
       ->capture_default_str();
   cmd->callback([args] { run_serve(*args); });
 }

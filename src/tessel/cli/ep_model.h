@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+// This rank's share of a mixture-of-experts model for `tessel generate --ep N` and
+// `tessel serve --ep N` (docs/MOE.md, "Expert-parallel inference"): the dense weights whole and
+// num_experts / N experts of every MoE layer, read from a model directory piece by piece
+// (train/model_ep_load.h); every rank runs every forward over the same tokens and the layers
+// gather their experts' rows (parallel/expert/expert_inference.h), so every rank ends each forward
+// with the logits one process computes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "tessel/dist/communicator.h"
+#include "tessel/models/causal_lm.h"
+#include "tessel/models/inference_weights.h"
+#include "tessel/serve/step_mirror.h"
+
+namespace tessel::cli {
+
+// --ep N: checks the job's size (mpirun -np N), that --tp is 1 and the model a safetensors
+// directory whose every MoE layer N divides, before any weight is read; returns the world, or null
+// for N = 1. A model that cannot be split fails identically on every rank: only rank 0 reports it
+// (the others wait to be ended by its abort), so the job prints one error.
+dist::CommPtr start_expert_parallel(const std::string& model, int ep, int tp,
+                                    const std::string& what);
+
+struct EpRankModel {
+  std::shared_ptr<models::CausalLM> model;  // this rank's share, in eval mode
+  int64_t values_read = 0;                  // weight values read from the model directory
+};
+
+// Collective over `world`. `note` receives the one-line notices meant to be printed once for the
+// job (the caller prints them on rank 0).
+EpRankModel load_ep_rank_model(const std::string& model, models::InferenceWeights weights,
+                               const dist::CommPtr& world,
+                               const std::function<void(const std::string&)>& note);
+
+// Serving: the step mirror of an expert-parallel group. Every rank computes whole logits, so the
+// gather of the sampled rows is the identity.
+std::shared_ptr<serve::StepMirror> expert_parallel_step_mirror(const dist::CommPtr& world);
+
+}  // namespace tessel::cli
