@@ -7,6 +7,8 @@
 // reading only its share of a model directory (cli/tp_model.h): each rank runs its heads and
 // vocabulary rows, the last position's logits are gathered before sampling, and rank 0 alone
 // prints; the ids are those of one rank (with --weights too: int8 keeps the whole rows' scales).
+// With --pp N each rank holds one pipeline stage (cli/pp_model.h): the hidden states flow from rank
+// to rank, the last one's logits are broadcast, and every rank samples the same ids.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -15,6 +17,7 @@
 
 #include "tessel/cli/commands.h"
 #include "tessel/cli/model_args.h"
+#include "tessel/cli/pp_model.h"
 #include "tessel/cli/tp_model.h"
 #include "tessel/dist/world.h"
 #include "tessel/io/tokenizer.h"
@@ -33,6 +36,7 @@ struct GenerateArgs {
   models::SamplingOptions sampling{0.8, 40, 0.95, 0};
   int threads = 0;
   int tp = 1;
+  int pp = 1;
   bool ignore_eos = false;
 };
 
@@ -83,14 +87,30 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
                " tokens exceeds the context length max_positions = ", max_positions);
 
   TESSEL_CHECK(args.tp >= 1, "generate: --tp ", args.tp, " must be >= 1");
+  check_pp_request(args.model, weights, args.tp, args.pp, 1, "generate");
+  const int ranks = args.tp * args.pp;
+  const char* flag = args.pp > 1 ? "--pp" : "--tp";
   const dist::LaunchInfo launch = dist::detect_launch();
-  TESSEL_CHECK(launch.size == args.tp, "generate: --tp ", args.tp, " ranks, but the job has ",
-               launch.size, " (", launch.describe(), "); start it with mpirun -np ", args.tp);
+  TESSEL_CHECK(launch.size == ranks, "generate: ", flag, " ", ranks, " ranks, but the job has ",
+               launch.size, " (", launch.describe(), "); start it with mpirun -np ", ranks);
   std::shared_ptr<models::CausalLM> model;
   models::GenerationOptions options;
   std::shared_ptr<train::ModelTensorParallel> tp;
   bool leader = true;
-  if (args.tp > 1) {
+  if (args.pp > 1) {
+    // Each rank reads only its stage's tensors; every rank gets the logits and samples alike.
+    dist::CommPtr world = dist::init_world();
+    leader = world->rank() == 0;
+    PpRankModel loaded = load_pp_rank_model(args.model, world, 1,
+                                            serve::PipelineStageModel::LogitsTo::kEveryRank);
+    std::fprintf(stderr,
+                 "tessel: generate: pipeline rank %d runs blocks [%lld, %lld) and read %lld weight "
+                 "values (its stage)\n",
+                 world->rank(), static_cast<long long>(loaded.model->first_block()),
+                 static_cast<long long>(loaded.model->last_block()),
+                 static_cast<long long>(loaded.values_read));
+    model = std::move(loaded.model);
+  } else if (args.tp > 1) {
     // Each rank reads only its share of a model directory (a GGUF whole, then cut).
     dist::CommPtr world = dist::init_world();
     leader = world->rank() == 0;
@@ -198,6 +218,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option(
          "--tp", args->tp,
          "Tensor-parallel ranks: run under mpirun -np N with --tp N (same ids as one rank)")
+      ->capture_default_str();
+  cmd->add_option("--pp", args->pp,
+                  "Pipeline stages: run under mpirun -np N with --pp N, each rank holding its "
+                  "stage's blocks (same ids as one rank)")
       ->capture_default_str();
   cmd->add_option("--weights", args->weights, kWeightsHelp)->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos,

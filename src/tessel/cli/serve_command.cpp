@@ -8,10 +8,14 @@
 // started by the CPU probe) may receive the signal, and a mask set here could not cover them.
 // With --tp N under `mpirun -np N` (docs/SERVING.md "Distributed serving") every rank holds its
 // share of the model (train/model_tensor_parallel.h); rank 0 serves HTTP and runs the engine,
-// the others run each step it sends them and exit 0 when its drain ends.
+// the others run each step it sends them and exit 0 when its drain ends. With --pp N each rank
+// holds one pipeline stage (cli/pp_model.h) under the same scheme: rank 0 decides and broadcasts
+// every step, the stages pass hidden states on in --pp-microbatches pieces, and the last one sends
+// the logits back to rank 0.
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -19,6 +23,7 @@
 
 #include "tessel/cli/commands.h"
 #include "tessel/cli/model_args.h"
+#include "tessel/cli/pp_model.h"
 #include "tessel/cli/tp_model.h"
 #include "tessel/core/log.h"
 #include "tessel/dist/world.h"
@@ -71,6 +76,8 @@ struct ServeArgs {
   int http_threads = 256;
   int threads = 0;
   int tp = 1;
+  int pp = 1;
+  int pp_microbatches = 0;  // 0: as many as stages
 };
 
 // The model of this rank: the whole of it, or under --tp its share, with the step mirror that
@@ -87,6 +94,21 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
   if (!world) {
     out.model = models::load_model_source(args.model);
     apply_inference_weights(*out.model, weights, "serve");
+    return out;
+  }
+  if (args.pp > 1) {
+    const int microbatches = args.pp_microbatches > 0 ? args.pp_microbatches : args.pp;
+    PpRankModel loaded = load_pp_rank_model(args.model, world, microbatches,
+                                            serve::PipelineStageModel::LogitsTo::kFirstRank);
+    log(LogLevel::Info, "serve: pipeline rank ", world->rank(), " runs blocks [",
+        loaded.model->first_block(), ", ", loaded.model->last_block(), ") and read ",
+        loaded.values_read, " weight values (its stage)");
+    if (world->rank() == 0)
+      log(LogLevel::Info, "serve: ", args.pp, " pipeline stages, up to ", microbatches,
+          " micro-batches per step");
+    out.model = std::move(loaded.model);
+    // The logits arrive on rank 0 inside the stage's forward: nothing to gather.
+    out.mirror = std::make_shared<serve::StepMirror>(world, [](const Tensor& t) { return t; });
     return out;
   }
   const bool leader = world->rank() == 0;
@@ -108,14 +130,21 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
 // --tp: the job's size and the model's shape are checked before any weight is read. A model the
 // plan cannot split fails identically on every rank; only rank 0 reports it (the others wait to
 // be ended by its abort), so the job prints one error.
-dist::CommPtr start_tensor_parallel(const ServeArgs& args) {
+dist::CommPtr start_tensor_parallel(const ServeArgs& args, models::InferenceWeights weights) {
   TESSEL_CHECK(args.tp >= 1, "serve: --tp ", args.tp, " must be >= 1");
+  check_pp_request(args.model, weights, args.tp, args.pp, std::max(1, args.pp_microbatches),
+                   "serve");
+  TESSEL_CHECK(args.pp_microbatches >= 0, "serve: --pp-microbatches ", args.pp_microbatches,
+               " must be >= 0");
+  const int ranks = args.tp * args.pp;
+  const std::string flag = args.pp > 1 ? "--pp" : "--tp";
   const dist::LaunchInfo launch = dist::detect_launch();
-  TESSEL_CHECK(launch.size == args.tp, "serve: --tp ", args.tp, " ranks, but the job has ",
-               launch.size, " (", launch.describe(), "); start it with mpirun -np ", args.tp,
-               " tessel serve --tp ", args.tp);
-  if (args.tp == 1) return nullptr;
+  TESSEL_CHECK(launch.size == ranks, "serve: ", flag, " ", ranks, " ranks, but the job has ",
+               launch.size, " (", launch.describe(), "); start it with mpirun -np ", ranks,
+               " tessel serve ", flag, " ", ranks);
+  if (ranks == 1) return nullptr;
   dist::CommPtr world = dist::init_world();
+  if (args.pp > 1) return world;
   try {
     (void)models::load_model_source_config(args.model)->tensor_parallel(args.tp);
   } catch (const Error&) {
@@ -136,8 +165,8 @@ void run_follower(const ServeArgs& args, models::InferenceWeights weights,
   RankModel rank = load_rank_model(args, weights, world);
   serve::EngineFollower follower(rank.model, engine_options, rank.mirror);
   const int64_t steps = follower.run();
-  log(LogLevel::Info, "serve: tensor-parallel rank ", world->rank(), " stopped after ", steps,
-      " steps");
+  log(LogLevel::Info, "serve: ", args.pp > 1 ? "pipeline" : "tensor-parallel", " rank ",
+      world->rank(), " stopped after ", steps, " steps");
 }
 
 io::Tokenizer load_tokenizer(const std::string& model) {
@@ -169,7 +198,7 @@ void run_serve(const ServeArgs& args) {
   check_model_dir(args.model, "serve");
   const models::InferenceWeights weights = models::parse_inference_weights(args.weights);
   apply_threads(args.threads);
-  const dist::CommPtr world = start_tensor_parallel(args);
+  const dist::CommPtr world = start_tensor_parallel(args, weights);
   if (world && world->rank() != 0) return run_follower(args, weights, world);
 
   // SIGINT/SIGTERM start the drain below; a client that closes its socket mid-write must not
@@ -279,6 +308,13 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--tp", args->tp,
                   "Tensor-parallel ranks: run under mpirun -np N with --tp N; rank 0 serves HTTP "
                   "(same tokens as one rank)")
+      ->capture_default_str();
+  cmd->add_option("--pp", args->pp,
+                  "Pipeline stages: run under mpirun -np N with --pp N, each rank holding its "
+                  "stage's blocks and KV cache; rank 0 serves HTTP (same tokens as one rank)")
+      ->capture_default_str();
+  cmd->add_option("--pp-microbatches", args->pp_microbatches,
+                  "Pieces each step is cut into so that the stages overlap (0: as many as --pp)")
       ->capture_default_str();
   cmd->callback([args] { run_serve(*args); });
 }
