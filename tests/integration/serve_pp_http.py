@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""`mpirun -np 2 tessel serve --pp 2` end to end on loopback.
+
+Writes small random GPT-2 (3 blocks) and LLaMA (grouped-query heads, 5 blocks) models with a
+byte-level tokenizer, then for each: one-process `tessel serve --deterministic` answers concurrent
+greedy completions with logprobs; the two-stage server under --deterministic, with one micro-batch
+and with 3, must answer the same requests (sent concurrently, so steps hold several sequences and
+the micro-batches several pieces) with the same text and bitwise the same logprobs, then a
+prefix-cache hit. SIGTERM to rank 0's pid alone must drain, stop rank 1 and end the job 0 with no
+process left. Both ranks say which blocks they run and how many weight values they read.
+Usage: serve_pp_http.py TESSEL MPIEXEC WORKDIR
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_http_common import start_server, write_hf_model  # noqa: E402
+from serve_tp_http import children, rank_of, stored_values  # noqa: E402
+
+PROMPTS = ["The sea", "Once upon a time, there", "abc abc abc abc abc abc abc abc x", "Q",
+           "tessel serves stages"]
+TOKENS = 9
+FLAGS = ["--port", "0", "--block-size", "4", "--max-batch-tokens", "16", "--drain-timeout", "20",
+         "--deterministic"]
+
+
+def fail(message):
+    print(f"serve --pp test: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def write_model(tessel, work, family):
+    if family == "gpt2":
+        config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 257,
+                  "n_positions": 128, "n_embd": 24, "n_head": 3, "n_layer": 3,
+                  "initializer_range": 0.2, "bos_token_id": 256, "eos_token_id": 256}
+    else:
+        config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                  "vocab_size": 258, "hidden_size": 24, "intermediate_size": 37,
+                  "num_hidden_layers": 5, "num_attention_heads": 6, "num_key_value_heads": 2,
+                  "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+                  "initializer_range": 0.2, "tie_word_embeddings": False,
+                  "bos_token_id": 256, "eos_token_id": 256}
+    return write_hf_model(tessel, work, family, config, 3)
+
+
+def completion(url, prompt):
+    body = json.dumps({"prompt": prompt, "max_tokens": TOKENS, "temperature": 0,
+                       "ignore_eos": True, "logprobs": 2}).encode()
+    req = urllib.request.Request(url + "/v1/completions", body,
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        choice = json.load(r)["choices"][0]
+    return choice["text"], choice["logprobs"]["token_logprobs"], choice["logprobs"]["top_logprobs"]
+
+
+def concurrent(url):
+    out = [None] * len(PROMPTS)
+
+    def ask(i):
+        try:
+            out[i] = completion(url, PROMPTS[i])
+        except Exception as e:  # noqa: BLE001 - reported below
+            out[i] = repr(e)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(PROMPTS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def one_process(tessel, env, model):
+    server, url = start_server([tessel, "serve", "-m", model] + FLAGS, env, fail)
+    try:
+        return concurrent(url)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        if server.wait(timeout=60) != 0:
+            fail(f"the one-process server exited {server.returncode}")
+
+
+def two_stages(tessel, mpirun, env, model, microbatches, want):
+    server, url = start_server(mpirun + [tessel, "serve", "--pp", "2", "--pp-microbatches",
+                                         str(microbatches), "-m", model] + FLAGS, env, fail)
+    try:
+        got = concurrent(url)
+        for i, p in enumerate(PROMPTS):
+            if got[i] != want[i]:
+                fail(f"M={microbatches} {p!r}: pp 2 {got[i]!r} != one process's {want[i]!r}")
+        if completion(url, PROMPTS[1]) != want[1]:
+            fail(f"M={microbatches}: a repeated prompt (prefix-cache hit) gave another answer")
+        ranks = {rank_of(c): c for c in children(server.pid)}
+        if set(ranks) != {0, 1}:
+            fail(f"expected ranks 0 and 1 under mpirun, found {ranks}")
+        os.kill(ranks[0], signal.SIGTERM)
+        try:
+            code = server.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            fail("the job did not end within 90 s of SIGTERM to rank 0")
+        err = server.stderr.read()
+        if code != 0:
+            fail(f"the job exited {code} after SIGTERM to rank 0: {err[-3000:]}")
+        if "pipeline rank 1 stopped" not in err:
+            fail(f"rank 1 did not report its stop: {err[-2000:]}")
+        read = {int(r): int(n) for r, n in
+                re.findall(r"pipeline rank (\d+) runs blocks \[\d+, \d+\) and read (\d+)", err)}
+        whole = stored_values(model)
+        if set(read) != {0, 1} or any(n >= whole for n in read.values()) or \
+                sum(read.values()) < whole:
+            fail(f"ranks read {read} weight values of the file's {whole}: each should read only "
+                 f"its stage, and together all of it: {err[-2000:]}")
+        left = [p for p in ranks.values() if os.path.exists(f"/proc/{p}")]
+        if left:
+            fail(f"processes {left} still exist after the job ended")
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    print(f"serve --pp 2 --pp-microbatches {microbatches}, {os.path.basename(model)}: "
+          f"{len(PROMPTS) + 1} completions with logprobs equal to one process's, ranks read "
+          f"{read} of {whole} weight values, SIGTERM on rank 0 ended the job 0")
+
+
+def main():
+    tessel, mpiexec, work = sys.argv[1:4]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    env = dict(os.environ, TESSEL_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    mpirun = [mpiexec, "--oversubscribe", "--bind-to", "none", "-np", "2"]
+    try:
+        for family in ["gpt2", "llama"]:
+            model = write_model(tessel, work, family)
+            want = one_process(tessel, env, model)
+            if any(isinstance(w, str) for w in want):
+                fail(f"the one-process server failed: {want}")
+            for microbatches in [1, 3]:
+                two_stages(tessel, mpirun, env, model, microbatches, want)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
