@@ -110,8 +110,14 @@ def two_stages(tessel, mpirun, env, model, microbatches, want):
         err = server.stderr.read()
         if code != 0:
             fail(f"the job exited {code} after SIGTERM to rank 0: {err[-3000:]}")
-        if "pipeline rank 1 stopped" not in err:
+        stop = re.search(r"pipeline rank 1 stopped after (\d+) steps \((\d+) micro-batches\)",
+                         err)
+        if not stop:
             fail(f"rank 1 did not report its stop: {err[-2000:]}")
+        steps, pieces = int(stop.group(1)), int(stop.group(2))
+        # One micro-batch per step, or (concurrent requests share steps) more than one.
+        if (microbatches == 1) != (pieces == steps) or pieces < steps:
+            fail(f"M={microbatches}: rank 1 ran {pieces} micro-batches in {steps} steps")
         read = {int(r): int(n) for r, n in
                 re.findall(r"pipeline rank (\d+) runs blocks \[\d+, \d+\) and read (\d+)", err)}
         whole = stored_values(model)
@@ -127,7 +133,8 @@ def two_stages(tessel, mpirun, env, model, microbatches, want):
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
     print(f"serve --pp 2 --pp-microbatches {microbatches}, {os.path.basename(model)}: "
-          f"{len(PROMPTS) + 1} completions with logprobs equal to one process's, ranks read "
+          f"{len(PROMPTS) + 1} completions with logprobs equal to one process's ({pieces} "
+          f"micro-batches in {steps} steps), ranks read "
           f"{read} of {whole} weight values, SIGTERM on rank 0 ended the job 0")
 
 

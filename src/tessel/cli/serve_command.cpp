@@ -165,8 +165,10 @@ void run_follower(const ServeArgs& args, models::InferenceWeights weights,
   RankModel rank = load_rank_model(args, weights, world);
   serve::EngineFollower follower(rank.model, engine_options, rank.mirror);
   const int64_t steps = follower.run();
-  log(LogLevel::Info, "serve: ", args.pp > 1 ? "pipeline" : "tensor-parallel", " rank ",
-      world->rank(), " stopped after ", steps, " steps");
+  const auto stage = std::dynamic_pointer_cast<serve::PipelineStageModel>(rank.model);
+  log(LogLevel::Info, "serve: ", stage ? "pipeline" : "tensor-parallel", " rank ", world->rank(),
+      " stopped after ", steps, " steps",
+      stage ? detail::concat(" (", stage->microbatches_run(), " micro-batches)") : std::string());
 }
 
 io::Tokenizer load_tokenizer(const std::string& model) {

@@ -96,7 +96,9 @@ Tensor PipelineStageModel::forward_cached(const Tensor& ids, models::DecodeCache
 
 Tensor PipelineStageModel::deliver_logits(Tensor logits, const Shape& shape) {
   const bool wanted = first_stage() || logits_to_ == LogitsTo::kEveryRank;
-  if (shape.numel() == 0) return wanted ? empty(shape, DType::F32) : Tensor();
+  // What a rank without the logits returns: no rows (the engine's followers pass it on).
+  const Tensor none = empty({0, shape[shape.ndim() - 1]}, DType::F32);
+  if (shape.numel() == 0) return wanted ? empty(shape, DType::F32) : none;
   if (last_stage()) {
     TESSEL_CHECK(logits.defined() && logits.numel() == shape.numel(),
                  "PipelineStageModel: the last stage's logits ",
@@ -111,9 +113,9 @@ Tensor PipelineStageModel::deliver_logits(Tensor logits, const Shape& shape) {
   }
   if (last_stage()) {
     group_->send(logits, 0, kLogitsTag);
-    return Tensor();
+    return none;
   }
-  if (!first_stage()) return Tensor();
+  if (!first_stage()) return none;
   Tensor out = empty(shape, DType::F32);
   group_->recv(out, stages() - 1, kLogitsTag);
   return out;

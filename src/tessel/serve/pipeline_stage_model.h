@@ -52,7 +52,7 @@ class PipelineStageModel final : public models::CausalLM {
   // Collective over the group: every rank calls it with the same ids, rows and cache positions
   // (a DecodeCache over this stage's blocks). The logits ([R, V] with rows, else [B, T, V], f32)
   // are returned on rank 0, or on every rank with LogitsTo::kEveryRank; the other ranks return an
-  // undefined tensor.
+  // empty [0, V] tensor.
   Tensor forward_cached(const Tensor& ids, models::DecodeCache& cache,
                         const Tensor& rows = Tensor()) override;
   // A cache of this stage's blocks only.
