@@ -8,7 +8,8 @@
 // vocabulary rows, the last position's logits are gathered before sampling, and rank 0 alone
 // prints; the ids are those of one rank (with --weights too: int8 keeps the whole rows' scales).
 // With --pp N each rank holds one pipeline stage (cli/pp_model.h): the hidden states flow from rank
-// to rank, the last one's logits are broadcast, and every rank samples the same ids.
+// to rank, the last one's logits are broadcast, and every rank samples the same ids; with --tp T
+// as well, each stage is split among T ranks.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -101,8 +102,11 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     // Each rank reads only its stage's tensors; every rank gets the logits and samples alike.
     dist::CommPtr world = dist::init_world();
     leader = world->rank() == 0;
-    PpRankModel loaded = load_pp_rank_model(args.model, world, 1,
-                                            serve::PipelineStageModel::LogitsTo::kEveryRank);
+    PpRankModel loaded = load_pp_rank_model(
+        args.model, world, args.tp, 1, serve::PipelineStageModel::LogitsTo::kEveryRank,
+        [&](const std::string& line) {
+          if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());
+        });
     std::fprintf(stderr,
                  "tessel: generate: pipeline rank %d runs blocks [%lld, %lld) and read %lld weight "
                  "values (its stage)\n",

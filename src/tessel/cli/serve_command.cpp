@@ -15,7 +15,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -77,7 +76,7 @@ struct ServeArgs {
   int threads = 0;
   int tp = 1;
   int pp = 1;
-  int pp_microbatches = 0;  // 0: as many as stages
+  int pp_microbatches = 1;
 };
 
 // The model of this rank: the whole of it, or under --tp its share, with the step mirror that
@@ -97,15 +96,18 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
     return out;
   }
   if (args.pp > 1) {
-    const int microbatches = args.pp_microbatches > 0 ? args.pp_microbatches : args.pp;
-    PpRankModel loaded = load_pp_rank_model(args.model, world, microbatches,
-                                            serve::PipelineStageModel::LogitsTo::kFirstRank);
+    const int microbatches = args.pp_microbatches;
+    PpRankModel loaded =
+        load_pp_rank_model(args.model, world, args.tp, microbatches,
+                           serve::PipelineStageModel::LogitsTo::kFirstRank, [&](const std::string& line) {
+                             if (world->rank() == 0) log(LogLevel::Info, "serve: ", line);
+                           });
     log(LogLevel::Info, "serve: pipeline rank ", world->rank(), " runs blocks [",
         loaded.model->first_block(), ", ", loaded.model->last_block(), ") and read ",
         loaded.values_read, " weight values (its stage)");
     if (world->rank() == 0)
-      log(LogLevel::Info, "serve: ", args.pp, " pipeline stages, up to ", microbatches,
-          " micro-batches per step");
+      log(LogLevel::Info, "serve: ", args.pp, " pipeline stages of ", args.tp,
+          " tensor-parallel ranks, up to ", microbatches, " micro-batches per step");
     out.model = std::move(loaded.model);
     // The logits arrive on rank 0 inside the stage's forward: nothing to gather.
     out.mirror = std::make_shared<serve::StepMirror>(world, [](const Tensor& t) { return t; });
@@ -132,10 +134,7 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
 // be ended by its abort), so the job prints one error.
 dist::CommPtr start_tensor_parallel(const ServeArgs& args, models::InferenceWeights weights) {
   TESSEL_CHECK(args.tp >= 1, "serve: --tp ", args.tp, " must be >= 1");
-  check_pp_request(args.model, weights, args.tp, args.pp, std::max(1, args.pp_microbatches),
-                   "serve");
-  TESSEL_CHECK(args.pp_microbatches >= 0, "serve: --pp-microbatches ", args.pp_microbatches,
-               " must be >= 0");
+  check_pp_request(args.model, weights, args.tp, args.pp, args.pp_microbatches, "serve");
   const int ranks = args.tp * args.pp;
   const std::string flag = args.pp > 1 ? "--pp" : "--tp";
   const dist::LaunchInfo launch = dist::detect_launch();
@@ -316,7 +315,8 @@ void add_serve_command(CLI::App& app) {
                   "stage's blocks and KV cache; rank 0 serves HTTP (same tokens as one rank)")
       ->capture_default_str();
   cmd->add_option("--pp-microbatches", args->pp_microbatches,
-                  "Pieces each step is cut into so that the stages overlap (0: as many as --pp)")
+                  "Pieces of whole sequences each step is cut into so that the stages overlap (pays "
+                  "off for long prompt chunks; a decode step's pieces each re-read the weights)")
       ->capture_default_str();
   cmd->callback([args] { run_serve(*args); });
 }

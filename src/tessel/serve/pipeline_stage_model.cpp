@@ -3,22 +3,45 @@
 // sequences overlap the stages (pipeline_stage_model.h).
 #include "tessel/serve/pipeline_stage_model.h"
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/core/error.h"
 #include "tessel/serve/paged_kv_cache.h"
 #include "tessel/serve/step_microbatches.h"
 
 namespace tessel::serve {
+namespace {
+
+// Waits for a receive by testing it, briefly back to back and then with sleeps of 20 us growing to
+// 1 ms, instead of in a blocking receive: MPI's blocking calls spin a core, and a stage spends
+// (P - 1) / P of a step waiting for the others; where ranks share cores (more ranks than cores,
+// or other jobs) that spin takes the core the computing stage needs.
+void wait_politely(const dist::WorkPtr& work) {
+  for (int i = 0; i < 64; ++i)
+    if (work->test()) return;
+  auto pause = std::chrono::microseconds(20);
+  while (!work->test()) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+  }
+}
+
+}  // namespace
 
 PipelineStageModel::PipelineStageModel(std::shared_ptr<models::CausalLM> model,
                                        dist::CommPtr group, std::vector<int64_t> stage_first,
-                                       int microbatches, LogitsTo logits_to)
+                                       int microbatches, LogitsTo logits_to,
+                                       FullLogits full_logits)
     : CausalLM("PipelineStage"),
       inner_(std::move(model)),
       group_(std::move(group)),
       stage_first_(std::move(stage_first)),
       microbatches_(microbatches),
-      logits_to_(logits_to) {
+      logits_to_(logits_to),
+      full_logits_(std::move(full_logits)) {
   TESSEL_CHECK(inner_ != nullptr && group_ != nullptr, "PipelineStageModel: no model or no group");
   staged_ = dynamic_cast<models::StagedDecode*>(inner_.get());
   TESSEL_CHECK(staged_ != nullptr, "PipelineStageModel: ", inner_->type_name(),
@@ -47,24 +70,26 @@ models::KVCache PipelineStageModel::make_cache(int64_t batch, int64_t capacity) 
 }
 
 Tensor PipelineStageModel::run_stage(const Tensor& ids, models::DecodeCache& cache,
-                                     const Tensor& rows, std::vector<dist::WorkPtr>& sends,
-                                     std::vector<Tensor>& keep) {
+                                     const Tensor& rows) {
   const int64_t b = ids.size(0), t = ids.size(1);
   Tensor input = ids;
   if (!first_stage()) {
     input = empty({b, t, model_config().hidden_size()}, hidden_dtype_);
-    group_->recv(input, stage() - 1, kHiddenTag);
+    wait_politely(group_->recv_async(input, stage() - 1, kHiddenTag));
   }
   Tensor hidden = staged_->forward_cached_layers(first_, last_, input, cache);
   ++microbatches_run_;
   if (!last_stage()) {
-    // Sent without waiting: this stage goes on with the next micro-batch meanwhile.
-    keep.push_back(hidden);
-    sends.push_back(group_->send_async(hidden, stage() + 1, kHiddenTag));
+    // Completed before the next micro-batch: a large message moves only while MPI is called
+    // (rendezvous), so an unwaited send would sit until this stage finished its next piece, and the
+    // next stage, already waiting for it, would idle meanwhile.
+    wait_politely(group_->send_async(hidden, stage() + 1, kHiddenTag));
     return Tensor();
   }
   if (rows.defined() && rows.numel() == 0) return Tensor();  // nothing of it samples
-  return staged_->cached_head(hidden, rows).to(DType::F32);
+  Tensor logits = staged_->cached_head(hidden, rows);
+  if (full_logits_) logits = full_logits_(logits).clone();  // (a slice when the vocab is padded)
+  return logits.to(DType::F32);
 }
 
 Tensor PipelineStageModel::forward_cached(const Tensor& ids, models::DecodeCache& cache,
@@ -75,22 +100,19 @@ Tensor PipelineStageModel::forward_cached(const Tensor& ids, models::DecodeCache
   const int64_t vocab = model_config().vocabulary_size();
   const Shape shape = rows.defined() ? Shape{rows.numel(), vocab}
                                      : Shape{ids.size(0), ids.size(1), vocab};
-  std::vector<dist::WorkPtr> sends;
-  std::vector<Tensor> keep;
   Tensor logits;
   auto* paged = dynamic_cast<PagedStep*>(&cache);
   if (paged != nullptr && microbatches_ > 1) {
     std::vector<Tensor> pieces;
     for (StepTensors& part : split_step(paged->tensors(), microbatches_)) {
       PagedStep piece(paged->pool(), std::move(part));
-      Tensor l = run_stage(piece.ids(), piece, piece.sample_rows(), sends, keep);
+      Tensor l = run_stage(piece.ids(), piece, piece.sample_rows());
       if (l.defined()) pieces.push_back(l);
     }
     if (last_stage() && !pieces.empty()) logits = concat(std::span<const Tensor>(pieces), 0);
   } else {
-    logits = run_stage(ids, cache, rows, sends, keep);
+    logits = run_stage(ids, cache, rows);
   }
-  for (const dist::WorkPtr& work : sends) work->wait();
   return deliver_logits(std::move(logits), shape);
 }
 
@@ -117,7 +139,7 @@ Tensor PipelineStageModel::deliver_logits(Tensor logits, const Shape& shape) {
   }
   if (!first_stage()) return none;
   Tensor out = empty(shape, DType::F32);
-  group_->recv(out, stages() - 1, kLogitsTag);
+  wait_politely(group_->recv_async(out, stages() - 1, kLogitsTag));
   return out;
 }
 

@@ -12,12 +12,17 @@
 // the same generation loop). An engine step of several sequences is cut into up to M micro-batches
 // of whole sequences, balanced by tokens, that flow through the stages one after the other: stage r
 // works on micro-batch m while stage r + 1 works on m - 1, so a step of P stages takes about
-// (M + P - 1) / M stage-times instead of P (the GPipe bubble). Attention never crosses sequences
-// and the other layers work row by row, so the logits equal one process's (bitwise under
-// --deterministic, whose kernels do not depend on the batch's size).
+// (M + P - 1) / M stage-times instead of P (the GPipe bubble) when a piece costs 1/M of the step.
+// That holds for long prompt chunks; a decode step's products are bound by reading the weights,
+// which every piece reads again, so there M = 1 is faster (docs/SERVING.md has the figures).
+// The stages wait for each other by polling, not in MPI's spinning blocking calls, so that a
+// waiting stage leaves the core to a computing one where they share cores. Attention never
+// crosses sequences and the other layers work row by row, so the logits equal one process's
+// (bitwise under --deterministic, whose kernels do not depend on the batch's size).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -34,9 +39,14 @@ class PipelineStageModel final : public models::CausalLM {
   // `model` holds (at least) this rank's weights and implements models::StagedDecode;
   // `stage_first` has P + 1 entries, the first block of each stage and then the model's block
   // count (stage r runs [stage_first[r], stage_first[r + 1]), non-empty); the group's rank r runs
-  // stage r. `microbatches` >= 1.
+  // stage r. `microbatches` >= 1. Under tensor parallelism inside each stage (--tp with --pp)
+  // `model` is this rank's share, `group` links the ranks of the same tensor-parallel index
+  // across the stages, and `full_logits` turns the last stage's vocabulary-split logits into
+  // whole rows (collective over that stage's tensor-parallel group).
+  using FullLogits = std::function<Tensor(const Tensor&)>;
   PipelineStageModel(std::shared_ptr<models::CausalLM> model, dist::CommPtr group,
-                     std::vector<int64_t> stage_first, int microbatches, LogitsTo logits_to);
+                     std::vector<int64_t> stage_first, int microbatches, LogitsTo logits_to,
+                     FullLogits full_logits = {});
 
   int stage() const { return group_->rank(); }
   int stages() const { return group_->size(); }
@@ -73,8 +83,7 @@ class PipelineStageModel final : public models::CausalLM {
 
  private:
   // This stage's part of one (micro-)batch: ids -> hidden -> ... -> logits.
-  Tensor run_stage(const Tensor& ids, models::DecodeCache& cache, const Tensor& rows,
-                   std::vector<dist::WorkPtr>& sends, std::vector<Tensor>& keep);
+  Tensor run_stage(const Tensor& ids, models::DecodeCache& cache, const Tensor& rows);
   Tensor deliver_logits(Tensor logits, const Shape& shape);
 
   std::shared_ptr<models::CausalLM> inner_;
@@ -84,6 +93,7 @@ class PipelineStageModel final : public models::CausalLM {
   int64_t first_ = 0, last_ = 0;
   int microbatches_ = 1;
   LogitsTo logits_to_;
+  FullLogits full_logits_;
   DType hidden_dtype_ = DType::F32;
   int64_t microbatches_run_ = 0;
 };
