@@ -141,9 +141,9 @@ TEST(StagedDecode, RefusesWrongDepthsAndInputs) {
   const Tensor ids = ids_of(1, 3, 4);
   KVCache whole = model->make_cache(1);
   KVCache two = stage_cache(whole, 2, 1);
-  EXPECT_THROW(model->forward_cached_layers(0, 3, ids, two), Error);  // 3 blocks, 2 layers
+  EXPECT_THROW(model->forward_cached_layers(0, 3, ids, two), Error);    // 3 blocks, 2 layers
   EXPECT_THROW(model->forward_cached_layers(0, 5, ids, whole), Error);  // past the model
-  EXPECT_THROW(model->forward_cached_layers(1, 3, ids, two), Error);  // ids where hidden is due
+  EXPECT_THROW(model->forward_cached_layers(1, 3, ids, two), Error);    // ids where hidden is due
   const Tensor hidden = model->forward_cached_layers(0, 2, ids, two);
   EXPECT_THROW(model->forward_cached_layers(0, 2, hidden, two), Error);  // hidden for embedding
   EXPECT_THROW(model->forward_cached(ids, two), Error);                  // whole model, 2 layers

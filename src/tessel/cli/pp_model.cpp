@@ -131,8 +131,8 @@ PpRankModel load_pp_rank_model(const std::string& model, const dist::CommPtr& wo
   const std::vector<int64_t> bounds = pp_stage_bounds(whole->layer_costs(), blocks, world->size());
   auto checkpoint = std::make_shared<const io::SafetensorsCheckpoint>(
       io::SafetensorsCheckpoint::open(model, io::SafetensorsLoad::Read));
-  const train::RegionSource regions = train::safetensors_region_source(
-      checkpoint, config->family().hf_layout(*whole, *checkpoint));
+  const train::RegionSource regions =
+      train::safetensors_region_source(checkpoint, config->family().hf_layout(*whole, *checkpoint));
   const auto mine = stage_parameters(whole, bounds, world->rank());
   PpRankModel out;
   out.stage = world->rank();
@@ -147,8 +147,8 @@ PpRankModel load_pp_rank_model(const std::string& model, const dist::CommPtr& wo
     out.values_read += param.numel();
   }
   whole->eval();
-  out.model = std::make_shared<serve::PipelineStageModel>(whole, world, bounds, microbatches,
-                                                          logits_to);
+  out.model =
+      std::make_shared<serve::PipelineStageModel>(whole, world, bounds, microbatches, logits_to);
   out.model->eval();
   return out;
 }

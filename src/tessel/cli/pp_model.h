@@ -24,7 +24,7 @@ namespace tessel::cli {
 
 struct PpRankModel {
   std::shared_ptr<serve::PipelineStageModel> model;  // in eval mode
-  int64_t values_read = 0;  // weight values this rank read from the files
+  int64_t values_read = 0;                           // weight values this rank read from the files
   int stage = 0, tp_index = 0;
 };
 

@@ -97,11 +97,12 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
   }
   if (args.pp > 1) {
     const int microbatches = args.pp_microbatches;
-    PpRankModel loaded =
-        load_pp_rank_model(args.model, world, args.tp, microbatches,
-                           serve::PipelineStageModel::LogitsTo::kFirstRank, [&](const std::string& line) {
-                             if (world->rank() == 0) log(LogLevel::Info, "serve: ", line);
-                           });
+    PpRankModel loaded = load_pp_rank_model(args.model, world, args.tp, microbatches,
+                                            serve::PipelineStageModel::LogitsTo::kFirstRank,
+                                            [&](const std::string& line) {
+                                              if (world->rank() == 0)
+                                                log(LogLevel::Info, "serve: ", line);
+                                            });
     log(LogLevel::Info, "serve: pipeline rank ", world->rank(), " runs blocks [",
         loaded.model->first_block(), ", ", loaded.model->last_block(), ") and read ",
         loaded.values_read, " weight values (its stage)");
@@ -314,9 +315,10 @@ void add_serve_command(CLI::App& app) {
                   "Pipeline stages: run under mpirun -np N with --pp N, each rank holding its "
                   "stage's blocks and KV cache; rank 0 serves HTTP (same tokens as one rank)")
       ->capture_default_str();
-  cmd->add_option("--pp-microbatches", args->pp_microbatches,
-                  "Pieces of whole sequences each step is cut into so that the stages overlap (pays "
-                  "off for long prompt chunks; a decode step's pieces each re-read the weights)")
+  cmd->add_option(
+         "--pp-microbatches", args->pp_microbatches,
+         "Pieces of whole sequences each step is cut into so that the stages overlap (pays "
+         "off for long prompt chunks; a decode step's pieces each re-read the weights)")
       ->capture_default_str();
   cmd->callback([args] { run_serve(*args); });
 }

@@ -26,7 +26,8 @@ class StagedDecode {
   // `cache`. `input` is ids i32/i64 [B, T] when first == 0 (the embedding runs here), else the
   // hidden states [B, T, C] that block first - 1 produced. `cache` holds either every block
   // (n_layer() == L: block l is its layer l) or only these (n_layer() == last - first: block l is
-  // its layer l - first). Returns the hidden states after block last - 1, [B, T, C]. Inference only.
+  // its layer l - first). Returns the hidden states after block last - 1, [B, T, C]. Inference
+  // only.
   virtual Tensor forward_cached_layers(int64_t first, int64_t last, const Tensor& input,
                                        DecodeCache& cache) = 0;
   // The last stage's end: hidden [B, T, C] -> the final norm and the LM head over the tokens

@@ -31,10 +31,9 @@ void wait_politely(const dist::WorkPtr& work) {
 
 }  // namespace
 
-PipelineStageModel::PipelineStageModel(std::shared_ptr<models::CausalLM> model,
-                                       dist::CommPtr group, std::vector<int64_t> stage_first,
-                                       int microbatches, LogitsTo logits_to,
-                                       FullLogits full_logits)
+PipelineStageModel::PipelineStageModel(std::shared_ptr<models::CausalLM> model, dist::CommPtr group,
+                                       std::vector<int64_t> stage_first, int microbatches,
+                                       LogitsTo logits_to, FullLogits full_logits)
     : CausalLM("PipelineStage"),
       inner_(std::move(model)),
       group_(std::move(group)),
@@ -98,8 +97,8 @@ Tensor PipelineStageModel::forward_cached(const Tensor& ids, models::DecodeCache
                " expected [B, T]");
   autograd::NoGradGuard no_grad;
   const int64_t vocab = model_config().vocabulary_size();
-  const Shape shape = rows.defined() ? Shape{rows.numel(), vocab}
-                                     : Shape{ids.size(0), ids.size(1), vocab};
+  const Shape shape =
+      rows.defined() ? Shape{rows.numel(), vocab} : Shape{ids.size(0), ids.size(1), vocab};
   Tensor logits;
   auto* paged = dynamic_cast<PagedStep*>(&cache);
   if (paged != nullptr && microbatches_ > 1) {

@@ -35,15 +35,14 @@ Tensor Llama::forward_cached_layers(int64_t first, int64_t last, const Tensor& i
                                     DecodeCache& cache) {
   const int64_t layers = config_.num_hidden_layers;
   TESSEL_CHECK(0 <= first && first <= last && last <= layers,
-               "Llama.forward_cached_layers: blocks [", first, ", ", last, ") outside [0, ",
-               layers, "]");
+               "Llama.forward_cached_layers: blocks [", first, ", ", last, ") outside [0, ", layers,
+               "]");
   const bool embeds = first == 0;
-  TESSEL_CHECK(embeds ? input.ndim() == 2 && (input.dtype() == DType::I64 ||
-                                              input.dtype() == DType::I32)
-                      : input.ndim() == 3 && input.size(2) == config_.hidden_size(),
-               "Llama.forward_cached_layers: input ", input.shape(), " ",
-               dtype_name(input.dtype()), " expected ",
-               embeds ? "ids i32/i64 [B, T]" : "hidden [B, T, hidden_size]");
+  TESSEL_CHECK(
+      embeds ? input.ndim() == 2 && (input.dtype() == DType::I64 || input.dtype() == DType::I32)
+             : input.ndim() == 3 && input.size(2) == config_.hidden_size(),
+      "Llama.forward_cached_layers: input ", input.shape(), " ", dtype_name(input.dtype()),
+      " expected ", embeds ? "ids i32/i64 [B, T]" : "hidden [B, T, hidden_size]");
   const int64_t b = input.size(0), t = input.size(1);
   const int64_t d = config_.head_dim;
   const int64_t kv_heads = decoder_layers.empty() ? config_.num_key_value_heads
@@ -62,10 +61,9 @@ Tensor Llama::forward_cached_layers(int64_t first, int64_t last, const Tensor& i
     LlamaDecoderLayer& layer = *decoder_layers[size_t(l)];
     LlamaAttention& attn = *layer.self_attn;
     LlamaAttention::Projected p = attn.project(layer.input_layernorm->forward(x), positions, end);
-    Tensor y = cache
-                   .attend(stage_cache_layer(cache, first, last, layers, l), p.q, p.k, p.v,
-                           attn.window())
-                   .reshape({b, t, p.q.size(2) * d});
+    Tensor y =
+        cache.attend(stage_cache_layer(cache, first, last, layers, l), p.q, p.k, p.v, attn.window())
+            .reshape({b, t, p.q.size(2) * d});
     x = ops::add(x, attn.o_proj->forward(y));
     x = ops::add(x, layer.feed_forward(layer.post_attention_layernorm->forward(x)));
   }
