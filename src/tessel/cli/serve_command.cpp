@@ -130,23 +130,26 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
   return out;
 }
 
-// --tp: the job's size and the model's shape are checked before any weight is read. A model the
-// plan cannot split fails identically on every rank; only rank 0 reports it (the others wait to
-// be ended by its abort), so the job prints one error.
+// --tp and --pp: the job's size and the model's shape are checked before any weight is read. A
+// model the plan cannot split (or --pp cannot take) fails identically on every rank; only rank 0
+// reports it (the others wait to be ended by its abort), so the job prints one error.
 dist::CommPtr start_tensor_parallel(const ServeArgs& args, models::InferenceWeights weights) {
-  TESSEL_CHECK(args.tp >= 1, "serve: --tp ", args.tp, " must be >= 1");
-  check_pp_request(args.model, weights, args.tp, args.pp, args.pp_microbatches, "serve");
+  TESSEL_CHECK(args.tp >= 1 && args.pp >= 1, "serve: --tp ", args.tp, " and --pp ", args.pp,
+               " must be >= 1");
   const int ranks = args.tp * args.pp;
   const std::string flag = args.pp > 1 ? "--pp" : "--tp";
   const dist::LaunchInfo launch = dist::detect_launch();
   TESSEL_CHECK(launch.size == ranks, "serve: ", flag, " ", ranks, " ranks, but the job has ",
                launch.size, " (", launch.describe(), "); start it with mpirun -np ", ranks,
                " tessel serve ", flag, " ", ranks);
-  if (ranks == 1) return nullptr;
+  if (ranks == 1) {
+    check_pp_request(args.model, weights, args.tp, args.pp, args.pp_microbatches, "serve");
+    return nullptr;
+  }
   dist::CommPtr world = dist::init_world();
-  if (args.pp > 1) return world;
   try {
-    (void)models::load_model_source_config(args.model)->tensor_parallel(args.tp);
+    check_pp_request(args.model, weights, args.tp, args.pp, args.pp_microbatches, "serve");
+    if (args.pp == 1) (void)models::load_model_source_config(args.model)->tensor_parallel(args.tp);
   } catch (const Error&) {
     if (world->rank() != 0) world->barrier();  // never completes: rank 0 ends the job
     throw;
