@@ -126,8 +126,8 @@ Engine::Engine(std::shared_ptr<models::CausalLM> model, io::Tokenizer tokenizer,
       " tokens (", s.pool->nbytes() >> 20, " MiB, ", dtype_name(dtype), "), context ",
       s.context_length, ", up to ", options.max_seqs, " sequences and ", options.max_batch_tokens,
       " tokens per step",
-      s.mirror ? detail::concat(", tensor parallel over ", s.mirror->size(),
-                                " ranks (this rank's heads)")
+      s.mirror ? detail::concat(", model parallel over ", s.mirror->size(),
+                                " ranks (this rank's heads or pipeline stage)")
                : std::string());
   s.publish();
 }
