@@ -7,6 +7,9 @@
 // reading only its share of a model directory (cli/tp_model.h): each rank runs its heads and
 // vocabulary rows, the last position's logits are gathered before sampling, and rank 0 alone
 // prints; the ids are those of one rank (with --weights too: int8 keeps the whole rows' scales).
+// With --pp N each rank holds one pipeline stage (cli/pp_model.h): the hidden states flow from rank
+// to rank, the last one's logits are broadcast, and every rank samples the same ids; with --tp T
+// as well, each stage is split among T ranks.
 // With --ep N a mixture-of-experts model's experts are spread over the ranks (cli/ep_model.h):
 // every rank runs the whole forward and gathers its MoE layers' expert rows, so every rank samples
 // the same ids as one process.
@@ -22,6 +25,7 @@
 #include "tessel/cli/ep_model.h"
 #include "tessel/cli/model_args.h"
 #include "tessel/cli/peak_memory.h"
+#include "tessel/cli/pp_model.h"
 #include "tessel/cli/tp_model.h"
 #include "tessel/dist/world.h"
 #include "tessel/io/tokenizer.h"
@@ -41,6 +45,7 @@ struct GenerateArgs {
   int threads = 0;
   int tp = 1;
   int ep = 1;
+  int pp = 1;
   bool ignore_eos = false;
 };
 
@@ -91,16 +96,21 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
                " tokens exceeds the context length max_positions = ", max_positions);
 
   TESSEL_CHECK(args.tp >= 1, "generate: --tp ", args.tp, " must be >= 1");
+  TESSEL_CHECK(args.ep == 1 || args.pp == 1, "generate: --ep ", args.ep, " with --pp ", args.pp,
+               " is not supported; give one of them");
   const dist::CommPtr ep_world = start_expert_parallel(args.model, args.ep, args.tp, "generate");
+  if (!ep_world) check_pp_request(args.model, weights, args.tp, args.pp, 1, "generate");
+  const int ranks = args.tp * args.pp;
+  const char* flag = args.pp > 1 ? "--pp" : "--tp";
   const dist::LaunchInfo launch = dist::detect_launch();
-  TESSEL_CHECK(ep_world || launch.size == args.tp, "generate: --tp ", args.tp,
+  TESSEL_CHECK(ep_world || launch.size == ranks, "generate: ", flag, " ", ranks,
                " ranks, but the job has ", launch.size, " (", launch.describe(),
-               "); start it with mpirun -np ", args.tp);
+               "); start it with mpirun -np ", ranks);
   std::shared_ptr<models::CausalLM> model;
   models::GenerationOptions options;
   std::shared_ptr<train::ModelTensorParallel> tp;
   bool leader = true;
-  int rank = -1;  // under --tp or --ep: this process's rank, named in its memory line
+  int rank = -1;  // under --tp, --pp or --ep: this process's rank, named in its memory line
   if (ep_world) {
     leader = ep_world->rank() == 0;
     rank = ep_world->rank();
@@ -110,6 +120,23 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
         });
     std::fprintf(stderr, "tessel: generate: expert-parallel rank %d read %lld weight values\n",
                  ep_world->rank(), static_cast<long long>(loaded.values_read));
+    model = std::move(loaded.model);
+  } else if (args.pp > 1) {
+    // Each rank reads only its stage's tensors; every rank gets the logits and samples alike.
+    dist::CommPtr world = dist::init_world();
+    leader = world->rank() == 0;
+    rank = world->rank();
+    PpRankModel loaded = load_pp_rank_model(
+        args.model, world, args.tp, 1, serve::PipelineStageModel::LogitsTo::kEveryRank,
+        [&](const std::string& line) {
+          if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());
+        });
+    std::fprintf(stderr,
+                 "tessel: generate: pipeline rank %d runs blocks [%lld, %lld) and read %lld weight "
+                 "values (its stage)\n",
+                 world->rank(), static_cast<long long>(loaded.model->first_block()),
+                 static_cast<long long>(loaded.model->last_block()),
+                 static_cast<long long>(loaded.values_read));
     model = std::move(loaded.model);
   } else if (args.tp > 1) {
     // Each rank reads only its share of a model directory or a GGUF file.
@@ -231,6 +258,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--ep", args->ep,
                   "Expert-parallel ranks of a mixture-of-experts model: run under mpirun -np N "
                   "with --ep N (same ids as one rank)")
+      ->capture_default_str();
+  cmd->add_option("--pp", args->pp,
+                  "Pipeline stages: run under mpirun -np N with --pp N, each rank holding its "
+                  "stage's blocks (same ids as one rank)")
       ->capture_default_str();
   cmd->add_option("--weights", args->weights, kWeightsHelp)->capture_default_str();
   cmd->add_flag("--ignore-eos", args->ignore_eos,

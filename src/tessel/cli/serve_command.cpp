@@ -9,7 +9,10 @@
 // With --tp N under `mpirun -np N` (docs/SERVING.md "Distributed serving") every rank holds its
 // share of the model (train/model_tensor_parallel.h); rank 0 serves HTTP and runs the engine,
 // the others run each step it sends them and exit 0 when its drain ends. --ep N does the same with
-// a mixture-of-experts model's experts spread over the ranks (cli/ep_model.h).
+// a mixture-of-experts model's experts spread over the ranks (cli/ep_model.h). With --pp N each
+// rank holds one pipeline stage (cli/pp_model.h) under the same scheme: rank 0 decides and
+// broadcasts every step, the stages pass hidden states on in --pp-microbatches pieces, and the last
+// one sends the logits back to rank 0.
 #include <signal.h>
 #include <unistd.h>
 
@@ -21,6 +24,7 @@
 #include "tessel/cli/commands.h"
 #include "tessel/cli/ep_model.h"
 #include "tessel/cli/model_args.h"
+#include "tessel/cli/pp_model.h"
 #include "tessel/cli/tp_model.h"
 #include "tessel/core/log.h"
 #include "tessel/dist/world.h"
@@ -74,6 +78,8 @@ struct ServeArgs {
   int threads = 0;
   int tp = 1;
   int ep = 1;
+  int pp = 1;
+  int pp_microbatches = 1;
 };
 
 // The model of this rank: the whole of it, or under --tp its share, with the step mirror that
@@ -90,6 +96,25 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
   if (!world) {
     out.model = models::load_model_source(args.model);
     apply_inference_weights(*out.model, weights, "serve");
+    return out;
+  }
+  if (args.pp > 1) {
+    const int microbatches = args.pp_microbatches;
+    PpRankModel loaded = load_pp_rank_model(args.model, world, args.tp, microbatches,
+                                            serve::PipelineStageModel::LogitsTo::kFirstRank,
+                                            [&](const std::string& line) {
+                                              if (world->rank() == 0)
+                                                log(LogLevel::Info, "serve: ", line);
+                                            });
+    log(LogLevel::Info, "serve: pipeline rank ", world->rank(), " runs blocks [",
+        loaded.model->first_block(), ", ", loaded.model->last_block(), ") and read ",
+        loaded.values_read, " weight values (its stage)");
+    if (world->rank() == 0)
+      log(LogLevel::Info, "serve: ", args.pp, " pipeline stages of ", args.tp,
+          " tensor-parallel ranks, up to ", microbatches, " micro-batches per step");
+    out.model = std::move(loaded.model);
+    // The logits arrive on rank 0 inside the stage's forward: nothing to gather.
+    out.mirror = std::make_shared<serve::StepMirror>(world, [](const Tensor& t) { return t; });
     return out;
   }
   const bool leader = world->rank() == 0;
@@ -114,19 +139,26 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
   return out;
 }
 
-// --tp: the job's size and the model's shape are checked before any weight is read. A model the
-// plan cannot split fails identically on every rank; only rank 0 reports it (the others wait to
-// be ended by its abort), so the job prints one error.
-dist::CommPtr start_tensor_parallel(const ServeArgs& args) {
-  TESSEL_CHECK(args.tp >= 1, "serve: --tp ", args.tp, " must be >= 1");
+// --tp and --pp: the job's size and the model's shape are checked before any weight is read. A
+// model the plan cannot split (or --pp cannot take) fails identically on every rank; only rank 0
+// reports it (the others wait to be ended by its abort), so the job prints one error.
+dist::CommPtr start_tensor_parallel(const ServeArgs& args, models::InferenceWeights weights) {
+  TESSEL_CHECK(args.tp >= 1 && args.pp >= 1, "serve: --tp ", args.tp, " and --pp ", args.pp,
+               " must be >= 1");
+  const int ranks = args.tp * args.pp;
+  const std::string flag = args.pp > 1 ? "--pp" : "--tp";
   const dist::LaunchInfo launch = dist::detect_launch();
-  TESSEL_CHECK(launch.size == args.tp, "serve: --tp ", args.tp, " ranks, but the job has ",
-               launch.size, " (", launch.describe(), "); start it with mpirun -np ", args.tp,
-               " tessel serve --tp ", args.tp);
-  if (args.tp == 1) return nullptr;
+  TESSEL_CHECK(launch.size == ranks, "serve: ", flag, " ", ranks, " ranks, but the job has ",
+               launch.size, " (", launch.describe(), "); start it with mpirun -np ", ranks,
+               " tessel serve ", flag, " ", ranks);
+  if (ranks == 1) {
+    check_pp_request(args.model, weights, args.tp, args.pp, args.pp_microbatches, "serve");
+    return nullptr;
+  }
   dist::CommPtr world = dist::init_world();
   try {
-    (void)models::load_model_source_config(args.model)->tensor_parallel(args.tp);
+    check_pp_request(args.model, weights, args.tp, args.pp, args.pp_microbatches, "serve");
+    if (args.pp == 1) (void)models::load_model_source_config(args.model)->tensor_parallel(args.tp);
   } catch (const Error&) {
     if (world->rank() != 0) world->barrier();  // never completes: rank 0 ends the job
     throw;
@@ -145,8 +177,10 @@ void run_follower(const ServeArgs& args, models::InferenceWeights weights,
   RankModel rank = load_rank_model(args, weights, world);
   serve::EngineFollower follower(rank.model, engine_options, rank.mirror);
   const int64_t steps = follower.run();
-  log(LogLevel::Info, "serve: ", args.ep > 1 ? "expert" : "tensor", "-parallel rank ",
-      world->rank(), " stopped after ", steps, " steps");
+  const auto stage = std::dynamic_pointer_cast<serve::PipelineStageModel>(rank.model);
+  const char* kind = stage ? "pipeline" : args.ep > 1 ? "expert-parallel" : "tensor-parallel";
+  log(LogLevel::Info, "serve: ", kind, " rank ", world->rank(), " stopped after ", steps, " steps",
+      stage ? detail::concat(" (", stage->microbatches_run(), " micro-batches)") : std::string());
 }
 
 io::Tokenizer load_tokenizer(const std::string& model) {
@@ -178,9 +212,11 @@ void run_serve(const ServeArgs& args) {
   check_model_dir(args.model, "serve");
   const models::InferenceWeights weights = models::parse_inference_weights(args.weights);
   apply_threads(args.threads);
+  TESSEL_CHECK(args.ep == 1 || args.pp == 1, "serve: --ep ", args.ep, " with --pp ", args.pp,
+               " is not supported; give one of them");
   const dist::CommPtr world = args.ep > 1
                                   ? start_expert_parallel(args.model, args.ep, args.tp, "serve")
-                                  : start_tensor_parallel(args);
+                                  : start_tensor_parallel(args, weights);
   if (world && world->rank() != 0) return run_follower(args, weights, world);
 
   // SIGINT/SIGTERM start the drain below; a client that closes its socket mid-write must not
@@ -294,6 +330,15 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--ep", args->ep,
                   "Expert-parallel ranks of a mixture-of-experts model: run under mpirun -np N "
                   "with --ep N; rank 0 serves HTTP (same tokens as one rank)")
+      ->capture_default_str();
+  cmd->add_option("--pp", args->pp,
+                  "Pipeline stages: run under mpirun -np N with --pp N, each rank holding its "
+                  "stage's blocks and KV cache; rank 0 serves HTTP (same tokens as one rank)")
+      ->capture_default_str();
+  cmd->add_option(
+         "--pp-microbatches", args->pp_microbatches,
+         "Pieces of whole sequences each step is cut into so that the stages overlap (pays "
+         "off for long prompt chunks; a decode step's pieces each re-read the weights)")
       ->capture_default_str();
   cmd->callback([args] { run_serve(*args); });
 }

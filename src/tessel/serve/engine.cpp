@@ -126,7 +126,7 @@ Engine::Engine(std::shared_ptr<models::CausalLM> model, io::Tokenizer tokenizer,
       " tokens (", s.pool->nbytes() >> 20, " MiB, ", dtype_name(dtype), "), context ",
       s.context_length, ", up to ", options.max_seqs, " sequences and ", options.max_batch_tokens,
       " tokens per step",
-      s.mirror ? detail::concat(", every step run by ", s.mirror->size(),
+      s.mirror ? detail::concat(", model parallel over ", s.mirror->size(),
                                 " ranks (each over its share of the model)")
                : std::string());
   s.publish();

@@ -61,6 +61,7 @@ class PagedStep final : public models::DecodeCache {
   PagedStep(PagedKvPool& pool, StepTensors packed);
 
   const StepTensors& tensors() const { return t_; }
+  PagedKvPool& pool() const { return pool_; }   // (a pipeline stage packs micro-batches over it)
   const Tensor& ids() const { return t_.ids; }  // i64 [1, N]
   // i64 [R]: the token (index into N) whose logits each sampling chunk needs, in plan order.
   const Tensor& sample_rows() const { return t_.rows; }

@@ -15,7 +15,8 @@
 namespace tessel::train {
 
 TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
-                            const std::function<void(const std::string&)>& note) {
+                            const std::function<void(const std::string&)>& note,
+                            const std::function<bool(const std::string&)>& keep) {
   const std::filesystem::path config_path = std::filesystem::path(dir) / "config.json";
   TESSEL_CHECK(std::filesystem::exists(config_path), "load model: ", config_path.string(),
                " not found");
@@ -44,6 +45,7 @@ TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
                                                                    /*copy_values=*/false));
   autograd::NoGradGuard no_grad;
   for (const auto& [name, param] : out.model->named_parameters()) {
+    if (keep && !keep(name)) continue;
     param.storage().materialize();
     const sharding::ShardLayout* spec = out.tp->result.spec(name);
     const sharding::LocalLayout placement =

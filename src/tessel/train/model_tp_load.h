@@ -28,9 +28,11 @@ struct TpLoadedModel {
 
 // `dir` holds config.json and safetensors weights (a model directory or a whole-model tessel
 // checkpoint). Collective over `tp` (the plan's parallelization is). `note` receives the plan's
-// one-line notices (the vocabulary padding).
+// one-line notices (the vocabulary padding). With `keep`, only the parameters it accepts are read
+// (a pipeline stage's, cli/pp_model.h); the others stay allocated but untouched.
 TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
-                            const std::function<void(const std::string&)>& note = {});
+                            const std::function<void(const std::string&)>& note = {},
+                            const std::function<bool(const std::string&)>& keep = {});
 
 // `--weights int8|bf16|f16` of a tensor-parallel model (the model in eval mode): each rank converts
 // the pieces it holds, and the layers' forward overrides multiply through them. A row-parallel

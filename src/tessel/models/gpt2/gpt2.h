@@ -14,11 +14,12 @@
 #include "tessel/models/causal_lm.h"
 #include "tessel/models/gpt2/gpt2_config.h"
 #include "tessel/models/kv_cache.h"
+#include "tessel/models/staged_decode.h"
 #include "tessel/nn/nn.h"
 
 namespace tessel::models {
 
-class GPT2 : public CausalLM {
+class GPT2 : public CausalLM, public StagedDecode {
  public:
   // Random GPT-2 init from `generator` (normal(0, initializer_range), residual projections scaled
   // by 1/sqrt(2 n_layer), zero biases, unit LN scales); nn::Init::none() only allocates, which
@@ -52,6 +53,10 @@ class GPT2 : public CausalLM {
   Tensor forward_cached(const Tensor& ids, DecodeCache& cache,
                         const Tensor& rows = Tensor()) override;
   KVCache make_cache(int64_t batch, int64_t capacity = 0) const override;
+  // Pipelined decoding (models/staged_decode.h).
+  Tensor forward_cached_layers(int64_t first, int64_t last, const Tensor& input,
+                               DecodeCache& cache) override;
+  Tensor cached_head(const Tensor& hidden, const Tensor& rows) override;
 
   std::shared_ptr<nn::Embedding> wte, wpe;
   std::shared_ptr<nn::Dropout> drop;

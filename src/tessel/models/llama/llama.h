@@ -21,11 +21,12 @@
 #include "tessel/models/llama/llama_block.h"
 #include "tessel/models/llama/llama_config.h"
 #include "tessel/models/llama/llama_rope.h"
+#include "tessel/models/staged_decode.h"
 #include "tessel/nn/nn.h"
 
 namespace tessel::models {
 
-class Llama : public CausalLM {
+class Llama : public CausalLM, public StagedDecode {
  public:
   // nn::Init::none() only allocates (build_empty); a Random init's std is replaced by the
   // config's initializer_range.
@@ -58,6 +59,10 @@ class Llama : public CausalLM {
   Tensor forward_cached(const Tensor& ids, DecodeCache& cache,
                         const Tensor& rows = Tensor()) override;
   KVCache make_cache(int64_t batch, int64_t capacity = 0) const override;
+  // Pipelined decoding (models/staged_decode.h).
+  Tensor forward_cached_layers(int64_t first, int64_t last, const Tensor& input,
+                               DecodeCache& cache) override;
+  Tensor cached_head(const Tensor& hidden, const Tensor& rows) override;
 
   // The matrix the LM head multiplies with (embed_tokens.weight when tied).
   Tensor lm_head_weight() const;

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: Apache-2.0
+// Loading this rank's pipeline stage for generate and serve (pp_model.h).
+#include "tessel/cli/pp_model.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "tessel/autograd/grad_mode.h"
+#include "tessel/core/error.h"
+#include "tessel/io/safetensors_dir.h"
+#include "tessel/models/family.h"
+#include "tessel/models/gguf_model.h"
+#include "tessel/parallel/pipeline/partition.h"
+#include "tessel/train/checkpoint/checkpoint_placement.h"
+#include "tessel/train/checkpoint/safetensors_regions.h"
+#include "tessel/train/model_tp_load.h"
+
+namespace tessel::cli {
+
+void check_pp_request(const std::string& model, models::InferenceWeights weights, int tp, int pp,
+                      int microbatches, const std::string& what) {
+  TESSEL_CHECK(pp >= 1, what, ": --pp ", pp, " must be >= 1");
+  TESSEL_CHECK(microbatches >= 1, what, ": --pp-microbatches ", microbatches, " must be >= 1");
+  if (pp == 1) return;
+  TESSEL_CHECK(!models::is_gguf_model(model), what, ": --pp: ", model,
+               " is a GGUF file, which is not cut into pipeline stages; use the safetensors model "
+               "directory");
+  TESSEL_CHECK(weights == models::InferenceWeights::Stored, what, ": --pp with --weights ",
+               models::inference_weights_name(weights),
+               " is not supported; use --weights stored (or --tp for converted weights)");
+  const models::ConfigPtr config = models::load_model_source_config(model);
+  const int64_t blocks = config->num_layers();
+  TESSEL_CHECK(blocks >= pp, what, ": --pp ", pp, " stages for a model of ", blocks,
+               " blocks (each stage needs one)");
+  if (tp > 1) (void)config->tensor_parallel(tp);  // an Error when the plan cannot split it
+}
+
+std::vector<int64_t> pp_stage_bounds(const std::vector<double>& layer_costs, int64_t blocks,
+                                     int stages) {
+  namespace pp = parallel::pipeline;
+  TESSEL_CHECK(int64_t(layer_costs.size()) == blocks + 2 && stages >= 1 && stages <= blocks,
+               "pp_stage_bounds: ", layer_costs.size(), " layer costs, ", blocks, " blocks, ",
+               stages, " stages");
+  std::vector<pp::LayerCost> costs;
+  for (size_t i = 0; i < layer_costs.size(); ++i)
+    costs.push_back({std::to_string(i), layer_costs[i]});
+  // Pipeline layer l + 1 is block l; the embedding (layer 0) stays with the first stage and the
+  // head (layer blocks + 1) with the last whatever the partition says.
+  std::vector<int64_t> bounds{0};
+  const pp::StagePartition whole = pp::balance(costs, stages);
+  for (int s = 1; s < stages; ++s)
+    bounds.push_back(std::clamp<int64_t>(whole.first[size_t(s)] - 1, 0, blocks));
+  bounds.push_back(blocks);
+  bool every_stage_has_a_block = true;
+  for (size_t s = 0; s + 1 < bounds.size(); ++s)
+    every_stage_has_a_block = every_stage_has_a_block && bounds[s] < bounds[s + 1];
+  if (every_stage_has_a_block) return bounds;
+  // A heavy embedding or head took a stage alone: balance the blocks among themselves.
+  std::vector<pp::LayerCost> block_costs;
+  for (int64_t i = 0; i < blocks; ++i)
+    block_costs.push_back({std::to_string(i), layer_costs[size_t(i + 1)]});
+  const pp::StagePartition part = pp::balance(block_costs, stages);
+  bounds.assign(part.first.begin(), part.first.end());
+  bounds.push_back(blocks);
+  return bounds;
+}
+
+namespace {
+
+// The parameters stage `stage` of `stages` reads: its blocks', the embedding with the first stage,
+// the final norm and the head (and a tied head's matrix) with the last.
+std::function<bool(const std::string&)> stage_parameters(std::shared_ptr<models::CausalLM> whole,
+                                                         const std::vector<int64_t>& bounds,
+                                                         int stage) {
+  const int64_t blocks = whole->num_layers();
+  const int64_t first = bounds[size_t(stage)], last = bounds[size_t(stage) + 1];
+  const bool first_stage = stage == 0, last_stage = stage + 2 == int(bounds.size());
+  const std::vector<std::string> tied = whole->head_tied_parameters();
+  return [=](const std::string& name) {
+    const int64_t layer = whole->layer_of_parameter(name);  // 0 embedding, l + 1 block l
+    return (layer == 0 && first_stage) || (layer == blocks + 1 && last_stage) ||
+           (layer >= first + 1 && layer <= last) ||
+           (last_stage && std::find(tied.begin(), tied.end(), name) != tied.end());
+  };
+}
+
+// --tp with --pp: the stage's ranks split it by the tensor-parallel plan, each reading its share
+// of the stage's tensors (train/model_tp_load.h with a filter).
+PpRankModel load_tp_stage(const std::string& model, const dist::CommPtr& world, int tp,
+                          int microbatches, serve::PipelineStageModel::LogitsTo logits_to,
+                          const std::function<void(const std::string&)>& note) {
+  TESSEL_CHECK(world->size() % tp == 0, "pipeline stages: ", world->size(), " ranks for --tp ", tp);
+  PpRankModel out;
+  out.stage = world->rank() / tp;
+  out.tp_index = world->rank() % tp;
+  const int stages = world->size() / tp;
+  // The same tensor-parallel index across the stages passes the hidden states on; the stage's
+  // ranks run its blocks together.
+  dist::CommPtr pipe = world->split(out.tp_index, out.stage, "pp");
+  dist::CommPtr group = world->split(out.stage, out.tp_index, "tp");
+  const std::filesystem::path config_path = std::filesystem::path(model) / "config.json";
+  const models::ConfigPtr config = models::load_model_config(config_path.string());
+  std::shared_ptr<models::CausalLM> shape_only = config->build_empty();
+  const std::vector<int64_t> bounds =
+      pp_stage_bounds(shape_only->layer_costs(), shape_only->num_layers(), stages);
+  train::TpLoadedModel loaded =
+      train::load_model_tp(model, group, note, stage_parameters(shape_only, bounds, out.stage));
+  out.values_read = loaded.values_read;
+  std::shared_ptr<train::ModelTensorParallel> share = loaded.tp;
+  out.model = std::make_shared<serve::PipelineStageModel>(
+      loaded.model, pipe, bounds, microbatches, logits_to,
+      [share](const Tensor& local) { return train::model_tp_full_logits(*share, local); });
+  out.model->eval();
+  return out;
+}
+
+}  // namespace
+
+PpRankModel load_pp_rank_model(const std::string& model, const dist::CommPtr& world, int tp,
+                               int microbatches, serve::PipelineStageModel::LogitsTo logits_to,
+                               const std::function<void(const std::string&)>& note) {
+  if (tp > 1) return load_tp_stage(model, world, tp, microbatches, logits_to, note);
+  const std::filesystem::path config_path = std::filesystem::path(model) / "config.json";
+  TESSEL_CHECK(std::filesystem::exists(config_path), "load model: ", config_path.string(),
+               " not found");
+  const models::ConfigPtr config = models::load_model_config(config_path.string());
+  // Built without values: the other stages' tensors are allocated but never touched, so they
+  // never become resident; this stage's are filled from the files below.
+  std::shared_ptr<models::CausalLM> whole = config->build_empty();
+  const int64_t blocks = whole->num_layers();
+  const std::vector<int64_t> bounds = pp_stage_bounds(whole->layer_costs(), blocks, world->size());
+  auto checkpoint = std::make_shared<const io::SafetensorsCheckpoint>(
+      io::SafetensorsCheckpoint::open(model, io::SafetensorsLoad::Read));
+  const train::RegionSource regions =
+      train::safetensors_region_source(checkpoint, config->family().hf_layout(*whole, *checkpoint));
+  const auto mine = stage_parameters(whole, bounds, world->rank());
+  PpRankModel out;
+  out.stage = world->rank();
+  autograd::NoGradGuard no_grad;
+  for (const auto& [name, param] : whole->named_parameters()) {
+    if (!mine(name)) continue;
+    const bool direct = param.dtype() == DType::F32;
+    Tensor flat = direct ? param.detach().flatten() : empty({param.numel()}, DType::F32);
+    train::fill_placed(regions, name, sharding::LocalLayout::whole(param.shape()), param.shape(), 0,
+                       param.numel(), flat);
+    if (!direct) param.detach().copy_from(flat.reshape(param.shape()));
+    out.values_read += param.numel();
+  }
+  whole->eval();
+  out.model =
+      std::make_shared<serve::PipelineStageModel>(whole, world, bounds, microbatches, logits_to);
+  out.model->eval();
+  return out;
+}
+
+}  // namespace tessel::cli

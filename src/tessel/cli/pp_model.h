@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+// This rank's pipeline stage for `tessel generate --pp N` and `tessel serve --pp N`: the model's
+// blocks are cut into N contiguous stages balanced by their weights (the trainer's partitioner,
+// parallel/pipeline/partition.h, each stage keeping at least one block), and each rank reads from
+// the model directory's safetensors only the byte ranges of its stage's tensors (the embedding
+// with the first stage, the final norm and the head, tied or not, with the last), as
+// train/model_tp_load.h does for tensor-parallel shares. With --tp T too, the job's P x T ranks
+// form P stages of T ranks (world rank = stage * T + tp index): each stage is split by the
+// family's tensor-parallel plan among its ranks, and each rank reads its share of its stage's
+// tensors only. GGUF files and `--weights` conversions are refused with one line (not supported
+// with stages).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "tessel/dist/communicator.h"
+#include "tessel/models/inference_weights.h"
+#include "tessel/serve/pipeline_stage_model.h"
+
+namespace tessel::cli {
+
+struct PpRankModel {
+  std::shared_ptr<serve::PipelineStageModel> model;  // in eval mode
+  int64_t values_read = 0;                           // weight values this rank read from the files
+  int stage = 0, tp_index = 0;
+};
+
+// Refuses what --pp does not support, before any weight is read: a GGUF file, --weights other
+// than stored, fewer blocks than stages, a model the --tp plan cannot split, microbatches < 1.
+// `what` names the command.
+void check_pp_request(const std::string& model, models::InferenceWeights weights, int tp, int pp,
+                      int microbatches, const std::string& what);
+
+// The stage bounds of `blocks` blocks over `stages` ranks for a model whose pipeline layers cost
+// `layer_costs` (embedding, blocks..., head): stages + 1 entries, see PipelineStageModel.
+std::vector<int64_t> pp_stage_bounds(const std::vector<double>& layer_costs, int64_t blocks,
+                                     int stages);
+
+// Collective over `world` (of pp x tp ranks; rank r runs stage r / tp). `note` receives the
+// tensor-parallel plan's one-line notices.
+PpRankModel load_pp_rank_model(const std::string& model, const dist::CommPtr& world, int tp,
+                               int microbatches, serve::PipelineStageModel::LogitsTo logits_to,
+                               const std::function<void(const std::string&)>& note = {});
+
+}  // namespace tessel::cli

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""`mpirun -np 2 tessel serve --pp 2` end to end on loopback.
+
+Writes small random GPT-2 (3 blocks) and LLaMA (grouped-query heads, 5 blocks) models with a
+byte-level tokenizer, then for each: one-process `tessel serve --deterministic` answers concurrent
+greedy completions with logprobs; the two-stage server under --deterministic, with one micro-batch
+and with 3, must answer the same requests (sent concurrently, so steps hold several sequences and
+the micro-batches several pieces) with the same text and bitwise the same logprobs, then a
+prefix-cache hit. SIGTERM to rank 0's pid alone must drain, stop rank 1 and end the job 0 with no
+process left. Both ranks say which blocks they run and how many weight values they read. Then the
+LLaMA with --pp 2 --tp 2 on 4 ranks: the same texts and alternatives, logprobs within 1e-4.
+Also: --pp 2 with --weights int8 is refused with one error message and a non-zero exit.
+Usage: serve_pp_http.py TESSEL MPIEXEC WORKDIR
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_http_common import start_server, write_hf_model  # noqa: E402
+from serve_tp_http import children, rank_of, stored_values  # noqa: E402
+
+PROMPTS = ["The sea", "Once upon a time, there", "abc abc abc abc abc abc abc abc x", "Q",
+           "tessel serves stages"]
+TOKENS = 9
+FLAGS = ["--port", "0", "--block-size", "4", "--max-batch-tokens", "16", "--drain-timeout", "20",
+         "--deterministic"]
+
+
+def fail(message):
+    print(f"serve --pp test: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def write_model(tessel, work, family):
+    if family == "gpt2":
+        config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 257,
+                  "n_positions": 128, "n_embd": 24, "n_head": 3, "n_layer": 3,
+                  "initializer_range": 0.2, "bos_token_id": 256, "eos_token_id": 256}
+    else:
+        config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                  "vocab_size": 258, "hidden_size": 24, "intermediate_size": 38,
+                  "num_hidden_layers": 5, "num_attention_heads": 6, "num_key_value_heads": 2,
+                  "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+                  "initializer_range": 0.2, "tie_word_embeddings": False,
+                  "bos_token_id": 256, "eos_token_id": 256}
+    return write_hf_model(tessel, work, family, config, 3)
+
+
+def completion(url, prompt):
+    body = json.dumps({"prompt": prompt, "max_tokens": TOKENS, "temperature": 0,
+                       "ignore_eos": True, "logprobs": 2}).encode()
+    req = urllib.request.Request(url + "/v1/completions", body,
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        choice = json.load(r)["choices"][0]
+    return choice["text"], choice["logprobs"]["token_logprobs"], choice["logprobs"]["top_logprobs"]
+
+
+def concurrent(url):
+    out = [None] * len(PROMPTS)
+
+    def ask(i):
+        try:
+            out[i] = completion(url, PROMPTS[i])
+        except Exception as e:  # noqa: BLE001 - reported below
+            out[i] = repr(e)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(PROMPTS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def one_process(tessel, env, model):
+    server, url = start_server([tessel, "serve", "-m", model] + FLAGS, env, fail)
+    try:
+        return concurrent(url)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        if server.wait(timeout=60) != 0:
+            fail(f"the one-process server exited {server.returncode}")
+
+
+def same(got, want, tp):
+    """Bitwise for stages alone; under tensor parallelism the row-parallel sums run in another
+    order, so the text and the alternatives must match and the logprobs agree within 1e-4."""
+    if tp == 1 or isinstance(got, str):
+        return got == want
+    return got[0] == want[0] and \
+        all(abs(a - b) < 1e-4 for a, b in zip(got[1], want[1])) and \
+        [sorted(t) for t in got[2]] == [sorted(t) for t in want[2]]
+
+
+def two_stages(tessel, mpiexec, env, model, microbatches, want, tp=1):
+    mpirun = [mpiexec, "--oversubscribe", "--bind-to", "none", "-np", str(2 * tp)]
+    server, url = start_server(mpirun + [tessel, "serve", "--pp", "2", "--tp", str(tp),
+                                         "--pp-microbatches", str(microbatches), "-m", model] +
+                               FLAGS, env, fail)
+    try:
+        got = concurrent(url)
+        for i, p in enumerate(PROMPTS):
+            if not same(got[i], want[i], tp):
+                fail(f"M={microbatches} tp {tp} {p!r}: pp 2 {got[i]!r} != one process's "
+                     f"{want[i]!r}")
+        if not same(completion(url, PROMPTS[1]), want[1], tp):
+            fail(f"M={microbatches}: a repeated prompt (prefix-cache hit) gave another answer")
+        ranks = {rank_of(c): c for c in children(server.pid)}
+        if set(ranks) != set(range(2 * tp)):
+            fail(f"expected ranks 0..{2 * tp - 1} under mpirun, found {ranks}")
+        os.kill(ranks[0], signal.SIGTERM)
+        try:
+            code = server.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            fail("the job did not end within 90 s of SIGTERM to rank 0")
+        err = server.stderr.read()
+        if code != 0:
+            fail(f"the job exited {code} after SIGTERM to rank 0: {err[-3000:]}")
+        stop = re.search(r"pipeline rank 1 stopped after (\d+) steps \((\d+) micro-batches\)",
+                         err)
+        if not stop:
+            fail(f"rank 1 did not report its stop: {err[-2000:]}")
+        steps, pieces = int(stop.group(1)), int(stop.group(2))
+        # One micro-batch per step, or (concurrent requests share steps) more than one.
+        if (microbatches == 1) != (pieces == steps) or pieces < steps:
+            fail(f"M={microbatches}: rank 1 ran {pieces} micro-batches in {steps} steps")
+        read = {int(r): int(n) for r, n in
+                re.findall(r"pipeline rank (\d+) runs blocks \[\d+, \d+\) and read (\d+)", err)}
+        whole = stored_values(model)
+        if set(read) != set(range(2 * tp)) or any(n >= whole for n in read.values()) or \
+                sum(read.values()) < whole:
+            fail(f"ranks read {read} weight values of the file's {whole}: each should read only "
+                 f"its stage, and together all of it: {err[-2000:]}")
+        left = [p for p in ranks.values() if os.path.exists(f"/proc/{p}")]
+        if left:
+            fail(f"processes {left} still exist after the job ended")
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    print(f"serve --pp 2 --tp {tp} --pp-microbatches {microbatches}, {os.path.basename(model)}: "
+          f"{len(PROMPTS) + 1} completions with logprobs "
+          f"{'equal to' if tp == 1 else 'within 1e-4 of'} one process's ({pieces} "
+          f"micro-batches in {steps} steps), ranks read "
+          f"{read} of {whole} weight values, SIGTERM on rank 0 ended the job 0")
+
+
+def main():
+    tessel, mpiexec, work = sys.argv[1:4]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    env = dict(os.environ, TESSEL_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    try:
+        for family in ["gpt2", "llama"]:
+            model = write_model(tessel, work, family)
+            if family == "gpt2":
+                # Refused before any weight is read, one message for the job.
+                r = subprocess.run([mpiexec, "--oversubscribe", "--bind-to", "none", "-np", "2",
+                                    tessel, "serve", "--pp", "2", "--weights", "int8", "-m",
+                                    model, "--port", "0"],
+                                   capture_output=True, text=True, env=env, timeout=120)
+                said = (r.stdout + r.stderr).count("--pp with --weights int8 is not supported")
+                if r.returncode == 0 or said != 1:
+                    fail(f"--pp 2 --weights int8: exit {r.returncode}, the error printed {said} "
+                         f"times: {r.stderr[-2000:]}")
+            want = one_process(tessel, env, model)
+            if any(isinstance(w, str) for w in want):
+                fail(f"the one-process server failed: {want}")
+            for microbatches in [1, 3]:
+                two_stages(tessel, mpiexec, env, model, microbatches, want)
+        # Stages of two tensor-parallel ranks each (6 query and 2 KV heads: 3 and 1 per rank).
+        two_stages(tessel, mpiexec, env, model, 2, want, tp=2)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
