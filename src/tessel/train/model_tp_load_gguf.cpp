@@ -154,15 +154,17 @@ RegionSource float_regions(const io::GgufFile& file, const models::GgufLayout& l
 }  // namespace
 
 TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp,
-                                const std::function<void(const std::string&)>& note) {
+                                const std::function<void(const std::string&)>& note,
+                                const std::function<bool(const std::string&)>& keep) {
   auto file = std::make_shared<const io::GgufFile>(io::GgufFile::open(path));
   const models::ConfigPtr config = models::gguf_model_config(*file);
   TpGgufLoaded out;
   out.model = config->build_empty();
   // The layout names the whole model's tensors, so it is taken before the cut.
   const models::GgufLayout layout = config->family().gguf_layout(*out.model, *file);
-  out.tp = std::make_shared<ModelTensorParallel>(parallelize_model(*out.model, tp, "", false, note,
-                                                                   /*copy_values=*/false));
+  if (tp)
+    out.tp = std::make_shared<ModelTensorParallel>(
+        parallelize_model(*out.model, tp, "", false, note, /*copy_values=*/false));
   std::map<std::string, nn::Module*> modules;
   for (auto& [name, module] : out.model->named_modules()) modules[name] = module;
   // Which matrices stay blocks: load_gguf_tensors' rule (a Linear or Embedding weight in a block
@@ -176,12 +178,15 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
     const bool quantized = blocks_format && !io::dtype_of_ggml(info.type);
     return quantized || (blocks_format && info.dims.size() == 2) ? owner : nullptr;
   };
-  const int n = tp->size();
+  const int n = tp ? tp->size() : 1, rank = tp ? tp->rank() : 0;
+  const auto spec_of = [&](const std::string& name) -> const sharding::ShardLayout* {
+    return out.tp ? out.tp->result.spec(name) : nullptr;
+  };
   // Refusals first, the same on every rank.
   for (const auto& [name, param] : out.model->named_parameters()) {
     const models::GgufStored& stored = layout.tensors.at(name);
     const io::GgufTensorInfo& info = file->info(stored.name);
-    const sharding::ShardLayout* spec = out.tp->result.spec(name);
+    const sharding::ShardLayout* spec = spec_of(name);
     if (spec && spec->dim == 1 && block_owner(name, info))
       check_block_split(stored.name, quant::quant_type_from_ggml(info.type), *spec, n);
   }
@@ -192,11 +197,12 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
   for (const auto& [name, param] : out.model->named_parameters()) {
     const models::GgufStored& stored = layout.tensors.at(name);
     const io::GgufTensorInfo& info = file->info(stored.name);
-    const sharding::ShardLayout* spec = out.tp->result.spec(name);
+    const sharding::ShardLayout* spec = spec_of(name);
     const sharding::LocalLayout placement =
-        spec ? sharding::LocalLayout::of(*spec, param.shape(), n, tp->rank())
+        spec ? sharding::LocalLayout::of(*spec, param.shape(), n, rank)
              : sharding::LocalLayout::whole(param.shape());
     ++loaded;
+    if (keep && !keep(name)) continue;  // another pipeline stage's
     if (nn::Module* owner = block_owner(name, info)) {
       bind_blocks(*owner, *file, file, stored, placement, param.shape(), stats);
       continue;

@@ -18,6 +18,10 @@
 // which differ from one process's only by the order of the sums (docs/SERVING.md). The pages of
 // the file a rank copied from are handed back to the kernel after each tensor, so a rank's
 // resident memory holds its share, not the file.
+//
+// A pipeline stage (`--pp`, cli/pp_model.h) passes `keep`: only the parameters it names are read,
+// the others stay allocated but untouched (never resident), so a stage's rank reads its blocks'
+// bytes only; with no tensor-parallel group the model is not cut (one rank per stage).
 #pragma once
 
 #include <cstdint>
@@ -41,8 +45,10 @@ struct TpGgufLoaded {
 };
 
 // Collective over `tp` (the plan's parallelization is). `note` receives the plan's one-line
-// notices (the vocabulary padding).
+// notices (the vocabulary padding). `keep` (default: all) names the parameters to read; a null
+// `tp` loads the model whole (the result's tp is null then).
 TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp,
-                                const std::function<void(const std::string&)>& note = {});
+                                const std::function<void(const std::string&)>& note = {},
+                                const std::function<bool(const std::string&)>& keep = {});
 
 }  // namespace tessel::train
