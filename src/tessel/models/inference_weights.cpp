@@ -75,7 +75,8 @@ const char* inference_weights_name(InferenceWeights weights) {
 }
 
 WeightConversion convert_inference_weights(CausalLM& model, InferenceWeights weights,
-                                           const Int8RowAmax& row_amax) {
+                                           const Int8RowAmax& row_amax,
+                                           const std::function<bool(const std::string&)>& keep) {
   WeightConversion out;
   if (weights == InferenceWeights::Stored) return out;
   TESSEL_CHECK(!model.is_training(), "--weights ", inference_weights_name(weights),
@@ -83,6 +84,9 @@ WeightConversion convert_inference_weights(CausalLM& model, InferenceWeights wei
   const QuantType type = quant_type_of(weights);
   std::set<const void*> seen;
   for (auto& [name, module] : model.named_modules()) {
+    const bool matrix =
+        dynamic_cast<nn::Linear*>(module) || dynamic_cast<nn::Embedding*>(module);
+    if (matrix && keep && !keep(name + ".weight")) continue;
     if (auto* linear = dynamic_cast<nn::Linear*>(module)) {
       std::function<std::vector<float>()> amax;
       if (row_amax && type == QuantType::Int8)

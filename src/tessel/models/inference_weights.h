@@ -43,7 +43,11 @@ using Int8RowAmax =
 // Converts `model`'s matrices (nothing for Stored). The model must not be training. The layers
 // may hold tensor-parallel pieces (parallel/tensor: each piece is converted, and the layers'
 // forward overrides multiply through the converted form); `row_amax` then gives int8's scales.
+// With `keep`, only the layers whose weight it accepts (by parameter name, "<layer>.weight") are
+// converted: a pipeline stage converts its own layers and leaves the others' untouched memory
+// alone (cli/pp_model.h).
 WeightConversion convert_inference_weights(CausalLM& model, InferenceWeights weights,
-                                           const Int8RowAmax& row_amax = {});
+                                           const Int8RowAmax& row_amax = {},
+                                           const std::function<bool(const std::string&)>& keep = {});
 
 }  // namespace tessel::models

@@ -63,9 +63,9 @@ TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
   return out;
 }
 
-models::WeightConversion convert_inference_weights_tp(models::CausalLM& model,
-                                                      const ModelTensorParallel& tp,
-                                                      models::InferenceWeights weights) {
+models::WeightConversion convert_inference_weights_tp(
+    models::CausalLM& model, const ModelTensorParallel& tp, models::InferenceWeights weights,
+    const std::function<bool(const std::string&)>& keep) {
   // Which layers are row-parallel is read from the plan's result (dim 1 of the weight split),
   // the same on every rank, so every rank makes the same all-reduces in the same order.
   const models::Int8RowAmax whole_rows = [&](const std::string& layer, std::vector<float> own) {
@@ -76,7 +76,7 @@ models::WeightConversion convert_inference_weights_tp(models::CausalLM& model,
     const float* p = t.data<float>();
     return std::vector<float>(p, p + own.size());
   };
-  return models::convert_inference_weights(model, weights, whole_rows);
+  return models::convert_inference_weights(model, weights, whole_rows, keep);
 }
 
 }  // namespace tessel::train

@@ -40,9 +40,10 @@ TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
 // pieces' row maxima are all-reduced (max) over tp, one [rows] all-reduce per row-parallel layer,
 // and each rank quantizes its slice with them. Every code and scale then equals one rank's
 // `--weights int8`, and the output differs from one rank's only by the order of the sums
-// (docs/SERVING.md, "Distributed serving"). Collective over tp.
-models::WeightConversion convert_inference_weights_tp(models::CausalLM& model,
-                                                      const ModelTensorParallel& tp,
-                                                      models::InferenceWeights weights);
+// (docs/SERVING.md, "Distributed serving"). Collective over tp. `keep`: as for
+// models::convert_inference_weights (a pipeline stage's layers; the same on every rank of tp).
+models::WeightConversion convert_inference_weights_tp(
+    models::CausalLM& model, const ModelTensorParallel& tp, models::InferenceWeights weights,
+    const std::function<bool(const std::string&)>& keep = {});
 
 }  // namespace tessel::train
