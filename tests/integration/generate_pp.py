@@ -6,8 +6,9 @@ For a random GPT-2 of 3 blocks (tied head: the last stage reads the embedding to
 5 blocks with grouped-query heads and an untied head: greedy ids of `generate --pp 2` (and for the
 LLaMA --pp 3, and --pp 2 --tp 2 on 4 ranks) must equal one process's, every rank must say which
 blocks it runs and how many weight values it read (each fewer than the file holds, together at
-least all of them). --pp with --weights int8, with more stages than blocks, and with a --tp that
-cannot split the heads are refused.
+least all of them). `--weights int8` (GPT-2) and `--weights bf16` (LLaMA) under --pp 2 convert each
+stage's own matrices and equal one process's `--weights`. --pp with more stages than blocks, and
+with a --tp that cannot split the heads are refused.
 Usage: generate_pp.py TESSEL MPIEXEC WORKDIR
 """
 import json
@@ -99,14 +100,26 @@ def main():
                     fail(f"{name} pp {pp}: the stages' blocks {blocks} do not tile the model")
                 print(f"generate --pp {pp} --tp {tp} {name}: {len(want)} ids equal to one process's, "
                       f"stages {blocks}, ranks read {read} of {whole} values")
+        for name, weights in (("gpt2", "int8"), ("llama", "bf16")):
+            gen = [tessel, "generate", "-m", os.path.join(work, name), "--prompt-ids", PROMPT,
+                   "-n", "20", "--temp", "0", "--ignore-eos", "--format", "json", "--weights",
+                   weights]
+            want, _ = generate(gen, env)
+            got, err = generate(mpirun(2) + gen + ["--pp", "2"], env)
+            if got != want:
+                fail(f"{name} --weights {weights}: pp 2 ids {got} != one process's {want}")
+            converted = re.findall(rf"--weights {weights}: (\d+) of its matrices converted", err)
+            if len(converted) != 2 or min(int(n) for n in converted) < 1:
+                fail(f"{name} --weights {weights}: expected both stages to convert their "
+                     f"matrices, got {converted}: {err[-2000:]}")
+            print(f"generate --pp 2 --weights {weights} {name}: {len(want)} ids equal to one "
+                  f"process's, the stages converted {converted} matrices")
         model = os.path.join(work, "gpt2")
         base = [tessel, "generate", "-m", model, "--prompt-ids", PROMPT, "-n", "3", "--format",
                 "json"]
-        refused(mpirun(2) + base + ["--pp", "2", "--weights", "int8"], env,
-                "--pp with --weights int8 is not supported")
         refused(base + ["--pp", "4"], env, "--pp 4 stages for a model of 3 blocks")
         refused(base + ["--pp", "2", "--tp", "2"], env, "n_head = 3 is not divisible by tp = 2")
-        print("generate --pp: --weights int8, 4 stages of 3 blocks, and 3 heads on --tp 2 refused")
+        print("generate --pp: 4 stages of 3 blocks, and 3 heads on --tp 2 refused")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

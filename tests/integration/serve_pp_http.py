@@ -10,7 +10,7 @@ the micro-batches several pieces) with the same text and bitwise the same logpro
 prefix-cache hit. SIGTERM to rank 0's pid alone must drain, stop rank 1 and end the job 0 with no
 process left. Both ranks say which blocks they run and how many weight values they read. Then the
 LLaMA with --pp 2 --tp 2 on 4 ranks: the same texts and alternatives, logprobs within 1e-4.
-Also: --pp 2 with --weights int8 is refused with one error message and a non-zero exit.
+Also: --pp 2 with --pp-microbatches 0 is refused with one error message and a non-zero exit.
 Usage: serve_pp_http.py TESSEL MPIEXEC WORKDIR
 """
 import json
@@ -165,12 +165,12 @@ def main():
             if family == "gpt2":
                 # Refused before any weight is read, one message for the job.
                 r = subprocess.run([mpiexec, "--oversubscribe", "--bind-to", "none", "-np", "2",
-                                    tessel, "serve", "--pp", "2", "--weights", "int8", "-m",
-                                    model, "--port", "0"],
+                                    tessel, "serve", "--pp", "2", "--pp-microbatches", "0",
+                                    "-m", model, "--port", "0"],
                                    capture_output=True, text=True, env=env, timeout=120)
-                said = (r.stdout + r.stderr).count("--pp with --weights int8 is not supported")
+                said = (r.stdout + r.stderr).count("--pp-microbatches 0 must be >= 1")
                 if r.returncode == 0 or said != 1:
-                    fail(f"--pp 2 --weights int8: exit {r.returncode}, the error printed {said} "
+                    fail(f"--pp-microbatches 0: exit {r.returncode}, the error printed {said} "
                          f"times: {r.stderr[-2000:]}")
             want = one_process(tessel, env, model)
             if any(isinstance(w, str) for w in want):

@@ -99,7 +99,7 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   TESSEL_CHECK(args.ep == 1 || args.pp == 1, "generate: --ep ", args.ep, " with --pp ", args.pp,
                " is not supported; give one of them");
   const dist::CommPtr ep_world = start_expert_parallel(args.model, args.ep, args.tp, "generate");
-  if (!ep_world) check_pp_request(args.model, weights, args.tp, args.pp, 1, "generate");
+  if (!ep_world) check_pp_request(args.model, args.tp, args.pp, 1, "generate");
   const int ranks = args.tp * args.pp;
   const char* flag = args.pp > 1 ? "--pp" : "--tp";
   const dist::LaunchInfo launch = dist::detect_launch();
@@ -127,16 +127,13 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     leader = world->rank() == 0;
     rank = world->rank();
     PpRankModel loaded = load_pp_rank_model(
-        args.model, world, args.tp, 1, serve::PipelineStageModel::LogitsTo::kEveryRank,
+        args.model, weights, world, args.tp, 1, serve::PipelineStageModel::LogitsTo::kEveryRank,
         [&](const std::string& line) {
           if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());
         });
-    std::fprintf(stderr,
-                 "tessel: generate: pipeline rank %d runs blocks [%lld, %lld) and read %lld weight "
-                 "values (its stage)\n",
+    std::fprintf(stderr, "tessel: generate: pipeline rank %d runs blocks [%lld, %lld) and %s\n",
                  world->rank(), static_cast<long long>(loaded.model->first_block()),
-                 static_cast<long long>(loaded.model->last_block()),
-                 static_cast<long long>(loaded.values_read));
+                 static_cast<long long>(loaded.model->last_block()), loaded.share.c_str());
     model = std::move(loaded.model);
   } else if (args.tp > 1) {
     // Each rank reads only its share of a model directory or a GGUF file.

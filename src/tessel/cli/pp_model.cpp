@@ -14,20 +14,15 @@
 #include "tessel/train/checkpoint/checkpoint_placement.h"
 #include "tessel/train/checkpoint/safetensors_regions.h"
 #include "tessel/train/model_tp_load.h"
+#include "tessel/train/model_tp_load_gguf.h"
 
 namespace tessel::cli {
 
-void check_pp_request(const std::string& model, models::InferenceWeights weights, int tp, int pp,
-                      int microbatches, const std::string& what) {
+void check_pp_request(const std::string& model, int tp, int pp, int microbatches,
+                      const std::string& what) {
   TESSEL_CHECK(pp >= 1, what, ": --pp ", pp, " must be >= 1");
   TESSEL_CHECK(microbatches >= 1, what, ": --pp-microbatches ", microbatches, " must be >= 1");
   if (pp == 1) return;
-  TESSEL_CHECK(!models::is_gguf_model(model), what, ": --pp: ", model,
-               " is a GGUF file, which is not cut into pipeline stages; use the safetensors model "
-               "directory");
-  TESSEL_CHECK(weights == models::InferenceWeights::Stored, what, ": --pp with --weights ",
-               models::inference_weights_name(weights),
-               " is not supported; use --weights stored (or --tp for converted weights)");
   const models::ConfigPtr config = models::load_model_source_config(model);
   const int64_t blocks = config->num_layers();
   TESSEL_CHECK(blocks >= pp, what, ": --pp ", pp, " stages for a model of ", blocks,
@@ -84,10 +79,41 @@ std::function<bool(const std::string&)> stage_parameters(std::shared_ptr<models:
   };
 }
 
+// The stage bounds of the job's `stages` stages for the model `config` describes, and a model of
+// its shape (built without values) to ask which pipeline layer each parameter belongs to.
+struct StagePlan {
+  std::shared_ptr<models::CausalLM> shape_only;
+  std::vector<int64_t> bounds;
+};
+
+StagePlan plan_stages(const models::ConfigPtr& config, int stages) {
+  StagePlan plan;
+  plan.shape_only = config->build_empty();
+  plan.bounds =
+      pp_stage_bounds(plan.shape_only->layer_costs(), plan.shape_only->num_layers(), stages);
+  return plan;
+}
+
+std::string converted_line(models::InferenceWeights weights, const models::WeightConversion& c) {
+  if (weights == models::InferenceWeights::Stored) return "";
+  return "; --weights " + std::string(models::inference_weights_name(weights)) + ": " +
+         std::to_string(c.converted) + " of its matrices converted" +
+         (c.kept ? ", " + std::to_string(c.kept) + " GGUF-quantized kept" : "");
+}
+
+std::string gguf_share(const train::TpGgufLoaded& loaded) {
+  return "read " + std::to_string(loaded.bytes_read) + " of the file's " +
+         std::to_string(loaded.file_bytes) + " tensor bytes (its stage; " +
+         std::to_string(loaded.views) + " matrices as views of the mapped file, " +
+         std::to_string(loaded.copies) + " copied)";
+}
+
 // --tp with --pp: the stage's ranks split it by the tensor-parallel plan, each reading its share
-// of the stage's tensors (train/model_tp_load.h with a filter).
-PpRankModel load_tp_stage(const std::string& model, const dist::CommPtr& world, int tp,
-                          int microbatches, serve::PipelineStageModel::LogitsTo logits_to,
+// of the stage's tensors (train/model_tp_load.h or, for a GGUF file, model_tp_load_gguf.h, with a
+// filter).
+PpRankModel load_tp_stage(const std::string& model, models::InferenceWeights weights,
+                          const dist::CommPtr& world, int tp, int microbatches,
+                          serve::PipelineStageModel::LogitsTo logits_to,
                           const std::function<void(const std::string&)>& note) {
   TESSEL_CHECK(world->size() % tp == 0, "pipeline stages: ", world->size(), " ranks for --tp ", tp);
   PpRankModel out;
@@ -98,44 +124,50 @@ PpRankModel load_tp_stage(const std::string& model, const dist::CommPtr& world, 
   // ranks run its blocks together.
   dist::CommPtr pipe = world->split(out.tp_index, out.stage, "pp");
   dist::CommPtr group = world->split(out.stage, out.tp_index, "tp");
-  const std::filesystem::path config_path = std::filesystem::path(model) / "config.json";
-  const models::ConfigPtr config = models::load_model_config(config_path.string());
-  std::shared_ptr<models::CausalLM> shape_only = config->build_empty();
-  const std::vector<int64_t> bounds =
-      pp_stage_bounds(shape_only->layer_costs(), shape_only->num_layers(), stages);
-  train::TpLoadedModel loaded =
-      train::load_model_tp(model, group, note, stage_parameters(shape_only, bounds, out.stage));
-  out.values_read = loaded.values_read;
-  std::shared_ptr<train::ModelTensorParallel> share = loaded.tp;
+  const StagePlan plan = plan_stages(models::load_model_source_config(model), stages);
+  const auto mine = stage_parameters(plan.shape_only, plan.bounds, out.stage);
+  std::shared_ptr<models::CausalLM> share_model;
+  std::shared_ptr<train::ModelTensorParallel> share;
+  if (models::is_gguf_model(model)) {
+    train::TpGgufLoaded loaded = train::load_gguf_model_tp(model, group, note, mine);
+    out.bytes_read = loaded.bytes_read;
+    out.share = gguf_share(loaded);
+    share_model = std::move(loaded.model);
+    share = std::move(loaded.tp);
+  } else {
+    train::TpLoadedModel loaded = train::load_model_tp(model, group, note, mine);
+    out.values_read = loaded.values_read;
+    out.share = "read " + std::to_string(loaded.values_read) + " weight values (its stage)";
+    share_model = std::move(loaded.model);
+    share = std::move(loaded.tp);
+  }
+  out.share += converted_line(
+      weights, train::convert_inference_weights_tp(*share_model, *share, weights, mine));
   out.model = std::make_shared<serve::PipelineStageModel>(
-      loaded.model, pipe, bounds, microbatches, logits_to,
+      share_model, pipe, plan.bounds, microbatches, logits_to,
       [share](const Tensor& local) { return train::model_tp_full_logits(*share, local); });
   out.model->eval();
   return out;
 }
 
-}  // namespace
-
-PpRankModel load_pp_rank_model(const std::string& model, const dist::CommPtr& world, int tp,
-                               int microbatches, serve::PipelineStageModel::LogitsTo logits_to,
-                               const std::function<void(const std::string&)>& note) {
-  if (tp > 1) return load_tp_stage(model, world, tp, microbatches, logits_to, note);
-  const std::filesystem::path config_path = std::filesystem::path(model) / "config.json";
-  TESSEL_CHECK(std::filesystem::exists(config_path), "load model: ", config_path.string(),
-               " not found");
-  const models::ConfigPtr config = models::load_model_config(config_path.string());
-  // Built without values: the other stages' tensors are allocated but never touched, so they
-  // never become resident; this stage's are filled from the files below.
-  std::shared_ptr<models::CausalLM> whole = config->build_empty();
-  const int64_t blocks = whole->num_layers();
-  const std::vector<int64_t> bounds = pp_stage_bounds(whole->layer_costs(), blocks, world->size());
+// One rank per stage: the whole model's shape with only this stage's tensors read.
+std::shared_ptr<models::CausalLM> load_stage_tensors(
+    const std::string& model, const StagePlan& plan,
+    const std::function<bool(const std::string&)>& mine, PpRankModel& out) {
+  if (models::is_gguf_model(model)) {
+    train::TpGgufLoaded loaded = train::load_gguf_model_tp(model, nullptr, {}, mine);
+    out.bytes_read = loaded.bytes_read;
+    out.share = gguf_share(loaded);
+    return loaded.model;
+  }
+  // The plan's model, built without values: the other stages' tensors are allocated but never
+  // touched, so they never become resident; this stage's are filled from the files below.
+  std::shared_ptr<models::CausalLM> whole = plan.shape_only;
+  const models::ModelConfig& config = whole->model_config();
   auto checkpoint = std::make_shared<const io::SafetensorsCheckpoint>(
       io::SafetensorsCheckpoint::open(model, io::SafetensorsLoad::Read));
   const train::RegionSource regions =
-      train::safetensors_region_source(checkpoint, config->family().hf_layout(*whole, *checkpoint));
-  const auto mine = stage_parameters(whole, bounds, world->rank());
-  PpRankModel out;
-  out.stage = world->rank();
+      train::safetensors_region_source(checkpoint, config.family().hf_layout(*whole, *checkpoint));
   autograd::NoGradGuard no_grad;
   for (const auto& [name, param] : whole->named_parameters()) {
     if (!mine(name)) continue;
@@ -146,9 +178,30 @@ PpRankModel load_pp_rank_model(const std::string& model, const dist::CommPtr& wo
     if (!direct) param.detach().copy_from(flat.reshape(param.shape()));
     out.values_read += param.numel();
   }
+  out.share = "read " + std::to_string(out.values_read) + " weight values (its stage)";
   whole->eval();
-  out.model =
-      std::make_shared<serve::PipelineStageModel>(whole, world, bounds, microbatches, logits_to);
+  return whole;
+}
+
+}  // namespace
+
+PpRankModel load_pp_rank_model(const std::string& model, models::InferenceWeights weights,
+                               const dist::CommPtr& world, int tp, int microbatches,
+                               serve::PipelineStageModel::LogitsTo logits_to,
+                               const std::function<void(const std::string&)>& note) {
+  if (tp > 1) return load_tp_stage(model, weights, world, tp, microbatches, logits_to, note);
+  TESSEL_CHECK(models::is_gguf_model(model) ||
+                   std::filesystem::exists(std::filesystem::path(model) / "config.json"),
+               "load model: ", (std::filesystem::path(model) / "config.json").string(),
+               " not found");
+  const StagePlan plan = plan_stages(models::load_model_source_config(model), world->size());
+  const auto mine = stage_parameters(plan.shape_only, plan.bounds, world->rank());
+  PpRankModel out;
+  out.stage = world->rank();
+  std::shared_ptr<models::CausalLM> whole = load_stage_tensors(model, plan, mine, out);
+  out.share += converted_line(weights, models::convert_inference_weights(*whole, weights, {}, mine));
+  out.model = std::make_shared<serve::PipelineStageModel>(whole, world, plan.bounds, microbatches,
+                                                          logits_to);
   out.model->eval();
   return out;
 }

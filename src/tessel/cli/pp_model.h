@@ -7,8 +7,12 @@
 // train/model_tp_load.h does for tensor-parallel shares. With --tp T too, the job's P x T ranks
 // form P stages of T ranks (world rank = stage * T + tp index): each stage is split by the
 // family's tensor-parallel plan among its ranks, and each rank reads its share of its stage's
-// tensors only. GGUF files and `--weights` conversions are refused with one line (not supported
-// with stages).
+// tensors only. A GGUF file is read the same way through the family's GGUF layout
+// (train/model_tp_load_gguf.h with the stage's filter): each rank maps the file and touches only
+// its stage's tensors, quantized matrices kept as their blocks (the one-process GGUF kernels), and
+// with --tp its share of them. `--weights int8|bf16|f16` converts each stage's own layers after
+// loading, as one process converts all of them (each row alike, so the result equals one
+// process's).
 #pragma once
 
 #include <cstdint>
@@ -24,15 +28,17 @@ namespace tessel::cli {
 
 struct PpRankModel {
   std::shared_ptr<serve::PipelineStageModel> model;  // in eval mode
-  int64_t values_read = 0;                           // weight values this rank read from the files
+  int64_t values_read = 0;  // weight values this rank read from safetensors files
+  int64_t bytes_read = 0;   // tensor bytes this rank read from a GGUF file
   int stage = 0, tp_index = 0;
+  // What this rank read (and converted), for its log line: "read 1234 weight values (its stage)".
+  std::string share;
 };
 
-// Refuses what --pp does not support, before any weight is read: a GGUF file, --weights other
-// than stored, fewer blocks than stages, a model the --tp plan cannot split, microbatches < 1.
-// `what` names the command.
-void check_pp_request(const std::string& model, models::InferenceWeights weights, int tp, int pp,
-                      int microbatches, const std::string& what);
+// Refuses what --pp does not support, before any weight is read: fewer blocks than stages, a
+// model the --tp plan cannot split, microbatches < 1. `what` names the command.
+void check_pp_request(const std::string& model, int tp, int pp, int microbatches,
+                      const std::string& what);
 
 // The stage bounds of `blocks` blocks over `stages` ranks for a model whose pipeline layers cost
 // `layer_costs` (embedding, blocks..., head): stages + 1 entries, see PipelineStageModel.
@@ -41,8 +47,9 @@ std::vector<int64_t> pp_stage_bounds(const std::vector<double>& layer_costs, int
 
 // Collective over `world` (of pp x tp ranks; rank r runs stage r / tp). `note` receives the
 // tensor-parallel plan's one-line notices.
-PpRankModel load_pp_rank_model(const std::string& model, const dist::CommPtr& world, int tp,
-                               int microbatches, serve::PipelineStageModel::LogitsTo logits_to,
+PpRankModel load_pp_rank_model(const std::string& model, models::InferenceWeights weights,
+                               const dist::CommPtr& world, int tp, int microbatches,
+                               serve::PipelineStageModel::LogitsTo logits_to,
                                const std::function<void(const std::string&)>& note = {});
 
 }  // namespace tessel::cli

@@ -100,15 +100,14 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
   }
   if (args.pp > 1) {
     const int microbatches = args.pp_microbatches;
-    PpRankModel loaded = load_pp_rank_model(args.model, world, args.tp, microbatches,
+    PpRankModel loaded = load_pp_rank_model(args.model, weights, world, args.tp, microbatches,
                                             serve::PipelineStageModel::LogitsTo::kFirstRank,
                                             [&](const std::string& line) {
                                               if (world->rank() == 0)
                                                 log(LogLevel::Info, "serve: ", line);
                                             });
     log(LogLevel::Info, "serve: pipeline rank ", world->rank(), " runs blocks [",
-        loaded.model->first_block(), ", ", loaded.model->last_block(), ") and read ",
-        loaded.values_read, " weight values (its stage)");
+        loaded.model->first_block(), ", ", loaded.model->last_block(), ") and ", loaded.share);
     if (world->rank() == 0)
       log(LogLevel::Info, "serve: ", args.pp, " pipeline stages of ", args.tp,
           " tensor-parallel ranks, up to ", microbatches, " micro-batches per step");
@@ -142,7 +141,7 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
 // --tp and --pp: the job's size and the model's shape are checked before any weight is read. A
 // model the plan cannot split (or --pp cannot take) fails identically on every rank; only rank 0
 // reports it (the others wait to be ended by its abort), so the job prints one error.
-dist::CommPtr start_tensor_parallel(const ServeArgs& args, models::InferenceWeights weights) {
+dist::CommPtr start_tensor_parallel(const ServeArgs& args) {
   TESSEL_CHECK(args.tp >= 1 && args.pp >= 1, "serve: --tp ", args.tp, " and --pp ", args.pp,
                " must be >= 1");
   const int ranks = args.tp * args.pp;
@@ -152,12 +151,12 @@ dist::CommPtr start_tensor_parallel(const ServeArgs& args, models::InferenceWeig
                launch.size, " (", launch.describe(), "); start it with mpirun -np ", ranks,
                " tessel serve ", flag, " ", ranks);
   if (ranks == 1) {
-    check_pp_request(args.model, weights, args.tp, args.pp, args.pp_microbatches, "serve");
+    check_pp_request(args.model, args.tp, args.pp, args.pp_microbatches, "serve");
     return nullptr;
   }
   dist::CommPtr world = dist::init_world();
   try {
-    check_pp_request(args.model, weights, args.tp, args.pp, args.pp_microbatches, "serve");
+    check_pp_request(args.model, args.tp, args.pp, args.pp_microbatches, "serve");
     if (args.pp == 1) (void)models::load_model_source_config(args.model)->tensor_parallel(args.tp);
   } catch (const Error&) {
     if (world->rank() != 0) world->barrier();  // never completes: rank 0 ends the job
@@ -216,7 +215,7 @@ void run_serve(const ServeArgs& args) {
                " is not supported; give one of them");
   const dist::CommPtr world = args.ep > 1
                                   ? start_expert_parallel(args.model, args.ep, args.tp, "serve")
-                                  : start_tensor_parallel(args, weights);
+                                  : start_tensor_parallel(args);
   if (world && world->rank() != 0) return run_follower(args, weights, world);
 
   // SIGINT/SIGTERM start the drain below; a client that closes its socket mid-write must not
