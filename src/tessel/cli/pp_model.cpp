@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/core/error.h"
@@ -63,20 +64,24 @@ std::vector<int64_t> pp_stage_bounds(const std::vector<double>& layer_costs, int
 namespace {
 
 // The parameters stage `stage` of `stages` reads: its blocks', the embedding with the first stage,
-// the final norm and the head (and a tied head's matrix) with the last.
-std::function<bool(const std::string&)> stage_parameters(std::shared_ptr<models::CausalLM> whole,
+// the final norm and the head (and a tied head's matrix) with the last. Named up front, so the
+// shape-only model asked can be dropped (its address space) before the stage is loaded.
+std::function<bool(const std::string&)> stage_parameters(const models::CausalLM& whole,
                                                          const std::vector<int64_t>& bounds,
                                                          int stage) {
-  const int64_t blocks = whole->num_layers();
+  const int64_t blocks = whole.num_layers();
   const int64_t first = bounds[size_t(stage)], last = bounds[size_t(stage) + 1];
   const bool first_stage = stage == 0, last_stage = stage + 2 == int(bounds.size());
-  const std::vector<std::string> tied = whole->head_tied_parameters();
-  return [=](const std::string& name) {
-    const int64_t layer = whole->layer_of_parameter(name);  // 0 embedding, l + 1 block l
-    return (layer == 0 && first_stage) || (layer == blocks + 1 && last_stage) ||
-           (layer >= first + 1 && layer <= last) ||
-           (last_stage && std::find(tied.begin(), tied.end(), name) != tied.end());
-  };
+  const std::vector<std::string> tied = whole.head_tied_parameters();
+  auto names = std::make_shared<std::set<std::string>>();
+  for (const auto& [name, param] : whole.named_parameters()) {
+    const int64_t layer = whole.layer_of_parameter(name);  // 0 embedding, l + 1 block l
+    if ((layer == 0 && first_stage) || (layer == blocks + 1 && last_stage) ||
+        (layer >= first + 1 && layer <= last) ||
+        (last_stage && std::find(tied.begin(), tied.end(), name) != tied.end()))
+      names->insert(name);
+  }
+  return [names](const std::string& name) { return names->count(name) > 0; };
 }
 
 // The stage bounds of the job's `stages` stages for the model `config` describes, and a model of
@@ -124,8 +129,9 @@ PpRankModel load_tp_stage(const std::string& model, models::InferenceWeights wei
   // ranks run its blocks together.
   dist::CommPtr pipe = world->split(out.tp_index, out.stage, "pp");
   dist::CommPtr group = world->split(out.stage, out.tp_index, "tp");
-  const StagePlan plan = plan_stages(models::load_model_source_config(model), stages);
-  const auto mine = stage_parameters(plan.shape_only, plan.bounds, out.stage);
+  StagePlan plan = plan_stages(models::load_model_source_config(model), stages);
+  const auto mine = stage_parameters(*plan.shape_only, plan.bounds, out.stage);
+  plan.shape_only.reset();
   std::shared_ptr<models::CausalLM> share_model;
   std::shared_ptr<train::ModelTensorParallel> share;
   if (models::is_gguf_model(model)) {
@@ -152,9 +158,10 @@ PpRankModel load_tp_stage(const std::string& model, models::InferenceWeights wei
 
 // One rank per stage: the whole model's shape with only this stage's tensors read.
 std::shared_ptr<models::CausalLM> load_stage_tensors(
-    const std::string& model, const StagePlan& plan,
+    const std::string& model, StagePlan& plan,
     const std::function<bool(const std::string&)>& mine, PpRankModel& out) {
   if (models::is_gguf_model(model)) {
+    plan.shape_only.reset();  // the loader builds its own
     train::TpGgufLoaded loaded = train::load_gguf_model_tp(model, nullptr, {}, mine);
     out.bytes_read = loaded.bytes_read;
     out.share = gguf_share(loaded);
@@ -194,8 +201,8 @@ PpRankModel load_pp_rank_model(const std::string& model, models::InferenceWeight
                    std::filesystem::exists(std::filesystem::path(model) / "config.json"),
                "load model: ", (std::filesystem::path(model) / "config.json").string(),
                " not found");
-  const StagePlan plan = plan_stages(models::load_model_source_config(model), world->size());
-  const auto mine = stage_parameters(plan.shape_only, plan.bounds, world->rank());
+  StagePlan plan = plan_stages(models::load_model_source_config(model), world->size());
+  const auto mine = stage_parameters(*plan.shape_only, plan.bounds, world->rank());
   PpRankModel out;
   out.stage = world->rank();
   std::shared_ptr<models::CausalLM> whole = load_stage_tensors(model, plan, mine, out);
