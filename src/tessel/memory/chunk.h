@@ -46,6 +46,9 @@ struct Chunk {
   Tier tier = Tier::None;  // where the bytes are (for a pending read: where they will be)
   int64_t nvme_slot = -1;
   bool nvme_valid = false;  // the NVMe slot holds the current contents
+  // Writes of this chunk to NVMe so far (start-up's included): one per time its contents
+  // changed (a ReadWrite access) and then left memory; a clean eviction writes nothing.
+  int64_t nvme_writes = 0;
 
   // An NVMe transfer in flight: a read into `pending_buffer` (from `pending_tier`'s pool) or a
   // write from the storage's bytes.

@@ -199,6 +199,7 @@ IoTicket ChunkManager::fill_and_place(Chunk& c, const std::vector<const Pending*
     write = nvme_->write(c.nvme_slot, buf);  // seal() waits for it before it returns
     c.nvme_valid = true;
     c.storage->rebind(nullptr, host_);
+    ++c.nvme_writes;
     ++stats_.nvme_writes;
     stats_.bytes_written += cb;
   }

@@ -37,12 +37,13 @@ struct AccessTrace {
 };
 
 struct MemoryStats {
-  int64_t nvme_reads = 0;      // chunk reads from NVMe (demand + prefetch)
-  int64_t demand_reads = 0;    // reads issued by the access that needed them
-  int64_t prefetch_reads = 0;  // reads issued ahead of use
-  int64_t nvme_writes = 0;     // chunk writes to NVMe
-  int64_t io_waits = 0;        // accesses that found their chunk's I/O still in flight
-  int64_t host_to_device = 0;  // chunk copies between the memory tiers
+  int64_t nvme_reads = 0;       // chunk reads from NVMe (demand + prefetch)
+  int64_t demand_reads = 0;     // reads issued by the access that needed them
+  int64_t prefetch_reads = 0;   // reads issued ahead of use
+  int64_t nvme_writes = 0;      // chunk writes to NVMe
+  int64_t clean_evictions = 0;  // evictions to NVMe that wrote nothing: the slot held the bytes
+  int64_t io_waits = 0;         // accesses that found their chunk's I/O still in flight
+  int64_t host_to_device = 0;   // chunk copies between the memory tiers
   int64_t device_to_host = 0;
   size_t bytes_read = 0;
   size_t bytes_written = 0;

@@ -130,14 +130,17 @@ void ChunkManager::evict(Chunk& c) {
 
 void ChunkManager::write_to_nvme(Chunk& c) {
   if (c.nvme_valid && c.nvme_slot >= 0) {
-    // Clean: the slot already holds these bytes.
+    // Clean: the slot already holds these bytes (written at start-up or after the last
+    // ReadWrite access, and only read since), so the memory copy is dropped, not written.
     c.storage->release();
     c.tier = Tier::Nvme;
+    ++stats_.clean_evictions;
     return;
   }
   if (c.nvme_slot < 0) c.nvme_slot = take_nvme_slot(c.id);
   c.ticket = nvme_->write(c.nvme_slot, c.storage->data());
   c.io = Chunk::Io::Writing;
+  ++c.nvme_writes;
   ++stats_.nvme_writes;
   stats_.bytes_written += config_.chunk_bytes;
 }

@@ -89,7 +89,7 @@ OffloadStrategy::OffloadStrategy(OffloadSetup setup)
         has_copies_ = true;
       }
       chunks_->add(s.param, "param");
-      chunks_->add(s.grad, "grad");
+      chunks_->add(s.grad, kGradGroup);
       chunks_->add(s.exp_avg, "adam_m");
       chunks_->add(s.exp_avg_sq, "adam_v");
     }
@@ -244,11 +244,13 @@ void OffloadStrategy::on_backward(size_t k) {
   Unit& u = units_[k];
   if (u.in_backward) return;
   u.backward_held = low_ ? &u.copy_state_chunks : &u.state_chunks;
-  // The copies' chunks are only read (their gradients go into the masters' gradient chunks), so
-  // their NVMe copies stay valid and evicting them writes nothing.
+  // Backward only reads the parameters (f32 masters or 16-bit copies) and accumulates into the
+  // gradient chunks: only those are written. A parameter chunk's NVMe copy (from start-up, a
+  // load or its last update) stays valid, so evicting it after backward writes nothing; only
+  // the optimizer's update and loads make a parameter chunk dirty.
   for (int id : *u.backward_held)
     chunks_->access(
-        id, chunks_->chunk(id).group == kCopyGroup ? AccessMode::Read : AccessMode::ReadWrite);
+        id, chunks_->chunk(id).group == kGradGroup ? AccessMode::ReadWrite : AccessMode::Read);
   u.in_backward = true;
   u.pending_grads = int64_t(u.params);
 }

@@ -28,6 +28,8 @@ namespace tessel::train {
 
 // The chunk list of the 16-bit compute copies under mixed precision.
 inline constexpr const char* kCopyGroup = "param16";
+// The gradients' chunk list: the only chunks a backward writes.
+inline constexpr const char* kGradGroup = "grad";
 
 struct OffloadSetup {
   memory::MemoryConfig memory;
