@@ -8,7 +8,8 @@ ep and expert-dp groups of that stage. The model, data and checks are train.ep_e
 GPT-2-MoE whose two blocks are MoE, one per stage, capacity drops): every step's loss within 1e-5
 (relative), the same per-layer loads and drops (each layer's figures come from its own stage), the
 same mean auxiliary loss, the final parameters within 1e-5, and under ep the step's all-to-all
-bytes over every rank of every stage as docs/MOE.md's formula. Layouts: pp 2 GPipe (np 2); ep 2 x pp 2
+bytes over every rank of every stage as docs/MOE.md's formula and its calls over the stages of one
+replica as without pp. Layouts: pp 2 GPipe (np 2); ep 2 x pp 2
 GPipe and 1F1B (np 4: dp 2); ep 2 x pp 2 1F1B with ZeRO-3 (the experts' units over their expert
 group inside each stage). A checkpoint of ep 2 x pp 2 resumes on one rank and continues the
 trajectory.
@@ -39,16 +40,23 @@ def check_aux(ref_dir, dir_, what):
     return worst
 
 
-def check_all_to_all_bytes(dir_, dp, what):
+def check_all_to_all(dir_, dp, what):
     """docs/MOE.md's formula summed over every rank of every stage: each MoE layer runs on one
     stage, whose dp ranks each exchange 8 E bytes of counts per micro-batch, and every kept row
-    crosses in the dispatch and combine forward and backward (4 x 4 bytes x n_embd)."""
+    crosses in the dispatch and combine forward and backward (4 x 4 bytes x n_embd). The calls are
+    one data-parallel replica's over every stage: 5 per MoE layer and micro-batch, as without pp
+    (rank 0's own count would miss the layers of the other stage)."""
     for r in step_records(dir_):
         kept = sum(sum(e["tokens_per_expert"]) for e in r["experts"])
         want = dp * MICRO_BATCHES * LAYERS * 8 * EXPERTS + 16 * EMBD * kept
         if r["all_to_all_bytes"] != want:
             fail(f"{what}: step {r['step']} all-to-all bytes {r['all_to_all_bytes']} (all ranks, "
                  f"all stages); the formula gives {want} ({kept} kept rows)")
+        calls = 5 * MICRO_BATCHES * LAYERS
+        if r["all_to_all_calls"] != calls:
+            fail(f"{what}: step {r['step']} reports {r['all_to_all_calls']} all-to-all calls; one "
+                 f"replica makes {calls} (5 x {MICRO_BATCHES} micro-batches x {LAYERS} MoE layers "
+                 "over its stages)")
 
 
 def main():
@@ -86,7 +94,7 @@ def main():
         drops = check_routing(ref, d, what)
         aux = check_aux(ref, d, what)
         if flags:
-            check_all_to_all_bytes(d, ranks // 2, what)
+            check_all_to_all(d, ranks // 2, what)
         worst_p, name, worst_t = compare_params(final_params(ref, STEPS), final_params(d, STEPS), what)
         print(f"{what}: {STEPS}-step losses within {worst:.1e} of one rank, the same routing "
               f"({drops} pairs dropped in all), auxiliary losses within {aux:.1e}, final "
