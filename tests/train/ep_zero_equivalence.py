@@ -21,7 +21,14 @@ bf16's: every loss within 1e-3 (relative; a quarter of bf16's unit roundoff) and
 parameters nearer to one rank's bf16 run than half the distance between one rank's bf16 and f32
 runs (a wrongly scaled or missing gradient moves them farther than the precision does).
 
-Usage: ep_zero_equivalence.py TESSEL MPIRUN WORKDIR [bf16]
+With `fp16`, the same layouts and bounds at train.precision=fp16 with dynamic loss scaling, from
+an initial scale of 2^18 that the gradients overflow and a window of 4 clean steps (so a doubled
+scale overflows again mid-run): every step's overflow, skip, loss scale and overflow count must be
+one rank's, some steps must be skipped and some not, and every step up to the first update (the
+initial weights) must equal one rank's exactly. A step that overflowed on one rank but was taken
+on another would change the scales and skips of the following steps.
+
+Usage: ep_zero_equivalence.py TESSEL MPIRUN WORKDIR [bf16|fp16]
 """
 import os
 import sys
@@ -54,44 +61,70 @@ def relative_distance(pa, pb):
     return (diff2 / sum(sum(u * u for u in x) for x in pa.values())) ** 0.5
 
 
-def check_bf16(tessel, mpi, work, common, refs, env):
-    """REFS are one rank at bf16; the module docstring gives the bounds."""
+def check_loss_scaling(a, b, what):
+    """fp16: every step's overflow, skip and loss scale as one rank's; returns the skips."""
+    for x, y in zip(a, b, strict=True):
+        for key in ("overflow", "skipped", "loss_scale", "overflow_total"):
+            if x[key] != y[key]:
+                fail(f"{what}: step {x['step']} {key} {y[key]!r} vs one rank's {x[key]!r}")
+    skips = sum(x["overflow"] for x in a)
+    if skips == 0 or skips == len(a):
+        fail(f"{what}: {skips} of {len(a)} steps overflowed; the test needs some of each")
+    return skips
+
+
+def check_low_precision(tessel, mpi, work, common, refs, env, precision):
+    """REFS are one rank at PRECISION; the module docstring gives the bounds."""
     for ranks, ep, stage in ((2, 2, 0), (4, 2, 2), (4, 2, 3)):
-        what = f"np {ranks} --ep {ep} ZeRO-{stage} bf16"
+        what = f"np {ranks} --ep {ep} ZeRO-{stage} {precision}"
         ref = refs[ranks]
         f32 = os.path.join(work, f"one_rank_accum{ranks}_f32")
         if not os.path.isdir(f32):
             run([tessel] + common(f32, [f"train.grad_accum={ranks}", "train.precision=fp32"]),
                 env=env)
-        d = os.path.join(work, f"np{ranks}_ep{ep}_zero{stage}_bf16")
+        d = os.path.join(work, f"np{ranks}_ep{ep}_zero{stage}_{precision}")
         run(mpi + ["-np", str(ranks), tessel] + common(d, [f"parallel.zero_stage={stage}"]) +
             ["--ep", str(ep)], env=env)
         a, b = step_records(ref), step_records(d)
         if len(a) != STEPS or len(b) != STEPS:
             fail(f"{what}: {len(b)} step records, one rank {len(a)}, expected {STEPS}")
-        if a[0]["loss"] != b[0]["loss"] or a[0]["experts"] != b[0]["experts"]:
-            fail(f"{what}: step 1 (the same weights) differs from one rank: loss {b[0]['loss']!r} vs "
-                 f"{a[0]['loss']!r}, experts {b[0]['experts']} vs {a[0]['experts']}")
+        skips = check_loss_scaling(a, b, what) if precision == "fp16" else 0
+        # Until the first update every step runs on the initial weights.
+        same = next(i for i, x in enumerate(a) if not x["skipped"]) + 1
+        for x, y in zip(a[:same], b[:same]):
+            if x["loss"] != y["loss"] or x["experts"] != y["experts"]:
+                fail(f"{what}: step {x['step']} (the initial weights) differs from one rank: loss "
+                     f"{y['loss']!r} vs {x['loss']!r}, experts {y['experts']} vs {x['experts']}")
         worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
         if worst > 1e-3:
-            fail(f"{what}: a loss differs from one rank's bf16 run by {worst:.2e} (relative) > 1e-3")
+            fail(f"{what}: a loss differs from one rank's {precision} run by {worst:.2e} "
+                 "(relative) > 1e-3")
         pr = final_params(ref, STEPS)
         dist, gap = relative_distance(pr, final_params(d, STEPS)), relative_distance(final_params(f32, STEPS), pr)
         if dist > 0.5 * gap:
-            fail(f"{what}: final parameters {dist:.2e} from one rank's bf16 run, more than half "
-                 f"the {gap:.2e} between one rank's bf16 and f32 runs")
-        print(f"{what}: step 1 equal to one rank's bf16 run (loss and routing), {STEPS}-step "
-              f"losses within {worst:.1e}, final parameters {dist:.1e} from it (bf16 vs f32: {gap:.1e})")
+            fail(f"{what}: final parameters {dist:.2e} from one rank's {precision} run, more than "
+                 f"half the {gap:.2e} between one rank's {precision} and f32 runs")
+        scaling = (f"{skips} overflow skips and every loss scale as one rank's, "
+                   if precision == "fp16" else "")
+        print(f"{what}: steps 1-{same} equal to one rank's {precision} run (loss and routing), "
+              f"{scaling}{STEPS}-step losses within {worst:.1e}, final parameters {dist:.1e} "
+              f"from it ({precision} vs f32: {gap:.1e})")
 
 
 def main():
     tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
-    bf16 = len(sys.argv) > 4 and sys.argv[4] == "bf16"
+    low = sys.argv[4] if len(sys.argv) > 4 else None
+    if low not in (None, "bf16", "fp16"):
+        fail(f"precision argument {low!r}: expected bf16 or fp16")
     vocab = prepare_workdir(tessel, work)
     config = write_json(os.path.join(work, "config.json"), moe_config(vocab))
     env = single_thread_env()
     mpi = mpi_prefix(mpirun)
-    precision = ["train.precision=bf16"] if bf16 else []  # a later fp32 in `extra` wins
+    # A later fp32 in `extra` wins. fp16 starts at a loss scale its gradients overflow (2^18), so
+    # the first steps are skipped while the scale halves, and doubles again every 4 clean steps.
+    precision = [f"train.precision={low}"] if low else []
+    if low == "fp16":
+        precision += [f"train.loss_scale_init={2 ** 18}", "train.loss_scale_window=4"]
 
     def common(d, extra=()):
         return ["train"] + train_sets(config, os.path.join(work, "data"), STEPS, seq_len=SEQ,
@@ -103,8 +136,8 @@ def main():
     for accum in (2, 4):
         refs[accum] = os.path.join(work, f"one_rank_accum{accum}")
         run([tessel] + common(refs[accum], [f"train.grad_accum={accum}"]), env=env)
-    if bf16:
-        check_bf16(tessel, mpi, work, common, refs, env)
+    if low:
+        check_low_precision(tessel, mpi, work, common, refs, env, low)
         return
 
     layouts = [(2, 2, 1), (4, 2, 1), (4, 2, 2), (4, 4, 2)]

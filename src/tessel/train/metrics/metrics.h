@@ -113,8 +113,9 @@ struct StepRecord {
   std::vector<ExpertLoadRecord> experts;
   // The planner's prediction for this layout, when the run was given one.
   std::optional<PlanPrediction> predicted;
-  // Expert parallelism (--ep): the all-to-all calls this rank issued on the ep axis during the
-  // step (the counts' exchange, dispatch and combine, forward and backward), and the bytes of the
+  // Expert parallelism (--ep): the all-to-all calls one data-parallel replica issued on the ep
+  // axis during the step (the counts' exchange, dispatch and combine, forward and backward; under
+  // pp summed over the stages, so every MoE layer counts on every layout), and the bytes of the
   // tensors every rank gave them, summed over the ranks.
   bool expert_parallel = false;
   int64_t all_to_all_calls = 0, all_to_all_bytes = 0;

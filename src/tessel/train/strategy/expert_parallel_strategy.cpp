@@ -133,13 +133,23 @@ void ExpertParallelStrategy::record(StepRecord& r) {
     ++r.all_to_all_calls;
     if (rec.has_tensor) bytes += double(rec.shape.numel() * int64_t(dtype_size(rec.dtype)));
   }
-  // Summed over every rank (the ep group, then the groups, then the stages), as the expert loads
-  // are.
+  // The bytes are summed over every rank (the ep group, then the groups, then the stages), as the
+  // expert loads are. The calls are one data-parallel replica's over the whole model: every rank
+  // of a stage issues the same exchanges, and each MoE layer exchanges on its own stage only, so
+  // the stages' counts add (rank 0's alone would count its stage's layers only under pp).
   Tensor t = from_data(std::vector<double>{bytes}, Shape{1});
   ep_->all_reduce(t);
   if (ep_dp_) ep_dp_->all_reduce(t);
-  if (pp_) pp_->all_reduce(t);
-  r.all_to_all_bytes = int64_t(t.to_vector<double>()[0]);
+  bytes = t.to_vector<double>()[0];
+  double calls = double(r.all_to_all_calls);
+  if (pp_) {
+    Tensor both = from_data(std::vector<double>{bytes, calls}, Shape{2});
+    pp_->all_reduce(both);
+    bytes = both.to_vector<double>()[0];
+    calls = both.to_vector<double>()[1];
+  }
+  r.all_to_all_bytes = int64_t(bytes);
+  r.all_to_all_calls = int64_t(calls);
 }
 
 sharding::LocalLayout ExpertParallelStrategy::placement(const std::string& param,

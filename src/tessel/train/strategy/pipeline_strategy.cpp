@@ -14,12 +14,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
 #include "tessel/autograd/meta.h"
 #include "tessel/io/mapped_file.h"
+#include "tessel/nn/moe.h"
 #include "tessel/parallel/pipeline/printer.h"
 #include "tessel/parallel/pipeline/simulator.h"
 #include "tessel/parallel/tensor/vocab_parallel.h"
@@ -53,7 +55,14 @@ PipelineStrategy::PipelineStrategy(models::CausalLM& model, const TrainLayout& l
     owner_[name] = schedule.owner(stages_->stage_of_parameter(name));
   tied_ = model_.head_tied_parameters();
   {
-    // The modules that hold this rank's parameters (and the tied ones its head multiplies with).
+    // The modules that hold this rank's parameters (and the tied ones its head multiplies with),
+    // as roots of the 16-bit copies. A parameter inside an MoE layer is covered by the layer
+    // itself, never by its router alone: a LowPrecisionScope rooted at the layer keeps the router
+    // f32 (moe.cpp), one rooted at the router's Linear would cast it, and routing would then
+    // differ from one process's.
+    std::map<std::string, nn::MoE*> moe_layers;
+    for (auto& [path, module] : model_.named_modules())
+      if (auto* moe = dynamic_cast<nn::MoE*>(module)) moe_layers[path + "."] = moe;
     std::set<nn::Module*> seen;
     const bool holds_head =
         schedule.owner(stages_->partition().num_stages() - 1) == layout_.pp_rank();
@@ -62,6 +71,8 @@ PipelineStrategy::PipelineStrategy(models::CausalLM& model, const TrainLayout& l
           holds_head && std::find(tied_.begin(), tied_.end(), name) != tied_.end();
       if (owner_.at(name) != layout_.pp_rank() && !head_uses) continue;
       nn::Module* m = owner_module(model_, name);
+      for (const auto& [prefix, moe] : moe_layers)
+        if (name.compare(0, prefix.size(), prefix) == 0) m = moe;
       if (seen.insert(m).second) modules_.push_back(m);
     }
   }

@@ -71,7 +71,9 @@ bool PrecisionStrategy::skip_update(StepRecord& r, bool local_nonfinite) {
   r.grad_norm /= step_scale_;
   // The global norm carries most overflows to every rank already, but not all: a tp rank other
   // than 0 leaves its replicated parameters out of the norm. The flag, agreed over every axis,
-  // makes one rank's non-finite gradient skip the step on all of them.
+  // makes one rank's non-finite gradient skip the step on all of them. Under --ep the ep and
+  // expert-dp groups lie inside dp, so dp's max covers them: the norm is summed over one ep group
+  // only (without ZeRO), and an inf in one rank's experts reaches the other groups by the flag.
   bool bad_grads = !std::isfinite(r.grad_norm) || local_nonfinite;
   const TrainLayout& l = setup_.layout;
   if (l.dp || l.tp || l.pp) {
