@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Evaluation loss in chunks of positions: a causal LM's head is per token (final norm, then the
 // vocabulary projection), so its logits can be made and consumed a few positions at a time after
-// one pass through the blocks, the way memory-efficient trainers chunk the output layer's
-// cross-entropy. For GPT-2 124M at 1024 tokens the whole [1, 1024, 50257] f32 logits are 196 MiB;
-// one 166-position chunk is 32 MiB (kLossChunkBytes).
+// one pass through the blocks: the chunked output-layer cross-entropy of Liger Kernel's fused
+// linear cross-entropy (Hsu et al., 2024), without its gradient, which evaluation does not need.
+// For GPT-2 124M at 1024 tokens the whole [1, 1024, 50257] f32 logits are 196 MiB; one
+// 166-position chunk is 32 MiB (kLossChunkBytes).
 #include <algorithm>
 
 #include "tessel/autograd/grad_mode.h"
