@@ -30,10 +30,24 @@ of each tensor's size put the 147 MiB embedding beside the weights (one process'
 peak - F1 = 1.59 W); mapping the file and building the whole model before the cut gave each tp
 rank a VmPeak of 1248 MiB (724 MiB above the tiny run against a bound of 242). Now: 369 MiB at one
 process, 189 and 206 MiB per rank, VmPeak 680 and 697 MiB. Greedy ids at tp 2 must equal one
-process's. No timings.
+process's.
+
+`tessel eval` on one 1024-token window (a byte-level text of 1025 bytes) holds the weights and
+one chunk of logits at a time (CausalLM::eval_loss, at most 32 MiB of f32 per chunk), not the
+window's whole [1024, 50257] logits (196 MiB). Its model has GPT-2's vocabulary and context on a
+narrow trunk (128 wide, 4 heads, 2 blocks: W_e = 26.6 MiB), so the logits dominate; against the
+tiny model's eval (F_e):
+
+    peak(eval) - F_e  <=  1.15 W_e + 32 MiB (a chunk) + A + 32 MiB   (110.5 MiB)
+
+with A = 16 MiB, the forward's widest activations at 1024 tokens (4 heads' [1024, 1024] f32
+attention scores, were they held whole; the MLP's [1024, 512] is 2 MiB). Measured: 72.1 MiB above
+the tiny run; before the change the whole logits and the loss's temporaries put it at 235 MiB.
+No timings.
 Usage: inference_memory.py TESSEL MPIEXEC WORKDIR
 """
 import json
+import math
 import os
 import re
 import shutil
@@ -45,6 +59,8 @@ from serve_http_common import write_hf_model  # noqa: E402
 from serve_tp_http import stored_values  # noqa: E402
 
 MIB = 1 << 20
+EVAL_CHUNK = 32 * MIB  # models::kLossChunkBytes
+EVAL_ACTIVATIONS = 16 * MIB
 PROMPT = "5,9,12,40,77,3,101,250,7"
 LINE = re.compile(r"rank (\d+) peak RSS ([0-9.]+) MiB \(VmHWM\), peak address space ([0-9.]+) MiB")
 
@@ -67,6 +83,24 @@ def one_process(tessel, model, env):
              "--ignore-eos", "--format", "json"], env)
     out = json.loads(r.stdout)
     return out["generated_ids"], out["peak_rss_bytes"], out["peak_vm_bytes"]
+
+
+def eval_peak(tessel, model, text, env):
+    """(mean cross-entropy, VmHWM bytes) of one-process `tessel eval` on `text`."""
+    out = json.loads(run([tessel, "eval", "-m", model, "--text", text], env).stdout)
+    return out["mean_cross_entropy"], out["peak_rss_bytes"]
+
+
+def eval_text(path):
+    """1025 bytes of ASCII: one 1024-token window under the byte-level tokenizer."""
+    words = ["memory", "scales", "with", "the", "chunk", "not", "sequence", "logits", "once"]
+    text, i = "", 0
+    while len(text) < 1025:
+        text += f"{words[i % len(words)]} {i} "
+        i += 1
+    with open(path, "w") as f:
+        f.write(text[:1025])
+    return path
 
 
 def tp2(tessel, mpiexec, model, env):
@@ -130,6 +164,21 @@ def main():
                 fail(f"rank {r}: peak address space {vm / MIB:.1f} MiB - tiny {base_vm / MIB:.1f} "
                      f"MiB exceeds 1.15 x its {held / MIB:.1f} MiB + 64 MiB: more than its share "
                      "was allocated or mapped")
+        # Evaluation: GPT-2's vocabulary and context on a narrow trunk, so the logits dominate.
+        wide = write_hf_model(tessel, work, "eval", dict(shape, vocab_size=50257, n_embd=128,
+                                                          n_head=4, n_layer=2, n_positions=1024), 5)
+        we = 4 * stored_values(wide)
+        text = eval_text(os.path.join(work, "eval.txt"))
+        _, fe = eval_peak(tessel, tiny, text, env)
+        loss, peak_e = eval_peak(tessel, wide, text, env)
+        bound = 1.15 * we + EVAL_CHUNK + EVAL_ACTIVATIONS + 32 * MIB
+        print(f"eval, one 1024-token window, W {we / MIB:.1f} MiB: VmHWM {peak_e / MIB:.1f} MiB (tiny {fe / MIB:.1f}), "
+              f"{(peak_e - fe) / MIB:.1f} MiB above the tiny run against {bound / MIB:.1f} MiB; "
+              f"loss {loss:.4f}")
+        if not math.isfinite(loss) or peak_e - fe > bound:
+            fail(f"eval: peak RSS {peak_e / MIB:.1f} MiB - tiny {fe / MIB:.1f} MiB exceeds 1.15 x "
+                 f"{we / MIB:.1f} MiB + one 32 MiB chunk of logits + {EVAL_ACTIVATIONS // MIB} MiB "
+                 f"of activations + 32 MiB (loss {loss}): the window's whole logits were held?")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // GPT-2 under tensor and sequence parallelism on thread worlds of 2 and 4 ranks, against one
-// process: logits, loss, gathered gradients and the gradient norm (relative error <= 1e-5), greedy
+// process: logits, loss (and the chunked evaluation loss), gathered gradients and the gradient norm (relative error <= 1e-5), greedy
 // generation ids, per-rank parameter bytes, the shipped plan file equal to the built-in one, and
 // refusals (heads not divisible by tp, bad plans). A vocabulary of 37 is padded on both sizes and
 // a sequence of 13 splits unevenly.
@@ -111,6 +111,11 @@ TEST_P(Gpt2TpWorld, EqualsOneProcess) {
       Tensor logits = model_tp_full_logits(info, m->forward(c.ids));
       const double e = rel_err(logits.to_vector<double>(), want.logits);
       checks.expect(e <= kTol, at + ": logits relative error " + std::to_string(e));
+      // Evaluation in chunks of 5 positions (5, 5, 3): each chunk's vocab-parallel mean weighted
+      // by its tokens, the one-process loss to within the same reordering.
+      const double ev = model_tp_eval_loss(*m, info, c.ids, c.targets, 5).item();
+      const double ee = std::abs(ev - want.loss) / std::abs(want.loss);
+      checks.expect(ee <= kTol, at + ": chunked eval loss relative error " + std::to_string(ee));
     }
     Tensor loss = model_tp_loss(*m, info, c.ids, c.targets);
     const double el = std::abs(loss.item() - want.loss) / std::abs(want.loss);

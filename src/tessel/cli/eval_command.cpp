@@ -4,7 +4,8 @@
 // window predicts its next tokens, so every token but the first is predicted exactly once, and
 // the last, shorter window is included. With --weights int8|bf16|f16 the model is scored as
 // stored, converted (models/inference_weights.h) and scored again: the JSON line carries both
-// perplexities and the change.
+// perplexities and the change. The head runs on chunks of positions (CausalLM::eval_loss), so
+// the whole window's logits never exist at once.
 // The process's peak resident set and address space end it (cli/peak_memory.h).
 #include <chrono>
 #include <cmath>
@@ -91,8 +92,9 @@ void run_eval(const EvalArgs& args) {
       const int64_t len = std::min(context, n - 1 - s);
       std::vector<int32_t> ids(tokens.begin() + s, tokens.begin() + s + len);
       std::vector<int32_t> targets(tokens.begin() + s + 1, tokens.begin() + s + len + 1);
+      // One chunk of positions' logits at a time (kLossChunkBytes), the same value as loss().
       const Tensor loss =
-          model->loss(from_data(ids, Shape{1, len}), from_data(targets, Shape{1, len}));
+          model->eval_loss(from_data(ids, Shape{1, len}), from_data(targets, Shape{1, len}));
       total += loss.item() * double(len);
       ++windows;
     }

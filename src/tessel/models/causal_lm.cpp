@@ -14,7 +14,7 @@
 
 namespace tessel::models {
 
-Tensor CausalLM::forward_layers(const Tensor& ids) {
+Tensor CausalLM::trunk(const Tensor& ids) {
   TESSEL_CHECK(ids.ndim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
                type_name(), ".forward: ids ", ids.shape(), " ", dtype_name(ids.dtype()),
                " expected i32/i64 [B, T]");
@@ -23,7 +23,11 @@ Tensor CausalLM::forward_layers(const Tensor& ids) {
                " outside [1, max_positions = ", limit, "]");
   Tensor x = embed(ids);
   for (int64_t i = 0; i < num_layers(); ++i) x = block(i, x);
-  return head(x);
+  return x;
+}
+
+Tensor CausalLM::forward_layers(const Tensor& ids) {
+  return head(trunk(ids));
 }
 
 Tensor CausalLM::forward(const Tensor& ids) {

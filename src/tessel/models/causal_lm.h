@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -104,6 +105,12 @@ struct ExpertLayerStats {
   nn::MoEStats stats;
 };
 
+// The bound on one chunk of evaluation logits, counted as f32: 32 MiB, so a GPT-2 sequence of
+// 1024 tokens (50257 columns, 196 MiB of f32 logits at once) is scored 166 positions at a time.
+inline constexpr int64_t kLossChunkBytes = int64_t(32) << 20;
+// Positions per chunk for `batch` rows of `vocab` columns under kLossChunkBytes (at least 1).
+int64_t loss_chunk_positions(int64_t batch, int64_t vocab);
+
 class CausalLM : public nn::Module {
  public:
   using nn::Module::Module;
@@ -116,6 +123,15 @@ class CausalLM : public nn::Module {
   Tensor forward(const Tensor& ids);
   // Mean cross-entropy of forward(ids) against targets [B, T] (entries -100 are ignored).
   Tensor loss(const Tensor& ids, const Tensor& targets);
+
+  // Evaluation without the [B, T, V] logits (causal_lm_eval_loss.cpp): the embedding and blocks
+  // run once, the head on `positions` positions at a time (0: loss_chunk_positions(B, V)), so at
+  // most one chunk's logits exist. Inference only: an Error while gradients are recorded.
+  // for_each_logits_chunk hands each chunk's logits [B, c, V'] and its first position to `each`;
+  // eval_loss equals loss() bit for bit (the same per-token losses, reduced as loss() reduces).
+  void for_each_logits_chunk(const Tensor& ids, int64_t positions,
+                             const std::function<void(const Tensor& logits, int64_t first)>& each);
+  Tensor eval_loss(const Tensor& ids, const Tensor& targets, int64_t positions = 0);
 
   // Pipeline layering (see the file comment). embed: ids [B, T] -> hidden [B, T, C]; block:
   // hidden -> hidden; head: hidden -> logits [B, T, V'] (V' is the local vocabulary under tensor
@@ -173,6 +189,8 @@ class CausalLM : public nn::Module {
   static Tensor select_tokens(const Tensor& hidden, const Tensor& rows);
 
  private:
+  // ids checked, then embed and the blocks: the hidden states the head takes.
+  Tensor trunk(const Tensor& ids);
   Tensor forward_layers(const Tensor& ids);
   int64_t dump_count_ = 0;
 };

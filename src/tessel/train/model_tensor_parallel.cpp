@@ -86,6 +86,27 @@ Tensor model_tp_loss(models::CausalLM& model, const ModelTensorParallel& tp, con
                                                 tp.vocab_offset);
 }
 
+Tensor model_tp_eval_loss(models::CausalLM& model, const ModelTensorParallel& tp, const Tensor& ids,
+                          const Tensor& targets, int64_t positions) {
+  if (tp.sequence_parallel) return model_tp_loss(model, tp, ids, targets);
+  TESSEL_CHECK(targets.shape() == ids.shape(), "tensor-parallel eval loss: targets ",
+               targets.shape(), " expected the shape of ids ", ids.shape());
+  double total = 0;
+  int64_t counted = 0;
+  model.for_each_logits_chunk(ids, positions, [&](const Tensor& logits, int64_t first) {
+    const Tensor tgt = targets.slice(1, first, first + logits.size(1));
+    int64_t here = 0;
+    for (int64_t v : tgt.to_vector<int64_t>()) here += v != -100;
+    // Every rank holds the same targets, so all take part in the collective or none does.
+    if (here == 0) return;
+    const Tensor mean =
+        parallel::vocab_parallel_cross_entropy(logits, tgt, *tp.tp, tp.vocab, tp.vocab_offset);
+    total += mean.item() * double(here);
+    counted += here;
+  });
+  return full({}, counted > 0 ? total / double(counted) : std::nan(""));
+}
+
 Tensor model_tp_full_logits(const ModelTensorParallel& tp, const Tensor& local) {
   autograd::NoGradGuard no_grad;
   const int last = int(local.ndim() - 1);

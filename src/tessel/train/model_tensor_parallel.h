@@ -48,6 +48,14 @@ ModelTensorParallel parallelize_model(models::CausalLM& model, dist::CommPtr tp,
 // vocab-split logits. Collective over tp.
 Tensor model_tp_loss(models::CausalLM& model, const ModelTensorParallel& tp, const Tensor& ids,
                      const Tensor& targets);
+// The same for evaluation (inference only), holding one chunk of positions' logits at a time
+// (CausalLM::for_each_logits_chunk): each chunk's vocab-parallel mean (an f32 scalar), weighted by
+// its counted targets and summed in double, so it equals model_tp_loss to within f32 rounding of
+// the chunks' means, not bit for bit. Under sequence parallelism the head needs the whole
+// sequence: model_tp_loss itself.
+// `positions` as in CausalLM::eval_loss (0: the byte bound).
+Tensor model_tp_eval_loss(models::CausalLM& model, const ModelTensorParallel& tp, const Tensor& ids,
+                          const Tensor& targets, int64_t positions = 0);
 
 // Incremental decoding cannot split its one new token per step over the ranks: while this lives,
 // sequence parallelism is paused and the model runs as plain tensor parallelism.

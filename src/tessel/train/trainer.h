@@ -175,6 +175,8 @@ class Trainer {
   memory::MemoryConfig offload_memory_config() const;
   // The loss of one micro-batch (the vocab-parallel one under tp).
   Tensor compute_loss(const Tensor& ids, const Tensor& targets);
+  // The same for evaluation, one chunk of positions' logits at a time (CausalLM::eval_loss).
+  Tensor compute_eval_loss(const Tensor& ids, const Tensor& targets);
   // What the axes hold, for checkpoints, evaluation and the sample (null where absent).
   parallel::DataParallel* ddp() const { return data_ ? &data_->ddp() : nullptr; }
   parallel::Zero3Parameters* zero3() const { return data_ ? data_->zero3() : nullptr; }

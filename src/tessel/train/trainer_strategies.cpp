@@ -287,6 +287,11 @@ Tensor Trainer::compute_loss(const Tensor& ids, const Tensor& targets) {
   return tensor_ ? tensor_->loss(ids, targets) : model_->loss(ids, targets);
 }
 
+Tensor Trainer::compute_eval_loss(const Tensor& ids, const Tensor& targets) {
+  if (const ModelTensorParallel* t = tp()) return model_tp_eval_loss(*model_, *t, ids, targets);
+  return model_->eval_loss(ids, targets);
+}
+
 NamedTensors Trainer::trainable_parameters() const {
   return pipeline_ ? pipeline_->trainable_parameters() : model_->named_parameters();
 }
