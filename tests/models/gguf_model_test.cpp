@@ -16,6 +16,7 @@
 #include <map>
 
 #include "common/error_text.h"
+#include "common/tokenizer_test_util.h"
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/models/generation.h"
 #include "tessel/models/gpt2/gpt2.h"
@@ -191,6 +192,27 @@ TEST_F(GgufModel, Gpt2KeysAndNamesFollowTheSpec) {
   EXPECT_EQ(f.info("blk.0.attn_norm.bias").type, io::ggml::kF32);
   EXPECT_EQ(f.info("position_embd.weight").dims, (std::vector<uint64_t>{16, 64}));
   EXPECT_TRUE(gguf_same_bytes(f, "output.weight", "token_embd.weight"));
+}
+
+TEST_F(GgufModel, TokenListIsPaddedToTheVocabulary) {
+  // A tokenizer of 262 tokens in a model of 269 rows: GGUF readers (llama.cpp) take the vocabulary
+  // from the token list and refuse a token_embd of another height, so the list is padded.
+  GPT2Config c = tiny_gpt2();
+  c.vocab_size = 269;
+  c.bos_token_id = c.eos_token_id = 261;
+  Generator gen(7);
+  auto model = c.build_random(gen);
+  const io::Tokenizer tok(io::small_config());
+  ASSERT_LT(tok.vocab_size(), c.vocab_size);
+  save_gguf_model(*model, path("p.gguf"), {"q8_0", "tiny", &tok});
+  io::GgufFile f = io::GgufFile::open(path("p.gguf"));
+  const auto& tokens = f.metadata().at("tokenizer.ggml.tokens", "").as_array("");
+  ASSERT_EQ(tokens.size(), size_t(c.vocab_size));
+  EXPECT_EQ(f.info("token_embd.weight").dims[1], uint64_t(c.vocab_size));
+  const size_t n = size_t(tok.vocab_size());
+  EXPECT_EQ(tokens[n - 1].as_string(""), tok.token(int32_t(n - 1)));
+  EXPECT_EQ(tokens[n].as_string(""), "[PAD" + std::to_string(n) + "]");
+  EXPECT_EQ(tokens.back().as_string(""), "[PAD268]");
 }
 
 TEST_F(GgufModel, LlamaQkRowsAreStoredInterleaved) {

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "tessel/core/error.h"
+#include "tessel/io/gguf_vocab_pad.h"
 #include "tessel/kernels/quant/dequantize.h"
 #include "tessel/kernels/quant/quant_format.h"
 #include "tessel/kernels/quant/quantize.h"
@@ -246,6 +247,8 @@ void save_gguf_model(const CausalLM& model, const std::string& path,
   if (auto id = config.eos_id())
     metadata.set("tokenizer.ggml.eos_token_id", io::GgufValue::of_u32(uint32_t(*id)));
   if (options.tokenizer) options.tokenizer->to_gguf(metadata);
+  // GGUF readers size the vocabulary by the token list: one placeholder per extra embedding row.
+  io::pad_gguf_vocabulary(metadata, config.vocabulary_size());
 
   if (type.quantized)
     metadata.set("general.quantization_version", io::GgufValue::of_u32(kGgufQuantizationVersion));
