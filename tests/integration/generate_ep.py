@@ -19,7 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_http_common import write_hf_model  # noqa: E402
-from serve_tp_http import stored_values  # noqa: E402
+from serve_http_common import stored_values  # noqa: E402
 
 PROMPT = "5,9,12,40,77,3,101,250,7,7,7,64,33"
 

@@ -22,8 +22,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_http_common import (byte_vocab, completion, concurrent_completions,  # noqa: E402
-                               generate_greedy, start_server, write_hf_model)
-from serve_tp_http import children, rank_of  # noqa: E402
+                               generate_greedy, mpi_ranks, start_server, stop_mpi_job,
+                               write_hf_model)
 
 PROMPT = "5,9,12,40,77,3,101,250,7,19,64,2,33"
 
@@ -111,17 +111,7 @@ def serve_matches(tessel, mpirun, gguf, env):
                 fail(f"{p!r}: server {texts[i]!r} != one-process generate {expected[i]!r}")
         if completion(url, prompts[1], 9) != expected[1]:
             fail("a repeated prompt (prefix-cache hit) gave other text")
-        ranks = {rank_of(c): c for c in children(server.pid)}
-        if set(ranks) != {0, 1}:
-            fail(f"expected ranks 0 and 1 under mpirun, found {ranks}")
-        os.kill(ranks[0], signal.SIGTERM)
-        try:
-            code = server.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            fail("the job did not end within 90 s of SIGTERM to rank 0")
-        err = server.stderr.read()
-        if code != 0:
-            fail(f"the job exited {code} after SIGTERM to rank 0: {err[-3000:]}")
+        err = stop_mpi_job(server, mpi_ranks(server, 2, fail), fail)
         if set(shares(err)) != {0, 1}:
             fail(f"serve: expected both ranks to say what they read: {err[-2000:]}")
     finally:

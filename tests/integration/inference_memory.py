@@ -55,8 +55,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_http_common import write_hf_model  # noqa: E402
-from serve_tp_http import stored_values  # noqa: E402
+from serve_http_common import stored_values, write_hf_model  # noqa: E402
 
 MIB = 1 << 20
 EVAL_CHUNK = 32 * MIB  # models::kLossChunkBytes

@@ -24,8 +24,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from generate_ep import GPT2_MOE, mixtral  # noqa: E402
-from serve_http_common import generate_greedy, start_server, write_hf_model  # noqa: E402
-from serve_tp_http import children, rank_of  # noqa: E402
+from serve_http_common import (generate_greedy, mpi_ranks, start_server, stop_mpi_job,  # noqa: E402
+                               write_hf_model)
 
 PROMPTS = ["The sea", "Once upon a time, there", "abc abc abc abc abc abc abc abc x",
            "Experts, experts everywhere"]
@@ -110,15 +110,9 @@ def check_family(tessel, mpirun, env, model):
                 worst = max(worst, abs(a - b))
         if worst > 1e-5:
             fail(f"{name}: token logprobs differ from one process by up to {worst:.3g}")
-        ranks = {rank_of(c): c for c in children(server.pid)}
-        if set(ranks) != {0, 1}:
-            fail(f"{name}: expected ranks 0 and 1 under mpirun, found {ranks}")
-        err = stop(server, ranks[0], name)
+        err = stop_mpi_job(server, mpi_ranks(server, 2, fail, name), fail, name)
         if "expert-parallel rank 1 stopped" not in err:
             fail(f"{name}: rank 1 did not report its stop: {err[-2000:]}")
-        left = [p for p in ranks.values() if os.path.exists(f"/proc/{p}")]
-        if left:
-            fail(f"{name}: processes {left} still exist after the job ended")
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)

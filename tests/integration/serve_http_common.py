@@ -2,11 +2,12 @@
 """What the loopback `tessel serve` tests share: a random Hugging Face-layout model with GPT-2's
 byte-level tokenizer written by `tessel init`, greedy references from `tessel generate`, a server
 started on a free port (its URL read from the "ready at" line), and greedy completions sent to it
-concurrently."""
+concurrently; the processes of an mpirun job by rank, and its stop by SIGTERM to rank 0."""
 import json
 import os
 import re
 import signal
+import struct
 import subprocess
 import threading
 import time
@@ -95,3 +96,72 @@ def concurrent_completions(url, prompts, tokens):
     for t in threads:
         t.join()
     return texts
+
+
+def stored_values(model):
+    # Elements of every tensor in the directory's safetensors file(s), from their JSON headers.
+    total = 0
+    for name in os.listdir(model):
+        if not name.endswith(".safetensors"):
+            continue
+        with open(os.path.join(model, name), "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size))
+        for key, entry in header.items():
+            if key != "__metadata__":
+                n = 1
+                for d in entry["shape"]:
+                    n *= d
+                total += n
+    return total
+
+
+def children(pid):
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                out.append(int(entry))
+        except OSError:
+            continue
+    return out
+
+
+def rank_of(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for item in f.read().split(b"\0"):
+                if item.startswith(b"OMPI_COMM_WORLD_RANK="):
+                    return int(item.split(b"=", 1)[1])
+    except OSError:
+        pass
+    return None
+
+
+def mpi_ranks(server, count, fail, name="serve"):
+    """The job's processes under mpirun by their world rank; exactly ranks 0..count-1."""
+    ranks = {rank_of(c): c for c in children(server.pid)}
+    if set(ranks) != set(range(count)):
+        fail(f"{name}: expected ranks 0..{count - 1} under mpirun, found {ranks}")
+    return ranks
+
+
+def stop_mpi_job(server, ranks, fail, name="serve"):
+    """SIGTERM to rank 0 alone: the job must drain and end with exit 0 within 90 s, leaving no
+    process of it behind. Returns the job's stderr."""
+    os.kill(ranks[0], signal.SIGTERM)
+    try:
+        code = server.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        fail(f"{name}: the job did not end within 90 s of SIGTERM to rank 0")
+    err = server.stderr.read()
+    if code != 0:
+        fail(f"{name}: the job exited {code} after SIGTERM to rank 0: {err[-3000:]}")
+    left = [p for p in ranks.values() if os.path.exists(f"/proc/{p}")]
+    if left:
+        fail(f"{name}: processes {left} still exist after the job ended")
+    return err

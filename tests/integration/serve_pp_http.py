@@ -24,8 +24,8 @@ import threading
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_http_common import start_server, write_hf_model  # noqa: E402
-from serve_tp_http import children, rank_of, stored_values  # noqa: E402
+from serve_http_common import (mpi_ranks, start_server, stop_mpi_job, stored_values,  # noqa: E402
+                               write_hf_model)
 
 PROMPTS = ["The sea", "Once upon a time, there", "abc abc abc abc abc abc abc abc x", "Q",
            "tessel serves stages"]
@@ -114,17 +114,7 @@ def two_stages(tessel, mpiexec, env, model, microbatches, want, tp=1):
                      f"{want[i]!r}")
         if not same(completion(url, PROMPTS[1]), want[1], tp):
             fail(f"M={microbatches}: a repeated prompt (prefix-cache hit) gave another answer")
-        ranks = {rank_of(c): c for c in children(server.pid)}
-        if set(ranks) != set(range(2 * tp)):
-            fail(f"expected ranks 0..{2 * tp - 1} under mpirun, found {ranks}")
-        os.kill(ranks[0], signal.SIGTERM)
-        try:
-            code = server.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            fail("the job did not end within 90 s of SIGTERM to rank 0")
-        err = server.stderr.read()
-        if code != 0:
-            fail(f"the job exited {code} after SIGTERM to rank 0: {err[-3000:]}")
+        err = stop_mpi_job(server, mpi_ranks(server, 2 * tp, fail), fail)
         stop = re.search(r"pipeline rank 1 stopped after (\d+) steps \((\d+) micro-batches\)",
                          err)
         if not stop:
@@ -140,9 +130,6 @@ def two_stages(tessel, mpiexec, env, model, microbatches, want, tp=1):
                 sum(read.values()) < whole:
             fail(f"ranks read {read} weight values of the file's {whole}: each should read only "
                  f"its stage, and together all of it: {err[-2000:]}")
-        left = [p for p in ranks.values() if os.path.exists(f"/proc/{p}")]
-        if left:
-            fail(f"processes {left} still exist after the job ended")
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)

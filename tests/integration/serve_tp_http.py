@@ -11,9 +11,7 @@ read, each fewer than the file holds, together at least all of them. Also: a mod
 cannot be split over 2 ranks is refused with one error message and a non-zero exit.
 Usage: serve_tp_http.py TESSEL MPIEXEC WORKDIR
 """
-import json
 import os
-import struct
 import re
 import shutil
 import signal
@@ -22,7 +20,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_http_common import (completion, concurrent_completions, generate_greedy,  # noqa: E402
-                               start_server, write_hf_model)
+                               mpi_ranks, start_server, stored_values, stop_mpi_job,
+                               write_hf_model)
 
 
 def fail(message):
@@ -47,50 +46,6 @@ def write_model(tessel, work, name, heads, family="gpt2"):
     return write_hf_model(tessel, work, name, config, 3)
 
 
-def stored_values(model):
-    # Elements of every tensor in the directory's safetensors file(s), from their JSON headers.
-    total = 0
-    for name in os.listdir(model):
-        if not name.endswith(".safetensors"):
-            continue
-        with open(os.path.join(model, name), "rb") as f:
-            (size,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(size))
-        for key, entry in header.items():
-            if key != "__metadata__":
-                n = 1
-                for d in entry["shape"]:
-                    n *= d
-                total += n
-    return total
-
-
-def children(pid):
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid:
-                out.append(int(entry))
-        except OSError:
-            continue
-    return out
-
-
-def rank_of(pid):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            for item in f.read().split(b"\0"):
-                if item.startswith(b"OMPI_COMM_WORLD_RANK="):
-                    return int(item.split(b"=", 1)[1])
-    except OSError:
-        pass
-    return None
-
-
 def serve_and_compare(tessel, mpirun, env, model):
     """Completions from the two-rank server equal one-rank generate; SIGTERM ends the job 0."""
     prompts = ["The sea", "Once upon a time, there", "abc abc abc abc abc abc abc abc x"]
@@ -108,17 +63,8 @@ def serve_and_compare(tessel, mpirun, env, model):
         if completion(url, prompts[1], 9) != expected[1]:
             fail("a repeated prompt (prefix-cache hit) gave other text")
 
-        ranks = {rank_of(c): c for c in children(server.pid)}
-        if set(ranks) != {0, 1}:
-            fail(f"expected ranks 0 and 1 under mpirun, found {ranks}")
-        os.kill(ranks[0], signal.SIGTERM)
-        try:
-            code = server.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            fail("the job did not end within 90 s of SIGTERM to rank 0")
-        err = server.stderr.read()
-        if code != 0:
-            fail(f"the job exited {code} after SIGTERM to rank 0: {err[-3000:]}")
+        ranks = mpi_ranks(server, 2, fail)
+        err = stop_mpi_job(server, ranks, fail)
         if "tensor-parallel rank 1 stopped" not in err:
             fail(f"rank 1 did not report its stop: {err[-2000:]}")
         read = {int(r): int(n) for r, n in
@@ -129,9 +75,6 @@ def serve_and_compare(tessel, mpirun, env, model):
         if any(n >= whole for n in read.values()) or sum(read.values()) < whole:
             fail(f"ranks read {read} weight values of the file's {whole}: each should read "
                  "only its share, and together all of it")
-        left = [p for p in ranks.values() if os.path.exists(f"/proc/{p}")]
-        if left:
-            fail(f"processes {left} still exist after the job ended")
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
