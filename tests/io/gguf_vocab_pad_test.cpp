@@ -14,8 +14,9 @@
 namespace tessel::io {
 namespace {
 
-const std::vector<std::string> kTexts = {"the cat in a hat!", "  two  spaces ", "he\xC3\xA9!", "",
-                                         "x[PAD5]y[PAD270]", "abc<|endoftext|>the"};
+const std::vector<std::string> kTexts = {"the cat in a hat!", "  two  spaces ",
+                                         "he\xC3\xA9!",       "",
+                                         "x[PAD5]y[PAD270]",  "abc<|endoftext|>the"};
 
 Tokenizer byte_level() {
   TokenizerConfig c = small_config();
@@ -33,7 +34,8 @@ Tokenizer sentencepiece() {
   m.normalizer.present = true;
   m.normalizer.name = "identity";
   m.normalizer.remove_extra_whitespaces = false;
-  m.pieces = {{"<unk>", 0, Type::kUnknown}, {"<s>", 0, Type::kControl}, {"</s>", 0, Type::kControl}};
+  m.pieces = {
+      {"<unk>", 0, Type::kUnknown}, {"<s>", 0, Type::kControl}, {"</s>", 0, Type::kControl}};
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof name, "<0x%02X>", b);

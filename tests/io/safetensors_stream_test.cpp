@@ -103,7 +103,8 @@ bool is_mapped(const fs::path& path) {
   std::ifstream maps("/proc/self/maps");
   const std::string name = fs::canonical(path).string();
   for (std::string line; std::getline(maps, line);)
-    if (line.size() >= name.size() && line.compare(line.size() - name.size(), name.size(), name) == 0)
+    if (line.size() >= name.size() &&
+        line.compare(line.size() - name.size(), name.size(), name) == 0)
       return true;
   return false;
 }
@@ -137,9 +138,9 @@ TEST(SafetensorsStream, ReadModeMapsNothingAndLoadsInto) {
     for (const auto& [name, t] : tensors) {
       // Into tensors that already exist, as stored and widened: the same bytes as the mapped
       // load, written where the tensor's memory is.
-      const std::vector<DType> wants =
-          dtype_is_float(t.dtype()) ? std::vector<DType>{t.dtype(), DType::F64}
-                                    : std::vector<DType>{t.dtype(), DType::I64};
+      const std::vector<DType> wants = dtype_is_float(t.dtype())
+                                           ? std::vector<DType>{t.dtype(), DType::F64}
+                                           : std::vector<DType>{t.dtype(), DType::I64};
       for (const DType want : wants) {
         for (const SafetensorsFile* f : {&read, &mapped}) {
           const Tensor dst = zeros(t.shape(), want);
@@ -160,11 +161,13 @@ TEST(SafetensorsStream, ReadModeMapsNothingAndLoadsInto) {
       EXPECT_EQ(std::memcmp(part.data_ptr(), whole.data<float>() + first, part.nbytes()), 0)
           << "first " << first;
     }
-    EXPECT_NE(error_of([&] { read.load_into("big", zeros({33}), 999'971); })
-                  .find("elements [999971, 1000004) of tensor 'big'"),
+    EXPECT_NE(error_of([&] {
+                read.load_into("big", zeros({33}), 999'971);
+              }).find("elements [999971, 1000004) of tensor 'big'"),
               std::string::npos);
-    EXPECT_NE(error_of([&] { read.load_into("w", zeros({91}, DType::I32)); })
-                  .find("converting it to i32 is not supported"),
+    EXPECT_NE(error_of([&] {
+                read.load_into("w", zeros({91}, DType::I32));
+              }).find("converting it to i32 is not supported"),
               std::string::npos)
         << error_of([&] { read.load_into("w", zeros({91}, DType::I32)); });
   }

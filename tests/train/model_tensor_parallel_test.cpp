@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // GPT-2 under tensor and sequence parallelism on thread worlds of 2 and 4 ranks, against one
-// process: logits, loss (and the chunked evaluation loss), gathered gradients and the gradient norm (relative error <= 1e-5), greedy
-// generation ids, per-rank parameter bytes, the shipped plan file equal to the built-in one, and
-// refusals (heads not divisible by tp, bad plans). A vocabulary of 37 is padded on both sizes and
-// a sequence of 13 splits unevenly.
+// process: logits, loss (and the chunked evaluation loss), gathered gradients and the gradient norm
+// (relative error <= 1e-5), greedy generation ids, per-rank parameter bytes, the shipped plan file
+// equal to the built-in one, and refusals (heads not divisible by tp, bad plans). A vocabulary of
+// 37 is padded on both sizes and a sequence of 13 splits unevenly.
 #include "tessel/train/model_tensor_parallel.h"
 
 #include <gtest/gtest.h>

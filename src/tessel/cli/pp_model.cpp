@@ -158,8 +158,8 @@ PpRankModel load_tp_stage(const std::string& model, models::InferenceWeights wei
 
 // One rank per stage: the whole model's shape with only this stage's tensors read.
 std::shared_ptr<models::CausalLM> load_stage_tensors(
-    const std::string& model, StagePlan& plan,
-    const std::function<bool(const std::string&)>& mine, PpRankModel& out) {
+    const std::string& model, StagePlan& plan, const std::function<bool(const std::string&)>& mine,
+    PpRankModel& out) {
   if (models::is_gguf_model(model)) {
     plan.shape_only.reset();  // the loader builds its own
     train::TpGgufLoaded loaded = train::load_gguf_model_tp(model, nullptr, {}, mine);
@@ -206,7 +206,8 @@ PpRankModel load_pp_rank_model(const std::string& model, models::InferenceWeight
   PpRankModel out;
   out.stage = world->rank();
   std::shared_ptr<models::CausalLM> whole = load_stage_tensors(model, plan, mine, out);
-  out.share += converted_line(weights, models::convert_inference_weights(*whole, weights, {}, mine));
+  out.share +=
+      converted_line(weights, models::convert_inference_weights(*whole, weights, {}, mine));
   out.model = std::make_shared<serve::PipelineStageModel>(whole, world, plan.bounds, microbatches,
                                                           logits_to);
   out.model->eval();

@@ -30,7 +30,8 @@ void pad_gguf_vocabulary(GgufMetadata& metadata, int64_t vocab_size) {
   TESSEL_CHECK(n <= vocab_size, "GGUF export: the tokenizer has ", n,
                " tokens, more than the model's vocabulary of ", vocab_size);
   if (n == vocab_size) return;
-  for (int64_t i = n; i < vocab_size; ++i) items.push_back(GgufValue::of_string(gguf_padding_token(i)));
+  for (int64_t i = n; i < vocab_size; ++i)
+    items.push_back(GgufValue::of_string(gguf_padding_token(i)));
   metadata.set(kTokens, GgufValue::of_array(GgufType::String, std::move(items)));
 
   if (const GgufValue* types = metadata.find(kTypes)) {

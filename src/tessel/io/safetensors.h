@@ -3,8 +3,9 @@
 // row-major tensors). The reader maps the file or reads it with pread (SafetensorsLoad) and
 // validates everything before trusting any size: header bound, JSON, dtype names, shape x dtype =
 // byte range, offsets inside the buffer, no overlaps or holes, no duplicate names. A mapped load
-// is zero-copy when the stored dtype is the one wanted; F16/BF16/F32/F64 convert on load. The writer follows the reference writer's layout
-// (tensors by descending alignment then name, header padded to 8 bytes) and writes atomically.
+// is zero-copy when the stored dtype is the one wanted; F16/BF16/F32/F64 convert on load. The
+// writer follows the reference writer's layout (tensors by descending alignment then name, header
+// padded to 8 bytes) and writes atomically.
 #pragma once
 
 #include <cstdint>

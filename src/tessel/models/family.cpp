@@ -175,10 +175,10 @@ void Family::load_hf(CausalLM& model, const io::SafetensorsCheckpoint& checkpoin
     for (int64_t k = 0; k < param.numel(); k += kCompareElements) {
       const Tensor part = empty({std::min(kCompareElements, param.numel() - k)}, param.dtype());
       checkpoint.load_into(stored, part, k);
-      TESSEL_CHECK(std::memcmp(part.data_ptr(), mine + size_t(k) * param.element_size(),
-                               part.nbytes()) == 0,
-                   "load ", this->name(), " checkpoint: ", stored, " differs from ", hf_name(name),
-                   " but tie_word_embeddings is true");
+      TESSEL_CHECK(
+          std::memcmp(part.data_ptr(), mine + size_t(k) * param.element_size(), part.nbytes()) == 0,
+          "load ", this->name(), " checkpoint: ", stored, " differs from ", hf_name(name),
+          " but tie_word_embeddings is true");
     }
   }
 }

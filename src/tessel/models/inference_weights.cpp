@@ -84,8 +84,7 @@ WeightConversion convert_inference_weights(CausalLM& model, InferenceWeights wei
   const QuantType type = quant_type_of(weights);
   std::set<const void*> seen;
   for (auto& [name, module] : model.named_modules()) {
-    const bool matrix =
-        dynamic_cast<nn::Linear*>(module) || dynamic_cast<nn::Embedding*>(module);
+    const bool matrix = dynamic_cast<nn::Linear*>(module) || dynamic_cast<nn::Embedding*>(module);
     if (matrix && keep && !keep(name + ".weight")) continue;
     if (auto* linear = dynamic_cast<nn::Linear*>(module)) {
       std::function<std::vector<float>()> amax;

@@ -46,8 +46,8 @@ using Int8RowAmax =
 // With `keep`, only the layers whose weight it accepts (by parameter name, "<layer>.weight") are
 // converted: a pipeline stage converts its own layers and leaves the others' untouched memory
 // alone (cli/pp_model.h).
-WeightConversion convert_inference_weights(CausalLM& model, InferenceWeights weights,
-                                           const Int8RowAmax& row_amax = {},
-                                           const std::function<bool(const std::string&)>& keep = {});
+WeightConversion convert_inference_weights(
+    CausalLM& model, InferenceWeights weights, const Int8RowAmax& row_amax = {},
+    const std::function<bool(const std::string&)>& keep = {});
 
 }  // namespace tessel::models

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // A GGUF file loaded straight into this rank's tensor-parallel share, its quantized matrices kept
-// as their blocks (the per-shard loading of model_tp_load.h, for the files llama.cpp's ecosystem
-// ships). The model is built without values and cut by the family's plan; each parameter is then
+// as their blocks (the per-shard loading of model_tp_load.h, for GGUF files). The model is built
+// without values and cut by the family's plan; each parameter is then
 // read from the memory-mapped file through the family's GGUF layout (Family::gguf_layout):
 //  - a column-parallel matrix (rows = output features; the vocab-split embedding, an untied LM
 //    head) keeps this rank's rows. GGUF stores a quantized row as whole blocks, so a run of
-//    consecutive rows is a zero-copy view of the mapping; reordered rows (LLaMA's q / k, stored in
-//    interleaved-RoPE order) and the vocabulary padding (zero blocks) are row copies;
+//    consecutive rows is a zero-copy view of the mapping; reordered rows (a family's rotary q / k,
+//    stored in interleaved-RoPE order) and the vocabulary padding (zero blocks) are row copies;
 //  - a row-parallel matrix (columns = input features) keeps this rank's blocks of every row, a
 //    copy. Its split must fall on a block boundary (32 weights for Q8_0 / Q4_0, 256 for the
 //    k-quants, 1 for F16 / BF16): a split inside a block is refused with one Error naming the

@@ -316,11 +316,10 @@ PieceReader::OpenFile& PieceReader::file(size_t index) {
   auto it = open_.find(index);
   if (it == open_.end()) {
     const std::string path = (fs::path(dir_) / files_[index]).string();
-    it =
-        open_
-            .emplace(index, OpenFile{io::SafetensorsFile::open(path, io::SafetensorsLoad::Read),
-                                     io::FileReader(path)})
-            .first;
+    it = open_
+             .emplace(index, OpenFile{io::SafetensorsFile::open(path, io::SafetensorsLoad::Read),
+                                      io::FileReader(path)})
+             .first;
   }
   return it->second;
 }
