@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "tessel/core/error.h"
 #include "tessel/models/decode_cache.h"
@@ -34,6 +35,21 @@ class StagedDecode {
   // `rows` names (i64 [R], row-major indices into B x T): [R, V]; without rows [B, T, V].
   virtual Tensor cached_head(const Tensor& hidden, const Tensor& rows) = 0;
 };
+
+// Checks a stage's arguments as forward_cached_layers states them: [first, last) within the
+// model's `total` blocks, ids i32/i64 [B, T] for the first stage, else hidden [B, T, width].
+// `who` names the family's method in the error.
+inline void check_stage_input(const char* who, int64_t first, int64_t last, int64_t total,
+                              const Tensor& input, int64_t width) {
+  TESSEL_CHECK(0 <= first && first <= last && last <= total, who, ": blocks [", first, ", ", last,
+               ") outside [0, ", total, "]");
+  const bool embeds = first == 0;
+  TESSEL_CHECK(
+      embeds ? input.ndim() == 2 && (input.dtype() == DType::I64 || input.dtype() == DType::I32)
+             : input.ndim() == 3 && input.size(2) == width,
+      who, ": input ", input.shape(), " ", dtype_name(input.dtype()), " expected ",
+      embeds ? std::string("ids i32/i64 [B, T]") : detail::concat("hidden [B, T, ", width, "]"));
+}
 
 // The cache layer of block `layer` for a stage running [first, last) of `total` blocks (see
 // forward_cached_layers); checks the cache's depth.

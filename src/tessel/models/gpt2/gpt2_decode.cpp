@@ -33,15 +33,8 @@ Tensor GPT2::forward_cached(const Tensor& ids, DecodeCache& cache, const Tensor&
 Tensor GPT2::forward_cached_layers(int64_t first, int64_t last, const Tensor& input,
                                    DecodeCache& cache) {
   const int64_t layers = config_.n_layer;
-  TESSEL_CHECK(0 <= first && first <= last && last <= layers,
-               "GPT2.forward_cached_layers: blocks [", first, ", ", last, ") outside [0, ", layers,
-               "]");
+  check_stage_input("GPT2.forward_cached_layers", first, last, layers, input, config_.n_embd);
   const bool embeds = first == 0;
-  TESSEL_CHECK(
-      embeds ? input.ndim() == 2 && (input.dtype() == DType::I64 || input.dtype() == DType::I32)
-             : input.ndim() == 3 && input.size(2) == config_.n_embd,
-      "GPT2.forward_cached_layers: input ", input.shape(), " ", dtype_name(input.dtype()),
-      " expected ", embeds ? "ids i32/i64 [B, T]" : "hidden [B, T, n_embd]");
   const int64_t b = input.size(0), t = input.size(1);
   const int64_t d = config_.n_embd / config_.n_head;
   // This rank's heads under tensor parallelism (c_attn split per head), else all of them.

@@ -34,15 +34,9 @@ Tensor Llama::forward_cached(const Tensor& ids, DecodeCache& cache, const Tensor
 Tensor Llama::forward_cached_layers(int64_t first, int64_t last, const Tensor& input,
                                     DecodeCache& cache) {
   const int64_t layers = config_.num_hidden_layers;
-  TESSEL_CHECK(0 <= first && first <= last && last <= layers,
-               "Llama.forward_cached_layers: blocks [", first, ", ", last, ") outside [0, ", layers,
-               "]");
+  check_stage_input("Llama.forward_cached_layers", first, last, layers, input,
+                    config_.hidden_size());
   const bool embeds = first == 0;
-  TESSEL_CHECK(
-      embeds ? input.ndim() == 2 && (input.dtype() == DType::I64 || input.dtype() == DType::I32)
-             : input.ndim() == 3 && input.size(2) == config_.hidden_size(),
-      "Llama.forward_cached_layers: input ", input.shape(), " ", dtype_name(input.dtype()),
-      " expected ", embeds ? "ids i32/i64 [B, T]" : "hidden [B, T, hidden_size]");
   const int64_t b = input.size(0), t = input.size(1);
   const int64_t d = config_.head_dim;
   const int64_t kv_heads = decoder_layers.empty() ? config_.num_key_value_heads
