@@ -18,14 +18,11 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gguf_tp_cli import quantize, write_model  # noqa: E402
-from serve_http_common import (concurrent_completions, generate_greedy, mpi_ranks,  # noqa: E402
-                               start_server, stop_mpi_job)
+from gguf_tp_cli import quantize, serve_matches, write_model  # noqa: E402
 
 PROMPT = "5,9,12,40,77,3,101,250,7,19,64,2,33"
 
@@ -87,29 +84,6 @@ def pp_matches(tessel, mpiexec, gguf, env, tp=1, extra=()):
           f"peak resident { peaks(err) }")
 
 
-def serve_matches(tessel, mpiexec, gguf, env):
-    prompts = ["The sea", "Once upon a time, there", "abc abc abc abc abc abc abc abc x"]
-    expected = generate_greedy(tessel, gguf, prompts, 9, env)
-    server, url = start_server(
-        [mpiexec, "--oversubscribe", "--bind-to", "none", "-np", "2", tessel, "serve", "--pp", "2",
-         "-m", gguf, "--port", "0", "--block-size", "4", "--max-batch-tokens", "11",
-         "--drain-timeout", "20"], env, fail)
-    try:
-        texts = concurrent_completions(url, prompts, 9)
-        for i, p in enumerate(prompts):
-            if texts[i] != expected[i]:
-                fail(f"{p!r}: server {texts[i]!r} != one-process generate {expected[i]!r}")
-        err = stop_mpi_job(server, mpi_ranks(server, 2, fail), fail)
-        if set(stages(err)) != {0, 1}:
-            fail(f"serve: expected both ranks to say what they read: {err[-2000:]}")
-    finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-    print(f"serve --pp 2 {os.path.basename(gguf)}: 3 completions equal to one process's generate, "
-          "SIGTERM on rank 0 ended the job 0")
-
-
 def main():
     tessel, mpiexec, work = sys.argv[1:4]
     shutil.rmtree(work, ignore_errors=True)
@@ -133,7 +107,8 @@ def main():
         q8 = quantize(tessel, wide, "q8_0", env)
         pp_matches(tessel, mpiexec, q8, env, tp=2)
         pp_matches(tessel, mpiexec, q8, env, extra=("--weights", "int8"))
-        serve_matches(tessel, mpiexec, f"{small}-q4_k_m.gguf", env)
+        serve_matches(tessel, [mpiexec, "--oversubscribe", "--bind-to", "none", "-np", "2"],
+                      f"{small}-q4_k_m.gguf", env, "--pp", stages)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

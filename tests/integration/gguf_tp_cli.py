@@ -98,11 +98,13 @@ def generate_matches(tessel, mpirun, gguf, env):
           f"{ {r: v[0] for r, v in read.items()} } of {read[0][1]} tensor bytes")
 
 
-def serve_matches(tessel, mpirun, gguf, env):
+def serve_matches(tessel, mpirun, gguf, env, flag="--tp", said=shares):
+    """`serve FLAG 2` of `gguf` answers as one-process generate, both ranks say what they read (in
+    the lines `said` parses), and SIGTERM to rank 0 ends the job 0."""
     prompts = ["The sea", "Once upon a time, there", "abc abc abc abc abc abc abc abc x"]
     expected = generate_greedy(tessel, gguf, prompts, 9, env)
     server, url = start_server(
-        mpirun + [tessel, "serve", "--tp", "2", "-m", gguf, "--port", "0", "--block-size", "4",
+        mpirun + [tessel, "serve", flag, "2", "-m", gguf, "--port", "0", "--block-size", "4",
                   "--max-batch-tokens", "11", "--drain-timeout", "20"], env, fail)
     try:
         texts = concurrent_completions(url, prompts, 9)
@@ -112,14 +114,14 @@ def serve_matches(tessel, mpirun, gguf, env):
         if completion(url, prompts[1], 9) != expected[1]:
             fail("a repeated prompt (prefix-cache hit) gave other text")
         err = stop_mpi_job(server, mpi_ranks(server, 2, fail), fail)
-        if set(shares(err)) != {0, 1}:
+        if set(said(err)) != {0, 1}:
             fail(f"serve: expected both ranks to say what they read: {err[-2000:]}")
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
-    print(f"serve --tp 2 {os.path.basename(gguf)}: 4 completions equal to one process's generate, "
-          "SIGTERM on rank 0 ended the job 0")
+    print(f"serve {flag} 2 {os.path.basename(gguf)}: 4 completions equal to one process's "
+          "generate, SIGTERM on rank 0 ended the job 0")
 
 
 def main():
