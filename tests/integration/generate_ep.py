@@ -12,14 +12,13 @@ Usage: generate_ep.py TESSEL MPIEXEC WORKDIR
 """
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_http_common import write_hf_model  # noqa: E402
-from serve_http_common import stored_values  # noqa: E402
+from serve_http_common import ranks_read, stored_values  # noqa: E402
 
 PROMPT = "5,9,12,40,77,3,101,250,7,7,7,64,33"
 
@@ -91,14 +90,8 @@ def main():
                     fail(f"{name} --weights {weights}: ep 2 ids {got} != one process's {want}")
                 if len(set(want)) < 4:
                     fail(f"{name} --weights {weights}: only {len(set(want))} distinct ids {want}")
-                read = {int(r): int(n) for r, n in
-                        re.findall(r"expert-parallel rank (\d+) read (\d+) weight values", err)}
-                if set(read) != {0, 1}:
-                    fail(f"{name}: expected both ranks to say what they read, got {read}: "
-                         f"{err[-2000:]}")
-                if any(n >= whole for n in read.values()) or sum(read.values()) < whole:
-                    fail(f"{name}: ranks read {read} weight values of the file's {whole}: each "
-                         "should read the dense part and its experts only")
+                read = ranks_read(err, r"expert-parallel rank (\d+) read (\d+) weight values", 2,
+                                  whole, fail, name)
                 print(f"generate --ep 2 {name} --weights {weights}: {len(want)} ids equal to one "
                       f"process's ({len(set(want))} distinct), ranks read {read} of {whole}")
     finally:

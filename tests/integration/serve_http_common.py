@@ -165,3 +165,17 @@ def stop_mpi_job(server, ranks, fail, name="serve"):
     if left:
         fail(f"{name}: processes {left} still exist after the job ended")
     return err
+
+
+def ranks_read(err, pattern, ranks, whole, fail, name="serve"):
+    """{rank: weight values read} from the lines `pattern` matches (its first group the rank, its
+    last the count): every one of `ranks` ranks said it, each read less than the file's `whole`
+    values, and together at least all of them."""
+    read = {int(m[0]): int(m[-1]) for m in re.findall(pattern, err)}
+    if set(read) != set(range(ranks)):
+        fail(f"{name}: expected ranks 0..{ranks - 1} to say what they read, got {read}: "
+             f"{err[-2000:]}")
+    if any(n >= whole for n in read.values()) or sum(read.values()) < whole:
+        fail(f"{name}: ranks read {read} weight values of the file's {whole}: each should read "
+             "only its part, and together all of it")
+    return read

@@ -24,7 +24,8 @@ import threading
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_http_common import (mpi_ranks, start_server, stop_mpi_job, stored_values,  # noqa: E402
+from serve_http_common import (mpi_ranks, ranks_read, start_server, stop_mpi_job,  # noqa: E402
+                               stored_values,
                                write_hf_model)
 
 PROMPTS = ["The sea", "Once upon a time, there", "abc abc abc abc abc abc abc abc x", "Q",
@@ -123,13 +124,9 @@ def two_stages(tessel, mpiexec, env, model, microbatches, want, tp=1):
         # One micro-batch per step, or (concurrent requests share steps) more than one.
         if (microbatches == 1) != (pieces == steps) or pieces < steps:
             fail(f"M={microbatches}: rank 1 ran {pieces} micro-batches in {steps} steps")
-        read = {int(r): int(n) for r, n in
-                re.findall(r"pipeline rank (\d+) runs blocks \[\d+, \d+\) and read (\d+)", err)}
         whole = stored_values(model)
-        if set(read) != set(range(2 * tp)) or any(n >= whole for n in read.values()) or \
-                sum(read.values()) < whole:
-            fail(f"ranks read {read} weight values of the file's {whole}: each should read only "
-                 f"its stage, and together all of it: {err[-2000:]}")
+        read = ranks_read(err, r"pipeline rank (\d+) runs blocks \[\d+, \d+\) and read (\d+)",
+                          2 * tp, whole, fail)
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)

@@ -12,7 +12,6 @@ cannot be split over 2 ranks is refused with one error message and a non-zero ex
 Usage: serve_tp_http.py TESSEL MPIEXEC WORKDIR
 """
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -20,7 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_http_common import (completion, concurrent_completions, generate_greedy,  # noqa: E402
-                               mpi_ranks, start_server, stored_values, stop_mpi_job,
+                               mpi_ranks, ranks_read, start_server, stored_values, stop_mpi_job,
                                write_hf_model)
 
 
@@ -67,14 +66,9 @@ def serve_and_compare(tessel, mpirun, env, model):
         err = stop_mpi_job(server, ranks, fail)
         if "tensor-parallel rank 1 stopped" not in err:
             fail(f"rank 1 did not report its stop: {err[-2000:]}")
-        read = {int(r): int(n) for r, n in
-                re.findall(r"tensor-parallel rank (\d+) read (\d+) weight values", err)}
         whole = stored_values(model)
-        if set(read) != {0, 1}:
-            fail(f"expected both ranks to say what they read, got {read}: {err[-2000:]}")
-        if any(n >= whole for n in read.values()) or sum(read.values()) < whole:
-            fail(f"ranks read {read} weight values of the file's {whole}: each should read "
-                 "only its share, and together all of it")
+        read = ranks_read(err, r"tensor-parallel rank (\d+) read (\d+) weight values", 2, whole,
+                          fail)
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
