@@ -3,14 +3,17 @@
 """`mpirun -np 2 tessel serve --pp 2` end to end on loopback.
 
 Writes small random GPT-2 (3 blocks) and LLaMA (grouped-query heads, 5 blocks) models with a
-byte-level tokenizer, then for each: one-process `tessel serve --deterministic` answers concurrent
-greedy completions with logprobs; the two-stage server under --deterministic, with one micro-batch
-and with 3, must answer the same requests (sent concurrently, so steps hold several sequences and
-the micro-batches several pieces) with the same text and bitwise the same logprobs, then a
-prefix-cache hit. SIGTERM to rank 0's pid alone must drain, stop rank 1 and end the job 0 with no
+byte-level tokenizer, then for each: one-process `tessel serve --deterministic` answers 8 concurrent
+completions with logprobs (greedy, and seeded sampling); the two-stage server under
+--deterministic must answer the same requests (sent concurrently, so steps hold several sequences
+and the micro-batches several pieces) with the same text and bitwise the same logprobs, then a
+prefix-cache hit: with one micro-batch and one group of requests (each step through both stages
+in turn), one micro-batch and the default --pp-groups (2: one step of each group in flight, rank 0
+reporting that two were), and 3 micro-batches with 3 groups. SIGTERM to rank 0's pid alone must drain, stop rank 1 and end the job 0 with no
 process left. Both ranks say which blocks they run and how many weight values they read. Then the
 LLaMA with --pp 2 --tp 2 on 4 ranks: the same texts and alternatives, logprobs within 1e-4.
-Also: --pp 2 with --pp-microbatches 0 is refused with one error message and a non-zero exit.
+Also: --pp 2 with --pp-microbatches 0 is refused with one error message and a non-zero exit, and
+--pp-groups 2 without --pp is refused.
 Usage: serve_pp_http.py TESSEL MPIEXEC WORKDIR
 """
 import json
@@ -29,7 +32,9 @@ from serve_http_common import (mpi_ranks, ranks_read, start_server, stop_mpi_job
                                write_hf_model)
 
 PROMPTS = ["The sea", "Once upon a time, there", "abc abc abc abc abc abc abc abc x", "Q",
-           "tessel serves stages"]
+           "tessel serves stages", "seeded one", "seeded two, a longer prompt than that", "zz"]
+# Prompts from this index on sample at temperature 0.9 with a seed of 10 + their index.
+SAMPLED = 5
 TOKENS = 9
 FLAGS = ["--port", "0", "--block-size", "4", "--max-batch-tokens", "16", "--drain-timeout", "20",
          "--deterministic"]
@@ -56,8 +61,10 @@ def write_model(tessel, work, family):
 
 
 def completion(url, prompt):
-    body = json.dumps({"prompt": prompt, "max_tokens": TOKENS, "temperature": 0,
-                       "ignore_eos": True, "logprobs": 2}).encode()
+    i = PROMPTS.index(prompt)
+    sampling = {"temperature": 0.9, "seed": 10 + i} if i >= SAMPLED else {"temperature": 0}
+    body = json.dumps(dict(prompt=prompt, max_tokens=TOKENS, ignore_eos=True, logprobs=2,
+                           **sampling)).encode()
     req = urllib.request.Request(url + "/v1/completions", body,
                                  {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as r:
@@ -102,11 +109,13 @@ def same(got, want, tp):
         [sorted(t) for t in got[2]] == [sorted(t) for t in want[2]]
 
 
-def two_stages(tessel, mpiexec, env, model, microbatches, want, tp=1):
+def two_stages(tessel, mpiexec, env, model, microbatches, want, tp=1, groups=None):
+    """groups None: --pp-groups left at its default (the stage count, 2)."""
     mpirun = [mpiexec, "--oversubscribe", "--bind-to", "none", "-np", str(2 * tp)]
+    group_flag = [] if groups is None else ["--pp-groups", str(groups)]
     server, url = start_server(mpirun + [tessel, "serve", "--pp", "2", "--tp", str(tp),
                                          "--pp-microbatches", str(microbatches), "-m", model] +
-                               FLAGS, env, fail)
+                               group_flag + FLAGS, env, fail)
     try:
         got = concurrent(url)
         for i, p in enumerate(PROMPTS):
@@ -124,6 +133,18 @@ def two_stages(tessel, mpiexec, env, model, microbatches, want, tp=1):
         # One micro-batch per step, or (concurrent requests share steps) more than one.
         if (microbatches == 1) != (pieces == steps) or pieces < steps:
             fail(f"M={microbatches}: rank 1 ran {pieces} micro-batches in {steps} steps")
+        # Rank 0 reports its groups and how many of their steps were in flight at once: with
+        # 8 concurrent requests every group has work, so all of them overlap.
+        groups_in = 2 if groups is None else groups
+        overlap = re.search(r"engine: (\d+) steps of (\d+) groups of requests, up to (\d+) in "
+                            r"flight at once", err)
+        if groups_in == 1:
+            if overlap:
+                fail(f"--pp-groups 1 ran groups: {overlap.group(0)}")
+        elif not overlap or int(overlap.group(2)) != groups_in or \
+                int(overlap.group(3)) != groups_in or int(overlap.group(1)) != steps:
+            fail(f"--pp-groups {groups_in}: rank 0 said {overlap and overlap.group(0)!r} "
+                 f"(rank 1 ran {steps} steps)")
         whole = stored_values(model)
         read = ranks_read(err, r"pipeline rank (\d+) runs blocks \[\d+, \d+\) and read (\d+)",
                           2 * tp, whole, fail)
@@ -131,7 +152,8 @@ def two_stages(tessel, mpiexec, env, model, microbatches, want, tp=1):
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
-    print(f"serve --pp 2 --tp {tp} --pp-microbatches {microbatches}, {os.path.basename(model)}: "
+    print(f"serve --pp 2 --tp {tp} --pp-microbatches {microbatches} --pp-groups "
+          f"{groups or 'default (2)'}, {os.path.basename(model)}: "
           f"{len(PROMPTS) + 1} completions with logprobs "
           f"{'equal to' if tp == 1 else 'within 1e-4 of'} one process's ({pieces} "
           f"micro-batches in {steps} steps), ranks read "
@@ -156,11 +178,15 @@ def main():
                 if r.returncode == 0 or said != 1:
                     fail(f"--pp-microbatches 0: exit {r.returncode}, the error printed {said} "
                          f"times: {r.stderr[-2000:]}")
+                r = subprocess.run([tessel, "serve", "--pp-groups", "2", "-m", model, "--port",
+                                    "0"], capture_output=True, text=True, env=env, timeout=120)
+                if r.returncode == 0 or "--pp-groups 2 needs --pp N" not in r.stderr:
+                    fail(f"--pp-groups 2 without --pp: exit {r.returncode}: {r.stderr[-2000:]}")
             want = one_process(tessel, env, model)
             if any(isinstance(w, str) for w in want):
                 fail(f"the one-process server failed: {want}")
-            for microbatches in [1, 3]:
-                two_stages(tessel, mpiexec, env, model, microbatches, want)
+            for microbatches, groups in [(1, 1), (1, None), (3, 3)]:
+                two_stages(tessel, mpiexec, env, model, microbatches, want, groups=groups)
         # Stages of two tensor-parallel ranks each (6 query and 2 KV heads: 3 and 1 per rank).
         two_stages(tessel, mpiexec, env, model, 2, want, tp=2)
     finally:

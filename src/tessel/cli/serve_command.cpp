@@ -80,7 +80,18 @@ struct ServeArgs {
   int ep = 1;
   int pp = 1;
   int pp_microbatches = 1;
+  int pp_groups = 0;  // 0: --pp's stage count
 };
+
+// The engine's groups of requests with a step each in flight: one per stage unless --pp-groups
+// says otherwise (fewer leave stages idle, more only shrink each group's step), 1 without --pp.
+int64_t step_groups(const ServeArgs& args) {
+  TESSEL_CHECK(args.pp_groups >= 0, "serve: --pp-groups ", args.pp_groups, " must be >= 1");
+  TESSEL_CHECK(args.pp > 1 || args.pp_groups <= 1, "serve: --pp-groups ", args.pp_groups,
+               " needs --pp N with N > 1 (groups overlap the pipeline's stages)");
+  if (args.pp == 1) return 1;
+  return args.pp_groups == 0 ? args.pp : args.pp_groups;
+}
 
 // The model of this rank: the whole of it, or under --tp its share, with the step mirror that
 // ties the ranks' engines together.
@@ -110,7 +121,8 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
         loaded.model->first_block(), ", ", loaded.model->last_block(), ") and ", loaded.share);
     if (world->rank() == 0)
       log(LogLevel::Info, "serve: ", args.pp, " pipeline stages of ", args.tp,
-          " tensor-parallel ranks, up to ", microbatches, " micro-batches per step");
+          " tensor-parallel ranks, up to ", microbatches, " micro-batches per step, ",
+          step_groups(args), " groups of requests in flight");
     out.model = std::move(loaded.model);
     // The logits arrive on rank 0 inside the stage's forward: nothing to gather.
     out.mirror = std::make_shared<serve::StepMirror>(world, [](const Tensor& t) { return t; });
@@ -213,6 +225,7 @@ void run_serve(const ServeArgs& args) {
   apply_threads(args.threads);
   TESSEL_CHECK(args.ep == 1 || args.pp == 1, "serve: --ep ", args.ep, " with --pp ", args.pp,
                " is not supported; give one of them");
+  (void)step_groups(args);  // refused before any rank starts
   const dist::CommPtr world = args.ep > 1
                                   ? start_expert_parallel(args.model, args.ep, args.tp, "serve")
                                   : start_tensor_parallel(args);
@@ -247,6 +260,7 @@ void run_serve(const ServeArgs& args) {
 
   serve::EngineOptions engine_options = args.engine;
   engine_options.prefix_caching = !args.no_prefix_caching;
+  engine_options.step_groups = step_groups(args);
   RankModel rank = load_rank_model(args, weights, world);
   serve::Engine engine(std::move(rank.model), load_tokenizer(args.model), engine_options,
                        rank.mirror);
@@ -339,6 +353,10 @@ void add_serve_command(CLI::App& app) {
          "Pieces of whole sequences each step is cut into so that the stages overlap (pays "
          "off for long prompt chunks; a decode step's pieces each re-read the weights)")
       ->capture_default_str();
+  cmd->add_option("--pp-groups", args->pp_groups,
+                  "Groups of requests with one step each in flight across the --pp stages, so "
+                  "that stage r computes one group's step while stage r + 1 computes another's "
+                  "(default: the stage count; 1 runs each step through all stages in turn)");
   cmd->callback([args] { run_serve(*args); });
 }
 

@@ -17,8 +17,8 @@
 #include "tessel/core/profile.h"
 #include "tessel/dist/world.h"
 #include "tessel/kernels/batch_invariant.h"
-#include "tessel/serve/engine_outputs.h"
-#include "tessel/serve/paged_kv_cache.h"
+#include "tessel/serve/engine_state.h"
+#include "tessel/serve/step_groups.h"
 
 namespace tessel::serve {
 namespace {
@@ -39,52 +39,6 @@ int64_t busy_stamp() {
 }
 
 }  // namespace
-
-struct Engine::State {
-  explicit State(io::Tokenizer t) : tokenizer(std::move(t)) {}
-  std::shared_ptr<models::CausalLM> model;
-  io::Tokenizer tokenizer;
-  EngineOptions options;
-  int64_t context_length = 0, vocab_limit = 0;
-  std::optional<int64_t> eos;
-  std::unique_ptr<PagedKvPool> pool;
-  std::unique_ptr<BlockManager> blocks;
-  std::unique_ptr<Scheduler> scheduler;
-  std::unique_ptr<OutputWriter> outputs;
-  std::shared_ptr<StepMirror> mirror;  // rank 0 of a tensor-parallel group, else null
-
-  mutable std::mutex mu;
-  std::condition_variable wake;
-  std::deque<std::shared_ptr<RequestState>> inbox;
-  std::vector<std::string> cancels;
-  int64_t waiting_requests = 0;  // inbox + admitted-but-waiting requests, for the queue limit
-  bool draining = false, stopping = false, started = false;
-  Clock::time_point drain_deadline;
-  EngineStats snapshot;
-  std::thread thread;
-  // Liveness (EngineStats::engine_alive, busy_seconds), read without the lock: whether the loop
-  // runs, and when its current iteration began (steady-clock ns; 0 while it waits for work).
-  std::atomic<bool> alive{false};
-  std::atomic<int64_t> busy_since{0};
-  std::string failure;  // under mu: why the loop ended, when an exception ended it
-
-  // The engine thread's own state.
-  std::unordered_map<std::string, std::shared_ptr<RequestState>> live;
-  std::unordered_map<const RequestState*, std::vector<std::shared_ptr<Sequence>>> sequences;
-  int64_t next_seq = 0;
-  uint64_t next_arrival = 0;
-  int64_t steps = 0;
-
-  void loop();
-  void run_loop();
-  void fail_everything(const std::string& error);
-  void accept(const std::shared_ptr<RequestState>& request);
-  void end_request(const RequestState& request, FinishReason reason, const std::string& error);
-  void run_step(StepPlan& plan);
-  void run_mirrored(const StepPlan& plan, PagedStep& step, Tensor& logits);
-  void tell_followers_idle();
-  void publish();
-};
 
 Engine::Engine(std::shared_ptr<models::CausalLM> model, io::Tokenizer tokenizer,
                EngineOptions options, std::shared_ptr<StepMirror> mirror)
@@ -120,7 +74,19 @@ Engine::Engine(std::shared_ptr<models::CausalLM> model, io::Tokenizer tokenizer,
   const DType dtype = pool.dtype;
   s.pool = std::make_unique<PagedKvPool>(pool.geometry, num_blocks, options.block_size, dtype);
   s.blocks = std::make_unique<BlockManager>(num_blocks, options.block_size, options.prefix_caching);
-  s.scheduler = std::make_unique<Scheduler>(*s.blocks, options.max_batch_tokens, options.max_seqs);
+  const int64_t groups = options.step_groups;
+  TESSEL_CHECK(groups >= 1 && groups <= options.max_seqs, "Engine: ", groups,
+               " step groups, expected 1 to max_seqs ", options.max_seqs);
+  if (groups > 1) {
+    s.pipelined = dynamic_cast<PipelinedForward*>(s.model.get());
+    TESSEL_CHECK(s.pipelined != nullptr, "Engine: ", groups, " step groups need a model whose ",
+                 "forward can be started and finished apart (rank 0 of a pipeline); ",
+                 s.model->type_name(), " cannot");
+  }
+  for (int64_t g = 0; g < groups; ++g)
+    s.schedulers.push_back(std::make_unique<Scheduler>(
+        *s.blocks, options.max_batch_tokens, group_max_seqs(options.max_seqs, groups, g)));
+  s.group_busy.assign(size_t(groups), 0);
   s.outputs = std::make_unique<OutputWriter>(s.eos);
   log(LogLevel::Info, "engine: KV cache of ", num_blocks, " blocks x ", options.block_size,
       " tokens (", s.pool->nbytes() >> 20, " MiB, ", dtype_name(dtype), "), context ",
@@ -255,7 +221,13 @@ void Engine::State::accept(const std::shared_ptr<RequestState>& request) {
   }
   // Choice 0 prefills the prompt; the others are forked from it when that is done.
   for (size_t c = 1; c < list.size(); ++c) list[0]->children.push_back(list[c]);
-  scheduler->add_waiting(list[0]);
+  // The request's choices all join one group: the others fork from choice 0's blocks.
+  std::vector<int64_t> loads;
+  for (const auto& sch : schedulers)
+    loads.push_back(int64_t(sch->running().size() + sch->waiting().size()));
+  const int group = least_loaded_group(loads);
+  for (const auto& seq : list) seq->group = group;
+  scheduler_of(*list[0]).add_waiting(list[0]);
   live[request->request.id] = request;
 }
 
@@ -266,14 +238,14 @@ void Engine::State::end_request(const RequestState& request, FinishReason reason
   if (it == sequences.end()) return;
   for (const auto& seq : it->second) {
     if (seq->state == SeqState::kFinished) continue;
-    scheduler->remove(*seq);
+    scheduler_of(*seq).remove(*seq);
     outputs->finish(*seq, reason, error);
   }
   live.erase(request.request.id);
   sequences.erase(it);
 }
 
-void Engine::State::run_step(StepPlan& plan) {
+void Engine::State::run_step(int group, StepPlan& plan) {
   autograd::NoGradGuard no_grad;
   // Every product and attention row computed in a fixed order whatever the batch holds.
   kernels::BatchInvariantScope invariant(options.deterministic);
@@ -288,9 +260,14 @@ void Engine::State::run_step(StepPlan& plan) {
     phase.emplace("engine.forward");
     logits = model->forward_cached(step.ids(), step, step.sample_rows());
   }
-  scheduler->complete(plan);
+  phase.reset();
+  finish_step(group, plan, step, std::move(logits));
+}
+
+void Engine::State::finish_step(int group, StepPlan& plan, const PagedStep& step, Tensor logits) {
+  schedulers[size_t(group)]->complete(plan);
   logits = logits.to(DType::F32);
-  phase.emplace("engine.sample");  // tensors are contiguous (tensor.h)
+  profile::Scope phase("engine.sample");  // tensors are contiguous (tensor.h)
   const int64_t vocab = logits.size(-1);
   const float* data = logits.data<float>();
   for (size_t r = 0; r < step.sampled_chunks().size(); ++r) {
@@ -302,14 +279,14 @@ void Engine::State::run_step(StepPlan& plan) {
     for (const auto& child : forked) {
       blocks->fork(seq.id, child->id);
       child->computed = seq.computed;
-      scheduler->add_running(child);
+      scheduler_of(*child).add_running(child);
     }
     std::vector<Sequence*> samplers{&seq};
     for (const auto& child : forked) samplers.push_back(child.get());
     for (Sequence* s : samplers) {
       const FinishReason done = outputs->sample(*s, row, context_length);
       if (done == FinishReason::kNone) continue;
-      scheduler->remove(*s);
+      scheduler_of(*s).remove(*s);
       RequestState& request = *s->request;
       if (++request.finished_choices == request.request.params.n) {
         live.erase(request.request.id);
@@ -342,17 +319,19 @@ void Engine::State::run_mirrored(const StepPlan& plan, PagedStep& step, Tensor& 
 
 void Engine::State::publish() {
   EngineStats st;
-  st.waiting = int64_t(scheduler->waiting().size());
-  for (const auto& seq : scheduler->waiting())
-    if (seq->preemptions > 0) ++st.swapped_out;  // preempted, waiting to be recomputed
-  st.running = int64_t(scheduler->running().size());
+  for (const auto& scheduler : schedulers) {
+    st.waiting += int64_t(scheduler->waiting().size());
+    for (const auto& seq : scheduler->waiting())
+      if (seq->preemptions > 0) ++st.swapped_out;  // preempted, waiting to be recomputed
+    st.running += int64_t(scheduler->running().size());
+    st.preemptions += scheduler->preemptions();
+  }
   const BlockManagerStats b = blocks->stats();
   st.kv_blocks_total = b.total;
   st.kv_blocks_used = b.used;
   st.kv_block_size = blocks->block_size();
   st.prefix_queries = b.prefix_queries;
   st.prefix_hits = b.prefix_hits;
-  st.preemptions = scheduler->preemptions();
   st.prompt_tokens = outputs->prompt_tokens();
   st.generated_tokens = outputs->generated_tokens();
   st.requests_finished = outputs->requests_finished();
@@ -379,6 +358,9 @@ void Engine::State::run_loop() {
       log(LogLevel::Error, "engine: could not stop the tensor-parallel ranks: ", e.what());
     }
   }
+  if (pipelined)
+    log(LogLevel::Info, "engine: ", steps, " steps of ", schedulers.size(),
+        " groups of requests, up to ", most_in_flight, " in flight at once");
   busy_since.store(0, std::memory_order_release);
   alive.store(false, std::memory_order_release);
 }
@@ -433,6 +415,8 @@ void Engine::State::loop() {
       busy_since.store(busy_stamp(), std::memory_order_release);
       arrived.swap(inbox);
       cancelled.swap(cancels);
+      cancelled.insert(cancelled.end(), deferred_cancels.begin(), deferred_cancels.end());
+      deferred_cancels.clear();
       if (stopping && (live.empty() || Clock::now() >= drain_deadline)) stop_now = true;
     }
     for (const auto& request : arrived) {
@@ -451,31 +435,38 @@ void Engine::State::loop() {
     }
     for (const std::string& id : cancelled) {
       auto it = live.find(id);
-      if (it != live.end()) end_request(*it->second, FinishReason::kCancelled, "");
+      if (it == live.end()) continue;
+      if (request_in_flight(*it->second))
+        deferred_cancels.push_back(id);
+      else
+        end_request(*it->second, FinishReason::kCancelled, "");
     }
-    if (stop_now && arrived.empty()) {
+    if (stop_now && arrived.empty() && in_flight.empty()) {
       std::vector<std::shared_ptr<RequestState>> rest;
       for (const auto& [id, request] : live) rest.push_back(request);
       for (const auto& request : rest) end_request(*request, FinishReason::kCancelled, "");
       publish();
       return;
     }
-    StepPlan plan = [&] {
-      profile::Scope phase("engine.schedule");
-      return scheduler->schedule();
-    }();
-    if (!plan.empty()) {
-      try {
-        run_step(plan);
-      } catch (const std::exception& e) {
-        // A step that fails ends the requests in it, not the server.
-        log(LogLevel::Error, "engine: step ", steps, " failed: ", e.what());
-        std::vector<std::shared_ptr<RequestState>> failed;
-        for (const ScheduledChunk& c : plan.chunks) failed.push_back(c.seq->request);
-        for (const auto& request : failed) end_request(*request, FinishReason::kError, e.what());
+    bool ran = false;
+    if (pipelined) {
+      ran = run_groups(stop_now);
+    } else {
+      StepPlan plan = [&] {
+        profile::Scope phase("engine.schedule");
+        return schedulers[0]->schedule();
+      }();
+      ran = !plan.empty();
+      if (ran) {
+        try {
+          run_step(0, plan);
+        } catch (const std::exception& e) {
+          end_failed_step(plan, e.what());  // a step that fails ends its requests, not the server
+        }
+        ++steps;
       }
-      ++steps;
-    } else if (!live.empty()) {
+    }
+    if (!ran && !live.empty()) {
       // Nothing can run until a submission, a cancellation or the drain deadline.
       tell_followers_idle();
       std::unique_lock<std::mutex> lock(mu);
@@ -486,8 +477,9 @@ void Engine::State::loop() {
       std::lock_guard<std::mutex> lock(mu);
       profile::Scope phase("engine.publish");
       waiting_requests = int64_t(inbox.size());
-      for (const auto& seq : scheduler->waiting())
-        if (seq->choice == 0 && seq->generated() == 0) ++waiting_requests;
+      for (const auto& scheduler : schedulers)
+        for (const auto& seq : scheduler->waiting())
+          if (seq->choice == 0 && seq->generated() == 0) ++waiting_requests;
     }
     publish();
   }

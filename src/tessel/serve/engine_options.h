@@ -23,6 +23,9 @@ struct EngineOptions {
   // the rest of the batch. Off by default: measured 0.84x throughput at 16 and 64 concurrent
   // GPT-2 124M streams; products of up to 48 rows take the same kernel in both modes.
   bool deterministic = false;
+  // Groups of requests with one step each in flight (serve/step_groups.h; `serve --pp-groups`):
+  // above 1 the model must start and finish its forward apart (rank 0 of a pipeline).
+  int64_t step_groups = 1;
 };
 
 }  // namespace tessel::serve

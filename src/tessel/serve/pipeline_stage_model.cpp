@@ -91,28 +91,63 @@ Tensor PipelineStageModel::run_stage(const Tensor& ids, models::DecodeCache& cac
   return logits.to(DType::F32);
 }
 
-Tensor PipelineStageModel::forward_cached(const Tensor& ids, models::DecodeCache& cache,
-                                          const Tensor& rows) {
+Shape PipelineStageModel::logits_shape(const Tensor& ids, const Tensor& rows) const {
   TESSEL_CHECK(ids.ndim() == 2, "PipelineStageModel.forward_cached: ids ", ids.shape(),
                " expected [B, T]");
-  autograd::NoGradGuard no_grad;
   const int64_t vocab = model_config().vocabulary_size();
-  const Shape shape =
-      rows.defined() ? Shape{rows.numel(), vocab} : Shape{ids.size(0), ids.size(1), vocab};
-  Tensor logits;
+  return rows.defined() ? Shape{rows.numel(), vocab} : Shape{ids.size(0), ids.size(1), vocab};
+}
+
+Tensor PipelineStageModel::run_step(const Tensor& ids, models::DecodeCache& cache,
+                                    const Tensor& rows) {
   auto* paged = dynamic_cast<PagedStep*>(&cache);
-  if (paged != nullptr && microbatches_ > 1) {
-    std::vector<Tensor> pieces;
-    for (StepTensors& part : split_step(paged->tensors(), microbatches_)) {
-      PagedStep piece(paged->pool(), std::move(part));
-      Tensor l = run_stage(piece.ids(), piece, piece.sample_rows());
-      if (l.defined()) pieces.push_back(l);
-    }
-    if (last_stage() && !pieces.empty()) logits = concat(std::span<const Tensor>(pieces), 0);
-  } else {
-    logits = run_stage(ids, cache, rows);
+  if (paged == nullptr || microbatches_ <= 1) return run_stage(ids, cache, rows);
+  std::vector<Tensor> pieces;
+  for (StepTensors& part : split_step(paged->tensors(), microbatches_)) {
+    PagedStep piece(paged->pool(), std::move(part));
+    Tensor l = run_stage(piece.ids(), piece, piece.sample_rows());
+    if (l.defined()) pieces.push_back(l);
   }
+  if (last_stage() && !pieces.empty()) return concat(std::span<const Tensor>(pieces), 0);
+  return Tensor();
+}
+
+Tensor PipelineStageModel::forward_cached(const Tensor& ids, models::DecodeCache& cache,
+                                          const Tensor& rows) {
+  const Shape shape = logits_shape(ids, rows);
+  autograd::NoGradGuard no_grad;
+  Tensor logits = run_step(ids, cache, rows);
   return deliver_logits(std::move(logits), shape);
+}
+
+int64_t PipelineStageModel::begin_forward(const Tensor& ids, models::DecodeCache& cache,
+                                          const Tensor& rows) {
+  TESSEL_CHECK(first_stage() && !last_stage() && logits_to_ == LogitsTo::kFirstRank,
+               "PipelineStageModel.begin_forward: on stage ", stage(), " of ", stages(),
+               " (only the first of several stages, receiving the logits alone, starts "
+               "forwards it finishes later)");
+  const Shape shape = logits_shape(ids, rows);
+  autograd::NoGradGuard no_grad;
+  // Posted before this stage computes, so the last stage's send never waits for it (its logits
+  // may be a rendezvous-sized message) while this rank is busy with a later step.
+  Pending p;
+  p.shape = shape;
+  p.logits = empty(shape, DType::F32);
+  if (shape.numel() > 0) p.receive = group_->recv_async(p.logits, stages() - 1, kLogitsTag);
+  pending_.push_back(std::move(p));
+  run_step(ids, cache, rows);
+  return next_ticket_++;
+}
+
+Tensor PipelineStageModel::end_forward(int64_t ticket) {
+  const int64_t oldest = next_ticket_ - int64_t(pending_.size());
+  TESSEL_CHECK(!pending_.empty() && ticket == oldest, "PipelineStageModel.end_forward: ticket ",
+               ticket, ", expected the oldest unfinished one, ",
+               pending_.empty() ? std::string("none") : std::to_string(oldest));
+  Pending p = std::move(pending_.front());
+  pending_.pop_front();
+  if (p.receive) wait_politely(p.receive);
+  return p.logits;
 }
 
 Tensor PipelineStageModel::deliver_logits(Tensor logits, const Shape& shape) {

@@ -19,9 +19,14 @@
 // waiting stage leaves the core to a computing one where they share cores. Attention never
 // crosses sequences and the other layers work row by row, so the logits equal one process's
 // (bitwise under --deterministic, whose kernels do not depend on the batch's size).
+//
+// Rank 0 can also start a forward and collect its logits later (serve/pipelined_forward.h), so
+// that the engine keeps one step of each group of requests in flight: while the last stage
+// computes group A's step, the first computes group B's, across steps instead of within one.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -29,10 +34,11 @@
 #include "tessel/dist/communicator.h"
 #include "tessel/models/causal_lm.h"
 #include "tessel/models/staged_decode.h"
+#include "tessel/serve/pipelined_forward.h"
 
 namespace tessel::serve {
 
-class PipelineStageModel final : public models::CausalLM {
+class PipelineStageModel final : public models::CausalLM, public PipelinedForward {
  public:
   enum class LogitsTo { kFirstRank, kEveryRank };
 
@@ -65,6 +71,12 @@ class PipelineStageModel final : public models::CausalLM {
   // empty [0, V] tensor.
   Tensor forward_cached(const Tensor& ids, models::DecodeCache& cache,
                         const Tensor& rows = Tensor()) override;
+  // Rank 0 with LogitsTo::kFirstRank only: forward_cached in two halves. begin_forward runs this
+  // stage and posts the receive of the logits; end_forward waits for them. The other ranks run
+  // forward_cached for each step in the same order (the logits of successive steps arrive in the
+  // order their receives were posted).
+  int64_t begin_forward(const Tensor& ids, models::DecodeCache& cache, const Tensor& rows) override;
+  Tensor end_forward(int64_t ticket) override;
   // A cache of this stage's blocks only.
   models::KVCache make_cache(int64_t batch, int64_t capacity = 0) const override;
 
@@ -82,6 +94,16 @@ class PipelineStageModel final : public models::CausalLM {
   static constexpr int kHiddenTag = 7401, kLogitsTag = 7402;
 
  private:
+  // A forward begun on rank 0 whose logits have not been collected.
+  struct Pending {
+    Shape shape;
+    Tensor logits;
+    dist::WorkPtr receive;  // null when no row samples
+  };
+
+  // This stage's part of a step, cut into micro-batches: the last stage's logits, else undefined.
+  Tensor run_step(const Tensor& ids, models::DecodeCache& cache, const Tensor& rows);
+  Shape logits_shape(const Tensor& ids, const Tensor& rows) const;
   // This stage's part of one (micro-)batch: ids -> hidden -> ... -> logits.
   Tensor run_stage(const Tensor& ids, models::DecodeCache& cache, const Tensor& rows);
   Tensor deliver_logits(Tensor logits, const Shape& shape);
@@ -96,6 +118,8 @@ class PipelineStageModel final : public models::CausalLM {
   FullLogits full_logits_;
   DType hidden_dtype_ = DType::F32;
   int64_t microbatches_run_ = 0;
+  std::deque<Pending> pending_;
+  int64_t next_ticket_ = 0;  // the ticket of pending_.back() + 1
 };
 
 }  // namespace tessel::serve

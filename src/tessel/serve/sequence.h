@@ -52,6 +52,7 @@ struct Sequence {
   int64_t pending() const { return int64_t(tokens.size()) - computed; }
   bool decoding() const { return pending() == 1 && generated() > 0; }
   int64_t preemptions = 0;
+  int group = 0;  // the engine's group of requests (step_groups.h), every choice's the same
 };
 
 }  // namespace tessel::serve
