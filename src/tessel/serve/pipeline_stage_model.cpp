@@ -168,7 +168,10 @@ Tensor PipelineStageModel::deliver_logits(Tensor logits, const Shape& shape) {
     return out;
   }
   if (last_stage()) {
-    group_->send(logits, 0, kLogitsTag);
+    // Waited for politely too: with groups of requests in flight (pipelined_forward.h) rank 0 is
+    // computing the next group's first stage when these logits are ready, and a large message
+    // moves only once it calls MPI again; a blocking send would spin this rank's core meanwhile.
+    wait_politely(group_->send_async(logits, 0, kLogitsTag));
     return none;
   }
   if (!first_stage()) return none;
