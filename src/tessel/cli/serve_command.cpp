@@ -12,7 +12,8 @@
 // a mixture-of-experts model's experts spread over the ranks (cli/ep_model.h). With --pp N each
 // rank holds one pipeline stage (cli/pp_model.h) under the same scheme: rank 0 decides and
 // broadcasts every step, the stages pass hidden states on in --pp-microbatches pieces, and the last
-// one sends the logits back to rank 0.
+// one sends the logits back to rank 0, which keeps one step of each of --pp-groups groups of
+// requests in flight (serve/step_groups.h).
 #include <signal.h>
 #include <unistd.h>
 
