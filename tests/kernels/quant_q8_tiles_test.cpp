@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Q8_0 products of a prompt's size, which the quantized matmul runs in register tiles
 // (kernels/cpu/quant_q8_tiles.h) from 8 activation rows on; fewer rows take the row kernel.
-// On every kernel set this CPU runs and under every byte dot product it has (vpmaddubsw, AVX-VNNI,
-// AVX-512 VNNI, through limit_quant_dot): each output within the activation rounding bound of
-// the fp64 product with the exactly dequantized weight (docs/KERNELS.md, "Accuracy"); every row
-// the same bits alone (m = 1, the row kernel) as inside products of odd sizes (tiles and their
-// remainders); the same bits under every dot product (the integer sums are exact either way);
-// and the extreme codes (-128 against +-127) exact through the tiles.
+// On every kernel set this CPU runs, under every byte dot product it has (vpmaddubsw, AVX-VNNI,
+// AVX-512 VNNI, through limit_quant_dot) and both of the avx512 set's vector widths (512-bit
+// tiles hold two outputs per vector; limit_quant_vector_bits): each output within the activation
+// rounding bound of the fp64 product with the exactly dequantized weight (docs/KERNELS.md,
+// "Accuracy"); every row the same bits alone (m = 1, the row kernel) as inside products of odd
+// sizes (tiles and their remainders); the same bits under every dot product (the integer sums are
+// exact either way); and the extreme codes (-128 against +-127) exact through the tiles.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -30,6 +31,12 @@ using quant::QuantType;
 struct DotLimit {
   explicit DotLimit(QuantDot d) { limit_quant_dot(d); }
   ~DotLimit() { limit_quant_dot(QuantDot::Avx512Vnni); }
+};
+
+// The same for the avx512 set's vector width (512: Q8_0 tiles of two outputs per vector).
+struct BitsLimit {
+  explicit BitsLimit(int bits) { limit_quant_vector_bits(bits); }
+  ~BitsLimit() { limit_quant_vector_bits(512); }
 };
 
 std::vector<QuantDot> dots_here() {
@@ -75,8 +82,9 @@ Tensor product(KernelSet set, const Tensor& x, const Tensor& w, int64_t n) {
 }
 
 std::string where(KernelSet set, QuantDot dot, int64_t m, int64_t n, int64_t k) {
-  return std::string(kernel_set_name(set)) + " " + std::string(quant_dot_name(dot)) + " m" +
-         std::to_string(m) + " n" + std::to_string(n) + " k" + std::to_string(k);
+  return std::string(kernel_set_name(set)) + " " + std::string(quant_dot_name(dot)) + " " +
+         std::to_string(quant_vector_bits_for(set)) + "-bit m" + std::to_string(m) + " n" +
+         std::to_string(n) + " k" + std::to_string(k);
 }
 
 struct Shape {
@@ -90,51 +98,53 @@ constexpr Shape kShapes[] = {{1, 96, 224},  {7, 224, 96}, {13, 96, 224}, {33, 7,
 TEST(QuantQ8Tiles, WithinTheActivationRoundingBoundOfFp64) {
   uint32_t seed = 7;
   for (KernelSet set : runnable_kernel_sets())
-    for (QuantDot dot : dots_here()) {
-      DotLimit limit(dot);
-      double worst_ratio = 0;
-      for (const Shape& s : kShapes) {
-        std::mt19937 rng(seed++);
-        const std::vector<uint8_t> bytes = random_q8_0(s.n, s.k, rng);
-        const Tensor w = quant::quantized_weight(QuantType::Q8_0, bytes, s.n, s.k);
-        const Tensor x = activations(s.m, s.k, rng);
-        const Tensor y = product(set, x, w, s.n);
-        const int64_t rb = quant::row_bytes(QuantType::Q8_0, s.k);
-        std::vector<double> wd(size_t(s.k));
-        const float* xp = x.data<float>();
-        for (int64_t j = 0; j < s.n; ++j) {
-          quant::dequantize_row(QuantType::Q8_0, bytes.data() + j * rb, wd.data(), s.k);
-          for (int64_t i = 0; i < s.m; ++i) {
-            double want = 0, rounding = 0, arithmetic = 0;
-            for (int64_t g = 0; g < s.k / 32; ++g) {
-              double amax = 0, wsum = 0;
-              for (int64_t c = 32 * g; c < 32 * g + 32; ++c) {
-                want += double(xp[i * s.k + c]) * wd[size_t(c)];
-                amax = std::max(amax, std::abs(double(xp[i * s.k + c])));
-                wsum += std::abs(wd[size_t(c)]);
+    for (int bits : {512, 256})
+      for (QuantDot dot : dots_here()) {
+        DotLimit limit(dot);
+        BitsLimit width(bits);
+        double worst_ratio = 0;
+        for (const Shape& s : kShapes) {
+          std::mt19937 rng(seed++);
+          const std::vector<uint8_t> bytes = random_q8_0(s.n, s.k, rng);
+          const Tensor w = quant::quantized_weight(QuantType::Q8_0, bytes, s.n, s.k);
+          const Tensor x = activations(s.m, s.k, rng);
+          const Tensor y = product(set, x, w, s.n);
+          const int64_t rb = quant::row_bytes(QuantType::Q8_0, s.k);
+          std::vector<double> wd(size_t(s.k));
+          const float* xp = x.data<float>();
+          for (int64_t j = 0; j < s.n; ++j) {
+            quant::dequantize_row(QuantType::Q8_0, bytes.data() + j * rb, wd.data(), s.k);
+            for (int64_t i = 0; i < s.m; ++i) {
+              double want = 0, rounding = 0, arithmetic = 0;
+              for (int64_t g = 0; g < s.k / 32; ++g) {
+                double amax = 0, wsum = 0;
+                for (int64_t c = 32 * g; c < 32 * g + 32; ++c) {
+                  want += double(xp[i * s.k + c]) * wd[size_t(c)];
+                  amax = std::max(amax, std::abs(double(xp[i * s.k + c])));
+                  wsum += std::abs(wd[size_t(c)]);
+                }
+                rounding += amax / 254 * wsum;
+                arithmetic += amax * wsum;
               }
-              rounding += amax / 254 * wsum;
-              arithmetic += amax * wsum;
+              const double got = y.data<float>()[i * s.n + j];
+              if (rounding == 0) {
+                ASSERT_EQ(got, 0.0) << where(set, dot, s.m, s.n, s.k) << " row " << i;
+                continue;
+              }
+              ASSERT_LE(std::abs(got - want), rounding * (1 + 1e-4) + 1e-5 * arithmetic)
+                  << where(set, dot, s.m, s.n, s.k) << " row " << i << " col " << j << ": got "
+                  << got << " want " << want;
+              worst_ratio = std::max(worst_ratio, std::abs(got - want) / rounding);
             }
-            const double got = y.data<float>()[i * s.n + j];
-            if (rounding == 0) {
-              ASSERT_EQ(got, 0.0) << where(set, dot, s.m, s.n, s.k) << " row " << i;
-              continue;
-            }
-            ASSERT_LE(std::abs(got - want), rounding * (1 + 1e-4) + 1e-5 * arithmetic)
-                << where(set, dot, s.m, s.n, s.k) << " row " << i << " col " << j << ": got " << got
-                << " want " << want;
-            worst_ratio = std::max(worst_ratio, std::abs(got - want) / rounding);
           }
         }
+        // Not loose by orders of magnitude: the rounding errors add up to a fair share of it.
+        EXPECT_GT(worst_ratio, 1e-3) << kernel_set_name(set) << " " << quant_dot_name(dot);
       }
-      // Not loose by orders of magnitude: the rounding errors add up to a fair share of it.
-      EXPECT_GT(worst_ratio, 1e-3) << kernel_set_name(set) << " " << quant_dot_name(dot);
-    }
 }
 
 // Row i of every product is the bits of row i alone (m = 1: the row kernel), under every dot
-// product, and the whole product is the same bits under every dot product.
+// product and width, and the whole product is the same bits under all of them.
 TEST(QuantQ8Tiles, RowsAloneEqualRowsInAPromptUnderEveryDot) {
   for (KernelSet set : runnable_kernel_sets())
     for (const Shape& s : kShapes) {
@@ -144,23 +154,25 @@ TEST(QuantQ8Tiles, RowsAloneEqualRowsInAPromptUnderEveryDot) {
       const Tensor w = quant::quantized_weight(QuantType::Q8_0, bytes, s.n, s.k);
       const Tensor x = activations(s.m, s.k, rng);
       Tensor first;
-      for (QuantDot dot : dots_here()) {
-        DotLimit limit(dot);
-        const Tensor y = product(set, x, w, s.n);
-        for (int64_t i = 0; i < s.m; ++i) {
-          Tensor xi = empty({1, s.k}, DType::F32);
-          std::memcpy(xi.data_ptr(), x.data<float>() + i * s.k, size_t(s.k) * 4);
-          const Tensor yi = product(set, xi, w, s.n);
-          ASSERT_EQ(std::memcmp(yi.data_ptr(), y.data<float>() + i * s.n, size_t(s.n) * 4), 0)
-              << where(set, dot, s.m, s.n, s.k) << " row " << i;
+      for (int bits : {512, 256})
+        for (QuantDot dot : dots_here()) {
+          DotLimit limit(dot);
+          BitsLimit width(bits);
+          const Tensor y = product(set, x, w, s.n);
+          for (int64_t i = 0; i < s.m; ++i) {
+            Tensor xi = empty({1, s.k}, DType::F32);
+            std::memcpy(xi.data_ptr(), x.data<float>() + i * s.k, size_t(s.k) * 4);
+            const Tensor yi = product(set, xi, w, s.n);
+            ASSERT_EQ(std::memcmp(yi.data_ptr(), y.data<float>() + i * s.n, size_t(s.n) * 4), 0)
+                << where(set, dot, s.m, s.n, s.k) << " row " << i;
+          }
+          if (!first.defined()) {
+            first = y;
+          } else {
+            EXPECT_EQ(std::memcmp(first.data_ptr(), y.data_ptr(), size_t(s.m * s.n) * 4), 0)
+                << where(set, dot, s.m, s.n, s.k) << " against " << quant_dot_name(dots_here()[0]);
+          }
         }
-        if (!first.defined()) {
-          first = y;
-        } else {
-          EXPECT_EQ(std::memcmp(first.data_ptr(), y.data_ptr(), size_t(s.m * s.n) * 4), 0)
-              << where(set, dot, s.m, s.n, s.k) << " against " << quant_dot_name(dots_here()[0]);
-        }
-      }
     }
 }
 
@@ -183,14 +195,16 @@ TEST(QuantQ8Tiles, ExtremeCodesAreExactInTiles) {
       x.data<float>()[i * k + c] = i % 2 ? -1.0f : (c % 2 ? 1.0f : -1.0f);
   const double all_positive = double(k / 2) * (128 + 127), mixed = double(k / 2) * (128 - 127);
   for (KernelSet set : runnable_kernel_sets())
-    for (QuantDot dot : dots_here()) {
-      DotLimit limit(dot);
-      const Tensor y = product(set, x, w, n);
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j)
-          ASSERT_EQ(double(y.data<float>()[i * n + j]), i % 2 ? mixed : all_positive)
-              << where(set, dot, m, n, k) << " row " << i << " col " << j;
-    }
+    for (int bits : {512, 256})
+      for (QuantDot dot : dots_here()) {
+        DotLimit limit(dot);
+        BitsLimit width(bits);
+        const Tensor y = product(set, x, w, n);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j)
+            ASSERT_EQ(double(y.data<float>()[i * n + j]), i % 2 ? mixed : all_positive)
+                << where(set, dot, m, n, k) << " row " << i << " col " << j;
+      }
 }
 
 }  // namespace

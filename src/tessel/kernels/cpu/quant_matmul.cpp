@@ -27,6 +27,7 @@ TESSEL_ISA_BEGIN
 // After the 512-bit rows, whose helpers it uses.
 #include "tessel/kernels/cpu/quant_fused_direct512.h"
 #include "tessel/kernels/cpu/quant_q8_tiles.h"
+#include "tessel/kernels/cpu/quant_q8_tiles512.h"
 
 namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
@@ -328,14 +329,18 @@ std::array<Q8Rows, 2> choose_q8_0_rows() {  // {kQ8Rows rows, one row}
 void q8_0_tiled(const QuantMatmulShape& s, const cpu::QuantizedRows& act, const uint8_t* w,
                 float* y) {
   const int64_t grain = std::max<int64_t>(1, task_grain(s) / cpu::kQ8TileN);
-  auto run = [&]<class Pair>(Pair) {
-    cpu::q8_0_tiles<Pair>(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), w, y, grain);
+  auto run = [&]<class Tiles>(Tiles) {
+    cpu::q8_0_tiles<Tiles>(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), w, y, grain);
   };
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
-  if (set_dot() == QuantDot::Avx512Vnni) return run(cpu::Q8PairOffset<cpu::DotVnni>{});
+  if (set_dot() == QuantDot::Avx512Vnni) {
+    if (quant_vector_bits_for(KernelSet::Avx512) == 512) return run(cpu::Q8Tiles512{});
+    return run(cpu::Q8Tiles256<cpu::Q8PairOffset<cpu::DotVnni>>{});
+  }
 #endif
-  if (set_dot() == QuantDot::AvxVnni) return run(cpu::Q8PairOffset<cpu::DotAvxVnni>{});
-  return run(cpu::Q8PairSign{});
+  if (set_dot() == QuantDot::AvxVnni)
+    return run(cpu::Q8Tiles256<cpu::Q8PairOffset<cpu::DotAvxVnni>>{});
+  return run(cpu::Q8Tiles256<cpu::Q8PairSign>{});
 }
 #endif
 

@@ -127,13 +127,29 @@ inline void q8_0_tile_rows(int64_t rows, const uint8_t* w, int64_t row_bytes, co
   }
 }
 
-// y[m, n] = x[m, k] W[n, k]^T for Q8_0 rows of W (row_bytes apart) and x already rounded to
-// int8 blocks (xq, dx: quantize_activation_row per row). Whole groups of kQ8TileN weight rows per
-// task, so no output depends on the split.
+// The 256-bit tiles as the driver below takes them: `group` multiplies `rows` (at most kRows)
+// activation rows with kQ8TileN weight rows, `column` with one.
 template <class Pair>
+struct Q8Tiles256 {
+  static constexpr int64_t kRows = kQ8TileM;
+  static void group(int64_t rows, const uint8_t* w, int64_t row_bytes, const int8_t* x, int64_t k,
+                    const float* dx, int64_t blocks, float* y, int64_t ldy) {
+    q8_0_tile_rows<Pair, kQ8TileN>(rows, w, row_bytes, x, k, dx, blocks, y, ldy);
+  }
+  static void column(int64_t rows, const uint8_t* w, int64_t row_bytes, const int8_t* x, int64_t k,
+                     const float* dx, int64_t blocks, float* y, int64_t ldy) {
+    q8_0_tile_rows<Pair, 1>(rows, w, row_bytes, x, k, dx, blocks, y, ldy);
+  }
+};
+
+// y[m, n] = x[m, k] W[n, k]^T for Q8_0 rows of W (row_bytes apart) and x already rounded to
+// int8 blocks (xq, dx: quantize_activation_row per row), in Tiles (Q8Tiles256 or the avx512
+// set's Q8Tiles512). Whole groups of kQ8TileN weight rows per task, so no output depends on the
+// split.
+template <class Tiles>
 void q8_0_tiles(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t* xq,
                 const float* dx, const uint8_t* w, float* y, int64_t group_grain) {
-  constexpr int64_t kM = kQ8TileM, kN = kQ8TileN;
+  constexpr int64_t kM = Tiles::kRows, kN = kQ8TileN;
   const int64_t blocks = k / kActBlock;
   const int64_t chunk = std::max<int64_t>(kM, kQ8ChunkBytes / k / kM * kM);
   const int64_t groups = (n + kN - 1) / kN;
@@ -148,12 +164,11 @@ void q8_0_tiles(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t
           const float* dxi = dx + i * blocks;
           float* yi = y + i * n + j0;
           if (cols == kN) {
-            q8_0_tile_rows<Pair, kQ8TileN>(rows, w + j0 * row_bytes, row_bytes, xi, k, dxi, blocks,
-                                           yi, n);
+            Tiles::group(rows, w + j0 * row_bytes, row_bytes, xi, k, dxi, blocks, yi, n);
           } else {
             for (int64_t c = 0; c < cols; ++c)
-              q8_0_tile_rows<Pair, 1>(rows, w + (j0 + c) * row_bytes, row_bytes, xi, k, dxi, blocks,
-                                      yi + c, n);
+              Tiles::column(rows, w + (j0 + c) * row_bytes, row_bytes, xi, k, dxi, blocks, yi + c,
+                            n);
           }
         }
       }
