@@ -90,8 +90,15 @@ std::string where(KernelSet set, QuantDot dot, int64_t m, int64_t n, int64_t k) 
 struct Shape {
   int64_t m, n, k;
 };
-constexpr Shape kShapes[] = {{1, 96, 224},  {7, 224, 96}, {13, 96, 224}, {33, 7, 224},
-                             {97, 224, 96}, {97, 13, 32}, {33, 96, 224}};
+constexpr Shape kShapes[] = {{1, 96, 224},
+                             {7, 224, 96},
+                             {13, 96, 224},
+                             {33, 7, 224},
+                             {97, 224, 96},
+                             {97, 13, 32},
+                             {33, 96, 224},
+                             // more rows than one L2 chunk of activation codes (128 at k = 4096)
+                             {133, 13, 4096}};
 
 // |y - y_ref| <= sum_g (max|x_g| / 254) sum_{j in g} |w_j| (the activation codes are within half
 // a step) + 1e-5 sum_g max|x_g| sum_{j in g} |w_j| (f32 arithmetic).
