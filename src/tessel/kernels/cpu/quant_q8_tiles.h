@@ -30,14 +30,15 @@ namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
 // prefetch suits the few rows of a decode step (the results are the same bits either way).
 inline constexpr int64_t kQ8TilesFrom = 8;
 
-// The tile: the avx512 set has 32 vector registers (16 accumulators, the tile's prepared weight
-// blocks and scales), the avx2 set 16.
-#if TESSEL_KERNEL_ISA_LEVEL >= 2
-inline constexpr int kQ8TileM = 4;
-#else
-inline constexpr int kQ8TileM = 2;
-#endif
+// Weight rows per group (a task owns whole groups) and the tile: the avx512 set has 32 vector
+// registers (16 accumulators and the 4 weight rows' codes, offsets or magnitudes and scales), the
+// avx2 set 16, where a 2 x 2 tile (4 accumulators, 3 registers per weight row) runs a group in two.
 inline constexpr int kQ8TileN = 4;
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+inline constexpr int kQ8TileM = 4, kQ8TileCols = 4;
+#else
+inline constexpr int kQ8TileM = 2, kQ8TileCols = 2;
+#endif
 
 // Activation codes per chunk: an L2-sized share, re-read from L2 for every weight group.
 inline constexpr int64_t kQ8ChunkBytes = int64_t(1) << 19;
@@ -93,6 +94,9 @@ inline void q8_0_tile(const uint8_t* w, int64_t row_bytes, const int8_t* x, int6
       const uint8_t* p = w + j * row_bytes + g * kQ8Bytes;
       wv[j] = Pair::weight(p + 2);
       sw[j] = _mm256_set1_ps(load_half(p));
+      // Hidden from the optimiser, which would otherwise turn each pair's product of two
+      // broadcasts into a scalar multiply and a broadcast (the same bits, one more instruction).
+      asm("" : "+v"(sw[j]));
     }
     for (int i = 0; i < kM; ++i) {
       const __m256i xv = Pair::act(x + i * k + 32 * g);
@@ -134,7 +138,9 @@ struct Q8Tiles256 {
   static constexpr int64_t kRows = kQ8TileM;
   static void group(int64_t rows, const uint8_t* w, int64_t row_bytes, const int8_t* x, int64_t k,
                     const float* dx, int64_t blocks, float* y, int64_t ldy) {
-    q8_0_tile_rows<Pair, kQ8TileN>(rows, w, row_bytes, x, k, dx, blocks, y, ldy);
+    for (int j = 0; j < kQ8TileN; j += kQ8TileCols)
+      q8_0_tile_rows<Pair, kQ8TileCols>(rows, w + j * row_bytes, row_bytes, x, k, dx, blocks, y + j,
+                                        ldy);
   }
   static void column(int64_t rows, const uint8_t* w, int64_t row_bytes, const int8_t* x, int64_t k,
                      const float* dx, int64_t blocks, float* y, int64_t ldy) {
