@@ -4,9 +4,9 @@
 // on int8 blocks). The row kernel of quant_dot.h (q8_0_rows) multiplies a group of weight rows
 // with one activation row at a time, so every 32-code block of W is loaded, its scale widened
 // and its codes' magnitudes taken again for each activation row. Here a tile of kQ8TileM
-// activation rows x kQ8TileN weight rows keeps its kQ8TileM * kQ8TileN accumulators in
+// activation rows x kQ8TileCols weight rows keeps its kQ8TileM * kQ8TileCols accumulators in
 // registers: each weight block is loaded and prepared once per tile and used kQ8TileM times,
-// each activation block once per tile and used kQ8TileN times. Cache blocking: a weight group
+// each activation block once per tile and used kQ8TileCols times. Cache blocking: a weight group
 // (kQ8TileN rows, a few KiB) stays in L1 while the tiles of an activation chunk (kQ8ChunkBytes
 // of codes, in L2) pass over it.
 //
