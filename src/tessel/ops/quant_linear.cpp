@@ -46,9 +46,11 @@ Tensor quant_linear(const Tensor& x, QuantType type, const Tensor& weight, int64
   const Tensor x2 = x.reshape({rows, in_features});
   Tensor y = empty({rows, out}, x.dtype(), x.device());
   kernels::Backend& backend = detail::backend(x);
-  // The kernel's tested range is 1..kQuantMatmulRows rows; each chunk reads the weight once.
-  for (int64_t r = 0; r < rows; r += kQuantMatmulRows) {
-    const int64_t end = std::min(rows, r + kQuantMatmulRows);
+  // The kernel's tested range is 1..kQuantMatmulRows rows (Q8_0: kQuantMatmulTiledRows); each
+  // chunk reads the weight once.
+  const int64_t chunk = type == QuantType::Q8_0 ? kQuantMatmulTiledRows : kQuantMatmulRows;
+  for (int64_t r = 0; r < rows; r += chunk) {
+    const int64_t end = std::min(rows, r + chunk);
     Tensor yc = y.narrow(0, r, end - r);  // views: dim 0 of a contiguous matrix
     backend.quant_matmul(type, x2.narrow(0, r, end - r), weight, yc);
   }

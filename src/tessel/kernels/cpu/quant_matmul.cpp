@@ -3,6 +3,7 @@
 // (backend.h; formats in quant/quant_blocks.h). Each task owns a range of output columns (W's
 // rows, split over the one OpenMP pool) and multiplies each weight row with every activation row
 // while the row is in L1, so each weight byte is read from memory once per call whatever m is.
+// Q8_0 with a prompt's rows runs as a register-tiled GEMM instead (quant_q8_tiles.h).
 // For the Q types and Int8 the activations are first rounded to int8 per 32-element block and
 // the products are integer (quant_dot.h: AVX-512 VNNI, AVX2 or plain loops, by kernel set and
 // CPU). No format is decoded into a buffer: Int8 and Q8_0 codes are read where they lie, the 4- to
@@ -25,6 +26,8 @@ TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/quant_fused_rows512.h"
 // After the 512-bit rows, whose helpers it uses.
 #include "tessel/kernels/cpu/quant_fused_direct512.h"
+#include "tessel/kernels/cpu/quant_q8_tiles.h"
+#include "tessel/kernels/cpu/quant_q8_tiles512.h"
 
 namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
@@ -320,9 +323,33 @@ std::array<Q8Rows, 2> choose_q8_0_rows() {  // {kQ8Rows rows, one row}
 #endif
 }
 
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+// A prompt's rows (m >= kQ8TilesFrom) in register tiles (quant_q8_tiles.h): the same bits per
+// output as the row kernel, each weight block prepared once per tile instead of once per row.
+void q8_0_tiled(const QuantMatmulShape& s, const cpu::QuantizedRows& act, const uint8_t* w,
+                float* y) {
+  const int64_t grain = std::max<int64_t>(1, task_grain(s) / cpu::kQ8TileN);
+  auto run = [&]<class Tiles>(Tiles) {
+    cpu::q8_0_tiles<Tiles>(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), w, y, grain);
+  };
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+  if (set_dot() == QuantDot::Avx512Vnni) {
+    if (quant_vector_bits_for(KernelSet::Avx512) == 512) return run(cpu::Q8Tiles512{});
+    return run(cpu::Q8Tiles256<cpu::Q8PairOffset<cpu::DotVnni>>{});
+  }
+#endif
+  if (set_dot() == QuantDot::AvxVnni)
+    return run(cpu::Q8Tiles256<cpu::Q8PairOffset<cpu::DotAvxVnni>>{});
+  return run(cpu::Q8Tiles256<cpu::Q8PairSign>{});
+}
+#endif
+
 void q8_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
   const int64_t blocks = s.k / cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+  if (s.m >= cpu::kQ8TilesFrom) return q8_0_tiled(s, act, w, y);
+#endif
   const std::array<Q8Rows, 2> rows_fn = choose_q8_0_rows();
   constexpr int64_t kR = cpu::kQ8Rows;
   // Whole groups of kR rows per task, so a row's result does not depend on the split.

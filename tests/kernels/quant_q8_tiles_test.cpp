@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: Apache-2.0
+// Q8_0 products of a prompt's size, which the quantized matmul runs in register tiles
+// (kernels/cpu/quant_q8_tiles.h) from 8 activation rows on; fewer rows take the row kernel.
+// On every kernel set this CPU runs, under every byte dot product it has (vpmaddubsw, AVX-VNNI,
+// AVX-512 VNNI, through limit_quant_dot) and both of the avx512 set's vector widths (512-bit
+// tiles hold two outputs per vector; limit_quant_vector_bits): each output within the activation
+// rounding bound of the fp64 product with the exactly dequantized weight (docs/KERNELS.md,
+// "Accuracy"); every row the same bits alone (m = 1, the row kernel) as inside products of odd
+// sizes (tiles and their remainders); the same bits under every dot product (the integer sums are
+// exact either way); and the extreme codes (-128 against +-127) exact through the tiles.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tessel/core/cpu_features.h"
+#include "tessel/kernels/kernel_set.h"
+#include "tessel/kernels/quant/dequantize.h"
+#include "tessel/kernels/quant/quant_blocks.h"
+#include "tessel/kernels/quant/quant_format.h"
+
+namespace tessel::kernels {
+namespace {
+
+using quant::QuantType;
+
+// Restores the default choice when a test ends, passed or not.
+struct DotLimit {
+  explicit DotLimit(QuantDot d) { limit_quant_dot(d); }
+  ~DotLimit() { limit_quant_dot(QuantDot::Avx512Vnni); }
+};
+
+// The same for the avx512 set's vector width (512: Q8_0 tiles of two outputs per vector).
+struct BitsLimit {
+  explicit BitsLimit(int bits) { limit_quant_vector_bits(bits); }
+  ~BitsLimit() { limit_quant_vector_bits(512); }
+};
+
+std::vector<QuantDot> dots_here() {
+  std::vector<QuantDot> out;
+  if (cpu_features().avx512_vnni) out.push_back(QuantDot::Avx512Vnni);
+  if (cpu_features().avx_vnni) out.push_back(QuantDot::AvxVnni);
+  out.push_back(QuantDot::Avx2);
+  return out;
+}
+
+// n rows of k / 32 Q8_0 blocks: every code -128..127, f16 scales of both signs.
+std::vector<uint8_t> random_q8_0(int64_t n, int64_t k, std::mt19937& rng) {
+  std::vector<quant::BlockQ8_0> blocks(size_t(n * k / 32));
+  std::uniform_int_distribution<int> code(-128, 127), coin(0, 1);
+  std::uniform_real_distribution<float> mag(1e-3f, 0.1f);
+  for (auto& b : blocks) {
+    b.d = float_to_f16(coin(rng) ? mag(rng) : -mag(rng)).bits;
+    for (auto& q : b.qs) q = int8_t(code(rng));
+  }
+  std::vector<uint8_t> bytes(blocks.size() * sizeof(quant::BlockQ8_0));
+  std::memcpy(bytes.data(), blocks.data(), bytes.size());
+  return bytes;
+}
+
+// Gaussian rows, every fifth one with an outlier per block, and a zero row.
+Tensor activations(int64_t m, int64_t k, std::mt19937& rng) {
+  Tensor x = empty({m, k}, DType::F32);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  float* p = x.data<float>();
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = 0; c < k; ++c) {
+      float v = i % 11 == 2 ? 0.0f : normal(rng);
+      if (i % 5 == 1 && c % 32 == 7) v *= 300.0f;
+      p[i * k + c] = v;
+    }
+  return x;
+}
+
+Tensor product(KernelSet set, const Tensor& x, const Tensor& w, int64_t n) {
+  Tensor y = zeros({x.size(0), n}, DType::F32);
+  cpu_backend_for(set).quant_matmul(QuantType::Q8_0, x, w, y);
+  return y;
+}
+
+std::string where(KernelSet set, QuantDot dot, int64_t m, int64_t n, int64_t k) {
+  return std::string(kernel_set_name(set)) + " " + std::string(quant_dot_name(dot)) + " " +
+         std::to_string(quant_vector_bits_for(set)) + "-bit m" + std::to_string(m) + " n" +
+         std::to_string(n) + " k" + std::to_string(k);
+}
+
+struct Shape {
+  int64_t m, n, k;
+};
+constexpr Shape kShapes[] = {{1, 96, 224},
+                             {7, 224, 96},
+                             {13, 96, 224},
+                             {33, 7, 224},
+                             {97, 224, 96},
+                             {97, 13, 32},
+                             {33, 96, 224},
+                             // more rows than one L2 chunk of activation codes (128 at k = 4096)
+                             {133, 13, 4096}};
+
+// |y - y_ref| <= sum_g (max|x_g| / 254) sum_{j in g} |w_j| (the activation codes are within half
+// a step) + 1e-5 sum_g max|x_g| sum_{j in g} |w_j| (f32 arithmetic).
+TEST(QuantQ8Tiles, WithinTheActivationRoundingBoundOfFp64) {
+  uint32_t seed = 7;
+  for (KernelSet set : runnable_kernel_sets())
+    for (int bits : {512, 256})
+      for (QuantDot dot : dots_here()) {
+        DotLimit limit(dot);
+        BitsLimit width(bits);
+        double worst_ratio = 0;
+        for (const Shape& s : kShapes) {
+          std::mt19937 rng(seed++);
+          const std::vector<uint8_t> bytes = random_q8_0(s.n, s.k, rng);
+          const Tensor w = quant::quantized_weight(QuantType::Q8_0, bytes, s.n, s.k);
+          const Tensor x = activations(s.m, s.k, rng);
+          const Tensor y = product(set, x, w, s.n);
+          const int64_t rb = quant::row_bytes(QuantType::Q8_0, s.k);
+          std::vector<double> wd(size_t(s.k));
+          const float* xp = x.data<float>();
+          for (int64_t j = 0; j < s.n; ++j) {
+            quant::dequantize_row(QuantType::Q8_0, bytes.data() + j * rb, wd.data(), s.k);
+            for (int64_t i = 0; i < s.m; ++i) {
+              double want = 0, rounding = 0, arithmetic = 0;
+              for (int64_t g = 0; g < s.k / 32; ++g) {
+                double amax = 0, wsum = 0;
+                for (int64_t c = 32 * g; c < 32 * g + 32; ++c) {
+                  want += double(xp[i * s.k + c]) * wd[size_t(c)];
+                  amax = std::max(amax, std::abs(double(xp[i * s.k + c])));
+                  wsum += std::abs(wd[size_t(c)]);
+                }
+                rounding += amax / 254 * wsum;
+                arithmetic += amax * wsum;
+              }
+              const double got = y.data<float>()[i * s.n + j];
+              if (rounding == 0) {
+                ASSERT_EQ(got, 0.0) << where(set, dot, s.m, s.n, s.k) << " row " << i;
+                continue;
+              }
+              ASSERT_LE(std::abs(got - want), rounding * (1 + 1e-4) + 1e-5 * arithmetic)
+                  << where(set, dot, s.m, s.n, s.k) << " row " << i << " col " << j << ": got "
+                  << got << " want " << want;
+              worst_ratio = std::max(worst_ratio, std::abs(got - want) / rounding);
+            }
+          }
+        }
+        // Not loose by orders of magnitude: the rounding errors add up to a fair share of it.
+        EXPECT_GT(worst_ratio, 1e-3) << kernel_set_name(set) << " " << quant_dot_name(dot);
+      }
+}
+
+// Row i of every product is the bits of row i alone (m = 1: the row kernel), under every dot
+// product and width, and the whole product is the same bits under all of them.
+TEST(QuantQ8Tiles, RowsAloneEqualRowsInAPromptUnderEveryDot) {
+  for (KernelSet set : runnable_kernel_sets())
+    for (const Shape& s : kShapes) {
+      if (s.m == 1) continue;
+      std::mt19937 rng(uint32_t(s.m * 1000 + s.n + s.k));
+      const std::vector<uint8_t> bytes = random_q8_0(s.n, s.k, rng);
+      const Tensor w = quant::quantized_weight(QuantType::Q8_0, bytes, s.n, s.k);
+      const Tensor x = activations(s.m, s.k, rng);
+      Tensor first;
+      for (int bits : {512, 256})
+        for (QuantDot dot : dots_here()) {
+          DotLimit limit(dot);
+          BitsLimit width(bits);
+          const Tensor y = product(set, x, w, s.n);
+          for (int64_t i = 0; i < s.m; ++i) {
+            Tensor xi = empty({1, s.k}, DType::F32);
+            std::memcpy(xi.data_ptr(), x.data<float>() + i * s.k, size_t(s.k) * 4);
+            const Tensor yi = product(set, xi, w, s.n);
+            ASSERT_EQ(std::memcmp(yi.data_ptr(), y.data<float>() + i * s.n, size_t(s.n) * 4), 0)
+                << where(set, dot, s.m, s.n, s.k) << " row " << i;
+          }
+          if (!first.defined()) {
+            first = y;
+          } else {
+            EXPECT_EQ(std::memcmp(first.data_ptr(), y.data_ptr(), size_t(s.m * s.n) * 4), 0)
+                << where(set, dot, s.m, s.n, s.k) << " against " << quant_dot_name(dots_here()[0]);
+          }
+        }
+    }
+}
+
+// Codes -128 and 127 with d = 1 against activations that round to +-127 exactly, in a product
+// that runs in tiles: every lane sum is exact whatever the dot product (vpmaddubsw's pair sums
+// stay below 2^15; vpdpbusd's x + 128 reaches 255).
+TEST(QuantQ8Tiles, ExtremeCodesAreExactInTiles) {
+  constexpr int64_t k = 256, n = 5, m = 11;
+  std::vector<quant::BlockQ8_0> blocks(size_t(n * k / 32));
+  for (auto& b : blocks) {
+    b.d = 0x3C00;
+    for (int j = 0; j < 32; ++j) b.qs[j] = int8_t(j % 2 ? 127 : -128);
+  }
+  std::vector<uint8_t> bytes(blocks.size() * sizeof(quant::BlockQ8_0));
+  std::memcpy(bytes.data(), blocks.data(), bytes.size());
+  const Tensor w = quant::quantized_weight(QuantType::Q8_0, bytes, n, k);
+  Tensor x = empty({m, k}, DType::F32);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = 0; c < k; ++c)
+      x.data<float>()[i * k + c] = i % 2 ? -1.0f : (c % 2 ? 1.0f : -1.0f);
+  const double all_positive = double(k / 2) * (128 + 127), mixed = double(k / 2) * (128 - 127);
+  for (KernelSet set : runnable_kernel_sets())
+    for (int bits : {512, 256})
+      for (QuantDot dot : dots_here()) {
+        DotLimit limit(dot);
+        BitsLimit width(bits);
+        const Tensor y = product(set, x, w, n);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j)
+            ASSERT_EQ(double(y.data<float>()[i * n + j]), i % 2 ? mixed : all_positive)
+                << where(set, dot, m, n, k) << " row " << i << " col " << j;
+      }
+}
+
+}  // namespace
+}  // namespace tessel::kernels
