@@ -11,6 +11,7 @@
 #include "tessel/io/safetensors_dir.h"
 #include "tessel/models/family.h"
 #include "tessel/models/gguf_model.h"
+#include "tessel/nn/init.h"
 #include "tessel/parallel/pipeline/partition.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
 #include "tessel/train/checkpoint/safetensors_regions.h"
@@ -85,7 +86,9 @@ std::function<bool(const std::string&)> stage_parameters(const models::CausalLM&
 }
 
 // The stage bounds of the job's `stages` stages for the model `config` describes, and a model of
-// its shape (built without values) to ask which pipeline layer each parameter belongs to.
+// its shape to ask which pipeline layer each parameter belongs to. It is built shape-only
+// (tensor/unallocated.h: no bytes, no address space), so a rank allocates only its stage's
+// tensors: the whole model allocated untouched would count in every rank's VmPeak.
 struct StagePlan {
   std::shared_ptr<models::CausalLM> shape_only;
   std::vector<int64_t> bounds;
@@ -93,7 +96,11 @@ struct StagePlan {
 
 StagePlan plan_stages(const models::ConfigPtr& config, int stages) {
   StagePlan plan;
-  plan.shape_only = config->build_empty();
+  {
+    nn::init::InitRecord unused;
+    nn::init::DeferInit defer(unused);
+    plan.shape_only = config->build_empty();
+  }
   plan.bounds =
       pp_stage_bounds(plan.shape_only->layer_costs(), plan.shape_only->num_layers(), stages);
   return plan;
@@ -167,8 +174,8 @@ std::shared_ptr<models::CausalLM> load_stage_tensors(
     out.share = gguf_share(loaded);
     return loaded.model;
   }
-  // The plan's model, built without values: the other stages' tensors are allocated but never
-  // touched, so they never become resident; this stage's are filled from the files below.
+  // The plan's model, shape-only: this stage's tensors are allocated and filled from the files
+  // below; the other stages' never are.
   std::shared_ptr<models::CausalLM> whole = plan.shape_only;
   const models::ModelConfig& config = whole->model_config();
   auto checkpoint = std::make_shared<const io::SafetensorsCheckpoint>(
@@ -178,6 +185,7 @@ std::shared_ptr<models::CausalLM> load_stage_tensors(
   autograd::NoGradGuard no_grad;
   for (const auto& [name, param] : whole->named_parameters()) {
     if (!mine(name)) continue;
+    param.storage().materialize();
     const bool direct = param.dtype() == DType::F32;
     Tensor flat = direct ? param.detach().flatten() : empty({param.numel()}, DType::F32);
     train::fill_placed(regions, name, sharding::LocalLayout::whole(param.shape()), param.shape(), 0,

@@ -29,7 +29,7 @@ struct TpLoadedModel {
 // `dir` holds config.json and safetensors weights (a model directory or a whole-model tessel
 // checkpoint). Collective over `tp` (the plan's parallelization is). `note` receives the plan's
 // one-line notices (the vocabulary padding). With `keep`, only the parameters it accepts are read
-// (a pipeline stage's, cli/pp_model.h); the others stay allocated but untouched.
+// and allocated (a pipeline stage's, cli/pp_model.h); the others stay shape-only.
 TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
                             const std::function<void(const std::string&)>& note = {},
                             const std::function<bool(const std::string&)>& keep = {});

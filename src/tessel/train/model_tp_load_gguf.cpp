@@ -16,6 +16,7 @@
 #include "tessel/models/family.h"
 #include "tessel/models/gguf_layout.h"
 #include "tessel/models/gguf_model.h"
+#include "tessel/nn/init.h"
 #include "tessel/nn/layers.h"
 #include "tessel/sharding/shard_layout.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
@@ -40,14 +41,14 @@ void release_pages(std::span<const uint8_t> bytes) {
 // every rank, so all of them refuse the file with the same Error instead of some waiting for the
 // others at the first collective.
 void check_block_split(const std::string& stored, quant::QuantType type,
-                       const sharding::ShardLayout& spec, int n) {
+                       const sharding::ShardLayout& spec, int n, const std::string& parallelism) {
   const int64_t block = quant::block_elements(type);
   for (int r = 0; r < n; ++r) {
     for (const auto& [start, len] : sharding::shard_ranges(spec, n, r)) {
       const int64_t bad = start % block != 0           ? start
                           : (start + len) % block != 0 ? start + len
                                                        : -1;
-      TESSEL_CHECK(bad < 0, "tensor parallelism: GGUF tensor ", stored, " (",
+      TESSEL_CHECK(bad < 0, parallelism, ": GGUF tensor ", stored, " (",
                    quant::quant_type_name(type), ", rows of ", spec.full, " weights in blocks of ",
                    block, ") is row-parallel, and tp = ", n, " splits its rows at weight ", bad,
                    ", inside a block: every rank's columns must be whole blocks (", spec.full,
@@ -123,14 +124,15 @@ void bind_blocks(nn::Module& owner, const io::GgufFile& file,
 
 // Regions of the float tensors (F32, or F16 / BF16 widened), rows reordered where the layout says.
 RegionSource float_regions(const io::GgufFile& file, const models::GgufLayout& layout,
-                           Stats& stats) {
-  return [&file, &layout, &stats](const std::string& name, const PieceRegion& region, float* dst) {
+                           const std::string& parallelism, Stats& stats) {
+  return [&file, &layout, &parallelism, &stats](const std::string& name, const PieceRegion& region,
+                                                float* dst) {
     const models::GgufStored& stored = layout.tensors.at(name);
     const io::GgufTensorInfo& info = file.info(stored.name);
     const std::optional<DType> dtype = io::dtype_of_ggml(info.type);
-    TESSEL_CHECK(dtype && dtype_is_float(*dtype), "tensor parallelism: GGUF tensor ", stored.name,
-                 " is ", io::ggml_type_name(info.type),
-                 ", which only a Linear or Embedding weight may be under tensor parallelism");
+    TESSEL_CHECK(dtype && dtype_is_float(*dtype), parallelism, ": GGUF tensor ", stored.name,
+                 " is ", io::ggml_type_name(info.type), ", which only a Linear or Embedding weight ",
+                 "may be under ", parallelism);
     const Shape shape = info.shape();
     check_region(name, shape, region);
     const int64_t rows = shape.ndim() > 0 ? shape[0] : 1, row_len = shape.numel() / rows;
@@ -159,9 +161,29 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
   auto file = std::make_shared<const io::GgufFile>(io::GgufFile::open(path));
   const models::ConfigPtr config = models::gguf_model_config(*file);
   TpGgufLoaded out;
-  out.model = config->build_empty();
-  // The layout names the whole model's tensors, so it is taken before the cut.
-  const models::GgufLayout layout = config->family().gguf_layout(*out.model, *file);
+  {
+    // Built shape-only (tensor/unallocated.h: no bytes, no address space) and cut without copying
+    // values, so the cut's pieces are shape-only too: a rank allocates only the f32 tensors it
+    // reads, below, and binds its matrices to blocks; the whole model's f32 tensors are never
+    // allocated, not even untouched (their address space would count in VmPeak: a pipeline
+    // stage's rank held every other stage's too).
+    nn::init::InitRecord unused;
+    nn::init::DeferInit defer(unused);
+    out.model = config->build_empty();
+  }
+  // What the errors name: the layout in use (a stage filter is a pipeline stage's, header).
+  const std::string parallelism = !keep ? "tensor parallelism"
+                                  : tp  ? "pipeline and tensor parallelism"
+                                        : "pipeline parallelism";
+  // The layout names the whole model's tensors, so it is taken before the cut. Its refusals (a
+  // family without one, a file that does not match it) say which layout asked.
+  const models::GgufLayout layout = [&] {
+    try {
+      return config->family().gguf_layout(*out.model, *file);
+    } catch (const Error& e) {
+      throw Error(parallelism + ": " + e.what(), e.where());
+    }
+  }();
   if (tp)
     out.tp = std::make_shared<ModelTensorParallel>(
         parallelize_model(*out.model, tp, "", false, note, /*copy_values=*/false));
@@ -188,10 +210,11 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
     const io::GgufTensorInfo& info = file->info(stored.name);
     const sharding::ShardLayout* spec = spec_of(name);
     if (spec && spec->dim == 1 && block_owner(name, info))
-      check_block_split(stored.name, quant::quant_type_from_ggml(info.type), *spec, n);
+      check_block_split(stored.name, quant::quant_type_from_ggml(info.type), *spec, n,
+                        keep ? "tensor parallelism within a pipeline stage" : "tensor parallelism");
   }
   Stats stats;
-  const RegionSource floats = float_regions(*file, layout, stats);
+  const RegionSource floats = float_regions(*file, layout, parallelism, stats);
   autograd::NoGradGuard no_grad;
   size_t loaded = 0;
   for (const auto& [name, param] : out.model->named_parameters()) {
@@ -207,6 +230,7 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
       bind_blocks(*owner, *file, file, stored, placement, param.shape(), stats);
       continue;
     }
+    param.storage().materialize();
     const bool direct = param.dtype() == DType::F32;
     Tensor flat = direct ? param.detach().flatten() : empty({param.numel()}, DType::F32);
     fill_placed(floats, name, placement, param.shape(), 0, param.numel(), flat);

@@ -19,9 +19,11 @@
 // the file a rank copied from are handed back to the kernel after each tensor, so a rank's
 // resident memory holds its share, not the file.
 //
-// A pipeline stage (`--pp`, cli/pp_model.h) passes `keep`: only the parameters it names are read,
-// the others stay allocated but untouched (never resident), so a stage's rank reads its blocks'
-// bytes only; with no tensor-parallel group the model is not cut (one rank per stage).
+// A pipeline stage (`--pp`, cli/pp_model.h) passes `keep`: only the parameters it names are read
+// and allocated, the others stay shape-only (the model is built so: no bytes, no address space),
+// so a stage's rank reads and holds its blocks' bytes only; with no tensor-parallel group the
+// model is not cut (one rank per stage). The loader's errors name the layout asking: "tensor
+// parallelism", "pipeline parallelism" (a `keep` without a group) or both.
 #pragma once
 
 #include <cstdint>
