@@ -129,6 +129,7 @@ void ChunkManager::evict(Chunk& c) {
 }
 
 void ChunkManager::write_to_nvme(Chunk& c) {
+  ++stats_.nvme_evictions;
   if (c.nvme_valid && c.nvme_slot >= 0) {
     // Clean: the slot already holds these bytes (written at start-up or after the last
     // ReadWrite access, and only read since), so the memory copy is dropped, not written.
