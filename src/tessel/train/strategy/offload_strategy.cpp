@@ -36,9 +36,6 @@ class OffloadBackward final : public autograd::Node {
   size_t unit_;
 };
 
-namespace {
-
-// `like`'s shape over `bytes` (not owned): a parameter's place in a chunk being filled.
 Tensor view_of(const Tensor& like, void* bytes) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(bytes, like.nbytes(), like.device(), nullptr);
@@ -46,6 +43,8 @@ Tensor view_of(const Tensor& like, void* bytes) {
   impl->dtype = like.dtype();
   return Tensor(std::move(impl));
 }
+
+namespace {
 
 std::vector<int> sorted_unique(std::vector<int> v) {
   std::sort(v.begin(), v.end());
