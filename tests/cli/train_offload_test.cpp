@@ -50,8 +50,7 @@ TEST(TrainOffload, KillDashNineAmidNvmeWritesResumesBitIdentical) {
   const Outcome a = run_tessel(s.common + steps + off_a + " --set checkpoint.dir=" + run_a, s.dir);
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_NE(a.out.find("memory offload: "), std::string::npos) << a.out;
-  EXPECT_TRUE(std::regex_search(a.out, std::regex(R"(; evictions \d+ \(clean \d+\))")))
-      << a.out;
+  EXPECT_TRUE(std::regex_search(a.out, std::regex(R"(; evictions \d+ \(clean \d+\))"))) << a.out;
   const Outcome killed = run_tessel(
       s.common + steps + off_b + " --set checkpoint.dir=" + run_b + " --set fault.kill_at_step=16",
       s.dir);

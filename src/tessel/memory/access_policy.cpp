@@ -83,8 +83,8 @@ size_t AccessPolicy::next_use(int chunk, size_t from) const {
 
 int AccessPolicy::choose_victim(std::span<const int> candidates,
                                 std::span<const uint8_t> clean) const {
-  TESSEL_CHECK(clean.empty() || clean.size() == candidates.size(), "choose_victim: ",
-               clean.size(), " clean flags for ", candidates.size(), " candidates");
+  TESSEL_CHECK(clean.empty() || clean.size() == candidates.size(), "choose_victim: ", clean.size(),
+               " clean flags for ", candidates.size(), " candidates");
   // Equal keys cost the same reads (MIN's count, or LRU's guess of it), but a dirty victim also
   // costs a write: among equals the clean one goes, then the lowest id.
   const auto is_clean = [&](size_t i) { return !clean.empty() && clean[i] != 0; };

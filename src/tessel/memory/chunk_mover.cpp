@@ -247,8 +247,7 @@ void ChunkManager::run_prefetch() {
       for (auto& c : chunks_) {
         if (c->tier != Tier::Device || c->id == x.id) continue;
         size_t next = policy_.next_use(c->id, u);
-        if (victim < 0 || next > farthest ||
-            (next == farthest && clean(c->id) && !clean(victim))) {
+        if (victim < 0 || next > farthest || (next == farthest && clean(c->id) && !clean(victim))) {
           victim = c->id;
           farthest = next;
         }

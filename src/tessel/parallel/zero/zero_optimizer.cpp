@@ -53,8 +53,7 @@ ZeroAdamW::ZeroAdamW(DataParallel& dp, const ZeroOptions& options, Zero3Paramete
     s.lo = rank * s.size;
     s.padded = dp.bucket_padded_numel(int64_t(b));
     s.exp_avg = o.allocate_moments ? zeros({s.size}, DType::F32, device) : unallocated({s.size});
-    s.exp_avg_sq =
-        o.allocate_moments ? zeros({s.size}, DType::F32, device) : unallocated({s.size});
+    s.exp_avg_sq = o.allocate_moments ? zeros({s.size}, DType::F32, device) : unallocated({s.size});
   }
   for (size_t i = 0; i < places_.size(); ++i) {
     const DataParallel::Place& p = places_[i];

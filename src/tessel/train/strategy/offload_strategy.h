@@ -55,7 +55,7 @@ Tensor view_of(const Tensor& like, void* bytes);
 struct OffloadShard {
   std::string name;  // the bucket's unit (stage 3) or "bucket <i>", for the placement lines
   int64_t bucket = -1;
-  Tensor param;      // stage 3: the parameter shard; undefined below (the replicas stay in memory)
+  Tensor param;  // stage 3: the parameter shard; undefined below (the replicas stay in memory)
   Tensor exp_avg, exp_avg_sq;
 };
 
