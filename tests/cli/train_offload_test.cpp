@@ -7,6 +7,7 @@
 // before the first step, and one above it stops the run cleanly with a checkpoint it resumes from.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <regex>
 
@@ -49,6 +50,7 @@ TEST(TrainOffload, KillDashNineAmidNvmeWritesResumesBitIdentical) {
   const Outcome a = run_tessel(s.common + steps + off_a + " --set checkpoint.dir=" + run_a, s.dir);
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_NE(a.out.find("memory offload: "), std::string::npos) << a.out;
+  EXPECT_TRUE(std::regex_search(a.out, std::regex(R"(; evictions \d+ \(clean \d+\))"))) << a.out;
   const Outcome killed = run_tessel(
       s.common + steps + off_b + " --set checkpoint.dir=" + run_b + " --set fault.kill_at_step=16",
       s.dir);
@@ -58,8 +60,21 @@ TEST(TrainOffload, KillDashNineAmidNvmeWritesResumesBitIdentical) {
   // through step 16, after its backward evicted chunks).
   const auto before = steps_of(fs::path(run_b) / "train.jsonl");
   ASSERT_EQ(before.size(), 15u);
-  for (const auto& r : before)
-    EXPECT_GT(r["offload"]["nvme_write_bytes"].get<int64_t>(), 0) << r.dump();
+  for (const auto& r : before) {
+    const auto& o = r["offload"];
+    EXPECT_GT(o["nvme_write_bytes"].get<int64_t>(), 0) << r.dump();
+    // Every chunk sent to NVMe was written, or dropped because its NVMe copy was current.
+    const int64_t evictions = o.at("evictions").get<int64_t>();
+    const int64_t clean = o.at("clean_evictions").get<int64_t>();
+    EXPECT_LE(clean, evictions) << r.dump();
+    EXPECT_EQ((evictions - clean) * int64_t(kChunk), o["nvme_write_bytes"].get<int64_t>())
+        << r.dump();
+  }
+  // The forward's and backward's evictions of parameter chunks only read since their last
+  // write are clean in some step.
+  EXPECT_TRUE(std::any_of(before.begin(), before.end(), [](const auto& r) {
+    return r["offload"]["clean_evictions"].template get<int64_t>() > 0;
+  }));
   // The tier's swap file is unlinked when it is created: the kill leaves nothing behind.
   EXPECT_TRUE(fs::is_empty(s.dir / "nvme_b"));
 

@@ -116,5 +116,56 @@ TEST(CleanEviction, OnlyChunksWrittenSinceTheirLastNvmeCopyAreWritten) {
   m.check_accounting();
 }
 
+TEST(CleanEviction, TiesGoToTheCleanChunk) {
+  for (const bool traced : {false, true}) {
+    SCOPED_TRACE(traced ? "Belady with a trace" : "LRU");
+    test::ScratchDir dir;
+    MemoryConfig config = tiers(dir.str());
+    config.device_budget = kChunk;
+    config.host_budget = 2 * kChunk;
+    ChunkManager m(config);
+    Generator gen(13);
+    std::vector<Tensor> tensors;
+    std::vector<std::vector<float>> shadow;
+    for (int i = 0; i < 4; ++i) {  // one chunk each
+      tensors.push_back(randn({int64_t(kChunk / sizeof(float))}, DType::F32, &gen));
+      m.add(tensors.back(), "param");
+      shadow.push_back(tensors.back().to_vector<float>());
+    }
+    m.seal();
+    ASSERT_EQ(m.num_chunks(), 4);
+    ASSERT_EQ(m.chunk(0).tier, Tier::Device);
+    ASSERT_EQ(m.chunk(1).tier, Tier::Host);
+    ASSERT_EQ(m.chunk(2).tier, Tier::Host);
+    ASSERT_EQ(m.chunk(3).tier, Tier::Nvme);
+    // Chunk 2 gets an NVMe copy and comes back to the host tier without an access: chunks 1
+    // (dirty, never on NVMe) and 2 (clean) are equal for LRU (neither used) and for MIN (the
+    // trace uses neither).
+    m.move(2, Tier::Nvme);
+    m.prefetch(2, Tier::Host);
+    m.wait_all();
+    ASSERT_EQ(m.chunk(2).tier, Tier::Host);
+    if (traced) m.use_trace(AccessTrace{{0, 3}, {}, 1}, 0);
+    m.reset_stats();
+    // Chunk 3 comes into the device tier: chunk 0 goes down to the host tier, which must send
+    // one of 1 and 2 to NVMe. The lowest id would write chunk 1; the clean chunk 2 writes nothing.
+    m.access(3, AccessMode::Read);
+    m.release(3);
+    m.check_accounting();
+    EXPECT_EQ(m.stats().nvme_evictions, 1);
+    EXPECT_EQ(m.stats().clean_evictions, 1);
+    EXPECT_EQ(m.stats().nvme_writes, 0);
+    EXPECT_EQ(m.chunk(1).tier, Tier::Host);
+    EXPECT_EQ(m.chunk(2).tier, Tier::Nvme);
+    EXPECT_EQ(m.chunk(0).tier, Tier::Host);
+    for (int id = 0; id < 4; ++id) {
+      m.access(id, AccessMode::Read, Tier::Host);
+      EXPECT_EQ(tensors[size_t(id)].to_vector<float>(), shadow[size_t(id)]) << "chunk " << id;
+      m.release(id);
+      m.check_accounting();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessel::memory

@@ -8,7 +8,8 @@ tiers (also with full recomputation, whose replay reads the gathered block); ZeR
 whose two moment chunks make the host tier's row. A ZeRO-3 checkpoint of the offloaded run
 resumes at one rank in memory exactly as the in-memory run's does, and the in-memory run's
 resumes offloaded at dp 2 exactly on its trajectory; a host budget below the update's row is
-refused before any step, as is plain dp (zero_stage 0). A GPT-2 with C = 33, 3 heads, 3 blocks, sequences of 13, two
+refused before any step, as is plain dp (zero_stage 0). Each offloaded run's start-up computes
+(or, with model.init_from, reads) every parameter shard straight into its chunk. A GPT-2 with C = 33, 3 heads, 3 blocks, sequences of 13, two
 micro-batches per step and clipping.
 
 Usage: offload_dp_equivalence.py TESSEL MPIRUN WORKDIR
@@ -150,6 +151,24 @@ def main():
         same_checkpoint(ref, r, STEPS, "the in-memory dp 2 checkpoint resumed offloaded")
         print("ZeRO-3 checkpoints: offloaded -> one rank in memory, and in memory -> offloaded "
               "at dp 2, both bitwise on the uninterrupted trajectory")
+
+    # Start-up streams from a file too: with model.init_from each rank reads its parameter
+    # shards' parts straight into their chunks (the moments start there as zeros), and the run
+    # equals the in-memory one started from the same file.
+    src = os.path.join(work, "memory_zero3", f"step_{STEPS:06d}")
+    zero3 = ["--set", "parallel.zero_stage=3", "--set", "model.init_from=" + src]
+    ref, off = (os.path.join(work, f"init_from_{k}_zero3") for k in ("memory", "offload"))
+    run(mpi + common + dp2 + zero3 + ["--set", "checkpoint.dir=" + ref], env=env)
+    nvme = os.path.join(work, "nvme_init_from")
+    os.makedirs(nvme)
+    run(mpi + common + dp2 + zero3 + ["--set", "checkpoint.dir=" + off] +
+        offload_sets(nvme, 3, 3, CHUNK[3]), env=env)
+    what = "dp 2 ZeRO-3 offloaded from model.init_from"
+    same_records(ref, off, what)
+    check_tiers(off, what)
+    for step in (SAVE, STEPS):
+        same_checkpoint(ref, off, step, what)
+    print(f"{what}: bitwise the in-memory run from the same file")
 
 
 if __name__ == "__main__":

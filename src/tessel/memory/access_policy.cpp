@@ -81,28 +81,38 @@ size_t AccessPolicy::next_use(int chunk, size_t from) const {
   return base + step + pos.front();
 }
 
-int AccessPolicy::choose_victim(std::span<const int> candidates) const {
-  int best = -1;
+int AccessPolicy::choose_victim(std::span<const int> candidates,
+                                std::span<const uint8_t> clean) const {
+  TESSEL_CHECK(clean.empty() || clean.size() == candidates.size(), "choose_victim: ", clean.size(),
+               " clean flags for ", candidates.size(), " candidates");
+  // Equal keys cost the same reads (MIN's count, or LRU's guess of it), but a dirty victim also
+  // costs a write: among equals the clean one goes, then the lowest id.
+  const auto is_clean = [&](size_t i) { return !clean.empty() && clean[i] != 0; };
+  const auto preferred = [&](size_t i, size_t best) {
+    if (is_clean(i) != is_clean(best)) return is_clean(i);
+    return candidates[i] < candidates[best];
+  };
+  size_t best = SIZE_MAX;
   if (has_trace()) {
     size_t best_next = 0;
-    for (int c : candidates) {
-      size_t next = next_use(c, cursor_);
-      if (best < 0 || next > best_next || (next == best_next && c < best)) {
-        best = c;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const size_t next = next_use(candidates[i], cursor_);
+      if (best == SIZE_MAX || next > best_next || (next == best_next && preferred(i, best))) {
+        best = i;
         best_next = next;
       }
     }
-    return best;
-  }
-  uint64_t best_tick = 0;
-  for (int c : candidates) {
-    uint64_t t = last_use_[size_t(c)];
-    if (best < 0 || t < best_tick || (t == best_tick && c < best)) {
-      best = c;
-      best_tick = t;
+  } else {
+    uint64_t best_tick = 0;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const uint64_t t = last_use_[size_t(candidates[i])];
+      if (best == SIZE_MAX || t < best_tick || (t == best_tick && preferred(i, best))) {
+        best = i;
+        best_tick = t;
+      }
     }
   }
-  return best;
+  return best == SIZE_MAX ? -1 : candidates[best];
 }
 
 }  // namespace tessel::memory

@@ -46,9 +46,10 @@ class AccessPolicy {
   // The first position >= `from` at which `chunk` is accessed, counting positions of the next
   // step (+ trace size) when it is not accessed again in this one; kNever if never.
   size_t next_use(int chunk, size_t from) const;
-  // The candidate to evict: farthest next use with a trace, least recently used without;
-  // ties go to the lowest id. -1 for no candidates.
-  int choose_victim(std::span<const int> candidates) const;
+  // The candidate to evict: farthest next use with a trace, least recently used without.
+  // Ties go first to a clean candidate (`clean[i]` for candidates[i]: its NVMe copy is current,
+  // so evicting it writes nothing; empty: none is), then to the lowest id. -1 for no candidates.
+  int choose_victim(std::span<const int> candidates, std::span<const uint8_t> clean = {}) const;
 
  private:
   std::vector<int> trace_;

@@ -41,6 +41,7 @@ struct MemoryStats {
   int64_t demand_reads = 0;     // reads issued by the access that needed them
   int64_t prefetch_reads = 0;   // reads issued ahead of use
   int64_t nvme_writes = 0;      // chunk writes to NVMe
+  int64_t nvme_evictions = 0;   // chunks sent from memory to NVMe: written, or dropped if clean
   int64_t clean_evictions = 0;  // evictions to NVMe that wrote nothing: the slot held the bytes
   int64_t io_waits = 0;         // accesses that found their chunk's I/O still in flight
   int64_t host_to_device = 0;   // chunk copies between the memory tiers

@@ -75,6 +75,7 @@ void ChunkManager::make_room(Tier tier, int exclude) {
     Chunk* writing = nullptr;
     Chunk* reading = nullptr;  // a prefetch landing here: evictable once it has landed
     std::vector<int> candidates;
+    std::vector<uint8_t> clean;  // evicting it to NVMe writes nothing (write_to_nvme)
     for (auto& c : chunks_) {
       if (c->tier != tier || c->id == exclude || c->moving) continue;
       if (c->io == Chunk::Io::Writing && writing == nullptr) writing = c.get();
@@ -82,6 +83,7 @@ void ChunkManager::make_room(Tier tier, int exclude) {
       if (c->io == Chunk::Io::None && c->state != ChunkState::Compute &&
           c->state != ChunkState::Free && c->storage->is_materialized()) {
         candidates.push_back(c->id);
+        clean.push_back(c->nvme_valid && c->nvme_slot >= 0);
       }
     }
     if (writing != nullptr) {
@@ -92,7 +94,7 @@ void ChunkManager::make_room(Tier tier, int exclude) {
       finish_io(*reading);
       continue;
     }
-    int victim = policy_.choose_victim(candidates);
+    int victim = policy_.choose_victim(candidates, clean);
     if (victim < 0) fail_budget(tier, exclude);
     evict(at(victim));
   }
@@ -129,6 +131,7 @@ void ChunkManager::evict(Chunk& c) {
 }
 
 void ChunkManager::write_to_nvme(Chunk& c) {
+  ++stats_.nvme_evictions;
   if (c.nvme_valid && c.nvme_slot >= 0) {
     // Clean: the slot already holds these bytes (written at start-up or after the last
     // ReadWrite access, and only read since), so the memory copy is dropped, not written.
@@ -237,12 +240,14 @@ void ChunkManager::run_prefetch() {
     if (!device_.fits(config_.chunk_bytes)) {
       // The chunk MIN evicts at the miss at u; it may go now only if nothing uses it before u,
       // so the replacements stay MIN's and so does the number of reads.
+      // Ties (chunks used by neither step) go to a clean one, as in make_room.
       int victim = -1;
       size_t farthest = 0;
+      const auto clean = [this](int id) { return at(id).nvme_valid && at(id).nvme_slot >= 0; };
       for (auto& c : chunks_) {
         if (c->tier != Tier::Device || c->id == x.id) continue;
         size_t next = policy_.next_use(c->id, u);
-        if (victim < 0 || next > farthest) {
+        if (victim < 0 || next > farthest || (next == farthest && clean(c->id) && !clean(victim))) {
           victim = c->id;
           farthest = next;
         }

@@ -212,10 +212,17 @@ void Trainer::build(const std::string& resume) {
     zo.beta2 = o.beta2;
     zo.eps = o.eps;
     zo.weight_decay = o.weight_decay;
+    // Offloaded: the moments' shards start as zeros in their chunks (build_offload_shards).
+    zo.allocate_moments = !config_.memory.enabled();
     auto sharded = std::make_unique<ShardedAdamW>(data_->ddp(), zo, data_->zero3());
     zero_ = &sharded->zero();
     optimizer_ = std::move(sharded);
-    if (config_.memory.enabled()) build_offload_shards();
+    if (config_.memory.enabled()) {
+      build_offload_shards(init);
+      // The build's record covers the shards' layout, as a one-process offloaded run's covers
+      // its chunks (sealed while the model is built): its peak is the whole start-up's.
+      built_ = checkpoint_record("build", seconds_since(build_start) * 1e3, build_memory);
+    }
     if (expert_ && expert_->zero_buckets()) {
       // The experts' blocks over their own group, next to the dense blocks over dp.
       auto experts = std::make_unique<ShardedAdamW>(*expert_->zero_buckets(), zo, expert_->zero3());

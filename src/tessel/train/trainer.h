@@ -118,7 +118,13 @@ class Trainer {
   // Fills the parameters this rank holds (its ZeRO-3 blocks, its tensor-parallel pieces, its
   // stages' parameters and the tied ones its head uses) from `source`, touching nothing else; the
   // other stages' parameters stay shape-only (train/materialize.h).
-  void fill_parameters(const RegionSource& source);
+  // zero3_shards false: only the parameters held whole (a dp offloaded run computes its ZeRO-3
+  // shards in their chunks instead, fill_zero3_shard).
+  void fill_parameters(const RegionSource& source, bool zero3_shards = true);
+  // Bucket `bucket` of `dp`: this rank's part of each of its parameters into `shard` (this
+  // rank's block of the bucket, or its place in a chunk), from `source`.
+  void fill_zero3_shard(const RegionSource& source, const parallel::DataParallel& dp,
+                        int64_t bucket, const Tensor& shard);
   // The parameters this rank holds whole (outside ZeRO-3's blocks): its stages' and the tied ones
   // its head uses. The model is built shape-only; these are allocated (not written) once the
   // axes have cut it, the rest never.
@@ -170,7 +176,7 @@ class Trainer {
   // each parameter filled from `init` straight into its chunk (null: a checkpoint load fills them).
   void build_offload(const RegionSource& init);
   // memory.device_budget set with --dp N: each rank's ZeRO shards in chunks (after the optimizer).
-  void build_offload_shards();
+  void build_offload_shards(const RegionSource& init);
   void check_offload_layout() const;  // the layouts offload composes with
   memory::MemoryConfig offload_memory_config() const;
   // The loss of one micro-batch (the vocab-parallel one under tp).

@@ -197,7 +197,16 @@ std::vector<Piece> Trainer::checkpoint_pieces() const {
   return out;
 }
 
-void Trainer::fill_parameters(const RegionSource& source) {
+void Trainer::fill_zero3_shard(const RegionSource& source, const parallel::DataParallel& dp,
+                               int64_t bucket, const Tensor& shard) {
+  for_each_zero_part(dp, [&](const auto& p, int64_t b, int64_t begin, int64_t end, int64_t at) {
+    if (b != bucket) return;
+    fill_placed(source, p.name, checkpoint_placement(p.name, p.param.shape()), p.param.shape(),
+                begin, end, shard.narrow(0, at, end - begin));
+  });
+}
+
+void Trainer::fill_parameters(const RegionSource& source, bool zero3_shards) {
   autograd::NoGradGuard no_grad;
   OffloadCheckpointAccess hold(offload_.get());
   // The whole local tensor `t`: filled in its own memory when it is f32 (tensors are
@@ -210,12 +219,13 @@ void Trainer::fill_parameters(const RegionSource& source) {
     if (!direct) t.detach().copy_from(flat.reshape(t.shape()));
   };
   for (const auto& [buckets, z3] : zero3_parts()) {
-    for_each_zero_part(*buckets, [&, z3 = z3](const auto& p, int64_t b, int64_t begin, int64_t end,
-                                              int64_t at) {
+    if (!zero3_shards) break;
+    std::set<int64_t> filled;  // the buckets with a part in this rank's block, each once
+    for_each_zero_part(*buckets, [&, z3 = z3](const auto&, int64_t b, int64_t, int64_t, int64_t) {
+      if (!filled.insert(b).second) return;
       if (offload_)
         offload_->hold_for_checkpoint(z3->parameter_shard(b), memory::AccessMode::ReadWrite);
-      fill_placed(source, p.name, checkpoint_placement(p.name, p.param.shape()), p.param.shape(),
-                  begin, end, z3->parameter_shard(b).narrow(0, at, end - begin));
+      fill_zero3_shard(source, *buckets, b, z3->parameter_shard(b));
     });
   }
   for (const auto& [name, param] : held_whole_parameters()) fill_whole(name, param);

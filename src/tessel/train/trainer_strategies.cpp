@@ -92,6 +92,8 @@ void Trainer::build_strategies(const RegionSource& init) {
     // values by construction: nothing to broadcast.
     ds.broadcast = false;
     ds.copy_values = false;
+    // Offloaded: the shards are laid out in chunks and filled there (build_offload_shards).
+    ds.allocate_shards = !config_.memory.enabled();
     // The experts' gradients are summed over their own group (expert_parallel_strategy.h).
     NamedTensors dense = trainable_parameters();
     if (expert_)
@@ -110,9 +112,11 @@ void Trainer::build_strategies(const RegionSource& init) {
   // has allocated its blocks) and computes its values (before the 16-bit copies are made from
   // them); a checkpoint in pieces fills them later (load_checkpoint). A one-process offloaded
   // run computes each value in its chunk instead (build_offload), never allocating the whole.
+  // Under dp, ZeRO-3's shards likewise (build_offload_shards); the parameters held whole are
+  // filled here.
   if (!(config_.memory.enabled() && !dp_)) {
     materialize_held_parameters();
-    if (init) fill_parameters(init);
+    if (init) fill_parameters(init, /*zero3_shards=*/!config_.memory.enabled());
   }
   if (dtype != DType::F32) {
     PrecisionSetup ps;
@@ -197,7 +201,7 @@ void Trainer::build_offload(const RegionSource& init) {
 // Each rank's own shards (ZeRO-Infinity): ZeRO-3's parameter shards unit by unit in forward
 // order with their moments' shards; below stage 3 the moments' shards bucket by bucket, in the
 // update's order. Each rank's NVMe files go into a folder of its own under memory.nvme_dir.
-void Trainer::build_offload_shards() {
+void Trainer::build_offload_shards(const RegionSource& init) {
   OffloadShardSetup os;
   os.memory = offload_memory_config();
   os.prefetch = int(config_.memory.prefetch);
@@ -224,6 +228,7 @@ void Trainer::build_offload_shards() {
       OffloadShard s;
       const int64_t b = z->unit_bucket(k);
       s.name = z->unit_name(k);
+      s.bucket = b;
       s.param = z->parameter_shard(b);
       moments(b, s);
       os.shards.push_back(std::move(s));
@@ -235,6 +240,12 @@ void Trainer::build_offload_shards() {
       moments(b, s);
       os.shards.push_back(std::move(s));
     }
+  }
+  if (parallel::Zero3Parameters* z = zero3(); z && init) {
+    parallel::DataParallel* buckets = ddp();
+    os.init_param = [this, init, buckets](int64_t bucket, const Tensor& dst) {
+      fill_zero3_shard(init, *buckets, bucket, dst);
+    };
   }
   offload_ = std::make_unique<OffloadStrategy>(std::move(os));
   strategies_.push_back(offload_.get());

@@ -12,6 +12,7 @@
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/autograd/meta.h"
 #include "tessel/core/error.h"
+#include "tessel/tensor/unallocated.h"
 
 namespace tessel::parallel {
 
@@ -84,6 +85,9 @@ Zero3Parameters::Zero3Parameters(DataParallel& dp, std::vector<Zero3Unit> units,
                "Zero3Parameters: the DataParallel must reduce-scatter (stage 3 keeps gradient "
                "shards, as stage 2)");
   TESSEL_CHECK(!units.empty(), "Zero3Parameters: no units given");
+  TESSEL_CHECK(options_.allocate_shards || !options_.copy_values,
+               "Zero3Parameters: shape-only shards (allocate_shards false) cannot take the "
+               "parameters' values (copy_values true)");
   std::map<std::string, size_t> by_name;
   for (size_t i = 0; i < places_.size(); ++i) by_name[places_[i].name] = i;
   std::vector<int> unit_of_bucket(size_t(dp.bucket_count()), -1);
@@ -128,7 +132,8 @@ Zero3Parameters::Zero3Parameters(DataParallel& dp, std::vector<Zero3Unit> units,
 
   // Each rank keeps its block; the padding and the parts of no parameter are zeros.
   for (Unit& u : units_) {
-    u.shard = zeros({u.size}, DType::F32, places_.front().param.device());
+    u.shard = options_.allocate_shards ? zeros({u.size}, DType::F32, places_.front().param.device())
+                                       : unallocated({u.size}, DType::F32);
     for (size_t i : u.places) {
       const DataParallel::Place& p = places_[i];
       const int64_t begin = std::max(p.offset, u.lo);

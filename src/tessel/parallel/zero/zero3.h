@@ -63,6 +63,10 @@ struct Zero3Options {
   // False: the parameters hold no values yet (construction without materialisation): the shards
   // stay zero for the caller to fill, and the parameters' untouched pages are never read.
   bool copy_values = true;
+  // False: each shard is shape-only (a storage with a size and no bytes) until the caller lays
+  // it out somewhere (memory offload puts it in a chunk, filled there): nothing of it is ever
+  // resident in plain memory. Needs copy_values false.
+  bool allocate_shards = true;
 };
 
 class Zero3Parameters {

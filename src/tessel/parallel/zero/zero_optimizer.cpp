@@ -13,6 +13,7 @@
 #include "tessel/core/error.h"
 #include "tessel/core/threads.h"
 #include "tessel/nn/module.h"
+#include "tessel/tensor/unallocated.h"
 
 namespace tessel::parallel {
 
@@ -51,8 +52,8 @@ ZeroAdamW::ZeroAdamW(DataParallel& dp, const ZeroOptions& options, Zero3Paramete
     s.size = dp.shard_numel(int64_t(b));
     s.lo = rank * s.size;
     s.padded = dp.bucket_padded_numel(int64_t(b));
-    s.exp_avg = zeros({s.size}, DType::F32, device);
-    s.exp_avg_sq = zeros({s.size}, DType::F32, device);
+    s.exp_avg = o.allocate_moments ? zeros({s.size}, DType::F32, device) : unallocated({s.size});
+    s.exp_avg_sq = o.allocate_moments ? zeros({s.size}, DType::F32, device) : unallocated({s.size});
   }
   for (size_t i = 0; i < places_.size(); ++i) {
     const DataParallel::Place& p = places_[i];

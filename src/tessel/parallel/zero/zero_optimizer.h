@@ -26,6 +26,9 @@ struct ZeroOptions {
   int stage = 1;  // 1: optimizer state partitioned; 2: gradients too; 3: parameters too
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double weight_decay = 0.0;  // applied to parameters of two or more dimensions only
+  // False: the moments' shards are shape-only (zeros once laid out somewhere: memory offload
+  // puts them in chunks), so they are never resident in plain memory.
+  bool allocate_moments = true;
 };
 
 // Bytes on this rank, and what the ZeRO paper's model predicts for them. With Ψ parameters, f32

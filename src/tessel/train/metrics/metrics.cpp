@@ -103,9 +103,11 @@ std::string progress_line(const StepRecord& r) {
      << (r.offload ? " | offload " + traffic("h2d", r.offload_h2d_bytes, r.step_ms) + ", " +
                          traffic("d2h", r.offload_d2h_bytes, r.step_ms) + ", " +
                          traffic("nvme read", r.offload_nvme_read_bytes, r.step_ms) + ", " +
-                         traffic("write", r.offload_nvme_write_bytes, r.step_ms) +
-                         "; holds device " + format_bytes(double(r.offload_device_bytes)) +
-                         ", host " + format_bytes(double(r.offload_host_bytes)) + ", NVMe " +
+                         traffic("write", r.offload_nvme_write_bytes, r.step_ms) + "; evictions " +
+                         std::to_string(r.offload_evictions) + " (clean " +
+                         std::to_string(r.offload_clean_evictions) + ")" + "; holds device " +
+                         format_bytes(double(r.offload_device_bytes)) + ", host " +
+                         format_bytes(double(r.offload_host_bytes)) + ", NVMe " +
                          format_bytes(double(r.offload_nvme_bytes))
                    : std::string())
      << " | ETA " << format_duration(r.eta_s);
@@ -212,6 +214,8 @@ std::string step_json(const StepRecord& r) {
                     {"d2h_bytes", r.offload_d2h_bytes},
                     {"nvme_read_bytes", r.offload_nvme_read_bytes},
                     {"nvme_write_bytes", r.offload_nvme_write_bytes},
+                    {"evictions", r.offload_evictions},
+                    {"clean_evictions", r.offload_clean_evictions},
                     {"h2d_gbps", gbps(r.offload_h2d_bytes)},
                     {"d2h_gbps", gbps(r.offload_d2h_bytes)},
                     {"nvme_read_gbps", gbps(r.offload_nvme_read_bytes)},

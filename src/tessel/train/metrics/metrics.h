@@ -101,6 +101,9 @@ struct StepRecord {
   bool offload = false;
   int64_t offload_h2d_bytes = 0, offload_d2h_bytes = 0;
   int64_t offload_nvme_read_bytes = 0, offload_nvme_write_bytes = 0;
+  // Chunks sent to NVMe in the step, and those of them that were clean (their NVMe copy was
+  // current, so nothing was written): nvme_write_bytes is the others' chunks.
+  int64_t offload_evictions = 0, offload_clean_evictions = 0;
   int64_t offload_device_bytes = 0, offload_host_bytes = 0, offload_nvme_bytes = 0;
   double elapsed_s = 0;
   double eta_s = 0;

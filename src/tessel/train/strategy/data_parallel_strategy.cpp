@@ -19,6 +19,7 @@ DataParallelStrategy::DataParallelStrategy(const nn::NamedTensors& params, dist:
   if (stage_ == 3) {
     parallel::Zero3Options zo;
     zo.copy_values = setup.copy_values;
+    zo.allocate_shards = setup.allocate_shards;
     zero3_ = std::make_unique<parallel::Zero3Parameters>(*ddp_, std::move(setup.units), zo);
   }
 }

@@ -31,6 +31,9 @@ struct DataParallelSetup {
   // False: the parameters hold no values yet; ZeRO-3's shards are filled by the caller
   // (parallel::Zero3Options::copy_values).
   bool copy_values = true;
+  // False: ZeRO-3's shards are shape-only, laid out (and filled) by memory offload
+  // (parallel::Zero3Options::allocate_shards).
+  bool allocate_shards = true;
 };
 
 class DataParallelStrategy : public AxisStrategy {

@@ -6,6 +6,7 @@
 // views of chunks), holding each shard's chunk through shard_hold() while they read or write it,
 // so the arithmetic, and every bit of its result, is the in-memory run's.
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "tessel/core/error.h"
@@ -21,14 +22,28 @@ OffloadStrategy::OffloadStrategy(OffloadShardSetup setup)
       prefetch_(setup.prefetch),
       shards_(std::move(setup.shards)) {
   TESSEL_CHECK(!shards_.empty(), "offload: no ZeRO shards to lay out");
+  std::map<const TensorImpl*, int64_t> bucket_of;  // the parameter shards, when start-up fills them
   for (const OffloadShard& s : shards_) {
-    if (s.param.defined()) chunks_->add(s.param, "param");
+    if (s.param.defined()) {
+      chunks_->add(s.param, "param");
+      bucket_of[s.param.impl_ptr().get()] = s.bucket;
+    }
     chunks_->add(s.exp_avg, "adam_m");
     chunks_->add(s.exp_avg_sq, "adam_v");
   }
   chunks_->lay_out();
   check_host_holds_all();
-  chunks_->seal();
+  // Start-up streams, as on one process: ZeRO made the shards shape-only, and each parameter
+  // shard is computed into its chunk as the chunks are sealed one after another within the
+  // budgets (the moments start as zeros), so no shard is ever whole in plain memory.
+  memory::ChunkManager::TensorFill fill;
+  if (setup.init_param) {
+    fill = [&setup, &bucket_of](const Tensor& t, void* dst) {
+      auto it = bucket_of.find(t.impl_ptr().get());
+      if (it != bucket_of.end()) setup.init_param(it->second, view_of(t, dst));
+    };
+  }
+  chunks_->seal(fill);
   // ZeRO-3 holds a unit's parameter shard in the device tier from its all_gather's start to its
   // completion; with the next unit's gather started ahead (and one more a mispredicted prefetch
   // may leave in flight), at most three at once. Below stage 3 nothing uses the device tier.

@@ -36,9 +36,6 @@ class OffloadBackward final : public autograd::Node {
   size_t unit_;
 };
 
-namespace {
-
-// `like`'s shape over `bytes` (not owned): a parameter's place in a chunk being filled.
 Tensor view_of(const Tensor& like, void* bytes) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(bytes, like.nbytes(), like.device(), nullptr);
@@ -46,6 +43,8 @@ Tensor view_of(const Tensor& like, void* bytes) {
   impl->dtype = like.dtype();
   return Tensor(std::move(impl));
 }
+
+namespace {
 
 std::vector<int> sorted_unique(std::vector<int> v) {
   std::sort(v.begin(), v.end());
@@ -335,6 +334,8 @@ void OffloadStrategy::record(StepRecord& r) {
   r.offload_d2h_bytes = (now.device_to_host - at_step_start_.device_to_host) * int64_t(cb);
   r.offload_nvme_read_bytes = int64_t(now.bytes_read - at_step_start_.bytes_read);
   r.offload_nvme_write_bytes = int64_t(now.bytes_written - at_step_start_.bytes_written);
+  r.offload_evictions = now.nvme_evictions - at_step_start_.nvme_evictions;
+  r.offload_clean_evictions = now.clean_evictions - at_step_start_.clean_evictions;
   r.offload_device_bytes = int64_t(chunks_->pool(Tier::Device).bytes_in_use());
   r.offload_host_bytes = int64_t(chunks_->pool(Tier::Host).bytes_in_use());
   r.offload_nvme_bytes = int64_t(chunks_->nvme_bytes_in_use());

@@ -47,11 +47,15 @@ struct OffloadSetup {
   std::vector<nn::Module*> low_precision_roots;
 };
 
+// `like`'s shape over `bytes` (not owned): a tensor's place in a chunk being filled.
+Tensor view_of(const Tensor& like, void* bytes);
+
 // Data parallelism with ZeRO (docs/MEMORY.md, "With data parallelism"): this rank's shards of
 // one bucket, registered in the order the step first uses them.
 struct OffloadShard {
   std::string name;  // the bucket's unit (stage 3) or "bucket <i>", for the placement lines
-  Tensor param;      // stage 3: the parameter shard; undefined below (the replicas stay in memory)
+  int64_t bucket = -1;
+  Tensor param;  // stage 3: the parameter shard; undefined below (the replicas stay in memory)
   Tensor exp_avg, exp_avg_sq;
 };
 
@@ -60,6 +64,10 @@ struct OffloadShardSetup {
   int prefetch = 8;
   int zero_stage = 3;
   std::vector<OffloadShard> shards;
+  // Stage 3, start-up streams: computes (or reads) bucket `bucket`'s parameter shard straight
+  // into `dst`, its place in a chunk being sealed (zeros before). Unset: the shards start as
+  // zeros (a checkpoint's load fills them, one chunk at a time).
+  std::function<void(int64_t bucket, const Tensor& dst)> init_param;
 };
 
 class OffloadStrategy : public AxisStrategy {

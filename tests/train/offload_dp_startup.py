@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Offloaded start-up streams under data parallelism (docs/MEMORY.md, "With data parallelism"),
+measured by the operating system: `mpirun -np 2 tessel train --dp 2` of a GPT-2 of 101M
+parameters, each rank's ZeRO shards in chunks under a host tier several times smaller than them.
+ZeRO made the shards shape-only and each parameter shard is computed straight into its chunk as
+the chunks are sealed (the moments start there as zeros), so every rank's peak resident set
+(VmHWM) after start-up stays within what it holds in plain memory by design (ZeRO-2's replicated
+parameters; nothing at ZeRO-3), its tiers' budgets, the two staging chunks sealing writes through
+and a fixed allowance for the process itself -- below the state the shards would be in memory.
+(That the offloaded runs equal the in-memory ones bit for bit is offload_dp_equivalence.py's.)
+
+Usage: offload_dp_startup.py TESSEL MPIRUN WORKDIR
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run,  # noqa: E402
+                         single_thread_env, train_sets, write_json)
+
+MIB = 1 << 20
+ALLOWANCE = 160 * MIB  # the process without the state (code, MPI, threads, dataset, heap)
+# ZeRO-3: a chunk holds a rank's shard of a block (12.6M parameters / 2 in f32, 25 MB); the
+# device tier 3 chunks (a unit's gather and those started ahead), the host tier a bucket's row.
+# ZeRO-2: 25 MiB buckets, a rank's moment shard of one is 12.5 MiB; the host row is 2 chunks.
+SETUP = {3: (32 * MIB, 3, 3), 2: (16 * MIB, 1, 2)}  # chunk, device chunks, host chunks
+
+
+def build_record(run_dir):
+    with open(os.path.join(run_dir, "train.jsonl")) as f:
+        for j in map(json.loads, f):
+            if j.get("checkpoint_event") == "build":
+                return j
+    fail(f"no build record in {run_dir}/train.jsonl")
+
+
+def main():
+    tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
+    vocab = prepare_workdir(tessel, work)
+    cfg = gpt2_config(vocab, n_positions=32, n_embd=1024, n_layer=8, n_head=8)
+    config = write_json(os.path.join(work, "config.json"), cfg)
+    common = ["train"] + train_sets(config, os.path.join(work, "data"), 1, seq_len=16,
+                                    extra=["train.micro_batch=1", "optim.warmup_steps=1"])
+    mpi = mpi_prefix(mpirun) + ["-np", "2", tessel]
+    for stage in (3, 2):
+        chunk, device_chunks, host_chunks = SETUP[stage]
+        nvme = os.path.join(work, f"nvme_zero{stage}")
+        os.makedirs(nvme)
+        d = os.path.join(work, f"zero{stage}")
+        sets = [f"parallel.zero_stage={stage}", f"checkpoint.dir={d}",
+                f"memory.chunk_size={chunk}", f"memory.device_budget={device_chunks * chunk}",
+                f"memory.host_budget={host_chunks * chunk}", f"memory.nvme_dir={nvme}"]
+        run(mpi + common + ["--dp", "2"] + [a for s in sets for a in ("--set", s)],
+            env=single_thread_env())
+        ranks = build_record(d)["ranks"]
+        if len(ranks) != 2:
+            fail(f"ZeRO-{stage}: the build record has {len(ranks)} ranks, expected 2")
+        for r, m in enumerate(ranks):
+            held = m["param_bytes"]  # the parameters this rank holds: shards at 3, replicas at 2
+            # The state the offloaded shards would be in memory: the parameter shard and both
+            # moments' shards at stage 3 (the moments are twice the shard); the moments' shards
+            # at stage 2 (8 bytes per parameter over 2 ranks: as many bytes as the replicas).
+            shards = 3 * held if stage == 3 else held
+            in_memory = 0 if stage == 3 else held  # stays in plain memory by design
+            budgets = (device_chunks + host_chunks) * chunk
+            bound = in_memory + budgets + 2 * chunk + ALLOWANCE
+            peak = m["peak_rss_after_bytes"]
+            print(f"ZeRO-{stage} rank {r}: shards {shards / MIB:.0f} MiB (host tier "
+                  f"{host_chunks * chunk / MIB:.0f} MiB), held in memory {in_memory / MIB:.0f} "
+                  f"MiB; peak resident set after start-up {peak / MIB:.0f} MiB, bound "
+                  f"{bound / MIB:.0f} MiB, state in memory {(in_memory + shards) / MIB:.0f} MiB")
+            if shards <= 3 * host_chunks * chunk:
+                fail(f"ZeRO-{stage}: the shards ({shards} bytes) are not > 3x the host tier")
+            if bound >= in_memory + shards:
+                fail(f"ZeRO-{stage}: the model is too small for the bound to show a copy")
+            if peak > bound:
+                fail(f"ZeRO-{stage} rank {r}: peak resident set after start-up {peak} bytes > "
+                     f"{bound} (held {in_memory}, budgets {budgets}, two chunks, allowance)")
+        if any(os.listdir(os.path.join(nvme, r)) for r in os.listdir(nvme)):
+            fail(f"ZeRO-{stage}: {nvme} is not empty after the run")
+    print("offloaded dp 2 start-up (ZeRO-3 and ZeRO-2) within the budgets")
+
+
+if __name__ == "__main__":
+    main()
