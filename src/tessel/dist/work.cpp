@@ -102,6 +102,10 @@ void ProgressLane::loop() {
     } catch (...) {
       error = std::current_exception();
     }
+    // The task goes before its completion is reported: the tensors its call holds (a gradient
+    // bucket's full buffer) are then freed where the waiting code drops its own references, not
+    // whenever this thread next runs, which moved a step's measured peak by a whole buffer.
+    item.first = nullptr;
     item.second->finish(error);
   }
 }

@@ -76,6 +76,8 @@ class ProgressLane {
   ProgressLane(const ProgressLane&) = delete;
   ProgressLane& operator=(const ProgressLane&) = delete;
 
+  // The task runs on the lane's thread and is destroyed there before its Work reports completion,
+  // so after wait() (or a test() that returns true) the lane holds nothing the task captured.
   WorkPtr submit(std::function<void()> task);
 
  private:

@@ -26,6 +26,9 @@ DataParallel::DataParallel(std::vector<std::pair<std::string, Tensor>> params, d
   TESSEL_CHECK(!params.empty(), "DataParallel: no parameters given");
   TESSEL_CHECK(options_.bucket_bytes > 0, "DataParallel: bucket_bytes must be positive, got ",
                options_.bucket_bytes);
+  TESSEL_CHECK(options_.max_pending_reductions >= 1,
+               "DataParallel: max_pending_reductions must be >= 1, got ",
+               options_.max_pending_reductions);
   std::set<const void*> seen;
   for (auto& [name, t] : params) {
     TESSEL_CHECK(t.defined(), "DataParallel: parameter '", name, "' is undefined");
@@ -126,19 +129,18 @@ void DataParallel::release_full_buffers() {
   for (Bucket& b : buckets_) release_bucket(b);
 }
 
-// Stage 2's saving during backward: a bucket whose reduce_scatter has completed gives its full
-// buffer back before backward allocates the next ones. Checked in bucket order, without blocking.
-void DataParallel::release_reduced_prefix() {
-  for (; next_release_ < next_launch_; ++next_release_) {
+// Stage 2's saving during backward: the oldest launched buckets give their full buffers back, in
+// bucket order, until `keep` remain pending. Waiting (rather than freeing whichever a test finds
+// complete) makes where each buffer dies a point of the program, the same in every run. A failed
+// reduction throws here and leaves its work in place for finish_gradient_sync() to report again.
+void DataParallel::retire_reductions(size_t keep) {
+  while (next_launch_ - next_release_ > keep) {
     Bucket& b = buckets_[next_release_];
-    try {
-      if (!b.work->test()) return;
-    } catch (...) {  // a failed reduction is reported by finish_gradient_sync()'s wait
-      return;
-    }
+    b.work->wait();
     b.work.reset();
     b.reduced = true;
     release_bucket(b);
+    ++next_release_;
   }
 }
 
@@ -210,15 +212,19 @@ void DataParallel::on_grad_ready(size_t slot) {
   --b.pending;
   if (!options_.overlap) return;
   launch_ready_prefix();
-  if (options_.reduction == GradReduction::ReduceScatter) release_reduced_prefix();
 }
 
 // Launching only a ready prefix keeps the order of collectives the same on every rank even when
 // hooks fire in a different order there.
 void DataParallel::launch_ready_prefix() {
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-    launch(next_launch_++);
-  }
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch_next();
+}
+
+// The next bucket in order, after retiring reductions beyond the bound (ReduceScatter).
+void DataParallel::launch_next() {
+  if (options_.reduction == GradReduction::ReduceScatter)
+    retire_reductions(size_t(options_.max_pending_reductions - 1));
+  launch(next_launch_++);
 }
 
 void DataParallel::launch(size_t bucket) {
@@ -245,9 +251,9 @@ void DataParallel::finish_gradient_sync() {
                "on for the last micro-batch of the step");
   const auto start = std::chrono::steady_clock::now();
   try {
-    while (next_launch_ < buckets_.size()) launch(next_launch_++);
+    while (next_launch_ < buckets_.size()) launch_next();
     for (Bucket& b : buckets_)
-      if (b.work) b.work->wait();  // (none: already completed and released during backward)
+      if (b.work) b.work->wait();  // (none: already retired and released during backward)
   } catch (...) {
     reset_step();
     if (options_.reduction == GradReduction::ReduceScatter) release_full_buffers();

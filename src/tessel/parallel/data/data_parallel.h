@@ -36,6 +36,13 @@ struct DataParallelOptions {
   // bucket, in launch order; every parameter exactly once. ZeRO-3 makes each gathering unit one
   // bucket this way, so a unit's parameter shards and gradient shards are the same byte ranges.
   std::vector<std::vector<size_t>> groups = {};
+  // ReduceScatter: how many launched buckets may still hold their full buffers. Launching one more
+  // first waits for the oldest reduction and frees its buffer. Buffers are freed only there and in
+  // finish_gradient_sync(), points the program fixes, never when a reduction happens to be seen
+  // complete (which depends on the other ranks' progress and moved a step's peak by a whole
+  // buffer from run to run), so the peak is the same in every run and the planner's shape-only run
+  // of this code predicts it. 1: one reduction overlaps the backward of the next bucket.
+  int64_t max_pending_reductions = 1;
 };
 
 // Averages the gradients of a set of leaf parameters over one communicator (the dp axis).
@@ -57,9 +64,10 @@ struct DataParallelOptions {
 // ReduceScatter: a bucket's flat buffer is padded with zeros to a multiple of the dp size, so that
 // block r (elements [r * S, (r + 1) * S), S = padded / dp) is rank r's shard; one
 // reduce_scatter(Avg) per bucket leaves the averaged block in gradient_shard(). The full buffers
-// only live from the first gradient of a step until their reduction completes (noticed during
-// backward, or in finish_gradient_sync() at the latest), which frees them and leaves their
-// parameters' .grad() undefined: the average exists only as the shards.
+// only live from the first gradient of a step until their reduction is retired: waited for when
+// options.max_pending_reductions later buckets have been launched, or in finish_gradient_sync()
+// at the latest, which frees them and leaves their parameters' .grad() undefined: the average
+// exists only as the shards.
 class DataParallel {
  public:
   // params: the model's named parameters (f32 leaves that require grad), in model order;
@@ -139,7 +147,7 @@ class DataParallel {
     Tensor shard;          // ReduceScatter: this rank's block of the average
     int64_t pending = 0;   // slots not fired yet in the current synced backward
     dist::WorkPtr work;    // set once launched
-    bool reduced = false;  // ReduceScatter: completed during backward, full buffer freed
+    bool reduced = false;  // ReduceScatter: retired during backward, full buffer freed
   };
 
   void on_grad_ready(size_t slot);
@@ -147,9 +155,10 @@ class DataParallel {
   void allocate(Bucket& b);  // the flat buffer and its slots' views
   void release_bucket(Bucket& b);
   void release_full_buffers();
-  void release_reduced_prefix();
+  void retire_reductions(size_t keep);
   const Bucket& bucket_at(int64_t bucket, const char* what) const;
   void launch_ready_prefix();
+  void launch_next();
   void launch(size_t bucket);
   void reset_step();
   bool in_flight() const;
@@ -160,7 +169,7 @@ class DataParallel {
   DataParallelOptions options_;
   bool sync_ = true;
   size_t next_launch_ = 0;   // buckets [0, next_launch_) are launched
-  size_t next_release_ = 0;  // ReduceScatter: buckets [0, next_release_) are done and freed
+  size_t next_release_ = 0;  // ReduceScatter: buckets [0, next_release_) are retired and freed
   int64_t sync_count_ = 0;
   StepStats stats_, last_stats_;
   std::chrono::steady_clock::time_point first_launch_{};
