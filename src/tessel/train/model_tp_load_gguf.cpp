@@ -158,6 +158,7 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
                                 const std::function<bool(const std::string&)>& keep) {
   auto file = std::make_shared<const io::GgufFile>(io::GgufFile::open(path));
   const models::ConfigPtr config = models::gguf_model_config(*file);
+  if (tp) (void)models::inference_tensor_parallel(*config, tp->size());
   TpGgufLoaded out;
   out.model = config->build_empty();
   // The layout names the whole model's tensors, so it is taken before the cut.
