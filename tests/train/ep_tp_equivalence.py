@@ -11,8 +11,9 @@ factor 1 so pairs are dropped) and block 0 dense (its MLP split over tp), 3 x 13
 micro-batch. Layouts: np 4 --tp 2 --ep 2 (dp 2: ep groups {0, 2} and {1, 3}), the same at ZeRO-3
 (the experts' units over a group of one), np 2 --tp 2 alone (experts whole on both ranks) and np 2
 --ep 2 (tp 1, unchanged). Checks: every step's loss within 1e-5 (relative), the same per-layer
-loads and drops, the mean auxiliary loss within 1e-5 (counted once, not once per tp rank), the
-final parameters within 1e-5, and the all-to-all bytes as docs/MOE.md's formula summed over every
+loads and drops, the mean auxiliary loss within 1e-5 (counted once, not once per tp rank), every
+step's gradient norm within 1e-5 (each piece, whole parameter and expert counted once), the final
+parameters within 1e-5, and the all-to-all bytes as docs/MOE.md's formula summed over every
 rank (each tp rank exchanges its own copy of the rows). `mixtral` as the last argument: a Mixtral
 (GQA 6 heads of 6 over 2 KV heads, hidden 36, 4 SwiGLU experts of 33, top-2, no capacity) at np 4
 --tp 2 --ep 2 with the same checks. Sequence parallelism with an MoE model is one error.
@@ -69,6 +70,18 @@ def check_routing(ref_dir, dir_, what, need_drops):
     if need_drops and drops == 0:
         fail(f"{what}: no pair was dropped in any step; the capacity test needs drops")
     return drops, worst
+
+
+def check_grad_norms(ref_dir, dir_, what):
+    """Every step's global gradient norm (before clipping) within 1e-5 (relative) of one rank's:
+    the norm counts each tp piece, whole parameter and expert once. Returns the worst."""
+    worst = 0.0
+    for a, b in zip(step_records(ref_dir), step_records(dir_), strict=True):
+        rel = abs(a["grad_norm"] - b["grad_norm"]) / abs(a["grad_norm"])
+        if rel > 1e-5:
+            fail(f"{what}: step {a['step']} grad_norm {b['grad_norm']} vs one rank {a['grad_norm']}")
+        worst = max(worst, rel)
+    return worst
 
 
 def check_all_to_all(dir_, ranks, embd, what):
@@ -130,6 +143,7 @@ def main():
         for flag, line in (("--tp", "tensor parallel: tp = 2"), ("--ep", "expert parallel: ep = 2")):
             if flag in flags and line not in out:
                 fail(f"{what}: the run did not report '{line}'\n{out[-2000:]}")
+        norms = check_grad_norms(refs[dp], d, what)
         worst = compare_losses(refs[dp], d, what, STEPS)
         drops, aux = check_routing(refs[dp], d, what, need_drops=not mixtral)
         if "--ep" in flags:
@@ -138,6 +152,7 @@ def main():
                                                 final_params(d, STEPS), what)
         print(f"{what}: {STEPS}-step losses within {worst:.1e} of one rank (grad_accum {dp}), the "
               f"same routing ({drops} pairs dropped in all), auxiliary losses within {aux:.1e}, "
+              f"gradient norms within {norms:.1e}, "
               f"final parameters within {worst_p:.1e} (worst {name} {worst_t:.1e})")
 
     if not mixtral:
