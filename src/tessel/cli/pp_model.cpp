@@ -29,7 +29,8 @@ void check_pp_request(const std::string& model, int tp, int pp, int microbatches
   const int64_t blocks = config->num_layers();
   TESSEL_CHECK(blocks >= pp, what, ": --pp ", pp, " stages for a model of ", blocks,
                " blocks (each stage needs one)");
-  if (tp > 1) (void)config->tensor_parallel(tp);  // an Error when the plan cannot split it
+  if (tp > 1)
+    (void)models::inference_tensor_parallel(*config, tp);  // an Error when the plan cannot split it
 }
 
 std::vector<int64_t> pp_stage_bounds(const std::vector<double>& layer_costs, int64_t blocks,

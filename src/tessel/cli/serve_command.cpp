@@ -170,7 +170,9 @@ dist::CommPtr start_tensor_parallel(const ServeArgs& args) {
   dist::CommPtr world = dist::init_world();
   try {
     check_pp_request(args.model, args.tp, args.pp, args.pp_microbatches, "serve");
-    if (args.pp == 1) (void)models::load_model_source_config(args.model)->tensor_parallel(args.tp);
+    if (args.pp == 1)
+      (void)models::inference_tensor_parallel(*models::load_model_source_config(args.model),
+                                              args.tp);
   } catch (const Error&) {
     if (world->rank() != 0) world->barrier();  // never completes: rank 0 ends the job
     throw;

@@ -14,6 +14,15 @@
 
 namespace tessel::models {
 
+TensorParallelSpec inference_tensor_parallel(const ModelConfig& config, int tp) {
+  TensorParallelSpec spec = config.tensor_parallel(tp);
+  TESSEL_CHECK(!config.has_experts() || tp == 1, "tensor parallelism: ", config.summary(),
+               " is a mixture of experts, which --tp ", tp,
+               " does not serve yet (generate and serve take --ep; training takes --tp with or "
+               "without --ep)");
+  return spec;
+}
+
 Tensor CausalLM::trunk(const Tensor& ids) {
   TESSEL_CHECK(ids.ndim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
                type_name(), ".forward: ids ", ids.shape(), " ", dtype_name(ids.dtype()),

@@ -96,6 +96,12 @@ class ModelConfig {
   virtual TensorParallelSpec tensor_parallel(int tp) const = 0;
 };
 
+// Inference under --tp (generate, serve, their pipeline stages): tensor_parallel(tp)'s checks,
+// and a mixture-of-experts model refused with one Error. Training keeps an MoE layer's router
+// and experts whole on every tp rank (docs/MOE.md, "ep with tp"); the tp inference loaders and
+// their serving steps have not been built or tested for it.
+TensorParallelSpec inference_tensor_parallel(const ModelConfig& config, int tp);
+
 using ConfigPtr = std::shared_ptr<const ModelConfig>;
 
 // What one mixture-of-experts layer routed in the model's last forward: its block index and the

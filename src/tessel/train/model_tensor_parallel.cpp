@@ -35,6 +35,13 @@ ModelTensorParallel parallelize_model(models::CausalLM& model, dist::CommPtr tp,
   const models::ModelConfig& c = model.model_config();
   const int n = tp->size();
   const models::TensorParallelSpec spec = c.tensor_parallel(n);
+  // A mixture-of-experts layer is held whole on every tp rank and routes the tokens it sees: on
+  // sequence pieces each rank would decide the capacity of its own piece and add the auxiliary
+  // losses of its piece, neither of which is the whole sequence's (docs/MOE.md, "ep with tp").
+  TESSEL_CHECK(!sequence_parallel || !c.has_experts(), "tensor parallelism: ", c.summary(),
+               " is a mixture of experts, which sequence parallelism does not split (its routers "
+               "need the whole sequence on every tp rank); train it with --tp ",
+               n, " without parallel.sequence_parallel");
   const parallel::ParallelPlan plan =
       plan_path.empty() ? parallel::ParallelPlan::parse(spec.plan_json, "built-in " + c.summary())
                         : parallel::ParallelPlan::load(plan_path);

@@ -21,6 +21,7 @@ TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
   TESSEL_CHECK(std::filesystem::exists(config_path), "load model: ", config_path.string(),
                " not found");
   const models::ConfigPtr config = models::load_model_config(config_path.string());
+  if (tp) (void)models::inference_tensor_parallel(*config, tp->size());
   TpLoadedModel out;
   {
     // Built shape-only (tensor/unallocated.h: no bytes, no address space) and cut without copying

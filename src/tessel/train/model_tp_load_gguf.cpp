@@ -160,6 +160,7 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
                                 const std::function<bool(const std::string&)>& keep) {
   auto file = std::make_shared<const io::GgufFile>(io::GgufFile::open(path));
   const models::ConfigPtr config = models::gguf_model_config(*file);
+  if (tp) (void)models::inference_tensor_parallel(*config, tp->size());
   TpGgufLoaded out;
   {
     // Built shape-only (tensor/unallocated.h: no bytes, no address space) and cut without copying

@@ -48,13 +48,11 @@ void Trainer::build_strategies(const RegionSource& init) {
     pipeline_ = std::make_unique<PipelineStrategy>(*model_, layout_, std::move(ps));
   }
   if (layout_.ep) {
-    // Composed with dp, ZeRO 1-3 and pp for now (docs/MOE.md, "Expert parallelism"). After the
+    // Composed with dp, ZeRO 1-3, pp and tp (docs/MOE.md, "Expert parallelism"). After the
     // pipeline axis: the stages are cut from the whole experts' costs, as without --ep, and each
-    // rank reduces only its stages' experts.
-    TESSEL_CHECK(!layout_.tp, "train: --ep ", layout_.ep_size(),
-                 " composes with data parallelism, ZeRO stages 1-3 and pipeline parallelism only "
-                 "for now; this run also has ",
-                 layout_.str(), " (use --tp 1 with --ep)");
+    // rank reduces only its stages' experts. Under tp the ep groups are split from each tp
+    // rank's dp group (make_layout), so a group's ranks share a tp rank and see the same tokens
+    // as their tp peers; the experts are whole on every tp rank (the plan leaves them alone).
     TESSEL_CHECK(model_->model_config().has_experts(), "train: --ep ", layout_.ep_size(),
                  " needs a mixture-of-experts model; ", model_->model_config().summary(),
                  " has no experts");
@@ -65,6 +63,7 @@ void Trainer::build_strategies(const RegionSource& init) {
                                                        layout_.dp_size(), int(par.zero_stage),
                                                        par.bucket_mb << 20, trained);
     if (pipeline_) expert_->set_pipeline(layout_.pp);
+    if (tensor_) expert_->set_tensor_parallel(layout_.tp);
     print("expert parallel: ep = " + std::to_string(layout_.ep_size()) + ", " +
           std::to_string(expert_->layers()) + " MoE layers, each rank holds 1/" +
           std::to_string(layout_.ep_size()) + " of every layer's experts" +

@@ -152,10 +152,8 @@ double LlamaConfig::recompute_flops_per_token(nn::Recompute mode, int64_t seq_le
 
 TensorParallelSpec LlamaConfig::tensor_parallel(int tp) const {
   TESSEL_CHECK(tp >= 1, "tensor parallelism: tp = ", tp, " must be >= 1");
-  TESSEL_CHECK(!is_moe() || tp == 1,
-               "tensor parallelism: Mixtral's experts have no "
-               "tensor-parallel plan (tp = ",
-               tp, "); train it with dp / ZeRO");
+  // Mixtral: the plan splits attention; no rule matches block_sparse_moe (router and experts),
+  // which every tp rank holds whole (docs/MOE.md, "ep with tp").
   TESSEL_CHECK(num_attention_heads % tp == 0,
                "tensor parallelism: num_attention_heads = ", num_attention_heads,
                " is not divisible by tp = ", tp, " (attention is split per head)");
@@ -188,9 +186,11 @@ TensorParallelSpec LlamaConfig::tensor_parallel(int tp) const {
   }
   plan["layers.*.self_attn.o_proj"] = "Rowwise";
   plan["layers.*.post_attention_layernorm"] = "Sequence";
-  plan["layers.*.mlp.gate_proj"] = "Colwise";
-  plan["layers.*.mlp.up_proj"] = "Colwise";
-  plan["layers.*.mlp.down_proj"] = "Rowwise";
+  if (!is_moe()) {  // Mixtral's blocks have block_sparse_moe instead, held whole (above)
+    plan["layers.*.mlp.gate_proj"] = "Colwise";
+    plan["layers.*.mlp.up_proj"] = "Colwise";
+    plan["layers.*.mlp.down_proj"] = "Rowwise";
+  }
   TensorParallelSpec spec;
   if (tie_word_embeddings) {
     // The head multiplies with the embedding's vocabulary rows: the norm's output enters the

@@ -111,14 +111,22 @@ void ExpertParallelStrategy::sync_gradients(StepRecord&) {
 
 void ExpertParallelStrategy::describe_norm(GradNormPlan& plan) const {
   // Dense parameters are the same on every ep rank after the dp average (counted at ep rank 0);
-  // each ep rank's experts are its own (their squares add over ep). A tensor-parallel plan has
-  // already made groups: refused with ep, so one group is all there is. Under ZeRO-2 the dp axis
+  // each ep rank's experts are its own (their squares add over ep). Under ZeRO-2 the dp axis
   // adds every group's squares over dp, which covers the experts too: each of the dp = ep x ep_dp
-  // ranks holds a different block of a different rank's experts.
-  enum { kDense = 0, kExperts = 1 };
-  plan.groups = 2;
-  for (GradSpan& s : plan.spans) s.group = experts_.count(s.param) ? kExperts : kDense;
-  if (zero_stage_ < 2) plan.axes.push_back({ep_.get(), {false, true}});
+  // ranks holds a different block of a different rank's experts. A tensor-parallel plan has
+  // already made its groups (pieces, whole parameters): the experts become one more group, whole
+  // on every tp rank (not summed over tp, so counted at tp rank 0 like any whole parameter).
+  const int experts = plan.groups;
+  plan.groups += 1;
+  for (GradNormPlan::Axis& a : plan.axes)
+    if (!a.sums.empty()) a.sums.push_back(a.comm != tp_.get());
+  for (GradSpan& s : plan.spans)
+    if (experts_.count(s.param)) s.group = experts;
+  if (zero_stage_ < 2) {
+    std::vector<bool> sums(size_t(plan.groups), false);
+    sums[size_t(experts)] = true;
+    plan.axes.push_back({ep_.get(), sums});
+  }
 }
 
 void ExpertParallelStrategy::record(StepRecord& r) {
@@ -140,6 +148,7 @@ void ExpertParallelStrategy::record(StepRecord& r) {
   Tensor t = from_data(std::vector<double>{bytes}, Shape{1});
   ep_->all_reduce(t);
   if (ep_dp_) ep_dp_->all_reduce(t);
+  if (tp_) tp_->all_reduce(t);  // every tp rank repeats its ep group's exchanges
   bytes = t.to_vector<double>()[0];
   double calls = double(r.all_to_all_calls);
   if (pp_) {

@@ -66,6 +66,10 @@ class ExpertParallelStrategy : public AxisStrategy {
   // Pipeline stages: the step's all-to-all bytes are summed over pp too (each stage exchanges
   // for its own MoE layers).
   void set_pipeline(dist::CommPtr pp) { pp_ = std::move(pp); }
+  // Tensor parallelism: every tp rank holds the same experts whole and exchanges the same rows
+  // over its own ep group, so the experts' gradients are complete on each (no sum over tp), the
+  // norm counts them at tp rank 0, and the step's all-to-all bytes add over tp.
+  void set_tensor_parallel(dist::CommPtr tp) { tp_ = std::move(tp); }
 
   int size() const { return ep_->size(); }
   int rank() const { return ep_->rank(); }
@@ -85,7 +89,7 @@ class ExpertParallelStrategy : public AxisStrategy {
   std::vector<parallel::Zero3Unit> expert_units();
 
   models::CausalLM& model_;
-  dist::CommPtr ep_, ep_dp_, pp_;
+  dist::CommPtr ep_, ep_dp_, pp_, tp_;
   int dp_size_;
   parallel::ExpertParallelResult split_;
   std::set<std::string> experts_;  // every split parameter (every stage's)
