@@ -24,7 +24,8 @@ int64_t loss_chunk_positions(int64_t batch, int64_t vocab) {
 
 void CausalLM::for_each_logits_chunk(
     const Tensor& ids, int64_t positions,
-    const std::function<void(const Tensor& logits, int64_t first)>& each) {
+    const std::function<void(const Tensor& logits, int64_t first)>& each,
+    const std::function<Tensor(const Tensor&)>& before_head) {
   // Without a graph the chunks' logits are freed as soon as `each` returns; with one, every
   // chunk would be kept for backward and nothing would be saved.
   TESSEL_CHECK(!autograd::grad_enabled(), type_name(),
@@ -38,7 +39,7 @@ void CausalLM::for_each_logits_chunk(
   std::optional<ActivationDump> dump;
   if (dir) dump.emplace(*this);
   run_forward({ids}, [&] {
-    const Tensor hidden = trunk(ids);
+    const Tensor hidden = before_head ? before_head(trunk(ids)) : trunk(ids);
     if (dump) dump->begin_pieces();
     const int64_t b = hidden.size(0), t = hidden.size(1);
     // 0: the byte bound on the whole vocabulary (under tensor parallelism each rank's share is
