@@ -35,7 +35,7 @@ ZeRO-3, tp 2 and pp 2. Every rank is held to the same bounds as above, and every
 parallel layouts must also peak at most MARGIN x the one-process peak: the formula halves the
 state, and the margin leaves room for the fixed overhead of a process, ZeRO-3's gathered units and
 buckets and the activations, which do not halve (measured: docs/PARALLEL.md, Memory per rank).
-~65 s of CPU (7 min of wall time at load average 18 on two cores), ~1.2 GB at once.
+61 s at load average ~6 on two cores (7 min at 18), ~1.2 GB at once.
 
 Usage: memory_scaling.py TESSEL MPIRUN WORKDIR [LAYERS]
 """
