@@ -2,14 +2,20 @@
 // Evaluation in chunks of positions (CausalLM::eval_loss): on an odd-sized GPT-2 (vocabulary 257,
 // 33 positions, chunks of 7, so the last chunk is 5) the chunked loss is the whole-sequence loss
 // bit for bit, in f32 and in f64, with one sequence and with two carrying ignored targets, and
-// both are the f64 model's loss to within the f32 forward's rounding.
+// both are the f64 model's loss to within the f32 forward's rounding. With TESSEL_DUMP_DIR set,
+// the chunked evaluation dumps what the whole forward dumps (bit for bit but for the logits' f32
+// rounding).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <vector>
 
+#include "common/scratch_dir.h"
 #include "common/tolerance.h"
 #include "tessel/autograd/grad_mode.h"
+#include "tessel/io/safetensors.h"
 #include "tessel/models/gpt2/gpt2.h"
 
 namespace tessel::models {
@@ -90,6 +96,45 @@ TEST(EvalLoss, RefusesToRecordGradients) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("inference only"), std::string::npos) << e.what();
   }
+}
+
+TEST(EvalLoss, DumpsWhatTheWholeForwardDumps) {
+  namespace fs = std::filesystem;
+  autograd::NoGradGuard no_grad;
+  const fs::path dir = test::scratch_path("tessel_eval_loss_dump", /*create=*/false);
+  auto model = odd_model(DType::F32);
+  const auto [ids, targets] = odd_batch(2, 9);  // two rows: each chunk's rows are copies
+  ::setenv("TESSEL_DUMP_DIR", dir.c_str(), 1);
+  model->forward(ids);                      // activations-0000
+  model->eval_loss(ids, targets, kChunk);   // activations-0001: chunks of 7, 7, 7, 7, 5
+  ::unsetenv("TESSEL_DUMP_DIR");
+  model->eval_loss(ids, targets, kChunk);   // not dumped: the variable is unset
+  auto whole = io::SafetensorsFile::open((dir / "activations-0000.safetensors").string());
+  auto chunked = io::SafetensorsFile::open((dir / "activations-0001.safetensors").string());
+  EXPECT_FALSE(fs::exists(dir / "activations-0002.safetensors"));
+  EXPECT_EQ(chunked.names(), whole.names());
+  for (const char* name : {"h.1", "ln_f", "logits"}) EXPECT_TRUE(chunked.contains(name)) << name;
+  EXPECT_EQ(chunked.entry("logits").shape, (Shape{2, kT, kVocab}));
+  for (const std::string& name : whole.names()) {
+    if (!chunked.contains(name)) continue;
+    EXPECT_EQ(chunked.entry(name).shape, whole.entry(name).shape) << name;
+    const std::vector<float> got = chunked.load(name).to_vector<float>();
+    const std::vector<float> want = whole.load(name).to_vector<float>();
+    if (name != "logits") {
+      // The blocks run once either way, and ln_f is per token: bit for bit.
+      EXPECT_EQ(got, want) << name;
+      continue;
+    }
+    // The head's product over rows of 5 or 7 tokens instead of 66 may block its sums otherwise
+    // (15-term dot products); a logit from the wrong position or chunk is off by O(1).
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+      diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+      norm += double(want[i]) * want[i];
+    }
+    EXPECT_LE(std::sqrt(diff / norm), test::reorder_tolerance(DType::F32, 15, 1)) << name;
+  }
+  fs::remove_all(dir);
 }
 
 TEST(EvalLoss, ChunkPositionsFollowTheByteBound) {

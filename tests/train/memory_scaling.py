@@ -26,7 +26,18 @@ after building stays below half the whole model's f32 parameters, and its traini
 same bound as above.
 
 Heavy (label "heavy"): 13 processes of 0.1-0.6 GB each, ~60 s of CPU on 2 cores; each run ends
-with the usual checkpoint. Usage: memory_scaling.py TESSEL MPIRUN WORKDIR
+with the usual checkpoint.
+
+With LAYERS (the CTest train.memory_scaling_layers): a deep narrow GPT-2 in the proportions of GPT-2
+355M's blocks (24 blocks of width 384, the byte-level vocabulary: 42.5 M parameters, 162 MiB of f32
+weights, almost all in blocks, so every axis divides the state) trains 2 steps at one process, dp 2
+ZeRO-3, tp 2 and pp 2. Every rank is held to the same bounds as above, and every rank of the
+parallel layouts must also peak at most MARGIN x the one-process peak: the formula halves the
+state, and the margin leaves room for the fixed overhead of a process, ZeRO-3's gathered units and
+buckets and the activations, which do not halve (measured: docs/PARALLEL.md, Memory per rank).
+61 s at load average ~6 on two cores (7 min at 18), ~1.2 GB at once.
+
+Usage: memory_scaling.py TESSEL MPIRUN WORKDIR [LAYERS]
 """
 import json
 import os
@@ -44,6 +55,11 @@ BUILD_OVERHEAD = 24 * MIB
 SLACK = 1.15
 # (dp, tp, pp, zero_stage)
 LAYOUTS = [(1, 1, 1, 0), (2, 1, 1, 3), (1, 2, 1, 0), (1, 1, 2, 0), (2, 1, 2, 3)]
+# LAYERS: a rank of a 2-way layout peaks at most this fraction of one process's peak (measured
+# 0.55-0.56 at tp 2 and pp 2; 0.79-0.80 at dp 2 ZeRO-3, whose step peak adds the gathered units and
+# the gradient buckets beside the halved state: docs/PARALLEL.md). A layout that does not divide
+# the state peaks at ~1.0 x or more.
+MARGIN = {(2, 1, 1, 3): 0.85, (1, 2, 1, 0): 0.65, (1, 1, 2, 0): 0.65}
 
 
 def records(run_dir):
@@ -80,6 +96,7 @@ def check_layout(tessel, mpirun, work, config, tag, layout, steps, whole_f32=Non
     if len(built) != world or len(last) != world:
         fail(f"{what}: {len(built)} build and {len(last)} step entries for {world} ranks")
     rows = []
+    peaks[layout] = [r["rss_peak_bytes"] for r in last]
     for r in range(world):
         b, s = built[r], last[r]
         held = s["param_bytes"]
@@ -110,13 +127,44 @@ def check_layout(tessel, mpirun, work, config, tag, layout, steps, whole_f32=Non
 
 
 problems = []
+peaks = {}  # layout -> every rank's peak resident set after the last step
+HEADER = ["| layout | rank | build peak | build increase | params held | step peak RSS | "
+          "formula state | step peak (allocator) | bound |", "|---|---|---|---|---|---|---|---|---|"]
+
+
+def check_layers(tessel, mpirun, work, vocab):
+    """24 narrow blocks at one process, dp 2 ZeRO-3, tp 2 and pp 2: the bounds, and every parallel
+    rank at most MARGIN x the one-process peak."""
+    width, depth = 384, 24
+    config = write_json(os.path.join(work, "layers.json"),
+                        gpt2_config(vocab, n_positions=32, n_embd=width, n_layer=depth, n_head=6))
+    p = parameters(vocab, width, depth, 32)
+    print(f"GPT-2 {width} x {depth}, vocabulary {vocab}: {p / 1e6:.1f} M parameters, "
+          f"{4 * p / MIB:.0f} MiB of f32 weights")
+    rows = []
+    for layout in LAYOUTS[:4]:
+        rows += check_layout(tessel, mpirun, work, config, "layers", layout, 2)
+    print("\n".join(HEADER + rows))
+    one = peaks[LAYOUTS[0]][0]
+    for layout in LAYOUTS[1:4]:
+        for r, peak in enumerate(peaks[layout]):
+            print(f"{layout} rank {r}: {peak / MIB:.0f} MiB = {peak / one:.2f} x one process's "
+                  f"{one / MIB:.0f} MiB (at most {MARGIN[layout]})")
+            if peak > MARGIN[layout] * one:
+                problems.append(f"{layout} rank {r}: peak resident set {peak / MIB:.0f} MiB above "
+                                f"{MARGIN[layout]} x one process's {one / MIB:.0f} MiB: the layout "
+                                f"does not divide the memory")
 
 
 def main():
     tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
     vocab = prepare_workdir(tessel, work)
-    header = ["| layout | rank | build peak | build increase | params held | step peak RSS | "
-              "formula state | step peak (allocator) | bound |", "|---|---|---|---|---|---|---|---|---|"]
+    if len(sys.argv) > 4 and sys.argv[4] == "LAYERS":
+        check_layers(tessel, mpirun, work, vocab)
+        if problems:
+            fail("\n".join(problems))
+        return
+    header = HEADER
     # GPT-2's proportions, smaller: the 50257-token embedding is 2/3 of the parameters.
     width, layers = 384, 4
     config = write_json(os.path.join(work, "config.json"),

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -112,10 +113,31 @@ TEST_P(Gpt2TpWorld, EqualsOneProcess) {
       const double e = rel_err(logits.to_vector<double>(), want.logits);
       checks.expect(e <= kTol, at + ": logits relative error " + std::to_string(e));
       // Evaluation in chunks of 5 positions (5, 5, 3): each chunk's vocab-parallel mean weighted
-      // by its tokens, the one-process loss to within the same reordering.
+      // by its tokens, the one-process loss to within the same reordering. Under sp the ranks'
+      // pieces of the sequence are gathered before the head, which then sees at most 5
+      // positions at a time (the whole [B, 13, V/tp] logits never exist), and the value is the
+      // whole-sequence tp loss to within f32 rounding of the chunks' means.
+      int64_t widest = 0, chunks = 0;
+      const int64_t seen = m->add_activation_observer([&](const std::string& name, const Tensor& t) {
+        if (name != "logits") return;
+        widest = std::max(widest, t.size(1));
+        ++chunks;
+      });
       const double ev = model_tp_eval_loss(*m, info, c.ids, c.targets, 5).item();
+      m->remove_hook(seen);
+      checks.expect(widest == 5 && chunks == 3, at + ": eval head chunks " +
+                                                    std::to_string(chunks) + ", widest " +
+                                                    std::to_string(widest) + " positions");
       const double ee = std::abs(ev - want.loss) / std::abs(want.loss);
       checks.expect(ee <= kTol, at + ": chunked eval loss relative error " + std::to_string(ee));
+      const double whole = model_tp_loss(*m, info, c.ids, c.targets).item();
+      const double ew = std::abs(ev - whole) / std::abs(whole);
+      // Three f32 means of up to 5 x B tokens each, weighted in double: a few f32 ulps.
+      checks.expect(ew <= 8 * 1.2e-7,
+                    at + ": chunked eval loss vs the whole-sequence tp loss: relative " +
+                        std::to_string(ew));
+      // Evaluation leaves sequence parallelism as it found it: the next forward splits again.
+      checks.expect(!sp || info.result.sequence->active, at + ": sp left paused");
     }
     Tensor loss = model_tp_loss(*m, info, c.ids, c.targets);
     const double el = std::abs(loss.item() - want.loss) / std::abs(want.loss);

@@ -3,13 +3,8 @@
 // TESSEL_DUMP_DIR activation dump and greedy decoding by recomputation.
 #include "tessel/models/causal_lm.h"
 
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <set>
-
 #include "tessel/autograd/grad_mode.h"
-#include "tessel/io/safetensors.h"
+#include "tessel/models/activation_dump.h"
 #include "tessel/ops/ops.h"
 
 namespace tessel::models {
@@ -40,29 +35,12 @@ Tensor CausalLM::forward_layers(const Tensor& ids) {
 }
 
 Tensor CausalLM::forward(const Tensor& ids) {
-  const char* dir = std::getenv("TESSEL_DUMP_DIR");
-  if (dir == nullptr || *dir == '\0') {
-    return run_forward({ids}, [&] { return forward_layers(ids); });
-  }
+  const std::optional<std::string> dir = ActivationDump::directory();
+  if (!dir) return run_forward({ids}, [&] { return forward_layers(ids); });
   // Collect copies of every named intermediate, then write them as one safetensors file.
-  io::NamedTensors dumped;
-  std::set<std::string> seen;
-  const int64_t handle = add_activation_observer([&](const std::string& name, const Tensor& value) {
-    if (!value.defined() || !dtype_is_float(value.dtype()) || !seen.insert(name).second) return;
-    dumped.emplace_back(name, value.detach().clone());
-  });
-  Tensor out;
-  try {
-    out = run_forward({ids}, [&] { return forward_layers(ids); });
-  } catch (...) {
-    remove_hook(handle);
-    throw;
-  }
-  remove_hook(handle);
-  std::filesystem::create_directories(dir);
-  char file[64];
-  std::snprintf(file, sizeof(file), "activations-%04lld.safetensors", (long long)dump_count_++);
-  io::save_safetensors((std::filesystem::path(dir) / file).string(), dumped);
+  ActivationDump dump(*this);
+  Tensor out = run_forward({ids}, [&] { return forward_layers(ids); });
+  dump.write(*dir, dump_count_++);
   return out;
 }
 

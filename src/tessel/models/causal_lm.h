@@ -135,8 +135,14 @@ class CausalLM : public nn::Module {
   // most one chunk's logits exist. Inference only: an Error while gradients are recorded.
   // for_each_logits_chunk hands each chunk's logits [B, c, V'] and its first position to `each`;
   // eval_loss equals loss() bit for bit (the same per-token losses, reduced as loss() reduces).
+  // With TESSEL_DUMP_DIR set, each call writes the file forward() would (the head's intermediates
+  // joined from the chunks), counted with forward()'s.
+  // `before_head`, when given, takes the blocks' output [B, T', C] and returns the [B, T, C] the
+  // head is run on, in chunks (tensor parallelism's glue gathers a sequence-parallel rank's piece
+  // of the positions there, train/model_tensor_parallel.cpp).
   void for_each_logits_chunk(const Tensor& ids, int64_t positions,
-                             const std::function<void(const Tensor& logits, int64_t first)>& each);
+                             const std::function<void(const Tensor& logits, int64_t first)>& each,
+                             const std::function<Tensor(const Tensor&)>& before_head = {});
   Tensor eval_loss(const Tensor& ids, const Tensor& targets, int64_t positions = 0);
 
   // Pipeline layering (see the file comment). embed: ids [B, T] -> hidden [B, T, C]; block:

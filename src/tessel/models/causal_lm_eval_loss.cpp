@@ -4,10 +4,12 @@
 // one pass through the blocks: the chunked output-layer cross-entropy of Liger Kernel's fused
 // linear cross-entropy (Hsu et al., 2024), without its gradient, which evaluation does not need.
 // For GPT-2 124M at 1024 tokens the whole [1, 1024, 50257] f32 logits are 196 MiB; one
-// 166-position chunk is 32 MiB (kLossChunkBytes).
+// 166-position chunk is 32 MiB (kLossChunkBytes). With TESSEL_DUMP_DIR set it dumps the
+// activations forward() would (the head's joined from its chunks: a debugging copy of them all).
 #include <algorithm>
 
 #include "tessel/autograd/grad_mode.h"
+#include "tessel/models/activation_dump.h"
 #include "tessel/models/causal_lm.h"
 #include "tessel/ops/loss.h"
 #include "tessel/ops/ops.h"
@@ -22,7 +24,8 @@ int64_t loss_chunk_positions(int64_t batch, int64_t vocab) {
 
 void CausalLM::for_each_logits_chunk(
     const Tensor& ids, int64_t positions,
-    const std::function<void(const Tensor& logits, int64_t first)>& each) {
+    const std::function<void(const Tensor& logits, int64_t first)>& each,
+    const std::function<Tensor(const Tensor&)>& before_head) {
   // Without a graph the chunks' logits are freed as soon as `each` returns; with one, every
   // chunk would be kept for backward and nothing would be saved.
   TESSEL_CHECK(!autograd::grad_enabled(), type_name(),
@@ -30,8 +33,14 @@ void CausalLM::for_each_logits_chunk(
   TESSEL_CHECK(positions >= 0, type_name(), ": chunk of ", positions, " positions must be >= 0");
   // Through run_forward, so hooks on the whole model (ZeRO-3 gathering the embeddings the tied
   // head reuses) bracket the trunk and every chunk of the head, as they bracket forward().
+  // With TESSEL_DUMP_DIR set, the dump holds what forward()'s would: the trunk's intermediates,
+  // and the head's joined from its chunks (activation_dump.h).
+  const std::optional<std::string> dir = ActivationDump::directory();
+  std::optional<ActivationDump> dump;
+  if (dir) dump.emplace(*this);
   run_forward({ids}, [&] {
-    const Tensor hidden = trunk(ids);
+    const Tensor hidden = before_head ? before_head(trunk(ids)) : trunk(ids);
+    if (dump) dump->begin_pieces();
     const int64_t b = hidden.size(0), t = hidden.size(1);
     // 0: the byte bound on the whole vocabulary (under tensor parallelism each rank's share is
     // smaller, so its chunks are smaller than the bound).
@@ -45,6 +54,7 @@ void CausalLM::for_each_logits_chunk(
     }
     return Tensor();
   });
+  if (dump) dump->write(*dir, dump_count_++);
 }
 
 Tensor CausalLM::eval_loss(const Tensor& ids, const Tensor& targets, int64_t positions) {

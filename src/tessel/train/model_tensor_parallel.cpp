@@ -4,6 +4,7 @@
 #include "tessel/train/model_tensor_parallel.h"
 
 #include <cmath>
+#include <optional>
 
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/core/error.h"
@@ -95,9 +96,26 @@ Tensor model_tp_loss(models::CausalLM& model, const ModelTensorParallel& tp, con
 
 Tensor model_tp_eval_loss(models::CausalLM& model, const ModelTensorParallel& tp, const Tensor& ids,
                           const Tensor& targets, int64_t positions) {
-  if (tp.sequence_parallel) return model_tp_loss(model, tp, ids, targets);
   TESSEL_CHECK(targets.shape() == ids.shape(), "tensor-parallel eval loss: targets ",
                targets.shape(), " expected the shape of ids ", ids.shape());
+  // Under sequence parallelism the blocks leave each rank its piece of the positions, and the head
+  // (ln_f's region entry) would all-gather whatever pieces it is given by the whole sequence's
+  // split. So the pieces are gathered once here ([B, T, C]: the width, not the vocabulary), and
+  // sequence parallelism is paused for the head's chunks, which then run as under plain tp.
+  std::optional<SequenceParallelPause> pause;
+  std::function<Tensor(const Tensor&)> gather;
+  if (tp.sequence_parallel) {
+    gather = [&](const Tensor& piece) {
+      const std::shared_ptr<parallel::SequenceState>& seq = tp.result.sequence;
+      TESSEL_CHECK(seq != nullptr && seq->active && seq->length >= piece.size(1),
+                   "tensor-parallel eval loss: the blocks' output ", piece.shape(),
+                   " is not a sequence piece (sequence parallelism inactive or length ",
+                   seq ? seq->length : 0, ")");
+      Tensor whole = sharding::gather_from_region(piece, *tp.tp, 1, seq->length);
+      pause.emplace(tp);
+      return whole;
+    };
+  }
   double total = 0;
   int64_t counted = 0;
   model.for_each_logits_chunk(ids, positions, [&](const Tensor& logits, int64_t first) {
@@ -110,7 +128,7 @@ Tensor model_tp_eval_loss(models::CausalLM& model, const ModelTensorParallel& tp
         parallel::vocab_parallel_cross_entropy(logits, tgt, *tp.tp, tp.vocab, tp.vocab_offset);
     total += mean.item() * double(here);
     counted += here;
-  });
+  }, gather);
   return full({}, counted > 0 ? total / double(counted) : std::nan(""));
 }
 

@@ -51,8 +51,8 @@ Tensor model_tp_loss(models::CausalLM& model, const ModelTensorParallel& tp, con
 // The same for evaluation (inference only), holding one chunk of positions' logits at a time
 // (CausalLM::for_each_logits_chunk): each chunk's vocab-parallel mean (an f32 scalar), weighted by
 // its counted targets and summed in double, so it equals model_tp_loss to within f32 rounding of
-// the chunks' means, not bit for bit. Under sequence parallelism the head needs the whole
-// sequence: model_tp_loss itself.
+// the chunks' means, not bit for bit. Under sequence parallelism the ranks' pieces of the blocks'
+// output are gathered first ([B, T, C]), then the head runs in chunks as without it.
 // `positions` as in CausalLM::eval_loss (0: the byte bound).
 Tensor model_tp_eval_loss(models::CausalLM& model, const ModelTensorParallel& tp, const Tensor& ids,
                           const Tensor& targets, int64_t positions = 0);
