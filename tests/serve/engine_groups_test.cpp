@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/tokenizer_test_util.h"
+#include "serve/engine_collector.h"
 #include "tessel/core/rng.h"
 #include "tessel/models/gpt2/gpt2.h"
 #include "tessel/models/llama/llama.h"
@@ -27,6 +28,11 @@
 
 namespace tessel::serve {
 namespace {
+
+using engine_testing::Collector;
+using engine_testing::Output;
+using engine_testing::output_of;
+using engine_testing::prompt_of;
 
 constexpr int64_t kVocab = 263;  // the test tokenizer's 262 ids and one padded row
 
@@ -111,55 +117,6 @@ class DeferredModel final : public models::CausalLM, public PipelinedForward {
   int64_t next_ = 0;
 };
 
-std::vector<int64_t> prompt_of(int64_t n, uint64_t seed) {
-  std::vector<int64_t> ids(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i)
-    ids[size_t(i)] = int64_t(uniform_at(seed, 0, uint64_t(i)) * 256.0f) % 256;
-  return ids;
-}
-
-// Every delta of every request, until each has ended.
-class Collector {
- public:
-  DeltaSink sink(const std::string& id) {
-    return [this, id](const Delta& d) {
-      std::lock_guard<std::mutex> lock(mu_);
-      deltas_[id].push_back(d);
-      if (d.finish != FinishReason::kNone) ++finished_[id];
-      done_.notify_all();
-    };
-  }
-  void wait(const std::string& id, int64_t choices) {
-    std::unique_lock<std::mutex> lock(mu_);
-    ASSERT_TRUE(
-        done_.wait_for(lock, std::chrono::seconds(120), [&] { return finished_[id] >= choices; }))
-        << "request " << id << " did not finish";
-  }
-  // Tokens, logprobs (each top alternative as logprob + id) and the finish reason of a choice.
-  std::pair<std::vector<int64_t>, std::vector<double>> of(const std::string& id, int64_t choice,
-                                                          FinishReason* finish = nullptr) {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<int64_t> tokens;
-    std::vector<double> logprobs;
-    for (const Delta& d : deltas_[id]) {
-      if (d.index != choice) continue;
-      tokens.insert(tokens.end(), d.tokens.begin(), d.tokens.end());
-      for (const TokenLogprob& l : d.logprobs) {
-        logprobs.push_back(l.logprob);
-        for (const auto& [tid, lp] : l.top) logprobs.push_back(lp + double(tid));
-      }
-      if (finish && d.finish != FinishReason::kNone) *finish = d.finish;
-    }
-    return {tokens, logprobs};
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable done_;
-  std::map<std::string, std::vector<Delta>> deltas_;
-  std::map<std::string, int64_t> finished_;
-};
-
 // 7 requests: greedy and seeded sampling with logprobs, one with n = 2, three sharing a
 // 16-token prefix (prefix-cache hits), prompts of 5 to 33 tokens in chunks of up to 11 tokens.
 std::vector<Request> seven_requests() {
@@ -202,7 +159,8 @@ std::map<std::string, std::pair<std::vector<int64_t>, std::vector<double>>> run(
   for (const Request& r : requests) {
     c.wait(r.id, r.params.n);
     for (int64_t k = 0; k < r.params.n; ++k) {
-      out[r.id + "/" + std::to_string(k)] = c.of(r.id, k);
+      const Output o = output_of(c.of(r.id, k));
+      out[r.id + "/" + std::to_string(k)] = {o.tokens, o.logprobs};
       EXPECT_EQ(int64_t(out[r.id + "/" + std::to_string(k)].first.size()), r.params.max_tokens);
     }
   }
@@ -293,10 +251,9 @@ TEST(EngineGroups, CancelWhileInFlightFreesEveryBlock) {
   for (int i = 0; i < 5; ++i) {
     const std::string id = "c" + std::to_string(i);
     c.wait(id, 1);
-    FinishReason finish = FinishReason::kNone;
-    const auto out = c.of(id, 0, &finish);
-    EXPECT_EQ(finish, FinishReason::kCancelled) << id;
-    EXPECT_LT(out.first.size(), 80u) << id;
+    const Output out = output_of(c.of(id, 0));
+    EXPECT_EQ(out.finish, FinishReason::kCancelled) << id;
+    EXPECT_LT(out.tokens.size(), 80u) << id;
   }
   engine.drain(std::chrono::milliseconds(1000));
   EXPECT_EQ(engine.stats().kv_blocks_used, 0);
