@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "common/tokenizer_test_util.h"
-#include "serve/engine_collector.h"
+#include "serve/engine_test_util.h"
 #include "tessel/core/rng.h"
 #include "tessel/models/gpt2/gpt2.h"
 #include "tessel/models/llama/llama.h"
@@ -34,36 +34,14 @@ using engine_testing::Output;
 using engine_testing::output_of;
 using engine_testing::prompt_of;
 
-constexpr int64_t kVocab = 263;  // the test tokenizer's 262 ids and one padded row
-
 std::shared_ptr<models::CausalLM> tiny_gpt2() {
-  models::GPT2Config c;
-  c.vocab_size = kVocab;
-  c.n_positions = 97;
-  c.n_embd = 24;
-  c.n_head = 3;
-  c.n_layer = 3;
-  c.initializer_range = 0.2;
-  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
   Generator g(21);
-  return models::GPT2::random(c, g);
+  return models::GPT2::random(engine_testing::tiny_gpt2_config(3), g);
 }
 
 std::shared_ptr<models::CausalLM> tiny_llama() {
-  models::LlamaConfig c;
-  c.vocab_size = kVocab;
-  c.hidden = 24;
-  c.intermediate_size = 37;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 6;
-  c.num_key_value_heads = 2;
-  c.head_dim = 4;
-  c.max_position_embeddings = 97;
-  c.initializer_range = 0.2;
-  c.bos_token_id = std::nullopt;
-  c.eos_token_ids = {};
   Generator g(22);
-  return models::Llama::random(c, g);
+  return models::Llama::random(engine_testing::tiny_llama_config(), g);
 }
 
 // A model whose forward runs when end_forward collects it, not when begin_forward starts it.

@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "common/tokenizer_test_util.h"
-#include "serve/engine_collector.h"
+#include "serve/engine_test_util.h"
 #include "tessel/core/rng.h"
 #include "tessel/models/family.h"
 #include "tessel/models/generation.h"
@@ -31,36 +31,8 @@ using engine_testing::Collector;
 using engine_testing::Output;
 using engine_testing::output_of;
 using engine_testing::prompt_of;
-
-constexpr int64_t kVocab = 263;  // the test tokenizer's 262 ids and one padded row
-
-models::GPT2Config tiny_gpt2_config() {
-  models::GPT2Config c;
-  c.vocab_size = kVocab;
-  c.n_positions = 97;
-  c.n_embd = 24;
-  c.n_head = 3;
-  c.n_layer = 2;
-  c.initializer_range = 0.2;
-  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
-  return c;
-}
-
-models::LlamaConfig tiny_llama_config() {
-  models::LlamaConfig c;
-  c.vocab_size = kVocab;
-  c.hidden = 24;
-  c.intermediate_size = 37;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 6;
-  c.num_key_value_heads = 2;
-  c.head_dim = 4;
-  c.max_position_embeddings = 97;
-  c.initializer_range = 0.2;
-  c.bos_token_id = std::nullopt;
-  c.eos_token_ids = {};
-  return c;
-}
+using engine_testing::tiny_gpt2_config;
+using engine_testing::tiny_llama_config;
 
 std::shared_ptr<models::CausalLM> tiny_gpt2() {
   Generator g(11);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the engine tests share: deterministic prompts, and a sink that collects every delta of
-// every request and waits for their ends.
+// What the engine tests share: tiny GPT-2 and LLaMA configurations, deterministic prompts, and a
+// sink that collects every delta of every request and waits for their ends.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,13 +9,48 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tessel/core/rng.h"
+#include "tessel/models/gpt2/gpt2.h"
+#include "tessel/models/llama/llama.h"
 #include "tessel/serve/engine.h"
 
 namespace tessel::serve::engine_testing {
+
+constexpr int64_t kVocab = 263;  // the test tokenizer's 262 ids and one padded row
+
+// LAYERS blocks of width 24, dropout off.
+inline models::GPT2Config tiny_gpt2_config(int64_t layers = 2) {
+  models::GPT2Config c;
+  c.vocab_size = kVocab;
+  c.n_positions = 97;
+  c.n_embd = 24;
+  c.n_head = 3;
+  c.n_layer = layers;
+  c.initializer_range = 0.2;
+  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
+  return c;
+}
+
+// Two blocks of width 24, 6 heads over 2 KV heads.
+inline models::LlamaConfig tiny_llama_config() {
+  models::LlamaConfig c;
+  c.vocab_size = kVocab;
+  c.hidden = 24;
+  c.intermediate_size = 37;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 6;
+  c.num_key_value_heads = 2;
+  c.head_dim = 4;
+  c.max_position_embeddings = 97;
+  c.initializer_range = 0.2;
+  c.bos_token_id = std::nullopt;
+  c.eos_token_ids = {};
+  return c;
+}
 
 // N token ids below 256, a pure function of SEED.
 inline std::vector<int64_t> prompt_of(int64_t n, uint64_t seed) {
