@@ -105,10 +105,10 @@ TEST(EvalLoss, DumpsWhatTheWholeForwardDumps) {
   auto model = odd_model(DType::F32);
   const auto [ids, targets] = odd_batch(2, 9);  // two rows: each chunk's rows are copies
   ::setenv("TESSEL_DUMP_DIR", dir.c_str(), 1);
-  model->forward(ids);                      // activations-0000
-  model->eval_loss(ids, targets, kChunk);   // activations-0001: chunks of 7, 7, 7, 7, 5
+  model->forward(ids);                     // activations-0000
+  model->eval_loss(ids, targets, kChunk);  // activations-0001: chunks of 7, 7, 7, 7, 5
   ::unsetenv("TESSEL_DUMP_DIR");
-  model->eval_loss(ids, targets, kChunk);   // not dumped: the variable is unset
+  model->eval_loss(ids, targets, kChunk);  // not dumped: the variable is unset
   auto whole = io::SafetensorsFile::open((dir / "activations-0000.safetensors").string());
   auto chunked = io::SafetensorsFile::open((dir / "activations-0001.safetensors").string());
   EXPECT_FALSE(fs::exists(dir / "activations-0002.safetensors"));

@@ -32,12 +32,12 @@ class Chain : public nn::Module {
  public:
   Chain() : Module("Chain") {
     Generator g(5);
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(kIn, kHidden, true,
-                                                              nn::Init::normal(&g, 0.3)));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(kHidden, kHidden, true,
-                                                              nn::Init::normal(&g, 0.3)));
-    fc3 = register_module("fc3", std::make_shared<nn::Linear>(kHidden, kClasses, true,
-                                                              nn::Init::normal(&g, 0.3)));
+    fc1 = register_module(
+        "fc1", std::make_shared<nn::Linear>(kIn, kHidden, true, nn::Init::normal(&g, 0.3)));
+    fc2 = register_module(
+        "fc2", std::make_shared<nn::Linear>(kHidden, kHidden, true, nn::Init::normal(&g, 0.3)));
+    fc3 = register_module(
+        "fc3", std::make_shared<nn::Linear>(kHidden, kClasses, true, nn::Init::normal(&g, 0.3)));
   }
   Tensor loss(int rank) {
     Generator g(uint64_t(100 + rank));
@@ -51,8 +51,8 @@ class Chain : public nn::Module {
 };
 
 struct RankRun {
-  std::vector<int64_t> held;        // gradient_bytes() after each grad-ready hook
-  std::vector<float> shards;        // every bucket's averaged block, concatenated
+  std::vector<int64_t> held;  // gradient_bytes() after each grad-ready hook
+  std::vector<float> shards;  // every bucket's averaged block, concatenated
 };
 
 // Two steps on a world of 2 where rank `slow` sleeps in every hook, so that the other rank's
@@ -68,10 +68,11 @@ std::vector<RankRun> run_with_slow_rank(int slow, int64_t max_pending) {
     RankRun& run = runs[size_t(comm->rank())];
     std::vector<int64_t> hooks;
     for (const Tensor& p : m.parameters()) {
-      hooks.push_back(autograd::register_grad_ready_hook(p, [&, rank = comm->rank()](const Tensor&) {
-        if (rank == slow) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        run.held.push_back(dp.gradient_bytes());
-      }));
+      hooks.push_back(
+          autograd::register_grad_ready_hook(p, [&, rank = comm->rank()](const Tensor&) {
+            if (rank == slow) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            run.held.push_back(dp.gradient_bytes());
+          }));
     }
     for (int step = 0; step < 2; ++step) {
       m.zero_grad();

@@ -118,11 +118,12 @@ TEST_P(Gpt2TpWorld, EqualsOneProcess) {
       // positions at a time (the whole [B, 13, V/tp] logits never exist), and the value is the
       // whole-sequence tp loss to within f32 rounding of the chunks' means.
       int64_t widest = 0, chunks = 0;
-      const int64_t seen = m->add_activation_observer([&](const std::string& name, const Tensor& t) {
-        if (name != "logits") return;
-        widest = std::max(widest, t.size(1));
-        ++chunks;
-      });
+      const int64_t seen =
+          m->add_activation_observer([&](const std::string& name, const Tensor& t) {
+            if (name != "logits") return;
+            widest = std::max(widest, t.size(1));
+            ++chunks;
+          });
       const double ev = model_tp_eval_loss(*m, info, c.ids, c.targets, 5).item();
       m->remove_hook(seen);
       checks.expect(widest == 5 && chunks == 3, at + ": eval head chunks " +
@@ -133,9 +134,9 @@ TEST_P(Gpt2TpWorld, EqualsOneProcess) {
       const double whole = model_tp_loss(*m, info, c.ids, c.targets).item();
       const double ew = std::abs(ev - whole) / std::abs(whole);
       // Three f32 means of up to 5 x B tokens each, weighted in double: a few f32 ulps.
-      checks.expect(ew <= 8 * 1.2e-7,
-                    at + ": chunked eval loss vs the whole-sequence tp loss: relative " +
-                        std::to_string(ew));
+      checks.expect(
+          ew <= 8 * 1.2e-7,
+          at + ": chunked eval loss vs the whole-sequence tp loss: relative " + std::to_string(ew));
       // Evaluation leaves sequence parallelism as it found it: the next forward splits again.
       checks.expect(!sp || info.result.sequence->active, at + ": sp left paused");
     }

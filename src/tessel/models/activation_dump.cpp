@@ -31,7 +31,9 @@ ActivationDump::ActivationDump(nn::Module& model) : model_(model) {
   });
 }
 
-ActivationDump::~ActivationDump() { model_.remove_hook(handle_); }
+ActivationDump::~ActivationDump() {
+  model_.remove_hook(handle_);
+}
 
 void ActivationDump::write(const std::string& dir, int64_t index) const {
   io::NamedTensors out = whole_;

@@ -4,8 +4,8 @@
 // layer keeps only this rank's num_experts / ep experts, and the rank reads from the safetensors
 // files the dense tensors whole and, of the stacked expert tensors, only its experts' stored
 // tensors (train/checkpoint/safetensors_regions.h). DeepSpeed-MoE's placement for inference: the
-// expert weights, most of a sparse MoE model, are spread over the ranks, so each rank's resident memory is
-// the dense part plus 1 / ep of the experts.
+// expert weights, most of a sparse MoE model, are spread over the ranks, so each rank's resident
+// memory is the dense part plus 1 / ep of the experts.
 #pragma once
 
 #include <functional>

@@ -118,17 +118,20 @@ Tensor model_tp_eval_loss(models::CausalLM& model, const ModelTensorParallel& tp
   }
   double total = 0;
   int64_t counted = 0;
-  model.for_each_logits_chunk(ids, positions, [&](const Tensor& logits, int64_t first) {
-    const Tensor tgt = targets.slice(1, first, first + logits.size(1));
-    int64_t here = 0;
-    for (int64_t v : tgt.to_vector<int64_t>()) here += v != -100;
-    // Every rank holds the same targets, so all take part in the collective or none does.
-    if (here == 0) return;
-    const Tensor mean =
-        parallel::vocab_parallel_cross_entropy(logits, tgt, *tp.tp, tp.vocab, tp.vocab_offset);
-    total += mean.item() * double(here);
-    counted += here;
-  }, gather);
+  model.for_each_logits_chunk(
+      ids, positions,
+      [&](const Tensor& logits, int64_t first) {
+        const Tensor tgt = targets.slice(1, first, first + logits.size(1));
+        int64_t here = 0;
+        for (int64_t v : tgt.to_vector<int64_t>()) here += v != -100;
+        // Every rank holds the same targets, so all take part in the collective or none does.
+        if (here == 0) return;
+        const Tensor mean =
+            parallel::vocab_parallel_cross_entropy(logits, tgt, *tp.tp, tp.vocab, tp.vocab_offset);
+        total += mean.item() * double(here);
+        counted += here;
+      },
+      gather);
   return full({}, counted > 0 ? total / double(counted) : std::nan(""));
 }
 

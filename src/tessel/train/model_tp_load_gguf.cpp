@@ -131,8 +131,8 @@ RegionSource float_regions(const io::GgufFile& file, const models::GgufLayout& l
     const io::GgufTensorInfo& info = file.info(stored.name);
     const std::optional<DType> dtype = io::dtype_of_ggml(info.type);
     TESSEL_CHECK(dtype && dtype_is_float(*dtype), parallelism, ": GGUF tensor ", stored.name,
-                 " is ", io::ggml_type_name(info.type), ", which only a Linear or Embedding weight ",
-                 "may be under ", parallelism);
+                 " is ", io::ggml_type_name(info.type),
+                 ", which only a Linear or Embedding weight ", "may be under ", parallelism);
     const Shape shape = info.shape();
     check_region(name, shape, region);
     const int64_t rows = shape.ndim() > 0 ? shape[0] : 1, row_len = shape.numel() / rows;
