@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/quant_dot_limits.h"
 #include "tessel/core/cpu_features.h"
 #include "tessel/kernels/kernel_set.h"
 #include "tessel/kernels/quant/dequantize.h"
@@ -26,20 +27,8 @@ namespace {
 
 using quant::QuantType;
 
-// Restores the default choice when a test ends, passed or not.
-struct DotLimit {
-  explicit DotLimit(QuantDot d) { limit_quant_dot(d); }
-  ~DotLimit() { limit_quant_dot(QuantDot::Avx512Vnni); }
-};
-
-// The dot products the sets of this CPU can be limited to, highest first.
-std::vector<QuantDot> dots_here() {
-  std::vector<QuantDot> out;
-  if (cpu_features().avx512_vnni) out.push_back(QuantDot::Avx512Vnni);
-  if (cpu_features().avx_vnni) out.push_back(QuantDot::AvxVnni);
-  out.push_back(QuantDot::Avx2);
-  return out;
-}
+using testing_limits::DotLimit;
+using testing_limits::dots_here;
 
 std::vector<int32_t> exact_lanes(const std::vector<uint8_t>& u, const std::vector<int8_t>& x) {
   std::vector<int32_t> out(u.size() / 4);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/quant_dot_limits.h"
 #include "tessel/core/cpu_features.h"
 #include "tessel/kernels/kernel_set.h"
 #include "tessel/kernels/quant/dequantize.h"
@@ -27,25 +28,9 @@ namespace {
 
 using quant::QuantType;
 
-// Restores the default choice when a test ends, passed or not.
-struct DotLimit {
-  explicit DotLimit(QuantDot d) { limit_quant_dot(d); }
-  ~DotLimit() { limit_quant_dot(QuantDot::Avx512Vnni); }
-};
-
-// The same for the avx512 set's vector width (512: Q8_0 tiles of two outputs per vector).
-struct BitsLimit {
-  explicit BitsLimit(int bits) { limit_quant_vector_bits(bits); }
-  ~BitsLimit() { limit_quant_vector_bits(512); }
-};
-
-std::vector<QuantDot> dots_here() {
-  std::vector<QuantDot> out;
-  if (cpu_features().avx512_vnni) out.push_back(QuantDot::Avx512Vnni);
-  if (cpu_features().avx_vnni) out.push_back(QuantDot::AvxVnni);
-  out.push_back(QuantDot::Avx2);
-  return out;
-}
+using testing_limits::BitsLimit;
+using testing_limits::DotLimit;
+using testing_limits::dots_here;
 
 // n rows of k / 32 Q8_0 blocks: every code -128..127, f16 scales of both signs.
 std::vector<uint8_t> random_q8_0(int64_t n, int64_t k, std::mt19937& rng) {

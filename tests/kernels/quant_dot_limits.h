@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the quantized-kernel tests share: scoped limits on the dot product and vector width the
+// kernel sets may use, restored when a test ends (passed or not), and the dot products this CPU
+// has.
+#pragma once
+
+#include <vector>
+
+#include "tessel/core/cpu_features.h"
+#include "tessel/kernels/kernel_set.h"
+
+namespace tessel::kernels::testing_limits {
+
+struct DotLimit {
+  explicit DotLimit(QuantDot d) { limit_quant_dot(d); }
+  ~DotLimit() { limit_quant_dot(QuantDot::Avx512Vnni); }
+};
+
+// The avx512 set's vector width (512: Q8_0 tiles of two outputs per vector).
+struct BitsLimit {
+  explicit BitsLimit(int bits) { limit_quant_vector_bits(bits); }
+  ~BitsLimit() { limit_quant_vector_bits(512); }
+};
+
+// The dot products the sets of this CPU can be limited to, highest first.
+inline std::vector<QuantDot> dots_here() {
+  std::vector<QuantDot> out;
+  if (cpu_features().avx512_vnni) out.push_back(QuantDot::Avx512Vnni);
+  if (cpu_features().avx_vnni) out.push_back(QuantDot::AvxVnni);
+  out.push_back(QuantDot::Avx2);
+  return out;
+}
+
+}  // namespace tessel::kernels::testing_limits
