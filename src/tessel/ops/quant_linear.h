@@ -16,9 +16,9 @@ namespace tessel::ops {
 // Rows of activations per Backend::quant_matmul call: longer inputs (prompts) are split into
 // chunks of this many rows, each reading the weight in place.
 inline constexpr int64_t kQuantMatmulRows = 64;
-// The same for Q8_0, whose prompts run as register tiles that block the activations for the
-// cache themselves (kernels/cpu/quant_q8_tiles.h): each call reads the weight from memory about
-// once, so fewer, longer calls read it fewer times.
+// The same for Q8_0, Q4_K, Q5_K and Q6_K, whose prompts run as register tiles that block the
+// activations for the cache themselves (kernels/cpu/quant_q8_tiles.h, quant_k_tiles.h): each call
+// reads the weight from memory about once, so fewer, longer calls read it fewer times.
 inline constexpr int64_t kQuantMatmulTiledRows = 1024;
 
 // y[..., out] = x[..., in] W^T (+ bias) for W [out, in] stored as `weight` (i8
