@@ -7,8 +7,8 @@
 // into place) again for every activation row, and each row's scales are multiplied by the
 // activation's dx in a pass of their own. Here a tile of activation rows x weight rows keeps its
 // accumulators in registers: each block is unpacked once per tile and used by every activation
-// row, each activation block loaded once and used by every weight row, and the scale products
-// sc * dx are formed in registers (one multiply per block and output). Cache blocking as the
+// row, each activation block loaded once and used by every weight row (the scale products
+// sc * dx: a per-tile list here, registers in the 512-bit tiles). Cache blocking as the
 // Q8_0 tiles: a group of kKTileN weight rows stays in L1 while the tiles of an activation chunk
 // (kKChunkBytes of codes, L2) pass over it.
 //
@@ -98,11 +98,22 @@ inline __m256i q6_k_codes(const uint8_t* p, int h, int q) {
   return _mm256_or_si256(lo, _mm256_and_si256(hs, top));
 }
 
-// kM activation rows x kN weight rows of type kType (Q4_K, Q5_K or Q6_K).
+// kM activation rows x kN weight rows of type kType (Q4_K, Q5_K or Q6_K). The products
+// sc * dx go into a small per-thread list first (scales_times_dx, as the rows do, 8 at a time),
+// read by the FMAs as broadcasts from L1: a multiply per block and output in registers, as the
+// 512-bit tiles do, left the 256-bit tiles no faster than the rows.
 template <class Dot, quant::QuantType kType, int kM, int kN>
 inline void k_tile(const KTile& t) {
   constexpr bool kSix = kType == quant::QuantType::Q6_K;
   constexpr int64_t kBytes = kSix ? 210 : kType == quant::QuantType::Q5_K ? 176 : 144;
+  const int64_t per_row = kSix ? 2 * t.blocks : t.blocks;
+  thread_local std::vector<float> buffer;
+  buffer.resize(size_t(std::max<int64_t>(int64_t(buffer.size()), kM * kN * per_row)));
+  float* const sdx = buffer.data();
+  for (int i = 0; i < kM; ++i)
+    for (int j = 0; j < kN; ++j)
+      scales_times_dx(t.sc + j * t.sc_stride, kSix, t.dx + i * t.blocks, t.blocks,
+                      sdx + (i * kN + j) * per_row);
   __m256 acc[2][kM][kN];
   for (int e = 0; e < 2; ++e)
     for (int i = 0; i < kM; ++i)
@@ -111,26 +122,23 @@ inline void k_tile(const KTile& t) {
     for (int s = 0; s < 8; ++s) {  // block g of the row: sub-block s (Q6_K: half s/4, quarter s%4)
       const int64_t g = 8 * b + s;
       __m256i u[kN];
-      __m256 sw[kN];
       for (int j = 0; j < kN; ++j) {
         const uint8_t* p = t.w + j * t.row_bytes + b * kBytes;
-        if constexpr (kSix) {
+        if constexpr (kSix)
           u[j] = q6_k_codes(p, s / 4, s % 4);
-          sw[j] = pair_scales(t.sc + j * t.sc_stride + 2 * g);
-        } else {
+        else
           u[j] = q4_k_codes<kType == quant::QuantType::Q5_K>(p, s / 2, s % 2);
-          sw[j] = _mm256_broadcast_ss(t.sc + j * t.sc_stride + g);
-          asm("" : "+v"(sw[j]));  // no scalar product and broadcast (quant_q8_tiles.h says why)
-        }
       }
       for (int i = 0; i < kM; ++i) {
         const __m256i xv = load256(t.x + i * t.k + 32 * g);
         const __m256i init =
             kSix ? load256(t.zx + i * 8 * t.blocks + 8 * g) : _mm256_setzero_si256();
-        const __m256 d = _mm256_set1_ps(t.dx[i * t.blocks + g]);
-        for (int j = 0; j < kN; ++j)
-          acc[s & 1][i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Dot::dot(init, u[j], xv)),
-                                             _mm256_mul_ps(sw[j], d), acc[s & 1][i][j]);
+        for (int j = 0; j < kN; ++j) {
+          const float* sij = sdx + (i * kN + j) * per_row;
+          const __m256 scale = kSix ? pair_scales(sij + 2 * g) : _mm256_broadcast_ss(sij + g);
+          acc[s & 1][i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Dot::dot(init, u[j], xv)), scale,
+                                             acc[s & 1][i][j]);
+        }
       }
     }
   for (int i = 0; i < kM; ++i)
