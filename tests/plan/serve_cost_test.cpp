@@ -86,6 +86,18 @@ TEST(ServeCost, DecodeOnOneChipByHand) {
   EXPECT_TRUE(c.fits);
 }
 
+TEST(ServeCost, LoadStretchesTheChipsWorkNotTheLinks) {
+  Cluster shared = small_cluster();
+  shared.device.cpu_share = 0.25;  // calibrated while others held 3/4 of the cores
+  const ServeCost c = serve_cost(shared, small_shape(), {}, decode3());
+  EXPECT_DOUBLE_EQ(c.load_seconds, 11136e-9 * 3);
+  EXPECT_DOUBLE_EQ(c.seconds, 11136e-9 * 4);
+  ServeLayout tp2;
+  tp2.tp = 2;
+  const ServeCost t = serve_cost(shared, small_shape(), tp2, decode3());
+  EXPECT_NEAR(t.seconds - t.comm_seconds, 4 * 5568e-9, 1e-15);
+}
+
 TEST(ServeCost, MultiHeadKvCostsMemoryAndBandwidth) {
   // Two KV heads instead of one: 128 B per token, half the sequences fit, twice the KV traffic.
   const ServeCost mqa = serve_cost(small_cluster(), small_shape(1), {}, decode3());

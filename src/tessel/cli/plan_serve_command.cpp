@@ -73,6 +73,7 @@ nlohmann::json row_json(const ServePlanArgs& a, const plan::ServeRow& r) {
                    {"overhead_ms", 1e3 * c.overhead_seconds},
                    {"comm_ms", 1e3 * c.comm_seconds},
                    {"pipeline_ms", 1e3 * c.pipeline_seconds},
+                   {"load_ms", 1e3 * c.load_seconds},
                    {"chip_seconds_per_token", c.chip_seconds_per_token},
                    {"tokens_per_s", 1.0 / c.chip_seconds_per_token * r.layout.chips()},
                    {"mfu", c.mfu},

@@ -225,7 +225,11 @@ ServeCost serve_cost(const Cluster& c, const ServeShape& s, const ServeLayout& l
     r.pipeline_seconds = (p - 1) * collective_cost(c, Collective::SendRecv, std::vector<int>{0, n},
                                                    rows * E * w.act_bytes)
                                        .seconds;
-  r.seconds = (p - 1) * stage + last + r.overhead_seconds + r.comm_seconds + r.pipeline_seconds;
+  // A shared machine stretches the chips' own work as the training step's load term does
+  // (StepTime::load_seconds: × (1 / cpu_share − 1); 0 on a description without cpu_share).
+  r.load_seconds = ((p - 1) * stage + last + r.overhead_seconds) * (1.0 / c.device.cpu_share - 1.0);
+  r.seconds = (p - 1) * stage + last + r.overhead_seconds + r.comm_seconds + r.pipeline_seconds +
+              r.load_seconds;
   // A step moves every group one stage on; each group's tokens come out every `seconds`.
   const double step_tokens = double(w.batch) * tokens;
   r.flops = double(w.batch) / seqs *

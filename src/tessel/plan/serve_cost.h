@@ -6,7 +6,8 @@
 //
 //   time = max(matmul and attention FLOPs / (chips x peak x GEMM efficiency),
 //              (weights + KV cache read + KV written) / memory bandwidth) + op overhead
-//          + the layout's collectives (plan/comm_cost.h) + pipeline sends,
+//          + the layout's collectives (plan/comm_cost.h) + pipeline sends (+ the load term of a
+//          description calibrated under load, as the training step's),
 //
 // with the layouts of the paper's section 3: 1D weight-stationary (Megatron's column/row split,
 // what `tessel serve --tp` runs), 2D weight-stationary (weights split over d_model on X chips and
@@ -97,6 +98,7 @@ struct ServeCost {
   double seconds = 0;  // the step: compute_or_memory + overhead + comm + pipeline
   double compute_seconds = 0, memory_seconds = 0, overhead_seconds = 0;
   double comm_seconds = 0, pipeline_seconds = 0;
+  double load_seconds = 0;  // calibrated under load: (the chips' own work) × (1/cpu_share − 1)
   double flops = 0;         // model FLOPs of the step (matmuls and attention), all chips
   double memory_bytes = 0;  // bytes one chip reads and writes from memory in the step
   // Per token.
