@@ -118,8 +118,8 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
         load_ep_rank_model(args.model, weights, ep_world, [&](const std::string& line) {
           if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());
         });
-    std::fprintf(stderr, "tessel: generate: expert-parallel rank %d read %lld weight values\n",
-                 ep_world->rank(), static_cast<long long>(loaded.values_read));
+    std::fprintf(stderr, "tessel: generate: expert-parallel rank %d %s\n", ep_world->rank(),
+                 loaded.share.c_str());
     model = std::move(loaded.model);
   } else if (args.pp > 1) {
     // Each rank reads only its stage's tensors; every rank gets the logits and samples alike.

@@ -26,6 +26,13 @@ inline constexpr int64_t kQuantMatmulTiledRows = 1024;
 Tensor quant_linear(const Tensor& x, kernels::quant::QuantType type, const Tensor& weight,
                     int64_t in_features, const Tensor& bias = Tensor());
 
+// y [rows, out] = x [rows, in] W^T for W stored as `weight` (i8 [out, row_bytes(type, in)]), both
+// already checked: Backend::quant_matmul over chunks of at most kQuantMatmulRows rows
+// (kQuantMatmulTiledRows for Q8_0), each reading the weight in place. What quant_linear and
+// quant_grouped_linear (per group) run.
+void quant_matmul_rows(kernels::quant::QuantType type, const Tensor& x, const Tensor& weight,
+                       Tensor& y);
+
 // out[ids..., :] = W[ids, :] for W [num, dim] stored as `weight` (i8 [num, row_bytes(type, dim)]):
 // only the looked-up rows are dequantized, to f32.
 Tensor quant_embedding(kernels::quant::QuantType type, const Tensor& weight, int64_t dim,
