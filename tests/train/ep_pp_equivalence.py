@@ -11,8 +11,7 @@ same mean auxiliary loss, the final parameters within 1e-5, and under ep the ste
 bytes over every rank of every stage as docs/MOE.md's formula and its calls over the stages of one
 replica as without pp. Layouts: pp 2 GPipe (np 2); ep 2 x pp 2 GPipe and 1F1B (np 4: dp 2); ep 2 x
 pp 2 1F1B with ZeRO-3 (the experts' units over their expert group inside each stage). A
-checkpoint of ep 2 x pp 2 resumes on one rank and continues the trajectory. The GPT-2-MoE has
-dropout 0.1 and router jitter 0.01 on, which every layout draws as one rank does.
+checkpoint of ep 2 x pp 2 resumes on one rank and continues the trajectory.
 
 With `mixtral` as the last argument the model is a Mixtral of the same width, depth and expert
 count (SwiGLU experts, renormalised top-2 gates, no capacity, grouped-query attention, RoPE), with
@@ -118,11 +117,8 @@ def main():
         fail(f"mode {mode!r}: expected mixtral or fp16")
     mixtral, fp16 = mode == "mixtral", mode == "fp16"
     vocab = prepare_workdir(tessel, work)
-    # The GPT-2-MoE trains with dropout 0.1 and router jitter 0.01 (both drawn positionally: every
-    # layout draws one rank's masks and noise; docs/PARALLEL.md, "Dropout"); fp16 keeps them off.
-    noise = {} if fp16 else {"resid_pdrop": 0.1, "embd_pdrop": 0.1, "router_jitter": 0.01}
     config = write_json(os.path.join(work, "config.json"),
-                        mixtral_config(vocab) if mixtral else moe_config(vocab, **noise))
+                        mixtral_config(vocab) if mixtral else moe_config(vocab))
     env = single_thread_env()
     mpi = mpi_prefix(mpirun)
 
