@@ -70,10 +70,13 @@ def prepare_workdir(tessel, work):
     return vocab
 
 
-def gpt2_config(vocab, n_positions, n_embd, n_layer, n_head):
-    """A tiny GPT-2 with dropout off."""
+def gpt2_config(vocab, n_positions, n_embd, n_layer, n_head, dropout=0.0):
+    """A tiny GPT-2, dropout off unless given (embd_pdrop and resid_pdrop; tessel's fused
+    attention has no attention dropout, so attn_pdrop stays 0). Every layout draws the
+    one-process masks (docs/PARALLEL.md, "Dropout"), so runs with dropout on compare as closely."""
     return {"model_type": "gpt2", "vocab_size": vocab, "n_positions": n_positions, "n_embd": n_embd,
-            "n_layer": n_layer, "n_head": n_head, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+            "n_layer": n_layer, "n_head": n_head, "resid_pdrop": dropout, "embd_pdrop": dropout,
+            "attn_pdrop": 0.0}
 
 
 def write_json(path, obj):

@@ -10,6 +10,10 @@ once. Prints the measured band per layout (the table in docs/PARALLEL.md).
 Every layout takes the same global batch: grad_accum 2 micro-batches (the pipeline's) of 4 rows,
 split over the dp ranks.
 
+The GPT-2 trains with dropout 0.1 (embedding and residual): every layout draws exactly the
+one-process masks (docs/PARALLEL.md, "Dropout"), so the same bounds hold; two layouts recompute
+their blocks (train.recompute=full), whose replay must redraw the same masks.
+
 With FAMILY llama the same check runs a tiny LLaMA (RMSNorm, RoPE, SwiGLU, tied head, one KV head
 for four query heads, so that tp 2 replicates it) over a subset of the layouts: dp with ZeRO-3, tp
 with sp, pp, tp with ZeRO-2 (the copies' gradient sum before dp keeps shards), and (2,2,2) with
@@ -39,6 +43,9 @@ LAYOUTS = [
     (2, 2, 1, 2, True),
     (2, 2, 2, 1, False),
 ]
+# Layouts that also recompute every block (against the one-rank run without recomputation).
+RECOMPUTE = {(1, 1, 2, 0, False), (2, 2, 1, 3, True)}
+DROPOUT = 0.1  # GPT-2's embd_pdrop and resid_pdrop (LLaMA has no dropout)
 # The LLaMA subset: one layout per axis and all three together.
 LLAMA_LAYOUTS = [
     (2, 1, 1, 3, False),
@@ -87,7 +94,7 @@ def main():
         fail(f"unknown family {family!r} (gpt2 or llama)")
     vocab = prepare_workdir(tessel, work)
     model = (llama_config(vocab) if family == "llama" else
-             gpt2_config(vocab, n_positions=16, n_embd=16, n_layer=3, n_head=2))
+             gpt2_config(vocab, n_positions=16, n_embd=16, n_layer=3, n_head=2, dropout=DROPOUT))
     config = write_json(os.path.join(work, "config.json"), model)
     layouts = LLAMA_LAYOUTS if family == "llama" else LAYOUTS
     # seq_len 7: uneven sequence pieces under --sp; grad_clip 0.5 clips most steps.
@@ -104,12 +111,15 @@ def main():
     if clipped < STEPS // 2:
         fail(f"only {clipped} of {STEPS} steps clip at 0.5: the norm would go untested")
     for dp, tp, pp, zero, sp in layouts:
-        what = f"({dp},{tp},{pp})"
-        d = os.path.join(work, f"dp{dp}_tp{tp}_pp{pp}_zero{zero}" + ("_sp" if sp else ""))
+        recompute = (dp, tp, pp, zero, sp) in RECOMPUTE
+        what = f"({dp},{tp},{pp})" + (" recompute" if recompute else "")
+        d = os.path.join(work, f"dp{dp}_tp{tp}_pp{pp}_zero{zero}" + ("_sp" if sp else "") +
+                         ("_recompute" if recompute else ""))
         cmd = mpi + ["-np", str(dp * tp * pp), tessel] + common + [
             "--dp", str(dp), "--tp", str(tp), "--pp", str(pp),
             "--set", f"parallel.zero_stage={zero}", "--set", f"train.micro_batch={ROWS // dp}",
-            "--set", "checkpoint.dir=" + d] + (["--sp"] if sp else [])
+            "--set", "checkpoint.dir=" + d] + (["--sp"] if sp else []) + (
+                ["--set", "train.recompute=full"] if recompute else [])
         if (dp, tp, pp, zero) == (2, 2, 2, 3):  # two virtual stages per rank, 4 stages of 5 layers
             cmd += ["--set", "parallel.schedule=interleaved:2"]
         t0 = time.time()

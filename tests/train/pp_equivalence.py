@@ -5,7 +5,9 @@
 accumulation steps, so both consume the same batches), on the same data and initialisation, for 20
 steps. Every step's loss and the final parameters must agree to 1e-5 (relative), for pp 2 and 4,
 each schedule, M in {1, 3, 8} (a subset covering every value), and pp=2 x dp=2 with ZeRO stages 1
-and 2. A pp=2 x dp=2 checkpoint resumed on one rank continues the same trajectory.
+and 2. A pp=2 x dp=2 checkpoint resumed on one rank continues the same trajectory. Dropout is on
+(0.1): each stage draws the masks one process draws for the same micro-batch (docs/PARALLEL.md,
+"Dropout"), and the resumed run continues them.
 
 Usage: pp_equivalence.py TESSEL MPIRUN WORKDIR
 """
@@ -33,7 +35,8 @@ def main():
     vocab = prepare_workdir(tessel, work)
     # Six blocks: pp=4 with two virtual stages per rank needs 8 stages of embedding, blocks, head.
     config = write_json(os.path.join(work, "config.json"),
-                        gpt2_config(vocab, n_positions=32, n_embd=24, n_layer=6, n_head=2))
+                        gpt2_config(vocab, n_positions=32, n_embd=24, n_layer=6, n_head=2,
+                                    dropout=0.1))
     batch, steps = 4, 20
     common = ["train"] + train_sets(config, os.path.join(work, "data"), steps, seq_len=16,
                                     extra=["machine.peak_gflops=100", "checkpoint.interval=10"])

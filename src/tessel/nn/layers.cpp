@@ -150,7 +150,14 @@ Dropout::Dropout(double p, Generator* generator) : Module("Dropout"), p_(p), gen
 }
 
 Tensor Dropout::forward(const Tensor& x) {
-  return run_forward({x}, [&] { return ops::dropout(x, p_, is_training(), generator_); });
+  return run_forward({x},
+                     [&] { return ops::dropout(x, p_, is_training(), generator_, positional()); });
+}
+
+void Dropout::set_positional(int64_t part, int64_t parts) {
+  TESSEL_CHECK(parts >= 1 && part >= 0 && part < parts, "Dropout '", path(), "': part ", part,
+               " of ", parts, " (expected 0 <= part < parts)");
+  positional_ = PositionalDraw{site_id(path()), part, parts};
 }
 
 }  // namespace tessel::nn

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "tessel/core/positional_draws.h"
 #include "tessel/core/rng.h"
 #include "tessel/kernels/quant/quant_format.h"
 #include "tessel/nn/module.h"
@@ -103,10 +104,16 @@ class Dropout : public Module {
   Tensor forward(const Tensor& x);
   double p() const { return p_; }
   Generator* generator() const { return generator_; }  // null: the process-wide generator
+  // Draw positionally (core/positional_draws.h: the trainer's layout-invariant dropout) as part
+  // `part` of `parts` of dim 0, at the site of this module's path, which pipeline stages and
+  // tensor-parallel ranks keep as one process has it. Set after the model is built.
+  void set_positional(int64_t part, int64_t parts);
+  const PositionalDraw* positional() const { return positional_ ? &*positional_ : nullptr; }
 
  private:
   double p_;
   Generator* generator_;
+  std::optional<PositionalDraw> positional_;
 };
 
 }  // namespace tessel::nn

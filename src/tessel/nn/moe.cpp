@@ -57,16 +57,23 @@ MoE::MoE(const MoEConfig& config, Init init, Generator* jitter_generator)
 
 // Switch's multiplicative jitter on the router's input, x * U[1 - eps, 1 + eps), drawn by the
 // counter-based generator (element i of the reserved range), so a replay gives the same noise.
+// Drawn positionally (the trainer's), each token's noise is the one-process batch's for its row.
 Tensor MoE::jittered(const Tensor& x) {
   if (!is_training() || config_.jitter == 0) return x;
   Generator& gen = jitter_generator_ != nullptr ? *jitter_generator_ : default_generator();
   const uint64_t n = uint64_t(x.numel());
-  const uint64_t offset = gen.reserve(n);
+  const auto [seed, offset] = positional_ ? positional_stream(gen, *positional_, n)
+                                          : std::array<uint64_t, 2>{gen.seed(), gen.reserve(n)};
   std::vector<double> noise(n);
   for (uint64_t i = 0; i < n; ++i)
-    noise[i] =
-        1.0 - config_.jitter + 2.0 * config_.jitter * double(uniform_at(gen.seed(), offset, i));
+    noise[i] = 1.0 - config_.jitter + 2.0 * config_.jitter * double(uniform_at(seed, offset, i));
   return ops::mul(x, from_data(noise, x.shape()).to(x.dtype()));
+}
+
+void MoE::set_positional(int64_t part, int64_t parts) {
+  TESSEL_CHECK(parts >= 1 && part >= 0 && part < parts, "MoE '", path(), "': part ", part, " of ",
+               parts, " (expected 0 <= part < parts)");
+  positional_ = PositionalDraw{site_id(path()), part, parts};
 }
 
 MoE::Output MoE::forward(const Tensor& x) {

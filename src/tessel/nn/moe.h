@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,11 +72,16 @@ class MoE : public Module {
   std::shared_ptr<ExpertMLPs> experts;
   std::shared_ptr<DenseMLP> dense;  // PR-MoE's residual MLP (residual form only)
 
+  // Draw the router jitter positionally (core/positional_draws.h), this process's tokens being
+  // part `part` of `parts` of the one-process batch's, as nn::Dropout::set_positional.
+  void set_positional(int64_t part, int64_t parts);
+
  private:
   Tensor jittered(const Tensor& x);
 
   MoEConfig config_;
   Generator* jitter_generator_;
+  std::optional<PositionalDraw> positional_;
   std::shared_ptr<ExpertDispatch> dispatch_;
   Routing routing_;
   MoEStats stats_;

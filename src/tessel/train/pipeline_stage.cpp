@@ -97,6 +97,7 @@ Tensor ModelStages::forward(int stage, int microbatch, const Tensor& input) {
   TESSEL_CHECK(microbatch >= 0 && microbatch < int(batches_.size()), "ModelStages: micro-batch ",
                microbatch, " of a step with ", batches_.size());
   const io::TokenBatch& batch = batches_[size_t(microbatch)];
+  if (before_forward_) before_forward_(microbatch);
   const auto [begin, end] = partition_.layers_of(stage);
   const int64_t blocks = model_.num_layers();
   Tensor x = begin == 0 ? model_.embed(batch.x) : input;

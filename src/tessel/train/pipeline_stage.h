@@ -53,6 +53,8 @@ class ModelStages : public parallel::pipeline::StageRunner {
   void set_loss(LossFn loss) { loss_ = std::move(loss); }
   // fp16 loss scaling: the last stage returns loss * scale (backward starts from it).
   void set_loss_scale(double scale) { loss_scale_ = scale; }
+  // Called with the micro-batch before each stage forward (the trainer keys dropout by it).
+  void set_before_forward(std::function<void(int microbatch)> f) { before_forward_ = std::move(f); }
   Tensor forward(int stage, int microbatch, const Tensor& input) override;
 
   // Mixture-of-experts models: each stage forward of the step that ran MoE layers, in the order
@@ -71,6 +73,7 @@ class ModelStages : public parallel::pipeline::StageRunner {
   std::vector<io::TokenBatch> batches_;
   LossFn loss_;
   double loss_scale_ = 1.0;
+  std::function<void(int)> before_forward_;
   std::vector<ExpertLoad> expert_loads_;
 };
 

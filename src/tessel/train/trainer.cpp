@@ -20,6 +20,8 @@
 #include "tessel/core/threads.h"
 #include "tessel/kernels/gemm_rate.h"
 #include "tessel/models/family.h"
+#include "tessel/nn/layers.h"
+#include "tessel/nn/moe.h"
 #include "tessel/tensor/allocator.h"
 #include "tessel/train/checkpoint/checkpoint.h"
 #include "tessel/train/checkpoint/safetensors_regions.h"
@@ -204,6 +206,12 @@ void Trainer::build(const std::string& resume) {
   lo.rank = dp_ ? dp_->rank() : 0;  // each step takes dp * B windows; rank r reads rows r*B..
   lo.world = dp_size();
   loader_ = std::make_unique<io::TokenLoader>(train_data_, lo);
+  // Dropout (and router jitter) draws positionally: this rank's rows are part lo.rank of the
+  // global micro-batch, so every layout draws the one-process masks (docs/PARALLEL.md, "Dropout").
+  for (const auto& [name, module] : model_->named_modules()) {
+    if (auto* drop = dynamic_cast<nn::Dropout*>(module)) drop->set_positional(lo.rank, lo.world);
+    if (auto* moe = dynamic_cast<nn::MoE*>(module)) moe->set_positional(lo.rank, lo.world);
+  }
   TESSEL_CHECK(loader_->windows_per_epoch() >= t.micro_batch * dp_size(),
                "train: the training split of ", config_.data.dir, " holds ", train_data_->size(),
                " tokens: ", loader_->windows_per_epoch(),

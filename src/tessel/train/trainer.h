@@ -151,6 +151,8 @@ class Trainer {
   // auxiliary losses join the loss backward starts from, and their values and the layers' loads
   // go into the record.
   double forward_backward(StepRecord& record);
+  // Keys the dropout generator to micro-batch m of the step about to run (before its forward).
+  void begin_micro_batch(int64_t m);
   // trainer_expert_load.cpp: one forward's auxiliary loss and the routing of `layers` (some of
   // the model's MoE layers) into the record, each loss weighted 1 / micro_batches.
   void add_expert_load(StepRecord& record, double aux, int64_t micro_batches,
@@ -252,7 +254,8 @@ class Trainer {
   TrainLayout layout_;
   dist::CommPtr dp_;  // layout_.dp
   std::string run_dir_;
-  Generator rng_;  // model initialisation, then dropout
+  Generator
+      rng_;  // model initialisation, then dropout (drawn positionally: keyed by step, micro-batch)
   std::shared_ptr<models::CausalLM> model_;
   // The axes (an absent one is null), and the list the step's hooks run over.
   std::unique_ptr<PrecisionStrategy> precision_;

@@ -87,6 +87,7 @@ double Trainer::forward_backward(StepRecord& r) {
   double loss_sum = 0;
   for (int64_t m = 0; m < accum; ++m) {
     const io::TokenBatch batch = loader_->next();
+    begin_micro_batch(m);
     const auto held = scopes();
     const Tensor loss = compute_loss(batch.x, batch.y);
     loss_sum += loss.item();
@@ -103,6 +104,13 @@ double Trainer::forward_backward(StepRecord& r) {
     for (AxisStrategy* s : strategies_) s->after_backward();
   }
   return loss_sum;
+}
+
+void Trainer::begin_micro_batch(int64_t m) {
+  // Layout-invariant dropout: the masks of micro-batch m of the step about to run are keyed by
+  // (step, m), never by what this rank drew before (docs/PARALLEL.md, "Dropout").
+  TESSEL_CHECK(m >= 0 && m < (int64_t(1) << 32), "train: micro-batch ", m, " out of range");
+  rng_.set_state(rng_.seed(), (uint64_t(step_ + 1) << 32) | uint64_t(m));
 }
 
 void Trainer::sync_gradients(StepRecord& r) {

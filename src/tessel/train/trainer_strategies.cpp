@@ -45,6 +45,7 @@ void Trainer::build_strategies(const RegionSource& init) {
     ps.dtype = dtype;
     ps.tp = tensor_.get();
     ps.print = printer;
+    ps.begin_micro_batch = [this](int64_t m) { begin_micro_batch(m); };
     pipeline_ = std::make_unique<PipelineStrategy>(*model_, layout_, std::move(ps));
   }
   if (layout_.ep) {

@@ -24,11 +24,13 @@ Tensor enter_region(const Tensor& y, dist::Communicator& tp, const TpOptions& o)
 }
 
 // The piece of the mask one process draws for the whole sequence, and the generator advanced
-// past all of it: each rank's piece then gets its own part of one mask instead of every rank
-// repeating the same pattern, and later draws stay in step with one process.
+// past all of it (a positional draw advances nothing): each rank's piece then gets its own part
+// of one mask instead of every rank repeating the same pattern, and later draws stay in step
+// with one process.
 Tensor piece_dropout(const nn::Dropout& drop, bool training, const Tensor& x,
                      dist::Communicator& tp, const TpOptions& o) {
-  if (!sequence_sharded(o)) return ops::dropout(x, drop.p(), training, drop.generator());
+  if (!sequence_sharded(o))
+    return ops::dropout(x, drop.p(), training, drop.generator(), drop.positional());
   const int64_t n = o.sequence->length;
   TESSEL_CHECK(x.ndim() >= 2 && n > 0, "Sequence dropout '", drop.path(), "': input ",
                x.shape().str(), " is not a piece of a sequence of ", n);
@@ -38,7 +40,7 @@ Tensor piece_dropout(const nn::Dropout& drop, bool training, const Tensor& x,
                " holds ", x.size(d), " positions of dim ", d, ", expected rank ", tp.rank(),
                "'s piece of ", size, " of a sequence of ", n);
   const ops::DropoutPiece piece{d, sharding::shard_offset(n, tp.size(), tp.rank()), n};
-  return ops::dropout_piece(x, drop.p(), piece, training, drop.generator());
+  return ops::dropout_piece(x, drop.p(), piece, training, drop.generator(), drop.positional());
 }
 
 }  // namespace

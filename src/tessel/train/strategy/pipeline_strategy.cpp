@@ -51,6 +51,8 @@ PipelineStrategy::PipelineStrategy(models::CausalLM& model, const TrainLayout& l
                schedule.num_stages(), " stages, but the model's ", model_.num_layers(),
                " blocks has only ", costs.size(), " pipeline layers (embedding, blocks, head)");
   stages_ = std::make_unique<ModelStages>(model_, pp::balance(costs, schedule.num_stages()));
+  if (setup_.begin_micro_batch)
+    stages_->set_before_forward([f = setup_.begin_micro_batch](int m) { f(m); });
   for (const auto& [name, param] : model_.named_parameters())
     owner_[name] = schedule.owner(stages_->stage_of_parameter(name));
   tied_ = model_.head_tied_parameters();

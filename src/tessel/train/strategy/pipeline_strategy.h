@@ -36,6 +36,7 @@ struct PipelineSetup {
   int64_t seq_len = 0;                   // of a training window
   DType dtype = DType::F32;              // of the activations between stages
   TensorParallelStrategy* tp = nullptr;  // tensor parallelism inside the stages
+  std::function<void(int64_t)> begin_micro_batch;  // before each stage forward, with its index
   std::function<void(const std::string&)> print;
 };
 
