@@ -3,6 +3,8 @@
 // family's formula, the table names the modules, and bad input is one clear error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_run.h"
@@ -87,6 +89,73 @@ TEST(PlanMemory, TensorAndPipelineRanks) {
   const Outcome bad = run_tessel(base + " --pp 2 --schedule zigzag", dir);
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("zigzag"), std::string::npos) << bad.err;
+}
+
+// `tessel plan --serve`: the ranked serving layouts as JSON (tessel's own with the command that
+// runs them, the paper's others marked as predictions), and the errors a user meets as one line.
+fs::path serve_cluster(const fs::path& dir) {
+  const fs::path p = dir / "two.toml";
+  std::ofstream(p) << "name = \"two\"\ndevices_per_node = 2\nnodes = 1\n[device]\nkind = \"t\"\n"
+                      "memory_bytes = 1073741824\nmemory_bandwidth = 2e10\n"
+                      "[device.peak_flops]\nf32 = 1e11\n"
+                      "[links.intra_node]\nbandwidth = 5e9\nlatency = 5e-6\n";
+  return p;
+}
+
+TEST(PlanServe, RankedLayoutsAsJson) {
+  const fs::path dir = scratch("plan_", "serve");
+  const std::string cluster = serve_cluster(dir).string();
+  const Outcome r = run_tessel("plan --serve --model tiny --cluster " + cluster +
+                                   " --prompt 7 --gen 13 --batch 1 --batch 4 --top 100 --json",
+                               dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(j.at("decode").empty());
+  ASSERT_FALSE(j.at("prefill").empty());
+  bool tp2 = false, predicted = false;
+  double last = 0;
+  for (const auto& row : j.at("decode")) {
+    // Ranked by cost per token.
+    EXPECT_GE(row.at("chip_seconds_per_token").get<double>(), last);
+    last = row.at("chip_seconds_per_token").get<double>();
+    if (row.at("runnable").get<bool>()) {
+      const std::string cmd = row.at("command").get<std::string>();
+      EXPECT_NE(cmd.find("tessel serve"), std::string::npos) << cmd;
+      if (row.at("tp").get<int>() == 2 && row.at("pp").get<int>() == 1) {
+        tp2 = true;
+        EXPECT_NE(cmd.find("mpirun -np 2"), std::string::npos) << cmd;
+        EXPECT_NE(cmd.find("--tp 2"), std::string::npos) << cmd;
+      }
+    } else {
+      predicted = true;
+      EXPECT_FALSE(row.contains("command"));
+      EXPECT_NE(row.at("prediction_only").get<std::string>().find("prediction only"),
+                std::string::npos);
+    }
+  }
+  EXPECT_TRUE(tp2);
+  EXPECT_TRUE(predicted);
+}
+
+TEST(PlanServe, ErrorsAreOneLine) {
+  const fs::path dir = scratch("plan_", "serve_bad");
+  const std::string cluster = serve_cluster(dir).string();
+  const Outcome model = run_tessel("plan --serve --model no-such-model --cluster " + cluster, dir);
+  EXPECT_NE(model.exit_code, 0);
+  EXPECT_NE(model.err.find("no-such-model"), std::string::npos) << model.err;
+  EXPECT_EQ(std::count(model.err.begin(), model.err.end(), '\n'), 1) << model.err;
+  // A latency no layout reaches names the best one can have.
+  const Outcome fast = run_tessel(
+      "plan --serve --model tiny --cluster " + cluster + " --prompt 7 --gen 13 --latency-ms 1e-9",
+      dir);
+  EXPECT_NE(fast.exit_code, 0);
+  EXPECT_NE(fast.err.find("--latency-ms 1e-09"), std::string::npos) << fast.err;
+  EXPECT_NE(fast.err.find("the best achievable is"), std::string::npos) << fast.err;
+  EXPECT_EQ(std::count(fast.err.begin(), fast.err.end(), '\n'), 1) << fast.err;
+  const Outcome cl =
+      run_tessel("plan --serve --model tiny --cluster " + (dir / "none.toml").string(), dir);
+  EXPECT_NE(cl.exit_code, 0);
+  EXPECT_NE(cl.err.find("none.toml"), std::string::npos) << cl.err;
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 // config keys; an unknown type is a clear error; a GGUF with a Q8_0 matrix loads with it quantized
 // (quantized_model_test.cpp covers quantized models). Mixtral round-trips the same way under
 // llama.cpp's names (architecture "llama", llama.expert_count, stacked blk.N.ffn_*_exps), and its
-// Q8_0 export loads with the expert stacks dequantized.
+// Q8_0 export loads with the expert stacks kept as Q8_0 blocks.
 #include "tessel/models/gguf_model.h"
 
 #include <gtest/gtest.h>
@@ -281,7 +281,7 @@ TEST_F(GgufModel, MixtralExportsMatchTheSafetensorsModel) {
   EXPECT_EQ(max_abs_diff(got.narrow(0, 2, 1), want.narrow(0, 2, 1)), 0.0);
 }
 
-TEST_F(GgufModel, MixtralQ8_0ExportLoadsWithItsExpertsDequantized) {
+TEST_F(GgufModel, MixtralQ8_0ExportKeepsItsExpertStacksAsBlocks) {
   autograd::NoGradGuard no_grad;
   Generator gen(5);
   auto model = tiny_mixtral().build_random(gen);
@@ -290,12 +290,15 @@ TEST_F(GgufModel, MixtralQ8_0ExportLoadsWithItsExpertsDequantized) {
   io::GgufFile f = io::GgufFile::open(path("m-q8.gguf"));
   EXPECT_EQ(f.info("blk.0.ffn_up_exps.weight").type, io::ggml::kQ8_0);
   auto loaded = load_model_source(path("m-q8.gguf"));
-  EXPECT_TRUE(is_quantized_model(*loaded));  // the Linear matrices stay Q8_0 blocks
-  // Each stack within Q8_0's rounding of the original (one scale per 32 values: half a step of
-  // max/127), in the same layout.
+  EXPECT_TRUE(is_quantized_model(*loaded));  // matrices and stacks stay Q8_0 blocks
+  for (auto& [name, t] : loaded->state_dict())
+    if (name.find(".experts.") != std::string::npos) EXPECT_EQ(t.dtype(), DType::I8) << name;
+  // Widened, each stack is within Q8_0's rounding of the original (one scale per 32 values: half
+  // a step of max/127), in the same layout.
+  auto widened = load_model_source(path("m-q8.gguf"), GgufWeights::Dequantized);
   std::map<std::string, Tensor> before, after;
   for (auto& [name, t] : model->state_dict()) before[name] = t.to(DType::F32);
-  for (auto& [name, t] : loaded->state_dict()) after[name] = t.to(DType::F32);
+  for (auto& [name, t] : widened->state_dict()) after[name] = t.to(DType::F32);
   int stacks = 0;
   for (auto& [name, t] : before) {
     if (name.find(".experts.") == std::string::npos) continue;

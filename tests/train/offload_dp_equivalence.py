@@ -4,11 +4,13 @@
 `mpirun -np 2 tessel train --dp 2` with each rank's ZeRO shards in chunks equals the same run in
 memory bit for bit: every step's loss and gradient norm, and the checkpoints' bytes (the model and
 every rank's piece file). ZeRO-3 under budgets that leave chunks in the device, host and NVMe
-tiers (also with full recomputation, whose replay reads the gathered block); ZeRO-1 and ZeRO-2,
-whose two moment chunks make the host tier's row. A ZeRO-3 checkpoint of the offloaded run
+tiers (also with full recomputation, whose replay reads the gathered block); ZeRO-1, whose two
+moment chunks make the host tier's row, and ZeRO-2, whose gradient shard is a third chunk there
+(ZeRO-2/3's gradient shards live in chunks too, written by the reduce_scatter in the host tier). A ZeRO-3 checkpoint of the offloaded run
 resumes at one rank in memory exactly as the in-memory run's does, and the in-memory run's
-resumes offloaded at dp 2 exactly on its trajectory; a host budget below the update's row is
-refused before any step, as is plain dp (zero_stage 0). Each offloaded run's start-up computes
+resumes offloaded at dp 2 exactly on its trajectory; a host budget below the update's row (four
+chunks at ZeRO-3, three at ZeRO-2: parameter shard, gradient shard, both moments) is refused
+before any step, as is plain dp (zero_stage 0). Each offloaded run's start-up computes
 (or, with model.init_from, reads) every parameter shard straight into its chunk. A GPT-2 with C = 33, 3 heads, 3 blocks, sequences of 13, two
 micro-batches per step and clipping.
 
@@ -25,7 +27,8 @@ from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run, se
                          single_thread_env, step_records, train_sets, write_json)
 
 # ZeRO-3: 32 KiB chunks hold the largest unit's shard (a block's, 6749 floats); 4 chunks per kind.
-# ZeRO-1/2: one bucket (the model is far below a MiB), its moments' shards of 24800 floats each.
+# ZeRO-1/2: one bucket (the model is far below a MiB), its moments' (and ZeRO-2's gradient) shards
+# of 24800 floats each.
 CHUNK = {3: 32 << 10, 2: 128 << 10, 1: 128 << 10}
 STEPS, SAVE = 8, 4
 
@@ -71,6 +74,14 @@ def check_tiers(dir_, what):
         fail(f"{what}: no NVMe traffic: {recs}")
 
 
+def placement(out, what):
+    """The placement block `tessel train` prints for an offloaded run (rank 0's chunks)."""
+    m = re.search(r"^memory offload: .*\n(?:  .*\n)*", out, re.M)
+    if not m:
+        fail(f"{what}: no placement printed:\n{out[-3000:]}")
+    return m.group(0)
+
+
 def main():
     tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
     vocab = prepare_workdir(tessel, work)
@@ -88,12 +99,16 @@ def main():
     d = os.path.join(work, "too_small")
     nvme = os.path.join(work, "nvme_too_small")
     os.makedirs(nvme)
-    p = subprocess.run(mpi + common + dp2 +
-                       ["--set", "parallel.zero_stage=3", "--set", "checkpoint.dir=" + d] +
-                       offload_sets(nvme, 1, 3, CHUNK[3]), env=env, capture_output=True, text=True)
-    m = re.search(r"smallest host budget that works is (\d+) bytes", p.stdout + p.stderr)
-    if p.returncode == 0 or not m or int(m.group(1)) != 3 * CHUNK[3]:
-        fail(f"a host budget of one chunk under ZeRO-3: rc {p.returncode}, {p.stderr[-600:]}")
+    for stage, host_chunks, row in ((3, 3, 4), (2, 2, 3)):
+        p = subprocess.run(mpi + common + dp2 +
+                           ["--set", f"parallel.zero_stage={stage}", "--set",
+                            f"checkpoint.dir={d}{stage}"] +
+                           offload_sets(nvme, host_chunks, 3, CHUNK[stage]), env=env,
+                           capture_output=True, text=True)
+        m = re.search(r"smallest host budget that works is (\d+) bytes", p.stdout + p.stderr)
+        if p.returncode == 0 or not m or int(m.group(1)) != row * CHUNK[stage]:
+            fail(f"a host budget of {host_chunks} chunks under ZeRO-{stage}: rc {p.returncode}, "
+                 f"{p.stderr[-600:]}")
 
     # Plain dp (every rank holding whole moments) is refused with the stages that work.
     p = subprocess.run(mpi + common + dp2 + ["--set", "parallel.zero_stage=0", "--set",
@@ -102,9 +117,9 @@ def main():
     if p.returncode == 0 or "needs parallel.zero_stage 1, 2 or 3" not in p.stdout + p.stderr:
         fail(f"offload with dp 2 and zero_stage 0: rc {p.returncode}, {p.stderr[-600:]}")
 
-    for stage, host_chunks, device_chunks, recompute in ((3, 3, 3, "none"), (1, 2, 1, "none"),
-                                                         (2, 2, 1, "none"),
-                                                         (3, 3, 3, "full")):
+    for stage, host_chunks, device_chunks, recompute in ((3, 4, 3, "none"), (1, 2, 1, "none"),
+                                                         (2, 3, 1, "none"),
+                                                         (3, 4, 3, "full")):
         tag = f"zero{stage}" + ("" if recompute == "none" else "_recompute_" + recompute)
         ref = os.path.join(work, f"memory_{tag}")
         off = os.path.join(work, f"offload_{tag}")
@@ -113,10 +128,24 @@ def main():
             ["--set", "checkpoint.dir=" + ref], env=env)
         nvme = os.path.join(work, f"nvme_{tag}")
         os.makedirs(nvme)
-        run(mpi + common + dp2 + zero + ["--set", "checkpoint.dir=" + off] +
-            offload_sets(nvme, host_chunks, device_chunks, CHUNK[stage]), env=env)
+        out = run(mpi + common + dp2 + zero + ["--set", "checkpoint.dir=" + off] +
+                  offload_sets(nvme, host_chunks, device_chunks, CHUNK[stage]), env=env).stdout
         what = f"dp 2 ZeRO-{stage} offloaded" + ("" if recompute == "none" else
                                                   f" (recompute {recompute})")
+        if stage == 3 and recompute == "none":
+            # --build-only lays the chunks out as the run does (and trains nothing).
+            b = os.path.join(work, "build_only_zero3")
+            built = run(mpi + common + dp2 + zero + ["--build-only", "--set", "checkpoint.dir=" +
+                        b] + offload_sets(nvme, host_chunks, device_chunks, CHUNK[stage]),
+                        env=env).stdout
+            if placement(built, "--build-only") != placement(out, what) or step_records(b):
+                fail(f"--build-only under dp 2 ZeRO-3 offload: placement\n"
+                     f"{placement(built, '--build-only')}\nvs the run's\n{placement(out, what)}")
+            print("--build-only under dp 2 ZeRO-3 offload lays out the run's chunks")
+        # The placement lists the gradient shards' chunks from ZeRO-2 on (none at ZeRO-1).
+        if (re.search(r"^  grad: ", out, re.M) is not None) != (stage >= 2):
+            fail(f"{what}: the gradient shards' chunks {'missing from' if stage >= 2 else 'in'} "
+                 f"the placement:\n{out[-3000:]}")
         same_records(ref, off, what)
         check_tiers(off, what)
         if sorted(os.listdir(nvme)) != ["rank0", "rank1"] or any(
@@ -162,7 +191,7 @@ def main():
     nvme = os.path.join(work, "nvme_init_from")
     os.makedirs(nvme)
     run(mpi + common + dp2 + zero3 + ["--set", "checkpoint.dir=" + off] +
-        offload_sets(nvme, 3, 3, CHUNK[3]), env=env)
+        offload_sets(nvme, 4, 3, CHUNK[3]), env=env)
     what = "dp 2 ZeRO-3 offloaded from model.init_from"
     same_records(ref, off, what)
     check_tiers(off, what)

@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Offloaded start-up streams under data parallelism (docs/MEMORY.md, "With data parallelism"),
-measured by the operating system: `mpirun -np 2 tessel train --dp 2` of a GPT-2 of 101M
+"""Offloaded start-up streams, and a step stays within its budgets, under data parallelism
+(docs/MEMORY.md, "With data parallelism"), measured by the operating system: `mpirun -np 2 tessel train --dp 2` of a GPT-2 of 101M
 parameters, each rank's ZeRO shards in chunks under a host tier several times smaller than them.
 ZeRO made the shards shape-only and each parameter shard is computed straight into its chunk as
 the chunks are sealed (the moments start there as zeros), so every rank's peak resident set
 (VmHWM) after start-up stays within what it holds in plain memory by design (ZeRO-2's replicated
 parameters; nothing at ZeRO-3), its tiers' budgets, the two staging chunks sealing writes through
 and a fixed allowance for the process itself -- below the state the shards would be in memory.
+After the step, the peak is bounded by what is held by design, the budgets, the allowance and the
+step's own working memory from the model's geometry: ZeRO-3's gathered units (its
+gathered_peak_bytes) and three of the largest bucket (the two full gradient buffers a reduction
+may keep alive, and backward's gradients on their way into them or ZeRO-2's all_gather staging).
+The gradient shards (4 bytes per parameter over dp, 193 MiB here) live in chunks too, so a rank
+holding them in plain memory exceeds that bound (it did: 668 and 817 MiB against 625 and 685).
 (That the offloaded runs equal the in-memory ones bit for bit is offload_dp_equivalence.py's.)
 
 Usage: offload_dp_startup.py TESSEL MPIRUN WORKDIR
@@ -18,14 +24,18 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run,  # noqa: E402
-                         single_thread_env, train_sets, write_json)
+                         single_thread_env, step_records, train_sets, write_json)
 
 MIB = 1 << 20
 ALLOWANCE = 160 * MIB  # the process without the state (code, MPI, threads, dataset, heap)
 # ZeRO-3: a chunk holds a rank's shard of a block (12.6M parameters / 2 in f32, 25 MB); the
-# device tier 3 chunks (a unit's gather and those started ahead), the host tier a bucket's row.
-# ZeRO-2: 25 MiB buckets, a rank's moment shard of one is 12.5 MiB; the host row is 2 chunks.
-SETUP = {3: (32 * MIB, 3, 3), 2: (16 * MIB, 1, 2)}  # chunk, device chunks, host chunks
+# device tier 3 chunks (a unit's gather and those started ahead), the host tier a bucket's row
+# (parameter, gradient and both moments' shards). ZeRO-2: 25 MiB buckets, a rank's gradient or
+# moment shard of one is 12.5 MiB; the host row is 3 chunks.
+SETUP = {3: (32 * MIB, 3, 4), 2: (16 * MIB, 1, 3)}  # chunk, device chunks, host chunks
+C, LAYERS = 1024, 8
+BLOCK = 4 * (12 * C * C + 13 * C)  # one block's f32 parameters: ZeRO-3's largest bucket
+BUCKET = {3: BLOCK, 2: 25 * MIB}  # the largest gradient bucket (parallel.bucket_mb's default)
 
 
 def build_record(run_dir):
@@ -39,7 +49,7 @@ def build_record(run_dir):
 def main():
     tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
     vocab = prepare_workdir(tessel, work)
-    cfg = gpt2_config(vocab, n_positions=32, n_embd=1024, n_layer=8, n_head=8)
+    cfg = gpt2_config(vocab, n_positions=32, n_embd=C, n_layer=LAYERS, n_head=8)
     config = write_json(os.path.join(work, "config.json"), cfg)
     common = ["train"] + train_sets(config, os.path.join(work, "data"), 1, seq_len=16,
                                     extra=["train.micro_batch=1", "optim.warmup_steps=1"])
@@ -54,15 +64,18 @@ def main():
                 f"memory.host_budget={host_chunks * chunk}", f"memory.nvme_dir={nvme}"]
         run(mpi + common + ["--dp", "2"] + [a for s in sets for a in ("--set", s)],
             env=single_thread_env())
+        steps = step_records(d)
+        if len(steps) != 1 or len(steps[0]["ranks"]) != 2:
+            fail(f"ZeRO-{stage}: expected one step record with two ranks, got {steps}")
         ranks = build_record(d)["ranks"]
         if len(ranks) != 2:
             fail(f"ZeRO-{stage}: the build record has {len(ranks)} ranks, expected 2")
         for r, m in enumerate(ranks):
             held = m["param_bytes"]  # the parameters this rank holds: shards at 3, replicas at 2
-            # The state the offloaded shards would be in memory: the parameter shard and both
-            # moments' shards at stage 3 (the moments are twice the shard); the moments' shards
-            # at stage 2 (8 bytes per parameter over 2 ranks: as many bytes as the replicas).
-            shards = 3 * held if stage == 3 else held
+            # The state the offloaded shards would be in memory: the parameter, gradient and both
+            # moments' shards at stage 3 (the moments are twice the shard); the gradient and
+            # moments' shards at stage 2 (12 bytes per parameter over 2 ranks: 1.5 x the replicas).
+            shards = 4 * held if stage == 3 else 3 * held // 2
             in_memory = 0 if stage == 3 else held  # stays in plain memory by design
             budgets = (device_chunks + host_chunks) * chunk
             bound = in_memory + budgets + 2 * chunk + ALLOWANCE
@@ -78,9 +91,25 @@ def main():
             if peak > bound:
                 fail(f"ZeRO-{stage} rank {r}: peak resident set after start-up {peak} bytes > "
                      f"{bound} (held {in_memory}, budgets {budgets}, two chunks, allowance)")
+            # The step: its working memory on top, and no gradient shard in plain memory (the
+            # two staging chunks of start-up are gone; its own peak is checked above).
+            gathered = steps[0]["gathered_peak_bytes"]  # ZeRO-3's units (alike on both ranks)
+            working = gathered + 3 * BUCKET[stage]
+            step_bound = max(bound, in_memory + budgets + ALLOWANCE + working)
+            step_peak = steps[0]["ranks"][r]["rss_peak_bytes"]
+            grads = held if stage == 3 else held // 2  # the gradient shard: 4 bytes per parameter
+            print(f"ZeRO-{stage} rank {r}: peak resident set after the step {step_peak / MIB:.0f} "
+                  f"MiB, bound {step_bound / MIB:.0f} MiB (working memory {working / MIB:.0f} "
+                  f"MiB: gathered units {gathered / MIB:.0f}, three buckets); the gradient shard "
+                  f"is {grads / MIB:.0f} MiB")
+            if step_peak > step_bound:
+                fail(f"ZeRO-{stage} rank {r}: peak resident set after the step {step_peak} bytes "
+                     f"> {step_bound} (held {in_memory}, budgets {budgets}, allowance, gathered "
+                     f"units {gathered}, three buckets of {BUCKET[stage]}): state outside the "
+                     f"tiers (the gradient shards?)")
         if any(os.listdir(os.path.join(nvme, r)) for r in os.listdir(nvme)):
             fail(f"ZeRO-{stage}: {nvme} is not empty after the run")
-    print("offloaded dp 2 start-up (ZeRO-3 and ZeRO-2) within the budgets")
+    print("offloaded dp 2 start-up and step (ZeRO-3 and ZeRO-2) within the budgets")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run, se
 # offload_dp_equivalence.py (ZeRO-3's unit shards, ZeRO-2's one bucket of moments).
 CHUNK = 36 << 10
 DP_CHUNK = {3: 32 << 10, 2: 128 << 10}
-DP_TIERS = {3: (3, 3), 2: (2, 1)}  # host chunks, device chunks
+DP_TIERS = {3: (4, 3), 2: (3, 1)}  # host chunks (the update's row), device chunks
 STEPS, SAVE = 8, 4
 # 2^18: the first two steps' fp16 gradients overflow, each skip halves the scale, then it trains.
 FP16_SCALE = 1 << 18

@@ -22,12 +22,10 @@ dist::CommPtr start_expert_parallel(const std::string& model, int ep, int tp,
   if (tp != 1) {
     error = "--ep " + std::to_string(ep) + " with --tp " + std::to_string(tp) +
             " is not supported; give one of them";
-  } else if (models::is_gguf_model(model)) {
-    error = "--ep reads a safetensors model directory (each rank reads only its experts); " +
-            model + " is a GGUF file";
   } else {
     try {
-      error = train::expert_parallel_load_error(model, ep);
+      error = models::is_gguf_model(model) ? train::expert_parallel_gguf_error(model, ep)
+                                           : train::expert_parallel_load_error(model, ep);
     } catch (const Error& e) {
       error = e.what();
     }
@@ -42,10 +40,15 @@ dist::CommPtr start_expert_parallel(const std::string& model, int ep, int tp,
 EpRankModel load_ep_rank_model(const std::string& model, models::InferenceWeights weights,
                                const dist::CommPtr& world,
                                const std::function<void(const std::string&)>& note) {
-  train::EpLoadedModel loaded = train::load_model_ep(model, world);
+  const bool gguf = models::is_gguf_model(model);
+  train::EpLoadedModel loaded =
+      gguf ? train::load_gguf_model_ep(model, world) : train::load_model_ep(model, world);
   note("expert parallel: " + std::to_string(loaded.layers) + " MoE layers, their experts split " +
        "over " + std::to_string(world->size()) + " ranks");
-  EpRankModel out{std::move(loaded.model), loaded.values_read};
+  EpRankModel out{std::move(loaded.model), loaded.values_read, ""};
+  out.share = gguf ? "read " + std::to_string(loaded.bytes_read) + " of the file's " +
+                         std::to_string(loaded.file_bytes) + " tensor bytes"
+                   : "read " + std::to_string(loaded.values_read) + " weight values";
   if (weights != models::InferenceWeights::Stored) {
     // Every rank converts what it holds as one process would (the dense matrices and the router;
     // the expert stacks stay as stored, docs/MOE.md "Inference").

@@ -19,16 +19,19 @@
 
 namespace tessel::cli {
 
-// --ep N: checks the job's size (mpirun -np N), that --tp is 1 and the model a safetensors
-// directory whose every MoE layer N divides, before any weight is read; returns the world, or null
-// for N = 1. A model that cannot be split fails identically on every rank: only rank 0 reports it
-// (the others wait to be ended by its abort), so the job prints one error.
+// --ep N: checks the job's size (mpirun -np N), that --tp is 1 and the model (a safetensors
+// directory or a GGUF file) has MoE layers that N divides, before any weight is read; returns the
+// world, or null for N = 1. A model that cannot be split fails identically on every rank: only rank
+// 0 reports it (the others wait to be ended by its abort), so the job prints one error.
 dist::CommPtr start_expert_parallel(const std::string& model, int ep, int tp,
                                     const std::string& what);
 
 struct EpRankModel {
   std::shared_ptr<models::CausalLM> model;  // this rank's share, in eval mode
   int64_t values_read = 0;                  // weight values read from the model directory
+  // What the rank read, for its one line: "read N weight values" (a model directory) or "read B
+  // of the file's F tensor bytes" (a GGUF file).
+  std::string share;
 };
 
 // Collective over `world`. `note` receives the one-line notices meant to be printed once for the

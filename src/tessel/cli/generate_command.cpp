@@ -118,8 +118,8 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
         load_ep_rank_model(args.model, weights, ep_world, [&](const std::string& line) {
           if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());
         });
-    std::fprintf(stderr, "tessel: generate: expert-parallel rank %d read %lld weight values\n",
-                 ep_world->rank(), static_cast<long long>(loaded.values_read));
+    std::fprintf(stderr, "tessel: generate: expert-parallel rank %d %s\n", ep_world->rank(),
+                 loaded.share.c_str());
     model = std::move(loaded.model);
   } else if (args.pp > 1) {
     // Each rank reads only its stage's tensors; every rank gets the logits and samples alike.
@@ -178,8 +178,10 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   const double prompt_rate = per_second(int64_t(prompt.size()), r.prefill_seconds);
   const double decode_rate = per_second(r.decode_forwards, r.decode_seconds);
   // Every rank says what the process peaked at (loading and generating), after its output.
-  const auto print_memory = [rank] {
+  const auto print_memory = [rank, &r] {
     std::fprintf(stderr, "tessel: generate: %s\n", peak_memory_line(rank).c_str());
+    std::fprintf(stderr, "tessel: generate: rank %d KV cache %lld bytes\n", rank < 0 ? 0 : rank,
+                 static_cast<long long>(r.kv_cache_bytes));
   };
   if (!leader) {
     print_memory();
@@ -208,7 +210,8 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
                      {"top_k", args.sampling.top_k},
                      {"top_p", args.sampling.top_p},
                      {"seed", args.sampling.seed},
-                     {"weights", args.weights}};
+                     {"weights", args.weights},
+                     {"kv_cache_bytes", r.kv_cache_bytes}};
   if (tokenizer) {
     std::vector<int32_t> gen(r.tokens.begin(), r.tokens.end());
     std::vector<int32_t> p(prompt.begin(), prompt.end());

@@ -16,6 +16,7 @@
 #include "tessel/cli/plan_check.h"
 #include "tessel/cli/plan_layout.h"
 #include "tessel/cli/plan_search.h"
+#include "tessel/cli/plan_serve.h"
 #include "tessel/core/error.h"
 #include "tessel/train/model_presets.h"
 
@@ -260,11 +261,22 @@ void add_plan_search_options(CLI::App& plan) {
   add_search_options(&plan, args, false);
   args->check = std::make_shared<PlanCheckOptions>();
   add_plan_check_options(plan, args->check);
+  auto serve = std::make_shared<ServePlanArgs>();
+  add_plan_serve_options(plan, serve);
   CLI::App* app = &plan;
   // `tessel plan --model M --cluster F --global-batch B`: the ranked plans, as `plan search`
   // prints them; with a subcommand the subcommand runs instead.
-  plan.callback([args, app] {
+  plan.callback([args, serve, app] {
     if (!app->get_subcommands().empty()) return;
+    if (serve->enabled) {  // `tessel plan --serve`: the shared options, then the serving plans
+      serve->model = args->model;
+      serve->cluster = args->cluster;
+      serve->devices = args->request.devices;
+      serve->json = args->json;
+      if (app->count("--top") > 0) serve->top = args->top;
+      run_serve_plan(*serve);
+      return;
+    }
     TESSEL_CHECK(!args->model.empty() && !args->cluster.empty() && args->request.global_batch > 0,
                  "plan: give --model, --cluster and --global-batch to rank the layouts of a "
                  "model on a cluster (as `tessel plan search`), or one of the subcommands "

@@ -135,8 +135,8 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
   };
   if (args.ep > 1) {
     EpRankModel loaded = load_ep_rank_model(args.model, weights, world, note);
-    log(LogLevel::Info, "serve: expert-parallel rank ", world->rank(), " read ", loaded.values_read,
-        " weight values (the dense part and its experts)");
+    log(LogLevel::Info, "serve: expert-parallel rank ", world->rank(), " ", loaded.share,
+        " (the dense part and its experts)");
     out.model = std::move(loaded.model);
     out.mirror = expert_parallel_step_mirror(world);
     return out;

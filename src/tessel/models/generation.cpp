@@ -48,6 +48,7 @@ GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt,
   const bool was_training = model.is_training();
   model.eval();
   KVCache cache = model.make_cache(1, n_prompt + n_new);
+  result.kv_cache_bytes = int64_t(cache.nbytes());
   try {
     auto start = Clock::now();
     // Tensor parallelism: forward_step yields this rank's vocabulary columns; the hook gathers.

@@ -36,6 +36,9 @@ struct GenerationResult {
   double decode_seconds = 0;
   int64_t decode_forwards = 0;
   bool stopped = false;  // ended by stop_token or on_token rather than by max_new_tokens
+  // Bytes of the KV cache allocated for prompt + max_new_tokens positions (this rank's layers and
+  // heads): what `tessel plan --serve` predicts per rank.
+  int64_t kv_cache_bytes = 0;
 };
 
 // Throws before any work when prompt + max_new_tokens exceeds max_positions.

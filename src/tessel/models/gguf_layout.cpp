@@ -13,8 +13,8 @@ namespace tessel::models {
 GgufLayout Family::gguf_layout(const CausalLM&, const io::GgufFile& file) const {
   // No parallelism named here: the loader that asked puts its own in front (--tp or --pp).
   TESSEL_FAIL(file.path(), ": the ", name(),
-              " family has no GGUF layout, which loading a rank's part of the file needs (GPT-2 "
-              "and LLaMA have one); run the file on one process");
+              " family has no GGUF layout, which loading a rank's part of the file needs (GPT-2, "
+              "LLaMA and Mixtral have one); run the file on one process");
 }
 
 GgufLayout make_gguf_layout(const CausalLM& model, const io::GgufFile& file,

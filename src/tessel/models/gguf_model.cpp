@@ -18,6 +18,7 @@
 #include "tessel/kernels/quant/quantize.h"
 #include "tessel/models/gguf_quant_policy.h"
 #include "tessel/nn/layers.h"
+#include "tessel/nn/moe_experts.h"
 
 namespace tessel::models {
 
@@ -55,6 +56,7 @@ std::shared_ptr<CausalLM> load_gguf_model(const std::string& path, GgufWeights w
     for (auto& [name, module] : model->named_modules()) {
       if (auto* linear = dynamic_cast<nn::Linear*>(module)) linear->dequantize();
       if (auto* embedding = dynamic_cast<nn::Embedding*>(module)) embedding->dequantize();
+      if (auto* experts = dynamic_cast<nn::ExpertMLPs*>(module)) experts->dequantize();
     }
   }
   model->eval();
@@ -67,6 +69,8 @@ bool is_quantized_model(CausalLM& model) {
       return true;
     if (auto* embedding = dynamic_cast<nn::Embedding*>(module);
         embedding && embedding->quant_type())
+      return true;
+    if (auto* experts = dynamic_cast<nn::ExpertMLPs*>(module); experts && experts->quantized())
       return true;
   }
   return false;
@@ -113,6 +117,39 @@ std::optional<int64_t> gguf_token_id(const io::GgufFile& file, const char* which
   return gguf_optional_int(file, std::string("tokenizer.ggml.") + which + "_token_id");
 }
 
+bool is_expert_stack(const std::string& leaf) {
+  return leaf == "gate_proj" || leaf == "up_proj" || leaf == "down_proj" || leaf == "fc_weight" ||
+         leaf == "proj_weight";
+}
+
+Tensor gguf_blocks_view(const io::GgufFile& file, const std::shared_ptr<const io::GgufFile>& keep,
+                        const std::string& stored, int64_t experts, int64_t first, int64_t count) {
+  const io::GgufTensorInfo& info = file.info(stored);
+  const std::span<const uint8_t> raw = file.raw(stored);
+  const Shape shape = info.shape();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->dtype = DType::I8;
+  impl->name = stored;
+  if (experts == 0) {  // a matrix: [rows, row bytes]
+    impl->storage = std::make_shared<Storage>(const_cast<uint8_t*>(raw.data()), raw.size(),
+                                              Device::cpu(), [keep](void*) {});
+    impl->shape = Shape({shape[0], int64_t(raw.size()) / shape[0]});
+    return Tensor(std::move(impl));
+  }
+  // A stack [experts, rows, row bytes]: experts [first, first + count) are one byte range.
+  const int64_t n = count < 0 ? experts - first : count;
+  TESSEL_CHECK(
+      shape.ndim() == 3 && shape[0] == experts && first >= 0 && n >= 0 && first + n <= experts,
+      file.path(), ": GGUF tensor ", stored, " ", shape, " is not a stack of ", experts,
+      " experts holding [", first, ", ", first + n, ")");
+  const int64_t expert_bytes = int64_t(raw.size()) / experts;
+  impl->storage =
+      std::make_shared<Storage>(const_cast<uint8_t*>(raw.data() + first * expert_bytes),
+                                size_t(n * expert_bytes), Device::cpu(), [keep](void*) {});
+  impl->shape = Shape({n, shape[1], expert_bytes / shape[1]});
+  return Tensor(std::move(impl));
+}
+
 void load_gguf_tensors(CausalLM& model, const io::GgufFile& file, const std::string& context,
                        const std::function<std::string(const std::string&)>& gguf_name,
                        const std::function<Tensor(const std::string&, const Tensor&)>& to_tessel,
@@ -142,15 +179,24 @@ void load_gguf_tensors(CausalLM& model, const io::GgufFile& file, const std::str
     // A Linear or Embedding matrix in a GGUF weight format (the quantized ones, and F16 / BF16,
     // which quant_matmul reads as they are) stays as its blocks: a view of the mapping (to_tessel
     // only reorders whole rows, which for LLaMA's q / k is a copy of those blocks, still in their
-    // format). Any other quantized tensor (a mixture of experts' stacked expert weights) is
-    // dequantized to the parameter's dtype here; F32 and other float tensors load as before.
+    // format). So does a mixture of experts' stacked weight (blk.N.ffn_*_exps), multiplied in
+    // place by the quantized grouped product. Any other quantized tensor is dequantized to the
+    // parameter's dtype here; F32 and other float tensors load as before.
     const size_t dot = name.rfind('.');
     nn::Module* owner = dot == std::string::npos ? nullptr : modules[name.substr(0, dot)];
-    const bool is_weight = dot != std::string::npos && name.substr(dot + 1) == "weight";
+    const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
+    const bool is_weight = leaf == "weight";
     auto* linear = is_weight ? dynamic_cast<nn::Linear*>(owner) : nullptr;
     auto* embedding = is_weight ? dynamic_cast<nn::Embedding*>(owner) : nullptr;
     const bool blocks_format = kernels::quant::is_ggml_type_supported(info.type);
     const bool quantized = blocks_format && !io::dtype_of_ggml(info.type);
+    if (auto* experts = dynamic_cast<nn::ExpertMLPs*>(owner);
+        experts && blocks_format && info.dims.size() == 3 && is_expert_stack(leaf)) {
+      if (!keep) keep = std::make_shared<const io::GgufFile>(file);
+      const auto type = kernels::quant::quant_type_from_ggml(info.type);
+      experts->set_quantized(leaf, type, gguf_blocks_view(file, keep, stored, info.shape()[0]));
+      continue;
+    }
     if (quantized && !linear && !embedding) {
       const Tensor value =
           kernels::quant::dequantize(kernels::quant::quant_type_from_ggml(info.type),
@@ -161,14 +207,7 @@ void load_gguf_tensors(CausalLM& model, const io::GgufFile& file, const std::str
     }
     if (quantized || (blocks_format && info.dims.size() == 2 && (linear || embedding))) {
       if (!keep) keep = std::make_shared<const io::GgufFile>(file);
-      const std::span<const uint8_t> raw = file.raw(stored);
-      auto impl = std::make_shared<TensorImpl>();
-      impl->storage = std::make_shared<Storage>(const_cast<uint8_t*>(raw.data()), raw.size(),
-                                                Device::cpu(), [keep](void*) {});
-      impl->shape = Shape({info.shape()[0], int64_t(raw.size()) / info.shape()[0]});
-      impl->dtype = DType::I8;
-      impl->name = stored;
-      Tensor blocks(std::move(impl));
+      Tensor blocks = gguf_blocks_view(file, keep, stored, 0);
       if (to_tessel) blocks = to_tessel(name, blocks);
       const auto type = kernels::quant::quant_type_from_ggml(info.type);
       if (linear)

@@ -85,6 +85,16 @@ void load_gguf_tensors(CausalLM& model, const io::GgufFile& file, const std::str
                        const std::function<std::string(const std::string&)>& gguf_name,
                        const std::function<Tensor(const std::string&, const Tensor&)>& to_tessel,
                        const std::set<std::string>& skip = {});
+// Whether `leaf` names a stacked expert weight of nn::ExpertMLPs (gate_proj, up_proj, down_proj,
+// fc_weight, proj_weight), which a GGUF file in a block format keeps as blocks.
+bool is_expert_stack(const std::string& leaf);
+// The raw blocks of GGUF tensor `stored` as an i8 view of the mapping that `keep` holds alive:
+// with experts = 0 a matrix [rows, row bytes]; else a stack of `experts` whose experts
+// [first, first + count) (count -1: all) are returned as [count, rows, row bytes], one byte range
+// of the file (an expert-parallel rank's share).
+Tensor gguf_blocks_view(const io::GgufFile& file, const std::shared_ptr<const io::GgufFile>& keep,
+                        const std::string& stored, int64_t experts, int64_t first = 0,
+                        int64_t count = -1);
 // Whether two tensors in the file hold the same bytes (a tied head written twice).
 bool gguf_same_bytes(const io::GgufFile& file, const std::string& a, const std::string& b);
 

@@ -37,11 +37,15 @@ GgufQuantChoice gguf_quant_choice(const std::string& export_type, const std::str
   TESSEL_CHECK(gguf_quant_file_type(export_type).has_value(), "gguf_quant_choice: '", export_type,
                "' is not a quantized export type");
   GgufQuantChoice choice;
-  if (ndim < 2 || gguf_name.rfind("position_embd.", 0) == 0) return choice;
+  // As llama.cpp: a mixture of experts' router (blk.N.ffn_gate_inp) stays F32, so the quantized
+  // model picks the experts the f32 one does wherever it is not near a tie.
+  if (ndim < 2 || gguf_name.rfind("position_embd.", 0) == 0 ||
+      gguf_name.find(".ffn_gate_inp.") != std::string::npos)
+    return choice;
   QuantType type = export_type == "q8_0" ? QuantType::Q8_0 : QuantType::Q4_0;
   if (export_type == "q4_k_m" || export_type == "q5_k_m") {
     type = export_type == "q4_k_m" ? QuantType::Q4_K : QuantType::Q5_K;
-    static const std::regex kBlockTensor(R"(blk\.(\d+)\.(attn_v|ffn_down)\.weight)");
+    static const std::regex kBlockTensor(R"(blk\.(\d+)\.(attn_v|ffn_down|ffn_down_exps)\.weight)");
     std::smatch m;
     if (gguf_name == "output.weight" || (tied_head && gguf_name == "token_embd.weight"))
       type = QuantType::Q6_K;

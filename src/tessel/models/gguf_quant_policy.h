@@ -3,10 +3,12 @@
 // q4_0 | q4_k_m | q5_k_m`), following llama.cpp's conventions for the whole-file types (facts from
 // its documentation; the rules are written here):
 //   - 1-D tensors (norm scales, biases) stay F32, and so does the learned position embedding,
-//     which llama.cpp never quantizes (one row is read per token, so it costs nothing to keep);
+//     which llama.cpp never quantizes (one row is read per token, so it costs nothing to keep),
+//     and a mixture of experts' router (blk.N.ffn_gate_inp), which llama.cpp never quantizes;
 //   - q8_0 / q4_0: every other matrix in that type;
 //   - q4_k_m: Q4_K, except Q6_K for the LM head (output.weight, and token_embd.weight when the
-//     head is tied to it) and for attn_v / ffn_down in "half" of the blocks: the first and last
+//     head is tied to it) and for attn_v / ffn_down (ffn_down_exps, a Mixtral's stacked experts,
+//     alike) in "half" of the blocks: the first and last
 //     eighth of the blocks and every third block in between (llama.cpp's use_more_bits rule).
 //   - q5_k_m: the same rule with Q5_K in place of Q4_K (Q6_K where q4_k_m has it), as llama.cpp's
 //     Q5_K_M: only the base type differs between its two _M mixes.

@@ -2,7 +2,9 @@
 #include "tessel/nn/moe_experts.h"
 
 #include "tessel/nn/init.h"
+#include "tessel/nn/quantized.h"
 #include "tessel/ops/ops.h"
+#include "tessel/ops/quant_grouped_linear.h"
 #include "tessel/tensor/unallocated.h"
 
 namespace tessel::nn {
@@ -49,7 +51,11 @@ Tensor zero_bias(const Shape& shape, const Init& init) {
 
 ExpertMLPs::ExpertMLPs(int64_t experts, int64_t hidden, int64_t ffn_hidden, ExpertKind kind,
                        Init init)
-    : Module("ExpertMLPs"), experts_(experts), kind_(kind) {
+    : Module("ExpertMLPs"),
+      experts_(experts),
+      hidden_(hidden),
+      ffn_hidden_(ffn_hidden),
+      kind_(kind) {
   TESSEL_CHECK(experts > 0 && hidden > 0 && ffn_hidden > 0, "ExpertMLPs: experts ", experts,
                ", hidden ", hidden, " and ffn_hidden ", ffn_hidden, " must be > 0");
   if (kind == ExpertKind::SwiGLU) {
@@ -73,9 +79,11 @@ void ExpertMLPs::keep_experts(int64_t first, int64_t count) {
     if (!t->defined()) continue;
     // Rebinding the shared implementation keeps every handle (the registry's, this member) valid.
     // A shape-only layer (construction without materialisation) keeps a shape-only part.
+    // GGUF blocks (i8) stay a view of the mapped file: only this part's pages are ever read.
     const Tensor part = t->detach().narrow(0, first, count);
-    const Tensor piece =
-        t->storage().is_materialized() ? part.clone() : unallocated(part.shape(), t->dtype());
+    const Tensor piece = !t->storage().is_materialized() ? unallocated(part.shape(), t->dtype())
+                         : t->dtype() == DType::I8       ? part
+                                                         : part.clone();
     TensorImpl& impl = *t->impl_ptr();
     impl.storage = piece.storage_ptr();
     impl.offset = piece.offset();
@@ -86,16 +94,75 @@ void ExpertMLPs::keep_experts(int64_t first, int64_t count) {
   experts_ = count;
 }
 
+std::array<ExpertMLPs::Stack, 5> ExpertMLPs::stacks() {
+  return {Stack{"gate_proj", &gate_proj, ffn_hidden_, hidden_},
+          Stack{"up_proj", &up_proj, ffn_hidden_, hidden_},
+          Stack{"down_proj", &down_proj, hidden_, ffn_hidden_},
+          Stack{"fc_weight", &fc_weight, ffn_hidden_, hidden_},
+          Stack{"proj_weight", &proj_weight, hidden_, ffn_hidden_}};
+}
+
+size_t ExpertMLPs::stack_index(const std::string& name) {
+  const auto all = stacks();
+  for (size_t k = 0; k < all.size(); ++k)
+    if (name == all[k].name && all[k].weight->defined()) return k;
+  TESSEL_FAIL(
+      "ExpertMLPs '", path(), "' has no stacked weight '", name, "' (",
+      kind_ == ExpertKind::SwiGLU ? "gate_proj, up_proj, down_proj" : "fc_weight, proj_weight",
+      ")");
+}
+
+void ExpertMLPs::set_quantized(const std::string& name, kernels::quant::QuantType type,
+                               const Tensor& blocks) {
+  const size_t k = stack_index(name);
+  const Stack s = stacks()[k];
+  TESSEL_CHECK(!quant_[k], "ExpertMLPs '", path(), "': ", name, " is already quantized");
+  bind_quantized_stack(*s.weight, type, blocks, experts_, s.out, s.in,
+                       "ExpertMLPs '" + path() + "' " + name);
+  quant_[k] = type;
+}
+
+void ExpertMLPs::dequantize() {
+  const auto all = stacks();
+  for (size_t k = 0; k < quant_.size(); ++k) {
+    if (!quant_[k]) continue;
+    dequantize_stack(*all[k].weight, *quant_[k], experts_, all[k].out, all[k].in);
+    quant_[k].reset();
+  }
+}
+
+std::optional<kernels::quant::QuantType> ExpertMLPs::quant_type(const std::string& name) const {
+  const auto all = const_cast<ExpertMLPs*>(this)->stacks();
+  for (size_t k = 0; k < all.size(); ++k)
+    if (name == all[k].name) return quant_[k];
+  return std::nullopt;
+}
+
+bool ExpertMLPs::quantized() const {
+  for (const auto& q : quant_)
+    if (q) return true;
+  return false;
+}
+
+// One projection of the experts: grouped GEMM on a float stack, or the quantized grouped product
+// on blocks.
+Tensor ExpertMLPs::project(const Tensor& x, const std::string& name, const Tensor& offsets) {
+  const size_t k = stack_index(name);
+  const Stack s = stacks()[k];
+  if (!quant_[k]) return ops::grouped_linear(x, *s.weight, offsets);
+  check_quantized_inference(*this, *quant_[k]);
+  return ops::quant_grouped_linear(x, *quant_[k], *s.weight, s.in, offsets);
+}
+
 Tensor ExpertMLPs::forward(const Tensor& x, const Tensor& offsets, const Tensor& expert_of_row) {
   return run_forward({x}, [&] {
     if (kind_ == ExpertKind::SwiGLU) {
-      Tensor g = ops::grouped_linear(x, gate_proj, offsets);
-      Tensor u = ops::grouped_linear(x, up_proj, offsets);
-      return ops::grouped_linear(ops::mul(ops::silu(g), u), down_proj, offsets);
+      Tensor g = project(x, "gate_proj", offsets);
+      Tensor u = project(x, "up_proj", offsets);
+      return project(ops::mul(ops::silu(g), u), "down_proj", offsets);
     }
-    Tensor h = ops::add(ops::grouped_linear(x, fc_weight, offsets),
-                        ops::embedding(fc_bias, expert_of_row));
-    return ops::add(ops::grouped_linear(ops::gelu(h), proj_weight, offsets),
+    Tensor h = ops::add(project(x, "fc_weight", offsets), ops::embedding(fc_bias, expert_of_row));
+    return ops::add(project(ops::gelu(h), "proj_weight", offsets),
                     ops::embedding(proj_bias, expert_of_row));
   });
 }

@@ -3,12 +3,18 @@
 // applied to tokens already grouped by expert: each projection is one grouped GEMM over the
 // experts' contiguous rows (ops::grouped_linear). SwiGLU experts as Mixtral's (w1 = gate_proj,
 // w3 = up_proj, w2 = down_proj, no biases) or GELU experts as GPT-2's MLP (c_fc, c_proj with
-// biases; the per-row bias is gathered by expert). DenseMLP is the same MLP as one ordinary
-// module: PR-MoE's residual branch.
+// biases; the per-row bias is gathered by expert). For inference a stacked weight can be kept as
+// GGUF blocks (llama.cpp's blk.N.ffn_*_exps, nn/quantized.h), multiplied in place by
+// ops::quant_grouped_linear: no dequantized copy of a stack exists. DenseMLP is the same MLP as one
+// ordinary module: PR-MoE's residual branch.
 #pragma once
 
+#include <array>
 #include <memory>
+#include <optional>
+#include <string>
 
+#include "tessel/kernels/quant/quant_format.h"
 #include "tessel/nn/layers.h"
 #include "tessel/nn/moe_config.h"
 
@@ -27,7 +33,17 @@ class ExpertMLPs : public Module {
   // Keeps experts [first, first + count) only (expert parallelism): every stacked tensor becomes
   // those rows, in its own memory, keeping its name and identity; forward's offsets then cover
   // them alone.
+  // A stack held as GGUF blocks stays a view of them (no copy).
   void keep_experts(int64_t first, int64_t count);
+
+  // Inference with the stacked weight `name` (gate_proj, up_proj, down_proj, fc_weight,
+  // proj_weight) kept as `blocks`, i8 [experts(), out, row_bytes(type, in)] (the rows of this
+  // module's experts only). Forward in training mode is an Error; dequantize() widens every such
+  // stack back to f32.
+  void set_quantized(const std::string& name, kernels::quant::QuantType type, const Tensor& blocks);
+  void dequantize();
+  std::optional<kernels::quant::QuantType> quant_type(const std::string& name) const;
+  bool quantized() const;
 
   // SwiGLU: gate_proj, up_proj [E, F, C], down_proj [E, C, F].
   // GELU: fc_weight [E, F, C], fc_bias [E, F], proj_weight [E, C, F], proj_bias [E, C].
@@ -35,9 +51,20 @@ class ExpertMLPs : public Module {
   Tensor fc_weight, fc_bias, proj_weight, proj_bias;
 
  private:
-  int64_t experts_;
+  // The stacked weights, their [out, in] and GGUF type when held as blocks.
+  struct Stack {
+    const char* name;
+    Tensor* weight;
+    int64_t out, in;
+  };
+  std::array<Stack, 5> stacks();
+  size_t stack_index(const std::string& name);  // an Error for a name this kind lacks
+  Tensor project(const Tensor& x, const std::string& name, const Tensor& offsets);
+
+  int64_t experts_, hidden_, ffn_hidden_;
   int64_t first_ = 0;
   ExpertKind kind_;
+  std::array<std::optional<kernels::quant::QuantType>, 5> quant_;  // by stacks()' order
 };
 
 class DenseMLP : public Module {

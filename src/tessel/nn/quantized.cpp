@@ -37,6 +37,16 @@ void bind_quantized_weight(Tensor& weight, kernels::quant::QuantType type, const
   rebind(weight, blocks, false);
 }
 
+void bind_quantized_stack(Tensor& weight, kernels::quant::QuantType type, const Tensor& blocks,
+                          int64_t experts, int64_t rows, int64_t cols, const std::string& what) {
+  const int64_t row_bytes = kernels::quant::row_bytes(type, cols);
+  TESSEL_CHECK(blocks.dtype() == DType::I8 && blocks.shape() == Shape({experts, rows, row_bytes}),
+               what, ": ", kernels::quant::quant_type_name(type), " blocks of a [", experts, ", ",
+               rows, ", ", cols, "] stack must be i8 [", experts, ", ", rows, ", ", row_bytes,
+               "], got ", dtype_name(blocks.dtype()), " ", blocks.shape());
+  rebind(weight, blocks, false);
+}
+
 namespace {
 
 void check_float_matrix(const Tensor& weight, const char* what, kernels::quant::QuantType type) {
@@ -107,6 +117,14 @@ std::vector<float> row_abs_max(const Tensor& weight) {
 void dequantize_weight(Tensor& weight, kernels::quant::QuantType type, int64_t rows, int64_t cols) {
   const auto* p = static_cast<const uint8_t*>(weight.data_ptr());
   const Tensor values = kernels::quant::dequantize(type, {p, weight.nbytes()}, Shape({rows, cols}));
+  rebind(weight, values, true);
+}
+
+void dequantize_stack(Tensor& weight, kernels::quant::QuantType type, int64_t experts, int64_t rows,
+                      int64_t cols) {
+  const auto* p = static_cast<const uint8_t*>(weight.data_ptr());
+  const Tensor values =
+      kernels::quant::dequantize(type, {p, weight.nbytes()}, Shape({experts, rows, cols}));
   rebind(weight, values, true);
 }
 

@@ -24,6 +24,10 @@ class Module;
 // an Error names `what`, the sizes and the block size when they do not fit.
 void bind_quantized_weight(Tensor& weight, kernels::quant::QuantType type, const Tensor& blocks,
                            int64_t rows, int64_t cols, const std::string& what);
+// The same for a stack of matrices (a mixture of experts' [experts, rows, cols] weight, as GGUF
+// stores blk.N.ffn_*_exps): blocks i8 [experts, rows, row_bytes(type, cols)].
+void bind_quantized_stack(Tensor& weight, kernels::quant::QuantType type, const Tensor& blocks,
+                          int64_t experts, int64_t rows, int64_t cols, const std::string& what);
 // The blocks of `type` (i8 [rows, row_bytes(type, cols)]) for a float matrix [rows, cols] (f32,
 // f16 or bf16): rows are widened to f32 one at a time and quantized over the thread pool, so no
 // f32 copy of a 16-bit matrix is made. What `--weights int8|bf16|f16` binds to a float model.
@@ -36,6 +40,9 @@ Tensor quantize_matrix(const Tensor& weight, kernels::quant::QuantType type,
 std::vector<float> row_abs_max(const Tensor& weight);
 // Rebinds a quantized `weight` to its f32 values [rows, cols] (a trainable parameter again).
 void dequantize_weight(Tensor& weight, kernels::quant::QuantType type, int64_t rows, int64_t cols);
+// Rebinds a quantized stack to its f32 values [experts, rows, cols].
+void dequantize_stack(Tensor& weight, kernels::quant::QuantType type, int64_t experts, int64_t rows,
+                      int64_t cols);
 // The Error a quantized layer gives in training mode.
 void check_quantized_inference(const Module& layer, kernels::quant::QuantType type);
 

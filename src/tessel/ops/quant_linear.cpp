@@ -45,17 +45,24 @@ Tensor quant_linear(const Tensor& x, QuantType type, const Tensor& weight, int64
                  " [", out, "]");
   const Tensor x2 = x.reshape({rows, in_features});
   Tensor y = empty({rows, out}, x.dtype(), x.device());
+  quant_matmul_rows(type, x2, weight, y);
+  if (bias.defined()) detail::backend(x).binary(kernels::BinaryOp::Add, y, bias, y);
+  return y.reshape(x.shape().with(-1, out));
+}
+
+void quant_matmul_rows(QuantType type, const Tensor& x, const Tensor& weight, Tensor& y) {
   kernels::Backend& backend = detail::backend(x);
-  // The kernel's tested range is 1..kQuantMatmulRows rows (Q8_0: kQuantMatmulTiledRows); each
-  // chunk reads the weight once.
-  const int64_t chunk = type == QuantType::Q8_0 ? kQuantMatmulTiledRows : kQuantMatmulRows;
+  // The kernel's tested range is 1..kQuantMatmulRows rows (the tiled types:
+  // kQuantMatmulTiledRows); each chunk reads the weight once.
+  const int64_t rows = x.size(0);
+  const bool tiled = type == QuantType::Q8_0 || type == QuantType::Q4_K ||
+                     type == QuantType::Q5_K || type == QuantType::Q6_K;
+  const int64_t chunk = tiled ? kQuantMatmulTiledRows : kQuantMatmulRows;
   for (int64_t r = 0; r < rows; r += chunk) {
     const int64_t end = std::min(rows, r + chunk);
     Tensor yc = y.narrow(0, r, end - r);  // views: dim 0 of a contiguous matrix
-    backend.quant_matmul(type, x2.narrow(0, r, end - r), weight, yc);
+    backend.quant_matmul(type, x.narrow(0, r, end - r), weight, yc);
   }
-  if (bias.defined()) backend.binary(kernels::BinaryOp::Add, y, bias, y);
-  return y.reshape(x.shape().with(-1, out));
 }
 
 Tensor quant_embedding(QuantType type, const Tensor& weight, int64_t dim, const Tensor& ids) {

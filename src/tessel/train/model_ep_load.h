@@ -5,7 +5,8 @@
 // files the dense tensors whole and, of the stacked expert tensors, only its experts' stored
 // tensors (train/checkpoint/safetensors_regions.h). DeepSpeed-MoE's placement for inference: the
 // expert weights, most of a sparse MoE model, are spread over the ranks, so each rank's resident
-// memory is the dense part plus 1 / ep of the experts.
+// memory is the dense part plus 1 / ep of the experts. GGUF files load the same way
+// (load_gguf_model_ep).
 #pragma once
 
 #include <functional>
@@ -21,6 +22,9 @@ struct EpLoadedModel {
   std::shared_ptr<models::CausalLM> model;  // this rank's share, in eval mode
   int64_t values_read = 0;                  // weight values this rank read from the files
   int64_t layers = 0;                       // MoE layers split
+  // A GGUF file: the tensor bytes this rank read (its dense tensors and its experts' byte ranges)
+  // and the tensor bytes the file holds.
+  int64_t bytes_read = 0, file_bytes = 0;
 };
 
 // The one clear refusal of splitting the model of `dir`/config.json over `ep` ranks ("" when
@@ -30,5 +34,15 @@ std::string expert_parallel_load_error(const std::string& dir, int ep);
 // `dir` holds config.json and safetensors weights (a model directory or a whole-model tessel
 // checkpoint). Collective over `ep` (the MoE layers' dispatch gathers over it in every forward).
 EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep);
+
+// The same for a GGUF file in llama.cpp's stacked-expert layout (Mixtral: blk.N.ffn_*_exps of
+// dims [in, out, experts]): each rank reads the dense tensors as a whole-model GGUF load reads
+// them (quantized matrices kept as views of the mapped file), and of every stacked expert tensor
+// only its experts' byte range, which is contiguous in the file (expert e's rows follow expert
+// e - 1's): a stack in a block format (Q8_0, Q4_K, Q6_K, F16, ...) becomes a view of that range,
+// multiplied in place by the quantized grouped product; an F32 stack is read into f32. The
+// refusal is expert_parallel_load_error's, for the file's config.
+std::string expert_parallel_gguf_error(const std::string& path, int ep);
+EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& ep);
 
 }  // namespace tessel::train

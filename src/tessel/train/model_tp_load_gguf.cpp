@@ -15,6 +15,7 @@
 #include "tessel/models/gguf_model.h"
 #include "tessel/nn/init.h"
 #include "tessel/nn/layers.h"
+#include "tessel/nn/moe_experts.h"
 #include "tessel/sharding/shard_layout.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
 
@@ -147,7 +148,8 @@ RegionSource float_regions(const io::GgufFile& file, const models::GgufLayout& l
 
 TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp,
                                 const std::function<void(const std::string&)>& note,
-                                const std::function<bool(const std::string&)>& keep) {
+                                const std::function<bool(const std::string&)>& keep,
+                                const std::string& parallelism_name) {
   // Windows: the rank maps the byte ranges it reads, never the whole file (docs/SERVING.md).
   auto file =
       std::make_shared<const io::GgufFile>(io::GgufFile::open(path, io::GgufMapping::Windows));
@@ -165,9 +167,10 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
     out.model = config->build_empty();
   }
   // What the errors name: the layout in use (a stage filter is a pipeline stage's, header).
-  const std::string parallelism = !keep ? "tensor parallelism"
-                                  : tp  ? "pipeline and tensor parallelism"
-                                        : "pipeline parallelism";
+  const std::string parallelism = !parallelism_name.empty() ? parallelism_name
+                                  : !keep                   ? "tensor parallelism"
+                                  : tp                      ? "pipeline and tensor parallelism"
+                                                            : "pipeline parallelism";
   // The layout names the whole model's tensors, so it is taken before the cut. Its refusals (a
   // family without one, a file that does not match it) say which layout asked.
   const models::GgufLayout layout = [&] {
@@ -219,6 +222,20 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
              : sharding::LocalLayout::whole(param.shape());
     ++loaded;
     if (keep && !keep(name)) continue;  // another pipeline stage's
+    if (const size_t dot = name.rfind('.'); !spec && dot != std::string::npos) {
+      // A mixture of experts' stack in a block format, not split by tp: a view of the mapping,
+      // multiplied in place by the quantized grouped product.
+      auto* experts = dynamic_cast<nn::ExpertMLPs*>(modules[name.substr(0, dot)]);
+      const std::string leaf = name.substr(dot + 1);
+      if (experts && quant::is_ggml_type_supported(info.type) && info.dims.size() == 3 &&
+          models::is_expert_stack(leaf)) {
+        const Tensor blocks = models::gguf_blocks_view(*file, file, stored.name, param.size(0));
+        experts->set_quantized(leaf, quant::quant_type_from_ggml(info.type), blocks);
+        stats.bytes += int64_t(blocks.nbytes());
+        ++stats.views;
+        continue;
+      }
+    }
     if (nn::Module* owner = block_owner(name, info)) {
       bind_blocks(*owner, *file, stored, placement, param.shape(), stats);
       continue;

@@ -49,9 +49,11 @@ struct TpGgufLoaded {
 
 // Collective over `tp` (the plan's parallelization is). `note` receives the plan's one-line
 // notices (the vocabulary padding). `keep` (default: all) names the parameters to read; a null
-// `tp` loads the model whole (the result's tp is null then).
+// `tp` loads the model whole (the result's tp is null then). `parallelism` (default: derived from
+// tp and keep, as above) is what the errors name.
 TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp,
                                 const std::function<void(const std::string&)>& note = {},
-                                const std::function<bool(const std::string&)>& keep = {});
+                                const std::function<bool(const std::string&)>& keep = {},
+                                const std::string& parallelism = "");
 
 }  // namespace tessel::train

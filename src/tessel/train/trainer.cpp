@@ -183,8 +183,15 @@ void Trainer::build(const std::string& resume) {
   // ZeRO (and the optimizer below) see only those.
   build_strategies(init);
   build_memory.param_bytes = held_parameter_bytes();
+  // Offloaded under dp, the shards are laid out in chunks with ZeRO's optimizer, which is
+  // therefore built here, --build-only included: the build's record covers the shards' layout,
+  // as a one-process offloaded run's covers its chunks (sealed while the model is built), so its
+  // peak is the whole start-up's.
+  const bool shards_offloaded = config_.memory.enabled() && data_ && data_->zero_stage() > 0;
+  if (shards_offloaded) build_optimizer(init);
   built_ = checkpoint_record("build", seconds_since(build_start) * 1e3, build_memory);
   if (hooks_.build_only) {
+    if (offload_) print(offload_->placement());  // the chunks are laid out: where each lives
     setup_sinks(-1);
     write_record(*built_);
     return;
@@ -204,6 +211,22 @@ void Trainer::build(const std::string& resume) {
                ", fewer than train.micro_batch = ", t.micro_batch,
                dp_ ? " x dp = " + std::to_string(dp_size()) : std::string());
 
+  if (!shards_offloaded) build_optimizer(init);
+  const OptimSection& o = config_.optim;
+  schedule_ = LrSchedule{o.lr, o.min_lr_ratio, o.warmup_steps, t.steps, parse_decay(o.decay)};
+  // The whole model's count (this rank may hold a tensor-parallel piece of it).
+  flops_per_token_ = mc.flops_per_token(t.seq_len);
+  recompute_flops_per_token_ = mc.recompute_flops_per_token(recompute, t.seq_len);
+
+  if (!resume.empty()) load_checkpoint(resume);
+  setup_sinks(resume.empty() ? -1 : step_);
+  if (built_) write_record(*built_);
+  if (loaded_) write_record(*loaded_);
+}
+
+// The optimizer over what this rank holds: ZeRO's over its shards (their chunks laid out when
+// offloaded), the offloaded AdamW over the chunks, or the plain AdamW.
+void Trainer::build_optimizer(const RegionSource& init) {
   const OptimSection& o = config_.optim;
   if (data_ && data_->zero_stage() > 0) {
     parallel::ZeroOptions zo;
@@ -216,13 +239,9 @@ void Trainer::build(const std::string& resume) {
     zo.allocate_moments = !config_.memory.enabled();
     auto sharded = std::make_unique<ShardedAdamW>(data_->ddp(), zo, data_->zero3());
     zero_ = &sharded->zero();
+    sharded_ = sharded.get();
     optimizer_ = std::move(sharded);
-    if (config_.memory.enabled()) {
-      build_offload_shards(init);
-      // The build's record covers the shards' layout, as a one-process offloaded run's covers
-      // its chunks (sealed while the model is built): its peak is the whole start-up's.
-      built_ = checkpoint_record("build", seconds_since(build_start) * 1e3, build_memory);
-    }
+    if (config_.memory.enabled()) build_offload_shards(init);
     if (expert_ && expert_->zero_buckets()) {
       // The experts' blocks over their own group, next to the dense blocks over dp.
       auto experts = std::make_unique<ShardedAdamW>(*expert_->zero_buckets(), zo, expert_->zero3());
@@ -245,15 +264,6 @@ void Trainer::build(const std::string& resume) {
     adamw_ = adamw.get();
     optimizer_ = std::move(adamw);
   }
-  schedule_ = LrSchedule{o.lr, o.min_lr_ratio, o.warmup_steps, t.steps, parse_decay(o.decay)};
-  // The whole model's count (this rank may hold a tensor-parallel piece of it).
-  flops_per_token_ = mc.flops_per_token(t.seq_len);
-  recompute_flops_per_token_ = mc.recompute_flops_per_token(recompute, t.seq_len);
-
-  if (!resume.empty()) load_checkpoint(resume);
-  setup_sinks(resume.empty() ? -1 : step_);
-  if (built_) write_record(*built_);
-  if (loaded_) write_record(*loaded_);
 }
 
 void Trainer::setup_sinks(int64_t resume_step) {

@@ -177,6 +177,7 @@ class Trainer {
   void build_offload(const RegionSource& init);
   // memory.device_budget set with --dp N: each rank's ZeRO shards in chunks (after the optimizer).
   void build_offload_shards(const RegionSource& init);
+  void build_optimizer(const RegionSource& init);
   void check_offload_layout() const;  // the layouts offload composes with
   memory::MemoryConfig offload_memory_config() const;
   // The loss of one micro-batch (the vocab-parallel one under tp).
@@ -264,6 +265,7 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;  // AdamW, or ZeRO's AdamW over dp shards
   AdamW* adamw_ = nullptr;                // optimizer_ without ZeRO (its moments, for checkpoints)
   parallel::ZeroAdamW* zero_ = nullptr;   // optimizer_'s shards under parallel.zero_stage 1-3
+  ShardedAdamW* sharded_ = nullptr;       // the optimizer that owns zero_
   parallel::ZeroAdamW* expert_zero_ = nullptr;  // --ep with ZeRO 1-3: the experts' shards
   OffloadAdamW* offload_adamw_ = nullptr;       // optimizer_ under memory offload
   LrSchedule schedule_;

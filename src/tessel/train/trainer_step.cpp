@@ -119,7 +119,9 @@ double Trainer::global_norm() {
   GradNormPlan plan;
   plan.spans = optimizer_->parameter_gradients();
   for (AxisStrategy* s : strategies_) s->describe_norm(plan);
-  const GlobalSquareSum sum = global_square_sum(plan.spans, plan.groups, plan.norm_axes());
+  // Offloaded under dp: ZeRO-2/3's gradient shards are read one chunk at a time.
+  const GlobalSquareSum sum = global_square_sum(plan.spans, plan.groups, plan.norm_axes(),
+                                                offload_ ? offload_->gradient_hold() : SpanHold());
   // fp16 agrees on overflows over every axis from this (the norm leaves some ranks' parts out).
   local_nonfinite_ = sum.local_nonfinite;
   return std::sqrt(sum.total);

@@ -93,6 +93,8 @@ void Trainer::build_strategies(const RegionSource& init) {
     ds.copy_values = false;
     // Offloaded: the shards are laid out in chunks and filled there (build_offload_shards).
     ds.allocate_shards = !config_.memory.enabled();
+    // And ZeRO-2/3's gradient shards: each reduction writes into its chunk.
+    ds.options.allocate_gradient_shards = !config_.memory.enabled();
     // The experts' gradients are summed over their own group (expert_parallel_strategy.h).
     NamedTensors dense = trainable_parameters();
     if (expert_)
@@ -198,8 +200,9 @@ void Trainer::build_offload(const RegionSource& init) {
 }
 
 // Each rank's own shards (ZeRO-Infinity): ZeRO-3's parameter shards unit by unit in forward
-// order with their moments' shards; below stage 3 the moments' shards bucket by bucket, in the
-// update's order. Each rank's NVMe files go into a folder of its own under memory.nvme_dir.
+// order with their gradient shards and moments' shards; below stage 3 the gradient shards
+// (stage 2) and the moments' shards bucket by bucket, in the update's order. Each rank's NVMe files
+// go into a folder of its own under memory.nvme_dir.
 void Trainer::build_offload_shards(const RegionSource& init) {
   OffloadShardSetup os;
   os.memory = offload_memory_config();
@@ -229,6 +232,7 @@ void Trainer::build_offload_shards(const RegionSource& init) {
       s.name = z->unit_name(k);
       s.bucket = b;
       s.param = z->parameter_shard(b);
+      s.grad = ddp()->gradient_shard(b);
       moments(b, s);
       os.shards.push_back(std::move(s));
     }
@@ -236,6 +240,7 @@ void Trainer::build_offload_shards(const RegionSource& init) {
     for (int64_t b = 0; b < ddp()->bucket_count(); ++b) {
       OffloadShard s;
       s.name = "bucket " + std::to_string(b);
+      if (zero_->stage() == 2) s.grad = ddp()->gradient_shard(b);
       moments(b, s);
       os.shards.push_back(std::move(s));
     }
@@ -250,6 +255,10 @@ void Trainer::build_offload_shards(const RegionSource& init) {
   strategies_.push_back(offload_.get());
   if (zero3()) zero3()->set_shard_hold(offload_->shard_hold());
   zero_->set_shard_hold(offload_->shard_hold());
+  if (zero_->stage() >= 2) {  // the gradient shards: the reductions, the norm and the scaling
+    ddp()->set_shard_hold(offload_->shard_hold());
+    sharded_->set_gradient_hold(offload_->gradient_hold());
+  }
 }
 
 // The model's units (one per block, then the final norm, CausalLM::unit_paths); the rest (the

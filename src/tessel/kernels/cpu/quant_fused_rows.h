@@ -29,10 +29,10 @@ inline void zero_point_lanes(const int8_t* q, int64_t blocks, int32_t zp, int32_
 
 #if TESSEL_KERNEL_ISA_LEVEL >= 1
 // scale * dx per block (`per16`: per 16 weights, dx per 32), the factor of each block's sum.
-inline void scales_times_dx(const RowScales& rs, const float* dx, int64_t blocks, float* sdx) {
-  const float* sc = rs.scale.data();
+inline void scales_times_dx(const float* sc, bool per16, const float* dx, int64_t blocks,
+                            float* sdx) {
   int64_t g = 0;
-  if (rs.per16) {
+  if (per16) {
     const __m256i pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
     for (; g + 4 <= blocks; g += 4) {
       const __m256 d =
@@ -48,6 +48,10 @@ inline void scales_times_dx(const RowScales& rs, const float* dx, int64_t blocks
       _mm256_storeu_ps(sdx + g, _mm256_mul_ps(_mm256_loadu_ps(sc + g), _mm256_loadu_ps(dx + g)));
     for (; g < blocks; ++g) sdx[g] = sc[g] * dx[g];
   }
+}
+
+inline void scales_times_dx(const RowScales& rs, const float* dx, int64_t blocks, float* sdx) {
+  scales_times_dx(rs.scale.data(), rs.per16, dx, blocks, sdx);
 }
 
 // ---- byte dot products: dot(init, u, x) = init + the eight int32 sums of u * x over 4 bytes ----

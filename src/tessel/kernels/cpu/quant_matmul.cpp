@@ -3,7 +3,8 @@
 // (backend.h; formats in quant/quant_blocks.h). Each task owns a range of output columns (W's
 // rows, split over the one OpenMP pool) and multiplies each weight row with every activation row
 // while the row is in L1, so each weight byte is read from memory once per call whatever m is.
-// Q8_0 with a prompt's rows runs as a register-tiled GEMM instead (quant_q8_tiles.h).
+// Q8_0 and the k-quants with a prompt's rows run as register-tiled GEMMs instead
+// (quant_q8_tiles.h, quant_k_tiles.h).
 // For the Q types and Int8 the activations are first rounded to int8 per 32-element block and
 // the products are integer (quant_dot.h: AVX-512 VNNI, AVX2 or plain loops, by kernel set and
 // CPU). No format is decoded into a buffer: Int8 and Q8_0 codes are read where they lie, the 4- to
@@ -26,6 +27,8 @@ TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/quant_fused_rows512.h"
 // After the 512-bit rows, whose helpers it uses.
 #include "tessel/kernels/cpu/quant_fused_direct512.h"
+#include "tessel/kernels/cpu/quant_k_tiles.h"
+#include "tessel/kernels/cpu/quant_k_tiles512.h"
 #include "tessel/kernels/cpu/quant_q8_tiles.h"
 #include "tessel/kernels/cpu/quant_q8_tiles512.h"
 
@@ -187,6 +190,27 @@ void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, fl
   });
 }
 
+// A prompt's rows (m >= kKTilesFrom) of Q4_K, Q5_K or Q6_K in register tiles (quant_k_tiles.h),
+// the same dot products as choose_fused_rows takes: the fused rows' bits per output, each block
+// unpacked once per tile instead of once per activation row.
+template <template <class, QuantType> class Tiles, class Dot>
+void run_k_tiles(const cpu::KTilesArgs& a) {
+  if (a.type == QuantType::Q4_K) return cpu::k_quant_tiles<Tiles<Dot, QuantType::Q4_K>>(a);
+  if (a.type == QuantType::Q5_K) return cpu::k_quant_tiles<Tiles<Dot, QuantType::Q5_K>>(a);
+  return cpu::k_quant_tiles<Tiles<Dot, QuantType::Q6_K>>(a);
+}
+
+void k_quant_tiled(const cpu::KTilesArgs& a) {
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+  if (quant_vector_bits_for(KernelSet::Avx512) == 512)
+    return set_dot() == QuantDot::Avx512Vnni ? run_k_tiles<cpu::KTiles512, cpu::Dot512Vnni>(a)
+                                             : run_k_tiles<cpu::KTiles512, cpu::Dot512Bw>(a);
+  if (set_dot() == QuantDot::Avx512Vnni) return run_k_tiles<cpu::KTiles256, cpu::DotVnni>(a);
+#endif
+  if (set_dot() == QuantDot::AvxVnni) return run_k_tiles<cpu::KTiles256, cpu::DotAvxVnni>(a);
+  return run_k_tiles<cpu::KTiles256, cpu::DotAvx2>(a);
+}
+
 // Q4_K, Q5_K, Q6_K: per group of kFusedRows weight rows their f32 block scales (and
 // Q4_K / Q5_K's offsets), shared by every activation row; per activation row the scales times
 // its dx, then the group's fused pass (quant_fused_rows.h) minus Q4_K / Q5_K's offsets. Whole
@@ -208,6 +232,10 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
     for (int64_t i = 0; i < s.m; ++i)
       cpu::zero_point_lanes(act.q.data() + i * s.k, blocks, 32, zx.data() + i * 8 * blocks);
   }
+  if (s.m >= cpu::kKTilesFrom)
+    return k_quant_tiled({type, s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(),
+                          mins ? sums.xs32.data() : nullptr, mins ? nullptr : zx.data(), w, y,
+                          std::max<int64_t>(1, task_grain(s) / cpu::kKTileN)});
   constexpr int64_t kR = cpu::kFusedRows;
   if (const auto direct = choose_fused_direct(type, s.m); direct[0] != nullptr) {
     const int64_t groups = (s.n + kR - 1) / kR;

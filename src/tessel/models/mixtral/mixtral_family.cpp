@@ -95,6 +95,10 @@ class MixtralFamily final : public Family {
   void load_gguf(CausalLM& model, const io::GgufFile& file) const override {
     llama_load_gguf(as_mixtral(model), file);
   }
+  // LLaMA's names plus the stacks: what a rank's loader reads its part through (--ep, --pp).
+  GgufLayout gguf_layout(const CausalLM& model, const io::GgufFile& file) const override {
+    return llama_gguf_layout(as_mixtral(model), file);
+  }
 };
 
 }  // namespace

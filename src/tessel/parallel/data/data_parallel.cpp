@@ -7,6 +7,7 @@
 
 #include "tessel/autograd/meta.h"
 #include "tessel/core/error.h"
+#include "tessel/tensor/unallocated.h"
 
 namespace tessel::parallel {
 
@@ -86,6 +87,8 @@ DataParallel::DataParallel(std::vector<std::pair<std::string, Tensor>> params, d
     b.slots = std::move(group);
     b.pending = int64_t(b.slots.size());
     if (!scatter) allocate(b);
+    // Shape-only until laid out by the caller (memory offload's chunks).
+    if (scatter && !options_.allocate_gradient_shards) b.shard = unallocated({b.padded / n});
     buckets_.push_back(std::move(b));
   }
 
@@ -138,6 +141,7 @@ void DataParallel::retire_reductions(size_t keep) {
     Bucket& b = buckets_[next_release_];
     b.work->wait();
     b.work.reset();
+    b.shard_held.reset();
     b.reduced = true;
     release_bucket(b);
     ++next_release_;
@@ -237,6 +241,7 @@ void DataParallel::launch(size_t bucket) {
   if (options_.reduction == GradReduction::ReduceScatter) {
     if (!b.shard.defined())
       b.shard = empty({b.padded / comm_->size()}, DType::F32, b.flat.device());
+    if (hold_) b.shard_held = hold_(b.shard, ShardUse::Reduce);
     b.work = comm_->reduce_scatter_async(b.flat, b.shard, dist::ReduceOp::Avg);
   } else {
     b.work = comm_->all_reduce_async(b.flat, dist::ReduceOp::Avg);
@@ -273,6 +278,7 @@ void DataParallel::reset_step() {
   for (Bucket& b : buckets_) {
     b.pending = int64_t(b.slots.size());
     b.work.reset();
+    b.shard_held.reset();  // every reduction is complete (or failed): its shard is written
     b.reduced = false;
   }
   next_launch_ = 0;

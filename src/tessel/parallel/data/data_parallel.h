@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tessel/dist/communicator.h"
+#include "tessel/parallel/data/shard_hold.h"
 #include "tessel/tensor/tensor.h"
 
 namespace tessel::parallel {
@@ -43,6 +44,10 @@ struct DataParallelOptions {
   // buffer from run to run), so the peak is the same in every run and the planner's shape-only run
   // of this code predicts it. 1: one reduction overlaps the backward of the next bucket.
   int64_t max_pending_reductions = 1;
+  // ReduceScatter, false: each bucket's gradient shard is shape-only (a storage with a size and
+  // no bytes) from construction, for the caller to lay out somewhere before the first reduction
+  // (memory offload puts it in a chunk) and to hold through set_shard_hold() while it is used.
+  bool allocate_gradient_shards = true;
 };
 
 // Averages the gradients of a set of leaf parameters over one communicator (the dp axis).
@@ -129,6 +134,10 @@ class DataParallel {
   Tensor gradient_shard(int64_t bucket) const;
   // Bytes of gradient buffers allocated now: flat buffers plus shards.
   int64_t gradient_bytes() const;
+  // ReduceScatter: the gradient shards live in offloaded chunks (shard_hold.h): each
+  // reduce_scatter holds its bucket's shard (ShardUse::Reduce) from its launch until it is
+  // retired. Local.
+  void set_shard_hold(ShardHold hold) { hold_ = std::move(hold); }
 
  private:
   struct Slot {
@@ -148,6 +157,7 @@ class DataParallel {
     int64_t pending = 0;   // slots not fired yet in the current synced backward
     dist::WorkPtr work;    // set once launched
     bool reduced = false;  // ReduceScatter: retired during backward, full buffer freed
+    std::shared_ptr<void> shard_held;  // the shard's hold while its reduce_scatter writes it
   };
 
   void on_grad_ready(size_t slot);
@@ -167,6 +177,7 @@ class DataParallel {
   std::vector<Bucket> buckets_;
   dist::CommPtr comm_;
   DataParallelOptions options_;
+  ShardHold hold_;
   bool sync_ = true;
   size_t next_launch_ = 0;   // buckets [0, next_launch_) are launched
   size_t next_release_ = 0;  // ReduceScatter: buckets [0, next_release_) are retired and freed

@@ -27,6 +27,7 @@
 #include "tessel/nn/autocast.h"
 #include "tessel/nn/module.h"
 #include "tessel/parallel/data/data_parallel.h"
+#include "tessel/parallel/data/shard_hold.h"
 #include "tessel/tensor/tensor.h"
 
 namespace tessel::parallel {
@@ -49,14 +50,6 @@ std::vector<Zero3Unit> zero3_units(nn::Module& root, const std::vector<std::stri
 // per unit, in reverse unit order (the order backward completes them).
 std::vector<std::vector<size_t>> zero3_groups(const nn::NamedTensors& params,
                                               const std::vector<Zero3Unit>& units);
-
-// Where a shard's bytes are while it is used. Memory offload (train/strategy/offload_strategy.h)
-// keeps this rank's shards in chunks that move between tiers: the hook makes a shard's bytes
-// valid before it is read or written, and dropping the returned handle ends that use. Gather:
-// read by an all_gather (in the device tier); Update: read and written on the host (the
-// optimizer's update, loading values). Unset: the shards are plain memory.
-enum class ShardUse { Gather, Update };
-using ShardHold = std::function<std::shared_ptr<void>(const Tensor& shard, ShardUse use)>;
 
 struct Zero3Options {
   bool prefetch = true;  // start the next unit's all_gather while this one computes

@@ -2,6 +2,7 @@
 // The global gradient norm over spans and mesh axes, and the scaling of the same spans.
 #include "tessel/train/optim/grad_norm.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tessel/autograd/backend_scope.h"
@@ -29,7 +30,7 @@ GradSpan whole_span(const Tensor& grad, int group, std::string param) {
 }
 
 GlobalSquareSum global_square_sum(std::span<const GradSpan> spans, int groups,
-                                  std::span<const NormAxis> axes) {
+                                  std::span<const NormAxis> axes, const SpanHold& hold) {
   TESSEL_CHECK(groups >= 1, "global_square_sum: ", groups, " groups");
   std::vector<Tensor> views;
   views.reserve(spans.size());
@@ -39,7 +40,20 @@ GlobalSquareSum global_square_sum(std::span<const GradSpan> spans, int groups,
     views.push_back(view_of(s, "global_square_sum"));
   }
   std::vector<double> sums(views.size(), 0.0);
-  if (!views.empty()) autograd::backend_for(views.front().device()).square_sums(views, sums);
+  if (!hold) {
+    if (!views.empty()) autograd::backend_for(views.front().device()).square_sums(views, sums);
+  } else {
+    // A run of spans over one storage at a time, held while the kernel reads it.
+    for (size_t lo = 0, hi = 0; lo < views.size(); lo = hi) {
+      const Storage* storage = spans[lo].flat.storage_ptr().get();
+      for (hi = lo + 1; hi < views.size() && spans[hi].flat.storage_ptr().get() == storage;) ++hi;
+      const std::shared_ptr<void> held = hold(spans[lo].flat, false);
+      const std::vector<Tensor> run(views.begin() + int64_t(lo), views.begin() + int64_t(hi));
+      std::vector<double> part(run.size(), 0.0);
+      autograd::backend_for(run.front().device()).square_sums(run, part);
+      std::copy(part.begin(), part.end(), sums.begin() + int64_t(lo));
+    }
+  }
   std::vector<double> part(size_t(groups), 0.0);
   for (size_t i = 0; i < spans.size(); ++i) part[size_t(spans[i].group)] += sums[i];
   GlobalSquareSum out;
@@ -61,8 +75,9 @@ GlobalSquareSum global_square_sum(std::span<const GradSpan> spans, int groups,
   return out;
 }
 
-void scale_spans(std::span<const GradSpan> spans, double factor) {
+void scale_spans(std::span<const GradSpan> spans, double factor, const SpanHold& hold) {
   for (const GradSpan& s : spans) {
+    const std::shared_ptr<void> held = hold ? hold(s.flat, true) : nullptr;
     Tensor v = view_of(s, "scale_spans");
     autograd::backend_for(v.device()).unary(kernels::UnaryOp::Scale, v, v, factor);
   }

@@ -8,6 +8,8 @@
 // does not depend on the thread count; one all-reduce per axis carries every group.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,15 +40,22 @@ struct GlobalSquareSum {
   bool local_nonfinite = false;  // this rank's own spans hold an inf or NaN
 };
 
-// Collective over every axis, in the order given (all ranks must pass the same axes).
+// Makes a span's flat tensor resident while it is read (write false) or scaled (write true),
+// until the returned handle is dropped (null: plain memory, nothing to hold). Memory offload keeps
+// ZeRO-2/3's gradient shards in chunks that move between tiers (docs/MEMORY.md).
+using SpanHold = std::function<std::shared_ptr<void>(const Tensor& flat, bool write)>;
+
+// Collective over every axis, in the order given (all ranks must pass the same axes). With
+// `hold`, consecutive spans of one flat tensor are read while it is held, one tensor at a time;
+// each span's square sum is its own (the kernel's per-tensor sums), so the result is the same.
 GlobalSquareSum global_square_sum(std::span<const GradSpan> spans, int groups,
-                                  std::span<const NormAxis> axes);
+                                  std::span<const NormAxis> axes, const SpanHold& hold = {});
 
 // The whole of `grad` as one span.
 GradSpan whole_span(const Tensor& grad, int group = 0, std::string param = {});
 
 // Multiplies every span by `factor`, rounded once to the span's dtype (as torch multiplies by a
 // same-dtype scalar).
-void scale_spans(std::span<const GradSpan> spans, double factor);
+void scale_spans(std::span<const GradSpan> spans, double factor, const SpanHold& hold = {});
 
 }  // namespace tessel::train

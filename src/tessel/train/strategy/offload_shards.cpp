@@ -28,6 +28,7 @@ OffloadStrategy::OffloadStrategy(OffloadShardSetup setup)
       chunks_->add(s.param, "param");
       bucket_of[s.param.impl_ptr().get()] = s.bucket;
     }
+    if (s.grad.defined()) chunks_->add(s.grad, kGradGroup);
     chunks_->add(s.exp_avg, "adam_m");
     chunks_->add(s.exp_avg_sq, "adam_v");
   }
@@ -44,6 +45,8 @@ OffloadStrategy::OffloadStrategy(OffloadShardSetup setup)
     };
   }
   chunks_->seal(fill);
+  // No gradient before the first reduction writes it: the gradient chunks hold no bytes.
+  free_gradient_shards();
   // ZeRO-3 holds a unit's parameter shard in the device tier from its all_gather's start to its
   // completion; with the next unit's gather started ahead (and one more a mispredicted prefetch
   // may leave in flight), at most three at once. Below stage 3 nothing uses the device tier.
@@ -63,12 +66,22 @@ void OffloadStrategy::check_shard_budgets(int zero_stage) const {
                " chunks of parameter shards in the device tier at once (a unit's all_gather "
                "and the next ones started ahead): the smallest device budget that works is ",
                size_t(device_need_) * cb, " bytes");
-  const size_t row = zero_stage == 3 ? 3 : 2;
-  TESSEL_CHECK(
-      host / cb >= row, "memory.host_budget of ", host, " bytes holds ", host / cb, " chunks of ",
-      cb, " bytes, but the ZeRO update holds a bucket's ",
-      zero_stage == 3 ? "parameter shard and both moments' shards" : "shards of both moments",
-      " in the host tier at once: the smallest host budget that works is ", row * cb, " bytes");
+  // The update holds a bucket's row: its parameter shard (stage 3), gradient shard (stages 2
+  // and 3) and both moments' shards. During backward the host tier holds only the gradient
+  // shard a reduce_scatter is writing (one at a time), so the row is the most.
+  const size_t row = 2 + (zero_stage == 3 ? 1 : 0) + (zero_stage >= 2 ? 1 : 0);
+  const char* what = zero_stage == 3   ? "parameter shard, gradient shard and both moments' shards"
+                     : zero_stage == 2 ? "gradient shard and both moments' shards"
+                                       : "shards of both moments";
+  TESSEL_CHECK(host / cb >= row, "memory.host_budget of ", host, " bytes holds ", host / cb,
+               " chunks of ", cb, " bytes, but the ZeRO update holds a bucket's ", what,
+               " in the host tier at once: the smallest host budget that works is ", row * cb,
+               " bytes");
+}
+
+void OffloadStrategy::free_gradient_shards() {
+  for (const OffloadShard& s : shards_)
+    if (s.grad.defined()) chunks_->free(chunks_->chunk_of(s.grad));
 }
 
 parallel::ShardHold OffloadStrategy::shard_hold() {
@@ -77,9 +90,13 @@ parallel::ShardHold OffloadStrategy::shard_hold() {
   return [alive, chunks](const Tensor& shard, parallel::ShardUse use) -> std::shared_ptr<void> {
     TESSEL_CHECK(!alive.expired(), "offload: a ZeRO shard is used after its chunks are gone");
     const int id = chunks->chunk_of(shard);
-    // A gather only reads (a clean NVMe copy stays valid); the update and loads write.
+    // A gather only reads (a clean NVMe copy stays valid), in the device tier; the update and
+    // loads write, a gradient reduction writes and the norm reads, all in the host tier, where
+    // the optimizer runs (ZeRO-Offload moves reduced gradients to the host for the update).
     if (use == parallel::ShardUse::Gather) {
       chunks->access(id, AccessMode::Read, Tier::Device);
+    } else if (use == parallel::ShardUse::Read) {
+      chunks->access(id, AccessMode::Read, Tier::Host);
     } else {
       chunks->access(id, AccessMode::ReadWrite, Tier::Host);
     }
@@ -90,6 +107,14 @@ parallel::ShardHold OffloadStrategy::shard_hold() {
       } catch (...) {  // a deleter must not throw; release fails only on a broken state machine
       }
     });
+  };
+}
+
+SpanHold OffloadStrategy::gradient_hold() {
+  const parallel::ShardHold hold = shard_hold();
+  return [this, hold](const Tensor& flat, bool write) -> std::shared_ptr<void> {
+    if (!in_chunks(flat)) return nullptr;  // ZeRO-1's all-reduced buffers are plain memory
+    return hold(flat, write ? parallel::ShardUse::Update : parallel::ShardUse::Read);
   };
 }
 
@@ -110,6 +135,7 @@ std::string OffloadStrategy::shard_placement() const {
   for (const OffloadShard& s : shards_) {
     out += "  " + s.name + " (this rank's shard): ";
     if (s.param.defined()) out += "param " + at(s.param) + ", ";
+    if (s.grad.defined()) out += "grad " + at(s.grad) + ", ";
     out += "adam_m " + at(s.exp_avg) + ", adam_v " + at(s.exp_avg_sq) + "\n";
   }
   return out;

@@ -284,6 +284,7 @@ void OffloadStrategy::after_backward() {
 
 void OffloadStrategy::after_update() {
   if (optimizer_) optimizer_->drop_gradients();  // a skipped step's too
+  free_gradient_shards();                        // dp: ZeRO-2/3's, likewise
   // A skipped step (an fp16 overflow, a non-finite loss) ran no update, so its trace lacks the
   // optimizer's accesses that every later step makes: the next step is traced instead.
   const bool updated = !optimizer_ || optimizer_->step_count() != updates_at_start_;

@@ -56,6 +56,9 @@ struct OffloadShard {
   std::string name;  // the bucket's unit (stage 3) or "bucket <i>", for the placement lines
   int64_t bucket = -1;
   Tensor param;  // stage 3: the parameter shard; undefined below (the replicas stay in memory)
+  // Stages 2 and 3: this rank's shard of the bucket's averaged gradients (DataParallel's, written
+  // by its reduce_scatter); undefined at stage 1 (the all-reduced buffers stay in memory).
+  Tensor grad;
   Tensor exp_avg, exp_avg_sq;
 };
 
@@ -107,6 +110,9 @@ class OffloadStrategy : public AxisStrategy {
   // Under data parallelism: what ZeRO holds its shards through (ZeRO-3's gathers in the device
   // tier, the update and loads in the host tier). The handles it returns may outlive this object.
   parallel::ShardHold shard_hold();
+  // The same for the gradient norm and scaling (train/optim/grad_norm.h): holds a span's flat
+  // tensor in the host tier when it is a gradient shard in a chunk, nothing otherwise.
+  SpanHold gradient_hold();
   // Whether `tensor` views one of the chunks (under ZeRO-1/2 the parameters do not).
   bool in_chunks(const Tensor& tensor) const;
   // Where every state lives now: chunks per kind and tier, and the budgets.
@@ -143,6 +149,7 @@ class OffloadStrategy : public AxisStrategy {
   void check_budgets() const;
   void check_host_holds_all() const;
   void check_shard_budgets(int zero_stage) const;
+  void free_gradient_shards();  // dp: their next reduction overwrites them whole
   std::string shard_placement() const;
 
   std::unique_ptr<memory::ChunkManager> chunks_;
