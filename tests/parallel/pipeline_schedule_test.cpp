@@ -230,6 +230,55 @@ TEST(PipelineSchedule, RejectsACycle) {
   EXPECT_TRUE(simulate(s).ok()) << simulate(s).error_text();
 }
 
+// The executor retires a send after the first compute that follows it, which waits for the
+// receive to be posted (at the start of the compute before it). Rank 1 here runs micro-batch 1
+// first: it posts its receive of micro-batch 0's activation only when it starts micro-batch 1's
+// backward, which needs the activation rank 0 sends after retiring micro-batch 0's send. With
+// sends that never wait this was a valid schedule; with retirement it deadlocks, and the
+// simulator says so before any executor runs it.
+TEST(PipelineSchedule, RejectsASendThatCannotBeRetired) {
+  using K = ActionKind;
+  Schedule s;
+  s.name = "crafted";
+  s.ranks = 2;
+  s.microbatches = 2;
+  s.actions = {
+      {{K::Forward, 0, 0},
+       {K::SendActivation, 0, 0, 1},
+       {K::Forward, 1, 0},
+       {K::SendActivation, 1, 0, 1},
+       {K::RecvGradient, 1, 1, 1},
+       {K::Backward, 1, 0},
+       {K::RecvGradient, 0, 1, 1},
+       {K::Backward, 0, 0}},
+      {{K::RecvActivation, 1, 0, 0},
+       {K::Forward, 1, 1},
+       {K::Backward, 1, 1},
+       {K::SendGradient, 1, 1, 0},
+       {K::RecvActivation, 0, 0, 0},
+       {K::Forward, 0, 1},
+       {K::Backward, 0, 1},
+       {K::SendGradient, 0, 1, 0}},
+  };
+  const Simulation sim = simulate(s);
+  ASSERT_FALSE(sim.ok());
+  for (const std::string& e : sim.errors) {
+    EXPECT_NE(e.find("deadlock"), std::string::npos) << e;  // nothing else is wrong
+  }
+  EXPECT_TRUE(has_error(sim,
+                        "rank 0 action #1 (SendA mb0 s0 ->1): deadlock: retiring this send after "
+                        "the next compute waits for rank 1 action #4 (RecvA mb0 s0 <-0) to be "
+                        "posted"))
+      << sim.error_text();
+  EXPECT_TRUE(has_error(sim, "deadlock cycle: rank 0 waits on rank 1 waits on rank 0"))
+      << sim.error_text();
+  EXPECT_THROW(validate(s), Error);
+  // Micro-batch 1's activation sent first: rank 1 starts and posts in time.
+  std::swap(s.actions[0][0], s.actions[0][2]);
+  std::swap(s.actions[0][1], s.actions[0][3]);
+  EXPECT_TRUE(simulate(s).ok()) << simulate(s).error_text();
+}
+
 TEST(PipelineSchedule, RejectsABackwardBeforeItsForward) {
   Schedule s = one_f_one_b(2, 3);
   const size_t f = find_action(s, 1, {ActionKind::Forward, 0, 1});

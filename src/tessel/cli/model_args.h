@@ -49,7 +49,9 @@ inline std::vector<int64_t> parse_id_list(const std::string& text, const std::st
 // The tokenizer files Tokenizer::load(dir) reads, or a GGUF file with tokenizer.ggml.* keys.
 inline bool has_tokenizer_files(const std::filesystem::path& dir) {
   if (models::is_gguf_model(dir.string()))
-    return io::GgufFile::open(dir.string()).metadata().contains("tokenizer.ggml.model");
+    return io::GgufFile::open(dir.string(), io::GgufMapping::Windows)
+        .metadata()
+        .contains("tokenizer.ggml.model");
   return io::Tokenizer::files_in(dir.string()).has_value();
 }
 

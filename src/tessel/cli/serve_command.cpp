@@ -202,7 +202,8 @@ io::Tokenizer load_tokenizer(const std::string& model) {
                " has no tokenizer (tokenizer.json, tokenizer.model, vocab.json + merges.txt, or "
                "a GGUF with tokenizer.ggml.* keys); the server needs one to read prompts");
   if (models::is_gguf_model(model))
-    return io::Tokenizer::from_gguf(io::GgufFile::open(model).metadata(), model);
+    return io::Tokenizer::from_gguf(io::GgufFile::open(model, io::GgufMapping::Windows).metadata(),
+                                    model);
   return io::Tokenizer::load(model);
 }
 

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // GGUF files (the ggml container: header, typed key-value metadata, tensor infos, aligned tensor
-// data). The reader maps the file and checks every count, length, type id, shape and offset
-// against the bytes that are really there before trusting it, so a damaged or hostile file gives
-// one Error naming the file and the bad value; tensors are views of the mapping (kept alive by
-// the tensors, as with safetensors). Quantized tensors parse and report their ggml type; their raw
-// bytes are exposed for the quantized kernels, and asking for one as a float Tensor is an Error.
-// The writer emits version 3 with the same checks applied to what it is given.
+// data). The reader maps the file (or, for a process that reads some tensors, reads the header and
+// maps windows of the file on demand: GgufMapping) and checks every count, length, type id, shape
+// and offset against the bytes that are really there before trusting it, so a damaged or hostile
+// file gives one Error naming the file and the bad value; tensors are views of the mapping (kept
+// alive by the tensors, as with safetensors). Quantized tensors parse and report their ggml type;
+// their raw bytes are exposed for the quantized kernels, and asking for one as a float Tensor is an
+// Error. The writer emits version 3 with the same checks applied to what it is given.
 //
 // Dimension order is ggml's: dims[0] is the contiguous (fastest-varying) one, so a row-major
 // tessel Shape [out, in] is stored as dims {in, out}. GgufTensorInfo::shape() gives the tessel
@@ -139,9 +140,25 @@ GgufHeader parse_gguf(const uint8_t* bytes, size_t size, const std::string& what
 // True when the bytes start with the GGUF magic (for telling a .gguf from a model directory).
 bool is_gguf_file(const std::string& path);
 
+// How GgufFile::open makes the tensors' bytes addressable.
+enum class GgufMapping {
+  Whole,  // the whole file mapped once: every tensor is a view of one mapping (one process)
+  // The header read with pread and nothing mapped until asked: map() maps the page-aligned window
+  // around the bytes asked for, so a process that reads some tensors (a pipeline stage's rank, a
+  // tensor-parallel share, a reader of the metadata alone) has only those in its address space.
+  Windows,
+};
+
+// Bytes of a GGUF tensor and what keeps them addressable (a mapping; hold it as long as a view
+// of the bytes lives).
+struct GgufBytes {
+  std::span<const uint8_t> bytes;
+  std::shared_ptr<const void> keep;
+};
+
 class GgufFile {
  public:
-  static GgufFile open(const std::string& path);
+  static GgufFile open(const std::string& path, GgufMapping mapping = GgufMapping::Whole);
 
   const std::string& path() const { return file_->path(); }
   uint32_t version() const { return header_.version; }
@@ -150,16 +167,31 @@ class GgufFile {
   const std::vector<GgufTensorInfo>& tensors() const { return header_.tensors; }
   bool contains(const std::string& name) const { return index_.count(name) != 0; }
   const GgufTensorInfo& info(const std::string& name) const;
-  // The stored bytes of tensor `name` (any type), a view of the mapping.
+  GgufMapping mapping() const { return windows_ ? GgufMapping::Windows : GgufMapping::Whole; }
+  // The stored bytes of tensor `name` (any type), a view of the mapping. Under Windows the
+  // tensor's window is mapped once and kept as long as this file (prefer map()).
   std::span<const uint8_t> raw(const std::string& name) const;
+  // Bytes [begin, begin + length) of tensor `name` (all of it by default): a view of the whole
+  // mapping, or under Windows a mapping of their window alone, released with the last `keep`.
+  GgufBytes map(const std::string& name, uint64_t begin = 0,
+                std::optional<uint64_t> length = std::nullopt) const;
+  // Copies `size` bytes of tensor `name` from byte `begin` (pread under Windows: nothing mapped).
+  void read(const std::string& name, uint64_t begin, void* dst, size_t size) const;
   // The tensor as a tessel Tensor in `want` (default: as stored) for F32, F16, BF16 (and the
   // integer types): zero-copy when no conversion is needed. A quantized tensor is an Error that
   // names it and its type.
   Tensor load(const std::string& name, std::optional<DType> want = std::nullopt) const;
+  // Whether `t` views this file's bytes (the whole mapping, or a window raw() keeps).
   bool is_zero_copy(const Tensor& t) const;
 
  private:
+  struct Windows;  // the open file and the windows raw() keeps (Windows mapping)
+  // [begin, begin + length) of tensor `t`, checked against its byte size.
+  uint64_t tensor_offset(const GgufTensorInfo& t, uint64_t begin, uint64_t length) const;
+
+  // Whole: the mapping; Windows: an empty mapping that names the file (nothing mapped).
   std::shared_ptr<MappedFile> file_;
+  std::shared_ptr<Windows> windows_;  // Windows
   GgufHeader header_;
   std::map<std::string, size_t> index_;
 };

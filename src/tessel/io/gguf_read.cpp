@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <mutex>
 
 #include "tessel/io/gguf.h"
 
@@ -15,18 +16,29 @@ namespace tessel::io {
 
 namespace {
 
-// Reads little-endian values from a bounded buffer; every read names what it was reading.
+// Thrown while parsing the first bytes of a longer file when the header goes on past them.
+struct NeedMoreBytes {};
+
+// Reads little-endian values from a bounded buffer; every read names what it was reading. The
+// buffer may be the first `size` bytes of a file of `total`: a check that fails there for want of
+// bytes asks for more (NeedMoreBytes) rather than calling the file bad.
 class Cursor {
  public:
-  Cursor(const uint8_t* bytes, size_t size, const std::string& what)
-      : bytes_(bytes), size_(size), what_(what) {}
+  Cursor(const uint8_t* bytes, size_t size, uint64_t total, const std::string& what)
+      : bytes_(bytes), size_(size), total_(total), what_(what) {}
 
   size_t at() const { return at_; }
   uint64_t left() const { return size_ - at_; }
+  uint64_t total() const { return total_; }
+  // Before a check on left(): a failure that more of the file could cure asks for it.
+  void more_unless(bool ok) const {
+    if (!ok && size_ < total_) throw NeedMoreBytes{};
+  }
 
   void need(uint64_t n, const char* thing) const {
+    more_unless(n <= left());
     TESSEL_CHECK(n <= left(), what_, ": truncated file: ", thing, " at offset ", at_, " needs ", n,
-                 " bytes but only ", left(), " remain (file size ", size_, ")");
+                 " bytes but only ", left(), " remain (file size ", total_, ")");
   }
   uint64_t uint(int nbytes, const char* thing) {
     need(uint64_t(nbytes), thing);
@@ -40,6 +52,7 @@ class Cursor {
   std::string str(const char* thing, uint64_t max_bytes) {
     const size_t start = at_;
     uint64_t n = u64(thing);
+    more_unless(n <= left());
     TESSEL_CHECK(n <= left(), what_, ": ", thing, " at offset ", start, " has length ", n,
                  ", past the end of the file (", left(), " bytes remain)");
     TESSEL_CHECK(n <= max_bytes, what_, ": ", thing, " at offset ", start, " has length ", n,
@@ -52,6 +65,7 @@ class Cursor {
  private:
   const uint8_t* bytes_;
   size_t size_;
+  uint64_t total_;
   size_t at_ = 0;
   const std::string& what_;
 };
@@ -150,6 +164,7 @@ GgufValue read_value(Cursor& in, GgufType type, const std::string& what, const s
       v.elem = value_type(in.u32("an array element type"), what, key, at);
       const size_t count_at = in.at();
       uint64_t count = in.u64("an array length");
+      in.more_unless(count <= in.left() / min_encoded_bytes(v.elem));
       TESSEL_CHECK(count <= in.left() / min_encoded_bytes(v.elem), what, ": metadata '", key,
                    "' array at offset ", count_at, " claims ", count, " ", gguf_type_name(v.elem),
                    " elements but only ", in.left(), " bytes remain");
@@ -181,10 +196,11 @@ uint64_t tensor_bytes(const GgufTensorInfo& t, const GgmlTypeInfo& type, const s
   return blocks * type.block_bytes;
 }
 
-}  // namespace
-
-GgufHeader parse_gguf(const uint8_t* bytes, size_t size, const std::string& what) {
-  Cursor in(bytes, size, what);
+// The header from the first `available` bytes of a file of `total` (NeedMoreBytes when it goes on
+// past them); tensor ranges are checked against the whole file.
+GgufHeader parse_header(const uint8_t* bytes, size_t available, uint64_t total,
+                        const std::string& what) {
+  Cursor in(bytes, available, total, what);
   in.need(4, "the magic");
   TESSEL_CHECK(std::memcmp(bytes, "GGUF", 4) == 0, what,
                ": not a GGUF file (the first bytes are not 'GGUF')");
@@ -196,6 +212,7 @@ GgufHeader parse_gguf(const uint8_t* bytes, size_t size, const std::string& what
   const uint64_t n_tensors = in.u64("the tensor count");
   const uint64_t n_kv = in.u64("the metadata count");
   // A key-value pair takes at least 13 bytes, a tensor info at least 24.
+  in.more_unless(n_kv <= in.left() / 13 && n_tensors <= in.left() / 24);
   TESSEL_CHECK(n_kv <= in.left() / 13, what, ": metadata count ", n_kv, " is impossible: only ",
                in.left(), " bytes follow the header");
   TESSEL_CHECK(n_tensors <= in.left() / 24, what, ": tensor count ", n_tensors,
@@ -242,6 +259,7 @@ GgufHeader parse_gguf(const uint8_t* bytes, size_t size, const std::string& what
 
   const uint64_t end = in.at();
   h.data_start = end + (h.alignment - end % h.alignment) % h.alignment;
+  const uint64_t size = total;
   const uint64_t data_bytes = h.data_start <= size ? size - h.data_start : 0;
   std::vector<const GgufTensorInfo*> by_offset;
   for (const GgufTensorInfo& t : h.tensors) {
@@ -261,18 +279,74 @@ GgufHeader parse_gguf(const uint8_t* bytes, size_t size, const std::string& what
   return h;
 }
 
+}  // namespace
+
+GgufHeader parse_gguf(const uint8_t* bytes, size_t size, const std::string& what) {
+  return parse_header(bytes, size, size, what);
+}
+
 bool is_gguf_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {};
   return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
-GgufFile GgufFile::open(const std::string& path) {
+struct GgufFile::Windows {
+  explicit Windows(const std::string& path) : reader(path) {}
+  FileReader reader;
+  std::mutex mutex;
+  std::map<std::string, GgufBytes> kept;  // raw()'s windows, by tensor
+};
+
+GgufFile GgufFile::open(const std::string& path, GgufMapping mapping) {
   GgufFile f;
-  f.file_ = MappedFile::open(path);
-  f.header_ = parse_gguf(f.file_->data(), f.file_->size(), path);
+  if (mapping == GgufMapping::Whole) {
+    f.file_ = MappedFile::open(path);
+    f.header_ = parse_gguf(f.file_->data(), f.file_->size(), path);
+  } else {
+    // The header alone, read from the front: a generous first read, four times more while the
+    // header goes on (a vocabulary of 150k strings is a few MB), the file's size at most.
+    f.windows_ = std::make_shared<Windows>(path);
+    f.file_ = MappedFile::open_window(f.windows_->reader, 0, 0);  // maps nothing; names the file
+    const uint64_t total = f.windows_->reader.size();
+    std::vector<uint8_t> head;
+    for (uint64_t want = std::min<uint64_t>(total, uint64_t(1) << 20);;
+         want = std::min(total, want * 4)) {
+      head.resize(size_t(want));
+      f.windows_->reader.read_at(0, head.data(), head.size());
+      try {
+        f.header_ = parse_header(head.data(), head.size(), total, path);
+        break;
+      } catch (const NeedMoreBytes&) {
+      }
+    }
+  }
   for (size_t i = 0; i < f.header_.tensors.size(); ++i) f.index_[f.header_.tensors[i].name] = i;
   return f;
+}
+
+uint64_t GgufFile::tensor_offset(const GgufTensorInfo& t, uint64_t begin, uint64_t length) const {
+  TESSEL_CHECK(begin <= t.nbytes && length <= t.nbytes - begin, path(), ": bytes [", begin, ", +",
+               length, ") of tensor '", t.name, "', which has ", t.nbytes);
+  return header_.data_start + t.offset + begin;
+}
+
+GgufBytes GgufFile::map(const std::string& name, uint64_t begin,
+                        std::optional<uint64_t> length) const {
+  const GgufTensorInfo& t = info(name);
+  const uint64_t n = length.value_or(t.nbytes - std::min(begin, t.nbytes));
+  const uint64_t at = tensor_offset(t, begin, n);
+  if (!windows_) return {{file_->data() + at, size_t(n)}, file_};
+  auto window = MappedFile::open_window(windows_->reader, at, size_t(n));
+  return {{window->data(), size_t(n)}, window};
+}
+
+void GgufFile::read(const std::string& name, uint64_t begin, void* dst, size_t size) const {
+  const uint64_t at = tensor_offset(info(name), begin, size);
+  if (!windows_)
+    std::memcpy(dst, file_->data() + at, size);
+  else
+    windows_->reader.read_at(at, dst, size);
 }
 
 const GgufTensorInfo& GgufFile::info(const std::string& name) const {
@@ -282,8 +356,11 @@ const GgufTensorInfo& GgufFile::info(const std::string& name) const {
 }
 
 std::span<const uint8_t> GgufFile::raw(const std::string& name) const {
-  const GgufTensorInfo& t = info(name);
-  return {file_->data() + header_.data_start + t.offset, size_t(t.nbytes)};
+  if (!windows_) return map(name).bytes;
+  std::lock_guard<std::mutex> lock(windows_->mutex);
+  auto it = windows_->kept.find(name);
+  if (it == windows_->kept.end()) it = windows_->kept.emplace(name, map(name)).first;
+  return it->second.bytes;
 }
 
 Tensor GgufFile::load(const std::string& name, std::optional<DType> want) const {
@@ -297,11 +374,12 @@ Tensor GgufFile::load(const std::string& name, std::optional<DType> want) const 
   DType target = want.value_or(*stored);
   TESSEL_CHECK(dtype_is_float(target) == dtype_is_float(*stored), path(), ": tensor '", name,
                "' is ", type.name, "; converting it to ", dtype_name(target), " is not supported");
-  uint8_t* src = file_->mutable_data() + header_.data_start + t.offset;
+  const GgufBytes bytes = map(name);
+  uint8_t* src = const_cast<uint8_t*>(bytes.bytes.data());
   const Shape shape = t.shape();
   bool aligned = reinterpret_cast<uintptr_t>(src) % dtype_size(*stored) == 0;
   if (target == *stored && aligned && t.nbytes > 0) {
-    auto keep = file_;  // the mapping lives as long as any tensor viewing it
+    auto keep = bytes.keep;  // the mapping lives as long as any tensor viewing it
     auto impl = std::make_shared<TensorImpl>();
     impl->storage = std::make_shared<Storage>(src, t.nbytes, Device::cpu(), [keep](void*) {});
     impl->shape = shape;
@@ -324,7 +402,11 @@ Tensor GgufFile::load(const std::string& name, std::optional<DType> want) const 
 
 bool GgufFile::is_zero_copy(const Tensor& t) const {
   const uint8_t* p = static_cast<const uint8_t*>(t.data_ptr());
-  return p >= file_->data() && p < file_->data() + file_->size();
+  if (!windows_) return p >= file_->data() && p < file_->data() + file_->size();
+  std::lock_guard<std::mutex> lock(windows_->mutex);
+  for (const auto& [name, w] : windows_->kept)
+    if (p >= w.bytes.data() && p < w.bytes.data() + w.bytes.size()) return true;
+  return false;
 }
 
 }  // namespace tessel::io

@@ -37,14 +37,36 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
     TESSEL_CHECK(p != MAP_FAILED, "cannot map '", path, "' (", file->size_,
                  " bytes): ", std::strerror(err));
     file->data_ = static_cast<uint8_t*>(p);
+    file->map_base_ = p;
+    file->map_bytes_ = file->size_;
   } else {
     ::close(fd);
   }
   return file;
 }
 
+std::shared_ptr<MappedFile> MappedFile::open_window(const FileReader& file, uint64_t offset,
+                                                    size_t size) {
+  TESSEL_CHECK(offset <= file.size() && size <= file.size() - offset, "cannot map bytes [", offset,
+               ", +", size, ") of '", file.path(), "': the file has ", file.size());
+  std::shared_ptr<MappedFile> out(new MappedFile());
+  out->path_ = file.path();
+  out->size_ = size;
+  if (size == 0) return out;
+  static const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+  const uint64_t base = offset / page * page;
+  const size_t bytes = size_t(offset - base) + size;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, file.fd(), off_t(base));
+  TESSEL_CHECK(p != MAP_FAILED, "cannot map bytes [", offset, ", +", size, ") of '", file.path(),
+               "': ", std::strerror(errno));
+  out->map_base_ = p;
+  out->map_bytes_ = bytes;
+  out->data_ = static_cast<uint8_t*>(p) + (offset - base);
+  return out;
+}
+
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(data_, size_);
+  if (map_base_ != nullptr) ::munmap(map_base_, map_bytes_);
 }
 
 void write_file_atomic(const std::string& path, const void* bytes, size_t size) {

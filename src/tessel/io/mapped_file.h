@@ -11,9 +11,16 @@
 
 namespace tessel::io {
 
+class FileReader;
+
 class MappedFile {
  public:
   static std::shared_ptr<MappedFile> open(const std::string& path);  // throws Error
+  // Bytes [offset, offset + size) of an open file: the page-aligned window around them is mapped
+  // (the same private copy-on-write pages), and data() points at `offset`. A process that needs
+  // only some ranges of a large file maps those, so its address space (VmPeak) holds them only.
+  static std::shared_ptr<MappedFile> open_window(const FileReader& file, uint64_t offset,
+                                                 size_t size);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -27,6 +34,8 @@ class MappedFile {
   MappedFile() = default;
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  void* map_base_ = nullptr;  // what munmap releases: the whole file, or the page-aligned window
+  size_t map_bytes_ = 0;
   std::string path_;
 };
 
@@ -68,6 +77,7 @@ class FileReader {
   const std::string& path() const { return path_; }
   // The file's size when it was opened (a regular file; an Error otherwise).
   uint64_t size() const { return size_; }
+  int fd() const { return fd_; }
 
  private:
   std::string path_;

@@ -344,7 +344,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
   const fs::path p(path);
   // A GGUF file carries its whole tokenizer in its metadata; no tokenizer_config.json applies.
   if (fs::is_regular_file(p, ec) && is_gguf_file(path))
-    return from_gguf(GgufFile::open(path).metadata(), path);
+    return from_gguf(GgufFile::open(path, GgufMapping::Windows).metadata(), path);
   Tokenizer tok;
   fs::path dir;
   if (fs::is_regular_file(p, ec)) {

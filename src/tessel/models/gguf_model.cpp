@@ -77,7 +77,8 @@ bool is_quantized_model(CausalLM& model) {
 }
 
 ConfigPtr load_model_source_config(const std::string& model) {
-  if (is_gguf_model(model)) return gguf_model_config(io::GgufFile::open(model));
+  if (is_gguf_model(model))  // the header alone: nothing of the file mapped
+    return gguf_model_config(io::GgufFile::open(model, io::GgufMapping::Windows));
   return load_model_config((std::filesystem::path(model) / "config.json").string());
 }
 
@@ -231,9 +232,18 @@ void load_gguf_tensors(CausalLM& model, const io::GgufFile& file, const std::str
 }
 
 bool gguf_same_bytes(const io::GgufFile& file, const std::string& a, const std::string& b) {
-  const auto ra = file.raw(a), rb = file.raw(b);
-  return file.info(a).type == file.info(b).type && ra.size() == rb.size() &&
-         std::memcmp(ra.data(), rb.data(), ra.size()) == 0;
+  const uint64_t n = file.info(a).nbytes;
+  if (file.info(a).type != file.info(b).type || n != file.info(b).nbytes) return false;
+  // In pieces, so a file opened for windows maps neither tensor (a rank reading the config of a
+  // GPT-2 would otherwise hold both vocabulary matrices in its address space).
+  std::vector<uint8_t> pa(std::min<uint64_t>(n, 1 << 16)), pb(pa.size());
+  for (uint64_t at = 0; at < n; at += pa.size()) {
+    const size_t k = size_t(std::min<uint64_t>(pa.size(), n - at));
+    file.read(a, at, pa.data(), k);
+    file.read(b, at, pb.data(), k);
+    if (std::memcmp(pa.data(), pb.data(), k) != 0) return false;
+  }
+  return true;
 }
 
 }  // namespace tessel::models

@@ -4,8 +4,9 @@
 // over the trainer's stage slices (CausalLM::embed / block / head), so the bytes the meta device
 // counts are the ones the allocator would: every micro-batch's ids and targets loaded at the
 // start, the activations each in-flight micro-batch keeps until its backward (GPipe: all m;
-// 1F1B: up to pp - rank), the receive buffers posted one compute ahead, a sent gradient kept
-// until the compute after its send, the gradients of this rank's parameters, and the tied
+// 1F1B: up to pp - rank), the receive buffers posted one compute ahead, every send's payload
+// kept until the executor retires it after the compute that follows it, the gradients of this
+// rank's parameters, and the tied
 // embedding's gradient that the first stage adds in after the schedule.
 #include <algorithm>
 #include <map>
@@ -148,23 +149,22 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
         if (is_recv(list[posted_upto].kind))
           posted[posted_upto] = empty(message_shape, message_dtype);
     };
-    // A send's buffer lives until the executor finds it complete, testing after each compute.
-    // An activation's is the stage output its backward keeps anyway; a gradient's is the only
-    // reference to the input's gradient, and whether its send has completed by the test after
-    // the next compute depends on the receiver's progress (measured: mostly not, so the rank's
-    // next backward, its peak, often still holds it). Kept through the second compute after the
-    // send: the larger of the two outcomes (docs/PLANNER.md, "Memory model").
-    std::vector<std::pair<Tensor, int>> sends;  // payload, computes it still outlives
-    auto send = [&](Tensor payload, int computes) {
+    // A send's payload lives until the executor retires it: it waits for the send after the
+    // first compute that follows it (or at the end of the list), a fixed point whatever the
+    // receiver's progress. An activation's payload is the stage output its backward keeps anyway;
+    // a gradient's is the only reference to the input's gradient, freed after the next compute
+    // (docs/PLANNER.md, "Memory model": before the executor retired sends at a fixed point, the
+    // last rank's peak moved by one gradient from run to run).
+    std::vector<Tensor> sends;  // payloads issued since the last compute
+    auto send = [&](Tensor payload) {
       graph.collectives.push_back({"send", "pp", pr.ranks,
                                    double(payload.numel()) * double(dtype_size(payload.dtype())),
                                    recorder.backward() ? Phase::Backward : Phase::Forward});
-      sends.emplace_back(std::move(payload), computes);
+      sends.push_back(std::move(payload));
     };
     post_ahead(0);
     for (size_t i = 0; i < list.size(); ++i) {
       const PipelineAction& a = list[i];
-      const size_t sent_before = sends.size();
       switch (a.kind) {
         case PipelineActionKind::Forward: {
           post_ahead(i + 1);
@@ -206,13 +206,12 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
           break;
         }
         case PipelineActionKind::SendActivation:
-          send(slots[{a.stage, a.microbatch}].output.detach(), 1);
+          send(slots[{a.stage, a.microbatch}].output.detach());
           break;
         case PipelineActionKind::SendGradient: {
           Slot& s = slots[{a.stage, a.microbatch}];
           send(s.input.grad().defined() ? s.input.grad().detach()
-                                        : zeros(message_shape, message_dtype),
-               2);
+                                        : zeros(message_shape, message_dtype));
           s.input = Tensor();
           break;
         }
@@ -229,10 +228,7 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
           break;
         }
       }
-      if (is_compute(a.kind)) {
-        for (size_t k = 0; k < sent_before; ++k) --sends[k].second;
-        std::erase_if(sends, [](const auto& s) { return s.second <= 0; });
-      }
+      if (is_compute(a.kind)) sends.clear();  // the sends issued before this compute retire
     }
     sends.clear();
     slots.clear();

@@ -98,7 +98,7 @@ ChatTemplate ChatTemplate::from_settings(const io::TokenizerSettings& settings) 
 ChatTemplate ChatTemplate::for_model(const std::string& model_path_or_gguf) {
   const std::string& path = model_path_or_gguf;
   if (fs::is_regular_file(path) && io::is_gguf_file(path)) {
-    const io::GgufFile file = io::GgufFile::open(path);
+    const io::GgufFile file = io::GgufFile::open(path, io::GgufMapping::Windows);
     const io::GgufMetadata& meta = file.metadata();
     io::TokenizerSettings settings;
     settings.source = path;

@@ -2,9 +2,6 @@
 // Loading a GGUF file into this rank's tensor-parallel share (model_tp_load_gguf.h).
 #include "tessel/train/model_tp_load_gguf.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -27,16 +24,6 @@ namespace tessel::train {
 namespace {
 
 namespace quant = kernels::quant;
-
-// Hands the whole pages inside `bytes` back to the kernel: this rank copied what it needed from
-// them, and an untouched private file mapping reads them again from the file if ever asked. Pages
-// shared with a neighbouring tensor (possibly a view some layer holds) are left alone.
-void release_pages(std::span<const uint8_t> bytes) {
-  static const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
-  const uintptr_t lo = (uintptr_t(bytes.data()) + page - 1) / page * page;
-  const uintptr_t hi = (uintptr_t(bytes.data()) + bytes.size()) / page * page;
-  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
-}
 
 // A row-parallel split must cut every row between whole blocks. Checked for every rank's range on
 // every rank, so all of them refuse the file with the same Error instead of some waiting for the
@@ -63,15 +50,15 @@ struct Stats {
   int64_t bytes = 0, views = 0, copies = 0;
 };
 
-// This rank's piece of a matrix kept as GGUF blocks, bound to its Linear or Embedding.
-void bind_blocks(nn::Module& owner, const io::GgufFile& file,
-                 const std::shared_ptr<const io::GgufFile>& keep, const models::GgufStored& stored,
+// This rank's piece of a matrix kept as GGUF blocks, bound to its Linear or Embedding. The file
+// is open for windows: a view maps only the rows it keeps, and a copy maps the tensor for as long
+// as it copies (the window is unmapped when `whole` goes).
+void bind_blocks(nn::Module& owner, const io::GgufFile& file, const models::GgufStored& stored,
                  const sharding::LocalLayout& placement, const Shape& local, Stats& stats) {
   const io::GgufTensorInfo& info = file.info(stored.name);
   const quant::QuantType type = quant::quant_type_from_ggml(info.type);
   const int64_t rows = info.shape()[0], cols = info.shape()[1];
   const int64_t row_bytes = quant::row_bytes(type, cols);
-  const std::span<const uint8_t> raw = file.raw(stored.name);
   // The local rows' stored rows (-1: vocabulary padding), and the columns this rank holds.
   std::vector<int64_t> from(size_t(local[0]), -1);
   int64_t col0 = 0, ncols = cols;
@@ -92,12 +79,13 @@ void bind_blocks(nn::Module& owner, const io::GgufFile& file,
     consecutive = from[i] >= 0 && from[i] == from[0] + int64_t(i);
   Tensor blocks;
   if (consecutive) {
-    // Whole rows in file order: the mapping itself, kept alive by the view.
+    // Whole rows in file order: a mapping of those rows alone, kept alive by the view.
+    const io::GgufBytes rows_mapped =
+        file.map(stored.name, uint64_t(from[0] * row_bytes), from.size() * uint64_t(row_bytes));
     auto impl = std::make_shared<TensorImpl>();
-    const uint8_t* at = raw.data() + from[0] * row_bytes;
-    const size_t bytes = from.size() * size_t(row_bytes);
-    impl->storage =
-        std::make_shared<Storage>(const_cast<uint8_t*>(at), bytes, Device::cpu(), [keep](void*) {});
+    impl->storage = std::make_shared<Storage>(const_cast<uint8_t*>(rows_mapped.bytes.data()),
+                                              rows_mapped.bytes.size(), Device::cpu(),
+                                              [keep = rows_mapped.keep](void*) {});
     impl->shape = Shape({local[0], row_bytes});
     impl->dtype = DType::I8;
     impl->name = stored.name;
@@ -106,6 +94,8 @@ void bind_blocks(nn::Module& owner, const io::GgufFile& file,
   } else {
     blocks = empty({local[0], piece_bytes}, DType::I8);
     auto* out = static_cast<uint8_t*>(blocks.data_ptr());
+    const io::GgufBytes whole = file.map(stored.name);
+    const std::span<const uint8_t> raw = whole.bytes;
     for (size_t i = 0; i < from.size(); ++i) {
       uint8_t* dst = out + i * size_t(piece_bytes);
       if (from[i] < 0)
@@ -113,7 +103,6 @@ void bind_blocks(nn::Module& owner, const io::GgufFile& file,
       else
         std::memcpy(dst, raw.data() + from[i] * row_bytes + first_byte, size_t(piece_bytes));
     }
-    release_pages(raw);
     ++stats.copies;
   }
   stats.bytes += int64_t(blocks.nbytes());
@@ -138,7 +127,8 @@ RegionSource float_regions(const io::GgufFile& file, const models::GgufLayout& l
     check_region(name, shape, region);
     const int64_t rows = shape.ndim() > 0 ? shape[0] : 1, row_len = shape.numel() / rows;
     const size_t size = dtype_size(*dtype);
-    const uint8_t* raw = file.raw(stored.name).data();
+    const io::GgufBytes mapped = file.map(stored.name);  // unmapped after this region
+    const uint8_t* raw = mapped.bytes.data();
     for_each_run(shape, region, [&](int64_t global, int64_t n, int64_t at) {
       while (n > 0) {  // a piece of one row at a time: rows may be stored in another order
         const int64_t row = global / row_len, col = global % row_len;
@@ -160,7 +150,9 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
                                 const std::function<void(const std::string&)>& note,
                                 const std::function<bool(const std::string&)>& keep,
                                 const std::string& parallelism_name) {
-  auto file = std::make_shared<const io::GgufFile>(io::GgufFile::open(path));
+  // Windows: the rank maps the byte ranges it reads, never the whole file (docs/SERVING.md).
+  auto file =
+      std::make_shared<const io::GgufFile>(io::GgufFile::open(path, io::GgufMapping::Windows));
   const models::ConfigPtr config = models::gguf_model_config(*file);
   if (tp) (void)models::inference_tensor_parallel(*config, tp->size());
   TpGgufLoaded out;
@@ -245,7 +237,7 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
       }
     }
     if (nn::Module* owner = block_owner(name, info)) {
-      bind_blocks(*owner, *file, file, stored, placement, param.shape(), stats);
+      bind_blocks(*owner, *file, stored, placement, param.shape(), stats);
       continue;
     }
     param.storage().materialize();

@@ -15,9 +15,10 @@
 //    the rank's regions, widened from F16 / BF16 where stored so.
 // The quantized kernels compute each output feature from its row alone, so a column-parallel
 // product equals one process's bit for bit; a row-parallel one sums the ranks' partial products,
-// which differ from one process's only by the order of the sums (docs/SERVING.md). The pages of
-// the file a rank copied from are handed back to the kernel after each tensor, so a rank's
-// resident memory holds its share, not the file.
+// which differ from one process's only by the order of the sums (docs/SERVING.md). The file is
+// never mapped whole (io::GgufMapping::Windows): a view maps the rows it keeps for as long as it
+// lives, a copy maps its tensor while it copies, so a rank's address space (VmPeak) and resident
+// memory hold its share of the file, not the file.
 //
 // A pipeline stage (`--pp`, cli/pp_model.h) passes `keep`: only the parameters it names are read
 // and allocated, the others stay shape-only (the model is built so: no bytes, no address space),

@@ -94,9 +94,18 @@ ExecutionResult PipelineExecutor::run(StageRunner& runner) {
       posted[posted_upto] = Posted{std::move(buffer), std::move(work)};
     }
   };
-  std::vector<std::pair<Tensor, dist::WorkPtr>> sends;  // buffers kept until completion
+  // Sends in flight with their payloads. Each is retired (waited for, its payload freed) after
+  // the first compute that follows it in the list, or at the end of the list: a fixed point, so
+  // the bytes a rank holds at every action are the same whichever rank is slow. (Freeing a
+  // payload when a test() happened to find its send complete made the last stage's peak move by
+  // one input gradient from run to run.) The receiver has posted the matching receive by then in
+  // every schedule that validates: the simulator checks it (simulator.h).
+  std::vector<std::pair<Tensor, dist::WorkPtr>> sends;
+  auto retire_sends = [&] {
+    for (auto& s : sends) s.second->wait();
+    sends.clear();
+  };
   auto progress = [&] {
-    std::erase_if(sends, [](auto& s) { return s.second->test(); });
     for (size_t i = 0; i < posted_upto; ++i)
       if (posted[i]) posted[i]->work->test();
   };
@@ -180,10 +189,12 @@ ExecutionResult PipelineExecutor::run(StageRunner& runner) {
     if (is_compute(a.kind)) {
       result.compute_ms += timed.end - timed.start;
       progress();  // lets transports that progress only when polled move the next messages
+      retire_sends();
     }
     result.timeline.push_back(timed);
+    if (options_.after_action) options_.after_action(int(i));
   }
-  for (auto& [buffer, work] : sends) work->wait();
+  retire_sends();
   result.makespan_ms = ms_since(t0);
   return result;
 }

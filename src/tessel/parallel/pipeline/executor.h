@@ -6,8 +6,12 @@
 //
 // Communication is asynchronous point-to-point: a message is tagged with its identity
 // (activation or gradient, producing stage, micro-batch), sends are non-blocking with their
-// buffers kept until completion, and receives are posted ahead of the compute that precedes
-// them, so a transfer overlaps the next compute action. Shapes are agreed up front (every
+// buffers kept until they are retired (waited for) after the first compute that follows them in
+// the list (or at its end), and receives are posted at the start of the compute that precedes
+// them, so a transfer overlaps that compute. Retiring at a fixed point rather than whenever a
+// test finds a send complete makes a rank's bytes at every action independent of the other
+// ranks' timing, which the planner's memory model (plan/pipeline_trace.cpp) counts exactly, in the
+// spirit of DataParallelOptions::max_pending_reductions. Shapes are agreed up front (every
 // message of stage s has activation_shape(s)), so no size ever travels.
 //
 // Each run records when every action started and ended and the most forwards whose backward had
@@ -43,6 +47,9 @@ struct ExecutorOptions {
   // A barrier before the first action, so the times of all ranks share one origin (the measured
   // bubble needs it; a training step can do without).
   bool barrier_at_start = false;
+  // Called after each action of this rank's list with its index, once the sends that action
+  // retires are freed: what a rank holds there is fixed by the list (tests and instrumentation).
+  std::function<void(int index)> after_action;
 };
 
 struct ExecutionResult {

@@ -9,9 +9,12 @@
 // - The model is cut into ranks * virtual_stages stages (chunks); stage s lives on rank s % ranks
 //   (Megatron-LM's interleaved assignment; with one virtual stage, stage s is rank s).
 // - A rank executes its list strictly in order.
-// - Sends are buffered: a send never waits for its receiver. A receive blocks until the matching
-//   send has been issued (and its transfer time has passed). An executor must honour this, e.g.
-//   with non-blocking sends whose buffers stay alive until completion.
+// - A send does not wait for its receiver when issued. A receive blocks until the matching send
+//   has been issued (and its transfer time has passed). The executor retires a send (waits for
+//   it, frees its buffer) after the first compute that follows it in the list, or at the list's
+//   end, which needs the receiver to have posted the receive; receives are posted at the start
+//   of the compute before them (or before the first action). The simulator checks that this
+//   cannot deadlock.
 // - A message is identified by (activation or gradient, producing stage, micro-batch); an
 //   executor tags it with that identity, or matches by order on each pair of ranks when the
 //   simulator reports the schedule in order (Simulation::in_order; true for every generator).

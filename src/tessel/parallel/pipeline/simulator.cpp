@@ -2,8 +2,10 @@
 // Validation in two passes. The static pass walks each rank's list in order and records what the
 // rank holds (activations computed or received, gradients computed or received), which is all a
 // compute may use since a rank runs its list in order. The dynamic pass runs the ranks in
-// simulated time: only a receive can block (sends are buffered), so the ranks are advanced in
-// turn until none can move; whatever is left unfinished is a deadlock.
+// simulated time: a receive blocks until its message was sent, and a rank retires its sends after
+// the first compute that follows them (or at its list's end), which blocks until each receiver
+// has posted the receive (at the start of the compute before it: the executor's post-ahead), so
+// the ranks are advanced in turn until none can move; whatever is left unfinished is a deadlock.
 #include "tessel/parallel/pipeline/simulator.h"
 
 #include <algorithm>
@@ -61,6 +63,7 @@ class Validator {
     }
     check_counts();
     check_messages();
+    find_retirements();
     simulate_time();
   }
 
@@ -256,6 +259,46 @@ class Validator {
     }
   }
 
+  // Per send: the compute after which it is retired (n: at the list's end), and the receiver's
+  // action whose start posts its receive (the compute before it; -1: before the first action).
+  void find_retirements() {
+    retire_at_.assign(static_cast<size_t>(s_.ranks), {});
+    for (int rank = 0; rank < s_.ranks; ++rank) {
+      const auto& list = s_.actions[static_cast<size_t>(rank)];
+      const int n = static_cast<int>(list.size());
+      for (int k = 0; k < n; ++k) {
+        const bool send = valid_[static_cast<size_t>(rank)][static_cast<size_t>(k)] &&
+                          is_send(list[static_cast<size_t>(k)].kind);
+        auto it = send ? recvs_.find(message_key(list[static_cast<size_t>(k)])) : recvs_.end();
+        if (it == recvs_.end()) continue;  // not a send, or one check_messages reported
+        int at = k + 1;
+        while (at < n && !is_compute(list[static_cast<size_t>(at)].kind)) ++at;
+        const Where& r = it->second.front();
+        int post = r.index - 1;
+        while (post >= 0 && !is_compute(action(r.rank, post).kind)) --post;
+        retire_at_[static_cast<size_t>(rank)][at].push_back({k, {r.rank, post}});
+      }
+    }
+  }
+
+  // Whether `rank` may pass retirement point `at`: its receives posted (`now`: the last posting).
+  bool retired(int rank, int at, const std::vector<int>& pc, double& now, int* blocked_on) {
+    const auto& due = retire_at_[static_cast<size_t>(rank)];
+    auto it = due.find(at);
+    if (it == due.end()) return true;
+    for (const auto& [send, post] : it->second) {
+      if (post.index < 0) continue;
+      if (pc[static_cast<size_t>(post.rank)] <= post.index) {
+        if (blocked_on) *blocked_on = send;
+        return false;
+      }
+      now = std::max(
+          now,
+          result_.timeline[static_cast<size_t>(post.rank)][static_cast<size_t>(post.index)].start);
+    }
+    return true;
+  }
+
   double duration(const Action& a) const {
     switch (a.kind) {
       case ActionKind::Forward:
@@ -279,6 +322,7 @@ class Validator {
     bool moved = false;
     while (k < static_cast<int>(list.size())) {
       const Action& a = list[static_cast<size_t>(k)];
+      if (k > 0 && !retired(rank, k - 1, pc, now, nullptr)) break;
       double end = now;
       if (valid_[static_cast<size_t>(rank)][static_cast<size_t>(k)]) {
         if (is_recv(a.kind)) {
@@ -299,6 +343,12 @@ class Validator {
       ++k;
       moved = true;
     }
+    const int n = static_cast<int>(list.size());
+    if (k == n && !done_[static_cast<size_t>(rank)] &&
+        (n == 0 || retired(rank, n - 1, pc, now, nullptr)) && retired(rank, n, pc, now, nullptr)) {
+      done_[static_cast<size_t>(rank)] = true;
+      moved = true;
+    }
     return moved;
   }
 
@@ -306,7 +356,27 @@ class Validator {
     std::vector<int> waits_on(static_cast<size_t>(s_.ranks), -1);
     for (int rank = 0; rank < s_.ranks; ++rank) {
       const int k = pc[static_cast<size_t>(rank)];
-      if (k >= static_cast<int>(s_.actions[static_cast<size_t>(rank)].size())) {
+      const int n = static_cast<int>(s_.actions[static_cast<size_t>(rank)].size());
+      if (done_[static_cast<size_t>(rank)]) {
+        continue;
+      }
+      // Stuck retiring a send: after the compute before `k`, or at the end of its list.
+      int send = -1;
+      double unused = 0;
+      if ((k > 0 && !retired(rank, k - 1, pc, unused, &send)) ||
+          (k == n && !retired(rank, n, pc, unused, &send))) {
+        const Where& r = recvs_.at(message_key(action(rank, send))).front();
+        const int at = pc[static_cast<size_t>(r.rank)];  // the receiver is stuck there
+        waits_on[static_cast<size_t>(rank)] = r.rank;
+        error(rank, send,
+              concat("deadlock: retiring this send after the next compute waits for ",
+                     where(r.rank, r.index),
+                     " to be posted (at the compute before it), which "
+                     "rank ",
+                     r.rank, " never reaches: it is stuck at ",
+                     at < static_cast<int>(s_.actions[static_cast<size_t>(r.rank)].size())
+                         ? where(r.rank, at)
+                         : "the end of its list"));
         continue;
       }
       auto it = sends_.find(message_key(action(rank, k)));
@@ -350,6 +420,7 @@ class Validator {
     result_.timeline.assign(ranks, {});
     std::vector<int> pc(ranks, 0);
     std::vector<double> clock(ranks, 0.0);
+    done_.assign(ranks, false);
     for (bool moved = true; moved;) {
       moved = false;
       for (int rank = 0; rank < s_.ranks; ++rank) {
@@ -358,7 +429,7 @@ class Validator {
     }
     bool finished = true;
     for (size_t r = 0; r < ranks; ++r) {
-      finished = finished && pc[r] == static_cast<int>(s_.actions[r].size());
+      finished = finished && done_[r];
     }
     if (!finished) {
       report_deadlock(pc);
@@ -396,6 +467,9 @@ class Validator {
   std::map<StageMb, std::vector<Where>> forwards_, backwards_;
   std::map<MessageKey, std::vector<Where>> sends_, recvs_;
   std::map<MessageKey, double> arrival_;  // message -> time it is available to its receiver
+  // Per rank: retirement point -> (send index, the receiver's posting action) retired there.
+  std::vector<std::map<int, std::vector<std::pair<int, Where>>>> retire_at_;
+  std::vector<bool> done_;  // per rank: every action run and every send retired
 };
 
 }  // namespace

@@ -9,8 +9,9 @@
 // - every (stage, micro-batch) forward and backward computed exactly once;
 // - every send matched by exactly one receive and vice versa;
 // - deadlock: the ranks run until none can move; a rank still short of its end is stuck on a
-//   receive, and the report names it, the send it waits for, where that sender is stuck, and any
-//   cycle of ranks waiting on each other.
+//   receive, or retiring a send whose receive is not posted yet (schedule.h), and the report
+//   names it, what it waits for, where the other rank is stuck, and any cycle of ranks waiting on
+//   each other.
 // The timeline it produces gives the makespan, the bubble fraction and the peak number of
 // activations each rank holds.
 #pragma once
