@@ -49,7 +49,7 @@ Tensor zero_bias(const Shape& shape, const Init& init) {
 
 ExpertMLPs::ExpertMLPs(int64_t experts, int64_t hidden, int64_t ffn_hidden, ExpertKind kind,
                        Init init)
-    : Module("ExpertMLPs"), experts_(experts), kind_(kind) {
+    : Module("ExpertMLPs"), experts_(experts), ffn_(ffn_hidden), kind_(kind) {
   TESSEL_CHECK(experts > 0 && hidden > 0 && ffn_hidden > 0, "ExpertMLPs: experts ", experts,
                ", hidden ", hidden, " and ffn_hidden ", ffn_hidden, " must be > 0");
   if (kind == ExpertKind::SwiGLU) {
@@ -64,38 +64,69 @@ ExpertMLPs::ExpertMLPs(int64_t experts, int64_t hidden, int64_t ffn_hidden, Expe
   }
 }
 
+namespace {
+
+// Rebinds `t` to rows [first, first + count) of its dim `dim`, in its own memory. Rebinding the
+// shared implementation keeps every handle (the registry's, the module's member) valid. A
+// shape-only tensor (construction without materialisation) keeps a shape-only part.
+void keep_part(Tensor& t, int dim, int64_t first, int64_t count) {
+  const Tensor piece = t.storage().is_materialized()
+                           ? t.detach().slice(dim, first, first + count)  // a copy
+                           : unallocated(t.shape().with(dim, count), t.dtype());
+  TensorImpl& impl = *t.impl_ptr();
+  impl.storage = piece.storage_ptr();
+  impl.offset = piece.offset();
+  impl.shape = piece.shape();
+  impl.grad.reset();
+}
+
+}  // namespace
+
 void ExpertMLPs::keep_experts(int64_t first, int64_t count) {
   TESSEL_CHECK(first_ == 0 && first >= 0 && count >= 1 && first + count <= experts_,
                "ExpertMLPs: cannot keep experts [", first, ", ", first + count, ") of ", experts_,
                first_ != 0 ? " (already a part of a layer)" : "");
   for (Tensor* t :
-       {&gate_proj, &up_proj, &down_proj, &fc_weight, &fc_bias, &proj_weight, &proj_bias}) {
-    if (!t->defined()) continue;
-    // Rebinding the shared implementation keeps every handle (the registry's, this member) valid.
-    // A shape-only layer (construction without materialisation) keeps a shape-only part.
-    const Tensor part = t->detach().narrow(0, first, count);
-    const Tensor piece =
-        t->storage().is_materialized() ? part.clone() : unallocated(part.shape(), t->dtype());
-    TensorImpl& impl = *t->impl_ptr();
-    impl.storage = piece.storage_ptr();
-    impl.offset = piece.offset();
-    impl.shape = piece.shape();
-    impl.grad.reset();
-  }
+       {&gate_proj, &up_proj, &down_proj, &fc_weight, &fc_bias, &proj_weight, &proj_bias})
+    if (t->defined()) keep_part(*t, 0, first, count);
   first_ = first;
   experts_ = count;
 }
 
+void ExpertMLPs::keep_ffn(int64_t first, int64_t count,
+                          std::shared_ptr<ExpertTensorRegion> region) {
+  TESSEL_CHECK(
+      region_ == nullptr && region != nullptr && first >= 0 && count >= 1 && first + count <= ffn_,
+      "ExpertMLPs: cannot keep FFN columns [", first, ", ", first + count, ") of ", ffn_,
+      region_ != nullptr ? " (already split)" : "",
+      region == nullptr ? " without a region to sum the pieces" : "");
+  // [E, F, C] and [E, F]: rows of dim 1; [E, C, F]: columns of dim 2. proj_bias stays whole.
+  for (Tensor* t : {&gate_proj, &up_proj, &fc_weight, &fc_bias})
+    if (t->defined()) keep_part(*t, 1, first, count);
+  for (Tensor* t : {&down_proj, &proj_weight})
+    if (t->defined()) keep_part(*t, 2, first, count);
+  ffn_first_ = first;
+  ffn_ = count;
+  region_ = std::move(region);
+}
+
 Tensor ExpertMLPs::forward(const Tensor& x, const Tensor& offsets, const Tensor& expert_of_row) {
   return run_forward({x}, [&] {
+    // Split over tp: every rank's columns see the same rows (f), and the down projections' partial
+    // sums are added over the ranks once for all experts (g), before the output bias, which is
+    // then added once as after Megatron's row-parallel all-reduce.
+    const Tensor in = region_ ? region_->enter(x) : x;
+    auto joined = [&](const Tensor& partial) {
+      return region_ ? region_->reduce(partial) : partial;
+    };
     if (kind_ == ExpertKind::SwiGLU) {
-      Tensor g = ops::grouped_linear(x, gate_proj, offsets);
-      Tensor u = ops::grouped_linear(x, up_proj, offsets);
-      return ops::grouped_linear(ops::mul(ops::silu(g), u), down_proj, offsets);
+      Tensor g = ops::grouped_linear(in, gate_proj, offsets);
+      Tensor u = ops::grouped_linear(in, up_proj, offsets);
+      return joined(ops::grouped_linear(ops::mul(ops::silu(g), u), down_proj, offsets));
     }
-    Tensor h = ops::add(ops::grouped_linear(x, fc_weight, offsets),
+    Tensor h = ops::add(ops::grouped_linear(in, fc_weight, offsets),
                         ops::embedding(fc_bias, expert_of_row));
-    return ops::add(ops::grouped_linear(ops::gelu(h), proj_weight, offsets),
+    return ops::add(joined(ops::grouped_linear(ops::gelu(h), proj_weight, offsets)),
                     ops::embedding(proj_bias, expert_of_row));
   });
 }

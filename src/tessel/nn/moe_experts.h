@@ -4,7 +4,11 @@
 // experts' contiguous rows (ops::grouped_linear). SwiGLU experts as Mixtral's (w1 = gate_proj,
 // w3 = up_proj, w2 = down_proj, no biases) or GELU experts as GPT-2's MLP (c_fc, c_proj with
 // biases; the per-row bias is gathered by expert). DenseMLP is the same MLP as one ordinary
-// module: PR-MoE's residual branch.
+// module: PR-MoE's residual branch. Expert tensor parallelism (Megatron-LM's split of an MLP,
+// applied to every expert at once): keep_ffn leaves each expert's FFN columns [first, first + n)
+// (gate/up/fc column-parallel, down/proj row-parallel), and an ExpertTensorRegion joins the pieces:
+// f on the rows entering the experts, g (the sum over tp) on their outputs before the output bias,
+// one pair per layer call whatever the expert count.
 #pragma once
 
 #include <memory>
@@ -13,6 +17,17 @@
 #include "tessel/nn/moe_config.h"
 
 namespace tessel::nn {
+
+// Megatron-LM's f and g for the experts' FFN split over tensor-parallel ranks (installed by
+// parallel/expert; nn has no communicator). Every rank of the group calls them in the same order.
+class ExpertTensorRegion {
+ public:
+  virtual ~ExpertTensorRegion() = default;
+  // f: identity forward; backward sums the input gradient over the ranks.
+  virtual Tensor enter(const Tensor& x) = 0;
+  // g: the ranks' partial outputs summed forward; identity backward.
+  virtual Tensor reduce(const Tensor& partial) = 0;
+};
 
 class ExpertMLPs : public Module {
  public:
@@ -28,6 +43,14 @@ class ExpertMLPs : public Module {
   // those rows, in its own memory, keeping its name and identity; forward's offsets then cover
   // them alone.
   void keep_experts(int64_t first, int64_t count);
+  // Keeps FFN columns [first, first + count) of every expert (expert tensor parallelism): the
+  // gate/up/fc weights' rows and fc_bias's columns (dim 1), the down/proj weights' columns
+  // (dim 2); proj_bias stays whole and is added once, after `region`'s sum. Same rebinding as
+  // keep_experts. Either order with keep_experts.
+  void keep_ffn(int64_t first, int64_t count, std::shared_ptr<ExpertTensorRegion> region);
+  int64_t ffn_hidden() const { return ffn_; }  // the FFN columns this module holds
+  int64_t first_ffn_column() const { return ffn_first_; }
+  ExpertTensorRegion* tensor_region() const { return region_.get(); }
 
   // SwiGLU: gate_proj, up_proj [E, F, C], down_proj [E, C, F].
   // GELU: fc_weight [E, F, C], fc_bias [E, F], proj_weight [E, C, F], proj_bias [E, C].
@@ -37,7 +60,10 @@ class ExpertMLPs : public Module {
  private:
   int64_t experts_;
   int64_t first_ = 0;
+  int64_t ffn_;
+  int64_t ffn_first_ = 0;
   ExpertKind kind_;
+  std::shared_ptr<ExpertTensorRegion> region_;
 };
 
 class DenseMLP : public Module {
