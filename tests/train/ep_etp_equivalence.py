@@ -12,7 +12,14 @@ first of the uneven FFN pieces for Mixtral's 33 columns). GPT-2-MoE only: checkp
 option both ways (step 6 of np 4 --tp 2 --ep 2 --etp ZeRO-3 resumed on one rank, one rank's
 resumed at np 4 --tp 2 --ep 2 --etp), each continuing the one-rank trajectory.
 
-Usage: ep_etp_equivalence.py TESSEL MPIRUN WORKDIR [mixtral]
+`bf16` as the last argument: the GPT-2-MoE at np 4 --tp 2 --ep 2 --etp with
+train.precision=bf16 against one rank at bf16: step 1 routes exactly as one rank; later steps
+differ by bf16 roundings in another order (the partial outputs are summed over tp in bf16):
+losses within 1e-3 (ep_bf16_equivalence's bound) and final parameters no farther from the
+one-rank bf16 run than 1.5 x the same layout without --etp (itself 0.8 x the bf16-f32 distance
+on this model, so ep_bf16_equivalence's "half the f32 distance" does not apply to tp here).
+
+Usage: ep_etp_equivalence.py TESSEL MPIRUN WORKDIR [mixtral|bf16]
 """
 import os
 import re
@@ -24,8 +31,8 @@ from ep_tp_equivalence import (EXPERTS, GPT2_EMBD, MICRO, MIXTRAL_EMBD, MOE_LAYE
                                STEPS, check_all_to_all, check_grad_norms, check_routing,
                                gpt2_moe_config, mixtral_config)
 from tessel_runs import (compare_losses, compare_params, fail, final_params, mpi_prefix,  # noqa: E402
-                         prepare_workdir, run, seed_resume, single_thread_env, train_sets,
-                         write_json)
+                         prepare_workdir, run, seed_resume, single_thread_env, step_records,
+                         train_sets, write_json)
 
 
 def expert_bytes(out, what):
@@ -45,11 +52,49 @@ def expected_bytes(mixtral, ep, tp):
     return 4 * MOE_LAYERS * (EXPERTS // ep) * per_expert
 
 
+def relative_distance(pa, pb):
+    d2 = sum(sum((u - v) ** 2 for u, v in zip(x, pb[n])) for n, x in pa.items())
+    n2 = sum(sum(u * u for u in x) for x in pa.values())
+    return (d2 / n2) ** 0.5
+
+
+def check_bf16(tessel, mpi, work, common, env):
+    what = "np 4 --tp 2 --ep 2 --etp bf16"
+    ref, f32 = os.path.join(work, "one_rank_accum2_bf16"), os.path.join(work, "one_rank_accum2_f32")
+    run([tessel] + common(ref, ["train.grad_accum=2", "train.precision=bf16"]), env=env)
+    run([tessel] + common(f32, ["train.grad_accum=2"]), env=env)
+    d, whole = os.path.join(work, "np4_etp_bf16"), os.path.join(work, "np4_bf16")
+    run(mpi + ["-np", "4", tessel] + common(d, ["train.precision=bf16"]) +
+        ["--tp", "2", "--ep", "2", "--etp"], env=env)
+    run(mpi + ["-np", "4", tessel] + common(whole, ["train.precision=bf16"]) +
+        ["--tp", "2", "--ep", "2"], env=env)
+    a, b = step_records(ref), step_records(d)
+    if len(a) != STEPS or len(b) != STEPS:
+        fail(f"{what}: {len(b)} step records, one rank {len(a)}, expected {STEPS}")
+    keys = ("layer", "tokens", "capacity", "tokens_per_expert", "dropped")
+    routed = [[{k: e[k] for k in keys} for e in r["experts"]] for r in (a[0], b[0])]
+    if routed[0] != routed[1]:
+        fail(f"{what}: step 1 (the initial weights) routes otherwise than one rank: "
+             f"{routed[1]} vs {routed[0]}")
+    worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
+    if worst > 1e-3:
+        fail(f"{what}: a loss differs from one rank's bf16 run by {worst:.2e} (relative) > 1e-3")
+    pr = final_params(ref, STEPS)
+    dist, gap = relative_distance(pr, final_params(d, STEPS)), relative_distance(final_params(f32, STEPS), pr)
+    base = relative_distance(pr, final_params(whole, STEPS))
+    if dist > 1.5 * base or dist >= gap:
+        fail(f"{what}: final parameters {dist:.2e} from one rank's bf16 run; without --etp "
+             f"{base:.2e} (bound 1.5x), bf16 vs f32 {gap:.2e}")
+    print(f"{what}: step 1 routes as one rank's bf16 run, {STEPS}-step losses within {worst:.1e}, "
+          f"final parameters {dist:.1e} from it (without --etp: {base:.1e}; bf16 vs f32: {gap:.1e})")
+
+
 def main():
     tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
-    mixtral = len(sys.argv) > 4 and sys.argv[4] == "mixtral"
-    if len(sys.argv) > 4 and not mixtral:
-        fail(f"mode {sys.argv[4]!r}: expected mixtral")
+    mode = sys.argv[4] if len(sys.argv) > 4 else ""
+    if mode not in ("", "mixtral", "bf16"):
+        fail(f"mode {mode!r}: expected mixtral or bf16")
+    mixtral = mode == "mixtral"
     vocab = prepare_workdir(tessel, work)
     config = write_json(os.path.join(work, "config.json"),
                         mixtral_config(vocab) if mixtral else gpt2_moe_config(vocab))
@@ -63,6 +108,9 @@ def main():
                                              "log.jsonl=train.jsonl", "checkpoint.dir=" + d] +
                                       list(extra))
 
+    if mode == "bf16":
+        check_bf16(tessel, mpi, work, common, env)
+        return
     layouts = [(2, ["--tp", "2", "--etp"], 0), (4, ["--tp", "2", "--ep", "2", "--etp"], 0),
                (4, ["--tp", "2", "--ep", "2", "--etp"], 3)]
     refs, dirs, whole = {}, {}, None
