@@ -35,6 +35,7 @@ struct TrainArgs {
   bool dp_given = false;     // --ep without --dp: dp is every rank tp and pp leave
   std::string schedule;      // --schedule: parallel.schedule
   bool sp = false;           // --sp: parallel.sequence_parallel
+  bool etp = false;          // --etp: parallel.expert_tensor_parallel
   std::string tp_plan;       // --tp-plan: parallel.tp_plan
   int64_t microbatches = 0;  // --microbatches: train.grad_accum
   std::string plan;          // --plan auto: the planner's best layout for the launch
@@ -92,6 +93,7 @@ void run_train(const TrainArgs& args) {
   std::vector<std::string> overrides = args.overrides;
   if (!args.schedule.empty()) overrides.push_back("parallel.schedule=" + args.schedule);
   if (args.sp) overrides.push_back("parallel.sequence_parallel=true");
+  if (args.etp) overrides.push_back("parallel.expert_tensor_parallel=true");
   if (!args.tp_plan.empty()) overrides.push_back("parallel.tp_plan=" + args.tp_plan);
   if (args.microbatches > 0)
     overrides.push_back("train.grad_accum=" + std::to_string(args.microbatches));
@@ -214,6 +216,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--sp", args->sp,
                 "Sequence parallelism with --tp: norms and dropouts on sequence pieces "
                 "(--set parallel.sequence_parallel=true)");
+  cmd->add_flag("--etp", args->etp,
+                "Expert tensor parallelism with --tp: each MoE expert's FFN split over tp "
+                "(--set parallel.expert_tensor_parallel=true)");
   cmd->add_option("--tp-plan", args->tp_plan,
                   "Tensor-parallel plan JSON, e.g. from `tessel plan shard` "
                   "(--set parallel.tp_plan=...; default: the model family's plan)");

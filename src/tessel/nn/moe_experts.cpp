@@ -70,26 +70,34 @@ ExpertMLPs::ExpertMLPs(int64_t experts, int64_t hidden, int64_t ffn_hidden, Expe
   }
 }
 
+namespace {
+
+// Rebinds `t` to rows [first, first + count) of its dim `dim`, in its own memory. Rebinding the
+// shared implementation keeps every handle (the registry's, the module's member) valid. A
+// shape-only tensor (construction without materialisation) keeps a shape-only part.
+void keep_part(Tensor& t, int dim, int64_t first, int64_t count) {
+  // GGUF blocks (i8 stacks, inference) stay a view of the mapped file: only this part's pages are
+  // ever read.
+  const Tensor piece =
+      !t.storage().is_materialized()       ? unallocated(t.shape().with(dim, count), t.dtype())
+      : t.dtype() == DType::I8 && dim == 0 ? t.detach().narrow(0, first, count)
+                                           : t.detach().slice(dim, first, first + count);  // a copy
+  TensorImpl& impl = *t.impl_ptr();
+  impl.storage = piece.storage_ptr();
+  impl.offset = piece.offset();
+  impl.shape = piece.shape();
+  impl.grad.reset();
+}
+
+}  // namespace
+
 void ExpertMLPs::keep_experts(int64_t first, int64_t count) {
   TESSEL_CHECK(first_ == 0 && first >= 0 && count >= 1 && first + count <= experts_,
                "ExpertMLPs: cannot keep experts [", first, ", ", first + count, ") of ", experts_,
                first_ != 0 ? " (already a part of a layer)" : "");
   for (Tensor* t :
-       {&gate_proj, &up_proj, &down_proj, &fc_weight, &fc_bias, &proj_weight, &proj_bias}) {
-    if (!t->defined()) continue;
-    // Rebinding the shared implementation keeps every handle (the registry's, this member) valid.
-    // A shape-only layer (construction without materialisation) keeps a shape-only part.
-    // GGUF blocks (i8) stay a view of the mapped file: only this part's pages are ever read.
-    const Tensor part = t->detach().narrow(0, first, count);
-    const Tensor piece = !t->storage().is_materialized() ? unallocated(part.shape(), t->dtype())
-                         : t->dtype() == DType::I8       ? part
-                                                         : part.clone();
-    TensorImpl& impl = *t->impl_ptr();
-    impl.storage = piece.storage_ptr();
-    impl.offset = piece.offset();
-    impl.shape = piece.shape();
-    impl.grad.reset();
-  }
+       {&gate_proj, &up_proj, &down_proj, &fc_weight, &fc_bias, &proj_weight, &proj_bias})
+    if (t->defined()) keep_part(*t, 0, first, count);
   first_ = first;
   experts_ = count;
 }
@@ -154,15 +162,40 @@ Tensor ExpertMLPs::project(const Tensor& x, const std::string& name, const Tenso
   return ops::quant_grouped_linear(x, *quant_[k], *s.weight, s.in, offsets);
 }
 
+void ExpertMLPs::keep_ffn(int64_t first, int64_t count,
+                          std::shared_ptr<ExpertTensorRegion> region) {
+  TESSEL_CHECK(region_ == nullptr && region != nullptr && first >= 0 && count >= 1 &&
+                   first + count <= ffn_hidden_ && !quantized(),
+               "ExpertMLPs: cannot keep FFN columns [", first, ", ", first + count, ") of ",
+               ffn_hidden_, region_ != nullptr ? " (already split)" : "",
+               region == nullptr ? " without a region to sum the pieces" : "",
+               quantized() ? " (its stacks are GGUF blocks: inference only)" : "");
+  // [E, F, C] and [E, F]: rows of dim 1; [E, C, F]: columns of dim 2. proj_bias stays whole.
+  for (Tensor* t : {&gate_proj, &up_proj, &fc_weight, &fc_bias})
+    if (t->defined()) keep_part(*t, 1, first, count);
+  for (Tensor* t : {&down_proj, &proj_weight})
+    if (t->defined()) keep_part(*t, 2, first, count);
+  ffn_first_ = first;
+  ffn_hidden_ = count;
+  region_ = std::move(region);
+}
+
 Tensor ExpertMLPs::forward(const Tensor& x, const Tensor& offsets, const Tensor& expert_of_row) {
   return run_forward({x}, [&] {
+    // Split over tp: every rank's columns see the same rows (f), and the down projections' partial
+    // sums are added over the ranks once for all experts (g), before the output bias, which is
+    // then added once as after Megatron's row-parallel all-reduce.
+    const Tensor in = region_ ? region_->enter(x) : x;
+    auto joined = [&](const Tensor& partial) {
+      return region_ ? region_->reduce(partial) : partial;
+    };
     if (kind_ == ExpertKind::SwiGLU) {
-      Tensor g = project(x, "gate_proj", offsets);
-      Tensor u = project(x, "up_proj", offsets);
-      return project(ops::mul(ops::silu(g), u), "down_proj", offsets);
+      Tensor g = project(in, "gate_proj", offsets);
+      Tensor u = project(in, "up_proj", offsets);
+      return joined(project(ops::mul(ops::silu(g), u), "down_proj", offsets));
     }
-    Tensor h = ops::add(project(x, "fc_weight", offsets), ops::embedding(fc_bias, expert_of_row));
-    return ops::add(project(ops::gelu(h), "proj_weight", offsets),
+    Tensor h = ops::add(project(in, "fc_weight", offsets), ops::embedding(fc_bias, expert_of_row));
+    return ops::add(joined(project(ops::gelu(h), "proj_weight", offsets)),
                     ops::embedding(proj_bias, expert_of_row));
   });
 }

@@ -6,7 +6,11 @@
 // biases; the per-row bias is gathered by expert). For inference a stacked weight can be kept as
 // GGUF blocks (llama.cpp's blk.N.ffn_*_exps, nn/quantized.h), multiplied in place by
 // ops::quant_grouped_linear: no dequantized copy of a stack exists. DenseMLP is the same MLP as one
-// ordinary module: PR-MoE's residual branch.
+// ordinary module: PR-MoE's residual branch. Expert tensor parallelism (Megatron-LM's split of an
+// MLP, applied to every expert at once): keep_ffn leaves each expert's FFN columns
+// [first, first + n) (gate/up/fc column-parallel, down/proj row-parallel), and an
+// ExpertTensorRegion joins the pieces: f on the rows entering the experts, g (the sum over tp) on
+// their outputs before the output bias, one pair per layer call whatever the expert count.
 #pragma once
 
 #include <array>
@@ -19,6 +23,17 @@
 #include "tessel/nn/moe_config.h"
 
 namespace tessel::nn {
+
+// Megatron-LM's f and g for the experts' FFN split over tensor-parallel ranks (installed by
+// parallel/expert; nn has no communicator). Every rank of the group calls them in the same order.
+class ExpertTensorRegion {
+ public:
+  virtual ~ExpertTensorRegion() = default;
+  // f: identity forward; backward sums the input gradient over the ranks.
+  virtual Tensor enter(const Tensor& x) = 0;
+  // g: the ranks' partial outputs summed forward; identity backward.
+  virtual Tensor reduce(const Tensor& partial) = 0;
+};
 
 class ExpertMLPs : public Module {
  public:
@@ -35,6 +50,14 @@ class ExpertMLPs : public Module {
   // them alone.
   // A stack held as GGUF blocks stays a view of them (no copy).
   void keep_experts(int64_t first, int64_t count);
+  // Keeps FFN columns [first, first + count) of every expert (expert tensor parallelism): the
+  // gate/up/fc weights' rows and fc_bias's columns (dim 1), the down/proj weights' columns
+  // (dim 2); proj_bias stays whole and is added once, after `region`'s sum. Same rebinding as
+  // keep_experts. Either order with keep_experts.
+  void keep_ffn(int64_t first, int64_t count, std::shared_ptr<ExpertTensorRegion> region);
+  int64_t ffn_hidden() const { return ffn_hidden_; }  // the FFN columns this module holds
+  int64_t first_ffn_column() const { return ffn_first_; }
+  ExpertTensorRegion* tensor_region() const { return region_.get(); }
 
   // Inference with the stacked weight `name` (gate_proj, up_proj, down_proj, fc_weight,
   // proj_weight) kept as `blocks`, i8 [experts(), out, row_bytes(type, in)] (the rows of this
@@ -63,8 +86,10 @@ class ExpertMLPs : public Module {
 
   int64_t experts_, hidden_, ffn_hidden_;
   int64_t first_ = 0;
+  int64_t ffn_first_ = 0;
   ExpertKind kind_;
   std::array<std::optional<kernels::quant::QuantType>, 5> quant_;  // by stacks()' order
+  std::shared_ptr<ExpertTensorRegion> region_;
 };
 
 class DenseMLP : public Module {

@@ -154,4 +154,17 @@ LocalLayout LocalLayout::of(const ShardLayout& spec, const Shape& local, int par
   return p;
 }
 
+LocalLayout LocalLayout::within(const LocalLayout& outer) const {
+  TESSEL_CHECK(block_dim < 0 && outer.block_dim < 0 && outer.dim != dim &&
+                   outer.segments.size() == 1 && outer.segments[0].local_start == 0 &&
+                   outer.global.ndim() == global.ndim(),
+               "LocalLayout: a split along dim ", dim, " cannot lie inside one along dim ",
+               outer.dim, " with ", outer.segments.size(), " segments");
+  LocalLayout p = *this;
+  p.global = global.with(outer.dim, outer.global[outer.dim]);
+  p.block_dim = outer.dim;
+  p.block_start = outer.segments[0].global_start;
+  return p;
+}
+
 }  // namespace tessel::sharding

@@ -83,11 +83,19 @@ struct LocalLayout {
   Shape global;
   int dim = 0;
   std::vector<Segment> segments;
+  // A second split, by another axis, along `block_dim` (!= dim): the local tensor holds the global
+  // rows [block_start, block_start + its size) of that dim (-1: none). Expert parallelism's block
+  // of experts (dim 0) around expert tensor parallelism's FFN columns (dim 1 or 2).
+  int block_dim = -1;
+  int64_t block_start = 0;
 
   // The local tensor is the whole global tensor.
   static LocalLayout whole(const Shape& shape);
   // Rank `rank` of `parts` holding a tensor of `local` shape laid out by `spec`.
   static LocalLayout of(const ShardLayout& spec, const Shape& local, int parts, int rank);
+  // This layout inside `outer`, a one-segment layout along another dim (the local tensor is rows
+  // [start, start + length) of outer.dim): the global shape takes outer's size along that dim.
+  LocalLayout within(const LocalLayout& outer) const;
 };
 
 }  // namespace tessel::sharding

@@ -108,6 +108,8 @@ std::vector<KeyDef> build_key_table() {
                         "Pipeline schedule with pp > 1: gpipe, 1f1b or interleaved:V"),
       TESSEL_CONFIG_KEY(parallel, sequence_parallel, boolean(),
                         "With tp > 1: norms, dropouts and residuals on sequence pieces (--sp)"),
+      TESSEL_CONFIG_KEY(parallel, expert_tensor_parallel, boolean(),
+                        "With tp > 1 and an MoE model: each expert's FFN split over tp (--etp)"),
       TESSEL_CONFIG_KEY(parallel, tp_plan, any(),
                         "Tensor-parallel plan JSON file; empty: the model family's built-in plan"),
       TESSEL_CONFIG_KEY(optim, lr, interval(true, 0, 10, false), "Peak learning rate"),

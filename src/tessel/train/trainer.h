@@ -140,6 +140,7 @@ class Trainer {
   // trainer_strategies.cpp: ZeRO-3's gathering units (of this rank's stages under pp).
   std::vector<parallel::Zero3Unit> zero3_units();
   void print(const std::string& line) const;
+  std::string expert_bytes_line() const;  // this rank's expert parameter bytes (trainer_strategies)
   // One optimizer step (trainer_step.cpp), phase by phase.
   bool train_step(StepRecord& record);
   struct StepMarks {  // what the step's metrics are measured from

@@ -112,8 +112,14 @@ void write_transposed(PieceReader& reader, const std::string& name, const Shape&
 
 sharding::LocalLayout Trainer::checkpoint_placement(const std::string& param,
                                                     const Shape& local) const {
-  if (expert_ && expert_->holds(param)) return expert_->placement(param, local);
   const sharding::ShardLayout* spec = tp() ? tp()->result.spec(param) : nullptr;
+  if (expert_ && expert_->holds(param)) {
+    // Under expert tensor parallelism the ep block of experts holds this tp rank's FFN columns.
+    const sharding::LocalLayout experts = expert_->placement(param, local);
+    if (spec == nullptr) return experts;
+    return sharding::LocalLayout::of(*spec, local, tp()->tp->size(), tp()->tp->rank())
+        .within(experts);
+  }
   if (spec == nullptr) return sharding::LocalLayout::whole(local);
   return sharding::LocalLayout::of(*spec, local, tp()->tp->size(), tp()->tp->rank());
 }

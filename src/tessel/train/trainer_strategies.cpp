@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <set>
 
+#include "tessel/nn/moe.h"
 #include "tessel/train/pipeline_stage.h"
 #include "tessel/train/trainer.h"
 
@@ -25,15 +26,23 @@ void Trainer::build_strategies(const RegionSource& init) {
   if (layout_.tp) {
     tensor_ = std::make_unique<TensorParallelStrategy>(
         *model_, layout_.tp, par.tp_plan, par.sequence_parallel,
-        [this](const std::string& line) { print("note: " + line); }, /*copy_values=*/false);
+        [this](const std::string& line) { print("note: " + line); }, /*copy_values=*/false,
+        par.expert_tensor_parallel);
     const int64_t heads = model_->model_config().num_heads();
     print("tensor parallel: tp = " + std::to_string(layout_.tp_size()) +
           (tensor_->model_tp().sequence_parallel ? " with sequence parallelism" : "") + ", " +
           std::to_string(tensor_->model_tp().result.applied.size()) + " modules parallelized, " +
           std::to_string(heads / layout_.tp_size()) + " of " + std::to_string(heads) +
           " heads per rank");
-  } else if (par.sequence_parallel) {
-    print("note: parallel.sequence_parallel has no effect without --tp > 1");
+    if (tensor_->expert_layers() > 0)
+      print("expert tensor parallel: each expert's FFN of " +
+            std::to_string(tensor_->expert_layers()) + " MoE layers split over tp = " +
+            std::to_string(layout_.tp_size()) + " (gate/up column-, down row-parallel)");
+  } else {
+    if (par.sequence_parallel)
+      print("note: parallel.sequence_parallel has no effect without --tp > 1");
+    if (par.expert_tensor_parallel)
+      print("note: parallel.expert_tensor_parallel has no effect without --tp > 1");
   }
   const DType dtype = compute_dtype_of(t.precision);
   if (layout_.pp_size() > 1) {
@@ -64,7 +73,7 @@ void Trainer::build_strategies(const RegionSource& init) {
                                                        layout_.dp_size(), int(par.zero_stage),
                                                        par.bucket_mb << 20, trained);
     if (pipeline_) expert_->set_pipeline(layout_.pp);
-    if (tensor_) expert_->set_tensor_parallel(layout_.tp);
+    if (tensor_) expert_->set_tensor_parallel(layout_.tp, tensor_->model_tp());
     print("expert parallel: ep = " + std::to_string(layout_.ep_size()) + ", " +
           std::to_string(expert_->layers()) + " MoE layers, each rank holds 1/" +
           std::to_string(layout_.ep_size()) + " of every layer's experts" +
@@ -73,6 +82,7 @@ void Trainer::build_strategies(const RegionSource& init) {
                                     " rank(s) holding the same experts"
                               : std::string()));
   }
+  if (model_->model_config().has_experts()) print(expert_bytes_line());
   const int stage = int(par.zero_stage);
   if (dp_) {
     DataParallelSetup ds;
@@ -145,6 +155,21 @@ void Trainer::build_strategies(const RegionSource& init) {
     check_offload_layout();
     if (!dp_) build_offload(init);
   }
+}
+
+// What this rank holds of the experts (before ZeRO-3 partitions them): divided by ep, and by tp
+// under expert tensor parallelism (the output biases stay whole).
+std::string Trainer::expert_bytes_line() const {
+  int64_t bytes = 0, layers = 0;
+  for (const auto& [name, module] : model_->named_modules()) {
+    const auto* moe = dynamic_cast<const nn::MoE*>(module);
+    if (moe == nullptr) continue;
+    ++layers;
+    for (const auto& [param, t] : moe->experts->named_parameters())
+      bytes += t.numel() * int64_t(dtype_size(t.dtype()));
+  }
+  return "experts: " + std::to_string(bytes) + " parameter bytes of " + std::to_string(layers) +
+         " MoE layers on this rank";
 }
 
 void Trainer::check_offload_layout() const {

@@ -43,11 +43,16 @@ std::vector<Run> segment_runs(const sharding::LocalLayout& p, const Shape& local
   return runs;
 }
 
-PieceRegion segment_box(const sharding::LocalLayout& p, const sharding::Segment& s) {
+PieceRegion segment_box(const sharding::LocalLayout& p, const Shape& local_shape,
+                        const sharding::Segment& s) {
   PieceRegion r = PieceRegion::whole(p.global);
   if (p.global.ndim() > 0) {
     r.start[size_t(p.dim)] = s.global_start;
     r.length[size_t(p.dim)] = s.length;
+  }
+  if (p.block_dim >= 0) {  // the other split: the local rows of that dim are one global block
+    r.start[size_t(p.block_dim)] = p.block_start;
+    r.length[size_t(p.block_dim)] = local_shape[p.block_dim];
   }
   r.end = r.box_numel();
   return r;
@@ -67,6 +72,11 @@ void check_placement(const sharding::LocalLayout& p, const Shape& local_shape, i
                  "checkpoint placement of ", name, ": segment local ", s.local_start, "+", s.length,
                  " global ", s.global_start, " does not fit ", local_shape, " / ", p.global);
   }
+  TESSEL_CHECK(p.block_dim < 0 ||
+                   (p.block_dim != p.dim && p.block_dim < p.global.ndim() && p.block_start >= 0 &&
+                    p.block_start + local_shape[p.block_dim] <= p.global[p.block_dim]),
+               "checkpoint placement of ", name, ": block of dim ", p.block_dim, " at ",
+               p.block_start, " does not fit ", local_shape, " / ", p.global);
   TESSEL_CHECK(begin >= 0 && begin <= end && end <= local_shape.numel() && flat.defined() &&
                    flat.numel() == end - begin &&
                    (any_float ? dtype_is_float(flat.dtype()) : flat.dtype() == DType::F32),
@@ -86,7 +96,7 @@ std::vector<Piece> placed_pieces(const std::string& name, const sharding::LocalL
     const std::vector<Run> runs = segment_runs(placement, local_shape, s, begin, end);
     if (runs.empty()) continue;
     // A view of `flat`: the writer reads the runs from it when the file reaches them.
-    Piece piece{name, placement.global, segment_box(placement, s), flat, {}};
+    Piece piece{name, placement.global, segment_box(placement, local_shape, s), flat, {}};
     piece.region.begin = runs.front().box;
     piece.region.end = runs.back().box + runs.back().n;
     for (const Run& r : runs) piece.runs.emplace_back(r.local - begin, r.n);
@@ -145,7 +155,7 @@ void fill_placed(const RegionSource& source, const std::string& name,
   int64_t written = 0;
   for (const auto& s : placement.segments) {
     for (const Run& r : segment_runs(placement, local_shape, s, begin, end)) {
-      PieceRegion region = segment_box(placement, s);
+      PieceRegion region = segment_box(placement, local_shape, s);
       region.begin = r.box;
       region.end = r.box + r.n;
       source(name, region, dst + (r.local - begin));

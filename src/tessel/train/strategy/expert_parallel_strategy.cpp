@@ -109,6 +109,13 @@ void ExpertParallelStrategy::sync_gradients(StepRecord&) {
   }
 }
 
+void ExpertParallelStrategy::set_tensor_parallel(dist::CommPtr tp,
+                                                 const ModelTensorParallel& split) {
+  tp_ = std::move(tp);
+  for (const std::string& name : experts_)
+    if (model_tp_share(split, name) == TpShare::Piece) tp_split_.insert(name);
+}
+
 void ExpertParallelStrategy::describe_norm(GradNormPlan& plan) const {
   // Dense parameters are the same on every ep rank after the dp average (counted at ep rank 0);
   // each ep rank's experts are its own (their squares add over ep). Under ZeRO-2 the dp axis
@@ -116,15 +123,20 @@ void ExpertParallelStrategy::describe_norm(GradNormPlan& plan) const {
   // ranks holds a different block of a different rank's experts. A tensor-parallel plan has
   // already made its groups (pieces, whole parameters): the experts become one more group, whole
   // on every tp rank (not summed over tp, so counted at tp rank 0 like any whole parameter).
-  const int experts = plan.groups;
-  plan.groups += 1;
-  for (GradNormPlan::Axis& a : plan.axes)
-    if (!a.sums.empty()) a.sums.push_back(a.comm != tp_.get());
+  // Under expert tensor parallelism a second group holds the experts' FFN pieces, whose squares
+  // add over tp as well (the output biases stay in the first: whole on every tp rank).
+  const int experts = plan.groups, pieces = plan.groups + 1;
+  plan.groups += 2;
+  for (GradNormPlan::Axis& a : plan.axes) {
+    if (a.sums.empty()) continue;
+    a.sums.push_back(a.comm != tp_.get());
+    a.sums.push_back(true);
+  }
   for (GradSpan& s : plan.spans)
-    if (experts_.count(s.param)) s.group = experts;
+    if (experts_.count(s.param)) s.group = tp_split_.count(s.param) ? pieces : experts;
   if (zero_stage_ < 2) {
     std::vector<bool> sums(size_t(plan.groups), false);
-    sums[size_t(experts)] = true;
+    sums[size_t(experts)] = sums[size_t(pieces)] = true;
     plan.axes.push_back({ep_.get(), sums});
   }
 }

@@ -38,6 +38,7 @@
 #include "tessel/parallel/expert/expert_parallel.h"
 #include "tessel/parallel/zero/zero3.h"
 #include "tessel/sharding/shard_layout.h"
+#include "tessel/train/model_tensor_parallel.h"
 #include "tessel/train/strategy/axis_strategy.h"
 
 namespace tessel::train {
@@ -66,10 +67,11 @@ class ExpertParallelStrategy : public AxisStrategy {
   // Pipeline stages: the step's all-to-all bytes are summed over pp too (each stage exchanges
   // for its own MoE layers).
   void set_pipeline(dist::CommPtr pp) { pp_ = std::move(pp); }
-  // Tensor parallelism: every tp rank holds the same experts whole and exchanges the same rows
-  // over its own ep group, so the experts' gradients are complete on each (no sum over tp), the
-  // norm counts them at tp rank 0, and the step's all-to-all bytes add over tp.
-  void set_tensor_parallel(dist::CommPtr tp) { tp_ = std::move(tp); }
+  // Tensor parallelism: every tp rank holds the same experts and exchanges the same rows over its
+  // own ep group, so the experts' gradients are complete on each (no sum over tp) and the step's
+  // all-to-all bytes add over tp. Whole experts are counted in the norm at tp rank 0; under expert
+  // tensor parallelism the pieces `tp` split (model_tp_share: Piece) add their squares over tp.
+  void set_tensor_parallel(dist::CommPtr tp, const ModelTensorParallel& split);
 
   int size() const { return ep_->size(); }
   int rank() const { return ep_->rank(); }
@@ -92,8 +94,9 @@ class ExpertParallelStrategy : public AxisStrategy {
   dist::CommPtr ep_, ep_dp_, pp_, tp_;
   int dp_size_;
   parallel::ExpertParallelResult split_;
-  std::set<std::string> experts_;  // every split parameter (every stage's)
-  std::set<std::string> trained_;  // those this rank trains
+  std::set<std::string> experts_;   // every split parameter (every stage's)
+  std::set<std::string> trained_;   // those this rank trains
+  std::set<std::string> tp_split_;  // experts' FFN pieces over tp (expert tensor parallelism)
   int zero_stage_ = 0;
   dist::CommPtr zero_group_;  // ep_dp, or this rank alone when dp == ep
   std::unique_ptr<parallel::DataParallel> ddp_;

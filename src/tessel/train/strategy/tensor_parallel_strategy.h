@@ -19,10 +19,12 @@ class TensorParallelStrategy : public AxisStrategy {
   // Parallelizes `model` in place (full weights on every rank). `plan_path` empty: the family's
   // plan. `note` receives the one-line notices (vocabulary padding). `copy_values` false: the
   // model holds no values yet; the caller fills the pieces (parallelize_model).
+  // `expert_tensor_parallel`: also split each MoE expert's FFN over tp
+  // (parallel/expert/expert_tensor_parallel.h); its pieces join the plan's in model_tp().result.
   TensorParallelStrategy(models::CausalLM& model, dist::CommPtr tp, const std::string& plan_path,
                          bool sequence_parallel,
                          const std::function<void(const std::string&)>& note,
-                         bool copy_values = true);
+                         bool copy_values = true, bool expert_tensor_parallel = false);
 
   std::string name() const override;
   void sync_gradients(StepRecord& record) override;
@@ -35,10 +37,13 @@ class TensorParallelStrategy : public AxisStrategy {
   const ModelTensorParallel& model_tp() const { return tp_; }
   ModelTensorParallel& model_tp() { return tp_; }
   int size() const { return tp_.tp->size(); }
+  // MoE layers whose experts' FFN is split over tp (0 without expert tensor parallelism).
+  int64_t expert_layers() const { return expert_layers_; }
 
  private:
   models::CausalLM& model_;
   ModelTensorParallel tp_;
+  int64_t expert_layers_ = 0;
 };
 
 // The norm's view of tensor parallelism: two groups, pieces (disjoint over tp: their squares add)

@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: Apache-2.0
+// Expert tensor parallelism on in-process thread worlds: MoE layers whose experts' FFN columns
+// are split over 2 and 3 tp ranks (5 columns: uneven pieces 3 + 2 and 2 + 2 + 1), alone and
+// composed with expert parallelism (tp 2 x ep 2), against the serial layer on the same tokens
+// (a tp group's ranks see the same tokens): outputs, routing and drops, the auxiliary loss, the
+// input's, router's and output bias's gradients whole, and each rank's expert gradients equal to
+// its piece (experts' rows, FFN columns) of the serial gradients summed over the ep ranks (f64,
+// 1e-12). Bad splits are one clear Error.
+#include "tessel/parallel/expert/expert_tensor_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/thread_checks.h"
+#include "tessel/autograd/engine.h"
+#include "tessel/nn/moe.h"
+#include "tessel/ops/ops.h"
+#include "tessel/parallel/expert/expert_parallel.h"
+
+namespace tessel::parallel {
+namespace {
+
+using tessel::test::run_thread_world;
+using tessel::test::ThreadChecks;
+
+nn::MoEConfig config(nn::ExpertKind kind) {
+  nn::MoEConfig c;
+  c.hidden = 6;
+  c.ffn_hidden = 5;
+  c.num_experts = 4;
+  c.top_k = 2;
+  c.expert = kind;
+  c.gate_form = kind == nn::ExpertKind::SwiGLU ? nn::GateForm::Mixtral : nn::GateForm::Switch;
+  c.capacity_factor = 1.0;  // drops pairs
+  c.z_loss_coef = 0.01;
+  return c;
+}
+
+Tensor tokens(int seed, int64_t count, int64_t hidden) {
+  std::vector<double> v(size_t(count * hidden));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37 * double(i + 1) + 1.3 * seed);
+  Tensor x = from_data(v, Shape{count, hidden});
+  x.set_requires_grad(true);
+  return x;
+}
+
+Tensor objective(const nn::MoE::Output& out) {
+  const int64_t n = out.output.numel();
+  std::vector<double> w(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) w[size_t(i)] = std::cos(0.11 * double(i));
+  return ops::add(ops::sum(ops::mul(out.output, from_data(w, out.output.shape()))), out.aux_loss);
+}
+
+std::shared_ptr<nn::MoE> layer(nn::ExpertKind kind) {
+  Generator g(11);
+  auto moe = std::make_shared<nn::MoE>(config(kind), nn::Init::normal(&g, 0.5, DType::F64));
+  if (kind == nn::ExpertKind::Gelu) {  // non-zero biases, so that adding one twice shows
+    for (Tensor* b : {&moe->experts->fc_bias, &moe->experts->proj_bias}) {
+      std::vector<double> v(size_t(b->numel()));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = 0.1 * std::cos(double(i));
+      b->copy_from(from_data(v, b->shape()));
+    }
+  }
+  return moe;
+}
+
+Tensor grad_or_zeros(const Tensor& t) {
+  return t.grad().defined() ? t.grad() : zeros(t.shape(), t.dtype());
+}
+
+// tp x ep ranks (tp fastest, as the trainer's mesh): the tp group of a rank holds its ep rank's
+// tokens; the serial layer runs them too.
+void check_layer(int tp_size, int ep_size, nn::ExpertKind kind) {
+  const std::vector<int64_t> counts = {13, 7};
+  ThreadChecks checks;
+  run_thread_world(tp_size * ep_size, [&](dist::CommPtr world) {
+    const int r = world->rank(), tp_rank = r % tp_size, ep_rank = r / tp_size;
+    const std::string what = "rank " + std::to_string(r) + " (tp " + std::to_string(tp_size) +
+                             " x ep " + std::to_string(ep_size) + ")";
+    dist::CommPtr tp = world->split(ep_rank, tp_rank, "tp");
+    dist::CommPtr ep = world->split(tp_rank, ep_rank, "ep");
+    auto serial = layer(kind);
+    Tensor xs = tokens(ep_rank, counts[size_t(ep_rank)], 6);
+    const nn::MoE::Output want = serial->forward(xs);
+    autograd::backward(objective(want));
+
+    auto split = layer(kind);
+    const ExpertTensorParallelResult res = parallelize_expert_ffn(*split, tp);
+    if (ep_size > 1) parallelize_experts(*split, ep);
+    const size_t pieces = 3;  // the three weights (SwiGLU), or two and fc_bias (GELU)
+    checks.expect(res.layers == 1 && res.sharded.size() == pieces, what + ": one layer split");
+    Tensor xp = tokens(ep_rank, counts[size_t(ep_rank)], 6);
+    const nn::MoE::Output got = split->forward(xp);
+    autograd::backward(objective(got));
+
+    checks.expect_close(got.output, want.output, 1e-12, what + ": output");
+    checks.expect_close(got.aux_loss, want.aux_loss, 1e-12, what + ": aux loss");
+    checks.expect(
+        split->last_stats().dropped == serial->last_stats().dropped &&
+            split->last_stats().tokens_per_expert == serial->last_stats().tokens_per_expert,
+        what + ": the same routing and drops");
+    checks.expect_close(xp.grad(), xs.grad(), 1e-12, what + ": input gradient");
+    checks.expect_close(split->router->weight.grad(), serial->router->weight.grad(), 1e-12,
+                        what + ": router gradient");
+    // Each rank's piece: rows of its experts, summed over the ep ranks' tokens, then its columns.
+    const int64_t local = 4 / ep_size;
+    for (const auto& [name, p] : serial->experts->named_parameters()) {
+      Tensor total = grad_or_zeros(p).clone();
+      ep->all_reduce(total);
+      Tensor mine = total.narrow(0, ep_rank * local, local).clone();
+      for (const auto& [spec_name, spec] : res.sharded)
+        if (spec_name == "experts." + name)
+          mine = sharding::shard_tensor(mine, spec, tp_size, tp_rank);
+      for (const auto& [name2, q] : split->experts->named_parameters())
+        if (name2 == name) checks.expect_close(grad_or_zeros(q), mine, 1e-12, what + ": " + name);
+    }
+  });
+  checks.verify();
+}
+
+TEST(ExpertTensorParallel, GeluExpertsOverTwoTpRanksEqualTheSerialLayer) {
+  check_layer(2, 1, nn::ExpertKind::Gelu);
+}
+
+TEST(ExpertTensorParallel, SwigluExpertsOverThreeTpRanksEqualTheSerialLayer) {
+  check_layer(3, 1, nn::ExpertKind::SwiGLU);
+}
+
+TEST(ExpertTensorParallel, ComposedWithExpertParallelism) {
+  check_layer(2, 2, nn::ExpertKind::Gelu);
+  check_layer(2, 2, nn::ExpertKind::SwiGLU);
+}
+
+TEST(ExpertTensorParallel, BadSplitsAreOneClearError) {
+  ThreadChecks checks;
+  run_thread_world(2, [&](dist::CommPtr world) {
+    nn::MoEConfig c = config(nn::ExpertKind::Gelu);
+    c.ffn_hidden = 1;
+    nn::MoE narrow(c, nn::Init::none());
+    checks.expect_throw([&] { parallelize_expert_ffn(narrow, world); },
+                        "experts of width 1, which --tp 2 ranks cannot split", "width 1");
+    nn::Linear dense(3, 3);
+    checks.expect_throw([&] { parallelize_expert_ffn(dense, world); },
+                        "has no mixture-of-experts layer", "dense");
+  });
+  checks.verify();
+}
+
+}  // namespace
+}  // namespace tessel::parallel
