@@ -67,6 +67,7 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.parallel.overlap, b.parallel.overlap);
   EXPECT_EQ(a.parallel.schedule, b.parallel.schedule);
   EXPECT_EQ(a.parallel.sequence_parallel, b.parallel.sequence_parallel);
+  EXPECT_EQ(a.parallel.expert_tensor_parallel, b.parallel.expert_tensor_parallel);
   EXPECT_EQ(a.parallel.tp_plan, b.parallel.tp_plan);
   EXPECT_EQ(a.optim.lr, b.optim.lr);
   EXPECT_EQ(a.optim.min_lr_ratio, b.optim.min_lr_ratio);
@@ -105,7 +106,8 @@ const std::vector<std::string> kAllKeys = {
     "train.threads",      "train.max_bad_steps", "train.recompute",
     "train.precision",    "train.loss_scale_init", "train.loss_scale_window",
     "parallel.zero_stage", "parallel.bucket_mb", "parallel.overlap",
-    "parallel.schedule",  "parallel.sequence_parallel", "parallel.tp_plan",
+    "parallel.schedule",  "parallel.sequence_parallel", "parallel.expert_tensor_parallel",
+    "parallel.tp_plan",
     "optim.lr",           "optim.min_lr_ratio",  "optim.warmup_steps",
     "optim.decay",        "optim.weight_decay",  "optim.beta1",
     "optim.beta2",        "optim.eps",           "optim.grad_clip",
@@ -410,7 +412,9 @@ TEST(TrainConfig, KeyTableIsCompleteUniqueAndMapsEachKeyToItsOwnMember) {
     if (info.key == "parallel.zero_stage") value = "2";
     if (info.key.rfind("memory.", 0) == 0 && info.type == "string") value = "13MiB";
     if (info.type == "boolean") value = "false";
-    if (info.key == "parallel.sequence_parallel" || info.key == "log.tensorboard") value = "true";
+    if (info.key == "parallel.sequence_parallel" || info.key == "parallel.expert_tensor_parallel" ||
+        info.key == "log.tensorboard")
+      value = "true";
     if (info.type == "number") value = "0.25";
     const TrainConfig changed = TrainConfig::parse("", {info.key + "=" + value});
     std::istringstream a(defaults.to_toml()), b(changed.to_toml());
