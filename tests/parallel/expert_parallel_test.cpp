@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "common/thread_checks.h"
+#include "moe_test_util.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/nn/moe.h"
 #include "tessel/ops/ops.h"
@@ -19,6 +20,10 @@ namespace {
 
 using tessel::test::run_thread_world;
 using tessel::test::ThreadChecks;
+using test_util::expect_same_moe_step;
+using test_util::grad_or_zeros;
+using test_util::moe_objective;
+using test_util::moe_tokens;
 
 nn::MoEConfig config(nn::ExpertKind kind) {
   nn::MoEConfig c;
@@ -31,26 +36,6 @@ nn::MoEConfig config(nn::ExpertKind kind) {
   c.capacity_factor = 1.0;  // drops pairs
   c.z_loss_coef = 0.01;
   return c;
-}
-
-// Rank r's tokens: T_r rows of hidden values, f64, requiring grad.
-Tensor tokens(int rank, int64_t count, int64_t hidden, bool positive) {
-  std::vector<double> v(size_t(count * hidden));
-  for (size_t i = 0; i < v.size(); ++i) {
-    const double u = std::sin(0.37 * double(i + 1) + 1.3 * rank);
-    v[i] = positive ? 0.2 + std::abs(u) : u;
-  }
-  Tensor x = from_data(v, Shape{count, hidden});
-  x.set_requires_grad(true);
-  return x;
-}
-
-// The same fixed projection of the output on every layout, plus the auxiliary loss.
-Tensor objective(const nn::MoE::Output& out) {
-  const int64_t n = out.output.numel();
-  std::vector<double> w(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) w[size_t(i)] = std::cos(0.11 * double(i));
-  return ops::add(ops::sum(ops::mul(out.output, from_data(w, out.output.shape()))), out.aux_loss);
 }
 
 std::shared_ptr<nn::MoE> layer(nn::ExpertKind kind, bool route_to_first_two) {
@@ -67,10 +52,6 @@ std::shared_ptr<nn::MoE> layer(nn::ExpertKind kind, bool route_to_first_two) {
   return moe;
 }
 
-Tensor grad_or_zeros(const Tensor& t) {
-  return t.grad().defined() ? t.grad() : zeros(t.shape(), t.dtype());
-}
-
 void check_layer(int n, nn::ExpertKind kind, bool route_to_first_two) {
   const std::vector<int64_t> counts = {13, 7, 5, 9};
   ThreadChecks checks;
@@ -79,27 +60,19 @@ void check_layer(int n, nn::ExpertKind kind, bool route_to_first_two) {
     const std::string what = "rank " + std::to_string(r) + " of " + std::to_string(n);
     // The serial layer on this rank's tokens.
     auto serial = layer(kind, route_to_first_two);
-    Tensor xs = tokens(r, counts[size_t(r)], 6, route_to_first_two);
+    Tensor xs = moe_tokens(r, counts[size_t(r)], 6, route_to_first_two);
     const nn::MoE::Output want = serial->forward(xs);
-    autograd::backward(objective(want));
+    autograd::backward(moe_objective(want));
     // The split layer on the same tokens.
     auto split = layer(kind, route_to_first_two);
     const ExpertParallelResult res = parallelize_experts(*split, world);
     checks.expect(res.layers == 1 && res.params.size() == split->experts->named_parameters().size(),
                   what + ": one layer split");
-    Tensor xp = tokens(r, counts[size_t(r)], 6, route_to_first_two);
+    Tensor xp = moe_tokens(r, counts[size_t(r)], 6, route_to_first_two);
     const nn::MoE::Output got = split->forward(xp);
-    autograd::backward(objective(got));
+    autograd::backward(moe_objective(got));
 
-    checks.expect_close(got.output, want.output, 1e-12, what + ": output");
-    checks.expect_close(got.aux_loss, want.aux_loss, 1e-12, what + ": aux loss");
-    checks.expect(
-        split->last_stats().dropped == serial->last_stats().dropped &&
-            split->last_stats().tokens_per_expert == serial->last_stats().tokens_per_expert,
-        what + ": the same routing and drops");
-    checks.expect_close(xp.grad(), xs.grad(), 1e-12, what + ": input gradient");
-    checks.expect_close(split->router->weight.grad(), serial->router->weight.grad(), 1e-12,
-                        what + ": router gradient");
+    expect_same_moe_step(checks, *split, got, xp, *serial, want, xs, what);
     // Each rank's experts: the sum over ranks of the serial gradients of those rows.
     const int64_t local = 4 / n;
     for (const auto& [name, p] : serial->experts->named_parameters()) {

@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "common/thread_checks.h"
+#include "moe_test_util.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/nn/moe.h"
 #include "tessel/ops/ops.h"
@@ -23,6 +24,10 @@ namespace {
 
 using tessel::test::run_thread_world;
 using tessel::test::ThreadChecks;
+using test_util::expect_same_moe_step;
+using test_util::grad_or_zeros;
+using test_util::moe_objective;
+using test_util::moe_tokens;
 
 nn::MoEConfig config(nn::ExpertKind kind) {
   nn::MoEConfig c;
@@ -35,21 +40,6 @@ nn::MoEConfig config(nn::ExpertKind kind) {
   c.capacity_factor = 1.0;  // drops pairs
   c.z_loss_coef = 0.01;
   return c;
-}
-
-Tensor tokens(int seed, int64_t count, int64_t hidden) {
-  std::vector<double> v(size_t(count * hidden));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37 * double(i + 1) + 1.3 * seed);
-  Tensor x = from_data(v, Shape{count, hidden});
-  x.set_requires_grad(true);
-  return x;
-}
-
-Tensor objective(const nn::MoE::Output& out) {
-  const int64_t n = out.output.numel();
-  std::vector<double> w(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) w[size_t(i)] = std::cos(0.11 * double(i));
-  return ops::add(ops::sum(ops::mul(out.output, from_data(w, out.output.shape()))), out.aux_loss);
 }
 
 std::shared_ptr<nn::MoE> layer(nn::ExpertKind kind) {
@@ -65,10 +55,6 @@ std::shared_ptr<nn::MoE> layer(nn::ExpertKind kind) {
   return moe;
 }
 
-Tensor grad_or_zeros(const Tensor& t) {
-  return t.grad().defined() ? t.grad() : zeros(t.shape(), t.dtype());
-}
-
 // tp x ep ranks (tp fastest, as the trainer's mesh): the tp group of a rank holds its ep rank's
 // tokens; the serial layer runs them too.
 void check_layer(int tp_size, int ep_size, nn::ExpertKind kind) {
@@ -81,28 +67,20 @@ void check_layer(int tp_size, int ep_size, nn::ExpertKind kind) {
     dist::CommPtr tp = world->split(ep_rank, tp_rank, "tp");
     dist::CommPtr ep = world->split(tp_rank, ep_rank, "ep");
     auto serial = layer(kind);
-    Tensor xs = tokens(ep_rank, counts[size_t(ep_rank)], 6);
+    Tensor xs = moe_tokens(ep_rank, counts[size_t(ep_rank)], 6);
     const nn::MoE::Output want = serial->forward(xs);
-    autograd::backward(objective(want));
+    autograd::backward(moe_objective(want));
 
     auto split = layer(kind);
     const ExpertTensorParallelResult res = parallelize_expert_ffn(*split, tp);
     if (ep_size > 1) parallelize_experts(*split, ep);
     const size_t pieces = 3;  // the three weights (SwiGLU), or two and fc_bias (GELU)
     checks.expect(res.layers == 1 && res.sharded.size() == pieces, what + ": one layer split");
-    Tensor xp = tokens(ep_rank, counts[size_t(ep_rank)], 6);
+    Tensor xp = moe_tokens(ep_rank, counts[size_t(ep_rank)], 6);
     const nn::MoE::Output got = split->forward(xp);
-    autograd::backward(objective(got));
+    autograd::backward(moe_objective(got));
 
-    checks.expect_close(got.output, want.output, 1e-12, what + ": output");
-    checks.expect_close(got.aux_loss, want.aux_loss, 1e-12, what + ": aux loss");
-    checks.expect(
-        split->last_stats().dropped == serial->last_stats().dropped &&
-            split->last_stats().tokens_per_expert == serial->last_stats().tokens_per_expert,
-        what + ": the same routing and drops");
-    checks.expect_close(xp.grad(), xs.grad(), 1e-12, what + ": input gradient");
-    checks.expect_close(split->router->weight.grad(), serial->router->weight.grad(), 1e-12,
-                        what + ": router gradient");
+    expect_same_moe_step(checks, *split, got, xp, *serial, want, xs, what);
     // Each rank's piece: rows of its experts, summed over the ep ranks' tokens, then its columns.
     const int64_t local = 4 / ep_size;
     for (const auto& [name, p] : serial->experts->named_parameters()) {
