@@ -27,7 +27,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gguf_tp_cli import write_model  # noqa: E402
+from gguf_tp_cli import quantize, run, write_model  # noqa: E402
 from serve_ep_http import check_family  # noqa: E402
 
 PROMPT = "5,9,12,40,77,3,101,250,7,7,7,64,33"
@@ -46,22 +46,6 @@ def mixtral(experts):
             "num_local_experts": experts, "num_experts_per_tok": 2,
             "router_aux_loss_coef": 0.01, "tie_word_embeddings": False,
             "initializer_range": 0.3, "bos_token_id": 257, "eos_token_id": 257}
-
-
-def quantize(tessel, model, kind, env):
-    out = f"{model}-{kind}.gguf"
-    r = subprocess.run([tessel, "quantize", "-m", model, "--type", kind, "-o", out, "-q"],
-                       env=env, capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        fail(f"quantize {model} --type {kind} exited {r.returncode}: {r.stderr[-2000:]}")
-    return out
-
-
-def generate(command, env):
-    r = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-    if r.returncode != 0:
-        fail(f"{' '.join(command[-14:])} exited {r.returncode}: {r.stderr[-2000:]}")
-    return json.loads(r.stdout)["generated_ids"], r.stderr
 
 
 def check_javascript_reading(node, script, package, gguf, work):
@@ -107,15 +91,15 @@ def main():
            "--format", "json"]
     try:
         model = write_model(tessel, work, "mixtral", mixtral(6), 5)
-        dense, _ = generate([tessel] + gen + ["-m", model], env)
+        dense, _ = run([tessel] + gen + ["-m", model], env)
         if len(set(dense)) < 4:
             fail(f"only {len(set(dense))} distinct ids {dense}")
         files = {kind: quantize(tessel, model, kind, env) for kind in ["f32", "f16", "q8_0"]}
         for kind, gguf in files.items():
-            want, _ = generate([tessel] + gen + ["-m", gguf], env)
+            want, _ = run([tessel] + gen + ["-m", gguf], env)
             if kind == "f32" and want != dense:
                 fail(f"F32 GGUF ids {want} != the safetensors model's {dense}")
-            got, err = generate(mpirun + [tessel] + gen + ["-m", gguf, "--ep", "2"], env)
+            got, err = run(mpirun + [tessel] + gen + ["-m", gguf, "--ep", "2"], env)
             if got != want:
                 fail(f"{kind}: ep 2 ids {got} != one process's {want}")
             lines = re.findall(r"expert-parallel rank (\d+) read (\d+) of the file's (\d+) tensor "
