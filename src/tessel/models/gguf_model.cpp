@@ -125,12 +125,12 @@ bool is_expert_stack(const std::string& leaf) {
 Tensor gguf_blocks_view(const io::GgufFile& file, const std::shared_ptr<const io::GgufFile>& keep,
                         const std::string& stored, int64_t experts, int64_t first, int64_t count) {
   const io::GgufTensorInfo& info = file.info(stored);
-  const std::span<const uint8_t> raw = file.raw(stored);
   const Shape shape = info.shape();
   auto impl = std::make_shared<TensorImpl>();
   impl->dtype = DType::I8;
   impl->name = stored;
   if (experts == 0) {  // a matrix: [rows, row bytes]
+    const std::span<const uint8_t> raw = file.raw(stored);
     impl->storage = std::make_shared<Storage>(const_cast<uint8_t*>(raw.data()), raw.size(),
                                               Device::cpu(), [keep](void*) {});
     impl->shape = Shape({shape[0], int64_t(raw.size()) / shape[0]});
@@ -142,10 +142,14 @@ Tensor gguf_blocks_view(const io::GgufFile& file, const std::shared_ptr<const io
       shape.ndim() == 3 && shape[0] == experts && first >= 0 && n >= 0 && first + n <= experts,
       file.path(), ": GGUF tensor ", stored, " ", shape, " is not a stack of ", experts,
       " experts holding [", first, ", ", first + n, ")");
-  const int64_t expert_bytes = int64_t(raw.size()) / experts;
+  // Only this byte range is mapped when the file maps windows (an expert-parallel rank's address
+  // space holds its own experts, not the whole stack).
+  const int64_t expert_bytes = int64_t(info.nbytes) / experts;
+  const io::GgufBytes range =
+      file.map(stored, uint64_t(first * expert_bytes), uint64_t(n * expert_bytes));
   impl->storage =
-      std::make_shared<Storage>(const_cast<uint8_t*>(raw.data() + first * expert_bytes),
-                                size_t(n * expert_bytes), Device::cpu(), [keep](void*) {});
+      std::make_shared<Storage>(const_cast<uint8_t*>(range.bytes.data()), range.bytes.size(),
+                                Device::cpu(), [keep, window = range.keep](void*) {});
   impl->shape = Shape({n, shape[1], expert_bytes / shape[1]});
   return Tensor(std::move(impl));
 }

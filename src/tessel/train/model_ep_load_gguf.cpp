@@ -49,14 +49,16 @@ Plan plan(const models::ModelConfig& config, const io::GgufFile& file) {
 
 std::string expert_parallel_gguf_error(const std::string& path, int ep) {
   if (ep < 1) return "expert parallel: --ep must be >= 1, got " + std::to_string(ep);
-  const models::ConfigPtr config = models::gguf_model_config(io::GgufFile::open(path));
+  const models::ConfigPtr config =
+      models::gguf_model_config(io::GgufFile::open(path, io::GgufMapping::Windows));
   nn::init::InitRecord unused;
   nn::init::DeferInit defer(unused);
   return parallel::expert_inference_error(*config->build_empty(), ep);
 }
 
 EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& ep) {
-  auto file = std::make_shared<const io::GgufFile>(io::GgufFile::open(path));
+  auto file =
+      std::make_shared<const io::GgufFile>(io::GgufFile::open(path, io::GgufMapping::Windows));
   const models::ConfigPtr config = models::gguf_model_config(*file);
   const Plan whole = plan(*config, *file);
   const std::set<std::string>& stacks = whole.stacks;
@@ -101,8 +103,11 @@ EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& e
       const size_t size = dtype_size(*dtype);
       param.storage().materialize();
       Tensor f32 = param.dtype() == DType::F32 ? param.detach() : empty(param.shape(), DType::F32);
-      convert_elements(file->raw(stored.name).data() + size_t(first * per_expert) * size, *dtype,
-                       f32.data<float>(), DType::F32, size_t(count * per_expert));
+      // This rank's experts' bytes alone, mapped while they are converted.
+      const io::GgufBytes range = file->map(stored.name, uint64_t(first * per_expert) * size,
+                                            uint64_t(count * per_expert) * size);
+      convert_elements(range.bytes.data(), *dtype, f32.data<float>(), DType::F32,
+                       size_t(count * per_expert));
       if (param.dtype() != DType::F32) param.detach().copy_from(f32);
       bytes += count * per_expert * int64_t(size);
     }
