@@ -23,6 +23,20 @@ void check_float(const Tensor& t, std::string_view op, std::string_view what, ke
                " (the cpu backend runs f32, f64, bf16 and f16; AdamW f32 and f64)");
 }
 
+void check_group_offsets(const Tensor& offsets, int64_t groups, int64_t rows, const Tensor& weight,
+                         std::string_view op) {
+  TESSEL_CHECK(offsets.defined() && offsets.dtype() == DType::I64 && offsets.ndim() == 1 &&
+                   offsets.numel() == groups + 1,
+               op, ": offsets must be i64 [", groups + 1, "] for weight ", describe(weight),
+               ", got ", offsets.defined() ? describe(offsets) : std::string("none"));
+  const int64_t* o = offsets.data<int64_t>();
+  TESSEL_CHECK(o[0] == 0 && o[groups] == rows, op, ": offsets must run from 0 to the ", rows,
+               " rows of x, got ", o[0], " .. ", o[groups]);
+  for (int64_t g = 0; g < groups; ++g)
+    TESSEL_CHECK(o[g] <= o[g + 1], op, ": offsets decrease at group ", g, ": ", o[g], " > ",
+                 o[g + 1]);
+}
+
 void check_same_kind(const Tensor& a, std::string_view a_name, const Tensor& b,
                      std::string_view b_name, std::string_view op) {
   TESSEL_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch: ", a_name, " ", describe(a), " vs ",

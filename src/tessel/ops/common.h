@@ -25,6 +25,10 @@ void check_float(const Tensor& t, std::string_view op, std::string_view what, ke
 // a and b have the same dtype and device.
 void check_same_kind(const Tensor& a, std::string_view a_name, const Tensor& b,
                      std::string_view b_name, std::string_view op);
+// Offsets of a grouped product: i64 [groups + 1], from 0 to `rows`, never decreasing (group g
+// holds rows [offsets[g], offsets[g + 1])); `weight` is named in the message.
+void check_group_offsets(const Tensor& offsets, int64_t groups, int64_t rows, const Tensor& weight,
+                         std::string_view op);
 // The NumPy broadcast of two shapes, or an Error naming the op.
 Shape broadcast_shape(const Shape& a, const Shape& b, std::string_view op);
 // Normalised, sorted, distinct dims; empty `dims` means all dims.

@@ -45,20 +45,9 @@ Tensor grouped_linear(const Tensor& x, const Tensor& weight, const Tensor& offse
   TESSEL_CHECK(weight.ndim() == 3 && weight.size(2) == x.size(1), "grouped_linear: weight ",
                detail::describe(weight), " must be [groups, out, ", x.size(1), "] for x ",
                detail::describe(x));
-  TESSEL_CHECK(offsets.defined() && offsets.dtype() == DType::I64 && offsets.ndim() == 1 &&
-                   offsets.numel() == weight.size(0) + 1,
-               "grouped_linear: offsets must be i64 [", weight.size(0) + 1, "] for weight ",
-               detail::describe(weight), ", got ",
-               offsets.defined() ? detail::describe(offsets) : std::string("none"));
+  detail::check_group_offsets(offsets, weight.size(0), x.size(0), weight, "grouped_linear");
   // A copy keeps the offsets from changing before backward.
   Tensor off = offsets.clone();
-  const int64_t groups = weight.size(0);
-  const int64_t* o = off.data<int64_t>();
-  TESSEL_CHECK(o[0] == 0 && o[groups] == x.size(0), "grouped_linear: offsets must run from 0 to ",
-               "the ", x.size(0), " rows of x, got ", o[0], " .. ", o[groups]);
-  for (int64_t g = 0; g < groups; ++g)
-    TESSEL_CHECK(o[g] <= o[g + 1], "grouped_linear: offsets decrease at group ", g, ": ", o[g],
-                 " > ", o[g + 1]);
   Tensor y = grouped({true, false}, x, weight, off, Shape{x.size(0), weight.size(1)});
   if (autograd::needs_grad({x, weight}))
     autograd::record(std::make_shared<GroupedLinearBackward>(x, weight, off), {x, weight}, {y});

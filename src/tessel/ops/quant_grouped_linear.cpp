@@ -27,16 +27,8 @@ Tensor quant_grouped_linear(const Tensor& x, kernels::quant::QuantType type, con
                " expert stack is inference-only (train the f32, f16 or bf16 model and quantize it "
                "afterwards)");
   const int64_t groups = weight.size(0), out = weight.size(1), rows = x.size(0);
-  TESSEL_CHECK(offsets.defined() && offsets.dtype() == DType::I64 && offsets.ndim() == 1 &&
-                   offsets.numel() == groups + 1,
-               op, ": offsets must be i64 [", groups + 1, "] for weight ", detail::describe(weight),
-               ", got ", offsets.defined() ? detail::describe(offsets) : std::string("none"));
+  detail::check_group_offsets(offsets, groups, rows, weight, op);
   const int64_t* o = offsets.data<int64_t>();
-  TESSEL_CHECK(o[0] == 0 && o[groups] == rows, op, ": offsets must run from 0 to the ", rows,
-               " rows of x, got ", o[0], " .. ", o[groups]);
-  for (int64_t g = 0; g < groups; ++g)
-    TESSEL_CHECK(o[g] <= o[g + 1], op, ": offsets decrease at group ", g, ": ", o[g], " > ",
-                 o[g + 1]);
   Tensor y = empty({rows, out}, x.dtype(), x.device());
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t n = o[g + 1] - o[g];

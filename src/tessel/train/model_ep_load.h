@@ -35,13 +35,14 @@ std::string expert_parallel_load_error(const std::string& dir, int ep);
 // checkpoint). Collective over `ep` (the MoE layers' dispatch gathers over it in every forward).
 EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep);
 
-// The same for a GGUF file in llama.cpp's stacked-expert layout (Mixtral: blk.N.ffn_*_exps of
-// dims [in, out, experts]): each rank reads the dense tensors as a whole-model GGUF load reads
-// them (quantized matrices kept as views of the mapped file), and of every stacked expert tensor
-// only its experts' byte range, which is contiguous in the file (expert e's rows follow expert
-// e - 1's): a stack in a block format (Q8_0, Q4_K, Q6_K, F16, ...) becomes a view of that range,
-// multiplied in place by the quantized grouped product; an F32 stack is read into f32. The
-// refusal is expert_parallel_load_error's, for the file's config.
+// The same for a GGUF file whose family stores its experts as llama.cpp's stacks
+// (blk.N.ffn_*_exps of dims [in, out, experts], the family's GgufLayout naming them): the file is
+// opened for windows; each rank reads the dense tensors as a whole-model GGUF load reads them
+// (quantized matrices kept as views), and of every stack only its experts' byte range, which is
+// contiguous in the file (expert e's rows follow expert e - 1's) and the only part it maps: a
+// stack in a block format (Q8_0, Q4_K, Q6_K, F16, ...) becomes a view of that range, multiplied in
+// place by the quantized grouped product; an F32 stack is read into f32. The refusal is
+// expert_parallel_load_error's, for the file's config.
 std::string expert_parallel_gguf_error(const std::string& path, int ep);
 EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& ep);
 
