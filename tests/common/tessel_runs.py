@@ -70,6 +70,12 @@ def prepare_workdir(tessel, work):
     return vocab
 
 
+def remove_workdir(work):
+    """Delete WORK after a passing run: the heavy tests leave gigabytes of checkpoints there. A
+    failing run exits in fail() first and keeps WORK to look at."""
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def gpt2_config(vocab, n_positions, n_embd, n_layer, n_head, dropout=0.0):
     """A tiny GPT-2, dropout off unless given (embd_pdrop and resid_pdrop; tessel's fused
     attention has no attention dropout, so attn_pdrop stays 0). Every layout draws the

@@ -44,8 +44,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run,  # noqa: E402
-                         single_thread_env, train_sets, write_json)
+from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir,  # noqa: E402
+                         remove_workdir, run, single_thread_env, train_sets, write_json)
 
 MIB = 1 << 20
 OVERHEAD = 128 * MIB  # docs/PARALLEL.md: a rank's resident set without a model (measured ~50 MiB)
@@ -163,6 +163,7 @@ def main():
         check_layers(tessel, mpirun, work, vocab)
         if problems:
             fail("\n".join(problems))
+        remove_workdir(work)
         return
     header = HEADER
     # GPT-2's proportions, smaller: the 50257-token embedding is 2/3 of the parameters.
@@ -187,6 +188,7 @@ def main():
                                           whole_f32=4 * p)))
     if problems:
         fail("\n".join(problems))
+    remove_workdir(work)
 
 
 if __name__ == "__main__":

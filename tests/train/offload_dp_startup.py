@@ -23,8 +23,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run,  # noqa: E402
-                         single_thread_env, step_records, train_sets, write_json)
+from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir,  # noqa: E402
+                         remove_workdir, run, single_thread_env, step_records, train_sets, write_json)
 
 MIB = 1 << 20
 ALLOWANCE = 160 * MIB  # the process without the state (code, MPI, threads, dataset, heap)
@@ -110,6 +110,7 @@ def main():
         if any(os.listdir(os.path.join(nvme, r)) for r in os.listdir(nvme)):
             fail(f"ZeRO-{stage}: {nvme} is not empty after the run")
     print("offloaded dp 2 start-up and step (ZeRO-3 and ZeRO-2) within the budgets")
+    remove_workdir(work)
 
 
 if __name__ == "__main__":
