@@ -6,7 +6,9 @@ summed over tp once per layer call, the router and output biases whole) at np 2 
 np 4 (--tp 2 --ep 2, ZeRO 0 and 3) against `tessel train` on one rank with one micro-batch per
 data-parallel rank. The model and checks are ep_tp_equivalence.py's (odd sizes, pairs dropped by
 the capacity, 12 steps; losses, routing, auxiliary losses, gradient norms and final parameters
-within 1e-5, all-to-all bytes as the formula x tp), plus: the run reports the split, and rank 0's
+within 1e-5), plus: the all-to-all bytes as the formula with each kept row sent once per tp pair
+(each tp rank sends its half of the rows, so the bytes per rank are half those of --tp 2 --ep 2
+without --etp, which ep_tp_equivalence checks at the formula x tp), the run reports the split, and rank 0's
 expert parameter bytes are one rank's / (ep x tp) (the output biases / ep: they stay whole; the
 first of the uneven FFN pieces for Mixtral's 33 columns). GPT-2-MoE only: checkpoints cross the
 option both ways (step 6 of np 4 --tp 2 --ep 2 --etp ZeRO-3 resumed on one rank, one rank's
@@ -139,6 +141,11 @@ def main():
         drops, aux = check_routing(refs[dp], d, what, need_drops=not mixtral)
         if ep > 1:
             check_all_to_all(d, ranks, embd, what)
+            first = step_records(d)[0]
+            kept = sum(sum(e["tokens_per_expert"]) for e in first["experts"])
+            print(f"{what}: step 1 all-to-all bytes per rank {first['all_to_all_bytes'] / ranks:.0f} "
+                  f"(each tp rank with its own copy of the rows: "
+                  f"{(first['all_to_all_bytes'] + 16 * embd * kept) / ranks:.0f})")
         worst_p, name, worst_t = compare_params(final_params(refs[dp], STEPS),
                                                 final_params(d, STEPS), what)
         print(f"{what}: {STEPS}-step losses within {worst:.1e} of one rank (grad_accum {dp}), the "
