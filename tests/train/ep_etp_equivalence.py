@@ -19,7 +19,8 @@ train.precision=bf16 against one rank at bf16: step 1 routes exactly as one rank
 differ by bf16 roundings in another order (the partial outputs are summed over tp in bf16):
 losses within 1e-3 (ep_bf16_equivalence's bound) and final parameters no farther from the
 one-rank bf16 run than 1.5 x the same layout without --etp (itself 0.8 x the bf16-f32 distance
-on this model, so ep_bf16_equivalence's "half the f32 distance" does not apply to tp here).
+on this model, so ep_bf16_equivalence's "half the f32 distance" does not apply to tp here); the
+all-to-all bytes of both runs as the formula with 2-byte rows (x tp without --etp).
 
 Usage: ep_etp_equivalence.py TESSEL MPIRUN WORKDIR [mixtral|bf16]
 """
@@ -81,6 +82,9 @@ def check_bf16(tessel, mpi, work, common, env):
     worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
     if worst > 1e-3:
         fail(f"{what}: a loss differs from one rank's bf16 run by {worst:.2e} (relative) > 1e-3")
+    # 16-bit rows: 2 bytes per element, half of f32's; split over the tp pair only with --etp.
+    check_all_to_all(d, 4, GPT2_EMBD, what, elem=2)
+    check_all_to_all(whole, 4, GPT2_EMBD, "np 4 --tp 2 --ep 2 bf16", elem=2)
     pr = final_params(ref, STEPS)
     dist, gap = relative_distance(pr, final_params(d, STEPS)), relative_distance(final_params(f32, STEPS), pr)
     base = relative_distance(pr, final_params(whole, STEPS))
@@ -88,7 +92,8 @@ def check_bf16(tessel, mpi, work, common, env):
         fail(f"{what}: final parameters {dist:.2e} from one rank's bf16 run; without --etp "
              f"{base:.2e} (bound 1.5x), bf16 vs f32 {gap:.2e}")
     print(f"{what}: step 1 routes as one rank's bf16 run, {STEPS}-step losses within {worst:.1e}, "
-          f"final parameters {dist:.1e} from it (without --etp: {base:.1e}; bf16 vs f32: {gap:.1e})")
+          f"final parameters {dist:.1e} from it (without --etp: {base:.1e}; bf16 vs f32: {gap:.1e}); "
+          f"all-to-all bytes as the formula with 2-byte rows, with and without --etp")
 
 
 def main():
