@@ -6,6 +6,9 @@
 // GEMM, and the inverse gather restores the arrival order before the combine sends them home.
 // Both gathers are ops::embedding, whose backward is the scatter-add: with a permutation, the
 // inverse permutation of the gradient.
+// Under expert tensor parallelism (split_expert_rows_over_tp) each exchange sends this tp rank's
+// piece of every block and the tp group gathers the pieces back (expert_row_split.h), so the
+// gathered rows, and everything between the two exchanges, are as without the split.
 #include "tessel/parallel/expert/expert_parallel.h"
 
 #include <memory>
