@@ -5,7 +5,8 @@
 // (a tp group's ranks see the same tokens): outputs, routing and drops, the auxiliary loss, the
 // input's, router's and output bias's gradients whole, and each rank's expert gradients equal to
 // its piece (experts' rows, FFN columns) of the serial gradients summed over the ep ranks (f64,
-// 1e-12). Bad splits are one clear Error.
+// 1e-12); with ep, the exchanged rows split over tp (each kept row's bytes sent once per tp
+// group, tp 2 and 3). Bad splits are one clear Error.
 #include "tessel/parallel/expert/expert_tensor_parallel.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include "common/thread_checks.h"
 #include "moe_test_util.h"
 #include "tessel/autograd/engine.h"
+#include "tessel/dist/record.h"
 #include "tessel/nn/moe.h"
 #include "tessel/ops/ops.h"
 #include "tessel/parallel/expert/expert_parallel.h"
@@ -73,12 +75,33 @@ void check_layer(int tp_size, int ep_size, nn::ExpertKind kind) {
 
     auto split = layer(kind);
     const ExpertTensorParallelResult res = parallelize_expert_ffn(*split, tp);
-    if (ep_size > 1) parallelize_experts(*split, ep);
+    if (ep_size > 1) {
+      parallelize_experts(*split, ep);
+      split_expert_rows_over_tp(*split, tp);
+    }
     const size_t pieces = 3;  // the three weights (SwiGLU), or two and fc_bias (GELU)
     checks.expect(res.layers == 1 && res.sharded.size() == pieces, what + ": one layer split");
     Tensor xp = moe_tokens(ep_rank, counts[size_t(ep_rank)], 6);
+    const uint64_t issued_before = ep->context().issued_count();
     const nn::MoE::Output got = split->forward(xp);
     autograd::backward(moe_objective(got));
+    if (ep_size > 1) {
+      // The rows' all-to-all elements over every rank: each kept row once in a dispatch and once
+      // in a combine, forward and backward, sent by one rank of its tp group (not by each).
+      double sent = 0, kept = 0;
+      for (const dist::Record& rec : ep->context().recent(ep->context().issued_count() -
+                                                          issued_before))
+        if (rec.label_str() == ep->label() && rec.kind == dist::OpKind::AllToAllV)
+          sent += double(rec.shape.numel());
+      for (int64_t n : serial->last_stats().tokens_per_expert) kept += double(n);
+      Tensor both = from_data(std::vector<double>{sent, kept / tp_size}, Shape{2});
+      world->all_reduce(both);
+      const std::vector<double> sums = both.to_vector<double>();
+      checks.expect(sums[0] == 4 * 6 * sums[1],
+                    what + ": the exchanges moved " + std::to_string(sums[0]) +
+                        " elements over all ranks, expected 4 x 6 x " + std::to_string(sums[1]) +
+                        " kept rows (each row sent by one tp rank)");
+    }
 
     expect_same_moe_step(checks, *split, got, xp, *serial, want, xs, what);
     // Each rank's piece: rows of its experts, summed over the ep ranks' tokens, then its columns.
@@ -108,6 +131,10 @@ TEST(ExpertTensorParallel, SwigluExpertsOverThreeTpRanksEqualTheSerialLayer) {
 TEST(ExpertTensorParallel, ComposedWithExpertParallelism) {
   check_layer(2, 2, nn::ExpertKind::Gelu);
   check_layer(2, 2, nn::ExpertKind::SwiGLU);
+}
+
+TEST(ExpertTensorParallel, ThreeTpRanksSplitTheExchangedRowsUnevenly) {
+  check_layer(3, 2, nn::ExpertKind::SwiGLU);
 }
 
 TEST(ExpertTensorParallel, BadSplitsAreOneClearError) {

@@ -51,19 +51,21 @@ def check_routing(ref_dir, dir_, what, need_drops=True):
     return drops
 
 
-def check_all_to_all(dir_, ranks, accum_per_rank, what):
+def check_all_to_all(dir_, ranks, accum_per_rank, what, elem=4):
     """Per MoE layer, micro-batch and rank: one all_to_all of the E expert counts (8 E bytes, i64),
     then dispatch and combine forward and again backward. Over the ranks every kept (token, choice)
     row is in one dispatch input (the sender's) and one combine input (its expert's rank), and the
-    backward repeats both with gradients: 4 x 4 bytes x n_embd per kept row (f32)."""
+    backward repeats both with gradients: 4 x elem bytes x n_embd per kept row (elem: 4 for f32,
+    2 for bf16/fp16, whose rows travel in 16 bits)."""
     for r in step_records(dir_):
         kept = sum(sum(e["tokens_per_expert"]) for e in r["experts"])
         calls = ranks * accum_per_rank * LAYERS
-        want = calls * 8 * EXPERTS + 16 * EMBD * kept
+        want = calls * 8 * EXPERTS + 4 * elem * EMBD * kept
         if r["all_to_all_bytes"] != want or r["all_to_all_calls"] != 5 * accum_per_rank * LAYERS:
             fail(f"{what}: step {r['step']} issued {r['all_to_all_calls']} all-to-alls of "
                  f"{r['all_to_all_bytes']} bytes (all ranks); the formula gives "
-                 f"{5 * accum_per_rank * LAYERS} per rank and {want} bytes ({kept} kept rows)")
+                 f"{5 * accum_per_rank * LAYERS} per rank and {want} bytes ({kept} kept rows, "
+                 f"{elem}-byte elements)")
     return want
 
 

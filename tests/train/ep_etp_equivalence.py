@@ -6,7 +6,9 @@ summed over tp once per layer call, the router and output biases whole) at np 2 
 np 4 (--tp 2 --ep 2, ZeRO 0 and 3) against `tessel train` on one rank with one micro-batch per
 data-parallel rank. The model and checks are ep_tp_equivalence.py's (odd sizes, pairs dropped by
 the capacity, 12 steps; losses, routing, auxiliary losses, gradient norms and final parameters
-within 1e-5, all-to-all bytes as the formula x tp), plus: the run reports the split, and rank 0's
+within 1e-5), plus: the all-to-all bytes as the formula with each kept row sent once per tp pair
+(each tp rank sends its half of the rows, so the bytes per rank are half those of --tp 2 --ep 2
+without --etp, which ep_tp_equivalence checks at the formula x tp), the run reports the split, and rank 0's
 expert parameter bytes are one rank's / (ep x tp) (the output biases / ep: they stay whole; the
 first of the uneven FFN pieces for Mixtral's 33 columns). GPT-2-MoE only: checkpoints cross the
 option both ways (step 6 of np 4 --tp 2 --ep 2 --etp ZeRO-3 resumed on one rank, one rank's
@@ -17,7 +19,8 @@ train.precision=bf16 against one rank at bf16: step 1 routes exactly as one rank
 differ by bf16 roundings in another order (the partial outputs are summed over tp in bf16):
 losses within 1e-3 (ep_bf16_equivalence's bound) and final parameters no farther from the
 one-rank bf16 run than 1.5 x the same layout without --etp (itself 0.8 x the bf16-f32 distance
-on this model, so ep_bf16_equivalence's "half the f32 distance" does not apply to tp here).
+on this model, so ep_bf16_equivalence's "half the f32 distance" does not apply to tp here); the
+all-to-all bytes of both runs as the formula with 2-byte rows (x tp without --etp).
 
 Usage: ep_etp_equivalence.py TESSEL MPIRUN WORKDIR [mixtral|bf16]
 """
@@ -79,6 +82,9 @@ def check_bf16(tessel, mpi, work, common, env):
     worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
     if worst > 1e-3:
         fail(f"{what}: a loss differs from one rank's bf16 run by {worst:.2e} (relative) > 1e-3")
+    # 16-bit rows: 2 bytes per element, half of f32's; split over the tp pair only with --etp.
+    check_all_to_all(d, 4, GPT2_EMBD, what, elem=2)
+    check_all_to_all(whole, 4, GPT2_EMBD, "np 4 --tp 2 --ep 2 bf16", elem=2)
     pr = final_params(ref, STEPS)
     dist, gap = relative_distance(pr, final_params(d, STEPS)), relative_distance(final_params(f32, STEPS), pr)
     base = relative_distance(pr, final_params(whole, STEPS))
@@ -86,7 +92,8 @@ def check_bf16(tessel, mpi, work, common, env):
         fail(f"{what}: final parameters {dist:.2e} from one rank's bf16 run; without --etp "
              f"{base:.2e} (bound 1.5x), bf16 vs f32 {gap:.2e}")
     print(f"{what}: step 1 routes as one rank's bf16 run, {STEPS}-step losses within {worst:.1e}, "
-          f"final parameters {dist:.1e} from it (without --etp: {base:.1e}; bf16 vs f32: {gap:.1e})")
+          f"final parameters {dist:.1e} from it (without --etp: {base:.1e}; bf16 vs f32: {gap:.1e}); "
+          f"all-to-all bytes as the formula with 2-byte rows, with and without --etp")
 
 
 def main():
@@ -139,6 +146,11 @@ def main():
         drops, aux = check_routing(refs[dp], d, what, need_drops=not mixtral)
         if ep > 1:
             check_all_to_all(d, ranks, embd, what)
+            first = step_records(d)[0]
+            kept = sum(sum(e["tokens_per_expert"]) for e in first["experts"])
+            print(f"{what}: step 1 all-to-all bytes per rank {first['all_to_all_bytes'] / ranks:.0f} "
+                  f"(each tp rank with its own copy of the rows: "
+                  f"{(first['all_to_all_bytes'] + 16 * embd * kept) / ranks:.0f})")
         worst_p, name, worst_t = compare_params(final_params(refs[dp], STEPS),
                                                 final_params(d, STEPS), what)
         print(f"{what}: {STEPS}-step losses within {worst:.1e} of one rank (grad_accum {dp}), the "

@@ -21,7 +21,8 @@ With `fp16` the GPT-2-MoE trains at train.precision=fp16 from a loss scale its g
 (2^18, window 4) on the same two layouts against one rank at fp16: every step's overflow, skip and
 loss scale as one rank's, the steps up to the first update exactly equal (loss, routing) and
 their auxiliary losses within 1e-6 (each stage's routers stay f32 like one rank's; 16-bit routers
-were 4e-4 off), ep_zero_equivalence.py's fp16 bounds after them.
+were 4e-4 off), ep_zero_equivalence.py's fp16 bounds after them, and the all-to-all bytes as the
+formula with 2-byte rows (half of f32's per kept row).
 
 Usage: ep_pp_equivalence.py TESSEL MPIRUN WORKDIR [mixtral|fp16]
 """
@@ -50,18 +51,20 @@ def check_aux(ref_dir, dir_, what):
     return worst
 
 
-def check_all_to_all(dir_, dp, what):
+def check_all_to_all(dir_, dp, what, elem=4):
     """docs/MOE.md's formula summed over every rank of every stage: each MoE layer runs on one
     stage, whose dp ranks each exchange 8 E bytes of counts per micro-batch, and every kept row
-    crosses in the dispatch and combine forward and backward (4 x 4 bytes x n_embd). The calls are
+    crosses in the dispatch and combine forward and backward (4 x elem bytes x n_embd: 2-byte rows
+    under fp16, half of f32's). The calls are
     one data-parallel replica's over every stage: 5 per MoE layer and micro-batch, as without pp
     (rank 0's own count would miss the layers of the other stage)."""
     for r in step_records(dir_):
         kept = sum(sum(e["tokens_per_expert"]) for e in r["experts"])
-        want = dp * MICRO_BATCHES * LAYERS * 8 * EXPERTS + 16 * EMBD * kept
+        want = dp * MICRO_BATCHES * LAYERS * 8 * EXPERTS + 4 * elem * EMBD * kept
         if r["all_to_all_bytes"] != want:
             fail(f"{what}: step {r['step']} all-to-all bytes {r['all_to_all_bytes']} (all ranks, "
-                 f"all stages); the formula gives {want} ({kept} kept rows)")
+                 f"all stages); the formula gives {want} ({kept} kept rows, {elem}-byte "
+                 "elements)")
         calls = 5 * MICRO_BATCHES * LAYERS
         if r["all_to_all_calls"] != calls:
             fail(f"{what}: step {r['step']} reports {r['all_to_all_calls']} all-to-all calls; one "
@@ -155,7 +158,9 @@ def main():
             fail(f"{what}: the run did not report its pipeline and expert parallelism\n{out[-2000:]}")
         ref = refs[MICRO_BATCHES * ranks // 2]
         if fp16:
-            print(f"{what} fp16: {check_fp16(ref, d, f32, what)}")
+            check_all_to_all(d, ranks // 2, what, elem=2)
+            print(f"{what} fp16: {check_fp16(ref, d, f32, what)}; all-to-all bytes as the formula "
+                  "with 2-byte rows")
             continue
         worst = compare_losses(ref, d, what, STEPS)
         drops = check_routing(ref, d, what, need_drops=not mixtral)

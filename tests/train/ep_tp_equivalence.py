@@ -84,14 +84,16 @@ def check_grad_norms(ref_dir, dir_, what):
     return worst
 
 
-def check_all_to_all(dir_, ranks, embd, what):
+def check_all_to_all(dir_, ranks, embd, what, elem=4):
     """Per MoE layer, micro-batch and rank: 8 E bytes of counts, and every kept row in one
-    dispatch and one combine input forward and backward (16 x embd bytes), on each of the tp
-    ranks that hold a copy of it. The calls: one rank's, 5 per MoE layer and micro-batch."""
-    tp = 2 if "--tp" in what else 1
+    dispatch and one combine input forward and backward (4 x elem x embd bytes: elem 2 for 16-bit
+    rows), on each of the tp
+    ranks that hold a copy of it; under --etp the tp ranks split the rows, so each is sent once
+    (the bytes per rank divided by tp). The calls: one rank's, 5 per MoE layer and micro-batch."""
+    tp = 2 if "--tp" in what and "--etp" not in what else 1
     for r in step_records(dir_):
         kept = sum(sum(e["tokens_per_expert"]) for e in r["experts"])
-        want = ranks * MOE_LAYERS * 8 * EXPERTS + tp * 16 * embd * kept
+        want = ranks * MOE_LAYERS * 8 * EXPERTS + tp * 4 * elem * embd * kept
         calls = 5 * MOE_LAYERS
         if r["all_to_all_bytes"] != want or r["all_to_all_calls"] != calls:
             fail(f"{what}: step {r['step']} issued {r['all_to_all_calls']} all-to-alls of "

@@ -28,6 +28,10 @@ one rank's, some steps must be skipped and some not, and every step up to the fi
 initial weights) must equal one rank's exactly. A step that overflowed on one rank but was taken
 on another would change the scales and skips of the following steps.
 
+In both 16-bit modes every step's all-to-all bytes are docs/MOE.md's formula with 2-byte rows: the
+rows (tokens, expert outputs and their gradients) travel in the activations' 16 bits, so their
+bytes are half of f32's for the same kept rows (the counts stay 8 E bytes of i64 per call).
+
 Usage: ep_zero_equivalence.py TESSEL MPIRUN WORKDIR [bf16|fp16]
 """
 import os
@@ -37,7 +41,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tessel_runs import (compare_losses, compare_params, fail, final_params, mpi_prefix,  # noqa: E402
                          prepare_workdir, run, seed_resume, single_thread_env, step_records,
                          train_sets, write_json)
-from ep_equivalence import MICRO, SEQ, STEPS, check_routing, moe_config  # noqa: E402
+from ep_equivalence import (MICRO, SEQ, STEPS, check_all_to_all, check_routing,  # noqa: E402
+                            moe_config)
 
 
 def parameter_count(run_dir):
@@ -89,6 +94,7 @@ def check_low_precision(tessel, mpi, work, common, refs, env, precision):
         if len(a) != STEPS or len(b) != STEPS:
             fail(f"{what}: {len(b)} step records, one rank {len(a)}, expected {STEPS}")
         skips = check_loss_scaling(a, b, what) if precision == "fp16" else 0
+        check_all_to_all(d, ranks, 1, what, elem=2)
         # Until the first update every step runs on the initial weights.
         same = next(i for i, x in enumerate(a) if not x["skipped"]) + 1
         for x, y in zip(a[:same], b[:same]):
@@ -108,7 +114,8 @@ def check_low_precision(tessel, mpi, work, common, refs, env, precision):
                    if precision == "fp16" else "")
         print(f"{what}: steps 1-{same} equal to one rank's {precision} run (loss and routing), "
               f"{scaling}{STEPS}-step losses within {worst:.1e}, final parameters {dist:.1e} "
-              f"from it ({precision} vs f32: {gap:.1e})")
+              f"from it ({precision} vs f32: {gap:.1e}); all-to-all bytes as the formula with "
+              f"2-byte rows (step 1: {b[0]['all_to_all_bytes']})")
 
 
 def main():

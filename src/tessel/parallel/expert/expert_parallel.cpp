@@ -6,6 +6,9 @@
 // GEMM, and the inverse gather restores the arrival order before the combine sends them home.
 // Both gathers are ops::embedding, whose backward is the scatter-add: with a permutation, the
 // inverse permutation of the gradient.
+// Under expert tensor parallelism (split_expert_rows_over_tp) each exchange sends this tp rank's
+// piece of every block and the tp group gathers the pieces back (expert_row_split.h), so the
+// gathered rows, and everything between the two exchanges, are as without the split.
 #include "tessel/parallel/expert/expert_parallel.h"
 
 #include <memory>
@@ -15,6 +18,7 @@
 #include "tessel/autograd/meta.h"
 #include "tessel/core/error.h"
 #include "tessel/ops/embedding.h"
+#include "tessel/parallel/expert/expert_row_split.h"
 
 namespace tessel::parallel {
 namespace {
@@ -61,6 +65,7 @@ class AllToAllRowsBackward final : public autograd::Node {
 class ExpertParallelDispatch final : public nn::ExpertDispatch {
  public:
   explicit ExpertParallelDispatch(dist::CommPtr ep) : ep_(std::move(ep)) {}
+  void split_rows_over(dist::CommPtr tp) { tp_ = std::move(tp); }
 
   Tensor run(nn::ExpertMLPs& experts, const Tensor& xs, const nn::Routing& r) override {
     const int n = ep_->size();
@@ -82,7 +87,17 @@ class ExpertParallelDispatch final : public nn::ExpertDispatch {
         send_rows[size_t(s)] += count[size_t(s * local + j)];
         recv_rows[size_t(s)] += incoming[size_t(s * local + j)];
       }
-    Tensor arrived = all_to_all_rows(xs, send_rows, recv_rows, *ep_);
+    // Under a tp split each tp rank sends its piece of every block and the tp group gathers the
+    // pieces that arrived (expert_row_split.h); the gathered rows are the whole exchange's.
+    const int parts = tp_ ? tp_->size() : 1, part = tp_ ? tp_->rank() : 0;
+    const RowPieces out_pieces(send_rows, parts), in_pieces(recv_rows, parts);
+    const auto exchange = [&](const Tensor& rows, const RowPieces& from, const RowPieces& to) {
+      if (!tp_) return all_to_all_rows(rows, from.piece_blocks(0), to.piece_blocks(0), *ep_);
+      Tensor sent = all_to_all_rows(scatter_rows_to_tp(rows, from, *tp_), from.piece_blocks(part),
+                                    to.piece_blocks(part), *ep_);
+      return gather_rows_from_tp(sent, to, *tp_);
+    };
+    Tensor arrived = exchange(xs, out_pieces, in_pieces);
 
     // Arrival order (source, expert) -> expert order (expert, source) for the grouped GEMM.
     std::vector<int64_t> start(incoming.size(), 0);
@@ -106,11 +121,12 @@ class ExpertParallelDispatch final : public nn::ExpertDispatch {
       Tensor out = experts.forward(grouped, i64_tensor(offsets), i64_tensor(expert_of_row));
       back = ops::embedding(out, i64_tensor(inverse));
     }
-    return all_to_all_rows(back, recv_rows, send_rows, *ep_);
+    return exchange(back, in_pieces, out_pieces);
   }
 
  private:
   dist::CommPtr ep_;
+  dist::CommPtr tp_;  // set: the rows are split over these ranks, which hold the same tokens
 };
 
 }  // namespace
@@ -160,6 +176,21 @@ ExpertParallelResult parallelize_experts(nn::Module& root, dist::CommPtr ep) {
   TESSEL_CHECK(result.layers > 0, "expert parallel: --ep ", n, " needs a mixture-of-experts ",
                "model; ", root.type_name(), " has no MoE layer");
   return result;
+}
+
+void split_expert_rows_over_tp(nn::Module& root, dist::CommPtr tp) {
+  TESSEL_CHECK(tp != nullptr, "expert parallel: the tp communicator is null");
+  int64_t layers = 0;
+  for (auto& [name, module] : root.named_modules()) {
+    auto* moe = dynamic_cast<nn::MoE*>(module);
+    if (moe == nullptr) continue;
+    auto* dispatch = dynamic_cast<ExpertParallelDispatch*>(moe->dispatch());
+    TESSEL_CHECK(dispatch != nullptr, "expert parallel: layer '", name,
+                 "' is not split over ep, so it has no exchange to split over tp");
+    dispatch->split_rows_over(tp);
+    ++layers;
+  }
+  TESSEL_CHECK(layers > 0, "expert parallel: ", root.type_name(), " has no MoE layer");
 }
 
 }  // namespace tessel::parallel
