@@ -12,7 +12,10 @@
 //    k-quants, 1 for F16 / BF16): a split inside a block is refused with one Error naming the
 //    tensor, its width, the block size and tp, on every rank alike;
 //  - f32 tensors (and an F32 file's matrices) are read as the safetensors path reads them, only
-//    the rank's regions, widened from F16 / BF16 where stored so.
+//    the rank's regions, widened from F16 / BF16 where stored so;
+//  - a mixture of experts' stacks (blk.N.ffn_*_exps) keep this rank's FFN columns of every expert
+//    (model_expert_pieces.h): gate/up rows of each expert, down columns of every row (whole blocks,
+//    refused as above otherwise), copied into blocks with pread.
 // The quantized kernels compute each output feature from its row alone, so a column-parallel
 // product equals one process's bit for bit; a row-parallel one sums the ranks' partial products,
 // which differ from one process's only by the order of the sums (docs/SERVING.md). The file is
@@ -45,6 +48,7 @@ struct TpGgufLoaded {
   int64_t file_bytes = 0;  // tensor bytes the file holds
   int64_t views = 0;       // matrices bound as zero-copy views of the mapped file
   int64_t copies = 0;      // matrices whose blocks were copied (row-parallel, reordered, padded)
+  int64_t expert_bytes = 0;  // a mixture of experts: its experts' bytes on this rank (blocks)
 };
 
 // Collective over `tp` (the plan's parallelization is). `note` receives the plan's one-line
