@@ -99,7 +99,18 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   TESSEL_CHECK(args.ep == 1 || args.pp == 1, "generate: --ep ", args.ep, " with --pp ", args.pp,
                " is not supported; give one of them");
   const dist::CommPtr ep_world = start_expert_parallel(args.model, args.ep, args.tp, "generate");
-  if (!ep_world) check_pp_request(args.model, args.tp, args.pp, 1, "generate");
+  if (!ep_world) {
+    try {
+      check_pp_request(args.model, args.tp, args.pp, 1, "generate");
+    } catch (const Error&) {
+      // Every rank of the job reaches the same refusal: rank 0 alone reports it (one line).
+      if (dist::detect_launch().size > 1) {
+        const dist::CommPtr world = dist::init_world();
+        if (world->rank() != 0) world->barrier();  // never completes: rank 0 ends the job
+      }
+      throw;
+    }
+  }
   const int ranks = args.tp * args.pp;
   const char* flag = args.pp > 1 ? "--pp" : "--tp";
   const dist::LaunchInfo launch = dist::detect_launch();
@@ -115,12 +126,16 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     leader = ep_world->rank() == 0;
     rank = ep_world->rank();
     EpRankModel loaded =
-        load_ep_rank_model(args.model, weights, ep_world, [&](const std::string& line) {
+        load_ep_rank_model(args.model, weights, ep_world, args.tp, [&](const std::string& line) {
           if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());
         });
     std::fprintf(stderr, "tessel: generate: expert-parallel rank %d %s\n", ep_world->rank(),
                  loaded.share.c_str());
     model = std::move(loaded.model);
+    if ((tp = std::move(loaded.tp)))
+      options.full_logits = [tp](const Tensor& local) {
+        return train::model_tp_full_logits(*tp, local);
+      };
   } else if (args.pp > 1) {
     // Each rank reads only its stage's tensors; every rank gets the logits and samples alike.
     dist::CommPtr world = dist::init_world();
@@ -140,6 +155,14 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     dist::CommPtr world = dist::init_world();
     leader = world->rank() == 0;
     rank = world->rank();
+    try {
+      // A model the plan (or its experts' width) cannot split fails alike on every rank: rank 0
+      // alone reports it, so the job prints one error.
+      (void)models::inference_tensor_parallel(*config, args.tp);
+    } catch (const Error&) {
+      if (!leader) world->barrier();  // never completes: rank 0 ends the job
+      throw;
+    }
     TpRankModel loaded =
         load_tp_rank_model(args.model, weights, world, "generate", [&](const std::string& line) {
           if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());

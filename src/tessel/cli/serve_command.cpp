@@ -134,11 +134,13 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
     if (leader) log(LogLevel::Info, "serve: ", line);
   };
   if (args.ep > 1) {
-    EpRankModel loaded = load_ep_rank_model(args.model, weights, world, note);
+    EpRankModel loaded = load_ep_rank_model(args.model, weights, world, args.tp, note);
     log(LogLevel::Info, "serve: expert-parallel rank ", world->rank(), " ", loaded.share,
-        " (the dense part and its experts)");
+        args.tp > 1 ? " (its tp share of the dense part and of its experts)"
+                    : " (the dense part and its experts)");
+    out.mirror = expert_parallel_step_mirror(world, loaded);
     out.model = std::move(loaded.model);
-    out.mirror = expert_parallel_step_mirror(world);
+    out.tp = std::move(loaded.tp);
     return out;
   }
   TpRankModel loaded = load_tp_rank_model(args.model, weights, world, "serve", note);

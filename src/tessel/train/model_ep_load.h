@@ -15,11 +15,14 @@
 
 #include "tessel/dist/communicator.h"
 #include "tessel/models/causal_lm.h"
+#include "tessel/train/model_tensor_parallel.h"
 
 namespace tessel::train {
 
 struct EpLoadedModel {
   std::shared_ptr<models::CausalLM> model;  // this rank's share, in eval mode
+  std::shared_ptr<ModelTensorParallel> tp;  // under --ep with --tp: the dense parts' split
+  int64_t expert_bytes = 0;                 // the bytes of this rank's expert tensors
   int64_t values_read = 0;                  // weight values this rank read from the files
   int64_t layers = 0;                       // MoE layers split
   // A GGUF file: the tensor bytes this rank read (its dense tensors and its experts' byte ranges)
@@ -33,7 +36,14 @@ std::string expert_parallel_load_error(const std::string& dir, int ep);
 
 // `dir` holds config.json and safetensors weights (a model directory or a whole-model tessel
 // checkpoint). Collective over `ep` (the MoE layers' dispatch gathers over it in every forward).
-EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep);
+// With `tp` as well (--ep E --tp T, the trainer's mesh: tp groups of adjacent world ranks, ep
+// groups of the ranks with one tp rank): the dense parts split by the family's tensor-parallel
+// plan over `tp` as load_model_tp splits them (`note` receives its notices), and each of the
+// rank's experts' FFN columns split over `tp` (model_expert_pieces.h): a rank holds E / ep experts
+// × F / tp columns and reads only those.
+EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep,
+                            const dist::CommPtr& tp = nullptr,
+                            const std::function<void(const std::string&)>& note = {});
 
 // The same for a GGUF file whose family stores its experts as llama.cpp's stacks
 // (blk.N.ffn_*_exps of dims [in, out, experts], the family's GgufLayout naming them): the file is
