@@ -6,7 +6,7 @@ Random models of odd sizes written by `tessel init`: a tied-head Mixtral (hidden
 2 KV heads, 6 SwiGLU experts of width 33, top-2: each expert's columns split 17 + 16) and a
 GPT-2-MoE (width 26, 2 heads, 4 GELU experts of 104, top-2, vocabulary 257 padded to 258). Checks:
 - `mpirun -np 2 tessel generate --tp 2` and `mpirun -np 4 tessel generate --ep 2 --tp 2` give
-  one process's 24 greedy ids;
+  one process's 24 greedy ids, with --weights stored and int8;
 - every rank says how many expert bytes it holds, which must be its FFN columns of its experts
   (f32): the whole experts divided by tp (17 or 16 of 33 columns), and under ep also by ep, with
   GPT-2-MoE's output biases (added after the sum over tp) whole on every rank;
@@ -93,11 +93,16 @@ def check_generate(tessel, mpiexec, env, model, config):
     want, _ = run(gen, env)
     if len(set(want)) < 4:
         fail(f"{name}: only {len(set(want))} distinct ids {want}")
+    want8, _ = run(gen + ["--weights", "int8"], env)
     for np_, flags, tp, ep in [(2, ["--tp", "2"], 2, 1), (4, ["--ep", "2", "--tp", "2"], 2, 2)]:
         mpirun = [mpiexec, "--oversubscribe", "--bind-to", "none", "-np", str(np_)]
         got, err = run(mpirun + gen + flags, env)
         if got != want:
             fail(f"{name} {' '.join(flags)}: ids {got} != one process's {want}")
+        # int8: the dense matrices and routers converted with the whole rows' scales.
+        got8, _ = run(mpirun + gen + flags + ["--weights", "int8"], env)
+        if got8 != want8:
+            fail(f"{name} {' '.join(flags)} --weights int8: ids {got8} != one process's {want8}")
         bytes_ = held(err, np_)
         for rank, b in bytes_.items():
             expected = expert_bytes(config, tp, rank % tp, ep)
