@@ -10,6 +10,7 @@
 #include "tessel/io/safetensors_dir.h"
 #include "tessel/models/family.h"
 #include "tessel/nn/init.h"
+#include "tessel/nn/moe.h"
 #include "tessel/parallel/expert/expert_inference.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
 #include "tessel/train/checkpoint/safetensors_regions.h"
@@ -40,12 +41,14 @@ EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep,
   const models::ConfigPtr config = read_config(dir);
   if (tp) (void)models::inference_tensor_parallel(*config, tp->size());
   EpLoadedModel out;
-  {
-    // Built without values (shape-only): every tensor is filled from the files below, the dense
-    // ones after the tp cut, the experts after the ep and tp cuts.
+  if (tp) {
+    // Shape-only (no bytes, no address space), as load_model_tp builds it: the plan's cut then
+    // makes shape-only pieces, filled below.
     nn::init::InitRecord unused;
     nn::init::DeferInit defer(unused);
     out.model = config->build_empty();
+  } else {
+    out.model = config->build_empty();  // allocated, never touched: filled below
   }
   auto checkpoint = std::make_shared<const io::SafetensorsCheckpoint>(
       io::SafetensorsCheckpoint::open(dir, io::SafetensorsLoad::Read));
@@ -55,9 +58,13 @@ EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep,
   if (tp)
     out.tp = std::make_shared<ModelTensorParallel>(
         parallelize_model(*out.model, tp, "", false, note, /*copy_values=*/false));
-  // The whole stacked expert tensors are shape-only, so keeping this rank's experts (and, under
-  // tp, its FFN columns of them) makes shape-only pieces instead of copying: the peak is then
-  // this rank's share, not the share plus the pages a copy would read.
+  // The whole stacked expert tensors are released first, so that keeping this rank's experts (and,
+  // under tp, its FFN columns of them) makes shape-only pieces instead of copying (and so
+  // touching) the whole ones: the peak is then this rank's share, not the share plus the pages
+  // the copy read.
+  for (auto& [name, module] : out.model->named_modules())
+    if (auto* moe = dynamic_cast<nn::MoE*>(module))
+      for (auto& [param, t] : moe->experts->named_parameters()) t.storage().release();
   const parallel::ExpertParallelResult split =
       parallel::parallelize_experts_inference(*out.model, ep);
   out.layers = split.layers;
