@@ -13,12 +13,13 @@ GPT-2-MoE (width 26, 2 heads, 4 GELU experts of 104, top-2, vocabulary 257 padde
 - `serve --tp 2` (np 2) and `serve --ep 2 --tp 2` (np 4) answer concurrent completions and a
   prefix-cache hit with one process's texts, token logprobs within 1e-4 (the sums over tp come
   in another order);
-- a Q8_0 GGUF Mixtral (experts of 128: 64 columns per rank, two Q8_0 blocks) under
-  `generate --tp 2` gives one process's ids, each rank holding half of the expert blocks;
+- a GGUF Mixtral (experts of 128: 64 columns per rank, two Q8_0 blocks) in Q8_0 under
+  `generate --tp 2` and `--ep 2 --tp 2`, and in F32 under `--ep 2 --tp 2`, gives one process's
+  ids, each rank holding its share of the expert stacks (1/2, 1/4);
 - one error line for the job: experts of width 1 at --tp 2 (Mixtral's intermediate_size),
-  heads that --tp 4 does not divide, --pp 2 --tp 2 of a mixture of experts, --ep 2 --tp 2 of a
-  GGUF file; a Q8_0 file whose expert width (96) --tp 2 would split inside a block is refused
-  while loading, as the dense GGUF path refuses it (the same line from each rank).
+  heads that --tp 4 does not divide, --pp 2 --tp 2 of a mixture of experts; a Q8_0 file whose
+  expert width (96) --tp 2 would split inside a block is refused while loading, as the dense
+  GGUF path refuses it (the same line from each rank).
 Usage: moe_tp_cli.py TESSEL MPIEXEC WORKDIR
 """
 import copy
@@ -153,25 +154,34 @@ def check_serve(tessel, mpiexec, env, model):
 def check_gguf(tessel, mpiexec, env, work):
     config = gguf_mixtral(6)
     config["intermediate_size"] = 128
-    gguf = quantize(tessel, write_model(tessel, work, "gguf-mixtral", config, 7), "q8_0", env)
-    gen = [tessel, "generate", "-m", gguf, "--prompt-ids", PROMPT, "-n", "24", "--temp", "0",
-           "--ignore-eos", "--format", "json"]
-    want, _ = run(gen, env)
-    mpirun = [mpiexec, "--oversubscribe", "--bind-to", "none", "-np", "2"]
-    got, err = run(mpirun + gen + ["--tp", "2"], env)
-    if got != want:
-        fail(f"Q8_0 Mixtral --tp 2: ids {got} != one process's {want}")
-    # Q8_0: 34 bytes per 32 weights; per layer 3 stacks of E experts, F × C weights, split by tp.
-    whole = 2 * 6 * 3 * 128 * 64 // 32 * 34
-    bytes_ = held(err, 2)
-    if any(b != whole // 2 for b in bytes_.values()):
-        fail(f"Q8_0 Mixtral --tp 2: expert bytes per rank {bytes_}, expected {whole // 2} each")
-    print(f"generate --tp 2 Q8_0 Mixtral: 24 ids equal to one process's; expert bytes per rank "
-          f"{[bytes_[r] for r in sorted(bytes_)]} (the file's stacks: {whole})")
+    model = write_model(tessel, work, "gguf-mixtral", config, 7)
+    # Q8_0: 34 bytes per 32 weights; F32: 4 per weight. 2 layers × 3 stacks of 6 experts of
+    # 128 × 64 weights, divided by tp (and by ep).
+    weights = 2 * 6 * 3 * 128 * 64
+    for kind, stacks, layouts in [
+            ("q8_0", weights // 32 * 34,
+             [(2, ["--tp", "2"], 2), (4, ["--ep", "2", "--tp", "2"], 4)]),
+            ("f32", weights * 4, [(4, ["--ep", "2", "--tp", "2"], 4)])]:
+        gguf = quantize(tessel, model, kind, env)
+        gen = [tessel, "generate", "-m", gguf, "--prompt-ids", PROMPT, "-n", "24", "--temp", "0",
+               "--ignore-eos", "--format", "json"]
+        want, _ = run(gen, env)
+        for np_, flags, parts in layouts:
+            mpirun = [mpiexec, "--oversubscribe", "--bind-to", "none", "-np", str(np_)]
+            got, err = run(mpirun + gen + flags, env)
+            if got != want:
+                fail(f"{kind} Mixtral {' '.join(flags)}: ids {got} != one process's {want}")
+            bytes_ = held(err, np_)
+            if any(b != stacks // parts for b in bytes_.values()):
+                fail(f"{kind} Mixtral {' '.join(flags)}: expert bytes per rank {bytes_}, expected "
+                     f"{stacks // parts} each")
+            print(f"generate {' '.join(flags)} {kind} GGUF Mixtral: 24 ids equal to one "
+                  f"process's; expert bytes per rank {[bytes_[r] for r in sorted(bytes_)]} (the "
+                  f"file's stacks: {stacks})")
     return gguf
 
 
-def check_refusals(tessel, mpiexec, env, work, gguf, mixtral_model):
+def check_refusals(tessel, mpiexec, env, work, mixtral_model):
     narrow = write_hf_model(tessel, work, "narrow", tied_mixtral(4, width=1), 8)
     odd = quantize(tessel, write_model(tessel, work, "odd-gguf", gguf_mixtral(6), 9), "q8_0", env)
     gen = ["generate", "--prompt-ids", PROMPT, "--format", "json"]
@@ -189,12 +199,10 @@ def check_refusals(tessel, mpiexec, env, work, gguf, mixtral_model):
             "is not divisible by tp = 4")
     refused(mpirun(4) + gen + ["-m", mixtral_model, "--pp", "2", "--tp", "2"], env,
             "a mixture of experts, is not supported")
-    refused(mpirun(4) + gen + ["-m", gguf, "--ep", "2", "--tp", "2"], env,
-            "--ep 2 --tp 2 of a GGUF file is not supported")
     # Found while loading, as the dense GGUF path finds it: the same line from each rank.
     refused(mpirun(2) + gen + ["-m", odd, "--tp", "2"], env, "inside a block", lines=(1, 2))
     print("refusals: experts of width 1 (generate, serve, ep × tp), heads at --tp 4, --pp with "
-          "--tp, a GGUF file under ep × tp, a Q8_0 expert split inside a block: one line each")
+          "--tp, a Q8_0 expert split inside a block")
 
 
 def main():
@@ -210,8 +218,8 @@ def main():
             check_generate(tessel, mpiexec, env, model, config)
         for model, _ in families:
             check_serve(tessel, mpiexec, env, model)
-        gguf = check_gguf(tessel, mpiexec, env, work)
-        check_refusals(tessel, mpiexec, env, work, gguf, families[0][0])
+        check_gguf(tessel, mpiexec, env, work)
+        check_refusals(tessel, mpiexec, env, work, families[0][0])
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

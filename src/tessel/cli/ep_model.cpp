@@ -25,16 +25,10 @@ dist::CommPtr start_expert_parallel(const std::string& model, int ep, int tp,
   dist::CommPtr world = dist::init_world();
   std::string error;
   try {
-    const bool gguf = models::is_gguf_model(model);
-    if (gguf && tp > 1) {
-      error = flags + " of a GGUF file is not supported; give --ep " + std::to_string(ep) +
-              " or --tp " + std::to_string(tp) + " alone";
-    } else {
-      error = gguf ? train::expert_parallel_gguf_error(model, ep)
-                   : train::expert_parallel_load_error(model, ep);
-      if (error.empty() && tp > 1)
-        (void)models::inference_tensor_parallel(*models::load_model_source_config(model), tp);
-    }
+    error = models::is_gguf_model(model) ? train::expert_parallel_gguf_error(model, ep)
+                                         : train::expert_parallel_load_error(model, ep);
+    if (error.empty() && tp > 1)
+      (void)models::inference_tensor_parallel(*models::load_model_source_config(model), tp);
   } catch (const Error& e) {
     error = e.what();
   }
@@ -55,7 +49,7 @@ EpRankModel load_ep_rank_model(const std::string& model, models::InferenceWeight
       tp > 1 ? world->split(world->rank() / tp, world->rank(), "tp") : nullptr;
   const dist::CommPtr ep_comm =
       tp > 1 ? world->split(world->rank() % tp, world->rank(), "ep") : world;
-  train::EpLoadedModel loaded = gguf ? train::load_gguf_model_ep(model, ep_comm)
+  train::EpLoadedModel loaded = gguf ? train::load_gguf_model_ep(model, ep_comm, tp_comm, note)
                                      : train::load_model_ep(model, ep_comm, tp_comm, note);
   note("expert parallel: " + std::to_string(loaded.layers) + " MoE layers, their experts split " +
        "over " + std::to_string(ep_comm->size()) + " ranks" +

@@ -22,7 +22,7 @@
 namespace tessel::cli {
 
 // --ep N [--tp T]: checks the job's size (mpirun -np N·T) and that the model (a safetensors
-// directory or a GGUF file; with --tp a directory) has MoE layers that N divides and, with --tp,
+// directory or a GGUF file) has MoE layers that N divides and, with --tp,
 // that the family's plan and the experts' FFN width take T, before any weight is read; returns
 // the world, or null for N = 1. A model that cannot be split fails identically on every rank:
 // only rank 0 reports it (the others wait to be ended by its abort), so the job prints one error.

@@ -53,7 +53,12 @@ EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep,
 // stack in a block format (Q8_0, Q4_K, Q6_K, F16, ...) becomes a view of that range, multiplied in
 // place by the quantized grouped product; an F32 stack is read into f32. The refusal is
 // expert_parallel_load_error's, for the file's config.
+// With `tp` (--ep with --tp): the dense part cut as load_gguf_model_tp cuts it, and of each of the
+// rank's experts only its FFN columns (model_expert_pieces.h), block stacks copied with pread
+// (down columns on block boundaries, refused otherwise), float stacks read run by run.
 std::string expert_parallel_gguf_error(const std::string& path, int ep);
-EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& ep);
+EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& ep,
+                                 const dist::CommPtr& tp = nullptr,
+                                 const std::function<void(const std::string&)>& note = {});
 
 }  // namespace tessel::train

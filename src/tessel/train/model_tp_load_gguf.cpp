@@ -51,34 +51,6 @@ struct Stats {
   int64_t bytes = 0, views = 0, copies = 0;
 };
 
-// This rank's FFN columns of an expert stack kept as GGUF blocks ([E, out, row bytes of in] in
-// the file): gate/up/fc rows [f0, f0 + f) of every expert (dim 1), or down/proj columns
-// [f0, f0 + f) of every row (dim 2; whole blocks, checked before). Read with pread, nothing mapped.
-Tensor expert_stack_piece(const io::GgufFile& file, const std::string& stored,
-                          quant::QuantType type, const Shape& whole, int dim, int64_t f0, int64_t f,
-                          Stats& stats) {
-  const int64_t experts = whole[0], out = whole[1], in = whole[2];
-  const int64_t row_bytes = quant::row_bytes(type, in);
-  Tensor piece;
-  if (dim == 1) {
-    piece = empty({experts, f, row_bytes}, DType::I8);
-    auto* dst = static_cast<uint8_t*>(piece.data_ptr());
-    for (int64_t e = 0; e < experts; ++e)
-      file.read(stored, uint64_t((e * out + f0) * row_bytes), dst + e * f * row_bytes,
-                size_t(f * row_bytes));
-  } else {
-    const int64_t first = f0 / quant::block_elements(type) * quant::block_bytes(type);
-    const int64_t bytes = quant::row_bytes(type, f);
-    piece = empty({experts, out, bytes}, DType::I8);
-    auto* dst = static_cast<uint8_t*>(piece.data_ptr());
-    for (int64_t r = 0; r < experts * out; ++r)
-      file.read(stored, uint64_t(r * row_bytes + first), dst + r * bytes, size_t(bytes));
-  }
-  stats.bytes += int64_t(piece.nbytes());
-  ++stats.copies;
-  return piece;
-}
-
 // This rank's piece of a matrix kept as GGUF blocks, bound to its Linear or Embedding. The file
 // is open for windows: a view maps only the rows it keeps, and a copy maps the tensor for as long
 // as it copies (the window is unmapped when `whole` goes).
@@ -175,6 +147,30 @@ RegionSource float_regions(const io::GgufFile& file, const models::GgufLayout& l
 
 }  // namespace
 
+Tensor gguf_expert_stack_piece(const io::GgufFile& file, const std::string& stored,
+                               kernels::quant::QuantType type, const Shape& whole, int64_t e0,
+                               int64_t experts, int dim, int64_t f0, int64_t f) {
+  const int64_t out = whole[1], in = whole[2];
+  const int64_t row_bytes = quant::row_bytes(type, in);
+  Tensor piece;
+  if (dim == 1) {
+    piece = empty({experts, f, row_bytes}, DType::I8);
+    auto* dst = static_cast<uint8_t*>(piece.data_ptr());
+    for (int64_t e = 0; e < experts; ++e)
+      file.read(stored, uint64_t(((e0 + e) * out + f0) * row_bytes), dst + e * f * row_bytes,
+                size_t(f * row_bytes));
+  } else {
+    const int64_t first = f0 / quant::block_elements(type) * quant::block_bytes(type);
+    const int64_t bytes = quant::row_bytes(type, f);
+    piece = empty({experts, out, bytes}, DType::I8);
+    auto* dst = static_cast<uint8_t*>(piece.data_ptr());
+    for (int64_t r = 0; r < experts * out; ++r)
+      file.read(stored, uint64_t((e0 * out + r) * row_bytes + first), dst + r * bytes,
+                size_t(bytes));
+  }
+  return piece;
+}
+
 TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp,
                                 const std::function<void(const std::string&)>& note,
                                 const std::function<bool(const std::string&)>& keep,
@@ -270,10 +266,12 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
           const bool rows = piece->second.dim == 1;
           const Shape whole = rows ? param.shape().with(1, piece->second.full)
                                    : param.shape().with(2, piece->second.full);
-          experts->set_quantized(
-              leaf, type,
-              expert_stack_piece(*file, stored.name, type, whole, piece->second.dim,
-                                 experts->first_ffn_column(), experts->ffn_hidden(), stats));
+          const Tensor blocks = gguf_expert_stack_piece(
+              *file, stored.name, type, whole, 0, whole[0], piece->second.dim,
+              experts->first_ffn_column(), experts->ffn_hidden());
+          experts->set_quantized(leaf, type, blocks);
+          stats.bytes += int64_t(blocks.nbytes());
+          ++stats.copies;
           continue;
         }
         const Tensor blocks = models::gguf_blocks_view(*file, file, stored.name, param.size(0));
