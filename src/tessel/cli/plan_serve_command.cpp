@@ -159,10 +159,6 @@ void run_serve_plan(ServePlanArgs a) {
   const std::string kv_dtype = a.kv_dtype;
   req.tp_refusal = [config, kv_dtype](int tp) -> std::string {
     if (kv_dtype != "f32") return "prediction only: tessel keeps an f32 KV cache";
-    // tessel serves it with each expert's FFN split over tp, which tp_rank_weights (the dense
-    // plan on meta) does not count.
-    if (tp > 1 && config->has_experts())
-      return "prediction only: the planner does not split a mixture of experts' experts over tp";
     try {
       models::inference_tensor_parallel(*config, tp);
       return "";
