@@ -12,7 +12,8 @@
 // as well, each stage is split among T ranks.
 // With --ep N a mixture-of-experts model's experts are spread over the ranks (cli/ep_model.h):
 // every rank runs the whole forward and gathers its MoE layers' expert rows, so every rank samples
-// the same ids as one process.
+// the same ids as one process; with --tp T as well (N·T ranks) the dense parts are tensor-parallel
+// and each expert's FFN columns split over tp, as --tp alone splits a mixture of experts.
 // Every process ends with its peak resident set and address space on stderr (cli/peak_memory.h;
 // also in the JSON line), so the memory a rank's share saves is visible.
 #include <cstdio>
@@ -280,7 +281,7 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--ep", args->ep,
                   "Expert-parallel ranks of a mixture-of-experts model: run under mpirun -np N "
-                  "with --ep N (same ids as one rank)")
+                  "with --ep N, -np N*T with --tp T as well (same ids as one rank)")
       ->capture_default_str();
   cmd->add_option("--pp", args->pp,
                   "Pipeline stages: run under mpirun -np N with --pp N, each rank holding its "
