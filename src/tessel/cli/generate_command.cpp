@@ -12,7 +12,8 @@
 // as well, each stage is split among T ranks.
 // With --ep N a mixture-of-experts model's experts are spread over the ranks (cli/ep_model.h):
 // every rank runs the whole forward and gathers its MoE layers' expert rows, so every rank samples
-// the same ids as one process.
+// the same ids as one process; with --tp T as well (N·T ranks) the dense parts are tensor-parallel
+// and each expert's FFN columns split over tp, as --tp alone splits a mixture of experts.
 // Every process ends with its peak resident set and address space on stderr (cli/peak_memory.h;
 // also in the JSON line), so the memory a rank's share saves is visible.
 #include <cstdio>
@@ -99,7 +100,18 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   TESSEL_CHECK(args.ep == 1 || args.pp == 1, "generate: --ep ", args.ep, " with --pp ", args.pp,
                " is not supported; give one of them");
   const dist::CommPtr ep_world = start_expert_parallel(args.model, args.ep, args.tp, "generate");
-  if (!ep_world) check_pp_request(args.model, args.tp, args.pp, 1, "generate");
+  if (!ep_world) {
+    try {
+      check_pp_request(args.model, args.tp, args.pp, 1, "generate");
+    } catch (const Error&) {
+      // Every rank of the job reaches the same refusal: rank 0 alone reports it (one line).
+      if (dist::detect_launch().size > 1) {
+        const dist::CommPtr world = dist::init_world();
+        if (world->rank() != 0) world->barrier();  // never completes: rank 0 ends the job
+      }
+      throw;
+    }
+  }
   const int ranks = args.tp * args.pp;
   const char* flag = args.pp > 1 ? "--pp" : "--tp";
   const dist::LaunchInfo launch = dist::detect_launch();
@@ -115,12 +127,16 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     leader = ep_world->rank() == 0;
     rank = ep_world->rank();
     EpRankModel loaded =
-        load_ep_rank_model(args.model, weights, ep_world, [&](const std::string& line) {
+        load_ep_rank_model(args.model, weights, ep_world, args.tp, [&](const std::string& line) {
           if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());
         });
     std::fprintf(stderr, "tessel: generate: expert-parallel rank %d %s\n", ep_world->rank(),
                  loaded.share.c_str());
     model = std::move(loaded.model);
+    if ((tp = std::move(loaded.tp)))
+      options.full_logits = [tp](const Tensor& local) {
+        return train::model_tp_full_logits(*tp, local);
+      };
   } else if (args.pp > 1) {
     // Each rank reads only its stage's tensors; every rank gets the logits and samples alike.
     dist::CommPtr world = dist::init_world();
@@ -140,6 +156,14 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     dist::CommPtr world = dist::init_world();
     leader = world->rank() == 0;
     rank = world->rank();
+    try {
+      // A model the plan (or its experts' width) cannot split fails alike on every rank: rank 0
+      // alone reports it, so the job prints one error.
+      (void)models::inference_tensor_parallel(*config, args.tp);
+    } catch (const Error&) {
+      if (!leader) world->barrier();  // never completes: rank 0 ends the job
+      throw;
+    }
     TpRankModel loaded =
         load_tp_rank_model(args.model, weights, world, "generate", [&](const std::string& line) {
           if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());
@@ -257,7 +281,7 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--ep", args->ep,
                   "Expert-parallel ranks of a mixture-of-experts model: run under mpirun -np N "
-                  "with --ep N (same ids as one rank)")
+                  "with --ep N, -np N*T with --tp T as well (same ids as one rank)")
       ->capture_default_str();
   cmd->add_option("--pp", args->pp,
                   "Pipeline stages: run under mpirun -np N with --pp N, each rank holding its "

@@ -29,8 +29,13 @@ void check_pp_request(const std::string& model, int tp, int pp, int microbatches
   const int64_t blocks = config->num_layers();
   TESSEL_CHECK(blocks >= pp, what, ": --pp ", pp, " stages for a model of ", blocks,
                " blocks (each stage needs one)");
-  if (tp > 1)
+  if (tp > 1) {
+    // The stages' loaders do not split experts over tp (docs/MOE.md, "Tensor-parallel inference").
+    TESSEL_CHECK(!config->has_experts(), what, ": --pp ", pp, " with --tp ", tp, " for ",
+                 config->summary(), ", a mixture of experts, is not supported; give --tp ", tp,
+                 " (experts split over tp) or --pp ", pp, " alone");
     (void)models::inference_tensor_parallel(*config, tp);  // an Error when the plan cannot split it
+  }
 }
 
 std::vector<int64_t> pp_stage_bounds(const std::vector<double>& layer_costs, int64_t blocks,

@@ -8,8 +8,10 @@
 // started by the CPU probe) may receive the signal, and a mask set here could not cover them.
 // With --tp N under `mpirun -np N` (docs/SERVING.md "Distributed serving") every rank holds its
 // share of the model (train/model_tensor_parallel.h); rank 0 serves HTTP and runs the engine,
-// the others run each step it sends them and exit 0 when its drain ends. --ep N does the same with
-// a mixture-of-experts model's experts spread over the ranks (cli/ep_model.h). With --pp N each
+// the others run each step it sends them and exit 0 when its drain ends (a mixture of experts
+// with each expert's FFN columns split over tp). --ep N does the same with a mixture-of-experts
+// model's experts spread over the ranks, and with --tp T as well on N·T ranks
+// (cli/ep_model.h). With --pp N each
 // rank holds one pipeline stage (cli/pp_model.h) under the same scheme: rank 0 decides and
 // broadcasts every step, the stages pass hidden states on in --pp-microbatches pieces, and the last
 // one sends the logits back to rank 0, which keeps one step of each of --pp-groups groups of
@@ -134,11 +136,13 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
     if (leader) log(LogLevel::Info, "serve: ", line);
   };
   if (args.ep > 1) {
-    EpRankModel loaded = load_ep_rank_model(args.model, weights, world, note);
+    EpRankModel loaded = load_ep_rank_model(args.model, weights, world, args.tp, note);
     log(LogLevel::Info, "serve: expert-parallel rank ", world->rank(), " ", loaded.share,
-        " (the dense part and its experts)");
+        args.tp > 1 ? " (its tp share of the dense part and of its experts)"
+                    : " (the dense part and its experts)");
+    out.mirror = expert_parallel_step_mirror(world, loaded);
     out.model = std::move(loaded.model);
-    out.mirror = expert_parallel_step_mirror(world);
+    out.tp = std::move(loaded.tp);
     return out;
   }
   TpRankModel loaded = load_tp_rank_model(args.model, weights, world, "serve", note);
@@ -346,7 +350,8 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--ep", args->ep,
                   "Expert-parallel ranks of a mixture-of-experts model: run under mpirun -np N "
-                  "with --ep N; rank 0 serves HTTP (same tokens as one rank)")
+                  "with --ep N (-np N*T with --tp T as well); rank 0 serves HTTP (same tokens as "
+                  "one rank)")
       ->capture_default_str();
   cmd->add_option("--pp", args->pp,
                   "Pipeline stages: run under mpirun -np N with --pp N, each rank holding its "

@@ -21,12 +21,16 @@ TpRankModel load_tp_rank_model(const std::string& model, models::InferenceWeight
                 std::to_string(loaded.file_bytes) + " tensor bytes (its share; " +
                 std::to_string(loaded.views) + " matrices as views of the mapped file, " +
                 std::to_string(loaded.copies) + " copied)";
+    if (loaded.expert_bytes > 0)
+      out.share += ", holds " + std::to_string(loaded.expert_bytes) + " expert bytes";
   } else {
     train::TpLoadedModel loaded = train::load_model_tp(model, world, note);
     out.model = std::move(loaded.model);
     out.tp = std::move(loaded.tp);
     out.values_read = loaded.values_read;
     out.share = "read " + std::to_string(loaded.values_read) + " weight values (its share)";
+    if (loaded.expert_bytes > 0)
+      out.share += ", holds " + std::to_string(loaded.expert_bytes) + " expert bytes";
   }
   if (weights != models::InferenceWeights::Stored) {
     const models::WeightConversion c =

@@ -11,10 +11,24 @@ namespace tessel::models {
 
 TensorParallelSpec inference_tensor_parallel(const ModelConfig& config, int tp) {
   TensorParallelSpec spec = config.tensor_parallel(tp);
-  TESSEL_CHECK(!config.has_experts() || tp == 1, "tensor parallelism: ", config.summary(),
-               " is a mixture of experts, which --tp ", tp,
-               " does not serve yet (generate and serve take --ep; training takes --tp with or "
-               "without --ep)");
+  if (!config.has_experts() || tp <= 1) return spec;
+  // Each expert's FFN columns are split over tp as --etp splits them in training (the balanced
+  // uneven rule: 33 columns over 2 are 17 + 16), so every rank needs one column of every layer.
+  // Built shape-only: the layers' configs are all that is read.
+  nn::init::InitRecord unused;
+  std::shared_ptr<CausalLM> model;
+  {
+    nn::init::DeferInit defer(unused);
+    model = config.build_empty();
+  }
+  for (const auto& [name, module] : model->named_modules()) {
+    const auto* moe = dynamic_cast<const nn::MoE*>(module);
+    TESSEL_CHECK(moe == nullptr || moe->config().ffn_hidden >= tp,
+                 "tensor parallelism: ", config.summary(), ": layer '", name,
+                 "' has experts of width ", moe ? moe->config().ffn_hidden : 0, ", which --tp ", tp,
+                 " ranks cannot split (each rank holds a piece of every expert's FFN columns and "
+                 "needs one)");
+  }
   return spec;
 }
 

@@ -97,9 +97,9 @@ class ModelConfig {
 };
 
 // Inference under --tp (generate, serve, their pipeline stages): tensor_parallel(tp)'s checks,
-// and a mixture-of-experts model refused with one Error. Training keeps an MoE layer's router
-// and experts whole on every tp rank (docs/MOE.md, "ep with tp"); the tp inference loaders and
-// their serving steps have not been built or tested for it.
+// and for a mixture of experts that every MoE layer's expert FFN width is at least tp: the tp
+// loaders split each expert's FFN columns over tp as training's --etp does (docs/MOE.md,
+// "Tensor-parallel inference"). One Error naming the layer otherwise.
 TensorParallelSpec inference_tensor_parallel(const ModelConfig& config, int tp);
 
 using ConfigPtr = std::shared_ptr<const ModelConfig>;

@@ -4,16 +4,17 @@
 #include "tessel/train/model_ep_load.h"
 
 #include <filesystem>
-#include <map>
 
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/core/error.h"
 #include "tessel/io/safetensors_dir.h"
 #include "tessel/models/family.h"
+#include "tessel/nn/init.h"
 #include "tessel/nn/moe.h"
 #include "tessel/parallel/expert/expert_inference.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
 #include "tessel/train/checkpoint/safetensors_regions.h"
+#include "tessel/train/model_expert_pieces.h"
 
 namespace tessel::train {
 
@@ -34,27 +35,44 @@ std::string expert_parallel_load_error(const std::string& dir, int ep) {
   return parallel::expert_inference_error(*read_config(dir)->build_empty(), ep);
 }
 
-EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep) {
+EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep,
+                            const dist::CommPtr& tp,
+                            const std::function<void(const std::string&)>& note) {
   const models::ConfigPtr config = read_config(dir);
+  if (tp) (void)models::inference_tensor_parallel(*config, tp->size());
   EpLoadedModel out;
-  // Built without values: every tensor is filled from the files below, the experts after the cut.
-  out.model = config->build_empty();
+  if (tp) {
+    // Shape-only (no bytes, no address space), as load_model_tp builds it: the plan's cut then
+    // makes shape-only pieces, filled below.
+    nn::init::InitRecord unused;
+    nn::init::DeferInit defer(unused);
+    out.model = config->build_empty();
+  } else {
+    out.model = config->build_empty();  // allocated, never touched: filled below
+  }
   auto checkpoint = std::make_shared<const io::SafetensorsCheckpoint>(
       io::SafetensorsCheckpoint::open(dir, io::SafetensorsLoad::Read));
   // The layout describes the whole model's tensors, so it is taken before the cut.
   const RegionSource regions =
       safetensors_region_source(checkpoint, config->family().hf_layout(*out.model, *checkpoint));
-  // The whole stacked expert tensors are released first, so that keeping this rank's experts
-  // makes shape-only pieces instead of copying (and so touching) the untouched whole ones: the
-  // peak is then this rank's share, not the share plus the pages the copy read.
+  if (tp)
+    out.tp = std::make_shared<ModelTensorParallel>(
+        parallelize_model(*out.model, tp, "", false, note, /*copy_values=*/false));
+  // The whole stacked expert tensors are released first, so that keeping this rank's experts (and,
+  // under tp, its FFN columns of them) makes shape-only pieces instead of copying (and so
+  // touching) the whole ones: the peak is then this rank's share, not the share plus the pages
+  // the copy read.
   for (auto& [name, module] : out.model->named_modules())
     if (auto* moe = dynamic_cast<nn::MoE*>(module))
       for (auto& [param, t] : moe->experts->named_parameters()) t.storage().release();
   const parallel::ExpertParallelResult split =
       parallel::parallelize_experts_inference(*out.model, ep);
   out.layers = split.layers;
-  std::map<std::string, int64_t> experts_of;  // expert parameter -> the layer's expert count
-  for (size_t i = 0; i < split.params.size(); ++i) experts_of[split.params[i]] = split.experts[i];
+  ExpertPieces pieces = split_experts_over_tp(*out.model, tp);
+  pieces.ep_size = ep->size();
+  pieces.ep_rank = ep->rank();
+  for (size_t i = 0; i < split.params.size(); ++i)
+    pieces.experts[split.params[i]] = split.experts[i];
 
   int64_t values = 0;
   const RegionSource counted = [&](const std::string& name, const PieceRegion& region, float* dst) {
@@ -63,21 +81,15 @@ EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep) {
   };
   autograd::NoGradGuard no_grad;
   for (const auto& [name, param] : out.model->named_parameters()) {
-    sharding::LocalLayout placement = sharding::LocalLayout::whole(param.shape());
-    if (const auto it = experts_of.find(name); it != experts_of.end()) {
-      // Rank r's experts are rows [r E / ep, (r + 1) E / ep) of the stacked [E, ...] tensor.
-      sharding::ShardLayout spec;
-      spec.dim = 0;
-      spec.full = it->second;
-      placement = sharding::LocalLayout::of(spec, param.shape(), ep->size(), ep->rank());
-    }
-    param.storage().materialize();  // the experts' pieces (a no-op for the dense tensors)
+    const sharding::LocalLayout placement = pieces.placement(out.tp.get(), name, param.shape());
+    param.storage().materialize();
     const bool direct = param.dtype() == DType::F32;
     Tensor flat = direct ? param.detach().flatten() : empty({param.numel()}, DType::F32);
     fill_placed(counted, name, placement, param.shape(), 0, param.numel(), flat);
     if (!direct) param.detach().copy_from(flat.reshape(param.shape()));
   }
   out.values_read = values;
+  out.expert_bytes = expert_parameter_bytes(*out.model);
   out.model->eval();
   return out;
 }

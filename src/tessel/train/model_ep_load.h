@@ -15,11 +15,14 @@
 
 #include "tessel/dist/communicator.h"
 #include "tessel/models/causal_lm.h"
+#include "tessel/train/model_tensor_parallel.h"
 
 namespace tessel::train {
 
 struct EpLoadedModel {
   std::shared_ptr<models::CausalLM> model;  // this rank's share, in eval mode
+  std::shared_ptr<ModelTensorParallel> tp;  // under --ep with --tp: the dense parts' split
+  int64_t expert_bytes = 0;                 // the bytes of this rank's expert tensors
   int64_t values_read = 0;                  // weight values this rank read from the files
   int64_t layers = 0;                       // MoE layers split
   // A GGUF file: the tensor bytes this rank read (its dense tensors and its experts' byte ranges)
@@ -33,7 +36,14 @@ std::string expert_parallel_load_error(const std::string& dir, int ep);
 
 // `dir` holds config.json and safetensors weights (a model directory or a whole-model tessel
 // checkpoint). Collective over `ep` (the MoE layers' dispatch gathers over it in every forward).
-EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep);
+// With `tp` as well (--ep E --tp T, the trainer's mesh: tp groups of adjacent world ranks, ep
+// groups of the ranks with one tp rank): the dense parts split by the family's tensor-parallel
+// plan over `tp` as load_model_tp splits them (`note` receives its notices), and each of the
+// rank's experts' FFN columns split over `tp` (model_expert_pieces.h): a rank holds E / ep experts
+// × F / tp columns and reads only those.
+EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep,
+                            const dist::CommPtr& tp = nullptr,
+                            const std::function<void(const std::string&)>& note = {});
 
 // The same for a GGUF file whose family stores its experts as llama.cpp's stacks
 // (blk.N.ffn_*_exps of dims [in, out, experts], the family's GgufLayout naming them): the file is
@@ -43,7 +53,12 @@ EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep);
 // stack in a block format (Q8_0, Q4_K, Q6_K, F16, ...) becomes a view of that range, multiplied in
 // place by the quantized grouped product; an F32 stack is read into f32. The refusal is
 // expert_parallel_load_error's, for the file's config.
+// With `tp` (--ep with --tp): the dense part cut as load_gguf_model_tp cuts it, and of each of the
+// rank's experts only its FFN columns (model_expert_pieces.h), block stacks copied with pread
+// (down columns on block boundaries, refused otherwise), float stacks read run by run.
 std::string expert_parallel_gguf_error(const std::string& path, int ep);
-EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& ep);
+EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& ep,
+                                 const dist::CommPtr& tp = nullptr,
+                                 const std::function<void(const std::string&)>& note = {});
 
 }  // namespace tessel::train

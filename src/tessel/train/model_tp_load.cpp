@@ -11,6 +11,7 @@
 #include "tessel/nn/init.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
 #include "tessel/train/checkpoint/safetensors_regions.h"
+#include "tessel/train/model_expert_pieces.h"
 
 namespace tessel::train {
 
@@ -44,14 +45,13 @@ TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
   };
   out.tp = std::make_shared<ModelTensorParallel>(parallelize_model(*out.model, tp, "", false, note,
                                                                    /*copy_values=*/false));
+  // The dense plan leaves MoE layers whole; their experts' FFN columns are split here.
+  const ExpertPieces experts = split_experts_over_tp(*out.model, tp);
   autograd::NoGradGuard no_grad;
   for (const auto& [name, param] : out.model->named_parameters()) {
     if (keep && !keep(name)) continue;
     param.storage().materialize();
-    const sharding::ShardLayout* spec = out.tp->result.spec(name);
-    const sharding::LocalLayout placement =
-        spec ? sharding::LocalLayout::of(*spec, param.shape(), tp->size(), tp->rank())
-             : sharding::LocalLayout::whole(param.shape());
+    const sharding::LocalLayout placement = experts.placement(out.tp.get(), name, param.shape());
     // Straight into the parameter when it is f32 (parameters are contiguous), else through one
     // temporary of its size.
     const bool direct = param.dtype() == DType::F32;
@@ -60,6 +60,7 @@ TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
     if (!direct) param.detach().copy_from(flat.reshape(param.shape()));
   }
   out.values_read = values;
+  out.expert_bytes = expert_parameter_bytes(*out.model);
   out.model->eval();
   return out;
 }

@@ -6,7 +6,8 @@
 // mapped; train/checkpoint/safetensors_regions.h), as the trainer does for its first step. This is
 // the per-shard loading of Megatron-LM's distributed checkpoints applied to an unsharded Hugging
 // Face directory: a rank's resident set and its address space grow by its share of the weights,
-// not by the whole model.
+// not by the whole model. A mixture of experts' MoE layers, which the dense plan leaves whole, have
+// each expert's FFN columns split over tp as training's --etp does (model_expert_pieces.h).
 #pragma once
 
 #include <functional>
@@ -24,6 +25,7 @@ struct TpLoadedModel {
   std::shared_ptr<models::CausalLM> model;  // this rank's share, in eval mode
   std::shared_ptr<ModelTensorParallel> tp;
   int64_t values_read = 0;  // weight values this rank read from the files
+  int64_t expert_bytes = 0;  // a mixture of experts: its experts' bytes on this rank
 };
 
 // `dir` holds config.json and safetensors weights (a model directory or a whole-model tessel

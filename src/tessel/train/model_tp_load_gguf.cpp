@@ -18,6 +18,7 @@
 #include "tessel/nn/moe_experts.h"
 #include "tessel/sharding/shard_layout.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
+#include "tessel/train/model_expert_pieces.h"
 
 namespace tessel::train {
 
@@ -146,6 +147,30 @@ RegionSource float_regions(const io::GgufFile& file, const models::GgufLayout& l
 
 }  // namespace
 
+Tensor gguf_expert_stack_piece(const io::GgufFile& file, const std::string& stored,
+                               kernels::quant::QuantType type, const Shape& whole, int64_t e0,
+                               int64_t experts, int dim, int64_t f0, int64_t f) {
+  const int64_t out = whole[1], in = whole[2];
+  const int64_t row_bytes = quant::row_bytes(type, in);
+  Tensor piece;
+  if (dim == 1) {
+    piece = empty({experts, f, row_bytes}, DType::I8);
+    auto* dst = static_cast<uint8_t*>(piece.data_ptr());
+    for (int64_t e = 0; e < experts; ++e)
+      file.read(stored, uint64_t(((e0 + e) * out + f0) * row_bytes), dst + e * f * row_bytes,
+                size_t(f * row_bytes));
+  } else {
+    const int64_t first = f0 / quant::block_elements(type) * quant::block_bytes(type);
+    const int64_t bytes = quant::row_bytes(type, f);
+    piece = empty({experts, out, bytes}, DType::I8);
+    auto* dst = static_cast<uint8_t*>(piece.data_ptr());
+    for (int64_t r = 0; r < experts * out; ++r)
+      file.read(stored, uint64_t((e0 * out + r) * row_bytes + first), dst + r * bytes,
+                size_t(bytes));
+  }
+  return piece;
+}
+
 TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp,
                                 const std::function<void(const std::string&)>& note,
                                 const std::function<bool(const std::string&)>& keep,
@@ -183,6 +208,8 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
   if (tp)
     out.tp = std::make_shared<ModelTensorParallel>(
         parallelize_model(*out.model, tp, "", false, note, /*copy_values=*/false));
+  // The dense plan leaves MoE layers whole; each expert's FFN columns are split over tp here.
+  const ExpertPieces pieces = split_experts_over_tp(*out.model, tp);
   std::map<std::string, nn::Module*> modules;
   for (auto& [name, module] : out.model->named_modules()) modules[name] = module;
   // Which matrices stay blocks: load_gguf_tensors' rule (a Linear or Embedding weight in a block
@@ -208,6 +235,12 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
     if (spec && spec->dim == 1 && block_owner(name, info))
       check_block_split(stored.name, quant::quant_type_from_ggml(info.type), *spec, n,
                         keep ? "tensor parallelism within a pipeline stage" : "tensor parallelism");
+    // An expert stack's down/proj columns, split inside each row, must be whole blocks too.
+    const auto piece = pieces.ffn.find(name);
+    if (piece != pieces.ffn.end() && piece->second.dim == 2 && info.dims.size() == 3 &&
+        quant::is_ggml_type_supported(info.type))
+      check_block_split(stored.name, quant::quant_type_from_ggml(info.type), piece->second, n,
+                        "tensor parallelism");
   }
   Stats stats;
   const RegionSource floats = float_regions(*file, layout, parallelism, stats);
@@ -217,9 +250,7 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
     const models::GgufStored& stored = layout.tensors.at(name);
     const io::GgufTensorInfo& info = file->info(stored.name);
     const sharding::ShardLayout* spec = spec_of(name);
-    const sharding::LocalLayout placement =
-        spec ? sharding::LocalLayout::of(*spec, param.shape(), n, rank)
-             : sharding::LocalLayout::whole(param.shape());
+    const sharding::LocalLayout placement = pieces.placement(out.tp.get(), name, param.shape());
     ++loaded;
     if (keep && !keep(name)) continue;  // another pipeline stage's
     if (const size_t dot = name.rfind('.'); !spec && dot != std::string::npos) {
@@ -229,8 +260,22 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
       const std::string leaf = name.substr(dot + 1);
       if (experts && quant::is_ggml_type_supported(info.type) && info.dims.size() == 3 &&
           models::is_expert_stack(leaf)) {
+        const quant::QuantType type = quant::quant_type_from_ggml(info.type);
+        if (const auto piece = pieces.ffn.find(name); piece != pieces.ffn.end()) {
+          // This rank's FFN columns of every expert: a copy of those blocks.
+          const bool rows = piece->second.dim == 1;
+          const Shape whole = rows ? param.shape().with(1, piece->second.full)
+                                   : param.shape().with(2, piece->second.full);
+          const Tensor blocks = gguf_expert_stack_piece(
+              *file, stored.name, type, whole, 0, whole[0], piece->second.dim,
+              experts->first_ffn_column(), experts->ffn_hidden());
+          experts->set_quantized(leaf, type, blocks);
+          stats.bytes += int64_t(blocks.nbytes());
+          ++stats.copies;
+          continue;
+        }
         const Tensor blocks = models::gguf_blocks_view(*file, file, stored.name, param.size(0));
-        experts->set_quantized(leaf, quant::quant_type_from_ggml(info.type), blocks);
+        experts->set_quantized(leaf, type, blocks);
         stats.bytes += int64_t(blocks.nbytes());
         ++stats.views;
         continue;
@@ -253,6 +298,7 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
   out.bytes_read = stats.bytes;
   out.views = stats.views;
   out.copies = stats.copies;
+  out.expert_bytes = expert_parameter_bytes(*out.model);
   out.model->eval();
   return out;
 }

@@ -12,7 +12,10 @@
 //    k-quants, 1 for F16 / BF16): a split inside a block is refused with one Error naming the
 //    tensor, its width, the block size and tp, on every rank alike;
 //  - f32 tensors (and an F32 file's matrices) are read as the safetensors path reads them, only
-//    the rank's regions, widened from F16 / BF16 where stored so.
+//    the rank's regions, widened from F16 / BF16 where stored so;
+//  - a mixture of experts' stacks (blk.N.ffn_*_exps) keep this rank's FFN columns of every expert
+//    (model_expert_pieces.h): gate/up rows of each expert, down columns of every row (whole blocks,
+//    refused as above otherwise), copied into blocks with pread.
 // The quantized kernels compute each output feature from its row alone, so a column-parallel
 // product equals one process's bit for bit; a row-parallel one sums the ranks' partial products,
 // which differ from one process's only by the order of the sums (docs/SERVING.md). The file is
@@ -33,6 +36,8 @@
 #include <string>
 
 #include "tessel/dist/communicator.h"
+#include "tessel/io/gguf.h"
+#include "tessel/kernels/quant/quant_format.h"
 #include "tessel/models/causal_lm.h"
 #include "tessel/train/model_tensor_parallel.h"
 
@@ -41,10 +46,11 @@ namespace tessel::train {
 struct TpGgufLoaded {
   std::shared_ptr<models::CausalLM> model;  // this rank's share, in eval mode
   std::shared_ptr<ModelTensorParallel> tp;
-  int64_t bytes_read = 0;  // tensor bytes of the file this rank read (its share)
-  int64_t file_bytes = 0;  // tensor bytes the file holds
-  int64_t views = 0;       // matrices bound as zero-copy views of the mapped file
-  int64_t copies = 0;      // matrices whose blocks were copied (row-parallel, reordered, padded)
+  int64_t bytes_read = 0;    // tensor bytes of the file this rank read (its share)
+  int64_t file_bytes = 0;    // tensor bytes the file holds
+  int64_t views = 0;         // matrices bound as zero-copy views of the mapped file
+  int64_t copies = 0;        // matrices whose blocks were copied (row-parallel, reordered, padded)
+  int64_t expert_bytes = 0;  // a mixture of experts: its experts' bytes on this rank (blocks)
 };
 
 // Collective over `tp` (the plan's parallelization is). `note` receives the plan's one-line
@@ -55,5 +61,13 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
                                 const std::function<void(const std::string&)>& note = {},
                                 const std::function<bool(const std::string&)>& keep = {},
                                 const std::string& parallelism = "");
+
+// The blocks of experts [e0, e0 + experts) of a stack stored as GGUF blocks (`whole` = [E, out,
+// in] in the file), FFN columns [f0, f0 + f) of each: gate/up/fc rows (dim 1) or down/proj
+// columns of every row (dim 2: f0 and f in whole blocks, checked by the caller), read with pread
+// into i8 [experts, rows, row bytes] (nothing mapped).
+Tensor gguf_expert_stack_piece(const io::GgufFile& file, const std::string& stored,
+                               kernels::quant::QuantType type, const Shape& whole, int64_t e0,
+                               int64_t experts, int dim, int64_t f0, int64_t f);
 
 }  // namespace tessel::train
