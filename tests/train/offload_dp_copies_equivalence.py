@@ -8,7 +8,8 @@ equal the in-memory runs of the same layout bit for bit: every step's loss, grad
 scale and overflow flag, and the checkpoints' bytes. The copies' chunks are spread over all three
 tiers (the device tier holds one step's working set of them, the rest spill), the step records'
 accounting is checked every step, and a device tier one chunk short of that working set is refused
-before any step, naming the smallest that works. fp16 starts from a loss scale that overflows, so
+before any step, naming the smallest that works (probed at ZeRO-2: the copies' layout is the
+units', the same at both stages). fp16 starts from a loss scale that overflows, so
 skipped steps are compared too. An in-memory bf16 checkpoint resumes offloaded on its trajectory
 (the copies rounded from the loaded replicas). A GPT-2 with C = 128, 4 heads, 6 blocks (1.2M
 parameters: five 1 MiB buckets, so the moments' shards are many chunks too), sequences of 13, 12
@@ -65,6 +66,27 @@ def copies_placement(stdout, what):
     return {t: int(n) for n, t in re.findall(r"(\d+) (\w+)", m.group(1))}
 
 
+def working_set(probe, env, what, nvme, host_chunks):
+    """The device chunks PROBE's refusal at one chunk names; one chunk short of it is refused too,
+    naming the same budget."""
+    os.makedirs(nvme)
+    p = subprocess.run(probe + offload_sets(nvme, host_chunks, 1), env=env, capture_output=True,
+                       text=True)
+    m = re.search(r"smallest device budget that works is (\d+) bytes", p.stdout + p.stderr)
+    if p.returncode == 0 or not m or "16-bit copies" not in p.stdout + p.stderr:
+        fail(f"{what}: a device tier of one chunk was not refused for the copies' working "
+             f"set: rc {p.returncode}\n{(p.stdout + p.stderr)[-1500:]}")
+    device = int(m.group(1)) // CHUNK
+    if device < 2:
+        fail(f"{what}: working set of {device} chunks; the test needs the copies to spill")
+    p = subprocess.run(probe + offload_sets(nvme, host_chunks, device - 1), env=env,
+                       capture_output=True, text=True)
+    if p.returncode == 0 or f"is {device * CHUNK} bytes" not in p.stdout + p.stderr:
+        fail(f"{what}: a device tier of {device - 1} chunks was not refused naming "
+             f"{device * CHUNK} bytes: rc {p.returncode}\n{(p.stdout + p.stderr)[-1500:]}")
+    return device
+
+
 def main():
     tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
     vocab = prepare_workdir(tessel, work)
@@ -78,30 +100,17 @@ def main():
     env = single_thread_env()
     mpi = mpi_prefix(mpirun) + ["-np", "2", tessel] + common + ["--dp", "2"]
 
+    device = None  # the copies' working set in chunks
     for stage, precision in ((2, "bf16"), (2, "fp16"), (1, "bf16")):
         tag = f"zero{stage}_{precision}"
         what = f"dp 2 ZeRO-{stage} {precision} offloaded"
         zero = ["--set", f"parallel.zero_stage={stage}", "--set", f"train.precision={precision}"]
         # The device tier must hold a unit's copies with the embeddings': one chunk less is
-        # refused before any step, naming the working set.
-        nvme = os.path.join(work, f"nvme_probe_{tag}")
-        os.makedirs(nvme)
-        probe = mpi + zero + ["--set", "checkpoint.dir=" + os.path.join(work, "probe_" + tag)]
-        p = subprocess.run(probe + offload_sets(nvme, HOST[stage], 1), env=env,
-                           capture_output=True, text=True)
-        m = re.search(r"smallest device budget that works is (\d+) bytes", p.stdout + p.stderr)
-        if p.returncode == 0 or not m or "16-bit copies" not in p.stdout + p.stderr:
-            fail(f"{what}: a device tier of one chunk was not refused for the copies' working "
-                 f"set: rc {p.returncode}\n{(p.stdout + p.stderr)[-1500:]}")
-        device = int(m.group(1)) // CHUNK
-        if device < 2:
-            fail(f"{what}: working set of {device} chunks; the test needs the copies to spill")
-        p = subprocess.run(probe + offload_sets(nvme, HOST[stage], device - 1), env=env,
-                           capture_output=True, text=True)
-        if p.returncode == 0 or f"is {device * CHUNK} bytes" not in p.stdout + p.stderr:
-            fail(f"{what}: a device tier of {device - 1} chunks was not refused naming "
-                 f"{device * CHUNK} bytes: rc {p.returncode}\n{(p.stdout + p.stderr)[-1500:]}")
-
+        # refused before any step, naming the working set (the copies' layout is the units',
+        # the same at both stages: probed once).
+        if device is None:
+            probe = mpi + zero + ["--set", "checkpoint.dir=" + os.path.join(work, "probe")]
+            device = working_set(probe, env, what, os.path.join(work, "nvme_probe"), HOST[stage])
         ref = os.path.join(work, f"memory_{tag}")
         run(mpi + zero + ["--set", "checkpoint.dir=" + ref], env=env)
         if precision == "fp16" and not any(r[4] for r in records(ref)):
