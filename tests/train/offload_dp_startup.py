@@ -14,6 +14,9 @@ gathered_peak_bytes) and three of the largest bucket (the two full gradient buff
 may keep alive, and backward's gradients on their way into them or ZeRO-2's all_gather staging).
 The gradient shards (4 bytes per parameter over dp, 193 MiB here) live in chunks too, so a rank
 holding them in plain memory exceeds that bound (it did: 668 and 817 MiB against 625 and 685).
+ZeRO-2 in bf16 runs too: its 16-bit copies of the replicated parameters (2 bytes per parameter,
+193 MiB) are chunks held unit by unit, within the same bound plus the larger device tier; a rank
+making the whole model's copies per micro-batch in plain memory exceeds it (1060 MiB against 733).
 (That the offloaded runs equal the in-memory ones bit for bit is offload_dp_equivalence.py's.)
 
 Usage: offload_dp_startup.py TESSEL MPIRUN WORKDIR
@@ -32,7 +35,11 @@ ALLOWANCE = 160 * MIB  # the process without the state (code, MPI, threads, data
 # device tier 3 chunks (a unit's gather and those started ahead), the host tier a bucket's row
 # (parameter, gradient and both moments' shards). ZeRO-2: 25 MiB buckets, a rank's gradient or
 # moment shard of one is 12.5 MiB; the host row is 3 chunks.
-SETUP = {3: (32 * MIB, 3, 4), 2: (16 * MIB, 1, 3)}  # chunk, device chunks, host chunks
+# ZeRO-2 in bf16: the 16-bit copies of the replicated parameters (2 bytes per parameter, 193 MiB)
+# are chunks too, a unit's held in the device tier around its forward and backward: the device
+# tier holds the working set of a block's copies with the embeddings'.
+SETUP = {(3, "fp32"): (32 * MIB, 3, 4), (2, "fp32"): (16 * MIB, 1, 3),
+         (2, "bf16"): (16 * MIB, 4, 3)}  # chunk, device chunks, host chunks
 C, LAYERS = 1024, 8
 BLOCK = 4 * (12 * C * C + 13 * C)  # one block's f32 parameters: ZeRO-3's largest bucket
 BUCKET = {3: BLOCK, 2: 25 * MIB}  # the largest gradient bucket (parallel.bucket_mb's default)
@@ -54,22 +61,25 @@ def main():
     common = ["train"] + train_sets(config, os.path.join(work, "data"), 1, seq_len=16,
                                     extra=["train.micro_batch=1", "optim.warmup_steps=1"])
     mpi = mpi_prefix(mpirun) + ["-np", "2", tessel]
-    for stage in (3, 2):
-        chunk, device_chunks, host_chunks = SETUP[stage]
-        nvme = os.path.join(work, f"nvme_zero{stage}")
+    for stage, precision in SETUP:
+        chunk, device_chunks, host_chunks = SETUP[(stage, precision)]
+        tag = f"zero{stage}" + ("" if precision == "fp32" else "_" + precision)
+        what = f"ZeRO-{stage}" + ("" if precision == "fp32" else " " + precision)
+        nvme = os.path.join(work, f"nvme_{tag}")
         os.makedirs(nvme)
-        d = os.path.join(work, f"zero{stage}")
-        sets = [f"parallel.zero_stage={stage}", f"checkpoint.dir={d}",
-                f"memory.chunk_size={chunk}", f"memory.device_budget={device_chunks * chunk}",
+        d = os.path.join(work, tag)
+        sets = [f"parallel.zero_stage={stage}", f"train.precision={precision}",
+                f"checkpoint.dir={d}", f"memory.chunk_size={chunk}",
+                f"memory.device_budget={device_chunks * chunk}",
                 f"memory.host_budget={host_chunks * chunk}", f"memory.nvme_dir={nvme}"]
         run(mpi + common + ["--dp", "2"] + [a for s in sets for a in ("--set", s)],
             env=single_thread_env())
         steps = step_records(d)
         if len(steps) != 1 or len(steps[0]["ranks"]) != 2:
-            fail(f"ZeRO-{stage}: expected one step record with two ranks, got {steps}")
+            fail(f"{what}: expected one step record with two ranks, got {steps}")
         ranks = build_record(d)["ranks"]
         if len(ranks) != 2:
-            fail(f"ZeRO-{stage}: the build record has {len(ranks)} ranks, expected 2")
+            fail(f"{what}: the build record has {len(ranks)} ranks, expected 2")
         for r, m in enumerate(ranks):
             held = m["param_bytes"]  # the parameters this rank holds: shards at 3, replicas at 2
             # The state the offloaded shards would be in memory: the parameter, gradient and both
@@ -80,16 +90,16 @@ def main():
             budgets = (device_chunks + host_chunks) * chunk
             bound = in_memory + budgets + 2 * chunk + ALLOWANCE
             peak = m["peak_rss_after_bytes"]
-            print(f"ZeRO-{stage} rank {r}: shards {shards / MIB:.0f} MiB (host tier "
+            print(f"{what} rank {r}: shards {shards / MIB:.0f} MiB (host tier "
                   f"{host_chunks * chunk / MIB:.0f} MiB), held in memory {in_memory / MIB:.0f} "
                   f"MiB; peak resident set after start-up {peak / MIB:.0f} MiB, bound "
                   f"{bound / MIB:.0f} MiB, state in memory {(in_memory + shards) / MIB:.0f} MiB")
             if shards <= 3 * host_chunks * chunk:
-                fail(f"ZeRO-{stage}: the shards ({shards} bytes) are not > 3x the host tier")
+                fail(f"{what}: the shards ({shards} bytes) are not > 3x the host tier")
             if bound >= in_memory + shards:
-                fail(f"ZeRO-{stage}: the model is too small for the bound to show a copy")
+                fail(f"{what}: the model is too small for the bound to show a copy")
             if peak > bound:
-                fail(f"ZeRO-{stage} rank {r}: peak resident set after start-up {peak} bytes > "
+                fail(f"{what} rank {r}: peak resident set after start-up {peak} bytes > "
                      f"{bound} (held {in_memory}, budgets {budgets}, two chunks, allowance)")
             # The step: its working memory on top, and no gradient shard in plain memory (the
             # two staging chunks of start-up are gone; its own peak is checked above).
@@ -98,18 +108,18 @@ def main():
             step_bound = max(bound, in_memory + budgets + ALLOWANCE + working)
             step_peak = steps[0]["ranks"][r]["rss_peak_bytes"]
             grads = held if stage == 3 else held // 2  # the gradient shard: 4 bytes per parameter
-            print(f"ZeRO-{stage} rank {r}: peak resident set after the step {step_peak / MIB:.0f} "
+            print(f"{what} rank {r}: peak resident set after the step {step_peak / MIB:.0f} "
                   f"MiB, bound {step_bound / MIB:.0f} MiB (working memory {working / MIB:.0f} "
                   f"MiB: gathered units {gathered / MIB:.0f}, three buckets); the gradient shard "
                   f"is {grads / MIB:.0f} MiB")
             if step_peak > step_bound:
-                fail(f"ZeRO-{stage} rank {r}: peak resident set after the step {step_peak} bytes "
+                fail(f"{what} rank {r}: peak resident set after the step {step_peak} bytes "
                      f"> {step_bound} (held {in_memory}, budgets {budgets}, allowance, gathered "
                      f"units {gathered}, three buckets of {BUCKET[stage]}): state outside the "
                      f"tiers (the gradient shards?)")
         if any(os.listdir(os.path.join(nvme, r)) for r in os.listdir(nvme)):
-            fail(f"ZeRO-{stage}: {nvme} is not empty after the run")
-    print("offloaded dp 2 start-up and step (ZeRO-3 and ZeRO-2) within the budgets")
+            fail(f"{what}: {nvme} is not empty after the run")
+    print("offloaded dp 2 start-up and step (ZeRO-3, ZeRO-2, ZeRO-2 bf16) within the budgets")
     remove_workdir(work)
 
 

@@ -180,6 +180,8 @@ class Trainer {
   void build_offload(const RegionSource& init);
   // memory.device_budget set with --dp N: each rank's ZeRO shards in chunks (after the optimizer).
   void build_offload_shards(const RegionSource& init);
+  // Mixed precision with the 16-bit copies in chunks: the precision scope takes them as kept.
+  void use_offloaded_copies();
   void build_optimizer(const RegionSource& init);
   void check_offload_layout() const;  // the layouts offload composes with
   memory::MemoryConfig offload_memory_config() const;

@@ -217,12 +217,15 @@ void Trainer::build_offload(const RegionSource& init) {
   }
   offload_ = std::make_unique<OffloadStrategy>(std::move(os));
   strategies_.push_back(offload_.get());
-  if (precision_ && offload_->has_copies()) {
-    OffloadStrategy* offload = offload_.get();  // outlives the step's scopes
-    precision_->set_kept_copies(offload_->kept_copies(), [offload](nn::LowPrecisionScope* scope) {
-      offload->set_low_precision(scope);
-    });
-  }
+  use_offloaded_copies();
+}
+
+void Trainer::use_offloaded_copies() {
+  if (!precision_ || !offload_->has_copies()) return;
+  OffloadStrategy* offload = offload_.get();  // outlives the step's scopes
+  precision_->set_kept_copies(offload_->kept_copies(), [offload](nn::LowPrecisionScope* scope) {
+    offload->set_low_precision(scope);
+  });
 }
 
 // Each rank's own shards (ZeRO-Infinity): ZeRO-3's parameter shards unit by unit in forward
@@ -277,8 +280,15 @@ void Trainer::build_offload_shards(const RegionSource& init) {
       fill_zero3_shard(init, *buckets, bucket, dst);
     };
   }
+  if (precision_ && !zero3()) {  // ZeRO-1/2: the replicas' 16-bit copies in chunks, per unit
+    os.replicas = trainable_parameters();
+    os.units = zero3_units();
+    os.compute = precision_->compute_dtype();
+    os.low_precision_roots = stage_modules();
+  }
   offload_ = std::make_unique<OffloadStrategy>(std::move(os));
   strategies_.push_back(offload_.get());
+  use_offloaded_copies();
   if (zero3()) zero3()->set_shard_hold(offload_->shard_hold());
   zero_->set_shard_hold(offload_->shard_hold());
   if (zero_->stage() >= 2) {  // the gradient shards: the reductions, the norm and the scaling

@@ -4,7 +4,8 @@
 // both AdamW moments' shards -- laid out in chunks, one row per bucket in the order the step
 // first uses them. ZeRO's gathers, reductions and update run unchanged on the same tensors (now
 // views of chunks), holding each shard's chunk through shard_hold() while they read or write it,
-// so the arithmetic, and every bit of its result, is the in-memory run's.
+// so the arithmetic, and every bit of its result, is the in-memory run's. At stages 1 and 2 under
+// mixed precision the replicas' 16-bit copies join them, unit by unit (offload_copies.cpp).
 #include <algorithm>
 #include <map>
 #include <set>
@@ -22,6 +23,9 @@ OffloadStrategy::OffloadStrategy(OffloadShardSetup setup)
       prefetch_(setup.prefetch),
       shards_(std::move(setup.shards)) {
   TESSEL_CHECK(!shards_.empty(), "offload: no ZeRO shards to lay out");
+  // ZeRO-1/2 under mixed precision: the replicas' 16-bit copies, first used by the forward.
+  std::map<std::string, size_t> index;
+  add_replica_copies(setup, index);
   std::map<const TensorImpl*, int64_t> bucket_of;  // the parameter shards, when start-up fills them
   for (const OffloadShard& s : shards_) {
     if (s.param.defined()) {
@@ -34,6 +38,19 @@ OffloadStrategy::OffloadStrategy(OffloadShardSetup setup)
   }
   chunks_->lay_out();
   check_host_holds_all();
+  // ZeRO-3 holds a unit's parameter shard in the device tier from its all_gather's start to its
+  // completion; with the next unit's gather started ahead (and one more a mispredicted prefetch
+  // may leave in flight), at most three at once. Below stage 3 only the 16-bit copies use the
+  // device tier, held unit by unit as on one process (build_units counts them).
+  if (has_copies_) {
+    build_units(setup.units, index);
+  } else {
+    std::set<int> param_chunks;
+    for (const OffloadShard& s : shards_)
+      if (s.param.defined()) param_chunks.insert(chunks_->chunk_of(s.param));
+    device_need_ = std::min(3, int(param_chunks.size()));
+  }
+  check_shard_budgets(setup.zero_stage);  // before seal(), which writes the whole state
   // Start-up streams, as on one process: ZeRO made the shards shape-only, and each parameter
   // shard is computed into its chunk as the chunks are sealed one after another within the
   // budgets (the moments start as zeros), so no shard is ever whole in plain memory.
@@ -47,14 +64,10 @@ OffloadStrategy::OffloadStrategy(OffloadShardSetup setup)
   chunks_->seal(fill);
   // No gradient before the first reduction writes it: the gradient chunks hold no bytes.
   free_gradient_shards();
-  // ZeRO-3 holds a unit's parameter shard in the device tier from its all_gather's start to its
-  // completion; with the next unit's gather started ahead (and one more a mispredicted prefetch
-  // may leave in flight), at most three at once. Below stage 3 nothing uses the device tier.
-  std::set<int> param_chunks;
-  for (const OffloadShard& s : shards_)
-    if (s.param.defined()) param_chunks.insert(chunks_->chunk_of(s.param));
-  device_need_ = std::min(3, int(param_chunks.size()));
-  check_shard_budgets(setup.zero_stage);
+  if (has_copies_) {
+    refresh_copies();  // from the replicas, filled before the shards were laid out
+    install_hooks(setup.units, index);
+  }
 }
 
 void OffloadStrategy::check_shard_budgets(int zero_stage) const {
@@ -62,10 +75,14 @@ void OffloadStrategy::check_shard_budgets(int zero_stage) const {
   const size_t cb = c.chunk_bytes();
   const size_t dev = c.pool(Tier::Device).budget(), host = c.pool(Tier::Host).budget();
   TESSEL_CHECK(dev / cb >= size_t(device_need_), "memory.device_budget of ", dev, " bytes holds ",
-               dev / cb, " chunks of ", cb, " bytes, but ZeRO-3 holds up to ", device_need_,
-               " chunks of parameter shards in the device tier at once (a unit's all_gather "
-               "and the next ones started ahead): the smallest device budget that works is ",
-               size_t(device_need_) * cb, " bytes");
+               dev / cb, " chunks of ", cb, " bytes, but ",
+               has_copies_ ? "one step holds " : "ZeRO-3 holds up to ", device_need_,
+               has_copies_ ? " chunks of 16-bit copies in the device tier at once (a unit's, "
+                             "with the embeddings')"
+                           : " chunks of parameter shards in the device tier at once (a unit's "
+                             "all_gather and the next ones started ahead)",
+               ": the smallest device budget that works is ", size_t(device_need_) * cb,
+               " bytes");
   // The update holds a bucket's row: its parameter shard (stage 3), gradient shard (stages 2
   // and 3) and both moments' shards. During backward the host tier holds only the gradient
   // shard a reduce_scatter is writing (one at a time), so the row is the most.

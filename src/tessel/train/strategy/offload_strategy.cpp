@@ -96,21 +96,47 @@ OffloadStrategy::OffloadStrategy(OffloadSetup setup)
   TESSEL_CHECK(placed.size() == setup.params.size(),
                "offload: ", setup.params.size() - placed.size(), " parameters belong to no unit");
   chunks_->lay_out();
-  nn::Module* root_module = setup.units.empty() ? nullptr : setup.units.front().module;
-  for (const parallel::Zero3Unit& unit : setup.units) {
+  build_units(setup.units, index);
+  // Every check before seal(), which writes the whole state (to NVMe past the budgets).
+  check_budgets();
+  check_host_holds_all();  // before seal(), whose own check allows less
+  memory::ChunkManager::TensorFill fill;
+  if (setup.init) {
+    std::map<const TensorImpl*, size_t> param_at;
+    for (size_t i = 0; i < states_.size(); ++i) param_at[states_[i].param.impl_ptr().get()] = i;
+    fill = [&, param_at](const Tensor& t, void* dst) {
+      auto it = param_at.find(t.impl_ptr().get());
+      if (it != param_at.end()) setup.init(states_[it->second].name, view_of(t, dst));
+    };
+  }
+  chunks_->seal(fill);
+  refresh_copies();  // the copies start as their masters rounded, as the scope's casts would be
+
+  install_hooks(setup.units, index);
+}
+
+void OffloadStrategy::build_units(const std::vector<parallel::Zero3Unit>& units,
+                                  const std::map<std::string, size_t>& index) {
+  nn::Module* root_module = units.empty() ? nullptr : units.front().module;
+  for (const parallel::Zero3Unit& unit : units) {
     Unit u;
     u.module = unit.module;
     u.params = unit.params.size();
     for (const std::string& name : unit.params) {
       const OffloadedParameter& s = states_[index.at(name)];
       u.members.push_back(index.at(name));
-      u.param_chunks.push_back(chunks_->chunk_of(s.param));
-      u.state_chunks.push_back(chunks_->chunk_of(s.param));
-      u.state_chunks.push_back(chunks_->chunk_of(s.grad));
+      // Under dp the masters are ZeRO-1/2's replicas in plain memory: only their copies are in
+      // chunks, and an evaluation (no scope) holds nothing.
+      if (s.grad.defined()) {
+        u.param_chunks.push_back(chunks_->chunk_of(s.param));
+        u.state_chunks.push_back(chunks_->chunk_of(s.param));
+        u.state_chunks.push_back(chunks_->chunk_of(s.grad));
+      }
+      if (!s.copy.defined() && !s.grad.defined()) continue;
       const int compute = chunks_->chunk_of(s.copy.defined() ? s.copy : s.param);
       u.copy_chunks.push_back(compute);
       u.copy_state_chunks.push_back(compute);
-      u.copy_state_chunks.push_back(chunks_->chunk_of(s.grad));
+      if (s.grad.defined()) u.copy_state_chunks.push_back(chunks_->chunk_of(s.grad));
     }
     for (std::vector<int>* v :
          {&u.param_chunks, &u.state_chunks, &u.copy_chunks, &u.copy_state_chunks})
@@ -130,24 +156,13 @@ OffloadStrategy::OffloadStrategy(OffloadSetup setup)
       device_need_ = std::max(device_need_, int(held.size()));
     }
   }
-  // Every check before seal(), which writes the whole state (to NVMe past the budgets).
-  check_budgets();
-  check_host_holds_all();  // before seal(), whose own check allows less
-  memory::ChunkManager::TensorFill fill;
-  if (setup.init) {
-    std::map<const TensorImpl*, size_t> param_at;
-    for (size_t i = 0; i < states_.size(); ++i) param_at[states_[i].param.impl_ptr().get()] = i;
-    fill = [&, param_at](const Tensor& t, void* dst) {
-      auto it = param_at.find(t.impl_ptr().get());
-      if (it != param_at.end()) setup.init(states_[it->second].name, view_of(t, dst));
-    };
-  }
-  chunks_->seal(fill);
-  refresh_copies();  // the copies start as their masters rounded, as the scope's casts would be
+}
 
+void OffloadStrategy::install_hooks(const std::vector<parallel::Zero3Unit>& units,
+                                    const std::map<std::string, size_t>& index) {
   for (size_t k = 0; k < units_.size(); ++k) {
     Unit& u = units_[k];
-    for (const std::string& name : setup.units[k].params) {
+    for (const std::string& name : units[k].params) {
       const Tensor& p = states_[index.at(name)].param;
       grad_hooks_.emplace_back(
           p, autograd::register_grad_ready_hook(p, [this, k](const Tensor&) { on_grad_ready(k); }));
@@ -285,6 +300,9 @@ void OffloadStrategy::after_backward() {
 void OffloadStrategy::after_update() {
   if (optimizer_) optimizer_->drop_gradients();  // a skipped step's too
   free_gradient_shards();                        // dp: ZeRO-2/3's, likewise
+  // ZeRO-1/2: the update's all_gather wrote every replica; their copies follow, in the traced
+  // step (a skipped step's too: the same values again, and the same accesses every step).
+  if (!shards_.empty()) refresh_copies(/*scheduled=*/true);
   // A skipped step (an fp16 overflow, a non-finite loss) ran no update, so its trace lacks the
   // optimizer's accesses that every later step makes: the next step is traced instead.
   const bool updated = !optimizer_ || optimizer_->step_count() != updates_at_start_;
@@ -373,6 +391,10 @@ std::string OffloadStrategy::placement() const {
     return "chunk " + std::to_string(id) + " " + memory::tier_name(c.chunk(id).tier);
   };
   for (const OffloadedParameter& s : states_) {
+    if (!s.grad.defined()) {  // under dp: a ZeRO-1/2 replica in plain memory, its copy in chunks
+      if (s.copy.defined()) out += "  " + s.name + " (replicated): param16 " + at(s.copy) + "\n";
+      continue;
+    }
     out += "  " + s.name + ": " + (s.copy.defined() ? "param16 " + at(s.copy) + ", " : "") +
            "param " + at(s.param) + ", grad " + at(s.grad) + ", adam_m " + at(s.exp_avg) +
            ", adam_v " + at(s.exp_avg_sq) + "\n";

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,6 +72,14 @@ struct OffloadShardSetup {
   // into `dst`, its place in a chunk being sealed (zeros before). Unset: the shards start as
   // zeros (a checkpoint's load fills them, one chunk at a time).
   std::function<void(int64_t bucket, const Tensor& dst)> init_param;
+  // Stages 1 and 2 under mixed precision: the replicated parameters (plain memory by design,
+  // filled before this is built), the units they belong to in forward order, the compute dtype
+  // and the modules its scope covers. Their 16-bit copies go into param16 chunks unit by unit
+  // and units hold them as on one process (offload_copies.cpp). compute F32: no copies.
+  NamedTensors replicas;
+  std::vector<parallel::Zero3Unit> units;
+  DType compute = DType::F32;
+  std::vector<nn::Module*> low_precision_roots;
 };
 
 class OffloadStrategy : public AxisStrategy {
@@ -100,8 +109,9 @@ class OffloadStrategy : public AxisStrategy {
   // memory).
   void set_low_precision(nn::LowPrecisionScope* scope) { low_ = scope; }
   // Rounds every master into its 16-bit copy, a chunk of each at a time in the host tier (after
-  // the masters were written other than by the update: start-up, a checkpoint's load).
-  void refresh_copies();
+  // the masters were written other than by the update: start-up, a checkpoint's load; under
+  // ZeRO-1/2 after every update too, `scheduled` then: part of the traced step).
+  void refresh_copies(bool scheduled = false);
   bool has_copies() const { return has_copies_; }
 
   memory::ChunkManager& chunks() { return *chunks_; }
@@ -141,6 +151,14 @@ class OffloadStrategy : public AxisStrategy {
     bool in_forward = false, in_backward = false;
   };
   friend class OffloadBackward;
+  // The units' chunk lists from states_ (in chunks: the masters and gradients on one process,
+  // the 16-bit copies), the device working set they imply, and the hooks that hold them.
+  void build_units(const std::vector<parallel::Zero3Unit>& units,
+                   const std::map<std::string, size_t>& index);
+  void install_hooks(const std::vector<parallel::Zero3Unit>& units,
+                     const std::map<std::string, size_t>& index);
+  // ZeRO-1/2 under mixed precision: registers the replicas' 16-bit copies (before lay_out()).
+  void add_replica_copies(const OffloadShardSetup& setup, std::map<std::string, size_t>& index);
   void on_pre_forward(size_t unit);
   void on_post_forward(size_t unit, Tensor& output);
   void on_backward(size_t unit);
