@@ -9,6 +9,7 @@
 #include "tessel/core/error.h"
 #include "tessel/kernels/quant/quant_format.h"
 #include "tessel/models/family.h"
+#include "tessel/models/gguf_expert_stack.h"
 #include "tessel/models/gguf_model.h"
 #include "tessel/nn/init.h"
 #include "tessel/nn/moe_experts.h"
@@ -81,7 +82,7 @@ EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& e
     const int64_t first = experts->first_expert(), count = experts->experts();
     for (auto& [leaf, param] : experts->named_parameters()) {
       const models::GgufStored& stored = layout.tensors.at(module_name + "." + leaf);
-      const io::GgufTensorInfo& info = file->info(stored.name);
+      const io::GgufTensorInfo info = models::gguf_stored_info(*file, stored);
       const Shape whole = info.shape();
       TESSEL_CHECK(stored.rope_heads == 0 && whole.ndim() >= 2 && whole[0] == count * ep->size(),
                    "expert parallelism: GGUF tensor ", stored.name, " ", whole,
@@ -90,7 +91,7 @@ EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& e
           models::is_expert_stack(leaf)) {
         // This rank's experts are one byte range of the stack: a view of the mapping.
         const Tensor blocks =
-            models::gguf_blocks_view(*file, file, stored.name, whole[0], first, count);
+            models::gguf_blocks_view(*file, file, stored, whole[0], first, count);
         experts->set_quantized(leaf, quant::quant_type_from_ggml(info.type), blocks);
         bytes += int64_t(blocks.nbytes());
         continue;
@@ -104,8 +105,9 @@ EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& e
       param.storage().materialize();
       Tensor f32 = param.dtype() == DType::F32 ? param.detach() : empty(param.shape(), DType::F32);
       // This rank's experts' bytes alone, mapped while they are converted.
-      const io::GgufBytes range = file->map(stored.name, uint64_t(first * per_expert) * size,
-                                            uint64_t(count * per_expert) * size);
+      const io::GgufBytes range =
+          models::gguf_stored_bytes(*file, stored, uint64_t(first * per_expert) * size,
+                                    uint64_t(count * per_expert) * size);
       convert_elements(range.bytes.data(), *dtype, f32.data<float>(), DType::F32,
                        size_t(count * per_expert));
       if (param.dtype() != DType::F32) param.detach().copy_from(f32);

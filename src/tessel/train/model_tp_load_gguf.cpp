@@ -11,6 +11,7 @@
 #include "tessel/core/error.h"
 #include "tessel/kernels/quant/quant_format.h"
 #include "tessel/models/family.h"
+#include "tessel/models/gguf_expert_stack.h"
 #include "tessel/models/gguf_layout.h"
 #include "tessel/models/gguf_model.h"
 #include "tessel/nn/init.h"
@@ -118,7 +119,7 @@ RegionSource float_regions(const io::GgufFile& file, const models::GgufLayout& l
   return [&file, &layout, &parallelism, &stats](const std::string& name, const PieceRegion& region,
                                                 float* dst) {
     const models::GgufStored& stored = layout.tensors.at(name);
-    const io::GgufTensorInfo& info = file.info(stored.name);
+    const io::GgufTensorInfo info = models::gguf_stored_info(file, stored);
     const std::optional<DType> dtype = io::dtype_of_ggml(info.type);
     TESSEL_CHECK(dtype && dtype_is_float(*dtype), parallelism, ": GGUF tensor ", stored.name,
                  " is ", io::ggml_type_name(info.type),
@@ -127,7 +128,8 @@ RegionSource float_regions(const io::GgufFile& file, const models::GgufLayout& l
     check_region(name, shape, region);
     const int64_t rows = shape.ndim() > 0 ? shape[0] : 1, row_len = shape.numel() / rows;
     const size_t size = dtype_size(*dtype);
-    const io::GgufBytes mapped = file.map(stored.name);  // unmapped after this region
+    // Unmapped after this region (an expert stack kept one tensor per expert: a copy).
+    const io::GgufBytes mapped = models::gguf_stored_bytes(file, stored);
     const uint8_t* raw = mapped.bytes.data();
     for_each_run(shape, region, [&](int64_t global, int64_t n, int64_t at) {
       while (n > 0) {  // a piece of one row at a time: rows may be stored in another order
@@ -203,7 +205,7 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
   // Refusals first, the same on every rank.
   for (const auto& [name, param] : out.model->named_parameters()) {
     const models::GgufStored& stored = layout.tensors.at(name);
-    const io::GgufTensorInfo& info = file->info(stored.name);
+    const io::GgufTensorInfo info = models::gguf_stored_info(*file, stored);
     const sharding::ShardLayout* spec = spec_of(name);
     if (spec && spec->dim == 1 && block_owner(name, info))
       check_block_split(stored.name, quant::quant_type_from_ggml(info.type), *spec, n,
@@ -215,7 +217,7 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
   size_t loaded = 0;
   for (const auto& [name, param] : out.model->named_parameters()) {
     const models::GgufStored& stored = layout.tensors.at(name);
-    const io::GgufTensorInfo& info = file->info(stored.name);
+    const io::GgufTensorInfo info = models::gguf_stored_info(*file, stored);
     const sharding::ShardLayout* spec = spec_of(name);
     const sharding::LocalLayout placement =
         spec ? sharding::LocalLayout::of(*spec, param.shape(), n, rank)
@@ -229,7 +231,7 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
       const std::string leaf = name.substr(dot + 1);
       if (experts && quant::is_ggml_type_supported(info.type) && info.dims.size() == 3 &&
           models::is_expert_stack(leaf)) {
-        const Tensor blocks = models::gguf_blocks_view(*file, file, stored.name, param.size(0));
+        const Tensor blocks = models::gguf_blocks_view(*file, file, stored, param.size(0));
         experts->set_quantized(leaf, quant::quant_type_from_ggml(info.type), blocks);
         stats.bytes += int64_t(blocks.nbytes());
         ++stats.views;
