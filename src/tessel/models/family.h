@@ -47,6 +47,10 @@ struct GgufStored {
   // gguf_stored_row(r, rows, rope_heads). A head's rows stay within the head, so a rank holding
   // whole heads reads only its own heads' stored rows.
   int64_t rope_heads = 0;
+  // A mixture of experts' stack that the file keeps as one tensor per expert (older llama.cpp
+  // files: blk.N.ffn_gate.E.weight instead of blk.N.ffn_gate_exps.weight): their GGUF names in
+  // expert order; empty when the file holds the tensor `name` itself (models/gguf_expert_stack.h).
+  std::vector<std::string> experts;
 };
 
 // Where a GGUF file stores each of a model's tensors: what a rank needs to read only its pieces.

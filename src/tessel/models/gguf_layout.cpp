@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tessel/core/error.h"
+#include "tessel/models/gguf_expert_stack.h"
 #include "tessel/nn/module.h"
 
 namespace tessel::models {
@@ -27,21 +28,12 @@ GgufLayout make_gguf_layout(const CausalLM& model, const io::GgufFile& file,
   std::set<std::string> wanted;
   std::vector<std::string> missing, unexpected, mismatched;
   for (const auto& [name, t] : model.state_dict()) {
-    const std::string stored = gguf_name(name);
-    wanted.insert(stored);
-    if (!file.contains(stored)) {
-      std::ostringstream s;
-      s << stored << " " << t.shape();
-      missing.push_back(s.str());
-      continue;
-    }
-    if (file.info(stored).shape() != t.shape()) {
-      std::ostringstream s;
-      s << stored << " (expected " << t.shape() << ", got " << file.info(stored).shape() << ")";
-      mismatched.push_back(s.str());
-      continue;
-    }
-    layout.tensors[name] = GgufStored{stored, rope_heads ? rope_heads(name) : 0};
+    // The tensor itself, or a stack's experts' tensors (gguf_expert_stack.h).
+    std::optional<GgufStored> stored =
+        find_gguf_stored(file, gguf_name(name), t.shape(), wanted, missing, mismatched);
+    if (!stored) continue;
+    stored->rope_heads = rope_heads ? rope_heads(name) : 0;
+    layout.tensors[name] = std::move(*stored);
   }
   for (const io::GgufTensorInfo& info : file.tensors()) {
     if (!wanted.count(info.name) && !skip.count(info.name)) {

@@ -16,6 +16,7 @@
 #include "tessel/kernels/quant/dequantize.h"
 #include "tessel/kernels/quant/quant_format.h"
 #include "tessel/kernels/quant/quantize.h"
+#include "tessel/models/gguf_expert_stack.h"
 #include "tessel/models/gguf_quant_policy.h"
 #include "tessel/nn/layers.h"
 #include "tessel/nn/moe_experts.h"
@@ -124,13 +125,18 @@ bool is_expert_stack(const std::string& leaf) {
 
 Tensor gguf_blocks_view(const io::GgufFile& file, const std::shared_ptr<const io::GgufFile>& keep,
                         const std::string& stored, int64_t experts, int64_t first, int64_t count) {
-  const io::GgufTensorInfo& info = file.info(stored);
+  return gguf_blocks_view(file, keep, GgufStored{stored, 0, {}}, experts, first, count);
+}
+
+Tensor gguf_blocks_view(const io::GgufFile& file, const std::shared_ptr<const io::GgufFile>& keep,
+                        const GgufStored& stored, int64_t experts, int64_t first, int64_t count) {
+  const io::GgufTensorInfo info = gguf_stored_info(file, stored);
   const Shape shape = info.shape();
   auto impl = std::make_shared<TensorImpl>();
   impl->dtype = DType::I8;
-  impl->name = stored;
+  impl->name = stored.name;
   if (experts == 0) {  // a matrix: [rows, row bytes]
-    const std::span<const uint8_t> raw = file.raw(stored);
+    const std::span<const uint8_t> raw = file.raw(stored.name);
     impl->storage = std::make_shared<Storage>(const_cast<uint8_t*>(raw.data()), raw.size(),
                                               Device::cpu(), [keep](void*) {});
     impl->shape = Shape({shape[0], int64_t(raw.size()) / shape[0]});
@@ -140,13 +146,14 @@ Tensor gguf_blocks_view(const io::GgufFile& file, const std::shared_ptr<const io
   const int64_t n = count < 0 ? experts - first : count;
   TESSEL_CHECK(
       shape.ndim() == 3 && shape[0] == experts && first >= 0 && n >= 0 && first + n <= experts,
-      file.path(), ": GGUF tensor ", stored, " ", shape, " is not a stack of ", experts,
+      file.path(), ": GGUF tensor ", stored.name, " ", shape, " is not a stack of ", experts,
       " experts holding [", first, ", ", first + n, ")");
   // Only this byte range is mapped when the file maps windows (an expert-parallel rank's address
-  // space holds its own experts, not the whole stack).
+  // space holds its own experts, not the whole stack). A stack kept one tensor per expert is a
+  // view of one expert's tensor, or a copy of several (gguf_expert_stack.h).
   const int64_t expert_bytes = int64_t(info.nbytes) / experts;
   const io::GgufBytes range =
-      file.map(stored, uint64_t(first * expert_bytes), uint64_t(n * expert_bytes));
+      gguf_stored_bytes(file, stored, uint64_t(first * expert_bytes), uint64_t(n * expert_bytes));
   impl->storage =
       std::make_shared<Storage>(const_cast<uint8_t*>(range.bytes.data()), range.bytes.size(),
                                 Device::cpu(), [keep, window = range.keep](void*) {});
@@ -165,26 +172,17 @@ void load_gguf_tensors(CausalLM& model, const io::GgufFile& file, const std::str
   for (auto& [module_name, module] : model.named_modules()) modules[module_name] = module;
   std::shared_ptr<const io::GgufFile> keep;  // keeps the mapping alive under the block views
   for (auto& [name, t] : model.state_dict()) {
-    const std::string stored = gguf_name(name);
-    wanted.insert(stored);
-    if (!file.contains(stored)) {
-      std::ostringstream s;
-      s << stored << " " << t.shape();
-      missing.push_back(s.str());
-      continue;
-    }
-    const io::GgufTensorInfo& info = file.info(stored);
-    if (info.shape() != t.shape()) {
-      std::ostringstream s;
-      s << stored << " (expected " << t.shape() << ", got " << info.shape() << ")";
-      mismatched.push_back(s.str());
-      continue;
-    }
+    // The tensor itself, or a stack's experts' tensors (gguf_expert_stack.h).
+    const std::optional<GgufStored> where =
+        find_gguf_stored(file, gguf_name(name), t.shape(), wanted, missing, mismatched);
+    if (!where) continue;
+    const std::string& stored = where->name;
+    const io::GgufTensorInfo info = gguf_stored_info(file, *where);
     // A Linear or Embedding matrix in a GGUF weight format (the quantized ones, and F16 / BF16,
     // which quant_matmul reads as they are) stays as its blocks: a view of the mapping (to_tessel
     // only reorders whole rows, which for LLaMA's q / k is a copy of those blocks, still in their
-    // format). So does a mixture of experts' stacked weight (blk.N.ffn_*_exps), multiplied in
-    // place by the quantized grouped product. Any other quantized tensor is dequantized to the
+    // format). So does a mixture of experts' stacked weight (blk.N.ffn_*_exps, or its experts'
+    // tensors copied together), multiplied in place by the quantized grouped product. Any other quantized tensor is dequantized to the
     // parameter's dtype here; F32 and other float tensors load as before.
     const size_t dot = name.rfind('.');
     nn::Module* owner = dot == std::string::npos ? nullptr : modules[name.substr(0, dot)];
@@ -198,13 +196,13 @@ void load_gguf_tensors(CausalLM& model, const io::GgufFile& file, const std::str
         experts && blocks_format && info.dims.size() == 3 && is_expert_stack(leaf)) {
       if (!keep) keep = std::make_shared<const io::GgufFile>(file);
       const auto type = kernels::quant::quant_type_from_ggml(info.type);
-      experts->set_quantized(leaf, type, gguf_blocks_view(file, keep, stored, info.shape()[0]));
+      experts->set_quantized(leaf, type, gguf_blocks_view(file, keep, *where, info.shape()[0]));
       continue;
     }
     if (quantized && !linear && !embedding) {
       const Tensor value =
           kernels::quant::dequantize(kernels::quant::quant_type_from_ggml(info.type),
-                                     file.raw(stored), info.shape())
+                                     gguf_stored_bytes(file, *where).bytes, info.shape())
               .to(t.dtype());
       state.emplace_back(name, to_tessel ? to_tessel(name, value) : value);
       continue;
@@ -220,7 +218,7 @@ void load_gguf_tensors(CausalLM& model, const io::GgufFile& file, const std::str
         embedding->set_quantized(type, blocks);
       continue;
     }
-    Tensor value = file.load(stored, t.dtype());
+    Tensor value = gguf_stored_load(file, *where, t.dtype());
     state.emplace_back(name, to_tessel ? to_tessel(name, value) : value);
   }
   for (const io::GgufTensorInfo& info : file.tensors()) {

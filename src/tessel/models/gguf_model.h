@@ -95,6 +95,12 @@ bool is_expert_stack(const std::string& leaf);
 Tensor gguf_blocks_view(const io::GgufFile& file, const std::shared_ptr<const io::GgufFile>& keep,
                         const std::string& stored, int64_t experts, int64_t first = 0,
                         int64_t count = -1);
+// The same for `stored` as a GgufLayout finds it: a stack the file keeps one tensor per expert
+// gives a view of one expert's tensor when the experts asked for are one, else a copy of their
+// blocks (models/gguf_expert_stack.h).
+Tensor gguf_blocks_view(const io::GgufFile& file, const std::shared_ptr<const io::GgufFile>& keep,
+                        const GgufStored& stored, int64_t experts, int64_t first = 0,
+                        int64_t count = -1);
 // Whether two tensors in the file hold the same bytes (a tied head written twice).
 bool gguf_same_bytes(const io::GgufFile& file, const std::string& a, const std::string& b);
 

@@ -51,8 +51,10 @@ EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep,
 // (quantized matrices kept as views), and of every stack only its experts' byte range, which is
 // contiguous in the file (expert e's rows follow expert e - 1's) and the only part it maps: a
 // stack in a block format (Q8_0, Q4_K, Q6_K, F16, ...) becomes a view of that range, multiplied in
-// place by the quantized grouped product; an F32 stack is read into f32. The refusal is
-// expert_parallel_load_error's, for the file's config.
+// place by the quantized grouped product; an F32 stack is read into f32. An older file with one
+// tensor per expert (blk.N.ffn_gate.E.weight) gives the rank its experts' tensors, copied into its
+// stack (models/gguf_expert_stack.h). The refusal is expert_parallel_load_error's, for the file's
+// config.
 // With `tp` (--ep with --tp): the dense part cut as load_gguf_model_tp cuts it, and of each of the
 // rank's experts only its FFN columns (model_expert_pieces.h), block stacks copied with pread
 // (down columns on block boundaries, refused otherwise), float stacks read run by run.

@@ -11,6 +11,7 @@
 #include "tessel/core/error.h"
 #include "tessel/kernels/quant/quant_format.h"
 #include "tessel/models/family.h"
+#include "tessel/models/gguf_expert_stack.h"
 #include "tessel/models/gguf_model.h"
 #include "tessel/nn/init.h"
 #include "tessel/nn/moe_experts.h"
@@ -71,7 +72,7 @@ int ffn_dim(const std::string& leaf) {
 // Experts [e0, e0 + count) of a float stack ([E, A, B...] in the file, `size` bytes per element)
 // into f32 `dst`, FFN columns [f0, f0 + f) of dim `dim` (1: rows of A; 2: columns of B; -1:
 // whole), read with pread run by run.
-int64_t read_float_piece(const io::GgufFile& file, const std::string& stored, DType dtype,
+int64_t read_float_piece(const io::GgufFile& file, const models::GgufStored& stored, DType dtype,
                          const Shape& whole, int64_t e0, int64_t count, int dim, int64_t f0,
                          int64_t f, float* dst) {
   const int64_t a = whole.ndim() > 1 ? whole[1] : 1, b = whole.numel() / (whole[0] * a);
@@ -80,7 +81,7 @@ int64_t read_float_piece(const io::GgufFile& file, const std::string& stored, DT
   int64_t at = 0, bytes = 0;
   auto copy = [&](int64_t element, int64_t n) {
     run.resize(size_t(n) * size);
-    file.read(stored, uint64_t(element) * size, run.data(), run.size());
+    models::gguf_stored_read(file, stored, uint64_t(element) * size, run.data(), run.size());
     convert_elements(run.data(), dtype, dst + at, DType::F32, size_t(n));
     at += n;
     bytes += int64_t(run.size());
@@ -130,7 +131,7 @@ EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& e
     const int64_t f0 = experts->first_ffn_column(), f = experts->ffn_hidden();
     for (auto& [leaf, param] : experts->named_parameters()) {
       const models::GgufStored& stored = layout.tensors.at(module_name + "." + leaf);
-      const io::GgufTensorInfo& info = file->info(stored.name);
+      const io::GgufTensorInfo info = models::gguf_stored_info(*file, stored);
       const Shape whole = info.shape();
       TESSEL_CHECK(stored.rope_heads == 0 && whole.ndim() >= 2 && whole[0] == count * ep->size(),
                    "expert parallelism: GGUF tensor ", stored.name, " ", whole,
@@ -142,8 +143,8 @@ EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& e
         // This rank's experts are one byte range of the stack: a view of the mapping; under tp
         // their FFN columns are a copy of those blocks.
         const Tensor blocks =
-            dim < 0 ? models::gguf_blocks_view(*file, file, stored.name, whole[0], first, count)
-                    : gguf_expert_stack_piece(*file, stored.name, type, whole, first, count, dim,
+            dim < 0 ? models::gguf_blocks_view(*file, file, stored, whole[0], first, count)
+                    : gguf_expert_stack_piece(*file, stored, type, whole, first, count, dim,
                                               f0, f);
         experts->set_quantized(leaf, type, blocks);
         bytes += int64_t(blocks.nbytes());
@@ -159,13 +160,14 @@ EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& e
         const int64_t per_expert = whole.numel() / whole[0];
         const size_t size = dtype_size(*dtype);
         // This rank's experts' bytes alone, mapped while they are converted.
-        const io::GgufBytes range = file->map(stored.name, uint64_t(first * per_expert) * size,
-                                              uint64_t(count * per_expert) * size);
+        const io::GgufBytes range =
+            models::gguf_stored_bytes(*file, stored, uint64_t(first * per_expert) * size,
+                                      uint64_t(count * per_expert) * size);
         convert_elements(range.bytes.data(), *dtype, f32.data<float>(), DType::F32,
                          size_t(count * per_expert));
         bytes += count * per_expert * int64_t(size);
       } else {
-        bytes += read_float_piece(*file, stored.name, *dtype, whole, first, count, dim, f0, f,
+        bytes += read_float_piece(*file, stored, *dtype, whole, first, count, dim, f0, f,
                                   f32.data<float>());
       }
       if (param.dtype() != DType::F32) param.detach().copy_from(f32);

@@ -11,6 +11,7 @@
 #include "tessel/core/error.h"
 #include "tessel/kernels/quant/quant_format.h"
 #include "tessel/models/family.h"
+#include "tessel/models/gguf_expert_stack.h"
 #include "tessel/models/gguf_layout.h"
 #include "tessel/models/gguf_model.h"
 #include "tessel/nn/init.h"
@@ -119,7 +120,7 @@ RegionSource float_regions(const io::GgufFile& file, const models::GgufLayout& l
   return [&file, &layout, &parallelism, &stats](const std::string& name, const PieceRegion& region,
                                                 float* dst) {
     const models::GgufStored& stored = layout.tensors.at(name);
-    const io::GgufTensorInfo& info = file.info(stored.name);
+    const io::GgufTensorInfo info = models::gguf_stored_info(file, stored);
     const std::optional<DType> dtype = io::dtype_of_ggml(info.type);
     TESSEL_CHECK(dtype && dtype_is_float(*dtype), parallelism, ": GGUF tensor ", stored.name,
                  " is ", io::ggml_type_name(info.type),
@@ -128,7 +129,8 @@ RegionSource float_regions(const io::GgufFile& file, const models::GgufLayout& l
     check_region(name, shape, region);
     const int64_t rows = shape.ndim() > 0 ? shape[0] : 1, row_len = shape.numel() / rows;
     const size_t size = dtype_size(*dtype);
-    const io::GgufBytes mapped = file.map(stored.name);  // unmapped after this region
+    // Unmapped after this region (an expert stack kept one tensor per expert: a copy).
+    const io::GgufBytes mapped = models::gguf_stored_bytes(file, stored);
     const uint8_t* raw = mapped.bytes.data();
     for_each_run(shape, region, [&](int64_t global, int64_t n, int64_t at) {
       while (n > 0) {  // a piece of one row at a time: rows may be stored in another order
@@ -147,7 +149,7 @@ RegionSource float_regions(const io::GgufFile& file, const models::GgufLayout& l
 
 }  // namespace
 
-Tensor gguf_expert_stack_piece(const io::GgufFile& file, const std::string& stored,
+Tensor gguf_expert_stack_piece(const io::GgufFile& file, const models::GgufStored& stored,
                                kernels::quant::QuantType type, const Shape& whole, int64_t e0,
                                int64_t experts, int dim, int64_t f0, int64_t f) {
   const int64_t out = whole[1], in = whole[2];
@@ -157,16 +159,16 @@ Tensor gguf_expert_stack_piece(const io::GgufFile& file, const std::string& stor
     piece = empty({experts, f, row_bytes}, DType::I8);
     auto* dst = static_cast<uint8_t*>(piece.data_ptr());
     for (int64_t e = 0; e < experts; ++e)
-      file.read(stored, uint64_t(((e0 + e) * out + f0) * row_bytes), dst + e * f * row_bytes,
-                size_t(f * row_bytes));
+      models::gguf_stored_read(file, stored, uint64_t(((e0 + e) * out + f0) * row_bytes),
+                               dst + e * f * row_bytes, size_t(f * row_bytes));
   } else {
     const int64_t first = f0 / quant::block_elements(type) * quant::block_bytes(type);
     const int64_t bytes = quant::row_bytes(type, f);
     piece = empty({experts, out, bytes}, DType::I8);
     auto* dst = static_cast<uint8_t*>(piece.data_ptr());
     for (int64_t r = 0; r < experts * out; ++r)
-      file.read(stored, uint64_t((e0 * out + r) * row_bytes + first), dst + r * bytes,
-                size_t(bytes));
+      models::gguf_stored_read(file, stored, uint64_t((e0 * out + r) * row_bytes + first),
+                               dst + r * bytes, size_t(bytes));
   }
   return piece;
 }
@@ -230,7 +232,7 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
   // Refusals first, the same on every rank.
   for (const auto& [name, param] : out.model->named_parameters()) {
     const models::GgufStored& stored = layout.tensors.at(name);
-    const io::GgufTensorInfo& info = file->info(stored.name);
+    const io::GgufTensorInfo info = models::gguf_stored_info(*file, stored);
     const sharding::ShardLayout* spec = spec_of(name);
     if (spec && spec->dim == 1 && block_owner(name, info))
       check_block_split(stored.name, quant::quant_type_from_ggml(info.type), *spec, n,
@@ -248,7 +250,7 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
   size_t loaded = 0;
   for (const auto& [name, param] : out.model->named_parameters()) {
     const models::GgufStored& stored = layout.tensors.at(name);
-    const io::GgufTensorInfo& info = file->info(stored.name);
+    const io::GgufTensorInfo info = models::gguf_stored_info(*file, stored);
     const sharding::ShardLayout* spec = spec_of(name);
     const sharding::LocalLayout placement = pieces.placement(out.tp.get(), name, param.shape());
     ++loaded;
@@ -267,14 +269,14 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
           const Shape whole = rows ? param.shape().with(1, piece->second.full)
                                    : param.shape().with(2, piece->second.full);
           const Tensor blocks = gguf_expert_stack_piece(
-              *file, stored.name, type, whole, 0, whole[0], piece->second.dim,
+              *file, stored, type, whole, 0, whole[0], piece->second.dim,
               experts->first_ffn_column(), experts->ffn_hidden());
           experts->set_quantized(leaf, type, blocks);
           stats.bytes += int64_t(blocks.nbytes());
           ++stats.copies;
           continue;
         }
-        const Tensor blocks = models::gguf_blocks_view(*file, file, stored.name, param.size(0));
+        const Tensor blocks = models::gguf_blocks_view(*file, file, stored, param.size(0));
         experts->set_quantized(leaf, type, blocks);
         stats.bytes += int64_t(blocks.nbytes());
         ++stats.views;

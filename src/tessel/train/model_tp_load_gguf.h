@@ -39,6 +39,7 @@
 #include "tessel/io/gguf.h"
 #include "tessel/kernels/quant/quant_format.h"
 #include "tessel/models/causal_lm.h"
+#include "tessel/models/family.h"
 #include "tessel/train/model_tensor_parallel.h"
 
 namespace tessel::train {
@@ -65,8 +66,9 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
 // The blocks of experts [e0, e0 + experts) of a stack stored as GGUF blocks (`whole` = [E, out,
 // in] in the file), FFN columns [f0, f0 + f) of each: gate/up/fc rows (dim 1) or down/proj
 // columns of every row (dim 2: f0 and f in whole blocks, checked by the caller), read with pread
-// into i8 [experts, rows, row bytes] (nothing mapped).
-Tensor gguf_expert_stack_piece(const io::GgufFile& file, const std::string& stored,
+// into i8 [experts, rows, row bytes] (nothing mapped; from the experts' own tensors in an older
+// file with one tensor per expert).
+Tensor gguf_expert_stack_piece(const io::GgufFile& file, const models::GgufStored& stored,
                                kernels::quant::QuantType type, const Shape& whole, int64_t e0,
                                int64_t experts, int dim, int64_t f0, int64_t f);
 
