@@ -50,7 +50,9 @@ TEST(TrainOffload, KillDashNineAmidNvmeWritesResumesBitIdentical) {
   const Outcome a = run_tessel(s.common + steps + off_a + " --set checkpoint.dir=" + run_a, s.dir);
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_NE(a.out.find("memory offload: "), std::string::npos) << a.out;
-  EXPECT_TRUE(std::regex_search(a.out, std::regex(R"(; evictions \d+ \(clean \d+\))"))) << a.out;
+  EXPECT_TRUE(std::regex_search(
+      a.out, std::regex(R"(; evictions \d+ \(clean \d+\); waited \d+\.\d s on NVMe)")))
+      << a.out;
   const Outcome killed = run_tessel(
       s.common + steps + off_b + " --set checkpoint.dir=" + run_b + " --set fault.kill_at_step=16",
       s.dir);
@@ -67,6 +69,9 @@ TEST(TrainOffload, KillDashNineAmidNvmeWritesResumesBitIdentical) {
     const int64_t evictions = o.at("evictions").get<int64_t>();
     const int64_t clean = o.at("clean_evictions").get<int64_t>();
     EXPECT_LE(clean, evictions) << r.dump();
+    // The time the step waited for NVMe is a part of it.
+    const double waited = o.at("io_wait_ms").get<double>();
+    EXPECT_TRUE(waited >= 0 && waited <= r["step_ms"].get<double>()) << r.dump();
     EXPECT_EQ((evictions - clean) * int64_t(kChunk), o["nvme_write_bytes"].get<int64_t>())
         << r.dump();
   }

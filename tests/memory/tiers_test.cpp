@@ -176,6 +176,30 @@ TEST(Tiers, CascadingEvictionSparesTheChunkComingIn) {
   manager.check_accounting();
 }
 
+// stats().io_wait_ms is the time the caller blocked on NVMe: none while every access finds its
+// chunk in memory, some once an access must read its chunk back from NVMe (a demand read).
+TEST(Tiers, TheCallersWaitForNvmeIsTimed) {
+  test::ScratchDir dir;
+  ChunkManager manager(tiers(dir.str(), 2, 2));
+  auto tensors = make_tensors(7, 5);
+  for (auto& t : tensors) manager.add(t, "param");
+  manager.seal();
+  ASSERT_EQ(manager.num_chunks(), 2);
+  manager.reset_stats();
+  for (int c = 0; c < 2; ++c) {
+    manager.access(c);
+    manager.release(c);
+  }
+  EXPECT_EQ(manager.stats().io_wait_ms, 0.0);
+  manager.move(1, Tier::Nvme);
+  manager.reset_stats();
+  manager.access(1, AccessMode::Read);
+  manager.release(1);
+  EXPECT_EQ(manager.stats().demand_reads, 1);
+  EXPECT_GT(manager.stats().io_wait_ms, 0.0);
+  manager.check_accounting();
+}
+
 TEST(Tiers, BudgetsTooSmallNameWhatWouldWork) {
   auto tensors = make_tensors(12, 1);  // 3 chunks
   {

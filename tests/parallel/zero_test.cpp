@@ -301,6 +301,50 @@ TEST(ZeroGradients, ReduceScatterLeavesShardsOnly) {
   }
 }
 
+// Gradient shards laid out by the caller (allocate_gradient_shards false, as memory offload lays
+// them out in chunks and frees them after each update) are not DataParallel's memory: neither its
+// gradient_bytes() nor ZeroAdamW::memory().grad_bytes counts them, while the run stays bitwise the
+// one whose shards DataParallel allocates (which counts them). The test's hold stands in for the
+// chunks: it gives a shard bytes on its first use and keeps them.
+TEST(ZeroGradients, ShardsLaidOutByTheCallerAreNotCountedAsHeld) {
+  for (int n : {2, 3}) {
+    Checks checks;
+    run_world(n, [&](dist::CommPtr comm) {
+      Mlp own, laid_out;
+      DataParallel own_dp(own.named_parameters(), comm, dp_options(2));
+      DataParallelOptions options = dp_options(2);
+      options.allocate_gradient_shards = false;
+      DataParallel dp(laid_out.named_parameters(), comm, options);
+      int64_t holds = 0;
+      dp.set_shard_hold([&holds](const Tensor& shard, ShardUse) {
+        ++holds;
+        shard.storage().materialize();
+        return std::shared_ptr<void>();
+      });
+      ZeroAdamW own_z(own_dp, zero_options(2)), z(dp, zero_options(2));
+      for (int64_t step = 1; step <= 3; ++step) {
+        zero_step(own, own_dp, own_z, step, kClip);
+        zero_step(laid_out, dp, z, step, kClip);
+      }
+      checks.expect(holds == 3 * dp.bucket_count(), "holds " + std::to_string(holds));
+      checks.expect(same_bits(values_of(laid_out.named_parameters()),
+                              values_of(own.named_parameters())),
+                    "parameters differ from the run with allocated shards");
+      int64_t shard_bytes = 0;
+      for (int64_t b = 0; b < dp.bucket_count(); ++b) shard_bytes += 4 * dp.shard_numel(b);
+      checks.expect(own_z.memory().grad_bytes == shard_bytes,
+                    "allocated shards: grad_bytes " + std::to_string(own_z.memory().grad_bytes) +
+                        " vs " + std::to_string(shard_bytes));
+      checks.expect(dp.gradient_bytes() == 0 && z.memory().grad_bytes == 0,
+                    "shards laid out by the caller counted: gradient_bytes " +
+                        std::to_string(dp.gradient_bytes()) + ", grad_bytes " +
+                        std::to_string(z.memory().grad_bytes) + " (shards " +
+                        std::to_string(shard_bytes) + ")");
+    });
+    checks.verify();
+  }
+}
+
 // A checkpoint taken at one dp size and stage resumes at another and continues as one process
 // would: the full moments by name do not depend on the layout.
 class ZeroResume : public ::testing::TestWithParam<std::tuple<int, int, int, int>> {};

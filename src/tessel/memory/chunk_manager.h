@@ -44,6 +44,9 @@ struct MemoryStats {
   int64_t nvme_evictions = 0;   // chunks sent from memory to NVMe: written, or dropped if clean
   int64_t clean_evictions = 0;  // evictions to NVMe that wrote nothing: the slot held the bytes
   int64_t io_waits = 0;         // accesses that found their chunk's I/O still in flight
+  // Milliseconds the caller's thread spent blocked on NVMe transfers (a read an access needs, a
+  // write whose space it needs): the part of a step the disk did not overlap with compute.
+  double io_wait_ms = 0;
   int64_t host_to_device = 0;   // chunk copies between the memory tiers
   int64_t device_to_host = 0;
   size_t bytes_read = 0;

@@ -2,6 +2,7 @@
 // ChunkManager's tier moves: bringing a chunk into a memory tier, making room by eviction down
 // the tiers (device -> host -> NVMe), NVMe transfers and their completion, and conservative
 // prefetching along the recorded trace.
+#include <chrono>
 #include <cstring>
 
 #include "tessel/core/error.h"
@@ -150,6 +151,15 @@ void ChunkManager::write_to_nvme(Chunk& c) {
 
 void ChunkManager::finish_io(Chunk& c) {
   if (c.io == Chunk::Io::None) return;
+  // Time blocked here counts into stats().io_wait_ms, also when the transfer failed.
+  struct WaitTimer {
+    double& total;
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    ~WaitTimer() {
+      total += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                   .count();
+    }
+  } timer{stats_.io_wait_ms};
   IoTicket ticket = std::move(c.ticket);
   Chunk::Io io = c.io;
   c.io = Chunk::Io::None;

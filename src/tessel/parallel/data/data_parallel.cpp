@@ -344,7 +344,10 @@ int64_t DataParallel::gradient_bytes() const {
   int64_t bytes = 0;
   for (const Bucket& b : buckets_) {
     if (b.flat.defined()) bytes += int64_t(b.flat.nbytes());
-    if (b.shard.defined()) bytes += int64_t(b.shard.nbytes());
+    // A shard laid out by the caller (memory offload's chunk) is not this object's memory: its
+    // bytes are the tiers' while held, and none at all once the update has freed it.
+    if (b.shard.defined() && options_.allocate_gradient_shards)
+      bytes += int64_t(b.shard.nbytes());
   }
   return bytes;
 }

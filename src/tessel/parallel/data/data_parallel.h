@@ -132,7 +132,8 @@ class DataParallel {
   Tensor bucket_gradients(int64_t bucket) const;
   // ReduceScatter: this rank's block of the averaged bucket (defined after the first finish).
   Tensor gradient_shard(int64_t bucket) const;
-  // Bytes of gradient buffers allocated now: flat buffers plus shards.
+  // Bytes of gradient buffers allocated now: flat buffers plus shards (the shards only when this
+  // object allocates them: not with allocate_gradient_shards false).
   int64_t gradient_bytes() const;
   // ReduceScatter: the gradient shards live in offloaded chunks (shard_hold.h): each
   // reduce_scatter holds its bucket's shard (ShardUse::Reduce) from its launch until it is

@@ -40,7 +40,7 @@ struct MemoryReport {
   int dp = 1;
   int stage = 1;
   int64_t param_bytes = 0;
-  int64_t grad_bytes = 0;       // gradient buffers held now (between steps)
+  int64_t grad_bytes = 0;       // gradient buffers held now (between steps); offloaded shards: 0
   int64_t optimizer_bytes = 0;  // moments of this rank's shards
   int64_t comm_bytes = 0;       // the all_gather staging buffer (largest multi-parameter bucket)
   // Stage 3: parameters gathered now (included in param_bytes) and the most gathered at once

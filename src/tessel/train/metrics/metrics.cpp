@@ -105,7 +105,9 @@ std::string progress_line(const StepRecord& r) {
                          traffic("nvme read", r.offload_nvme_read_bytes, r.step_ms) + ", " +
                          traffic("write", r.offload_nvme_write_bytes, r.step_ms) + "; evictions " +
                          std::to_string(r.offload_evictions) + " (clean " +
-                         std::to_string(r.offload_clean_evictions) + ")" + "; holds device " +
+                         std::to_string(r.offload_clean_evictions) + ")" +
+                         fixed("; waited %.1f s on NVMe", r.offload_io_wait_ms / 1e3) +
+                         "; holds device " +
                          format_bytes(double(r.offload_device_bytes)) + ", host " +
                          format_bytes(double(r.offload_host_bytes)) + ", NVMe " +
                          format_bytes(double(r.offload_nvme_bytes))
@@ -216,6 +218,7 @@ std::string step_json(const StepRecord& r) {
                     {"nvme_write_bytes", r.offload_nvme_write_bytes},
                     {"evictions", r.offload_evictions},
                     {"clean_evictions", r.offload_clean_evictions},
+                    {"io_wait_ms", r.offload_io_wait_ms},
                     {"h2d_gbps", gbps(r.offload_h2d_bytes)},
                     {"d2h_gbps", gbps(r.offload_d2h_bytes)},
                     {"nvme_read_gbps", gbps(r.offload_nvme_read_bytes)},

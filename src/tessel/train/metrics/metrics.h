@@ -104,6 +104,8 @@ struct StepRecord {
   // Chunks sent to NVMe in the step, and those of them that were clean (their NVMe copy was
   // current, so nothing was written): nvme_write_bytes is the others' chunks.
   int64_t offload_evictions = 0, offload_clean_evictions = 0;
+  // Milliseconds of the step its thread waited for NVMe transfers (not overlapped with compute).
+  double offload_io_wait_ms = 0;
   int64_t offload_device_bytes = 0, offload_host_bytes = 0, offload_nvme_bytes = 0;
   double elapsed_s = 0;
   double eta_s = 0;

@@ -355,6 +355,7 @@ void OffloadStrategy::record(StepRecord& r) {
   r.offload_nvme_write_bytes = int64_t(now.bytes_written - at_step_start_.bytes_written);
   r.offload_evictions = now.nvme_evictions - at_step_start_.nvme_evictions;
   r.offload_clean_evictions = now.clean_evictions - at_step_start_.clean_evictions;
+  r.offload_io_wait_ms = now.io_wait_ms - at_step_start_.io_wait_ms;
   r.offload_device_bytes = int64_t(chunks_->pool(Tier::Device).bytes_in_use());
   r.offload_host_bytes = int64_t(chunks_->pool(Tier::Host).bytes_in_use());
   r.offload_nvme_bytes = int64_t(chunks_->nvme_bytes_in_use());
