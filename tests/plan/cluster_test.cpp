@@ -229,6 +229,27 @@ TEST(Cluster, WrongTypesAndRangesNameTheKeyAndItsLine) {
   EXPECT_NE(e.find("gemm must be an array of tables"), std::string::npos) << e;
 }
 
+TEST(Cluster, ATorusOfTheNodesDevicesIsReadWrittenAndChecked) {
+  // kNode has 4 devices a node: a 2 x 2 torus of them.
+  const std::string torus = replaced(kNode, "latency = 0.6e-6", "latency = 0.6e-6\ntorus = [2, 2]");
+  const Cluster c = Cluster::parse(torus, "node.toml");
+  ASSERT_TRUE(c.intra_node);
+  EXPECT_EQ(c.intra_node->torus, (std::vector<int>{2, 2}));
+  EXPECT_EQ(Cluster::parse(c.to_toml(), "again.toml").intra_node->torus, c.intra_node->torus);
+  std::string e = error_of(replaced(kNode, "latency = 0.6e-6", "latency = 0.6e-6\ntorus = [4, 4]"));
+  EXPECT_NE(e.find("links.intra_node.torus has 16 devices, devices_per_node = 4"),
+            std::string::npos)
+      << e;
+  e = error_of(replaced(kNode, "latency = 0.6e-6", "latency = 0.6e-6\ntorus = [2, \"2\"]"));
+  EXPECT_NE(e.find("links.intra_node.torus: every dimension must be a positive integer"),
+            std::string::npos)
+      << e;
+  e = error_of(replaced(kNode, "latency = 2.7e-6", "latency = 2.7e-6\ntorus = [3]"));
+  EXPECT_NE(e.find("links.inter_node.torus: only the devices of a node form a torus"),
+            std::string::npos)
+      << e;
+}
+
 TEST(Cluster, UnknownKeysAreRefusedByName) {
   std::string e = error_of(replaced(kNode, "bf16 = 312e12", "bf16 = 312e12\nfp8 = 624e12"));
   EXPECT_NE(e.find("unknown key 'device.peak_flops.fp8' in [device.peak_flops]"), std::string::npos)

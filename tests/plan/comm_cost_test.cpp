@@ -70,6 +70,28 @@ TEST(CommCost, SevenRanksOnOneNode) {
 
 // One rank on each of 7 nodes: a double binary tree of depth ceil(log2 7) = 3 each way, every
 // rank receiving S and sending S per phase.
+// A 4 x 4 x 4 torus of 64 devices (a TPU v4 slice): the all-to-all's busiest links are any
+// dimension's, carrying S·4/4 bytes at B1/3 each (three dimensions share the device's ring
+// bandwidth), and the messages pay the 2 + 2 + 2 hops to the farthest device; the pairwise
+// exchange of a switch would pay 63 latencies. Other collectives, and a group that is not the
+// whole torus, are costed as before.
+TEST(CommCost, AllToAllOverATorusPaysItsDiameterAndItsBusiestDimension) {
+  Cluster c = make_cluster(64, 1);
+  const double switched = cost(c, Collective::AllToAll, iota(64), S);
+  EXPECT_DOUBLE_EQ(switched, 63 * a1 + 63.0 / 64 * S / B1);
+  c.intra_node->torus = {4, 4, 4};
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllToAll, iota(64), S), 6 * a1 + S * 4 / 4 / (B1 / 3));
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllToAll, iota(8), S), 7 * a1 + 7.0 / 8 * S / B1);
+  c.intra_node->torus = {16, 4, 1};  // a dimension of 1 has no links
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllToAll, iota(64), S), 10 * a1 + S * 16 / 4 / (B1 / 2));
+  // 32 of the 64 devices are no torus of those dimensions: the switched model.
+  EXPECT_DOUBLE_EQ(cost(c.with_devices(32), Collective::AllToAll, iota(32), S),
+                   31 * a1 + 31.0 / 32 * S / B1);
+  Cluster plain = make_cluster(64, 1);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, iota(64), S),
+                   cost(plain, Collective::AllReduce, iota(64), S));
+}
+
 TEST(CommCost, TreeAcrossSevenNodes) {
   const Cluster c = make_cluster(1, 7);
   EXPECT_DOUBLE_EQ(cost(c, Collective::AllReduce, iota(7), S, Algorithm::Tree),

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "tessel/models/family.h"
 #include "tessel/plan/cluster.h"
 #include "tessel/plan/serve_search.h"
@@ -78,11 +80,16 @@ TEST(ServeCost, DecodeOnOneChipByHand) {
   EXPECT_DOUBLE_EQ(c.latency_per_token, c.seconds);
   EXPECT_DOUBLE_EQ(c.chip_seconds_per_token, 11136e-9 / 3);
   EXPECT_DOUBLE_EQ(c.mfu, 1.0);
-  // Memory: 1536 f32 weights; 3 sequences x 16 tokens x 64 B; (1e6 - 6144) / (16·64) sequences.
+  // Memory: 1536 f32 weights; 3 sequences x 16 tokens x 64 B; the workspace of the last decode
+  // step (ServeMemory.FormulaByHand): 672 B a sequence from two on. (1e6 - 6144) / (1024 + 672)
+  // = 586 sequences fit, to the byte (970 counting the cache alone).
   EXPECT_DOUBLE_EQ(c.weight_bytes_per_rank, 6144);
   EXPECT_DOUBLE_EQ(c.kv_bytes_per_token_per_rank, 64);
   EXPECT_DOUBLE_EQ(c.kv_bytes_per_rank, 3072);
-  EXPECT_EQ(c.max_batch, 970);
+  EXPECT_DOUBLE_EQ(c.workspace_bytes_per_rank, 2016);
+  EXPECT_FALSE(c.workspace_traced);
+  EXPECT_DOUBLE_EQ(c.peak_bytes_per_rank, 6144 + 3072 + 2016);
+  EXPECT_EQ(c.max_batch, 586);
   EXPECT_TRUE(c.fits);
 }
 
@@ -103,7 +110,9 @@ TEST(ServeCost, MultiHeadKvCostsMemoryAndBandwidth) {
   const ServeCost mqa = serve_cost(small_cluster(), small_shape(1), {}, decode3());
   const ServeCost mha = serve_cost(small_cluster(), small_shape(2), {}, decode3());
   EXPECT_DOUBLE_EQ(mha.kv_bytes_per_token_per_rank, 128);
-  EXPECT_EQ(mha.max_batch, 485);  // 993856 / 2048
+  // 993856 / (2048 + 1184): the attention's statement with two KV heads of each sequence's
+  // context gathered, (8 + 24 + 8 + 2·15·8)·4 B, and its logits twice.
+  EXPECT_EQ(mha.max_batch, 307);
   EXPECT_DOUBLE_EQ(mha.memory_bytes - mqa.memory_bytes, 1728 + 192);
 }
 
@@ -134,7 +143,9 @@ TEST(ServeCost, BatchShardedAttentionSplitsAMultiQueryCache) {
   // Sharding the one KV head's cache over the sequences: each rank keeps 2 of the 3 sequences.
   EXPECT_DOUBLE_EQ(b.kv_bytes_per_rank, 2 * 16 * 64);
   EXPECT_DOUBLE_EQ(h.kv_bytes_per_rank, 3 * 16 * 64);
+  // A layout tessel does not run: the cache alone limits the batch (the workspace is reported).
   EXPECT_EQ(b.max_batch, 2 * ((1000000 - 3072) / 1024));
+  EXPECT_GT(b.workspace_bytes_per_rank, 0);
   EXPECT_FALSE(batch.runnable());
 }
 
@@ -204,6 +215,54 @@ TEST(ServeSearch, LatencyTargetPicksTheCheapestThatMeetsIt) {
   ServePlans impossible = search_serve(small_cluster(), req);
   EXPECT_FALSE(impossible.best_decode);
   EXPECT_DOUBLE_EQ(impossible.fastest_decode->cost.latency_per_token, fastest);
+}
+
+}  // namespace
+}  // namespace tessel::plan
+
+namespace tessel::plan {
+namespace {
+
+// The formula's terms for the small shape (plain MLP: its 512 matrix weights are two 8 x 32),
+// 3 sequences, a 1-token prompt, 16 tokens of cache, f32, in elements a row: residual 8, the
+// projected q, k, v 16 and y 8 held through the block; the MLP's statement adds the normalised
+// input 8, up and activation 2·32, its output and the new residual 2·8 (120 a row); the
+// attention's statement the context's keys and values gathered for 3 sequences, 2·3·context·4;
+// the logits 16 a sequence, twice in decode.
+TEST(ServeMemory, FormulaByHand) {
+  const ServeMemory m = serve_memory_formula(small_shape(), 1, 3, 1, 16, 4, 4);
+  EXPECT_DOUBLE_EQ(m.kv_bytes, 3072);
+  EXPECT_DOUBLE_EQ(m.prefill_bytes, 3 * 120 * 4);  // the MLP's statement
+  EXPECT_DOUBLE_EQ(m.decode_bytes, (3 * (8 + 16 + 8) + 2 * 3 * 15 * 4) * 4 + 3 * 16 * 4);
+  EXPECT_DOUBLE_EQ(m.workspace(), 2016);
+  // One sequence reads its cache in place; tp 2 halves the heads' and the MLP's tensors (the one
+  // KV head is whole on each rank) and adds the gathered logits beside the rank's columns.
+  const ServeMemory one = serve_memory_formula(small_shape(), 1, 1, 1, 16, 4, 4);
+  EXPECT_DOUBLE_EQ(one.decode_bytes, 120 * 4 + 16 * 4);
+  const ServeMemory tp2 = serve_memory_formula(small_shape(), 2, 1, 1, 16, 4, 4);
+  EXPECT_DOUBLE_EQ(tp2.decode_bytes, (8 + 12 + 4 + 8 + 2 * 16 + 2 * 8) * 4 + (8 + 16) * 4);
+}
+
+// A tessel model's serving memory is traced: a LLaMA (gated MLP) at two sizes, where a larger
+// batch and context grow it, and the formula is within 15% of the trace (it leaves out the ids, positions and the rotary tables).
+TEST(ServeMemory, TracedGrowsWithBatchAndContextAndTheFormulaIsNear) {
+  const models::ConfigPtr config = models::parse_model_config(R"({"architectures": ["LlamaForCausalLM"],
+      "model_type": "llama", "vocab_size": 260, "hidden_size": 48, "intermediate_size": 80,
+      "num_hidden_layers": 3, "num_attention_heads": 6, "num_key_value_heads": 2,
+      "max_position_embeddings": 64, "tie_word_embeddings": true})", "llama");
+  const ServeShape shape = serve_shape(*config);
+  for (int64_t b : {1, 3}) {
+    const ServeMemory t = trace_serve_memory(*config, b, 7, 33);
+    const ServeMemory f = serve_memory_formula(shape, 1, b, 7, 33, 4, 4);
+    EXPECT_DOUBLE_EQ(t.kv_bytes, f.kv_bytes);
+    std::printf("LLaMA 3 x 48, batch %lld: workspace traced %.0f B (prefill %.0f, decode %.0f), "
+                "formula %.0f (%+.1f%%)\n",
+                (long long)b, t.workspace(), t.prefill_bytes, t.decode_bytes, f.workspace(),
+                100 * (f.workspace() / t.workspace() - 1));
+    EXPECT_NEAR(f.workspace(), t.workspace(), 0.15 * t.workspace()) << "batch " << b;
+  }
+  EXPECT_GT(trace_serve_memory(*config, 3, 7, 33).decode_bytes,
+            trace_serve_memory(*config, 3, 7, 20).decode_bytes);
 }
 
 }  // namespace

@@ -20,7 +20,8 @@ namespace {
 // 2023, "TPU v4", Table 1), and the 270 GB/s of inter-chip bandwidth per chip that Pope et al.
 // put into their communication formulas (their 1D all-gather + reduce-scatter of B·L·E bytes
 // costs 2·B·L·E / bandwidth, which is what a ring all-reduce costs here). Latency per message:
-// not published; 1 us assumed.
+// not published; 1 us assumed. The 64 chips are a 4 x 4 x 4 torus (a TPU v4 "cube", Jouppi et
+// al. 2023), which only the all-to-all's cost depends on (comm_cost.h).
 Cluster tpu_v4() {
   return Cluster::parse(R"(
 name = "tpu-v4"
@@ -37,6 +38,7 @@ int8 = 275e12
 [links.intra_node]
 bandwidth = 270e9
 latency = 1e-6
+torus = [4, 4, 4]
 )",
                         "tpu-v4");
 }
@@ -106,6 +108,11 @@ TEST(ServePalm, DecodeLatencyAtBatch64Int8) {
   EXPECT_LT(r.cost.seconds, published);
   EXPECT_GT(r.cost.seconds, published / 4);
   EXPECT_TRUE(r.cost.fits);
+  // The paper's layout for this row (Table 2): 2D weight-stationary with the multi-query cache
+  // sharded over the batch. On the 4 x 4 x 4 torus its two all-to-alls per layer pay 6 hops, not
+  // 63 messages, so it beats heads-sharded attention, whose replicated KV head every chip reads.
+  EXPECT_EQ(r.layout.ffn, FfnLayout::WeightStationary2D);
+  EXPECT_EQ(r.layout.attention, AttentionSharding::Batch);
 }
 
 TEST(ServePalm, PrefillMfuAtLargeBatch) {

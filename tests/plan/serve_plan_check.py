@@ -12,7 +12,11 @@ at batch 1 for the same layouts must predict:
   rank's bytes per token; under --pp the rank with the most blocks);
 - the weight bytes a tensor-parallel rank holds exactly (`weight_bytes_per_rank`, the runtime's
   own split applied on the meta device; the vocabulary is even, so no padding row is left unread);
-- under grouped-query attention, the KV cache a fraction kv_heads / heads of multi-head's.
+- under grouped-query attention, the KV cache a fraction kv_heads / heads of multi-head's;
+- the host allocator's peak above the loaded model during the generation (the KV cache plus the
+  activations and workspace of the prefill and of the last decode step) of every tensor-parallel
+  rank exactly (`kv_bytes_per_rank + workspace_bytes_per_rank`, the generation traced on meta);
+  under --pp, where the workspace is the formula's, within PP_TOLERANCE.
 
 Decode times are printed beside the prediction, never asserted (the machine is shared).
 Usage: serve_plan_check.py TESSEL MPIRUN WORKDIR
@@ -43,6 +47,9 @@ PROMPT = "5,9,12,40,77,3,101"
 GEN = 13
 KV_LINE = re.compile(r"rank (\d+) KV cache (\d+) bytes")
 READ_LINE = re.compile(r"tensor-parallel rank (\d+) read (\d+) weight values")
+PEAK_LINE = re.compile(r"rank (\d+) allocator peak (\d+) bytes above the loaded model's (\d+)")
+# The formula's workspace for a pipeline rank (not traced) against the allocator's peak.
+PP_TOLERANCE = 0.15
 
 
 def plan_rows(tessel, model, cluster, env):
@@ -57,7 +64,8 @@ def plan_rows(tessel, model, cluster, env):
 
 
 def generate(tessel, mpi, model, tp, pp, env):
-    """(JSON of rank 0, {rank: KV bytes}, {rank: weight values read})."""
+    """(JSON of rank 0, {rank: KV bytes}, {rank: weight values read},
+    {rank: (allocator peak above the model, the model's bytes)})."""
     cmd = [tessel, "generate", "-m", model, "--prompt-ids", PROMPT, "-n", str(GEN), "--temp", "0",
            "--ignore-eos", "--format", "json"]
     if tp * pp > 1:
@@ -65,9 +73,10 @@ def generate(tessel, mpi, model, tp, pp, env):
     r = run(cmd, env=env)
     kv = {int(k): int(n) for k, n in KV_LINE.findall(r.stderr)}
     read = {int(k): int(n) for k, n in READ_LINE.findall(r.stderr)}
-    if sorted(kv) != list(range(tp * pp)):
-        fail(f"tp {tp} pp {pp}: expected a KV line per rank: {r.stderr[-1500:]}")
-    return json.loads(r.stdout), kv, read
+    peak = {int(k): (int(p), int(b)) for k, p, b in PEAK_LINE.findall(r.stderr)}
+    if sorted(kv) != list(range(tp * pp)) or sorted(peak) != list(range(tp * pp)):
+        fail(f"tp {tp} pp {pp}: expected a KV and a peak line per rank: {r.stderr[-1500:]}")
+    return json.loads(r.stdout), kv, read, peak
 
 
 def check_model(tessel, mpi, work, name, config, layouts, env, cluster):
@@ -80,10 +89,22 @@ def check_model(tessel, mpi, work, name, config, layouts, env, cluster):
         row = rows.get((tp, pp))
         if row is None:
             fail(f"{name}: the plan has no runnable decode row for tp {tp} pp {pp}: {sorted(rows)}")
-        out, kv, read = generate(tessel, mpi, model, tp, pp, env)
+        out, kv, read, peak = generate(tessel, mpi, model, tp, pp, env)
         want_kv = row["kv_bytes_per_rank"]
         if max(kv.values()) != want_kv:
             fail(f"{name} tp {tp} pp {pp}: KV bytes per rank {kv} measured, {want_kv} predicted")
+        # Above the loaded model: the cache, then the prefill's or the last decode step's tensors.
+        want_peak = want_kv + row.get("workspace_bytes_per_rank", 0)
+        got_peak = max(p for p, _ in peak.values())
+        if pp == 1 and not row.get("workspace_traced"):
+            fail(f"{name} tp {tp}: the plan's workspace is not traced: {row}")
+        if pp == 1 and any(p != want_peak for p, _ in peak.values()):
+            fail(f"{name} tp {tp}: allocator peak above the model {peak} measured, {want_peak:.0f} "
+                 f"predicted (KV {want_kv:.0f} + workspace "
+                 f"{row.get('workspace_bytes_per_rank', 0):.0f})")
+        if pp > 1 and abs(got_peak - want_peak) > PP_TOLERANCE * got_peak:
+            fail(f"{name} pp {pp}: allocator peak above the model {peak} measured, "
+                 f"{want_peak:.0f} predicted by formula, beyond {PP_TOLERANCE:.0%}")
         if tp > 1:
             for rank, values in read.items():
                 if 4 * values != row["weight_bytes_per_rank"]:
@@ -96,6 +117,8 @@ def check_model(tessel, mpi, work, name, config, layouts, env, cluster):
         print(f"{name} tp {tp} pp {pp}: KV {sorted(kv.items())} bytes = predicted {want_kv:.0f}; "
               f"weights/rank predicted {row['weight_bytes_per_rank']:.0f} B"
               f"{' = read ' + str({k: 4 * v for k, v in read.items()}) if read else ''}; "
+              f"peak above the model {want_peak:.0f} B predicted, "
+              f"{sorted((k, p) for k, (p, _) in peak.items())} measured; "
               f"decode {measured:.3f} ms/token measured, {row['latency_ms']:.3f} predicted "
               f"(not asserted)")
     return kv_per_token

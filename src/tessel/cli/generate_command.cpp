@@ -206,6 +206,11 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     std::fprintf(stderr, "tessel: generate: %s\n", peak_memory_line(rank).c_str());
     std::fprintf(stderr, "tessel: generate: rank %d KV cache %lld bytes\n", rank < 0 ? 0 : rank,
                  static_cast<long long>(r.kv_cache_bytes));
+    std::fprintf(stderr,
+                 "tessel: generate: rank %d allocator peak %lld bytes above the loaded model's "
+                 "%lld\n",
+                 rank < 0 ? 0 : rank, static_cast<long long>(r.allocator_peak_bytes),
+                 static_cast<long long>(r.allocator_base_bytes));
   };
   if (!leader) {
     print_memory();
@@ -235,7 +240,9 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
                      {"top_p", args.sampling.top_p},
                      {"seed", args.sampling.seed},
                      {"weights", args.weights},
-                     {"kv_cache_bytes", r.kv_cache_bytes}};
+                     {"kv_cache_bytes", r.kv_cache_bytes},
+                     {"allocator_base_bytes", r.allocator_base_bytes},
+                     {"allocator_peak_bytes", r.allocator_peak_bytes}};
   if (tokenizer) {
     std::vector<int32_t> gen(r.tokens.begin(), r.tokens.end());
     std::vector<int32_t> p(prompt.begin(), prompt.end());

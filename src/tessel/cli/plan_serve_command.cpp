@@ -9,13 +9,17 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "tessel/cli/plan_layout.h"
 #include "tessel/cli/plan_serve.h"
 #include "tessel/core/error.h"
+#include "tessel/dist/meta/meta_communicator.h"
 #include "tessel/tensor/default_device.h"
 #include "tessel/train/model_presets.h"
+#include "tessel/train/model_tensor_parallel.h"
 
 namespace tessel::cli {
 namespace {
@@ -38,6 +42,29 @@ int64_t tp_rank_weights(const models::ModelConfig& config, int tp) {
   for (const Tensor& p : model->parameters())
     if (seen.insert(p.storage_ptr().get()).second) n += p.numel();
   return n;
+}
+
+// Serving memory of tensor-parallel rank 0 of `tp`: generation traced on meta with the runtime's
+// split and its vocabulary gather (plan/serve_memory.h); each request traced once.
+plan::ServeMemoryFn traced_serve_memory(const models::ModelConfig& config) {
+  using Key = std::tuple<int, int64_t, int64_t, int64_t>;
+  auto seen = std::make_shared<std::map<Key, plan::ServeMemory>>();
+  return [&config, seen](int tp, int64_t batch, int64_t prompt, int64_t capacity) {
+    const Key key{tp, batch, prompt, capacity};
+    if (auto it = seen->find(key); it != seen->end()) return it->second;
+    plan::ServeRankModel rank;
+    if (tp > 1) {
+      auto state = std::make_shared<train::ModelTensorParallel>();
+      rank.transform = [state, tp](models::CausalLM& model) {
+        *state = train::parallelize_model(model, dist::make_meta_communicator(tp, 0, "tp"), "",
+                                          false);
+      };
+      rank.full_logits = [state](const Tensor& local) {
+        return train::model_tp_full_logits(*state, local);
+      };
+    }
+    return (*seen)[key] = plan::trace_serve_memory(config, batch, prompt, capacity, rank);
+  };
 }
 
 std::string serve_command(const ServePlanArgs& a, const plan::ServeRow& r) {
@@ -80,6 +107,9 @@ nlohmann::json row_json(const ServePlanArgs& a, const plan::ServeRow& r) {
                    {"weight_bytes_per_rank", c.weight_bytes_per_rank},
                    {"kv_bytes_per_token_per_rank", c.kv_bytes_per_token_per_rank},
                    {"kv_bytes_per_rank", c.kv_bytes_per_rank},
+                   {"workspace_bytes_per_rank", c.workspace_bytes_per_rank},
+                   {"workspace_traced", c.workspace_traced},
+                   {"peak_bytes_per_rank", c.peak_bytes_per_rank},
                    {"max_batch", c.max_batch},
                    {"meets_target", r.meets_target},
                    {"runnable", r.not_runnable.empty()}};
@@ -94,16 +124,17 @@ nlohmann::json row_json(const ServePlanArgs& a, const plan::ServeRow& r) {
 void print_table(const ServePlanArgs& a, const char* title, const std::vector<plan::ServeRow>& rows,
                  const std::optional<plan::ServeRow>& best) {
   std::printf("# %s\n", title);
-  std::printf("%-34s %6s %11s %14s %6s %12s %12s %9s  %s\n", "layout", "batch", "latency_ms",
-              "chip_s/token", "mfu", "weights/rank", "kv/rank", "max_batch", "command");
+  std::printf("%-34s %6s %11s %14s %6s %12s %12s %12s %9s  %s\n", "layout", "batch",
+              "latency_ms", "chip_s/token", "mfu", "weights/rank", "kv/rank", "peak/rank",
+              "max_batch", "command");
   for (size_t i = 0; i < rows.size() && int(i) < a.top; ++i) {
     const plan::ServeRow& r = rows[i];
     const std::string cmd = serve_command(a, r);
-    std::printf("%-34s %6lld %11.3f %14.4g %5.1f%% %10.1fMiB %10.1fMiB %9lld  %s\n",
+    std::printf("%-34s %6lld %11.3f %14.4g %5.1f%% %10.1fMiB %10.1fMiB %10.1fMiB %9lld  %s\n",
                 r.layout.describe().c_str(), (long long)r.batch, 1e3 * r.cost.latency_per_token,
                 r.cost.chip_seconds_per_token, 100 * r.cost.mfu,
                 r.cost.weight_bytes_per_rank / (1 << 20), r.cost.kv_bytes_per_rank / (1 << 20),
-                (long long)r.cost.max_batch,
+                r.cost.peak_bytes_per_rank / (1 << 20), (long long)r.cost.max_batch,
                 cmd.empty() ? "(prediction only: tessel cannot run this layout)" : cmd.c_str());
   }
   if (best)
@@ -156,6 +187,7 @@ void run_serve_plan(ServePlanArgs a) {
     req.workload.peak_dtype = "f32";  // the CPU backend widens to f32
   req.config = config.get();
   req.tp_weights = tp_rank_weights;
+  req.memory = traced_serve_memory(*config);
   const std::string kv_dtype = a.kv_dtype;
   req.tp_refusal = [config, kv_dtype](int tp) -> std::string {
     if (kv_dtype != "f32") return "prediction only: tessel keeps an f32 KV cache";

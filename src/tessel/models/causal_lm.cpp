@@ -72,7 +72,10 @@ Tensor CausalLM::forward_step(const Tensor& ids, KVCache& cache, bool last_only)
                " expected [B, T]");
   const int64_t b = ids.size(0), t = ids.size(1);
   Tensor rows;
-  if (last_only) {
+  if (last_only && ids.device().is_meta()) {
+    // Shape-only (the planner's serving memory trace): the same [B] index tensor, no values.
+    rows = empty({b}, DType::I64, ids.device());
+  } else if (last_only) {
     std::vector<int64_t> last(static_cast<size_t>(b));
     for (int64_t i = 0; i < b; ++i) last[size_t(i)] = i * t + t - 1;
     rows = from_data(last, Shape{b});
@@ -88,6 +91,7 @@ Tensor CausalLM::select_tokens(const Tensor& hidden, const Tensor& rows) {
                "select_tokens: hidden ", hidden.shape(), " and rows ", rows.shape(), " ",
                dtype_name(rows.dtype()), " expected [B, T, C] and i64 [R]");
   const int64_t tokens = hidden.size(0) * hidden.size(1);
+  if (rows.device().is_meta()) return ops::embedding(hidden.reshape({tokens, hidden.size(2)}), rows);
   const int64_t* r = rows.data<int64_t>();
   for (int64_t i = 0; i < rows.numel(); ++i)
     TESSEL_CHECK(r[i] >= 0 && r[i] < tokens, "select_tokens: row ", r[i], " outside [0, ", tokens,

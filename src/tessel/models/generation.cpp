@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "tessel/autograd/grad_mode.h"
+#include "tessel/tensor/allocator.h"
 
 namespace tessel::models {
 
@@ -47,6 +48,11 @@ GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt,
   autograd::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
+  // The generation's own peak above what the loaded model holds (the trainer's step peak does
+  // the same), read once it ends.
+  Allocator& host = cpu_allocator();
+  result.allocator_base_bytes = int64_t(host.bytes_in_use());
+  host.reset_peak();
   KVCache cache = model.make_cache(1, n_prompt + n_new);
   result.kv_cache_bytes = int64_t(cache.nbytes());
   try {
@@ -73,6 +79,7 @@ GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt,
       ++result.decode_forwards;
     }
     result.decode_seconds = since(start);
+    result.allocator_peak_bytes = int64_t(host.peak_bytes()) - result.allocator_base_bytes;
   } catch (...) {
     model.train(was_training);
     throw;

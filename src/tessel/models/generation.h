@@ -39,6 +39,11 @@ struct GenerationResult {
   // Bytes of the KV cache allocated for prompt + max_new_tokens positions (this rank's layers and
   // heads): what `tessel plan --serve` predicts per rank.
   int64_t kv_cache_bytes = 0;
+  // The host allocator's bytes in use when generation began (the loaded model) and its peak above
+  // them during generation (the cache, activations and workspace): what `tessel plan --serve`
+  // predicts as kv + workspace per rank.
+  int64_t allocator_base_bytes = 0;
+  int64_t allocator_peak_bytes = 0;
 };
 
 // Throws before any work when prompt + max_new_tokens exceeds max_positions.

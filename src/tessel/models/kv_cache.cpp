@@ -40,6 +40,7 @@ std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const 
   const size_t row = size_t(t * n_head_ * head_dim_) * dtype_size(dtype_);
   const size_t token = size_t(n_head_ * head_dim_) * dtype_size(dtype_);
   auto store = [&](const Tensor& src, const Tensor& dst) {
+    if (dst.device().is_meta()) return;  // shape-only (the planner's serving memory trace)
     const auto* s = static_cast<const char*>(src.data_ptr());
     auto* d = static_cast<char*>(dst.data_ptr());
     for (int64_t b = 0; b < batch_; ++b) {
@@ -62,6 +63,7 @@ Tensor KVCache::positions(int64_t batch, int64_t tokens) const {
   TESSEL_CHECK(batch == batch_ && tokens >= 1, "KVCache.positions: ", batch, " x ", tokens,
                " tokens for a cache of batch ", batch_);
   Tensor p = empty(Shape{batch, tokens}, DType::I64);
+  if (p.device().is_meta()) return p;  // shape-only: the same tensor, no values
   int64_t* data = p.data<int64_t>();
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < tokens; ++t) data[b * tokens + t] = length_ + t;

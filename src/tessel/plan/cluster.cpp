@@ -91,6 +91,8 @@ Cluster Cluster::with_devices(int devices) const {
   if (devices <= devices_per_node) {
     c.devices_per_node = devices;
     c.nodes = 1;
+    // Part of a torus is not a torus of its dimensions: the switched model stands in for it.
+    if (devices < devices_per_node && c.intra_node) c.intra_node->torus.clear();
     return c;
   }
   TESSEL_CHECK(devices % devices_per_node == 0, source, ": ", devices, " devices are not a whole ",
@@ -153,6 +155,11 @@ std::string Cluster::to_toml() const {
     out << "\n[links." << name << "]  # per device, per direction\n";
     out << "bandwidth = " << num(l.bandwidth) << "  # bytes/s\n";
     out << "latency = " << num(l.latency) << "  # s\n";
+    if (!l.torus.empty()) {
+      out << "torus = [";
+      for (size_t i = 0; i < l.torus.size(); ++i) out << (i ? ", " : "") << l.torus[i];
+      out << "]\n";
+    }
   };
   if (intra_node) link_table("intra_node", *intra_node);
   if (inter_node) link_table("inter_node", *inter_node);

@@ -38,6 +38,12 @@ struct DeviceSpec {
 struct LinkSpec {
   double bandwidth = 0;
   double latency = 0;
+  // The devices of one node wired as a torus of these dimensions (wraparound links in each; a
+  // TPU v4 slice of 64 chips is 4 x 4 x 4), their product the node's devices; empty: a switch.
+  // Only the all-to-all is costed differently on it (comm_cost.h); `bandwidth` stays what each
+  // device sends in a ring collective, which on a torus uses the rings of every dimension at
+  // once, so one link carries bandwidth / (dimensions longer than 1) in both directions together.
+  std::vector<int> torus;
 };
 
 // One measured GEMM: `flops` FLOP/s achieved for op(A) [m, k] x op(B) [k, n] in `dtype`, the

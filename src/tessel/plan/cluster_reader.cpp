@@ -116,6 +116,17 @@ LinkSpec read_link(const toml::table& t, const std::string& path, const std::str
   LinkSpec link;
   link.bandwidth = r.positive("bandwidth", "bytes/s per device and per direction");
   link.latency = r.positive("latency", "seconds per message");
+  if (const toml::node* node = r.find("torus")) {
+    const toml::array* dims = node->as_array();
+    TESSEL_CHECK(dims && !dims->empty(), source, ": ", path, ".torus must be an array of ",
+                 "dimensions (e.g. [4, 4, 4])");
+    for (const toml::node& d : *dims) {
+      const auto* i = d.as_integer();
+      TESSEL_CHECK(i && i->get() >= 1, source, ": ", path, ".torus: every dimension must be a ",
+                   "positive integer");
+      link.torus.push_back(int(i->get()));
+    }
+  }
   r.finish();
   return link;
 }
@@ -197,6 +208,14 @@ Cluster Cluster::parse(const std::string& toml_text, const std::string& source) 
       c.inter_node = read_link(*t, "links.inter_node", source);
     l.finish();
   }
+  if (c.intra_node && !c.intra_node->torus.empty()) {
+    int64_t product = 1;
+    for (int d : c.intra_node->torus) product *= d;
+    TESSEL_CHECK(product == c.devices_per_node, source, ": links.intra_node.torus has ", product,
+                 " devices, devices_per_node = ", c.devices_per_node);
+  }
+  TESSEL_CHECK(c.inter_node == std::nullopt || c.inter_node->torus.empty(), source,
+               ": links.inter_node.torus: only the devices of a node form a torus here");
   TESSEL_CHECK(c.devices_per_node == 1 || c.intra_node, source, ": missing table ",
                "[links.intra_node] (bandwidth, latency): devices_per_node = ", c.devices_per_node);
   TESSEL_CHECK(c.nodes == 1 || c.inter_node, source, ": missing table [links.inter_node] ",

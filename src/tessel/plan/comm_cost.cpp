@@ -151,6 +151,28 @@ Terms cost_terms(const Cluster& cluster, Collective op, const Placement& pl, dou
       return {l->latency, s / l->bandwidth};
     }
     case Collective::AllToAll: {
+      int64_t torus_devices = 0;  // the whole torus, or no torus
+      if (intra && !intra->torus.empty()) {
+        torus_devices = 1;
+        for (int d : intra->torus) torus_devices *= d;
+      }
+      if (intra && !inter && n == torus_devices) {
+        // The whole torus: each dimension's links carry their own traffic at once, a byte going
+        // d/4 hops on average along a ring of d, so the busiest links (the longest dimension's)
+        // carry S·d_max/4 bytes (Austin et al. 2025, "How to Scale Your Model", collectives:
+        // a bidirectional ring's all-to-all is a quarter of its all-gather), at bandwidth / k
+        // each for k dimensions longer than 1. Routed in hardware, the messages pay the hops to
+        // the farthest device, not a latency per peer.
+        int k = 0, longest = 1, hops = 0;
+        for (int d : intra->torus) {
+          if (d > 1) ++k;
+          longest = std::max(longest, d);
+          hops += d / 2;
+        }
+        t.lat = hops * intra->latency;
+        t.bw = k == 0 ? 0 : s * longest / 4.0 / (intra->bandwidth / k);
+        return t;
+      }
       // Pairwise exchange: n-1 steps of S/n, p-1 of them to peers on the same node; the two
       // levels carry their shares at the same time.
       if (intra) t.lat += (p - 1) * intra->latency;

@@ -150,7 +150,7 @@ double stage_comm_seconds(const Cluster& c, const ServeShape& s, const ServeLayo
 
 ServeCost serve_cost(const Cluster& c, const ServeShape& s, const ServeLayout& l,
                      const ServeWorkload& w, const TpWeightCount& tp_weights,
-                     const models::ModelConfig* config) {
+                     const models::ModelConfig* config, const ServeMemoryFn& memory) {
   TESSEL_CHECK(l.tp >= 1 && l.pp >= 1 && l.x >= 1 && l.tp % l.x == 0, "plan --serve: layout ",
                l.describe(), " is not a split of its chips");
   TESSEL_CHECK(l.pp <= s.layers, "plan --serve: pp ", l.pp, " exceeds the model's ", s.layers,
@@ -253,13 +253,40 @@ ServeCost serve_cost(const Cluster& c, const ServeShape& s, const ServeLayout& l
   // Every group's sequences hold their cache on every stage.
   const double seqs_held = batch_attn ? std::ceil(double(w.batch) / n) : double(w.batch);
   r.kv_bytes_per_rank = seqs_held * double(capacity) * kv_token;
+  // Activations and workspace of `b` sequences on a rank: traced for what tessel runs on one
+  // stage, else the formula (at the rank's sequences when attention is split by batch).
+  const int64_t gen_prompt = std::min<int64_t>(w.prompt, capacity - 1);
+  r.workspace_traced = memory && config && p == 1 && l.runnable();
+  auto workspace = [&](int64_t b) {
+    if (r.workspace_traced) return memory(n, b, gen_prompt, capacity).workspace();
+    const int64_t rank_b = batch_attn ? ceil_div(b, n) : b;
+    return serve_memory_formula(s, batch_attn ? 1 : n, rank_b, gen_prompt, capacity,
+                                w.act_bytes, w.kv_bytes)
+        .workspace();
+  };
+  r.workspace_bytes_per_rank = workspace(w.batch);
+  r.peak_bytes_per_rank = r.weight_bytes_per_rank + r.kv_bytes_per_rank + r.workspace_bytes_per_rank;
+  // What limits the batch: for the layouts tessel runs, the cache and the workspace; for the
+  // others (no runtime of tessel's to hold them to: another implementation, as the paper's,
+  // need not keep a block's intermediates whole) the cache alone, the workspace reported beside.
+  const bool counted = l.runnable();
   const double free_bytes = double(c.device.memory_bytes) - r.weight_bytes_per_rank;
   const double per_seq = double(capacity) * kv_token;
-  r.max_batch = free_bytes <= 0 ? 0 : int64_t(free_bytes / per_seq) * (batch_attn ? n : 1);
-  r.fits = w.batch <= r.max_batch;
+  const int64_t step = batch_attn ? n : 1;  // sequences per extra one on a rank
+  // The workspace grows linearly with the sequences from two on (one sequence reads its cache in
+  // place, more gather theirs), so two points give it.
+  const double w2 = counted ? workspace(2 * step) : 0, w3 = counted ? workspace(3 * step) : 0;
+  const double per_rank_seq = per_seq + (w3 - w2);
+  const double intercept = w2 - 2 * (w3 - w2);
+  if (free_bytes < per_seq + (counted ? workspace(1) : 0))
+    r.max_batch = 0;
+  else
+    r.max_batch = std::max<int64_t>(1, int64_t((free_bytes - intercept) / per_rank_seq) * step);
+  r.fits = (counted ? r.peak_bytes_per_rank : r.weight_bytes_per_rank + r.kv_bytes_per_rank) <=
+           double(c.device.memory_bytes);
   if (!r.fits)
     r.reason = free_bytes <= 0 ? "weights exceed the device memory"
-                               : "KV cache of the batch exceeds the device memory";
+                               : "KV cache and workspace of the batch exceed the device memory";
   return r;
 }
 

@@ -27,6 +27,7 @@
 
 #include "tessel/models/causal_lm.h"
 #include "tessel/plan/cluster.h"
+#include "tessel/plan/serve_memory.h"
 
 namespace tessel::plan {
 
@@ -109,7 +110,15 @@ struct ServeCost {
   double weight_bytes_per_rank = 0;
   double kv_bytes_per_token_per_rank = 0;  // one sequence's token, this rank's layers and heads
   double kv_bytes_per_rank = 0;            // batch x kv_capacity tokens
-  int64_t max_batch = 0;                   // sequences of kv_capacity the device memory holds
+  // Activations and workspace above the weights and the cache: the larger of the prefill's and
+  // the last decode step's (plan/serve_memory.h), traced for a tessel model's 1D layouts on one
+  // stage, else by formula.
+  double workspace_bytes_per_rank = 0;
+  bool workspace_traced = false;
+  double peak_bytes_per_rank = 0;  // weights + KV cache + workspace
+  // Sequences of kv_capacity the device memory holds: with the workspace for the layouts tessel
+  // runs, with the cache alone for the others (whose implementation is not tessel's).
+  int64_t max_batch = 0;
   bool fits = false;
   std::string reason;  // why not runnable or not feasible, else empty
 };
@@ -120,9 +129,11 @@ struct ServeCost {
 using TpWeightCount = std::function<int64_t(const models::ModelConfig&, int tp)>;
 
 // The cost of `workload` on `cluster` (which must have layout.chips() devices) under `layout`.
-// `tp_weights` (optional, with `config`) counts the weights a 1D rank really holds.
+// `tp_weights` (optional, with `config`) counts the weights a 1D rank really holds; `memory`
+// (optional) traces a 1D rank's serving memory (plan/serve_memory.h), else the formula is used.
 ServeCost serve_cost(const Cluster& cluster, const ServeShape& shape, const ServeLayout& layout,
                      const ServeWorkload& workload, const TpWeightCount& tp_weights = {},
-                     const models::ModelConfig* config = nullptr);
+                     const models::ModelConfig* config = nullptr,
+                     const ServeMemoryFn& memory = {});
 
 }  // namespace tessel::plan

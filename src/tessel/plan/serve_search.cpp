@@ -68,7 +68,7 @@ void search_phase(const Cluster& cluster, const ServeRequest& req, ServePhase ph
         w.phase = phase;
         w.batch = b;
         ServeRow row{phase, layout,
-                     b,     serve_cost(c, req.shape, layout, w, req.tp_weights, req.config),
+                     b,     serve_cost(c, req.shape, layout, w, req.tp_weights, req.config, req.memory),
                      true,  refusal};
         if (!row.cost.fits) {
           if (req.batches.empty()) break;  // larger batches do not fit either

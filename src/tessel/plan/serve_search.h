@@ -26,6 +26,7 @@ struct ServeRequest {
   // when not; empty: any split the heads allow.
   std::function<std::string(int tp)> tp_refusal;
   TpWeightCount tp_weights;  // exact weights of a 1D rank (serve_cost.h)
+  ServeMemoryFn memory;      // traced serving memory of a 1D rank (serve_memory.h)
   const models::ModelConfig* config = nullptr;
 };
 
