@@ -7,6 +7,8 @@
 // block's integer sum, times f16(d_w) * d_x, one fused multiply-add per block in block order) on
 // activations that round to int8 without error; every row the same bits alone as inside a prompt;
 // the extreme codes exact; and the switch: off gives the VNNI kernels' bits.
+#include "tessel/kernels/quant_amx.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,7 +24,6 @@
 #include "tessel/kernels/quant/dequantize.h"
 #include "tessel/kernels/quant/quant_blocks.h"
 #include "tessel/kernels/quant/quant_format.h"
-#include "tessel/kernels/quant_amx.h"
 
 namespace tessel::kernels {
 namespace {
@@ -30,8 +31,8 @@ namespace {
 using quant::QuantType;
 using testing_limits::AmxLimit;
 
-#define SKIP_WITHOUT_AMX()                                                              \
-  if (!quant_amx_enabled() || !cpu_features().x86_64_v4())                              \
+#define SKIP_WITHOUT_AMX()                                 \
+  if (!quant_amx_enabled() || !cpu_features().x86_64_v4()) \
   GTEST_SKIP() << "no AMX-INT8 tiles here: " << quant_amx_status()
 
 // n rows of k / 32 Q8_0 blocks: every code -128..127, f16 scales of both signs.
@@ -76,7 +77,7 @@ struct Shape {
 };
 // Partial tiles of activation rows (m % 16) and of weight rows (n % 16); 133 rows at k = 4096
 // span two chunks of activation codes (112 rows each).
-constexpr Shape kShapes[] = {{1, 13, 96},   {17, 5, 224},  {33, 33, 96},  {97, 7, 32},
+constexpr Shape kShapes[] = {{1, 13, 96},   {17, 5, 224},    {33, 33, 96},   {97, 7, 32},
                              {97, 16, 288}, {133, 13, 4096}, {33, 17, 1024}, {16, 32, 64}};
 
 // |y - y_ref| <= sum_g (max|x_g| / 254) sum_{j in g} |w_j| + 1e-5 sum_g max|x_g| sum |w_j|, as
@@ -114,8 +115,8 @@ TEST(QuantAmx, WithinTheActivationRoundingBoundOfFp64) {
           continue;
         }
         ASSERT_LE(std::abs(got - want), rounding * (1 + 1e-4) + 1e-5 * arithmetic)
-            << where(s.m, s.n, s.k) << " row " << i << " col " << j << ": got " << got
-            << " want " << want;
+            << where(s.m, s.n, s.k) << " row " << i << " col " << j << ": got " << got << " want "
+            << want;
         worst_ratio = std::max(worst_ratio, std::abs(got - want) / rounding);
       }
     }
@@ -161,9 +162,8 @@ TEST(QuantAmx, EqualsTheBlockOrderBitForBit) {
           acc = std::fma(float(sum), scale, acc);
         }
         const float got = y.data<float>()[i * s.n + j];
-        ASSERT_EQ(std::memcmp(&got, &acc, 4), 0)
-            << where(s.m, s.n, s.k) << " row " << i << " col " << j << ": got " << got
-            << " want " << acc;
+        ASSERT_EQ(std::memcmp(&got, &acc, 4), 0) << where(s.m, s.n, s.k) << " row " << i << " col "
+                                                 << j << ": got " << got << " want " << acc;
       }
   }
 }

@@ -76,8 +76,8 @@ bool quant_amx_enabled() {
     case Mode::Off:
       return false;
     case Mode::On:
-      TESSEL_CHECK(quant_amx_usable(), "TESSEL_QUANT_AMX=on, but AMX cannot run here: ",
-                   probed().why);
+      TESSEL_CHECK(quant_amx_usable(),
+                   "TESSEL_QUANT_AMX=on, but AMX cannot run here: ", probed().why);
       break;
     case Mode::Auto:
       break;
@@ -92,7 +92,7 @@ void allow_quant_amx(bool a) {
 std::string quant_amx_status() {
   if (environment_mode() == Mode::Off) return "off (TESSEL_QUANT_AMX=off)";
   if (!quant_amx_usable()) return "none (" + probed().why + ")";
-  return allowed().load() ? "amx-int8 (q8_0)" : "off";
+  return allowed().load() ? "amx-int8 tiles" : "off (allow_quant_amx)";
 }
 
 }  // namespace tessel::kernels

@@ -18,7 +18,7 @@ bool quant_amx_usable();
 bool quant_amx_enabled();
 // Tests and benchmarks compare the AMX tiles with the kernels they replace through this switch.
 void allow_quant_amx(bool allowed);
-// One line for `tessel --version`: "amx-int8 (q8_0)", "off (TESSEL_QUANT_AMX=off)" or why not.
+// One line for `tessel --version`: "amx-int8 tiles", "off (TESSEL_QUANT_AMX=off)" or why not.
 std::string quant_amx_status();
 
 }  // namespace tessel::kernels

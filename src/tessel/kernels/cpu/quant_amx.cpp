@@ -8,11 +8,13 @@
 // The order of the f32 arithmetic is what makes the product batch-invariant: every output (i, j)
 // is, for g = 0 .. k/32 - 1 in order, acc = fma(f32(S_ijg), f16(d_jg) * dx_ig, acc) from acc = +0,
 // with S_ijg the exact integer dot product of block g (|S| <= 32 * 128 * 127 < 2^24: the
-// conversion is exact). Nothing in it depends on the other rows of the tile, so a row alone (m = 1,
-// a tile with 15 zero rows) has the bits it has inside any prompt. This is not the VNNI kernels'
-// order (they convert eight 4-product lanes per block and add the lanes at the end, which a tile
-// product cannot give), so with AMX on every m of Q8_0 runs here: a product's bits depend on the
-// switch, never on m.
+// conversion is exact). Nothing in it depends on the other rows, so a row has the same bits
+// alone as inside any prompt. This is not the VNNI kernels' order (they convert eight 4-product
+// lanes per block and add the lanes at the end, which a tile product cannot give), so with AMX
+// on every m of Q8_0 runs here: tiles from kTilesFrom rows, and below it (the decode step, where
+// packing a group would cost more than it saves) few_rows, which forms the same exact block sums
+// with vpdpbusd and then does the same f32 operations. A product's bits depend on the switch,
+// never on m.
 //
 // Cache blocking as the register tiles of quant_q8_tiles.h: a task owns whole groups of 16 weight
 // rows; per group and chunk of activation rows (kChunkBytes of codes, L2) the group's blocks are
@@ -36,16 +38,17 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #define TESSEL_AMX_TARGET \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,amx-tile,amx-int8")))
+  __attribute__((         \
+      target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,amx-tile,amx-int8")))
 
 namespace tessel::kernels::cpu {
 
 namespace {
 
-constexpr int kRows = 16;                  // activation rows per tile (A and C)
-constexpr int kCols = 16;                  // weight rows per group (C's int32 columns)
-constexpr int64_t kBlock = 32;             // codes per Q8_0 block
-constexpr int64_t kBlockBytes = 34;        // f16 d + 32 int8 codes
+constexpr int kRows = 16;                    // activation rows per tile (A and C)
+constexpr int kCols = 16;                    // weight rows per group (C's int32 columns)
+constexpr int64_t kBlock = 32;               // codes per Q8_0 block
+constexpr int64_t kBlockBytes = 34;          // f16 d + 32 int8 codes
 constexpr int64_t kPacked = kBlock * kCols;  // one block of a group in VNNI layout: 8 x 64 bytes
 constexpr int64_t kChunkBytes = int64_t(1) << 19;
 // From this many activation rows the tiles; below, few_rows (the same bits).
@@ -100,9 +103,8 @@ TESSEL_AMX_TARGET void pack_group(const uint8_t* w, int64_t row_bytes, int cols,
 }
 
 // acc[i] (16 outputs of activation row i) += f32(sums of block g) * (scales of g * dx[i][g]).
-TESSEL_AMX_TARGET inline void scale_block(const int32_t* sums, const float* scales,
-                                          const float* dx, int64_t blocks, int64_t g,
-                                          __m512 (&acc)[kRows]) {
+TESSEL_AMX_TARGET inline void scale_block(const int32_t* sums, const float* scales, const float* dx,
+                                          int64_t blocks, int64_t g, __m512 (&acc)[kRows]) {
   const __m512 sw = _mm512_loadu_ps(scales + g * kCols);
   for (int i = 0; i < kRows; ++i)
     acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums + i * kCols)),
@@ -183,7 +185,8 @@ TESSEL_AMX_TARGET void few_rows(const Args& a, const int32_t* x128, int64_t j0, 
     __m512 acc = _mm512_setzero_ps();
     for (int64_t g = 0; g < a.blocks; ++g) {
       const int64_t at = g * kBlockBytes;
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + i * a.k + 32 * g));
+      const __m256i x =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + i * a.k + 32 * g));
       __m256i l[kCols];
       for (int c = 0; c < kCols; ++c)
         l[c] = _mm256_dpbusd_epi32(
@@ -213,8 +216,7 @@ TESSEL_AMX_TARGET void groups(const Args& a, int64_t lo, int64_t hi) {
     for (int64_t gj = lo; gj < hi; ++gj) {
       const int64_t j0 = gj * kCols;
       const int cols = int(std::min<int64_t>(kCols, a.n - j0));
-      pack_group(a.w + j0 * a.row_bytes, a.row_bytes, cols, a.blocks, packed.data(),
-                 scales.data());
+      pack_group(a.w + j0 * a.row_bytes, a.row_bytes, cols, a.blocks, packed.data(), scales.data());
       for (int64_t i = i0; i < i1; i += kRows) {
         const int64_t rows = std::min<int64_t>(kRows, i1 - i);
         const bool whole = rows == kRows;
@@ -232,10 +234,10 @@ TESSEL_AMX_TARGET void groups(const Args& a, int64_t lo, int64_t hi) {
 
 void q8_0_amx_matmul(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t* xq,
                      const float* dx, const uint8_t* w, float* y, int64_t group_grain) {
-  TESSEL_CHECK(k % kBlock == 0 && row_bytes == k / kBlock * kBlockBytes,
-               "q8_0_amx_matmul: k = ", k, " and row_bytes = ", row_bytes, " are not Q8_0 rows");
-  TESSEL_CHECK((kCols - 1) * row_bytes < (int64_t(1) << 31), "q8_0_amx_matmul: rows of ",
-               row_bytes, " bytes are too long for the 32-bit gather offsets");
+  TESSEL_CHECK(k % kBlock == 0 && row_bytes == k / kBlock * kBlockBytes, "q8_0_amx_matmul: k = ", k,
+               " and row_bytes = ", row_bytes, " are not Q8_0 rows");
+  TESSEL_CHECK((kCols - 1) * row_bytes < (int64_t(1) << 31), "q8_0_amx_matmul: rows of ", row_bytes,
+               " bytes are too long for the 32-bit gather offsets");
   const int64_t blocks = k / kBlock;
   // Chunks of whole tiles, so only the last chunk can end in a partial tile.
   const int64_t chunk_rows = std::max<int64_t>(kRows, kChunkBytes / k / kRows * kRows);
@@ -263,10 +265,8 @@ void q8_0_amx_matmul(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const i
     std::memcpy(tail_q.data(), xq + (m - tail) * k, size_t(tail * k));
     std::memcpy(tail_d.data(), dx + (m - tail) * blocks, size_t(tail * blocks) * sizeof(float));
   }
-  const Args a{m,           n,           k, blocks, row_bytes, xq, dx, tail_q.data(),
-               tail_d.data(), w, y, chunk_rows};
-  parallel_for(0, group_count, group_grain,
-               [&](int64_t lo, int64_t hi) { groups(a, lo, hi); });
+  const Args a{m, n, k, blocks, row_bytes, xq, dx, tail_q.data(), tail_d.data(), w, y, chunk_rows};
+  parallel_for(0, group_count, group_grain, [&](int64_t lo, int64_t hi) { groups(a, lo, hi); });
 }
 
 }  // namespace tessel::kernels::cpu

@@ -18,10 +18,10 @@
 #include "tessel/kernels/cpu/gemm_invariant.h"
 #include "tessel/kernels/cpu/isa_region.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
-#include "tessel/kernels/kernel_set.h"
-#include "tessel/kernels/quant_amx.h"
 #include "tessel/kernels/cpu/quant_amx.h"
+#include "tessel/kernels/kernel_set.h"
 #include "tessel/kernels/quant/quant_blocks.h"
+#include "tessel/kernels/quant_amx.h"
 TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/cpu_backend.h"
 #include "tessel/kernels/cpu/quant_dot.h"
@@ -381,8 +381,8 @@ void q8_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, fl
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
   // AMX-INT8 tiles take every m (their f32 order is not the row kernel's: quant_amx.cpp).
   if (quant_amx_enabled())
-    return kernels::cpu::q8_0_amx_matmul(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), w, y,
-                                         std::max<int64_t>(1, task_grain(s) / 16));
+    return kernels::cpu::q8_0_amx_matmul(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), w,
+                                         y, std::max<int64_t>(1, task_grain(s) / 16));
 #endif
 #if TESSEL_KERNEL_ISA_LEVEL >= 1
   if (s.m >= cpu::kQ8TilesFrom) return q8_0_tiled(s, act, w, y);
