@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the quantized-kernel tests share: scoped limits on the dot product and vector width the
-// kernel sets may use, restored when a test ends (passed or not), and the dot products this CPU
-// has.
+// kernel sets may use and on the AMX tiles, restored when a test ends (passed or not), and the dot
+// products this CPU has.
 #pragma once
 
 #include <vector>
 
 #include "tessel/core/cpu_features.h"
 #include "tessel/kernels/kernel_set.h"
+#include "tessel/kernels/quant_amx.h"
 
 namespace tessel::kernels::testing_limits {
 
@@ -20,6 +21,13 @@ struct DotLimit {
 struct BitsLimit {
   explicit BitsLimit(int bits) { limit_quant_vector_bits(bits); }
   ~BitsLimit() { limit_quant_vector_bits(512); }
+};
+
+// Whether Q8_0 may take the AMX tiles (kernels/quant_amx.h): the VNNI and AVX2 kernels' tests
+// switch them off, since with AMX on the avx512 set's Q8_0 never reaches those kernels.
+struct AmxLimit {
+  explicit AmxLimit(bool allowed) { allow_quant_amx(allowed); }
+  ~AmxLimit() { allow_quant_amx(true); }
 };
 
 // The dot products the sets of this CPU can be limited to, highest first.

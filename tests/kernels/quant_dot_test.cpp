@@ -27,6 +27,7 @@ namespace {
 
 using quant::QuantType;
 
+using testing_limits::AmxLimit;
 using testing_limits::DotLimit;
 using testing_limits::dots_here;
 
@@ -105,6 +106,7 @@ TEST(QuantDot, SetsChooseTheHighestTheCpuHas) {
 
 // Whole products under each dot product this CPU has are bitwise equal to the AVX2 path's.
 TEST(QuantDot, ProductsAreBitwiseEqualUnderEveryDotProduct) {
+  const AmxLimit no_amx(false);  // the VNNI / AVX2 tiles, not quant_amx.cpp
   const std::vector<QuantDot> dots = dots_here();
   if (dots.size() == 1) GTEST_SKIP() << "this CPU has no VNNI: only the AVX2 dot product runs";
   std::mt19937 rng(7);

@@ -28,6 +28,7 @@ namespace {
 
 using quant::QuantType;
 
+using testing_limits::AmxLimit;
 using testing_limits::BitsLimit;
 using testing_limits::DotLimit;
 using testing_limits::dots_here;
@@ -88,6 +89,7 @@ constexpr Shape kShapes[] = {{1, 96, 224},
 // |y - y_ref| <= sum_g (max|x_g| / 254) sum_{j in g} |w_j| (the activation codes are within half
 // a step) + 1e-5 sum_g max|x_g| sum_{j in g} |w_j| (f32 arithmetic).
 TEST(QuantQ8Tiles, WithinTheActivationRoundingBoundOfFp64) {
+  const AmxLimit no_amx(false);  // the VNNI / AVX2 tiles, not quant_amx.cpp
   uint32_t seed = 7;
   for (KernelSet set : runnable_kernel_sets())
     for (int bits : {512, 256})
@@ -138,6 +140,7 @@ TEST(QuantQ8Tiles, WithinTheActivationRoundingBoundOfFp64) {
 // Row i of every product is the bits of row i alone (m = 1: the row kernel), under every dot
 // product and width, and the whole product is the same bits under all of them.
 TEST(QuantQ8Tiles, RowsAloneEqualRowsInAPromptUnderEveryDot) {
+  const AmxLimit no_amx(false);  // the VNNI / AVX2 tiles, not quant_amx.cpp
   for (KernelSet set : runnable_kernel_sets())
     for (const Shape& s : kShapes) {
       if (s.m == 1) continue;
@@ -172,6 +175,7 @@ TEST(QuantQ8Tiles, RowsAloneEqualRowsInAPromptUnderEveryDot) {
 // that runs in tiles: every lane sum is exact whatever the dot product (vpmaddubsw's pair sums
 // stay below 2^15; vpdpbusd's x + 128 reaches 255).
 TEST(QuantQ8Tiles, ExtremeCodesAreExactInTiles) {
+  const AmxLimit no_amx(false);  // the VNNI / AVX2 tiles, not quant_amx.cpp
   constexpr int64_t k = 256, n = 5, m = 11;
   std::vector<quant::BlockQ8_0> blocks(size_t(n * k / 32));
   for (auto& b : blocks) {

@@ -12,6 +12,7 @@
 #include "tessel/core/cpu_features.h"
 #include "tessel/core/error.h"
 #include "tessel/kernels/cpu/gemm_onednn.h"
+#include "tessel/kernels/quant_amx.h"
 
 namespace tessel::kernels {
 
@@ -257,6 +258,10 @@ std::string kernel_set_summary() {
   const onednn::Bf16Support& bf16 = onednn::bf16_support();
   out += std::string("; bf16 gemm: ") +
          (bf16.native ? "native (oneDNN " + bf16.implementation + ")" : "widened to f32");
+  // Q8_0's AMX-INT8 tiles run from the avx512 set only (quant_amx.h).
+  out += "; q8_0 amx: " + (c.set == KernelSet::Avx512
+                               ? quant_amx_status()
+                               : "none (kernel set " + std::string(kernel_set_name(c.set)) + ")");
   out += "; cpu: " + cpu_features().names();
   return out;
 }

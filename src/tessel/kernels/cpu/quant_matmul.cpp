@@ -4,7 +4,8 @@
 // rows, split over the one OpenMP pool) and multiplies each weight row with every activation row
 // while the row is in L1, so each weight byte is read from memory once per call whatever m is.
 // Q8_0 and the k-quants with a prompt's rows run as register-tiled GEMMs instead
-// (quant_q8_tiles.h, quant_k_tiles.h).
+// (quant_q8_tiles.h, quant_k_tiles.h), and Q8_0 on AMX-INT8 tiles where the CPU has them
+// (quant_amx.h).
 // For the Q types and Int8 the activations are first rounded to int8 per 32-element block and
 // the products are integer (quant_dot.h: AVX-512 VNNI, AVX2 or plain loops, by kernel set and
 // CPU). No format is decoded into a buffer: Int8 and Q8_0 codes are read where they lie, the 4- to
@@ -17,8 +18,10 @@
 #include "tessel/kernels/cpu/gemm_invariant.h"
 #include "tessel/kernels/cpu/isa_region.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
+#include "tessel/kernels/cpu/quant_amx.h"
 #include "tessel/kernels/kernel_set.h"
 #include "tessel/kernels/quant/quant_blocks.h"
+#include "tessel/kernels/quant_amx.h"
 TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/cpu_backend.h"
 #include "tessel/kernels/cpu/quant_dot.h"
@@ -375,6 +378,12 @@ void q8_0_tiled(const QuantMatmulShape& s, const cpu::QuantizedRows& act, const 
 void q8_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
   const int64_t blocks = s.k / cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+  // AMX-INT8 tiles take every m (their f32 order is not the row kernel's: quant_amx.cpp).
+  if (quant_amx_enabled())
+    return kernels::cpu::q8_0_amx_matmul(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), w,
+                                         y, std::max<int64_t>(1, task_grain(s) / 16));
+#endif
 #if TESSEL_KERNEL_ISA_LEVEL >= 1
   if (s.m >= cpu::kQ8TilesFrom) return q8_0_tiled(s, act, w, y);
 #endif

@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: Apache-2.0
+// Q8_0 products on AMX-INT8 tiles (kernels/cpu/quant_amx.cpp), through the avx512 set's quantized
+// matmul with the tiles switched on. Skipped, naming what is missing, where this CPU or kernel has
+// no AMX-INT8 (or TESSEL_QUANT_AMX=off). Checked: every output within the activation rounding
+// bound of the fp64 product at odd sizes (prompt rows 17 to 133, 5 to 33 weight rows, 1 to 128
+// blocks, more rows than one L2 chunk); every output exactly the documented order (f32 of each
+// block's integer sum, times f16(d_w) * d_x, one fused multiply-add per block in block order) on
+// activations that round to int8 without error; every row the same bits alone as inside a prompt;
+// the extreme codes exact; and the switch: off gives the VNNI kernels' bits.
+#include "tessel/kernels/quant_amx.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/quant_dot_limits.h"
+#include "tessel/core/cpu_features.h"
+#include "tessel/kernels/kernel_set.h"
+#include "tessel/kernels/quant/dequantize.h"
+#include "tessel/kernels/quant/quant_blocks.h"
+#include "tessel/kernels/quant/quant_format.h"
+
+namespace tessel::kernels {
+namespace {
+
+using quant::QuantType;
+using testing_limits::AmxLimit;
+
+#define SKIP_WITHOUT_AMX()                                 \
+  if (!quant_amx_enabled() || !cpu_features().x86_64_v4()) \
+  GTEST_SKIP() << "no AMX-INT8 tiles here: " << quant_amx_status()
+
+// n rows of k / 32 Q8_0 blocks: every code -128..127, f16 scales of both signs.
+std::vector<uint8_t> random_weights(int64_t n, int64_t k, std::mt19937& rng) {
+  std::vector<quant::BlockQ8_0> blocks(size_t(n * k / 32));
+  std::uniform_int_distribution<int> code(-128, 127), coin(0, 1);
+  std::uniform_real_distribution<float> mag(1e-3f, 0.1f);
+  for (auto& b : blocks) {
+    b.d = float_to_f16(coin(rng) ? mag(rng) : -mag(rng)).bits;
+    for (auto& q : b.qs) q = int8_t(code(rng));
+  }
+  std::vector<uint8_t> bytes(blocks.size() * sizeof(quant::BlockQ8_0));
+  std::memcpy(bytes.data(), blocks.data(), bytes.size());
+  return bytes;
+}
+
+// Gaussian rows, every fifth one with an outlier per block, and a zero row.
+Tensor gaussian(int64_t m, int64_t k, std::mt19937& rng) {
+  Tensor x = empty({m, k}, DType::F32);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = 0; c < k; ++c) {
+      float v = i % 11 == 2 ? 0.0f : normal(rng);
+      if (i % 5 == 1 && c % 32 == 7) v *= 300.0f;
+      x.data<float>()[i * k + c] = v;
+    }
+  return x;
+}
+
+Tensor product(const Tensor& x, const Tensor& w, int64_t n) {
+  Tensor y = zeros({x.size(0), n}, DType::F32);
+  cpu_backend_for(KernelSet::Avx512).quant_matmul(QuantType::Q8_0, x, w, y);
+  return y;
+}
+
+std::string where(int64_t m, int64_t n, int64_t k) {
+  return "m" + std::to_string(m) + " n" + std::to_string(n) + " k" + std::to_string(k);
+}
+
+struct Shape {
+  int64_t m, n, k;
+};
+// Partial tiles of activation rows (m % 16) and of weight rows (n % 16); 133 rows at k = 4096
+// span two chunks of activation codes (128 rows each); 70 rows of 4 KiB are five groups of 16,
+// one task each, which the pool's threads share.
+constexpr Shape kShapes[] = {{1, 13, 96},    {17, 5, 224},  {33, 33, 96},
+                             {97, 7, 32},    {97, 16, 288}, {133, 13, 4096},
+                             {33, 17, 1024}, {16, 32, 64},  {17, 70, 4096}};
+
+// |y - y_ref| <= sum_g (max|x_g| / 254) sum_{j in g} |w_j| + 1e-5 sum_g max|x_g| sum |w_j|, as
+// for the other kernels (docs/KERNELS.md, "Accuracy").
+TEST(QuantAmx, WithinTheActivationRoundingBoundOfFp64) {
+  SKIP_WITHOUT_AMX();
+  uint32_t seed = 11;
+  double worst_ratio = 0;
+  for (const Shape& s : kShapes) {
+    std::mt19937 rng(seed++);
+    const std::vector<uint8_t> bytes = random_weights(s.n, s.k, rng);
+    const Tensor w = quant::quantized_weight(QuantType::Q8_0, bytes, s.n, s.k);
+    const Tensor x = gaussian(s.m, s.k, rng);
+    const Tensor y = product(x, w, s.n);
+    const int64_t rb = quant::row_bytes(QuantType::Q8_0, s.k);
+    std::vector<double> wd(size_t(s.k));
+    const float* xp = x.data<float>();
+    for (int64_t j = 0; j < s.n; ++j) {
+      quant::dequantize_row(QuantType::Q8_0, bytes.data() + j * rb, wd.data(), s.k);
+      for (int64_t i = 0; i < s.m; ++i) {
+        double want = 0, rounding = 0, arithmetic = 0;
+        for (int64_t g = 0; g < s.k / 32; ++g) {
+          double amax = 0, wsum = 0;
+          for (int64_t c = 32 * g; c < 32 * g + 32; ++c) {
+            want += double(xp[i * s.k + c]) * wd[size_t(c)];
+            amax = std::max(amax, std::abs(double(xp[i * s.k + c])));
+            wsum += std::abs(wd[size_t(c)]);
+          }
+          rounding += amax / 254 * wsum;
+          arithmetic += amax * wsum;
+        }
+        const double got = y.data<float>()[i * s.n + j];
+        if (rounding == 0) {
+          ASSERT_EQ(got, 0.0) << where(s.m, s.n, s.k) << " row " << i;
+          continue;
+        }
+        ASSERT_LE(std::abs(got - want), rounding * (1 + 1e-4) + 1e-5 * arithmetic)
+            << where(s.m, s.n, s.k) << " row " << i << " col " << j << ": got " << got << " want "
+            << want;
+        worst_ratio = std::max(worst_ratio, std::abs(got - want) / rounding);
+      }
+    }
+  }
+  EXPECT_GT(worst_ratio, 1e-3);  // not loose by orders of magnitude
+}
+
+// Activations that are int8 codes times a power of two per block, with a +-127 in every block, so
+// the rounding to int8 is exact and the kernel's arithmetic can be written out here: per output
+// acc = fma(f32(sum of the block's code products), f32(d_w) * d_x, acc) over the blocks in order.
+TEST(QuantAmx, EqualsTheBlockOrderBitForBit) {
+  SKIP_WITHOUT_AMX();
+  constexpr Shape kExact[] = {{17, 5, 224}, {33, 31, 96}, {97, 7, 1024}, {1, 19, 64}};
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> code(-127, 127), exponent(-9, 3);
+  for (const Shape& s : kExact) {
+    const int64_t blocks = s.k / 32;
+    const std::vector<uint8_t> bytes = random_weights(s.n, s.k, rng);
+    const Tensor w = quant::quantized_weight(QuantType::Q8_0, bytes, s.n, s.k);
+    std::vector<int> xq(size_t(s.m * s.k));
+    std::vector<float> dx(size_t(s.m * blocks));
+    Tensor x = empty({s.m, s.k}, DType::F32);
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t g = 0; g < blocks; ++g) {
+        dx[size_t(i * blocks + g)] = std::ldexp(1.0f, exponent(rng));
+        for (int64_t c = 32 * g; c < 32 * g + 32; ++c) {
+          int q = code(rng);
+          if (c == 32 * g + int64_t(i % 32)) q = i % 2 ? 127 : -127;
+          xq[size_t(i * s.k + c)] = q;
+          x.data<float>()[i * s.k + c] = float(q) * dx[size_t(i * blocks + g)];
+        }
+      }
+    const Tensor y = product(x, w, s.n);
+    const auto* wb = reinterpret_cast<const quant::BlockQ8_0*>(bytes.data());
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t j = 0; j < s.n; ++j) {
+        float acc = 0.0f;
+        for (int64_t g = 0; g < blocks; ++g) {
+          const quant::BlockQ8_0& b = wb[j * blocks + g];
+          int32_t sum = 0;
+          for (int c = 0; c < 32; ++c) sum += int32_t(b.qs[c]) * xq[size_t(i * s.k + 32 * g + c)];
+          const float scale = quant::half_bits_to_float(b.d) * dx[size_t(i * blocks + g)];
+          acc = std::fma(float(sum), scale, acc);
+        }
+        const float got = y.data<float>()[i * s.n + j];
+        ASSERT_EQ(std::memcmp(&got, &acc, 4), 0) << where(s.m, s.n, s.k) << " row " << i << " col "
+                                                 << j << ": got " << got << " want " << acc;
+      }
+  }
+}
+
+// Row i of each product has the bits of row i alone (m = 1: one tile with 15 zero rows).
+TEST(QuantAmx, RowsAloneEqualRowsInAPrompt) {
+  SKIP_WITHOUT_AMX();
+  for (const Shape& s : kShapes) {
+    if (s.m == 1) continue;
+    std::mt19937 rng(uint32_t(s.m * 1000 + s.n + s.k));
+    const Tensor w =
+        quant::quantized_weight(QuantType::Q8_0, random_weights(s.n, s.k, rng), s.n, s.k);
+    const Tensor x = gaussian(s.m, s.k, rng);
+    const Tensor y = product(x, w, s.n);
+    for (int64_t i = 0; i < s.m; ++i) {
+      Tensor xi = empty({1, s.k}, DType::F32);
+      std::memcpy(xi.data_ptr(), x.data<float>() + i * s.k, size_t(s.k) * 4);
+      const Tensor yi = product(xi, w, s.n);
+      ASSERT_EQ(std::memcmp(yi.data_ptr(), y.data<float>() + i * s.n, size_t(s.n) * 4), 0)
+          << where(s.m, s.n, s.k) << " row " << i;
+    }
+  }
+}
+
+// Codes -128 and 127 with d = 1 against activations that round to +-127 exactly: the tiles'
+// signed products and int32 sums are exact.
+TEST(QuantAmx, ExtremeCodesAreExact) {
+  SKIP_WITHOUT_AMX();
+  constexpr int64_t k = 256, n = 21, m = 19;
+  std::vector<quant::BlockQ8_0> blocks(size_t(n * k / 32));
+  for (auto& b : blocks) {
+    b.d = 0x3C00;
+    for (int j = 0; j < 32; ++j) b.qs[j] = int8_t(j % 2 ? 127 : -128);
+  }
+  std::vector<uint8_t> bytes(blocks.size() * sizeof(quant::BlockQ8_0));
+  std::memcpy(bytes.data(), blocks.data(), bytes.size());
+  const Tensor w = quant::quantized_weight(QuantType::Q8_0, bytes, n, k);
+  Tensor x = empty({m, k}, DType::F32);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = 0; c < k; ++c)
+      x.data<float>()[i * k + c] = i % 2 ? -1.0f : (c % 2 ? 1.0f : -1.0f);
+  const Tensor y = product(x, w, n);
+  const double all_positive = double(k / 2) * (128 + 127), mixed = double(k / 2) * (128 - 127);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      ASSERT_EQ(double(y.data<float>()[i * n + j]), i % 2 ? mixed : all_positive)
+          << "row " << i << " col " << j;
+}
+
+// Switched off (allow_quant_amx(false), as TESSEL_QUANT_AMX=off does), Q8_0 takes the VNNI
+// kernels again: the avx512 set's product equals the avx2 set's bit for bit, as it did before.
+TEST(QuantAmx, SwitchedOffGivesTheVnniKernelsBits) {
+  SKIP_WITHOUT_AMX();
+  std::mt19937 rng(3);
+  constexpr int64_t m = 33, n = 13, k = 224;
+  const Tensor w = quant::quantized_weight(QuantType::Q8_0, random_weights(n, k, rng), n, k);
+  const Tensor x = gaussian(m, k, rng);
+  Tensor with_amx = product(x, w, n);
+  const AmxLimit off(false);
+  EXPECT_FALSE(quant_amx_enabled());
+  Tensor without = product(x, w, n);
+  Tensor avx2 = zeros({m, n}, DType::F32);
+  cpu_backend_for(KernelSet::Avx2).quant_matmul(QuantType::Q8_0, x, w, avx2);
+  EXPECT_EQ(std::memcmp(without.data_ptr(), avx2.data_ptr(), size_t(m * n) * 4), 0);
+  // The AMX order is another one (not a test of quality: both are within the bound above).
+  EXPECT_NE(std::memcmp(with_amx.data_ptr(), avx2.data_ptr(), size_t(m * n) * 4), 0);
+}
+
+// TESSEL_QUANT_AMX=off (ctest kernels.quant_amx_off runs this binary so) keeps the tiles off
+// whatever allow_quant_amx says, and the AMX tests above skip.
+TEST(QuantAmx, EnvironmentSwitchesItOff) {
+  const char* v = std::getenv("TESSEL_QUANT_AMX");
+  if (v == nullptr || std::string(v) != "off") GTEST_SKIP() << "TESSEL_QUANT_AMX is not off";
+  const AmxLimit on(true);
+  EXPECT_FALSE(quant_amx_enabled());
+  EXPECT_EQ(quant_amx_status(), "off (TESSEL_QUANT_AMX=off)");
+}
+
+}  // namespace
+}  // namespace tessel::kernels
