@@ -33,11 +33,6 @@ inline __m512i lane_index(int shift, int add) {
   const uint8_t *w, int64_t row_bytes, const int8_t *x, const float *dx, const float *xs32, \
       const int32_t *zx, int64_t blocks, float *out
 
-// The low eight unsigned bytes of v as f32 times f (k_scales' `widen`).
-inline __m256 widen(__m128i v, float f) {
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)), _mm256_set1_ps(f));
-}
-
 // Q4_K / Q5_K's 12 bytes of 6-bit scales and mins (k_scales' words w0, w1, w2) decoded in one
 // vector: the 32-bit lanes become scales 0-3, scales 4-7, mins 0-3, mins 4-7, one per byte, the
 // same bytes k_scales makes with general-purpose registers (which took as many instructions per
@@ -55,9 +50,55 @@ inline __m128i six_bit_fields(const uint8_t* p) {
                            _mm_shuffle_epi32(top, _MM_SHUFFLE(2, 2, 0, 0)));
 }
 
-// Q4_K / Q5_K: k_scales' bytes (six_bit_fields), widened as its `widen` does, times dx as
-// scales_times_dx does; the mins times xs32 accumulated as offset_sum does (eight at a time, in
-// super-block order, reduced at the end).
+// six_bit_fields for four weight rows at once, one row per 128-bit lane (the same operations on
+// a zmm; vpshufd and the masks act per lane): four rows cost one decoding.
+inline __m512i six_bit_fields4(const uint8_t* p, int64_t row_bytes) {
+  __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  for (int r = 1; r < 4; ++r)
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * row_bytes)),
+                           r);
+  const __m512i t =
+      _mm512_maskz_shuffle_epi32(__mmask16(0xFFFF), v, _MM_PERM_CBCA);  // w0, w2, w1, w2
+  const __m512i t2 = _mm512_mask_srli_epi32(t, __mmask16(0x8888), t, 4);
+  const __m512i low = _mm512_mask_and_epi32(_mm512_and_si512(t2, _mm512_set1_epi8(0x0F)),
+                                            __mmask16(0x5555), t2, _mm512_set1_epi8(0x3F));
+  const __m512i top =
+      _mm512_and_si512(_mm512_maskz_srli_epi32(__mmask16(0xFFFF), t, 2), _mm512_set1_epi8(0x30));
+  return _mm512_mask_or_epi32(low, __mmask16(0xAAAA), low,
+                              _mm512_maskz_shuffle_epi32(__mmask16(0xFFFF), top, _MM_PERM_CCAA));
+}
+
+// 128-bit lane r of v (r a constant once the row loop is unrolled; spelt out so that it is one
+// in any build).
+inline __m128i lane128(__m512i v, int r) {
+  constexpr __mmask8 kAll = 0xF;
+  switch (r) {
+    case 0:
+      return _mm512_maskz_extracti32x4_epi32(kAll, v, 0);
+    case 1:
+      return _mm512_maskz_extracti32x4_epi32(kAll, v, 1);
+    case 2:
+      return _mm512_maskz_extracti32x4_epi32(kAll, v, 2);
+    default:
+      return _mm512_maskz_extracti32x4_epi32(kAll, v, 3);
+  }
+}
+
+// Lane l < 8: scale l of the super-block times d; lane 8 + l: min l times dmin. fields: the 16
+// bytes six_bit_fields makes (scales, then mins); pair: lane_index(3, 0). The same products as
+// k_scales' two `widen`s (an exact conversion, then one multiply by d or dmin), one vector.
+inline __m512 scales_and_mins(__m128i fields, const uint8_t* p, __m512i pair) {
+  uint32_t dd;
+  std::memcpy(&dd, p, 4);
+  const __m512 d_dmin = _mm512_maskz_permutexvar_ps(
+      __mmask16(0xFFFF), pair, _mm512_zextps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(int(dd)))));
+  return _mm512_mul_ps(to_float(_mm512_maskz_cvtepu8_epi32(__mmask16(0xFFFF), fields)), d_dmin);
+}
+
+// Q4_K / Q5_K: k_scales' bytes (six_bit_fields, four rows per decoding), widened with d and dmin
+// as its `widen` does (scales_and_mins), the scales times dx as scales_times_dx does; the mins
+// times xs32 accumulated as offset_sum does (eight at a time, in super-block order, reduced at
+// the end) in the high half of a 512-bit accumulator whose low half is discarded.
 template <class Dot, bool kFive, int R>
 inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
   constexpr int64_t kBytes = kFive ? 176 : 144;
@@ -68,20 +109,28 @@ inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
   (void)fifth;
   const __m512i pair[4] = {lane_index(3, 0), lane_index(3, 2), lane_index(3, 4), lane_index(3, 6)};
   (void)zx;
-  __m512 acc[R];
-  __m256 mins[R];
-  for (int r = 0; r < R; ++r) {
-    acc[r] = _mm512_setzero_ps();
-    mins[r] = _mm256_setzero_ps();
-  }
+  __m512 acc[R], mins[R];
+  for (int r = 0; r < R; ++r) acc[r] = mins[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks / 8; ++b) {
-    const __m256 dx8 = _mm256_loadu_ps(dx + 8 * b), xs8 = _mm256_loadu_ps(xs32 + 8 * b);
+    const __m256 dx8 = _mm256_loadu_ps(dx + 8 * b);
+    // The block sums in the high half, for the mins' lanes.
+    const __m512 xs16 =
+        _mm512_maskz_broadcast_f32x8(__mmask16(0xFF00), _mm256_loadu_ps(xs32 + 8 * b));
+    __m512i fields4 = zero;
+    if constexpr (R == 4) fields4 = six_bit_fields4(w + b * kBytes + 4, row_bytes);
     __m512 sdx[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = w + r * row_bytes + b * kBytes;
-      const __m128i sm = six_bit_fields(p + 4);
-      sdx[r] = _mm512_castps256_ps512(_mm256_mul_ps(widen(sm, load_half(p)), dx8));
-      mins[r] = _mm256_fmadd_ps(widen(_mm_unpackhi_epi64(sm, sm), load_half(p + 2)), xs8, mins[r]);
+      __m128i fields;
+      if constexpr (R == 4) {
+        fields = lane128(fields4, r);
+      } else {
+        fields = six_bit_fields(p + 4);
+      }
+      const __m512 sm = scales_and_mins(fields, p, pair[0]);
+      sdx[r] = _mm512_castps256_ps512(
+          _mm256_mul_ps(_mm512_maskz_extractf32x8_ps(__mmask8(0xFF), sm, 0), dx8));
+      mins[r] = _mm512_fmadd_ps(sm, xs16, mins[r]);
     }
     for (int c = 0; c < 4; ++c) {
       const __m512i xx = load512(x + 32 * (8 * b + 2 * c));
@@ -96,7 +145,8 @@ inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
       }
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = hsum_halves(acc[r]) - hsum(mins[r]);
+  for (int r = 0; r < R; ++r)
+    out[r] = hsum_halves(acc[r]) - hsum(_mm512_maskz_extractf32x8_ps(__mmask8(0xFF), mins[r], 1));
 }
 
 // Q6_K: q6_k_scales' sixteen scales (int8 times d) in one register, times dx per pair of
