@@ -17,6 +17,7 @@
 #include <regex>
 
 #include "common/error_text.h"
+#include "common/per_test_dir.h"
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/models/gguf_expert_stack.h"
 #include "tessel/models/gguf_model.h"
@@ -27,18 +28,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class GgufExpertStack : public ::testing::Test {
+class GgufExpertStack : public ::tessel::test::PerTestDir {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tessel_gguf_experts_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  GgufExpertStack() : PerTestDir("tessel_gguf_experts") {}
 };
 
 // 3 experts of 64 rows x 32 (whole Q8_0 blocks), 2 layers.

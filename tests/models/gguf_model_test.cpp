@@ -6,6 +6,7 @@
 // (quantized_model_test.cpp covers quantized models). Mixtral round-trips the same way under
 // llama.cpp's names (architecture "llama", llama.expert_count, stacked blk.N.ffn_*_exps), and its
 // Q8_0 export loads with the expert stacks kept as Q8_0 blocks.
+#include "common/per_test_dir.h"
 #include "tessel/models/gguf_model.h"
 
 #include <gtest/gtest.h>
@@ -29,18 +30,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class GgufModel : public ::testing::Test {
+class GgufModel : public ::tessel::test::PerTestDir {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tessel_gguf_model_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  GgufModel() : PerTestDir("tessel_gguf_model") {}
 };
 
 GPT2Config tiny_gpt2(bool tied = true) {

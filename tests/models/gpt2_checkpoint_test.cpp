@@ -2,6 +2,7 @@
 // GPT-2 in the Hugging Face layout: save -> load is bit-exact (single file, shards, with and
 // without the `transformer.` prefix, tied and untied heads), Conv1D weights are stored [in, out],
 // mask buffers are skipped, and every malformed checkpoint gives one error naming the tensors.
+#include "common/per_test_dir.h"
 #include "tessel/models/gpt2/gpt2_checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -29,15 +30,9 @@ GPT2Config tiny_config() {
   return c;
 }
 
-class Gpt2Checkpoint : public ::testing::Test {
+class Gpt2Checkpoint : public ::tessel::test::PerTestDir {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tessel_gpt2_ckpt_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  Gpt2Checkpoint() : PerTestDir("tessel_gpt2_ckpt", /*create=*/false) {}
   std::string dir(const std::string& sub = "") const { return (dir_ / sub).string(); }
 
   // Writes config.json for `config` and the given tensors as model.safetensors into dir(sub).
@@ -47,7 +42,6 @@ class Gpt2Checkpoint : public ::testing::Test {
     io::save_safetensors((dir_ / sub / "model.safetensors").string(), tensors);
   }
 
-  fs::path dir_;
 };
 
 void expect_bitwise_equal(const GPT2& a, const GPT2& b) {

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/per_test_dir.h"
 #include "tessel/core/error.h"
 #include "tessel/io/safetensors_dir.h"
 #include "tessel/models/family.h"
@@ -41,15 +42,9 @@ LlamaConfig tiny(LlamaVariant variant = LlamaVariant::Llama, bool tied = false) 
   return c;
 }
 
-class LlamaCheckpoint : public ::testing::Test {
+class LlamaCheckpoint : public ::tessel::test::PerTestDir {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tessel_llama_ckpt_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  LlamaCheckpoint() : PerTestDir("tessel_llama_ckpt", /*create=*/false) {}
   std::string dir(const std::string& sub = "") const { return (dir_ / sub).string(); }
 
   // config.json text and the given tensors as model.safetensors in dir(sub).
@@ -59,7 +54,6 @@ class LlamaCheckpoint : public ::testing::Test {
     io::save_safetensors((dir_ / sub / "model.safetensors").string(), t);
   }
 
-  fs::path dir_;
 };
 
 void expect_bitwise_equal(const CausalLM& a, const CausalLM& b) {

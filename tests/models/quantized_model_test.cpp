@@ -16,6 +16,7 @@
 #include <set>
 
 #include "common/error_text.h"
+#include "common/per_test_dir.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/models/generation.h"
@@ -32,18 +33,9 @@ namespace {
 namespace fs = std::filesystem;
 using kernels::quant::QuantType;
 
-class QuantizedModel : public ::testing::Test {
+class QuantizedModel : public ::tessel::test::PerTestDir {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tessel_quantized_model_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  QuantizedModel() : PerTestDir("tessel_quantized_model") {}
 };
 
 // Rows of 256 (Q4_K's block) in every matrix, an odd vocabulary.

@@ -3,6 +3,7 @@
 // chat, Llama 3 / 3.1 instruct, Mistral instruct, Qwen2 (ChatML), Zephyr, Gemma and Phi-3,
 // rendered on many conversations by tessel and by Python's jinja2 (byte-equal, errors included);
 // the formats themselves on a few; where a model's template is found; the fallback.
+#include "common/per_test_dir.h"
 #include "tessel/serve/chat_template.h"
 
 #include <gtest/gtest.h>
@@ -187,20 +188,12 @@ TEST(ChatTemplate, RejectionsNameTheTemplateLine) {
   }
 }
 
-class ModelDir : public ::testing::Test {
+class ModelDir : public ::tessel::test::PerTestDir {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tessel_chat_template_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  ModelDir() : PerTestDir("tessel_chat_template") {}
   void write(const std::string& name, const std::string& text) {
     std::ofstream(dir_ / name, std::ios::binary) << text;
   }
-  fs::path dir_;
 };
 
 TEST_F(ModelDir, TokenizerConfigTemplateWithTokenObjects) {
