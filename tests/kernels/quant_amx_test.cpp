@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/q8_0_fp64_bound.h"
 #include "kernels/quant_dot_limits.h"
 #include "tessel/core/cpu_features.h"
 #include "tessel/kernels/kernel_set.h"
@@ -94,34 +95,8 @@ TEST(QuantAmx, WithinTheActivationRoundingBoundOfFp64) {
     const Tensor w = quant::quantized_weight(QuantType::Q8_0, bytes, s.n, s.k);
     const Tensor x = gaussian(s.m, s.k, rng);
     const Tensor y = product(x, w, s.n);
-    const int64_t rb = quant::row_bytes(QuantType::Q8_0, s.k);
-    std::vector<double> wd(size_t(s.k));
-    const float* xp = x.data<float>();
-    for (int64_t j = 0; j < s.n; ++j) {
-      quant::dequantize_row(QuantType::Q8_0, bytes.data() + j * rb, wd.data(), s.k);
-      for (int64_t i = 0; i < s.m; ++i) {
-        double want = 0, rounding = 0, arithmetic = 0;
-        for (int64_t g = 0; g < s.k / 32; ++g) {
-          double amax = 0, wsum = 0;
-          for (int64_t c = 32 * g; c < 32 * g + 32; ++c) {
-            want += double(xp[i * s.k + c]) * wd[size_t(c)];
-            amax = std::max(amax, std::abs(double(xp[i * s.k + c])));
-            wsum += std::abs(wd[size_t(c)]);
-          }
-          rounding += amax / 254 * wsum;
-          arithmetic += amax * wsum;
-        }
-        const double got = y.data<float>()[i * s.n + j];
-        if (rounding == 0) {
-          ASSERT_EQ(got, 0.0) << where(s.m, s.n, s.k) << " row " << i;
-          continue;
-        }
-        ASSERT_LE(std::abs(got - want), rounding * (1 + 1e-4) + 1e-5 * arithmetic)
-            << where(s.m, s.n, s.k) << " row " << i << " col " << j << ": got " << got << " want "
-            << want;
-        worst_ratio = std::max(worst_ratio, std::abs(got - want) / rounding);
-      }
-    }
+    ASSERT_TRUE(testing_q8::q8_0_within_fp64_bound(bytes, x, y, s.m, s.n, s.k, worst_ratio))
+        << where(s.m, s.n, s.k);
   }
   EXPECT_GT(worst_ratio, 1e-3);  // not loose by orders of magnitude
 }
