@@ -223,16 +223,20 @@ TEST(Engine, CancelFreesEveryBlock) {
   engine.start();
   Collector c;
   std::mutex mu;
-  bool first = false;
+  bool first = false, cancel_sent = false;
   std::condition_variable cv;
   auto sink = c.sink("long");
+  // The engine's thread holds at the first delta until the cancel is queued: on a loaded machine
+  // it could otherwise decode all 70 tokens before this thread runs again.
   ASSERT_EQ(engine
                 .submit(request("long", prompt_of(20, 9), 70),
                         [&](const Delta& d) {
                           sink(d);
-                          std::lock_guard<std::mutex> lock(mu);
+                          std::unique_lock<std::mutex> lock(mu);
+                          if (first) return;
                           first = true;
                           cv.notify_all();
+                          cv.wait(lock, [&] { return cancel_sent; });
                         })
                 .status,
             SubmitStatus::kAccepted);
@@ -241,6 +245,11 @@ TEST(Engine, CancelFreesEveryBlock) {
     cv.wait(lock, [&] { return first; });
   }
   engine.cancel("long");
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    cancel_sent = true;
+  }
+  cv.notify_all();
   c.wait("long");
   EXPECT_EQ(output_of(c.of("long")).finish, FinishReason::kCancelled);
   EXPECT_LT(output_of(c.of("long")).tokens.size(), 70u);
