@@ -29,8 +29,8 @@ Cluster make_cluster(int per_node, int nodes) {
   c.device.memory_bandwidth = kMemBw;
   c.devices_per_node = per_node;
   c.nodes = nodes;
-  c.intra_node = LinkSpec{B1, a1};
-  c.inter_node = LinkSpec{B2, a2};
+  c.intra_node = LinkSpec{B1, a1, {}};
+  c.inter_node = LinkSpec{B2, a2, {}};
   return c;
 }
 
