@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/q8_0_fp64_bound.h"
+#include "kernels/q8_0_test_util.h"
 #include "kernels/quant_dot_limits.h"
 #include "tessel/core/cpu_features.h"
 #include "tessel/kernels/kernel_set.h"
@@ -31,37 +31,12 @@ namespace {
 
 using quant::QuantType;
 using testing_limits::AmxLimit;
+using testing_q8::activations;
+using testing_q8::random_q8_0;
 
 #define SKIP_WITHOUT_AMX()                                 \
   if (!quant_amx_enabled() || !cpu_features().x86_64_v4()) \
   GTEST_SKIP() << "no AMX-INT8 tiles here: " << quant_amx_status()
-
-// n rows of k / 32 Q8_0 blocks: every code -128..127, f16 scales of both signs.
-std::vector<uint8_t> random_weights(int64_t n, int64_t k, std::mt19937& rng) {
-  std::vector<quant::BlockQ8_0> blocks(size_t(n * k / 32));
-  std::uniform_int_distribution<int> code(-128, 127), coin(0, 1);
-  std::uniform_real_distribution<float> mag(1e-3f, 0.1f);
-  for (auto& b : blocks) {
-    b.d = float_to_f16(coin(rng) ? mag(rng) : -mag(rng)).bits;
-    for (auto& q : b.qs) q = int8_t(code(rng));
-  }
-  std::vector<uint8_t> bytes(blocks.size() * sizeof(quant::BlockQ8_0));
-  std::memcpy(bytes.data(), blocks.data(), bytes.size());
-  return bytes;
-}
-
-// Gaussian rows, every fifth one with an outlier per block, and a zero row.
-Tensor gaussian(int64_t m, int64_t k, std::mt19937& rng) {
-  Tensor x = empty({m, k}, DType::F32);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t c = 0; c < k; ++c) {
-      float v = i % 11 == 2 ? 0.0f : normal(rng);
-      if (i % 5 == 1 && c % 32 == 7) v *= 300.0f;
-      x.data<float>()[i * k + c] = v;
-    }
-  return x;
-}
 
 Tensor product(const Tensor& x, const Tensor& w, int64_t n) {
   Tensor y = zeros({x.size(0), n}, DType::F32);
@@ -91,9 +66,9 @@ TEST(QuantAmx, WithinTheActivationRoundingBoundOfFp64) {
   double worst_ratio = 0;
   for (const Shape& s : kShapes) {
     std::mt19937 rng(seed++);
-    const std::vector<uint8_t> bytes = random_weights(s.n, s.k, rng);
+    const std::vector<uint8_t> bytes = random_q8_0(s.n, s.k, rng);
     const Tensor w = quant::quantized_weight(QuantType::Q8_0, bytes, s.n, s.k);
-    const Tensor x = gaussian(s.m, s.k, rng);
+    const Tensor x = activations(s.m, s.k, rng);
     const Tensor y = product(x, w, s.n);
     ASSERT_TRUE(testing_q8::q8_0_within_fp64_bound(bytes, x, y, s.m, s.n, s.k, worst_ratio))
         << where(s.m, s.n, s.k);
@@ -111,7 +86,7 @@ TEST(QuantAmx, EqualsTheBlockOrderBitForBit) {
   std::uniform_int_distribution<int> code(-127, 127), exponent(-9, 3);
   for (const Shape& s : kExact) {
     const int64_t blocks = s.k / 32;
-    const std::vector<uint8_t> bytes = random_weights(s.n, s.k, rng);
+    const std::vector<uint8_t> bytes = random_q8_0(s.n, s.k, rng);
     const Tensor w = quant::quantized_weight(QuantType::Q8_0, bytes, s.n, s.k);
     std::vector<int> xq(size_t(s.m * s.k));
     std::vector<float> dx(size_t(s.m * blocks));
@@ -152,8 +127,8 @@ TEST(QuantAmx, RowsAloneEqualRowsInAPrompt) {
     if (s.m == 1) continue;
     std::mt19937 rng(uint32_t(s.m * 1000 + s.n + s.k));
     const Tensor w =
-        quant::quantized_weight(QuantType::Q8_0, random_weights(s.n, s.k, rng), s.n, s.k);
-    const Tensor x = gaussian(s.m, s.k, rng);
+        quant::quantized_weight(QuantType::Q8_0, random_q8_0(s.n, s.k, rng), s.n, s.k);
+    const Tensor x = activations(s.m, s.k, rng);
     const Tensor y = product(x, w, s.n);
     for (int64_t i = 0; i < s.m; ++i) {
       Tensor xi = empty({1, s.k}, DType::F32);
@@ -196,8 +171,8 @@ TEST(QuantAmx, SwitchedOffGivesTheVnniKernelsBits) {
   SKIP_WITHOUT_AMX();
   std::mt19937 rng(3);
   constexpr int64_t m = 33, n = 13, k = 224;
-  const Tensor w = quant::quantized_weight(QuantType::Q8_0, random_weights(n, k, rng), n, k);
-  const Tensor x = gaussian(m, k, rng);
+  const Tensor w = quant::quantized_weight(QuantType::Q8_0, random_q8_0(n, k, rng), n, k);
+  const Tensor x = activations(m, k, rng);
   Tensor with_amx = product(x, w, n);
   const AmxLimit off(false);
   EXPECT_FALSE(quant_amx_enabled());

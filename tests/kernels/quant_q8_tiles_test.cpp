@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/q8_0_fp64_bound.h"
+#include "kernels/q8_0_test_util.h"
 #include "kernels/quant_dot_limits.h"
 #include "tessel/core/cpu_features.h"
 #include "tessel/kernels/kernel_set.h"
@@ -33,34 +33,8 @@ using testing_limits::AmxLimit;
 using testing_limits::BitsLimit;
 using testing_limits::DotLimit;
 using testing_limits::dots_here;
-
-// n rows of k / 32 Q8_0 blocks: every code -128..127, f16 scales of both signs.
-std::vector<uint8_t> random_q8_0(int64_t n, int64_t k, std::mt19937& rng) {
-  std::vector<quant::BlockQ8_0> blocks(size_t(n * k / 32));
-  std::uniform_int_distribution<int> code(-128, 127), coin(0, 1);
-  std::uniform_real_distribution<float> mag(1e-3f, 0.1f);
-  for (auto& b : blocks) {
-    b.d = float_to_f16(coin(rng) ? mag(rng) : -mag(rng)).bits;
-    for (auto& q : b.qs) q = int8_t(code(rng));
-  }
-  std::vector<uint8_t> bytes(blocks.size() * sizeof(quant::BlockQ8_0));
-  std::memcpy(bytes.data(), blocks.data(), bytes.size());
-  return bytes;
-}
-
-// Gaussian rows, every fifth one with an outlier per block, and a zero row.
-Tensor activations(int64_t m, int64_t k, std::mt19937& rng) {
-  Tensor x = empty({m, k}, DType::F32);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  float* p = x.data<float>();
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t c = 0; c < k; ++c) {
-      float v = i % 11 == 2 ? 0.0f : normal(rng);
-      if (i % 5 == 1 && c % 32 == 7) v *= 300.0f;
-      p[i * k + c] = v;
-    }
-  return x;
-}
+using testing_q8::activations;
+using testing_q8::random_q8_0;
 
 Tensor product(KernelSet set, const Tensor& x, const Tensor& w, int64_t n) {
   Tensor y = zeros({x.size(0), n}, DType::F32);

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The fp64 check every Q8_0 product kernel passes (the VNNI/AVX2 tiles, the AMX tiles): each output
-// within the rounding of its activations to int8 per 32-block, sum_g (max|x_g| / 254)
-// sum_{j in g} |w_j|, plus 1e-5 sum_g max|x_g| sum_{j in g} |w_j| for the f32 arithmetic
-// (docs/KERNELS.md, "Accuracy"). One copy, so the kernels are held to the same bound.
+// What the Q8_0 product kernels' tests (the VNNI/AVX2 tiles, the AMX tiles) share: their random
+// weights and activations, and the fp64 check every kernel passes: each output within the rounding
+// of its activations to int8 per 32-block, sum_g (max|x_g| / 254) sum_{j in g} |w_j|, plus
+// 1e-5 sum_g max|x_g| sum_{j in g} |w_j| for the f32 arithmetic (docs/KERNELS.md, "Accuracy").
+// One copy, so the kernels are held to the same bound on the same data.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,13 +11,46 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <random>
 #include <vector>
 
+#include "tessel/core/dtype.h"
+
 #include "tessel/kernels/quant/dequantize.h"
+#include "tessel/kernels/quant/quant_blocks.h"
 #include "tessel/kernels/quant/quant_format.h"
 #include "tessel/tensor/tensor.h"
 
 namespace tessel::kernels::testing_q8 {
+
+// n rows of k / 32 Q8_0 blocks: every code -128..127, f16 scales of both signs.
+inline std::vector<uint8_t> random_q8_0(int64_t n, int64_t k, std::mt19937& rng) {
+  std::vector<quant::BlockQ8_0> blocks(static_cast<size_t>(n * k / 32));
+  std::uniform_int_distribution<int> code(-128, 127), coin(0, 1);
+  std::uniform_real_distribution<float> mag(1e-3f, 0.1f);
+  for (auto& b : blocks) {
+    b.d = float_to_f16(coin(rng) ? mag(rng) : -mag(rng)).bits;
+    for (auto& q : b.qs) q = int8_t(code(rng));
+  }
+  std::vector<uint8_t> bytes(blocks.size() * sizeof(quant::BlockQ8_0));
+  std::memcpy(bytes.data(), blocks.data(), bytes.size());
+  return bytes;
+}
+
+// Gaussian rows, every fifth one with an outlier per block, and a zero row.
+inline Tensor activations(int64_t m, int64_t k, std::mt19937& rng) {
+  Tensor x = empty({m, k}, DType::F32);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  float* p = x.data<float>();
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = 0; c < k; ++c) {
+      float v = i % 11 == 2 ? 0.0f : normal(rng);
+      if (i % 5 == 1 && c % 32 == 7) v *= 300.0f;
+      p[i * k + c] = v;
+    }
+  return x;
+}
 
 // y [m, n] = x [m, k] times the Q8_0 rows `bytes` (n rows of k) transposed, checked against fp64;
 // `worst_ratio` takes the largest |y - fp64| / rounding bound seen (to show the bound is not loose).
