@@ -42,26 +42,17 @@ void OffloadStrategy::add_replica_copies(const OffloadShardSetup& setup,
     covered.insert(m.impl_ptr().get());
   for (size_t i = 0; i < setup.replicas.size(); ++i) index[setup.replicas[i].first] = i;
   states_.resize(setup.replicas.size());
-  std::set<std::string> placed;
   // Unit by unit in forward order, as on one process: a unit's copies share as few chunks as
   // they can, and the chunks come in the order the forward holds them.
-  for (const parallel::Zero3Unit& unit : setup.units) {
-    for (const std::string& name : unit.params) {
-      auto it = index.find(name);
-      TESSEL_CHECK(it != index.end() && placed.insert(name).second, "offload: unit '", unit.name,
-                   "' names parameter '", name,
-                   "', which is not a trainable parameter or is twice");
-      OffloadedParameter& s = states_[it->second];
-      s.name = name;
-      s.param = setup.replicas[it->second].second;  // the f32 replica, plain memory
-      if (!covered.count(s.param.impl_ptr().get())) continue;
-      s.copy = unallocated(s.param.shape(), setup.compute).set_name(name + ".param16");
-      chunks_->add(s.copy, kCopyGroup);
-      has_copies_ = true;
-    }
+  for (const size_t i : unit_order(setup.units, index)) {
+    OffloadedParameter& s = states_[i];
+    s.name = setup.replicas[i].first;
+    s.param = setup.replicas[i].second;  // the f32 replica, plain memory
+    if (!covered.count(s.param.impl_ptr().get())) continue;
+    s.copy = unallocated(s.param.shape(), setup.compute).set_name(s.name + ".param16");
+    chunks_->add(s.copy, kCopyGroup);
+    has_copies_ = true;
   }
-  TESSEL_CHECK(placed.size() == setup.replicas.size(), "offload: ",
-               setup.replicas.size() - placed.size(), " parameters belong to no unit");
 }
 
 void OffloadStrategy::refresh_copies(bool scheduled) {

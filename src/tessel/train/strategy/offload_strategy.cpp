@@ -54,12 +54,28 @@ std::vector<int> sorted_unique(std::vector<int> v) {
 
 }  // namespace
 
+std::vector<size_t> OffloadStrategy::unit_order(const std::vector<parallel::Zero3Unit>& units,
+                                                const std::map<std::string, size_t>& index) {
+  std::vector<size_t> order;
+  std::set<std::string> placed;
+  for (const parallel::Zero3Unit& unit : units)
+    for (const std::string& name : unit.params) {
+      auto it = index.find(name);
+      TESSEL_CHECK(it != index.end() && placed.insert(name).second, "offload: unit '", unit.name,
+                   "' names parameter '", name,
+                   "', which is not a trainable parameter or is twice");
+      order.push_back(it->second);
+    }
+  TESSEL_CHECK(order.size() == index.size(), "offload: ", index.size() - order.size(),
+               " parameters belong to no unit");
+  return order;
+}
+
 OffloadStrategy::OffloadStrategy(OffloadSetup setup)
     : chunks_(std::make_unique<memory::ChunkManager>(setup.memory)), prefetch_(setup.prefetch) {
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < setup.params.size(); ++i) index[setup.params[i].first] = i;
   states_.resize(setup.params.size());
-  std::set<std::string> placed;
   // Mixed precision: the parameters the precision scope gives 16-bit copies.
   std::set<const TensorImpl*> covered;
   if (setup.compute == DType::BF16 || setup.compute == DType::F16)
@@ -68,33 +84,26 @@ OffloadStrategy::OffloadStrategy(OffloadSetup setup)
   // First-use order: unit by unit as the forward meets them; the four kinds interleaved, so the
   // i-th chunk of each kind covers the same parameters (the 16-bit copies, half the bytes, fill
   // a list of their own at their own pace).
-  for (const parallel::Zero3Unit& unit : setup.units) {
-    for (const std::string& name : unit.params) {
-      auto it = index.find(name);
-      TESSEL_CHECK(it != index.end() && placed.insert(name).second, "offload: unit '", unit.name,
-                   "' names parameter '", name,
-                   "', which is not a trainable parameter or is twice");
-      const Tensor& p = setup.params[it->second].second;
-      OffloadedParameter& s = states_[it->second];
-      s.name = name;
-      s.param = p;
-      s.grad = unallocated(p.shape(), p.dtype()).set_name(name + ".grad");
-      s.exp_avg = unallocated(p.shape(), p.dtype()).set_name(name + ".exp_avg");
-      s.exp_avg_sq = unallocated(p.shape(), p.dtype()).set_name(name + ".exp_avg_sq");
-      s.param.set_grad(s.grad);  // backward accumulates into the chunk in place
-      if (covered.count(p.impl_ptr().get())) {
-        s.copy = unallocated(p.shape(), setup.compute).set_name(name + ".param16");
-        chunks_->add(s.copy, kCopyGroup);  // first used by the forward, before the master
-        has_copies_ = true;
-      }
-      chunks_->add(s.param, "param");
-      chunks_->add(s.grad, kGradGroup);
-      chunks_->add(s.exp_avg, "adam_m");
-      chunks_->add(s.exp_avg_sq, "adam_v");
+  for (const size_t i : unit_order(setup.units, index)) {
+    const std::string& name = setup.params[i].first;
+    const Tensor& p = setup.params[i].second;
+    OffloadedParameter& s = states_[i];
+    s.name = name;
+    s.param = p;
+    s.grad = unallocated(p.shape(), p.dtype()).set_name(name + ".grad");
+    s.exp_avg = unallocated(p.shape(), p.dtype()).set_name(name + ".exp_avg");
+    s.exp_avg_sq = unallocated(p.shape(), p.dtype()).set_name(name + ".exp_avg_sq");
+    s.param.set_grad(s.grad);  // backward accumulates into the chunk in place
+    if (covered.count(p.impl_ptr().get())) {
+      s.copy = unallocated(p.shape(), setup.compute).set_name(name + ".param16");
+      chunks_->add(s.copy, kCopyGroup);  // first used by the forward, before the master
+      has_copies_ = true;
     }
+    chunks_->add(s.param, "param");
+    chunks_->add(s.grad, kGradGroup);
+    chunks_->add(s.exp_avg, "adam_m");
+    chunks_->add(s.exp_avg_sq, "adam_v");
   }
-  TESSEL_CHECK(placed.size() == setup.params.size(),
-               "offload: ", setup.params.size() - placed.size(), " parameters belong to no unit");
   chunks_->lay_out();
   build_units(setup.units, index);
   // Every check before seal(), which writes the whole state (to NVMe past the budgets).

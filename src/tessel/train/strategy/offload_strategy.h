@@ -159,6 +159,10 @@ class OffloadStrategy : public AxisStrategy {
                      const std::map<std::string, size_t>& index);
   // ZeRO-1/2 under mixed precision: registers the replicas' 16-bit copies (before lay_out()).
   void add_replica_copies(const OffloadShardSetup& setup, std::map<std::string, size_t>& index);
+  // The parameters' indices unit by unit in forward order (first use); every parameter named by
+  // exactly one unit, or an Error naming the unit and the parameter.
+  static std::vector<size_t> unit_order(const std::vector<parallel::Zero3Unit>& units,
+                                        const std::map<std::string, size_t>& index);
   void on_pre_forward(size_t unit);
   void on_post_forward(size_t unit, Tensor& output);
   void on_backward(size_t unit);
