@@ -69,6 +69,8 @@ TEST(TrainOffload, KillDashNineAmidNvmeWritesResumesBitIdentical) {
     const int64_t evictions = o.at("evictions").get<int64_t>();
     const int64_t clean = o.at("clean_evictions").get<int64_t>();
     EXPECT_LE(clean, evictions) << r.dump();
+    // The gradient chunks are freed after every update: nothing held between steps.
+    EXPECT_EQ(r.at("grad_bytes").get<int64_t>(), 0) << r.dump();
     // The time the step waited for NVMe is a part of it.
     const double waited = o.at("io_wait_ms").get<double>();
     EXPECT_TRUE(waited >= 0 && waited <= r["step_ms"].get<double>()) << r.dump();
