@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/q8_0_test_util.h"
+#include "kernels/quant_test_util.h"
 #include "kernels/quant_dot_limits.h"
 #include "tessel/core/cpu_features.h"
 #include "tessel/kernels/kernel_set.h"
@@ -31,8 +31,11 @@ namespace {
 
 using quant::QuantType;
 using testing_limits::AmxLimit;
-using testing_q8::activations;
-using testing_q8::random_q8_0;
+using testing_quant::activations;
+using testing_quant::extreme_activations;
+using testing_quant::extreme_product;
+using testing_quant::extreme_q8_0;
+using testing_quant::random_q8_0;
 
 #define SKIP_WITHOUT_AMX()                                 \
   if (!quant_amx_enabled() || !cpu_features().x86_64_v4()) \
@@ -70,7 +73,7 @@ TEST(QuantAmx, WithinTheActivationRoundingBoundOfFp64) {
     const Tensor w = quant::quantized_weight(QuantType::Q8_0, bytes, s.n, s.k);
     const Tensor x = activations(s.m, s.k, rng);
     const Tensor y = product(x, w, s.n);
-    ASSERT_TRUE(testing_q8::q8_0_within_fp64_bound(bytes, x, y, s.m, s.n, s.k, worst_ratio))
+    ASSERT_TRUE(testing_quant::q8_0_within_fp64_bound(bytes, x, y, s.m, s.n, s.k, worst_ratio))
         << where(s.m, s.n, s.k);
   }
   EXPECT_GT(worst_ratio, 1e-3);  // not loose by orders of magnitude
@@ -145,23 +148,12 @@ TEST(QuantAmx, RowsAloneEqualRowsInAPrompt) {
 TEST(QuantAmx, ExtremeCodesAreExact) {
   SKIP_WITHOUT_AMX();
   constexpr int64_t k = 256, n = 21, m = 19;
-  std::vector<quant::BlockQ8_0> blocks(size_t(n * k / 32));
-  for (auto& b : blocks) {
-    b.d = 0x3C00;
-    for (int j = 0; j < 32; ++j) b.qs[j] = int8_t(j % 2 ? 127 : -128);
-  }
-  std::vector<uint8_t> bytes(blocks.size() * sizeof(quant::BlockQ8_0));
-  std::memcpy(bytes.data(), blocks.data(), bytes.size());
-  const Tensor w = quant::quantized_weight(QuantType::Q8_0, bytes, n, k);
-  Tensor x = empty({m, k}, DType::F32);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t c = 0; c < k; ++c)
-      x.data<float>()[i * k + c] = i % 2 ? -1.0f : (c % 2 ? 1.0f : -1.0f);
+  const Tensor w = quant::quantized_weight(QuantType::Q8_0, extreme_q8_0(n, k), n, k);
+  const Tensor x = extreme_activations(m, k);
   const Tensor y = product(x, w, n);
-  const double all_positive = double(k / 2) * (128 + 127), mixed = double(k / 2) * (128 - 127);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j)
-      ASSERT_EQ(double(y.data<float>()[i * n + j]), i % 2 ? mixed : all_positive)
+      ASSERT_EQ(double(y.data<float>()[i * n + j]), extreme_product(k, i))
           << "row " << i << " col " << j;
 }
 

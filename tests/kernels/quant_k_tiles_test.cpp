@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/quant_dot_limits.h"
+#include "kernels/quant_test_util.h"
 #include "tessel/core/cpu_features.h"
 #include "tessel/kernels/kernel_set.h"
 #include "tessel/kernels/quant/dequantize.h"
@@ -32,6 +33,7 @@ using quant::QuantType;
 using testing_limits::BitsLimit;
 using testing_limits::DotLimit;
 using testing_limits::dots_here;
+using testing_quant::activations;
 
 constexpr QuantType kTypes[] = {QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K};
 
@@ -56,20 +58,6 @@ std::vector<uint8_t> random_rows(QuantType t, int64_t n, int64_t k, std::mt19937
       put_half(bytes.data() + at + off, coin(rng) % 2 ? mag(rng) : -mag(rng));
   }
   return bytes;
-}
-
-// Gaussian rows, every fifth one with an outlier per block, and a zero row.
-Tensor activations(int64_t m, int64_t k, std::mt19937& rng) {
-  Tensor x = empty({m, k}, DType::F32);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  float* p = x.data<float>();
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t c = 0; c < k; ++c) {
-      float v = i % 11 == 2 ? 0.0f : normal(rng);
-      if (i % 5 == 1 && c % 32 == 7) v *= 300.0f;
-      p[i * k + c] = v;
-    }
-  return x;
 }
 
 // |o_j|: the zero point the kernel subtracts for weight j's block.

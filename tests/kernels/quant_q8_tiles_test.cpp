@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/q8_0_test_util.h"
+#include "kernels/quant_test_util.h"
 #include "kernels/quant_dot_limits.h"
 #include "tessel/core/cpu_features.h"
 #include "tessel/kernels/kernel_set.h"
@@ -33,8 +33,11 @@ using testing_limits::AmxLimit;
 using testing_limits::BitsLimit;
 using testing_limits::DotLimit;
 using testing_limits::dots_here;
-using testing_q8::activations;
-using testing_q8::random_q8_0;
+using testing_quant::activations;
+using testing_quant::extreme_activations;
+using testing_quant::extreme_product;
+using testing_quant::extreme_q8_0;
+using testing_quant::random_q8_0;
 
 Tensor product(KernelSet set, const Tensor& x, const Tensor& w, int64_t n) {
   Tensor y = zeros({x.size(0), n}, DType::F32);
@@ -79,7 +82,7 @@ TEST(QuantQ8Tiles, WithinTheActivationRoundingBoundOfFp64) {
           const Tensor x = activations(s.m, s.k, rng);
           const Tensor y = product(set, x, w, s.n);
           ASSERT_TRUE(
-              testing_q8::q8_0_within_fp64_bound(bytes, x, y, s.m, s.n, s.k, worst_ratio))
+              testing_quant::q8_0_within_fp64_bound(bytes, x, y, s.m, s.n, s.k, worst_ratio))
               << where(set, dot, s.m, s.n, s.k);
         }
         // Not loose by orders of magnitude: the rounding errors add up to a fair share of it.
@@ -127,19 +130,8 @@ TEST(QuantQ8Tiles, RowsAloneEqualRowsInAPromptUnderEveryDot) {
 TEST(QuantQ8Tiles, ExtremeCodesAreExactInTiles) {
   const AmxLimit no_amx(false);  // the VNNI / AVX2 tiles, not quant_amx.cpp
   constexpr int64_t k = 256, n = 5, m = 11;
-  std::vector<quant::BlockQ8_0> blocks(size_t(n * k / 32));
-  for (auto& b : blocks) {
-    b.d = 0x3C00;
-    for (int j = 0; j < 32; ++j) b.qs[j] = int8_t(j % 2 ? 127 : -128);
-  }
-  std::vector<uint8_t> bytes(blocks.size() * sizeof(quant::BlockQ8_0));
-  std::memcpy(bytes.data(), blocks.data(), bytes.size());
-  const Tensor w = quant::quantized_weight(QuantType::Q8_0, bytes, n, k);
-  Tensor x = empty({m, k}, DType::F32);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t c = 0; c < k; ++c)
-      x.data<float>()[i * k + c] = i % 2 ? -1.0f : (c % 2 ? 1.0f : -1.0f);
-  const double all_positive = double(k / 2) * (128 + 127), mixed = double(k / 2) * (128 - 127);
+  const Tensor w = quant::quantized_weight(QuantType::Q8_0, extreme_q8_0(n, k), n, k);
+  const Tensor x = extreme_activations(m, k);
   for (KernelSet set : runnable_kernel_sets())
     for (int bits : {512, 256})
       for (QuantDot dot : dots_here()) {
@@ -148,7 +140,7 @@ TEST(QuantQ8Tiles, ExtremeCodesAreExactInTiles) {
         const Tensor y = product(set, x, w, n);
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < n; ++j)
-            ASSERT_EQ(double(y.data<float>()[i * n + j]), i % 2 ? mixed : all_positive)
+            ASSERT_EQ(double(y.data<float>()[i * n + j]), extreme_product(k, i))
                 << where(set, dot, m, n, k) << " row " << i << " col " << j;
       }
 }

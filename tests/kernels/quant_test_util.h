@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the Q8_0 product kernels' tests (the VNNI/AVX2 tiles, the AMX tiles) share: their random
-// weights and activations, and the fp64 check every kernel passes: each output within the rounding
-// of its activations to int8 per 32-block, sum_g (max|x_g| / 254) sum_{j in g} |w_j|, plus
+// What the quantized product kernels' tests (the Q8_0 VNNI/AVX2 and AMX tiles, the k-quant tiles)
+// share: random activations, Q8_0's random and extreme weights, and the fp64 check every Q8_0
+// kernel passes: each output within the rounding of its activations to int8 per 32-block, sum_g (max|x_g| / 254) sum_{j in g} |w_j|, plus
 // 1e-5 sum_g max|x_g| sum_{j in g} |w_j| for the f32 arithmetic (docs/KERNELS.md, "Accuracy").
 // One copy, so the kernels are held to the same bound on the same data.
 #pragma once
@@ -22,7 +22,7 @@
 #include "tessel/kernels/quant/quant_format.h"
 #include "tessel/tensor/tensor.h"
 
-namespace tessel::kernels::testing_q8 {
+namespace tessel::kernels::testing_quant {
 
 // n rows of k / 32 Q8_0 blocks: every code -128..127, f16 scales of both signs.
 inline std::vector<uint8_t> random_q8_0(int64_t n, int64_t k, std::mt19937& rng) {
@@ -36,6 +36,34 @@ inline std::vector<uint8_t> random_q8_0(int64_t n, int64_t k, std::mt19937& rng)
   std::vector<uint8_t> bytes(blocks.size() * sizeof(quant::BlockQ8_0));
   std::memcpy(bytes.data(), blocks.data(), bytes.size());
   return bytes;
+}
+
+// Codes -128 and 127 alternating, d = 1, in n rows of k; with extreme_activations every product
+// is exact: row i of x times any weight row is all_positive (even i) or mixed (odd i).
+inline std::vector<uint8_t> extreme_q8_0(int64_t n, int64_t k) {
+  std::vector<quant::BlockQ8_0> blocks(static_cast<size_t>(n * k / 32));
+  for (auto& b : blocks) {
+    b.d = 0x3C00;
+    for (int j = 0; j < 32; ++j) b.qs[j] = int8_t(j % 2 ? 127 : -128);
+  }
+  std::vector<uint8_t> bytes(blocks.size() * sizeof(quant::BlockQ8_0));
+  std::memcpy(bytes.data(), blocks.data(), bytes.size());
+  return bytes;
+}
+
+// Activations of +-1 that round to +-127 exactly: even rows alternate in sign with the codes,
+// odd rows are all -1.
+inline Tensor extreme_activations(int64_t m, int64_t k) {
+  Tensor x = empty({m, k}, DType::F32);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = 0; c < k; ++c)
+      x.data<float>()[i * k + c] = i % 2 ? -1.0f : (c % 2 ? 1.0f : -1.0f);
+  return x;
+}
+
+// The exact value of every output of extreme_q8_0 x extreme_activations, by row parity.
+inline double extreme_product(int64_t k, int64_t row) {
+  return row % 2 ? double(k / 2) * (128 - 127) : double(k / 2) * (128 + 127);
 }
 
 // Gaussian rows, every fifth one with an outlier per block, and a zero row.
@@ -92,4 +120,4 @@ inline ::testing::AssertionResult q8_0_within_fp64_bound(const std::vector<uint8
   return ::testing::AssertionSuccess();
 }
 
-}  // namespace tessel::kernels::testing_q8
+}  // namespace tessel::kernels::testing_quant
