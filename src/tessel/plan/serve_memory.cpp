@@ -51,9 +51,8 @@ ServeMemory trace_serve_memory(const models::ModelConfig& config, int64_t batch,
 
 ServeMemory serve_memory_formula(const ServeShape& s, int tp, int64_t batch, int64_t prompt,
                                  int64_t capacity, int elem, int kv_elem) {
-  // The tensors a block of the forward holds at once (models/gpt2/gpt2_decode.cpp,
-  // models/llama/llama_decode.cpp and llama_block.cpp; a C++ temporary lives to the end of its
-  // statement, a named tensor to the end of the block): the residual x, the projected queries,
+  // The tensors a block of the families' decode forwards holds at once (a C++ temporary lives
+  // to the end of its statement, a named tensor to the end of the block): the residual x, the projected queries,
   // keys and values and the attention output y (named, so held through the MLP), and at the
   // MLP's statement its normalised input and inner activations — a plain MLP's up product and
   // activation beside its output and the new residual, a gated one's gate, activation, up and

@@ -45,7 +45,7 @@ EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep,
                             const dist::CommPtr& tp = nullptr,
                             const std::function<void(const std::string&)>& note = {});
 
-// The same for a GGUF file whose family stores its experts as llama.cpp's stacks
+// The same for a GGUF file whose family stores its experts as stacks, one tensor per projection
 // (blk.N.ffn_*_exps of dims [in, out, experts], the family's GgufLayout naming them): the file is
 // opened for windows; each rank reads the dense tensors as a whole-model GGUF load reads them
 // (quantized matrices kept as views), and of every stack only its experts' byte range, which is
