@@ -62,13 +62,6 @@ std::string expert_parallel_gguf_error(const std::string& path, int ep) {
 
 namespace {
 
-// The dim of a stacked expert parameter that tp splits by FFN columns (-1: whole, proj_bias).
-int ffn_dim(const std::string& leaf) {
-  if (leaf == "down_proj" || leaf == "proj_weight") return 2;
-  if (leaf == "proj_bias") return -1;
-  return 1;  // gate_proj, up_proj, fc_weight, fc_bias
-}
-
 // Experts [e0, e0 + count) of a float stack ([E, A, B...] in the file, `size` bytes per element)
 // into f32 `dst`, FFN columns [f0, f0 + f) of dim `dim` (1: rows of A; 2: columns of B; -1:
 // whole), read with pread run by run.
@@ -127,7 +120,6 @@ EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& e
     auto* experts = dynamic_cast<nn::ExpertMLPs*>(module);
     if (!experts) continue;
     const int64_t first = experts->first_expert(), count = experts->experts();
-    const bool columns = experts->tensor_region() != nullptr;  // split over tp
     const int64_t f0 = experts->first_ffn_column(), f = experts->ffn_hidden();
     for (auto& [leaf, param] : experts->named_parameters()) {
       const models::GgufStored& stored = layout.tensors.at(module_name + "." + leaf);
@@ -136,7 +128,9 @@ EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& e
       TESSEL_CHECK(stored.rope_heads == 0 && whole.ndim() >= 2 && whole[0] == count * ep->size(),
                    "expert parallelism: GGUF tensor ", stored.name, " ", whole,
                    " is not a stack of ", count * ep->size(), " experts");
-      const int dim = columns ? ffn_dim(leaf) : -1;
+      // The dim tp splits by FFN columns (the dense load's expert pieces); -1: whole.
+      const auto piece = dense.pieces.ffn.find(module_name + "." + leaf);
+      const int dim = piece != dense.pieces.ffn.end() ? piece->second.dim : -1;
       if (quant::is_ggml_type_supported(info.type) && whole.ndim() == 3 &&
           models::is_expert_stack(leaf)) {
         const quant::QuantType type = quant::quant_type_from_ggml(info.type);

@@ -211,7 +211,8 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
     out.tp = std::make_shared<ModelTensorParallel>(
         parallelize_model(*out.model, tp, "", false, note, /*copy_values=*/false));
   // The dense plan leaves MoE layers whole; each expert's FFN columns are split over tp here.
-  const ExpertPieces pieces = split_experts_over_tp(*out.model, tp);
+  out.pieces = split_experts_over_tp(*out.model, tp);
+  const ExpertPieces& pieces = out.pieces;
   std::map<std::string, nn::Module*> modules;
   for (auto& [name, module] : out.model->named_modules()) modules[name] = module;
   // Which matrices stay blocks: load_gguf_tensors' rule (a Linear or Embedding weight in a block
@@ -225,7 +226,7 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
     const bool quantized = blocks_format && !io::dtype_of_ggml(info.type);
     return quantized || (blocks_format && info.dims.size() == 2) ? owner : nullptr;
   };
-  const int n = tp ? tp->size() : 1, rank = tp ? tp->rank() : 0;
+  const int n = tp ? tp->size() : 1;
   const auto spec_of = [&](const std::string& name) -> const sharding::ShardLayout* {
     return out.tp ? out.tp->result.spec(name) : nullptr;
   };

@@ -40,6 +40,7 @@
 #include "tessel/kernels/quant/quant_format.h"
 #include "tessel/models/causal_lm.h"
 #include "tessel/models/family.h"
+#include "tessel/train/model_expert_pieces.h"
 #include "tessel/train/model_tensor_parallel.h"
 
 namespace tessel::train {
@@ -52,6 +53,7 @@ struct TpGgufLoaded {
   int64_t views = 0;         // matrices bound as zero-copy views of the mapped file
   int64_t copies = 0;        // matrices whose blocks were copied (row-parallel, reordered, padded)
   int64_t expert_bytes = 0;  // a mixture of experts: its experts' bytes on this rank (blocks)
+  ExpertPieces pieces;       // a mixture of experts under tp: each expert's FFN columns split
 };
 
 // Collective over `tp` (the plan's parallelization is). `note` receives the plan's one-line
