@@ -2,6 +2,7 @@
 // Starting and loading the expert-parallel share of generate and serve (ep_model.h).
 #include "tessel/cli/ep_model.h"
 
+#include "tessel/cli/job_refusal.h"
 #include "tessel/core/error.h"
 #include "tessel/dist/world.h"
 #include "tessel/models/gguf_model.h"
@@ -23,19 +24,18 @@ dist::CommPtr start_expert_parallel(const std::string& model, int ep, int tp,
                " ranks, but the job has ", launch.size, " (", launch.describe(),
                "); start it with mpirun -np ", ranks, " tessel ", what, " ", flags);
   dist::CommPtr world = dist::init_world();
-  std::string error;
-  try {
-    error = models::is_gguf_model(model) ? train::expert_parallel_gguf_error(model, ep)
-                                         : train::expert_parallel_load_error(model, ep);
-    if (error.empty() && tp > 1)
-      (void)models::inference_tensor_parallel(*models::load_model_source_config(model), tp);
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  if (!error.empty()) {
-    if (world->rank() != 0) world->barrier();  // never completes: rank 0 ends the job
-    throw Error(what + ": " + error);
-  }
+  check_on_every_rank(world, [&] {
+    std::string error;
+    try {
+      error = models::is_gguf_model(model) ? train::expert_parallel_gguf_error(model, ep)
+                                           : train::expert_parallel_load_error(model, ep);
+      if (error.empty() && tp > 1)
+        (void)models::inference_tensor_parallel(*models::load_model_source_config(model), tp);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    if (!error.empty()) throw Error(what + ": " + error);
+  });
   return world;
 }
 

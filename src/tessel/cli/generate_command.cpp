@@ -24,6 +24,7 @@
 
 #include "tessel/cli/commands.h"
 #include "tessel/cli/ep_model.h"
+#include "tessel/cli/job_refusal.h"
 #include "tessel/cli/model_args.h"
 #include "tessel/cli/peak_memory.h"
 #include "tessel/cli/pp_model.h"
@@ -101,16 +102,13 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
                " is not supported; give one of them");
   const dist::CommPtr ep_world = start_expert_parallel(args.model, args.ep, args.tp, "generate");
   if (!ep_world) {
-    try {
+    // Every rank of a job reaches the same refusal (the layout, or a model the plan or its
+    // experts' width cannot split): rank 0 alone reports it, one line.
+    const dist::CommPtr world = dist::detect_launch().size > 1 ? dist::init_world() : nullptr;
+    check_on_every_rank(world, [&] {
       check_pp_request(args.model, args.tp, args.pp, 1, "generate");
-    } catch (const Error&) {
-      // Every rank of the job reaches the same refusal: rank 0 alone reports it (one line).
-      if (dist::detect_launch().size > 1) {
-        const dist::CommPtr world = dist::init_world();
-        if (world->rank() != 0) world->barrier();  // never completes: rank 0 ends the job
-      }
-      throw;
-    }
+      if (args.pp == 1 && args.tp > 1) (void)models::inference_tensor_parallel(*config, args.tp);
+    });
   }
   const int ranks = args.tp * args.pp;
   const char* flag = args.pp > 1 ? "--pp" : "--tp";
@@ -156,14 +154,6 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     dist::CommPtr world = dist::init_world();
     leader = world->rank() == 0;
     rank = world->rank();
-    try {
-      // A model the plan (or its experts' width) cannot split fails alike on every rank: rank 0
-      // alone reports it, so the job prints one error.
-      (void)models::inference_tensor_parallel(*config, args.tp);
-    } catch (const Error&) {
-      if (!leader) world->barrier();  // never completes: rank 0 ends the job
-      throw;
-    }
     TpRankModel loaded =
         load_tp_rank_model(args.model, weights, world, "generate", [&](const std::string& line) {
           if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());

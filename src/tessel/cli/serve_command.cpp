@@ -26,6 +26,7 @@
 
 #include "tessel/cli/commands.h"
 #include "tessel/cli/ep_model.h"
+#include "tessel/cli/job_refusal.h"
 #include "tessel/cli/model_args.h"
 #include "tessel/cli/pp_model.h"
 #include "tessel/cli/tp_model.h"
@@ -172,15 +173,12 @@ dist::CommPtr start_tensor_parallel(const ServeArgs& args) {
     return nullptr;
   }
   dist::CommPtr world = dist::init_world();
-  try {
+  check_on_every_rank(world, [&] {
     check_pp_request(args.model, args.tp, args.pp, args.pp_microbatches, "serve");
     if (args.pp == 1)
       (void)models::inference_tensor_parallel(*models::load_model_source_config(args.model),
                                               args.tp);
-  } catch (const Error&) {
-    if (world->rank() != 0) world->barrier();  // never completes: rank 0 ends the job
-    throw;
-  }
+  });
   return world;
 }
 
