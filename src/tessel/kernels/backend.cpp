@@ -60,6 +60,11 @@ std::string_view unary_name(UnaryOp op) {
   return kNames[int(op)];
 }
 
+bool unary_derivative_reads_y(UnaryOp op) {
+  return op == UnaryOp::Exp || op == UnaryOp::Sqrt || op == UnaryOp::Rsqrt || op == UnaryOp::Tanh ||
+         op == UnaryOp::Sigmoid;
+}
+
 std::string_view binary_name(BinaryOp op) {
   static constexpr std::string_view kNames[] = {"add", "sub", "mul", "div", "max", "min"};
   return kNames[int(op)];

@@ -76,6 +76,9 @@ enum class UnaryOp {
   Pow,        // x ^ alpha
 };
 std::string_view unary_name(UnaryOp op);
+// Whether op's derivative is computed from y = f(x) (exp, sqrt, rsqrt, tanh, sigmoid) rather than
+// from x: unary_backward then reads y's values and x's only for its shape.
+bool unary_derivative_reads_y(UnaryOp op);
 
 enum class BinaryOp { Add, Sub, Mul, Div, Max, Min };
 std::string_view binary_name(BinaryOp op);

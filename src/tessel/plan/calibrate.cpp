@@ -194,7 +194,7 @@ std::string format(double v, int precision = 4) {
 }
 
 LinkSpec link_from(const AlphaBeta& fit) {
-  return LinkSpec{1.0 / fit.beta, fit.alpha};
+  return LinkSpec{1.0 / fit.beta, fit.alpha, {}};  // a switch: no torus
 }
 
 }  // namespace

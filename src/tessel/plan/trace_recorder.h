@@ -98,13 +98,6 @@ class Recorder final : public kernels::KernelObserver {
     for (const auto* list : {&op.inputs, &op.outputs})
       for (const kernels::TensorDesc& t : *list)
         if (t.dtype == DType::BF16 || t.dtype == DType::F16) bytes += 4 * double(t.shape.numel());
-    // A unary op's backward is handed the saved output y beside x (ops/elementwise.cpp), and the
-    // 16-bit kernel widens it too, although the derivative reads only one of them, so the meta
-    // backend reports x and dy alone: y has x's shape and dtype.
-    if (op.kernel == "unary_backward" && !op.inputs.empty()) {
-      const kernels::TensorDesc& x = op.inputs.front();
-      if (x.dtype == DType::BF16 || x.dtype == DType::F16) bytes += 4 * double(x.shape.numel());
-    }
     kernel_peak_ = std::max(kernel_peak_, double(meta_allocator().bytes_in_use()) + bytes);
   }
 

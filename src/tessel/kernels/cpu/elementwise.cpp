@@ -143,11 +143,6 @@ void unary_backward_impl(UnaryOp op, const T* x, const T* y, const T* dy, T* dx,
   TESSEL_FAIL("unary_backward: unknown op ", int(op));
 }
 
-bool derivative_reads_y(UnaryOp op) {
-  return op == UnaryOp::Exp || op == UnaryOp::Sqrt || op == UnaryOp::Rsqrt || op == UnaryOp::Tanh ||
-         op == UnaryOp::Sigmoid;
-}
-
 }  // namespace
 
 void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& y, double alpha) {
@@ -164,7 +159,7 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, co
   validate_unary_backward(*this, x, y, dy, dx);
   if (cpu::is_half(x.dtype())) return cpu::half_unary_backward(*this, op, x, y, dy, dx, alpha);
   Tensor fx = y;
-  if (derivative_reads_y(op) && !fx.defined()) {
+  if (unary_derivative_reads_y(op) && !fx.defined()) {
     fx = empty_like(x);
     unary(op, x, fx, alpha);
   }

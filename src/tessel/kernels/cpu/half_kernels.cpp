@@ -114,9 +114,13 @@ void half_unary(Backend& f32, UnaryOp op, const Tensor& x, Tensor& y, double alp
 
 void half_unary_backward(Backend& f32, UnaryOp op, const Tensor& x, const Tensor& y,
                          const Tensor& dy, Tensor& dx, double alpha) {
+  // Only the operand the derivative reads is widened: x, or y = f(x) for the ops computed from it,
+  // whose x is then read for its shape alone (y's copy stands in for it).
+  const bool reads_y = unary_derivative_reads_y(op) && y.defined();
   Widen w;
   Tensor dxf = w.out(dx);
-  f32.unary_backward(op, w.in(x), w.in(y), w.in(dy), dxf, alpha);
+  const Tensor in = w.in(reads_y ? y : x);
+  f32.unary_backward(op, in, reads_y ? in : Tensor(), w.in(dy), dxf, alpha);
   w.store();
 }
 

@@ -113,7 +113,8 @@ class MetaBackend final : public Backend {
                       double) override {
     check_meta("unary_backward", {&x, &y, &dy, &dx});
     // x or y (whichever the derivative needs; the caller passes both) and dy are read.
-    Report(op_name(Op::UnaryBackward), unary_name(op)).in(x).in(dy).out(dx).flops(2 * n(dx));
+    const Tensor& read = unary_derivative_reads_y(op) && y.defined() ? y : x;
+    Report(op_name(Op::UnaryBackward), unary_name(op)).in(read).in(dy).out(dx).flops(2 * n(dx));
   }
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override {
     check_meta("binary", {&a, &b, &out});
