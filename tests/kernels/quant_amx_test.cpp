@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/quant_test_util.h"
 #include "kernels/quant_dot_limits.h"
+#include "kernels/quant_test_util.h"
 #include "tessel/core/cpu_features.h"
 #include "tessel/kernels/kernel_set.h"
 #include "tessel/kernels/quant/dequantize.h"
@@ -129,8 +129,7 @@ TEST(QuantAmx, RowsAloneEqualRowsInAPrompt) {
   for (const Shape& s : kShapes) {
     if (s.m == 1) continue;
     std::mt19937 rng(uint32_t(s.m * 1000 + s.n + s.k));
-    const Tensor w =
-        quant::quantized_weight(QuantType::Q8_0, random_q8_0(s.n, s.k, rng), s.n, s.k);
+    const Tensor w = quant::quantized_weight(QuantType::Q8_0, random_q8_0(s.n, s.k, rng), s.n, s.k);
     const Tensor x = activations(s.m, s.k, rng);
     const Tensor y = product(x, w, s.n);
     for (int64_t i = 0; i < s.m; ++i) {

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/quant_test_util.h"
 #include "kernels/quant_dot_limits.h"
+#include "kernels/quant_test_util.h"
 #include "tessel/core/cpu_features.h"
 #include "tessel/kernels/kernel_set.h"
 #include "tessel/kernels/quant/dequantize.h"

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the quantized product kernels' tests (the Q8_0 VNNI/AVX2 and AMX tiles, the k-quant tiles)
 // share: random activations, Q8_0's random and extreme weights, and the fp64 check every Q8_0
-// kernel passes: each output within the rounding of its activations to int8 per 32-block, sum_g (max|x_g| / 254) sum_{j in g} |w_j|, plus
-// 1e-5 sum_g max|x_g| sum_{j in g} |w_j| for the f32 arithmetic (docs/KERNELS.md, "Accuracy").
-// One copy, so the kernels are held to the same bound on the same data.
+// kernel passes: each output within the rounding of its activations to int8 per 32-block, sum_g
+// (max|x_g| / 254) sum_{j in g} |w_j|, plus 1e-5 sum_g max|x_g| sum_{j in g} |w_j| for the f32
+// arithmetic (docs/KERNELS.md, "Accuracy"). One copy, so the kernels are held to the same bound on
+// the same data.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,7 +17,6 @@
 #include <vector>
 
 #include "tessel/core/dtype.h"
-
 #include "tessel/kernels/quant/dequantize.h"
 #include "tessel/kernels/quant/quant_blocks.h"
 #include "tessel/kernels/quant/quant_format.h"
@@ -81,7 +81,8 @@ inline Tensor activations(int64_t m, int64_t k, std::mt19937& rng) {
 }
 
 // y [m, n] = x [m, k] times the Q8_0 rows `bytes` (n rows of k) transposed, checked against fp64;
-// `worst_ratio` takes the largest |y - fp64| / rounding bound seen (to show the bound is not loose).
+// `worst_ratio` takes the largest |y - fp64| / rounding bound seen (to show the bound is not
+// loose).
 inline ::testing::AssertionResult q8_0_within_fp64_bound(const std::vector<uint8_t>& bytes,
                                                          const Tensor& x, const Tensor& y,
                                                          int64_t m, int64_t n, int64_t k,
@@ -106,14 +107,14 @@ inline ::testing::AssertionResult q8_0_within_fp64_bound(const std::vector<uint8
       const double got = y.data<float>()[i * n + j];
       if (rounding == 0) {
         if (got != 0.0)
-          return ::testing::AssertionFailure() << "row " << i << " col " << j << ": got " << got
-                                               << " for an all-zero product";
+          return ::testing::AssertionFailure()
+                 << "row " << i << " col " << j << ": got " << got << " for an all-zero product";
         continue;
       }
       if (std::abs(got - want) > rounding * (1 + 1e-4) + 1e-5 * arithmetic)
-        return ::testing::AssertionFailure() << "row " << i << " col " << j << ": got " << got
-                                             << " want " << want << " (rounding bound "
-                                             << rounding << ")";
+        return ::testing::AssertionFailure()
+               << "row " << i << " col " << j << ": got " << got << " want " << want
+               << " (rounding bound " << rounding << ")";
       worst_ratio = std::max(worst_ratio, std::abs(got - want) / rounding);
     }
   }

@@ -6,20 +6,21 @@
 // both files load to bitwise the same logits, the quantized stacks kept as blocks. A range within
 // one expert is a view of its tensor, across experts a copy of the stack's bytes. A missing expert
 // and experts of two types are refused naming the tensor.
+#include "tessel/models/gguf_expert_stack.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <set>
 #include <map>
 #include <regex>
+#include <set>
 
 #include "common/error_text.h"
 #include "common/per_test_dir.h"
 #include "tessel/autograd/grad_mode.h"
-#include "tessel/models/gguf_expert_stack.h"
 #include "tessel/models/gguf_model.h"
 #include "tessel/models/llama/llama.h"
 
@@ -142,9 +143,9 @@ TEST_F(GgufExpertStack, RangesWithinOneExpertAreViewsAcrossExpertsCopies) {
   const std::optional<GgufStored> stored = find_gguf_stored(
       split, "blk.0.ffn_down_exps.weight", Shape({3, 32, 64}), wanted, missing, mismatched);
   ASSERT_TRUE(stored.has_value());
-  EXPECT_EQ(stored->experts, (std::vector<std::string>{
-                                 "blk.0.ffn_down.0.weight", "blk.0.ffn_down.1.weight",
-                                 "blk.0.ffn_down.2.weight"}));
+  EXPECT_EQ(stored->experts,
+            (std::vector<std::string>{"blk.0.ffn_down.0.weight", "blk.0.ffn_down.1.weight",
+                                      "blk.0.ffn_down.2.weight"}));
   EXPECT_EQ(wanted.size(), 3u);
   const io::GgufTensorInfo info = gguf_stored_info(split, *stored);
   const io::GgufTensorInfo& want = stacked.info("blk.0.ffn_down_exps.weight");
@@ -174,8 +175,9 @@ TEST_F(GgufExpertStack, AMissingExpertOrTwoTypesAreRefusedByName) {
     std::erase_if(t, [](const io::GgufTensorOut& x) { return x.name == "blk.1.ffn_up.2.weight"; });
   });
   test::expect_error([&] { load_gguf_model(path("missing.gguf")); },
-                     {"missing", "blk.1.ffn_up.2.weight [64, 32] (expert of "
-                                 "blk.1.ffn_up_exps.weight)"});
+                     {"missing",
+                      "blk.1.ffn_up.2.weight [64, 32] (expert of "
+                      "blk.1.ffn_up_exps.weight)"});
   split_experts(path("s.gguf"), path("mixed.gguf"), [](std::vector<io::GgufTensorOut>& t) {
     for (io::GgufTensorOut& x : t)
       if (x.name == "blk.0.ffn_gate.1.weight") {  // F32 (zeros) among F16 experts

@@ -6,7 +6,6 @@
 // (quantized_model_test.cpp covers quantized models). Mixtral round-trips the same way under
 // llama.cpp's names (architecture "llama", llama.expert_count, stacked blk.N.ffn_*_exps), and its
 // Q8_0 export loads with the expert stacks kept as Q8_0 blocks.
-#include "common/per_test_dir.h"
 #include "tessel/models/gguf_model.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +16,7 @@
 #include <map>
 
 #include "common/error_text.h"
+#include "common/per_test_dir.h"
 #include "common/tokenizer_test_util.h"
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/models/generation.h"

@@ -2,7 +2,6 @@
 // GPT-2 in the Hugging Face layout: save -> load is bit-exact (single file, shards, with and
 // without the `transformer.` prefix, tied and untied heads), Conv1D weights are stored [in, out],
 // mask buffers are skipped, and every malformed checkpoint gives one error naming the tensors.
-#include "common/per_test_dir.h"
 #include "tessel/models/gpt2/gpt2_checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +12,7 @@
 #include <fstream>
 #include <string>
 
+#include "common/per_test_dir.h"
 #include "tessel/io/safetensors_dir.h"
 
 namespace tessel::models {
@@ -41,7 +41,6 @@ class Gpt2Checkpoint : public ::tessel::test::PerTestDir {
     std::ofstream(dir_ / sub / "config.json") << config.to_json();
     io::save_safetensors((dir_ / sub / "model.safetensors").string(), tensors);
   }
-
 };
 
 void expect_bitwise_equal(const GPT2& a, const GPT2& b) {

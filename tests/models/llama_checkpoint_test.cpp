@@ -53,7 +53,6 @@ class LlamaCheckpoint : public ::tessel::test::PerTestDir {
     std::ofstream(dir_ / sub / "config.json") << config_json;
     io::save_safetensors((dir_ / sub / "model.safetensors").string(), t);
   }
-
 };
 
 void expect_bitwise_equal(const CausalLM& a, const CausalLM& b) {

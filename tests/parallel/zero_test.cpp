@@ -327,9 +327,9 @@ TEST(ZeroGradients, ShardsLaidOutByTheCallerAreNotCountedAsHeld) {
         zero_step(laid_out, dp, z, step, kClip);
       }
       checks.expect(holds == 3 * dp.bucket_count(), "holds " + std::to_string(holds));
-      checks.expect(same_bits(values_of(laid_out.named_parameters()),
-                              values_of(own.named_parameters())),
-                    "parameters differ from the run with allocated shards");
+      checks.expect(
+          same_bits(values_of(laid_out.named_parameters()), values_of(own.named_parameters())),
+          "parameters differ from the run with allocated shards");
       int64_t shard_bytes = 0;
       for (int64_t b = 0; b < dp.bucket_count(); ++b) shard_bytes += 4 * dp.shard_numel(b);
       checks.expect(own_z.memory().grad_bytes == shard_bytes,

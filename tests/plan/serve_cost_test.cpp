@@ -244,21 +244,25 @@ TEST(ServeMemory, FormulaByHand) {
 }
 
 // A tessel model's serving memory is traced: a LLaMA (gated MLP) at two sizes, where a larger
-// batch and context grow it, and the formula is within 15% of the trace (it leaves out the ids, positions and the rotary tables).
+// batch and context grow it, and the formula is within 15% of the trace (it leaves out the ids,
+// positions and the rotary tables).
 TEST(ServeMemory, TracedGrowsWithBatchAndContextAndTheFormulaIsNear) {
-  const models::ConfigPtr config = models::parse_model_config(R"({"architectures": ["LlamaForCausalLM"],
+  const models::ConfigPtr config =
+      models::parse_model_config(R"({"architectures": ["LlamaForCausalLM"],
       "model_type": "llama", "vocab_size": 260, "hidden_size": 48, "intermediate_size": 80,
       "num_hidden_layers": 3, "num_attention_heads": 6, "num_key_value_heads": 2,
-      "max_position_embeddings": 64, "tie_word_embeddings": true})", "llama");
+      "max_position_embeddings": 64, "tie_word_embeddings": true})",
+                                 "llama");
   const ServeShape shape = serve_shape(*config);
   for (int64_t b : {1, 3}) {
     const ServeMemory t = trace_serve_memory(*config, b, 7, 33);
     const ServeMemory f = serve_memory_formula(shape, 1, b, 7, 33, 4, 4);
     EXPECT_DOUBLE_EQ(t.kv_bytes, f.kv_bytes);
-    std::printf("LLaMA 3 x 48, batch %lld: workspace traced %.0f B (prefill %.0f, decode %.0f), "
-                "formula %.0f (%+.1f%%)\n",
-                (long long)b, t.workspace(), t.prefill_bytes, t.decode_bytes, f.workspace(),
-                100 * (f.workspace() / t.workspace() - 1));
+    std::printf(
+        "LLaMA 3 x 48, batch %lld: workspace traced %.0f B (prefill %.0f, decode %.0f), "
+        "formula %.0f (%+.1f%%)\n",
+        (long long)b, t.workspace(), t.prefill_bytes, t.decode_bytes, f.workspace(),
+        100 * (f.workspace() / t.workspace() - 1));
     EXPECT_NEAR(f.workspace(), t.workspace(), 0.15 * t.workspace()) << "batch " << b;
   }
   EXPECT_GT(trace_serve_memory(*config, 3, 7, 33).decode_bytes,

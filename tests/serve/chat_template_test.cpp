@@ -3,7 +3,6 @@
 // chat, Llama 3 / 3.1 instruct, Mistral instruct, Qwen2 (ChatML), Zephyr, Gemma and Phi-3,
 // rendered on many conversations by tessel and by Python's jinja2 (byte-equal, errors included);
 // the formats themselves on a few; where a model's template is found; the fallback.
-#include "common/per_test_dir.h"
 #include "tessel/serve/chat_template.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/per_test_dir.h"
 #include "jinja_reference.h"
 #include "tessel/core/error.h"
 #include "tessel/io/gguf.h"

@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
 
@@ -56,8 +56,8 @@ plan::ServeMemoryFn traced_serve_memory(const models::ModelConfig& config) {
     if (tp > 1) {
       auto state = std::make_shared<train::ModelTensorParallel>();
       rank.transform = [state, tp](models::CausalLM& model) {
-        *state = train::parallelize_model(model, dist::make_meta_communicator(tp, 0, "tp"), "",
-                                          false);
+        *state =
+            train::parallelize_model(model, dist::make_meta_communicator(tp, 0, "tp"), "", false);
       };
       rank.full_logits = [state](const Tensor& local) {
         return train::model_tp_full_logits(*state, local);
@@ -124,9 +124,9 @@ nlohmann::json row_json(const ServePlanArgs& a, const plan::ServeRow& r) {
 void print_table(const ServePlanArgs& a, const char* title, const std::vector<plan::ServeRow>& rows,
                  const std::optional<plan::ServeRow>& best) {
   std::printf("# %s\n", title);
-  std::printf("%-34s %6s %11s %14s %6s %12s %12s %12s %9s  %s\n", "layout", "batch",
-              "latency_ms", "chip_s/token", "mfu", "weights/rank", "kv/rank", "peak/rank",
-              "max_batch", "command");
+  std::printf("%-34s %6s %11s %14s %6s %12s %12s %12s %9s  %s\n", "layout", "batch", "latency_ms",
+              "chip_s/token", "mfu", "weights/rank", "kv/rank", "peak/rank", "max_batch",
+              "command");
   for (size_t i = 0; i < rows.size() && int(i) < a.top; ++i) {
     const plan::ServeRow& r = rows[i];
     const std::string cmd = serve_command(a, r);

@@ -47,7 +47,7 @@ struct MemoryStats {
   // Milliseconds the caller's thread spent blocked on NVMe transfers (a read an access needs, a
   // write whose space it needs): the part of a step the disk did not overlap with compute.
   double io_wait_ms = 0;
-  int64_t host_to_device = 0;   // chunk copies between the memory tiers
+  int64_t host_to_device = 0;  // chunk copies between the memory tiers
   int64_t device_to_host = 0;
   size_t bytes_read = 0;
   size_t bytes_written = 0;

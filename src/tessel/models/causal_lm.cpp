@@ -91,7 +91,8 @@ Tensor CausalLM::select_tokens(const Tensor& hidden, const Tensor& rows) {
                "select_tokens: hidden ", hidden.shape(), " and rows ", rows.shape(), " ",
                dtype_name(rows.dtype()), " expected [B, T, C] and i64 [R]");
   const int64_t tokens = hidden.size(0) * hidden.size(1);
-  if (rows.device().is_meta()) return ops::embedding(hidden.reshape({tokens, hidden.size(2)}), rows);
+  if (rows.device().is_meta())
+    return ops::embedding(hidden.reshape({tokens, hidden.size(2)}), rows);
   const int64_t* r = rows.data<int64_t>();
   for (int64_t i = 0; i < rows.numel(); ++i)
     TESSEL_CHECK(r[i] >= 0 && r[i] < tokens, "select_tokens: row ", r[i], " outside [0, ", tokens,

@@ -30,9 +30,9 @@ std::optional<GgufStored> find_gguf_stored(const io::GgufFile& file, const std::
     s << name << " (expected " << want << ", got " << got << ")";
     mismatched.push_back(s.str());
   };
-  const std::vector<std::string> pieces =
-      file.contains(stored) || shape.ndim() != 3 ? std::vector<std::string>{}
-                                                 : gguf_expert_names(stored, shape[0]);
+  const std::vector<std::string> pieces = file.contains(stored) || shape.ndim() != 3
+                                              ? std::vector<std::string>{}
+                                              : gguf_expert_names(stored, shape[0]);
   if (pieces.empty() || !file.contains(pieces[0])) {  // stored whole (or absent)
     wanted.insert(stored);
     if (!file.contains(stored)) {
@@ -84,8 +84,8 @@ io::GgufTensorInfo gguf_stored_info(const io::GgufFile& file, const GgufStored& 
   return info;
 }
 
-io::GgufBytes gguf_stored_bytes(const io::GgufFile& file, const GgufStored& stored,
-                                uint64_t begin, std::optional<uint64_t> length) {
+io::GgufBytes gguf_stored_bytes(const io::GgufFile& file, const GgufStored& stored, uint64_t begin,
+                                std::optional<uint64_t> length) {
   if (stored.experts.empty()) return file.map(stored.name, begin, length);
   const uint64_t each = file.info(stored.experts[0]).nbytes;
   const uint64_t total = each * stored.experts.size();
@@ -102,12 +102,12 @@ io::GgufBytes gguf_stored_bytes(const io::GgufFile& file, const GgufStored& stor
   return io::GgufBytes{bytes, std::move(copy)};
 }
 
-void gguf_stored_read(const io::GgufFile& file, const GgufStored& stored, uint64_t begin,
-                      void* dst, size_t size) {
+void gguf_stored_read(const io::GgufFile& file, const GgufStored& stored, uint64_t begin, void* dst,
+                      size_t size) {
   if (stored.experts.empty()) return file.read(stored.name, begin, dst, size);
   const uint64_t each = file.info(stored.experts[0]).nbytes, end = begin + size;
-  TESSEL_CHECK(end >= begin && end <= each * stored.experts.size(), file.path(), ": bytes [",
-               begin, ", ", end, ") of ", stored.name, " (", stored.experts.size(),
+  TESSEL_CHECK(end >= begin && end <= each * stored.experts.size(), file.path(), ": bytes [", begin,
+               ", ", end, ") of ", stored.name, " (", stored.experts.size(),
                " experts' tensors of ", each, " bytes) are out of range");
   auto* out = static_cast<uint8_t*>(dst);
   for (uint64_t at = begin; at < end;) {

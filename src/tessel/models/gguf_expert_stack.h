@@ -47,8 +47,8 @@ io::GgufBytes gguf_stored_bytes(const io::GgufFile& file, const GgufStored& stor
 
 // Copies bytes [begin, begin + size) of `stored` in the stack's byte order into `dst` with pread
 // (the file's read of its tensor, or of the experts' tensors the range covers); maps nothing.
-void gguf_stored_read(const io::GgufFile& file, const GgufStored& stored, uint64_t begin,
-                      void* dst, size_t size);
+void gguf_stored_read(const io::GgufFile& file, const GgufStored& stored, uint64_t begin, void* dst,
+                      size_t size);
 
 // `stored` as a Tensor in `want` (file.load of its tensor, or of its experts' tensors stacked):
 // F32, F16, BF16; a quantized type is file.load's Error.

@@ -182,8 +182,9 @@ void load_gguf_tensors(CausalLM& model, const io::GgufFile& file, const std::str
     // which quant_matmul reads as they are) stays as its blocks: a view of the mapping (to_tessel
     // only reorders whole rows, which for LLaMA's q / k is a copy of those blocks, still in their
     // format). So does a mixture of experts' stacked weight (blk.N.ffn_*_exps, or its experts'
-    // tensors copied together), multiplied in place by the quantized grouped product. Any other quantized tensor is dequantized to the
-    // parameter's dtype here; F32 and other float tensors load as before.
+    // tensors copied together), multiplied in place by the quantized grouped product. Any other
+    // quantized tensor is dequantized to the parameter's dtype here; F32 and other float tensors
+    // load as before.
     const size_t dot = name.rfind('.');
     nn::Module* owner = dot == std::string::npos ? nullptr : modules[name.substr(0, dot)];
     const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);

@@ -260,12 +260,13 @@ ServeCost serve_cost(const Cluster& c, const ServeShape& s, const ServeLayout& l
   auto workspace = [&](int64_t b) {
     if (r.workspace_traced) return memory(n, b, gen_prompt, capacity).workspace();
     const int64_t rank_b = batch_attn ? ceil_div(b, n) : b;
-    return serve_memory_formula(s, batch_attn ? 1 : n, rank_b, gen_prompt, capacity,
-                                w.act_bytes, w.kv_bytes)
+    return serve_memory_formula(s, batch_attn ? 1 : n, rank_b, gen_prompt, capacity, w.act_bytes,
+                                w.kv_bytes)
         .workspace();
   };
   r.workspace_bytes_per_rank = workspace(w.batch);
-  r.peak_bytes_per_rank = r.weight_bytes_per_rank + r.kv_bytes_per_rank + r.workspace_bytes_per_rank;
+  r.peak_bytes_per_rank =
+      r.weight_bytes_per_rank + r.kv_bytes_per_rank + r.workspace_bytes_per_rank;
   // What limits the batch: for the layouts tessel runs, the cache and the workspace; for the
   // others (no runtime of tessel's to hold them to: another implementation, as the paper's,
   // need not keep a block's intermediates whole) the cache alone, the workspace reported beside.

@@ -133,7 +133,6 @@ using TpWeightCount = std::function<int64_t(const models::ModelConfig&, int tp)>
 // (optional) traces a 1D rank's serving memory (plan/serve_memory.h), else the formula is used.
 ServeCost serve_cost(const Cluster& cluster, const ServeShape& shape, const ServeLayout& layout,
                      const ServeWorkload& workload, const TpWeightCount& tp_weights = {},
-                     const models::ModelConfig* config = nullptr,
-                     const ServeMemoryFn& memory = {});
+                     const models::ModelConfig* config = nullptr, const ServeMemoryFn& memory = {});
 
 }  // namespace tessel::plan

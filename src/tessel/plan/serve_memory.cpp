@@ -52,12 +52,12 @@ ServeMemory trace_serve_memory(const models::ModelConfig& config, int64_t batch,
 ServeMemory serve_memory_formula(const ServeShape& s, int tp, int64_t batch, int64_t prompt,
                                  int64_t capacity, int elem, int kv_elem) {
   // The tensors a block of the families' decode forwards holds at once (a C++ temporary lives
-  // to the end of its statement, a named tensor to the end of the block): the residual x, the projected queries,
-  // keys and values and the attention output y (named, so held through the MLP), and at the
-  // MLP's statement its normalised input and inner activations — a plain MLP's up product and
-  // activation beside its output and the new residual, a gated one's gate, activation, up and
-  // product (4 x d_ff). Before that the attention's statements: the fused projection beside its
-  // split copies, and for a batch above one the context's keys and values gathered from the
+  // to the end of its statement, a named tensor to the end of the block): the residual x, the
+  // projected queries, keys and values and the attention output y (named, so held through the MLP),
+  // and at the MLP's statement its normalised input and inner activations — a plain MLP's up
+  // product and activation beside its output and the new residual, a gated one's gate, activation,
+  // up and product (4 x d_ff). Before that the attention's statements: the fused projection beside
+  // its split copies, and for a batch above one the context's keys and values gathered from the
   // cache rows (one sequence reads a view). The head holds the last hidden rows, their
   // normalised copy and the logits: the rank's vocabulary columns and, under tp, the gathered
   // row; in decode the previous step's logits are still held. Not counted: the ids and

@@ -67,9 +67,10 @@ void search_phase(const Cluster& cluster, const ServeRequest& req, ServePhase ph
         ServeWorkload w = req.workload;
         w.phase = phase;
         w.batch = b;
-        ServeRow row{phase, layout,
-                     b,     serve_cost(c, req.shape, layout, w, req.tp_weights, req.config, req.memory),
-                     true,  refusal};
+        ServeRow row{
+            phase, layout,
+            b,     serve_cost(c, req.shape, layout, w, req.tp_weights, req.config, req.memory),
+            true,  refusal};
         if (!row.cost.fits) {
           if (req.batches.empty()) break;  // larger batches do not fit either
           continue;

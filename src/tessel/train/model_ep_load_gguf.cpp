@@ -138,8 +138,7 @@ EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& e
         // their FFN columns are a copy of those blocks.
         const Tensor blocks =
             dim < 0 ? models::gguf_blocks_view(*file, file, stored, whole[0], first, count)
-                    : gguf_expert_stack_piece(*file, stored, type, whole, first, count, dim,
-                                              f0, f);
+                    : gguf_expert_stack_piece(*file, stored, type, whole, first, count, dim, f0, f);
         experts->set_quantized(leaf, type, blocks);
         bytes += int64_t(blocks.nbytes());
         continue;

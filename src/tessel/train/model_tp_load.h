@@ -24,7 +24,7 @@ namespace tessel::train {
 struct TpLoadedModel {
   std::shared_ptr<models::CausalLM> model;  // this rank's share, in eval mode
   std::shared_ptr<ModelTensorParallel> tp;
-  int64_t values_read = 0;  // weight values this rank read from the files
+  int64_t values_read = 0;   // weight values this rank read from the files
   int64_t expert_bytes = 0;  // a mixture of experts: its experts' bytes on this rank
 };
 

@@ -269,9 +269,9 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
           const bool rows = piece->second.dim == 1;
           const Shape whole = rows ? param.shape().with(1, piece->second.full)
                                    : param.shape().with(2, piece->second.full);
-          const Tensor blocks = gguf_expert_stack_piece(
-              *file, stored, type, whole, 0, whole[0], piece->second.dim,
-              experts->first_ffn_column(), experts->ffn_hidden());
+          const Tensor blocks =
+              gguf_expert_stack_piece(*file, stored, type, whole, 0, whole[0], piece->second.dim,
+                                      experts->first_ffn_column(), experts->ffn_hidden());
           experts->set_quantized(leaf, type, blocks);
           stats.bytes += int64_t(blocks.nbytes());
           ++stats.copies;

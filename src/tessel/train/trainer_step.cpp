@@ -260,9 +260,7 @@ parallel::MemoryReport Trainer::memory_report() const {
     // Without ZeRO every rank holds whole gradients during a step (in its buckets under dp). One
     // process offloaded: the gradients are chunk views freed after every update, so they hold no
     // bytes between steps (the tiers count them while held), as dp's offloaded shards.
-    m.grad_bytes = ddp()           ? ddp()->gradient_bytes()
-                   : offload_adamw_ ? 0
-                                    : m.param_bytes;
+    m.grad_bytes = ddp() ? ddp()->gradient_bytes() : offload_adamw_ ? 0 : m.param_bytes;
     m.optimizer_bytes = optimizer_->state_bytes();
     m.expected_param_bytes = 4 * m.parameter_count;
     m.expected_grad_bytes = 4 * m.parameter_count;

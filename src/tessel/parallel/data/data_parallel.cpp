@@ -346,8 +346,7 @@ int64_t DataParallel::gradient_bytes() const {
     if (b.flat.defined()) bytes += int64_t(b.flat.nbytes());
     // A shard laid out by the caller (memory offload's chunk) is not this object's memory: its
     // bytes are the tiers' while held, and none at all once the update has freed it.
-    if (b.shard.defined() && options_.allocate_gradient_shards)
-      bytes += int64_t(b.shard.nbytes());
+    if (b.shard.defined() && options_.allocate_gradient_shards) bytes += int64_t(b.shard.nbytes());
   }
   return bytes;
 }

@@ -107,9 +107,8 @@ std::string progress_line(const StepRecord& r) {
                          std::to_string(r.offload_evictions) + " (clean " +
                          std::to_string(r.offload_clean_evictions) + ")" +
                          fixed("; waited %.1f s on NVMe", r.offload_io_wait_ms / 1e3) +
-                         "; holds device " +
-                         format_bytes(double(r.offload_device_bytes)) + ", host " +
-                         format_bytes(double(r.offload_host_bytes)) + ", NVMe " +
+                         "; holds device " + format_bytes(double(r.offload_device_bytes)) +
+                         ", host " + format_bytes(double(r.offload_host_bytes)) + ", NVMe " +
                          format_bytes(double(r.offload_nvme_bytes))
                    : std::string())
      << " | ETA " << format_duration(r.eta_s);

@@ -81,8 +81,7 @@ void OffloadStrategy::check_shard_budgets(int zero_stage) const {
                              "with the embeddings')"
                            : " chunks of parameter shards in the device tier at once (a unit's "
                              "all_gather and the next ones started ahead)",
-               ": the smallest device budget that works is ", size_t(device_need_) * cb,
-               " bytes");
+               ": the smallest device budget that works is ", size_t(device_need_) * cb, " bytes");
   // The update holds a bucket's row: its parameter shard (stage 3), gradient shard (stages 2
   // and 3) and both moments' shards. During backward the host tier holds only the gradient
   // shard a reduce_scatter is writing (one at a time), so the row is the most.
