@@ -23,6 +23,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from offload_runs import offload_sets, precision_records, same_checkpoint  # noqa: E402
 from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run,  # noqa: E402
                          seed_resume, single_thread_env, step_records, train_sets, write_json)
 
@@ -31,31 +32,6 @@ CHUNK = 512 << 10
 HOST = {1: 2, 2: 3}  # the update's row: both moments' shards (and the gradient shard at stage 2)
 STEPS, SAVE = 6, 3
 FP16_SCALE = 1 << 18  # the first fp16 steps overflow and are skipped
-
-
-def offload_sets(nvme, host_chunks, device_chunks):
-    sets = [f"memory.chunk_size={CHUNK}", f"memory.host_budget={host_chunks * CHUNK}",
-            f"memory.device_budget={device_chunks * CHUNK}", f"memory.nvme_dir={nvme}",
-            "memory.prefetch=4"]
-    return [a for s in sets for a in ("--set", s)]
-
-
-def records(d, first=1):
-    return [(r["step"], r["loss"], r["grad_norm"], r.get("loss_scale"), r.get("overflow"),
-             r.get("skipped")) for r in step_records(d) if r["step"] >= first]
-
-
-def same_checkpoints(ref, d, what, steps=(SAVE, STEPS)):
-    for step in steps:
-        da, db = (os.path.join(x, f"step_{step:06d}") for x in (ref, d))
-        files = sorted(f for f in os.listdir(da) if f.endswith(".safetensors"))
-        if "model.safetensors" not in files or sorted(
-                f for f in os.listdir(db) if f.endswith(".safetensors")) != files:
-            fail(f"{what}: checkpoint files {sorted(os.listdir(db))} vs {files}")
-        for f in files:
-            with open(os.path.join(da, f), "rb") as a, open(os.path.join(db, f), "rb") as b:
-                if a.read() != b.read():
-                    fail(f"{what}: {f} of step {step} differs from the in-memory run's")
 
 
 def copies_placement(stdout, what):
@@ -70,8 +46,8 @@ def working_set(probe, env, what, nvme, host_chunks):
     """The device chunks PROBE's refusal at one chunk names; one chunk short of it is refused too,
     naming the same budget."""
     os.makedirs(nvme)
-    p = subprocess.run(probe + offload_sets(nvme, host_chunks, 1), env=env, capture_output=True,
-                       text=True)
+    p = subprocess.run(probe + offload_sets(nvme, host_chunks, 1, CHUNK), env=env,
+                       capture_output=True, text=True)
     m = re.search(r"smallest device budget that works is (\d+) bytes", p.stdout + p.stderr)
     if p.returncode == 0 or not m or "16-bit copies" not in p.stdout + p.stderr:
         fail(f"{what}: a device tier of one chunk was not refused for the copies' working "
@@ -79,7 +55,7 @@ def working_set(probe, env, what, nvme, host_chunks):
     device = int(m.group(1)) // CHUNK
     if device < 2:
         fail(f"{what}: working set of {device} chunks; the test needs the copies to spill")
-    p = subprocess.run(probe + offload_sets(nvme, host_chunks, device - 1), env=env,
+    p = subprocess.run(probe + offload_sets(nvme, host_chunks, device - 1, CHUNK), env=env,
                        capture_output=True, text=True)
     if p.returncode == 0 or f"is {device * CHUNK} bytes" not in p.stdout + p.stderr:
         fail(f"{what}: a device tier of {device - 1} chunks was not refused naming "
@@ -113,18 +89,19 @@ def main():
             device = working_set(probe, env, what, os.path.join(work, "nvme_probe"), HOST[stage])
         ref = os.path.join(work, f"memory_{tag}")
         run(mpi + zero + ["--set", "checkpoint.dir=" + ref], env=env)
-        if precision == "fp16" and not any(r[4] for r in records(ref)):
-            fail(f"fp16 from loss scale {FP16_SCALE}: no step overflowed, {records(ref)}")
+        if precision == "fp16" and not any(r[4] for r in precision_records(ref)):
+            fail(f"fp16 from loss scale {FP16_SCALE}: no step overflowed, {precision_records(ref)}")
         off = os.path.join(work, f"offload_{tag}")
         nvme = os.path.join(work, f"nvme_{tag}")
         os.makedirs(nvme)
         out = run(mpi + zero + ["--set", "checkpoint.dir=" + off] +
-                  offload_sets(nvme, HOST[stage], device), env=env).stdout
-        a, b = records(ref), records(off)
+                  offload_sets(nvme, HOST[stage], device, CHUNK), env=env).stdout
+        a, b = precision_records(ref), precision_records(off)
         if len(a) != STEPS or a != b:
             fail(f"{what}: (step, loss, grad norm, loss scale, overflow, skipped) {b} differ "
                  f"from the in-memory run's {a}")
-        same_checkpoints(ref, off, what)
+        for step in (SAVE, STEPS):
+            same_checkpoint(ref, off, step, what)
         # The copies are chunks of their own, and they spill out of the memory tiers.
         tiers = copies_placement(out, what)
         if sum(tiers.values()) < device + 1 or not tiers.get("nvme"):
@@ -145,11 +122,11 @@ def main():
         nvme = os.path.join(work, f"nvme_resume_{tag}")
         os.makedirs(nvme)
         run(mpi_prefix(mpirun) + ["-np", "2", tessel, "train", "--resume", r, "--dp", "2"] +
-            offload_sets(nvme, HOST[stage], device), env=env)
-        a, b = records(ref, SAVE + 1), records(r, SAVE + 1)
+            offload_sets(nvme, HOST[stage], device, CHUNK), env=env)
+        a, b = precision_records(ref, SAVE + 1), precision_records(r, SAVE + 1)
         if len(a) != STEPS - SAVE or a != b:
             fail(f"{what}: resumed from the in-memory checkpoint, {b} differ from {a}")
-        same_checkpoints(ref, r, what + " resumed", steps=(STEPS,))
+        same_checkpoint(ref, r, STEPS, what + " resumed")
         print(f"{what}: the in-memory checkpoint of step {SAVE} resumed offloaded stays on its "
               "trajectory bitwise")
 

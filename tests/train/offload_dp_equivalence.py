@@ -16,13 +16,13 @@ micro-batches per step and clipping.
 
 Usage: offload_dp_equivalence.py TESSEL MPIRUN WORKDIR
 """
-import filecmp
 import os
 import re
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from offload_runs import offload_sets, same_checkpoint  # noqa: E402
 from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run, seed_resume,  # noqa: E402
                          single_thread_env, step_records, train_sets, write_json)
 
@@ -33,30 +33,11 @@ CHUNK = {3: 32 << 10, 2: 128 << 10, 1: 128 << 10}
 STEPS, SAVE = 8, 4
 
 
-def offload_sets(nvme, host_chunks, device_chunks, chunk):
-    sets = [f"memory.chunk_size={chunk}", f"memory.host_budget={host_chunks * chunk}",
-            f"memory.device_budget={device_chunks * chunk}", f"memory.nvme_dir={nvme}",
-            "memory.prefetch=4"]
-    return [a for s in sets for a in ("--set", s)]
-
-
 def same_records(ref, dir_, what, first=1):
     a = [(r["step"], r["loss"], r["grad_norm"]) for r in step_records(ref) if r["step"] >= first]
     b = [(r["step"], r["loss"], r["grad_norm"]) for r in step_records(dir_) if r["step"] >= first]
     if len(a) != STEPS - first + 1 or a != b:
         fail(f"{what}: (step, loss, grad norm) {b} differ from the in-memory run's {a}")
-
-
-def same_checkpoint(ref, dir_, step, what):
-    da, db = (os.path.join(d, f"step_{step:06d}") for d in (ref, dir_))
-    files = sorted(f for f in os.listdir(da) if f.endswith(".safetensors"))
-    if "model.safetensors" not in files or sorted(
-            f for f in os.listdir(db) if f.endswith(".safetensors")) != files:
-        fail(f"{what}: checkpoint files {sorted(os.listdir(db))} vs {files}")
-    for f in files:
-        if not filecmp.cmp(os.path.join(da, f), os.path.join(db, f), shallow=False):
-            fail(f"{what}: {f} of step {step} differs from the in-memory run's")
-    return files
 
 
 def check_tiers(dir_, what):

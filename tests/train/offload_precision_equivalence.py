@@ -15,13 +15,13 @@ clipping.
 
 Usage: offload_precision_equivalence.py TESSEL MPIRUN WORKDIR
 """
-import filecmp
 import os
 import re
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from offload_runs import offload_sets, precision_records, same_checkpoint  # noqa: E402
 from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run, seed_resume,  # noqa: E402
                          single_thread_env, step_records, train_sets, write_json)
 
@@ -35,35 +35,11 @@ STEPS, SAVE = 8, 4
 FP16_SCALE = 1 << 18
 
 
-def offload_sets(nvme, host_chunks, device_chunks, chunk):
-    sets = [f"memory.chunk_size={chunk}", f"memory.host_budget={host_chunks * chunk}",
-            f"memory.device_budget={device_chunks * chunk}", f"memory.nvme_dir={nvme}",
-            "memory.prefetch=4"]
-    return [a for s in sets for a in ("--set", s)]
-
-
-def records(d, first=1):
-    return [(r["step"], r["loss"], r["grad_norm"], r.get("loss_scale"), r.get("overflow"),
-             r.get("skipped")) for r in step_records(d) if r["step"] >= first]
-
-
 def same_records(ref, d, what, first=1):
-    a, b = records(ref, first), records(d, first)
+    a, b = precision_records(ref, first), precision_records(d, first)
     if len(a) != STEPS - first + 1 or a != b:
         fail(f"{what}: (step, loss, grad norm, loss scale, overflow, skipped) {b} differ from "
              f"the in-memory run's {a}")
-
-
-def same_checkpoint(ref, d, step, what):
-    da, db = (os.path.join(x, f"step_{step:06d}") for x in (ref, d))
-    files = sorted(f for f in os.listdir(da) if f.endswith(".safetensors"))
-    if "model.safetensors" not in files or sorted(
-            f for f in os.listdir(db) if f.endswith(".safetensors")) != files:
-        fail(f"{what}: checkpoint files {sorted(os.listdir(db))} vs {files}")
-    for f in files:
-        if not filecmp.cmp(os.path.join(da, f), os.path.join(db, f), shallow=False):
-            fail(f"{what}: {f} of step {step} differs from the in-memory run's")
-    return files
 
 
 def check_tiers(d, what):
@@ -120,8 +96,8 @@ def main():
         tag = precision + ("" if recompute == "none" else "_recompute_" + recompute)
         ref = os.path.join(work, f"memory_{tag}")
         run(one + prec + ["--set", "checkpoint.dir=" + ref], env=env)
-        if precision == "fp16" and not any(r[4] for r in records(ref)):
-            fail(f"fp16 from loss scale {FP16_SCALE}: no step overflowed, {records(ref)}")
+        if precision == "fp16" and not any(r[4] for r in precision_records(ref)):
+            fail(f"fp16 from loss scale {FP16_SCALE}: no step overflowed, {precision_records(ref)}")
         off = os.path.join(work, f"offload_{tag}")
         nvme = os.path.join(work, f"nvme_{tag}")
         os.makedirs(nvme)

@@ -1,0 +1,35 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What the memory-offload equivalence scripts share: the `--set` flags of an offloaded run, the
+step records they compare, and the byte-for-byte checkpoint comparison."""
+import filecmp
+import os
+
+from tessel_runs import fail, step_records
+
+
+def offload_sets(nvme, host_chunks, device_chunks, chunk):
+    """`--set` flags for chunks of `chunk` bytes, device and host tiers of so many chunks, the rest
+    in `nvme`, prefetching 4 ahead."""
+    sets = [f"memory.chunk_size={chunk}", f"memory.host_budget={host_chunks * chunk}",
+            f"memory.device_budget={device_chunks * chunk}", f"memory.nvme_dir={nvme}",
+            "memory.prefetch=4"]
+    return [a for s in sets for a in ("--set", s)]
+
+
+def precision_records(d, first=1):
+    """(step, loss, grad norm, loss scale, overflow, skipped) of every step from `first`."""
+    return [(r["step"], r["loss"], r["grad_norm"], r.get("loss_scale"), r.get("overflow"),
+             r.get("skipped")) for r in step_records(d) if r["step"] >= first]
+
+
+def same_checkpoint(ref, d, step, what):
+    """Step `step`'s checkpoint files in run `d` are those of `ref`, byte for byte; their names."""
+    da, db = (os.path.join(x, f"step_{step:06d}") for x in (ref, d))
+    files = sorted(f for f in os.listdir(da) if f.endswith(".safetensors"))
+    if "model.safetensors" not in files or sorted(
+            f for f in os.listdir(db) if f.endswith(".safetensors")) != files:
+        fail(f"{what}: checkpoint files {sorted(os.listdir(db))} vs {files}")
+    for f in files:
+        if not filecmp.cmp(os.path.join(da, f), os.path.join(db, f), shallow=False):
+            fail(f"{what}: {f} of step {step} differs from the in-memory run's")
+    return files
