@@ -29,14 +29,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from generate_ep import GPT2_MOE, mixtral  # noqa: E402
 from gguf_ep_cli import mixtral as gguf_mixtral  # noqa: E402
 from gguf_tp_cli import quantize, run, write_model  # noqa: E402
 from serve_ep_http import PROMPTS, completion, reference, server_command  # noqa: E402
-from serve_http_common import mpi_ranks, start_server, stop_mpi_job, write_hf_model  # noqa: E402
+from serve_http_common import (concurrently, mpi_ranks, start_server, stop_mpi_job,  # noqa: E402
+                               write_hf_model)
 
 PROMPT = "5,9,12,40,77,3,101,250,7,7,7,64,33"
 
@@ -123,16 +123,7 @@ def check_serve(tessel, mpiexec, env, model):
         server, url = start_server(server_command(model, mpirun + [tessel, "serve"] + flags), env,
                                    fail)
         try:
-            got = [None] * len(PROMPTS)
-
-            def ask(i):
-                got[i] = completion(url, PROMPTS[i])
-
-            threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(PROMPTS))]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            got = concurrently(lambda i: completion(url, PROMPTS[i]), len(PROMPTS))
             got.append(completion(url, PROMPTS[1]))  # from the prefix cache
             worst = 0.0
             for i, (text, logprobs) in zip(list(range(len(PROMPTS))) + [1], got):

@@ -19,13 +19,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from generate_ep import GPT2_MOE, mixtral  # noqa: E402
-from serve_http_common import (generate_greedy, mpi_ranks, start_server, stop_mpi_job,  # noqa: E402
-                               write_hf_model)
+from serve_http_common import (concurrently, generate_greedy, mpi_ranks, start_server,  # noqa: E402
+                               stop_mpi_job, write_hf_model)
 
 PROMPTS = ["The sea", "Once upon a time, there", "abc abc abc abc abc abc abc abc x",
            "Experts, experts everywhere"]
@@ -88,16 +87,7 @@ def check_family(tessel, mpirun, env, model):
                                env, fail)
     worst = 0.0
     try:
-        got = [None] * len(PROMPTS)
-
-        def ask(i):
-            got[i] = completion(url, PROMPTS[i])
-
-        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(PROMPTS))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        got = concurrently(lambda i: completion(url, PROMPTS[i]), len(PROMPTS))
         got.append(completion(url, PROMPTS[1]))  # now from the prefix cache
         asked = list(range(len(PROMPTS))) + [1]
         for i, (text, logprobs) in zip(asked, got):

@@ -83,19 +83,28 @@ def completion(url, prompt, tokens):
         return json.load(r)["choices"][0]["text"]
 
 
-def concurrent_completions(url, prompts, tokens):
-    """Greedy completions of every prompt, all in flight at once, in the prompts' order."""
-    texts = [None] * len(prompts)
+def concurrently(ask, count):
+    """ask(i) for every i < count, all in flight at once (one thread each); the results in order,
+    an exception's repr in the place of its result (the caller reports it)."""
+    out = [None] * count
 
-    def ask(i):
-        texts[i] = completion(url, prompts[i], tokens)
+    def one(i):
+        try:
+            out[i] = ask(i)
+        except Exception as e:  # noqa: BLE001 - reported by the caller
+            out[i] = repr(e)
 
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return texts
+    return out
+
+
+def concurrent_completions(url, prompts, tokens):
+    """Greedy completions of every prompt, all in flight at once, in the prompts' order."""
+    return concurrently(lambda i: completion(url, prompts[i], tokens), len(prompts))
 
 
 def stored_values(model):

@@ -23,13 +23,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_http_common import (mpi_ranks, ranks_read, start_server, stop_mpi_job,  # noqa: E402
-                               stored_values,
-                               write_hf_model)
+from serve_http_common import (concurrently, mpi_ranks, ranks_read, start_server,  # noqa: E402
+                               stop_mpi_job, stored_values, write_hf_model)
 
 PROMPTS = ["The sea", "Once upon a time, there", "abc abc abc abc abc abc abc abc x", "Q",
            "tessel serves stages", "seeded one", "seeded two, a longer prompt than that", "zz"]
@@ -73,20 +71,7 @@ def completion(url, prompt):
 
 
 def concurrent(url):
-    out = [None] * len(PROMPTS)
-
-    def ask(i):
-        try:
-            out[i] = completion(url, PROMPTS[i])
-        except Exception as e:  # noqa: BLE001 - reported below
-            out[i] = repr(e)
-
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(PROMPTS))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
+    return concurrently(lambda i: completion(url, PROMPTS[i]), len(PROMPTS))
 
 
 def one_process(tessel, env, model):

@@ -19,11 +19,11 @@ import re
 import shutil
 import signal
 import sys
-import threading
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_http_common import mpi_ranks, start_server, stop_mpi_job, write_hf_model  # noqa: E402
+from serve_http_common import (concurrently, mpi_ranks, start_server, stop_mpi_job,  # noqa: E402
+                               write_hf_model)
 
 PROMPTS = ["The sea", "Once upon a time", "abc abc abc x", "Q", "tessel serves", "a b c d e f g",
            "pressure on the pool", "zz", "groups in flight", "one more"]
@@ -40,28 +40,18 @@ def fail(message):
 
 def ask_all(url):
     """Every prompt at once; (text, finish_reason, completion_tokens) in the prompts' order."""
-    out = [None] * len(PROMPTS)
 
     def ask(i):
         body = json.dumps({"prompt": PROMPTS[i], "max_tokens": TOKENS, "temperature": 0,
                            "ignore_eos": True}).encode()
         req = urllib.request.Request(url + "/v1/completions", body,
                                      {"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=240) as r:
-                answer = json.load(r)
-            choice = answer["choices"][0]
-            out[i] = (choice["text"], choice["finish_reason"],
-                      answer["usage"]["completion_tokens"])
-        except Exception as e:  # noqa: BLE001 - reported by the caller
-            out[i] = repr(e)
+        with urllib.request.urlopen(req, timeout=240) as r:
+            answer = json.load(r)
+        choice = answer["choices"][0]
+        return choice["text"], choice["finish_reason"], answer["usage"]["completion_tokens"]
 
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(PROMPTS))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
+    return concurrently(ask, len(PROMPTS))
 
 
 def metric(url, name):
