@@ -8,6 +8,8 @@
 // the forwards began, as the stages of `serve --pp` do.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -87,7 +89,8 @@ class DeferredModel final : public models::CausalLM, public PipelinedForward {
   void set_recompute(nn::Recompute m) override { inner_->set_recompute(m); }
   nn::Recompute recompute() const override { return inner_->recompute(); }
 
-  int64_t most_in_flight = 0, begun = 0;  // read after the engine has stopped
+  int64_t most_in_flight = 0;  // read after the engine has stopped
+  std::atomic<int64_t> begun{0};
 
  private:
   std::shared_ptr<models::CausalLM> inner_;
@@ -237,6 +240,74 @@ TEST(EngineGroups, CancelWhileInFlightFreesEveryBlock) {
   EXPECT_EQ(engine.stats().kv_blocks_used, 0);
   EXPECT_EQ(engine.stats().running, 0);
   EXPECT_EQ(deferred->most_in_flight, 2);
+}
+
+// Three requests of 31 + 8 tokens (10 blocks of 4 each) in three groups over a pool of 11 blocks,
+// prompts in chunks of 8: each fits the pool alone, no two together. Without the anchor of
+// serve/pool_priority.h the groups preempt each other's progress away forever (no request ends;
+// the test cancels them after 3000 forwards); with it every request ends by length with the
+// one-group engine's tokens.
+std::map<std::string, Output> three_long_requests(std::shared_ptr<models::CausalLM> model,
+                                                  int64_t groups, int64_t* preemptions) {
+  EngineOptions o;
+  o.deterministic = true;
+  o.max_batch_tokens = 8;
+  o.block_size = 4;
+  o.max_model_len = 40;
+  o.step_groups = groups;
+  const models::KVCache probe = model->make_cache(1, 1);
+  const models::KvGeometry geometry{probe.n_layer(), probe.kv_heads(), probe.head_dim()};
+  o.kv_cache_bytes =
+      11 * o.block_size * geometry.bytes_per_token(int64_t(dtype_size(probe.dtype())));
+  auto* deferred = dynamic_cast<DeferredModel*>(model.get());
+  Engine engine(std::move(model), io::Tokenizer(io::small_config()), o);
+  Collector c;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    Request r;
+    r.id = "long" + std::to_string(i);
+    r.prompt = prompt_of(31, 70 + uint64_t(i));
+    r.params.max_tokens = 8;
+    r.params.temperature = 0;
+    r.params.ignore_eos = true;
+    EXPECT_EQ(engine.submit(r, c.sink(r.id)).status, SubmitStatus::kAccepted);
+    ids.push_back(r.id);
+  }
+  engine.start();
+  const auto ended = [&](const std::string& id) {
+    const std::vector<Delta> d = c.of(id);
+    return !d.empty() && d.back().finish != FinishReason::kNone;
+  };
+  while (!std::all_of(ids.begin(), ids.end(), ended)) {
+    if (deferred && deferred->begun.load() > 3000) {
+      for (const std::string& id : ids) engine.cancel(id);  // stuck: end it
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::map<std::string, Output> out;
+  for (const std::string& id : ids) {
+    c.wait(id);
+    out[id] = output_of(c.of(id));
+  }
+  *preemptions = engine.stats().preemptions;
+  engine.drain(std::chrono::milliseconds(1000));
+  EXPECT_EQ(engine.stats().kv_blocks_used, 0);
+  return out;
+}
+
+TEST(EngineGroups, ThreeGroupsOverOneShortPoolAllFinish) {
+  auto model = tiny_gpt2();
+  int64_t preempted_alone = 0, preempted = 0;
+  const auto want = three_long_requests(model, 1, &preempted_alone);
+  const auto got = three_long_requests(std::make_shared<DeferredModel>(model), 3, &preempted);
+  EXPECT_GT(preempted, 0) << "the pool was never short";
+  for (const auto& [id, w] : want) {
+    EXPECT_EQ(w.finish, FinishReason::kLength) << id;
+    EXPECT_EQ(got.at(id).finish, FinishReason::kLength)
+        << id << " (" << preempted << " preemptions)";
+    EXPECT_EQ(got.at(id).tokens, w.tokens) << id;
+  }
 }
 
 TEST(EngineGroups, RefusedWithoutAPipelinedModel) {

@@ -3,6 +3,7 @@
 #include "tessel/cli/ep_model.h"
 
 #include "tessel/cli/job_refusal.h"
+#include "tessel/cli/pp_model.h"
 #include "tessel/core/error.h"
 #include "tessel/dist/world.h"
 #include "tessel/models/gguf_model.h"
@@ -12,14 +13,18 @@
 namespace tessel::cli {
 
 dist::CommPtr start_expert_parallel(const std::string& model, int ep, int tp,
-                                    const std::string& what) {
+                                    const std::string& what, int pp, int microbatches) {
   TESSEL_CHECK(ep >= 1, what, ": --ep ", ep, " must be >= 1");
   TESSEL_CHECK(tp >= 1, what, ": --tp ", tp, " must be >= 1");
+  TESSEL_CHECK(pp >= 1, what, ": --pp ", pp, " must be >= 1");
   if (ep == 1) return nullptr;
-  const int ranks = ep * tp;
+  TESSEL_CHECK(tp == 1 || pp == 1, what, ": --ep ", ep, " with --pp ", pp, " and --tp ", tp,
+               " is not supported; give --ep with one of them");
+  const int ranks = ep * tp * pp;
   const dist::LaunchInfo launch = dist::detect_launch();
-  const std::string flags =
-      "--ep " + std::to_string(ep) + (tp > 1 ? " --tp " + std::to_string(tp) : "");
+  const std::string flags = "--ep " + std::to_string(ep) +
+                            (tp > 1 ? " --tp " + std::to_string(tp) : "") +
+                            (pp > 1 ? " --pp " + std::to_string(pp) : "");
   TESSEL_CHECK(launch.size == ranks, what, ": ", flags, " needs ", ranks,
                " ranks, but the job has ", launch.size, " (", launch.describe(),
                "); start it with mpirun -np ", ranks, " tessel ", what, " ", flags);
@@ -31,6 +36,7 @@ dist::CommPtr start_expert_parallel(const std::string& model, int ep, int tp,
                                            : train::expert_parallel_load_error(model, ep);
       if (error.empty() && tp > 1)
         (void)models::inference_tensor_parallel(*models::load_model_source_config(model), tp);
+      if (error.empty() && pp > 1) check_pp_request(model, 1, pp, microbatches, what);
     } catch (const Error& e) {
       error = e.what();
     }

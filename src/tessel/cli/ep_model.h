@@ -21,13 +21,14 @@
 
 namespace tessel::cli {
 
-// --ep N [--tp T]: checks the job's size (mpirun -np N·T) and that the model (a safetensors
-// directory or a GGUF file) has MoE layers that N divides and, with --tp,
-// that the family's plan and the experts' FFN width take T, before any weight is read; returns
-// the world, or null for N = 1. A model that cannot be split fails identically on every rank:
-// only rank 0 reports it (the others wait to be ended by its abort), so the job prints one error.
+// --ep N [--tp T | --pp P]: checks the job's size (mpirun -np N·T or N·P) and that the model (a
+// safetensors directory or a GGUF file) has MoE layers that N divides and, with --tp,
+// that the family's plan and the experts' FFN width take T, with --pp that it has P blocks
+// (cli/ep_pp_model.h), before any weight is read; returns the world, or null for N = 1. A model
+// that cannot be split fails identically on every rank: only rank 0 reports it (the others wait
+// to be ended by its abort), so the job prints one error.
 dist::CommPtr start_expert_parallel(const std::string& model, int ep, int tp,
-                                    const std::string& what);
+                                    const std::string& what, int pp = 1, int microbatches = 1);
 
 struct EpRankModel {
   std::shared_ptr<models::CausalLM> model;  // this rank's share, in eval mode

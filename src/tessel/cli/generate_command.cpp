@@ -13,7 +13,8 @@
 // With --ep N a mixture-of-experts model's experts are spread over the ranks (cli/ep_model.h):
 // every rank runs the whole forward and gathers its MoE layers' expert rows, so every rank samples
 // the same ids as one process; with --tp T as well (N·T ranks) the dense parts are tensor-parallel
-// and each expert's FFN columns split over tp, as --tp alone splits a mixture of experts.
+// and each expert's FFN columns split over tp, as --tp alone splits a mixture of experts; with
+// --pp P (N·P ranks) each pipeline stage's experts are spread over its N ranks (cli/ep_pp_model.h).
 // Every process ends with its peak resident set and address space on stderr (cli/peak_memory.h;
 // also in the JSON line), so the memory a rank's share saves is visible.
 #include <cstdio>
@@ -24,6 +25,7 @@
 
 #include "tessel/cli/commands.h"
 #include "tessel/cli/ep_model.h"
+#include "tessel/cli/ep_pp_model.h"
 #include "tessel/cli/job_refusal.h"
 #include "tessel/cli/model_args.h"
 #include "tessel/cli/peak_memory.h"
@@ -98,9 +100,8 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
                " tokens exceeds the context length max_positions = ", max_positions);
 
   TESSEL_CHECK(args.tp >= 1, "generate: --tp ", args.tp, " must be >= 1");
-  TESSEL_CHECK(args.ep == 1 || args.pp == 1, "generate: --ep ", args.ep, " with --pp ", args.pp,
-               " is not supported; give one of them");
-  const dist::CommPtr ep_world = start_expert_parallel(args.model, args.ep, args.tp, "generate");
+  const dist::CommPtr ep_world =
+      start_expert_parallel(args.model, args.ep, args.tp, "generate", args.pp);
   if (!ep_world) {
     // Every rank of a job reaches the same refusal (the layout, or a model the plan or its
     // experts' width cannot split): rank 0 alone reports it, one line.
@@ -121,7 +122,20 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   std::shared_ptr<train::ModelTensorParallel> tp;
   bool leader = true;
   int rank = -1;  // under --tp, --pp or --ep: this process's rank, named in its memory line
-  if (ep_world) {
+  if (ep_world && args.pp > 1) {
+    // Expert parallelism inside each stage; every rank gets the logits and samples alike.
+    leader = ep_world->rank() == 0;
+    rank = ep_world->rank();
+    PpRankModel loaded = load_ep_pp_rank_model(
+        args.model, weights, ep_world, args.ep, 1, serve::PipelineStageModel::LogitsTo::kEveryRank,
+        [&](const std::string& line) {
+          if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());
+        });
+    std::fprintf(stderr, "tessel: generate: pipeline rank %d runs blocks [%lld, %lld) and %s\n",
+                 ep_world->rank(), static_cast<long long>(loaded.model->first_block()),
+                 static_cast<long long>(loaded.model->last_block()), loaded.share.c_str());
+    model = std::move(loaded.model);
+  } else if (ep_world) {
     leader = ep_world->rank() == 0;
     rank = ep_world->rank();
     EpRankModel loaded =
@@ -278,7 +292,7 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--ep", args->ep,
                   "Expert-parallel ranks of a mixture-of-experts model: run under mpirun -np N "
-                  "with --ep N, -np N*T with --tp T as well (same ids as one rank)")
+                  "with --ep N, -np N*T with --tp T or --pp T as well (same ids as one rank)")
       ->capture_default_str();
   cmd->add_option("--pp", args->pp,
                   "Pipeline stages: run under mpirun -np N with --pp N, each rank holding its "

@@ -206,6 +206,11 @@ std::shared_ptr<models::CausalLM> load_stage_tensors(
 
 }  // namespace
 
+PpStage pp_stage(const std::string& model, int stages, int stage) {
+  StagePlan plan = plan_stages(models::load_model_source_config(model), stages);
+  return {plan.bounds, stage_parameters(*plan.shape_only, plan.bounds, stage)};
+}
+
 PpRankModel load_pp_rank_model(const std::string& model, models::InferenceWeights weights,
                                const dist::CommPtr& world, int tp, int microbatches,
                                serve::PipelineStageModel::LogitsTo logits_to,

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tessel/dist/communicator.h"
 #include "tessel/models/inference_weights.h"
@@ -44,6 +45,15 @@ void check_pp_request(const std::string& model, int tp, int pp, int microbatches
 // `layer_costs` (embedding, blocks..., head): stages + 1 entries, see PipelineStageModel.
 std::vector<int64_t> pp_stage_bounds(const std::vector<double>& layer_costs, int64_t blocks,
                                      int stages);
+
+// Stage `stage` of `stages` for the model `model` (a directory or a GGUF file) describes: the
+// stage bounds (stages + 1 entries) and which parameters the stage holds (its blocks', the
+// embedding with the first stage, the final norm and the head with the last). Reads no weight.
+struct PpStage {
+  std::vector<int64_t> bounds;
+  std::function<bool(const std::string&)> holds;
+};
+PpStage pp_stage(const std::string& model, int stages, int stage);
 
 // Collective over `world` (of pp x tp ranks; rank r runs stage r / tp). `note` receives the
 // tensor-parallel plan's one-line notices.

@@ -10,8 +10,8 @@
 // share of the model (train/model_tensor_parallel.h); rank 0 serves HTTP and runs the engine,
 // the others run each step it sends them and exit 0 when its drain ends (a mixture of experts
 // with each expert's FFN columns split over tp). --ep N does the same with a mixture-of-experts
-// model's experts spread over the ranks, and with --tp T as well on N·T ranks
-// (cli/ep_model.h). With --pp N each
+// model's experts spread over the ranks, and with --tp T or --pp P as well on N·T or N·P ranks
+// (cli/ep_model.h, cli/ep_pp_model.h). With --pp N each
 // rank holds one pipeline stage (cli/pp_model.h) under the same scheme: rank 0 decides and
 // broadcasts every step, the stages pass hidden states on in --pp-microbatches pieces, and the last
 // one sends the logits back to rank 0, which keeps one step of each of --pp-groups groups of
@@ -26,6 +26,7 @@
 
 #include "tessel/cli/commands.h"
 #include "tessel/cli/ep_model.h"
+#include "tessel/cli/ep_pp_model.h"
 #include "tessel/cli/job_refusal.h"
 #include "tessel/cli/model_args.h"
 #include "tessel/cli/pp_model.h"
@@ -115,18 +116,21 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
   }
   if (args.pp > 1) {
     const int microbatches = args.pp_microbatches;
-    PpRankModel loaded = load_pp_rank_model(args.model, weights, world, args.tp, microbatches,
-                                            serve::PipelineStageModel::LogitsTo::kFirstRank,
-                                            [&](const std::string& line) {
-                                              if (world->rank() == 0)
-                                                log(LogLevel::Info, "serve: ", line);
-                                            });
+    const auto note = [&](const std::string& line) {
+      if (world->rank() == 0) log(LogLevel::Info, "serve: ", line);
+    };
+    PpRankModel loaded =
+        args.ep > 1 ? load_ep_pp_rank_model(args.model, weights, world, args.ep, microbatches,
+                                            serve::PipelineStageModel::LogitsTo::kFirstRank, note)
+                    : load_pp_rank_model(args.model, weights, world, args.tp, microbatches,
+                                         serve::PipelineStageModel::LogitsTo::kFirstRank, note);
     log(LogLevel::Info, "serve: pipeline rank ", world->rank(), " runs blocks [",
         loaded.model->first_block(), ", ", loaded.model->last_block(), ") and ", loaded.share);
     if (world->rank() == 0)
-      log(LogLevel::Info, "serve: ", args.pp, " pipeline stages of ", args.tp,
-          " tensor-parallel ranks, up to ", microbatches, " micro-batches per step, ",
-          step_groups(args), " groups of requests in flight");
+      log(LogLevel::Info, "serve: ", args.pp, " pipeline stages of ",
+          args.ep > 1 ? args.ep : args.tp, args.ep > 1 ? " expert-parallel" : " tensor-parallel",
+          " ranks, up to ", microbatches, " micro-batches per step, ", step_groups(args),
+          " groups of requests in flight");
     out.model = std::move(loaded.model);
     // The logits arrive on rank 0 inside the stage's forward: nothing to gather.
     out.mirror = std::make_shared<serve::StepMirror>(world, [](const Tensor& t) { return t; });
@@ -229,11 +233,10 @@ void run_serve(const ServeArgs& args) {
   check_model_dir(args.model, "serve");
   const models::InferenceWeights weights = models::parse_inference_weights(args.weights);
   apply_threads(args.threads);
-  TESSEL_CHECK(args.ep == 1 || args.pp == 1, "serve: --ep ", args.ep, " with --pp ", args.pp,
-               " is not supported; give one of them");
   (void)step_groups(args);  // refused before any rank starts
   const dist::CommPtr world = args.ep > 1
-                                  ? start_expert_parallel(args.model, args.ep, args.tp, "serve")
+                                  ? start_expert_parallel(args.model, args.ep, args.tp, "serve",
+                                                          args.pp, args.pp_microbatches)
                                   : start_tensor_parallel(args);
   if (world && world->rank() != 0) return run_follower(args, weights, world);
 
@@ -346,10 +349,11 @@ void add_serve_command(CLI::App& app) {
                   "Tensor-parallel ranks: run under mpirun -np N with --tp N; rank 0 serves HTTP "
                   "(same tokens as one rank)")
       ->capture_default_str();
-  cmd->add_option("--ep", args->ep,
-                  "Expert-parallel ranks of a mixture-of-experts model: run under mpirun -np N "
-                  "with --ep N (-np N*T with --tp T as well); rank 0 serves HTTP (same tokens as "
-                  "one rank)")
+  cmd->add_option(
+         "--ep", args->ep,
+         "Expert-parallel ranks of a mixture-of-experts model: run under mpirun -np N "
+         "with --ep N (-np N*T with --tp T or --pp T as well); rank 0 serves HTTP (same tokens as "
+         "one rank)")
       ->capture_default_str();
   cmd->add_option("--pp", args->pp,
                   "Pipeline stages: run under mpirun -np N with --pp N, each rank holding its "

@@ -86,6 +86,11 @@ Engine::Engine(std::shared_ptr<models::CausalLM> model, io::Tokenizer tokenizer,
   for (int64_t g = 0; g < groups; ++g)
     s.schedulers.push_back(std::make_unique<Scheduler>(
         *s.blocks, options.max_batch_tokens, group_max_seqs(options.max_seqs, groups, g)));
+  if (groups > 1) {
+    std::vector<Scheduler*> each;
+    for (const auto& sch : s.schedulers) each.push_back(sch.get());
+    s.priority = std::make_unique<PoolPriority>(std::move(each));
+  }
   s.group_busy.assign(size_t(groups), 0);
   s.outputs = std::make_unique<OutputWriter>(s.eos);
   log(LogLevel::Info, "engine: KV cache of ", num_blocks, " blocks x ", options.block_size,

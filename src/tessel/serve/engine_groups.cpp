@@ -28,6 +28,7 @@ bool Engine::State::run_groups(bool stop_now) {
         profile::Scope phase("engine.schedule");
         return schedulers[g]->schedule();
       }();
+      if (priority) priority->after_plan(plan);
       if (plan.empty()) continue;
       begin_group_step(int(g), std::move(plan));
       ran = true;

@@ -18,6 +18,7 @@
 #include "tessel/serve/engine_outputs.h"
 #include "tessel/serve/paged_kv_cache.h"
 #include "tessel/serve/pipelined_forward.h"
+#include "tessel/serve/pool_priority.h"
 
 namespace tessel::serve {
 
@@ -32,6 +33,8 @@ struct Engine::State {
   std::unique_ptr<BlockManager> blocks;
   // One scheduler per group of requests (step_groups.h); one unless the model is pipelined.
   std::vector<std::unique_ptr<Scheduler>> schedulers;
+  // With several groups over the one pool: who may be admitted while memory is short.
+  std::unique_ptr<PoolPriority> priority;
   std::unique_ptr<OutputWriter> outputs;
   std::shared_ptr<StepMirror> mirror;  // rank 0 of a tensor-parallel group, else null
 

@@ -134,7 +134,7 @@ StepPlan Scheduler::schedule() {
   while (plan.preempted == 0 && budget > 0 && !waiting_.empty() &&
          int64_t(running_.size()) < max_seqs_) {
     const std::shared_ptr<Sequence> next = waiting_.front();
-    if (!admit(next, budget, plan)) break;
+    if ((gate_ && !gate_(*next)) || !admit(next, budget, plan)) break;
     budget = max_batch_tokens_ - plan.tokens;
   }
   return plan;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -53,6 +54,10 @@ class Scheduler {
   // Removes a finished or cancelled sequence and frees its blocks (waiting or running).
   void remove(Sequence& seq);
 
+  // Groups sharing one block manager (pool_priority.h): a waiting sequence is admitted only if
+  // `gate` accepts it (default: every one).
+  void set_admission_gate(std::function<bool(const Sequence&)> gate) { gate_ = std::move(gate); }
+
   const std::vector<std::shared_ptr<Sequence>>& running() const { return running_; }
   const std::vector<std::shared_ptr<Sequence>>& waiting() const { return waiting_; }
   int64_t preemptions() const { return preemptions_; }
@@ -70,6 +75,7 @@ class Scheduler {
   std::vector<std::shared_ptr<Sequence>> running_;  // admission order
   std::vector<std::shared_ptr<Sequence>> waiting_;  // arrival order
   int64_t preemptions_ = 0;
+  std::function<bool(const Sequence&)> gate_;
 };
 
 }  // namespace tessel::serve

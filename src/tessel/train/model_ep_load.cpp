@@ -37,13 +37,14 @@ std::string expert_parallel_load_error(const std::string& dir, int ep) {
 
 EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep,
                             const dist::CommPtr& tp,
-                            const std::function<void(const std::string&)>& note) {
+                            const std::function<void(const std::string&)>& note,
+                            const std::function<bool(const std::string&)>& keep) {
   const models::ConfigPtr config = read_config(dir);
   if (tp) (void)models::inference_tensor_parallel(*config, tp->size());
   EpLoadedModel out;
-  if (tp) {
+  if (tp || keep) {
     // Shape-only (no bytes, no address space), as load_model_tp builds it: the plan's cut then
-    // makes shape-only pieces, filled below.
+    // makes shape-only pieces, filled below (only the kept ones: another stage's never are).
     nn::init::InitRecord unused;
     nn::init::DeferInit defer(unused);
     out.model = config->build_empty();
@@ -81,6 +82,7 @@ EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep,
   };
   autograd::NoGradGuard no_grad;
   for (const auto& [name, param] : out.model->named_parameters()) {
+    if (keep && !keep(name)) continue;
     const sharding::LocalLayout placement = pieces.placement(out.tp.get(), name, param.shape());
     param.storage().materialize();
     const bool direct = param.dtype() == DType::F32;
@@ -89,7 +91,7 @@ EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep,
     if (!direct) param.detach().copy_from(flat.reshape(param.shape()));
   }
   out.values_read = values;
-  out.expert_bytes = expert_parameter_bytes(*out.model);
+  out.expert_bytes = expert_parameter_bytes(*out.model, keep);
   out.model->eval();
   return out;
 }

@@ -40,10 +40,13 @@ std::string expert_parallel_load_error(const std::string& dir, int ep);
 // groups of the ranks with one tp rank): the dense parts split by the family's tensor-parallel
 // plan over `tp` as load_model_tp splits them (`note` receives its notices), and each of the
 // rank's experts' FFN columns split over `tp` (model_expert_pieces.h): a rank holds E / ep experts
-// × F / tp columns and reads only those.
+// × F / tp columns and reads only those. `keep` (default: all) names the parameters to read, for
+// a pipeline stage under --ep with --pp: the others stay shape-only (no bytes, no address space),
+// and the expert bytes count the kept stacks only.
 EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep,
                             const dist::CommPtr& tp = nullptr,
-                            const std::function<void(const std::string&)>& note = {});
+                            const std::function<void(const std::string&)>& note = {},
+                            const std::function<bool(const std::string&)>& keep = {});
 
 // The same for a GGUF file whose family stores its experts as stacks, one tensor per projection
 // (blk.N.ffn_*_exps of dims [in, out, experts], the family's GgufLayout naming them): the file is
@@ -58,9 +61,12 @@ EpLoadedModel load_model_ep(const std::string& dir, const dist::CommPtr& ep,
 // With `tp` (--ep with --tp): the dense part cut as load_gguf_model_tp cuts it, and of each of the
 // rank's experts only its FFN columns (model_expert_pieces.h), block stacks copied with pread
 // (down columns on block boundaries, refused otherwise), float stacks read run by run.
+// `keep` as for load_model_ep; `parallelism` (default: from tp) is what the errors name.
 std::string expert_parallel_gguf_error(const std::string& path, int ep);
 EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& ep,
                                  const dist::CommPtr& tp = nullptr,
-                                 const std::function<void(const std::string&)>& note = {});
+                                 const std::function<void(const std::string&)>& note = {},
+                                 const std::function<bool(const std::string&)>& keep = {},
+                                 const std::string& parallelism = "");
 
 }  // namespace tessel::train

@@ -95,7 +95,12 @@ int64_t read_float_piece(const io::GgufFile& file, const models::GgufStored& sto
 
 EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& ep,
                                  const dist::CommPtr& tp,
-                                 const std::function<void(const std::string&)>& note) {
+                                 const std::function<void(const std::string&)>& note,
+                                 const std::function<bool(const std::string&)>& keep,
+                                 const std::string& parallelism) {
+  const std::string what = !parallelism.empty() ? parallelism
+                           : tp                 ? "expert and tensor parallelism"
+                                                : "expert parallelism";
   auto file =
       std::make_shared<const io::GgufFile>(io::GgufFile::open(path, io::GgufMapping::Windows));
   const models::ConfigPtr config = models::gguf_model_config(*file);
@@ -104,8 +109,8 @@ EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& e
   // The dense part (under tp: its pieces, and the stacks cut by FFN columns); the stacks stay
   // shape-only (no bytes, no address space).
   TpGgufLoaded dense = load_gguf_model_tp(
-      path, tp, note, [&](const std::string& name) { return !stacks.count(name); },
-      tp ? "expert and tensor parallelism" : "expert parallelism");
+      path, tp, note,
+      [&](const std::string& name) { return !stacks.count(name) && (!keep || keep(name)); }, what);
   EpLoadedModel out;
   out.model = dense.model;
   out.tp = dense.tp;
@@ -122,6 +127,7 @@ EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& e
     const int64_t first = experts->first_expert(), count = experts->experts();
     const int64_t f0 = experts->first_ffn_column(), f = experts->ffn_hidden();
     for (auto& [leaf, param] : experts->named_parameters()) {
+      if (keep && !keep(module_name + "." + leaf)) continue;  // another pipeline stage's
       const models::GgufStored& stored = layout.tensors.at(module_name + "." + leaf);
       const io::GgufTensorInfo info = models::gguf_stored_info(*file, stored);
       const Shape whole = info.shape();
@@ -167,7 +173,7 @@ EpLoadedModel load_gguf_model_ep(const std::string& path, const dist::CommPtr& e
     }
   }
   out.bytes_read = bytes;
-  out.expert_bytes = expert_parameter_bytes(*out.model);
+  out.expert_bytes = expert_parameter_bytes(*out.model, keep);
   out.model->eval();
   return out;
 }

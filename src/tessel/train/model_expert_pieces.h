@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -34,7 +35,9 @@ struct ExpertPieces {
 // for a dense model or a null / one-rank `tp`. An Error naming a layer whose width is below tp.
 ExpertPieces split_experts_over_tp(models::CausalLM& model, const dist::CommPtr& tp);
 
-// The bytes of every MoE layer's expert tensors this rank holds (quantized stacks: their blocks).
-int64_t expert_parameter_bytes(models::CausalLM& model);
+// The bytes of every MoE layer's expert tensors this rank holds (quantized stacks: their blocks);
+// with `keep`, of the kept tensors only (a pipeline stage's).
+int64_t expert_parameter_bytes(models::CausalLM& model,
+                               const std::function<bool(const std::string&)>& keep = {});
 
 }  // namespace tessel::train

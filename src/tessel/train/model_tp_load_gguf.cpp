@@ -9,6 +9,7 @@
 
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/core/error.h"
+#include "tessel/kernels/quant/dequantize.h"
 #include "tessel/kernels/quant/quant_format.h"
 #include "tessel/models/family.h"
 #include "tessel/models/gguf_expert_stack.h"
@@ -114,14 +115,19 @@ void bind_blocks(nn::Module& owner, const io::GgufFile& file, const models::Gguf
     dynamic_cast<nn::Embedding&>(owner).set_quantized(type, blocks);
 }
 
-// Regions of the float tensors (F32, or F16 / BF16 widened), rows reordered where the layout says.
+// Regions of the tensors read as floats (F32, or F16 / BF16 widened), rows reordered where the
+// layout says. A tensor in a quantized format that no Linear or Embedding keeps as blocks (a Q8_0
+// norm weight or bias) is dequantized whole first, as the one-process loader dequantizes it
+// (models/gguf_model.cpp), so every rank's region holds one process's values.
 RegionSource float_regions(const io::GgufFile& file, const models::GgufLayout& layout,
                            const std::string& parallelism, Stats& stats) {
   return [&file, &layout, &parallelism, &stats](const std::string& name, const PieceRegion& region,
                                                 float* dst) {
     const models::GgufStored& stored = layout.tensors.at(name);
     const io::GgufTensorInfo info = models::gguf_stored_info(file, stored);
-    const std::optional<DType> dtype = io::dtype_of_ggml(info.type);
+    const bool quantized =
+        quant::is_ggml_type_supported(info.type) && !io::dtype_of_ggml(info.type);
+    const std::optional<DType> dtype = quantized ? DType::F32 : io::dtype_of_ggml(info.type);
     TESSEL_CHECK(dtype && dtype_is_float(*dtype), parallelism, ": GGUF tensor ", stored.name,
                  " is ", io::ggml_type_name(info.type),
                  ", which only a Linear or Embedding weight ", "may be under ", parallelism);
@@ -131,19 +137,24 @@ RegionSource float_regions(const io::GgufFile& file, const models::GgufLayout& l
     const size_t size = dtype_size(*dtype);
     // Unmapped after this region (an expert stack kept one tensor per expert: a copy).
     const io::GgufBytes mapped = models::gguf_stored_bytes(file, stored);
-    const uint8_t* raw = mapped.bytes.data();
+    const Tensor dequantized =
+        quantized ? quant::dequantize(quant::quant_type_from_ggml(info.type), mapped.bytes, shape)
+                  : Tensor();
+    const uint8_t* raw =
+        quantized ? static_cast<const uint8_t*>(dequantized.data_ptr()) : mapped.bytes.data();
     for_each_run(shape, region, [&](int64_t global, int64_t n, int64_t at) {
       while (n > 0) {  // a piece of one row at a time: rows may be stored in another order
         const int64_t row = global / row_len, col = global % row_len;
         const int64_t k = std::min(n, row_len - col);
         const int64_t from = models::gguf_stored_row(row, rows, stored.rope_heads) * row_len + col;
         convert_elements(raw + size_t(from) * size, *dtype, dst + at, DType::F32, size_t(k));
-        stats.bytes += k * int64_t(size);
+        if (!quantized) stats.bytes += k * int64_t(size);
         global += k;
         at += k;
         n -= k;
       }
     });
+    if (quantized) stats.bytes += int64_t(mapped.bytes.size());  // the blocks read
   };
 }
 

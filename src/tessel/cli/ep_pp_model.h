@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: Apache-2.0
+// This rank's part of a mixture-of-experts model for `tessel generate|serve --ep E --pp P` under
+// `mpirun -np P·E`: expert parallelism inside each pipeline stage. The P·E ranks form P stages of E
+// ranks (world rank = stage · E + ep index, the layout of --pp with --tp): the stage's blocks are
+// cut as --pp cuts them (cli/pp_model.h), every rank of a stage holds the stage's dense weights
+// whole and E⁻¹ of the experts of each of its MoE layers (DeepSpeed-MoE's inference placement,
+// train/model_ep_load.h, reading only those), and the ranks of one ep index across the stages pass
+// the hidden states on (serve/pipeline_stage_model.h). The ranks of a stage run the same tokens, so
+// each MoE layer's dispatch (parallel/expert/expert_inference.h) gathers its experts' rows over
+// the stage's ep group alone; every rank of the last stage ends with whole logits. Nothing is
+// summed in another order, so tokens and logprobs equal one process's bitwise.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "tessel/cli/pp_model.h"
+#include "tessel/dist/communicator.h"
+#include "tessel/models/inference_weights.h"
+#include "tessel/serve/pipeline_stage_model.h"
+
+namespace tessel::cli {
+
+// Collective over `world` (of pp · ep ranks, checked by start_expert_parallel). `note` receives the
+// one-line notices meant for the job (the caller prints them on rank 0).
+PpRankModel load_ep_pp_rank_model(const std::string& model, models::InferenceWeights weights,
+                                  const dist::CommPtr& world, int ep, int microbatches,
+                                  serve::PipelineStageModel::LogitsTo logits_to,
+                                  const std::function<void(const std::string&)>& note);
+
+}  // namespace tessel::cli
