@@ -37,12 +37,14 @@ ExpertPieces split_experts_over_tp(models::CausalLM& model, const dist::CommPtr&
   return out;
 }
 
-int64_t expert_parameter_bytes(models::CausalLM& model) {
+int64_t expert_parameter_bytes(models::CausalLM& model,
+                               const std::function<bool(const std::string&)>& keep) {
   int64_t bytes = 0;
   for (auto& [name, module] : model.named_modules())
-    if (auto* moe = dynamic_cast<nn::MoE*>(module))
-      for (const auto& [param, t] : moe->experts->named_parameters())
-        bytes += int64_t(t.numel()) * int64_t(dtype_size(t.dtype()));
+    if (auto* experts = dynamic_cast<nn::ExpertMLPs*>(module))
+      for (const auto& [param, t] : experts->named_parameters())
+        if (!keep || keep(name + "." + param))
+          bytes += int64_t(t.numel()) * int64_t(dtype_size(t.dtype()));
   return bytes;
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -35,6 +36,9 @@ struct ExpertPieces {
 ExpertPieces split_experts_over_tp(models::CausalLM& model, const dist::CommPtr& tp);
 
 // The bytes of every MoE layer's expert tensors this rank holds (quantized stacks: their blocks).
-int64_t expert_parameter_bytes(models::CausalLM& model);
+// With `keep` (a pipeline stage's filter of parameter names), only those it accepts: the other
+// stages' experts are shape-only on this rank.
+int64_t expert_parameter_bytes(models::CausalLM& model,
+                               const std::function<bool(const std::string&)>& keep = {});
 
 }  // namespace tessel::train
