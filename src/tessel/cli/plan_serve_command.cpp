@@ -74,6 +74,7 @@ std::string serve_command(const ServePlanArgs& a, const plan::ServeRow& r) {
                         ? "mpirun -np " + std::to_string(r.layout.chips()) + " tessel serve"
                         : "tessel serve";
   cmd += " -m " + (dir ? a.model : std::string("MODEL_DIR"));
+  if (r.layout.ep > 1) cmd += " --ep " + std::to_string(r.layout.ep);
   if (r.layout.tp > 1) cmd += " --tp " + std::to_string(r.layout.tp);
   if (r.layout.pp > 1) cmd += " --pp " + std::to_string(r.layout.pp);
   if (a.weights != "f32") cmd += " --weights " + a.weights;
@@ -91,6 +92,7 @@ nlohmann::json row_json(const ServePlanArgs& a, const plan::ServeRow& r) {
                    {"tp", r.layout.tp},
                    {"x", r.layout.x},
                    {"pp", r.layout.pp},
+                   {"ep", r.layout.ep},
                    {"chips", r.layout.chips()},
                    {"batch", r.batch},
                    {"seconds", c.seconds},
