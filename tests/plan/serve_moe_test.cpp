@@ -60,6 +60,17 @@ TEST(ServeMoe, ShapeCountsTheExpertsApartFromTheDenseBlocks) {
   EXPECT_GE(s.d_ff, kWidth);
   EXPECT_LE(double(s.layers * s.block_matrix_params + e.expert_params), double(s.parameter_count));
   EXPECT_FALSE(serve_shape(*models::find_preset("gpt2:tiny")).experts.any());
+  EXPECT_GT(s.kernels_per_forward, 0);  // traced on meta, each token routed to k experts in turn
+}
+
+TEST(ServeMoe, GenerationTracesOnMeta) {
+  // The routing has no values on meta; the trace still runs and holds the experts' rows.
+  const models::ConfigPtr config = models::find_preset("mixtral:tiny");
+  const ServeMemory one = trace_serve_memory(*config, 1, 7, 33);
+  const ServeMemory three = trace_serve_memory(*config, 3, 7, 33);
+  EXPECT_GT(one.prefill_bytes, 7.0 * 2 * kWidth * 4);  // at least one activation of the T k rows
+  EXPECT_GT(three.prefill_bytes, one.prefill_bytes);
+  EXPECT_GT(one.decode_bytes, 0);
 }
 
 TEST(ServeMoe, ExpertsPerRankAndTheShareAStepReads) {

@@ -274,8 +274,9 @@ ServeCost serve_cost(const Cluster& c, const ServeShape& s, const ServeLayout& l
   // Activations and workspace of `b` sequences on a rank: traced for what tessel runs on one
   // stage, else the formula (at the rank's sequences when attention is split by batch).
   const int64_t gen_prompt = std::min<int64_t>(w.prompt, capacity - 1);
-  // A mixture of experts is not traced: its routing reads values (plan/serve_moe.h).
-  r.workspace_traced = memory && config && p == 1 && l.runnable() && !ex.any();
+  // A mixture of experts is traced without ep (plan/serve_moe.h: the ep gather's sizes depend on
+  // the routing).
+  r.workspace_traced = memory && config && p == 1 && l.runnable() && ep == 1;
   auto workspace = [&](int64_t b) {
     if (r.workspace_traced) return memory(n, b, gen_prompt, capacity).workspace();
     const int64_t rank_b = batch_attn ? ceil_div(b, n) : b;

@@ -7,9 +7,11 @@
 #include <set>
 #include <vector>
 
+#include "tessel/autograd/grad_mode.h"
 #include "tessel/nn/moe.h"
 #include "tessel/plan/comm_cost.h"
 #include "tessel/plan/serve_cost.h"
+#include "tessel/plan/trace_recorder.h"
 #include "tessel/tensor/default_device.h"
 
 namespace tessel::plan {
@@ -67,6 +69,16 @@ ServeShape serve_shape_moe(const models::ModelConfig& config) {
   }
   s.block_matrix_params = (dense + s.layers / 2) / s.layers;
   s.d_ff = std::max(s.d_ff, s.experts.expert_width);
+  // The kernels of one forward of one token (on meta each token routes to k experts in turn,
+  // nn/moe.cpp, as many kernels as any routing without drops).
+  Graph graph;
+  Recorder recorder(graph, false);
+  {
+    autograd::NoGradGuard no_grad;
+    kernels::KernelObserverScope observe(recorder);
+    model->forward(empty({1, 1}, DType::I64));
+  }
+  s.kernels_per_forward = int64_t(graph.ops.size());
   return s;
 }
 

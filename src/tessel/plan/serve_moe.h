@@ -41,8 +41,8 @@ ServeExperts serve_experts(models::CausalLM& model);
 
 // serve_shape (serve_cost.h) of a mixture of experts: the dense geometry as for any model, a
 // block's dense matrices the mean over the blocks (routers included, experts not), and the MoE
-// layers above. The kernels of a forward are not counted (kernels_per_forward 0: the routing reads
-// the router's values, which the meta device does not have), so no op overhead is predicted.
+// layers above; the kernels of one forward traced on meta (each token routed to k experts in turn:
+// nn/moe.cpp).
 ServeShape serve_shape_moe(const models::ModelConfig& config);
 
 // Why tessel cannot split the experts over `ep` ranks ("" when it can).
