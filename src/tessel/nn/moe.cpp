@@ -88,7 +88,7 @@ Tensor MoE::jittered(const Tensor& x) {
   std::vector<double> noise(n);
   for (uint64_t i = 0; i < n; ++i)
     noise[i] = 1.0 - config_.jitter + 2.0 * config_.jitter * double(uniform_at(seed, offset, i));
-  return ops::mul(x, from_data(noise, x.shape()).to(x.dtype()));
+  return ops::mul(x, values_tensor(noise, x.shape()).to(x.dtype()));
 }
 
 void MoE::set_positional(int64_t part, int64_t parts) {
