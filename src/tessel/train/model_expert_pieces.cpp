@@ -41,9 +41,9 @@ int64_t expert_parameter_bytes(models::CausalLM& model,
                                const std::function<bool(const std::string&)>& keep) {
   int64_t bytes = 0;
   for (auto& [name, module] : model.named_modules())
-    if (auto* experts = dynamic_cast<nn::ExpertMLPs*>(module))
-      for (const auto& [param, t] : experts->named_parameters())
-        if (!keep || keep(name + "." + param))
+    if (auto* moe = dynamic_cast<nn::MoE*>(module))
+      for (const auto& [param, t] : moe->experts->named_parameters())
+        if (!keep || keep((name.empty() ? "" : name + ".") + "experts." + param))
           bytes += int64_t(t.numel()) * int64_t(dtype_size(t.dtype()));
   return bytes;
 }

@@ -35,9 +35,8 @@ struct ExpertPieces {
 // for a dense model or a null / one-rank `tp`. An Error naming a layer whose width is below tp.
 ExpertPieces split_experts_over_tp(models::CausalLM& model, const dist::CommPtr& tp);
 
-// The bytes of every MoE layer's expert tensors this rank holds (quantized stacks: their blocks).
-// With `keep` (a pipeline stage's filter of parameter names), only those it accepts: the other
-// stages' experts are shape-only on this rank.
+// The bytes of every MoE layer's expert tensors this rank holds (quantized stacks: their blocks);
+// with `keep`, of the kept tensors only (a pipeline stage's).
 int64_t expert_parameter_bytes(models::CausalLM& model,
                                const std::function<bool(const std::string&)>& keep = {});
 
