@@ -18,6 +18,7 @@
 #include "tessel/core/error.h"
 #include "tessel/dist/meta/meta_communicator.h"
 #include "tessel/tensor/default_device.h"
+#include "tessel/train/model_expert_pieces.h"
 #include "tessel/train/model_presets.h"
 #include "tessel/train/model_tensor_parallel.h"
 
@@ -56,8 +57,10 @@ plan::ServeMemoryFn traced_serve_memory(const models::ModelConfig& config) {
     if (tp > 1) {
       auto state = std::make_shared<train::ModelTensorParallel>();
       rank.transform = [state, tp](models::CausalLM& model) {
-        *state =
-            train::parallelize_model(model, dist::make_meta_communicator(tp, 0, "tp"), "", false);
+        const dist::CommPtr comm = dist::make_meta_communicator(tp, 0, "tp");
+        *state = train::parallelize_model(model, comm, "", false);
+        // A mixture of experts: each expert's FFN columns over tp, as the loaders split them.
+        (void)train::split_experts_over_tp(model, comm);
       };
       rank.full_logits = [state](const Tensor& local) {
         return train::model_tp_full_logits(*state, local);
@@ -74,6 +77,7 @@ std::string serve_command(const ServePlanArgs& a, const plan::ServeRow& r) {
                         ? "mpirun -np " + std::to_string(r.layout.chips()) + " tessel serve"
                         : "tessel serve";
   cmd += " -m " + (dir ? a.model : std::string("MODEL_DIR"));
+  if (r.layout.ep > 1) cmd += " --ep " + std::to_string(r.layout.ep);
   if (r.layout.tp > 1) cmd += " --tp " + std::to_string(r.layout.tp);
   if (r.layout.pp > 1) cmd += " --pp " + std::to_string(r.layout.pp);
   if (a.weights != "f32") cmd += " --weights " + a.weights;
@@ -91,6 +95,7 @@ nlohmann::json row_json(const ServePlanArgs& a, const plan::ServeRow& r) {
                    {"tp", r.layout.tp},
                    {"x", r.layout.x},
                    {"pp", r.layout.pp},
+                   {"ep", r.layout.ep},
                    {"chips", r.layout.chips()},
                    {"batch", r.batch},
                    {"seconds", c.seconds},

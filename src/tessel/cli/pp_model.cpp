@@ -15,6 +15,7 @@
 #include "tessel/parallel/pipeline/partition.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
 #include "tessel/train/checkpoint/safetensors_regions.h"
+#include "tessel/train/model_expert_pieces.h"
 #include "tessel/train/model_tp_load.h"
 #include "tessel/train/model_tp_load_gguf.h"
 
@@ -29,13 +30,8 @@ void check_pp_request(const std::string& model, int tp, int pp, int microbatches
   const int64_t blocks = config->num_layers();
   TESSEL_CHECK(blocks >= pp, what, ": --pp ", pp, " stages for a model of ", blocks,
                " blocks (each stage needs one)");
-  if (tp > 1) {
-    // The stages' loaders do not split experts over tp (docs/MOE.md, "Tensor-parallel inference").
-    TESSEL_CHECK(!config->has_experts(), what, ": --pp ", pp, " with --tp ", tp, " for ",
-                 config->summary(), ", a mixture of experts, is not supported; give --tp ", tp,
-                 " (experts split over tp) or --pp ", pp, " alone");
-    (void)models::inference_tensor_parallel(*config, tp);  // an Error when the plan cannot split it
-  }
+  // An Error when the plan cannot split it (a mixture of experts: also experts narrower than tp).
+  if (tp > 1) (void)models::inference_tensor_parallel(*config, tp);
 }
 
 std::vector<int64_t> pp_stage_bounds(const std::vector<double>& layer_costs, int64_t blocks,
@@ -119,6 +115,12 @@ std::string converted_line(models::InferenceWeights weights, const models::Weigh
          (c.kept ? ", " + std::to_string(c.kept) + " GGUF-quantized kept" : "");
 }
 
+// A mixture of experts' stage: the bytes of its MoE layers' experts (under tp, its columns of
+// them), which every rank states so the tests can hold them to the formula.
+std::string held_experts(int64_t bytes) {
+  return bytes > 0 ? ", holds " + std::to_string(bytes) + " expert bytes" : "";
+}
+
 std::string gguf_share(const train::TpGgufLoaded& loaded) {
   return "read " + std::to_string(loaded.bytes_read) + " of the file's " +
          std::to_string(loaded.file_bytes) + " tensor bytes (its stage; " +
@@ -128,7 +130,9 @@ std::string gguf_share(const train::TpGgufLoaded& loaded) {
 
 // --tp with --pp: the stage's ranks split it by the tensor-parallel plan, each reading its share
 // of the stage's tensors (train/model_tp_load.h or, for a GGUF file, model_tp_load_gguf.h, with a
-// filter).
+// filter). A mixture of experts' stage has each of its experts' FFN columns split over the stage's
+// ranks by the loaders (train/model_expert_pieces.h), as --tp alone splits them, and its MoE
+// layers sum their down projections over the stage's tp group.
 PpRankModel load_tp_stage(const std::string& model, models::InferenceWeights weights,
                           const dist::CommPtr& world, int tp, int microbatches,
                           serve::PipelineStageModel::LogitsTo logits_to,
@@ -160,6 +164,7 @@ PpRankModel load_tp_stage(const std::string& model, models::InferenceWeights wei
     share_model = std::move(loaded.model);
     share = std::move(loaded.tp);
   }
+  out.share += held_experts(train::expert_parameter_bytes(*share_model, mine));
   out.share += converted_line(
       weights, train::convert_inference_weights_tp(*share_model, *share, weights, mine));
   out.model = std::make_shared<serve::PipelineStageModel>(
@@ -225,6 +230,7 @@ PpRankModel load_pp_rank_model(const std::string& model, models::InferenceWeight
   PpRankModel out;
   out.stage = world->rank();
   std::shared_ptr<models::CausalLM> whole = load_stage_tensors(model, plan, mine, out);
+  out.share += held_experts(train::expert_parameter_bytes(*whole, mine));
   out.share +=
       converted_line(weights, models::convert_inference_weights(*whole, weights, {}, mine));
   out.model = std::make_shared<serve::PipelineStageModel>(whole, world, plan.bounds, microbatches,

@@ -7,7 +7,8 @@
 // train/model_tp_load.h does for tensor-parallel shares. With --tp T too, the job's P x T ranks
 // form P stages of T ranks (world rank = stage * T + tp index): each stage is split by the
 // family's tensor-parallel plan among its ranks, and each rank reads its share of its stage's
-// tensors only. A GGUF file is read the same way through the family's GGUF layout
+// tensors only (a mixture of experts: its columns of each of its stage's experts, as --tp alone
+// splits them). A GGUF file is read the same way through the family's GGUF layout
 // (train/model_tp_load_gguf.h with the stage's filter): each rank maps the file and touches only
 // its stage's tensors, quantized matrices kept as their blocks (the one-process GGUF kernels), and
 // with --tp its share of them. `--weights int8|bf16|f16` converts each stage's own layers after

@@ -9,13 +9,33 @@
 #include <sstream>
 
 #include "tessel/ops/ops.h"
+#include "tessel/tensor/default_device.h"
 
 namespace tessel::nn {
 
 namespace {
 
+// Host values as a tensor; shape-only on the meta device (the planner's traces), which holds none.
+template <typename T>
+Tensor values_tensor(const std::vector<T>& values, const Shape& shape) {
+  if (default_device().is_meta()) return empty(shape, DTypeOf<T>::value);
+  return from_data(values, shape);
+}
+
 Tensor i64_tensor(const std::vector<int64_t>& values) {
-  return from_data(values, Shape{int64_t(values.size())});
+  return values_tensor(values, Shape{int64_t(values.size())});
+}
+
+// The planner traces a forward on meta, where the router's probabilities have no values: each
+// token then routes to k consecutive experts in turn (t k, t k + 1, ... mod E), which spreads the
+// T k rows evenly. Without drops (inference) every routing makes tensors of the same sizes, so
+// the trace allocates what a real forward does.
+std::vector<double> meta_probabilities(int64_t tokens, int64_t experts, int64_t k) {
+  std::vector<double> p(size_t(tokens * experts), 0.0);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t j = 0; j < experts; ++j)
+      p[size_t(t * experts + (t * k + j) % experts)] = double(experts - j) / double(experts * 2);
+  return p;
 }
 
 void append_list(std::ostringstream& out, const std::vector<int64_t>& v) {
@@ -25,6 +45,7 @@ void append_list(std::ostringstream& out, const std::vector<int64_t>& v) {
 }
 
 double scalar(const Tensor& t) {
+  if (t.device().is_meta()) return 0.0;
   return t.detach().to(DType::F64).to_vector<double>()[0];
 }
 
@@ -67,7 +88,7 @@ Tensor MoE::jittered(const Tensor& x) {
   std::vector<double> noise(n);
   for (uint64_t i = 0; i < n; ++i)
     noise[i] = 1.0 - config_.jitter + 2.0 * config_.jitter * double(uniform_at(seed, offset, i));
-  return ops::mul(x, from_data(noise, x.shape()).to(x.dtype()));
+  return ops::mul(x, values_tensor(noise, x.shape()).to(x.dtype()));
 }
 
 void MoE::set_positional(int64_t part, int64_t parts) {
@@ -96,7 +117,9 @@ MoE::Output MoE::forward(const Tensor& x) {
     MoEConfig routing_config = config_;
     if (!is_training() && !config_.drop_in_eval) routing_config.drop_tokens = false;
     routing_ =
-        route_tokens(probs.detach().to(DType::F64).to_vector<double>(), tokens, routing_config);
+        route_tokens(probs.device().is_meta() ? meta_probabilities(tokens, e_count, k)
+                                              : probs.detach().to(DType::F64).to_vector<double>(),
+                     tokens, routing_config);
     const Routing& r = routing_;
 
     // Gates [T, k]: the chosen probabilities, renormalised over the k in Mixtral's form.
@@ -110,7 +133,7 @@ MoE::Output MoE::forward(const Tensor& x) {
     Tensor gates = ops::reshape(
         ops::embedding(ops::reshape(probs, {tokens * e_count, 1}), i64_tensor(flat)), {tokens, k});
     if (config_.gate_form == GateForm::Mixtral) gates = ops::div(gates, ops::sum(gates, {1}, true));
-    Tensor weights = ops::mul(gates, from_data(keep, Shape{tokens, k}).to(gates.dtype()));
+    Tensor weights = ops::mul(gates, values_tensor(keep, Shape{tokens, k}).to(gates.dtype()));
     if (upcast) weights = ops::cast(weights, x.dtype());
 
     // Experts over their contiguous rows, then each pair's row weighted back into its token.
@@ -129,7 +152,7 @@ MoE::Output MoE::forward(const Tensor& x) {
       f[size_t(e)] = double(r.first_choice_count[size_t(e)]) / double(tokens);
     Tensor p_mean = ops::mean(probs, {0});
     out.balance_loss =
-        ops::mul(ops::sum(ops::mul(p_mean, from_data(f, Shape{e_count}).to(p_mean.dtype()))),
+        ops::mul(ops::sum(ops::mul(p_mean, values_tensor(f, Shape{e_count}).to(p_mean.dtype()))),
                  double(e_count));
     // z-loss (ST-MoE eq. 5): logsumexp by the max shift; the shift carries no gradient and the
     // derivative of the whole is the softmax either way.

@@ -19,8 +19,7 @@
 namespace tessel::plan {
 
 ServeShape serve_shape(const models::ModelConfig& config) {
-  TESSEL_CHECK(!config.has_experts(), "plan --serve: ", config.summary(),
-               " is a mixture of experts; the serving cost model covers dense models only");
+  if (config.has_experts()) return serve_shape_moe(config);
   ServeShape s;
   s.name = config.summary();
   const models::KvGeometry kv = config.kv_geometry();
@@ -76,7 +75,8 @@ std::string_view attention_sharding_name(AttentionSharding a) {
 }
 
 std::string ServeLayout::describe() const {
-  std::string s = std::string(ffn_layout_name(ffn)) + " tp=" + std::to_string(tp);
+  std::string s = std::string(ffn_layout_name(ffn)) + (ep > 1 ? " ep=" + std::to_string(ep) : "") +
+                  " tp=" + std::to_string(tp);
   if (ffn == FfnLayout::WeightStationary2D)
     s += " (x=" + std::to_string(x) + ", yz=" + std::to_string(tp / x) + ")";
   return s + " pp=" + std::to_string(pp) +
@@ -175,6 +175,13 @@ ServeCost serve_cost(const Cluster& c, const ServeShape& s, const ServeLayout& l
       prefill ? seqs * double(w.prompt) * double(w.prompt + 1) / 2.0 : seqs * double(w.context + 1);
   const double attn_flops = 4.0 * HD * pairs * double(stage_layers);
   const double head_flops = 2.0 * seqs * double(s.vocab) * E;
+  // A mixture of experts (plan/serve_moe.h): each token multiplies with its k experts a MoE layer,
+  // the stage's share of them, computed by the ep x tp ranks that hold them; the step reads the
+  // experts some token chose, the rank's columns of its experts.
+  const ServeExperts& ex = s.experts;
+  const int ep = l.ep;
+  const double stage_share = double(stage_layers) / double(s.layers);
+  const double expert_flops = 2.0 * rows * ex.active_params * stage_share;
   // Compute: every layout splits the FLOPs evenly over the stage's chips; the products run at
   // the GEMM efficiency calibration measured for a chip's share of the product.
   const double peak = c.peak_flops(w.peak_dtype);
@@ -187,7 +194,8 @@ ServeCost serve_cost(const Cluster& c, const ServeShape& s, const ServeLayout& l
   const int64_t in =
       std::max<int64_t>(1, l.ffn == FfnLayout::WeightStationary2D ? s.d_model / l.x : s.d_model);
   const double eff = c.gemm_efficiency(w.peak_dtype, m, out, in, "nt");
-  const double block_compute = block_flops / (n * peak * eff) + attn_flops / (n * peak);
+  const double block_compute = block_flops / (n * peak * eff) + attn_flops / (n * peak) +
+                               expert_flops / (double(ep) * n * peak * eff);
   const double head_compute = head_flops / (n * peak * eff);
   // Memory traffic of one chip: its weights (all of them once gathered), its KV heads' or its
   // sequences' cache read, the step's new keys and values written.
@@ -205,13 +213,17 @@ ServeCost serve_cost(const Cluster& c, const ServeShape& s, const ServeLayout& l
   const double seqs_rank = batch_attn ? std::ceil(seqs / n) : seqs;
   const double kv_read = prefill ? 0 : seqs_rank * double(w.context) * kv_token;
   const double kv_write = seqs_rank * tokens * kv_token;
-  const double block_bytes = block_read + kv_read + kv_write;
+  const double expert_read = expert_params_per_rank(ex, ep, n) * stage_share *
+                             expert_read_fraction(ex, rows) * w.weight_bytes;
+  const double block_bytes = block_read + kv_read + kv_write + expert_read;
   r.memory_bytes = block_bytes + head_read;  // the last stage's chip
   const double bw = c.device.memory_bandwidth;
   // Op overhead (calibrated CPUs): the kernels of one forward, a stage's share of the blocks.
   const double stage_overhead = c.device.op_overhead * double(s.kernels_per_forward) *
                                 double(stage_layers) / double(s.layers);
-  const double block_comm = stage_comm_seconds(c, s, l, w, rows, seqs, stage_layers, false);
+  const double block_comm =
+      stage_comm_seconds(c, s, l, w, rows, seqs, stage_layers, false) +
+      moe_comm_seconds(c, ex, s.d_model, ep, n, rows, stage_layers, s.layers, w.act_bytes);
   const double head_comm = stage_comm_seconds(c, s, l, w, rows, seqs, 0, true);
   // Each stage is bound by the longer of its compute and its memory traffic; the head runs on
   // the last stage only.
@@ -233,19 +245,25 @@ ServeCost serve_cost(const Cluster& c, const ServeShape& s, const ServeLayout& l
   // A step moves every group one stage on; each group's tokens come out every `seconds`.
   const double step_tokens = double(w.batch) * tokens;
   r.flops = double(w.batch) / seqs *
-            (2.0 * rows * double(s.layers) * double(s.block_matrix_params) +
+            (2.0 * rows * (double(s.layers) * double(s.block_matrix_params) + ex.active_params) +
              4.0 * HD * pairs * double(s.layers) + head_flops);
   r.latency_per_token = r.seconds;  // decode: a step is one token of every sequence
   r.chip_seconds_per_token = double(l.chips()) * r.seconds / step_tokens;
   r.mfu = r.flops / (r.seconds * l.chips() * peak);
   // Memory of one rank.
   const double all_params = double(s.parameter_count);
-  const double other = all_params - double(s.layers) * double(s.block_matrix_params);
+  const double other =
+      all_params - double(s.layers) * double(s.block_matrix_params) - double(ex.expert_params);
+  // The experts: E / ep of each layer's, tp rank 0's columns of them (the runtime's plan for the
+  // dense parts leaves the MoE layers whole, so tp_weights counts them whole).
+  const double experts_held = expert_params_per_rank(ex, ep, n);
   if (tp_weights && config && p == 1 && l.runnable()) {
-    r.weight_bytes_per_rank = double(tp_weights(*config, n)) * w.weight_bytes;
-  } else {
     r.weight_bytes_per_rank =
-        (double(stage_layers) * double(s.block_matrix_params) + other) / n * w.weight_bytes;
+        (double(tp_weights(*config, n)) - double(ex.expert_params) + experts_held) * w.weight_bytes;
+  } else {
+    r.weight_bytes_per_rank = ((double(stage_layers) * double(s.block_matrix_params) + other) / n +
+                               experts_held * stage_share) *
+                              w.weight_bytes;
     if (gathered) r.weight_bytes_per_rank += double(s.block_matrix_params) * w.weight_bytes;
   }
   const int64_t capacity = w.kv_capacity > 0 ? w.kv_capacity : s.max_positions;
@@ -256,13 +274,17 @@ ServeCost serve_cost(const Cluster& c, const ServeShape& s, const ServeLayout& l
   // Activations and workspace of `b` sequences on a rank: traced for what tessel runs on one
   // stage, else the formula (at the rank's sequences when attention is split by batch).
   const int64_t gen_prompt = std::min<int64_t>(w.prompt, capacity - 1);
-  r.workspace_traced = memory && config && p == 1 && l.runnable();
+  // A mixture of experts is traced without ep (plan/serve_moe.h: the ep gather's sizes depend on
+  // the routing).
+  r.workspace_traced = memory && config && p == 1 && l.runnable() && ep == 1;
   auto workspace = [&](int64_t b) {
     if (r.workspace_traced) return memory(n, b, gen_prompt, capacity).workspace();
     const int64_t rank_b = batch_attn ? ceil_div(b, n) : b;
-    return serve_memory_formula(s, batch_attn ? 1 : n, rank_b, gen_prompt, capacity, w.act_bytes,
-                                w.kv_bytes)
-        .workspace();
+    const double dense = serve_memory_formula(s, batch_attn ? 1 : n, rank_b, gen_prompt, capacity,
+                                              w.act_bytes, w.kv_bytes)
+                             .workspace();
+    return std::max(dense, moe_workspace_bytes(s, ep, batch_attn ? 1 : n,
+                                               double(rank_b) * double(gen_prompt), w.act_bytes));
   };
   r.workspace_bytes_per_rank = workspace(w.batch);
   r.peak_bytes_per_rank =

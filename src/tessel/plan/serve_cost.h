@@ -28,6 +28,7 @@
 #include "tessel/models/causal_lm.h"
 #include "tessel/plan/cluster.h"
 #include "tessel/plan/serve_memory.h"
+#include "tessel/plan/serve_moe.h"
 
 namespace tessel::plan {
 
@@ -45,17 +46,22 @@ struct ServeShape {
   // summed, so tensor parallelism needs one all-reduce per layer instead of two.
   bool parallel_block = false;
   int64_t kernels_per_forward = 0;  // kernels of one forward (each pays device.op_overhead)
-  // Matrix parameters a token's forward multiplies with (blocks and the LM head).
+  // A mixture of experts' MoE layers (plan/serve_moe.h); block_matrix_params then counts a
+  // block's dense matrices (the mean over the blocks, routers included) and not the experts.
+  ServeExperts experts;
+  // Matrix parameters a token's forward multiplies with (blocks, its k experts a MoE layer, and
+  // the LM head).
   double matmul_params() const {
-    return double(layers) * double(block_matrix_params) + double(vocab) * double(d_model);
+    return double(layers) * double(block_matrix_params) + experts.active_params +
+           double(vocab) * double(d_model);
   }
   // K and V of one token in every layer, in elements.
   int64_t kv_elements_per_token() const { return 2 * layers * kv_heads * head_dim; }
 };
 
 // The geometry of a tessel model: built shape-only on the meta device through the family
-// interface (nothing allocated); d_ff is the widest dimension of the first block's matrices.
-// Refuses a mixture-of-experts model (its experts have no serving cost model here).
+// interface (nothing allocated); d_ff is the widest dimension of the first block's matrices (a
+// mixture of experts: or the experts' width, if wider).
 ServeShape serve_shape(const models::ModelConfig& config);
 
 enum class ServePhase { Prefill, Decode };
@@ -73,7 +79,8 @@ struct ServeLayout {
   int tp = 1;  // chips of one stage (the paper's n)
   int x = 1;   // 2D weight-stationary: chips along d_model (X); d_ff is over tp / x
   int pp = 1;  // pipeline stages (tessel's --pp), each a group of tp chips
-  int chips() const { return tp * pp; }
+  int ep = 1;  // a mixture of experts: ep groups of tp chips, the experts spread over them
+  int chips() const { return ep * tp * pp; }
   // What `tessel serve` runs: 1D weight-stationary, heads-sharded attention, any tp and pp.
   bool runnable() const {
     return ffn == FfnLayout::WeightStationary1D && attention == AttentionSharding::Heads;

@@ -24,17 +24,23 @@ std::vector<ServeLayout> layouts_of(const ServeShape& s, int chips) {
     if (pp > s.layers) continue;
     const int tp = chips / pp;
     if (s.heads % tp == 0)
-      out.push_back({FfnLayout::WeightStationary1D, AttentionSharding::Heads, tp, 1, pp});
+      out.push_back({FfnLayout::WeightStationary1D, AttentionSharding::Heads, tp, 1, pp, 1});
+  }
+  // A mixture of experts: its experts spread over ep groups of tp chips (`--ep E --tp T`).
+  for (int ep : divisors(chips)) {
+    const int tp = chips / ep;
+    if (ep > 1 && s.heads % tp == 0 && expert_split_refusal(s.experts, ep).empty())
+      out.push_back({FfnLayout::WeightStationary1D, AttentionSharding::Heads, tp, 1, 1, ep});
   }
   if (chips > 1) {
-    out.push_back({FfnLayout::WeightStationary1D, AttentionSharding::Batch, chips, 1, 1});
-    out.push_back({FfnLayout::WeightGathered, AttentionSharding::Batch, chips, 1, 1});
+    out.push_back({FfnLayout::WeightStationary1D, AttentionSharding::Batch, chips, 1, 1, 1});
+    out.push_back({FfnLayout::WeightGathered, AttentionSharding::Batch, chips, 1, 1, 1});
     for (int x : divisors(chips)) {
       const int yz = chips / x;
       if (x < 2 || yz < 2 || s.d_model % x != 0 || s.d_ff % yz != 0) continue;
       for (AttentionSharding a : {AttentionSharding::Heads, AttentionSharding::Batch})
         if (a == AttentionSharding::Batch || s.heads % yz == 0)
-          out.push_back({FfnLayout::WeightStationary2D, a, chips, x, 1});
+          out.push_back({FfnLayout::WeightStationary2D, a, chips, x, 1, 1});
     }
   }
   return out;

@@ -60,7 +60,7 @@ TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
     if (!direct) param.detach().copy_from(flat.reshape(param.shape()));
   }
   out.values_read = values;
-  out.expert_bytes = expert_parameter_bytes(*out.model);
+  out.expert_bytes = expert_parameter_bytes(*out.model, keep);
   out.model->eval();
   return out;
 }

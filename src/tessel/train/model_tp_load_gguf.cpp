@@ -312,7 +312,7 @@ TpGgufLoaded load_gguf_model_tp(const std::string& path, const dist::CommPtr& tp
   out.bytes_read = stats.bytes;
   out.views = stats.views;
   out.copies = stats.copies;
-  out.expert_bytes = expert_parameter_bytes(*out.model);
+  out.expert_bytes = expert_parameter_bytes(*out.model, keep);
   out.model->eval();
   return out;
 }
