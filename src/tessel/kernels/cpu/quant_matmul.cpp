@@ -4,7 +4,7 @@
 // rows, split over the one OpenMP pool) and multiplies each weight row with every activation row
 // while the row is in L1, so each weight byte is read from memory once per call whatever m is.
 // Q8_0 and the k-quants with a prompt's rows run as register-tiled GEMMs instead
-// (quant_q8_tiles.h, quant_k_tiles.h), and Q8_0 on AMX-INT8 tiles where the CPU has them
+// (quant_q8_tiles.h, quant_k_tiles.h), and Q8_0 and Q4_0 on AMX-INT8 tiles where the CPU has them
 // (quant_amx.h).
 // For the Q types and Int8 the activations are first rounded to int8 per 32-element block and
 // the products are integer (quant_dot.h: AVX-512 VNNI, AVX2 or plain loops, by kernel set and
@@ -180,9 +180,15 @@ Q4_0Row choose_q4_0_row() {
 }
 
 // Q4_0: one weight row at a time, its scales read in place (quant_fused_rows.h says why).
+// With AMX on, every m runs on the tiles (or their few-rows kernel): quant_amx.cpp, Q8_0's order.
 void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
   const int64_t blocks = s.k / cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+  if (quant_amx_enabled())
+    return kernels::cpu::q4_0_amx_matmul(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), w,
+                                         y, std::max<int64_t>(1, task_grain(s) / 16));
+#endif
   const auto [xs32, xs16] = activation_sums(s, act);
   const Q4_0Row row_fn = choose_q4_0_row();
   parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
