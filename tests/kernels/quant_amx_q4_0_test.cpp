@@ -8,7 +8,8 @@
 // f16(d) * d_x, one fused multiply-add per block in block order) on activations that round to int8
 // without error; every row of a prompt the same bits as the row alone (few_rows against the
 // tiles); the extreme codes exact; and the switch: off gives the VNNI kernels' bits, which with
-// the avx2 set's stay within the same bound (run under TESSEL_QUANT_AMX=off as well by CTest).
+// the avx2 set's stay within the same bound, their prompt tiles (quant_q4_tiles.h) giving the row
+// kernel's bits (these two run under TESSEL_QUANT_AMX=off as well, by CTest).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -195,6 +196,31 @@ TEST(QuantAmxQ4_0, SwitchedOffGivesTheVnniKernelsBits) {
   EXPECT_EQ(std::memcmp(without.data_ptr(), avx2.data_ptr(), size_t(m * n) * 4), 0);
   // The AMX order is another one (not a test of quality: both are within the bound).
   EXPECT_NE(std::memcmp(with_amx.data_ptr(), avx2.data_ptr(), size_t(m * n) * 4), 0);
+}
+
+// Without AMX a prompt's rows (m >= 4) run in register tiles (quant_q4_tiles.h) with the row
+// kernel's order: every row of a prompt the bits of the row alone, on the avx512 set (VNNI or
+// AVX2 dot products) and the avx2 set. Also under TESSEL_QUANT_AMX=off.
+TEST(QuantAmxQ4_0, WithoutAmxTilesEqualTheRowKernel) {
+  const AmxLimit off(false);
+  for (KernelSet set : runnable_kernel_sets()) {
+    if (set == KernelSet::Baseline) continue;
+    for (const Shape& s : kShapes) {
+      if (s.m < 4) continue;
+      std::mt19937 rng(uint32_t(s.m * 1000 + s.n + s.k));
+      const Tensor w =
+          quant::quantized_weight(QuantType::Q4_0, random_q4_0(s.n, s.k, rng), s.n, s.k);
+      const Tensor x = activations(s.m, s.k, rng);
+      const Tensor y = product(set, x, w, s.n);
+      for (int64_t i = 0; i < s.m; ++i) {
+        Tensor xi = empty({1, s.k}, DType::F32);
+        std::memcpy(xi.data_ptr(), x.data<float>() + i * s.k, size_t(s.k) * 4);
+        const Tensor yi = product(set, xi, w, s.n);
+        ASSERT_EQ(std::memcmp(yi.data_ptr(), y.data<float>() + i * s.n, size_t(s.n) * 4), 0)
+            << kernel_set_name(set) << " " << where(s.m, s.n, s.k) << " row " << i;
+      }
+    }
+  }
 }
 
 // The kernels AMX replaces, at the same sizes: the avx512 set with AMX off and the avx2 set. Not

@@ -3,17 +3,16 @@
 // (backend.h; formats in quant/quant_blocks.h). Each task owns a range of output columns (W's
 // rows, split over the one OpenMP pool) and multiplies each weight row with every activation row
 // while the row is in L1, so each weight byte is read from memory once per call whatever m is.
-// Q8_0 and the k-quants with a prompt's rows run as register-tiled GEMMs instead
-// (quant_q8_tiles.h, quant_k_tiles.h), and Q8_0 and Q4_0 on AMX-INT8 tiles where the CPU has them
-// (quant_amx.h).
-// For the Q types and Int8 the activations are first rounded to int8 per 32-element block and
-// the products are integer (quant_dot.h: AVX-512 VNNI, AVX2 or plain loops, by kernel set and
-// CPU). No format is decoded into a buffer: Int8 and Q8_0 codes are read where they lie, the 4- to
-// 6-bit formats' codes are unpacked in registers inside the dot product (quant_fused.h); F16 /
-// BF16 rows are widened to f32 in registers and multiplied in f32 (gemm_invariant.h's tiles).
-// Every output element depends only on its own row of x (the activations are rounded per row
-// and block), so the Q types are batch-invariant as they are; F16 / BF16 use fixed-order tiles
-// in every mode.
+// Q8_0, Q4_0 and the k-quants with a prompt's rows run as register-tiled GEMMs instead
+// (quant_q8_tiles.h, quant_q4_tiles.h, quant_k_tiles.h), and Q8_0 and Q4_0 on AMX-INT8 tiles where
+// the CPU has them (quant_amx.h). For the Q types and Int8 the activations are first rounded to
+// int8 per 32-element block and the products are integer (quant_dot.h: AVX-512 VNNI, AVX2 or plain
+// loops, by kernel set and CPU). No format is decoded into a buffer: Int8 and Q8_0 codes are read
+// where they lie, the 4- to 6-bit formats' codes are unpacked in registers inside the dot product
+// (quant_fused.h); F16 / BF16 rows are widened to f32 in registers and multiplied in f32
+// (gemm_invariant.h's tiles). Every output element depends only on its own row of x (the
+// activations are rounded per row and block), so the Q types are batch-invariant as they are; F16 /
+// BF16 use fixed-order tiles in every mode.
 #include "tessel/core/cpu_features.h"
 #include "tessel/kernels/cpu/gemm_invariant.h"
 #include "tessel/kernels/cpu/isa_region.h"
@@ -34,6 +33,8 @@ TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/quant_k_tiles512.h"
 #include "tessel/kernels/cpu/quant_q8_tiles.h"
 #include "tessel/kernels/cpu/quant_q8_tiles512.h"
+// After the Q8_0 tiles, beside which it stands.
+#include "tessel/kernels/cpu/quant_q4_tiles.h"
 
 namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
@@ -179,7 +180,8 @@ Q4_0Row choose_q4_0_row() {
   return cpu::q4_0_row<cpu::DotAvx2>;
 }
 
-// Q4_0: one weight row at a time, its scales read in place (quant_fused_rows.h says why).
+// Q4_0: one weight row at a time, its scales read in place (quant_fused_rows.h says why); a
+// prompt's rows in register tiles with the row kernel's bits (quant_q4_tiles.h).
 // With AMX on, every m runs on the tiles (or their few-rows kernel): quant_amx.cpp, Q8_0's order.
 void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
   const int64_t blocks = s.k / cpu::kActBlock;
@@ -190,6 +192,18 @@ void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, fl
                                          y, std::max<int64_t>(1, task_grain(s) / 16));
 #endif
   const auto [xs32, xs16] = activation_sums(s, act);
+  if (s.m >= cpu::kQ4TilesFrom) {
+    const int64_t grain = std::max<int64_t>(1, task_grain(s) / cpu::kQ4TileN);
+    auto run = [&]<class Dot>(Dot) {
+      cpu::q4_0_tiles<Dot>(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), xs32.data(), w,
+                           y, grain);
+    };
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+    if (set_dot() == QuantDot::Avx512Vnni) return run(cpu::DotVnni{});
+#endif
+    if (set_dot() == QuantDot::AvxVnni) return run(cpu::DotAvxVnni{});
+    return run(cpu::DotAvx2{});
+  }
   const Q4_0Row row_fn = choose_q4_0_row();
   parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
     for (int64_t j = lo; j < hi; ++j)
