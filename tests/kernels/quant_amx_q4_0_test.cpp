@@ -8,8 +8,8 @@
 // f16(d) * d_x, one fused multiply-add per block in block order) on activations that round to int8
 // without error; every row of a prompt the same bits as the row alone (few_rows against the
 // tiles); the extreme codes exact; and the switch: off gives the VNNI kernels' bits, which with
-// the avx2 set's stay within the same bound, their prompt tiles (quant_q4_tiles.h) giving the row
-// kernel's bits (these two run under TESSEL_QUANT_AMX=off as well, by CTest).
+// the avx2 set's stay within the same bound, their register tiles (quant_q4_tiles.h) giving a row
+// the same bits alone and in a prompt (these two run under TESSEL_QUANT_AMX=off as well, by CTest).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -198,10 +198,10 @@ TEST(QuantAmxQ4_0, SwitchedOffGivesTheVnniKernelsBits) {
   EXPECT_NE(std::memcmp(with_amx.data_ptr(), avx2.data_ptr(), size_t(m * n) * 4), 0);
 }
 
-// Without AMX a prompt's rows (m >= 4) run in register tiles (quant_q4_tiles.h) with the row
-// kernel's order: every row of a prompt the bits of the row alone, on the avx512 set (VNNI or
-// AVX2 dot products) and the avx2 set. Also under TESSEL_QUANT_AMX=off.
-TEST(QuantAmxQ4_0, WithoutAmxTilesEqualTheRowKernel) {
+// Without AMX every m runs in register tiles (quant_q4_tiles.h: kQ4TileM x 4 in a prompt, 1 x 4
+// at m = 1) in one order: every row of a prompt the bits of the row alone, on the avx512 set
+// and the avx2 set. Also under TESSEL_QUANT_AMX=off.
+TEST(QuantAmxQ4_0, WithoutAmxRowsAloneEqualRowsInAPrompt) {
   const AmxLimit off(false);
   for (KernelSet set : runnable_kernel_sets()) {
     if (set == KernelSet::Baseline) continue;

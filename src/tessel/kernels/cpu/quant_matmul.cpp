@@ -170,21 +170,10 @@ std::array<cpu::FusedRows, 2> choose_fused_rows(QuantType type) {
   return fused_rows_for<cpu::DotAvx2>(type);
 }
 
-using Q4_0Row = float (*)(const uint8_t*, const int8_t*, const float*, const float*, int64_t);
-
-Q4_0Row choose_q4_0_row() {
-#if TESSEL_KERNEL_ISA_LEVEL >= 2
-  if (set_dot() == QuantDot::Avx512Vnni) return cpu::q4_0_row<cpu::DotVnni>;
-#endif
-  if (set_dot() == QuantDot::AvxVnni) return cpu::q4_0_row<cpu::DotAvxVnni>;
-  return cpu::q4_0_row<cpu::DotAvx2>;
-}
-
-// Q4_0: one weight row at a time, its scales read in place (quant_fused_rows.h says why); a
-// prompt's rows in register tiles with the row kernel's bits (quant_q4_tiles.h).
+// Q4_0: without AMX, register tiles for every m (quant_q4_tiles.h): four weight rows per pass
+// at m = 1, the decode step, and kQ4TileM x 4 outputs per tile in a prompt, all in one order.
 // With AMX on, every m runs on the tiles (or their few-rows kernel): quant_amx.cpp, Q8_0's order.
 void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
-  const int64_t blocks = s.k / cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
   if (quant_amx_enabled())
@@ -192,25 +181,16 @@ void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, fl
                                          y, std::max<int64_t>(1, task_grain(s) / 16));
 #endif
   const auto [xs32, xs16] = activation_sums(s, act);
-  if (s.m >= cpu::kQ4TilesFrom) {
-    const int64_t grain = std::max<int64_t>(1, task_grain(s) / cpu::kQ4TileN);
-    auto run = [&]<class Dot>(Dot) {
-      cpu::q4_0_tiles<Dot>(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), xs32.data(), w,
-                           y, grain);
-    };
+  const int64_t grain = std::max<int64_t>(1, task_grain(s) / cpu::kQ4TileN);
+  auto run = [&]<class Dot>(Dot) {
+    cpu::q4_0_tiles<Dot>(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), xs32.data(), w, y,
+                         grain);
+  };
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
-    if (set_dot() == QuantDot::Avx512Vnni) return run(cpu::DotVnni{});
+  if (set_dot() == QuantDot::Avx512Vnni) return run(cpu::DotVnni{});
 #endif
-    if (set_dot() == QuantDot::AvxVnni) return run(cpu::DotAvxVnni{});
-    return run(cpu::DotAvx2{});
-  }
-  const Q4_0Row row_fn = choose_q4_0_row();
-  parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
-    for (int64_t j = lo; j < hi; ++j)
-      for (int64_t i = 0; i < s.m; ++i)
-        y[i * s.n + j] = row_fn(w + j * s.row_bytes, act.q.data() + i * s.k,
-                                act.d.data() + i * blocks, xs32.data() + i * blocks, blocks);
-  });
+  if (set_dot() == QuantDot::AvxVnni) return run(cpu::DotAvxVnni{});
+  return run(cpu::DotAvx2{});
 }
 
 // A prompt's rows (m >= kKTilesFrom) of Q4_K, Q5_K or Q6_K in register tiles (quant_k_tiles.h),

@@ -1,26 +1,25 @@
 // SPDX-License-Identifier: Apache-2.0
-// Q4_0 weights times a prompt's activation rows in register tiles, where the CPU has no AMX-INT8
-// (or it is switched off): the register blocking of quant_q8_tiles.h (Goto and van de Geijn,
-// "Anatomy of High-Performance Matrix Multiplication") for Q4_0's blocks. The row kernel
-// (q4_0_row, quant_fused_rows.h) unpacks each weight block's nibbles and widens its scale again
-// for every activation row; a tile of kM activation rows x kN weight rows unpacks each block once
-// and loads each activation block once, with its kM x kN outputs' accumulators in registers.
+// Q4_0 weights times activation rows in register tiles, where the CPU has no AMX-INT8 (or it is
+// switched off): the register blocking of quant_q8_tiles.h (Goto and van de Geijn, "Anatomy of
+// High-Performance Matrix Multiplication") for Q4_0's blocks, for every m. A tile of kM activation
+// rows x kN weight rows unpacks each weight block's nibbles and reads its f16 scale once, loads
+// each activation block once, and keeps its kM x kN outputs' accumulators in registers; at m = 1
+// (the decode step) it is a pass over four weight rows sharing each activation block (the one-row
+// kernel it replaces unpacked and scaled per activation row, and ran one row's FMA chain alone).
 //
-// Every output gets q4_0_row's operations in its order: the same exact int32 lane sums, each
-// block's converted into the accumulator of its parity (even blocks, odd blocks) by one FMA with
-// f16(d) * dx, and the zero point's two chains d * xs32 as fused multiply-adds, here for the kN
-// weight rows side by side in the lanes of one vector (each lane one row's chain, so the same
-// bits), then q4_0_finish. So a row's result is the same bits alone, in a tile or in the row
-// kernel (batch invariance across the m threshold and the tile shapes). Kernel-private: include
-// inside TESSEL_ISA_BEGIN after quant_fused_rows.h and quant_q8_tiles.h.
+// Every output's operations, in order: per block the exact int32 lane sums of u . x (u the codes
+// 0..15), converted and added by one FMA with f16(d) * dx into the accumulator of the block's
+// parity (even, odd); the zero point 8 d through the activations' block sums, as two chains
+// (even, odd) of fused multiply-adds d * xs32, here for the kN weight rows side by side in the
+// lanes of one vector (each lane one row's chain); then q4_0_finish. Nothing depends on the tile
+// shape or on the other rows, so a row's result is the same bits alone and in any prompt (batch
+// invariance), on every dot product (the lane sums are exact). Kernel-private: include inside
+// TESSEL_ISA_BEGIN after quant_fused_rows.h and quant_q8_tiles.h.
 #pragma once
 
 namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
 
 #if TESSEL_KERNEL_ISA_LEVEL >= 1
-
-// From this many activation rows Q4_0 runs in tiles (the same bits as the row kernel below it).
-inline constexpr int64_t kQ4TilesFrom = 4;
 
 // Weight rows per group (a task owns whole groups), and activation rows per tile: the avx512 set
 // has 32 vector registers (2 x 2 x 4 accumulators, 4 weight rows' codes, the offset chains), the
