@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The SIMD fused kernels of Q4_K, Q5_K and Q6_K (and Q4_0's block helpers) (quant_fused.h has the
+// The SIMD fused kernels of Q4_K, Q5_K and Q6_K (and Q4_0's one-row kernel) (quant_fused.h has the
 // formats' split and the per-row scales): kRows weight rows per pass against one activation row, as
 // Q8_0's rows do (quant_dot.h). Each activation block is loaded once and shared by the rows, the
 // rows' loads are independent streams and each row keeps its own two accumulators, so the FMA
@@ -106,7 +106,8 @@ inline __m256i q4_0_codes(const uint8_t* block) {
 }
 
 // A Q4_0 output from its two accumulators' sum and its zero-point chains' sum (d * x sums): the
-// last step of quant_q4_tiles.h's kernel, which runs Q4_0 for every m without AMX.
+// last step of quant_q4_tiles.h's kernel (the avx512 set without AMX) and of q4_0_row (the avx2
+// set).
 inline float q4_0_finish(__m256 acc, float offsets) {
   return std::fma(-8.0f, offsets, hsum(acc));
 }
@@ -117,6 +118,37 @@ inline float q4_0_finish(__m256 acc, float offsets) {
 #define TESSEL_FUSED_ROWS_ARGS                                                                \
   const uint8_t *w, int64_t row_bytes, const float *sdx, int64_t sdx_stride, const int8_t *x, \
       const int32_t *zx, int64_t blocks, float *out
+
+// Q4_0 one row at a time, the avx2 set's kernel for every m (its 16 vector registers do not hold
+// a tile's accumulators: the tiles of quant_q4_tiles.h measured slower there): 18-byte blocks,
+// low nibbles the first 16 weights, high nibbles the next 16. Its one f16 scale per block is read
+// in place and its zero point 8 * d subtracted through the activations' block sums, in two chains
+// (even blocks, odd blocks) of explicit fused multiply-adds: the tiles' operations in their order,
+// so a row has the same bits in either kernel and in either set.
+template <class Dot>
+inline float q4_0_row(const uint8_t* w, const int8_t* x, const float* dx, const float* xs32,
+                      int64_t blocks) {
+  const __m256i zero = _mm256_setzero_si256();
+  auto dot = [&](int64_t g) {
+    return _mm256_cvtepi32_ps(Dot::dot(zero, q4_0_codes(w + 18 * g), load256(x + 32 * g)));
+  };
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  float off0 = 0, off1 = 0;
+  int64_t g = 0;
+  for (; g + 2 <= blocks; g += 2) {
+    const float d0 = load_half(w + 18 * g), d1 = load_half(w + 18 * g + 18);
+    acc0 = _mm256_fmadd_ps(dot(g), _mm256_set1_ps(d0 * dx[g]), acc0);
+    acc1 = _mm256_fmadd_ps(dot(g + 1), _mm256_set1_ps(d1 * dx[g + 1]), acc1);
+    off0 = std::fma(d0, xs32[g], off0);
+    off1 = std::fma(d1, xs32[g + 1], off1);
+  }
+  if (g < blocks) {
+    const float d0 = load_half(w + 18 * g);
+    acc0 = _mm256_fmadd_ps(dot(g), _mm256_set1_ps(d0 * dx[g]), acc0);
+    off0 = std::fma(d0, xs32[g], off0);
+  }
+  return q4_0_finish(_mm256_add_ps(acc0, acc1), off0 + off1);
+}
 
 // Q4_K (kFive = false) and Q5_K: bytes 32c..32c+31 of qs hold sub-block 2c in their low nibbles
 // and 2c+1 in their high ones; Q5_K's fifth bits for chunk c are bits 2c and 2c+1 of qh[0..31],

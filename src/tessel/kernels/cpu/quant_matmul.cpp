@@ -170,27 +170,36 @@ std::array<cpu::FusedRows, 2> choose_fused_rows(QuantType type) {
   return fused_rows_for<cpu::DotAvx2>(type);
 }
 
-// Q4_0: without AMX, register tiles for every m (quant_q4_tiles.h): four weight rows per pass
-// at m = 1, the decode step, and kQ4TileM x 4 outputs per tile in a prompt, all in one order.
-// With AMX on, every m runs on the tiles (or their few-rows kernel): quant_amx.cpp, Q8_0's order.
+// Q4_0: in the avx512 set without AMX, register tiles for every m (quant_q4_tiles.h): four weight
+// rows per pass at m = 1, the decode step, and kQ4TileM x 4 outputs per tile in a prompt; in the
+// avx2 set one weight row at a time (q4_0_row), the same operations per output. With AMX on,
+// every m runs on the AMX tiles (or their few-rows kernel): quant_amx.cpp, Q8_0's order.
 void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
   const cpu::QuantizedRows act = quantize_activations(s, x);
+  const auto [xs32, xs16] = activation_sums(s, act);
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
   if (quant_amx_enabled())
     return kernels::cpu::q4_0_amx_matmul(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), w,
                                          y, std::max<int64_t>(1, task_grain(s) / 16));
-#endif
-  const auto [xs32, xs16] = activation_sums(s, act);
   const int64_t grain = std::max<int64_t>(1, task_grain(s) / cpu::kQ4TileN);
   auto run = [&]<class Dot>(Dot) {
     cpu::q4_0_tiles<Dot>(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), xs32.data(), w, y,
                          grain);
   };
-#if TESSEL_KERNEL_ISA_LEVEL >= 2
   if (set_dot() == QuantDot::Avx512Vnni) return run(cpu::DotVnni{});
-#endif
   if (set_dot() == QuantDot::AvxVnni) return run(cpu::DotAvxVnni{});
   return run(cpu::DotAvx2{});
+#else
+  const int64_t blocks = s.k / cpu::kActBlock;
+  auto row_fn =
+      set_dot() == QuantDot::AvxVnni ? cpu::q4_0_row<cpu::DotAvxVnni> : cpu::q4_0_row<cpu::DotAvx2>;
+  parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; ++j)
+      for (int64_t i = 0; i < s.m; ++i)
+        y[i * s.n + j] = row_fn(w + j * s.row_bytes, act.q.data() + i * s.k,
+                                act.d.data() + i * blocks, xs32.data() + i * blocks, blocks);
+  });
+#endif
 }
 
 // A prompt's rows (m >= kKTilesFrom) of Q4_K, Q5_K or Q6_K in register tiles (quant_k_tiles.h),

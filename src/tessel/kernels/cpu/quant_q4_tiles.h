@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// Q4_0 weights times activation rows in register tiles, where the CPU has no AMX-INT8 (or it is
-// switched off): the register blocking of quant_q8_tiles.h (Goto and van de Geijn, "Anatomy of
-// High-Performance Matrix Multiplication") for Q4_0's blocks, for every m. A tile of kM activation
-// rows x kN weight rows unpacks each weight block's nibbles and reads its f16 scale once, loads
-// each activation block once, and keeps its kM x kN outputs' accumulators in registers; at m = 1
-// (the decode step) it is a pass over four weight rows sharing each activation block (the one-row
-// kernel it replaces unpacked and scaled per activation row, and ran one row's FMA chain alone).
+// Q4_0 weights times activation rows in register tiles, in the avx512 set where the CPU has no
+// AMX-INT8 (or it is switched off): the register blocking of quant_q8_tiles.h (Goto and van de
+// Geijn, "Anatomy of High-Performance Matrix Multiplication") for Q4_0's blocks, for every m. A
+// tile of kM activation rows x kN weight rows unpacks each weight block's nibbles and reads its f16
+// scale once, loads each activation block once, and keeps its kM x kN outputs' accumulators in
+// registers; at m = 1 (the decode step) it is a pass over four weight rows sharing each activation
+// block (the one-row kernel, q4_0_row, unpacks and scales per activation row and runs one row's FMA
+// chain alone; the avx2 set keeps it: with its 16 vector registers these tiles measured slower than
+// it).
 //
 // Every output's operations, in order: per block the exact int32 lane sums of u . x (u the codes
 // 0..15), converted and added by one FMA with f16(d) * dx into the accumulator of the block's
@@ -19,17 +21,12 @@
 
 namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
 
-#if TESSEL_KERNEL_ISA_LEVEL >= 1
-
-// Weight rows per group (a task owns whole groups), and activation rows per tile: the avx512 set
-// has 32 vector registers (2 x 2 x 4 accumulators, 4 weight rows' codes, the offset chains), the
-// avx2 set 16, where the group runs as two tiles of 2 weight rows.
-inline constexpr int kQ4TileN = 4;
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
-inline constexpr int kQ4TileM = 2, kQ4TileCols = 4;
-#else
-inline constexpr int kQ4TileM = 2, kQ4TileCols = 2;
-#endif
+
+// Weight rows per group (a task owns whole groups) and per tile, and activation rows per tile:
+// 2 x 2 x 4 accumulators, the 4 weight rows' codes and the offset chains in 32 vector registers.
+inline constexpr int kQ4TileN = 4, kQ4TileCols = 4;
+inline constexpr int kQ4TileM = 2;
 
 // Activation codes per chunk: an L2-sized share, re-read from L2 for every weight group.
 inline constexpr int64_t kQ4ChunkBytes = int64_t(1) << 19;
