@@ -7,9 +7,10 @@
 // every output exactly the documented order (f32 of each block's integer sum of (u - 8) x, times
 // f16(d) * d_x, one fused multiply-add per block in block order) on activations that round to int8
 // without error; every row of a prompt the same bits as the row alone (few_rows against the
-// tiles); the extreme codes exact; and the switch: off gives the VNNI kernels' bits, which with
-// the avx2 set's stay within the same bound, their register tiles (quant_q4_tiles.h) giving a row
-// the same bits alone and in a prompt (these two run under TESSEL_QUANT_AMX=off as well, by CTest).
+// tiles); the extreme codes exact; and the switch: off gives the avx2 set's bits. Without AMX
+// (these two also under TESSEL_QUANT_AMX=off, by CTest): the avx512 set's register tiles
+// (quant_q4_tiles.h) and the avx2 set's row kernel within the same bound, and a row the same
+// bits alone and in a prompt.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -198,9 +199,9 @@ TEST(QuantAmxQ4_0, SwitchedOffGivesTheVnniKernelsBits) {
   EXPECT_NE(std::memcmp(with_amx.data_ptr(), avx2.data_ptr(), size_t(m * n) * 4), 0);
 }
 
-// Without AMX every m runs in register tiles (quant_q4_tiles.h: kQ4TileM x 4 in a prompt, 1 x 4
-// at m = 1) in one order: every row of a prompt the bits of the row alone, on the avx512 set
-// and the avx2 set. Also under TESSEL_QUANT_AMX=off.
+// Without AMX the avx512 set runs every m in register tiles (quant_q4_tiles.h: kQ4TileM x 4 in a
+// prompt, 1 x 4 at m = 1), the avx2 set one row at a time, in one order: every row of a prompt the
+// bits of the row alone, in both sets. Also under TESSEL_QUANT_AMX=off.
 TEST(QuantAmxQ4_0, WithoutAmxRowsAloneEqualRowsInAPrompt) {
   const AmxLimit off(false);
   for (KernelSet set : runnable_kernel_sets()) {
