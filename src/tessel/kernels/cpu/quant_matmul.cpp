@@ -10,9 +10,8 @@
 // loops, by kernel set and CPU). No format is decoded into a buffer: Int8 and Q8_0 codes are read
 // where they lie, the 4- to 6-bit formats' codes are unpacked in registers inside the dot product
 // (quant_fused.h); F16 / BF16 rows are widened to f32 in registers and multiplied in f32
-// (gemm_invariant.h's tiles). Every output element depends only on its own row of x (the
-// activations are rounded per row and block), so the Q types are batch-invariant as they are; F16 /
-// BF16 use fixed-order tiles in every mode.
+// (gemm_invariant.h's tiles). Every output depends only on its own row of x (rounded per row
+// and block), so the Q types are batch-invariant; F16 / BF16 use fixed-order tiles in every mode.
 #include "tessel/core/cpu_features.h"
 #include "tessel/kernels/cpu/gemm_invariant.h"
 #include "tessel/kernels/cpu/isa_region.h"
@@ -31,10 +30,9 @@ TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/quant_fused_direct512.h"
 #include "tessel/kernels/cpu/quant_k_tiles.h"
 #include "tessel/kernels/cpu/quant_k_tiles512.h"
+#include "tessel/kernels/cpu/quant_q4_tiles.h"
 #include "tessel/kernels/cpu/quant_q8_tiles.h"
 #include "tessel/kernels/cpu/quant_q8_tiles512.h"
-// After the Q8_0 tiles, beside which it stands.
-#include "tessel/kernels/cpu/quant_q4_tiles.h"
 
 namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
@@ -170,10 +168,8 @@ std::array<cpu::FusedRows, 2> choose_fused_rows(QuantType type) {
   return fused_rows_for<cpu::DotAvx2>(type);
 }
 
-// Q4_0: in the avx512 set without AMX, register tiles for every m (quant_q4_tiles.h): four weight
-// rows per pass at m = 1, the decode step, and kQ4TileM x 4 outputs per tile in a prompt; in the
-// avx2 set one weight row at a time (q4_0_row), the same operations per output. With AMX on,
-// every m runs on the AMX tiles (or their few-rows kernel): quant_amx.cpp, Q8_0's order.
+// Q4_0: AMX tiles for every m where enabled (quant_amx.cpp); else register tiles for every m in
+// the avx512 set (quant_q4_tiles.h), one row at a time in the avx2 set, with the same bits.
 void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
   const cpu::QuantizedRows act = quantize_activations(s, x);
   const auto [xs32, xs16] = activation_sums(s, act);
