@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the quantized product kernels' tests (the Q8_0 VNNI/AVX2 and AMX tiles, the k-quant tiles)
-// share: random activations, Q8_0's random and extreme weights, and the fp64 check every Q8_0
-// kernel passes: each output within the rounding of its activations to int8 per 32-block, sum_g
-// (max|x_g| / 254) sum_{j in g} |w_j|, plus 1e-5 sum_g max|x_g| sum_{j in g} |w_j| for the f32
-// arithmetic (docs/KERNELS.md, "Accuracy"). One copy, so the kernels are held to the same bound on
-// the same data.
+// What the quantized product kernels' tests (the Q8_0 VNNI/AVX2 and AMX tiles, Q4_0's AMX tiles,
+// the k-quant tiles) share: random activations, Q8_0's random and extreme weights, Q4_0's random
+// ones, and the fp64 check every Q8_0 and Q4_0 kernel passes: each output within the rounding of
+// its activations to int8 per 32-block, sum_g (max|x_g| / 254) sum_{j in g} |w_j|, plus 1e-5 sum_g
+// max|x_g| sum_{j in g} |w_j| for the f32 arithmetic (docs/KERNELS.md, "Accuracy"). One copy, so
+// the kernels are held to the same bound on the same data.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -80,18 +80,32 @@ inline Tensor activations(int64_t m, int64_t k, std::mt19937& rng) {
   return x;
 }
 
-// y [m, n] = x [m, k] times the Q8_0 rows `bytes` (n rows of k) transposed, checked against fp64;
-// `worst_ratio` takes the largest |y - fp64| / rounding bound seen (to show the bound is not
-// loose).
-inline ::testing::AssertionResult q8_0_within_fp64_bound(const std::vector<uint8_t>& bytes,
-                                                         const Tensor& x, const Tensor& y,
-                                                         int64_t m, int64_t n, int64_t k,
-                                                         double& worst_ratio) {
-  const int64_t rb = quant::row_bytes(quant::QuantType::Q8_0, k);
+// n rows of k / 32 Q4_0 blocks: every code 0..15 (random bytes), f16 scales of both signs.
+inline std::vector<uint8_t> random_q4_0(int64_t n, int64_t k, std::mt19937& rng) {
+  std::vector<quant::BlockQ4_0> blocks(static_cast<size_t>(n * k / 32));
+  std::uniform_int_distribution<int> byte(0, 255), coin(0, 1);
+  std::uniform_real_distribution<float> mag(1e-3f, 0.1f);
+  for (auto& b : blocks) {
+    b.d = float_to_f16(coin(rng) ? mag(rng) : -mag(rng)).bits;
+    for (auto& q : b.qs) q = uint8_t(byte(rng));
+  }
+  std::vector<uint8_t> bytes(blocks.size() * sizeof(quant::BlockQ4_0));
+  std::memcpy(bytes.data(), blocks.data(), bytes.size());
+  return bytes;
+}
+
+// y [m, n] = x [m, k] times the rows `bytes` of a 32-block format (Q8_0, Q4_0; n rows of k)
+// transposed, checked against fp64 on the exactly dequantized weights; `worst_ratio` takes the
+// largest |y - fp64| / rounding bound seen (to show the bound is not loose).
+inline ::testing::AssertionResult within_fp64_bound(quant::QuantType type,
+                                                    const std::vector<uint8_t>& bytes,
+                                                    const Tensor& x, const Tensor& y, int64_t m,
+                                                    int64_t n, int64_t k, double& worst_ratio) {
+  const int64_t rb = quant::row_bytes(type, k);
   std::vector<double> wd(static_cast<size_t>(k));
   const float* xp = x.data<float>();
   for (int64_t j = 0; j < n; ++j) {
-    quant::dequantize_row(quant::QuantType::Q8_0, bytes.data() + j * rb, wd.data(), k);
+    quant::dequantize_row(type, bytes.data() + j * rb, wd.data(), k);
     for (int64_t i = 0; i < m; ++i) {
       double want = 0, rounding = 0, arithmetic = 0;
       for (int64_t g = 0; g < k / 32; ++g) {
@@ -119,6 +133,13 @@ inline ::testing::AssertionResult q8_0_within_fp64_bound(const std::vector<uint8
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+inline ::testing::AssertionResult q8_0_within_fp64_bound(const std::vector<uint8_t>& bytes,
+                                                         const Tensor& x, const Tensor& y,
+                                                         int64_t m, int64_t n, int64_t k,
+                                                         double& worst_ratio) {
+  return within_fp64_bound(quant::QuantType::Q8_0, bytes, x, y, m, n, k, worst_ratio);
 }
 
 }  // namespace tessel::kernels::testing_quant

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Q8_0 weights times activation rows on Intel AMX-INT8 tiles (Intel 64 and IA-32 Architectures
-// Software Developer's Manual, vol. 1 ch. 20, "Intel Advanced Matrix Extensions"). One TDPBSSD
+// Q8_0 and Q4_0 weights times activation rows on Intel AMX-INT8 tiles (Intel 64 and IA-32
+// Architectures Software Developer's Manual, vol. 1 ch. 20, "Intel Advanced Matrix Extensions").
+// Q4_0's 4-bit codes u (weight d * (u - 8)) are expanded to the signed bytes u - 8 when a group
+// is packed, after which both formats are the same product (Q4Format, Q8Format). One TDPBSSD
 // multiplies a tile of 16 activation rows x one 32-code block (signed bytes) by the same block of
 // 16 weight rows, packed four bytes per row side by side (the "VNNI layout" the instruction reads),
 // into 16 x 16 exact int32 block sums: 8,192 multiply-adds where a 512-bit vpdpbusd does 64.
@@ -8,13 +10,13 @@
 // The order of the f32 arithmetic is what makes the product batch-invariant: every output (i, j)
 // is, for g = 0 .. k/32 - 1 in order, acc = fma(f32(S_ijg), f16(d_jg) * dx_ig, acc) from acc = +0,
 // with S_ijg the exact integer dot product of block g (|S| <= 32 * 128 * 127 < 2^24: the
-// conversion is exact). Nothing in it depends on the other rows, so a row has the same bits
-// alone as inside any prompt. This is not the VNNI kernels' order (they convert eight 4-product
-// lanes per block and add the lanes at the end, which a tile product cannot give), so with AMX
-// on every m of Q8_0 runs here: tiles from kTilesFrom rows, and below it (the decode step, where
-// packing a group would cost more than it saves) few_rows, which forms the same exact block sums
-// with vpdpbusd and then does the same f32 operations. A product's bits depend on the switch,
-// never on m.
+// conversion is exact; Q4_0's S is the sum of (u - 8) x). Nothing in it depends on the other rows,
+// so a row has the same bits alone as inside any prompt. This is not the VNNI kernels' order (they
+// convert eight 4-product lanes per block and add the lanes at the end, which a tile product cannot
+// give), so with AMX on every m of Q8_0 and Q4_0 runs here: tiles from kTilesFrom rows, and below
+// it (the decode step, where packing a group would cost more than it saves) few_rows, which forms
+// the same exact block sums with vpdpbusd and then does the same f32 operations. A product's bits
+// depend on the switch, never on m.
 //
 // Cache blocking as the register tiles of quant_q8_tiles.h: a task owns whole groups of 16 weight
 // rows; per group and chunk of activation rows (kChunkBytes of codes, L2) the group's blocks are
@@ -47,14 +49,58 @@ namespace {
 
 constexpr int kRows = 16;                    // activation rows per tile (A and C)
 constexpr int kCols = 16;                    // weight rows per group (C's int32 columns)
-constexpr int64_t kBlock = 32;               // codes per Q8_0 block
-constexpr int64_t kBlockBytes = 34;          // f16 d + 32 int8 codes
+constexpr int64_t kBlock = 32;               // codes per block (both formats)
 constexpr int64_t kPacked = kBlock * kCols;  // one block of a group in VNNI layout: 8 x 64 bytes
 constexpr int64_t kChunkBytes = int64_t(1) << 19;
 // From this many activation rows the tiles; below, few_rows (the same bits).
 constexpr int64_t kTilesFrom = 4;
 // How far ahead few_rows prefetches each weight row.
 constexpr int64_t kPrefetchBytes = 512;
+
+// The two formats, as the kernels below take them: a block's bytes (f16 d first), its 32 codes as
+// signed bytes in VNNI layout (pack), and for few_rows its codes as unsigned bytes u = code + kBias
+// (codes), whose products with x are corrected by kBias * (the block's sum of x).
+// Q8_0: f16 d + 32 int8 codes; u = code ^ 0x80 = code + 128.
+struct Q8Format {
+  static constexpr int64_t kBlockBytes = 34;
+  static constexpr int32_t kBias = 128;
+  static constexpr int64_t kPrefetchEvery = 2;  // blocks between a row's prefetches (68 bytes)
+  // Codes 4r..4r+3 of the 16 rows at `base` (offsets `index`) into packed row r, r = 0..7.
+  TESSEL_AMX_TARGET static void pack(const uint8_t* base, __m512i index, __mmask16 real,
+                                     int8_t* packed) {
+    for (int r = 0; r < kBlock / 4; ++r)
+      _mm512_storeu_si512(packed + r * 64, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), real,
+                                                                       index, base + 2 + 4 * r, 1));
+  }
+  TESSEL_AMX_TARGET static __m256i codes(const uint8_t* block) {
+    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2)),
+                            _mm256_set1_epi8(char(0x80)));
+  }
+};
+
+// Q4_0: f16 d + 16 bytes whose low nibbles are codes 0-15 and high nibbles codes 16-31, each the
+// weight's u - 8 (u = 0..15). Packed as the signed u - 8 (exact in int8), so a tile product is
+// the block's exact sum of (u - 8) x; few_rows takes u itself (kBias = 8).
+struct Q4Format {
+  static constexpr int64_t kBlockBytes = 18;
+  static constexpr int32_t kBias = 8;
+  static constexpr int64_t kPrefetchEvery = 4;  // 72 bytes
+  TESSEL_AMX_TARGET static void pack(const uint8_t* base, __m512i index, __mmask16 real,
+                                     int8_t* packed) {
+    const __m512i mask = _mm512_set1_epi8(0xF), eight = _mm512_set1_epi8(8);
+    for (int r = 0; r < kBlock / 8; ++r) {
+      const __m512i v =
+          _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), real, index, base + 2 + 4 * r, 1);
+      _mm512_storeu_si512(packed + r * 64, _mm512_sub_epi8(_mm512_and_si512(v, mask), eight));
+      _mm512_storeu_si512(packed + (r + 4) * 64,
+                          _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi32(v, 4), mask), eight));
+    }
+  }
+  TESSEL_AMX_TARGET static __m256i codes(const uint8_t* block) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0xF));
+  }
+};
 
 // The tile registers: tmm0 / tmm3 take a block of 16 activation rows (16 x 32 bytes), tmm1 /
 // tmm4 the same block of 16 weight rows (8 x 64 bytes), tmm2 / tmm5 their 16 x 16 int32 sums.
@@ -86,7 +132,9 @@ struct Args {
 };
 
 // Block g of the `cols` weight rows at w into packed[r][4c + b] = code 4r + b of row c (zeros
-// past cols) and their f16 scales into scales[c] (f32, zeros past cols).
+// past cols in Q8_0, -8 in Q4_0: never stored) and their f16 scales into scales[c] (f32, zeros
+// past cols).
+template <class F>
 TESSEL_AMX_TARGET void pack_group(const uint8_t* w, int64_t row_bytes, int cols, int64_t blocks,
                                   int8_t* packed, float* scales) {
   alignas(64) int32_t offsets[kCols];
@@ -95,12 +143,10 @@ TESSEL_AMX_TARGET void pack_group(const uint8_t* w, int64_t row_bytes, int cols,
   const __mmask16 real = __mmask16((1u << cols) - 1);
   const __m512i zero = _mm512_setzero_si512();
   for (int64_t g = 0; g < blocks; ++g) {
-    const uint8_t* base = w + g * kBlockBytes;
+    const uint8_t* base = w + g * F::kBlockBytes;
     const __m512i d = _mm512_mask_i32gather_epi32(zero, real, index, base, 1);
     _mm512_storeu_ps(scales + g * kCols, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
-    for (int r = 0; r < kBlock / 4; ++r)
-      _mm512_storeu_si512(packed + g * kPacked + r * 64,
-                          _mm512_mask_i32gather_epi32(zero, real, index, base + 2 + 4 * r, 1));
+    F::pack(base, index, real, packed + g * kPacked);
   }
 }
 
@@ -170,10 +216,11 @@ TESSEL_AMX_TARGET inline __m512i lane_sums(const __m256i (&l)[kCols]) {
 
 // Fewer than kTilesFrom activation rows (the decode step), where packing a group for the tiles
 // costs more than it saves: per block and activation row the 16 weight rows' exact sums by
-// vpdpbusd on w + 128 (w ^ 0x80) against x, less 128 * (the block's sum of x), then the tiles'
-// f32 operations on the same values, so the bits are the tiles'. Weight rows past `cols` read
-// the last real row again and are not stored.
-TESSEL_AMX_TARGET void few_rows(const Args& a, const int32_t* x128, int64_t j0, int cols) {
+// vpdpbusd on the unsigned codes u = code + kBias against x, less kBias * (the block's sum of x)
+// (`xbias`), then the tiles' f32 operations on the same values, so the bits are the tiles'.
+// Weight rows past `cols` read the last real row again and are not stored.
+template <class F>
+TESSEL_AMX_TARGET void few_rows(const Args& a, const int32_t* xbias, int64_t j0, int cols) {
   const uint8_t* rows[kCols];
   alignas(64) int32_t offsets[kCols];
   for (int c = 0; c < kCols; ++c) {
@@ -181,27 +228,22 @@ TESSEL_AMX_TARGET void few_rows(const Args& a, const int32_t* x128, int64_t j0, 
     rows[c] = a.w + (j0 + std::min(c, cols - 1)) * a.row_bytes;
   }
   const __m512i index = _mm512_load_si512(offsets);
-  const __m256i bias = _mm256_set1_epi8(char(0x80));
   const __mmask16 real = __mmask16((1u << cols) - 1);
   for (int64_t i = 0; i < a.m; ++i) {
     __m512 acc = _mm512_setzero_ps();
     for (int64_t g = 0; g < a.blocks; ++g) {
-      const int64_t at = g * kBlockBytes;
+      const int64_t at = g * F::kBlockBytes;
       const __m256i x =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.xq + i * a.k + 32 * g));
       // 16 streams of W are more than the hardware prefetcher follows: a line ahead per row
-      // every other block (a block is 34 bytes).
-      if ((g & 1) == 0)
+      // about once per 64 bytes of it.
+      if (g % F::kPrefetchEvery == 0)
         for (int c = 0; c < kCols; ++c) _mm_prefetch(rows[c] + at + kPrefetchBytes, _MM_HINT_T0);
       __m256i l[kCols];
       for (int c = 0; c < kCols; ++c)
-        l[c] = _mm256_dpbusd_epi32(
-            _mm256_setzero_si256(),
-            _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[c] + at + 2)),
-                             bias),
-            x);
+        l[c] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), F::codes(rows[c] + at), x);
       const __m512i sums =
-          _mm512_sub_epi32(lane_sums(l), _mm512_set1_epi32(x128[i * a.blocks + g]));
+          _mm512_sub_epi32(lane_sums(l), _mm512_set1_epi32(xbias[i * a.blocks + g]));
       const __m512i d = _mm512_i32gather_epi32(index, a.w + j0 * a.row_bytes + at, 1);
       const __m512 sw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
       acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums),
@@ -212,6 +254,7 @@ TESSEL_AMX_TARGET void few_rows(const Args& a, const int32_t* x128, int64_t j0, 
 }
 
 // Groups [lo, hi) of 16 weight rows against every activation row, chunk by chunk.
+template <class F>
 TESSEL_AMX_TARGET void groups(const Args& a, int64_t lo, int64_t hi) {
   static const TileConfig config = tile_config();
   _tile_loadconfig(&config);
@@ -222,7 +265,8 @@ TESSEL_AMX_TARGET void groups(const Args& a, int64_t lo, int64_t hi) {
     for (int64_t gj = lo; gj < hi; ++gj) {
       const int64_t j0 = gj * kCols;
       const int cols = int(std::min<int64_t>(kCols, a.n - j0));
-      pack_group(a.w + j0 * a.row_bytes, a.row_bytes, cols, a.blocks, packed.data(), scales.data());
+      pack_group<F>(a.w + j0 * a.row_bytes, a.row_bytes, cols, a.blocks, packed.data(),
+                    scales.data());
       for (int64_t i = i0; i < i1; i += kRows) {
         const int64_t rows = std::min<int64_t>(kRows, i1 - i);
         const bool whole = rows == kRows;
@@ -236,29 +280,29 @@ TESSEL_AMX_TARGET void groups(const Args& a, int64_t lo, int64_t hi) {
   _tile_release();
 }
 
-}  // namespace
-
-void q8_0_amx_matmul(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t* xq,
-                     const float* dx, const uint8_t* w, float* y, int64_t group_grain) {
-  TESSEL_CHECK(k % kBlock == 0 && row_bytes == k / kBlock * kBlockBytes, "q8_0_amx_matmul: k = ", k,
-               " and row_bytes = ", row_bytes, " are not Q8_0 rows");
-  TESSEL_CHECK((kCols - 1) * row_bytes < (int64_t(1) << 31), "q8_0_amx_matmul: rows of ", row_bytes,
+template <class F>
+void amx_matmul(const char* name, int64_t m, int64_t n, int64_t k, int64_t row_bytes,
+                const int8_t* xq, const float* dx, const uint8_t* w, float* y,
+                int64_t group_grain) {
+  TESSEL_CHECK(k % kBlock == 0 && row_bytes == k / kBlock * F::kBlockBytes, name, ": k = ", k,
+               " and row_bytes = ", row_bytes, " are not rows of its format");
+  TESSEL_CHECK((kCols - 1) * row_bytes < (int64_t(1) << 31), name, ": rows of ", row_bytes,
                " bytes are too long for the 32-bit gather offsets");
   const int64_t blocks = k / kBlock;
   // Chunks of whole tiles, so only the last chunk can end in a partial tile.
   const int64_t chunk_rows = std::max<int64_t>(kRows, kChunkBytes / k / kRows * kRows);
   const int64_t group_count = (n + kCols - 1) / kCols;
   if (m < kTilesFrom) {
-    std::vector<int32_t> x128(size_t(m * blocks));
+    std::vector<int32_t> xbias(size_t(m * blocks));
     for (int64_t i = 0; i < m * blocks; ++i) {
       int32_t sum = 0;
       for (int c = 0; c < kBlock; ++c) sum += xq[i * kBlock + c];
-      x128[size_t(i)] = 128 * sum;
+      xbias[size_t(i)] = F::kBias * sum;
     }
     const Args a{m, n, k, blocks, row_bytes, xq, dx, nullptr, nullptr, w, y, m};
     parallel_for(0, group_count, group_grain, [&](int64_t lo, int64_t hi) {
       for (int64_t gj = lo; gj < hi; ++gj)
-        few_rows(a, x128.data(), gj * kCols, int(std::min<int64_t>(kCols, n - gj * kCols)));
+        few_rows<F>(a, xbias.data(), gj * kCols, int(std::min<int64_t>(kCols, n - gj * kCols)));
     });
     return;
   }
@@ -272,7 +316,19 @@ void q8_0_amx_matmul(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const i
     std::memcpy(tail_d.data(), dx + (m - tail) * blocks, size_t(tail * blocks) * sizeof(float));
   }
   const Args a{m, n, k, blocks, row_bytes, xq, dx, tail_q.data(), tail_d.data(), w, y, chunk_rows};
-  parallel_for(0, group_count, group_grain, [&](int64_t lo, int64_t hi) { groups(a, lo, hi); });
+  parallel_for(0, group_count, group_grain, [&](int64_t lo, int64_t hi) { groups<F>(a, lo, hi); });
+}
+
+}  // namespace
+
+void q8_0_amx_matmul(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t* xq,
+                     const float* dx, const uint8_t* w, float* y, int64_t group_grain) {
+  amx_matmul<Q8Format>("q8_0_amx_matmul", m, n, k, row_bytes, xq, dx, w, y, group_grain);
+}
+
+void q4_0_amx_matmul(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t* xq,
+                     const float* dx, const uint8_t* w, float* y, int64_t group_grain) {
+  amx_matmul<Q4Format>("q4_0_amx_matmul", m, n, k, row_bytes, xq, dx, w, y, group_grain);
 }
 
 }  // namespace tessel::kernels::cpu

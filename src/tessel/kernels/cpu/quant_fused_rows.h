@@ -99,6 +99,19 @@ inline __m256 pair_scales(const float* sdx) {
                                   _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
 }
 
+// Q4_0 block's 32 codes u (0..15) in order: the 16 bytes' low nibbles, then their high ones.
+inline __m256i q4_0_codes(const uint8_t* block) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0xF));
+}
+
+// A Q4_0 output from its two accumulators' sum and its zero-point chains' sum (d * x sums): the
+// last step of quant_q4_tiles.h's kernel (the avx512 set without AMX) and of q4_0_row (the avx2
+// set).
+inline float q4_0_finish(__m256 acc, float offsets) {
+  return std::fma(-8.0f, offsets, hsum(acc));
+}
+
 // The fused rows' signature: R rows row_bytes apart starting at w; row r's scales times dx at
 // sdx + r * sdx_stride; x the activation codes, zx their zero-point lanes (Q6_K);
 // out[r] = sum over blocks of sdx * (u . x - zero point share).
@@ -106,19 +119,18 @@ inline __m256 pair_scales(const float* sdx) {
   const uint8_t *w, int64_t row_bytes, const float *sdx, int64_t sdx_stride, const int8_t *x, \
       const int32_t *zx, int64_t blocks, float *out
 
-// Q4_0 one row at a time (the matmul's q4_0_matmul): 18-byte blocks, low nibbles the first 16
-// weights, high nibbles the next 16. Its one f16 scale per block is read in place and its zero
-// point 8 * d subtracted through the activations' block sums, in two chains. A four-row pass
-// measured slower than this (a per-row list of widened scales and the folded zero points cost
-// more than the shared loads saved: 0.92 against 0.69 ms at 4096 x 4096, m = 1).
+// Q4_0 one row at a time, the avx2 set's kernel for every m (its 16 vector registers do not hold
+// a tile's accumulators: the tiles of quant_q4_tiles.h measured slower there): 18-byte blocks,
+// low nibbles the first 16 weights, high nibbles the next 16. Its one f16 scale per block is read
+// in place and its zero point 8 * d subtracted through the activations' block sums, in two chains
+// (even blocks, odd blocks) of explicit fused multiply-adds: the tiles' operations in their order,
+// so a row has the same bits in either kernel and in either set.
 template <class Dot>
 inline float q4_0_row(const uint8_t* w, const int8_t* x, const float* dx, const float* xs32,
                       int64_t blocks) {
-  const __m256i mask = _mm256_set1_epi8(0xF), zero = _mm256_setzero_si256();
+  const __m256i zero = _mm256_setzero_si256();
   auto dot = [&](int64_t g) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 18 * g + 2));
-    const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), mask);
-    return _mm256_cvtepi32_ps(Dot::dot(zero, u, load256(x + 32 * g)));
+    return _mm256_cvtepi32_ps(Dot::dot(zero, q4_0_codes(w + 18 * g), load256(x + 32 * g)));
   };
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   float off0 = 0, off1 = 0;
@@ -127,15 +139,15 @@ inline float q4_0_row(const uint8_t* w, const int8_t* x, const float* dx, const 
     const float d0 = load_half(w + 18 * g), d1 = load_half(w + 18 * g + 18);
     acc0 = _mm256_fmadd_ps(dot(g), _mm256_set1_ps(d0 * dx[g]), acc0);
     acc1 = _mm256_fmadd_ps(dot(g + 1), _mm256_set1_ps(d1 * dx[g + 1]), acc1);
-    off0 += d0 * xs32[g];
-    off1 += d1 * xs32[g + 1];
+    off0 = std::fma(d0, xs32[g], off0);
+    off1 = std::fma(d1, xs32[g + 1], off1);
   }
   if (g < blocks) {
     const float d0 = load_half(w + 18 * g);
     acc0 = _mm256_fmadd_ps(dot(g), _mm256_set1_ps(d0 * dx[g]), acc0);
-    off0 += d0 * xs32[g];
+    off0 = std::fma(d0, xs32[g], off0);
   }
-  return hsum(_mm256_add_ps(acc0, acc1)) - 8.0f * (off0 + off1);
+  return q4_0_finish(_mm256_add_ps(acc0, acc1), off0 + off1);
 }
 
 // Q4_K (kFive = false) and Q5_K: bytes 32c..32c+31 of qs hold sub-block 2c in their low nibbles

@@ -3,17 +3,15 @@
 // (backend.h; formats in quant/quant_blocks.h). Each task owns a range of output columns (W's
 // rows, split over the one OpenMP pool) and multiplies each weight row with every activation row
 // while the row is in L1, so each weight byte is read from memory once per call whatever m is.
-// Q8_0 and the k-quants with a prompt's rows run as register-tiled GEMMs instead
-// (quant_q8_tiles.h, quant_k_tiles.h), and Q8_0 on AMX-INT8 tiles where the CPU has them
-// (quant_amx.h).
-// For the Q types and Int8 the activations are first rounded to int8 per 32-element block and
-// the products are integer (quant_dot.h: AVX-512 VNNI, AVX2 or plain loops, by kernel set and
-// CPU). No format is decoded into a buffer: Int8 and Q8_0 codes are read where they lie, the 4- to
-// 6-bit formats' codes are unpacked in registers inside the dot product (quant_fused.h); F16 /
-// BF16 rows are widened to f32 in registers and multiplied in f32 (gemm_invariant.h's tiles).
-// Every output element depends only on its own row of x (the activations are rounded per row
-// and block), so the Q types are batch-invariant as they are; F16 / BF16 use fixed-order tiles
-// in every mode.
+// Q8_0, Q4_0 and the k-quants with a prompt's rows run as register-tiled GEMMs instead
+// (quant_q8_tiles.h, quant_q4_tiles.h, quant_k_tiles.h), and Q8_0 and Q4_0 on AMX-INT8 tiles where
+// the CPU has them (quant_amx.h). For the Q types and Int8 the activations are first rounded to
+// int8 per 32-element block and the products are integer (quant_dot.h: AVX-512 VNNI, AVX2 or plain
+// loops, by kernel set and CPU). No format is decoded into a buffer: Int8 and Q8_0 codes are read
+// where they lie, the 4- to 6-bit formats' codes are unpacked in registers inside the dot product
+// (quant_fused.h); F16 / BF16 rows are widened to f32 in registers and multiplied in f32
+// (gemm_invariant.h's tiles). Every output depends only on its own row of x (rounded per row
+// and block), so the Q types are batch-invariant; F16 / BF16 use fixed-order tiles in every mode.
 #include "tessel/core/cpu_features.h"
 #include "tessel/kernels/cpu/gemm_invariant.h"
 #include "tessel/kernels/cpu/isa_region.h"
@@ -32,6 +30,7 @@ TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/quant_fused_direct512.h"
 #include "tessel/kernels/cpu/quant_k_tiles.h"
 #include "tessel/kernels/cpu/quant_k_tiles512.h"
+#include "tessel/kernels/cpu/quant_q4_tiles.h"
 #include "tessel/kernels/cpu/quant_q8_tiles.h"
 #include "tessel/kernels/cpu/quant_q8_tiles512.h"
 
@@ -169,28 +168,34 @@ std::array<cpu::FusedRows, 2> choose_fused_rows(QuantType type) {
   return fused_rows_for<cpu::DotAvx2>(type);
 }
 
-using Q4_0Row = float (*)(const uint8_t*, const int8_t*, const float*, const float*, int64_t);
-
-Q4_0Row choose_q4_0_row() {
-#if TESSEL_KERNEL_ISA_LEVEL >= 2
-  if (set_dot() == QuantDot::Avx512Vnni) return cpu::q4_0_row<cpu::DotVnni>;
-#endif
-  if (set_dot() == QuantDot::AvxVnni) return cpu::q4_0_row<cpu::DotAvxVnni>;
-  return cpu::q4_0_row<cpu::DotAvx2>;
-}
-
-// Q4_0: one weight row at a time, its scales read in place (quant_fused_rows.h says why).
+// Q4_0: AMX tiles for every m where enabled (quant_amx.cpp); else register tiles for every m in
+// the avx512 set (quant_q4_tiles.h), one row at a time in the avx2 set, with the same bits.
 void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
-  const int64_t blocks = s.k / cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
   const auto [xs32, xs16] = activation_sums(s, act);
-  const Q4_0Row row_fn = choose_q4_0_row();
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+  if (quant_amx_enabled())
+    return kernels::cpu::q4_0_amx_matmul(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), w,
+                                         y, std::max<int64_t>(1, task_grain(s) / 16));
+  const int64_t grain = std::max<int64_t>(1, task_grain(s) / cpu::kQ4TileN);
+  auto run = [&]<class Dot>(Dot) {
+    cpu::q4_0_tiles<Dot>(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), xs32.data(), w, y,
+                         grain);
+  };
+  if (set_dot() == QuantDot::Avx512Vnni) return run(cpu::DotVnni{});
+  if (set_dot() == QuantDot::AvxVnni) return run(cpu::DotAvxVnni{});
+  return run(cpu::DotAvx2{});
+#else
+  const int64_t blocks = s.k / cpu::kActBlock;
+  auto row_fn =
+      set_dot() == QuantDot::AvxVnni ? cpu::q4_0_row<cpu::DotAvxVnni> : cpu::q4_0_row<cpu::DotAvx2>;
   parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
     for (int64_t j = lo; j < hi; ++j)
       for (int64_t i = 0; i < s.m; ++i)
         y[i * s.n + j] = row_fn(w + j * s.row_bytes, act.q.data() + i * s.k,
                                 act.d.data() + i * blocks, xs32.data() + i * blocks, blocks);
   });
+#endif
 }
 
 // A prompt's rows (m >= kKTilesFrom) of Q4_K, Q5_K or Q6_K in register tiles (quant_k_tiles.h),
