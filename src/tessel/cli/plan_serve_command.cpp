@@ -15,8 +15,10 @@
 
 #include "tessel/cli/plan_layout.h"
 #include "tessel/cli/plan_serve.h"
+#include "tessel/cli/pp_model.h"
 #include "tessel/core/error.h"
 #include "tessel/dist/meta/meta_communicator.h"
+#include "tessel/serve/pipeline_stage_model.h"
 #include "tessel/tensor/default_device.h"
 #include "tessel/train/model_presets.h"
 #include "tessel/train/model_tensor_parallel.h"
@@ -44,24 +46,42 @@ int64_t tp_rank_weights(const models::ModelConfig& config, int tp) {
   return n;
 }
 
-// Serving memory of tensor-parallel rank 0 of `tp`: generation traced on meta with the runtime's
-// split and its vocabulary gather (plan/serve_memory.h); each request traced once.
+// Serving memory of tensor-parallel rank 0 of pipeline stage `stage` of `pp`, each stage split
+// over `tp`: generation traced on meta with the runtime's splits (the stage bounds
+// `tessel generate --pp` cuts, its tensor-parallel plan and vocabulary gather, hidden states and
+// logits passed over shape-only communicators; plan/serve_memory.h); each request traced once.
 plan::ServeMemoryFn traced_serve_memory(const models::ModelConfig& config) {
-  using Key = std::tuple<int, int64_t, int64_t, int64_t>;
+  using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t>;
   auto seen = std::make_shared<std::map<Key, plan::ServeMemory>>();
-  return [&config, seen](int tp, int64_t batch, int64_t prompt, int64_t capacity) {
-    const Key key{tp, batch, prompt, capacity};
+  return [&config, seen](int tp, int pp, int stage, int64_t batch, int64_t prompt,
+                         int64_t capacity) {
+    const Key key{tp, pp, stage, batch, prompt, capacity};
     if (auto it = seen->find(key); it != seen->end()) return it->second;
     plan::ServeRankModel rank;
+    auto state = std::make_shared<train::ModelTensorParallel>();
+    plan::ServeRankModel::FullLogits full;
     if (tp > 1) {
-      auto state = std::make_shared<train::ModelTensorParallel>();
       rank.transform = [state, tp](models::CausalLM& model) {
         *state =
             train::parallelize_model(model, dist::make_meta_communicator(tp, 0, "tp"), "", false);
       };
-      rank.full_logits = [state](const Tensor& local) {
-        return train::model_tp_full_logits(*state, local);
+      full = [state](const Tensor& local) { return train::model_tp_full_logits(*state, local); };
+    }
+    if (pp > 1) {
+      std::vector<int64_t> bounds;
+      {
+        DefaultDeviceScope meta(Device::meta());
+        const std::shared_ptr<models::CausalLM> whole = config.build_empty();
+        bounds = pp_stage_bounds(whole->layer_costs(), whole->num_layers(), pp);
+      }
+      // As `tessel generate --pp`: one micro-batch, the logits broadcast to every rank.
+      rank.stage = [bounds, pp, stage, full](std::shared_ptr<models::CausalLM> model) {
+        return std::shared_ptr<models::CausalLM>(std::make_shared<serve::PipelineStageModel>(
+            std::move(model), dist::make_meta_communicator(pp, stage, "pp"), bounds, 1,
+            serve::PipelineStageModel::LogitsTo::kEveryRank, full));
       };
+    } else {
+      rank.full_logits = full;
     }
     return (*seen)[key] = plan::trace_serve_memory(config, batch, prompt, capacity, rank);
   };
@@ -109,6 +129,7 @@ nlohmann::json row_json(const ServePlanArgs& a, const plan::ServeRow& r) {
                    {"kv_bytes_per_rank", c.kv_bytes_per_rank},
                    {"workspace_bytes_per_rank", c.workspace_bytes_per_rank},
                    {"workspace_traced", c.workspace_traced},
+                   {"stage_above_model_bytes", c.stage_above_model_bytes},
                    {"peak_bytes_per_rank", c.peak_bytes_per_rank},
                    {"max_batch", c.max_batch},
                    {"meets_target", r.meets_target},

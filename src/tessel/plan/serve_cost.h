@@ -24,6 +24,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tessel/models/causal_lm.h"
 #include "tessel/plan/cluster.h"
@@ -45,6 +46,9 @@ struct ServeShape {
   // summed, so tensor parallelism needs one all-reduce per layer instead of two.
   bool parallel_block = false;
   int64_t kernels_per_forward = 0;  // kernels of one forward (each pays device.op_overhead)
+  // Bytes a model's position tables made on first use hold per position (a rotary model's cos
+  // and sin, models/llama/llama_rope.h); 0 for learned positions. Measured on meta.
+  int64_t rotary_bytes_per_position = 0;
   // Matrix parameters a token's forward multiplies with (blocks and the LM head).
   double matmul_params() const {
     return double(layers) * double(block_matrix_params) + double(vocab) * double(d_model);
@@ -115,6 +119,9 @@ struct ServeCost {
   // stage, else by formula.
   double workspace_bytes_per_rank = 0;
   bool workspace_traced = false;
+  // Traced: what each pipeline stage's ranks hold above their loaded model (their cache and
+  // workspace, the allocator's peak a generation of `batch` measures there), stage by stage.
+  std::vector<double> stage_above_model_bytes;
   double peak_bytes_per_rank = 0;  // weights + KV cache + workspace
   // Sequences of kv_capacity the device memory holds: with the workspace for the layouts tessel
   // runs, with the cache alone for the others (whose implementation is not tessel's).
