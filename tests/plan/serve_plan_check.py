@@ -3,10 +3,10 @@
 """`tessel plan --serve` against `tessel generate` on this machine: the sizes are exact.
 
 A tiny GPT-2 (3 blocks x 48 wide, 6 heads, vocabulary 260) and a tiny LLaMA with grouped-query
-attention (6 query heads, 2 KV heads) are generated from at one process, at `--tp 2`, at `--pp 2`
-and at `--tp 2 --pp 2` under mpirun. Each process reports the KV cache it allocated (prompt + generated
-tokens of its layers and heads) and, under --tp, the weight values it read. The plan's decode rows
-at batch 1 for the same layouts must predict:
+attention (6 query heads, 2 KV heads) are generated from at one process, at `--tp 2`, at
+`--pp 2` and at `--tp 2 --pp 2` under mpirun. Each process reports the KV cache it allocated
+(prompt + generated tokens of its layers and heads) and, under --tp, the weight values it read.
+The plan's decode rows at batch 1 for the same layouts must predict:
 
 - the KV bytes of every rank exactly (`kv_bytes_per_rank`: batch x (prompt + gen) tokens x the
   rank's bytes per token; under --pp the rank with the most blocks);
@@ -17,7 +17,12 @@ at batch 1 for the same layouts must predict:
   activations and workspace of the prefill and of the last decode step) of every rank exactly:
   `kv_bytes_per_rank + workspace_bytes_per_rank` on one stage, and under --pp the traced figure
   of the rank's stage (`stage_above_model_bytes[rank // tp]`), the generation traced on meta with
-  the runtime's stage bounds and tensor-parallel split.
+  the runtime's stage bounds and tensor-parallel split;
+- the serving engine's largest step (`tessel serve`, paged KV pool): with --max-batch-tokens 7
+  and --max-seqs 1 a 7-token prompt's prefill is that step (9 tokens generated), and the
+  allocator peak it reports in /metrics (`engine_step_peak_bytes`) equals the plan's
+  `engine_step_bytes_per_rank` (the step traced on meta) for a GPT-2 and a LLaMA with a
+  byte-level tokenizer.
 
 Decode times are printed beside the prediction, never asserted (the machine is shared).
 Usage: serve_plan_check.py TESSEL MPIRUN WORKDIR
@@ -26,10 +31,15 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from tessel_runs import fail, mpi_prefix, run, single_thread_env, write_json  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from serve_http_common import completion, start_server, write_hf_model  # noqa: E402
 
 CLUSTER = """name = "four-rank-test"
 devices_per_node = 4
@@ -48,6 +58,9 @@ PROMPT = "5,9,12,40,77,3,101"
 GEN = 13
 KV_LINE = re.compile(r"rank (\d+) KV cache (\d+) bytes")
 READ_LINE = re.compile(r"tensor-parallel rank (\d+) read (\d+) weight values")
+# The engine's check: 7 + 9 tokens fill one KV block of 16 (the default), so the plan's step at
+# the longest context has the block table of the prompt's step.
+ENGINE_GEN = 9
 PEAK_LINE = re.compile(r"rank (\d+) allocator peak (\d+) bytes above the loaded model's (\d+)")
 
 
@@ -123,6 +136,39 @@ def check_model(tessel, mpi, work, name, config, layouts, env, cluster):
     return kv_per_token
 
 
+def check_engine_step(tessel, work, name, config, env, cluster):
+    """`tessel serve`'s largest step against the plan's trace of it."""
+    model = write_hf_model(tessel, work, name + "-served", config, 5)
+    out = run([tessel, "plan", "--serve", "--model", model, "--cluster", cluster, "--prompt", "7",
+               "--gen", str(ENGINE_GEN), "--batch", "1", "--max-batch-tokens", "7", "--max-seqs",
+               "1",
+               "--top", "1000", "--json"], env=env).stdout
+    rows = [r for r in json.loads(out)["decode"]
+            if r["runnable"] and r["chips"] == 1 and r["batch"] == 1]
+    if len(rows) != 1 or "engine_step_bytes_per_rank" not in rows[0]:
+        fail(f"{name}: no one-chip decode row with the engine's step: {rows}")
+    want = rows[0]["engine_step_bytes_per_rank"]
+    server, url = start_server([tessel, "serve", "-m", model, "--port", "0", "--max-batch-tokens",
+                                "7", "--max-seqs", "1", "--max-model-len", str(7 + ENGINE_GEN)],
+                               env, fail)
+    try:
+        completion(url, "abcdefg", ENGINE_GEN)  # 7 bytes: 7 tokens of the byte-level vocabulary
+        with urllib.request.urlopen(url + "/metrics", timeout=60) as r:
+            metrics = r.read().decode()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait()
+    m = re.search(r"^tessel:engine_step_peak_bytes\S* (\S+)$", metrics, re.M)
+    if m is None:
+        fail(f"{name}: no engine_step_peak_bytes in /metrics: {metrics[-1500:]}")
+    got = float(m.group(1))
+    if got != want:
+        fail(f"{name}: the engine's largest step peaked {got:.0f} bytes above the model and the "
+             f"pool, the plan traced {want}")
+    print(f"{name}: tessel serve's largest step (7 tokens, one sequence) {got:.0f} bytes above the "
+          f"model and the KV pool = predicted {want}")
+
+
 def main():
     tessel, mpirun, work = sys.argv[1:4]
     shutil.rmtree(work, ignore_errors=True)
@@ -148,6 +194,8 @@ def main():
                           [(1, 1)], env, cluster)
         if gqa[(1, 1)] * 3 != mha[(1, 1)]:
             fail(f"grouped-query KV per token {gqa[(1, 1)]} is not 2/6 of multi-head's {mha[(1, 1)]}")
+        check_engine_step(tessel, work, "gpt2", gpt2, env, cluster)
+        check_engine_step(tessel, work, "llama", llama, env, cluster)
         print(f"grouped-query (2 of 6 KV heads): {gqa[(1, 1)]:.0f} B per token vs multi-head "
               f"{mha[(1, 1)]:.0f}")
     finally:
