@@ -115,8 +115,8 @@ struct ServeCost {
   double kv_bytes_per_token_per_rank = 0;  // one sequence's token, this rank's layers and heads
   double kv_bytes_per_rank = 0;            // batch x kv_capacity tokens
   // Activations and workspace above the weights and the cache: the larger of the prefill's and
-  // the last decode step's (plan/serve_memory.h), traced for a tessel model's 1D layouts on one
-  // stage, else by formula.
+  // the last decode step's (plan/serve_memory.h), traced for the layouts tessel runs (the largest
+  // stage's under pp), else by formula.
   double workspace_bytes_per_rank = 0;
   bool workspace_traced = false;
   // Traced: what each pipeline stage's ranks hold above their loaded model (their cache and

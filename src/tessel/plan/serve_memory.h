@@ -3,10 +3,11 @@
 // inference forward allocates (logits of the sampled rows, the block's intermediates, the
 // batch's gathered keys and values, tensor parallelism's gathered logits). For a tessel model it
 // is traced: the model is built on the meta device (tensor-parallel ranks split by the runtime's
-// own plan, supplied from above as a transform), and a generation's prefill and its last decode
-// step (the longest context) run shape-only through the real forward, the meta allocator's peak
-// counting every tensor the host allocator would (tensor/meta_allocator.h). For a geometry
-// without a tessel model (the PaLM sizes) a per-layer formula of the same tensors is used.
+// own plan and pipeline ranks wrapped as the runtime's stage, both supplied from above), and a
+// generation's prefill and its last decode step (the longest context) run shape-only through the
+// real forward, the meta allocator's peak counting every tensor the host allocator would
+// (tensor/meta_allocator.h). For a geometry without a tessel model (the PaLM sizes) a per-layer
+// formula of the same tensors is used; it equals the trace where both apply.
 // docs/PLANNER.md, "Serving plans", "Memory per rank".
 #pragma once
 
