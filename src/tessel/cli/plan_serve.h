@@ -23,6 +23,8 @@ struct ServePlanArgs {
   int64_t prompt = 128, gen = 128;
   std::vector<int64_t> batches;
   std::string weights = "f32", kv_dtype = "f32";
+  // The engine's step (`tessel serve --max-batch-tokens`, `--max-seqs`; 0: each row's batch).
+  int64_t max_batch_tokens = 512, max_seqs = 0;
 };
 
 // The --serve options on `plan` (the shared ones are the search's).

@@ -10,13 +10,18 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <tuple>
 
 #include "tessel/cli/plan_layout.h"
 #include "tessel/cli/plan_serve.h"
+#include "tessel/cli/pp_model.h"
 #include "tessel/core/error.h"
 #include "tessel/dist/meta/meta_communicator.h"
+#include "tessel/serve/engine_options.h"
+#include "tessel/serve/pipeline_stage_model.h"
+#include "tessel/serve/step_memory.h"
 #include "tessel/tensor/default_device.h"
 #include "tessel/train/model_expert_pieces.h"
 #include "tessel/train/model_presets.h"
@@ -45,28 +50,65 @@ int64_t tp_rank_weights(const models::ModelConfig& config, int tp) {
   return n;
 }
 
-// Serving memory of tensor-parallel rank 0 of `tp`: generation traced on meta with the runtime's
-// split and its vocabulary gather (plan/serve_memory.h); each request traced once.
+// Serving memory of tensor-parallel rank 0 of pipeline stage `stage` of `pp`, each stage split
+// over `tp`: generation traced on meta with the runtime's splits (the stage bounds
+// `tessel generate --pp` cuts, its tensor-parallel plan and vocabulary gather, hidden states and
+// logits passed over shape-only communicators; plan/serve_memory.h); each request traced once.
 plan::ServeMemoryFn traced_serve_memory(const models::ModelConfig& config) {
-  using Key = std::tuple<int, int64_t, int64_t, int64_t>;
+  using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t>;
   auto seen = std::make_shared<std::map<Key, plan::ServeMemory>>();
-  return [&config, seen](int tp, int64_t batch, int64_t prompt, int64_t capacity) {
-    const Key key{tp, batch, prompt, capacity};
+  return [&config, seen](int tp, int pp, int stage, int64_t batch, int64_t prompt,
+                         int64_t capacity) {
+    const Key key{tp, pp, stage, batch, prompt, capacity};
     if (auto it = seen->find(key); it != seen->end()) return it->second;
     plan::ServeRankModel rank;
+    auto state = std::make_shared<train::ModelTensorParallel>();
+    plan::ServeRankModel::FullLogits full;
     if (tp > 1) {
-      auto state = std::make_shared<train::ModelTensorParallel>();
       rank.transform = [state, tp](models::CausalLM& model) {
         const dist::CommPtr comm = dist::make_meta_communicator(tp, 0, "tp");
         *state = train::parallelize_model(model, comm, "", false);
         // A mixture of experts: each expert's FFN columns over tp, as the loaders split them.
         (void)train::split_experts_over_tp(model, comm);
       };
-      rank.full_logits = [state](const Tensor& local) {
-        return train::model_tp_full_logits(*state, local);
+      full = [state](const Tensor& local) { return train::model_tp_full_logits(*state, local); };
+    }
+    if (pp > 1) {
+      std::vector<int64_t> bounds;
+      {
+        DefaultDeviceScope meta(Device::meta());
+        const std::shared_ptr<models::CausalLM> whole = config.build_empty();
+        bounds = pp_stage_bounds(whole->layer_costs(), whole->num_layers(), pp);
+      }
+      // As `tessel generate --pp`: one micro-batch, the logits broadcast to every rank.
+      rank.stage = [bounds, pp, stage, full](std::shared_ptr<models::CausalLM> model) {
+        return std::shared_ptr<models::CausalLM>(std::make_shared<serve::PipelineStageModel>(
+            std::move(model), dist::make_meta_communicator(pp, stage, "pp"), bounds, 1,
+            serve::PipelineStageModel::LogitsTo::kEveryRank, full));
       };
+    } else {
+      rank.full_logits = full;
     }
     return (*seen)[key] = plan::trace_serve_memory(config, batch, prompt, capacity, rank);
+  };
+}
+
+// The largest step `tessel serve` runs for a row of one process (tp and pp ranks also mirror or
+// pass the step, which is not traced): --max-batch-tokens tokens of --max-seqs sequences (the
+// row's batch by default), every one sampled, the longest at prompt + gen keys
+// (serve/step_memory.h); each traced once.
+std::function<std::optional<int64_t>(const plan::ServeRow&)> engine_step_memory(
+    const models::ModelConfig& config, const ServePlanArgs& a) {
+  auto seen = std::make_shared<std::map<int64_t, int64_t>>();
+  return [&config, a, seen](const plan::ServeRow& r) -> std::optional<int64_t> {
+    if (!r.not_runnable.empty() || r.layout.chips() > 1) return std::nullopt;
+    const int64_t seqs = std::min(a.max_seqs > 0 ? a.max_seqs : r.batch, a.max_batch_tokens);
+    if (auto it = seen->find(seqs); it != seen->end()) return it->second;
+    serve::EngineOptions options;
+    options.max_batch_tokens = a.max_batch_tokens;
+    options.max_seqs = seqs;
+    return (*seen)[seqs] = serve::trace_step_memory(config, options, a.max_batch_tokens, seqs,
+                                                    a.prompt + a.gen);
   };
 }
 
@@ -81,7 +123,9 @@ std::string serve_command(const ServePlanArgs& a, const plan::ServeRow& r) {
   if (r.layout.tp > 1) cmd += " --tp " + std::to_string(r.layout.tp);
   if (r.layout.pp > 1) cmd += " --pp " + std::to_string(r.layout.pp);
   if (a.weights != "f32") cmd += " --weights " + a.weights;
-  cmd += " --max-seqs " + std::to_string(r.batch);
+  cmd += " --max-seqs " + std::to_string(a.max_seqs > 0 ? a.max_seqs : r.batch);
+  if (a.max_batch_tokens != serve::EngineOptions{}.max_batch_tokens)
+    cmd += " --max-batch-tokens " + std::to_string(a.max_batch_tokens);
   cmd += " --max-model-len " + std::to_string(a.prompt + a.gen);
   return cmd;
 }
@@ -114,6 +158,7 @@ nlohmann::json row_json(const ServePlanArgs& a, const plan::ServeRow& r) {
                    {"kv_bytes_per_rank", c.kv_bytes_per_rank},
                    {"workspace_bytes_per_rank", c.workspace_bytes_per_rank},
                    {"workspace_traced", c.workspace_traced},
+                   {"stage_above_model_bytes", c.stage_above_model_bytes},
                    {"peak_bytes_per_rank", c.peak_bytes_per_rank},
                    {"max_batch", c.max_batch},
                    {"meets_target", r.meets_target},
@@ -165,12 +210,21 @@ void add_plan_serve_options(CLI::App& plan, const std::shared_ptr<ServePlanArgs>
   plan.add_option("--kv-dtype", a->kv_dtype, "--serve: KV cache dtype (tessel keeps f32)")
       ->check(CLI::IsMember({"f32", "bf16", "int8"}))
       ->capture_default_str();
+  plan.add_option("--max-batch-tokens", a->max_batch_tokens,
+                  "--serve: the engine's tokens per step (tessel serve --max-batch-tokens), for "
+                  "its step's memory")
+      ->capture_default_str();
+  plan.add_option("--max-seqs", a->max_seqs,
+                  "--serve: the engine's sequences at once (tessel serve --max-seqs; default: "
+                  "each row's batch)");
 }
 
 void run_serve_plan(ServePlanArgs a) {
   TESSEL_CHECK(!a.model.empty() && !a.cluster.empty(), "plan --serve: give --model and --cluster");
   TESSEL_CHECK(a.prompt >= 1 && a.gen >= 1, "plan --serve: --prompt ", a.prompt, " and --gen ",
                a.gen, " must be >= 1");
+  TESSEL_CHECK(a.max_batch_tokens >= 1 && a.max_seqs >= 0, "plan --serve: --max-batch-tokens ",
+               a.max_batch_tokens, " must be >= 1 and --max-seqs ", a.max_seqs, " >= 0");
   const models::ConfigPtr config = train::resolve_model_config(a.model, "plan --serve --model");
   const plan::Cluster cluster = plan::Cluster::load(a.cluster);
   TESSEL_CHECK(a.prompt + a.gen <= config->max_positions(), "plan --serve: --prompt ", a.prompt,
@@ -232,14 +286,21 @@ void run_serve_plan(ServePlanArgs a) {
                        {"decode_context", req.workload.context},
                        {"weights", a.weights},
                        {"kv_dtype", a.kv_dtype},
+                       {"max_batch_tokens", a.max_batch_tokens},
                        {"prefill", nlohmann::json::array()},
                        {"decode", nlohmann::json::array()}};
+    const auto step = engine_step_memory(*config, a);
+    const auto row = [&](const plan::ServeRow& r) {
+      nlohmann::json j = row_json(a, r);
+      if (const std::optional<int64_t> bytes = step(r)) j["engine_step_bytes_per_rank"] = *bytes;
+      return j;
+    };
     for (const auto& [key, rows] :
          {std::pair{"prefill", &plans.prefill}, std::pair{"decode", &plans.decode}})
       for (size_t i = 0; i < rows->size() && int(i) < a.top; ++i)
-        out[key].push_back(row_json(a, (*rows)[i]));
-    if (plans.best_prefill) out["best_prefill"] = row_json(a, *plans.best_prefill);
-    if (plans.best_decode) out["best_decode"] = row_json(a, *plans.best_decode);
+        out[key].push_back(row((*rows)[i]));
+    if (plans.best_prefill) out["best_prefill"] = row(*plans.best_prefill);
+    if (plans.best_decode) out["best_decode"] = row(*plans.best_decode);
     std::cout << out.dump(1) << std::endl;
     return;
   }

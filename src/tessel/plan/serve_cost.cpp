@@ -14,6 +14,7 @@
 #include "tessel/plan/comm_cost.h"
 #include "tessel/plan/trace_recorder.h"
 #include "tessel/tensor/default_device.h"
+#include "tessel/tensor/meta_allocator.h"
 #include "tessel/tensor/tensor.h"
 
 namespace tessel::plan {
@@ -40,15 +41,21 @@ ServeShape serve_shape(const models::ModelConfig& config) {
     s.block_matrix_params += p.numel();
     for (int64_t d : {p.shape()[0], p.shape()[1]}) s.d_ff = std::max(s.d_ff, d);
   }
-  // The kernels of one forward of one token: a step runs as many whatever its rows.
+  // The kernels of one forward of one token: a step runs as many whatever its rows. What the
+  // model still holds after it is what it made on first use: a rotary model's position tables,
+  // min(max_positions, kRotaryMinRows) rows of them (serve_memory.h).
   Graph graph;
   Recorder recorder(graph, false);
+  const double held = double(meta_allocator().bytes_in_use());
   {
     autograd::NoGradGuard no_grad;
     kernels::KernelObserverScope observe(recorder);
     model->forward(empty({1, 1}, DType::I64));
   }
   s.kernels_per_forward = int64_t(graph.ops.size());
+  const double tables = double(meta_allocator().bytes_in_use()) - held;
+  s.rotary_bytes_per_position =
+      int64_t(tables) / std::max<int64_t>(1, std::min(s.max_positions, kRotaryMinRows));
   TESSEL_CHECK(s.block_matrix_params > 0, "plan --serve: ", s.name,
                " has no matrices in its first block");
   return s;
@@ -271,14 +278,20 @@ ServeCost serve_cost(const Cluster& c, const ServeShape& s, const ServeLayout& l
   // Every group's sequences hold their cache on every stage.
   const double seqs_held = batch_attn ? std::ceil(double(w.batch) / n) : double(w.batch);
   r.kv_bytes_per_rank = seqs_held * double(capacity) * kv_token;
-  // Activations and workspace of `b` sequences on a rank: traced for what tessel runs on one
-  // stage, else the formula (at the rank's sequences when attention is split by batch).
+  // Activations and workspace of `b` sequences on a rank: traced for what tessel runs (the
+  // largest of its pipeline stages'), else the formula (at the rank's sequences when attention
+  // is split by batch).
   const int64_t gen_prompt = std::min<int64_t>(w.prompt, capacity - 1);
   // A mixture of experts is traced without ep (plan/serve_moe.h: the ep gather's sizes depend on
-  // the routing).
-  r.workspace_traced = memory && config && p == 1 && l.runnable() && ep == 1;
+  // the routing), and on one stage only (its pipeline stages keep the formula).
+  r.workspace_traced = memory && config && l.runnable() && ep == 1 && (p == 1 || !s.experts.any());
   auto workspace = [&](int64_t b) {
-    if (r.workspace_traced) return memory(n, b, gen_prompt, capacity).workspace();
+    if (r.workspace_traced) {
+      double most = 0;
+      for (int stage = 0; stage < p; ++stage)
+        most = std::max(most, memory(n, p, stage, b, gen_prompt, capacity).workspace());
+      return most;
+    }
     const int64_t rank_b = batch_attn ? ceil_div(b, n) : b;
     const double dense = serve_memory_formula(s, batch_attn ? 1 : n, rank_b, gen_prompt, capacity,
                                               w.act_bytes, w.kv_bytes)
@@ -287,6 +300,10 @@ ServeCost serve_cost(const Cluster& c, const ServeShape& s, const ServeLayout& l
                                                double(rank_b) * double(gen_prompt), w.act_bytes));
   };
   r.workspace_bytes_per_rank = workspace(w.batch);
+  if (r.workspace_traced)
+    for (int stage = 0; stage < p; ++stage)
+      r.stage_above_model_bytes.push_back(
+          memory(n, p, stage, w.batch, gen_prompt, capacity).peak());
   r.peak_bytes_per_rank =
       r.weight_bytes_per_rank + r.kv_bytes_per_rank + r.workspace_bytes_per_rank;
   // What limits the batch: for the layouts tessel runs, the cache and the workspace; for the

@@ -24,6 +24,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tessel/models/causal_lm.h"
 #include "tessel/plan/cluster.h"
@@ -49,6 +50,9 @@ struct ServeShape {
   // A mixture of experts' MoE layers (plan/serve_moe.h); block_matrix_params then counts a
   // block's dense matrices (the mean over the blocks, routers included) and not the experts.
   ServeExperts experts;
+  // Bytes a model's position tables made on first use hold per position (a rotary model's cos
+  // and sin, models/llama/llama_rope.h); 0 for learned positions. Measured on meta.
+  int64_t rotary_bytes_per_position = 0;
   // Matrix parameters a token's forward multiplies with (blocks, its k experts a MoE layer, and
   // the LM head).
   double matmul_params() const {
@@ -118,10 +122,13 @@ struct ServeCost {
   double kv_bytes_per_token_per_rank = 0;  // one sequence's token, this rank's layers and heads
   double kv_bytes_per_rank = 0;            // batch x kv_capacity tokens
   // Activations and workspace above the weights and the cache: the larger of the prefill's and
-  // the last decode step's (plan/serve_memory.h), traced for a tessel model's 1D layouts on one
-  // stage, else by formula.
+  // the last decode step's (plan/serve_memory.h), traced for the layouts tessel runs (the largest
+  // stage's under pp), else by formula.
   double workspace_bytes_per_rank = 0;
   bool workspace_traced = false;
+  // Traced: what each pipeline stage's ranks hold above their loaded model (their cache and
+  // workspace, the allocator's peak a generation of `batch` measures there), stage by stage.
+  std::vector<double> stage_above_model_bytes;
   double peak_bytes_per_rank = 0;  // weights + KV cache + workspace
   // Sequences of kv_capacity the device memory holds: with the workspace for the layouts tessel
   // runs, with the cache alone for the others (whose implementation is not tessel's).

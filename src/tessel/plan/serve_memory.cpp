@@ -21,6 +21,7 @@ ServeMemory trace_serve_memory(const models::ModelConfig& config, int64_t batch,
   autograd::NoGradGuard no_grad;
   std::shared_ptr<models::CausalLM> model = config.build_empty();
   if (rank.transform) rank.transform(*model);
+  if (rank.stage) model = rank.stage(model);
   model->eval();
   ServeMemory m;
   MetaAllocator& a = meta_allocator();
@@ -41,6 +42,15 @@ ServeMemory trace_serve_memory(const models::ModelConfig& config, int64_t batch,
   Tensor logits = step(empty({batch, prompt}, DType::I64), cache, true);
   m.prefill_bytes = double(a.peak_bytes()) - held;
   if (capacity - prompt < 2) return m;  // one generated token: no decode step runs
+  // A rotary model's position tables grow as the generation's one-token steps reach their rows
+  // (doubled from max(prompt, kRotaryMinRows)): the steps where they grew run here too, so the
+  // last one finds the tables the generation's would.
+  const int64_t limit = config.max_positions();
+  for (int64_t rows = std::min(limit, std::max(prompt, kRotaryMinRows));
+       rows < capacity - 2 && rows < limit; rows = std::min(limit, 2 * rows)) {
+    cache.advance(rows - cache.length());
+    logits = step(empty({batch, 1}, DType::I64), cache, false);
+  }
   // The last decode step attends to capacity - 1 positions: the cache holds capacity - 2 then.
   cache.advance(capacity - 2 - cache.length());
   a.reset_peak();
@@ -57,36 +67,70 @@ ServeMemory serve_memory_formula(const ServeShape& s, int tp, int64_t batch, int
   // and at the MLP's statement its normalised input and inner activations — a plain MLP's up
   // product and activation beside its output and the new residual, a gated one's gate, activation,
   // up and product (4 x d_ff). Before that the attention's statements: the fused projection beside
-  // its split copies, and for a batch above one the context's keys and values gathered from the
-  // cache rows (one sequence reads a view). The head holds the last hidden rows, their
-  // normalised copy and the logits: the rank's vocabulary columns and, under tp, the gathered
-  // row; in decode the previous step's logits are still held. Not counted: the ids and
-  // positions (8 bytes a token) and a rotary model's cos/sin tables made on first use.
+  // its split copies; for a batch above one the context's keys and values copied out of the cache
+  // rows (one sequence reads a view), each copy cutting the whole layer's rows into pieces
+  // (Tensor::slice is a split: while the values are cut the keys' context is held), then the
+  // attention's output and its softmax statistics (one stat-dtype value per query and head,
+  // ops/attention.cpp) beside them. The head holds the last hidden rows, their normalised copy and
+  // the logits: the rank's vocabulary columns and, under tp, the gathered row; in decode the
+  // previous step's logits are still held. Held through every moment: the step's ids (8 bytes a
+  // token; the prefill's index of each sequence's last row, 8 bytes a sequence), a rotary model's
+  // positions (8 bytes a token, named for the layers; a learned embedding's are a temporary of the
+  // embedding's statement) and its cos/sin tables, made on first use and grown as llama_rope.cpp
+  // grows them: in f64, converted to the stat dtype, all four held at once in the first layer's
+  // projection of the step that makes them.
   const double n = double(tp), b = double(batch), E = double(s.d_model);
   const double hd = double(s.heads * s.head_dim) / n;
+  const double heads = hd / double(s.head_dim);
   const double kvd = double((s.kv_heads + tp - 1) / tp) * double(s.head_dim);
   const double F = double(s.d_ff) / n;
+  const double a = elem, kv = kv_elem, stat = elem == 8 ? 8 : 4;
   // A gated MLP (SwiGLU) multiplies with three E x d_ff matrices, a plain one with two: what is
   // left of the block's matrices after attention's q, k, v and o tells them apart.
   const double attn_params =
       double(s.d_model) * double(s.head_dim) * double(2 * s.heads + 2 * s.kv_heads);
   const bool gated = double(s.block_matrix_params) - attn_params > 2.5 * E * double(s.d_ff);
   const double qkv = hd + 2 * kvd;
+  // A block's moments in bytes, for `rows` tokens whose sequences' context is `context` long.
   auto block = [&](double rows, double context) {
-    const double gathered = batch > 1 ? 2 * b * context * kvd * double(kv_elem) / elem : 0;
-    const double project = rows * (2 * E + 2 * qkv);
-    const double attend = rows * (E + qkv + hd) + gathered;
-    const double mlp = rows * (2 * E + qkv + hd) + rows * (gated ? 4 * F : 2 * F + 2 * E);
-    return std::max({project, attend, mlp}) * elem;
+    const double project = rows * (2 * E + 2 * qkv) * a;
+    const double cut = batch > 1 ? rows * (E + qkv) * a + b * (context + capacity) * kvd * kv : 0;
+    const double gathered = batch > 1 ? 2 * b * context * kvd * kv : 0;
+    const double attend = rows * (E + qkv + hd) * a + rows * heads * stat + gathered;
+    const double mlp = (rows * (2 * E + qkv + hd) + rows * (gated ? 4 * F : 2 * F + 2 * E)) * a;
+    return std::max({project, cut, attend, mlp});
   };
-  const double logits = b * double(s.vocab) * (tp > 1 ? 1.0 / n + 1.0 : 1.0) * elem;
-  auto head = [&](double rows) { return (rows * E + 2 * b * E) * elem + logits; };
+  const double logits = b * double(s.vocab) * (tp > 1 ? 1.0 / n + 1.0 : 1.0) * a;
+  auto head = [&](double rows) { return (rows * E + 2 * b * E) * a + logits; };
+  const bool rotary = s.rotary_bytes_per_position > 0;
+  auto indices = [&](double rows) { return rows * (rotary ? 16.0 : 8.0); };
+  // The tables' rows: the prefill's first use makes max(prompt, kRotaryMinRows), and decoding
+  // one token at a time doubles them as the positions reach them; never beyond max_positions.
+  auto grown = [&](int64_t positions) {
+    int64_t rows = std::min(s.max_positions, std::max(prompt, kRotaryMinRows));
+    while (rows < positions && rows < s.max_positions) rows = std::min(s.max_positions, 2 * rows);
+    return rows;
+  };
+  auto tables = [&](int64_t rows) { return double(s.rotary_bytes_per_position) * double(rows); };
+  // The step that makes (or grows) them: x, its normalised copy and q, k, v beside the old
+  // tables, the new ones in f64 and their conversion (none for f64).
+  auto making = [&](double rows, int64_t old_rows, int64_t new_rows) {
+    if (!rotary || new_rows == old_rows) return 0.0;
+    return rows * (2 * E + qkv) * a + tables(old_rows) + tables(new_rows) * (stat == 8 ? 1 : 3);
+  };
   const double rows_prefill = b * double(prompt);
+  const int64_t first_rows = grown(prompt), before_last = grown(capacity - 2),
+                last_rows = grown(capacity - 1);
   ServeMemory m;
   m.kv_bytes = 2.0 * double(s.layers) * b * double(capacity) * kvd * kv_elem;
-  m.prefill_bytes = std::max(block(rows_prefill, double(prompt)), head(rows_prefill));
+  m.prefill_bytes = indices(rows_prefill) + 8 * b +
+                    std::max(tables(first_rows) +
+                                 std::max(block(rows_prefill, double(prompt)), head(rows_prefill)),
+                             making(rows_prefill, 0, first_rows));
   if (capacity - prompt >= 2)
-    m.decode_bytes = logits + std::max(block(b, double(capacity - 1)), head(b));
+    m.decode_bytes = logits + indices(b) +
+                     std::max(tables(last_rows) + std::max(block(b, double(capacity - 1)), head(b)),
+                              making(b, before_last, last_rows));
   return m;
 }
 

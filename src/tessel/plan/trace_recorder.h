@@ -5,8 +5,10 @@
 // are added (kernels/cpu/half_kernels.h). Internal to plan/.
 #pragma once
 
+#include <algorithm>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -18,6 +20,30 @@
 #include "tessel/tensor/meta_allocator.h"
 
 namespace tessel::plan {
+
+// The f32 stand-ins the CPU backend allocates for the duration of a kernel on 16-bit tensors: 4
+// bytes an element of every 16-bit operand and output the meta backend reports, for the kernel
+// families the CPU backend runs that way (kernels/cpu/half_kernels.h). GEMMs widen in f16 only
+// (bf16 GEMMs run natively); an embedding's backward adds its rows in f32 a row at a time (no
+// stand-in of the table). Not counted: an f16 grouped GEMM widens one group at a time, whose
+// rows the meta device does not know (the experts' routing is data).
+// tests/plan/half_stand_ins_test.cpp holds the CPU backend to it, family by family.
+inline double half_stand_in_bytes(std::string_view kernel,
+                                  const std::vector<kernels::TensorDesc>& inputs,
+                                  const std::vector<kernels::TensorDesc>& outputs) {
+  static const std::set<std::string, std::less<>> widened = {
+      "unary",         "unary_backward",         "binary",     "reduce",
+      "softmax",       "softmax_backward",       "layer_norm", "layer_norm_backward",
+      "rms_norm",      "rms_norm_backward",      "attention",  "attention_backward",
+      "cross_entropy", "cross_entropy_backward", "dropout"};
+  const bool f16_gemm = kernel == "gemm" && !inputs.empty() && inputs.front().dtype == DType::F16;
+  if (!f16_gemm && !widened.contains(kernel)) return 0;
+  double bytes = 0;
+  for (const auto* list : {&inputs, &outputs})
+    for (const kernels::TensorDesc& t : *list)
+      if (t.dtype == DType::BF16 || t.dtype == DType::F16) bytes += 4 * double(t.shape.numel());
+  return bytes;
+}
 
 class Recorder final : public kernels::KernelObserver {
  public:
@@ -76,29 +102,9 @@ class Recorder final : public kernels::KernelObserver {
 
  private:
   void count_stand_ins(const OpNode& op) {
-    static const std::set<std::string> widened = {"unary",
-                                                  "unary_backward",
-                                                  "binary",
-                                                  "reduce",
-                                                  "softmax",
-                                                  "softmax_backward",
-                                                  "layer_norm",
-                                                  "layer_norm_backward",
-                                                  "rms_norm",
-                                                  "rms_norm_backward",
-                                                  "attention",
-                                                  "attention_backward",
-                                                  "cross_entropy",
-                                                  "cross_entropy_backward",
-                                                  "embedding_backward"};
-    const bool f16_gemm =
-        op.kernel == "gemm" && !op.inputs.empty() && op.inputs.front().dtype == DType::F16;
-    if (!f16_gemm && !widened.contains(op.kernel)) return;
-    double bytes = 0;
-    for (const auto* list : {&op.inputs, &op.outputs})
-      for (const kernels::TensorDesc& t : *list)
-        if (t.dtype == DType::BF16 || t.dtype == DType::F16) bytes += 4 * double(t.shape.numel());
-    kernel_peak_ = std::max(kernel_peak_, double(meta_allocator().bytes_in_use()) + bytes);
+    const double bytes = half_stand_in_bytes(op.kernel, op.inputs, op.outputs);
+    if (bytes > 0)
+      kernel_peak_ = std::max(kernel_peak_, double(meta_allocator().bytes_in_use()) + bytes);
   }
 
   Graph& graph_;

@@ -19,6 +19,7 @@
 #include "tessel/kernels/batch_invariant.h"
 #include "tessel/serve/engine_state.h"
 #include "tessel/serve/step_groups.h"
+#include "tessel/tensor/allocator.h"
 
 namespace tessel::serve {
 namespace {
@@ -251,6 +252,15 @@ void Engine::State::end_request(const RequestState& request, FinishReason reason
 }
 
 void Engine::State::run_step(int group, StepPlan& plan) {
+  // The step's own memory: packing, the forward's activations and workspace, the logits.
+  Allocator& host = cpu_allocator();
+  const int64_t held = int64_t(host.bytes_in_use());
+  host.reset_peak();
+  execute_step(group, plan);
+  step_peak_bytes = std::max(step_peak_bytes, int64_t(host.peak_bytes()) - held);
+}
+
+void Engine::State::execute_step(int group, StepPlan& plan) {
   autograd::NoGradGuard no_grad;
   // Every product and attention row computed in a fixed order whatever the batch holds.
   kernels::BatchInvariantScope invariant(options.deterministic);
@@ -341,6 +351,7 @@ void Engine::State::publish() {
   st.generated_tokens = outputs->generated_tokens();
   st.requests_finished = outputs->requests_finished();
   st.steps = steps;
+  st.step_peak_bytes = step_peak_bytes;
   std::lock_guard<std::mutex> lock(mu);
   st.waiting += int64_t(inbox.size());
   snapshot = st;

@@ -59,6 +59,9 @@ struct Engine::State {
   int64_t next_seq = 0;
   uint64_t next_arrival = 0;
   int64_t steps = 0;
+  // The host allocator's largest peak during a step above what it held when the step began
+  // (EngineStats::step_peak_bytes).
+  int64_t step_peak_bytes = 0;
   // Cross-step pipelining (options.step_groups > 1): the model's two-halved forward, the steps
   // begun and not finished (oldest first, at most one per group), and cancellations of requests
   // whose group has a step in flight (ended once it finishes: its plan points at them).
@@ -81,7 +84,8 @@ struct Engine::State {
   void fail_everything(const std::string& error);
   void accept(const std::shared_ptr<RequestState>& request);
   void end_request(const RequestState& request, FinishReason reason, const std::string& error);
-  void run_step(int group, StepPlan& plan);
+  void run_step(int group, StepPlan& plan);      // measures the step's memory
+  void execute_step(int group, StepPlan& plan);  // packs, runs and samples it
   // After a step's forward: its tokens have KV, and each sampling chunk's row is sampled.
   void finish_step(int group, StepPlan& plan, const PagedStep& step, Tensor logits);
   // engine_groups.cpp: one round of the pipelined loop (start a step for every idle group with

@@ -101,7 +101,11 @@ PagedStep::PagedStep(PagedKvPool& pool, const BlockManager& blocks, const StepPl
   t_.rows = from_data(rows, Shape{int64_t(rows.size())});
 }
 
-PagedStep::PagedStep(PagedKvPool& pool, StepTensors packed) : pool_(pool), t_(std::move(packed)) {
+PagedStep::PagedStep(PagedKvPool& pool, StepTensors packed)
+    : PagedStep(pool, std::move(packed), -1) {}
+
+PagedStep::PagedStep(PagedKvPool& pool, StepTensors packed, int64_t position_end)
+    : pool_(pool), t_(std::move(packed)) {
   TESSEL_CHECK(t_.ids.ndim() == 2 && t_.ids.size(0) == 1 &&
                    t_.positions.shape() == t_.ids.shape() && t_.slots.numel() == t_.ids.numel() &&
                    t_.seq_lens.ndim() == 1 && t_.query_starts.numel() == t_.seq_lens.numel() + 1 &&
@@ -111,6 +115,12 @@ PagedStep::PagedStep(PagedKvPool& pool, StepTensors packed) : pool_(pool), t_(st
                ", seq_lens ", t_.seq_lens.shape(), ", query_starts ", t_.query_starts.shape(),
                " do not describe one step");
   tokens_ = t_.ids.size(1);
+  if (position_end >= 0) {
+    TESSEL_CHECK(t_.seq_lens.device().is_meta(), "PagedStep: a position end (", position_end,
+                 ") is given for a shape-only step only");
+    position_end_ = position_end;
+    return;
+  }
   const int64_t* lens = t_.seq_lens.data<int64_t>();
   for (int64_t s = 0; s < t_.seq_lens.numel(); ++s)
     position_end_ = std::max(position_end_, lens[s]);

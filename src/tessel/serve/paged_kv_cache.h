@@ -59,6 +59,9 @@ class PagedStep final : public models::DecodeCache {
   PagedStep(PagedKvPool& pool, const BlockManager& blocks, const StepPlan& plan);
   // A step packed elsewhere (rank 0's, on another tensor-parallel rank).
   PagedStep(PagedKvPool& pool, StepTensors packed);
+  // A shape-only step (meta tensors without values, the planner's trace, serve/step_memory.h):
+  // `position_end` is the longest sequence's keys after it.
+  PagedStep(PagedKvPool& pool, StepTensors packed, int64_t position_end);
 
   const StepTensors& tensors() const { return t_; }
   PagedKvPool& pool() const { return pool_; }   // (a pipeline stage packs micro-batches over it)

@@ -102,6 +102,10 @@ struct EngineStats {
   int64_t prompt_tokens = 0, generated_tokens = 0;  // totals since start
   int64_t steps = 0;
   int64_t requests_finished = 0;
+  // The host allocator's peak during a step above what it held when the step began (the loaded
+  // model, the KV pool): the largest step's since start, in bytes. `tessel plan --serve` predicts
+  // it (serve/step_memory.h).
+  int64_t step_peak_bytes = 0;
   // Liveness, for /health: whether the engine's thread is running its loop, and for how long it
   // has been inside its current iteration (a step; 0 while it waits for work). A step that never
   // ends (a hung kernel, a deadlock) shows as a growing busy_seconds, a thread that died or

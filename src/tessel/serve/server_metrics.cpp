@@ -154,6 +154,9 @@ std::string ServerMetrics::render(const EngineStats& s) const {
   gauge("kv_cache_usage_perc", "Fraction of the KV-cache blocks in use (0-1).",
         s.kv_blocks_total > 0 ? double(s.kv_blocks_used) / double(s.kv_blocks_total) : 0.0);
   gauge("kv_cache_block_size", "Tokens per KV-cache block.", double(s.kv_block_size));
+  gauge("engine_step_peak_bytes",
+        "Host allocator peak of the largest engine step above what was held before it.",
+        double(s.step_peak_bytes));
   counter("prefix_cache_queries_total", "Prompt blocks looked up in the prefix cache.",
           double(s.prefix_queries));
   counter("prefix_cache_hits_total", "Prompt blocks found in the prefix cache.",
