@@ -180,13 +180,6 @@ void Trainer::check_offload_layout() const {
                "train: memory offload (memory.device_budget) composes with data parallelism or "
                "with tensor parallelism alone for now; this layout has ",
                layout_.world_size(), " ranks (", layout_.str(), ")");
-  // tp's gradient sums (sequence parallelism, replicated K/V pieces) write gradients that live in
-  // chunks outside any unit's hold: not yet.
-  TESSEL_CHECK(!tp_only || !tensor_->sums_gradients(), "train: memory offload with --tp ",
-               layout_.tp_size(),
-               " does not yet compose with tp's gradient sums (parallel.sequence_parallel, or "
-               "K/V heads fewer than tp, replicated over tp ranks); turn sequence parallelism off "
-               "or use tp <= the K/V heads");
   TESSEL_CHECK(!dp_ || config_.parallel.zero_stage > 0, "train: memory offload with --dp ",
                layout_.dp_size(),
                " needs parallel.zero_stage 1, 2 or 3 (each rank offloads its own shard of the "
@@ -231,6 +224,8 @@ void Trainer::build_offload(const RegionSource& init) {
   offload_ = std::make_unique<OffloadStrategy>(std::move(os));
   strategies_.push_back(offload_.get());
   use_offloaded_copies();
+  // tp's gradient sums (sequence parallelism, replicated K/V pieces) write gradient chunks.
+  if (tensor_) tensor_->set_gradient_hold(offload_->gradient_hold());
 }
 
 std::string Trainer::tp_rank_nvme_dir(const std::string& nvme_dir) const {
