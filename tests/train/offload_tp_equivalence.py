@@ -5,8 +5,9 @@
 moments in chunks of its own (streamed through the device tier by the one-process hooks) equals
 the same tp run in memory bit for bit: every step's loss and gradient norm, and the checkpoints'
 bytes. Budgets leave chunks in the device, host and NVMe tiers; each rank's NVMe files are in a
-folder of its own. The same with sequence parallelism (tp's gradient sums write gradient chunks)
-and in bf16. The offloaded tp checkpoint resumes in memory at tp 2 on the uninterrupted
+folder of its own. The same with sequence parallelism and with a LLaMA whose one K/V head is
+replicated over tp (tp's gradient sums write gradient chunks, which by then have reached NVMe:
+without the hold both fail), and in bf16. The offloaded tp checkpoint resumes in memory at tp 2 on the uninterrupted
 trajectory, and the in-memory one resumes offloaded. A GPT-2 with C = 26, 2 heads, 5 blocks, sequences of 13, two
 micro-batches of 3 per step and clipping.
 
@@ -51,10 +52,14 @@ def main():
     vocab = prepare_workdir(tessel, work)
     cfg = gpt2_config(vocab, n_positions=17, n_embd=26, n_layer=5, n_head=2)
     config = write_json(os.path.join(work, "config.json"), cfg)
-    common = ["train"] + train_sets(
-        config, os.path.join(work, "data"), STEPS, seq_len=13,
-        extra=["machine.peak_gflops=100", f"checkpoint.interval={SAVE}", "train.micro_batch=3",
-               "train.global_batch=6", "optim.grad_clip=0.05", "optim.weight_decay=0.1"])
+    def common_for(model_config):
+        return ["train"] + train_sets(
+            model_config, os.path.join(work, "data"), STEPS, seq_len=13,
+            extra=["machine.peak_gflops=100", f"checkpoint.interval={SAVE}",
+                   "train.micro_batch=3", "train.global_batch=6", "optim.grad_clip=0.05",
+                   "optim.weight_decay=0.1"])
+
+    common = common_for(config)
     env = single_thread_env()
     mpi = mpi_prefix(mpirun) + ["-np", "2", tessel]
     tp2 = ["--tp", "2"]
@@ -95,6 +100,23 @@ def main():
         check_tiers(o, what)
         same_checkpoint(m, o, STEPS, what)
         print(f"{what}: bitwise the in-memory run's")
+
+    # LLaMA with one K/V head, replicated over the 2 tp ranks: tp sums the copies' gradients
+    # after backward, reading and writing their chunks through the same hold.
+    llama = write_json(os.path.join(work, "llama.json"), {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab,
+        "hidden_size": 28, "intermediate_size": 42, "num_hidden_layers": 8,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 32,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True})
+    m, o = (os.path.join(work, f"{k}_llama_kv1") for k in ("memory", "offload"))
+    run(mpi + common_for(llama) + tp2 + ["--set", "checkpoint.dir=" + m], env=env)
+    run(mpi + common_for(llama) + tp2 + ["--set", "checkpoint.dir=" + o] +
+        offload_sets(nvme("llama"), HOST, 6, CHUNK), env=env)  # its working set: 6 chunks
+    what = "tp 2 offloaded (LLaMA, one K/V head replicated)"
+    same_records(m, o, what)
+    check_tiers(o, what)
+    same_checkpoint(m, o, STEPS, what)
+    print(f"{what}: bitwise the in-memory run's")
 
     # The offloaded checkpoint resumes in memory, and the in-memory one offloaded, both on the
     # uninterrupted trajectory.
