@@ -180,13 +180,13 @@ class Trainer {
   void build_offload(const RegionSource& init);
   // memory.device_budget set with --dp N: each rank's ZeRO shards in chunks (after the optimizer).
   void build_offload_shards(const RegionSource& init);
-  // Under tp: memory.nvme_dir/rank<r>, created, so tp ranks never share a swap or probe file.
-  std::string tp_rank_nvme_dir(const std::string& nvme_dir) const;
   // Mixed precision with the 16-bit copies in chunks: the precision scope takes them as kept.
   void use_offloaded_copies();
   void build_optimizer(const RegionSource& init);
   void check_offload_layout() const;  // the layouts offload composes with
   memory::MemoryConfig offload_memory_config() const;
+  // Under tp: memory.nvme_dir/rank<r>, created, so tp ranks never share a swap or probe file.
+  std::string tp_rank_nvme_dir(const std::string& nvme_dir) const;
   // The loss of one micro-batch (the vocab-parallel one under tp).
   Tensor compute_loss(const Tensor& ids, const Tensor& targets);
   // The same for evaluation, one chunk of positions' logits at a time (CausalLM::eval_loss).
