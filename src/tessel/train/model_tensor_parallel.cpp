@@ -175,7 +175,8 @@ bool has_replicated_pieces(const ModelTensorParallel& tp) {
 }
 
 // The sequence-parallel sum: every rank adds its addend to the whole gradient.
-void sum_whole_gradients(models::CausalLM& model, const ModelTensorParallel& tp) {
+void sum_whole_gradients(models::CausalLM& model, const ModelTensorParallel& tp,
+                         const SpanHold& hold) {
   std::vector<Tensor> grads;
   for (const auto& [name, p] : model.named_parameters()) {
     if (tp.result.spec(name) != nullptr || !p.grad().defined()) continue;
@@ -183,11 +184,16 @@ void sum_whole_gradients(models::CausalLM& model, const ModelTensorParallel& tp)
   }
   if (grads.empty()) return;
   std::vector<Tensor> flat;
-  for (const Tensor& g : grads) flat.push_back(g.to(DType::F32).reshape({g.numel()}));
+  for (const Tensor& g : grads) {
+    const std::shared_ptr<void> held = hold ? hold(g, false) : nullptr;
+    const Tensor f = g.to(DType::F32).reshape({g.numel()});
+    flat.push_back(held ? f.clone() : f);  // a chunk's bytes may move once released
+  }
   Tensor all = concat(flat, 0);
   tp.tp->all_reduce(all);
   int64_t at = 0;
   for (Tensor& g : grads) {
+    const std::shared_ptr<void> held = hold ? hold(g, true) : nullptr;
     g.copy_from(all.slice(0, at, at + g.numel()).reshape(g.shape()));
     at += g.numel();
   }
@@ -195,7 +201,8 @@ void sum_whole_gradients(models::CausalLM& model, const ModelTensorParallel& tp)
 
 // Replicated pieces: each rank writes its copy's gradient at the piece's rows of a zero buffer of
 // the whole parameter; the all-reduce over tp then sums exactly the copies of each piece.
-void sum_replicated_pieces(models::CausalLM& model, const ModelTensorParallel& tp) {
+void sum_replicated_pieces(models::CausalLM& model, const ModelTensorParallel& tp,
+                           const SpanHold& hold) {
   const int n = tp.tp->size(), rank = tp.tp->rank();
   struct Item {
     Tensor grad;
@@ -216,6 +223,7 @@ void sum_replicated_pieces(models::CausalLM& model, const ModelTensorParallel& t
   if (items.empty()) return;
   Tensor buffer = zeros({total}, DType::F32);
   for (const Item& it : items) {
+    const std::shared_ptr<void> held = hold ? hold(it.grad, false) : nullptr;
     const Tensor g = it.grad.to(DType::F32).reshape({it.grad.numel()});
     int64_t local = 0;
     for (const auto& [start, len] : it.ranges) {
@@ -232,6 +240,7 @@ void sum_replicated_pieces(models::CausalLM& model, const ModelTensorParallel& t
       const int64_t at = it.offset + start * it.row;
       rows.push_back(buffer.narrow(0, at, len * it.row));
     }
+    const std::shared_ptr<void> held = hold ? hold(it.grad, true) : nullptr;
     it.grad.copy_from(concat(rows, 0).reshape(it.grad.shape()));
   }
 }
@@ -242,10 +251,11 @@ bool model_tp_sums_gradients(const ModelTensorParallel& tp) {
   return tp.sequence_parallel || has_replicated_pieces(tp);
 }
 
-void model_tp_reduce_gradients(models::CausalLM& model, const ModelTensorParallel& tp) {
+void model_tp_reduce_gradients(models::CausalLM& model, const ModelTensorParallel& tp,
+                               const SpanHold& hold) {
   autograd::NoGradGuard no_grad;
-  if (tp.sequence_parallel) sum_whole_gradients(model, tp);
-  if (has_replicated_pieces(tp)) sum_replicated_pieces(model, tp);
+  if (tp.sequence_parallel) sum_whole_gradients(model, tp, hold);
+  if (has_replicated_pieces(tp)) sum_replicated_pieces(model, tp, hold);
 }
 
 }  // namespace tessel::train

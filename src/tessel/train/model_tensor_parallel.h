@@ -23,6 +23,7 @@
 #include "tessel/dist/communicator.h"
 #include "tessel/models/causal_lm.h"
 #include "tessel/parallel/tensor/plan.h"
+#include "tessel/train/optim/grad_norm.h"
 
 namespace tessel::train {
 
@@ -99,7 +100,10 @@ bool model_tp_sums_gradients(const ModelTensorParallel& tp);
 
 // Under sequence parallelism: sums the replicated parameters' gradients over tp. Replicated
 // pieces: sums each copy's gradient over the ranks holding it. One all-reduce each; nothing when
-// neither applies (the gradients are then already complete on every rank).
-void model_tp_reduce_gradients(models::CausalLM& model, const ModelTensorParallel& tp);
+// neither applies (the gradients are then already complete on every rank). `hold`: the gradients
+// live in offloaded chunks (docs/MEMORY.md): each is held while it is read, then while it is
+// written back, one at a time, and the all-reduce works on a copy.
+void model_tp_reduce_gradients(models::CausalLM& model, const ModelTensorParallel& tp,
+                               const SpanHold& hold = {});
 
 }  // namespace tessel::train

@@ -185,6 +185,8 @@ class Trainer {
   void build_optimizer(const RegionSource& init);
   void check_offload_layout() const;  // the layouts offload composes with
   memory::MemoryConfig offload_memory_config() const;
+  // Under tp: memory.nvme_dir/rank<r>, created, so tp ranks never share a swap or probe file.
+  std::string tp_rank_nvme_dir(const std::string& nvme_dir) const;
   // The loss of one micro-batch (the vocab-parallel one under tp).
   Tensor compute_loss(const Tensor& ids, const Tensor& targets);
   // The same for evaluation, one chunk of positions' logits at a time (CausalLM::eval_loss).

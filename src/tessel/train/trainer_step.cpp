@@ -119,15 +119,18 @@ void Trainer::sync_gradients(StepRecord& r) {
 }
 
 double Trainer::global_norm() {
-  if (offload_adamw_) {  // one process; the gradients are read chunk by chunk
+  if (offload_adamw_ && !tensor_) {  // one process; the gradients are read chunk by chunk
     const double total = offload_adamw_->gradient_square_sum();
     local_nonfinite_ = !std::isfinite(total);
     return std::sqrt(total);
   }
   GradNormPlan plan;
-  plan.spans = optimizer_->parameter_gradients();
+  // Offloaded under tp: each rank's gradients are chunk views, in the in-memory optimizer's order.
+  plan.spans =
+      offload_adamw_ ? offload_adamw_->gradient_spans() : optimizer_->parameter_gradients();
   for (AxisStrategy* s : strategies_) s->describe_norm(plan);
-  // Offloaded under dp: ZeRO-2/3's gradient shards are read one chunk at a time.
+  // Offloaded under dp: ZeRO-2/3's gradient shards are read one chunk at a time (under tp every
+  // gradient chunk).
   const GlobalSquareSum sum = global_square_sum(plan.spans, plan.groups, plan.norm_axes(),
                                                 offload_ ? offload_->gradient_hold() : SpanHold());
   // fp16 agrees on overflows over every axis from this (the norm leaves some ranks' parts out).

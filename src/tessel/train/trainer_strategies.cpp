@@ -173,9 +173,12 @@ std::string Trainer::expert_bytes_line() const {
 }
 
 void Trainer::check_offload_layout() const {
-  TESSEL_CHECK(layout_.world_size() == layout_.dp_size() && !layout_.ep,
-               "train: memory offload (memory.device_budget) composes with data parallelism only "
-               "for now; this layout has ",
+  // Tensor parallelism alone: each tp rank offloads its own pieces as one process does.
+  const bool tp_only =
+      layout_.tp_size() > 1 && layout_.dp_size() == 1 && layout_.pp_size() == 1 && !layout_.ep;
+  TESSEL_CHECK((layout_.world_size() == layout_.dp_size() || tp_only) && !layout_.ep,
+               "train: memory offload (memory.device_budget) composes with data parallelism or "
+               "with tensor parallelism alone for now; this layout has ",
                layout_.world_size(), " ranks (", layout_.str(), ")");
   TESSEL_CHECK(!dp_ || config_.parallel.zero_stage > 0, "train: memory offload with --dp ",
                layout_.dp_size(),
@@ -198,6 +201,9 @@ void Trainer::build_offload(const RegionSource& init) {
   OffloadSetup os;
   os.memory = offload_memory_config();
   os.prefetch = int(m.prefetch);
+  // Under tp each rank's NVMe files go into a folder of its own, as under dp.
+  if (tensor_ && !os.memory.nvme_dir.empty() && std::filesystem::is_directory(os.memory.nvme_dir))
+    os.memory.nvme_dir = tp_rank_nvme_dir(os.memory.nvme_dir);
   os.params = trainable_parameters();
   os.units = parallel::zero3_units(*model_, model_->unit_paths());
   // Start-up streams: the model was built shape-only (nothing written), and each parameter is
@@ -218,6 +224,18 @@ void Trainer::build_offload(const RegionSource& init) {
   offload_ = std::make_unique<OffloadStrategy>(std::move(os));
   strategies_.push_back(offload_.get());
   use_offloaded_copies();
+  // tp's gradient sums (sequence parallelism, replicated K/V pieces) write gradient chunks.
+  if (tensor_) tensor_->set_gradient_hold(offload_->gradient_hold());
+}
+
+std::string Trainer::tp_rank_nvme_dir(const std::string& nvme_dir) const {
+  const std::filesystem::path own =
+      std::filesystem::path(nvme_dir) / ("rank" + std::to_string(layout_.world_rank()));
+  std::error_code ec;
+  std::filesystem::create_directories(own, ec);
+  TESSEL_CHECK(!ec, "memory.nvme_dir: cannot create ", own.string(), " for tp rank ",
+               layout_.world_rank(), ": ", ec.message());
+  return own.string();
 }
 
 void Trainer::use_offloaded_copies() {

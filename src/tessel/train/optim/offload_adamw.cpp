@@ -66,6 +66,13 @@ double OffloadAdamW::gradient_square_sum() {
   return total;
 }
 
+std::vector<GradSpan> OffloadAdamW::gradient_spans() const {
+  std::vector<GradSpan> spans;
+  spans.reserve(params_.size());
+  for (const OffloadedParameter& p : params_) spans.push_back(whole_span(p.grad, 0, p.name));
+  return spans;
+}
+
 void OffloadAdamW::step(double lr) {
   TESSEL_CHECK(std::isfinite(lr) && lr >= 0,
                "offloaded AdamW.step: lr must be finite and >= 0, got ", lr);

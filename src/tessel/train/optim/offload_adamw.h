@@ -38,6 +38,10 @@ class OffloadAdamW : public Optimizer {
   std::vector<GradSpan> parameter_gradients() const override { return {}; }
   // The gradients' square sum, each gradient chunk read in the host tier.
   double gradient_square_sum();
+  // Each gradient as a whole span (a view of its chunk, not resident between accesses), in the
+  // trainer's parameter order, for a norm over mesh axes (tensor parallelism) that reads them
+  // through a hold (OffloadStrategy::gradient_hold).
+  std::vector<GradSpan> gradient_spans() const;
   // Recorded and applied to each gradient chunk during step(), before its update.
   void scale_gradients(double factor) override { scale_ = factor; }
   // One update row by row in the host tier; each gradient chunk is dropped once used.

@@ -31,7 +31,7 @@ Tensor TensorParallelStrategy::loss(const Tensor& ids, const Tensor& targets) {
 }
 
 void TensorParallelStrategy::sync_gradients(StepRecord&) {
-  model_tp_reduce_gradients(model_, tp_);
+  model_tp_reduce_gradients(model_, tp_, hold_);
 }
 
 void TensorParallelStrategy::describe_norm(GradNormPlan& plan) const {

@@ -39,11 +39,14 @@ class TensorParallelStrategy : public AxisStrategy {
   int size() const { return tp_.tp->size(); }
   // MoE layers whose experts' FFN is split over tp (0 without expert tensor parallelism).
   int64_t expert_layers() const { return expert_layers_; }
+  // Memory offload: the gradients are chunk views, held while the sums read and write them.
+  void set_gradient_hold(SpanHold hold) { hold_ = std::move(hold); }
 
  private:
   models::CausalLM& model_;
   ModelTensorParallel tp_;
   int64_t expert_layers_ = 0;
+  SpanHold hold_;
 };
 
 // The norm's view of tensor parallelism: two groups, pieces (disjoint over tp: their squares add)
