@@ -15,6 +15,7 @@
 #include "tessel/core/error.h"
 #include "tessel/core/log.h"
 #include "tessel/core/shape.h"
+#include "tessel/core/thread_pool.h"
 #include "tessel/core/threads.h"
 
 namespace tessel {
@@ -106,7 +107,40 @@ std::set<std::pair<int64_t, int64_t>> chunks_of(int64_t begin, int64_t end, int6
   return seen;
 }
 
+// Turns the persistent pool (thread_pool.h) on for one test, with the given polling time.
+class PoolOn {
+ public:
+  explicit PoolOn(int64_t spin_us) : saved_(detail::pool_spin_us()) {
+    detail::set_pool_spin_us(spin_us);
+  }
+  ~PoolOn() { detail::set_pool_spin_us(saved_); }
+  PoolOn(const PoolOn&) = delete;
+  PoolOn& operator=(const PoolOn&) = delete;
+
+ private:
+  int64_t saved_;
+};
+
+TEST(Threads, PoolCoversRangeAtEveryThreadCount) {
+  int saved = num_threads();
+  for (int64_t spin : {20, 0}) {
+    PoolOn pool(spin);
+    for (int t : {2, 3, 1, 4}) {
+      set_num_threads(t);
+      std::vector<std::atomic<int>> hits(1001);
+      for (int r = 0; r < 20; ++r) {
+        parallel_for(0, 1001, 10, [&](int64_t lo, int64_t hi) {
+          for (int64_t i = lo; i < hi; ++i) hits[size_t(i)]++;
+        });
+      }
+      for (auto& h : hits) EXPECT_EQ(h.load(), 20);
+    }
+  }
+  set_num_threads(saved);
+}
+
 TEST(Threads, ChunksDependOnlyOnRangeAndThreadCount) {
+  PoolOn pool(20);
   int saved = num_threads();
   set_num_threads(3);
   std::set<std::pair<int64_t, int64_t>> want = {{7, 11}, {11, 15}, {15, 20}};
@@ -126,6 +160,7 @@ TEST(Threads, ChunksDependOnlyOnRangeAndThreadCount) {
 }
 
 TEST(Threads, NestedParallelForRunsOnTheCallingThread) {
+  PoolOn pool(20);
   int saved = num_threads();
   set_num_threads(2);
   std::atomic<int> inner_calls{0};
@@ -140,9 +175,10 @@ TEST(Threads, NestedParallelForRunsOnTheCallingThread) {
   set_num_threads(saved);
 }
 
-// An exception thrown by any chunk, on a worker too, reaches the caller once all chunks are done
-// (an OpenMP region would terminate the process instead).
+// With the pool, an exception thrown by any chunk, on a worker too, reaches the caller once all
+// chunks are done (an OpenMP region terminates the process instead).
 TEST(Threads, ParallelForRethrowsAChunksException) {
+  PoolOn pool(0);
   int saved = num_threads();
   set_num_threads(2);
   for (int r = 0; r < 20; ++r) {

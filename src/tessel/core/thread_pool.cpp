@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -29,10 +30,6 @@
 namespace tessel::detail {
 
 namespace {
-
-// About five futex wake-ups on a VM: covers the gaps between the products of one decode step
-// (norms, residual adds, attention: µs to tens of µs) but not the pause between requests.
-constexpr int64_t kSpinUs = 100;
 
 thread_local bool t_in_region = false;
 
@@ -66,7 +63,7 @@ void futex_wake_all(std::atomic<uint32_t>& word) {
 
 int64_t read_spin_us() {
   const char* env = std::getenv("TESSEL_POOL_SPIN_US");
-  if (env == nullptr || *env == '\0') return kSpinUs;
+  if (env == nullptr || *env == '\0') return -1;
   char* end = nullptr;
   long v = std::strtol(env, &end, 10);
   TESSEL_CHECK(end != env && *end == '\0' && v >= 0 && v <= 1000000,
@@ -95,7 +92,7 @@ class RegionScope {
 
 class Pool {
  public:
-  explicit Pool(int workers) : spin_us_(pool_spin_us()) {
+  Pool(int workers, int64_t spin_us) : spin_us_(spin_us) {
     for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { worker_loop(); });
   }
   ~Pool() {
@@ -108,6 +105,7 @@ class Pool {
   Pool& operator=(const Pool&) = delete;
 
   int workers() const { return int(threads_.size()); }
+  int64_t spin_us() const { return spin_us_; }
 
   // The caller holds the pool's run lock.
   void run(int64_t begin, int64_t n, int64_t chunks,
@@ -258,9 +256,17 @@ void run_inline(int64_t begin, int64_t n, int64_t chunks,
 
 }  // namespace
 
-int64_t pool_spin_us() {
-  static const int64_t us = read_spin_us();
+std::atomic<int64_t>& spin_setting() {
+  static std::atomic<int64_t> us{read_spin_us()};
   return us;
+}
+
+int64_t pool_spin_us() {
+  return spin_setting().load(std::memory_order_relaxed);
+}
+
+void set_pool_spin_us(int64_t us) {
+  spin_setting().store(us < 0 ? -1 : us, std::memory_order_relaxed);
 }
 
 bool in_pool_region() {
@@ -275,9 +281,10 @@ void pool_run(int threads, int64_t begin, int64_t n, int64_t chunks,
     return;
   }
   auto& pool = pool_slot();
-  if (!pool || pool->workers() != threads - 1) {
+  const int64_t spin_us = std::max<int64_t>(0, pool_spin_us());
+  if (!pool || pool->workers() != threads - 1 || pool->spin_us() != spin_us) {
     pool.reset();
-    pool = std::make_unique<Pool>(threads - 1);
+    pool = std::make_unique<Pool>(threads - 1, spin_us);
   }
   pool->run(begin, n, chunks, fn);
 }

@@ -12,6 +12,12 @@
 // so what each fn(lo, hi) call sees does not depend on who runs it; the chunks are claimed from a
 // shared counter (self-scheduling), so a worker that is descheduled or still asleep leaves its
 // chunk to the caller instead of stalling it.
+//
+// Opt-in (TESSEL_POOL_SPIN_US=N, N µs of polling, 0: block at once): on the loaded 2-vCPU machine
+// where it was measured, polling workers were descheduled as CPU hogs and regions took up to 6x
+// longer than OpenMP's passive ones, and with N = 0 decode was no faster than OpenMP
+// (docs/BENCHMARKS.md, "Two-thread decode: the per-region cost"). A quiet machine has not been
+// measured.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +34,9 @@ void pool_run(int threads, int64_t begin, int64_t n, int64_t chunks,
 // True on a pool worker, and on a caller while it runs chunks: parallel_for nests serially there.
 bool in_pool_region();
 
-// How long an idle worker polls before it sleeps, in µs (TESSEL_POOL_SPIN_US, default kSpinUs).
+// How long an idle worker polls before it sleeps, in µs; -1 (TESSEL_POOL_SPIN_US unset): the pool
+// is off and parallel_for opens an OpenMP region per call, as before the pool.
 int64_t pool_spin_us();
+void set_pool_spin_us(int64_t us);  // tests; a negative value turns the pool off
 
 }  // namespace tessel::detail

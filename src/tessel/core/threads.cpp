@@ -51,7 +51,16 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
     return;
   }
   int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / std::max<int64_t>(grain, 1));
-  detail::pool_run(threads, begin, n, chunks, fn);
+  if (detail::pool_spin_us() >= 0) {
+    detail::pool_run(threads, begin, n, chunks, fn);
+    return;
+  }
+#pragma omp parallel num_threads(int(chunks))
+  {
+    int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int64_t lo = begin + n * t / nt, hi = begin + n * (t + 1) / nt;
+    if (lo < hi) fn(lo, hi);
+  }
 }
 
 }  // namespace tessel
