@@ -3,11 +3,19 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "tessel/core/error.h"
 #include "tessel/core/log.h"
 #include "tessel/core/shape.h"
+#include "tessel/core/thread_pool.h"
 #include "tessel/core/threads.h"
 
 namespace tessel {
@@ -85,6 +93,111 @@ TEST(Threads, SetAndParallelForCoversRange) {
   }
   set_num_threads(saved);
   EXPECT_THROW(set_num_threads(0), Error);
+}
+
+// The chunks fn sees are fixed by the range and the thread count alone, whoever runs them: results
+// of kernels that reduce per chunk stay bitwise the same from run to run.
+std::set<std::pair<int64_t, int64_t>> chunks_of(int64_t begin, int64_t end, int64_t grain) {
+  std::mutex mu;
+  std::set<std::pair<int64_t, int64_t>> seen;
+  parallel_for(begin, end, grain, [&](int64_t lo, int64_t hi) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.insert({lo, hi});
+  });
+  return seen;
+}
+
+// Turns the persistent pool (thread_pool.h) on for one test, with the given polling time.
+class PoolOn {
+ public:
+  explicit PoolOn(int64_t spin_us) : saved_(detail::pool_spin_us()) {
+    detail::set_pool_spin_us(spin_us);
+  }
+  ~PoolOn() { detail::set_pool_spin_us(saved_); }
+  PoolOn(const PoolOn&) = delete;
+  PoolOn& operator=(const PoolOn&) = delete;
+
+ private:
+  int64_t saved_;
+};
+
+TEST(Threads, PoolCoversRangeAtEveryThreadCount) {
+  int saved = num_threads();
+  for (int64_t spin : {20, 0}) {
+    PoolOn pool(spin);
+    for (int t : {2, 3, 1, 4}) {
+      set_num_threads(t);
+      std::vector<std::atomic<int>> hits(1001);
+      for (int r = 0; r < 20; ++r) {
+        parallel_for(0, 1001, 10, [&](int64_t lo, int64_t hi) {
+          for (int64_t i = lo; i < hi; ++i) hits[size_t(i)]++;
+        });
+      }
+      for (auto& h : hits) EXPECT_EQ(h.load(), 20);
+    }
+  }
+  set_num_threads(saved);
+}
+
+TEST(Threads, ChunksDependOnlyOnRangeAndThreadCount) {
+  PoolOn pool(20);
+  int saved = num_threads();
+  set_num_threads(3);
+  std::set<std::pair<int64_t, int64_t>> want = {{7, 11}, {11, 15}, {15, 20}};
+  EXPECT_EQ(chunks_of(7, 20, 1), want);
+  EXPECT_EQ(chunks_of(7, 20, 7), (std::set<std::pair<int64_t, int64_t>>{{7, 13}, {13, 20}}));
+  // Four threads starting regions at once: one gets the pool, the others run their chunks inline.
+  std::vector<std::thread> callers;
+  std::atomic<int> same{0};
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&] {
+      for (int r = 0; r < 50; ++r) same += chunks_of(7, 20, 1) == want;
+    });
+  }
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(same.load(), 200);
+  set_num_threads(saved);
+}
+
+TEST(Threads, NestedParallelForRunsOnTheCallingThread) {
+  PoolOn pool(20);
+  int saved = num_threads();
+  set_num_threads(2);
+  std::atomic<int> inner_calls{0};
+  parallel_for(0, 2, 1, [&](int64_t, int64_t) {
+    parallel_for(0, 100, 1, [&](int64_t lo, int64_t hi) {
+      EXPECT_EQ(lo, 0);
+      EXPECT_EQ(hi, 100);
+      inner_calls++;
+    });
+  });
+  EXPECT_EQ(inner_calls.load(), 2);
+  set_num_threads(saved);
+}
+
+// With the pool, an exception thrown by any chunk, on a worker too, reaches the caller once all
+// chunks are done (an OpenMP region terminates the process instead).
+TEST(Threads, ParallelForRethrowsAChunksException) {
+  PoolOn pool(0);
+  int saved = num_threads();
+  set_num_threads(2);
+  for (int r = 0; r < 20; ++r) {
+    std::atomic<int> ran{0};
+    EXPECT_THROW(parallel_for(0, 13, 1,
+                              [&](int64_t lo, int64_t) {
+                                ran++;
+                                if (lo != 0) throw std::runtime_error("chunk failed");
+                                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                              }),
+                 std::runtime_error);
+    EXPECT_GE(ran.load(), 1);
+    std::vector<int> hits(33, 0);
+    parallel_for(0, 33, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) hits[size_t(i)]++;
+    });
+    EXPECT_EQ(hits, std::vector<int>(33, 1));  // the pool works after a failed region
+  }
+  set_num_threads(saved);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tessel/core/error.h"
+#include "tessel/core/thread_pool.h"
 
 namespace tessel {
 
@@ -45,11 +46,15 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
   int64_t n = end - begin;
   if (n <= 0) return;
   int threads = num_threads();
-  if (threads == 1 || n <= grain || omp_in_parallel()) {
+  if (threads == 1 || n <= grain || omp_in_parallel() || detail::in_pool_region()) {
     fn(begin, end);
     return;
   }
   int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / std::max<int64_t>(grain, 1));
+  if (detail::pool_spin_us() >= 0) {
+    detail::pool_run(threads, begin, n, chunks, fn);
+    return;
+  }
 #pragma omp parallel num_threads(int(chunks))
   {
     int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Thread count control. tessel's kernels and the GEMM library share one OpenMP pool, so there is
-// one knob: TESSEL_NUM_THREADS (default: all cores), or set_num_threads().
+// Thread count control. tessel's kernels (their own pool) and the GEMM library (OpenMP) use the
+// same count, so there is one knob: TESSEL_NUM_THREADS (default: all cores), or set_num_threads().
 #pragma once
 
 #include <cstdint>
@@ -11,8 +11,9 @@ namespace tessel {
 int num_threads();
 void set_num_threads(int n);  // n >= 1; throws Error otherwise
 
-// Runs fn(lo, hi) over [begin, end) split into contiguous chunks across the pool. Ranges smaller
-// than `grain` elements run on the calling thread (a parallel region costs microseconds).
+// Runs fn(lo, hi) over [begin, end) split into min(threads, ceil(n / grain)) contiguous chunks,
+// run by tessel's persistent pool (thread_pool.h; the GEMM library keeps its OpenMP pool). Ranges
+// of at most `grain` elements, calls from inside a region and one thread run on the calling thread.
 void parallel_for(int64_t begin, int64_t end, int64_t grain,
                   const std::function<void(int64_t, int64_t)>& fn);
 
