@@ -19,6 +19,7 @@
 #include "tessel/kernels/cpu/isa_region.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
 #include "tessel/kernels/cpu/quant_amx.h"
+#include "tessel/kernels/cpu/quant_amx_k.h"
 #include "tessel/kernels/kernel_set.h"
 #include "tessel/kernels/quant/quant_blocks.h"
 #include "tessel/kernels/quant_amx.h"
@@ -230,7 +231,19 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
   std::vector<int32_t> zx;
   if (mins) {
     sums = activation_sums(s, act);
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+    // AMX-INT8 tiles take every m of the k-quants (their f32 order is their own: quant_amx_k.cpp).
+    if (quant_amx_enabled())
+      return kernels::cpu::q4_k_amx_matmul(type == QuantType::Q5_K, s.m, s.n, s.k, s.row_bytes,
+                                           act.q.data(), act.d.data(), sums.xs32.data(), w, y,
+                                           std::max<int64_t>(1, task_grain(s) / 16));
+#endif
   } else {
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+    if (quant_amx_enabled())
+      return kernels::cpu::q6_k_amx_matmul(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(),
+                                           w, y, std::max<int64_t>(1, task_grain(s) / 16));
+#endif
     zx.resize(size_t(s.m * 8 * blocks));
     for (int64_t i = 0; i < s.m; ++i)
       cpu::zero_point_lanes(act.q.data() + i * s.k, blocks, 32, zx.data() + i * 8 * blocks);
