@@ -44,8 +44,6 @@ namespace {
 using namespace amx_k;
 
 constexpr int kSubs = 8;  // sub-blocks per super-block
-// How far ahead few_rows prefetches each weight row.
-constexpr int64_t kPrefetchBytes = 576;
 
 // Where the fields of a super-block lie: d and dmin at 0, the 12 scale bytes at 4, Q5_K's fifth
 // bits at 16, the nibbles at qs.
@@ -211,17 +209,14 @@ TESSEL_AMX_TARGET void few_rows(const Args& a, int64_t j0, int cols) {
   for (int c = 0; c < kCols; ++c) rows[c] = base + std::min(c, cols - 1) * a.row_bytes;
   alignas(64) float sc[kSubs * kCols], off[kSubs * kCols];
   const int64_t supers = a.k / kSuper, bytes = a.f.bytes;
+  const uint8_t* end = a.w + a.n * a.row_bytes;
   for (int64_t i = 0; i < a.m; ++i) {
     const float* dx = a.dx + i * a.blocks;
     const float* xs = a.xs + i * a.blocks;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < supers; ++b) {
       const int64_t at = b * bytes;
-      // 16 streams of W are more than the hardware prefetcher follows.
-      for (int c = 0; c < kCols; ++c)
-        for (int64_t o = 0; o < bytes; o += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(rows[c] + at + kPrefetchBytes + o),
-                       _MM_HINT_T0);
+      for (int c = 0; c < kCols; ++c) prefetch_ahead(rows[c], at, bytes, a.row_bytes, end);
       group_scales(l, base + at, sc, off);
       const int8_t* x = a.xq + i * a.k + b * kSuper;
       for (int c2 = 0; c2 < kSubs / 2; ++c2) {

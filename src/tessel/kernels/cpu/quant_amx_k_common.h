@@ -7,6 +7,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 // GCC 12's AVX-512 intrinsics start many results from a self-initialised "undefined" vector, which
@@ -78,6 +79,21 @@ TESSEL_AMX_TARGET inline __m512i quads(__m512i a, __m512i b) {
 TESSEL_AMX_TARGET inline void quad_sums(const __m512i (&l)[kCols], __m512i (&u)[4]) {
   for (int q = 0; q < 4; ++q)
     u[q] = quads(pairs(l[4 * q], l[4 * q + 1]), pairs(l[4 * q + 2], l[4 * q + 3]));
+}
+
+// How far ahead the few-rows kernels prefetch each weight row.
+inline constexpr int64_t kPrefetchBytes = 576;
+
+// The few-rows kernels read a group's 16 rows side by side, 16 streams of W, more than the
+// hardware prefetcher followed. Each row is fetched kPrefetchBytes ahead of the super-block at
+// `at` (`bytes` long) of row `row`; near its end the stream goes on in the same row of the next
+// group, which lies 16 rows further (none past `end`).
+TESSEL_AMX_TARGET inline void prefetch_ahead(const uint8_t* row, int64_t at, int64_t bytes,
+                                             int64_t row_bytes, const uint8_t* end) {
+  const uint8_t* p = row + at + kPrefetchBytes;
+  if (at + kPrefetchBytes >= row_bytes) p += (kCols - 1) * row_bytes;
+  for (int64_t o = 0; o < bytes && p + o < end; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
 }
 
 }  // namespace tessel::kernels::cpu::amx_k

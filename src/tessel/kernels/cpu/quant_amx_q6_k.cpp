@@ -37,8 +37,6 @@ using namespace amx_k;
 constexpr int64_t kBytes = 210;  // sizeof(quant::BlockQ6_K): ql, qh, 16 scales, d
 constexpr int kHalves = 16;      // sub-blocks of 16 weights per super-block
 constexpr int64_t kHalf = 16;
-// How far ahead few_rows prefetches each weight row (four super-blocks).
-constexpr int64_t kPrefetchBytes = 4 * kBytes;
 
 // sc[16 s + c] = d_c * scale_c[s] for the 16 sub-blocks s of the super-block at p (row 0; zeros
 // past the real rows). d is read as the top half of the word at 206, inside the block.
@@ -149,16 +147,14 @@ TESSEL_AMX_TARGET void few_rows(const Args& a, int64_t j0, int cols) {
   for (int c = 0; c < kCols; ++c) rows[c] = base + std::min(c, cols - 1) * a.row_bytes;
   alignas(64) float sc[kHalves * kCols];
   const int64_t supers = a.k / kSuper;
+  const uint8_t* end = a.w + a.n * a.row_bytes;
   for (int64_t i = 0; i < a.m; ++i) {
     const float* dx = a.dx + i * a.blocks;
     const int32_t* x32 = a.x32 + i * 2 * a.blocks;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < supers; ++b) {
       const int64_t at = b * kBytes;
-      for (int c = 0; c < kCols; ++c)
-        for (int64_t o = 0; o < kBytes; o += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(rows[c] + at + kPrefetchBytes + o),
-                       _MM_HINT_T0);
+      for (int c = 0; c < kCols; ++c) prefetch_ahead(rows[c], at, kBytes, a.row_bytes, end);
       group_scales(l, base + at, sc);
       const int8_t* x = a.xq + i * a.k + b * kSuper;
       for (int h = 0; h < 2; ++h)
