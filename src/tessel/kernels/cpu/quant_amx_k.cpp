@@ -216,7 +216,8 @@ TESSEL_AMX_TARGET void few_rows(const Args& a, int64_t j0, int cols) {
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < supers; ++b) {
       const int64_t at = b * bytes;
-      for (int c = 0; c < kCols; ++c) prefetch_ahead(rows[c], at, bytes, a.row_bytes, end);
+      const int64_t ahead = at + prefetch_distance(at, a.row_bytes);
+      for (int c = 0; c < kCols; ++c) prefetch(rows[c] + ahead, bytes, end);
       group_scales(l, base + at, sc, off);
       const int8_t* x = a.xq + i * a.k + b * kSuper;
       for (int c2 = 0; c2 < kSubs / 2; ++c2) {

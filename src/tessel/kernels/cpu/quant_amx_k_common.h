@@ -86,12 +86,16 @@ inline constexpr int64_t kPrefetchBytes = 576;
 
 // The few-rows kernels read a group's 16 rows side by side, 16 streams of W, more than the
 // hardware prefetcher followed. Each row is fetched kPrefetchBytes ahead of the super-block at
-// `at` (`bytes` long) of row `row`; near its end the stream goes on in the same row of the next
-// group, which lies 16 rows further (none past `end`).
-TESSEL_AMX_TARGET inline void prefetch_ahead(const uint8_t* row, int64_t at, int64_t bytes,
-                                             int64_t row_bytes, const uint8_t* end) {
-  const uint8_t* p = row + at + kPrefetchBytes;
-  if (at + kPrefetchBytes >= row_bytes) p += (kCols - 1) * row_bytes;
+// `at` as a stream that goes on in the same row of the next groups (16 rows further each), so
+// short rows are fetched a group or two ahead: the distance, from row c of this group to where
+// that stream is kPrefetchBytes later.
+inline int64_t prefetch_distance(int64_t at, int64_t row_bytes) {
+  const int64_t v = at + kPrefetchBytes;
+  return (v / row_bytes) * kCols * row_bytes + v % row_bytes - at;
+}
+
+// `bytes` from p on (none past `end`).
+TESSEL_AMX_TARGET inline void prefetch(const uint8_t* p, int64_t bytes, const uint8_t* end) {
   for (int64_t o = 0; o < bytes && p + o < end; o += 64)
     _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
 }

@@ -154,7 +154,8 @@ TESSEL_AMX_TARGET void few_rows(const Args& a, int64_t j0, int cols) {
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < supers; ++b) {
       const int64_t at = b * kBytes;
-      for (int c = 0; c < kCols; ++c) prefetch_ahead(rows[c], at, kBytes, a.row_bytes, end);
+      const int64_t ahead = at + prefetch_distance(at, a.row_bytes);
+      for (int c = 0; c < kCols; ++c) prefetch(rows[c] + ahead, kBytes, end);
       group_scales(l, base + at, sc);
       const int8_t* x = a.xq + i * a.k + b * kSuper;
       for (int h = 0; h < 2; ++h)
