@@ -324,3 +324,26 @@ void q4_k_amx_matmul(bool five, int64_t m, int64_t n, int64_t k, int64_t row_byt
 }
 
 }  // namespace tessel::kernels::cpu
+
+namespace tessel::kernels::cpu {
+
+void k_quant_amx_matmul(quant::QuantType type, int64_t m, int64_t n, int64_t k, int64_t row_bytes,
+                        const int8_t* xq, const float* dx, const uint8_t* w, float* y,
+                        int64_t group_grain) {
+  group_grain = std::max<int64_t>(1, group_grain);
+  if (type == quant::QuantType::Q6_K)
+    return q6_k_amx_matmul(m, n, k, row_bytes, xq, dx, w, y, group_grain);
+  TESSEL_CHECK(type == quant::QuantType::Q4_K || type == quant::QuantType::Q5_K,
+               "k_quant_amx_matmul: ", quant::quant_type_name(type), " is not a k-quant");
+  // dx times each block's code sum, as quant_fused.h's activation_block_sums forms it.
+  std::vector<float> xs32(size_t(m * (k / kBlock)));
+  for (size_t g = 0; g < xs32.size(); ++g) {
+    int32_t sum = 0;
+    for (int64_t c = 0; c < kBlock; ++c) sum += xq[int64_t(g) * kBlock + c];
+    xs32[g] = dx[g] * float(sum);
+  }
+  q4_k_amx_matmul(type == quant::QuantType::Q5_K, m, n, k, row_bytes, xq, dx, xs32.data(), w, y,
+                  group_grain);
+}
+
+}  // namespace tessel::kernels::cpu

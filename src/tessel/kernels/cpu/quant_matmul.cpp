@@ -225,25 +225,18 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
   if (type == QuantType::Q4_0) return q4_0_matmul(s, x, w, y);
   const int64_t blocks = s.k / cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+  if (quant_amx_enabled())  // AMX-INT8 tiles for every m, in their own f32 order (quant_amx_k.cpp)
+    return kernels::cpu::k_quant_amx_matmul(type, s.m, s.n, s.k, s.row_bytes, act.q.data(),
+                                            act.d.data(), w, y, task_grain(s) / 16);
+#endif
   const bool per16 = type == QuantType::Q6_K;
   const bool mins = type == QuantType::Q4_K || type == QuantType::Q5_K;
   BlockSums sums;
   std::vector<int32_t> zx;
   if (mins) {
     sums = activation_sums(s, act);
-#if TESSEL_KERNEL_ISA_LEVEL >= 2
-    // AMX-INT8 tiles take every m of the k-quants (their f32 order is their own: quant_amx_k.cpp).
-    if (quant_amx_enabled())
-      return kernels::cpu::q4_k_amx_matmul(type == QuantType::Q5_K, s.m, s.n, s.k, s.row_bytes,
-                                           act.q.data(), act.d.data(), sums.xs32.data(), w, y,
-                                           std::max<int64_t>(1, task_grain(s) / 16));
-#endif
   } else {
-#if TESSEL_KERNEL_ISA_LEVEL >= 2
-    if (quant_amx_enabled())
-      return kernels::cpu::q6_k_amx_matmul(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(),
-                                           w, y, std::max<int64_t>(1, task_grain(s) / 16));
-#endif
     zx.resize(size_t(s.m * 8 * blocks));
     for (int64_t i = 0; i < s.m; ++i)
       cpu::zero_point_lanes(act.q.data() + i * s.k, blocks, 32, zx.data() + i * 8 * blocks);
