@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/quant_dot_limits.h"
 #include "tessel/core/cpu_features.h"
 #include "tessel/kernels/kernel_set.h"
 #include "tessel/kernels/quant/dequantize.h"
@@ -29,6 +30,7 @@ namespace tessel::kernels {
 namespace {
 
 using quant::QuantType;
+using testing_limits::AmxLimit;
 
 constexpr QuantType kTypes[] = {QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K};
 
@@ -106,6 +108,7 @@ Tensor product(QuantType t, const Tensor& x, const Tensor& w, int64_t n, int bit
 }
 
 TEST(QuantFused512, EqualsThe256BitRowsBitForBit) {
+  const AmxLimit no_amx(false);  // the VNNI / AVX2 kernels, not quant_amx_k.cpp
   if (const std::string why = missing_avx512(); !why.empty()) GTEST_SKIP() << why;
   Limits restore;
   std::vector<QuantDot> dots = {QuantDot::Avx2};
@@ -131,6 +134,7 @@ TEST(QuantFused512, EqualsThe256BitRowsBitForBit) {
 }
 
 TEST(QuantFused512, WithinTheActivationRoundingBoundOfTheFp64Product) {
+  const AmxLimit no_amx(false);  // the VNNI / AVX2 kernels, not quant_amx_k.cpp
   if (const std::string why = missing_avx512(); !why.empty()) GTEST_SKIP() << why;
   Limits restore;
   uint32_t seed = 500;

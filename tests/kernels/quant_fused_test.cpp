@@ -17,6 +17,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/quant_dot_limits.h"
 #include "tessel/kernels/kernel_set.h"
 #include "tessel/kernels/quant/dequantize.h"
 #include "tessel/kernels/quant/quant_blocks.h"
@@ -26,6 +27,7 @@ namespace tessel::kernels {
 namespace {
 
 using quant::QuantType;
+using testing_limits::AmxLimit;
 
 constexpr QuantType kFused[] = {QuantType::Q4_0, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K};
 
@@ -155,6 +157,7 @@ void check_product(KernelSet set, QuantType t, int64_t m, int64_t n, int64_t k, 
 }
 
 TEST(QuantFused, RandomBlocksWithinTheActivationRoundingBound) {
+  const AmxLimit no_amx(false);  // the VNNI / AVX2 kernels, not quant_amx_k.cpp
   uint32_t seed = 1;
   for (KernelSet set : runnable_kernel_sets()) {
     for (QuantType t : kFused) {
@@ -188,6 +191,7 @@ TEST(QuantFused, RandomBlocksWithinTheActivationRoundingBound) {
 // same weight row multiplied alone (n = 1: no group of rows to share the pass with), on every set:
 // the fused kernels give each output one fixed sequence of operations.
 TEST(QuantFused, RowsAloneEqualRowsInABatch) {
+  const AmxLimit no_amx(false);  // the VNNI / AVX2 kernels, not quant_amx_k.cpp
   for (KernelSet set : runnable_kernel_sets())
     for (QuantType t : kFused) {
       std::mt19937 rng(uint32_t(int(t) + 100));

@@ -29,6 +29,7 @@ namespace tessel::kernels {
 namespace {
 
 using quant::QuantType;
+using testing_limits::AmxLimit;
 
 using testing_limits::BitsLimit;
 using testing_limits::DotLimit;
@@ -101,6 +102,7 @@ constexpr Shape kShapes[] = {{1, 13, 256},
 // |y - y_ref| <= sum_g (max|x_g| / 254) sum_{j in g} |w_j| (the activation codes are within half
 // a step) + 1e-5 sum_g max|x_g| sum_{j in g} (|w_j| + 2 |o_j|) (f32 arithmetic).
 TEST(QuantKTiles, WithinTheActivationRoundingBoundOfFp64) {
+  const AmxLimit no_amx(false);  // the VNNI / AVX2 kernels, not quant_amx_k.cpp
   uint32_t seed = 3;
   for (QuantType t : kTypes)
     for (const Shape& s : kShapes) {
@@ -156,6 +158,7 @@ TEST(QuantKTiles, WithinTheActivationRoundingBoundOfFp64) {
 // Row i of every product is the bits of row i alone (m = 1: the row kernels), under every dot
 // product and width, and the whole product is the same bits under all of them.
 TEST(QuantKTiles, RowsAloneEqualRowsInAPromptUnderEveryDot) {
+  const AmxLimit no_amx(false);  // the VNNI / AVX2 kernels, not quant_amx_k.cpp
   for (QuantType t : kTypes)
     for (KernelSet set : runnable_kernel_sets())
       for (const Shape& s : kShapes) {
@@ -193,6 +196,7 @@ TEST(QuantKTiles, RowsAloneEqualRowsInAPromptUnderEveryDot) {
 // partial sum is a short dyadic number, so the products equal the fp64 ones exactly through the
 // tiles and their remainders, whatever the dot product.
 TEST(QuantKTiles, ExtremeCodesAreExactInTiles) {
+  const AmxLimit no_amx(false);  // the VNNI / AVX2 kernels, not quant_amx_k.cpp
   constexpr int64_t k = 512, n = 5, m = 11;
   for (QuantType t : kTypes) {
     const int64_t bb = quant::row_bytes(t, 256);

@@ -1,22 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // The quantized matmul y[m, n] = x[m, k] W[n, k]^T with W in a GGUF weight format, read in place
-// (backend.h; formats in quant/quant_blocks.h). Each task owns a range of output columns (W's
-// rows, split over the one OpenMP pool) and multiplies each weight row with every activation row
-// while the row is in L1, so each weight byte is read from memory once per call whatever m is.
-// Q8_0, Q4_0 and the k-quants with a prompt's rows run as register-tiled GEMMs instead
-// (quant_q8_tiles.h, quant_q4_tiles.h, quant_k_tiles.h), and Q8_0 and Q4_0 on AMX-INT8 tiles where
-// the CPU has them (quant_amx.h). For the Q types and Int8 the activations are first rounded to
-// int8 per 32-element block and the products are integer (quant_dot.h: AVX-512 VNNI, AVX2 or plain
-// loops, by kernel set and CPU). No format is decoded into a buffer: Int8 and Q8_0 codes are read
-// where they lie, the 4- to 6-bit formats' codes are unpacked in registers inside the dot product
-// (quant_fused.h); F16 / BF16 rows are widened to f32 in registers and multiplied in f32
-// (gemm_invariant.h's tiles). Every output depends only on its own row of x (rounded per row
-// and block), so the Q types are batch-invariant; F16 / BF16 use fixed-order tiles in every mode.
+// (backend.h; formats in quant/quant_blocks.h). Each task owns a range of output columns (W's rows,
+// split over the one pool) and multiplies each weight row with every activation row while the row
+// is in L1, so each weight byte is read once per call. Prompts of Q8_0, Q4_0 and the k-quants run
+// as register-tiled GEMMs (quant_q8_tiles.h, quant_q4_tiles.h, quant_k_tiles.h), or on AMX-INT8
+// tiles where the CPU has them (quant_amx.h, quant_amx_k.h). The Q types and Int8 round the
+// activations to int8 per 32-element block and multiply in integers (quant_dot.h); 4- to 6-bit
+// codes are unpacked in registers (quant_fused.h), F16 / BF16 rows widened in registers
+// (gemm_invariant.h). Every output depends only on its own row of x: the types are batch-invariant.
 #include "tessel/core/cpu_features.h"
 #include "tessel/kernels/cpu/gemm_invariant.h"
 #include "tessel/kernels/cpu/isa_region.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
 #include "tessel/kernels/cpu/quant_amx.h"
+#include "tessel/kernels/cpu/quant_amx_k.h"
 #include "tessel/kernels/kernel_set.h"
 #include "tessel/kernels/quant/quant_blocks.h"
 #include "tessel/kernels/quant_amx.h"
@@ -78,8 +75,7 @@ int64_t task_grain(const QuantMatmulShape& s) {
   return std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(s.row_bytes, 1));
 }
 
-// Each activation row's per-block sums (32- and 16-element blocks), with which the formats'
-// zero points and offsets are subtracted once per output instead of per code.
+// Each activation row's per-block sums: the formats' zero points, once per output, not per code.
 struct BlockSums {
   std::vector<float> xs32, xs16;
 };
@@ -145,8 +141,7 @@ std::array<cpu::FusedDirect, 2> fused_direct512_for(QuantType type) {
 }
 #endif
 
-// {kFusedRows rows, one row} of the direct kernels for m < kDirectRowsBelow, or nulls where this
-// set and limit have none (the 256-bit sets keep the prepared scales for every m).
+// {kFusedRows rows, one row} of the direct kernels for m < kDirectRowsBelow, else nulls.
 std::array<cpu::FusedDirect, 2> choose_fused_direct(QuantType type, int64_t m) {
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
   if (m < kDirectRowsBelow && quant_vector_bits_for(KernelSet::Avx512) == 512)
@@ -229,6 +224,11 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
   if (type == QuantType::Q4_0) return q4_0_matmul(s, x, w, y);
   const int64_t blocks = s.k / cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+  if (quant_amx_enabled())  // AMX-INT8 tiles for every m, in their own f32 order (quant_amx_k.cpp)
+    return kernels::cpu::k_quant_amx_matmul(type, s.m, s.n, s.k, s.row_bytes, act.q.data(),
+                                            act.d.data(), w, y, task_grain(s) / 16);
+#endif
   const bool per16 = type == QuantType::Q6_K;
   const bool mins = type == QuantType::Q4_K || type == QuantType::Q5_K;
   BlockSums sums;
