@@ -6,7 +6,8 @@
 // input's, router's and output bias's gradients whole, and each rank's expert gradients equal to
 // its piece (experts' rows, FFN columns) of the serial gradients summed over the ep ranks (f64,
 // 1e-12); with ep, the exchanged rows split over tp (each kept row's bytes sent once per tp
-// group, tp 2 and 3). Bad splits are one clear Error.
+// group, tp 2 and 3), also with whole experts (bitwise each tp rank sending its own copy). Bad
+// splits are one clear Error.
 #include "tessel/parallel/expert/expert_tensor_parallel.h"
 
 #include <gtest/gtest.h>
@@ -89,8 +90,8 @@ void check_layer(int tp_size, int ep_size, nn::ExpertKind kind) {
       // The rows' all-to-all elements over every rank: each kept row once in a dispatch and once
       // in a combine, forward and backward, sent by one rank of its tp group (not by each).
       double sent = 0, kept = 0;
-      for (const dist::Record& rec : ep->context().recent(ep->context().issued_count() -
-                                                          issued_before))
+      for (const dist::Record& rec :
+           ep->context().recent(ep->context().issued_count() - issued_before))
         if (rec.label_str() == ep->label() && rec.kind == dist::OpKind::AllToAllV)
           sent += double(rec.shape.numel());
       for (int64_t n : serial->last_stats().tokens_per_expert) kept += double(n);
@@ -135,6 +136,58 @@ TEST(ExpertTensorParallel, ComposedWithExpertParallelism) {
 
 TEST(ExpertTensorParallel, ThreeTpRanksSplitTheExchangedRowsUnevenly) {
   check_layer(3, 2, nn::ExpertKind::SwiGLU);
+}
+
+// Whole experts on every tp rank (ep with tp, no --etp): each tp rank sends its piece of the
+// rows and the pair gathers them, which gives bit for bit what every tp rank sending its own copy
+// gives (outputs, the input's, router's and every expert's gradients), for 1 / tp of the
+// elements (tp 2 and 3 over ep 2: uneven pieces).
+void check_whole_experts_rows_split(int tp_size, nn::ExpertKind kind) {
+  const int ep_size = 2;
+  ThreadChecks checks;
+  run_thread_world(tp_size * ep_size, [&](dist::CommPtr world) {
+    const int r = world->rank(), tp_rank = r % tp_size, ep_rank = r / tp_size;
+    const std::string what =
+        "rank " + std::to_string(r) + " (whole experts, tp " + std::to_string(tp_size) + " x ep 2)";
+    dist::CommPtr tp = world->split(ep_rank, tp_rank, "tp");
+    dist::CommPtr ep = world->split(tp_rank, ep_rank, "ep");
+    const int64_t count = ep_rank == 0 ? 13 : 7;
+    const auto step = [&](bool split_rows, double& sent) {
+      auto moe = layer(kind);
+      parallelize_experts(*moe, ep);
+      if (split_rows) split_expert_rows_over_tp(*moe, tp);
+      Tensor x = moe_tokens(ep_rank, count, 6);
+      const uint64_t before = ep->context().issued_count();
+      const nn::MoE::Output out = moe->forward(x);
+      autograd::backward(moe_objective(out));
+      sent = 0;
+      for (const dist::Record& rec : ep->context().recent(ep->context().issued_count() - before))
+        if (rec.label_str() == ep->label() && rec.kind == dist::OpKind::AllToAllV)
+          sent += double(rec.shape.numel());
+      std::vector<std::vector<double>> values = {out.output.to_vector<double>(),
+                                                 x.grad().to_vector<double>()};
+      for (const auto& [name, p] : moe->named_parameters())
+        values.push_back(grad_or_zeros(p).to_vector<double>());
+      return values;
+    };
+    double copies = 0, pieces = 0;
+    const auto want = step(false, copies);
+    const auto got = step(true, pieces);
+    checks.expect(got == want, what + ": the split exchange changed a value");
+    Tensor both = from_data(std::vector<double>{copies, pieces}, Shape{2});
+    world->all_reduce(both);
+    const std::vector<double> sums = both.to_vector<double>();
+    checks.expect(sums[0] > 0 && sums[0] == tp_size * sums[1],
+                  what + ": the exchanges moved " + std::to_string(sums[1]) +
+                      " elements over all ranks, every tp rank its own copy " +
+                      std::to_string(sums[0]));
+  });
+  checks.verify();
+}
+
+TEST(ExpertTensorParallel, WholeExpertsSplitTheExchangedRowsBitwise) {
+  check_whole_experts_rows_split(2, nn::ExpertKind::Gelu);
+  check_whole_experts_rows_split(3, nn::ExpertKind::SwiGLU);
 }
 
 TEST(ExpertTensorParallel, BadSplitsAreOneClearError) {

@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // Positional (layout-invariant) dropout against one process: a positional draw takes each element
-// from (seed, the generator's offset as micro-batch key, site, the element's index in the
-// one-process tensor).
+// from (seed, the generator's offset as step and micro-batch key, site, the element's index in
+// the step's one-process tensor).
 // Data-parallel parts of dim 0 (2 and 3 ranks, uneven batch 6 x sequence 13 x features 7),
 // composed with sequence pieces, reassemble the one-process output and input gradient bitwise;
 // a site's mask does not depend on what was drawn before it (pipeline stages draw only their
 // sites) and the generator does not move (recomputation replays it); keys and sites separate
-// the streams; a dim-0 piece under dim-0 parts is an Error.
+// the streams; micro-batches of the step's rows draw one micro-batch's masks; a dim-0 piece under
+// dim-0 parts is an Error.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessel/autograd/engine.h"
@@ -114,6 +116,35 @@ TEST(PositionalDropout, ASiteIgnoresEarlierDrawsAndTheKeyAndSiteSeparateStreams)
   Generator running = keyed();
   EXPECT_NE(ops::dropout(x, kP, true, &running).to_vector<float>(), want);
   EXPECT_EQ(running.offset(), kKey + uint64_t(x.numel()));
+}
+
+// The step's rows cut into micro-batches (one process accumulating them, as the expert-parallel
+// tests compare: micro-batches of 2 rows or of 1) and into dp parts of micro-batches (3 x 2 rows
+// over 2 parts) draw the masks of one micro-batch of all 6 rows: a row's mask follows its place
+// in the step, not the cut (micro-batch m's rows follow micro-batch m - 1's).
+TEST(PositionalDropout, MicroBatchesOfTheStepsRowsDrawOneMicroBatchsMasks) {
+  const Tensor x = input(3), dy = input(4);
+  const uint64_t step = uint64_t(5) << 32;
+  Generator one = keyed(step);
+  const Result want = run(x, dy, one, nullptr, 0, 1);
+  for (const auto& [micro, parts] :
+       std::vector<std::pair<int64_t, int64_t>>{{3, 1}, {6, 1}, {3, 2}}) {
+    const int64_t rows = kBatch / (micro * parts);
+    std::vector<Tensor> ys, dxs;
+    for (int64_t m = 0; m < micro; ++m)
+      for (int64_t r = 0; r < parts; ++r) {
+        const int64_t lo = (m * parts + r) * rows;
+        Generator g = keyed(step | uint64_t(m));
+        const Result got =
+            run(x.slice(0, lo, lo + rows), dy.slice(0, lo, lo + rows), g, nullptr, r, parts);
+        ys.push_back(got.y);
+        dxs.push_back(got.dx);
+      }
+    const std::string at = std::to_string(micro) + " micro-batches of " + std::to_string(parts) +
+                           " parts of " + std::to_string(rows) + " rows";
+    EXPECT_EQ(ops::concat(ys, 0).to_vector<float>(), want.y.to_vector<float>()) << at;
+    EXPECT_EQ(ops::concat(dxs, 0).to_vector<float>(), want.dx.to_vector<float>()) << at;
+  }
 }
 
 TEST(PositionalDropout, RejectsADim0PieceUnderDim0PartsAndBadParts) {

@@ -7,8 +7,8 @@ np 4 (--tp 2 --ep 2, ZeRO 0 and 3) against `tessel train` on one rank with one m
 data-parallel rank. The model and checks are ep_tp_equivalence.py's (odd sizes, pairs dropped by
 the capacity, 12 steps; losses, routing, auxiliary losses, gradient norms and final parameters
 within 1e-5), plus: the all-to-all bytes as the formula with each kept row sent once per tp pair
-(each tp rank sends its half of the rows, so the bytes per rank are half those of --tp 2 --ep 2
-without --etp, which ep_tp_equivalence checks at the formula x tp), the run reports the split, and rank 0's
+(each tp rank sends its half of the rows, as --tp 2 --ep 2 without --etp does), the run
+reports the split, and rank 0's
 expert parameter bytes are one rank's / (ep x tp) (the output biases / ep: they stay whole; the
 first of the uneven FFN pieces for Mixtral's 33 columns). GPT-2-MoE only: checkpoints cross the
 option both ways (step 6 of np 4 --tp 2 --ep 2 --etp ZeRO-3 resumed on one rank, one rank's
@@ -20,7 +20,7 @@ differ by bf16 roundings in another order (the partial outputs are summed over t
 losses within 1e-3 (ep_bf16_equivalence's bound) and final parameters no farther from the
 one-rank bf16 run than 1.5 x the same layout without --etp (itself 0.8 x the bf16-f32 distance
 on this model, so ep_bf16_equivalence's "half the f32 distance" does not apply to tp here); the
-all-to-all bytes of both runs as the formula with 2-byte rows (x tp without --etp).
+all-to-all bytes of both runs as the formula with 2-byte rows (each row sent once per tp pair).
 
 Usage: ep_etp_equivalence.py TESSEL MPIRUN WORKDIR [mixtral|bf16]
 """
@@ -149,7 +149,7 @@ def main():
             first = step_records(d)[0]
             kept = sum(sum(e["tokens_per_expert"]) for e in first["experts"])
             print(f"{what}: step 1 all-to-all bytes per rank {first['all_to_all_bytes'] / ranks:.0f} "
-                  f"(each tp rank with its own copy of the rows: "
+                  f"(each tp rank sending its own copy of the rows would make it "
                   f"{(first['all_to_all_bytes'] + 16 * embd * kept) / ranks:.0f})")
         worst_p, name, worst_t = compare_params(final_params(refs[dp], STEPS),
                                                 final_params(d, STEPS), what)

@@ -5,7 +5,9 @@ one rank: `mpirun -np N tessel train --pp 2 [--ep 2]` against `tessel train` wit
 batch (grad_accum = dp x micro-batches). Each MoE block's auxiliary loss is added to the backward
 of the stage where it arises (the stage's output carries it), and each stage's MoE layers use the
 ep and expert-dp groups of that stage. The model, data and checks are train.ep_equivalence's (a
-GPT-2-MoE whose two blocks are MoE, one per stage, capacity drops): every step's loss within 1e-5
+GPT-2-MoE whose two blocks are MoE, one per stage, capacity drops; here with dropout 0.1 on the
+embeddings and the attention and MoE outputs, whose masks follow each row's place in the step, so
+every layout draws one rank's): every step's loss within 1e-5
 (relative), the same per-layer loads and drops (each layer's figures come from its own stage), the
 same mean auxiliary loss, the final parameters within 1e-5, and under ep the step's all-to-all
 bytes over every rank of every stage as docs/MOE.md's formula and its calls over the stages of one
@@ -38,6 +40,7 @@ from ep_equivalence import (EMBD, EXPERTS, LAYERS, MICRO, SEQ, STEPS, check_rout
 from ep_zero_equivalence import check_loss_scaling, relative_distance  # noqa: E402
 
 MICRO_BATCHES = 2  # per pipeline step
+DROPOUT = 0.1  # GPT-2-MoE's resid_pdrop and embd_pdrop
 
 
 def check_aux(ref_dir, dir_, what):
@@ -120,8 +123,12 @@ def main():
         fail(f"mode {mode!r}: expected mixtral or fp16")
     mixtral, fp16 = mode == "mixtral", mode == "fp16"
     vocab = prepare_workdir(tessel, work)
+    # GPT-2-MoE with dropout on (embeddings, attention and MoE outputs): the masks are keyed by
+    # each row's place in the step, so a rank's micro-batch draws what one rank's accumulated
+    # micro-batch of the same rows draws (docs/PARALLEL.md, "Dropout"). Mixtral has none.
     config = write_json(os.path.join(work, "config.json"),
-                        mixtral_config(vocab) if mixtral else moe_config(vocab))
+                        mixtral_config(vocab) if mixtral else
+                        moe_config(vocab, resid_pdrop=DROPOUT, embd_pdrop=DROPOUT))
     env = single_thread_env()
     mpi = mpi_prefix(mpirun)
 
@@ -138,6 +145,13 @@ def main():
     for accum in ((4,) if mode else (2, 4)):
         refs[accum] = os.path.join(work, f"one_rank_accum{accum}")
         run([tessel] + common(refs[accum], [f"train.grad_accum={accum}"]), env=env)
+    if not mixtral:  # the masks are applied: one rank without dropout trains otherwise
+        plain = write_json(os.path.join(work, "config_no_dropout.json"), moe_config(vocab))
+        nodrop = os.path.join(work, "one_rank_accum4_no_dropout")
+        run([tessel] + [a.replace(config, plain) for a in common(nodrop, ["train.grad_accum=4"])],
+            env=env)
+        if step_records(nodrop)[0]["loss"] == step_records(refs[4])[0]["loss"]:
+            fail(f"dropout {DROPOUT} left one rank's step-1 loss unchanged: no mask was applied")
     if fp16:
         f32 = os.path.join(work, "one_rank_accum4_f32")
         run([tessel] + common(f32, ["train.grad_accum=4", "train.precision=fp32"]), env=env)

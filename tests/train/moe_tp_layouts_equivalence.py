@@ -37,17 +37,17 @@ MICRO_BATCHES = 2  # per pipeline step
 def check_all_to_all(dir_, what):
     """ep x tp x pp at np 8: each MoE layer exchanges on its stage's 4 ranks (dp 2 x tp 2), 8 E
     bytes of counts per rank and micro-batch, and every kept row in a dispatch and a combine,
-    forward and backward (16 x n_embd bytes), once per tp rank without --etp and once per tp pair
-    with it. The calls: 5 per MoE layer and micro-batch over the stages of one replica."""
-    tp = 1 if "--etp" in what else 2
+    forward and backward (16 x n_embd bytes), once per tp pair (each tp rank sends its piece of
+    the rows, with --etp or without). The calls: 5 per MoE layer and micro-batch over the stages
+    of one replica."""
     for r in step_records(dir_):
         kept = sum(sum(e["tokens_per_expert"]) for e in r["experts"])
-        want = 4 * MICRO_BATCHES * MOE_LAYERS * 8 * EXPERTS + tp * 16 * GPT2_EMBD * kept
+        want = 4 * MICRO_BATCHES * MOE_LAYERS * 8 * EXPERTS + 16 * GPT2_EMBD * kept
         calls = 5 * MICRO_BATCHES * MOE_LAYERS
         if r["all_to_all_bytes"] != want or r["all_to_all_calls"] != calls:
             fail(f"{what}: step {r['step']} issued {r['all_to_all_calls']} all-to-alls of "
                  f"{r['all_to_all_bytes']} bytes (all ranks); the formula gives {calls} and "
-                 f"{want} bytes ({kept} kept rows, tp copies {tp})")
+                 f"{want} bytes ({kept} kept rows)")
 
 
 def main():

@@ -97,7 +97,16 @@ void MoE::set_positional(int64_t part, int64_t parts) {
   positional_ = PositionalDraw{site_id(path()), part, parts};
 }
 
-MoE::Output MoE::forward(const Tensor& x) {
+MoE::Output MoE::forward(const Tensor& given) {
+  if (region_) {  // route every token of the region, give back this caller's piece
+    Output out = forward_tokens(region_->enter(given));
+    out.output = region_->leave(out.output);
+    return out;
+  }
+  return forward_tokens(given);
+}
+
+MoE::Output MoE::forward_tokens(const Tensor& x) {
   const int64_t c = config_.hidden, e_count = config_.num_experts, k = config_.top_k;
   TESSEL_CHECK(x.defined() && x.ndim() >= 1 && x.size(-1) == c, "MoE: input ",
                x.defined() ? x.shape().str() : std::string("undefined"), " must be [..., ", c,

@@ -46,6 +46,18 @@ class ExpertDispatch {
   virtual Tensor run(ExpertMLPs& experts, const Tensor& xs, const Routing& routing) = 0;
 };
 
+// Where the layer's tokens come from when its caller holds only a piece of them. Without one the
+// layer routes what it is given; sequence parallelism (parallel/expert/expert_sequence_parallel.h)
+// installs one whose enter() gathers every rank's piece, so that the layer routes, drops and
+// weighs the whole sequence's tokens as one process does, and whose leave() keeps this rank's
+// piece of the output.
+class TokenRegion {
+ public:
+  virtual ~TokenRegion() = default;
+  virtual Tensor enter(const Tensor& x) = 0;
+  virtual Tensor leave(const Tensor& y) = 0;
+};
+
 class MoE : public Module {
  public:
   // `jitter_generator` draws the router jitter (null: the process-wide generator).
@@ -67,6 +79,9 @@ class MoE : public Module {
   // Null: the experts run here (the default).
   void set_dispatch(std::shared_ptr<ExpertDispatch> dispatch) { dispatch_ = std::move(dispatch); }
   ExpertDispatch* dispatch() const { return dispatch_.get(); }
+  // Null: the tokens given are every token the layer routes (the default).
+  void set_token_region(std::shared_ptr<TokenRegion> region) { region_ = std::move(region); }
+  TokenRegion* token_region() const { return region_.get(); }
 
   std::shared_ptr<Linear> router;  // [experts, hidden], no bias
   std::shared_ptr<ExpertMLPs> experts;
@@ -78,11 +93,13 @@ class MoE : public Module {
 
  private:
   Tensor jittered(const Tensor& x);
+  Output forward_tokens(const Tensor& x);  // forward on every token of the region
 
   MoEConfig config_;
   Generator* jitter_generator_;
   std::optional<PositionalDraw> positional_;
   std::shared_ptr<ExpertDispatch> dispatch_;
+  std::shared_ptr<TokenRegion> region_;
   Routing routing_;
   MoEStats stats_;
 };

@@ -112,12 +112,16 @@ Tensor dropout_impl(const Tensor& x, double p, bool training, Generator* generat
   if (positional) {
     // The site's stream (the part checked), read at one-process indices; nothing is reserved.
     seed = positional_stream(gen, *positional, 0)[0];
-    if (positional->parts > 1) {  // the one-process tensor concatenates the parts' dim 0
+    if (positional->parts > 1)
       TESSEL_CHECK(x.ndim() >= 1 && placement.full[0] == x.size(0), "dropout: x ", x.shape(),
                    " is already a piece of dim 0, which the positional draw splits into ",
                    positional->parts, " parts");
-      placement.start[0] = x.size(0) * positional->part;
-      placement.full[0] = x.size(0) * positional->parts;
+    // The step's one-process tensor concatenates the blocks (micro-batches, then parts) along
+    // dim 0; this one is block b of equal ones.
+    if (const int64_t b = int64_t(positional_stream(gen, *positional, 1)[1]); b > 0) {
+      TESSEL_CHECK(x.ndim() >= 1, "dropout: a positional draw of a scalar in block ", b);
+      placement.start[0] += placement.full[0] * b;
+      placement.full[0] *= b + 1;
     }
   }
   const Runs runs = runs_of(x, placement);

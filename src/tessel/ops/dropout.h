@@ -17,7 +17,7 @@ namespace tessel::ops {
 
 // Returns x itself when !training or p == 0. Draws numel(x) numbers from `generator` (default:
 // the process-wide one), or with `positional`, reads the positional stream of its site (x is then
-// part positional->part of dim 0 of the one-process tensor) and leaves the generator as it is.
+// its micro-batch's part of dim 0 of the step's one-process tensor) and leaves the generator.
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator* generator = nullptr,
                const PositionalDraw* positional = nullptr);
 

@@ -5,10 +5,13 @@
 
 #include <cmath>
 #include <optional>
+#include <set>
+#include <string>
 
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/core/error.h"
 #include "tessel/ops/shape.h"
+#include "tessel/parallel/expert/expert_sequence_parallel.h"
 #include "tessel/parallel/tensor/vocab_parallel.h"
 #include "tessel/sharding/regions.h"
 
@@ -36,13 +39,6 @@ ModelTensorParallel parallelize_model(models::CausalLM& model, dist::CommPtr tp,
   const models::ModelConfig& c = model.model_config();
   const int n = tp->size();
   const models::TensorParallelSpec spec = c.tensor_parallel(n);
-  // A mixture-of-experts layer is held whole on every tp rank and routes the tokens it sees: on
-  // sequence pieces each rank would decide the capacity of its own piece and add the auxiliary
-  // losses of its piece, neither of which is the whole sequence's (docs/MOE.md, "ep with tp").
-  TESSEL_CHECK(!sequence_parallel || !c.has_experts(), "tensor parallelism: ", c.summary(),
-               " is a mixture of experts, which sequence parallelism does not split (its routers "
-               "need the whole sequence on every tp rank); train it with --tp ",
-               n, " without parallel.sequence_parallel");
   const parallel::ParallelPlan plan =
       plan_path.empty() ? parallel::ParallelPlan::parse(spec.plan_json, "built-in " + c.summary())
                         : parallel::ParallelPlan::load(plan_path);
@@ -73,6 +69,11 @@ ModelTensorParallel parallelize_model(models::CausalLM& model, dist::CommPtr tp,
   out.padded_vocab = parallel::padded_vocab_size(c.vocabulary_size(), n);
   out.sequence_parallel = sequence_parallel;
   out.result = parallel::parallelize(model, tp, plan, po);
+  // A mixture-of-experts layer routes the whole sequence's tokens (its capacity, dropping order
+  // and balance loss are those of the call's tokens): under sequence parallelism it gathers the
+  // pieces and keeps its own piece of the output (docs/MOE.md, "ep with tp").
+  if (sequence_parallel && c.has_experts())
+    parallel::gather_moe_tokens_over_sequence(model, tp, out.result.sequence);
   const sharding::ShardLayout* embedding = out.result.spec(spec.vocab_parallel_weight);
   TESSEL_CHECK(embedding != nullptr && out.result.applied.size() > 0,
                "tensor parallelism: the plan must split ", spec.vocab_parallel_weight,
@@ -174,12 +175,16 @@ bool has_replicated_pieces(const ModelTensorParallel& tp) {
   return false;
 }
 
-// The sequence-parallel sum: every rank adds its addend to the whole gradient.
+// The sequence-parallel sum: every rank adds its addend to the whole gradient. The MoE layers'
+// parameters are not addends: each layer ran on the whole sequence on every rank
+// (expert_sequence_parallel.h), so their gradients are complete already.
 void sum_whole_gradients(models::CausalLM& model, const ModelTensorParallel& tp,
                          const SpanHold& hold) {
+  const std::set<std::string> whole_sequence = parallel::moe_parameter_names(model);
   std::vector<Tensor> grads;
   for (const auto& [name, p] : model.named_parameters()) {
-    if (tp.result.spec(name) != nullptr || !p.grad().defined()) continue;
+    if (tp.result.spec(name) != nullptr || !p.grad().defined() || whole_sequence.count(name))
+      continue;
     grads.push_back(p.grad());
   }
   if (grads.empty()) return;

@@ -107,8 +107,9 @@ double Trainer::forward_backward(StepRecord& r) {
 }
 
 void Trainer::begin_micro_batch(int64_t m) {
-  // Layout-invariant dropout: the masks of micro-batch m of the step about to run are keyed by
-  // (step, m), never by what this rank drew before (docs/PARALLEL.md, "Dropout").
+  // Layout-invariant dropout: the masks of the step about to run are keyed by the step, and
+  // micro-batch m's rows are the m-th block of its rows (core/positional_draws.h), never by
+  // what this rank drew before (docs/PARALLEL.md, "Dropout").
   TESSEL_CHECK(m >= 0 && m < (int64_t(1) << 32), "train: micro-batch ", m, " out of range");
   rng_.set_state(rng_.seed(), (uint64_t(step_ + 1) << 32) | uint64_t(m));
 }

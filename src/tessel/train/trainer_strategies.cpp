@@ -62,7 +62,8 @@ void Trainer::build_strategies(const RegionSource& init) {
     // pipeline axis: the stages are cut from the whole experts' costs, as without --ep, and each
     // rank reduces only its stages' experts. Under tp the ep groups are split from each tp
     // rank's dp group (make_layout), so a group's ranks share a tp rank and see the same tokens
-    // as their tp peers; the experts are whole on every tp rank (the plan leaves them alone).
+    // as their tp peers; the experts are whole on every tp rank (the plan leaves them alone) or,
+    // under --etp, split by columns, and either way each tp rank sends its piece of the rows.
     TESSEL_CHECK(model_->model_config().has_experts(), "train: --ep ", layout_.ep_size(),
                  " needs a mixture-of-experts model; ", model_->model_config().summary(),
                  " has no experts");

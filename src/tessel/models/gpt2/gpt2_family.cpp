@@ -2,6 +2,7 @@
 // GPT-2 as a model family: Hugging Face's GPT2LMHeadModel, its presets, its tensor names (Conv1D
 // weights stored [in, out]), its built modules and its tensor-parallel plan (Megatron-LM's).
 #include <memory>
+#include <string>
 
 #include "tessel/core/error.h"
 #include "tessel/models/family.h"
@@ -115,6 +116,13 @@ TensorParallelSpec GPT2Config::tensor_parallel(int tp) const {
                "splits the tied wte by vocabulary)");
   TensorParallelSpec spec;
   spec.plan_json = kPlan;
+  // An MoE block's output dropout runs on its sequence piece like the MLP's (the MoE layer gathers
+  // the pieces and keeps its own: parallel/expert/expert_sequence_parallel.h).
+  if (has_experts()) {
+    spec.plan_json = std::string(kPlan);
+    spec.plan_json.insert(spec.plan_json.find("  \"ln_f\""),
+                          "  \"h.*.moe_dropout\": \"Sequence\",\n");
+  }
   spec.sizes = {{"head_dim", n_embd / n_head}, {"n_embd", n_embd}, {"n_head", n_head}};
   spec.vocab_parallel_weight = "wte.weight";
   spec.head_region_entry = "ln_f";

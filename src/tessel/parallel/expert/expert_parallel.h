@@ -38,7 +38,7 @@ struct ExpertParallelResult {
 ExpertParallelResult parallelize_experts(nn::Module& root, dist::CommPtr ep);
 
 // After parallelize_experts, for ranks of `tp` that hold the same tokens and run every expert on
-// every row that reaches their ep rank (expert tensor parallelism): each tp rank sends only its
+// every row that reaches their ep rank (whole, or their FFN columns): each tp rank sends only its
 // balanced piece of the rows bound for each ep rank, and the tp group gathers the pieces on
 // arrival (expert_row_split.h), in the dispatch and the combine, so the all-to-all bytes are
 // not repeated tp times. An Error when a layer is not split over ep or `root` has no MoE layer.

@@ -114,10 +114,12 @@ void ExpertParallelStrategy::set_tensor_parallel(dist::CommPtr tp,
   tp_ = std::move(tp);
   for (const std::string& name : experts_)
     if (model_tp_share(split, name) == TpShare::Piece) tp_split_.insert(name);
-  // Expert tensor parallelism: every tp rank runs every row that reaches its experts, so each
-  // need send only its piece of the rows (without it the experts are whole on every tp rank and
-  // each rank exchanges its own copy, as before).
-  if (!tp_split_.empty()) parallel::split_expert_rows_over_tp(model_, tp_);
+  // The ranks of a tp group hold the same tokens and route them alike, and every one of them
+  // needs every row that reaches its ep rank: each its slice of every expert's columns (expert
+  // tensor parallelism), or the whole experts, which it runs as its tp peers do (the rows, and so
+  // the results, are those of every tp rank sending its own copy). Either way each tp rank sends
+  // only its piece of the rows, and the bytes per rank divide by tp.
+  if (tp_->size() > 1) parallel::split_expert_rows_over_tp(model_, tp_);
 }
 
 void ExpertParallelStrategy::describe_norm(GradNormPlan& plan) const {
@@ -164,7 +166,7 @@ void ExpertParallelStrategy::record(StepRecord& r) {
   Tensor t = from_data(std::vector<double>{bytes}, Shape{1});
   ep_->all_reduce(t);
   if (ep_dp_) ep_dp_->all_reduce(t);
-  if (tp_) tp_->all_reduce(t);  // whole copies per tp rank, or (--etp) a piece each
+  if (tp_) tp_->all_reduce(t);  // each tp rank sends its piece of the rows
   bytes = t.to_vector<double>()[0];
   double calls = double(r.all_to_all_calls);
   if (pp_) {

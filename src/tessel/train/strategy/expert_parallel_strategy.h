@@ -67,10 +67,10 @@ class ExpertParallelStrategy : public AxisStrategy {
   // Pipeline stages: the step's all-to-all bytes are summed over pp too (each stage exchanges
   // for its own MoE layers).
   void set_pipeline(dist::CommPtr pp) { pp_ = std::move(pp); }
-  // Tensor parallelism: every tp rank holds the same experts and exchanges the same rows over its
-  // own ep group, so the experts' gradients are complete on each (no sum over tp) and the step's
-  // all-to-all bytes add over tp. Whole experts are counted in the norm at tp rank 0; under expert
-  // tensor parallelism the pieces `tp` split (model_tp_share: Piece) add their squares over tp.
+  // Tensor parallelism: every tp rank holds the same experts (whole, or --etp's columns) and gets
+  // the same rows, each sending its piece of them (the bytes add over tp), so the experts'
+  // gradients are complete on each (no sum over tp). Whole experts are counted in the norm at tp
+  // rank 0; under expert tensor parallelism the pieces `tp` split (model_tp_share: Piece) add.
   void set_tensor_parallel(dist::CommPtr tp, const ModelTensorParallel& split);
 
   int size() const { return ep_->size(); }
