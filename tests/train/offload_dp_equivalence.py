@@ -4,12 +4,16 @@
 `mpirun -np 2 tessel train --dp 2` with each rank's ZeRO shards in chunks equals the same run in
 memory bit for bit: every step's loss and gradient norm, and the checkpoints' bytes (the model and
 every rank's piece file). ZeRO-3 under budgets that leave chunks in the device, host and NVMe
-tiers (also with full recomputation, whose replay reads the gathered block); ZeRO-1, whose two
-moment chunks make the host tier's row, and ZeRO-2, whose gradient shard is a third chunk there
-(ZeRO-2/3's gradient shards live in chunks too, written by the reduce_scatter in the host tier). A ZeRO-3 checkpoint of the offloaded run
+tiers (also with full recomputation, whose replay reads the gathered block); ZeRO-1, whose
+all-reduced gradient bucket is a chunk too (written by backward and the all_reduce in the device
+tier, read by the update in the host tier, with both moments' chunks the host tier's row), and
+ZeRO-2, whose gradient shard is the row's third chunk (ZeRO-2/3's gradient shards live in chunks,
+written by the reduce_scatter in the host tier); ZeRO-1 again on a GPT-2 of C = 129 with 1 MiB
+buckets whose chunks need all three tiers. A ZeRO-3 checkpoint of the offloaded run
 resumes at one rank in memory exactly as the in-memory run's does, and the in-memory run's
 resumes offloaded at dp 2 exactly on its trajectory; a host budget below the update's row (four
-chunks at ZeRO-3, three at ZeRO-2: parameter shard, gradient shard, both moments) is refused
+chunks at ZeRO-3, three at ZeRO-2 and ZeRO-1: parameter shard, gradient shard or bucket, both
+moments) is refused
 before any step, as is plain dp (zero_stage 0). Each offloaded run's start-up computes
 (or, with model.init_from, reads) every parameter shard straight into its chunk. A GPT-2 with C = 33, 3 heads, 3 blocks, sequences of 13, two
 micro-batches per step and clipping.
@@ -28,8 +32,8 @@ from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run, se
 
 # ZeRO-3: 32 KiB chunks hold the largest unit's shard (a block's, 6749 floats); 4 chunks per kind.
 # ZeRO-1/2: one bucket (the model is far below a MiB), its moments' (and ZeRO-2's gradient) shards
-# of 24800 floats each.
-CHUNK = {3: 32 << 10, 2: 128 << 10, 1: 128 << 10}
+# of 24800 floats each; ZeRO-1's whole all-reduced bucket (49600 floats) is a chunk too.
+CHUNK = {3: 32 << 10, 2: 128 << 10, 1: 256 << 10}
 STEPS, SAVE = 8, 4
 
 
@@ -43,8 +47,9 @@ def same_records(ref, dir_, what, first=1):
 def check_tiers(dir_, what):
     """Every tier held chunks and NVMe was read and written: the budgets forced all of them."""
     recs = [r["offload"] for r in step_records(dir_)]
-    if "ZeRO-3" not in what:  # two chunks, both in the host tier's row
-        if len(recs) != STEPS or not all(r["host_bytes"] == 2 * CHUNK[1] for r in recs):
+    if "ZeRO-3" not in what:  # two moment chunks, both in the host tier's row
+        chunk = CHUNK[1] if "ZeRO-1" in what else CHUNK[2]  # the gradient chunks are free
+        if len(recs) != STEPS or not all(r["host_bytes"] == 2 * chunk for r in recs):
             fail(f"{what}: the moments' two chunks are not in the host tier: {recs}")
         return
     if len(recs) != STEPS or not all(r["device_bytes"] > 0 and r["host_bytes"] > 0 and
@@ -80,7 +85,7 @@ def main():
     d = os.path.join(work, "too_small")
     nvme = os.path.join(work, "nvme_too_small")
     os.makedirs(nvme)
-    for stage, host_chunks, row in ((3, 3, 4), (2, 2, 3)):
+    for stage, host_chunks, row in ((3, 3, 4), (2, 2, 3), (1, 2, 3)):
         p = subprocess.run(mpi + common + dp2 +
                            ["--set", f"parallel.zero_stage={stage}", "--set",
                             f"checkpoint.dir={d}{stage}"] +
@@ -98,7 +103,7 @@ def main():
     if p.returncode == 0 or "needs parallel.zero_stage 1, 2 or 3" not in p.stdout + p.stderr:
         fail(f"offload with dp 2 and zero_stage 0: rc {p.returncode}, {p.stderr[-600:]}")
 
-    for stage, host_chunks, device_chunks, recompute in ((3, 4, 3, "none"), (1, 2, 1, "none"),
+    for stage, host_chunks, device_chunks, recompute in ((3, 4, 3, "none"), (1, 3, 1, "none"),
                                                          (2, 3, 1, "none"),
                                                          (3, 4, 3, "full")):
         tag = f"zero{stage}" + ("" if recompute == "none" else "_recompute_" + recompute)
@@ -123,10 +128,9 @@ def main():
                 fail(f"--build-only under dp 2 ZeRO-3 offload: placement\n"
                      f"{placement(built, '--build-only')}\nvs the run's\n{placement(out, what)}")
             print("--build-only under dp 2 ZeRO-3 offload lays out the run's chunks")
-        # The placement lists the gradient shards' chunks from ZeRO-2 on (none at ZeRO-1).
-        if (re.search(r"^  grad: ", out, re.M) is not None) != (stage >= 2):
-            fail(f"{what}: the gradient shards' chunks {'missing from' if stage >= 2 else 'in'} "
-                 f"the placement:\n{out[-3000:]}")
+        # The placement lists the gradients' chunks: ZeRO-2/3's shards, ZeRO-1's buckets.
+        if re.search(r"^  grad: ", out, re.M) is None:
+            fail(f"{what}: the gradients' chunks are missing from the placement:\n{out[-3000:]}")
         same_records(ref, off, what)
         check_tiers(off, what)
         if sorted(os.listdir(nvme)) != ["rank0", "rank1"] or any(
@@ -161,6 +165,34 @@ def main():
         same_checkpoint(ref, r, STEPS, "the in-memory dp 2 checkpoint resumed offloaded")
         print("ZeRO-3 checkpoints: offloaded -> one rank in memory, and in memory -> offloaded "
               "at dp 2, both bitwise on the uninterrupted trajectory")
+
+    # ZeRO-1 with its all-reduced buckets in chunks that leave memory: C = 129 with 1 MiB buckets
+    # (three), chunks of 1 MiB: seven chunks (three of gradients) for tiers of three and three, so
+    # every step reads and writes NVMe.
+    cfg129 = write_json(os.path.join(work, "config129.json"),
+                        gpt2_config(vocab, n_positions=17, n_embd=129, n_layer=3, n_head=3))
+    z1 = ["train"] + train_sets(
+        cfg129, os.path.join(work, "data"), STEPS, seq_len=13,
+        extra=["machine.peak_gflops=100", f"checkpoint.interval={SAVE}", "train.micro_batch=3",
+               "train.global_batch=12", "optim.grad_clip=0.05", "optim.weight_decay=0.1",
+               "parallel.bucket_mb=1", "parallel.zero_stage=1"])
+    ref, off = (os.path.join(work, f"zero1_buckets_{k}") for k in ("memory", "offload"))
+    nvme = os.path.join(work, "nvme_zero1_buckets")
+    os.makedirs(nvme)
+    run(mpi + z1 + dp2 + ["--set", "checkpoint.dir=" + ref], env=env)
+    out = run(mpi + z1 + dp2 + ["--set", "checkpoint.dir=" + off] + offload_sets(nvme, 3, 3, 1 << 20),
+              env=env).stdout
+    what = "dp 2 ZeRO-1 offloaded, C = 129, chunks in every tier"
+    grads = re.search(r"^  grad: (.*)$", out, re.M)
+    if not grads or grads.group(1).split() != ["3", "none"]:
+        fail(f"{what}: expected three gradient chunks, free between steps:\n{placement(out, what)}")
+    same_records(ref, off, what)
+    recs = [r["offload"] for r in step_records(off)]
+    if not all(r["nvme_read_bytes"] > 0 and r["nvme_write_bytes"] > 0 for r in recs[1:]):
+        fail(f"{what}: no NVMe traffic: {recs}")
+    for step in (SAVE, STEPS):
+        same_checkpoint(ref, off, step, what)
+    print(f"{what}: bitwise the in-memory run; checkpoints byte for byte")
 
     # Start-up streams from a file too: with model.init_from each rank reads its parameter
     # shards' parts straight into their chunks (the moments start there as zeros), and the run

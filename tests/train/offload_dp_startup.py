@@ -17,6 +17,10 @@ holding them in plain memory exceeds that bound (it did: 668 and 817 MiB against
 ZeRO-2 in bf16 runs too: its 16-bit copies of the replicated parameters (2 bytes per parameter,
 193 MiB) are chunks held unit by unit, within the same bound plus the larger device tier; a rank
 making the whole model's copies per micro-batch in plain memory exceeds it (1060 MiB against 733).
+ZeRO-1 in bf16 with 16 MiB buckets: its all-reduced gradient buckets (4 bytes per parameter, 386
+MiB, the whole model's) are chunks too, written by backward in the device tier; a rank holding
+them in plain memory exceeds both bounds (1011 MiB after start-up against 738, 1067 after the
+step against 754).
 (That the offloaded runs equal the in-memory ones bit for bit is offload_dp_equivalence.py's.)
 
 Usage: offload_dp_startup.py TESSEL MPIRUN WORKDIR
@@ -39,10 +43,13 @@ ALLOWANCE = 160 * MIB  # the process without the state (code, MPI, threads, data
 # are chunks too, a unit's held in the device tier around its forward and backward: the device
 # tier holds the working set of a block's copies with the embeddings'.
 SETUP = {(3, "fp32"): (32 * MIB, 3, 4), (2, "fp32"): (16 * MIB, 1, 3),
-         (2, "bf16"): (16 * MIB, 4, 3)}  # chunk, device chunks, host chunks
+         (2, "bf16"): (16 * MIB, 4, 3),
+         (1, "bf16"): (16 * MIB, 7, 3)}  # chunk, device chunks, host chunks
+# ZeRO-1 in bf16: the copies' 4 chunks and 3 of gradient buckets (parallel.bucket_mb 16, so a
+# bucket fits a chunk) in the device tier; the host row a bucket and both moments' shards.
 C, LAYERS = 1024, 8
 BLOCK = 4 * (12 * C * C + 13 * C)  # one block's f32 parameters: ZeRO-3's largest bucket
-BUCKET = {3: BLOCK, 2: 25 * MIB}  # the largest gradient bucket (parallel.bucket_mb's default)
+BUCKET = {3: BLOCK, 2: 25 * MIB, 1: 16 * MIB}  # the largest gradient bucket (parallel.bucket_mb's default)
 
 
 def build_record(run_dir):
@@ -71,7 +78,8 @@ def main():
         sets = [f"parallel.zero_stage={stage}", f"train.precision={precision}",
                 f"checkpoint.dir={d}", f"memory.chunk_size={chunk}",
                 f"memory.device_budget={device_chunks * chunk}",
-                f"memory.host_budget={host_chunks * chunk}", f"memory.nvme_dir={nvme}"]
+                f"memory.host_budget={host_chunks * chunk}", f"memory.nvme_dir={nvme}",
+                f"parallel.bucket_mb={BUCKET[stage] // MIB if stage == 1 else 25}"]
         run(mpi + common + ["--dp", "2"] + [a for s in sets for a in ("--set", s)],
             env=single_thread_env())
         steps = step_records(d)
@@ -85,7 +93,9 @@ def main():
             # The state the offloaded shards would be in memory: the parameter, gradient and both
             # moments' shards at stage 3 (the moments are twice the shard); the gradient and
             # moments' shards at stage 2 (12 bytes per parameter over 2 ranks: 1.5 x the replicas).
-            shards = 4 * held if stage == 3 else 3 * held // 2
+            # At stage 1 the whole all-reduced gradients (the replicas' size) and the moments'
+            # shards (as much again).
+            shards = 4 * held if stage == 3 else 3 * held // 2 if stage == 2 else 2 * held
             in_memory = 0 if stage == 3 else held  # stays in plain memory by design
             budgets = (device_chunks + host_chunks) * chunk
             bound = in_memory + budgets + 2 * chunk + ALLOWANCE
@@ -107,7 +117,8 @@ def main():
             working = gathered + 3 * BUCKET[stage]
             step_bound = max(bound, in_memory + budgets + ALLOWANCE + working)
             step_peak = steps[0]["ranks"][r]["rss_peak_bytes"]
-            grads = held if stage == 3 else held // 2  # the gradient shard: 4 bytes per parameter
+            # The gradient shard, 4 bytes per parameter over dp (stage 1: the whole buckets).
+            grads = held if stage == 3 else held // 2 if stage == 2 else held
             print(f"{what} rank {r}: peak resident set after the step {step_peak / MIB:.0f} "
                   f"MiB, bound {step_bound / MIB:.0f} MiB (working memory {working / MIB:.0f} "
                   f"MiB: gathered units {gathered / MIB:.0f}, three buckets); the gradient shard "
@@ -119,7 +130,8 @@ def main():
                      f"tiers (the gradient shards?)")
         if any(os.listdir(os.path.join(nvme, r)) for r in os.listdir(nvme)):
             fail(f"{what}: {nvme} is not empty after the run")
-    print("offloaded dp 2 start-up and step (ZeRO-3, ZeRO-2, ZeRO-2 bf16) within the budgets")
+    print("offloaded dp 2 start-up and step (ZeRO-3, ZeRO-2, ZeRO-2 bf16, ZeRO-1 bf16) within the "
+          "budgets")
     remove_workdir(work)
 
 

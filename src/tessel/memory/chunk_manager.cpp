@@ -120,6 +120,7 @@ void ChunkManager::seal(const TensorFill& fill) {
                 config_.host_budget / cb * cb + short_by,
                 nvme_ ? " (or raise memory.nvme_budget)" : " (or set memory.nvme_dir)");
   }
+  check_nvme_budget(n, dev, host, nvme);
   if (nvme_) nvme_->reserve(std::min(nvme, n));
   policy_.resize(int(n));
   // Chunks bound for NVMe are filled in two staging buffers in turn: one is written while the

@@ -129,6 +129,8 @@ class ChunkManager {
   const std::string& nvme_dir() const { return config_.nvme_dir; }
   const BudgetedPool& pool(Tier tier) const;
   size_t nvme_bytes_in_use() const;
+  // The NVMe tier's swap file as reserved at seal(): 0 without one.
+  size_t nvme_file_bytes() const { return nvme_ ? nvme_->file_bytes() : 0; }
   const MemoryStats& stats() const { return stats_; }
   // Chunks read ahead and not accessed yet (at the end of a step: the next step's first reads).
   int prefetched_unused() const;
@@ -160,6 +162,10 @@ class ChunkManager {
   void write_to_nvme(Chunk& chunk);
   void finish_io(Chunk& chunk);
   int64_t take_nvme_slot(int exclude);
+  bool reclaim_nvme_slot(int exclude);  // frees the slot of a chunk in memory (a cache only)
+  // memory.nvme_budget must hold the most chunks eviction can leave on NVMe at once (see
+  // chunk_mover.cpp), or a step could find every slot taken: refused at seal() otherwise.
+  void check_nvme_budget(size_t chunks, size_t device, size_t host, size_t nvme) const;
   void run_prefetch();
   [[noreturn]] void fail_budget(Tier tier, int exclude) const;
 

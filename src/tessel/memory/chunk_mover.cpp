@@ -2,6 +2,7 @@
 // ChunkManager's tier moves: bringing a chunk into a memory tier, making room by eviction down
 // the tiers (device -> host -> NVMe), NVMe transfers and their completion, and conservative
 // prefetching along the recorded trace.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -183,19 +184,49 @@ void ChunkManager::finish_io(Chunk& c) {
   }
 }
 
-int64_t ChunkManager::take_nvme_slot(int exclude) {
-  TESSEL_CHECK(nvme_, "no NVMe tier: memory.nvme_dir is not set");
-  int64_t slot = nvme_->allocate_slot();
-  if (slot >= 0) return slot;
-  // Every slot is taken: take one back from a chunk in memory, whose NVMe copy is only a cache.
+// Why n - M + 1 slots are enough for eviction, M the chunks the host budget holds (the device's
+// when the host holds none): a chunk is evicted to NVMe only when its tier is full -- a host
+// victim from a full host, a device victim when the host cannot make room, so is full too (with
+// no host budget, from a full device) -- and make_room() has first waited for the writes leaving
+// that tier. Once the reads in flight have landed (take_nvme_slot), every slot not reclaimable is
+// a chunk on NVMe, k of them, and the M chunks of the full tier are others: k + M <= n, so the
+// victim makes at most n - M + 1. Seal's n - device - host is fewer. Fewer slots than chunks cost
+// writes, though: a slot taken back from a chunk in memory is a clean copy lost, so that chunk's
+// next eviction writes it again (docs/MEMORY.md); memory.nvme_budget 0 reserves one per chunk.
+void ChunkManager::check_nvme_budget(size_t n, size_t dev, size_t host, size_t nvme) const {
+  if (!nvme_ || config_.nvme_budget == 0 || n == 0) return;
+  const size_t full = std::min(n, host >= 1 ? host : dev);
+  const size_t need = n - full + 1;
+  TESSEL_CHECK(nvme >= need, "memory.nvme_budget of ", config_.nvme_budget, " bytes holds ", nvme,
+               " chunks of ", config_.chunk_bytes, " bytes, but eviction can leave ", need,
+               " of the ", n, " chunks on NVMe at once (all but the ", full,
+               host >= 1 ? " the host tier holds" : " the device tier holds",
+               ", and the one being evicted): the smallest NVMe budget that works is ",
+               need * config_.chunk_bytes, " bytes");
+}
+
+bool ChunkManager::reclaim_nvme_slot(int exclude) {
   for (auto& c : chunks_) {
     if (c->id == exclude || c->nvme_slot < 0 || c->io != Chunk::Io::None) continue;
     if (c->tier != Tier::Device && c->tier != Tier::Host) continue;
     nvme_->free_slot(c->nvme_slot);
     c->nvme_slot = -1;
     c->nvme_valid = false;
-    return nvme_->allocate_slot();
+    return true;
   }
+  return false;
+}
+
+int64_t ChunkManager::take_nvme_slot(int exclude) {
+  TESSEL_CHECK(nvme_, "no NVMe tier: memory.nvme_dir is not set");
+  int64_t slot = nvme_->allocate_slot();
+  if (slot >= 0) return slot;
+  // Every slot is taken: take one back from a chunk in memory, whose NVMe copy is only a cache;
+  // a chunk being read into memory becomes one once its read has landed.
+  if (reclaim_nvme_slot(exclude)) return nvme_->allocate_slot();
+  for (auto& c : chunks_)
+    if (c->id != exclude && c->io == Chunk::Io::Reading) finish_io(*c);
+  if (reclaim_nvme_slot(exclude)) return nvme_->allocate_slot();
   TESSEL_FAIL("NVMe tier in ", nvme_->dir(), ": all ", nvme_->slots(), " slots of ",
               config_.chunk_bytes, " bytes are in use (memory.nvme_budget ", config_.nvme_budget,
               ")");

@@ -137,6 +137,14 @@ void NvmeTier::reserve(size_t slots) {
   used_ = 0;
 }
 
+size_t NvmeTier::file_bytes() const {
+  if (!file_) return 0;
+  struct stat st {};
+  TESSEL_CHECK(::fstat(file_->fd(), &st) == 0, "NVMe tier in ", dir_,
+               ": fstat: ", errno_text(errno));
+  return size_t(st.st_size);
+}
+
 int64_t NvmeTier::allocate_slot() {
   if (free_.empty()) return -1;
   int64_t slot = free_.back();

@@ -27,6 +27,8 @@ class NvmeTier {
   // Creates the swap file (unlinked at once, so nothing is left behind after a crash) and
   // fallocates `slots` slots; throws naming the bytes wanted and free when the disk is full.
   void reserve(size_t slots);
+  // The swap file's size as the filesystem reports it (0 before reserve()).
+  size_t file_bytes() const;
 
   size_t slots() const { return free_.size() + used_; }
   size_t slots_in_use() const { return used_; }

@@ -6,6 +6,7 @@
 // The list is in the order of the gradient synchronisation: data parallelism's overlapped
 // averages complete before tensor parallelism sums the replicated parameters' copies, except
 // under ZeRO-2/3, which keep only shards of the averages, so tp's sums must come first.
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -107,6 +108,8 @@ void Trainer::build_strategies(const RegionSource& init) {
     ds.allocate_shards = !config_.memory.enabled();
     // And ZeRO-2/3's gradient shards: each reduction writes into its chunk.
     ds.options.allocate_gradient_shards = !config_.memory.enabled();
+    // And ZeRO-1's all-reduced buckets, when each fits a chunk (build_offload_shards).
+    ds.options.allocate_buckets = !(config_.memory.enabled() && stage == 1);
     // The experts' gradients are summed over their own group (expert_parallel_strategy.h).
     NamedTensors dense = trainable_parameters();
     if (expert_)
@@ -285,10 +288,15 @@ void Trainer::build_offload_shards(const RegionSource& init) {
       os.shards.push_back(std::move(s));
     }
   } else {
+    // ZeRO-1's all-reduced buckets go into chunks when every one fits a chunk; otherwise they are
+    // plain memory (the bucket size sets how ZeRO shards the moments, so it is not cut to fit).
+    const bool buckets_in_chunks = zero_->stage() == 1 && zero1_buckets_fit(os.memory.chunk_bytes);
+    if (zero_->stage() == 1 && !buckets_in_chunks) ddp()->allocate_bucket_buffers();
     for (int64_t b = 0; b < ddp()->bucket_count(); ++b) {
       OffloadShard s;
       s.name = "bucket " + std::to_string(b);
       if (zero_->stage() == 2) s.grad = ddp()->gradient_shard(b);
+      if (buckets_in_chunks) s.grad = ddp()->bucket_gradients(b);
       moments(b, s);
       os.shards.push_back(std::move(s));
     }
@@ -310,10 +318,23 @@ void Trainer::build_offload_shards(const RegionSource& init) {
   use_offloaded_copies();
   if (zero3()) zero3()->set_shard_hold(offload_->shard_hold());
   zero_->set_shard_hold(offload_->shard_hold());
-  if (zero_->stage() >= 2) {  // the gradient shards: the reductions, the norm and the scaling
-    ddp()->set_shard_hold(offload_->shard_hold());
-    sharded_->set_gradient_hold(offload_->gradient_hold());
-  }
+  // The gradients in chunks (shards, or ZeRO-1's buckets): the reductions, the norm, the scaling.
+  ddp()->set_shard_hold(offload_->shard_hold());
+  sharded_->set_gradient_hold(offload_->gradient_hold());
+}
+
+// Whether every ZeRO-1 bucket fits one chunk of `chunk_bytes` (rounded as the chunk manager
+// rounds); prints a note naming the largest bucket and parallel.bucket_mb otherwise.
+bool Trainer::zero1_buckets_fit(size_t chunk_bytes) {
+  const int64_t chunk = int64_t((chunk_bytes + 4095) / 4096 * 4096);
+  int64_t largest = 0;
+  for (int64_t b = 0; b < ddp()->bucket_count(); ++b)
+    largest = std::max(largest, (ddp()->bucket_nbytes(b) + 63) / 64 * 64);
+  if (largest <= chunk) return true;
+  print("note: ZeRO-1's all-reduced gradient buckets stay in plain memory: the largest, " +
+        std::to_string(largest) + " bytes, does not fit a chunk of " + std::to_string(chunk) +
+        " bytes (lower parallel.bucket_mb or raise memory.chunk_size)");
+  return false;
 }
 
 // The model's units (one per block, then the final norm, CausalLM::unit_paths); the rest (the

@@ -27,6 +27,9 @@ DataParallel::DataParallel(std::vector<std::pair<std::string, Tensor>> params, d
   TESSEL_CHECK(!params.empty(), "DataParallel: no parameters given");
   TESSEL_CHECK(options_.bucket_bytes > 0, "DataParallel: bucket_bytes must be positive, got ",
                options_.bucket_bytes);
+  TESSEL_CHECK(options_.allocate_buckets || options_.reduction == GradReduction::AllReduce,
+               "DataParallel: allocate_buckets false lays out all-reduced buckets only; "
+               "reduce-scattered buckets keep their full buffers between launch and retirement");
   TESSEL_CHECK(options_.max_pending_reductions >= 1,
                "DataParallel: max_pending_reductions must be >= 1, got ",
                options_.max_pending_reductions);
@@ -86,7 +89,13 @@ DataParallel::DataParallel(std::vector<std::pair<std::string, Tensor>> params, d
     b.padded = (b.numel + n - 1) / n * n;
     b.slots = std::move(group);
     b.pending = int64_t(b.slots.size());
-    if (!scatter) allocate(b);
+    // Shape-only until laid out by the caller (memory offload's chunks).
+    if (!scatter) {
+      if (options_.allocate_buckets)
+        allocate(b);
+      else
+        b.flat = unallocated({b.numel});
+    }
     // Shape-only until laid out by the caller (memory offload's chunks).
     if (scatter && !options_.allocate_gradient_shards) b.shard = unallocated({b.padded / n});
     buckets_.push_back(std::move(b));
@@ -116,6 +125,55 @@ void DataParallel::allocate(Bucket& b) {
   }
 }
 
+void DataParallel::allocate_bucket_buffers() {
+  if (options_.allocate_buckets) return;
+  TESSEL_CHECK(!in_flight() && sync_count_ == 0,
+               "DataParallel::allocate_bucket_buffers: call it before the first backward");
+  for (Bucket& b : buckets_) allocate(b);
+  options_.allocate_buckets = true;
+}
+
+void DataParallel::make_views(Bucket& b) {
+  for (size_t i : b.slots) {
+    Slot& s = slots_[i];
+    if (!s.view.defined())
+      s.view = b.flat.narrow(0, s.offset, s.param.numel()).reshape(s.param.shape());
+  }
+}
+
+void DataParallel::hold_bucket(Bucket& b) {
+  TESSEL_CHECK(hold_,
+               "DataParallel: buckets laid out by the caller (allocate_buckets false) are "
+               "written only under a hold; call set_shard_hold() before the first backward");
+  if (!b.flat_held) b.flat_held = hold_(b.flat, ShardUse::Accumulate);
+  make_views(b);
+}
+
+// The engine's AccumulateGrad has just completed this backward's gradient in .grad() (a fresh
+// tensor: .grad() is kept undefined here). The first of a step is copied into the bucket, a later
+// micro-batch's added with the engine's own in-place arithmetic (current + addend), so the sums
+// are bitwise those of the bucket the engine accumulates into directly.
+void DataParallel::accumulate_held(Slot& s, Bucket& b) {
+  hold_bucket(b);
+  const Tensor g = s.param.grad();
+  TESSEL_CHECK(
+      g.defined() && g.shape() == s.param.shape() && g.dtype() == DType::F32,
+      "DataParallel: gradient of '", s.name, "' is ",
+      g.defined() ? g.shape().str() + " " + std::string(dtype_name(g.dtype())) : "undefined",
+      ", expected f32 ", s.param.shape());
+  if (s.accumulated)
+    s.view.copy_from(autograd::add_gradients(s.view, g));
+  else
+    s.view.copy_from(g);
+  s.accumulated = true;
+  s.param.set_grad(Tensor());
+  // A no-sync backward has delivered the whole bucket: it may leave its tier until the next.
+  if (++b.arrived == b.slots.size() && !sync_) {
+    b.arrived = 0;
+    b.flat_held.reset();
+  }
+}
+
 void DataParallel::release_bucket(Bucket& b) {
   for (size_t i : b.slots) {
     Slot& s = slots_[i];
@@ -142,8 +200,9 @@ void DataParallel::retire_reductions(size_t keep) {
     b.work->wait();
     b.work.reset();
     b.shard_held.reset();
+    b.flat_held.reset();  // allocate_buckets false: the average stays in the laid-out buffer
     b.reduced = true;
-    release_bucket(b);
+    if (options_.reduction == GradReduction::ReduceScatter) release_bucket(b);
     ++next_release_;
   }
 }
@@ -210,7 +269,10 @@ void DataParallel::on_grad_ready(size_t slot) {
   TESSEL_CHECK(!b.work && !b.reduced, "DataParallel: parameter '", s.name,
                "' received a gradient while its bucket was being reduced; call "
                "finish_gradient_sync() after each synced backward");
-  bind_grad(s);
+  if (options_.allocate_buckets)
+    bind_grad(s);
+  else
+    accumulate_held(s, b);
   if (!sync_ || s.fired) return;
   s.fired = true;
   --b.pending;
@@ -226,7 +288,9 @@ void DataParallel::launch_ready_prefix() {
 
 // The next bucket in order, after retiring reductions beyond the bound (ReduceScatter).
 void DataParallel::launch_next() {
-  if (options_.reduction == GradReduction::ReduceScatter)
+  // Held buckets (allocate_buckets false) are retired the same way: each all_reduce keeps its
+  // bucket in its tier until then.
+  if (options_.reduction == GradReduction::ReduceScatter || !options_.allocate_buckets)
     retire_reductions(size_t(options_.max_pending_reductions - 1));
   launch(next_launch_++);
 }
@@ -234,8 +298,18 @@ void DataParallel::launch_next() {
 void DataParallel::launch(size_t bucket) {
   Bucket& b = buckets_[bucket];
   // Unused parameters (no hook fired) still take part, with whatever .grad() holds (zeros if none).
-  for (size_t i : b.slots) {
-    if (!slots_[i].fired) bind_grad(slots_[i]);
+  if (!options_.allocate_buckets) {
+    hold_bucket(b);
+    for (size_t i : b.slots) {
+      Slot& s = slots_[i];
+      if (!s.fired && !s.accumulated) s.view.fill(0.0);
+      TESSEL_CHECK(s.fired || !s.param.grad().defined(), "DataParallel: parameter '", s.name,
+                   "' has a gradient its hook never delivered");
+    }
+  } else {
+    for (size_t i : b.slots) {
+      if (!slots_[i].fired) bind_grad(slots_[i]);
+    }
   }
   if (stats_.collectives == 0) first_launch_ = std::chrono::steady_clock::now();
   if (options_.reduction == GradReduction::ReduceScatter) {
@@ -274,8 +348,13 @@ void DataParallel::finish_gradient_sync() {
 }
 
 void DataParallel::reset_step() {
-  for (Slot& s : slots_) s.fired = false;
+  for (Slot& s : slots_) {
+    s.fired = false;
+    s.accumulated = false;  // the update reads the sum; the next step starts from zeros
+  }
   for (Bucket& b : buckets_) {
+    b.flat_held.reset();
+    b.arrived = 0;
     b.pending = int64_t(b.slots.size());
     b.work.reset();
     b.shard_held.reset();  // every reduction is complete (or failed): its shard is written
@@ -343,7 +422,7 @@ Tensor DataParallel::gradient_shard(int64_t bucket) const {
 int64_t DataParallel::gradient_bytes() const {
   int64_t bytes = 0;
   for (const Bucket& b : buckets_) {
-    if (b.flat.defined()) bytes += int64_t(b.flat.nbytes());
+    if (b.flat.defined() && options_.allocate_buckets) bytes += int64_t(b.flat.nbytes());
     // A shard laid out by the caller (memory offload's chunk) is not this object's memory: its
     // bytes are the tiers' while held, and none at all once the update has freed it.
     if (b.shard.defined() && options_.allocate_gradient_shards) bytes += int64_t(b.shard.nbytes());

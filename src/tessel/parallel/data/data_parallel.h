@@ -48,6 +48,15 @@ struct DataParallelOptions {
   // no bytes) from construction, for the caller to lay out somewhere before the first reduction
   // (memory offload puts it in a chunk) and to hold through set_shard_hold() while it is used.
   bool allocate_gradient_shards = true;
+  // AllReduce, false: every bucket's flat buffer is shape-only from construction, for the caller
+  // to lay out (memory offload puts it in a chunk). The buffer is then only written under a hold
+  // (set_shard_hold(), ShardUse::Accumulate): backward leaves each gradient the engine completes in
+  // .grad() and the grad-ready hook adds it into the bucket while the bucket is held, leaving
+  // .grad() undefined, so the engine never writes into a buffer that may have moved. A bucket is
+  // held from its first gradient of a backward until all of its parameters' have come (no-sync
+  // micro-batches) or its all_reduce is retired (options.max_pending_reductions later launches,
+  // as ReduceScatter retires; or finish_gradient_sync()).
+  bool allocate_buckets = true;
 };
 
 // Averages the gradients of a set of leaf parameters over one communicator (the dp axis).
@@ -116,6 +125,10 @@ class DataParallel {
   dist::Communicator& comm() const { return *comm_; }
   const dist::CommPtr& comm_ptr() const { return comm_; }
 
+  // allocate_buckets false: gives up on laying the buckets out elsewhere and allocates their
+  // flat buffers here after all (before the first backward), as allocate_buckets true would.
+  void allocate_bucket_buffers();
+
   // --- the flat layout, for sharded optimizers (ZeRO) ---
   // Where a parameter's gradient lives: elements [offset, offset + numel) of bucket's buffer.
   struct Place {
@@ -137,7 +150,8 @@ class DataParallel {
   int64_t gradient_bytes() const;
   // ReduceScatter: the gradient shards live in offloaded chunks (shard_hold.h): each
   // reduce_scatter holds its bucket's shard (ShardUse::Reduce) from its launch until it is
-  // retired. Local.
+  // retired. AllReduce with allocate_buckets false: the flat buffers do, held with
+  // ShardUse::Accumulate while backward and the all_reduce write them. Local.
   void set_shard_hold(ShardHold hold) { hold_ = std::move(hold); }
 
  private:
@@ -149,6 +163,8 @@ class DataParallel {
     int64_t offset = 0;  // in the bucket's flat buffer
     int64_t hook = 0;
     bool fired = false;  // its gradient is ready in the current synced backward
+    // allocate_buckets false: view holds this step's sum so far (else it is stale: zeros are due).
+    bool accumulated = false;
   };
   struct Bucket {
     std::vector<size_t> slots;
@@ -159,11 +175,19 @@ class DataParallel {
     dist::WorkPtr work;    // set once launched
     bool reduced = false;  // ReduceScatter: retired during backward, full buffer freed
     std::shared_ptr<void> shard_held;  // the shard's hold while its reduce_scatter writes it
+    std::shared_ptr<void> flat_held;   // allocate_buckets false: the flat buffer's hold
+    size_t arrived = 0;                // allocate_buckets false: gradients of this backward
   };
 
   void on_grad_ready(size_t slot);
   void bind_grad(Slot& s);   // .grad() becomes s.view, keeping its value (zeros if undefined)
   void allocate(Bucket& b);  // the flat buffer and its slots' views
+  // allocate_buckets false: the slots' views of a buffer laid out by the caller (made after it
+  // is laid out: a view taken before would keep the shape-only storage), the bucket's hold, and
+  // the engine's gradient added into the held view.
+  void make_views(Bucket& b);
+  void hold_bucket(Bucket& b);
+  void accumulate_held(Slot& s, Bucket& b);
   void release_bucket(Bucket& b);
   void release_full_buffers();
   void retire_reductions(size_t keep);

@@ -16,8 +16,10 @@ namespace tessel::parallel {
 // Gather: read by an all_gather (in the device tier). Update: read and written on the host (the
 // optimizer's update, loading values, scaling gradients). Reduce: written by a gradient
 // reduction (a reduce_scatter into this rank's gradient shard) on the host, where the update
-// reads it. Read: only read on the host (the gradient norm, the update's gradients).
-enum class ShardUse { Gather, Update, Reduce, Read };
+// reads it. Read: only read on the host (the gradient norm, the update's gradients). Accumulate:
+// written by backward and by the all_reduce over it (a data-parallel bucket's full gradient
+// buffer at ZeRO-1), in the device tier, where backward runs.
+enum class ShardUse { Gather, Update, Reduce, Read, Accumulate };
 using ShardHold = std::function<std::shared_ptr<void>(const Tensor& shard, ShardUse use)>;
 
 }  // namespace tessel::parallel

@@ -107,9 +107,11 @@ void ZeroAdamW::step(double lr) {
     Shard& s = shards_[b];
     const std::vector<std::shared_ptr<void>> held = hold_bucket(b);
     const Tensor grads = grad_shard(b);
-    // Stages 2/3: the gradient shard may be offloaded too (DataParallel's shards); only read.
+    // The gradients may be offloaded too (DataParallel's shards at stages 2/3, its laid-out
+    // all-reduced buckets at stage 1); only read.
+    const bool grads_offloaded = options_.stage >= 2 || !dp_.options().allocate_buckets;
     const std::shared_ptr<void> grads_held =
-        hold_ && options_.stage >= 2 ? hold_(grads, ShardUse::Read) : nullptr;
+        hold_ && grads_offloaded ? hold_(grads, ShardUse::Read) : nullptr;
     const Tensor own = params_ ? params_->parameter_shard(int64_t(b)) : Tensor();
     for (const Range& r : s.ranges) {
       const DataParallel::Place& p = places_[r.place];

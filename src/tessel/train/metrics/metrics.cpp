@@ -224,7 +224,8 @@ std::string step_json(const StepRecord& r) {
                     {"nvme_write_gbps", gbps(r.offload_nvme_write_bytes)},
                     {"device_bytes", r.offload_device_bytes},
                     {"host_bytes", r.offload_host_bytes},
-                    {"nvme_bytes", r.offload_nvme_bytes}};
+                    {"nvme_bytes", r.offload_nvme_bytes},
+                    {"nvme_file_bytes", r.offload_nvme_file_bytes}};
   }
   return j.dump();
 }

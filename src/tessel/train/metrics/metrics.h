@@ -107,6 +107,7 @@ struct StepRecord {
   // Milliseconds of the step its thread waited for NVMe transfers (not overlapped with compute).
   double offload_io_wait_ms = 0;
   int64_t offload_device_bytes = 0, offload_host_bytes = 0, offload_nvme_bytes = 0;
+  int64_t offload_nvme_file_bytes = 0;  // the NVMe tier's swap file (reserved at start)
   double elapsed_s = 0;
   double eta_s = 0;
   // Mixture-of-experts models: the weighted auxiliary loss added to `loss` for backward (mean over

@@ -50,6 +50,16 @@ OffloadStrategy::OffloadStrategy(OffloadShardSetup setup)
       if (s.param.defined()) param_chunks.insert(chunks_->chunk_of(s.param));
     device_need_ = std::min(3, int(param_chunks.size()));
   }
+  // ZeRO-1's all-reduced buckets are held in the device tier while backward adds into them and
+  // their all_reduce runs: the one in flight (DataParallel retires the one before when it launches
+  // the next) and the ones backward is filling meanwhile, at most two with GPT-2's order; three
+  // leave room for a bucket whose gradients arrive early. Besides the copies' working set.
+  if (setup.zero_stage == 1) {
+    std::set<int> grad_chunks;
+    for (const OffloadShard& s : shards_)
+      if (s.grad.defined()) grad_chunks.insert(chunks_->chunk_of(s.grad));
+    device_need_ += std::min(3, int(grad_chunks.size()));
+  }
   check_shard_budgets(setup.zero_stage);  // before seal(), which writes the whole state
   // Start-up streams, as on one process: ZeRO made the shards shape-only, and each parameter
   // shard is computed into its chunk as the chunks are sealed one after another within the
@@ -76,18 +86,30 @@ void OffloadStrategy::check_shard_budgets(int zero_stage) const {
   const size_t dev = c.pool(Tier::Device).budget(), host = c.pool(Tier::Host).budget();
   TESSEL_CHECK(dev / cb >= size_t(device_need_), "memory.device_budget of ", dev, " bytes holds ",
                dev / cb, " chunks of ", cb, " bytes, but ",
-               has_copies_ ? "one step holds " : "ZeRO-3 holds up to ", device_need_,
-               has_copies_ ? " chunks of 16-bit copies in the device tier at once (a unit's, "
-                             "with the embeddings')"
-                           : " chunks of parameter shards in the device tier at once (a unit's "
-                             "all_gather and the next ones started ahead)",
+               has_copies_ || zero_stage == 1 ? "one step holds " : "ZeRO-3 holds up to ",
+               device_need_,
+               has_copies_ && zero_stage == 1
+                   ? " chunks in the device tier at once (16-bit copies: a unit's with the "
+                     "embeddings'; and the all-reduced gradient buckets backward fills)"
+               : has_copies_ ? " chunks of 16-bit copies in the device tier at once (a unit's, "
+                               "with the embeddings')"
+               : zero_stage == 1
+                   ? " chunks of all-reduced gradient buckets in the device tier at once (the one "
+                     "reducing and the ones backward fills)"
+                   : " chunks of parameter shards in the device tier at once (a unit's "
+                     "all_gather and the next ones started ahead)",
                ": the smallest device budget that works is ", size_t(device_need_) * cb, " bytes");
   // The update holds a bucket's row: its parameter shard (stage 3), gradient shard (stages 2
-  // and 3) and both moments' shards. During backward the host tier holds only the gradient
-  // shard a reduce_scatter is writing (one at a time), so the row is the most.
-  const size_t row = 2 + (zero_stage == 3 ? 1 : 0) + (zero_stage >= 2 ? 1 : 0);
+  // and 3; the all-reduced bucket, read, at stage 1) and both moments' shards. During backward the
+  // host tier holds only the gradient shard a reduce_scatter is writing (one at a time), so the row
+  // is the most.
+  // (ZeRO-1's buckets are plain memory when they do not fit a chunk: no gradient in the row.)
+  const bool grads = std::any_of(shards_.begin(), shards_.end(),
+                                 [](const OffloadShard& s) { return s.grad.defined(); });
+  const size_t row = 2 + (zero_stage == 3 ? 1 : 0) + (grads ? 1 : 0);
   const char* what = zero_stage == 3   ? "parameter shard, gradient shard and both moments' shards"
                      : zero_stage == 2 ? "gradient shard and both moments' shards"
+                     : grads           ? "all-reduced gradients and both moments' shards"
                                        : "shards of both moments";
   TESSEL_CHECK(host / cb >= row, "memory.host_budget of ", host, " bytes holds ", host / cb,
                " chunks of ", cb, " bytes, but the ZeRO update holds a bucket's ", what,
@@ -111,6 +133,8 @@ parallel::ShardHold OffloadStrategy::shard_hold() {
     // the optimizer runs (ZeRO-Offload moves reduced gradients to the host for the update).
     if (use == parallel::ShardUse::Gather) {
       chunks->access(id, AccessMode::Read, Tier::Device);
+    } else if (use == parallel::ShardUse::Accumulate) {  // backward and its all_reduce write it
+      chunks->access(id, AccessMode::ReadWrite, Tier::Device);
     } else if (use == parallel::ShardUse::Read) {
       chunks->access(id, AccessMode::Read, Tier::Host);
     } else {
@@ -129,7 +153,7 @@ parallel::ShardHold OffloadStrategy::shard_hold() {
 SpanHold OffloadStrategy::gradient_hold() {
   const parallel::ShardHold hold = shard_hold();
   return [this, hold](const Tensor& flat, bool write) -> std::shared_ptr<void> {
-    if (!in_chunks(flat)) return nullptr;  // ZeRO-1's all-reduced buffers are plain memory
+    if (!in_chunks(flat)) return nullptr;  // plain memory: nothing to hold
     return hold(flat, write ? parallel::ShardUse::Update : parallel::ShardUse::Read);
   };
 }

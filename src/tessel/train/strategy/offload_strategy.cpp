@@ -368,6 +368,7 @@ void OffloadStrategy::record(StepRecord& r) {
   r.offload_device_bytes = int64_t(chunks_->pool(Tier::Device).bytes_in_use());
   r.offload_host_bytes = int64_t(chunks_->pool(Tier::Host).bytes_in_use());
   r.offload_nvme_bytes = int64_t(chunks_->nvme_bytes_in_use());
+  r.offload_nvme_file_bytes = int64_t(chunks_->nvme_file_bytes());
 }
 
 std::string OffloadStrategy::placement() const {
@@ -379,15 +380,16 @@ std::string OffloadStrategy::placement() const {
     if (!where.count(ch.group)) kinds.push_back(ch.group);
     ++where[ch.group][memory::tier_name(ch.tier)];
   }
-  std::string out = "memory offload: " + std::to_string(c.num_chunks()) + " chunks of " +
-                    format_bytes(double(c.chunk_bytes())) + "; budgets device " +
-                    format_bytes(double(c.pool(Tier::Device).budget())) + ", host " +
-                    format_bytes(double(c.pool(Tier::Host).budget())) + ", NVMe " +
-                    (c.nvme_dir().empty()
-                         ? std::string("none")
-                         : c.nvme_dir() + (c.direct_io() ? " (direct I/O)" : " (buffered I/O)")) +
-                    "; one step holds " + std::to_string(device_need_) +
-                    " chunks in the device tier; the optimizer runs in the host tier\n";
+  std::string out =
+      "memory offload: " + std::to_string(c.num_chunks()) + " chunks of " +
+      format_bytes(double(c.chunk_bytes())) + "; budgets device " +
+      format_bytes(double(c.pool(Tier::Device).budget())) + ", host " +
+      format_bytes(double(c.pool(Tier::Host).budget())) + ", NVMe " +
+      (c.nvme_dir().empty() ? std::string("none")
+                            : c.nvme_dir() + (c.direct_io() ? " (direct I/O)" : " (buffered I/O)") +
+                                  ", swap file " + format_bytes(double(c.nvme_file_bytes()))) +
+      "; one step holds " + std::to_string(device_need_) +
+      " chunks in the device tier; the optimizer runs in the host tier\n";
   for (const std::string& kind : kinds) {
     out += "  " + kind + ":";
     for (const char* tier : {"device", "host", "nvme", "none"}) {

@@ -58,7 +58,8 @@ struct OffloadShard {
   int64_t bucket = -1;
   Tensor param;  // stage 3: the parameter shard; undefined below (the replicas stay in memory)
   // Stages 2 and 3: this rank's shard of the bucket's averaged gradients (DataParallel's, written
-  // by its reduce_scatter); undefined at stage 1 (the all-reduced buffers stay in memory).
+  // by its reduce_scatter); stage 1: the bucket's whole all-reduced buffer (written by backward
+  // and the all_reduce in the device tier, read by the norm and the update in the host tier).
   Tensor grad;
   Tensor exp_avg, exp_avg_sq;
 };
