@@ -34,6 +34,8 @@ namespace {
 using quant::QuantType;
 using testing_limits::AmxLimit;
 using testing_quant::activations;
+using testing_quant::exact_activations;
+using testing_quant::ExactActivations;
 using testing_quant::random_q4_0;
 using testing_quant::within_fp64_bound;
 
@@ -92,24 +94,14 @@ TEST(QuantAmxQ4_0, EqualsTheBlockOrderBitForBit) {
   SKIP_WITHOUT_AMX();
   constexpr Shape kExact[] = {{17, 5, 224}, {33, 31, 96}, {7, 7, 1024}, {1, 19, 64}, {3, 9, 128}};
   std::mt19937 rng(5);
-  std::uniform_int_distribution<int> code(-127, 127), exponent(-9, 3);
   for (const Shape& s : kExact) {
     const int64_t blocks = s.k / 32;
     const std::vector<uint8_t> bytes = random_q4_0(s.n, s.k, rng);
     const Tensor w = quant::quantized_weight(QuantType::Q4_0, bytes, s.n, s.k);
-    std::vector<int> xq(size_t(s.m * s.k));
-    std::vector<float> dx(size_t(s.m * blocks));
-    Tensor x = empty({s.m, s.k}, DType::F32);
-    for (int64_t i = 0; i < s.m; ++i)
-      for (int64_t g = 0; g < blocks; ++g) {
-        dx[size_t(i * blocks + g)] = std::ldexp(1.0f, exponent(rng));
-        for (int64_t c = 32 * g; c < 32 * g + 32; ++c) {
-          int q = code(rng);
-          if (c == 32 * g + int64_t(i % 32)) q = i % 2 ? 127 : -127;
-          xq[size_t(i * s.k + c)] = q;
-          x.data<float>()[i * s.k + c] = float(q) * dx[size_t(i * blocks + g)];
-        }
-      }
+    const ExactActivations a = exact_activations(s.m, s.k, rng);
+    const std::vector<int>& xq = a.xq;
+    const std::vector<float>& dx = a.dx;
+    const Tensor& x = a.x;
     const Tensor y = product(x, w, s.n);
     const auto* wb = reinterpret_cast<const quant::BlockQ4_0*>(bytes.data());
     for (int64_t i = 0; i < s.m; ++i)

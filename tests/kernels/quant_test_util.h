@@ -80,6 +80,33 @@ inline Tensor activations(int64_t m, int64_t k, std::mt19937& rng) {
   return x;
 }
 
+// Activations whose rounding to int8 per 32-element block is exact: int8 codes times a power of
+// two per block, with a +-127 in every block (row i's at column i % 32 of the block), so a test
+// can write a kernel's integer arithmetic out. xq: the codes [m, k]; dx: the block scales [m, k /
+// 32].
+struct ExactActivations {
+  std::vector<int> xq;
+  std::vector<float> dx;
+  Tensor x;
+};
+inline ExactActivations exact_activations(int64_t m, int64_t k, std::mt19937& rng) {
+  std::uniform_int_distribution<int> code(-127, 127), exponent(-9, 3);
+  const int64_t blocks = k / 32;
+  ExactActivations a{std::vector<int>(size_t(m * k)), std::vector<float>(size_t(m * blocks)),
+                     empty({m, k}, DType::F32)};
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t g = 0; g < blocks; ++g) {
+      a.dx[size_t(i * blocks + g)] = std::ldexp(1.0f, exponent(rng));
+      for (int64_t c = 32 * g; c < 32 * g + 32; ++c) {
+        int q = code(rng);
+        if (c == 32 * g + int64_t(i % 32)) q = i % 2 ? 127 : -127;
+        a.xq[size_t(i * k + c)] = q;
+        a.x.data<float>()[i * k + c] = float(q) * a.dx[size_t(i * blocks + g)];
+      }
+    }
+  return a;
+}
+
 // n rows of k / 32 Q4_0 blocks: every code 0..15 (random bytes), f16 scales of both signs.
 inline std::vector<uint8_t> random_q4_0(int64_t n, int64_t k, std::mt19937& rng) {
   std::vector<quant::BlockQ4_0> blocks(static_cast<size_t>(n * k / 32));
