@@ -19,6 +19,7 @@
 #include "tessel/kernels/quant/dequantize.h"
 #include "tessel/kernels/quant/quant_blocks.h"
 #include "tessel/kernels/quant/quantize.h"
+#include "tessel/kernels/quant_amx.h"
 #include "tessel/kernels/reference/reference_backend.h"
 
 namespace tessel::testing {
@@ -241,7 +242,8 @@ Tensor quant_product(kernels::Backend& be, QuantType type, const Tensor& x, cons
 
 // The Q types and Int8 rows round each activation row on its own and give every output one dot
 // product, so they are invariant with the mode off as well; F16 / BF16 weights take the invariant
-// tiles.
+// tiles. Except where the avx512 set has AMX-INT8 tiles: with the mode off, Q8_0 and the k-quants
+// decode (m < 4) on the VNNI rows, faster than the tiles' order (QuantAmx*.OutsideTheInvariant...).
 TEST(BatchInvariantQuant, RowsAreTheSameInEveryBatch) {
   Restore restore;
   std::vector<QuantType> types(std::begin(kernels::quant::kAllQuantTypes),
@@ -253,6 +255,10 @@ TEST(BatchInvariantQuant, RowsAreTheSameInEveryBatch) {
       const bool q_type = type != QuantType::F16 && type != QuantType::BF16;
       for (bool mode : {true, false}) {
         if (!mode && !q_type) continue;
+        const bool amx_decode = set == KernelSet::Avx512 && kernels::quant_amx_enabled() &&
+                                (type == QuantType::Q8_0 || type == QuantType::Q4_K ||
+                                 type == QuantType::Q5_K || type == QuantType::Q6_K);
+        if (!mode && amx_decode) continue;
         BatchInvariantScope scope(mode);
         for (const GemmShape& s : {GemmShape{70, 1031, 768}, GemmShape{40, 13, 256}}) {
           Generator g(uint64_t(s.n + s.k));

@@ -22,6 +22,7 @@
 #include "kernels/quant_dot_limits.h"
 #include "kernels/quant_test_util.h"
 #include "tessel/core/cpu_features.h"
+#include "tessel/kernels/batch_invariant.h"
 #include "tessel/kernels/kernel_set.h"
 #include "tessel/kernels/quant/dequantize.h"
 #include "tessel/kernels/quant/quant_blocks.h"
@@ -94,7 +95,9 @@ double zero_point(QuantType t, const uint8_t* row, int64_t j) {
   return std::abs(double(get_half(blk + 2)) * quant::q4k_min(blk + 4, e / 32));
 }
 
-Tensor product(QuantType t, const Tensor& x, const Tensor& w, int64_t n) {
+// In batch-invariant mode unless told otherwise: outside it, rows below 4 take the VNNI rows.
+Tensor product(QuantType t, const Tensor& x, const Tensor& w, int64_t n, bool invariant = true) {
+  const BatchInvariantScope mode(invariant);
   Tensor y = full({x.size(0), n}, 7.0, DType::F32);
   cpu_backend_for(KernelSet::Avx512).quant_matmul(t, x, w, y);
   return y;
@@ -313,6 +316,31 @@ TEST(QuantAmxK, SwitchedOffGivesTheVnniKernelsBits) {
       EXPECT_NE(std::memcmp(with_amx.data_ptr(), avx2.data_ptr(), size_t(m * n) * 4), 0)
           << where(t, m, n, k);
     }
+}
+
+// Outside batch-invariant mode a decode step (m < 4) keeps the VNNI rows, which are faster than
+// few_rows (BENCHMARKS.md, "What the AMX tiles cost decode"): their bits are the switched-off
+// product's, and a prompt's rows still come from the tiles (the invariant mode's bits).
+TEST(QuantAmxK, OutsideTheInvariantModeDecodeKeepsTheVnniRows) {
+  SKIP_WITHOUT_AMX();
+  for (QuantType t : kTypes) {
+    std::mt19937 rng(13);
+    constexpr int64_t n = 13, k = 768;
+    const Tensor w = quant::quantized_weight(t, random_rows(t, n, k, rng), n, k);
+    for (int64_t m : {int64_t(1), int64_t(3), int64_t(4), int64_t(17)}) {
+      const Tensor x = activations(m, k, rng);
+      const Tensor fast = product(t, x, w, n, false), tiles = product(t, x, w, n, true);
+      Tensor vnni;
+      {
+        const AmxLimit off(false);
+        vnni = product(t, x, w, n, false);
+      }
+      const size_t bytes = size_t(m * n) * 4;
+      EXPECT_EQ(std::memcmp(fast.data_ptr(), (m < 4 ? vnni : tiles).data_ptr(), bytes), 0)
+          << where(t, m, n, k);
+      EXPECT_NE(std::memcmp(tiles.data_ptr(), vnni.data_ptr(), bytes), 0) << where(t, m, n, k);
+    }
+  }
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "kernels/quant_dot_limits.h"
 #include "kernels/quant_test_util.h"
 #include "tessel/core/cpu_features.h"
+#include "tessel/kernels/batch_invariant.h"
 #include "tessel/kernels/kernel_set.h"
 #include "tessel/kernels/quant/dequantize.h"
 #include "tessel/kernels/quant/quant_blocks.h"
@@ -43,7 +44,9 @@ using testing_quant::random_q8_0;
   if (!quant_amx_enabled() || !cpu_features().x86_64_v4()) \
   GTEST_SKIP() << "no AMX-INT8 tiles here: " << quant_amx_status()
 
-Tensor product(const Tensor& x, const Tensor& w, int64_t n) {
+// In batch-invariant mode unless told otherwise: outside it, rows below 4 take the VNNI rows.
+Tensor product(const Tensor& x, const Tensor& w, int64_t n, bool invariant = true) {
+  const BatchInvariantScope mode(invariant);
   Tensor y = zeros({x.size(0), n}, DType::F32);
   cpu_backend_for(KernelSet::Avx512).quant_matmul(QuantType::Q8_0, x, w, y);
   return y;
@@ -165,6 +168,28 @@ TEST(QuantAmx, SwitchedOffGivesTheVnniKernelsBits) {
   EXPECT_EQ(std::memcmp(without.data_ptr(), avx2.data_ptr(), size_t(m * n) * 4), 0);
   // The AMX order is another one (not a test of quality: both are within the bound above).
   EXPECT_NE(std::memcmp(with_amx.data_ptr(), avx2.data_ptr(), size_t(m * n) * 4), 0);
+}
+
+// Outside batch-invariant mode a decode step (m < 4) keeps the VNNI rows, which are faster than
+// few_rows (BENCHMARKS.md, "What the AMX tiles cost decode"): their bits are the switched-off
+// product's, and a prompt's rows still come from the tiles (the invariant mode's bits).
+TEST(QuantAmx, OutsideTheInvariantModeDecodeKeepsTheVnniRows) {
+  SKIP_WITHOUT_AMX();
+  std::mt19937 rng(11);
+  constexpr int64_t n = 13, k = 224;
+  const Tensor w = quant::quantized_weight(QuantType::Q8_0, random_q8_0(n, k, rng), n, k);
+  for (int64_t m : {int64_t(1), int64_t(3), int64_t(4), int64_t(17)}) {
+    const Tensor x = activations(m, k, rng);
+    const Tensor fast = product(x, w, n, false), tiles = product(x, w, n, true);
+    Tensor vnni;
+    {
+      const AmxLimit off(false);
+      vnni = product(x, w, n, false);
+    }
+    const size_t bytes = size_t(m * n) * 4;
+    EXPECT_EQ(std::memcmp(fast.data_ptr(), (m < 4 ? vnni : tiles).data_ptr(), bytes), 0) << m;
+    EXPECT_NE(std::memcmp(tiles.data_ptr(), vnni.data_ptr(), bytes), 0) << m;
+  }
 }
 
 // TESSEL_QUANT_AMX=off (ctest kernels.quant_amx_off runs this binary so) keeps the tiles off

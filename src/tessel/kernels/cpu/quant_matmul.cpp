@@ -9,6 +9,7 @@
 // codes are unpacked in registers (quant_fused.h), F16 / BF16 rows widened in registers
 // (gemm_invariant.h). Every output depends only on its own row of x: the types are batch-invariant.
 #include "tessel/core/cpu_features.h"
+#include "tessel/kernels/batch_invariant.h"
 #include "tessel/kernels/cpu/gemm_invariant.h"
 #include "tessel/kernels/cpu/isa_region.h"
 #include "tessel/kernels/cpu/kernel_checks.h"
@@ -41,6 +42,12 @@ using quant::QuantType;
 constexpr int64_t kTaskBytes = int64_t(1) << 16;
 
 using DotRow = float (*)(const int8_t*, const float*, const int8_t*, const float*, int64_t);
+
+// Q8_0 / k-quant decode rows (m < 4) keep the faster VNNI rows unless batch-invariant mode needs
+// the tiles' order (their few_rows) for every m. Q4_0's few_rows are the faster ones.
+[[maybe_unused]] bool amx_takes(int64_t m) {
+  return quant_amx_enabled() && (m >= 4 || batch_invariant());
+}
 
 // This set's byte dot product on this CPU (kernel_set.h).
 [[maybe_unused]] QuantDot set_dot() {
@@ -121,9 +128,8 @@ std::array<cpu::FusedRows, 2> fused_rows512_for(QuantType type) {
 }
 #endif
 
-// Below this many activation rows the avx512 set's 512-bit rows work out each super-block's scales
-// where they use them (quant_fused_direct512.h) instead of per weight row beforehand: the
-// preparation is then repeated per activation row, which pays only while they are few.
+// Below this many rows the 512-bit rows work out each super-block's scales where they use them
+// (quant_fused_direct512.h), not per weight row beforehand: that pays only while rows are few.
 constexpr int64_t kDirectRowsBelow = 4;
 
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
@@ -193,9 +199,8 @@ void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, fl
 #endif
 }
 
-// A prompt's rows (m >= kKTilesFrom) of Q4_K, Q5_K or Q6_K in register tiles (quant_k_tiles.h),
-// the same dot products as choose_fused_rows takes: the fused rows' bits per output, each block
-// unpacked once per tile instead of once per activation row.
+// A prompt's rows (m >= kKTilesFrom) of Q4_K, Q5_K, Q6_K in register tiles (quant_k_tiles.h): the
+// fused rows' bits per output, each block unpacked once per tile instead of once per row.
 template <template <class, QuantType> class Tiles, class Dot>
 void run_k_tiles(const cpu::KTilesArgs& a) {
   if (a.type == QuantType::Q4_K) return cpu::k_quant_tiles<Tiles<Dot, QuantType::Q4_K>>(a);
@@ -214,18 +219,17 @@ void k_quant_tiled(const cpu::KTilesArgs& a) {
   return run_k_tiles<cpu::KTiles256, cpu::DotAvx2>(a);
 }
 
-// Q4_K, Q5_K, Q6_K: per group of kFusedRows weight rows their f32 block scales (and
-// Q4_K / Q5_K's offsets), shared by every activation row; per activation row the scales times
-// its dx, then the group's fused pass (quant_fused_rows.h) minus Q4_K / Q5_K's offsets. Whole
-// groups per task and the same operations per row whether it runs in a group or alone, so no
-// output depends on the split, the group or m.
+// Q4_K, Q5_K, Q6_K: per group of kFusedRows weight rows their f32 block scales (and offsets),
+// per activation row the scales times its dx, then the group's fused pass (quant_fused_rows.h)
+// minus the offsets. Whole groups per task, the same operations per row in a group or alone, so
+// no output depends on the split, the group or m.
 void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, const uint8_t* w,
                   float* y) {
   if (type == QuantType::Q4_0) return q4_0_matmul(s, x, w, y);
   const int64_t blocks = s.k / cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
-  if (quant_amx_enabled())  // AMX-INT8 tiles for every m, in their own f32 order (quant_amx_k.cpp)
+  if (amx_takes(s.m))  // AMX-INT8 tiles, in their own f32 order (quant_amx_k.cpp)
     return kernels::cpu::k_quant_amx_matmul(type, s.m, s.n, s.k, s.row_bytes, act.q.data(),
                                             act.d.data(), w, y, task_grain(s) / 16);
 #endif
@@ -338,8 +342,7 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
 }
 #endif
 
-// Q8_0 rows need no decoding either: q8_0_rows (quant_dot.h) reads each block's scale and codes
-// in place, kQ8Rows rows at a time.
+// Q8_0 rows: q8_0_rows (quant_dot.h) reads each block in place, kQ8Rows rows at a time.
 using Q8Rows = void (*)(const uint8_t*, int64_t, const int8_t*, const float*, int64_t, float*);
 
 std::array<Q8Rows, 2> choose_q8_0_rows() {  // {kQ8Rows rows, one row}
@@ -384,8 +387,8 @@ void q8_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, fl
   const int64_t blocks = s.k / cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
-  // AMX-INT8 tiles take every m (their f32 order is not the row kernel's: quant_amx.cpp).
-  if (quant_amx_enabled())
+  // AMX-INT8 tiles (their f32 order is not the row kernel's: quant_amx.cpp).
+  if (amx_takes(s.m))
     return kernels::cpu::q8_0_amx_matmul(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), w,
                                          y, std::max<int64_t>(1, task_grain(s) / 16));
 #endif
@@ -415,9 +418,8 @@ void q8_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, fl
   });
 }
 
-// Int8 rows (quant_format.h: the scale d, then k codes) need no decoding: the dot products read
-// the codes where they lie with a unit scale per 16 and d applies once per output. The last
-// k % 32 weights, which no activation block covers, are multiplied in f32 with x as it is.
+// Int8 rows (quant_format.h: d, then k codes) are read in place, d applied once per output; the
+// last k % 32 weights, which no activation block covers, are multiplied in f32 with x as it is.
 void int8_row_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
   const int64_t blocks = s.k / cpu::kActBlock, covered = blocks * cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
@@ -441,9 +443,8 @@ void int8_row_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w
   });
 }
 
-// F16 / BF16 rows are multiplied in f32 with the activations as they are, through the invariant
-// tiles with the weight widened in registers (gemm_invariant.h): one fixed-order dot product per
-// output, so batch-invariant with the mode on or off.
+// F16 / BF16 rows in f32 through the invariant tiles, widened in registers (gemm_invariant.h):
+// one fixed-order dot product per output, batch-invariant with the mode on or off.
 void half_matmul(QuantType type, const QuantMatmulShape& s, const float* x, const uint8_t* w,
                  float* y) {
   cpu::invariant_matmul_half(s.m, s.n, s.k, x, s.k,
