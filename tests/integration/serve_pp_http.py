@@ -115,8 +115,11 @@ def two_stages(tessel, mpiexec, env, model, microbatches, want, tp=1, groups=Non
         if not stop:
             fail(f"rank 1 did not report its stop: {err[-2000:]}")
         steps, pieces = int(stop.group(1)), int(stop.group(2))
-        # One micro-batch per step, or (concurrent requests share steps) more than one.
-        if (microbatches == 1) != (pieces == steps) or pieces < steps:
+        # One micro-batch per step at M = 1; at M > 1 at least one per step: whether requests
+        # share a step (and so split into several) depends on when they arrive, which a loaded
+        # machine moves, so it is not asserted here (tests/serve/step_microbatches_test.cpp
+        # checks the split itself).
+        if (microbatches == 1 and pieces != steps) or pieces < steps:
             fail(f"M={microbatches}: rank 1 ran {pieces} micro-batches in {steps} steps")
         # Rank 0 reports its groups and how many of their steps were in flight at once: with
         # 8 concurrent requests every group has work, so all of them overlap.
