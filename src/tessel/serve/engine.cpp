@@ -87,7 +87,7 @@ Engine::Engine(std::shared_ptr<models::CausalLM> model, io::Tokenizer tokenizer,
   for (int64_t g = 0; g < groups; ++g)
     s.schedulers.push_back(std::make_unique<Scheduler>(
         *s.blocks, options.max_batch_tokens, group_max_seqs(options.max_seqs, groups, g)));
-  if (groups > 1) {
+  if (groups > 1) {  // one admission order over the shared pool (pool_priority.h)
     std::vector<Scheduler*> each;
     for (const auto& sch : s.schedulers) each.push_back(sch.get());
     s.priority = std::make_unique<PoolPriority>(std::move(each));
@@ -225,7 +225,6 @@ void Engine::State::accept(const std::shared_ptr<RequestState>& request) {
     seq->text = std::make_unique<TextStream>(tokenizer, params.stop);
     list.push_back(seq);
   }
-  // Choice 0 prefills the prompt; the others are forked from it when that is done.
   for (size_t c = 1; c < list.size(); ++c) list[0]->children.push_back(list[c]);
   // The request's choices all join one group: the others fork from choice 0's blocks.
   std::vector<int64_t> loads;
@@ -311,8 +310,7 @@ void Engine::State::finish_step(int group, StepPlan& plan, const PagedStep& step
   }
 }
 
-// Once the step is sent the other ranks are inside it: a failure here cannot be undone on their
-// side, so it ends the job (naming the step) instead of only the step's requests.
+// Once sent, the other ranks are inside the step: a failure here ends the job (naming the step).
 void Engine::State::run_mirrored(const StepPlan& plan, PagedStep& step, Tensor& logits) {
   {
     profile::Scope phase("engine.send_step");
@@ -357,9 +355,8 @@ void Engine::State::publish() {
   snapshot = st;
 }
 
-// The thread's body: the loop, and on an exception that escapes it (one outside a step, which
-// would be a bug) an error for every request instead of std::terminate, and a dead engine that
-// /health reports.
+// The thread's body: the loop; an exception that escapes it (a bug) ends every request with an
+// error and leaves a dead engine that /health reports, instead of std::terminate.
 void Engine::State::run_loop() {
   try {
     loop();
@@ -381,8 +378,7 @@ void Engine::State::run_loop() {
   alive.store(false, std::memory_order_release);
 }
 
-// Before the engine thread sleeps for work: the other ranks then poll instead of waiting in a
-// collective (which would spin a core and, after the communication deadline, end the job).
+// Before the engine sleeps: the other ranks poll, not wait in a collective (spin, then deadline).
 void Engine::State::tell_followers_idle() {
   if (!mirror) return;
   {
