@@ -11,6 +11,7 @@
 
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/core/error.h"
+#include "tessel/models/rotary_rows.h"
 #include "tessel/plan/comm_cost.h"
 #include "tessel/plan/trace_recorder.h"
 #include "tessel/tensor/default_device.h"
@@ -43,7 +44,7 @@ ServeShape serve_shape(const models::ModelConfig& config) {
   }
   // The kernels of one forward of one token: a step runs as many whatever its rows. What the
   // model still holds after it is what it made on first use: a rotary model's position tables,
-  // min(max_positions, kRotaryMinRows) rows of them (serve_memory.h).
+  // rotary_table_rows(0, 1, max_positions) rows of them (models/rotary_rows.h).
   Graph graph;
   Recorder recorder(graph, false);
   const double held = double(meta_allocator().bytes_in_use());
@@ -55,7 +56,7 @@ ServeShape serve_shape(const models::ModelConfig& config) {
   s.kernels_per_forward = int64_t(graph.ops.size());
   const double tables = double(meta_allocator().bytes_in_use()) - held;
   s.rotary_bytes_per_position =
-      int64_t(tables) / std::max<int64_t>(1, std::min(s.max_positions, kRotaryMinRows));
+      int64_t(tables) / std::max<int64_t>(1, models::rotary_table_rows(0, 1, s.max_positions));
   TESSEL_CHECK(s.block_matrix_params > 0, "plan --serve: ", s.name,
                " has no matrices in its first block");
   return s;

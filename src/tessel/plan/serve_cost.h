@@ -51,7 +51,7 @@ struct ServeShape {
   // block's dense matrices (the mean over the blocks, routers included) and not the experts.
   ServeExperts experts;
   // Bytes a model's position tables made on first use hold per position (a rotary model's cos
-  // and sin, models/llama/llama_rope.h); 0 for learned positions. Measured on meta.
+  // and sin, grown by models/rotary_rows.h); 0 for learned positions. Measured on meta.
   int64_t rotary_bytes_per_position = 0;
   // Matrix parameters a token's forward multiplies with (blocks, its k experts a MoE layer, and
   // the LM head).

@@ -6,6 +6,7 @@
 
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/core/error.h"
+#include "tessel/models/rotary_rows.h"
 #include "tessel/plan/serve_cost.h"
 #include "tessel/tensor/default_device.h"
 #include "tessel/tensor/meta_allocator.h"
@@ -43,11 +44,12 @@ ServeMemory trace_serve_memory(const models::ModelConfig& config, int64_t batch,
   m.prefill_bytes = double(a.peak_bytes()) - held;
   if (capacity - prompt < 2) return m;  // one generated token: no decode step runs
   // A rotary model's position tables grow as the generation's one-token steps reach their rows
-  // (doubled from max(prompt, kRotaryMinRows)): the steps where they grew run here too, so the
-  // last one finds the tables the generation's would.
+  // (models/rotary_rows.h): the steps where they grew run here too, so the last one finds the
+  // tables the generation's would.
   const int64_t limit = config.max_positions();
-  for (int64_t rows = std::min(limit, std::max(prompt, kRotaryMinRows));
-       rows < capacity - 2 && rows < limit; rows = std::min(limit, 2 * rows)) {
+  for (int64_t rows = models::rotary_table_rows(0, prompt, limit);
+       rows < capacity - 2 && rows < limit;
+       rows = models::rotary_table_rows(rows, rows + 1, limit)) {
     cache.advance(rows - cache.length());
     logits = step(empty({batch, 1}, DType::I64), cache, false);
   }
@@ -76,9 +78,9 @@ ServeMemory serve_memory_formula(const ServeShape& s, int tp, int64_t batch, int
   // previous step's logits are still held. Held through every moment: the step's ids (8 bytes a
   // token; the prefill's index of each sequence's last row, 8 bytes a sequence), a rotary model's
   // positions (8 bytes a token, named for the layers; a learned embedding's are a temporary of the
-  // embedding's statement) and its cos/sin tables, made on first use and grown as llama_rope.cpp
-  // grows them: in f64, converted to the stat dtype, all four held at once in the first layer's
-  // projection of the step that makes them.
+  // embedding's statement) and its cos/sin tables, made on first use and grown by the models' rule
+  // (models/rotary_rows.h): in f64, converted to the stat dtype, all four held at once in the first
+  // layer's projection of the step that makes them.
   const double n = double(tp), b = double(batch), E = double(s.d_model);
   const double hd = double(s.heads * s.head_dim) / n;
   const double heads = hd / double(s.head_dim);
@@ -104,11 +106,10 @@ ServeMemory serve_memory_formula(const ServeShape& s, int tp, int64_t batch, int
   auto head = [&](double rows) { return (rows * E + 2 * b * E) * a + logits; };
   const bool rotary = s.rotary_bytes_per_position > 0;
   auto indices = [&](double rows) { return rows * (rotary ? 16.0 : 8.0); };
-  // The tables' rows: the prefill's first use makes max(prompt, kRotaryMinRows), and decoding
-  // one token at a time doubles them as the positions reach them; never beyond max_positions.
+  // The tables' rows: made by the prefill, then grown as decoding one token at a time reaches them.
   auto grown = [&](int64_t positions) {
-    int64_t rows = std::min(s.max_positions, std::max(prompt, kRotaryMinRows));
-    while (rows < positions && rows < s.max_positions) rows = std::min(s.max_positions, 2 * rows);
+    int64_t rows = models::rotary_table_rows(0, prompt, s.max_positions);
+    while (rows < positions) rows = models::rotary_table_rows(rows, rows + 1, s.max_positions);
     return rows;
   };
   auto tables = [&](int64_t rows) { return double(s.rotary_bytes_per_position) * double(rows); };

@@ -48,10 +48,6 @@ struct ServeRankModel {
 ServeMemory trace_serve_memory(const models::ModelConfig& config, int64_t batch, int64_t prompt,
                                int64_t capacity, const ServeRankModel& rank = {});
 
-// A rotary model's position tables are made with at least this many rows (capped at
-// max_positions), then doubled as longer sequences arrive (models/llama/llama_rope.cpp).
-inline constexpr int64_t kRotaryMinRows = 256;
-
 // The same terms by formula, for a geometry without a model: per rank of `tp` (heads, MLP and
 // vocabulary split tp ways), `elem` bytes per activation element, `kv_elem` per cache element.
 ServeMemory serve_memory_formula(const ServeShape& shape, int tp, int64_t batch, int64_t prompt,

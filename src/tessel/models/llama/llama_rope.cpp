@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "tessel/core/error.h"
+#include "tessel/models/rotary_rows.h"
 
 namespace tessel::models {
 
@@ -56,10 +57,7 @@ std::pair<Tensor, Tensor> RotaryTables::get(int64_t seq_len, DType dtype) {
   if (e.key == key && e.rows >= seq_len) return {e.cos, e.sin};
   int64_t rows = seq_len;
   if (key == 0) {
-    // Grow geometrically up to the context the model takes, so decoding one token at a time
-    // rebuilds the table a logarithmic number of times.
-    const int64_t limit = std::max(config_.max_positions(), seq_len);
-    rows = std::min(limit, std::max<int64_t>({seq_len, 2 * e.rows, 256}));
+    rows = rotary_table_rows(e.rows, seq_len, config_.max_positions());  // models/rotary_rows.h
   }
   const std::vector<double> inv = rope_inv_freq(config_, dynamic ? std::max(key, int64_t(1)) : 1);
   const int64_t half = int64_t(inv.size());
