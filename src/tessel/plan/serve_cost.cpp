@@ -21,7 +21,6 @@
 namespace tessel::plan {
 
 ServeShape serve_shape(const models::ModelConfig& config) {
-  if (config.has_experts()) return serve_shape_moe(config);
   ServeShape s;
   s.name = config.summary();
   const models::KvGeometry kv = config.kv_geometry();
@@ -35,14 +34,19 @@ ServeShape serve_shape(const models::ModelConfig& config) {
   s.parameter_count = config.parameter_count();
   DefaultDeviceScope meta(Device::meta());
   std::shared_ptr<models::CausalLM> model = config.build_empty();
-  std::set<const void*> seen;
-  for (const auto& [name, p] : model->named_parameters()) {
-    if (p.ndim() != 2 || model->layer_of_parameter(name) != 1) continue;  // block 0's matrices
-    if (!seen.insert(p.storage_ptr().get()).second) continue;
-    s.block_matrix_params += p.numel();
-    for (int64_t d : {p.shape()[0], p.shape()[1]}) s.d_ff = std::max(s.d_ff, d);
+  if (config.has_experts()) {
+    count_moe_matrices(*model, s);
+  } else {
+    std::set<const void*> seen;
+    for (const auto& [name, p] : model->named_parameters()) {
+      if (p.ndim() != 2 || model->layer_of_parameter(name) != 1) continue;  // block 0's matrices
+      if (!seen.insert(p.storage_ptr().get()).second) continue;
+      s.block_matrix_params += p.numel();
+      for (int64_t d : {p.shape()[0], p.shape()[1]}) s.d_ff = std::max(s.d_ff, d);
+    }
   }
-  // The kernels of one forward of one token: a step runs as many whatever its rows. What the
+  // The kernels of one forward of one token (a mixture of experts routes each token to k experts
+  // in turn on meta, nn/moe.cpp): a step runs as many whatever its rows. What the
   // model still holds after it is what it made on first use: a rotary model's position tables,
   // rotary_table_rows(0, 1, max_positions) rows of them (models/rotary_rows.h).
   Graph graph;

@@ -7,12 +7,9 @@
 #include <set>
 #include <vector>
 
-#include "tessel/autograd/grad_mode.h"
 #include "tessel/nn/moe.h"
 #include "tessel/plan/comm_cost.h"
 #include "tessel/plan/serve_cost.h"
-#include "tessel/plan/trace_recorder.h"
-#include "tessel/tensor/default_device.h"
 
 namespace tessel::plan {
 
@@ -41,27 +38,14 @@ ServeExperts serve_experts(models::CausalLM& model) {
   return e;
 }
 
-ServeShape serve_shape_moe(const models::ModelConfig& config) {
-  ServeShape s;
-  s.name = config.summary();
-  const models::KvGeometry kv = config.kv_geometry();
-  s.layers = config.num_layers();
-  s.d_model = config.hidden_size();
-  s.heads = config.num_heads();
-  s.kv_heads = kv.kv_heads;
-  s.head_dim = kv.head_dim;
-  s.vocab = config.vocabulary_size();
-  s.max_positions = config.max_positions();
-  s.parameter_count = config.parameter_count();
-  DefaultDeviceScope meta(Device::meta());
-  std::shared_ptr<models::CausalLM> model = config.build_empty();
-  s.experts = serve_experts(*model);
+void count_moe_matrices(models::CausalLM& model, ServeShape& s) {
+  s.experts = serve_experts(model);
   // The expert stacks are 3-D; every 2-D matrix of a block is dense (attention, routers, PR-MoE's
   // and the dense blocks' MLPs).
   std::set<const void*> seen;
   int64_t dense = 0;
-  for (const auto& [name, p] : model->named_parameters()) {
-    const int64_t layer = model->layer_of_parameter(name);
+  for (const auto& [name, p] : model.named_parameters()) {
+    const int64_t layer = model.layer_of_parameter(name);
     if (p.ndim() != 2 || layer < 1 || layer > s.layers) continue;
     if (!seen.insert(p.storage_ptr().get()).second) continue;
     dense += p.numel();
@@ -69,17 +53,6 @@ ServeShape serve_shape_moe(const models::ModelConfig& config) {
   }
   s.block_matrix_params = (dense + s.layers / 2) / s.layers;
   s.d_ff = std::max(s.d_ff, s.experts.expert_width);
-  // The kernels of one forward of one token (on meta each token routes to k experts in turn,
-  // nn/moe.cpp, as many kernels as any routing without drops).
-  Graph graph;
-  Recorder recorder(graph, false);
-  {
-    autograd::NoGradGuard no_grad;
-    kernels::KernelObserverScope observe(recorder);
-    model->forward(empty({1, 1}, DType::I64));
-  }
-  s.kernels_per_forward = int64_t(graph.ops.size());
-  return s;
 }
 
 std::string expert_split_refusal(const ServeExperts& e, int ep) {

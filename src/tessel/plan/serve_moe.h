@@ -39,11 +39,10 @@ struct ServeExperts {
 // The MoE layers of `model` (built shape-only on meta; nothing is read).
 ServeExperts serve_experts(models::CausalLM& model);
 
-// serve_shape (serve_cost.h) of a mixture of experts: the dense geometry as for any model, a
-// block's dense matrices the mean over the blocks (routers included, experts not), and the MoE
-// layers above; the kernels of one forward traced on meta (each token routed to k experts in turn:
-// nn/moe.cpp).
-ServeShape serve_shape_moe(const models::ModelConfig& config);
+// serve_shape's (serve_cost.h) matrices of a mixture of experts `model` (shape-only), into `s`
+// whose layers are set: a block's dense matrices the mean over the blocks (routers included,
+// experts not), the widest of them and of the experts as d_ff, and the MoE layers above.
+void count_moe_matrices(models::CausalLM& model, ServeShape& s);
 
 // Why tessel cannot split the experts over `ep` ranks ("" when it can).
 std::string expert_split_refusal(const ServeExperts& e, int ep);
