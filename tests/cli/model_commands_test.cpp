@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -16,9 +17,12 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli_run.h"
 #include "tessel/autograd/grad_mode.h"
+#include "tessel/core/thread_pool.h"
 #include "tessel/models/gpt2/gpt2_checkpoint.h"
 
 namespace {
@@ -385,6 +389,43 @@ TEST(BenchGenerate, ProfileSplitsTheDecodeByKernel) {
     EXPECT_NEAR(kernel_ms, kernels_total_ms, 1e-9 + 1e-9 * kernels_total_ms) << r.out;
     EXPECT_TRUE(std::isfinite(share)) << r.out;
   }
+}
+
+// Decoding commands poll between regions unless TESSEL_POOL_SPIN_US says otherwise (thread_pool.h):
+// the decode figure names the setting the run used.
+TEST(BenchGenerate, DecodingPollsUnlessTheEnvironmentSaysOtherwise) {
+  const fs::path d = scratch("bench_generate_pool");
+  std::ofstream(d / "gpt2.json") << R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+    "vocab_size": 97, "n_positions": 33, "n_embd": 16, "n_layer": 2, "n_head": 2})";
+  const char* saved = std::getenv("TESSEL_POOL_SPIN_US");
+  const std::string restore = saved ? saved : "";
+  for (const auto& [env, want] : std::vector<std::pair<std::string, int64_t>>{
+           {"", tessel::detail::kDecodeSpinUs}, {"off", -1}, {"0", 0}, {"7", 7}}) {
+    if (env.empty())
+      unsetenv("TESSEL_POOL_SPIN_US");
+    else
+      setenv("TESSEL_POOL_SPIN_US", env.c_str(), 1);
+    const Outcome r = tessel("bench generate --config " + (d / "gpt2.json").string() +
+                                 " --prompt 3 --tokens 5 --seconds 0",
+                             d);
+    ASSERT_EQ(r.exit_code, 0) << env << ": " << r.err;
+    int64_t seen = -100;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.value("figure", "") == "decode") seen = j["pool_spin_us"].get<int64_t>();
+    }
+    EXPECT_EQ(seen, want) << "TESSEL_POOL_SPIN_US='" << env << "'\n" << r.out;
+  }
+  setenv("TESSEL_POOL_SPIN_US", "often", 1);
+  expect_one_error_line(tessel("bench generate --config " + (d / "gpt2.json").string() +
+                                   " --prompt 3 --tokens 5 --seconds 0",
+                               d),
+                        "TESSEL_POOL_SPIN_US must be 'off' or an integer");
+  if (saved)
+    setenv("TESSEL_POOL_SPIN_US", restore.c_str(), 1);
+  else
+    unsetenv("TESSEL_POOL_SPIN_US");
 }
 
 // A Mixtral's decode reads the active weights: every tensor but the experts', and k / E of each

@@ -20,6 +20,7 @@
 
 #include "tessel/cli/commands.h"
 #include "tessel/core/profile.h"
+#include "tessel/core/thread_pool.h"
 #include "tessel/core/threads.h"
 #include "tessel/models/family.h"
 #include "tessel/models/generation.h"
@@ -133,6 +134,7 @@ double median(std::vector<double> v) {
 }
 
 void run_generate_bench(const GenerateBenchOptions& opt) {
+  poll_between_regions_by_default();
   const models::ConfigPtr config_ptr =
       opt.model.empty() ? load_config(opt.config) : models::load_model_source_config(opt.model);
   const models::ModelConfig& config = *config_ptr;
@@ -197,7 +199,9 @@ void run_generate_bench(const GenerateBenchOptions& opt) {
         {"tokens", opt.tokens},
         {"tokens_per_s", decode},
         {"ms_per_token", 1e3 / decode},
-        {"runs", int(decode_tps.size())}});
+        {"runs", int(decode_tps.size())},
+        {"threads", num_threads()},
+        {"pool_spin_us", detail::pool_spin_us()}});  // -1: OpenMP regions instead of the pool
   emit({{"bench", "generate"},
         {"figure", "decode_bandwidth"},
         {"weight_bytes", bytes},  // read per token: the active weights of an MoE model

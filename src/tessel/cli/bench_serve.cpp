@@ -128,6 +128,7 @@ void report_failures(const std::vector<serve::RequestRecord>& records) {
 }
 
 void run_serve_bench(const ServeBenchOptions& opt, const CLI::App& cmd) {
+  poll_between_regions_by_default();
   const bool closed = cmd.count("--concurrency") > 0, open = cmd.count("--rate") > 0;
   TESSEL_CHECK(!(closed && open), "bench serve: give --concurrency or --rate, not both");
   TESSEL_CHECK(opt.requests >= 0, "bench serve: --requests ", opt.requests, " must be >= 0");

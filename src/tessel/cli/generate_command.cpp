@@ -31,6 +31,7 @@
 #include "tessel/cli/peak_memory.h"
 #include "tessel/cli/pp_model.h"
 #include "tessel/cli/tp_model.h"
+#include "tessel/core/threads.h"
 #include "tessel/dist/world.h"
 #include "tessel/io/tokenizer.h"
 #include "tessel/models/family.h"
@@ -58,6 +59,7 @@ double per_second(int64_t n, double seconds) {
 }
 
 void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
+  poll_between_regions_by_default();
   const bool text_prompt = cmd.count("--prompt") > 0, id_prompt = cmd.count("--prompt-ids") > 0;
   TESSEL_CHECK(text_prompt != id_prompt,
                "generate: give exactly one of -p/--prompt or "

@@ -32,6 +32,7 @@
 #include "tessel/cli/pp_model.h"
 #include "tessel/cli/tp_model.h"
 #include "tessel/core/log.h"
+#include "tessel/core/threads.h"
 #include "tessel/dist/world.h"
 #include "tessel/io/gguf.h"
 #include "tessel/models/gguf_model.h"
@@ -221,6 +222,7 @@ std::string default_model_name(const std::string& model) {
 }
 
 void run_serve(const ServeArgs& args) {
+  poll_between_regions_by_default();
   TESSEL_CHECK(args.port >= 0 && args.port <= 65535, "serve: --port ", args.port,
                " must be in [0, 65535]");
   TESSEL_CHECK(args.drain_timeout >= 0, "serve: --drain-timeout ", args.drain_timeout,

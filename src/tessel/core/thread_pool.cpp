@@ -13,6 +13,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -61,13 +62,17 @@ void futex_wake_all(std::atomic<uint32_t>& word) {
 #endif
 }
 
+// The setting as the environment gives it: kSpinUnset when absent, -1 for "off".
+constexpr int64_t kSpinUnset = -2;
+
 int64_t read_spin_us() {
   const char* env = std::getenv("TESSEL_POOL_SPIN_US");
-  if (env == nullptr || *env == '\0') return -1;
+  if (env == nullptr || *env == '\0') return kSpinUnset;
+  if (std::string_view(env) == "off") return -1;
   char* end = nullptr;
   long v = std::strtol(env, &end, 10);
   TESSEL_CHECK(end != env && *end == '\0' && v >= 0 && v <= 1000000,
-               "TESSEL_POOL_SPIN_US must be an integer in [0, 1000000], got '", env, "'");
+               "TESSEL_POOL_SPIN_US must be 'off' or an integer in [0, 1000000], got '", env, "'");
   return v;
 }
 
@@ -262,11 +267,17 @@ std::atomic<int64_t>& spin_setting() {
 }
 
 int64_t pool_spin_us() {
-  return spin_setting().load(std::memory_order_relaxed);
+  const int64_t us = spin_setting().load(std::memory_order_relaxed);
+  return us == kSpinUnset ? -1 : us;
 }
 
 void set_pool_spin_us(int64_t us) {
   spin_setting().store(us < 0 ? -1 : us, std::memory_order_relaxed);
+}
+
+void default_pool_spin_us(int64_t us) {
+  int64_t unset = kSpinUnset;
+  spin_setting().compare_exchange_strong(unset, us < 0 ? -1 : us, std::memory_order_relaxed);
 }
 
 bool in_pool_region() {

@@ -13,11 +13,12 @@
 // shared counter (self-scheduling), so a worker that is descheduled or still asleep leaves its
 // chunk to the caller instead of stalling it.
 //
-// Opt-in (TESSEL_POOL_SPIN_US=N, N µs of polling, 0: block at once): on the loaded 2-vCPU machine
-// where it was measured, polling workers were descheduled as CPU hogs and regions took up to 6x
-// longer than OpenMP's passive ones, and with N = 0 decode was no faster than OpenMP
-// (docs/BENCHMARKS.md, "Two-thread decode: the per-region cost"). A quiet machine has not been
-// measured.
+// Who uses it (docs/DECISIONS.md "Threads"): commands that decode token by token (generate, serve,
+// bench generate, bench serve) turn it on with kDecodeSpinUs of polling, which made two-thread
+// decode 1.2-2.7x faster than passive OpenMP regions on a quiet 2-core machine; other commands
+// (training's large regions) keep OpenMP regions, because polling workers on a loaded machine are
+// descheduled as CPU hogs and regions took up to 6x longer (docs/BENCHMARKS.md, "Two-thread
+// decode"). TESSEL_POOL_SPIN_US=N (N µs, 0: block at once) or =off overrides either default.
 #pragma once
 
 #include <cstdint>
@@ -34,9 +35,16 @@ void pool_run(int threads, int64_t begin, int64_t n, int64_t chunks,
 // True on a pool worker, and on a caller while it runs chunks: parallel_for nests serially there.
 bool in_pool_region();
 
-// How long an idle worker polls before it sleeps, in µs; -1 (TESSEL_POOL_SPIN_US unset): the pool
-// is off and parallel_for opens an OpenMP region per call, as before the pool.
+// How long an idle worker polls before it sleeps, in µs; -1: the pool is off and parallel_for
+// opens an OpenMP region per call (TESSEL_POOL_SPIN_US=off, or unset and no default given).
 int64_t pool_spin_us();
 void set_pool_spin_us(int64_t us);  // tests; a negative value turns the pool off
+
+// The command's choice, used only when TESSEL_POOL_SPIN_US is unset (and no test set one).
+void default_pool_spin_us(int64_t us);
+
+// The polling the decoding commands choose: about one futex wake-up and reschedule of a worker
+// on the machines measured (Karlin et al.'s bound asks for a spin of that length).
+constexpr int64_t kDecodeSpinUs = 100;
 
 }  // namespace tessel::detail

@@ -41,6 +41,10 @@ void set_num_threads(int n) {
   omp_set_num_threads(n);
 }
 
+void poll_between_regions_by_default() {
+  detail::default_pool_spin_us(detail::kDecodeSpinUs);
+}
+
 void parallel_for(int64_t begin, int64_t end, int64_t grain,
                   const std::function<void(int64_t, int64_t)>& fn) {
   int64_t n = end - begin;

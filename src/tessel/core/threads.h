@@ -14,6 +14,10 @@ void set_num_threads(int n);  // n >= 1; throws Error otherwise
 // Runs fn(lo, hi) over [begin, end) split into min(threads, ceil(n / grain)) contiguous chunks,
 // run by tessel's persistent pool (thread_pool.h; the GEMM library keeps its OpenMP pool). Ranges
 // of at most `grain` elements, calls from inside a region and one thread run on the calling thread.
+// Called by the commands that decode token by token: unless TESSEL_POOL_SPIN_US says otherwise,
+// parallel_for's pool polls between regions (thread_pool.h says why only these commands).
+void poll_between_regions_by_default();
+
 void parallel_for(int64_t begin, int64_t end, int64_t grain,
                   const std::function<void(int64_t, int64_t)>& fn);
 
