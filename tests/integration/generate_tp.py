@@ -3,8 +3,9 @@
 """`mpirun -np 2 tessel generate --tp 2` loads only each rank's share and equals one rank.
 
 For a random GPT-2 (transposed Conv1D weights, tied head, vocabulary padded to 258) and a LLaMA
-with grouped-query heads (4 query, 2 key/value, untied head), both 64 wide so that the row-parallel
-splits fall on the int8 kernel's 32-element activation blocks: greedy ids of `generate --tp 2`
+with grouped-query heads (4 query, 2 key/value, untied head), both 64 wide (the row-parallel
+splits fall on the int8 kernel's 32-element activation blocks; generate_tp_int8.py covers splits
+that do not): greedy ids of `generate --tp 2`
 with --weights stored, int8, bf16 and f16 must equal one rank's `generate --weights` (int8 under tp
 quantizes each rank's slice with the whole rows' scales), and each rank must say it read fewer
 weight values than the file holds, the two together at least all of them.

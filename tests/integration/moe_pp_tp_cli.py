@@ -3,8 +3,8 @@
 """`tessel generate|serve --pp 2 --tp 2` of a mixture of experts equal one process.
 
 The models of moe_tp_cli.py (a tied-head Mixtral of 2 layers, 6 SwiGLU experts of width 33: each
-expert's columns split 17 + 16), a GPT-2-MoE of 2 blocks (MoE in block 1, 4 GELU experts of
-104, vocabulary 257 padded to 258), and a GGUF Q8_0 Mixtral (experts of 128). Checks:
+expert's columns split 17 + 16), a GPT-2-MoE of 4 blocks (MoE in blocks 1 and 3, 4 GELU experts
+of 104, vocabulary 257 padded to 258), and a GGUF Q8_0 Mixtral (experts of 128). Checks:
 - `mpirun -np 4 tessel generate --pp 2 --tp 2` gives one process's 24 greedy ids with --weights
   stored and int8, and Q8_0;
 - every rank says which blocks its stage runs and how many expert bytes it holds: its tp columns of
@@ -163,10 +163,10 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     env = dict(os.environ, TESSEL_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    # Block 0 dense, block 1 MoE: the first stage holds no expert, the second all of them (its
-    # tp columns). With 4 blocks, `--tp 2 --weights int8` alone already gives other ids than one
-    # process (seeds 6 and 7), a property of int8 under tp, not of the stages.
+    # 4 blocks, MoE in blocks 1 and 3: each stage holds its MoE block's experts (its tp columns).
+    # The dense MLPs' down projections (104 columns, 52 / 52) cut an int8 activation block.
     gpt2_moe = copy.deepcopy(GPT2_MOE)
+    gpt2_moe["n_layer"] = 4
     try:
         families = [
             (write_hf_model(tessel, work, "mixtral", tied_mixtral(6), 5), tied_mixtral(6)),

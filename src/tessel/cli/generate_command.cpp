@@ -234,6 +234,7 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   nlohmann::json out{{"command", "generate"},
                      {"prompt_ids", prompt},
                      {"generated_ids", r.tokens},
+                     {"generated_logits", r.token_logits},
                      {"prompt_tokens", prompt.size()},
                      {"generated_tokens", r.tokens.size()},
                      {"stopped_at_eos", r.stopped},

@@ -69,6 +69,7 @@ GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt,
     for (int64_t s = 0; s < n_new; ++s) {
       const int64_t next = sampler.sample({logits.data<float>(), size_t(vocab)});
       result.tokens.push_back(next);
+      result.token_logits.push_back(logits.data<float>()[next]);
       const bool keep_going = !options.on_token || options.on_token(next);
       if (!keep_going || (options.stop_token && next == *options.stop_token)) {
         result.stopped = true;

@@ -30,7 +30,10 @@ struct GenerationOptions {
 
 struct GenerationResult {
   std::vector<int64_t> tokens;  // the new tokens only
-  double prefill_seconds = 0;   // the prompt's forward
+  // Each new token's logit in the logits it was drawn from (the full vocabulary's under tensor
+  // parallelism): what tests compare across parallel layouts beside the ids.
+  std::vector<float> token_logits;
+  double prefill_seconds = 0;  // the prompt's forward
   // The single-token forwards after the prompt (one per new token but the last) and the sampling
   // of every new token.
   double decode_seconds = 0;

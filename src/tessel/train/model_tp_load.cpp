@@ -9,6 +9,8 @@
 #include "tessel/io/safetensors_dir.h"
 #include "tessel/models/family.h"
 #include "tessel/nn/init.h"
+#include "tessel/nn/layers.h"
+#include "tessel/parallel/tensor/tensor_parallel.h"
 #include "tessel/train/checkpoint/checkpoint_placement.h"
 #include "tessel/train/checkpoint/safetensors_regions.h"
 #include "tessel/train/model_expert_pieces.h"
@@ -78,6 +80,16 @@ models::WeightConversion convert_inference_weights_tp(
     const float* p = t.data<float>();
     return std::vector<float>(p, p + own.size());
   };
+  // int8: a row-parallel piece whose columns cut the product's 32-column activation blocks is
+  // padded first, so that the product rounds in one process's blocks (parallel/tensor/
+  // int8_row_blocks.h). Pure geometry, the same decision on every rank; nothing is exchanged.
+  if (weights == models::InferenceWeights::Int8)
+    for (auto& [name, module] : model.named_modules()) {
+      auto* linear = dynamic_cast<nn::Linear*>(module);
+      if (linear == nullptr || linear->quant_type() || (keep && !keep(name + ".weight"))) continue;
+      const sharding::ShardLayout* spec = tp.result.spec(name + ".weight");
+      if (spec != nullptr && spec->dim == 1) parallel::pad_rowwise_int8(*linear, *tp.tp);
+    }
   return models::convert_inference_weights(model, weights, whole_rows, keep);
 }
 

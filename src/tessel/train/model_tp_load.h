@@ -41,8 +41,10 @@ TpLoadedModel load_model_tp(const std::string& dir, const dist::CommPtr& tp,
 // layer's rank holds a slice of every row, so int8's per-row scales come from the whole rows: the
 // pieces' row maxima are all-reduced (max) over tp, one [rows] all-reduce per row-parallel layer,
 // and each rank quantizes its slice with them. Every code and scale then equals one rank's
-// `--weights int8`, and the output differs from one rank's only by the order of the sums
-// (docs/SERVING.md, "Distributed serving"). Collective over tp. `keep`: as for
+// `--weights int8`. A piece whose columns cut the product's 32-column activation blocks is padded
+// first (parallel::pad_rowwise_int8), so the activations are rounded in the whole row's blocks
+// too, and the output differs from one rank's only by the order of the sums (docs/SERVING.md,
+// "Converted weights under tensor parallelism"). Collective over tp. `keep`: as for
 // models::convert_inference_weights (a pipeline stage's layers; the same on every rank of tp).
 models::WeightConversion convert_inference_weights_tp(
     models::CausalLM& model, const ModelTensorParallel& tp, models::InferenceWeights weights,

@@ -14,6 +14,7 @@
 #include "tessel/ops/matmul.h"
 #include "tessel/ops/quant_linear.h"
 #include "tessel/ops/shape.h"
+#include "tessel/parallel/tensor/int8_row_blocks.h"
 #include "tessel/sharding/placement.h"
 #include "tessel/sharding/regions.h"
 #include "tessel/sharding/shard_layout.h"
@@ -33,6 +34,7 @@ struct TpState {
   int64_t in_full = 0;    // Rowwise: the global input features
   bool input_is_sharded = true;
   TpOptions options;
+  Int8RowSlice int8;  // Rowwise: where the slice falls among int8's activation blocks
 };
 
 int sequence_dim(const Tensor& x, const char* style) {
@@ -79,6 +81,26 @@ Tensor local_linear(const nn::Linear& linear, const Tensor& x, int64_t in, const
   return ops::linear(x, linear.weight, bias);
 }
 
+// The Rowwise partial product. An int8 piece whose split cuts the int8 product's activation
+// blocks multiplies in the whole row's blocks (int8_row_blocks.h): its weight was padded before
+// conversion (pad_rowwise_int8), and its input is padded here with the shared blocks' maxima.
+Tensor rowwise_product(const TpState& st, const Tensor& local) {
+  const nn::Linear& linear = *st.linear;
+  if (linear.quant_type() != kernels::quant::QuantType::Int8 || st.int8.aligned())
+    return local_linear(linear, local, st.in_local, Tensor());
+  nn::check_quantized_inference(linear, kernels::quant::QuantType::Int8);
+  const int64_t width = st.int8.padded();
+  TESSEL_CHECK(
+      linear.weight.size(1) == kernels::quant::row_bytes(kernels::quant::QuantType::Int8, width),
+      "Rowwise '", linear.path(), "': rank ", st.tp->rank(), "'s int8 piece of columns [",
+      st.int8.offset, ", ", st.int8.offset + st.int8.len, ") of ", st.in_full,
+      " cuts the 32-column activation blocks and must be padded to ", width,
+      " columns before conversion (parallel::pad_rowwise_int8), but its rows hold ",
+      linear.weight.size(1), " bytes");
+  return ops::quant_linear(int8_row_input(local, st.int8, *st.tp), kernels::quant::QuantType::Int8,
+                           linear.weight, width, Tensor());
+}
+
 Tensor run_colwise(const TpState& st, const Tensor& x) {
   const int64_t in = st.linear->in_features();
   TESSEL_CHECK(x.ndim() >= 1 && x.size(x.ndim() - 1) == in, "Colwise: input ", x.shape().str(),
@@ -111,7 +133,7 @@ Tensor run_rowwise(const TpState& st, const Tensor& x) {
     local = ops::slice(sharding::copy_to_region(x, *st.tp), int(last), st.in_offset,
                        st.in_offset + st.in_local);
   }
-  Tensor partial = local_linear(*st.linear, local, st.in_local, Tensor());
+  Tensor partial = rowwise_product(st, local);
   Tensor y = sequence_sharded(st.options) ? sharding::reduce_scatter_to_region(
                                                 partial, *st.tp, sequence_dim(partial, "Rowwise"))
                                           : sharding::reduce_from_region(partial, *st.tp);
@@ -176,6 +198,7 @@ void parallelize_rowwise(nn::Linear& linear, dist::CommPtr tp, bool input_is_sha
   st->in_local = sharding::shard_size(in, n, r);
   st->input_is_sharded = input_is_sharded;
   st->in_full = in;
+  st->int8 = int8_row_slice(in, n, r);
   rebind(linear.weight,
          options.copy_values
              ? ops::slice(linear.weight.detach(), 1, st->in_offset, st->in_offset + st->in_local)
@@ -183,6 +206,22 @@ void parallelize_rowwise(nn::Linear& linear, dist::CommPtr tp, bool input_is_sha
   st->tp = std::move(tp);
   st->linear = &linear;  // the Rowwise bias is whole on every rank, added after the reduction
   install(linear, std::move(st));
+}
+
+bool pad_rowwise_int8(nn::Linear& linear, const dist::Communicator& tp) {
+  TESSEL_CHECK(!linear.quant_type(), "pad_rowwise_int8: '", linear.path(),
+               "' is already converted");
+  const Int8RowSlice slice = int8_row_slice(linear.in_features(), tp.size(), tp.rank());
+  TESSEL_CHECK(linear.weight.defined() && linear.weight.ndim() == 2 &&
+                   linear.weight.size(0) == linear.out_features() &&
+                   linear.weight.size(1) == slice.len,
+               "pad_rowwise_int8: '", linear.path(), "' weight ",
+               linear.weight.defined() ? linear.weight.shape().str() : std::string("undefined"),
+               " is not rank ", tp.rank(), "'s Rowwise piece [", linear.out_features(), ", ",
+               slice.len, "]");
+  if (slice.padded() == slice.len) return false;
+  rebind(linear.weight, pad_int8_columns(linear.weight.detach(), slice));
+  return true;
 }
 
 TpStyle tp_style(const nn::Linear& linear) {

@@ -83,6 +83,13 @@ void parallelize_colwise(nn::Linear& linear, dist::CommPtr tp, const TpOptions& 
 void parallelize_rowwise(nn::Linear& linear, dist::CommPtr tp, bool input_is_sharded = true,
                          const TpOptions& options = {});
 
+// Before `--weights int8` converts a Rowwise layer: where this rank's columns cut the int8
+// product's 32-column activation blocks, rebinds its float piece [out, len] to [out, len + pads]
+// with zero columns that put its blocks where one process's start (int8_row_blocks.h); the
+// forward override then multiplies in the whole row's blocks. Returns whether it padded. A
+// layer padded so is for int8 inference only (its float product would not fit its input).
+bool pad_rowwise_int8(nn::Linear& linear, const dist::Communicator& tp);
+
 enum class TpStyle { None, Colwise, Rowwise };
 // Read from the parameter shapes against in_features()/out_features() (which keep the global
 // sizes), so it needs no registry. A layer sharded over a world of one reads as None.
