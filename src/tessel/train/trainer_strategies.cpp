@@ -71,9 +71,9 @@ void Trainer::build_strategies(const RegionSource& init) {
     std::set<std::string> trained;
     if (pipeline_)
       for (const auto& [name, param] : pipeline_->trainable_parameters()) trained.insert(name);
-    expert_ = std::make_unique<ExpertParallelStrategy>(*model_, layout_.ep, layout_.ep_dp,
-                                                       layout_.dp_size(), int(par.zero_stage),
-                                                       par.bucket_mb << 20, trained);
+    expert_ = std::make_unique<ExpertParallelStrategy>(
+        *model_, layout_.ep, layout_.ep_dp, layout_.dp_size(), int(par.zero_stage),
+        par.bucket_mb << 20, trained, config_.memory.enabled());
     if (pipeline_) expert_->set_pipeline(layout_.pp);
     if (tensor_) expert_->set_tensor_parallel(layout_.tp, tensor_->model_tp());
     print("expert parallel: ep = " + std::to_string(layout_.ep_size()) + ", " +
@@ -177,12 +177,15 @@ std::string Trainer::expert_bytes_line() const {
 }
 
 void Trainer::check_offload_layout() const {
-  // Tensor parallelism alone: each tp rank offloads its own pieces as one process does.
+  // Tensor parallelism alone: each tp rank offloads its own pieces as one process does. Expert
+  // parallelism lies inside dp: each rank offloads its ZeRO shards of the dense parameters and of
+  // its experts.
   const bool tp_only =
       layout_.tp_size() > 1 && layout_.dp_size() == 1 && layout_.pp_size() == 1 && !layout_.ep;
-  TESSEL_CHECK((layout_.world_size() == layout_.dp_size() || tp_only) && !layout_.ep,
-               "train: memory offload (memory.device_budget) composes with data parallelism or "
-               "with tensor parallelism alone for now; this layout has ",
+  TESSEL_CHECK(layout_.world_size() == layout_.dp_size() || tp_only,
+               "train: memory offload (memory.device_budget) composes with data parallelism "
+               "(expert parallelism inside it included) or with tensor parallelism alone for "
+               "now; this layout has ",
                layout_.world_size(), " ranks (", layout_.str(), ")");
   TESSEL_CHECK(!dp_ || config_.parallel.zero_stage > 0, "train: memory offload with --dp ",
                layout_.dp_size(),
@@ -307,6 +310,7 @@ void Trainer::build_offload_shards(const RegionSource& init) {
       fill_zero3_shard(init, *buckets, bucket, dst);
     };
   }
+  if (expert_zero_) add_expert_offload_shards(os, init);
   if (precision_ && !zero3()) {  // ZeRO-1/2: the replicas' 16-bit copies in chunks, per unit
     os.replicas = trainable_parameters();
     os.units = zero3_units();
@@ -321,6 +325,56 @@ void Trainer::build_offload_shards(const RegionSource& init) {
   // The gradients in chunks (shards, or ZeRO-1's buckets): the reductions, the norm, the scaling.
   ddp()->set_shard_hold(offload_->shard_hold());
   sharded_->set_gradient_hold(offload_->gradient_hold());
+  if (expert_zero_) {  // the experts' shards: their own gathers, reductions, scaling and update
+    if (parallel::Zero3Parameters* z = expert_->zero3()) z->set_shard_hold(offload_->shard_hold());
+    expert_zero_->set_shard_hold(offload_->shard_hold());
+    expert_->zero_buckets()->set_shard_hold(offload_->shard_hold());
+    expert_sharded_->set_gradient_hold(offload_->gradient_hold());
+    expert_->set_gradient_hold(offload_->gradient_hold());
+  }
+}
+
+// --ep: this rank's shards of its experts' buckets (over their own group) follow the dense ones,
+// laid out as they are: ZeRO-3's parameter shards unit by unit (one unit per MoE layer) with their
+// gradient and moments' shards, below stage 3 the moments' shards (and stage 2's gradient shards)
+// bucket by bucket. ZeRO-1's all-reduced expert buckets stay plain memory
+// (expert_parallel_strategy.h).
+void Trainer::add_expert_offload_shards(OffloadShardSetup& os, const RegionSource& init) {
+  parallel::DataParallel* buckets = expert_->zero_buckets();
+  const NamedTensors state = expert_zero_->local_state();
+  auto moments = [&](int64_t b, OffloadShard& s) {
+    const std::string suffix = "b" + std::to_string(b);
+    for (const auto& [name, t] : state) {
+      if (name == "exp_avg." + suffix) s.exp_avg = t;
+      if (name == "exp_avg_sq." + suffix) s.exp_avg_sq = t;
+    }
+  };
+  if (parallel::Zero3Parameters* z = expert_->zero3()) {
+    for (size_t k = 0; k < z->unit_count(); ++k) {
+      OffloadShard s;
+      const int64_t b = z->unit_bucket(k);
+      s.name = z->unit_name(k);
+      s.bucket = b;
+      s.gathers = 1;
+      s.param = z->parameter_shard(b);
+      s.grad = buckets->gradient_shard(b);
+      moments(b, s);
+      if (init)
+        s.init_param = [this, init, buckets, b](const Tensor& dst) {
+          fill_zero3_shard(init, *buckets, b, dst);
+        };
+      os.shards.push_back(std::move(s));
+    }
+    return;
+  }
+  for (int64_t b = 0; b < buckets->bucket_count(); ++b) {
+    OffloadShard s;
+    s.name = "expert bucket " + std::to_string(b);
+    s.bucket = b;
+    if (expert_->zero_stage() == 2) s.grad = buckets->gradient_shard(b);
+    moments(b, s);
+    os.shards.push_back(std::move(s));
+  }
 }
 
 // Whether every ZeRO-1 bucket fits one chunk of `chunk_bytes` (rounded as the chunk manager
