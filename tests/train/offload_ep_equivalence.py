@@ -90,7 +90,8 @@ def main():
                        offload_sets(nvme("ep_pp"), 4, 3, CHUNK[3]),
                        env=env, capture_output=True, text=True)
     if p.returncode == 0 or "memory offload (memory.device_budget) composes with data " \
-            "parallelism (expert parallelism inside it included)" not in p.stdout + p.stderr:
+            "parallelism (expert parallelism inside it included), tensor parallelism, or both" \
+            not in p.stdout + p.stderr:
         fail(f"offload with --ep 2 --pp 2: rc {p.returncode}, {p.stderr[-800:]}")
     print("offload with --ep 2 --pp 2: refused before any step")
 

@@ -177,15 +177,15 @@ std::string Trainer::expert_bytes_line() const {
 }
 
 void Trainer::check_offload_layout() const {
-  // Tensor parallelism alone: each tp rank offloads its own pieces as one process does. Expert
-  // parallelism lies inside dp: each rank offloads its ZeRO shards of the dense parameters and of
-  // its experts.
-  const bool tp_only =
-      layout_.tp_size() > 1 && layout_.dp_size() == 1 && layout_.pp_size() == 1 && !layout_.ep;
-  TESSEL_CHECK(layout_.world_size() == layout_.dp_size() || tp_only,
+  // Tensor parallelism: each tp rank offloads its own pieces as one process does, or under dp its
+  // ZeRO shards of them. Expert parallelism lies inside dp: each rank offloads its ZeRO shards of
+  // the dense parameters and of its experts. Pipeline stages, and ep with tp, not yet.
+  const bool no_pp = layout_.pp_size() == 1;
+  const bool tp_without_ep = layout_.tp_size() > 1 && no_pp && !layout_.ep;
+  TESSEL_CHECK(layout_.world_size() == layout_.dp_size() || tp_without_ep,
                "train: memory offload (memory.device_budget) composes with data parallelism "
-               "(expert parallelism inside it included) or with tensor parallelism alone for "
-               "now; this layout has ",
+               "(expert parallelism inside it included), tensor parallelism, or both, for now; "
+               "this layout has ",
                layout_.world_size(), " ranks (", layout_.str(), ")");
   TESSEL_CHECK(!dp_ || config_.parallel.zero_stage > 0, "train: memory offload with --dp ",
                layout_.dp_size(),
@@ -264,10 +264,10 @@ void Trainer::build_offload_shards(const RegionSource& init) {
   os.zero_stage = zero_->stage();
   if (!os.memory.nvme_dir.empty() && std::filesystem::is_directory(os.memory.nvme_dir)) {
     const std::filesystem::path own =
-        std::filesystem::path(os.memory.nvme_dir) / ("rank" + std::to_string(layout_.dp_rank()));
+        std::filesystem::path(os.memory.nvme_dir) / ("rank" + std::to_string(layout_.world_rank()));
     std::error_code ec;
     std::filesystem::create_directory(own, ec);
-    TESSEL_CHECK(!ec, "train: cannot create ", own.string(), " for rank ", layout_.dp_rank(),
+    TESSEL_CHECK(!ec, "train: cannot create ", own.string(), " for rank ", layout_.world_rank(),
                  "'s NVMe tier: ", ec.message());
     os.memory.nvme_dir = own.string();
   }  // a missing memory.nvme_dir is the chunk manager's one error
@@ -293,7 +293,16 @@ void Trainer::build_offload_shards(const RegionSource& init) {
   } else {
     // ZeRO-1's all-reduced buckets go into chunks when every one fits a chunk; otherwise they are
     // plain memory (the bucket size sets how ZeRO shards the moments, so it is not cut to fit).
-    const bool buckets_in_chunks = zero_->stage() == 1 && zero1_buckets_fit(os.memory.chunk_bytes);
+    // Under dp x tp, tp's gradient sums after the all_reduce (sequence parallelism's whole
+    // parameters, replicated K/V pieces) read and write gradients inside the buckets: those stay
+    // plain memory.
+    const bool tp_sums = tensor_ && tensor_->sums_gradients();
+    if (zero_->stage() == 1 && tp_sums)
+      print(
+          "note: ZeRO-1's all-reduced gradient buckets stay in plain memory: tensor "
+          "parallelism sums gradients inside them after the all_reduce");
+    const bool buckets_in_chunks =
+        zero_->stage() == 1 && !tp_sums && zero1_buckets_fit(os.memory.chunk_bytes);
     if (zero_->stage() == 1 && !buckets_in_chunks) ddp()->allocate_bucket_buffers();
     for (int64_t b = 0; b < ddp()->bucket_count(); ++b) {
       OffloadShard s;
@@ -325,6 +334,9 @@ void Trainer::build_offload_shards(const RegionSource& init) {
   // The gradients in chunks (shards, or ZeRO-1's buckets): the reductions, the norm, the scaling.
   ddp()->set_shard_hold(offload_->shard_hold());
   sharded_->set_gradient_hold(offload_->gradient_hold());
+  // dp x tp: tp's gradient sums hold what they touch in chunks (ZeRO-1's buckets stay plain
+  // memory when tp sums, above; the sums at ZeRO-2/3 precede the reductions).
+  if (tensor_) tensor_->set_gradient_hold(offload_->gradient_hold());
   if (expert_zero_) {  // the experts' shards: their own gathers, reductions, scaling and update
     if (parallel::Zero3Parameters* z = expert_->zero3()) z->set_shard_hold(offload_->shard_hold());
     expert_zero_->set_shard_hold(offload_->shard_hold());
