@@ -18,8 +18,6 @@ dist::CommPtr start_expert_parallel(const std::string& model, int ep, int tp,
   TESSEL_CHECK(tp >= 1, what, ": --tp ", tp, " must be >= 1");
   TESSEL_CHECK(pp >= 1, what, ": --pp ", pp, " must be >= 1");
   if (ep == 1) return nullptr;
-  TESSEL_CHECK(tp == 1 || pp == 1, what, ": --ep ", ep, " with --pp ", pp, " and --tp ", tp,
-               " is not supported; give --ep with one of them");
   const int ranks = ep * tp * pp;
   const dist::LaunchInfo launch = dist::detect_launch();
   const std::string flags = "--ep " + std::to_string(ep) +

@@ -21,7 +21,7 @@
 
 namespace tessel::cli {
 
-// --ep N [--tp T | --pp P]: checks the job's size (mpirun -np N·T or N·P) and that the model (a
+// --ep N [--tp T] [--pp P]: checks the job's size (mpirun -np N·T·P) and that the model (a
 // safetensors directory or a GGUF file) has MoE layers that N divides and, with --tp,
 // that the family's plan and the experts' FFN width take T, with --pp that it has P blocks
 // (cli/ep_pp_model.h), before any weight is read; returns the world, or null for N = 1. A model

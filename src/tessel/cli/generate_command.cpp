@@ -14,7 +14,8 @@
 // every rank runs the whole forward and gathers its MoE layers' expert rows, so every rank samples
 // the same ids as one process; with --tp T as well (N·T ranks) the dense parts are tensor-parallel
 // and each expert's FFN columns split over tp, as --tp alone splits a mixture of experts; with
-// --pp P (N·P ranks) each pipeline stage's experts are spread over its N ranks (cli/ep_pp_model.h).
+// --pp P (N·P ranks) each pipeline stage's experts are spread over its N ranks (cli/ep_pp_model.h),
+// and with both (N·T·P ranks) each stage's N·T ranks split it as --ep N --tp T splits a model.
 // Every process ends with its peak resident set and address space on stderr (cli/peak_memory.h;
 // also in the JSON line), so the memory a rank's share saves is visible.
 #include <cstdio>
@@ -129,8 +130,8 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     leader = ep_world->rank() == 0;
     rank = ep_world->rank();
     PpRankModel loaded = load_ep_pp_rank_model(
-        args.model, weights, ep_world, args.ep, 1, serve::PipelineStageModel::LogitsTo::kEveryRank,
-        [&](const std::string& line) {
+        args.model, weights, ep_world, args.ep, args.tp, 1,
+        serve::PipelineStageModel::LogitsTo::kEveryRank, [&](const std::string& line) {
           if (leader) std::fprintf(stderr, "tessel: generate: %s\n", line.c_str());
         });
     std::fprintf(stderr, "tessel: generate: pipeline rank %d runs blocks [%lld, %lld) and %s\n",

@@ -10,8 +10,8 @@
 // share of the model (train/model_tensor_parallel.h); rank 0 serves HTTP and runs the engine,
 // the others run each step it sends them and exit 0 when its drain ends (a mixture of experts
 // with each expert's FFN columns split over tp). --ep N does the same with a mixture-of-experts
-// model's experts spread over the ranks, and with --tp T or --pp P as well on N·T or N·P ranks
-// (cli/ep_model.h, cli/ep_pp_model.h). With --pp N each
+// model's experts spread over the ranks, and with --tp T, --pp P or both as well on N·T, N·P or
+// N·T·P ranks (cli/ep_model.h, cli/ep_pp_model.h). With --pp N each
 // rank holds one pipeline stage (cli/pp_model.h) under the same scheme: rank 0 decides and
 // broadcasts every step, the stages pass hidden states on in --pp-microbatches pieces, and the last
 // one sends the logits back to rank 0, which keeps one step of each of --pp-groups groups of
@@ -121,15 +121,18 @@ RankModel load_rank_model(const ServeArgs& args, models::InferenceWeights weight
       if (world->rank() == 0) log(LogLevel::Info, "serve: ", line);
     };
     PpRankModel loaded =
-        args.ep > 1 ? load_ep_pp_rank_model(args.model, weights, world, args.ep, microbatches,
-                                            serve::PipelineStageModel::LogitsTo::kFirstRank, note)
-                    : load_pp_rank_model(args.model, weights, world, args.tp, microbatches,
-                                         serve::PipelineStageModel::LogitsTo::kFirstRank, note);
+        args.ep > 1
+            ? load_ep_pp_rank_model(args.model, weights, world, args.ep, args.tp, microbatches,
+                                    serve::PipelineStageModel::LogitsTo::kFirstRank, note)
+            : load_pp_rank_model(args.model, weights, world, args.tp, microbatches,
+                                 serve::PipelineStageModel::LogitsTo::kFirstRank, note);
     log(LogLevel::Info, "serve: pipeline rank ", world->rank(), " runs blocks [",
         loaded.model->first_block(), ", ", loaded.model->last_block(), ") and ", loaded.share);
     if (world->rank() == 0)
       log(LogLevel::Info, "serve: ", args.pp, " pipeline stages of ",
-          args.ep > 1 ? args.ep : args.tp, args.ep > 1 ? " expert-parallel" : " tensor-parallel",
+          args.ep > 1 ? args.ep * args.tp : args.tp,
+          args.ep > 1 ? (args.tp > 1 ? " expert- and tensor-parallel" : " expert-parallel")
+                      : " tensor-parallel",
           " ranks, up to ", microbatches, " micro-batches per step, ", step_groups(args),
           " groups of requests in flight");
     out.model = std::move(loaded.model);

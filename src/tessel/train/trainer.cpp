@@ -249,16 +249,18 @@ void Trainer::build_optimizer(const RegionSource& init) {
     zero_ = &sharded->zero();
     sharded_ = sharded.get();
     optimizer_ = std::move(sharded);
-    if (config_.memory.enabled()) build_offload_shards(init);
     if (expert_ && expert_->zero_buckets()) {
       // The experts' blocks over their own group, next to the dense blocks over dp.
       auto experts = std::make_unique<ShardedAdamW>(*expert_->zero_buckets(), zo, expert_->zero3());
       expert_zero_ = &experts->zero();
+      expert_sharded_ = experts.get();
       std::vector<std::unique_ptr<Optimizer>> members;
       members.push_back(std::move(optimizer_));
       members.push_back(std::move(experts));
       optimizer_ = std::make_unique<OptimizerGroup>(std::move(members));
     }
+    // Offloaded: both optimizers' shards (the experts' after the dense ones) in one chunk layout.
+    if (config_.memory.enabled()) build_offload_shards(init);
   } else if (offload_) {
     auto adamw =
         std::make_unique<OffloadAdamW>(offload_->chunks(), offload_->parameters(),

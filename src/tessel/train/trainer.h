@@ -180,6 +180,7 @@ class Trainer {
   void build_offload(const RegionSource& init);
   // memory.device_budget set with --dp N: each rank's ZeRO shards in chunks (after the optimizer).
   void build_offload_shards(const RegionSource& init);
+  void add_expert_offload_shards(OffloadShardSetup& setup, const RegionSource& init);
   bool zero1_buckets_fit(size_t chunk_bytes);
   // Mixed precision with the 16-bit copies in chunks: the precision scope takes them as kept.
   void use_offloaded_copies();
@@ -276,6 +277,7 @@ class Trainer {
   parallel::ZeroAdamW* zero_ = nullptr;   // optimizer_'s shards under parallel.zero_stage 1-3
   ShardedAdamW* sharded_ = nullptr;       // the optimizer that owns zero_
   parallel::ZeroAdamW* expert_zero_ = nullptr;  // --ep with ZeRO 1-3: the experts' shards
+  ShardedAdamW* expert_sharded_ = nullptr;      // the optimizer that owns expert_zero_
   OffloadAdamW* offload_adamw_ = nullptr;       // optimizer_ under memory offload
   LrSchedule schedule_;
   std::shared_ptr<const io::TokenDataset> train_data_, val_data_;

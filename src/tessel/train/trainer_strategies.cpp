@@ -71,9 +71,9 @@ void Trainer::build_strategies(const RegionSource& init) {
     std::set<std::string> trained;
     if (pipeline_)
       for (const auto& [name, param] : pipeline_->trainable_parameters()) trained.insert(name);
-    expert_ = std::make_unique<ExpertParallelStrategy>(*model_, layout_.ep, layout_.ep_dp,
-                                                       layout_.dp_size(), int(par.zero_stage),
-                                                       par.bucket_mb << 20, trained);
+    expert_ = std::make_unique<ExpertParallelStrategy>(
+        *model_, layout_.ep, layout_.ep_dp, layout_.dp_size(), int(par.zero_stage),
+        par.bucket_mb << 20, trained, config_.memory.enabled());
     if (pipeline_) expert_->set_pipeline(layout_.pp);
     if (tensor_) expert_->set_tensor_parallel(layout_.tp, tensor_->model_tp());
     print("expert parallel: ep = " + std::to_string(layout_.ep_size()) + ", " +
@@ -177,12 +177,15 @@ std::string Trainer::expert_bytes_line() const {
 }
 
 void Trainer::check_offload_layout() const {
-  // Tensor parallelism alone: each tp rank offloads its own pieces as one process does.
-  const bool tp_only =
-      layout_.tp_size() > 1 && layout_.dp_size() == 1 && layout_.pp_size() == 1 && !layout_.ep;
-  TESSEL_CHECK((layout_.world_size() == layout_.dp_size() || tp_only) && !layout_.ep,
-               "train: memory offload (memory.device_budget) composes with data parallelism or "
-               "with tensor parallelism alone for now; this layout has ",
+  // Tensor parallelism: each tp rank offloads its own pieces as one process does, or under dp its
+  // ZeRO shards of them. Expert parallelism lies inside dp: each rank offloads its ZeRO shards of
+  // the dense parameters and of its experts. Pipeline stages, and ep with tp, not yet.
+  const bool no_pp = layout_.pp_size() == 1;
+  const bool tp_without_ep = layout_.tp_size() > 1 && no_pp && !layout_.ep;
+  TESSEL_CHECK(layout_.world_size() == layout_.dp_size() || tp_without_ep,
+               "train: memory offload (memory.device_budget) composes with data parallelism "
+               "(expert parallelism inside it included), tensor parallelism, or both, for now; "
+               "this layout has ",
                layout_.world_size(), " ranks (", layout_.str(), ")");
   TESSEL_CHECK(!dp_ || config_.parallel.zero_stage > 0, "train: memory offload with --dp ",
                layout_.dp_size(),
@@ -261,10 +264,10 @@ void Trainer::build_offload_shards(const RegionSource& init) {
   os.zero_stage = zero_->stage();
   if (!os.memory.nvme_dir.empty() && std::filesystem::is_directory(os.memory.nvme_dir)) {
     const std::filesystem::path own =
-        std::filesystem::path(os.memory.nvme_dir) / ("rank" + std::to_string(layout_.dp_rank()));
+        std::filesystem::path(os.memory.nvme_dir) / ("rank" + std::to_string(layout_.world_rank()));
     std::error_code ec;
     std::filesystem::create_directory(own, ec);
-    TESSEL_CHECK(!ec, "train: cannot create ", own.string(), " for rank ", layout_.dp_rank(),
+    TESSEL_CHECK(!ec, "train: cannot create ", own.string(), " for rank ", layout_.world_rank(),
                  "'s NVMe tier: ", ec.message());
     os.memory.nvme_dir = own.string();
   }  // a missing memory.nvme_dir is the chunk manager's one error
@@ -290,7 +293,16 @@ void Trainer::build_offload_shards(const RegionSource& init) {
   } else {
     // ZeRO-1's all-reduced buckets go into chunks when every one fits a chunk; otherwise they are
     // plain memory (the bucket size sets how ZeRO shards the moments, so it is not cut to fit).
-    const bool buckets_in_chunks = zero_->stage() == 1 && zero1_buckets_fit(os.memory.chunk_bytes);
+    // Under dp x tp, tp's gradient sums after the all_reduce (sequence parallelism's whole
+    // parameters, replicated K/V pieces) read and write gradients inside the buckets: those stay
+    // plain memory.
+    const bool tp_sums = tensor_ && tensor_->sums_gradients();
+    if (zero_->stage() == 1 && tp_sums)
+      print(
+          "note: ZeRO-1's all-reduced gradient buckets stay in plain memory: tensor "
+          "parallelism sums gradients inside them after the all_reduce");
+    const bool buckets_in_chunks =
+        zero_->stage() == 1 && !tp_sums && zero1_buckets_fit(os.memory.chunk_bytes);
     if (zero_->stage() == 1 && !buckets_in_chunks) ddp()->allocate_bucket_buffers();
     for (int64_t b = 0; b < ddp()->bucket_count(); ++b) {
       OffloadShard s;
@@ -307,6 +319,7 @@ void Trainer::build_offload_shards(const RegionSource& init) {
       fill_zero3_shard(init, *buckets, bucket, dst);
     };
   }
+  if (expert_zero_) add_expert_offload_shards(os, init);
   if (precision_ && !zero3()) {  // ZeRO-1/2: the replicas' 16-bit copies in chunks, per unit
     os.replicas = trainable_parameters();
     os.units = zero3_units();
@@ -321,6 +334,59 @@ void Trainer::build_offload_shards(const RegionSource& init) {
   // The gradients in chunks (shards, or ZeRO-1's buckets): the reductions, the norm, the scaling.
   ddp()->set_shard_hold(offload_->shard_hold());
   sharded_->set_gradient_hold(offload_->gradient_hold());
+  // dp x tp: tp's gradient sums hold what they touch in chunks (ZeRO-1's buckets stay plain
+  // memory when tp sums, above; the sums at ZeRO-2/3 precede the reductions).
+  if (tensor_) tensor_->set_gradient_hold(offload_->gradient_hold());
+  if (expert_zero_) {  // the experts' shards: their own gathers, reductions, scaling and update
+    if (parallel::Zero3Parameters* z = expert_->zero3()) z->set_shard_hold(offload_->shard_hold());
+    expert_zero_->set_shard_hold(offload_->shard_hold());
+    expert_->zero_buckets()->set_shard_hold(offload_->shard_hold());
+    expert_sharded_->set_gradient_hold(offload_->gradient_hold());
+    expert_->set_gradient_hold(offload_->gradient_hold());
+  }
+}
+
+// --ep: this rank's shards of its experts' buckets (over their own group) follow the dense ones,
+// laid out as they are: ZeRO-3's parameter shards unit by unit (one unit per MoE layer) with their
+// gradient and moments' shards, below stage 3 the moments' shards (and stage 2's gradient shards)
+// bucket by bucket. ZeRO-1's all-reduced expert buckets stay plain memory
+// (expert_parallel_strategy.h).
+void Trainer::add_expert_offload_shards(OffloadShardSetup& os, const RegionSource& init) {
+  parallel::DataParallel* buckets = expert_->zero_buckets();
+  const NamedTensors state = expert_zero_->local_state();
+  auto moments = [&](int64_t b, OffloadShard& s) {
+    const std::string suffix = "b" + std::to_string(b);
+    for (const auto& [name, t] : state) {
+      if (name == "exp_avg." + suffix) s.exp_avg = t;
+      if (name == "exp_avg_sq." + suffix) s.exp_avg_sq = t;
+    }
+  };
+  if (parallel::Zero3Parameters* z = expert_->zero3()) {
+    for (size_t k = 0; k < z->unit_count(); ++k) {
+      OffloadShard s;
+      const int64_t b = z->unit_bucket(k);
+      s.name = z->unit_name(k);
+      s.bucket = b;
+      s.gathers = 1;
+      s.param = z->parameter_shard(b);
+      s.grad = buckets->gradient_shard(b);
+      moments(b, s);
+      if (init)
+        s.init_param = [this, init, buckets, b](const Tensor& dst) {
+          fill_zero3_shard(init, *buckets, b, dst);
+        };
+      os.shards.push_back(std::move(s));
+    }
+    return;
+  }
+  for (int64_t b = 0; b < buckets->bucket_count(); ++b) {
+    OffloadShard s;
+    s.name = "expert bucket " + std::to_string(b);
+    s.bucket = b;
+    if (expert_->zero_stage() == 2) s.grad = buckets->gradient_shard(b);
+    moments(b, s);
+    os.shards.push_back(std::move(s));
+  }
 }
 
 // Whether every ZeRO-1 bucket fits one chunk of `chunk_bytes` (rounded as the chunk manager

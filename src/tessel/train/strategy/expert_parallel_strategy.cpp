@@ -10,7 +10,7 @@ namespace tessel::train {
 ExpertParallelStrategy::ExpertParallelStrategy(models::CausalLM& model, dist::CommPtr ep,
                                                dist::CommPtr ep_dp, int dp_size, int zero_stage,
                                                int64_t bucket_bytes,
-                                               const std::set<std::string>& trained)
+                                               const std::set<std::string>& trained, bool offloaded)
     : model_(model),
       ep_(std::move(ep)),
       ep_dp_(std::move(ep_dp)),
@@ -36,6 +36,10 @@ ExpertParallelStrategy::ExpertParallelStrategy(models::CausalLM& model, dist::Co
   options.overlap = false;
   options.reduction = zero_stage_ >= 2 ? parallel::GradReduction::ReduceScatter
                                        : parallel::GradReduction::AllReduce;
+  // Offloaded: the reductions write the gradient shards in their chunks. ZeRO-1's all-reduced
+  // buckets stay plain memory: the experts' are all filled by backward before the first of them
+  // is reduced (sync_gradients), more than the device tier holds at once.
+  options.allocate_gradient_shards = !offloaded;
   std::vector<parallel::Zero3Unit> units;
   if (zero_stage_ == 3) {
     units = expert_units();
@@ -44,7 +48,8 @@ ExpertParallelStrategy::ExpertParallelStrategy(models::CausalLM& model, dist::Co
   ddp_ = std::make_unique<parallel::DataParallel>(std::move(params), zero_group_, options);
   if (zero_stage_ == 3) {
     parallel::Zero3Options zo;
-    zo.copy_values = false;  // built shape-only: the trainer fills the shards
+    zo.copy_values = false;           // built shape-only: the trainer fills the shards
+    zo.allocate_shards = !offloaded;  // offloaded: laid out in chunks, filled there
     zero3_ = std::make_unique<parallel::Zero3Parameters>(*ddp_, std::move(units), zo);
   }
 }
@@ -93,7 +98,7 @@ void ExpertParallelStrategy::sync_gradients(StepRecord&) {
     for (int64_t b = 0; b < ddp_->bucket_count(); ++b)
       spans.push_back(
           whole_span(zero_stage_ >= 2 ? ddp_->gradient_shard(b) : ddp_->bucket_gradients(b)));
-    scale_spans(spans, 1.0 / double(size()));
+    scale_spans(spans, 1.0 / double(size()), hold_);
     return;
   }
   const double scale = 1.0 / double(dp_size_);

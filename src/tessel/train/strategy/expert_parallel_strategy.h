@@ -39,6 +39,7 @@
 #include "tessel/parallel/zero/zero3.h"
 #include "tessel/sharding/shard_layout.h"
 #include "tessel/train/model_tensor_parallel.h"
+#include "tessel/train/optim/grad_norm.h"
 #include "tessel/train/strategy/axis_strategy.h"
 
 namespace tessel::train {
@@ -51,9 +52,12 @@ class ExpertParallelStrategy : public AxisStrategy {
   // ep_dp (0: the experts' gradients summed whole); 3: the experts' parameters too, one unit per
   // MoE layer (the parameters hold no values yet: the caller fills the shards).
   // `trained`: the parameters this rank trains (its pipeline stages'; empty: all of them).
+  // `offloaded` (memory offload, ZeRO 1-3): the shards ZeRO keeps of the experts -- their
+  // gradient shards (stages 2 and 3) and parameter shards (stage 3) -- stay shape-only, for the
+  // offload axis to lay out in its chunks (Trainer::build_offload_shards), as the dense ones.
   ExpertParallelStrategy(models::CausalLM& model, dist::CommPtr ep, dist::CommPtr ep_dp,
                          int dp_size, int zero_stage = 0, int64_t bucket_bytes = 25 << 20,
-                         const std::set<std::string>& trained = {});
+                         const std::set<std::string>& trained = {}, bool offloaded = false);
   ~ExpertParallelStrategy() override;
 
   std::string name() const override;
@@ -72,6 +76,9 @@ class ExpertParallelStrategy : public AxisStrategy {
   // gradients are complete on each (no sum over tp). Whole experts are counted in the norm at tp
   // rank 0; under expert tensor parallelism the pieces `tp` split (model_tp_share: Piece) add.
   void set_tensor_parallel(dist::CommPtr tp, const ModelTensorParallel& split);
+  // Memory offload: the experts' gradient shards are in chunks, so their scaling after the
+  // reduction holds each while it writes it.
+  void set_gradient_hold(SpanHold hold) { hold_ = std::move(hold); }
 
   int size() const { return ep_->size(); }
   int rank() const { return ep_->rank(); }
@@ -102,6 +109,7 @@ class ExpertParallelStrategy : public AxisStrategy {
   std::unique_ptr<parallel::DataParallel> ddp_;
   std::unique_ptr<parallel::Zero3Parameters> zero3_;
   uint64_t issued_before_ = 0;
+  SpanHold hold_;
 };
 
 }  // namespace tessel::train

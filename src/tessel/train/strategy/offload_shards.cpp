@@ -26,11 +26,13 @@ OffloadStrategy::OffloadStrategy(OffloadShardSetup setup)
   // ZeRO-1/2 under mixed precision: the replicas' 16-bit copies, first used by the forward.
   std::map<std::string, size_t> index;
   add_replica_copies(setup, index);
-  std::map<const TensorImpl*, int64_t> bucket_of;  // the parameter shards, when start-up fills them
-  for (const OffloadShard& s : shards_) {
+  // The parameter shards, when start-up fills them: each one's shard in shards_.
+  std::map<const TensorImpl*, size_t> shard_of;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    const OffloadShard& s = shards_[i];
     if (s.param.defined()) {
       chunks_->add(s.param, "param");
-      bucket_of[s.param.impl_ptr().get()] = s.bucket;
+      shard_of[s.param.impl_ptr().get()] = i;
     }
     if (s.grad.defined()) chunks_->add(s.grad, kGradGroup);
     chunks_->add(s.exp_avg, "adam_m");
@@ -45,10 +47,11 @@ OffloadStrategy::OffloadStrategy(OffloadShardSetup setup)
   if (has_copies_) {
     build_units(setup.units, index);
   } else {
-    std::set<int> param_chunks;
+    // Per group of gathers (the dense units', the experts'): each prefetches on its own.
+    std::map<int, std::set<int>> param_chunks;
     for (const OffloadShard& s : shards_)
-      if (s.param.defined()) param_chunks.insert(chunks_->chunk_of(s.param));
-    device_need_ = std::min(3, int(param_chunks.size()));
+      if (s.param.defined()) param_chunks[s.gathers].insert(chunks_->chunk_of(s.param));
+    for (const auto& [group, ids] : param_chunks) device_need_ += std::min(3, int(ids.size()));
   }
   // ZeRO-1's all-reduced buckets are held in the device tier while backward adds into them and
   // their all_reduce runs: the one in flight (DataParallel retires the one before when it launches
@@ -65,10 +68,18 @@ OffloadStrategy::OffloadStrategy(OffloadShardSetup setup)
   // shard is computed into its chunk as the chunks are sealed one after another within the
   // budgets (the moments start as zeros), so no shard is ever whole in plain memory.
   memory::ChunkManager::TensorFill fill;
-  if (setup.init_param) {
-    fill = [&setup, &bucket_of](const Tensor& t, void* dst) {
-      auto it = bucket_of.find(t.impl_ptr().get());
-      if (it != bucket_of.end()) setup.init_param(it->second, view_of(t, dst));
+  const bool any_init =
+      setup.init_param || std::any_of(shards_.begin(), shards_.end(),
+                                      [](const OffloadShard& s) { return bool(s.init_param); });
+  if (any_init) {
+    fill = [this, &setup, &shard_of](const Tensor& t, void* dst) {
+      auto it = shard_of.find(t.impl_ptr().get());
+      if (it == shard_of.end()) return;
+      const OffloadShard& s = shards_[it->second];
+      if (s.init_param)
+        s.init_param(view_of(t, dst));
+      else if (setup.init_param)
+        setup.init_param(s.bucket, view_of(t, dst));
     };
   }
   chunks_->seal(fill);

@@ -62,6 +62,13 @@ struct OffloadShard {
   // and the all_reduce in the device tier, read by the norm and the update in the host tier).
   Tensor grad;
   Tensor exp_avg, exp_avg_sq;
+  // The ZeRO-3 parameter shards this shard's gathers belong to: 0 the dense units', 1 the
+  // experts' (their own Zero3Parameters, which gather ahead on their own), so each group's
+  // gathers count in the device tier's working set.
+  int gathers = 0;
+  // Stage 3, start-up streams: fills this shard's parameter shard (`dst`, its place in a chunk)
+  // in place of the setup's init_param, for shards of another bucket list (the experts').
+  std::function<void(const Tensor& dst)> init_param;
 };
 
 struct OffloadShardSetup {
