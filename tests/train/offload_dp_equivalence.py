@@ -9,7 +9,10 @@ all-reduced gradient bucket is a chunk too (written by backward and the all_redu
 tier, read by the update in the host tier, with both moments' chunks the host tier's row), and
 ZeRO-2, whose gradient shard is the row's third chunk (ZeRO-2/3's gradient shards live in chunks,
 written by the reduce_scatter in the host tier); ZeRO-1 again on a GPT-2 of C = 129 with 1 MiB
-buckets whose chunks need all three tiers. A ZeRO-3 checkpoint of the offloaded run
+buckets whose chunks need all three tiers; ZeRO-2 and ZeRO-3 on such a GPT-2 of 6 blocks with
+their buckets' full gradient buffers in chunks too (held in the device tier by backward and the reduce_scatter,
+carried through the host tier and NVMe between the two micro-batches, freed once reduced). A
+ZeRO-3 checkpoint of the offloaded run
 resumes at one rank in memory exactly as the in-memory run's does, and the in-memory run's
 resumes offloaded at dp 2 exactly on its trajectory; a host budget below the update's row (four
 chunks at ZeRO-3, three at ZeRO-2 and ZeRO-1: parameter shard, gradient shard or bucket, both
@@ -193,6 +196,45 @@ def main():
     for step in (SAVE, STEPS):
         same_checkpoint(ref, off, step, what)
     print(f"{what}: bitwise the in-memory run; checkpoints byte for byte")
+
+    # ZeRO-2 and ZeRO-3 with their buckets' full gradient buffers in chunks (each fits one): on a
+    # GPT-2 of C = 129 and 6 blocks (more buffer chunks than the device tier's three) with two
+    # micro-batches per step, every bucket's buffer holds its sum from the first micro-batch to
+    # the reduce_scatter of the second, so the buffers leave the device tier (three of them, and
+    # ZeRO-3's three parameter-shard chunks) for the host and NVMe and come back; each retired
+    # buffer's chunk is freed, not written.
+    cfg6 = write_json(os.path.join(work, "config129x6.json"),
+                      gpt2_config(vocab, n_positions=17, n_embd=129, n_layer=6, n_head=3))
+    for stage, host_chunks, device_chunks in ((2, 3, 3), (3, 4, 6)):
+        zs = ["train"] + train_sets(
+            cfg6, os.path.join(work, "data"), STEPS, seq_len=13,
+            extra=["machine.peak_gflops=100", f"checkpoint.interval={SAVE}",
+                   "train.micro_batch=3", "train.global_batch=12", "optim.grad_clip=0.05",
+                   "optim.weight_decay=0.1", "parallel.bucket_mb=1",
+                   f"parallel.zero_stage={stage}"])
+        ref, off = (os.path.join(work, f"zero{stage}_buckets_{k}") for k in ("memory", "offload"))
+        nvme = os.path.join(work, f"nvme_zero{stage}_buckets")
+        os.makedirs(nvme)
+        run(mpi + zs + dp2 + ["--set", "checkpoint.dir=" + ref], env=env)
+        out = run(mpi + zs + dp2 + ["--set", "checkpoint.dir=" + off] +
+                  offload_sets(nvme, host_chunks, device_chunks, 1 << 20), env=env).stdout
+        what = f"dp 2 ZeRO-{stage} offloaded, C = 129 x 6, full gradient buckets in chunks"
+        full = re.search(r"^  grad_bucket: (.*)$", out, re.M)
+        if not full or full.group(1).split()[-1] != "none" or "stay in plain memory" in out:
+            fail(f"{what}: expected the full buffers' chunks, free between steps:\n"
+                 f"{placement(out, what)}")
+        if int(full.group(1).split()[0]) <= device_chunks - (3 if stage == 3 else 0):
+            fail(f"{what}: the device tier holds every full buffer: {full.group(1)}")
+        same_records(ref, off, what)
+        recs = [r["offload"] for r in step_records(off)]
+        if len(recs) != STEPS or not all(r["d2h_bytes"] > 0 and r["h2d_bytes"] > 0 and
+                                         r["nvme_read_bytes"] > 0 and r["nvme_write_bytes"] > 0
+                                         for r in recs):
+            fail(f"{what}: some step moved no chunk between all three tiers: {recs}")
+        for step in (SAVE, STEPS):
+            files = same_checkpoint(ref, off, step, what)
+        print(f"{what}: bitwise the in-memory run (losses, norms, checkpoints: "
+              f"{', '.join(files)}); every step moved chunks device <-> host <-> NVMe")
 
     # Start-up streams from a file too: with model.init_from each rank reads its parameter
     # shards' parts straight into their chunks (the moments start there as zeros), and the run

@@ -17,6 +17,10 @@ holding them in plain memory exceeds that bound (it did: 668 and 817 MiB against
 ZeRO-2 in bf16 runs too: its 16-bit copies of the replicated parameters (2 bytes per parameter,
 193 MiB) are chunks held unit by unit, within the same bound plus the larger device tier; a rank
 making the whole model's copies per micro-batch in plain memory exceeds it (1060 MiB against 733).
+ZeRO-2 and ZeRO-3 with two micro-batches per step and buckets that fit a chunk: their full gradient
+buffers (the whole model's gradients between the micro-batches, 386 MiB) are chunks too; a rank
+holding them in plain memory exceeds the step's bound (1004 MiB against 690 at ZeRO-2, 1093 against
+891 at ZeRO-3).
 ZeRO-1 in bf16 with 16 MiB buckets: its all-reduced gradient buckets (4 bytes per parameter, 386
 MiB, the whole model's) are chunks too, written by backward in the device tier; a rank holding
 them in plain memory exceeds both bounds (1011 MiB after start-up against 738, 1067 after the
@@ -42,14 +46,24 @@ ALLOWANCE = 160 * MIB  # the process without the state (code, MPI, threads, data
 # ZeRO-2 in bf16: the 16-bit copies of the replicated parameters (2 bytes per parameter, 193 MiB)
 # are chunks too, a unit's held in the device tier around its forward and backward: the device
 # tier holds the working set of a block's copies with the embeddings'.
-SETUP = {(3, "fp32"): (32 * MIB, 3, 4), (2, "fp32"): (16 * MIB, 1, 3),
-         (2, "bf16"): (16 * MIB, 4, 3),
-         (1, "bf16"): (16 * MIB, 7, 3)}  # chunk, device chunks, host chunks
-# ZeRO-1 in bf16: the copies' 4 chunks and 3 of gradient buckets (parallel.bucket_mb 16, so a
-# bucket fits a chunk) in the device tier; the host row a bucket and both moments' shards.
 C, LAYERS = 1024, 8
 BLOCK = 4 * (12 * C * C + 13 * C)  # one block's f32 parameters: ZeRO-3's largest bucket
-BUCKET = {3: BLOCK, 2: 25 * MIB, 1: 16 * MIB}  # the largest gradient bucket (parallel.bucket_mb's default)
+# (stage, precision, micro-batches per rank): chunk, device chunks, host chunks, the largest
+# gradient bucket (parallel.bucket_mb below stage 3; ZeRO-3's buckets are its units).
+SETUP = {(3, "fp32", 1): (32 * MIB, 3, 4, BLOCK), (2, "fp32", 1): (16 * MIB, 1, 3, 25 * MIB),
+         (2, "bf16", 1): (16 * MIB, 4, 3, 25 * MIB),
+         (1, "bf16", 1): (16 * MIB, 7, 3, 16 * MIB),
+         (2, "fp32", 2): (16 * MIB, 3, 3, 16 * MIB),
+         (3, "fp32", 2): (49 * MIB, 6, 4, BLOCK)}
+# ZeRO-1 in bf16: the copies' 4 chunks and 3 of gradient buckets (parallel.bucket_mb 16, so a
+# bucket fits a chunk) in the device tier; the host row a bucket and both moments' shards.
+# ZeRO-2/3 with two micro-batches per step: each bucket's full gradient buffer fits a chunk (16
+# MiB buckets; a 49 MiB chunk holds a block), so the buffers are chunks, three of them in the
+# device tier (with ZeRO-3's three parameter-shard chunks). Every buffer holds its sum from the
+# first micro-batch to the second's reduce_scatter -- the whole model's gradients (4 bytes per
+# parameter, 386 MiB) -- which a rank keeping them in plain memory adds to its step's peak: 1004-1005
+# and 1093 MiB against bounds of 690 and 891 MiB (the old code, the same runs; 618-619 and 689-690
+# with the buffers in chunks).
 
 
 def build_record(run_dir):
@@ -68,10 +82,12 @@ def main():
     common = ["train"] + train_sets(config, os.path.join(work, "data"), 1, seq_len=16,
                                     extra=["train.micro_batch=1", "optim.warmup_steps=1"])
     mpi = mpi_prefix(mpirun) + ["-np", "2", tessel]
-    for stage, precision in SETUP:
-        chunk, device_chunks, host_chunks = SETUP[(stage, precision)]
-        tag = f"zero{stage}" + ("" if precision == "fp32" else "_" + precision)
-        what = f"ZeRO-{stage}" + ("" if precision == "fp32" else " " + precision)
+    for stage, precision, micro in SETUP:
+        chunk, device_chunks, host_chunks, bucket = SETUP[(stage, precision, micro)]
+        tag = (f"zero{stage}" + ("" if precision == "fp32" else "_" + precision) +
+               ("" if micro == 1 else f"_accum{micro}"))
+        what = (f"ZeRO-{stage}" + ("" if precision == "fp32" else " " + precision) +
+                ("" if micro == 1 else f", {micro} micro-batches"))
         nvme = os.path.join(work, f"nvme_{tag}")
         os.makedirs(nvme)
         d = os.path.join(work, tag)
@@ -79,7 +95,8 @@ def main():
                 f"checkpoint.dir={d}", f"memory.chunk_size={chunk}",
                 f"memory.device_budget={device_chunks * chunk}",
                 f"memory.host_budget={host_chunks * chunk}", f"memory.nvme_dir={nvme}",
-                f"parallel.bucket_mb={BUCKET[stage] // MIB if stage == 1 else 25}"]
+                f"parallel.bucket_mb={bucket // MIB if stage < 3 else 25}"]
+        sets += [f"train.global_batch={2 * micro}"] if micro > 1 else []
         run(mpi + common + ["--dp", "2"] + [a for s in sets for a in ("--set", s)],
             env=single_thread_env())
         steps = step_records(d)
@@ -114,7 +131,7 @@ def main():
             # The step: its working memory on top, and no gradient shard in plain memory (the
             # two staging chunks of start-up are gone; its own peak is checked above).
             gathered = steps[0]["gathered_peak_bytes"]  # ZeRO-3's units (alike on both ranks)
-            working = gathered + 3 * BUCKET[stage]
+            working = gathered + 3 * bucket
             step_bound = max(bound, in_memory + budgets + ALLOWANCE + working)
             step_peak = steps[0]["ranks"][r]["rss_peak_bytes"]
             # The gradient shard, 4 bytes per parameter over dp (stage 1: the whole buckets).
@@ -126,12 +143,12 @@ def main():
             if step_peak > step_bound:
                 fail(f"{what} rank {r}: peak resident set after the step {step_peak} bytes "
                      f"> {step_bound} (held {in_memory}, budgets {budgets}, allowance, gathered "
-                     f"units {gathered}, three buckets of {BUCKET[stage]}): state outside the "
-                     f"tiers (the gradient shards?)")
+                     f"units {gathered}, three buckets of {bucket}): state outside the "
+                     f"tiers (the gradient shards, or the buckets' full buffers?)")
         if any(os.listdir(os.path.join(nvme, r)) for r in os.listdir(nvme)):
             fail(f"{what}: {nvme} is not empty after the run")
-    print("offloaded dp 2 start-up and step (ZeRO-3, ZeRO-2, ZeRO-2 bf16, ZeRO-1 bf16) within the "
-          "budgets")
+    print("offloaded dp 2 start-up and step (ZeRO-3, ZeRO-2, ZeRO-2 bf16, ZeRO-1 bf16; ZeRO-2 and "
+          "ZeRO-3 with two micro-batches) within the budgets")
     remove_workdir(work)
 
 

@@ -181,7 +181,7 @@ class Trainer {
   // memory.device_budget set with --dp N: each rank's ZeRO shards in chunks (after the optimizer).
   void build_offload_shards(const RegionSource& init);
   void add_expert_offload_shards(OffloadShardSetup& setup, const RegionSource& init);
-  bool zero1_buckets_fit(size_t chunk_bytes);
+  bool buckets_fit(size_t chunk_bytes);
   // Mixed precision with the 16-bit copies in chunks: the precision scope takes them as kept.
   void use_offloaded_copies();
   void build_optimizer(const RegionSource& init);

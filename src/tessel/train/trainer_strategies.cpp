@@ -108,8 +108,9 @@ void Trainer::build_strategies(const RegionSource& init) {
     ds.allocate_shards = !config_.memory.enabled();
     // And ZeRO-2/3's gradient shards: each reduction writes into its chunk.
     ds.options.allocate_gradient_shards = !config_.memory.enabled();
-    // And ZeRO-1's all-reduced buckets, when each fits a chunk (build_offload_shards).
-    ds.options.allocate_buckets = !(config_.memory.enabled() && stage == 1);
+    // And the gradient buckets' full buffers (ZeRO-1's all-reduced ones, ZeRO-2/3's
+    // reduce-scattered ones), when each fits a chunk (build_offload_shards).
+    ds.options.allocate_buckets = !config_.memory.enabled();
     // The experts' gradients are summed over their own group (expert_parallel_strategy.h).
     NamedTensors dense = trainable_parameters();
     if (expert_)
@@ -279,6 +280,18 @@ void Trainer::build_offload_shards(const RegionSource& init) {
       if (name == "exp_avg_sq." + suffix) s.exp_avg_sq = t;
     }
   };
+  // The buckets' full gradient buffers go into chunks when every one fits a chunk; otherwise they
+  // are plain memory (the bucket size sets how ZeRO shards the moments, and ZeRO-3's buckets are
+  // its units, so it is not cut to fit). Under dp x tp, tp's gradient sums (sequence parallelism's
+  // whole parameters, replicated K/V pieces) read and write gradients beside the buckets' use of
+  // them: the buffers stay plain memory then.
+  const bool tp_sums = tensor_ && tensor_->sums_gradients();
+  if (tp_sums)
+    print(
+        "note: the gradient buckets' full buffers stay in plain memory: tensor parallelism "
+        "sums gradients inside them");
+  const bool buckets_in_chunks = !tp_sums && buckets_fit(os.memory.chunk_bytes);
+  if (!buckets_in_chunks) ddp()->allocate_bucket_buffers();
   if (parallel::Zero3Parameters* z = zero3()) {
     for (size_t k = 0; k < z->unit_count(); ++k) {
       OffloadShard s;
@@ -287,28 +300,20 @@ void Trainer::build_offload_shards(const RegionSource& init) {
       s.bucket = b;
       s.param = z->parameter_shard(b);
       s.grad = ddp()->gradient_shard(b);
+      if (buckets_in_chunks) s.full = ddp()->bucket_buffer(b);
       moments(b, s);
       os.shards.push_back(std::move(s));
     }
   } else {
-    // ZeRO-1's all-reduced buckets go into chunks when every one fits a chunk; otherwise they are
-    // plain memory (the bucket size sets how ZeRO shards the moments, so it is not cut to fit).
-    // Under dp x tp, tp's gradient sums after the all_reduce (sequence parallelism's whole
-    // parameters, replicated K/V pieces) read and write gradients inside the buckets: those stay
-    // plain memory.
-    const bool tp_sums = tensor_ && tensor_->sums_gradients();
-    if (zero_->stage() == 1 && tp_sums)
-      print(
-          "note: ZeRO-1's all-reduced gradient buckets stay in plain memory: tensor "
-          "parallelism sums gradients inside them after the all_reduce");
-    const bool buckets_in_chunks =
-        zero_->stage() == 1 && !tp_sums && zero1_buckets_fit(os.memory.chunk_bytes);
-    if (zero_->stage() == 1 && !buckets_in_chunks) ddp()->allocate_bucket_buffers();
     for (int64_t b = 0; b < ddp()->bucket_count(); ++b) {
       OffloadShard s;
       s.name = "bucket " + std::to_string(b);
-      if (zero_->stage() == 2) s.grad = ddp()->gradient_shard(b);
-      if (buckets_in_chunks) s.grad = ddp()->bucket_gradients(b);
+      if (zero_->stage() == 2) {
+        s.grad = ddp()->gradient_shard(b);
+        if (buckets_in_chunks) s.full = ddp()->bucket_buffer(b);
+      } else if (buckets_in_chunks) {  // ZeRO-1: the all-reduced buffer is the average itself
+        s.grad = ddp()->bucket_buffer(b);
+      }
       moments(b, s);
       os.shards.push_back(std::move(s));
     }
@@ -332,7 +337,7 @@ void Trainer::build_offload_shards(const RegionSource& init) {
   if (zero3()) zero3()->set_shard_hold(offload_->shard_hold());
   zero_->set_shard_hold(offload_->shard_hold());
   // The gradients in chunks (shards, or ZeRO-1's buckets): the reductions, the norm, the scaling.
-  ddp()->set_shard_hold(offload_->shard_hold());
+  ddp()->set_shard_hold(offload_->bucket_hold());
   sharded_->set_gradient_hold(offload_->gradient_hold());
   // dp x tp: tp's gradient sums hold what they touch in chunks (ZeRO-1's buckets stay plain
   // memory when tp sums, above; the sums at ZeRO-2/3 precede the reductions).
@@ -389,17 +394,21 @@ void Trainer::add_expert_offload_shards(OffloadShardSetup& os, const RegionSourc
   }
 }
 
-// Whether every ZeRO-1 bucket fits one chunk of `chunk_bytes` (rounded as the chunk manager
-// rounds); prints a note naming the largest bucket and parallel.bucket_mb otherwise.
-bool Trainer::zero1_buckets_fit(size_t chunk_bytes) {
+// Whether every bucket's full buffer fits one chunk of `chunk_bytes` (rounded as the chunk manager
+// rounds); prints a note naming the largest bucket otherwise.
+bool Trainer::buckets_fit(size_t chunk_bytes) {
   const int64_t chunk = int64_t((chunk_bytes + 4095) / 4096 * 4096);
   int64_t largest = 0;
   for (int64_t b = 0; b < ddp()->bucket_count(); ++b)
     largest = std::max(largest, (ddp()->bucket_nbytes(b) + 63) / 64 * 64);
   if (largest <= chunk) return true;
-  print("note: ZeRO-1's all-reduced gradient buckets stay in plain memory: the largest, " +
-        std::to_string(largest) + " bytes, does not fit a chunk of " + std::to_string(chunk) +
-        " bytes (lower parallel.bucket_mb or raise memory.chunk_size)");
+  const int stage = zero_->stage();
+  print(std::string("note: ZeRO-") + std::to_string(stage) + "'s " +
+        (stage == 1 ? "all-reduced" : "full") +
+        " gradient buckets stay in plain memory: the largest, " + std::to_string(largest) +
+        " bytes, does not fit a chunk of " + std::to_string(chunk) + " bytes (" +
+        (stage == 3 ? "a bucket is a unit's; " : "lower parallel.bucket_mb or ") +
+        "raise memory.chunk_size)");
   return false;
 }
 

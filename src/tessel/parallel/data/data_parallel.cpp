@@ -27,9 +27,6 @@ DataParallel::DataParallel(std::vector<std::pair<std::string, Tensor>> params, d
   TESSEL_CHECK(!params.empty(), "DataParallel: no parameters given");
   TESSEL_CHECK(options_.bucket_bytes > 0, "DataParallel: bucket_bytes must be positive, got ",
                options_.bucket_bytes);
-  TESSEL_CHECK(options_.allocate_buckets || options_.reduction == GradReduction::AllReduce,
-               "DataParallel: allocate_buckets false lays out all-reduced buckets only; "
-               "reduce-scattered buckets keep their full buffers between launch and retirement");
   TESSEL_CHECK(options_.max_pending_reductions >= 1,
                "DataParallel: max_pending_reductions must be >= 1, got ",
                options_.max_pending_reductions);
@@ -89,13 +86,12 @@ DataParallel::DataParallel(std::vector<std::pair<std::string, Tensor>> params, d
     b.padded = (b.numel + n - 1) / n * n;
     b.slots = std::move(group);
     b.pending = int64_t(b.slots.size());
-    // Shape-only until laid out by the caller (memory offload's chunks).
-    if (!scatter) {
-      if (options_.allocate_buckets)
-        allocate(b);
-      else
-        b.flat = unallocated({b.numel});
-    }
+    // Shape-only until laid out by the caller (memory offload's chunks); reduce-scattered
+    // buffers allocated here live only from a step's first gradient to their retirement.
+    if (!options_.allocate_buckets)
+      b.flat = unallocated({scatter ? b.padded : b.numel});
+    else if (!scatter)
+      allocate(b);
     // Shape-only until laid out by the caller (memory offload's chunks).
     if (scatter && !options_.allocate_gradient_shards) b.shard = unallocated({b.padded / n});
     buckets_.push_back(std::move(b));
@@ -129,7 +125,13 @@ void DataParallel::allocate_bucket_buffers() {
   if (options_.allocate_buckets) return;
   TESSEL_CHECK(!in_flight() && sync_count_ == 0,
                "DataParallel::allocate_bucket_buffers: call it before the first backward");
-  for (Bucket& b : buckets_) allocate(b);
+  const bool scatter = options_.reduction == GradReduction::ReduceScatter;
+  for (Bucket& b : buckets_) {
+    if (scatter)
+      b.flat = Tensor();  // allocated on first use in a step, as allocate_buckets true does
+    else
+      allocate(b);
+  }
   options_.allocate_buckets = true;
 }
 
@@ -202,7 +204,12 @@ void DataParallel::retire_reductions(size_t keep) {
     b.shard_held.reset();
     b.flat_held.reset();  // allocate_buckets false: the average stays in the laid-out buffer
     b.reduced = true;
-    if (options_.reduction == GradReduction::ReduceScatter) release_bucket(b);
+    if (options_.reduction == GradReduction::ReduceScatter) {
+      if (options_.allocate_buckets)
+        release_bucket(b);
+      else  // the laid-out buffer stays; its contents are dead until the next step's gradients
+        hold_(b.flat, ShardUse::Discard);
+    }
     ++next_release_;
   }
 }
@@ -288,7 +295,7 @@ void DataParallel::launch_ready_prefix() {
 
 // The next bucket in order, after retiring reductions beyond the bound (ReduceScatter).
 void DataParallel::launch_next() {
-  // Held buckets (allocate_buckets false) are retired the same way: each all_reduce keeps its
+  // Held buckets (allocate_buckets false) are retired the same way: each reduction keeps its
   // bucket in its tier until then.
   if (options_.reduction == GradReduction::ReduceScatter || !options_.allocate_buckets)
     retire_reductions(size_t(options_.max_pending_reductions - 1));
@@ -306,6 +313,9 @@ void DataParallel::launch(size_t bucket) {
       TESSEL_CHECK(s.fired || !s.param.grad().defined(), "DataParallel: parameter '", s.name,
                    "' has a gradient its hook never delivered");
     }
+    // The padding a reduce_scatter reads is zeros, as in a freshly allocated buffer.
+    if (b.padded > b.numel && options_.reduction == GradReduction::ReduceScatter)
+      b.flat.narrow(0, b.numel, b.padded - b.numel).fill(0.0);
   } else {
     for (size_t i : b.slots) {
       if (!slots_[i].fired) bind_grad(slots_[i]);
@@ -329,16 +339,21 @@ void DataParallel::finish_gradient_sync() {
                "DataParallel::finish_gradient_sync: sync is off (set_sync(false)); turn it "
                "on for the last micro-batch of the step");
   const auto start = std::chrono::steady_clock::now();
+  const bool scatter = options_.reduction == GradReduction::ReduceScatter;
+  // Reduce-scattered buffers this object allocated are freed here; laid-out ones (allocate_buckets
+  // false) are retired in order, which ends their holds and discards their contents.
+  const bool free_buffers = scatter && options_.allocate_buckets;
   try {
     while (next_launch_ < buckets_.size()) launch_next();
+    if (scatter && !options_.allocate_buckets) retire_reductions(0);
     for (Bucket& b : buckets_)
       if (b.work) b.work->wait();  // (none: already retired and released during backward)
   } catch (...) {
     reset_step();
-    if (options_.reduction == GradReduction::ReduceScatter) release_full_buffers();
+    if (free_buffers) release_full_buffers();
     throw;
   }
-  if (options_.reduction == GradReduction::ReduceScatter) release_full_buffers();
+  if (free_buffers) release_full_buffers();
   ++sync_count_;
   const auto end = std::chrono::steady_clock::now();
   stats_.wait_ms = ms_between(start, end);
@@ -407,6 +422,14 @@ Tensor DataParallel::bucket_gradients(int64_t bucket) const {
   TESSEL_CHECK(options_.reduction == GradReduction::AllReduce,
                "DataParallel::bucket_gradients: buckets are reduce-scattered; only "
                "gradient_shard() holds the average");
+  return b.flat;
+}
+
+Tensor DataParallel::bucket_buffer(int64_t bucket) const {
+  const Bucket& b = bucket_at(bucket, "bucket_buffer");
+  TESSEL_CHECK(
+      !options_.allocate_buckets,
+      "DataParallel::bucket_buffer: the buffers are this object's (allocate_buckets true)");
   return b.flat;
 }
 

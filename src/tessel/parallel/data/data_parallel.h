@@ -48,14 +48,16 @@ struct DataParallelOptions {
   // no bytes) from construction, for the caller to lay out somewhere before the first reduction
   // (memory offload puts it in a chunk) and to hold through set_shard_hold() while it is used.
   bool allocate_gradient_shards = true;
-  // AllReduce, false: every bucket's flat buffer is shape-only from construction, for the caller
-  // to lay out (memory offload puts it in a chunk). The buffer is then only written under a hold
+  // false: every bucket's flat buffer (ReduceScatter: padded) is shape-only from construction,
+  // for the caller to lay out (memory offload puts it in a chunk; bucket_buffer() gives it). The
+  // buffer is then only written under a hold
   // (set_shard_hold(), ShardUse::Accumulate): backward leaves each gradient the engine completes in
   // .grad() and the grad-ready hook adds it into the bucket while the bucket is held, leaving
   // .grad() undefined, so the engine never writes into a buffer that may have moved. A bucket is
   // held from its first gradient of a backward until all of its parameters' have come (no-sync
-  // micro-batches) or its all_reduce is retired (options.max_pending_reductions later launches,
-  // as ReduceScatter retires; or finish_gradient_sync()).
+  // micro-batches) or its reduction is retired (options.max_pending_reductions later launches;
+  // or finish_gradient_sync()). A retired reduce-scattered buffer is handed to the hold with
+  // ShardUse::Discard (its contents are dead: the average is in the shard) instead of freed.
   bool allocate_buckets = true;
 };
 
@@ -143,6 +145,8 @@ class DataParallel {
   int64_t shard_numel(int64_t bucket) const;          // padded / dp: every rank's block size
   // AllReduce: the bucket's flat buffer (after finish_gradient_sync, the average).
   Tensor bucket_gradients(int64_t bucket) const;
+  // allocate_buckets false: the bucket's shape-only flat buffer, for the caller to lay out.
+  Tensor bucket_buffer(int64_t bucket) const;
   // ReduceScatter: this rank's block of the averaged bucket (defined after the first finish).
   Tensor gradient_shard(int64_t bucket) const;
   // Bytes of gradient buffers allocated now: flat buffers plus shards (the shards only when this
@@ -150,8 +154,8 @@ class DataParallel {
   int64_t gradient_bytes() const;
   // ReduceScatter: the gradient shards live in offloaded chunks (shard_hold.h): each
   // reduce_scatter holds its bucket's shard (ShardUse::Reduce) from its launch until it is
-  // retired. AllReduce with allocate_buckets false: the flat buffers do, held with
-  // ShardUse::Accumulate while backward and the all_reduce write them. Local.
+  // retired. With allocate_buckets false: the flat buffers do, held with ShardUse::Accumulate
+  // while backward and the reduction use them (and discarded once reduce-scattered). Local.
   void set_shard_hold(ShardHold hold) { hold_ = std::move(hold); }
 
  private:

@@ -18,8 +18,11 @@ namespace tessel::parallel {
 // reduction (a reduce_scatter into this rank's gradient shard) on the host, where the update
 // reads it. Read: only read on the host (the gradient norm, the update's gradients). Accumulate:
 // written by backward and by the all_reduce over it (a data-parallel bucket's full gradient
-// buffer at ZeRO-1), in the device tier, where backward runs.
-enum class ShardUse { Gather, Update, Reduce, Read, Accumulate };
+// buffer), in the device tier, where backward runs. Discard: no use at all -- the buffer's
+// contents are dead (a reduce-scattered bucket's full buffer once its reduction is retired, at
+// ZeRO-2/3), so the holder may drop its bytes instead of keeping or writing them anywhere; the
+// returned handle is empty.
+enum class ShardUse { Gather, Update, Reduce, Read, Accumulate, Discard };
 using ShardHold = std::function<std::shared_ptr<void>(const Tensor& shard, ShardUse use)>;
 
 }  // namespace tessel::parallel

@@ -34,11 +34,14 @@ OffloadStrategy::OffloadStrategy(OffloadShardSetup setup)
       chunks_->add(s.param, "param");
       shard_of[s.param.impl_ptr().get()] = i;
     }
+    if (s.full.defined()) chunks_->add(s.full, kBucketGroup);
     if (s.grad.defined()) chunks_->add(s.grad, kGradGroup);
     chunks_->add(s.exp_avg, "adam_m");
     chunks_->add(s.exp_avg_sq, "adam_v");
   }
   chunks_->lay_out();
+  for (const OffloadShard& s : shards_)
+    if (s.full.defined()) ++bucket_chunks_[chunks_->chunk_of(s.full)].first;
   check_host_holds_all();
   // ZeRO-3 holds a unit's parameter shard in the device tier from its all_gather's start to its
   // completion; with the next unit's gather started ahead (and one more a mispredicted prefetch
@@ -57,11 +60,15 @@ OffloadStrategy::OffloadStrategy(OffloadShardSetup setup)
   // their all_reduce runs: the one in flight (DataParallel retires the one before when it launches
   // the next) and the ones backward is filling meanwhile, at most two with GPT-2's order; three
   // leave room for a bucket whose gradients arrive early. Besides the copies' working set.
+  // ZeRO-2/3's full buffers the same way: each reduce_scatter keeps its bucket held until it is
+  // retired, and backward fills the next ones meanwhile.
   if (setup.zero_stage == 1) {
     std::set<int> grad_chunks;
     for (const OffloadShard& s : shards_)
       if (s.grad.defined()) grad_chunks.insert(chunks_->chunk_of(s.grad));
     device_need_ += std::min(3, int(grad_chunks.size()));
+  } else {
+    device_need_ += std::min(3, int(bucket_chunks_.size()));
   }
   check_shard_budgets(setup.zero_stage);  // before seal(), which writes the whole state
   // Start-up streams, as on one process: ZeRO made the shards shape-only, and each parameter
@@ -95,28 +102,29 @@ void OffloadStrategy::check_shard_budgets(int zero_stage) const {
   const memory::ChunkManager& c = *chunks_;
   const size_t cb = c.chunk_bytes();
   const size_t dev = c.pool(Tier::Device).budget(), host = c.pool(Tier::Host).budget();
+  const bool grads = std::any_of(shards_.begin(), shards_.end(),
+                                 [](const OffloadShard& s) { return s.grad.defined(); });
+  // What the device tier holds at once, part by part, for the message.
+  std::string parts;
+  const auto part = [&parts](const char* what) {
+    parts += (parts.empty() ? "" : "; ") + std::string(what);
+  };
+  if (has_copies_) part("16-bit copies: a unit's, with the embeddings'");
+  if (zero_stage == 3)
+    part("parameter shards: a unit's all_gather and the next ones started ahead");
+  if (zero_stage == 1 && grads)
+    part("all-reduced gradient buckets: the one reducing and the ones backward fills");
+  if (!bucket_chunks_.empty())
+    part("full gradient buckets: the one reduce-scattering and the ones backward fills");
   TESSEL_CHECK(dev / cb >= size_t(device_need_), "memory.device_budget of ", dev, " bytes holds ",
-               dev / cb, " chunks of ", cb, " bytes, but ",
-               has_copies_ || zero_stage == 1 ? "one step holds " : "ZeRO-3 holds up to ",
-               device_need_,
-               has_copies_ && zero_stage == 1
-                   ? " chunks in the device tier at once (16-bit copies: a unit's with the "
-                     "embeddings'; and the all-reduced gradient buckets backward fills)"
-               : has_copies_ ? " chunks of 16-bit copies in the device tier at once (a unit's, "
-                               "with the embeddings')"
-               : zero_stage == 1
-                   ? " chunks of all-reduced gradient buckets in the device tier at once (the one "
-                     "reducing and the ones backward fills)"
-                   : " chunks of parameter shards in the device tier at once (a unit's "
-                     "all_gather and the next ones started ahead)",
-               ": the smallest device budget that works is ", size_t(device_need_) * cb, " bytes");
+               dev / cb, " chunks of ", cb, " bytes, but one step holds up to ", device_need_,
+               " chunks in the device tier at once (", parts,
+               "): the smallest device budget that works is ", size_t(device_need_) * cb, " bytes");
   // The update holds a bucket's row: its parameter shard (stage 3), gradient shard (stages 2
   // and 3; the all-reduced bucket, read, at stage 1) and both moments' shards. During backward the
   // host tier holds only the gradient shard a reduce_scatter is writing (one at a time), so the row
   // is the most.
   // (ZeRO-1's buckets are plain memory when they do not fit a chunk: no gradient in the row.)
-  const bool grads = std::any_of(shards_.begin(), shards_.end(),
-                                 [](const OffloadShard& s) { return s.grad.defined(); });
   const size_t row = 2 + (zero_stage == 3 ? 1 : 0) + (grads ? 1 : 0);
   const char* what = zero_stage == 3   ? "parameter shard, gradient shard and both moments' shards"
                      : zero_stage == 2 ? "gradient shard and both moments' shards"
@@ -129,8 +137,11 @@ void OffloadStrategy::check_shard_budgets(int zero_stage) const {
 }
 
 void OffloadStrategy::free_gradient_shards() {
-  for (const OffloadShard& s : shards_)
+  for (const OffloadShard& s : shards_) {
     if (s.grad.defined()) chunks_->free(chunks_->chunk_of(s.grad));
+    if (s.full.defined()) chunks_->free(chunks_->chunk_of(s.full));
+  }
+  for (auto& [id, count] : bucket_chunks_) count.second = 0;
 }
 
 parallel::ShardHold OffloadStrategy::shard_hold() {
@@ -161,6 +172,26 @@ parallel::ShardHold OffloadStrategy::shard_hold() {
   };
 }
 
+parallel::ShardHold OffloadStrategy::bucket_hold() {
+  const parallel::ShardHold hold = shard_hold();
+  return [this, hold](const Tensor& flat, parallel::ShardUse use) -> std::shared_ptr<void> {
+    if (use != parallel::ShardUse::Discard) return hold(flat, use);
+    // A chunk may hold several buckets' buffers, some still being filled: it is freed when the
+    // last of them is retired (every bucket is, once per synced step), so no dead gradient is
+    // ever kept or written, and the next step's first access starts from zeros.
+    auto it = bucket_chunks_.find(chunks_->chunk_of(flat));
+    TESSEL_CHECK(it != bucket_chunks_.end(),
+                 "offload: discarding a buffer that is not a full "
+                 "gradient bucket's chunk (chunk ",
+                 chunks_->chunk_of(flat), ")");
+    if (++it->second.second == it->second.first) {
+      chunks_->free(it->first);
+      it->second.second = 0;
+    }
+    return nullptr;
+  };
+}
+
 SpanHold OffloadStrategy::gradient_hold() {
   const parallel::ShardHold hold = shard_hold();
   return [this, hold](const Tensor& flat, bool write) -> std::shared_ptr<void> {
@@ -186,6 +217,7 @@ std::string OffloadStrategy::shard_placement() const {
   for (const OffloadShard& s : shards_) {
     out += "  " + s.name + " (this rank's shard): ";
     if (s.param.defined()) out += "param " + at(s.param) + ", ";
+    if (s.full.defined()) out += "grad_bucket " + at(s.full) + ", ";
     if (s.grad.defined()) out += "grad " + at(s.grad) + ", ";
     out += "adam_m " + at(s.exp_avg) + ", adam_v " + at(s.exp_avg_sq) + "\n";
   }

@@ -31,6 +31,8 @@ namespace tessel::train {
 inline constexpr const char* kCopyGroup = "param16";
 // The gradients' chunk list: the only chunks a backward writes.
 inline constexpr const char* kGradGroup = "grad";
+// Under dp at ZeRO-2/3: the buckets' full gradient buffers each reduce_scatter reads.
+inline constexpr const char* kBucketGroup = "grad_bucket";
 
 struct OffloadSetup {
   memory::MemoryConfig memory;
@@ -61,6 +63,10 @@ struct OffloadShard {
   // by its reduce_scatter); stage 1: the bucket's whole all-reduced buffer (written by backward
   // and the all_reduce in the device tier, read by the norm and the update in the host tier).
   Tensor grad;
+  // Stages 2 and 3: the bucket's full (padded) gradient buffer, written by backward and read by
+  // the reduce_scatter in the device tier, dead once the reduction is retired; undefined when the
+  // buffers stay DataParallel's own (a bucket larger than a chunk).
+  Tensor full;
   Tensor exp_avg, exp_avg_sq;
   // The ZeRO-3 parameter shards this shard's gathers belong to: 0 the dense units', 1 the
   // experts' (their own Zero3Parameters, which gather ahead on their own), so each group's
@@ -131,6 +137,9 @@ class OffloadStrategy : public AxisStrategy {
   // The same for the gradient norm and scaling (train/optim/grad_norm.h): holds a span's flat
   // tensor in the host tier when it is a gradient shard in a chunk, nothing otherwise.
   SpanHold gradient_hold();
+  // DataParallel's: shard_hold() and, for ShardUse::Discard, a full buffer's chunk freed once
+  // every buffer in it is discarded this step (no bytes kept or written for dead gradients).
+  parallel::ShardHold bucket_hold();
   // Whether `tensor` views one of the chunks (under ZeRO-1/2 the parameters do not).
   bool in_chunks(const Tensor& tensor) const;
   // Where every state lives now: chunks per kind and tier, and the budgets.
@@ -187,6 +196,8 @@ class OffloadStrategy : public AxisStrategy {
   std::vector<OffloadedParameter> states_;
   std::vector<OffloadShard> shards_;                            // under data parallelism
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for shard holds outliving this
+  // Full-buffer chunks: how many buffers each holds, and how many are discarded this step.
+  std::map<int, std::pair<int, int>> bucket_chunks_;
   std::vector<Unit> units_;
   std::vector<std::pair<Tensor, int64_t>> grad_hooks_;
   OffloadAdamW* optimizer_ = nullptr;
