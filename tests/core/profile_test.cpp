@@ -48,6 +48,25 @@ TEST_F(ProfileTest, ScopesAddUpPerName) {
   EXPECT_TRUE(snapshot().empty());
 }
 
+TEST_F(ProfileTest, ScopesCountTheirThreadsCpuTime) {
+  set_enabled(true);
+  {
+    Scope s("spin");
+    // Busy until this thread has run 2 ms: CPU time the scope must report.
+    const double start = thread_cpu_seconds();
+    while (thread_cpu_seconds() - start < 0.002) {
+    }
+  }
+  add("direct", 0.25, 0.0, 0.125);
+  std::vector<Entry> all = snapshot();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].name, "direct");
+  EXPECT_DOUBLE_EQ(all[0].cpu_seconds, 0.125);
+  EXPECT_EQ(all[1].name, "spin");
+  EXPECT_GE(all[1].cpu_seconds, 0.002);
+  EXPECT_GE(all[1].seconds, all[1].cpu_seconds * 0.999);  // one thread: never more CPU than wall
+}
+
 TEST_F(ProfileTest, ScopeOpenedWhileOffStaysUnrecorded) {
   {
     Scope s("late");
