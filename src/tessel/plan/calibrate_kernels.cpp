@@ -11,6 +11,7 @@
 #include "tessel/core/error.h"
 #include "tessel/core/profile.h"
 #include "tessel/core/rng.h"
+#include "tessel/core/threads.h"
 #include "tessel/kernels/backend.h"
 #include "tessel/kernels/kernel_observer.h"
 #include "tessel/kernels/meta/meta_backend.h"
@@ -224,6 +225,14 @@ double measure_op_overhead(double budget, const Agreement& agree) {
     model->zero_grad();
     autograd::backward(model->loss(ids, targets));
   };
+  // One thread while profiled: the profiler reads the issuing thread's CPU time, so with a pool
+  // the workers' share of each kernel would count as work outside it. The work between kernels
+  // is the issuing thread's either way.
+  struct OneThread {
+    int saved = num_threads();
+    OneThread() { set_num_threads(1); }
+    ~OneThread() { set_num_threads(saved); }
+  } one_thread;
   step();  // warm-up: the allocator's blocks, the kernels' first touch
   // Each step profiled (core/profile.h): the step's CPU time less its kernels' CPU time is what
   // the ops cost outside them; CPU time, so that a loaded machine's waits are not counted.
