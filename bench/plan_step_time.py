@@ -6,7 +6,10 @@ train` for a few steps on a small GPT-2 and prints the median measured step_ms o
 to `tessel plan memory --cluster`'s prediction and its terms. The calibration and the runs follow
 each other in one window, so the load other work puts on the machine reaches both (calibration
 records it as `cpu_share`); the load average is printed before the calibration and after each
-run. Prints a table; asserts nothing (timings on a shared machine are not a test).
+run. Each row: the prediction against the median wall step_ms and its error, then the load-free
+terms (the prediction less load_ms) against the median step_cpu_ms (rank 0's CPU time per step)
+and that error, which a loaded machine disturbs less. Prints a table; asserts nothing (timings on
+a shared machine are not a test).
 
 Usage: plan_step_time.py TESSEL MPIRUN WORKDIR [STEPS]
 """
@@ -42,7 +45,8 @@ def main():
     print("load average before calibrating: %.2f %.2f %.2f" % os.getloadavg(), flush=True)
     run(mpi_prefix(mpirun) + ["-np", "2", tessel, "plan", "calibrate", "--quick", "-o", cluster],
         env=env)
-    print(f"{'layout':<20} {'pred ms':>8} {'meas ms':>8} {'error':>7}  terms (ms)")
+    print(f"{'layout':<20} {'pred ms':>8} {'meas ms':>8} {'error':>7} {'free ms':>8} "
+          f"{'cpu ms':>8} {'error':>7}  terms (ms)")
     for label, dp, tp, pp, schedule, micro, rows in LAYOUTS:
         out = os.path.join(work, "run")
         shutil.rmtree(out, ignore_errors=True)
@@ -55,7 +59,11 @@ def main():
             f"train.micro_batch={rows}", f"checkpoint.dir={out}", "checkpoint.interval=0",
             "log.interval=1"])
         run(mpi_prefix(mpirun) + ["-np", str(dp * tp * pp), tessel, "train"] + axes + sets, env=env)
-        measured = statistics.median(r["step_ms"] for r in step_records(out)[2:])
+        records = step_records(out)[2:]
+        measured = statistics.median(r["step_ms"] for r in records)
+        # The step's CPU time (rank 0's process, MPI's polling included): on a loaded machine the
+        # load-free terms are set against it too.
+        cpu = statistics.median(r.get("step_cpu_ms", 0) for r in records)
         p = run([tessel, "plan", "memory", "--model", config] + plan_axes +
                 ["--micro-batch", str(rows), "--seq", str(SEQ), "--cluster", cluster, "--json"],
                 env=env)
@@ -65,7 +73,10 @@ def main():
             "pp_comm_ms", "bubble_ms", "load_ms")
             if pred.get(k))
         err = (pred["step_ms"] - measured) / measured
-        print(f"{label:<20} {pred['step_ms']:>8.2f} {measured:>8.2f} {100 * err:>6.1f}%  {terms}"
+        free = pred["step_ms"] - pred.get("load_ms", 0)
+        cpu_err = (free - cpu) / cpu if cpu > 0 else 0
+        print(f"{label:<20} {pred['step_ms']:>8.2f} {measured:>8.2f} {100 * err:>6.1f}% "
+              f"{free:>8.2f} {cpu:>8.2f} {100 * cpu_err:>6.1f}%  {terms}"
               + (f" bubble {pred['bubble_fraction']:.3f}" if pp > 1 else "")
               + " (load %.2f)" % os.getloadavg()[0], flush=True)
     with open(cluster) as f:

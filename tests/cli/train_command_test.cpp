@@ -113,6 +113,11 @@ TEST(TrainCommand, InjectedNanIsSkippedAndCounted) {
   EXPECT_FALSE(steps[4]["skipped"].get<bool>());
   EXPECT_NE(r.out.find("step 4 skipped"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("skipped 1"), std::string::npos) << r.out;
+  // Every step, skipped or not, did work: its CPU time is recorded beside its wall time.
+  for (const auto& step : steps) {
+    ASSERT_TRUE(step.contains("step_cpu_ms")) << step.dump();
+    EXPECT_GT(step["step_cpu_ms"].get<double>(), 0.0) << step.dump();
+  }
 }
 
 TEST(TrainCommand, BadConfigurationsFailWithOneLine) {

@@ -31,21 +31,42 @@ TEST_F(ProfileTest, ScopesAddUpPerName) {
   for (int i = 0; i < 3; ++i) Scope s("gemm", 13.0);
   {
     Scope s("sleep");
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // Long enough that three empty scopes, each possibly descheduled on a loaded machine, stay
+    // shorter (5 ms did not: a scope that lost its core took longer).
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  add("direct", 0.25, 33.0);
+  add("direct", 2.5, 33.0);
   std::vector<Entry> all = snapshot();
   ASSERT_EQ(all.size(), 3u);
-  EXPECT_EQ(all[0].name, "direct");  // 0.25 s: the largest time comes first
+  EXPECT_EQ(all[0].name, "direct");  // 2.5 s: the largest time comes first
   EXPECT_EQ(all[0].calls, 1);
   EXPECT_DOUBLE_EQ(all[0].flops, 33.0);
   EXPECT_EQ(all[1].name, "sleep");
-  EXPECT_GE(all[1].seconds, 0.004);
+  EXPECT_GE(all[1].seconds, 0.099);
   EXPECT_EQ(all[2].name, "gemm");
   EXPECT_EQ(all[2].calls, 3);
   EXPECT_DOUBLE_EQ(all[2].flops, 39.0);
   reset();
   EXPECT_TRUE(snapshot().empty());
+}
+
+TEST_F(ProfileTest, ScopesCountTheirThreadsCpuTime) {
+  set_enabled(true);
+  {
+    Scope s("spin");
+    // Busy until this thread has run 2 ms: CPU time the scope must report.
+    const double start = thread_cpu_seconds();
+    while (thread_cpu_seconds() - start < 0.002) {
+    }
+  }
+  add("direct", 0.25, 0.0, 0.125);
+  std::vector<Entry> all = snapshot();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].name, "direct");
+  EXPECT_DOUBLE_EQ(all[0].cpu_seconds, 0.125);
+  EXPECT_EQ(all[1].name, "spin");
+  EXPECT_GE(all[1].cpu_seconds, 0.002);
+  EXPECT_GE(all[1].seconds, all[1].cpu_seconds * 0.999);  // one thread: never more CPU than wall
 }
 
 TEST_F(ProfileTest, ScopeOpenedWhileOffStaysUnrecorded) {

@@ -86,6 +86,18 @@ TEST(ComputeCost, ElementwiseIsBandwidthBound) {
   EXPECT_DOUBLE_EQ(sum.seconds[1], 2.0 * 512 * 512 * 512 / 4e10);
   EXPECT_DOUBLE_EQ(sum.total(), sum.gemm_seconds + sum.other_seconds);
   EXPECT_DOUBLE_EQ(adamw_seconds(c, 1000), 28 * 1000 / 1e10);
+  // By kernel: the profiled step's breakdown is set against these.
+  ASSERT_EQ(sum.kernel_seconds.size(), 2u);
+  EXPECT_DOUBLE_EQ(sum.kernel_seconds.at("gemm"), sum.seconds[1]);
+  EXPECT_DOUBLE_EQ(sum.kernel_seconds.at(op.kernel), t.seconds);
+}
+
+TEST(ComputeCost, GradientPassesCountTheNormsRead) {
+  // The global norm reads every gradient (4 B), the scaling pass reads and writes it (8 B); a
+  // model without the norm's read would give 8 B per element.
+  const Cluster c = toy_cluster();
+  EXPECT_DOUBLE_EQ(gradient_passes_seconds(c, 1001), (4 + 8) * 1001 / 1e10);
+  EXPECT_DOUBLE_EQ(gradient_passes_seconds(c, 0), 0);
 }
 
 TEST(StepCost, BucketsOverlapTheBackward) {
@@ -109,7 +121,7 @@ TEST(StepCost, DataParallelStep) {
   const StepTime t = estimate_step_time(c, graph, m, layout);
   const double gemm = 2.0 * 512 * 512 * 512 / 4e10;
   EXPECT_DOUBLE_EQ(t.compute_seconds, 3 * 2 * gemm);
-  EXPECT_DOUBLE_EQ(t.optimizer_seconds, 36 * 1001 / 1e10);
+  EXPECT_DOUBLE_EQ(t.optimizer_seconds, 40 * 1001 / 1e10);
   const int ranks[] = {0, 1};
   const double all_reduce = collective_cost(c, Collective::AllReduce, ranks, 4 * 1001).seconds;
   EXPECT_DOUBLE_EQ(t.dp_comm_seconds, all_reduce);
@@ -199,7 +211,7 @@ TEST(StepCost, TensorParallelStepWithCalibratedTerms) {
   // No measured send/recv: the link model.
   EXPECT_DOUBLE_EQ(step_collective_seconds(c, Collective::SendRecv, pair, 1e5),
                    collective_cost(c, Collective::SendRecv, pair, 1e5).seconds);
-  EXPECT_DOUBLE_EQ(t.optimizer_seconds, 10 * (5e-6 + 3e-6) + 8 * 10000 / 1e10);
+  EXPECT_DOUBLE_EQ(t.optimizer_seconds, 10 * (5e-6 + 3e-6) + 12 * 10000 / 1e10);
   EXPECT_DOUBLE_EQ(t.total(), t.compute_seconds + t.optimizer_seconds + t.tp_comm_seconds);
   EXPECT_EQ(t.load_seconds, 0);  // cpu_share not given: 1
   // Calibrated on a machine where each rank got a quarter of the wall clock: compute and the

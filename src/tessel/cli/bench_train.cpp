@@ -237,14 +237,18 @@ std::vector<json> run_peer(const models::ModelConfig& config, const TrainBenchOp
 
 // Kernel times of `steps` profiled steps, per step, one line per kernel name, then the phases and
 // what no kernel accounts for (autograd bookkeeping, allocation, the ops' own checks).
+// Each figure also as this thread's CPU time (cpu_ms_per_step), which a loaded machine does not
+// inflate; with --threads 1 that is all the step's work.
 void run_breakdown(TrainStep& step, int steps, double unprofiled_s) {
   profile::reset();
   profile::set_enabled(true);
   auto t0 = Clock::now();
+  const double cpu0 = profile::thread_cpu_seconds();
   for (int i = 0; i < steps; ++i) step.run();
   const double total = seconds_since(t0) / steps;
+  const double cpu_total = (profile::thread_cpu_seconds() - cpu0) / steps;
   profile::set_enabled(false);
-  double kernels = 0;
+  double kernels = 0, cpu_kernels = 0;
   std::vector<profile::Entry> phases;
   for (const profile::Entry& e : profile::snapshot()) {
     if (e.name.rfind("phase.", 0) == 0) {
@@ -253,9 +257,14 @@ void run_breakdown(TrainStep& step, int steps, double unprofiled_s) {
     }
     const double s = e.seconds / steps;
     kernels += s;
-    json j = {{"bench", "train"},   {"figure", "breakdown"},
-              {"op", e.name},       {"ms_per_step", s * 1e3},
-              {"share", s / total}, {"calls_per_step", double(e.calls) / steps}};
+    cpu_kernels += e.cpu_seconds / steps;
+    json j = {{"bench", "train"},
+              {"figure", "breakdown"},
+              {"op", e.name},
+              {"ms_per_step", s * 1e3},
+              {"cpu_ms_per_step", e.cpu_seconds / steps * 1e3},
+              {"share", s / total},
+              {"calls_per_step", double(e.calls) / steps}};
     if (e.flops > 0) j["gflops"] = e.flops / e.seconds / 1e9;
     emit(j);
   }
@@ -264,6 +273,7 @@ void run_breakdown(TrainStep& step, int steps, double unprofiled_s) {
           {"figure", "breakdown_phase"},
           {"phase", e.name.substr(6)},
           {"ms_per_step", e.seconds / steps * 1e3},
+          {"cpu_ms_per_step", e.cpu_seconds / steps * 1e3},
           {"share", e.seconds / steps / total}});
   }
   emit({{"bench", "train"},
@@ -272,7 +282,10 @@ void run_breakdown(TrainStep& step, int steps, double unprofiled_s) {
         {"ms_per_step_unprofiled", unprofiled_s * 1e3},
         {"kernels_ms", kernels * 1e3},
         {"outside_kernels_ms", (total - kernels) * 1e3},
-        {"outside_kernels_share", (total - kernels) / total}});
+        {"outside_kernels_share", (total - kernels) / total},
+        {"cpu_ms_per_step_profiled", cpu_total * 1e3},
+        {"cpu_kernels_ms", cpu_kernels * 1e3},
+        {"cpu_outside_kernels_ms", (cpu_total - cpu_kernels) * 1e3}});
 }
 
 void run_train_bench(const TrainBenchOptions& opt) {

@@ -64,6 +64,7 @@ void run_memory(MemoryArgs a) {
   const plan::MemoryEstimate& m = ranks[worst];
   const plan::Graph& graph = graphs[worst];
   std::vector<std::pair<const char*, double>> times;
+  nlohmann::json kernels_ms;  // the predicted compute by kernel, the rank's whole step
   if (!a.cluster.empty()) {
     const plan::Cluster cluster =
         plan::Cluster::load(a.cluster).with_devices(a.layout.dp * a.tp * a.pp);
@@ -75,6 +76,10 @@ void run_memory(MemoryArgs a) {
     } else {
       t = plan::estimate_step_time(cluster, graph, m, a.layout);
     }
+    // A pipeline rank's trace is its whole schedule; any other trace is one micro-batch.
+    const double passes = a.pp > 1 ? 1.0 : double(a.layout.grad_accum);
+    for (const auto& [kernel, s] : plan::graph_compute_time(cluster, graph).kernel_seconds)
+      kernels_ms[kernel] = 1e3 * s * passes;
     times = {{"compute_ms", 1e3 * t.compute_seconds},
              {"op_overhead_ms", 1e3 * t.overhead_seconds},
              {"load_ms", 1e3 * t.load_seconds},
@@ -116,6 +121,7 @@ void run_memory(MemoryArgs a) {
                           {"buckets", int64_t(m.buckets.size())}};
     for (const auto& [name, v] : terms) out[name] = int64_t(v);
     for (const auto& [name, v] : times) out[name] = v;
+    if (!kernels_ms.is_null()) out["kernels_ms"] = kernels_ms;
     if (a.pp > 1) {
       out["schedule"] = a.schedule;
       out["pp_rank"] = int(worst);

@@ -310,7 +310,7 @@ Cluster calibrate(dist::Communicator& world, const CalibrateOptions& options) {
     say("  kernel " + p.kernel + " " + format(p.bytes, 8) + " B " + format(p.flops, 8) +
         " FLOP: " + format(p.seconds * 1e6) + " us");
   });
-  c.device.op_overhead = measure_op_overhead(c, budget, agree);
+  c.device.op_overhead = measure_op_overhead(budget, agree);
   say("  op overhead: " + format(c.device.op_overhead * 1e6) + " us per op outside its kernel");
   {
     // The load: every rank keeps its threads busy with 256^3 products, as a step would.

@@ -9,15 +9,20 @@
 
 #include "tessel/autograd/engine.h"
 #include "tessel/core/error.h"
+#include "tessel/core/profile.h"
+#include "tessel/core/rng.h"
+#include "tessel/core/threads.h"
 #include "tessel/kernels/backend.h"
 #include "tessel/kernels/kernel_observer.h"
 #include "tessel/kernels/meta/meta_backend.h"
+#include "tessel/models/gpt2/gpt2_config.h"
 #include "tessel/ops/activation.h"
 #include "tessel/ops/loss.h"
 #include "tessel/ops/matmul.h"
 #include "tessel/ops/norm.h"
 #include "tessel/plan/calibrate_timing.h"
 #include "tessel/plan/compute_cost.h"
+#include "tessel/plan/trace.h"
 #include "tessel/plan/trace_recorder.h"
 #include "tessel/tensor/default_device.h"
 
@@ -195,47 +200,59 @@ std::vector<KernelPoint> measure_kernels(bool quick, double budget, const Agreem
   return out;
 }
 
-double measure_op_overhead(const Cluster& cluster, double budget, const Agreement& agree) {
-  // A two-layer MLP with a norm and the loss, small enough that every kernel's fixed cost
-  // dominates it: linear, GELU, LayerNorm, linear, cross-entropy, and their backward.
-  struct Chain {
-    Tensor x, w1, b1, g, beta, w2, targets;
-    Chain() {
-      x = randn({8, 32});
-      w1 = randn({64, 32}).set_requires_grad();
-      b1 = zeros({64}).set_requires_grad();
-      g = full({64}, 1.0).set_requires_grad();
-      beta = zeros({64}).set_requires_grad();
-      w2 = randn({32, 64}).set_requires_grad();
-      targets = zeros({8}, DType::I64);
-    }
-    void run() const {
-      Tensor h = ops::gelu(ops::linear(x, w1, b1));
-      h = ops::layer_norm(h, g, beta);
-      autograd::backward(ops::cross_entropy(ops::linear(h, w2), targets));
-    }
+double measure_op_overhead(double budget, const Agreement& agree) {
+  // A real model's step, so that the ops and autograd layers' work between kernels (views,
+  // reshapes, transposes, autograd nodes, allocation, checks, the host-side copies of concat and
+  // split) comes in the mix a training step has: GPT-2 of 2 layers x 32, 2 rows of 16 tokens, as
+  // the trainer runs it (gradients dropped before each step).
+  models::GPT2Config config;
+  config.vocab_size = 64;
+  config.n_positions = 16;
+  config.n_embd = 32;
+  config.n_layer = 2;
+  config.n_head = 2;
+  config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = 0;
+  TraceOptions options;
+  options.batch = 2;
+  options.seq = 16;
+  const double traced_ops = double(trace_training_step(config, options).ops.size());
+  TESSEL_CHECK(traced_ops > 0, "plan calibrate: the overhead probe traced no kernel");
+  Generator generator(1);
+  std::shared_ptr<models::CausalLM> model = config.build_random(generator);
+  model->train();
+  const Tensor ids = zeros({2, 16}, DType::I64), targets = zeros({2, 16}, DType::I64);
+  auto step = [&] {
+    model->zero_grad();
+    autograd::backward(model->loss(ids, targets));
   };
-  // The kernels of one steady-state step (gradients already held: the second run), as the
-  // trace records them, and what the measured curves say they take.
-  Graph graph;
-  {
-    DefaultDeviceScope meta(Device::meta());
-    Chain chain;
-    chain.run();
-    Recorder recorder(graph, false);
-    kernels::KernelObserverScope observe(recorder);
-    chain.run();
-  }
-  TESSEL_CHECK(!graph.ops.empty(), "plan calibrate: the overhead probe recorded no kernel");
-  Cluster without = cluster;
-  without.device.op_overhead = 0;
-  double kernels_s = 0;
-  for (const OpNode& op : graph.ops) kernels_s += op_time(without, op).seconds;
-  Chain chain;
+  // One thread while profiled: the profiler reads the issuing thread's CPU time, so with a pool
+  // the workers' share of each kernel would count as work outside it. The work between kernels
+  // is the issuing thread's either way.
+  struct OneThread {
+    int saved = num_threads();
+    OneThread() { set_num_threads(1); }
+    ~OneThread() { set_num_threads(saved); }
+  } one_thread;
+  step();  // warm-up: the allocator's blocks, the kernels' first touch
+  // Each step profiled (core/profile.h): the step's CPU time less its kernels' CPU time is what
+  // the ops cost outside them; CPU time, so that a loaded machine's waits are not counted.
+  std::vector<double> per_op;
   agree.before();
-  const double local = calibration::median_time([&] { chain.run(); }, budget);
-  const double step = agree.slowest(local);
-  return std::max(0.0, (step - kernels_s) / double(graph.ops.size()));
+  const auto start = calibration::Clock::now();
+  profile::set_enabled(true);
+  while (per_op.size() < 5 ||
+         (calibration::seconds_since(start) < budget && per_op.size() < 10000)) {
+    profile::reset();
+    const double c0 = calibration::process_cpu_seconds();
+    step();
+    const double cpu = calibration::process_cpu_seconds() - c0;
+    double kernels = 0;
+    for (const profile::Entry& e : profile::snapshot()) kernels += e.cpu_seconds;
+    per_op.push_back(std::max(0.0, cpu - kernels) / traced_ops);
+  }
+  profile::set_enabled(false);
+  profile::reset();
+  return agree.slowest(calibration::median(per_op));
 }
 
 }  // namespace tessel::plan

@@ -35,9 +35,9 @@ std::vector<GemmPoint> measure_gemm_grid(DType dtype, bool quick, double budget,
 std::vector<KernelPoint> measure_kernels(bool quick, double budget, const Agreement& agree,
                                          const std::function<void(const KernelPoint&)>& say);
 
-// Seconds per op outside its kernel: a small forward and backward through the ops and autograd
-// layers, timed, less what `cluster`'s kernel curves and GEMM table (just measured) give for the
-// kernels it runs, divided by their number; never below 0.
-double measure_op_overhead(const Cluster& cluster, double budget, const Agreement& agree);
+// Seconds per traced op outside its kernel: a small GPT-2's training step through the ops and
+// autograd layers, profiled, its CPU time less its kernel calls' CPU time, divided by the ops its
+// trace records; the median step's figure, never below 0.
+double measure_op_overhead(double budget, const Agreement& agree);
 
 }  // namespace tessel::plan

@@ -88,6 +88,7 @@ ComputeTime graph_compute_time(const Cluster& cluster, const Graph& graph) {
     c.seconds[size_t(op.phase)] += t.seconds;
     c.overhead_seconds += t.overhead_seconds;
     (op.kernel == "gemm" ? c.gemm_seconds : c.other_seconds) += t.seconds;
+    c.kernel_seconds[op.kernel] += t.seconds;
   }
   return c;
 }
@@ -100,6 +101,11 @@ double adamw_seconds(const Cluster& cluster, double elements, double tensors) {
     if (each >= 0) return tensors * (each + cluster.device.op_overhead);
   }
   return std::max(flops / cluster.peak_flops("f32"), bytes / cluster.device.memory_bandwidth);
+}
+
+double gradient_passes_seconds(const Cluster& cluster, double elements) {
+  const double norm_bytes = 4 * elements, scale_bytes = 8 * elements;
+  return (norm_bytes + scale_bytes) / cluster.device.memory_bandwidth;
 }
 
 }  // namespace tessel::plan

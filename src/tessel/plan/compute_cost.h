@@ -11,6 +11,8 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "tessel/plan/cluster.h"
 #include "tessel/plan/graph.h"
@@ -48,6 +50,9 @@ struct ComputeTime {
   std::array<double, kNumPhases> seconds{};    // by Phase
   double gemm_seconds = 0, other_seconds = 0;  // each with its ops' overhead
   double overhead_seconds = 0;                 // the ops' overhead alone
+  // By kernel name ("gemm", "layer_norm_backward", ...), each with its ops' overhead: what a
+  // profiled step (`tessel bench train --breakdown`) is set against, kernel by kernel.
+  std::map<std::string, double> kernel_seconds;
   double total() const { return seconds[0] + seconds[1] + seconds[2]; }
 };
 
@@ -59,5 +64,11 @@ ComputeTime graph_compute_time(const Cluster& cluster, const Graph& graph);
 // (28 bytes), 12 FLOPs each. Each call at the "adamw" kernel's measured curve for the mean tensor
 // plus the op overhead when calibrated; one bandwidth-bound pass otherwise.
 double adamw_seconds(const Cluster& cluster, double elements, double tensors = 1);
+
+// The passes over `elements` f32 gradients that the trainer makes between backward and the
+// update, each bound by memory bandwidth: the global norm reads every gradient once (4 bytes; its
+// squares are summed for clipping and the logged grad_norm), and one pass scales them (read and
+// write, 8 bytes: 1/accumulation and clipping folded together).
+double gradient_passes_seconds(const Cluster& cluster, double elements);
 
 }  // namespace tessel::plan

@@ -93,10 +93,10 @@ StepTime estimate_step_time(const Cluster& cluster, const Graph& graph,
   double padded = 0;
   for (const BucketPlan& b : memory.buckets) padded += double(b.padded);
   const double updated = stage >= 1 ? padded / dp : psi;
-  // The update and the one pass that scales every gradient (1/accumulation and clipping).
+  // The update, and the gradient norm's and the scaling's passes over the gradients.
   s.optimizer_seconds =
       adamw_seconds(cluster, updated, double(std::max<int64_t>(graph.parameter_tensors, 1))) +
-      8 * updated / cluster.device.memory_bandwidth;
+      gradient_passes_seconds(cluster, updated);
   if (dp == 1) return with_load(cluster, s);
 
   std::vector<int> ranks;

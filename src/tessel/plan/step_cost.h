@@ -27,7 +27,7 @@ namespace tessel::plan {
 struct StepTime {
   double compute_seconds = 0;     // forward + backward (+ recompute) of every micro-batch
   double overhead_seconds = 0;    // the part of compute_seconds that is ops' overhead
-  double optimizer_seconds = 0;   // AdamW on this rank's elements, and the gradient scaling pass
+  double optimizer_seconds = 0;   // AdamW on this rank's elements, the norm and scaling passes
   double dp_comm_seconds = 0;     // every dp collective, as if nothing overlapped
   double dp_exposed_seconds = 0;  // the part the step waits for
   double tp_comm_seconds = 0;     // tensor-parallel collectives, none overlapped

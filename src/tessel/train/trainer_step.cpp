@@ -6,6 +6,8 @@
 // the layout's axes (strategy/axis_strategy.h) in list order; a one-process run has none. A step
 // whose loss or gradient norm is not finite changes no parameter; it is counted, and too many in a
 // row end the run with an Error. Fault injection and the step's metrics are phases of their own.
+#include <time.h>
+
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -28,11 +30,20 @@ double now_s() {
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
 }
 
+// CPU seconds of this process, all threads: a step's own work on a machine shared with other
+// jobs, where the wall clock also counts the waits for a core.
+double process_cpu_s() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
 }  // namespace
 
 bool Trainer::train_step(StepRecord& r) {
   const int64_t step = step_ + 1;
   r.step = step;
+  const double cpu_start_s = process_cpu_s();
   // The gradients hold the sum over micro-batches; their mean is 1/grad_accum of it.
   const double inv_accum = 1.0 / double(config_.train.grad_accum);
   const StepMarks marks = begin_step();
@@ -49,6 +60,7 @@ bool Trainer::train_step(StepRecord& r) {
   r.lr = schedule_.at(step);
   update(r, step);
   end_step(r, step, marks);
+  r.step_cpu_ms = (process_cpu_s() - cpu_start_s) * 1e3;
   return !r.skipped;
 }
 

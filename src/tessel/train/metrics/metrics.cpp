@@ -133,6 +133,7 @@ std::string step_json(const StepRecord& r) {
                    {"overflow", r.overflow},
                    {"overflow_total", r.overflow_total},
                    {"step_ms", r.step_ms},
+                   {"step_cpu_ms", r.step_cpu_ms},
                    {"tokens_per_s", r.tokens_per_s},
                    {"mfu", r.mfu},
                    {"hfu", r.hfu},

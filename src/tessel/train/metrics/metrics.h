@@ -64,6 +64,9 @@ struct StepRecord {
   bool overflow = false;
   int64_t overflow_total = 0;
   double step_ms = 0;
+  // The step's CPU time, every thread of the process (MPI's polling included): what the step
+  // cost on a loaded machine, where step_ms also counts the waits for a core.
+  double step_cpu_ms = 0;
   double tokens_per_s = 0;
   double mfu = 0;  // fraction of the peak, 0 when unknown
   double hfu = 0;  // as mfu, counting the forward work activation recomputation repeats
