@@ -3,10 +3,11 @@
 """Mixture-of-experts layers under sequence parallelism equal one rank: `mpirun -np N tessel train
 --tp 2 --sp [--ep 2] [--etp]` against `tessel train` on one rank with one micro-batch per
 data-parallel rank (grad_accum = dp). Between the tp regions each tp rank holds its piece of the
-sequence (13 positions over 2: 7 + 6); each MoE layer gathers the pieces, routes the whole
-sequence's tokens as one rank does (its capacity, dropping order and balance loss are the whole
-call's), runs its experts on them (whole, split over ep, and with --etp split by columns over tp)
-and keeps its own piece of the output, whose dropout draws that piece of one rank's mask.
+sequence (13 positions over 2: 7 + 6); each MoE layer routes its own piece with the whole call's
+capacity, dropping order and auxiliary losses (gathered choices, summed statistics) and computes
+its piece's rows only (whole experts, or split over ep); with --etp it gathers the pieces, runs
+every token with its columns of the experts and keeps its piece. The output piece's dropout draws
+that piece of one rank's mask.
 
 The model is ep_tp_equivalence.py's GPT-2-MoE (width 26, 2 heads of 13, vocabulary 257 padded to
 258, block 0 dense, blocks 1 and 2 MoE with 4 GELU experts, top-2, capacity factor 1 so pairs are

@@ -97,7 +97,25 @@ void MoE::set_positional(int64_t part, int64_t parts) {
   positional_ = PositionalDraw{site_id(path()), part, parts};
 }
 
+std::vector<int64_t> TokenRegion::whole_choices(const Tensor&, const std::vector<int64_t>&, int64_t,
+                                                std::vector<int64_t>&) {
+  TESSEL_CHECK(false, "MoE: this token region does not route pieces");
+  return {};
+}
+
+Tensor TokenRegion::whole_value(const Tensor&) {
+  TESSEL_CHECK(false, "MoE: this token region does not route pieces");
+  return {};
+}
+
+bool MoE::routes_pieces() const {
+  return region_ && region_->routes_pieces() && experts->tensor_region() == nullptr &&
+         config_.jitter == 0;
+}
+
 MoE::Output MoE::forward(const Tensor& given) {
+  if (routes_pieces())
+    return forward_tokens(given, region_->pieces_active() ? region_.get() : nullptr);
   if (region_) {  // route every token of the region, give back this caller's piece
     Output out = forward_tokens(region_->enter(given));
     out.output = region_->leave(out.output);
@@ -106,7 +124,7 @@ MoE::Output MoE::forward(const Tensor& given) {
   return forward_tokens(given);
 }
 
-MoE::Output MoE::forward_tokens(const Tensor& x) {
+MoE::Output MoE::forward_tokens(const Tensor& x, TokenRegion* pieces) {
   const int64_t c = config_.hidden, e_count = config_.num_experts, k = config_.top_k;
   TESSEL_CHECK(x.defined() && x.ndim() >= 1 && x.size(-1) == c, "MoE: input ",
                x.defined() ? x.shape().str() : std::string("undefined"), " must be [..., ", c,
@@ -129,7 +147,13 @@ MoE::Output MoE::forward_tokens(const Tensor& x) {
         route_tokens(probs.device().is_meta() ? meta_probabilities(tokens, e_count, k)
                                               : probs.detach().to(DType::F64).to_vector<double>(),
                      tokens, routing_config);
+    if (pieces != nullptr) {  // admitted over the whole call's choices, as one process admits
+      std::vector<int64_t> positions;
+      const std::vector<int64_t> all = pieces->whole_choices(x, routing_.choice, k, positions);
+      routing_ = route_piece(all, int64_t(all.size()) / k, positions, routing_config, &whole_);
+    }
     const Routing& r = routing_;
+    const Routing& whole = pieces != nullptr ? whole_ : routing_;
 
     // Gates [T, k]: the chosen probabilities, renormalised over the k in Mixtral's form.
     std::vector<int64_t> flat(size_t(tokens * k)), pos(size_t(tokens * k));
@@ -155,11 +179,15 @@ MoE::Output MoE::forward_tokens(const Tensor& x) {
     if (config_.residual) y = ops::add(dense->forward(x2), y);
 
     // Load balance (Switch eq. 4): f_i = share of tokens whose first choice is i (a count, no
-    // gradient), P_i = mean router probability of i.
+    // gradient), P_i = mean router probability of i. Over a piece both are the whole call's: f
+    // from the whole routing, P the sum of every piece's addend.
+    const double per_token = 1.0 / double(whole.tokens);
     std::vector<double> f(static_cast<size_t>(e_count));
     for (int64_t e = 0; e < e_count; ++e)
-      f[size_t(e)] = double(r.first_choice_count[size_t(e)]) / double(tokens);
-    Tensor p_mean = ops::mean(probs, {0});
+      f[size_t(e)] = double(whole.first_choice_count[size_t(e)]) * per_token;
+    Tensor p_mean = pieces != nullptr
+                        ? pieces->whole_value(ops::mul(ops::sum(probs, {0}), per_token))
+                        : ops::mean(probs, {0});
     out.balance_loss =
         ops::mul(ops::sum(ops::mul(p_mean, values_tensor(f, Shape{e_count}).to(p_mean.dtype()))),
                  double(e_count));
@@ -167,20 +195,24 @@ MoE::Output MoE::forward_tokens(const Tensor& x) {
     // derivative of the whole is the softmax either way.
     Tensor shift = ops::max(logits, {1}, true).detach();
     Tensor lse = ops::add(ops::log(ops::sum(ops::exp(ops::sub(logits, shift)), {1}, true)), shift);
-    out.z_loss = ops::mean(ops::square(lse));
+    out.z_loss = pieces != nullptr
+                     ? pieces->whole_value(ops::mul(ops::sum(ops::square(lse)), per_token))
+                     : ops::mean(ops::square(lse));
     out.aux_loss = ops::add(ops::mul(out.balance_loss, config_.aux_loss_coef),
                             ops::mul(out.z_loss, config_.z_loss_coef));
     return ops::reshape(y, x.shape());
   });
 
-  const Routing& r = routing_;
-  stats_.tokens = tokens;
+  // The statistics are the whole call's (a piece's are the same on every rank of its call).
+  const Routing& r = pieces != nullptr ? whole_ : routing_;
+  stats_.tokens = r.tokens;
   stats_.capacity = r.capacity;
   stats_.routed_per_expert = r.routed;
   stats_.tokens_per_expert.assign(size_t(e_count), 0);
   for (int64_t e = 0; e < e_count; ++e)
     stats_.tokens_per_expert[size_t(e)] = r.offsets[size_t(e + 1)] - r.offsets[size_t(e)];
   stats_.dropped = r.dropped();
+  stats_.rows = routing_.rows();
   stats_.balance_loss = scalar(out.balance_loss);
   stats_.z_loss = scalar(out.z_loss);
   stats_.aux_loss = scalar(out.aux_loss);

@@ -28,9 +28,10 @@ struct MoEStats {
   std::vector<int64_t> tokens_per_expert;  // (token, choice) pairs each expert computed
   std::vector<int64_t> routed_per_expert;  // pairs routed to each expert before the capacity
   int64_t dropped = 0;                     // pairs dropped by the capacity
-  double balance_loss = 0;                 // E * sum_i f_i P_i, unweighted
-  double z_loss = 0;                       // mean logsumexp^2, unweighted
-  double aux_loss = 0;                     // the weighted sum that forward returns
+  int64_t rows = 0;  // expert rows of this process's tokens (its piece's when it routes a piece)
+  double balance_loss = 0;  // E * sum_i f_i P_i, unweighted
+  double z_loss = 0;        // mean logsumexp^2, unweighted
+  double aux_loss = 0;      // the weighted sum that forward returns
 
   std::string json() const;  // {"tokens":..,"capacity":..,"tokens_per_expert":[..],...}
 };
@@ -48,14 +49,28 @@ class ExpertDispatch {
 
 // Where the layer's tokens come from when its caller holds only a piece of them. Without one the
 // layer routes what it is given; sequence parallelism (parallel/expert/expert_sequence_parallel.h)
-// installs one whose enter() gathers every rank's piece, so that the layer routes, drops and
-// weighs the whole sequence's tokens as one process does, and whose leave() keeps this rank's
-// piece of the output.
+// installs one. Either the layer routes its own piece (MoE::routes_pieces): routing is per token
+// but for what the whole call shares (the capacity, GShard's dropping order, the auxiliary losses'
+// means), which whole_choices and whole_value supply, so the piece's experts compute only its
+// rows; or enter() gathers every rank's piece, so that the layer routes, drops and weighs the
+// whole sequence's tokens as one process does, and leave() keeps this rank's piece of the output.
 class TokenRegion {
  public:
   virtual ~TokenRegion() = default;
   virtual Tensor enter(const Tensor& x) = 0;
   virtual Tensor leave(const Tensor& y) = 0;
+
+  // Whether the layer may route its piece itself (the region supplies the two below).
+  virtual bool routes_pieces() const { return false; }
+  // Whether the tokens given are a piece now (false: they are the whole call).
+  virtual bool pieces_active() const { return false; }
+  // Every token's top-k choices [whole tokens, k] in one process's token order, from this piece's
+  // `choices` [x's tokens, k]; `positions` receives the piece's tokens' indices among them.
+  virtual std::vector<int64_t> whole_choices(const Tensor& x, const std::vector<int64_t>& choices,
+                                             int64_t k, std::vector<int64_t>& positions);
+  // `part` (this piece's addend of a sum over the call's tokens) with the whole sum's value and
+  // part's gradient: each rank's backward then reaches its own tokens only.
+  virtual Tensor whole_value(const Tensor& part);
 };
 
 class MoE : public Module {
@@ -82,6 +97,12 @@ class MoE : public Module {
   // Null: the tokens given are every token the layer routes (the default).
   void set_token_region(std::shared_ptr<TokenRegion> region) { region_ = std::move(region); }
   TokenRegion* token_region() const { return region_.get(); }
+  // Under a region: whether the layer routes its own piece of the tokens (its experts then compute
+  // only that piece's rows, and its parameters' gradients are the piece's addends). Not under
+  // expert tensor parallelism, whose experts need the same rows on every rank (each computes its
+  // columns of them, so it is not repeated work), nor with router jitter, whose draw indexes the
+  // whole call's elements.
+  bool routes_pieces() const;
 
   std::shared_ptr<Linear> router;  // [experts, hidden], no bias
   std::shared_ptr<ExpertMLPs> experts;
@@ -93,7 +114,8 @@ class MoE : public Module {
 
  private:
   Tensor jittered(const Tensor& x);
-  Output forward_tokens(const Tensor& x);  // forward on every token of the region
+  // Forward on every token of x; `pieces`: x is a piece of the call, routed with its help.
+  Output forward_tokens(const Tensor& x, TokenRegion* pieces = nullptr);
 
   MoEConfig config_;
   Generator* jitter_generator_;
@@ -101,6 +123,7 @@ class MoE : public Module {
   std::shared_ptr<ExpertDispatch> dispatch_;
   std::shared_ptr<TokenRegion> region_;
   Routing routing_;
+  Routing whole_;  // the whole call's routing when routing_ is a piece's
   MoEStats stats_;
 };
 

@@ -26,6 +26,9 @@ struct Routing {
   std::vector<int64_t> offsets;  // [experts + 1]: expert e owns rows offsets[e] .. offsets[e + 1]
   std::vector<int64_t> routed;   // [experts]: pairs routed to each expert before the capacity
   std::vector<int64_t> first_choice_count;  // [experts]: tokens whose first choice is the expert
+  // route_piece: the tokens are one rank's piece of a call split over ranks (sequence
+  // parallelism); capacity, routed and first_choice_count are then the whole call's.
+  bool piece = false;
 
   int64_t rows() const { return int64_t(source.size()); }
   int64_t dropped() const { return tokens * top_k - rows(); }
@@ -38,5 +41,16 @@ struct Routing {
 // (GShard); a pair that finds its expert full is dropped (it contributes nothing to the token's
 // output). Within an expert, rows follow the same priority order.
 Routing route_tokens(std::span<const double> probs, int64_t tokens, const MoEConfig& config);
+
+// One rank's piece of a call whose tokens are split over ranks (sequence parallelism).
+// `whole_choices` [whole_tokens, top_k]: every token's choices (route_tokens' .choice, gathered
+// from every piece) in the one-process token order; `positions`: this piece's tokens' indices in
+// it. Admission runs over the whole call as route_tokens does, so the piece keeps and drops
+// exactly the pairs one process does; the result holds the piece's tokens and their kept rows
+// (grouped by expert, in the whole call's order within each), with the whole call's capacity,
+// routed and first_choice_count. `whole` (optional) receives the whole call's routing.
+Routing route_piece(const std::vector<int64_t>& whole_choices, int64_t whole_tokens,
+                    const std::vector<int64_t>& positions, const MoEConfig& config,
+                    Routing* whole = nullptr);
 
 }  // namespace tessel::nn

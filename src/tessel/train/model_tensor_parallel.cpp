@@ -69,9 +69,9 @@ ModelTensorParallel parallelize_model(models::CausalLM& model, dist::CommPtr tp,
   out.padded_vocab = parallel::padded_vocab_size(c.vocabulary_size(), n);
   out.sequence_parallel = sequence_parallel;
   out.result = parallel::parallelize(model, tp, plan, po);
-  // A mixture-of-experts layer routes the whole sequence's tokens (its capacity, dropping order
-  // and balance loss are those of the call's tokens): under sequence parallelism it gathers the
-  // pieces and keeps its own piece of the output (docs/MOE.md, "ep with tp").
+  // A mixture-of-experts layer's capacity, dropping order and balance loss are those of the
+  // call's tokens: under sequence parallelism it routes its piece with the whole call's choices
+  // and sums, or gathers the pieces (expert_sequence_parallel.h; docs/MOE.md, "ep with tp").
   if (sequence_parallel && c.has_experts())
     parallel::gather_moe_tokens_over_sequence(model, tp, out.result.sequence);
   const sharding::ShardLayout* embedding = out.result.spec(spec.vocab_parallel_weight);
@@ -175,16 +175,21 @@ bool has_replicated_pieces(const ModelTensorParallel& tp) {
   return false;
 }
 
-// The sequence-parallel sum: every rank adds its addend to the whole gradient. The MoE layers'
-// parameters are not addends: each layer ran on the whole sequence on every rank
-// (expert_sequence_parallel.h), so their gradients are complete already.
+// The sequence-parallel sum: every rank adds its addend to the whole gradient. A MoE layer that
+// routes its own piece has addends too; one that gathers the sequence ran on all of it on every
+// rank (expert_sequence_parallel.h), so its parameters' gradients are complete already.
 void sum_whole_gradients(models::CausalLM& model, const ModelTensorParallel& tp,
                          const SpanHold& hold) {
   const std::set<std::string> whole_sequence = parallel::moe_parameter_names(model);
+  const std::set<std::string> pieces = parallel::moe_parameter_names(model, /*pieces=*/true);
   std::vector<Tensor> grads;
   for (const auto& [name, p] : model.named_parameters()) {
-    if (tp.result.spec(name) != nullptr || !p.grad().defined() || whole_sequence.count(name))
-      continue;
+    if (tp.result.spec(name) != nullptr || whole_sequence.count(name)) continue;
+    // An MoE layer's experts may get no row of this rank's piece while a tp peer's get some: every
+    // rank must bring the same gradients to the sum.
+    if (!p.grad().defined() && pieces.count(name) && p.requires_grad())
+      Tensor(p).set_grad(zeros(p.shape(), p.dtype()));
+    if (!p.grad().defined()) continue;
     grads.push_back(p.grad());
   }
   if (grads.empty()) return;

@@ -6,9 +6,11 @@
 // GEMM, and the inverse gather restores the arrival order before the combine sends them home.
 // Both gathers are ops::embedding, whose backward is the scatter-add: with a permutation, the
 // inverse permutation of the gradient.
-// Under expert tensor parallelism (split_expert_rows_over_tp) each exchange sends this tp rank's
-// piece of every block and the tp group gathers the pieces back (expert_row_split.h), so the
-// gathered rows, and everything between the two exchanges, are as without the split.
+// When the ranks of a tp group hold the same rows (split_expert_rows_over_tp) each exchange sends
+// this tp rank's piece of every block and the tp group gathers the pieces back
+// (expert_row_split.h), so the gathered rows, and everything between the two exchanges, are as
+// without the split. Under sequence parallelism a layer that routes its own piece of the sequence
+// (nn::MoE::routes_pieces) has rows of its own: it sends them whole, over its ep group.
 #include "tessel/parallel/expert/expert_parallel.h"
 
 #include <memory>
@@ -88,11 +90,13 @@ class ExpertParallelDispatch final : public nn::ExpertDispatch {
         recv_rows[size_t(s)] += incoming[size_t(s * local + j)];
       }
     // Under a tp split each tp rank sends its piece of every block and the tp group gathers the
-    // pieces that arrived (expert_row_split.h); the gathered rows are the whole exchange's.
-    const int parts = tp_ ? tp_->size() : 1, part = tp_ ? tp_->rank() : 0;
+    // pieces that arrived (expert_row_split.h); the gathered rows are the whole exchange's. A
+    // routed piece of a sequence (r.piece) holds rows no tp peer holds: it sends them all.
+    const bool split = tp_ && !r.piece;
+    const int parts = split ? tp_->size() : 1, part = split ? tp_->rank() : 0;
     const RowPieces out_pieces(send_rows, parts), in_pieces(recv_rows, parts);
     const auto exchange = [&](const Tensor& rows, const RowPieces& from, const RowPieces& to) {
-      if (!tp_) return all_to_all_rows(rows, from.piece_blocks(0), to.piece_blocks(0), *ep_);
+      if (!split) return all_to_all_rows(rows, from.piece_blocks(0), to.piece_blocks(0), *ep_);
       Tensor sent = all_to_all_rows(scatter_rows_to_tp(rows, from, *tp_), from.piece_blocks(part),
                                     to.piece_blocks(part), *ep_);
       return gather_rows_from_tp(sent, to, *tp_);

@@ -1,17 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // Mixture-of-experts layers under sequence parallelism (Korthikanti et al. 2022). Between the
-// tensor-parallel regions each tp rank holds its piece of the sequence, but a router must see the
-// whole sequence: the capacity is a function of the tokens of the call, GShard's dropping order
-// runs over them in order, and the balance loss is their mean. So each MoE layer gathers the
-// pieces of its input (all-gather along the sequence), routes and runs its experts on every token
-// exactly as without sequence parallelism (the same on every rank of the tp group: the layer
-// stays whole, or, under expert tensor parallelism, its experts' columns are split, and under
-// expert parallelism each tp rank sends its piece of the rows), and keeps this rank's piece of
-// the output. The tokens, and so the gradients reaching the gather, are the same on every tp rank:
-// its backward takes this rank's piece (not a reduce-scatter, which would count them tp times),
-// and the piece's backward all-gathers. The layer's parameters then get the whole sequence's
-// gradient on every tp rank, not a per-rank addend: the trainer leaves them out of sequence
-// parallelism's sum over tp. docs/MOE.md, "ep with tp".
+// tensor-parallel regions each tp rank holds its piece of the sequence. Routing is per token but
+// for what the whole call shares: the capacity (a function of the call's token count), GShard's
+// dropping order (over the call's tokens in order) and the auxiliary losses (means over them). So
+// each MoE layer routes its own piece: the tp ranks all-gather every token's k choices (k integers
+// a token, not its hidden vector), admit the whole call's pairs as one process does and keep their
+// piece's; the balance and z losses take each piece's addend with the sum over tp as value. Each
+// tp rank's experts then compute its piece's rows only (under expert parallelism it sends them
+// over its ep group), and the layer's parameters get a per-rank addend, which the trainer sums
+// over tp with the other sequence-parallel gradients. docs/MOE.md, "ep with tp".
+// Two cases keep the earlier form, gathering the pieces (all-gather along the sequence), routing
+// and running every token on every tp rank, keeping this rank's piece of the output: expert
+// tensor parallelism (each rank computes its columns of every row, so nothing is repeated, and
+// Megatron's f/g need the same rows on every rank) and router jitter (its draw indexes the whole
+// call). There the gather's backward takes this rank's piece and the layer's parameters get the
+// whole sequence's gradient on every tp rank, left out of the sum over tp.
 #pragma once
 
 #include <memory>
@@ -30,8 +33,10 @@ namespace tessel::parallel {
 int64_t gather_moe_tokens_over_sequence(nn::Module& root, dist::CommPtr tp,
                                         std::shared_ptr<SequenceState> sequence);
 
-// The full names of the parameters of every nn::MoE under `root` (router, experts, PR-MoE's dense
-// MLP): computed from the whole sequence on every tp rank under sequence parallelism.
-std::set<std::string> moe_parameter_names(nn::Module& root);
+// The full names of the parameters (router, experts, PR-MoE's dense MLP) of every nn::MoE under
+// `root` that gathers the sequence (one that does not route its own piece): computed from the
+// whole sequence on every tp rank under sequence parallelism. `pieces`: those of the layers that
+// route their own piece instead (their gradients are per-rank addends).
+std::set<std::string> moe_parameter_names(nn::Module& root, bool pieces = false);
 
 }  // namespace tessel::parallel

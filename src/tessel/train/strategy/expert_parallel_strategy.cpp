@@ -123,7 +123,9 @@ void ExpertParallelStrategy::set_tensor_parallel(dist::CommPtr tp,
   // needs every row that reaches its ep rank: each its slice of every expert's columns (expert
   // tensor parallelism), or the whole experts, which it runs as its tp peers do (the rows, and so
   // the results, are those of every tp rank sending its own copy). Either way each tp rank sends
-  // only its piece of the rows, and the bytes per rank divide by tp.
+  // only its piece of the rows, and the bytes per rank divide by tp. Under sequence parallelism
+  // without expert tensor parallelism the tp ranks route their own pieces instead, whose rows
+  // differ: each sends its own (nn::Routing::piece), the split stays unused.
   if (tp_->size() > 1) parallel::split_expert_rows_over_tp(model_, tp_);
 }
 
