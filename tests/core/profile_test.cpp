@@ -33,17 +33,33 @@ TEST_F(ProfileTest, ScopesAddUpPerName) {
     Scope s("sleep");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  add("direct", 0.25, 33.0);
+  {
+    Scope s("spin");  // busy for 5 ms of this thread's CPU time
+    const double start = thread_cpu_seconds();
+    while (thread_cpu_seconds() - start < 0.005) {
+    }
+  }
+  add("direct", 0.25, 33.0, 0.125);
   std::vector<Entry> all = snapshot();
-  ASSERT_EQ(all.size(), 3u);
+  ASSERT_EQ(all.size(), 4u);
   EXPECT_EQ(all[0].name, "direct");  // 0.25 s: the largest time comes first
   EXPECT_EQ(all[0].calls, 1);
   EXPECT_DOUBLE_EQ(all[0].flops, 33.0);
-  EXPECT_EQ(all[1].name, "sleep");
-  EXPECT_GE(all[1].seconds, 0.004);
-  EXPECT_EQ(all[2].name, "gemm");
-  EXPECT_EQ(all[2].calls, 3);
-  EXPECT_DOUBLE_EQ(all[2].flops, 39.0);
+  EXPECT_DOUBLE_EQ(all[0].cpu_seconds, 0.125);
+  const Entry* sleep = nullptr;
+  const Entry* spin = nullptr;
+  for (const Entry& e : all) {
+    if (e.name == "sleep") sleep = &e;
+    if (e.name == "spin") spin = &e;
+  }
+  ASSERT_NE(sleep, nullptr);
+  ASSERT_NE(spin, nullptr);
+  EXPECT_GE(sleep->seconds, 0.004);
+  EXPECT_LT(sleep->cpu_seconds, sleep->seconds);  // sleeping costs no CPU
+  EXPECT_GE(spin->cpu_seconds, 0.005);            // spinning does
+  EXPECT_EQ(all[3].name, "gemm");
+  EXPECT_EQ(all[3].calls, 3);
+  EXPECT_DOUBLE_EQ(all[3].flops, 39.0);
   reset();
   EXPECT_TRUE(snapshot().empty());
 }

@@ -30,7 +30,7 @@ void set_enabled(bool on) {
   detail::g_enabled.store(on, std::memory_order_relaxed);
 }
 
-void add(std::string_view name, double seconds, double flops) {
+void add(std::string_view name, double seconds, double flops, double cpu_seconds) {
   Totals& t = totals();
   std::lock_guard<std::mutex> lock(t.mutex);
   auto it = t.by_name.find(std::string(name));
@@ -39,6 +39,7 @@ void add(std::string_view name, double seconds, double flops) {
   it->second.calls += 1;
   it->second.seconds += seconds;
   it->second.flops += flops;
+  it->second.cpu_seconds += cpu_seconds;
 }
 
 std::vector<Entry> snapshot() {
