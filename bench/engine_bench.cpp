@@ -32,7 +32,9 @@ namespace {
 
 using namespace tessel;
 
-constexpr int64_t kPrompt = 32, kOutput = 64;
+// Prompt and output tokens per request. The profile takes others from TESSEL_ENGINE_PROMPT and
+// TESSEL_ENGINE_OUTPUT (`tessel bench serve`'s workload: 64 and 128).
+int64_t prompt_tokens = 32, output_tokens = 64;
 
 std::shared_ptr<models::CausalLM> gpt2_124m() {
   static std::shared_ptr<models::CausalLM> model = [] {
@@ -59,8 +61,8 @@ io::Tokenizer byte_tokenizer() {
 }
 
 std::vector<int64_t> prompt(uint64_t seed) {
-  std::vector<int64_t> ids(kPrompt);
-  for (int64_t i = 0; i < kPrompt; ++i)
+  std::vector<int64_t> ids(prompt_tokens);
+  for (int64_t i = 0; i < prompt_tokens; ++i)
     ids[size_t(i)] = int64_t(uniform_at(seed, 0, uint64_t(i)) * 50000.0f);
   return ids;
 }
@@ -83,7 +85,7 @@ void run_wave(serve::Engine& engine, int64_t concurrency) {
     serve::Request req;
     req.id = std::to_string(r);
     req.prompt = prompt(uint64_t(r));
-    req.params.max_tokens = kOutput;
+    req.params.max_tokens = output_tokens;
     req.params.temperature = 0.0;
     req.params.ignore_eos = true;
     engine.submit(req, [&](const serve::Delta& d) {
@@ -104,7 +106,7 @@ void BM_Engine(benchmark::State& state) {
   int64_t tokens = 0;
   for (auto _ : state) {
     run_wave(engine, concurrency);
-    tokens += concurrency * kOutput;
+    tokens += concurrency * output_tokens;
   }
   state.counters["output_tok/s"] = benchmark::Counter(double(tokens), benchmark::Counter::kIsRate);
 }
@@ -121,7 +123,7 @@ void BM_GenerateOneAtATime(benchmark::State& state) {
   for (auto _ : state) {
     for (int64_t r = 0; r < 4; ++r) {
       models::GenerationOptions g;
-      g.max_new_tokens = kOutput;
+      g.max_new_tokens = output_tokens;
       g.sampling.temperature = 0.0;
       tokens += int64_t(models::generate(*gpt2_124m(), prompt(uint64_t(r)), g).tokens.size());
     }
@@ -165,12 +167,29 @@ int profile_engine(int64_t concurrency, bool deterministic, bool tensor_parallel
   std::printf(
       "concurrency %lld, %s: %lld steps, %.1f ms per step (%.1f ms of CPU), %.1f output tok/s\n",
       (long long)concurrency, deterministic ? "invariant" : "default", (long long)steps,
-      1e3 * wall / double(steps), 1e3 * cpu / double(steps), double(concurrency * kOutput) / wall);
-  std::printf("%-44s %8s %10s %8s %9s\n", "name", "calls", "ms/step", "share", "GFLOP/s");
-  for (const profile::Entry& e : profile::snapshot())
-    std::printf("%-44s %8lld %10.3f %7.1f%% %9.1f\n", e.name.c_str(), (long long)e.calls,
-                1e3 * e.seconds / double(steps), 100.0 * e.seconds / wall,
-                e.flops > 0 ? e.flops / e.seconds * 1e-9 : 0.0);
+      1e3 * wall / double(steps), 1e3 * cpu / double(steps),
+      double(concurrency * output_tokens) / wall);
+  // CPU columns: the engine thread's own CPU time (core/profile.h), the figure to read on a loaded
+  // machine; with TESSEL_NUM_THREADS=1 the kernels run on that thread and it is the whole step.
+  std::printf("%-44s %8s %10s %10s %8s %9s\n", "name", "calls", "ms/step", "CPU ms/step",
+              "CPU share", "GFLOP/s");
+  double forward_cpu = 0, kernels_cpu = 0, phases_cpu = 0;
+  for (const profile::Entry& e : profile::snapshot()) {
+    std::printf("%-44s %8lld %10.3f %10.3f %7.1f%% %9.1f\n", e.name.c_str(), (long long)e.calls,
+                1e3 * e.seconds / double(steps), 1e3 * e.cpu_seconds / double(steps),
+                100.0 * e.cpu_seconds / cpu,
+                e.flops > 0 && e.cpu_seconds > 0 ? e.flops / e.cpu_seconds * 1e-9 : 0.0);
+    if (e.name == "engine.forward")
+      forward_cpu = e.cpu_seconds;
+    else if (e.name.rfind("engine.", 0) == 0)
+      phases_cpu += e.cpu_seconds;
+    else
+      kernels_cpu += e.cpu_seconds;
+  }
+  std::printf(
+      "forward outside the kernels: %.3f CPU ms/step; engine phases outside the forward: "
+      "%.3f CPU ms/step\n",
+      1e3 * (forward_cpu - kernels_cpu) / double(steps), 1e3 * phases_cpu / double(steps));
   return 0;
 }
 
@@ -178,6 +197,8 @@ int profile_engine(int64_t concurrency, bool deterministic, bool tensor_parallel
 
 int main(int argc, char** argv) {
   if (const char* c = std::getenv("TESSEL_ENGINE_PROFILE")) {
+    if (const char* p = std::getenv("TESSEL_ENGINE_PROMPT")) prompt_tokens = std::atoll(p);
+    if (const char* o = std::getenv("TESSEL_ENGINE_OUTPUT")) output_tokens = std::atoll(o);
     const char* det = std::getenv("TESSEL_ENGINE_DETERMINISTIC");
     const char* tp = std::getenv("TESSEL_ENGINE_TP");
     return profile_engine(std::atoll(c), det != nullptr && std::string(det) == "1",
