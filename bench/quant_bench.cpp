@@ -10,8 +10,9 @@
 // `quant_matmul/<type>/<k>x<n>/m<M>` multiplies M activation rows (a small decode batch, or a
 // prompt's M tokens) and `f32_matmul/<k>x<n>/m<M>` does the same through the f32 GEMM; they also
 // report "GFLOP/s". QUANT_BENCH_DOT=avx2|avx_vnni caps the byte dot product (kernel_set.h's
-// limit_quant_dot) to compare them; QUANT_BENCH_BITS=256 keeps the avx512 set's fused k-quant rows
-// on 256-bit vectors (limit_quant_vector_bits); TESSEL_KERNELS chooses the kernel set.
+// limit_quant_dot) to compare them; QUANT_BENCH_ROWS=1,4,7 runs only quant_matmul at 4096 x 4096
+// for those m (CPU time: run with one thread); QUANT_BENCH_BITS=256 keeps the avx512 set's fused
+// k-quant rows on 256-bit vectors (limit_quant_vector_bits); TESSEL_KERNELS chooses the kernel set.
 // docs/BENCHMARKS.md has the figures and the command.
 #include <benchmark/benchmark.h>
 
@@ -140,6 +141,24 @@ struct Registrar {
               ->UseRealTime();
       benchmark::RegisterBenchmark(("f32_matmul/" + shape).c_str(), bm_f32_matmul, b[0], b[1], b[2])
           ->UseRealTime();
+    }
+    // QUANT_BENCH_ROWS=1,4,7,...: the integer formats at 4096 x 4096 for just these activation
+    // row counts (the AMX kernels' small-m and tile paths side by side), instead of the above.
+    if (const char* rows = std::getenv("QUANT_BENCH_ROWS"); rows != nullptr) {
+      benchmark::ClearRegisteredBenchmarks();
+      for (const char* p = rows; *p != '\0';) {
+        char* end = nullptr;
+        const int64_t m = std::strtoll(p, &end, 10);
+        if (end == p) break;
+        for (QuantType t : kTypes)
+          if (t != QuantType::BF16 && t != QuantType::F16)
+            benchmark::RegisterBenchmark(
+                ("quant_matmul/" + std::string(tessel::kernels::quant::quant_type_name(t)) +
+                 "/4096x4096/m" + std::to_string(m))
+                    .c_str(),
+                bm_quant_matmul, t, m, 4096, 4096);
+        p = *end == ',' ? end + 1 : end;
+      }
     }
   }
 } registrar;

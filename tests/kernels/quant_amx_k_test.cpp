@@ -121,6 +121,43 @@ constexpr Shape kShapes[] = {{1, 13, 256},   {2, 17, 512}, {3, 5, 768},   {7, 33
 // |y - y_ref| <= sum_g (max|x_g| / 254) sum_{j in g} |w_j| (the activation codes are within half
 // a step) + 1e-5 sum_g max|x_g| sum_{j in g} (|w_j| + 2 |o_j|) (f32 arithmetic), o_j the min
 // dmin * mn the kernel subtracts, as quant_k_tiles_test.cpp.
+::testing::AssertionResult within_fp64_bound(QuantType t, const std::vector<uint8_t>& bytes,
+                                             const Tensor& x, const Tensor& y, int64_t m, int64_t n,
+                                             int64_t k, double& worst) {
+  const int64_t rb = quant::row_bytes(t, k);
+  const float* xp = x.data<float>();
+  std::vector<double> wd(static_cast<size_t>(k));
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* row = bytes.data() + j * rb;
+    quant::dequantize_row(t, row, wd.data(), k);
+    for (int64_t i = 0; i < m; ++i) {
+      double want = 0, rounding = 0, arithmetic = 0;
+      for (int64_t g = 0; g < k / 32; ++g) {
+        double amax = 0, wsum = 0, osum = 0;
+        for (int64_t c = 32 * g; c < 32 * g + 32; ++c) {
+          want += double(xp[i * k + c]) * wd[size_t(c)];
+          amax = std::max(amax, std::abs(double(xp[i * k + c])));
+          wsum += std::abs(wd[size_t(c)]);
+          osum += zero_point(t, row, c);
+        }
+        rounding += amax / 254 * wsum;
+        arithmetic += amax * (wsum + 2 * osum);
+      }
+      const double got = y.data<float>()[i * n + j];
+      if (rounding == 0) {  // a zero activation row or an all-zero weight row
+        if (got != 0.0)
+          return ::testing::AssertionFailure() << "row " << i << " col " << j << ": got " << got;
+        continue;
+      }
+      if (std::abs(got - want) > rounding * (1 + 1e-4) + 1e-5 * arithmetic)
+        return ::testing::AssertionFailure()
+               << "row " << i << " col " << j << ": got " << got << " want " << want;
+      worst = std::max(worst, std::abs(got - want) / rounding);
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 TEST(QuantAmxK, WithinTheActivationRoundingBoundOfFp64) {
   SKIP_WITHOUT_AMX();
   uint32_t seed = 7;
@@ -131,38 +168,36 @@ TEST(QuantAmxK, WithinTheActivationRoundingBoundOfFp64) {
       const Tensor w = quant::quantized_weight(t, bytes, s.n, s.k);
       const Tensor x = activations(s.m, s.k, rng);
       const Tensor y = product(t, x, w, s.n);
-      const int64_t rb = quant::row_bytes(t, s.k);
-      const float* xp = x.data<float>();
-      std::vector<double> wd(size_t(s.k));
       double worst = 0;
-      for (int64_t j = 0; j < s.n; ++j) {
-        const uint8_t* row = bytes.data() + j * rb;
-        quant::dequantize_row(t, row, wd.data(), s.k);
-        for (int64_t i = 0; i < s.m; ++i) {
-          double want = 0, rounding = 0, arithmetic = 0;
-          for (int64_t g = 0; g < s.k / 32; ++g) {
-            double amax = 0, wsum = 0, osum = 0;
-            for (int64_t c = 32 * g; c < 32 * g + 32; ++c) {
-              want += double(xp[i * s.k + c]) * wd[size_t(c)];
-              amax = std::max(amax, std::abs(double(xp[i * s.k + c])));
-              wsum += std::abs(wd[size_t(c)]);
-              osum += zero_point(t, row, c);
-            }
-            rounding += amax / 254 * wsum;
-            arithmetic += amax * (wsum + 2 * osum);
-          }
-          const double got = y.data<float>()[i * s.n + j];
-          if (rounding == 0) {  // a zero activation row or an all-zero weight row
-            ASSERT_EQ(got, 0.0) << where(t, s.m, s.n, s.k) << " row " << i << " col " << j;
-            continue;
-          }
-          ASSERT_LE(std::abs(got - want), rounding * (1 + 1e-4) + 1e-5 * arithmetic)
-              << where(t, s.m, s.n, s.k) << " row " << i << " col " << j << ": got " << got
-              << " want " << want;
-          worst = std::max(worst, std::abs(got - want) / rounding);
-        }
-      }
+      ASSERT_TRUE(within_fp64_bound(t, bytes, x, y, s.m, s.n, s.k, worst))
+          << where(t, s.m, s.n, s.k);
       EXPECT_GT(worst, 1e-3) << where(t, s.m, s.n, s.k);  // not loose by orders of magnitude
+    }
+}
+
+// Every activation row count from 1 to 17 (few_rows below 4, from 4 the tiles, the last partial
+// tile only 4, 8 or 12 rows high) in batch-invariant mode: within the fp64 bound above, and every
+// row the same bits as the same row inside a 33-row prompt (two whole tiles and a 1-row one).
+TEST(QuantAmxK, EveryRowCountUpToSeventeen) {
+  SKIP_WITHOUT_AMX();
+  uint32_t seed = 11;
+  for (QuantType t : kTypes)
+    for (int64_t n : {int64_t(13), int64_t(35)}) {
+      constexpr int64_t k = 768;
+      std::mt19937 rng(seed++);
+      const std::vector<uint8_t> bytes = random_rows(t, n, k, rng);
+      const Tensor w = quant::quantized_weight(t, bytes, n, k);
+      const Tensor prompt = activations(33, k, rng);
+      const Tensor whole = product(t, prompt, w, n);
+      for (int64_t m = 1; m <= 17; ++m) {
+        Tensor x = empty({m, k}, DType::F32);
+        std::memcpy(x.data_ptr(), prompt.data_ptr(), size_t(m * k) * 4);
+        const Tensor y = product(t, x, w, n);
+        double worst = 0;
+        EXPECT_TRUE(within_fp64_bound(t, bytes, x, y, m, n, k, worst)) << where(t, m, n, k);
+        EXPECT_EQ(std::memcmp(y.data_ptr(), whole.data_ptr(), size_t(m * n) * 4), 0)
+            << where(t, m, n, k) << ": rows differ from the same rows in 33";
+      }
     }
 }
 

@@ -202,5 +202,13 @@ TEST(QuantAmx, EnvironmentSwitchesItOff) {
   EXPECT_EQ(quant_amx_status(), "off (TESSEL_QUANT_AMX=off)");
 }
 
+// `tessel --version` (kernel_set_summary) names the switch by every type it puts on the tiles,
+// not Q8_0 alone as before Q4_0 and the k-quants took them, on every CPU and kernel set.
+TEST(QuantAmx, VersionNamesEveryTypeOnTheTiles) {
+  const std::string line = kernel_set_summary();
+  EXPECT_NE(line.find("; quant amx (q8_0 q4_0 q4_k q5_k q6_k): "), std::string::npos) << line;
+  EXPECT_EQ(line.find("q8_0 amx"), std::string::npos) << line;
+}
+
 }  // namespace
 }  // namespace tessel::kernels

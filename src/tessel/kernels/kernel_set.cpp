@@ -258,10 +258,11 @@ std::string kernel_set_summary() {
   const onednn::Bf16Support& bf16 = onednn::bf16_support();
   out += std::string("; bf16 gemm: ") +
          (bf16.native ? "native (oneDNN " + bf16.implementation + ")" : "widened to f32");
-  // Q8_0's AMX-INT8 tiles run from the avx512 set only (quant_amx.h).
-  out += "; q8_0 amx: " + (c.set == KernelSet::Avx512
-                               ? quant_amx_status()
-                               : "none (kernel set " + std::string(kernel_set_name(c.set)) + ")");
+  // The quantized types' AMX-INT8 tiles run from the avx512 set only (quant_amx.h).
+  out += std::string("; ") + kQuantAmxLabel + ": " +
+         (c.set == KernelSet::Avx512
+              ? quant_amx_status()
+              : "none (kernel set " + std::string(kernel_set_name(c.set)) + ")");
   out += "; cpu: " + cpu_features().names();
   return out;
 }

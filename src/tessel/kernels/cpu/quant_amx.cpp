@@ -18,44 +18,29 @@
 // the same exact block sums with vpdpbusd and then does the same f32 operations. A product's bits
 // depend on the switch, never on m.
 //
-// Cache blocking as the register tiles of quant_q8_tiles.h: a task owns whole groups of 16 weight
-// rows; per group and chunk of activation rows (kChunkBytes of codes, L2) the group's blocks are
-// packed once (one gather per 4 bytes of 16 rows, and the 16 scales widened to f32) and every
-// 16-row tile of the chunk runs over them, the 16 x 16 f32 accumulators in 16 zmm registers.
-// A last partial tile of activation rows reads a zero-padded copy; weight rows past n are packed
-// as zeros and never stored.
+// The tiles run in the driver all the AMX kernels share (quant_amx_driver.h: per group of 16
+// weight rows and chunk of activation rows the group is packed once, then every tile of the chunk
+// runs over it); this file gives it the formats' packing (one gather per 4 bytes of 16 rows, and
+// the 16 scales widened to f32) and their epilogue (Blocks).
 #include "tessel/kernels/cpu/quant_amx.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "tessel/core/error.h"
-#include "tessel/core/threads.h"
-
-// GCC 12's AVX-512 intrinsics start many results from a self-initialised "undefined" vector, which
-// -Wmaybe-uninitialized reports once they are inlined into a function with its own target.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#define TESSEL_AMX_TARGET \
-  __attribute__((         \
-      target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,amx-tile,amx-int8")))
+#include "tessel/kernels/cpu/quant_amx_common.h"
+#include "tessel/kernels/cpu/quant_amx_driver.h"
 
 namespace tessel::kernels::cpu {
 
 namespace {
 
-constexpr int kRows = 16;                    // activation rows per tile (A and C)
-constexpr int kCols = 16;                    // weight rows per group (C's int32 columns)
-constexpr int64_t kBlock = 32;               // codes per block (both formats)
-constexpr int64_t kPacked = kBlock * kCols;  // one block of a group in VNNI layout: 8 x 64 bytes
-constexpr int64_t kChunkBytes = int64_t(1) << 19;
-// From this many activation rows the tiles; below, few_rows (the same bits).
-constexpr int64_t kTilesFrom = 4;
+using namespace amx;
+
 // How far ahead few_rows prefetches each weight row.
-constexpr int64_t kPrefetchBytes = 512;
+constexpr int64_t kRowPrefetchBytes = 512;
 
 // The two formats, as the kernels below take them: a block's bytes (f16 d first), its 32 codes as
 // signed bytes in VNNI layout (pack), and for few_rows its codes as unsigned bytes u = code + kBias
@@ -102,35 +87,6 @@ struct Q4Format {
   }
 };
 
-// The tile registers: tmm0 / tmm3 take a block of 16 activation rows (16 x 32 bytes), tmm1 /
-// tmm4 the same block of 16 weight rows (8 x 64 bytes), tmm2 / tmm5 their 16 x 16 int32 sums.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-TileConfig tile_config() {
-  TileConfig c;
-  for (int t : {0, 3}) c.rows[t] = kRows, c.colsb[t] = kBlock;
-  for (int t : {1, 4}) c.rows[t] = kBlock / 4, c.colsb[t] = 4 * kCols;
-  for (int t : {2, 5}) c.rows[t] = kRows, c.colsb[t] = 4 * kCols;
-  return c;
-}
-
-struct Args {
-  int64_t m, n, k, blocks, row_bytes;
-  const int8_t* xq;
-  const float* dx;
-  const int8_t* tail_q;  // the last m % 16 rows, zero-padded to 16 (or null)
-  const float* tail_d;
-  const uint8_t* w;
-  float* y;
-  int64_t chunk_rows;
-};
-
 // Block g of the `cols` weight rows at w into packed[r][4c + b] = code 4r + b of row c (zeros
 // past cols in Q8_0, -8 in Q4_0: never stored) and their f16 scales into scales[c] (f32, zeros
 // past cols).
@@ -150,57 +106,27 @@ TESSEL_AMX_TARGET void pack_group(const uint8_t* w, int64_t row_bytes, int cols,
   }
 }
 
-// acc[i] (16 outputs of activation row i) += f32(sums of block g) * (scales of g * dx[i][g]).
-TESSEL_AMX_TARGET inline void scale_block(const int32_t* sums, const float* scales, const float* dx,
-                                          int64_t blocks, int64_t g, __m512 (&acc)[kRows]) {
-  const __m512 sw = _mm512_loadu_ps(scales + g * kCols);
-  for (int i = 0; i < kRows; ++i)
-    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums + i * kCols)),
-                             _mm512_mul_ps(sw, _mm512_set1_ps(dx[i * blocks + g])), acc[i]);
-}
-
-// One tile: 16 activation rows (codes k apart, scales `blocks` apart) times a packed group; the
-// first `rows` x `cols` outputs stored at y (ldy apart). Two blocks in flight (tmm0-2, tmm3-5).
-TESSEL_AMX_TARGET void tile(const int8_t* x, const float* dx, int64_t k, int64_t blocks,
-                            const int8_t* packed, const float* scales, float* y, int64_t ldy,
-                            int64_t rows, int cols) {
-  alignas(64) int32_t s0[kRows * kCols], s1[kRows * kCols];
-  __m512 acc[kRows];
-  for (auto& a : acc) a = _mm512_setzero_ps();
-  int64_t g = 0;
-  for (; g + 1 < blocks; g += 2) {
-    _tile_loadd(0, x + kBlock * g, k);
-    _tile_loadd(1, packed + g * kPacked, 64);
-    _tile_zero(2);
-    _tile_dpbssd(2, 0, 1);
-    _tile_loadd(3, x + kBlock * (g + 1), k);
-    _tile_loadd(4, packed + (g + 1) * kPacked, 64);
-    _tile_zero(5);
-    _tile_dpbssd(5, 3, 4);
-    _tile_stored(2, s0, 64);
-    _tile_stored(5, s1, 64);
-    scale_block(s0, scales, dx, blocks, g, acc);
-    scale_block(s1, scales, dx, blocks, g + 1, acc);
+// Q8_0 and Q4_0 (C: Q8Format or Q4Format) as the tile driver takes them: a step is a block.
+template <class C>
+struct Blocks {
+  static constexpr int kStep = kBlock;
+  static constexpr int kRowValues = 1;     // dx
+  static constexpr int kScaleVectors = 1;  // f16(d) widened
+  TESSEL_AMX_TARGET void pack(const uint8_t* w, int64_t row_bytes, int cols, int64_t blocks,
+                              int8_t* packed, float* scales) const {
+    pack_group<C>(w, row_bytes, cols, blocks, packed, scales);
   }
-  if (g < blocks) {
-    _tile_loadd(0, x + kBlock * g, k);
-    _tile_loadd(1, packed + g * kPacked, 64);
-    _tile_zero(2);
-    _tile_dpbssd(2, 0, 1);
-    _tile_stored(2, s0, 64);
-    scale_block(s0, scales, dx, blocks, g, acc);
+  // acc[i] (16 outputs of activation row i) += f32(sums of block g) * (scales of g * dx[i][g]).
+  template <int R>
+  TESSEL_AMX_TARGET void scale(const int32_t* sums, const float* scales, const RowValues& xv,
+                               int64_t blocks, int64_t g, __m512 (&acc)[kRows]) const {
+    const __m512 sw = _mm512_loadu_ps(scales + g * kCols);
+    const float* dx = xv.v[0];
+    for (int i = 0; i < R; ++i)
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums + i * kCols)),
+                               _mm512_mul_ps(sw, _mm512_set1_ps(dx[i * blocks + g])), acc[i]);
   }
-  const __mmask16 real = __mmask16((1u << cols) - 1);
-  for (int64_t i = 0; i < rows; ++i) _mm512_mask_storeu_ps(y + i * ldy, real, acc[i]);
-}
-
-// Within each 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3], then the four totals.
-TESSEL_AMX_TARGET inline __m512i pairs(__m512i a, __m512i b) {
-  return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
-}
-TESSEL_AMX_TARGET inline __m512i quads(__m512i a, __m512i b) {
-  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
-}
+};
 
 // The 16 int32 sums of l[0..15]'s eight lanes each, in row order (exact: any order gives them).
 TESSEL_AMX_TARGET inline __m512i lane_sums(const __m256i (&l)[kCols]) {
@@ -220,7 +146,7 @@ TESSEL_AMX_TARGET inline __m512i lane_sums(const __m256i (&l)[kCols]) {
 // (`xbias`), then the tiles' f32 operations on the same values, so the bits are the tiles'.
 // Weight rows past `cols` read the last real row again and are not stored.
 template <class F>
-TESSEL_AMX_TARGET void few_rows(const Args& a, const int32_t* xbias, int64_t j0, int cols) {
+TESSEL_AMX_TARGET void few_rows(const Problem& a, const int32_t* xbias, int64_t j0, int cols) {
   const uint8_t* rows[kCols];
   alignas(64) int32_t offsets[kCols];
   for (int c = 0; c < kCols; ++c) {
@@ -238,7 +164,7 @@ TESSEL_AMX_TARGET void few_rows(const Args& a, const int32_t* xbias, int64_t j0,
       // 16 streams of W are more than the hardware prefetcher follows: a line ahead per row
       // about once per 64 bytes of it.
       if (g % F::kPrefetchEvery == 0)
-        for (int c = 0; c < kCols; ++c) _mm_prefetch(rows[c] + at + kPrefetchBytes, _MM_HINT_T0);
+        for (int c = 0; c < kCols; ++c) _mm_prefetch(rows[c] + at + kRowPrefetchBytes, _MM_HINT_T0);
       __m256i l[kCols];
       for (int c = 0; c < kCols; ++c)
         l[c] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), F::codes(rows[c] + at), x);
@@ -247,37 +173,10 @@ TESSEL_AMX_TARGET void few_rows(const Args& a, const int32_t* xbias, int64_t j0,
       const __m512i d = _mm512_i32gather_epi32(index, a.w + j0 * a.row_bytes + at, 1);
       const __m512 sw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
       acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums),
-                            _mm512_mul_ps(sw, _mm512_set1_ps(a.dx[i * a.blocks + g])), acc);
+                            _mm512_mul_ps(sw, _mm512_set1_ps(a.xv.v[0][i * a.blocks + g])), acc);
     }
     _mm512_mask_storeu_ps(a.y + i * a.n + j0, real, acc);
   }
-}
-
-// Groups [lo, hi) of 16 weight rows against every activation row, chunk by chunk.
-template <class F>
-TESSEL_AMX_TARGET void groups(const Args& a, int64_t lo, int64_t hi) {
-  static const TileConfig config = tile_config();
-  _tile_loadconfig(&config);
-  std::vector<int8_t> packed(size_t(a.blocks * kPacked));
-  std::vector<float> scales(size_t(a.blocks * kCols));
-  for (int64_t i0 = 0; i0 < a.m; i0 += a.chunk_rows) {
-    const int64_t i1 = std::min(a.m, i0 + a.chunk_rows);
-    for (int64_t gj = lo; gj < hi; ++gj) {
-      const int64_t j0 = gj * kCols;
-      const int cols = int(std::min<int64_t>(kCols, a.n - j0));
-      pack_group<F>(a.w + j0 * a.row_bytes, a.row_bytes, cols, a.blocks, packed.data(),
-                    scales.data());
-      for (int64_t i = i0; i < i1; i += kRows) {
-        const int64_t rows = std::min<int64_t>(kRows, i1 - i);
-        const bool whole = rows == kRows;
-        const int8_t* x = whole ? a.xq + i * a.k : a.tail_q;
-        const float* dx = whole ? a.dx + i * a.blocks : a.tail_d;
-        tile(x, dx, a.k, a.blocks, packed.data(), scales.data(), a.y + i * a.n + j0, a.n, rows,
-             cols);
-      }
-    }
-  }
-  _tile_release();
 }
 
 template <class F>
@@ -289,34 +188,15 @@ void amx_matmul(const char* name, int64_t m, int64_t n, int64_t k, int64_t row_b
   TESSEL_CHECK((kCols - 1) * row_bytes < (int64_t(1) << 31), name, ": rows of ", row_bytes,
                " bytes are too long for the 32-bit gather offsets");
   const int64_t blocks = k / kBlock;
-  // Chunks of whole tiles, so only the last chunk can end in a partial tile.
-  const int64_t chunk_rows = std::max<int64_t>(kRows, kChunkBytes / k / kRows * kRows);
-  const int64_t group_count = (n + kCols - 1) / kCols;
-  if (m < kTilesFrom) {
-    std::vector<int32_t> xbias(size_t(m * blocks));
-    for (int64_t i = 0; i < m * blocks; ++i) {
-      int32_t sum = 0;
-      for (int c = 0; c < kBlock; ++c) sum += xq[i * kBlock + c];
-      xbias[size_t(i)] = F::kBias * sum;
-    }
-    const Args a{m, n, k, blocks, row_bytes, xq, dx, nullptr, nullptr, w, y, m};
-    parallel_for(0, group_count, group_grain, [&](int64_t lo, int64_t hi) {
-      for (int64_t gj = lo; gj < hi; ++gj)
-        few_rows<F>(a, xbias.data(), gj * kCols, int(std::min<int64_t>(kCols, n - gj * kCols)));
-    });
-    return;
+  const Problem p{m, n, k, blocks, row_bytes, xq, {{dx, nullptr}}, w, y};
+  if (m >= kTilesFrom) return tile_matmul(Blocks<F>{}, name, p, group_grain);
+  std::vector<int32_t> xbias(size_t(m * blocks));
+  for (int64_t i = 0; i < m * blocks; ++i) {
+    int32_t sum = 0;
+    for (int c = 0; c < kBlock; ++c) sum += xq[i * kBlock + c];
+    xbias[size_t(i)] = F::kBias * sum;
   }
-  const int64_t tail = m % kRows;
-  std::vector<int8_t> tail_q;
-  std::vector<float> tail_d;
-  if (tail > 0) {
-    tail_q.assign(size_t(kRows * k), 0);
-    tail_d.assign(size_t(kRows * blocks), 0.0f);
-    std::memcpy(tail_q.data(), xq + (m - tail) * k, size_t(tail * k));
-    std::memcpy(tail_d.data(), dx + (m - tail) * blocks, size_t(tail * blocks) * sizeof(float));
-  }
-  const Args a{m, n, k, blocks, row_bytes, xq, dx, tail_q.data(), tail_d.data(), w, y, chunk_rows};
-  parallel_for(0, group_count, group_grain, [&](int64_t lo, int64_t hi) { groups<F>(a, lo, hi); });
+  each_group(n, group_grain, [&](int64_t j0, int cols) { few_rows<F>(p, xbias.data(), j0, cols); });
 }
 
 }  // namespace

@@ -19,29 +19,27 @@
 // and below it (the decode step) few_rows, which forms the same block sums with vpdpbusd straight
 // from the packed rows and does the same f32 operations. |S| <= 32 * 31 * 127 < 2^24: exact.
 //
-// Layout as quant_amx.cpp: a task owns whole groups of 16 weight rows; per group and chunk of
-// activation rows (kChunkBytes of codes, L2) the group's codes are unpacked once into the tile
-// layout (the four bytes of a 32-bit gather from 16 rows are four codes of each row for two
-// blocks: low nibbles for sub-block 2c, high nibbles for 2c + 1, Q5_K's fifth bits or-ed in) and
-// its scales and mins decoded across the 16 rows (three 32-bit gathers of the 12 scale bytes,
-// each lane a row) into f32 vectors, and every 16-row tile of the chunk runs over them.
+// The tiles run in the driver all the AMX kernels share (quant_amx_driver.h); this file gives it
+// the packing (per super-block, the four bytes of a 32-bit gather from 16 rows are four codes of
+// each row for two blocks: low nibbles for sub-block 2c, high nibbles for 2c + 1, Q5_K's fifth
+// bits or-ed in; scales and mins decoded across the 16 rows, three 32-bit gathers of the 12 scale
+// bytes, each lane a row, into f32 vectors) and the epilogue (KFormat).
 #include "tessel/kernels/cpu/quant_amx_k.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "tessel/core/error.h"
-#include "tessel/core/threads.h"
-#include "tessel/kernels/cpu/quant_amx_k_common.h"
+#include "tessel/kernels/cpu/quant_amx_common.h"
+#include "tessel/kernels/cpu/quant_amx_driver.h"
 
 namespace tessel::kernels::cpu {
 
 namespace {
 
-using namespace amx_k;
+using namespace amx;
 
 constexpr int kSubs = 8;  // sub-blocks per super-block
 
@@ -113,59 +111,37 @@ TESSEL_AMX_TARGET void pack_super(const Lanes& l, const Format& f, const uint8_t
     }
 }
 
-struct Args {
+// Q4_K / Q5_K as the tile driver takes them: a step is a block; the scales are d * sc of each
+// block (16 rows) and then dmin * mn of each block.
+struct KFormat {
+  static constexpr int kStep = kBlock;
+  static constexpr int kRowValues = 2;     // dx, xs
+  static constexpr int kScaleVectors = 2;  // sc, off
   Format f;
-  int64_t m, n, k, blocks, row_bytes;
-  const int8_t* xq;
-  const float* dx;
-  const float* xs;
-  const int8_t* tail_q;  // the last m % 16 rows, zero-padded to 16 (or null)
-  const float* tail_d;
-  const float* tail_s;
-  const uint8_t* w;
-  float* y;
-  int64_t chunk_rows;
+  TESSEL_AMX_TARGET void pack(const uint8_t* w, int64_t row_bytes, int cols, int64_t blocks,
+                              int8_t* packed, float* scales) const {
+    const Lanes l = lanes(row_bytes, cols);
+    float* off = scales + blocks * kCols;
+    for (int64_t b = 0; b < blocks / kSubs; ++b) {
+      pack_super(l, f, w + b * f.bytes, packed + kSubs * b * kPacked);
+      group_scales(l, w + b * f.bytes, scales + kSubs * b * kCols, off + kSubs * b * kCols);
+    }
+  }
+  // acc[i] (16 outputs of activation row i) gets block g: fma(f32(S), sc * dx, acc), then minus
+  // off * xs as one fma.
+  template <int R>
+  TESSEL_AMX_TARGET void scale(const int32_t* sums, const float* scales, const RowValues& xv,
+                               int64_t blocks, int64_t g, __m512 (&acc)[kRows]) const {
+    const __m512 sw = _mm512_loadu_ps(scales + g * kCols);
+    const __m512 ow = _mm512_loadu_ps(scales + (blocks + g) * kCols);
+    const float *dx = xv.v[0], *xs = xv.v[1];
+    for (int i = 0; i < R; ++i) {
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums + i * kCols)),
+                               _mm512_mul_ps(sw, _mm512_set1_ps(dx[i * blocks + g])), acc[i]);
+      acc[i] = _mm512_fnmadd_ps(ow, _mm512_set1_ps(xs[i * blocks + g]), acc[i]);
+    }
+  }
 };
-
-// acc[i] (16 outputs of activation row i) gets block g: fma(f32(S), sc * dx, acc), then minus
-// off * xs as one fma.
-TESSEL_AMX_TARGET inline void scale_block(const int32_t* sums, const float* sc, const float* off,
-                                          const float* dx, const float* xs, int64_t blocks,
-                                          int64_t g, __m512 (&acc)[kRows]) {
-  const __m512 sw = _mm512_loadu_ps(sc + g * kCols), ow = _mm512_loadu_ps(off + g * kCols);
-  for (int i = 0; i < kRows; ++i) {
-    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums + i * kCols)),
-                             _mm512_mul_ps(sw, _mm512_set1_ps(dx[i * blocks + g])), acc[i]);
-    acc[i] = _mm512_fnmadd_ps(ow, _mm512_set1_ps(xs[i * blocks + g]), acc[i]);
-  }
-}
-
-// One tile: 16 activation rows (codes k apart, scales and sums `blocks` apart) times a packed
-// group; the first `rows` x `cols` outputs stored at y (rows n apart). Two blocks in flight.
-TESSEL_AMX_TARGET void tile(const Args& a, const int8_t* x, const float* dx, const float* xs,
-                            const int8_t* packed, const float* sc, const float* off, float* y,
-                            int64_t rows, int cols) {
-  alignas(64) int32_t s0[kRows * kCols], s1[kRows * kCols];
-  __m512 acc[kRows];
-  for (auto& v : acc) v = _mm512_setzero_ps();
-  const int64_t k = a.k, blocks = a.blocks;
-  for (int64_t g = 0; g < blocks; g += 2) {  // blocks is a multiple of 8
-    _tile_loadd(0, x + kBlock * g, k);
-    _tile_loadd(1, packed + g * kPacked, 64);
-    _tile_zero(2);
-    _tile_dpbssd(2, 0, 1);
-    _tile_loadd(3, x + kBlock * (g + 1), k);
-    _tile_loadd(4, packed + (g + 1) * kPacked, 64);
-    _tile_zero(5);
-    _tile_dpbssd(5, 3, 4);
-    _tile_stored(2, s0, 64);
-    _tile_stored(5, s1, 64);
-    scale_block(s0, sc, off, dx, xs, blocks, g, acc);
-    scale_block(s1, sc, off, dx, xs, blocks, g + 1, acc);
-  }
-  const __mmask16 real = __mmask16((1u << cols) - 1);
-  for (int64_t i = 0; i < rows; ++i) _mm512_mask_storeu_ps(y + i * a.n, real, acc[i]);
-}
 
 // l[c]: weight row c's 16 lanes, 0-7 from one block, 8-15 from the next. first / second: the
 // two blocks' sums of the 16 rows, row c in lane c.
@@ -202,17 +178,17 @@ TESSEL_AMX_TARGET inline __m512i codes(const Format& f, const uint8_t* p, int c)
 // per activation row and pair of blocks each weight row's vpdpbusd (codes unsigned, activations
 // signed) and the lanes summed per block and row, then the tiles' f32 operations on the same
 // values. Weight rows past `cols` read the last real row again and are not stored.
-TESSEL_AMX_TARGET void few_rows(const Args& a, int64_t j0, int cols) {
+TESSEL_AMX_TARGET void few_rows(const Format& f, const Problem& a, int64_t j0, int cols) {
   const Lanes l = lanes(a.row_bytes, cols);
   const uint8_t* base = a.w + j0 * a.row_bytes;
   const uint8_t* rows[kCols];
   for (int c = 0; c < kCols; ++c) rows[c] = base + std::min(c, cols - 1) * a.row_bytes;
   alignas(64) float sc[kSubs * kCols], off[kSubs * kCols];
-  const int64_t supers = a.k / kSuper, bytes = a.f.bytes;
+  const int64_t supers = a.k / kSuper, bytes = f.bytes;
   const uint8_t* end = a.w + a.n * a.row_bytes;
   for (int64_t i = 0; i < a.m; ++i) {
-    const float* dx = a.dx + i * a.blocks;
-    const float* xs = a.xs + i * a.blocks;
+    const float* dx = a.xv.v[0] + i * a.blocks;
+    const float* xs = a.xv.v[1] + i * a.blocks;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < supers; ++b) {
       const int64_t at = b * bytes;
@@ -224,7 +200,7 @@ TESSEL_AMX_TARGET void few_rows(const Args& a, int64_t j0, int cols) {
         const __m512i xx = _mm512_loadu_si512(x + 2 * kBlock * c2);
         __m512i lane[kCols];
         for (int c = 0; c < kCols; ++c)
-          lane[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes(a.f, rows[c] + at, c2), xx);
+          lane[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes(f, rows[c] + at, c2), xx);
         __m512i sums[2];
         block_sums(lane, sums[0], sums[1]);
         for (int e = 0; e < 2; ++e) {
@@ -241,37 +217,6 @@ TESSEL_AMX_TARGET void few_rows(const Args& a, int64_t j0, int cols) {
   }
 }
 
-// Groups [lo, hi) of 16 weight rows against every activation row, chunk by chunk.
-TESSEL_AMX_TARGET void groups(const Args& a, int64_t lo, int64_t hi) {
-  static const TileConfig config = tile_config(kBlock);
-  _tile_loadconfig(&config);
-  const int64_t supers = a.k / kSuper;
-  std::vector<int8_t> packed(size_t(a.blocks * kPacked));
-  std::vector<float> sc(size_t(a.blocks * kCols)), off(size_t(a.blocks * kCols));
-  for (int64_t i0 = 0; i0 < a.m; i0 += a.chunk_rows) {
-    const int64_t i1 = std::min(a.m, i0 + a.chunk_rows);
-    for (int64_t gj = lo; gj < hi; ++gj) {
-      const int64_t j0 = gj * kCols;
-      const int cols = int(std::min<int64_t>(kCols, a.n - j0));
-      const Lanes l = lanes(a.row_bytes, cols);
-      const uint8_t* base = a.w + j0 * a.row_bytes;
-      for (int64_t b = 0; b < supers; ++b) {
-        pack_super(l, a.f, base + b * a.f.bytes, packed.data() + kSubs * b * kPacked);
-        group_scales(l, base + b * a.f.bytes, sc.data() + kSubs * b * kCols,
-                     off.data() + kSubs * b * kCols);
-      }
-      for (int64_t i = i0; i < i1; i += kRows) {
-        const int64_t rows = std::min<int64_t>(kRows, i1 - i);
-        const bool whole = rows == kRows;
-        tile(a, whole ? a.xq + i * a.k : a.tail_q, whole ? a.dx + i * a.blocks : a.tail_d,
-             whole ? a.xs + i * a.blocks : a.tail_s, packed.data(), sc.data(), off.data(),
-             a.y + i * a.n + j0, rows, cols);
-      }
-    }
-  }
-  _tile_release();
-}
-
 }  // namespace
 
 void q4_k_amx_matmul(bool five, int64_t m, int64_t n, int64_t k, int64_t row_bytes,
@@ -283,44 +228,9 @@ void q4_k_amx_matmul(bool five, int64_t m, int64_t n, int64_t k, int64_t row_byt
   TESSEL_CHECK((kCols - 1) * row_bytes < (int64_t(1) << 31), "q4_k_amx_matmul: rows of ", row_bytes,
                " bytes are too long for the 32-bit gather offsets");
   const int64_t blocks = k / kBlock;
-  const int64_t group_count = (n + kCols - 1) / kCols;
-  if (m < kTilesFrom) {
-    const Args a{f, m, n, k, blocks, row_bytes, xq, dx, xs32, nullptr, nullptr, nullptr, w, y, m};
-    parallel_for(0, group_count, group_grain, [&](int64_t lo, int64_t hi) {
-      for (int64_t gj = lo; gj < hi; ++gj)
-        few_rows(a, gj * kCols, int(std::min<int64_t>(kCols, n - gj * kCols)));
-    });
-    return;
-  }
-  // Chunks of whole tiles, so only the last chunk can end in a partial tile.
-  const int64_t chunk_rows = std::max<int64_t>(kRows, kChunkBytes / k / kRows * kRows);
-  const int64_t tail = m % kRows;
-  std::vector<int8_t> tail_q;
-  std::vector<float> tail_d, tail_s;
-  if (tail > 0) {
-    tail_q.assign(size_t(kRows * k), 0);
-    tail_d.assign(size_t(kRows * blocks), 0.0f);
-    tail_s.assign(size_t(kRows * blocks), 0.0f);
-    std::memcpy(tail_q.data(), xq + (m - tail) * k, size_t(tail * k));
-    std::memcpy(tail_d.data(), dx + (m - tail) * blocks, size_t(tail * blocks) * sizeof(float));
-    std::memcpy(tail_s.data(), xs32 + (m - tail) * blocks, size_t(tail * blocks) * sizeof(float));
-  }
-  const Args a{f,
-               m,
-               n,
-               k,
-               blocks,
-               row_bytes,
-               xq,
-               dx,
-               xs32,
-               tail_q.data(),
-               tail_d.data(),
-               tail_s.data(),
-               w,
-               y,
-               chunk_rows};
-  parallel_for(0, group_count, group_grain, [&](int64_t lo, int64_t hi) { groups(a, lo, hi); });
+  const Problem p{m, n, k, blocks, row_bytes, xq, {{dx, xs32}}, w, y};
+  if (m >= kTilesFrom) return tile_matmul(KFormat{f}, "q4_k_amx_matmul", p, group_grain);
+  each_group(n, group_grain, [&](int64_t j0, int cols) { few_rows(f, p, j0, cols); });
 }
 
 }  // namespace tessel::kernels::cpu

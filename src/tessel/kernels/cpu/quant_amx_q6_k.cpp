@@ -15,24 +15,24 @@
 // vpdpbusd on the unsigned codes less 32 times the half's activation sum, and the same f32
 // operations). |S| <= 16 * 32 * 127 < 2^24: exact.
 //
-// Layout as quant_amx_k.cpp: per group of 16 weight rows and chunk of activation rows the codes
-// are unpacked once into the tile layout (a 32-bit gather of ql and of qh from 16 rows gives four
-// codes of each row for two blocks: low and high nibbles, qh's bit pairs moved to bits 4-5) and
-// the 16 scales of each super-block decoded across the rows (four gathers, one row per lane).
+// The tiles run in the driver all the AMX kernels share (quant_amx_driver.h), a step being half a
+// block (K = 16); this file gives it the packing (per super-block, a 32-bit gather of ql and of qh
+// from 16 rows gives four codes of each row for two blocks: low and high nibbles, qh's bit pairs
+// moved to bits 4-5; the 16 scales decoded across the rows, four gathers, one row per lane) and
+// the epilogue (Q6Format).
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "tessel/core/error.h"
-#include "tessel/core/threads.h"
+#include "tessel/kernels/cpu/quant_amx_common.h"
+#include "tessel/kernels/cpu/quant_amx_driver.h"
 #include "tessel/kernels/cpu/quant_amx_k.h"
-#include "tessel/kernels/cpu/quant_amx_k_common.h"
 
 namespace tessel::kernels::cpu {
 
 namespace {
 
-using namespace amx_k;
+using namespace amx;
 
 constexpr int64_t kBytes = 210;  // sizeof(quant::BlockQ6_K): ql, qh, 16 scales, d
 constexpr int kHalves = 16;      // sub-blocks of 16 weights per super-block
@@ -74,51 +74,31 @@ TESSEL_AMX_TARGET void pack_super(const Lanes& l, const uint8_t* p, int8_t* pack
     }
 }
 
-struct Args {
-  int64_t m, n, k, blocks, row_bytes;
-  const int8_t* xq;
-  const float* dx;
-  const int32_t* x32;    // few_rows: 32 times each 16 activation codes' sum
-  const int8_t* tail_q;  // the last m % 16 rows, zero-padded to 16 (or null)
-  const float* tail_d;
-  const uint8_t* w;
-  float* y;
-  int64_t chunk_rows;
-};
-
-// acc[i] (16 outputs of activation row i) += f32(sums of one half) * (sc * dx of its block g).
-TESSEL_AMX_TARGET inline void scale_half(const int32_t* sums, const float* sc, const float* dx,
-                                         int64_t blocks, int64_t g, __m512 (&acc)[kRows]) {
-  const __m512 sw = _mm512_loadu_ps(sc);
-  for (int i = 0; i < kRows; ++i)
-    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums + i * kCols)),
-                             _mm512_mul_ps(sw, _mm512_set1_ps(dx[i * blocks + g])), acc[i]);
-}
-
-// One tile: 16 activation rows times a packed group, both halves of a block in flight.
-TESSEL_AMX_TARGET void tile(const Args& a, const int8_t* x, const float* dx, const int8_t* packed,
-                            const float* sc, float* y, int64_t rows, int cols) {
-  alignas(64) int32_t s0[kRows * kCols], s1[kRows * kCols];
-  __m512 acc[kRows];
-  for (auto& v : acc) v = _mm512_setzero_ps();
-  const int64_t k = a.k, blocks = a.blocks;
-  for (int64_t g = 0; g < blocks; ++g) {
-    _tile_loadd(0, x + kBlock * g, k);
-    _tile_loadd(1, packed + g * kPacked, 64);
-    _tile_zero(2);
-    _tile_dpbssd(2, 0, 1);
-    _tile_loadd(3, x + kBlock * g + kHalf, k);
-    _tile_loadd(4, packed + g * kPacked + kPacked / 2, 64);
-    _tile_zero(5);
-    _tile_dpbssd(5, 3, 4);
-    _tile_stored(2, s0, 64);
-    _tile_stored(5, s1, 64);
-    scale_half(s0, sc + 2 * g * kCols, dx, blocks, g, acc);
-    scale_half(s1, sc + (2 * g + 1) * kCols, dx, blocks, g, acc);
+// Q6_K as the tile driver takes it: a step is half a block (16 codes), each with its own scale
+// d * sc (16 rows), the steps' scales in order.
+struct Q6Format {
+  static constexpr int kStep = kHalf;
+  static constexpr int kRowValues = 1;     // dx
+  static constexpr int kScaleVectors = 2;  // one per half
+  TESSEL_AMX_TARGET void pack(const uint8_t* w, int64_t row_bytes, int cols, int64_t blocks,
+                              int8_t* packed, float* scales) const {
+    const Lanes l = lanes(row_bytes, cols);
+    for (int64_t b = 0; b < blocks / 8; ++b) {
+      pack_super(l, w + b * kBytes, packed + 8 * b * kPacked);
+      group_scales(l, w + b * kBytes, scales + kHalves * b * kCols);
+    }
   }
-  const __mmask16 real = __mmask16((1u << cols) - 1);
-  for (int64_t i = 0; i < rows; ++i) _mm512_mask_storeu_ps(y + i * a.n, real, acc[i]);
-}
+  // acc[i] (16 outputs of activation row i) += f32(sums of half e) * (sc * dx of its block g).
+  template <int R>
+  TESSEL_AMX_TARGET void scale(const int32_t* sums, const float* scales, const RowValues& xv,
+                               int64_t blocks, int64_t e, __m512 (&acc)[kRows]) const {
+    const __m512 sw = _mm512_loadu_ps(scales + e * kCols);
+    const float* dx = xv.v[0] + e / 2;
+    for (int i = 0; i < R; ++i)
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums + i * kCols)),
+                               _mm512_mul_ps(sw, _mm512_set1_ps(dx[i * blocks])), acc[i]);
+  }
+};
 
 // Quarters 2r (low half) and 2r + 1 (high half) of half h of the super-block at p: unsigned 6-bit
 // codes (masked 16-bit shifts put qh's bit pairs in place, as quant_k_tiles512.h does).
@@ -140,7 +120,7 @@ TESSEL_AMX_TARGET inline __m512i codes(const uint8_t* p, int h, int r) {
 // Fewer than kTilesFrom activation rows (the decode step): per activation row and pair of blocks
 // each weight row's vpdpbusd, its lanes summed per half and row, less 32 times the half's
 // activation sum, then the tiles' f32 operations. Rows past `cols` read the last real row.
-TESSEL_AMX_TARGET void few_rows(const Args& a, int64_t j0, int cols) {
+TESSEL_AMX_TARGET void few_rows(const Problem& a, const int32_t* x32s, int64_t j0, int cols) {
   const Lanes l = lanes(a.row_bytes, cols);
   const uint8_t* base = a.w + j0 * a.row_bytes;
   const uint8_t* rows[kCols];
@@ -149,8 +129,8 @@ TESSEL_AMX_TARGET void few_rows(const Args& a, int64_t j0, int cols) {
   const int64_t supers = a.k / kSuper;
   const uint8_t* end = a.w + a.n * a.row_bytes;
   for (int64_t i = 0; i < a.m; ++i) {
-    const float* dx = a.dx + i * a.blocks;
-    const int32_t* x32 = a.x32 + i * 2 * a.blocks;
+    const float* dx = a.xv.v[0] + i * a.blocks;
+    const int32_t* x32 = x32s + i * 2 * a.blocks;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < supers; ++b) {
       const int64_t at = b * kBytes;
@@ -189,35 +169,6 @@ TESSEL_AMX_TARGET void few_rows(const Args& a, int64_t j0, int cols) {
   }
 }
 
-// Groups [lo, hi) of 16 weight rows against every activation row, chunk by chunk.
-TESSEL_AMX_TARGET void groups(const Args& a, int64_t lo, int64_t hi) {
-  static const TileConfig config = tile_config(kHalf);
-  _tile_loadconfig(&config);
-  const int64_t supers = a.k / kSuper;
-  std::vector<int8_t> packed(size_t(a.blocks * kPacked));
-  std::vector<float> sc(size_t(2 * a.blocks * kCols));
-  for (int64_t i0 = 0; i0 < a.m; i0 += a.chunk_rows) {
-    const int64_t i1 = std::min(a.m, i0 + a.chunk_rows);
-    for (int64_t gj = lo; gj < hi; ++gj) {
-      const int64_t j0 = gj * kCols;
-      const int cols = int(std::min<int64_t>(kCols, a.n - j0));
-      const Lanes l = lanes(a.row_bytes, cols);
-      const uint8_t* base = a.w + j0 * a.row_bytes;
-      for (int64_t b = 0; b < supers; ++b) {
-        pack_super(l, base + b * kBytes, packed.data() + 8 * b * kPacked);
-        group_scales(l, base + b * kBytes, sc.data() + kHalves * b * kCols);
-      }
-      for (int64_t i = i0; i < i1; i += kRows) {
-        const int64_t rows = std::min<int64_t>(kRows, i1 - i);
-        const bool whole = rows == kRows;
-        tile(a, whole ? a.xq + i * a.k : a.tail_q, whole ? a.dx + i * a.blocks : a.tail_d,
-             packed.data(), sc.data(), a.y + i * a.n + j0, rows, cols);
-      }
-    }
-  }
-  _tile_release();
-}
-
 }  // namespace
 
 void q6_k_amx_matmul(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t* xq,
@@ -227,34 +178,15 @@ void q6_k_amx_matmul(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const i
   TESSEL_CHECK((kCols - 1) * row_bytes < (int64_t(1) << 31), "q6_k_amx_matmul: rows of ", row_bytes,
                " bytes are too long for the 32-bit gather offsets");
   const int64_t blocks = k / kBlock;
-  const int64_t group_count = (n + kCols - 1) / kCols;
-  if (m < kTilesFrom) {
-    std::vector<int32_t> x32(size_t(m * 2 * blocks));
-    for (int64_t h = 0; h < m * 2 * blocks; ++h) {
-      int32_t sum = 0;
-      for (int64_t c = 0; c < kHalf; ++c) sum += xq[h * kHalf + c];
-      x32[size_t(h)] = 32 * sum;
-    }
-    const Args a{m, n, k, blocks, row_bytes, xq, dx, x32.data(), nullptr, nullptr, w, y, m};
-    parallel_for(0, group_count, group_grain, [&](int64_t lo, int64_t hi) {
-      for (int64_t gj = lo; gj < hi; ++gj)
-        few_rows(a, gj * kCols, int(std::min<int64_t>(kCols, n - gj * kCols)));
-    });
-    return;
+  const Problem p{m, n, k, blocks, row_bytes, xq, {{dx, nullptr}}, w, y};
+  if (m >= kTilesFrom) return tile_matmul(Q6Format{}, "q6_k_amx_matmul", p, group_grain);
+  std::vector<int32_t> x32(size_t(m * 2 * blocks));
+  for (int64_t h = 0; h < m * 2 * blocks; ++h) {
+    int32_t sum = 0;
+    for (int64_t c = 0; c < kHalf; ++c) sum += xq[h * kHalf + c];
+    x32[size_t(h)] = 32 * sum;
   }
-  const int64_t chunk_rows = std::max<int64_t>(kRows, kChunkBytes / k / kRows * kRows);
-  const int64_t tail = m % kRows;
-  std::vector<int8_t> tail_q;
-  std::vector<float> tail_d;
-  if (tail > 0) {
-    tail_q.assign(size_t(kRows * k), 0);
-    tail_d.assign(size_t(kRows * blocks), 0.0f);
-    std::memcpy(tail_q.data(), xq + (m - tail) * k, size_t(tail * k));
-    std::memcpy(tail_d.data(), dx + (m - tail) * blocks, size_t(tail * blocks) * sizeof(float));
-  }
-  const Args a{m, n, k,         blocks, row_bytes, xq, dx, nullptr, tail_q.data(), tail_d.data(),
-               w, y, chunk_rows};
-  parallel_for(0, group_count, group_grain, [&](int64_t lo, int64_t hi) { groups(a, lo, hi); });
+  each_group(n, group_grain, [&](int64_t j0, int cols) { few_rows(p, x32.data(), j0, cols); });
 }
 
 }  // namespace tessel::kernels::cpu

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the k-quant AMX-INT8 kernels (quant_amx_k.cpp: Q4_K / Q5_K, quant_amx_q6_k.cpp: Q6_K)
-// share: the target of their functions, the tile configuration record, 32-bit gathers from a group
-// of 16 weight rows (one row per lane) and the exact transpose-add of 16 rows' dot-product lanes.
-// Kernel-private: included by those two files only.
+// What the AMX-INT8 quantized kernels (quant_amx.cpp: Q8_0 / Q4_0, quant_amx_k.cpp: Q4_K / Q5_K,
+// quant_amx_q6_k.cpp: Q6_K) share besides their driver (quant_amx_driver.h): the target of their
+// functions, the tile configuration record, 32-bit gathers from a group of 16 weight rows (one row
+// per lane) and the exact transpose-add of 16 rows' dot-product lanes. Kernel-private: included by
+// those files only.
 #pragma once
 
 #include <immintrin.h>
@@ -19,7 +20,7 @@
   __attribute__((         \
       target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,amx-tile,amx-int8")))
 
-namespace tessel::kernels::cpu::amx_k {
+namespace tessel::kernels::cpu::amx {
 
 inline constexpr int kRows = 16;  // activation rows per tile
 inline constexpr int kCols = 16;  // weight rows per group
@@ -39,13 +40,13 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// tmm0 / tmm3: 16 activation rows of `k_bytes` codes; tmm1 / tmm4: the same codes of 16 weight
-// rows, four per 32-bit column; tmm2 / tmm5: their 16 x 16 int32 sums.
-inline TileConfig tile_config(int k_bytes) {
+// tmm0 / tmm3: `rows` activation rows of `k_bytes` codes; tmm1 / tmm4: the same codes of 16
+// weight rows, four per 32-bit column; tmm2 / tmm5: their rows x 16 int32 sums.
+inline TileConfig tile_config(int k_bytes, int rows) {
   TileConfig c;
-  for (int t : {0, 3}) c.rows[t] = kRows, c.colsb[t] = uint16_t(k_bytes);
+  for (int t : {0, 3}) c.rows[t] = uint8_t(rows), c.colsb[t] = uint16_t(k_bytes);
   for (int t : {1, 4}) c.rows[t] = uint8_t(k_bytes / 4), c.colsb[t] = 4 * kCols;
-  for (int t : {2, 5}) c.rows[t] = kRows, c.colsb[t] = 4 * kCols;
+  for (int t : {2, 5}) c.rows[t] = uint8_t(rows), c.colsb[t] = 4 * kCols;
   return c;
 }
 
@@ -100,4 +101,4 @@ TESSEL_AMX_TARGET inline void prefetch(const uint8_t* p, int64_t bytes, const ui
     _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
 }
 
-}  // namespace tessel::kernels::cpu::amx_k
+}  // namespace tessel::kernels::cpu::amx
