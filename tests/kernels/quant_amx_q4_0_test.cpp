@@ -92,7 +92,9 @@ TEST(QuantAmxQ4_0, WithinTheActivationRoundingBoundOfFp64) {
 // their rounding to int8 is exact and the kernel's arithmetic can be written out here.
 TEST(QuantAmxQ4_0, EqualsTheBlockOrderBitForBit) {
   SKIP_WITHOUT_AMX();
-  constexpr Shape kExact[] = {{17, 5, 224}, {33, 31, 96}, {7, 7, 1024}, {1, 19, 64}, {3, 9, 128}};
+  // m = 1-3: few_rows, with whole and partial groups of 16 weight rows.
+  constexpr Shape kExact[] = {{17, 5, 224}, {33, 31, 96}, {7, 7, 1024}, {1, 19, 64},
+                              {3, 9, 128},  {2, 37, 96},  {3, 33, 288}, {1, 48, 1024}};
   std::mt19937 rng(5);
   for (const Shape& s : kExact) {
     const int64_t blocks = s.k / 32;

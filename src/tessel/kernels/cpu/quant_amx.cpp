@@ -32,6 +32,7 @@
 #include "tessel/core/error.h"
 #include "tessel/kernels/cpu/quant_amx_common.h"
 #include "tessel/kernels/cpu/quant_amx_driver.h"
+#include "tessel/kernels/cpu/quant_amx_q4_0_rows.h"
 
 namespace tessel::kernels::cpu {
 
@@ -65,11 +66,11 @@ struct Q8Format {
 
 // Q4_0: f16 d + 16 bytes whose low nibbles are codes 0-15 and high nibbles codes 16-31, each the
 // weight's u - 8 (u = 0..15). Packed as the signed u - 8 (exact in int8), so a tile product is
-// the block's exact sum of (u - 8) x; few_rows takes u itself (kBias = 8).
+// the block's exact sum of (u - 8) x; its few_rows (quant_amx_q4_0_rows.cpp) takes u itself
+// (kBias = 8).
 struct Q4Format {
   static constexpr int64_t kBlockBytes = 18;
   static constexpr int32_t kBias = 8;
-  static constexpr int64_t kPrefetchEvery = 4;  // 72 bytes
   TESSEL_AMX_TARGET static void pack(const uint8_t* base, __m512i index, __mmask16 real,
                                      int8_t* packed) {
     const __m512i mask = _mm512_set1_epi8(0xF), eight = _mm512_set1_epi8(8);
@@ -80,10 +81,6 @@ struct Q4Format {
       _mm512_storeu_si512(packed + (r + 4) * 64,
                           _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi32(v, 4), mask), eight));
     }
-  }
-  TESSEL_AMX_TARGET static __m256i codes(const uint8_t* block) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0xF));
   }
 };
 
@@ -177,6 +174,14 @@ TESSEL_AMX_TARGET void few_rows(const Problem& a, const int32_t* xbias, int64_t 
     }
     _mm512_mask_storeu_ps(a.y + i * a.n + j0, real, acc);
   }
+}
+
+// Q4_0's: four rows per 512-bit register and the activation rows sharing the unpacking
+// (quant_amx_q4_0_rows.cpp), the same bits.
+template <>
+void few_rows<Q4Format>(const Problem& a, const int32_t* xbias, int64_t j0, int cols) {
+  q4_0_amx_few_rows(a.m, a.k, a.row_bytes, a.xq, a.xv.v[0], xbias, a.w + j0 * a.row_bytes, cols,
+                    a.y + j0, a.n);
 }
 
 template <class F>
