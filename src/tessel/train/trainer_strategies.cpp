@@ -285,12 +285,21 @@ void Trainer::build_offload_shards(const RegionSource& init) {
   // its units, so it is not cut to fit). Under dp x tp, tp's gradient sums (sequence parallelism's
   // whole parameters, replicated K/V pieces) read and write gradients beside the buckets' use of
   // them: the buffers stay plain memory then.
+  // Under --ep at ZeRO-2/3 they stay plain memory too: the experts' own buckets are not laid out
+  // beside them in the device tier's working set yet.
   const bool tp_sums = tensor_ && tensor_->sums_gradients();
+  const bool stage1 = zero_->stage() == 1;
   if (tp_sums)
+    print(stage1 ? "note: ZeRO-1's all-reduced gradient buckets stay in plain memory: tensor "
+                   "parallelism sums gradients inside them after the all_reduce"
+                 : "note: the buckets' full gradient buffers stay in plain memory: tensor "
+                   "parallelism sums gradients inside them");
+  if (expert_zero_ && !stage1)
     print(
-        "note: the gradient buckets' full buffers stay in plain memory: tensor parallelism "
-        "sums gradients inside them");
-  const bool buckets_in_chunks = !tp_sums && buckets_fit(os.memory.chunk_bytes);
+        "note: the buckets' full gradient buffers stay in plain memory under expert "
+        "parallelism");
+  const bool buckets_in_chunks =
+      !tp_sums && (stage1 || !expert_zero_) && buckets_fit(os.memory.chunk_bytes);
   if (!buckets_in_chunks) ddp()->allocate_bucket_buffers();
   if (parallel::Zero3Parameters* z = zero3()) {
     for (size_t k = 0; k < z->unit_count(); ++k) {
