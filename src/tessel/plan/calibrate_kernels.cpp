@@ -15,7 +15,7 @@
 #include "tessel/kernels/backend.h"
 #include "tessel/kernels/kernel_observer.h"
 #include "tessel/kernels/meta/meta_backend.h"
-#include "tessel/models/gpt2/gpt2_config.h"
+#include "tessel/models/family.h"
 #include "tessel/ops/activation.h"
 #include "tessel/ops/loss.h"
 #include "tessel/ops/matmul.h"
@@ -205,13 +205,12 @@ double measure_op_overhead(double budget, const Agreement& agree) {
   // reshapes, transposes, autograd nodes, allocation, checks, the host-side copies of concat and
   // split) comes in the mix a training step has: GPT-2 of 2 layers x 32, 2 rows of 16 tokens, as
   // the trainer runs it (gradients dropped before each step).
-  models::GPT2Config config;
-  config.vocab_size = 64;
-  config.n_positions = 16;
-  config.n_embd = 32;
-  config.n_layer = 2;
-  config.n_head = 2;
-  config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = 0;
+  // Through the family interface: the planner names no model family.
+  const models::ConfigPtr config_ptr = models::parse_model_config(
+      R"({"model_type": "gpt2", "vocab_size": 64, "n_positions": 16, "n_embd": 32, "n_layer": 2,
+          "n_head": 2, "resid_pdrop": 0, "embd_pdrop": 0, "attn_pdrop": 0})",
+      "plan calibrate's overhead probe");
+  const models::ModelConfig& config = *config_ptr;
   TraceOptions options;
   options.batch = 2;
   options.seq = 16;

@@ -13,7 +13,7 @@
 // the shared blocks' maxima (at most tp - 1 floats per row). The padded input carries that
 // maximum in a padding column, whose weight code is 0: the kernel's block maximum becomes the
 // whole block's, every code and scale is one process's, and the padding adds nothing to the
-// integer dot product. Splits on multiples of 32 (GPT-2 124M, LLaMA shapes at tp 2 to 8) have no
+// integer dot product. Splits on multiples of 32 (the common widths at tp 2 to 8) have no
 // shared block and run as before, with no padding and no all-reduce.
 #pragma once
 
