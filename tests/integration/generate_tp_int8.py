@@ -29,8 +29,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from generate_ep import GPT2_MOE  # noqa: E402
-from serve_ep_http import PROMPTS, completion, server_command, stop  # noqa: E402
-from serve_http_common import (concurrently, mpi_ranks, start_server, stop_mpi_job,  # noqa: E402
+from serve_ep_http import (PROMPTS, completion, served_like_reference, server_command,  # noqa: E402
+                           stop)
+from serve_http_common import (mpi_ranks, start_server, stop_mpi_job,  # noqa: E402
                                write_hf_model)
 
 PROMPT = "5,9,12,40,77,3,101,250,7,7,7,64,33"
@@ -81,22 +82,14 @@ def check_serve(tessel, mpiexec, env, model):
     server, url = start_server(
         server_command(model, mpirun + [tessel, "serve", "--tp", "2"] + weights), env, fail)
     try:
-        got = concurrently(lambda i: completion(url, PROMPTS[i]), len(PROMPTS))
-        got.append(completion(url, PROMPTS[1]))  # from the prefix cache
-        worst = 0.0
-        for i, (text, logprobs) in zip(list(range(len(PROMPTS))) + [1], got):
-            if text != want[i][0]:
-                fail(f"{name} serve --tp 2 --weights int8, {PROMPTS[i]!r}: {text!r} != one "
-                     f"process {want[i][0]!r}")
-            worst = max([worst] + [abs(a - b) for a, b in zip(logprobs, want[i][1])])
-        if worst > BOUND:
-            fail(f"{name} serve --tp 2 --weights int8: logprobs differ by up to {worst:.3g}")
+        count, worst = served_like_reference(url, want, f"{name} serve --tp 2 --weights int8",
+                                             BOUND)
         stop_mpi_job(server, mpi_ranks(server, 2, fail, name), fail, name)
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
-    print(f"serve --tp 2 --weights int8 {name}: {len(got)} completions equal to one process's, "
+    print(f"serve --tp 2 --weights int8 {name}: {count} completions equal to one process's, "
           f"logprobs within {worst:.3g}")
 
 

@@ -27,8 +27,8 @@ from generate_ep import GPT2_MOE, mixtral  # noqa: E402
 from gguf_ep_cli import mixtral as gguf_mixtral  # noqa: E402
 from gguf_tp_cli import quantize, run, write_model  # noqa: E402
 from moe_tp_cli import refused  # noqa: E402
-from serve_ep_http import PROMPTS, completion, reference, server_command  # noqa: E402
-from serve_http_common import (concurrently, mpi_ranks, start_server, stop_mpi_job,  # noqa: E402
+from serve_ep_http import reference, served_like_reference, server_command  # noqa: E402
+from serve_http_common import (mpi_ranks, start_server, stop_mpi_job,  # noqa: E402
                                write_hf_model)
 
 PROMPT = "5,9,12,40,77,3,101,250,7,7,7,64,33"
@@ -80,12 +80,7 @@ def check_serve(tessel, mpiexec, env, model, extra=()):
     command = server_command(model, mpirun(mpiexec, 4) + [tessel, "serve"] + FLAGS + list(extra))
     server, url = start_server(command, env, fail)
     try:
-        got = concurrently(lambda i: completion(url, PROMPTS[i]), len(PROMPTS))
-        got.append(completion(url, PROMPTS[1]))  # from the prefix cache
-        for i, (text, logprobs) in zip(list(range(len(PROMPTS))) + [1], got):
-            if (text, logprobs) != tuple(want[i]):
-                fail(f"{name} serve --ep 2 --pp 2, {PROMPTS[i]!r}: {text!r} {logprobs} != one "
-                     f"process {want[i][0]!r} {want[i][1]}")
+        count, _ = served_like_reference(url, want, f"{name} serve --ep 2 --pp 2", 0.0)
         err = stop_mpi_job(server, mpi_ranks(server, 4, fail, name), fail, name)
         for rank in (1, 2, 3):
             if f"pipeline rank {rank} stopped" not in err:
@@ -94,7 +89,7 @@ def check_serve(tessel, mpiexec, env, model, extra=()):
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
-    print(f"serve --ep 2 --pp 2 {' '.join(extra)} {name}: {len(got)} completions and logprobs "
+    print(f"serve --ep 2 --pp 2 {' '.join(extra)} {name}: {count} completions and logprobs "
           f"bitwise one process's; SIGTERM to rank 0 ended the job 0")
 
 

@@ -28,8 +28,8 @@ from generate_ep import GPT2_MOE  # noqa: E402
 from gguf_ep_cli import mixtral as gguf_mixtral  # noqa: E402
 from gguf_tp_cli import quantize, run, write_model  # noqa: E402
 from moe_tp_cli import PROMPT, expert_bytes, refused, tied_mixtral  # noqa: E402
-from serve_ep_http import PROMPTS, completion, reference, server_command  # noqa: E402
-from serve_http_common import (concurrently, mpi_ranks, start_server, stop_mpi_job,  # noqa: E402
+from serve_ep_http import reference, served_like_reference, server_command  # noqa: E402
+from serve_http_common import (mpi_ranks, start_server, stop_mpi_job,  # noqa: E402
                                write_hf_model)
 
 FLAGS = ["--ep", "2", "--pp", "2", "--tp", "2"]
@@ -102,16 +102,7 @@ def check_serve(tessel, mpiexec, env, model):
     server, url = start_server(
         server_command(model, mpirun(mpiexec) + [tessel, "serve"] + FLAGS), env, fail)
     try:
-        got = concurrently(lambda i: completion(url, PROMPTS[i]), len(PROMPTS))
-        got.append(completion(url, PROMPTS[1]))  # from the prefix cache
-        worst = 0.0
-        for i, (text, logprobs) in zip(list(range(len(PROMPTS))) + [1], got):
-            if text != want[i][0]:
-                fail(f"{name} serve {' '.join(FLAGS)}, {PROMPTS[i]!r}: {text!r} != one process "
-                     f"{want[i][0]!r}")
-            worst = max([worst] + [abs(a - b) for a, b in zip(logprobs, want[i][1])])
-        if worst > 1e-4:
-            fail(f"{name} serve {' '.join(FLAGS)}: logprobs differ by up to {worst:.3g}")
+        count, worst = served_like_reference(url, want, f"{name} serve {' '.join(FLAGS)}", 1e-4)
         err = stop_mpi_job(server, mpi_ranks(server, NP, fail, name), fail, name)
         for rank in range(1, NP):
             if f"pipeline rank {rank} stopped" not in err:
@@ -120,7 +111,7 @@ def check_serve(tessel, mpiexec, env, model):
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
-    print(f"serve {' '.join(FLAGS)} {name}: {len(got)} completions equal to one process's, "
+    print(f"serve {' '.join(FLAGS)} {name}: {count} completions equal to one process's, "
           f"logprobs within {worst:.3g}; SIGTERM to rank 0 ended the job 0")
 
 

@@ -35,8 +35,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from generate_ep import GPT2_MOE, mixtral  # noqa: E402
 from gguf_ep_cli import mixtral as gguf_mixtral  # noqa: E402
 from gguf_tp_cli import quantize, run, write_model  # noqa: E402
-from serve_ep_http import PROMPTS, completion, reference, server_command  # noqa: E402
-from serve_http_common import (concurrently, mpi_ranks, start_server, stop_mpi_job,  # noqa: E402
+from serve_ep_http import reference, served_like_reference, server_command  # noqa: E402
+from serve_http_common import (mpi_ranks, start_server, stop_mpi_job,  # noqa: E402
                                write_hf_model)
 
 PROMPT = "5,9,12,40,77,3,101,250,7,7,7,64,33"
@@ -124,22 +124,14 @@ def check_serve(tessel, mpiexec, env, model):
         server, url = start_server(server_command(model, mpirun + [tessel, "serve"] + flags), env,
                                    fail)
         try:
-            got = concurrently(lambda i: completion(url, PROMPTS[i]), len(PROMPTS))
-            got.append(completion(url, PROMPTS[1]))  # from the prefix cache
-            worst = 0.0
-            for i, (text, logprobs) in zip(list(range(len(PROMPTS))) + [1], got):
-                if text != want[i][0]:
-                    fail(f"{name} serve {' '.join(flags)}, {PROMPTS[i]!r}: {text!r} != one "
-                         f"process {want[i][0]!r}")
-                worst = max([worst] + [abs(a - b) for a, b in zip(logprobs, want[i][1])])
-            if worst > 1e-4:
-                fail(f"{name} serve {' '.join(flags)}: logprobs differ by up to {worst:.3g}")
+            count, worst = served_like_reference(url, want, f"{name} serve {' '.join(flags)}",
+                                                 1e-4)
             stop_mpi_job(server, mpi_ranks(server, np_, fail, name), fail, name)
         finally:
             if server.poll() is None:
                 os.killpg(server.pid, signal.SIGKILL)
                 server.wait()
-        print(f"serve {' '.join(flags)} {name}: {len(got)} completions equal to one process's, "
+        print(f"serve {' '.join(flags)} {name}: {count} completions equal to one process's, "
               f"logprobs within {worst:.3g}")
 
 

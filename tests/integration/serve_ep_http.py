@@ -76,6 +76,22 @@ def reference(tessel, env, model, name):
     return out
 
 
+def served_like_reference(url, want, what, bound):
+    """PROMPTS sent concurrently to the server at URL, then PROMPTS[1] again (from the prefix
+    cache), against WANT (reference()'s): the same texts, and logprobs within BOUND (0: bitwise).
+    Returns the number of completions and the largest logprob difference."""
+    got = concurrently(lambda i: completion(url, PROMPTS[i]), len(PROMPTS))
+    got.append(completion(url, PROMPTS[1]))
+    worst = 0.0
+    for i, (text, logprobs) in zip(list(range(len(PROMPTS))) + [1], got):
+        if text != want[i][0] or len(logprobs) != len(want[i][1]):
+            fail(f"{what}, {PROMPTS[i]!r}: {text!r} != one process {want[i][0]!r}")
+        worst = max([worst] + [abs(a - b) for a, b in zip(logprobs, want[i][1])])
+    if worst > bound:
+        fail(f"{what}: logprobs differ by up to {worst:.3g} (bound {bound:.3g})")
+    return len(got), worst
+
+
 def check_family(tessel, mpirun, env, model):
     name = os.path.basename(model)
     expected = generate_greedy(tessel, model, PROMPTS, TOKENS, env)
