@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the memory-offload equivalence scripts share: the `--set` flags of an offloaded run, the
-step records they compare, and the byte-for-byte checkpoint comparison."""
+step records they compare, the check that every tier was used, and the byte-for-byte checkpoint
+comparison."""
 import filecmp
 import os
 
@@ -14,6 +15,29 @@ def offload_sets(nvme, host_chunks, device_chunks, chunk):
             f"memory.device_budget={device_chunks * chunk}", f"memory.nvme_dir={nvme}",
             "memory.prefetch=4"]
     return [a for s in sets for a in ("--set", s)]
+
+
+def step_losses(d, first=1):
+    """(step, loss, grad norm) of every step from `first`."""
+    return [(r["step"], r["loss"], r["grad_norm"]) for r in step_records(d) if r["step"] >= first]
+
+
+def same_records(ref, d, what, steps, first=1):
+    """Run `d` has the (step, loss, grad norm) of run `ref`, bit for bit, for steps first..steps."""
+    a, b = step_losses(ref, first), step_losses(d, first)
+    if len(a) != steps - first + 1 or a != b:
+        fail(f"{what}: (step, loss, grad norm) {b} differ from the in-memory run's {a}")
+
+
+def check_tiers(d, what, steps):
+    """Every one of the `steps` steps held chunks in every tier, and every step after the first
+    read and wrote NVMe."""
+    recs = [r["offload"] for r in step_records(d)]
+    if len(recs) != steps or not all(r["device_bytes"] > 0 and r["host_bytes"] > 0 and
+                                     r["nvme_bytes"] > 0 for r in recs):
+        fail(f"{what}: some step did not hold chunks in every tier: {recs}")
+    if not all(r["nvme_read_bytes"] > 0 and r["nvme_write_bytes"] > 0 for r in recs[1:]):
+        fail(f"{what}: a step without NVMe traffic: {recs}")
 
 
 def precision_records(d, first=1):

@@ -18,32 +18,13 @@ import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from offload_runs import offload_sets, same_checkpoint  # noqa: E402
+from offload_runs import check_tiers, offload_sets, same_checkpoint, same_records  # noqa: E402
 from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run, seed_resume,  # noqa: E402
-                         single_thread_env, step_records, train_sets, write_json)
+                         single_thread_env, train_sets, write_json)
 
 STEPS, SAVE = 6, 3
 SP = ["--set", "parallel.sequence_parallel=true"]
 BF16 = ["--set", "train.precision=bf16"]
-
-
-def records(d, first=1):
-    return [(r["step"], r["loss"], r["grad_norm"]) for r in step_records(d) if r["step"] >= first]
-
-
-def same_records(ref, d, what, first=1):
-    a, b = records(ref, first), records(d, first)
-    if len(a) != STEPS - first + 1 or a != b:
-        fail(f"{what}: (step, loss, grad norm) {b} differ from the in-memory run's {a}")
-
-
-def check_tiers(d, what):
-    recs = [r["offload"] for r in step_records(d)]
-    if len(recs) != STEPS or not all(r["device_bytes"] > 0 and r["host_bytes"] > 0 and
-                                     r["nvme_bytes"] > 0 for r in recs):
-        fail(f"{what}: some step did not hold chunks in every tier: {recs}")
-    if not all(r["nvme_read_bytes"] > 0 and r["nvme_write_bytes"] > 0 for r in recs[1:]):
-        fail(f"{what}: a step without NVMe traffic: {recs}")
 
 
 def main():
@@ -76,9 +57,9 @@ def main():
         os.makedirs(swap)
         out = run(mpi + common(stage) + extra + ["--set", "checkpoint.dir=" + off] +
                   offload_sets(swap, host, device, chunk), env=env).stdout
-        same_records(ref, off, what)
+        same_records(ref, off, what, STEPS)
         if stage == 3:
-            check_tiers(off, what)
+            check_tiers(off, what, STEPS)
         if sorted(os.listdir(swap)) != [f"rank{r}" for r in range(4)]:
             fail(f"{what}: {swap} holds {sorted(os.listdir(swap))}: expected a folder per rank")
         grads = re.search(r"^  grad: ", out, re.M) is not None
@@ -97,7 +78,8 @@ def main():
         os.makedirs(swap)
         run(mpi + ["train", "--resume", r, "--set", f"parallel.zero_stage={stage}"] + layout +
             offload_sets(swap, host, device, chunk), env=env)
-        same_records(ref, r, "the offloaded dp x tp checkpoint resumed offloaded", first=SAVE + 1)
+        same_records(ref, r, "the offloaded dp x tp checkpoint resumed offloaded", STEPS,
+                     first=SAVE + 1)
         same_checkpoint(ref, r, STEPS, "the offloaded dp x tp checkpoint resumed offloaded")
         print(f"{what}: its step-{SAVE} checkpoint resumes offloaded on the uninterrupted "
               f"trajectory")

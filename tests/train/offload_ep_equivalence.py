@@ -26,35 +26,15 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
 sys.path.insert(0, HERE)
-from offload_runs import offload_sets, same_checkpoint  # noqa: E402
+from offload_runs import check_tiers, offload_sets, same_checkpoint, same_records  # noqa: E402
 from tessel_runs import (fail, mpi_prefix, prepare_workdir, run, seed_resume,  # noqa: E402
-                         single_thread_env, step_records, train_sets, write_json)
+                         single_thread_env, train_sets, write_json)
 from ep_equivalence import moe_config  # noqa: E402
 
 STEPS, SAVE = 6, 3
 # ZeRO-3: 40 KiB holds the largest shard (an MoE layer's experts at np 2, 37824 bytes); ZeRO-1/2:
 # a bucket's shard (the experts' whole bucket at np 2, 75648 bytes).
 CHUNK = {3: 40 << 10, 2: 80 << 10, 1: 80 << 10}
-
-
-def records(d, first=1):
-    return [(r["step"], r["loss"], r["grad_norm"]) for r in step_records(d) if r["step"] >= first]
-
-
-def same_records(ref, d, what, first=1):
-    a, b = records(ref, first), records(d, first)
-    if len(a) != STEPS - first + 1 or a != b:
-        fail(f"{what}: (step, loss, grad norm) {b} differ from the in-memory run's {a}")
-
-
-def check_tiers(d, what):
-    """Every tier held chunks and NVMe was read and written every step after the first."""
-    recs = [r["offload"] for r in step_records(d)]
-    if len(recs) != STEPS or not all(r["device_bytes"] > 0 and r["host_bytes"] > 0 and
-                                     r["nvme_bytes"] > 0 for r in recs):
-        fail(f"{what}: some step did not hold chunks in every tier: {recs}")
-    if not all(r["nvme_read_bytes"] > 0 and r["nvme_write_bytes"] > 0 for r in recs[1:]):
-        fail(f"{what}: a step without NVMe traffic: {recs}")
 
 
 def expert_lines(out, what, pattern):
@@ -108,9 +88,9 @@ def main():
                   offload_sets(swap, host, device, CHUNK[stage]), env=env).stdout
         what = f"--ep 2 at np {np_}, ZeRO-{stage}{' bf16' if extra else ''} offloaded"
         shards = expert_lines(out, what, layers)
-        same_records(ref, off, what)
+        same_records(ref, off, what, STEPS)
         if stage == 3:
-            check_tiers(off, what)
+            check_tiers(off, what, STEPS)
         if sorted(os.listdir(swap)) != [f"rank{r}" for r in range(np_)]:
             fail(f"{what}: {swap} holds {sorted(os.listdir(swap))}: expected a folder per rank")
         for step in (SAVE, STEPS):
@@ -128,7 +108,8 @@ def main():
             run(mpi + ["train", "--resume", r, "--ep", "2", "--set",
                        f"parallel.zero_stage={stage}"] +
                 offload_sets(nvme("resume_" + name), host, device, CHUNK[stage]), env=env)
-            same_records(ref, r, f"the {name} checkpoint resumed offloaded", first=SAVE + 1)
+            same_records(ref, r, f"the {name} checkpoint resumed offloaded", STEPS,
+                         first=SAVE + 1)
             same_checkpoint(ref, r, STEPS, f"the {name} checkpoint resumed offloaded")
         print(f"{what}: the offloaded and the in-memory step-{SAVE} checkpoints resume offloaded "
               f"bitwise on the uninterrupted trajectory")

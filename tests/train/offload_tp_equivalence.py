@@ -17,23 +17,13 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from offload_runs import offload_sets, same_checkpoint  # noqa: E402
+from offload_runs import offload_sets, same_checkpoint, same_records  # noqa: E402
 from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run, seed_resume,  # noqa: E402
                          single_thread_env, step_records, train_sets, write_json)
 
 CHUNK = 16 << 10  # holds a rank's largest piece (half of the 256 x 26 embedding: 13 KiB)
 HOST, DEVICE = 4, 8  # chunks: the update's row; a block's parameters and gradients with the embeddings'
 STEPS, SAVE = 8, 4
-
-
-def records(d, first=1):
-    return [(r["step"], r["loss"], r["grad_norm"]) for r in step_records(d) if r["step"] >= first]
-
-
-def same_records(ref, d, what, first=1):
-    a, b = records(ref, first), records(d, first)
-    if len(a) != STEPS - first + 1 or a != b:
-        fail(f"{what}: (step, loss, grad norm) {b} differ from the in-memory run's {a}")
 
 
 def check_tiers(d, what):
@@ -75,7 +65,7 @@ def main():
     run(mpi + common + tp2 + ["--set", "checkpoint.dir=" + off] +
         offload_sets(swap, HOST, DEVICE, CHUNK), env=env)
     what = "tp 2 offloaded"
-    same_records(ref, off, what)
+    same_records(ref, off, what, STEPS)
     check_tiers(off, what)
     if sorted(os.listdir(swap)) != ["rank0", "rank1"] or any(
             os.listdir(os.path.join(swap, r)) for r in ("rank0", "rank1")):
@@ -96,7 +86,7 @@ def main():
         run(mpi + common + tp2 + extra + ["--set", "checkpoint.dir=" + o] +
             offload_sets(nvme(tag), host, DEVICE, CHUNK), env=env)
         what = f"tp 2 offloaded ({tag})"
-        same_records(m, o, what)
+        same_records(m, o, what, STEPS)
         check_tiers(o, what)
         same_checkpoint(m, o, STEPS, what)
         print(f"{what}: bitwise the in-memory run's")
@@ -113,7 +103,7 @@ def main():
     run(mpi + common_for(llama) + tp2 + ["--set", "checkpoint.dir=" + o] +
         offload_sets(nvme("llama"), HOST, 6, CHUNK), env=env)  # its working set: 6 chunks
     what = "tp 2 offloaded (LLaMA, one K/V head replicated)"
-    same_records(m, o, what)
+    same_records(m, o, what, STEPS)
     check_tiers(o, what)
     same_checkpoint(m, o, STEPS, what)
     print(f"{what}: bitwise the in-memory run's")
@@ -124,13 +114,15 @@ def main():
     seed_resume(off, f"step_{SAVE:06d}", r)
     run(mpi + ["train", "--resume", r] + tp2 + ["--set", "memory.device_budget=", "--set",
                                                 "memory.nvme_dir="], env=env)
-    same_records(ref, r, "the offloaded tp 2 checkpoint resumed in memory", first=SAVE + 1)
+    same_records(ref, r, "the offloaded tp 2 checkpoint resumed in memory", STEPS,
+                 first=SAVE + 1)
     same_checkpoint(ref, r, STEPS, "the offloaded tp 2 checkpoint resumed in memory")
     r = os.path.join(work, "resume_memory_offloaded")
     seed_resume(ref, f"step_{SAVE:06d}", r)
     run(mpi + ["train", "--resume", r] + tp2 + offload_sets(nvme("resume"), HOST, DEVICE, CHUNK),
         env=env)
-    same_records(ref, r, "the in-memory tp 2 checkpoint resumed offloaded", first=SAVE + 1)
+    same_records(ref, r, "the in-memory tp 2 checkpoint resumed offloaded", STEPS,
+                 first=SAVE + 1)
     same_checkpoint(ref, r, STEPS, "the in-memory tp 2 checkpoint resumed offloaded")
     print("tp 2 checkpoints: offloaded -> in memory and in memory -> offloaded, both bitwise on "
           "the uninterrupted trajectory")
