@@ -22,6 +22,7 @@
 #include "tessel/nn/autocast.h"
 #include "tessel/nn/module.h"
 #include "tessel/parallel/zero/zero3.h"
+#include "tessel/tensor/host_memory.h"
 #include "tessel/train/optim/offload_adamw.h"
 #include "tessel/train/strategy/axis_strategy.h"
 
@@ -191,6 +192,9 @@ class OffloadStrategy : public AxisStrategy {
   void free_gradient_shards();  // dp: their next reduction overwrites them whole
   std::string shard_placement() const;
 
+  // The state lives in the tiers, so the host allocator's high-water mark no longer includes it:
+  // its large-block cache sizes its spare on the step's cycling blocks instead (host_memory.h).
+  HostCycleFollowing follow_host_cycles_;
   std::unique_ptr<memory::ChunkManager> chunks_;
   int prefetch_;
   std::vector<OffloadedParameter> states_;
