@@ -88,6 +88,21 @@ int64_t host_block_maps() {
   return host().blocks_.maps();
 }
 
+size_t host_spare_bytes() {
+  return host().blocks_.spare_bytes();
+}
+
+HostCycleFollowing::HostCycleFollowing() {
+  host().blocks_.follow_cycles(true);
+}
+
+HostCycleFollowing::~HostCycleFollowing() {
+  try {
+    host().blocks_.follow_cycles(false);
+  } catch (...) {  // a destructor must not throw; only an unmatched off throws
+  }
+}
+
 void release_free_host_memory() {
   host().blocks_.release_cached();
   release_free_heap();

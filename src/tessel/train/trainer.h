@@ -186,9 +186,10 @@ class Trainer {
   void use_offloaded_copies();
   void build_optimizer(const RegionSource& init);
   void check_offload_layout() const;  // the layouts offload composes with
+  void zero_plain_gradients();        // offloaded: those of parameters not in chunks
   memory::MemoryConfig offload_memory_config() const;
-  // Under tp: memory.nvme_dir/rank<r>, created, so tp ranks never share a swap or probe file.
-  std::string tp_rank_nvme_dir(const std::string& nvme_dir) const;
+  // Under tp or pp: memory.nvme_dir/rank<r>, created, so ranks never share a swap or probe file.
+  std::string rank_nvme_dir(const std::string& nvme_dir) const;
   // The loss of one micro-batch (the vocab-parallel one under tp).
   Tensor compute_loss(const Tensor& ids, const Tensor& targets);
   // The same for evaluation, one chunk of positions' logits at a time (CausalLM::eval_loss).

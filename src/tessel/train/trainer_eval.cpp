@@ -19,6 +19,13 @@ EvalRecord Trainer::evaluate() {
   // forward (the tied head would find wte released), so evaluation holds everything gathered.
   const auto gathered = pipeline_ ? gather_all_zero3() : nullptr;
   if (pipeline_) pipeline_->sync_model();  // every rank evaluates the whole current model
+  // Offloaded: the units hold their chunks around their own modules' forwards, but the head
+  // multiplies with the first stage's tied embedding again at the end: held throughout.
+  std::vector<std::shared_ptr<void>> tied_held;
+  if (pipeline_ && offload_)
+    for (const std::string& name : pipeline_->tied())
+      if (const Tensor w = model_->find(name); offload_->in_chunks(w))
+        tied_held.push_back(offload_->hold_for_compute(w));
   const auto t0 = std::chrono::steady_clock::now();
   autograd::NoGradGuard no_grad;
   model_->eval();

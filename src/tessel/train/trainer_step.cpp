@@ -71,6 +71,7 @@ Trainer::StepMarks Trainer::begin_step() {
   for (AxisStrategy* s : strategies_) s->begin_step();
   // One process offloaded: the gradients are chunk views, dropped there (under dp they are ZeRO's).
   if (!offload_adamw_) model_->zero_grad();
+  zero_plain_gradients();
   marks.base_bytes = int64_t(cpu_allocator().bytes_in_use());
   cpu_allocator().reset_peak();  // the step's own peak, for activation memory
   return marks;
@@ -126,19 +127,28 @@ void Trainer::begin_micro_batch(int64_t m) {
   rng_.set_state(rng_.seed(), (uint64_t(step_ + 1) << 32) | uint64_t(m));
 }
 
+void Trainer::zero_plain_gradients() {
+  // An offloaded last pipeline stage: its copy of a tied embedding is plain memory, its gradient
+  // the head's, sent to the first stage every step.
+  if (!offload_adamw_ || !pipeline_) return;
+  for (const std::string& name : pipeline_->tied())
+    if (Tensor w = model_->find(name); !offload_->in_chunks(w)) w.set_grad(Tensor());
+}
+
 void Trainer::sync_gradients(StepRecord& r) {
   breakdown_after_backward();
   for (AxisStrategy* s : strategies_) s->sync_gradients(r);
 }
 
 double Trainer::global_norm() {
-  if (offload_adamw_ && !tensor_) {  // one process; the gradients are read chunk by chunk
+  if (offload_adamw_ && !tensor_ && !pipeline_) {  // one process; read chunk by chunk
     const double total = offload_adamw_->gradient_square_sum();
     local_nonfinite_ = !std::isfinite(total);
     return std::sqrt(total);
   }
   GradNormPlan plan;
-  // Offloaded under tp: each rank's gradients are chunk views, in the in-memory optimizer's order.
+  // Offloaded under tp or pp: each rank's gradients are chunk views, in the in-memory optimizer's
+  // order.
   plan.spans =
       offload_adamw_ ? offload_adamw_->gradient_spans() : optimizer_->parameter_gradients();
   for (AxisStrategy* s : strategies_) s->describe_norm(plan);
@@ -204,6 +214,7 @@ void Trainer::end_step(StepRecord& r, int64_t step, const StepMarks& marks) {
   const TrainSection& t = config_.train;
   for (AxisStrategy* s : strategies_) s->after_update();  // pp: the tied embedding
   if (!offload_adamw_) model_->zero_grad();               // dead weight until the next backward
+  zero_plain_gradients();
   step_ = step;
   const int64_t step_tokens = t.micro_batch * t.seq_len * t.grad_accum * dp_size();
   tokens_ += step_tokens;

@@ -134,6 +134,19 @@ void Trainer::build_strategies(const RegionSource& init) {
   if (!(config_.memory.enabled() && !dp_)) {
     materialize_held_parameters();
     if (init) fill_parameters(init, /*zero3_shards=*/!config_.memory.enabled());
+  } else if (pipeline_) {
+    // Offloaded pipeline stage: its own parameters go into chunks (build_offload); the last
+    // stage's copy of a tied embedding, which it multiplies with but does not train, stays plain
+    // memory, filled as an in-memory stage fills it.
+    std::set<std::string> own;
+    for (const auto& [name, param] : trainable_parameters()) own.insert(name);
+    for (const auto& [name, param] : held_whole_parameters()) {
+      if (own.count(name)) continue;
+      param.storage().materialize();
+      if (init)
+        fill_placed(init, name, checkpoint_placement(name, param.shape()), param.shape(), 0,
+                    param.numel(), param.detach().flatten());
+    }
   }
   if (dtype != DType::F32) {
     PrecisionSetup ps;
@@ -180,13 +193,15 @@ std::string Trainer::expert_bytes_line() const {
 void Trainer::check_offload_layout() const {
   // Tensor parallelism: each tp rank offloads its own pieces as one process does, or under dp its
   // ZeRO shards of them. Expert parallelism lies inside dp: each rank offloads its ZeRO shards of
-  // the dense parameters and of its experts. Pipeline stages, and ep with tp, not yet.
+  // the dense parameters and of its experts. Pipeline stages alone: each stage offloads its own
+  // parameters as one process does. pp with another axis, and ep with tp, not yet.
   const bool no_pp = layout_.pp_size() == 1;
   const bool tp_without_ep = layout_.tp_size() > 1 && no_pp && !layout_.ep;
-  TESSEL_CHECK(layout_.world_size() == layout_.dp_size() || tp_without_ep,
+  const bool pp_alone = !no_pp && layout_.world_size() == layout_.pp_size();
+  TESSEL_CHECK(layout_.world_size() == layout_.dp_size() || tp_without_ep || pp_alone,
                "train: memory offload (memory.device_budget) composes with data parallelism "
-               "(expert parallelism inside it included), tensor parallelism, or both, for now; "
-               "this layout has ",
+               "(expert parallelism inside it included), tensor parallelism, or both, or with "
+               "pipeline stages alone, for now; this layout has ",
                layout_.world_size(), " ranks (", layout_.str(), ")");
   TESSEL_CHECK(!dp_ || config_.parallel.zero_stage > 0, "train: memory offload with --dp ",
                layout_.dp_size(),
@@ -209,11 +224,13 @@ void Trainer::build_offload(const RegionSource& init) {
   OffloadSetup os;
   os.memory = offload_memory_config();
   os.prefetch = int(m.prefetch);
-  // Under tp each rank's NVMe files go into a folder of its own, as under dp.
-  if (tensor_ && !os.memory.nvme_dir.empty() && std::filesystem::is_directory(os.memory.nvme_dir))
-    os.memory.nvme_dir = tp_rank_nvme_dir(os.memory.nvme_dir);
+  // Under tp or pp each rank's NVMe files go into a folder of its own, as under dp.
+  if ((tensor_ || pipeline_) && !os.memory.nvme_dir.empty() &&
+      std::filesystem::is_directory(os.memory.nvme_dir))
+    os.memory.nvme_dir = rank_nvme_dir(os.memory.nvme_dir);
   os.params = trainable_parameters();
-  os.units = parallel::zero3_units(*model_, model_->unit_paths());
+  // With pp, this stage's units, each held around its own module's forward (zero3_units()).
+  os.units = pipeline_ ? zero3_units() : parallel::zero3_units(*model_, model_->unit_paths());
   // Start-up streams: the model was built shape-only (nothing written), and each parameter is
   // computed from its recipe or read from its file straight into its chunk as the layout is
   // sealed, chunk by chunk within the budgets. Without a source (a checkpoint in pieces being
@@ -228,20 +245,24 @@ void Trainer::build_offload(const RegionSource& init) {
   if (precision_) {  // the 16-bit copies live in chunks of their own, kept between steps
     os.compute = precision_->compute_dtype();
     os.low_precision_roots = stage_modules();
+    os.copies_span_step = pipeline_ != nullptr;
   }
   offload_ = std::make_unique<OffloadStrategy>(std::move(os));
   strategies_.push_back(offload_.get());
   use_offloaded_copies();
   // tp's gradient sums (sequence parallelism, replicated K/V pieces) write gradient chunks.
   if (tensor_) tensor_->set_gradient_hold(offload_->gradient_hold());
+  // pp: the tied embedding's gradient sum and weight exchange, and the model's sync, read and
+  // write this stage's chunks.
+  if (pipeline_) pipeline_->set_hold(offload_->gradient_hold());
 }
 
-std::string Trainer::tp_rank_nvme_dir(const std::string& nvme_dir) const {
+std::string Trainer::rank_nvme_dir(const std::string& nvme_dir) const {
   const std::filesystem::path own =
       std::filesystem::path(nvme_dir) / ("rank" + std::to_string(layout_.world_rank()));
   std::error_code ec;
   std::filesystem::create_directories(own, ec);
-  TESSEL_CHECK(!ec, "memory.nvme_dir: cannot create ", own.string(), " for tp rank ",
+  TESSEL_CHECK(!ec, "memory.nvme_dir: cannot create ", own.string(), " for rank ",
                layout_.world_rank(), ": ", ec.message());
   return own.string();
 }

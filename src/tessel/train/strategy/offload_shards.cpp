@@ -200,6 +200,10 @@ SpanHold OffloadStrategy::gradient_hold() {
   };
 }
 
+std::shared_ptr<void> OffloadStrategy::hold_for_compute(const Tensor& tensor) {
+  return shard_hold()(tensor, parallel::ShardUse::Gather);  // read-only, in the device tier
+}
+
 bool OffloadStrategy::in_chunks(const Tensor& tensor) const {
   const Storage* s = tensor.storage_ptr().get();
   for (int id = 0; id < chunks_->num_chunks(); ++id)

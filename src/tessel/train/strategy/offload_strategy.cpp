@@ -73,6 +73,7 @@ std::vector<size_t> OffloadStrategy::unit_order(const std::vector<parallel::Zero
 
 OffloadStrategy::OffloadStrategy(OffloadSetup setup)
     : chunks_(std::make_unique<memory::ChunkManager>(setup.memory)), prefetch_(setup.prefetch) {
+  copies_span_step_ = setup.copies_span_step;
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < setup.params.size(); ++i) index[setup.params[i].first] = i;
   states_.resize(setup.params.size());
@@ -164,6 +165,12 @@ void OffloadStrategy::build_units(const std::vector<parallel::Zero3Unit>& units,
       held.insert((u.*state).begin(), (u.*state).end());
       device_need_ = std::max(device_need_, int(held.size()));
     }
+  }
+  if (copies_span_step_ && has_copies_) {  // every unit's copies and gradients at once
+    std::set<int> held;
+    for (const Unit& u : units_)
+      held.insert(u.copy_state_chunks.begin(), u.copy_state_chunks.end());
+    device_need_ = std::max(device_need_, int(held.size()));
   }
 }
 
@@ -323,7 +330,8 @@ void OffloadStrategy::after_update() {
 }
 
 void OffloadStrategy::hold_for_checkpoint(const Tensor& tensor, AccessMode mode) {
-  if (!shards_.empty() && !in_chunks(tensor)) return;  // ZeRO-1/2's replicas are plain memory
+  // ZeRO-1/2's replicas and a last pipeline stage's tied embedding are plain memory.
+  if (!in_chunks(tensor)) return;
   const int id = chunks_->chunk_of(tensor);
   if (id == checkpoint_chunk_) return;
   if (!checkpointing_) {

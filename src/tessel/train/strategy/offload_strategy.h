@@ -22,6 +22,7 @@
 #include "tessel/nn/autocast.h"
 #include "tessel/nn/module.h"
 #include "tessel/parallel/zero/zero3.h"
+#include "tessel/tensor/host_memory.h"
 #include "tessel/train/optim/offload_adamw.h"
 #include "tessel/train/strategy/axis_strategy.h"
 
@@ -48,6 +49,11 @@ struct OffloadSetup {
   // (nn::LowPrecisionScope::masters names the parameters that get 16-bit copies).
   DType compute = DType::F32;
   std::vector<nn::Module*> low_precision_roots;
+  // Pipeline stages under mixed precision: one set of copies serves every micro-batch of the step
+  // (pipeline_strategy.cpp), so the casts' backwards, and with them a unit's gradients, complete
+  // only in the step's last backward; until then every unit's copies and gradients stay held,
+  // and the device tier must hold them all.
+  bool copies_span_step = false;
 };
 
 // `like`'s shape over `bytes` (not owned): a tensor's place in a chunk being filled.
@@ -140,6 +146,9 @@ class OffloadStrategy : public AxisStrategy {
   // DataParallel's: shard_hold() and, for ShardUse::Discard, a full buffer's chunk freed once
   // every buffer in it is discarded this step (no bytes kept or written for dead gradients).
   parallel::ShardHold bucket_hold();
+  // Holds the chunk of `tensor` (one of the parameters) in the device tier for reading until the
+  // handle is dropped: pp's evaluation, whose tied head uses the embedding after its unit.
+  std::shared_ptr<void> hold_for_compute(const Tensor& tensor);
   // Whether `tensor` views one of the chunks (under ZeRO-1/2 the parameters do not).
   bool in_chunks(const Tensor& tensor) const;
   // Where every state lives now: chunks per kind and tier, and the budgets.
@@ -191,6 +200,9 @@ class OffloadStrategy : public AxisStrategy {
   void free_gradient_shards();  // dp: their next reduction overwrites them whole
   std::string shard_placement() const;
 
+  // The state lives in the tiers, so the host allocator's high-water mark no longer includes it:
+  // its large-block cache sizes its spare on the step's cycling blocks instead (host_memory.h).
+  HostCycleFollowing follow_host_cycles_;
   std::unique_ptr<memory::ChunkManager> chunks_;
   int prefetch_;
   std::vector<OffloadedParameter> states_;
@@ -203,6 +215,7 @@ class OffloadStrategy : public AxisStrategy {
   OffloadAdamW* optimizer_ = nullptr;
   int device_need_ = 0;
   bool has_copies_ = false;               // mixed precision: some parameters have 16-bit copies
+  bool copies_span_step_ = false;         // OffloadSetup::copies_span_step
   nn::LowPrecisionScope* low_ = nullptr;  // a micro-batch's precision scope
   bool tracing_ = false, traced_ = false;
   int64_t updates_at_start_ = 0;  // the optimizer's step count when the step began

@@ -153,6 +153,7 @@ double PipelineStrategy::forward_backward(
       Tensor head = empty_like(w);
       layout_.pp->recv(head, p - 1, kTiedGradientTag);
       Tensor g = w.grad();
+      const auto held = hold_ ? hold_(g, /*write=*/true) : nullptr;
       autograd::add_gradients_into(g, head);
     }
   }
@@ -172,6 +173,7 @@ void PipelineStrategy::after_update() {
       rank == 0 && !zero3_.empty() ? zero3_gather_unit(zero3_.front(), tied_.front()) : nullptr;
   for (const std::string& name : tied_) {
     Tensor w = model_.find(name);
+    const auto held = rank == 0 && hold_ ? hold_(w, /*write=*/false) : nullptr;
     if (rank == 0) layout_.pp->send(w, p - 1, kTiedWeightTag);
     if (rank == p - 1) layout_.pp->recv(w, 0, kTiedWeightTag);
   }
@@ -181,8 +183,11 @@ void PipelineStrategy::sync_model() {
   std::vector<std::shared_ptr<void>> gathered;  // ZeRO-3: whole parameters while sent
   for (parallel::Zero3Parameters* z : zero3_) gathered.push_back(zero3_gather_all(z));
   for (auto& [name, param] : model_.named_parameters()) {
+    // Offloaded, this stage's own parameters are read where their chunks are.
+    const bool own = owner_.at(name) == layout_.pp_rank();
+    const auto held = own && hold_ ? hold_(param, /*write=*/false) : nullptr;
     // Another stage's parameter is shape-only here until the first time it is brought.
-    param.storage().materialize();
+    if (!held) param.storage().materialize();
     layout_.pp->broadcast(param, owner_.at(name));
   }
 }

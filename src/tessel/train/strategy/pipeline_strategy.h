@@ -49,6 +49,10 @@ class PipelineStrategy : public AxisStrategy {
   void describe_norm(GradNormPlan& plan) const override;
   void after_update() override;  // the tied embedding back to the last stage
 
+  // Memory offload: holds a tensor of this stage that lives in a chunk while the tied embedding's
+  // gradient sum, its weight exchange or the model's sync reads or writes it (null for plain
+  // memory; grad_norm.h's SpanHold).
+  void set_hold(SpanHold hold) { hold_ = std::move(hold); }
   // ZeRO-3 shards the stages' parameters (built after this axis, from its parameters): the dense
   // partition first, then under --ep the experts'.
   void set_zero3(std::vector<parallel::Zero3Parameters*> zero3) { zero3_ = std::move(zero3); }
@@ -86,6 +90,7 @@ class PipelineStrategy : public AxisStrategy {
   std::vector<nn::Module*> modules_;
   std::optional<parallel::pipeline::ExecutionResult> last_;
   std::vector<parallel::Zero3Parameters*> zero3_;
+  SpanHold hold_;
 };
 
 }  // namespace tessel::train
