@@ -95,7 +95,39 @@ Tensors to_f64(const Tensors& tensors) {
   return out;
 }
 
-std::string check_op_case(const OpCase& c, kernels::Backend& backend) {
+namespace {
+
+// The whole storage of a guarded tensor (guards and payload) as one flat byte tensor.
+Tensor whole_storage(const Tensor& guarded) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = guarded.storage_ptr();
+  impl->shape = Shape({int64_t(guarded.storage().nbytes())});
+  impl->dtype = DType::I8;
+  return Tensor(std::move(impl));
+}
+
+// A copy of a guarded host tensor on `device`, guards included, viewed like the original.
+Tensor guarded_on(const Tensor& guarded, Device device) {
+  Tensor flat = whole_storage(guarded);
+  Tensor there = empty(flat.shape(), DType::I8, device);
+  there.copy_from(flat);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = there.storage_ptr();
+  impl->offset = guarded.offset();
+  impl->shape = guarded.shape();
+  impl->dtype = guarded.dtype();
+  return Tensor(std::move(impl));
+}
+
+// Copies a device tensor made by guarded_on back over its host original, guards included.
+void copy_back(const Tensor& there, const Tensor& guarded) {
+  Tensor flat = whole_storage(guarded);
+  flat.copy_from(whole_storage(there));
+}
+
+}  // namespace
+
+std::string check_op_case(const OpCase& c, kernels::Backend& backend, Device device) {
   Generator gen(name_hash(c.name));
   Tensors inputs = c.make_inputs(gen);
   // The reference sees exactly the values the backend sees (rounded to c.dtype first).
@@ -109,7 +141,19 @@ std::string check_op_case(const OpCase& c, kernels::Backend& backend) {
   // Inputs are guarded too: a kernel must not write into them.
   Tensors guarded_inputs;
   for (const Tensor& t : inputs) guarded_inputs.push_back(t.defined() ? guarded_copy(t) : t);
-  c.run(backend, guarded_inputs, outputs);
+  if (device.is_cpu()) {
+    c.run(backend, guarded_inputs, outputs);
+  } else {
+    Tensors in_there, out_there;
+    for (const Tensor& t : guarded_inputs)
+      in_there.push_back(t.defined() ? guarded_on(t, device) : t);
+    for (const Tensor& t : outputs) out_there.push_back(t.defined() ? guarded_on(t, device) : t);
+    c.run(backend, in_there, out_there);
+    for (size_t i = 0; i < in_there.size(); ++i)
+      if (in_there[i].defined()) copy_back(in_there[i], guarded_inputs[i]);
+    for (size_t i = 0; i < out_there.size(); ++i)
+      if (out_there[i].defined()) copy_back(out_there[i], outputs[i]);
+  }
 
   std::ostringstream failures;
   for (size_t i = 0; i < guarded_inputs.size(); ++i) {

@@ -53,7 +53,11 @@ bool guards_intact(const Tensor& guarded);
 Tensors to_f64(const Tensors& tensors);
 
 // Result of running one case: empty when it passed, else a description of what failed.
-std::string check_op_case(const OpCase& c, kernels::Backend& backend);
+// On a device other than the host (a CUDA backend), the guarded inputs and outputs are copied
+// there whole, guards included, the kernel runs on the copies, and the outputs and inputs come
+// back whole for the same checks.
+std::string check_op_case(const OpCase& c, kernels::Backend& backend,
+                          Device device = Device::cpu());
 
 // Helpers for writing cases.
 Tensor random_tensor(Generator& gen, const Shape& shape, DType dtype, double scale = 1.0);

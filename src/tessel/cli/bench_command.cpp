@@ -11,6 +11,7 @@
 
 #include "tessel/cli/bench_timer.h"
 #include "tessel/cli/commands.h"
+#include "tessel/cli/device_option.h"
 #include "tessel/core/cpu_features.h"
 #include "tessel/core/threads.h"
 #include "tessel/kernels/backend.h"
@@ -140,6 +141,8 @@ void add_bench_command(CLI::App& app) {
   add_bench_generate_command(*cmd);
   add_bench_train_command(*cmd);
   add_bench_serve_command(*cmd);
+  add_device_option(*cmd);
+  for (CLI::App* sub : cmd->get_subcommands({})) add_device_option(*sub);
   cmd->callback([cmd] {
     if (cmd->got_subcommand("comm") || cmd->got_subcommand("generate") ||
         cmd->got_subcommand("train") || cmd->got_subcommand("serve"))

@@ -18,6 +18,7 @@
 
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/cli/commands.h"
+#include "tessel/cli/device_option.h"
 #include "tessel/cli/model_args.h"
 #include "tessel/cli/peak_memory.h"
 #include "tessel/io/tokenizer.h"
@@ -145,6 +146,7 @@ void add_eval_command(CLI::App& app) {
   auto args = std::make_shared<EvalArgs>();
   CLI::App* cmd = app.add_subcommand(
       "eval", "Mean cross-entropy and perplexity of a GPT-2 model directory on a text file");
+  add_device_option(*cmd);
   cmd->add_option(
          "-m,--model", args->model,
          "Model directory (config.json + model.safetensors + tokenizer files) or a .gguf file")

@@ -25,6 +25,7 @@
 #include <optional>
 
 #include "tessel/cli/commands.h"
+#include "tessel/cli/device_option.h"
 #include "tessel/cli/ep_model.h"
 #include "tessel/cli/ep_pp_model.h"
 #include "tessel/cli/job_refusal.h"
@@ -272,6 +273,7 @@ void add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand(
       "generate", "Generate text with a GPT-2 model directory (KV-cache decoding)");
+  add_device_option(*cmd);
   cmd->add_option(
          "-m,--model", args->model,
          "Model directory (config.json + model.safetensors + tokenizer files) or a .gguf file")

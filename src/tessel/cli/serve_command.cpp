@@ -25,6 +25,7 @@
 #include <memory>
 
 #include "tessel/cli/commands.h"
+#include "tessel/cli/device_option.h"
 #include "tessel/cli/ep_model.h"
 #include "tessel/cli/ep_pp_model.h"
 #include "tessel/cli/job_refusal.h"
@@ -301,6 +302,7 @@ void add_serve_command(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* cmd = app.add_subcommand(
       "serve", "Serve a model over an OpenAI-compatible HTTP API (docs/SERVING.md)");
+  add_device_option(*cmd);
   cmd->add_option("-m,--model", args->model,
                   "Model directory (config.json + weights + tokenizer) or a .gguf file")
       ->required();

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "tessel/cli/commands.h"
+#include "tessel/cli/device_option.h"
 #include "tessel/cli/model_args.h"
 #include "tessel/cli/plan_search.h"
 #include "tessel/dist/mesh.h"
@@ -196,6 +197,7 @@ void add_train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd = app.add_subcommand(
       "train", "Train a GPT-2 on a token dataset prepared with `tessel data prepare`");
+  add_device_option(*cmd);
   cmd->add_option("-c,--config", args->config_file,
                   "TOML configuration (keys: docs/TRAINING.md); defaults when omitted");
   cmd->add_option("--set", args->overrides,

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "tessel/kernels/cuda/cuda_backend_instance.h"
 #include "tessel/kernels/meta/meta_backend.h"
 
 namespace tessel::kernels {
@@ -95,6 +96,7 @@ GemmDesc dense_gemm_desc(int64_t batch, int64_t m, int64_t n, int64_t k, bool tr
 
 Backend& backend_for(Device device) {
   if (device.is_meta()) return meta_backend();
+  if (device.type == DeviceType::CUDA) return cuda_backend(device.index);
   TESSEL_CHECK(device.is_cpu(), "no kernel backend for device ", device.str(), " in this build");
   return cpu_backend();
 }

@@ -5,6 +5,7 @@
 
 #include "tessel/core/threads.h"
 #include "tessel/tensor/default_device.h"
+#include "tessel/tensor/device_memory.h"
 #include "tessel/tensor/meta_allocator.h"
 #include "tessel/tensor/meta_copy.h"
 #include "tessel/tensor/tensor.h"
@@ -13,8 +14,8 @@ namespace tessel {
 
 Tensor empty(const Shape& shape, DType dtype, Device device) {
   if (device.is_cpu()) device = default_device();
-  TESSEL_CHECK(device.is_cpu() || device.is_meta(), "empty: device ", device.str(),
-               " has no allocator in this build");
+  TESSEL_CHECK(device.is_cpu() || device.is_meta() || device.type == DeviceType::CUDA,
+               "empty: device ", device.str(), " has no allocator in this build");
   auto impl = std::make_shared<TensorImpl>();
   const size_t nbytes = size_t(shape.numel()) * dtype_size(dtype);
   // A meta tensor's storage knows its size and owns no memory (Tensor::data_ptr refuses it); the
@@ -22,6 +23,8 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
   // again as ZeRO-3 does).
   if (device.is_meta()) {
     impl->storage = std::make_shared<Storage>(nbytes, meta_allocator());
+  } else if (device.type == DeviceType::CUDA) {
+    impl->storage = std::make_shared<Storage>(nbytes, device_allocator(device));
   } else {
     impl->storage = std::make_shared<Storage>(nbytes, cpu_allocator());
   }
@@ -34,6 +37,10 @@ Tensor zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
   if (t.device().is_meta()) {
     report_meta_copy("fill", {}, {t});
+    return t;
+  }
+  if (t.device().type == DeviceType::CUDA) {
+    t.fill(0.0);
     return t;
   }
   if (t.nbytes() > 0)

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tessel/core/threads.h"
+#include "tessel/tensor/device_memory.h"
 #include "tessel/tensor/meta_copy.h"
 
 namespace tessel {
@@ -25,6 +26,23 @@ void check_cpu(const Tensor& t, const char* what) {
   TESSEL_CHECK(t.device().is_cpu(), what, ": tensor is on ", t.device().str(),
                "; only cpu tensors are supported here");
 }
+// A copy with a CUDA tensor at one end: the bytes move in the source's dtype, the conversion (if
+// any) runs on the host side.
+void copy_to_or_from_device(const Tensor& src, Tensor& dst) {
+  if (src.dtype() == dst.dtype()) {
+    copy_across_devices(src, dst);
+  } else if (src.device().is_cpu()) {
+    copy_across_devices(src.to(dst.dtype()), dst);
+  } else {
+    Tensor host = empty(src.shape(), src.dtype());
+    copy_across_devices(src, host);
+    if (dst.device().is_cpu()) {
+      dst.copy_from(host);
+    } else {
+      copy_across_devices(host.to(dst.dtype()), dst);
+    }
+  }
+}
 }  // namespace
 
 std::string Tensor::name_suffix() const {
@@ -34,6 +52,9 @@ std::string Tensor::name_suffix() const {
 void* Tensor::data_ptr() const {
   TESSEL_CHECK(!device().is_meta(), "data access to tensor", name_suffix(), " of shape ", shape(),
                " (", dtype_name(dtype()), ") on the meta device, which has no data");
+  TESSEL_CHECK(!(device().type == DeviceType::CUDA), "host access to the data of tensor",
+               name_suffix(), " of shape ", shape(), " (", dtype_name(dtype()), ") on ",
+               device().str(), ": copy it to the host first (to_device(t, Device::cpu()))");
   return static_cast<char*>(storage().data()) + offset() * int64_t(element_size());
 }
 
@@ -101,6 +122,10 @@ void Tensor::copy_from(const Tensor& src) {
       report_meta_copy(src.dtype() == dtype() ? "copy" : "convert", {src}, {*this});
     return;
   }
+  if (device().type == DeviceType::CUDA || src.device().type == DeviceType::CUDA) {
+    copy_to_or_from_device(src, *this);
+    return;
+  }
   check_cpu(*this, "copy_from");
   check_cpu(src, "copy_from");
   if (src.dtype() == dtype()) {
@@ -118,6 +143,10 @@ void Tensor::copy_from(const Tensor& src) {
 void Tensor::fill(double value) {
   if (device().is_meta()) {
     report_meta_copy("fill", {}, {*this});
+    return;
+  }
+  if (device().type == DeviceType::CUDA) {
+    fill_on_device(*this, value);
     return;
   }
   check_cpu(*this, "fill");

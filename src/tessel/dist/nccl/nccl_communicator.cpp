@@ -14,6 +14,7 @@
 
 #include "tessel/dist/nccl/nccl.h"
 #include "tessel/dist/world.h"
+#include "tessel/tensor/device_memory.h"
 
 namespace tessel::dist {
 
@@ -85,7 +86,7 @@ void wait_event(cudaEvent_t event, ncclComm_t comm, std::atomic<bool>& aborted,
 }
 
 char* bytes(const Tensor& t) {
-  return static_cast<char*>(t.data_ptr());
+  return static_cast<char*>(device_data(t));
 }
 
 class NcclCommunicator : public Communicator {
@@ -172,18 +173,18 @@ cudaEvent_t NcclCommunicator::enqueue(const OpCall& c) {
   const int n = size(), me = rank();
   switch (c.kind) {
     case OpKind::AllReduce:
-      check_nccl(ncclAllReduce(c.in.data_ptr(), c.out.data_ptr(), size_t(c.out.numel()), type,
+      check_nccl(ncclAllReduce(device_data(c.in), device_data(c.out), size_t(c.out.numel()), type,
                                nccl_op(c.reduce, n), comm_, stream_),
                  what, l);
       break;
     case OpKind::ReduceScatter:
-      check_nccl(ncclReduceScatter(c.in.data_ptr(), c.out.data_ptr(), size_t(c.out.numel()), type,
-                                   nccl_op(c.reduce, n), comm_, stream_),
+      check_nccl(ncclReduceScatter(device_data(c.in), device_data(c.out), size_t(c.out.numel()),
+                                   type, nccl_op(c.reduce, n), comm_, stream_),
                  what, l);
       break;
     case OpKind::AllGather:
-      check_nccl(ncclAllGather(c.in.data_ptr(), c.out.data_ptr(), size_t(c.in.numel()), type, comm_,
-                               stream_),
+      check_nccl(ncclAllGather(device_data(c.in), device_data(c.out), size_t(c.in.numel()), type,
+                               comm_, stream_),
                  what, l);
       break;
     case OpKind::AllGatherV: {  // NCCL has no gatherv: one broadcast per rank, fused in a group
@@ -191,7 +192,7 @@ cudaEvent_t NcclCommunicator::enqueue(const OpCall& c) {
       check_nccl(ncclGroupStart(), what, l);
       for (int r = 0; r < n; ++r) {
         char* dst = bytes(c.out) + size_t(displ[size_t(r)]) * es;
-        const void* src = r == me ? c.in.data_ptr() : dst;
+        const void* src = r == me ? device_data(c.in) : dst;
         check_nccl(ncclBroadcast(src, dst, size_t(c.counts[size_t(r)]), type, r, comm_, stream_),
                    what, l);
       }
@@ -230,16 +231,16 @@ cudaEvent_t NcclCommunicator::enqueue(const OpCall& c) {
       break;
     }
     case OpKind::Broadcast:
-      check_nccl(ncclBroadcast(c.in.data_ptr(), c.in.data_ptr(), size_t(c.in.numel()), type, c.peer,
-                               comm_, stream_),
+      check_nccl(ncclBroadcast(device_data(c.in), device_data(c.in), size_t(c.in.numel()), type,
+                               c.peer, comm_, stream_),
                  what, l);
       break;
     case OpKind::Send:  // NCCL has no tags: messages between two ranks match in issue order
-      check_nccl(ncclSend(c.in.data_ptr(), size_t(c.in.numel()), type, c.peer, comm_, stream_),
+      check_nccl(ncclSend(device_data(c.in), size_t(c.in.numel()), type, c.peer, comm_, stream_),
                  what, l);
       break;
     case OpKind::Recv:
-      check_nccl(ncclRecv(c.out.data_ptr(), size_t(c.out.numel()), type, c.peer, comm_, stream_),
+      check_nccl(ncclRecv(device_data(c.out), size_t(c.out.numel()), type, c.peer, comm_, stream_),
                  what, l);
       break;
     case OpKind::Barrier:
