@@ -33,14 +33,14 @@ struct Buffers {
   void *q, *k, *v, *out, *dout, *dq, *dk, *dv, *ws;
   float* lse;
   size_t ws_bytes;
-  explicit Buffers(const kc::AttentionDims& d) {
+  Buffers(const kc::AttentionDims& d, kc::AttnType type) {
     const size_t n = size_t(d.batch * d.q_len * d.heads * d.head_dim) * 2;
     const size_t nk = size_t(d.batch * d.kv_len * d.kv_heads * d.head_dim) * 2;
     for (void** p : {&q, &out, &dout, &dq}) ok(cudaMalloc(p, n), "cudaMalloc");
     for (void** p : {&k, &v, &dk, &dv}) ok(cudaMalloc(p, nk), "cudaMalloc");
     ok(cudaMalloc(reinterpret_cast<void**>(&lse), size_t(d.batch * d.heads * d.q_len) * 4),
        "cudaMalloc");
-    ws_bytes = kc::attention_backward_workspace_bytes(d);
+    ws_bytes = kc::attention_backward_workspace_bytes(d, type, false);
     ok(cudaMalloc(&ws, ws_bytes), "cudaMalloc");
     // Bytes 0x3a: every element 0x3a3a, a small positive value in bf16 and in f16 (no inf/NaN).
     for (void* p : {q, k, v, dout}) ok(cudaMemset(p, 0x3a, p == k || p == v ? nk : n), "memset");
@@ -87,12 +87,12 @@ kc::AttentionDims dims(int64_t seq, bool causal) {
 }
 
 double backward_seconds(const kc::AttentionDims& d, kc::AttnType type, int reps) {
-  Buffers b(d);
+  Buffers b(d, type);
   kc::attention_forward(d, type, b.q, b.k, b.v, nullptr, b.out, b.lse, nullptr);
   return time_call(
       [&] {
         kc::attention_backward(d, type, b.q, b.k, b.v, nullptr, b.out, b.lse, b.dout, b.dq, b.dk,
-                               b.dv, b.ws, b.ws_bytes, nullptr);
+                               b.dv, b.ws, b.ws_bytes, false, nullptr);
       },
       reps);
 }
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
         const double fwd_flops = forward_flops(d);
         double fwd = 0;
         {
-          Buffers b(d);
+          Buffers b(d, t.type);
           fwd = time_call(
               [&] {
                 kc::attention_forward(d, t.type, b.q, b.k, b.v, nullptr, b.out, b.lse, nullptr);

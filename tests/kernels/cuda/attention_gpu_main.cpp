@@ -5,8 +5,8 @@
 // and not, sliding windows, padding masks and rows that see no key; the paged KV store and paged
 // attention against the reference's. Inputs are rounded to the tested dtype first, so the
 // reference sees exactly what the GPU reads; errors are NMSE with bounds per dtype, and every
-// output sits between guard bytes. The backward pass must also repeat bit for bit. Exits 77
-// (CTest's skip code) where no CUDA device is visible.
+// output sits between guard bytes. The deterministic backward must also repeat bit for bit. Exits
+// 77 (CTest's skip code) where no CUDA device is visible.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -142,27 +142,32 @@ void run_attention(const TypeCase& t, const AttnCase& c) {
   expect_guards(name + " out", dout);
   expect_guards(name + " lse", dlse);
 
-  const size_t ws_bytes = kc::attention_backward_workspace_bytes(d);
-  GuardedBuffer ws(empty(Shape{int64_t(ws_bytes / 4) + 1}, DType::F32), false);
-  Tensor first[3];
-  for (int run = 0; run < 2; ++run) {
-    GuardedBuffer gq(empty(qs, t.dtype), false), gk(empty(ks, t.dtype), false),
-        gv(empty(ks, t.dtype), false);
-    kc::attention_backward(d, t.type, dq_.data(), dk_.data(), dv_.data(), mp, dout.data(),
-                           dlse.as<float>(), dg.data(), gq.data(), gk.data(), gv.data(), ws.data(),
-                           ws_bytes, nullptr);
-    cuda_ok(cudaDeviceSynchronize(), "attention_backward");
-    Tensor got[3] = {gq.download(), gk.download(), gv.download()};
-    if (run == 0) {
-      expect_close(name + " dq", got[0], dq64, t.grad_bound);
-      expect_close(name + " dk", got[1], dk64, t.grad_bound);
-      expect_close(name + " dv", got[2], dv64, t.grad_bound);
-      expect_guards(name + " dq", gq);
-      expect_guards(name + " dk", gk);
-      expect_guards(name + " dv", gv);
-      for (int i = 0; i < 3; ++i) first[i] = got[i];
-    } else {
-      for (int i = 0; i < 3; ++i) expect_same_bits(name + " backward repeat", got[i], first[i]);
+  // The default backward (tensor cores where they apply), then the deterministic one twice.
+  for (bool det : {false, true}) {
+    const std::string bname = name + (det ? " deterministic" : "");
+    const size_t ws_bytes = kc::attention_backward_workspace_bytes(d, t.type, det);
+    GuardedBuffer ws(empty(Shape{int64_t(ws_bytes / 4) + 1}, DType::F32), false);
+    Tensor first[3];
+    for (int run = 0; run < (det ? 2 : 1); ++run) {
+      GuardedBuffer gq(empty(qs, t.dtype), false), gk(empty(ks, t.dtype), false),
+          gv(empty(ks, t.dtype), false);
+      kc::attention_backward(d, t.type, dq_.data(), dk_.data(), dv_.data(), mp, dout.data(),
+                             dlse.as<float>(), dg.data(), gq.data(), gk.data(), gv.data(),
+                             ws.data(), ws_bytes, det, nullptr);
+      cuda_ok(cudaDeviceSynchronize(), "attention_backward");
+      Tensor got[3] = {gq.download(), gk.download(), gv.download()};
+      if (run == 0) {
+        expect_close(bname + " dq", got[0], dq64, t.grad_bound);
+        expect_close(bname + " dk", got[1], dk64, t.grad_bound);
+        expect_close(bname + " dv", got[2], dv64, t.grad_bound);
+        expect_guards(bname + " dq", gq);
+        expect_guards(bname + " dk", gk);
+        expect_guards(bname + " dv", gv);
+        expect_guards(bname + " workspace", ws);
+        for (int i = 0; i < 3; ++i) first[i] = got[i];
+      } else {
+        for (int i = 0; i < 3; ++i) expect_same_bits(bname + " repeat", got[i], first[i]);
+      }
     }
   }
 }

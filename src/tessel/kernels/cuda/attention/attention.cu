@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The attention launchers of attention.h: one check of the sizes (the same rules and messages as
 // the CPU backend's check_attention, for what raw pointers can show), then the path: tensor cores
-// for bf16 / f16 at head dim 64 or 128, the plain-FMA kernels otherwise and for the backward pass.
+// for bf16 / f16 at head dim 64 or 128, the plain-FMA kernels otherwise (and for a deterministic
+// backward pass).
 #include <cmath>
 
 #include "tessel/core/error.h"
@@ -35,25 +36,32 @@ void attention_forward(const AttentionDims& d, AttnType type, const void* q, con
                        const void* v, const int8_t* mask, void* out, float* lse,
                        cudaStream_t stream) {
   check_dims("attention", d);
-  if (detail::flash_forward_supported(d, type, q, k, v, out))
+  if (detail::flash_supported(d, type, {q, k, v, out}))
     return detail::flash_forward(d, type, q, k, v, mask, out, lse, stream);
   detail::simple_forward(d, type, q, k, v, mask, out, lse, stream);
 }
 
-size_t attention_backward_workspace_bytes(const AttentionDims& d) {
+size_t attention_backward_workspace_bytes(const AttentionDims& d, AttnType type,
+                                          bool deterministic) {
+  if (!deterministic && detail::flash_supported(d, type, {}))
+    return detail::flash_backward_workspace_floats(d) * sizeof(float);
   return size_t(d.batch * d.heads * d.q_len) * sizeof(float);
 }
 
 void attention_backward(const AttentionDims& d, AttnType type, const void* q, const void* k,
                         const void* v, const int8_t* mask, const void* out, const float* lse,
                         const void* dout, void* dq, void* dk, void* dv, void* workspace,
-                        size_t workspace_bytes, cudaStream_t stream) {
+                        size_t workspace_bytes, bool deterministic, cudaStream_t stream) {
   check_dims("attention_backward", d);
-  const size_t need = attention_backward_workspace_bytes(d);
+  const bool flash = !deterministic && detail::flash_supported(d, type, {q, k, v, dout, dk, dv});
+  const size_t need = flash ? detail::flash_backward_workspace_floats(d) * sizeof(float)
+                            : size_t(d.batch * d.heads * d.q_len) * sizeof(float);
   TESSEL_CHECK(workspace_bytes >= need && (need == 0 || workspace != nullptr),
                "attention_backward: workspace of ", workspace_bytes, " bytes, needs ", need);
-  detail::simple_backward(d, type, q, k, v, mask, out, lse, dout, dq, dk, dv,
-                          static_cast<float*>(workspace), stream);
+  float* ws = static_cast<float*>(workspace);
+  if (flash)
+    return detail::flash_backward(d, type, q, k, v, mask, out, lse, dout, dq, dk, dv, ws, stream);
+  detail::simple_backward(d, type, q, k, v, mask, out, lse, dout, dq, dk, dv, ws, stream);
 }
 
 }  // namespace tessel::kernels::cuda

@@ -9,8 +9,7 @@
 // run asynchronously on `stream`.
 //
 // Paths (docs/KERNELS.md, "CUDA attention"): bf16 / f16 with head dim 64 or 128 run the tensor-core
-// forward (FlashAttention-2); f32 and the other head dims (<= 256) run the plain-FMA kernels,
-// which also do every backward pass.
+// kernels (FlashAttention-2); f32 and the other head dims (<= 256) run the plain-FMA kernels.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -38,16 +37,21 @@ void attention_forward(const AttentionDims& d, AttnType type, const void* q, con
                        const void* v, const int8_t* mask, void* out, float* lse,
                        cudaStream_t stream);
 
-// Bytes of device workspace attention_backward needs (f32 D_i = rowsum(dO * O) per query row).
-size_t attention_backward_workspace_bytes(const AttentionDims& d);
+// Bytes of device workspace attention_backward needs: f32 D_i = rowsum(dO * O) per query row,
+// and on the tensor-core path an f32 dQ accumulator ([B, Tq, H, D]).
+size_t attention_backward_workspace_bytes(const AttentionDims& d, AttnType type,
+                                          bool deterministic);
 
-// Backward from the saved out and lse: dq, dk, dv overwritten (keys no query sees get 0). The
-// result is deterministic (no atomics: dQ is summed per query row, dK/dV per key row, each by one
-// warp in a fixed order), so two calls give identical bits.
+// Backward from the saved out and lse: dq, dk, dv overwritten (keys no query sees get 0).
+// bf16 / f16 at head dim 64 or 128 (16-byte aligned pointers) run the tensor-core kernel, whose
+// dQ is summed over key blocks with f32 atomics: the last bits may differ between two runs.
+// `deterministic` takes the plain-FMA kernels instead (each dQ, dK, dV row summed by one warp
+// in a fixed order: identical bits on every run, several times slower); f32 and other head dims
+// always take them.
 void attention_backward(const AttentionDims& d, AttnType type, const void* q, const void* k,
                         const void* v, const int8_t* mask, const void* out, const float* lse,
                         const void* dout, void* dq, void* dk, void* dv, void* workspace,
-                        size_t workspace_bytes, cudaStream_t stream);
+                        size_t workspace_bytes, bool deterministic, cudaStream_t stream);
 
 // paged_kv_store: k_pool[slots[i]] = k[i], v_pool[slots[i]] = v[i] for k, v [tokens, Hkv, D] and
 // pools [num_blocks * block_size, Hkv, D] of one dtype. The caller checks the slots (in range,
