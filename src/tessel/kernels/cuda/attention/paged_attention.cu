@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Paged KV store and paged attention for the serving engine (PagedAttention, Kwon et al. 2023):
 // keys and values live in block pools and each sequence reads its own through a block table.
-// Attention runs one warp per (query row, head): lane l takes key l of each chunk of 32, reads its
-// pool row through the block table and computes the whole dot product; an online softmax over
-// the chunks (FlashAttention) keeps one f32 output row per warp, lane l owning columns l, l + 32,
-// ... q and the pools may each be f32, bf16 or f16 (computed in f32), as on the CPU backend.
+// Attention runs one block per (query row, head) whose 4 warps split the keys (split-K inside
+// the block, so a batch-1 decode still spreads a long context over 4 warps per head): lane l of
+// a warp takes key l of each chunk of 32, reads its pool row through the block table and
+// computes the whole dot product; an online softmax over the chunks (FlashAttention) keeps one
+// f32 output row per warp, lane l owning columns l, l + 32, ...; the warps' partial rows are
+// merged by their maxima at the end. q and the pools may each be f32, bf16 or f16 (computed in
+// f32), as on the CPU backend.
 #include "tessel/kernels/cuda/attention/attention.h"
 #include "tessel/kernels/cuda/attention/attention_math.h"
 #include "tessel/kernels/cuda/attention/device_common.cuh"
@@ -34,14 +37,17 @@ struct PagedArgs {
   const int64_t *seq_lens, *starts;
 };
 
+// One block per (query row, head); its warps split the keys (warp w takes chunks w, w + kWarps,
+// ... of 32), each with its own softmax state, merged at the end through shared memory.
 template <typename Q, typename P>
 __global__ void __launch_bounds__(kWarps * 32)
     paged_kernel(PagedArgs a, const Q* q, const P* k_pool, const P* v_pool, Q* out) {
-  __shared__ float qs[kWarps][kMaxHeadDim];
+  __shared__ float qr[kMaxHeadDim];
+  __shared__ float part_o[kWarps][kMaxHeadDim];
+  __shared__ float part_m[kWarps], part_l[kWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const PagedDims& d = a.d;
-  const int64_t unit = int64_t(blockIdx.x) * kWarps + warp;  // (row, head), head fastest
-  if (unit >= d.tokens * d.heads) return;
+  const int64_t unit = blockIdx.x;  // (row, head), head fastest
   const int64_t row = unit / d.heads, h = unit % d.heads, kvh = h / (d.heads / d.kv_heads);
   const int64_t s = sequence_of_row(a.starts, d.sequences, row);
   const int64_t n = a.starts[s + 1] - a.starts[s];
@@ -50,11 +56,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int32_t* table = a.tables + s * d.max_blocks;
   const int64_t dim = d.head_dim, ld = d.kv_heads * dim;
 
-  float* qr = qs[warp];
-  for (int64_t c = lane; c < dim; c += 32) qr[c] = to_f32(q[unit * dim + c]) * a.scale;
-  __syncwarp();
+  for (int64_t c = threadIdx.x; c < dim; c += kWarps * 32)
+    qr[c] = to_f32(q[unit * dim + c]) * a.scale;
+  __syncthreads();
   float m = -INFINITY, l = 0.f, o[kCols] = {};
-  for (int64_t t0 = first; t0 <= pos; t0 += 32) {
+  for (int64_t t0 = first + 32 * warp; t0 <= pos; t0 += 32 * kWarps) {
     const int64_t t = t0 + lane;
     float sc = -INFINITY;
     int64_t at = 0;  // this lane's pool row offset
@@ -82,11 +88,29 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   }
-  const float inv = l > 0.f ? 1.f / l : 0.f;
 #pragma unroll
   for (int c = 0; c < kCols; ++c) {
     const int64_t col = lane + 32 * c;
-    if (col < dim) out[unit * dim + col] = from_f32<Q>(o[c] * inv);
+    if (col < dim) part_o[warp][col] = o[c];
+  }
+  if (lane == 0) {
+    part_m[warp] = m;
+    part_l[warp] = l;
+  }
+  __syncthreads();
+  // Merge: warp 0 saw key `first`, so the largest max is finite; a warp with no keys weighs 0.
+  float top = -INFINITY;
+  for (int w = 0; w < kWarps; ++w) top = fmaxf(top, part_m[w]);
+  float weight[kWarps], total = 0.f;
+  for (int w = 0; w < kWarps; ++w) {
+    weight[w] = part_m[w] == -INFINITY ? 0.f : expf(part_m[w] - top);
+    total += part_l[w] * weight[w];
+  }
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  for (int64_t c = threadIdx.x; c < dim; c += kWarps * 32) {
+    float acc = 0.f;
+    for (int w = 0; w < kWarps; ++w) acc += part_o[w][c] * weight[w];
+    out[unit * dim + c] = from_f32<Q>(acc * inv);
   }
 }
 
@@ -94,7 +118,7 @@ template <typename Q, typename P>
 void paged_typed(const PagedArgs& a, const void* q, const void* k_pool, const void* v_pool,
                  void* out, cudaStream_t stream) {
   const int64_t units = a.d.tokens * a.d.heads;
-  paged_kernel<Q, P><<<unsigned((units + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(
+  paged_kernel<Q, P><<<unsigned(units), kWarps * 32, 0, stream>>>(
       a, static_cast<const Q*>(q), static_cast<const P*>(k_pool), static_cast<const P*>(v_pool),
       static_cast<Q*>(out));
   check_launch("paged_attention");
