@@ -2,11 +2,12 @@
 // The CUDA attention launchers (kernels/cuda/attention/attention.h) against the fp64 reference
 // backend on the host: forward (out, lse) and backward (dq, dk, dv) for f32, bf16 and f16 on odd
 // sizes (T 1..257), grouped-query 2:1 and 4:1, head dims 64, 128 and 40 (the plain path), causal
-// and not, sliding windows, padding masks and rows that see no key; the paged KV store and paged
-// attention against the reference's. Inputs are rounded to the tested dtype first, so the
-// reference sees exactly what the GPU reads; errors are NMSE with bounds per dtype, and every
-// output sits between guard bytes. The deterministic backward must also repeat bit for bit. Exits
-// 77 (CTest's skip code) where no CUDA device is visible.
+// and not, sliding windows, padding masks and rows that see no key, on the tensor-core kernels
+// and again on the plain ones; the paged KV store and paged attention against the reference's.
+// Inputs are rounded to the tested dtype first, so the reference sees exactly what the GPU
+// reads; errors are NMSE with bounds per dtype (one line per case gives its largest NMSE as a
+// fraction of the bound), and every output sits between guard bytes. The deterministic backward
+// must also repeat bit for bit. Exits 77 (CTest's skip code) where no CUDA device is visible.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -29,6 +30,7 @@ namespace kc = tessel::kernels::cuda;
 namespace {
 
 int g_failures = 0, g_checks = 0;
+double g_case_worst = 0;  // the largest NMSE / bound of the current case
 std::mt19937_64 g_rng(20261204);
 
 struct TypeCase {
@@ -57,6 +59,7 @@ std::pair<Tensor, Tensor> random_tensor(const Shape& shape, DType dtype, double 
 void expect_close(const std::string& what, const Tensor& got, const Tensor& want, double bound) {
   ++g_checks;
   double e = nmse(got, want);
+  g_case_worst = std::max(g_case_worst, bound > 0 ? e / bound : (e > 0 ? INFINITY : 0.0));
   if (!(e <= bound)) {
     std::fprintf(stderr, "FAIL %s: NMSE %.3g above %.3g\n", what.c_str(), e, bound);
     ++g_failures;
@@ -101,8 +104,14 @@ Tensor make_mask(const AttnCase& c) {
   return from_data<int8_t>(m, Shape{c.batch, c.tk});
 }
 
+void finish_case(const std::string& name) {
+  std::printf("case %-60s worst NMSE / bound %.3g\n", name.c_str(), g_case_worst);
+  g_case_worst = 0;
+}
+
 void run_attention(const TypeCase& t, const AttnCase& c) {
-  const std::string name = describe(t, c);
+  const std::string name =
+      describe(t, c) + (kc::attention_path() == kc::AttentionPath::Plain ? " plain" : "");
   AttentionDesc desc;
   desc.batch = c.batch;
   desc.q_len = c.tq;
@@ -170,6 +179,7 @@ void run_attention(const TypeCase& t, const AttnCase& c) {
       }
     }
   }
+  finish_case(name);
 }
 
 const AttnCase kAttnCases[] = {
@@ -253,6 +263,7 @@ void run_paged(const TypeCase& qt, const TypeCase& pt, const PagedCase& c) {
   expect_guards(name + " v_pool", vpool);
   expect_close(name + " out", dout.download(), out64, std::max(qt.out_bound, pt.out_bound));
   expect_guards(name + " out", dout);
+  finish_case(name);
 }
 
 const PagedCase kPagedCases[] = {
@@ -268,7 +279,16 @@ int main() {
   require_gpu_or_skip("attention_gpu");
   try {
     for (const TypeCase& t : kTypes)
-      for (const AttnCase& c : kAttnCases) run_attention(t, c);
+      for (const AttnCase& c : kAttnCases) {
+        kc::set_attention_path(kc::AttentionPath::Auto);
+        run_attention(t, c);
+        // bf16 / f16 at D 64 and 128 ran the tensor-core kernels: the plain ones as well.
+        if (t.type != kc::AttnType::F32 && (c.dim == 64 || c.dim == 128)) {
+          kc::set_attention_path(kc::AttentionPath::Plain);
+          run_attention(t, c);
+        }
+      }
+    kc::set_attention_path(kc::AttentionPath::Auto);
     for (const PagedCase& c : kPagedCases) {
       for (const TypeCase& t : kTypes) run_paged(t, t, c);
       run_paged(kTypes[0], kTypes[1], c);  // f32 queries over bf16 pools

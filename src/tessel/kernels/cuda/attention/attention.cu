@@ -3,7 +3,10 @@
 // the CPU backend's check_attention, for what raw pointers can show), then the path: tensor cores
 // for bf16 / f16 at head dim 64 or 128, the plain-FMA kernels otherwise (and for a deterministic
 // backward pass).
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "tessel/core/error.h"
 #include "tessel/kernels/cuda/attention/launch_internal.h"
@@ -30,20 +33,40 @@ void check_dims(const char* op, const AttentionDims& d) {
                "position)");
 }
 
+std::atomic<AttentionPath>& path_setting() {
+  static std::atomic<AttentionPath> path{[] {
+    const char* env = std::getenv("TESSEL_CUDA_ATTENTION");
+    return env != nullptr && std::string_view(env) == "plain" ? AttentionPath::Plain
+                                                              : AttentionPath::Auto;
+  }()};
+  return path;
+}
+
+bool flash(const AttentionDims& d, AttnType type, std::initializer_list<const void*> ptrs) {
+  return attention_path() == AttentionPath::Auto && detail::flash_supported(d, type, ptrs);
+}
+
 }  // namespace
+
+void set_attention_path(AttentionPath path) {
+  path_setting().store(path);
+}
+AttentionPath attention_path() {
+  return path_setting().load();
+}
 
 void attention_forward(const AttentionDims& d, AttnType type, const void* q, const void* k,
                        const void* v, const int8_t* mask, void* out, float* lse,
                        cudaStream_t stream) {
   check_dims("attention", d);
-  if (detail::flash_supported(d, type, {q, k, v, out}))
+  if (flash(d, type, {q, k, v, out}))
     return detail::flash_forward(d, type, q, k, v, mask, out, lse, stream);
   detail::simple_forward(d, type, q, k, v, mask, out, lse, stream);
 }
 
 size_t attention_backward_workspace_bytes(const AttentionDims& d, AttnType type,
                                           bool deterministic) {
-  if (!deterministic && detail::flash_supported(d, type, {}))
+  if (!deterministic && flash(d, type, {}))
     return detail::flash_backward_workspace_floats(d) * sizeof(float);
   return size_t(d.batch * d.heads * d.q_len) * sizeof(float);
 }
@@ -53,13 +76,13 @@ void attention_backward(const AttentionDims& d, AttnType type, const void* q, co
                         const void* dout, void* dq, void* dk, void* dv, void* workspace,
                         size_t workspace_bytes, bool deterministic, cudaStream_t stream) {
   check_dims("attention_backward", d);
-  const bool flash = !deterministic && detail::flash_supported(d, type, {q, k, v, dout, dk, dv});
-  const size_t need = flash ? detail::flash_backward_workspace_floats(d) * sizeof(float)
-                            : size_t(d.batch * d.heads * d.q_len) * sizeof(float);
+  const bool use_flash = !deterministic && flash(d, type, {q, k, v, dout, dk, dv});
+  const size_t need = use_flash ? detail::flash_backward_workspace_floats(d) * sizeof(float)
+                                : size_t(d.batch * d.heads * d.q_len) * sizeof(float);
   TESSEL_CHECK(workspace_bytes >= need && (need == 0 || workspace != nullptr),
                "attention_backward: workspace of ", workspace_bytes, " bytes, needs ", need);
   float* ws = static_cast<float*>(workspace);
-  if (flash)
+  if (use_flash)
     return detail::flash_backward(d, type, q, k, v, mask, out, lse, dout, dq, dk, dv, ws, stream);
   detail::simple_backward(d, type, q, k, v, mask, out, lse, dout, dq, dk, dv, ws, stream);
 }

@@ -29,6 +29,14 @@ struct AttentionDims {
   int64_t window = 0;
 };
 
+// Which kernels attention_forward / attention_backward may use: Auto picks the tensor-core
+// kernels where they apply; Plain always takes the plain-FMA ones (a fallback, and the second
+// opinion of the GPU test). The process starts at Plain when the environment sets
+// TESSEL_CUDA_ATTENTION=plain, else at Auto.
+enum class AttentionPath { Auto, Plain };
+void set_attention_path(AttentionPath path);
+AttentionPath attention_path();
+
 // The largest head dim any attention launcher accepts.
 inline constexpr int64_t kMaxHeadDim = 256;
 
