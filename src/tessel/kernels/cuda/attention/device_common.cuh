@@ -52,9 +52,32 @@ __device__ __forceinline__ float warp_max(float x) {
   return x;
 }
 
+#if !defined(TESSEL_CUDA_EMULATION)
 inline void check_launch(const char* kernel) {
   cudaError_t e = cudaGetLastError();
   TESSEL_CHECK(e == cudaSuccess, kernel, ": kernel launch failed: ", cudaGetErrorString(e));
 }
+// Grants a kernel `bytes` of dynamic shared memory (above the default 48 KiB).
+template <typename Kernel>
+void allow_shared_bytes(Kernel kernel, size_t bytes, const char* what) {
+  const cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  TESSEL_CHECK(e == cudaSuccess, what, ": cannot grant ", bytes,
+               " bytes of shared memory: ", cudaGetErrorString(e));
+}
+#else
+inline void check_launch(const char*) {}
+template <typename Kernel>
+void allow_shared_bytes(Kernel, size_t, const char*) {}
+#endif
 
 }  // namespace tessel::kernels::cuda
+
+// kernel<<<grid, block, shared bytes, stream>>>(args): a macro so that the CPU tests can run the
+// same launch code on their warp emulation (tests/kernels/cuda/warp_emulation.h).
+#if !defined(TESSEL_CUDA_EMULATION)
+#define TESSEL_LAUNCH(grid, block, shared, stream, ...) __VA_ARGS__<<<grid, block, shared, stream>>>
+#define TESSEL_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
+namespace tessel::kernels::cuda {}  // namespace tessel::kernels::cuda

@@ -57,7 +57,7 @@ __device__ void load_rows(T* dst, const T* src, int64_t ld, int64_t valid_rows) 
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) flash_backward_kernel(Params p) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  TESSEL_DYNAMIC_SHARED(smem_raw);
   using L = Layout<D>;
   T* ks = reinterpret_cast<T*>(smem_raw);
   T* vs = ks + L::kTile;
@@ -256,18 +256,17 @@ template <typename T, int D>
 void launch(const AttentionDims& d, const void* q, const void* k, const void* v, const int8_t* mask,
             const void* out, const float* lse, const void* dout, void* dq, void* dk, void* dv,
             float* workspace, cudaStream_t stream) {
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(flash_backward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(Layout<D>::kBytes));
-  TESSEL_CHECK(attr == cudaSuccess, "attention backward: cannot grant ", Layout<D>::kBytes,
-               " bytes of shared memory: ", cudaGetErrorString(attr));
+  static const bool granted =
+      (allow_shared_bytes(flash_backward_kernel<T, D>, Layout<D>::kBytes, "attention backward"),
+       true);
+  (void)granted;
   const int64_t q_rows = d.batch * d.q_len * d.heads;
   float* rowdot = workspace;
   float* dq_accum = workspace + q_rows;
   if (q_rows > 0) {
-    prepare_kernel<T><<<unsigned((q_rows * 32 + 127) / 128), 128, 0, stream>>>(
-        q_rows, d.q_len, d.heads, D, static_cast<const T*>(out), static_cast<const T*>(dout),
-        rowdot, dq_accum);
+    TESSEL_LAUNCH(unsigned((q_rows * 32 + 127) / 128), 128, 0, stream, prepare_kernel<T>)
+    (q_rows, d.q_len, d.heads, D, static_cast<const T*>(out), static_cast<const T*>(dout), rowdot,
+     dq_accum);
     check_launch("attention backward prepare");
   }
   if (d.kv_len > 0) {
@@ -291,13 +290,13 @@ void launch(const AttentionDims& d, const void* q, const void* k, const void* v,
              Visibility::make(d.q_len, d.kv_len, d.causal, d.window)};
     const dim3 grid(unsigned((d.kv_len + kBlock - 1) / kBlock), unsigned(d.kv_heads),
                     unsigned(d.batch));
-    flash_backward_kernel<T, D><<<grid, kThreads, Layout<D>::kBytes, stream>>>(p);
+    TESSEL_LAUNCH(grid, kThreads, Layout<D>::kBytes, stream, flash_backward_kernel<T, D>)(p);
     check_launch("attention backward (tensor cores)");
   }
   if (q_rows > 0) {
     const int64_t n = q_rows * D;
-    finish_kernel<T>
-        <<<unsigned((n + 255) / 256), 256, 0, stream>>>(n, dq_accum, static_cast<T*>(dq));
+    TESSEL_LAUNCH(unsigned((n + 255) / 256), 256, 0, stream, finish_kernel<T>)
+    (n, dq_accum, static_cast<T*>(dq));
     check_launch("attention backward dq");
   }
 }

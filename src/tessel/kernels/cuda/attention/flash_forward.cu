@@ -55,7 +55,7 @@ __device__ void load_tile(T* dst, const T* src, int64_t ld, int64_t valid_rows) 
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) flash_forward_kernel(Params p) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  TESSEL_DYNAMIC_SHARED(smem_raw);
   using L = Layout<D>;
   T* qs = reinterpret_cast<T*>(smem_raw);
   T* ks = qs + kRows * L::kStride;                            // [2][kKeys][kStride]
@@ -205,11 +205,10 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(Params p) {
 template <typename T, int D>
 void launch(const AttentionDims& d, const void* q, const void* k, const void* v, const int8_t* mask,
             void* out, float* lse, cudaStream_t stream) {
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(flash_forward_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           int(Layout<D>::kBytes));
-  TESSEL_CHECK(attr == cudaSuccess, "attention forward: cannot grant ", Layout<D>::kBytes,
-               " bytes of shared memory: ", cudaGetErrorString(attr));
+  static const bool granted =
+      (allow_shared_bytes(flash_forward_kernel<T, D>, Layout<D>::kBytes, "attention forward"),
+       true);
+  (void)granted;
   Params p{q,
            k,
            v,
@@ -224,7 +223,7 @@ void launch(const AttentionDims& d, const void* q, const void* k, const void* v,
            float(d.scale) * kLog2e,
            Visibility::make(d.q_len, d.kv_len, d.causal, d.window)};
   const dim3 grid(unsigned((d.q_len + kRows - 1) / kRows), unsigned(d.heads), unsigned(d.batch));
-  flash_forward_kernel<T, D><<<grid, kThreads, Layout<D>::kBytes, stream>>>(p);
+  TESSEL_LAUNCH(grid, kThreads, Layout<D>::kBytes, stream, flash_forward_kernel<T, D>)(p);
   check_launch("attention forward (tensor cores)");
 }
 

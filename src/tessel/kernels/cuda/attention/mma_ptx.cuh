@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+// The CPU tests bring their own definitions (tests/kernels/cuda/warp_emulation.h).
+#if !defined(TESSEL_CUDA_EMULATION)
 namespace tessel::kernels::cuda::detail {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -74,3 +76,4 @@ __device__ __forceinline__ uint32_t lds32(const void* p) {
 }
 
 }  // namespace tessel::kernels::cuda::detail
+#endif
