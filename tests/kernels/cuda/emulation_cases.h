@@ -81,7 +81,16 @@ struct EmulatedProblem {
 };
 
 inline kernels::cuda::AttnType attn_type(DType d) {
-  return d == DType::BF16 ? kernels::cuda::AttnType::BF16 : kernels::cuda::AttnType::F16;
+  return d == DType::F32    ? kernels::cuda::AttnType::F32
+         : d == DType::BF16 ? kernels::cuda::AttnType::BF16
+                            : kernels::cuda::AttnType::F16;
+}
+// NMSE bounds of the GPU test (attention_gpu_main.cpp): out, then gradients.
+inline double out_bound(DType d) {
+  return d == DType::F32 ? 1e-9 : d == DType::BF16 ? 1e-4 : 1e-5;
+}
+inline double grad_bound(DType d) {
+  return d == DType::F32 ? 1e-8 : d == DType::BF16 ? 2e-3 : 1e-4;
 }
 
 // Small enough for one emulated thread per CUDA thread on a CPU; every rule of the kernels:

@@ -18,7 +18,7 @@ TEST(CudaAttentionEmulation, BackwardMatchesTheReference) {
   for (DType dtype : {DType::BF16, DType::F16})
     for (const EmulatedCase& c : emulated_cases()) {
       EmulatedProblem p(c, dtype, seed++);
-      const double bound = dtype == DType::BF16 ? 2e-3 : 1e-4;
+      const double bound = grad_bound(dtype);
       std::vector<float> ws(kernels::cuda::detail::flash_backward_workspace_floats(p.dims));
       Tensor dq = empty(p.q.shape(), dtype), dk = empty(p.k.shape(), dtype),
              dv = empty(p.v.shape(), dtype);

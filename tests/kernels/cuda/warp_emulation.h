@@ -176,7 +176,7 @@ template <typename T>
 float unpack(uint32_t reg, int half) {
   const uint16_t bits = uint16_t(half ? reg >> 16 : reg & 0xffffu);
   T x;
-  std::memcpy(&x, &bits, 2);
+  std::memcpy(static_cast<void*>(&x), &bits, 2);
   return float(x);
 }
 

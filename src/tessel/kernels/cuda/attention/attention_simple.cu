@@ -205,9 +205,9 @@ void forward_typed(const AttentionDims& d, const void* q, const void* k, const v
   const Problem p = make_problem(d, mask);
   const int64_t rows = d.batch * d.heads * d.q_len;
   if (rows == 0) return;
-  forward_kernel<T><<<blocks_for(rows), kWarps * 32, 0, stream>>>(
-      p, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-      static_cast<T*>(out), lse);
+  TESSEL_LAUNCH(blocks_for(rows), kWarps * 32, 0, stream, forward_kernel<T>)
+  (p, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+   static_cast<T*>(out), lse);
   check_launch("attention forward (plain)");
 }
 
@@ -220,13 +220,13 @@ void backward_typed(const AttentionDims& d, const void* q, const void* k, const 
   const T *tq = static_cast<const T*>(q), *tk = static_cast<const T*>(k);
   const T *tv = static_cast<const T*>(v), *tg = static_cast<const T*>(dout);
   if (q_rows > 0) {
-    dq_kernel<T><<<blocks_for(q_rows), kWarps * 32, 0, stream>>>(
-        p, tq, tk, tv, static_cast<const T*>(out), lse, tg, static_cast<T*>(dq), rowdot);
+    TESSEL_LAUNCH(blocks_for(q_rows), kWarps * 32, 0, stream, dq_kernel<T>)
+    (p, tq, tk, tv, static_cast<const T*>(out), lse, tg, static_cast<T*>(dq), rowdot);
     check_launch("attention backward dq (plain)");
   }
   if (k_rows > 0) {  // reads the rowdot the dq kernel wrote (same stream, so after it)
-    dkv_kernel<T><<<blocks_for(k_rows), kWarps * 32, 0, stream>>>(
-        p, tq, tk, tv, lse, tg, rowdot, static_cast<T*>(dk), static_cast<T*>(dv));
+    TESSEL_LAUNCH(blocks_for(k_rows), kWarps * 32, 0, stream, dkv_kernel<T>)
+    (p, tq, tk, tv, lse, tg, rowdot, static_cast<T*>(dk), static_cast<T*>(dv));
     check_launch("attention backward dk/dv (plain)");
   }
 }

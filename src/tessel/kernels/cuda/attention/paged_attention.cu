@@ -118,9 +118,9 @@ template <typename Q, typename P>
 void paged_typed(const PagedArgs& a, const void* q, const void* k_pool, const void* v_pool,
                  void* out, cudaStream_t stream) {
   const int64_t units = a.d.tokens * a.d.heads;
-  paged_kernel<Q, P><<<unsigned(units), kWarps * 32, 0, stream>>>(
-      a, static_cast<const Q*>(q), static_cast<const P*>(k_pool), static_cast<const P*>(v_pool),
-      static_cast<Q*>(out));
+  TESSEL_LAUNCH(unsigned(units), kWarps * 32, 0, stream, paged_kernel<Q, P>)
+  (a, static_cast<const Q*>(q), static_cast<const P*>(k_pool), static_cast<const P*>(v_pool),
+   static_cast<Q*>(out));
   check_launch("paged_attention");
 }
 
@@ -148,14 +148,13 @@ void paged_kv_store(AttnType type, int64_t tokens, int64_t kv_heads, int64_t hea
   const int64_t row = kv_heads * head_dim, total = tokens * row;
   if (total == 0) return;
   const unsigned blocks = unsigned((total + 255) / 256);
-  if (type == AttnType::F32)
-    store_kernel<float><<<blocks, 256, 0, stream>>>(
-        tokens, row, num_slots, static_cast<const float*>(k), static_cast<const float*>(v), slots,
-        static_cast<float*>(k_pool), static_cast<float*>(v_pool));
+  if (type == AttnType::F32) TESSEL_LAUNCH(blocks, 256, 0, stream, store_kernel<float>)
+  (tokens, row, num_slots, static_cast<const float*>(k), static_cast<const float*>(v), slots,
+   static_cast<float*>(k_pool), static_cast<float*>(v_pool));
   else  // bf16 and f16 move as 16-bit words
-    store_kernel<uint16_t><<<blocks, 256, 0, stream>>>(
-        tokens, row, num_slots, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v),
-        slots, static_cast<uint16_t*>(k_pool), static_cast<uint16_t*>(v_pool));
+      TESSEL_LAUNCH(blocks, 256, 0, stream, store_kernel<uint16_t>)(
+          tokens, row, num_slots, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v),
+          slots, static_cast<uint16_t*>(k_pool), static_cast<uint16_t*>(v_pool));
   check_launch("paged_kv_store");
 }
 
