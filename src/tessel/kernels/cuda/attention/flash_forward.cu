@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Tensor-core attention forward for bf16 / f16 (FlashAttention-2, Dao 2023): a block of 4 warps
-// owns 64 query rows of one (batch, head), each warp 16 rows, and streams over tiles of 64 keys
+// Tensor-core attention forward for bf16 / f16 (FlashAttention-2, Dao 2023): a block of 8 warps
+// owns 128 query rows of one (batch, head), each warp 16 rows, and streams over tiles of 64 keys
 // with an online softmax kept in registers. S = Q K^T and O += P V run on mma.sync m16n8k16 with
 // f32 accumulation; P goes from the accumulator registers of S straight into the A operand of
 // P V (attention_math.h documents the fragment layout). K and V tiles are double-buffered in
@@ -18,9 +18,9 @@ namespace tessel::kernels::cuda::detail {
 
 namespace {
 
-constexpr int kRows = 64;  // query rows per block
-constexpr int kKeys = 64;  // keys per tile
-constexpr int kThreads = 128;
+constexpr int kRows = 128;  // query rows per block: 16 per warp
+constexpr int kKeys = 64;   // keys per tile
+constexpr int kThreads = 256;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -41,12 +41,12 @@ struct Params {
   Visibility vis;
 };
 
-// Loads `rows` rows of D elements (row r from src + r * ld, valid while r < valid_rows) into a
+// Loads `Rows` rows of D elements (row r from src + r * ld, valid while r < valid_rows) into a
 // padded shared tile.
-template <typename T, int D>
+template <typename T, int D, int Rows>
 __device__ void load_tile(T* dst, const T* src, int64_t ld, int64_t valid_rows) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
-  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
+  for (int c = threadIdx.x; c < Rows * kChunks; c += kThreads) {
     const int r = c / kChunks, col = (c % kChunks) * 8;
     const bool valid = r < valid_rows;
     cp_async16(dst + r * Layout<D>::kStride + col, valid ? src + r * ld + col : src, valid);
@@ -75,8 +75,8 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(Params p) {
       range.end > range.begin ? int((range.end - range.begin + kKeys - 1) / kKeys) : 0;
   auto load_kv = [&](int tile, int buf) {
     const int64_t j0 = range.begin + int64_t(tile) * kKeys;
-    load_tile<T, D>(ks + buf * L::kTile, kg + j0 * ldkv, ldkv, p.tk - j0);
-    load_tile<T, D>(vs + buf * L::kTile, vg + j0 * ldkv, ldkv, p.tk - j0);
+    load_tile<T, D, kKeys>(ks + buf * L::kTile, kg + j0 * ldkv, ldkv, p.tk - j0);
+    load_tile<T, D, kKeys>(vs + buf * L::kTile, vg + j0 * ldkv, ldkv, p.tk - j0);
     if (threadIdx.x < kKeys) {
       const int64_t j = j0 + threadIdx.x;
       const bool kept = j < p.tk && (p.mask == nullptr || p.mask[b * p.tk + j] != 0);
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(Params p) {
     }
   };
   if (tiles > 0) {
-    load_tile<T, D>(qs, qg, ldq, p.tq - q0);
+    load_tile<T, D, kRows>(qs, qg, ldq, p.tq - q0);
     load_kv(0, 0);
     cp_async_commit();
   }
