@@ -256,10 +256,9 @@ template <typename T, int D>
 void launch(const AttentionDims& d, const void* q, const void* k, const void* v, const int8_t* mask,
             const void* out, const float* lse, const void* dout, void* dq, void* dk, void* dv,
             float* workspace, cudaStream_t stream) {
-  static const bool granted =
-      (allow_shared_bytes(flash_backward_kernel<T, D>, Layout<D>::kBytes, "attention backward"),
-       true);
-  (void)granted;
+  // Per call, not once: the attribute belongs to the current device, and a process may drive
+  // several.
+  allow_shared_bytes(flash_backward_kernel<T, D>, Layout<D>::kBytes, "attention backward");
   const int64_t q_rows = d.batch * d.q_len * d.heads;
   float* rowdot = workspace;
   float* dq_accum = workspace + q_rows;

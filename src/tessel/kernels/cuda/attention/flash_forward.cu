@@ -205,10 +205,9 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(Params p) {
 template <typename T, int D>
 void launch(const AttentionDims& d, const void* q, const void* k, const void* v, const int8_t* mask,
             void* out, float* lse, cudaStream_t stream) {
-  static const bool granted =
-      (allow_shared_bytes(flash_forward_kernel<T, D>, Layout<D>::kBytes, "attention forward"),
-       true);
-  (void)granted;
+  // Per call, not once: the attribute belongs to the current device, and a process may drive
+  // several.
+  allow_shared_bytes(flash_forward_kernel<T, D>, Layout<D>::kBytes, "attention forward");
   Params p{q,
            k,
            v,
