@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA reductions. reduce: the host coalesces x's dims into kept and reduced groups (as the CPU
-// kernel does); one thread block per output element strides over that output's reduced elements,
-// each thread folding its share in f32, then a fixed-tree block reduction. square_sums: one thread
-// block per kSquareSumBlock block of every tensor (tensors passed 32 per launch in a by-value
-// table), an f64 partial per block, then the blocks of each tensor added in order.
+// kernel does). When the innermost group is reduced, one thread block per output element strides
+// over that output's reduced elements, each thread folding its share in f32, then a fixed-tree
+// block reduction; when it is kept, one thread per output folds its elements in order. square_sums:
+// one thread block per kSquareSumBlock block of every tensor (tensors passed 32 per launch in a
+// by-value table), an f64 partial per block, then the blocks of each tensor added in order.
 #include <vector>
 
 #include "tessel/kernels/cuda/ops/common.cuh"
@@ -61,6 +62,32 @@ __global__ void reduce_kernel(const void* x, void* out, int64_t outputs, ReduceP
       total = block_all_reduce(acc, MinOp{}, identity);
     if (kOp == ReduceOp::Mean) total = total / float(p.count);
     if (threadIdx.x == 0) store<S>(out, o, total);
+  }
+}
+
+// The innermost group is kept (a bias gradient: [rows, C] over rows): one thread per output,
+// adjacent threads reading adjacent columns, each folding its reduced elements in order (sums in
+// f64, as many elements go through one accumulator).
+template <Storage S, ReduceOp kOp>
+__global__ void reduce_columns_kernel(const void* x, void* out, int64_t outputs, ReducePlan p) {
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < outputs;
+       o += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t base = unravel(o, p.kept, p.kept_size, p.kept_stride);
+    double sum = 0.0;
+    float extreme = kOp == ReduceOp::Max ? -INFINITY : INFINITY;
+    for (int64_t r = 0; r < p.count; ++r) {
+      const float v = load<S>(x, base + unravel(r, p.reduced, p.red_size, p.red_stride));
+      if constexpr (kOp == ReduceOp::Max)
+        extreme = MaxOp{}(extreme, v);
+      else if constexpr (kOp == ReduceOp::Min)
+        extreme = MinOp{}(extreme, v);
+      else
+        sum += double(v);
+    }
+    if constexpr (kOp == ReduceOp::Max || kOp == ReduceOp::Min)
+      store<S>(out, o, extreme);
+    else
+      store<S>(out, o, float(kOp == ReduceOp::Mean ? sum / double(p.count) : sum));
   }
 }
 
@@ -178,26 +205,34 @@ void reduce(ReduceOp op, DType dtype, const void* x, std::span<const int64_t> sh
   }
   storage_of(dtype, "reduce");
   if (out_numel == 0) return;
-  TESSEL_CHECK(x != nullptr && out != nullptr, "reduce: null x or out");
+  TESSEL_CHECK(out != nullptr && (numel == 0 || x != nullptr), "reduce: null x or out");
   if (p.reduced == 0 && p.count != 0) {  // every reduced dim has size 1: a copy
     check_cuda(cudaMemcpyAsync(out, x, size_t(numel) * dtype_size(dtype), cudaMemcpyDeviceToDevice,
                                stream),
                "reduce", "cudaMemcpyAsync");
     return;
   }
-  const unsigned grid = unsigned(std::min<int64_t>(out_numel, int64_t(1) << 20));
+  const bool columns = p.kept > 0 && p.kept_stride[p.kept - 1] == 1;
+  const unsigned grid =
+      columns ? grid_for(out_numel) : unsigned(std::min<int64_t>(out_numel, int64_t(1) << 20));
   dispatch(dtype, "reduce", [&](auto tag) {
     constexpr Storage S = decltype(tag)::value;
+    auto launch = [&](auto op_tag) {
+      constexpr ReduceOp kOp = decltype(op_tag)::value;
+      if (columns)
+        reduce_columns_kernel<S, kOp><<<grid, kThreads, 0, stream>>>(x, out, out_numel, p);
+      else
+        reduce_kernel<S, kOp><<<grid, kThreads, 0, stream>>>(x, out, out_numel, p);
+    };
     switch (op) {
       case ReduceOp::Sum:
-        return reduce_kernel<S, ReduceOp::Sum><<<grid, kThreads, 0, stream>>>(x, out, out_numel, p);
+        return launch(std::integral_constant<ReduceOp, ReduceOp::Sum>{});
       case ReduceOp::Mean:
-        return reduce_kernel<S, ReduceOp::Mean>
-            <<<grid, kThreads, 0, stream>>>(x, out, out_numel, p);
+        return launch(std::integral_constant<ReduceOp, ReduceOp::Mean>{});
       case ReduceOp::Max:
-        return reduce_kernel<S, ReduceOp::Max><<<grid, kThreads, 0, stream>>>(x, out, out_numel, p);
+        return launch(std::integral_constant<ReduceOp, ReduceOp::Max>{});
       case ReduceOp::Min:
-        return reduce_kernel<S, ReduceOp::Min><<<grid, kThreads, 0, stream>>>(x, out, out_numel, p);
+        return launch(std::integral_constant<ReduceOp, ReduceOp::Min>{});
     }
   });
   check_launch("reduce");
