@@ -3,25 +3,13 @@
 
 #include <cmath>
 
+#include "tessel/core/philox.h"
+
 namespace tessel {
 
 std::array<uint32_t, 4> philox4x32(uint64_t counter_lo, uint64_t counter_hi, uint64_t key) {
-  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
-  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
-  uint32_t c0 = uint32_t(counter_lo), c1 = uint32_t(counter_lo >> 32);
-  uint32_t c2 = uint32_t(counter_hi), c3 = uint32_t(counter_hi >> 32);
-  uint32_t k0 = uint32_t(key), k1 = uint32_t(key >> 32);
-  for (int round = 0; round < 10; ++round) {
-    uint64_t p0 = uint64_t(kMul0) * c0, p1 = uint64_t(kMul1) * c2;
-    uint32_t n0 = uint32_t(p1 >> 32) ^ c1 ^ k0;
-    uint32_t n1 = uint32_t(p1);
-    uint32_t n2 = uint32_t(p0 >> 32) ^ c3 ^ k1;
-    uint32_t n3 = uint32_t(p0);
-    c0 = n0, c1 = n1, c2 = n2, c3 = n3;
-    k0 += kWeyl0;
-    k1 += kWeyl1;
-  }
-  return {c0, c1, c2, c3};
+  const PhiloxBlock b = philox4x32_10(counter_lo, counter_hi, key);
+  return {b.w[0], b.w[1], b.w[2], b.w[3]};
 }
 
 namespace {
@@ -32,9 +20,7 @@ inline float to_unit(uint32_t x) {
 }  // namespace
 
 float uniform_at(uint64_t seed, uint64_t offset, uint64_t index) {
-  uint64_t n = offset + index;
-  auto r = philox4x32(n / 4, 0, seed);
-  return to_unit(r[n % 4]);
+  return float(philox_stream_bits(seed, offset + index)) * (1.0f / 16777216.0f);
 }
 
 float normal_at(uint64_t seed, uint64_t offset, uint64_t index) {
