@@ -71,9 +71,12 @@ void Trainer::build_strategies(const RegionSource& init) {
     std::set<std::string> trained;
     if (pipeline_)
       for (const auto& [name, param] : pipeline_->trainable_parameters()) trained.insert(name);
+    // The experts' reductions overlap the last backward as the dense ones do, unless a sum over
+    // tp (sequence parallelism, replicated pieces) must reach their gradients first.
+    const bool overlap = par.overlap && !(tensor_ && tensor_->sums_gradients());
     expert_ = std::make_unique<ExpertParallelStrategy>(
         *model_, layout_.ep, layout_.ep_dp, layout_.dp_size(), int(par.zero_stage),
-        par.bucket_mb << 20, trained, config_.memory.enabled());
+        par.bucket_mb << 20, trained, config_.memory.enabled(), overlap);
     if (pipeline_) expert_->set_pipeline(layout_.pp);
     if (tensor_) expert_->set_tensor_parallel(layout_.tp, tensor_->model_tp());
     print("expert parallel: ep = " + std::to_string(layout_.ep_size()) + ", " +
