@@ -19,7 +19,7 @@ experts, top-2 with capacity drops), sequences of 13, two micro-batches per step
   at most 1 MiB, in 9 gradient chunks), one chunk in the device tier and three in the host
   tier: the first expert buckets' gradient shards have gone down to NVMe by the time the last is
   reduced, so the 1 / ep scaling after the reductions must hold each shard's chunk while it writes
-  it (without the hold the offloaded run stops at step 1: `storage of 1126400 bytes is released`;
+  it (without the hold the offloaded run stops with `storage of 1126400 bytes is released`;
   with the model of the cases above its one expert bucket is still in memory and the test passed
   without the hold);
 - offload with --ep and --pp, and with --ep and --tp, is refused before any step, each with one
