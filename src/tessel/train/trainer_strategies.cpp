@@ -181,9 +181,6 @@ std::string Trainer::expert_bytes_line() const {
 }
 
 void Trainer::check_offload_layout() const {
-  // Tensor parallelism: each tp rank offloads its own pieces as one process does, or under dp its
-  // ZeRO shards of them. Expert parallelism lies inside dp: each rank offloads its ZeRO shards of
-  // the dense parameters and of its experts. Pipeline stages, and ep with tp, not yet.
   // ep with tp: each rank would hold tp's pieces next to its experts' shards over ep_dp, and the
   // experts' gradients of a tp group (summed over tp under sequence parallelism) in chunks; that
   // layout is not built, so it is refused by name (docs/MEMORY.md, "With expert parallelism").
@@ -192,6 +189,9 @@ void Trainer::check_offload_layout() const {
                " and --tp ", layout_.tp_size(),
                " together is not supported yet; offload works with --ep inside dp (--ep ",
                layout_.ep_size(), " without --tp) or with --tp without --ep");
+  // Tensor parallelism: each tp rank offloads its own pieces as one process does, or under dp its
+  // ZeRO shards of them. Expert parallelism lies inside dp: each rank offloads its ZeRO shards of
+  // the dense parameters and of its experts. Pipeline stages, and ep with tp, not yet.
   const bool no_pp = layout_.pp_size() == 1;
   const bool tp_without_ep = layout_.tp_size() > 1 && no_pp && !layout_.ep;
   TESSEL_CHECK(layout_.world_size() == layout_.dp_size() || tp_without_ep,
