@@ -69,6 +69,18 @@ def check_all_to_all(dir_, ranks, accum_per_rank, what, elem=4):
     return want
 
 
+def check_overlap(dir_, what, buckets):
+    """Every step launched each of rank 0's expert gradient reductions (`buckets`: whether it has
+    any, i.e. an expert-dp group of two or more, or ZeRO) during its backward, as the dense
+    buckets are (docs/MOE.md, "Overlapped with backward")."""
+    for r in step_records(dir_):
+        n, during = r["expert_reductions"], r["expert_reductions_in_backward"]
+        if (n > 0) != buckets or during != n:
+            fail(f"{what}: step {r['step']} launched {during} of rank 0's {n} expert reductions "
+                 f"during backward; expected {'all, at least one' if buckets else 'none of 0'}")
+    return n
+
+
 def expect_error(cmd, env, needle, what):
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     text = p.stdout + p.stderr
@@ -107,9 +119,12 @@ def main():
         drops = check_routing(refs[accum], d, what)
         worst_p, name, worst_t = compare_params(final_params(refs[accum], STEPS), final_params(d, STEPS), what)
         check_all_to_all(d, ranks, 1, what)
+        # Expert-dp groups of dp / ep ranks (two at np 4 --ep 2): their sums run during backward.
+        reductions = check_overlap(d, what, ranks // int(flags[-1]) > 1)
         print(f"{what}: {STEPS}-step losses within {worst:.1e} of one rank (grad_accum {accum}), "
               f"the same routing ({drops} pairs dropped in all), final parameters within "
-              f"{worst_p:.1e} (worst {name} {worst_t:.1e}), all-to-all bytes as the formula")
+              f"{worst_p:.1e} (worst {name} {worst_t:.1e}), all-to-all bytes as the formula, "
+              f"{reductions} expert reduction(s) a step launched during backward")
 
     # A checkpoint holds whole expert stacks (each rank writes its experts' rows): ep 2's step 6
     # resumes on one rank, and one rank's at ep 2; the global batch (6 sequences) is kept, so the

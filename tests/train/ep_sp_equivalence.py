@@ -12,7 +12,9 @@ that piece of one rank's mask.
 The model is ep_tp_equivalence.py's GPT-2-MoE (width 26, 2 heads of 13, vocabulary 257 padded to
 258, block 0 dense, blocks 1 and 2 MoE with 4 GELU experts, top-2, capacity factor 1 so pairs are
 dropped), here with dropout 0.1 on the embeddings and the attention, MLP and MoE outputs. Layouts:
-np 2 --tp 2 --sp (no ep), np 4 --tp 2 --sp --ep 2, np 4 --tp 2 --sp --ep 2 --etp at ZeRO-3.
+np 2 --tp 2 --sp (no ep), np 4 --tp 2 --sp --ep 2, np 4 --tp 2 --sp --ep 2 --etp at ZeRO-3, and
+np 4 --tp 2 --sp --ep 2 with router jitter 0.1 (each tp rank draws its piece's elements of the
+whole call's noise and routes its piece) against one rank with the same jitter.
 Checks, as ep_tp_equivalence's: every step's loss, auxiliary loss and gradient norm within 1e-5
 (relative), the same per-layer loads and drops, the final parameters within 1e-5, and under ep
 the all-to-all bytes as docs/MOE.md's formula with each kept row sent once per tp pair.
@@ -47,26 +49,31 @@ def main():
                                              "log.jsonl=train.jsonl", "checkpoint.dir=" + d] +
                                       list(extra))
 
-    layouts = [(2, ["--tp", "2", "--sp"], 0), (4, ["--tp", "2", "--sp", "--ep", "2"], 0),
-               (4, ["--tp", "2", "--sp", "--ep", "2", "--etp"], 3)]
+    jcfg = dict(cfg, router_jitter=0.1)
+    jittered = write_json(os.path.join(work, "config_jitter.json"), jcfg)
+    layouts = [(2, ["--tp", "2", "--sp"], 0, ""), (4, ["--tp", "2", "--sp", "--ep", "2"], 0, ""),
+               (4, ["--tp", "2", "--sp", "--ep", "2", "--etp"], 3, ""),
+               (4, ["--tp", "2", "--sp", "--ep", "2"], 0, "jitter")]
     refs = {}
-    for ranks, flags, stage in layouts:
+    for ranks, flags, stage, tag in layouts:
         dp = ranks // 2
-        if dp not in refs:
-            refs[dp] = os.path.join(work, f"one_rank_accum{dp}")
-            run([tessel] + common(refs[dp], [f"train.grad_accum={dp}"]), env=env)
-        what = f"np {ranks} {' '.join(flags)} ZeRO-{stage}"
-        d = os.path.join(work, f"np{ranks}_{'_'.join(f.strip('-') for f in flags)}_zero{stage}")
-        out = run(mpi + ["-np", str(ranks), tessel] + common(d, [f"parallel.zero_stage={stage}"]) +
-                  flags, env=env).stdout
+        model = [f"model.config={jittered}"] if tag else []
+        if (dp, tag) not in refs:
+            refs[(dp, tag)] = os.path.join(work, f"one_rank_accum{dp}{tag}")
+            run([tessel] + common(refs[(dp, tag)], [f"train.grad_accum={dp}"] + model), env=env)
+        ref = refs[(dp, tag)]
+        what = f"np {ranks} {' '.join(flags)} ZeRO-{stage}{' with router jitter' if tag else ''}"
+        d = os.path.join(work, f"np{ranks}_{'_'.join(f.strip('-') for f in flags)}_zero{stage}{tag}")
+        out = run(mpi + ["-np", str(ranks), tessel] +
+                  common(d, [f"parallel.zero_stage={stage}"] + model) + flags, env=env).stdout
         if "with sequence parallelism" not in out:
             fail(f"{what}: the run did not report sequence parallelism\n{out[-2000:]}")
-        norms = check_grad_norms(refs[dp], d, what)
-        worst = compare_losses(refs[dp], d, what, STEPS)
-        drops, aux = check_routing(refs[dp], d, what, need_drops=True)
+        norms = check_grad_norms(ref, d, what)
+        worst = compare_losses(ref, d, what, STEPS)
+        drops, aux = check_routing(ref, d, what, need_drops=True)
         if "--ep" in flags:
             check_all_to_all(d, ranks, GPT2_EMBD, what)
-        worst_p, name, worst_t = compare_params(final_params(refs[dp], STEPS),
+        worst_p, name, worst_t = compare_params(final_params(ref, STEPS),
                                                 final_params(d, STEPS), what)
         print(f"{what}: {STEPS}-step losses within {worst:.1e} of one rank (grad_accum {dp}), the "
               f"same routing ({drops} pairs dropped in all), auxiliary losses within {aux:.1e}, "
@@ -77,8 +84,12 @@ def main():
     nodrop = os.path.join(work, "one_rank_no_dropout")
     run([tessel] + [a.replace(config, plain) for a in common(nodrop, ["train.grad_accum=2"])],
         env=env)
-    if step_records(nodrop)[0]["loss"] == step_records(refs[2])[0]["loss"]:
+    if step_records(nodrop)[0]["loss"] == step_records(refs[(2, "")])[0]["loss"]:
         fail(f"dropout {DROPOUT} left one rank's step-1 loss unchanged: no mask was applied")
+    # The jitter was applied: the same rank without it routes otherwise.
+    if [r["experts"] for r in step_records(refs[(2, "")])] == \
+            [r["experts"] for r in step_records(refs[(2, "jitter")])]:
+        fail("router jitter 0.1 left one rank's routing unchanged: no noise was drawn")
 
 
 if __name__ == "__main__":

@@ -41,8 +41,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tessel_runs import (compare_losses, compare_params, fail, final_params, mpi_prefix,  # noqa: E402
                          prepare_workdir, run, seed_resume, single_thread_env, step_records,
                          train_sets, write_json)
-from ep_equivalence import (MICRO, SEQ, STEPS, check_all_to_all, check_routing,  # noqa: E402
-                            moe_config)
+from ep_equivalence import (MICRO, SEQ, STEPS, check_all_to_all, check_overlap,  # noqa: E402
+                            check_routing, moe_config)
 
 
 def parameter_count(run_dir):
@@ -161,10 +161,12 @@ def main():
         drops = check_routing(ref, d, what)
         worst_p, name, worst_t = compare_params(final_params(ref, STEPS), final_params(d, STEPS), what)
         psi = check_optimizer_bytes(ref, d, ranks, what)
+        reductions = check_overlap(d, what, True)  # the experts' ZeRO buckets, during backward
         print(f"{what}: {STEPS}-step losses within {worst:.1e} of one rank (grad_accum {ranks}), "
               f"the same routing ({drops} pairs dropped in all), final parameters within "
               f"{worst_p:.1e} (worst {name} {worst_t:.1e}); rank 0 holds the moments of "
-              f"{psi} / {ranks} parameters")
+              f"{psi} / {ranks} parameters; {reductions} expert reduction(s) a step launched "
+              f"during backward")
 
     # Checkpoints hold whole tensors (each rank writes the moments of its blocks): they resume at
     # another ep and another stage, on one rank, and one rank's under ep with ZeRO.

@@ -15,7 +15,15 @@ experts, top-2 with capacity drops), sequences of 13, two micro-batches per step
   shards in chunks; ZeRO-1 at np 4: the experts' moments' shards (their all-reduced buckets stay
   plain memory); ZeRO-2 at np 2 in bf16 too (the replicas' 16-bit copies in chunks, experts'
   included);
-- offload with --ep and --pp is refused before any step, naming the layouts that work.
+- ZeRO-2 at np 2 with 8 MoE blocks of wide experts (FFN 2800: a rank's experts in 16 buckets of
+  at most 1 MiB, in 9 gradient chunks), one chunk in the device tier and three in the host
+  tier: the first expert buckets' gradient shards have gone down to NVMe by the time the last is
+  reduced, so the 1 / ep scaling after the reductions must hold each shard's chunk while it writes
+  it (without the hold the offloaded run stops with `storage of 1126400 bytes is released`;
+  with the model of the cases above its one expert bucket is still in memory and the test passed
+  without the hold);
+- offload with --ep and --pp, and with --ep and --tp, is refused before any step, each with one
+  line naming the layouts that work.
 Usage: offload_ep_equivalence.py TESSEL MPIRUN WORKDIR
 """
 import os
@@ -28,13 +36,15 @@ sys.path.insert(0, os.path.join(HERE, "..", "common"))
 sys.path.insert(0, HERE)
 from offload_runs import check_tiers, offload_sets, same_checkpoint, same_records  # noqa: E402
 from tessel_runs import (fail, mpi_prefix, prepare_workdir, run, seed_resume,  # noqa: E402
-                         single_thread_env, train_sets, write_json)
+                         single_thread_env, step_records, train_sets, write_json)
 from ep_equivalence import moe_config  # noqa: E402
 
 STEPS, SAVE = 6, 3
 # ZeRO-3: 40 KiB holds the largest shard (an MoE layer's experts at np 2, 37824 bytes); ZeRO-1/2:
 # a bucket's shard (the experts' whole bucket at np 2, 75648 bytes).
 CHUNK = {3: 40 << 10, 2: 80 << 10, 1: 80 << 10}
+# Wide experts in 8 blocks: a chunk holds an expert bucket's shard (at most 1 MiB, the bucket size).
+WIDE_FFN, WIDE_LAYERS, WIDE_CHUNK = 2800, 8, 1100 << 10
 
 
 def expert_lines(out, what, pattern):
@@ -74,6 +84,39 @@ def main():
             not in p.stdout + p.stderr:
         fail(f"offload with --ep 2 --pp 2: rc {p.returncode}, {p.stderr[-800:]}")
     print("offload with --ep 2 --pp 2: refused before any step")
+    # Block 0 dense (tp's plan splits its MLP), block 1 MoE.
+    half = write_json(os.path.join(work, "half_moe.json"), moe_config(vocab, moe_every=2))
+    p = subprocess.run(mpi_prefix(mpirun) + ["-np", "4", tessel] + common(2, 2) +
+                       ["--tp", "2", "--set", f"model.config={half}",
+                        "--set", "checkpoint.dir=" + os.path.join(work, "ep_tp")] +
+                       offload_sets(nvme("ep_tp"), 3, 1, CHUNK[2]),
+                       env=env, capture_output=True, text=True)
+    if p.returncode == 0 or "memory offload (memory.device_budget) with --ep 2 and --tp 2 " \
+            "together is not supported yet" not in p.stdout + p.stderr:
+        fail(f"offload with --ep 2 --tp 2: rc {p.returncode}, {p.stderr[-800:]}")
+    print("offload with --ep 2 --tp 2: refused before any step")
+
+    # Wide experts: the expert gradient shards' chunks leave memory before they are scaled.
+    wide = write_json(os.path.join(work, "wide.json"), moe_config(vocab, n_inner=WIDE_FFN,
+                                                                n_layer=WIDE_LAYERS))
+    wide_sets = ["--set", f"model.config={wide}", "--set", "parallel.bucket_mb=1"]
+    mpi = mpi_prefix(mpirun) + ["-np", "2", tessel]
+    ref, off = (os.path.join(work, f"{k}_wide") for k in ("memory", "offload"))
+    run(mpi + common(2, 2) + wide_sets + ["--set", "checkpoint.dir=" + ref], env=env)
+    out = run(mpi + common(2, 2) + wide_sets + ["--set", "checkpoint.dir=" + off] +
+              offload_sets(nvme("wide"), 3, 1, WIDE_CHUNK), env=env).stdout
+    what = "--ep 2 at np 2, ZeRO-2, wide experts offloaded"
+    shards = expert_lines(out, what, r"expert bucket \d+")
+    if len(shards) < 3:
+        fail(f"{what}: expected three expert buckets or more, got {shards}")
+    same_records(ref, off, what, STEPS)
+    io = [(r["offload"]["nvme_read_bytes"], r["offload"]["nvme_write_bytes"])
+          for r in step_records(off)]
+    if len(io) != STEPS or not all(rd > 0 and wr > 0 for rd, wr in io):
+        fail(f"{what}: a step without NVMe reads and writes: {io}")
+    files = same_checkpoint(ref, off, STEPS, what)
+    print(f"{what}: {STEPS} steps bitwise the in-memory run's, checkpoint byte for byte "
+          f"({', '.join(files)}); rank 0's expert shards {shards}")
 
     bf16 = ["--set", "train.precision=bf16"]
     for np_, stage, host, device, layers, extra in (

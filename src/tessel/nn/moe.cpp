@@ -109,8 +109,7 @@ Tensor TokenRegion::whole_value(const Tensor&) {
 }
 
 bool MoE::routes_pieces() const {
-  return region_ && region_->routes_pieces() && experts->tensor_region() == nullptr &&
-         config_.jitter == 0;
+  return region_ && region_->routes_pieces() && experts->tensor_region() == nullptr;
 }
 
 MoE::Output MoE::forward(const Tensor& given) {
@@ -139,7 +138,33 @@ MoE::Output MoE::forward_tokens(const Tensor& x, TokenRegion* pieces) {
     // probabilities, gates and auxiliary losses stay f32: the choice of experts does not hang on
     // 16-bit ties, and layouts that round the weights alike route alike.
     const bool upcast = router->weight.dtype() == DType::F32 && x2.dtype() != DType::F32;
-    Tensor logits = router->forward(jittered(upcast ? ops::cast(x2, DType::F32) : x2));
+    Tensor router_in = upcast ? ops::cast(x2, DType::F32) : x2;
+    if (pieces != nullptr && is_training() && config_.jitter != 0) {
+      // A piece of the call: the whole call's noise range, this piece's tokens' elements of it,
+      // so each token gets one process's noise. Their places in the call come from the region's
+      // layout of the whole call's choices (one all-gather of k integers a token, placeholders).
+      std::vector<int64_t> positions;
+      const int64_t whole =
+          int64_t(pieces->whole_choices(x, std::vector<int64_t>(size_t(tokens * k)), k, positions)
+                      .size()) /
+          k;
+      Generator& gen = jitter_generator_ != nullptr ? *jitter_generator_ : default_generator();
+      const uint64_t n = uint64_t(whole * c);
+      const auto [seed, offset] = positional_ ? positional_stream(gen, *positional_, n)
+                                              : std::array<uint64_t, 2>{gen.seed(), gen.reserve(n)};
+      std::vector<double> noise(size_t(tokens * c));
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t j = 0; j < c; ++j)
+          noise[size_t(t * c + j)] =
+              1.0 - config_.jitter +
+              2.0 * config_.jitter *
+                  double(uniform_at(seed, offset, uint64_t(positions[size_t(t)] * c + j)));
+      router_in =
+          ops::mul(router_in, values_tensor(noise, router_in.shape()).to(router_in.dtype()));
+    } else {
+      router_in = jittered(router_in);
+    }
+    Tensor logits = router->forward(router_in);
     Tensor probs = ops::softmax(logits);
     MoEConfig routing_config = config_;
     if (!is_training() && !config_.drop_in_eval) routing_config.drop_tokens = false;

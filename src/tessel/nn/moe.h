@@ -98,10 +98,10 @@ class MoE : public Module {
   void set_token_region(std::shared_ptr<TokenRegion> region) { region_ = std::move(region); }
   TokenRegion* token_region() const { return region_.get(); }
   // Under a region: whether the layer routes its own piece of the tokens (its experts then compute
-  // only that piece's rows, and its parameters' gradients are the piece's addends). Not under
-  // expert tensor parallelism, whose experts need the same rows on every rank (each computes its
-  // columns of them, so it is not repeated work), nor with router jitter, whose draw indexes the
-  // whole call's elements.
+  // only that piece's rows, and its parameters' gradients are the piece's addends; router jitter
+  // takes the piece's elements of the whole call's noise). Not under expert tensor parallelism,
+  // whose experts need the same rows on every rank (each computes its columns of them, so it is
+  // not repeated work).
   bool routes_pieces() const;
 
   std::shared_ptr<Linear> router;  // [experts, hidden], no bias

@@ -71,9 +71,12 @@ void Trainer::build_strategies(const RegionSource& init) {
     std::set<std::string> trained;
     if (pipeline_)
       for (const auto& [name, param] : pipeline_->trainable_parameters()) trained.insert(name);
+    // The experts' reductions overlap the last backward as the dense ones do, unless a sum over
+    // tp (sequence parallelism, replicated pieces) must reach their gradients first.
+    const bool overlap = par.overlap && !(tensor_ && tensor_->sums_gradients());
     expert_ = std::make_unique<ExpertParallelStrategy>(
         *model_, layout_.ep, layout_.ep_dp, layout_.dp_size(), int(par.zero_stage),
-        par.bucket_mb << 20, trained, config_.memory.enabled());
+        par.bucket_mb << 20, trained, config_.memory.enabled(), overlap);
     if (pipeline_) expert_->set_pipeline(layout_.pp);
     if (tensor_) expert_->set_tensor_parallel(layout_.tp, tensor_->model_tp());
     print("expert parallel: ep = " + std::to_string(layout_.ep_size()) + ", " +
@@ -191,6 +194,14 @@ std::string Trainer::expert_bytes_line() const {
 }
 
 void Trainer::check_offload_layout() const {
+  // ep with tp: each rank would hold tp's pieces next to its experts' shards over ep_dp, and the
+  // experts' gradients of a tp group (summed over tp under sequence parallelism) in chunks; that
+  // layout is not built, so it is refused by name (docs/MEMORY.md, "With expert parallelism").
+  TESSEL_CHECK(!(layout_.ep && layout_.tp_size() > 1),
+               "train: memory offload (memory.device_budget) with --ep ", layout_.ep_size(),
+               " and --tp ", layout_.tp_size(),
+               " together is not supported yet; offload works with --ep inside dp (--ep ",
+               layout_.ep_size(), " without --tp) or with --tp without --ep");
   // Tensor parallelism: each tp rank offloads its own pieces as one process does, or under dp its
   // ZeRO shards of them. Expert parallelism lies inside dp: each rank offloads its ZeRO shards of
   // the dense parameters and of its experts. Pipeline stages alone: each stage offloads its own

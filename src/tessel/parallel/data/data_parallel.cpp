@@ -328,7 +328,8 @@ void DataParallel::launch(size_t bucket) {
     if (hold_) b.shard_held = hold_(b.shard, ShardUse::Reduce);
     b.work = comm_->reduce_scatter_async(b.flat, b.shard, dist::ReduceOp::Avg);
   } else {
-    b.work = comm_->all_reduce_async(b.flat, dist::ReduceOp::Avg);
+    b.work = comm_->all_reduce_async(b.flat,
+                                     options_.average ? dist::ReduceOp::Avg : dist::ReduceOp::Sum);
   }
   stats_.collectives += 1;
   stats_.bytes += int64_t(b.flat.nbytes());

@@ -59,6 +59,9 @@ struct DataParallelOptions {
   // or finish_gradient_sync()). A retired reduce-scattered buffer is handed to the hold with
   // ShardUse::Discard (its contents are dead: the average is in the shard) instead of freed.
   bool allocate_buckets = true;
+  // AllReduce: false sums the gradients over the ranks instead of averaging them (the expert
+  // axis divides by another count than the group's size, docs/MOE.md).
+  bool average = true;
 };
 
 // Averages the gradients of a set of leaf parameters over one communicator (the dp axis).
@@ -120,6 +123,8 @@ class DataParallel {
   StepStats last_stats() const { return last_stats_; }
 
   int64_t bucket_count() const { return int64_t(buckets_.size()); }
+  // Buckets whose reduction has been launched in the current synced backward (so far).
+  int64_t launched_count() const { return int64_t(next_launch_); }
   // Names of bucket i's parameters (reverse model order) and its payload in bytes.
   std::vector<std::string> bucket_parameters(int64_t bucket) const;
   int64_t bucket_nbytes(int64_t bucket) const;  // of its flat buffer (padded in ReduceScatter)

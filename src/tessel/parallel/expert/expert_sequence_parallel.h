@@ -9,12 +9,14 @@
 // tp rank's experts then compute its piece's rows only (under expert parallelism it sends them
 // over its ep group), and the layer's parameters get a per-rank addend, which the trainer sums
 // over tp with the other sequence-parallel gradients. docs/MOE.md, "ep with tp".
-// Two cases keep the earlier form, gathering the pieces (all-gather along the sequence), routing
-// and running every token on every tp rank, keeping this rank's piece of the output: expert
-// tensor parallelism (each rank computes its columns of every row, so nothing is repeated, and
-// Megatron's f/g need the same rows on every rank) and router jitter (its draw indexes the whole
-// call). There the gather's backward takes this rank's piece and the layer's parameters get the
-// whole sequence's gradient on every tp rank, left out of the sum over tp.
+// Router jitter routes pieces too (each piece draws its tokens' elements of the whole call's
+// noise). Expert tensor parallelism keeps the earlier form, gathering the pieces (all-gather along
+// the sequence), routing and running every token on every tp rank, keeping this rank's piece of
+// the output: each rank computes its columns of every row, so nothing but the router is repeated,
+// Megatron's f/g need the same rows on every rank, and routing the pieces would have to gather up
+// to k rows a token where the sequence gather moves one. There the gather's backward takes this
+// rank's piece and the layer's parameters get the whole sequence's gradient on every tp rank,
+// left out of the sum over tp.
 #pragma once
 
 #include <memory>

@@ -207,6 +207,8 @@ std::string step_json(const StepRecord& r) {
   if (r.expert_parallel) {
     j["all_to_all_calls"] = r.all_to_all_calls;
     j["all_to_all_bytes"] = r.all_to_all_bytes;
+    j["expert_reductions"] = r.expert_reductions;
+    j["expert_reductions_in_backward"] = r.expert_reductions_in_backward;
   }
   if (r.offload) {
     const auto gbps = [&r](int64_t bytes) {

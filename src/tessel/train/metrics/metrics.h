@@ -128,6 +128,10 @@ struct StepRecord {
   // tensors every rank gave them, summed over the ranks.
   bool expert_parallel = false;
   int64_t all_to_all_calls = 0, all_to_all_bytes = 0;
+  // This rank's collectives summing the experts' gradients over their data-parallel group (one
+  // per bucket), and how many of them were launched before the step's last backward had ended
+  // (overlapped with it, docs/MOE.md "Gradients").
+  int64_t expert_reductions = 0, expert_reductions_in_backward = 0;
 };
 
 // A checkpoint save or load and the resident set around it, per rank: before (after freed heap

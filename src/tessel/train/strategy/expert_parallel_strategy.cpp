@@ -10,12 +10,14 @@ namespace tessel::train {
 ExpertParallelStrategy::ExpertParallelStrategy(models::CausalLM& model, dist::CommPtr ep,
                                                dist::CommPtr ep_dp, int dp_size, int zero_stage,
                                                int64_t bucket_bytes,
-                                               const std::set<std::string>& trained, bool offloaded)
+                                               const std::set<std::string>& trained, bool offloaded,
+                                               bool overlap)
     : model_(model),
       ep_(std::move(ep)),
       ep_dp_(std::move(ep_dp)),
       dp_size_(dp_size),
-      zero_stage_(zero_stage) {
+      zero_stage_(zero_stage),
+      overlap_(overlap && zero_stage < 3 && !offloaded) {
   TESSEL_CHECK(ep_ && dp_size_ % ep_->size() == 0, "expert parallel: ep ", ep_ ? ep_->size() : 0,
                " must divide dp ", dp_size_);
   TESSEL_CHECK(zero_stage_ >= 0 && zero_stage_ <= 3, "expert parallel: ZeRO stage ", zero_stage_,
@@ -25,21 +27,31 @@ ExpertParallelStrategy::ExpertParallelStrategy(models::CausalLM& model, dist::Co
   for (const std::string& name : experts_)
     if (trained.empty() || trained.count(name)) trained_.insert(name);
   // A pipeline stage without MoE layers has no experts to partition (nor do its ep peers).
-  if (zero_stage_ == 0 || trained_.empty()) return;
-  // dp == ep: every rank holds its experts alone, a group of one (split collectively over ep).
-  zero_group_ = ep_dp_ ? ep_dp_ : ep_->split(ep_->rank(), 0, "ep_dp");
+  if (trained_.empty()) return;
   std::vector<std::pair<std::string, Tensor>> params;
   for (const auto& [name, param] : model_.named_parameters())
     if (trained_.count(name)) params.emplace_back(name, param);
   parallel::DataParallelOptions options;
   options.bucket_bytes = bucket_bytes;
-  options.overlap = false;
+  options.overlap = overlap_;
+  if (zero_stage_ == 0) {
+    // Summed whole over ep_dp (then divided by dp); nothing to sum when dp == ep.
+    if (!ep_dp_) return;
+    options.average = false;
+    sum_ = std::make_unique<parallel::DataParallel>(std::move(params), ep_dp_, options);
+    return;
+  }
+  // dp == ep: every rank holds its experts alone, a group of one (split collectively over ep).
+  zero_group_ = ep_dp_ ? ep_dp_ : ep_->split(ep_->rank(), 0, "ep_dp");
   options.reduction = zero_stage_ >= 2 ? parallel::GradReduction::ReduceScatter
                                        : parallel::GradReduction::AllReduce;
   // Offloaded: the reductions write the gradient shards in their chunks. ZeRO-1's all-reduced
   // buckets stay plain memory: the experts' are all filled by backward before the first of them
   // is reduced (sync_gradients), more than the device tier holds at once.
   options.allocate_gradient_shards = !offloaded;
+  // Overlapped: no reduction is waited for during backward (the class comment says why); the
+  // full buffers live until finish_gradient_sync either way.
+  if (overlap_) options.max_pending_reductions = int64_t(1) << 30;
   std::vector<parallel::Zero3Unit> units;
   if (zero_stage_ == 3) {
     units = expert_units();
@@ -80,9 +92,11 @@ void ExpertParallelStrategy::begin_step() {
   issued_before_ = ep_->context().issued_count();
 }
 
-void ExpertParallelStrategy::before_backward(bool) {
-  // Reduced in sync_gradients, after the dense buckets (the class comment says why).
-  if (ddp_) ddp_->set_sync(false);
+void ExpertParallelStrategy::before_backward(bool last) {
+  // Overlapped with the last micro-batch's backward; otherwise all in sync_gradients (the class
+  // comment says when and why).
+  for (parallel::DataParallel* d : {ddp_.get(), sum_.get()})
+    if (d) d->set_sync(last && overlap_);
 }
 
 void ExpertParallelStrategy::after_backward() {
@@ -90,6 +104,9 @@ void ExpertParallelStrategy::after_backward() {
 }
 
 void ExpertParallelStrategy::sync_gradients(StepRecord&) {
+  launched_in_backward_ = 0;
+  for (parallel::DataParallel* d : {ddp_.get(), sum_.get()})
+    if (d && d->sync()) launched_in_backward_ += d->launched_count();
   if (ddp_) {
     // The average over ep_dp (dp / ep ranks) times 1 / ep: the sum over ep_dp divided by dp.
     ddp_->set_sync(true);
@@ -102,6 +119,15 @@ void ExpertParallelStrategy::sync_gradients(StepRecord&) {
     return;
   }
   const double scale = 1.0 / double(dp_size_);
+  if (sum_) {  // every trained expert's gradient is in a bucket: the sums over ep_dp
+    sum_->set_sync(true);
+    sum_->finish_gradient_sync();
+    std::vector<GradSpan> spans;
+    for (int64_t b = 0; b < sum_->bucket_count(); ++b)
+      spans.push_back(whole_span(sum_->bucket_gradients(b)));
+    scale_spans(spans, scale);
+    return;
+  }
   for (const auto& [name, param] : model_.named_parameters()) {
     if (!trained_.count(name)) continue;
     Tensor g = param.grad();
@@ -109,7 +135,6 @@ void ExpertParallelStrategy::sync_gradients(StepRecord&) {
       g = zeros(param.shape(), param.dtype());
       Tensor(param).set_grad(g);
     }
-    if (ep_dp_) ep_dp_->all_reduce(g);
     scale_spans(std::vector<GradSpan>{whole_span(g)}, scale);
   }
 }
@@ -158,6 +183,9 @@ void ExpertParallelStrategy::record(StepRecord& r) {
   dist::RankContext& ctx = ep_->context();
   const uint64_t issued = ctx.issued_count() - issued_before_;
   r.expert_parallel = true;
+  for (parallel::DataParallel* d : {ddp_.get(), sum_.get()})
+    if (d) r.expert_reductions += d->bucket_count();
+  r.expert_reductions_in_backward = launched_in_backward_;
   r.all_to_all_calls = 0;
   double bytes = 0;
   for (const dist::Record& rec : ctx.recent(size_t(issued))) {

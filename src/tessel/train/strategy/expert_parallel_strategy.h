@@ -12,8 +12,20 @@
 // buckets over their own data-parallel group: a parallel::DataParallel over the expert parameters
 // on ep_dp, whose AdamW moments (stage 1) and averaged gradients (stage 2) each ep_dp rank keeps
 // only a block of; the dense parameters are partitioned over dp by the dp axis as for a dense
-// model. The expert buckets are reduced after every backward has run (the dense buckets' overlapped
-// reductions are complete by then), so every rank issues the two groups' collectives in one order.
+// model.
+//
+// The experts' reductions (ZeRO 0-2: all-reduce or reduce-scatter of their buckets on ep_dp) are
+// overlapped with the last micro-batch's backward as the dense buckets are (PyTorch DDP's
+// bucketing): a bucket is launched once every gradient in it is ready, in bucket order, on the
+// ep_dp group's own progress lane, so the dense and expert reductions need no common order. A
+// rank whose experts received no row fires no gradient hook for them and launches those buckets
+// only after its backward, so no expert reduction is waited for during backward (a peer still in
+// its backward, in the ep all-to-alls, would never get there). The reductions wait for the end of
+// backward where something must come first or shares their lane: a tp sum of the experts'
+// gradients (sequence parallelism), ZeRO-3 (the expert units' gathers run on the same ep_dp lane,
+// and a rank without rows would issue its reductions after gathers its peers issued after them),
+// memory offload (each in-flight reduction holds its shard in the device tier), the pipeline
+// schedule (as for the dense buckets) and `parallel.overlap=false`.
 //
 // With pipeline parallelism each stage's MoE layers use the ep and expert-dp groups of that stage
 // (the groups lie inside the stage's dp group), and a rank reduces and updates only the experts of
@@ -52,12 +64,15 @@ class ExpertParallelStrategy : public AxisStrategy {
   // ep_dp (0: the experts' gradients summed whole); 3: the experts' parameters too, one unit per
   // MoE layer (the parameters hold no values yet: the caller fills the shards).
   // `trained`: the parameters this rank trains (its pipeline stages'; empty: all of them).
+  // `overlap`: the experts' reductions may run during the last micro-batch's backward (the
+  // caller says whether anything else sums their gradients first; the class comment).
   // `offloaded` (memory offload, ZeRO 1-3): the shards ZeRO keeps of the experts -- their
   // gradient shards (stages 2 and 3) and parameter shards (stage 3) -- stay shape-only, for the
   // offload axis to lay out in its chunks (Trainer::build_offload_shards), as the dense ones.
   ExpertParallelStrategy(models::CausalLM& model, dist::CommPtr ep, dist::CommPtr ep_dp,
                          int dp_size, int zero_stage = 0, int64_t bucket_bytes = 25 << 20,
-                         const std::set<std::string>& trained = {}, bool offloaded = false);
+                         const std::set<std::string>& trained = {}, bool offloaded = false,
+                         bool overlap = false);
   ~ExpertParallelStrategy() override;
 
   std::string name() const override;
@@ -107,7 +122,10 @@ class ExpertParallelStrategy : public AxisStrategy {
   int zero_stage_ = 0;
   dist::CommPtr zero_group_;  // ep_dp, or this rank alone when dp == ep
   std::unique_ptr<parallel::DataParallel> ddp_;
+  std::unique_ptr<parallel::DataParallel> sum_;  // ZeRO 0: the experts' sums over ep_dp
   std::unique_ptr<parallel::Zero3Parameters> zero3_;
+  bool overlap_ = false;
+  int64_t launched_in_backward_ = 0;
   uint64_t issued_before_ = 0;
   SpanHold hold_;
 };
