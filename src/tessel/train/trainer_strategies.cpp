@@ -193,33 +193,6 @@ std::string Trainer::expert_bytes_line() const {
          " MoE layers on this rank";
 }
 
-void Trainer::check_offload_layout() const {
-  // ep with tp: each rank would hold tp's pieces next to its experts' shards over ep_dp, and the
-  // experts' gradients of a tp group (summed over tp under sequence parallelism) in chunks; that
-  // layout is not built, so it is refused by name (docs/MEMORY.md, "With expert parallelism").
-  TESSEL_CHECK(!(layout_.ep && layout_.tp_size() > 1),
-               "train: memory offload (memory.device_budget) with --ep ", layout_.ep_size(),
-               " and --tp ", layout_.tp_size(),
-               " together is not supported yet; offload works with --ep inside dp (--ep ",
-               layout_.ep_size(), " without --tp) or with --tp without --ep");
-  // Tensor parallelism: each tp rank offloads its own pieces as one process does, or under dp its
-  // ZeRO shards of them. Expert parallelism lies inside dp: each rank offloads its ZeRO shards of
-  // the dense parameters and of its experts. Pipeline stages alone: each stage offloads its own
-  // parameters as one process does. pp with another axis, and ep with tp, not yet.
-  const bool no_pp = layout_.pp_size() == 1;
-  const bool tp_without_ep = layout_.tp_size() > 1 && no_pp && !layout_.ep;
-  const bool pp_alone = !no_pp && layout_.world_size() == layout_.pp_size();
-  TESSEL_CHECK(layout_.world_size() == layout_.dp_size() || tp_without_ep || pp_alone,
-               "train: memory offload (memory.device_budget) composes with data parallelism "
-               "(expert parallelism inside it included), tensor parallelism, or both, or with "
-               "pipeline stages alone, for now; this layout has ",
-               layout_.world_size(), " ranks (", layout_.str(), ")");
-  TESSEL_CHECK(!dp_ || config_.parallel.zero_stage > 0, "train: memory offload with --dp ",
-               layout_.dp_size(),
-               " needs parallel.zero_stage 1, 2 or 3 (each rank offloads its own shard of the "
-               "state; ZeRO-3 also its parameters' shard); this run has zero_stage 0");
-}
-
 memory::MemoryConfig Trainer::offload_memory_config() const {
   const MemorySection& m = config_.memory;
   memory::MemoryConfig mc;
@@ -383,6 +356,16 @@ void Trainer::build_offload_shards(const RegionSource& init) {
   // dp x tp: tp's gradient sums hold what they touch in chunks (ZeRO-1's buckets stay plain
   // memory when tp sums, above; the sums at ZeRO-2/3 precede the reductions).
   if (tensor_) tensor_->set_gradient_hold(offload_->gradient_hold());
+  // pp x dp: the first stage adds the head's gradient of the tied embedding into its bucket's
+  // chunk under the bucket's hold (into .grad() when the buckets are plain memory).
+  if (pipeline_) {
+    pipeline_->set_hold(offload_->gradient_hold());
+    parallel::DataParallel* buckets = ddp();
+    if (!buckets->options().allocate_buckets)
+      pipeline_->set_add_gradient([buckets](const std::string& name, const Tensor& head) {
+        buckets->add_to_gradient(name, head);
+      });
+  }
   if (expert_zero_) {  // the experts' shards: their own gathers, reductions, scaling and update
     if (parallel::Zero3Parameters* z = expert_->zero3()) z->set_shard_hold(offload_->shard_hold());
     expert_zero_->set_shard_hold(offload_->shard_hold());

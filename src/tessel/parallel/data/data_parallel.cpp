@@ -176,6 +176,25 @@ void DataParallel::accumulate_held(Slot& s, Bucket& b) {
   }
 }
 
+void DataParallel::add_to_gradient(const std::string& name, const Tensor& addend) {
+  TESSEL_CHECK(!options_.allocate_buckets, "DataParallel::add_to_gradient('", name,
+               "'): the buckets are allocated here; add into the bound .grad() instead");
+  for (Slot& s : slots_) {
+    if (s.name != name) continue;
+    Bucket& b = buckets_[size_t(s.bucket)];
+    const bool held = bool(b.flat_held);
+    hold_bucket(b);  // the bucket's chunk, resident and written back, while the sum is written
+    if (s.accumulated)
+      autograd::add_gradients_into(s.view, addend);
+    else
+      s.view.copy_from(addend);
+    s.accumulated = true;
+    if (!held) b.flat_held.reset();
+    return;
+  }
+  TESSEL_CHECK(false, "DataParallel::add_to_gradient: no parameter '", name, "' in the buckets");
+}
+
 void DataParallel::release_bucket(Bucket& b) {
   for (size_t i : b.slots) {
     Slot& s = slots_[i];

@@ -110,6 +110,11 @@ class DataParallel {
   // parameters), waits for all in order, and leaves in every .grad() the average over the ranks
   // (ReduceScatter: leaves this rank's block of it in every gradient_shard()).
   void finish_gradient_sync();
+  // A gradient computed outside backward (a pipeline's tied embedding, whose head gradient comes
+  // from the last stage after the schedule), added into parameter `name`'s before the sync, with
+  // the arithmetic the engine uses on a bound .grad(). allocate_buckets false only: the sum goes
+  // into the laid-out bucket under its hold (a bound .grad() takes it directly otherwise).
+  void add_to_gradient(const std::string& name, const Tensor& addend);
   // finish_gradient_sync() calls completed so far (lets an optimizer refuse stale gradients).
   int64_t sync_count() const { return sync_count_; }
 

@@ -152,6 +152,10 @@ double PipelineStrategy::forward_backward(
     } else if (rank == 0) {
       Tensor head = empty_like(w);
       layout_.pp->recv(head, p - 1, kTiedGradientTag);
+      if (add_gradient_) {
+        add_gradient_(name, head);
+        continue;
+      }
       Tensor g = w.grad();
       const auto held = hold_ ? hold_(g, /*write=*/true) : nullptr;
       autograd::add_gradients_into(g, head);

@@ -53,6 +53,12 @@ class PipelineStrategy : public AxisStrategy {
   // gradient sum, its weight exchange or the model's sync reads or writes it (null for plain
   // memory; grad_norm.h's SpanHold).
   void set_hold(SpanHold hold) { hold_ = std::move(hold); }
+  // Memory offload under dp: the first stage's gradient of a tied embedding lives in a bucket
+  // laid out in chunks (.grad() stays unbound): the head's gradient is added there
+  // (DataParallel::add_to_gradient) instead of into .grad().
+  void set_add_gradient(std::function<void(const std::string&, const Tensor&)> add) {
+    add_gradient_ = std::move(add);
+  }
   // ZeRO-3 shards the stages' parameters (built after this axis, from its parameters): the dense
   // partition first, then under --ep the experts'.
   void set_zero3(std::vector<parallel::Zero3Parameters*> zero3) { zero3_ = std::move(zero3); }
@@ -91,6 +97,7 @@ class PipelineStrategy : public AxisStrategy {
   std::optional<parallel::pipeline::ExecutionResult> last_;
   std::vector<parallel::Zero3Parameters*> zero3_;
   SpanHold hold_;
+  std::function<void(const std::string&, const Tensor&)> add_gradient_;
 };
 
 }  // namespace tessel::train

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Memory offload composed with pipeline stages and data parallelism (docs/MEMORY.md, "With
+pipeline stages"): `mpirun -np 4 tessel train --pp 2 --dp 2` with each rank's ZeRO shards of its
+own stage's state in chunks of its own equals the same run in memory bit for bit: every step's
+loss and gradient norm, the validation losses and the checkpoints' bytes, under ZeRO-1 (the
+all-reduced gradient bucket in a chunk: the first stage adds the last stage's gradient of the tied
+embedding into it under the bucket's hold), ZeRO-2 (the same into its full buffer's chunk) and
+ZeRO-3 (every tier in use). A GPT-2 with tied embeddings,
+C = 26, 2 heads, 5 blocks, sequences of 13, two micro-batches of 3 per rank under 1F1B, clipping.
+The offloaded ZeRO-1 checkpoint resumes in memory on the uninterrupted trajectory, and the
+in-memory one offloaded. pp with tp, and pp x dp in bf16, are refused before any step.
+
+Usage: offload_ppdp_equivalence.py TESSEL MPIRUN WORKDIR
+"""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from offload_runs import check_tiers, offload_sets, same_checkpoint, same_records  # noqa: E402
+from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run, seed_resume,  # noqa: E402
+                         single_thread_env, step_records, train_sets, write_json)
+
+# ZeRO-1: a stage's one bucket (under 128 KiB) is a chunk, its moments' shards two more.
+# ZeRO-3: 32 KiB chunks hold the largest unit's shard.
+# ZeRO-2: the bucket's full buffer is a chunk, its gradient and moments' shards one each.
+CHUNK = {1: 128 << 10, 2: 128 << 10, 3: 32 << 10}
+BUDGETS = {1: (3, 1), 2: (3, 1), 3: (4, 3)}  # (host, device) chunks
+STEPS, SAVE = 8, 4
+RANKS = ["rank0", "rank1", "rank2", "rank3"]
+
+
+def val_losses(d):
+    """The validation losses of run `d`, in order."""
+    with open(os.path.join(d, "train.jsonl")) as f:
+        return [j["val_loss"] for j in map(json.loads, f) if "val_loss" in j]
+
+
+def main():
+    tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
+    vocab = prepare_workdir(tessel, work)
+    gpt2 = write_json(os.path.join(work, "config.json"),
+                      gpt2_config(vocab, n_positions=17, n_embd=26, n_layer=5, n_head=2))
+    common = ["train"] + train_sets(
+        gpt2, os.path.join(work, "data"), STEPS, seq_len=13,
+        extra=["machine.peak_gflops=100", f"checkpoint.interval={SAVE}",
+               f"eval.interval={SAVE}", "eval.batches=2", "train.micro_batch=3",
+               "train.global_batch=12", "optim.grad_clip=0.05", "optim.weight_decay=0.1"])
+    env = single_thread_env()
+    mpi = mpi_prefix(mpirun) + ["-np", "4", tessel]
+    ppdp = ["--pp", "2", "--dp", "2"]
+
+    def nvme(tag):
+        d = os.path.join(work, "nvme_" + tag)
+        os.makedirs(d)
+        return d
+
+    def offloaded(stage, tag):
+        return offload_sets(nvme(tag), *BUDGETS[stage], CHUNK[stage])
+
+    def compare(stage):
+        tag = f"zero{stage}"
+        m, o = (os.path.join(work, f"{k}_{tag}") for k in ("memory", "offload"))
+        zero = ["--set", f"parallel.zero_stage={stage}"]
+        run(mpi + common + ppdp + zero + ["--set", "checkpoint.dir=" + m], env=env)
+        run(mpi + common + ppdp + zero + ["--set", "checkpoint.dir=" + o] +
+            offloaded(stage, tag), env=env)
+        what = f"pp 2 x dp 2 ZeRO-{stage} offloaded"
+        same_records(m, o, what, STEPS)
+        if stage == 3:
+            check_tiers(o, what, STEPS)
+        elif len(step_records(o)) != STEPS or not all(
+                r["offload"]["host_bytes"] == 2 * CHUNK[stage] and
+                (stage == 2 or r["offload"]["d2h_bytes"] > 0) for r in step_records(o)):
+            # The moments stay in the host tier; ZeRO-1's bucket comes down from the device tier
+            # for the update every step (ZeRO-2's full buffer is discarded once reduced).
+            fail(f"{what}: the moments' two chunks are not in the host tier, or the bucket "
+                 f"did not move: {[r['offload'] for r in step_records(o)]}")
+        if val_losses(o) != val_losses(m) or len(val_losses(m)) != STEPS // SAVE:
+            fail(f"{what}: validation losses {val_losses(o)} differ from the in-memory "
+                 f"run's {val_losses(m)}")
+        swap = os.path.join(work, "nvme_" + tag)
+        if sorted(os.listdir(swap)) != RANKS or any(os.listdir(os.path.join(swap, r))
+                                                   for r in RANKS):
+            fail(f"{what}: {swap} holds {sorted(os.listdir(swap))}: expected one empty folder "
+                 f"per rank (the swap files are unlinked)")
+        for step in (SAVE, STEPS):
+            files = same_checkpoint(m, o, step, what)
+        print(f"{what}: {STEPS} steps' losses and norms and the validation losses bitwise the "
+              f"in-memory run's; checkpoints at steps {SAVE} and {STEPS} byte for byte "
+              f"({', '.join(files)})")
+        return m, o
+
+    ref, off = compare(1)
+    compare(2)
+    compare(3)
+
+    # The offloaded ZeRO-1 checkpoint resumes in memory, and the in-memory one offloaded, both on
+    # the uninterrupted trajectory.
+    zero1 = ["--set", "parallel.zero_stage=1"]
+    r = os.path.join(work, "resume_offload_in_memory")
+    seed_resume(off, f"step_{SAVE:06d}", r)
+    run(mpi + ["train", "--resume", r] + ppdp + zero1 +
+        ["--set", "memory.device_budget=", "--set", "memory.nvme_dir="], env=env)
+    what = "the offloaded pp 2 x dp 2 checkpoint resumed in memory"
+    same_records(ref, r, what, STEPS, first=SAVE + 1)
+    same_checkpoint(ref, r, STEPS, what)
+    r = os.path.join(work, "resume_memory_offloaded")
+    seed_resume(ref, f"step_{SAVE:06d}", r)
+    run(mpi + ["train", "--resume", r] + ppdp + zero1 + offloaded(1, "resume"), env=env)
+    what = "the in-memory pp 2 x dp 2 checkpoint resumed offloaded"
+    same_records(ref, r, what, STEPS, first=SAVE + 1)
+    same_checkpoint(ref, r, STEPS, what)
+    print("pp 2 x dp 2 ZeRO-1 checkpoints: offloaded -> in memory and in memory -> offloaded, "
+          "both bitwise on the uninterrupted trajectory")
+
+    # What offload does not cover with pp is refused before any step, naming what works.
+    for tag, extra, expect in (
+            ("pp_tp", ["--pp", "2", "--tp", "2"], "pipeline stages alone or with data"),
+            ("ppdp_bf16", ppdp + zero1 + ["--set", "train.precision=bf16"], "trains in f32")):
+        p = subprocess.run(mpi + common + extra +
+                           ["--set", "checkpoint.dir=" + os.path.join(work, "refused_" + tag)] +
+                           offloaded(1, "refused_" + tag), capture_output=True, text=True,
+                           env=env)
+        if p.returncode == 0 or expect not in p.stdout + p.stderr:
+            fail(f"{tag} offloaded: expected a refusal naming '{expect}', got exit "
+                 f"{p.returncode}\n{(p.stdout + p.stderr)[-2000:]}")
+        print(f"{tag} offloaded: refused before any step")
+
+
+if __name__ == "__main__":
+    main()
