@@ -69,10 +69,12 @@ def main():
                     "layer_norm", "layer_norm_backward", "cross_entropy", "cross_entropy_backward",
                     "embedding", "embedding_backward", "adamw", "attention", "attention_backward"}
     check(set(c["kernels"]) == step_kernels, f"measured kernels: {c['kernels']}")
-    check(c["op_overhead"] >= 0, "op overhead")
+    check(c["op_overhead"] >= 0 and c["op_overhead_per_byte"] >= 0, "op overhead")
     with open(path) as f:
         text = f.read()
     check(("op_overhead = " in text) == (c["op_overhead"] > 0), "op_overhead written when measured")
+    check(("op_overhead_per_byte = " in text) == (c["op_overhead_per_byte"] > 0),
+          "op_overhead_per_byte written when measured")
     config = os.path.join(work, "tiny.json")
     with open(config, "w") as f:
         json.dump({"model_type": "gpt2", "vocab_size": 97, "n_positions": 16, "n_embd": 32,
@@ -82,7 +84,8 @@ def main():
     check(r.returncode == 0, f"plan memory with the calibrated file: {r.stderr}")
     pred = json.loads(r.stdout)
     check(pred["step_ms"] > pred["compute_ms"] > 0, f"predicted step: {pred}")
-    check((pred["op_overhead_ms"] > 0) == (c["op_overhead"] > 0), f"overhead charged: {pred}")
+    check((pred["op_overhead_ms"] > 0) == (c["op_overhead"] + c["op_overhead_per_byte"] > 0),
+          f"overhead charged: {pred}")
 
     r = run([tessel, "plan", "calibrate", "--quick"])
     check(r.returncode == 0, f"one-rank calibrate exited {r.returncode}: {r.stderr}")

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "tessel/core/error.h"
 #include "tessel/plan/comm_cost.h"
 #include "tessel/plan/step_cost.h"
 
@@ -182,6 +183,42 @@ TEST(ComputeCost, CalibratedKernelsLayoutsAndOverhead) {
               1e-15);
   // AdamW: 10 tensors of 1000 elements, each at the curve's first point (2.8e4 bytes).
   EXPECT_DOUBLE_EQ(adamw_seconds(c, 10000, 10), 10 * (5e-6 + 3e-6));
+}
+
+// Outside its kernel an op also pays for each byte it writes (calibration's op_overhead_per_byte):
+// two ops of the same kernel and FLOPs differ by the bytes they write times the rate, and the
+// key survives the file.
+TEST(ComputeCost, OverheadGrowsWithTheBytesAnOpWrites) {
+  Cluster c = toy_cluster();
+  c.device.op_overhead = 3e-6;
+  c.device.op_overhead_per_byte = 5e-10;
+  c = Cluster::parse(c.to_toml(), "toy with per-byte overhead");
+  EXPECT_DOUBLE_EQ(c.device.op_overhead_per_byte, 5e-10);
+  OpNode small;
+  small.kernel = "layer_norm";
+  small.cost = {8e3, 0, 8e3, 4e3, 1};
+  OpNode large = small;
+  large.cost.bytes_written = 4e5;
+  const OpTime ts = op_time(c, small), tl = op_time(c, large);
+  EXPECT_DOUBLE_EQ(ts.overhead_seconds, 3e-6 + 4e3 * 5e-10);
+  EXPECT_DOUBLE_EQ(tl.overhead_seconds, 3e-6 + 4e5 * 5e-10);
+  EXPECT_DOUBLE_EQ(tl.seconds, (8e3 + 4e5) / 1e10 + 3e-6 + 4e5 * 5e-10);
+  Graph graph;
+  graph.ops = {small, large};
+  EXPECT_DOUBLE_EQ(graph_compute_time(c, graph).overhead_seconds, 2 * 3e-6 + (4e3 + 4e5) * 5e-10);
+  EXPECT_THROW(Cluster::parse(R"(name = "x"
+devices_per_node = 1
+nodes = 1
+[device]
+kind = "x"
+memory_bytes = 1024
+memory_bandwidth = 1e9
+op_overhead_per_byte = -1e-9
+[device.peak_flops]
+f32 = 1e9
+)",
+                              "negative"),
+               Error);
 }
 
 TEST(StepCost, TensorParallelStepWithCalibratedTerms) {

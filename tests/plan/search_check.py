@@ -5,7 +5,9 @@ T = 15, global batch 6) over 2 ranks of a described node whose memory is the med
 layouts' predicted peaks, so some layouts do not fit:
 
 - the search's ranked table holds only layouts that fit and the rest are named as out of memory;
-- a ranked tp layout and ranked gpipe and 1f1b pp layouts carry `tessel plan memory`'s figures;
+- a ranked tp layout and ranked gpipe and 1f1b pp layouts carry `tessel plan memory`'s figures
+  (memory, step time, op overhead, load term), and every ranked row carries its own `tessel
+  train` flags (`train_args`);
 - `mpirun -np 2 tessel train --plan auto --cluster C` trains with the search's best plan, and a
   run with the printed explicit flags gives the same losses and gradient norms, step by step;
   again with one sequence per step, where dp 2 is invalid and the best plan is a tp or pp layout;
@@ -63,6 +65,16 @@ def check_against_plan_memory(tessel, config, cluster, res, env):
     pipeline rank's memory, the pipeline step time)."""
     picks = {}
     for r in res["ranked"]:
+        # Each row's own `tessel train` flags: what a benchmark of that row launches.
+        args = ["--dp", str(r["dp"]), "--tp", str(r["tp"]), "--pp", str(r["pp"]),
+                "--set", f"parallel.zero_stage={r['zero_stage']}",
+                "--set", f"train.recompute={r['recompute']}",
+                "--set", f"train.micro_batch={r['micro_batch']}",
+                "--set", f"train.grad_accum={r['grad_accum']}"]
+        if r["pp"] > 1:
+            args += ["--schedule", r["schedule"]]
+        if r.get("train_args") != args:
+            fail(f"{r['layout']}: train_args {r.get('train_args')}, expected {args}")
         if r["tp"] > 1 or r["pp"] > 1:
             picks.setdefault((r["tp"], r["pp"], r.get("schedule")), r)
     if not any(k[0] > 1 for k in picks) or \
@@ -78,9 +90,11 @@ def check_against_plan_memory(tessel, config, cluster, res, env):
             cmd += ["--schedule", schedule]
         m = json.loads(run(cmd, env=env).stdout)
         if m["mem_peak_bytes"] != r["mem_peak_bytes"] or \
-                abs(m["step_ms"] - r["step_ms"]) > 1e-9 * r["step_ms"]:
-            fail(f"{r['layout']}: search {r['mem_peak_bytes']} bytes {r['step_ms']} ms, plan memory "
-                 f"{m['mem_peak_bytes']} bytes {m['step_ms']} ms")
+                any(abs(m.get(k, 0) - r[k]) > 1e-9 * r["step_ms"]
+                    for k in ("step_ms", "op_overhead_ms", "load_ms")):
+            fail(f"{r['layout']}: search {r['mem_peak_bytes']} bytes {r['step_ms']} ms (overhead "
+                 f"{r['op_overhead_ms']}, load {r['load_ms']}), plan memory {m['mem_peak_bytes']} "
+                 f"bytes {m['step_ms']} ms ({m.get('op_overhead_ms')}, {m.get('load_ms')})")
         print(f"{r['layout']}: {r['step_ms']:.3f} ms (bubble {r['bubble_ms']:.3f} ms, tp comm "
               f"{r['tp_comm_ms']:.3f} ms), {r['mem_peak_bytes']} bytes per rank, as plan memory")
 

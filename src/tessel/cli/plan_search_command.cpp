@@ -46,6 +46,9 @@ nlohmann::json plan_json(const plan::PlanResult& r) {
                       {"grad_accum", l.grad_accum},
                       {"status", std::string(plan::status_name(r.status))}};
   if (l.pp > 1) j["schedule"] = l.schedule;
+  // Every row's own command, not only the best's: a benchmark that sets a row's prediction
+  // against a run needs the exact arguments the planner would launch for it.
+  j["train_args"] = l.train_args();
   if (!r.reason.empty()) j["reason"] = r.reason;
   if (r.status == plan::PlanStatus::Ranked || r.status == plan::PlanStatus::OutOfMemory) {
     j["step_ms"] = 1e3 * r.step_seconds;
@@ -57,6 +60,8 @@ nlohmann::json plan_json(const plan::PlanResult& r) {
     j["dp_exposed_ms"] = 1e3 * r.time.dp_exposed_seconds;
     j["tp_comm_ms"] = 1e3 * r.time.tp_comm_seconds;
     j["pp_comm_ms"] = 1e3 * r.time.pp_comm_seconds;
+    j["op_overhead_ms"] = 1e3 * r.time.overhead_seconds;
+    j["load_ms"] = 1e3 * r.time.load_seconds;
     j["bubble_ms"] = 1e3 * r.time.bubble_seconds;
     j["bubble_fraction"] = r.time.bubble_fraction;
     j["mem_peak_bytes"] = int64_t(r.memory.peak());

@@ -310,8 +310,11 @@ Cluster calibrate(dist::Communicator& world, const CalibrateOptions& options) {
     say("  kernel " + p.kernel + " " + format(p.bytes, 8) + " B " + format(p.flops, 8) +
         " FLOP: " + format(p.seconds * 1e6) + " us");
   });
-  c.device.op_overhead = measure_op_overhead(budget, agree);
-  say("  op overhead: " + format(c.device.op_overhead * 1e6) + " us per op outside its kernel");
+  const OpOverhead overhead = measure_op_overhead(budget, agree);
+  c.device.op_overhead = overhead.per_op;
+  c.device.op_overhead_per_byte = overhead.per_byte;
+  say("  op overhead: " + format(c.device.op_overhead * 1e6) + " us per op and " +
+      format(c.device.op_overhead_per_byte * 1e9) + " ns per byte it writes, outside its kernel");
   {
     // The load: every rank keeps its threads busy with 256^3 products, as a step would.
     const Tensor a = randn({256, 256}), b = randn({256, 256});

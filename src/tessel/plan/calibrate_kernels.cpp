@@ -54,14 +54,15 @@ Counted count(const Probe& probe) {
   return c;
 }
 
-KernelPoint measure(const Probe& probe, double budget, const Agreement& agree) {
+KernelPoint measure(const Probe& probe, double budget, const Agreement& agree,
+                    calibration::CacheEviction& cache) {
   const Counted c = count(probe);
   TESSEL_CHECK(!c.kernel.empty() && c.bytes > 0, "plan calibrate: a kernel probe reported ",
                "nothing on meta");
   const Call call = probe();
   Backend& cpu = kernels::cpu_backend();
   agree.before();
-  const double local = calibration::median_time([&] { call(cpu); }, budget);
+  const double local = calibration::median_time([&] { call(cpu); }, budget, [&] { cache.evict(); });
   return KernelPoint{c.kernel, c.bytes, c.flops, agree.slowest(local)};
 }
 
@@ -80,6 +81,7 @@ std::vector<GemmPoint> measure_gemm_grid(DType dtype, bool quick, double budget,
   const std::string name = dtype == DType::F32 ? "f32" : "bf16";
   const std::vector<int64_t> sizes = gemm_grid_sizes(quick);
   std::vector<GemmPoint> out;
+  calibration::CacheEviction cache;
   for (const char* layout : {"nt", "nn", "tn"}) {
     const bool ta = layout[0] == 't', tb = layout[1] == 't';
     for (int64_t m : sizes)
@@ -91,7 +93,8 @@ std::vector<GemmPoint> measure_gemm_grid(DType dtype, bool quick, double budget,
           const kernels::GemmDesc desc = kernels::dense_gemm_desc(1, m, n, k, ta, tb);
           Backend& cpu = kernels::cpu_backend();
           agree.before();
-          const double t = calibration::median_time([&] { cpu.gemm(desc, a, b, c); }, budget);
+          const double t = calibration::median_time([&] { cpu.gemm(desc, a, b, c); }, budget,
+                                                    [&] { cache.evict(); });
           GemmPoint p{name,  m, n, k, 2.0 * double(m) * double(n) * double(k) / agree.slowest(t),
                       layout};
           if (say) say(p);
@@ -193,37 +196,89 @@ std::vector<KernelPoint> measure_kernels(bool quick, double budget, const Agreem
     });
   }
   std::vector<KernelPoint> out;
+  calibration::CacheEviction cache;
   for (const Probe& p : probes) {
-    out.push_back(measure(p, budget, agree));
+    out.push_back(measure(p, budget, agree, cache));
     if (say) say(out.back());
   }
   return out;
 }
 
-double measure_op_overhead(double budget, const Agreement& agree) {
+OpOverhead fit_op_overhead(const OverheadSample& small, const OverheadSample& large) {
+  TESSEL_CHECK(small.ops > 0 && large.ops > 0, "plan calibrate: an overhead probe traced no ops (",
+               small.ops, ", ", large.ops, ")");
+  // [ops bytes] [per_op per_byte]^T = seconds, two rows.
+  const double det = small.ops * large.bytes_written - large.ops * small.bytes_written;
+  if (std::abs(det) > 1e-9 * small.ops * large.bytes_written) {
+    const OpOverhead fit{
+        (small.seconds * large.bytes_written - large.seconds * small.bytes_written) / det,
+        (small.ops * large.seconds - large.ops * small.seconds) / det};
+    if (fit.per_op >= 0 && fit.per_byte >= 0) return fit;
+    if (fit.per_byte > 0)  // the bytes explain all of it
+      return OpOverhead{0, std::max(0.0, large.seconds) / std::max(1.0, large.bytes_written)};
+  }
+  return OpOverhead{std::max(0.0, small.seconds) / small.ops, 0};
+}
+
+namespace {
+
+// One profiled training step of a small GPT-2 (`width` wide, 2 layers, `rows` x `seq` tokens):
+// what it spends outside its kernels against what its trace records.
+OverheadSample profile_overhead(int64_t width, int64_t rows, int64_t seq, double budget,
+                                const Agreement& agree) {
   // A real model's step, so that the ops and autograd layers' work between kernels (views,
   // reshapes, transposes, autograd nodes, allocation, checks, the host-side copies of concat and
-  // split) comes in the mix a training step has: GPT-2 of 2 layers x 32, 2 rows of 16 tokens, as
-  // the trainer runs it (gradients dropped before each step).
-  // Through the family interface: the planner names no model family.
-  const models::ConfigPtr config_ptr = models::parse_model_config(
-      R"({"model_type": "gpt2", "vocab_size": 64, "n_positions": 16, "n_embd": 32, "n_layer": 2,
-          "n_head": 2, "resid_pdrop": 0, "embd_pdrop": 0, "attn_pdrop": 0})",
-      "plan calibrate's overhead probe");
+  // split) comes in the mix a training step has, as the trainer runs it (gradients dropped
+  // before each step). Through the family interface: the planner names no model family.
+  const std::string json = R"({"model_type": "gpt2", "vocab_size": 64, "n_positions": )" +
+                           std::to_string(seq) + R"(, "n_embd": )" + std::to_string(width) +
+                           R"(, "n_layer": 2, "n_head": 2, "resid_pdrop": 0, "embd_pdrop": 0,
+                           "attn_pdrop": 0})";
+  const models::ConfigPtr config_ptr =
+      models::parse_model_config(json, "plan calibrate's overhead probe");
   const models::ModelConfig& config = *config_ptr;
   TraceOptions options;
-  options.batch = 2;
-  options.seq = 16;
-  const double traced_ops = double(trace_training_step(config, options).ops.size());
-  TESSEL_CHECK(traced_ops > 0, "plan calibrate: the overhead probe traced no kernel");
+  options.batch = rows;
+  options.seq = seq;
+  const Graph graph = trace_training_step(config, options);
+  OverheadSample sample;
+  sample.ops = double(graph.ops.size());
+  for (const OpNode& op : graph.ops) sample.bytes_written += op.cost.bytes_written;
+  TESSEL_CHECK(sample.ops > 0, "plan calibrate: the overhead probe traced no kernel");
   Generator generator(1);
   std::shared_ptr<models::CausalLM> model = config.build_random(generator);
   model->train();
-  const Tensor ids = zeros({2, 16}, DType::I64), targets = zeros({2, 16}, DType::I64);
+  const Tensor ids = zeros({rows, seq}, DType::I64), targets = zeros({rows, seq}, DType::I64);
   auto step = [&] {
     model->zero_grad();
     autograd::backward(model->loss(ids, targets));
   };
+  step();  // warm-up: the allocator's blocks, the kernels' first touch
+  // Each step profiled (core/profile.h): the step's CPU time less its kernels' CPU time is what
+  // the ops cost outside them; CPU time, so that a loaded machine's waits are not counted.
+  std::vector<double> outside;
+  agree.before();
+  const auto start = calibration::Clock::now();
+  profile::set_enabled(true);
+  while (outside.size() < 5 ||
+         (calibration::seconds_since(start) < budget && outside.size() < 10000)) {
+    profile::reset();
+    const double c0 = calibration::process_cpu_seconds();
+    step();
+    const double cpu = calibration::process_cpu_seconds() - c0;
+    double kernels = 0;
+    for (const profile::Entry& e : profile::snapshot()) kernels += e.cpu_seconds;
+    outside.push_back(std::max(0.0, cpu - kernels));
+  }
+  profile::set_enabled(false);
+  profile::reset();
+  sample.seconds = agree.slowest(calibration::median(outside));
+  return sample;
+}
+
+}  // namespace
+
+OpOverhead measure_op_overhead(double budget, const Agreement& agree) {
   // One thread while profiled: the profiler reads the issuing thread's CPU time, so with a pool
   // the workers' share of each kernel would count as work outside it. The work between kernels
   // is the issuing thread's either way.
@@ -232,26 +287,11 @@ double measure_op_overhead(double budget, const Agreement& agree) {
     OneThread() { set_num_threads(1); }
     ~OneThread() { set_num_threads(saved); }
   } one_thread;
-  step();  // warm-up: the allocator's blocks, the kernels' first touch
-  // Each step profiled (core/profile.h): the step's CPU time less its kernels' CPU time is what
-  // the ops cost outside them; CPU time, so that a loaded machine's waits are not counted.
-  std::vector<double> per_op;
-  agree.before();
-  const auto start = calibration::Clock::now();
-  profile::set_enabled(true);
-  while (per_op.size() < 5 ||
-         (calibration::seconds_since(start) < budget && per_op.size() < 10000)) {
-    profile::reset();
-    const double c0 = calibration::process_cpu_seconds();
-    step();
-    const double cpu = calibration::process_cpu_seconds() - c0;
-    double kernels = 0;
-    for (const profile::Entry& e : profile::snapshot()) kernels += e.cpu_seconds;
-    per_op.push_back(std::max(0.0, cpu - kernels) / traced_ops);
-  }
-  profile::set_enabled(false);
-  profile::reset();
-  return agree.slowest(calibration::median(per_op));
+  // The same ops at two sizes: 2 rows of 16 tokens 32 wide, and 8 rows of 32 tokens 128 wide
+  // (32 times the rows' bytes); what grows between them is the part that grows with the bytes.
+  const OverheadSample small = profile_overhead(32, 2, 16, budget, agree);
+  const OverheadSample large = profile_overhead(128, 8, 32, budget, agree);
+  return fit_op_overhead(small, large);
 }
 
 }  // namespace tessel::plan

@@ -35,9 +35,28 @@ std::vector<GemmPoint> measure_gemm_grid(DType dtype, bool quick, double budget,
 std::vector<KernelPoint> measure_kernels(bool quick, double budget, const Agreement& agree,
                                          const std::function<void(const KernelPoint&)>& say);
 
-// Seconds per traced op outside its kernel: a small GPT-2's training step through the ops and
-// autograd layers, profiled, its CPU time less its kernel calls' CPU time, divided by the ops its
-// trace records; the median step's figure, never below 0.
-double measure_op_overhead(double budget, const Agreement& agree);
+// What a profiled step spent outside its kernels (CPU seconds, the median step's), and the ops
+// and the bytes they write that its trace records.
+struct OverheadSample {
+  double ops = 0, bytes_written = 0, seconds = 0;
+};
+
+// The cost of an op outside its kernel: `per_op` seconds each and `per_byte` for each byte it
+// writes (allocating and first touching its output, the copies that grow with it).
+struct OpOverhead {
+  double per_op = 0, per_byte = 0;
+};
+
+// Solves seconds = per_op · ops + per_byte · bytes_written through two steps of different sizes.
+// When the two do not determine a non-negative per_byte (equal proportions, or noise making the
+// larger step cheaper per byte), per_byte is 0 and per_op the smaller step's seconds per op;
+// neither is ever below 0.
+OpOverhead fit_op_overhead(const OverheadSample& small, const OverheadSample& large);
+
+// The cost of an op outside its kernel, measured: a small GPT-2's training step through the ops
+// and autograd layers at two sizes (the same ops, 32 times the bytes), profiled, each step's CPU
+// time less its kernel calls' CPU time (the median step's), fitted by fit_op_overhead against the
+// ops and bytes written its trace records.
+OpOverhead measure_op_overhead(double budget, const Agreement& agree);
 
 }  // namespace tessel::plan

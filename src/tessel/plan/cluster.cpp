@@ -144,6 +144,9 @@ std::string Cluster::to_toml() const {
   out << "memory_bandwidth = " << num(device.memory_bandwidth) << "  # bytes/s\n";
   if (device.op_overhead > 0)
     out << "op_overhead = " << num(device.op_overhead) << "  # s per op outside its kernel\n";
+  if (device.op_overhead_per_byte > 0)
+    out << "op_overhead_per_byte = " << num(device.op_overhead_per_byte)
+        << "  # s per byte an op writes, outside its kernel\n";
   if (device.cpu_share < 1)
     out << "cpu_share = " << num(device.cpu_share) << "  # of the wall clock, under load\n";
   out << "\n";

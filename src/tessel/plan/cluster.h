@@ -27,6 +27,10 @@ struct DeviceSpec {
   // autograd's bookkeeping), as calibration measured it; 0 = not given (a GPU's launch cost is
   // hidden behind the queue and is left out of shipped descriptions).
   double op_overhead = 0;
+  // Seconds per byte an op writes, also spent outside its kernel: allocating and first touching
+  // its output, the host-side copies that grow with it (calibration fits it beside op_overhead
+  // from profiled steps of two sizes); 0 = not given.
+  double op_overhead_per_byte = 0;
   // The share of the wall clock a rank's threads got while calibration kept every rank busy
   // (CPU seconds over wall seconds), in (0, 1]; 1 when not given. Below 1 the machine had more
   // runnable work than cores, and a step is predicted that much slower (StepTime::load_seconds).

@@ -178,6 +178,9 @@ Cluster Cluster::parse(const std::string& toml_text, const std::string& source) 
   c.device.memory_bandwidth = d.positive("memory_bandwidth", "bytes/s");
   if (const toml::node* node = d.find("op_overhead"))
     c.device.op_overhead = d.positive(*node, "op_overhead", "seconds per op outside its kernel");
+  if (const toml::node* node = d.find("op_overhead_per_byte"))
+    c.device.op_overhead_per_byte = d.positive(*node, "op_overhead_per_byte",
+                                               "seconds per byte an op writes, outside its kernel");
   if (const toml::node* node = d.find("cpu_share")) {
     c.device.cpu_share = d.positive(*node, "cpu_share", "share of the wall clock, at most 1");
     TESSEL_CHECK(c.device.cpu_share <= 1, d.at(*node), ": device.cpu_share: expected a number in ",

@@ -76,7 +76,10 @@ OpTime op_time(const Cluster& cluster, const OpNode& op) {
       t.calibrated = true;
     }
   }
-  t.overhead_seconds = cluster.device.op_overhead;
+  // Outside the kernel: a fixed cost per op and the part that grows with what it writes (its
+  // output allocated and first touched, the host-side copies).
+  t.overhead_seconds =
+      cluster.device.op_overhead + cluster.device.op_overhead_per_byte * op.cost.bytes_written;
   t.seconds = t.kernel_seconds + t.overhead_seconds;
   return t;
 }

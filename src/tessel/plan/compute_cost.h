@@ -5,7 +5,8 @@
 // its shape and operand layout (Cluster::gemm_efficiency), since small and thin products reach a
 // fraction of it; a kernel that calibration measured is read off its measured curve at its
 // roofline time (plan/kernel_curve.h), any other at the roofline; every op adds the calibrated
-// cost of an op outside its kernel (device.op_overhead). Summed over a traced step (plan/trace.h)
+// cost of an op outside its kernel (device.op_overhead, and op_overhead_per_byte for each byte it
+// writes). Summed over a traced step (plan/trace.h)
 // per phase. docs/PLANNER.md, "Step time".
 #pragma once
 
@@ -24,7 +25,7 @@ struct OpTime {
   double compute_seconds = 0;   // FLOPs / (peak × efficiency)
   double memory_seconds = 0;    // (bytes read + written) / bandwidth
   double kernel_seconds = 0;    // the measured curve's time when calibrated, else the roofline
-  double overhead_seconds = 0;  // device.op_overhead
+  double overhead_seconds = 0;  // device.op_overhead + op_overhead_per_byte × bytes written
   double efficiency = 1;        // the GEMM efficiency applied (1 for other kernels)
   bool calibrated = false;      // read off the kernel's measured curve
 };

@@ -25,7 +25,9 @@ int main(int argc, char** argv) {
               << ", \"gemm\": " << c.gemm.size() << ", \"gemm_bf16\": "
               << std::count_if(c.gemm.begin(), c.gemm.end(),
                                [](const auto& g) { return g.dtype == "bf16"; });
-    std::cout << ", \"op_overhead\": " << c.device.op_overhead << ", \"gemm_layouts\": [";
+    std::cout << ", \"op_overhead\": " << c.device.op_overhead
+              << ", \"op_overhead_per_byte\": " << c.device.op_overhead_per_byte
+              << ", \"gemm_layouts\": [";
     std::set<std::string> layouts, kernels;
     for (const auto& g : c.gemm) layouts.insert(g.layout);
     for (const auto& k : c.kernels) kernels.insert(k.kernel);
