@@ -31,6 +31,8 @@ TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/quant_q4_tiles.h"
 #include "tessel/kernels/cpu/quant_q8_tiles.h"
 #include "tessel/kernels/cpu/quant_q8_tiles512.h"
+// After quant_dot.h and the 512-bit rows, whose helpers it uses.
+#include "tessel/kernels/cpu/quant_q8_rows512.h"
 
 namespace tessel::kernels::TESSEL_KERNEL_ISA {
 
@@ -347,8 +349,12 @@ using Q8Rows = void (*)(const uint8_t*, int64_t, const int8_t*, const float*, in
 
 std::array<Q8Rows, 2> choose_q8_0_rows() {  // {kQ8Rows rows, one row}
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
-  if (set_dot() == QuantDot::Avx512Vnni)
+  if (set_dot() == QuantDot::Avx512Vnni) {
+    // Two rows per 512-bit register: the same bits as the 256-bit rows (quant_q8_rows512.h).
+    if (quant_vector_bits_for(KernelSet::Avx512) == 512)
+      return {cpu::q8_0_rows_vnni512, cpu::q8_0_rows_vnni<1>};
     return {cpu::q8_0_rows_vnni<cpu::kQ8Rows>, cpu::q8_0_rows_vnni<1>};
+  }
 #endif
 #if TESSEL_KERNEL_ISA_LEVEL >= 1
   if (set_dot() == QuantDot::AvxVnni)
