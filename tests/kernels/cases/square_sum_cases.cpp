@@ -33,8 +33,8 @@ OpCase square_sum_case(const SquareSumSpec& s, DType dtype) {
   c.run = [n](kernels::Backend& be, const Tensors& in, Tensors& out) {
     std::vector<double> sums(size_t(n), -1.0);
     be.square_sums(in, sums);
-    double* o = out[0].data<double>();
-    for (int64_t i = 0; i < n; ++i) o[i] = sums[size_t(i)];
+    // copy_from: the output may live on a device (the GPU test runs the cases there).
+    out[0].copy_from(from_data<double>(sums, Shape({n})));
   };
   // f64 accumulation everywhere: the inputs' own rounding is all that differs from the f64 run
   // (the harness rounds the f64 inputs of the reference from the same draws, so even that is 0).

@@ -75,15 +75,40 @@ TEST(CudaBackend, ConvertsLikeTheHost) {
 
 TEST(CudaBackend, RefusesWhatItDoesNotSupport) {
   kernels::Backend& backend = kernels::backend_for(kGpu);
-  EXPECT_FALSE(backend.supports(kernels::Op::Softmax, DType::F32));
-  Tensor x = zeros({2, 3}, DType::F32, kGpu), y = zeros({2, 3}, DType::F32, kGpu);
+  EXPECT_FALSE(backend.supports(kernels::Op::GroupedGemm, DType::F32));
+  Tensor a = zeros({4, 3}, DType::F32, kGpu), b = zeros({2, 3, 5}, DType::F32, kGpu);
+  Tensor offsets = zeros({3}, DType::I64, kGpu), c = zeros({4, 5}, DType::F32, kGpu);
   try {
-    backend.softmax(x, y, false);
-    ADD_FAILURE() << "softmax should throw";
+    backend.grouped_gemm({}, a, b, offsets, c);
+    ADD_FAILURE() << "grouped_gemm should throw";
   } catch (const Error& e) {
     std::string what = e.what();
-    EXPECT_NE(what.find("softmax"), std::string::npos) << what;
+    EXPECT_NE(what.find("grouped_gemm"), std::string::npos) << what;
     EXPECT_NE(what.find("cuda:0"), std::string::npos) << what;
+  }
+}
+
+// Indices only the device reads: a bad one is an Error naming the op and the value.
+TEST(CudaBackend, NamesABadIdFoundOnTheDevice) {
+  kernels::Backend& backend = kernels::backend_for(kGpu);
+  Tensor weight = zeros({5, 3}, DType::F32, kGpu), out = zeros({4, 3}, DType::F32, kGpu);
+  Tensor ids = to_device(from_data<int64_t>({0, 4, 7, 1}, Shape({4})), kGpu);
+  try {
+    backend.embedding(weight, ids, out);
+    ADD_FAILURE() << "embedding should throw";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("embedding: id 7 at position 2"), std::string::npos) << what;
+  }
+  Tensor logits = zeros({3, 5}, DType::F32, kGpu), losses = zeros({3}, DType::F32, kGpu);
+  Tensor lse = zeros({3}, DType::F32, kGpu);
+  Tensor targets = to_device(from_data<int32_t>({-100, 5, 2}, Shape({3})), kGpu);
+  try {
+    backend.cross_entropy(logits, targets, -100, losses, lse);
+    ADD_FAILURE() << "cross_entropy should throw";
+  } catch (const Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("cross_entropy: target 5 at position 1"), std::string::npos) << what;
   }
 }
 

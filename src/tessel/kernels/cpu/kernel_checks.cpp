@@ -65,6 +65,8 @@ void check_indices(Op op, const char* what, const Tensor& ids, int64_t count, in
                "s must be i32 or i64, got ", dtype_name(ids.dtype()));
   TESSEL_CHECK(ids.numel() == count, op_name(op), ": ", what, "s ", ids.shape(), " has ",
                ids.numel(), " elements, expected ", count);
+  // Host code cannot read device memory: a device backend checks the values on the device.
+  if (!ids.device().is_cpu()) return;
   IndexView view(ids);
   for (int64_t i = 0; i < count; ++i) {
     int64_t id = view[i];
@@ -344,6 +346,7 @@ RopeShape validate_rope(const Backend& backend, const Tensor& x, const Tensor& c
   TESSEL_CHECK(positions.shape() == Shape({b, t}), "rope: positions has shape ", positions.shape(),
                ", expected [", b, ", ", t, "] (the [B, T] of x ", x.shape(), ")");
   const int64_t rows = cos.size(0);
+  if (!positions.device().is_cpu()) return {b * t, x.size(2), d, rows};  // checked on the device
   IndexView pos(positions);
   for (int64_t i = 0; i < b * t; ++i) {
     int64_t p = pos[i];

@@ -2,6 +2,8 @@
 // Input validation shared by the CPU and the reference backends: one function per kernel checks
 // definedness, dtypes, shapes and index ranges before anything is written, and throws Error
 // naming the op and the offending values. Each returns the geometry the kernel loops over.
+// Index values (ids, targets, positions) are read only from host tensors: for tensors on a
+// device the checks cover dtypes and shapes, and the device backend checks the values there.
 #pragma once
 
 #include <cstdint>

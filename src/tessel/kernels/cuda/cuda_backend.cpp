@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // CudaBackend's construction (cuBLASLt handle, workspace), its table of supported ops, the ops
-// not implemented on CUDA yet, and one backend per device.
+// not implemented on CUDA yet (quant_matmul, grouped_gemm), and one backend per device.
 #include "tessel/kernels/cuda/cuda_backend.h"
 
 #include <cstdlib>
@@ -30,7 +30,8 @@ bool env_flag(const char* name) {
 CudaBackend::CudaBackend(int device)
     : device_(device),
       name_("cuda:" + std::to_string(device)),
-      tf32_(env_flag("TESSEL_CUDA_TF32")) {
+      tf32_(env_flag("TESSEL_CUDA_TF32")),
+      deterministic_attention_(env_flag("TESSEL_CUDA_DETERMINISTIC")) {
   require_cuda_device(Device::cuda(device));
   DeviceGuard guard(device_);
   TESSEL_CUBLAS_CHECK(cublasLtCreate(&lt_));
@@ -44,13 +45,7 @@ CudaBackend::~CudaBackend() {
 }
 
 bool CudaBackend::supports(Op op, DType dtype) const {
-  switch (op) {
-    case Op::Gemm:
-      return dtype == DType::F32 || dtype == DType::F64 || dtype == DType::BF16 ||
-             dtype == DType::F16;
-    default:
-      return false;
-  }
+  return cuda_supports(op, dtype);
 }
 
 void CudaBackend::check_on_device(std::string_view op,
@@ -69,84 +64,8 @@ void CudaBackend::unsupported(Op op) const {
               "; supports() is false for it)");
 }
 
-void CudaBackend::unary(UnaryOp, const Tensor&, Tensor&, double) {
-  unsupported(Op::Unary);
-}
-void CudaBackend::unary_backward(UnaryOp, const Tensor&, const Tensor&, const Tensor&, Tensor&,
-                                 double) {
-  unsupported(Op::UnaryBackward);
-}
-void CudaBackend::binary(BinaryOp, const Tensor&, const Tensor&, Tensor&) {
-  unsupported(Op::Binary);
-}
-void CudaBackend::reduce(ReduceOp, const Tensor&, std::span<const int>, Tensor&) {
-  unsupported(Op::Reduce);
-}
-void CudaBackend::softmax(const Tensor&, Tensor&, bool) {
-  unsupported(Op::Softmax);
-}
-void CudaBackend::softmax_backward(const Tensor&, const Tensor&, Tensor&, bool) {
-  unsupported(Op::SoftmaxBackward);
-}
-void CudaBackend::layer_norm(const Tensor&, const Tensor&, const Tensor&, double, Tensor&, Tensor&,
-                             Tensor&) {
-  unsupported(Op::LayerNorm);
-}
-void CudaBackend::layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                      const Tensor&, Tensor&, Tensor&, Tensor&) {
-  unsupported(Op::LayerNormBackward);
-}
-void CudaBackend::rms_norm(const Tensor&, const Tensor&, double, Tensor&, Tensor&) {
-  unsupported(Op::RmsNorm);
-}
-void CudaBackend::rms_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                    Tensor&, Tensor&) {
-  unsupported(Op::RmsNormBackward);
-}
-void CudaBackend::embedding(const Tensor&, const Tensor&, Tensor&) {
-  unsupported(Op::Embedding);
-}
-void CudaBackend::embedding_backward(const Tensor&, const Tensor&, Tensor&) {
-  unsupported(Op::EmbeddingBackward);
-}
-void CudaBackend::attention(const AttentionDesc&, const Tensor&, const Tensor&, const Tensor&,
-                            const Tensor&, Tensor&, Tensor&) {
-  unsupported(Op::Attention);
-}
-void CudaBackend::attention_backward(const AttentionDesc&, const Tensor&, const Tensor&,
-                                     const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                     const Tensor&, Tensor&, Tensor&, Tensor&) {
-  unsupported(Op::AttentionBackward);
-}
-void CudaBackend::cross_entropy(const Tensor&, const Tensor&, int64_t, Tensor&, Tensor&) {
-  unsupported(Op::CrossEntropy);
-}
-void CudaBackend::cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                         int64_t, Tensor&) {
-  unsupported(Op::CrossEntropyBackward);
-}
-void CudaBackend::adamw(Tensor&, const Tensor&, Tensor&, Tensor&, const AdamWParams&) {
-  unsupported(Op::AdamW);
-}
-void CudaBackend::dropout(const Tensor&, Tensor&, double, uint64_t, uint64_t) {
-  unsupported(Op::Dropout);
-}
-void CudaBackend::rope(const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, Tensor&) {
-  unsupported(Op::Rope);
-}
-void CudaBackend::square_sums(std::span<const Tensor>, std::span<double>) {
-  unsupported(Op::SquareSum);
-}
 void CudaBackend::quant_matmul(quant::QuantType, const Tensor&, const Tensor&, Tensor&) {
   unsupported(Op::QuantMatmul);
-}
-void CudaBackend::paged_kv_store(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&) {
-  unsupported(Op::PagedKvStore);
-}
-void CudaBackend::paged_attention(const PagedAttentionDesc&, const Tensor&, const Tensor&,
-                                  const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                  Tensor&) {
-  unsupported(Op::PagedAttention);
 }
 void CudaBackend::grouped_gemm(const GroupedGemmDesc&, const Tensor&, const Tensor&, const Tensor&,
                                Tensor&) {
@@ -154,6 +73,43 @@ void CudaBackend::grouped_gemm(const GroupedGemmDesc&, const Tensor&, const Tens
 }
 
 }  // namespace cuda
+
+bool cuda_supports(Op op, DType dtype) {
+  const bool f32_or_half = dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16;
+  switch (op) {
+    case Op::Gemm:
+      return f32_or_half || dtype == DType::F64;
+    // The launchers of ops/ and attention/ compute in f32 and store f32, bf16 or f16.
+    case Op::Unary:
+    case Op::UnaryBackward:
+    case Op::Binary:
+    case Op::Reduce:
+    case Op::Softmax:
+    case Op::SoftmaxBackward:
+    case Op::LayerNorm:
+    case Op::LayerNormBackward:
+    case Op::RmsNorm:
+    case Op::RmsNormBackward:
+    case Op::Embedding:
+    case Op::EmbeddingBackward:
+    case Op::Attention:
+    case Op::AttentionBackward:
+    case Op::CrossEntropy:
+    case Op::CrossEntropyBackward:
+    case Op::Dropout:
+    case Op::Rope:
+    case Op::SquareSum:
+    case Op::PagedKvStore:
+    case Op::PagedAttention:
+      return f32_or_half;
+    case Op::AdamW:  // f32 master weights, as on the CPU
+      return dtype == DType::F32;
+    case Op::QuantMatmul:  // no CUDA kernel yet
+    case Op::GroupedGemm:
+      return false;
+  }
+  return false;
+}
 
 Backend& cuda_backend(int device) {
   require_cuda_device(Device::cuda(device));

@@ -9,4 +9,7 @@ namespace tessel::kernels {
 
 Backend& cuda_backend(int device);
 
+// CudaBackend::supports: whether the CUDA backend runs `op` on `dtype` (every device alike).
+bool cuda_supports(Op op, DType dtype);
+
 }  // namespace tessel::kernels
