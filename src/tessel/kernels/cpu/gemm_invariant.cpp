@@ -73,16 +73,10 @@ using invariant::Prefetch;
 // memory). One pass (1-4 rows) keeps the GEMV's rule: the next tile, into L1. Either way only rows
 // of at most 4 KiB: on longer ones the hardware prefetcher keeps up alone (GEMV: nothing gained;
 // 16 x 768 x 3072: 1.1x slower with them).
-// The spread is for the avx512 set only: the avx2 set's smaller tiles (3 x 4) on the same Xeon
-// ran its 16-stream step 1-3% slower with it, so avx2 and the baseline keep the GEMV's rule on
-// every pass (the whole next tile, into L1).
-constexpr bool kSpreadPrefetch = TESSEL_KERNEL_ISA_LEVEL >= 2;
-
 template <typename TW>
 Prefetch tile_prefetch(const TW* ahead, int64_t cols, int64_t ldw, int64_t k, int pass,
                        int passes) {
   Prefetch pf;
-  if (!kSpreadPrefetch) pass = 0, passes = 1;
   if (ldw * int64_t(sizeof(TW)) > 4096) return pf;
   const int64_t bytes = ((cols - 1) * ldw + k) * int64_t(sizeof(TW));
   const int64_t lines = (bytes + 63) / 64, share = (lines + passes - 1) / passes;
@@ -104,7 +98,7 @@ void block(const std::array<TileFn<TA, TW>, N>& tiles, int64_t m, int64_t j0, in
            const TA* a, int64_t lda, const TW* w, int64_t ldw, Store&& store) {
   float out[kMaxRows * kMaxCols];
   auto tile = [&](int64_t i, int mr, int64_t j, int nr, int pass, int passes) {
-    const int64_t ahead = j + (kSpreadPrefetch && passes > 1 ? 2 : 1) * nr;
+    const int64_t ahead = j + (passes > 1 ? 2 : 1) * nr;
     const int64_t cols = std::min<int64_t>(nr, j1 - ahead);
     const Prefetch pf =
         cols > 0 ? tile_prefetch(w + (ahead - j0) * ldw, cols, ldw, k, pass, passes) : Prefetch{};
