@@ -199,12 +199,9 @@ TEST(BatchInvariantGemm, RowsAreTheSameInEveryBatch) {
     kernels::Backend& be = kernels::cpu_backend_for(set);
     for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
       // Under 32 rows bf16 / f16 are read in place, from 32 on widened into buffers: the same bits.
-      // 16 and 13 rows: a decode step's products, whose passes over each tile of W prefetch a
-      // later tile (short rows of 768 and long ones of 3072, several blocks of W, an edge tile).
       for (const GemmShape& s :
            {GemmShape{300, 13, 7}, GemmShape{300, 1031, 33}, GemmShape{100, 1031, 768},
-            GemmShape{41, 50, 768}, GemmShape{37, 29, 3072}, GemmShape{16, 2311, 768},
-            GemmShape{13, 389, 3072}}) {
+            GemmShape{41, 50, 768}, GemmShape{37, 29, 3072}}) {
         Generator g(uint64_t(s.m * 7 + s.k));
         const Tensor x = randn({s.m, s.k}, DType::F32, &g).to(dt);
         const Tensor w = randn({s.n, s.k}, DType::F32, &g).to(dt);

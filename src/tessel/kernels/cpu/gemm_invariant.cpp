@@ -63,54 +63,22 @@ void for_blocks(int64_t m, int64_t n, int64_t k, int64_t elem_bytes, Fn&& fn) {
 // Bytes of A's rows per pass over a block of W: they are re-read from L2 for every tile of W.
 constexpr int64_t kRowBlockBytes = int64_t(1) << 20;
 
-using invariant::Prefetch;
-
-// The prefetches of pass `pass` of `passes` over a tile of W: the rows of a later tile (`cols`
-// rows from `ahead`), a 1 / passes share each, spread over the pass's steps. With several passes
-// (4 or more rows of A) they run two tiles ahead, into L2: the weights then stream from memory
-// during every pass rather than in a burst during the first, and the L2 keeps more lines in flight
-// than the L1 (docs/KERNELS.md, "Products of a serving step": 1.1-1.2x at 16 rows, weights from
-// memory). One pass (1-4 rows) keeps the GEMV's rule: the next tile, into L1. Either way only rows
-// of at most 4 KiB: on longer ones the hardware prefetcher keeps up alone (GEMV: nothing gained;
-// 16 x 768 x 3072: 1.1x slower with them).
-template <typename TW>
-Prefetch tile_prefetch(const TW* ahead, int64_t cols, int64_t ldw, int64_t k, int pass,
-                       int passes) {
-  Prefetch pf;
-  if (ldw * int64_t(sizeof(TW)) > 4096) return pf;
-  const int64_t bytes = ((cols - 1) * ldw + k) * int64_t(sizeof(TW));
-  const int64_t lines = (bytes + 63) / 64, share = (lines + passes - 1) / passes;
-  const int64_t steps = (k + invariant::F32Lanes::kLanes - 1) / invariant::F32Lanes::kLanes;
-  const char* base = reinterpret_cast<const char*>(ahead);
-  pf.next = base + std::min(bytes, pass * share * 64);
-  pf.end = std::min(base + bytes, pf.next + share * 64);
-  pf.per_step = int((share + steps - 1) / steps);
-  pf.to_l1 = passes == 1;
-  return pf;
-}
-
 // Output columns [j0, j1) of every row: w points at W's row j0. store(i, j, sum) writes one.
 // From kMaxRows rows on, a tile of W's rows meets every group of A's rows of a row block (in L2)
-// before the next tile; fewer rows use wider tiles and one pass over W. Each pass over a tile
-// prefetches its share of a later tile's W rows (tile_prefetch).
+// before the next tile; fewer rows use wider tiles and one pass over W.
 template <typename TA, typename TW, size_t N, typename Store>
 void block(const std::array<TileFn<TA, TW>, N>& tiles, int64_t m, int64_t j0, int64_t j1, int64_t k,
            const TA* a, int64_t lda, const TW* w, int64_t ldw, Store&& store) {
   float out[kMaxRows * kMaxCols];
-  auto tile = [&](int64_t i, int mr, int64_t j, int nr, int pass, int passes) {
-    const int64_t ahead = j + (passes > 1 ? 2 : 1) * nr;
-    const int64_t cols = std::min<int64_t>(nr, j1 - ahead);
-    const Prefetch pf =
-        cols > 0 ? tile_prefetch(w + (ahead - j0) * ldw, cols, ldw, k, pass, passes) : Prefetch{};
-    tiles[size_t((mr - 1) * kMaxCols + nr - 1)](a + i * lda, lda, w + (j - j0) * ldw, ldw, k, pf,
-                                                out);
+  auto tile = [&](int64_t i, int mr, int64_t j, int nr) {
+    tiles[size_t((mr - 1) * kMaxCols + nr - 1)](a + i * lda, lda, w + (j - j0) * ldw, ldw, k, out);
     for (int r = 0; r < mr; ++r)
       for (int c = 0; c < nr; ++c) store(i + r, j + c, out[r * nr + c]);
   };
   if (m < kMaxRows) {
     const int full = cols_for(int(m));
     for (int64_t j = j0; j < j1; j += full)
-      tile(0, int(m), j, int(std::min<int64_t>(full, j1 - j)), 0, 1);
+      tile(0, int(m), j, int(std::min<int64_t>(full, j1 - j)));
     return;
   }
   const int full = cols_for(kMaxRows);
@@ -118,11 +86,10 @@ void block(const std::array<TileFn<TA, TW>, N>& tiles, int64_t m, int64_t j0, in
       std::max<int64_t>(1, kRowBlockBytes / (k * int64_t(sizeof(TA)) * kMaxRows)) * kMaxRows;
   for (int64_t i0 = 0; i0 < m; i0 += rows_per_block) {
     const int64_t i1 = std::min(m, i0 + rows_per_block);
-    const int passes = int((i1 - i0 + kMaxRows - 1) / kMaxRows);
     for (int64_t j = j0; j < j1; j += full) {
       const int nr = int(std::min<int64_t>(full, j1 - j));
       for (int64_t i = i0; i < i1; i += kMaxRows)
-        tile(i, int(std::min<int64_t>(kMaxRows, i1 - i)), j, nr, int((i - i0) / kMaxRows), passes);
+        tile(i, int(std::min<int64_t>(kMaxRows, i1 - i)), j, nr);
     }
   }
 }
