@@ -297,6 +297,7 @@ void OffloadStrategy::end_backward(Unit& u) {
 }
 
 void OffloadStrategy::begin_step() {
+  if (!follow_host_cycles_) follow_host_cycles_.emplace();
   at_step_start_ = chunks_->stats();
   if (tracing_) {  // the last step was skipped: this one is recorded instead
     chunks_->stop_trace();

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -202,7 +203,9 @@ class OffloadStrategy : public AxisStrategy {
 
   // The state lives in the tiers, so the host allocator's high-water mark no longer includes it:
   // its large-block cache sizes its spare on the step's cycling blocks instead (host_memory.h).
-  HostCycleFollowing follow_host_cycles_;
+  // On from the first step: start-up streams the state through buffers of its own, and a spare
+  // grown on those would raise the start-up peak the budgets promise (train.offload_dp_startup).
+  std::optional<HostCycleFollowing> follow_host_cycles_;
   std::unique_ptr<memory::ChunkManager> chunks_;
   int prefetch_;
   std::vector<OffloadedParameter> states_;
