@@ -121,6 +121,9 @@ std::vector<Shape3> shapes() {
   // The forward product again with B's rows 3088 instead of 3072 floats apart (not a multiple of
   // 4 KiB): shows what oneDNN's kernel loses to cache-set aliasing (docs/KERNELS.md).
   v.push_back({"linear_fwd_nn_ldb3088/256x3072x768", 256, 3072, 768, false, false, 16});
+  // Fewer rows against the same aliasing B (row stride 3072 floats, 12 KiB).
+  for (int64_t t : {8, 16, 32, 64, 128})
+    v.push_back({"linear_fwd_nn/" + std::to_string(t) + "x3072x768", t, 3072, 768, false, false});
   // Decode steps of 1 to 64 streams against a [n, k] weight (the serving engine's batches).
   for (int64_t rows : {1, 4, 8, 16, 32, 64, 128})
     v.push_back({"decode_nt/" + std::to_string(rows) + "x3072x768", rows, 3072, 768, false, true});

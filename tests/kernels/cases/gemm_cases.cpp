@@ -90,11 +90,22 @@ std::vector<GemmSpec> gemm_specs() {
   one_padded.ldc = 9;
   specs.push_back({"padded_nt", one_padded});
 
-  // B rows 4 KiB apart in f32 (routed to OpenBLAS, see cpu/gemm.cpp), batched with shared B.
+  // B rows 4 KiB apart in f32 (cpu/gemm.cpp: below 64 rows OpenBLAS or oneDNN in place by the
+  // CPU), batched with shared B.
   kernels::GemmDesc ld4k = kernels::dense_gemm_desc(2, 13, 33, 7, false, false, false);
   ld4k.ldb = 1024;
   ld4k.beta = 0.5;
   specs.push_back({"ld4k_b", ld4k});
+  // From 64 rows B is copied to rows 64 bytes longer first: shared and per-entry B (with a gap
+  // between entries), A transposed, accumulation into C.
+  kernels::GemmDesc ld4k_rows = kernels::dense_gemm_desc(2, 65, 33, 7, false, false, false);
+  ld4k_rows.ldb = 1024;
+  ld4k_rows.beta = 0.5;
+  specs.push_back({"ld4k_b_padded_shared", ld4k_rows});
+  kernels::GemmDesc ld4k_batched = kernels::dense_gemm_desc(3, 67, 13, 33, true, false);
+  ld4k_batched.ldb = 2048;
+  ld4k_batched.stride_b = 33 * 2048 + 3;
+  specs.push_back({"ld4k_b_padded_batched_tn", ld4k_batched});
 
   // Per-head products read from and written into [tokens, heads, dim] layouts: batch entries
   // side by side within each row.

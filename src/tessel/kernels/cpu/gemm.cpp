@@ -7,6 +7,10 @@
 // take gemm_invariant.cpp instead. docs/KERNELS.md has the measurements behind these choices.
 #include <cblas.h>
 
+#include <cstring>
+#include <memory>
+
+#include "tessel/core/cpu_features.h"
 #include "tessel/core/threads.h"
 #include "tessel/kernels/batch_invariant.h"
 #include "tessel/kernels/cpu/gemm_check.h"
@@ -69,13 +73,42 @@ void blas_gemm(const GemmDesc& d, const T* a, const T* b, T* c) {
   }
 }
 
-// oneDNN 2.6's AVX2 f32 kernel reads a non-transposed B in place (unpacked) when m is moderate;
-// if B's row stride is a multiple of 4 KiB its rows fall into the same cache sets and throughput
-// halves (measured 40-45 vs 85-95 GFLOP/s per core). OpenBLAS packs B and does not care. Small
-// m (decode) stays on oneDNN, which is 1.3-4.5x faster there.
-bool onednn_b_aliases(const GemmDesc& d) {
-  constexpr int64_t kFloatsPer4K = 1024;
-  return !d.trans_b && d.ldb % kFloatsPer4K == 0 && d.m >= 8 && d.m < 512;
+// oneDNN 2.6's f32 kernels read a non-transposed B in place (unpacked); if B's row stride is a
+// multiple of 4 KiB its rows fall into the same cache sets and throughput halves or worse (AVX2:
+// 40-45 vs 85-95 GFLOP/s per core; AVX-512, 256 x 3072 x 768: 80 vs 153-162, and 512 rows 75).
+// From kPadMinRows rows B is copied into rows 64 bytes longer and oneDNN runs on the copy (the
+// copy reads and writes k x n floats once, against the product's 2 m k n FLOPs: 1.5-2x faster
+// than in place on AVX-512 from 64 rows, and never slower with oneDNN's AVX2 kernels). Below that
+// the copy costs more than the product: 8-63 rows go to OpenBLAS, which packs B itself, where
+// oneDNN runs its AVX2 kernels (the collapse above was measured there), and stay on oneDNN in
+// place where it has AVX-512 (2-2.7x faster than OpenBLAS at 8-32 rows). Fewer rows (decode) stay
+// on oneDNN everywhere, 1.3-4.5x faster than OpenBLAS there. docs/KERNELS.md, "B strides that
+// alias".
+constexpr int64_t kFloatsPer4K = 1024;
+constexpr int64_t kPadMinRows = 64;
+bool b_aliases(const GemmDesc& d) { return !d.trans_b && d.ldb % kFloatsPer4K == 0 && d.m >= 8; }
+bool onednn_has_avx512() {
+  static const bool yes = cpu_features().avx512f;
+  return yes;
+}
+
+void onednn_padded_b(const GemmDesc& d, const float* a, const float* b, float* c) {
+  constexpr int64_t kPad = 16;  // floats: one cache line
+  const int64_t ldb = d.n + kPad, per = d.k * ldb;
+  const int64_t copies = d.stride_b == 0 ? 1 : d.batch;
+  std::unique_ptr<float[]> padded(new float[size_t(copies * per)]);
+  float* out = padded.get();
+  parallel_for(0, copies * d.k, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const int64_t bt = r / d.k, row = r % d.k;
+      std::memcpy(out + bt * per + row * ldb, b + bt * d.stride_b + row * d.ldb,
+                  size_t(d.n) * sizeof(float));
+    }
+  });
+  GemmDesc p = d;
+  p.ldb = ldb;
+  p.stride_b = d.stride_b == 0 ? 0 : per;
+  onednn::gemm(p, a, out, c);
 }
 
 // Products of a few rows against a transposed weight (decode steps of 1 to kTiledMaxRows
@@ -111,7 +144,11 @@ void CpuBackend::gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, Tenso
   if (tiled_small_m(d)) return cpu::invariant_gemm(d, a, b, c);
   if (cpu::small_m_gemm_fits(d))
     return cpu::small_m_gemm(d, a.data<float>(), b.data<float>(), c.data<float>());
-  if (onednn_b_aliases(d)) return blas_gemm(d, a.data<float>(), b.data<float>(), c.data<float>());
+  if (b_aliases(d)) {
+    if (d.m >= kPadMinRows)
+      return onednn_padded_b(d, a.data<float>(), b.data<float>(), c.data<float>());
+    if (!onednn_has_avx512()) return blas_gemm(d, a.data<float>(), b.data<float>(), c.data<float>());
+  }
   onednn::gemm(d, a.data<float>(), b.data<float>(), c.data<float>());
 }
 
