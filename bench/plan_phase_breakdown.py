@@ -9,8 +9,9 @@ not inflate), reads the planner's prediction per kernel from `tessel plan memory
 and reads `tessel train`'s whole step in CPU time (train.jsonl's step_cpu_ms), so a loaded
 machine can still be compared. Prints
 the load average with the figures; asserts nothing (timings on a shared machine are not a test).
+`--precision bf16` (or fp16) runs and predicts the mixed-precision step instead of fp32.
 
-Usage: plan_phase_breakdown.py TESSEL WORKDIR [CLUSTER]
+Usage: plan_phase_breakdown.py TESSEL WORKDIR [CLUSTER] [--precision fp32|bf16|fp16]
 """
 import json
 import os
@@ -26,14 +27,14 @@ from tessel_runs import (gpt2_config, prepare_workdir, run, single_thread_env,  
 SEQ, BATCH, PROFILED = 64, 8, 6
 
 
-def train_step_cpu_ms(tessel, config, work, env, steps=8):
+def train_step_cpu_ms(tessel, config, work, env, precision, steps=8):
     """`tessel train`'s step: the median of steps 3..N of its step_cpu_ms (the process's CPU
     time over the step) and of its step_ms (wall)."""
     out = os.path.join(work, "run")
     shutil.rmtree(out, ignore_errors=True)
     sets = train_sets(config, os.path.join(work, "data"), steps, SEQ, [
         f"train.micro_batch={BATCH}", f"checkpoint.dir={out}", "checkpoint.interval=0",
-        "log.interval=1"])
+        "log.interval=1", f"train.precision={precision}"])
     run([tessel, "train"] + sets, env=env)
     records = step_records(out)[2:]
     return (statistics.median(r["step_cpu_ms"] for r in records),
@@ -47,22 +48,31 @@ def family(op):
 
 
 def main():
-    tessel, work = sys.argv[1:3]
+    args = sys.argv[1:]
+    precision = "fp32"
+    if "--precision" in args:
+        i = args.index("--precision")
+        precision = args[i + 1]
+        del args[i:i + 2]
+    tessel, work = args[0:2]
     env = single_thread_env()
     vocab = prepare_workdir(tessel, work)
     config = write_json(os.path.join(work, "config.json"), gpt2_config(vocab, SEQ, 128, 4, 4))
-    cluster = sys.argv[3] if len(sys.argv) > 3 else os.path.join(work, "machine.toml")
-    print("load average before: %.2f %.2f %.2f" % os.getloadavg(), flush=True)
-    if len(sys.argv) <= 3:
+    cluster = args[2] if len(args) > 2 else os.path.join(work, "machine.toml")
+    print("load average before: %.2f %.2f %.2f" % os.getloadavg(), f"precision {precision}",
+          flush=True)
+    if len(args) <= 2:
         run([tessel, "plan", "calibrate", "--quick", "-o", cluster], env=env)
     bench = run([tessel, "bench", "train", "--model", config, "-B", str(BATCH), "-T", str(SEQ),
                  "--threads", "1", "--peer", "none", "--steps", "4", "--warmup", "2",
+                 "--precision", precision,
                  "--breakdown", "--breakdown-steps", str(PROFILED)], env=env)
     lines = [json.loads(x) for x in bench.stdout.splitlines() if x.startswith("{")]
     pred = json.loads(run([tessel, "plan", "memory", "--model", config, "--micro-batch",
-                           str(BATCH), "--seq", str(SEQ), "--cluster", cluster, "--json"],
+                           str(BATCH), "--seq", str(SEQ), "--cluster", cluster, "--json",
+                           "--precision", precision],
                           env=env).stdout)
-    train_cpu, train_wall = train_step_cpu_ms(tessel, config, work, env)
+    train_cpu, train_wall = train_step_cpu_ms(tessel, config, work, env, precision)
 
     measured, calls = {}, {}
     for j in lines:

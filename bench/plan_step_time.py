@@ -12,10 +12,12 @@ load average is printed before the calibration and after each run. Each row: the
 against the median wall step_ms and its error, then the load-free terms (the prediction less
 load_ms) against the median step_cpu_ms (rank 0's CPU time per step) and that error, which a
 loaded machine disturbs less. Prints a table (and with --json a file); asserts nothing (timings
-on a shared machine are not a test).
+on a shared machine are not a test). `--without-cache` also asks the planner for each row with the
+calibration's `cache_bytes` removed (every operand costed as evicted from the private caches,
+the model before the reuse-distance term) and prints that prediction and its error beside.
 
 Usage: plan_step_time.py TESSEL MPIRUN WORKDIR [STEPS] [--only KEY,...] [--json FILE]
-                         [--cluster FILE] [--list]
+                         [--cluster FILE] [--without-cache] [--list]
 """
 import argparse
 import json
@@ -82,7 +84,7 @@ def planner_row(tessel, config, cluster, lay, env):
     fail(f"{lay['label']}: no such row in plan search's output")
 
 
-def run_layout(a, tessel, mpirun, work, config, lay, pred, env):
+def run_layout(a, tessel, mpirun, work, config, lay, pred, env, cold=None):
     """Runs LAY's planner row PRED for a.steps steps, prints its table row and returns it."""
     out = os.path.join(work, "run")
     shutil.rmtree(out, ignore_errors=True)
@@ -102,6 +104,10 @@ def run_layout(a, tessel, mpirun, work, config, lay, pred, env):
     # The step's CPU time (rank 0's process, MPI's polling included): on a loaded machine the
     # load-free terms are set against it too.
     cpu = statistics.median(r.get("step_cpu_ms", 0) for r in records)
+    # The trainer's own split of the step (slowest rank per term): compute, the exposed
+    # communication of each axis, the pipeline's bubble, to set against the predicted terms.
+    split = {k: statistics.median(r.get(k, 0) for r in records)
+             for k in ("compute_ms", "dp_comm_ms", "tp_comm_ms", "pp_bubble_ms")}
     terms = {k[:-3]: pred[k] for k in TERMS if pred.get(k)}
     err = (pred["step_ms"] - measured) / measured
     free = pred["step_ms"] - pred.get("load_ms", 0)
@@ -112,7 +118,11 @@ def run_layout(a, tessel, mpirun, work, config, lay, pred, env):
           + (f"{100 * cpu_err:>6.1f}%" if cpu_err is not None else f"{'-':>7}")
           + "  " + " ".join(f"{k} {v:.2f}" for k, v in terms.items())
           + (f" bubble {pred['bubble_fraction']:.3f}" if lay["pp"] > 1 else "")
+          + (f" | without cache {cold['step_ms']:.2f} "
+             f"{100 * (cold['step_ms'] - measured) / measured:.1f}%" if cold else "")
           + " (load %.2f)" % load[0], flush=True)
+    print(" " * 23 + "measured: " + " ".join(f"{k[:-3]} {v:.2f}" for k, v in split.items() if v),
+          flush=True)
     return {"key": lay["key"], "label": lay["label"], "layout": pred["layout"],
             "precision": lay["precision"], "train_args": pred["train_args"],
             "command": "mpirun -np %d tessel train %s" % (
@@ -120,9 +130,13 @@ def run_layout(a, tessel, mpirun, work, config, lay, pred, env):
             "predicted_step_ms": pred["step_ms"], "load_ms": pred.get("load_ms", 0),
             "load_free_ms": free, "terms_ms": terms,
             "bubble_fraction": pred.get("bubble_fraction", 0),
-            "measured_step_ms": measured, "measured_step_cpu_ms": cpu,
+            "measured_step_ms": measured, "measured_step_cpu_ms": cpu, "measured_terms_ms": split,
             "error": err, "cpu_error": cpu_err, "run_seconds": run_s,
-            "load_average_after": load[0]}
+            "load_average_after": load[0],
+            "without_cache": ({"predicted_step_ms": cold["step_ms"],
+                               "terms_ms": {k[:-3]: cold[k] for k in TERMS if cold.get(k)},
+                               "error": (cold["step_ms"] - measured) / measured}
+                              if cold else None)}
 
 
 def main():
@@ -135,6 +149,8 @@ def main():
     ap.add_argument("--json", default="", help="also write the rows to this JSON file")
     ap.add_argument("--cluster", default="",
                     help="a calibrated description to use instead of calibrating first")
+    ap.add_argument("--without-cache", action="store_true",
+                    help="also predict each row without the calibration's cache_bytes")
     ap.add_argument("--list", action="store_true", help="print the layout keys and exit")
     a = ap.parse_args()
     if a.list:
@@ -161,13 +177,19 @@ def main():
     if not a.cluster:
         run(mpi_prefix(mpirun) + ["-np", "2", tessel, "plan", "calibrate", "--quick", "-o",
                                   cluster], env=env)
+    cold_cluster = None
+    if a.without_cache:
+        cold_cluster = os.path.join(work, "machine-without-cache.toml")
+        with open(cluster) as f, open(cold_cluster, "w") as g:
+            g.writelines(line for line in f if not line.startswith("cache_bytes"))
     print(f"{'layout':<22} {'pred ms':>8} {'meas ms':>8} {'error':>7} {'free ms':>8} "
           f"{'cpu ms':>8} {'error':>7}  terms (ms)")
     rows, failed = [], []
     for lay in layouts:
         try:
             pred = planner_row(tessel, config, cluster, lay, env)
-            row = run_layout(a, tessel, mpirun, work, config, lay, pred, env)
+            cold = planner_row(tessel, config, cold_cluster, lay, env) if cold_cluster else None
+            row = run_layout(a, tessel, mpirun, work, config, lay, pred, env, cold)
         except SystemExit:
             # fail() has printed why; the other layouts still run.
             print(f"{lay['label']:<22} failed (above)", flush=True)
@@ -177,7 +199,7 @@ def main():
     with open(cluster) as f:
         calibrated = {line.split("=")[0].strip(): line.split("=")[1].split("#")[0].strip()
                       for line in f
-                      if line.startswith(("cpu_share", "op_overhead"))}
+                      if line.startswith(("cpu_share", "op_overhead", "cache_bytes"))}
     print("calibrated: " + "; ".join(f"{k} = {v}" for k, v in calibrated.items()), flush=True)
     seconds = time.time() - start
     print(f"{len(rows)} layouts in {seconds:.0f} s"

@@ -67,8 +67,13 @@ def main():
     check(c["gemm_layouts"] == ["nn", "nt", "tn"], f"GEMM layouts: {c['gemm_layouts']}")
     step_kernels = {"unary", "unary_backward", "binary", "reduce", "softmax", "softmax_backward",
                     "layer_norm", "layer_norm_backward", "cross_entropy", "cross_entropy_backward",
-                    "embedding", "embedding_backward", "adamw", "attention", "attention_backward"}
+                    "embedding", "embedding_backward", "adamw", "attention", "attention_backward",
+                    "convert"}
     check(set(c["kernels"]) == step_kernels, f"measured kernels: {c['kernels']}")
+    check(c["kernel_dtypes"] == ["bf16", "f32"], f"kernel curves by dtype: {c['kernel_dtypes']}")
+    check(c["kernel_points_warm"] == c["kernel_points"] and c["gemm_warm"] == c["gemm"],
+          f"in-cache figures beside every evicted one: {c}")
+    check(c["cache_bytes"] > 0, f"the private caches' size: {c['cache_bytes']}")
     check(c["op_overhead"] >= 0 and c["op_overhead_per_byte"] >= 0, "op overhead")
     with open(path) as f:
         text = f.read()

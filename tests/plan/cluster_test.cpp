@@ -176,6 +176,27 @@ TEST(Cluster, CalibrationKeysAreOptionalAndChecked) {
   EXPECT_NE(e.find("kernel[0].seconds: expected a positive number"), std::string::npos) << e;
   e = error_of(replaced(calibrated, "bytes = 4096\n", ""));
   EXPECT_NE(e.find("missing key 'kernel[0].bytes'"), std::string::npos) << e;
+  // The in-cache figures and the cache size: optional, read, written back, checked.
+  const std::string warm =
+      replaced(replaced(replaced(calibrated, "seconds = 3.5e-6", "seconds = 3.5e-6\nwarm_seconds = 2e-6"),
+                        "layout = \"tn\"\n", "layout = \"tn\"\nwarm_flops = 2.5e12\n"),
+               "cpu_share = 0.5\n", "cpu_share = 0.5\ncache_bytes = 2097152\n");
+  const Cluster w = Cluster::parse(Cluster::parse(warm, "node.toml").to_toml(), "written.toml");
+  EXPECT_EQ(w.device.cache_bytes, 2097152);
+  EXPECT_EQ(w.gemm[1].warm_flops, 2.5e12);
+  EXPECT_EQ(w.gemm[0].warm_flops, 0);
+  EXPECT_EQ(w.kernels[0].warm_seconds, 2e-6);
+  EXPECT_EQ(a.kernels[0].warm_seconds, 0);
+  EXPECT_EQ(a.device.cache_bytes, 0);
+  e = error_of(replaced(warm, "warm_seconds = 2e-6", "warm_seconds = 0"));
+  EXPECT_NE(e.find("kernel[0].warm_seconds: expected a positive number"), std::string::npos) << e;
+  e = error_of(replaced(warm, "warm_flops = 2.5e12", "warm_flops = -1"));
+  EXPECT_NE(e.find("gemm[1].warm_flops: expected a positive number"), std::string::npos) << e;
+  e = error_of(replaced(warm, "warm_seconds = 2e-6", "warm_seconds = 2e-6\ndtype = \"f64\""));
+  EXPECT_NE(e.find("kernel[0].dtype: expected f32, bf16 or f16, got \"f64\""), std::string::npos)
+      << e;
+  e = error_of(replaced(warm, "cache_bytes = 2097152", "cache_bytes = 0.5"));
+  EXPECT_NE(e.find("device.cache_bytes: expected an integer >= 1"), std::string::npos) << e;
   e = error_of(replaced(calibrated, "seconds = 3.5e-6", "seconds = 3.5e-6\nbeta = 1"));
   EXPECT_NE(e.find("unknown key 'kernel[0].beta'"), std::string::npos) << e;
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "tessel/core/error.h"
 #include "tessel/plan/comm_cost.h"
@@ -219,6 +220,106 @@ f32 = 1e9
 )",
                               "negative"),
                Error);
+}
+
+// Stack distance in bytes over the traced order: distinct storages (the addresses are only
+// identities, as on the meta device), 1000-byte tensors, a 2500-byte cache.
+TEST(ComputeCost, CacheHitsFollowTheReuseDistance) {
+  char w[1], a[1], b[1], c[1], d[1];  // storages: a weight and four activations
+  auto desc = [](char* s) { return kernels::TensorDesc{{250}, DType::F32, s}; };
+  auto node = [&](std::vector<char*> in, std::vector<char*> out) {
+    OpNode op;
+    op.kernel = "binary";
+    for (char* s : in) op.inputs.push_back(desc(s));
+    for (char* s : out) op.outputs.push_back(desc(s));
+    return op;
+  };
+  const std::vector<OpNode> ops = {
+      node({w}, {a}),     // w never touched before: miss
+      node({a}, {b}),     // a: 0 bytes since its write, + its 1000 <= 2500: hit
+      node({a, w}, {c}),  // a: read by the op before, hit; w: 2000 bytes since + 1000 > 2500
+      node({c}, {d}),     // c just written: hit
+      node({b, c}, {a}),  // b: 5000 bytes since the second op wrote it, miss; c: hit
+  };
+  const std::vector<double> hit = cache_hit_fractions(ops, 2500);
+  ASSERT_EQ(hit.size(), 5u);
+  EXPECT_DOUBLE_EQ(hit[0], 0.0);
+  EXPECT_DOUBLE_EQ(hit[1], 1.0);
+  EXPECT_DOUBLE_EQ(hit[2], 0.5);
+  EXPECT_DOUBLE_EQ(hit[3], 1.0);
+  EXPECT_DOUBLE_EQ(hit[4], 0.5);
+  // A larger cache holds everything touched before; none without one.
+  EXPECT_EQ(cache_hit_fractions(ops, 1e9), (std::vector<double>{0, 1, 1, 1, 1}));
+  EXPECT_EQ(cache_hit_fractions(ops, 0), (std::vector<double>(5, 0.0)));
+}
+
+// With warm figures an op's kernel time moves from the evicted one towards the warm one by its
+// cache hit share: a calibrated kernel along its warm curve, a GEMM at its warm rate; a graph
+// gets the shares from the device's cache size; without warm figures nothing changes.
+TEST(ComputeCost, WarmFiguresApplyByTheCacheHitShare) {
+  Cluster c = toy_cluster();
+  c.gemm[0].warm_flops = 8e10;  // 0.8 of the peak in cache, 0.4 evicted
+  c.kernels = {{"binary", 1e3, 0, 2e-6, 1e-6}, {"binary", 1e5, 0, 2e-5, 5e-6}};
+  c.device.cache_bytes = 1 << 20;
+  c = Cluster::parse(c.to_toml(), "toy with warm figures");
+  EXPECT_EQ(c.device.cache_bytes, 1 << 20);
+  EXPECT_DOUBLE_EQ(c.gemm[0].warm_flops, 8e10);
+  EXPECT_DOUBLE_EQ(c.kernels[1].warm_seconds, 5e-6);
+  EXPECT_DOUBLE_EQ(c.gemm_efficiency("f32", 512, 512, 512, "nn", true), 0.8);
+  EXPECT_DOUBLE_EQ(c.gemm_efficiency("f32", 512, 512, 512, "nn", false), 0.4);
+
+  OpNode add;
+  add.kernel = "binary";
+  add.cost = {0, 0, 600, 400, 1};  // 1e3 bytes: the first point
+  EXPECT_DOUBLE_EQ(op_time(c, add).kernel_seconds, 2e-6);
+  EXPECT_DOUBLE_EQ(op_time(c, add, 1).kernel_seconds, 1e-6);
+  EXPECT_DOUBLE_EQ(op_time(c, add, 0.25).kernel_seconds, 2e-6 - 0.25 * 1e-6);
+  EXPECT_DOUBLE_EQ(op_time(c, add, 0.25).cache_hit, 0.25);
+  const OpNode mm = gemm_node(1, 512, 512, 512);
+  const double flops = 2.0 * 512 * 512 * 512;
+  EXPECT_DOUBLE_EQ(op_time(c, mm).kernel_seconds, flops / 4e10);
+  EXPECT_DOUBLE_EQ(op_time(c, mm, 0.5).kernel_seconds, 0.5 * (flops / 4e10 + flops / 8e10));
+  EXPECT_DOUBLE_EQ(op_time(c, mm, 0.5).efficiency, 0.6);
+
+  // Through a graph: the second add reads what the first wrote (a hit), the first reads a leaf.
+  char x[1], y[1];
+  add.inputs = {{{250}, DType::F32, x}};
+  add.outputs = {{{100}, DType::F32, y}};
+  OpNode next = add;
+  next.inputs = {{{100}, DType::F32, y}};
+  next.outputs = {{{100}, DType::F32, x}};
+  Graph graph;
+  graph.ops = {add, next};
+  EXPECT_DOUBLE_EQ(graph_compute_time(c, graph).total(), 2e-6 + 1e-6);
+  c.device.cache_bytes = 0;
+  EXPECT_DOUBLE_EQ(graph_compute_time(c, graph).total(), 2 * 2e-6);
+  // A kernel with a point lacking its warm time keeps the evicted curve.
+  c.device.cache_bytes = 1 << 20;
+  c.kernels[0].warm_seconds = 0;
+  EXPECT_DOUBLE_EQ(op_time(c, next, 1).kernel_seconds, 2e-6);
+}
+
+// A kernel's curve is chosen by the dtype of the op's first input: bf16 ops read the bf16
+// points, a dtype without points of its own (f16 here) the f32 ones; the key survives the file.
+TEST(ComputeCost, KernelCurvesByDtype) {
+  Cluster c = toy_cluster();
+  c.kernels = {{"unary", 1e3, 0, 2e-6, 0, "f32"}, {"unary", 1e5, 0, 2e-5, 0, "f32"},
+               {"unary", 5e2, 0, 3e-6, 0, "bf16"}, {"unary", 5e4, 0, 3e-5, 0, "bf16"}};
+  c = Cluster::parse(c.to_toml(), "toy with bf16 curves");
+  ASSERT_EQ(c.kernels.size(), 4u);
+  EXPECT_EQ(c.kernels[0].dtype, "f32");
+  EXPECT_EQ(c.kernels[3].dtype, "bf16");
+  OpNode gelu;
+  gelu.kernel = "unary";
+  gelu.detail = "gelu";
+  gelu.inputs = {{{250}, DType::BF16, nullptr}};
+  gelu.cost = {0, 0, 250, 250, 1};  // 500 bytes: the bf16 curve's first point
+  EXPECT_DOUBLE_EQ(op_time(c, gelu).kernel_seconds, 3e-6);
+  gelu.inputs[0].dtype = DType::F16;
+  gelu.cost = {0, 0, 500, 500, 1};  // 1e3 bytes: the f32 curve's first point
+  EXPECT_DOUBLE_EQ(op_time(c, gelu).kernel_seconds, 2e-6);
+  gelu.inputs[0].dtype = DType::F32;
+  EXPECT_DOUBLE_EQ(op_time(c, gelu).kernel_seconds, 2e-6);
 }
 
 TEST(StepCost, TensorParallelStepWithCalibratedTerms) {

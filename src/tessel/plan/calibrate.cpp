@@ -288,7 +288,8 @@ Cluster calibrate(dist::Communicator& world, const CalibrateOptions& options) {
     double& peak = c.device.peak_flops[peak_dtype_index(name)];
     for (const GemmPoint& p : measure_gemm_grid(dt, quick, budget, agree, [&](const GemmPoint& p) {
            say("  gemm " + name + " " + std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
-               std::to_string(p.k) + " " + p.layout + ": " + format(p.flops / 1e9) + " GFLOP/s");
+               std::to_string(p.k) + " " + p.layout + ": " + format(p.flops / 1e9) +
+               " GFLOP/s (in cache " + format(p.warm_flops / 1e9) + ")");
          })) {
       c.gemm.push_back(p);
       peak = std::max(peak, p.flops);
@@ -307,9 +308,13 @@ Cluster calibrate(dist::Communicator& world, const CalibrateOptions& options) {
 
   // The other kernels of a step, then what an op costs outside its kernel.
   c.kernels = measure_kernels(quick, budget, agree, [&](const KernelPoint& p) {
-    say("  kernel " + p.kernel + " " + format(p.bytes, 8) + " B " + format(p.flops, 8) +
-        " FLOP: " + format(p.seconds * 1e6) + " us");
+    say("  kernel " + p.kernel + " " + p.dtype + " " + format(p.bytes, 8) + " B " +
+        format(p.flops, 8) +
+        " FLOP: " + format(p.seconds * 1e6) + " us (in cache " + format(p.warm_seconds * 1e6) +
+        ")");
   });
+  // What the kernels' operands were evicted from: each pool thread's L1 data and L2.
+  c.device.cache_bytes = calibration::private_cache_bytes() * std::max(1, num_threads());
   const OpOverhead overhead = measure_op_overhead(budget, agree);
   c.device.op_overhead = overhead.per_op;
   c.device.op_overhead_per_byte = overhead.per_byte;

@@ -63,7 +63,11 @@ KernelPoint measure(const Probe& probe, double budget, const Agreement& agree,
   Backend& cpu = kernels::cpu_backend();
   agree.before();
   const double local = calibration::median_time([&] { call(cpu); }, budget, [&] { cache.evict(); });
-  return KernelPoint{c.kernel, c.bytes, c.flops, agree.slowest(local)};
+  const double evicted = agree.slowest(local);
+  // In cache the repetitions vary less (nothing is evicted between them): half the budget.
+  agree.before();
+  const double warm = agree.slowest(calibration::median_time([&] { call(cpu); }, budget / 2));
+  return KernelPoint{c.kernel, c.bytes, c.flops, evicted, warm};
 }
 
 constexpr int64_t kWidth = 256;  // features per row of the element-wise probes
@@ -95,8 +99,12 @@ std::vector<GemmPoint> measure_gemm_grid(DType dtype, bool quick, double budget,
           agree.before();
           const double t = calibration::median_time([&] { cpu.gemm(desc, a, b, c); }, budget,
                                                     [&] { cache.evict(); });
-          GemmPoint p{name,  m, n, k, 2.0 * double(m) * double(n) * double(k) / agree.slowest(t),
-                      layout};
+          const double evicted = agree.slowest(t);
+          agree.before();
+          const double warm = agree.slowest(
+              calibration::median_time([&] { cpu.gemm(desc, a, b, c); }, budget / 2));
+          const double flop = 2.0 * double(m) * double(n) * double(k);
+          GemmPoint p{name, m, n, k, flop / evicted, layout, flop / warm};
           if (say) say(p);
           out.push_back(p);
         }
@@ -110,95 +118,122 @@ std::vector<KernelPoint> measure_kernels(bool quick, double budget, const Agreem
   const std::vector<int64_t> rows = quick ? std::vector<int64_t>{2, 32, 512, 2048}
                                           : std::vector<int64_t>{1, 8, 64, 512, 4096, 16384};
   const int64_t c = kWidth;
-  std::vector<Probe> probes;
-  for (int64_t r : rows) {
-    probes.push_back([=] {
-      Tensor x = randn({r, c}), y = zeros({r, c});
-      return Call([=](Backend& b) mutable { b.unary(UnaryOp::Gelu, x, y); });
-    });
-    probes.push_back([=] {
-      Tensor x = randn({r, c}), y = randn({r, c}), dy = randn({r, c}), dx = zeros({r, c});
-      return Call([=](Backend& b) mutable { b.unary_backward(UnaryOp::Gelu, x, y, dy, dx); });
-    });
-    probes.push_back([=] {
-      Tensor x = randn({r, c}), y = randn({r, c}), out = zeros({r, c});
-      return Call([=](Backend& b) mutable { b.binary(kernels::BinaryOp::Add, x, y, out); });
-    });
-    probes.push_back([=] {
-      Tensor x = randn({r, c}), out = zeros({1, c});
-      return Call([=](Backend& b) mutable {
-        const int dims[] = {0};
-        b.reduce(kernels::ReduceOp::Sum, x, dims, out);
+  // Every probe in f32, and in bf16 as a mixed-precision step calls it (activations and their
+  // gradients in bf16; statistics, log-sum-exps and losses in f32): the 16-bit kernels widen and
+  // narrow, so their time per byte is not the f32 kernels' (docs/PLANNER.md, "Step time").
+  struct Probed {
+    Probe probe;
+    DType dtype;
+  };
+  std::vector<Probed> probes;
+  for (const DType dt : {DType::F32, DType::BF16}) {
+    auto add = [&](Probe p) { probes.push_back({std::move(p), dt}); };
+    const DType other = dt == DType::F32 ? DType::BF16 : DType::F32;
+    for (int64_t r : rows) {
+      add([=] {
+        Tensor x = randn({r, c}, dt), y = zeros({r, c}, dt);
+        return Call([=](Backend& b) mutable { b.unary(UnaryOp::Gelu, x, y); });
       });
-    });
-    probes.push_back([=] {
-      Tensor x = randn({r, c}), y = zeros({r, c});
-      return Call([=](Backend& b) mutable { b.softmax(x, y, false); });
-    });
-    probes.push_back([=] {
-      Tensor y = randn({r, c}), dy = randn({r, c}), dx = zeros({r, c});
-      return Call([=](Backend& b) mutable { b.softmax_backward(y, dy, dx, false); });
-    });
-    probes.push_back([=] {
-      Tensor x = randn({r, c}), w = randn({c}), bias = randn({c}), y = zeros({r, c});
-      Tensor mean = zeros({r}), rstd = zeros({r});
-      return Call([=](Backend& b) mutable { b.layer_norm(x, w, bias, 1e-5, y, mean, rstd); });
-    });
-    probes.push_back([=] {
-      Tensor dy = randn({r, c}), x = randn({r, c}), w = randn({c}), mean = zeros({r});
-      Tensor rstd = full({r}, 1.0), dx = zeros({r, c}), dw = zeros({c}), db = zeros({c});
-      return Call(
-          [=](Backend& b) mutable { b.layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db); });
-    });
-    probes.push_back([=] {
-      Tensor logits = randn({r, c}), targets = zeros({r}, DType::I64);
-      Tensor losses = zeros({r}), lse = zeros({r});
-      return Call([=](Backend& b) mutable { b.cross_entropy(logits, targets, -100, losses, lse); });
-    });
-    probes.push_back([=] {
-      Tensor logits = randn({r, c}), targets = zeros({r}, DType::I64), lse = full({r}, 6.0);
-      Tensor dlosses = full({r}, 1.0), dlogits = zeros({r, c});
-      return Call([=](Backend& b) mutable {
-        b.cross_entropy_backward(logits, targets, lse, dlosses, -100, dlogits);
+      add([=] {
+        Tensor x = randn({r, c}, dt), y = randn({r, c}, dt), dy = randn({r, c}, dt);
+        Tensor dx = zeros({r, c}, dt);
+        return Call([=](Backend& b) mutable { b.unary_backward(UnaryOp::Gelu, x, y, dy, dx); });
       });
-    });
-    probes.push_back([=] {
-      Tensor w = randn({c, c}), ids = zeros({r}, DType::I64), out = zeros({r, c});
-      return Call([=](Backend& b) mutable { b.embedding(w, ids, out); });
-    });
-    probes.push_back([=] {
-      Tensor dout = randn({r, c}), ids = zeros({r}, DType::I64), dw = zeros({c, c});
-      return Call([=](Backend& b) mutable { b.embedding_backward(dout, ids, dw); });
-    });
-    probes.push_back([=] {
-      Tensor p = randn({r * c}), g = randn({r * c}), m = zeros({r * c}), v = zeros({r * c});
-      return Call([=](Backend& b) mutable { b.adamw(p, g, m, v, kernels::AdamWParams{}); });
-    });
-  }
-  // Causal attention of 4 heads of width 32 over a few sequence lengths: FLOP-bound, so its
-  // curve is indexed by FLOPs where the others' are by bytes.
-  for (int64_t t : quick ? std::vector<int64_t>{8, 32, 128, 512}
-                         : std::vector<int64_t>{8, 32, 128, 512, 2048}) {
-    kernels::AttentionDesc d{1, t, t, 4, 4, 32, true, 1.0 / std::sqrt(32.0), 0};
-    probes.push_back([=] {
-      Tensor q = randn({1, t, 4, 32}), k = randn({1, t, 4, 32}), v = randn({1, t, 4, 32});
-      Tensor out = zeros({1, t, 4, 32}), lse = zeros({1, 4, t});
-      return Call([=](Backend& b) mutable { b.attention(d, q, k, v, Tensor(), out, lse); });
-    });
-    probes.push_back([=] {
-      Tensor q = randn({1, t, 4, 32}), k = randn({1, t, 4, 32}), v = randn({1, t, 4, 32});
-      Tensor out = zeros({1, t, 4, 32}), lse = zeros({1, 4, t});
-      Tensor dout = randn({1, t, 4, 32});
-      Tensor dq = zeros({1, t, 4, 32}), dk = zeros({1, t, 4, 32}), dv = zeros({1, t, 4, 32});
-      return Call([=](Backend& b) mutable {
-        b.attention_backward(d, q, k, v, Tensor(), out, lse, dout, dq, dk, dv);
+      add([=] {
+        Tensor x = randn({r, c}, dt), y = randn({r, c}, dt), out = zeros({r, c}, dt);
+        return Call([=](Backend& b) mutable { b.binary(kernels::BinaryOp::Add, x, y, out); });
       });
-    });
+      add([=] {
+        Tensor x = randn({r, c}, dt), out = zeros({1, c}, dt);
+        return Call([=](Backend& b) mutable {
+          const int dims[] = {0};
+          b.reduce(kernels::ReduceOp::Sum, x, dims, out);
+        });
+      });
+      add([=] {
+        Tensor x = randn({r, c}, dt), y = zeros({r, c}, dt);
+        return Call([=](Backend& b) mutable { b.softmax(x, y, false); });
+      });
+      add([=] {
+        Tensor y = randn({r, c}, dt), dy = randn({r, c}, dt), dx = zeros({r, c}, dt);
+        return Call([=](Backend& b) mutable { b.softmax_backward(y, dy, dx, false); });
+      });
+      add([=] {
+        Tensor x = randn({r, c}, dt), w = randn({c}, dt), bias = randn({c}, dt);
+        Tensor y = zeros({r, c}, dt), mean = zeros({r}), rstd = zeros({r});
+        return Call([=](Backend& b) mutable { b.layer_norm(x, w, bias, 1e-5, y, mean, rstd); });
+      });
+      add([=] {
+        Tensor dy = randn({r, c}, dt), x = randn({r, c}, dt), w = randn({c}, dt);
+        Tensor mean = zeros({r}), rstd = full({r}, 1.0), dx = zeros({r, c}, dt);
+        Tensor dw = zeros({c}, dt), db = zeros({c}, dt);
+        return Call(
+            [=](Backend& b) mutable { b.layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db); });
+      });
+      add([=] {
+        Tensor logits = randn({r, c}, dt), targets = zeros({r}, DType::I64);
+        Tensor losses = zeros({r}), lse = zeros({r});
+        return Call(
+            [=](Backend& b) mutable { b.cross_entropy(logits, targets, -100, losses, lse); });
+      });
+      add([=] {
+        Tensor logits = randn({r, c}, dt), targets = zeros({r}, DType::I64);
+        Tensor lse = full({r}, 6.0), dlosses = full({r}, 1.0), dlogits = zeros({r, c}, dt);
+        return Call([=](Backend& b) mutable {
+          b.cross_entropy_backward(logits, targets, lse, dlosses, -100, dlogits);
+        });
+      });
+      add([=] {
+        Tensor w = randn({c, c}, dt), ids = zeros({r}, DType::I64), out = zeros({r, c}, dt);
+        return Call([=](Backend& b) mutable { b.embedding(w, ids, out); });
+      });
+      add([=] {
+        Tensor dout = randn({r, c}, dt), ids = zeros({r}, DType::I64), dw = zeros({c, c}, dt);
+        return Call([=](Backend& b) mutable { b.embedding_backward(dout, ids, dw); });
+      });
+      // A mixed-precision step casts its f32 master weights to bf16 and its bf16 weight
+      // gradients back (a probe per direction, keyed by the source's dtype).
+      add([=] {
+        Tensor src = randn({r, c}, dt), dst = zeros({r, c}, other);
+        return Call([=](Backend& b) mutable { b.convert(src, dst); });
+      });
+      if (dt == DType::F32)  // the optimizer keeps f32 state whatever the compute dtype
+        add([=] {
+          Tensor p = randn({r * c}), g = randn({r * c}), m = zeros({r * c}), v = zeros({r * c});
+          return Call([=](Backend& b) mutable { b.adamw(p, g, m, v, kernels::AdamWParams{}); });
+        });
+    }
+    // Causal attention of 4 heads of width 32: FLOP-bound, so its curve is indexed by FLOPs
+    // where the others' are by bytes. Batches of sequences as training calls it (a micro-batch
+    // of short sequences costs more per FLOP than one long sequence of the same FLOPs, the
+    // kernel's tiles being smaller), the FLOPs growing from point to point.
+    using BatchSeq = std::pair<int64_t, int64_t>;
+    for (const BatchSeq bt : quick ? std::vector<BatchSeq>{{8, 16}, {8, 64}, {4, 256}, {1, 1024}}
+                                   : std::vector<BatchSeq>{
+                                         {8, 8}, {8, 32}, {8, 128}, {4, 512}, {1, 2048}}) {
+      const int64_t n = bt.first, t = bt.second;
+      kernels::AttentionDesc d{n, t, t, 4, 4, 32, true, 1.0 / std::sqrt(32.0), 0};
+      const Shape s{n, t, 4, 32};
+      add([=] {
+        Tensor q = randn(s, dt), k = randn(s, dt), v = randn(s, dt);
+        Tensor out = zeros(s, dt), lse = zeros({n, 4, t});
+        return Call([=](Backend& b) mutable { b.attention(d, q, k, v, Tensor(), out, lse); });
+      });
+      add([=] {
+        Tensor q = randn(s, dt), k = randn(s, dt), v = randn(s, dt);
+        Tensor out = zeros(s, dt), lse = zeros({n, 4, t}), dout = randn(s, dt);
+        Tensor dq = zeros(s, dt), dk = zeros(s, dt), dv = zeros(s, dt);
+        return Call([=](Backend& b) mutable {
+          b.attention_backward(d, q, k, v, Tensor(), out, lse, dout, dq, dk, dv);
+        });
+      });
+    }
   }
   std::vector<KernelPoint> out;
   calibration::CacheEviction cache;
-  for (const Probe& p : probes) {
-    out.push_back(measure(p, budget, agree, cache));
+  for (const Probed& p : probes) {
+    out.push_back(measure(p.probe, budget, agree, cache));
+    out.back().dtype = p.dtype == DType::BF16 ? "bf16" : "f32";
     if (say) say(out.back());
   }
   return out;

@@ -42,7 +42,7 @@ double Cluster::peak_flops(std::string_view dtype) const {
 }
 
 double Cluster::gemm_efficiency(std::string_view dtype, int64_t m, int64_t n, int64_t k,
-                                std::string_view layout) const {
+                                std::string_view layout, bool warm) const {
   const double peak = peak_flops(dtype);
   auto has_layout = [&](std::string_view l) {
     return std::any_of(gemm.begin(), gemm.end(),
@@ -50,13 +50,16 @@ double Cluster::gemm_efficiency(std::string_view dtype, int64_t m, int64_t n, in
   };
   const std::string_view use = has_layout(layout) ? layout : std::string_view("nn");
   std::vector<const GemmPoint*> points;
-  std::vector<GemmSample> samples;
   for (const GemmPoint& p : gemm)
-    if (p.dtype == dtype && p.layout == use) {
-      points.push_back(&p);
-      samples.push_back({double(p.m), double(p.n), double(p.k), p.flops});
-    }
+    if (p.dtype == dtype && p.layout == use) points.push_back(&p);
   if (points.empty()) return 1.0;
+  // One table or the other, never a mix: a warm grid with holes would interpolate across both.
+  warm = warm && std::all_of(points.begin(), points.end(),
+                             [](const GemmPoint* p) { return p->warm_flops > 0; });
+  auto rate = [&](const GemmPoint* p) { return warm ? p->warm_flops : p->flops; };
+  std::vector<GemmSample> samples;
+  for (const GemmPoint* p : points)
+    samples.push_back({double(p->m), double(p->n), double(p->k), rate(p)});
   if (const auto rate =
           gemm_rate_on_grid(samples, double(std::max<int64_t>(m, 1)),
                             double(std::max<int64_t>(n, 1)), double(std::max<int64_t>(k, 1))))
@@ -69,7 +72,7 @@ double Cluster::gemm_efficiency(std::string_view dtype, int64_t m, int64_t n, in
         std::abs(lg(p->m) - lg(m)) + std::abs(lg(p->n) - lg(n)) + std::abs(lg(p->k) - lg(k));
     if (d < best_d) best_d = d, best = p;
   }
-  return std::min(1.0, best->flops / peak);
+  return std::min(1.0, rate(best) / peak);
 }
 
 std::vector<KernelPoint> Cluster::kernel_points(std::string_view kernel) const {
@@ -149,6 +152,8 @@ std::string Cluster::to_toml() const {
         << "  # s per byte an op writes, outside its kernel\n";
   if (device.cpu_share < 1)
     out << "cpu_share = " << num(device.cpu_share) << "  # of the wall clock, under load\n";
+  if (device.cache_bytes > 0)
+    out << "cache_bytes = " << device.cache_bytes << "  # private caches of a rank's cores\n";
   out << "\n";
   out << "[device.peak_flops]  # dense FLOP/s\n";
   for (size_t i = 0; i < std::size(kPeakDtypes); ++i)
@@ -169,10 +174,13 @@ std::string Cluster::to_toml() const {
   for (const GemmPoint& p : gemm)
     out << "\n[[gemm]]\ndtype = " << quoted(p.dtype) << "\nm = " << p.m << "\nn = " << p.n
         << "\nk = " << p.k << "\nflops = " << num(p.flops) << "\n"
-        << (p.layout == "nn" ? std::string() : "layout = " + quoted(p.layout) + "\n");
+        << (p.layout == "nn" ? std::string() : "layout = " + quoted(p.layout) + "\n")
+        << (p.warm_flops > 0 ? "warm_flops = " + num(p.warm_flops) + "\n" : std::string());
   for (const KernelPoint& p : kernels)
     out << "\n[[kernel]]\nname = " << quoted(p.kernel) << "\nbytes = " << num(p.bytes)
-        << "\nflops = " << num(p.flops) << "\nseconds = " << num(p.seconds) << "\n";
+        << "\nflops = " << num(p.flops) << "\nseconds = " << num(p.seconds) << "\n"
+        << (p.warm_seconds > 0 ? "warm_seconds = " + num(p.warm_seconds) + "\n" : std::string())
+        << (p.dtype == "f32" ? std::string() : "dtype = " + quoted(p.dtype) + "\n");
   for (const CollectiveFit& f : collectives)
     out << "\n[[collective]]  # t = alpha + beta * bytes\nop = " << quoted(f.op)
         << "\nranks = " << f.ranks << "\nalpha = " << num(f.alpha) << "\nbeta = " << num(f.beta)

@@ -35,6 +35,11 @@ struct DeviceSpec {
   // (CPU seconds over wall seconds), in (0, 1]; 1 when not given. Below 1 the machine had more
   // runnable work than cores, and a step is predicted that much slower (StepTime::load_seconds).
   double cpu_share = 1;
+  // Bytes of the caches private to the cores a rank's kernels run on (L1 data + L2 of each of its
+  // threads), as calibration read them; 0 = not given. With it and the warm figures below, an
+  // op whose operands the step touched recently enough to still be there runs at the warm rate
+  // (plan/compute_cost.h, cache_hit_fractions).
+  int64_t cache_bytes = 0;
 };
 
 // One level of the interconnect, per device and per direction: `bandwidth` bytes/s each device
@@ -58,18 +63,24 @@ struct GemmPoint {
   int64_t m = 0, n = 0, k = 0;
   double flops = 0;
   std::string layout = "nn";
+  // The same product with its operands already in the private caches (the call repeated on the
+  // same tensors); 0 = not measured. `flops` is measured with them evicted before every call.
+  double warm_flops = 0;
 };
 inline constexpr std::string_view kGemmLayouts[] = {"nn", "nt", "tn", "tt"};
 
 // One measured call of a kernel other than GEMM (`kernel` as the trace names it: "binary",
 // "layer_norm_backward", ...): `seconds` for a call that reads and writes `bytes` and performs
-// `flops` as the meta backend counts them (kernels/meta). The points of one kernel form its
-// curve from the roofline's time to the measured time (plan/kernel_curve.h).
+// `flops` as the meta backend counts them (kernels/meta), its first input in `dtype`. The points
+// of one kernel and dtype form its curve from the roofline's time to the measured time
+// (plan/kernel_curve.h); a dtype with no points of its own uses the f32 curve.
 struct KernelPoint {
   std::string kernel;
   double bytes = 0;
   double flops = 0;  // may be 0 (copies)
-  double seconds = 0;
+  double seconds = 0;       // operands evicted from the private caches before every call
+  double warm_seconds = 0;  // operands in them (the call repeated); 0 = not measured
+  std::string dtype = "f32";  // "f32", "bf16" or "f16": the call's first input
 };
 
 // A measured fit of one collective, t = alpha + beta * bytes (bytes as nccl-tests counts them),
@@ -113,9 +124,11 @@ class Cluster {
   // Fraction of the dtype's peak that a GEMM of this shape and layout reaches, from the measured
   // points of that dtype and layout ("nn" ones when the layout has none): interpolated in
   // log(m), log(n), log(k) when the points form a full grid (gemm_rate_on_grid), else the point
-  // nearest in those coordinates; 1 when the table has none for the dtype.
+  // nearest in those coordinates; 1 when the table has none for the dtype. `warm`: the rates
+  // measured with the operands in cache, where every point of that table has one (else the
+  // evicted rates).
   double gemm_efficiency(std::string_view dtype, int64_t m, int64_t n, int64_t k,
-                         std::string_view layout = "nn") const;
+                         std::string_view layout = "nn", bool warm = false) const;
   // The measured points of one kernel, in the file's order (empty when not calibrated).
   std::vector<KernelPoint> kernel_points(std::string_view kernel) const;
   // The measured fit of `op` over `ranks` ranks, or null.

@@ -186,6 +186,8 @@ Cluster Cluster::parse(const std::string& toml_text, const std::string& source) 
     TESSEL_CHECK(c.device.cpu_share <= 1, d.at(*node), ": device.cpu_share: expected a number in ",
                  "(0, 1] (share of the wall clock), got ", c.device.cpu_share);
   }
+  if (d.find("cache_bytes"))
+    c.device.cache_bytes = d.count("cache_bytes", "bytes of the caches private to a rank's cores");
   const toml::table* peaks = d.table("peak_flops", "FLOP/s per dtype");
   TESSEL_CHECK(peaks, source, ": missing table [device.peak_flops] (dense FLOP/s per dtype: ",
                "f32 required; tf32, bf16, f16, int8 optional)");
@@ -238,6 +240,8 @@ Cluster Cluster::parse(const std::string& toml_text, const std::string& source) 
         pt.n = g.count("n", "columns of the product");
         pt.k = g.count("k", "inner dimension");
         pt.flops = g.positive("flops", "FLOP/s measured");
+        if (const toml::node* node = g.find("warm_flops"))
+          pt.warm_flops = g.positive(*node, "warm_flops", "FLOP/s measured with operands in cache");
         if (g.find("layout")) {
           pt.layout = g.string("layout", "nn, nt, tn or tt");
           TESSEL_CHECK(std::find(std::begin(kGemmLayouts), std::end(kGemmLayouts),
@@ -260,6 +264,15 @@ Cluster Cluster::parse(const std::string& toml_text, const std::string& source) 
         TESSEL_CHECK(std::isfinite(pt.flops) && pt.flops >= 0, r.at(f), ": ", path,
                      ".flops: expected a number >= 0 (FLOPs of the call), got ", describe(f));
         pt.seconds = r.positive("seconds", "seconds per call measured");
+        if (const toml::node* node = r.find("warm_seconds"))
+          pt.warm_seconds =
+              r.positive(*node, "warm_seconds", "seconds per call with operands in cache");
+        if (r.find("dtype")) {
+          pt.dtype = r.string("dtype", "f32, bf16 or f16: the call's first input");
+          TESSEL_CHECK(pt.dtype == "f32" || pt.dtype == "bf16" || pt.dtype == "f16",
+                       r.at(r.require("dtype", "")), ": ", path,
+                       ".dtype: expected f32, bf16 or f16, got \"", pt.dtype, "\"");
+        }
         r.finish();
         c.kernels.push_back(pt);
       });

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 #include "tessel/core/error.h"
 #include "tessel/plan/kernel_curve.h"
@@ -38,43 +39,78 @@ double roofline_index(const Cluster& cluster, double flops, double bytes) {
 
 namespace {
 
-// The kernel's measured time at `index` (roofline seconds), or -1 when it was not calibrated.
-double measured_kernel_seconds(const Cluster& cluster, std::string_view kernel, double index) {
+// The kernel's measured time at `index` (roofline seconds) for a call whose first input is in
+// `dtype`, or -1 when it was not calibrated. The dtype's own points when calibration measured
+// any, else the f32 ones. `warm`: the curve of the in-cache times, when every point of it has
+// one (else the evicted curve).
+double measured_kernel_seconds(const Cluster& cluster, std::string_view kernel,
+                               std::string_view dtype, double index, bool warm = false) {
+  const bool own = std::any_of(cluster.kernels.begin(), cluster.kernels.end(),
+                               [&](const KernelPoint& p) {
+                                 return p.kernel == kernel && p.dtype == dtype;
+                               });
+  const std::string_view use = own ? dtype : std::string_view("f32");
   std::vector<std::pair<double, double>> curve;
   for (const KernelPoint& p : cluster.kernels)
-    if (p.kernel == kernel)
-      curve.emplace_back(roofline_index(cluster, p.flops, p.bytes), p.seconds);
+    if (p.kernel == kernel && p.dtype == use) {
+      if (warm && p.warm_seconds <= 0)
+        return measured_kernel_seconds(cluster, kernel, dtype, index);
+      curve.emplace_back(roofline_index(cluster, p.flops, p.bytes),
+                         warm ? p.warm_seconds : p.seconds);
+    }
   if (curve.empty() || index <= 0) return -1;
   return curve_at(std::move(curve), index);
 }
 
+// The name of the dtype of an op's first input, which selects its kernel curve.
+std::string_view input_dtype(const OpNode& op) {
+  if (op.inputs.empty()) return "f32";
+  const DType d = op.inputs.front().dtype;
+  return d == DType::BF16 ? "bf16" : d == DType::F16 ? "f16" : "f32";
+}
+
 }  // namespace
 
-OpTime op_time(const Cluster& cluster, const OpNode& op) {
+OpTime op_time(const Cluster& cluster, const OpNode& op, double cache_hit) {
   OpTime t;
+  t.cache_hit = std::clamp(cache_hit, 0.0, 1.0);
   const std::string dtype = peak_dtype(cluster, op);
-  double peak = cluster.peak_flops(dtype);
+  const double peak = cluster.peak_flops(dtype);
   const bool gemm = op.kernel == "gemm" && op.cost.matmul_flops > 0;
-  if (gemm) {
-    const GemmShape g = gemm_shape(op);
-    const bool known = std::find(std::begin(kGemmLayouts), std::end(kGemmLayouts),
-                                 std::string_view(op.detail)) != std::end(kGemmLayouts);
-    // A batched product runs as b products of its own shape; the table has the plain ones.
-    t.efficiency = cluster.gemm_efficiency(dtype, g.m, g.n, std::max<int64_t>(g.k, 1),
-                                           known ? std::string_view(op.detail) : "nn");
-    peak *= t.efficiency;
-  }
   const double bytes = op.cost.bytes_read + op.cost.bytes_written;
-  t.compute_seconds = op.cost.flops / peak;
   t.memory_seconds = bytes / cluster.device.memory_bandwidth;
-  t.kernel_seconds = std::max(t.compute_seconds, t.memory_seconds);
-  if (!gemm) {
-    const double measured =
-        measured_kernel_seconds(cluster, op.kernel, roofline_index(cluster, op.cost.flops, bytes));
-    if (measured >= 0) {
-      t.kernel_seconds = measured;
-      t.calibrated = true;
+  // The kernel's time with its operands evicted (warm = false) or in cache.
+  auto kernel_time = [&](bool warm, OpTime& into) {
+    double rate = peak;
+    if (gemm) {
+      const GemmShape g = gemm_shape(op);
+      const bool known = std::find(std::begin(kGemmLayouts), std::end(kGemmLayouts),
+                                   std::string_view(op.detail)) != std::end(kGemmLayouts);
+      // A batched product runs as b products of its own shape; the table has the plain ones.
+      into.efficiency = cluster.gemm_efficiency(dtype, g.m, g.n, std::max<int64_t>(g.k, 1),
+                                                known ? std::string_view(op.detail) : "nn", warm);
+      rate *= into.efficiency;
     }
+    into.compute_seconds = op.cost.flops / rate;
+    double seconds = std::max(into.compute_seconds, t.memory_seconds);
+    if (!gemm) {
+      const double measured =
+          measured_kernel_seconds(cluster, op.kernel, input_dtype(op),
+                                  roofline_index(cluster, op.cost.flops, bytes), warm);
+      if (measured >= 0) {
+        seconds = measured;
+        into.calibrated = true;
+      }
+    }
+    return seconds;
+  };
+  t.kernel_seconds = kernel_time(false, t);
+  if (t.cache_hit > 0) {
+    OpTime warm;
+    const double warm_seconds = kernel_time(true, warm);
+    t.kernel_seconds += t.cache_hit * (warm_seconds - t.kernel_seconds);
+    t.compute_seconds += t.cache_hit * (warm.compute_seconds - t.compute_seconds);
+    t.efficiency += t.cache_hit * (warm.efficiency - t.efficiency);
   }
   // Outside the kernel: a fixed cost per op and the part that grows with what it writes (its
   // output allocated and first touched, the host-side copies).
@@ -84,10 +120,42 @@ OpTime op_time(const Cluster& cluster, const OpNode& op) {
   return t;
 }
 
+std::vector<double> cache_hit_fractions(const std::vector<OpNode>& ops, double cache_bytes) {
+  std::vector<double> hits(ops.size(), 0.0);
+  if (cache_bytes <= 0) return hits;
+  // Bytes touched so far, and for each storage the count right after its last touch: the bytes
+  // touched since then are the difference (an upper bound on the LRU stack distance: a tensor
+  // touched twice in between counts twice).
+  double touched = 0;
+  std::unordered_map<const void*, double> last;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const OpNode& op = ops[i];
+    double read = 0, found = 0;
+    for (const kernels::TensorDesc& in : op.inputs) {
+      const double b = in.bytes();
+      read += b;
+      if (!in.storage) continue;
+      const auto it = last.find(in.storage);
+      if (it != last.end() && touched - it->second + b <= cache_bytes) found += b;
+    }
+    hits[i] = read > 0 ? found / read : 0.0;
+    for (const kernels::TensorDesc& in : op.inputs) touched += in.bytes();
+    for (const kernels::TensorDesc& out : op.outputs) touched += out.bytes();
+    for (const kernels::TensorDesc& in : op.inputs)
+      if (in.storage) last[in.storage] = touched;
+    for (const kernels::TensorDesc& out : op.outputs)
+      if (out.storage) last[out.storage] = touched;
+  }
+  return hits;
+}
+
 ComputeTime graph_compute_time(const Cluster& cluster, const Graph& graph) {
   ComputeTime c;
-  for (const OpNode& op : graph.ops) {
-    const OpTime t = op_time(cluster, op);
+  const std::vector<double> hits =
+      cache_hit_fractions(graph.ops, double(cluster.device.cache_bytes));
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    const OpNode& op = graph.ops[i];
+    const OpTime t = op_time(cluster, op, hits[i]);
     c.seconds[size_t(op.phase)] += t.seconds;
     c.overhead_seconds += t.overhead_seconds;
     (op.kernel == "gemm" ? c.gemm_seconds : c.other_seconds) += t.seconds;
@@ -100,7 +168,7 @@ double adamw_seconds(const Cluster& cluster, double elements, double tensors) {
   const double flops = 12 * elements, bytes = 28 * elements;
   if (tensors >= 1 && elements > 0) {
     const double each = measured_kernel_seconds(
-        cluster, "adamw", roofline_index(cluster, flops / tensors, bytes / tensors));
+        cluster, "adamw", "f32", roofline_index(cluster, flops / tensors, bytes / tensors));
     if (each >= 0) return tensors * (each + cluster.device.op_overhead);
   }
   return std::max(flops / cluster.peak_flops("f32"), bytes / cluster.device.memory_bandwidth);

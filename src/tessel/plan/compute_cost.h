@@ -6,7 +6,11 @@
 // fraction of it; a kernel that calibration measured is read off its measured curve at its
 // roofline time (plan/kernel_curve.h), any other at the roofline; every op adds the calibrated
 // cost of an op outside its kernel (device.op_overhead, and op_overhead_per_byte for each byte it
-// writes). Summed over a traced step (plan/trace.h)
+// writes). Where calibration also measured each kernel with its operands in the private caches
+// (warm) and the description gives those caches' size, an op's kernel time moves from the evicted
+// figure towards the warm one by the share of the bytes it reads that the step touched recently
+// enough to still be cached: their reuse distance (Mattson et al. 1970's stack distance, counted
+// in bytes over the traced op order) at most the cache. Summed over a traced step (plan/trace.h)
 // per phase. docs/PLANNER.md, "Step time".
 #pragma once
 
@@ -14,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "tessel/plan/cluster.h"
 #include "tessel/plan/graph.h"
@@ -28,6 +33,7 @@ struct OpTime {
   double overhead_seconds = 0;  // device.op_overhead + op_overhead_per_byte × bytes written
   double efficiency = 1;        // the GEMM efficiency applied (1 for other kernels)
   bool calibrated = false;      // read off the kernel's measured curve
+  double cache_hit = 0;         // share of the bytes read found in the private caches
 };
 
 // The roofline time that indexes a kernel's measured curve: max(FLOPs / f32 peak, bytes /
@@ -45,7 +51,17 @@ GemmShape gemm_shape(const OpNode& op);
 // 16-bit dtype the cluster gives no peak for runs at the f32 peak (the CPU backend widens it).
 std::string peak_dtype(const Cluster& cluster, const OpNode& op);
 
-OpTime op_time(const Cluster& cluster, const OpNode& op);
+// `cache_hit`: the share of the bytes the op reads that are still in the private caches
+// (cache_hit_fractions); the kernel's time is the evicted figure moved that far towards the warm
+// one, where calibration measured both.
+OpTime op_time(const Cluster& cluster, const OpNode& op, double cache_hit = 0);
+
+// Per op of `ops` (in the order they run), the share of its input bytes whose reuse distance —
+// the bytes of inputs and outputs the ops touched since the op that last read or wrote the same
+// storage — plus the input's own bytes is at most `cache_bytes`: an LRU cache of that size
+// still holds them. Parameters and other leaves count from their first touch; a tensor never
+// touched before in the list misses. All zeros when `cache_bytes` <= 0.
+std::vector<double> cache_hit_fractions(const std::vector<OpNode>& ops, double cache_bytes);
 
 struct ComputeTime {
   std::array<double, kNumPhases> seconds{};    // by Phase

@@ -237,7 +237,10 @@ std::vector<LayerCost> traced_layer_costs(const Cluster& cluster, const Graph& g
   // 0), after them the head; the backward meets them in the opposite order.
   std::vector<int64_t> module_layer = unit_layer;
   bool seen[kNumPhases] = {false, false, false};
-  for (const OpNode& op : graph.ops) {
+  const std::vector<double> hits =
+      cache_hit_fractions(graph.ops, double(cluster.device.cache_bytes));
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    const OpNode& op = graph.ops[i];
     const int64_t unit = op.module >= 0 ? unit_layer[size_t(op.module)] : -1;
     const size_t phase = size_t(op.phase);
     int64_t layer = unit;
@@ -251,7 +254,7 @@ std::vector<LayerCost> traced_layer_costs(const Cluster& cluster, const Graph& g
       if (op.phase == Phase::Forward && op.module >= 0 && module_layer[size_t(op.module)] < 0)
         module_layer[size_t(op.module)] = layer;
     }
-    layers[size_t(layer)].seconds += op_time(cluster, op).seconds;
+    layers[size_t(layer)].seconds += op_time(cluster, op, hits[i]).seconds;
   }
   for (size_t m = 0; m < graph.saved_bytes_by_module.size() && m < module_layer.size(); ++m)
     layers[size_t(module_layer[m] >= 0 ? module_layer[m] : n + 1)].activation_bytes +=

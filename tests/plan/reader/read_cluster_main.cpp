@@ -36,7 +36,18 @@ int main(int argc, char** argv) {
     std::cout << "], \"kernel_points\": " << c.kernels.size() << ", \"kernels\": [";
     for (auto it = kernels.begin(); it != kernels.end(); ++it)
       std::cout << (it == kernels.begin() ? "" : ", ") << "\"" << *it << "\"";
-    std::cout << "]";
+    std::cout << "], \"kernel_dtypes\": [";
+    std::set<std::string> dtypes;
+    for (const auto& k : c.kernels) dtypes.insert(k.dtype);
+    for (auto it = dtypes.begin(); it != dtypes.end(); ++it)
+      std::cout << (it == dtypes.begin() ? "" : ", ") << "\"" << *it << "\"";
+    std::cout << "], \"kernel_points_warm\": "
+              << std::count_if(c.kernels.begin(), c.kernels.end(),
+                               [](const auto& k) { return k.warm_seconds > 0; })
+              << ", \"gemm_warm\": "
+              << std::count_if(c.gemm.begin(), c.gemm.end(),
+                               [](const auto& g) { return g.warm_flops > 0; })
+              << ", \"cache_bytes\": " << c.device.cache_bytes;
     if (c.intra_node)
       std::cout << ", \"intra_bandwidth\": " << c.intra_node->bandwidth
                 << ", \"intra_latency\": " << c.intra_node->latency;
