@@ -78,6 +78,13 @@ TEST(Bf16Gemm, NativeWhereTheCpuHasBf16Arithmetic) {
   }
   onednn::set_bf16_gemm(onednn::Bf16Gemm::Widen);
   EXPECT_FALSE(onednn::bf16_gemm_native());
+  // Auto: every product on AMX tiles, only products of few rows on AVX-512-BF16's vectors.
+  onednn::set_bf16_gemm(onednn::Bf16Gemm::Auto);
+  const int64_t few = onednn::kBf16VectorNativeMaxRows - 1;
+  const int64_t many = onednn::kBf16VectorNativeMaxRows;
+  EXPECT_EQ(onednn::bf16_gemm_native(few), s.native);
+  EXPECT_EQ(onednn::bf16_gemm_native(many), s.native && s.tiles);
+  if (!f.amx_bf16) EXPECT_FALSE(s.tiles) << s.implementation;
 }
 
 TEST(Bf16Gemm, BothPathsMatchTheFp64Product) {

@@ -131,7 +131,7 @@ void CpuBackend::gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, Tenso
   if (d.batch == 0 || d.m == 0 || d.n == 0) return;
   if (dt != DType::F64 && batch_invariant() && cpu::invariant_gemm_fits(d))
     return cpu::invariant_gemm(d, a, b, c);
-  if (dt == DType::BF16 && d.k > 0 && onednn::bf16_gemm_native())
+  if (dt == DType::BF16 && d.k > 0 && onednn::bf16_gemm_native(d.m))
     return onednn::gemm_bf16(d, static_cast<const uint16_t*>(a.data_ptr()),
                              static_cast<const uint16_t*>(b.data_ptr()),
                              static_cast<uint16_t*>(c.data_ptr()));

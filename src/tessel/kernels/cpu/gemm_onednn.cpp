@@ -224,6 +224,7 @@ Bf16Support probe_bf16() {
     const std::shared_ptr<Entry> e = create_exact(d, DataType::bf16);
     s.implementation = e->pd.impl_info_str();
     s.native = s.implementation.find("ref") == std::string::npos;
+    s.tiles = s.native && s.implementation.find("amx") != std::string::npos;
   } catch (const dnnl::error& err) {
     s.implementation = std::string("none (") + err.what() + ")";
   }
@@ -264,7 +265,7 @@ void set_bf16_gemm(Bf16Gemm m) {
   mode() = m;
 }
 
-bool bf16_gemm_native() {
+bool bf16_gemm_native(int64_t rows) {
   switch (mode().load()) {
     case Bf16Gemm::Widen:
       return false;
@@ -276,7 +277,8 @@ bool bf16_gemm_native() {
     case Bf16Gemm::Auto:
       break;
   }
-  return bf16_support().native;
+  const Bf16Support& s = bf16_support();
+  return s.native && (s.tiles || rows < kBf16VectorNativeMaxRows);
 }
 
 void gemm_bf16(const GemmDesc& d, const uint16_t* a, const uint16_t* b, uint16_t* c) {
