@@ -177,10 +177,10 @@ TEST(Cluster, CalibrationKeysAreOptionalAndChecked) {
   e = error_of(replaced(calibrated, "bytes = 4096\n", ""));
   EXPECT_NE(e.find("missing key 'kernel[0].bytes'"), std::string::npos) << e;
   // The in-cache figures and the cache size: optional, read, written back, checked.
-  const std::string warm =
-      replaced(replaced(replaced(calibrated, "seconds = 3.5e-6", "seconds = 3.5e-6\nwarm_seconds = 2e-6"),
-                        "layout = \"tn\"\n", "layout = \"tn\"\nwarm_flops = 2.5e12\n"),
-               "cpu_share = 0.5\n", "cpu_share = 0.5\ncache_bytes = 2097152\n");
+  const std::string warm = replaced(
+      replaced(replaced(calibrated, "seconds = 3.5e-6", "seconds = 3.5e-6\nwarm_seconds = 2e-6"),
+               "layout = \"tn\"\n", "layout = \"tn\"\nwarm_flops = 2.5e12\n"),
+      "cpu_share = 0.5\n", "cpu_share = 0.5\ncache_bytes = 2097152\n");
   const Cluster w = Cluster::parse(Cluster::parse(warm, "node.toml").to_toml(), "written.toml");
   EXPECT_EQ(w.device.cache_bytes, 2097152);
   EXPECT_EQ(w.gemm[1].warm_flops, 2.5e12);

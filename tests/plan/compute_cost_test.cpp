@@ -303,8 +303,10 @@ TEST(ComputeCost, WarmFiguresApplyByTheCacheHitShare) {
 // points, a dtype without points of its own (f16 here) the f32 ones; the key survives the file.
 TEST(ComputeCost, KernelCurvesByDtype) {
   Cluster c = toy_cluster();
-  c.kernels = {{"unary", 1e3, 0, 2e-6, 0, "f32"}, {"unary", 1e5, 0, 2e-5, 0, "f32"},
-               {"unary", 5e2, 0, 3e-6, 0, "bf16"}, {"unary", 5e4, 0, 3e-5, 0, "bf16"}};
+  c.kernels = {{"unary", 1e3, 0, 2e-6, 0, "f32"},
+               {"unary", 1e5, 0, 2e-5, 0, "f32"},
+               {"unary", 5e2, 0, 3e-6, 0, "bf16"},
+               {"unary", 5e4, 0, 3e-5, 0, "bf16"}};
   c = Cluster::parse(c.to_toml(), "toy with bf16 curves");
   ASSERT_EQ(c.kernels.size(), 4u);
   EXPECT_EQ(c.kernels[0].dtype, "f32");

@@ -256,11 +256,12 @@ std::string kernel_set_summary() {
   if (!note.empty()) out += " (" + note + ")";
   // oneDNN chooses its own instructions: whether bf16 products are native is its answer.
   const onednn::Bf16Support& bf16 = onednn::bf16_support();
-  out += std::string("; bf16 gemm: ") +
-         (!bf16.native ? std::string("widened to f32")
-          : bf16.tiles ? "native (oneDNN " + bf16.implementation + ")"
-                       : "native below " + std::to_string(onednn::kBf16VectorNativeMaxRows) +
-                             " rows (oneDNN " + bf16.implementation + "), widened to f32 from there");
+  out +=
+      std::string("; bf16 gemm: ") +
+      (!bf16.native ? std::string("widened to f32")
+       : bf16.tiles ? "native (oneDNN " + bf16.implementation + ")"
+                    : "native below " + std::to_string(onednn::kBf16VectorNativeMaxRows) +
+                          " rows (oneDNN " + bf16.implementation + "), widened to f32 from there");
   // The quantized types' AMX-INT8 tiles run from the avx512 set only (quant_amx.h).
   out += std::string("; ") + kQuantAmxLabel + ": " +
          (c.set == KernelSet::Avx512

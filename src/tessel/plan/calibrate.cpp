@@ -309,9 +309,8 @@ Cluster calibrate(dist::Communicator& world, const CalibrateOptions& options) {
   // The other kernels of a step, then what an op costs outside its kernel.
   c.kernels = measure_kernels(quick, budget, agree, [&](const KernelPoint& p) {
     say("  kernel " + p.kernel + " " + p.dtype + " " + format(p.bytes, 8) + " B " +
-        format(p.flops, 8) +
-        " FLOP: " + format(p.seconds * 1e6) + " us (in cache " + format(p.warm_seconds * 1e6) +
-        ")");
+        format(p.flops, 8) + " FLOP: " + format(p.seconds * 1e6) + " us (in cache " +
+        format(p.warm_seconds * 1e6) + ")");
   });
   // What the kernels' operands were evicted from: each pool thread's L1 data and L2.
   c.device.cache_bytes = calibration::private_cache_bytes() * std::max(1, num_threads());

@@ -54,6 +54,22 @@ Counted count(const Probe& probe) {
   return c;
 }
 
+// The slowest rank's median seconds of `fn` with its operands evicted from the private caches
+// before every repetition, then in them (the call repeated on the same operands; half the budget,
+// as nothing is evicted between those repetitions and they vary less).
+struct EvictedAndWarm {
+  double evicted = 0, warm = 0;
+};
+EvictedAndWarm time_both(const std::function<void()>& fn, double budget, const Agreement& agree,
+                         calibration::CacheEviction& cache) {
+  EvictedAndWarm t;
+  agree.before();
+  t.evicted = agree.slowest(calibration::median_time(fn, budget, [&] { cache.evict(); }));
+  agree.before();
+  t.warm = agree.slowest(calibration::median_time(fn, budget / 2));
+  return t;
+}
+
 KernelPoint measure(const Probe& probe, double budget, const Agreement& agree,
                     calibration::CacheEviction& cache) {
   const Counted c = count(probe);
@@ -61,13 +77,8 @@ KernelPoint measure(const Probe& probe, double budget, const Agreement& agree,
                "nothing on meta");
   const Call call = probe();
   Backend& cpu = kernels::cpu_backend();
-  agree.before();
-  const double local = calibration::median_time([&] { call(cpu); }, budget, [&] { cache.evict(); });
-  const double evicted = agree.slowest(local);
-  // In cache the repetitions vary less (nothing is evicted between them): half the budget.
-  agree.before();
-  const double warm = agree.slowest(calibration::median_time([&] { call(cpu); }, budget / 2));
-  return KernelPoint{c.kernel, c.bytes, c.flops, evicted, warm};
+  const EvictedAndWarm t = time_both([&] { call(cpu); }, budget, agree, cache);
+  return KernelPoint{c.kernel, c.bytes, c.flops, t.evicted, t.warm};
 }
 
 constexpr int64_t kWidth = 256;  // features per row of the element-wise probes
@@ -96,15 +107,10 @@ std::vector<GemmPoint> measure_gemm_grid(DType dtype, bool quick, double budget,
           Tensor c = zeros({m, n}, dtype);
           const kernels::GemmDesc desc = kernels::dense_gemm_desc(1, m, n, k, ta, tb);
           Backend& cpu = kernels::cpu_backend();
-          agree.before();
-          const double t = calibration::median_time([&] { cpu.gemm(desc, a, b, c); }, budget,
-                                                    [&] { cache.evict(); });
-          const double evicted = agree.slowest(t);
-          agree.before();
-          const double warm = agree.slowest(
-              calibration::median_time([&] { cpu.gemm(desc, a, b, c); }, budget / 2));
+          const EvictedAndWarm t =
+              time_both([&] { cpu.gemm(desc, a, b, c); }, budget, agree, cache);
           const double flop = 2.0 * double(m) * double(n) * double(k);
-          GemmPoint p{name, m, n, k, flop / evicted, layout, flop / warm};
+          GemmPoint p{name, m, n, k, flop / t.evicted, layout, flop / t.warm};
           if (say) say(p);
           out.push_back(p);
         }
@@ -208,9 +214,9 @@ std::vector<KernelPoint> measure_kernels(bool quick, double budget, const Agreem
     // of short sequences costs more per FLOP than one long sequence of the same FLOPs, the
     // kernel's tiles being smaller), the FLOPs growing from point to point.
     using BatchSeq = std::pair<int64_t, int64_t>;
-    for (const BatchSeq bt : quick ? std::vector<BatchSeq>{{8, 16}, {8, 64}, {4, 256}, {1, 1024}}
-                                   : std::vector<BatchSeq>{
-                                         {8, 8}, {8, 32}, {8, 128}, {4, 512}, {1, 2048}}) {
+    for (const BatchSeq bt :
+         quick ? std::vector<BatchSeq>{{8, 16}, {8, 64}, {4, 256}, {1, 1024}}
+               : std::vector<BatchSeq>{{8, 8}, {8, 32}, {8, 128}, {4, 512}, {1, 2048}}) {
       const int64_t n = bt.first, t = bt.second;
       kernels::AttentionDesc d{n, t, t, 4, 4, 32, true, 1.0 / std::sqrt(32.0), 0};
       const Shape s{n, t, 4, 32};

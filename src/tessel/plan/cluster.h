@@ -77,9 +77,9 @@ inline constexpr std::string_view kGemmLayouts[] = {"nn", "nt", "tn", "tt"};
 struct KernelPoint {
   std::string kernel;
   double bytes = 0;
-  double flops = 0;  // may be 0 (copies)
-  double seconds = 0;       // operands evicted from the private caches before every call
-  double warm_seconds = 0;  // operands in them (the call repeated); 0 = not measured
+  double flops = 0;           // may be 0 (copies)
+  double seconds = 0;         // operands evicted from the private caches before every call
+  double warm_seconds = 0;    // operands in them (the call repeated); 0 = not measured
   std::string dtype = "f32";  // "f32", "bf16" or "f16": the call's first input
 };
 

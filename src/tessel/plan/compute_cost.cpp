@@ -5,6 +5,7 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "tessel/core/dtype.h"
 #include "tessel/core/error.h"
 #include "tessel/plan/kernel_curve.h"
 
@@ -45,10 +46,9 @@ namespace {
 // one (else the evicted curve).
 double measured_kernel_seconds(const Cluster& cluster, std::string_view kernel,
                                std::string_view dtype, double index, bool warm = false) {
-  const bool own = std::any_of(cluster.kernels.begin(), cluster.kernels.end(),
-                               [&](const KernelPoint& p) {
-                                 return p.kernel == kernel && p.dtype == dtype;
-                               });
+  const bool own =
+      std::any_of(cluster.kernels.begin(), cluster.kernels.end(),
+                  [&](const KernelPoint& p) { return p.kernel == kernel && p.dtype == dtype; });
   const std::string_view use = own ? dtype : std::string_view("f32");
   std::vector<std::pair<double, double>> curve;
   for (const KernelPoint& p : cluster.kernels)
@@ -62,13 +62,6 @@ double measured_kernel_seconds(const Cluster& cluster, std::string_view kernel,
   return curve_at(std::move(curve), index);
 }
 
-// The name of the dtype of an op's first input, which selects its kernel curve.
-std::string_view input_dtype(const OpNode& op) {
-  if (op.inputs.empty()) return "f32";
-  const DType d = op.inputs.front().dtype;
-  return d == DType::BF16 ? "bf16" : d == DType::F16 ? "f16" : "f32";
-}
-
 }  // namespace
 
 OpTime op_time(const Cluster& cluster, const OpNode& op, double cache_hit) {
@@ -77,6 +70,8 @@ OpTime op_time(const Cluster& cluster, const OpNode& op, double cache_hit) {
   const std::string dtype = peak_dtype(cluster, op);
   const double peak = cluster.peak_flops(dtype);
   const bool gemm = op.kernel == "gemm" && op.cost.matmul_flops > 0;
+  // A kernel's curve is its first input's dtype's (other dtypes fall back to f32's).
+  const std::string_view op_dtype = op.inputs.empty() ? "f32" : dtype_name(op.inputs.front().dtype);
   const double bytes = op.cost.bytes_read + op.cost.bytes_written;
   t.memory_seconds = bytes / cluster.device.memory_bandwidth;
   // The kernel's time with its operands evicted (warm = false) or in cache.
@@ -94,9 +89,8 @@ OpTime op_time(const Cluster& cluster, const OpNode& op, double cache_hit) {
     into.compute_seconds = op.cost.flops / rate;
     double seconds = std::max(into.compute_seconds, t.memory_seconds);
     if (!gemm) {
-      const double measured =
-          measured_kernel_seconds(cluster, op.kernel, input_dtype(op),
-                                  roofline_index(cluster, op.cost.flops, bytes), warm);
+      const double measured = measured_kernel_seconds(
+          cluster, op.kernel, op_dtype, roofline_index(cluster, op.cost.flops, bytes), warm);
       if (measured >= 0) {
         seconds = measured;
         into.calibrated = true;

@@ -86,10 +86,8 @@ void blas_gemm(const GemmDesc& d, const T* a, const T* b, T* c) {
 // alias".
 constexpr int64_t kFloatsPer4K = 1024;
 constexpr int64_t kPadMinRows = 64;
-bool b_aliases(const GemmDesc& d) { return !d.trans_b && d.ldb % kFloatsPer4K == 0 && d.m >= 8; }
-bool onednn_has_avx512() {
-  static const bool yes = cpu_features().avx512f;
-  return yes;
+bool b_aliases(const GemmDesc& d) {
+  return !d.trans_b && d.ldb % kFloatsPer4K == 0 && d.m >= 8;
 }
 
 void onednn_padded_b(const GemmDesc& d, const float* a, const float* b, float* c) {
@@ -147,7 +145,8 @@ void CpuBackend::gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, Tenso
   if (b_aliases(d)) {
     if (d.m >= kPadMinRows)
       return onednn_padded_b(d, a.data<float>(), b.data<float>(), c.data<float>());
-    if (!onednn_has_avx512()) return blas_gemm(d, a.data<float>(), b.data<float>(), c.data<float>());
+    if (!cpu_features().avx512f)
+      return blas_gemm(d, a.data<float>(), b.data<float>(), c.data<float>());
   }
   onednn::gemm(d, a.data<float>(), b.data<float>(), c.data<float>());
 }
