@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the memory-offload equivalence scripts share: the `--set` flags of an offloaded run, the
-step records they compare, the check that every tier was used, and the byte-for-byte checkpoint
-comparison."""
+step records and validation losses they compare, the check that every tier was used, the
+byte-for-byte checkpoint comparison, and the resumes across offloaded and in-memory runs."""
 import filecmp
+import json
 import os
 
-from tessel_runs import fail, step_records
+from tessel_runs import fail, run, seed_resume, step_records
 
 
 def offload_sets(nvme, host_chunks, device_chunks, chunk):
@@ -27,6 +28,19 @@ def same_records(ref, d, what, steps, first=1):
     a, b = step_losses(ref, first), step_losses(d, first)
     if len(a) != steps - first + 1 or a != b:
         fail(f"{what}: (step, loss, grad norm) {b} differ from the in-memory run's {a}")
+
+
+def val_losses(d):
+    """The validation losses of run `d`, in order."""
+    with open(os.path.join(d, "train.jsonl")) as f:
+        return [j["val_loss"] for j in map(json.loads, f) if "val_loss" in j]
+
+
+def same_val_losses(ref, d, what, count):
+    """Run `d` has run `ref`'s `count` validation losses, bit for bit."""
+    a, b = val_losses(ref), val_losses(d)
+    if b != a or len(a) != count:
+        fail(f"{what}: validation losses {b} differ from the in-memory run's {a}")
 
 
 def check_tiers(d, what, steps):
@@ -57,3 +71,25 @@ def same_checkpoint(ref, d, step, what):
         if not filecmp.cmp(os.path.join(da, f), os.path.join(db, f), shallow=False):
             fail(f"{what}: {f} of step {step} differs from the in-memory run's")
     return files
+
+
+def resumes_both_ways(launch, layout, ref, off, work, steps, save, offloaded, what, env):
+    """Step `save`'s checkpoint of the offloaded run `off` resumed in memory, and the in-memory run
+    `ref`'s resumed offloaded (`offloaded`: its `--set` flags), each bit for bit on `ref`'s
+    trajectory and final checkpoint. `launch`: the command before `train` (mpirun and tessel);
+    `layout`: the run's layout flags; `what`: the layout, for messages."""
+    r = os.path.join(work, "resume_offload_in_memory")
+    seed_resume(off, f"step_{save:06d}", r)
+    run(launch + ["train", "--resume", r] + layout +
+        ["--set", "memory.device_budget=", "--set", "memory.nvme_dir="], env=env)
+    label = f"the offloaded {what} checkpoint resumed in memory"
+    same_records(ref, r, label, steps, first=save + 1)
+    same_checkpoint(ref, r, steps, label)
+    r = os.path.join(work, "resume_memory_offloaded")
+    seed_resume(ref, f"step_{save:06d}", r)
+    run(launch + ["train", "--resume", r] + layout + offloaded, env=env)
+    label = f"the in-memory {what} checkpoint resumed offloaded"
+    same_records(ref, r, label, steps, first=save + 1)
+    same_checkpoint(ref, r, steps, label)
+    print(f"{what} checkpoints: offloaded -> in memory and in memory -> offloaded, both bitwise "
+          "on the uninterrupted trajectory")

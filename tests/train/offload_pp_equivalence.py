@@ -15,24 +15,19 @@ offloaded. (pp with dp: offload_ppdp_equivalence.py.)
 
 Usage: offload_pp_equivalence.py TESSEL MPIRUN WORKDIR
 """
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from offload_runs import check_tiers, offload_sets, same_checkpoint, same_records  # noqa: E402
-from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run, seed_resume,  # noqa: E402
+from offload_runs import (check_tiers, offload_sets, resumes_both_ways, same_checkpoint,  # noqa: E402
+                          same_records, same_val_losses)
+from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run,  # noqa: E402
                          single_thread_env, train_sets, write_json)
 
 CHUNK = 32 << 10  # holds the largest tensor, the 257 x 26 embedding (26.7 KB)
 HOST, DEVICE = 4, 6  # chunks: the update's row; a unit's parameters and gradients with the embedding's
 STEPS, SAVE = 8, 4
 
-
-def val_losses(d):
-    """The validation losses of run `d`, in order."""
-    with open(os.path.join(d, "train.jsonl")) as f:
-        return [j["val_loss"] for j in map(json.loads, f) if "val_loss" in j]
 
 
 def main():
@@ -67,9 +62,7 @@ def main():
         what = f"pp 2 offloaded ({tag})"
         same_records(m, o, what, STEPS)
         check_tiers(o, what, STEPS)
-        if val_losses(o) != val_losses(m) or len(val_losses(m)) != STEPS // SAVE:
-            fail(f"{what}: validation losses {val_losses(o)} differ from the in-memory "
-                 f"run's {val_losses(m)}")
+        same_val_losses(m, o, what, STEPS // SAVE)
         if sorted(os.listdir(swap)) != ["rank0", "rank1"] or any(
                 os.listdir(os.path.join(swap, r)) for r in ("rank0", "rank1")):
             fail(f"{what}: {swap} holds {sorted(os.listdir(swap))}: expected one empty folder "
@@ -94,23 +87,8 @@ def main():
 
     # The offloaded checkpoint resumes in memory, and the in-memory one offloaded, both on the
     # uninterrupted trajectory.
-    r = os.path.join(work, "resume_offload_in_memory")
-    seed_resume(off, f"step_{SAVE:06d}", r)
-    run(mpi + ["train", "--resume", r] + pp2 + ["--set", "memory.device_budget=", "--set",
-                                                "memory.nvme_dir="], env=env)
-    same_records(ref, r, "the offloaded pp 2 checkpoint resumed in memory", STEPS,
-                 first=SAVE + 1)
-    same_checkpoint(ref, r, STEPS, "the offloaded pp 2 checkpoint resumed in memory")
-    r = os.path.join(work, "resume_memory_offloaded")
-    seed_resume(ref, f"step_{SAVE:06d}", r)
-    run(mpi + ["train", "--resume", r] + pp2 + offload_sets(nvme("resume"), HOST, DEVICE, CHUNK),
-        env=env)
-    same_records(ref, r, "the in-memory pp 2 checkpoint resumed offloaded", STEPS,
-                 first=SAVE + 1)
-    same_checkpoint(ref, r, STEPS, "the in-memory pp 2 checkpoint resumed offloaded")
-    print("pp 2 checkpoints: offloaded -> in memory and in memory -> offloaded, both bitwise on "
-          "the uninterrupted trajectory")
-
+    resumes_both_ways(mpi, pp2, ref, off, work, STEPS, SAVE,
+                      offload_sets(nvme("resume"), HOST, DEVICE, CHUNK), "pp 2", env)
 
 if __name__ == "__main__":
     main()

@@ -13,14 +13,14 @@ in-memory one offloaded. pp with tp, and pp x dp in bf16, are refused before any
 
 Usage: offload_ppdp_equivalence.py TESSEL MPIRUN WORKDIR
 """
-import json
 import os
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from offload_runs import check_tiers, offload_sets, same_checkpoint, same_records  # noqa: E402
-from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run, seed_resume,  # noqa: E402
+from offload_runs import (check_tiers, offload_sets, resumes_both_ways, same_checkpoint,  # noqa: E402
+                          same_records, same_val_losses)
+from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run,  # noqa: E402
                          single_thread_env, step_records, train_sets, write_json)
 
 # ZeRO-1: a stage's one bucket (under 128 KiB) is a chunk, its moments' shards two more.
@@ -31,11 +31,6 @@ BUDGETS = {1: (3, 1), 2: (3, 1), 3: (4, 3)}  # (host, device) chunks
 STEPS, SAVE = 8, 4
 RANKS = ["rank0", "rank1", "rank2", "rank3"]
 
-
-def val_losses(d):
-    """The validation losses of run `d`, in order."""
-    with open(os.path.join(d, "train.jsonl")) as f:
-        return [j["val_loss"] for j in map(json.loads, f) if "val_loss" in j]
 
 
 def main():
@@ -78,9 +73,7 @@ def main():
             # for the update every step (ZeRO-2's full buffer is discarded once reduced).
             fail(f"{what}: the moments' two chunks are not in the host tier, or the bucket "
                  f"did not move: {[r['offload'] for r in step_records(o)]}")
-        if val_losses(o) != val_losses(m) or len(val_losses(m)) != STEPS // SAVE:
-            fail(f"{what}: validation losses {val_losses(o)} differ from the in-memory "
-                 f"run's {val_losses(m)}")
+        same_val_losses(m, o, what, STEPS // SAVE)
         swap = os.path.join(work, "nvme_" + tag)
         if sorted(os.listdir(swap)) != RANKS or any(os.listdir(os.path.join(swap, r))
                                                    for r in RANKS):
@@ -100,21 +93,8 @@ def main():
     # The offloaded ZeRO-1 checkpoint resumes in memory, and the in-memory one offloaded, both on
     # the uninterrupted trajectory.
     zero1 = ["--set", "parallel.zero_stage=1"]
-    r = os.path.join(work, "resume_offload_in_memory")
-    seed_resume(off, f"step_{SAVE:06d}", r)
-    run(mpi + ["train", "--resume", r] + ppdp + zero1 +
-        ["--set", "memory.device_budget=", "--set", "memory.nvme_dir="], env=env)
-    what = "the offloaded pp 2 x dp 2 checkpoint resumed in memory"
-    same_records(ref, r, what, STEPS, first=SAVE + 1)
-    same_checkpoint(ref, r, STEPS, what)
-    r = os.path.join(work, "resume_memory_offloaded")
-    seed_resume(ref, f"step_{SAVE:06d}", r)
-    run(mpi + ["train", "--resume", r] + ppdp + zero1 + offloaded(1, "resume"), env=env)
-    what = "the in-memory pp 2 x dp 2 checkpoint resumed offloaded"
-    same_records(ref, r, what, STEPS, first=SAVE + 1)
-    same_checkpoint(ref, r, STEPS, what)
-    print("pp 2 x dp 2 ZeRO-1 checkpoints: offloaded -> in memory and in memory -> offloaded, "
-          "both bitwise on the uninterrupted trajectory")
+    resumes_both_ways(mpi, ppdp + zero1, ref, off, work, STEPS, SAVE, offloaded(1, "resume"),
+                      "pp 2 x dp 2 ZeRO-1", env)
 
     # What offload does not cover with pp is refused before any step, naming what works.
     for tag, extra, expect in (

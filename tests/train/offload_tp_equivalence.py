@@ -17,8 +17,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from offload_runs import offload_sets, same_checkpoint, same_records  # noqa: E402
-from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run, seed_resume,  # noqa: E402
+from offload_runs import offload_sets, resumes_both_ways, same_checkpoint, same_records  # noqa: E402
+from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run,  # noqa: E402
                          single_thread_env, step_records, train_sets, write_json)
 
 CHUNK = 16 << 10  # holds a rank's largest piece (half of the 256 x 26 embedding: 13 KiB)
@@ -110,23 +110,8 @@ def main():
 
     # The offloaded checkpoint resumes in memory, and the in-memory one offloaded, both on the
     # uninterrupted trajectory.
-    r = os.path.join(work, "resume_offload_in_memory")
-    seed_resume(off, f"step_{SAVE:06d}", r)
-    run(mpi + ["train", "--resume", r] + tp2 + ["--set", "memory.device_budget=", "--set",
-                                                "memory.nvme_dir="], env=env)
-    same_records(ref, r, "the offloaded tp 2 checkpoint resumed in memory", STEPS,
-                 first=SAVE + 1)
-    same_checkpoint(ref, r, STEPS, "the offloaded tp 2 checkpoint resumed in memory")
-    r = os.path.join(work, "resume_memory_offloaded")
-    seed_resume(ref, f"step_{SAVE:06d}", r)
-    run(mpi + ["train", "--resume", r] + tp2 + offload_sets(nvme("resume"), HOST, DEVICE, CHUNK),
-        env=env)
-    same_records(ref, r, "the in-memory tp 2 checkpoint resumed offloaded", STEPS,
-                 first=SAVE + 1)
-    same_checkpoint(ref, r, STEPS, "the in-memory tp 2 checkpoint resumed offloaded")
-    print("tp 2 checkpoints: offloaded -> in memory and in memory -> offloaded, both bitwise on "
-          "the uninterrupted trajectory")
-
+    resumes_both_ways(mpi, tp2, ref, off, work, STEPS, SAVE,
+                      offload_sets(nvme("resume"), HOST, DEVICE, CHUNK), "tp 2", env)
 
 if __name__ == "__main__":
     main()
