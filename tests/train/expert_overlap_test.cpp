@@ -25,16 +25,10 @@ namespace {
 constexpr int kDp = 4, kEp = 2;
 constexpr int64_t kSteps = 4;
 
-// A GPT-2-MoE: both blocks MoE, 4 experts of width 13, top-2, pairs dropped by the capacity.
+// test::tiny_moe_model: pairs dropped by the capacity.
 TrainConfig moe_config(const std::filesystem::path& dir, int zero_stage, bool overlap) {
   TrainConfig c = test::base_config(dir, 37, kSteps);
-  models::GPT2Config m = test::tiny_model(37);
-  m.n_inner = 13;
-  m.moe.num_experts = 4;
-  m.moe.top_k = 2;
-  m.moe.moe_every = 1;
-  m.moe.capacity_factor = 1.0;
-  std::ofstream(dir / "config.json") << m.to_json();
+  std::ofstream(dir / "config.json") << test::tiny_moe_model(37).to_json();
   c.train.threads = 1;
   c.train.micro_batch = 1;
   c.train.grad_accum = 2;

@@ -94,6 +94,18 @@ inline models::GPT2Config tiny_model(int64_t vocab) {
   return c;
 }
 
+// tiny_model as a GPT-2-MoE: both blocks MoE, 4 experts of width 13, top-2, capacity factor 1
+// (so the capacity drops pairs).
+inline models::GPT2Config tiny_moe_model(int64_t vocab) {
+  models::GPT2Config m = tiny_model(vocab);
+  m.n_inner = 13;
+  m.moe.num_experts = 4;
+  m.moe.top_k = 2;
+  m.moe.moe_every = 1;
+  m.moe.capacity_factor = 1.0;
+  return m;
+}
+
 // Dataset + model config in `dir`, and a configuration that trains on them quietly.
 inline TrainConfig base_config(const fs::path& dir, int64_t vocab = 37, int64_t steps = 20) {
   const auto train = markov_tokens(20011, int32_t(vocab), 11);
