@@ -110,7 +110,11 @@ void norm_cases(Report& r, bool rms) {
         }
         r.nmse(name, dev_y, y64, tolerance(dtype));
         r.nmse(name + "/rstd", dev_rstd, rstd64, 1e-10);
-        r.nmse(name + "/dx", dev_dx, dx64, tolerance(dtype) * 10);
+        // A one-element RMSNorm row's dx is g * rstd * eps / (x^2 + eps): in f16 it lands among
+        // the subnormals, a few units of 2^-24, where storing it alone costs more than the bound.
+        // f16 dx is therefore judged against the reference as f16 would store it.
+        const Tensor dx_want = dtype == DType::F16 ? rounded(dx64, dtype).to(DType::F64) : dx64;
+        r.nmse(name + "/dx", dev_dx, dx_want, tolerance(dtype) * 10);
         if (affine) {
           r.nmse(name + "/dweight", dev_dw, dw64, tolerance(dtype) * 10);
           if (!rms) r.nmse(name + "/dbias", dev_db, db64, tolerance(dtype) * 10);

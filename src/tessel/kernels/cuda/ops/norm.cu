@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA LayerNorm (Ba et al. 2016) and RMSNorm (Zhang & Sennrich 2019). Forward and dx: one
 // thread block per row; LayerNorm takes the mean first and then the mean of squared deviations
-// (two passes, no cancellation), f32 sums reduced by a fixed tree. Weight / bias gradients: each
-// thread owns one column of one chunk of kChunkRows rows and sums it in row order into the
-// workspace; a second kernel adds the chunks in order, so the result is deterministic.
+// (two passes), sums reduced by a fixed tree. Statistics and the per-element arithmetic run in
+// f64, as the CPU kernels do: dx is a difference of nearly equal terms (exactly 0 for one-element
+// LayerNorm rows; f32 with fused multiply-adds left the product's rounding error there), and
+// products of f32 values are exact in f64. The rows stay bandwidth-bound on a GPU's f64 rate.
+// Weight / bias gradients: each thread owns one column of one chunk of kChunkRows rows and sums it
+// in row order into the workspace; a second kernel adds the chunks in order, so the result is
+// deterministic.
 #include <cmath>
 
 #include "tessel/kernels/cuda/ops/common.cuh"
@@ -27,21 +31,24 @@ __global__ void layer_norm_kernel(const void* x, const void* w, const void* b, f
                                   float* mean, float* rstd, int64_t rows, int64_t cols) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t base = row * cols;
-    float s = 0.0f;
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += load<S>(x, base + c);
-    const float mu = block_all_reduce(s, SumOp{}, 0.0f) / float(cols);
-    float s2 = 0.0f;
+    double s = 0.0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += double(load<S>(x, base + c));
+    const double mu = block_all_reduce(s, SumOp{}, 0.0) / double(cols);
+    double s2 = 0.0;
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      const float d = load<S>(x, base + c) - mu;
+      const double d = double(load<S>(x, base + c)) - mu;
       s2 += d * d;
     }
-    const float var = block_all_reduce(s2, SumOp{}, 0.0f) / float(cols);
-    const float rs = 1.0f / sqrtf(var + eps);
+    const double var = block_all_reduce(s2, SumOp{}, 0.0) / double(cols);
+    // rstd as stored (f32), so that the backward pass sees the factor the forward used.
+    const float rs = float(1.0 / sqrt(var + double(eps)));
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-      store<S>(y, base + c,
-               (load<S>(x, base + c) - mu) * rs * param<S>(w, c, 1.0f) + param<S>(b, c, 0.0f));
+      store<S>(
+          y, base + c,
+          float((double(load<S>(x, base + c)) - mu) * double(rs) * double(param<S>(w, c, 1.0f)) +
+                double(param<S>(b, c, 0.0f))));
     if (threadIdx.x == 0) {
-      if (mean != nullptr) mean[row] = mu;
+      if (mean != nullptr) mean[row] = float(mu);
       if (rstd != nullptr) rstd[row] = rs;
     }
   }
@@ -53,19 +60,19 @@ __global__ void layer_norm_dx_kernel(const void* dy, const void* x, const void* 
                                      int64_t cols) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t base = row * cols;
-    const float mu = mean[row], rs = rstd[row];
-    float sg = 0.0f, sgx = 0.0f;
+    const double mu = mean[row], rs = rstd[row];
+    double sg = 0.0, sgx = 0.0;
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      const float g = load<S>(dy, base + c) * param<S>(w, c, 1.0f);
+      const double g = double(load<S>(dy, base + c)) * double(param<S>(w, c, 1.0f));
       sg += g;
-      sgx += g * ((load<S>(x, base + c) - mu) * rs);
+      sgx += g * ((double(load<S>(x, base + c)) - mu) * rs);
     }
-    const float mean_g = block_all_reduce(sg, SumOp{}, 0.0f) / float(cols);
-    const float mean_gx = block_all_reduce(sgx, SumOp{}, 0.0f) / float(cols);
+    const double mean_g = block_all_reduce(sg, SumOp{}, 0.0) / double(cols);
+    const double mean_gx = block_all_reduce(sgx, SumOp{}, 0.0) / double(cols);
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      const float g = load<S>(dy, base + c) * param<S>(w, c, 1.0f);
-      const float xhat = (load<S>(x, base + c) - mu) * rs;
-      store<S>(dx, base + c, rs * (g - mean_g - xhat * mean_gx));
+      const double g = double(load<S>(dy, base + c)) * double(param<S>(w, c, 1.0f));
+      const double xhat = (double(load<S>(x, base + c)) - mu) * rs;
+      store<S>(dx, base + c, float(rs * (g - mean_g - xhat * mean_gx)));
     }
   }
 }
@@ -75,14 +82,16 @@ __global__ void rms_norm_kernel(const void* x, const void* w, float eps, void* y
                                 int64_t rows, int64_t cols) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t base = row * cols;
-    float sq = 0.0f;
+    double sq = 0.0;
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      const float v = load<S>(x, base + c);
+      const double v = load<S>(x, base + c);
       sq += v * v;
     }
-    const float rs = 1.0f / sqrtf(block_all_reduce(sq, SumOp{}, 0.0f) / float(cols) + eps);
+    const float rs =
+        float(1.0 / sqrt(block_all_reduce(sq, SumOp{}, 0.0) / double(cols) + double(eps)));
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-      store<S>(y, base + c, load<S>(x, base + c) * rs * param<S>(w, c, 1.0f));
+      store<S>(y, base + c,
+               float(double(load<S>(x, base + c)) * double(rs) * double(param<S>(w, c, 1.0f))));
     if (threadIdx.x == 0 && rstd != nullptr) rstd[row] = rs;
   }
 }
@@ -92,14 +101,17 @@ __global__ void rms_norm_dx_kernel(const void* dy, const void* x, const void* w,
                                    void* dx, int64_t rows, int64_t cols) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t base = row * cols;
-    const float rs = rstd[row];
-    float sgx = 0.0f;
+    const double rs = rstd[row];
+    double sgx = 0.0;
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-      sgx += load<S>(dy, base + c) * param<S>(w, c, 1.0f) * (load<S>(x, base + c) * rs);
-    const float mean_gx = block_all_reduce(sgx, SumOp{}, 0.0f) / float(cols);
+      sgx += double(load<S>(dy, base + c)) * double(param<S>(w, c, 1.0f)) *
+             (double(load<S>(x, base + c)) * rs);
+    const double mean_gx = block_all_reduce(sgx, SumOp{}, 0.0) / double(cols);
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-      const float xhat = load<S>(x, base + c) * rs;
-      store<S>(dx, base + c, rs * (load<S>(dy, base + c) * param<S>(w, c, 1.0f) - xhat * mean_gx));
+      const double xhat = double(load<S>(x, base + c)) * rs;
+      store<S>(dx, base + c,
+               float(rs * (double(load<S>(dy, base + c)) * double(param<S>(w, c, 1.0f)) -
+                           xhat * mean_gx)));
     }
   }
 }

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA reductions. reduce: the host coalesces x's dims into kept and reduced groups (as the CPU
 // kernel does). When the innermost group is reduced, one thread block per output element strides
-// over that output's reduced elements, each thread folding its share in f32, then a fixed-tree
-// block reduction; when it is kept, one thread per output folds its elements in order. square_sums:
-// one thread block per kSquareSumBlock block of every tensor (tensors passed 32 per launch in a
-// by-value table), an f64 partial per block, then the blocks of each tensor added in order.
+// over that output's reduced elements, each thread folding its share (sums in f64), then a
+// fixed-tree block reduction; when it is kept, blocks of 32 outputs by 32 row lanes
+// (reduce_columns_kernel). square_sums: one thread block per kSquareSumBlock block of every tensor
+// (tensors passed 32 per launch in a by-value table), an f64 partial per block, then the blocks of
+// each tensor added in order.
+#include <type_traits>
 #include <vector>
 
 #include "tessel/kernels/cuda/ops/common.cuh"
@@ -39,55 +41,84 @@ __device__ __forceinline__ int64_t unravel(int64_t i, int n, const int64_t* size
 template <Storage S, ReduceOp kOp>
 __global__ void reduce_kernel(const void* x, void* out, int64_t outputs, ReducePlan p) {
   constexpr bool kSum = kOp == ReduceOp::Sum || kOp == ReduceOp::Mean;
-  const float identity =
-      kOp == ReduceOp::Max ? -INFINITY : (kOp == ReduceOp::Min ? INFINITY : 0.0f);
+  // Sums accumulate in f64 (as the CPU kernel does); min / max in f32 (exact either way).
+  using Acc = std::conditional_t<kSum, double, float>;
+  const Acc identity =
+      kOp == ReduceOp::Max ? Acc(-INFINITY) : (kOp == ReduceOp::Min ? Acc(INFINITY) : Acc(0));
   for (int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
     const int64_t base = unravel(o, p.kept, p.kept_size, p.kept_stride);
-    float acc = identity;
+    Acc acc = identity;
     for (int64_t r = threadIdx.x; r < p.count; r += blockDim.x) {
       const float v = load<S>(x, base + unravel(r, p.reduced, p.red_size, p.red_stride));
       if constexpr (kSum)
-        acc += v;
+        acc += double(v);
       else if constexpr (kOp == ReduceOp::Max)
         acc = MaxOp{}(acc, v);
       else
         acc = MinOp{}(acc, v);
     }
-    float total;
+    Acc total;
     if constexpr (kSum)
-      total = block_all_reduce(acc, SumOp{}, 0.0f);
+      total = block_all_reduce(acc, SumOp{}, 0.0);
     else if constexpr (kOp == ReduceOp::Max)
       total = block_all_reduce(acc, MaxOp{}, identity);
     else
       total = block_all_reduce(acc, MinOp{}, identity);
-    if (kOp == ReduceOp::Mean) total = total / float(p.count);
-    if (threadIdx.x == 0) store<S>(out, o, total);
+    if constexpr (kOp == ReduceOp::Mean) total = total / double(p.count);
+    if (threadIdx.x == 0) store<S>(out, o, float(total));
   }
 }
 
-// The innermost group is kept (a bias gradient: [rows, C] over rows): one thread per output,
-// adjacent threads reading adjacent columns, each folding its reduced elements in order (sums in
-// f64, as many elements go through one accumulator).
+// The innermost group is kept (a bias gradient: [rows, C] over rows): a block of 32 columns (one
+// warp's width, so each load of a warp is one coalesced row segment) by kRowLanes row lanes;
+// lane l folds rows l, l + kRowLanes, ... of its column in order (sums in f64), then lane 0 adds
+// the lanes' partials in lane order: deterministic whatever the grid, and 32 times the memory
+// parallelism of one thread per column (which left a 768-wide bias gradient over 16k rows to 3
+// blocks). [R, C] over R, the common case, indexes directly instead of unravelling.
+constexpr int kColumnLanes = 32, kRowLanes = 32;
+
 template <Storage S, ReduceOp kOp>
-__global__ void reduce_columns_kernel(const void* x, void* out, int64_t outputs, ReducePlan p) {
-  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < outputs;
-       o += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t base = unravel(o, p.kept, p.kept_size, p.kept_stride);
+__global__ void __launch_bounds__(kColumnLanes* kRowLanes)
+    reduce_columns_kernel(const void* x, void* out, int64_t outputs, ReducePlan p) {
+  __shared__ double sums[kRowLanes][kColumnLanes + 1];
+  __shared__ float extremes[kRowLanes][kColumnLanes + 1];
+  const int col = int(threadIdx.x) % kColumnLanes, lane = int(threadIdx.x) / kColumnLanes;
+  const bool plain = p.kept == 1 && p.reduced == 1;
+  for (int64_t first = int64_t(blockIdx.x) * kColumnLanes; first < outputs;
+       first += int64_t(gridDim.x) * kColumnLanes) {
+    const int64_t o = first + col;
     double sum = 0.0;
     float extreme = kOp == ReduceOp::Max ? -INFINITY : INFINITY;
-    for (int64_t r = 0; r < p.count; ++r) {
-      const float v = load<S>(x, base + unravel(r, p.reduced, p.red_size, p.red_stride));
-      if constexpr (kOp == ReduceOp::Max)
-        extreme = MaxOp{}(extreme, v);
-      else if constexpr (kOp == ReduceOp::Min)
-        extreme = MinOp{}(extreme, v);
-      else
-        sum += double(v);
+    if (o < outputs) {
+      const int64_t base =
+          plain ? o * p.kept_stride[0] : unravel(o, p.kept, p.kept_size, p.kept_stride);
+      for (int64_t r = lane; r < p.count; r += kRowLanes) {
+        const int64_t at =
+            base + (plain ? r * p.red_stride[0] : unravel(r, p.reduced, p.red_size, p.red_stride));
+        const float v = load<S>(x, at);
+        if constexpr (kOp == ReduceOp::Max)
+          extreme = MaxOp{}(extreme, v);
+        else if constexpr (kOp == ReduceOp::Min)
+          extreme = MinOp{}(extreme, v);
+        else
+          sum += double(v);
+      }
     }
-    if constexpr (kOp == ReduceOp::Max || kOp == ReduceOp::Min)
-      store<S>(out, o, extreme);
-    else
-      store<S>(out, o, float(kOp == ReduceOp::Mean ? sum / double(p.count) : sum));
+    sums[lane][col] = sum;
+    extremes[lane][col] = extreme;
+    __syncthreads();
+    if (lane == 0 && o < outputs) {
+      for (int l = 1; l < kRowLanes; ++l) {
+        sum += sums[l][col];
+        if constexpr (kOp == ReduceOp::Max) extreme = MaxOp{}(extreme, extremes[l][col]);
+        if constexpr (kOp == ReduceOp::Min) extreme = MinOp{}(extreme, extremes[l][col]);
+      }
+      if constexpr (kOp == ReduceOp::Max || kOp == ReduceOp::Min)
+        store<S>(out, o, extreme);
+      else
+        store<S>(out, o, float(kOp == ReduceOp::Mean ? sum / double(p.count) : sum));
+    }
+    __syncthreads();
   }
 }
 
@@ -214,13 +245,15 @@ void reduce(ReduceOp op, DType dtype, const void* x, std::span<const int64_t> sh
   }
   const bool columns = p.kept > 0 && p.kept_stride[p.kept - 1] == 1;
   const unsigned grid =
-      columns ? grid_for(out_numel) : unsigned(std::min<int64_t>(out_numel, int64_t(1) << 20));
+      columns ? unsigned(std::min<int64_t>((out_numel + kColumnLanes - 1) / kColumnLanes, 65535))
+              : unsigned(std::min<int64_t>(out_numel, int64_t(1) << 20));
   dispatch(dtype, "reduce", [&](auto tag) {
     constexpr Storage S = decltype(tag)::value;
     auto launch = [&](auto op_tag) {
       constexpr ReduceOp kOp = decltype(op_tag)::value;
       if (columns)
-        reduce_columns_kernel<S, kOp><<<grid, kThreads, 0, stream>>>(x, out, out_numel, p);
+        reduce_columns_kernel<S, kOp>
+            <<<grid, kColumnLanes * kRowLanes, 0, stream>>>(x, out, out_numel, p);
       else
         reduce_kernel<S, kOp><<<grid, kThreads, 0, stream>>>(x, out, out_numel, p);
     };
