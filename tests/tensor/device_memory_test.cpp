@@ -61,5 +61,22 @@ TEST(DeviceMemory, CudaRequestsSayWhyTheyCannotBeServed) {
   }
 }
 
+// The device names of --device and train.device; anything else is an Error that quotes it.
+TEST(DeviceMemory, ParsesDeviceNames) {
+  EXPECT_EQ(parse_device("cpu"), Device::cpu());
+  EXPECT_EQ(parse_device("cuda"), Device::cuda(0));
+  EXPECT_EQ(parse_device("cuda:0"), Device::cuda(0));
+  EXPECT_EQ(parse_device("cuda:13"), Device::cuda(13));
+  for (const char* bad : {"", "gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:12345", "CPU", "cuda0"}) {
+    try {
+      parse_device(bad);
+      ADD_FAILURE() << "'" << bad << "' parsed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + std::string(bad) + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessel

@@ -16,6 +16,9 @@
 
 namespace tessel {
 
+// "cpu", "cuda" (= cuda:0) or "cuda:N"; an Error names anything else. Parsing only: whether the
+// device exists is require_cuda_device's question.
+Device parse_device(const std::string& text);
 // Whether this build has CUDA (TESSEL_CUDA).
 bool built_with_cuda();
 // CUDA devices visible to this process; 0 without CUDA or without one. When 0 and `why` is given,
@@ -30,6 +33,11 @@ Allocator& device_allocator(Device device);
 // dst = src for tensors of one shape and dtype, at least one of them on a CUDA device. Returns
 // when dst holds the values (the copy is synchronised).
 void copy_across_devices(const Tensor& src, Tensor& dst);
+// `rows` runs of `width` bytes on a CUDA device, from src (runs `src_pitch` bytes apart) to dst
+// (`dst_pitch` apart): the strided copies of split and concat. Queued on the device's stream,
+// after the kernels queued before it; not waited for.
+void copy_rows_on_device(Device device, const void* src, size_t src_pitch, void* dst,
+                         size_t dst_pitch, size_t width, size_t rows);
 // Every element of a CUDA tensor set to value (in its dtype).
 void fill_on_device(Tensor& t, double value);
 // Waits for the work tessel queued on a CUDA device.

@@ -139,6 +139,19 @@ Tensor concat(std::span<const Tensor> tensors, int dim) {
   }
   auto [outer, inner] = outer_inner(out.shape(), d);
   size_t es = out.element_size();
+  if (first.device().type == DeviceType::CUDA) {
+    int64_t col = 0;
+    for (const Tensor& t : tensors) {
+      TESSEL_CHECK(t.device() == first.device(), "concat: tensor 0 is on ", first.device().str(),
+                   ", another on ", t.device().str());
+      const size_t block = size_t(t.size(d) * inner) * es;
+      copy_rows_on_device(first.device(), device_data(t), block,
+                          static_cast<char*>(device_data(out)) + size_t(col * inner) * es,
+                          size_t(total * inner) * es, block, size_t(outer));
+      col += t.size(d);
+    }
+    return out;
+  }
   char* dst = static_cast<char*>(out.data_ptr());
   int64_t col = 0;
   for (const Tensor& t : tensors) {
@@ -174,6 +187,19 @@ std::vector<Tensor> split(const Tensor& t, std::span<const int64_t> sizes, int d
   }
   auto [outer, inner] = outer_inner(t.shape(), d);
   size_t es = t.element_size();
+  if (t.device().type == DeviceType::CUDA) {
+    int64_t col = 0;
+    for (int64_t s : sizes) {
+      Tensor piece = empty(t.shape().with(d, s), t.dtype(), t.device());
+      const size_t block = size_t(s * inner) * es;
+      copy_rows_on_device(
+          t.device(), static_cast<const char*>(device_data(t)) + size_t(col * inner) * es,
+          size_t(t.size(d) * inner) * es, device_data(piece), block, block, size_t(outer));
+      out.push_back(piece);
+      col += s;
+    }
+    return out;
+  }
   const char* src = static_cast<const char*>(t.data_ptr());
   int64_t col = 0;
   for (int64_t s : sizes) {

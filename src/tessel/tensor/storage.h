@@ -28,6 +28,8 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   bool is_materialized() const { return data_ != nullptr || nbytes_ == 0; }
+  // Whether the bytes come from an allocator (and so can be rebound), not external memory.
+  bool owns_memory() const { return allocator_ != nullptr; }
 
   // Frees the bytes but keeps the size; data() throws until materialize().
   void release();

@@ -174,6 +174,15 @@ void copy_across_devices(const Tensor& src, Tensor& dst) {
   }
 }
 
+void copy_rows_on_device(Device device, const void* src, size_t src_pitch, void* dst,
+                         size_t dst_pitch, size_t width, size_t rows) {
+  require_cuda_device(device);
+  if (width == 0 || rows == 0) return;
+  cuda::DeviceGuard guard(device.index);
+  TESSEL_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows,
+                                      cudaMemcpyDeviceToDevice, cuda::stream(device.index)));
+}
+
 void fill_on_device(Tensor& t, double value) {
   require_cuda_device(t.device());
   if (t.nbytes() == 0) return;
