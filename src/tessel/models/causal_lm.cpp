@@ -6,6 +6,7 @@
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/models/activation_dump.h"
 #include "tessel/ops/ops.h"
+#include "tessel/tensor/device_memory.h"
 
 namespace tessel::models {
 
@@ -58,6 +59,11 @@ Tensor CausalLM::forward(const Tensor& ids) {
   return out;
 }
 
+Device CausalLM::device() const {
+  const nn::NamedTensors params = named_parameters();
+  return params.empty() ? Device::cpu() : params.front().second.device();
+}
+
 Tensor CausalLM::loss(const Tensor& ids, const Tensor& targets) {
   TESSEL_CHECK(targets.shape() == ids.shape(), type_name(), ".loss: targets ", targets.shape(),
                " expected the shape of ids ", ids.shape());
@@ -78,7 +84,7 @@ Tensor CausalLM::forward_step(const Tensor& ids, KVCache& cache, bool last_only)
   } else if (last_only) {
     std::vector<int64_t> last(static_cast<size_t>(b));
     for (int64_t i = 0; i < b; ++i) last[size_t(i)] = i * t + t - 1;
-    rows = from_data(last, Shape{b});
+    rows = to_device(from_data(last, Shape{b}), ids.device());
   }
   Tensor logits = forward_cached(ids, cache, rows);
   cache.advance(t);
@@ -91,7 +97,8 @@ Tensor CausalLM::select_tokens(const Tensor& hidden, const Tensor& rows) {
                "select_tokens: hidden ", hidden.shape(), " and rows ", rows.shape(), " ",
                dtype_name(rows.dtype()), " expected [B, T, C] and i64 [R]");
   const int64_t tokens = hidden.size(0) * hidden.size(1);
-  if (rows.device().is_meta())
+  // On a CUDA device the gather kernel checks the rows (and names a bad one).
+  if (!rows.device().is_cpu())
     return ops::embedding(hidden.reshape({tokens, hidden.size(2)}), rows);
   const int64_t* r = rows.data<int64_t>();
   for (int64_t i = 0; i < rows.numel(); ++i)

@@ -122,6 +122,8 @@ class CausalLM : public nn::Module {
   using nn::Module::Module;
 
   virtual const ModelConfig& model_config() const = 0;
+  // Where the parameters live (nn::move_to_device moves them): the host, or a CUDA device.
+  Device device() const;
 
   // ids i32/i64 [B, T] (T <= max_positions) -> logits [B, T, vocab]: head(blocks(embed(ids))),
   // reported to observers as the module's output. With TESSEL_DUMP_DIR set, each call writes every

@@ -13,6 +13,7 @@
 #include "tessel/models/causal_lm.h"
 #include "tessel/ops/loss.h"
 #include "tessel/ops/ops.h"
+#include "tessel/tensor/device_memory.h"
 
 namespace tessel::models {
 
@@ -73,7 +74,7 @@ Tensor CausalLM::eval_loss(const Tensor& ids, const Tensor& targets, int64_t pos
   // (one sum, times 1 / the counted targets), so the value is loss()'s bit for bit.
   const Tensor all = losses.size() == 1 ? losses[0] : ops::concat(losses, 1);
   int64_t counted = 0;
-  for (int64_t v : targets.to_vector<int64_t>()) counted += v != -100;
+  for (int64_t v : to_device(targets, Device::cpu()).to_vector<int64_t>()) counted += v != -100;
   return ops::mul(ops::sum(all.reshape({n})), 1.0 / double(counted));
 }
 

@@ -6,6 +6,7 @@
 
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/tensor/allocator.h"
+#include "tessel/tensor/device_memory.h"
 
 namespace tessel::models {
 
@@ -58,11 +59,14 @@ GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt,
   try {
     auto start = Clock::now();
     // Tensor parallelism: forward_step yields this rank's vocabulary columns; the hook gathers.
+    // The model's device takes the ids; the sampler reads the logits on the host.
+    const Device device = model.device();
     auto step = [&](Tensor out) {
-      return last_row(options.full_logits ? options.full_logits(out) : out);
+      return last_row(
+          to_device(options.full_logits ? options.full_logits(out) : out, Device::cpu()));
     };
-    Tensor logits =
-        step(model.forward_step(from_data(prompt, Shape{1, n_prompt}), cache, /*last_only=*/true));
+    Tensor logits = step(model.forward_step(
+        to_device(from_data(prompt, Shape{1, n_prompt}), device), cache, /*last_only=*/true));
     result.prefill_seconds = since(start);
     start = Clock::now();
     const int64_t vocab = options.vocab_limit > 0 ? options.vocab_limit : vocab_size;
@@ -76,7 +80,8 @@ GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt,
         break;
       }
       if (s + 1 == n_new) break;
-      logits = step(model.forward_step(from_data(std::vector<int64_t>{next}, Shape{1, 1}), cache));
+      logits = step(model.forward_step(
+          to_device(from_data(std::vector<int64_t>{next}, Shape{1, 1}), device), cache));
       ++result.decode_forwards;
     }
     result.decode_seconds = since(start);

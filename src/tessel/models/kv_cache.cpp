@@ -5,12 +5,18 @@
 #include <cstring>
 
 #include "tessel/ops/attention.h"
+#include "tessel/tensor/device_memory.h"
 
 namespace tessel::models {
 
 KVCache::KVCache(int64_t n_layer, int64_t batch, int64_t capacity, int64_t n_head, int64_t head_dim,
-                 DType dtype)
-    : batch_(batch), capacity_(capacity), n_head_(n_head), head_dim_(head_dim), dtype_(dtype) {
+                 DType dtype, Device device)
+    : batch_(batch),
+      capacity_(capacity),
+      n_head_(n_head),
+      head_dim_(head_dim),
+      dtype_(dtype),
+      device_(device) {
   TESSEL_CHECK(n_layer > 0 && batch > 0 && capacity > 0 && n_head > 0 && head_dim > 0,
                "KVCache: n_layer ", n_layer, ", batch ", batch, ", capacity ", capacity,
                ", n_head ", n_head, ", head_dim ", head_dim, " must all be positive");
@@ -18,8 +24,8 @@ KVCache::KVCache(int64_t n_layer, int64_t batch, int64_t capacity, int64_t n_hea
                " expected a floating type");
   const Shape shape{batch, capacity, n_head, head_dim};
   for (int64_t l = 0; l < n_layer; ++l) {
-    keys_.push_back(empty(shape, dtype));
-    values_.push_back(empty(shape, dtype));
+    keys_.push_back(empty(shape, dtype, device));
+    values_.push_back(empty(shape, dtype, device));
   }
 }
 
@@ -41,6 +47,15 @@ std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const 
   const size_t token = size_t(n_head_ * head_dim_) * dtype_size(dtype_);
   auto store = [&](const Tensor& src, const Tensor& dst) {
     if (dst.device().is_meta()) return;  // shape-only (the planner's serving memory trace)
+    TESSEL_CHECK(src.device() == dst.device(), "KVCache.append: k / v on ", src.device().str(),
+                 ", the cache on ", dst.device().str());
+    if (dst.device().type == DeviceType::CUDA) {
+      for (int64_t b = 0; b < batch_; ++b) {
+        Tensor to = dst.narrow(0, b, 1).narrow(1, length_, t);
+        copy_across_devices(src.narrow(0, b, 1), to);
+      }
+      return;
+    }
     const auto* s = static_cast<const char*>(src.data_ptr());
     auto* d = static_cast<char*>(dst.data_ptr());
     for (int64_t b = 0; b < batch_; ++b) {
@@ -67,7 +82,7 @@ Tensor KVCache::positions(int64_t batch, int64_t tokens) const {
   int64_t* data = p.data<int64_t>();
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < tokens; ++t) data[b * tokens + t] = length_ + t;
-  return p;
+  return to_device(p, device_);
 }
 
 int64_t KVCache::position_end(int64_t batch, int64_t tokens) const {

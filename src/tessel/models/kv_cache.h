@@ -17,8 +17,9 @@ namespace tessel::models {
 class KVCache final : public DecodeCache {
  public:
   KVCache() = default;
+  // The buffers live on `device` (the model's: the host or a CUDA device).
   KVCache(int64_t n_layer, int64_t batch, int64_t capacity, int64_t n_head, int64_t head_dim,
-          DType dtype = DType::F32);
+          DType dtype = DType::F32, Device device = Device::cpu());
 
   int64_t n_layer() const override { return int64_t(keys_.size()); }
   int64_t kv_heads() const override { return n_head_; }
@@ -52,6 +53,7 @@ class KVCache final : public DecodeCache {
   std::vector<Tensor> keys_, values_;
   int64_t batch_ = 0, capacity_ = 0, n_head_ = 0, head_dim_ = 0, length_ = 0;
   DType dtype_ = DType::F32;
+  Device device_ = Device::cpu();
 };
 
 }  // namespace tessel::models

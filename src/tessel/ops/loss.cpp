@@ -6,6 +6,7 @@
 #include "tessel/ops/common.h"
 #include "tessel/ops/elementwise.h"
 #include "tessel/ops/reduce.h"
+#include "tessel/tensor/device_memory.h"
 
 namespace tessel::ops {
 
@@ -37,11 +38,10 @@ class CrossEntropyBackward final : public autograd::Node {
 int64_t count_not_ignored(const Tensor& targets, int64_t ignore_index) {
   // Meta targets have no values: a shape-only trace counts every target.
   if (targets.device().is_meta()) return targets.numel();
-  TESSEL_CHECK(targets.device().is_cpu(),
-               "cross_entropy: the mean reduction counts targets on the ", "host; targets are on ",
-               targets.device().str());
+  // Targets on a CUDA device are counted from a host copy (N ids; the loss is read anyway).
+  const Tensor host = targets.device().is_cpu() ? targets : to_device(targets, Device::cpu());
   int64_t count = 0;
-  for (int64_t t : targets.to_vector<int64_t>()) count += t != ignore_index;
+  for (int64_t t : host.to_vector<int64_t>()) count += t != ignore_index;
   return count;
 }
 

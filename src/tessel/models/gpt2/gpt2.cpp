@@ -6,6 +6,7 @@
 
 #include "tessel/core/log.h"
 #include "tessel/ops/ops.h"
+#include "tessel/tensor/device_memory.h"
 
 namespace tessel::models {
 
@@ -78,7 +79,7 @@ Tensor GPT2::embed(const Tensor& ids) {
         " is not applied (the fused attention has no dropout on its probabilities); embd_pdrop "
         "and resid_pdrop are");
   }
-  Tensor positions = arange(0, double(ids.size(1)), 1.0, DType::I64);
+  Tensor positions = to_device(arange(0, double(ids.size(1)), 1.0, DType::I64), ids.device());
   Tensor x = ops::add(wte->forward(ids), wpe->forward(positions));
   tap("embd", x);
   return drop->forward(x);

@@ -18,7 +18,7 @@ KVCache GPT2::make_cache(int64_t batch, int64_t capacity) const {
   const int64_t d = config_.n_embd / config_.n_head;
   const int64_t heads =
       blocks.empty() ? config_.n_head : blocks[0]->attn->c_attn->weight.size(0) / (3 * d);
-  return KVCache(config_.n_layer, batch, capacity, heads, d, wte->output_dtype());
+  return KVCache(config_.n_layer, batch, capacity, heads, d, wte->output_dtype(), device());
 }
 
 Tensor GPT2::forward_cached(const Tensor& ids, DecodeCache& cache, const Tensor& rows) {

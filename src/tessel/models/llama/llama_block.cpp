@@ -44,9 +44,9 @@ LlamaAttention::Projected LlamaAttention::project(const Tensor& x, const Tensor&
                " are not whole heads of ", d, " with query heads a multiple of KV heads");
   // Without explicit positions, position_end is the start of a contiguous run.
   const bool contiguous = !positions.defined();
-  auto [cos, sin] =
-      rope_->get(contiguous ? position_end + t : position_end, kernels::stat_dtype(q.dtype()));
-  const Tensor pos = contiguous ? rope_positions(b, t, position_end) : positions;
+  auto [cos, sin] = rope_->get(contiguous ? position_end + t : position_end,
+                               kernels::stat_dtype(q.dtype()), q.device());
+  const Tensor pos = contiguous ? rope_positions(b, t, position_end, q.device()) : positions;
   Projected p;
   p.q = ops::rope(ops::reshape(q, {b, t, heads, d}), cos, sin, pos);
   p.k = ops::rope(ops::reshape(k, {b, t, kv_heads, d}), cos, sin, pos);

@@ -19,7 +19,7 @@ KVCache Llama::make_cache(int64_t batch, int64_t capacity) const {
   const int64_t kv_heads = decoder_layers.empty() ? config_.num_key_value_heads
                                                   : decoder_layers[0]->self_attn->local_kv_heads();
   return KVCache(config_.num_hidden_layers, batch, capacity, kv_heads, config_.head_dim,
-                 embed_tokens->output_dtype());
+                 embed_tokens->output_dtype(), device());
 }
 
 Tensor Llama::forward_cached(const Tensor& ids, DecodeCache& cache, const Tensor& rows) {

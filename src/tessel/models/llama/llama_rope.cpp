@@ -8,6 +8,7 @@
 
 #include "tessel/core/error.h"
 #include "tessel/models/rotary_rows.h"
+#include "tessel/tensor/device_memory.h"
 
 namespace tessel::models {
 
@@ -44,7 +45,18 @@ std::vector<double> rope_inv_freq(const LlamaConfig& c, int64_t seq_len) {
 
 RotaryTables::RotaryTables(const LlamaConfig& config) : config_(config) {}
 
-std::pair<Tensor, Tensor> RotaryTables::get(int64_t seq_len, DType dtype) {
+std::pair<Tensor, Tensor> RotaryTables::get(int64_t seq_len, DType dtype, Device device) {
+  if (device.type == DeviceType::CUDA) {
+    const auto [cos, sin] = get(seq_len, dtype);
+    std::lock_guard<std::mutex> lock(mutex_);
+    Entry& e = tables_[dtype];
+    if (!e.device_cos.defined() || e.device_cos.device() != device ||
+        e.device_cos.size(0) != cos.size(0)) {
+      e.device_cos = to_device(cos, device);
+      e.device_sin = to_device(sin, device);
+    }
+    return {e.device_cos, e.device_sin};
+  }
   TESSEL_CHECK(seq_len >= 1, "RoPE tables: sequence length ", seq_len, " must be >= 1");
   TESSEL_CHECK(dtype == DType::F32 || dtype == DType::F64, "RoPE tables: dtype ", dtype_name(dtype),
                " expected f32 or f64");
@@ -82,7 +94,9 @@ std::pair<Tensor, Tensor> RotaryTables::get(int64_t seq_len, DType dtype) {
   return {e.cos, e.sin};
 }
 
-Tensor rope_positions(int64_t batch, int64_t length, int64_t start) {
+Tensor rope_positions(int64_t batch, int64_t length, int64_t start, Device device) {
+  if (device.type == DeviceType::CUDA)
+    return to_device(rope_positions(batch, length, start), device);
   Tensor p = empty(Shape{batch, length}, DType::I64);
   if (p.device().is_meta()) return p;  // built on the meta device: shape only
   int64_t* data = p.data<int64_t>();

@@ -43,13 +43,15 @@ class RotaryTables {
   explicit RotaryTables(const LlamaConfig& config);
   // Tables for a call over positions [0, seq_len) in `dtype` (F32 or F64), with at least seq_len
   // rows and the inverse frequencies such a call uses (dynamic scaling depends on seq_len).
-  std::pair<Tensor, Tensor> get(int64_t seq_len, DType dtype);
+  // On `device` (a copy of the host's tables, made once per table size).
+  std::pair<Tensor, Tensor> get(int64_t seq_len, DType dtype, Device device = Device::cpu());
 
  private:
   struct Entry {
     int64_t key = -1;  // the length inv_freq was computed for (dynamic), else 0
     int64_t rows = 0;
     Tensor cos, sin;
+    Tensor device_cos, device_sin;  // the tables on a CUDA device, when one asked
   };
   LlamaConfig config_;
   std::mutex mutex_;
@@ -57,6 +59,6 @@ class RotaryTables {
 };
 
 // positions [B, T] (i64) = start, start + 1, ..., start + T - 1 in every row.
-Tensor rope_positions(int64_t batch, int64_t length, int64_t start);
+Tensor rope_positions(int64_t batch, int64_t length, int64_t start, Device device = Device::cpu());
 
 }  // namespace tessel::models
