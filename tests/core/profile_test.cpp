@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace tessel::profile {
 namespace {
@@ -75,6 +77,21 @@ TEST_F(ProfileTest, ScopeOpenedWhileOffStaysUnrecorded) {
     set_enabled(true);
   }
   EXPECT_TRUE(snapshot().empty());
+}
+
+// The exit report: a title line with the total, then one line per name, largest first, with its
+// share, calls and (when counted) GFLOP/s; at most `limit` lines.
+TEST_F(ProfileTest, ReportListsTheLargestFirstWithShareAndRate) {
+  const std::vector<Entry> entries = {{"gemm.NN 7x13x33", 4, 0.3, 3e9, 0.3},
+                                      {"layer_norm", 2, 0.1, 0, 0.1},
+                                      {"softmax", 1, 0.05, 0, 0.05}};
+  const std::string r = format_report(entries, "TITLE", 2);
+  EXPECT_EQ(r.rfind("tessel: TITLE: 450.0 ms in 3 kinds of call\n", 0), 0u) << r;
+  EXPECT_NE(r.find("300.00 ms  66.7%       4 calls  gemm.NN 7x13x33 10 GFLOP/s\n"),
+            std::string::npos)
+      << r;
+  EXPECT_NE(r.find("100.00 ms  22.2%       2 calls  layer_norm\n"), std::string::npos) << r;
+  EXPECT_EQ(r.find("softmax"), std::string::npos) << r;  // past the limit
 }
 
 }  // namespace

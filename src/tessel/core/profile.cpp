@@ -3,6 +3,8 @@
 #include "tessel/core/profile.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 
@@ -25,6 +27,40 @@ Totals& totals() {
 }
 
 }  // namespace
+
+std::string format_report(const std::vector<Entry>& entries, const char* title, int limit) {
+  double total = 0;
+  for (const Entry& e : entries) total += e.seconds;
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "tessel: %s: %.1f ms in %zu kinds of call\n", title, total * 1e3,
+                entries.size());
+  out += line;
+  for (size_t i = 0; i < entries.size() && int(i) < limit; ++i) {
+    const Entry& e = entries[i];
+    const std::string rate =
+        e.flops > 0 && e.seconds > 0
+            ? " " + std::to_string(int64_t(e.flops / e.seconds / 1e9)) + " GFLOP/s"
+            : std::string();
+    std::snprintf(line, sizeof line, "  %9.2f ms %5.1f%% %7lld calls  %s%s\n", e.seconds * 1e3,
+                  total > 0 ? 100.0 * e.seconds / total : 0.0, static_cast<long long>(e.calls),
+                  e.name.c_str(), rate.c_str());
+    out += line;
+  }
+  return out;
+}
+
+void report_at_exit(const char* title, int limit) {
+  static std::once_flag once;
+  std::call_once(once, [title, limit] {
+    // The totals exist before the handler is registered, so they are destroyed after it runs.
+    (void)totals();
+    static const char* t = title;
+    static int n = limit;
+    std::atexit([] { std::fputs(format_report(snapshot(), t, n).c_str(), stderr); });
+    set_enabled(true);
+  });
+}
 
 void set_enabled(bool on) {
   detail::g_enabled.store(on, std::memory_order_relaxed);

@@ -49,6 +49,12 @@ void add(std::string_view name, double seconds, double flops = 0, double cpu_sec
 // All totals since the last reset, largest time first.
 std::vector<Entry> snapshot();
 void reset();
+// Switches profiling on and prints the totals (the `limit` largest, with their share and rate) to
+// stderr when the process exits, under `title`: how TESSEL_PROFILE=1 (the CPU backend) and
+// TESSEL_CUDA_PROFILE=1 (the CUDA backend) break a whole run down. Once per process.
+void report_at_exit(const char* title, int limit = 40);
+// The table report_at_exit prints, from `entries`.
+std::string format_report(const std::vector<Entry>& entries, const char* title, int limit);
 
 // Times its own lifetime under `name` when profiling is on at construction. `name` must outlive
 // the scope (a literal, or a string the caller keeps).

@@ -5,11 +5,15 @@
 // runs.
 #pragma once
 
+#include <functional>
+
 #include "tessel/kernels/backend.h"
 
 namespace tessel::kernels {
 
 // The profiling wrapper around `inner` (one per inner backend, kept for the program's lifetime).
-Backend& profiled(Backend& inner);
+// `settle`, when given, runs at the end of every timed call: a device backend's wait for its
+// queued kernels, so that each call's time is its kernels' and not their launch's.
+Backend& profiled(Backend& inner, std::function<void()> settle = {});
 
 }  // namespace tessel::kernels

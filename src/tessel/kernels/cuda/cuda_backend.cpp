@@ -3,11 +3,14 @@
 // not implemented on CUDA yet (quant_matmul, grouped_gemm), and one backend per device.
 #include "tessel/kernels/cuda/cuda_backend.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
 
+#include "tessel/core/profile.h"
+#include "tessel/kernels/cpu/profiled_backend.h"
 #include "tessel/kernels/cuda/cuda_backend_instance.h"
 #include "tessel/kernels/cuda/cuda_runtime.h"
 #include "tessel/tensor/device_memory.h"
@@ -111,6 +114,24 @@ bool cuda_supports(Op op, DType dtype) {
   return false;
 }
 
+namespace {
+
+// TESSEL_CUDA_PROFILE=1: every call of the CUDA backend timed to the end of its kernels
+// (kernels/cpu/profiled_backend.h with a device wait inside each call, so the run is slower than
+// an unprofiled one) and the table of calls printed to stderr at exit: a GPU run's per-op
+// breakdown where no profiler runs.
+bool cuda_profiling() {
+  static const bool on = [] {
+    const char* v = std::getenv("TESSEL_CUDA_PROFILE");
+    if (v == nullptr || std::strcmp(v, "1") != 0) return false;
+    profile::report_at_exit("TESSEL_CUDA_PROFILE");
+    return true;
+  }();
+  return on;
+}
+
+}  // namespace
+
 Backend& cuda_backend(int device) {
   require_cuda_device(Device::cuda(device));
   static std::mutex mutex;
@@ -120,6 +141,8 @@ Backend& cuda_backend(int device) {
   if (all->size() <= size_t(device)) all->resize(size_t(device) + 1, nullptr);
   cuda::CudaBackend*& b = (*all)[size_t(device)];
   if (b == nullptr) b = new cuda::CudaBackend(device);
+  if (cuda_profiling()) [[unlikely]]
+    return profiled(*b, [device] { synchronize_device(Device::cuda(device)); });
   return *b;
 }
 
