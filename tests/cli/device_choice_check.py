@@ -3,7 +3,8 @@
 """`--device` on the commands that run models: cpu is accepted, a malformed value is refused, and
 `--device cuda` / `cuda:N` ends the program before any work with one line that says why it cannot
 run there: "built without CUDA" in a build without it, "no CUDA device visible: <driver's error>"
-on a machine without a GPU, and (with a GPU) that the command does not run on CUDA yet.
+on a machine without a GPU, and (with a GPU) that the command does not run on CUDA yet (train and
+generate, which do, go on to their next missing argument).
 Usage: device_choice_check.py TESSEL_BINARY ON|OFF (whether the build has CUDA)"""
 import re
 import subprocess
@@ -51,6 +52,9 @@ def main():
                 ok = re.fullmatch(r"tessel: error: no CUDA device visible: \S.*", line)
             elif device == "cuda:1" and gpus == 1:
                 ok = re.fullmatch(r"tessel: error: cuda:1: only 1 CUDA device visible .*", line)
+            elif cmd in (["train"], ["generate"]):
+                # These run on CUDA: the device is accepted and the next missing argument speaks.
+                ok = "does not run on CUDA" not in line and "CUDA device" not in line
             else:
                 ok = re.fullmatch(r"tessel: error: --device cuda:\d: `tessel [a-z ]+` does not "
                                   r"run on CUDA yet .*", line)

@@ -6,6 +6,8 @@
 // checkpoint directory is a model `tessel generate` loads.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "train_workspace.h"
 
 namespace tessel::cli_test {
@@ -132,13 +134,28 @@ TEST(TrainCommand, BadConfigurationsFailWithOneLine) {
         Case{" --set train.micro_batch=100000", "train.micro_batch = 100000"},
         Case{" --set data.dir=/nonexistent", "/nonexistent"},
         Case{" --dp 2", "--dp 2 x --tp 1 x --pp 1 = 2 ranks, but the job has 1"},
-        Case{" --dp 0", "parallel degrees must be >= 1, got --dp 0"}}) {
+        Case{" --dp 0", "parallel degrees must be >= 1, got --dp 0"},
+        Case{" --set train.device=tpu", "train.device = 'tpu' expected cpu, cuda or cuda:N"}}) {
     const Outcome r = run_tessel(s.common + run + c.flags, s.dir);
     EXPECT_EQ(r.exit_code, 1) << c.flags;
     EXPECT_NE(r.err.find("tessel: error: "), std::string::npos) << r.err;
     EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.flags << "\n" << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
+}
+
+// TESSEL_PROFILE=1: the whole run's kernel calls, largest first, on stderr at exit.
+TEST(TrainCommand, ProfileVariablePrintsTheKernelTableAtExit) {
+  const Workspace s = make_workspace("profile");
+  ::setenv("TESSEL_PROFILE", "1", 1);
+  const Outcome r = run_tessel(
+      s.common + " --set train.steps=3 --set checkpoint.dir=" + (s.dir / "run").string(), s.dir);
+  ::unsetenv("TESSEL_PROFILE");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const size_t table = r.err.find("tessel: TESSEL_PROFILE: ");
+  ASSERT_NE(table, std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" calls  gemm.", table), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" calls  layer_norm", table), std::string::npos) << r.err;
 }
 
 TEST(TrainCommand, CheckpointIsAModelThatGenerateLoads) {

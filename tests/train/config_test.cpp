@@ -104,7 +104,7 @@ const std::vector<std::string> kAllKeys = {
     "data.seed",          "train.steps",         "train.micro_batch",
     "train.seq_len",      "train.grad_accum",    "train.global_batch",   "train.seed",
     "train.threads",      "train.max_bad_steps", "train.recompute",
-    "train.precision",    "train.loss_scale_init", "train.loss_scale_window",
+    "train.precision", "train.device",    "train.loss_scale_init", "train.loss_scale_window",
     "parallel.zero_stage", "parallel.bucket_mb", "parallel.overlap",
     "parallel.schedule",  "parallel.sequence_parallel", "parallel.expert_tensor_parallel",
     "parallel.tp_plan",
@@ -409,6 +409,7 @@ TEST(TrainConfig, KeyTableIsCompleteUniqueAndMapsEachKeyToItsOwnMember) {
     if (info.key == "optim.decay") value = "linear";
     if (info.key == "train.recompute") value = "full";
     if (info.key == "train.precision") value = "bf16";
+    if (info.key == "train.device") value = "cuda:13";
     if (info.key == "parallel.zero_stage") value = "2";
     if (info.key.rfind("memory.", 0) == 0 && info.type == "string") value = "13MiB";
     if (info.type == "boolean") value = "false";

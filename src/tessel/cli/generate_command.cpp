@@ -54,6 +54,7 @@ struct GenerateArgs {
   int ep = 1;
   int pp = 1;
   bool ignore_eos = false;
+  std::string device;  // --device: cpu, cuda:N
 };
 
 double per_second(int64_t n, double seconds) {
@@ -116,6 +117,9 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
     });
   }
   const int ranks = args.tp * args.pp;
+  TESSEL_CHECK(args.device.empty() || args.device == "cpu" || (args.tp * args.pp * args.ep == 1),
+               "generate --device ", args.device,
+               ": one process for now (--tp, --pp and --ep run on the CPU)");
   const char* flag = args.pp > 1 ? "--pp" : "--tp";
   const dist::LaunchInfo launch = dist::detect_launch();
   TESSEL_CHECK(ep_world || launch.size == ranks, "generate: ", flag, " ", ranks,
@@ -186,6 +190,7 @@ void run_generate(const GenerateArgs& args, const CLI::App& cmd) {
   } else {
     model = models::load_model_source(args.model);
     apply_inference_weights(*model, weights, "generate");
+    if (!args.device.empty()) move_model_to_device(*model, args.device, "generate");
   }
   options.max_new_tokens = args.n_predict;
   options.sampling = args.sampling;
@@ -273,7 +278,7 @@ void add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand(
       "generate", "Generate text with a GPT-2 model directory (KV-cache decoding)");
-  add_device_option(*cmd);
+  add_device_option(*cmd, &args->device);
   cmd->add_option(
          "-m,--model", args->model,
          "Model directory (config.json + model.safetensors + tokenizer files) or a .gguf file")

@@ -38,6 +38,7 @@ struct TrainArgs {
   bool sp = false;           // --sp: parallel.sequence_parallel
   bool etp = false;          // --etp: parallel.expert_tensor_parallel
   std::string tp_plan;       // --tp-plan: parallel.tp_plan
+  std::string device;        // --device: train.device
   int64_t microbatches = 0;  // --microbatches: train.grad_accum
   std::string plan;          // --plan auto: the planner's best layout for the launch
   std::string cluster;       // --cluster: the description the planner predicts for
@@ -96,6 +97,7 @@ void run_train(const TrainArgs& args) {
   if (args.sp) overrides.push_back("parallel.sequence_parallel=true");
   if (args.etp) overrides.push_back("parallel.expert_tensor_parallel=true");
   if (!args.tp_plan.empty()) overrides.push_back("parallel.tp_plan=" + args.tp_plan);
+  if (!args.device.empty()) overrides.push_back("train.device=" + args.device);
   if (args.microbatches > 0)
     overrides.push_back("train.grad_accum=" + std::to_string(args.microbatches));
   std::string checkpoint;
@@ -197,7 +199,7 @@ void add_train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd = app.add_subcommand(
       "train", "Train a GPT-2 on a token dataset prepared with `tessel data prepare`");
-  add_device_option(*cmd);
+  add_device_option(*cmd, &args->device);
   cmd->add_option("-c,--config", args->config_file,
                   "TOML configuration (keys: docs/TRAINING.md); defaults when omitted");
   cmd->add_option("--set", args->overrides,

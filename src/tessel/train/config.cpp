@@ -21,6 +21,7 @@
 #include <variant>
 
 #include "tessel/core/error.h"
+#include "tessel/tensor/device_memory.h"
 
 namespace tessel::train {
 namespace {
@@ -93,6 +94,8 @@ std::vector<KeyDef> build_key_table() {
                         "Activation recomputation per block: selective (attention) or full"),
       TESSEL_CONFIG_KEY(train, precision, one_of({"fp32", "bf16", "fp16"}),
                         "Forward/backward dtype over f32 master weights: fp32, bf16 or fp16"),
+      TESSEL_CONFIG_KEY(train, device, non_empty(),
+                        "Where the step runs: cpu, cuda or cuda:N (CUDA: one process)"),
       TESSEL_CONFIG_KEY(train, loss_scale_init, interval(true, 0, 4294967296.0, false),
                         "fp16: initial dynamic loss scale"),
       TESSEL_CONFIG_KEY(train, loss_scale_window, at_least(1),
@@ -516,6 +519,12 @@ void TrainConfig::validate() const {
   TESSEL_CHECK(optim.warmup_steps <= train.steps,
                "training config: optim.warmup_steps = ", optim.warmup_steps,
                " exceeds train.steps = ", train.steps, "; the warmup must fit in the run");
+  try {
+    (void)parse_device(train.device);
+  } catch (const Error&) {
+    TESSEL_FAIL("training config: train.device = '", train.device,
+                "' expected cpu, cuda or cuda:N");
+  }
   validate_memory(*this);
 }
 

@@ -40,6 +40,8 @@ struct TrainSection {
   // Mixed precision (strategy/precision_strategy.h): fp32 | bf16 | fp16, f32 master weights
   // either way.
   std::string precision = "fp32";
+  // Where the step runs: cpu, cuda or cuda:N (one process on a CUDA device; docs/TRAINING.md).
+  std::string device = "cpu";
   double loss_scale_init = 65536;    // fp16: initial dynamic loss scale (2^16)
   int64_t loss_scale_window = 1000;  // fp16: clean steps before the scale doubles
 };

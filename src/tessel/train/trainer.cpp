@@ -23,6 +23,7 @@
 #include "tessel/nn/layers.h"
 #include "tessel/nn/moe.h"
 #include "tessel/tensor/allocator.h"
+#include "tessel/tensor/device_memory.h"
 #include "tessel/train/checkpoint/checkpoint.h"
 #include "tessel/train/checkpoint/safetensors_regions.h"
 #include "tessel/train/global_batch.h"
@@ -143,6 +144,8 @@ void Trainer::build(const std::string& resume) {
     config = resolve_model_config(config_.model.config);
   }
   const models::ModelConfig& mc = *config;
+  device_ = parse_device(config_.train.device);
+  check_device_run(mc);      // before anything is allocated
   check_free_space_for(mc);  // before a large model is allocated
   const auto build_start = Clock::now();
   CheckpointMemory build_memory = checkpoint_memory_before();
@@ -227,6 +230,7 @@ void Trainer::build(const std::string& resume) {
   recompute_flops_per_token_ = mc.recompute_flops_per_token(recompute, t.seq_len);
 
   if (!resume.empty()) load_checkpoint(resume);
+  move_to_run_device();  // train.device: after the values are in place on the host
   setup_sinks(resume.empty() ? -1 : step_);
   if (built_) write_record(*built_);
   if (loaded_) write_record(*loaded_);
@@ -305,7 +309,12 @@ TrainSummary Trainer::run() {
   if (hooks_.build_only) return sum;
   const auto t0 = Clock::now();
   sum.first_step = step_ + 1;
-  if (config_.machine.peak_gflops <= 0) {
+  if (config_.machine.peak_gflops <= 0 && !device_.is_cpu()) {
+    // The host's GEMM says nothing of a GPU's: MFU needs the device's peak from the user.
+    print("machine: MFU n/a on " + device_.str() +
+          " until machine.peak_gflops gives the device's dense peak (an H100 / H200: 989000 in "
+          "bf16)");
+  } else if (config_.machine.peak_gflops <= 0) {
     config_.machine.peak_gflops = kernels::gemm_gflops(1024, 1024, 1024, false, false, 1.0);
     print("machine: measured f32 GEMM peak " + std::to_string(int(config_.machine.peak_gflops)) +
           " GFLOP/s (MFU is a fraction of it; set machine.peak_gflops to fix it)");

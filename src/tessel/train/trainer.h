@@ -114,6 +114,13 @@ class Trainer {
   // experts' over their expert group.
   std::vector<std::pair<parallel::DataParallel*, parallel::ZeroAdamW*>> zero_optimizers() const;
   std::vector<Piece> checkpoint_pieces() const;
+  // trainer_device.cpp: a run on a CUDA device (train.device). What such a run refuses, checked
+  // before the model is allocated; the model and optimizer state moved there once built (and
+  // loaded); a batch's ids moved there; a device scalar read on the host.
+  void check_device_run(const models::ModelConfig& model) const;
+  void move_to_run_device();
+  Tensor on_run_device(const Tensor& t) const;
+  static double host_scalar(const Tensor& t);
   void load_checkpoint_pieces(const std::string& dir, int64_t optimizer_step);
   // Fills the parameters this rank holds (its ZeRO-3 blocks, its tensor-parallel pieces, its
   // stages' parameters and the tied ones its head uses) from `source`, touching nothing else; the
@@ -275,6 +282,7 @@ class Trainer {
   std::vector<AxisStrategy*> strategies_;
   std::unique_ptr<Optimizer> optimizer_;  // AdamW, or ZeRO's AdamW over dp shards
   AdamW* adamw_ = nullptr;                // optimizer_ without ZeRO (its moments, for checkpoints)
+  Device device_ = Device::cpu();         // train.device: where the model and its step live
   parallel::ZeroAdamW* zero_ = nullptr;   // optimizer_'s shards under parallel.zero_stage 1-3
   ShardedAdamW* sharded_ = nullptr;       // the optimizer that owns zero_
   parallel::ZeroAdamW* expert_zero_ = nullptr;  // --ep with ZeRO 1-3: the experts' shards

@@ -18,6 +18,7 @@
 #include "tessel/io/mapped_file.h"
 #include "tessel/io/safetensors.h"
 #include "tessel/models/family.h"
+#include "tessel/tensor/device_memory.h"
 #include "tessel/train/checkpoint/checkpoint.h"
 #include "tessel/train/checkpoint/checkpoint_pieces.h"
 #include "tessel/train/checkpoint/safetensors_regions.h"
@@ -51,7 +52,10 @@ std::string Trainer::save_checkpoint() {
   // commits, so the manifest covers every rank's file. No tensor is gathered over the network.
   const CheckpointMemory before = checkpoint_memory_before();
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<Piece> pieces = checkpoint_pieces();
+  std::vector<Piece> pieces = checkpoint_pieces();
+  // A CUDA run writes host copies (the pieces view its device tensors).
+  for (Piece& p : pieces)
+    if (p.data.defined() && !p.data.device().is_cpu()) p.data = to_device(p.data, Device::cpu());
   std::unique_ptr<CheckpointWriter> writer;
   if (leader()) writer = std::make_unique<CheckpointWriter>(run_dir_, step_);
   const std::string dir = share_leader_string(writer ? writer->dir() : "");

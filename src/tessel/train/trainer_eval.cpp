@@ -51,7 +51,7 @@ EvalRecord Trainer::evaluate() {
   double total = 0;
   for (int64_t b = 0; b < batches; ++b) {
     const io::TokenBatch batch = loader.next();
-    total += compute_eval_loss(batch.x, batch.y).item();
+    total += host_scalar(compute_eval_loss(batch.x, batch.y));
   }
   model_->train();
   r.val_loss = world > 1 ? dp_mean(total / double(batches)) : total / double(batches);

@@ -103,7 +103,7 @@ double Trainer::forward_backward(StepRecord& r) {
     begin_micro_batch(m);
     const auto held = scopes();
     const Tensor loss = compute_loss(batch.x, batch.y);
-    loss_sum += loss.item();
+    loss_sum += host_scalar(loss);
     Tensor start = loss;  // what backward starts from (scaled under fp16)
     if (const Tensor aux = model_->auxiliary_loss(); aux.defined()) {
       start = ops::add(loss, aux.to(loss.dtype()));

@@ -478,12 +478,13 @@ std::shared_ptr<void> Trainer::gather_all_zero3() const {
 }
 
 Tensor Trainer::compute_loss(const Tensor& ids, const Tensor& targets) {
+  if (!device_.is_cpu()) return model_->loss(on_run_device(ids), on_run_device(targets));
   return tensor_ ? tensor_->loss(ids, targets) : model_->loss(ids, targets);
 }
 
 Tensor Trainer::compute_eval_loss(const Tensor& ids, const Tensor& targets) {
   if (const ModelTensorParallel* t = tp()) return model_tp_eval_loss(*model_, *t, ids, targets);
-  return model_->eval_loss(ids, targets);
+  return model_->eval_loss(on_run_device(ids), on_run_device(targets));
 }
 
 NamedTensors Trainer::trainable_parameters() const {
