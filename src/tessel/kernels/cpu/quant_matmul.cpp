@@ -172,7 +172,8 @@ std::array<cpu::FusedRows, 2> choose_fused_rows(QuantType type) {
 }
 
 // Q4_0: AMX tiles for every m where enabled (quant_amx.cpp); else register tiles for every m in
-// the avx512 set (quant_q4_tiles.h), one row at a time in the avx2 set, with the same bits.
+// the avx512 set (quant_q4_tiles.h; at m = 1 with AVX-512 VNNI its 512-bit decode rows), one row
+// at a time in the avx2 set, with the same bits.
 void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
   const cpu::QuantizedRows act = quantize_activations(s, x);
   const auto [xs32, xs16] = activation_sums(s, act);
@@ -181,6 +182,11 @@ void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, fl
     return kernels::cpu::q4_0_amx_matmul(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), w,
                                          y, std::max<int64_t>(1, task_grain(s) / 16));
   const int64_t grain = std::max<int64_t>(1, task_grain(s) / cpu::kQ4TileN);
+  // The decode step on 512-bit vectors where the CPU has AVX-512 VNNI: the tiles' bits, faster.
+  if (s.m == 1 && set_dot() == QuantDot::Avx512Vnni &&
+      quant_vector_bits_for(KernelSet::Avx512) == 512)
+    return cpu::q4_0_decode_512<cpu::DotVnni, cpu::Dot512Vnni>(
+        s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), xs32.data(), w, y, grain);
   auto run = [&]<class Dot>(Dot) {
     cpu::q4_0_tiles<Dot>(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), xs32.data(), w, y,
                          grain);
