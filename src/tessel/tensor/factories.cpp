@@ -111,6 +111,16 @@ std::pair<int64_t, int64_t> outer_inner(const Shape& s, int dim) {
   for (int i = dim + 1; i < s.ndim(); ++i) inner *= s[i];
   return {outer, inner};
 }
+
+// `rows` runs of `width` bytes from src (src_pitch apart) to dst (dst_pitch apart) on `device`:
+// what split and concat move, on the host or as one 2-D copy on a CUDA device.
+void copy_rows(Device device, const char* src, size_t src_pitch, char* dst, size_t dst_pitch,
+               size_t width, size_t rows) {
+  if (width == 0 || rows == 0) return;
+  if (device.type == DeviceType::CUDA)
+    return copy_rows_on_device(device, src, src_pitch, dst, dst_pitch, width, rows);
+  for (size_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_pitch, src + r * src_pitch, width);
+}
 }  // namespace
 
 Tensor concat(std::span<const Tensor> tensors, int dim) {
@@ -138,29 +148,15 @@ Tensor concat(std::span<const Tensor> tensors, int dim) {
     return out;
   }
   auto [outer, inner] = outer_inner(out.shape(), d);
-  size_t es = out.element_size();
-  if (first.device().type == DeviceType::CUDA) {
-    int64_t col = 0;
-    for (const Tensor& t : tensors) {
-      TESSEL_CHECK(t.device() == first.device(), "concat: tensor 0 is on ", first.device().str(),
-                   ", another on ", t.device().str());
-      const size_t block = size_t(t.size(d) * inner) * es;
-      copy_rows_on_device(first.device(), device_data(t), block,
-                          static_cast<char*>(device_data(out)) + size_t(col * inner) * es,
-                          size_t(total * inner) * es, block, size_t(outer));
-      col += t.size(d);
-    }
-    return out;
-  }
-  char* dst = static_cast<char*>(out.data_ptr());
+  const size_t es = out.element_size();
+  char* dst = static_cast<char*>(device_data(out));
   int64_t col = 0;
   for (const Tensor& t : tensors) {
-    int64_t block = t.size(d) * inner * int64_t(es);
-    if (block > 0) {
-      const char* src = static_cast<const char*>(t.data_ptr());
-      for (int64_t o = 0; o < outer; ++o)
-        std::memcpy(dst + (o * total + col) * inner * int64_t(es), src + o * block, size_t(block));
-    }
+    TESSEL_CHECK(t.device() == first.device(), "concat: tensor 0 is on ", first.device().str(),
+                 ", another on ", t.device().str());
+    const size_t block = size_t(t.size(d) * inner) * es;
+    copy_rows(out.device(), static_cast<const char*>(device_data(t)), block,
+              dst + size_t(col * inner) * es, size_t(total * inner) * es, block, size_t(outer));
     col += t.size(d);
   }
   return out;
@@ -186,31 +182,14 @@ std::vector<Tensor> split(const Tensor& t, std::span<const int64_t> sizes, int d
     return out;
   }
   auto [outer, inner] = outer_inner(t.shape(), d);
-  size_t es = t.element_size();
-  if (t.device().type == DeviceType::CUDA) {
-    int64_t col = 0;
-    for (int64_t s : sizes) {
-      Tensor piece = empty(t.shape().with(d, s), t.dtype(), t.device());
-      const size_t block = size_t(s * inner) * es;
-      copy_rows_on_device(
-          t.device(), static_cast<const char*>(device_data(t)) + size_t(col * inner) * es,
-          size_t(t.size(d) * inner) * es, device_data(piece), block, block, size_t(outer));
-      out.push_back(piece);
-      col += s;
-    }
-    return out;
-  }
-  const char* src = static_cast<const char*>(t.data_ptr());
+  const size_t es = t.element_size();
+  const char* src = static_cast<const char*>(device_data(t));
   int64_t col = 0;
   for (int64_t s : sizes) {
-    Tensor piece = empty(t.shape().with(d, s), t.dtype());
-    int64_t block = s * inner * int64_t(es);
-    if (block > 0) {
-      char* dst = static_cast<char*>(piece.data_ptr());
-      for (int64_t o = 0; o < outer; ++o)
-        std::memcpy(dst + o * block, src + (o * t.size(d) + col) * inner * int64_t(es),
-                    size_t(block));
-    }
+    Tensor piece = empty(t.shape().with(d, s), t.dtype(), t.device());
+    const size_t block = size_t(s * inner) * es;
+    copy_rows(t.device(), src + size_t(col * inner) * es, size_t(t.size(d) * inner) * es,
+              static_cast<char*>(device_data(piece)), block, block, size_t(outer));
     out.push_back(piece);
     col += s;
   }
