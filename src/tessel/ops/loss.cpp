@@ -39,9 +39,9 @@ int64_t count_not_ignored(const Tensor& targets, int64_t ignore_index) {
   // Meta targets have no values: a shape-only trace counts every target.
   if (targets.device().is_meta()) return targets.numel();
   // Targets on a CUDA device are counted from a host copy (N ids; the loss is read anyway).
-  const Tensor host = targets.device().is_cpu() ? targets : to_device(targets, Device::cpu());
   int64_t count = 0;
-  for (int64_t t : host.to_vector<int64_t>()) count += t != ignore_index;
+  for (int64_t t : to_device(targets, Device::cpu()).to_vector<int64_t>())
+    count += t != ignore_index;
   return count;
 }
 
