@@ -75,9 +75,12 @@ inline __m512i quad_index() {
   return _mm512_mask_set1_epi32(idx, __mmask16(0xF000), 3);
 }
 
+inline __m512 quad_scales(__m512i idx, __m128 s) {
+  return _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), idx, _mm512_zextps128_ps512(s));
+}
+
 inline __m512 quad_scales(__m512i idx, const float* s) {
-  return _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), idx,
-                                     _mm512_zextps128_ps512(_mm_loadu_ps(s)));
+  return quad_scales(idx, _mm_loadu_ps(s));
 }
 
 // acc's two halves added, then reduced as the 256-bit rows reduce acc0 + acc1.

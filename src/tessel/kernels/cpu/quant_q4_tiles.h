@@ -153,26 +153,24 @@ inline void q4_0_rows4_512(const uint8_t* w, int64_t row_bytes, const int8_t* x,
     // memory read its weights at 5 GB/s, half of Q8_0's rate.
     for (int r = 4; r < 8; ++r)
       _mm_prefetch(reinterpret_cast<const char*>(p + r * row_bytes), _MM_HINT_T0);
-    __m512i b = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2)));
-    b = _mm512_inserti32x4(
-        b, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + row_bytes + 2)), 1);
-    b = _mm512_inserti32x4(
-        b, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * row_bytes + 2)), 2);
-    b = _mm512_inserti32x4(
-        b, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 3 * row_bytes + 2)), 3);
+    // Row r's 16 code bytes (after its 2-byte scale).
+    auto codes = [&](int r) {
+      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * row_bytes + 2));
+    };
+    __m512i b = _mm512_castsi128_si512(codes(0));
+    b = _mm512_inserti32x4(b, codes(1), 1);
+    b = _mm512_inserti32x4(b, codes(2), 2);
+    b = _mm512_inserti32x4(b, codes(3), 3);
     const __m512i u_lo = _mm512_and_si512(b, mask);
     const __m512i u_hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), mask);
     const __m512i x_lo = _mm512_maskz_broadcast_i32x4(
         __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 32 * g)));
     const __m512i x_hi = _mm512_maskz_broadcast_i32x4(
         __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 32 * g + 16)));
-    alignas(16) float d[4] = {load_half(p), load_half(p + row_bytes),
-                              load_half(p + 2 * row_bytes), load_half(p + 3 * row_bytes)};
-    const __m128 dv = _mm_load_ps(d);
+    const __m128 dv = _mm_setr_ps(load_half(p), load_half(p + row_bytes),
+                                  load_half(p + 2 * row_bytes), load_half(p + 3 * row_bytes));
     // Row j's lanes 4j..4j+3 take d[j] * dx, the tile's product.
-    alignas(16) float sd[4];
-    _mm_store_ps(sd, _mm_mul_ps(dv, _mm_set1_ps(dx[g])));
-    const __m512 scale = quad_scales(idx, sd);
+    const __m512 scale = quad_scales(idx, _mm_mul_ps(dv, _mm_set1_ps(dx[g])));
     lo[c] = _mm512_fmadd_ps(to_float(Dot512::dot(zero, u_lo, x_lo)), scale, lo[c]);
     hi[c] = _mm512_fmadd_ps(to_float(Dot512::dot(zero, u_hi, x_hi)), scale, hi[c]);
     off[c] = _mm_fmadd_ps(dv, _mm_set1_ps(xs32[g]), off[c]);
