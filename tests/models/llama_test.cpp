@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/lcg_ids.h"
 #include "common/tolerance.h"
 #include "tessel/autograd/autograd.h"
 #include "tessel/autograd/grad_mode.h"
@@ -37,12 +38,7 @@ LlamaConfig small(LlamaVariant variant = LlamaVariant::Llama) {
 }
 
 Tensor tokens(int64_t b, int64_t t, uint64_t seed, int64_t vocab = 37) {
-  std::vector<int64_t> v(size_t(b * t));
-  for (auto& x : v) {
-    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-    x = int64_t((seed >> 33) % uint64_t(vocab));
-  }
-  return from_data(v, Shape{b, t});
+  return test::lcg_ids(b, t, seed, vocab);
 }
 
 TEST(Llama, ParameterNamesAndShapesAreHuggingFaces) {

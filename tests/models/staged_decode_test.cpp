@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/lcg_ids.h"
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/models/gpt2/gpt2.h"
 #include "tessel/models/llama/llama.h"
@@ -45,12 +46,7 @@ LlamaConfig llama_config() {
 }
 
 Tensor ids_of(int64_t b, int64_t t, uint64_t seed) {
-  std::vector<int64_t> v(size_t(b * t));
-  for (auto& x : v) {
-    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-    x = int64_t((seed >> 33) % 37);
-  }
-  return from_data(v, Shape{b, t});
+  return test::lcg_ids(b, t, seed, 37);
 }
 
 KVCache stage_cache(const KVCache& whole, int64_t layers, int64_t batch) {

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/lcg_ids.h"
 #include "tessel/autograd/autograd.h"
 #include "tessel/models/generation.h"
 #include "tessel/models/gpt2/gpt2.h"
@@ -21,6 +22,7 @@
 #include "tessel/nn/device_move.h"
 #include "tessel/tensor/device_memory.h"
 #include "tessel/train/optim/adamw.h"
+#include "train/trainer_test_util.h"
 
 namespace tessel::models {
 namespace {
@@ -42,26 +44,6 @@ double nmse(const Tensor& a, const Tensor& b) {
     den += y[i] * y[i];
   }
   return den > 0 ? num / den : num;
-}
-
-Tensor tokens(int64_t b, int64_t t, uint64_t seed, int64_t vocab) {
-  std::vector<int64_t> v(size_t(b * t));
-  for (auto& x : v) {
-    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-    x = int64_t((seed >> 33) % uint64_t(vocab));
-  }
-  return from_data(v, Shape{b, t});
-}
-
-GPT2Config gpt2_config() {
-  GPT2Config c;
-  c.vocab_size = 37;
-  c.n_positions = 33;
-  c.n_embd = 48;
-  c.n_head = 3;
-  c.n_layer = 2;
-  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
-  return c;
 }
 
 LlamaConfig llama_config() {
@@ -86,7 +68,7 @@ void expect_twins_train_alike(CausalLM& host, CausalLM& gpu) {
   for (const auto& [name, p] : gpu.named_parameters())
     ASSERT_EQ(p.device(), kGpu) << name << " stayed on " << p.device().str();
 
-  const Tensor ids = tokens(3, 13, 7, vocab), targets = tokens(3, 13, 11, vocab);
+  const Tensor ids = test::lcg_ids(3, 13, 7, vocab), targets = test::lcg_ids(3, 13, 11, vocab);
   const Tensor gpu_ids = to_device(ids, kGpu), gpu_targets = to_device(targets, kGpu);
   {
     autograd::NoGradGuard no_grad;
@@ -152,7 +134,7 @@ std::pair<std::shared_ptr<M>, std::shared_ptr<M>> twins(const Config& config, ui
 }
 
 TEST(CausalLmGpu, Gpt2TrainsLikeTheHost) {
-  const auto [host, gpu] = twins<GPT2>(gpt2_config(), 5);
+  const auto [host, gpu] = twins<GPT2>(train::test::tiny_model(37), 5);
   expect_twins_train_alike(*host, *gpu);
 }
 
@@ -162,7 +144,7 @@ TEST(CausalLmGpu, LlamaTrainsLikeTheHost) {
 }
 
 TEST(CausalLmGpu, Gpt2GreedyIdsAreTheHosts) {
-  const auto [host, gpu] = twins<GPT2>(gpt2_config(), 9);
+  const auto [host, gpu] = twins<GPT2>(train::test::tiny_model(37), 9);
   expect_same_greedy_ids(*host, *gpu);
 }
 
@@ -172,7 +154,7 @@ TEST(CausalLmGpu, LlamaGreedyIdsAreTheHosts) {
 }
 
 TEST(CausalLmGpu, MovesBackToTheHost) {
-  const auto [host, twin] = twins<GPT2>(gpt2_config(), 3);
+  const auto [host, twin] = twins<GPT2>(train::test::tiny_model(37), 3);
   nn::move_to_device(*twin, kGpu);
   nn::move_to_device(*twin, Device::cpu());
   const auto hp = host->named_parameters(), tp = twin->named_parameters();
