@@ -115,6 +115,10 @@ class Family {
   // pieces (train/model_tp_load_gguf.h). The default is an Error naming the family (GPT-2 and
   // LLaMA have one; the mixture-of-experts families have no tensor-parallel plan).
   virtual GgufLayout gguf_layout(const CausalLM& model, const io::GgufFile& file) const;
+  // A small dense model of this family, `width` wide with `layers` blocks, `positions` long and
+  // without dropout: what measurements of the layers above the kernels run (`tessel plan
+  // calibrate`'s overhead probe), without naming a family. The default is an Error naming it.
+  virtual ConfigPtr probe_config(int64_t width, int64_t layers, int64_t positions) const;
 };
 
 // Every registered family.

@@ -11,6 +11,10 @@
 
 namespace tessel::models {
 
+ConfigPtr Family::probe_config(int64_t, int64_t, int64_t) const {
+  TESSEL_FAIL("the ", name(), " family has no probe model (GPT-2 has one)");
+}
+
 GgufLayout Family::gguf_layout(const CausalLM&, const io::GgufFile& file) const {
   // No parallelism named here: the loader that asked puts its own in front (--tp or --pp).
   TESSEL_FAIL(file.path(), ": the ", name(),

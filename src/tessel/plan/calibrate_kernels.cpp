@@ -214,7 +214,7 @@ std::vector<KernelPoint> measure_kernels(bool quick, double budget, const Agreem
     // of short sequences costs more per FLOP than one long sequence of the same FLOPs, the
     // kernel's tiles being smaller), the FLOPs growing from point to point.
     using BatchSeq = std::pair<int64_t, int64_t>;
-    for (const BatchSeq bt :
+    for (const BatchSeq& bt :
          quick ? std::vector<BatchSeq>{{8, 16}, {8, 64}, {4, 256}, {1, 1024}}
                : std::vector<BatchSeq>{{8, 8}, {8, 32}, {8, 128}, {4, 512}, {1, 2048}}) {
       const int64_t n = bt.first, t = bt.second;
@@ -263,20 +263,16 @@ OpOverhead fit_op_overhead(const OverheadSample& small, const OverheadSample& la
 
 namespace {
 
-// One profiled training step of a small GPT-2 (`width` wide, 2 layers, `rows` x `seq` tokens):
-// what it spends outside its kernels against what its trace records.
+// One profiled training step of a small dense model (`width` wide, 2 layers, `rows` x `seq`
+// tokens): what it spends outside its kernels against what its trace records.
 OverheadSample profile_overhead(int64_t width, int64_t rows, int64_t seq, double budget,
                                 const Agreement& agree) {
   // A real model's step, so that the ops and autograd layers' work between kernels (views,
   // reshapes, transposes, autograd nodes, allocation, checks, the host-side copies of concat and
   // split) comes in the mix a training step has, as the trainer runs it (gradients dropped
-  // before each step). Through the family interface: the planner names no model family.
-  const std::string json = R"({"model_type": "gpt2", "vocab_size": 64, "n_positions": )" +
-                           std::to_string(seq) + R"(, "n_embd": )" + std::to_string(width) +
-                           R"(, "n_layer": 2, "n_head": 2, "resid_pdrop": 0, "embd_pdrop": 0,
-                           "attn_pdrop": 0})";
-  const models::ConfigPtr config_ptr =
-      models::parse_model_config(json, "plan calibrate's overhead probe");
+  // before each step). Through the family interface (the first registered family's probe model):
+  // the planner names no model family.
+  const models::ConfigPtr config_ptr = models::families().front()->probe_config(width, 2, seq);
   const models::ModelConfig& config = *config_ptr;
   TraceOptions options;
   options.batch = rows;

@@ -80,6 +80,17 @@ class GPT2Family final : public Family {
   GgufLayout gguf_layout(const CausalLM& model, const io::GgufFile& file) const override {
     return gpt2_gguf_layout(model, file);
   }
+  ConfigPtr probe_config(int64_t width, int64_t layers, int64_t positions) const override {
+    GPT2Config c;
+    c.vocab_size = 64;
+    c.n_positions = positions;
+    c.n_embd = width;
+    c.n_layer = layers;
+    c.n_head = 2;
+    c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
+    c.validate();
+    return std::make_shared<GPT2Config>(c);
+  }
 };
 
 }  // namespace
