@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tessel/memory/budgeted_pool.h"
 
-#include <cstdlib>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "tessel/core/error.h"
 #include "tessel/memory/memory_config.h"
@@ -12,8 +15,17 @@ BudgetedPool::~BudgetedPool() {
   drop_cache();
 }
 
+namespace {
+
+size_t mapped_size(size_t nbytes) {
+  const size_t rounded = (nbytes + kIoAlignment - 1) / kIoAlignment * kIoAlignment;
+  return rounded == 0 ? kIoAlignment : rounded;
+}
+
+}  // namespace
+
 void BudgetedPool::drop_cache() {
-  for (auto& [p, n] : cache_) std::free(p);
+  for (auto& [p, n] : cache_) ::munmap(p, mapped_size(n));
   cache_.clear();
   cached_bytes_ = 0;
 }
@@ -31,10 +43,12 @@ void* BudgetedPool::allocate(size_t nbytes) {
     return p;
   }
   if (bytes_in_use() + cached_bytes_ + nbytes > budget_) drop_cache();
-  size_t rounded = (nbytes + kIoAlignment - 1) / kIoAlignment * kIoAlignment;
-  void* p = std::aligned_alloc(kIoAlignment, rounded == 0 ? kIoAlignment : rounded);
-  TESSEL_CHECK(p != nullptr, name_, " tier: out of host memory allocating ", nbytes, " bytes (",
-               bytes_in_use(), " in use of a ", budget_, " bytes budget)");
+  // A mapping of its own (page-aligned, as direct I/O wants): dropped, it leaves the process at
+  // once, where the host heap would keep it (tensor/allocator.cpp keeps freed memory below 1 GiB).
+  void* p = ::mmap(nullptr, mapped_size(nbytes), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  TESSEL_CHECK(p != MAP_FAILED, name_, " tier: out of host memory mapping ", nbytes, " bytes (",
+               bytes_in_use(), " in use of a ", budget_, " bytes budget): ", std::strerror(errno));
   count_alloc(nbytes);
   return p;
 }

@@ -4,7 +4,8 @@
 // accelerator, so the offload policy runs unchanged against a budget it cannot overrun. Freed
 // blocks are kept for the next allocation of the same size (chunks all have one size), within
 // the budget: a tier's memory is faulted in once, not every time a chunk comes back, and what
-// the pool holds, used or cached, never exceeds the budget.
+// the pool holds, used or cached, never exceeds the budget. Each block is a mapping of its own,
+// so a block the pool drops is returned to the machine.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +36,8 @@ class BudgetedPool final : public Allocator {
   // Bytes in use plus freed blocks kept for reuse: what the pool takes from the machine.
   size_t bytes_held() const { return bytes_in_use() + cached_bytes_; }
   const std::string& name() const { return name_; }
+  // Frees the blocks kept for reuse (to the machine, not only to the pool).
+  void trim() { drop_cache(); }
 
  private:
   void drop_cache();

@@ -43,6 +43,9 @@ ChunkManager::~ChunkManager() {
     // A failed transfer leaves that chunk's tensors released below; nothing to rethrow to.
   }
   if (nvme_) nvme_->wait_all();  // no transfer may still target a buffer freed below
+  // Tensors may outlive the manager (a model kept after its trainer): the chunks in memory move
+  // to plain host memory, each tier's block freed as soon as its copy is made, so tearing down
+  // takes one chunk beyond the budgets, not a second copy of everything the tiers hold.
   for (auto& c : chunks_) {
     if (!c->storage) continue;
     Storage& s = *c->storage;
@@ -50,6 +53,7 @@ ChunkManager::~ChunkManager() {
       void* p = cpu_allocator().allocate(s.nbytes());
       std::memcpy(p, s.data(), s.nbytes());
       s.rebind(p, cpu_allocator());
+      pool_of(c->tier).trim();
     } else {
       if (c->pending_buffer != nullptr) pool_of(c->tier).deallocate(c->pending_buffer, s.nbytes());
       s.rebind(nullptr, cpu_allocator());
