@@ -344,6 +344,7 @@ void Trainer::build_offload_shards(const RegionSource& init) {
     os.units = zero3_units();
     os.compute = precision_->compute_dtype();
     os.low_precision_roots = stage_modules();
+    os.copies_span_step = pipeline_ != nullptr;
   }
   offload_ = std::make_unique<OffloadStrategy>(std::move(os));
   strategies_.push_back(offload_.get());

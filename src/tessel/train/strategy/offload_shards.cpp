@@ -22,6 +22,7 @@ OffloadStrategy::OffloadStrategy(OffloadShardSetup setup)
     : chunks_(std::make_unique<memory::ChunkManager>(setup.memory)),
       prefetch_(setup.prefetch),
       shards_(std::move(setup.shards)) {
+  copies_span_step_ = setup.copies_span_step;
   TESSEL_CHECK(!shards_.empty(), "offload: no ZeRO shards to lay out");
   // ZeRO-1/2 under mixed precision: the replicas' 16-bit copies, first used by the forward.
   std::map<std::string, size_t> index;
@@ -29,7 +30,12 @@ OffloadStrategy::OffloadStrategy(OffloadShardSetup setup)
   // The parameter shards, when start-up fills them: each one's shard in shards_.
   std::map<const TensorImpl*, size_t> shard_of;
   for (size_t i = 0; i < shards_.size(); ++i) {
-    const OffloadShard& s = shards_[i];
+    OffloadShard& s = shards_[i];
+    // ZeRO's shards carry no names of their own; the layout's errors and placement name them.
+    for (auto [t, what] : {std::pair{&s.param, "parameter shard"}, {&s.full, "gradient bucket"},
+                           {&s.grad, "gradient shard"}, {&s.exp_avg, "exp_avg shard"},
+                           {&s.exp_avg_sq, "exp_avg_sq shard"}})
+      if (t->defined() && t->name().empty()) t->set_name(s.name + " " + what);
     if (s.param.defined()) {
       chunks_->add(s.param, "param");
       shard_of[s.param.impl_ptr().get()] = i;
@@ -109,7 +115,9 @@ void OffloadStrategy::check_shard_budgets(int zero_stage) const {
   const auto part = [&parts](const char* what) {
     parts += (parts.empty() ? "" : "; ") + std::string(what);
   };
-  if (has_copies_) part("16-bit copies: a unit's, with the embeddings'");
+  if (has_copies_)
+    part(copies_span_step_ ? "16-bit copies: every unit's, kept over the step's micro-batches"
+                           : "16-bit copies: a unit's, with the embeddings'");
   if (zero_stage == 3)
     part("parameter shards: a unit's all_gather and the next ones started ahead");
   if (zero_stage == 1 && grads)

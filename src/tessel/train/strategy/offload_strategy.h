@@ -101,6 +101,8 @@ struct OffloadShardSetup {
   std::vector<parallel::Zero3Unit> units;
   DType compute = DType::F32;
   std::vector<nn::Module*> low_precision_roots;
+  // Pipeline stages: as OffloadSetup::copies_span_step, for the replicas' copies.
+  bool copies_span_step = false;
 };
 
 class OffloadStrategy : public AxisStrategy {
