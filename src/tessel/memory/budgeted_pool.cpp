@@ -3,6 +3,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -51,6 +52,33 @@ void* BudgetedPool::allocate(size_t nbytes) {
                bytes_in_use(), " in use of a ", budget_, " bytes budget): ", std::strerror(errno));
   count_alloc(nbytes);
   return p;
+}
+
+void* BudgetedPool::adopt(BudgetedPool& from, void* ptr, size_t nbytes) {
+  TESSEL_CHECK(fits(nbytes), name_, " tier: taking over a block of ", nbytes,
+               " bytes exceeds its budget (", budget_, " bytes budget, ", bytes_in_use(),
+               " in use)");
+  auto it = std::find(from.cache_.begin(), from.cache_.end(), std::pair{ptr, nbytes});
+  TESSEL_CHECK(it != from.cache_.end(), name_, " tier: the ", from.name_,
+               " tier does not keep the block of ", nbytes, " bytes being taken over");
+  from.cache_.erase(it);
+  from.cached_bytes_ -= nbytes;
+  // What this pool holds, used or cached, stays within its budget: a block it keeps for reuse
+  // goes to `from` in exchange (which has just given one up), so both keep their memory resident
+  // and a chunk moving back and forth never faults fresh pages in.
+  if (bytes_in_use() + cached_bytes_ + nbytes > budget_) {
+    auto same = std::find_if(cache_.begin(), cache_.end(),
+                             [nbytes](const auto& block) { return block.second == nbytes; });
+    if (same != cache_.end() && from.bytes_held() + nbytes <= from.budget_) {
+      from.cache_.push_back(*same);
+      from.cached_bytes_ += nbytes;
+      cache_.erase(same);
+      cached_bytes_ -= nbytes;
+    }
+    if (bytes_in_use() + cached_bytes_ + nbytes > budget_) drop_cache();
+  }
+  count_alloc(nbytes);
+  return ptr;
 }
 
 void BudgetedPool::deallocate(void* ptr, size_t nbytes) {

@@ -38,6 +38,11 @@ class BudgetedPool final : public Allocator {
   const std::string& name() const { return name_; }
   // Frees the blocks kept for reuse (to the machine, not only to the pool).
   void trim() { drop_cache(); }
+  // Takes over block `ptr` of `nbytes`, which `from` has just been handed back (deallocate) and
+  // keeps for reuse, as if this pool had allocated it: how a chunk changes tiers without a copy
+  // when both pools hand out the same memory (the device tier of a CPU-only machine is host
+  // memory). Throws an Error when the block does not fit this budget or `from` does not keep it.
+  void* adopt(BudgetedPool& from, void* ptr, size_t nbytes);
 
  private:
   void drop_cache();

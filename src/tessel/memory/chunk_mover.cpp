@@ -4,7 +4,6 @@
 // prefetching along the recorded trace.
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 
 #include "tessel/core/error.h"
 #include "tessel/memory/chunk_manager.h"
@@ -52,21 +51,33 @@ void ChunkManager::bring_to(Chunk& c, Tier tier, bool prefetching) {
     throw;
   }
   c.moving = false;
-  BudgetedPool& pool = pool_of(tier);
-  void* p = pool.allocate(cb);
-  if (c.tier == Tier::Nvme) {
-    c.ticket = nvme_->read(c.nvme_slot, p);
-    c.io = Chunk::Io::Reading;
-    c.pending_buffer = p;
-    c.prefetched = prefetching;
-    ++stats_.nvme_reads;
-    ++(prefetching ? stats_.prefetch_reads : stats_.demand_reads);
-    stats_.bytes_read += cb;
-  } else {
-    std::memcpy(p, c.storage->data(), cb);
+  if (c.tier != Tier::Nvme) {
+    relabel(c, tier);
     ++(tier == Tier::Device ? stats_.host_to_device : stats_.device_to_host);
-    c.storage->rebind(p, pool);
+    return;
   }
+  void* p = pool_of(tier).allocate(cb);
+  c.ticket = nvme_->read(c.nvme_slot, p);
+  c.io = Chunk::Io::Reading;
+  c.pending_buffer = p;
+  c.prefetched = prefetching;
+  ++stats_.nvme_reads;
+  ++(prefetching ? stats_.prefetch_reads : stats_.demand_reads);
+  stats_.bytes_read += cb;
+  c.tier = tier;
+}
+
+void ChunkManager::relabel(Chunk& c, Tier tier) {
+  // Both memory tiers are host memory here (the device tier of a CPU-only machine): the chunk's
+  // block changes pools and no byte is copied. A device tier in accelerator memory copies here.
+  BudgetedPool& from = pool_of(c.tier);
+  BudgetedPool& to = pool_of(tier);
+  TESSEL_CHECK(from.device() == to.device(), "chunk ", c.id, ": moving from the ",
+               tier_name(c.tier), " tier to the ", tier_name(tier),
+               " tier between different memories needs a copy");
+  void* p = c.storage->data();
+  c.storage->rebind(nullptr, from);  // hands the block back to `from`, which keeps it
+  c.storage->rebind(to.adopt(from, p, config_.chunk_bytes), to);
   c.tier = tier;
 }
 
@@ -118,13 +129,9 @@ bool ChunkManager::can_make_room(Tier tier, int exclude) const {
 }
 
 void ChunkManager::evict(Chunk& c) {
-  const size_t cb = config_.chunk_bytes;
   if (c.tier == Tier::Device && can_make_room(Tier::Host, c.id)) {
     make_room(Tier::Host, c.id);
-    void* p = host_.allocate(cb);
-    std::memcpy(p, c.storage->data(), cb);
-    c.storage->rebind(p, host_);
-    c.tier = Tier::Host;
+    relabel(c, Tier::Host);
     ++stats_.device_to_host;
     return;
   }
