@@ -150,6 +150,49 @@ inline float q4_0_row(const uint8_t* w, const int8_t* x, const float* dx, const 
   return q4_0_finish(_mm256_add_ps(acc0, acc1), off0 + off1);
 }
 
+// Rows of the avx2 set's Q4_0 kernel at a time (q4_0_rows).
+inline constexpr int kQ4Rows = 4;
+
+// q4_0_row for R rows row_bytes apart against the same activations, each row's operations in
+// q4_0_row's order (so the same bits): R independent accumulator chains per parity keep more
+// multiply-adds in flight than one row's two, each activation block is loaded once for the R
+// rows, and the rows after these are prefetched as the blocks go by (the avx2 set's decode step).
+template <class Dot, int R>
+inline void q4_0_rows(const uint8_t* w, int64_t row_bytes, const int8_t* x, const float* dx,
+                      const float* xs32, int64_t blocks, float* out) {
+  const __m256i zero = _mm256_setzero_si256();
+  __m256 acc0[R], acc1[R];
+  float off0[R], off1[R];
+  for (int r = 0; r < R; ++r) {
+    acc0[r] = acc1[r] = _mm256_setzero_ps();
+    off0[r] = off1[r] = 0;
+  }
+  auto block = [&](int64_t g, int r, const __m256i xg, __m256& acc, float& off) {
+    const uint8_t* b = w + r * row_bytes + 18 * g;
+    const float d = load_half(b);
+    const __m256 dot = _mm256_cvtepi32_ps(Dot::dot(zero, q4_0_codes(b), xg));
+    acc = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * dx[g]), acc);
+    off = std::fma(d, xs32[g], off);
+  };
+  int64_t g = 0;
+  for (; g + 2 <= blocks; g += 2) {
+    const __m256i x0 = load256(x + 32 * g), x1 = load256(x + 32 * g + 32);
+    for (int r = 0; r < R; ++r) {
+      // 36 bytes a pair per row: one line of the rows R below every other pair.
+      if (g % 4 == 0)
+        _mm_prefetch(reinterpret_cast<const char*>(w + (r + R) * row_bytes + 18 * g), _MM_HINT_T0);
+      block(g, r, x0, acc0[r], off0[r]);
+      block(g + 1, r, x1, acc1[r], off1[r]);
+    }
+  }
+  if (g < blocks) {
+    const __m256i x0 = load256(x + 32 * g);
+    for (int r = 0; r < R; ++r) block(g, r, x0, acc0[r], off0[r]);
+  }
+  for (int r = 0; r < R; ++r)
+    out[r] = q4_0_finish(_mm256_add_ps(acc0[r], acc1[r]), off0[r] + off1[r]);
+}
+
 // Q4_K (kFive = false) and Q5_K: bytes 32c..32c+31 of qs hold sub-block 2c in their low nibbles
 // and 2c+1 in their high ones; Q5_K's fifth bits for chunk c are bits 2c and 2c+1 of qh[0..31],
 // brought to bit 4 of each byte by 16-bit shifts (only bit 4 of each byte is kept, and it comes

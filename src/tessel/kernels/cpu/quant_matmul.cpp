@@ -196,14 +196,28 @@ void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, fl
   return run(cpu::DotAvx2{});
 #else
   const int64_t blocks = s.k / cpu::kActBlock;
-  auto row_fn =
-      set_dot() == QuantDot::AvxVnni ? cpu::q4_0_row<cpu::DotAvxVnni> : cpu::q4_0_row<cpu::DotAvx2>;
-  parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
-    for (int64_t j = lo; j < hi; ++j)
-      for (int64_t i = 0; i < s.m; ++i)
-        y[i * s.n + j] = row_fn(w + j * s.row_bytes, act.q.data() + i * s.k,
-                                act.d.data() + i * blocks, xs32.data() + i * blocks, blocks);
-  });
+  auto run = [&]<class Dot>(Dot) {
+    constexpr int kRows = cpu::kQ4Rows;
+    parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
+      int64_t j = lo;
+      for (; j + kRows <= hi; j += kRows) {
+        for (int64_t i = 0; i < s.m; ++i) {
+          float out[kRows];
+          cpu::q4_0_rows<Dot, kRows>(w + j * s.row_bytes, s.row_bytes, act.q.data() + i * s.k,
+                                     act.d.data() + i * blocks, xs32.data() + i * blocks, blocks,
+                                     out);
+          for (int r = 0; r < kRows; ++r) y[i * s.n + j + r] = out[r];
+        }
+      }
+      for (; j < hi; ++j)
+        for (int64_t i = 0; i < s.m; ++i)
+          y[i * s.n + j] = cpu::q4_0_row<Dot>(w + j * s.row_bytes, act.q.data() + i * s.k,
+                                              act.d.data() + i * blocks, xs32.data() + i * blocks,
+                                              blocks);
+    });
+  };
+  if (set_dot() == QuantDot::AvxVnni) return run(cpu::DotAvxVnni{});
+  return run(cpu::DotAvx2{});
 #endif
 }
 
