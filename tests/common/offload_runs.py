@@ -6,7 +6,14 @@ import filecmp
 import json
 import os
 
-from tessel_runs import fail, run, seed_resume, step_records
+from tessel_runs import fail, gpt2_config, run, seed_resume, step_records, write_json
+
+
+def small_gpt2(work, vocab):
+    """The GPT-2 the offload equivalence scripts train (C = 26, 2 heads, 5 blocks, positions up to
+    17), written as work/config.json; its path."""
+    return write_json(os.path.join(work, "config.json"),
+                      gpt2_config(vocab, n_positions=17, n_embd=26, n_layer=5, n_head=2))
 
 
 def offload_sets(nvme, host_chunks, device_chunks, chunk):

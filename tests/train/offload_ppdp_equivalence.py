@@ -26,8 +26,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from offload_runs import (check_tiers, offload_sets, resumes_both_ways, same_checkpoint,  # noqa: E402
-                          same_records, same_val_losses)
+from offload_runs import (check_tiers, offload_sets, resumes_both_ways,  # noqa: E402
+                          same_checkpoint, same_records, same_val_losses, small_gpt2)
 from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir, run,  # noqa: E402
                          single_thread_env, step_records, train_sets, write_json)
 
@@ -44,8 +44,7 @@ RANKS = ["rank0", "rank1", "rank2", "rank3"]
 def main():
     tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
     vocab = prepare_workdir(tessel, work)
-    gpt2 = write_json(os.path.join(work, "config.json"),
-                      gpt2_config(vocab, n_positions=17, n_embd=26, n_layer=5, n_head=2))
+    gpt2 = small_gpt2(work, vocab)
     common = ["train"] + train_sets(
         gpt2, os.path.join(work, "data"), STEPS, seq_len=13,
         extra=["machine.peak_gflops=100", f"checkpoint.interval={SAVE}",

@@ -22,10 +22,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from offload_runs import (check_tiers, offload_sets, resumes_both_ways, same_checkpoint,  # noqa: E402
-                          same_records, same_val_losses)
-from tessel_runs import (gpt2_config, mpi_prefix, prepare_workdir, run,  # noqa: E402
-                         single_thread_env, train_sets, write_json)
+from offload_runs import (check_tiers, offload_sets, resumes_both_ways,  # noqa: E402
+                          same_checkpoint, same_records, same_val_losses, small_gpt2)
+from tessel_runs import (mpi_prefix, prepare_workdir, run, single_thread_env,  # noqa: E402
+                         train_sets, write_json)
 
 CHUNK = 32 << 10  # holds a rank's largest piece (half of the 257 x 26 embedding) and its copies
 HOST, DEVICE = 8, 6  # chunks; each rank's state takes 11-14 chunks, so NVMe holds the rest
@@ -35,8 +35,7 @@ STEPS, SAVE = 8, 4
 def main():
     tessel, mpirun, work = sys.argv[1], sys.argv[2], sys.argv[3]
     vocab = prepare_workdir(tessel, work)
-    gpt2 = write_json(os.path.join(work, "config.json"),
-                      gpt2_config(vocab, n_positions=17, n_embd=26, n_layer=5, n_head=2))
+    gpt2 = small_gpt2(work, vocab)
     llama = write_json(os.path.join(work, "llama.json"), {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab,
         "hidden_size": 28, "intermediate_size": 42, "num_hidden_layers": 6,
