@@ -23,7 +23,8 @@ size_t status_bytes(const std::string& key) {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line))
-    if (line.rfind(key + ":", 0) == 0) return size_t(std::stoull(line.substr(key.size() + 1))) << 10;
+    if (line.rfind(key + ":", 0) == 0)
+      return size_t(std::stoull(line.substr(key.size() + 1))) << 10;
   ADD_FAILURE() << key << " not in /proc/self/status";
   return 0;
 }

@@ -32,8 +32,10 @@ OffloadStrategy::OffloadStrategy(OffloadShardSetup setup)
   for (size_t i = 0; i < shards_.size(); ++i) {
     OffloadShard& s = shards_[i];
     // ZeRO's shards carry no names of their own; the layout's errors and placement name them.
-    for (auto [t, what] : {std::pair{&s.param, "parameter shard"}, {&s.full, "gradient bucket"},
-                           {&s.grad, "gradient shard"}, {&s.exp_avg, "exp_avg shard"},
+    for (auto [t, what] : {std::pair{&s.param, "parameter shard"},
+                           {&s.full, "gradient bucket"},
+                           {&s.grad, "gradient shard"},
+                           {&s.exp_avg, "exp_avg shard"},
                            {&s.exp_avg_sq, "exp_avg_sq shard"}})
       if (t->defined() && t->name().empty()) t->set_name(s.name + " " + what);
     if (s.param.defined()) {
