@@ -106,7 +106,7 @@ inline __m256i q4_0_codes(const uint8_t* block) {
 }
 
 // A Q4_0 output from its two accumulators' sum and its zero-point chains' sum (d * x sums): the
-// last step of quant_q4_tiles.h's kernel (the avx512 set without AMX) and of q4_0_row (the avx2
+// last step of quant_q4_tiles.h's kernel (the avx512 set without AMX) and of q4_0_rows (the avx2
 // set).
 inline float q4_0_finish(__m256 acc, float offsets) {
   return std::fma(-8.0f, offsets, hsum(acc));
@@ -119,44 +119,19 @@ inline float q4_0_finish(__m256 acc, float offsets) {
   const uint8_t *w, int64_t row_bytes, const float *sdx, int64_t sdx_stride, const int8_t *x, \
       const int32_t *zx, int64_t blocks, float *out
 
-// Q4_0 one row at a time, the avx2 set's kernel for every m (its 16 vector registers do not hold
-// a tile's accumulators: the tiles of quant_q4_tiles.h measured slower there): 18-byte blocks,
-// low nibbles the first 16 weights, high nibbles the next 16. Its one f16 scale per block is read
-// in place and its zero point 8 * d subtracted through the activations' block sums, in two chains
-// (even blocks, odd blocks) of explicit fused multiply-adds: the tiles' operations in their order,
-// so a row has the same bits in either kernel and in either set.
-template <class Dot>
-inline float q4_0_row(const uint8_t* w, const int8_t* x, const float* dx, const float* xs32,
-                      int64_t blocks) {
-  const __m256i zero = _mm256_setzero_si256();
-  auto dot = [&](int64_t g) {
-    return _mm256_cvtepi32_ps(Dot::dot(zero, q4_0_codes(w + 18 * g), load256(x + 32 * g)));
-  };
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  float off0 = 0, off1 = 0;
-  int64_t g = 0;
-  for (; g + 2 <= blocks; g += 2) {
-    const float d0 = load_half(w + 18 * g), d1 = load_half(w + 18 * g + 18);
-    acc0 = _mm256_fmadd_ps(dot(g), _mm256_set1_ps(d0 * dx[g]), acc0);
-    acc1 = _mm256_fmadd_ps(dot(g + 1), _mm256_set1_ps(d1 * dx[g + 1]), acc1);
-    off0 = std::fma(d0, xs32[g], off0);
-    off1 = std::fma(d1, xs32[g + 1], off1);
-  }
-  if (g < blocks) {
-    const float d0 = load_half(w + 18 * g);
-    acc0 = _mm256_fmadd_ps(dot(g), _mm256_set1_ps(d0 * dx[g]), acc0);
-    off0 = std::fma(d0, xs32[g], off0);
-  }
-  return q4_0_finish(_mm256_add_ps(acc0, acc1), off0 + off1);
-}
-
-// Rows of the avx2 set's Q4_0 kernel at a time (q4_0_rows).
+// Rows of the avx2 set's Q4_0 kernel at a time (q4_0_rows; a remainder row runs alone, R = 1).
 inline constexpr int kQ4Rows = 4;
 
-// q4_0_row for R rows row_bytes apart against the same activations, each row's operations in
-// q4_0_row's order (so the same bits): R independent accumulator chains per parity keep more
+// Q4_0, the avx2 set's kernel for every m (its 16 vector registers do not hold a tile's
+// accumulators: the tiles of quant_q4_tiles.h measured slower there), R weight rows row_bytes
+// apart against one activation row: 18-byte blocks, low nibbles the first 16 weights, high
+// nibbles the next 16. Each block's f16 scale is read in place and its zero point 8 * d
+// subtracted through the activations' block sums, in two chains per row (even blocks, odd blocks)
+// of explicit fused multiply-adds: the tiles' operations in their order, so a row has the same
+// bits in either kernel, in either set and for any R. The R rows' chains side by side keep more
 // multiply-adds in flight than one row's two, each activation block is loaded once for the R
-// rows, and the rows after these are prefetched as the blocks go by (the avx2 set's decode step).
+// rows, and the rows after these are prefetched as the blocks go by (without the prefetch four
+// interleaved rows read from memory slower than one).
 template <class Dot, int R>
 inline void q4_0_rows(const uint8_t* w, int64_t row_bytes, const int8_t* x, const float* dx,
                       const float* xs32, int64_t blocks, float* out) {

@@ -172,8 +172,8 @@ std::array<cpu::FusedRows, 2> choose_fused_rows(QuantType type) {
 }
 
 // Q4_0: AMX tiles for every m where enabled (quant_amx.cpp); else register tiles for every m in
-// the avx512 set (quant_q4_tiles.h; at m = 1 with AVX-512 VNNI its 512-bit decode rows), one row
-// at a time in the avx2 set, with the same bits.
+// the avx512 set (quant_q4_tiles.h; at m = 1 with AVX-512 VNNI its 512-bit decode rows), four
+// weight rows at a time in the avx2 set (q4_0_rows), with the same bits.
 void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
   const cpu::QuantizedRows act = quantize_activations(s, x);
   const auto [xs32, xs16] = activation_sums(s, act);
@@ -197,23 +197,19 @@ void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, fl
 #else
   const int64_t blocks = s.k / cpu::kActBlock;
   auto run = [&]<class Dot>(Dot) {
-    constexpr int kRows = cpu::kQ4Rows;
+    // kQ4Rows weight rows at a time, a remainder one by one: the same bits either way.
+    auto rows = [&]<int R>(int64_t j) {
+      for (int64_t i = 0; i < s.m; ++i) {
+        float out[R];
+        cpu::q4_0_rows<Dot, R>(w + j * s.row_bytes, s.row_bytes, act.q.data() + i * s.k,
+                               act.d.data() + i * blocks, xs32.data() + i * blocks, blocks, out);
+        for (int r = 0; r < R; ++r) y[i * s.n + j + r] = out[r];
+      }
+    };
     parallel_for(0, s.n, task_grain(s), [&](int64_t lo, int64_t hi) {
       int64_t j = lo;
-      for (; j + kRows <= hi; j += kRows) {
-        for (int64_t i = 0; i < s.m; ++i) {
-          float out[kRows];
-          cpu::q4_0_rows<Dot, kRows>(w + j * s.row_bytes, s.row_bytes, act.q.data() + i * s.k,
-                                     act.d.data() + i * blocks, xs32.data() + i * blocks, blocks,
-                                     out);
-          for (int r = 0; r < kRows; ++r) y[i * s.n + j + r] = out[r];
-        }
-      }
-      for (; j < hi; ++j)
-        for (int64_t i = 0; i < s.m; ++i)
-          y[i * s.n + j] = cpu::q4_0_row<Dot>(w + j * s.row_bytes, act.q.data() + i * s.k,
-                                              act.d.data() + i * blocks, xs32.data() + i * blocks,
-                                              blocks);
+      for (; j + cpu::kQ4Rows <= hi; j += cpu::kQ4Rows) rows.template operator()<cpu::kQ4Rows>(j);
+      for (; j < hi; ++j) rows.template operator()<1>(j);
     });
   };
   if (set_dot() == QuantDot::AvxVnni) return run(cpu::DotAvxVnni{});

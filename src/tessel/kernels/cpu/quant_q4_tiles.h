@@ -5,9 +5,8 @@
 // tile of kM activation rows x kN weight rows unpacks each weight block's nibbles and reads its f16
 // scale once, loads each activation block once, and keeps its kM x kN outputs' accumulators in
 // registers; at m = 1 (the decode step) it is a pass over four weight rows sharing each activation
-// block (the one-row kernel, q4_0_row, unpacks and scales per activation row and runs one row's FMA
-// chain alone; the avx2 set keeps it: with its 16 vector registers these tiles measured slower than
-// it).
+// block (the avx2 set's row kernel, q4_0_rows, unpacks and scales per activation row and runs each
+// row's FMA chains apart; with its 16 vector registers these tiles measured slower than it).
 //
 // Every output's operations, in order: per block the exact int32 lane sums of u . x (u the codes
 // 0..15), converted and added by one FMA with f16(d) * dx into the accumulator of the block's
