@@ -159,7 +159,8 @@ class ChunkManager {
   // (when it cannot, a device victim skips the host and goes to NVMe).
   bool can_make_room(Tier tier, int exclude) const;
   void evict(Chunk& chunk);
-  // Moves a chunk between the memory tiers by handing its block from one pool to the other.
+  // Moves a chunk between the memory tiers by handing its block from one pool to the other, and
+  // counts the move.
   void relabel(Chunk& chunk, Tier tier);
   void write_to_nvme(Chunk& chunk);
   void finish_io(Chunk& chunk);

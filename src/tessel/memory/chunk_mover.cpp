@@ -51,11 +51,7 @@ void ChunkManager::bring_to(Chunk& c, Tier tier, bool prefetching) {
     throw;
   }
   c.moving = false;
-  if (c.tier != Tier::Nvme) {
-    relabel(c, tier);
-    ++(tier == Tier::Device ? stats_.host_to_device : stats_.device_to_host);
-    return;
-  }
+  if (c.tier != Tier::Nvme) return relabel(c, tier);
   void* p = pool_of(tier).allocate(cb);
   c.ticket = nvme_->read(c.nvme_slot, p);
   c.io = Chunk::Io::Reading;
@@ -75,9 +71,13 @@ void ChunkManager::relabel(Chunk& c, Tier tier) {
   TESSEL_CHECK(from.device() == to.device(), "chunk ", c.id, ": moving from the ",
                tier_name(c.tier), " tier to the ", tier_name(tier),
                " tier between different memories needs a copy");
+  // Checked before the storage lets go of its block, so a refusal leaves the chunk where it was.
+  TESSEL_CHECK(to.fits(config_.chunk_bytes), "chunk ", c.id, ": the ", tier_name(tier),
+               " tier has no room for it (make_room first)");
   void* p = c.storage->data();
   c.storage->rebind(nullptr, from);  // hands the block back to `from`, which keeps it
   c.storage->rebind(to.adopt(from, p, config_.chunk_bytes), to);
+  ++(tier == Tier::Device ? stats_.host_to_device : stats_.device_to_host);
   c.tier = tier;
 }
 
@@ -132,7 +132,6 @@ void ChunkManager::evict(Chunk& c) {
   if (c.tier == Tier::Device && can_make_room(Tier::Host, c.id)) {
     make_room(Tier::Host, c.id);
     relabel(c, Tier::Host);
-    ++stats_.device_to_host;
     return;
   }
   if (!nvme_) fail_budget(c.tier, -1);
