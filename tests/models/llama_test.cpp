@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/lcg_ids.h"
+#include "common/small_llama.h"
 #include "common/tolerance.h"
 #include "tessel/autograd/autograd.h"
 #include "tessel/autograd/grad_mode.h"
@@ -23,18 +24,7 @@ namespace tessel::models {
 namespace {
 
 LlamaConfig small(LlamaVariant variant = LlamaVariant::Llama) {
-  LlamaConfig c;
-  c.variant = variant;
-  c.vocab_size = 37;
-  c.hidden = 24;
-  c.intermediate_size = 40;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 6;
-  c.max_position_embeddings = 32;
-  c.initializer_range = 0.2;  // wider than published, so every path moves the logits
-  return c;
+  return test::small_llama_config(variant);
 }
 
 Tensor tokens(int64_t b, int64_t t, uint64_t seed, int64_t vocab = 37) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/lcg_ids.h"
+#include "common/small_llama.h"
 #include "tessel/autograd/autograd.h"
 #include "tessel/models/generation.h"
 #include "tessel/models/gpt2/gpt2.h"
@@ -44,20 +45,6 @@ double nmse(const Tensor& a, const Tensor& b) {
     den += y[i] * y[i];
   }
   return den > 0 ? num / den : num;
-}
-
-LlamaConfig llama_config() {
-  LlamaConfig c;
-  c.vocab_size = 37;
-  c.hidden = 24;
-  c.intermediate_size = 40;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 6;
-  c.max_position_embeddings = 33;
-  c.initializer_range = 0.2;
-  return c;
 }
 
 // One model on the host and its twin on the GPU: the same forward, loss, gradients and three
@@ -139,7 +126,7 @@ TEST(CausalLmGpu, Gpt2TrainsLikeTheHost) {
 }
 
 TEST(CausalLmGpu, LlamaTrainsLikeTheHost) {
-  const auto [host, gpu] = twins<Llama>(llama_config(), 5);
+  const auto [host, gpu] = twins<Llama>(test::small_llama_config(), 5);
   expect_twins_train_alike(*host, *gpu);
 }
 
@@ -149,7 +136,7 @@ TEST(CausalLmGpu, Gpt2GreedyIdsAreTheHosts) {
 }
 
 TEST(CausalLmGpu, LlamaGreedyIdsAreTheHosts) {
-  const auto [host, gpu] = twins<Llama>(llama_config(), 9);
+  const auto [host, gpu] = twins<Llama>(test::small_llama_config(), 9);
   expect_same_greedy_ids(*host, *gpu);
 }
 
