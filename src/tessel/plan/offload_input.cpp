@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+// The offload model's input from a model family (offload_model.h): the model built on the meta
+// device, its parameters in the trainer's order, its units as the trainer forms them from the
+// family's unit paths (ZeRO-3's units: one per parameter outside every listed module, on the
+// root, then one per listed module), and under mixed precision the masters that get copies.
+#include <set>
+
+#include "tessel/core/error.h"
+#include "tessel/nn/autocast.h"
+#include "tessel/plan/offload_model.h"
+#include "tessel/tensor/default_device.h"
+
+namespace tessel::plan {
+
+OffloadInput offload_input(const models::ModelConfig& config, DType compute,
+                           const OffloadBudgets& budgets, int64_t micro_batches) {
+  TESSEL_CHECK(compute == DType::F32 || compute == DType::BF16 || compute == DType::F16,
+               "offload model: compute dtype ", dtype_name(compute),
+               " is not one of f32, bf16, f16");
+  DefaultDeviceScope meta(Device::meta());
+  std::shared_ptr<models::CausalLM> model = config.build_empty();
+  OffloadInput in;
+  in.compute = compute;
+  in.budgets = budgets;
+  in.micro_batches = micro_batches;
+  std::set<const TensorImpl*> covered;
+  if (compute != DType::F32)
+    for (const Tensor& m : nn::LowPrecisionScope::masters({model.get()}))
+      covered.insert(m.impl_ptr().get());
+  for (const auto& [name, p] : model->named_parameters()) {
+    in.tensors.push_back({name, p.numel(), covered.count(p.impl_ptr().get()) > 0});
+  }
+  std::set<std::string> taken;
+  std::vector<OffloadUnit> listed;
+  for (const std::string& path : model->unit_paths()) {
+    OffloadUnit u{path, false, {}};
+    for (size_t t = 0; t < in.tensors.size(); ++t)
+      if (in.tensors[t].name.rfind(path + ".", 0) == 0 && taken.insert(in.tensors[t].name).second)
+        u.tensors.push_back(t);
+    if (!u.tensors.empty()) listed.push_back(std::move(u));
+  }
+  for (size_t t = 0; t < in.tensors.size(); ++t)
+    if (!taken.count(in.tensors[t].name)) in.units.push_back({in.tensors[t].name, true, {t}});
+  for (OffloadUnit& u : listed) in.units.push_back(std::move(u));
+  return in;
+}
+
+}  // namespace tessel::plan

@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: Apache-2.0
+// The planner's model of memory offload (docs/PLANNER.md, "Offload"): where a one-rank training
+// state lives and what each step moves between the device, host and NVMe tiers, predicted without
+// running anything. It lays the state out in chunks as the memory layer does (PatrickStar's
+// chunks: one list per kind, tensors in the order the step first uses them), writes down the
+// chunk accesses the trainer's offload hooks and the CPU AdamW make in one step (each unit's
+// chunks around its forward and its backward, the norm's and the update's rows in the host
+// tier, the gradients freed after the update), and replays them against the tiers' budgets with
+// the runtime's eviction rules: LRU in the first step, Belady's MIN over the recorded step from
+// then on, a device victim to the host tier when it has room and to NVMe otherwise, a clean
+// victim preferred among equals. The result is docs/MEMORY.md's per-step traffic, in the same
+// names `tessel train` writes to train.jsonl, so a run's figures sit beside the prediction.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessel/core/dtype.h"
+#include "tessel/models/causal_lm.h"
+
+namespace tessel::plan {
+
+// memory.* of the training configuration, in bytes.
+struct OffloadBudgets {
+  int64_t chunk_bytes = int64_t(64) << 20;  // rounded up to 4 KiB, as the runtime does
+  int64_t device_budget = 0;
+  int64_t host_budget = 0;
+  bool nvme = false;  // memory.nvme_dir set (one swap-file slot per chunk, memory.nvme_budget 0)
+};
+
+// One trained parameter (f32 master), in the optimizer's order.
+struct OffloadTensor {
+  std::string name;
+  int64_t numel = 0;
+  bool copy = false;  // mixed precision: it has a 16-bit compute copy
+};
+
+// Parameters held together around a module's forward and backward (the trainer's units: one per
+// embedding-level parameter on the root, then each block and the final norm, in forward order).
+struct OffloadUnit {
+  std::string name;
+  bool root = false;            // its hooks are the root module's: held through the whole pass
+  std::vector<size_t> tensors;  // into OffloadInput::tensors
+};
+
+struct OffloadInput {
+  std::vector<OffloadTensor> tensors;
+  std::vector<OffloadUnit> units;
+  DType compute = DType::F32;  // bf16 / f16: the copies' dtype
+  int64_t micro_batches = 1;   // forwards and backwards per step
+  OffloadBudgets budgets;
+};
+
+// One chunk list ("param16", "param", "grad", "adam_m", "adam_v") and where its chunks are at
+// start (seal: device first, then host, then NVMe, in chunk order).
+struct OffloadGroup {
+  std::string name;
+  int chunks = 0;
+  int device = 0, host = 0, nvme = 0;
+};
+
+// One step's traffic, as train.jsonl's offload_* fields count it.
+struct OffloadTraffic {
+  int64_t nvme_read_bytes = 0;
+  int64_t nvme_write_bytes = 0;
+  int64_t h2d_bytes = 0;  // between the memory tiers
+  int64_t d2h_bytes = 0;
+  int64_t evictions = 0;  // chunks sent to NVMe, of them `clean_evictions` without a write
+  int64_t clean_evictions = 0;
+};
+
+struct OffloadPrediction {
+  int64_t chunk_bytes = 0;
+  int chunks = 0;
+  std::vector<OffloadGroup> groups;
+  int64_t state_bytes = 0;     // the tensors' bytes (without the chunks' padding)
+  int device_working_set = 0;  // the most chunks one step holds in the device tier at once
+  int64_t nvme_file_bytes = 0;
+  int64_t start_nvme_write_bytes = 0;  // what start-up writes to NVMe
+  // Steps 1.. as simulated: step 1 evicts by LRU while it is recorded, later ones by MIN.
+  std::vector<OffloadTraffic> steps;
+  const OffloadTraffic& steady() const { return steps.back(); }
+};
+
+// Lays out, checks the budgets as the trainer does at start (one Error naming the smallest
+// device or host budget that works) and simulates `steps` steps (at least 2).
+OffloadPrediction predict_offload(const OffloadInput& input, int steps = 4);
+
+// The units and parameters of `config`'s model as the trainer offloads them on one process (built
+// on the meta device; under mixed precision the parameters a precision scope over the model
+// gives 16-bit copies).
+OffloadInput offload_input(const models::ModelConfig& config, DType compute,
+                           const OffloadBudgets& budgets, int64_t micro_batches);
+
+// Seconds the disk is busy with one step's NVMe transfers at its sequential read and write
+// bandwidths (bytes/s): reads and writes share the one device, so their times add (the quiet
+// GPT-2 xl runs of docs/BENCHMARKS.md moved 1.8-1.9 GB/s together, what this gives with the
+// disk's own rates). A step that overlaps its compute with them can be no shorter.
+double offload_io_seconds(const OffloadTraffic& traffic, double read_bandwidth,
+                          double write_bandwidth);
+
+}  // namespace tessel::plan

@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: Apache-2.0
+// The planner's offload model on hand-made inputs: the chunk layout (odd tensor sizes, 64-byte
+// places, the copies' own list), the start-up placement, a state that fits the device tier moving
+// nothing, a host tier holding everything moving nothing to NVMe, MIN never reading more than LRU
+// in the steady state of a loop, the trainer's refusals with the smallest budgets, the disk
+// time (reads and writes share the disk).
+// Against measured runs: tests/plan/offload_plan_check.py.
+#include "tessel/plan/offload_model.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tessel/core/error.h"
+
+namespace tessel::plan {
+namespace {
+
+constexpr int64_t kChunk = 4096;
+
+// `units` units of `per_unit` tensors of `numel` elements each; the first unit the root's.
+OffloadInput input(int units, int per_unit, int64_t numel, DType compute = DType::F32) {
+  OffloadInput in;
+  in.compute = compute;
+  for (int u = 0; u < units; ++u) {
+    OffloadUnit unit{"u" + std::to_string(u), u == 0, {}};
+    for (int t = 0; t < per_unit; ++t) {
+      unit.tensors.push_back(in.tensors.size());
+      in.tensors.push_back({unit.name + ".w" + std::to_string(t), numel, compute != DType::F32});
+    }
+    in.units.push_back(unit);
+  }
+  in.budgets.chunk_bytes = kChunk;
+  return in;
+}
+
+std::string error_of(const OffloadInput& in) {
+  try {
+    predict_offload(in);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(OffloadModel, LaysOutChunksPerKindInFirstUseOrder) {
+  // 333 f32 elements: 1,332 bytes, a place of 1,344: three to a chunk of 4 KiB. Seven tensors:
+  // three chunks in each of the four lists; bf16 copies (704-byte places) five to a chunk: two.
+  OffloadInput in = input(1, 7, 333, DType::BF16);
+  in.budgets.device_budget = 100 * kChunk;
+  in.budgets.host_budget = 100 * kChunk;
+  const OffloadPrediction p = predict_offload(in);
+  ASSERT_EQ(p.groups.size(), 5u);
+  EXPECT_EQ(p.groups[0].name, "param16");
+  EXPECT_EQ(p.groups[0].chunks, 2);
+  for (size_t g = 1; g < 5; ++g) EXPECT_EQ(p.groups[g].chunks, 3) << p.groups[g].name;
+  EXPECT_EQ(p.chunks, 14);
+  EXPECT_EQ(p.state_bytes, 7 * 333 * (4 * 4 + 2));
+  EXPECT_EQ(p.chunk_bytes, kChunk);
+  // One unit (the root's) holds its copies and gradients at once: 2 + 3; in f32 (an
+  // evaluation's forward, counted as the trainer counts it) its parameters and gradients: 6.
+  EXPECT_EQ(p.device_working_set, 6);
+}
+
+TEST(OffloadModel, PlacesDeviceFirstThenHostThenNvme) {
+  // 4,000 bytes: one tensor a chunk, 24 chunks; the working set the root's unit and another,
+  // each two parameter and two gradient chunks: 8.
+  OffloadInput in = input(3, 2, 1000);
+  in.budgets.device_budget = 8 * kChunk;
+  in.budgets.host_budget = 7 * kChunk;
+  in.budgets.nvme = true;
+  const OffloadPrediction p = predict_offload(in);
+  EXPECT_EQ(p.chunks, 24);
+  int device = 0, host = 0, nvme = 0;
+  for (const OffloadGroup& g : p.groups) {
+    EXPECT_EQ(g.chunks, 6) << g.name;
+    device += g.device;
+    host += g.host;
+    nvme += g.nvme;
+  }
+  EXPECT_EQ(p.device_working_set, 8);
+  EXPECT_EQ(device, 8);
+  EXPECT_EQ(host, 7);
+  EXPECT_EQ(nvme, 9);
+  EXPECT_EQ(p.start_nvme_write_bytes, 9 * kChunk);
+  EXPECT_EQ(p.nvme_file_bytes, 24 * kChunk);
+  // Reads the first step's gradients never need (they start as zeros in memory), so after it
+  // every step reads and writes NVMe.
+  for (size_t s = 1; s < p.steps.size(); ++s) {
+    EXPECT_GT(p.steps[s].nvme_read_bytes, 0);
+    EXPECT_GT(p.steps[s].nvme_write_bytes, 0);
+    EXPECT_EQ(p.steps[s].nvme_read_bytes % kChunk, 0);
+  }
+}
+
+TEST(OffloadModel, AStateThatFitsTheDeviceTierMovesOnlyForTheUpdate) {
+  OffloadInput in = input(4, 3, 13);  // tiny tensors: every list one chunk
+  in.budgets.device_budget = 64 * kChunk;
+  in.budgets.host_budget = 64 * kChunk;
+  const OffloadPrediction p = predict_offload(in);
+  EXPECT_EQ(p.chunks, 4);
+  for (const OffloadTraffic& t : p.steps) {
+    EXPECT_EQ(t.nvme_read_bytes, 0);
+    EXPECT_EQ(t.nvme_write_bytes, 0);
+    EXPECT_EQ(t.evictions, 0);
+  }
+  // The norm and the update run in the host tier: the first step takes all four chunks there;
+  // the moments stay, the next forward brings the parameters back and the next backward makes
+  // its gradients in the device tier (they were freed), so each later step moves those two.
+  EXPECT_EQ(p.steps[0].d2h_bytes, 4 * kChunk);
+  EXPECT_EQ(p.steps[0].h2d_bytes, 0);
+  EXPECT_EQ(p.steady().d2h_bytes, 2 * kChunk);
+  EXPECT_EQ(p.steady().h2d_bytes, kChunk);
+}
+
+TEST(OffloadModel, AHostTierHoldingEverythingNeverTouchesNvme) {
+  OffloadInput in = input(5, 2, 1000);
+  in.budgets.device_budget = 8 * kChunk;
+  in.budgets.host_budget = 40 * kChunk;
+  const OffloadPrediction p = predict_offload(in, 5);
+  for (const OffloadTraffic& t : p.steps) {
+    EXPECT_EQ(t.nvme_read_bytes + t.nvme_write_bytes, 0);
+    EXPECT_GT(t.h2d_bytes, 0);
+  }
+}
+
+TEST(OffloadModel, MinReadsNoMoreThanLruOnceTraced) {
+  // Step 1 evicts by LRU, later ones by MIN over the recorded step: on the same sequence from the
+  // same start MIN can only read less, and from step 3 on the steps repeat.
+  for (int64_t host : {4, 6, 9}) {
+    OffloadInput in = input(7, 1, 1000);  // the root's unit and another: 4 chunks
+    in.budgets.device_budget = 4 * kChunk;
+    in.budgets.host_budget = host * kChunk;
+    in.budgets.nvme = true;
+    const OffloadPrediction p = predict_offload(in, 6);
+    EXPECT_LE(p.steps[1].nvme_read_bytes, p.steps[0].nvme_read_bytes) << host;
+    for (size_t s = 3; s < p.steps.size(); ++s) {
+      EXPECT_EQ(p.steps[s].nvme_read_bytes, p.steps[2].nvme_read_bytes) << host;
+      EXPECT_EQ(p.steps[s].nvme_write_bytes, p.steps[2].nvme_write_bytes) << host;
+    }
+  }
+}
+
+TEST(OffloadModel, RefusesBudgetsTheTrainerRefusesNamingTheSmallest) {
+  OffloadInput in = input(3, 2, 1000);
+  in.budgets.host_budget = 4 * kChunk;
+  in.budgets.nvme = true;
+  in.budgets.device_budget = 7 * kChunk;  // the root's unit and another: 4 + 4 chunks
+  std::string e = error_of(in);
+  EXPECT_NE(e.find("the smallest device budget that works is 32768 bytes"), std::string::npos) << e;
+  in.budgets.device_budget = 8 * kChunk;
+  EXPECT_EQ(error_of(in), "");
+  in.budgets.host_budget = 3 * kChunk;
+  e = error_of(in);
+  EXPECT_NE(e.find("the smallest host budget that works is 16384 bytes"), std::string::npos) << e;
+  in.budgets.host_budget = 20 * kChunk;
+  in.budgets.nvme = false;  // 24 chunks: the host tier must hold them all
+  e = error_of(in);
+  EXPECT_NE(e.find("the smallest host budget that works is 98304 bytes"), std::string::npos) << e;
+  in = input(1, 1, 1100);  // 4,400 bytes: no chunk of 4 KiB holds it
+  in.budgets.device_budget = in.budgets.host_budget = 100 * kChunk;
+  e = error_of(in);
+  EXPECT_NE(e.find("memory.chunk_bytes must be at least 8192"), std::string::npos) << e;
+}
+
+TEST(OffloadModel, DiskTimeAddsReadsAndWrites) {
+  OffloadTraffic t;
+  t.nvme_read_bytes = 6'000'000'000;
+  t.nvme_write_bytes = 2'000'000'000;
+  EXPECT_DOUBLE_EQ(offload_io_seconds(t, 2e9, 1e9), 5.0);
+  EXPECT_DOUBLE_EQ(offload_io_seconds(t, 6e9, 0.5e9), 5.0);
+  EXPECT_THROW(offload_io_seconds(t, 0, 1e9), Error);
+}
+
+}  // namespace
+}  // namespace tessel::plan
