@@ -7,7 +7,9 @@
    layouts a step uses (bf16 too when the CPU has bf16 arithmetic), the other kernels' measured
    calls, the op overhead, progress on stderr, nothing but the file on stdout; `tessel plan
    memory --cluster FILE` reads it and charges the overhead.
-2. One rank without a launcher, TOML on stdout: one device, no links.
+2. One rank without a launcher, TOML on stdout: one device, no links; with --disk DIR the disk's
+   write and read bandwidth in [storage] (the test file removed), which `tessel plan offload
+   --cluster FILE` turns into the step's NVMe time; a missing directory is one clear error.
 3. The written file with an unknown key is refused by the reader, naming the key.
 
 Usage: calibrate_check.py TESSEL MPIEXEC READER WORKDIR
@@ -92,14 +94,35 @@ def main():
     check((pred["op_overhead_ms"] > 0) == (c["op_overhead"] + c["op_overhead_per_byte"] > 0),
           f"overhead charged: {pred}")
 
-    r = run([tessel, "plan", "calibrate", "--quick"])
+    check("storage_read" not in c, f"no [storage] without --disk: {c}")
+
+    disk = os.path.join(work, "disk")
+    os.makedirs(disk)
+    r = run([tessel, "plan", "calibrate", "--quick", "--disk", disk, "--disk-size", "16MiB"])
     check(r.returncode == 0, f"one-rank calibrate exited {r.returncode}: {r.stderr}")
+    check("disk " + disk + ": write" in r.stderr, f"the disk's progress line: {r.stderr[-600:]}")
+    check(os.listdir(disk) == [], f"the disk test file is left behind: {os.listdir(disk)}")
     single = os.path.join(work, "single.toml")
     with open(single, "w") as f:
         f.write(r.stdout)
     c = read(reader, single)
     check(c["devices_per_node"] == 1 and c["nodes"] == 1 and "intra_latency" not in c
           and c["collectives"] == [], f"one rank: one device, no links: {c}")
+    check(c.get("storage_read", 0) > 1e6 and c.get("storage_write", 0) > 1e6,
+          f"[storage] measured: {c}")
+    # 48 chunks of 16 KiB, a working set of 14: most of the state on NVMe.
+    r = run([tessel, "plan", "offload", "-m", config, "--chunk-size", "16KiB", "--device-budget",
+             "224KiB", "--host-budget", "64KiB", "--nvme", "--seq", "16", "--cluster", single,
+             "--json"])
+    check(r.returncode == 0, f"plan offload with the calibrated file: {r.stderr}")
+    t = json.loads(r.stdout)["time"]
+    check(t["nvme_ms"] > 0 and t["compute_ms"] > 0 and
+          t["step_ms"] == max(t["nvme_ms"], t["compute_ms"]) and
+          abs(t["disk_read_gbps"] * 1e9 - c["storage_read"]) < 1e-3 * c["storage_read"],
+          f"offload step time from [storage]: {t}")
+    r = run([tessel, "plan", "calibrate", "--quick", "--disk", os.path.join(work, "missing")])
+    check(r.returncode != 0 and "plan calibrate --disk: " in r.stderr and "missing" in r.stderr,
+          f"a missing disk directory: rc {r.returncode}, {r.stderr[-400:]}")
 
     bad = os.path.join(work, "bad.toml")
     with open(path) as f:

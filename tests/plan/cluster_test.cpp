@@ -271,6 +271,27 @@ TEST(Cluster, ATorusOfTheNodesDevicesIsReadWrittenAndChecked) {
       << e;
 }
 
+// [storage] (the disk memory offload swaps to) is optional: kNode has none; with it, it reads,
+// writes back equal, and a missing, non-positive or unknown key is refused by name.
+TEST(Cluster, StorageIsOptionalReadWrittenAndChecked) {
+  EXPECT_FALSE(Cluster::parse(kNode, "node.toml").storage);
+  const std::string disk = kNode + "\n[storage]\nread_bandwidth = 1.07e9\nwrite_bandwidth = 1.68e9\n";
+  const Cluster c = Cluster::parse(disk, "node.toml");
+  ASSERT_TRUE(c.storage);
+  EXPECT_DOUBLE_EQ(c.storage->read_bandwidth, 1.07e9);
+  EXPECT_DOUBLE_EQ(c.storage->write_bandwidth, 1.68e9);
+  const Cluster again = Cluster::parse(c.to_toml(), "again.toml");
+  ASSERT_TRUE(again.storage);
+  EXPECT_EQ(again.storage->read_bandwidth, c.storage->read_bandwidth);
+  EXPECT_EQ(again.storage->write_bandwidth, c.storage->write_bandwidth);
+  std::string e = error_of(kNode + "\n[storage]\nread_bandwidth = 1e9\n");
+  EXPECT_NE(e.find("storage.write_bandwidth"), std::string::npos) << e;
+  e = error_of(kNode + "\n[storage]\nread_bandwidth = 0\nwrite_bandwidth = 1e9\n");
+  EXPECT_NE(e.find("storage.read_bandwidth"), std::string::npos) << e;
+  e = error_of(kNode + "\n[storage]\nread_bandwidth = 1e9\nwrite_bandwidth = 1e9\niops = 3\n");
+  EXPECT_NE(e.find("iops"), std::string::npos) << e;
+}
+
 TEST(Cluster, UnknownKeysAreRefusedByName) {
   std::string e = error_of(replaced(kNode, "bf16 = 312e12", "bf16 = 312e12\nfp8 = 624e12"));
   EXPECT_NE(e.find("unknown key 'device.peak_flops.fp8' in [device.peak_flops]"), std::string::npos)

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// `tessel plan calibrate [-o FILE] [--quick]`: measures this machine (GEMM rates, memory
-// bandwidth, and under mpirun the links and all-reduce) into a cluster description the planner
-// reads (docs/PLANNER.md, "Calibration"). Progress goes to stderr, the TOML to the file or stdout.
+// `tessel plan calibrate [-o FILE] [--quick] [--disk DIR]`: measures this machine (GEMM rates,
+// memory bandwidth, under mpirun the links and all-reduce, with --disk the swap disk) into a
+// cluster description the planner reads (docs/PLANNER.md, "Calibration"). Progress goes to stderr,
+// the TOML to the file or stdout.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "tessel/core/error.h"
 #include "tessel/dist/world.h"
 #include "tessel/plan/calibrate.h"
+#include "tessel/train/config.h"
 
 namespace tessel::cli {
 
@@ -20,6 +22,8 @@ namespace {
 struct CalibrateArgs {
   std::string output;
   bool quick = false;
+  std::string disk;
+  std::string disk_size;
 };
 
 // Written to a temporary name beside the target, then renamed: a reader never sees half a file.
@@ -41,6 +45,9 @@ void run_calibrate(const CalibrateArgs& args) {
   dist::CommPtr world = dist::init_world();
   plan::CalibrateOptions options;
   options.quick = args.quick;
+  options.disk_dir = args.disk;
+  if (!args.disk_size.empty())
+    options.disk_bytes = int64_t(train::parse_byte_size("--disk-size", args.disk_size));
   options.progress = [](const std::string& line) { std::cerr << line << std::endl; };
   const plan::Cluster cluster = plan::calibrate(*world, options);
   if (world->rank() != 0) return;
@@ -64,6 +71,10 @@ void add_plan_calibrate_command(CLI::App& plan) {
       "links and all-reduce too");
   cmd->add_option("-o,--output", args->output, "File to write (default: standard output)");
   cmd->add_flag("--quick", args->quick, "Fewer shapes and sizes, shorter timings");
+  cmd->add_option("--disk", args->disk,
+                  "Also measure this directory's disk (memory.nvme_dir) into [storage]");
+  cmd->add_option("--disk-size", args->disk_size,
+                  "The disk test file's size (default 1GiB, 256MiB with --quick)");
   cmd->callback([args] { run_calibrate(*args); });
 }
 

@@ -21,6 +21,7 @@
 #include "tessel/core/threads.h"
 #include "tessel/kernels/backend.h"
 #include "tessel/kernels/kernel_set.h"
+#include "tessel/plan/calibrate_disk.h"
 #include "tessel/plan/calibrate_kernels.h"
 #include "tessel/plan/calibrate_timing.h"
 #include "tessel/tensor/tensor.h"
@@ -260,6 +261,13 @@ Cluster calibrate(dist::Communicator& world, const CalibrateOptions& options) {
                  hosts[size_t(r / p * p)],
                  ": ranks must fill hosts in order (mpirun --map-by slot)");
 
+  // The disk's directory is checked before the minutes of other measurements.
+  DiskOptions d;
+  d.dir = options.disk_dir;
+  d.bytes = options.disk_bytes > 0 ? options.disk_bytes : int64_t(quick ? 256 : 1024) << 20;
+  d.file_tag = std::to_string(world.rank());
+  if (!d.dir.empty()) check_disk_dir(d.dir, d.bytes * p);
+
   Cluster c;
   c.name = "calibrated " + hosts[0];
   c.source = "calibration";
@@ -360,6 +368,17 @@ Cluster calibrate(dist::Communicator& world, const CalibrateOptions& options) {
     c.collectives.push_back(CollectiveFit{"all_reduce", world.size(), fit.alpha, fit.beta});
     say("  all_reduce fit: alpha " + format(fit.alpha * 1e6) + " us, beta " +
         format(fit.beta * 1e9) + " ns/B (" + format(1e-9 / fit.beta) + " GB/s of buffer)");
+  }
+  if (!options.disk_dir.empty()) {
+    // Each rank swaps to its own file at the same time, as offloaded ranks do.
+    world.barrier();
+    const DiskResult disk = measure_disk(d);
+    c.storage = StorageSpec{1.0 / max_over_ranks(world, 1.0 / disk.storage.read_bandwidth),
+                            1.0 / max_over_ranks(world, 1.0 / disk.storage.write_bandwidth)};
+    say("  disk " + options.disk_dir + ": write " + format(c.storage->write_bandwidth / 1e9) +
+        " GB/s, read " + format(c.storage->read_bandwidth / 1e9) + " GB/s per rank (" +
+        std::to_string(d.bytes >> 20) + " MiB, 1 MiB requests, 8 in flight" +
+        (disk.direct ? ", direct I/O)" : "; no direct I/O here: the page cache's figures)"));
   }
   return c;
 }

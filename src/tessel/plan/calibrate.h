@@ -7,6 +7,7 @@
 // the device's. `tessel plan calibrate` writes the result.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -17,6 +18,11 @@ namespace tessel::plan {
 
 struct CalibrateOptions {
   bool quick = false;  // a smaller table and shorter timings (tests, a first look)
+  // With a directory: the disk memory offload would swap to there, every rank writing and
+  // reading a file of its own at once ([storage], calibrate_disk.h); 0 bytes: 1 GiB (256 MiB
+  // when quick).
+  std::string disk_dir;
+  int64_t disk_bytes = 0;
   // Called with one line per figure, on rank 0 only.
   std::function<void(const std::string&)> progress;
 };

@@ -83,6 +83,14 @@ struct KernelPoint {
   std::string dtype = "f32";  // "f32", "bf16" or "f16": the call's first input
 };
 
+// The disk a node's memory offload swaps to (memory.nvme_dir): sequential bandwidths in bytes/s,
+// as fio (or `tessel plan calibrate --disk DIR`) measures them with direct I/O, 1 MiB requests
+// and a deep queue, the way the NVMe tier issues them (docs/MEMORY.md).
+struct StorageSpec {
+  double read_bandwidth = 0;
+  double write_bandwidth = 0;
+};
+
 // A measured fit of one collective, t = alpha + beta * bytes (bytes as nccl-tests counts them),
 // written by calibration next to the link figures so a reader can compare the model with it.
 struct CollectiveFit {
@@ -108,6 +116,7 @@ class Cluster {
   int nodes = 1;
   std::optional<LinkSpec> intra_node;  // required when devices_per_node > 1
   std::optional<LinkSpec> inter_node;  // required when nodes > 1
+  std::optional<StorageSpec> storage;  // [storage]: what offload's NVMe tier runs at
   std::vector<GemmPoint> gemm;
   std::vector<KernelPoint> kernels;
   std::vector<CollectiveFit> collectives;

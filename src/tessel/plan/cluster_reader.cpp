@@ -225,6 +225,12 @@ Cluster Cluster::parse(const std::string& toml_text, const std::string& source) 
                "[links.intra_node] (bandwidth, latency): devices_per_node = ", c.devices_per_node);
   TESSEL_CHECK(c.nodes == 1 || c.inter_node, source, ": missing table [links.inter_node] ",
                "(bandwidth, latency): nodes = ", c.nodes);
+  if (const toml::table* t = top.table("storage", "the disk memory offload swaps to")) {
+    TableReader st(*t, "storage", source);
+    c.storage = StorageSpec{st.positive("read_bandwidth", "bytes/s read from the disk"),
+                            st.positive("write_bandwidth", "bytes/s written to the disk")};
+    st.finish();
+  }
 
   for_each_entry(
       top, "gemm", "measured GEMM rates", [&](const toml::table& t, const std::string& path) {

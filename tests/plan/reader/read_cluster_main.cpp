@@ -51,6 +51,9 @@ int main(int argc, char** argv) {
     if (c.intra_node)
       std::cout << ", \"intra_bandwidth\": " << c.intra_node->bandwidth
                 << ", \"intra_latency\": " << c.intra_node->latency;
+    if (c.storage)
+      std::cout << ", \"storage_read\": " << c.storage->read_bandwidth
+                << ", \"storage_write\": " << c.storage->write_bandwidth;
     std::cout << ", \"collectives\": [";
     for (size_t i = 0; i < c.collectives.size(); ++i)
       std::cout << (i ? ", " : "") << "{\"op\": \"" << c.collectives[i].op

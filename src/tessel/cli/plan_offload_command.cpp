@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: Apache-2.0
+// `tessel plan offload`: the offload model's prediction for one process training with
+// memory.* budgets (docs/PLANNER.md, "Offload"): where every chunk list lives at start, the
+// device working set, the per-step traffic between the tiers (train.jsonl's offload_* names)
+// and, with a cluster description, the step time the disk allows beside the compute's.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tessel/cli/commands.h"
+#include "tessel/core/error.h"
+#include "tessel/plan/memory_model.h"
+#include "tessel/plan/offload_model.h"
+#include "tessel/plan/step_cost.h"
+#include "tessel/train/config.h"
+#include "tessel/train/model_presets.h"
+
+namespace tessel::cli {
+
+namespace {
+
+struct OffloadArgs {
+  std::string model;
+  std::string precision = "fp32";
+  std::string chunk_size = "64MiB", device_budget, host_budget = "0";
+  bool nvme = false;
+  int64_t micro_batch = 1, seq = 0, grad_accum = 1;
+  int steps = 4;
+  std::string cluster;
+  double disk_read_gbps = 0, disk_write_gbps = 0;  // override the cluster's [storage]
+  bool json = false;
+};
+
+nlohmann::json traffic_json(const plan::OffloadTraffic& t) {
+  return {{"offload_nvme_read_bytes", t.nvme_read_bytes},
+          {"offload_nvme_write_bytes", t.nvme_write_bytes},
+          {"offload_h2d_bytes", t.h2d_bytes},
+          {"offload_d2h_bytes", t.d2h_bytes},
+          {"offload_evictions", t.evictions},
+          {"offload_clean_evictions", t.clean_evictions}};
+}
+
+// "33.8 GiB", "640.0 MiB", "32.0 KiB", "0 B": the table's byte counts at a readable scale.
+std::string size_text(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+void run_offload(const OffloadArgs& a) {
+  const models::ConfigPtr config = train::resolve_model_config(a.model, "plan offload --model");
+  const DType compute = a.precision == "bf16"   ? DType::BF16
+                        : a.precision == "fp16" ? DType::F16
+                                                : DType::F32;
+  plan::OffloadBudgets b;
+  b.chunk_bytes = int64_t(train::parse_byte_size("--chunk-size", a.chunk_size));
+  b.device_budget = int64_t(train::parse_byte_size("--device-budget", a.device_budget));
+  b.host_budget = int64_t(train::parse_byte_size("--host-budget", a.host_budget));
+  b.nvme = a.nvme;
+  const plan::OffloadPrediction p =
+      plan::predict_offload(plan::offload_input(*config, compute, b, a.grad_accum), a.steps);
+  const plan::OffloadTraffic& s = p.steady();
+
+  // With a cluster: the step's compute (the step time model of one process) and the disk's time
+  // for the step's NVMe bytes; the tier overlaps the two (prefetch along the trace, writes in
+  // flight), so the step is predicted as the longer of them.
+  nlohmann::json times;
+  if (!a.cluster.empty() || (a.disk_read_gbps > 0 && a.disk_write_gbps > 0)) {
+    double read_bw = a.disk_read_gbps * 1e9, write_bw = a.disk_write_gbps * 1e9;
+    double compute_s = 0;
+    if (!a.cluster.empty()) {
+      const plan::Cluster cluster = plan::Cluster::load(a.cluster).with_devices(1);
+      if (cluster.storage && read_bw <= 0) read_bw = cluster.storage->read_bandwidth;
+      if (cluster.storage && write_bw <= 0) write_bw = cluster.storage->write_bandwidth;
+      plan::MemoryLayout layout;
+      layout.micro_batch = a.micro_batch;
+      layout.seq = a.seq;
+      layout.grad_accum = a.grad_accum;
+      layout.compute_dtype = compute;
+      const plan::Graph graph = plan::trace_for_layout(*config, layout);
+      compute_s = plan::estimate_step_time(cluster, graph,
+                                           plan::estimate_memory(*config, layout, graph), layout)
+                      .total();
+      times["compute_ms"] = 1e3 * compute_s;
+    }
+    TESSEL_CHECK(read_bw > 0 && write_bw > 0, "plan offload: ", a.cluster,
+                 " has no [storage] table (read_bandwidth, write_bandwidth): give the disk's "
+                 "bandwidths with --disk-read-gbps and --disk-write-gbps");
+    const double io_s = plan::offload_io_seconds(s, read_bw, write_bw);
+    times["disk_read_gbps"] = read_bw / 1e9;
+    times["disk_write_gbps"] = write_bw / 1e9;
+    times["nvme_ms"] = 1e3 * io_s;
+    times["step_ms"] = 1e3 * std::max(io_s, compute_s);
+    times["io_bound"] = io_s > compute_s;
+  }
+
+  if (a.json) {
+    nlohmann::json out = {{"model", config->summary()},
+                          {"precision", a.precision},
+                          {"chunk_bytes", p.chunk_bytes},
+                          {"chunks", p.chunks},
+                          {"state_bytes", p.state_bytes},
+                          {"device_working_set", p.device_working_set},
+                          {"nvme_file_bytes", p.nvme_file_bytes},
+                          {"start_nvme_write_bytes", p.start_nvme_write_bytes}};
+    for (const plan::OffloadGroup& g : p.groups)
+      out["groups"].push_back({{"name", g.name},
+                               {"chunks", g.chunks},
+                               {"device", g.device},
+                               {"host", g.host},
+                               {"nvme", g.nvme}});
+    for (const plan::OffloadTraffic& t : p.steps) out["steps"].push_back(traffic_json(t));
+    out["steady"] = traffic_json(s);
+    if (!times.is_null()) out["time"] = times;
+    std::cout << out.dump() << std::endl;
+    return;
+  }
+  std::printf("# %s, %s, %d chunks of %s (state %s), device working set %d chunks\n",
+              config->summary().c_str(), a.precision.c_str(), p.chunks,
+              size_text(double(p.chunk_bytes)).c_str(), size_text(double(p.state_bytes)).c_str(),
+              p.device_working_set);
+  std::printf("%-8s %7s %7s %7s %7s   (chunks at start)\n", "group", "chunks", "device", "host",
+              "nvme");
+  for (const plan::OffloadGroup& g : p.groups)
+    std::printf("%-8s %7d %7d %7d %7d\n", g.name.c_str(), g.chunks, g.device, g.host, g.nvme);
+  std::printf("%-6s %12s %12s %12s %12s  %s\n", "step", "nvme read", "nvme write", "host->dev",
+              "dev->host", "evictions (clean)");
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const plan::OffloadTraffic& t = p.steps[i];
+    std::printf("%-6zu %12s %12s %12s %12s  %lld (%lld)%s\n", i + 1,
+                size_text(double(t.nvme_read_bytes)).c_str(),
+                size_text(double(t.nvme_write_bytes)).c_str(),
+                size_text(double(t.h2d_bytes)).c_str(), size_text(double(t.d2h_bytes)).c_str(),
+                static_cast<long long>(t.evictions), static_cast<long long>(t.clean_evictions),
+                i == 0 ? "  LRU while the step is recorded" : "");
+  }
+  if (!times.is_null()) {
+    if (times.contains("compute_ms"))
+      std::printf("compute %.1f ms, ", times["compute_ms"].get<double>());
+    std::printf("NVMe %.1f ms at %.2f / %.2f GB/s read / write: step %.1f ms (%s bound)\n",
+                times["nvme_ms"].get<double>(), times["disk_read_gbps"].get<double>(),
+                times["disk_write_gbps"].get<double>(), times["step_ms"].get<double>(),
+                times["io_bound"].get<bool>() ? "I/O" : "compute");
+  }
+}
+
+}  // namespace
+
+void add_plan_offload_command(CLI::App& plan) {
+  auto a = std::make_shared<OffloadArgs>();
+  CLI::App* cmd = plan.add_subcommand(
+      "offload", "Predict memory offload's placement and per-step tier traffic (one process)");
+  cmd->add_option("-m,--model", a->model, "A preset (124M, xl, llama:tiny), config.json or dir")
+      ->required();
+  cmd->add_option("--precision", a->precision, "fp32, or bf16 / fp16 over f32 master weights")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  cmd->add_option("--chunk-size", a->chunk_size, "memory.chunk_size")->capture_default_str();
+  cmd->add_option("--device-budget", a->device_budget, "memory.device_budget")->required();
+  cmd->add_option("--host-budget", a->host_budget, "memory.host_budget")->capture_default_str();
+  cmd->add_flag("--nvme", a->nvme, "memory.nvme_dir is set (an NVMe tier below the host)");
+  cmd->add_option("-b,--micro-batch", a->micro_batch, "Rows per micro-batch (step time only)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("-t,--seq", a->seq, "Tokens per row (step time only; default the context)");
+  cmd->add_option("--grad-accum", a->grad_accum, "Micro-batches per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--steps", a->steps, "Steps to simulate (the first evicts by LRU)")
+      ->check(CLI::Range(2, 100))
+      ->capture_default_str();
+  cmd->add_option("--cluster", a->cluster,
+                  "Cluster description (TOML): the compute's step time and its [storage] disk");
+  cmd->add_option("--disk-read-gbps", a->disk_read_gbps, "The disk's read bandwidth, GB/s")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--disk-write-gbps", a->disk_write_gbps, "The disk's write bandwidth, GB/s")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", a->json, "Print JSON instead of a table");
+  cmd->callback([a] { run_offload(*a); });
+}
+
+}  // namespace tessel::cli

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""`tessel plan offload` against `tessel train` with the same memory.* budgets (docs/PLANNER.md,
+"Offload"): the predicted chunk count, device working set and every step's traffic between the
+tiers (NVMe bytes read and written, evictions and clean ones, bytes between the memory tiers) are
+the ones the run's train.jsonl reports, exactly, for f32 and bf16 GPT-2s and a LLaMA with an untied
+head, with an NVMe tier and prefetch, without prefetch, over micro-batches, and without NVMe (the
+host tier holding everything). A device budget below the working set is refused by both, naming
+the same smallest budget. A GPT-2 with C = 26, 2 heads, 5 blocks and sequences of 9.
+
+Usage: offload_plan_check.py TESSEL WORKDIR
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from offload_runs import small_gpt2  # noqa: E402
+from tessel_runs import (fail, prepare_workdir, remove_workdir, run, single_thread_env,  # noqa: E402
+                         step_records, train_sets, write_json)
+
+STEPS = 4
+CHUNK = 32 << 10  # the largest tensor, the 257 x 26 embedding (26,728 bytes), fits one
+
+# (name, precision, device chunks beyond the working set, host chunks, NVMe, prefetch,
+# micro-batches, model)
+CASES = [
+    ("f32, every tier", "fp32", 0, 6, True, 0, 1, "gpt2"),
+    ("f32, every tier, prefetch 4", "fp32", 0, 6, True, 4, 1, "gpt2"),
+    ("f32, a larger device tier", "fp32", 3, 4, True, 0, 1, "gpt2"),
+    ("f32, two micro-batches", "fp32", 2, 8, True, 0, 2, "gpt2"),
+    ("bf16 copies, every tier", "bf16", 1, 7, True, 0, 1, "gpt2"),
+    ("f32, no NVMe (the host holds all)", "fp32", 0, 64, False, 0, 1, "gpt2"),
+    ("LLaMA, untied head, every tier", "fp32", 0, 6, True, 0, 1, "llama"),
+    ("LLaMA, untied head, prefetch 8", "fp32", 1, 5, True, 8, 1, "llama"),
+]
+
+FIELDS = ["nvme_read_bytes", "nvme_write_bytes", "h2d_bytes", "d2h_bytes", "evictions",
+          "clean_evictions"]
+
+
+def llama(work, vocab):
+    return write_json(os.path.join(work, "llama.json"), {
+        "model_type": "llama", "vocab_size": vocab, "hidden_size": 28, "intermediate_size": 33,
+        "num_hidden_layers": 3, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "max_position_embeddings": 17, "tie_word_embeddings": False, "rms_norm_eps": 1e-5})
+
+
+def plan(tessel, config, precision, device, host, nvme, micro_batches):
+    cmd = [tessel, "plan", "offload", "-m", config, "--precision", precision, "--chunk-size",
+           str(CHUNK), "--device-budget", str(device * CHUNK), "--host-budget",
+           str(host * CHUNK), "--grad-accum", str(micro_batches), "--steps", str(STEPS),
+           "--json"] + (["--nvme"] if nvme else [])
+    return json.loads(run(cmd).stdout)
+
+
+def train(tessel, work, tag, config, precision, device, host, nvme, prefetch, micro_batches,
+          env):
+    d = os.path.join(work, tag)
+    sets = [f"memory.chunk_size={CHUNK}", f"memory.device_budget={device * CHUNK}",
+            f"memory.host_budget={host * CHUNK}", f"memory.prefetch={prefetch}",
+            f"train.precision={precision}", f"train.grad_accum={micro_batches}",
+            "train.micro_batch=2", f"checkpoint.dir={d}", "checkpoint.interval=0"]
+    if nvme:
+        os.makedirs(os.path.join(work, tag + "_nvme"))
+        sets.append("memory.nvme_dir=" + os.path.join(work, tag + "_nvme"))
+    cmd = [tessel, "train"] + train_sets(config, os.path.join(work, "data"), STEPS, seq_len=9,
+                                         extra=sets)
+    return cmd, d
+
+
+def main():
+    tessel, work = sys.argv[1], sys.argv[2]
+    vocab = prepare_workdir(tessel, work)
+    env = single_thread_env()
+    configs = {"gpt2": small_gpt2(work, vocab), "llama": llama(work, vocab)}
+    for i, (what, precision, extra, host, nvme, prefetch, mb, model) in enumerate(CASES):
+        device = plan(tessel, configs[model], precision, 256, 256, True, mb)["device_working_set"]
+        device += extra
+        p = plan(tessel, configs[model], precision, device, host, nvme, mb)
+        cmd, d = train(tessel, work, f"run{i}", configs[model], precision, device, host, nvme,
+                       prefetch, mb, env)
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"{what}: {' '.join(cmd)} exited {r.returncode}\n{r.stderr[-2000:]}")
+        recs = [x["offload"] for x in step_records(d)]
+        if len(recs) != STEPS:
+            fail(f"{what}: {len(recs)} step records, expected {STEPS}")
+        measured = [{f: x[f] for f in FIELDS} for x in recs]
+        predicted = [{f: s["offload_" + f] for f in FIELDS} for s in p["steps"]]
+        if prefetch == 0 and measured != predicted:
+            fail(f"{what}: per-step traffic\n measured  {measured}\n predicted {predicted}")
+        if prefetch > 0:
+            # Reads ahead start at the end of a step for the next one's first accesses (counted
+            # in the earlier step), and whether a victim's write has landed when the walk meets
+            # it depends on the disk: equal within 3 chunks or 10% per step and field.
+            for m, q in zip(measured, predicted):
+                for f in FIELDS[:4]:
+                    if abs(m[f] - q[f]) > max(3 * CHUNK, 0.1 * q[f]):
+                        fail(f"{what}: {f} {m[f]} measured, {q[f]} predicted\n measured  "
+                             f"{measured}\n predicted {predicted}")
+        if not any(s["nvme_read_bytes"] or s["h2d_bytes"] for s in measured[1:]):
+            fail(f"{what}: nothing moved after step 1, the case tests nothing: {measured}")
+        file_bytes = recs[-1]["nvme_file_bytes"]
+        if file_bytes != p["nvme_file_bytes"]:
+            fail(f"{what}: swap file {file_bytes} bytes, predicted {p['nvme_file_bytes']}")
+        s = measured[-1]
+        print(f"{what}: {p['chunks']} chunks, working set {p['device_working_set']}; steps 1-"
+              f"{STEPS} {'exactly' if prefetch == 0 else 'within 3 chunks or 10% of'} the "
+              f"prediction (steady, measured: read {s['nvme_read_bytes']}, written "
+              f"{s['nvme_write_bytes']}, h2d {s['h2d_bytes']}, d2h {s['d2h_bytes']} bytes, "
+              f"{s['evictions']} evictions of which {s['clean_evictions']} clean)")
+
+    # Below the working set: both refuse, naming the same smallest device budget.
+    ws = plan(tessel, configs["gpt2"], "fp32", 256, 256, True, 1)["device_working_set"]
+    names = []
+    for cmd in ([tessel, "plan", "offload", "-m", configs["gpt2"], "--chunk-size", str(CHUNK),
+                 "--device-budget", str((ws - 1) * CHUNK), "--host-budget", str(6 * CHUNK),
+                 "--nvme"],
+                train(tessel, work, "refused", configs["gpt2"], "fp32", ws - 1, 6, True, 4, 1,
+                      env)[0]):
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        m = re.search(r"smallest device budget that works is (\d+) bytes", r.stdout + r.stderr)
+        if r.returncode == 0 or not m:
+            fail(f"a device tier of {ws - 1} chunks: expected a refusal, rc {r.returncode}: "
+                 f"{r.stderr[-800:]}")
+        names.append(int(m.group(1)))
+    if names != [ws * CHUNK] * 2:
+        fail(f"smallest device budgets named by plan and train: {names}, expected {ws * CHUNK}")
+    print(f"a device tier of {ws - 1} chunks: plan and train both name {ws * CHUNK} bytes")
+    remove_workdir(work)
+
+
+if __name__ == "__main__":
+    main()
