@@ -6,9 +6,11 @@ tiers (NVMe bytes read and written, evictions and clean ones, bytes between the 
 the ones the run's train.jsonl reports, exactly, for f32 and bf16 GPT-2s and a LLaMA with an untied
 head, with an NVMe tier and prefetch, without prefetch, over micro-batches, and without NVMe (the
 host tier holding everything). A device budget below the working set is refused by both, naming
-the same smallest budget. A GPT-2 with C = 26, 2 heads, 5 blocks and sequences of 9.
+the same smallest budget. With MPIRUN, tensor-parallel rank 0 of `--tp 2` (its own pieces,
+offloaded as one process does) in f32 and in bf16 with sequence parallelism, exactly too. A GPT-2
+with C = 26, 2 heads, 5 blocks and sequences of 9.
 
-Usage: offload_plan_check.py TESSEL WORKDIR
+Usage: offload_plan_check.py TESSEL WORKDIR [MPIRUN]
 """
 import json
 import os
@@ -18,23 +20,25 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from offload_runs import small_gpt2  # noqa: E402
-from tessel_runs import (fail, prepare_workdir, remove_workdir, run, single_thread_env,  # noqa: E402
-                         step_records, train_sets, write_json)
+from tessel_runs import (fail, mpi_prefix, prepare_workdir, remove_workdir, run,  # noqa: E402
+                         single_thread_env, step_records, train_sets, write_json)
 
 STEPS = 4
 CHUNK = 32 << 10  # the largest tensor, the 257 x 26 embedding (26,728 bytes), fits one
 
 # (name, precision, device chunks beyond the working set, host chunks, NVMe, prefetch,
-# micro-batches, model)
+# micro-batches, model, tensor-parallel ranks: 1, or 2 with --sp for bf16)
 CASES = [
-    ("f32, every tier", "fp32", 0, 6, True, 0, 1, "gpt2"),
-    ("f32, every tier, prefetch 4", "fp32", 0, 6, True, 4, 1, "gpt2"),
-    ("f32, a larger device tier", "fp32", 3, 4, True, 0, 1, "gpt2"),
-    ("f32, two micro-batches", "fp32", 2, 8, True, 0, 2, "gpt2"),
-    ("bf16 copies, every tier", "bf16", 1, 7, True, 0, 1, "gpt2"),
-    ("f32, no NVMe (the host holds all)", "fp32", 0, 64, False, 0, 1, "gpt2"),
-    ("LLaMA, untied head, every tier", "fp32", 0, 6, True, 0, 1, "llama"),
-    ("LLaMA, untied head, prefetch 8", "fp32", 1, 5, True, 8, 1, "llama"),
+    ("f32, every tier", "fp32", 0, 6, True, 0, 1, "gpt2", 1),
+    ("f32, every tier, prefetch 4", "fp32", 0, 6, True, 4, 1, "gpt2", 1),
+    ("f32, a larger device tier", "fp32", 3, 4, True, 0, 1, "gpt2", 1),
+    ("f32, two micro-batches", "fp32", 2, 8, True, 0, 2, "gpt2", 1),
+    ("bf16 copies, every tier", "bf16", 1, 7, True, 0, 1, "gpt2", 1),
+    ("f32, no NVMe (the host holds all)", "fp32", 0, 64, False, 0, 1, "gpt2", 1),
+    ("LLaMA, untied head, every tier", "fp32", 0, 6, True, 0, 1, "llama", 1),
+    ("LLaMA, untied head, prefetch 8", "fp32", 1, 5, True, 8, 1, "llama", 1),
+    ("tp 2, rank 0, every tier", "fp32", 0, 6, True, 0, 1, "gpt2", 2),
+    ("tp 2 --sp, rank 0, bf16 copies", "bf16", 1, 7, True, 0, 1, "gpt2", 2),
 ]
 
 FIELDS = ["nvme_read_bytes", "nvme_write_bytes", "h2d_bytes", "d2h_bytes", "evictions",
@@ -48,16 +52,20 @@ def llama(work, vocab):
         "max_position_embeddings": 17, "tie_word_embeddings": False, "rms_norm_eps": 1e-5})
 
 
-def plan(tessel, config, precision, device, host, nvme, micro_batches):
+def tp_flags(tp, precision):
+    return [] if tp == 1 else ["--tp", str(tp)] + (["--sp"] if precision == "bf16" else [])
+
+
+def plan(tessel, config, precision, device, host, nvme, micro_batches, tp=1):
     cmd = [tessel, "plan", "offload", "-m", config, "--precision", precision, "--chunk-size",
            str(CHUNK), "--device-budget", str(device * CHUNK), "--host-budget",
            str(host * CHUNK), "--grad-accum", str(micro_batches), "--steps", str(STEPS),
-           "--json"] + (["--nvme"] if nvme else [])
+           "--json"] + (["--nvme"] if nvme else []) + tp_flags(tp, precision)
     return json.loads(run(cmd).stdout)
 
 
 def train(tessel, work, tag, config, precision, device, host, nvme, prefetch, micro_batches,
-          env):
+          env, launch=None, tp=1):
     d = os.path.join(work, tag)
     sets = [f"memory.chunk_size={CHUNK}", f"memory.device_budget={device * CHUNK}",
             f"memory.host_budget={host * CHUNK}", f"memory.prefetch={prefetch}",
@@ -66,22 +74,27 @@ def train(tessel, work, tag, config, precision, device, host, nvme, prefetch, mi
     if nvme:
         os.makedirs(os.path.join(work, tag + "_nvme"))
         sets.append("memory.nvme_dir=" + os.path.join(work, tag + "_nvme"))
-    cmd = [tessel, "train"] + train_sets(config, os.path.join(work, "data"), STEPS, seq_len=9,
-                                         extra=sets)
+    cmd = (launch or []) + [tessel, "train"] + train_sets(
+        config, os.path.join(work, "data"), STEPS, seq_len=9, extra=sets) + tp_flags(tp, precision)
     return cmd, d
 
 
 def main():
     tessel, work = sys.argv[1], sys.argv[2]
+    mpirun = sys.argv[3] if len(sys.argv) > 3 else None
     vocab = prepare_workdir(tessel, work)
     env = single_thread_env()
     configs = {"gpt2": small_gpt2(work, vocab), "llama": llama(work, vocab)}
-    for i, (what, precision, extra, host, nvme, prefetch, mb, model) in enumerate(CASES):
-        device = plan(tessel, configs[model], precision, 256, 256, True, mb)["device_working_set"]
-        device += extra
-        p = plan(tessel, configs[model], precision, device, host, nvme, mb)
+    for i, (what, precision, extra, host, nvme, prefetch, mb, model, tp) in enumerate(CASES):
+        if tp > 1 and not mpirun:
+            print(f"{what}: skipped (no mpirun)")
+            continue
+        launch = mpi_prefix(mpirun) + ["-np", str(tp)] if tp > 1 else None
+        device = plan(tessel, configs[model], precision, 256, 256, True, mb,
+                      tp)["device_working_set"] + extra
+        p = plan(tessel, configs[model], precision, device, host, nvme, mb, tp)
         cmd, d = train(tessel, work, f"run{i}", configs[model], precision, device, host, nvme,
-                       prefetch, mb, env)
+                       prefetch, mb, env, launch, tp)
         r = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if r.returncode != 0:
             fail(f"{what}: {' '.join(cmd)} exited {r.returncode}\n{r.stderr[-2000:]}")

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// `tessel plan offload`: the offload model's prediction for one process training with
-// memory.* budgets (docs/PLANNER.md, "Offload"): where every chunk list lives at start, the
-// device working set, the per-step traffic between the tiers (train.jsonl's offload_* names)
-// and, with a cluster description, the step time the disk allows beside the compute's.
+// `tessel plan offload`: the offload model's prediction for one process (or one tensor-parallel
+// rank) training with memory.* budgets (docs/PLANNER.md, "Offload"): where every chunk list lives
+// at start, the device working set, the per-step traffic between the tiers (train.jsonl's offload_*
+// names) and, with a cluster description, the step time the disk allows beside the compute's.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -12,6 +12,7 @@
 #include <string>
 
 #include "tessel/cli/commands.h"
+#include "tessel/cli/plan_layout.h"
 #include "tessel/core/error.h"
 #include "tessel/plan/memory_model.h"
 #include "tessel/plan/offload_model.h"
@@ -29,6 +30,9 @@ struct OffloadArgs {
   std::string chunk_size = "64MiB", device_budget, host_budget = "0";
   bool nvme = false;
   int64_t micro_batch = 1, seq = 0, grad_accum = 1;
+  int tp = 1, tp_rank = 0;
+  std::string tp_plan;
+  bool sp = false;
   int steps = 4;
   std::string cluster;
   double disk_read_gbps = 0, disk_write_gbps = 0;  // override the cluster's [storage]
@@ -67,8 +71,17 @@ void run_offload(const OffloadArgs& a) {
   b.device_budget = int64_t(train::parse_byte_size("--device-budget", a.device_budget));
   b.host_budget = int64_t(train::parse_byte_size("--host-budget", a.host_budget));
   b.nvme = a.nvme;
-  const plan::OffloadPrediction p =
-      plan::predict_offload(plan::offload_input(*config, compute, b, a.grad_accum), a.steps);
+  // A tensor-parallel rank offloads its own pieces as one process does.
+  TESSEL_CHECK(a.tp_rank >= 0 && a.tp_rank < a.tp, "plan offload: --tp-rank ", a.tp_rank,
+               " is not a rank of --tp ", a.tp);
+  plan::MemoryLayout layout;
+  layout.micro_batch = a.micro_batch;
+  layout.seq = a.seq;
+  layout.grad_accum = a.grad_accum;
+  layout.compute_dtype = compute;
+  set_tensor_parallel(layout, a.tp, a.tp_rank, a.tp_plan, a.sp);
+  const plan::OffloadPrediction p = plan::predict_offload(
+      plan::offload_input(*config, compute, b, a.grad_accum, layout.tp_transform), a.steps);
   const plan::OffloadTraffic& s = p.steady();
 
   // With a cluster: the step's compute (the step time model of one process) and the disk's time
@@ -79,14 +92,9 @@ void run_offload(const OffloadArgs& a) {
     double read_bw = a.disk_read_gbps * 1e9, write_bw = a.disk_write_gbps * 1e9;
     double compute_s = 0;
     if (!a.cluster.empty()) {
-      const plan::Cluster cluster = plan::Cluster::load(a.cluster).with_devices(1);
+      const plan::Cluster cluster = plan::Cluster::load(a.cluster).with_devices(a.tp);
       if (cluster.storage && read_bw <= 0) read_bw = cluster.storage->read_bandwidth;
       if (cluster.storage && write_bw <= 0) write_bw = cluster.storage->write_bandwidth;
-      plan::MemoryLayout layout;
-      layout.micro_batch = a.micro_batch;
-      layout.seq = a.seq;
-      layout.grad_accum = a.grad_accum;
-      layout.compute_dtype = compute;
       const plan::Graph graph = plan::trace_for_layout(*config, layout);
       compute_s = plan::estimate_step_time(cluster, graph,
                                            plan::estimate_memory(*config, layout, graph), layout)
@@ -159,7 +167,8 @@ void run_offload(const OffloadArgs& a) {
 void add_plan_offload_command(CLI::App& plan) {
   auto a = std::make_shared<OffloadArgs>();
   CLI::App* cmd = plan.add_subcommand(
-      "offload", "Predict memory offload's placement and per-step tier traffic (one process)");
+      "offload",
+      "Predict memory offload's placement and per-step tier traffic (one process or tp rank)");
   cmd->add_option("-m,--model", a->model, "A preset (124M, xl, llama:tiny), config.json or dir")
       ->required();
   cmd->add_option("--precision", a->precision, "fp32, or bf16 / fp16 over f32 master weights")
@@ -173,6 +182,14 @@ void add_plan_offload_command(CLI::App& plan) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("-t,--seq", a->seq, "Tokens per row (step time only; default the context)");
+  cmd->add_option("--tp", a->tp, "Tensor-parallel ranks (each offloads its own pieces)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--tp-rank", a->tp_rank, "The tensor-parallel rank to predict")
+      ->capture_default_str();
+  cmd->add_option("--tp-plan", a->tp_plan,
+                  "Tensor-parallel plan JSON (default: the family's built-in plan)");
+  cmd->add_flag("--sp", a->sp, "Sequence parallelism with --tp");
   cmd->add_option("--grad-accum", a->grad_accum, "Micro-batches per step")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

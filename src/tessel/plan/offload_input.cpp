@@ -13,12 +13,14 @@
 namespace tessel::plan {
 
 OffloadInput offload_input(const models::ModelConfig& config, DType compute,
-                           const OffloadBudgets& budgets, int64_t micro_batches) {
+                           const OffloadBudgets& budgets, int64_t micro_batches,
+                           const std::function<void(models::CausalLM&)>& transform) {
   TESSEL_CHECK(compute == DType::F32 || compute == DType::BF16 || compute == DType::F16,
                "offload model: compute dtype ", dtype_name(compute),
                " is not one of f32, bf16, f16");
   DefaultDeviceScope meta(Device::meta());
   std::shared_ptr<models::CausalLM> model = config.build_empty();
+  if (transform) transform(*model);
   OffloadInput in;
   in.compute = compute;
   in.budgets = budgets;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -89,9 +90,11 @@ OffloadPrediction predict_offload(const OffloadInput& input, int steps = 4);
 
 // The units and parameters of `config`'s model as the trainer offloads them on one process (built
 // on the meta device; under mixed precision the parameters a precision scope over the model
-// gives 16-bit copies).
+// gives 16-bit copies). `transform` is applied to the model first: a tensor-parallel rank's
+// (MemoryLayout::tp_transform), whose pieces the rank offloads as one process does.
 OffloadInput offload_input(const models::ModelConfig& config, DType compute,
-                           const OffloadBudgets& budgets, int64_t micro_batches);
+                           const OffloadBudgets& budgets, int64_t micro_batches,
+                           const std::function<void(models::CausalLM&)>& transform = {});
 
 // Seconds the disk is busy with one step's NVMe transfers at its sequential read and write
 // bandwidths (bytes/s): reads and writes share the one device, so their times add (the quiet
