@@ -10,12 +10,15 @@
 // `quant_matmul/<type>/<k>x<n>/m<M>` multiplies M activation rows (a small decode batch, or a
 // prompt's M tokens) and `f32_matmul/<k>x<n>/m<M>` does the same through the f32 GEMM; they also
 // report "GFLOP/s". QUANT_BENCH_DOT=avx2|avx_vnni caps the byte dot product (kernel_set.h's
-// limit_quant_dot) to compare them; QUANT_BENCH_ROWS=1,4,7 runs only quant_matmul at 4096 x 4096
+// limit_quant_dot) to compare them; QUANT_BENCH_SHAPES=2048x5632,... adds GEMV shapes (in x out,
+// a model's own); QUANT_BENCH_ROWS=1,4,7 runs only quant_matmul at 4096 x 4096
 // for those m (CPU time: run with one thread); QUANT_BENCH_BITS=256 keeps the avx512 set's fused
 // k-quant rows on 256-bit vectors (limit_quant_vector_bits); TESSEL_KERNELS chooses the kernel set.
 // docs/BENCHMARKS.md has the figures and the command.
 #include <benchmark/benchmark.h>
 
+#include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -112,8 +115,27 @@ struct Registrar {
     const QuantType kTypes[] = {QuantType::Q4_0, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K,
                                 QuantType::Q8_0, QuantType::BF16, QuantType::F16};
     // [out, in]: GPT-2's MLP up-projection (768 -> 3072) and a 7B model's square projection.
-    const int64_t kShapes[][2] = {{3072, 768}, {4096, 4096}};
-    for (const auto& s : kShapes) {
+    std::vector<std::array<int64_t, 2>> shapes = {{3072, 768}, {4096, 4096}};
+    // QUANT_BENCH_SHAPES="IN1xOUT1,IN2xOUT2,...": other GEMV shapes (a model's own), named as
+    // the built-in ones ([in]x[out]).
+    if (const char* extra = std::getenv("QUANT_BENCH_SHAPES"); extra != nullptr) {
+      std::string list = extra;
+      for (size_t at = 0; at < list.size();) {
+        size_t end = list.find(',', at);
+        if (end == std::string::npos) end = list.size();
+        const std::string item = list.substr(at, end - at);
+        int64_t in = 0, out = 0;
+        char tail = 0;
+        if (std::sscanf(item.c_str(), "%ldx%ld%c", &in, &out, &tail) != 2 || in <= 0 || out <= 0) {
+          std::fprintf(stderr, "QUANT_BENCH_SHAPES: '%s' is not IN x OUT (e.g. 2048x5632)\n",
+                       item.c_str());
+          std::exit(2);
+        }
+        shapes.push_back({out, in});
+        at = end + 1;
+      }
+    }
+    for (const auto& s : shapes) {
       const std::string shape = std::to_string(s[1]) + "x" + std::to_string(s[0]);
       for (QuantType t : kTypes)
         benchmark::RegisterBenchmark(
