@@ -163,6 +163,21 @@ TEST(OffloadModel, RefusesBudgetsTheTrainerRefusesNamingTheSmallest) {
   EXPECT_NE(e.find("memory.chunk_bytes must be at least 8192"), std::string::npos) << e;
 }
 
+TEST(OffloadModel, RefusesTensorsOutsideExactlyOneUnit) {
+  OffloadInput in = input(2, 2, 100);
+  in.budgets.device_budget = in.budgets.host_budget = 100 * kChunk;
+  in.units[1].tensors.push_back(0);
+  std::string e = error_of(in);
+  EXPECT_NE(e.find("tensor 'u0.w0' is in two units (the second: 'u1')"), std::string::npos) << e;
+  in.units[1].tensors.pop_back();
+  in.units[0].tensors.pop_back();
+  e = error_of(in);
+  EXPECT_NE(e.find("tensor 'u0.w1' belongs to no unit"), std::string::npos) << e;
+  in.units[0].tensors.push_back(9);
+  e = error_of(in);
+  EXPECT_NE(e.find("unit 'u0' names tensor 9 of 4"), std::string::npos) << e;
+}
+
 TEST(OffloadModel, DiskTimeAddsReadsAndWrites) {
   OffloadTraffic t;
   t.nvme_read_bytes = 6'000'000'000;

@@ -189,18 +189,20 @@ class Replay {
         cap_dev_(b.device_budget / cb),
         cap_host_(b.host_budget / cb),
         nvme_(b.nvme),
-        c_(size_t(chunks)) {}
+        c_(size_t(chunks)) {
+    in_tier_[int(Tier::None)] = chunks;
+  }
 
   // seal(): device first, then host, then NVMe, in chunk order.
   int64_t place() {
     int64_t written = 0;
     for (Chunk& c : c_) {
       if (count(Tier::Device) < cap_dev_) {
-        c.tier = Tier::Device;
+        set_tier(c, Tier::Device);
       } else if (count(Tier::Host) < cap_host_) {
-        c.tier = Tier::Host;
+        set_tier(c, Tier::Host);
       } else {
-        c.tier = Tier::Nvme;
+        set_tier(c, Tier::Nvme);
         c.valid = c.slot = true;
         written += cb_;
       }
@@ -219,7 +221,7 @@ class Replay {
     for (const Event& e : events) {
       Chunk& c = c_[size_t(e.chunk)];
       if (e.kind == Event::Free) {
-        c.tier = Tier::None;
+        set_tier(c, Tier::None);
         c.valid = c.slot = false;
         continue;
       }
@@ -234,7 +236,7 @@ class Replay {
       if (c.refs == 0) {
         if (c.tier == Tier::None) {
           make_room(e.tier, e.chunk);
-          c.tier = e.tier;
+          set_tier(c, e.tier);
         } else if (c.tier != e.tier) {
           c.moving = true;
           make_room(e.tier, e.chunk);
@@ -244,7 +246,7 @@ class Replay {
           } else {
             (e.tier == Tier::Device ? t_.h2d_bytes : t_.d2h_bytes) += cb_;
           }
-          c.tier = e.tier;
+          set_tier(c, e.tier);
         }
         if (e.tier == Tier::Device) ++held_;
         if (most_held) *most_held = std::max(*most_held, held_);
@@ -262,10 +264,12 @@ class Replay {
     bool valid = false, slot = false, moving = false;
     uint64_t last_use = 0;
   };
-  int64_t count(Tier t) const {
-    int64_t n = 0;
-    for (const Chunk& c : c_) n += c.tier == t;
-    return n;
+  int64_t count(Tier t) const { return in_tier_[int(t)]; }
+  // Every tier change goes through here, so the tiers' chunk counts stay current.
+  void set_tier(Chunk& c, Tier t) {
+    --in_tier_[int(c.tier)];
+    ++in_tier_[int(t)];
+    c.tier = t;
   }
   int64_t cap(Tier t) const { return t == Tier::Device ? cap_dev_ : cap_host_; }
   bool evictable(size_t i, Tier t, int exclude) const {
@@ -320,7 +324,7 @@ class Replay {
     Chunk& c = c_[i];
     if (c.tier == Tier::Device && can_make_room(Tier::Host, int(i))) {
       make_room(Tier::Host, int(i));
-      c.tier = Tier::Host;
+      set_tier(c, Tier::Host);
       t_.d2h_bytes += cb_;
       return;
     }
@@ -332,12 +336,13 @@ class Replay {
       t_.nvme_write_bytes += cb_;
       c.valid = c.slot = true;
     }
-    c.tier = Tier::Nvme;
+    set_tier(c, Tier::Nvme);
   }
 
   int64_t cb_, cap_dev_, cap_host_;
   bool nvme_;
   std::vector<Chunk> c_;
+  int64_t in_tier_[4] = {};  // chunks per Tier
   std::vector<int> trace_;
   std::vector<std::vector<size_t>> positions_;
   size_t cursor_ = 0;
@@ -353,6 +358,23 @@ OffloadPrediction predict_offload(const OffloadInput& in, int steps) {
   TESSEL_CHECK(in.budgets.chunk_bytes > 0, "memory.chunk_bytes must be > 0");
   TESSEL_CHECK(in.micro_batches >= 1, "offload model: micro-batches must be >= 1, got ",
                in.micro_batches);
+  TESSEL_CHECK(in.compute == DType::F32 || in.compute == DType::BF16 || in.compute == DType::F16,
+               "offload model: compute dtype ", dtype_name(in.compute),
+               " is not one of f32, bf16, f16");
+  {
+    // Every parameter in exactly one unit, as the trainer requires of its units.
+    std::vector<int> seen(in.tensors.size(), 0);
+    for (const OffloadUnit& u : in.units)
+      for (size_t t : u.tensors) {
+        TESSEL_CHECK(t < in.tensors.size(), "offload model: unit '", u.name, "' names tensor ", t,
+                     " of ", in.tensors.size());
+        TESSEL_CHECK(++seen[t] == 1, "offload model: tensor '", in.tensors[t].name,
+                     "' is in two units (the second: '", u.name, "')");
+      }
+    for (size_t t = 0; t < seen.size(); ++t)
+      TESSEL_CHECK(seen[t] == 1, "offload model: tensor '", in.tensors[t].name,
+                   "' belongs to no unit");
+  }
   OffloadPrediction p;
   const int64_t cb = round_up(in.budgets.chunk_bytes, kIoAlignment);
   p.chunk_bytes = cb;
@@ -421,8 +443,7 @@ double offload_io_seconds(const OffloadTraffic& t, double read_bandwidth, double
   TESSEL_CHECK(read_bandwidth > 0 && write_bandwidth > 0,
                "offload model: disk bandwidths must be > 0, got read ", read_bandwidth,
                " and write ", write_bandwidth, " bytes/s");
-  return double(t.nvme_read_bytes) / read_bandwidth +
-         double(t.nvme_write_bytes) / write_bandwidth;
+  return double(t.nvme_read_bytes) / read_bandwidth + double(t.nvme_write_bytes) / write_bandwidth;
 }
 
 }  // namespace tessel::plan
