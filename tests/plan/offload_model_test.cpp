@@ -178,6 +178,36 @@ TEST(OffloadModel, RefusesTensorsOutsideExactlyOneUnit) {
   EXPECT_NE(e.find("unit 'u0' names tensor 9 of 4"), std::string::npos) << e;
 }
 
+// Under dp at ZeRO-3 each rank holds a unit's bucket, padded to a multiple of dp, as shards:
+// parameter, gradient and both moments a dp-th of it, the full gradient buffer whole (in chunks
+// only when every bucket fits one); the working set is three gathers and three full buffers.
+TEST(OffloadModel, LaysOutZero3ShardsPerUnit) {
+  OffloadInput in = input(4, 1, 333);  // buckets of 333 padded to 336 at dp 4 (84 a shard)
+  in.dp = 4;
+  in.zero_stage = 3;
+  in.budgets.device_budget = in.budgets.host_budget = 100 * kChunk;
+  OffloadPrediction p = predict_offload(in);
+  ASSERT_EQ(p.groups.size(), 5u);
+  EXPECT_EQ(p.groups[1].name, "grad_bucket");
+  EXPECT_EQ(p.groups[1].chunks, 2);  // buffers of 1,344 bytes, three to a chunk of 4 KiB
+  for (size_t g : {0, 2, 3, 4}) EXPECT_EQ(p.groups[g].chunks, 1) << p.groups[g].name;
+  EXPECT_EQ(p.state_bytes, 4 * (4 * 84 * 4 + 336 * 4));
+  EXPECT_EQ(p.device_working_set, 3);  // one parameter chunk, both buffer chunks
+  // Buckets of 1,100 elements (4,400 bytes) fit no chunk: the buffers stay plain memory.
+  in = input(4, 1, 1100);
+  in.dp = 2;
+  in.zero_stage = 3;
+  in.budgets.device_budget = in.budgets.host_budget = 100 * kChunk;
+  p = predict_offload(in);
+  EXPECT_EQ(p.groups.size(), 4u);
+  // Shards of 550 floats, one to a chunk: four parameter chunks, at most three gathers at once.
+  EXPECT_EQ(p.device_working_set, 3);
+  for (const OffloadTraffic& t : p.steps) EXPECT_EQ(t.nvme_read_bytes + t.nvme_write_bytes, 0);
+  in.zero_stage = 2;
+  const std::string e = error_of(in);
+  EXPECT_NE(e.find("ZeRO-2's layout is not modelled yet"), std::string::npos) << e;
+}
+
 TEST(OffloadModel, DiskTimeAddsReadsAndWrites) {
   OffloadTraffic t;
   t.nvme_read_bytes = 6'000'000'000;

@@ -6,8 +6,10 @@ tiers (NVMe bytes read and written, evictions and clean ones, bytes between the 
 the ones the run's train.jsonl reports, exactly, for f32 and bf16 GPT-2s and a LLaMA with an untied
 head, with an NVMe tier and prefetch, without prefetch, over micro-batches, and without NVMe (the
 host tier holding everything). A device budget below the working set is refused by both, naming
-the same smallest budget. With MPIRUN, tensor-parallel rank 0 of `--tp 2` (its own pieces,
-offloaded as one process does) in f32 and in bf16 with sequence parallelism, exactly too. A GPT-2
+the same smallest budget. With MPIRUN, rank 0 of `--tp 2` (its own pieces, offloaded as one process
+does) in f32 and in bf16 with sequence parallelism, and rank 0 of `--dp 2` at ZeRO-3 (its shards:
+the gathers', the reductions' and the update's holds), with the gradient buckets in chunks and in
+plain memory, clipped, over two micro-batches, in bf16 and for the LLaMA, exactly too. A GPT-2
 with C = 26, 2 heads, 5 blocks and sequences of 9.
 
 Usage: offload_plan_check.py TESSEL WORKDIR [MPIRUN]
@@ -27,18 +29,28 @@ STEPS = 4
 CHUNK = 32 << 10  # the largest tensor, the 257 x 26 embedding (26,728 bytes), fits one
 
 # (name, precision, device chunks beyond the working set, host chunks, NVMe, prefetch,
-# micro-batches, model, tensor-parallel ranks: 1, or 2 with --sp for bf16)
+# micro-batches, model, layout, chunk KiB). Layouts: "" one process; "tp": rank 0 of --tp 2 (with
+# --sp for bf16); "dp": rank 0 of --dp 2 at ZeRO-3, no clipping; "dp-clip": the same with every
+# step clipped (a scaling pass over the gradient shards).
 CASES = [
-    ("f32, every tier", "fp32", 0, 6, True, 0, 1, "gpt2", 1),
-    ("f32, every tier, prefetch 4", "fp32", 0, 6, True, 4, 1, "gpt2", 1),
-    ("f32, a larger device tier", "fp32", 3, 4, True, 0, 1, "gpt2", 1),
-    ("f32, two micro-batches", "fp32", 2, 8, True, 0, 2, "gpt2", 1),
-    ("bf16 copies, every tier", "bf16", 1, 7, True, 0, 1, "gpt2", 1),
-    ("f32, no NVMe (the host holds all)", "fp32", 0, 64, False, 0, 1, "gpt2", 1),
-    ("LLaMA, untied head, every tier", "fp32", 0, 6, True, 0, 1, "llama", 1),
-    ("LLaMA, untied head, prefetch 8", "fp32", 1, 5, True, 8, 1, "llama", 1),
-    ("tp 2, rank 0, every tier", "fp32", 0, 6, True, 0, 1, "gpt2", 2),
-    ("tp 2 --sp, rank 0, bf16 copies", "bf16", 1, 7, True, 0, 1, "gpt2", 2),
+    ("f32, every tier", "fp32", 0, 6, True, 0, 1, "gpt2", "", 32),
+    ("f32, every tier, prefetch 4", "fp32", 0, 6, True, 4, 1, "gpt2", "", 32),
+    ("f32, a larger device tier", "fp32", 3, 4, True, 0, 1, "gpt2", "", 32),
+    ("f32, two micro-batches", "fp32", 2, 8, True, 0, 2, "gpt2", "", 32),
+    ("bf16 copies, every tier", "bf16", 1, 7, True, 0, 1, "gpt2", "", 32),
+    ("f32, no NVMe (the host holds all)", "fp32", 0, 64, False, 0, 1, "gpt2", "", 32),
+    ("LLaMA, untied head, every tier", "fp32", 0, 6, True, 0, 1, "llama", "", 32),
+    ("LLaMA, untied head, prefetch 8", "fp32", 1, 5, True, 8, 1, "llama", "", 32),
+    ("tp 2, rank 0, every tier", "fp32", 0, 6, True, 0, 1, "gpt2", "tp", 32),
+    ("tp 2 --sp, rank 0, bf16 copies", "bf16", 1, 7, True, 0, 1, "gpt2", "tp", 32),
+    ("dp 2 ZeRO-3, rank 0, gradient buckets in chunks", "fp32", 0, 4, True, 0, 1, "gpt2", "dp",
+     40),
+    ("dp 2 ZeRO-3, buckets in plain memory, clipped", "fp32", 0, 5, True, 0, 1, "gpt2",
+     "dp-clip", 32),
+    ("dp 2 ZeRO-3, two micro-batches", "fp32", 1, 4, True, 0, 2, "gpt2", "dp", 40),
+    ("dp 2 ZeRO-3, bf16", "bf16", 0, 4, True, 0, 1, "gpt2", "dp", 40),
+    ("dp 2 ZeRO-3, LLaMA", "fp32", 0, 4, True, 0, 1, "llama", "dp", 40),
+    ("dp 2 ZeRO-3, prefetch 8", "fp32", 1, 5, True, 8, 1, "gpt2", "dp", 40),
 ]
 
 FIELDS = ["nvme_read_bytes", "nvme_write_bytes", "h2d_bytes", "d2h_bytes", "evictions",
@@ -52,30 +64,44 @@ def llama(work, vocab):
         "max_position_embeddings": 17, "tie_word_embeddings": False, "rms_norm_eps": 1e-5})
 
 
-def tp_flags(tp, precision):
-    return [] if tp == 1 else ["--tp", str(tp)] + (["--sp"] if precision == "bf16" else [])
+def plan_flags(layout, precision):
+    if layout == "tp":
+        return ["--tp", "2"] + (["--sp"] if precision == "bf16" else [])
+    if layout.startswith("dp"):
+        return ["--dp", "2", "--zero", "3"] + (["--clipped"] if layout == "dp-clip" else [])
+    return []
 
 
-def plan(tessel, config, precision, device, host, nvme, micro_batches, tp=1):
+def train_flags(layout, precision):
+    if layout == "tp":
+        return ["--tp", "2"] + (["--sp"] if precision == "bf16" else [])
+    if layout.startswith("dp"):
+        clip = "1e-9" if layout == "dp-clip" else "0"
+        return ["--dp", "2", "--set", "parallel.zero_stage=3", "--set", f"optim.grad_clip={clip}"]
+    return []
+
+
+def plan(tessel, config, precision, device, host, nvme, micro_batches, layout="", chunk=CHUNK):
     cmd = [tessel, "plan", "offload", "-m", config, "--precision", precision, "--chunk-size",
-           str(CHUNK), "--device-budget", str(device * CHUNK), "--host-budget",
-           str(host * CHUNK), "--grad-accum", str(micro_batches), "--steps", str(STEPS),
-           "--json"] + (["--nvme"] if nvme else []) + tp_flags(tp, precision)
+           str(chunk), "--device-budget", str(device * chunk), "--host-budget",
+           str(host * chunk), "--grad-accum", str(micro_batches), "--steps", str(STEPS),
+           "--json"] + (["--nvme"] if nvme else []) + plan_flags(layout, precision)
     return json.loads(run(cmd).stdout)
 
 
 def train(tessel, work, tag, config, precision, device, host, nvme, prefetch, micro_batches,
-          env, launch=None, tp=1):
+          env, launch=None, layout="", chunk=CHUNK):
     d = os.path.join(work, tag)
-    sets = [f"memory.chunk_size={CHUNK}", f"memory.device_budget={device * CHUNK}",
-            f"memory.host_budget={host * CHUNK}", f"memory.prefetch={prefetch}",
+    sets = [f"memory.chunk_size={chunk}", f"memory.device_budget={device * chunk}",
+            f"memory.host_budget={host * chunk}", f"memory.prefetch={prefetch}",
             f"train.precision={precision}", f"train.grad_accum={micro_batches}",
             "train.micro_batch=2", f"checkpoint.dir={d}", "checkpoint.interval=0"]
     if nvme:
         os.makedirs(os.path.join(work, tag + "_nvme"))
         sets.append("memory.nvme_dir=" + os.path.join(work, tag + "_nvme"))
     cmd = (launch or []) + [tessel, "train"] + train_sets(
-        config, os.path.join(work, "data"), STEPS, seq_len=9, extra=sets) + tp_flags(tp, precision)
+        config, os.path.join(work, "data"), STEPS, seq_len=9, extra=sets) + train_flags(
+            layout, precision)
     return cmd, d
 
 
@@ -85,16 +111,18 @@ def main():
     vocab = prepare_workdir(tessel, work)
     env = single_thread_env()
     configs = {"gpt2": small_gpt2(work, vocab), "llama": llama(work, vocab)}
-    for i, (what, precision, extra, host, nvme, prefetch, mb, model, tp) in enumerate(CASES):
-        if tp > 1 and not mpirun:
+    for i, (what, precision, extra, host, nvme, prefetch, mb, model, layout,
+            kib) in enumerate(CASES):
+        if layout and not mpirun:
             print(f"{what}: skipped (no mpirun)")
             continue
-        launch = mpi_prefix(mpirun) + ["-np", str(tp)] if tp > 1 else None
-        device = plan(tessel, configs[model], precision, 256, 256, True, mb,
-                      tp)["device_working_set"] + extra
-        p = plan(tessel, configs[model], precision, device, host, nvme, mb, tp)
+        chunk = kib << 10
+        launch = mpi_prefix(mpirun) + ["-np", "2"] if layout else None
+        device = plan(tessel, configs[model], precision, 256, 256, True, mb, layout,
+                      chunk)["device_working_set"] + extra
+        p = plan(tessel, configs[model], precision, device, host, nvme, mb, layout, chunk)
         cmd, d = train(tessel, work, f"run{i}", configs[model], precision, device, host, nvme,
-                       prefetch, mb, env, launch, tp)
+                       prefetch, mb, env, launch, layout, chunk)
         r = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if r.returncode != 0:
             fail(f"{what}: {' '.join(cmd)} exited {r.returncode}\n{r.stderr[-2000:]}")
@@ -111,7 +139,7 @@ def main():
             # it depends on the disk: equal within 3 chunks or 10% per step and field.
             for m, q in zip(measured, predicted):
                 for f in FIELDS[:4]:
-                    if abs(m[f] - q[f]) > max(3 * CHUNK, 0.1 * q[f]):
+                    if abs(m[f] - q[f]) > max(3 * chunk, 0.1 * q[f]):
                         fail(f"{what}: {f} {m[f]} measured, {q[f]} predicted\n measured  "
                              f"{measured}\n predicted {predicted}")
         if not any(s["nvme_read_bytes"] or s["h2d_bytes"] for s in measured[1:]):

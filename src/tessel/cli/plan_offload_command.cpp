@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// `tessel plan offload`: the offload model's prediction for one process (or one tensor-parallel
-// rank) training with memory.* budgets (docs/PLANNER.md, "Offload"): where every chunk list lives
-// at start, the device working set, the per-step traffic between the tiers (train.jsonl's offload_*
-// names) and, with a cluster description, the step time the disk allows beside the compute's.
+// `tessel plan offload`: the offload model's prediction for one process, one tensor-parallel rank
+// or one ZeRO-3 data-parallel rank training with memory.* budgets (docs/PLANNER.md, "Offload"):
+// where every chunk list lives at start, the device working set, the per-step traffic between the
+// tiers (train.jsonl's offload_* names) and, with a cluster description, the step time the disk
+// allows beside the compute's.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -31,6 +32,8 @@ struct OffloadArgs {
   bool nvme = false;
   int64_t micro_batch = 1, seq = 0, grad_accum = 1;
   int tp = 1, tp_rank = 0;
+  int dp = 1, zero = 3;
+  bool clipped = false;
   std::string tp_plan;
   bool sp = false;
   int steps = 4;
@@ -80,8 +83,17 @@ void run_offload(const OffloadArgs& a) {
   layout.grad_accum = a.grad_accum;
   layout.compute_dtype = compute;
   set_tensor_parallel(layout, a.tp, a.tp_rank, a.tp_plan, a.sp);
-  const plan::OffloadPrediction p = plan::predict_offload(
-      plan::offload_input(*config, compute, b, a.grad_accum, layout.tp_transform), a.steps);
+  layout.dp = a.dp;
+  layout.zero_stage = a.dp > 1 ? a.zero : 0;
+  set_data_parallel(layout);
+  TESSEL_CHECK(a.dp == 1 || a.tp == 1, "plan offload: --dp ", a.dp, " with --tp ", a.tp,
+               " is not modelled yet (each rank's ZeRO shards of its pieces); one of them");
+  plan::OffloadInput input =
+      plan::offload_input(*config, compute, b, a.grad_accum, layout.tp_transform);
+  input.dp = a.dp;
+  input.zero_stage = a.dp > 1 ? a.zero : 0;
+  input.scaled = a.clipped || compute == DType::F16;
+  const plan::OffloadPrediction p = plan::predict_offload(input, a.steps);
   const plan::OffloadTraffic& s = p.steady();
 
   // With a cluster: the step's compute (the step time model of one process) and the disk's time
@@ -92,7 +104,7 @@ void run_offload(const OffloadArgs& a) {
     double read_bw = a.disk_read_gbps * 1e9, write_bw = a.disk_write_gbps * 1e9;
     double compute_s = 0;
     if (!a.cluster.empty()) {
-      const plan::Cluster cluster = plan::Cluster::load(a.cluster).with_devices(a.tp);
+      const plan::Cluster cluster = plan::Cluster::load(a.cluster).with_devices(a.tp * a.dp);
       if (cluster.storage && read_bw <= 0) read_bw = cluster.storage->read_bandwidth;
       if (cluster.storage && write_bw <= 0) write_bw = cluster.storage->write_bandwidth;
       const plan::Graph graph = plan::trace_for_layout(*config, layout);
@@ -167,8 +179,7 @@ void run_offload(const OffloadArgs& a) {
 void add_plan_offload_command(CLI::App& plan) {
   auto a = std::make_shared<OffloadArgs>();
   CLI::App* cmd = plan.add_subcommand(
-      "offload",
-      "Predict memory offload's placement and per-step tier traffic (one process or tp rank)");
+      "offload", "Predict memory offload's placement and per-step tier traffic of one rank");
   cmd->add_option("-m,--model", a->model, "A preset (124M, xl, llama:tiny), config.json or dir")
       ->required();
   cmd->add_option("--precision", a->precision, "fp32, or bf16 / fp16 over f32 master weights")
@@ -182,6 +193,14 @@ void add_plan_offload_command(CLI::App& plan) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("-t,--seq", a->seq, "Tokens per row (step time only; default the context)");
+  cmd->add_option("--dp", a->dp, "Data-parallel ranks (each offloads its own ZeRO-3 shards)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--zero", a->zero, "ZeRO stage under --dp (3 is modelled)")
+      ->check(CLI::Range(1, 3))
+      ->capture_default_str();
+  cmd->add_flag("--clipped", a->clipped,
+                "Under --dp: the steps clip their gradients (a scaling pass over the shards)");
   cmd->add_option("--tp", a->tp, "Tensor-parallel ranks (each offloads its own pieces)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The offload model's layout, one step's chunk accesses and their replay against the tiers'
-// budgets (offload_model.h). The rules are the memory layer's (memory/chunk_manager.cpp,
-// chunk_mover.cpp, access_policy.cpp) and the trainer's (train/strategy/offload_strategy.cpp,
-// train/optim/offload_adamw.cpp); tests/plan/offload_plan_check.py holds the two side by side on
-// measured runs. Prefetch is left out: it issues MIN's reads earlier (Cao et al. 1995), not more.
+// The offload model's replay of a rank's chunk accesses (offload_steps.h) against the tiers'
+// budgets (offload_model.h), with the memory layer's rules (memory/chunk_manager.cpp,
+// chunk_mover.cpp, access_policy.cpp); tests/plan/offload_plan_check.py holds it beside measured
+// runs. Prefetch is left out: it issues MIN's reads earlier (Cao et al. 1995), not more.
 #include "tessel/plan/offload_model.h"
 
 #include <algorithm>
@@ -11,175 +10,14 @@
 #include <map>
 
 #include "tessel/core/error.h"
+#include "tessel/plan/offload_steps.h"
 
 namespace tessel::plan {
 
 namespace {
 
-constexpr int64_t kIoAlignment = 4096;    // memory/memory_config.h
-constexpr int64_t kTensorAlignment = 64;  // a tensor's place in its chunk
-constexpr const char* kGroups[] = {"param16", "param", "grad", "adam_m", "adam_v"};
-enum Group { kCopy, kParam, kGrad, kMomentM, kMomentV, kNumGroups };
-// The trainer's names for each group's tensor of a parameter (offload_strategy.cpp).
-constexpr const char* kSuffixes[] = {".param16", "", ".grad", ".exp_avg", ".exp_avg_sq"};
-
-int64_t round_up(int64_t v, int64_t to) {
-  return (v + to - 1) / to * to;
-}
-
-enum class Tier { None, Device, Host, Nvme };  // None: freed, no bytes anywhere
-
-// The chunk lists as ChunkManager::lay_out() builds them from the trainer's registrations.
-struct Layout {
-  std::vector<int> group_of;                    // per chunk
-  std::vector<std::array<int, kNumGroups>> at;  // per tensor: its chunk in each group (-1: none)
-};
-
-Layout lay_out(const OffloadInput& in, int64_t cb, int64_t& state_bytes) {
-  Layout l;
-  int open[kNumGroups];
-  int64_t used[kNumGroups] = {};
-  std::fill(std::begin(open), std::end(open), -1);
-  l.at.assign(in.tensors.size(), {-1, -1, -1, -1, -1});
-  const int64_t copy_size = dtype_size(in.compute);
-  for (const OffloadUnit& u : in.units)
-    for (size_t t : u.tensors) {
-      const OffloadTensor& x = in.tensors.at(t);
-      for (int g = 0; g < kNumGroups; ++g) {
-        if (g == kCopy && !x.copy) continue;
-        const int64_t bytes = x.numel * (g == kCopy ? copy_size : 4);
-        const int64_t need = round_up(bytes, kTensorAlignment);
-        TESSEL_CHECK(need <= cb, "tensor ", x.name, kSuffixes[g], " (", bytes,
-                     " bytes) does not fit a chunk of ", cb,
-                     " bytes: memory.chunk_bytes must be at least ", round_up(need, kIoAlignment));
-        if (open[g] < 0 || used[g] + need > cb) {
-          open[g] = int(l.group_of.size());
-          l.group_of.push_back(g);
-          used[g] = 0;
-        }
-        used[g] += need;
-        state_bytes += bytes;
-        l.at[t][g] = open[g];
-      }
-    }
-  return l;
-}
-
-struct Event {
-  enum Kind { Access, Release, Free } kind;
-  int chunk;
-  Tier tier;
-  bool write;
-};
-
-std::vector<int> unique_sorted(std::vector<int> v) {
-  std::sort(v.begin(), v.end());
-  v.erase(std::unique(v.begin(), v.end()), v.end());
-  return v;
-}
-
-// One step's accesses, as the trainer's hooks and the offloaded AdamW make them on one process;
-// `low`: the units compute with the 16-bit copies (a training step under mixed precision), not
-// the f32 masters (an evaluation's forward reads those).
-std::vector<Event> step_events(const OffloadInput& in, const Layout& l, bool low) {
-  std::vector<std::vector<int>> fwd(in.units.size()), bwd(in.units.size());
-  for (size_t k = 0; k < in.units.size(); ++k) {
-    for (size_t t : in.units[k].tensors) {
-      const auto& at = l.at[t];
-      const int compute = low && at[kCopy] >= 0 ? at[kCopy] : at[kParam];
-      fwd[k].push_back(compute);
-      bwd[k].push_back(compute);
-      bwd[k].push_back(at[kGrad]);
-    }
-    fwd[k] = unique_sorted(fwd[k]);
-    bwd[k] = unique_sorted(bwd[k]);
-  }
-  std::vector<Event> ev;
-  const auto hold = [&](const std::vector<int>& chunks, bool backward) {
-    for (int c : chunks)
-      ev.push_back({Event::Access, c, Tier::Device, backward && l.group_of[size_t(c)] == kGrad});
-  };
-  const auto let_go = [&](const std::vector<int>& chunks) {
-    for (int c : chunks) ev.push_back({Event::Release, c, Tier::Device, false});
-  };
-  const size_t n = in.units.size();
-  for (int64_t mb = 0; mb < in.micro_batches; ++mb) {
-    // The root's units are held from the root's forward pre-hook to its post-hook; each other
-    // unit around its own module.
-    for (size_t k = 0; k < n; ++k)
-      if (in.units[k].root) hold(fwd[k], false);
-    for (size_t k = 0; k < n; ++k)
-      if (!in.units[k].root) {
-        hold(fwd[k], false);
-        let_go(fwd[k]);
-      }
-    for (size_t k = 0; k < n; ++k)
-      if (in.units[k].root) let_go(fwd[k]);
-    // Backward meets the root's output first (its identity nodes in reverse registration order),
-    // then each unit from the last; a unit lets go once its gradients are complete, the root's
-    // (the embeddings, read again by a tied head) at the very end.
-    for (size_t k = n; k-- > 0;)
-      if (in.units[k].root) hold(bwd[k], true);
-    for (size_t k = n; k-- > 0;)
-      if (!in.units[k].root) {
-        hold(bwd[k], true);
-        let_go(bwd[k]);
-      }
-    for (size_t k = n; k-- > 0;)
-      if (in.units[k].root) let_go(bwd[k]);
-  }
-  // The optimizer's rows: one per parameter chunk, in the order its parameters come.
-  std::vector<int> rows;
-  std::map<int, std::vector<size_t>> members;
-  for (size_t t = 0; t < in.tensors.size(); ++t) {
-    const int pc = l.at[t][kParam];
-    if (members.find(pc) == members.end()) rows.push_back(pc);
-    members[pc].push_back(t);
-  }
-  const auto row_chunk = [&](int pc, int g) { return l.at[members[pc].front()][g]; };
-  for (int pc : rows) {  // the gradient norm
-    ev.push_back({Event::Access, row_chunk(pc, kGrad), Tier::Host, false});
-    ev.push_back({Event::Release, row_chunk(pc, kGrad), Tier::Host, false});
-  }
-  for (int pc : rows) {  // the update, the masters rounded into their copies
-    const int chunks[] = {pc, row_chunk(pc, kGrad), row_chunk(pc, kMomentM),
-                          row_chunk(pc, kMomentV)};
-    for (int c : chunks) ev.push_back({Event::Access, c, Tier::Host, true});
-    int copy = -1;
-    for (size_t t : members[pc]) {
-      const int cc = l.at[t][kCopy];
-      if (cc < 0 || cc == copy) continue;
-      if (copy >= 0) ev.push_back({Event::Release, copy, Tier::Host, false});
-      ev.push_back({Event::Access, cc, Tier::Host, true});
-      copy = cc;
-    }
-    if (copy >= 0) ev.push_back({Event::Release, copy, Tier::Host, false});
-    for (int i = 3; i >= 0; --i) ev.push_back({Event::Release, chunks[i], Tier::Host, false});
-    ev.push_back({Event::Free, chunks[1], Tier::None, false});
-  }
-  return ev;
-}
-
-// Start-up under mixed precision: every master rounded into its copy, the two chunks held in the
-// host tier in turn (OffloadStrategy::refresh_copies), before the first step.
-std::vector<Event> start_events(const OffloadInput& in, const Layout& l) {
-  std::vector<Event> ev;
-  int held[2] = {-1, -1};  // the master's chunk, the copy's
-  const auto hold = [&](int& h, int id, bool write) {
-    if (h == id) return;
-    if (h >= 0) ev.push_back({Event::Release, h, Tier::Host, false});
-    ev.push_back({Event::Access, id, Tier::Host, write});
-    h = id;
-  };
-  for (size_t t = 0; t < in.tensors.size(); ++t) {
-    if (l.at[t][kCopy] < 0) continue;
-    hold(held[0], l.at[t][kParam], false);
-    hold(held[1], l.at[t][kCopy], true);
-  }
-  for (int h : {held[1], held[0]})
-    if (h >= 0) ev.push_back({Event::Release, h, Tier::Host, false});
-  return ev;
-}
+using offload::Event;
+using offload::Tier;
 
 // The tiers and the eviction policy, replayed access by access.
 class Replay {
@@ -216,7 +54,7 @@ class Replay {
     cursor_ = 0;
   }
 
-  OffloadTraffic run(const std::vector<Event>& events, std::vector<int>* record, int* most_held) {
+  OffloadTraffic run(const std::vector<Event>& events, std::vector<int>* record) {
     t_ = {};
     for (const Event& e : events) {
       Chunk& c = c_[size_t(e.chunk)];
@@ -227,7 +65,6 @@ class Replay {
       }
       if (e.kind == Event::Release) {
         --c.refs;
-        if (c.refs == 0 && c.tier == Tier::Device) --held_;
         continue;
       }
       if (record) record->push_back(e.chunk);
@@ -248,8 +85,6 @@ class Replay {
           }
           set_tier(c, e.tier);
         }
-        if (e.tier == Tier::Device) ++held_;
-        if (most_held) *most_held = std::max(*most_held, held_);
       }
       if (e.write) c.valid = false;
       ++c.refs;
@@ -347,7 +182,6 @@ class Replay {
   std::vector<std::vector<size_t>> positions_;
   size_t cursor_ = 0;
   uint64_t tick_ = 0;
-  int held_ = 0;
   OffloadTraffic t_;
 };
 
@@ -375,28 +209,30 @@ OffloadPrediction predict_offload(const OffloadInput& in, int steps) {
       TESSEL_CHECK(seen[t] == 1, "offload model: tensor '", in.tensors[t].name,
                    "' belongs to no unit");
   }
+  TESSEL_CHECK(in.dp >= 1, "offload model: dp ", in.dp, " must be >= 1");
+  TESSEL_CHECK(in.dp == 1 || in.zero_stage == 3, "offload model: under dp ", in.dp,
+               " it covers ZeRO-3 (each rank's shards); ZeRO-", in.zero_stage,
+               "'s layout is not modelled yet");
+  TESSEL_CHECK(in.dp == 1 || in.compute == DType::F32 || in.compute == DType::BF16,
+               "offload model: ZeRO-3 is modelled in f32 and bf16, not ", dtype_name(in.compute));
   OffloadPrediction p;
-  const int64_t cb = round_up(in.budgets.chunk_bytes, kIoAlignment);
+  const int64_t cb = offload::round_up(in.budgets.chunk_bytes, offload::kIoAlignment);
   p.chunk_bytes = cb;
-  const Layout l = lay_out(in, cb, p.state_bytes);
-  p.chunks = int(l.group_of.size());
-  const bool copies = std::count(l.group_of.begin(), l.group_of.end(), int(kCopy)) > 0;
-  const std::vector<Event> events = step_events(in, l, copies);
+  const offload::RankSteps rank =
+      in.dp > 1 ? offload::zero3_steps(in, cb) : offload::one_process_steps(in, cb);
+  const std::vector<int>& group_of = rank.group_of;
+  p.chunks = int(group_of.size());
+  p.state_bytes = rank.state_bytes;
+  p.device_working_set = rank.working_set;
 
-  // The trainer's checks at start (offload_strategy.cpp), with its smallest budgets. Its
-  // working set counts the f32 masters' units too, which an evaluation holds.
-  for (bool low : {false, true}) {
-    if (low && !copies) continue;
-    Replay probe(p.chunks, {cb, int64_t(p.chunks) * cb, int64_t(p.chunks) * cb, false}, cb);
-    probe.place();
-    probe.run(low == copies ? events : step_events(in, l, low), nullptr, &p.device_working_set);
-  }
+  // The trainer's checks at start (offload_strategy.cpp, offload_shards.cpp), with its smallest
+  // budgets.
   const int64_t dev = in.budgets.device_budget, host = in.budgets.host_budget;
   TESSEL_CHECK(dev / cb >= p.device_working_set, "memory.device_budget of ", dev, " bytes holds ",
                dev / cb, " chunks of ", cb, " bytes, but one step holds ", p.device_working_set,
                " chunks in the device tier at once: the smallest device budget that works is ",
                int64_t(p.device_working_set) * cb, " bytes");
-  const int64_t row = copies ? 5 : 4;
+  const int64_t row = rank.host_row;
   TESSEL_CHECK(host / cb >= row, "memory.host_budget of ", host, " bytes holds ", host / cb,
                " chunks of ", cb, " bytes, but the CPU AdamW holds ", row,
                " in the host tier at once: the smallest host budget that works is ", row * cb,
@@ -407,35 +243,36 @@ OffloadPrediction predict_offload(const OffloadInput& in, int steps) {
                "host budget that works is ",
                int64_t(p.chunks) * cb, " bytes (or set memory.nvme_dir)");
 
-  for (int g = 0; g < kNumGroups; ++g)
-    if (std::count(l.group_of.begin(), l.group_of.end(), g) > 0) p.groups.push_back({kGroups[g]});
+  for (int g = 0; g < offload::kNumGroups; ++g)
+    if (std::count(group_of.begin(), group_of.end(), g) > 0)
+      p.groups.push_back({offload::kGroupNames[g]});
   Replay r(p.chunks, in.budgets, cb);
   p.start_nvme_write_bytes = r.place();
   {
     // Where seal() put each group's chunks.
     int64_t d = dev / cb, h = host / cb;
-    for (size_t i = 0; i < l.group_of.size(); ++i) {
-      OffloadGroup& g = *std::find_if(p.groups.begin(), p.groups.end(), [&](const OffloadGroup& x) {
-        return x.name == kGroups[l.group_of[i]];
+    for (int g : group_of) {
+      OffloadGroup& x = *std::find_if(p.groups.begin(), p.groups.end(), [&](const OffloadGroup& y) {
+        return y.name == offload::kGroupNames[g];
       });
-      ++g.chunks;
+      ++x.chunks;
       if (d > 0) {
         --d;
-        ++g.device;
+        ++x.device;
       } else if (h > 0) {
         --h;
-        ++g.host;
+        ++x.host;
       } else {
-        ++g.nvme;
+        ++x.nvme;
       }
     }
   }
   p.nvme_file_bytes = in.budgets.nvme ? int64_t(p.chunks) * cb : 0;
-  if (copies) r.run(start_events(in, l), nullptr, nullptr);  // not part of any step
+  r.run(rank.start, nullptr);  // not part of any step
   std::vector<int> trace;
-  p.steps.push_back(r.run(events, &trace, nullptr));
+  p.steps.push_back(r.run(rank.step, &trace));
   r.use_trace(std::move(trace));
-  for (int s = 1; s < steps; ++s) p.steps.push_back(r.run(events, nullptr, nullptr));
+  for (int s = 1; s < steps; ++s) p.steps.push_back(r.run(rank.step, nullptr));
   return p;
 }
 

@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// The planner's model of memory offload (docs/PLANNER.md, "Offload"): where a one-rank training
+// The planner's model of memory offload (docs/PLANNER.md, "Offload"): where one rank's training
 // state lives and what each step moves between the device, host and NVMe tiers, predicted without
 // running anything. It lays the state out in chunks as the memory layer does (PatrickStar's
 // chunks: one list per kind, tensors in the order the step first uses them), writes down the
 // chunk accesses the trainer's offload hooks and the CPU AdamW make in one step (each unit's
 // chunks around its forward and its backward, the norm's and the update's rows in the host
-// tier, the gradients freed after the update), and replays them against the tiers' budgets with
-// the runtime's eviction rules: LRU in the first step, Belady's MIN over the recorded step from
-// then on, a device victim to the host tier when it has room and to NVMe otherwise, a clean
-// victim preferred among equals. The result is docs/MEMORY.md's per-step traffic, in the same
-// names `tessel train` writes to train.jsonl, so a run's figures sit beside the prediction.
+// tier, the gradients freed after the update; under dp with ZeRO-3 the gathers', the reductions'
+// and the update's holds of each rank's shards: offload_steps.h), and replays them against the
+// tiers' budgets with the runtime's eviction rules: LRU in the first step, Belady's MIN over the
+// recorded step from then on, a device victim to the host tier when it has room and to NVMe
+// otherwise, a clean victim preferred among equals. The result is docs/MEMORY.md's per-step
+// traffic, in the same names `tessel train` writes to train.jsonl, so a run's figures sit beside
+// the prediction.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +53,13 @@ struct OffloadInput {
   DType compute = DType::F32;  // bf16 / f16: the copies' dtype
   int64_t micro_batches = 1;   // forwards and backwards per step
   OffloadBudgets budgets;
+  // Data parallelism: each rank offloads its own ZeRO shards, one bucket per unit (ZeRO-3, the
+  // stage modelled under dp).
+  int dp = 1;
+  int zero_stage = 0;
+  // Under dp: the step scales its gradient shards in a pass of its own (clipping that triggers,
+  // an fp16 loss scale; 1/micro-batches always does). One process scales inside the update.
+  bool scaled = false;
 };
 
 // One chunk list ("param16", "param", "grad", "adam_m", "adam_v") and where its chunks are at

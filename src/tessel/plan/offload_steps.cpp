@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: Apache-2.0
+// One process's (or one tensor-parallel rank's) chunks and accesses for the offload model
+// (offload_steps.h), as train/strategy/offload_strategy.cpp lays out and holds them and
+// train/optim/offload_adamw.cpp updates them.
+#include "tessel/plan/offload_steps.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "tessel/core/error.h"
+
+namespace tessel::plan::offload {
+
+namespace {
+
+// The trainer's names for each group's tensor of a parameter (offload_strategy.cpp).
+constexpr const char* kSuffixes[] = {".param16", "", "", ".grad", ".exp_avg", ".exp_avg_sq"};
+
+std::vector<int> unique_sorted(std::vector<int> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+using Chunks = std::vector<std::array<int, kNumGroups>>;  // per tensor, its chunk per group
+
+// One step's accesses; `low`: the units compute with the 16-bit copies (a training step under
+// mixed precision), not the f32 masters.
+std::vector<Event> step_events(const OffloadInput& in, const Chunks& at,
+                               const std::vector<int>& group_of, bool low,
+                               std::vector<std::vector<int>>* backward_held = nullptr) {
+  std::vector<std::vector<int>> fwd(in.units.size()), bwd(in.units.size());
+  for (size_t k = 0; k < in.units.size(); ++k) {
+    for (size_t t : in.units[k].tensors) {
+      const int compute = low && at[t][kCopy] >= 0 ? at[t][kCopy] : at[t][kParam];
+      fwd[k].push_back(compute);
+      bwd[k].push_back(compute);
+      bwd[k].push_back(at[t][kGrad]);
+    }
+    fwd[k] = unique_sorted(fwd[k]);
+    bwd[k] = unique_sorted(bwd[k]);
+  }
+  if (backward_held) *backward_held = bwd;
+  std::vector<Event> ev;
+  const auto hold = [&](const std::vector<int>& chunks, bool backward) {
+    for (int c : chunks)
+      ev.push_back({Event::Access, c, Tier::Device, backward && group_of[size_t(c)] == kGrad});
+  };
+  const auto let_go = [&](const std::vector<int>& chunks) {
+    for (int c : chunks) ev.push_back({Event::Release, c, Tier::Device, false});
+  };
+  const size_t n = in.units.size();
+  for (int64_t mb = 0; mb < in.micro_batches; ++mb) {
+    // The root's units are held from the root's forward pre-hook to its post-hook; each other
+    // unit around its own module.
+    for (size_t k = 0; k < n; ++k)
+      if (in.units[k].root) hold(fwd[k], false);
+    for (size_t k = 0; k < n; ++k)
+      if (!in.units[k].root) {
+        hold(fwd[k], false);
+        let_go(fwd[k]);
+      }
+    for (size_t k = 0; k < n; ++k)
+      if (in.units[k].root) let_go(fwd[k]);
+    // Backward meets the root's output first (its identity nodes in reverse registration order),
+    // then each unit from the last; a unit lets go once its gradients are complete, the root's
+    // (the embeddings, read again by a tied head) at the very end.
+    for (size_t k = n; k-- > 0;)
+      if (in.units[k].root) hold(bwd[k], true);
+    for (size_t k = n; k-- > 0;)
+      if (!in.units[k].root) {
+        hold(bwd[k], true);
+        let_go(bwd[k]);
+      }
+    for (size_t k = n; k-- > 0;)
+      if (in.units[k].root) let_go(bwd[k]);
+  }
+  // The optimizer's rows: one per parameter chunk, in the order its parameters come.
+  std::vector<int> rows;
+  std::map<int, std::vector<size_t>> members;
+  for (size_t t = 0; t < in.tensors.size(); ++t) {
+    const int pc = at[t][kParam];
+    if (members.find(pc) == members.end()) rows.push_back(pc);
+    members[pc].push_back(t);
+  }
+  const auto row_chunk = [&](int pc, int g) { return at[members[pc].front()][g]; };
+  for (int pc : rows) {  // the gradient norm
+    ev.push_back({Event::Access, row_chunk(pc, kGrad), Tier::Host, false});
+    ev.push_back({Event::Release, row_chunk(pc, kGrad), Tier::Host, false});
+  }
+  for (int pc : rows) {  // the update, the masters rounded into their copies
+    const int chunks[] = {pc, row_chunk(pc, kGrad), row_chunk(pc, kMomentM),
+                          row_chunk(pc, kMomentV)};
+    for (int c : chunks) ev.push_back({Event::Access, c, Tier::Host, true});
+    int copy = -1;
+    for (size_t t : members[pc]) {
+      const int cc = at[t][kCopy];
+      if (cc < 0 || cc == copy) continue;
+      if (copy >= 0) ev.push_back({Event::Release, copy, Tier::Host, false});
+      ev.push_back({Event::Access, cc, Tier::Host, true});
+      copy = cc;
+    }
+    if (copy >= 0) ev.push_back({Event::Release, copy, Tier::Host, false});
+    for (int i = 3; i >= 0; --i) ev.push_back({Event::Release, chunks[i], Tier::Host, false});
+    ev.push_back({Event::Free, chunks[1], Tier::None, false});
+  }
+  return ev;
+}
+
+// The most chunks a step holds in the device tier, as OffloadStrategy::build_units counts them:
+// a unit's with the root's units'.
+int working_set(const OffloadInput& in, const std::vector<std::vector<int>>& held) {
+  std::set<int> root;
+  for (size_t k = 0; k < in.units.size(); ++k)
+    if (in.units[k].root) root.insert(held[k].begin(), held[k].end());
+  int most = int(root.size());
+  for (size_t k = 0; k < in.units.size(); ++k) {
+    std::set<int> both = root;
+    both.insert(held[k].begin(), held[k].end());
+    most = std::max(most, int(both.size()));
+  }
+  return most;
+}
+
+}  // namespace
+
+int ChunkLists::add(int group, int64_t bytes, const std::string& name) {
+  const int64_t need = round_up(bytes, kTensorAlignment);
+  TESSEL_CHECK(need <= cb_, "tensor ", name, " (", bytes, " bytes) does not fit a chunk of ", cb_,
+               " bytes: memory.chunk_bytes must be at least ", round_up(need, kIoAlignment));
+  const size_t g = size_t(group);
+  if (open_[g] < 0 || used_[g] + need > cb_) {
+    open_[g] = int(group_of_.size());
+    group_of_.push_back(group);
+    used_[g] = 0;
+  }
+  used_[g] += need;
+  bytes_ += bytes;
+  return open_[g];
+}
+
+RankSteps one_process_steps(const OffloadInput& in, int64_t cb) {
+  // Registered unit by unit in forward order, per parameter its copy, master, gradient and
+  // moments (OffloadStrategy's constructor).
+  ChunkLists lists(cb);
+  Chunks at(in.tensors.size());
+  for (auto& a : at) a.fill(-1);
+  const int64_t copy_size = dtype_size(in.compute);
+  for (const OffloadUnit& u : in.units)
+    for (size_t t : u.tensors) {
+      const OffloadTensor& x = in.tensors[t];
+      for (int g : {kCopy, kParam, kGrad, kMomentM, kMomentV}) {
+        if (g == kCopy && !x.copy) continue;
+        at[t][size_t(g)] =
+            lists.add(g, x.numel * (g == kCopy ? copy_size : 4), x.name + kSuffixes[g]);
+      }
+    }
+  RankSteps r;
+  r.group_of = lists.group_of();
+  r.state_bytes = lists.bytes();
+  const bool copies = std::count(r.group_of.begin(), r.group_of.end(), int(kCopy)) > 0;
+  std::vector<std::vector<int>> held;
+  r.step = step_events(in, at, r.group_of, copies, &held);
+  // The working set counts the f32 masters' units too, which an evaluation's forward holds.
+  r.working_set = working_set(in, held);
+  if (copies) {
+    step_events(in, at, r.group_of, false, &held);
+    r.working_set = std::max(r.working_set, working_set(in, held));
+  }
+  r.host_row = copies ? 5 : 4;
+  // Start-up under mixed precision: every master rounded into its copy, the two chunks held in
+  // the host tier in turn (OffloadStrategy::refresh_copies).
+  int h[2] = {-1, -1};  // the master's chunk, the copy's
+  const auto hold = [&](int& held_chunk, int id, bool write) {
+    if (held_chunk == id) return;
+    if (held_chunk >= 0) r.start.push_back({Event::Release, held_chunk, Tier::Host, false});
+    r.start.push_back({Event::Access, id, Tier::Host, write});
+    held_chunk = id;
+  };
+  for (size_t t = 0; t < in.tensors.size(); ++t) {
+    if (at[t][kCopy] < 0) continue;
+    hold(h[0], at[t][kParam], false);
+    hold(h[1], at[t][kCopy], true);
+  }
+  for (int c : {h[1], h[0]})
+    if (c >= 0) r.start.push_back({Event::Release, c, Tier::Host, false});
+  return r;
+}
+
+}  // namespace tessel::plan::offload

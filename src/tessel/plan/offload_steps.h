@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+// The offload model's inside (offload_model.h): a rank's chunk layout and the chunk accesses its
+// start-up and one step make, as the trainer's offload code makes them. One process (or a
+// tensor-parallel rank) in offload_steps.cpp, a ZeRO-3 data-parallel rank's shards in
+// offload_zero3.cpp; offload_model.cpp replays either against the tiers. Plan-internal.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessel/plan/offload_model.h"
+
+namespace tessel::plan::offload {
+
+enum class Tier { None, Device, Host, Nvme };  // None: freed, no bytes anywhere
+
+struct Event {
+  enum Kind { Access, Release, Free } kind;
+  int chunk;
+  Tier tier;
+  bool write;
+};
+
+// The trainer's chunk lists ("groups"), in the order their names are reported.
+enum Group { kCopy, kParam, kBucket, kGrad, kMomentM, kMomentV, kNumGroups };
+inline constexpr const char* kGroupNames[] = {"param16", "param",  "grad_bucket",
+                                              "grad",    "adam_m", "adam_v"};
+
+inline constexpr int64_t kIoAlignment = 4096;    // memory/memory_config.h
+inline constexpr int64_t kTensorAlignment = 64;  // a tensor's place in its chunk
+
+inline int64_t round_up(int64_t v, int64_t to) {
+  return (v + to - 1) / to * to;
+}
+
+// Chunk lists filled as ChunkManager::lay_out() fills them: each registration at the next
+// 64-byte place of its group's open chunk, a new chunk when it does not fit.
+class ChunkLists {
+ public:
+  explicit ChunkLists(int64_t chunk_bytes) : cb_(chunk_bytes) { open_.fill(-1); }
+  // The chunk of a registration of `bytes` in `group`; `name` for the error when it cannot fit.
+  int add(int group, int64_t bytes, const std::string& name);
+  const std::vector<int>& group_of() const { return group_of_; }  // per chunk
+  int64_t bytes() const { return bytes_; }  // the registrations' bytes, padding left out
+
+ private:
+  int64_t cb_;
+  std::array<int, kNumGroups> open_;
+  std::array<int64_t, kNumGroups> used_{};
+  std::vector<int> group_of_;
+  int64_t bytes_ = 0;
+};
+
+// What the trainer does with one rank's chunks: their groups, start-up's accesses after the
+// chunks are placed, one step's, and the start-up checks' figures.
+struct RankSteps {
+  std::vector<int> group_of;  // per chunk
+  int64_t state_bytes = 0;
+  std::vector<Event> start, step;
+  int working_set = 0;  // device-tier chunks the trainer requires (its formula)
+  int host_row = 0;     // host-tier chunks the update holds at once
+};
+
+RankSteps one_process_steps(const OffloadInput& in, int64_t chunk_bytes);
+RankSteps zero3_steps(const OffloadInput& in, int64_t chunk_bytes);
+
+}  // namespace tessel::plan::offload
