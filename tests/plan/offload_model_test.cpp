@@ -208,6 +208,31 @@ TEST(OffloadModel, LaysOutZero3ShardsPerUnit) {
   EXPECT_NE(e.find("ZeRO-2's layout is not modelled yet"), std::string::npos) << e;
 }
 
+// A pipeline rank's units run in its schedule's order; mixed precision and dp under a pipeline are
+// refused by name (not modelled).
+TEST(OffloadModel, PipelineRanksRunTheirActions) {
+  OffloadInput in = input(3, 1, 1000);
+  for (OffloadUnit& u : in.units) u.root = false;
+  in.units[2].stage = 1;  // another rank's stage: never run here
+  in.pipeline.ranks = 2;
+  in.pipeline.stage_layers = {{0, 2}, {2, 4}};
+  in.pipeline.microbatches = 2;
+  for (int mb = 0; mb < 2; ++mb)
+    in.pipeline.actions.push_back({PipelineActionKind::Forward, mb, 0});
+  for (int mb = 0; mb < 2; ++mb)
+    in.pipeline.actions.push_back({PipelineActionKind::Backward, mb, 0});
+  in.budgets.device_budget = 4 * kChunk;
+  in.budgets.host_budget = 8 * kChunk;
+  in.budgets.nvme = true;
+  const OffloadPrediction p = predict_offload(in);
+  EXPECT_EQ(p.device_working_set, 4);  // the first unit's two chunks with another's two
+  EXPECT_GT(p.steady().nvme_read_bytes, 0);
+  in.compute = DType::BF16;
+  std::string e = error_of(in);
+  EXPECT_NE(e.find("pipeline stages are modelled on one rank per stage in f32"), std::string::npos)
+      << e;
+}
+
 TEST(OffloadModel, DiskTimeAddsReadsAndWrites) {
   OffloadTraffic t;
   t.nvme_read_bytes = 6'000'000'000;

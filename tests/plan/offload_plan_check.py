@@ -31,7 +31,7 @@ CHUNK = 32 << 10  # the largest tensor, the 257 x 26 embedding (26,728 bytes), f
 # (name, precision, device chunks beyond the working set, host chunks, NVMe, prefetch,
 # micro-batches, model, layout, chunk KiB). Layouts: "" one process; "tp": rank 0 of --tp 2 (with
 # --sp for bf16); "dp": rank 0 of --dp 2 at ZeRO-3, no clipping; "dp-clip": the same with every
-# step clipped (a scaling pass over the gradient shards).
+# step clipped (a scaling pass over the gradient shards); "pp[-SCHEDULE]": rank 0 of --pp 2.
 CASES = [
     ("f32, every tier", "fp32", 0, 6, True, 0, 1, "gpt2", "", 32),
     ("f32, every tier, prefetch 4", "fp32", 0, 6, True, 4, 1, "gpt2", "", 32),
@@ -51,6 +51,12 @@ CASES = [
     ("dp 2 ZeRO-3, bf16", "bf16", 0, 4, True, 0, 1, "gpt2", "dp", 40),
     ("dp 2 ZeRO-3, LLaMA", "fp32", 0, 4, True, 0, 1, "llama", "dp", 40),
     ("dp 2 ZeRO-3, prefetch 8", "fp32", 1, 5, True, 8, 1, "gpt2", "dp", 40),
+    ("pp 2 1F1B, rank 0 (the first stage, tied embedding)", "fp32", 0, 5, True, 0, 4, "gpt2",
+     "pp", 32),
+    ("pp 2 GPipe, rank 0", "fp32", 1, 4, True, 0, 3, "gpt2", "pp-gpipe", 32),
+    ("pp 2 interleaved:2, rank 0 (stages 0 and 2)", "fp32", 0, 5, True, 0, 4, "gpt2",
+     "pp-interleaved:2", 32),
+    ("pp 2 1F1B, LLaMA, rank 0", "fp32", 0, 4, True, 0, 4, "llama", "pp", 32),
 ]
 
 FIELDS = ["nvme_read_bytes", "nvme_write_bytes", "h2d_bytes", "d2h_bytes", "evictions",
@@ -69,6 +75,8 @@ def plan_flags(layout, precision):
         return ["--tp", "2"] + (["--sp"] if precision == "bf16" else [])
     if layout.startswith("dp"):
         return ["--dp", "2", "--zero", "3"] + (["--clipped"] if layout == "dp-clip" else [])
+    if layout.startswith("pp"):
+        return ["--pp", "2", "--schedule", layout[3:] or "1f1b"]
     return []
 
 
@@ -78,6 +86,8 @@ def train_flags(layout, precision):
     if layout.startswith("dp"):
         clip = "1e-9" if layout == "dp-clip" else "0"
         return ["--dp", "2", "--set", "parallel.zero_stage=3", "--set", f"optim.grad_clip={clip}"]
+    if layout.startswith("pp"):
+        return ["--pp", "2", "--schedule", layout[3:] or "1f1b"]
     return []
 
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tessel/cli/commands.h"
 #include "tessel/cli/plan_layout.h"
@@ -33,6 +34,8 @@ struct OffloadArgs {
   int64_t micro_batch = 1, seq = 0, grad_accum = 1;
   int tp = 1, tp_rank = 0;
   int dp = 1, zero = 3;
+  int pp = 1, pp_rank = 0;
+  std::string schedule = "1f1b";
   bool clipped = false;
   std::string tp_plan;
   bool sp = false;
@@ -88,8 +91,14 @@ void run_offload(const OffloadArgs& a) {
   set_data_parallel(layout);
   TESSEL_CHECK(a.dp == 1 || a.tp == 1, "plan offload: --dp ", a.dp, " with --tp ", a.tp,
                " is not modelled yet (each rank's ZeRO shards of its pieces); one of them");
+  TESSEL_CHECK(a.pp == 1 || (a.dp == 1 && a.tp == 1), "plan offload: --pp ", a.pp,
+               " with --dp or --tp is not modelled yet; one of them");
+  TESSEL_CHECK(a.pp_rank >= 0 && a.pp_rank < a.pp, "plan offload: --pp-rank ", a.pp_rank,
+               " is not a rank of --pp ", a.pp);
+  if (a.pp > 1)
+    layout.pipeline = pipeline_rank(*config, a.schedule, a.pp, int(a.grad_accum), a.pp_rank);
   plan::OffloadInput input =
-      plan::offload_input(*config, compute, b, a.grad_accum, layout.tp_transform);
+      plan::offload_input(*config, compute, b, a.grad_accum, layout.tp_transform, layout.pipeline);
   input.dp = a.dp;
   input.zero_stage = a.dp > 1 ? a.zero : 0;
   input.scaled = a.clipped || compute == DType::F16;
@@ -104,13 +113,27 @@ void run_offload(const OffloadArgs& a) {
     double read_bw = a.disk_read_gbps * 1e9, write_bw = a.disk_write_gbps * 1e9;
     double compute_s = 0;
     if (!a.cluster.empty()) {
-      const plan::Cluster cluster = plan::Cluster::load(a.cluster).with_devices(a.tp * a.dp);
+      const plan::Cluster cluster = plan::Cluster::load(a.cluster).with_devices(a.tp * a.dp * a.pp);
       if (cluster.storage && read_bw <= 0) read_bw = cluster.storage->read_bandwidth;
       if (cluster.storage && write_bw <= 0) write_bw = cluster.storage->write_bandwidth;
-      const plan::Graph graph = plan::trace_for_layout(*config, layout);
-      compute_s = plan::estimate_step_time(cluster, graph,
-                                           plan::estimate_memory(*config, layout, graph), layout)
-                      .total();
+      if (a.pp > 1) {  // the schedule's step, every pipeline rank traced (as plan memory)
+        std::vector<plan::Graph> graphs;
+        std::vector<plan::MemoryEstimate> ranks;
+        for (int r = 0; r < a.pp; ++r) {
+          plan::MemoryLayout l = layout;
+          l.pipeline = pipeline_rank(*config, a.schedule, a.pp, int(a.grad_accum), r);
+          graphs.push_back(plan::trace_for_layout(*config, l));
+          ranks.push_back(plan::estimate_memory(*config, l, graphs.back()));
+        }
+        plan::MemoryLayout first = layout;
+        first.pipeline = pipeline_rank(*config, a.schedule, a.pp, int(a.grad_accum), 0);
+        compute_s = plan::estimate_pipeline_step_time(cluster, graphs, ranks, first).total();
+      } else {
+        const plan::Graph graph = plan::trace_for_layout(*config, layout);
+        compute_s = plan::estimate_step_time(cluster, graph,
+                                             plan::estimate_memory(*config, layout, graph), layout)
+                        .total();
+      }
       times["compute_ms"] = 1e3 * compute_s;
     }
     TESSEL_CHECK(read_bw > 0 && write_bw > 0, "plan offload: ", a.cluster,
@@ -201,6 +224,14 @@ void add_plan_offload_command(CLI::App& plan) {
       ->capture_default_str();
   cmd->add_flag("--clipped", a->clipped,
                 "Under --dp: the steps clip their gradients (a scaling pass over the shards)");
+  cmd->add_option("--pp", a->pp, "Pipeline ranks (each offloads its stages' state; f32)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--pp-rank", a->pp_rank, "The pipeline rank to predict")->capture_default_str();
+  cmd->add_option("--schedule", a->schedule,
+                  "Pipeline schedule: gpipe, 1f1b, interleaved or interleaved:V (--grad-accum "
+                  "micro-batches)")
+      ->capture_default_str();
   cmd->add_option("--tp", a->tp, "Tensor-parallel ranks (each offloads its own pieces)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -3,18 +3,21 @@
 // device, its parameters in the trainer's order, its units as the trainer forms them from the
 // family's unit paths (ZeRO-3's units: one per parameter outside every listed module, on the
 // root, then one per listed module), and under mixed precision the masters that get copies.
+#include <algorithm>
 #include <set>
 
 #include "tessel/core/error.h"
 #include "tessel/nn/autocast.h"
 #include "tessel/plan/offload_model.h"
+#include "tessel/plan/trace.h"
 #include "tessel/tensor/default_device.h"
 
 namespace tessel::plan {
 
 OffloadInput offload_input(const models::ModelConfig& config, DType compute,
                            const OffloadBudgets& budgets, int64_t micro_batches,
-                           const std::function<void(models::CausalLM&)>& transform) {
+                           const std::function<void(models::CausalLM&)>& transform,
+                           const PipelineRank& pipeline) {
   TESSEL_CHECK(compute == DType::F32 || compute == DType::BF16 || compute == DType::F16,
                "offload model: compute dtype ", dtype_name(compute),
                " is not one of f32, bf16, f16");
@@ -29,9 +32,17 @@ OffloadInput offload_input(const models::ModelConfig& config, DType compute,
   if (compute != DType::F32)
     for (const Tensor& m : nn::LowPrecisionScope::masters({model.get()}))
       covered.insert(m.impl_ptr().get());
-  for (const auto& [name, p] : model->named_parameters()) {
-    in.tensors.push_back({name, p.numel(), covered.count(p.impl_ptr().get()) > 0});
+  // A pipeline rank trains its stages' parameters only (a last stage's copy of a tied
+  // embedding is plain memory, not in chunks).
+  std::set<std::string> trained;
+  if (pipeline.active()) {
+    in.pipeline = pipeline;
+    for (const std::string& name : pipeline_rank_parameters(*model, pipeline, false))
+      trained.insert(name);
   }
+  for (const auto& [name, p] : model->named_parameters())
+    if (!pipeline.active() || trained.count(name))
+      in.tensors.push_back({name, p.numel(), covered.count(p.impl_ptr().get()) > 0});
   std::set<std::string> taken;
   std::vector<OffloadUnit> listed;
   for (const std::string& path : model->unit_paths()) {
@@ -44,6 +55,20 @@ OffloadInput offload_input(const models::ModelConfig& config, DType compute,
   for (size_t t = 0; t < in.tensors.size(); ++t)
     if (!taken.count(in.tensors[t].name)) in.units.push_back({in.tensors[t].name, true, {t}});
   for (OffloadUnit& u : listed) in.units.push_back(std::move(u));
+  if (pipeline.active()) {
+    // A stage never runs the root's forward: the embeddings' units are held around their own
+    // modules (Trainer::zero3_units); each unit belongs to its first parameter's stage.
+    const int last = pipeline.num_stages() - 1;
+    const std::vector<std::string> head = model->head_tied_parameters();
+    for (OffloadUnit& u : in.units) {
+      u.root = false;
+      u.stage = pipeline.stage_of_layer(model->layer_of_parameter(in.tensors[u.tensors[0]].name));
+    }
+    if (pipeline.owner(last) != pipeline.rank)
+      for (size_t t = 0; t < in.tensors.size(); ++t)
+        if (std::find(head.begin(), head.end(), in.tensors[t].name) != head.end())
+          in.tied.push_back(t);
+  }
   return in;
 }
 

@@ -215,6 +215,9 @@ OffloadPrediction predict_offload(const OffloadInput& in, int steps) {
                "'s layout is not modelled yet");
   TESSEL_CHECK(in.dp == 1 || in.compute == DType::F32 || in.compute == DType::BF16,
                "offload model: ZeRO-3 is modelled in f32 and bf16, not ", dtype_name(in.compute));
+  TESSEL_CHECK(!in.pipeline.active() || (in.dp == 1 && in.compute == DType::F32),
+               "offload model: pipeline stages are modelled on one rank per stage in f32 (under "
+               "mixed precision a step keeps every unit's copies; with dp each rank's shards)");
   OffloadPrediction p;
   const int64_t cb = offload::round_up(in.budgets.chunk_bytes, offload::kIoAlignment);
   p.chunk_bytes = cb;

@@ -5,8 +5,9 @@
 // chunks: one list per kind, tensors in the order the step first uses them), writes down the
 // chunk accesses the trainer's offload hooks and the CPU AdamW make in one step (each unit's
 // chunks around its forward and its backward, the norm's and the update's rows in the host
-// tier, the gradients freed after the update; under dp with ZeRO-3 the gathers', the reductions'
-// and the update's holds of each rank's shards: offload_steps.h), and replays them against the
+// tier, the gradients freed after the update; a pipeline rank's units in its schedule's order;
+// under dp with ZeRO-3 the gathers', the reductions' and the update's holds of each rank's
+// shards: offload_steps.h), and replays them against the
 // tiers' budgets with the runtime's eviction rules: LRU in the first step, Belady's MIN over the
 // recorded step from then on, a device victim to the host tier when it has room and to NVMe
 // otherwise, a clean victim preferred among equals. The result is docs/MEMORY.md's per-step
@@ -21,6 +22,7 @@
 
 #include "tessel/core/dtype.h"
 #include "tessel/models/causal_lm.h"
+#include "tessel/plan/pipeline_rank.h"
 
 namespace tessel::plan {
 
@@ -45,6 +47,7 @@ struct OffloadUnit {
   std::string name;
   bool root = false;            // its hooks are the root module's: held through the whole pass
   std::vector<size_t> tensors;  // into OffloadInput::tensors
+  int stage = 0;                // under a pipeline: the stage it belongs to
 };
 
 struct OffloadInput {
@@ -60,6 +63,11 @@ struct OffloadInput {
   // Under dp: the step scales its gradient shards in a pass of its own (clipping that triggers,
   // an fp16 loss scale; 1/micro-batches always does). One process scales inside the update.
   bool scaled = false;
+  // Pipeline parallelism: this rank's stages and schedule (its micro-batches are the actions'),
+  // and the tensors of a tied embedding whose weight the last stage's head reads (the first
+  // stage's rank: it receives their gradient and sends their update).
+  PipelineRank pipeline;
+  std::vector<size_t> tied;
 };
 
 // One chunk list ("param16", "param", "grad", "adam_m", "adam_v") and where its chunks are at
@@ -101,9 +109,12 @@ OffloadPrediction predict_offload(const OffloadInput& input, int steps = 4);
 // on the meta device; under mixed precision the parameters a precision scope over the model
 // gives 16-bit copies). `transform` is applied to the model first: a tensor-parallel rank's
 // (MemoryLayout::tp_transform), whose pieces the rank offloads as one process does.
+// With an active `pipeline`, the units and parameters of that pipeline rank's stages (each unit
+// held around its own modules, as a stage runs them).
 OffloadInput offload_input(const models::ModelConfig& config, DType compute,
                            const OffloadBudgets& budgets, int64_t micro_batches,
-                           const std::function<void(models::CausalLM&)>& transform = {});
+                           const std::function<void(models::CausalLM&)>& transform = {},
+                           const PipelineRank& pipeline = {});
 
 // Seconds the disk is busy with one step's NVMe transfers at its sequential read and write
 // bandwidths (bytes/s): reads and writes share the one device, so their times add (the quiet

@@ -51,7 +51,29 @@ std::vector<Event> step_events(const OffloadInput& in, const Chunks& at,
     for (int c : chunks) ev.push_back({Event::Release, c, Tier::Device, false});
   };
   const size_t n = in.units.size();
-  for (int64_t mb = 0; mb < in.micro_batches; ++mb) {
+  // A pipeline rank runs its stages' units in its schedule's order, each around its own modules.
+  for (const PipelineAction& a : in.pipeline.actions) {
+    if (a.kind == PipelineActionKind::Forward) {
+      for (size_t k = 0; k < n; ++k)
+        if (in.units[k].stage == a.stage) {
+          hold(fwd[k], false);
+          let_go(fwd[k]);
+        }
+    } else if (a.kind == PipelineActionKind::Backward) {
+      for (size_t k = n; k-- > 0;)
+        if (in.units[k].stage == a.stage) {
+          hold(bwd[k], true);
+          let_go(bwd[k]);
+        }
+    }
+  }
+  // The first stage adds the head's gradient of a tied embedding, from the last stage, into its
+  // own, after the schedule.
+  for (size_t t : in.tied) {
+    ev.push_back({Event::Access, at[t][kGrad], Tier::Host, true});
+    ev.push_back({Event::Release, at[t][kGrad], Tier::Host, false});
+  }
+  for (int64_t mb = 0; mb < (in.pipeline.active() ? 0 : in.micro_batches); ++mb) {
     // The root's units are held from the root's forward pre-hook to its post-hook; each other
     // unit around its own module.
     for (size_t k = 0; k < n; ++k)
@@ -105,15 +127,22 @@ std::vector<Event> step_events(const OffloadInput& in, const Chunks& at,
     for (int i = 3; i >= 0; --i) ev.push_back({Event::Release, chunks[i], Tier::Host, false});
     ev.push_back({Event::Free, chunks[1], Tier::None, false});
   }
+  for (size_t t : in.tied) {  // and sends the updated weight to the last stage
+    ev.push_back({Event::Access, at[t][kParam], Tier::Host, false});
+    ev.push_back({Event::Release, at[t][kParam], Tier::Host, false});
+  }
   return ev;
 }
 
 // The most chunks a step holds in the device tier, as OffloadStrategy::build_units counts them:
-// a unit's with the root's units'.
+// a unit's with those of the units hooked on the first unit's module (the root's units; under a
+// pipeline, where no unit is the root's, the first unit alone).
 int working_set(const OffloadInput& in, const std::vector<std::vector<int>>& held) {
   std::set<int> root;
+  const bool any_root =
+      std::any_of(in.units.begin(), in.units.end(), [](const OffloadUnit& u) { return u.root; });
   for (size_t k = 0; k < in.units.size(); ++k)
-    if (in.units[k].root) root.insert(held[k].begin(), held[k].end());
+    if (in.units[k].root || (!any_root && k == 0)) root.insert(held[k].begin(), held[k].end());
   int most = int(root.size());
   for (size_t k = 0; k < in.units.size(); ++k) {
     std::set<int> both = root;
