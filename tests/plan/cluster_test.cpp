@@ -275,7 +275,8 @@ TEST(Cluster, ATorusOfTheNodesDevicesIsReadWrittenAndChecked) {
 // writes back equal, and a missing, non-positive or unknown key is refused by name.
 TEST(Cluster, StorageIsOptionalReadWrittenAndChecked) {
   EXPECT_FALSE(Cluster::parse(kNode, "node.toml").storage);
-  const std::string disk = kNode + "\n[storage]\nread_bandwidth = 1.07e9\nwrite_bandwidth = 1.68e9\n";
+  const std::string disk =
+      kNode + "\n[storage]\nread_bandwidth = 1.07e9\nwrite_bandwidth = 1.68e9\n";
   const Cluster c = Cluster::parse(disk, "node.toml");
   ASSERT_TRUE(c.storage);
   EXPECT_DOUBLE_EQ(c.storage->read_bandwidth, 1.07e9);

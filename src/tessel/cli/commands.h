@@ -27,9 +27,9 @@ void add_bench_serve_command(CLI::App& bench);     // `tessel bench serve`, in b
 void add_plan_command(CLI::App& app);
 void add_plan_calibrate_command(CLI::App& plan);
 void add_plan_trace_command(CLI::App& plan);
-void add_plan_shard_command(CLI::App& plan);   // plan_shard_command.cpp
-void add_plan_memory_command(CLI::App& plan);  // plan_memory_command.cpp
-void add_plan_search_command(CLI::App& plan);  // plan_search_command.cpp
+void add_plan_shard_command(CLI::App& plan);    // plan_shard_command.cpp
+void add_plan_memory_command(CLI::App& plan);   // plan_memory_command.cpp
+void add_plan_search_command(CLI::App& plan);   // plan_search_command.cpp
 void add_plan_offload_command(CLI::App& plan);  // plan_offload_command.cpp
 
 // Machine limits measured by `tessel bench peak` (bench_command.cpp), printed as JSON lines; other

@@ -173,8 +173,8 @@ std::string Cluster::to_toml() const {
   if (inter_node) link_table("inter_node", *inter_node);
   if (storage)
     out << "\n[storage]  # the disk memory offload swaps to\nread_bandwidth = "
-        << num(storage->read_bandwidth) << "  # bytes/s\nwrite_bandwidth = "
-        << num(storage->write_bandwidth) << "  # bytes/s\n";
+        << num(storage->read_bandwidth)
+        << "  # bytes/s\nwrite_bandwidth = " << num(storage->write_bandwidth) << "  # bytes/s\n";
   for (const GemmPoint& p : gemm)
     out << "\n[[gemm]]\ndtype = " << quoted(p.dtype) << "\nm = " << p.m << "\nn = " << p.n
         << "\nk = " << p.k << "\nflops = " << num(p.flops) << "\n"
