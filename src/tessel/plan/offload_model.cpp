@@ -32,8 +32,9 @@ class Replay {
   }
 
   // seal(): device first, then host, then NVMe, in chunk order.
-  int64_t place() {
-    int64_t written = 0;
+  // Returns each chunk's tier.
+  std::vector<Tier> place() {
+    std::vector<Tier> tiers;
     for (Chunk& c : c_) {
       if (count(Tier::Device) < cap_dev_) {
         set_tier(c, Tier::Device);
@@ -42,10 +43,10 @@ class Replay {
       } else {
         set_tier(c, Tier::Nvme);
         c.valid = c.slot = true;
-        written += cb_;
       }
+      tiers.push_back(c.tier);
     }
-    return written;
+    return tiers;
   }
   void use_trace(std::vector<int> trace) {
     trace_ = std::move(trace);
@@ -250,25 +251,14 @@ OffloadPrediction predict_offload(const OffloadInput& in, int steps) {
     if (std::count(group_of.begin(), group_of.end(), g) > 0)
       p.groups.push_back({offload::kGroupNames[g]});
   Replay r(p.chunks, in.budgets, cb);
-  p.start_nvme_write_bytes = r.place();
-  {
-    // Where seal() put each group's chunks.
-    int64_t d = dev / cb, h = host / cb;
-    for (int g : group_of) {
-      OffloadGroup& x = *std::find_if(p.groups.begin(), p.groups.end(), [&](const OffloadGroup& y) {
-        return y.name == offload::kGroupNames[g];
-      });
-      ++x.chunks;
-      if (d > 0) {
-        --d;
-        ++x.device;
-      } else if (h > 0) {
-        --h;
-        ++x.host;
-      } else {
-        ++x.nvme;
-      }
-    }
+  const std::vector<Tier> placed = r.place();
+  for (size_t i = 0; i < placed.size(); ++i) {
+    OffloadGroup& x = *std::find_if(p.groups.begin(), p.groups.end(), [&](const OffloadGroup& y) {
+      return y.name == offload::kGroupNames[group_of[i]];
+    });
+    ++x.chunks;
+    ++(placed[i] == Tier::Device ? x.device : placed[i] == Tier::Host ? x.host : x.nvme);
+    if (placed[i] == Tier::Nvme) p.start_nvme_write_bytes += cb;  // seal() writes it there
   }
   p.nvme_file_bytes = in.budgets.nvme ? int64_t(p.chunks) * cb : 0;
   r.run(rank.start, nullptr);  // not part of any step
