@@ -150,4 +150,32 @@ void set_data_parallel(plan::MemoryLayout& layout) {
   };
 }
 
+DType precision_dtype(const std::string& precision) {
+  if (precision == "bf16") return DType::BF16;
+  if (precision == "fp16") return DType::F16;
+  return DType::F32;
+}
+
+RankTraces trace_ranks(const models::ModelConfig& config, const plan::MemoryLayout& layout,
+                       const std::string& schedule, int pp) {
+  RankTraces out;
+  for (int r = 0; r < pp; ++r) {
+    plan::MemoryLayout l = layout;
+    if (pp > 1) l.pipeline = pipeline_rank(config, schedule, pp, int(layout.grad_accum), r);
+    out.graphs.push_back(plan::trace_for_layout(config, l));
+    out.memory.push_back(plan::estimate_memory(config, l, out.graphs.back()));
+  }
+  return out;
+}
+
+plan::StepTime predict_step_time(const plan::Cluster& cluster, const models::ModelConfig& config,
+                                 const plan::MemoryLayout& layout, const std::string& schedule,
+                                 int pp, const RankTraces& traced) {
+  if (pp == 1)
+    return plan::estimate_step_time(cluster, traced.graphs.at(0), traced.memory.at(0), layout);
+  plan::MemoryLayout first = layout;
+  first.pipeline = pipeline_rank(config, schedule, pp, int(layout.grad_accum), 0);
+  return plan::estimate_pipeline_step_time(cluster, traced.graphs, traced.memory, first);
+}
+
 }  // namespace tessel::cli

@@ -8,9 +8,11 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "tessel/models/causal_lm.h"
 #include "tessel/plan/memory_model.h"
+#include "tessel/plan/step_cost.h"
 
 namespace tessel::cli {
 
@@ -29,5 +31,23 @@ void set_tensor_parallel(plan::MemoryLayout& layout, int tp, int tp_rank,
 // runtime's DataParallel and Zero3Parameters (units as the trainer makes them, under pp those
 // of the rank's stages) on the model built on meta, over a shape-only dp communicator.
 void set_data_parallel(plan::MemoryLayout& layout);
+
+// "bf16" / "fp16" (the trainer's train.precision): the compute dtype over f32 masters; else f32.
+DType precision_dtype(const std::string& precision);
+
+// Every pipeline rank of `layout` traced and its memory estimated (rank r with the pipeline of
+// `schedule` over `pp` ranks and layout.grad_accum micro-batches); with pp 1, the layout itself.
+struct RankTraces {
+  std::vector<plan::Graph> graphs;
+  std::vector<plan::MemoryEstimate> memory;
+};
+RankTraces trace_ranks(const models::ModelConfig& config, const plan::MemoryLayout& layout,
+                       const std::string& schedule, int pp);
+
+// The step time of `layout` on `cluster`: the pipeline schedule's over every rank's trace, or
+// with pp 1 the one rank's step.
+plan::StepTime predict_step_time(const plan::Cluster& cluster, const models::ModelConfig& config,
+                                 const plan::MemoryLayout& layout, const std::string& schedule,
+                                 int pp, const RankTraces& traced);
 
 }  // namespace tessel::cli

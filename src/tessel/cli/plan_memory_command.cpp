@@ -34,12 +34,6 @@ struct MemoryArgs {
   bool json = false;
 };
 
-DType precision_dtype(const std::string& p) {
-  if (p == "bf16") return DType::BF16;
-  if (p == "fp16") return DType::F16;
-  return DType::F32;
-}
-
 void run_memory(MemoryArgs a) {
   const models::ConfigPtr config = train::resolve_model_config(a.model, "plan memory --model");
   a.layout.recompute = nn::parse_recompute(a.recompute);
@@ -49,15 +43,9 @@ void run_memory(MemoryArgs a) {
   set_data_parallel(a.layout);
   // Every pipeline rank holds different stages: each is predicted, and the figures below are the
   // rank with the largest peak.
-  std::vector<plan::MemoryEstimate> ranks;
-  std::vector<plan::Graph> graphs;
-  for (int r = 0; r < a.pp; ++r) {
-    plan::MemoryLayout layout = a.layout;
-    if (a.pp > 1)
-      layout.pipeline = pipeline_rank(*config, a.schedule, a.pp, int(a.layout.grad_accum), r);
-    graphs.push_back(plan::trace_for_layout(*config, layout));
-    ranks.push_back(plan::estimate_memory(*config, layout, graphs.back()));
-  }
+  const RankTraces traced = trace_ranks(*config, a.layout, a.schedule, a.pp);
+  const std::vector<plan::MemoryEstimate>& ranks = traced.memory;
+  const std::vector<plan::Graph>& graphs = traced.graphs;
   size_t worst = 0;
   for (size_t r = 1; r < ranks.size(); ++r)
     if (ranks[r].peak() > ranks[worst].peak()) worst = r;
@@ -68,14 +56,8 @@ void run_memory(MemoryArgs a) {
   if (!a.cluster.empty()) {
     const plan::Cluster cluster =
         plan::Cluster::load(a.cluster).with_devices(a.layout.dp * a.tp * a.pp);
-    plan::StepTime t;
-    if (a.pp > 1) {
-      plan::MemoryLayout layout = a.layout;
-      layout.pipeline = pipeline_rank(*config, a.schedule, a.pp, int(a.layout.grad_accum), 0);
-      t = plan::estimate_pipeline_step_time(cluster, graphs, ranks, layout);
-    } else {
-      t = plan::estimate_step_time(cluster, graph, m, a.layout);
-    }
+    const plan::StepTime t =
+        predict_step_time(cluster, *config, a.layout, a.schedule, a.pp, traced);
     // A pipeline rank's trace is its whole schedule; any other trace is one micro-batch.
     const double passes = a.pp > 1 ? 1.0 : double(a.layout.grad_accum);
     for (const auto& [kernel, s] : plan::graph_compute_time(cluster, graph).kernel_seconds)

@@ -69,9 +69,7 @@ std::string size_text(double bytes) {
 
 void run_offload(const OffloadArgs& a) {
   const models::ConfigPtr config = train::resolve_model_config(a.model, "plan offload --model");
-  const DType compute = a.precision == "bf16"   ? DType::BF16
-                        : a.precision == "fp16" ? DType::F16
-                                                : DType::F32;
+  const DType compute = precision_dtype(a.precision);
   plan::OffloadBudgets b;
   b.chunk_bytes = int64_t(train::parse_byte_size("--chunk-size", a.chunk_size));
   b.device_budget = int64_t(train::parse_byte_size("--device-budget", a.device_budget));
@@ -116,24 +114,9 @@ void run_offload(const OffloadArgs& a) {
       const plan::Cluster cluster = plan::Cluster::load(a.cluster).with_devices(a.tp * a.dp * a.pp);
       if (cluster.storage && read_bw <= 0) read_bw = cluster.storage->read_bandwidth;
       if (cluster.storage && write_bw <= 0) write_bw = cluster.storage->write_bandwidth;
-      if (a.pp > 1) {  // the schedule's step, every pipeline rank traced (as plan memory)
-        std::vector<plan::Graph> graphs;
-        std::vector<plan::MemoryEstimate> ranks;
-        for (int r = 0; r < a.pp; ++r) {
-          plan::MemoryLayout l = layout;
-          l.pipeline = pipeline_rank(*config, a.schedule, a.pp, int(a.grad_accum), r);
-          graphs.push_back(plan::trace_for_layout(*config, l));
-          ranks.push_back(plan::estimate_memory(*config, l, graphs.back()));
-        }
-        plan::MemoryLayout first = layout;
-        first.pipeline = pipeline_rank(*config, a.schedule, a.pp, int(a.grad_accum), 0);
-        compute_s = plan::estimate_pipeline_step_time(cluster, graphs, ranks, first).total();
-      } else {
-        const plan::Graph graph = plan::trace_for_layout(*config, layout);
-        compute_s = plan::estimate_step_time(cluster, graph,
-                                             plan::estimate_memory(*config, layout, graph), layout)
-                        .total();
-      }
+      compute_s = predict_step_time(cluster, *config, layout, a.schedule, a.pp,
+                                    trace_ranks(*config, layout, a.schedule, a.pp))
+                      .total();
       times["compute_ms"] = 1e3 * compute_s;
     }
     TESSEL_CHECK(read_bw > 0 && write_bw > 0, "plan offload: ", a.cluster,

@@ -24,12 +24,6 @@ namespace tessel::cli {
 
 namespace {
 
-DType precision_dtype(const std::string& p) {
-  if (p == "bf16") return DType::BF16;
-  if (p == "fp16") return DType::F16;
-  return DType::F32;
-}
-
 double mib(double bytes) {
   return bytes / 1048576.0;
 }
