@@ -39,6 +39,14 @@ StepRecord step_record(int64_t step, int64_t steps) {
   return r;
 }
 
+// Byte counts in the log at a readable scale: bytes, KiB, MiB, then GiB with two decimals.
+TEST(FormatBytes, PicksTheUnitBySize) {
+  EXPECT_EQ(format_bytes(13), "13 B");
+  EXPECT_EQ(format_bytes(40960), "40 KiB");
+  EXPECT_EQ(format_bytes(double(335544320)), "320 MiB");
+  EXPECT_EQ(format_bytes(36.57e9), "34.06 GiB");
+}
+
 TEST(ProgressSink, PrintsAtStepOneEveryIntervalAndTheLastWithIntervalRates) {
   std::vector<std::string> lines;
   ProgressSink sink(3, 1000, [&lines](const std::string& l) { lines.push_back(l); });

@@ -20,6 +20,7 @@
 #include "tessel/plan/offload_model.h"
 #include "tessel/plan/step_cost.h"
 #include "tessel/train/config.h"
+#include "tessel/train/metrics/metrics.h"
 #include "tessel/train/model_presets.h"
 
 namespace tessel::cli {
@@ -52,19 +53,6 @@ nlohmann::json traffic_json(const plan::OffloadTraffic& t) {
           {"offload_d2h_bytes", t.d2h_bytes},
           {"offload_evictions", t.evictions},
           {"offload_clean_evictions", t.clean_evictions}};
-}
-
-// "33.8 GiB", "640.0 MiB", "32.0 KiB", "0 B": the table's byte counts at a readable scale.
-std::string size_text(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
-  return buf;
 }
 
 void run_offload(const OffloadArgs& a) {
@@ -153,8 +141,8 @@ void run_offload(const OffloadArgs& a) {
   }
   std::printf("# %s, %s, %d chunks of %s (state %s), device working set %d chunks\n",
               config->summary().c_str(), a.precision.c_str(), p.chunks,
-              size_text(double(p.chunk_bytes)).c_str(), size_text(double(p.state_bytes)).c_str(),
-              p.device_working_set);
+              train::format_bytes(double(p.chunk_bytes)).c_str(),
+              train::format_bytes(double(p.state_bytes)).c_str(), p.device_working_set);
   std::printf("%-8s %7s %7s %7s %7s   (chunks at start)\n", "group", "chunks", "device", "host",
               "nvme");
   for (const plan::OffloadGroup& g : p.groups)
@@ -164,9 +152,10 @@ void run_offload(const OffloadArgs& a) {
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const plan::OffloadTraffic& t = p.steps[i];
     std::printf("%-6zu %12s %12s %12s %12s  %lld (%lld)%s\n", i + 1,
-                size_text(double(t.nvme_read_bytes)).c_str(),
-                size_text(double(t.nvme_write_bytes)).c_str(),
-                size_text(double(t.h2d_bytes)).c_str(), size_text(double(t.d2h_bytes)).c_str(),
+                train::format_bytes(double(t.nvme_read_bytes)).c_str(),
+                train::format_bytes(double(t.nvme_write_bytes)).c_str(),
+                train::format_bytes(double(t.h2d_bytes)).c_str(),
+                train::format_bytes(double(t.d2h_bytes)).c_str(),
                 static_cast<long long>(t.evictions), static_cast<long long>(t.clean_evictions),
                 i == 0 ? "  LRU while the step is recorded" : "");
   }

@@ -41,6 +41,9 @@ double flops_per_token(int64_t matmul_params, int64_t n_layer, int64_t n_embd, i
 }
 
 std::string format_bytes(double bytes) {
+  // Below a MiB in KiB (a small model's chunks were "0 MiB"), below a KiB in bytes.
+  if (bytes < 1024.0) return fixed("%.0f B", bytes);
+  if (bytes < 1024.0 * 1024.0) return fixed("%.0f KiB", bytes / 1024.0);
   const double mib = bytes / (1024.0 * 1024.0);
   if (mib < 1024.0) return fixed("%.0f MiB", mib);
   return fixed("%.2f GiB", mib / 1024.0);

@@ -168,7 +168,7 @@ std::string eval_json(const EvalRecord& r);
 std::string checkpoint_line(const CheckpointRecord& r);
 std::string checkpoint_json(const CheckpointRecord& r);
 
-std::string format_bytes(double bytes);       // "812 MiB", "1.20 GiB"
+std::string format_bytes(double bytes);       // "40 KiB", "812 MiB", "1.20 GiB"
 std::string format_duration(double seconds);  // "45s", "6m03s", "2h05m"
 
 // Appends records to a JSONL file. Opening for a resumed run first drops the records of steps
