@@ -7,10 +7,10 @@
 // chunks around its forward and its backward, the norm's and the update's rows in the host
 // tier, the gradients freed after the update; a pipeline rank's units in its schedule's order;
 // under dp with ZeRO-3 the gathers', the reductions' and the update's holds of each rank's
-// shards: offload_steps.h), and replays them against the
-// tiers' budgets with the runtime's eviction rules: LRU in the first step, Belady's MIN over the
-// recorded step from then on, a device victim to the host tier when it has room and to NVMe
-// otherwise, a clean victim preferred among equals. The result is docs/MEMORY.md's per-step
+// shards: offload_steps.h), and replays them against the tiers' budgets with the runtime's
+// eviction rules: LRU in the first step, Belady's MIN over the recorded step from then on, a
+// device victim to the host tier when it has room and to NVMe otherwise, a clean victim preferred
+// among equals. The result is docs/MEMORY.md's per-step
 // traffic, in the same names `tessel train` writes to train.jsonl, so a run's figures sit beside
 // the prediction.
 #pragma once
