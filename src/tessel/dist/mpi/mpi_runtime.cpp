@@ -88,6 +88,12 @@ void ensure_initialized() {
   if (init) {
     MPI_Query_thread(&provided);
   } else {
+    // A rank's asynchronous collectives wait on its progress lane's thread, beside compute
+    // threads that normally fill the cores. Open MPI's default wait polls without yielding, so a
+    // lane whose peer has not arrived yet takes half a core from compute for that long (ZeRO-3's
+    // prefetched gathers, 2 ranks on 2 cores: steps 1.3-1.5x longer, docs/PARALLEL.md). Yielding
+    // costs a system call per idle poll when nothing else wants the core. A user's value stays.
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
     int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
     TESSEL_CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed with code ", rc);
     rt.initialized_here = true;
