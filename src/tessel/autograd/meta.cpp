@@ -47,9 +47,11 @@ class AccumulateGrad final : public Node {
     } else {
       TESSEL_CHECK(current.shape() == leaf.shape(), "AccumulateGrad: existing grad of shape ",
                    current.shape(), " for a leaf of shape ", leaf.shape());
-      // In place: leaf.grad() may be a view into a communication bucket that others hold.
+      // In place: leaf.grad() may be a view into a communication bucket that others hold. The
+      // kernel writes the sum over its first operand (the same arithmetic, so the same bits, as
+      // a sum into a new tensor copied back, without the second pass or the allocation).
       Tensor addend = g.dtype() == current.dtype() ? g : g.to(current.dtype());
-      current.copy_from(add_gradients(current, addend));
+      add_gradients_into(current, addend);
     }
     if (AutogradMeta* m = autograd_meta(leaf)) {
       auto hooks = m->grad_ready_hooks;  // a hook may register or remove hooks

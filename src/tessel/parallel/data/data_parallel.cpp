@@ -164,7 +164,7 @@ void DataParallel::accumulate_held(Slot& s, Bucket& b) {
       g.defined() ? g.shape().str() + " " + std::string(dtype_name(g.dtype())) : "undefined",
       ", expected f32 ", s.param.shape());
   if (s.accumulated)
-    s.view.copy_from(autograd::add_gradients(s.view, g));
+    autograd::add_gradients_into(s.view, g);
   else
     s.view.copy_from(g);
   s.accumulated = true;
