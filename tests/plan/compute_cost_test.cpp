@@ -251,6 +251,11 @@ TEST(ComputeCost, CacheHitsFollowTheReuseDistance) {
   // A larger cache holds everything touched before; none without one.
   EXPECT_EQ(cache_hit_fractions(ops, 1e9), (std::vector<double>{0, 1, 1, 1, 1}));
   EXPECT_EQ(cache_hit_fractions(ops, 0), (std::vector<double>(5, 0.0)));
+  // A storage touched again and again in between counts once: w's distance is a's 1000 bytes
+  // (+ its own 1000 <= 2500), not the 5000 bytes of a's five touches.
+  const std::vector<OpNode> again = {node({w}, {a}), node({a}, {a}), node({a}, {a}),
+                                     node({w}, {b})};
+  EXPECT_EQ(cache_hit_fractions(again, 2500), (std::vector<double>{0, 1, 1, 1}));
 }
 
 // With warm figures an op's kernel time moves from the evicted one towards the warm one by its

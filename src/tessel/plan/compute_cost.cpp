@@ -117,28 +117,51 @@ OpTime op_time(const Cluster& cluster, const OpNode& op, double cache_hit) {
 std::vector<double> cache_hit_fractions(const std::vector<OpNode>& ops, double cache_bytes) {
   std::vector<double> hits(ops.size(), 0.0);
   if (cache_bytes <= 0) return hits;
-  // Bytes touched so far, and for each storage the count right after its last touch: the bytes
-  // touched since then are the difference (an upper bound on the LRU stack distance: a tensor
-  // touched twice in between counts twice).
-  double touched = 0;
-  std::unordered_map<const void*, double> last;
+  // LRU stack distance: the bytes of the distinct storages touched since this one's last touch.
+  // Each touch is an event; a Fenwick tree over events holds each storage's bytes at its latest
+  // event only, so the sum over the events after a storage's last one counts every storage
+  // touched since then once (touching a tensor twice in between does not push it out twice).
+  size_t events = 0;
+  for (const OpNode& op : ops) events += op.inputs.size() + op.outputs.size();
+  std::vector<double> tree(events + 1, 0.0);
+  auto add = [&](size_t e, double v) {
+    for (size_t i = e + 1; i <= events; i += i & (~i + 1)) tree[i] += v;
+  };
+  auto prefix = [&](size_t e) {  // the sum over events [0, e)
+    double sum = 0;
+    for (size_t i = e; i > 0; i -= i & (~i + 1)) sum += tree[i];
+    return sum;
+  };
+  struct Last {
+    size_t event;
+    double bytes;
+  };
+  std::unordered_map<const void*, Last> last;
+  size_t now = 0;
+  auto touch = [&](const kernels::TensorDesc& t) {
+    const size_t e = now++;
+    if (!t.storage) return;
+    auto it = last.find(t.storage);
+    if (it != last.end()) add(it->second.event, -it->second.bytes);
+    add(e, t.bytes());
+    last[t.storage] = Last{e, t.bytes()};
+  };
   for (size_t i = 0; i < ops.size(); ++i) {
     const OpNode& op = ops[i];
+    const double since = prefix(now);
     double read = 0, found = 0;
     for (const kernels::TensorDesc& in : op.inputs) {
       const double b = in.bytes();
       read += b;
       if (!in.storage) continue;
       const auto it = last.find(in.storage);
-      if (it != last.end() && touched - it->second + b <= cache_bytes) found += b;
+      if (it == last.end()) continue;
+      const double distance = since - prefix(it->second.event + 1);
+      if (distance + b <= cache_bytes) found += b;
     }
     hits[i] = read > 0 ? found / read : 0.0;
-    for (const kernels::TensorDesc& in : op.inputs) touched += in.bytes();
-    for (const kernels::TensorDesc& out : op.outputs) touched += out.bytes();
-    for (const kernels::TensorDesc& in : op.inputs)
-      if (in.storage) last[in.storage] = touched;
-    for (const kernels::TensorDesc& out : op.outputs)
-      if (out.storage) last[out.storage] = touched;
+    for (const kernels::TensorDesc& in : op.inputs) touch(in);
+    for (const kernels::TensorDesc& out : op.outputs) touch(out);
   }
   return hits;
 }
