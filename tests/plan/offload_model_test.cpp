@@ -203,9 +203,56 @@ TEST(OffloadModel, LaysOutZero3ShardsPerUnit) {
   // Shards of 550 floats, one to a chunk: four parameter chunks, at most three gathers at once.
   EXPECT_EQ(p.device_working_set, 3);
   for (const OffloadTraffic& t : p.steps) EXPECT_EQ(t.nvme_read_bytes + t.nvme_write_bytes, 0);
+}
+
+// ZeRO-1/2: DataParallel's buckets over the tensors in reverse order, cut at the bucket size;
+// a row of chunks per bucket (stage 2: the full buffer, the rank's gradient shard; stage 1: the
+// all-reduced buffer) and both moments' shards.
+TEST(OffloadModel, LaysOutZero12BucketsInReverseOrder) {
+  OffloadInput in = input(4, 1, 333);  // 1,332 bytes a tensor
+  in.dp = 2;
   in.zero_stage = 2;
-  const std::string e = error_of(in);
-  EXPECT_NE(e.find("ZeRO-2's layout is not modelled yet"), std::string::npos) << e;
+  in.bucket_bytes = 2700;  // two tensors a bucket: {w3, w2} and {w1, w0}, 666 elements each
+  in.grad_order = {3, 2, 1, 0};
+  in.budgets.device_budget = in.budgets.host_budget = 100 * kChunk;
+  OffloadPrediction p = predict_offload(in);
+  ASSERT_EQ(p.groups.size(), 4u);
+  EXPECT_EQ(p.groups[0].name, "grad_bucket");
+  EXPECT_EQ(p.groups[0].chunks, 2);  // buffers of 2,664 bytes (2,688 placed), one to a chunk
+  for (size_t g : {1, 2, 3}) EXPECT_EQ(p.groups[g].chunks, 1) << p.groups[g].name;
+  EXPECT_EQ(p.state_bytes, 2 * 2664 + 3 * 2 * 1332);  // shards of 333 floats
+  EXPECT_EQ(p.device_working_set, 2);                 // both buffers
+  for (const OffloadTraffic& t : p.steps) EXPECT_EQ(t.nvme_read_bytes + t.nvme_write_bytes, 0);
+  in.zero_stage = 1;  // the all-reduced buffers are the gradients: no grad_bucket list
+  p = predict_offload(in);
+  ASSERT_EQ(p.groups.size(), 3u);
+  EXPECT_EQ(p.groups[0].name, "grad");
+  EXPECT_EQ(p.groups[0].chunks, 2);
+  EXPECT_EQ(p.device_working_set, 2);
+  // Tight tiers move chunks every step.
+  in.budgets.device_budget = 2 * kChunk;
+  in.budgets.host_budget = 3 * kChunk;
+  in.budgets.nvme = true;
+  p = predict_offload(in);
+  EXPECT_GT(p.steady().nvme_read_bytes, 0);
+  // Buckets of 8,000 bytes fit no chunk: plain memory, nothing held in the device tier, whose
+  // budget must still hold one chunk (the chunk manager's check).
+  in.bucket_bytes = 8000;
+  in.budgets.device_budget = 0;
+  std::string e = error_of(in);
+  EXPECT_NE(e.find("holds no chunk of 4096 bytes: the smallest device budget that works is 4096"),
+            std::string::npos)
+      << e;
+  in.budgets.device_budget = kChunk;
+  EXPECT_EQ(predict_offload(in).device_working_set, 0);
+  in.grad_order.pop_back();
+  e = error_of(in);
+  EXPECT_NE(e.find("the gradient order names 3 tensors of 4"), std::string::npos) << e;
+  in.grad_order.push_back(0);
+  in.compute = DType::BF16;
+  for (OffloadTensor& t : in.tensors) t.copy = true;
+  e = error_of(in);
+  EXPECT_NE(e.find("ZeRO-1 is modelled in f32"), std::string::npos) << e;
 }
 
 // A pipeline rank's units run in its schedule's order; mixed precision and dp under a pipeline are

@@ -9,8 +9,12 @@ host tier holding everything). A device budget below the working set is refused 
 the same smallest budget. With MPIRUN, rank 0 of `--tp 2` (its own pieces, offloaded as one process
 does) in f32 and in bf16 with sequence parallelism, and rank 0 of `--dp 2` at ZeRO-3 (its shards:
 the gathers', the reductions' and the update's holds), with the gradient buckets in chunks and in
-plain memory, clipped, over two micro-batches, in bf16 and for the LLaMA, exactly too. A GPT-2
-with C = 26, 2 heads, 5 blocks and sequences of 9.
+plain memory, clipped, over two micro-batches, in bf16 and for the LLaMA, exactly too; and rank 0
+of `--dp 2` at ZeRO-1 and ZeRO-2 (DataParallel's buckets of 1 MiB filled in the order backward
+makes the gradients ready, each one's buffer held until its reduction is retired, the norm, the
+scaling and the update in the host tier) with the buffers in chunks and in plain memory, clipped
+and over two micro-batches. A GPT-2 with C = 26, 2 heads, 5 blocks and sequences of 9; for
+ZeRO-1/2 one with C = 128, 4 heads, 4 blocks (four buckets).
 
 Usage: offload_plan_check.py TESSEL WORKDIR [MPIRUN]
 """
@@ -22,8 +26,9 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from offload_runs import small_gpt2  # noqa: E402
-from tessel_runs import (fail, mpi_prefix, prepare_workdir, remove_workdir, run,  # noqa: E402
-                         single_thread_env, step_records, train_sets, write_json)
+from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir,  # noqa: E402
+                         remove_workdir, run, single_thread_env, step_records, train_sets,
+                         write_json)
 
 STEPS = 4
 CHUNK = 32 << 10  # the largest tensor, the 257 x 26 embedding (26,728 bytes), fits one
@@ -31,7 +36,8 @@ CHUNK = 32 << 10  # the largest tensor, the 257 x 26 embedding (26,728 bytes), f
 # (name, precision, device chunks beyond the working set, host chunks, NVMe, prefetch,
 # micro-batches, model, layout, chunk KiB). Layouts: "" one process; "tp": rank 0 of --tp 2 (with
 # --sp for bf16); "dp": rank 0 of --dp 2 at ZeRO-3, no clipping; "dp-clip": the same with every
-# step clipped (a scaling pass over the gradient shards); "pp[-SCHEDULE]": rank 0 of --pp 2.
+# step clipped (a scaling pass over the gradient shards); "z1", "z2" (and "-clip"): rank 0 of
+# --dp 2 at ZeRO-1 or 2 with buckets of 1 MiB; "pp[-SCHEDULE]": rank 0 of --pp 2.
 CASES = [
     ("f32, every tier", "fp32", 0, 6, True, 0, 1, "gpt2", "", 32),
     ("f32, every tier, prefetch 4", "fp32", 0, 6, True, 4, 1, "gpt2", "", 32),
@@ -57,6 +63,17 @@ CASES = [
     ("pp 2 interleaved:2, rank 0 (stages 0 and 2)", "fp32", 0, 5, True, 0, 4, "gpt2",
      "pp-interleaved:2", 32),
     ("pp 2 1F1B, LLaMA, rank 0", "fp32", 0, 4, True, 0, 4, "llama", "pp", 32),
+    ("dp 2 ZeRO-1, rank 0, all-reduced buckets in chunks", "fp32", 0, 4, True, 0, 1, "gpt2m",
+     "z1", 1536),
+    ("dp 2 ZeRO-1, two micro-batches", "fp32", 0, 4, True, 0, 2, "gpt2m", "z1", 1536),
+    ("dp 2 ZeRO-1, buckets in plain memory, clipped", "fp32", 1, 2, True, 0, 1, "gpt2m",
+     "z1-clip", 512),
+    ("dp 2 ZeRO-2, rank 0, full buckets in chunks", "fp32", 0, 4, True, 0, 1, "gpt2m", "z2",
+     1536),
+    ("dp 2 ZeRO-2, two micro-batches, clipped", "fp32", 1, 5, True, 0, 2, "gpt2m", "z2-clip",
+     1536),
+    ("dp 2 ZeRO-2, buckets in plain memory", "fp32", 1, 3, True, 0, 1, "gpt2m", "z2", 512),
+    ("dp 2 ZeRO-2, prefetch 8", "fp32", 1, 4, True, 8, 1, "gpt2m", "z2", 1536),
 ]
 
 FIELDS = ["nvme_read_bytes", "nvme_write_bytes", "h2d_bytes", "d2h_bytes", "evictions",
@@ -70,7 +87,15 @@ def llama(work, vocab):
         "max_position_embeddings": 17, "tie_word_embeddings": False, "rms_norm_eps": 1e-5})
 
 
+def zero12(layout):
+    """ZeRO-1 or 2 for layouts "z1", "z2" (and their "-clip"), else None."""
+    return int(layout[1]) if layout[:2] in ("z1", "z2") else None
+
+
 def plan_flags(layout, precision):
+    if zero12(layout):
+        return ["--dp", "2", "--zero", str(zero12(layout)), "--bucket-mb", "1"] + (
+            ["--clipped"] if layout.endswith("-clip") else [])
     if layout == "tp":
         return ["--tp", "2"] + (["--sp"] if precision == "bf16" else [])
     if layout.startswith("dp"):
@@ -81,6 +106,10 @@ def plan_flags(layout, precision):
 
 
 def train_flags(layout, precision):
+    if zero12(layout):
+        clip = "1e-9" if layout.endswith("-clip") else "0"
+        return ["--dp", "2", "--set", f"parallel.zero_stage={zero12(layout)}", "--set",
+                "parallel.bucket_mb=1", "--set", f"optim.grad_clip={clip}"]
     if layout == "tp":
         return ["--tp", "2"] + (["--sp"] if precision == "bf16" else [])
     if layout.startswith("dp"):
@@ -120,7 +149,10 @@ def main():
     mpirun = sys.argv[3] if len(sys.argv) > 3 else None
     vocab = prepare_workdir(tessel, work)
     env = single_thread_env()
-    configs = {"gpt2": small_gpt2(work, vocab), "llama": llama(work, vocab)}
+    configs = {"gpt2": small_gpt2(work, vocab), "llama": llama(work, vocab),
+               "gpt2m": write_json(os.path.join(work, "gpt2m.json"),
+                                   gpt2_config(vocab, n_positions=17, n_embd=128, n_layer=4,
+                                               n_head=4))}
     for i, (what, precision, extra, host, nvme, prefetch, mb, model, layout,
             kib) in enumerate(CASES):
         if layout and not mpirun:

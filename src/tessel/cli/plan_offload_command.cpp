@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// `tessel plan offload`: the offload model's prediction for one process, one tensor-parallel rank
-// or one ZeRO-3 data-parallel rank training with memory.* budgets (docs/PLANNER.md, "Offload"):
-// where every chunk list lives at start, the device working set, the per-step traffic between the
-// tiers (train.jsonl's offload_* names) and, with a cluster description, the step time the disk
-// allows beside the compute's.
+// `tessel plan offload`: the offload model's prediction for one process, one tensor-parallel rank,
+// one data-parallel rank (ZeRO-1, 2 or 3) or one pipeline rank training with memory.* budgets
+// (docs/PLANNER.md, "Offload"): where every chunk list lives at start, the device working set, the
+// per-step traffic between the tiers (train.jsonl's offload_* names) and, with a cluster
+// description, the step time the disk allows beside the compute's.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -35,6 +35,7 @@ struct OffloadArgs {
   int64_t micro_batch = 1, seq = 0, grad_accum = 1;
   int tp = 1, tp_rank = 0;
   int dp = 1, zero = 3;
+  int64_t bucket_mb = 25;  // parallel.bucket_mb
   int pp = 1, pp_rank = 0;
   std::string schedule = "1f1b";
   bool clipped = false;
@@ -74,6 +75,7 @@ void run_offload(const OffloadArgs& a) {
   set_tensor_parallel(layout, a.tp, a.tp_rank, a.tp_plan, a.sp);
   layout.dp = a.dp;
   layout.zero_stage = a.dp > 1 ? a.zero : 0;
+  layout.bucket_bytes = a.bucket_mb << 20;
   set_data_parallel(layout);
   TESSEL_CHECK(a.dp == 1 || a.tp == 1, "plan offload: --dp ", a.dp, " with --tp ", a.tp,
                " is not modelled yet (each rank's ZeRO shards of its pieces); one of them");
@@ -88,6 +90,9 @@ void run_offload(const OffloadArgs& a) {
   input.dp = a.dp;
   input.zero_stage = a.dp > 1 ? a.zero : 0;
   input.scaled = a.clipped || compute == DType::F16;
+  input.bucket_bytes = a.bucket_mb << 20;
+  // ZeRO-1/2's buckets complete as backward makes their gradients ready.
+  if (a.dp > 1 && a.zero < 3) input.grad_order = plan::gradient_ready_order(*config, input);
   const plan::OffloadPrediction p = plan::predict_offload(input, a.steps);
   const plan::OffloadTraffic& s = p.steady();
 
@@ -188,11 +193,15 @@ void add_plan_offload_command(CLI::App& plan) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("-t,--seq", a->seq, "Tokens per row (step time only; default the context)");
-  cmd->add_option("--dp", a->dp, "Data-parallel ranks (each offloads its own ZeRO-3 shards)")
+  cmd->add_option("--dp", a->dp, "Data-parallel ranks (each offloads its own ZeRO shards; rank 0)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--zero", a->zero, "ZeRO stage under --dp (3 is modelled)")
+  cmd->add_option("--zero", a->zero, "ZeRO stage under --dp (1 and 2 in f32, 3 in f32 and bf16)")
       ->check(CLI::Range(1, 3))
+      ->capture_default_str();
+  cmd->add_option("--bucket-mb", a->bucket_mb,
+                  "Under --dp at ZeRO-1/2: the gradient bucket size, MiB (parallel.bucket_mb)")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_flag("--clipped", a->clipped,
                 "Under --dp: the steps clip their gradients (a scaling pass over the shards)");

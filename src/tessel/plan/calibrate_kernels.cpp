@@ -299,8 +299,7 @@ OverheadSample profile_overhead(int64_t width, int64_t rows, int64_t seq, double
   std::vector<double> whole, kernels;
   agree.before();
   const auto start = calibration::Clock::now();
-  while (whole.size() < 5 ||
-         (calibration::seconds_since(start) < budget && whole.size() < 10000)) {
+  while (whole.size() < 5 || (calibration::seconds_since(start) < budget && whole.size() < 10000)) {
     const double c0 = calibration::process_cpu_seconds();
     step();
     whole.push_back(calibration::process_cpu_seconds() - c0);

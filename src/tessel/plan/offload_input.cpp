@@ -4,8 +4,12 @@
 // family's unit paths (ZeRO-3's units: one per parameter outside every listed module, on the
 // root, then one per listed module), and under mixed precision the masters that get copies.
 #include <algorithm>
+#include <map>
 #include <set>
 
+#include "tessel/autograd/engine.h"
+#include "tessel/autograd/grad_mode.h"
+#include "tessel/autograd/meta.h"
 #include "tessel/core/error.h"
 #include "tessel/nn/autocast.h"
 #include "tessel/plan/offload_model.h"
@@ -70,6 +74,36 @@ OffloadInput offload_input(const models::ModelConfig& config, DType compute,
           in.tied.push_back(t);
   }
   return in;
+}
+
+std::vector<size_t> gradient_ready_order(const models::ModelConfig& config,
+                                         const OffloadInput& in) {
+  DefaultDeviceScope meta(Device::meta());
+  std::shared_ptr<models::CausalLM> model = config.build_empty();
+  model->train();
+  std::map<std::string, size_t> index;
+  for (size_t t = 0; t < in.tensors.size(); ++t) index[in.tensors[t].name] = t;
+  std::vector<size_t> order;
+  std::vector<std::pair<Tensor, int64_t>> hooks;
+  for (const auto& [name, p] : model->named_parameters()) {
+    auto it = index.find(name);
+    if (it == index.end()) continue;
+    const size_t t = it->second;
+    hooks.emplace_back(p, autograd::register_grad_ready_hook(
+                              p, [&order, t](const Tensor&) { order.push_back(t); }));
+  }
+  const Tensor ids = empty({1, 2}, DType::I64), targets = empty({1, 2}, DType::I64);
+  const Tensor loss = model->loss(ids, targets);
+  Tensor seed;
+  {
+    autograd::NoGradGuard no_grad;
+    seed = ones(loss.shape(), loss.dtype());
+  }
+  autograd::backward({loss}, {seed});
+  for (auto& [p, h] : hooks) autograd::remove_grad_ready_hook(p, h);
+  TESSEL_CHECK(order.size() == in.tensors.size(), "offload model: one backward made ", order.size(),
+               " of the ", in.tensors.size(), " gradients ready");
+  return order;
 }
 
 }  // namespace tessel::plan

@@ -211,19 +211,24 @@ OffloadPrediction predict_offload(const OffloadInput& in, int steps) {
                    "' belongs to no unit");
   }
   TESSEL_CHECK(in.dp >= 1, "offload model: dp ", in.dp, " must be >= 1");
-  TESSEL_CHECK(in.dp == 1 || in.zero_stage == 3, "offload model: under dp ", in.dp,
-               " it covers ZeRO-3 (each rank's shards); ZeRO-", in.zero_stage,
-               "'s layout is not modelled yet");
+  TESSEL_CHECK(in.dp == 1 || (in.zero_stage >= 1 && in.zero_stage <= 3), "offload model: under dp ",
+               in.dp, " each rank offloads its ZeRO shards; ZeRO-", in.zero_stage,
+               " keeps every state replicated (parallel.zero_stage 1, 2 or 3)");
   TESSEL_CHECK(in.dp == 1 || in.compute == DType::F32 || in.compute == DType::BF16,
-               "offload model: ZeRO-3 is modelled in f32 and bf16, not ", dtype_name(in.compute));
+               "offload model: ZeRO is modelled in f32 and bf16, not ", dtype_name(in.compute));
+  TESSEL_CHECK(in.dp == 1 || in.zero_stage == 3 || in.compute == DType::F32, "offload model: ZeRO-",
+               in.zero_stage,
+               " is modelled in f32 (its 16-bit replica "
+               "copies, held unit by unit, are not yet)");
   TESSEL_CHECK(!in.pipeline.active() || (in.dp == 1 && in.compute == DType::F32),
                "offload model: pipeline stages are modelled on one rank per stage in f32 (under "
                "mixed precision a step keeps every unit's copies; with dp each rank's shards)");
   OffloadPrediction p;
   const int64_t cb = offload::round_up(in.budgets.chunk_bytes, offload::kIoAlignment);
   p.chunk_bytes = cb;
-  const offload::RankSteps rank =
-      in.dp > 1 ? offload::zero3_steps(in, cb) : offload::one_process_steps(in, cb);
+  const offload::RankSteps rank = in.dp == 1           ? offload::one_process_steps(in, cb)
+                                  : in.zero_stage == 3 ? offload::zero3_steps(in, cb)
+                                                       : offload::zero12_steps(in, cb);
   const std::vector<int>& group_of = rank.group_of;
   p.chunks = int(group_of.size());
   p.state_bytes = rank.state_bytes;
@@ -236,6 +241,9 @@ OffloadPrediction predict_offload(const OffloadInput& in, int steps) {
                dev / cb, " chunks of ", cb, " bytes, but one step holds ", p.device_working_set,
                " chunks in the device tier at once: the smallest device budget that works is ",
                int64_t(p.device_working_set) * cb, " bytes");
+  TESSEL_CHECK(dev / cb >= 1 || p.chunks == 0, "memory.device_budget of ", dev,
+               " bytes holds no chunk of ", cb, " bytes: the smallest device budget that works is ",
+               cb);  // the chunk manager's own check (a ZeRO-1/2 rank may hold none in a step)
   const int64_t row = rank.host_row;
   TESSEL_CHECK(host / cb >= row, "memory.host_budget of ", host, " bytes holds ", host / cb,
                " chunks of ", cb, " bytes, but the CPU AdamW holds ", row,

@@ -6,7 +6,7 @@
 // chunk accesses the trainer's offload hooks and the CPU AdamW make in one step (each unit's
 // chunks around its forward and its backward, the norm's and the update's rows in the host
 // tier, the gradients freed after the update; a pipeline rank's units in its schedule's order;
-// under dp with ZeRO-3 the gathers', the reductions' and the update's holds of each rank's
+// under dp the gathers' (ZeRO-3), the reductions' and the update's holds of each rank's
 // shards: offload_steps.h), and replays them against the tiers' budgets with the runtime's
 // eviction rules: LRU in the first step, Belady's MIN over the recorded step from then on, a
 // device victim to the host tier when it has room and to NVMe otherwise, a clean victim preferred
@@ -56,10 +56,14 @@ struct OffloadInput {
   DType compute = DType::F32;  // bf16 / f16: the copies' dtype
   int64_t micro_batches = 1;   // forwards and backwards per step
   OffloadBudgets budgets;
-  // Data parallelism: each rank offloads its own ZeRO shards, one bucket per unit (ZeRO-3, the
-  // stage modelled under dp).
+  // Data parallelism: each rank offloads its own ZeRO shards: at ZeRO-3 one bucket per unit; at
+  // ZeRO-1/2 DataParallel's buckets of `bucket_bytes` (parallel.bucket_mb) over the parameters in
+  // reverse order, filled as one backward makes the gradients ready (`grad_order`: indices into
+  // tensors, in the order their grad-ready hooks fire; gradient_ready_order() records it).
   int dp = 1;
   int zero_stage = 0;
+  int64_t bucket_bytes = int64_t(25) << 20;
+  std::vector<size_t> grad_order;
   // Under dp: the step scales its gradient shards in a pass of its own (clipping that triggers,
   // an fp16 loss scale; 1/micro-batches always does). One process scales inside the update.
   bool scaled = false;
@@ -115,6 +119,11 @@ OffloadInput offload_input(const models::ModelConfig& config, DType compute,
                            const OffloadBudgets& budgets, int64_t micro_batches,
                            const std::function<void(models::CausalLM&)>& transform = {},
                            const PipelineRank& pipeline = {});
+
+// The order in which one training backward of `config`'s model (built on the meta device, one
+// row of two tokens) makes the gradients of `in.tensors` ready: the order DataParallel's hooks
+// see them, which sets when each ZeRO-1/2 bucket is complete.
+std::vector<size_t> gradient_ready_order(const models::ModelConfig& config, const OffloadInput& in);
 
 // Seconds the disk is busy with one step's NVMe transfers at its sequential read and write
 // bandwidths (bytes/s): reads and writes share the one device, so their times add (the quiet

@@ -2,7 +2,8 @@
 // The offload model's inside (offload_model.h): a rank's chunk layout and the chunk accesses its
 // start-up and one step make, as the trainer's offload code makes them. One process (or a
 // tensor-parallel rank) in offload_steps.cpp, a ZeRO-3 data-parallel rank's shards in
-// offload_zero3.cpp; offload_model.cpp replays either against the tiers. Plan-internal.
+// offload_zero3.cpp, a ZeRO-1/2 rank's in offload_zero12.cpp; offload_model.cpp replays them
+// against the tiers. Plan-internal.
 #pragma once
 
 #include <array>
@@ -65,5 +66,6 @@ struct RankSteps {
 
 RankSteps one_process_steps(const OffloadInput& in, int64_t chunk_bytes);
 RankSteps zero3_steps(const OffloadInput& in, int64_t chunk_bytes);
+RankSteps zero12_steps(const OffloadInput& in, int64_t chunk_bytes);
 
 }  // namespace tessel::plan::offload

@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: Apache-2.0
+// A ZeRO-1 or ZeRO-2 data-parallel rank's chunks and accesses for the offload model
+// (offload_steps.h), as the runtime makes them (train/strategy/offload_shards.cpp,
+// parallel/data/data_parallel.cpp, parallel/zero/zero_optimizer.cpp, train/optim/grad_norm.cpp):
+// the parameters stay replicated in plain memory; DataParallel's buckets (reverse model order,
+// cut at parallel.bucket_mb) give each rank a row of chunks: at stage 2 the bucket's full
+// gradient buffer (when every bucket fits a chunk) and this rank's gradient shard, at stage 1
+// the whole all-reduced buffer (when every one fits), and both AdamW moments' shards. Backward
+// holds a bucket's buffer in the device tier from its first gradient until its reduction is
+// retired (the next launch retires it: one reduction in flight); stage 2's reduce_scatter writes
+// the shard in the host tier and the buffer is then discarded; the norm, the scaling and the
+// update read and write the gradients and moments in the host tier. Rank 0's view: stage 2's
+// norm reads only the parameters that overlap its block of each bucket.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "tessel/core/error.h"
+#include "tessel/plan/offload_steps.h"
+
+namespace tessel::plan::offload {
+
+namespace {
+
+struct Bucket {
+  std::vector<size_t> tensors;  // in the order they were added (reverse model order)
+  int64_t numel = 0, padded = 0;
+  int flat = -1;   // the buffer backward writes (stage 2: full; stage 1: the all-reduced one)
+  int shard = -1;  // stage 2: this rank's gradient shard; stage 1: -1
+  int m = -1, v = -1;
+};
+
+class Writer {
+ public:
+  explicit Writer(std::vector<Event>& ev) : ev_(ev) {}
+  void access(int c, Tier t, bool write) { ev_.push_back({Event::Access, c, t, write}); }
+  void release(int c) { ev_.push_back({Event::Release, c, Tier::None, false}); }
+  void free(int c) { ev_.push_back({Event::Free, c, Tier::None, false}); }
+
+ private:
+  std::vector<Event>& ev_;
+};
+
+}  // namespace
+
+RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
+  const int stage = in.zero_stage;
+  const int64_t dp = in.dp;
+  const size_t n = in.tensors.size();
+  TESSEL_CHECK(stage == 1 || stage == 2, "offload model: zero12_steps at ZeRO-", stage);
+  TESSEL_CHECK(in.bucket_bytes > 0, "offload model: bucket bytes ", in.bucket_bytes,
+               " must be > 0");
+  TESSEL_CHECK(in.grad_order.size() == n, "offload model: the gradient order names ",
+               in.grad_order.size(), " tensors of ", n);
+  // DataParallel's buckets: from the last parameter back, a new one when the next would pass
+  // the bucket size (a larger parameter gets one of its own).
+  std::vector<Bucket> buckets;
+  std::vector<size_t> bucket_of(n);
+  std::vector<int64_t> offset(n);
+  int64_t current = 0;
+  for (size_t i = n; i-- > 0;) {
+    const int64_t bytes = 4 * in.tensors[i].numel;
+    if (buckets.empty() || (current > 0 && current + bytes > in.bucket_bytes)) {
+      buckets.emplace_back();
+      current = 0;
+    }
+    Bucket& b = buckets.back();
+    bucket_of[i] = buckets.size() - 1;
+    offset[i] = b.numel;
+    b.tensors.push_back(i);
+    b.numel += in.tensors[i].numel;
+    current += bytes;
+  }
+  for (Bucket& b : buckets) b.padded = (b.numel + dp - 1) / dp * dp;
+  // The buffers go into chunks when the largest fits one (Trainer::buckets_fit).
+  int64_t largest = 0;
+  for (const Bucket& b : buckets)
+    largest = std::max(largest, round_up(4 * (stage == 2 ? b.padded : b.numel), kTensorAlignment));
+  const bool in_chunks = largest <= cb;
+
+  // Registered bucket by bucket (offload_shards.cpp): full buffer, gradient, both moments.
+  ChunkLists lists(cb);
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    Bucket& b = buckets[k];
+    const std::string name = "bucket " + std::to_string(k);
+    const int64_t shard = 4 * b.padded / dp;
+    if (stage == 2) {
+      if (in_chunks) b.flat = lists.add(kBucket, 4 * b.padded, name + " gradient bucket");
+      b.shard = lists.add(kGrad, shard, name + " gradient shard");
+    } else if (in_chunks) {
+      b.flat = lists.add(kGrad, 4 * b.numel, name + " gradient shard");
+    }
+    b.m = lists.add(kMomentM, shard, name + " exp_avg shard");
+    b.v = lists.add(kMomentV, shard, name + " exp_avg_sq shard");
+  }
+  RankSteps r;
+  r.group_of = lists.group_of();
+  r.state_bytes = lists.bytes();
+  // The start-up checks: three buffers in the device tier (the one reducing and the ones backward
+  // fills); the update's row of the gradients and both moments in the host tier.
+  std::set<int> flats;
+  for (const Bucket& b : buckets)
+    if (b.flat >= 0) flats.insert(b.flat);
+  r.working_set = std::min(3, int(flats.size()));
+  const bool grads = stage == 2 || in_chunks;
+  r.host_row = 2 + (grads ? 1 : 0);
+
+  // The gradient chunks hold no bytes before the first reduction writes them.
+  const auto free_gradients = [&](Writer& out) {
+    for (const Bucket& b : buckets) {
+      if (b.shard >= 0) out.free(b.shard);
+      if (b.flat >= 0) out.free(b.flat);
+    }
+  };
+  Writer start(r.start), w(r.step);
+  free_gradients(start);
+
+  // A chunk of full buffers is freed once every buffer in it is discarded this step.
+  std::map<int, int> buffers, discarded;
+  if (stage == 2)
+    for (const Bucket& b : buckets)
+      if (b.flat >= 0) ++buffers[b.flat];
+  std::vector<char> held(buckets.size(), 0), shard_held(buckets.size(), 0);
+  std::vector<int64_t> arrived(buckets.size(), 0), pending(buckets.size(), 0);
+  size_t next_launch = 0, next_release = 0;
+  const auto hold = [&](size_t k) {  // DataParallel::hold_bucket
+    if (!in_chunks || held[k]) return;
+    w.access(buckets[k].flat, Tier::Device, true);
+    held[k] = 1;
+  };
+  const auto let_go = [&](size_t k) {
+    if (!held[k]) return;
+    w.release(buckets[k].flat);
+    held[k] = 0;
+  };
+  const auto retire = [&](size_t keep) {  // DataParallel::retire_reductions
+    while (next_launch - next_release > keep) {
+      const size_t k = next_release++;
+      if (shard_held[k]) {
+        w.release(buckets[k].shard);
+        shard_held[k] = 0;
+      }
+      let_go(k);
+      if (stage == 2 && in_chunks && ++discarded[buckets[k].flat] == buffers[buckets[k].flat]) {
+        discarded[buckets[k].flat] = 0;
+        w.free(buckets[k].flat);
+      }
+    }
+  };
+  const auto launch_next = [&] {
+    if (stage == 2 || in_chunks) retire(0);
+    const size_t k = next_launch++;
+    hold(k);
+    if (stage == 2) {  // the reduce_scatter writes this rank's shard in the host tier
+      w.access(buckets[k].shard, Tier::Host, true);
+      shard_held[k] = 1;
+    }
+  };
+  for (int64_t mb = 0; mb < in.micro_batches; ++mb) {
+    const bool sync = mb == in.micro_batches - 1;
+    for (size_t k = 0; k < buckets.size(); ++k) pending[k] = int64_t(buckets[k].tensors.size());
+    for (size_t t : in.grad_order) {
+      const size_t k = bucket_of[t];
+      hold(k);  // accumulate_held: backward writes the gradient into the held buffer
+      if (in_chunks && ++arrived[k] == int64_t(buckets[k].tensors.size()) && !sync) {
+        arrived[k] = 0;
+        let_go(k);  // a no-sync backward delivered the whole bucket
+      }
+      if (!sync) continue;
+      --pending[k];
+      while (next_launch < buckets.size() && pending[next_launch] == 0) launch_next();
+    }
+  }
+  // finish_gradient_sync: the rest launched, stage 2's laid-out buffers retired in order; what
+  // is still held lets go as the step's state is reset.
+  while (next_launch < buckets.size()) launch_next();
+  if (stage == 2 && in_chunks) retire(0);
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    let_go(k);
+    if (shard_held[k]) {
+      w.release(buckets[k].shard);
+      shard_held[k] = 0;
+    }
+  }
+  // Whose gradients the norm, the scaling and the update read: stage 1's whole buffer, stage 2's
+  // shard; none in chunks when stage 1's buffers are plain memory.
+  const auto gradient = [&](const Bucket& b) { return stage == 2 ? b.shard : b.flat; };
+  // The norm: the parameters in model order, a run of one chunk held at a time (stage 2: the
+  // parameters that overlap rank 0's block of their bucket).
+  int last = -1;
+  for (size_t t = 0; t < n; ++t) {
+    const Bucket& b = buckets[bucket_of[t]];
+    if (stage == 2 && offset[t] >= b.padded / dp) continue;
+    const int c = gradient(b);
+    if (c < 0 || c == last) continue;
+    w.access(c, Tier::Host, false);
+    w.release(c);
+    last = c;
+  }
+  // The scaling (1/grad_accum, a loss scale, clipping): each bucket's gradients, in bucket order.
+  if (in.micro_batches > 1 || in.scaled)
+    for (const Bucket& b : buckets)
+      if (gradient(b) >= 0) {
+        w.access(gradient(b), Tier::Host, true);
+        w.release(gradient(b));
+      }
+  for (const Bucket& b : buckets) {  // the update, bucket by bucket
+    w.access(b.m, Tier::Host, true);
+    w.access(b.v, Tier::Host, true);
+    if (gradient(b) >= 0) w.access(gradient(b), Tier::Host, false);
+    if (gradient(b) >= 0) w.release(gradient(b));
+    w.release(b.m);
+    w.release(b.v);
+  }
+  free_gradients(w);
+  return r;
+}
+
+}  // namespace tessel::plan::offload
