@@ -9,12 +9,13 @@ host tier holding everything). A device budget below the working set is refused 
 the same smallest budget. With MPIRUN, rank 0 of `--tp 2` (its own pieces, offloaded as one process
 does) in f32 and in bf16 with sequence parallelism, and rank 0 of `--dp 2` at ZeRO-3 (its shards:
 the gathers', the reductions' and the update's holds), with the gradient buckets in chunks and in
-plain memory, clipped, over two micro-batches, in bf16 and for the LLaMA, exactly too; and rank 0
+plain memory, clipped, over two micro-batches, in bf16 and for the LLaMA, exactly too; rank 0
 of `--dp 2` at ZeRO-1 and ZeRO-2 (DataParallel's buckets of 1 MiB filled in the order backward
 makes the gradients ready, each one's buffer held until its reduction is retired, the norm, the
 scaling and the update in the host tier) with the buffers in chunks and in plain memory, clipped
-and over two micro-batches. A GPT-2 with C = 26, 2 heads, 5 blocks and sequences of 9; for
-ZeRO-1/2 one with C = 128, 4 heads, 4 blocks (four buckets).
+and over two micro-batches; and memory.nvme_budget at the fewest slots the runtime accepts (one
+process, ZeRO-2), the swap file that size. A GPT-2 with C = 26, 2 heads, 5 blocks and sequences
+of 9; for ZeRO-1/2 one with C = 128, 4 heads, 4 blocks (four buckets).
 
 Usage: offload_plan_check.py TESSEL WORKDIR [MPIRUN]
 """
@@ -37,7 +38,8 @@ CHUNK = 32 << 10  # the largest tensor, the 257 x 26 embedding (26,728 bytes), f
 # micro-batches, model, layout, chunk KiB). Layouts: "" one process; "tp": rank 0 of --tp 2 (with
 # --sp for bf16); "dp": rank 0 of --dp 2 at ZeRO-3, no clipping; "dp-clip": the same with every
 # step clipped (a scaling pass over the gradient shards); "z1", "z2" (and "-clip"): rank 0 of
-# --dp 2 at ZeRO-1 or 2 with buckets of 1 MiB; "pp[-SCHEDULE]": rank 0 of --pp 2.
+# --dp 2 at ZeRO-1 or 2 with buckets of 1 MiB; "pp[-SCHEDULE]": rank 0 of --pp 2. An eleventh
+# field "min": memory.nvme_budget of the fewest slots the runtime accepts (default: one a chunk).
 CASES = [
     ("f32, every tier", "fp32", 0, 6, True, 0, 1, "gpt2", "", 32),
     ("f32, every tier, prefetch 4", "fp32", 0, 6, True, 4, 1, "gpt2", "", 32),
@@ -74,6 +76,11 @@ CASES = [
      1536),
     ("dp 2 ZeRO-2, buckets in plain memory", "fp32", 1, 3, True, 0, 1, "gpt2m", "z2", 512),
     ("dp 2 ZeRO-2, prefetch 8", "fp32", 1, 4, True, 8, 1, "gpt2m", "z2", 1536),
+    # memory.nvme_budget at its smallest, n - M + 1 slots (M: the host tier's chunks): slots
+    # taken back from chunks in memory.
+    ("f32, the smallest NVMe budget", "fp32", 0, 6, True, 0, 1, "gpt2", "", 32, "min"),
+    ("dp 2 ZeRO-2, the smallest NVMe budget", "fp32", 0, 4, True, 0, 1, "gpt2m", "z2", 1536,
+     "min"),
 ]
 
 FIELDS = ["nvme_read_bytes", "nvme_write_bytes", "h2d_bytes", "d2h_bytes", "evictions",
@@ -120,19 +127,22 @@ def train_flags(layout, precision):
     return []
 
 
-def plan(tessel, config, precision, device, host, nvme, micro_batches, layout="", chunk=CHUNK):
+def plan(tessel, config, precision, device, host, nvme, micro_batches, layout="", chunk=CHUNK,
+         nvme_budget=0):
     cmd = [tessel, "plan", "offload", "-m", config, "--precision", precision, "--chunk-size",
            str(chunk), "--device-budget", str(device * chunk), "--host-budget",
            str(host * chunk), "--grad-accum", str(micro_batches), "--steps", str(STEPS),
-           "--json"] + (["--nvme"] if nvme else []) + plan_flags(layout, precision)
+           "--json"] + (["--nvme", "--nvme-budget", str(nvme_budget)] if nvme else []) + \
+        plan_flags(layout, precision)
     return json.loads(run(cmd).stdout)
 
 
 def train(tessel, work, tag, config, precision, device, host, nvme, prefetch, micro_batches,
-          env, launch=None, layout="", chunk=CHUNK):
+          env, launch=None, layout="", chunk=CHUNK, nvme_budget=0):
     d = os.path.join(work, tag)
     sets = [f"memory.chunk_size={chunk}", f"memory.device_budget={device * chunk}",
             f"memory.host_budget={host * chunk}", f"memory.prefetch={prefetch}",
+            f"memory.nvme_budget={nvme_budget}",
             f"train.precision={precision}", f"train.grad_accum={micro_batches}",
             "train.micro_batch=2", f"checkpoint.dir={d}", "checkpoint.interval=0"]
     if nvme:
@@ -153,8 +163,8 @@ def main():
                "gpt2m": write_json(os.path.join(work, "gpt2m.json"),
                                    gpt2_config(vocab, n_positions=17, n_embd=128, n_layer=4,
                                                n_head=4))}
-    for i, (what, precision, extra, host, nvme, prefetch, mb, model, layout,
-            kib) in enumerate(CASES):
+    for i, (what, precision, extra, host, nvme, prefetch, mb, model, layout, kib,
+            *slots) in enumerate(CASES):
         if layout and not mpirun:
             print(f"{what}: skipped (no mpirun)")
             continue
@@ -162,9 +172,15 @@ def main():
         launch = mpi_prefix(mpirun) + ["-np", "2"] if layout else None
         device = plan(tessel, configs[model], precision, 256, 256, True, mb, layout,
                       chunk)["device_working_set"] + extra
-        p = plan(tessel, configs[model], precision, device, host, nvme, mb, layout, chunk)
+        nvme_budget = 0
+        if slots:  # n - M + 1 chunks, the fewest slots eviction can need
+            n = plan(tessel, configs[model], precision, device, host, nvme, mb, layout,
+                     chunk)["chunks"]
+            nvme_budget = (n - host + 1) * chunk
+        p = plan(tessel, configs[model], precision, device, host, nvme, mb, layout, chunk,
+                 nvme_budget)
         cmd, d = train(tessel, work, f"run{i}", configs[model], precision, device, host, nvme,
-                       prefetch, mb, env, launch, layout, chunk)
+                       prefetch, mb, env, launch, layout, chunk, nvme_budget)
         r = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if r.returncode != 0:
             fail(f"{what}: {' '.join(cmd)} exited {r.returncode}\n{r.stderr[-2000:]}")
@@ -187,6 +203,8 @@ def main():
         if not any(s["nvme_read_bytes"] or s["h2d_bytes"] for s in measured[1:]):
             fail(f"{what}: nothing moved after step 1, the case tests nothing: {measured}")
         file_bytes = recs[-1]["nvme_file_bytes"]
+        if nvme_budget and file_bytes != nvme_budget:
+            fail(f"{what}: swap file {file_bytes} bytes, memory.nvme_budget {nvme_budget}")
         if file_bytes != p["nvme_file_bytes"]:
             fail(f"{what}: swap file {file_bytes} bytes, predicted {p['nvme_file_bytes']}")
         s = measured[-1]

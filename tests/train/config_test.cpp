@@ -116,7 +116,7 @@ const std::vector<std::string> kAllKeys = {
     "log.jsonl",          "log.tensorboard",     "sample.tokens",       "sample.prompt",
     "sample.temperature", "sample.top_k",        "sample.seed",
     "machine.peak_gflops", "memory.device_budget", "memory.host_budget", "memory.nvme_dir",
-    "memory.chunk_size",   "memory.prefetch",     "fault.nan_at_step",  "fault.kill_at_step",
+    "memory.nvme_budget",  "memory.chunk_size",   "memory.prefetch",     "fault.nan_at_step",  "fault.kill_at_step",
     "fault.save_delay_ms"};
 // clang-format on
 

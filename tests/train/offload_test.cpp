@@ -168,6 +168,31 @@ TEST(Offload, RefusesUnusableSettingsNamingTheSmallestBudget) {
     mixed.memory.host_budget = std::to_string(5 * kChunk);
     EXPECT_EQ(error_of(mixed), "") << precision;
   }
+  // memory.nvme_budget: too small for the n chunks to fit the tiers, refused; below the n - M + 1
+  // chunks eviction can leave on NVMe (M = 4, the host tier's), refused naming that size, which
+  // works; without an NVMe directory, refused by name.
+  TrainConfig capped = offloaded(c, need / kChunk, 4, nvme);
+  capped.memory.nvme_budget = std::to_string(kChunk);
+  e = error_of(capped);
+  ASSERT_NE(e.find(" chunks of "), std::string::npos) << e;
+  EXPECT_NE(e.find("do not fit the tiers"), std::string::npos) << e;
+  EXPECT_NE(e.find("(or raise memory.nvme_budget)"), std::string::npos) << e;
+  const size_t n = std::stoull(e.substr(e.find("the ") + 4));
+  capped.memory.nvme_budget = std::to_string((n - 4) * kChunk);
+  e = error_of(capped);
+  EXPECT_NE(e.find("the smallest NVMe budget that works is " + std::to_string((n - 3) * kChunk)),
+            std::string::npos)
+      << e;
+  const size_t slots = (n - 3) * kChunk;
+  capped.memory.nvme_budget = std::to_string(slots);
+  EXPECT_EQ(error_of(capped), "");
+  capped.memory.nvme_dir = "";
+  capped.memory.host_budget = "64MiB";
+  e = error_of(capped);
+  EXPECT_NE(
+      e.find("memory.nvme_budget = \"" + std::to_string(slots) + "\" without memory.nvme_dir"),
+      std::string::npos)
+      << e;
   TrainConfig bad = offloaded(c, 64, 64, "");
   bad.memory.device_budget = "12 parsecs";
   e = error_of(bad);

@@ -30,7 +30,7 @@ namespace {
 struct OffloadArgs {
   std::string model;
   std::string precision = "fp32";
-  std::string chunk_size = "64MiB", device_budget, host_budget = "0";
+  std::string chunk_size = "64MiB", device_budget, host_budget = "0", nvme_budget = "0";
   bool nvme = false;
   int64_t micro_batch = 1, seq = 0, grad_accum = 1;
   int tp = 1, tp_rank = 0;
@@ -64,6 +64,8 @@ void run_offload(const OffloadArgs& a) {
   b.device_budget = int64_t(train::parse_byte_size("--device-budget", a.device_budget));
   b.host_budget = int64_t(train::parse_byte_size("--host-budget", a.host_budget));
   b.nvme = a.nvme;
+  b.nvme_budget = int64_t(train::parse_byte_size("--nvme-budget", a.nvme_budget));
+  TESSEL_CHECK(a.nvme || b.nvme_budget == 0, "plan offload: --nvme-budget without --nvme");
   // A tensor-parallel rank offloads its own pieces as one process does.
   TESSEL_CHECK(a.tp_rank >= 0 && a.tp_rank < a.tp, "plan offload: --tp-rank ", a.tp_rank,
                " is not a rank of --tp ", a.tp);
@@ -189,6 +191,9 @@ void add_plan_offload_command(CLI::App& plan) {
   cmd->add_option("--device-budget", a->device_budget, "memory.device_budget")->required();
   cmd->add_option("--host-budget", a->host_budget, "memory.host_budget")->capture_default_str();
   cmd->add_flag("--nvme", a->nvme, "memory.nvme_dir is set (an NVMe tier below the host)");
+  cmd->add_option("--nvme-budget", a->nvme_budget,
+                  "memory.nvme_budget (0: a swap-file slot for every chunk)")
+      ->capture_default_str();
   cmd->add_option("-b,--micro-batch", a->micro_batch, "Rows per micro-batch (step time only)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -59,8 +59,8 @@ OpTime op_time(const Cluster& cluster, const OpNode& op, double cache_hit = 0);
 // Per op of `ops` (in the order they run), the share of its input bytes whose reuse distance —
 // the bytes of the distinct storages the ops read or wrote since the op that last read or wrote
 // the same storage (LRU stack distance) — plus the input's own bytes is at most `cache_bytes`:
-// an LRU cache of that size still holds them. Parameters and other leaves count from their first touch; a tensor never
-// touched before in the list misses. All zeros when `cache_bytes` <= 0.
+// an LRU cache of that size still holds them. Parameters and other leaves count from their first
+// touch; a tensor never touched before in the list misses. All zeros when `cache_bytes` <= 0.
 std::vector<double> cache_hit_fractions(const std::vector<OpNode>& ops, double cache_bytes);
 
 struct ComputeTime {

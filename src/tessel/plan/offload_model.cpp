@@ -22,11 +22,12 @@ using offload::Tier;
 // The tiers and the eviction policy, replayed access by access.
 class Replay {
  public:
-  Replay(int chunks, const OffloadBudgets& b, int64_t cb)
+  Replay(int chunks, const OffloadBudgets& b, int64_t cb, int64_t slots)
       : cb_(cb),
         cap_dev_(b.device_budget / cb),
         cap_host_(b.host_budget / cb),
         nvme_(b.nvme),
+        slots_(slots),
         c_(size_t(chunks)) {
     in_tier_[int(Tier::None)] = chunks;
   }
@@ -42,6 +43,7 @@ class Replay {
         set_tier(c, Tier::Host);
       } else {
         set_tier(c, Tier::Nvme);
+        take_slot(-1);
         c.valid = c.slot = true;
       }
       tiers.push_back(c.tier);
@@ -61,6 +63,7 @@ class Replay {
       Chunk& c = c_[size_t(e.chunk)];
       if (e.kind == Event::Free) {
         set_tier(c, Tier::None);
+        if (c.slot) --slots_used_;
         c.valid = c.slot = false;
         continue;
       }
@@ -169,14 +172,33 @@ class Replay {
     if (c.valid && c.slot) {
       ++t_.clean_evictions;
     } else {
+      if (!c.slot) take_slot(int(i));
       t_.nvme_write_bytes += cb_;
       c.valid = c.slot = true;
     }
     set_tier(c, Tier::Nvme);
   }
+  // ChunkManager::take_nvme_slot: a free slot, else the first chunk in memory (by id) that holds
+  // one gives it back and with it its clean copy.
+  void take_slot(int exclude) {
+    if (slots_used_ < slots_) {
+      ++slots_used_;
+      return;
+    }
+    for (size_t i = 0; i < c_.size(); ++i) {
+      Chunk& c = c_[i];
+      if (int(i) == exclude || !c.slot || (c.tier != Tier::Device && c.tier != Tier::Host))
+        continue;
+      c.slot = c.valid = false;
+      return;  // the slot changes hands: as many in use as before
+    }
+    TESSEL_FAIL("offload model: all ", slots_, " NVMe slots are in use and no chunk in memory ",
+                "holds one to give back");
+  }
 
   int64_t cb_, cap_dev_, cap_host_;
   bool nvme_;
+  int64_t slots_, slots_used_ = 0;
   std::vector<Chunk> c_;
   int64_t in_tier_[4] = {};  // chunks per Tier
   std::vector<int> trace_;
@@ -255,10 +277,34 @@ OffloadPrediction predict_offload(const OffloadInput& in, int steps) {
                "host budget that works is ",
                int64_t(p.chunks) * cb, " bytes (or set memory.nvme_dir)");
 
+  // NVMe slots, as seal() reserves and checks them.
+  const int64_t n = p.chunks;
+  TESSEL_CHECK(in.budgets.nvme_budget >= 0, "memory.nvme_budget must be >= 0, got ",
+               in.budgets.nvme_budget);
+  int64_t slots = !in.budgets.nvme              ? 0
+                  : in.budgets.nvme_budget == 0 ? n
+                                                : in.budgets.nvme_budget / cb;
+  if (in.budgets.nvme && in.budgets.nvme_budget > 0) {
+    TESSEL_CHECK(dev / cb + host / cb + slots >= n, "the ", n, " chunks of ", cb, " bytes (",
+                 n * cb, " bytes) do not fit the tiers: memory.device_budget ", dev,
+                 " + memory.host_budget ", host, " + NVMe ", slots * cb, " hold ",
+                 dev / cb + host / cb + slots, " chunks; the smallest host budget that works is ",
+                 host / cb * cb + (n - dev / cb - host / cb - slots) * cb,
+                 " (or raise memory.nvme_budget)");
+    // ChunkManager::check_nvme_budget: all but the chunks of the full tier, and the victim.
+    const int64_t full = std::min(n, host / cb >= 1 ? host / cb : dev / cb);
+    TESSEL_CHECK(slots >= n - full + 1, "memory.nvme_budget of ", in.budgets.nvme_budget,
+                 " bytes holds ", slots, " chunks of ", cb, " bytes, but eviction can leave ",
+                 n - full + 1, " of the ", n,
+                 " chunks on NVMe at once: the smallest NVMe budget "
+                 "that works is ",
+                 (n - full + 1) * cb, " bytes");
+    slots = std::min(slots, n);
+  }
   for (int g = 0; g < offload::kNumGroups; ++g)
     if (std::count(group_of.begin(), group_of.end(), g) > 0)
       p.groups.push_back({offload::kGroupNames[g]});
-  Replay r(p.chunks, in.budgets, cb);
+  Replay r(p.chunks, in.budgets, cb, slots);
   const std::vector<Tier> placed = r.place();
   for (size_t i = 0; i < placed.size(); ++i) {
     OffloadGroup& x = *std::find_if(p.groups.begin(), p.groups.end(), [&](const OffloadGroup& y) {
@@ -268,7 +314,7 @@ OffloadPrediction predict_offload(const OffloadInput& in, int steps) {
     ++(placed[i] == Tier::Device ? x.device : placed[i] == Tier::Host ? x.host : x.nvme);
     if (placed[i] == Tier::Nvme) p.start_nvme_write_bytes += cb;  // seal() writes it there
   }
-  p.nvme_file_bytes = in.budgets.nvme ? int64_t(p.chunks) * cb : 0;
+  p.nvme_file_bytes = slots * cb;
   r.run(rank.start, nullptr);  // not part of any step
   std::vector<int> trace;
   p.steps.push_back(r.run(rank.step, &trace));

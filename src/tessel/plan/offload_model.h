@@ -31,7 +31,10 @@ struct OffloadBudgets {
   int64_t chunk_bytes = int64_t(64) << 20;  // rounded up to 4 KiB, as the runtime does
   int64_t device_budget = 0;
   int64_t host_budget = 0;
-  bool nvme = false;  // memory.nvme_dir set (one swap-file slot per chunk, memory.nvme_budget 0)
+  bool nvme = false;  // memory.nvme_dir set
+  // memory.nvme_budget: 0 reserves a swap-file slot for every chunk; fewer slots than chunks are
+  // taken back from chunks in memory when an eviction needs one (their clean copies lost).
+  int64_t nvme_budget = 0;
 };
 
 // One trained parameter (f32 master), in the optimizer's order.

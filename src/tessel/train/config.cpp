@@ -154,6 +154,8 @@ std::vector<KeyDef> build_key_table() {
                         "Offload: bytes of the device tier (\"512MiB\"); \"\": no offload"),
       TESSEL_CONFIG_KEY(memory, host_budget, non_empty(), "Offload: bytes of the host tier"),
       TESSEL_CONFIG_KEY(memory, nvme_dir, any(), "Offload: NVMe tier directory; \"\": none"),
+      TESSEL_CONFIG_KEY(memory, nvme_budget, non_empty(),
+                        "Offload: bytes of the NVMe tier's swap file; 0: a slot per chunk"),
       TESSEL_CONFIG_KEY(memory, chunk_size, non_empty(), "Offload: bytes of one chunk"),
       TESSEL_CONFIG_KEY(memory, prefetch, at_least(0),
                         "Offload: chunk accesses read ahead along the traced step; 0: none"),

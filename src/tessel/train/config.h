@@ -104,6 +104,7 @@ struct MemorySection {
   std::string device_budget;  // "": no offload (every state stays in plain memory)
   std::string host_budget = "0";
   std::string nvme_dir;              // "": no NVMe tier
+  std::string nvme_budget = "0";     // bytes of swap-file slots; 0: one for every chunk
   std::string chunk_size = "64MiB";  // one chunk's payload
   int64_t prefetch = 8;              // chunk accesses read ahead along the traced step; 0: none
   bool enabled() const { return !device_budget.empty(); }

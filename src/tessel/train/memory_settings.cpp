@@ -42,6 +42,7 @@ void validate_memory(const TrainConfig& c) {
   const MemorySection& m = c.memory;
   if (m.enabled()) parse_byte_size("memory.device_budget", m.device_budget);
   parse_byte_size("memory.host_budget", m.host_budget);
+  parse_byte_size("memory.nvme_budget", m.nvme_budget);
   TESSEL_CHECK(parse_byte_size("memory.chunk_size", m.chunk_size) > 0,
                "training config: memory.chunk_size must be > 0");
 }
@@ -53,6 +54,9 @@ void check_offload_settings(const TrainConfig& c) {
                  "\" without memory.device_budget: set the device budget to offload");
     return;
   }
+  TESSEL_CHECK(!m.nvme_dir.empty() || parse_byte_size("memory.nvme_budget", m.nvme_budget) == 0,
+               "training config: memory.nvme_budget = \"", m.nvme_budget,
+               "\" without memory.nvme_dir: set the directory of the NVMe tier");
   TESSEL_CHECK(c.fault.nan_at_step == 0,
                "training config: fault.nan_at_step = ", c.fault.nan_at_step,
                " with memory.device_budget set: not supported under offload");

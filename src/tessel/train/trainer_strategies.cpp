@@ -200,6 +200,7 @@ memory::MemoryConfig Trainer::offload_memory_config() const {
   mc.device_budget = parse_byte_size("memory.device_budget", m.device_budget);
   mc.host_budget = parse_byte_size("memory.host_budget", m.host_budget);
   mc.nvme_dir = m.nvme_dir;
+  mc.nvme_budget = parse_byte_size("memory.nvme_budget", m.nvme_budget);
   return mc;
 }
 
