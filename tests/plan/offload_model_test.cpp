@@ -249,10 +249,21 @@ TEST(OffloadModel, LaysOutZero12BucketsInReverseOrder) {
   e = error_of(in);
   EXPECT_NE(e.find("the gradient order names 3 tensors of 4"), std::string::npos) << e;
   in.grad_order.push_back(0);
+  // Mixed precision: the replicas' copies in a list of their own, first, held unit by unit on
+  // top of the buffers (one unit's two chunks of 666 bf16 values beside the root's).
   in.compute = DType::BF16;
   for (OffloadTensor& t : in.tensors) t.copy = true;
+  in.bucket_bytes = 2700;
+  in.budgets.device_budget = in.budgets.host_budget = 100 * kChunk;
+  in.budgets.nvme = false;
+  p = predict_offload(in);
+  ASSERT_EQ(p.groups.size(), 4u);
+  EXPECT_EQ(p.groups[0].name, "param16");
+  EXPECT_EQ(p.groups[0].chunks, 1);  // four copies of 666 bytes (704 placed)
+  EXPECT_EQ(p.device_working_set, 2 + 1);
+  in.compute = DType::F16;
   e = error_of(in);
-  EXPECT_NE(e.find("ZeRO-1 is modelled in f32"), std::string::npos) << e;
+  EXPECT_NE(e.find("ZeRO is modelled in f32 and bf16, not f16"), std::string::npos) << e;
 }
 
 // A pipeline rank's units run in its schedule's order; mixed precision and dp under a pipeline are

@@ -12,10 +12,11 @@ the gathers', the reductions' and the update's holds), with the gradient buckets
 plain memory, clipped, over two micro-batches, in bf16 and for the LLaMA, exactly too; rank 0
 of `--dp 2` at ZeRO-1 and ZeRO-2 (DataParallel's buckets of 1 MiB filled in the order backward
 makes the gradients ready, each one's buffer held until its reduction is retired, the norm, the
-scaling and the update in the host tier) with the buffers in chunks and in plain memory, clipped
-and over two micro-batches; and memory.nvme_budget at the fewest slots the runtime accepts (one
-process, ZeRO-2), the swap file that size. A GPT-2 with C = 26, 2 heads, 5 blocks and sequences
-of 9; for ZeRO-1/2 one with C = 128, 4 heads, 4 blocks (four buckets).
+scaling and the update in the host tier) with the buffers in chunks and in plain memory, clipped,
+over two micro-batches and in bf16 (the replicas' copies held unit by unit); and
+memory.nvme_budget at the fewest slots the runtime accepts (one process, ZeRO-2), the swap file
+that size. A GPT-2 with C = 26, 2 heads, 5 blocks and sequences of 9; for ZeRO-1/2 one with
+C = 128, 4 heads, 4 blocks (four buckets).
 
 Usage: offload_plan_check.py TESSEL WORKDIR [MPIRUN]
 """
@@ -76,6 +77,8 @@ CASES = [
      1536),
     ("dp 2 ZeRO-2, buckets in plain memory", "fp32", 1, 3, True, 0, 1, "gpt2m", "z2", 512),
     ("dp 2 ZeRO-2, prefetch 8", "fp32", 1, 4, True, 8, 1, "gpt2m", "z2", 1536),
+    ("dp 2 ZeRO-1, bf16 replica copies", "bf16", 0, 4, True, 0, 1, "gpt2m", "z1", 1536),
+    ("dp 2 ZeRO-2, bf16, two micro-batches", "bf16", 1, 5, True, 0, 2, "gpt2m", "z2", 1536),
     # memory.nvme_budget at its smallest, n - M + 1 slots (M: the host tier's chunks): slots
     # taken back from chunks in memory.
     ("f32, the smallest NVMe budget", "fp32", 0, 6, True, 0, 1, "gpt2", "", 32, "min"),

@@ -201,7 +201,7 @@ void add_plan_offload_command(CLI::App& plan) {
   cmd->add_option("--dp", a->dp, "Data-parallel ranks (each offloads its own ZeRO shards; rank 0)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--zero", a->zero, "ZeRO stage under --dp (1 and 2 in f32, 3 in f32 and bf16)")
+  cmd->add_option("--zero", a->zero, "ZeRO stage under --dp (f32 or bf16)")
       ->check(CLI::Range(1, 3))
       ->capture_default_str();
   cmd->add_option("--bucket-mb", a->bucket_mb,

@@ -5,6 +5,7 @@
 // root, then one per listed module), and under mixed precision the masters that get copies.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "tessel/autograd/engine.h"
@@ -85,12 +86,36 @@ std::vector<size_t> gradient_ready_order(const models::ModelConfig& config,
   for (size_t t = 0; t < in.tensors.size(); ++t) index[in.tensors[t].name] = t;
   std::vector<size_t> order;
   std::vector<std::pair<Tensor, int64_t>> hooks;
+  std::vector<Tensor> param(in.tensors.size());
   for (const auto& [name, p] : model->named_parameters()) {
     auto it = index.find(name);
     if (it == index.end()) continue;
     const size_t t = it->second;
+    param[t] = p;
     hooks.emplace_back(p, autograd::register_grad_ready_hook(
                               p, [&order, t](const Tensor&) { order.push_back(t); }));
+  }
+  // Under mixed precision the offloaded run's copies join the graph unit by unit, as each unit's
+  // forward starts (OffloadStrategy::on_pre_forward), so their casts' backwards, and with them
+  // the masters' gradients, come at the end of each unit's backward.
+  std::optional<nn::LowPrecisionScope> scope;
+  std::vector<std::pair<nn::Module*, int64_t>> unit_hooks;
+  if (in.compute != DType::F32) {
+    scope.emplace(std::vector<nn::Module*>{model.get()}, in.compute,
+                  [](const Tensor&) { return true; });
+    std::map<std::string, nn::Module*> modules;
+    for (auto& [path, m] : model->named_modules()) modules[path] = m;
+    for (const OffloadUnit& u : in.units) {
+      nn::Module* m = u.root ? model.get() : modules.at(u.name);
+      std::vector<Tensor> masters;
+      for (size_t t : u.tensors)
+        if (in.tensors[t].copy) masters.push_back(param[t]);
+      unit_hooks.emplace_back(m, m->register_forward_pre_hook(
+                                     [&scope, masters](nn::Module&, const std::vector<Tensor>&) {
+                                       for (const Tensor& master : masters)
+                                         scope->cast_deferred(master);
+                                     }));
+    }
   }
   const Tensor ids = empty({1, 2}, DType::I64), targets = empty({1, 2}, DType::I64);
   const Tensor loss = model->loss(ids, targets);
@@ -100,6 +125,7 @@ std::vector<size_t> gradient_ready_order(const models::ModelConfig& config,
     seed = ones(loss.shape(), loss.dtype());
   }
   autograd::backward({loss}, {seed});
+  for (auto& [m, h] : unit_hooks) m->remove_hook(h);
   for (auto& [p, h] : hooks) autograd::remove_grad_ready_hook(p, h);
   TESSEL_CHECK(order.size() == in.tensors.size(), "offload model: one backward made ", order.size(),
                " of the ", in.tensors.size(), " gradients ready");

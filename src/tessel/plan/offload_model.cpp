@@ -238,10 +238,6 @@ OffloadPrediction predict_offload(const OffloadInput& in, int steps) {
                " keeps every state replicated (parallel.zero_stage 1, 2 or 3)");
   TESSEL_CHECK(in.dp == 1 || in.compute == DType::F32 || in.compute == DType::BF16,
                "offload model: ZeRO is modelled in f32 and bf16, not ", dtype_name(in.compute));
-  TESSEL_CHECK(in.dp == 1 || in.zero_stage == 3 || in.compute == DType::F32, "offload model: ZeRO-",
-               in.zero_stage,
-               " is modelled in f32 (its 16-bit replica "
-               "copies, held unit by unit, are not yet)");
   TESSEL_CHECK(!in.pipeline.active() || (in.dp == 1 && in.compute == DType::F32),
                "offload model: pipeline stages are modelled on one rank per stage in f32 (under "
                "mixed precision a step keeps every unit's copies; with dp each rank's shards)");

@@ -125,7 +125,9 @@ OffloadInput offload_input(const models::ModelConfig& config, DType compute,
 
 // The order in which one training backward of `config`'s model (built on the meta device, one
 // row of two tokens) makes the gradients of `in.tensors` ready: the order DataParallel's hooks
-// see them, which sets when each ZeRO-1/2 bucket is complete.
+// see them, which sets when each ZeRO-1/2 bucket is complete. Under a 16-bit `in.compute` the
+// masters' copies are cast as each of `in.units` starts its forward, as the offloaded run
+// makes them.
 std::vector<size_t> gradient_ready_order(const models::ModelConfig& config, const OffloadInput& in);
 
 // Seconds the disk is busy with one step's NVMe transfers at its sequential read and write

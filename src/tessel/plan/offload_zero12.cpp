@@ -10,7 +10,10 @@
 // retired (the next launch retires it: one reduction in flight); stage 2's reduce_scatter writes
 // the shard in the host tier and the buffer is then discarded; the norm, the scaling and the
 // update read and write the gradients and moments in the host tier. Rank 0's view: stage 2's
-// norm reads only the parameters that overlap its block of each bucket.
+// norm reads only the parameters that overlap its block of each bucket. Under mixed precision
+// the replicas' 16-bit copies come first, in chunks of their own unit by unit (offload_copies.cpp):
+// each unit holds its copies in the device tier around its forward and through its backward until
+// its last gradient is ready, and after the update every copy is rounded again in the host tier.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -78,8 +81,29 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
     largest = std::max(largest, round_up(4 * (stage == 2 ? b.padded : b.numel), kTensorAlignment));
   const bool in_chunks = largest <= cb;
 
-  // Registered bucket by bucket (offload_shards.cpp): full buffer, gradient, both moments.
+  // The replicas' copies first, unit by unit in forward order (add_replica_copies), then the
+  // buckets' rows (offload_shards.cpp): full buffer, gradient, both moments.
   ChunkLists lists(cb);
+  const int64_t copy_size = dtype_size(in.compute);
+  std::vector<int> copy_of(n, -1);
+  for (const OffloadUnit& u : in.units)
+    for (size_t t : u.tensors)
+      if (in.tensors[t].copy)
+        copy_of[t] =
+            lists.add(kCopy, in.tensors[t].numel * copy_size, in.tensors[t].name + ".param16");
+  const size_t nu = in.units.size();
+  std::vector<std::vector<int>> unit_copies(nu);  // each unit's copies' chunks
+  std::vector<size_t> unit_of(n, 0);
+  for (size_t k = 0; k < nu; ++k) {
+    for (size_t t : in.units[k].tensors) {
+      unit_of[t] = k;
+      if (copy_of[t] >= 0) unit_copies[k].push_back(copy_of[t]);
+    }
+    std::sort(unit_copies[k].begin(), unit_copies[k].end());
+    unit_copies[k].erase(std::unique(unit_copies[k].begin(), unit_copies[k].end()),
+                         unit_copies[k].end());
+  }
+  const bool copies = std::any_of(copy_of.begin(), copy_of.end(), [](int c) { return c >= 0; });
   for (size_t k = 0; k < buckets.size(); ++k) {
     Bucket& b = buckets[k];
     const std::string name = "bucket " + std::to_string(k);
@@ -102,6 +126,18 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
   for (const Bucket& b : buckets)
     if (b.flat >= 0) flats.insert(b.flat);
   r.working_set = std::min(3, int(flats.size()));
+  if (copies) {  // a unit's copies with the root's units' (OffloadStrategy::build_units)
+    std::set<int> root;
+    for (size_t k = 0; k < nu; ++k)
+      if (in.units[k].root) root.insert(unit_copies[k].begin(), unit_copies[k].end());
+    int most = int(root.size());
+    for (size_t k = 0; k < nu; ++k) {
+      std::set<int> both = root;
+      both.insert(unit_copies[k].begin(), unit_copies[k].end());
+      most = std::max(most, int(both.size()));
+    }
+    r.working_set += most;
+  }
   const bool grads = stage == 2 || in_chunks;
   r.host_row = 2 + (grads ? 1 : 0);
 
@@ -114,6 +150,25 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
   };
   Writer start(r.start), w(r.step);
   free_gradients(start);
+  // Every copy rounded from its replica, a chunk at a time in the host tier (refresh_copies):
+  // at start-up and after each update.
+  const auto refresh = [&](Writer& out) {
+    int held_copy = -1;
+    for (size_t t = 0; t < n; ++t) {
+      if (copy_of[t] < 0 || copy_of[t] == held_copy) continue;
+      if (held_copy >= 0) out.release(held_copy);
+      out.access(copy_of[t], Tier::Host, true);
+      held_copy = copy_of[t];
+    }
+    if (held_copy >= 0) out.release(held_copy);
+  };
+  refresh(start);
+  const auto hold_unit = [&](size_t k) {
+    for (int c : unit_copies[k]) w.access(c, Tier::Device, false);
+  };
+  const auto let_go_unit = [&](size_t k) {
+    for (int c : unit_copies[k]) w.release(c);
+  };
 
   // A chunk of full buffers is freed once every buffer in it is discarded this step.
   std::map<int, int> buffers, discarded;
@@ -156,19 +211,48 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
       shard_held[k] = 1;
     }
   };
+  std::vector<int64_t> unit_pending(nu);
+  std::vector<char> unit_started(nu);
   for (int64_t mb = 0; mb < in.micro_batches; ++mb) {
     const bool sync = mb == in.micro_batches - 1;
     for (size_t k = 0; k < buckets.size(); ++k) pending[k] = int64_t(buckets[k].tensors.size());
+    if (copies) {
+      // Forward: the root's units held from the root's forward to its end, each other unit
+      // around its own; backward meets the root's output first (its units in reverse order).
+      for (size_t k = 0; k < nu; ++k)
+        if (in.units[k].root) hold_unit(k);
+      for (size_t k = 0; k < nu; ++k)
+        if (!in.units[k].root) {
+          hold_unit(k);
+          let_go_unit(k);
+        }
+      for (size_t k = 0; k < nu; ++k)
+        if (in.units[k].root) let_go_unit(k);
+      for (size_t k = nu; k-- > 0;) {
+        unit_pending[k] = int64_t(in.units[k].tensors.size());
+        unit_started[k] = in.units[k].root;
+        if (in.units[k].root) hold_unit(k);
+      }
+    }
     for (size_t t : in.grad_order) {
+      const size_t u = unit_of[t];
+      if (copies && !unit_started[u]) {  // backward reaches the unit's output
+        hold_unit(u);
+        unit_started[u] = 1;
+      }
       const size_t k = bucket_of[t];
       hold(k);  // accumulate_held: backward writes the gradient into the held buffer
       if (in_chunks && ++arrived[k] == int64_t(buckets[k].tensors.size()) && !sync) {
         arrived[k] = 0;
         let_go(k);  // a no-sync backward delivered the whole bucket
       }
-      if (!sync) continue;
-      --pending[k];
-      while (next_launch < buckets.size() && pending[next_launch] == 0) launch_next();
+      if (sync) {
+        --pending[k];
+        while (next_launch < buckets.size() && pending[next_launch] == 0) launch_next();
+      }
+      // The unit's own grad-ready hook comes after DataParallel's (registered later): its last
+      // gradient lets the unit's copies go.
+      if (copies && --unit_pending[u] == 0) let_go_unit(u);
     }
   }
   // finish_gradient_sync: the rest launched, stage 2's laid-out buffers retired in order; what
@@ -213,6 +297,7 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
     w.release(b.v);
   }
   free_gradients(w);
+  refresh(w);
   return r;
 }
 
