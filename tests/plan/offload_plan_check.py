@@ -7,8 +7,9 @@ the ones the run's train.jsonl reports, exactly, for f32 and bf16 GPT-2s and a L
 head, with an NVMe tier and prefetch, without prefetch, over micro-batches, and without NVMe (the
 host tier holding everything). A device budget below the working set is refused by both, naming
 the same smallest budget. With MPIRUN, rank 0 of `--tp 2` (its own pieces, offloaded as one process
-does) in f32 and in bf16 with sequence parallelism, and rank 0 of `--dp 2` at ZeRO-3 (its shards:
-the gathers', the reductions' and the update's holds), with the gradient buckets in chunks and in
+does) in f32 and in bf16 with sequence parallelism, rank 0 of `--pp 2` (1F1B, GPipe, interleaved;
+f32 and bf16), and rank 0 of `--dp 2` at ZeRO-3 (its shards: the gathers', the reductions' and
+the update's holds), with the gradient buckets in chunks and in
 plain memory, clipped, over two micro-batches, in bf16 and for the LLaMA, exactly too; rank 0
 of `--dp 2` at ZeRO-1 and ZeRO-2 (DataParallel's buckets of 1 MiB filled in the order backward
 makes the gradients ready, each one's buffer held until its reduction is retired, the norm, the
@@ -66,6 +67,9 @@ CASES = [
     ("pp 2 interleaved:2, rank 0 (stages 0 and 2)", "fp32", 0, 5, True, 0, 4, "gpt2",
      "pp-interleaved:2", 32),
     ("pp 2 1F1B, LLaMA, rank 0", "fp32", 0, 4, True, 0, 4, "llama", "pp", 32),
+    ("pp 2 1F1B, bf16, rank 0 (copies kept over the step)", "bf16", 0, 5, True, 0, 4, "gpt2",
+     "pp", 32),
+    ("pp 2 GPipe, bf16, rank 0", "bf16", 1, 5, True, 0, 3, "gpt2", "pp-gpipe", 32),
     ("dp 2 ZeRO-1, rank 0, all-reduced buckets in chunks", "fp32", 0, 4, True, 0, 1, "gpt2m",
      "z1", 1536),
     ("dp 2 ZeRO-1, two micro-batches", "fp32", 0, 4, True, 0, 2, "gpt2m", "z1", 1536),

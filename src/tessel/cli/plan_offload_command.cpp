@@ -210,7 +210,7 @@ void add_plan_offload_command(CLI::App& plan) {
       ->capture_default_str();
   cmd->add_flag("--clipped", a->clipped,
                 "Under --dp: the steps clip their gradients (a scaling pass over the shards)");
-  cmd->add_option("--pp", a->pp, "Pipeline ranks (each offloads its stages' state; f32)")
+  cmd->add_option("--pp", a->pp, "Pipeline ranks (each offloads its stages' state)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--pp-rank", a->pp_rank, "The pipeline rank to predict")->capture_default_str();

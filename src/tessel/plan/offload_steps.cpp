@@ -52,7 +52,17 @@ std::vector<Event> step_events(const OffloadInput& in, const Chunks& at,
   };
   const size_t n = in.units.size();
   // A pipeline rank runs its stages' units in its schedule's order, each around its own modules.
-  for (const PipelineAction& a : in.pipeline.actions) {
+  // Under mixed precision one set of copies serves every micro-batch, so a unit's gradients
+  // complete only in its stage's last backward: from its first backward until then the unit
+  // keeps its copies and gradients held (OffloadSetup::copies_span_step).
+  const bool span = low && in.pipeline.active();
+  std::map<int, size_t> last_backward;  // stage -> index of its last Backward action
+  for (size_t i = 0; i < in.pipeline.actions.size(); ++i)
+    if (in.pipeline.actions[i].kind == PipelineActionKind::Backward)
+      last_backward[in.pipeline.actions[i].stage] = i;
+  std::vector<char> in_backward(n, 0);
+  for (size_t i = 0; i < in.pipeline.actions.size(); ++i) {
+    const PipelineAction& a = in.pipeline.actions[i];
     if (a.kind == PipelineActionKind::Forward) {
       for (size_t k = 0; k < n; ++k)
         if (in.units[k].stage == a.stage) {
@@ -62,8 +72,12 @@ std::vector<Event> step_events(const OffloadInput& in, const Chunks& at,
     } else if (a.kind == PipelineActionKind::Backward) {
       for (size_t k = n; k-- > 0;)
         if (in.units[k].stage == a.stage) {
-          hold(bwd[k], true);
-          let_go(bwd[k]);
+          if (!in_backward[k]) hold(bwd[k], true);
+          in_backward[k] = 1;
+          if (!span || i == last_backward[a.stage]) {
+            let_go(bwd[k]);
+            in_backward[k] = 0;
+          }
         }
     }
   }
@@ -193,6 +207,11 @@ RankSteps one_process_steps(const OffloadInput& in, int64_t cb) {
   r.step = step_events(in, at, r.group_of, copies, &held);
   // The working set counts the f32 masters' units too, which an evaluation's forward holds.
   r.working_set = working_set(in, held);
+  if (copies && in.pipeline.active()) {  // every unit's copies and gradients at once
+    std::set<int> all;
+    for (const std::vector<int>& h : held) all.insert(h.begin(), h.end());
+    r.working_set = std::max(r.working_set, int(all.size()));
+  }
   if (copies) {
     step_events(in, at, r.group_of, false, &held);
     r.working_set = std::max(r.working_set, working_set(in, held));
