@@ -24,6 +24,18 @@ struct Event {
   bool write;
 };
 
+// Appends a step's accesses, releases and frees of chunks to a list of events.
+class EventWriter {
+ public:
+  explicit EventWriter(std::vector<Event>& ev) : ev_(ev) {}
+  void access(int c, Tier t, bool write) { ev_.push_back({Event::Access, c, t, write}); }
+  void release(int c) { ev_.push_back({Event::Release, c, Tier::None, false}); }
+  void free(int c) { ev_.push_back({Event::Free, c, Tier::None, false}); }
+
+ private:
+  std::vector<Event>& ev_;
+};
+
 // The trainer's chunk lists ("groups"), in the order their names are reported.
 enum Group { kCopy, kParam, kBucket, kGrad, kMomentM, kMomentV, kNumGroups };
 inline constexpr const char* kGroupNames[] = {"param16", "param",  "grad_bucket",

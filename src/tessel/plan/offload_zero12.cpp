@@ -33,17 +33,6 @@ struct Bucket {
   int m = -1, v = -1;
 };
 
-class Writer {
- public:
-  explicit Writer(std::vector<Event>& ev) : ev_(ev) {}
-  void access(int c, Tier t, bool write) { ev_.push_back({Event::Access, c, t, write}); }
-  void release(int c) { ev_.push_back({Event::Release, c, Tier::None, false}); }
-  void free(int c) { ev_.push_back({Event::Free, c, Tier::None, false}); }
-
- private:
-  std::vector<Event>& ev_;
-};
-
 }  // namespace
 
 RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
@@ -142,17 +131,17 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
   r.host_row = 2 + (grads ? 1 : 0);
 
   // The gradient chunks hold no bytes before the first reduction writes them.
-  const auto free_gradients = [&](Writer& out) {
+  const auto free_gradients = [&](EventWriter& out) {
     for (const Bucket& b : buckets) {
       if (b.shard >= 0) out.free(b.shard);
       if (b.flat >= 0) out.free(b.flat);
     }
   };
-  Writer start(r.start), w(r.step);
+  EventWriter start(r.start), w(r.step);
   free_gradients(start);
   // Every copy rounded from its replica, a chunk at a time in the host tier (refresh_copies):
   // at start-up and after each update.
-  const auto refresh = [&](Writer& out) {
+  const auto refresh = [&](EventWriter& out) {
     int held_copy = -1;
     for (size_t t = 0; t < n; ++t) {
       if (copy_of[t] < 0 || copy_of[t] == held_copy) continue;

@@ -23,19 +23,13 @@ struct Shard {
   int param = -1, bucket = -1, grad = -1, m = -1, v = -1;  // chunks; bucket -1: plain memory
 };
 
-class StepWriter {
+class StepWriter : public EventWriter {
  public:
-  explicit StepWriter(std::vector<Event>& ev) : ev_(ev) {}
-  void access(int c, Tier t, bool write) { ev_.push_back({Event::Access, c, t, write}); }
-  void release(int c) { ev_.push_back({Event::Release, c, Tier::None, false}); }
-  void free(int c) { ev_.push_back({Event::Free, c, Tier::None, false}); }
+  using EventWriter::EventWriter;
   void gather(int c) {  // a whole all_gather, waited for
     access(c, Tier::Device, false);
     release(c);
   }
-
- private:
-  std::vector<Event>& ev_;
 };
 
 }  // namespace
