@@ -14,7 +14,8 @@ plain memory, clipped, over two micro-batches, in bf16 and for the LLaMA, exactl
 of `--dp 2` at ZeRO-1 and ZeRO-2 (DataParallel's buckets of 1 MiB filled in the order backward
 makes the gradients ready, each one's buffer held until its reduction is retired, the norm, the
 scaling and the update in the host tier) with the buffers in chunks and in plain memory, clipped,
-over two micro-batches and in bf16 (the replicas' copies held unit by unit); and
+over two micro-batches and in bf16 (the replicas' copies held unit by unit); rank 0 of
+`--dp 2 --tp 2` at ZeRO-1, 2 and 3 (each rank's shards of its own pieces); and
 memory.nvme_budget at the fewest slots the runtime accepts (one process, ZeRO-2), the swap file
 that size. A GPT-2 with C = 26, 2 heads, 5 blocks and sequences of 9; for ZeRO-1/2 one with
 C = 128, 4 heads, 4 blocks (four buckets).
@@ -40,7 +41,8 @@ CHUNK = 32 << 10  # the largest tensor, the 257 x 26 embedding (26,728 bytes), f
 # micro-batches, model, layout, chunk KiB). Layouts: "" one process; "tp": rank 0 of --tp 2 (with
 # --sp for bf16); "dp": rank 0 of --dp 2 at ZeRO-3, no clipping; "dp-clip": the same with every
 # step clipped (a scaling pass over the gradient shards); "z1", "z2" (and "-clip"): rank 0 of
-# --dp 2 at ZeRO-1 or 2 with buckets of 1 MiB; "pp[-SCHEDULE]": rank 0 of --pp 2. An eleventh
+# --dp 2 at ZeRO-1 or 2 with buckets of 1 MiB; "tz1", "tz2", "tz3": rank 0 of --dp 2 --tp 2 at
+# that ZeRO stage; "pp[-SCHEDULE]": rank 0 of --pp 2. An eleventh
 # field "min": memory.nvme_budget of the fewest slots the runtime accepts (default: one a chunk).
 CASES = [
     ("f32, every tier", "fp32", 0, 6, True, 0, 1, "gpt2", "", 32),
@@ -83,6 +85,11 @@ CASES = [
     ("dp 2 ZeRO-2, prefetch 8", "fp32", 1, 4, True, 8, 1, "gpt2m", "z2", 1536),
     ("dp 2 ZeRO-1, bf16 replica copies", "bf16", 0, 4, True, 0, 1, "gpt2m", "z1", 1536),
     ("dp 2 ZeRO-2, bf16, two micro-batches", "bf16", 1, 5, True, 0, 2, "gpt2m", "z2", 1536),
+    # dp 2 x tp 2, rank 0: its ZeRO shards of its own pieces.
+    ("dp 2 x tp 2 ZeRO-3, rank 0", "fp32", 0, 4, True, 0, 1, "gpt2", "tz3", 40),
+    ("dp 2 x tp 2 ZeRO-2, buckets in plain memory", "fp32", 1, 3, True, 0, 1, "gpt2m", "tz2",
+     768),
+    ("dp 2 x tp 2 ZeRO-1, bf16", "bf16", 1, 3, True, 0, 1, "gpt2m", "tz1", 768),
     # memory.nvme_budget at its smallest, n - M + 1 slots (M: the host tier's chunks): slots
     # taken back from chunks in memory.
     ("f32, the smallest NVMe budget", "fp32", 0, 6, True, 0, 1, "gpt2", "", 32, "min"),
@@ -106,7 +113,13 @@ def zero12(layout):
     return int(layout[1]) if layout[:2] in ("z1", "z2") else None
 
 
+def ranks(layout):
+    return 4 if layout.startswith("tz") else 2 if layout else 1
+
+
 def plan_flags(layout, precision):
+    if layout.startswith("tz"):
+        return ["--dp", "2", "--tp", "2", "--zero", layout[2], "--bucket-mb", "1"]
     if zero12(layout):
         return ["--dp", "2", "--zero", str(zero12(layout)), "--bucket-mb", "1"] + (
             ["--clipped"] if layout.endswith("-clip") else [])
@@ -120,6 +133,9 @@ def plan_flags(layout, precision):
 
 
 def train_flags(layout, precision):
+    if layout.startswith("tz"):
+        return ["--dp", "2", "--tp", "2", "--set", f"parallel.zero_stage={layout[2]}", "--set",
+                "parallel.bucket_mb=1", "--set", "optim.grad_clip=0"]
     if zero12(layout):
         clip = "1e-9" if layout.endswith("-clip") else "0"
         return ["--dp", "2", "--set", f"parallel.zero_stage={zero12(layout)}", "--set",
@@ -176,7 +192,7 @@ def main():
             print(f"{what}: skipped (no mpirun)")
             continue
         chunk = kib << 10
-        launch = mpi_prefix(mpirun) + ["-np", "2"] if layout else None
+        launch = mpi_prefix(mpirun) + ["-np", str(ranks(layout))] if layout else None
         device = plan(tessel, configs[model], precision, 256, 256, True, mb, layout,
                       chunk)["device_working_set"] + extra
         nvme_budget = 0

@@ -77,10 +77,13 @@ OffloadInput offload_input(const models::ModelConfig& config, DType compute,
   return in;
 }
 
-std::vector<size_t> gradient_ready_order(const models::ModelConfig& config,
-                                         const OffloadInput& in) {
+std::vector<size_t> gradient_ready_order(
+    const models::ModelConfig& config, const OffloadInput& in,
+    const std::function<void(models::CausalLM&)>& transform,
+    const std::function<Tensor(const Tensor& logits, const Tensor& targets)>& loss_of) {
   DefaultDeviceScope meta(Device::meta());
   std::shared_ptr<models::CausalLM> model = config.build_empty();
+  if (transform) transform(*model);
   model->train();
   std::map<std::string, size_t> index;
   for (size_t t = 0; t < in.tensors.size(); ++t) index[in.tensors[t].name] = t;
@@ -118,7 +121,7 @@ std::vector<size_t> gradient_ready_order(const models::ModelConfig& config,
     }
   }
   const Tensor ids = empty({1, 2}, DType::I64), targets = empty({1, 2}, DType::I64);
-  const Tensor loss = model->loss(ids, targets);
+  const Tensor loss = loss_of ? loss_of(model->forward(ids), targets) : model->loss(ids, targets);
   Tensor seed;
   {
     autograd::NoGradGuard no_grad;

@@ -128,7 +128,12 @@ OffloadInput offload_input(const models::ModelConfig& config, DType compute,
 // see them, which sets when each ZeRO-1/2 bucket is complete. Under a 16-bit `in.compute` the
 // masters' copies are cast as each of `in.units` starts its forward, as the offloaded run
 // makes them.
-std::vector<size_t> gradient_ready_order(const models::ModelConfig& config, const OffloadInput& in);
+// `transform` and `loss` as for offload_input() and TraceOptions: a tensor-parallel rank's model
+// and its vocab-parallel loss.
+std::vector<size_t> gradient_ready_order(
+    const models::ModelConfig& config, const OffloadInput& in,
+    const std::function<void(models::CausalLM&)>& transform = {},
+    const std::function<Tensor(const Tensor& logits, const Tensor& targets)>& loss = {});
 
 // Seconds the disk is busy with one step's NVMe transfers at its sequential read and write
 // bandwidths (bytes/s): reads and writes share the one device, so their times add (the quiet
