@@ -15,7 +15,8 @@ of `--dp 2` at ZeRO-1 and ZeRO-2 (DataParallel's buckets of 1 MiB filled in the 
 makes the gradients ready, each one's buffer held until its reduction is retired, the norm, the
 scaling and the update in the host tier) with the buffers in chunks and in plain memory, clipped,
 over two micro-batches and in bf16 (the replicas' copies held unit by unit); rank 0 of
-`--dp 2 --tp 2` at ZeRO-1, 2 and 3 (each rank's shards of its own pieces); and
+`--dp 2 --tp 2` at ZeRO-1, 2 and 3 (each rank's shards of its own pieces), with --sp too (tp's
+gradient sums: buffers in plain memory, reductions after backward); and
 memory.nvme_budget at the fewest slots the runtime accepts (one process, ZeRO-2), the swap file
 that size. A GPT-2 with C = 26, 2 heads, 5 blocks and sequences of 9; for ZeRO-1/2 one with
 C = 128, 4 heads, 4 blocks (four buckets).
@@ -41,8 +42,8 @@ CHUNK = 32 << 10  # the largest tensor, the 257 x 26 embedding (26,728 bytes), f
 # micro-batches, model, layout, chunk KiB). Layouts: "" one process; "tp": rank 0 of --tp 2 (with
 # --sp for bf16); "dp": rank 0 of --dp 2 at ZeRO-3, no clipping; "dp-clip": the same with every
 # step clipped (a scaling pass over the gradient shards); "z1", "z2" (and "-clip"): rank 0 of
-# --dp 2 at ZeRO-1 or 2 with buckets of 1 MiB; "tz1", "tz2", "tz3": rank 0 of --dp 2 --tp 2 at
-# that ZeRO stage; "pp[-SCHEDULE]": rank 0 of --pp 2. An eleventh
+# --dp 2 at ZeRO-1 or 2 with buckets of 1 MiB; "tz1", "tz2", "tz3" (and "-sp"): rank 0 of
+# --dp 2 --tp 2 at that ZeRO stage; "pp[-SCHEDULE]": rank 0 of --pp 2. An eleventh
 # field "min": memory.nvme_budget of the fewest slots the runtime accepts (default: one a chunk).
 CASES = [
     ("f32, every tier", "fp32", 0, 6, True, 0, 1, "gpt2", "", 32),
@@ -90,6 +91,9 @@ CASES = [
     ("dp 2 x tp 2 ZeRO-2, buckets in plain memory", "fp32", 1, 3, True, 0, 1, "gpt2m", "tz2",
      768),
     ("dp 2 x tp 2 ZeRO-1, bf16", "bf16", 1, 3, True, 0, 1, "gpt2m", "tz1", 768),
+    # With --sp tp sums gradients: the buffers stay plain memory, the reductions follow backward.
+    ("dp 2 x tp 2 --sp ZeRO-3", "fp32", 1, 4, True, 0, 1, "gpt2", "tz3-sp", 40),
+    ("dp 2 x tp 2 --sp ZeRO-2, bf16", "bf16", 0, 3, True, 0, 1, "gpt2m", "tz2-sp", 768),
     # memory.nvme_budget at its smallest, n - M + 1 slots (M: the host tier's chunks): slots
     # taken back from chunks in memory.
     ("f32, the smallest NVMe budget", "fp32", 0, 6, True, 0, 1, "gpt2", "", 32, "min"),
@@ -119,7 +123,8 @@ def ranks(layout):
 
 def plan_flags(layout, precision):
     if layout.startswith("tz"):
-        return ["--dp", "2", "--tp", "2", "--zero", layout[2], "--bucket-mb", "1"]
+        return ["--dp", "2", "--tp", "2", "--zero", layout[2], "--bucket-mb", "1"] + (
+            ["--sp"] if layout.endswith("-sp") else [])
     if zero12(layout):
         return ["--dp", "2", "--zero", str(zero12(layout)), "--bucket-mb", "1"] + (
             ["--clipped"] if layout.endswith("-clip") else [])
@@ -135,7 +140,8 @@ def plan_flags(layout, precision):
 def train_flags(layout, precision):
     if layout.startswith("tz"):
         return ["--dp", "2", "--tp", "2", "--set", f"parallel.zero_stage={layout[2]}", "--set",
-                "parallel.bucket_mb=1", "--set", "optim.grad_clip=0"]
+                "parallel.bucket_mb=1", "--set", "optim.grad_clip=0"] + (
+            ["--sp"] if layout.endswith("-sp") else [])
     if zero12(layout):
         clip = "1e-9" if layout.endswith("-clip") else "0"
         return ["--dp", "2", "--set", f"parallel.zero_stage={zero12(layout)}", "--set",

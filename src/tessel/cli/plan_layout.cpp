@@ -87,6 +87,16 @@ void set_tensor_parallel(plan::MemoryLayout& layout, int tp, int tp_rank,
   };
 }
 
+bool tp_sums_gradients(const models::ModelConfig& config, int tp, int tp_rank,
+                       const std::string& plan_path, bool sp) {
+  if (tp <= 1) return false;
+  DefaultDeviceScope meta(Device::meta());
+  std::shared_ptr<models::CausalLM> model = config.build_empty();
+  const train::ModelTensorParallel state = train::parallelize_model(
+      *model, dist::make_meta_communicator(tp, tp_rank, "tp"), plan_path, sp);
+  return train::model_tp_sums_gradients(state);
+}
+
 void set_data_parallel(plan::MemoryLayout& layout) {
   if (layout.dp <= 1 || layout.zero_stage < 2) {
     layout.dp_transform = nullptr;

@@ -26,6 +26,12 @@ plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::s
 void set_tensor_parallel(plan::MemoryLayout& layout, int tp, int tp_rank,
                          const std::string& plan_path, bool sp);
 
+// Whether that rank's tensor parallelism sums gradients (sequence parallelism's whole parameters,
+// replicated K/V pieces), which the trainer then keeps its dp buckets in plain memory for and
+// reduces after (train/trainer_strategies.cpp).
+bool tp_sums_gradients(const models::ModelConfig& config, int tp, int tp_rank,
+                       const std::string& plan_path, bool sp);
+
 // Sets layout.dp_transform for ZeRO-2 and ZeRO-3 over layout.dp ranks (stage and bucket size from
 // the layout; nothing for dp 1 or ZeRO-0/1, which the memory model counts by formula): the
 // runtime's DataParallel and Zero3Parameters (units as the trainer makes them, under pp those

@@ -79,11 +79,6 @@ void run_offload(const OffloadArgs& a) {
   layout.zero_stage = a.dp > 1 ? a.zero : 0;
   layout.bucket_bytes = a.bucket_mb << 20;
   set_data_parallel(layout);
-  // Under dp x tp each rank offloads its ZeRO shards of its own pieces. With sequence
-  // parallelism tp sums gradients inside the buckets, which then stay plain memory: not modelled.
-  TESSEL_CHECK(a.dp == 1 || a.tp == 1 || !a.sp, "plan offload: --dp ", a.dp, " with --tp ", a.tp,
-               " and --sp is not modelled yet (tp's gradient sums beside the buckets); without "
-               "--sp it is");
   TESSEL_CHECK(a.pp == 1 || (a.dp == 1 && a.tp == 1), "plan offload: --pp ", a.pp,
                " with --dp or --tp is not modelled yet; one of them");
   TESSEL_CHECK(a.pp_rank >= 0 && a.pp_rank < a.pp, "plan offload: --pp-rank ", a.pp_rank,
@@ -96,6 +91,10 @@ void run_offload(const OffloadArgs& a) {
   input.zero_stage = a.dp > 1 ? a.zero : 0;
   input.scaled = a.clipped || compute == DType::F16;
   input.bucket_bytes = a.bucket_mb << 20;
+  // Under dp x tp each rank offloads its ZeRO shards of its own pieces; where tp sums gradients
+  // the trainer keeps the buckets in plain memory and reduces after backward.
+  if (a.dp > 1 && a.tp > 1)
+    input.tp_sums = tp_sums_gradients(*config, a.tp, a.tp_rank, a.tp_plan, a.sp);
   // ZeRO-1/2's buckets complete as backward makes their gradients ready.
   if (a.dp > 1 && a.zero < 3)
     input.grad_order =

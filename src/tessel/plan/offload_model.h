@@ -67,6 +67,10 @@ struct OffloadInput {
   int zero_stage = 0;
   int64_t bucket_bytes = int64_t(25) << 20;
   std::vector<size_t> grad_order;
+  // dp x tp where tp sums gradients (sequence parallelism's whole parameters, replicated K/V
+  // pieces): the buckets' buffers stay plain memory and every reduction launches after backward,
+  // once tp's sums are done (no overlap).
+  bool tp_sums = false;
   // Under dp: the step scales its gradient shards in a pass of its own (clipping that triggers,
   // an fp16 loss scale; 1/micro-batches always does). One process scales inside the update.
   bool scaled = false;

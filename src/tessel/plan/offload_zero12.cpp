@@ -68,7 +68,7 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
   int64_t largest = 0;
   for (const Bucket& b : buckets)
     largest = std::max(largest, round_up(4 * (stage == 2 ? b.padded : b.numel), kTensorAlignment));
-  const bool in_chunks = largest <= cb;
+  const bool in_chunks = !in.tp_sums && largest <= cb;
 
   // The replicas' copies first, unit by unit in forward order (add_replica_copies), then the
   // buckets' rows (offload_shards.cpp): full buffer, gradient, both moments.
@@ -235,7 +235,7 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
         arrived[k] = 0;
         let_go(k);  // a no-sync backward delivered the whole bucket
       }
-      if (sync) {
+      if (sync && !in.tp_sums) {  // after tp's sums nothing launches before the step's sync
         --pending[k];
         while (next_launch < buckets.size() && pending[next_launch] == 0) launch_next();
       }

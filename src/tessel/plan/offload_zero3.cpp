@@ -45,9 +45,10 @@ RankSteps zero3_steps(const OffloadInput& in, int64_t cb) {
     padded[k] = (numel + dp - 1) / dp * dp;
   }
   // The full buffers go into chunks only when every one fits a chunk (Trainer::buckets_fit).
-  const bool buckets_in_chunks = std::all_of(padded.begin(), padded.end(), [&](int64_t p) {
-    return round_up(4 * p, kTensorAlignment) <= cb;
-  });
+  const bool buckets_in_chunks =
+      !in.tp_sums && std::all_of(padded.begin(), padded.end(), [&](int64_t p) {
+        return round_up(4 * p, kTensorAlignment) <= cb;
+      });
   ChunkLists lists(cb);
   std::vector<Shard> s(n);
   for (size_t k = 0; k < n; ++k) {
@@ -122,14 +123,17 @@ RankSteps zero3_steps(const OffloadInput& in, int64_t cb) {
       const bool next = j + 1 < blocks.size();
       if (next) w.access(s[blocks[j + 1]].param, Tier::Device, false);
       accumulate(blocks[j], sync);
-      if (sync) complete(blocks[j]);
+      if (sync && !in.tp_sums) complete(blocks[j]);
       if (next) w.release(s[blocks[j + 1]].param);
     }
     // The embeddings' gradients come last, together.
     for (size_t k : roots) accumulate(k, sync);
-    if (sync)
+    if (sync && !in.tp_sums)
       for (size_t k : roots) complete(k);
   }
+  // After tp's sums every bucket launches in order (bucket 0 is the last unit's).
+  if (in.tp_sums)
+    for (size_t k = n; k-- > 0;) complete(k);
   retire_all();  // finish_gradient_sync
   // The norm reads the gradient shards a run of one chunk at a time, in unit order.
   int last = -1;
