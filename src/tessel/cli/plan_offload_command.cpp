@@ -87,10 +87,10 @@ void run_offload(const OffloadArgs& a) {
     layout.pipeline = pipeline_rank(*config, a.schedule, a.pp, int(a.grad_accum), a.pp_rank);
   plan::OffloadInput input =
       plan::offload_input(*config, compute, b, a.grad_accum, layout.tp_transform, layout.pipeline);
-  input.dp = a.dp;
-  input.zero_stage = a.dp > 1 ? a.zero : 0;
+  input.dp = layout.dp;
+  input.zero_stage = layout.zero_stage;
   input.scaled = a.clipped || compute == DType::F16;
-  input.bucket_bytes = a.bucket_mb << 20;
+  input.bucket_bytes = layout.bucket_bytes;
   // Under dp x tp each rank offloads its ZeRO shards of its own pieces; where tp sums gradients
   // the trainer keeps the buckets in plain memory and reduces after backward.
   if (a.dp > 1 && a.tp > 1)

@@ -148,9 +148,8 @@ std::vector<Event> step_events(const OffloadInput& in, const Chunks& at,
   return ev;
 }
 
-// The most chunks a step holds in the device tier, as OffloadStrategy::build_units counts them:
-// a unit's with those of the units hooked on the first unit's module (the root's units; under a
-// pipeline, where no unit is the root's, the first unit alone).
+}  // namespace
+
 int working_set(const OffloadInput& in, const std::vector<std::vector<int>>& held) {
   std::set<int> root;
   const bool any_root =
@@ -165,8 +164,6 @@ int working_set(const OffloadInput& in, const std::vector<std::vector<int>>& hel
   }
   return most;
 }
-
-}  // namespace
 
 int ChunkLists::add(int group, int64_t bytes, const std::string& name) {
   const int64_t need = round_up(bytes, kTensorAlignment);

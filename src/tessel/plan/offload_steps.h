@@ -76,6 +76,11 @@ struct RankSteps {
   int host_row = 0;     // host-tier chunks the update holds at once
 };
 
+// The most chunks a step holds in the device tier, as OffloadStrategy::build_units counts them:
+// a unit's `held` chunks with those of the units hooked on the first unit's module (the root's
+// units; under a pipeline, where no unit is the root's, the first unit alone).
+int working_set(const OffloadInput& in, const std::vector<std::vector<int>>& held);
+
 RankSteps one_process_steps(const OffloadInput& in, int64_t chunk_bytes);
 RankSteps zero3_steps(const OffloadInput& in, int64_t chunk_bytes);
 RankSteps zero12_steps(const OffloadInput& in, int64_t chunk_bytes);

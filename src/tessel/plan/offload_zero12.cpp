@@ -19,6 +19,7 @@
 #include <set>
 
 #include "tessel/core/error.h"
+#include "tessel/plan/memory_model.h"
 #include "tessel/plan/offload_steps.h"
 
 namespace tessel::plan::offload {
@@ -44,26 +45,28 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
                " must be > 0");
   TESSEL_CHECK(in.grad_order.size() == n, "offload model: the gradient order names ",
                in.grad_order.size(), " tensors of ", n);
-  // DataParallel's buckets: from the last parameter back, a new one when the next would pass
-  // the bucket size (a larger parameter gets one of its own).
+  // DataParallel's buckets (plan_buckets: from the last parameter back, a new one when the next
+  // would pass the bucket size), each tensor's place in its bucket's buffer.
+  std::vector<std::pair<std::string, int64_t>> named;
+  std::map<std::string, size_t> index;
+  for (size_t t = 0; t < n; ++t) {
+    named.emplace_back(in.tensors[t].name, in.tensors[t].numel);
+    index[in.tensors[t].name] = t;
+  }
   std::vector<Bucket> buckets;
   std::vector<size_t> bucket_of(n);
   std::vector<int64_t> offset(n);
-  int64_t current = 0;
-  for (size_t i = n; i-- > 0;) {
-    const int64_t bytes = 4 * in.tensors[i].numel;
-    if (buckets.empty() || (current > 0 && current + bytes > in.bucket_bytes)) {
-      buckets.emplace_back();
-      current = 0;
+  for (const BucketPlan& plan : plan_buckets(named, int(dp), in.bucket_bytes, true)) {
+    Bucket& b = buckets.emplace_back();
+    b.padded = plan.padded;
+    for (const std::string& name : plan.params) {
+      const size_t t = index.at(name);
+      bucket_of[t] = buckets.size() - 1;
+      offset[t] = b.numel;
+      b.tensors.push_back(t);
+      b.numel += in.tensors[t].numel;
     }
-    Bucket& b = buckets.back();
-    bucket_of[i] = buckets.size() - 1;
-    offset[i] = b.numel;
-    b.tensors.push_back(i);
-    b.numel += in.tensors[i].numel;
-    current += bytes;
   }
-  for (Bucket& b : buckets) b.padded = (b.numel + dp - 1) / dp * dp;
   // The buffers go into chunks when the largest fits one (Trainer::buckets_fit).
   int64_t largest = 0;
   for (const Bucket& b : buckets)
@@ -115,18 +118,7 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
   for (const Bucket& b : buckets)
     if (b.flat >= 0) flats.insert(b.flat);
   r.working_set = std::min(3, int(flats.size()));
-  if (copies) {  // a unit's copies with the root's units' (OffloadStrategy::build_units)
-    std::set<int> root;
-    for (size_t k = 0; k < nu; ++k)
-      if (in.units[k].root) root.insert(unit_copies[k].begin(), unit_copies[k].end());
-    int most = int(root.size());
-    for (size_t k = 0; k < nu; ++k) {
-      std::set<int> both = root;
-      both.insert(unit_copies[k].begin(), unit_copies[k].end());
-      most = std::max(most, int(both.size()));
-    }
-    r.working_set += most;
-  }
+  if (copies) r.working_set += working_set(in, unit_copies);  // OffloadStrategy::build_units
   const bool grads = stage == 2 || in_chunks;
   r.host_row = 2 + (grads ? 1 : 0);
 
