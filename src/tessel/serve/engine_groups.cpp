@@ -79,6 +79,9 @@ void Engine::State::finish_oldest_step() {
   InFlight f = std::move(in_flight.front());
   in_flight.pop_front();
   group_busy[size_t(f.group)] = 0;
+  // A pipelined model may compute part of the step here (the rest of a stage, the head), which
+  // must run in the same mode as its beginning.
+  kernels::BatchInvariantScope invariant(options.deterministic);
   Tensor logits;
   try {
     profile::Scope phase("engine.wait_logits");
