@@ -7,6 +7,8 @@
 // step and per product kind, best of the repetitions. With one thread the CPU time is the figure
 // to read on a loaded machine. DECODE_COPIES=1 reuses one weight per kind instead (from the
 // caches: the kernel's rate without the memory).
+// DECODE_SHAPES=2048x2048,5632x2048,2048x5632,32000x2048 runs another model's products (N x K each,
+// the last the head).
 //   DECODE_ROWS=16 DECODE_STEPS=20 TESSEL_NUM_THREADS=1 build/bench/decode_products_bench
 #include <time.h>
 
@@ -51,11 +53,26 @@ struct Product {
 int main() {
   const int64_t m = env_int("DECODE_ROWS", 16), steps = env_int("DECODE_STEPS", 20);
   const int64_t layers = 12, copies_per_kind = env_int("DECODE_COPIES", layers);
-  const std::vector<Product> kinds = {{"qkv 2304x768", 2304, 768},
-                                      {"attn proj 768x768", 768, 768},
-                                      {"mlp up 3072x768", 3072, 768},
-                                      {"mlp down 768x3072", 768, 3072},
-                                      {"lm head 50257x768", 50257, 768}};
+  std::vector<Product> kinds = {{"qkv 2304x768", 2304, 768},
+                                {"attn proj 768x768", 768, 768},
+                                {"mlp up 3072x768", 3072, 768},
+                                {"mlp down 768x3072", 768, 3072},
+                                {"lm head 50257x768", 50257, 768}};
+  // DECODE_SHAPES=NxK,NxK,...: another model's products, the last one its head.
+  if (const char* shapes = std::getenv("DECODE_SHAPES")) {
+    kinds.clear();
+    for (std::string rest = shapes; !rest.empty();) {
+      const size_t comma = rest.find(',');
+      const std::string one = rest.substr(0, comma);
+      rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+      const size_t x = one.find('x');
+      if (x == std::string::npos) {
+        std::fprintf(stderr, "DECODE_SHAPES: expected NxK, got '%s'\n", one.c_str());
+        return 2;
+      }
+      kinds.push_back({one, std::atoll(one.substr(0, x).c_str()), std::atoll(one.substr(x + 1).c_str())});
+    }
+  }
   tessel::kernels::Backend& be = tessel::kernels::cpu_backend();
   std::vector<std::vector<Tensor>> weights(kinds.size());
   std::vector<Tensor> inputs, outputs;

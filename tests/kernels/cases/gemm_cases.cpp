@@ -156,6 +156,23 @@ std::vector<GemmSpec> gemm_specs() {
   specs.push_back({"decode_padded_alpha_beta", dpad});
   specs.push_back({"decode_beta0_nan_c", kernels::dense_gemm_desc(1, 2, 13, 7, false, true), true});
   specs.push_back({"decode_shared_b", kernels::dense_gemm_desc(3, 1, 33, 13, false, true, false)});
+
+  // Several rows across the vector lanes (cpu/gemm_lanes.cpp: 4 or 8 to 48 rows against a
+  // transposed B): one, two and three lane groups with full tiles of B rows and a shorter last
+  // one, B rows a multiple of 4 KiB apart (the skewed tiles, whose classes leave k's ends to a
+  // tail) with alpha and beta, a shared B over a batch, beta == 0 over NaN.
+  for (int64_t m : {4, 7, 8, 13, 16, 17, 31, 33, 48})
+    specs.push_back(
+        {"lanes_m" + std::to_string(m), kernels::dense_gemm_desc(1, m, 61, 129, false, true)});
+  for (int64_t m : {13, 20, 41}) {
+    kernels::GemmDesc skew = kernels::dense_gemm_desc(1, m, 53, m == 20 ? 517 : 300, false, true);
+    skew.ldb = m == 20 ? 2048 : 1024;
+    skew.alpha = 0.5;
+    skew.beta = -0.75;
+    specs.push_back({"lanes_skew_m" + std::to_string(m), skew});
+  }
+  specs.push_back({"lanes_shared_b", kernels::dense_gemm_desc(3, 9, 29, 65, false, true, false)});
+  specs.push_back({"lanes_beta0_nan_c", kernels::dense_gemm_desc(1, 12, 30, 20, false, true), true});
   return specs;
 }
 

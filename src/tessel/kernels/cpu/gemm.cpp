@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // CPU GEMM: f32 through oneDNN's matmul, f64 through OpenBLAS dgemm, and f32 through OpenBLAS
 // sgemm for the one shape class where oneDNN 2.6 collapses on this hardware; the decode step's
-// few rows against a transposed weight through gemv.cpp; bf16 through oneDNN's bf16 matmul where
+// few rows against a transposed weight through the register tiles of gemm_invariant.cpp or,
+// from 8 (avx512) or 4 (avx2) rows, gemm_lanes.cpp; bf16 through oneDNN's bf16 matmul where
 // the CPU has bf16 arithmetic (AVX-512-BF16, AMX), otherwise bf16 / f16 operands are widened to f32
 // (half_kernels.cpp). While kernels::batch_invariant() is on, products against a transposed weight
 // take gemm_invariant.cpp instead. docs/KERNELS.md has the measurements behind these choices.
@@ -19,6 +20,7 @@
 #include "tessel/kernels/cpu/isa_region.h"
 TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/cpu_backend.h"
+#include "tessel/kernels/cpu/gemm_lanes.h"
 #include "tessel/kernels/cpu/gemv.h"
 #include "tessel/kernels/cpu/half_convert.h"
 #include "tessel/kernels/cpu/half_kernels.h"
@@ -111,9 +113,12 @@ void onednn_padded_b(const GemmDesc& d, const float* a, const float* b, float* c
 
 // Products of a few rows against a transposed weight (decode steps of 1 to kTiledMaxRows
 // streams, the LM head over the sampled rows) take the register-tiled kernel of
-// gemm_invariant.cpp in every mode: on the avx2 and avx512 sets it beat both small_m_gemm and
-// oneDNN there (docs/KERNELS.md, "Products of a serving step"); from about 64 rows oneDNN's packed
-// kernels are ahead. The baseline set keeps the older paths (its tiles have no FMA).
+// gemm_invariant.cpp: on the avx2 and avx512 sets it beat both small_m_gemm and oneDNN there
+// (docs/KERNELS.md, "Products of a serving step"); from about 64 rows oneDNN's packed kernels are
+// ahead. From half a vector's lanes of rows up to three vectors' (8-48 rows on avx512, 4-24 on
+// avx2) the rows-across-the-lanes kernel (gemm_lanes.cpp) is faster still, 1.2-1.4x at 16 rows,
+// but its sums run in another order, so batch-invariant mode keeps the tiles. The baseline set
+// keeps the older paths (its tiles have no FMA).
 constexpr int64_t kTiledMaxRows = 48;
 bool tiled_small_m(const GemmDesc& d) {
   return TESSEL_KERNEL_ISA_LEVEL >= 1 && cpu::invariant_gemm_fits(d) && d.m <= kTiledMaxRows;
@@ -139,6 +144,8 @@ void CpuBackend::gemm(const GemmDesc& d, const Tensor& a, const Tensor& b, Tenso
     return blas_gemm(d, a.data<double>(), b.data<double>(), c.data<double>());
   }
   if (d.k == 0) return scale_c(d, c.data<float>());
+  if (cpu::lanes_gemm_fits(d))
+    return cpu::lanes_gemm(d, a.data<float>(), b.data<float>(), c.data<float>());
   if (tiled_small_m(d)) return cpu::invariant_gemm(d, a, b, c);
   if (cpu::small_m_gemm_fits(d))
     return cpu::small_m_gemm(d, a.data<float>(), b.data<float>(), c.data<float>());

@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: Apache-2.0
+// Rows of A across the vector lanes (gemm_lanes.h). A is first packed transposed, lane group by
+// lane group, zero-filled past its last row: P[p][g][l] = A[g L + l, p]. A register tile is G
+// lane groups by R rows of W (G R accumulators); one step of k loads G vectors of P and
+// broadcasts R weights, each into G FMAs. Tasks own blocks of W's rows; within a row the weights
+// are read 4 bytes a step, so every row of the tile prefetches a few cache lines ahead and,
+// near its end, the start of the next tile's row: R streams are more than the hardware
+// prefetcher follows at once. docs/KERNELS.md, "Rows across the lanes".
+#include "tessel/kernels/cpu/gemm_lanes.h"
+
+#include <cstdlib>
+#include <memory>
+
+#include "tessel/kernels/cpu/isa_region.h"
+TESSEL_ISA_BEGIN
+
+namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
+
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+
+namespace {
+
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+using V = __m512;
+constexpr int kLanes = 16;
+inline V vzero() {
+  return _mm512_setzero_ps();
+}
+inline V vload(const float* p) {
+  return _mm512_load_ps(p);
+}
+inline V vbroadcast(const float* p) {
+  return _mm512_set1_ps(*p);
+}
+inline V vfma(V a, V b, V c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+inline void vstore(float* p, V v) {
+  _mm512_store_ps(p, v);
+}
+// W rows per tile for G lane groups: G R accumulators, G vectors of P (32 zmm registers).
+constexpr int rows_for(int groups) {
+  return groups == 1 ? 24 : groups == 2 ? 12 : 8;
+}
+#else
+using V = __m256;
+constexpr int kLanes = 8;
+inline V vzero() {
+  return _mm256_setzero_ps();
+}
+inline V vload(const float* p) {
+  return _mm256_load_ps(p);
+}
+inline V vbroadcast(const float* p) {
+  return _mm256_broadcast_ss(p);
+}
+inline V vfma(V a, V b, V c) {
+  return _mm256_fmadd_ps(a, b, c);
+}
+inline void vstore(float* p, V v) {
+  _mm256_store_ps(p, v);
+}
+// 16 ymm registers: G R accumulators, G vectors of P and the broadcast weight.
+constexpr int rows_for(int groups) {
+  return groups == 1 ? 12 : groups == 2 ? 6 : 4;
+}
+#endif
+
+constexpr int kMaxGroups = 3;
+// One tile's sums: R x G vectors, the most of any G.
+constexpr int kOutFloats =
+    std::max({rows_for(1), 2 * rows_for(2), 3 * rows_for(3)}) * kLanes;
+// Below this many rows the dot-product tiles do fewer FMAs per weight (m / kLanes of a vector
+// each against one whole FMA here) and win; measured in docs/KERNELS.md.
+constexpr int64_t kMinRows = kLanes / 2;
+constexpr int64_t kLine = 16;  // floats per cache line
+// Weights ahead of the step that each row prefetches (into L2: the L1 fill buffers are fewer
+// than R rows' lines in flight): 8 cache lines.
+constexpr int64_t kAhead = 8 * kLine;
+// Weights per task at least: below this the fork/join costs more than the work.
+constexpr int64_t kTaskWeights = int64_t(1) << 16;
+// Skew classes for rows a multiple of 4 KiB apart (below).
+constexpr int kSkew = 4;
+
+// acc[g][r] += W[r, p + o(r)] P[p + o(r)][g] over p in [p0, p1), where row r belongs to skew
+// class c = r % S and o(r) = c kLine. When W's rows are a multiple of 4 KiB apart, the R weights
+// of one p fall into one L1 set, more lines than its ways, and every broadcast misses L1; S
+// classes one cache line apart spread them over S sets for S - 1 more loads of P a step.
+template <int G, int R, int S>
+inline void steps(V (&acc)[G][R], const float* pa, const float* w, int64_t ldw, int64_t p0,
+                  int64_t p1) {
+#pragma GCC unroll 16
+  for (int64_t p = p0; p < p1; ++p) {
+    V av[S][G];
+#pragma GCC unroll 4
+    for (int c = 0; c < S; ++c)
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) av[c][g] = vload(pa + ((p + c * kLine) * G + g) * kLanes);
+#pragma GCC unroll 32
+    for (int r = 0; r < R; ++r) {
+      const V wv = vbroadcast(w + r * ldw + p + (r % S) * kLine);
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) acc[g][r] = vfma(av[r % S][g], wv, acc[g][r]);
+    }
+  }
+}
+
+// out[r][g L + l] = sum over p of W[r, p] P[p][g][l], for R rows of W from `w` (rows ldw apart)
+// in S skew classes (steps()); `next` is the first row of the tile after this one (nullptr when
+// none), whose first lines are prefetched as this tile's rows run out.
+template <int G, int R, int S>
+void tile(const float* pa, const float* w, int64_t ldw, int64_t k, const float* next,
+          float* out) {
+  V acc[G][R];
+#pragma GCC unroll 32
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) acc[g][r] = vzero();
+  // Every class runs p over [0, body); class c covers [c kLine, body + c kLine) of k.
+  const int64_t body = (k - (S - 1) * kLine) / kLine * kLine;
+  for (int64_t p = 0; p < body; p += kLine) {
+#pragma GCC unroll 32
+    for (int r = 0; r < R; ++r) {
+      const int64_t ahead = p + (r % S) * kLine + kAhead;
+      const float* target =
+          ahead < k ? w + r * ldw + ahead : next ? next + r * ldw + (ahead - k) : nullptr;
+      if (target) _mm_prefetch(reinterpret_cast<const char*>(target), _MM_HINT_T1);
+    }
+    steps<G, R, S>(acc, pa, w, ldw, p, p + kLine);
+  }
+#pragma GCC unroll 32
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) vstore(out + (r * G + g) * kLanes, acc[g][r]);
+  // What each row's class left: [0, c kLine) and [body + c kLine, k).
+  for (int r = 0; r < R; ++r) {
+    const int64_t o = (r % S) * kLine;
+    for (int g = 0; g < G; ++g) {
+      V sum = vload(out + (r * G + g) * kLanes);
+      auto add = [&](int64_t q) {
+        sum = vfma(vload(pa + (q * G + g) * kLanes), vbroadcast(w + r * ldw + q), sum);
+      };
+      for (int64_t q = 0; q < o; ++q) add(q);
+      for (int64_t q = body + o; q < k; ++q) add(q);
+      vstore(out + (r * G + g) * kLanes, sum);
+    }
+  }
+}
+
+using TileFn = void (*)(const float*, const float*, int64_t, int64_t, const float*, float*);
+
+template <int G, size_t... I>
+constexpr std::array<TileFn, sizeof...(I)> tiles_of(std::index_sequence<I...>) {
+  return {tile<G, int(I) + 1, 1>...};
+}
+// [R - 1] per G: the full tile and every shorter one for the last rows of a block.
+const std::array<TileFn, size_t(rows_for(1))> kTiles1 =
+    tiles_of<1>(std::make_index_sequence<size_t(rows_for(1))>());
+const std::array<TileFn, size_t(rows_for(2))> kTiles2 =
+    tiles_of<2>(std::make_index_sequence<size_t(rows_for(2))>());
+const std::array<TileFn, size_t(rows_for(3))> kTiles3 =
+    tiles_of<3>(std::make_index_sequence<size_t(rows_for(3))>());
+// Full tiles in kSkew classes, for rows a multiple of 4 KiB apart.
+const std::array<TileFn, kMaxGroups> kSkewed = {tile<1, rows_for(1), kSkew>,
+                                                tile<2, rows_for(2), kSkew>,
+                                                tile<3, rows_for(3), kSkew>};
+
+TileFn tile_fn(int groups, int rows) {
+  if (groups == 1) return kTiles1[size_t(rows - 1)];
+  if (groups == 2) return kTiles2[size_t(rows - 1)];
+  return kTiles3[size_t(rows - 1)];
+}
+
+struct AlignedFree {
+  void operator()(float* p) const { std::free(p); }
+};
+
+// P[p][g][l] = A[g L + l, p] (zero past row m), 64-byte aligned.
+std::unique_ptr<float, AlignedFree> pack_transposed(const float* a, int64_t lda, int64_t m,
+                                                     int64_t k, int groups) {
+  const size_t bytes = size_t(k * groups * kLanes) * sizeof(float);
+  float* p = static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+  TESSEL_CHECK(p != nullptr, "gemm: cannot allocate ", bytes, " bytes to pack A");
+  std::memset(p, 0, bytes);
+  const int64_t width = int64_t(groups) * kLanes;
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = a + i * lda;
+    for (int64_t q = 0; q < k; ++q) p[q * width + i] = row[q];
+  }
+  return std::unique_ptr<float, AlignedFree>(p);
+}
+
+}  // namespace
+
+bool lanes_gemm_fits(const GemmDesc& d) {
+  return !d.trans_a && d.trans_b && d.k > 0 && d.m >= kMinRows && d.m <= kMaxGroups * kLanes;
+}
+
+void lanes_gemm(const GemmDesc& d, const float* a, const float* w, float* c) {
+  const int groups = int((d.m + kLanes - 1) / kLanes);
+  const int rows = rows_for(groups);
+  // Rows a multiple of 4 KiB apart take the skewed tiles where k leaves the classes a body.
+  const bool skew = (d.ldb * int64_t(sizeof(float))) % 4096 == 0 && d.k >= 4 * kLine * kSkew;
+  const TileFn full = skew ? kSkewed[size_t(groups - 1)] : tile_fn(groups, rows);
+  const float alpha = float(d.alpha), beta = float(d.beta);
+  const bool plain = d.alpha == 1 && d.beta == 0;
+  // Blocks of W's rows in whole tiles, enough weights per task.
+  const int64_t tiles = (d.n + rows - 1) / rows;
+  const int64_t grain = std::max<int64_t>(1, kTaskWeights / (int64_t(rows) * d.k));
+  const int64_t width = int64_t(groups) * kLanes;
+  for (int64_t bt = 0; bt < d.batch; ++bt) {
+    const auto packed = pack_transposed(a + bt * d.stride_a, d.lda, d.m, d.k, groups);
+    const float* pa = packed.get();
+    const float* wb = w + bt * d.stride_b;
+    float* cb = c + bt * d.stride_c;
+    parallel_for(0, tiles, grain, [&](int64_t lo, int64_t hi) {
+      alignas(64) float out[kOutFloats];
+      for (int64_t t = lo; t < hi; ++t) {
+        const int64_t j0 = t * rows;
+        const int r = int(std::min<int64_t>(rows, d.n - j0));
+        const float* next = t + 1 < hi ? wb + (j0 + rows) * d.ldb : nullptr;
+        (r == rows ? full : tile_fn(groups, r))(pa, wb + j0 * d.ldb, d.ldb, d.k, next, out);
+        for (int64_t i = 0; i < d.m; ++i) {
+          float* crow = cb + i * d.ldc + j0;
+          for (int q = 0; q < r; ++q) {
+            const float s = out[q * width + i];
+            crow[q] = plain ? s : beta == 0 ? alpha * s : alpha * s + beta * crow[q];
+          }
+        }
+      }
+    });
+  }
+}
+
+#else  // the baseline set has no FMA: never taken
+
+bool lanes_gemm_fits(const GemmDesc&) {
+  return false;
+}
+void lanes_gemm(const GemmDesc&, const float*, const float*, float*) {
+  TESSEL_CHECK(false, "gemm: the baseline kernel set has no lane-form product");
+}
+
+#endif
+
+}  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu
+TESSEL_ISA_END
