@@ -70,7 +70,8 @@ int main() {
         std::fprintf(stderr, "DECODE_SHAPES: expected NxK, got '%s'\n", one.c_str());
         return 2;
       }
-      kinds.push_back({one, std::atoll(one.substr(0, x).c_str()), std::atoll(one.substr(x + 1).c_str())});
+      kinds.push_back(
+          {one, std::atoll(one.substr(0, x).c_str()), std::atoll(one.substr(x + 1).c_str())});
     }
   }
   tessel::kernels::Backend& be = tessel::kernels::cpu_backend();

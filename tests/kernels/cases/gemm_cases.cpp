@@ -172,7 +172,8 @@ std::vector<GemmSpec> gemm_specs() {
     specs.push_back({"lanes_skew_m" + std::to_string(m), skew});
   }
   specs.push_back({"lanes_shared_b", kernels::dense_gemm_desc(3, 9, 29, 65, false, true, false)});
-  specs.push_back({"lanes_beta0_nan_c", kernels::dense_gemm_desc(1, 12, 30, 20, false, true), true});
+  specs.push_back(
+      {"lanes_beta0_nan_c", kernels::dense_gemm_desc(1, 12, 30, 20, false, true), true});
   return specs;
 }
 

@@ -68,8 +68,7 @@ constexpr int rows_for(int groups) {
 
 constexpr int kMaxGroups = 3;
 // One tile's sums: R x G vectors, the most of any G.
-constexpr int kOutFloats =
-    std::max({rows_for(1), 2 * rows_for(2), 3 * rows_for(3)}) * kLanes;
+constexpr int kOutFloats = std::max({rows_for(1), 2 * rows_for(2), 3 * rows_for(3)}) * kLanes;
 // Below this many rows the dot-product tiles do fewer FMAs per weight (m / kLanes of a vector
 // each against one whole FMA here) and win; measured in docs/KERNELS.md.
 constexpr int64_t kMinRows = kLanes / 2;
@@ -109,8 +108,7 @@ inline void steps(V (&acc)[G][R], const float* pa, const float* w, int64_t ldw, 
 // in S skew classes (steps()); `next` is the first row of the tile after this one (nullptr when
 // none), whose first lines are prefetched as this tile's rows run out.
 template <int G, int R, int S>
-void tile(const float* pa, const float* w, int64_t ldw, int64_t k, const float* next,
-          float* out) {
+void tile(const float* pa, const float* w, int64_t ldw, int64_t k, const float* next, float* out) {
   V acc[G][R];
 #pragma GCC unroll 32
   for (int r = 0; r < R; ++r)
@@ -122,8 +120,9 @@ void tile(const float* pa, const float* w, int64_t ldw, int64_t k, const float* 
 #pragma GCC unroll 32
     for (int r = 0; r < R; ++r) {
       const int64_t ahead = p + (r % S) * kLine + kAhead;
-      const float* target =
-          ahead < k ? w + r * ldw + ahead : next ? next + r * ldw + (ahead - k) : nullptr;
+      const float* target = ahead < k ? w + r * ldw + ahead
+                            : next    ? next + r * ldw + (ahead - k)
+                                      : nullptr;
       if (target) _mm_prefetch(reinterpret_cast<const char*>(target), _MM_HINT_T1);
     }
     steps<G, R, S>(acc, pa, w, ldw, p, p + kLine);
@@ -161,9 +160,8 @@ const std::array<TileFn, size_t(rows_for(2))> kTiles2 =
 const std::array<TileFn, size_t(rows_for(3))> kTiles3 =
     tiles_of<3>(std::make_index_sequence<size_t(rows_for(3))>());
 // Full tiles in kSkew classes, for rows a multiple of 4 KiB apart.
-const std::array<TileFn, kMaxGroups> kSkewed = {tile<1, rows_for(1), kSkew>,
-                                                tile<2, rows_for(2), kSkew>,
-                                                tile<3, rows_for(3), kSkew>};
+const std::array<TileFn, kMaxGroups> kSkewed = {
+    tile<1, rows_for(1), kSkew>, tile<2, rows_for(2), kSkew>, tile<3, rows_for(3), kSkew>};
 
 TileFn tile_fn(int groups, int rows) {
   if (groups == 1) return kTiles1[size_t(rows - 1)];
@@ -177,7 +175,7 @@ struct AlignedFree {
 
 // P[p][g][l] = A[g L + l, p] (zero past row m), 64-byte aligned.
 std::unique_ptr<float, AlignedFree> pack_transposed(const float* a, int64_t lda, int64_t m,
-                                                     int64_t k, int groups) {
+                                                    int64_t k, int groups) {
   const size_t bytes = size_t(k * groups * kLanes) * sizeof(float);
   float* p = static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
   TESSEL_CHECK(p != nullptr, "gemm: cannot allocate ", bytes, " bytes to pack A");
