@@ -119,21 +119,26 @@ TEST(Engine, GreedyEqualsGenerate) {
 
 // A seeded sampled request with logprobs, then the same request among 32 others with chunked
 // prefill, a shared prefix and a KV pool small enough to preempt: bitwise the same.
-void expect_batch_invariant(std::shared_ptr<models::CausalLM> model) {
+// `kv`: the pool's dtype (EngineOptions::kv_cache_dtype).
+void expect_batch_invariant(std::shared_ptr<models::CausalLM> model,
+                            const std::string& kv = "auto") {
   Request probe = request("probe", prompt_of(33, 5), 24, 0.8, 77);
   probe.params.logprobs = 3;
   EngineOptions invariant;
   invariant.deterministic = true;
+  invariant.kv_cache_dtype = kv;
   const Output alone = run_alone(model, probe, invariant);
   ASSERT_EQ(alone.tokens.size(), 24u);
 
   EngineOptions busy;
   busy.deterministic = true;
+  busy.kv_cache_dtype = kv;
   busy.max_batch_tokens = 19;  // prompts arrive in chunks
   busy.max_seqs = 33;
   busy.block_size = 4;
   // 60 blocks: preemption under load.
-  busy.kv_cache_bytes = 60 * 4 * model->model_config().kv_geometry().bytes_per_token(4);
+  const int64_t elem = kv == "auto" || kv == "f32" ? 4 : 2;
+  busy.kv_cache_bytes = 60 * 4 * model->model_config().kv_geometry().bytes_per_token(elem);
   Engine engine(model, io::Tokenizer(io::small_config()), busy);
   Collector c;
   for (int i = 0; i < 32; ++i) {
@@ -171,6 +176,51 @@ TEST(Engine, RequestIsBatchInvariant) {
     SCOPED_TRACE(std::string(model->model_config().family().name()));
     expect_batch_invariant(model);
   }
+}
+
+// A 16-bit pool under an f32 model (`--kv-cache-dtype`): the request is still batch-invariant
+// (the keys and values are rounded as they are stored, whatever else is in the step).
+TEST(Engine, RequestIsBatchInvariantOverA16BitPool) {
+  for (const char* kv : {"bf16", "f16"}) {
+    SCOPED_TRACE(kv);
+    expect_batch_invariant(tiny_gpt2(), kv);
+  }
+}
+
+// The 16-bit pool holds twice the tokens in the same bytes, and its greedy logprobs follow the
+// f32 pool's within the rounding of the keys and values; a dtype the kernels do not read is
+// refused when the engine starts.
+TEST(Engine, SixteenBitPoolHalvesTheBytesAndFollowsTheF32Pool) {
+  auto model = tiny_gpt2();
+  Request r = request("a", prompt_of(29, 8), 12);
+  r.params.logprobs = 1;
+  EngineOptions f32;
+  f32.kv_cache_bytes = 64 * 16 * model->model_config().kv_geometry().bytes_per_token(4);
+  const Output want = run_alone(model, r, f32);
+  for (const char* kv : {"bf16", "f16"}) {
+    SCOPED_TRACE(kv);
+    EngineOptions half = f32;
+    half.kv_cache_dtype = kv;
+    Engine engine(model, io::Tokenizer(io::small_config()), half);
+    EXPECT_EQ(engine.stats().kv_blocks_total, 128);
+    const Output got = run_alone(model, r, half);
+    ASSERT_EQ(got.tokens.size(), want.tokens.size());
+    // Compare while the greedy tokens agree (a near tie may flip one, and then the rest differ).
+    size_t same = 0;
+    while (same < want.tokens.size() && got.tokens[same] == want.tokens[same]) ++same;
+    EXPECT_GE(same, 4u);
+    // Two entries a token: its logprob and its top-1 (the same token) + id.
+    ASSERT_EQ(got.logprobs.size(), 2 * got.tokens.size());
+    bool differs = false;
+    for (size_t i = 0; i < 2 * same; ++i) {
+      EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 0.02) << "entry " << i;
+      differs |= got.logprobs[i] != want.logprobs[i];
+    }
+    EXPECT_TRUE(differs) << "the rounded keys and values change no logprob";
+  }
+  EngineOptions bad;
+  bad.kv_cache_dtype = "i8";
+  EXPECT_THROW(Engine(model, io::Tokenizer(io::small_config()), bad), Error);
 }
 
 TEST(Engine, ChoicesEqualSeparateSeededRequests) {

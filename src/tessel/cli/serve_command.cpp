@@ -322,6 +322,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--kv-cache-bytes", args->engine.kv_cache_bytes,
                   "KV-cache pool in bytes (0: a fraction of the free memory)")
       ->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", args->engine.kv_cache_dtype,
+                  "KV-cache element type: auto (the model's), f32, bf16 or f16; 16 bits halve "
+                  "what attention reads, rounding the keys and values")
+      ->check(CLI::IsMember({"auto", "f32", "bf16", "f16"}))
+      ->capture_default_str();
   cmd->add_option("--block-size", args->engine.block_size, "Tokens per KV-cache block")
       ->capture_default_str();
   cmd->add_option("--max-model-len", args->engine.max_model_len,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace tessel::serve {
 
@@ -19,9 +20,13 @@ struct EngineOptions {
   bool prefix_caching = true;
   int64_t max_queue = 256;  // waiting requests before submit answers kQueueFull
   int64_t max_n = 16;       // choices per request
+  // The KV pool's element type (`serve --kv-cache-dtype`): "auto" (the model's own), "f32",
+  // "bf16" or "f16". A 16-bit pool under an f32 model halves the bytes attention reads a step;
+  // keys and values are rounded as they are stored, so tokens may differ from the model's own.
+  std::string kv_cache_dtype = "auto";
   // Batch-invariant kernels (docs/SERVING.md): a request's tokens and logprobs do not depend on
-  // the rest of the batch. Off by default: measured 0.84x throughput at 16 and 64 concurrent
-  // GPT-2 124M streams; products of up to 48 rows take the same kernel in both modes.
+  // the rest of the batch. Off by default: measured 0.82x throughput at 16 concurrent GPT-2 124M
+  // streams (the default mode runs products of 8-48 rows on a faster kernel).
   bool deterministic = false;
   // Groups of requests with one step each in flight (serve/step_groups.h; `serve --pp-groups`):
   // above 1 the model must start and finish its forward apart (rank 0 of a pipeline).

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "tessel/core/dtype.h"
 #include "tessel/core/error.h"
 #include "tessel/serve/paged_kv_cache.h"
 
@@ -36,6 +37,17 @@ KvPoolPlan plan_kv_pool(const models::CausalLM& model, const EngineOptions& opti
   const models::KVCache probe = model.make_cache(1, 1);
   plan.geometry = models::KvGeometry{probe.n_layer(), probe.kv_heads(), probe.head_dim()};
   plan.dtype = probe.dtype();
+  if (options.kv_cache_dtype != "auto") {
+    const DType chosen = dtype_from_name(options.kv_cache_dtype);
+    TESSEL_CHECK(chosen == DType::F32 || chosen == DType::BF16 || chosen == DType::F16,
+                 "Engine: --kv-cache-dtype ", options.kv_cache_dtype,
+                 ": expected auto, f32, bf16 or f16");
+    TESSEL_CHECK(plan.dtype != DType::F64 || chosen == DType::F64, "Engine: --kv-cache-dtype ",
+                 options.kv_cache_dtype,
+                 " under an f64 model (attention over an f64 model's "
+                 "queries reads f64 pools only)");
+    plan.dtype = chosen;
+  }
   const int64_t per_token = plan.geometry.bytes_per_token(int64_t(dtype_size(plan.dtype)));
   const int64_t blocks_per_seq =
       (plan.context_length + options.block_size - 1) / options.block_size;

@@ -148,8 +148,10 @@ Tensor PagedStep::attend(int64_t layer, const Tensor& q, const Tensor& k, const 
   TESSEL_CHECK(q.ndim() == 4 && q.size(0) == 1 && q.size(1) == tokens_, "PagedStep.attend: q ",
                q.shape(), " expected [1, ", tokens_, ", H, D]");
   const int64_t hkv = kv_heads(), d = head_dim();
-  ops::paged_kv_store(k.reshape({tokens_, hkv, d}), v.reshape({tokens_, hkv, d}), t_.slots,
-                      pool_.keys(layer), pool_.values(layer));
+  // A pool of another dtype than the model's (`--kv-cache-dtype`) stores the rounded values.
+  const DType pd = pool_.dtype();
+  ops::paged_kv_store(k.to(pd).reshape({tokens_, hkv, d}), v.to(pd).reshape({tokens_, hkv, d}),
+                      t_.slots, pool_.keys(layer), pool_.values(layer));
   ops::PagedAttentionOptions options;
   options.window = window;
   Tensor y = ops::paged_attention(q.reshape({tokens_, q.size(2), d}), pool_.keys(layer),
