@@ -16,6 +16,7 @@
 
 #include "common/error_text.h"
 #include "tessel/models/family.h"
+#include "tessel/models/gpt2/gpt2_config.h"
 #include "tessel/plan/compute_cost.h"
 #include "tessel/tensor/default_device.h"
 
@@ -332,6 +333,121 @@ TEST(PlanSearch, LayerCostsAddUpToTheTrace) {
   }
   EXPECT_GT(layers[0].seconds, 0);
   EXPECT_GT(layers.back().seconds, 0);
+}
+
+// A CPU node (the offload model's tiers are its memory) with a disk for the NVMe tier.
+Cluster cpu_node(int64_t memory_bytes, const std::string& kind = "cpu (test)") {
+  return Cluster::parse(
+      "name = \"cpu-test\"\ndevices_per_node = 1\nnodes = 1\n[device]\nkind = \"" + kind +
+          "\"\nmemory_bytes = " + std::to_string(memory_bytes) +
+          "\nmemory_bandwidth = 2e10\n[device.peak_flops]\nf32 = 3e10\n"
+          "[storage]\nread_bandwidth = 2e9\nwrite_bandwidth = 1e9\n",
+      "cpu.toml");
+}
+
+// One process's offload input, as the trainer offloads it.
+SearchRequest offloading(const models::ConfigPtr& config, int64_t chunk, bool nvme) {
+  SearchRequest r = request(1);
+  r.offload_chunk_bytes = chunk;
+  if (nvme) r.offload_nvme_dir = "/swap";
+  r.offload_input = [config](const MemoryLayout& l, const OffloadBudgets& b) {
+    return offload_input(*config, l.compute_dtype, b, l.grad_accum, l.tp_transform, l.pipeline);
+  };
+  return r;
+}
+
+// Layouts whose state does not fit are planned offloaded: budgets that the rank's memory holds
+// beside what the step keeps outside the tiers, the offload model's own traffic for them, a step
+// no shorter than its disk time, and the memory.* settings in the command; where the memory
+// leaves no chunk, on an accelerator's description, or without room for the state (no NVMe),
+// the row stays out of memory and says why.
+TEST(PlanSearch, OffloadsLayoutsThatDoNotFit) {
+  // Small enough tensors for chunks of 32 KiB (the embedding is 26.7 KB).
+  models::GPT2Config c;
+  c.vocab_size = 257;
+  c.n_positions = 32;
+  c.n_embd = 26;
+  c.n_layer = 5;
+  c.n_head = 2;
+  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
+  const models::ConfigPtr config = std::make_shared<models::GPT2Config>(c);
+  const int64_t chunk = 32 << 10;
+  const SearchResult roomy = search_plans(*config, cpu_node(int64_t(1) << 40), request(1));
+  ASSERT_FALSE(roomy.ranked.empty());
+  double least = std::numeric_limits<double>::infinity();
+  for (const PlanResult& r : roomy.ranked) least = std::min(least, r.memory.peak());
+  // The state in chunks and the device working set, from a run with every chunk on the device.
+  OffloadBudgets all;
+  all.chunk_bytes = chunk;
+  all.device_budget = int64_t(1) << 40;
+  all.host_budget = 5 * chunk;
+  all.nvme = true;
+  const OffloadPrediction probe = predict_offload(offload_input(*config, DType::F32, all, 1));
+  const double plain = least - double(probe.state_bytes);
+  // The least layout gets a device tier of the working set and three chunks more, the host tier
+  // five chunks; the rest of the state goes to NVMe.
+  const int64_t memory = int64_t(plain) + (5 + probe.device_working_set + 3) * chunk;
+  ASSERT_LT(probe.device_working_set + 8, probe.chunks);
+  const Cluster node1 = cpu_node(memory);
+  EXPECT_TRUE(search_plans(*config, node1, request(1)).ranked.empty());
+
+  const SearchResult res = search_plans(*config, node1, offloading(config, chunk, true));
+  ASSERT_FALSE(res.ranked.empty());
+  for (const PlanResult& r : res.ranked) {
+    const Layout& l = r.layout;
+    ASSERT_TRUE(l.offloaded()) << l.str();
+    EXPECT_EQ(l.offload_device_budget % chunk, 0) << l.str();
+    EXPECT_EQ(l.offload_host_budget, 5 * chunk);
+    EXPECT_LE(r.offload_plain_bytes + double(l.offload_device_budget + l.offload_host_budget),
+              double(memory))
+        << l.str();
+    EXPECT_NE(l.str().find(" offload="), std::string::npos);
+    // The offload model's own steady step for these budgets, and the disk's time for it.
+    OffloadBudgets b;
+    b.chunk_bytes = chunk;
+    b.device_budget = l.offload_device_budget;
+    b.host_budget = l.offload_host_budget;
+    b.nvme = true;
+    const MemoryLayout ml = memory_layout(l, request(1));
+    const OffloadTraffic t =
+        predict_offload(offload_input(*config, ml.compute_dtype, b, ml.grad_accum)).steady();
+    EXPECT_EQ(r.offload.nvme_read_bytes, t.nvme_read_bytes) << l.str();
+    EXPECT_EQ(r.offload.nvme_write_bytes, t.nvme_write_bytes) << l.str();
+    EXPECT_GT(t.nvme_read_bytes, 0) << l.str();
+    EXPECT_DOUBLE_EQ(r.offload_io_seconds, offload_io_seconds(t, 2e9, 1e9));
+    EXPECT_DOUBLE_EQ(r.step_seconds, std::max(r.time.total(), r.offload_io_seconds));
+    const std::vector<std::string> args = l.train_args();
+    for (const std::string& set :
+         {"memory.device_budget=" + std::to_string(l.offload_device_budget),
+          "memory.host_budget=" + std::to_string(5 * chunk),
+          "memory.chunk_size=" + std::to_string(chunk), std::string("memory.nvme_dir=/swap")})
+      EXPECT_NE(std::find(args.begin(), args.end(), set), args.end()) << set;
+  }
+  // Without NVMe the two memory tiers cannot hold the state.
+  const SearchResult no_nvme = search_plans(*config, node1, offloading(config, chunk, false));
+  EXPECT_TRUE(no_nvme.ranked.empty());
+  for (const PlanResult& r : no_nvme.pruned)
+    EXPECT_NE(r.reason.find("; offloaded"), std::string::npos) << r.reason;
+  // An accelerator's description: not offered.
+  const SearchResult gpu =
+      search_plans(*config, cpu_node(memory, "H200"), offloading(config, chunk, true));
+  EXPECT_TRUE(gpu.ranked.empty());
+  EXPECT_NE(gpu.pruned.front().reason.find("offload on H200 devices is not modelled"),
+            std::string::npos)
+      << gpu.pruned.front().reason;
+  // Memory for the step alone: no chunk left for the device tier.
+  const SearchResult tight =
+      search_plans(*config, cpu_node(int64_t(plain)), offloading(config, chunk, true));
+  EXPECT_TRUE(tight.ranked.empty());
+  EXPECT_NE(tight.pruned.front().reason.find("for the device tier"), std::string::npos)
+      << tight.pruned.front().reason;
+  // NVMe without the description's disk: refused up front.
+  Cluster no_disk = cpu_node(memory);
+  no_disk.storage.reset();
+  EXPECT_NE(test::error_of([&] {
+              search_plans(*config, no_disk, offloading(config, chunk, true));
+            }).find("has no [storage] table"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -97,6 +97,27 @@ bool tp_sums_gradients(const models::ModelConfig& config, int tp, int tp_rank,
   return train::model_tp_sums_gradients(state);
 }
 
+plan::OffloadInput offload_input_for(const models::ModelConfig& config,
+                                     const plan::MemoryLayout& layout,
+                                     const plan::OffloadBudgets& budgets, bool tp_sums,
+                                     bool clipped) {
+  plan::OffloadInput input =
+      plan::offload_input(config, layout.compute_dtype, budgets, layout.grad_accum,
+                          layout.tp_transform, layout.pipeline);
+  input.dp = layout.dp;
+  input.zero_stage = layout.dp > 1 ? layout.zero_stage : 0;
+  input.scaled = clipped || layout.compute_dtype == DType::F16;
+  input.bucket_bytes = layout.bucket_bytes;
+  // Under dp x tp each rank offloads its ZeRO shards of its own pieces; where tp sums gradients
+  // the trainer keeps the buckets in plain memory and reduces after backward.
+  input.tp_sums = layout.dp > 1 && tp_sums;
+  // ZeRO-1/2's buckets complete as backward makes their gradients ready.
+  if (layout.dp > 1 && input.zero_stage < 3)
+    input.grad_order =
+        plan::gradient_ready_order(config, input, layout.tp_transform, layout.tp_loss);
+  return input;
+}
+
 void set_data_parallel(plan::MemoryLayout& layout) {
   if (layout.dp <= 1 || layout.zero_stage < 2) {
     layout.dp_transform = nullptr;

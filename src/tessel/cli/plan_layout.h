@@ -12,6 +12,7 @@
 
 #include "tessel/models/causal_lm.h"
 #include "tessel/plan/memory_model.h"
+#include "tessel/plan/offload_model.h"
 #include "tessel/plan/step_cost.h"
 
 namespace tessel::cli {
@@ -37,6 +38,18 @@ bool tp_sums_gradients(const models::ModelConfig& config, int tp, int tp_rank,
 // runtime's DataParallel and Zero3Parameters (units as the trainer makes them, under pp those
 // of the rank's stages) on the model built on meta, over a shape-only dp communicator.
 void set_data_parallel(plan::MemoryLayout& layout);
+
+// The offload model's input for one rank of `layout` under `budgets`: its tensor-parallel rank's
+// pieces (layout.tp_transform), its data-parallel rank's ZeRO shards and buckets (layout.dp,
+// zero_stage, bucket_bytes; under ZeRO-1/2 the gradient order the model's backward makes), its
+// pipeline rank's stages (layout.pipeline). `tp_sums`: that tensor parallelism sums gradients
+// (tp_sums_gradients), which under dp keeps the buckets in plain memory; `clipped`: the steps
+// scale their gradient shards (clipping that triggers; fp16 always does). What `tessel plan
+// offload` and the plan search's offloaded layouts predict.
+plan::OffloadInput offload_input_for(const models::ModelConfig& config,
+                                     const plan::MemoryLayout& layout,
+                                     const plan::OffloadBudgets& budgets, bool tp_sums,
+                                     bool clipped);
 
 // "bf16" / "fp16" (the trainer's train.precision): the compute dtype over f32 masters; else f32.
 DType precision_dtype(const std::string& precision);

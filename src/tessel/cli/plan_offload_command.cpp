@@ -85,20 +85,9 @@ void run_offload(const OffloadArgs& a) {
                " is not a rank of --pp ", a.pp);
   if (a.pp > 1)
     layout.pipeline = pipeline_rank(*config, a.schedule, a.pp, int(a.grad_accum), a.pp_rank);
-  plan::OffloadInput input =
-      plan::offload_input(*config, compute, b, a.grad_accum, layout.tp_transform, layout.pipeline);
-  input.dp = layout.dp;
-  input.zero_stage = layout.zero_stage;
-  input.scaled = a.clipped || compute == DType::F16;
-  input.bucket_bytes = layout.bucket_bytes;
-  // Under dp x tp each rank offloads its ZeRO shards of its own pieces; where tp sums gradients
-  // the trainer keeps the buckets in plain memory and reduces after backward.
-  if (a.dp > 1 && a.tp > 1)
-    input.tp_sums = tp_sums_gradients(*config, a.tp, a.tp_rank, a.tp_plan, a.sp);
-  // ZeRO-1/2's buckets complete as backward makes their gradients ready.
-  if (a.dp > 1 && a.zero < 3)
-    input.grad_order =
-        plan::gradient_ready_order(*config, input, layout.tp_transform, layout.tp_loss);
+  const bool tp_sums =
+      a.dp > 1 && a.tp > 1 && tp_sums_gradients(*config, a.tp, a.tp_rank, a.tp_plan, a.sp);
+  const plan::OffloadInput input = offload_input_for(*config, layout, b, tp_sums, a.clipped);
   const plan::OffloadPrediction p = plan::predict_offload(input, a.steps);
   const plan::OffloadTraffic& s = p.steady();
 

@@ -18,6 +18,7 @@
 #include "tessel/cli/plan_search.h"
 #include "tessel/cli/plan_serve.h"
 #include "tessel/core/error.h"
+#include "tessel/train/config.h"
 #include "tessel/train/model_presets.h"
 
 namespace tessel::cli {
@@ -62,6 +63,20 @@ nlohmann::json plan_json(const plan::PlanResult& r) {
     j["state_bytes"] = int64_t(r.memory.state());
     j["step_peak_bytes"] = int64_t(r.memory.step());
   }
+  if (l.offloaded()) {
+    const plan::OffloadTraffic& t = r.offload;
+    j["offload"] = {{"device_budget", l.offload_device_budget},
+                    {"host_budget", l.offload_host_budget},
+                    {"chunk_bytes", l.offload_chunk_bytes},
+                    {"nvme_dir", l.offload_nvme_dir},
+                    {"plain_bytes", int64_t(r.offload_plain_bytes)},
+                    {"nvme_ms", 1e3 * r.offload_io_seconds},
+                    {"offload_nvme_read_bytes", t.nvme_read_bytes},
+                    {"offload_nvme_write_bytes", t.nvme_write_bytes},
+                    {"offload_h2d_bytes", t.h2d_bytes},
+                    {"offload_d2h_bytes", t.d2h_bytes},
+                    {"offload_evictions", t.evictions}};
+  }
   if (r.stages.feasible) {
     j["stage_first_layer"] = r.stages.first_layer;
     j["pipeline_ms"] = 1e3 * r.stages.pipeline_seconds;
@@ -75,6 +90,8 @@ struct SearchArgs {
   std::vector<int> zero = {0, 1, 2, 3};
   std::vector<std::string> recompute = {"none", "selective", "full"};
   double bucket_mb = 25;
+  bool offload = false;
+  std::string offload_host = "0", offload_chunk = "64MiB", offload_nvme_dir;
   int top = 10;
   bool json = false;
   std::shared_ptr<PlanCheckOptions> check;  // bare `tessel plan` only: --check and its options
@@ -89,6 +106,28 @@ void run_search(SearchArgs a) {
   a.request.recompute.clear();
   for (const std::string& r : a.recompute) a.request.recompute.push_back(nn::parse_recompute(r));
   set_runtime_layouts(a.request, config);
+  if (a.offload) {
+    // On a CPU node the device and host tiers are the same memory; only NVMe takes state out.
+    TESSEL_CHECK(!a.offload_nvme_dir.empty(),
+                 "plan: --offload needs --offload-nvme-dir (on a CPU "
+                 "node the device and host tiers are the same memory: only an NVMe tier takes "
+                 "state out of it)");
+    a.request.offload_chunk_bytes =
+        int64_t(train::parse_byte_size("--offload-chunk-size", a.offload_chunk));
+    a.request.offload_host_bytes =
+        int64_t(train::parse_byte_size("--offload-host-budget", a.offload_host));
+    a.request.offload_nvme_dir = a.offload_nvme_dir;
+    // Each rank as the trainer offloads it: tp rank 0 of the family's plan (as the search traces
+    // it), its ZeRO shards, its pipeline stages.
+    a.request.offload_input = [config](const plan::MemoryLayout& l, const plan::OffloadBudgets& b) {
+      const bool sums = l.dp > 1 && l.tp > 1 && tp_sums_gradients(*config, l.tp, 0, "", false);
+      return offload_input_for(*config, l, b, sums, false);
+    };
+  } else {
+    TESSEL_CHECK(a.offload_nvme_dir.empty() && a.offload_host == "0" && a.offload_chunk == "64MiB",
+                 "plan: --offload-host-budget, --offload-chunk-size and --offload-nvme-dir go "
+                 "with --offload");
+  }
   const plan::SearchResult res = plan::search_plans(*config, cluster, a.request);
   if (a.check && a.check->enabled) {
     run_plan_check(*a.check, {a.model, a.precision, std::llround(a.bucket_mb), a.top, a.json}, res,
@@ -122,10 +161,27 @@ void run_search(SearchArgs a) {
               "MFU", "mem/rank MiB", "(state+step)");
   for (size_t i = 0; i < res.ranked.size() && int(i) < a.top; ++i) {
     const plan::PlanResult& r = res.ranked[i];
+    const plan::Layout& l = r.layout;
     char mem[64];
-    std::snprintf(mem, sizeof mem, "%.1f+%.1f", mib(r.memory.state()), mib(r.memory.step()));
-    std::printf("%4zu  %-68s %10.3f %11.1f %5.1f%% %12.1f %12s\n", i + 1, r.layout.str().c_str(),
-                1e3 * r.step_seconds, r.tokens_per_second, 100 * r.mfu, mib(r.memory.peak()), mem);
+    double peak = r.memory.peak();
+    if (l.offloaded()) {
+      // What the rank holds: the step's memory outside the tiers, the device and host tiers.
+      peak = r.offload_plain_bytes + double(l.offload_device_budget + l.offload_host_budget);
+      std::snprintf(mem, sizeof mem, "offloaded");
+    } else {
+      std::snprintf(mem, sizeof mem, "%.1f+%.1f", mib(r.memory.state()), mib(r.memory.step()));
+    }
+    std::printf("%4zu  %-68s %10.3f %11.1f %5.1f%% %12.1f %12s\n", i + 1, l.str().c_str(),
+                1e3 * r.step_seconds, r.tokens_per_second, 100 * r.mfu, mib(peak), mem);
+    if (l.offloaded())
+      std::printf(
+          "      offloaded: %.1f MiB outside the tiers, device tier %.1f MiB, host %.1f "
+          "MiB%s; a step reads %.1f MiB and writes %.1f MiB of NVMe (%.1f ms of disk), "
+          "compute %.1f ms\n",
+          mib(r.offload_plain_bytes), mib(double(l.offload_device_budget)),
+          mib(double(l.offload_host_budget)), l.offload_nvme_dir.empty() ? "" : ", NVMe",
+          mib(double(r.offload.nvme_read_bytes)), mib(double(r.offload.nvme_write_bytes)),
+          1e3 * r.offload_io_seconds, 1e3 * r.time.total());
   }
   if (int(res.ranked.size()) > a.top)
     std::printf("      ... %zu more ranked (--top)\n", res.ranked.size() - size_t(a.top));
@@ -242,6 +298,17 @@ void add_search_options(CLI::App* cmd, const std::shared_ptr<SearchArgs>& args, 
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--top", args->top, "Ranked layouts to print")->capture_default_str();
+  cmd->add_flag("--offload", args->offload,
+                "Plan the layouts that do not fit the device with memory offload (CPU "
+                "descriptions; docs/PLANNER.md, \"Offload in the search\")");
+  cmd->add_option("--offload-host-budget", args->offload_host,
+                  "With --offload: each rank's host tier, memory.host_budget (0: five chunks)")
+      ->capture_default_str();
+  cmd->add_option("--offload-chunk-size", args->offload_chunk, "With --offload: memory.chunk_size")
+      ->capture_default_str();
+  cmd->add_option("--offload-nvme-dir", args->offload_nvme_dir,
+                  "With --offload: memory.nvme_dir, an NVMe tier timed at the description's "
+                  "[storage] rates");
   cmd->add_flag("--json", args->json, "Print JSON instead of a table");
 }
 

@@ -9,6 +9,7 @@
 
 #include "tessel/core/error.h"
 #include "tessel/plan/compute_cost.h"
+#include "tessel/plan/search_offload.h"
 #include "tessel/tensor/default_device.h"
 
 namespace tessel::plan {
@@ -93,7 +94,8 @@ std::string coverage(const Layout& l, const SearchRequest& request) {
 // rank is traced and predicted (as `tessel plan memory --pp` does): the memory is the largest
 // rank's, the step time the pipeline's.
 PlanResult predict_traced(const models::ModelConfig& config, const Cluster& cluster,
-                          const SearchRequest& request, const Layout& l, Traces& traces) {
+                          const SearchRequest& request, const Layout& l, Traces& traces,
+                          OffloadInputs& offload_inputs) {
   PlanResult r;
   r.layout = l;
   std::vector<Graph> graphs;
@@ -128,6 +130,7 @@ PlanResult predict_traced(const models::ModelConfig& config, const Cluster& clus
   if (r.memory.peak() > memory) {
     r.status = PlanStatus::OutOfMemory;
     r.reason = "needs " + gib(r.memory.peak()) + " per rank, the device has " + gib(memory);
+    offload_layout(config, cluster, request, memories, offload_inputs, r);
   } else {
     r.status = PlanStatus::Ranked;
   }
@@ -142,6 +145,13 @@ SearchRequest resolved(const models::ModelConfig& config, const Cluster& descrip
                " must be >= 1 sequence");
   TESSEL_CHECK(request.seq <= config.max_positions(), "plan: sequence length ", request.seq,
                " exceeds the model's context of ", config.max_positions());
+  TESSEL_CHECK(request.offload_nvme_dir.empty() || description.storage.has_value(),
+               "plan: ", description.source,
+               " has no [storage] table (read_bandwidth, write_bandwidth), which offloading to "
+               "NVMe needs to time the disk");
+  TESSEL_CHECK(request.offload_chunk_bytes > 0 && request.offload_host_bytes >= 0,
+               "plan: offload chunk of ", request.offload_chunk_bytes, " bytes and host tier of ",
+               request.offload_host_bytes, " bytes: expected a positive chunk, a host tier >= 0");
   return request;
 }
 
@@ -154,6 +164,9 @@ std::string Layout::str() const {
                   " micro_batch=" + std::to_string(micro_batch) +
                   " grad_accum=" + std::to_string(grad_accum);
   if (pp > 1) s += " schedule=" + schedule;
+  if (offloaded())
+    s += " offload=" + gib(double(offload_device_budget)) + "+" + gib(double(offload_host_budget)) +
+         (offload_nvme_dir.empty() ? "" : "+nvme");
   return s;
 }
 
@@ -169,6 +182,18 @@ std::vector<std::string> Layout::train_args() const {
   if (pp > 1) {
     a.push_back("--schedule");
     a.push_back(schedule);
+  }
+  if (offloaded()) {
+    for (std::string set : {"memory.device_budget=" + std::to_string(offload_device_budget),
+                            "memory.host_budget=" + std::to_string(offload_host_budget),
+                            "memory.chunk_size=" + std::to_string(offload_chunk_bytes)}) {
+      a.push_back("--set");
+      a.push_back(std::move(set));
+    }
+    if (!offload_nvme_dir.empty()) {
+      a.push_back("--set");
+      a.push_back("memory.nvme_dir=" + offload_nvme_dir);
+    }
   }
   return a;
 }
@@ -279,6 +304,7 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
   out.seq = request.seq;
 
   Traces traces(config);
+  OffloadInputs offload_inputs;
   std::shared_ptr<models::CausalLM> meta_model;
   {
     DefaultDeviceScope meta(Device::meta());
@@ -388,7 +414,7 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
               l.recompute = rc;
               l.micro_batch = mb;
               l.grad_accum = rows / mb;
-              PlanResult r = predict_traced(config, cluster, request, l, traces);
+              PlanResult r = predict_traced(config, cluster, request, l, traces, offload_inputs);
               (r.status == PlanStatus::Ranked ? out.ranked : out.pruned).push_back(std::move(r));
             }
           }
@@ -422,7 +448,8 @@ PlanResult predict_layout(const models::ModelConfig& config, const Cluster& desc
   }
   const Cluster cluster = description.with_devices(request.devices);
   Traces traces(config);
-  return predict_traced(config, cluster, request, layout, traces);
+  OffloadInputs offload_inputs;
+  return predict_traced(config, cluster, request, layout, traces, offload_inputs);
 }
 
 const PlanResult& best_plan(const SearchResult& result) {

@@ -22,6 +22,7 @@
 #include "tessel/nn/recompute.h"
 #include "tessel/plan/cluster.h"
 #include "tessel/plan/memory_model.h"
+#include "tessel/plan/offload_model.h"
 #include "tessel/plan/stage_split.h"
 #include "tessel/plan/step_cost.h"
 
@@ -50,6 +51,19 @@ struct SearchRequest {
   // layout whose dp, ZeRO stage and bucket size are set). Needed for ZeRO-3 under pp; without it
   // ZeRO-2/3 without pp are counted by the memory model's formula.
   std::function<void(MemoryLayout& layout)> data_parallel;
+  // Memory offload (docs/PLANNER.md, "Offload in the search"). With `offload_input` set (the
+  // offload model's input for one rank of a layout, cli/plan_layout.h supplies it), a layout whose
+  // ranks do not fit the device is planned again with its training state in chunks of
+  // offload_chunk_bytes: the host tier gets offload_host_bytes per rank (0: the smallest row the
+  // step holds there, five chunks), the device tier what the step leaves of the device's memory,
+  // and with offload_nvme_dir set the rest goes to NVMe at the description's [storage] rates.
+  // Only on CPU descriptions (the tiers are the same memory; copies over an accelerator's host
+  // link are not modelled), and not for pp with dp or tp (the offload model has no such rank).
+  std::function<OffloadInput(const MemoryLayout& layout, const OffloadBudgets& budgets)>
+      offload_input;
+  int64_t offload_chunk_bytes = int64_t(64) << 20;
+  int64_t offload_host_bytes = 0;
+  std::string offload_nvme_dir;  // memory.nvme_dir of the command; "": no NVMe tier
 };
 
 // One training layout: what `tessel train` takes as --dp/--tp/--pp, parallel.zero_stage,
@@ -61,7 +75,13 @@ struct Layout {
   int64_t micro_batch = 1;  // rows per micro-batch on each dp rank
   int64_t grad_accum = 1;   // micro-batches per step (the pipeline's micro-batches under pp)
   std::string schedule;     // pp > 1 only
-  std::string str() const;  // "dp=2 tp=1 pp=1 zero=1 recompute=none micro_batch=4 grad_accum=2"
+  // memory.* when the search offloads the layout (SearchRequest::offload_input): device_budget 0
+  // means no offload.
+  int64_t offload_device_budget = 0, offload_host_budget = 0, offload_chunk_bytes = 0;
+  std::string offload_nvme_dir;
+  bool offloaded() const { return offload_device_budget > 0; }
+  // "dp=2 tp=1 pp=1 zero=1 recompute=none micro_batch=4 grad_accum=2" (" offload=D+H[+nvme]").
+  std::string str() const;
   // The `tessel train` arguments that run it (the flags and --set overrides).
   std::vector<std::string> train_args() const;
 };
@@ -88,6 +108,12 @@ struct PlanResult {
   double step_seconds = 0, tokens_per_second = 0, mfu = 0;
   // pp > 1: the stage boundaries of Alpa's DP over the traced layers' compute.
   StageSplit stages;
+  // Offloaded (layout.offloaded()): the offload model's steady step of the rank with the most
+  // NVMe time, that time at the [storage] rates (the step is the longer of it and the compute,
+  // which `time` holds), and the memory the rank keeps outside the tiers.
+  OffloadTraffic offload;
+  double offload_io_seconds = 0;
+  double offload_plain_bytes = 0;
 };
 
 struct SearchResult {

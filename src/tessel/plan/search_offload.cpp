@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+// Budgets for an offloaded layout. On a CPU the device and host tiers are the same memory, so a
+// rank's memory must hold what the step keeps outside the tiers (the memory model's peak less the
+// state the chunks take over), the host tier and the device tier; the device tier gets the rest,
+// in whole chunks, the same for every pipeline rank (memory.* is one setting for the job). The
+// offload model then replays each rank's step against those budgets; its start-up checks are the
+// trainer's, so a budget below the working set is refused here as the run would refuse it.
+#include "tessel/plan/search_offload.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "tessel/core/error.h"
+
+namespace tessel::plan {
+
+namespace {
+
+std::string bytes_text(double bytes) {
+  if (bytes < double(1 << 20)) return std::to_string(int64_t(bytes / 1024.0)) + " KiB";
+  return std::to_string(int64_t(bytes / double(1 << 20))) + " MiB";
+}
+
+// Why the offload model cannot plan `l` on `cluster`, or "".
+std::string offload_coverage(const Layout& l, const Cluster& cluster) {
+  if (cluster.device.kind.rfind("cpu", 0) != 0)
+    return "offload on " + cluster.device.kind +
+           " devices is not modelled (the tiers' copies over the host link)";
+  if (l.pp > 1 && (l.dp > 1 || l.tp > 1))
+    return "offload of a pipeline rank with dp or tp is not modelled";
+  if (l.dp > 1 && l.zero_stage == 0) return "offload under dp needs ZeRO-1, 2 or 3";
+  return "";
+}
+
+std::string input_key(const MemoryLayout& m) {
+  std::string key = std::to_string(m.dp) + "/" + std::to_string(m.zero_stage) + "/" +
+                    std::to_string(m.tp) + "/" + std::to_string(m.grad_accum) + "/" +
+                    std::to_string(int(m.compute_dtype)) + "/" + std::to_string(m.bucket_bytes);
+  if (m.pipeline.active())
+    key += "/" + m.pipeline.schedule + "/" + std::to_string(m.pipeline.ranks) + "/" +
+           std::to_string(m.pipeline.rank);
+  return key;
+}
+
+}  // namespace
+
+int64_t default_offload_host_bytes(int64_t chunk_bytes) {
+  return 5 * chunk_bytes;
+}
+
+void offload_layout(const models::ModelConfig& config, const Cluster& cluster,
+                    const SearchRequest& request, const std::vector<MemoryEstimate>& memories,
+                    OffloadInputs& inputs, PlanResult& r) {
+  if (!request.offload_input) return;
+  const std::string why_not = offload_coverage(r.layout, cluster);
+  if (!why_not.empty()) {
+    r.reason += "; " + why_not;
+    return;
+  }
+  const int pp = r.layout.pp;
+  std::vector<OffloadInput*> ranks;
+  for (int p = 0; p < pp; ++p) {
+    const MemoryLayout ml = memory_layout(r.layout, request, p);
+    const std::string key = input_key(ml);
+    auto it = inputs.find(key);
+    if (it == inputs.end()) {
+      OffloadBudgets probe;
+      probe.chunk_bytes = request.offload_chunk_bytes;
+      it = inputs.emplace(key, request.offload_input(ml, probe)).first;
+    }
+    ranks.push_back(&it->second);
+  }
+  // The state each rank's chunks take over (a run with every chunk in the device tier).
+  const double memory = double(cluster.device.memory_bytes);
+  int64_t chunk = 0, device_budget = std::numeric_limits<int64_t>::max(), host = 0;
+  double plain_most = 0;
+  for (int p = 0; p < pp; ++p) {
+    OffloadInput in = *ranks[size_t(p)];
+    host = request.offload_host_bytes > 0 ? request.offload_host_bytes
+                                          : default_offload_host_bytes(request.offload_chunk_bytes);
+    in.budgets = OffloadBudgets{};
+    in.budgets.chunk_bytes = request.offload_chunk_bytes;
+    in.budgets.device_budget = std::numeric_limits<int64_t>::max() / 4;
+    in.budgets.host_budget =
+        std::max(host, default_offload_host_bytes(request.offload_chunk_bytes));
+    in.budgets.nvme = true;  // the tiers need not hold every chunk: the device tier takes all
+    OffloadPrediction all;
+    try {
+      all = predict_offload(in, 2);
+    } catch (const Error& e) {
+      r.reason += std::string("; offloaded: ") + e.what();
+      return;
+    }
+    chunk = all.chunk_bytes;
+    const double plain = std::max(0.0, memories[size_t(p)].peak() - double(all.state_bytes));
+    plain_most = std::max(plain_most, plain);
+    const double left = memory - plain - double(host);
+    device_budget = std::min(device_budget, int64_t(std::max(0.0, left)) / chunk * chunk);
+  }
+  if (device_budget < chunk) {
+    r.reason += "; offloaded, the step keeps " + bytes_text(plain_most) +
+                " outside the tiers and the " + "host tier takes " + bytes_text(double(host)) +
+                ", which leaves no " + bytes_text(double(chunk)) + " chunk for the device tier";
+    return;
+  }
+  OffloadBudgets b;
+  b.chunk_bytes = request.offload_chunk_bytes;
+  b.device_budget = device_budget;
+  b.host_budget = host;
+  b.nvme = !request.offload_nvme_dir.empty();
+  OffloadTraffic worst;
+  double io_most = -1;
+  for (int p = 0; p < pp; ++p) {
+    OffloadInput in = *ranks[size_t(p)];
+    in.budgets = b;
+    OffloadPrediction pred;
+    try {
+      pred = predict_offload(in);
+    } catch (const Error& e) {
+      r.reason += std::string("; offloaded (device ") + bytes_text(double(device_budget)) +
+                  ", host " + bytes_text(double(host)) + (b.nvme ? ", NVMe" : ", no NVMe") +
+                  "): " + e.what();
+      return;
+    }
+    const OffloadTraffic& s = pred.steady();
+    const double io = s.nvme_read_bytes + s.nvme_write_bytes == 0
+                          ? 0
+                          : offload_io_seconds(s, cluster.storage->read_bandwidth,
+                                               cluster.storage->write_bandwidth);
+    if (io > io_most) io_most = io, worst = s;
+  }
+  r.layout.offload_device_budget = device_budget;
+  r.layout.offload_host_budget = host;
+  r.layout.offload_chunk_bytes = request.offload_chunk_bytes;
+  r.layout.offload_nvme_dir = request.offload_nvme_dir;
+  r.offload = worst;
+  r.offload_io_seconds = io_most;
+  r.offload_plain_bytes = plain_most;
+  // The tier prefetches along the traced step and writes in flight, overlapping the disk with
+  // the compute: the step is the longer of the two (as `tessel plan offload` predicts it).
+  const double step = std::max(r.step_seconds, io_most);
+  r.mfu *= r.step_seconds / step;
+  r.tokens_per_second *= r.step_seconds / step;
+  r.step_seconds = step;
+  r.status = PlanStatus::Ranked;
+  r.reason.clear();
+}
+
+}  // namespace tessel::plan
