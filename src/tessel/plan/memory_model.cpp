@@ -97,7 +97,8 @@ Graph trace_for_layout(const models::ModelConfig& config, const MemoryLayout& la
   options.seq = layout.seq;
   options.recompute = layout.recompute;
   options.compute_dtype = layout.compute_dtype;
-  options.gradients_held = layout.dp > 1;  // in the buckets, or in ZeRO-2/3's full buffers
+  // In the buckets, or in ZeRO-2/3's full buffers; or in offload's chunks.
+  options.gradients_held = layout.dp > 1 || layout.gradients_held;
   options.transform = layout.tp_transform;
   options.loss = layout.tp_loss;
   // A pipeline rank's trace replays every micro-batch itself.

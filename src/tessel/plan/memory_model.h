@@ -49,6 +49,9 @@ struct MemoryLayout {
   // (trace.h; cli/plan_layout.h supplies it): the step's full gradient buffers, gathered units and
   // gather buffers are then traced, not estimated. Required for ZeRO-3 with a pipeline.
   DataParallelTransform dp_transform;
+  // The gradients live outside the step (memory offload's chunks, as dp's buckets hold them under
+  // dp > 1): the trace counts the step's activations and temporaries, not fresh gradients.
+  bool gradients_held = false;
 };
 
 // One gradient bucket as the runtime builds it (parameters in reverse model order).

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Budgets for an offloaded layout. On a CPU the device and host tiers are the same memory, so a
-// rank's memory must hold what the step keeps outside the tiers (the memory model's peak less the
-// state the chunks take over), the host tier and the device tier; the device tier gets the rest,
+// rank's memory must hold what the step keeps outside the tiers (its activations and temporaries,
+// traced with the gradients held elsewhere, and the state the chunks do not take over), the host
+// tier and the device tier; the device tier gets the rest,
 // in whole chunks, the same for every pipeline rank (memory.* is one setting for the job). The
 // offload model then replays each rank's step against those budgets; its start-up checks are the
 // trainer's, so a budget below the working set is refused here as the run would refuse it.
@@ -92,7 +93,19 @@ void offload_layout(const models::ModelConfig& config, const Cluster& cluster,
       return;
     }
     chunk = all.chunk_bytes;
-    const double plain = std::max(0.0, memories[size_t(p)].peak() - double(all.state_bytes));
+    // Outside the tiers: the step without its gradients (they go to chunks; under dp the trace
+    // already holds them in buckets), and the state the chunks do not take (ZeRO-1/2's replicated
+    // parameters, ZeRO-3's gather staging). One process counts its gradients in the step, not in
+    // its state, and they are f32 like its masters.
+    const MemoryEstimate& m = memories[size_t(p)];
+    double step = m.step();
+    if (r.layout.dp == 1) {
+      MemoryLayout held = memory_layout(r.layout, request, p);
+      held.gradients_held = true;
+      step = estimate_memory(config, held).step();
+    }
+    const double unheld_grads = r.layout.dp == 1 ? m.param_bytes : 0;
+    const double plain = step + std::max(0.0, m.state() + unheld_grads - double(all.state_bytes));
     plain_most = std::max(plain_most, plain);
     const double left = memory - plain - double(host);
     device_budget = std::min(device_budget, int64_t(std::max(0.0, left)) / chunk * chunk);
