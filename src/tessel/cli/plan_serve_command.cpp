@@ -207,7 +207,8 @@ void add_plan_serve_options(CLI::App& plan, const std::shared_ptr<ServePlanArgs>
   plan.add_option("--weights", a->weights, "--serve: weight dtype")
       ->check(CLI::IsMember({"f32", "bf16", "int8"}))
       ->capture_default_str();
-  plan.add_option("--kv-dtype", a->kv_dtype, "--serve: KV cache dtype (tessel keeps f32)")
+  plan.add_option("--kv-dtype", a->kv_dtype,
+                  "--serve: KV cache dtype (rows other than f32 are predictions only)")
       ->check(CLI::IsMember({"f32", "bf16", "int8"}))
       ->capture_default_str();
   plan.add_option("--max-batch-tokens", a->max_batch_tokens,
@@ -247,9 +248,14 @@ void run_serve_plan(ServePlanArgs a) {
   req.config = config.get();
   req.tp_weights = tp_rank_weights;
   req.memory = traced_serve_memory(*config);
+  // `tessel serve --kv-cache-dtype bf16` runs a 16-bit pool, but the engine's step is traced with
+  // the model's own (the cast temporaries of a 16-bit pool are not), and int8 is not run at all.
   const std::string kv_dtype = a.kv_dtype;
-  req.tp_refusal = [config, kv_dtype](int tp) -> std::string {
-    if (kv_dtype != "f32") return "prediction only: tessel keeps an f32 KV cache";
+  const std::string kv_refusal =
+      "prediction only: the plan traces the engine's step with the "
+      "model's own KV pool";
+  req.tp_refusal = [config, kv_dtype, kv_refusal](int tp) -> std::string {
+    if (kv_dtype != "f32") return kv_refusal;
     try {
       models::inference_tensor_parallel(*config, tp);
       return "";
@@ -261,8 +267,7 @@ void run_serve_plan(ServePlanArgs a) {
   if (a.kv_dtype != "f32")
     for (auto* rows : {&plans.prefill, &plans.decode})
       for (plan::ServeRow& r : *rows)
-        if (r.not_runnable.empty())
-          r.not_runnable = "prediction only: tessel keeps an f32 KV cache";
+        if (r.not_runnable.empty()) r.not_runnable = kv_refusal;
   TESSEL_CHECK(!plans.decode.empty() && !plans.prefill.empty(), "plan --serve: ", req.shape.name,
                " does not fit on ", req.devices, " x ", cluster.device.kind, " (",
                cluster.device.memory_bytes, " bytes each) at any layout with one ",
