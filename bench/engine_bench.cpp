@@ -8,6 +8,7 @@
 // TESSEL_ENGINE_TP=1 under `mpirun -np N` the profiled engine is tensor parallel over the N ranks
 // (rank 0 profiles; the others follow its steps), so the per-step cost of sending the step and
 // gathering the logits stands beside the one-rank figures of the same command.
+// TESSEL_ENGINE_KV_DTYPE=bf16 keeps the KV pool in 16 bits.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -73,6 +74,8 @@ serve::EngineOptions engine_options(bool deterministic) {
   options.max_seqs = 64;
   options.max_batch_tokens = 512;
   options.kv_cache_bytes = int64_t(1) << 30;
+  // TESSEL_ENGINE_KV_DTYPE=bf16|f16: the pool in 16 bits (`serve --kv-cache-dtype`).
+  if (const char* kv = std::getenv("TESSEL_ENGINE_KV_DTYPE")) options.kv_cache_dtype = kv;
   return options;
 }
 
