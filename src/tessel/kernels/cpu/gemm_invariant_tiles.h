@@ -24,6 +24,8 @@ struct F32Lanes {
     return _mm512_maskz_loadu_ps(__mmask16((1u << n) - 1), p);
   }
   static V fma(V a, V b, V acc) { return _mm512_fmadd_ps(a, b, acc); }
+  static V broadcast(const float* p) { return _mm512_set1_ps(*p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static float sum(V v) {
     const __m256 s8 = _mm256_add_ps(_mm512_extractf32x8_ps(v, 0), _mm512_extractf32x8_ps(v, 1));
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
@@ -76,6 +78,8 @@ struct F32Lanes {
     return _mm256_load_ps(buf);
   }
   static V fma(V a, V b, V acc) { return _mm256_fmadd_ps(a, b, acc); }
+  static V broadcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static float sum(V v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));

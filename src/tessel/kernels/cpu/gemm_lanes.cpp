@@ -8,11 +8,9 @@
 // prefetcher follows at once. docs/KERNELS.md, "Rows across the lanes".
 #include "tessel/kernels/cpu/gemm_lanes.h"
 
-#include <cstdlib>
-#include <memory>
-
 #include "tessel/kernels/cpu/isa_region.h"
 TESSEL_ISA_BEGIN
+#include "tessel/kernels/cpu/gemm_invariant_tiles.h"
 
 namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
 
@@ -20,51 +18,20 @@ namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
 
 namespace {
 
+// The vector operations of the dot-product tiles' lanes (gemm_invariant_tiles.h).
+using Lanes = invariant::F32Lanes;
+using V = Lanes::V;
+constexpr int kLanes = Lanes::kLanes;
+
+// W rows per tile for G lane groups: G R accumulators and G vectors of P in the registers (32
+// zmm; 16 ymm, with one more for the broadcast weight).
+constexpr int rows_for(int groups) {
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
-using V = __m512;
-constexpr int kLanes = 16;
-inline V vzero() {
-  return _mm512_setzero_ps();
-}
-inline V vload(const float* p) {
-  return _mm512_load_ps(p);
-}
-inline V vbroadcast(const float* p) {
-  return _mm512_set1_ps(*p);
-}
-inline V vfma(V a, V b, V c) {
-  return _mm512_fmadd_ps(a, b, c);
-}
-inline void vstore(float* p, V v) {
-  _mm512_store_ps(p, v);
-}
-// W rows per tile for G lane groups: G R accumulators, G vectors of P (32 zmm registers).
-constexpr int rows_for(int groups) {
   return groups == 1 ? 24 : groups == 2 ? 12 : 8;
-}
 #else
-using V = __m256;
-constexpr int kLanes = 8;
-inline V vzero() {
-  return _mm256_setzero_ps();
-}
-inline V vload(const float* p) {
-  return _mm256_load_ps(p);
-}
-inline V vbroadcast(const float* p) {
-  return _mm256_broadcast_ss(p);
-}
-inline V vfma(V a, V b, V c) {
-  return _mm256_fmadd_ps(a, b, c);
-}
-inline void vstore(float* p, V v) {
-  _mm256_store_ps(p, v);
-}
-// 16 ymm registers: G R accumulators, G vectors of P and the broadcast weight.
-constexpr int rows_for(int groups) {
   return groups == 1 ? 12 : groups == 2 ? 6 : 4;
-}
 #endif
+}
 
 constexpr int kMaxGroups = 3;
 // One tile's sums: R x G vectors, the most of any G.
@@ -94,12 +61,12 @@ inline void steps(V (&acc)[G][R], const float* pa, const float* w, int64_t ldw, 
 #pragma GCC unroll 4
     for (int c = 0; c < S; ++c)
 #pragma GCC unroll 4
-      for (int g = 0; g < G; ++g) av[c][g] = vload(pa + ((p + c * kLine) * G + g) * kLanes);
+      for (int g = 0; g < G; ++g) av[c][g] = Lanes::load(pa + ((p + c * kLine) * G + g) * kLanes);
 #pragma GCC unroll 32
     for (int r = 0; r < R; ++r) {
-      const V wv = vbroadcast(w + r * ldw + p + (r % S) * kLine);
+      const V wv = Lanes::broadcast(w + r * ldw + p + (r % S) * kLine);
 #pragma GCC unroll 4
-      for (int g = 0; g < G; ++g) acc[g][r] = vfma(av[r % S][g], wv, acc[g][r]);
+      for (int g = 0; g < G; ++g) acc[g][r] = Lanes::fma(av[r % S][g], wv, acc[g][r]);
     }
   }
 }
@@ -113,7 +80,7 @@ void tile(const float* pa, const float* w, int64_t ldw, int64_t k, const float* 
 #pragma GCC unroll 32
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) acc[g][r] = vzero();
+    for (int g = 0; g < G; ++g) acc[g][r] = Lanes::zero();
   // Every class runs p over [0, body); class c covers [c kLine, body + c kLine) of k.
   const int64_t body = (k - (S - 1) * kLine) / kLine * kLine;
   for (int64_t p = 0; p < body; p += kLine) {
@@ -130,18 +97,19 @@ void tile(const float* pa, const float* w, int64_t ldw, int64_t k, const float* 
 #pragma GCC unroll 32
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int g = 0; g < G; ++g) vstore(out + (r * G + g) * kLanes, acc[g][r]);
+    for (int g = 0; g < G; ++g) Lanes::store(out + (r * G + g) * kLanes, acc[g][r]);
   // What each row's class left: [0, c kLine) and [body + c kLine, k).
   for (int r = 0; r < R; ++r) {
     const int64_t o = (r % S) * kLine;
     for (int g = 0; g < G; ++g) {
-      V sum = vload(out + (r * G + g) * kLanes);
+      V sum = Lanes::load(out + (r * G + g) * kLanes);
       auto add = [&](int64_t q) {
-        sum = vfma(vload(pa + (q * G + g) * kLanes), vbroadcast(w + r * ldw + q), sum);
+        sum = Lanes::fma(Lanes::load(pa + (q * G + g) * kLanes), Lanes::broadcast(w + r * ldw + q),
+                         sum);
       };
       for (int64_t q = 0; q < o; ++q) add(q);
       for (int64_t q = body + o; q < k; ++q) add(q);
-      vstore(out + (r * G + g) * kLanes, sum);
+      Lanes::store(out + (r * G + g) * kLanes, sum);
     }
   }
 }
@@ -169,23 +137,15 @@ TileFn tile_fn(int groups, int rows) {
   return kTiles3[size_t(rows - 1)];
 }
 
-struct AlignedFree {
-  void operator()(float* p) const { std::free(p); }
-};
-
-// P[p][g][l] = A[g L + l, p] (zero past row m), 64-byte aligned.
-std::unique_ptr<float, AlignedFree> pack_transposed(const float* a, int64_t lda, int64_t m,
-                                                    int64_t k, int groups) {
-  const size_t bytes = size_t(k * groups * kLanes) * sizeof(float);
-  float* p = static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-  TESSEL_CHECK(p != nullptr, "gemm: cannot allocate ", bytes, " bytes to pack A");
-  std::memset(p, 0, bytes);
+// P[p][g][l] = A[g L + l, p], zero past row m.
+std::vector<float> pack_transposed(const float* a, int64_t lda, int64_t m, int64_t k, int groups) {
   const int64_t width = int64_t(groups) * kLanes;
+  std::vector<float> p(size_t(k * width), 0.0f);
   for (int64_t i = 0; i < m; ++i) {
     const float* row = a + i * lda;
-    for (int64_t q = 0; q < k; ++q) p[q * width + i] = row[q];
+    for (int64_t q = 0; q < k; ++q) p[size_t(q * width + i)] = row[q];
   }
-  return std::unique_ptr<float, AlignedFree>(p);
+  return p;
 }
 
 }  // namespace
@@ -207,8 +167,8 @@ void lanes_gemm(const GemmDesc& d, const float* a, const float* w, float* c) {
   const int64_t grain = std::max<int64_t>(1, kTaskWeights / (int64_t(rows) * d.k));
   const int64_t width = int64_t(groups) * kLanes;
   for (int64_t bt = 0; bt < d.batch; ++bt) {
-    const auto packed = pack_transposed(a + bt * d.stride_a, d.lda, d.m, d.k, groups);
-    const float* pa = packed.get();
+    const std::vector<float> packed = pack_transposed(a + bt * d.stride_a, d.lda, d.m, d.k, groups);
+    const float* pa = packed.data();
     const float* wb = w + bt * d.stride_b;
     float* cb = c + bt * d.stride_c;
     parallel_for(0, tiles, grain, [&](int64_t lo, int64_t hi) {
