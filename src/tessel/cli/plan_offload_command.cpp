@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tessel/cli/commands.h"
+#include "tessel/cli/offload_traffic_json.h"
 #include "tessel/cli/plan_layout.h"
 #include "tessel/core/error.h"
 #include "tessel/plan/memory_model.h"
@@ -46,15 +47,6 @@ struct OffloadArgs {
   double disk_read_gbps = 0, disk_write_gbps = 0;  // override the cluster's [storage]
   bool json = false;
 };
-
-nlohmann::json traffic_json(const plan::OffloadTraffic& t) {
-  return {{"offload_nvme_read_bytes", t.nvme_read_bytes},
-          {"offload_nvme_write_bytes", t.nvme_write_bytes},
-          {"offload_h2d_bytes", t.h2d_bytes},
-          {"offload_d2h_bytes", t.d2h_bytes},
-          {"offload_evictions", t.evictions},
-          {"offload_clean_evictions", t.clean_evictions}};
-}
 
 void run_offload(const OffloadArgs& a) {
   const models::ConfigPtr config = train::resolve_model_config(a.model, "plan offload --model");
@@ -133,8 +125,8 @@ void run_offload(const OffloadArgs& a) {
                                {"device", g.device},
                                {"host", g.host},
                                {"nvme", g.nvme}});
-    for (const plan::OffloadTraffic& t : p.steps) out["steps"].push_back(traffic_json(t));
-    out["steady"] = traffic_json(s);
+    for (const plan::OffloadTraffic& t : p.steps) out["steps"].push_back(offload_traffic_json(t));
+    out["steady"] = offload_traffic_json(s);
     if (!times.is_null()) out["time"] = times;
     std::cout << out.dump() << std::endl;
     return;

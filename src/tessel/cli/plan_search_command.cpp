@@ -13,6 +13,7 @@
 #include <string>
 
 #include "tessel/cli/commands.h"
+#include "tessel/cli/offload_traffic_json.h"
 #include "tessel/cli/plan_check.h"
 #include "tessel/cli/plan_layout.h"
 #include "tessel/cli/plan_search.h"
@@ -64,18 +65,14 @@ nlohmann::json plan_json(const plan::PlanResult& r) {
     j["step_peak_bytes"] = int64_t(r.memory.step());
   }
   if (l.offloaded()) {
-    const plan::OffloadTraffic& t = r.offload;
-    j["offload"] = {{"device_budget", l.offload_device_budget},
-                    {"host_budget", l.offload_host_budget},
-                    {"chunk_bytes", l.offload_chunk_bytes},
-                    {"nvme_dir", l.offload_nvme_dir},
-                    {"plain_bytes", int64_t(r.offload_plain_bytes)},
-                    {"nvme_ms", 1e3 * r.offload_io_seconds},
-                    {"offload_nvme_read_bytes", t.nvme_read_bytes},
-                    {"offload_nvme_write_bytes", t.nvme_write_bytes},
-                    {"offload_h2d_bytes", t.h2d_bytes},
-                    {"offload_d2h_bytes", t.d2h_bytes},
-                    {"offload_evictions", t.evictions}};
+    nlohmann::json o = offload_traffic_json(r.offload);
+    o["device_budget"] = l.offload_device_budget;
+    o["host_budget"] = l.offload_host_budget;
+    o["chunk_bytes"] = l.offload_chunk_bytes;
+    o["nvme_dir"] = l.offload_nvme_dir;
+    o["plain_bytes"] = int64_t(r.offload_plain_bytes);
+    o["nvme_ms"] = 1e3 * r.offload_io_seconds;
+    j["offload"] = std::move(o);
   }
   if (r.stages.feasible) {
     j["stage_first_layer"] = r.stages.first_layer;
@@ -123,10 +120,6 @@ void run_search(SearchArgs a) {
       const bool sums = l.dp > 1 && l.tp > 1 && tp_sums_gradients(*config, l.tp, 0, "", false);
       return offload_input_for(*config, l, b, sums, false);
     };
-  } else {
-    TESSEL_CHECK(a.offload_nvme_dir.empty() && a.offload_host == "0" && a.offload_chunk == "64MiB",
-                 "plan: --offload-host-budget, --offload-chunk-size and --offload-nvme-dir go "
-                 "with --offload");
   }
   const plan::SearchResult res = plan::search_plans(*config, cluster, a.request);
   if (a.check && a.check->enabled) {
@@ -298,17 +291,21 @@ void add_search_options(CLI::App* cmd, const std::shared_ptr<SearchArgs>& args, 
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--top", args->top, "Ranked layouts to print")->capture_default_str();
-  cmd->add_flag("--offload", args->offload,
-                "Plan the layouts that do not fit the device with memory offload (CPU "
-                "descriptions; docs/PLANNER.md, \"Offload in the search\")");
+  CLI::Option* offload =
+      cmd->add_flag("--offload", args->offload,
+                    "Plan the layouts that do not fit the device with memory offload (CPU "
+                    "descriptions; docs/PLANNER.md, \"Offload in the search\")");
   cmd->add_option("--offload-host-budget", args->offload_host,
                   "With --offload: each rank's host tier, memory.host_budget (0: five chunks)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(offload);
   cmd->add_option("--offload-chunk-size", args->offload_chunk, "With --offload: memory.chunk_size")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(offload);
   cmd->add_option("--offload-nvme-dir", args->offload_nvme_dir,
                   "With --offload: memory.nvme_dir, an NVMe tier timed at the description's "
-                  "[storage] rates");
+                  "[storage] rates")
+      ->needs(offload);
   cmd->add_flag("--json", args->json, "Print JSON instead of a table");
 }
 

@@ -43,11 +43,13 @@ std::string input_key(const MemoryLayout& m) {
   return key;
 }
 
-}  // namespace
-
-int64_t default_offload_host_bytes(int64_t chunk_bytes) {
+// One rank's host tier when the request gives none: five chunks, the longest row the step holds
+// there (an update's parameter, gradient, both moments and a 16-bit copy).
+int64_t default_host_bytes(int64_t chunk_bytes) {
   return 5 * chunk_bytes;
 }
+
+}  // namespace
 
 void offload_layout(const models::ModelConfig& config, const Cluster& cluster,
                     const SearchRequest& request, const std::vector<MemoryEstimate>& memories,
@@ -59,40 +61,44 @@ void offload_layout(const models::ModelConfig& config, const Cluster& cluster,
     return;
   }
   const int pp = r.layout.pp;
-  std::vector<OffloadInput*> ranks;
+  const int64_t host = request.offload_host_bytes > 0
+                           ? request.offload_host_bytes
+                           : default_host_bytes(request.offload_chunk_bytes);
+  std::vector<MemoryLayout> layouts;
+  std::vector<const OffloadRank*> ranks;
   for (int p = 0; p < pp; ++p) {
-    const MemoryLayout ml = memory_layout(r.layout, request, p);
-    const std::string key = input_key(ml);
+    layouts.push_back(memory_layout(r.layout, request, p));
+    const std::string key = input_key(layouts.back());
     auto it = inputs.find(key);
     if (it == inputs.end()) {
-      OffloadBudgets probe;
-      probe.chunk_bytes = request.offload_chunk_bytes;
-      it = inputs.emplace(key, request.offload_input(ml, probe)).first;
+      OffloadRank rank;
+      rank.input = request.offload_input(layouts.back(), OffloadBudgets{});
+      // The state the chunks take over: a replay with every chunk in the device tier.
+      OffloadInput all = rank.input;
+      all.budgets.chunk_bytes = request.offload_chunk_bytes;
+      all.budgets.device_budget = std::numeric_limits<int64_t>::max() / 4;
+      all.budgets.host_budget = std::max(host, default_host_bytes(request.offload_chunk_bytes));
+      all.budgets.nvme = true;  // the tiers need not hold every chunk: the device tier takes all
+      try {
+        const OffloadPrediction whole = predict_offload(all, 2);
+        rank.chunk_bytes = whole.chunk_bytes;
+        rank.state_bytes = whole.state_bytes;
+      } catch (const Error& e) {
+        rank.refused = e.what();
+      }
+      it = inputs.emplace(key, std::move(rank)).first;
+    }
+    if (!it->second.refused.empty()) {
+      r.reason += "; offloaded: " + it->second.refused;
+      return;
     }
     ranks.push_back(&it->second);
   }
-  // The state each rank's chunks take over (a run with every chunk in the device tier).
   const double memory = double(cluster.device.memory_bytes);
-  int64_t chunk = 0, device_budget = std::numeric_limits<int64_t>::max(), host = 0;
+  const int64_t chunk = ranks.front()->chunk_bytes;
+  int64_t device_budget = std::numeric_limits<int64_t>::max();
   double plain_most = 0;
   for (int p = 0; p < pp; ++p) {
-    OffloadInput in = *ranks[size_t(p)];
-    host = request.offload_host_bytes > 0 ? request.offload_host_bytes
-                                          : default_offload_host_bytes(request.offload_chunk_bytes);
-    in.budgets = OffloadBudgets{};
-    in.budgets.chunk_bytes = request.offload_chunk_bytes;
-    in.budgets.device_budget = std::numeric_limits<int64_t>::max() / 4;
-    in.budgets.host_budget =
-        std::max(host, default_offload_host_bytes(request.offload_chunk_bytes));
-    in.budgets.nvme = true;  // the tiers need not hold every chunk: the device tier takes all
-    OffloadPrediction all;
-    try {
-      all = predict_offload(in, 2);
-    } catch (const Error& e) {
-      r.reason += std::string("; offloaded: ") + e.what();
-      return;
-    }
-    chunk = all.chunk_bytes;
     // Outside the tiers: the step without its gradients (they go to chunks; under dp the trace
     // already holds them in buckets), and the state the chunks do not take (ZeRO-1/2's replicated
     // parameters, ZeRO-3's gather staging). One process counts its gradients in the step, not in
@@ -100,12 +106,13 @@ void offload_layout(const models::ModelConfig& config, const Cluster& cluster,
     const MemoryEstimate& m = memories[size_t(p)];
     double step = m.step();
     if (r.layout.dp == 1) {
-      MemoryLayout held = memory_layout(r.layout, request, p);
+      MemoryLayout held = layouts[size_t(p)];
       held.gradients_held = true;
       step = estimate_memory(config, held).step();
     }
     const double unheld_grads = r.layout.dp == 1 ? m.param_bytes : 0;
-    const double plain = step + std::max(0.0, m.state() + unheld_grads - double(all.state_bytes));
+    const double plain =
+        step + std::max(0.0, m.state() + unheld_grads - double(ranks[size_t(p)]->state_bytes));
     plain_most = std::max(plain_most, plain);
     const double left = memory - plain - double(host);
     device_budget = std::min(device_budget, int64_t(std::max(0.0, left)) / chunk * chunk);
@@ -124,7 +131,7 @@ void offload_layout(const models::ModelConfig& config, const Cluster& cluster,
   OffloadTraffic worst;
   double io_most = -1;
   for (int p = 0; p < pp; ++p) {
-    OffloadInput in = *ranks[size_t(p)];
+    OffloadInput in = ranks[size_t(p)]->input;
     in.budgets = b;
     OffloadPrediction pred;
     try {

@@ -13,10 +13,16 @@
 
 namespace tessel::plan {
 
-// The offload model's inputs by what changes them (dp, ZeRO stage, tp, the pipeline rank and
+// One rank's offload input, kept by what changes it (dp, ZeRO stage, tp, the pipeline rank and
 // micro-batches, precision): the search asks for the same rank under many recompute modes and
-// micro-batch sizes.
-using OffloadInputs = std::map<std::string, OffloadInput>;
+// micro-batch sizes. With it, what a replay with every chunk in the device tier found: the chunk
+// size and the state the chunks take over, or why the model refuses the rank.
+struct OffloadRank {
+  OffloadInput input;
+  int64_t chunk_bytes = 0, state_bytes = 0;
+  std::string refused;
+};
+using OffloadInputs = std::map<std::string, OffloadRank>;
 
 // `r` (predicted, out of memory; `memories[p]` pipeline rank p's estimate) offloaded if the
 // request allows it and the tiers can hold the step: then ranked with the budgets in its layout,
@@ -24,9 +30,5 @@ using OffloadInputs = std::map<std::string, OffloadInput>;
 void offload_layout(const models::ModelConfig& config, const Cluster& cluster,
                     const SearchRequest& request, const std::vector<MemoryEstimate>& memories,
                     OffloadInputs& inputs, PlanResult& r);
-
-// One rank's host tier when the request gives none: five chunks, the longest row the step holds
-// there (an update's parameter, gradient, both moments and a 16-bit copy).
-int64_t default_offload_host_bytes(int64_t chunk_bytes);
 
 }  // namespace tessel::plan
