@@ -20,6 +20,7 @@
 
 #include "tessel/core/profile.h"
 #include "tessel/core/rng.h"
+#include "tessel/core/threads.h"
 #include "tessel/dist/world.h"
 #include "tessel/io/byte_level.h"
 #include "tessel/io/tokenizer.h"
@@ -199,6 +200,11 @@ int profile_engine(int64_t concurrency, bool deterministic, bool tensor_parallel
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The threads as `tessel serve` runs them: the GEMM library's OpenMP threads sleep between
+  // regions (spinning, they took the polling pool's core: 54 ms a 16-request step against 43),
+  // and the pool polls between regions (without it every small op waits for a wake-up).
+  tessel::wait_passively_by_default(argv);
+  tessel::poll_between_regions_by_default();
   if (const char* c = std::getenv("TESSEL_ENGINE_PROFILE")) {
     if (const char* p = std::getenv("TESSEL_ENGINE_PROMPT")) prompt_tokens = std::atoll(p);
     if (const char* o = std::getenv("TESSEL_ENGINE_OUTPUT")) output_tokens = std::atoll(o);

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The `tessel` program: parses the command line and dispatches to one subcommand per file.
 // Every tessel::Error ends here as one line on stderr and exit code 1.
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -9,6 +8,7 @@
 
 #include "tessel/cli/commands.h"
 #include "tessel/core/error.h"
+#include "tessel/core/threads.h"
 #include "tessel/dist/launch.h"
 #include "tessel/dist/world.h"
 #include "tessel/kernels/kernel_set.h"
@@ -28,21 +28,10 @@ int fail(const char* what) {
   return 1;
 }
 
-// tessel's kernels and the GEMM library share one OpenMP pool that should wait passively between
-// parallel regions (DESIGN.md): libgomp's default spins first, and on a machine whose cores are
-// also busy with other work the spinning threads take the cycles the working ones need (a GPT-2
-// training step ran 2x slower that way). libgomp reads the policy when it loads, before main, so
-// when the user has not chosen one the program sets it and starts itself again, once.
-void wait_passively_by_default(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: then run with the default policy
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  wait_passively_by_default(argv);
+  tessel::wait_passively_by_default(argv);
   CLI::App app{"tessel: trains and serves transformer models"};
   app.require_subcommand(1);
   app.footer(

@@ -2,6 +2,7 @@
 #include "tessel/core/threads.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
@@ -43,6 +44,12 @@ void set_num_threads(int n) {
 
 void poll_between_regions_by_default() {
   detail::default_pool_spin_us(detail::kDecodeSpinUs);
+}
+
+void wait_passively_by_default(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  execv("/proc/self/exe", argv);  // returns only on failure: then run with the default policy
 }
 
 void parallel_for(int64_t begin, int64_t end, int64_t grain,
