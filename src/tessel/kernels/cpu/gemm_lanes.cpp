@@ -24,10 +24,13 @@ using V = Lanes::V;
 constexpr int kLanes = Lanes::kLanes;
 
 // W rows per tile for G lane groups: G R accumulators and G vectors of P in the registers (32
-// zmm; 16 ymm, with one more for the broadcast weight).
+// zmm; 16 ymm, with one more for the broadcast weight). One avx512 group takes 16 rows, not the
+// 24 its registers hold: each row of the tile is a pointer, and 24 of them outran the 16 general
+// registers, so about half were reloaded from the stack at every step of k (16 rows: 1.10x the
+// FMA rate from L2, 1.03-1.05x a 16-row decode step's products, docs/KERNELS.md).
 constexpr int rows_for(int groups) {
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
-  return groups == 1 ? 24 : groups == 2 ? 12 : 8;
+  return groups == 1 ? 16 : groups == 2 ? 12 : 8;
 #else
   return groups == 1 ? 12 : groups == 2 ? 6 : 4;
 #endif
