@@ -409,12 +409,26 @@ TEST(RequestSampler, BadInputIsAnErrorNamingIt) {
       EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
     }
   };
-  std::vector<float> logits = {0.0f, 1.0f, NAN, 2.0f};
-  throws_with([&] { RequestSampler({}, 0, {}).sample(logits); }, "logit 2");
-  logits[2] = INFINITY;
-  throws_with([&] { RequestSampler({}, 0, {}).sample(logits); }, "logit 2");
-  logits[2] = -INFINITY;  // a masked id is fine
-  EXPECT_NE(RequestSampler({}, 0, {}).sample(logits).token, 2);
+  // Sampled, and greedy without penalties or logprobs (which scans the floats themselves).
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  for (const SamplingParams& p : {SamplingParams{}, greedy}) {
+    std::vector<float> logits = {0.0f, 1.0f, NAN, 2.0f};
+    throws_with([&] { RequestSampler(p, 0, {}).sample(logits); }, "logit 2");
+    logits[2] = INFINITY;
+    throws_with([&] { RequestSampler(p, 0, {}).sample(logits); }, "logit 2");
+    logits[2] = -INFINITY;  // a masked id is fine
+    EXPECT_NE(RequestSampler(p, 0, {}).sample(logits).token, 2);
+    const std::vector<float> masked(5, -INFINITY);
+    throws_with([&] { RequestSampler(p, 0, {}).sample(masked); }, "every allowed logit is -inf");
+    // Ids past the vocabulary limit are never taken, even the largest.
+    const int64_t t = RequestSampler(p, 0, {}, 3).sample(std::vector<float>{0, 1, -1, 9}).token;
+    EXPECT_LT(t, 3);
+    if (p.greedy()) {
+      EXPECT_EQ(t, 1);
+    }
+  }
+  std::vector<float> logits = {0.0f, 1.0f, -INFINITY, 2.0f};
   throws_with([&] { RequestSampler({}, 0, {}, 5).sample(logits); }, "vocab_limit 5");
   throws_with([&] { RequestSampler({}, 0, {}).sample({}); }, "empty logits");
   SamplingParams cold;
