@@ -18,12 +18,12 @@ void set_num_threads(int n);  // n >= 1; throws Error otherwise
 // parallel_for's pool polls between regions (thread_pool.h says why only these commands).
 void poll_between_regions_by_default();
 
-// tessel's kernels and the GEMM library share one OpenMP pool that should wait passively between
-// parallel regions (DESIGN.md): libgomp's default spins first, and on a machine whose cores are
-// also busy with other work the spinning threads take the cycles the working ones need (a GPT-2
-// training step ran 2x slower that way). libgomp reads the policy when it loads, before main, so
-// when the user has not chosen one this sets it and starts the program again, once (`argv` is
-// main's). Call first thing in main.
+// The GEMM library's OpenMP threads (and tessel's kernels' regions when the pool is off) should
+// wait passively between parallel regions (DESIGN.md): libgomp's default spins first, and on a
+// machine whose cores are also busy with other work the spinning threads take the cycles the
+// working ones need (a GPT-2 training step ran 2x slower that way). libgomp reads the policy when
+// it loads, before main, so when the user has not chosen one this sets it and starts the program
+// again, once (`argv` is main's). Call first thing in main.
 void wait_passively_by_default(char** argv);
 
 void parallel_for(int64_t begin, int64_t end, int64_t grain,

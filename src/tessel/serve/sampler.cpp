@@ -251,11 +251,10 @@ std::vector<std::pair<int64_t, double>> RequestSampler::distribution(
 }
 
 SampledToken RequestSampler::sample(std::span<const float> logits) {
-  const bool penalised = params_.repetition_penalty != 1.0 || params_.presence_penalty != 0.0 ||
-                         params_.frequency_penalty != 0.0;
-  if (params_.greedy() && !penalised && !params_.logprobs) {
-    // Only the first maximum is wanted: found in the floats themselves, without penalise's
-    // widened copy (the same id: widening is exact), 1.2% of a 16-request server's time.
+  if (params_.greedy() && !params_.logprobs && seen_.empty() && counts_.empty()) {
+    // Only the first maximum is wanted and nothing is penalised: found in the floats themselves,
+    // without penalise's widened copy (the same id: widening is exact; docs/BENCHMARKS.md, "The
+    // greedy sampler's copy").
     SampledToken out;
     out.token = first_max(logits.data(), limit_for(logits), logits);
     generator_.reserve(1);  // the stream's position stays the token's index

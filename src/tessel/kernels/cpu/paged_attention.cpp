@@ -287,13 +287,14 @@ void paged_attention_typed(const PagedArgs& g, int64_t sequences) {
   const int64_t count = int64_t(units.size());
   const int64_t threads = std::min<int64_t>(num_threads(), count);
   std::atomic<int64_t> next{0};
-  parallel_for(0, threads, 1, [&](int64_t lo, int64_t hi) {
+  // One chunk per thread; whichever thread runs a chunk drains the counter, so a chunk run after
+  // another on the same thread finds nothing left.
+  parallel_for(0, threads, 1, [&](int64_t, int64_t) {
     UnitBuffers<Acc, typename PoolRead<T>::Elem> buf;
-    for (int64_t t = lo; t < hi; ++t)
-      for (int64_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
-        const Unit& u = units[size_t(i)];
-        run_unit<T, Acc>(g, u.seq, u.kvh, u.r0, u.r1, buf);
-      }
+    for (int64_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
+      const Unit& u = units[size_t(i)];
+      run_unit<T, Acc>(g, u.seq, u.kvh, u.r0, u.r1, buf);
+    }
   });
 }
 
