@@ -122,7 +122,10 @@ def two_stages(tessel, mpiexec, env, model, microbatches, want, tp=1, groups=Non
         if (microbatches == 1 and pieces != steps) or pieces < steps:
             fail(f"M={microbatches}: rank 1 ran {pieces} micro-batches in {steps} steps")
         # Rank 0 reports its groups and how many of their steps were in flight at once: with
-        # 8 concurrent requests every group has work, so all of them overlap.
+        # 8 concurrent requests every group has work and steps overlap. All G at once needs rank 0
+        # to launch the G-th step before rank 1 returns the first, which the cores' scheduling
+        # decides: with 3 groups on two loaded cores it reached only 2 in 1 of 8 runs (before and
+        # after the kernels of 2026-12-05 alike), so at least 2 is what is asserted.
         groups_in = 2 if groups is None else groups
         overlap = re.search(r"engine: (\d+) steps of (\d+) groups of requests, up to (\d+) in "
                             r"flight at once", err)
@@ -130,7 +133,7 @@ def two_stages(tessel, mpiexec, env, model, microbatches, want, tp=1, groups=Non
             if overlap:
                 fail(f"--pp-groups 1 ran groups: {overlap.group(0)}")
         elif not overlap or int(overlap.group(2)) != groups_in or \
-                int(overlap.group(3)) != groups_in or int(overlap.group(1)) != steps:
+                not 2 <= int(overlap.group(3)) <= groups_in or int(overlap.group(1)) != steps:
             fail(f"--pp-groups {groups_in}: rank 0 said {overlap and overlap.group(0)!r} "
                  f"(rank 1 ran {steps} steps)")
         whole = stored_values(model)
