@@ -2,8 +2,8 @@
 // The planner's offload model on hand-made inputs: the chunk layout (odd tensor sizes, 64-byte
 // places, the copies' own list), the start-up placement, a state that fits the device tier moving
 // nothing, a host tier holding everything moving nothing to NVMe, MIN never reading more than LRU
-// in the steady state of a loop, the trainer's refusals with the smallest budgets, the disk
-// time (reads and writes share the disk).
+// in the steady state of a loop, the trainer's refusals with the smallest budgets, a pipeline
+// rank's recorded holds under dp, the disk time (reads and writes share the disk).
 // Against measured runs: tests/plan/offload_plan_check.py.
 #include "tessel/plan/offload_model.h"
 
@@ -266,8 +266,8 @@ TEST(OffloadModel, LaysOutZero12BucketsInReverseOrder) {
   EXPECT_NE(e.find("ZeRO is modelled in f32 and bf16, not f16"), std::string::npos) << e;
 }
 
-// A pipeline rank's units run in its schedule's order; mixed precision and dp under a pipeline are
-// refused by name (not modelled).
+// A pipeline rank's units run in its schedule's order; under dp it needs the holds recorded from
+// the runtime's objects (below).
 TEST(OffloadModel, PipelineRanksRunTheirActions) {
   OffloadInput in = input(3, 1, 1000);
   for (OffloadUnit& u : in.units) u.root = false;
@@ -296,7 +296,52 @@ TEST(OffloadModel, PipelineRanksRunTheirActions) {
   in.dp = 2;
   in.zero_stage = 3;
   const std::string e = error_of(in);
-  EXPECT_NE(e.find("pipeline stages are modelled on one rank per stage"), std::string::npos) << e;
+  EXPECT_NE(e.find("needs the holds its DataParallel and Zero3Parameters take"), std::string::npos)
+      << e;
+}
+
+// A pipeline rank under dp replays the holds recorded from the runtime's objects step by step,
+// the first step's apart (ZeRO-3's prefetch links are learnt during it); misuse is refused.
+TEST(OffloadModel, PipelineRanksUnderDpReplayTheirRecordedHolds) {
+  OffloadInput in = input(3, 1, 1000);
+  for (OffloadUnit& u : in.units) u.root = false;
+  in.pipeline.ranks = 2;
+  in.pipeline.stage_layers = {{0, 4}, {4, 5}};
+  in.dp = 2;
+  in.zero_stage = 3;
+  in.budgets.device_budget = in.budgets.host_budget = 100 * kChunk;
+  // Step 1 gathers nothing; from step 2 on bucket 0 (the last unit, whose 2,000-byte parameter
+  // shard has a chunk of its own; the first two units' share one) is gathered once.
+  using H = ShardHoldEvent;
+  in.recorded_holds = {{},
+                       {{H::Hold, H::Param, 0, true, false}, {H::Release, H::Param, 0}},
+                       {{H::Hold, H::Param, 0, true, false}, {H::Release, H::Param, 0}}};
+  OffloadPrediction p = predict_offload(in, 4);
+  ASSERT_EQ(p.steps.size(), 4u);
+  EXPECT_EQ(p.steps[0].h2d_bytes, 0);  // the update then moves every parameter shard to the host
+  for (size_t s = 1; s < 4; ++s) EXPECT_EQ(p.steps[s].h2d_bytes, kChunk) << "step " << s + 1;
+  in.recorded_holds[1][0].bucket = 7;
+  std::string e = error_of(in);
+  EXPECT_NE(e.find("a recorded hold of bucket 7 of 3"), std::string::npos) << e;
+  in.recorded_holds[1][0].bucket = 0;
+  in.pipeline.ranks = 1;
+  e = error_of(in);
+  EXPECT_NE(e.find("recorded holds are read for a pipeline rank under dp only"), std::string::npos)
+      << e;
+  // ZeRO-1/2's replica copies are held by the offload layer's own hooks, not recorded.
+  in = input(3, 1, 1000, DType::BF16);
+  for (OffloadUnit& u : in.units) u.root = false;
+  in.pipeline.ranks = 2;
+  in.pipeline.stage_layers = {{0, 4}, {4, 5}};
+  in.dp = 2;
+  in.zero_stage = 2;
+  in.grad_order = {2, 1, 0};
+  in.bucket_bytes = 4000;  // a bucket per tensor
+  in.budgets.device_budget = in.budgets.host_budget = 100 * kChunk;
+  in.recorded_holds = {{}};
+  e = error_of(in);
+  EXPECT_NE(e.find("16-bit replica copies on a pipeline rank are not modelled"), std::string::npos)
+      << e;
 }
 
 TEST(OffloadModel, DiskTimeAddsReadsAndWrites) {

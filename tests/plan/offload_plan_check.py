@@ -16,10 +16,12 @@ makes the gradients ready, each one's buffer held until its reduction is retired
 scaling and the update in the host tier) with the buffers in chunks and in plain memory, clipped,
 over two micro-batches and in bf16 (the replicas' copies held unit by unit); rank 0 of
 `--dp 2 --tp 2` at ZeRO-1, 2 and 3 (each rank's shards of its own pieces), with --sp too (tp's
-gradient sums: buffers in plain memory, reductions after backward); and
+gradient sums: buffers in plain memory, reductions after backward); rank 0 of `--dp 2 --pp 2`
+at ZeRO-1, 2 and 3 (1F1B, GPipe, interleaved; bf16 at ZeRO-3; buffers in chunks and in plain
+memory; prefetch), whose schedule's holds the plan records from the runtime's own objects; and
 memory.nvme_budget at the fewest slots the runtime accepts (one process, ZeRO-2), the swap file
 that size. A GPT-2 with C = 26, 2 heads, 5 blocks and sequences of 9; for ZeRO-1/2 one with
-C = 128, 4 heads, 4 blocks (four buckets).
+C = 128, 4 heads, 4 blocks (four buckets), and under dp x pp one of 8 blocks.
 
 Usage: offload_plan_check.py TESSEL WORKDIR [MPIRUN]
 """
@@ -43,7 +45,8 @@ CHUNK = 32 << 10  # the largest tensor, the 257 x 26 embedding (26,728 bytes), f
 # --sp for bf16); "dp": rank 0 of --dp 2 at ZeRO-3, no clipping; "dp-clip": the same with every
 # step clipped (a scaling pass over the gradient shards); "z1", "z2" (and "-clip"): rank 0 of
 # --dp 2 at ZeRO-1 or 2 with buckets of 1 MiB; "tz1", "tz2", "tz3" (and "-sp"): rank 0 of
-# --dp 2 --tp 2 at that ZeRO stage; "pp[-SCHEDULE]": rank 0 of --pp 2. An eleventh
+# --dp 2 --tp 2 at that ZeRO stage; "pp[-SCHEDULE]": rank 0 of --pp 2; "pzN[-SCHEDULE]": rank 0
+# of --dp 2 --pp 2 at ZeRO-N. An eleventh
 # field "min": memory.nvme_budget of the fewest slots the runtime accepts (default: one a chunk).
 CASES = [
     ("f32, every tier", "fp32", 0, 6, True, 0, 1, "gpt2", "", 32),
@@ -94,6 +97,19 @@ CASES = [
     # With --sp tp sums gradients: the buffers stay plain memory, the reductions follow backward.
     ("dp 2 x tp 2 --sp ZeRO-3", "fp32", 1, 4, True, 0, 1, "gpt2", "tz3-sp", 40),
     ("dp 2 x tp 2 --sp ZeRO-2, bf16", "bf16", 0, 3, True, 0, 1, "gpt2m", "tz2-sp", 768),
+    # dp 2 x pp 2, rank 0 (the first stage, its ZeRO shards): the holds of the runtime's own
+    # DataParallel and Zero3Parameters over the schedule, recorded on meta.
+    ("dp 2 x pp 2 ZeRO-3 1F1B, rank 0", "fp32", 0, 4, True, 0, 4, "gpt2", "pz3", 40),
+    ("dp 2 x pp 2 ZeRO-3 GPipe, bf16", "bf16", 1, 4, True, 0, 3, "gpt2", "pz3-gpipe", 40),
+    ("dp 2 x pp 2 ZeRO-3 interleaved:2, LLaMA", "fp32", 0, 4, True, 0, 4, "llama",
+     "pz3-interleaved:2", 24),
+    ("dp 2 x pp 2 ZeRO-2 1F1B, full buckets in chunks", "fp32", 0, 3, True, 0, 4, "gpt2p",
+     "pz2", 1536),
+    ("dp 2 x pp 2 ZeRO-2, buckets in plain memory", "fp32", 1, 3, True, 0, 4, "gpt2p", "pz2",
+     512),
+    ("dp 2 x pp 2 ZeRO-1 interleaved:2", "fp32", 0, 3, True, 0, 4, "gpt2p",
+     "pz1-interleaved:2", 1536),
+    ("dp 2 x pp 2 ZeRO-3, prefetch 8", "fp32", 1, 4, True, 8, 4, "gpt2", "pz3", 40),
     # memory.nvme_budget at its smallest, n - M + 1 slots (M: the host tier's chunks): slots
     # taken back from chunks in memory.
     ("f32, the smallest NVMe budget", "fp32", 0, 6, True, 0, 1, "gpt2", "", 32, "min"),
@@ -118,10 +134,21 @@ def zero12(layout):
 
 
 def ranks(layout):
-    return 4 if layout.startswith("tz") else 2 if layout else 1
+    return 4 if layout[:2] in ("tz", "pz") else 2 if layout else 1
+
+
+def pipeline_dp(layout):
+    """(ZeRO stage, schedule) for layouts "pzN[-SCHEDULE]" (dp 2 x pp 2), else None."""
+    if not layout.startswith("pz"):
+        return None
+    return layout[2], layout[4:] or "1f1b"
 
 
 def plan_flags(layout, precision):
+    if pipeline_dp(layout):
+        stage, schedule = pipeline_dp(layout)
+        return ["--dp", "2", "--pp", "2", "--zero", stage, "--bucket-mb", "1", "--schedule",
+                schedule]
     if layout.startswith("tz"):
         return ["--dp", "2", "--tp", "2", "--zero", layout[2], "--bucket-mb", "1"] + (
             ["--sp"] if layout.endswith("-sp") else [])
@@ -138,6 +165,11 @@ def plan_flags(layout, precision):
 
 
 def train_flags(layout, precision):
+    if pipeline_dp(layout):
+        stage, schedule = pipeline_dp(layout)
+        return ["--dp", "2", "--pp", "2", "--schedule", schedule, "--set",
+                f"parallel.zero_stage={stage}", "--set", "parallel.bucket_mb=1", "--set",
+                "optim.grad_clip=0"]
     if layout.startswith("tz"):
         return ["--dp", "2", "--tp", "2", "--set", f"parallel.zero_stage={layout[2]}", "--set",
                 "parallel.bucket_mb=1", "--set", "optim.grad_clip=0"] + (
@@ -191,6 +223,10 @@ def main():
     configs = {"gpt2": small_gpt2(work, vocab), "llama": llama(work, vocab),
                "gpt2m": write_json(os.path.join(work, "gpt2m.json"),
                                    gpt2_config(vocab, n_positions=17, n_embd=128, n_layer=4,
+                                               n_head=4)),
+               # Eight blocks: a pipeline stage's four make several 1 MiB buckets.
+               "gpt2p": write_json(os.path.join(work, "gpt2p.json"),
+                                   gpt2_config(vocab, n_positions=17, n_embd=128, n_layer=8,
                                                n_head=4))}
     for i, (what, precision, extra, host, nvme, prefetch, mb, model, layout, kib,
             *slots) in enumerate(CASES):

@@ -12,9 +12,14 @@ memory no layout of a small GPT-2 fits, and the plan's own command run:
   accept the budgets), every tier holds chunks, and each step's NVMe bytes read and written from
   the second on are the plan's within 3 chunks or 10% (prefetch on, as the command runs it).
 
-A GPT-2 with C = 26, 2 heads, 5 blocks and sequences of 9, global batch 2.
+With MPIRUN, on a node of four devices whose memory no dp 2 x pp 2 layout fits: the search
+ranks such layouts offloaded (their schedules' holds recorded from the runtime's objects), and
+`mpirun -np 4 tessel train` with the best one's arguments moves the plan's NVMe bytes a step
+on rank 0, within the same bound.
 
-Usage: search_offload_check.py TESSEL WORKDIR
+A GPT-2 with C = 26, 2 heads, 5 blocks and sequences of 9, global batch 2 (4 on four devices).
+
+Usage: search_offload_check.py TESSEL WORKDIR [MPIRUN]
 """
 import json
 import os
@@ -23,8 +28,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from offload_runs import small_gpt2  # noqa: E402
-from tessel_runs import (fail, prepare_workdir, remove_workdir, run,  # noqa: E402
-                         single_thread_env, step_records, train_sets)
+from tessel_runs import (fail, mpi_prefix, prepare_workdir, remove_workdir,  # noqa: E402
+                         run, single_thread_env, step_records, train_sets)
 
 CHUNK = 32 << 10  # the largest tensor, the 257 x 26 embedding, fits one
 STEPS = 4
@@ -45,16 +50,25 @@ write_bandwidth = {write}
 """
 
 
-def node(work, name, memory):
+LINKS = """[links.intra_node]
+bandwidth = 5e9
+latency = 3e-6
+"""
+
+
+def node(work, name, memory, devices=1):
     path = os.path.join(work, name)
+    text = NODE.format(memory=int(memory), read=READ, write=WRITE)
+    if devices > 1:
+        text = text.replace("devices_per_node = 1", f"devices_per_node = {devices}") + LINKS
     with open(path, "w") as f:
-        f.write(NODE.format(memory=int(memory), read=READ, write=WRITE))
+        f.write(text)
     return path
 
 
-def search(tessel, config, cluster, extra=(), json_out=True, check=True):
-    cmd = [tessel, "plan", "search", "-m", config, "--cluster", cluster, "-B", "2", "-t", "9",
-           "--top", "1000"] + (["--json"] if json_out else []) + list(extra)
+def search(tessel, config, cluster, extra=(), json_out=True, check=True, batch=2):
+    cmd = [tessel, "plan", "search", "-m", config, "--cluster", cluster, "-B", str(batch), "-t",
+           "9", "--top", "1000"] + (["--json"] if json_out else []) + list(extra)
     if check:
         p = run(cmd, env=single_thread_env())
         return json.loads(p.stdout) if json_out else p.stdout
@@ -111,10 +125,23 @@ def main():
         fail(f"the table shows no offloaded layout:\n{table}")
 
     best = res["ranked"][0]
-    d = os.path.join(work, "run")
-    cmd = [tessel, "train"] + train_sets(config, os.path.join(work, "data"), STEPS, seq_len=9,
-                                         extra=[f"checkpoint.dir={d}", "checkpoint.interval=0"]) \
-        + best["train_args"]
+    measured = train_as_planned(tessel, config, work, "run", best)
+    print(f"plan search --offload: {len(res['ranked'])} offloaded layouts on {memory} bytes; "
+          f"the best ({best['layout']}) trained {STEPS} steps, NVMe bytes read / written per step "
+          f"{measured} against the plan's {best['offload']['offload_nvme_read_bytes']} / "
+          f"{best['offload']['offload_nvme_write_bytes']}")
+    if len(sys.argv) > 3:
+        pipeline_dp(tessel, config, work, sys.argv[3])
+    remove_workdir(work)
+
+
+def train_as_planned(tessel, config, work, tag, best, launch=(), chunk=CHUNK):
+    """`tessel train` with the plan's arguments; each step's NVMe bytes (rank 0's) from the
+    second on within 3 chunks or 10% of the plan's, and chunks in every tier."""
+    d = os.path.join(work, tag)
+    cmd = list(launch) + [tessel, "train"] + train_sets(
+        config, os.path.join(work, "data"), STEPS, seq_len=9,
+        extra=[f"checkpoint.dir={d}", "checkpoint.interval=0"]) + best["train_args"]
     run(cmd, env=single_thread_env())
     recs = step_records(d)
     if len(recs) != STEPS:
@@ -128,14 +155,37 @@ def main():
             fail(f"step {r['step']} did not hold chunks in every tier: {o}")
         for key in ("nvme_read_bytes", "nvme_write_bytes"):
             got, exp = o[key], want["offload_" + key]
-            if abs(got - exp) > max(3 * CHUNK, 0.1 * exp):
+            if abs(got - exp) > max(3 * chunk, 0.1 * exp):
                 fail(f"step {r['step']}: {key} {got} against the plan's {exp} "
                      f"(layout {best['layout']})")
-    print(f"plan search --offload: {len(res['ranked'])} offloaded layouts on {memory} bytes; "
-          f"the best ({best['layout']}) trained {STEPS} steps, NVMe bytes read / written per step "
-          f"{measured} against the plan's {want['offload_nvme_read_bytes']} / "
-          f"{want['offload_nvme_write_bytes']}")
-    remove_workdir(work)
+    return measured
+
+
+def pipeline_dp(tessel, config, work, mpirun):
+    """Four devices a little smaller than the least dp 2 x pp 2 ZeRO-3 layout needs."""
+    chunk = 20 << 10  # the largest ZeRO-3 shard, a block's 16,900 bytes, fits one
+    roomy = search(tessel, config, node(work, "roomy4.toml", 1 << 40, devices=4), batch=4)
+    pipelined = [r for r in roomy["ranked"] if "dp=2 tp=1 pp=2 zero=3" in r["layout"]]
+    if not pipelined:
+        fail("no dp 2 x pp 2 ZeRO-3 layout ranked on four roomy devices")
+    memory = min(r["mem_peak_bytes"] for r in pipelined) - (16 << 10)
+    nvme = os.path.join(work, "nvme4")
+    os.makedirs(nvme)
+    res = search(tessel, config, node(work, "tight4.toml", memory, devices=4),
+                 ["--offload", "--offload-chunk-size", str(chunk), "--offload-nvme-dir", nvme],
+                 batch=4)
+    offloaded = [r for r in res["ranked"]
+                 if "dp=2 tp=1 pp=2" in r["layout"] and r.get("offload")]
+    if not offloaded:
+        fail(f"no dp 2 x pp 2 layout offloaded on four devices of {memory} bytes: "
+             f"{[(r['layout'], r['reason']) for r in res['pruned'] if 'pp=2' in r['layout']]}")
+    best = offloaded[0]
+    measured = train_as_planned(tessel, config, work, "run4", best,
+                                mpi_prefix(mpirun) + ["-np", "4"], chunk)
+    print(f"four devices of {memory} bytes: {len(offloaded)} dp 2 x pp 2 layouts offloaded; "
+          f"{best['layout']} trained {STEPS} steps, rank 0's NVMe bytes read / written per step "
+          f"{measured} against the plan's {best['offload']['offload_nvme_read_bytes']} / "
+          f"{best['offload']['offload_nvme_write_bytes']}")
 
 
 if __name__ == "__main__":

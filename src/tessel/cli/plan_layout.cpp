@@ -115,7 +115,27 @@ plan::OffloadInput offload_input_for(const models::ModelConfig& config,
   if (layout.dp > 1 && input.zero_stage < 3)
     input.grad_order =
         plan::gradient_ready_order(config, input, layout.tp_transform, layout.tp_loss);
+  // A pipeline rank's shards: the holds of the runtime's own objects over its schedule.
+  if (layout.dp > 1 && layout.pipeline.active())
+    input.recorded_holds = record_pipeline_holds(config, layout, 3);
   return input;
+}
+
+std::vector<parallel::Zero3Unit> zero3_rank_units(models::CausalLM& model,
+                                                  const std::vector<std::string>& trained,
+                                                  bool stages) {
+  // As the trainer's units: one per block and the final norm, one per other parameter; under pp
+  // those of the rank's parameters, the embeddings hooked on their own modules.
+  std::vector<parallel::Zero3Unit> units;
+  for (parallel::Zero3Unit& u : parallel::zero3_units(model, model.unit_paths())) {
+    std::erase_if(u.params, [&](const std::string& p) {
+      return std::find(trained.begin(), trained.end(), p) == trained.end();
+    });
+    if (u.params.empty()) continue;
+    if (stages && u.module == &model) u.module = train::owner_module(model, u.params[0]);
+    units.push_back(std::move(u));
+  }
+  return units;
 }
 
 void set_data_parallel(plan::MemoryLayout& layout) {
@@ -141,16 +161,7 @@ void set_data_parallel(plan::MemoryLayout& layout) {
     options.reduction = parallel::GradReduction::ReduceScatter;
     std::vector<parallel::Zero3Unit> units;
     if (stage == 3) {
-      // As the trainer's units: one per block and the final norm, one per other parameter; under
-      // pp those of the rank's parameters, the embeddings hooked on their own modules.
-      for (parallel::Zero3Unit& u : parallel::zero3_units(model, model.unit_paths())) {
-        std::erase_if(u.params, [&](const std::string& p) {
-          return std::find(trained.begin(), trained.end(), p) == trained.end();
-        });
-        if (u.params.empty()) continue;
-        if (stages && u.module == &model) u.module = train::owner_module(model, u.params[0]);
-        units.push_back(std::move(u));
-      }
+      units = zero3_rank_units(model, trained, stages);
       options.groups = parallel::zero3_groups(params, units);
     }
     state->ddp = std::make_unique<parallel::DataParallel>(

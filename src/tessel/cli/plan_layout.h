@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tessel/models/causal_lm.h"
+#include "tessel/parallel/zero/zero3.h"
 #include "tessel/plan/memory_model.h"
 #include "tessel/plan/offload_model.h"
 #include "tessel/plan/step_cost.h"
@@ -38,6 +39,21 @@ bool tp_sums_gradients(const models::ModelConfig& config, int tp, int tp_rank,
 // runtime's DataParallel and Zero3Parameters (units as the trainer makes them, under pp those
 // of the rank's stages) on the model built on meta, over a shape-only dp communicator.
 void set_data_parallel(plan::MemoryLayout& layout);
+
+// The ZeRO-3 units of a rank training `trained` of `model` as the trainer forms them; `stages`:
+// a pipeline rank (the embeddings' units hooked on their own modules, not the root).
+std::vector<parallel::Zero3Unit> zero3_rank_units(models::CausalLM& model,
+                                                  const std::vector<std::string>& trained,
+                                                  bool stages);
+
+// The holds a pipeline rank under dp (layout.pipeline, layout.dp, ZeRO-1/2/3) takes of its
+// bucket tensors in `steps` steps from the first (plan::OffloadInput::recorded_holds): the
+// runtime's DataParallel and Zero3Parameters, set up as the trainer sets them up under memory
+// offload (buffers and shards laid out by the caller), run the rank's schedule, the tied
+// embedding's gradient and the gradient sync on the meta device with a hold that records
+// (cli/offload_record.cpp).
+std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
+    const models::ModelConfig& config, const plan::MemoryLayout& layout, int steps);
 
 // The offload model's input for one rank of `layout` under `budgets`: its tensor-parallel rank's
 // pieces (layout.tp_transform), its data-parallel rank's ZeRO shards and buckets (layout.dp,

@@ -19,6 +19,10 @@ namespace {
 using offload::Event;
 using offload::Tier;
 
+// AccessPolicy's window (memory/access_policy.cpp): how far ahead an access that is not the
+// expected one is searched for before the step counts as out of sync with the trace.
+constexpr size_t kResyncWindow = 64;
+
 // The tiers and the eviction policy, replayed access by access.
 class Replay {
  public:
@@ -55,6 +59,7 @@ class Replay {
     positions_.assign(c_.size(), {});
     for (size_t i = 0; i < trace_.size(); ++i) positions_[size_t(trace_[i])].push_back(i);
     cursor_ = 0;
+    in_sync_ = true;
   }
 
   OffloadTraffic run(const std::vector<Event>& events, std::vector<int>* record) {
@@ -73,7 +78,7 @@ class Replay {
       }
       if (record) record->push_back(e.chunk);
       c.last_use = ++tick_;
-      if (!trace_.empty()) cursor_ = cursor_ + 1;
+      follow_trace(e.chunk);
       if (c.refs == 0) {
         if (c.tier == Tier::None) {
           make_room(e.tier, e.chunk);
@@ -103,6 +108,32 @@ class Replay {
     bool valid = false, slot = false, moving = false;
     uint64_t last_use = 0;
   };
+  // AccessPolicy::on_access: the position in the trace, resynchronised by searching ahead when
+  // a step diverges from it (a pipeline rank's first step does); lost, eviction falls back to
+  // LRU until the trace's first access comes round again.
+  void follow_trace(int chunk) {
+    if (trace_.empty()) return;
+    if (cursor_ == trace_.size() && trace_[0] == chunk) {
+      cursor_ = 1;
+      in_sync_ = true;
+      return;
+    }
+    if (!in_sync_) {
+      if (chunk == trace_[0]) {
+        cursor_ = 1;
+        in_sync_ = true;
+      }
+      return;
+    }
+    const size_t end = std::min(trace_.size(), cursor_ + kResyncWindow);
+    for (size_t p = cursor_; p < end; ++p)
+      if (trace_[p] == chunk) {
+        cursor_ = p + 1;
+        return;
+      }
+    in_sync_ = false;
+  }
+  bool has_trace() const { return !trace_.empty() && in_sync_; }
   int64_t count(Tier t) const { return in_tier_[int(t)]; }
   // Every tier change goes through here, so the tiers' chunk counts stay current.
   void set_tier(Chunk& c, Tier t) {
@@ -131,13 +162,13 @@ class Replay {
         const bool clean = c_[i].valid && c_[i].slot;
         if (victim < 0) {
           victim = int(i);
-          best_next = trace_.empty() ? 0 : next_use(i);
+          best_next = has_trace() ? next_use(i) : 0;
           continue;
         }
         const Chunk& v = c_[size_t(victim)];
         const bool vclean = v.valid && v.slot;
         bool better;
-        if (trace_.empty()) {
+        if (!has_trace()) {
           better =
               c_[i].last_use < v.last_use || (c_[i].last_use == v.last_use && clean && !vclean);
         } else {
@@ -203,7 +234,8 @@ class Replay {
   int64_t in_tier_[4] = {};  // chunks per Tier
   std::vector<int> trace_;
   std::vector<std::vector<size_t>> positions_;
-  size_t cursor_ = 0;
+  size_t cursor_ = 0;  // the position of the next expected access, in [0, trace size]
+  bool in_sync_ = true;
   uint64_t tick_ = 0;
   OffloadTraffic t_;
 };
@@ -238,9 +270,12 @@ OffloadPrediction predict_offload(const OffloadInput& in, int steps) {
                " keeps every state replicated (parallel.zero_stage 1, 2 or 3)");
   TESSEL_CHECK(in.dp == 1 || in.compute == DType::F32 || in.compute == DType::BF16,
                "offload model: ZeRO is modelled in f32 and bf16, not ", dtype_name(in.compute));
-  TESSEL_CHECK(!in.pipeline.active() || in.dp == 1,
-               "offload model: pipeline stages are modelled on one rank per stage (with dp each "
-               "rank's shards are not yet)");
+  TESSEL_CHECK(!in.pipeline.active() || in.dp == 1 || !in.recorded_holds.empty(),
+               "offload model: a pipeline rank under dp ", in.dp,
+               " needs the holds its DataParallel and Zero3Parameters take over the schedule "
+               "(OffloadInput::recorded_holds)");
+  TESSEL_CHECK(in.recorded_holds.empty() || (in.pipeline.active() && in.dp > 1 && !in.tp_sums),
+               "offload model: recorded holds are read for a pipeline rank under dp only");
   OffloadPrediction p;
   const int64_t cb = offload::round_up(in.budgets.chunk_bytes, offload::kIoAlignment);
   p.chunk_bytes = cb;
@@ -312,10 +347,13 @@ OffloadPrediction predict_offload(const OffloadInput& in, int steps) {
   }
   p.nvme_file_bytes = slots * cb;
   r.run(rank.start, nullptr);  // not part of any step
+  const auto events = [&rank](int s) -> const std::vector<offload::Event>& {
+    return size_t(s) < rank.first_steps.size() ? rank.first_steps[size_t(s)] : rank.step;
+  };
   std::vector<int> trace;
-  p.steps.push_back(r.run(rank.step, &trace));
+  p.steps.push_back(r.run(events(0), &trace));
   r.use_trace(std::move(trace));
-  for (int s = 1; s < steps; ++s) p.steps.push_back(r.run(rank.step, nullptr));
+  for (int s = 1; s < steps; ++s) p.steps.push_back(r.run(events(s), nullptr));
   return p;
 }
 

@@ -7,7 +7,8 @@
 // chunks around its forward and its backward, the norm's and the update's rows in the host
 // tier, the gradients freed after the update; a pipeline rank's units in its schedule's order;
 // under dp the gathers' (ZeRO-3), the reductions' and the update's holds of each rank's
-// shards: offload_steps.h), and replays them against the tiers' budgets with the runtime's
+// shards: offload_steps.h; a pipeline rank under dp's schedule holds as recorded from the runtime's
+// own objects), and replays them against the tiers' budgets with the runtime's
 // eviction rules: LRU in the first step, Belady's MIN over the recorded step from then on, a
 // device victim to the host tier when it has room and to NVMe otherwise, a clean victim preferred
 // among equals. The result is docs/MEMORY.md's per-step
@@ -53,6 +54,22 @@ struct OffloadUnit {
   int stage = 0;                // under a pipeline: the stage it belongs to
 };
 
+// A hold that a ZeRO rank's DataParallel or Zero3Parameters takes of one of its bucket's tensors
+// in chunks (parallel::ShardHold), its end, or a full buffer's discard: in the tiers' terms, a
+// gather reads in the device tier, backward's accumulation writes there; a reduction writes and
+// the norm reads in the host tier.
+struct ShardHoldEvent {
+  enum Kind : uint8_t { Hold, Release, Discard };
+  // The ZeRO-3 parameter shard; the bucket's buffer backward writes (ZeRO-2/3's full buffer,
+  // ZeRO-1's all-reduced one); ZeRO-2/3's gradient shard.
+  enum Part : uint8_t { Param, Buffer, GradShard };
+  Kind kind = Hold;
+  Part part = Param;
+  int64_t bucket = 0;  // DataParallel's bucket index
+  bool device = false, write = false;
+  bool operator==(const ShardHoldEvent&) const = default;
+};
+
 struct OffloadInput {
   std::vector<OffloadTensor> tensors;
   std::vector<OffloadUnit> units;
@@ -79,6 +96,14 @@ struct OffloadInput {
   // stage's rank: it receives their gradient and sends their update).
   PipelineRank pipeline;
   std::vector<size_t> tied;
+  // A pipeline rank under dp: the holds the runtime's own DataParallel and Zero3Parameters take
+  // of this rank's bucket tensors over the schedule, the tied embedding's gradient and the
+  // gradient sync, step by step from the first (ZeRO-3's prefetch follows the order the last
+  // forward ran the units, across micro-batches and steps, so the first step differs), recorded
+  // on the meta device by a layer that links them (cli/offload_record.h) with the buffers in
+  // chunks; later steps repeat the last. The norm, the update and the frees follow as without a
+  // pipeline.
+  std::vector<std::vector<ShardHoldEvent>> recorded_holds;
 };
 
 // One chunk list ("param16", "param", "grad", "adam_m", "adam_v") and where its chunks are at

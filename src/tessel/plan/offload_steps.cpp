@@ -165,6 +165,29 @@ int working_set(const OffloadInput& in, const std::vector<std::vector<int>>& hel
   return most;
 }
 
+void append_recorded(const std::vector<ShardHoldEvent>& holds,
+                     const std::function<int(ShardHoldEvent::Part, int64_t)>& chunk_of,
+                     const std::map<int, int>& buffers, EventWriter& out) {
+  std::map<int, int> discarded;
+  for (const ShardHoldEvent& h : holds) {
+    const int c = chunk_of(h.part, h.bucket);
+    if (c < 0) continue;  // plain memory: the runtime holds nothing
+    if (h.kind == ShardHoldEvent::Hold) {
+      out.access(c, h.device ? Tier::Device : Tier::Host, h.write);
+    } else if (h.kind == ShardHoldEvent::Release) {
+      out.release(c);
+    } else {  // OffloadStrategy::bucket_hold's discard
+      auto it = buffers.find(c);
+      TESSEL_CHECK(it != buffers.end(), "offload model: a recorded discard of chunk ", c,
+                   ", which holds no full gradient buffer");
+      if (++discarded[c] == it->second) {
+        discarded[c] = 0;
+        out.free(c);
+      }
+    }
+  }
+}
+
 int ChunkLists::add(int group, int64_t bytes, const std::string& name) {
   const int64_t need = round_up(bytes, kTensorAlignment);
   TESSEL_CHECK(need <= cb_, "tensor ", name, " (", bytes, " bytes) does not fit a chunk of ", cb_,

@@ -2,12 +2,15 @@
 // The offload model's inside (offload_model.h): a rank's chunk layout and the chunk accesses its
 // start-up and one step make, as the trainer's offload code makes them. One process (or a
 // tensor-parallel rank) in offload_steps.cpp, a ZeRO-3 data-parallel rank's shards in
-// offload_zero3.cpp, a ZeRO-1/2 rank's in offload_zero12.cpp; offload_model.cpp replays them
+// offload_zero3.cpp, a ZeRO-1/2 rank's in offload_zero12.cpp (under a pipeline with the schedule's
+// holds recorded: OffloadInput::recorded_holds); offload_model.cpp replays them
 // against the tiers. Plan-internal.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -72,6 +75,8 @@ struct RankSteps {
   std::vector<int> group_of;  // per chunk
   int64_t state_bytes = 0;
   std::vector<Event> start, step;
+  // Steps 1.. that differ from `step` (a pipeline rank's recorded holds), before it repeats.
+  std::vector<std::vector<Event>> first_steps;
   int working_set = 0;  // device-tier chunks the trainer requires (its formula)
   int host_row = 0;     // host-tier chunks the update holds at once
 };
@@ -80,6 +85,14 @@ struct RankSteps {
 // a unit's `held` chunks with those of the units hooked on the first unit's module (the root's
 // units; under a pipeline, where no unit is the root's, the first unit alone).
 int working_set(const OffloadInput& in, const std::vector<std::vector<int>>& held);
+
+// Appends one step's recorded holds (OffloadInput::recorded_holds) as chunk events:
+// `chunk_of(part, bucket)` is the chunk of that bucket tensor, or -1 where it is plain memory
+// (a hold of it is none); a chunk of full buffers is freed once all `buffers[chunk]` in it are
+// discarded.
+void append_recorded(const std::vector<ShardHoldEvent>& holds,
+                     const std::function<int(ShardHoldEvent::Part, int64_t)>& chunk_of,
+                     const std::map<int, int>& buffers, EventWriter& out);
 
 RankSteps one_process_steps(const OffloadInput& in, int64_t chunk_bytes);
 RankSteps zero3_steps(const OffloadInput& in, int64_t chunk_bytes);

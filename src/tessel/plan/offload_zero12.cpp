@@ -129,7 +129,7 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
       if (b.flat >= 0) out.free(b.flat);
     }
   };
-  EventWriter start(r.start), w(r.step);
+  EventWriter start(r.start);
   free_gradients(start);
   // Every copy rounded from its replica, a chunk at a time in the host tier (refresh_copies):
   // at start-up and after each update.
@@ -144,141 +144,171 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
     if (held_copy >= 0) out.release(held_copy);
   };
   refresh(start);
-  const auto hold_unit = [&](size_t k) {
-    for (int c : unit_copies[k]) w.access(c, Tier::Device, false);
-  };
-  const auto let_go_unit = [&](size_t k) {
-    for (int c : unit_copies[k]) w.release(c);
-  };
-
   // A chunk of full buffers is freed once every buffer in it is discarded this step.
-  std::map<int, int> buffers, discarded;
+  std::map<int, int> buffers;
   if (stage == 2)
     for (const Bucket& b : buckets)
       if (b.flat >= 0) ++buffers[b.flat];
-  std::vector<char> held(buckets.size(), 0), shard_held(buckets.size(), 0);
-  std::vector<int64_t> arrived(buckets.size(), 0), pending(buckets.size(), 0);
-  size_t next_launch = 0, next_release = 0;
-  const auto hold = [&](size_t k) {  // DataParallel::hold_bucket
-    if (!in_chunks || held[k]) return;
-    w.access(buckets[k].flat, Tier::Device, true);
-    held[k] = 1;
-  };
-  const auto let_go = [&](size_t k) {
-    if (!held[k]) return;
-    w.release(buckets[k].flat);
-    held[k] = 0;
-  };
-  const auto retire = [&](size_t keep) {  // DataParallel::retire_reductions
-    while (next_launch - next_release > keep) {
-      const size_t k = next_release++;
-      if (shard_held[k]) {
-        w.release(buckets[k].shard);
-        shard_held[k] = 0;
-      }
-      let_go(k);
-      if (stage == 2 && in_chunks && ++discarded[buckets[k].flat] == buffers[buckets[k].flat]) {
-        discarded[buckets[k].flat] = 0;
-        w.free(buckets[k].flat);
-      }
-    }
-  };
-  const auto launch_next = [&] {
-    if (stage == 2 || in_chunks) retire(0);
-    const size_t k = next_launch++;
-    hold(k);
-    if (stage == 2) {  // the reduce_scatter writes this rank's shard in the host tier
-      w.access(buckets[k].shard, Tier::Host, true);
-      shard_held[k] = 1;
-    }
-  };
-  std::vector<int64_t> unit_pending(nu);
-  std::vector<char> unit_started(nu);
-  for (int64_t mb = 0; mb < in.micro_batches; ++mb) {
-    const bool sync = mb == in.micro_batches - 1;
-    for (size_t k = 0; k < buckets.size(); ++k) pending[k] = int64_t(buckets[k].tensors.size());
-    if (copies) {
-      // Forward: the root's units held from the root's forward to its end, each other unit
-      // around its own; backward meets the root's output first (its units in reverse order).
-      for (size_t k = 0; k < nu; ++k)
-        if (in.units[k].root) hold_unit(k);
-      for (size_t k = 0; k < nu; ++k)
-        if (!in.units[k].root) {
-          hold_unit(k);
-          let_go_unit(k);
+  // One step's events; `recorded`: a pipeline rank's holds for its schedule and gradient sync.
+  const auto write_step = [&](std::vector<Event>& out,
+                              const std::vector<ShardHoldEvent>* recorded) {
+    EventWriter w(out);
+    const auto hold_unit = [&](size_t k) {
+      for (int c : unit_copies[k]) w.access(c, Tier::Device, false);
+    };
+    const auto let_go_unit = [&](size_t k) {
+      for (int c : unit_copies[k]) w.release(c);
+    };
+
+    std::map<int, int> discarded;
+    std::vector<char> held(buckets.size(), 0), shard_held(buckets.size(), 0);
+    std::vector<int64_t> arrived(buckets.size(), 0), pending(buckets.size(), 0);
+    size_t next_launch = 0, next_release = 0;
+    const auto hold = [&](size_t k) {  // DataParallel::hold_bucket
+      if (!in_chunks || held[k]) return;
+      w.access(buckets[k].flat, Tier::Device, true);
+      held[k] = 1;
+    };
+    const auto let_go = [&](size_t k) {
+      if (!held[k]) return;
+      w.release(buckets[k].flat);
+      held[k] = 0;
+    };
+    const auto retire = [&](size_t keep) {  // DataParallel::retire_reductions
+      while (next_launch - next_release > keep) {
+        const size_t k = next_release++;
+        if (shard_held[k]) {
+          w.release(buckets[k].shard);
+          shard_held[k] = 0;
         }
-      for (size_t k = 0; k < nu; ++k)
-        if (in.units[k].root) let_go_unit(k);
-      for (size_t k = nu; k-- > 0;) {
-        unit_pending[k] = int64_t(in.units[k].tensors.size());
-        unit_started[k] = in.units[k].root;
-        if (in.units[k].root) hold_unit(k);
+        let_go(k);
+        if (stage == 2 && in_chunks && ++discarded[buckets[k].flat] == buffers[buckets[k].flat]) {
+          discarded[buckets[k].flat] = 0;
+          w.free(buckets[k].flat);
+        }
+      }
+    };
+    const auto launch_next = [&] {
+      if (stage == 2 || in_chunks) retire(0);
+      const size_t k = next_launch++;
+      hold(k);
+      if (stage == 2) {  // the reduce_scatter writes this rank's shard in the host tier
+        w.access(buckets[k].shard, Tier::Host, true);
+        shard_held[k] = 1;
+      }
+    };
+    if (recorded) {
+      append_recorded(
+          *recorded,
+          [&](ShardHoldEvent::Part part, int64_t b) {
+            TESSEL_CHECK(b >= 0 && b < int64_t(buckets.size()) && part != ShardHoldEvent::Param,
+                         "offload model: a recorded hold of bucket ", b, " of ", buckets.size(),
+                         " (part ", int(part), ") at ZeRO-", stage);
+            return part == ShardHoldEvent::Buffer ? buckets[size_t(b)].flat
+                                                  : buckets[size_t(b)].shard;
+          },
+          buffers, w);
+    } else {
+      std::vector<int64_t> unit_pending(nu);
+      std::vector<char> unit_started(nu);
+      for (int64_t mb = 0; mb < in.micro_batches; ++mb) {
+        const bool sync = mb == in.micro_batches - 1;
+        for (size_t k = 0; k < buckets.size(); ++k) pending[k] = int64_t(buckets[k].tensors.size());
+        if (copies) {
+          // Forward: the root's units held from the root's forward to its end, each other unit
+          // around its own; backward meets the root's output first (its units in reverse order).
+          for (size_t k = 0; k < nu; ++k)
+            if (in.units[k].root) hold_unit(k);
+          for (size_t k = 0; k < nu; ++k)
+            if (!in.units[k].root) {
+              hold_unit(k);
+              let_go_unit(k);
+            }
+          for (size_t k = 0; k < nu; ++k)
+            if (in.units[k].root) let_go_unit(k);
+          for (size_t k = nu; k-- > 0;) {
+            unit_pending[k] = int64_t(in.units[k].tensors.size());
+            unit_started[k] = in.units[k].root;
+            if (in.units[k].root) hold_unit(k);
+          }
+        }
+        for (size_t t : in.grad_order) {
+          const size_t u = unit_of[t];
+          if (copies && !unit_started[u]) {  // backward reaches the unit's output
+            hold_unit(u);
+            unit_started[u] = 1;
+          }
+          const size_t k = bucket_of[t];
+          hold(k);  // accumulate_held: backward writes the gradient into the held buffer
+          if (in_chunks && ++arrived[k] == int64_t(buckets[k].tensors.size()) && !sync) {
+            arrived[k] = 0;
+            let_go(k);  // a no-sync backward delivered the whole bucket
+          }
+          if (sync && !in.tp_sums) {  // after tp's sums nothing launches before the step's sync
+            --pending[k];
+            while (next_launch < buckets.size() && pending[next_launch] == 0) launch_next();
+          }
+          // The unit's own grad-ready hook comes after DataParallel's (registered later): its last
+          // gradient lets the unit's copies go.
+          if (copies && --unit_pending[u] == 0) let_go_unit(u);
+        }
+      }
+      // finish_gradient_sync: the rest launched, stage 2's laid-out buffers retired in order; what
+      // is still held lets go as the step's state is reset.
+      while (next_launch < buckets.size()) launch_next();
+      if (stage == 2 && in_chunks) retire(0);
+      for (size_t k = 0; k < buckets.size(); ++k) {
+        let_go(k);
+        if (shard_held[k]) {
+          w.release(buckets[k].shard);
+          shard_held[k] = 0;
+        }
       }
     }
-    for (size_t t : in.grad_order) {
-      const size_t u = unit_of[t];
-      if (copies && !unit_started[u]) {  // backward reaches the unit's output
-        hold_unit(u);
-        unit_started[u] = 1;
-      }
-      const size_t k = bucket_of[t];
-      hold(k);  // accumulate_held: backward writes the gradient into the held buffer
-      if (in_chunks && ++arrived[k] == int64_t(buckets[k].tensors.size()) && !sync) {
-        arrived[k] = 0;
-        let_go(k);  // a no-sync backward delivered the whole bucket
-      }
-      if (sync && !in.tp_sums) {  // after tp's sums nothing launches before the step's sync
-        --pending[k];
-        while (next_launch < buckets.size() && pending[next_launch] == 0) launch_next();
-      }
-      // The unit's own grad-ready hook comes after DataParallel's (registered later): its last
-      // gradient lets the unit's copies go.
-      if (copies && --unit_pending[u] == 0) let_go_unit(u);
+    // Whose gradients the norm, the scaling and the update read: stage 1's whole buffer, stage 2's
+    // shard; none in chunks when stage 1's buffers are plain memory.
+    const auto gradient = [&](const Bucket& b) { return stage == 2 ? b.shard : b.flat; };
+    // The norm: the parameters in model order, a run of one chunk held at a time (stage 2: the
+    // parameters that overlap rank 0's block of their bucket).
+    int last = -1;
+    for (size_t t = 0; t < n; ++t) {
+      const Bucket& b = buckets[bucket_of[t]];
+      if (stage == 2 && offset[t] >= b.padded / dp) continue;
+      const int c = gradient(b);
+      if (c < 0 || c == last) continue;
+      w.access(c, Tier::Host, false);
+      w.release(c);
+      last = c;
     }
-  }
-  // finish_gradient_sync: the rest launched, stage 2's laid-out buffers retired in order; what
-  // is still held lets go as the step's state is reset.
-  while (next_launch < buckets.size()) launch_next();
-  if (stage == 2 && in_chunks) retire(0);
-  for (size_t k = 0; k < buckets.size(); ++k) {
-    let_go(k);
-    if (shard_held[k]) {
-      w.release(buckets[k].shard);
-      shard_held[k] = 0;
+    // The scaling (1/grad_accum, a loss scale, clipping): each bucket's gradients, in bucket order.
+    if (in.micro_batches > 1 || in.scaled)
+      for (const Bucket& b : buckets)
+        if (gradient(b) >= 0) {
+          w.access(gradient(b), Tier::Host, true);
+          w.release(gradient(b));
+        }
+    for (const Bucket& b : buckets) {  // the update, bucket by bucket
+      w.access(b.m, Tier::Host, true);
+      w.access(b.v, Tier::Host, true);
+      if (gradient(b) >= 0) w.access(gradient(b), Tier::Host, false);
+      if (gradient(b) >= 0) w.release(gradient(b));
+      w.release(b.m);
+      w.release(b.v);
     }
+    free_gradients(w);
+    refresh(w);
+  };
+  if (in.recorded_holds.empty()) {
+    write_step(r.step, nullptr);
+  } else {
+    // The replicas' copies under a pipeline are held by the offload layer's own hooks, which
+    // the recorded holds do not include.
+    TESSEL_CHECK(!copies, "offload model: ZeRO-", stage,
+                 "'s 16-bit replica copies on a pipeline rank are not modelled (f32, or ZeRO-3)");
+    for (size_t i = 0; i < in.recorded_holds.size(); ++i)
+      write_step(i + 1 < in.recorded_holds.size() ? r.first_steps.emplace_back() : r.step,
+                 &in.recorded_holds[i]);
   }
-  // Whose gradients the norm, the scaling and the update read: stage 1's whole buffer, stage 2's
-  // shard; none in chunks when stage 1's buffers are plain memory.
-  const auto gradient = [&](const Bucket& b) { return stage == 2 ? b.shard : b.flat; };
-  // The norm: the parameters in model order, a run of one chunk held at a time (stage 2: the
-  // parameters that overlap rank 0's block of their bucket).
-  int last = -1;
-  for (size_t t = 0; t < n; ++t) {
-    const Bucket& b = buckets[bucket_of[t]];
-    if (stage == 2 && offset[t] >= b.padded / dp) continue;
-    const int c = gradient(b);
-    if (c < 0 || c == last) continue;
-    w.access(c, Tier::Host, false);
-    w.release(c);
-    last = c;
-  }
-  // The scaling (1/grad_accum, a loss scale, clipping): each bucket's gradients, in bucket order.
-  if (in.micro_batches > 1 || in.scaled)
-    for (const Bucket& b : buckets)
-      if (gradient(b) >= 0) {
-        w.access(gradient(b), Tier::Host, true);
-        w.release(gradient(b));
-      }
-  for (const Bucket& b : buckets) {  // the update, bucket by bucket
-    w.access(b.m, Tier::Host, true);
-    w.access(b.v, Tier::Host, true);
-    if (gradient(b) >= 0) w.access(gradient(b), Tier::Host, false);
-    if (gradient(b) >= 0) w.release(gradient(b));
-    w.release(b.m);
-    w.release(b.v);
-  }
-  free_gradients(w);
-  refresh(w);
   return r;
 }
 

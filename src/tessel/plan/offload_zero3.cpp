@@ -78,7 +78,7 @@ RankSteps zero3_steps(const OffloadInput& in, int64_t cb) {
   std::map<int, int> buffers, discarded;
   for (const Shard& x : s)
     if (x.bucket >= 0) ++buffers[x.bucket];
-  StepWriter start(r.start), w(r.step);
+  StepWriter start(r.start);
   const auto free_gradients = [&](StepWriter& out) {  // OffloadStrategy::free_gradient_shards
     for (const Shard& x : s) {
       out.free(x.grad);
@@ -87,77 +87,111 @@ RankSteps zero3_steps(const OffloadInput& in, int64_t cb) {
   };
   free_gradients(start);
 
-  std::vector<size_t> roots, blocks;  // units in reverse order: backward's
-  for (size_t k = n; k-- > 0;) (in.units[k].root ? roots : blocks).push_back(k);
-  std::vector<size_t> pending;  // launched reductions not retired yet
-  const auto retire_all = [&] {
-    for (size_t k : pending) {
-      w.release(s[k].grad);
-      if (s[k].bucket < 0) continue;
-      w.release(s[k].bucket);
-      if (++discarded[s[k].bucket] == buffers[s[k].bucket]) {
-        discarded[s[k].bucket] = 0;
-        w.free(s[k].bucket);
+  // One step's events; `recorded`: a pipeline rank's holds for its schedule and gradient sync.
+  const auto write_step = [&](std::vector<Event>& out,
+                              const std::vector<ShardHoldEvent>* recorded) {
+    StepWriter w(out);
+    if (recorded) {
+      // DataParallel's buckets are Zero3Parameters' units in reverse order (zero3_groups).
+      append_recorded(
+          *recorded,
+          [&](ShardHoldEvent::Part part, int64_t b) {
+            TESSEL_CHECK(b >= 0 && b < int64_t(n), "offload model: a recorded hold of bucket ", b,
+                         " of ", n);
+            const Shard& x = s[n - 1 - size_t(b)];
+            return part == ShardHoldEvent::Param    ? x.param
+                   : part == ShardHoldEvent::Buffer ? x.bucket
+                                                    : x.grad;
+          },
+          buffers, w);
+    } else {
+      std::vector<size_t> roots, blocks;  // units in reverse order: backward's
+      for (size_t k = n; k-- > 0;) (in.units[k].root ? roots : blocks).push_back(k);
+      std::vector<size_t> pending;  // launched reductions not retired yet
+      const auto retire_all = [&] {
+        for (size_t k : pending) {
+          w.release(s[k].grad);
+          if (s[k].bucket < 0) continue;
+          w.release(s[k].bucket);
+          if (++discarded[s[k].bucket] == buffers[s[k].bucket]) {
+            discarded[s[k].bucket] = 0;
+            w.free(s[k].bucket);
+          }
+        }
+        pending.clear();
+      };
+      const auto complete = [&](size_t k) {  // the bucket's last gradient: reduce_scatter it
+        retire_all();
+        w.access(s[k].grad, Tier::Host, true);
+        pending.push_back(k);
+      };
+      const auto accumulate = [&](size_t k, bool sync) {  // the bucket's gradients arrive
+        if (s[k].bucket < 0) return;
+        w.access(s[k].bucket, Tier::Device, true);
+        if (!sync) w.release(s[k].bucket);  // a no-sync micro-batch lets it go until the next
+      };
+      for (int64_t mb = 0; mb < in.micro_batches; ++mb) {
+        const bool sync = mb == in.micro_batches - 1;
+        for (size_t k = 0; k < n; ++k) w.gather(s[k].param);  // forward
+        // Backward: the root's units are gathered again first, then the units from the last, each
+        // one's successor gathered while it computes.
+        for (size_t k : roots) w.gather(s[k].param);
+        if (!blocks.empty()) w.gather(s[blocks[0]].param);
+        for (size_t j = 0; j < blocks.size(); ++j) {
+          const bool next = j + 1 < blocks.size();
+          if (next) w.access(s[blocks[j + 1]].param, Tier::Device, false);
+          accumulate(blocks[j], sync);
+          if (sync && !in.tp_sums) complete(blocks[j]);
+          if (next) w.release(s[blocks[j + 1]].param);
+        }
+        // The embeddings' gradients come last, together.
+        for (size_t k : roots) accumulate(k, sync);
+        if (sync && !in.tp_sums)
+          for (size_t k : roots) complete(k);
       }
+      // After tp's sums every bucket launches in order (bucket 0 is the last unit's).
+      if (in.tp_sums)
+        for (size_t k = n; k-- > 0;) complete(k);
+      retire_all();  // finish_gradient_sync
     }
-    pending.clear();
-  };
-  const auto complete = [&](size_t k) {  // the bucket's last gradient: reduce_scatter it
-    retire_all();
-    w.access(s[k].grad, Tier::Host, true);
-    pending.push_back(k);
-  };
-  const auto accumulate = [&](size_t k, bool sync) {  // the bucket's gradients arrive
-    if (s[k].bucket < 0) return;
-    w.access(s[k].bucket, Tier::Device, true);
-    if (!sync) w.release(s[k].bucket);  // a no-sync micro-batch lets it go until the next
-  };
-  for (int64_t mb = 0; mb < in.micro_batches; ++mb) {
-    const bool sync = mb == in.micro_batches - 1;
-    for (size_t k = 0; k < n; ++k) w.gather(s[k].param);  // forward
-    // Backward: the root's units are gathered again first, then the units from the last, each
-    // one's successor gathered while it computes.
-    for (size_t k : roots) w.gather(s[k].param);
-    if (!blocks.empty()) w.gather(s[blocks[0]].param);
-    for (size_t j = 0; j < blocks.size(); ++j) {
-      const bool next = j + 1 < blocks.size();
-      if (next) w.access(s[blocks[j + 1]].param, Tier::Device, false);
-      accumulate(blocks[j], sync);
-      if (sync && !in.tp_sums) complete(blocks[j]);
-      if (next) w.release(s[blocks[j + 1]].param);
+    // The norm reads the gradient shards a run of one chunk at a time, in unit order.
+    int last = -1;
+    for (const Shard& x : s) {
+      if (x.grad == last) continue;
+      w.access(x.grad, Tier::Host, false);
+      w.release(x.grad);
+      last = x.grad;
     }
-    // The embeddings' gradients come last, together.
-    for (size_t k : roots) accumulate(k, sync);
-    if (sync && !in.tp_sums)
-      for (size_t k : roots) complete(k);
-  }
-  // After tp's sums every bucket launches in order (bucket 0 is the last unit's).
-  if (in.tp_sums)
-    for (size_t k = n; k-- > 0;) complete(k);
-  retire_all();  // finish_gradient_sync
-  // The norm reads the gradient shards a run of one chunk at a time, in unit order.
-  int last = -1;
-  for (const Shard& x : s) {
-    if (x.grad == last) continue;
-    w.access(x.grad, Tier::Host, false);
-    w.release(x.grad);
-    last = x.grad;
-  }
-  // The scaling (1/grad_accum, a loss scale, clipping) writes each shard, in bucket order.
-  if (in.micro_batches > 1 || in.scaled)
-    for (size_t k = n; k-- > 0;) {
-      w.access(s[k].grad, Tier::Host, true);
-      w.release(s[k].grad);
+    // The scaling (1/grad_accum, a loss scale, clipping) writes each shard, in bucket order.
+    if (in.micro_batches > 1 || in.scaled)
+      for (size_t k = n; k-- > 0;) {
+        w.access(s[k].grad, Tier::Host, true);
+        w.release(s[k].grad);
+      }
+    for (size_t k = n; k-- > 0;) {  // the update, bucket by bucket
+      const Shard& x = s[k];
+      w.access(x.param, Tier::Host, true);
+      w.access(x.m, Tier::Host, true);
+      w.access(x.v, Tier::Host, true);
+      w.access(x.grad, Tier::Host, false);
+      for (int c : {x.grad, x.param, x.m, x.v}) w.release(c);
     }
-  for (size_t k = n; k-- > 0;) {  // the update, bucket by bucket
-    const Shard& x = s[k];
-    w.access(x.param, Tier::Host, true);
-    w.access(x.m, Tier::Host, true);
-    w.access(x.v, Tier::Host, true);
-    w.access(x.grad, Tier::Host, false);
-    for (int c : {x.grad, x.param, x.m, x.v}) w.release(c);
+    // A first pipeline stage gathers the tied embedding's unit to send its update to the last.
+    for (size_t k = 0; k < n; ++k)
+      for (size_t t : in.units[k].tensors)
+        if (std::find(in.tied.begin(), in.tied.end(), t) != in.tied.end()) {
+          w.gather(s[k].param);
+          break;
+        }
+    free_gradients(w);
+  };
+  if (in.recorded_holds.empty()) {
+    write_step(r.step, nullptr);
+  } else {
+    for (size_t i = 0; i < in.recorded_holds.size(); ++i)
+      write_step(i + 1 < in.recorded_holds.size() ? r.first_steps.emplace_back() : r.step,
+                 &in.recorded_holds[i]);
   }
-  free_gradients(w);
   return r;
 }
 

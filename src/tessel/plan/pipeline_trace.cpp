@@ -112,140 +112,153 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
     }
   }
 
-  const double step_base = double(meta_allocator().bytes_in_use());
-  meta_allocator().reset_peak();
+  TESSEL_CHECK(options.steps >= 1, "pipeline trace: steps must be >= 1, got ", options.steps);
   Recorder recorder(graph, options.half_stand_ins);
-  // The trainer loads every micro-batch before the schedule starts, on every pipeline rank.
-  std::vector<std::pair<Tensor, Tensor>> batches;
-  for (int i = 0; i < pr.microbatches; ++i)
-    batches.emplace_back(empty({options.batch, seq}, DType::I64),
-                         empty({options.batch, seq}, DType::I64));
-  const DType message_dtype = options.compute_dtype;
-  const Shape message_shape{options.batch, options.message_seq > 0 ? options.message_seq : seq,
-                            config.hidden_size()};
-  double after_schedule = 0;
-  {
-    kernels::KernelObserverScope observe(recorder);
-    dist::MetaCallObserverScope observe_calls(recorder.collective_observer());
-    // Nothing synchronises inside the schedule; the trainer's axes finish after it.
-    if (dp.before_backward) dp.before_backward(false);
-    std::optional<nn::LowPrecisionScope> autocast;
-    if (options.compute_dtype != DType::F32) {
-      autocast.emplace(roots, options.compute_dtype, dp.defer);
-      if (dp.set_low_precision) dp.set_low_precision(&*autocast);
+  double step_base = 0, after_schedule = 0;
+  // One step: the schedule, then the axes' finish; `last`: the traced one.
+  const auto run_step = [&](bool last) {
+    if (last) {
+      step_base = double(meta_allocator().bytes_in_use());
+      meta_allocator().reset_peak();
     }
-
-    const std::vector<PipelineAction>& list = pr.actions;
-    std::map<std::pair<int, int>, Slot> slots;
-    std::vector<std::optional<Tensor>> posted(list.size());
-    size_t posted_upto = 0;
-    // Receives are posted up to and including the next compute action (the executor's
-    // post_ahead), so their buffers exist while the compute before them runs.
-    auto post_ahead = [&](size_t from) {
-      size_t end = from;
-      while (end < list.size() && !is_compute(list[end].kind)) ++end;
-      end = std::min(end + 1, list.size());
-      for (; posted_upto < end; ++posted_upto)
-        if (is_recv(list[posted_upto].kind))
-          posted[posted_upto] = empty(message_shape, message_dtype);
-    };
-    // A send's payload lives until the executor retires it: it waits for the send after the
-    // first compute that follows it (or at the end of the list), a fixed point whatever the
-    // receiver's progress. An activation's payload is the stage output its backward keeps anyway;
-    // a gradient's is the only reference to the input's gradient, freed after the next compute
-    // (docs/PLANNER.md, "Memory model": before the executor retired sends at a fixed point, the
-    // last rank's peak moved by one gradient from run to run).
-    std::vector<Tensor> sends;  // payloads issued since the last compute
-    auto send = [&](Tensor payload) {
-      graph.collectives.push_back({"send", "pp", pr.ranks,
-                                   double(payload.numel()) * double(dtype_size(payload.dtype())),
-                                   recorder.backward() ? Phase::Backward : Phase::Forward});
-      sends.push_back(std::move(payload));
-    };
-    post_ahead(0);
-    for (size_t i = 0; i < list.size(); ++i) {
-      const PipelineAction& a = list[i];
-      switch (a.kind) {
-        case PipelineActionKind::Forward: {
-          post_ahead(i + 1);
-          recorder.set_backward(false);
-          Slot& s = slots[{a.stage, a.microbatch}];
-          const auto [begin, end] = pr.stage_layers[size_t(a.stage)];
-          const auto& [ids, targets] = batches[size_t(a.microbatch)];
-          autograd::ScopeGuard root(0);
-          Tensor x = begin == 0 ? model->embed(ids) : s.input;
-          for (int64_t l = std::max<int64_t>(begin, 1); l < std::min(end, blocks + 1); ++l)
-            x = model->block(l - 1, x);
-          if (end == blocks + 2) {
-            Tensor logits = model->head(x);
-            const int64_t n = targets.numel();
-            x = options.loss ? options.loss(logits, targets)
-                             : ops::cross_entropy(ops::reshape(logits, {n, logits.size(2)}),
-                                                  targets.reshape({n}));
-          }
-          s.output = x;
-          break;
-        }
-        case PipelineActionKind::Backward: {
-          post_ahead(i + 1);
-          recorder.set_backward(true);
-          Slot& s = slots[{a.stage, a.microbatch}];
-          if (a.stage == last_stage) {
-            Tensor seed;
-            {
-              autograd::NoGradGuard no_grad;
-              seed = ones(s.output.shape(), s.output.dtype());
-            }
-            autograd::backward({s.output}, {seed});
-          } else {
-            autograd::backward({s.output}, {s.grad_output});
-          }
-          s.output = Tensor();
-          s.grad_output = Tensor();
-          if (a.stage == 0) s.input = Tensor();
-          break;
-        }
-        case PipelineActionKind::SendActivation:
-          send(slots[{a.stage, a.microbatch}].output.detach());
-          break;
-        case PipelineActionKind::SendGradient: {
-          Slot& s = slots[{a.stage, a.microbatch}];
-          send(s.input.grad().defined() ? s.input.grad().detach()
-                                        : zeros(message_shape, message_dtype));
-          s.input = Tensor();
-          break;
-        }
-        case PipelineActionKind::RecvActivation:
-        case PipelineActionKind::RecvGradient: {
-          post_ahead(i);
-          TESSEL_CHECK(posted[i].has_value(), "pipeline trace: receive ", i, " was not posted");
-          Tensor buffer = std::move(*posted[i]);
-          posted[i].reset();
-          if (a.kind == PipelineActionKind::RecvActivation)
-            slots[{a.stage + 1, a.microbatch}].input = buffer.set_requires_grad(true);
-          else
-            slots[{a.stage - 1, a.microbatch}].grad_output = buffer;
-          break;
-        }
+    // The trainer loads every micro-batch before the schedule starts, on every pipeline rank.
+    std::vector<std::pair<Tensor, Tensor>> batches;
+    for (int i = 0; i < pr.microbatches; ++i)
+      batches.emplace_back(empty({options.batch, seq}, DType::I64),
+                           empty({options.batch, seq}, DType::I64));
+    const DType message_dtype = options.compute_dtype;
+    const Shape message_shape{options.batch, options.message_seq > 0 ? options.message_seq : seq,
+                              config.hidden_size()};
+    {
+      std::optional<kernels::KernelObserverScope> observe;
+      std::optional<dist::MetaCallObserverScope> observe_calls;
+      if (last) {
+        observe.emplace(recorder);
+        observe_calls.emplace(recorder.collective_observer());
       }
-      if (is_compute(a.kind)) sends.clear();  // the sends issued before this compute retire
+      // Nothing synchronises inside the schedule; the trainer's axes finish after it.
+      if (dp.before_backward) dp.before_backward(false);
+      std::optional<nn::LowPrecisionScope> autocast;
+      if (options.compute_dtype != DType::F32) {
+        autocast.emplace(roots, options.compute_dtype, dp.defer);
+        if (dp.set_low_precision) dp.set_low_precision(&*autocast);
+      }
+
+      const std::vector<PipelineAction>& list = pr.actions;
+      std::map<std::pair<int, int>, Slot> slots;
+      std::vector<std::optional<Tensor>> posted(list.size());
+      size_t posted_upto = 0;
+      // Receives are posted up to and including the next compute action (the executor's
+      // post_ahead), so their buffers exist while the compute before them runs.
+      auto post_ahead = [&](size_t from) {
+        size_t end = from;
+        while (end < list.size() && !is_compute(list[end].kind)) ++end;
+        end = std::min(end + 1, list.size());
+        for (; posted_upto < end; ++posted_upto)
+          if (is_recv(list[posted_upto].kind))
+            posted[posted_upto] = empty(message_shape, message_dtype);
+      };
+      // A send's payload lives until the executor retires it: it waits for the send after the
+      // first compute that follows it (or at the end of the list), a fixed point whatever the
+      // receiver's progress. An activation's payload is the stage output its backward keeps anyway;
+      // a gradient's is the only reference to the input's gradient, freed after the next compute
+      // (docs/PLANNER.md, "Memory model": before the executor retired sends at a fixed point, the
+      // last rank's peak moved by one gradient from run to run).
+      std::vector<Tensor> sends;  // payloads issued since the last compute
+      auto send = [&](Tensor payload) {
+        if (last)
+          graph.collectives.push_back(
+              {"send", "pp", pr.ranks,
+               double(payload.numel()) * double(dtype_size(payload.dtype())),
+               recorder.backward() ? Phase::Backward : Phase::Forward});
+        sends.push_back(std::move(payload));
+      };
+      post_ahead(0);
+      for (size_t i = 0; i < list.size(); ++i) {
+        const PipelineAction& a = list[i];
+        switch (a.kind) {
+          case PipelineActionKind::Forward: {
+            post_ahead(i + 1);
+            recorder.set_backward(false);
+            Slot& s = slots[{a.stage, a.microbatch}];
+            const auto [begin, end] = pr.stage_layers[size_t(a.stage)];
+            const auto& [ids, targets] = batches[size_t(a.microbatch)];
+            autograd::ScopeGuard root(0);
+            Tensor x = begin == 0 ? model->embed(ids) : s.input;
+            for (int64_t l = std::max<int64_t>(begin, 1); l < std::min(end, blocks + 1); ++l)
+              x = model->block(l - 1, x);
+            if (end == blocks + 2) {
+              Tensor logits = model->head(x);
+              const int64_t n = targets.numel();
+              x = options.loss ? options.loss(logits, targets)
+                               : ops::cross_entropy(ops::reshape(logits, {n, logits.size(2)}),
+                                                    targets.reshape({n}));
+            }
+            s.output = x;
+            break;
+          }
+          case PipelineActionKind::Backward: {
+            post_ahead(i + 1);
+            recorder.set_backward(true);
+            Slot& s = slots[{a.stage, a.microbatch}];
+            if (a.stage == last_stage) {
+              Tensor seed;
+              {
+                autograd::NoGradGuard no_grad;
+                seed = ones(s.output.shape(), s.output.dtype());
+              }
+              autograd::backward({s.output}, {seed});
+            } else {
+              autograd::backward({s.output}, {s.grad_output});
+            }
+            s.output = Tensor();
+            s.grad_output = Tensor();
+            if (a.stage == 0) s.input = Tensor();
+            break;
+          }
+          case PipelineActionKind::SendActivation:
+            send(slots[{a.stage, a.microbatch}].output.detach());
+            break;
+          case PipelineActionKind::SendGradient: {
+            Slot& s = slots[{a.stage, a.microbatch}];
+            send(s.input.grad().defined() ? s.input.grad().detach()
+                                          : zeros(message_shape, message_dtype));
+            s.input = Tensor();
+            break;
+          }
+          case PipelineActionKind::RecvActivation:
+          case PipelineActionKind::RecvGradient: {
+            post_ahead(i);
+            TESSEL_CHECK(posted[i].has_value(), "pipeline trace: receive ", i, " was not posted");
+            Tensor buffer = std::move(*posted[i]);
+            posted[i].reset();
+            if (a.kind == PipelineActionKind::RecvActivation)
+              slots[{a.stage + 1, a.microbatch}].input = buffer.set_requires_grad(true);
+            else
+              slots[{a.stage - 1, a.microbatch}].grad_output = buffer;
+            break;
+          }
+        }
+        if (is_compute(a.kind)) sends.clear();  // the sends issued before this compute retire
+      }
+      sends.clear();
+      slots.clear();
+      if (autocast && dp.set_low_precision) dp.set_low_precision(nullptr);
+      autocast.reset();
+      after_schedule = double(meta_allocator().bytes_in_use());
     }
-    sends.clear();
-    slots.clear();
-    if (autocast && dp.set_low_precision) dp.set_low_precision(nullptr);
-    autocast.reset();
-    after_schedule = double(meta_allocator().bytes_in_use());
-  }
+    // Then the axes finish (ZeRO-3 releases every unit; the gradient sync), before the trainer
+    // reads its step peak.
+    if (dp.after_backward) dp.after_backward();
+    if (dp.finish) dp.finish();
+  };
+  for (int step = 1; step <= options.steps; ++step) run_step(step == options.steps);
   // The first stage receives the head's gradient of the tied embedding into a buffer of its
   // size and adds it to its own.
   double tied_buffer = 0;
   if (pr.owner(0) == pr.rank && pr.owner(last_stage) != pr.rank)
     for (const std::string& name : model->head_tied_parameters())
       tied_buffer += double(model->find(name).storage().nbytes());
-  // Then the axes finish (ZeRO-3 releases every unit; the gradient sync), before the trainer
-  // reads its step peak.
-  if (dp.after_backward) dp.after_backward();
-  if (dp.finish) dp.finish();
   graph.step_peak_bytes = std::max({double(meta_allocator().peak_bytes()), recorder.kernel_peak(),
                                     after_schedule + tied_buffer}) -
                           step_base;

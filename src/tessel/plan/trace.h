@@ -81,6 +81,11 @@ struct TraceOptions {
   // traced one starts with the gradients (or data parallelism's buffers) the others filled (its
   // ops are not recorded: the graph stays one micro-batch).
   int64_t micro_batches = 1;
+  // A pipeline rank (trace_pipeline_rank): its schedule and the axes' finish run this many times
+  // in a row on the same model and data-parallel objects, whose state carries over from step to
+  // step as in a run (ZeRO-3's prefetch follows the order the last forward ran its units); the
+  // graph and its bytes are the last step's.
+  int steps = 1;
 };
 
 // Forward + loss + backward of one micro-batch of `config`'s model, as a graph.
