@@ -111,13 +111,13 @@ plan::OffloadInput offload_input_for(const models::ModelConfig& config,
   // Under dp x tp each rank offloads its ZeRO shards of its own pieces; where tp sums gradients
   // the trainer keeps the buckets in plain memory and reduces after backward.
   input.tp_sums = layout.dp > 1 && tp_sums;
+  // A pipeline rank's shards: the holds of the runtime's own objects over its schedule. Otherwise
   // ZeRO-1/2's buckets complete as backward makes their gradients ready.
-  if (layout.dp > 1 && input.zero_stage < 3)
-    input.grad_order =
-        plan::gradient_ready_order(config, input, layout.tp_transform, layout.tp_loss);
-  // A pipeline rank's shards: the holds of the runtime's own objects over its schedule.
   if (layout.dp > 1 && layout.pipeline.active())
     input.recorded_holds = record_pipeline_holds(config, layout, 3);
+  else if (layout.dp > 1 && input.zero_stage < 3)
+    input.grad_order =
+        plan::gradient_ready_order(config, input, layout.tp_transform, layout.tp_loss);
   return input;
 }
 

@@ -79,7 +79,8 @@ struct OffloadInput {
   // Data parallelism: each rank offloads its own ZeRO shards: at ZeRO-3 one bucket per unit; at
   // ZeRO-1/2 DataParallel's buckets of `bucket_bytes` (parallel.bucket_mb) over the parameters in
   // reverse order, filled as one backward makes the gradients ready (`grad_order`: indices into
-  // tensors, in the order their grad-ready hooks fire; gradient_ready_order() records it).
+  // tensors, in the order their grad-ready hooks fire; gradient_ready_order() records it; not
+  // needed with recorded_holds).
   int dp = 1;
   int zero_stage = 0;
   int64_t bucket_bytes = int64_t(25) << 20;
