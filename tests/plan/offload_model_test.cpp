@@ -3,8 +3,8 @@
 // places, the copies' own list), the start-up placement, a state that fits the device tier moving
 // nothing, a host tier holding everything moving nothing to NVMe, MIN never reading more than LRU
 // in the steady state of a loop, the trainer's refusals with the smallest budgets, a pipeline
-// rank's recorded holds under dp, the disk time (reads and writes share the disk).
-// Against measured runs: tests/plan/offload_plan_check.py.
+// rank's recorded holds under dp (its replicas' copies among them), the disk time (reads and writes
+// share the disk). Against measured runs: tests/plan/offload_plan_check.py.
 #include "tessel/plan/offload_model.h"
 
 #include <gtest/gtest.h>
@@ -328,19 +328,44 @@ TEST(OffloadModel, PipelineRanksUnderDpReplayTheirRecordedHolds) {
   e = error_of(in);
   EXPECT_NE(e.find("recorded holds are read for a pipeline rank under dp only"), std::string::npos)
       << e;
-  // ZeRO-1/2's replica copies are held by the offload layer's own hooks, not recorded.
-  in = input(3, 1, 1000, DType::BF16);
+  // ZeRO-1/2's replica copies: the offload layer's unit spans, recorded among the holds. Three
+  // units whose 3,000-byte copies take a chunk each: one process holds the root's with one other
+  // (two), a pipeline rank every unit's at once (three); the 6,000-byte buffers stay plain memory.
+  in = input(3, 1, 1500, DType::BF16);
+  in.dp = 2;
+  in.zero_stage = 2;
+  in.grad_order = {2, 1, 0};
+  in.bucket_bytes = 6000;  // a bucket per tensor
+  in.budgets.device_budget = in.budgets.host_budget = 100 * kChunk;
+  EXPECT_EQ(predict_offload(in).device_working_set, 2);
+  for (OffloadUnit& u : in.units) u.root = false;
+  in.pipeline.ranks = 2;
+  in.pipeline.stage_layers = {{0, 4}, {4, 5}};
+  const std::vector<ShardHoldEvent> spans = {
+      {H::Hold, H::Copies, 0, true, false}, {H::Release, H::Copies, 0},
+      {H::Hold, H::Copies, 2, true, false}, {H::Hold, H::Buffer, 0, true, true},
+      {H::Release, H::Buffer, 0},           {H::Release, H::Copies, 2}};
+  in.recorded_holds = {spans, spans};
+  p = predict_offload(in, 3);
+  EXPECT_EQ(p.device_working_set, 3);
+  ASSERT_EQ(p.steps.size(), 3u);
+  EXPECT_EQ(p.steps[1], p.steps[2]);  // later steps repeat the last recorded one
+  in.recorded_holds[1][2].bucket = 5;
+  e = error_of(in);
+  EXPECT_NE(e.find("a recorded hold of unit 5's copies, of 3 units"), std::string::npos) << e;
+  // A unit's copies where the rank has none (f32).
+  in = input(3, 1, 1500);
   for (OffloadUnit& u : in.units) u.root = false;
   in.pipeline.ranks = 2;
   in.pipeline.stage_layers = {{0, 4}, {4, 5}};
   in.dp = 2;
   in.zero_stage = 2;
-  in.grad_order = {2, 1, 0};
-  in.bucket_bytes = 4000;  // a bucket per tensor
+  in.bucket_bytes = 6000;
   in.budgets.device_budget = in.budgets.host_budget = 100 * kChunk;
-  in.recorded_holds = {{}};
+  in.recorded_holds = {spans};
   e = error_of(in);
-  EXPECT_NE(e.find("16-bit replica copies on a pipeline rank are not modelled"), std::string::npos)
+  EXPECT_NE(e.find("unit 0's 16-bit copies, which this rank's state does not have"),
+            std::string::npos)
       << e;
 }
 

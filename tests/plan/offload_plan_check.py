@@ -18,7 +18,10 @@ over two micro-batches and in bf16 (the replicas' copies held unit by unit); ran
 `--dp 2 --tp 2` at ZeRO-1, 2 and 3 (each rank's shards of its own pieces), with --sp too (tp's
 gradient sums: buffers in plain memory, reductions after backward); rank 0 of `--dp 2 --pp 2`
 at ZeRO-1, 2 and 3 (1F1B, GPipe, interleaved; bf16 at ZeRO-3; buffers in chunks and in plain
-memory; prefetch), whose schedule's holds the plan records from the runtime's own objects; and
+memory; prefetch; bf16 at ZeRO-1 and 2, the replicas' copies held over the offload layer's
+unit spans), whose schedule's holds the plan records from the runtime's own objects; rank 0 of
+`--pp 2 --tp 2` (1F1B in f32, GPipe in bf16 with --sp) and of `--dp 2 --pp 2 --tp 2` at ZeRO-3;
+and
 memory.nvme_budget at the fewest slots the runtime accepts (one process, ZeRO-2), the swap file
 that size. A GPT-2 with C = 26, 2 heads, 5 blocks and sequences of 9; for ZeRO-1/2 one with
 C = 128, 4 heads, 4 blocks (four buckets), and under dp x pp one of 8 blocks.
@@ -46,7 +49,8 @@ CHUNK = 32 << 10  # the largest tensor, the 257 x 26 embedding (26,728 bytes), f
 # step clipped (a scaling pass over the gradient shards); "z1", "z2" (and "-clip"): rank 0 of
 # --dp 2 at ZeRO-1 or 2 with buckets of 1 MiB; "tz1", "tz2", "tz3" (and "-sp"): rank 0 of
 # --dp 2 --tp 2 at that ZeRO stage; "pp[-SCHEDULE]": rank 0 of --pp 2; "pzN[-SCHEDULE]": rank 0
-# of --dp 2 --pp 2 at ZeRO-N. An eleventh
+# of --dp 2 --pp 2 at ZeRO-N; "pt[-SCHEDULE][-sp]": rank 0 of --pp 2 --tp 2; "ptzN": rank 0 of
+# --dp 2 --pp 2 --tp 2 at ZeRO-N. An eleventh
 # field "min": memory.nvme_budget of the fewest slots the runtime accepts (default: one a chunk).
 CASES = [
     ("f32, every tier", "fp32", 0, 6, True, 0, 1, "gpt2", "", 32),
@@ -110,6 +114,17 @@ CASES = [
     ("dp 2 x pp 2 ZeRO-1 interleaved:2", "fp32", 0, 3, True, 0, 4, "gpt2p",
      "pz1-interleaved:2", 1536),
     ("dp 2 x pp 2 ZeRO-3, prefetch 8", "fp32", 1, 4, True, 8, 4, "gpt2", "pz3", 40),
+    # ZeRO-1/2 in bf16 under a pipeline: the replicas' copies held over the offload layer's unit
+    # spans (every unit's kept over the step), recorded among the ZeRO holds.
+    ("dp 2 x pp 2 ZeRO-2 1F1B, bf16 replica copies", "bf16", 0, 4, True, 0, 4, "gpt2p", "pz2",
+     1536),
+    ("dp 2 x pp 2 ZeRO-1 interleaved:2, bf16", "bf16", 1, 4, True, 0, 4, "gpt2p",
+     "pz1-interleaved:2", 1536),
+    # pp 2 x tp 2, rank 0: its stage's tp pieces, as a pipeline rank; with dp 2 its shards of
+    # them (eight ranks).
+    ("pp 2 x tp 2 1F1B, rank 0", "fp32", 0, 5, True, 0, 4, "gpt2", "pt", 32),
+    ("pp 2 x tp 2 GPipe --sp, bf16", "bf16", 1, 5, True, 0, 3, "gpt2", "pt-gpipe-sp", 32),
+    ("dp 2 x pp 2 x tp 2 ZeRO-3 1F1B, rank 0", "fp32", 0, 4, True, 0, 4, "gpt2", "ptz3", 12),
     # memory.nvme_budget at its smallest, n - M + 1 slots (M: the host tier's chunks): slots
     # taken back from chunks in memory.
     ("f32, the smallest NVMe budget", "fp32", 0, 6, True, 0, 1, "gpt2", "", 32, "min"),
@@ -134,7 +149,21 @@ def zero12(layout):
 
 
 def ranks(layout):
-    return 4 if layout[:2] in ("tz", "pz") else 2 if layout else 1
+    if layout.startswith("ptz"):
+        return 8
+    return 4 if layout[:2] in ("tz", "pz", "pt") else 2 if layout else 1
+
+
+def pipeline_tp(layout):
+    """(ZeRO stage or None, schedule, sp) for layouts "pt[zN][-SCHEDULE][-sp]" (pp 2 x tp 2,
+    with dp 2 at ZeRO-N), else None."""
+    if not layout.startswith("pt"):
+        return None
+    head, *rest = layout.split("-")
+    sp = rest[-1:] == ["sp"]
+    if sp:
+        rest = rest[:-1]
+    return (head[3] if head.startswith("ptz") else None), "-".join(rest) or "1f1b", sp
 
 
 def pipeline_dp(layout):
@@ -145,6 +174,10 @@ def pipeline_dp(layout):
 
 
 def plan_flags(layout, precision):
+    if pipeline_tp(layout):
+        stage, schedule, sp = pipeline_tp(layout)
+        return ["--pp", "2", "--tp", "2", "--schedule", schedule] + (["--sp"] if sp else []) + (
+            ["--dp", "2", "--zero", stage, "--bucket-mb", "1"] if stage else [])
     if pipeline_dp(layout):
         stage, schedule = pipeline_dp(layout)
         return ["--dp", "2", "--pp", "2", "--zero", stage, "--bucket-mb", "1", "--schedule",
@@ -165,6 +198,11 @@ def plan_flags(layout, precision):
 
 
 def train_flags(layout, precision):
+    if pipeline_tp(layout):
+        stage, schedule, sp = pipeline_tp(layout)
+        return ["--pp", "2", "--tp", "2", "--schedule", schedule] + (["--sp"] if sp else []) + (
+            ["--dp", "2", "--set", f"parallel.zero_stage={stage}", "--set",
+             "parallel.bucket_mb=1", "--set", "optim.grad_clip=0"] if stage else [])
     if pipeline_dp(layout):
         stage, schedule = pipeline_dp(layout)
         return ["--dp", "2", "--pp", "2", "--schedule", schedule, "--set",

@@ -114,7 +114,7 @@ plan::OffloadInput offload_input_for(const models::ModelConfig& config,
   // A pipeline rank's shards: the holds of the runtime's own objects over its schedule. Otherwise
   // ZeRO-1/2's buckets complete as backward makes their gradients ready.
   if (layout.dp > 1 && layout.pipeline.active())
-    input.recorded_holds = record_pipeline_holds(config, layout, 3);
+    input.recorded_holds = record_pipeline_holds(config, layout, 3, input.units);
   else if (layout.dp > 1 && input.zero_stage < 3)
     input.grad_order =
         plan::gradient_ready_order(config, input, layout.tp_transform, layout.tp_loss);

@@ -51,9 +51,12 @@ std::vector<parallel::Zero3Unit> zero3_rank_units(models::CausalLM& model,
 // runtime's DataParallel and Zero3Parameters, set up as the trainer sets them up under memory
 // offload (buffers and shards laid out by the caller), run the rank's schedule, the tied
 // embedding's gradient and the gradient sync on the meta device with a hold that records
-// (cli/offload_record.cpp).
+// (cli/offload_record.cpp). Under mixed precision at ZeRO-1/2 the offload layer's unit hooks
+// (train/strategy/unit_hooks.h) record each unit's copies' holds among them; `units`: the model's
+// units (plan::offload_input's), which the recorded ones must match.
 std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
-    const models::ModelConfig& config, const plan::MemoryLayout& layout, int steps);
+    const models::ModelConfig& config, const plan::MemoryLayout& layout, int steps,
+    const std::vector<plan::OffloadUnit>& units);
 
 // The offload model's input for one rank of `layout` under `budgets`: its tensor-parallel rank's
 // pieces (layout.tp_transform), its data-parallel rank's ZeRO shards and buckets (layout.dp,

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // `tessel plan offload`: the offload model's prediction for one process, one tensor-parallel rank,
-// one data-parallel rank (ZeRO-1, 2 or 3), one pipeline rank, or one rank of dp x pp training with
-// memory.* budgets (docs/PLANNER.md, "Offload"): where every chunk list lives at start, the device
-// working set, the per-step traffic between the tiers (train.jsonl's offload_* names) and, with a
-// cluster description, the step time the disk allows beside the compute's.
+// one data-parallel rank (ZeRO-1, 2 or 3), one pipeline rank, or one rank of their products
+// (dp x tp, dp x pp, pp x tp, dp x pp x tp) training with memory.* budgets (docs/PLANNER.md,
+// "Offload"): where every chunk list lives at start, the device working set, the per-step traffic
+// between the tiers (train.jsonl's offload_* names) and, with a cluster description, the step
+// time the disk allows beside the compute's.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -71,8 +72,6 @@ void run_offload(const OffloadArgs& a) {
   layout.zero_stage = a.dp > 1 ? a.zero : 0;
   layout.bucket_bytes = a.bucket_mb << 20;
   set_data_parallel(layout);
-  TESSEL_CHECK(a.pp == 1 || a.tp == 1, "plan offload: --pp ", a.pp, " with --tp ", a.tp,
-               " is not modelled yet (--pp with --dp is)");
   TESSEL_CHECK(a.pp_rank >= 0 && a.pp_rank < a.pp, "plan offload: --pp-rank ", a.pp_rank,
                " is not a rank of --pp ", a.pp);
   if (a.pp > 1)

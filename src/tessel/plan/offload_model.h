@@ -61,11 +61,13 @@ struct OffloadUnit {
 struct ShardHoldEvent {
   enum Kind : uint8_t { Hold, Release, Discard };
   // The ZeRO-3 parameter shard; the bucket's buffer backward writes (ZeRO-2/3's full buffer,
-  // ZeRO-1's all-reduced one); ZeRO-2/3's gradient shard.
-  enum Part : uint8_t { Param, Buffer, GradShard };
+  // ZeRO-1's all-reduced one); ZeRO-2/3's gradient shard; under mixed precision at ZeRO-1/2, a
+  // unit's 16-bit copies of its replicas (held over its forward and its backward, the offload
+  // layer's unit spans: train/strategy/unit_hooks.h).
+  enum Part : uint8_t { Param, Buffer, GradShard, Copies };
   Kind kind = Hold;
   Part part = Param;
-  int64_t bucket = 0;  // DataParallel's bucket index
+  int64_t bucket = 0;  // DataParallel's bucket index; for Copies the unit's (OffloadInput::units)
   bool device = false, write = false;
   bool operator==(const ShardHoldEvent&) const = default;
 };
@@ -123,6 +125,7 @@ struct OffloadTraffic {
   int64_t d2h_bytes = 0;
   int64_t evictions = 0;  // chunks sent to NVMe, of them `clean_evictions` without a write
   int64_t clean_evictions = 0;
+  bool operator==(const OffloadTraffic&) const = default;
 };
 
 struct OffloadPrediction {

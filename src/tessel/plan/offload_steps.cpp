@@ -167,9 +167,17 @@ int working_set(const OffloadInput& in, const std::vector<std::vector<int>>& hel
 
 void append_recorded(const std::vector<ShardHoldEvent>& holds,
                      const std::function<int(ShardHoldEvent::Part, int64_t)>& chunk_of,
-                     const std::map<int, int>& buffers, EventWriter& out) {
+                     const std::map<int, int>& buffers, EventWriter& out,
+                     const std::function<void(int64_t unit, bool hold)>& copies) {
   std::map<int, int> discarded;
   for (const ShardHoldEvent& h : holds) {
+    if (h.part == ShardHoldEvent::Copies) {
+      TESSEL_CHECK(copies && h.kind != ShardHoldEvent::Discard,
+                   "offload model: a recorded hold of unit ", h.bucket,
+                   "'s 16-bit copies, which this rank's state does not have");
+      copies(h.bucket, h.kind == ShardHoldEvent::Hold);
+      continue;
+    }
     const int c = chunk_of(h.part, h.bucket);
     if (c < 0) continue;  // plain memory: the runtime holds nothing
     if (h.kind == ShardHoldEvent::Hold) {

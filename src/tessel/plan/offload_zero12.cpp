@@ -13,7 +13,8 @@
 // norm reads only the parameters that overlap its block of each bucket. Under mixed precision
 // the replicas' 16-bit copies come first, in chunks of their own unit by unit (offload_copies.cpp):
 // each unit holds its copies in the device tier around its forward and through its backward until
-// its last gradient is ready, and after the update every copy is rounded again in the host tier.
+// its last gradient is ready (a pipeline rank: over the spans recorded with its ZeRO holds), and
+// after the update every copy is rounded again in the host tier.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -119,7 +120,15 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
   for (const Bucket& b : buckets)
     if (b.flat >= 0) flats.insert(b.flat);
   r.working_set = std::min(3, int(flats.size()));
-  if (copies) r.working_set += working_set(in, unit_copies);  // OffloadStrategy::build_units
+  if (copies) {  // OffloadStrategy::build_units; under a pipeline every unit's copies at once
+    int most = working_set(in, unit_copies);
+    if (in.pipeline.active()) {
+      std::set<int> all;
+      for (const std::vector<int>& c : unit_copies) all.insert(c.begin(), c.end());
+      most = std::max(most, int(all.size()));
+    }
+    r.working_set += most;
+  }
   const bool grads = stage == 2 || in_chunks;
   r.host_row = 2 + (grads ? 1 : 0);
 
@@ -199,6 +208,17 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
       }
     };
     if (recorded) {
+      // A unit's copies held over its recorded spans (append_recorded refuses them without).
+      std::function<void(int64_t, bool)> copy_span;
+      if (copies)
+        copy_span = [&](int64_t k, bool take) {
+          TESSEL_CHECK(k >= 0 && k < int64_t(nu), "offload model: a recorded hold of unit ", k,
+                       "'s copies, of ", nu, " units");
+          if (take)
+            hold_unit(size_t(k));
+          else
+            let_go_unit(size_t(k));
+        };
       append_recorded(
           *recorded,
           [&](ShardHoldEvent::Part part, int64_t b) {
@@ -208,7 +228,7 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
             return part == ShardHoldEvent::Buffer ? buckets[size_t(b)].flat
                                                   : buckets[size_t(b)].shard;
           },
-          buffers, w);
+          buffers, w, copy_span);
     } else {
       std::vector<int64_t> unit_pending(nu);
       std::vector<char> unit_started(nu);
@@ -302,10 +322,8 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
   if (in.recorded_holds.empty()) {
     write_step(r.step, nullptr);
   } else {
-    // The replicas' copies under a pipeline are held by the offload layer's own hooks, which
-    // the recorded holds do not include.
-    TESSEL_CHECK(!copies, "offload model: ZeRO-", stage,
-                 "'s 16-bit replica copies on a pipeline rank are not modelled (f32, or ZeRO-3)");
+    // The replicas' copies under a pipeline: the offload layer's unit spans, recorded among the
+    // holds (every unit's, kept over the step's micro-batches: OffloadSetup::copies_span_step).
     for (size_t i = 0; i < in.recorded_holds.size(); ++i)
       write_step(i + 1 < in.recorded_holds.size() ? r.first_steps.emplace_back() : r.step,
                  &in.recorded_holds[i]);

@@ -58,7 +58,7 @@ struct SearchRequest {
   // step holds there, five chunks), the device tier what the step leaves of the device's memory,
   // and with offload_nvme_dir set the rest goes to NVMe at the description's [storage] rates.
   // Only on CPU descriptions (the tiers are the same memory; copies over an accelerator's host
-  // link are not modelled), and not for pp with tp (the offload model has no such rank).
+  // link are not modelled).
   std::function<OffloadInput(const MemoryLayout& layout, const OffloadBudgets& budgets)>
       offload_input;
   int64_t offload_chunk_bytes = int64_t(64) << 20;

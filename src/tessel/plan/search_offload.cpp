@@ -27,7 +27,6 @@ std::string offload_coverage(const Layout& l, const Cluster& cluster) {
   if (cluster.device.kind.rfind("cpu", 0) != 0)
     return "offload on " + cluster.device.kind +
            " devices is not modelled (the tiers' copies over the host link)";
-  if (l.pp > 1 && l.tp > 1) return "offload of a pipeline rank with tp is not modelled";
   if (l.dp > 1 && l.zero_stage == 0) return "offload under dp needs ZeRO-1, 2 or 3";
   return "";
 }

@@ -20,22 +20,6 @@ using memory::AccessMode;
 using memory::ChunkState;
 using memory::Tier;
 
-// The identity a unit's output passes through while recording: its backward runs before the
-// backward of the unit's module, so it brings the unit's chunks in (as ZeRO-3's gather node).
-class OffloadBackward final : public autograd::Node {
- public:
-  OffloadBackward(OffloadStrategy* owner, size_t unit) : owner_(owner), unit_(unit) {}
-  std::string_view name() const override { return "offload_backward"; }
-  std::vector<Tensor> apply(std::vector<Tensor>& grads) override {
-    owner_->on_backward(unit_);
-    return {grads[0]};
-  }
-
- private:
-  OffloadStrategy* owner_;  // outlives the graphs it records (the trainer keeps both)
-  size_t unit_;
-};
-
 Tensor view_of(const Tensor& like, void* bytes) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(bytes, like.nbytes(), like.device(), nullptr);
@@ -131,7 +115,6 @@ void OffloadStrategy::build_units(const std::vector<parallel::Zero3Unit>& units,
   for (const parallel::Zero3Unit& unit : units) {
     Unit u;
     u.module = unit.module;
-    u.params = unit.params.size();
     for (const std::string& name : unit.params) {
       const OffloadedParameter& s = states_[index.at(name)];
       u.members.push_back(index.at(name));
@@ -176,39 +159,16 @@ void OffloadStrategy::build_units(const std::vector<parallel::Zero3Unit>& units,
 
 void OffloadStrategy::install_hooks(const std::vector<parallel::Zero3Unit>& units,
                                     const std::map<std::string, size_t>& index) {
+  std::vector<UnitHooks::Unit> hooked(units_.size());
   for (size_t k = 0; k < units_.size(); ++k) {
-    Unit& u = units_[k];
-    for (const std::string& name : units[k].params) {
-      const Tensor& p = states_[index.at(name)].param;
-      grad_hooks_.emplace_back(
-          p, autograd::register_grad_ready_hook(p, [this, k](const Tensor&) { on_grad_ready(k); }));
-    }
-    if (u.module == nullptr) continue;
-    u.pre_hook = u.module->register_forward_pre_hook(
-        [this, k](nn::Module&, const std::vector<Tensor>&) { on_pre_forward(k); });
-    u.post_hook =
-        u.module->register_forward_hook([this, k](nn::Module&, const std::vector<Tensor>&,
-                                                  Tensor& out) { on_post_forward(k, out); });
+    hooked[k].module = units_[k].module;
+    for (const std::string& name : units[k].params)
+      hooked[k].params.push_back(states_[index.at(name)].param);
   }
+  hooks_ = std::make_unique<UnitHooks>(std::move(hooked), static_cast<UnitHooks::Listener&>(*this));
 }
 
-OffloadStrategy::~OffloadStrategy() {
-  for (Unit& u : units_) {
-    try {
-      if (u.module != nullptr) {
-        u.module->remove_hook(u.pre_hook);
-        u.module->remove_hook(u.post_hook);
-      }
-    } catch (...) {  // a destructor must not throw
-    }
-  }
-  for (auto& [param, handle] : grad_hooks_) {
-    try {
-      autograd::remove_grad_ready_hook(param, handle);
-    } catch (...) {
-    }
-  }
-}
+OffloadStrategy::~OffloadStrategy() = default;  // hooks_ removes the hooks
 
 void OffloadStrategy::check_budgets() const {
   const memory::ChunkManager& c = *chunks_;
@@ -245,12 +205,10 @@ void OffloadStrategy::check_host_holds_all() const {
                n * cb, " bytes (or set memory.nvme_dir)");
 }
 
-void OffloadStrategy::on_pre_forward(size_t k) {
+void OffloadStrategy::forward_begin(size_t k) {
   Unit& u = units_[k];
-  if (u.in_forward) return;  // a nested call of the same module
   u.forward_held = low_ ? &u.copy_chunks : &u.param_chunks;
   for (int id : *u.forward_held) chunks_->access(id, AccessMode::Read);
-  u.in_forward = true;
   // The unit's copies join the graph now, so their casts' backwards run within the unit's
   // backward (its gradients are complete there and its chunks released in turn).
   if (low_)
@@ -258,21 +216,12 @@ void OffloadStrategy::on_pre_forward(size_t k) {
       if (states_[i].copy.defined()) low_->cast_deferred(states_[i].param);
 }
 
-void OffloadStrategy::on_post_forward(size_t k, Tensor& output) {
-  Unit& u = units_[k];
-  if (!u.in_forward) return;
-  if (output.defined() && autograd::needs_grad({output})) {
-    Tensor y = output.detach();
-    autograd::record(std::make_shared<OffloadBackward>(this, k), {output}, {y});
-    output = y;
-  }
-  for (int id : *u.forward_held) chunks_->release(id, ChunkState::HoldAfterForward);
-  u.in_forward = false;
+void OffloadStrategy::forward_end(size_t k) {
+  for (int id : *units_[k].forward_held) chunks_->release(id, ChunkState::HoldAfterForward);
 }
 
-void OffloadStrategy::on_backward(size_t k) {
+void OffloadStrategy::backward_begin(size_t k) {
   Unit& u = units_[k];
-  if (u.in_backward) return;
   u.backward_held = low_ ? &u.copy_state_chunks : &u.state_chunks;
   // Backward only reads the parameters (f32 masters or 16-bit copies) and accumulates into the
   // gradient chunks: only those are written. A parameter chunk's NVMe copy (from start-up, a
@@ -281,19 +230,10 @@ void OffloadStrategy::on_backward(size_t k) {
   for (int id : *u.backward_held)
     chunks_->access(
         id, chunks_->chunk(id).group == kGradGroup ? AccessMode::ReadWrite : AccessMode::Read);
-  u.in_backward = true;
-  u.pending_grads = int64_t(u.params);
 }
 
-void OffloadStrategy::on_grad_ready(size_t k) {
-  Unit& u = units_[k];
-  if (!u.in_backward || --u.pending_grads > 0) return;
-  end_backward(u);
-}
-
-void OffloadStrategy::end_backward(Unit& u) {
-  for (int id : *u.backward_held) chunks_->release(id, ChunkState::HoldAfterBackward);
-  u.in_backward = false;
+void OffloadStrategy::backward_end(size_t k) {
+  for (int id : *units_[k].backward_held) chunks_->release(id, ChunkState::HoldAfterBackward);
 }
 
 void OffloadStrategy::begin_step() {
@@ -310,8 +250,7 @@ void OffloadStrategy::begin_step() {
 }
 
 void OffloadStrategy::after_backward() {
-  for (Unit& u : units_)
-    if (u.in_backward) end_backward(u);
+  if (hooks_) hooks_->end_backwards();
 }
 
 void OffloadStrategy::after_update() {

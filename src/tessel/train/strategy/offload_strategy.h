@@ -26,6 +26,7 @@
 #include "tessel/tensor/host_memory.h"
 #include "tessel/train/optim/offload_adamw.h"
 #include "tessel/train/strategy/axis_strategy.h"
+#include "tessel/train/strategy/unit_hooks.h"
 
 namespace tessel::train {
 
@@ -105,7 +106,7 @@ struct OffloadShardSetup {
   bool copies_span_step = false;
 };
 
-class OffloadStrategy : public AxisStrategy {
+class OffloadStrategy : public AxisStrategy, private UnitHooks::Listener {
  public:
   // Lays the states out (a chunk list per kind) and checks the budgets against one step's
   // working set: one clear Error naming the smallest budget that works, before any step. The
@@ -174,12 +175,7 @@ class OffloadStrategy : public AxisStrategy {
     const std::vector<int>* forward_held = nullptr;  // what the forward / backward accessed
     const std::vector<int>* backward_held = nullptr;
     nn::Module* module = nullptr;
-    int64_t pre_hook = 0, post_hook = 0;
-    size_t params = 0;
-    int64_t pending_grads = 0;
-    bool in_forward = false, in_backward = false;
   };
-  friend class OffloadBackward;
   // The units' chunk lists from states_ (in chunks: the masters and gradients on one process,
   // the 16-bit copies), the device working set they imply, and the hooks that hold them.
   void build_units(const std::vector<parallel::Zero3Unit>& units,
@@ -192,11 +188,11 @@ class OffloadStrategy : public AxisStrategy {
   // exactly one unit, or an Error naming the unit and the parameter.
   static std::vector<size_t> unit_order(const std::vector<parallel::Zero3Unit>& units,
                                         const std::map<std::string, size_t>& index);
-  void on_pre_forward(size_t unit);
-  void on_post_forward(size_t unit, Tensor& output);
-  void on_backward(size_t unit);
-  void on_grad_ready(size_t unit);
-  void end_backward(Unit& u);
+  // UnitHooks::Listener: a unit's chunks held over its forward and its backward.
+  void forward_begin(size_t unit) override;
+  void forward_end(size_t unit) override;
+  void backward_begin(size_t unit) override;
+  void backward_end(size_t unit) override;
   void check_budgets() const;
   void check_host_holds_all() const;
   void check_shard_budgets(int zero_stage) const;
@@ -216,7 +212,7 @@ class OffloadStrategy : public AxisStrategy {
   // Full-buffer chunks: how many buffers each holds, and how many are discarded this step.
   std::map<int, std::pair<int, int>> bucket_chunks_;
   std::vector<Unit> units_;
-  std::vector<std::pair<Tensor, int64_t>> grad_hooks_;
+  std::unique_ptr<UnitHooks> hooks_;  // after units_: its hooks go first
   OffloadAdamW* optimizer_ = nullptr;
   int device_need_ = 0;
   bool has_copies_ = false;               // mixed precision: some parameters have 16-bit copies
