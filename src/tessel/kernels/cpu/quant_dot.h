@@ -63,6 +63,12 @@ inline float dot_row_scalar(const int8_t* w, const float* ws, const int8_t* x, c
 // flight, each row its own accumulator).
 inline constexpr int kQ8Rows = 4;
 inline constexpr int64_t kQ8Bytes = 34;  // sizeof(quant::BlockQ8_0)
+// How far ahead the 512-bit decode rows (one activation row, each weight read once) prefetch:
+// the rows eight after the ones they read, two groups of four. One group ahead left a 2-vCPU AMD
+// EPYC (Zen 5) reading Q8_0 weights from memory at 12 GB/s against a 25 GB/s probe: its memory
+// latency outlasts one group's compute (docs/BENCHMARKS.md, "Decode rows prefetched two groups
+// ahead"); on the Xeons measured before, a longer distance had made no difference.
+inline constexpr int64_t kDecodeAheadRows = 8;
 
 inline void q8_0_rows_scalar(const uint8_t* w, int64_t row_bytes, int rows, const int8_t* x,
                              const float* dx, int64_t blocks, float* out) {

@@ -136,7 +136,8 @@ inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
       const __m512i xx = load512(x + 32 * (8 * b + 2 * c));
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w + r * row_bytes + b * kBytes;
-        _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + R * row_bytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + kDecodeAheadRows * row_bytes),
+                     _MM_HINT_T0);
         const __m512i v = load256_twice(p + (kFive ? 48 : 16) + 32 * c);
         __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(v, kHighWords, v, 4), mask);
         if constexpr (kFive) u = fifth_bits(u, load256_twice(p + 16), fifth[c]);
@@ -175,7 +176,8 @@ inline void q6_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
       const __m512i z01 = load512(zx + 8 * g), z23 = load512(zx + 8 * g + 16);
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w + r * row_bytes + b * int64_t(sizeof(quant::BlockQ6_K));
-        const char* next = reinterpret_cast<const char*>(p + R * row_bytes + 128 * h);
+        const char* next =
+            reinterpret_cast<const char*>(p + kDecodeAheadRows * row_bytes + 128 * h);
         _mm_prefetch(next, _MM_HINT_T0);
         _mm_prefetch(next + 64, _MM_HINT_T0);
         const __m512i ab = load512(p + 64 * h);

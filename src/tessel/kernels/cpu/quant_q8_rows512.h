@@ -33,7 +33,7 @@ inline __m512i two_blocks(const uint8_t* r0, const uint8_t* r1) {
 }
 
 // kQ8Rows (4) rows of Q8_0 against one activation row; only where cpu_features().avx512_vnni
-// holds (Dot512Vnni). Rows 4..7 past w are prefetched at the same block, as q8_0_rows does.
+// holds (Dot512Vnni). The rows kDecodeAheadRows on are prefetched at the same block.
 inline void q8_0_rows_vnni512(const uint8_t* w, int64_t row_bytes, const int8_t* x, const float* dx,
                               int64_t blocks, float* out) {
   const __m512i bias = _mm512_set1_epi8(char(0x80));
@@ -45,10 +45,11 @@ inline void q8_0_rows_vnni512(const uint8_t* w, int64_t row_bytes, const int8_t*
   __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
   for (int64_t g = 0; g < blocks; ++g) {
     const int64_t o = g * kQ8Bytes;
-    _mm_prefetch(reinterpret_cast<const char*>(r0 + o + 4 * row_bytes), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(r1 + o + 4 * row_bytes), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(r2 + o + 4 * row_bytes), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(r3 + o + 4 * row_bytes), _MM_HINT_T0);
+    const int64_t ahead = o + kDecodeAheadRows * row_bytes;
+    _mm_prefetch(reinterpret_cast<const char*>(r0 + ahead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(r1 + ahead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(r2 + ahead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(r3 + ahead), _MM_HINT_T0);
     const __m512i xv = load256_twice(x + 32 * g);
     // -128 * (each lane's 4 activation codes summed): exact, |sum| <= 4 * 128 * 128.
     const __m512i start =
