@@ -97,11 +97,10 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
     // buffers stay plain memory holds the same shards; the model drops the buffers' holds).
     o.allocate_buckets = false;
     o.allocate_gradient_shards = false;
+    // The trainer's units: ZeRO-3's gathers, or under mixed precision ZeRO-1/2's copies' spans.
     std::vector<parallel::Zero3Unit> units;
-    if (stage == 3) {
-      units = zero3_rank_units(model, trained, /*stages=*/true);
-      o.groups = parallel::zero3_groups(params, units);
-    }
+    if (stage == 3 || copies) units = zero3_rank_units(model, trained, /*stages=*/true);
+    if (stage == 3) o.groups = parallel::zero3_groups(params, units);
     state->ddp = std::make_unique<parallel::DataParallel>(
         params, dist::make_meta_communicator(dp, 0, "dp"), o);
     parallel::DataParallel& ddp = *state->ddp;
@@ -128,7 +127,6 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
     if (copies) {
       // The units the model laid the copies out by, hooked after DataParallel's grad-ready
       // hooks, as the trainer builds the offload after the dp axis.
-      const std::vector<parallel::Zero3Unit> units = zero3_rank_units(model, trained, true);
       TESSEL_CHECK(units.size() == expected_units.size(), "record_pipeline_holds: ", units.size(),
                    " units hooked, the offload model has ", expected_units.size());
       for (const Tensor& m : nn::LowPrecisionScope::masters({&model}))

@@ -196,6 +196,13 @@ void append_recorded(const std::vector<ShardHoldEvent>& holds,
   }
 }
 
+void write_steps(const OffloadInput& in, RankSteps& r, const StepEventsWriter& write_step) {
+  if (in.recorded_holds.empty()) return write_step(r.step, nullptr);
+  for (size_t i = 0; i < in.recorded_holds.size(); ++i)
+    write_step(i + 1 < in.recorded_holds.size() ? r.first_steps.emplace_back() : r.step,
+               &in.recorded_holds[i]);
+}
+
 int ChunkLists::add(int group, int64_t bytes, const std::string& name) {
   const int64_t need = round_up(bytes, kTensorAlignment);
   TESSEL_CHECK(need <= cb_, "tensor ", name, " (", bytes, " bytes) does not fit a chunk of ", cb_,

@@ -96,6 +96,13 @@ void append_recorded(const std::vector<ShardHoldEvent>& holds,
                      const std::map<int, int>& buffers, EventWriter& out,
                      const std::function<void(int64_t unit, bool hold)>& copies = {});
 
+// A rank's steps from `write_step(out, recorded)`: without recorded holds one step (`recorded`
+// null) into r.step; with them one per recorded step, r.first_steps then r.step (the last, which
+// later steps repeat).
+using StepEventsWriter =
+    std::function<void(std::vector<Event>& out, const std::vector<ShardHoldEvent>* recorded)>;
+void write_steps(const OffloadInput& in, RankSteps& r, const StepEventsWriter& write_step);
+
 RankSteps one_process_steps(const OffloadInput& in, int64_t chunk_bytes);
 RankSteps zero3_steps(const OffloadInput& in, int64_t chunk_bytes);
 RankSteps zero12_steps(const OffloadInput& in, int64_t chunk_bytes);

@@ -319,15 +319,9 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
     free_gradients(w);
     refresh(w);
   };
-  if (in.recorded_holds.empty()) {
-    write_step(r.step, nullptr);
-  } else {
-    // The replicas' copies under a pipeline: the offload layer's unit spans, recorded among the
-    // holds (every unit's, kept over the step's micro-batches: OffloadSetup::copies_span_step).
-    for (size_t i = 0; i < in.recorded_holds.size(); ++i)
-      write_step(i + 1 < in.recorded_holds.size() ? r.first_steps.emplace_back() : r.step,
-                 &in.recorded_holds[i]);
-  }
+  // Under a pipeline the replicas' copies follow the offload layer's unit spans, recorded among
+  // the holds (every unit's, kept over the step's micro-batches: OffloadSetup::copies_span_step).
+  write_steps(in, r, write_step);
   return r;
 }
 

@@ -185,13 +185,7 @@ RankSteps zero3_steps(const OffloadInput& in, int64_t cb) {
         }
     free_gradients(w);
   };
-  if (in.recorded_holds.empty()) {
-    write_step(r.step, nullptr);
-  } else {
-    for (size_t i = 0; i < in.recorded_holds.size(); ++i)
-      write_step(i + 1 < in.recorded_holds.size() ? r.first_steps.emplace_back() : r.step,
-                 &in.recorded_holds[i]);
-  }
+  write_steps(in, r, write_step);
   return r;
 }
 

@@ -8,8 +8,6 @@
 #include <map>
 #include <set>
 
-#include "tessel/autograd/grad_mode.h"
-#include "tessel/autograd/meta.h"
 #include "tessel/core/error.h"
 #include "tessel/tensor/unallocated.h"
 #include "tessel/train/metrics/metrics.h"
