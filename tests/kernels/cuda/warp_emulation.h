@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // A CPU emulation of the few CUDA features the tensor-core attention kernels use, so that their
 // real source (included by the test after this header) runs here against the fp64 reference:
-// one std::thread per CUDA thread of a block, blocks one after another; __syncthreads and every
-// warp-wide operation (shuffles, mma.sync m16n8k16, ldmatrix.x4.trans) are barriers of the
-// block's or the warp's threads around an exchange of their registers. mma and ldmatrix follow
+// one fiber (ucontext) per CUDA thread of a block, all on the calling thread, blocks one after
+// another; __syncthreads and every warp-wide operation (shuffles, mma.sync m16n8k16,
+// ldmatrix.x4.trans) are barriers of the block's or the warp's threads around an exchange of their
+// registers. Fibers, not OS threads: a barrier is then a switch of stacks, not a futex wake of
+// up to 256 threads on a few cores (the OS-thread emulation spent 60% of its time in the kernel). mma and ldmatrix follow
 // the PTX ISA's definitions, with the fragment layout of attention_math.h; cp.async copies at
 // once. What it cannot show: timing, real asynchrony (a missing wait), bank conflicts, and a
 // misreading of the PTX ISA shared by the kernels and this file. Tests only.
@@ -15,12 +17,15 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <sys/mman.h>
+#include <ucontext.h>
+
 #include <atomic>
-#include <barrier>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "tessel/kernels/cuda/attention/attention_math.h"
@@ -33,12 +38,31 @@ struct Exchange {
   uint32_t a[32][4], b[32][2];
 };
 
-// The running block: its shared memory, barriers and exchange areas.
+// A barrier of `count` fibers: the last to arrive opens it (a new generation), the others wait.
+struct Barrier {
+  int count = 0, arrived = 0;
+  uint64_t generation = 0;
+  void arrive_and_wait();
+};
+
+// One CUDA thread: its context, stack and the barrier generation it waits for.
+struct Fiber {
+  ucontext_t context;
+  uint3 thread_idx;
+  const Barrier* waiting = nullptr;
+  uint64_t wait_generation = 0;
+  bool done = false;
+};
+
+// The running block: its shared memory, barriers, exchange areas and fibers.
 struct Block {
   std::vector<uint4> shared;  // 16-byte aligned
-  std::unique_ptr<std::barrier<>> block_barrier;
-  std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
+  Barrier block_barrier;
+  std::vector<Barrier> warp_barriers;
   std::vector<Exchange> exchange;
+  std::vector<Fiber> fibers;
+  ucontext_t scheduler;
+  Fiber* running = nullptr;
 };
 inline Block*& current() {
   static Block* block = nullptr;
@@ -46,6 +70,19 @@ inline Block*& current() {
 }
 inline unsigned char* dynamic_shared() {
   return reinterpret_cast<unsigned char*>(current()->shared.data());
+}
+
+inline void Barrier::arrive_and_wait() {
+  if (++arrived == count) {
+    arrived = 0;
+    ++generation;
+    return;
+  }
+  Block& b = *current();
+  Fiber& me = *b.running;
+  me.waiting = this;
+  me.wait_generation = generation;
+  swapcontext(&me.context, &b.scheduler);
 }
 
 }  // namespace tessel::warp_emulation
@@ -58,8 +95,8 @@ namespace tessel::warp_emulation {
 inline int lane() {
   return int(threadIdx.x % 32);
 }
-inline std::barrier<>& warp_barrier() {
-  return *current()->warp_barriers[threadIdx.x / 32];
+inline Barrier& warp_barrier() {
+  return current()->warp_barriers[threadIdx.x / 32];
 }
 inline Exchange& warp_exchange() {
   return current()->exchange[threadIdx.x / 32];
@@ -79,32 +116,83 @@ T shuffle(T v, int src_lane) {
   return out;
 }
 
-// Runs kernel(args...) on grid x block threads, one block at a time.
+// Fiber stacks, mapped once and reused: pages a fiber never touches cost nothing.
+struct Stacks {
+  static constexpr size_t kBytes = size_t(256) << 10;
+  unsigned char* base = nullptr;
+  size_t count = 0;
+  explicit Stacks(size_t n) : count(n) {
+    void* p = mmap(nullptr, n * kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      std::fprintf(stderr, "warp emulation: cannot map %zu fiber stacks\n", n);
+      std::abort();
+    }
+    base = static_cast<unsigned char*>(p);
+  }
+  ~Stacks() { munmap(base, count * kBytes); }
+  Stacks(const Stacks&) = delete;
+  Stacks& operator=(const Stacks&) = delete;
+};
+
+// Runs kernel(args...) on grid x block threads, one block at a time: every fiber runs until it
+// waits at a barrier or ends; a pass in which none can run while some have not ended is a
+// deadlock (a barrier not every thread reaches), reported rather than hung.
 template <typename... P, typename... A>
 void run(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared_bytes, A... args) {
   const unsigned threads = block.x * block.y * block.z;
+  Stacks stacks(threads);
+  struct Launch {
+    void (*kernel)(P...);
+    std::tuple<A...> args;
+  } launch{kernel, std::tuple<A...>(args...)};
+  static thread_local Launch* active = nullptr;
+  active = &launch;
+  auto entry = +[] {
+    std::apply([](auto... a) { active->kernel(a...); }, active->args);
+    current()->running->done = true;
+  };
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
         Block b;
         b.shared.assign((shared_bytes + 15) / 16 + 1, uint4{0, 0, 0, 0});
-        b.block_barrier = std::make_unique<std::barrier<>>(threads);
-        for (unsigned w = 0; w < (threads + 31) / 32; ++w)
-          b.warp_barriers.push_back(std::make_unique<std::barrier<>>(32));
+        b.block_barrier.count = int(threads);
+        b.warp_barriers.resize((threads + 31) / 32);
+        for (Barrier& w : b.warp_barriers) w.count = 32;
         b.exchange.resize((threads + 31) / 32);
+        b.fibers.resize(threads);
         current() = &b;
-        std::vector<std::thread> pool;
-        for (unsigned t = 0; t < threads; ++t)
-          pool.emplace_back([&, t] {
-            threadIdx = uint3{t, 0, 0};
-            blockIdx = uint3{x, y, z};
-            gridDim = grid;
-            blockDim = block;
-            kernel(args...);
-          });
-        for (std::thread& t : pool) t.join();
+        blockIdx = uint3{x, y, z};
+        gridDim = grid;
+        blockDim = block;
+        for (unsigned t = 0; t < threads; ++t) {
+          Fiber& f = b.fibers[t];
+          f.thread_idx = uint3{t, 0, 0};
+          getcontext(&f.context);
+          f.context.uc_stack.ss_sp = stacks.base + t * Stacks::kBytes;
+          f.context.uc_stack.ss_size = Stacks::kBytes;
+          f.context.uc_link = &b.scheduler;
+          makecontext(&f.context, entry, 0);
+        }
+        for (unsigned left = threads; left > 0;) {
+          bool progressed = false;
+          for (Fiber& f : b.fibers) {
+            if (f.done || (f.waiting && f.waiting->generation == f.wait_generation)) continue;
+            f.waiting = nullptr;
+            b.running = &f;
+            threadIdx = f.thread_idx;
+            swapcontext(&b.scheduler, &f.context);
+            progressed = true;
+            if (f.done) --left;
+          }
+          if (!progressed) {
+            std::fprintf(stderr, "warp emulation: deadlock, %u threads wait at a barrier\n", left);
+            std::abort();
+          }
+        }
         current() = nullptr;
       }
+  active = nullptr;
 }
 
 template <typename... P>
@@ -122,7 +210,7 @@ auto launcher(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared_bytes) 
   ::tessel::warp_emulation::launcher(__VA_ARGS__, dim3(grid), dim3(block), size_t(shared))
 
 inline void __syncthreads() {
-  tessel::warp_emulation::current()->block_barrier->arrive_and_wait();
+  tessel::warp_emulation::current()->block_barrier.arrive_and_wait();
 }
 inline void __syncwarp(unsigned = 0xffffffffu) {
   tessel::warp_emulation::warp_barrier().arrive_and_wait();
