@@ -69,6 +69,11 @@ inline constexpr int64_t kQ8Bytes = 34;  // sizeof(quant::BlockQ8_0)
 // latency outlasts one group's compute (docs/BENCHMARKS.md, "Decode rows prefetched two groups
 // ahead"); on the Xeons measured before, a longer distance had made no difference.
 inline constexpr int64_t kDecodeAheadRows = 8;
+// The distance for a kernel of `rows` rows at a time: a full group's rows prefetch
+// kDecodeAheadRows on, a remainder the rows right after it (the end of the task's rows).
+constexpr int64_t decode_ahead(int64_t rows) {
+  return rows >= 4 ? kDecodeAheadRows : rows;
+}
 
 inline void q8_0_rows_scalar(const uint8_t* w, int64_t row_bytes, int rows, const int8_t* x,
                              const float* dx, int64_t blocks, float* out) {
@@ -167,7 +172,7 @@ inline __m128 q8_0_block_scales(const uint8_t* w, int64_t row_bytes, int64_t g, 
     const __m256 s = _mm256_castps128_ps256(q8_0_block_scales<kRows>(w, row_bytes, g, dx[g]));    \
     for (int r = 0; r < kRows; ++r) {                                                             \
       const uint8_t* p = w + r * row_bytes + g * kQ8Bytes;                                        \
-      _mm_prefetch(reinterpret_cast<const char*>(p + kRows * row_bytes), _MM_HINT_T0);            \
+      _mm_prefetch(reinterpret_cast<const char*>(p + decode_ahead(kRows) * row_bytes), _MM_HINT_T0); \
       const __m256i dot = DOT(reinterpret_cast<const int8_t*>(p + 2), x + 32 * g);                \
       acc[r] =                                                                                    \
           _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(s, lane[r]), acc[r]); \
