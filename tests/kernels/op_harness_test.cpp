@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <string>
 #include <tuple>
 
 #include "tessel/core/cpu_features.h"
@@ -83,6 +85,23 @@ TEST(KernelSets, ChoiceFollowsTheCpuAndTheVariable) {
   // What a set requires matches the x86-64 levels the CPU reports.
   EXPECT_EQ(kernels::cpu_runs_kernel_set(KernelSet::Avx2), cpu_features().x86_64_v3());
   EXPECT_EQ(kernels::cpu_runs_kernel_set(KernelSet::Avx512), cpu_features().x86_64_v4());
+}
+
+// The vendor CPUID reports is the one the kernel reports to the operating system
+// (/proc/cpuinfo's vendor_id, on Linux), and `--version`'s description names it.
+TEST(KernelSets, VendorIsTheOneTheSystemReports) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, reported;
+  while (reported.empty() && std::getline(in, line)) {
+    if (line.rfind("vendor_id", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon != std::string::npos) reported = line.substr(line.find_first_not_of(" \t", colon + 1));
+  }
+  if (reported.empty()) GTEST_SKIP() << "no vendor_id in /proc/cpuinfo";
+  EXPECT_EQ(cpu_features().vendor, reported);
+  EXPECT_EQ(cpu_features().vendor.size(), 12u) << cpu_features().vendor;
+  EXPECT_NE(kernels::kernel_set_summary().find("cpu: " + reported + " "), std::string::npos)
+      << kernels::kernel_set_summary();
 }
 
 }  // namespace

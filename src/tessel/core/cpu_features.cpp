@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// CPUID leaves 1, 7 (sub-leaves 0 and 1) and 0x80000001; XCR0 through XGETBV. Bit positions
-// from Intel's SDM volume 2A (CPUID) and AMD's APM volume 3.
+// CPUID leaves 0 (the vendor), 1, 7 (sub-leaves 0 and 1) and 0x80000001; XCR0 through XGETBV.
+// Bit positions from Intel's SDM volume 2A (CPUID) and AMD's APM volume 3.
 #include "tessel/core/cpu_features.h"
 
 #include <cpuid.h>
 
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 namespace tessel {
@@ -27,6 +28,13 @@ CpuFeatures probe() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   const unsigned max_leaf = __get_cpuid_max(0, nullptr);
   if (max_leaf < 1) return f;
+  __cpuid_count(0, 0, a, b, c, d);
+  // The vendor string is EBX, EDX, ECX in that order.
+  char vendor[12];
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  f.vendor.assign(vendor, 12);
   __cpuid_count(1, 0, a, b, c, d);
   f.sse42 = bit(c, 20);
   f.popcnt = bit(c, 23);

@@ -15,6 +15,10 @@ struct CpuFeatures {
   bool avx512f = false, avx512cd = false, avx512bw = false, avx512dq = false, avx512vl = false;
   bool avx512_bf16 = false, avx512_vnni = false, avx512_fp16 = false, avx_vnni = false;
   bool amx_tile = false, amx_bf16 = false, amx_int8 = false;
+  // CPUID leaf 0's vendor ("GenuineIntel", "AuthenticAMD", ...; empty without CPUID). Kernels
+  // read it only for tuning that measured differently on the two (a prefetch's cache level),
+  // never for what may run.
+  std::string vendor;
 
   // The x86-64 micro-architecture levels (psABI): v3 = AVX2 + FMA + F16C + BMI1/2 + LZCNT + MOVBE,
   // v4 = v3 + AVX-512 F/CD/BW/DQ/VL.

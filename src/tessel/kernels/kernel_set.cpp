@@ -267,7 +267,8 @@ std::string kernel_set_summary() {
          (c.set == KernelSet::Avx512
               ? quant_amx_status()
               : "none (kernel set " + std::string(kernel_set_name(c.set)) + ")");
-  out += "; cpu: " + cpu_features().names();
+  out += "; cpu: " + (cpu_features().vendor.empty() ? std::string() : cpu_features().vendor + " ") +
+         cpu_features().names();
   return out;
 }
 

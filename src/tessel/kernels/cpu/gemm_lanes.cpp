@@ -8,6 +8,8 @@
 // prefetcher follows at once. docs/KERNELS.md, "Rows across the lanes".
 #include "tessel/kernels/cpu/gemm_lanes.h"
 
+#include "tessel/core/cpu_features.h"
+
 #include "tessel/kernels/cpu/isa_region.h"
 TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/gemm_invariant_tiles.h"
@@ -43,9 +45,15 @@ constexpr int kOutFloats = std::max({rows_for(1), 2 * rows_for(2), 3 * rows_for(
 // each against one whole FMA here) and win; measured in docs/KERNELS.md.
 constexpr int64_t kMinRows = kLanes / 2;
 constexpr int64_t kLine = 16;  // floats per cache line
-// Weights ahead of the step that each row prefetches (into L2: the L1 fill buffers are fewer
-// than R rows' lines in flight): 8 cache lines.
+// Weights ahead of the step that each row prefetches: 8 cache lines. Into L2 on Intel's cores
+// (the L1 fill buffers are fewer than R rows' lines in flight; into L1 at 2 and 4 lines measured
+// 1.0-1.1x slower on the Xeons), into L1 on AMD's: on a Zen 5 EPYC a 16-row decode step's
+// products took 0.91x the time that way, one and two threads (docs/KERNELS.md).
 constexpr int64_t kAhead = 8 * kLine;
+bool prefetch_to_l1() {
+  static const bool amd = cpu_features().vendor == "AuthenticAMD";
+  return amd;
+}
 // Weights per task at least: below this the fork/join costs more than the work.
 constexpr int64_t kTaskWeights = int64_t(1) << 16;
 // Skew classes for rows a multiple of 4 KiB apart (below).
@@ -76,8 +84,8 @@ inline void steps(V (&acc)[G][R], const float* pa, const float* w, int64_t ldw, 
 
 // out[r][g L + l] = sum over p of W[r, p] P[p][g][l], for R rows of W from `w` (rows ldw apart)
 // in S skew classes (steps()); `next` is the first row of the tile after this one (nullptr when
-// none), whose first lines are prefetched as this tile's rows run out.
-template <int G, int R, int S>
+// none), whose first lines are prefetched as this tile's rows run out; into L1 when kL1.
+template <int G, int R, int S, bool kL1 = false>
 void tile(const float* pa, const float* w, int64_t ldw, int64_t k, const float* next, float* out) {
   V acc[G][R];
 #pragma GCC unroll 32
@@ -93,7 +101,11 @@ void tile(const float* pa, const float* w, int64_t ldw, int64_t k, const float* 
       const float* target = ahead < k ? w + r * ldw + ahead
                             : next    ? next + r * ldw + (ahead - k)
                                       : nullptr;
-      if (target) _mm_prefetch(reinterpret_cast<const char*>(target), _MM_HINT_T1);
+      if (target == nullptr) continue;
+      if constexpr (kL1)
+        _mm_prefetch(reinterpret_cast<const char*>(target), _MM_HINT_T0);
+      else
+        _mm_prefetch(reinterpret_cast<const char*>(target), _MM_HINT_T1);
     }
     steps<G, R, S>(acc, pa, w, ldw, p, p + kLine);
   }
@@ -133,6 +145,12 @@ const std::array<TileFn, size_t(rows_for(3))> kTiles3 =
 // Full tiles in kSkew classes, for rows a multiple of 4 KiB apart.
 const std::array<TileFn, kMaxGroups> kSkewed = {
     tile<1, rows_for(1), kSkew>, tile<2, rows_for(2), kSkew>, tile<3, rows_for(3), kSkew>};
+// The full tiles prefetching into L1 (prefetch_to_l1; the short last tiles keep L2).
+const std::array<TileFn, kMaxGroups> kFullL1 = {
+    tile<1, rows_for(1), 1, true>, tile<2, rows_for(2), 1, true>, tile<3, rows_for(3), 1, true>};
+const std::array<TileFn, kMaxGroups> kSkewedL1 = {tile<1, rows_for(1), kSkew, true>,
+                                                  tile<2, rows_for(2), kSkew, true>,
+                                                  tile<3, rows_for(3), kSkew, true>};
 
 TileFn tile_fn(int groups, int rows) {
   if (groups == 1) return kTiles1[size_t(rows - 1)];
@@ -167,7 +185,10 @@ void lanes_gemm(const GemmDesc& d, const float* a, const float* w, float* c) {
   const int rows = rows_for(groups);
   // Rows a multiple of 4 KiB apart take the skewed tiles where k leaves the classes a body.
   const bool skew = (d.ldb * int64_t(sizeof(float))) % 4096 == 0 && d.k >= 4 * kLine * kSkew;
-  const TileFn full = skew ? kSkewed[size_t(groups - 1)] : tile_fn(groups, rows);
+  const bool l1 = prefetch_to_l1();
+  const size_t gi = size_t(groups - 1);
+  const TileFn full = skew ? (l1 ? kSkewedL1[gi] : kSkewed[gi])
+                           : (l1 ? kFullL1[gi] : tile_fn(groups, rows));
   const float alpha = float(d.alpha), beta = float(d.beta);
   const bool plain = d.alpha == 1 && d.beta == 0;
   // Blocks of W's rows in whole tiles, enough weights per task.
