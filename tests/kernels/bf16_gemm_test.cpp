@@ -67,8 +67,12 @@ TEST(Bf16Gemm, NativeWhereTheCpuHasBf16Arithmetic) {
   std::printf("bf16 gemm: %s (%s); cpu avx512_bf16 %d amx_bf16 %d\n",
               s.native ? "native" : "widened to f32", s.implementation.c_str(), f.avx512_bf16,
               f.amx_bf16);
-  if (f.avx512_bf16 || f.amx_bf16) EXPECT_TRUE(s.native) << s.implementation;
-  if (!f.avx512f) EXPECT_FALSE(s.native) << s.implementation;  // oneDNN 2.6: none without AVX-512
+  if (f.avx512_bf16 || f.amx_bf16) {
+    EXPECT_TRUE(s.native) << s.implementation;
+  }
+  if (!f.avx512f) {  // oneDNN 2.6: none without AVX-512
+    EXPECT_FALSE(s.native) << s.implementation;
+  }
   ModeGuard guard;
   onednn::set_bf16_gemm(onednn::Bf16Gemm::Native);
   if (s.native) {
@@ -84,7 +88,9 @@ TEST(Bf16Gemm, NativeWhereTheCpuHasBf16Arithmetic) {
   const int64_t many = onednn::kBf16VectorNativeMaxRows;
   EXPECT_EQ(onednn::bf16_gemm_native(few), s.native);
   EXPECT_EQ(onednn::bf16_gemm_native(many), s.native && s.tiles);
-  if (!f.amx_bf16) EXPECT_FALSE(s.tiles) << s.implementation;
+  if (!f.amx_bf16) {
+    EXPECT_FALSE(s.tiles) << s.implementation;
+  }
 }
 
 TEST(Bf16Gemm, BothPathsMatchTheFp64Product) {
