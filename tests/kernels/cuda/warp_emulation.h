@@ -5,10 +5,10 @@
 // another; __syncthreads and every warp-wide operation (shuffles, mma.sync m16n8k16,
 // ldmatrix.x4.trans) are barriers of the block's or the warp's threads around an exchange of their
 // registers. Fibers, not OS threads: a barrier is then a switch of stacks, not a futex wake of
-// up to 256 threads on a few cores (the OS-thread emulation spent 60% of its time in the kernel). mma and ldmatrix follow
-// the PTX ISA's definitions, with the fragment layout of attention_math.h; cp.async copies at
-// once. What it cannot show: timing, real asynchrony (a missing wait), bank conflicts, and a
-// misreading of the PTX ISA shared by the kernels and this file. Tests only.
+// up to 256 threads on a few cores (the OS-thread emulation spent 60% of its time in the kernel).
+// mma and ldmatrix follow the PTX ISA's definitions, with the fragment layout of attention_math.h;
+// cp.async copies at once. What it cannot show: timing, real asynchrony (a missing wait), bank
+// conflicts, and a misreading of the PTX ISA shared by the kernels and this file. Tests only.
 #pragma once
 
 #define TESSEL_CUDA_EMULATION 1
@@ -16,7 +16,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-
 #include <sys/mman.h>
 #include <ucontext.h>
 

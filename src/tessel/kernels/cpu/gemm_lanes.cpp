@@ -9,7 +9,6 @@
 #include "tessel/kernels/cpu/gemm_lanes.h"
 
 #include "tessel/core/cpu_features.h"
-
 #include "tessel/kernels/cpu/isa_region.h"
 TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/gemm_invariant_tiles.h"
@@ -187,8 +186,8 @@ void lanes_gemm(const GemmDesc& d, const float* a, const float* w, float* c) {
   const bool skew = (d.ldb * int64_t(sizeof(float))) % 4096 == 0 && d.k >= 4 * kLine * kSkew;
   const bool l1 = prefetch_to_l1();
   const size_t gi = size_t(groups - 1);
-  const TileFn full = skew ? (l1 ? kSkewedL1[gi] : kSkewed[gi])
-                           : (l1 ? kFullL1[gi] : tile_fn(groups, rows));
+  const TileFn full =
+      skew ? (l1 ? kSkewedL1[gi] : kSkewed[gi]) : (l1 ? kFullL1[gi] : tile_fn(groups, rows));
   const float alpha = float(d.alpha), beta = float(d.beta);
   const bool plain = d.alpha == 1 && d.beta == 0;
   // Blocks of W's rows in whole tiles, enough weights per task.

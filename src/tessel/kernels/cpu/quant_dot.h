@@ -172,7 +172,8 @@ inline __m128 q8_0_block_scales(const uint8_t* w, int64_t row_bytes, int64_t g, 
     const __m256 s = _mm256_castps128_ps256(q8_0_block_scales<kRows>(w, row_bytes, g, dx[g]));    \
     for (int r = 0; r < kRows; ++r) {                                                             \
       const uint8_t* p = w + r * row_bytes + g * kQ8Bytes;                                        \
-      _mm_prefetch(reinterpret_cast<const char*>(p + decode_ahead(kRows) * row_bytes), _MM_HINT_T0); \
+      _mm_prefetch(reinterpret_cast<const char*>(p + decode_ahead(kRows) * row_bytes),            \
+                   _MM_HINT_T0);                                                                  \
       const __m256i dot = DOT(reinterpret_cast<const int8_t*>(p + 2), x + 32 * g);                \
       acc[r] =                                                                                    \
           _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(s, lane[r]), acc[r]); \

@@ -155,7 +155,8 @@ inline void q4_0_rows(const uint8_t* w, int64_t row_bytes, const int8_t* x, cons
     for (int r = 0; r < R; ++r) {
       // 36 bytes a pair per row: one line of the rows R below every other pair.
       if (g % 4 == 0)
-        _mm_prefetch(reinterpret_cast<const char*>(w + (r + decode_ahead(R)) * row_bytes + 18 * g), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + (r + decode_ahead(R)) * row_bytes + 18 * g),
+                     _MM_HINT_T0);
       block(g, r, x0, acc0[r], off0[r]);
       block(g + 1, r, x1, acc1[r], off1[r]);
     }
@@ -186,7 +187,8 @@ inline void q4_k_rows(TESSEL_FUSED_ROWS_ARGS) {
       const __m256i xa = load256(x + 32 * g), xb = load256(x + 32 * g + 32);
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w + r * row_bytes + b * kBytes;
-        _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + decode_ahead(R) * row_bytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + decode_ahead(R) * row_bytes),
+                     _MM_HINT_T0);
         const __m256i v = load256(p + (kFive ? 48 : 16) + 32 * c);
         __m256i lo = _mm256_and_si256(v, mask),
                 hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
