@@ -47,7 +47,7 @@ constexpr int64_t kLine = 16;  // floats per cache line
 // Weights ahead of the step that each row prefetches: 8 cache lines. Into L2 on Intel's cores
 // (the L1 fill buffers are fewer than R rows' lines in flight; into L1 at 2 and 4 lines measured
 // 1.0-1.1x slower on the Xeons), into L1 on AMD's: on a Zen 5 EPYC a 16-row decode step's
-// products took 0.91x the time that way, one and two threads (docs/KERNELS.md).
+// products took 0.81-0.91x the time that way at two threads, 0.91-0.96x at one (docs/KERNELS.md).
 constexpr int64_t kAhead = 8 * kLine;
 bool prefetch_to_l1() {
   static const bool amd = cpu_features().vendor == "AuthenticAMD";
