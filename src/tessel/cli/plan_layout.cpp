@@ -8,6 +8,7 @@
 #include "tessel/parallel/pipeline/partition.h"
 #include "tessel/parallel/tensor/vocab_parallel.h"
 #include "tessel/parallel/zero/zero3.h"
+#include "tessel/sharding/placement.h"
 #include "tessel/tensor/default_device.h"
 #include "tessel/train/model_tensor_parallel.h"
 #include "tessel/train/pipeline_stage.h"
@@ -65,21 +66,27 @@ plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::s
 }
 
 void set_tensor_parallel(plan::MemoryLayout& layout, int tp, int tp_rank,
-                         const std::string& plan_path, bool sp) {
+                         const std::string& plan_path, bool sp, int64_t seq) {
   TESSEL_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp, "tensor-parallel rank ", tp_rank, " of tp ",
                tp);
+  TESSEL_CHECK(!sp || seq > 0, "sequence parallelism over tp ", tp,
+               " needs the sequence length (got ", seq, ")");
   layout.tp = tp;
+  layout.message_seq = 0;
   if (tp == 1) {
     layout.tp_transform = nullptr;
     layout.tp_loss = nullptr;
     return;
   }
+  if (sp) layout.message_seq = sharding::shard_size(seq, tp, tp_rank);
   // One state per transformed model: the memory model builds the model more than once, and each
   // build is parallelized afresh before anything reads the state.
   auto state = std::make_shared<train::ModelTensorParallel>();
-  layout.tp_transform = [state, tp, tp_rank, plan_path, sp](models::CausalLM& model) {
+  layout.tp_transform = [state, tp, tp_rank, plan_path, sp, seq](models::CausalLM& model) {
     *state = train::parallelize_model(model, dist::make_meta_communicator(tp, tp_rank, "tp"),
                                       plan_path, sp);
+    // As the pipeline trainer does: a stage without the embedding never records the length.
+    if (sp && state->result.sequence) state->result.sequence->length = seq;
   };
   layout.tp_loss = [state](const Tensor& logits, const Tensor& targets) {
     return parallel::vocab_parallel_cross_entropy(logits, targets, *state->tp, state->vocab,

@@ -24,9 +24,12 @@ plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::s
                                  int pp, int microbatches, int rank);
 
 // Sets layout.tp and the transform and loss of tensor-parallel rank `tp_rank` of `tp`, with the
-// family's built-in plan or the plan JSON at `plan_path`, and sequence parallelism when `sp`.
+// family's built-in plan or the plan JSON at `plan_path`, and sequence parallelism when `sp`
+// over rows of `seq` tokens (required with sp: a pipeline's messages carry the rank's piece of
+// them, and stages after the first, which run no embedding, take the length from here as the
+// trainer sets it).
 void set_tensor_parallel(plan::MemoryLayout& layout, int tp, int tp_rank,
-                         const std::string& plan_path, bool sp);
+                         const std::string& plan_path, bool sp, int64_t seq = 0);
 
 // Whether that rank's tensor parallelism sums gradients (sequence parallelism's whole parameters,
 // replicated K/V pieces), which the trainer then keeps its dp buckets in plain memory for and

@@ -27,6 +27,7 @@ struct MemoryArgs {
   int tp = 1, pp = 1;
   std::string schedule = "1f1b";
   std::string tp_plan;
+  bool sp = false;  // sequence parallelism with tp (Korthikanti et al. 2022), as train --sp
   std::string recompute = "none";
   std::string precision = "fp32";
   double bucket_mb = 25;
@@ -39,7 +40,12 @@ void run_memory(MemoryArgs a) {
   a.layout.recompute = nn::parse_recompute(a.recompute);
   a.layout.compute_dtype = precision_dtype(a.precision);
   a.layout.bucket_bytes = int64_t(a.bucket_mb * double(1 << 20));
-  set_tensor_parallel(a.layout, a.tp, 0, a.tp_plan, false);
+  TESSEL_CHECK(!a.sp || a.tp > 1,
+               "plan memory: --sp splits the sequence over the tp ranks, so it needs --tp 2 or "
+               "more (got --tp ",
+               a.tp, ")");
+  set_tensor_parallel(a.layout, a.tp, 0, a.tp_plan, a.sp,
+                      a.layout.seq > 0 ? a.layout.seq : config->max_positions());
   set_data_parallel(a.layout);
   // Every pipeline rank holds different stages: each is predicted, and the figures below are the
   // rank with the largest peak.
@@ -98,6 +104,7 @@ void run_memory(MemoryArgs a) {
                           {"micro_batch", a.layout.micro_batch},
                           {"seq", a.layout.seq > 0 ? a.layout.seq : config->max_positions()},
                           {"recompute", a.recompute},
+                          {"sp", a.sp},
                           {"precision", a.precision},
                           {"parameter_count", m.parameter_count},
                           {"buckets", int64_t(m.buckets.size())}};
@@ -115,8 +122,9 @@ void run_memory(MemoryArgs a) {
     std::cout << out.dump() << std::endl;
     return;
   }
-  std::cout << "# " << config->summary() << ", dp " << a.layout.dp << ", tp " << a.tp << ", pp "
-            << a.pp << (a.pp > 1 ? " (" + a.schedule + ", rank " + std::to_string(worst) + ")" : "")
+  std::cout << "# " << config->summary() << ", dp " << a.layout.dp << ", tp " << a.tp
+            << (a.sp ? " (sp)" : "") << ", pp " << a.pp
+            << (a.pp > 1 ? " (" + a.schedule + ", rank " + std::to_string(worst) + ")" : "")
             << ", ZeRO " << a.layout.zero_stage << ", micro-batch " << a.layout.micro_batch
             << ", recompute " << a.recompute << ", " << a.precision << " (bytes per rank)\n";
   for (const auto& [name, v] : terms)
@@ -143,6 +151,8 @@ void add_plan_memory_command(CLI::App& plan) {
   cmd->add_option("--tp", args->tp, "Tensor-parallel ranks")->check(CLI::PositiveNumber);
   cmd->add_option("--tp-plan", args->tp_plan,
                   "Tensor-parallel plan JSON (default: the family's built-in plan)");
+  cmd->add_flag("--sp", args->sp,
+                "Sequence parallelism over the tp ranks (as `tessel train --sp`; needs --tp)");
   cmd->add_option("--pp", args->pp, "Pipeline ranks")->check(CLI::PositiveNumber);
   cmd->add_option("--schedule", args->schedule,
                   "Pipeline schedule: gpipe, 1f1b, interleaved or interleaved:V (--grad-accum "

@@ -67,7 +67,8 @@ void run_offload(const OffloadArgs& a) {
   layout.seq = a.seq;
   layout.grad_accum = a.grad_accum;
   layout.compute_dtype = compute;
-  set_tensor_parallel(layout, a.tp, a.tp_rank, a.tp_plan, a.sp);
+  set_tensor_parallel(layout, a.tp, a.tp_rank, a.tp_plan, a.sp,
+                      a.seq > 0 ? a.seq : config->max_positions());
   layout.dp = a.dp;
   layout.zero_stage = a.dp > 1 ? a.zero : 0;
   layout.bucket_bytes = a.bucket_mb << 20;

@@ -101,6 +101,7 @@ Graph trace_for_layout(const models::ModelConfig& config, const MemoryLayout& la
   options.gradients_held = layout.dp > 1 || layout.gradients_held;
   options.transform = layout.tp_transform;
   options.loss = layout.tp_loss;
+  options.message_seq = layout.message_seq;
   // A pipeline rank's trace replays every micro-batch itself.
   options.micro_batches = layout.pipeline.active() ? 1 : layout.grad_accum;
   if (runs_zero(layout)) {

@@ -42,6 +42,9 @@ struct MemoryLayout {
   int tp = 1;
   std::function<void(models::CausalLM&)> tp_transform;
   std::function<Tensor(const Tensor& logits, const Tensor& targets)> tp_loss;
+  // Under sequence parallelism: the tokens of a pipeline message (this tp rank's piece of the
+  // sequence); 0: the whole sequence.
+  int64_t message_seq = 0;
   // Pipeline parallelism: this rank's stages and schedule (pipeline_rank.h; grad_accum is then
   // its micro-batches). Inactive (ranks 1) by default.
   PipelineRank pipeline;
