@@ -247,6 +247,32 @@ TEST(PlanSearch, PipelineLayoutsCarryTheModelsOwnFigures) {
             PlanStatus::NotModelled);
 }
 
+// The traces' cache drops the least recently used beyond trace_cache_ops: a search that can keep
+// only the trace it just made (so every pipeline rank and every ZeRO stage traces again) ranks the
+// same layouts with the same figures as one that keeps them all, and traces more often.
+TEST(PlanSearch, ATraceCacheOfOneGraphRanksTheSame) {
+  const auto config = tiny_gpt2();
+  SearchRequest req = request(2);
+  req.global_batch = 8;  // dp 2 too, whose ZeRO stages 0, 1 and 3 share one trace
+  req.schedules = {"1f1b", "gpipe"};
+  req.pipeline_rank = [](const std::string& schedule, int, int m, int rank) {
+    return two_rank(schedule, m, rank);
+  };
+  const Cluster cluster = node(int64_t(1) << 40, 2);
+  const SearchResult all = search_plans(*config, cluster, req);
+  req.trace_cache_ops = 1;
+  const SearchResult one = search_plans(*config, cluster, req);
+  ASSERT_EQ(one.ranked.size(), all.ranked.size());
+  ASSERT_FALSE(all.ranked.empty());
+  for (size_t i = 0; i < all.ranked.size(); ++i) {
+    EXPECT_EQ(one.ranked[i].layout.str(), all.ranked[i].layout.str());
+    EXPECT_DOUBLE_EQ(one.ranked[i].step_seconds, all.ranked[i].step_seconds);
+    EXPECT_DOUBLE_EQ(one.ranked[i].memory.peak(), all.ranked[i].memory.peak());
+  }
+  EXPECT_EQ(one.pruned.size(), all.pruned.size());
+  EXPECT_GT(one.traces, all.traces);
+}
+
 // The search asks for interleaved:V for every V whose 2 x V stages the 6 pipeline layers hold (2
 // and 3) and only micro-batch counts that are multiples of pp (8 rows: 8, 4 and 2, never 1).
 TEST(PlanSearch, InterleavedSchedulesByChunksAndMicroBatchGroups) {

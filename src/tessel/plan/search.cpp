@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <list>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -46,10 +47,12 @@ double model_peak(const Cluster& cluster, DType d) {
 
 // Shape-only traces of one rank's step, kept by what changes them: the micro-batch, recomputation,
 // gradients held and ZeRO-2's buffers, tp, and under pp the rank, schedule and micro-batches (the
-// rest of a layout does not change one rank's step).
+// rest of a layout does not change one rank's step). The least recently used are dropped beyond
+// max_ops ops in all (a pipeline rank's trace holds its whole schedule: a 175B GPT's search over
+// 64 GPUs kept 3.6 GB of them within 45 s), so a returned graph is valid until the next get.
 class Traces {
  public:
-  explicit Traces(const models::ModelConfig& config) : config_(config) {}
+  Traces(const models::ModelConfig& config, int64_t max_ops) : config_(config), max_ops_(max_ops) {}
   const Graph& get(const MemoryLayout& m) {
     std::string key = std::to_string(m.micro_batch) + "/" + std::to_string(int(m.recompute)) + "/" +
                       std::to_string(m.dp > 1) + "/" +
@@ -62,17 +65,35 @@ class Traces {
       key += "/" + m.pipeline.schedule + "/" + std::to_string(m.pipeline.ranks) + "/" +
              std::to_string(m.pipeline.rank) + "/" + std::to_string(m.pipeline.microbatches);
     auto it = graphs_.find(key);
-    if (it == graphs_.end()) {
-      it = graphs_.emplace(key, trace_for_layout(config_, m)).first;
-      ++count_;
+    if (it != graphs_.end()) {
+      recent_.splice(recent_.begin(), recent_, it->second.recent);
+      return it->second.graph;
     }
-    return it->second;
+    recent_.push_front(key);
+    it = graphs_.emplace(key, Entry{trace_for_layout(config_, m), recent_.begin()}).first;
+    cached_ops_ += int64_t(it->second.graph.ops.size());
+    ++count_;
+    // Never the entry just made: it is the one returned.
+    while (cached_ops_ > max_ops_ && recent_.size() > 1) {
+      auto old = graphs_.find(recent_.back());
+      cached_ops_ -= int64_t(old->second.graph.ops.size());
+      graphs_.erase(old);
+      recent_.pop_back();
+    }
+    return it->second.graph;
   }
   int count() const { return count_; }
 
  private:
+  struct Entry {
+    Graph graph;
+    std::list<std::string>::iterator recent;  // its place in recent_
+  };
   const models::ModelConfig& config_;
-  std::map<std::string, Graph> graphs_;
+  int64_t max_ops_;
+  std::map<std::string, Entry> graphs_;
+  std::list<std::string> recent_;  // keys, most recently used first
+  int64_t cached_ops_ = 0;
   int count_ = 0;
 };
 
@@ -98,15 +119,17 @@ PlanResult predict_traced(const models::ModelConfig& config, const Cluster& clus
                           OffloadInputs& offload_inputs) {
   PlanResult r;
   r.layout = l;
-  std::vector<Graph> graphs;
+  // Under pp each rank's trace is read here and not kept: the traces' cache may drop it.
+  std::vector<PipelineRankCost> rank_costs;
   std::vector<MemoryEstimate> memories;
   double flops = 0;  // model FLOPs of one rank's step (forward and backward)
+  const MemoryLayout first = memory_layout(l, request, 0);
   for (int p = 0; p < l.pp; ++p) {
     const MemoryLayout ml = memory_layout(l, request, p);
     const Graph& g = traces.get(ml);
     memories.push_back(estimate_memory(config, ml, g));
     flops += g.phase_total(Phase::Forward).flops + g.phase_total(Phase::Backward).flops;
-    if (l.pp > 1) graphs.push_back(g);
+    if (l.pp > 1) rank_costs.push_back(pipeline_rank_cost(cluster, g, memories.back(), first));
     if (p == 0) {
       if (l.pp > 1) continue;
       r.time = estimate_step_time(cluster, g, memories.back(), ml);
@@ -119,7 +142,7 @@ PlanResult predict_traced(const models::ModelConfig& config, const Cluster& clus
   r.memory = memories[worst];
   if (l.pp > 1) {
     // A pipeline rank's trace covers its whole schedule; the ranks' mean is one rank's share.
-    r.time = estimate_pipeline_step_time(cluster, graphs, memories, memory_layout(l, request, 0));
+    r.time = combine_pipeline_ranks(cluster, rank_costs, first);
     flops /= double(l.pp);
   }
   r.step_seconds = r.time.total();
@@ -303,7 +326,7 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
   out.global_batch = request.global_batch;
   out.seq = request.seq;
 
-  Traces traces(config);
+  Traces traces(config, request.trace_cache_ops);
   OffloadInputs offload_inputs;
   std::shared_ptr<models::CausalLM> meta_model;
   {
@@ -447,7 +470,7 @@ PlanResult predict_layout(const models::ModelConfig& config, const Cluster& desc
     return r;
   }
   const Cluster cluster = description.with_devices(request.devices);
-  Traces traces(config);
+  Traces traces(config, request.trace_cache_ops);
   OffloadInputs offload_inputs;
   return predict_traced(config, cluster, request, layout, traces, offload_inputs);
 }

@@ -41,6 +41,9 @@ struct SearchRequest {
   // model's pipeline layers hold (V >= 2), with micro-batch counts that are multiples of pp.
   std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved"};
   int64_t max_micro_batch = 0;  // 0: any
+  // The traces kept for reuse, in ops (the least recently used are dropped beyond it; a pipeline
+  // rank's trace holds its whole schedule). Results do not depend on it, only the time taken.
+  int64_t trace_cache_ops = int64_t(1) << 21;
   // Tensor and pipeline layouts need the runtime's tensor-parallel transform and its stage
   // partition and schedules, which sit above plan/: cli/plan_layout.h supplies them (as
   // `tessel plan memory` uses them). Without them tp (pp) layouts are not modelled.

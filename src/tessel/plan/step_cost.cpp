@@ -143,6 +143,50 @@ StepTime estimate_step_time(const Cluster& cluster, const Graph& graph,
   return with_load(cluster, s);
 }
 
+PipelineRankCost pipeline_rank_cost(const Cluster& cluster, const Graph& graph,
+                                    const MemoryEstimate& memory, const MemoryLayout& layout) {
+  // The rank's graph is its whole schedule: every micro-batch already counted once.
+  MemoryLayout once = layout;
+  once.grad_accum = 1;
+  PipelineRankCost c;
+  c.time = estimate_step_time(cluster, graph, memory, once);
+  for (const CollectiveNode& n : graph.collectives)
+    if (n.axis == "pp") c.message = std::max(c.message, n.bytes);
+  return c;
+}
+
+StepTime combine_pipeline_ranks(const Cluster& cluster, const std::vector<PipelineRankCost>& ranks,
+                                const MemoryLayout& layout) {
+  const PipelineRank& pr = layout.pipeline;
+  TESSEL_CHECK(pr.active() && int(ranks.size()) == pr.ranks, "pipeline step time: ", ranks.size(),
+               " rank estimates for ", pr.ranks, " pipeline ranks");
+  std::vector<double> busy;
+  double message = 0;  // the largest message the traces sent between stages
+  for (const PipelineRankCost& r : ranks) {
+    busy.push_back((r.time.compute_seconds + r.time.tp_comm_seconds) / double(pr.microbatches));
+    message = std::max(message, r.message);
+  }
+  const size_t critical = size_t(std::max_element(busy.begin(), busy.end()) - busy.begin());
+  StepTime s = ranks[critical].time;
+  const PipelineTime p = pipeline_time(busy, pr.microbatches, pr.virtual_stages);
+  s.bubble_fraction = p.bubble_fraction;
+  s.bubble_seconds = std::max(0.0, p.makespan - s.compute_seconds - s.tp_comm_seconds);
+  // The fill and the drain each pass one message between every pair of neighbouring ranks; in
+  // the steady state the sends overlap the next compute.
+  const int per_stage = layout.dp * layout.tp;
+  const int pair[2] = {0, per_stage};
+  s.pp_comm_seconds = 2.0 * double(pr.ranks - 1) *
+                      step_collective_seconds(cluster, Collective::SendRecv, pair, message);
+  double optimizer = 0, exposed = 0;
+  for (const PipelineRankCost& r : ranks) {
+    optimizer = std::max(optimizer, r.time.optimizer_seconds);
+    exposed = std::max(exposed, r.time.dp_exposed_seconds);
+  }
+  s.optimizer_seconds = optimizer;
+  s.dp_exposed_seconds = exposed;
+  return with_load(cluster, s);
+}
+
 StepTime estimate_pipeline_step_time(const Cluster& cluster, const std::vector<Graph>& graphs,
                                      const std::vector<MemoryEstimate>& memories,
                                      const MemoryLayout& layout) {
@@ -150,39 +194,10 @@ StepTime estimate_pipeline_step_time(const Cluster& cluster, const std::vector<G
   TESSEL_CHECK(pr.active() && int(graphs.size()) == pr.ranks && memories.size() == graphs.size(),
                "pipeline step time: ", graphs.size(), " traces and ", memories.size(),
                " memory estimates for ", pr.ranks, " pipeline ranks");
-  // Each rank's graph is its whole schedule: every micro-batch already counted once.
-  MemoryLayout once = layout;
-  once.grad_accum = 1;
-  std::vector<StepTime> rank_times;
-  std::vector<double> busy;
-  for (size_t r = 0; r < graphs.size(); ++r) {
-    rank_times.push_back(estimate_step_time(cluster, graphs[r], memories[r], once));
-    busy.push_back((rank_times.back().compute_seconds + rank_times.back().tp_comm_seconds) /
-                   double(pr.microbatches));
-  }
-  const size_t critical = size_t(std::max_element(busy.begin(), busy.end()) - busy.begin());
-  StepTime s = rank_times[critical];
-  const PipelineTime p = pipeline_time(busy, pr.microbatches, pr.virtual_stages);
-  s.bubble_fraction = p.bubble_fraction;
-  s.bubble_seconds = std::max(0.0, p.makespan - s.compute_seconds - s.tp_comm_seconds);
-  // The fill and the drain each pass one message between every pair of neighbouring ranks; in
-  // the steady state the sends overlap the next compute.
-  const int per_stage = layout.dp * layout.tp;
-  double message = 0;  // the largest message the traces sent between stages
-  for (const Graph& g : graphs)
-    for (const CollectiveNode& c : g.collectives)
-      if (c.axis == "pp") message = std::max(message, c.bytes);
-  const int pair[2] = {0, per_stage};
-  s.pp_comm_seconds = 2.0 * double(pr.ranks - 1) *
-                      step_collective_seconds(cluster, Collective::SendRecv, pair, message);
-  double optimizer = 0, exposed = 0;
-  for (const StepTime& t : rank_times) {
-    optimizer = std::max(optimizer, t.optimizer_seconds);
-    exposed = std::max(exposed, t.dp_exposed_seconds);
-  }
-  s.optimizer_seconds = optimizer;
-  s.dp_exposed_seconds = exposed;
-  return with_load(cluster, s);
+  std::vector<PipelineRankCost> ranks;
+  for (size_t r = 0; r < graphs.size(); ++r)
+    ranks.push_back(pipeline_rank_cost(cluster, graphs[r], memories[r], layout));
+  return combine_pipeline_ranks(cluster, ranks, layout);
 }
 
 }  // namespace tessel::plan

@@ -81,4 +81,16 @@ StepTime estimate_pipeline_step_time(const Cluster& cluster, const std::vector<G
                                      const std::vector<MemoryEstimate>& memories,
                                      const MemoryLayout& layout);
 
+// The same in two parts, so that a rank's graph need not outlive its own estimate (the search
+// traces hundreds of pipeline ranks): what one rank's trace contributes, and the step from every
+// rank's contribution, rank r's at ranks[r].
+struct PipelineRankCost {
+  StepTime time;       // the rank's whole schedule, as one step of one micro-batch
+  double message = 0;  // the largest message it sent between stages
+};
+PipelineRankCost pipeline_rank_cost(const Cluster& cluster, const Graph& graph,
+                                    const MemoryEstimate& memory, const MemoryLayout& layout);
+StepTime combine_pipeline_ranks(const Cluster& cluster, const std::vector<PipelineRankCost>& ranks,
+                                const MemoryLayout& layout);
+
 }  // namespace tessel::plan
