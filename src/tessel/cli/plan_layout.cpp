@@ -69,6 +69,10 @@ void set_tensor_parallel(plan::MemoryLayout& layout, int tp, int tp_rank,
                          const std::string& plan_path, bool sp, int64_t seq) {
   TESSEL_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp, "tensor-parallel rank ", tp_rank, " of tp ",
                tp);
+  TESSEL_CHECK(!sp || tp > 1,
+               "sequence parallelism (--sp) splits the sequence over the tp ranks, "
+               "so it needs tp 2 or more (got tp ",
+               tp, ")");
   TESSEL_CHECK(!sp || seq > 0, "sequence parallelism over tp ", tp,
                " needs the sequence length (got ", seq, ")");
   layout.tp = tp;

@@ -40,12 +40,8 @@ void run_memory(MemoryArgs a) {
   a.layout.recompute = nn::parse_recompute(a.recompute);
   a.layout.compute_dtype = precision_dtype(a.precision);
   a.layout.bucket_bytes = int64_t(a.bucket_mb * double(1 << 20));
-  TESSEL_CHECK(!a.sp || a.tp > 1,
-               "plan memory: --sp splits the sequence over the tp ranks, so it needs --tp 2 or "
-               "more (got --tp ",
-               a.tp, ")");
-  set_tensor_parallel(a.layout, a.tp, 0, a.tp_plan, a.sp,
-                      a.layout.seq > 0 ? a.layout.seq : config->max_positions());
+  const int64_t seq = a.layout.seq > 0 ? a.layout.seq : config->max_positions();
+  set_tensor_parallel(a.layout, a.tp, 0, a.tp_plan, a.sp, seq);
   set_data_parallel(a.layout);
   // Every pipeline rank holds different stages: each is predicted, and the figures below are the
   // rank with the largest peak.
@@ -102,7 +98,7 @@ void run_memory(MemoryArgs a) {
                           {"pp", a.pp},
                           {"zero_stage", a.layout.zero_stage},
                           {"micro_batch", a.layout.micro_batch},
-                          {"seq", a.layout.seq > 0 ? a.layout.seq : config->max_positions()},
+                          {"seq", seq},
                           {"recompute", a.recompute},
                           {"sp", a.sp},
                           {"precision", a.precision},
