@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "common/error_text.h"
@@ -271,6 +272,42 @@ TEST(PlanSearch, ATraceCacheOfOneGraphRanksTheSame) {
   }
   EXPECT_EQ(one.pruned.size(), all.pruned.size());
   EXPECT_GT(one.traces, all.traces);
+}
+
+// Pipeline layouts composed from their stages' traces (compose_above 0) rank the same layouts
+// with the figures of their whole-schedule traces (compose_above -1), with a handful of stage
+// traces in place of one trace per rank and layout; the results say which way each was made.
+TEST(PlanSearch, ComposedPipelinesRankTheSame) {
+  const auto config = tiny_gpt2();
+  SearchRequest req = request(2);
+  req.schedules = {"1f1b", "gpipe"};
+  req.pipeline_rank = [](const std::string& schedule, int, int m, int rank) {
+    return two_rank(schedule, m, rank);
+  };
+  const Cluster cluster = node(int64_t(1) << 40, 2);
+  req.compose_above = -1;
+  const SearchResult whole = search_plans(*config, cluster, req);
+  req.compose_above = 0;
+  const SearchResult composed = search_plans(*config, cluster, req);
+  ASSERT_EQ(whole.ranked.size(), composed.ranked.size());
+  std::map<std::string, const PlanResult*> by_layout;
+  for (const PlanResult& r : whole.ranked) by_layout[r.layout.str()] = &r;
+  int pipelines = 0;
+  for (const PlanResult& r : composed.ranked) {
+    ASSERT_TRUE(by_layout.contains(r.layout.str())) << r.layout.str();
+    const PlanResult& w = *by_layout[r.layout.str()];
+    EXPECT_EQ(r.composed, r.layout.pp > 1) << r.layout.str();
+    EXPECT_FALSE(w.composed);
+    EXPECT_EQ(r.memory.peak(), w.memory.peak()) << r.layout.str();
+    EXPECT_NEAR(r.step_seconds, w.step_seconds, 1e-12 * w.step_seconds) << r.layout.str();
+    EXPECT_NEAR(r.mfu, w.mfu, 1e-12 * w.mfu) << r.layout.str();
+    pipelines += r.layout.pp > 1;
+  }
+  EXPECT_EQ(pipelines, 18);
+  EXPECT_EQ(whole.stage_traces, 0);
+  // Two stages (the embedding's and the head's) for each micro-batch size and recompute mode.
+  EXPECT_GT(composed.stage_traces, 0);
+  EXPECT_LT(composed.traces, whole.traces);
 }
 
 // The search asks for interleaved:V for every V whose 2 x V stages the 6 pipeline layers hold (2

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tessel/cli/plan_layout.h"
 
+#include <map>
+#include <set>
+
 #include "tessel/core/error.h"
 #include "tessel/dist/meta/meta_communicator.h"
 #include "tessel/parallel/data/data_parallel.h"
@@ -42,6 +45,13 @@ plan::PipelineActionKind kind_of(pp::ActionKind k) {
 plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::string& schedule,
                                  int pp_size, int microbatches, int rank) {
   TESSEL_CHECK(rank >= 0 && rank < pp_size, "pipeline rank ", rank, " of pp ", pp_size);
+  // The schedule is made for every rank at once: callers ask for each rank of one layout in
+  // turn (a search at pp 64 over 512 micro-batches would otherwise make it 64 times).
+  thread_local std::string last_key;
+  thread_local std::vector<plan::PipelineRank> last;
+  const std::string key = config.to_json() + "\n" + schedule + "/" + std::to_string(pp_size) +
+                          "/" + std::to_string(microbatches);
+  if (key == last_key) return last.at(size_t(rank));
   const pp::Schedule s = train::schedule_from_spec(schedule, pp_size, microbatches);
   std::vector<pp::LayerCost> costs;
   {
@@ -52,17 +62,22 @@ plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::s
                " needs ", s.num_stages(), " stages, the model has ", costs.size(),
                " pipeline layers");
   const pp::StagePartition partition = pp::balance(costs, s.num_stages());
-  plan::PipelineRank out;
-  out.schedule = schedule;
-  out.ranks = pp_size;
-  out.rank = rank;
-  out.virtual_stages = s.virtual_stages;
-  out.microbatches = microbatches;
-  for (int64_t st = 0; st < partition.num_stages(); ++st)
-    out.stage_layers.push_back(partition.layers_of(st));
-  for (const pp::Action& a : s.actions[size_t(rank)])
-    out.actions.push_back({kind_of(a.kind), a.microbatch, a.stage});
-  return out;
+  std::vector<plan::PipelineRank> ranks(static_cast<size_t>(pp_size));
+  for (int r = 0; r < pp_size; ++r) {
+    plan::PipelineRank& out = ranks[size_t(r)];
+    out.schedule = schedule;
+    out.ranks = pp_size;
+    out.rank = r;
+    out.virtual_stages = s.virtual_stages;
+    out.microbatches = microbatches;
+    for (int64_t st = 0; st < partition.num_stages(); ++st)
+      out.stage_layers.push_back(partition.layers_of(st));
+    for (const pp::Action& a : s.actions[size_t(r)])
+      out.actions.push_back({kind_of(a.kind), a.microbatch, a.stage});
+  }
+  last = std::move(ranks);
+  last_key = key;
+  return last.at(size_t(rank));
 }
 
 void set_tensor_parallel(plan::MemoryLayout& layout, int tp, int tp_rank,
@@ -138,10 +153,9 @@ std::vector<parallel::Zero3Unit> zero3_rank_units(models::CausalLM& model,
   // As the trainer's units: one per block and the final norm, one per other parameter; under pp
   // those of the rank's parameters, the embeddings hooked on their own modules.
   std::vector<parallel::Zero3Unit> units;
+  const std::set<std::string> training(trained.begin(), trained.end());
   for (parallel::Zero3Unit& u : parallel::zero3_units(model, model.unit_paths())) {
-    std::erase_if(u.params, [&](const std::string& p) {
-      return std::find(trained.begin(), trained.end(), p) == trained.end();
-    });
+    std::erase_if(u.params, [&](const std::string& p) { return !training.contains(p); });
     if (u.params.empty()) continue;
     if (stages && u.module == &model) u.module = train::owner_module(model, u.params[0]);
     units.push_back(std::move(u));
@@ -163,10 +177,12 @@ void set_data_parallel(plan::MemoryLayout& layout) {
       std::unique_ptr<parallel::Zero3Parameters> zero3;
     };
     auto state = std::make_shared<State>();
+    const nn::NamedTensors all = model.named_parameters();
+    std::map<std::string, Tensor> by_name(all.begin(), all.end());
     nn::NamedTensors params;
-    for (const std::string& name : trained) params.emplace_back(name, model.find(name));
+    for (const std::string& name : trained) params.emplace_back(name, by_name.at(name));
     // A pipeline rank trains some of the parameters only.
-    const bool stages = params.size() != model.named_parameters().size();
+    const bool stages = params.size() != all.size();
     parallel::DataParallelOptions options;
     options.bucket_bytes = bucket_bytes;
     options.reduction = parallel::GradReduction::ReduceScatter;

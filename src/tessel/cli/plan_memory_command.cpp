@@ -6,7 +6,9 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -14,6 +16,7 @@
 #include "tessel/cli/plan_layout.h"
 #include "tessel/core/error.h"
 #include "tessel/plan/memory_model.h"
+#include "tessel/plan/pipeline_compose.h"
 #include "tessel/plan/step_cost.h"
 #include "tessel/train/model_presets.h"
 
@@ -32,8 +35,45 @@ struct MemoryArgs {
   std::string precision = "fp32";
   double bucket_mb = 25;
   std::string cluster;  // with it, the step time too
+  bool composed = false;  // pipeline ranks from their stages' traces (plan/pipeline_compose.h)
   bool json = false;
 };
+
+// Every pipeline rank's memory and, with a cluster, the step time, composed from its stages'
+// traces instead of traced over its whole schedule.
+struct ComposedRanks {
+  std::vector<plan::MemoryEstimate> memory;
+  std::optional<plan::StepTime> time;
+  std::map<std::string, double> kernel_seconds;  // by kernel, the worst rank's
+};
+ComposedRanks compose_ranks(const models::ModelConfig& config, const plan::MemoryLayout& layout,
+                            const std::string& schedule, int pp, const plan::Cluster* cluster) {
+  ComposedRanks out;
+  plan::StageTraces stages(cluster, config);
+  std::vector<plan::PipelineRankCost> costs;
+  std::vector<plan::ComposedRank> composed;
+  plan::MemoryLayout first;
+  for (int r = 0; r < pp; ++r) {
+    plan::MemoryLayout l = layout;
+    l.pipeline = pipeline_rank(config, schedule, pp, int(layout.grad_accum), r);
+    if (r == 0) first = l;
+    composed.push_back(plan::compose_pipeline_rank(stages, config, l));
+    const plan::ComposedRank& c = composed.back();
+    out.memory.push_back(plan::estimate_memory(config, l, c.step_peak_bytes, 0));
+    if (cluster)
+      costs.push_back(plan::pipeline_rank_cost(*cluster, c.compute, c.tp_seconds,
+                                               c.parameter_tensors, c.message, out.memory.back(),
+                                               first));
+  }
+  if (cluster) {
+    out.time = plan::combine_pipeline_ranks(*cluster, costs, first);
+    size_t worst = 0;
+    for (size_t r = 1; r < out.memory.size(); ++r)
+      if (out.memory[r].peak() > out.memory[worst].peak()) worst = r;
+    out.kernel_seconds = composed[worst].compute.kernel_seconds;
+  }
+  return out;
+}
 
 void run_memory(MemoryArgs a) {
   const models::ConfigPtr config = train::resolve_model_config(a.model, "plan memory --model");
@@ -43,27 +83,36 @@ void run_memory(MemoryArgs a) {
   const int64_t seq = a.layout.seq > 0 ? a.layout.seq : config->max_positions();
   set_tensor_parallel(a.layout, a.tp, 0, a.tp_plan, a.sp, seq);
   set_data_parallel(a.layout);
+  TESSEL_CHECK(!a.composed || a.pp > 1, "plan memory: --composed composes pipeline ranks from "
+               "their stages and needs --pp > 1, got --pp ", a.pp);
+  std::optional<plan::Cluster> cluster;
+  if (!a.cluster.empty())
+    cluster = plan::Cluster::load(a.cluster).with_devices(a.layout.dp * a.tp * a.pp);
   // Every pipeline rank holds different stages: each is predicted, and the figures below are the
   // rank with the largest peak.
-  const RankTraces traced = trace_ranks(*config, a.layout, a.schedule, a.pp);
-  const std::vector<plan::MemoryEstimate>& ranks = traced.memory;
-  const std::vector<plan::Graph>& graphs = traced.graphs;
+  RankTraces traced;
+  ComposedRanks composed;
+  if (a.composed)
+    composed = compose_ranks(*config, a.layout, a.schedule, a.pp, cluster ? &*cluster : nullptr);
+  else
+    traced = trace_ranks(*config, a.layout, a.schedule, a.pp);
+  const std::vector<plan::MemoryEstimate>& ranks = a.composed ? composed.memory : traced.memory;
   size_t worst = 0;
   for (size_t r = 1; r < ranks.size(); ++r)
     if (ranks[r].peak() > ranks[worst].peak()) worst = r;
   const plan::MemoryEstimate& m = ranks[worst];
-  const plan::Graph& graph = graphs[worst];
   std::vector<std::pair<const char*, double>> times;
   nlohmann::json kernels_ms;  // the predicted compute by kernel, the rank's whole step
-  if (!a.cluster.empty()) {
-    const plan::Cluster cluster =
-        plan::Cluster::load(a.cluster).with_devices(a.layout.dp * a.tp * a.pp);
+  if (cluster) {
     const plan::StepTime t =
-        predict_step_time(cluster, *config, a.layout, a.schedule, a.pp, traced);
-    // A pipeline rank's trace is its whole schedule; any other trace is one micro-batch.
+        a.composed ? *composed.time
+                   : predict_step_time(*cluster, *config, a.layout, a.schedule, a.pp, traced);
+    // A pipeline rank's figures are its whole schedule; any other trace is one micro-batch.
     const double passes = a.pp > 1 ? 1.0 : double(a.layout.grad_accum);
-    for (const auto& [kernel, s] : plan::graph_compute_time(cluster, graph).kernel_seconds)
-      kernels_ms[kernel] = 1e3 * s * passes;
+    const auto by_kernel =
+        a.composed ? composed.kernel_seconds
+                   : plan::graph_compute_time(*cluster, traced.graphs[worst]).kernel_seconds;
+    for (const auto& [kernel, s] : by_kernel) kernels_ms[kernel] = 1e3 * s * passes;
     times = {{"compute_ms", 1e3 * t.compute_seconds},
              {"op_overhead_ms", 1e3 * t.overhead_seconds},
              {"load_ms", 1e3 * t.load_seconds},
@@ -102,6 +151,7 @@ void run_memory(MemoryArgs a) {
                           {"recompute", a.recompute},
                           {"sp", a.sp},
                           {"precision", a.precision},
+                          {"composed", a.composed},
                           {"parameter_count", m.parameter_count},
                           {"buckets", int64_t(m.buckets.size())}};
     for (const auto& [name, v] : terms) out[name] = int64_t(v);
@@ -175,6 +225,10 @@ void add_plan_memory_command(CLI::App& plan) {
       ->capture_default_str();
   cmd->add_option("--cluster", args->cluster,
                   "Cluster description (TOML, docs/PLANNER.md): also predict the step time");
+  cmd->add_flag("--composed", args->composed,
+                "With --pp: compose each rank from one trace per distinct stage instead of "
+                "tracing its whole schedule (fast at thousands of micro-batches; as `plan search` "
+                "does at scale)");
   cmd->add_flag("--json", args->json, "Print JSON instead of a table");
   cmd->callback([args] { run_memory(*args); });
 }

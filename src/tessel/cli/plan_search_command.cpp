@@ -5,6 +5,7 @@
 // others were not ranked, and the `tessel train` command that runs the best.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -41,7 +42,10 @@ nlohmann::json plan_json(const plan::PlanResult& r) {
                       {"micro_batch", l.micro_batch},
                       {"grad_accum", l.grad_accum},
                       {"status", std::string(plan::status_name(r.status))}};
-  if (l.pp > 1) j["schedule"] = l.schedule;
+  if (l.pp > 1) {
+    j["schedule"] = l.schedule;
+    j["composed"] = r.composed;
+  }
   // Every row's own command, not only the best's: a benchmark that sets a row's prediction
   // against a run needs the exact arguments the planner would launch for it.
   j["train_args"] = l.train_args();
@@ -86,6 +90,7 @@ struct SearchArgs {
   plan::SearchRequest request;
   std::vector<int> zero = {0, 1, 2, 3};
   std::vector<std::string> recompute = {"none", "selective", "full"};
+  std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved"};
   double bucket_mb = 25;
   bool offload = false;
   std::string offload_host = "0", offload_chunk = "64MiB", offload_nvme_dir;
@@ -102,6 +107,7 @@ void run_search(SearchArgs a) {
   a.request.zero_stages = a.zero;
   a.request.recompute.clear();
   for (const std::string& r : a.recompute) a.request.recompute.push_back(nn::parse_recompute(r));
+  a.request.schedules = a.schedules;
   set_runtime_layouts(a.request, config);
   if (a.offload) {
     // On a CPU node the device and host tiers are the same memory; only NVMe takes state out.
@@ -121,6 +127,17 @@ void run_search(SearchArgs a) {
       return offload_input_for(*config, l, b, sums, false);
     };
   }
+  // A search of many devices takes minutes: after the first two seconds each factorisation's
+  // end is reported on stderr.
+  const auto started = std::chrono::steady_clock::now();
+  a.request.progress = [started](int done, int total, int dp, int tp, int pp, int64_t layouts) {
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (s < 2) return;
+    std::fprintf(stderr,
+                 "[plan search] %d/%d factorisations (dp %d tp %d pp %d), %lld layouts, %.0f s\n",
+                 done, total, dp, tp, pp, (long long)layouts, s);
+  };
   const plan::SearchResult res = plan::search_plans(*config, cluster, a.request);
   if (a.check && a.check->enabled) {
     run_plan_check(*a.check, {a.model, a.precision, std::llround(a.bucket_mb), a.top, a.json}, res,
@@ -135,7 +152,8 @@ void run_search(SearchArgs a) {
                           {"device_memory_bytes", int64_t(res.device_memory_bytes)},
                           {"global_batch", res.global_batch},
                           {"seq", res.seq},
-                          {"traces", res.traces}};
+                          {"traces", res.traces},
+                          {"stage_traces", res.stage_traces}};
     out["ranked"] = nlohmann::json::array();
     out["pruned"] = nlohmann::json::array();
     for (size_t i = 0; i < res.ranked.size() && int(i) < a.top; ++i)
@@ -285,8 +303,18 @@ void add_search_options(CLI::App* cmd, const std::shared_ptr<SearchArgs>& args, 
   cmd->add_option("--recompute", args->recompute, "Recompute modes to search")
       ->check(CLI::IsMember({"none", "selective", "full"}))
       ->capture_default_str();
+  cmd->add_option("--schedules", args->schedules,
+                  "Pipeline schedules to search (with pp > 1; interleaved: every number of "
+                  "chunks per rank the layers allow)")
+      ->check(CLI::IsMember({"1f1b", "gpipe", "interleaved"}))
+      ->capture_default_str();
   cmd->add_option("--max-micro-batch", args->request.max_micro_batch,
                   "Largest micro-batch to consider (default: any)");
+  cmd->add_option("--compose-above", args->request.compose_above,
+                  "Compose each pipeline rank from its stages' traces when (micro-batches + "
+                  "pp) x pipeline layers exceed this (0: always, -1: never; docs/PLANNER.md, "
+                  "\"The search at scale\")")
+      ->capture_default_str();
   cmd->add_option("--bucket-mb", args->bucket_mb, "Gradient bucket size (parallel.bucket_mb)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

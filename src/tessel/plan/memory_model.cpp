@@ -2,6 +2,7 @@
 #include "tessel/plan/memory_model.h"
 
 #include <algorithm>
+#include <map>
 
 #include "tessel/core/error.h"
 #include "tessel/plan/trace.h"
@@ -91,7 +92,7 @@ double korthikanti_layer_bytes(int64_t s, int64_t b, int64_t h, int64_t a, nn::R
   return 0;
 }
 
-Graph trace_for_layout(const models::ModelConfig& config, const MemoryLayout& layout) {
+TraceOptions trace_options(const models::ModelConfig& config, const MemoryLayout& layout) {
   TraceOptions options;
   options.batch = layout.micro_batch;
   options.seq = layout.seq;
@@ -111,6 +112,11 @@ Graph trace_for_layout(const models::ModelConfig& config, const MemoryLayout& la
     const MemoryEstimate state = estimate_state(config, layout);
     options.first_gradient_bytes = state.gradient_buffer_bytes;
   }
+  return options;
+}
+
+Graph trace_for_layout(const models::ModelConfig& config, const MemoryLayout& layout) {
+  const TraceOptions options = trace_options(config, layout);
   return layout.pipeline.active() ? trace_pipeline_rank(config, options, layout.pipeline)
                                   : trace_training_step(config, options);
 }
@@ -143,11 +149,13 @@ MemoryEstimate estimate_state(const models::ModelConfig& config, const MemoryLay
     if (layout.tp_transform) layout.tp_transform(*model);
     if (layout.pipeline.active()) {
       // A pipeline rank trains (and keeps moments of) its stages' parameters only.
+      std::map<std::string, int64_t> numel;
+      for (const auto& [name, p] : model->named_parameters()) numel[name] = p.numel();
       const std::vector<std::string> own = pipeline_rank_parameters(*model, layout.pipeline, false);
-      for (const std::string& name : own) params.emplace_back(name, model->find(name).numel());
+      for (const std::string& name : own) params.emplace_back(name, numel.at(name));
       for (const std::string& name : pipeline_rank_parameters(*model, layout.pipeline, true))
         if (std::find(own.begin(), own.end(), name) == own.end())
-          tied_copy += kF32 * double(model->find(name).numel());
+          tied_copy += kF32 * double(numel.at(name));
     } else {
       for (const auto& [name, p] : model->named_parameters()) params.emplace_back(name, p.numel());
     }
@@ -221,14 +229,23 @@ MemoryEstimate estimate_state(const models::ModelConfig& config, const MemoryLay
 
 MemoryEstimate estimate_memory(const models::ModelConfig& config, const MemoryLayout& layout,
                                const Graph& g) {
-  MemoryEstimate m = estimate_state(config, layout);
-  m.traced_step_bytes = g.step_peak_bytes;
+  return estimate_memory(config, layout, g.step_peak_bytes, g.saved_bytes);
+}
+
+MemoryEstimate estimate_memory(const models::ModelConfig& config, const MemoryLayout& layout,
+                               double step_peak_bytes, double saved_bytes) {
+  return with_step(config, layout, estimate_state(config, layout), step_peak_bytes, saved_bytes);
+}
+
+MemoryEstimate with_step(const models::ModelConfig& config, const MemoryLayout& layout,
+                         MemoryEstimate m, double step_peak_bytes, double saved_bytes) {
+  m.traced_step_bytes = step_peak_bytes;
   if (layout.dp > 1 && layout.zero_stage == 2) {
     // trace_for_layout allocated them at the first gradient: inside the traced peak.
     m.traced_gradient_buffer_bytes = m.gradient_buffer_bytes;
     m.gradient_buffer_bytes = 0;
   }
-  m.saved_activation_bytes = g.saved_bytes;
+  m.saved_activation_bytes = saved_bytes;
   const int64_t seq = layout.seq > 0 ? layout.seq : config.max_positions();
   m.korthikanti_bytes = double(config.num_layers()) *
                         korthikanti_layer_bytes(seq, layout.micro_batch, config.hidden_size(),

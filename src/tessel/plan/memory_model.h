@@ -106,6 +106,9 @@ double korthikanti_layer_bytes(int64_t s, int64_t b, int64_t h, int64_t a, nn::R
 // gradient_buffer_bytes: ZeRO-2/3's full buffers).
 MemoryEstimate estimate_state(const models::ModelConfig& config, const MemoryLayout& layout);
 
+// The trace's options for one rank of `layout`.
+TraceOptions trace_options(const models::ModelConfig& config, const MemoryLayout& layout);
+
 // The trace of one micro-batch on one rank of `layout` (the step cost reads the same graph).
 Graph trace_for_layout(const models::ModelConfig& config, const MemoryLayout& layout);
 
@@ -113,5 +116,12 @@ Graph trace_for_layout(const models::ModelConfig& config, const MemoryLayout& la
 MemoryEstimate estimate_memory(const models::ModelConfig& config, const MemoryLayout& layout,
                                const Graph& graph);
 MemoryEstimate estimate_memory(const models::ModelConfig& config, const MemoryLayout& layout);
+// The same from a step's peak above the state (Graph::step_peak_bytes) and saved bytes, however
+// they were found (plan/pipeline_compose.h composes a pipeline rank's).
+MemoryEstimate estimate_memory(const models::ModelConfig& config, const MemoryLayout& layout,
+                               double step_peak_bytes, double saved_bytes);
+// The same over state terms already found (estimate_state of the same layout).
+MemoryEstimate with_step(const models::ModelConfig& config, const MemoryLayout& layout,
+                         MemoryEstimate state, double step_peak_bytes, double saved_bytes);
 
 }  // namespace tessel::plan

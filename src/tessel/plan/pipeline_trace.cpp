@@ -26,6 +26,20 @@
 
 namespace tessel::plan {
 
+std::vector<nn::Module*> parameter_holders(nn::Module& root,
+                                           const std::vector<std::string>& names) {
+  std::map<std::string, nn::Module*> modules;
+  for (auto& [path, module] : root.named_modules()) modules.emplace(path, module);
+  std::vector<nn::Module*> out;
+  for (const std::string& name : names) {
+    const size_t dot = name.rfind('.');
+    const auto it = modules.find(dot == std::string::npos ? std::string() : name.substr(0, dot));
+    TESSEL_CHECK(it != modules.end(), "pipeline trace: no module holds parameter '", name, "'");
+    if (std::find(out.begin(), out.end(), it->second) == out.end()) out.push_back(it->second);
+  }
+  return out;
+}
+
 int PipelineRank::stage_of_layer(int64_t layer) const {
   for (size_t s = 0; s < stage_layers.size(); ++s)
     if (layer >= stage_layers[s].first && layer < stage_layers[s].second) return int(s);
@@ -53,15 +67,6 @@ bool is_compute(PipelineActionKind k) {
 }
 bool is_recv(PipelineActionKind k) {
   return k == PipelineActionKind::RecvActivation || k == PipelineActionKind::RecvGradient;
-}
-
-// The module that holds parameter `name` directly ("h.0.attn.c_attn.weight" -> h.0.attn.c_attn).
-nn::Module* holder(nn::Module& root, const std::string& name) {
-  const size_t dot = name.rfind('.');
-  const std::string path = dot == std::string::npos ? std::string() : name.substr(0, dot);
-  for (auto& [p, module] : root.named_modules())
-    if (p == path) return module;
-  TESSEL_FAIL("pipeline trace: no module holds parameter '", name, "'");
 }
 
 struct Slot {
@@ -93,21 +98,21 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
   // What this rank holds: its stages' parameters and, on the head's rank, the tied embedding.
   const std::vector<std::string> held = pipeline_rank_parameters(*model, pr, true);
   const std::vector<std::string> trained = pipeline_rank_parameters(*model, pr, false);
-  std::vector<nn::Module*> roots;
+  std::map<std::string, Tensor> parameters;
+  for (const auto& [name, p] : model->named_parameters()) parameters.emplace(name, p);
+  const std::vector<nn::Module*> roots = parameter_holders(*model, held);
   for (const std::string& name : held) {
-    const Tensor p = model->find(name);
+    const Tensor& p = parameters.at(name);
     graph.parameter_bytes += double(p.storage().nbytes());
     graph.parameter_count += p.numel();
     ++graph.parameter_tensors;
-    nn::Module* m = holder(*model, name);
-    if (std::find(roots.begin(), roots.end(), m) == roots.end()) roots.push_back(m);
   }
   DataParallelRun dp;
   if (options.data_parallel) {
     dp = options.data_parallel(*model, trained);
   } else if (options.gradients_held) {
     for (const std::string& name : trained) {
-      Tensor p = model->find(name);
+      Tensor p = parameters.at(name);
       if (!p.grad().defined()) p.set_grad(zeros(p.shape(), DType::F32));
     }
   }
@@ -258,7 +263,7 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
   double tied_buffer = 0;
   if (pr.owner(0) == pr.rank && pr.owner(last_stage) != pr.rank)
     for (const std::string& name : model->head_tied_parameters())
-      tied_buffer += double(model->find(name).storage().nbytes());
+      tied_buffer += double(parameters.at(name).storage().nbytes());
   graph.step_peak_bytes = std::max({double(meta_allocator().peak_bytes()), recorder.kernel_peak(),
                                     after_schedule + tied_buffer}) -
                           step_base;

@@ -11,6 +11,7 @@
 #include "tessel/core/error.h"
 #include "tessel/plan/compute_cost.h"
 #include "tessel/plan/search_offload.h"
+#include "tessel/plan/search_traces.h"
 #include "tessel/tensor/default_device.h"
 
 namespace tessel::plan {
@@ -45,58 +46,6 @@ double model_peak(const Cluster& cluster, DType d) {
   return p > 0 ? p : cluster.peak_flops("f32");
 }
 
-// Shape-only traces of one rank's step, kept by what changes them: the micro-batch, recomputation,
-// gradients held and ZeRO-2's buffers, tp, and under pp the rank, schedule and micro-batches (the
-// rest of a layout does not change one rank's step). The least recently used are dropped beyond
-// max_ops ops in all (a pipeline rank's trace holds its whole schedule: a 175B GPT's search over
-// 64 GPUs kept 3.6 GB of them within 45 s), so a returned graph is valid until the next get.
-class Traces {
- public:
-  Traces(const models::ModelConfig& config, int64_t max_ops) : config_(config), max_ops_(max_ops) {}
-  const Graph& get(const MemoryLayout& m) {
-    std::string key = std::to_string(m.micro_batch) + "/" + std::to_string(int(m.recompute)) + "/" +
-                      std::to_string(m.dp > 1) + "/" +
-                      std::to_string(m.dp > 1 && m.zero_stage == 2) + "/" + std::to_string(m.tp);
-    // The runtime's ZeRO-2/3 on meta: its stage, dp size and micro-batches change the step.
-    if (m.dp > 1 && m.zero_stage >= 2 && m.dp_transform)
-      key += "/zero" + std::to_string(m.zero_stage) + "/" + std::to_string(m.dp) + "/" +
-             std::to_string(m.grad_accum);
-    if (m.pipeline.active())
-      key += "/" + m.pipeline.schedule + "/" + std::to_string(m.pipeline.ranks) + "/" +
-             std::to_string(m.pipeline.rank) + "/" + std::to_string(m.pipeline.microbatches);
-    auto it = graphs_.find(key);
-    if (it != graphs_.end()) {
-      recent_.splice(recent_.begin(), recent_, it->second.recent);
-      return it->second.graph;
-    }
-    recent_.push_front(key);
-    it = graphs_.emplace(key, Entry{trace_for_layout(config_, m), recent_.begin()}).first;
-    cached_ops_ += int64_t(it->second.graph.ops.size());
-    ++count_;
-    // Never the entry just made: it is the one returned.
-    while (cached_ops_ > max_ops_ && recent_.size() > 1) {
-      auto old = graphs_.find(recent_.back());
-      cached_ops_ -= int64_t(old->second.graph.ops.size());
-      graphs_.erase(old);
-      recent_.pop_back();
-    }
-    return it->second.graph;
-  }
-  int count() const { return count_; }
-
- private:
-  struct Entry {
-    Graph graph;
-    std::list<std::string>::iterator recent;  // its place in recent_
-  };
-  const models::ModelConfig& config_;
-  int64_t max_ops_;
-  std::map<std::string, Entry> graphs_;
-  std::list<std::string> recent_;  // keys, most recently used first
-  int64_t cached_ops_ = 0;
-  int count_ = 0;
-};
-
 // Why the search cannot predict `l` with this request: the models' coverage, and the runtime's
 // pieces tp and pp need.
 std::string coverage(const Layout& l, const SearchRequest& request) {
@@ -111,30 +60,50 @@ std::string coverage(const Layout& l, const SearchRequest& request) {
   return "";
 }
 
+// What a search keeps between layouts.
+struct Kept {
+  Kept(const models::ModelConfig& config, const Cluster& cluster, int64_t max_ops)
+      : traces(config, max_ops), stages(&cluster, config), states(config) {}
+  Traces traces;
+  StageTraces stages;
+  States states;
+  OffloadInputs offload_inputs;
+};
+
 // One predicted layout; `cluster` already has the launch's devices. Under pp every pipeline
-// rank is traced and predicted (as `tessel plan memory --pp` does): the memory is the largest
-// rank's, the step time the pipeline's.
+// rank is traced (or composed from its stages) and predicted (as `tessel plan memory --pp`
+// does): the memory is the largest rank's, the step time the pipeline's.
+
 PlanResult predict_traced(const models::ModelConfig& config, const Cluster& cluster,
-                          const SearchRequest& request, const Layout& l, Traces& traces,
-                          OffloadInputs& offload_inputs) {
+                          const SearchRequest& request, const Layout& l, Kept& kept) {
   PlanResult r;
   r.layout = l;
-  // Under pp each rank's trace is read here and not kept: the traces' cache may drop it.
+  // Under pp each rank's trace is read here and not kept: the traces' cache may drop it. A
+  // pipeline whose whole schedules are too long to trace is composed from its stages.
+  const bool whole =
+      l.pp == 1 || request.compose_above < 0 ||
+      (l.grad_accum + l.pp) * (config.num_layers() + 2) <= request.compose_above;
+  r.composed = !whole;
   std::vector<PipelineRankCost> rank_costs;
   std::vector<MemoryEstimate> memories;
   double flops = 0;  // model FLOPs of one rank's step (forward and backward)
   const MemoryLayout first = memory_layout(l, request, 0);
   for (int p = 0; p < l.pp; ++p) {
-    const MemoryLayout ml = memory_layout(l, request, p);
-    const Graph& g = traces.get(ml);
-    memories.push_back(estimate_memory(config, ml, g));
-    flops += g.phase_total(Phase::Forward).flops + g.phase_total(Phase::Backward).flops;
-    if (l.pp > 1) rank_costs.push_back(pipeline_rank_cost(cluster, g, memories.back(), first));
-    if (p == 0) {
-      if (l.pp > 1) continue;
-      r.time = estimate_step_time(cluster, g, memories.back(), ml);
-      flops *= double(l.grad_accum);  // one micro-batch's trace
+    const MemoryLayout ml = p == 0 ? first : memory_layout(l, request, p);
+    if (l.pp > 1) {
+      RankPrediction rank = predict_pipeline_rank(cluster, config, ml, first, whole, kept.traces,
+                                                  kept.stages, kept.states);
+      memories.push_back(std::move(rank.memory));
+      rank_costs.push_back(rank.cost);
+      flops += rank.flops;
+      continue;
     }
+    const Graph& g = kept.traces.get(ml);
+    memories.push_back(estimate_memory(config, ml, g));
+    r.time = estimate_step_time(cluster, g, memories.back(), ml);
+    // One micro-batch's trace.
+    flops = (g.phase_total(Phase::Forward).flops + g.phase_total(Phase::Backward).flops) *
+            double(l.grad_accum);
   }
   size_t worst = 0;
   for (size_t p = 1; p < memories.size(); ++p)
@@ -153,10 +122,14 @@ PlanResult predict_traced(const models::ModelConfig& config, const Cluster& clus
   if (r.memory.peak() > memory) {
     r.status = PlanStatus::OutOfMemory;
     r.reason = "needs " + gib(r.memory.peak()) + " per rank, the device has " + gib(memory);
-    offload_layout(config, cluster, request, memories, offload_inputs, r);
+    offload_layout(config, cluster, request, memories, kept.offload_inputs, r);
   } else {
     r.status = PlanStatus::Ranked;
   }
+  // The buckets' parameter lists have served the step model; a search keeps tens of thousands
+  // of results (a 175B GPT's over 1,024 GPUs: up to 28k buckets a rank), so they go.
+  r.memory.buckets.clear();
+  r.memory.buckets.shrink_to_fit();
   return r;
 }
 
@@ -326,17 +299,25 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
   out.global_batch = request.global_batch;
   out.seq = request.seq;
 
-  Traces traces(config, request.trace_cache_ops);
-  OffloadInputs offload_inputs;
+  Kept kept(config, cluster, request.trace_cache_ops);
   std::shared_ptr<models::CausalLM> meta_model;
   {
     DefaultDeviceScope meta(Device::meta());
     meta_model = config.build_empty();
   }
   const int64_t heads = config.num_heads(), layers = config.num_layers() + 2;
+  int factorisations = 0, done = 0;
+  for (int64_t dp : divisors(request.devices))
+    factorisations += int(divisors(request.devices / dp).size());
   for (int64_t dp : divisors(request.devices)) {
     for (int64_t tp : divisors(request.devices / dp)) {
       const int64_t pp = request.devices / dp / tp;
+      const auto report = [&] {
+        ++done;
+        if (request.progress)
+          request.progress(done, factorisations, int(dp), int(tp), int(pp),
+                           int64_t(out.ranked.size() + out.pruned.size()));
+      };
       Layout base;
       base.dp = int(dp);
       base.tp = int(tp);
@@ -355,6 +336,7 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
       }
       if (!invalid.reason.empty()) {
         out.pruned.push_back(std::move(invalid));
+        report();
         continue;
       }
       const int64_t rows = request.global_batch / dp;
@@ -399,7 +381,7 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
             Layout one = r.layout;
             one.dp = one.tp = one.pp = 1;
             one.zero_stage = 0;
-            const Graph& g = traces.get(memory_layout(one, request));
+            const Graph& g = kept.traces.get(memory_layout(one, request));
             StageSplitRequest sr;
             sr.stages = int(pp);
             sr.micro_batches = r.layout.grad_accum;
@@ -437,15 +419,17 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
               l.recompute = rc;
               l.micro_batch = mb;
               l.grad_accum = rows / mb;
-              PlanResult r = predict_traced(config, cluster, request, l, traces, offload_inputs);
+              PlanResult r = predict_traced(config, cluster, request, l, kept);
               (r.status == PlanStatus::Ranked ? out.ranked : out.pruned).push_back(std::move(r));
             }
           }
         }
       }
+      report();
     }
   }
-  out.traces = traces.count();
+  out.traces = kept.traces.count();
+  out.stage_traces = kept.stages.count();
   // Fastest first; equal times (the models charge some choices nothing) by less memory, then in
   // search order (the lower ZeRO stage, the less recomputation).
   std::stable_sort(out.ranked.begin(), out.ranked.end(),
@@ -470,9 +454,8 @@ PlanResult predict_layout(const models::ModelConfig& config, const Cluster& desc
     return r;
   }
   const Cluster cluster = description.with_devices(request.devices);
-  Traces traces(config, request.trace_cache_ops);
-  OffloadInputs offload_inputs;
-  return predict_traced(config, cluster, request, layout, traces, offload_inputs);
+  Kept kept(config, cluster, request.trace_cache_ops);
+  return predict_traced(config, cluster, request, layout, kept);
 }
 
 const PlanResult& best_plan(const SearchResult& result) {

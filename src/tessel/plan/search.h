@@ -44,6 +44,15 @@ struct SearchRequest {
   // The traces kept for reuse, in ops (the least recently used are dropped beyond it; a pipeline
   // rank's trace holds its whole schedule). Results do not depend on it, only the time taken.
   int64_t trace_cache_ops = int64_t(1) << 21;
+  // A pipeline layout whose micro-batches plus ranks, times pipeline layers (what tracing every
+  // rank's whole schedule costs: each rank builds the model, and the schedule runs every
+  // micro-batch through every layer) exceed this has each rank composed from one trace per
+  // distinct stage (plan/pipeline_compose.h: the same figures, but ZeRO-3's held units bounded
+  // from above) instead; 0: every pipeline layout composed, < 0: none.
+  int64_t compose_above = 256;
+  // Called after each dp x tp x pp factorisation is searched: how many of how many, that one's
+  // sizes, the layouts predicted so far (a search over 1,024 devices takes minutes).
+  std::function<void(int done, int total, int dp, int tp, int pp, int64_t layouts)> progress;
   // Tensor and pipeline layouts need the runtime's tensor-parallel transform and its stage
   // partition and schedules, which sit above plan/: cli/plan_layout.h supplies them (as
   // `tessel plan memory` uses them). Without them tp (pp) layouts are not modelled.
@@ -105,7 +114,7 @@ struct PlanResult {
   PlanStatus status = PlanStatus::Invalid;
   std::string reason;  // why it is not ranked
   // Ranked and OutOfMemory: the predictions (the fullest rank's memory: under pp the pipeline
-  // rank with the largest peak).
+  // rank with the largest peak; its bucket list is dropped once the step is predicted).
   MemoryEstimate memory;
   StepTime time;
   double step_seconds = 0, tokens_per_second = 0, mfu = 0;
@@ -117,6 +126,7 @@ struct PlanResult {
   OffloadTraffic offload;
   double offload_io_seconds = 0;
   double offload_plain_bytes = 0;
+  bool composed = false;  // pp > 1: every rank composed from its stages' traces
 };
 
 struct SearchResult {
@@ -127,6 +137,7 @@ struct SearchResult {
   std::vector<PlanResult> ranked;  // fastest first
   std::vector<PlanResult> pruned;  // out of memory, not modelled or invalid, in search order
   int traces = 0;                  // shape-only traces the search ran
+  int stage_traces = 0;            // stages traced for composed pipelines (PlanResult::composed)
 };
 
 // Every layout of `config`'s step on `cluster` scaled to request.devices.

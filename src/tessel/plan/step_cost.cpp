@@ -74,28 +74,38 @@ PipelineTime pipeline_time(const std::vector<double>& busy, int microbatches, in
   return t;
 }
 
+double tp_collectives_seconds(const Cluster& cluster, const Graph& graph, int tp) {
+  if (tp <= 1) return 0;
+  std::vector<int> group(static_cast<size_t>(tp));
+  std::iota(group.begin(), group.end(), 0);
+  return collectives_seconds(cluster, graph, "tp", group);
+}
+
 StepTime estimate_step_time(const Cluster& cluster, const Graph& graph,
+                            const MemoryEstimate& memory, const MemoryLayout& layout) {
+  return estimate_step_time(cluster, graph_compute_time(cluster, graph),
+                            tp_collectives_seconds(cluster, graph, layout.tp) *
+                                (layout.pipeline.active() ? 1.0 : double(layout.grad_accum)),
+                            graph.parameter_tensors, memory, layout);
+}
+
+StepTime estimate_step_time(const Cluster& cluster, const ComputeTime& compute,
+                            double tp_seconds, int64_t parameter_tensors,
                             const MemoryEstimate& memory, const MemoryLayout& layout) {
   const int dp = layout.dp;
   const int tp = layout.tp;
   const int stage = dp > 1 ? layout.zero_stage : 0;
-  const ComputeTime compute = graph_compute_time(cluster, graph);
   StepTime s;
   s.compute_seconds = compute.total() * double(layout.grad_accum);
   s.overhead_seconds = compute.overhead_seconds * double(layout.grad_accum);
-  if (tp > 1) {
-    std::vector<int> group(static_cast<size_t>(tp));
-    std::iota(group.begin(), group.end(), 0);
-    s.tp_comm_seconds = collectives_seconds(cluster, graph, "tp", group) *
-                        (layout.pipeline.active() ? 1.0 : double(layout.grad_accum));
-  }
+  if (tp > 1) s.tp_comm_seconds = tp_seconds;
   const double psi = double(memory.parameter_count);
   double padded = 0;
   for (const BucketPlan& b : memory.buckets) padded += double(b.padded);
   const double updated = stage >= 1 ? padded / dp : psi;
   // The update, and the gradient norm's and the scaling's passes over the gradients.
   s.optimizer_seconds =
-      adamw_seconds(cluster, updated, double(std::max<int64_t>(graph.parameter_tensors, 1))) +
+      adamw_seconds(cluster, updated, double(std::max<int64_t>(parameter_tensors, 1))) +
       gradient_passes_seconds(cluster, updated);
   if (dp == 1) return with_load(cluster, s);
 
@@ -145,13 +155,23 @@ StepTime estimate_step_time(const Cluster& cluster, const Graph& graph,
 
 PipelineRankCost pipeline_rank_cost(const Cluster& cluster, const Graph& graph,
                                     const MemoryEstimate& memory, const MemoryLayout& layout) {
-  // The rank's graph is its whole schedule: every micro-batch already counted once.
+  double message = 0;
+  for (const CollectiveNode& n : graph.collectives)
+    if (n.axis == "pp") message = std::max(message, n.bytes);
+  return pipeline_rank_cost(cluster, graph_compute_time(cluster, graph),
+                            tp_collectives_seconds(cluster, graph, layout.tp),
+                            graph.parameter_tensors, message, memory, layout);
+}
+
+PipelineRankCost pipeline_rank_cost(const Cluster& cluster, const ComputeTime& compute,
+                                    double tp_seconds, int64_t parameter_tensors, double message,
+                                    const MemoryEstimate& memory, const MemoryLayout& layout) {
+  // The figures are the rank's whole schedule: every micro-batch already counted once.
   MemoryLayout once = layout;
   once.grad_accum = 1;
   PipelineRankCost c;
-  c.time = estimate_step_time(cluster, graph, memory, once);
-  for (const CollectiveNode& n : graph.collectives)
-    if (n.axis == "pp") c.message = std::max(c.message, n.bytes);
+  c.time = estimate_step_time(cluster, compute, tp_seconds, parameter_tensors, memory, once);
+  c.message = message;
   return c;
 }
 

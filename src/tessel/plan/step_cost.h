@@ -54,6 +54,14 @@ double exposed_after(const std::vector<double>& ready, const std::vector<double>
 // (the mesh's order, tp fastest).
 StepTime estimate_step_time(const Cluster& cluster, const Graph& graph,
                             const MemoryEstimate& memory, const MemoryLayout& layout);
+// The same from what the model reads of the graph: its compute (one micro-batch), its
+// tensor-parallel collectives' time for the whole step, and its parameter tensors.
+StepTime estimate_step_time(const Cluster& cluster, const ComputeTime& compute,
+                            double tp_seconds, int64_t parameter_tensors,
+                            const MemoryEstimate& memory, const MemoryLayout& layout);
+
+// The graph's collectives on the tp axis timed for ranks 0..tp-1 (0 when tp is 1).
+double tp_collectives_seconds(const Cluster& cluster, const Graph& graph, int tp);
 
 // One collective of a step: the calibrated fit t = alpha + beta·bytes (Cluster::collectives) when
 // calibration measured this op over a group of this size inside one node — the blocking MPI call
@@ -89,6 +97,11 @@ struct PipelineRankCost {
   double message = 0;  // the largest message it sent between stages
 };
 PipelineRankCost pipeline_rank_cost(const Cluster& cluster, const Graph& graph,
+                                    const MemoryEstimate& memory, const MemoryLayout& layout);
+// The same from the rank's whole-schedule compute, tensor-parallel time, parameter tensors and
+// largest message, however found (plan/pipeline_compose.h composes them).
+PipelineRankCost pipeline_rank_cost(const Cluster& cluster, const ComputeTime& compute,
+                                    double tp_seconds, int64_t parameter_tensors, double message,
                                     const MemoryEstimate& memory, const MemoryLayout& layout);
 StepTime combine_pipeline_ranks(const Cluster& cluster, const std::vector<PipelineRankCost>& ranks,
                                 const MemoryLayout& layout);

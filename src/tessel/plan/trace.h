@@ -97,6 +97,10 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
 Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions& options,
                           const PipelineRank& rank);
 
+// The modules that hold parameters `names` directly ("h.0.attn.c_attn.weight" ->
+// h.0.attn.c_attn), each once, in the order of their first parameter.
+std::vector<nn::Module*> parameter_holders(nn::Module& root, const std::vector<std::string>& names);
+
 // The parameters pipeline rank `rank` trains (its stages'), and with `with_tied` also those its
 // head multiplies with although the first stage owns them (a tied embedding).
 std::vector<std::string> pipeline_rank_parameters(const models::CausalLM& model,

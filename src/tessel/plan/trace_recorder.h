@@ -50,6 +50,8 @@ class Recorder final : public kernels::KernelObserver {
   Recorder(Graph& graph, bool stand_ins) : graph_(graph), stand_ins_(stand_ins) {}
   // The most meta bytes live during a kernel, its f32 stand-ins included.
   double kernel_peak() const { return kernel_peak_; }
+  // Starts the kernel peak again (a stage's trace reads it action by action).
+  void reset_kernel_peak() { kernel_peak_ = 0; }
   void set_backward(bool on = true) { backward_ = on; }
   bool backward() const { return backward_; }
   // Storages written so far.
