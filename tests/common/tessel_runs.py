@@ -30,6 +30,11 @@ def run(cmd, **kw):
     return p
 
 
+def run_json(cmd):
+    """Runs a `--json` command with one compute thread and returns its last stdout line, parsed."""
+    return json.loads(run(cmd, env=single_thread_env()).stdout.strip().splitlines()[-1])
+
+
 def single_thread_env():
     """The environment every run gets: one compute thread per rank."""
     return dict(os.environ, TESSEL_NUM_THREADS="1", OMP_NUM_THREADS="1")

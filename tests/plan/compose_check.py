@@ -19,13 +19,12 @@ the LLaMA preset, checked:
 
 Usage: compose_check.py TESSEL REPO_ROOT WORKDIR
 """
-import json
 import os
 import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from tessel_runs import fail, run, single_thread_env, write_json  # noqa: E402
+from tessel_runs import fail, run_json, write_json  # noqa: E402
 
 RECOMPUTE = ["none", "selective", "full"]
 PRECISION = ["fp32", "bf16"]
@@ -34,8 +33,7 @@ EXTRAS = [[], ["--dp", "2", "--zero", "1"], ["--dp", "2", "--zero", "2"],
 
 
 def memory(tessel, args):
-    out = run([tessel, "plan", "memory", "--json"] + args, env=single_thread_env()).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return run_json([tessel, "plan", "memory", "--json"] + args)
 
 
 def main():

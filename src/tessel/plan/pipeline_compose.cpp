@@ -6,12 +6,8 @@
 #include <utility>
 #include <vector>
 
-#include "tessel/autograd/engine.h"
-#include "tessel/autograd/grad_mode.h"
-#include "tessel/autograd/scope.h"
 #include "tessel/core/error.h"
 #include "tessel/nn/autocast.h"
-#include "tessel/ops/ops.h"
 #include "tessel/plan/step_cost.h"
 #include "tessel/plan/trace.h"
 #include "tessel/plan/trace_recorder.h"
@@ -136,34 +132,14 @@ StageTrace trace_stage(const Cluster* cluster, const models::ModelConfig& config
   const auto forward = [&](int mb) {
     recorder.set_backward(false);
     Slot& s = slots[mb];
-    autograd::ScopeGuard root(0);
-    Tensor x = first ? model->embed(batches[size_t(mb)].first) : s.input;
-    for (int64_t l = std::max<int64_t>(begin, 1); l < std::min(end, blocks + 1); ++l)
-      x = model->block(l - 1, x);
-    if (last) {
-      Tensor logits = model->head(x);
-      const Tensor& targets = batches[size_t(mb)].second;
-      const int64_t n = targets.numel();
-      x = options.loss ? options.loss(logits, targets)
-                       : ops::cross_entropy(ops::reshape(logits, {n, logits.size(2)}),
-                                            targets.reshape({n}));
-    }
-    s.output = x;
+    s.output = stage_forward(*model, options, begin, end, batches[size_t(mb)].first,
+                             batches[size_t(mb)].second, s.input);
   };
   // As the executor: after the backward the slot lets go of the output and its gradient.
   const auto backward = [&](int mb) {
     recorder.set_backward(true);
     Slot& s = slots[mb];
-    if (last) {
-      Tensor seed;
-      {
-        autograd::NoGradGuard no_grad;
-        seed = ones(s.output.shape(), s.output.dtype());
-      }
-      autograd::backward({s.output}, {seed});
-    } else {
-      autograd::backward({s.output}, {s.grad_output});
-    }
+    stage_backward(s.output, last ? Tensor() : s.grad_output);
     s.output = Tensor();
     s.grad_output = Tensor();
   };

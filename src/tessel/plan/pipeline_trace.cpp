@@ -40,6 +40,36 @@ std::vector<nn::Module*> parameter_holders(nn::Module& root,
   return out;
 }
 
+Tensor stage_forward(models::CausalLM& model, const TraceOptions& options, int64_t begin,
+                     int64_t end, const Tensor& ids, const Tensor& targets, const Tensor& input) {
+  const int64_t blocks = model.num_layers();
+  autograd::ScopeGuard root(0);
+  Tensor x = begin == 0 ? model.embed(ids) : input;
+  for (int64_t l = std::max<int64_t>(begin, 1); l < std::min(end, blocks + 1); ++l)
+    x = model.block(l - 1, x);
+  if (end == blocks + 2) {
+    Tensor logits = model.head(x);
+    const int64_t n = targets.numel();
+    x = options.loss ? options.loss(logits, targets)
+                     : ops::cross_entropy(ops::reshape(logits, {n, logits.size(2)}),
+                                          targets.reshape({n}));
+  }
+  return x;
+}
+
+void stage_backward(const Tensor& output, const Tensor& grad_output) {
+  if (grad_output.defined()) {
+    autograd::backward({output}, {grad_output});
+    return;
+  }
+  Tensor seed;
+  {
+    autograd::NoGradGuard no_grad;
+    seed = ones(output.shape(), output.dtype());
+  }
+  autograd::backward({output}, {seed});
+}
+
 int PipelineRank::stage_of_layer(int64_t layer) const {
   for (size_t s = 0; s < stage_layers.size(); ++s)
     if (layer >= stage_layers[s].first && layer < stage_layers[s].second) return int(s);
@@ -188,34 +218,14 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
             Slot& s = slots[{a.stage, a.microbatch}];
             const auto [begin, end] = pr.stage_layers[size_t(a.stage)];
             const auto& [ids, targets] = batches[size_t(a.microbatch)];
-            autograd::ScopeGuard root(0);
-            Tensor x = begin == 0 ? model->embed(ids) : s.input;
-            for (int64_t l = std::max<int64_t>(begin, 1); l < std::min(end, blocks + 1); ++l)
-              x = model->block(l - 1, x);
-            if (end == blocks + 2) {
-              Tensor logits = model->head(x);
-              const int64_t n = targets.numel();
-              x = options.loss ? options.loss(logits, targets)
-                               : ops::cross_entropy(ops::reshape(logits, {n, logits.size(2)}),
-                                                    targets.reshape({n}));
-            }
-            s.output = x;
+            s.output = stage_forward(*model, options, begin, end, ids, targets, s.input);
             break;
           }
           case PipelineActionKind::Backward: {
             post_ahead(i + 1);
             recorder.set_backward(true);
             Slot& s = slots[{a.stage, a.microbatch}];
-            if (a.stage == last_stage) {
-              Tensor seed;
-              {
-                autograd::NoGradGuard no_grad;
-                seed = ones(s.output.shape(), s.output.dtype());
-              }
-              autograd::backward({s.output}, {seed});
-            } else {
-              autograd::backward({s.output}, {s.grad_output});
-            }
+            stage_backward(s.output, a.stage == last_stage ? Tensor() : s.grad_output);
             s.output = Tensor();
             s.grad_output = Tensor();
             if (a.stage == 0) s.input = Tensor();

@@ -97,6 +97,14 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
 Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions& options,
                           const PipelineRank& rank);
 
+// One pipeline stage's forward as the executor runs it over the trainer's slices: the
+// embedding of `ids` when the stage holds pipeline layer 0, else `input`; its blocks; with the
+// head, the loss against `targets` (options.loss, else cross-entropy). Its backward: from
+// `grad_output`, or from a seed of ones where the stage ends in the loss (grad_output undefined).
+Tensor stage_forward(models::CausalLM& model, const TraceOptions& options, int64_t begin,
+                     int64_t end, const Tensor& ids, const Tensor& targets, const Tensor& input);
+void stage_backward(const Tensor& output, const Tensor& grad_output);
+
 // The modules that hold parameters `names` directly ("h.0.attn.c_attn.weight" ->
 // h.0.attn.c_attn), each once, in the order of their first parameter.
 std::vector<nn::Module*> parameter_holders(nn::Module& root, const std::vector<std::string>& names);
