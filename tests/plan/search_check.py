@@ -5,7 +5,8 @@ T = 15, global batch 6) over 2 ranks of a described node whose memory is the med
 layouts' predicted peaks, so some layouts do not fit:
 
 - the search's ranked table holds only layouts that fit and the rest are named as out of memory;
-- a ranked tp layout and ranked gpipe and 1f1b pp layouts carry `tessel plan memory`'s figures
+- a ranked tp layout (with and without sequence parallelism) and ranked gpipe and 1f1b pp
+  layouts carry `tessel plan memory`'s figures
   (memory, step time, op overhead, load term), and every ranked row carries its own `tessel
   train` flags (`train_args`);
 - `mpirun -np 2 tessel train --plan auto --cluster C` trains with the search's best plan, and a
@@ -71,23 +72,29 @@ def check_against_plan_memory(tessel, config, cluster, res, env):
                 "--set", f"train.recompute={r['recompute']}",
                 "--set", f"train.micro_batch={r['micro_batch']}",
                 "--set", f"train.grad_accum={r['grad_accum']}"]
+        if r["sp"]:
+            args += ["--set", "parallel.sequence_parallel=true"]
         if r["pp"] > 1:
             args += ["--schedule", r["schedule"]]
         if r.get("train_args") != args:
             fail(f"{r['layout']}: train_args {r.get('train_args')}, expected {args}")
         if r["tp"] > 1 or r["pp"] > 1:
-            picks.setdefault((r["tp"], r["pp"], r.get("schedule")), r)
+            picks.setdefault((r["tp"], r["pp"], r.get("schedule"), r["sp"]), r)
     if not any(k[0] > 1 for k in picks) or \
             {k[2] for k in picks if k[1] > 1} != {"gpipe", "1f1b", "interleaved:2"}:
         fail(f"the search ranked no tp layout or not every pipeline schedule (gpipe, 1f1b, "
              f"interleaved:2): {sorted(picks, key=str)}")
-    for (tp, pp, schedule), r in sorted(picks.items(), key=str):
+    if not any(k[3] for k in picks):
+        fail(f"the search ranked no sequence-parallel layout: {sorted(picks, key=str)}")
+    for (tp, pp, schedule, sp), r in sorted(picks.items(), key=str):
         cmd = [tessel, "plan", "memory", "--model", config, "--cluster", cluster, "--json",
                "--dp", str(r["dp"]), "--tp", str(tp), "--pp", str(pp), "--zero",
                str(r["zero_stage"]), "--recompute", r["recompute"], "--micro-batch",
                str(r["micro_batch"]), "--grad-accum", str(r["grad_accum"]), "--seq", "15"]
         if schedule:
             cmd += ["--schedule", schedule]
+        if sp:
+            cmd.append("--sp")
         m = json.loads(run(cmd, env=env).stdout)
         if m["mem_peak_bytes"] != r["mem_peak_bytes"] or \
                 any(abs(m.get(k, 0) - r[k]) > 1e-9 * r["step_ms"]

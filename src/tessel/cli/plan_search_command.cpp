@@ -36,6 +36,7 @@ nlohmann::json plan_json(const plan::PlanResult& r) {
   nlohmann::json j = {{"layout", l.str()},
                       {"dp", l.dp},
                       {"tp", l.tp},
+                      {"sp", l.sp},
                       {"pp", l.pp},
                       {"zero_stage", l.zero_stage},
                       {"recompute", std::string(nn::recompute_name(l.recompute))},
@@ -91,6 +92,7 @@ struct SearchArgs {
   std::vector<int> zero = {0, 1, 2, 3};
   std::vector<std::string> recompute = {"none", "selective", "full"};
   std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved"};
+  std::string sequence_parallel = "both";
   double bucket_mb = 25;
   bool offload = false;
   std::string offload_host = "0", offload_chunk = "64MiB", offload_nvme_dir;
@@ -108,6 +110,9 @@ void run_search(SearchArgs a) {
   a.request.recompute.clear();
   for (const std::string& r : a.recompute) a.request.recompute.push_back(nn::parse_recompute(r));
   a.request.schedules = a.schedules;
+  a.request.sequence_parallel = a.sequence_parallel == "both" ? std::vector<bool>{false, true}
+                                : a.sequence_parallel == "on" ? std::vector<bool>{true}
+                                                              : std::vector<bool>{false};
   set_runtime_layouts(a.request, config);
   if (a.offload) {
     // On a CPU node the device and host tiers are the same memory; only NVMe takes state out.
@@ -123,7 +128,8 @@ void run_search(SearchArgs a) {
     // Each rank as the trainer offloads it: tp rank 0 of the family's plan (as the search traces
     // it), its ZeRO shards, its pipeline stages.
     a.request.offload_input = [config](const plan::MemoryLayout& l, const plan::OffloadBudgets& b) {
-      const bool sums = l.dp > 1 && l.tp > 1 && tp_sums_gradients(*config, l.tp, 0, "", false);
+      const bool sums =
+          l.dp > 1 && l.tp > 1 && tp_sums_gradients(*config, l.tp, 0, "", l.message_seq > 0);
       return offload_input_for(*config, l, b, sums, false);
     };
   }
@@ -234,8 +240,8 @@ void run_search(SearchArgs a) {
 }  // namespace
 
 void set_runtime_layouts(plan::SearchRequest& request, const models::ConfigPtr& model) {
-  request.tensor_parallel = [](plan::MemoryLayout& layout, int tp) {
-    set_tensor_parallel(layout, tp, 0, "", false);
+  request.tensor_parallel = [](plan::MemoryLayout& layout, int tp, bool sp) {
+    set_tensor_parallel(layout, tp, 0, "", sp, layout.seq);
   };
   request.pipeline_rank = [model](const std::string& schedule, int pp, int microbatches, int rank) {
     return pipeline_rank(*model, schedule, pp, microbatches, rank);
@@ -262,6 +268,7 @@ plan::Layout train_layout_of(const train::TrainConfig& c, int dp, int tp, int pp
   l.dp = dp;
   l.tp = tp;
   l.pp = pp;
+  l.sp = tp > 1 && c.parallel.sequence_parallel;
   l.zero_stage = int(c.parallel.zero_stage);
   l.recompute = nn::parse_recompute(c.train.recompute);
   l.micro_batch = c.train.micro_batch;
@@ -307,6 +314,11 @@ void add_search_options(CLI::App* cmd, const std::shared_ptr<SearchArgs>& args, 
                   "Pipeline schedules to search (with pp > 1; interleaved: every number of "
                   "chunks per rank the layers allow)")
       ->check(CLI::IsMember({"1f1b", "gpipe", "interleaved"}))
+      ->capture_default_str();
+  cmd->add_option("--sequence-parallel", args->sequence_parallel,
+                  "Sequence parallelism with tp > 1 layouts (as `tessel train --sp`): off, on or "
+                  "both")
+      ->check(CLI::IsMember({"off", "on", "both"}))
       ->capture_default_str();
   cmd->add_option("--max-micro-batch", args->request.max_micro_batch,
                   "Largest micro-batch to consider (default: any)");

@@ -154,7 +154,7 @@ SearchRequest resolved(const models::ModelConfig& config, const Cluster& descrip
 }  // namespace
 
 std::string Layout::str() const {
-  std::string s = "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) +
+  std::string s = "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) + (sp ? " sp" : "") +
                   " pp=" + std::to_string(pp) + " zero=" + std::to_string(zero_stage) +
                   " recompute=" + std::string(nn::recompute_name(recompute)) +
                   " micro_batch=" + std::to_string(micro_batch) +
@@ -175,6 +175,10 @@ std::vector<std::string> Layout::train_args() const {
       "--set", "train.recompute=" + std::string(nn::recompute_name(recompute)),
       "--set", "train.micro_batch=" + std::to_string(micro_batch),
       "--set", "train.grad_accum=" + std::to_string(grad_accum)};
+  if (sp) {
+    a.push_back("--set");
+    a.push_back("parallel.sequence_parallel=true");
+  }
   if (pp > 1) {
     a.push_back("--schedule");
     a.push_back(schedule);
@@ -195,6 +199,8 @@ std::vector<std::string> Layout::train_args() const {
 }
 
 std::string model_coverage(const Layout& layout) {
+  if (layout.sp && layout.tp < 2)
+    return "sequence parallelism splits the sequence over the tp ranks: it needs tp > 1";
   if (layout.pp > 1 && layout.schedule != "gpipe" && layout.schedule != "1f1b" &&
       layout.schedule.rfind("interleaved", 0) != 0)
     return "schedule '" + layout.schedule + "': the models know gpipe, 1f1b and interleaved[:V]";
@@ -214,7 +220,7 @@ MemoryLayout memory_layout(const Layout& layout, const SearchRequest& request, i
   if (layout.tp > 1) {
     TESSEL_CHECK(bool(request.tensor_parallel), "plan: ", layout.str(),
                  " needs the runtime's tensor-parallel transform in the request");
-    request.tensor_parallel(m, layout.tp);
+    request.tensor_parallel(m, layout.tp, layout.sp);
   }
   if (layout.pp > 1) {
     TESSEL_CHECK(bool(request.pipeline_rank), "plan: ", layout.str(),
@@ -412,15 +418,18 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
           // The interleaved schedule moves micro-batches in groups of pp (the runtime refuses
           // other counts).
           if (interleaved && (rows / mb) % pp != 0) continue;
-          for (int zero : zeros) {
-            for (nn::Recompute rc : request.recompute) {
-              Layout l = sched;
-              l.zero_stage = zero;
-              l.recompute = rc;
-              l.micro_batch = mb;
-              l.grad_accum = rows / mb;
-              PlanResult r = predict_traced(config, cluster, request, l, kept);
-              (r.status == PlanStatus::Ranked ? out.ranked : out.pruned).push_back(std::move(r));
+          for (bool sp : tp > 1 ? request.sequence_parallel : std::vector<bool>{false}) {
+            for (int zero : zeros) {
+              for (nn::Recompute rc : request.recompute) {
+                Layout l = sched;
+                l.sp = sp;
+                l.zero_stage = zero;
+                l.recompute = rc;
+                l.micro_batch = mb;
+                l.grad_accum = rows / mb;
+                PlanResult r = predict_traced(config, cluster, request, l, kept);
+                (r.status == PlanStatus::Ranked ? out.ranked : out.pruned).push_back(std::move(r));
+              }
             }
           }
         }

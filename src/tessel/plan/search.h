@@ -56,7 +56,11 @@ struct SearchRequest {
   // Tensor and pipeline layouts need the runtime's tensor-parallel transform and its stage
   // partition and schedules, which sit above plan/: cli/plan_layout.h supplies them (as
   // `tessel plan memory` uses them). Without them tp (pp) layouts are not modelled.
-  std::function<void(MemoryLayout& layout, int tp)> tensor_parallel;
+  // Sets tp and, with `sp`, sequence parallelism over rows of layout.seq tokens.
+  std::function<void(MemoryLayout& layout, int tp, bool sp)> tensor_parallel;
+  // Sequence parallelism (Korthikanti et al. 2022) searched with each tp > 1 layout: without,
+  // with, or both.
+  std::vector<bool> sequence_parallel = {false, true};
   std::function<PipelineRank(const std::string& schedule, int pp, int microbatches, int rank)>
       pipeline_rank;
   // ZeRO-2/3 by the runtime's own data parallelism (MemoryLayout::dp_transform; sets it on a
@@ -82,6 +86,7 @@ struct SearchRequest {
 // train.recompute, train.micro_batch, train.grad_accum and parallel.schedule.
 struct Layout {
   int dp = 1, tp = 1, pp = 1;
+  bool sp = false;  // sequence parallelism over the tp ranks (tp > 1)
   int zero_stage = 0;
   nn::Recompute recompute = nn::Recompute::None;
   int64_t micro_batch = 1;  // rows per micro-batch on each dp rank
@@ -92,7 +97,8 @@ struct Layout {
   int64_t offload_device_budget = 0, offload_host_budget = 0, offload_chunk_bytes = 0;
   std::string offload_nvme_dir;
   bool offloaded() const { return offload_device_budget > 0; }
-  // "dp=2 tp=1 pp=1 zero=1 recompute=none micro_batch=4 grad_accum=2" (" offload=D+H[+nvme]").
+  // "dp=2 tp=1 pp=1 zero=1 recompute=none micro_batch=4 grad_accum=2" (" sp" after tp=N with
+  // sequence parallelism; " offload=D+H[+nvme]").
   std::string str() const;
   // The `tessel train` arguments that run it (the flags and --set overrides).
   std::vector<std::string> train_args() const;
