@@ -69,9 +69,7 @@ StageTrace trace_stage(const Cluster* cluster, const models::ModelConfig& config
   std::vector<std::string> trained, held;
   // ZeRO-3's units as the trainer forms them: one per block, one per parameter outside them.
   std::map<int64_t, double> block_bytes;
-  std::map<std::string, Tensor> parameters;
   for (const auto& [name, p] : model->named_parameters()) {
-    parameters.emplace(name, p);
     const int64_t layer = model->layer_of_parameter(name);
     const bool own = layer >= begin && layer < end;
     const bool is_tied = std::find(tied.begin(), tied.end(), name) != tied.end();
@@ -90,15 +88,7 @@ StageTrace trace_stage(const Cluster* cluster, const models::ModelConfig& config
   const std::vector<nn::Module*> roots = parameter_holders(*model, held);
   for (const auto& [layer, bytes] : block_bytes)
     out.largest_unit_bytes = std::max(out.largest_unit_bytes, bytes);
-  DataParallelRun dp;
-  if (options.data_parallel) {
-    dp = options.data_parallel(*model, trained);
-  } else if (options.gradients_held) {
-    for (const std::string& name : trained) {
-      Tensor p = parameters.at(name);
-      if (!p.grad().defined()) p.set_grad(zeros(p.shape(), DType::F32));
-    }
-  }
+  DataParallelRun dp = start_data_parallel(*model, options, trained);
 
   Graph graph;
   Recorder recorder(graph, options.half_stand_ins);

@@ -70,6 +70,20 @@ void stage_backward(const Tensor& output, const Tensor& grad_output) {
   autograd::backward({output}, {seed});
 }
 
+DataParallelRun start_data_parallel(models::CausalLM& model, const TraceOptions& options,
+                                    const std::vector<std::string>& trained) {
+  if (options.data_parallel) return options.data_parallel(model, trained);
+  if (options.gradients_held) {
+    std::map<std::string, Tensor> parameters;
+    for (const auto& [name, p] : model.named_parameters()) parameters.emplace(name, p);
+    for (const std::string& name : trained) {
+      Tensor p = parameters.at(name);
+      if (!p.grad().defined()) p.set_grad(zeros(p.shape(), DType::F32));
+    }
+  }
+  return {};
+}
+
 int PipelineRank::stage_of_layer(int64_t layer) const {
   for (size_t s = 0; s < stage_layers.size(); ++s)
     if (layer >= stage_layers[s].first && layer < stage_layers[s].second) return int(s);
@@ -137,15 +151,7 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
     graph.parameter_count += p.numel();
     ++graph.parameter_tensors;
   }
-  DataParallelRun dp;
-  if (options.data_parallel) {
-    dp = options.data_parallel(*model, trained);
-  } else if (options.gradients_held) {
-    for (const std::string& name : trained) {
-      Tensor p = parameters.at(name);
-      if (!p.grad().defined()) p.set_grad(zeros(p.shape(), DType::F32));
-    }
-  }
+  DataParallelRun dp = start_data_parallel(*model, options, trained);
 
   TESSEL_CHECK(options.steps >= 1, "pipeline trace: steps must be >= 1, got ", options.steps);
   Recorder recorder(graph, options.half_stand_ins);

@@ -97,6 +97,11 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
 Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions& options,
                           const PipelineRank& rank);
 
+// A pipeline rank's data parallelism over the parameters it trains: the runtime's own
+// (options.data_parallel), or gradients made before the step (options.gradients_held), or none.
+DataParallelRun start_data_parallel(models::CausalLM& model, const TraceOptions& options,
+                                    const std::vector<std::string>& trained);
+
 // One pipeline stage's forward as the executor runs it over the trainer's slices: the
 // embedding of `ids` when the stage holds pipeline layer 0, else `input`; its blocks; with the
 // head, the loss against `targets` (options.loss, else cross-entropy). Its backward: from
