@@ -49,8 +49,8 @@ plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::s
   // turn (a search at pp 64 over 512 micro-batches would otherwise make it 64 times).
   thread_local std::string last_key;
   thread_local std::vector<plan::PipelineRank> last;
-  const std::string key = config.to_json() + "\n" + schedule + "/" + std::to_string(pp_size) +
-                          "/" + std::to_string(microbatches);
+  const std::string key = config.to_json() + "\n" + schedule + "/" + std::to_string(pp_size) + "/" +
+                          std::to_string(microbatches);
   if (key == last_key) return last.at(size_t(rank));
   const pp::Schedule s = train::schedule_from_spec(schedule, pp_size, microbatches);
   std::vector<pp::LayerCost> costs;

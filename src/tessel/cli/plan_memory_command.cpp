@@ -8,8 +8,8 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "tessel/cli/commands.h"
@@ -34,7 +34,7 @@ struct MemoryArgs {
   std::string recompute = "none";
   std::string precision = "fp32";
   double bucket_mb = 25;
-  std::string cluster;  // with it, the step time too
+  std::string cluster;    // with it, the step time too
   bool composed = false;  // pipeline ranks from their stages' traces (plan/pipeline_compose.h)
   bool json = false;
 };
@@ -83,8 +83,10 @@ void run_memory(MemoryArgs a) {
   const int64_t seq = a.layout.seq > 0 ? a.layout.seq : config->max_positions();
   set_tensor_parallel(a.layout, a.tp, 0, a.tp_plan, a.sp, seq);
   set_data_parallel(a.layout);
-  TESSEL_CHECK(!a.composed || a.pp > 1, "plan memory: --composed composes pipeline ranks from "
-               "their stages and needs --pp > 1, got --pp ", a.pp);
+  TESSEL_CHECK(!a.composed || a.pp > 1,
+               "plan memory: --composed composes pipeline ranks from "
+               "their stages and needs --pp > 1, got --pp ",
+               a.pp);
   std::optional<plan::Cluster> cluster;
   if (!a.cluster.empty())
     cluster = plan::Cluster::load(a.cluster).with_devices(a.layout.dp * a.tp * a.pp);

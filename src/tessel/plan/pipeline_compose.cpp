@@ -195,8 +195,9 @@ StageTraces::StageTraces(const Cluster* cluster, const models::ModelConfig& conf
 const StageTrace& StageTraces::get(const MemoryLayout& m, int64_t begin, int64_t end) {
   const int64_t layers = config_.num_layers() + 2;
   std::string key = std::to_string(m.micro_batch) + "/" + std::to_string(m.seq) + "/" +
-                    std::to_string(int(m.recompute)) + "/" + std::string(dtype_name(m.compute_dtype)) +
-                    "/" + std::to_string(m.tp) + "/" + std::to_string(m.message_seq) + "/" +
+                    std::to_string(int(m.recompute)) + "/" +
+                    std::string(dtype_name(m.compute_dtype)) + "/" + std::to_string(m.tp) + "/" +
+                    std::to_string(m.message_seq) + "/" +
                     std::to_string(m.dp > 1 || m.gradients_held);
   if (m.dp > 1 && m.zero_stage >= 2 && m.dp_transform)
     key += "/zero" + std::to_string(m.zero_stage) + "/" + std::to_string(m.dp);
@@ -356,8 +357,7 @@ ComposedRank compose_pipeline_rank(StageTraces& stages, const models::ModelConfi
   sends.clear();
   slots.clear();
   const double after_schedule = pool.live - released_at_end;
-  out.step_peak_bytes =
-      std::max({pool.peak, after_schedule + finish_peak, after_schedule + tied});
+  out.step_peak_bytes = std::max({pool.peak, after_schedule + finish_peak, after_schedule + tied});
   // ZeRO-3 gathers a unit ahead of its use (the prefetch), and the runtime keeps the one its
   // next action starts with across the actions' boundaries, which the stages' traces, each
   // alone, do not see: one of the rank's largest units per stage it holds, and one more, on top

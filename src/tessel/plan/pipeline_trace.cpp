@@ -50,9 +50,9 @@ Tensor stage_forward(models::CausalLM& model, const TraceOptions& options, int64
   if (end == blocks + 2) {
     Tensor logits = model.head(x);
     const int64_t n = targets.numel();
-    x = options.loss ? options.loss(logits, targets)
-                     : ops::cross_entropy(ops::reshape(logits, {n, logits.size(2)}),
-                                          targets.reshape({n}));
+    x = options.loss
+            ? options.loss(logits, targets)
+            : ops::cross_entropy(ops::reshape(logits, {n, logits.size(2)}), targets.reshape({n}));
   }
   return x;
 }

@@ -80,9 +80,8 @@ PlanResult predict_traced(const models::ModelConfig& config, const Cluster& clus
   r.layout = l;
   // Under pp each rank's trace is read here and not kept: the traces' cache may drop it. A
   // pipeline whose whole schedules are too long to trace is composed from its stages.
-  const bool whole =
-      l.pp == 1 || request.compose_above < 0 ||
-      (l.grad_accum + l.pp) * (config.num_layers() + 2) <= request.compose_above;
+  const bool whole = l.pp == 1 || request.compose_above < 0 ||
+                     (l.grad_accum + l.pp) * (config.num_layers() + 2) <= request.compose_above;
   r.composed = !whole;
   std::vector<PipelineRankCost> rank_costs;
   std::vector<MemoryEstimate> memories;

@@ -19,10 +19,11 @@
 namespace tessel::plan {
 
 // Shape-only traces of one rank's step, kept by what changes them: the micro-batch, recomputation,
-// gradients held and ZeRO-2's buffers, tp and sequence parallelism, and under pp the rank, schedule and micro-batches (the
-// rest of a layout does not change one rank's step). The least recently used are dropped beyond
-// max_ops ops in all (a pipeline rank's trace holds its whole schedule: a 175B GPT's search over
-// 64 GPUs kept 3.6 GB of them within 45 s), so a returned graph is valid until the next get.
+// gradients held and ZeRO-2's buffers, tp and sequence parallelism, and under pp the rank, schedule
+// and micro-batches (the rest of a layout does not change one rank's step). The least recently used
+// are dropped beyond max_ops ops in all (a pipeline rank's trace holds its whole schedule: a 175B
+// GPT's search over 64 GPUs kept 3.6 GB of them within 45 s), so a returned graph is valid until
+// the next get.
 class Traces {
  public:
   Traces(const models::ModelConfig& config, int64_t max_ops) : config_(config), max_ops_(max_ops) {}

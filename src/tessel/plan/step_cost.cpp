@@ -89,9 +89,9 @@ StepTime estimate_step_time(const Cluster& cluster, const Graph& graph,
                             graph.parameter_tensors, memory, layout);
 }
 
-StepTime estimate_step_time(const Cluster& cluster, const ComputeTime& compute,
-                            double tp_seconds, int64_t parameter_tensors,
-                            const MemoryEstimate& memory, const MemoryLayout& layout) {
+StepTime estimate_step_time(const Cluster& cluster, const ComputeTime& compute, double tp_seconds,
+                            int64_t parameter_tensors, const MemoryEstimate& memory,
+                            const MemoryLayout& layout) {
   const int dp = layout.dp;
   const int tp = layout.tp;
   const int stage = dp > 1 ? layout.zero_stage : 0;

@@ -56,9 +56,9 @@ StepTime estimate_step_time(const Cluster& cluster, const Graph& graph,
                             const MemoryEstimate& memory, const MemoryLayout& layout);
 // The same from what the model reads of the graph: its compute (one micro-batch), its
 // tensor-parallel collectives' time for the whole step, and its parameter tensors.
-StepTime estimate_step_time(const Cluster& cluster, const ComputeTime& compute,
-                            double tp_seconds, int64_t parameter_tensors,
-                            const MemoryEstimate& memory, const MemoryLayout& layout);
+StepTime estimate_step_time(const Cluster& cluster, const ComputeTime& compute, double tp_seconds,
+                            int64_t parameter_tensors, const MemoryEstimate& memory,
+                            const MemoryLayout& layout);
 
 // The graph's collectives on the tp axis timed for ranks 0..tp-1 (0 when tp is 1).
 double tp_collectives_seconds(const Cluster& cluster, const Graph& graph, int tp);
