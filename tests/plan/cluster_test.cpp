@@ -271,6 +271,28 @@ TEST(Cluster, ATorusOfTheNodesDevicesIsReadWrittenAndChecked) {
       << e;
 }
 
+// A link's efficiency (the share of its bandwidth the payload gets after the transport's
+// protocol) is optional, 1 by default, read and written back, and refused outside (0, 1].
+TEST(Cluster, ALinksEfficiencyIsReadWrittenAndChecked) {
+  EXPECT_EQ(Cluster::parse(kNode, "node.toml").intra_node->efficiency, 1.0);
+  const std::string with =
+      replaced(kNode, "latency = 0.6e-6", "latency = 0.6e-6\nefficiency = 0.8");
+  const Cluster c = Cluster::parse(with, "node.toml");
+  EXPECT_DOUBLE_EQ(c.intra_node->efficiency, 0.8);
+  EXPECT_DOUBLE_EQ(c.intra_node->rate(), 0.8 * c.intra_node->bandwidth);
+  EXPECT_EQ(c.inter_node->efficiency, 1.0);
+  EXPECT_DOUBLE_EQ(Cluster::parse(c.to_toml(), "again.toml").intra_node->efficiency, 0.8);
+  std::string e =
+      error_of(replaced(kNode, "latency = 0.6e-6", "latency = 0.6e-6\nefficiency = 1.25"));
+  EXPECT_NE(e.find("links.intra_node.efficiency: expected a fraction of the bandwidth in (0, 1], "
+                   "got 1.25"),
+            std::string::npos)
+      << e;
+  e = error_of(replaced(kNode, "latency = 2.7e-6", "latency = 2.7e-6\nefficiency = 0"));
+  EXPECT_NE(e.find("links.inter_node.efficiency: expected a positive number"), std::string::npos)
+      << e;
+}
+
 // [storage] (the disk memory offload swaps to) is optional: kNode has none; with it, it reads,
 // writes back equal, and a missing, non-positive or unknown key is refused by name.
 TEST(Cluster, StorageIsOptionalReadWrittenAndChecked) {
@@ -381,6 +403,16 @@ TEST(Cluster, ShippedDescriptionsParse) {
     for (std::string_view dt : kPeakDtypes) EXPECT_GT(c.peak_flops(dt), 0) << c.source << dt;
     EXPECT_GT(c.peak_flops("bf16"), c.peak_flops("tf32")) << c.source;
     EXPECT_GT(c.peak_flops("tf32"), c.peak_flops("f32")) << c.source;
+    // The published achieved rates: the largest products' (80-87% of peak) and NCCL's share of
+    // NVLink; the network stays at its line rate.
+    for (std::string_view dt : {"bf16", "f16"}) {
+      const double e = c.gemm_efficiency(dt, 4096, 4096, 4096);
+      EXPECT_GT(e, 0.80) << c.source << dt;
+      EXPECT_LT(e, 0.87) << c.source << dt;
+    }
+    EXPECT_EQ(c.gemm_efficiency("tf32", 4096, 4096, 4096), 1.0) << c.source;
+    EXPECT_DOUBLE_EQ(c.intra_node->efficiency, 0.8) << c.source;
+    EXPECT_EQ(c.inter_node->efficiency, 1.0) << c.source;
   }
   EXPECT_EQ(names, (std::set<std::string>{"a100-40gb", "a100-80gb", "h100-sxm", "h200"}));
 }

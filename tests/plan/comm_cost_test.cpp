@@ -68,6 +68,24 @@ TEST(CommCost, SevenRanksOnOneNode) {
   EXPECT_DOUBLE_EQ(r.reduce_seconds, g * 6.0 / 7 * S);
 }
 
+// A link's efficiency scales the bandwidth term of every collective that crosses it, and only
+// that term: latency and reduction stay.
+TEST(CommCost, ALinksEfficiencyScalesItsBandwidthTerm) {
+  Cluster c = make_cluster(8, 2);
+  c.intra_node->efficiency = 0.8;
+  const std::vector<int> r7 = iota(7);
+  const CommCost r = collective_cost(c, Collective::AllReduce, r7, S, Algorithm::Ring);
+  EXPECT_DOUBLE_EQ(r.latency_seconds, 12 * a1);
+  EXPECT_DOUBLE_EQ(r.bandwidth_seconds, 12.0 / 7 * S / (0.8 * B1));
+  EXPECT_DOUBLE_EQ(r.reduce_seconds, g * 6.0 / 7 * S);
+  EXPECT_DOUBLE_EQ(cost(c, Collective::SendRecv, {3, 5}, S), a1 + S / (0.8 * B1));
+  // Across nodes only the inter-node link's share changes when only it is derated.
+  Cluster d = make_cluster(4, 2);
+  d.inter_node->efficiency = 0.5;
+  EXPECT_DOUBLE_EQ(cost(d, Collective::SendRecv, {1, 6}, S), a2 + S / (0.5 * B2));
+  EXPECT_DOUBLE_EQ(cost(d, Collective::SendRecv, {1, 2}, S), a1 + S / B1);
+}
+
 // One rank on each of 7 nodes: a double binary tree of depth ceil(log2 7) = 3 each way, every
 // rank receiving S and sending S per phase.
 // A 4 x 4 x 4 torus of 64 devices (a TPU v4 slice): the all-to-all's busiest links are any

@@ -219,7 +219,9 @@ TEST(PlanSearch, PipelineLayoutsCarryTheModelsOwnFigures) {
   }
   for (const PlanResult& r : res.pruned) {
     EXPECT_NE(r.status, PlanStatus::OutOfMemory) << r.layout.str();
-    if (r.layout.tp == 2) EXPECT_NE(r.reason.find("tensor-parallel"), std::string::npos);
+    if (r.layout.tp == 2) {
+      EXPECT_NE(r.reason.find("tensor-parallel"), std::string::npos);
+    }
   }
   // The models cover interleaved schedules and ZeRO-3 under pp; a request without the runtime's
   // data parallelism cannot trace ZeRO-3 under pp (its units gather inside the stages), and one

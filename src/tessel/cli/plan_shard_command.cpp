@@ -39,9 +39,22 @@ int8 = 1979e12
 [links.intra_node]
 bandwidth = 450e9
 latency = 0.6e-6
+efficiency = 0.8
 [links.inter_node]
 bandwidth = 50e9
 latency = 2.7e-6
+[[gemm]]
+dtype = "bf16"
+m = 2048
+n = 2048
+k = 13312
+flops = 794.5e12
+[[gemm]]
+dtype = "f16"
+m = 2048
+n = 2048
+k = 13312
+flops = 794.5e12
 )";
 
 struct ShardArgs {

@@ -163,6 +163,8 @@ std::string Cluster::to_toml() const {
     out << "\n[links." << name << "]  # per device, per direction\n";
     out << "bandwidth = " << num(l.bandwidth) << "  # bytes/s\n";
     out << "latency = " << num(l.latency) << "  # s\n";
+    if (l.efficiency != 1)
+      out << "efficiency = " << num(l.efficiency) << "  # of the bandwidth, after the protocol\n";
     if (!l.torus.empty()) {
       out << "torus = [";
       for (size_t i = 0; i < l.torus.size(); ++i) out << (i ? ", " : "") << l.torus[i];

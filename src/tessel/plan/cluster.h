@@ -53,6 +53,12 @@ struct LinkSpec {
   // device sends in a ring collective, which on a torus uses the rings of every dimension at
   // once, so one link carries bandwidth / (dimensions longer than 1) in both directions together.
   std::vector<int> torus;
+  // Fraction of `bandwidth` a collective's payload moves at once the transport's protocol is paid
+  // (NCCL's headers and flags over NVLink: ~20%); 1 by default, where `bandwidth` was measured
+  // through the transport itself (`tessel plan calibrate`).
+  double efficiency = 1;
+  // Bytes/s of payload per device and direction: what every collective is costed at.
+  double rate() const { return bandwidth * efficiency; }
 };
 
 // One measured GEMM: `flops` FLOP/s achieved for op(A) [m, k] x op(B) [k, n] in `dtype`, the

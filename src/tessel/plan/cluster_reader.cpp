@@ -116,6 +116,11 @@ LinkSpec read_link(const toml::table& t, const std::string& path, const std::str
   LinkSpec link;
   link.bandwidth = r.positive("bandwidth", "bytes/s per device and per direction");
   link.latency = r.positive("latency", "seconds per message");
+  if (const toml::node* node = r.find("efficiency")) {
+    link.efficiency = r.positive(*node, "efficiency", "the bandwidth's share left to the payload");
+    TESSEL_CHECK(link.efficiency <= 1, r.at(*node), ": ", path, ".efficiency: expected a ",
+                 "fraction of the bandwidth in (0, 1], got ", link.efficiency);
+  }
   if (const toml::node* node = r.find("torus")) {
     const toml::array* dims = node->as_array();
     TESSEL_CHECK(dims && !dims->empty(), source, ": ", path, ".torus must be an array of ",

@@ -66,7 +66,7 @@ double reduce_seconds(const Cluster& cluster, double bytes_reduced) {
 // Ring reduce-scatter or all-gather of S bytes over n ranks: n-1 steps of S/n each.
 Terms ring_half(int n, double s, const LinkSpec* l) {
   if (n <= 1) return {};
-  return {(n - 1) * l->latency, (n - 1) / double(n) * s / l->bandwidth};
+  return {(n - 1) * l->latency, (n - 1) / double(n) * s / l->rate()};
 }
 
 Terms ring_all_reduce(int n, double s, const LinkSpec* l) {
@@ -85,7 +85,7 @@ double ring_reduced(int n, double s) {
 Terms tree_all_reduce(int n, double s, const LinkSpec* l) {
   if (n <= 1) return {};
   const double depth = std::ceil(std::log2(double(n)));
-  return {2 * depth * l->latency, 2 * s / l->bandwidth};
+  return {2 * depth * l->latency, 2 * s / l->rate()};
 }
 
 struct Placement {
@@ -141,14 +141,14 @@ Terms cost_terms(const Cluster& cluster, Collective op, const Placement& pl, dou
       if (intra) t.lat += (n - m) * intra->latency;
       if (inter) t.lat += (m - 1) * inter->latency;
       double bw = 0;
-      if (intra) bw = std::max(bw, s / intra->bandwidth);
-      if (inter) bw = std::max(bw, s / (p * inter->bandwidth));
+      if (intra) bw = std::max(bw, s / intra->rate());
+      if (inter) bw = std::max(bw, s / (p * inter->rate()));
       t.bw = bw;
       return t;
     }
     case Collective::SendRecv: {
       const LinkSpec* l = m > 1 ? inter : intra;
-      return {l->latency, s / l->bandwidth};
+      return {l->latency, s / l->rate()};
     }
     case Collective::AllToAll: {
       int64_t torus_devices = 0;  // the whole torus, or no torus
@@ -170,7 +170,7 @@ Terms cost_terms(const Cluster& cluster, Collective op, const Placement& pl, dou
           hops += d / 2;
         }
         t.lat = hops * intra->latency;
-        t.bw = k == 0 ? 0 : s * longest / 4.0 / (intra->bandwidth / k);
+        t.bw = k == 0 ? 0 : s * longest / 4.0 / (intra->rate() / k);
         return t;
       }
       // Pairwise exchange: n-1 steps of S/n, p-1 of them to peers on the same node; the two
@@ -178,8 +178,8 @@ Terms cost_terms(const Cluster& cluster, Collective op, const Placement& pl, dou
       if (intra) t.lat += (p - 1) * intra->latency;
       if (inter) t.lat += (n - p) * inter->latency;
       double bw = 0;
-      if (intra) bw = std::max(bw, (p - 1) / double(n) * s / intra->bandwidth);
-      if (inter) bw = std::max(bw, (n - p) / double(n) * s / inter->bandwidth);
+      if (intra) bw = std::max(bw, (p - 1) / double(n) * s / intra->rate());
+      if (inter) bw = std::max(bw, (n - p) / double(n) * s / inter->rate());
       t.bw = bw;
       return t;
     }
