@@ -36,6 +36,7 @@ struct MemoryArgs {
   double bucket_mb = 25;
   std::string cluster;    // with it, the step time too
   bool composed = false;  // pipeline ranks from their stages' traces (plan/pipeline_compose.h)
+  std::string attention = "fused";  // or "unfused" (plan/unfused_attention.h)
   bool json = false;
 };
 
@@ -80,6 +81,7 @@ void run_memory(MemoryArgs a) {
   a.layout.recompute = nn::parse_recompute(a.recompute);
   a.layout.compute_dtype = precision_dtype(a.precision);
   a.layout.bucket_bytes = int64_t(a.bucket_mb * double(1 << 20));
+  a.layout.unfused_attention = a.attention == "unfused";
   const int64_t seq = a.layout.seq > 0 ? a.layout.seq : config->max_positions();
   set_tensor_parallel(a.layout, a.tp, 0, a.tp_plan, a.sp, seq);
   set_data_parallel(a.layout);
@@ -154,6 +156,7 @@ void run_memory(MemoryArgs a) {
                           {"sp", a.sp},
                           {"precision", a.precision},
                           {"composed", a.composed},
+                          {"attention", a.attention},
                           {"parameter_count", m.parameter_count},
                           {"buckets", int64_t(m.buckets.size())}};
     for (const auto& [name, v] : terms) out[name] = int64_t(v);
@@ -174,7 +177,8 @@ void run_memory(MemoryArgs a) {
             << (a.sp ? " (sp)" : "") << ", pp " << a.pp
             << (a.pp > 1 ? " (" + a.schedule + ", rank " + std::to_string(worst) + ")" : "")
             << ", ZeRO " << a.layout.zero_stage << ", micro-batch " << a.layout.micro_batch
-            << ", recompute " << a.recompute << ", " << a.precision << " (bytes per rank)\n";
+            << ", recompute " << a.recompute << ", " << a.precision
+            << (a.layout.unfused_attention ? ", unfused attention" : "") << " (bytes per rank)\n";
   for (const auto& [name, v] : terms)
     std::printf("%-24s %14.0f  %10.3f MiB\n", name, v, v / 1048576);
   for (const auto& [name, v] : times) std::printf("%-24s %14.3f\n", name, v);
@@ -227,6 +231,12 @@ void add_plan_memory_command(CLI::App& plan) {
       ->capture_default_str();
   cmd->add_option("--cluster", args->cluster,
                   "Cluster description (TOML, docs/PLANNER.md): also predict the step time");
+  cmd->add_option("--attention", args->attention,
+                  "Attention's cost: fused (tessel's kernel) or unfused (the scores written and "
+                  "read between its kernels, as Megatron-LM before FlashAttention and PyTorch "
+                  "eager run it; time only)")
+      ->check(CLI::IsMember({"fused", "unfused"}))
+      ->capture_default_str();
   cmd->add_flag("--composed", args->composed,
                 "With --pp: compose each rank from one trace per distinct stage instead of "
                 "tracing its whole schedule (fast at thousands of micro-batches; as `plan search` "

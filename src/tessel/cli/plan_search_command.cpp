@@ -93,6 +93,7 @@ struct SearchArgs {
   std::vector<std::string> recompute = {"none", "selective", "full"};
   std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved"};
   std::string sequence_parallel = "both";
+  std::string attention = "fused";  // or "unfused" (plan/unfused_attention.h)
   double bucket_mb = 25;
   bool offload = false;
   std::string offload_host = "0", offload_chunk = "64MiB", offload_nvme_dir;
@@ -113,6 +114,10 @@ void run_search(SearchArgs a) {
   a.request.sequence_parallel = a.sequence_parallel == "both" ? std::vector<bool>{false, true}
                                 : a.sequence_parallel == "on" ? std::vector<bool>{true}
                                                               : std::vector<bool>{false};
+  a.request.unfused_attention = a.attention == "unfused";
+  TESSEL_CHECK(!a.request.unfused_attention || !a.check || !a.check->enabled,
+               "plan: --check measures tessel's runtime, whose attention is one fused kernel; "
+               "it cannot check predictions made with --attention unfused");
   set_runtime_layouts(a.request, config);
   if (a.offload) {
     // On a CPU node the device and host tiers are the same memory; only NVMe takes state out.
@@ -319,6 +324,12 @@ void add_search_options(CLI::App* cmd, const std::shared_ptr<SearchArgs>& args, 
                   "Sequence parallelism with tp > 1 layouts (as `tessel train --sp`): off, on or "
                   "both")
       ->check(CLI::IsMember({"off", "on", "both"}))
+      ->capture_default_str();
+  cmd->add_option("--attention", args->attention,
+                  "Attention's cost: fused (tessel's kernel) or unfused (the scores written and "
+                  "read between its kernels, as Megatron-LM before FlashAttention and PyTorch "
+                  "eager run it; time only)")
+      ->check(CLI::IsMember({"fused", "unfused"}))
       ->capture_default_str();
   cmd->add_option("--max-micro-batch", args->request.max_micro_batch,
                   "Largest micro-batch to consider (default: any)");

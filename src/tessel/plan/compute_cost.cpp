@@ -8,6 +8,7 @@
 #include "tessel/core/dtype.h"
 #include "tessel/core/error.h"
 #include "tessel/plan/kernel_curve.h"
+#include "tessel/plan/unfused_attention.h"
 
 namespace tessel::plan {
 
@@ -70,6 +71,10 @@ OpTime op_time(const Cluster& cluster, const OpNode& op, double cache_hit) {
   const std::string dtype = peak_dtype(cluster, op);
   const double peak = cluster.peak_flops(dtype);
   const bool gemm = op.kernel == "gemm" && op.cost.matmul_flops > 0;
+  // Unfused attention's products at a GEMM's rate for one head's score product; its kernels run
+  // one after another, the products compute-bound and the softmax between them bandwidth-bound,
+  // so their times add (unfused_attention.h).
+  const bool unfused = is_unfused_attention(op);
   // A kernel's curve is its first input's dtype's (other dtypes fall back to f32's).
   const std::string_view op_dtype = op.inputs.empty() ? "f32" : dtype_name(op.inputs.front().dtype);
   const double bytes = op.cost.bytes_read + op.cost.bytes_written;
@@ -85,10 +90,15 @@ OpTime op_time(const Cluster& cluster, const OpNode& op, double cache_hit) {
       into.efficiency = cluster.gemm_efficiency(dtype, g.m, g.n, std::max<int64_t>(g.k, 1),
                                                 known ? std::string_view(op.detail) : "nn", warm);
       rate *= into.efficiency;
+    } else if (unfused) {
+      const ScoreShape s = score_shape(op);
+      into.efficiency = cluster.gemm_efficiency(dtype, s.s_q, s.s_k, s.d, "nt", warm);
+      rate *= into.efficiency;
     }
     into.compute_seconds = op.cost.flops / rate;
-    double seconds = std::max(into.compute_seconds, t.memory_seconds);
-    if (!gemm) {
+    double seconds = unfused ? into.compute_seconds + t.memory_seconds
+                             : std::max(into.compute_seconds, t.memory_seconds);
+    if (!gemm && !unfused) {
       const double measured = measured_kernel_seconds(
           cluster, op.kernel, op_dtype, roofline_index(cluster, op.cost.flops, bytes), warm);
       if (measured >= 0) {

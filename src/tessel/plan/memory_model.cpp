@@ -103,6 +103,7 @@ TraceOptions trace_options(const models::ModelConfig& config, const MemoryLayout
   options.transform = layout.tp_transform;
   options.loss = layout.tp_loss;
   options.message_seq = layout.message_seq;
+  options.unfused_attention = layout.unfused_attention;
   // A pipeline rank's trace replays every micro-batch itself.
   options.micro_batches = layout.pipeline.active() ? 1 : layout.grad_accum;
   if (runs_zero(layout)) {

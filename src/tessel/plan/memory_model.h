@@ -55,6 +55,8 @@ struct MemoryLayout {
   // The gradients live outside the step (memory offload's chunks, as dp's buckets hold them under
   // dp > 1): the trace counts the step's activations and temporaries, not fresh gradients.
   bool gradients_held = false;
+  // Attention costed as unfused kernels (unfused_attention.h, TraceOptions::unfused_attention).
+  bool unfused_attention = false;
 };
 
 // One gradient bucket as the runtime builds it (parameters in reverse model order).

@@ -91,7 +91,7 @@ StageTrace trace_stage(const Cluster* cluster, const models::ModelConfig& config
   DataParallelRun dp = start_data_parallel(*model, options, trained);
 
   Graph graph;
-  Recorder recorder(graph, options.half_stand_ins);
+  Recorder recorder(graph, options.half_stand_ins, options.unfused_attention);
   const Shape message_shape{options.batch, options.message_seq > 0 ? options.message_seq : seq,
                             config.hidden_size()};
   std::vector<std::pair<Tensor, Tensor>> batches;

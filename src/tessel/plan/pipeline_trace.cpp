@@ -154,7 +154,7 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
   DataParallelRun dp = start_data_parallel(*model, options, trained);
 
   TESSEL_CHECK(options.steps >= 1, "pipeline trace: steps must be >= 1, got ", options.steps);
-  Recorder recorder(graph, options.half_stand_ins);
+  Recorder recorder(graph, options.half_stand_ins, options.unfused_attention);
   double step_base = 0, after_schedule = 0;
   // One step: the schedule, then the axes' finish; `last`: the traced one.
   const auto run_step = [&](bool last) {

@@ -216,6 +216,7 @@ MemoryLayout memory_layout(const Layout& layout, const SearchRequest& request, i
   m.recompute = layout.recompute;
   m.compute_dtype = request.compute_dtype;
   m.bucket_bytes = request.bucket_bytes;
+  m.unfused_attention = request.unfused_attention;
   if (layout.tp > 1) {
     TESSEL_CHECK(bool(request.tensor_parallel), "plan: ", layout.str(),
                  " needs the runtime's tensor-parallel transform in the request");

@@ -61,6 +61,9 @@ struct SearchRequest {
   // Sequence parallelism (Korthikanti et al. 2022) searched with each tp > 1 layout: without,
   // with, or both.
   std::vector<bool> sequence_parallel = {false, true};
+  // Every layout's attention costed as unfused kernels (unfused_attention.h): the layouts as a
+  // runtime without a fused attention kernel would run them.
+  bool unfused_attention = false;
   std::function<PipelineRank(const std::string& schedule, int pp, int microbatches, int rank)>
       pipeline_rank;
   // ZeRO-2/3 by the runtime's own data parallelism (MemoryLayout::dp_transform; sets it on a

@@ -69,7 +69,7 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
   // Buffers are model state, not activations, wherever an op keeps one.
   for (const auto& [name, b] : model->named_buffers()) parameters.insert(b.storage_ptr().get());
 
-  Recorder recorder(graph, options.half_stand_ins);
+  Recorder recorder(graph, options.half_stand_ins, options.unfused_attention);
   std::set<const void*> saved;
   auto on_saved = [&](const Tensor& t) {
     if (recorder.backward()) return;  // a recomputation's own tensors live only in backward

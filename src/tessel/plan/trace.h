@@ -62,6 +62,9 @@ struct TraceOptions {
   // in Graph::step_peak_bytes when set. GEMMs widen in f16 only (bf16 GEMMs run natively through
   // oneDNN on CPUs with AVX-512 BF16, the machines this models).
   bool half_stand_ins = true;
+  // Attention costed as a runtime without a fused kernel runs it (unfused_attention.h): the
+  // nodes' FLOPs and bytes, not the memory the trace measures.
+  bool unfused_attention = false;
   // Bytes allocated when the backward's first parameter gradient is ready and held to its end:
   // the full gradient buffers data parallelism reduce-scatters (ZeRO-2), allocated at a bucket's
   // first gradient (all at once here: exact for one bucket). 0: none.

@@ -17,6 +17,7 @@
 #include "tessel/dist/meta/meta_communicator.h"
 #include "tessel/kernels/kernel_observer.h"
 #include "tessel/plan/graph.h"
+#include "tessel/plan/unfused_attention.h"
 #include "tessel/tensor/meta_allocator.h"
 
 namespace tessel::plan {
@@ -47,7 +48,9 @@ inline double half_stand_in_bytes(std::string_view kernel,
 
 class Recorder final : public kernels::KernelObserver {
  public:
-  Recorder(Graph& graph, bool stand_ins) : graph_(graph), stand_ins_(stand_ins) {}
+  // `unfused_attention`: attention nodes re-costed as unfused kernels (unfused_attention.h).
+  Recorder(Graph& graph, bool stand_ins, bool unfused_attention = false)
+      : graph_(graph), stand_ins_(stand_ins), unfused_attention_(unfused_attention) {}
   // The most meta bytes live during a kernel, its f32 stand-ins included.
   double kernel_peak() const { return kernel_peak_; }
   // Starts the kernel peak again (a stage's trace reads it action by action).
@@ -98,6 +101,10 @@ class Recorder final : public kernels::KernelObserver {
     const int64_t id = int64_t(graph_.ops.size());
     for (const kernels::TensorDesc& t : e.outputs) writer_[t.storage] = id;
     op.cost = {e.flops, e.matmul_flops, e.bytes_read, e.bytes_written, 1};
+    if (unfused_attention_ && is_attention(op)) {
+      op.cost = unfused_attention_cost(op);
+      op.detail = kUnfusedDetail;
+    }
     if (stand_ins_) count_stand_ins(op);
     graph_.ops.push_back(std::move(op));
   }
@@ -111,6 +118,7 @@ class Recorder final : public kernels::KernelObserver {
 
   Graph& graph_;
   bool stand_ins_ = false;
+  bool unfused_attention_ = false;
   double kernel_peak_ = 0;
   bool backward_ = false;
   std::unordered_map<const void*, int64_t> writer_;  // storage -> the op that wrote it last
