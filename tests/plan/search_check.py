@@ -9,6 +9,8 @@ layouts' predicted peaks, so some layouts do not fit:
   layouts carry `tessel plan memory`'s figures
   (memory, step time, op overhead, load term), and every ranked row carries its own `tessel
   train` flags (`train_args`);
+- GPT-2 124M at 1,024 tokens: the inter-operator DP's stage split is ranked beside the balanced
+  stages, with parallel.pipeline_split in its flags and `plan memory --pipeline-split`'s figures;
 - `mpirun -np 2 tessel train --plan auto --cluster C` trains with the search's best plan, and a
   run with the printed explicit flags gives the same losses and gradient norms, step by step;
   again with one sequence per step, where dp 2 is invalid and the best plan is a tp or pp layout;
@@ -76,23 +78,28 @@ def check_against_plan_memory(tessel, config, cluster, res, env):
             args += ["--set", "parallel.sequence_parallel=true"]
         if r["pp"] > 1:
             args += ["--schedule", r["schedule"]]
+            if r["pipeline_split"]:
+                args += ["--set", f"parallel.pipeline_split={r['pipeline_split']}"]
         if r.get("train_args") != args:
             fail(f"{r['layout']}: train_args {r.get('train_args')}, expected {args}")
         if r["tp"] > 1 or r["pp"] > 1:
-            picks.setdefault((r["tp"], r["pp"], r.get("schedule"), r["sp"]), r)
+            picks.setdefault((r["tp"], r["pp"], r.get("schedule"), r["sp"],
+                              r.get("pipeline_split", "")), r)
     if not any(k[0] > 1 for k in picks) or \
             {k[2] for k in picks if k[1] > 1} != {"gpipe", "1f1b", "interleaved:2"}:
         fail(f"the search ranked no tp layout or not every pipeline schedule (gpipe, 1f1b, "
              f"interleaved:2): {sorted(picks, key=str)}")
     if not any(k[3] for k in picks):
         fail(f"the search ranked no sequence-parallel layout: {sorted(picks, key=str)}")
-    for (tp, pp, schedule, sp), r in sorted(picks.items(), key=str):
+    for (tp, pp, schedule, sp, split), r in sorted(picks.items(), key=str):
         cmd = [tessel, "plan", "memory", "--model", config, "--cluster", cluster, "--json",
                "--dp", str(r["dp"]), "--tp", str(tp), "--pp", str(pp), "--zero",
                str(r["zero_stage"]), "--recompute", r["recompute"], "--micro-batch",
                str(r["micro_batch"]), "--grad-accum", str(r["grad_accum"]), "--seq", "15"]
         if schedule:
             cmd += ["--schedule", schedule]
+        if split:
+            cmd += ["--pipeline-split", split]
         if sp:
             cmd.append("--sp")
         m = json.loads(run(cmd, env=env).stdout)
@@ -104,6 +111,42 @@ def check_against_plan_memory(tessel, config, cluster, res, env):
                  f"bytes {m['step_ms']} ms ({m.get('op_overhead_ms')}, {m.get('load_ms')})")
         print(f"{r['layout']}: {r['step_ms']:.3f} ms (bubble {r['bubble_ms']:.3f} ms, tp comm "
               f"{r['tp_comm_ms']:.3f} ms), {r['mem_peak_bytes']} bytes per rank, as plan memory")
+
+
+def dp_split_against_plan_memory(tessel, cluster, env):
+    """GPT-2 124M at 1,024 tokens over 2 ranks: the inter-operator DP cuts its pipeline where the
+    runtime's balance by parameters does not (the tied head's weights are many, its compute one
+    product), so the search ranks the 1F1B layout twice, balanced and with the DP's split; the
+    split row carries parallel.pipeline_split in its flags and `tessel plan memory
+    --pipeline-split`'s figures for them; `--stage-split balanced` ranks no split."""
+    args = ["--model", "124M", "--cluster", cluster, "--global-batch", "2", "--seq", "1024",
+            "--json", "--schedules", "1f1b", "--recompute", "none", "--zero", "0",
+            "--sequence-parallel", "off", "--max-micro-batch", "1", "--top", "100"]
+    res = json.loads(run([tessel, "plan", "search", *args], env=env).stdout)
+    rows = [r for r in res["ranked"] if r["pp"] == 2]
+    split = [r for r in rows if r["pipeline_split"]]
+    if len(rows) != 2 or len(split) != 1:
+        fail(f"124M pp 2: expected the balanced and the DP's split ranked, got "
+             f"{[(r['layout'], r['pipeline_split']) for r in rows]}")
+    r = split[0]
+    if r["train_args"][-2:] != ["--set", f"parallel.pipeline_split={r['pipeline_split']}"]:
+        fail(f"{r['layout']}: train_args {r['train_args']} without its split")
+    m = json.loads(run([tessel, "plan", "memory", "--model", "124M", "--cluster", cluster,
+                        "--json", "--pp", "2", "--schedule", "1f1b", "--grad-accum", "2",
+                        "--seq", "1024", "--pipeline-split", r["pipeline_split"]],
+                       env=env).stdout)
+    if m["mem_peak_bytes"] != r["mem_peak_bytes"] or abs(m["step_ms"] - r["step_ms"]) > \
+            1e-9 * r["step_ms"]:
+        fail(f"{r['layout']}: search {r['mem_peak_bytes']} bytes {r['step_ms']} ms, plan memory "
+             f"--pipeline-split {m['mem_peak_bytes']} bytes {m['step_ms']} ms")
+    other = [x for x in rows if not x["pipeline_split"]][0]
+    print(f"124M pp 2: the DP's split {r['pipeline_split']} predicted {r['step_ms']:.1f} ms, "
+          f"{r['mem_peak_bytes']} bytes per rank (as plan memory); balanced {other['step_ms']:.1f}"
+          f" ms, {other['mem_peak_bytes']} bytes")
+    only = json.loads(run([tessel, "plan", "search", *args, "--stage-split", "balanced"],
+                          env=env).stdout)
+    if any(x["pp"] == 2 and x["pipeline_split"] for x in only["ranked"]):
+        fail("--stage-split balanced ranked a split")
 
 
 def auto_equals_explicit(tessel, mpirun, cluster, sets, steps, best, res, work, tag, env):
@@ -197,6 +240,7 @@ def main():
         check_against_plan_memory(
             tessel, config, roomy,
             json.loads(search(tessel, config, roomy, env, extra=["--top", "1000"]).stdout), env)
+        dp_split_against_plan_memory(tessel, roomy, env)
 
         steps = 6
         sets = train_sets(config, data, steps, 15, [

@@ -42,6 +42,9 @@ SearchRequest request(int devices) {
   r.devices = devices;
   r.global_batch = 9;
   r.seq = 13;
+  // The hand-made pipeline ranks below cut only the balanced stages; the DP's split has a test
+  // of its own (TheInterOperatorDpsSplitIsALayoutOfItsOwn).
+  r.dp_stages = false;
   return r;
 }
 
@@ -184,7 +187,7 @@ TEST(PlanSearch, PipelineLayoutsCarryTheModelsOwnFigures) {
   const auto config = tiny_gpt2();
   SearchRequest req = request(2);
   req.schedules = {"1f1b", "gpipe"};  // two_rank makes these two
-  req.pipeline_rank = [](const std::string& schedule, int pp, int m, int rank) {
+  req.pipeline_rank = [](const std::string& schedule, int pp, int m, int rank, const std::string&) {
     EXPECT_EQ(pp, 2);
     return two_rank(schedule, m, rank);
   };
@@ -258,7 +261,7 @@ TEST(PlanSearch, ATraceCacheOfOneGraphRanksTheSame) {
   SearchRequest req = request(2);
   req.global_batch = 8;  // dp 2 too, whose ZeRO stages 0, 1 and 3 share one trace
   req.schedules = {"1f1b", "gpipe"};
-  req.pipeline_rank = [](const std::string& schedule, int, int m, int rank) {
+  req.pipeline_rank = [](const std::string& schedule, int, int m, int rank, const std::string&) {
     return two_rank(schedule, m, rank);
   };
   const Cluster cluster = node(int64_t(1) << 40, 2);
@@ -283,7 +286,7 @@ TEST(PlanSearch, ComposedPipelinesRankTheSame) {
   const auto config = tiny_gpt2();
   SearchRequest req = request(2);
   req.schedules = {"1f1b", "gpipe"};
-  req.pipeline_rank = [](const std::string& schedule, int, int m, int rank) {
+  req.pipeline_rank = [](const std::string& schedule, int, int m, int rank, const std::string&) {
     return two_rank(schedule, m, rank);
   };
   const Cluster cluster = node(int64_t(1) << 40, 2);
@@ -314,6 +317,88 @@ TEST(PlanSearch, ComposedPipelinesRankTheSame) {
 
 // The search asks for interleaved:V for every V whose 2 x V stages the 6 pipeline layers hold (2
 // and 3) and only micro-batch counts that are multiples of pp (8 rows: 8, 4 and 2, never 1).
+// Alpa's inter-operator DP (plan/stage_split.h) over one micro-batch's traced layers: where its
+// stages differ from the runtime's cut and each keeps a block, the search predicts the layout
+// again with that split (parallel.pipeline_split in its train flags), beside the balanced one;
+// with balanced_stages off, only the split. A GPT-2 of 7 blocks and a small vocabulary, whose
+// "runtime" here cuts {embedding, h.0} | {h.1..h.6, head}, which the DP, balancing compute, moves.
+TEST(PlanSearch, TheInterOperatorDpsSplitIsALayoutOfItsOwn) {
+  models::GPT2Config c;
+  c.vocab_size = 97;
+  c.n_positions = 13;
+  c.n_embd = 36;
+  c.n_layer = 7;
+  c.n_head = 4;
+  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
+  const models::ConfigPtr config = std::make_shared<models::GPT2Config>(c);
+  SearchRequest req = request(2);
+  req.dp_stages = true;
+  req.schedules = {"1f1b"};
+  req.recompute = {nn::Recompute::None};
+  std::set<std::string> asked;
+  req.pipeline_rank = [&](const std::string& schedule, int, int m, int rank,
+                          const std::string& split) {
+    asked.insert(split);
+    PipelineRank pr = two_rank(schedule, m, rank);
+    const int first = split.empty() ? 2 : 1 + std::stoi(split.substr(0, split.find(',')));
+    pr.stage_layers = {{0, first}, {first, 9}};
+    return pr;
+  };
+  const Cluster cluster = node(int64_t(1) << 40, 2);
+  const SearchResult res = search_plans(*config, cluster, req);
+  // The DP's split, worked out here from the same trace.
+  std::shared_ptr<models::CausalLM> meta;
+  {
+    DefaultDeviceScope scope(Device::meta());
+    meta = config->build_empty();
+  }
+  std::map<int64_t, std::string> expected;  // by micro-batch
+  for (int64_t mb : {1, 3, 9}) {
+    Layout one;
+    one.micro_batch = mb;
+    const Graph g = trace_for_layout(*config, memory_layout(one, req));
+    StageSplitRequest sr;
+    sr.stages = 2;
+    sr.micro_batches = 9 / mb;
+    const StageSplit dp = split_stages(traced_layer_costs(cluster, g, *meta, 16), sr);
+    ASSERT_TRUE(dp.feasible);
+    ASSERT_GT(dp.first_layer[1], 2) << "the test needs the DP to move the cut";
+    ASSERT_LT(dp.first_layer[1], 8) << "and to leave the head a block";
+    expected[mb] =
+        std::to_string(dp.first_layer[1] - 1) + "," + std::to_string(8 - dp.first_layer[1]);
+  }
+  int balanced = 0, split = 0;
+  for (const auto* list : {&res.ranked, &res.pruned})
+    for (const PlanResult& r : *list) {
+      if (r.layout.pp != 2 || r.status == PlanStatus::NotModelled) continue;
+      if (r.layout.pipeline_split.empty()) {
+        ++balanced;
+        continue;
+      }
+      ++split;
+      EXPECT_EQ(r.layout.pipeline_split, expected.at(r.layout.micro_batch)) << r.layout.str();
+      const std::vector<std::string> args = r.layout.train_args();
+      EXPECT_NE(
+          std::find(args.begin(), args.end(), "parallel.pipeline_split=" + r.layout.pipeline_split),
+          args.end());
+      EXPECT_NE(r.layout.str().find(" split=" + r.layout.pipeline_split), std::string::npos);
+      // The same layout as predict_layout makes it: the split's own stages were traced.
+      const PlanResult again = predict_layout(*config, cluster, req, r.layout);
+      EXPECT_DOUBLE_EQ(again.step_seconds, r.step_seconds);
+      EXPECT_DOUBLE_EQ(again.memory.peak(), r.memory.peak());
+    }
+  EXPECT_GT(split, 0);
+  EXPECT_EQ(split, balanced);
+  for (const auto& [mb, spec] : expected) EXPECT_TRUE(asked.count(spec)) << spec;
+  req.balanced_stages = false;
+  const SearchResult only = search_plans(*config, cluster, req);
+  for (const auto* list : {&only.ranked, &only.pruned})
+    for (const PlanResult& r : *list)
+      if (r.layout.pp == 2 && r.status != PlanStatus::NotModelled) {
+        EXPECT_FALSE(r.layout.pipeline_split.empty()) << r.layout.str();
+      }
+}
+
 TEST(PlanSearch, InterleavedSchedulesByChunksAndMicroBatchGroups) {
   const auto config = tiny_gpt2();
   SearchRequest req = request(2);
@@ -321,7 +406,8 @@ TEST(PlanSearch, InterleavedSchedulesByChunksAndMicroBatchGroups) {
   req.schedules = {"interleaved"};
   req.recompute = {nn::Recompute::None};
   std::set<std::pair<std::string, int>> asked;
-  req.pipeline_rank = [&](const std::string& schedule, int pp, int m, int rank) {
+  req.pipeline_rank = [&](const std::string& schedule, int pp, int m, int rank,
+                          const std::string&) {
     EXPECT_EQ(pp, 2);
     asked.insert({schedule, m});
     // The two-rank 1F1B list stands in for the runtime's generator (above plan/), which

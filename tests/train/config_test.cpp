@@ -106,7 +106,7 @@ const std::vector<std::string> kAllKeys = {
     "train.threads",      "train.max_bad_steps", "train.recompute",
     "train.precision", "train.device",    "train.loss_scale_init", "train.loss_scale_window",
     "parallel.zero_stage", "parallel.bucket_mb", "parallel.overlap",
-    "parallel.schedule",  "parallel.sequence_parallel", "parallel.expert_tensor_parallel",
+    "parallel.schedule",  "parallel.pipeline_split", "parallel.sequence_parallel", "parallel.expert_tensor_parallel",
     "parallel.tp_plan",
     "optim.lr",           "optim.min_lr_ratio",  "optim.warmup_steps",
     "optim.decay",        "optim.weight_decay",  "optim.beta1",

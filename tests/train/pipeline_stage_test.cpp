@@ -108,6 +108,41 @@ TEST(ModelStages, ParametersBelongToTheStageOfTheirLayer) {
   EXPECT_THROW(ModelStages(*model, pp::StagePartition{{0, 2}, 5}), Error);
 }
 
+// parallel.pipeline_split: blocks per stage, the embedding with the first and the head with the
+// last (which may then hold no block); empty, the balance of the costs; a split of the wrong stage
+// count or sum, or a middle stage without a block, refused by value; pipeline_split_of gives the
+// split back.
+TEST(PipelinePartition, TakesTheSplitOrBalancesAndGivesTheSplitBack) {
+  Generator g(1);
+  auto model = models::GPT2::random(config_of(7), g);
+  const std::vector<pp::LayerCost> costs = pipeline_layer_costs(*model);
+  ASSERT_EQ(costs.size(), 9u);
+  const pp::StagePartition split = pipeline_partition(costs, 3, "1,4,2");
+  EXPECT_EQ(split, (pp::StagePartition{{0, 2, 6}, 9}));  // embedding h.0 | h.1..h.4 | h.5 h.6 head
+  EXPECT_EQ(pipeline_split_of(split), "1,4,2");
+  // The embedding and the head on stages of their own.
+  const pp::StagePartition ends = pipeline_partition(costs, 4, "0,3,4,0");
+  EXPECT_EQ(ends, (pp::StagePartition{{0, 1, 4, 8}, 9}));
+  EXPECT_EQ(pipeline_split_of(ends), "0,3,4,0");
+  EXPECT_EQ(pipeline_partition(costs, 3, ""), pp::balance(costs, 3));
+  for (int64_t stages : {2, 3, 5, 9})
+    EXPECT_EQ(pipeline_partition(costs, stages, pipeline_split_of(pp::balance(costs, stages))),
+              pp::balance(costs, stages));
+  auto message = [&](int64_t stages, const std::string& spec) {
+    try {
+      pipeline_partition(costs, stages, spec);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message(2, "1,4,2").find("gives 3 stages; the schedule has 2"), std::string::npos);
+  EXPECT_NE(message(3, "1,4,1").find("sum to 6 but the model has 7 blocks"), std::string::npos);
+  EXPECT_NE(message(3, "1,0,6").find("stage 1 has no block"), std::string::npos);
+  EXPECT_NE(message(3, "1,x,5").find("not a block count"), std::string::npos);
+  EXPECT_NE(message(3, "1,4,2,").find("ends with a comma"), std::string::npos);
+}
+
 TEST(ScheduleFromSpec, ParsesTheThreeSchedulesAndRefusesOthers) {
   EXPECT_EQ(schedule_from_spec("gpipe", 2, 3).name, "gpipe");
   EXPECT_EQ(schedule_from_spec("1f1b", 4, 7).name, "1f1b");

@@ -5,7 +5,10 @@
 accumulation steps, so both consume the same batches), on the same data and initialisation, for 20
 steps. Every step's loss and the final parameters must agree to 1e-5 (relative), for pp 2 and 4,
 each schedule, M in {1, 3, 8} (a subset covering every value), and pp=2 x dp=2 with ZeRO stages 1
-and 2. A pp=2 x dp=2 checkpoint resumed on one rank continues the same trajectory. Dropout is on
+and 2; and stages cut unevenly by parallel.pipeline_split (one block on the first stage and five on
+the last; the head alone on the last; an interleaved 2,1,1,2), which the run's pipeline line must
+show. A pp=2 x dp=2
+checkpoint resumed on one rank continues the same trajectory. Dropout is on
 (0.1): each stage draws the masks one process draws for the same micro-batch (docs/PARALLEL.md,
 "Dropout"), and the resumed run continues them.
 
@@ -15,8 +18,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from tessel_runs import (compare_losses, compare_params, final_params, gpt2_config,  # noqa: E402
-                         mpi_prefix, prepare_workdir, run, seed_resume, single_thread_env,
+from tessel_runs import (compare_losses, compare_params, fail, final_params,  # noqa: E402
+                         gpt2_config, mpi_prefix, prepare_workdir, run, seed_resume,
+                         single_thread_env,
                          train_sets, write_json)
 
 
@@ -47,18 +51,29 @@ def main():
         run([tessel] + common + ["--set", f"train.micro_batch={batch}", "--set", f"train.grad_accum={m}",
                                  "--set", "checkpoint.dir=" + refs[m]], env=env)
     mpi = mpi_prefix(mpirun)
-    # (pp, dp, schedule, M, zero stage): every pp, schedule and M at least once.
-    cases = [(2, 1, "gpipe", 3, 0), (2, 1, "1f1b", 1, 0), (4, 1, "gpipe", 8, 0),
-             (4, 1, "1f1b", 3, 0), (4, 1, "interleaved:2", 8, 0), (2, 2, "1f1b", 3, 1),
-             (2, 2, "interleaved:2", 8, 2)]
-    for pp, dp, schedule, m, stage in cases:
-        name = f"pp{pp}_dp{dp}_{schedule.replace(':', '')}_m{m}_zero{stage}"
+    # (pp, dp, schedule, M, zero stage, split): every pp, schedule and M at least once; the
+    # split's stages as the pipeline line names them.
+    cases = [(2, 1, "gpipe", 3, 0, ""), (2, 1, "1f1b", 1, 0, ""), (4, 1, "gpipe", 8, 0, ""),
+             (4, 1, "1f1b", 3, 0, ""), (4, 1, "interleaved:2", 8, 0, ""), (2, 2, "1f1b", 3, 1, ""),
+             (2, 2, "interleaved:2", 8, 2, ""), (2, 1, "1f1b", 3, 0, "1,5"),
+             (2, 1, "gpipe", 3, 0, "6,0"), (2, 1, "interleaved:2", 8, 0, "2,1,1,2")]
+    stages = {"1,5": "embedding..block.0 | block.1..head",
+              "6,0": "embedding..block.5 | head",
+              "2,1,1,2": "embedding..block.1 | block.2 | block.3 | block.4..head"}
+    for pp, dp, schedule, m, stage, split in cases:
+        name = (f"pp{pp}_dp{dp}_{schedule.replace(':', '')}_m{m}_zero{stage}" +
+                (f"_split{split.replace(',', '')}" if split else ""))
         d = os.path.join(work, name)
-        run(mpi + ["-np", str(pp * dp), tessel] + common +
-            ["--pp", str(pp), "--dp", str(dp), "--schedule", schedule, "--microbatches", str(m),
-             "--set", f"train.micro_batch={batch // dp}", "--set", f"parallel.zero_stage={stage}",
-             "--set", "checkpoint.dir=" + d], env=env)
-        compare(refs[m], d, f"pp={pp} dp={dp} {schedule} M={m} zero_stage={stage}", steps)
+        p = run(mpi + ["-np", str(pp * dp), tessel] + common +
+                ["--pp", str(pp), "--dp", str(dp), "--schedule", schedule, "--microbatches", str(m),
+                 "--set", f"train.micro_batch={batch // dp}", "--set", f"parallel.zero_stage={stage}",
+                 "--set", "checkpoint.dir=" + d] +
+                (["--set", f"parallel.pipeline_split={split}"] if split else []), env=env)
+        if split and stages[split] not in p.stdout + p.stderr:
+            fail(f"pipeline_split={split}: the run's pipeline line does not show the stages "
+                 f"'{stages[split]}':\n{(p.stdout + p.stderr)[-2000:]}")
+        compare(refs[m], d, f"pp={pp} dp={dp} {schedule} M={m} zero_stage={stage}" +
+                (f" split {split}" if split else ""), steps)
     # A pp=2 x dp=2 ZeRO-1 checkpoint is the usual whole-model checkpoint: resumed on one rank at
     # step 10, it continues the same trajectory.
     src = os.path.join(work, "pp2_dp2_1f1b_m3_zero1")

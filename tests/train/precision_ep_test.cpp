@@ -90,7 +90,9 @@ TEST(PrecisionExpertParallel, OverflowInOneRanksExpertsSkipsTheStepEverywhere) {
       EXPECT_TRUE(std::isfinite(s[i].loss)) << "rank " << rank << " step " << i + 1;
       // Every rank of an ep group computes the same norm; both groups do once the flag agreed.
       EXPECT_EQ(s[i].loss, r.steps[0][i].loss) << "rank " << rank << " step " << i + 1;
-      if (i != 2) EXPECT_EQ(s[i].grad_norm, r.steps[0][i].grad_norm) << "rank " << rank;
+      if (i != 2) {
+        EXPECT_EQ(s[i].grad_norm, r.steps[0][i].grad_norm) << "rank " << rank;
+      }
     }
   }
   // The norm did not carry the inf to the first ep group: its ranks skipped on the flag alone.

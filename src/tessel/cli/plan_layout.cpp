@@ -43,14 +43,15 @@ plan::PipelineActionKind kind_of(pp::ActionKind k) {
 }  // namespace
 
 plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::string& schedule,
-                                 int pp_size, int microbatches, int rank) {
+                                 int pp_size, int microbatches, int rank,
+                                 const std::string& split) {
   TESSEL_CHECK(rank >= 0 && rank < pp_size, "pipeline rank ", rank, " of pp ", pp_size);
   // The schedule is made for every rank at once: callers ask for each rank of one layout in
   // turn (a search at pp 64 over 512 micro-batches would otherwise make it 64 times).
   thread_local std::string last_key;
   thread_local std::vector<plan::PipelineRank> last;
   const std::string key = config.to_json() + "\n" + schedule + "/" + std::to_string(pp_size) + "/" +
-                          std::to_string(microbatches);
+                          std::to_string(microbatches) + "/" + split;
   if (key == last_key) return last.at(size_t(rank));
   const pp::Schedule s = train::schedule_from_spec(schedule, pp_size, microbatches);
   std::vector<pp::LayerCost> costs;
@@ -61,7 +62,7 @@ plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::s
   TESSEL_CHECK(int64_t(costs.size()) >= s.num_stages(), "pipeline: ", schedule, " at pp ", pp_size,
                " needs ", s.num_stages(), " stages, the model has ", costs.size(),
                " pipeline layers");
-  const pp::StagePartition partition = pp::balance(costs, s.num_stages());
+  const pp::StagePartition partition = train::pipeline_partition(costs, s.num_stages(), split);
   std::vector<plan::PipelineRank> ranks(static_cast<size_t>(pp_size));
   for (int r = 0; r < pp_size; ++r) {
     plan::PipelineRank& out = ranks[size_t(r)];
@@ -226,11 +227,11 @@ DType precision_dtype(const std::string& precision) {
 }
 
 RankTraces trace_ranks(const models::ModelConfig& config, const plan::MemoryLayout& layout,
-                       const std::string& schedule, int pp) {
+                       const std::string& schedule, int pp, const std::string& split) {
   RankTraces out;
   for (int r = 0; r < pp; ++r) {
     plan::MemoryLayout l = layout;
-    if (pp > 1) l.pipeline = pipeline_rank(config, schedule, pp, int(layout.grad_accum), r);
+    if (pp > 1) l.pipeline = pipeline_rank(config, schedule, pp, int(layout.grad_accum), r, split);
     out.graphs.push_back(plan::trace_for_layout(config, l));
     out.memory.push_back(plan::estimate_memory(config, l, out.graphs.back()));
   }
@@ -239,11 +240,11 @@ RankTraces trace_ranks(const models::ModelConfig& config, const plan::MemoryLayo
 
 plan::StepTime predict_step_time(const plan::Cluster& cluster, const models::ModelConfig& config,
                                  const plan::MemoryLayout& layout, const std::string& schedule,
-                                 int pp, const RankTraces& traced) {
+                                 int pp, const RankTraces& traced, const std::string& split) {
   if (pp == 1)
     return plan::estimate_step_time(cluster, traced.graphs.at(0), traced.memory.at(0), layout);
   plan::MemoryLayout first = layout;
-  first.pipeline = pipeline_rank(config, schedule, pp, int(layout.grad_accum), 0);
+  first.pipeline = pipeline_rank(config, schedule, pp, int(layout.grad_accum), 0, split);
   return plan::estimate_pipeline_step_time(cluster, traced.graphs, traced.memory, first);
 }
 

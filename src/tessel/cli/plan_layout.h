@@ -19,9 +19,10 @@
 namespace tessel::cli {
 
 // Pipeline rank `rank` of `pp` running `schedule` ("gpipe", "1f1b", "interleaved[:V]") over
-// `microbatches`, the stages cut as the trainer cuts them.
+// `microbatches`, the stages cut as the trainer cuts them: by `split` (parallel.pipeline_split,
+// blocks per stage) or, when empty, balanced (train::pipeline_partition).
 plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::string& schedule,
-                                 int pp, int microbatches, int rank);
+                                 int pp, int microbatches, int rank, const std::string& split = "");
 
 // Sets layout.tp and the transform and loss of tensor-parallel rank `tp_rank` of `tp`, with the
 // family's built-in plan or the plan JSON at `plan_path`, and sequence parallelism when `sp`
@@ -83,12 +84,12 @@ struct RankTraces {
   std::vector<plan::MemoryEstimate> memory;
 };
 RankTraces trace_ranks(const models::ModelConfig& config, const plan::MemoryLayout& layout,
-                       const std::string& schedule, int pp);
+                       const std::string& schedule, int pp, const std::string& split = "");
 
 // The step time of `layout` on `cluster`: the pipeline schedule's over every rank's trace, or
 // with pp 1 the one rank's step.
 plan::StepTime predict_step_time(const plan::Cluster& cluster, const models::ModelConfig& config,
                                  const plan::MemoryLayout& layout, const std::string& schedule,
-                                 int pp, const RankTraces& traced);
+                                 int pp, const RankTraces& traced, const std::string& split = "");
 
 }  // namespace tessel::cli

@@ -29,6 +29,7 @@ struct MemoryArgs {
   plan::MemoryLayout layout;
   int tp = 1, pp = 1;
   std::string schedule = "1f1b";
+  std::string split;  // blocks per stage (parallel.pipeline_split); "": balanced
   std::string tp_plan;
   bool sp = false;  // sequence parallelism with tp (Korthikanti et al. 2022), as train --sp
   std::string recompute = "none";
@@ -48,7 +49,8 @@ struct ComposedRanks {
   std::map<std::string, double> kernel_seconds;  // by kernel, the worst rank's
 };
 ComposedRanks compose_ranks(const models::ModelConfig& config, const plan::MemoryLayout& layout,
-                            const std::string& schedule, int pp, const plan::Cluster* cluster) {
+                            const std::string& schedule, const std::string& split, int pp,
+                            const plan::Cluster* cluster) {
   ComposedRanks out;
   plan::StageTraces stages(cluster, config);
   std::vector<plan::PipelineRankCost> costs;
@@ -56,7 +58,7 @@ ComposedRanks compose_ranks(const models::ModelConfig& config, const plan::Memor
   plan::MemoryLayout first;
   for (int r = 0; r < pp; ++r) {
     plan::MemoryLayout l = layout;
-    l.pipeline = pipeline_rank(config, schedule, pp, int(layout.grad_accum), r);
+    l.pipeline = pipeline_rank(config, schedule, pp, int(layout.grad_accum), r, split);
     if (r == 0) first = l;
     composed.push_back(plan::compose_pipeline_rank(stages, config, l));
     const plan::ComposedRank& c = composed.back();
@@ -85,6 +87,9 @@ void run_memory(MemoryArgs a) {
   const int64_t seq = a.layout.seq > 0 ? a.layout.seq : config->max_positions();
   set_tensor_parallel(a.layout, a.tp, 0, a.tp_plan, a.sp, seq);
   set_data_parallel(a.layout);
+  TESSEL_CHECK(a.split.empty() || a.pp > 1,
+               "plan memory: --pipeline-split cuts pipeline stages and needs --pp > 1, got --pp ",
+               a.pp);
   TESSEL_CHECK(!a.composed || a.pp > 1,
                "plan memory: --composed composes pipeline ranks from "
                "their stages and needs --pp > 1, got --pp ",
@@ -97,9 +102,10 @@ void run_memory(MemoryArgs a) {
   RankTraces traced;
   ComposedRanks composed;
   if (a.composed)
-    composed = compose_ranks(*config, a.layout, a.schedule, a.pp, cluster ? &*cluster : nullptr);
+    composed =
+        compose_ranks(*config, a.layout, a.schedule, a.split, a.pp, cluster ? &*cluster : nullptr);
   else
-    traced = trace_ranks(*config, a.layout, a.schedule, a.pp);
+    traced = trace_ranks(*config, a.layout, a.schedule, a.pp, a.split);
   const std::vector<plan::MemoryEstimate>& ranks = a.composed ? composed.memory : traced.memory;
   size_t worst = 0;
   for (size_t r = 1; r < ranks.size(); ++r)
@@ -108,9 +114,9 @@ void run_memory(MemoryArgs a) {
   std::vector<std::pair<const char*, double>> times;
   nlohmann::json kernels_ms;  // the predicted compute by kernel, the rank's whole step
   if (cluster) {
-    const plan::StepTime t =
-        a.composed ? *composed.time
-                   : predict_step_time(*cluster, *config, a.layout, a.schedule, a.pp, traced);
+    const plan::StepTime t = a.composed ? *composed.time
+                                        : predict_step_time(*cluster, *config, a.layout, a.schedule,
+                                                            a.pp, traced, a.split);
     // A pipeline rank's figures are its whole schedule; any other trace is one micro-batch.
     const double passes = a.pp > 1 ? 1.0 : double(a.layout.grad_accum);
     const auto by_kernel =
@@ -164,6 +170,7 @@ void run_memory(MemoryArgs a) {
     if (!kernels_ms.is_null()) out["kernels_ms"] = kernels_ms;
     if (a.pp > 1) {
       out["schedule"] = a.schedule;
+      out["pipeline_split"] = a.split;
       out["pp_rank"] = int(worst);
       for (const plan::MemoryEstimate& e : ranks)
         out["pp_ranks"].push_back({{"state_bytes", int64_t(e.state())},
@@ -210,6 +217,9 @@ void add_plan_memory_command(CLI::App& plan) {
                   "Pipeline schedule: gpipe, 1f1b, interleaved or interleaved:V (--grad-accum "
                   "micro-batches)")
       ->capture_default_str();
+  cmd->add_option("--pipeline-split", args->split,
+                  "Blocks per pipeline stage, e.g. 3,4,4,2, as parallel.pipeline_split (default: "
+                  "balanced by parameters, as the trainer cuts them)");
   cmd->add_option("--zero", args->layout.zero_stage, "ZeRO stage over the dp ranks")
       ->check(CLI::Range(0, 3))
       ->capture_default_str();

@@ -45,6 +45,7 @@ nlohmann::json plan_json(const plan::PlanResult& r) {
                       {"status", std::string(plan::status_name(r.status))}};
   if (l.pp > 1) {
     j["schedule"] = l.schedule;
+    j["pipeline_split"] = l.pipeline_split;
     j["composed"] = r.composed;
   }
   // Every row's own command, not only the best's: a benchmark that sets a row's prediction
@@ -93,7 +94,8 @@ struct SearchArgs {
   std::vector<std::string> recompute = {"none", "selective", "full"};
   std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved"};
   std::string sequence_parallel = "both";
-  std::string attention = "fused";  // or "unfused" (plan/unfused_attention.h)
+  std::string attention = "fused";   // or "unfused" (plan/unfused_attention.h)
+  std::string stage_split = "both";  // balanced, dp or both (SearchRequest::dp_stages)
   double bucket_mb = 25;
   bool offload = false;
   std::string offload_host = "0", offload_chunk = "64MiB", offload_nvme_dir;
@@ -115,6 +117,8 @@ void run_search(SearchArgs a) {
                                 : a.sequence_parallel == "on" ? std::vector<bool>{true}
                                                               : std::vector<bool>{false};
   a.request.unfused_attention = a.attention == "unfused";
+  a.request.balanced_stages = a.stage_split != "dp";
+  a.request.dp_stages = a.stage_split != "balanced";
   TESSEL_CHECK(!a.request.unfused_attention || !a.check || !a.check->enabled,
                "plan: --check measures tessel's runtime, whose attention is one fused kernel; "
                "it cannot check predictions made with --attention unfused");
@@ -248,8 +252,9 @@ void set_runtime_layouts(plan::SearchRequest& request, const models::ConfigPtr& 
   request.tensor_parallel = [](plan::MemoryLayout& layout, int tp, bool sp) {
     set_tensor_parallel(layout, tp, 0, "", sp, layout.seq);
   };
-  request.pipeline_rank = [model](const std::string& schedule, int pp, int microbatches, int rank) {
-    return pipeline_rank(*model, schedule, pp, microbatches, rank);
+  request.pipeline_rank = [model](const std::string& schedule, int pp, int microbatches, int rank,
+                                  const std::string& split) {
+    return pipeline_rank(*model, schedule, pp, microbatches, rank, split);
   };
   request.data_parallel = [](plan::MemoryLayout& layout) { set_data_parallel(layout); };
 }
@@ -278,7 +283,10 @@ plan::Layout train_layout_of(const train::TrainConfig& c, int dp, int tp, int pp
   l.recompute = nn::parse_recompute(c.train.recompute);
   l.micro_batch = c.train.micro_batch;
   l.grad_accum = c.train.grad_accum;
-  if (pp > 1) l.schedule = c.parallel.schedule;
+  if (pp > 1) {
+    l.schedule = c.parallel.schedule;
+    l.pipeline_split = c.parallel.pipeline_split;
+  }
   return l;
 }
 
@@ -324,6 +332,12 @@ void add_search_options(CLI::App* cmd, const std::shared_ptr<SearchArgs>& args, 
                   "Sequence parallelism with tp > 1 layouts (as `tessel train --sp`): off, on or "
                   "both")
       ->check(CLI::IsMember({"off", "on", "both"}))
+      ->capture_default_str();
+  cmd->add_option("--stage-split", args->stage_split,
+                  "Pipeline stage boundaries of gpipe and 1f1b layouts: balanced (by parameters, "
+                  "the trainer's default), dp (Alpa's inter-operator DP over the traced layers, "
+                  "run with parallel.pipeline_split) or both")
+      ->check(CLI::IsMember({"balanced", "dp", "both"}))
       ->capture_default_str();
   cmd->add_option("--attention", args->attention,
                   "Attention's cost: fused (tessel's kernel) or unfused (the scores written and "

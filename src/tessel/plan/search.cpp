@@ -150,6 +150,61 @@ SearchRequest resolved(const models::ModelConfig& config, const Cluster& descrip
   return request;
 }
 
+// Alpa's inter-operator DP for a gpipe or 1f1b layout (SearchRequest::dp_stages): the split of
+// the pipeline layers into pp stages of least pipeline time over one micro-batch's traced
+// compute, on a rank without dp, tp or pp (the layers' ratios, which tp and ZeRO scale alike),
+// as the blocks per stage parallel.pipeline_split takes (0 for a first or last stage that holds
+// only the embedding or the head); "" when it is the runtime's balanced cut.
+// Kept by micro-batch, recomputation, pp and micro-batches.
+class DpSplits {
+ public:
+  DpSplits(const Cluster& cluster, const SearchRequest& request, Kept& kept,
+           const models::CausalLM& meta_model)
+      : cluster_(cluster), request_(request), kept_(kept), meta_model_(meta_model) {}
+
+  std::string split(const Layout& l) {
+    const auto key = std::make_tuple(l.micro_batch, int(l.recompute), l.pp, l.grad_accum);
+    if (auto it = splits_.find(key); it != splits_.end()) return it->second;
+    const auto costs_key = std::make_pair(l.micro_batch, int(l.recompute));
+    auto it = costs_.find(costs_key);
+    if (it == costs_.end()) {
+      Layout one = l;
+      one.dp = one.tp = one.pp = 1;
+      one.sp = false;
+      one.zero_stage = 0;
+      one.grad_accum = 1;
+      one.schedule.clear();
+      one.pipeline_split.clear();
+      const Graph& g = kept_.traces.get(memory_layout(one, request_));
+      it = costs_.emplace(costs_key, traced_layer_costs(cluster_, g, meta_model_, 16)).first;
+    }
+    StageSplitRequest sr;
+    sr.stages = l.pp;
+    sr.micro_batches = l.grad_accum;
+    const StageSplit dp = split_stages(it->second, sr);
+    const PipelineRank balanced =
+        request_.pipeline_rank(l.schedule, l.pp, int(l.grad_accum), 0, "");
+    std::string spec;
+    bool same = int(balanced.stage_layers.size()) == l.pp;
+    for (int s = 0; s < l.pp && same; ++s)
+      same = balanced.stage_layers[size_t(s)].first == dp.first_layer[size_t(s)];
+    if (dp.feasible && !same)
+      for (int s = 0; s < l.pp; ++s)
+        spec += (s ? "," : "") +
+                std::to_string(dp.first_layer[size_t(s) + 1] - dp.first_layer[size_t(s)] -
+                               (s == 0 ? 1 : 0) - (s == l.pp - 1 ? 1 : 0));
+    return splits_[key] = spec;
+  }
+
+ private:
+  const Cluster& cluster_;
+  const SearchRequest& request_;
+  Kept& kept_;
+  const models::CausalLM& meta_model_;
+  std::map<std::tuple<int64_t, int, int, int64_t>, std::string> splits_;
+  std::map<std::pair<int64_t, int>, std::vector<LayerCost>> costs_;
+};
+
 }  // namespace
 
 std::string Layout::str() const {
@@ -159,6 +214,7 @@ std::string Layout::str() const {
                   " micro_batch=" + std::to_string(micro_batch) +
                   " grad_accum=" + std::to_string(grad_accum);
   if (pp > 1) s += " schedule=" + schedule;
+  if (pp > 1 && !pipeline_split.empty()) s += " split=" + pipeline_split;
   if (offloaded())
     s += " offload=" + gib(double(offload_device_budget)) + "+" + gib(double(offload_host_budget)) +
          (offload_nvme_dir.empty() ? "" : "+nvme");
@@ -181,6 +237,10 @@ std::vector<std::string> Layout::train_args() const {
   if (pp > 1) {
     a.push_back("--schedule");
     a.push_back(schedule);
+  }
+  if (pp > 1 && !pipeline_split.empty()) {
+    a.push_back("--set");
+    a.push_back("parallel.pipeline_split=" + pipeline_split);
   }
   if (offloaded()) {
     for (std::string set : {"memory.device_budget=" + std::to_string(offload_device_budget),
@@ -225,7 +285,8 @@ MemoryLayout memory_layout(const Layout& layout, const SearchRequest& request, i
   if (layout.pp > 1) {
     TESSEL_CHECK(bool(request.pipeline_rank), "plan: ", layout.str(),
                  " needs the runtime's pipeline stages in the request");
-    m.pipeline = request.pipeline_rank(layout.schedule, layout.pp, int(layout.grad_accum), pp_rank);
+    m.pipeline = request.pipeline_rank(layout.schedule, layout.pp, int(layout.grad_accum), pp_rank,
+                                       layout.pipeline_split);
   }
   if (request.data_parallel) request.data_parallel(m);
   return m;
@@ -311,6 +372,7 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
     DefaultDeviceScope meta(Device::meta());
     meta_model = config.build_empty();
   }
+  DpSplits dp_splits(cluster, request, kept, *meta_model);
   const int64_t heads = config.num_heads(), layers = config.num_layers() + 2;
   int factorisations = 0, done = 0;
   for (int64_t dp : divisors(request.devices))
@@ -427,8 +489,21 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
                 l.recompute = rc;
                 l.micro_batch = mb;
                 l.grad_accum = rows / mb;
-                PlanResult r = predict_traced(config, cluster, request, l, kept);
-                (r.status == PlanStatus::Ranked ? out.ranked : out.pruned).push_back(std::move(r));
+                // gpipe and 1f1b: the runtime's balanced stages, the DP's, or both.
+                const std::string split = pp > 1 && !interleaved && request.dp_stages
+                                              ? dp_splits.split(l)
+                                              : std::string();
+                std::vector<Layout> cuts;
+                if (request.balanced_stages || split.empty()) cuts.push_back(l);
+                if (!split.empty()) {
+                  cuts.push_back(l);
+                  cuts.back().pipeline_split = split;
+                }
+                for (const Layout& cut : cuts) {
+                  PlanResult r = predict_traced(config, cluster, request, cut, kept);
+                  (r.status == PlanStatus::Ranked ? out.ranked : out.pruned)
+                      .push_back(std::move(r));
+                }
               }
             }
           }

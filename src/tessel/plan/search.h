@@ -64,8 +64,16 @@ struct SearchRequest {
   // Every layout's attention costed as unfused kernels (unfused_attention.h): the layouts as a
   // runtime without a fused attention kernel would run them.
   bool unfused_attention = false;
-  std::function<PipelineRank(const std::string& schedule, int pp, int microbatches, int rank)>
+  // Pipeline rank `rank`'s stages and actions; `split`: blocks per stage as
+  // parallel.pipeline_split gives them ("3,4,4,2"), "" the runtime's balanced cut.
+  std::function<PipelineRank(const std::string& schedule, int pp, int microbatches, int rank,
+                             const std::string& split)>
       pipeline_rank;
+  // Stage boundaries of gpipe and 1f1b layouts: the runtime's balanced cut (by parameters),
+  // Alpa's inter-operator DP over the layers' traced compute (plan/stage_split.h; a layout with
+  // the DP's split where it differs, which parallel.pipeline_split runs), or both as separate
+  // layouts.
+  bool balanced_stages = true, dp_stages = true;
   // ZeRO-2/3 by the runtime's own data parallelism (MemoryLayout::dp_transform; sets it on a
   // layout whose dp, ZeRO stage and bucket size are set). Needed for ZeRO-3 under pp; without it
   // ZeRO-2/3 without pp are counted by the memory model's formula.
@@ -95,13 +103,15 @@ struct Layout {
   int64_t micro_batch = 1;  // rows per micro-batch on each dp rank
   int64_t grad_accum = 1;   // micro-batches per step (the pipeline's micro-batches under pp)
   std::string schedule;     // pp > 1 only
+  // pp > 1: blocks per stage (parallel.pipeline_split, "3,4,4,2"); "": the runtime's balanced cut.
+  std::string pipeline_split;
   // memory.* when the search offloads the layout (SearchRequest::offload_input): device_budget 0
   // means no offload.
   int64_t offload_device_budget = 0, offload_host_budget = 0, offload_chunk_bytes = 0;
   std::string offload_nvme_dir;
   bool offloaded() const { return offload_device_budget > 0; }
   // "dp=2 tp=1 pp=1 zero=1 recompute=none micro_batch=4 grad_accum=2" (" sp" after tp=N with
-  // sequence parallelism; " offload=D+H[+nvme]").
+  // sequence parallelism; " split=3,4" after the schedule; " offload=D+H[+nvme]").
   std::string str() const;
   // The `tessel train` arguments that run it (the flags and --set overrides).
   std::vector<std::string> train_args() const;

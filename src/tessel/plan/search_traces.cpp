@@ -15,9 +15,13 @@ const Graph& Traces::get(const MemoryLayout& m) {
   if (m.dp > 1 && m.zero_stage >= 2 && m.dp_transform)
     key += "/zero" + std::to_string(m.zero_stage) + "/" + std::to_string(m.dp) + "/" +
            std::to_string(m.grad_accum);
-  if (m.pipeline.active())
+  if (m.pipeline.active()) {
     key += "/" + m.pipeline.schedule + "/" + std::to_string(m.pipeline.ranks) + "/" +
            std::to_string(m.pipeline.rank) + "/" + std::to_string(m.pipeline.microbatches);
+    // The stages' cut (a split of the DP's, or the runtime's balanced one).
+    for (const auto& [begin, end] : m.pipeline.stage_layers)
+      key += " " + std::to_string(begin) + "-" + std::to_string(end);
+  }
   auto it = graphs_.find(key);
   if (it != graphs_.end()) {
     recent_.splice(recent_.begin(), recent_, it->second.recent);

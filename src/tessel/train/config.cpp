@@ -109,6 +109,9 @@ std::vector<KeyDef> build_key_table() {
                         "Average gradient buckets during backward (false: all after it)"),
       TESSEL_CONFIG_KEY(parallel, schedule, non_empty(),
                         "Pipeline schedule with pp > 1: gpipe, 1f1b or interleaved:V"),
+      TESSEL_CONFIG_KEY(parallel, pipeline_split, any(),
+                        "Blocks per pipeline stage, e.g. 3,4,4,2 (the embedding with the first, "
+                        "the head with the last; interleaved: per virtual stage); empty: balanced"),
       TESSEL_CONFIG_KEY(parallel, sequence_parallel, boolean(),
                         "With tp > 1: norms, dropouts and residuals on sequence pieces (--sp)"),
       TESSEL_CONFIG_KEY(parallel, expert_tensor_parallel, boolean(),

@@ -51,6 +51,7 @@ struct ParallelSection {
   int64_t bucket_mb = 25;  // gradient bucket size for data parallelism (MiB)
   bool overlap = true;     // launch each bucket's averaging as soon as its gradients are ready
   std::string schedule = "1f1b";        // pipeline schedule: gpipe | 1f1b | interleaved:V
+  std::string pipeline_split;           // blocks per pipeline stage, "3,4,4,2"; "": balanced
   bool sequence_parallel = false;       // with tp > 1: norms and dropouts on sequence pieces (--sp)
   bool expert_tensor_parallel = false;  // with tp > 1: each expert's FFN split over tp (--etp)
   std::string tp_plan;  // tensor-parallel plan JSON; "": the model family's built-in plan

@@ -3,6 +3,9 @@
 // (embed, blocks, head), op for op, so a pipelined step computes what one process computes.
 #include "tessel/train/pipeline_stage.h"
 
+#include <algorithm>
+#include <sstream>
+
 #include "tessel/autograd/meta.h"
 #include "tessel/core/error.h"
 #include "tessel/ops/ops.h"
@@ -22,6 +25,64 @@ std::vector<pp::LayerCost> pipeline_layer_costs(const models::CausalLM& model) {
     costs.push_back({"block." + std::to_string(i), cost[size_t(i + 1)]});
   costs.push_back({"head", cost.back()});
   return costs;
+}
+
+pp::StagePartition pipeline_partition(const std::vector<pp::LayerCost>& costs, int64_t stages,
+                                      const std::string& split) {
+  if (split.empty()) return pp::balance(costs, stages);
+  const int64_t layers = int64_t(costs.size()), blocks = layers - 2;
+  std::vector<int64_t> counts;
+  std::stringstream in(split);
+  for (std::string token; std::getline(in, token, ',');) {
+    const size_t b = token.find_first_not_of(' '), e = token.find_last_not_of(' ');
+    const std::string t = b == std::string::npos ? "" : token.substr(b, e - b + 1);
+    TESSEL_CHECK(!t.empty() && t.size() <= 9 &&
+                     std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; }),
+                 "parallel.pipeline_split = '", split, "': '", token,
+                 "' is not a block count; expected counts per stage like 3,4,4,2");
+    counts.push_back(std::stoll(t));
+  }
+  TESSEL_CHECK(split.back() != ',', "parallel.pipeline_split = '", split,
+               "' ends with a comma; expected counts per stage like 3,4,4,2");
+  TESSEL_CHECK(int64_t(counts.size()) == stages, "parallel.pipeline_split = '", split, "' gives ",
+               counts.size(), " stages; the schedule has ", stages,
+               " (pp, times V for interleaved:V)");
+  int64_t total = 0;
+  for (size_t s = 0; s < counts.size(); ++s) {
+    // The first stage holds the embedding and the last the head, so they may hold no block.
+    TESSEL_CHECK(counts[s] > 0 || s == 0 || s + 1 == counts.size(), "parallel.pipeline_split = '",
+                 split, "': stage ", s,
+                 " has no block; only the first and last stages (the embedding's, the head's) "
+                 "may");
+    total += counts[s];
+  }
+  TESSEL_CHECK(total == blocks, "parallel.pipeline_split = '", split, "': the counts sum to ",
+               total, " but the model has ", blocks, " blocks");
+  pp::StagePartition p;
+  p.layers = layers;
+  p.first.push_back(0);
+  int64_t next = 1;  // the embedding is layer 0
+  for (size_t s = 0; s + 1 < counts.size(); ++s) {
+    next += counts[s];
+    p.first.push_back(next);
+  }
+  TESSEL_CHECK(stages == 1 || (p.first[1] > 0 && p.first.back() < layers),
+               "parallel.pipeline_split = '", split,
+               "': a stage with neither a block nor the embedding or head");
+  return p;
+}
+
+std::string pipeline_split_of(const pp::StagePartition& partition) {
+  const int64_t last = partition.num_stages() - 1;
+  std::string spec;
+  for (int64_t s = 0; s <= last; ++s) {
+    const auto [begin, end] = partition.layers_of(s);
+    const int64_t blocks = end - begin - (s == 0 ? 1 : 0) - (s == last ? 1 : 0);
+    TESSEL_CHECK(blocks >= 0, "pipeline_split_of: stage ", s, " of ", last + 1,
+                 " holds no layer of its own");
+    spec += (s ? "," : "") + std::to_string(blocks);
+  }
+  return spec;
 }
 
 nn::Module* owner_module(nn::Module& root, const std::string& name) {

@@ -27,6 +27,19 @@ namespace tessel::train {
 // proxy for its FLOPs; CausalLM::layer_costs).
 std::vector<parallel::pipeline::LayerCost> pipeline_layer_costs(const models::CausalLM& model);
 
+// The stages' partition of the pipeline layers `costs` lists (pipeline_layer_costs): the blocks
+// per stage that `split` gives (parallel.pipeline_split, "3,4,4,2": the embedding joins the first
+// stage and the final norm and head the last, which may therefore hold no block — "0,6,6,0" puts
+// them on stages of their own; one count per stage, which for an interleaved schedule is every
+// virtual stage in order) or, when `split` is empty, the balance of the costs over `stages`. An
+// Error naming the split when it does not have `stages` counts, leaves a middle stage without a
+// block, or does not sum to the model's blocks.
+parallel::pipeline::StagePartition pipeline_partition(
+    const std::vector<parallel::pipeline::LayerCost>& costs, int64_t stages,
+    const std::string& split);
+// The split that gives `partition` back ("3,4,4,2"; every contiguous partition has one).
+std::string pipeline_split_of(const parallel::pipeline::StagePartition& partition);
+
 // The module that holds parameter `name` ("h.0.attn.c_attn.weight" -> h.0.attn.c_attn) directly.
 nn::Module* owner_module(nn::Module& root, const std::string& name);
 

@@ -49,6 +49,7 @@ void Trainer::build_strategies(const RegionSource& init) {
   if (layout_.pp_size() > 1) {
     PipelineSetup ps;
     ps.schedule = par.schedule;
+    ps.split = par.pipeline_split;
     ps.micro_batches = t.grad_accum;
     ps.micro_batch = t.micro_batch;
     ps.seq_len = t.seq_len;
@@ -57,6 +58,8 @@ void Trainer::build_strategies(const RegionSource& init) {
     ps.print = printer;
     ps.begin_micro_batch = [this](int64_t m) { begin_micro_batch(m); };
     pipeline_ = std::make_unique<PipelineStrategy>(*model_, layout_, std::move(ps));
+  } else if (!par.pipeline_split.empty()) {
+    print("note: parallel.pipeline_split has no effect without --pp > 1");
   }
   if (layout_.ep) {
     // Composed with dp, ZeRO 1-3, pp and tp (docs/MOE.md, "Expert parallelism"). After the

@@ -50,7 +50,8 @@ PipelineStrategy::PipelineStrategy(models::CausalLM& model, const TrainLayout& l
                "train: parallel.schedule = ", setup_.schedule, " at pp = ", p, " needs ",
                schedule.num_stages(), " stages, but the model's ", model_.num_layers(),
                " blocks has only ", costs.size(), " pipeline layers (embedding, blocks, head)");
-  stages_ = std::make_unique<ModelStages>(model_, pp::balance(costs, schedule.num_stages()));
+  stages_ = std::make_unique<ModelStages>(
+      model_, pipeline_partition(costs, schedule.num_stages(), setup_.split));
   if (setup_.begin_micro_batch)
     stages_->set_before_forward([f = setup_.begin_micro_batch](int m) { f(m); });
   for (const auto& [name, param] : model_.named_parameters())

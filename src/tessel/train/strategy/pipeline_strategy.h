@@ -31,6 +31,7 @@ namespace tessel::train {
 
 struct PipelineSetup {
   std::string schedule;                  // parallel.schedule: "gpipe", "1f1b", "interleaved:V"
+  std::string split;                     // parallel.pipeline_split ("" : balanced)
   int64_t micro_batches = 1;             // per step (train.grad_accum)
   int64_t micro_batch = 1;               // sequences per micro-batch
   int64_t seq_len = 0;                   // of a training window
