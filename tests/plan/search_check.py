@@ -9,6 +9,8 @@ layouts' predicted peaks, so some layouts do not fit:
   layouts carry `tessel plan memory`'s figures
   (memory, step time, op overhead, load term), and every ranked row carries its own `tessel
   train` flags (`train_args`);
+- `--tp-plan FILE`: an MLP-only plan searched beside the built-in one, its rows flagged with the
+  file and holding `plan memory --tp-plan`'s figures; a plan the runtime refuses, one invalid row;
 - GPT-2 124M at 1,024 tokens: the inter-operator DP's stage split is ranked beside the balanced
   stages, with parallel.pipeline_split in its flags and `plan memory --pipeline-split`'s figures;
 - `mpirun -np 2 tessel train --plan auto --cluster C` trains with the search's best plan, and a
@@ -149,6 +151,48 @@ def dp_split_against_plan_memory(tessel, cluster, env):
         fail("--stage-split balanced ranked a split")
 
 
+def tp_plan_files(tessel, config, cluster, work, env):
+    """`--tp-plan FILE` searches a plan file beside the built-in plan: a plan that splits only the
+    MLP (the attention replicated) gives tp layouts of its own, named and flagged with the file,
+    with `plan memory --tp-plan`'s figures; a plan the runtime refuses is one invalid entry with
+    its reason."""
+    mlp = write_json(os.path.join(work, "mlp-only-tp.json"),
+                     {"wte": "VocabParallel", "h.*.mlp.c_fc": "Colwise",
+                      "h.*.mlp.c_proj": "Rowwise",
+                      "ln_f": {"style": "Sequence", "gather_output": True}})
+    broken = write_json(os.path.join(work, "broken-tp.json"), {"h.*.mlp.c_fc": "Diagonal"})
+    res = json.loads(search(tessel, config, cluster, env,
+                            extra=["--tp-plan", mlp, "--tp-plan", broken, "--top", "1000",
+                                   "--sequence-parallel", "off", "--recompute", "none"]).stdout)
+    rows = [r for r in res["ranked"] if r["tp"] == 2 and r["tp_plan"] == mlp]
+    builtin = [r for r in res["ranked"] if r["tp"] == 2 and r["tp_plan"] == ""]
+    if not rows or len(rows) != len(builtin):
+        fail(f"--tp-plan: {len(rows)} tp layouts with {mlp}, {len(builtin)} with the built-in plan")
+    r = rows[0]
+    if r["train_args"][-2:] != ["--set", f"parallel.tp_plan={mlp}"]:
+        fail(f"{r['layout']}: train_args {r['train_args']} without its plan")
+    m = json.loads(run([tessel, "plan", "memory", "--model", config, "--cluster", cluster,
+                        "--json", "--dp", str(r["dp"]), "--tp", "2", "--tp-plan", mlp, "--zero",
+                        str(r["zero_stage"]), "--recompute", r["recompute"], "--micro-batch",
+                        str(r["micro_batch"]), "--grad-accum", str(r["grad_accum"]), "--seq",
+                        "15"], env=env).stdout)
+    if m["mem_peak_bytes"] != r["mem_peak_bytes"] or abs(m["step_ms"] - r["step_ms"]) > \
+            1e-9 * r["step_ms"]:
+        fail(f"{r['layout']}: search {r['mem_peak_bytes']} bytes {r['step_ms']} ms, plan memory "
+             f"--tp-plan {m['mem_peak_bytes']} bytes {m['step_ms']} ms")
+    twin = [b for b in builtin if b["layout"] == r["layout"].replace(f" tp_plan={mlp}", "")][0]
+    if twin["mem_peak_bytes"] == r["mem_peak_bytes"]:
+        fail(f"{mlp}: the same bytes per rank as the built-in plan ({r['mem_peak_bytes']}); the "
+             f"replicated attention should cost more")
+    bad = [x for x in res["pruned"] if x.get("tp_plan") == broken]
+    if len(bad) != 1 or bad[0]["status"] != "invalid" or "Diagonal" not in bad[0]["reason"]:
+        fail(f"{broken}: expected one invalid entry naming the bad style, got {bad}")
+    print(f"--tp-plan {os.path.basename(mlp)}: {r['layout']} {r['step_ms']:.3f} ms, "
+          f"{r['mem_peak_bytes']} bytes per rank (built-in plan: {twin['step_ms']:.3f} ms, "
+          f"{twin['mem_peak_bytes']} bytes), as plan memory; {os.path.basename(broken)}: "
+          f"{bad[0]['reason'][:90]}")
+
+
 def auto_equals_explicit(tessel, mpirun, cluster, sets, steps, best, res, work, tag, env):
     """`train --plan auto` runs the search's best plan for the launch, and the printed explicit
     flags give the same losses and gradient norms; both JSONL carry the plan's prediction."""
@@ -241,6 +285,7 @@ def main():
             tessel, config, roomy,
             json.loads(search(tessel, config, roomy, env, extra=["--top", "1000"]).stdout), env)
         dp_split_against_plan_memory(tessel, roomy, env)
+        tp_plan_files(tessel, config, roomy, work, env)
 
         steps = 6
         sets = train_sets(config, data, steps, 15, [

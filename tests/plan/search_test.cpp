@@ -399,6 +399,57 @@ TEST(PlanSearch, TheInterOperatorDpsSplitIsALayoutOfItsOwn) {
       }
 }
 
+// Tensor-parallel plan files are searched beside the family's built-in plan: every tp layout once
+// per plan, the file in its name and flags (parallel.tp_plan); a plan the runtime refuses at a tp
+// is one invalid entry with the runtime's reason, not an aborted search. The callback stands in
+// for the runtime's transform (cli/plan_layout.h's, which plan.search_train_auto runs).
+TEST(PlanSearch, TensorParallelPlanFilesAreSearchedBesideTheBuiltIn) {
+  const auto config = tiny_gpt2();
+  SearchRequest req = request(2);
+  req.recompute = {nn::Recompute::None};
+  req.sequence_parallel = {false};
+  req.tp_plans = {"", "mlp.json", "broken.json"};
+  std::set<std::string> asked;
+  req.tensor_parallel = [&](MemoryLayout& m, int tp, bool, const std::string& plan) {
+    asked.insert(plan);
+    if (plan == "broken.json") TESSEL_FAIL("broken.json: no module matches 'h.*.nothing'");
+    m.tp = tp;
+    m.tp_plan = plan;
+    m.tp_transform = [](models::CausalLM&) {};  // the model whole: only the bookkeeping is tested
+  };
+  const SearchResult res = search_plans(*config, node(int64_t(1) << 40, 2), req);
+  EXPECT_EQ(asked, (std::set<std::string>{"", "mlp.json", "broken.json"}));
+  std::map<std::string, int> tp_rows;
+  for (const PlanResult& r : res.ranked) {
+    if (r.layout.tp != 2) continue;
+    ++tp_rows[r.layout.tp_plan];
+    const std::vector<std::string> args = r.layout.train_args();
+    const bool flag =
+        std::find(args.begin(), args.end(), "parallel.tp_plan=mlp.json") != args.end();
+    EXPECT_EQ(flag, r.layout.tp_plan == "mlp.json") << r.layout.str();
+    EXPECT_EQ(r.layout.str().find(" tp_plan=mlp.json") != std::string::npos, flag);
+  }
+  EXPECT_GT(tp_rows[""], 0);
+  EXPECT_EQ(tp_rows["mlp.json"], tp_rows[""]);
+  EXPECT_EQ(tp_rows.count("broken.json"), 0u);
+  int broken = 0;
+  for (const PlanResult& r : res.pruned)
+    if (r.layout.tp_plan == "broken.json") {
+      ++broken;
+      EXPECT_EQ(r.status, PlanStatus::Invalid);
+      EXPECT_NE(r.reason.find("tp plan broken.json: broken.json: no module matches"),
+                std::string::npos)
+          << r.reason;
+    }
+  EXPECT_EQ(broken, 1);
+  // Layouts without tp are searched once, whatever the plans.
+  for (const PlanResult& r : res.ranked) {
+    if (r.layout.tp == 1) {
+      EXPECT_TRUE(r.layout.tp_plan.empty());
+    }
+  }
+}
+
 TEST(PlanSearch, InterleavedSchedulesByChunksAndMicroBatchGroups) {
   const auto config = tiny_gpt2();
   SearchRequest req = request(2);

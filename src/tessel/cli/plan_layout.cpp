@@ -92,6 +92,7 @@ void set_tensor_parallel(plan::MemoryLayout& layout, int tp, int tp_rank,
   TESSEL_CHECK(!sp || seq > 0, "sequence parallelism over tp ", tp,
                " needs the sequence length (got ", seq, ")");
   layout.tp = tp;
+  layout.tp_plan = tp > 1 ? plan_path : "";
   layout.message_seq = 0;
   if (tp == 1) {
     layout.tp_transform = nullptr;

@@ -37,6 +37,7 @@ nlohmann::json plan_json(const plan::PlanResult& r) {
                       {"dp", l.dp},
                       {"tp", l.tp},
                       {"sp", l.sp},
+                      {"tp_plan", l.tp_plan},
                       {"pp", l.pp},
                       {"zero_stage", l.zero_stage},
                       {"recompute", std::string(nn::recompute_name(l.recompute))},
@@ -94,8 +95,9 @@ struct SearchArgs {
   std::vector<std::string> recompute = {"none", "selective", "full"};
   std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved"};
   std::string sequence_parallel = "both";
-  std::string attention = "fused";   // or "unfused" (plan/unfused_attention.h)
-  std::string stage_split = "both";  // balanced, dp or both (SearchRequest::dp_stages)
+  std::string attention = "fused";    // or "unfused" (plan/unfused_attention.h)
+  std::string stage_split = "both";   // balanced, dp or both (SearchRequest::dp_stages)
+  std::vector<std::string> tp_plans;  // plan files searched beside the built-in plan
   double bucket_mb = 25;
   bool offload = false;
   std::string offload_host = "0", offload_chunk = "64MiB", offload_nvme_dir;
@@ -117,6 +119,8 @@ void run_search(SearchArgs a) {
                                 : a.sequence_parallel == "on" ? std::vector<bool>{true}
                                                               : std::vector<bool>{false};
   a.request.unfused_attention = a.attention == "unfused";
+  a.request.tp_plans = {""};
+  for (const std::string& f : a.tp_plans) a.request.tp_plans.push_back(f);
   a.request.balanced_stages = a.stage_split != "dp";
   a.request.dp_stages = a.stage_split != "balanced";
   TESSEL_CHECK(!a.request.unfused_attention || !a.check || !a.check->enabled,
@@ -138,7 +142,7 @@ void run_search(SearchArgs a) {
     // it), its ZeRO shards, its pipeline stages.
     a.request.offload_input = [config](const plan::MemoryLayout& l, const plan::OffloadBudgets& b) {
       const bool sums =
-          l.dp > 1 && l.tp > 1 && tp_sums_gradients(*config, l.tp, 0, "", l.message_seq > 0);
+          l.dp > 1 && l.tp > 1 && tp_sums_gradients(*config, l.tp, 0, l.tp_plan, l.message_seq > 0);
       return offload_input_for(*config, l, b, sums, false);
     };
   }
@@ -249,8 +253,9 @@ void run_search(SearchArgs a) {
 }  // namespace
 
 void set_runtime_layouts(plan::SearchRequest& request, const models::ConfigPtr& model) {
-  request.tensor_parallel = [](plan::MemoryLayout& layout, int tp, bool sp) {
-    set_tensor_parallel(layout, tp, 0, "", sp, layout.seq);
+  request.tensor_parallel = [](plan::MemoryLayout& layout, int tp, bool sp,
+                               const std::string& plan) {
+    set_tensor_parallel(layout, tp, 0, plan, sp, layout.seq);
   };
   request.pipeline_rank = [model](const std::string& schedule, int pp, int microbatches, int rank,
                                   const std::string& split) {
@@ -279,6 +284,7 @@ plan::Layout train_layout_of(const train::TrainConfig& c, int dp, int tp, int pp
   l.tp = tp;
   l.pp = pp;
   l.sp = tp > 1 && c.parallel.sequence_parallel;
+  if (tp > 1) l.tp_plan = c.parallel.tp_plan;
   l.zero_stage = int(c.parallel.zero_stage);
   l.recompute = nn::parse_recompute(c.train.recompute);
   l.micro_batch = c.train.micro_batch;
@@ -333,6 +339,10 @@ void add_search_options(CLI::App* cmd, const std::shared_ptr<SearchArgs>& args, 
                   "both")
       ->check(CLI::IsMember({"off", "on", "both"}))
       ->capture_default_str();
+  cmd->add_option("--tp-plan", args->tp_plans,
+                  "A tensor-parallel plan JSON to search beside the family's built-in plan "
+                  "(parallel.tp_plan; `tessel plan shard` writes them); repeat for more")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--stage-split", args->stage_split,
                   "Pipeline stage boundaries of gpipe and 1f1b layouts: balanced (by parameters, "
                   "the trainer's default), dp (Alpa's inter-operator DP over the traced layers, "

@@ -40,6 +40,7 @@ struct MemoryLayout {
   // Parameters, gradients and moments are then this rank's pieces, activations those the plan
   // leaves on the rank.
   int tp = 1;
+  std::string tp_plan;  // the plan file the transform applies ("": the family's built-in plan)
   std::function<void(models::CausalLM&)> tp_transform;
   std::function<Tensor(const Tensor& logits, const Tensor& targets)> tp_loss;
   // Under sequence parallelism: the tokens of a pipeline message (this tp rank's piece of the

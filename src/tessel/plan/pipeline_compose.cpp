@@ -198,7 +198,7 @@ const StageTrace& StageTraces::get(const MemoryLayout& m, int64_t begin, int64_t
                     std::to_string(int(m.recompute)) + "/" +
                     std::string(dtype_name(m.compute_dtype)) + "/" + std::to_string(m.tp) + "/" +
                     std::to_string(m.message_seq) + "/" +
-                    std::to_string(m.dp > 1 || m.gradients_held);
+                    std::to_string(m.dp > 1 || m.gradients_held) + "/" + m.tp_plan;
   if (m.dp > 1 && m.zero_stage >= 2 && m.dp_transform)
     key += "/zero" + std::to_string(m.zero_stage) + "/" + std::to_string(m.dp);
   key += "/" + std::to_string(begin == 0) + std::to_string(end == layers) + "/" +

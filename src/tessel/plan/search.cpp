@@ -5,6 +5,7 @@
 #include <cmath>
 #include <list>
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -152,10 +153,11 @@ SearchRequest resolved(const models::ModelConfig& config, const Cluster& descrip
 
 // Alpa's inter-operator DP for a gpipe or 1f1b layout (SearchRequest::dp_stages): the split of
 // the pipeline layers into pp stages of least pipeline time over one micro-batch's traced
-// compute, on a rank without dp, tp or pp (the layers' ratios, which tp and ZeRO scale alike),
-// as the blocks per stage parallel.pipeline_split takes (0 for a first or last stage that holds
-// only the embedding or the head); "" when it is the runtime's balanced cut.
-// Kept by micro-batch, recomputation, pp and micro-batches.
+// compute (less the 16-bit casts of weights and gradients, which a pipeline makes once a step),
+// on a rank without dp, tp or pp (the layers' ratios, which tp and ZeRO scale alike), as the
+// blocks per stage parallel.pipeline_split takes (0 for a first or last stage that holds only
+// the embedding or the head); "" when it is the runtime's balanced cut. Kept by micro-batch,
+// recomputation, pp and micro-batches.
 class DpSplits {
  public:
   DpSplits(const Cluster& cluster, const SearchRequest& request, Kept& kept,
@@ -175,7 +177,14 @@ class DpSplits {
       one.grad_accum = 1;
       one.schedule.clear();
       one.pipeline_split.clear();
-      const Graph& g = kept_.traces.get(memory_layout(one, request_));
+      // A pipeline rank casts its stages' weights to 16 bits and their gradients back once a
+      // step (one autocast scope spans the schedule), a rank without one once a micro-batch: the
+      // casts, traced outside every module, are left out of the per-micro-batch costs, or the
+      // embedding and head layers, to which ops outside the blocks are charged, would weigh a
+      // whole model's casts.
+      Graph g = kept_.traces.get(memory_layout(one, request_));
+      std::erase_if(g.ops,
+                    [](const OpNode& op) { return op.kernel == "convert" && op.module <= 0; });
       it = costs_.emplace(costs_key, traced_layer_costs(cluster_, g, meta_model_, 16)).first;
     }
     StageSplitRequest sr;
@@ -209,6 +218,7 @@ class DpSplits {
 
 std::string Layout::str() const {
   std::string s = "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) + (sp ? " sp" : "") +
+                  (tp > 1 && !tp_plan.empty() ? " tp_plan=" + tp_plan : "") +
                   " pp=" + std::to_string(pp) + " zero=" + std::to_string(zero_stage) +
                   " recompute=" + std::string(nn::recompute_name(recompute)) +
                   " micro_batch=" + std::to_string(micro_batch) +
@@ -233,6 +243,10 @@ std::vector<std::string> Layout::train_args() const {
   if (sp) {
     a.push_back("--set");
     a.push_back("parallel.sequence_parallel=true");
+  }
+  if (tp > 1 && !tp_plan.empty()) {
+    a.push_back("--set");
+    a.push_back("parallel.tp_plan=" + tp_plan);
   }
   if (pp > 1) {
     a.push_back("--schedule");
@@ -280,7 +294,7 @@ MemoryLayout memory_layout(const Layout& layout, const SearchRequest& request, i
   if (layout.tp > 1) {
     TESSEL_CHECK(bool(request.tensor_parallel), "plan: ", layout.str(),
                  " needs the runtime's tensor-parallel transform in the request");
-    request.tensor_parallel(m, layout.tp, layout.sp);
+    request.tensor_parallel(m, layout.tp, layout.sp, layout.tp_plan);
   }
   if (layout.pp > 1) {
     TESSEL_CHECK(bool(request.pipeline_rank), "plan: ", layout.str(),
@@ -474,39 +488,56 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
           r.reason = std::move(excluded);
           out.pruned.push_back(std::move(r));
         }
+        std::set<std::string> failed_plans;  // tp plan files the runtime refused here
         const bool interleaved = schedule.rfind("interleaved", 0) == 0;
         for (int64_t mb : divisors(rows)) {
           if (request.max_micro_batch > 0 && mb > request.max_micro_batch) continue;
           // The interleaved schedule moves micro-batches in groups of pp (the runtime refuses
           // other counts).
           if (interleaved && (rows / mb) % pp != 0) continue;
-          for (bool sp : tp > 1 ? request.sequence_parallel : std::vector<bool>{false}) {
-            for (int zero : zeros) {
-              for (nn::Recompute rc : request.recompute) {
-                Layout l = sched;
-                l.sp = sp;
-                l.zero_stage = zero;
-                l.recompute = rc;
-                l.micro_batch = mb;
-                l.grad_accum = rows / mb;
-                // gpipe and 1f1b: the runtime's balanced stages, the DP's, or both.
-                const std::string split = pp > 1 && !interleaved && request.dp_stages
-                                              ? dp_splits.split(l)
-                                              : std::string();
-                std::vector<Layout> cuts;
-                if (request.balanced_stages || split.empty()) cuts.push_back(l);
-                if (!split.empty()) {
-                  cuts.push_back(l);
-                  cuts.back().pipeline_split = split;
-                }
-                for (const Layout& cut : cuts) {
-                  PlanResult r = predict_traced(config, cluster, request, cut, kept);
-                  (r.status == PlanStatus::Ranked ? out.ranked : out.pruned)
-                      .push_back(std::move(r));
+          for (const std::string& plan : tp > 1 ? request.tp_plans : std::vector<std::string>{""})
+            for (bool sp : tp > 1 ? request.sequence_parallel : std::vector<bool>{false}) {
+              for (int zero : zeros) {
+                for (nn::Recompute rc : request.recompute) {
+                  if (failed_plans.count(plan)) continue;
+                  Layout l = sched;
+                  l.tp_plan = plan;
+                  l.sp = sp;
+                  l.zero_stage = zero;
+                  l.recompute = rc;
+                  l.micro_batch = mb;
+                  l.grad_accum = rows / mb;
+                  // gpipe and 1f1b: the runtime's balanced stages, the DP's, or both.
+                  const std::string split = pp > 1 && !interleaved && request.dp_stages
+                                                ? dp_splits.split(l)
+                                                : std::string();
+                  std::vector<Layout> cuts;
+                  if (request.balanced_stages || split.empty()) cuts.push_back(l);
+                  if (!split.empty()) {
+                    cuts.push_back(l);
+                    cuts.back().pipeline_split = split;
+                  }
+                  for (const Layout& cut : cuts) {
+                    PlanResult r;
+                    try {
+                      r = predict_traced(config, cluster, request, cut, kept);
+                    } catch (const Error& e) {
+                      // A plan file the runtime cannot apply at this tp: one entry, the reason.
+                      if (plan.empty()) throw;
+                      failed_plans.insert(plan);
+                      r = PlanResult{};
+                      r.layout = cut;
+                      r.status = PlanStatus::Invalid;
+                      r.reason = "tp plan " + plan + ": " + e.what();
+                      out.pruned.push_back(std::move(r));
+                      break;
+                    }
+                    (r.status == PlanStatus::Ranked ? out.ranked : out.pruned)
+                        .push_back(std::move(r));
+                  }
                 }
               }
             }
-          }
         }
       }
       report();

@@ -56,8 +56,14 @@ struct SearchRequest {
   // Tensor and pipeline layouts need the runtime's tensor-parallel transform and its stage
   // partition and schedules, which sit above plan/: cli/plan_layout.h supplies them (as
   // `tessel plan memory` uses them). Without them tp (pp) layouts are not modelled.
-  // Sets tp and, with `sp`, sequence parallelism over rows of layout.seq tokens.
-  std::function<void(MemoryLayout& layout, int tp, bool sp)> tensor_parallel;
+  // Sets tp and, with `sp`, sequence parallelism over rows of layout.seq tokens, by the plan file
+  // `plan` ("": the family's built-in plan).
+  std::function<void(MemoryLayout& layout, int tp, bool sp, const std::string& plan)>
+      tensor_parallel;
+  // Tensor-parallel plans searched with each tp > 1 layout: "" the family's built-in one, any
+  // other a plan JSON (parallel.tp_plan; `tessel plan shard` writes them). A plan that cannot
+  // split the model at a tp is listed as invalid with the runtime's reason.
+  std::vector<std::string> tp_plans = {""};
   // Sequence parallelism (Korthikanti et al. 2022) searched with each tp > 1 layout: without,
   // with, or both.
   std::vector<bool> sequence_parallel = {false, true};
@@ -97,7 +103,8 @@ struct SearchRequest {
 // train.recompute, train.micro_batch, train.grad_accum and parallel.schedule.
 struct Layout {
   int dp = 1, tp = 1, pp = 1;
-  bool sp = false;  // sequence parallelism over the tp ranks (tp > 1)
+  bool sp = false;      // sequence parallelism over the tp ranks (tp > 1)
+  std::string tp_plan;  // tp > 1: the plan file (parallel.tp_plan); "": the built-in plan
   int zero_stage = 0;
   nn::Recompute recompute = nn::Recompute::None;
   int64_t micro_batch = 1;  // rows per micro-batch on each dp rank
@@ -111,7 +118,8 @@ struct Layout {
   std::string offload_nvme_dir;
   bool offloaded() const { return offload_device_budget > 0; }
   // "dp=2 tp=1 pp=1 zero=1 recompute=none micro_batch=4 grad_accum=2" (" sp" after tp=N with
-  // sequence parallelism; " split=3,4" after the schedule; " offload=D+H[+nvme]").
+  // sequence parallelism, " tp_plan=FILE" after it with a plan file; " split=3,4" after the
+  // schedule; " offload=D+H[+nvme]").
   std::string str() const;
   // The `tessel train` arguments that run it (the flags and --set overrides).
   std::vector<std::string> train_args() const;

@@ -10,7 +10,8 @@ namespace tessel::plan {
 const Graph& Traces::get(const MemoryLayout& m) {
   std::string key = std::to_string(m.micro_batch) + "/" + std::to_string(int(m.recompute)) + "/" +
                     std::to_string(m.dp > 1) + "/" + std::to_string(m.dp > 1 && m.zero_stage == 2) +
-                    "/" + std::to_string(m.tp) + "/" + std::to_string(m.message_seq);
+                    "/" + std::to_string(m.tp) + "/" + std::to_string(m.message_seq) + "/" +
+                    m.tp_plan;
   // The runtime's ZeRO-2/3 on meta: its stage, dp size and micro-batches change the step.
   if (m.dp > 1 && m.zero_stage >= 2 && m.dp_transform)
     key += "/zero" + std::to_string(m.zero_stage) + "/" + std::to_string(m.dp) + "/" +
@@ -45,7 +46,7 @@ const MemoryEstimate& States::get(const MemoryLayout& m) {
   std::string key = std::to_string(m.tp) + "/" + std::to_string(m.message_seq) + "/" +
                     std::to_string(m.dp) + "/" + std::to_string(m.zero_stage) + "/" +
                     std::to_string(m.bucket_bytes) + "/" + std::to_string(bool(m.dp_transform)) +
-                    "/" + std::to_string(m.gradients_held);
+                    "/" + std::to_string(m.gradients_held) + "/" + m.tp_plan;
   const PipelineRank& pr = m.pipeline;
   if (pr.active()) {
     const int64_t layers = config_.num_layers() + 2;
