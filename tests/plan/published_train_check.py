@@ -81,6 +81,14 @@ NARAYANAN = [
 ]
 
 
+def gpt_config(work, name, layers, hidden, heads):
+    """A GPT-2 config.json of the row's shape, dropout off (the published runs' is not modelled)."""
+    return write_json(os.path.join(work, f"gpt-{name}.json"),
+                      {"model_type": "gpt2", "n_layer": layers, "n_embd": hidden,
+                       "n_head": heads, "n_positions": SEQ, "n_ctx": SEQ, "vocab_size": VOCAB,
+                       "attn_pdrop": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0})
+
+
 def model_flops(batch, layers, hidden):
     """Korthikanti et al.'s model FLOPs of one iteration (no recomputation counted)."""
     return (72.0 * batch * SEQ * layers * hidden * hidden *
@@ -109,11 +117,7 @@ def narayanan_flops(batch, layers, hidden):
 
 def check_narayanan(tessel, cluster, work, errors):
     for name, heads, hidden, layers, tp, pp, gpus, batch, tflops, asserted in NARAYANAN:
-        config = os.path.join(work, f"gpt-{name}.json")
-        write_json(config, {"model_type": "gpt2", "n_layer": layers, "n_embd": hidden,
-                            "n_head": heads, "n_positions": SEQ, "n_ctx": SEQ,
-                            "vocab_size": VOCAB, "attn_pdrop": 0.0, "embd_pdrop": 0.0,
-                            "resid_pdrop": 0.0})
+        config = gpt_config(work, name, layers, hidden, heads)
         dp = gpus // (tp * pp)
         cmd = [tessel, "plan", "memory", "-m", config, "--dp", str(dp), "--zero", "0", "--tp",
                str(tp), "--precision", "bf16", "--recompute", "full", "--seq", str(SEQ),
@@ -158,11 +162,7 @@ def main():
     cluster = os.path.join(root, "configs", "clusters", "a100-80gb.toml")
     errors = []
     for name, layers, hidden, heads, tp, pp, batch, micro, mfu, asserted in ROWS:
-        config = os.path.join(work, f"gpt-{name}.json")
-        write_json(config, {"model_type": "gpt2", "n_layer": layers, "n_embd": hidden,
-                            "n_head": heads, "n_positions": SEQ, "n_ctx": SEQ,
-                            "vocab_size": VOCAB, "attn_pdrop": 0.0, "embd_pdrop": 0.0,
-                            "resid_pdrop": 0.0})
+        config = gpt_config(work, name, layers, hidden, heads)
         # The two largest pipelines are composed from their stages' traces (their whole
         # schedules take 10-30 s each to trace); the 175B row both ways, which must agree.
         p = predict(tessel, cluster, config, tp, pp, batch, micro, composed=name in ("530B", "1T"))

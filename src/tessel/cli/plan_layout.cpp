@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tessel/cli/plan_layout.h"
 
+#include <CLI/CLI.hpp>
 #include <map>
 #include <set>
 
@@ -79,6 +80,15 @@ plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::s
   last = std::move(ranks);
   last_key = key;
   return last.at(size_t(rank));
+}
+
+void add_attention_option(CLI::App* cmd, std::string& attention) {
+  cmd->add_option("--attention", attention,
+                  "Attention's cost: fused (tessel's kernel) or unfused (the scores written and "
+                  "read between its kernels, as Megatron-LM before FlashAttention and PyTorch "
+                  "eager run it; time only)")
+      ->check(CLI::IsMember({"fused", "unfused"}))
+      ->capture_default_str();
 }
 
 void set_tensor_parallel(plan::MemoryLayout& layout, int tp, int tp_rank,

@@ -16,6 +16,10 @@
 #include "tessel/plan/offload_model.h"
 #include "tessel/plan/step_cost.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace tessel::cli {
 
 // Pipeline rank `rank` of `pp` running `schedule` ("gpipe", "1f1b", "interleaved[:V]") over
@@ -23,6 +27,10 @@ namespace tessel::cli {
 // blocks per stage) or, when empty, balanced (train::pipeline_partition).
 plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::string& schedule,
                                  int pp, int microbatches, int rank, const std::string& split = "");
+
+// `--attention fused|unfused` on `cmd` into `attention` (plan/unfused_attention.h): how `plan
+// memory` and `plan search` cost attention.
+void add_attention_option(CLI::App* cmd, std::string& attention);
 
 // Sets layout.tp and the transform and loss of tensor-parallel rank `tp_rank` of `tp`, with the
 // family's built-in plan or the plan JSON at `plan_path`, and sequence parallelism when `sp`

@@ -241,12 +241,7 @@ void add_plan_memory_command(CLI::App& plan) {
       ->capture_default_str();
   cmd->add_option("--cluster", args->cluster,
                   "Cluster description (TOML, docs/PLANNER.md): also predict the step time");
-  cmd->add_option("--attention", args->attention,
-                  "Attention's cost: fused (tessel's kernel) or unfused (the scores written and "
-                  "read between its kernels, as Megatron-LM before FlashAttention and PyTorch "
-                  "eager run it; time only)")
-      ->check(CLI::IsMember({"fused", "unfused"}))
-      ->capture_default_str();
+  add_attention_option(cmd, args->attention);
   cmd->add_flag("--composed", args->composed,
                 "With --pp: compose each rank from one trace per distinct stage instead of "
                 "tracing its whole schedule (fast at thousands of micro-batches; as `plan search` "

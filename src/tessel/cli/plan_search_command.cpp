@@ -349,12 +349,7 @@ void add_search_options(CLI::App* cmd, const std::shared_ptr<SearchArgs>& args, 
                   "run with parallel.pipeline_split) or both")
       ->check(CLI::IsMember({"balanced", "dp", "both"}))
       ->capture_default_str();
-  cmd->add_option("--attention", args->attention,
-                  "Attention's cost: fused (tessel's kernel) or unfused (the scores written and "
-                  "read between its kernels, as Megatron-LM before FlashAttention and PyTorch "
-                  "eager run it; time only)")
-      ->check(CLI::IsMember({"fused", "unfused"}))
-      ->capture_default_str();
+  add_attention_option(cmd, args->attention);
   cmd->add_option("--max-micro-batch", args->request.max_micro_batch,
                   "Largest micro-batch to consider (default: any)");
   cmd->add_option("--compose-above", args->request.compose_above,
