@@ -151,52 +151,38 @@ SearchRequest resolved(const models::ModelConfig& config, const Cluster& descrip
   return request;
 }
 
-// Alpa's inter-operator DP for a gpipe or 1f1b layout (SearchRequest::dp_stages): the split of
-// the pipeline layers into pp stages of least pipeline time over one micro-batch's traced
-// compute (less the 16-bit casts of weights and gradients, which a pipeline makes once a step),
-// on a rank without dp, tp or pp (the layers' ratios, which tp and ZeRO scale alike), as the
-// blocks per stage parallel.pipeline_split takes (0 for a first or last stage that holds only
-// the embedding or the head); "" when it is the runtime's balanced cut. Kept by micro-batch,
-// recomputation, pp and micro-batches.
+// Alpa's inter-operator DP over a layout's pipeline layers (plan/stage_split.h): the split into
+// pp stages of least pipeline time over one micro-batch's traced compute (less the 16-bit casts of
+// weights and gradients, which a pipeline makes once a step), on a rank without dp, tp or pp (the
+// layers' ratios, which tp and ZeRO scale alike). The layer costs are kept by micro-batch and
+// recomputation, the splits also by pp and micro-batches.
 class DpSplits {
  public:
   DpSplits(const Cluster& cluster, const SearchRequest& request, Kept& kept,
            const models::CausalLM& meta_model)
       : cluster_(cluster), request_(request), kept_(kept), meta_model_(meta_model) {}
 
-  std::string split(const Layout& l) {
-    const auto key = std::make_tuple(l.micro_batch, int(l.recompute), l.pp, l.grad_accum);
-    if (auto it = splits_.find(key); it != splits_.end()) return it->second;
-    const auto costs_key = std::make_pair(l.micro_batch, int(l.recompute));
-    auto it = costs_.find(costs_key);
-    if (it == costs_.end()) {
-      Layout one = l;
-      one.dp = one.tp = one.pp = 1;
-      one.sp = false;
-      one.zero_stage = 0;
-      one.grad_accum = 1;
-      one.schedule.clear();
-      one.pipeline_split.clear();
-      // A pipeline rank casts its stages' weights to 16 bits and their gradients back once a
-      // step (one autocast scope spans the schedule), a rank without one once a micro-batch: the
-      // casts, traced outside every module, are left out of the per-micro-batch costs, or the
-      // embedding and head layers, to which ops outside the blocks are charged, would weigh a
-      // whole model's casts.
-      Graph g = kept_.traces.get(memory_layout(one, request_));
-      std::erase_if(g.ops,
-                    [](const OpNode& op) { return op.kernel == "convert" && op.module <= 0; });
-      it = costs_.emplace(costs_key, traced_layer_costs(cluster_, g, meta_model_, 16)).first;
-    }
+  // The DP's stages for `l` (no memory bound: the layout's own prediction applies it).
+  StageSplit stages(const Layout& l) {
     StageSplitRequest sr;
     sr.stages = l.pp;
     sr.micro_batches = l.grad_accum;
-    const StageSplit dp = split_stages(it->second, sr);
+    return split_stages(costs(l), sr);
+  }
+
+  // For a gpipe or 1f1b layout (SearchRequest::dp_stages): the DP's stages as the blocks per
+  // stage parallel.pipeline_split takes (0 for a first or last stage that holds only the
+  // embedding or the head); "" when they are the runtime's balanced cut.
+  std::string split(const Layout& l) {
+    const auto key = std::make_tuple(l.micro_batch, int(l.recompute), l.pp, l.grad_accum);
+    if (auto it = splits_.find(key); it != splits_.end()) return it->second;
+    const StageSplit dp = stages(l);
     const PipelineRank balanced =
         request_.pipeline_rank(l.schedule, l.pp, int(l.grad_accum), 0, "");
-    std::string spec;
     bool same = int(balanced.stage_layers.size()) == l.pp;
     for (int s = 0; s < l.pp && same; ++s)
       same = balanced.stage_layers[size_t(s)].first == dp.first_layer[size_t(s)];
+    std::string spec;
     if (dp.feasible && !same)
       for (int s = 0; s < l.pp; ++s)
         spec += (s ? "," : "") +
@@ -206,6 +192,28 @@ class DpSplits {
   }
 
  private:
+  const std::vector<LayerCost>& costs(const Layout& l) {
+    const auto key = std::make_pair(l.micro_batch, int(l.recompute));
+    auto it = costs_.find(key);
+    if (it != costs_.end()) return it->second;
+    Layout one = l;
+    one.dp = one.tp = one.pp = 1;
+    one.sp = false;
+    one.zero_stage = 0;
+    one.grad_accum = 1;
+    one.schedule.clear();
+    one.pipeline_split.clear();
+    one.tp_plan.clear();
+    // A pipeline rank casts its stages' weights to 16 bits and their gradients back once a step
+    // (one autocast scope spans the schedule), a rank without one once a micro-batch: the casts,
+    // traced outside every module, are left out of the per-micro-batch costs, or the embedding
+    // and head layers, to which ops outside the blocks are charged, would weigh a whole model's
+    // casts.
+    Graph g = kept_.traces.get(memory_layout(one, request_));
+    std::erase_if(g.ops, [](const OpNode& op) { return op.kernel == "convert" && op.module <= 0; });
+    return costs_.emplace(key, traced_layer_costs(cluster_, g, meta_model_, 16)).first->second;
+  }
+
   const Cluster& cluster_;
   const SearchRequest& request_;
   Kept& kept_;
@@ -442,6 +450,35 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
           out.pruned.push_back(std::move(r));
         }
       }
+      // Predicts `l` with each of its stage cuts (gpipe and 1f1b: the runtime's balanced stages,
+      // the DP's, or both) into `out`; false when the runtime refuses its tp plan file, which
+      // is then one invalid entry with the runtime's reason.
+      std::set<std::string> failed_plans;
+      const auto predict_cuts = [&](const Layout& l, bool interleaved) {
+        const std::string split =
+            l.pp > 1 && !interleaved && request.dp_stages ? dp_splits.split(l) : std::string();
+        std::vector<Layout> cuts;
+        if (request.balanced_stages || split.empty()) cuts.push_back(l);
+        if (!split.empty()) {
+          cuts.push_back(l);
+          cuts.back().pipeline_split = split;
+        }
+        for (const Layout& cut : cuts) {
+          PlanResult r;
+          try {
+            r = predict_traced(config, cluster, request, cut, kept);
+          } catch (const Error& e) {
+            if (cut.tp_plan.empty()) throw;
+            r.layout = cut;
+            r.status = PlanStatus::Invalid;
+            r.reason = "tp plan " + cut.tp_plan + ": " + e.what();
+            out.pruned.push_back(std::move(r));
+            return false;
+          }
+          (r.status == PlanStatus::Ranked ? out.ranked : out.pruned).push_back(std::move(r));
+        }
+        return true;
+      };
       for (const std::string& schedule : schedules) {
         Layout sched = base;
         sched.schedule = schedule;
@@ -460,14 +497,7 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
               if (rows / d >= pp) mb = d;
             r.layout.micro_batch = mb;
             r.layout.grad_accum = rows / mb;
-            Layout one = r.layout;
-            one.dp = one.tp = one.pp = 1;
-            one.zero_stage = 0;
-            const Graph& g = kept.traces.get(memory_layout(one, request));
-            StageSplitRequest sr;
-            sr.stages = int(pp);
-            sr.micro_batches = r.layout.grad_accum;
-            r.stages = split_stages(traced_layer_costs(cluster, g, *meta_model, 16), sr);
+            r.stages = dp_splits.stages(r.layout);
           }
           out.pruned.push_back(std::move(r));
           continue;
@@ -488,7 +518,6 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
           r.reason = std::move(excluded);
           out.pruned.push_back(std::move(r));
         }
-        std::set<std::string> failed_plans;  // tp plan files the runtime refused here
         const bool interleaved = schedule.rfind("interleaved", 0) == 0;
         for (int64_t mb : divisors(rows)) {
           if (request.max_micro_batch > 0 && mb > request.max_micro_batch) continue;
@@ -496,8 +525,8 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
           // other counts).
           if (interleaved && (rows / mb) % pp != 0) continue;
           for (const std::string& plan : tp > 1 ? request.tp_plans : std::vector<std::string>{""})
-            for (bool sp : tp > 1 ? request.sequence_parallel : std::vector<bool>{false}) {
-              for (int zero : zeros) {
+            for (bool sp : tp > 1 ? request.sequence_parallel : std::vector<bool>{false})
+              for (int zero : zeros)
                 for (nn::Recompute rc : request.recompute) {
                   if (failed_plans.count(plan)) continue;
                   Layout l = sched;
@@ -507,37 +536,8 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
                   l.recompute = rc;
                   l.micro_batch = mb;
                   l.grad_accum = rows / mb;
-                  // gpipe and 1f1b: the runtime's balanced stages, the DP's, or both.
-                  const std::string split = pp > 1 && !interleaved && request.dp_stages
-                                                ? dp_splits.split(l)
-                                                : std::string();
-                  std::vector<Layout> cuts;
-                  if (request.balanced_stages || split.empty()) cuts.push_back(l);
-                  if (!split.empty()) {
-                    cuts.push_back(l);
-                    cuts.back().pipeline_split = split;
-                  }
-                  for (const Layout& cut : cuts) {
-                    PlanResult r;
-                    try {
-                      r = predict_traced(config, cluster, request, cut, kept);
-                    } catch (const Error& e) {
-                      // A plan file the runtime cannot apply at this tp: one entry, the reason.
-                      if (plan.empty()) throw;
-                      failed_plans.insert(plan);
-                      r = PlanResult{};
-                      r.layout = cut;
-                      r.status = PlanStatus::Invalid;
-                      r.reason = "tp plan " + plan + ": " + e.what();
-                      out.pruned.push_back(std::move(r));
-                      break;
-                    }
-                    (r.status == PlanStatus::Ranked ? out.ranked : out.pruned)
-                        .push_back(std::move(r));
-                  }
+                  if (!predict_cuts(l, interleaved)) failed_plans.insert(plan);
                 }
-              }
-            }
         }
       }
       report();
