@@ -11,6 +11,10 @@ layouts' predicted peaks, so some layouts do not fit:
   train` flags (`train_args`);
 - `--tp-plan FILE`: an MLP-only plan searched beside the built-in one, its rows flagged with the
   file and holding `plan memory --tp-plan`'s figures; a plan the runtime refuses, one invalid row;
+  `--shard-plans DIR`: the sharding ILP's plan for tp 2 written there (as `plan shard` writes it)
+  and searched the same way;
+- a node whose memory lies between a pipeline layout's ranks' peaks: that layout with each rank's
+  least recomputation that fits (train.recompute = "full,none"), with `plan memory`'s figures;
 - GPT-2 124M at 1,024 tokens: the inter-operator DP's stage split is ranked beside the balanced
   stages, with parallel.pipeline_split in its flags and `plan memory --pipeline-split`'s figures;
 - `mpirun -np 2 tessel train --plan auto --cluster C` trains with the search's best plan, and a
@@ -115,6 +119,64 @@ def check_against_plan_memory(tessel, config, cluster, res, env):
               f"{r['tp_comm_ms']:.3f} ms), {r['mem_peak_bytes']} bytes per rank, as plan memory")
 
 
+def rank_recompute_against_plan_memory(tessel, config, every, work, env):
+    """With the node's memory between a pipeline layout's ranks' peaks, the search also ranks that
+    layout with each rank's least recomputation that fits (train.recompute = "full,none" in its
+    flags), its ranks' peaks those of the layouts with one mode, and `plan memory --recompute
+    full,none` gives its figures; `--rank-recompute off` ranks no such row."""
+    order = ["none", "selective", "full"]
+    groups = {}
+    for r in every["ranked"]:
+        if r["pp"] == 2 and r["schedule"] in ("1f1b", "gpipe") and not r["pipeline_split"]:
+            groups.setdefault((r["schedule"], r["micro_batch"]), {})[r["recompute"]] = r
+    def assign(by_mode, memory):
+        modes = []
+        for rank in range(2):
+            fit = [m for m in order if m in by_mode and by_mode[m]["rank_peak_bytes"][rank] <= memory]
+            if not fit:
+                return None
+            modes.append(fit[0])
+        return modes
+    picks = [(key, memory, modes) for key, by_mode in sorted(groups.items())
+             for r in by_mode.values() for memory in r["rank_peak_bytes"]
+             for modes in [assign(by_mode, memory)] if modes and modes[0] != modes[1]]
+    if not picks:
+        fail(f"no pipeline layout whose ranks' least fitting modes differ: {sorted(groups)}")
+    (schedule, mb), memory, modes = picks[0]
+    spec = ",".join(modes)
+    cluster = write(os.path.join(work, "ranks.toml"), NODE.format(memory=memory))
+    extra = ["--top", "1000", "--schedules", schedule, "--stage-split", "balanced"]
+    res = json.loads(search(tessel, config, cluster, env, extra=extra).stdout)
+    rows = [r for r in res["ranked"] if r["pp"] == 2 and r["micro_batch"] == mb and "," in r["recompute"]]
+    if len(rows) != 1 or rows[0]["recompute"] != spec:
+        fail(f"{schedule} micro-batch {mb} at {memory} bytes: expected one row with recompute "
+             f"{spec}, got {[x['layout'] for x in rows]}")
+    r = rows[0]
+    if f"train.recompute={spec}" not in r["train_args"]:
+        fail(f"{r['layout']}: train_args {r['train_args']} without train.recompute={spec}")
+    want = [groups[(schedule, mb)][modes[k]]["rank_peak_bytes"][k] for k in range(2)]
+    if r["rank_peak_bytes"] != want:
+        fail(f"{r['layout']}: rank peaks {r['rank_peak_bytes']}, the one-mode layouts' {want}")
+    m = json.loads(run([tessel, "plan", "memory", "--model", config, "--cluster", cluster, "--json",
+                        "--pp", "2", "--schedule", schedule, "--recompute", spec,
+                        "--micro-batch", str(mb), "--grad-accum", str(r["grad_accum"]),
+                        "--seq", "15"], env=env).stdout)
+    if m["mem_peak_bytes"] != r["mem_peak_bytes"] or abs(m["step_ms"] - r["step_ms"]) > 1e-9 * r["step_ms"] \
+            or [x["mem_peak_bytes"] for x in m["pp_ranks"]] != want:
+        fail(f"{r['layout']}: search {r['mem_peak_bytes']} bytes {r['step_ms']} ms, plan memory "
+             f"--recompute {spec} {m['mem_peak_bytes']} bytes {m['step_ms']} ms {m['pp_ranks']}")
+    uniform = [x for x in res["ranked"] if x["pp"] == 2 and x["micro_batch"] == mb
+               and "," not in x["recompute"]]
+    if any(x["step_ms"] < r["step_ms"] for x in uniform):
+        fail(f"{r['layout']} ({r['step_ms']} ms) slower than a one-mode layout that fits: "
+             f"{[(x['layout'], x['step_ms']) for x in uniform]}")
+    print(f"{r['layout']} at {memory} bytes: ranks {want} bytes, {r['step_ms']:.3f} ms against "
+          f"{[(x['recompute'], round(x['step_ms'], 3)) for x in uniform]}, as plan memory")
+    off = json.loads(search(tessel, config, cluster, env, extra=extra + ["--rank-recompute", "off"]).stdout)
+    if any("," in x["recompute"] for x in off["ranked"] + off["pruned"]):
+        fail("--rank-recompute off ranked a mode per rank")
+
+
 def dp_split_against_plan_memory(tessel, cluster, env):
     """GPT-2 124M at 1,024 tokens over 2 ranks: the inter-operator DP cuts its pipeline where the
     runtime's balance by parameters does not (the tied head's weights are many, its compute one
@@ -191,6 +253,42 @@ def tp_plan_files(tessel, config, cluster, work, env):
           f"{r['mem_peak_bytes']} bytes per rank (built-in plan: {twin['step_ms']:.3f} ms, "
           f"{twin['mem_peak_bytes']} bytes), as plan memory; {os.path.basename(broken)}: "
           f"{bad[0]['reason'][:90]}")
+
+
+def shard_plans_searched(tessel, config, cluster, work, env):
+    """`--shard-plans DIR` solves the sharding ILP for tp 2 (the only tp of two devices), writes
+    its plan as DIR/tp2.json — the plan `tessel plan shard` writes for the same micro-batch — and
+    searches it beside the built-in plan, with `plan memory --tp-plan`'s figures."""
+    folder = os.path.join(work, "shard-plans")
+    shutil.rmtree(folder, ignore_errors=True)
+    p = search(tessel, config, cluster, env,
+               extra=["--shard-plans", folder, "--top", "1000", "--sequence-parallel", "off",
+                      "--recompute", "none"])
+    plan = os.path.join(folder, "tp2.json")
+    if not os.path.exists(plan) or "sharding ILP's plan for tp 2 (micro-batch 6)" not in p.stderr:
+        fail(f"--shard-plans: no {plan} reported: {p.stderr[-1000:]}")
+    direct = run([tessel, "plan", "shard", "--model", config, "--tp", "2", "--batch", "6",
+                  "--seq", "15", "--cluster", cluster], env=env).stdout
+    with open(plan) as f:
+        if f.read() != direct:
+            fail(f"{plan} differs from `tessel plan shard --tp 2 --batch 6`'s plan:\n{direct}")
+    res = json.loads(p.stdout)
+    rows = [r for r in res["ranked"] if r["tp"] == 2 and r["tp_plan"] == plan]
+    builtin = [r for r in res["ranked"] if r["tp"] == 2 and r["tp_plan"] == ""]
+    if not rows or len(rows) != len(builtin):
+        fail(f"--shard-plans: {len(rows)} tp layouts with {plan}, {len(builtin)} with the built-in")
+    r = rows[0]
+    m = json.loads(run([tessel, "plan", "memory", "--model", config, "--cluster", cluster,
+                        "--json", "--dp", str(r["dp"]), "--tp", "2", "--tp-plan", plan, "--zero",
+                        str(r["zero_stage"]), "--recompute", r["recompute"], "--micro-batch",
+                        str(r["micro_batch"]), "--grad-accum", str(r["grad_accum"]), "--seq",
+                        "15"], env=env).stdout)
+    if m["mem_peak_bytes"] != r["mem_peak_bytes"] or abs(m["step_ms"] - r["step_ms"]) > \
+            1e-9 * r["step_ms"]:
+        fail(f"{r['layout']}: search {r['mem_peak_bytes']} bytes {r['step_ms']} ms, plan memory "
+             f"--tp-plan {m['mem_peak_bytes']} bytes {m['step_ms']} ms")
+    print(f"--shard-plans: {r['layout']} {r['step_ms']:.3f} ms, {r['mem_peak_bytes']} bytes per "
+          f"rank, as plan memory; the plan: {' '.join(direct.split())[:160]}")
 
 
 def auto_equals_explicit(tessel, mpirun, cluster, sets, steps, best, res, work, tag, env):
@@ -281,11 +379,12 @@ def main():
         for sub in ("search", "memory", "trace", "shard", "calibrate"):
             if sub not in helptext:
                 fail(f"`tessel plan --help` does not list `{sub}`:\n{helptext}")
-        check_against_plan_memory(
-            tessel, config, roomy,
-            json.loads(search(tessel, config, roomy, env, extra=["--top", "1000"]).stdout), env)
+        roomy_all = json.loads(search(tessel, config, roomy, env, extra=["--top", "1000"]).stdout)
+        check_against_plan_memory(tessel, config, roomy, roomy_all, env)
+        rank_recompute_against_plan_memory(tessel, config, roomy_all, work, env)
         dp_split_against_plan_memory(tessel, roomy, env)
         tp_plan_files(tessel, config, roomy, work, env)
+        shard_plans_searched(tessel, config, roomy, work, env)
 
         steps = 6
         sets = train_sets(config, data, steps, 15, [

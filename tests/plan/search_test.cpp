@@ -399,6 +399,93 @@ TEST(PlanSearch, TheInterOperatorDpsSplitIsALayoutOfItsOwn) {
       }
 }
 
+// train.recompute per pipeline rank: with the device's memory between the ranks' peaks, each rank
+// takes its least recomputation that fits; the layout is ranked with those modes (in its name and
+// flags), each rank's peak that of the layout with the rank's mode on every rank, its figures
+// predict_layout's, and it is at least as fast as every layout of one mode that fits.
+TEST(PlanSearch, EachPipelineRankTakesTheLeastRecomputationThatFits) {
+  const auto config = tiny_gpt2();
+  SearchRequest req = request(2);
+  req.schedules = {"1f1b", "gpipe"};
+  req.pipeline_rank = [](const std::string& schedule, int, int m, int rank, const std::string&) {
+    return two_rank(schedule, m, rank);
+  };
+  req.rank_recompute = false;
+  const SearchResult roomy = search_plans(*config, node(int64_t(1) << 40, 2), req);
+  // The ranks' peaks by layout (schedule, micro-batch) and mode.
+  using Key = std::pair<std::string, int64_t>;
+  std::map<Key, std::map<nn::Recompute, std::vector<double>>> peaks;
+  for (const PlanResult& r : roomy.ranked) {
+    EXPECT_TRUE(r.layout.rank_recompute.empty());
+    if (r.layout.pp != 2) continue;
+    ASSERT_EQ(r.rank_peaks.size(), 2u);
+    EXPECT_DOUBLE_EQ(std::max(r.rank_peaks[0], r.rank_peaks[1]), r.memory.peak());
+    peaks[{r.layout.schedule, r.layout.micro_batch}][r.layout.recompute] = r.rank_peaks;
+  }
+  // A memory at which one layout's ranks take different modes.
+  const auto assign = [&](const Key& key, double memory) {
+    std::vector<nn::Recompute> modes;
+    for (int rank = 0; rank < 2; ++rank)
+      for (const auto& [mode, p] : peaks.at(key))
+        if (p[size_t(rank)] <= memory) {
+          modes.push_back(mode);
+          break;
+        }
+    return modes;
+  };
+  double memory = 0;
+  for (const auto& [key, by_mode] : peaks)
+    for (const auto& [mode, p] : by_mode)
+      for (double m : p) {
+        const std::vector<nn::Recompute> modes = assign(key, m);
+        if (memory == 0 && modes.size() == 2 && modes[0] != modes[1]) memory = m;
+      }
+  ASSERT_GT(memory, 0) << "the test needs ranks whose least fitting modes differ";
+  const Cluster cluster = node(int64_t(memory), 2);
+  req.rank_recompute = true;
+  const SearchResult res = search_plans(*config, cluster, req);
+  int mixed = 0;
+  for (const auto& [key, by_mode] : peaks) {
+    const std::vector<nn::Recompute> want = assign(key, double(int64_t(memory)));
+    const bool differ = want.size() == 2 && want[0] != want[1];
+    const PlanResult* found = nullptr;
+    for (const PlanResult& r : res.ranked)
+      if (r.layout.pp == 2 && !r.layout.rank_recompute.empty() &&
+          Key{r.layout.schedule, r.layout.micro_batch} == key) {
+        EXPECT_EQ(found, nullptr) << "twice: " << r.layout.str();
+        found = &r;
+      }
+    ASSERT_EQ(found != nullptr, differ) << key.first << " micro-batch " << key.second;
+    if (!found) continue;
+    ++mixed;
+    const PlanResult& r = *found;
+    EXPECT_EQ(r.layout.rank_recompute, want);
+    const std::string spec = nn::recompute_list_name(want);
+    EXPECT_NE(r.layout.str().find(" recompute=" + spec + " "), std::string::npos) << r.layout.str();
+    const std::vector<std::string> args = r.layout.train_args();
+    EXPECT_NE(std::find(args.begin(), args.end(), "train.recompute=" + spec), args.end());
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_EQ(memory_layout(r.layout, req, rank).recompute, want[size_t(rank)]);
+      EXPECT_DOUBLE_EQ(r.rank_peaks[size_t(rank)], by_mode.at(want[size_t(rank)])[size_t(rank)]);
+    }
+    const PlanResult again = predict_layout(*config, cluster, req, r.layout);
+    EXPECT_DOUBLE_EQ(again.step_seconds, r.step_seconds);
+    EXPECT_DOUBLE_EQ(again.memory.peak(), r.memory.peak());
+    for (const PlanResult& u : res.ranked)
+      if (u.layout.pp == 2 && u.layout.rank_recompute.empty() &&
+          Key{u.layout.schedule, u.layout.micro_batch} == key) {
+        EXPECT_LE(r.step_seconds, u.step_seconds) << r.layout.str() << " vs " << u.layout.str();
+      }
+  }
+  EXPECT_GT(mixed, 0);
+  // A list of the wrong length is not a layout the models predict.
+  Layout l;
+  l.pp = 2;
+  l.schedule = "1f1b";
+  l.rank_recompute = {nn::Recompute::Full, nn::Recompute::None, nn::Recompute::None};
+  EXPECT_NE(model_coverage(l).find("3 modes for pp 2"), std::string::npos) << model_coverage(l);
+}
+
 // Tensor-parallel plan files are searched beside the family's built-in plan: every tp layout once
 // per plan, the file in its name and flags (parallel.tp_plan); a plan the runtime refuses at a tp
 // is one invalid entry with the runtime's reason, not an aborted search. The callback stands in

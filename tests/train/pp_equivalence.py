@@ -7,7 +7,10 @@ steps. Every step's loss and the final parameters must agree to 1e-5 (relative),
 each schedule, M in {1, 3, 8} (a subset covering every value), and pp=2 x dp=2 with ZeRO stages 1
 and 2; and stages cut unevenly by parallel.pipeline_split (one block on the first stage and five on
 the last; the head alone on the last; an interleaved 2,1,1,2), which the run's pipeline line must
-show. A pp=2 x dp=2
+show. A mode of train.recompute per pipeline rank (full, selective, none, none over pp 4 1F1B;
+selective, full over interleaved) gives bitwise the losses and parameters of the same layout
+without recomputation, with HFU above MFU in its records; a list of the wrong length is refused at
+start. A pp=2 x dp=2
 checkpoint resumed on one rank continues the same trajectory. Dropout is on
 (0.1): each stage draws the masks one process draws for the same micro-batch (docs/PARALLEL.md,
 "Dropout"), and the resumed run continues them.
@@ -15,12 +18,13 @@ checkpoint resumed on one rank continues the same trajectory. Dropout is on
 Usage: pp_equivalence.py TESSEL MPIRUN WORKDIR
 """
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from tessel_runs import (compare_losses, compare_params, fail, final_params,  # noqa: E402
-                         gpt2_config, mpi_prefix, prepare_workdir, run, seed_resume,
-                         single_thread_env,
+                         gpt2_config, losses, mpi_prefix, prepare_workdir, run, seed_resume,
+                         single_thread_env, step_records,
                          train_sets, write_json)
 
 
@@ -74,6 +78,36 @@ def main():
                  f"'{stages[split]}':\n{(p.stdout + p.stderr)[-2000:]}")
         compare(refs[m], d, f"pp={pp} dp={dp} {schedule} M={m} zero_stage={stage}" +
                 (f" split {split}" if split else ""), steps)
+    # train.recompute per pipeline rank: the arithmetic of the same layout without it, bit for bit
+    # (recomputation replays the forward and its dropout masks exactly).
+    for pp, schedule, m, modes, plain in [
+            (4, "1f1b", 3, "full,selective,none,none", "pp4_dp1_1f1b_m3_zero0"),
+            (2, "interleaved:2", 8, "selective,full", "pp2_dp1_interleaved2_m8_zero0_split2112")]:
+        d = os.path.join(work, f"pp{pp}_{schedule.replace(':', '')}_recompute_{modes.replace(',', '_')}")
+        extra = ["--set", "parallel.pipeline_split=2,1,1,2"] if pp == 2 else []
+        run(mpi + ["-np", str(pp), tessel] + common +
+            ["--pp", str(pp), "--schedule", schedule, "--microbatches", str(m),
+             "--set", f"train.micro_batch={batch}", "--set", f"train.recompute={modes}",
+             "--set", "checkpoint.dir=" + d] + extra, env=env)
+        what = f"pp={pp} {schedule} M={m} recompute {modes}"
+        want, got = losses(os.path.join(work, plain)), losses(d)
+        for s in range(1, steps + 1):
+            if got.get(s) != want[s]:
+                fail(f"{what}: step {s} loss {got.get(s)!r}, without recomputation {want[s]!r}")
+        pa, pb = final_params(os.path.join(work, plain), steps), final_params(d, steps)
+        for name, x in pa.items():
+            if x != pb[name]:
+                fail(f"{what}: parameter {name} differs from the run without recomputation")
+        records = step_records(d)
+        if not all(r.get("hfu", 0) > r["mfu"] > 0 for r in records if "mfu" in r):
+            fail(f"{what}: every step's hfu should exceed its mfu: {records[-1]}")
+        print(f"{what}: losses and parameters bitwise those without recomputation")
+    p = subprocess.run(mpi + ["-np", "2", tessel] + common +
+                       ["--pp", "2", "--microbatches", "2", "--set", "train.recompute=full,none,none",
+                        "--set", "checkpoint.dir=" + os.path.join(work, "recompute_count")],
+                       capture_output=True, text=True, env=env)
+    if p.returncode == 0 or "gives 3 modes for --pp 2" not in p.stderr:
+        fail(f"three recompute modes at pp 2: exit {p.returncode}\n{p.stderr[-2000:]}")
     # A pp=2 x dp=2 ZeRO-1 checkpoint is the usual whole-model checkpoint: resumed on one rank at
     # step 10, it continues the same trajectory.
     src = os.path.join(work, "pp2_dp2_1f1b_m3_zero1")

@@ -45,15 +45,43 @@ TEST(RecomputeConfig, DefaultsToNoneAndParsesEveryMode) {
 }
 
 TEST(RecomputeConfig, RejectsUnknownModesAndWrongTypes) {
-  for (const std::string bad : {"partial", "Full", "", "none ", "selective,full"}) {
+  for (const std::string bad :
+       {"partial", "Full", "none ", "selective,", ",full", "full,,none", "full;none"}) {
     for (const std::string& e : {error_of("", {"train.recompute=\"" + bad + "\""}),
                                  error_of("[train]\nrecompute = \"" + bad + "\"\n", {})}) {
       EXPECT_NE(e.find("train.recompute"), std::string::npos) << e;
       EXPECT_NE(e.find("none, selective, full"), std::string::npos) << e;
     }
   }
+  EXPECT_NE(error_of("", {"train.recompute=\"\""}).find("train.recompute must not be empty"),
+            std::string::npos);
   const std::string e = error_of("[train]\nrecompute = 1\n", {});
   EXPECT_NE(e.find("train.recompute"), std::string::npos) << e;
+}
+
+// One mode per pipeline rank: parsed, named back, and handed to each rank by its index.
+TEST(RecomputeConfig, AModePerPipelineRank) {
+  const TrainConfig c = TrainConfig::parse("", {"train.recompute=full,selective,none"});
+  EXPECT_EQ(c.train.recompute, "full,selective,none");
+  const std::vector<Recompute> modes = nn::parse_recompute_list(c.train.recompute);
+  ASSERT_EQ(modes.size(), 3u);
+  EXPECT_EQ(modes[0], Recompute::Full);
+  EXPECT_EQ(modes[1], Recompute::Selective);
+  EXPECT_EQ(modes[2], Recompute::None);
+  EXPECT_EQ(nn::recompute_list_name(modes), "full,selective,none");
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(nn::recompute_of_rank(modes, r, 3), modes[size_t(r)]);
+  // One mode is every rank's.
+  const std::vector<Recompute> one = nn::parse_recompute_list("selective");
+  for (int r = 0; r < 5; ++r) EXPECT_EQ(nn::recompute_of_rank(one, r, 5), Recompute::Selective);
+  // Neither one nor one per rank.
+  try {
+    (void)nn::recompute_of_rank(modes, 0, 2);
+    ADD_FAILURE() << "three modes for two ranks were taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gives 3 modes for 2 pipeline rank(s)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW((void)nn::recompute_of_rank(one, 5, 5), Error);
 }
 
 TEST(RecomputeConfig, KeyTableRowListsTheModes) {
@@ -63,7 +91,8 @@ TEST(RecomputeConfig, KeyTableRowListsTheModes) {
     ++rows;
     EXPECT_EQ(info.type, "string");
     EXPECT_EQ(info.default_value, "\"none\"");
-    EXPECT_EQ(info.range, "one of none, selective, full");
+    EXPECT_EQ(info.range, "non-empty");
+    EXPECT_NE(info.doc.find("one per pipeline rank"), std::string::npos) << info.doc;
   }
   EXPECT_EQ(rows, 1);
 }

@@ -238,10 +238,12 @@ DType precision_dtype(const std::string& precision) {
 }
 
 RankTraces trace_ranks(const models::ModelConfig& config, const plan::MemoryLayout& layout,
-                       const std::string& schedule, int pp, const std::string& split) {
+                       const std::string& schedule, int pp, const std::string& split,
+                       const std::vector<nn::Recompute>& rank_recompute) {
   RankTraces out;
   for (int r = 0; r < pp; ++r) {
     plan::MemoryLayout l = layout;
+    if (!rank_recompute.empty()) l.recompute = nn::recompute_of_rank(rank_recompute, r, pp);
     if (pp > 1) l.pipeline = pipeline_rank(config, schedule, pp, int(layout.grad_accum), r, split);
     out.graphs.push_back(plan::trace_for_layout(config, l));
     out.memory.push_back(plan::estimate_memory(config, l, out.graphs.back()));

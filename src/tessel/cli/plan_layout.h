@@ -86,13 +86,15 @@ plan::OffloadInput offload_input_for(const models::ModelConfig& config,
 DType precision_dtype(const std::string& precision);
 
 // Every pipeline rank of `layout` traced and its memory estimated (rank r with the pipeline of
-// `schedule` over `pp` ranks and layout.grad_accum micro-batches); with pp 1, the layout itself.
+// `schedule` over `pp` ranks and layout.grad_accum micro-batches, and `rank_recompute[r]` when
+// given: train.recompute per rank); with pp 1, the layout itself.
 struct RankTraces {
   std::vector<plan::Graph> graphs;
   std::vector<plan::MemoryEstimate> memory;
 };
 RankTraces trace_ranks(const models::ModelConfig& config, const plan::MemoryLayout& layout,
-                       const std::string& schedule, int pp, const std::string& split = "");
+                       const std::string& schedule, int pp, const std::string& split = "",
+                       const std::vector<nn::Recompute>& rank_recompute = {});
 
 // The step time of `layout` on `cluster`: the pipeline schedule's over every rank's trace, or
 // with pp 1 the one rank's step.

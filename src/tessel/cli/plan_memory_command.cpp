@@ -50,6 +50,7 @@ struct ComposedRanks {
 };
 ComposedRanks compose_ranks(const models::ModelConfig& config, const plan::MemoryLayout& layout,
                             const std::string& schedule, const std::string& split, int pp,
+                            const std::vector<nn::Recompute>& rank_recompute,
                             const plan::Cluster* cluster) {
   ComposedRanks out;
   plan::StageTraces stages(cluster, config);
@@ -58,6 +59,7 @@ ComposedRanks compose_ranks(const models::ModelConfig& config, const plan::Memor
   plan::MemoryLayout first;
   for (int r = 0; r < pp; ++r) {
     plan::MemoryLayout l = layout;
+    l.recompute = nn::recompute_of_rank(rank_recompute, r, pp);
     l.pipeline = pipeline_rank(config, schedule, pp, int(layout.grad_accum), r, split);
     if (r == 0) first = l;
     composed.push_back(plan::compose_pipeline_rank(stages, config, l));
@@ -80,7 +82,12 @@ ComposedRanks compose_ranks(const models::ModelConfig& config, const plan::Memor
 
 void run_memory(MemoryArgs a) {
   const models::ConfigPtr config = train::resolve_model_config(a.model, "plan memory --model");
-  a.layout.recompute = nn::parse_recompute(a.recompute);
+  // One mode, or one per pipeline rank ("full,none"); the layout carries rank 0's.
+  const std::vector<nn::Recompute> modes = nn::parse_recompute_list(a.recompute);
+  TESSEL_CHECK(modes.size() == 1 || int(modes.size()) == a.pp, "plan memory: --recompute ",
+               a.recompute, " gives ", modes.size(), " modes for --pp ", a.pp,
+               ": give one mode, or one per pipeline rank");
+  a.layout.recompute = modes[0];
   a.layout.compute_dtype = precision_dtype(a.precision);
   a.layout.bucket_bytes = int64_t(a.bucket_mb * double(1 << 20));
   a.layout.unfused_attention = a.attention == "unfused";
@@ -102,10 +109,10 @@ void run_memory(MemoryArgs a) {
   RankTraces traced;
   ComposedRanks composed;
   if (a.composed)
-    composed =
-        compose_ranks(*config, a.layout, a.schedule, a.split, a.pp, cluster ? &*cluster : nullptr);
+    composed = compose_ranks(*config, a.layout, a.schedule, a.split, a.pp, modes,
+                             cluster ? &*cluster : nullptr);
   else
-    traced = trace_ranks(*config, a.layout, a.schedule, a.pp, a.split);
+    traced = trace_ranks(*config, a.layout, a.schedule, a.pp, a.split, modes);
   const std::vector<plan::MemoryEstimate>& ranks = a.composed ? composed.memory : traced.memory;
   size_t worst = 0;
   for (size_t r = 1; r < ranks.size(); ++r)
@@ -223,8 +230,9 @@ void add_plan_memory_command(CLI::App& plan) {
   cmd->add_option("--zero", args->layout.zero_stage, "ZeRO stage over the dp ranks")
       ->check(CLI::Range(0, 3))
       ->capture_default_str();
-  cmd->add_option("--recompute", args->recompute, "none, selective or full")
-      ->check(CLI::IsMember({"none", "selective", "full"}))
+  cmd->add_option("--recompute", args->recompute,
+                  "none, selective or full; or one per pipeline rank, e.g. full,none (as "
+                  "train.recompute)")
       ->capture_default_str();
   cmd->add_option("--precision", args->precision, "fp32, or bf16 / fp16 over f32 master weights")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))

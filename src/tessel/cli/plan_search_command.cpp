@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -19,7 +20,9 @@
 #include "tessel/cli/plan_layout.h"
 #include "tessel/cli/plan_search.h"
 #include "tessel/cli/plan_serve.h"
+#include "tessel/cli/shard_plan_file.h"
 #include "tessel/core/error.h"
+#include "tessel/io/mapped_file.h"
 #include "tessel/train/config.h"
 #include "tessel/train/model_presets.h"
 
@@ -40,7 +43,7 @@ nlohmann::json plan_json(const plan::PlanResult& r) {
                       {"tp_plan", l.tp_plan},
                       {"pp", l.pp},
                       {"zero_stage", l.zero_stage},
-                      {"recompute", std::string(nn::recompute_name(l.recompute))},
+                      {"recompute", l.recompute_spec()},
                       {"micro_batch", l.micro_batch},
                       {"grad_accum", l.grad_accum},
                       {"status", std::string(plan::status_name(r.status))}};
@@ -48,6 +51,7 @@ nlohmann::json plan_json(const plan::PlanResult& r) {
     j["schedule"] = l.schedule;
     j["pipeline_split"] = l.pipeline_split;
     j["composed"] = r.composed;
+    for (double peak : r.rank_peaks) j["rank_peak_bytes"].push_back(int64_t(peak));
   }
   // Every row's own command, not only the best's: a benchmark that sets a row's prediction
   // against a run needs the exact arguments the planner would launch for it.
@@ -97,7 +101,9 @@ struct SearchArgs {
   std::string sequence_parallel = "both";
   std::string attention = "fused";    // or "unfused" (plan/unfused_attention.h)
   std::string stage_split = "both";   // balanced, dp or both (SearchRequest::dp_stages)
+  std::string rank_recompute = "on";  // SearchRequest::rank_recompute
   std::vector<std::string> tp_plans;  // plan files searched beside the built-in plan
+  std::string shard_plans;            // a folder: the sharding ILP's plan for each tp, searched too
   double bucket_mb = 25;
   bool offload = false;
   std::string offload_host = "0", offload_chunk = "64MiB", offload_nvme_dir;
@@ -105,6 +111,45 @@ struct SearchArgs {
   bool json = false;
   std::shared_ptr<PlanCheckOptions> check;  // bare `tessel plan` only: --check and its options
 };
+
+// The sharding ILP's tensor-parallel plan (shard_plan_file.h) for each tp the search meets (a
+// divisor of the devices that divides the heads), on the search's cluster and precision, traced
+// at the micro-batch of a rank whose other devices all run dp (B · tp / devices sequences, at
+// least 1, at most --max-micro-batch), written to DIR/tpN.json; the paths, to be searched as
+// --tp-plan files. A tp where no placement fits the device is reported and left out.
+std::vector<std::string> write_shard_plans(const models::ModelConfig& config,
+                                           const plan::Cluster& description,
+                                           const plan::SearchRequest& request,
+                                           const std::string& precision, const std::string& dir) {
+  const int devices = request.devices > 0 ? request.devices : description.num_devices();
+  const plan::Cluster cluster = description.with_devices(devices);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  TESSEL_CHECK(!ec, "plan search: --shard-plans ", dir, ": cannot create it: ", ec.message());
+  std::vector<std::string> paths;
+  for (int tp = 2; tp <= devices; ++tp) {
+    if (devices % tp != 0 || config.num_heads() % tp != 0) continue;
+    ShardRequest r;
+    r.tp = tp;
+    r.batch = std::max<int64_t>(1, request.global_batch * tp / devices);
+    if (request.max_micro_batch > 0) r.batch = std::min(r.batch, request.max_micro_batch);
+    r.seq = request.seq;
+    r.dtype = precision == "bf16" ? "bf16" : precision == "fp16" ? "f16" : "f32";
+    std::string text;
+    try {
+      text = solve_shard_plan(config, cluster, r, nullptr);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "plan search: no sharding ILP plan for tp %d: %s\n", tp, e.what());
+      continue;
+    }
+    const std::string path = (std::filesystem::path(dir) / ("tp" + std::to_string(tp) + ".json"));
+    io::write_file_atomic(path, text.data(), text.size());
+    std::fprintf(stderr, "plan search: the sharding ILP's plan for tp %d (micro-batch %lld): %s\n",
+                 tp, static_cast<long long>(r.batch), path.c_str());
+    paths.push_back(path);
+  }
+  return paths;
+}
 
 void run_search(SearchArgs a) {
   const models::ConfigPtr config = train::resolve_model_config(a.model, "plan search --model");
@@ -121,8 +166,13 @@ void run_search(SearchArgs a) {
   a.request.unfused_attention = a.attention == "unfused";
   a.request.tp_plans = {""};
   for (const std::string& f : a.tp_plans) a.request.tp_plans.push_back(f);
+  if (!a.shard_plans.empty())
+    for (std::string& f :
+         write_shard_plans(*config, cluster, a.request, a.precision, a.shard_plans))
+      a.request.tp_plans.push_back(std::move(f));
   a.request.balanced_stages = a.stage_split != "dp";
   a.request.dp_stages = a.stage_split != "balanced";
+  a.request.rank_recompute = a.rank_recompute == "on";
   TESSEL_CHECK(!a.request.unfused_attention || !a.check || !a.check->enabled,
                "plan: --check measures tessel's runtime, whose attention is one fused kernel; "
                "it cannot check predictions made with --attention unfused");
@@ -286,7 +336,10 @@ plan::Layout train_layout_of(const train::TrainConfig& c, int dp, int tp, int pp
   l.sp = tp > 1 && c.parallel.sequence_parallel;
   if (tp > 1) l.tp_plan = c.parallel.tp_plan;
   l.zero_stage = int(c.parallel.zero_stage);
-  l.recompute = nn::parse_recompute(c.train.recompute);
+  // One mode, or one per pipeline rank (the most recomputation stands for them in `recompute`).
+  const std::vector<nn::Recompute> modes = nn::parse_recompute_list(c.train.recompute);
+  l.recompute = *std::max_element(modes.begin(), modes.end());
+  if (modes.size() > 1) l.rank_recompute = modes;
   l.micro_batch = c.train.micro_batch;
   l.grad_accum = c.train.grad_accum;
   if (pp > 1) {
@@ -343,11 +396,19 @@ void add_search_options(CLI::App* cmd, const std::shared_ptr<SearchArgs>& args, 
                   "A tensor-parallel plan JSON to search beside the family's built-in plan "
                   "(parallel.tp_plan; `tessel plan shard` writes them); repeat for more")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--shard-plans", args->shard_plans,
+                  "A folder: solve the sharding ILP (`tessel plan shard`) for each tp and search "
+                  "its plan, written there as tpN.json, beside the built-in plan");
   cmd->add_option("--stage-split", args->stage_split,
                   "Pipeline stage boundaries of gpipe and 1f1b layouts: balanced (by parameters, "
                   "the trainer's default), dp (Alpa's inter-operator DP over the traced layers, "
                   "run with parallel.pipeline_split) or both")
       ->check(CLI::IsMember({"balanced", "dp", "both"}))
+      ->capture_default_str();
+  cmd->add_option("--rank-recompute", args->rank_recompute,
+                  "With pp > 1, also each pipeline rank's least recomputation that fits "
+                  "(train.recompute = \"full,none\"): on or off")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   add_attention_option(cmd, args->attention);
   cmd->add_option("--max-micro-batch", args->request.max_micro_batch,

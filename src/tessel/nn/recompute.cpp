@@ -24,4 +24,40 @@ Recompute parse_recompute(std::string_view name) {
   TESSEL_FAIL("recompute mode \"", name, "\" is not one of none, selective, full");
 }
 
+std::vector<Recompute> parse_recompute_list(std::string_view spec) {
+  std::vector<Recompute> out;
+  size_t begin = 0;
+  while (true) {
+    const size_t comma = spec.find(',', begin);
+    const std::string_view item = spec.substr(
+        begin, comma == std::string_view::npos ? std::string_view::npos : comma - begin);
+    bool known = false;
+    for (Recompute m : {Recompute::None, Recompute::Selective, Recompute::Full})
+      if (recompute_name(m) == item) {
+        out.push_back(m);
+        known = true;
+      }
+    TESSEL_CHECK(known, "recompute mode \"", item, "\" (entry ", out.size() + 1, " of \"", spec,
+                 "\") is not one of none, selective, full");
+    if (comma == std::string_view::npos) break;
+    begin = comma + 1;
+  }
+  return out;
+}
+
+std::string recompute_list_name(const std::vector<Recompute>& modes) {
+  std::string out;
+  for (size_t i = 0; i < modes.size(); ++i)
+    out += (i ? "," : "") + std::string(recompute_name(modes[i]));
+  return out;
+}
+
+Recompute recompute_of_rank(const std::vector<Recompute>& modes, int rank, int ranks) {
+  TESSEL_CHECK(modes.size() == 1 || int(modes.size()) == ranks, "recompute \"",
+               recompute_list_name(modes), "\" gives ", modes.size(), " modes for ", ranks,
+               " pipeline rank(s): give one mode, or one per pipeline rank");
+  TESSEL_CHECK(rank >= 0 && rank < ranks, "recompute_of_rank: rank ", rank, " of ", ranks);
+  return modes.size() == 1 ? modes[0] : modes[size_t(rank)];
+}
+
 }  // namespace tessel::nn

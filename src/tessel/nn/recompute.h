@@ -3,7 +3,9 @@
 // Every family's block implements them; what each mode keeps is the block's own business.
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace tessel::nn {
 
@@ -27,5 +29,16 @@ enum class Recompute { None, Selective, Full };
 std::string_view recompute_name(Recompute mode);
 // "none" | "selective" | "full"; anything else is an Error naming the three.
 Recompute parse_recompute(std::string_view name);
+
+// `train.recompute` as a list: one mode for every block ("full"), or one per pipeline rank
+// ("full,selective,none": rank 0's blocks recompute fully, the last rank's not at all). A
+// rank's memory is its own (1F1B keeps pp - r micro-batches in flight on rank r), so the ranks
+// that hold the most activations can pay for recomputation while the others run without it.
+// An Error names the entry that is not a mode.
+std::vector<Recompute> parse_recompute_list(std::string_view spec);
+std::string recompute_list_name(const std::vector<Recompute>& modes);  // "full,none"
+// Pipeline rank `rank`'s mode of `ranks`: the one mode, or the rank's own; an Error when the
+// list has neither 1 nor `ranks` entries.
+Recompute recompute_of_rank(const std::vector<Recompute>& modes, int rank, int ranks);
 
 }  // namespace tessel::nn

@@ -110,6 +110,7 @@ PlanResult predict_traced(const models::ModelConfig& config, const Cluster& clus
     if (memories[p].peak() > memories[worst].peak()) worst = p;
   r.memory = memories[worst];
   if (l.pp > 1) {
+    for (const MemoryEstimate& m : memories) r.rank_peaks.push_back(m.peak());
     // A pipeline rank's trace covers its whole schedule; the ranks' mean is one rank's share.
     r.time = combine_pipeline_ranks(cluster, rank_costs, first);
     flops /= double(l.pp);
@@ -131,6 +132,26 @@ PlanResult predict_traced(const models::ModelConfig& config, const Cluster& clus
   r.memory.buckets.clear();
   r.memory.buckets.shrink_to_fit();
   return r;
+}
+
+// Each pipeline rank's least recomputation under which it fits `memory`, from the ranks' peaks
+// of a layout predicted with each mode on every rank (by mode; the enum orders them by the work
+// they repeat); empty when some rank fits under none, or when every rank takes the same mode
+// (that layout is predicted already).
+std::vector<nn::Recompute> least_recompute_per_rank(
+    const std::map<nn::Recompute, std::vector<double>>& peaks, int pp, double memory) {
+  std::vector<nn::Recompute> modes;
+  for (int r = 0; r < pp; ++r) {
+    const auto fits = std::find_if(peaks.begin(), peaks.end(), [&](const auto& mode_peaks) {
+      const std::vector<double>& p = mode_peaks.second;
+      return int(p.size()) == pp && p[size_t(r)] <= memory;
+    });
+    if (fits == peaks.end()) return {};
+    modes.push_back(fits->first);
+  }
+  if (std::all_of(modes.begin(), modes.end(), [&](nn::Recompute m) { return m == modes[0]; }))
+    return {};
+  return modes;
 }
 
 SearchRequest resolved(const models::ModelConfig& config, const Cluster& description,
@@ -228,8 +249,7 @@ std::string Layout::str() const {
   std::string s = "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) + (sp ? " sp" : "") +
                   (tp > 1 && !tp_plan.empty() ? " tp_plan=" + tp_plan : "") +
                   " pp=" + std::to_string(pp) + " zero=" + std::to_string(zero_stage) +
-                  " recompute=" + std::string(nn::recompute_name(recompute)) +
-                  " micro_batch=" + std::to_string(micro_batch) +
+                  " recompute=" + recompute_spec() + " micro_batch=" + std::to_string(micro_batch) +
                   " grad_accum=" + std::to_string(grad_accum);
   if (pp > 1) s += " schedule=" + schedule;
   if (pp > 1 && !pipeline_split.empty()) s += " split=" + pipeline_split;
@@ -240,14 +260,13 @@ std::string Layout::str() const {
 }
 
 std::vector<std::string> Layout::train_args() const {
-  std::vector<std::string> a = {
-      "--dp",  std::to_string(dp),
-      "--tp",  std::to_string(tp),
-      "--pp",  std::to_string(pp),
-      "--set", "parallel.zero_stage=" + std::to_string(zero_stage),
-      "--set", "train.recompute=" + std::string(nn::recompute_name(recompute)),
-      "--set", "train.micro_batch=" + std::to_string(micro_batch),
-      "--set", "train.grad_accum=" + std::to_string(grad_accum)};
+  std::vector<std::string> a = {"--dp",  std::to_string(dp),
+                                "--tp",  std::to_string(tp),
+                                "--pp",  std::to_string(pp),
+                                "--set", "parallel.zero_stage=" + std::to_string(zero_stage),
+                                "--set", "train.recompute=" + recompute_spec(),
+                                "--set", "train.micro_batch=" + std::to_string(micro_batch),
+                                "--set", "train.grad_accum=" + std::to_string(grad_accum)};
   if (sp) {
     a.push_back("--set");
     a.push_back("parallel.sequence_parallel=true");
@@ -279,7 +298,16 @@ std::vector<std::string> Layout::train_args() const {
   return a;
 }
 
+std::string Layout::recompute_spec() const {
+  return rank_recompute.empty() ? std::string(nn::recompute_name(recompute))
+                                : nn::recompute_list_name(rank_recompute);
+}
+
 std::string model_coverage(const Layout& layout) {
+  if (!layout.rank_recompute.empty() && int(layout.rank_recompute.size()) != layout.pp)
+    return "recompute " + layout.recompute_spec() + ": " +
+           std::to_string(layout.rank_recompute.size()) + " modes for pp " +
+           std::to_string(layout.pp) + " (one per pipeline rank)";
   if (layout.sp && layout.tp < 2)
     return "sequence parallelism splits the sequence over the tp ranks: it needs tp > 1";
   if (layout.pp > 1 && layout.schedule != "gpipe" && layout.schedule != "1f1b" &&
@@ -295,7 +323,7 @@ MemoryLayout memory_layout(const Layout& layout, const SearchRequest& request, i
   m.micro_batch = layout.micro_batch;
   m.seq = request.seq;
   m.grad_accum = layout.grad_accum;
-  m.recompute = layout.recompute;
+  m.recompute = layout.recompute_of(pp_rank);
   m.compute_dtype = request.compute_dtype;
   m.bucket_bytes = request.bucket_bytes;
   m.unfused_attention = request.unfused_attention;
@@ -395,6 +423,7 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
     meta_model = config.build_empty();
   }
   DpSplits dp_splits(cluster, request, kept, *meta_model);
+  const double memory_bytes = double(cluster.device.memory_bytes);
   const int64_t heads = config.num_heads(), layers = config.num_layers() + 2;
   int factorisations = 0, done = 0;
   for (int64_t dp : divisors(request.devices))
@@ -454,7 +483,9 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
       // the DP's, or both) into `out`; false when the runtime refuses its tp plan file, which
       // is then one invalid entry with the runtime's reason.
       std::set<std::string> failed_plans;
-      const auto predict_cuts = [&](const Layout& l, bool interleaved) {
+      // `balanced_peaks`: the ranks' peaks of the balanced cut's prediction, when there is one.
+      const auto predict_cuts = [&](const Layout& l, bool interleaved,
+                                    std::vector<double>* balanced_peaks) {
         const std::string split =
             l.pp > 1 && !interleaved && request.dp_stages ? dp_splits.split(l) : std::string();
         std::vector<Layout> cuts;
@@ -475,6 +506,7 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
             out.pruned.push_back(std::move(r));
             return false;
           }
+          if (balanced_peaks && cut.pipeline_split.empty()) *balanced_peaks = r.rank_peaks;
           (r.status == PlanStatus::Ranked ? out.ranked : out.pruned).push_back(std::move(r));
         }
         return true;
@@ -526,18 +558,26 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
           if (interleaved && (rows / mb) % pp != 0) continue;
           for (const std::string& plan : tp > 1 ? request.tp_plans : std::vector<std::string>{""})
             for (bool sp : tp > 1 ? request.sequence_parallel : std::vector<bool>{false})
-              for (int zero : zeros)
+              for (int zero : zeros) {
+                Layout l = sched;
+                l.tp_plan = plan;
+                l.sp = sp;
+                l.zero_stage = zero;
+                l.micro_batch = mb;
+                l.grad_accum = rows / mb;
+                std::map<nn::Recompute, std::vector<double>> peaks;
                 for (nn::Recompute rc : request.recompute) {
                   if (failed_plans.count(plan)) continue;
-                  Layout l = sched;
-                  l.tp_plan = plan;
-                  l.sp = sp;
-                  l.zero_stage = zero;
                   l.recompute = rc;
-                  l.micro_batch = mb;
-                  l.grad_accum = rows / mb;
-                  if (!predict_cuts(l, interleaved)) failed_plans.insert(plan);
+                  if (!predict_cuts(l, interleaved, &peaks[rc])) failed_plans.insert(plan);
                 }
+                if (pp == 1 || !request.rank_recompute || failed_plans.count(plan)) continue;
+                l.rank_recompute = least_recompute_per_rank(peaks, int(pp), memory_bytes);
+                if (l.rank_recompute.empty()) continue;
+                l.recompute = *std::max_element(l.rank_recompute.begin(), l.rank_recompute.end());
+                PlanResult r = predict_traced(config, cluster, request, l, kept);
+                (r.status == PlanStatus::Ranked ? out.ranked : out.pruned).push_back(std::move(r));
+              }
         }
       }
       report();

@@ -37,6 +37,12 @@ struct SearchRequest {
   std::vector<int> zero_stages = {0, 1, 2, 3};  // searched when dp > 1
   std::vector<nn::Recompute> recompute = {nn::Recompute::None, nn::Recompute::Selective,
                                           nn::Recompute::Full};
+  // Under pp, a mode per pipeline rank as well (train.recompute = "full,none"): once a layout
+  // has been predicted with each of `recompute` on every rank, each rank takes the least
+  // recomputation under which it fits the device (a rank's bytes do not depend on the others'
+  // modes, and less recomputation never slows a rank), and where the ranks then differ that
+  // layout is predicted too. On the runtime's balanced stage cut.
+  bool rank_recompute = true;
   // Searched when pp > 1; "interleaved" stands for every "interleaved:V" whose pp·V stages the
   // model's pipeline layers hold (V >= 2), with micro-batch counts that are multiples of pp.
   std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved"};
@@ -107,6 +113,9 @@ struct Layout {
   std::string tp_plan;  // tp > 1: the plan file (parallel.tp_plan); "": the built-in plan
   int zero_stage = 0;
   nn::Recompute recompute = nn::Recompute::None;
+  // pp > 1: one mode per pipeline rank (train.recompute = "full,none"), which then replaces
+  // `recompute`; empty: `recompute` on every rank.
+  std::vector<nn::Recompute> rank_recompute;
   int64_t micro_batch = 1;  // rows per micro-batch on each dp rank
   int64_t grad_accum = 1;   // micro-batches per step (the pipeline's micro-batches under pp)
   std::string schedule;     // pp > 1 only
@@ -117,6 +126,12 @@ struct Layout {
   int64_t offload_device_budget = 0, offload_host_budget = 0, offload_chunk_bytes = 0;
   std::string offload_nvme_dir;
   bool offloaded() const { return offload_device_budget > 0; }
+  // Pipeline rank `pp_rank`'s recomputation.
+  nn::Recompute recompute_of(int pp_rank) const {
+    return rank_recompute.empty() ? recompute : rank_recompute.at(size_t(pp_rank));
+  }
+  // train.recompute's value: "selective", or per rank "full,selective,none".
+  std::string recompute_spec() const;
   // "dp=2 tp=1 pp=1 zero=1 recompute=none micro_batch=4 grad_accum=2" (" sp" after tp=N with
   // sequence parallelism, " tp_plan=FILE" after it with a plan file; " split=3,4" after the
   // schedule; " offload=D+H[+nvme]").
@@ -153,7 +168,8 @@ struct PlanResult {
   OffloadTraffic offload;
   double offload_io_seconds = 0;
   double offload_plain_bytes = 0;
-  bool composed = false;  // pp > 1: every rank composed from its stages' traces
+  bool composed = false;           // pp > 1: every rank composed from its stages' traces
+  std::vector<double> rank_peaks;  // pp > 1: each pipeline rank's peak bytes
 };
 
 struct SearchResult {

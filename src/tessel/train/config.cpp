@@ -21,6 +21,7 @@
 #include <variant>
 
 #include "tessel/core/error.h"
+#include "tessel/nn/recompute.h"
 #include "tessel/tensor/device_memory.h"
 
 namespace tessel::train {
@@ -90,8 +91,9 @@ std::vector<KeyDef> build_key_table() {
                         "Worker threads; 0: TESSEL_NUM_THREADS or all cores"),
       TESSEL_CONFIG_KEY(train, max_bad_steps, at_least(1),
                         "Abort after this many non-finite steps in a row"),
-      TESSEL_CONFIG_KEY(train, recompute, one_of({"none", "selective", "full"}),
-                        "Activation recomputation per block: selective (attention) or full"),
+      TESSEL_CONFIG_KEY(train, recompute, non_empty(),
+                        "Activation recomputation per block: none, selective (attention) or "
+                        "full; or one per pipeline rank, \"full,selective,none\""),
       TESSEL_CONFIG_KEY(train, precision, one_of({"fp32", "bf16", "fp16"}),
                         "Forward/backward dtype over f32 master weights: fp32, bf16 or fp16"),
       TESSEL_CONFIG_KEY(train, device, non_empty(),
@@ -524,6 +526,11 @@ void TrainConfig::validate() const {
   TESSEL_CHECK(optim.warmup_steps <= train.steps,
                "training config: optim.warmup_steps = ", optim.warmup_steps,
                " exceeds train.steps = ", train.steps, "; the warmup must fit in the run");
+  try {
+    (void)nn::parse_recompute_list(train.recompute);
+  } catch (const Error& e) {
+    TESSEL_FAIL("training config: train.recompute = '", train.recompute, "': ", e.what());
+  }
   try {
     (void)parse_device(train.device);
   } catch (const Error&) {

@@ -56,6 +56,13 @@ PipelineStrategy::PipelineStrategy(models::CausalLM& model, const TrainLayout& l
     stages_->set_before_forward([f = setup_.begin_micro_batch](int m) { f(m); });
   for (const auto& [name, param] : model_.named_parameters())
     owner_[name] = schedule.owner(stages_->stage_of_parameter(name));
+  blocks_per_rank_.assign(size_t(p), 0);
+  for (int64_t s = 0; s < stages_->partition().num_stages(); ++s) {
+    const auto [begin, end] = stages_->partition().layers_of(s);
+    // Pipeline layers 1..L are the blocks; 0 the embedding, L + 1 the head.
+    blocks_per_rank_[size_t(schedule.owner(int(s)))] +=
+        std::min(end, model_.num_layers() + 1) - std::max<int64_t>(begin, 1);
+  }
   tied_ = model_.head_tied_parameters();
   {
     // The modules that hold this rank's parameters (and the tied ones its head multiplies with),

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tessel/cli/shard_plan_file.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "tessel/plan/shard_plan.h"
+#include "tessel/plan/trace.h"
+
+namespace tessel::cli {
+
+std::string solve_shard_plan(const models::ModelConfig& config, const plan::Cluster& cluster,
+                             const ShardRequest& a, std::FILE* summary) {
+  const models::TensorParallelSpec spec = config.tensor_parallel(a.tp);
+  plan::TraceOptions trace;
+  trace.batch = a.batch;
+  trace.seq = a.seq;
+  trace.compute_dtype = dtype_from_name(a.dtype);
+  const plan::Graph graph = plan::trace_training_step(config, trace);
+
+  plan::ShardGraphOptions options;
+  options.tp = a.tp;
+  options.dtype = a.dtype;
+  options.memory_budget = a.memory;
+  const std::string& w = spec.vocab_parallel_weight;
+  options.vocab_parallel_modules = {w.substr(0, w.rfind('.'))};
+  const plan::ShardModel model = plan::build_shard_model(graph, cluster, options);
+  const plan::ShardSolution solution = plan::solve_shard_ilp(model.problem);
+  const auto rules = plan::shard_plan_rules(model, solution);
+
+  const int64_t seq = a.seq > 0 ? a.seq : config.max_positions();
+  if (summary) {
+    std::fprintf(summary,
+                 "plan shard: %s, batch %lld x %lld, tp = %d on %s\n"
+                 "  %zu forward ops merged into %zu nodes, %zu edges; ILP: %d variables (%d "
+                 "integer), %d constraints; CBC %.3f s, %lld branch nodes\n"
+                 "  predicted step: %.3f ms compute + %.3f ms communication; %.5g MiB per rank "
+                 "(budget %.5g MiB)\n",
+                 config.summary().c_str(), static_cast<long long>(a.batch),
+                 static_cast<long long>(seq), a.tp, cluster.name.c_str(),
+                 static_cast<size_t>(std::count_if(
+                     graph.ops.begin(), graph.ops.end(),
+                     [](const plan::OpNode& op) { return op.phase == plan::Phase::Forward; })),
+                 model.groups.size(), model.problem.edges.size(), solution.variables,
+                 solution.integer_variables, solution.constraints, solution.solve_seconds,
+                 static_cast<long long>(solution.branch_nodes), solution.compute_seconds * 1e3,
+                 solution.communication_seconds * 1e3, solution.memory_bytes / double(1 << 20),
+                 model.problem.memory_budget / double(1 << 20));
+    for (const plan::ShardPlanRule& r : rules)
+      std::fprintf(summary, "  %-24s %s\n", r.pattern.c_str(), r.style.c_str());
+  }
+  return plan::shard_plan_json(
+      rules, "tensor-parallel plan found by `tessel plan shard` (sharding ILP solved by CBC) for " +
+                 config.summary() + ", tp = " + std::to_string(a.tp) + ", batch " +
+                 std::to_string(a.batch) + " x " + std::to_string(seq) + " on " + cluster.name);
+}
+
+}  // namespace tessel::cli

@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: Apache-2.0
+// The sharding ILP (plan/shard_plan.h) run for one tensor-parallel degree and written as the plan
+// JSON `tessel train --tp-plan FILE` applies: what `tessel plan shard` prints and what
+// `tessel plan search --shard-plans DIR` searches beside the family's built-in plan.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "tessel/models/causal_lm.h"
+#include "tessel/plan/cluster.h"
+
+namespace tessel::cli {
+
+struct ShardRequest {
+  int tp = 2;
+  int64_t batch = 8;  // sequences per micro-batch the step is traced with
+  int64_t seq = 0;    // 0: the model's context
+  double memory = 0;  // budget per rank in bytes; 0: the cluster's device memory
+  std::string dtype = "f32";
+};
+
+// Traces `config`'s step, solves the ILP on `cluster` and returns the plan's JSON; its summary
+// (graph and program sizes, solve time, predicted step and memory, the rules) goes to `summary`
+// when given, one line per rule after a header.
+std::string solve_shard_plan(const models::ModelConfig& config, const plan::Cluster& cluster,
+                             const ShardRequest& request, std::FILE* summary);
+
+}  // namespace tessel::cli
