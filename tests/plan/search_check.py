@@ -213,6 +213,26 @@ def dp_split_against_plan_memory(tessel, cluster, env):
         fail("--stage-split balanced ranked a split")
 
 
+def plan_file_rows(tessel, config, cluster, res, plan, what, env):
+    """The ranked tp 2 rows searched with the plan file PLAN (as many as with the built-in plan)
+    and the built-in plan's; the first row's figures must be `plan memory --tp-plan PLAN`'s."""
+    rows = [r for r in res["ranked"] if r["tp"] == 2 and r["tp_plan"] == plan]
+    builtin = [r for r in res["ranked"] if r["tp"] == 2 and r["tp_plan"] == ""]
+    if not rows or len(rows) != len(builtin):
+        fail(f"{what}: {len(rows)} tp layouts with {plan}, {len(builtin)} with the built-in plan")
+    r = rows[0]
+    m = json.loads(run([tessel, "plan", "memory", "--model", config, "--cluster", cluster,
+                        "--json", "--dp", str(r["dp"]), "--tp", "2", "--tp-plan", plan, "--zero",
+                        str(r["zero_stage"]), "--recompute", r["recompute"], "--micro-batch",
+                        str(r["micro_batch"]), "--grad-accum", str(r["grad_accum"]), "--seq",
+                        "15"], env=env).stdout)
+    if m["mem_peak_bytes"] != r["mem_peak_bytes"] or abs(m["step_ms"] - r["step_ms"]) > \
+            1e-9 * r["step_ms"]:
+        fail(f"{r['layout']}: search {r['mem_peak_bytes']} bytes {r['step_ms']} ms, plan memory "
+             f"--tp-plan {m['mem_peak_bytes']} bytes {m['step_ms']} ms")
+    return r, builtin
+
+
 def tp_plan_files(tessel, config, cluster, work, env):
     """`--tp-plan FILE` searches a plan file beside the built-in plan: a plan that splits only the
     MLP (the attention replicated) gives tp layouts of its own, named and flagged with the file,
@@ -226,22 +246,9 @@ def tp_plan_files(tessel, config, cluster, work, env):
     res = json.loads(search(tessel, config, cluster, env,
                             extra=["--tp-plan", mlp, "--tp-plan", broken, "--top", "1000",
                                    "--sequence-parallel", "off", "--recompute", "none"]).stdout)
-    rows = [r for r in res["ranked"] if r["tp"] == 2 and r["tp_plan"] == mlp]
-    builtin = [r for r in res["ranked"] if r["tp"] == 2 and r["tp_plan"] == ""]
-    if not rows or len(rows) != len(builtin):
-        fail(f"--tp-plan: {len(rows)} tp layouts with {mlp}, {len(builtin)} with the built-in plan")
-    r = rows[0]
+    r, builtin = plan_file_rows(tessel, config, cluster, res, mlp, "--tp-plan", env)
     if r["train_args"][-2:] != ["--set", f"parallel.tp_plan={mlp}"]:
         fail(f"{r['layout']}: train_args {r['train_args']} without its plan")
-    m = json.loads(run([tessel, "plan", "memory", "--model", config, "--cluster", cluster,
-                        "--json", "--dp", str(r["dp"]), "--tp", "2", "--tp-plan", mlp, "--zero",
-                        str(r["zero_stage"]), "--recompute", r["recompute"], "--micro-batch",
-                        str(r["micro_batch"]), "--grad-accum", str(r["grad_accum"]), "--seq",
-                        "15"], env=env).stdout)
-    if m["mem_peak_bytes"] != r["mem_peak_bytes"] or abs(m["step_ms"] - r["step_ms"]) > \
-            1e-9 * r["step_ms"]:
-        fail(f"{r['layout']}: search {r['mem_peak_bytes']} bytes {r['step_ms']} ms, plan memory "
-             f"--tp-plan {m['mem_peak_bytes']} bytes {m['step_ms']} ms")
     twin = [b for b in builtin if b["layout"] == r["layout"].replace(f" tp_plan={mlp}", "")][0]
     if twin["mem_peak_bytes"] == r["mem_peak_bytes"]:
         fail(f"{mlp}: the same bytes per rank as the built-in plan ({r['mem_peak_bytes']}); the "
@@ -272,21 +279,8 @@ def shard_plans_searched(tessel, config, cluster, work, env):
     with open(plan) as f:
         if f.read() != direct:
             fail(f"{plan} differs from `tessel plan shard --tp 2 --batch 6`'s plan:\n{direct}")
-    res = json.loads(p.stdout)
-    rows = [r for r in res["ranked"] if r["tp"] == 2 and r["tp_plan"] == plan]
-    builtin = [r for r in res["ranked"] if r["tp"] == 2 and r["tp_plan"] == ""]
-    if not rows or len(rows) != len(builtin):
-        fail(f"--shard-plans: {len(rows)} tp layouts with {plan}, {len(builtin)} with the built-in")
-    r = rows[0]
-    m = json.loads(run([tessel, "plan", "memory", "--model", config, "--cluster", cluster,
-                        "--json", "--dp", str(r["dp"]), "--tp", "2", "--tp-plan", plan, "--zero",
-                        str(r["zero_stage"]), "--recompute", r["recompute"], "--micro-batch",
-                        str(r["micro_batch"]), "--grad-accum", str(r["grad_accum"]), "--seq",
-                        "15"], env=env).stdout)
-    if m["mem_peak_bytes"] != r["mem_peak_bytes"] or abs(m["step_ms"] - r["step_ms"]) > \
-            1e-9 * r["step_ms"]:
-        fail(f"{r['layout']}: search {r['mem_peak_bytes']} bytes {r['step_ms']} ms, plan memory "
-             f"--tp-plan {m['mem_peak_bytes']} bytes {m['step_ms']} ms")
+    r, _ = plan_file_rows(tessel, config, cluster, json.loads(p.stdout), plan, "--shard-plans",
+                          env)
     print(f"--shard-plans: {r['layout']} {r['step_ms']:.3f} ms, {r['mem_peak_bytes']} bytes per "
           f"rank, as plan memory; the plan: {' '.join(direct.split())[:160]}")
 
