@@ -56,6 +56,9 @@ LAYOUTS = [
     (1, 0, "none", "bf16", 2, 1, 2, "1f1b", 4),
     (1, 0, "none", "fp32", 2, 1, 2, "interleaved", 4),
     (2, 1, "none", "fp32", 2, 2, 2, "1f1b", 4),
+    # A recompute mode per pipeline rank (train.recompute = "full,none"): each rank its own.
+    (1, 0, "full,none", "fp32", 2, 1, 2, "1f1b", 4),
+    (1, 0, "none,selective", "bf16", 2, 1, 2, "gpipe", 4),
     # ZeRO-2 and ZeRO-3 by the runtime's own code on meta, with accumulation, tp and pp. Before
     # the runtime freed gradient buffers at fixed points their peak moved by up to a whole buffer
     # from run to run (ZeRO-2, one bucket, full recompute: -15.9% and +15.9% of the same
