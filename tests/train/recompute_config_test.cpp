@@ -78,7 +78,7 @@ TEST(RecomputeConfig, AModePerPipelineRank) {
     (void)nn::recompute_of_rank(modes, 0, 2);
     ADD_FAILURE() << "three modes for two ranks were taken";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("gives 3 modes for 2 pipeline rank(s)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("gives 3 modes for --pp 2"), std::string::npos)
         << e.what();
   }
   EXPECT_THROW((void)nn::recompute_of_rank(one, 5, 5), Error);

@@ -84,10 +84,7 @@ void run_memory(MemoryArgs a) {
   const models::ConfigPtr config = train::resolve_model_config(a.model, "plan memory --model");
   // One mode, or one per pipeline rank ("full,none"); the layout carries rank 0's.
   const std::vector<nn::Recompute> modes = nn::parse_recompute_list(a.recompute);
-  TESSEL_CHECK(modes.size() == 1 || int(modes.size()) == a.pp, "plan memory: --recompute ",
-               a.recompute, " gives ", modes.size(), " modes for --pp ", a.pp,
-               ": give one mode, or one per pipeline rank");
-  a.layout.recompute = modes[0];
+  a.layout.recompute = nn::recompute_of_rank(modes, 0, a.pp);
   a.layout.compute_dtype = precision_dtype(a.precision);
   a.layout.bucket_bytes = int64_t(a.bucket_mb * double(1 << 20));
   a.layout.unfused_attention = a.attention == "unfused";

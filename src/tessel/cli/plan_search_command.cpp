@@ -120,7 +120,7 @@ struct SearchArgs {
 std::vector<std::string> write_shard_plans(const models::ModelConfig& config,
                                            const plan::Cluster& description,
                                            const plan::SearchRequest& request,
-                                           const std::string& precision, const std::string& dir) {
+                                           const std::string& dir) {
   const int devices = request.devices > 0 ? request.devices : description.num_devices();
   const plan::Cluster cluster = description.with_devices(devices);
   std::error_code ec;
@@ -134,7 +134,7 @@ std::vector<std::string> write_shard_plans(const models::ModelConfig& config,
     r.batch = std::max<int64_t>(1, request.global_batch * tp / devices);
     if (request.max_micro_batch > 0) r.batch = std::min(r.batch, request.max_micro_batch);
     r.seq = request.seq;
-    r.dtype = precision == "bf16" ? "bf16" : precision == "fp16" ? "f16" : "f32";
+    r.dtype = std::string(dtype_name(request.compute_dtype));
     std::string text;
     try {
       text = solve_shard_plan(config, cluster, r, nullptr);
@@ -167,8 +167,7 @@ void run_search(SearchArgs a) {
   a.request.tp_plans = {""};
   for (const std::string& f : a.tp_plans) a.request.tp_plans.push_back(f);
   if (!a.shard_plans.empty())
-    for (std::string& f :
-         write_shard_plans(*config, cluster, a.request, a.precision, a.shard_plans))
+    for (std::string& f : write_shard_plans(*config, cluster, a.request, a.shard_plans))
       a.request.tp_plans.push_back(std::move(f));
   a.request.balanced_stages = a.stage_split != "dp";
   a.request.dp_stages = a.stage_split != "balanced";
@@ -336,10 +335,13 @@ plan::Layout train_layout_of(const train::TrainConfig& c, int dp, int tp, int pp
   l.sp = tp > 1 && c.parallel.sequence_parallel;
   if (tp > 1) l.tp_plan = c.parallel.tp_plan;
   l.zero_stage = int(c.parallel.zero_stage);
-  // One mode, or one per pipeline rank (the most recomputation stands for them in `recompute`).
+  // One mode, or one per pipeline rank (Layout::rank_recompute).
   const std::vector<nn::Recompute> modes = nn::parse_recompute_list(c.train.recompute);
-  l.recompute = *std::max_element(modes.begin(), modes.end());
-  if (modes.size() > 1) l.rank_recompute = modes;
+  if (modes.size() == 1) {
+    l.recompute = modes[0];
+  } else {
+    l.rank_recompute = modes;
+  }
   l.micro_batch = c.train.micro_batch;
   l.grad_accum = c.train.grad_accum;
   if (pp > 1) {

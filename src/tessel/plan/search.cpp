@@ -574,7 +574,6 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
                 if (pp == 1 || !request.rank_recompute || failed_plans.count(plan)) continue;
                 l.rank_recompute = least_recompute_per_rank(peaks, int(pp), memory_bytes);
                 if (l.rank_recompute.empty()) continue;
-                l.recompute = *std::max_element(l.rank_recompute.begin(), l.rank_recompute.end());
                 PlanResult r = predict_traced(config, cluster, request, l, kept);
                 (r.status == PlanStatus::Ranked ? out.ranked : out.pruned).push_back(std::move(r));
               }

@@ -114,7 +114,7 @@ struct Layout {
   int zero_stage = 0;
   nn::Recompute recompute = nn::Recompute::None;
   // pp > 1: one mode per pipeline rank (train.recompute = "full,none"), which then replaces
-  // `recompute`; empty: `recompute` on every rank.
+  // `recompute` (left unread); empty: `recompute` on every rank.
   std::vector<nn::Recompute> rank_recompute;
   int64_t micro_batch = 1;  // rows per micro-batch on each dp rank
   int64_t grad_accum = 1;   // micro-batches per step (the pipeline's micro-batches under pp)

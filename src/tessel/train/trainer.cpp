@@ -182,11 +182,9 @@ void Trainer::build(const std::string& resume) {
     }
   }
   model_->train();
-  // One mode for every block, or this pipeline rank's (train.recompute = "full,none").
+  // One mode for every block, or this pipeline rank's (train.recompute = "full,none");
+  // recompute_of_rank refuses a list of neither one nor pp modes.
   const std::vector<nn::Recompute> recompute_modes = nn::parse_recompute_list(t.recompute);
-  TESSEL_CHECK(recompute_modes.size() == 1 || int(recompute_modes.size()) == layout_.pp_size(),
-               "train: train.recompute = '", t.recompute, "' gives ", recompute_modes.size(),
-               " modes for --pp ", layout_.pp_size(), ": give one mode, or one per pipeline rank");
   model_->set_recompute(
       nn::recompute_of_rank(recompute_modes, layout_.pp_rank(), layout_.pp_size()));
   // The layout's axes: tp splits the full weights in hand, pp chooses this rank's stages, dp and
@@ -232,7 +230,7 @@ void Trainer::build(const std::string& resume) {
   schedule_ = LrSchedule{o.lr, o.min_lr_ratio, o.warmup_steps, t.steps, parse_decay(o.decay)};
   // The whole model's count (this rank may hold a tensor-parallel piece of it).
   flops_per_token_ = mc.flops_per_token(t.seq_len);
-  if (recompute_modes.size() == 1 || !pipeline_) {
+  if (recompute_modes.size() == 1) {
     recompute_flops_per_token_ = mc.recompute_flops_per_token(recompute_modes[0], t.seq_len);
   } else {
     // Per pipeline rank: each mode repeats its share of the blocks' work (the count is linear in
