@@ -7,14 +7,16 @@
 // copied until they fill 256 MiB and the copies are cycled, so that they come from memory, not
 // the cache (QUANT_BENCH_HOT=1 keeps one copy: the kernel's compute rate on cache-resident
 // weights). Both report "GB/s" of weight bytes read (for read_bandwidth: of the buffer).
-// `quant_matmul/<type>/<k>x<n>/m<M>` multiplies M activation rows (a small decode batch, or a
-// prompt's M tokens) and `f32_matmul/<k>x<n>/m<M>` does the same through the f32 GEMM; they also
-// report "GFLOP/s". QUANT_BENCH_DOT=avx2|avx_vnni caps the byte dot product (kernel_set.h's
-// limit_quant_dot) to compare them; QUANT_BENCH_SHAPES=2048x5632,... adds GEMV shapes (in x out,
-// a model's own); QUANT_BENCH_ROWS=1,4,7 runs only quant_matmul at 4096 x 4096
-// for those m (CPU time: run with one thread); QUANT_BENCH_BITS=256 keeps the avx512 set's fused
-// k-quant rows on 256-bit vectors (limit_quant_vector_bits); TESSEL_KERNELS chooses the kernel set.
-// docs/BENCHMARKS.md has the figures and the command.
+// (q4_0x4 is Q4_0 regrouped four rows at a time, as a model holds it where the CPU's 512-bit decode
+// rows read that layout: quant/q4_0_groups.h.) `quant_matmul/<type>/<k>x<n>/m<M>` multiplies M
+// activation rows (a small decode batch, or a prompt's M tokens) and `f32_matmul/<k>x<n>/m<M>` does
+// the same through the f32 GEMM; they also report "GFLOP/s". QUANT_BENCH_DOT=avx2|avx_vnni caps the
+// byte dot product (kernel_set.h's limit_quant_dot) to compare them;
+// QUANT_BENCH_SHAPES=2048x5632,... adds GEMV shapes (in x out, a model's own);
+// QUANT_BENCH_ROWS=1,4,7 runs only quant_matmul at 4096 x 4096 for those m (CPU time: run with one
+// thread); QUANT_BENCH_BITS=256 keeps the avx512 set's fused k-quant rows on 256-bit vectors
+// (limit_quant_vector_bits); TESSEL_KERNELS chooses the kernel set. docs/BENCHMARKS.md has the
+// figures and the command.
 #include <benchmark/benchmark.h>
 
 #include <array>
@@ -26,6 +28,7 @@
 
 #include "tessel/kernels/backend.h"
 #include "tessel/kernels/kernel_set.h"
+#include "tessel/kernels/quant/q4_0_groups.h"
 #include "tessel/kernels/quant/quantize.h"
 #include "tessel/tensor/tensor.h"
 
@@ -62,8 +65,15 @@ void set_flops(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
 
 void bm_quant_matmul(benchmark::State& state, QuantType type, int64_t m, int64_t n, int64_t k) {
   Tensor wf = tessel::randn({n, k}, DType::F32);
-  const std::vector<uint8_t> bytes =
-      tessel::kernels::quant::quantize_rows(type, wf.data<float>(), n, k);
+  namespace quant = tessel::kernels::quant;
+  // q4_0x4: Q4_0's rows regrouped four at a time (quant/q4_0_groups.h), as a model holds them.
+  const bool grouped = type == QuantType::Q4_0x4;
+  std::vector<uint8_t> bytes =
+      quant::quantize_rows(grouped ? QuantType::Q4_0 : type, wf.data<float>(), n, k);
+  if (grouped) {
+    std::vector<uint8_t> plain = bytes;
+    quant::regroup_q4_0(plain.data(), n, k, bytes.data());
+  }
   const int64_t rb = tessel::kernels::quant::row_bytes(type, k);
   const int64_t copies = weight_copies(int64_t(bytes.size()));
   std::vector<Tensor> ws;
@@ -112,8 +122,9 @@ struct Registrar {
     if (const char* bits = std::getenv("QUANT_BENCH_BITS"); bits != nullptr)
       tessel::kernels::limit_quant_vector_bits(std::atoi(bits));
     benchmark::RegisterBenchmark("read_bandwidth", bm_read_bandwidth)->UseRealTime();
-    const QuantType kTypes[] = {QuantType::Q4_0, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K,
-                                QuantType::Q8_0, QuantType::BF16, QuantType::F16};
+    const QuantType kTypes[] = {QuantType::Q4_0, QuantType::Q4_0x4, QuantType::Q4_K,
+                                QuantType::Q5_K, QuantType::Q6_K,   QuantType::Q8_0,
+                                QuantType::BF16, QuantType::F16};
     // [out, in]: GPT-2's MLP up-projection (768 -> 3072) and a 7B model's square projection.
     std::vector<std::array<int64_t, 2>> shapes = {{3072, 768}, {4096, 4096}};
     // QUANT_BENCH_SHAPES="IN1xOUT1,IN2xOUT2,...": other GEMV shapes (a model's own), named as

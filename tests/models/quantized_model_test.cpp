@@ -13,12 +13,15 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <set>
+#include <tuple>
 
 #include "common/error_text.h"
 #include "common/per_test_dir.h"
 #include "tessel/autograd/engine.h"
 #include "tessel/autograd/grad_mode.h"
+#include "tessel/kernels/backend.h"
 #include "tessel/models/generation.h"
 #include "tessel/models/gguf_model.h"
 #include "tessel/models/gpt2/gpt2.h"
@@ -297,6 +300,59 @@ TEST_F(QuantizedModel, RowsNotAMultipleOfTheBlockStayF16) {
   autograd::NoGradGuard no_grad;
   const Tensor ids = prompt_ids(301).slice(1, 0, 20);
   EXPECT_LT(nmse(loaded->forward(ids), model->forward(ids)), 1e-4);
+}
+
+// Where the backend reads Q4_0 regrouped four rows at a time (Backend::quant_layout: the CPU's
+// 512-bit decode rows), converting a loaded Q4_0 model for inference rebinds every Q4_0 matrix
+// to Q4_0x4, a tied table once, and the model gives bitwise the same prompt logits (the tiles),
+// decode-step logits (the decode rows) and greedy ids as before; elsewhere nothing changes. An
+// odd vocabulary leaves a partial last group in the embedding table and head.
+TEST_F(QuantizedModel, Q4_0MatricesTakeTheBackendsLayoutWithTheSameBits) {
+  autograd::NoGradGuard no_grad;
+  Generator gen(13);
+  std::vector<std::shared_ptr<CausalLM>> models = {gpt2_config().build_random(gen),
+                                                   llama_config().build_random(gen)};
+  const QuantType layout = kernels::backend_for(Device::cpu()).quant_layout(QuantType::Q4_0);
+  for (size_t i = 0; i < models.size(); ++i) {
+    models[i]->eval();
+    const std::string file = path("q" + std::to_string(i) + ".gguf");
+    save_gguf_model(*models[i], file, {"q4_0", "q", nullptr});
+    auto loaded = load_gguf_model(file);
+    const Tensor ids = prompt_ids(loaded->model_config().vocabulary_size());
+    auto run = [&] {
+      KVCache cache = loaded->make_cache(1, 0);
+      loaded->forward_step(ids.slice(1, 0, 79), cache);
+      return std::make_tuple(loaded->forward(ids).clone(),
+                             loaded->forward_step(ids.slice(1, 79, 80), cache).clone(),
+                             greedy(*loaded, 16));
+    };
+    const auto [logits, step, tokens] = run();
+    std::set<const void*> q4_0;
+    auto for_matrices = [&](auto&& fn) {
+      for (auto& [name, module] : loaded->named_modules()) {
+        if (auto* linear = dynamic_cast<nn::Linear*>(module))
+          fn(name, linear->quant_type(), linear->weight);
+        if (auto* table = dynamic_cast<nn::Embedding*>(module))
+          fn(name, table->quant_type(), table->weight);
+      }
+    };
+    for_matrices([&](const std::string&, std::optional<QuantType> t, const Tensor& w) {
+      if (t == QuantType::Q4_0) q4_0.insert(w.impl_ptr().get());
+    });
+    ASSERT_GE(q4_0.size(), 8u) << i;
+    const WeightConversion c = convert_inference_weights(*loaded, InferenceWeights::Stored);
+    EXPECT_EQ(c.converted, 0);
+    EXPECT_EQ(c.regrouped, layout == QuantType::Q4_0 ? 0 : int64_t(q4_0.size())) << i;
+    for_matrices([&](const std::string& name, std::optional<QuantType> t, const Tensor& w) {
+      if (q4_0.count(w.impl_ptr().get())) EXPECT_EQ(t, layout) << name;
+    });
+    const auto [logits2, step2, tokens2] = run();
+    EXPECT_EQ(std::memcmp(logits.data_ptr(), logits2.data_ptr(), logits.nbytes()), 0) << i;
+    EXPECT_EQ(std::memcmp(step.data_ptr(), step2.data_ptr(), step.nbytes()), 0) << i;
+    EXPECT_EQ(tokens, tokens2) << i;
+    // Converting again changes nothing.
+    EXPECT_EQ(convert_inference_weights(*loaded, InferenceWeights::Stored).regrouped, 0);
+  }
 }
 
 // A GPT-2 trained for a few hundred steps on a fixed successor rule (each token has one next

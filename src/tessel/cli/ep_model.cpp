@@ -69,13 +69,13 @@ EpRankModel load_ep_rank_model(const std::string& model, models::InferenceWeight
                  std::to_string(tp_comm->rank()) + ")";
   if (loaded.expert_bytes > 0)
     out.share += ", holds " + std::to_string(loaded.expert_bytes) + " expert bytes";
+  // Every rank converts what it holds as one process would (the dense matrices and the router;
+  // the expert stacks stay as stored, docs/MOE.md "Inference"); under tp with the whole rows'
+  // int8 scales. Stored too: the quantized matrices take their backend's layout.
+  const models::WeightConversion c =
+      out.tp ? train::convert_inference_weights_tp(*out.model, *out.tp, weights)
+             : models::convert_inference_weights(*out.model, weights);
   if (weights != models::InferenceWeights::Stored) {
-    // Every rank converts what it holds as one process would (the dense matrices and the router;
-    // the expert stacks stay as stored, docs/MOE.md "Inference"); under tp with the whole rows'
-    // int8 scales.
-    const models::WeightConversion c =
-        out.tp ? train::convert_inference_weights_tp(*out.model, *out.tp, weights)
-               : models::convert_inference_weights(*out.model, weights);
     note("--weights " + std::string(models::inference_weights_name(weights)) + ": " +
          std::to_string(c.converted) + " matrices converted on every rank");
   }

@@ -48,13 +48,14 @@ PpRankModel load_ep_pp_rank_model(const std::string& model, models::InferenceWei
               " (its stage, ep rank " + std::to_string(ep_index) +
               (tp > 1 ? ", tp rank " + std::to_string(out.tp_index) : "") + "), holds " +
               std::to_string(loaded.expert_bytes) + " expert bytes";
+  // The stage's dense matrices and routers, as one process converts them (the expert stacks
+  // stay as stored, docs/MOE.md "Inference"); under tp with the whole rows' int8 scales. Stored
+  // too: the quantized matrices take their backend's layout.
+  const models::WeightConversion c =
+      loaded.tp
+          ? train::convert_inference_weights_tp(*loaded.model, *loaded.tp, weights, stage.holds)
+          : models::convert_inference_weights(*loaded.model, weights, {}, stage.holds);
   if (weights != models::InferenceWeights::Stored) {
-    // The stage's dense matrices and routers, as one process converts them (the expert stacks
-    // stay as stored, docs/MOE.md "Inference"); under tp with the whole rows' int8 scales.
-    const models::WeightConversion c =
-        loaded.tp
-            ? train::convert_inference_weights_tp(*loaded.model, *loaded.tp, weights, stage.holds)
-            : models::convert_inference_weights(*loaded.model, weights, {}, stage.holds);
     out.share += "; --weights " + std::string(models::inference_weights_name(weights)) + ": " +
                  std::to_string(c.converted) + " of its matrices converted";
   }

@@ -90,8 +90,9 @@ inline constexpr const char* kWeightsHelp =
 // changed ("tessel: <what>: ...").
 inline void apply_inference_weights(models::CausalLM& model, models::InferenceWeights weights,
                                     const std::string& what) {
-  if (weights == models::InferenceWeights::Stored) return;
+  // Stored too: the quantized matrices take their backend's layout (inference_weights.h).
   const models::WeightConversion c = models::convert_inference_weights(model, weights);
+  if (weights == models::InferenceWeights::Stored) return;
   std::fprintf(stderr, "tessel: %s: --weights %s: %lld matrices converted (%.1f MB -> %.1f MB)%s\n",
                what.c_str(), models::inference_weights_name(weights),
                static_cast<long long>(c.converted), double(c.bytes_before) / 1e6,

@@ -32,9 +32,10 @@ TpRankModel load_tp_rank_model(const std::string& model, models::InferenceWeight
     if (loaded.expert_bytes > 0)
       out.share += ", holds " + std::to_string(loaded.expert_bytes) + " expert bytes";
   }
+  // Stored too: the quantized pieces take their backend's layout (models/inference_weights.h).
+  const models::WeightConversion c =
+      train::convert_inference_weights_tp(*out.model, *out.tp, weights);
   if (weights != models::InferenceWeights::Stored) {
-    const models::WeightConversion c =
-        train::convert_inference_weights_tp(*out.model, *out.tp, weights);
     note(
         "--weights " + std::string(models::inference_weights_name(weights)) + ": " +
         std::to_string(c.converted) + " matrices converted on every rank (each its pieces" +

@@ -249,6 +249,13 @@ class Backend {
   // F16 / BF16 weights multiply in f32.
   virtual void quant_matmul(quant::QuantType type, const Tensor& x, const Tensor& w, Tensor& y) = 0;
 
+  // The layout this backend's kernels read a `type` matrix fastest in: `type` itself, or a layout
+  // of tessel's own with the same values that quant_matmul also takes (the CPU backend: Q4_0 ->
+  // Q4_0x4 where its 512-bit decode rows run, quant/q4_0_groups.h). Models converted for
+  // inference take it (models/inference_weights.h); a matrix in either layout gives the same
+  // outputs, bit for bit.
+  virtual quant::QuantType quant_layout(quant::QuantType type) const { return type; }
+
   // Writes the keys and values of N new tokens into the paged pools: k_pool[slot[i]] = k[i] and
   // v_pool[slot[i]] = v[i] for k, v [N, Hkv, D], pools [num_blocks, block_size, Hkv, D] of the
   // same dtype and slots i64 [N]. Every slot lies in [0, num_blocks * block_size) and no two are

@@ -241,6 +241,17 @@ void limit_quant_vector_bits(int bits) {
   vector_bits_limit.store(bits);
 }
 
+bool quant_backend_layouts() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("TESSEL_QUANT_LAYOUT");
+    const std::string mode = v ? v : "";
+    TESSEL_CHECK(mode.empty() || mode == "auto" || mode == "file", "TESSEL_QUANT_LAYOUT = '", mode,
+                 "', expected auto or file");
+    return mode != "file";
+  }();
+  return allowed;
+}
+
 void quant_dot_lanes(KernelSet set, const uint8_t* u, const int8_t* x, int64_t blocks,
                      int32_t* lanes) {
   entry_points(set).dot_lanes(u, x, blocks, lanes);

@@ -69,6 +69,12 @@ QuantDot quant_dot_limit();
 int quant_vector_bits_for(KernelSet set);
 void limit_quant_vector_bits(int bits);
 
+// Whether quantized matrices may take a layout of the CPU backend's own (Backend::quant_layout:
+// Q4_0 regrouped four rows at a time, quant/q4_0_groups.h). TESSEL_QUANT_LAYOUT=file keeps them
+// as their file stores them, to compare the kernels that read each; "auto" (the default) lets the
+// backend choose; anything else is an Error naming both. Read once.
+bool quant_backend_layouts();
+
 // The int32 sums of `set`'s current dot product over 32-byte blocks: lanes[8 g + l] = sum of
 // u[32 g + 4 l + i] * x[32 g + 4 l + i], i < 4 (u unsigned, x signed), as the kernels compute
 // them (tests compare the dot products through it).

@@ -3,10 +3,14 @@
 #include "tessel/models/inference_weights.h"
 
 #include <functional>
+#include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
 #include "tessel/core/error.h"
+#include "tessel/kernels/backend.h"
+#include "tessel/kernels/quant/q4_0_groups.h"
 #include "tessel/nn/layers.h"
 #include "tessel/nn/quantized.h"
 
@@ -50,6 +54,37 @@ void convert(Layer& layer, QuantType type, std::set<const void*>& seen, WeightCo
   out.bytes_after += int64_t(blocks.nbytes());
 }
 
+// Rebinds each quantized matrix to the layout its backend reads fastest (Backend::quant_layout;
+// today Q4_0 -> Q4_0x4 on CPUs whose 512-bit decode rows read the regrouped form): the same
+// values, another order of the bytes, a copy made once (a view of a mapped file is left to the
+// page cache). A weight shared by two layers is regrouped once and both layers told.
+template <class Layer>
+void use_backend_layout(Layer& layer, std::map<const void*, QuantType>& done,
+                        WeightConversion& out) {
+  const std::optional<QuantType> type = layer.quant_type();
+  if (!type) return;
+  const void* impl = layer.weight.impl_ptr().get();
+  if (const auto it = done.find(impl); it != done.end()) {
+    if (it->second != *type) layer.set_quantized_layout(it->second, layer.weight);
+    return;
+  }
+  const QuantType want = kernels::backend_for(layer.weight.device()).quant_layout(*type);
+  done.emplace(impl, want);
+  if (want == *type) return;
+  TESSEL_CHECK(*type == QuantType::Q4_0 && want == QuantType::Q4_0x4,
+               "convert_inference_weights: no conversion from ",
+               kernels::quant::quant_type_name(*type), " to ",
+               kernels::quant::quant_type_name(want));
+  const Tensor& blocks = layer.weight;  // contiguous, as every tensor
+  Tensor grouped = empty(blocks.shape(), DType::I8, blocks.device());
+  // A Q4_0 row of k weights is k / 32 blocks of 18 bytes.
+  const int64_t n = blocks.size(0), k = blocks.size(1) / 18 * 32;
+  kernels::quant::regroup_q4_0(static_cast<const uint8_t*>(blocks.data_ptr()), n, k,
+                               static_cast<uint8_t*>(grouped.data_ptr()));
+  layer.set_quantized_layout(want, grouped);
+  ++out.regrouped;
+}
+
 }  // namespace
 
 InferenceWeights parse_inference_weights(const std::string& name) {
@@ -78,7 +113,18 @@ WeightConversion convert_inference_weights(CausalLM& model, InferenceWeights wei
                                            const Int8RowAmax& row_amax,
                                            const std::function<bool(const std::string&)>& keep) {
   WeightConversion out;
-  if (weights == InferenceWeights::Stored) return out;
+  std::map<const void*, QuantType> done;
+  auto layouts = [&] {
+    for (auto& [name, module] : model.named_modules()) {
+      const bool matrix = dynamic_cast<nn::Linear*>(module) || dynamic_cast<nn::Embedding*>(module);
+      if (!matrix || (keep && !keep(name + ".weight"))) continue;
+      if (auto* linear = dynamic_cast<nn::Linear*>(module)) use_backend_layout(*linear, done, out);
+      if (auto* embedding = dynamic_cast<nn::Embedding*>(module))
+        use_backend_layout(*embedding, done, out);
+    }
+    return out;
+  };
+  if (weights == InferenceWeights::Stored) return layouts();
   TESSEL_CHECK(!model.is_training(), "--weights ", inference_weights_name(weights),
                ": the converted matrices are inference-only; call eval() first");
   const QuantType type = quant_type_of(weights);
@@ -97,7 +143,7 @@ WeightConversion convert_inference_weights(CausalLM& model, InferenceWeights wei
     if (auto* embedding = dynamic_cast<nn::Embedding*>(module))
       convert(*embedding, type, seen, out);
   }
-  return out;
+  return layouts();
 }
 
 }  // namespace tessel::models

@@ -6,7 +6,8 @@
 // bf16 / f16 round each weight to nearest even. Every nn::Linear and nn::Embedding weight is
 // converted (the tied LM head is the embedding table, so it is converted once), and the float
 // values are released as each matrix is bound, so no f32 copy stays alongside. Norms and biases
-// stay as they are. Matrices already held as GGUF blocks are kept.
+// stay as they are. Matrices already held as GGUF blocks are kept, in the layout the backend
+// asks for (Q4_0 regrouped four rows at a time for the CPU's decode rows: quant/q4_0_groups.h).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,7 @@ struct WeightConversion {
   int64_t kept = 0;          // matrices that were GGUF blocks already
   int64_t bytes_before = 0;  // of the converted matrices
   int64_t bytes_after = 0;
+  int64_t regrouped = 0;  // quantized matrices rebound to their backend's layout (quant_layout)
 };
 
 // int8 of a model whose Linear weights are tensor-parallel pieces: given a layer's path and the
@@ -40,8 +42,10 @@ struct WeightConversion {
 using Int8RowAmax =
     std::function<std::vector<float>(const std::string& layer, std::vector<float> own)>;
 
-// Converts `model`'s matrices (nothing for Stored). The model must not be training. The layers
-// may hold tensor-parallel pieces (parallel/tensor: each piece is converted, and the layers'
+// Converts `model`'s matrices (nothing for Stored), then rebinds every quantized matrix (GGUF
+// blocks or converted) to the layout its backend reads fastest (Backend::quant_layout: the same
+// values, so the same outputs; for Stored this is all it does). The model must not be training. The
+// layers may hold tensor-parallel pieces (parallel/tensor: each piece is converted, and the layers'
 // forward overrides multiply through the converted form); `row_amax` then gives int8's scales.
 // With `keep`, only the layers whose weight it accepts (by parameter name, "<layer>.weight") are
 // converted: a pipeline stage converts its own layers and leaves the others' untouched memory

@@ -83,6 +83,12 @@ void Linear::set_quantized(kernels::quant::QuantType type, const Tensor& blocks)
   quant_ = type;
 }
 
+void Linear::set_quantized_layout(kernels::quant::QuantType type, const Tensor& blocks) {
+  TESSEL_CHECK(quant_, "Linear '", path(), "': set_quantized_layout needs a quantized layer");
+  bind_quantized_weight(weight, type, blocks, held_[0], held_[1], "Linear '" + path() + "'");
+  quant_ = type;
+}
+
 void Linear::dequantize() {
   if (!quant_) return;
   dequantize_weight(weight, *quant_, held_[0], held_[1]);
@@ -113,6 +119,12 @@ Tensor Embedding::project(const Tensor& x) {
 void Embedding::set_quantized(kernels::quant::QuantType type, const Tensor& blocks) {
   TESSEL_CHECK(!quant_, "Embedding '", path(), "' is already quantized");
   held_ = held_matrix(weight, num_, dim_);
+  bind_quantized_weight(weight, type, blocks, held_[0], held_[1], "Embedding '" + path() + "'");
+  quant_ = type;
+}
+
+void Embedding::set_quantized_layout(kernels::quant::QuantType type, const Tensor& blocks) {
+  TESSEL_CHECK(quant_, "Embedding '", path(), "': set_quantized_layout needs a quantized table");
   bind_quantized_weight(weight, type, blocks, held_[0], held_[1], "Embedding '" + path() + "'");
   quant_ = type;
 }

@@ -41,6 +41,9 @@ class Linear : public Module {
   // The blocks replace the matrix the layer holds when called: its whole [out, in], or a
   // tensor-parallel rank's piece (whose forward override then multiplies through them).
   void set_quantized(kernels::quant::QuantType type, const Tensor& blocks);
+  // The blocks rebound to another layout of the same values (a quantized layer only:
+  // Backend::quant_layout's Q4_0 -> Q4_0x4, models/inference_weights.h).
+  void set_quantized_layout(kernels::quant::QuantType type, const Tensor& blocks);
   void dequantize();
   std::optional<kernels::quant::QuantType> quant_type() const { return quant_; }
 
@@ -66,6 +69,7 @@ class Embedding : public Module {
 
   // As Linear's: lookups dequantize only the rows they return (ops::quant_embedding).
   void set_quantized(kernels::quant::QuantType type, const Tensor& blocks);
+  void set_quantized_layout(kernels::quant::QuantType type, const Tensor& blocks);
   void dequantize();
   std::optional<kernels::quant::QuantType> quant_type() const { return quant_; }
 

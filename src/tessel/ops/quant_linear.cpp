@@ -5,8 +5,10 @@
 #include "tessel/ops/quant_linear.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "tessel/kernels/quant/dequantize.h"
+#include "tessel/kernels/quant/q4_0_groups.h"
 #include "tessel/ops/common.h"
 
 namespace tessel::ops {
@@ -75,10 +77,18 @@ Tensor quant_embedding(QuantType type, const Tensor& weight, int64_t dim, const 
   const int64_t* id = flat.data<int64_t>();
   Tensor out = empty({flat.numel(), dim}, DType::F32);
   float* dst = out.data<float>();
+  // A regrouped table's row is spread over its group of four: gathered first, then as Q4_0.
+  const bool grouped = type == QuantType::Q4_0x4;
+  std::vector<uint8_t> row(grouped ? size_t(row_bytes) : 0);
   for (int64_t i = 0; i < flat.numel(); ++i) {
     TESSEL_CHECK(id[i] >= 0 && id[i] < num, "quant_embedding: id ", id[i], " at position ", i,
                  " outside [0, ", num, ")");
-    kernels::quant::dequantize_row(type, rows + id[i] * row_bytes, dst + i * dim, dim);
+    if (grouped) {
+      kernels::quant::q4_0_group_row(rows, num, dim, id[i], row.data());
+      kernels::quant::dequantize_row(QuantType::Q4_0, row.data(), dst + i * dim, dim);
+    } else {
+      kernels::quant::dequantize_row(type, rows + id[i] * row_bytes, dst + i * dim, dim);
+    }
   }
   Shape shape = ids.shape();
   shape.push_back(dim);

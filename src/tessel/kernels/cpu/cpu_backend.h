@@ -51,6 +51,7 @@ class CpuBackend final : public Backend {
   void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& positions,
             bool inverse, Tensor& out) override;
   void quant_matmul(quant::QuantType type, const Tensor& x, const Tensor& w, Tensor& y) override;
+  quant::QuantType quant_layout(quant::QuantType type) const override;
   void paged_kv_store(const Tensor& k, const Tensor& v, const Tensor& slots, Tensor& k_pool,
                       Tensor& v_pool) override;
   void paged_attention(const PagedAttentionDesc& desc, const Tensor& q, const Tensor& k_pool,

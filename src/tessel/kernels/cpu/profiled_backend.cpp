@@ -166,6 +166,9 @@ class ProfiledBackend final : public Backend {
     inner_.quant_matmul(type, x, w, y);
     settle();
   }
+  quant::QuantType quant_layout(quant::QuantType type) const override {
+    return inner_.quant_layout(type);
+  }
   void paged_kv_store(const Tensor& k, const Tensor& v, const Tensor& slots, Tensor& k_pool,
                       Tensor& v_pool) override {
     profile::Scope s("paged_kv_store");

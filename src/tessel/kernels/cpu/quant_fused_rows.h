@@ -99,10 +99,16 @@ inline __m256 pair_scales(const float* sdx) {
                                   _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
 }
 
-// Q4_0 block's 32 codes u (0..15) in order: the 16 bytes' low nibbles, then their high ones.
-inline __m256i q4_0_codes(const uint8_t* block) {
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+// A Q4_0 block's 32 codes u (0..15) in order from its 16 code bytes: their low nibbles, then
+// their high ones.
+inline __m256i q4_0_nibbles(const uint8_t* codes) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0xF));
+}
+
+// The same from a Q4_0 block (its 2-byte scale, then the codes).
+inline __m256i q4_0_codes(const uint8_t* block) {
+  return q4_0_nibbles(block + 2);
 }
 
 // A Q4_0 output from its two accumulators' sum and its zero-point chains' sum (d * x sums): the

@@ -16,6 +16,7 @@
 #include "tessel/kernels/cpu/quant_amx.h"
 #include "tessel/kernels/cpu/quant_amx_k.h"
 #include "tessel/kernels/kernel_set.h"
+#include "tessel/kernels/quant/q4_0_groups.h"
 #include "tessel/kernels/quant/quant_blocks.h"
 #include "tessel/kernels/quant_amx.h"
 TESSEL_ISA_BEGIN
@@ -171,6 +172,32 @@ std::array<cpu::FusedRows, 2> choose_fused_rows(QuantType type) {
   return fused_rows_for<cpu::DotAvx2>(type);
 }
 
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+// The decode step runs the 512-bit rows: AVX-512 VNNI on 512-bit vectors.
+bool q4_0_decode_rows_512() {
+  return set_dot() == QuantDot::Avx512Vnni && quant_vector_bits_for(KernelSet::Avx512) == 512;
+}
+
+// Q4_0 (kGrouped: Q4_0x4, quant/q4_0_groups.h) in the avx512 set without AMX: register tiles for
+// every m (quant_q4_tiles.h), at m = 1 on the 512-bit decode rows where q4_0_decode_rows_512; the
+// same bits in either layout.
+template <bool kGrouped>
+void q4_0_vector_matmul(const QuantMatmulShape& s, const cpu::QuantizedRows& act, const float* xs32,
+                        const uint8_t* w, float* y) {
+  const int64_t grain = std::max<int64_t>(1, task_grain(s) / cpu::kQ4TileN);
+  if (s.m == 1 && q4_0_decode_rows_512())
+    return cpu::q4_0_decode_512<cpu::DotVnni, cpu::Dot512Vnni, kGrouped>(
+        s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), xs32, w, y, grain);
+  auto run = [&]<class Dot>(Dot) {
+    cpu::q4_0_tiles<Dot, kGrouped>(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), xs32, w,
+                                   y, grain);
+  };
+  if (set_dot() == QuantDot::Avx512Vnni) return run(cpu::DotVnni{});
+  if (set_dot() == QuantDot::AvxVnni) return run(cpu::DotAvxVnni{});
+  return run(cpu::DotAvx2{});
+}
+#endif
+
 // Q4_0: AMX tiles for every m where enabled (quant_amx.cpp); else register tiles for every m in
 // the avx512 set (quant_q4_tiles.h; at m = 1 with AVX-512 VNNI its 512-bit decode rows), four
 // weight rows at a time in the avx2 set (q4_0_rows), with the same bits.
@@ -181,19 +208,7 @@ void q4_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, fl
   if (quant_amx_enabled())
     return kernels::cpu::q4_0_amx_matmul(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), w,
                                          y, std::max<int64_t>(1, task_grain(s) / 16));
-  const int64_t grain = std::max<int64_t>(1, task_grain(s) / cpu::kQ4TileN);
-  // The decode step on 512-bit vectors where the CPU has AVX-512 VNNI: the tiles' bits, faster.
-  if (s.m == 1 && set_dot() == QuantDot::Avx512Vnni &&
-      quant_vector_bits_for(KernelSet::Avx512) == 512)
-    return cpu::q4_0_decode_512<cpu::DotVnni, cpu::Dot512Vnni>(
-        s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), xs32.data(), w, y, grain);
-  auto run = [&]<class Dot>(Dot) {
-    cpu::q4_0_tiles<Dot>(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), xs32.data(), w, y,
-                         grain);
-  };
-  if (set_dot() == QuantDot::Avx512Vnni) return run(cpu::DotVnni{});
-  if (set_dot() == QuantDot::AvxVnni) return run(cpu::DotAvxVnni{});
-  return run(cpu::DotAvx2{});
+  q4_0_vector_matmul<false>(s, act, xs32.data(), w, y);
 #else
   const int64_t blocks = s.k / cpu::kActBlock;
   auto run = [&]<class Dot>(Dot) {
@@ -474,7 +489,34 @@ void half_matmul(QuantType type, const QuantMatmulShape& s, const float* x, cons
                              reinterpret_cast<const uint16_t*>(w), s.row_bytes / 2, y, s.n);
 }
 
+// Q4_0x4: the regrouped kernels in the avx512 set without AMX; elsewhere (AMX tiles, the avx2
+// set's rows, the plain loops: kernels with no regrouped form) the rows are put back in Q4_0
+// order first, a copy of the matrix per call. quant_layout asks for Q4_0x4 only where the
+// regrouped decode rows run, so the copy is paid only when the kernels chosen changed after a
+// model's matrices were regrouped (a test forcing another set, TESSEL_QUANT_AMX switched).
+void q4_0_grouped_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+  if (!quant_amx_enabled()) {
+    const cpu::QuantizedRows act = quantize_activations(s, x);
+    const auto [xs32, xs16] = activation_sums(s, act);
+    return q4_0_vector_matmul<true>(s, act, xs32.data(), w, y);
+  }
+#endif
+  std::vector<uint8_t> plain(size_t(s.n * s.row_bytes));
+  quant::ungroup_q4_0(w, s.n, s.k, plain.data());
+  fused_matmul(QuantType::Q4_0, s, x, plain.data(), y);
+}
+
 }  // namespace
+
+quant::QuantType CpuBackend::quant_layout(quant::QuantType type) const {
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+  if (type == QuantType::Q4_0 && quant_backend_layouts() && !quant_amx_enabled() &&
+      q4_0_decode_rows_512())
+    return QuantType::Q4_0x4;
+#endif
+  return type;
+}
 
 void CpuBackend::quant_matmul(QuantType type, const Tensor& x, const Tensor& w, Tensor& y) {
   const QuantMatmulShape s = validate_quant_matmul(*this, type, x, w, y);
@@ -492,6 +534,8 @@ void CpuBackend::quant_matmul(QuantType type, const Tensor& x, const Tensor& w, 
     int8_row_matmul(s, xp, wp, yp);
   else if (type == QuantType::Q8_0)
     q8_0_matmul(s, xp, wp, yp);
+  else if (type == QuantType::Q4_0x4)
+    q4_0_grouped_matmul(s, xp, wp, yp);
   else
     fused_matmul(type, s, xp, wp, yp);
 }

@@ -30,11 +30,32 @@ inline constexpr int kQ4TileM = 2;
 // Activation codes per chunk: an L2-sized share, re-read from L2 for every weight group.
 inline constexpr int64_t kQ4ChunkBytes = int64_t(1) << 19;
 
+// Where block g of a tile's weight row j lies, from the tile's first row at w: Q4_0 rows
+// row_bytes apart (each block its scale, then its codes), or one regrouped group of four
+// (quant/q4_0_groups.h: per block the four scales, then the four rows' codes). The arithmetic
+// is the same for both, so are the bits.
+struct Q4PlainRows {
+  int64_t row_bytes;
+  const uint8_t* scale(const uint8_t* w, int64_t j, int64_t g) const {
+    return w + j * row_bytes + 18 * g;
+  }
+  const uint8_t* codes(const uint8_t* w, int64_t j, int64_t g) const { return scale(w, j, g) + 2; }
+};
+
+struct Q4GroupRows {
+  const uint8_t* scale(const uint8_t* w, int64_t j, int64_t g) const {
+    return w + quant::kQ4GroupBlockBytes * g + 2 * j;
+  }
+  const uint8_t* codes(const uint8_t* w, int64_t j, int64_t g) const {
+    return w + quant::kQ4GroupBlockBytes * g + quant::kQ4GroupCodesAt + 16 * j;
+  }
+};
+
 // y[i * ldy + j] for kM activation rows (codes k apart; scales and block sums `blocks` apart) and
-// kN weight rows (row_bytes apart), over all blocks.
-template <class Dot, int kM, int kN>
-inline void q4_0_tile(const uint8_t* w, int64_t row_bytes, const int8_t* x, int64_t k,
-                      const float* dx, const float* xs32, int64_t blocks, float* y, int64_t ldy) {
+// kN weight rows (laid out as `rows` says), over all blocks.
+template <class Dot, int kM, int kN, class Rows>
+inline void q4_0_tile(const uint8_t* w, Rows rows, const int8_t* x, int64_t k, const float* dx,
+                      const float* xs32, int64_t blocks, float* y, int64_t ldy) {
   const __m256i zero = _mm256_setzero_si256();
   __m256 acc[2][kM][kN];
   __m128 off[2][kM];  // lane j: weight row j's zero-point chain
@@ -47,9 +68,8 @@ inline void q4_0_tile(const uint8_t* w, int64_t row_bytes, const int8_t* x, int6
     __m256i u[kN];
     float d[4] = {0, 0, 0, 0};
     for (int j = 0; j < kN; ++j) {
-      const uint8_t* p = w + j * row_bytes + 18 * g;
-      u[j] = q4_0_codes(p);
-      d[j] = load_half(p);
+      u[j] = q4_0_nibbles(rows.codes(w, j, g));
+      d[j] = load_half(rows.scale(w, j, g));
     }
     const __m128 dv = _mm_loadu_ps(d);
     for (int i = 0; i < kM; ++i) {
@@ -77,21 +97,24 @@ inline void q4_0_tile(const uint8_t* w, int64_t row_bytes, const int8_t* x, int6
 }
 
 // The tile for `rows` (1..kQ4TileM) activation rows and kN weight rows.
-template <class Dot, int kN>
-inline void q4_0_tile_rows(int64_t rows, const uint8_t* w, int64_t row_bytes, const int8_t* x,
-                           int64_t k, const float* dx, const float* xs32, int64_t blocks, float* y,
+template <class Dot, int kN, class Rows>
+inline void q4_0_tile_rows(int64_t rows, const uint8_t* w, Rows layout, const int8_t* x, int64_t k,
+                           const float* dx, const float* xs32, int64_t blocks, float* y,
                            int64_t ldy) {
-  if (rows >= 2) return q4_0_tile<Dot, 2, kN>(w, row_bytes, x, k, dx, xs32, blocks, y, ldy);
-  q4_0_tile<Dot, 1, kN>(w, row_bytes, x, k, dx, xs32, blocks, y, ldy);
+  if (rows >= 2) return q4_0_tile<Dot, 2, kN>(w, layout, x, k, dx, xs32, blocks, y, ldy);
+  q4_0_tile<Dot, 1, kN>(w, layout, x, k, dx, xs32, blocks, y, ldy);
 }
 
-// y[m, n] = x[m, k] W[n, k]^T for Q4_0 rows of W (row_bytes apart), x already rounded to int8
-// blocks (xq, dx) with its block sums xs32 (activation_block_sums). Whole groups of kQ4TileN
-// weight rows per task, so no output depends on the split.
-template <class Dot>
+// y[m, n] = x[m, k] W[n, k]^T for Q4_0 rows of W (row_bytes apart; kGrouped: regrouped four rows
+// at a time, quant/q4_0_groups.h), x already rounded to int8 blocks (xq, dx) with its block sums
+// xs32 (activation_block_sums). Whole groups of kQ4TileN weight rows per task, so no output
+// depends on the split.
+template <class Dot, bool kGrouped = false>
 void q4_0_tiles(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t* xq,
                 const float* dx, const float* xs32, const uint8_t* w, float* y,
                 int64_t group_grain) {
+  static_assert(!kGrouped || (kQ4TileN == quant::kQ4GroupRows && kQ4TileCols == kQ4TileN),
+                "a regrouped group is one tile's weight rows");
   constexpr int64_t kM = kQ4TileM, kN = kQ4TileN;
   const int64_t blocks = k / kActBlock;
   const int64_t chunk = std::max<int64_t>(kM, kQ4ChunkBytes / k / kM * kM);
@@ -107,14 +130,18 @@ void q4_0_tiles(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t
           const float* dxi = dx + i * blocks;
           const float* xsi = xs32 + i * blocks;
           float* yi = y + i * n + j0;
-          if (cols == kN) {
+          if (cols == kN && kGrouped) {
+            q4_0_tile_rows<Dot, kQ4TileCols>(rows, w + j0 * row_bytes, Q4GroupRows{}, xi, k, dxi,
+                                             xsi, blocks, yi, n);
+          } else if (cols == kN) {
             for (int j = 0; j < kN; j += kQ4TileCols)
-              q4_0_tile_rows<Dot, kQ4TileCols>(rows, w + (j0 + j) * row_bytes, row_bytes, xi, k,
-                                               dxi, xsi, blocks, yi + j, n);
-          } else {
+              q4_0_tile_rows<Dot, kQ4TileCols>(rows, w + (j0 + j) * row_bytes,
+                                               Q4PlainRows{row_bytes}, xi, k, dxi, xsi, blocks,
+                                               yi + j, n);
+          } else {  // the last rows, plain in either layout
             for (int64_t c = 0; c < cols; ++c)
-              q4_0_tile_rows<Dot, 1>(rows, w + (j0 + c) * row_bytes, row_bytes, xi, k, dxi, xsi,
-                                     blocks, yi + c, n);
+              q4_0_tile_rows<Dot, 1>(rows, w + (j0 + c) * row_bytes, Q4PlainRows{row_bytes}, xi, k,
+                                     dxi, xsi, blocks, yi + c, n);
           }
         }
       }
@@ -145,8 +172,10 @@ inline void q4_0_rows4_512(const uint8_t* w, int64_t row_bytes, const int8_t* x,
   __m512 lo[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
   __m512 hi[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
   __m128 off[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
-  for (int64_t g = 0; g < blocks; ++g) {
-    const int c = int(g & 1);
+  // Block g into the accumulators of parity c, a constant in each call below: with the parity
+  // an index computed per block (g & 1) the accumulators lived on the stack, and the kernel ran
+  // at half its rate in cache (BENCHMARKS.md, "Q4_0 regrouped for the decode rows").
+  auto block = [&](int64_t g, int c) {
     const uint8_t* p = w + 18 * g;
     // The rows kDecodeAheadRows on at the same block: without a prefetch a decode from memory
     // read its weights at 5 GB/s, half of Q8_0's rate.
@@ -174,7 +203,13 @@ inline void q4_0_rows4_512(const uint8_t* w, int64_t row_bytes, const int8_t* x,
     lo[c] = _mm512_fmadd_ps(to_float(Dot512::dot(zero, u_lo, x_lo)), scale, lo[c]);
     hi[c] = _mm512_fmadd_ps(to_float(Dot512::dot(zero, u_hi, x_hi)), scale, hi[c]);
     off[c] = _mm_fmadd_ps(dv, _mm_set1_ps(xs32[g]), off[c]);
+  };
+  int64_t g = 0;
+  for (; g + 2 <= blocks; g += 2) {
+    block(g, 0);
+    block(g + 1, 1);
   }
+  if (g < blocks) block(g, 0);
   const __m512 lo_sum = _mm512_add_ps(lo[0], lo[1]), hi_sum = _mm512_add_ps(hi[0], hi[1]);
   alignas(64) float l[16], h[16];
   _mm512_store_ps(l, lo_sum);
@@ -189,9 +224,67 @@ inline void q4_0_rows4_512(const uint8_t* w, int64_t row_bytes, const int8_t* x,
   }
 }
 
-// One activation row times every weight row: groups of four rows on 512-bit vectors, a last
-// group of fewer rows by the 1 x 1 tile (the same bits); whole groups per task.
-template <class Dot, class Dot512>
+// Bytes ahead of the block in use that the regrouped decode rows prefetch: the matrix is one
+// sequential stream there, and a prefetch 2 KiB ahead (about the rows eight on of the plain
+// layout's kDecodeAheadRows at GPT-2's widths) left it waiting on memory as often as the plain
+// rows do (a stand-alone measurement on Zen 5: 14-15 GB/s at 2 KiB, 17-24 at 8 KiB).
+inline constexpr int64_t kQ4GroupAheadBytes = 8192;
+
+// q4_0_rows4_512's operations, in its order, on one regrouped group of four rows (quant/
+// q4_0_groups.h): per block one 512-bit load gives the four rows' codes in their lanes (where
+// the plain rows take four 128-bit loads and three inserts) and one 8-byte load and conversion
+// the four scales (four scalar loads and conversions there); the f32 values and every step
+// after them are the same, so are the outputs (the tiles' bits).
+template <class Dot512>
+inline void q4_0_group_rows4_512(const uint8_t* w, const int8_t* x, const float* dx,
+                                 const float* xs32, int64_t blocks, float* y) {
+  const __m512i mask = _mm512_set1_epi8(0xF);
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i idx = quad_index();
+  __m512 lo[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 hi[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m128 off[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
+  // Block g into the accumulators of parity c, a constant in each call (as q4_0_rows4_512).
+  auto block = [&](int64_t g, int c) {
+    const uint8_t* p = w + quant::kQ4GroupBlockBytes * g;
+    _mm_prefetch(reinterpret_cast<const char*>(p + kQ4GroupAheadBytes), _MM_HINT_T0);
+    const __m512i b = load512(p + quant::kQ4GroupCodesAt);
+    const __m512i u_lo = _mm512_and_si512(b, mask);
+    const __m512i u_hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), mask);
+    const __m512i x_lo = _mm512_maskz_broadcast_i32x4(
+        __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 32 * g)));
+    const __m512i x_hi = _mm512_maskz_broadcast_i32x4(
+        __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 32 * g + 16)));
+    // The four f16 scales, exactly as load_half converts each.
+    const __m128 dv = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m512 scale = quad_scales(idx, _mm_mul_ps(dv, _mm_set1_ps(dx[g])));
+    lo[c] = _mm512_fmadd_ps(to_float(Dot512::dot(zero, u_lo, x_lo)), scale, lo[c]);
+    hi[c] = _mm512_fmadd_ps(to_float(Dot512::dot(zero, u_hi, x_hi)), scale, hi[c]);
+    off[c] = _mm_fmadd_ps(dv, _mm_set1_ps(xs32[g]), off[c]);
+  };
+  int64_t g = 0;
+  for (; g + 2 <= blocks; g += 2) {
+    block(g, 0);
+    block(g + 1, 1);
+  }
+  if (g < blocks) block(g, 0);
+  const __m512 lo_sum = _mm512_add_ps(lo[0], lo[1]), hi_sum = _mm512_add_ps(hi[0], hi[1]);
+  alignas(64) float l[16], h[16];
+  _mm512_store_ps(l, lo_sum);
+  _mm512_store_ps(h, hi_sum);
+  alignas(16) float o0[4], o1[4];
+  _mm_store_ps(o0, off[0]);
+  _mm_store_ps(o1, off[1]);
+  for (int j = 0; j < 4; ++j) {
+    const __m256 acc = _mm256_set_m128(_mm_load_ps(h + 4 * j), _mm_load_ps(l + 4 * j));
+    y[j] = q4_0_finish(acc, o0[j] + o1[j]);
+  }
+}
+
+// One activation row times every weight row: groups of four rows on 512-bit vectors (kGrouped:
+// regrouped ones), a last group of fewer rows by the 1 x 1 tile (the same bits); whole groups
+// per task.
+template <class Dot, class Dot512, bool kGrouped = false>
 void q4_0_decode_512(int64_t n, int64_t k, int64_t row_bytes, const int8_t* xq, const float* dx,
                      const float* xs32, const uint8_t* w, float* y, int64_t group_grain) {
   const int64_t blocks = k / kActBlock;
@@ -199,12 +292,14 @@ void q4_0_decode_512(int64_t n, int64_t k, int64_t row_bytes, const int8_t* xq, 
   parallel_for(0, groups, group_grain, [&](int64_t lo, int64_t hi) {
     for (int64_t gj = lo; gj < hi; ++gj) {
       const int64_t j0 = gj * 4, cols = std::min<int64_t>(4, n - j0);
-      if (cols == 4) {
+      if (cols == 4 && kGrouped) {
+        q4_0_group_rows4_512<Dot512>(w + j0 * row_bytes, xq, dx, xs32, blocks, y + j0);
+      } else if (cols == 4) {
         q4_0_rows4_512<Dot512>(w + j0 * row_bytes, row_bytes, xq, dx, xs32, blocks, y + j0);
       } else {
         for (int64_t c = 0; c < cols; ++c)
-          q4_0_tile_rows<Dot, 1>(1, w + (j0 + c) * row_bytes, row_bytes, xq, k, dx, xs32, blocks,
-                                 y + j0 + c, n);
+          q4_0_tile_rows<Dot, 1>(1, w + (j0 + c) * row_bytes, Q4PlainRows{row_bytes}, xq, k, dx,
+                                 xs32, blocks, y + j0 + c, n);
       }
     }
   });

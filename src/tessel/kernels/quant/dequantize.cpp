@@ -4,8 +4,10 @@
 #include "tessel/kernels/quant/dequantize.h"
 
 #include <cstring>
+#include <vector>
 
 #include "tessel/core/error.h"
+#include "tessel/kernels/quant/q4_0_groups.h"
 #include "tessel/kernels/quant/quant_blocks.h"
 
 namespace tessel::kernels::quant {
@@ -22,6 +24,9 @@ Block load_block(const uint8_t* p) {
 // T is float (ggml's arithmetic) or double (exact).
 template <class T>
 void dequantize_row_as(QuantType type, const uint8_t* src, T* dst, int64_t k) {
+  TESSEL_CHECK(type != QuantType::Q4_0x4,
+               "dequantize_row: a q4_0x4 row is spread over its group of four "
+               "(q4_0_groups.h); take it with q4_0_group_row, then dequantize it as q4_0");
   if (type == QuantType::Int8) {
     row_bytes(type, k);  // refuses a negative k
     float d;
@@ -96,6 +101,7 @@ void dequantize_row_as(QuantType type, const uint8_t* src, T* dst, int64_t k) {
       }
       return;
     case QuantType::Int8:
+    case QuantType::Q4_0x4:
       break;  // above
   }
   TESSEL_FAIL("dequantize_row: unknown quant type ", uint32_t(type));
@@ -121,6 +127,18 @@ Tensor dequantize(QuantType type, std::span<const uint8_t> bytes, const Shape& s
                " tensor of shape ", shape, " takes ", rows * rb, " bytes, got ", bytes.size());
   Tensor out = empty(shape, DType::F32);
   float* o = out.data<float>();
+  if (type == QuantType::Q4_0x4) {
+    // Regrouped per matrix (the last two dims): each matrix's rows back in Q4_0 order first.
+    TESSEL_CHECK(shape.ndim() >= 2, "dequantize: q4_0x4 needs a matrix shape, got ", shape);
+    const int64_t n = shape[shape.ndim() - 2];
+    std::vector<uint8_t> plain(size_t(n * rb));
+    for (int64_t r0 = 0; n > 0 && r0 < rows; r0 += n) {
+      ungroup_q4_0(bytes.data() + r0 * rb, n, k, plain.data());
+      for (int64_t r = 0; r < n; ++r)
+        dequantize_row(QuantType::Q4_0, plain.data() + r * rb, o + (r0 + r) * k, k);
+    }
+    return out;
+  }
   for (int64_t r = 0; r < rows; ++r) dequantize_row(type, bytes.data() + r * rb, o + r * k, k);
   return out;
 }

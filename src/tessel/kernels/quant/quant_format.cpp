@@ -25,6 +25,8 @@ std::string_view quant_type_name(QuantType type) {
       return "q6_K";
     case QuantType::Int8:
       return "int8";
+    case QuantType::Q4_0x4:
+      return "q4_0x4";
   }
   TESSEL_FAIL("quant_type_name: unknown quant type ", uint32_t(type));
 }
@@ -50,6 +52,7 @@ int64_t block_elements(QuantType type) {
       return 1;
     case QuantType::Q8_0:
     case QuantType::Q4_0:
+    case QuantType::Q4_0x4:
       return kQBlock;
     case QuantType::Q4_K:
     case QuantType::Q5_K:
@@ -69,6 +72,7 @@ int64_t block_bytes(QuantType type) {
     case QuantType::Q8_0:
       return sizeof(BlockQ8_0);
     case QuantType::Q4_0:
+    case QuantType::Q4_0x4:
       return sizeof(BlockQ4_0);
     case QuantType::Q4_K:
       return sizeof(BlockQ4_K);

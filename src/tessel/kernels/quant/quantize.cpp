@@ -119,6 +119,10 @@ void quantize_row(QuantType type, const float* src, void* dst, int64_t k) {
     case QuantType::Int8:
       quantize_int8_row(src, out, k);
       return;
+    case QuantType::Q4_0x4:
+      TESSEL_FAIL(
+          "quantize_row: q4_0x4 is a layout of whole matrices: quantize the rows as q4_0, "
+          "then regroup them (q4_0_groups.h)");
   }
   TESSEL_FAIL("quantize_row: unknown quant type ", uint32_t(type));
 }
