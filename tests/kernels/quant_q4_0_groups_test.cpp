@@ -97,10 +97,11 @@ struct Size {
   int64_t m, n, k;
 };
 // m = 1: the decode rows (whole groups and a last partial one); m > 1: the tiles, whole and
-// partial tiles of activation rows; k = 4096 more blocks than a prefetch distance.
-constexpr Size kSizes[] = {{1, 13, 96}, {1, 4, 32},    {1, 33, 768},  {1, 35, 4096},
-                           {2, 7, 224}, {3, 17, 1024}, {7, 5, 224},   {33, 17, 1024},
-                           {1, 1, 64},  {5, 3, 32},    {97, 15, 288}, {1, 64, 256}};
+// partial tiles of activation rows (1-3 rows left over), two chunks of activation rows (133 rows
+// at k = 4096: 128 a chunk); k = 4096 more blocks than a prefetch distance.
+constexpr Size kSizes[] = {{1, 13, 96},   {1, 4, 32},   {1, 33, 768},   {1, 35, 4096}, {2, 7, 224},
+                           {3, 17, 1024}, {7, 5, 224},  {33, 17, 1024}, {1, 1, 64},    {5, 3, 32},
+                           {97, 15, 288}, {1, 64, 256}, {133, 7, 4096}};
 
 // Every kernel this CPU can run, as the backend picks them for m: the layouts give equal bits.
 void expect_same_bits_as_q4_0(const char* what) {
@@ -173,7 +174,8 @@ TEST(Q4_0Groups, QuantLayoutAsksForItWhereTheDecodeRowsReadIt) {
     EXPECT_EQ(backend.quant_layout(QuantType::Q4_0), rows512 ? QuantType::Q4_0x4 : QuantType::Q4_0)
         << kernel_set_name(set);
     for (QuantType t : quant::kAllQuantTypes) {
-      if (t != QuantType::Q4_0) EXPECT_EQ(backend.quant_layout(t), t);
+      if (t == QuantType::Q4_0) continue;
+      EXPECT_EQ(backend.quant_layout(t), t);
     }
     EXPECT_EQ(backend.quant_layout(QuantType::Int8), QuantType::Int8);
     {

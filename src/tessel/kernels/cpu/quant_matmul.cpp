@@ -188,6 +188,10 @@ void q4_0_vector_matmul(const QuantMatmulShape& s, const cpu::QuantizedRows& act
   if (s.m == 1 && q4_0_decode_rows_512())
     return cpu::q4_0_decode_512<cpu::DotVnni, cpu::Dot512Vnni, kGrouped>(
         s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), xs32, w, y, grain);
+  // A prompt on regrouped weights: the decode rows' 512-bit form for several activation rows.
+  if (kGrouped && q4_0_decode_rows_512())
+    return cpu::q4_0_group_tiles512<cpu::DotVnni, cpu::Dot512Vnni>(
+        s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), xs32, w, y, grain);
   auto run = [&]<class Dot>(Dot) {
     cpu::q4_0_tiles<Dot, kGrouped>(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), xs32, w,
                                    y, grain);

@@ -281,6 +281,113 @@ inline void q4_0_group_rows4_512(const uint8_t* w, const int8_t* x, const float*
   }
 }
 
+// A prompt's rows on regrouped weights, on 512-bit vectors: q4_0_group_rows4_512 for kM
+// activation rows at a time, each block's codes and scales loaded and unpacked once for the kM
+// rows (the register tiles of quant_q4_tiles' 256-bit kernel, with four weight rows per register
+// instead of one). Each output's operations are the decode rows', so the tiles' bits, for any m.
+inline constexpr int kQ4GroupTileM = 4;
+
+template <class Dot512, int kM>
+inline void q4_0_group_tile512(const uint8_t* w, const int8_t* x, int64_t k, const float* dx,
+                               const float* xs32, int64_t blocks, float* y, int64_t ldy) {
+  const __m512i mask = _mm512_set1_epi8(0xF);
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i idx = quad_index();
+  __m512 lo[2][kM], hi[2][kM];
+  __m128 off[2][kM];
+  for (int c = 0; c < 2; ++c)
+    for (int i = 0; i < kM; ++i) {
+      lo[c][i] = hi[c][i] = _mm512_setzero_ps();
+      off[c][i] = _mm_setzero_ps();
+    }
+  auto block = [&](int64_t g, int c) {
+    const uint8_t* p = w + quant::kQ4GroupBlockBytes * g;
+    const __m512i b = load512(p + quant::kQ4GroupCodesAt);
+    const __m512i u_lo = _mm512_and_si512(b, mask);
+    const __m512i u_hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), mask);
+    const __m128 dv = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    for (int i = 0; i < kM; ++i) {
+      const int8_t* xi = x + i * k + 32 * g;
+      const __m512i x_lo = _mm512_maskz_broadcast_i32x4(
+          __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(xi)));
+      const __m512i x_hi = _mm512_maskz_broadcast_i32x4(
+          __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(xi + 16)));
+      const __m512 scale = quad_scales(idx, _mm_mul_ps(dv, _mm_set1_ps(dx[i * blocks + g])));
+      lo[c][i] = _mm512_fmadd_ps(to_float(Dot512::dot(zero, u_lo, x_lo)), scale, lo[c][i]);
+      hi[c][i] = _mm512_fmadd_ps(to_float(Dot512::dot(zero, u_hi, x_hi)), scale, hi[c][i]);
+      off[c][i] = _mm_fmadd_ps(dv, _mm_set1_ps(xs32[i * blocks + g]), off[c][i]);
+    }
+  };
+  int64_t g = 0;
+  for (; g + 2 <= blocks; g += 2) {
+    block(g, 0);
+    block(g + 1, 1);
+  }
+  if (g < blocks) block(g, 0);
+  for (int i = 0; i < kM; ++i) {
+    alignas(64) float l[16], h[16];
+    _mm512_store_ps(l, _mm512_add_ps(lo[0][i], lo[1][i]));
+    _mm512_store_ps(h, _mm512_add_ps(hi[0][i], hi[1][i]));
+    alignas(16) float o0[4], o1[4];
+    _mm_store_ps(o0, off[0][i]);
+    _mm_store_ps(o1, off[1][i]);
+    for (int j = 0; j < 4; ++j) {
+      const __m256 acc = _mm256_set_m128(_mm_load_ps(h + 4 * j), _mm_load_ps(l + 4 * j));
+      y[i * ldy + j] = q4_0_finish(acc, o0[j] + o1[j]);
+    }
+  }
+}
+
+// y[m, n] for regrouped weights (quant/q4_0_groups.h), m >= 1: whole groups per task, the
+// activations in L2-sized chunks as q4_0_tiles; the last rows (n mod 4, plain) by the 1 x 1
+// tile of the 256-bit kernel (the same bits).
+template <class Dot, class Dot512>
+void q4_0_group_tiles512(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t* xq,
+                         const float* dx, const float* xs32, const uint8_t* w, float* y,
+                         int64_t group_grain) {
+  constexpr int64_t kM = kQ4GroupTileM;
+  const int64_t blocks = k / kActBlock;
+  const int64_t chunk = std::max<int64_t>(kM, kQ4ChunkBytes / k / kM * kM);
+  const int64_t groups = (n + 3) / 4;
+  parallel_for(0, groups, group_grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i0 = 0; i0 < m; i0 += chunk) {
+      const int64_t i1 = std::min(m, i0 + chunk);
+      for (int64_t gj = lo; gj < hi; ++gj) {
+        const int64_t j0 = gj * 4, cols = std::min<int64_t>(4, n - j0);
+        for (int64_t i = i0; i < i1; i += kM) {
+          const int64_t rows = std::min(kM, i1 - i);
+          const int8_t* xi = xq + i * k;
+          const float* dxi = dx + i * blocks;
+          const float* xsi = xs32 + i * blocks;
+          float* yi = y + i * n + j0;
+          const uint8_t* wg = w + j0 * row_bytes;
+          if (cols == 4) {
+            switch (rows) {
+              case 4:
+                q4_0_group_tile512<Dot512, 4>(wg, xi, k, dxi, xsi, blocks, yi, n);
+                break;
+              case 3:
+                q4_0_group_tile512<Dot512, 3>(wg, xi, k, dxi, xsi, blocks, yi, n);
+                break;
+              case 2:
+                q4_0_group_tile512<Dot512, 2>(wg, xi, k, dxi, xsi, blocks, yi, n);
+                break;
+              default:
+                q4_0_group_tile512<Dot512, 1>(wg, xi, k, dxi, xsi, blocks, yi, n);
+            }
+          } else {
+            for (int64_t r = 0; r < rows; ++r)
+              for (int64_t c = 0; c < cols; ++c)
+                q4_0_tile_rows<Dot, 1>(1, w + (j0 + c) * row_bytes, Q4PlainRows{row_bytes},
+                                       xi + r * k, k, dxi + r * blocks, xsi + r * blocks, blocks,
+                                       yi + r * n + c, n);
+          }
+        }
+      }
+    }
+  });
+}
+
 // One activation row times every weight row: groups of four rows on 512-bit vectors (kGrouped:
 // regrouped ones), a last group of fewer rows by the 1 x 1 tile (the same bits); whole groups
 // per task.
