@@ -149,36 +149,103 @@ void q4_0_tiles(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t
   });
 }
 
-// The decode step (m = 1) on 512-bit vectors, where the CPU has AVX-512 VNNI: four weight rows
-// per register, each row's 16 code bytes of a block in one 128-bit lane. The low nibbles
-// (elements 0-15) and the high nibbles (16-31) go through vpdpbusd separately, against the
-// activation block's first and second 16 bytes broadcast to every lane, so each int32 lane is
-// one of the exact sums the 1 x 4 tile's 256-bit lanes hold (its lanes 0-3 are the low nibbles'
-// 4-byte groups, 4-7 the high nibbles'). Each lane then takes the tile's f32 steps: the
-// conversion, one FMA per block with the same f16(d) * dx product into the accumulator of the
-// block's parity, and at the end the row's eight lanes put back in the tile's order and reduced by
-// q4_0_finish with the zero-point chains the tile keeps: the outputs equal the tile's bit for bit
-// (quant_amx_q4_0_test.cpp checks a row alone against the same row in a prompt). Per block and
-// four rows: four 128-bit loads, one shift, two masks, two vpdpbusd, two conversions and two FMAs
-// where the tile spends per row a shift, a mask, an insert, a vpdpbusd, a conversion, a
-// broadcast and an FMA; and the next four rows' bytes are prefetched (the tiles' hardware-only
-// prefetch left a decode from memory at half Q8_0's bytes per second).
+// The 512-bit Q4_0 kernels, where the CPU has AVX-512 VNNI: four weight rows per register, each
+// row's 16 code bytes of a block in one 128-bit lane. The low nibbles (elements 0-15) and the
+// high nibbles (16-31) go through vpdpbusd separately, against the activation block's first and
+// second 16 bytes broadcast to every lane, so each int32 lane is one of the exact sums the 1 x 4
+// tile's 256-bit lanes hold (its lanes 0-3 are the low nibbles' 4-byte groups, 4-7 the high
+// nibbles'). Each lane then takes the tile's f32 steps: the conversion, one FMA per block with
+// the same f16(d) * dx product into the accumulator of the block's parity, and at the end the
+// row's eight lanes put back in the tile's order and reduced by q4_0_finish with the zero-point
+// chains the tile keeps: the outputs equal the tile's bit for bit (quant_amx_q4_0_test.cpp checks
+// a row alone against the same row in a prompt, quant_q4_0_groups_test.cpp every kernel against
+// the rows in place).
+//
+// One activation row's accumulators against four weight rows: per block parity (even, odd) the
+// low and the high nibbles' lane sums (row j in lanes 4j..4j+3) and the zero-point chains (row j
+// in lane j). The parity is a constant at every use: with it computed per block (g & 1) GCC kept
+// the accumulators on the stack, and the kernels ran at half their rate in cache (BENCHMARKS.md,
+// "Q4_0 regrouped for the decode rows").
+struct Q4Quad512 {
+  __m512 lo[2], hi[2];
+  __m128 off[2];
+};
+
+inline void q4_quad_zero(Q4Quad512& a) {
+  for (int c = 0; c < 2; ++c) {
+    a.lo[c] = a.hi[c] = _mm512_setzero_ps();
+    a.off[c] = _mm_setzero_ps();
+  }
+}
+
+// The constants of q4_quad_block, made once per kernel call (plain functions, not member
+// initializers: those are compiled outside the kernel set's target options).
+struct Q4QuadConsts {
+  __m512i mask, zero, idx;
+};
+
+inline Q4QuadConsts q4_quad_consts() {
+  return {_mm512_set1_epi8(0xF), _mm512_setzero_si512(), quad_index()};
+}
+
+// One block of four weight rows (b: row j's 16 code bytes in lane j; dv: their f16 scales
+// widened) against an activation block (its 32 codes at xb, its scale dx and code sum xs) into
+// parity c of `a`.
+template <class Dot512>
+inline void q4_quad_block(Q4Quad512& a, int c, const Q4QuadConsts& k, __m512i b, __m128 dv,
+                          const int8_t* xb, float dx, float xs) {
+  const __m512i u_lo = _mm512_and_si512(b, k.mask);
+  const __m512i u_hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), k.mask);
+  const __m512i x_lo = _mm512_maskz_broadcast_i32x4(
+      __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb)));
+  const __m512i x_hi = _mm512_maskz_broadcast_i32x4(
+      __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb + 16)));
+  // Row j's lanes 4j..4j+3 take d[j] * dx, the tile's product.
+  const __m512 scale = quad_scales(k.idx, _mm_mul_ps(dv, _mm_set1_ps(dx)));
+  a.lo[c] = _mm512_fmadd_ps(to_float(Dot512::dot(k.zero, u_lo, x_lo)), scale, a.lo[c]);
+  a.hi[c] = _mm512_fmadd_ps(to_float(Dot512::dot(k.zero, u_hi, x_hi)), scale, a.hi[c]);
+  a.off[c] = _mm_fmadd_ps(dv, _mm_set1_ps(xs), a.off[c]);
+}
+
+// The four outputs y[0], y[ldy], ... of one activation row.
+inline void q4_quad_finish(const Q4Quad512& a, float* y, int64_t ldy) {
+  alignas(64) float l[16], h[16];
+  _mm512_store_ps(l, _mm512_add_ps(a.lo[0], a.lo[1]));
+  _mm512_store_ps(h, _mm512_add_ps(a.hi[0], a.hi[1]));
+  alignas(16) float o0[4], o1[4];
+  _mm_store_ps(o0, a.off[0]);
+  _mm_store_ps(o1, a.off[1]);
+  for (int j = 0; j < 4; ++j) {
+    // The tile's acc[0] + acc[1] for row j: lanes 0-3 low nibbles, 4-7 high nibbles.
+    const __m256 acc = _mm256_set_m128(_mm_load_ps(h + 4 * j), _mm_load_ps(l + 4 * j));
+    y[j * ldy] = q4_0_finish(acc, o0[j] + o1[j]);
+  }
+}
+
+// Blocks two at a time, block(g, parity) with the parity a constant.
+template <class Block>
+inline void q4_quad_blocks(int64_t blocks, Block&& block) {
+  int64_t g = 0;
+  for (; g + 2 <= blocks; g += 2) {
+    block(g, 0);
+    block(g + 1, 1);
+  }
+  if (g < blocks) block(g, 0);
+}
+
+// The decode step (m = 1) on Q4_0's rows in place: per block and four rows, four 128-bit loads and
+// three inserts gather the codes and four scalar conversions the scales, where the 1 x 4 tile
+// spends per row a shift, a mask, an insert, a vpdpbusd, a conversion, a broadcast and an FMA; the
+// rows kDecodeAheadRows on are prefetched (the tiles' hardware-only prefetch left a decode from
+// memory at half Q8_0's bytes per second).
 template <class Dot512>
 inline void q4_0_rows4_512(const uint8_t* w, int64_t row_bytes, const int8_t* x, const float* dx,
                            const float* xs32, int64_t blocks, float* y) {
-  const __m512i mask = _mm512_set1_epi8(0xF);
-  const __m512i zero = _mm512_setzero_si512();
-  const __m512i idx = quad_index();
-  __m512 lo[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  __m512 hi[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  __m128 off[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
-  // Block g into the accumulators of parity c, a constant in each call below: with the parity
-  // an index computed per block (g & 1) the accumulators lived on the stack, and the kernel ran
-  // at half its rate in cache (BENCHMARKS.md, "Q4_0 regrouped for the decode rows").
-  auto block = [&](int64_t g, int c) {
+  const Q4QuadConsts k = q4_quad_consts();
+  Q4Quad512 a;
+  q4_quad_zero(a);
+  q4_quad_blocks(blocks, [&](int64_t g, int c) {
     const uint8_t* p = w + 18 * g;
-    // The rows kDecodeAheadRows on at the same block: without a prefetch a decode from memory
-    // read its weights at 5 GB/s, half of Q8_0's rate.
     for (int r = 0; r < 4; ++r)
       _mm_prefetch(reinterpret_cast<const char*>(p + (kDecodeAheadRows + r) * row_bytes),
                    _MM_HINT_T0);
@@ -190,38 +257,11 @@ inline void q4_0_rows4_512(const uint8_t* w, int64_t row_bytes, const int8_t* x,
     b = _mm512_inserti32x4(b, codes(1), 1);
     b = _mm512_inserti32x4(b, codes(2), 2);
     b = _mm512_inserti32x4(b, codes(3), 3);
-    const __m512i u_lo = _mm512_and_si512(b, mask);
-    const __m512i u_hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), mask);
-    const __m512i x_lo = _mm512_maskz_broadcast_i32x4(
-        __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 32 * g)));
-    const __m512i x_hi = _mm512_maskz_broadcast_i32x4(
-        __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 32 * g + 16)));
     const __m128 dv = _mm_setr_ps(load_half(p), load_half(p + row_bytes),
                                   load_half(p + 2 * row_bytes), load_half(p + 3 * row_bytes));
-    // Row j's lanes 4j..4j+3 take d[j] * dx, the tile's product.
-    const __m512 scale = quad_scales(idx, _mm_mul_ps(dv, _mm_set1_ps(dx[g])));
-    lo[c] = _mm512_fmadd_ps(to_float(Dot512::dot(zero, u_lo, x_lo)), scale, lo[c]);
-    hi[c] = _mm512_fmadd_ps(to_float(Dot512::dot(zero, u_hi, x_hi)), scale, hi[c]);
-    off[c] = _mm_fmadd_ps(dv, _mm_set1_ps(xs32[g]), off[c]);
-  };
-  int64_t g = 0;
-  for (; g + 2 <= blocks; g += 2) {
-    block(g, 0);
-    block(g + 1, 1);
-  }
-  if (g < blocks) block(g, 0);
-  const __m512 lo_sum = _mm512_add_ps(lo[0], lo[1]), hi_sum = _mm512_add_ps(hi[0], hi[1]);
-  alignas(64) float l[16], h[16];
-  _mm512_store_ps(l, lo_sum);
-  _mm512_store_ps(h, hi_sum);
-  alignas(16) float o0[4], o1[4];
-  _mm_store_ps(o0, off[0]);
-  _mm_store_ps(o1, off[1]);
-  for (int j = 0; j < 4; ++j) {
-    // The tile's acc[0] + acc[1] for row j: lanes 0-3 low nibbles, 4-7 high nibbles.
-    const __m256 acc = _mm256_set_m128(_mm_load_ps(h + 4 * j), _mm_load_ps(l + 4 * j));
-    y[j] = q4_0_finish(acc, o0[j] + o1[j]);
-  }
+    q4_quad_block<Dot512>(a, c, k, b, dv, x + 32 * g, dx[g], xs32[g]);
+  });
+  q4_quad_finish(a, y, 1);
 }
 
 // Bytes ahead of the block in use that the regrouped decode rows prefetch: the matrix is one
@@ -230,112 +270,32 @@ inline void q4_0_rows4_512(const uint8_t* w, int64_t row_bytes, const int8_t* x,
 // rows do (a stand-alone measurement on Zen 5: 14-15 GB/s at 2 KiB, 17-24 at 8 KiB).
 inline constexpr int64_t kQ4GroupAheadBytes = 8192;
 
-// q4_0_rows4_512's operations, in its order, on one regrouped group of four rows (quant/
-// q4_0_groups.h): per block one 512-bit load gives the four rows' codes in their lanes (where
-// the plain rows take four 128-bit loads and three inserts) and one 8-byte load and conversion
-// the four scales (four scalar loads and conversions there); the f32 values and every step
-// after them are the same, so are the outputs (the tiles' bits).
-template <class Dot512>
-inline void q4_0_group_rows4_512(const uint8_t* w, const int8_t* x, const float* dx,
-                                 const float* xs32, int64_t blocks, float* y) {
-  const __m512i mask = _mm512_set1_epi8(0xF);
-  const __m512i zero = _mm512_setzero_si512();
-  const __m512i idx = quad_index();
-  __m512 lo[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  __m512 hi[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  __m128 off[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
-  // Block g into the accumulators of parity c, a constant in each call (as q4_0_rows4_512).
-  auto block = [&](int64_t g, int c) {
-    const uint8_t* p = w + quant::kQ4GroupBlockBytes * g;
-    _mm_prefetch(reinterpret_cast<const char*>(p + kQ4GroupAheadBytes), _MM_HINT_T0);
-    const __m512i b = load512(p + quant::kQ4GroupCodesAt);
-    const __m512i u_lo = _mm512_and_si512(b, mask);
-    const __m512i u_hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), mask);
-    const __m512i x_lo = _mm512_maskz_broadcast_i32x4(
-        __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 32 * g)));
-    const __m512i x_hi = _mm512_maskz_broadcast_i32x4(
-        __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 32 * g + 16)));
-    // The four f16 scales, exactly as load_half converts each.
-    const __m128 dv = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    const __m512 scale = quad_scales(idx, _mm_mul_ps(dv, _mm_set1_ps(dx[g])));
-    lo[c] = _mm512_fmadd_ps(to_float(Dot512::dot(zero, u_lo, x_lo)), scale, lo[c]);
-    hi[c] = _mm512_fmadd_ps(to_float(Dot512::dot(zero, u_hi, x_hi)), scale, hi[c]);
-    off[c] = _mm_fmadd_ps(dv, _mm_set1_ps(xs32[g]), off[c]);
-  };
-  int64_t g = 0;
-  for (; g + 2 <= blocks; g += 2) {
-    block(g, 0);
-    block(g + 1, 1);
-  }
-  if (g < blocks) block(g, 0);
-  const __m512 lo_sum = _mm512_add_ps(lo[0], lo[1]), hi_sum = _mm512_add_ps(hi[0], hi[1]);
-  alignas(64) float l[16], h[16];
-  _mm512_store_ps(l, lo_sum);
-  _mm512_store_ps(h, hi_sum);
-  alignas(16) float o0[4], o1[4];
-  _mm_store_ps(o0, off[0]);
-  _mm_store_ps(o1, off[1]);
-  for (int j = 0; j < 4; ++j) {
-    const __m256 acc = _mm256_set_m128(_mm_load_ps(h + 4 * j), _mm_load_ps(l + 4 * j));
-    y[j] = q4_0_finish(acc, o0[j] + o1[j]);
-  }
-}
-
-// A prompt's rows on regrouped weights, on 512-bit vectors: q4_0_group_rows4_512 for kM
-// activation rows at a time, each block's codes and scales loaded and unpacked once for the kM
-// rows (the register tiles of quant_q4_tiles' 256-bit kernel, with four weight rows per register
-// instead of one). Each output's operations are the decode rows', so the tiles' bits, for any m.
+// One regrouped group of four weight rows (quant/q4_0_groups.h) against kM activation rows
+// (codes k apart, scales and sums `blocks` apart; outputs y[i * ldy + j]): per block one 512-bit
+// load gives the four rows' codes in their lanes (where the rows in place take four loads and
+// three inserts) and one 8-byte load and conversion the four scales, unpacked once for the kM
+// rows. kPrefetch (the decode step): prefetch kQ4GroupAheadBytes ahead; a prompt's tiles re-read
+// the group from cache for each further kM rows and leave it to the hardware.
 inline constexpr int kQ4GroupTileM = 4;
 
-template <class Dot512, int kM>
+template <class Dot512, int kM, bool kPrefetch>
 inline void q4_0_group_tile512(const uint8_t* w, const int8_t* x, int64_t k, const float* dx,
                                const float* xs32, int64_t blocks, float* y, int64_t ldy) {
-  const __m512i mask = _mm512_set1_epi8(0xF);
-  const __m512i zero = _mm512_setzero_si512();
-  const __m512i idx = quad_index();
-  __m512 lo[2][kM], hi[2][kM];
-  __m128 off[2][kM];
-  for (int c = 0; c < 2; ++c)
-    for (int i = 0; i < kM; ++i) {
-      lo[c][i] = hi[c][i] = _mm512_setzero_ps();
-      off[c][i] = _mm_setzero_ps();
-    }
-  auto block = [&](int64_t g, int c) {
+  const Q4QuadConsts consts = q4_quad_consts();
+  Q4Quad512 a[kM];
+  for (Q4Quad512& ai : a) q4_quad_zero(ai);
+  q4_quad_blocks(blocks, [&](int64_t g, int c) {
     const uint8_t* p = w + quant::kQ4GroupBlockBytes * g;
+    if constexpr (kPrefetch)
+      _mm_prefetch(reinterpret_cast<const char*>(p + kQ4GroupAheadBytes), _MM_HINT_T0);
     const __m512i b = load512(p + quant::kQ4GroupCodesAt);
-    const __m512i u_lo = _mm512_and_si512(b, mask);
-    const __m512i u_hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), mask);
+    // The four f16 scales, exactly as load_half converts each.
     const __m128 dv = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    for (int i = 0; i < kM; ++i) {
-      const int8_t* xi = x + i * k + 32 * g;
-      const __m512i x_lo = _mm512_maskz_broadcast_i32x4(
-          __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(xi)));
-      const __m512i x_hi = _mm512_maskz_broadcast_i32x4(
-          __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(xi + 16)));
-      const __m512 scale = quad_scales(idx, _mm_mul_ps(dv, _mm_set1_ps(dx[i * blocks + g])));
-      lo[c][i] = _mm512_fmadd_ps(to_float(Dot512::dot(zero, u_lo, x_lo)), scale, lo[c][i]);
-      hi[c][i] = _mm512_fmadd_ps(to_float(Dot512::dot(zero, u_hi, x_hi)), scale, hi[c][i]);
-      off[c][i] = _mm_fmadd_ps(dv, _mm_set1_ps(xs32[i * blocks + g]), off[c][i]);
-    }
-  };
-  int64_t g = 0;
-  for (; g + 2 <= blocks; g += 2) {
-    block(g, 0);
-    block(g + 1, 1);
-  }
-  if (g < blocks) block(g, 0);
-  for (int i = 0; i < kM; ++i) {
-    alignas(64) float l[16], h[16];
-    _mm512_store_ps(l, _mm512_add_ps(lo[0][i], lo[1][i]));
-    _mm512_store_ps(h, _mm512_add_ps(hi[0][i], hi[1][i]));
-    alignas(16) float o0[4], o1[4];
-    _mm_store_ps(o0, off[0][i]);
-    _mm_store_ps(o1, off[1][i]);
-    for (int j = 0; j < 4; ++j) {
-      const __m256 acc = _mm256_set_m128(_mm_load_ps(h + 4 * j), _mm_load_ps(l + 4 * j));
-      y[i * ldy + j] = q4_0_finish(acc, o0[j] + o1[j]);
-    }
-  }
+    for (int i = 0; i < kM; ++i)
+      q4_quad_block<Dot512>(a[i], c, consts, b, dv, x + i * k + 32 * g, dx[i * blocks + g],
+                            xs32[i * blocks + g]);
+  });
+  for (int i = 0; i < kM; ++i) q4_quad_finish(a[i], y + i * ldy, 1);
 }
 
 // y[m, n] for regrouped weights (quant/q4_0_groups.h), m >= 1: whole groups per task, the
@@ -364,16 +324,16 @@ void q4_0_group_tiles512(int64_t m, int64_t n, int64_t k, int64_t row_bytes, con
           if (cols == 4) {
             switch (rows) {
               case 4:
-                q4_0_group_tile512<Dot512, 4>(wg, xi, k, dxi, xsi, blocks, yi, n);
+                q4_0_group_tile512<Dot512, 4, false>(wg, xi, k, dxi, xsi, blocks, yi, n);
                 break;
               case 3:
-                q4_0_group_tile512<Dot512, 3>(wg, xi, k, dxi, xsi, blocks, yi, n);
+                q4_0_group_tile512<Dot512, 3, false>(wg, xi, k, dxi, xsi, blocks, yi, n);
                 break;
               case 2:
-                q4_0_group_tile512<Dot512, 2>(wg, xi, k, dxi, xsi, blocks, yi, n);
+                q4_0_group_tile512<Dot512, 2, false>(wg, xi, k, dxi, xsi, blocks, yi, n);
                 break;
               default:
-                q4_0_group_tile512<Dot512, 1>(wg, xi, k, dxi, xsi, blocks, yi, n);
+                q4_0_group_tile512<Dot512, 1, false>(wg, xi, k, dxi, xsi, blocks, yi, n);
             }
           } else {
             for (int64_t r = 0; r < rows; ++r)
@@ -400,7 +360,7 @@ void q4_0_decode_512(int64_t n, int64_t k, int64_t row_bytes, const int8_t* xq, 
     for (int64_t gj = lo; gj < hi; ++gj) {
       const int64_t j0 = gj * 4, cols = std::min<int64_t>(4, n - j0);
       if (cols == 4 && kGrouped) {
-        q4_0_group_rows4_512<Dot512>(w + j0 * row_bytes, xq, dx, xs32, blocks, y + j0);
+        q4_0_group_tile512<Dot512, 1, true>(w + j0 * row_bytes, xq, 0, dx, xs32, blocks, y + j0, 0);
       } else if (cols == 4) {
         q4_0_rows4_512<Dot512>(w + j0 * row_bytes, row_bytes, xq, dx, xs32, blocks, y + j0);
       } else {
