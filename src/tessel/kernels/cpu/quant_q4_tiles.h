@@ -105,6 +105,26 @@ inline void q4_0_tile_rows(int64_t rows, const uint8_t* w, Rows layout, const in
   q4_0_tile<Dot, 1, kN>(w, layout, x, k, dx, xs32, blocks, y, ldy);
 }
 
+// The loop of both Q4_0 tile kernels: whole groups of kN weight rows per task (so no output
+// depends on the split), the activations in L2-sized chunks re-read from L2 for every group,
+// kM rows a step: tile(i, rows, j0, cols) multiplies activation rows [i, i + rows) by weight
+// rows [j0, j0 + cols).
+template <class Tile>
+void q4_0_tile_loop(int64_t m, int64_t n, int64_t k, int64_t kM, int64_t kN, int64_t group_grain,
+                    Tile&& tile) {
+  const int64_t chunk = std::max<int64_t>(kM, kQ4ChunkBytes / k / kM * kM);
+  const int64_t groups = (n + kN - 1) / kN;
+  parallel_for(0, groups, group_grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i0 = 0; i0 < m; i0 += chunk) {
+      const int64_t i1 = std::min(m, i0 + chunk);
+      for (int64_t gj = lo; gj < hi; ++gj) {
+        const int64_t j0 = gj * kN, cols = std::min(kN, n - j0);
+        for (int64_t i = i0; i < i1; i += kM) tile(i, std::min(kM, i1 - i), j0, cols);
+      }
+    }
+  });
+}
+
 // y[m, n] = x[m, k] W[n, k]^T for Q4_0 rows of W (row_bytes apart; kGrouped: regrouped four rows
 // at a time, quant/q4_0_groups.h), x already rounded to int8 blocks (xq, dx) with its block sums
 // xs32 (activation_block_sums). Whole groups of kQ4TileN weight rows per task, so no output
@@ -115,38 +135,27 @@ void q4_0_tiles(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t
                 int64_t group_grain) {
   static_assert(!kGrouped || (kQ4TileN == quant::kQ4GroupRows && kQ4TileCols == kQ4TileN),
                 "a regrouped group is one tile's weight rows");
-  constexpr int64_t kM = kQ4TileM, kN = kQ4TileN;
+  constexpr int64_t kN = kQ4TileN;
   const int64_t blocks = k / kActBlock;
-  const int64_t chunk = std::max<int64_t>(kM, kQ4ChunkBytes / k / kM * kM);
-  const int64_t groups = (n + kN - 1) / kN;
-  parallel_for(0, groups, group_grain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i0 = 0; i0 < m; i0 += chunk) {
-      const int64_t i1 = std::min(m, i0 + chunk);
-      for (int64_t gj = lo; gj < hi; ++gj) {
-        const int64_t j0 = gj * kN, cols = std::min(kN, n - j0);
-        for (int64_t i = i0; i < i1; i += kM) {
-          const int64_t rows = std::min(kM, i1 - i);
-          const int8_t* xi = xq + i * k;
-          const float* dxi = dx + i * blocks;
-          const float* xsi = xs32 + i * blocks;
-          float* yi = y + i * n + j0;
-          if (cols == kN && kGrouped) {
-            q4_0_tile_rows<Dot, kQ4TileCols>(rows, w + j0 * row_bytes, Q4GroupRows{}, xi, k, dxi,
-                                             xsi, blocks, yi, n);
-          } else if (cols == kN) {
-            for (int j = 0; j < kN; j += kQ4TileCols)
-              q4_0_tile_rows<Dot, kQ4TileCols>(rows, w + (j0 + j) * row_bytes,
-                                               Q4PlainRows{row_bytes}, xi, k, dxi, xsi, blocks,
-                                               yi + j, n);
-          } else {  // the last rows, plain in either layout
-            for (int64_t c = 0; c < cols; ++c)
-              q4_0_tile_rows<Dot, 1>(rows, w + (j0 + c) * row_bytes, Q4PlainRows{row_bytes}, xi, k,
-                                     dxi, xsi, blocks, yi + c, n);
-          }
+  q4_0_tile_loop(
+      m, n, k, kQ4TileM, kN, group_grain, [&](int64_t i, int64_t rows, int64_t j0, int64_t cols) {
+        const int8_t* xi = xq + i * k;
+        const float* dxi = dx + i * blocks;
+        const float* xsi = xs32 + i * blocks;
+        float* yi = y + i * n + j0;
+        if (cols == kN && kGrouped) {
+          q4_0_tile_rows<Dot, kQ4TileCols>(rows, w + j0 * row_bytes, Q4GroupRows{}, xi, k, dxi, xsi,
+                                           blocks, yi, n);
+        } else if (cols == kN) {
+          for (int j = 0; j < kN; j += kQ4TileCols)
+            q4_0_tile_rows<Dot, kQ4TileCols>(rows, w + (j0 + j) * row_bytes, Q4PlainRows{row_bytes},
+                                             xi, k, dxi, xsi, blocks, yi + j, n);
+        } else {  // the last rows, plain in either layout
+          for (int64_t c = 0; c < cols; ++c)
+            q4_0_tile_rows<Dot, 1>(rows, w + (j0 + c) * row_bytes, Q4PlainRows{row_bytes}, xi, k,
+                                   dxi, xsi, blocks, yi + c, n);
         }
-      }
-    }
-  });
+      });
 }
 
 // The 512-bit Q4_0 kernels, where the CPU has AVX-512 VNNI: four weight rows per register, each
@@ -305,47 +314,33 @@ template <class Dot, class Dot512>
 void q4_0_group_tiles512(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t* xq,
                          const float* dx, const float* xs32, const uint8_t* w, float* y,
                          int64_t group_grain) {
-  constexpr int64_t kM = kQ4GroupTileM;
   const int64_t blocks = k / kActBlock;
-  const int64_t chunk = std::max<int64_t>(kM, kQ4ChunkBytes / k / kM * kM);
-  const int64_t groups = (n + 3) / 4;
-  parallel_for(0, groups, group_grain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i0 = 0; i0 < m; i0 += chunk) {
-      const int64_t i1 = std::min(m, i0 + chunk);
-      for (int64_t gj = lo; gj < hi; ++gj) {
-        const int64_t j0 = gj * 4, cols = std::min<int64_t>(4, n - j0);
-        for (int64_t i = i0; i < i1; i += kM) {
-          const int64_t rows = std::min(kM, i1 - i);
-          const int8_t* xi = xq + i * k;
-          const float* dxi = dx + i * blocks;
-          const float* xsi = xs32 + i * blocks;
-          float* yi = y + i * n + j0;
-          const uint8_t* wg = w + j0 * row_bytes;
-          if (cols == 4) {
-            switch (rows) {
-              case 4:
-                q4_0_group_tile512<Dot512, 4, false>(wg, xi, k, dxi, xsi, blocks, yi, n);
-                break;
-              case 3:
-                q4_0_group_tile512<Dot512, 3, false>(wg, xi, k, dxi, xsi, blocks, yi, n);
-                break;
-              case 2:
-                q4_0_group_tile512<Dot512, 2, false>(wg, xi, k, dxi, xsi, blocks, yi, n);
-                break;
-              default:
-                q4_0_group_tile512<Dot512, 1, false>(wg, xi, k, dxi, xsi, blocks, yi, n);
-            }
-          } else {
-            for (int64_t r = 0; r < rows; ++r)
-              for (int64_t c = 0; c < cols; ++c)
-                q4_0_tile_rows<Dot, 1>(1, w + (j0 + c) * row_bytes, Q4PlainRows{row_bytes},
-                                       xi + r * k, k, dxi + r * blocks, xsi + r * blocks, blocks,
-                                       yi + r * n + c, n);
+  q4_0_tile_loop(
+      m, n, k, kQ4GroupTileM, 4, group_grain,
+      [&](int64_t i, int64_t rows, int64_t j0, int64_t cols) {
+        const int8_t* xi = xq + i * k;
+        const float* dxi = dx + i * blocks;
+        const float* xsi = xs32 + i * blocks;
+        float* yi = y + i * n + j0;
+        const uint8_t* wg = w + j0 * row_bytes;
+        if (cols == 4) {
+          switch (rows) {
+            case 4:
+              return q4_0_group_tile512<Dot512, 4, false>(wg, xi, k, dxi, xsi, blocks, yi, n);
+            case 3:
+              return q4_0_group_tile512<Dot512, 3, false>(wg, xi, k, dxi, xsi, blocks, yi, n);
+            case 2:
+              return q4_0_group_tile512<Dot512, 2, false>(wg, xi, k, dxi, xsi, blocks, yi, n);
+            default:
+              return q4_0_group_tile512<Dot512, 1, false>(wg, xi, k, dxi, xsi, blocks, yi, n);
           }
         }
-      }
-    }
-  });
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c)
+            q4_0_tile_rows<Dot, 1>(1, w + (j0 + c) * row_bytes, Q4PlainRows{row_bytes}, xi + r * k,
+                                   k, dxi + r * blocks, xsi + r * blocks, blocks, yi + r * n + c,
+                                   n);
+      });
 }
 
 // One activation row times every weight row: groups of four rows on 512-bit vectors (kGrouped:
