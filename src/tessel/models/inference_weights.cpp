@@ -77,8 +77,9 @@ void use_backend_layout(Layer& layer, std::map<const void*, QuantType>& done,
                kernels::quant::quant_type_name(want));
   const Tensor& blocks = layer.weight;  // contiguous, as every tensor
   Tensor grouped = empty(blocks.shape(), DType::I8, blocks.device());
-  // A Q4_0 row of k weights is k / 32 blocks of 18 bytes.
-  const int64_t n = blocks.size(0), k = blocks.size(1) / 18 * 32;
+  const int64_t n = blocks.size(0);
+  const int64_t k = blocks.size(1) / kernels::quant::block_bytes(QuantType::Q4_0) *
+                    kernels::quant::block_elements(QuantType::Q4_0);
   kernels::quant::regroup_q4_0(static_cast<const uint8_t*>(blocks.data_ptr()), n, k,
                                static_cast<uint8_t*>(grouped.data_ptr()));
   layer.set_quantized_layout(want, grouped);

@@ -5,10 +5,8 @@
 #include "tessel/ops/quant_linear.h"
 
 #include <algorithm>
-#include <vector>
 
 #include "tessel/kernels/quant/dequantize.h"
-#include "tessel/kernels/quant/q4_0_groups.h"
 #include "tessel/ops/common.h"
 
 namespace tessel::ops {
@@ -72,23 +70,15 @@ Tensor quant_embedding(QuantType type, const Tensor& weight, int64_t dim, const 
   TESSEL_CHECK(ids.defined() && (ids.dtype() == DType::I32 || ids.dtype() == DType::I64),
                "quant_embedding: ids ", detail::describe(ids), " must be i32 or i64");
   const Tensor flat = ids.reshape({ids.numel()}).to(DType::I64);
-  const int64_t num = weight.size(0), row_bytes = weight.size(1);
+  const int64_t num = weight.size(0);
   const auto* rows = static_cast<const uint8_t*>(weight.data_ptr());
   const int64_t* id = flat.data<int64_t>();
   Tensor out = empty({flat.numel(), dim}, DType::F32);
   float* dst = out.data<float>();
-  // A regrouped table's row is spread over its group of four: gathered first, then as Q4_0.
-  const bool grouped = type == QuantType::Q4_0x4;
-  std::vector<uint8_t> row(grouped ? size_t(row_bytes) : 0);
   for (int64_t i = 0; i < flat.numel(); ++i) {
     TESSEL_CHECK(id[i] >= 0 && id[i] < num, "quant_embedding: id ", id[i], " at position ", i,
                  " outside [0, ", num, ")");
-    if (grouped) {
-      kernels::quant::q4_0_group_row(rows, num, dim, id[i], row.data());
-      kernels::quant::dequantize_row(QuantType::Q4_0, row.data(), dst + i * dim, dim);
-    } else {
-      kernels::quant::dequantize_row(type, rows + id[i] * row_bytes, dst + i * dim, dim);
-    }
+    kernels::quant::dequantize_matrix_row(type, rows, num, dim, id[i], dst + i * dim);
   }
   Shape shape = ids.shape();
   shape.push_back(dim);

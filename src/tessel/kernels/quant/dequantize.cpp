@@ -4,7 +4,6 @@
 #include "tessel/kernels/quant/dequantize.h"
 
 #include <cstring>
-#include <vector>
 
 #include "tessel/core/error.h"
 #include "tessel/kernels/quant/q4_0_groups.h"
@@ -26,7 +25,7 @@ template <class T>
 void dequantize_row_as(QuantType type, const uint8_t* src, T* dst, int64_t k) {
   TESSEL_CHECK(type != QuantType::Q4_0x4,
                "dequantize_row: a q4_0x4 row is spread over its group of four "
-               "(q4_0_groups.h); take it with q4_0_group_row, then dequantize it as q4_0");
+               "(q4_0_groups.h): use dequantize_matrix_row (or q4_0_group_row, then q4_0)");
   if (type == QuantType::Int8) {
     row_bytes(type, k);  // refuses a negative k
     float d;
@@ -107,7 +106,31 @@ void dequantize_row_as(QuantType type, const uint8_t* src, T* dst, int64_t k) {
   TESSEL_FAIL("dequantize_row: unknown quant type ", uint32_t(type));
 }
 
+// Q4_0x4's row gathered block by block from its group into an 18-byte Q4_0 block, then as Q4_0.
+template <class T>
+void dequantize_matrix_row_as(QuantType type, const uint8_t* matrix, int64_t n, int64_t k,
+                              int64_t row, T* dst) {
+  const int64_t rb = row_bytes(type, k);
+  TESSEL_CHECK(row >= 0 && row < n, "dequantize_matrix_row: row ", row, " outside [0, ", n, ")");
+  if (type != QuantType::Q4_0x4) return dequantize_row_as(type, matrix + row * rb, dst, k);
+  uint8_t block[sizeof(BlockQ4_0)];
+  for (int64_t g = 0; g < k / kQBlock; ++g) {
+    q4_0_group_block(matrix, n, k, row, g, block);
+    dequantize_row_as(QuantType::Q4_0, block, dst + g * kQBlock, kQBlock);
+  }
+}
+
 }  // namespace
+
+void dequantize_matrix_row(QuantType type, const void* matrix, int64_t n, int64_t k, int64_t row,
+                           float* dst) {
+  dequantize_matrix_row_as(type, static_cast<const uint8_t*>(matrix), n, k, row, dst);
+}
+
+void dequantize_matrix_row(QuantType type, const void* matrix, int64_t n, int64_t k, int64_t row,
+                           double* dst) {
+  dequantize_matrix_row_as(type, static_cast<const uint8_t*>(matrix), n, k, row, dst);
+}
 
 void dequantize_row(QuantType type, const void* src, float* dst, int64_t k) {
   dequantize_row_as(type, static_cast<const uint8_t*>(src), dst, k);
@@ -127,19 +150,13 @@ Tensor dequantize(QuantType type, std::span<const uint8_t> bytes, const Shape& s
                " tensor of shape ", shape, " takes ", rows * rb, " bytes, got ", bytes.size());
   Tensor out = empty(shape, DType::F32);
   float* o = out.data<float>();
-  if (type == QuantType::Q4_0x4) {
-    // Regrouped per matrix (the last two dims): each matrix's rows back in Q4_0 order first.
-    TESSEL_CHECK(shape.ndim() >= 2, "dequantize: q4_0x4 needs a matrix shape, got ", shape);
-    const int64_t n = shape[shape.ndim() - 2];
-    std::vector<uint8_t> plain(size_t(n * rb));
-    for (int64_t r0 = 0; n > 0 && r0 < rows; r0 += n) {
-      ungroup_q4_0(bytes.data() + r0 * rb, n, k, plain.data());
-      for (int64_t r = 0; r < n; ++r)
-        dequantize_row(QuantType::Q4_0, plain.data() + r * rb, o + (r0 + r) * k, k);
-    }
-    return out;
-  }
-  for (int64_t r = 0; r < rows; ++r) dequantize_row(type, bytes.data() + r * rb, o + r * k, k);
+  // Row by row of each matrix (the last two dims: Q4_0x4 is regrouped per matrix).
+  TESSEL_CHECK(type != QuantType::Q4_0x4 || shape.ndim() >= 2,
+               "dequantize: q4_0x4 needs a matrix shape, got ", shape);
+  const int64_t n = shape.ndim() >= 2 ? shape[shape.ndim() - 2] : rows;
+  for (int64_t r0 = 0; n > 0 && r0 < rows; r0 += n)
+    for (int64_t r = 0; r < n; ++r)
+      dequantize_matrix_row(type, bytes.data() + r0 * rb, n, k, r, o + (r0 + r) * k);
   return out;
 }
 

@@ -19,6 +19,13 @@ namespace tessel::kernels::quant {
 void dequantize_row(QuantType type, const void* src, float* dst, int64_t k);
 void dequantize_row(QuantType type, const void* src, double* dst, int64_t k);
 
+// Row `row` of an n x k matrix of `type` at `matrix`: dequantize_row of that row, for every
+// type including Q4_0x4, whose rows are spread over their groups of four (q4_0_groups.h).
+void dequantize_matrix_row(QuantType type, const void* matrix, int64_t n, int64_t k, int64_t row,
+                           float* dst);
+void dequantize_matrix_row(QuantType type, const void* matrix, int64_t n, int64_t k, int64_t row,
+                           double* dst);
+
 // A tensor's raw bytes (as stored in a GGUF file) -> an f32 tensor of `shape` (tessel order: the
 // last dim is the row, ggml's ne[0]). `bytes` must hold exactly rows * row_bytes(type, row).
 Tensor dequantize(QuantType type, std::span<const uint8_t> bytes, const Shape& shape);

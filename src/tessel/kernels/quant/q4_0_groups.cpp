@@ -41,20 +41,25 @@ void regroup_q4_0(const uint8_t* src, int64_t n, int64_t k, uint8_t* dst) {
   if (n > whole) std::memcpy(dst + whole * rb, src + whole * rb, size_t((n - whole) * rb));
 }
 
-void q4_0_group_row(const uint8_t* src, int64_t n, int64_t k, int64_t row, uint8_t* out) {
-  const int64_t rb = checked_row_bytes(n, k, "q4_0_group_row"), blocks = k / 32;
-  TESSEL_CHECK(row >= 0 && row < n, "q4_0_group_row: row ", row, " outside [0, ", n, ")");
+void q4_0_group_block(const uint8_t* src, int64_t n, int64_t k, int64_t row, int64_t g,
+                      uint8_t* out) {
+  const int64_t rb = checked_row_bytes(n, k, "q4_0_group_block");
+  TESSEL_CHECK(row >= 0 && row < n && g >= 0 && g < k / 32, "q4_0_group_block: row ", row,
+               " block ", g, " outside [0, ", n, ") x [0, ", k / 32, ")");
   const int64_t whole = n / kQ4GroupRows * kQ4GroupRows;
   if (row >= whole) {
-    std::memcpy(out, src + row * rb, size_t(rb));
+    std::memcpy(out, src + row * rb + g * kQ4BlockBytes, kQ4BlockBytes);
     return;
   }
   const uint8_t* group = src + (row - row % kQ4GroupRows) * rb;
   const int64_t j = row % kQ4GroupRows;
-  for (int64_t g = 0; g < blocks; ++g) {
-    std::memcpy(out + g * kQ4BlockBytes, group + scale_at(j, g), 2);
-    std::memcpy(out + g * kQ4BlockBytes + 2, group + codes_at(j, g), kQ4Codes);
-  }
+  std::memcpy(out, group + scale_at(j, g), 2);
+  std::memcpy(out + 2, group + codes_at(j, g), kQ4Codes);
+}
+
+void q4_0_group_row(const uint8_t* src, int64_t n, int64_t k, int64_t row, uint8_t* out) {
+  TESSEL_CHECK(row >= 0 && row < n, "q4_0_group_row: row ", row, " outside [0, ", n, ")");
+  for (int64_t g = 0; g < k / 32; ++g) q4_0_group_block(src, n, k, row, g, out + g * kQ4BlockBytes);
 }
 
 void ungroup_q4_0(const uint8_t* src, int64_t n, int64_t k, uint8_t* dst) {

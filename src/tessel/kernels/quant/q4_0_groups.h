@@ -34,5 +34,8 @@ void ungroup_q4_0(const uint8_t* src, int64_t n, int64_t k, uint8_t* dst);
 // Row `row` (0 <= row < n) of a regrouped matrix of n rows of k weights, as its plain Q4_0 bytes
 // (row_bytes(Q4_0, k) of them) in `out`.
 void q4_0_group_row(const uint8_t* src, int64_t n, int64_t k, int64_t row, uint8_t* out);
+// Block g of that row, as its plain 18 Q4_0 bytes.
+void q4_0_group_block(const uint8_t* src, int64_t n, int64_t k, int64_t row, int64_t g,
+                      uint8_t* out);
 
 }  // namespace tessel::kernels::quant

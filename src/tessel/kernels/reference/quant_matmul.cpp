@@ -7,7 +7,6 @@
 
 #include "tessel/kernels/cpu/kernel_checks.h"
 #include "tessel/kernels/quant/dequantize.h"
-#include "tessel/kernels/quant/q4_0_groups.h"
 #include "tessel/kernels/reference/reference_backend.h"
 
 namespace tessel::kernels {
@@ -19,14 +18,8 @@ void ReferenceBackend::quant_matmul(quant::QuantType type, const Tensor& x, cons
   const auto* wp = static_cast<const uint8_t*>(w.data_ptr());
   double* yp = y.data<double>();
   std::vector<double> row(size_t(s.k));
-  std::vector<uint8_t> plain(type == quant::QuantType::Q4_0x4 ? size_t(s.row_bytes) : 0);
   for (int64_t j = 0; j < s.n; ++j) {
-    if (type == quant::QuantType::Q4_0x4) {  // the row's plain Q4_0 bytes from its group
-      quant::q4_0_group_row(wp, s.n, s.k, j, plain.data());
-      quant::dequantize_row(quant::QuantType::Q4_0, plain.data(), row.data(), s.k);
-    } else {
-      quant::dequantize_row(type, wp + j * s.row_bytes, row.data(), s.k);
-    }
+    quant::dequantize_matrix_row(type, wp, s.n, s.k, j, row.data());
     for (int64_t i = 0; i < s.m; ++i) {
       double acc = 0;
       for (int64_t c = 0; c < s.k; ++c) acc += xp[i * s.k + c] * row[size_t(c)];
