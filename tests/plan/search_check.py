@@ -182,7 +182,8 @@ def dp_split_against_plan_memory(tessel, cluster, env):
     runtime's balance by parameters does not (the tied head's weights are many, its compute one
     product), so the search ranks the 1F1B layout twice, balanced and with the DP's split; the
     split row carries parallel.pipeline_split in its flags and `tessel plan memory
-    --pipeline-split`'s figures for them; `--stage-split balanced` ranks no split."""
+    --pipeline-split`'s figures for them; `--stage-split balanced` ranks no split. The same for
+    the interleaved schedules' chunks."""
     args = ["--model", "124M", "--cluster", cluster, "--global-batch", "2", "--seq", "1024",
             "--json", "--schedules", "1f1b", "--recompute", "none", "--zero", "0",
             "--sequence-parallel", "off", "--max-micro-batch", "1", "--top", "100"]
@@ -211,6 +212,38 @@ def dp_split_against_plan_memory(tessel, cluster, env):
                           env=env).stdout)
     if any(x["pp"] == 2 and x["pipeline_split"] for x in only["ranked"]):
         fail("--stage-split balanced ranked a split")
+    # Interleaved: the split covers every chunk (pp x V counts, in order); where it differs from
+    # the balanced chunks both rows are ranked, the split's with plan memory's figures, and for
+    # two chunks per rank it is predicted faster (the traced compute weighs the head less than
+    # its weights do, as for 1F1B).
+    args[args.index("1f1b")] = "interleaved"
+    args[args.index("--global-batch") + 1] = "4"
+    res = json.loads(run([tessel, "plan", "search", *args], env=env).stdout)
+    rows = [r for r in res["ranked"] if r["pp"] == 2]
+    split = [r for r in rows if r["pipeline_split"]]
+    if not split:
+        fail(f"124M pp 2 interleaved: no DP split ranked: {[r['layout'] for r in rows]}")
+    for r in split:
+        v = int(r["schedule"].split(":")[1])
+        if len(r["pipeline_split"].split(",")) != 2 * v:
+            fail(f"{r['layout']}: the split does not give {2 * v} chunks")
+        m = json.loads(run([tessel, "plan", "memory", "--model", "124M", "--cluster", cluster,
+                            "--json", "--pp", "2", "--schedule", r["schedule"], "--grad-accum",
+                            "4", "--seq", "1024", "--pipeline-split", r["pipeline_split"]],
+                           env=env).stdout)
+        if m["mem_peak_bytes"] != r["mem_peak_bytes"] or abs(m["step_ms"] - r["step_ms"]) > \
+                1e-9 * r["step_ms"]:
+            fail(f"{r['layout']}: search {r['mem_peak_bytes']} bytes {r['step_ms']} ms, plan "
+                 f"memory {m['mem_peak_bytes']} bytes {m['step_ms']} ms")
+        balanced = [x for x in rows if x["schedule"] == r["schedule"] and not x["pipeline_split"]]
+        if len(balanced) != 1:
+            fail(f"{r['layout']}: {len(balanced)} balanced rows beside the split")
+        print(f"124M pp 2 {r['schedule']}: split {r['pipeline_split']} {r['step_ms']:.0f} ms, "
+              f"balanced {balanced[0]['step_ms']:.0f} ms")
+    if not any(r["schedule"] == "interleaved:2" and r["step_ms"] < b["step_ms"]
+               for r in split for b in rows
+               if b["schedule"] == "interleaved:2" and not b["pipeline_split"]):
+        fail("124M pp 2 interleaved:2: the DP's split is not faster than the balanced chunks")
 
 
 def plan_file_rows(tessel, config, cluster, res, plan, what, env):

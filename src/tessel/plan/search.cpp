@@ -19,6 +19,19 @@ namespace tessel::plan {
 
 namespace {
 
+// V of "interleaved:V" ("interleaved": 2); 1 for the other schedules.
+int chunks_per_rank(const std::string& schedule) {
+  if (schedule.rfind("interleaved", 0) != 0) return 1;
+  const size_t colon = schedule.find(':');
+  if (colon == std::string::npos) return 2;
+  const std::string v = schedule.substr(colon + 1);
+  TESSEL_CHECK(!v.empty() && v.size() <= 4 &&
+                   std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+                   std::stoi(v) >= 2,
+               "schedule '", schedule, "': interleaved:V needs V >= 2 chunks per rank");
+  return std::stoi(v);
+}
+
 std::vector<int64_t> divisors(int64_t n) {
   std::vector<int64_t> out;
   for (int64_t d = 1; d <= n; ++d)
@@ -183,32 +196,37 @@ class DpSplits {
            const models::CausalLM& meta_model)
       : cluster_(cluster), request_(request), kept_(kept), meta_model_(meta_model) {}
 
-  // The DP's stages for `l` (no memory bound: the layout's own prediction applies it).
+  // The DP's stages for `l` (no memory bound: the layout's own prediction applies it); under
+  // interleaved:V its pp * V chunks (stage_split.h).
   StageSplit stages(const Layout& l) {
     StageSplitRequest sr;
     sr.stages = l.pp;
     sr.micro_batches = l.grad_accum;
+    sr.chunks_per_rank = chunks_per_rank(l.schedule);
     return split_stages(costs(l), sr);
   }
 
-  // For a gpipe or 1f1b layout (SearchRequest::dp_stages): the DP's stages as the blocks per
-  // stage parallel.pipeline_split takes (0 for a first or last stage that holds only the
-  // embedding or the head); "" when they are the runtime's balanced cut.
+  // For a pipeline layout (SearchRequest::dp_stages): the DP's stages as the blocks per stage
+  // parallel.pipeline_split takes (every chunk in order under interleaving; 0 for a first or last
+  // stage that holds only the embedding or the head); "" when they are the runtime's balanced
+  // cut or the layers cannot fill the chunks.
   std::string split(const Layout& l) {
-    const auto key = std::make_tuple(l.micro_batch, int(l.recompute), l.pp, l.grad_accum);
+    const auto key = std::make_tuple(l.micro_batch, int(l.recompute), l.pp, l.grad_accum,
+                                     chunks_per_rank(l.schedule));
     if (auto it = splits_.find(key); it != splits_.end()) return it->second;
     const StageSplit dp = stages(l);
     const PipelineRank balanced =
         request_.pipeline_rank(l.schedule, l.pp, int(l.grad_accum), 0, "");
-    bool same = int(balanced.stage_layers.size()) == l.pp;
-    for (int s = 0; s < l.pp && same; ++s)
+    const int chunks = int(dp.first_layer.size()) - 1;
+    bool same = balanced.num_stages() == chunks;
+    for (int s = 0; s < chunks && same; ++s)
       same = balanced.stage_layers[size_t(s)].first == dp.first_layer[size_t(s)];
     std::string spec;
     if (dp.feasible && !same)
-      for (int s = 0; s < l.pp; ++s)
+      for (int s = 0; s < chunks; ++s)
         spec += (s ? "," : "") +
                 std::to_string(dp.first_layer[size_t(s) + 1] - dp.first_layer[size_t(s)] -
-                               (s == 0 ? 1 : 0) - (s == l.pp - 1 ? 1 : 0));
+                               (s == 0 ? 1 : 0) - (s == chunks - 1 ? 1 : 0));
     return splits_[key] = spec;
   }
 
@@ -239,7 +257,7 @@ class DpSplits {
   const SearchRequest& request_;
   Kept& kept_;
   const models::CausalLM& meta_model_;
-  std::map<std::tuple<int64_t, int, int, int64_t>, std::string> splits_;
+  std::map<std::tuple<int64_t, int, int, int64_t, int>, std::string> splits_;
   std::map<std::pair<int64_t, int>, std::vector<LayerCost>> costs_;
 };
 
@@ -479,15 +497,14 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
           out.pruned.push_back(std::move(r));
         }
       }
-      // Predicts `l` with each of its stage cuts (gpipe and 1f1b: the runtime's balanced stages,
-      // the DP's, or both) into `out`; false when the runtime refuses its tp plan file, which
-      // is then one invalid entry with the runtime's reason.
+      // Predicts `l` with each of its stage cuts (the runtime's balanced stages, the DP's, or
+      // both) into `out`; false when the runtime refuses its tp plan file, which is then one
+      // invalid entry with the runtime's reason.
       std::set<std::string> failed_plans;
       // `balanced_peaks`: the ranks' peaks of the balanced cut's prediction, when there is one.
-      const auto predict_cuts = [&](const Layout& l, bool interleaved,
-                                    std::vector<double>* balanced_peaks) {
+      const auto predict_cuts = [&](const Layout& l, std::vector<double>* balanced_peaks) {
         const std::string split =
-            l.pp > 1 && !interleaved && request.dp_stages ? dp_splits.split(l) : std::string();
+            l.pp > 1 && request.dp_stages ? dp_splits.split(l) : std::string();
         std::vector<Layout> cuts;
         if (request.balanced_stages || split.empty()) cuts.push_back(l);
         if (!split.empty()) {
@@ -569,7 +586,7 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
                 for (nn::Recompute rc : request.recompute) {
                   if (failed_plans.count(plan)) continue;
                   l.recompute = rc;
-                  if (!predict_cuts(l, interleaved, &peaks[rc])) failed_plans.insert(plan);
+                  if (!predict_cuts(l, &peaks[rc])) failed_plans.insert(plan);
                 }
                 if (pp == 1 || !request.rank_recompute || failed_plans.count(plan)) continue;
                 l.rank_recompute = least_recompute_per_rank(peaks, int(pp), memory_bytes);

@@ -7,7 +7,12 @@
 // of least sum with every stage at or below t_max, and the best t_max wins. Each stage's memory
 // (its state plus the micro-batches in flight on it, as Merak balances compute against memory)
 // must fit the device, so a split that only balances time cannot overfill the first stage of a
-// 1F1B schedule. docs/PLANNER.md, "Pipeline stages".
+// 1F1B schedule. Interleaved schedules (Narayanan et al. 2021: V chunks per rank, chunk c on
+// rank c % S) couple chunks S apart, which no contiguous DP captures exactly. Their step, max
+// over ranks r of (the first r chunks' times + B * rank r's chunks' sum), is minimised over every
+// split where there are few (small models), else by descent from the DP's least bottleneck over
+// the S * V chunks (a local optimum; large models' uniform blocks leave few).
+// docs/PLANNER.md, "Pipeline stages".
 #pragma once
 
 #include <cstdint>
@@ -30,16 +35,26 @@ struct StageSplitRequest {
   // empty: one each.
   std::vector<int64_t> in_flight;
   double memory_bytes = 0;  // per device; 0: unbounded
+  // Chunks per rank (interleaved:V): the split has stages * V chunks, chunk c on rank c % stages;
+  // a rank's bytes are its chunks' state plus its in-flight count times their activations.
+  int chunks_per_rank = 1;
+  // Interleaved: splits enumerated exactly when there are at most this many, else the descent.
+  int64_t enumerate_up_to = 200000;
 };
 
 struct StageSplit {
   bool feasible = false;
-  std::vector<int>
-      first_layer;  // stages + 1 entries: stage s is [first_layer[s], first_layer[s+1])
-  std::vector<double> stage_seconds, stage_bytes;
+  // stages * chunks_per_rank + 1 entries: stage (chunk) s is [first_layer[s], first_layer[s+1])
+  std::vector<int> first_layer;
+  std::vector<double> stage_seconds, stage_bytes;  // per stage (chunk)
+  std::vector<double> rank_seconds, rank_bytes;    // per rank: the sums of its chunks
   double max_stage_seconds = 0;
-  double pipeline_seconds = 0;  // sum of stage times + (micro_batches - 1) * the slowest
-  // Infeasible: the least any split's fullest stage needs (what the device would have to hold).
+  // One chunk per rank: sum of stage times + (micro_batches - 1) * the slowest (Alpa). Interleaved:
+  // max over ranks r of (sum of chunks 0..r-1 + micro_batches * rank_seconds[r]), which for equal
+  // chunks of time t is Narayanan's (B * V + S - 1) * t.
+  double pipeline_seconds = 0;
+  // Infeasible: the least any split's fullest stage needs (what the device would have to hold);
+  // interleaved: the fullest rank of the split the descent ends at (an upper bound).
   double least_stage_bytes = 0;
 };
 
@@ -49,7 +64,9 @@ std::vector<int64_t> in_flight_micro_batches(const std::string& schedule, int st
                                              int64_t micro_batches);
 
 // The split of `layers` into request.stages contiguous non-empty stages of least pipeline time
-// whose every stage fits request.memory_bytes. An Error when there are fewer layers than stages.
+// whose every stage fits request.memory_bytes (exact). With chunks_per_rank V > 1: stages * V
+// chunks, exact up to request.enumerate_up_to splits, else by descent (a split no rank of which
+// fits is descended on its overflow first). An Error when there are fewer layers than chunks.
 StageSplit split_stages(const std::vector<LayerCost>& layers, const StageSplitRequest& request);
 
 // The same objective for a given split (first_layer as in StageSplit), for checks and reports.
