@@ -84,6 +84,41 @@ TEST(RecomputeConfig, AModePerPipelineRank) {
   EXPECT_THROW((void)nn::recompute_of_rank(one, 5, 5), Error);
 }
 
+// Runs of ranks as mode*N: parsed into one mode per rank, and named back that way.
+TEST(RecomputeConfig, RunsOfRanksAsModeTimesN) {
+  const TrainConfig c = TrainConfig::parse("", {"train.recompute=full,selective,none*2"});
+  const std::vector<Recompute> modes = nn::parse_recompute_list(c.train.recompute);
+  EXPECT_EQ(modes, (std::vector<Recompute>{Recompute::Full, Recompute::Selective, Recompute::None,
+                                           Recompute::None}));
+  EXPECT_EQ(nn::recompute_list_name(modes), "full,selective,none*2");
+  EXPECT_EQ(nn::parse_recompute_list("full,selective,none,none"), modes);
+  const std::vector<Recompute> sixteen = nn::parse_recompute_list("selective*8,none*7,full");
+  ASSERT_EQ(sixteen.size(), 16u);
+  for (int r = 0; r < 16; ++r)
+    EXPECT_EQ(nn::recompute_of_rank(sixteen, r, 16), r < 8    ? Recompute::Selective
+                                                     : r < 15 ? Recompute::None
+                                                              : Recompute::Full);
+  EXPECT_EQ(nn::recompute_list_name(sixteen), "selective*8,none*7,full");
+  EXPECT_EQ(nn::parse_recompute_list("none*1,none*2"), std::vector<Recompute>(3, Recompute::None));
+  EXPECT_EQ(nn::recompute_list_name(std::vector<Recompute>(3, Recompute::None)), "none*3");
+  for (const std::string bad : {"full*0", "full*", "full*x", "full*-2", "full**2", "full*1000000",
+                                "full*70000", "*3", "full*2*2"}) {
+    const std::string e = error_of("", {"train.recompute=" + bad});
+    EXPECT_NE(e.find("train.recompute"), std::string::npos) << bad << ": " << e;
+    EXPECT_TRUE(e.find("whole number from 1 to 65536") != std::string::npos ||
+                e.find("none, selective, full") != std::string::npos)
+        << bad << ": " << e;
+  }
+  // The count is the ranks': eight modes for four ranks are refused by their number.
+  try {
+    (void)nn::recompute_of_rank(nn::parse_recompute_list("full*8"), 0, 4);
+    ADD_FAILURE() << "eight modes for four ranks were taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gives 8 modes for --pp 4"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(RecomputeConfig, KeyTableRowListsTheModes) {
   int rows = 0;
   for (const auto& info : config_keys()) {
