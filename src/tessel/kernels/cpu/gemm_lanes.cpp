@@ -55,8 +55,15 @@ bool prefetch_to_l1() {
 }
 // Weights per task at least: below this the fork/join costs more than the work.
 constexpr int64_t kTaskWeights = int64_t(1) << 16;
-// Skew classes for rows a multiple of 4 KiB apart (below).
+// Skew classes for rows a multiple of 4 KiB apart (below): 4, or 2 on AMD's cores, where the
+// classes' extra loads of P cost more than the sets they spread over save (Zen 5 EPYC, one
+// thread, 16 rows against 768 x 3072 and 768 x 2048 from L3: 4 classes 113-116 GFLOP/s, 2 classes
+// 143-146, as fast as rows that are not a multiple of 4 KiB apart, 147; docs/KERNELS.md).
 constexpr int kSkew = 4;
+int skew_classes() {
+  static const int classes = cpu_features().vendor == "AuthenticAMD" ? 2 : kSkew;
+  return classes;
+}
 
 // acc[g][r] += W[r, p + o(r)] P[p + o(r)][g] over p in [p0, p1), where row r belongs to skew
 // class c = r % S and o(r) = c kLine. When W's rows are a multiple of 4 KiB apart, the R weights
@@ -141,15 +148,19 @@ const std::array<TileFn, size_t(rows_for(2))> kTiles2 =
     tiles_of<2>(std::make_index_sequence<size_t(rows_for(2))>());
 const std::array<TileFn, size_t(rows_for(3))> kTiles3 =
     tiles_of<3>(std::make_index_sequence<size_t(rows_for(3))>());
-// Full tiles in kSkew classes, for rows a multiple of 4 KiB apart.
+// Full tiles in kSkew (or 2) classes, for rows a multiple of 4 KiB apart.
 const std::array<TileFn, kMaxGroups> kSkewed = {
     tile<1, rows_for(1), kSkew>, tile<2, rows_for(2), kSkew>, tile<3, rows_for(3), kSkew>};
+const std::array<TileFn, kMaxGroups> kSkewed2 = {tile<1, rows_for(1), 2>, tile<2, rows_for(2), 2>,
+                                                 tile<3, rows_for(3), 2>};
 // The full tiles prefetching into L1 (prefetch_to_l1; the short last tiles keep L2).
 const std::array<TileFn, kMaxGroups> kFullL1 = {
     tile<1, rows_for(1), 1, true>, tile<2, rows_for(2), 1, true>, tile<3, rows_for(3), 1, true>};
 const std::array<TileFn, kMaxGroups> kSkewedL1 = {tile<1, rows_for(1), kSkew, true>,
                                                   tile<2, rows_for(2), kSkew, true>,
                                                   tile<3, rows_for(3), kSkew, true>};
+const std::array<TileFn, kMaxGroups> kSkewed2L1 = {
+    tile<1, rows_for(1), 2, true>, tile<2, rows_for(2), 2, true>, tile<3, rows_for(3), 2, true>};
 
 TileFn tile_fn(int groups, int rows) {
   if (groups == 1) return kTiles1[size_t(rows - 1)];
@@ -186,8 +197,10 @@ void lanes_gemm(const GemmDesc& d, const float* a, const float* w, float* c) {
   const bool skew = (d.ldb * int64_t(sizeof(float))) % 4096 == 0 && d.k >= 4 * kLine * kSkew;
   const bool l1 = prefetch_to_l1();
   const size_t gi = size_t(groups - 1);
+  const bool two = skew_classes() == 2;
   const TileFn full =
-      skew ? (l1 ? kSkewedL1[gi] : kSkewed[gi]) : (l1 ? kFullL1[gi] : tile_fn(groups, rows));
+      skew ? (l1 ? (two ? kSkewed2L1 : kSkewedL1)[gi] : (two ? kSkewed2 : kSkewed)[gi])
+           : (l1 ? kFullL1[gi] : tile_fn(groups, rows));
   const float alpha = float(d.alpha), beta = float(d.beta);
   const bool plain = d.alpha == 1 && d.beta == 0;
   // Blocks of W's rows in whole tiles, enough weights per task.
