@@ -296,26 +296,75 @@ def tp_plan_files(tessel, config, cluster, work, env):
 
 
 def shard_plans_searched(tessel, config, cluster, work, env):
-    """`--shard-plans DIR` solves the sharding ILP for tp 2 (the only tp of two devices), writes
-    its plan as DIR/tp2.json — the plan `tessel plan shard` writes for the same micro-batch — and
-    searches it beside the built-in plan, with `plan memory --tp-plan`'s figures."""
+    """`--shard-plans DIR` solves the sharding ILP for tp 2 (the only tp of two devices) at each
+    micro-batch of its layouts (1, 2, 3 and 6 of the 6 rows), writes each distinct plan (DIR/tp2.json
+    when they agree, tp2-mbM.json each otherwise: here one for micro-batch 1, which keeps attention
+    whole, one for 2, 3 and 6) — the rules `tessel plan shard` writes for each of those
+    micro-batches, with an about line naming them — and searches it beside the built-in plan with
+    those layouts only, with `plan memory --tp-plan`'s figures."""
     folder = os.path.join(work, "shard-plans")
     shutil.rmtree(folder, ignore_errors=True)
     p = search(tessel, config, cluster, env,
                extra=["--shard-plans", folder, "--top", "1000", "--sequence-parallel", "off",
                       "--recompute", "none"])
-    plan = os.path.join(folder, "tp2.json")
-    if not os.path.exists(plan) or "sharding ILP's plan for tp 2 (micro-batch 6)" not in p.stderr:
-        fail(f"--shard-plans: no {plan} reported: {p.stderr[-1000:]}")
-    direct = run([tessel, "plan", "shard", "--model", config, "--tp", "2", "--batch", "6",
-                  "--seq", "15", "--cluster", cluster], env=env).stdout
-    with open(plan) as f:
-        if f.read() != direct:
-            fail(f"{plan} differs from `tessel plan shard --tp 2 --batch 6`'s plan:\n{direct}")
-    r, _ = plan_file_rows(tessel, config, cluster, json.loads(p.stdout), plan, "--shard-plans",
-                          env)
-    print(f"--shard-plans: {r['layout']} {r['step_ms']:.3f} ms, {r['mem_peak_bytes']} bytes per "
-          f"rank, as plan memory; the plan: {' '.join(direct.split())[:160]}")
+    files = re.findall(r"sharding ILP's plan for tp 2 \(micro-batch(?:es)? ([0-9, ]+)\): (\S+)",
+                       p.stderr)
+    covered = sorted(int(mb) for mbs, _ in files for mb in mbs.split(", "))
+    if covered != [1, 2, 3, 6]:
+        fail(f"--shard-plans: micro-batches {covered} reported, expected 1, 2, 3, 6: "
+             f"{p.stderr[-1000:]}")
+    res = json.loads(p.stdout)
+    plans = []
+    for mbs, plan in files:
+        mbs = [int(mb) for mb in mbs.split(", ")]
+        want = os.path.join(folder, "tp2.json" if len(files) == 1 else f"tp2-mb{mbs[0]}.json")
+        if plan != want or not os.path.exists(plan):
+            fail(f"--shard-plans: {plan} reported, expected {want}")
+        with open(plan) as f:
+            text = f.read()
+        written = json.loads(text)
+        about = written.pop("# about")
+        named = f"micro-batches {', '.join(map(str, mbs))} x" if len(mbs) > 1 else \
+            f"batch {mbs[0]} x"
+        if named not in about:
+            fail(f"{plan}: its about line does not name {named!r}: {about}")
+        for mb in mbs:
+            direct = json.loads(run([tessel, "plan", "shard", "--model", config, "--tp", "2",
+                                     "--batch", str(mb), "--seq", "15", "--cluster", cluster],
+                                    env=env).stdout)
+            direct.pop("# about")
+            if written != direct:
+                fail(f"{plan} differs from `tessel plan shard --tp 2 --batch {mb}`'s plan:\n"
+                     f"{direct}")
+        plans.append(json.dumps(written, sort_keys=True))
+        rows = [r for r in res["ranked"] + res["pruned"] if r.get("tp_plan") == plan]
+        if not rows or any(r["micro_batch"] not in mbs for r in rows):
+            fail(f"{plan}: searched with micro-batches "
+                 f"{sorted({r['micro_batch'] for r in rows})}, solved for {mbs}")
+        ranked = [r for r in res["ranked"] if r["tp"] == 2 and r["tp_plan"] == plan]
+        if ranked:
+            r = ranked[0]
+            m = json.loads(run([tessel, "plan", "memory", "--model", config, "--cluster",
+                                cluster, "--json", "--dp", str(r["dp"]), "--tp", "2",
+                                "--tp-plan", plan, "--zero", str(r["zero_stage"]),
+                                "--recompute", r["recompute"], "--micro-batch",
+                                str(r["micro_batch"]), "--grad-accum", str(r["grad_accum"]),
+                                "--seq", "15"], env=env).stdout)
+            if m["mem_peak_bytes"] != r["mem_peak_bytes"] or \
+                    abs(m["step_ms"] - r["step_ms"]) > 1e-9 * r["step_ms"]:
+                fail(f"{r['layout']}: search {r['mem_peak_bytes']} bytes {r['step_ms']} ms, plan "
+                     f"memory --tp-plan {m['mem_peak_bytes']} bytes {m['step_ms']} ms")
+            print(f"--shard-plans: {os.path.basename(plan)} (micro-batches {mbs}): "
+                  f"{r['layout']} {r['step_ms']:.3f} ms, {r['mem_peak_bytes']} bytes per rank, "
+                  f"as plan memory; the plan: {' '.join(text.split())[:160]}")
+    if not any(r["tp"] == 2 and r["tp_plan"] in {f for _, f in files} for r in res["ranked"]):
+        fail("--shard-plans: no layout with the ILP's plan ranked")
+    if len(set(plans)) != len(plans):
+        fail("--shard-plans: two files hold the same plan")
+    # On this model the ILP keeps attention whole at one sequence per micro-batch and splits it
+    # from two on: two plans.
+    if len(plans) != 2 or files[0][0] != "1":
+        fail(f"--shard-plans: expected one plan for micro-batch 1 and one for 2, 3, 6: {files}")
 
 
 def auto_equals_explicit(tessel, mpirun, cluster, sets, steps, best, res, work, tag, env):

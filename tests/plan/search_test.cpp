@@ -538,6 +538,35 @@ TEST(PlanSearch, TensorParallelPlanFilesAreSearchedBesideTheBuiltIn) {
   }
 }
 
+// Plan files scoped to a tp and micro-batches (the sharding ILP's, solved per layout by `plan
+// search --shard-plans`) are searched with those layouts only; unscoped files with every tp layout.
+TEST(PlanSearch, ScopedPlanFilesOnlyWithTheirLayouts) {
+  const auto config = tiny_gpt2();
+  SearchRequest req = request(2);
+  req.recompute = {nn::Recompute::None};
+  req.sequence_parallel = {false};
+  req.tp_plans = {"", "small.json", "large.json", "other-tp.json", "any.json"};
+  req.tp_plan_scopes["small.json"] = {2, {1, 3}};
+  req.tp_plan_scopes["large.json"] = {2, {9}};
+  req.tp_plan_scopes["other-tp.json"] = {4, {1, 3, 9}};
+  req.tensor_parallel = [&](MemoryLayout& m, int tp, bool, const std::string& plan) {
+    m.tp = tp;
+    m.tp_plan = plan;
+    m.tp_transform = [](models::CausalLM&) {};
+  };
+  const SearchResult res = search_plans(*config, node(int64_t(1) << 40, 2), req);
+  std::map<std::string, std::set<int64_t>> seen;  // plan -> micro-batches of its tp 2 rows
+  for (const auto* list : {&res.ranked, &res.pruned})
+    for (const PlanResult& r : *list)
+      if (r.layout.tp == 2 && r.status != PlanStatus::NotModelled)
+        seen[r.layout.tp_plan].insert(r.layout.micro_batch);
+  EXPECT_EQ(seen[""], (std::set<int64_t>{1, 3, 9}));
+  EXPECT_EQ(seen["any.json"], (std::set<int64_t>{1, 3, 9}));
+  EXPECT_EQ(seen["small.json"], (std::set<int64_t>{1, 3}));
+  EXPECT_EQ(seen["large.json"], (std::set<int64_t>{9}));
+  EXPECT_EQ(seen.count("other-tp.json"), 0u);
+}
+
 TEST(PlanSearch, InterleavedSchedulesByChunksAndMicroBatchGroups) {
   const auto config = tiny_gpt2();
   SearchRequest req = request(2);

@@ -12,7 +12,10 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tessel/cli/commands.h"
 #include "tessel/cli/offload_traffic_json.h"
@@ -112,43 +115,88 @@ struct SearchArgs {
   std::shared_ptr<PlanCheckOptions> check;  // bare `tessel plan` only: --check and its options
 };
 
-// The sharding ILP's tensor-parallel plan (shard_plan_file.h) for each tp the search meets (a
-// divisor of the devices that divides the heads), on the search's cluster and precision, traced
-// at the micro-batch of a rank whose other devices all run dp (B · tp / devices sequences, at
-// least 1, at most --max-micro-batch), written to DIR/tpN.json; the paths, to be searched as
-// --tp-plan files. A tp where no placement fits the device is reported and left out.
-std::vector<std::string> write_shard_plans(const models::ModelConfig& config,
-                                           const plan::Cluster& description,
-                                           const plan::SearchRequest& request,
-                                           const std::string& dir) {
+// The sharding ILP's tensor-parallel plans (shard_plan_file.h) for each layout's tp and
+// micro-batch the search meets (a tp that divides the devices and the heads; every micro-batch
+// that divides a dp rank's rows at some pp, up to --max-micro-batch), on the search's cluster and
+// precision. The ILP's choice can change with the micro-batch (its activations against the
+// weights, its memory), so each is solved; micro-batches whose plans are the same share one file:
+// DIR/tpN.json when every micro-batch of the tp has the same plan, else DIR/tpN-mbM.json (M the
+// smallest of its micro-batches). Returns the files, each with the tp and micro-batches it holds
+// for (SearchRequest::tp_plan_scopes). A micro-batch where no placement fits the device is
+// reported and left out.
+std::vector<std::pair<std::string, plan::SearchRequest::PlanScope>> write_shard_plans(
+    const models::ModelConfig& config, const plan::Cluster& description,
+    const plan::SearchRequest& request, const std::string& dir) {
   const int devices = request.devices > 0 ? request.devices : description.num_devices();
   const plan::Cluster cluster = description.with_devices(devices);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   TESSEL_CHECK(!ec, "plan search: --shard-plans ", dir, ": cannot create it: ", ec.message());
-  std::vector<std::string> paths;
+  const int64_t pipeline_layers = config.num_layers() + 2;
+  std::vector<std::pair<std::string, plan::SearchRequest::PlanScope>> out;
   for (int tp = 2; tp <= devices; ++tp) {
     if (devices % tp != 0 || config.num_heads() % tp != 0) continue;
-    ShardRequest r;
-    r.tp = tp;
-    r.batch = std::max<int64_t>(1, request.global_batch * tp / devices);
-    if (request.max_micro_batch > 0) r.batch = std::min(r.batch, request.max_micro_batch);
-    r.seq = request.seq;
-    r.dtype = std::string(dtype_name(request.compute_dtype));
-    std::string text;
-    try {
-      text = solve_shard_plan(config, cluster, r, nullptr);
-    } catch (const Error& e) {
-      std::fprintf(stderr, "plan search: no sharding ILP plan for tp %d: %s\n", tp, e.what());
-      continue;
+    std::set<int64_t> micro_batches;
+    for (int pp = 1; pp <= devices / tp && pp <= pipeline_layers; ++pp) {
+      if ((devices / tp) % pp != 0) continue;
+      const int64_t dp = devices / tp / pp;
+      if (request.global_batch % dp != 0) continue;
+      const int64_t rows = request.global_batch / dp;
+      for (int64_t mb = 1; mb <= rows; ++mb)
+        if (rows % mb == 0 && (request.max_micro_batch <= 0 || mb <= request.max_micro_batch))
+          micro_batches.insert(mb);
     }
-    const std::string path = (std::filesystem::path(dir) / ("tp" + std::to_string(tp) + ".json"));
-    io::write_file_atomic(path, text.data(), text.size());
-    std::fprintf(stderr, "plan search: the sharding ILP's plan for tp %d (micro-batch %lld): %s\n",
-                 tp, static_cast<long long>(r.batch), path.c_str());
-    paths.push_back(path);
+    // Each distinct plan (its rules: the "# about" line names the micro-batch) with the text of
+    // its first micro-batch and every micro-batch it was solved for, in the order first met.
+    struct Solved {
+      nlohmann::json rules;
+      std::string text;
+      std::set<int64_t> micro_batches;
+    };
+    std::vector<Solved> plans;
+    for (int64_t mb : micro_batches) {
+      ShardRequest r;
+      r.tp = tp;
+      r.batch = mb;
+      r.seq = request.seq;
+      r.dtype = std::string(dtype_name(request.compute_dtype));
+      std::string text;
+      try {
+        text = solve_shard_plan(config, cluster, r, nullptr);
+      } catch (const Error& e) {
+        std::fprintf(stderr,
+                     "plan search: no sharding ILP plan for tp %d at micro-batch %lld: %s\n", tp,
+                     static_cast<long long>(mb), e.what());
+        continue;
+      }
+      nlohmann::json rules = nlohmann::json::parse(text);
+      rules.erase("# about");
+      auto same = std::find_if(plans.begin(), plans.end(),
+                               [&](const Solved& p) { return p.rules == rules; });
+      if (same == plans.end()) same = plans.insert(plans.end(), {std::move(rules), text, {}});
+      same->micro_batches.insert(mb);
+    }
+    for (Solved& solved : plans) {
+      const std::set<int64_t>& mbs = solved.micro_batches;
+      const std::string name = "tp" + std::to_string(tp) +
+                               (plans.size() == 1 ? "" : "-mb" + std::to_string(*mbs.begin())) +
+                               ".json";
+      const std::string path = (std::filesystem::path(dir) / name);
+      std::string list;
+      for (int64_t mb : mbs) list += (list.empty() ? "" : ", ") + std::to_string(mb);
+      // The about line names every micro-batch the plan holds for, not only the first's.
+      std::string& text = solved.text;
+      const std::string first = ", batch " + std::to_string(*mbs.begin()) + " x ";
+      if (const size_t at = text.find(first); mbs.size() > 1 && at != std::string::npos)
+        text.replace(at, first.size(), ", micro-batches " + list + " x ");
+      io::write_file_atomic(path, text.data(), text.size());
+      std::fprintf(stderr,
+                   "plan search: the sharding ILP's plan for tp %d (micro-batch%s %s): %s\n", tp,
+                   mbs.size() == 1 ? "" : "es", list.c_str(), path.c_str());
+      out.push_back({path, {tp, mbs}});
+    }
   }
-  return paths;
+  return out;
 }
 
 void run_search(SearchArgs a) {
@@ -167,8 +215,10 @@ void run_search(SearchArgs a) {
   a.request.tp_plans = {""};
   for (const std::string& f : a.tp_plans) a.request.tp_plans.push_back(f);
   if (!a.shard_plans.empty())
-    for (std::string& f : write_shard_plans(*config, cluster, a.request, a.shard_plans))
-      a.request.tp_plans.push_back(std::move(f));
+    for (auto& [file, scope] : write_shard_plans(*config, cluster, a.request, a.shard_plans)) {
+      a.request.tp_plans.push_back(file);
+      a.request.tp_plan_scopes[file] = std::move(scope);
+    }
   a.request.balanced_stages = a.stage_split != "dp";
   a.request.dp_stages = a.stage_split != "balanced";
   a.request.rank_recompute = a.rank_recompute == "on";
@@ -399,8 +449,9 @@ void add_search_options(CLI::App* cmd, const std::shared_ptr<SearchArgs>& args, 
                   "(parallel.tp_plan; `tessel plan shard` writes them); repeat for more")
       ->check(CLI::ExistingFile);
   cmd->add_option("--shard-plans", args->shard_plans,
-                  "A folder: solve the sharding ILP (`tessel plan shard`) for each tp and search "
-                  "its plan, written there as tpN.json, beside the built-in plan");
+                  "A folder: solve the sharding ILP (`tessel plan shard`) for each tp and "
+                  "micro-batch and search its plans with those layouts, beside the built-in plan "
+                  "(written there as tpN.json, or tpN-mbM.json where micro-batches differ)");
   cmd->add_option("--stage-split", args->stage_split,
                   "Pipeline stage boundaries of gpipe and 1f1b layouts: balanced (by parameters, "
                   "the trainer's default), dp (Alpa's inter-operator DP over the traced layers, "

@@ -575,25 +575,29 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
           if (interleaved && (rows / mb) % pp != 0) continue;
           for (const std::string& plan : tp > 1 ? request.tp_plans : std::vector<std::string>{""})
             for (bool sp : tp > 1 ? request.sequence_parallel : std::vector<bool>{false})
-              for (int zero : zeros) {
-                Layout l = sched;
-                l.tp_plan = plan;
-                l.sp = sp;
-                l.zero_stage = zero;
-                l.micro_batch = mb;
-                l.grad_accum = rows / mb;
-                std::map<nn::Recompute, std::vector<double>> peaks;
-                for (nn::Recompute rc : request.recompute) {
-                  if (failed_plans.count(plan)) continue;
-                  l.recompute = rc;
-                  if (!predict_cuts(l, &peaks[rc])) failed_plans.insert(plan);
+              if (const auto scope = request.tp_plan_scopes.find(plan);
+                  scope == request.tp_plan_scopes.end() ||
+                  (scope->second.tp == tp && scope->second.micro_batches.count(mb)))
+                for (int zero : zeros) {
+                  Layout l = sched;
+                  l.tp_plan = plan;
+                  l.sp = sp;
+                  l.zero_stage = zero;
+                  l.micro_batch = mb;
+                  l.grad_accum = rows / mb;
+                  std::map<nn::Recompute, std::vector<double>> peaks;
+                  for (nn::Recompute rc : request.recompute) {
+                    if (failed_plans.count(plan)) continue;
+                    l.recompute = rc;
+                    if (!predict_cuts(l, &peaks[rc])) failed_plans.insert(plan);
+                  }
+                  if (pp == 1 || !request.rank_recompute || failed_plans.count(plan)) continue;
+                  l.rank_recompute = least_recompute_per_rank(peaks, int(pp), memory_bytes);
+                  if (l.rank_recompute.empty()) continue;
+                  PlanResult r = predict_traced(config, cluster, request, l, kept);
+                  (r.status == PlanStatus::Ranked ? out.ranked : out.pruned)
+                      .push_back(std::move(r));
                 }
-                if (pp == 1 || !request.rank_recompute || failed_plans.count(plan)) continue;
-                l.rank_recompute = least_recompute_per_rank(peaks, int(pp), memory_bytes);
-                if (l.rank_recompute.empty()) continue;
-                PlanResult r = predict_traced(config, cluster, request, l, kept);
-                (r.status == PlanStatus::Ranked ? out.ranked : out.pruned).push_back(std::move(r));
-              }
         }
       }
       report();

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -70,6 +72,14 @@ struct SearchRequest {
   // other a plan JSON (parallel.tp_plan; `tessel plan shard` writes them). A plan that cannot
   // split the model at a tp is listed as invalid with the runtime's reason.
   std::vector<std::string> tp_plans = {""};
+  // Plan files that hold for some layouts only (the sharding ILP's, which `plan search
+  // --shard-plans` solves per tp and micro-batch): a file named here is searched with the layouts
+  // of its tp and micro-batches only; a file not named here, with every tp > 1 layout.
+  struct PlanScope {
+    int tp = 0;
+    std::set<int64_t> micro_batches;
+  };
+  std::map<std::string, PlanScope> tp_plan_scopes;
   // Sequence parallelism (Korthikanti et al. 2022) searched with each tp > 1 layout: without,
   // with, or both.
   std::vector<bool> sequence_parallel = {false, true};
