@@ -6,7 +6,8 @@
 // a regrouped matrix's products the same bits as the plain matrix's at odd sizes (m = 1, the
 // decode rows, and prompts on the tiles; n with a partial last group); the fp64 reference, the
 // dequantizer and the embedding lookup agreeing with Q4_0's; the row-wise entry points refusing
-// the layout; and quant_layout asking for it exactly where the 512-bit decode rows run.
+// the layout; and quant_layout asking for it exactly where the 512-bit decode rows and the avx2
+// set's group rows run.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -162,29 +163,34 @@ TEST(Q4_0Groups, ReferenceDequantizerAndLookupAgreeWithQ4_0) {
   EXPECT_EQ(quant::row_bytes(QuantType::Q4_0x4, k), quant::row_bytes(QuantType::Q4_0, k));
 }
 
-// The layout is asked for exactly where the 512-bit VNNI decode rows read it: the avx512 set on
-// a CPU with AVX-512 VNNI, its vectors at 512 bits, no AMX tiles, TESSEL_QUANT_LAYOUT not "file";
-// every other type unchanged.
+// The layout is asked for exactly where the regrouped kernels read it: the avx512 set's 512-bit
+// VNNI decode rows (AVX-512 VNNI, its vectors at 512 bits, no AMX tiles) and the avx2 set's group
+// rows, TESSEL_QUANT_LAYOUT not "file"; every other type unchanged.
 TEST(Q4_0Groups, QuantLayoutAsksForItWhereTheDecodeRowsReadIt) {
   const AmxLimit off(false);
   for (KernelSet set : runnable_kernel_sets()) {
     Backend& backend = cpu_backend_for(set);
+    const bool avx2 = quant_backend_layouts() && set == KernelSet::Avx2;
     const bool rows512 =
         quant_backend_layouts() && set == KernelSet::Avx512 && cpu_features().avx512_vnni;
-    EXPECT_EQ(backend.quant_layout(QuantType::Q4_0), rows512 ? QuantType::Q4_0x4 : QuantType::Q4_0)
+    EXPECT_EQ(backend.quant_layout(QuantType::Q4_0),
+              rows512 || avx2 ? QuantType::Q4_0x4 : QuantType::Q4_0)
         << kernel_set_name(set);
     for (QuantType t : quant::kAllQuantTypes) {
       if (t == QuantType::Q4_0) continue;
       EXPECT_EQ(backend.quant_layout(t), t);
     }
     EXPECT_EQ(backend.quant_layout(QuantType::Int8), QuantType::Int8);
+    // The avx512 set's tiles read the plain rows; the avx2 set's group rows take any dot.
     {
       const BitsLimit bits(256);
-      EXPECT_EQ(backend.quant_layout(QuantType::Q4_0), QuantType::Q4_0) << kernel_set_name(set);
+      EXPECT_EQ(backend.quant_layout(QuantType::Q4_0), avx2 ? QuantType::Q4_0x4 : QuantType::Q4_0)
+          << kernel_set_name(set);
     }
     {
       const DotLimit dot(QuantDot::Avx2);
-      EXPECT_EQ(backend.quant_layout(QuantType::Q4_0), QuantType::Q4_0) << kernel_set_name(set);
+      EXPECT_EQ(backend.quant_layout(QuantType::Q4_0), avx2 ? QuantType::Q4_0x4 : QuantType::Q4_0)
+          << kernel_set_name(set);
     }
   }
   EXPECT_EQ(reference_backend().quant_layout(QuantType::Q4_0), QuantType::Q4_0);

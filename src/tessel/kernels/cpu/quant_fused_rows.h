@@ -175,6 +175,62 @@ inline void q4_0_rows(const uint8_t* w, int64_t row_bytes, const int8_t* x, cons
     out[r] = q4_0_finish(_mm256_add_ps(acc0[r], acc1[r]), off0[r] + off1[r]);
 }
 
+// Q4_0 regrouped (Q4_0x4, quant/q4_0_groups.h), the avx2 set's kernel for every m: the four rows
+// of one group against one activation row, `group` the group's first block (72 bytes a block:
+// the four f16 scales, then the rows' 16 code bytes each). Each row's operations are q4_0_rows'
+// in their order — the same codes in the same lanes (one 32-byte load holds two rows' codes; a
+// lane swap puts each row's low nibbles before its high ones, as q4_0_nibbles does), the same
+// scale times dx and zero-point chains (four rows' at once, lane by lane the same IEEE
+// operations) — so a regrouped matrix gives the plain one's bits. What it saves per block and
+// four rows: two code loads instead of four, the nibbles split two rows at a time, one
+// conversion of the four scales instead of four scalar ones, one multiply-add for the four zero
+// points; and the matrix is one sequential stream.
+template <class Dot>
+inline void q4_0_group_rows(const uint8_t* group, const int8_t* x, const float* dx,
+                            const float* xs32, int64_t blocks, float* out) {
+  const __m256i zero = _mm256_setzero_si256(), low = _mm256_set1_epi8(0xF);
+  __m256 acc[2][4];
+  __m128 off[2];
+  for (int c = 0; c < 2; ++c) {
+    off[c] = _mm_setzero_ps();
+    for (int r = 0; r < 4; ++r) acc[c][r] = _mm256_setzero_ps();
+  }
+  auto block = [&](int64_t g, int c, const __m256i xg) {
+    const uint8_t* b = group + 72 * g;
+    const __m128 d = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
+    const __m128 sdx = _mm_mul_ps(d, _mm_set1_ps(dx[g]));
+    off[c] = _mm_fmadd_ps(d, _mm_set1_ps(xs32[g]), off[c]);
+    for (int pair = 0; pair < 2; ++pair) {
+      const __m256i v = load256(b + 8 + 32 * pair);
+      const __m256i lo = _mm256_and_si256(v, low);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+      const __m256i u[2] = {_mm256_permute2x128_si256(lo, hi, 0x20),
+                            _mm256_permute2x128_si256(lo, hi, 0x31)};
+      for (int h = 0; h < 2; ++h) {
+        const int r = 2 * pair + h;
+        const __m256 dot = _mm256_cvtepi32_ps(Dot::dot(zero, u[h], xg));
+        const __m256 s =
+            _mm256_permutevar8x32_ps(_mm256_castps128_ps256(sdx), _mm256_set1_epi32(r));
+        acc[c][r] = _mm256_fmadd_ps(dot, s, acc[c][r]);
+      }
+    }
+  };
+  int64_t g = 0;
+  for (; g + 2 <= blocks; g += 2) {
+    _mm_prefetch(reinterpret_cast<const char*>(group + 72 * g + 1024), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(group + 72 * g + 1088), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(group + 72 * g + 1152), _MM_HINT_T0);
+    block(g, 0, load256(x + 32 * g));
+    block(g + 1, 1, load256(x + 32 * g + 32));
+  }
+  if (g < blocks) block(g, 0, load256(x + 32 * g));
+  alignas(16) float off0[4], off1[4];
+  _mm_store_ps(off0, off[0]);
+  _mm_store_ps(off1, off[1]);
+  for (int r = 0; r < 4; ++r)
+    out[r] = q4_0_finish(_mm256_add_ps(acc[0][r], acc[1][r]), off0[r] + off1[r]);
+}
+
 // Q4_K (kFive = false) and Q5_K: bytes 32c..32c+31 of qs hold sub-block 2c in their low nibbles
 // and 2c+1 in their high ones; Q5_K's fifth bits for chunk c are bits 2c and 2c+1 of qh[0..31],
 // brought to bit 4 of each byte by 16-bit shifts (only bit 4 of each byte is kept, and it comes

@@ -493,8 +493,8 @@ void half_matmul(QuantType type, const QuantMatmulShape& s, const float* x, cons
                              reinterpret_cast<const uint16_t*>(w), s.row_bytes / 2, y, s.n);
 }
 
-// Q4_0x4: the regrouped kernels in the avx512 set without AMX; elsewhere (AMX tiles, the avx2
-// set's rows, the plain loops: kernels with no regrouped form) the rows are put back in Q4_0
+// Q4_0x4: the regrouped kernels in the avx512 set without AMX and in the avx2 set; elsewhere
+// (AMX tiles, the plain loops: kernels with no regrouped form) the rows are put back in Q4_0
 // order first, a copy of the matrix per call. quant_layout asks for Q4_0x4 only where the
 // regrouped decode rows run, so the copy is paid only when the kernels chosen changed after a
 // model's matrices were regrouped (a test forcing another set, TESSEL_QUANT_AMX switched).
@@ -504,6 +504,41 @@ void q4_0_grouped_matmul(const QuantMatmulShape& s, const float* x, const uint8_
     const cpu::QuantizedRows act = quantize_activations(s, x);
     const auto [xs32, xs16] = activation_sums(s, act);
     return q4_0_vector_matmul<true>(s, act, xs32.data(), w, y);
+  }
+#elif TESSEL_KERNEL_ISA_LEVEL == 1
+  // The avx2 set: a group's four rows against each activation row (cpu::q4_0_group_rows), the
+  // rows past the last group as q4_0_rows runs them alone; the plain kernel's bits.
+  {
+    const cpu::QuantizedRows act = quantize_activations(s, x);
+    const auto [xs32, xs16] = activation_sums(s, act);
+    const int64_t blocks = s.k / cpu::kActBlock, groups = s.n / quant::kQ4GroupRows;
+    const int64_t grouped = groups * quant::kQ4GroupRows;
+    auto run = [&]<class Dot>(Dot) {
+      // Units: the groups, then the plain rows after them.
+      parallel_for(0, groups + (s.n - grouped),
+                   std::max<int64_t>(1, task_grain(s) / quant::kQ4GroupRows),
+                   [&](int64_t lo, int64_t hi) {
+                     for (int64_t u = lo; u < hi; ++u)
+                       for (int64_t i = 0; i < s.m; ++i) {
+                         const int8_t* xi = act.q.data() + i * s.k;
+                         const float* dx = act.d.data() + i * blocks;
+                         const float* xs = xs32.data() + i * blocks;
+                         if (u < groups) {
+                           float out[quant::kQ4GroupRows];
+                           cpu::q4_0_group_rows<Dot>(w + u * quant::kQ4GroupRows * s.row_bytes, xi,
+                                                     dx, xs, blocks, out);
+                           for (int64_t r = 0; r < quant::kQ4GroupRows; ++r)
+                             y[i * s.n + u * quant::kQ4GroupRows + r] = out[r];
+                         } else {
+                           const int64_t j = grouped + (u - groups);
+                           cpu::q4_0_rows<Dot, 1>(w + j * s.row_bytes, s.row_bytes, xi, dx, xs,
+                                                  blocks, y + i * s.n + j);
+                         }
+                       }
+                   });
+    };
+    if (set_dot() == QuantDot::AvxVnni) return run(cpu::DotAvxVnni{});
+    return run(cpu::DotAvx2{});
   }
 #endif
   std::vector<uint8_t> plain(size_t(s.n * s.row_bytes));
@@ -518,6 +553,8 @@ quant::QuantType CpuBackend::quant_layout(quant::QuantType type) const {
   if (type == QuantType::Q4_0 && quant_backend_layouts() && !quant_amx_enabled() &&
       q4_0_decode_rows_512())
     return QuantType::Q4_0x4;
+#elif TESSEL_KERNEL_ISA_LEVEL == 1
+  if (type == QuantType::Q4_0 && quant_backend_layouts()) return QuantType::Q4_0x4;
 #endif
   return type;
 }
