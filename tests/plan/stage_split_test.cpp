@@ -49,10 +49,11 @@ void each_split(int n, int stages, const std::function<void(const std::vector<in
   rec();
 }
 
+// The best over every split (of stages * chunks_per_rank chunks under interleaving).
 StageSplit brute_force(const std::vector<LayerCost>& layers, const StageSplitRequest& r) {
   StageSplit best;
   double least = std::numeric_limits<double>::infinity();
-  each_split(int(layers.size()), r.stages, [&](const std::vector<int>& first) {
+  each_split(int(layers.size()), r.stages * r.chunks_per_rank, [&](const std::vector<int>& first) {
     StageSplit s = evaluate_split(layers, r, first);
     if (s.feasible && s.pipeline_seconds < least - 1e-12) {
       least = s.pipeline_seconds;
@@ -128,21 +129,6 @@ TEST(StageSplit, NothingFitsNamesTheLeastMemory) {
   EXPECT_TRUE(split_stages(layers, r).feasible);
 }
 
-// Interleaved (chunks_per_rank > 1): the best over every split of the interleaved step.
-StageSplit brute_force_interleaved(const std::vector<LayerCost>& layers,
-                                   const StageSplitRequest& r) {
-  StageSplit best;
-  double least = std::numeric_limits<double>::infinity();
-  each_split(int(layers.size()), r.stages * r.chunks_per_rank, [&](const std::vector<int>& first) {
-    StageSplit s = evaluate_split(layers, r, first);
-    if (s.feasible && s.pipeline_seconds < least - 1e-12) {
-      least = s.pipeline_seconds;
-      best = s;
-    }
-  });
-  return best;
-}
-
 TEST(StageSplit, InterleavedStepOfEqualChunksIsNarayanans) {
   // S = 3 ranks, V = 2 chunks each, B = 6 micro-batches, every chunk one layer of time t:
   // (B * V + S - 1) * t.
@@ -173,7 +159,7 @@ TEST(StageSplit, InterleavedSplitEqualsEnumerationOnOddSizes) {
           r.chunks_per_rank = v;
           r.micro_batches = micro;
           const StageSplit exact = split_stages(layers, r);
-          const StageSplit want = brute_force_interleaved(layers, r);
+          const StageSplit want = brute_force(layers, r);
           const std::string what = std::to_string(n) + " layers, " + std::to_string(stages) +
                                    " ranks x " + std::to_string(v) + " chunks, " +
                                    std::to_string(micro) + " micro-batches";
@@ -216,7 +202,7 @@ TEST(StageSplit, InterleavedSplitLightensTheHeadsRank) {
   r.micro_batches = 8;
   r.enumerate_up_to = 0;  // the descent
   const StageSplit got = split_stages(layers, r);
-  const StageSplit want = brute_force_interleaved(layers, r);
+  const StageSplit want = brute_force(layers, r);
   EXPECT_NEAR(got.pipeline_seconds, want.pipeline_seconds, 1e-9);
   EXPECT_LT(std::abs(got.rank_seconds[0] - got.rank_seconds[1]), 1.0 + 1e-9);
   StageSplitRequest flat;
@@ -244,7 +230,7 @@ TEST(StageSplit, InterleavedMemoryBoundAndErrors) {
   // Just under the free split's fullest rank, and enough for the best split that fits.
   const double fullest = std::max(free.rank_bytes[0], free.rank_bytes[1]);
   r.memory_bytes = fullest - 1;
-  const StageSplit want = brute_force_interleaved(layers, r);
+  const StageSplit want = brute_force(layers, r);
   ASSERT_TRUE(want.feasible);
   const StageSplit bound = split_stages(layers, r);
   ASSERT_TRUE(bound.feasible);
