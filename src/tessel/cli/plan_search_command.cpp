@@ -453,7 +453,7 @@ void add_search_options(CLI::App* cmd, const std::shared_ptr<SearchArgs>& args, 
                   "micro-batch and search its plans with those layouts, beside the built-in plan "
                   "(written there as tpN.json, or tpN-mbM.json where micro-batches differ)");
   cmd->add_option("--stage-split", args->stage_split,
-                  "Pipeline stage boundaries of gpipe and 1f1b layouts: balanced (by parameters, "
+                  "Pipeline stage boundaries (interleaved: chunks): balanced (by parameters, "
                   "the trainer's default), dp (Alpa's inter-operator DP over the traced layers, "
                   "run with parallel.pipeline_split) or both")
       ->check(CLI::IsMember({"balanced", "dp", "both"}))

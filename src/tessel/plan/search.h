@@ -91,10 +91,10 @@ struct SearchRequest {
   std::function<PipelineRank(const std::string& schedule, int pp, int microbatches, int rank,
                              const std::string& split)>
       pipeline_rank;
-  // Stage boundaries of gpipe and 1f1b layouts: the runtime's balanced cut (by parameters),
-  // Alpa's inter-operator DP over the layers' traced compute (plan/stage_split.h; a layout with
-  // the DP's split where it differs, which parallel.pipeline_split runs), or both as separate
-  // layouts.
+  // Stage boundaries of pipeline layouts (interleaved: every chunk's): the runtime's balanced
+  // cut (by parameters), Alpa's inter-operator DP over the layers' traced compute
+  // (plan/stage_split.h; a layout with the DP's split where it differs, which
+  // parallel.pipeline_split runs), or both as separate layouts.
   bool balanced_stages = true, dp_stages = true;
   // ZeRO-2/3 by the runtime's own data parallelism (MemoryLayout::dp_transform; sets it on a
   // layout whose dp, ZeRO stage and bucket size are set). Needed for ZeRO-3 under pp; without it
