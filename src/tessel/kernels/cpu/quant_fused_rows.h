@@ -235,15 +235,31 @@ inline void q4_0_group_rows(const uint8_t* group, const int8_t* x, const float* 
 // and 2c+1 in their high ones; Q5_K's fifth bits for chunk c are bits 2c and 2c+1 of qh[0..31],
 // brought to bit 4 of each byte by 16-bit shifts (only bit 4 of each byte is kept, and it comes
 // from the same byte).
-template <class Dot, bool kFive, int R>
-inline void q4_k_rows(TESSEL_FUSED_ROWS_ARGS) {
+// With kDirect (the decode step, m < 4: q4_k_direct) each super-block's scales and mins are
+// worked out here, where they are used, from the row's 12 scale bytes and the activation row's
+// dx and xs32 (k_scales, then the same 8-wide products and multiply-adds as scales_times_dx and
+// offset_sum), and the mins come off at the end: the outputs of row_scales -> scales_times_dx ->
+// the rows -> offset_sum, bit for bit, without writing the per-row lists to memory first (which
+// at m = 1 took about as long as the rows themselves: quant_fused_direct512.h).
+template <class Dot, bool kFive, int R, bool kDirect>
+inline void q4_k_core(const uint8_t* w, int64_t row_bytes, const float* sdx, int64_t sdx_stride,
+                      const float* dx, const float* xs32, const int8_t* x, int64_t blocks,
+                      float* out) {
   constexpr int64_t kBytes = kFive ? 176 : 144;
   const __m256i mask = _mm256_set1_epi8(0xF), bit4 = _mm256_set1_epi8(0x10);
   const __m256i zero = _mm256_setzero_si256();
-  (void)zx;
-  __m256 acc[2][R];
-  for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
+  __m256 acc[2][R], mins[R];
+  alignas(32) float local[R][8];
+  for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = mins[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks / 8; ++b) {
+    if constexpr (kDirect)
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = w + r * row_bytes + b * kBytes;
+        alignas(32) float sc[8], off[8];
+        k_scales(p + 4, load_half(p), load_half(p + 2), sc, off);
+        _mm256_store_ps(local[r], _mm256_mul_ps(_mm256_load_ps(sc), _mm256_loadu_ps(dx + 8 * b)));
+        mins[r] = _mm256_fmadd_ps(_mm256_load_ps(off), _mm256_loadu_ps(xs32 + 8 * b), mins[r]);
+      }
     for (int c = 0; c < 4; ++c) {
       const int64_t g = 8 * b + 2 * c;
       const __m256i xa = load256(x + 32 * g), xb = load256(x + 32 * g + 32);
@@ -259,7 +275,7 @@ inline void q4_k_rows(TESSEL_FUSED_ROWS_ARGS) {
           lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
           hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
         }
-        const float* s = sdx + r * sdx_stride + g;
+        const float* s = kDirect ? local[r] + 2 * c : sdx + r * sdx_stride + g;
         acc[0][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Dot::dot(zero, lo, xa)),
                                     _mm256_broadcast_ss(s), acc[0][r]);
         acc[1][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Dot::dot(zero, hi, xb)),
@@ -267,18 +283,44 @@ inline void q4_k_rows(TESSEL_FUSED_ROWS_ARGS) {
       }
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = hsum(_mm256_add_ps(acc[0][r], acc[1][r]));
+  for (int r = 0; r < R; ++r) {
+    out[r] = hsum(_mm256_add_ps(acc[0][r], acc[1][r]));
+    if constexpr (kDirect) out[r] -= hsum(mins[r]);
+  }
+}
+
+template <class Dot, bool kFive, int R>
+inline void q4_k_rows(TESSEL_FUSED_ROWS_ARGS) {
+  (void)zx;
+  q4_k_core<Dot, kFive, R, false>(w, row_bytes, sdx, sdx_stride, nullptr, nullptr, x, blocks, out);
 }
 
 // Q6_K: each half of 128 weights reads ql[64h..64h+63] (A, B) and qh[32h..32h+31] (H); quarter
 // p takes A's or B's low (p = 0, 1) or high (p = 2, 3) nibbles and bits 2p, 2p+1 of H as bits
 // 4-5. Scales per 16 weights (sdx holds two per block).
-template <class Dot, int R>
-inline void q6_k_rows(TESSEL_FUSED_ROWS_ARGS) {
+// kDirect as for q4_k_core: each super-block's sixteen scales from its bytes (q6_k_scales), times
+// dx in the pairs scales_times_dx makes.
+template <class Dot, int R, bool kDirect>
+inline void q6_k_core(const uint8_t* w, int64_t row_bytes, const float* sdx, int64_t sdx_stride,
+                      const float* dx, const int8_t* x, const int32_t* zx, int64_t blocks,
+                      float* out) {
   const __m256i mask = _mm256_set1_epi8(0xF), top = _mm256_set1_epi8(0x30);
   __m256 acc[2][R];
   for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
+  alignas(32) float local[R][16];
   for (int64_t b = 0; b < blocks / 8; ++b) {
+    if constexpr (kDirect)
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = w + r * row_bytes + b * int64_t(sizeof(quant::BlockQ6_K));
+        alignas(32) float sc[16];
+        q6_k_scales(p + 192, load_half(p + 208), sc, nullptr);
+        const __m256i pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+        for (int q = 0; q < 2; ++q) {
+          const __m256 d = _mm256_permutevar8x32_ps(
+              _mm256_castps128_ps256(_mm_loadu_ps(dx + 8 * b + 4 * q)), pairs);
+          _mm256_store_ps(local[r] + 8 * q, _mm256_mul_ps(_mm256_load_ps(sc + 8 * q), d));
+        }
+      }
     for (int h = 0; h < 2; ++h) {
       const int64_t g = 8 * b + 4 * h;
       for (int r = 0; r < R; ++r) {
@@ -296,7 +338,7 @@ inline void q6_k_rows(TESSEL_FUSED_ROWS_ARGS) {
                                               _mm256_and_si256(hv, top)),
                               _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bb, 4), mask),
                                               _mm256_and_si256(_mm256_srli_epi16(hv, 2), top))};
-        const float* s = sdx + r * sdx_stride + 2 * g;
+        const float* s = kDirect ? local[r] + 8 * h : sdx + r * sdx_stride + 2 * g;
         auto quarter = [&](int q, __m256& a) {
           const __m256i d = Dot::dot(load256(zx + 8 * (g + q)), u[q], load256(x + 32 * (g + q)));
           a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), pair_scales(s + 2 * q), a);
@@ -309,6 +351,23 @@ inline void q6_k_rows(TESSEL_FUSED_ROWS_ARGS) {
     }
   }
   for (int r = 0; r < R; ++r) out[r] = hsum(_mm256_add_ps(acc[0][r], acc[1][r]));
+}
+
+template <class Dot, int R>
+inline void q6_k_rows(TESSEL_FUSED_ROWS_ARGS) {
+  q6_k_core<Dot, R, false>(w, row_bytes, sdx, sdx_stride, nullptr, x, zx, blocks, out);
+}
+
+// The decode step's direct rows (m < 4) in the avx2 set: the FusedDirect signature below.
+template <class Dot, bool kFive, int R>
+inline void q4_k_direct(const uint8_t* w, int64_t row_bytes, const int8_t* x, const float* dx,
+                        const float* xs32, const int32_t*, int64_t blocks, float* out) {
+  q4_k_core<Dot, kFive, R, true>(w, row_bytes, nullptr, 0, dx, xs32, x, blocks, out);
+}
+template <class Dot, int R>
+inline void q6_k_direct(const uint8_t* w, int64_t row_bytes, const int8_t* x, const float* dx,
+                        const float*, const int32_t* zx, int64_t blocks, float* out) {
+  q6_k_core<Dot, R, true>(w, row_bytes, nullptr, 0, dx, x, zx, blocks, out);
 }
 
 #undef TESSEL_FUSED_ROWS_ARGS

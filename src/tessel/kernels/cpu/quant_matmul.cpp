@@ -150,12 +150,34 @@ std::array<cpu::FusedDirect, 2> fused_direct512_for(QuantType type) {
 }
 #endif
 
-// {kFusedRows rows, one row} of the direct kernels for m < kDirectRowsBelow, else nulls.
+#if TESSEL_KERNEL_ISA_LEVEL == 1
+// The avx2 set's direct rows (quant_fused_rows.h: the 256-bit rows with each super-block's
+// scales worked out where they are used).
+template <class Dot>
+std::array<cpu::FusedDirect, 2> fused_direct_for(QuantType type) {
+  constexpr int kR = cpu::kFusedRows;
+  switch (type) {
+    case QuantType::Q4_K:
+      return {cpu::q4_k_direct<Dot, false, kR>, cpu::q4_k_direct<Dot, false, 1>};
+    case QuantType::Q5_K:
+      return {cpu::q4_k_direct<Dot, true, kR>, cpu::q4_k_direct<Dot, true, 1>};
+    default:
+      return {cpu::q6_k_direct<Dot, kR>, cpu::q6_k_direct<Dot, 1>};
+  }
+}
+#endif
+
+// {kFusedRows rows, one row} of the direct kernels for m < kDirectRowsBelow, else nulls: the
+// avx512 set's 512-bit ones, the avx2 set's 256-bit ones.
 std::array<cpu::FusedDirect, 2> choose_fused_direct(QuantType type, int64_t m) {
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
   if (m < kDirectRowsBelow && quant_vector_bits_for(KernelSet::Avx512) == 512)
     return set_dot() == QuantDot::Avx512Vnni ? fused_direct512_for<cpu::Dot512Vnni>(type)
                                              : fused_direct512_for<cpu::Dot512Bw>(type);
+#elif TESSEL_KERNEL_ISA_LEVEL == 1
+  if (m < kDirectRowsBelow)
+    return set_dot() == QuantDot::AvxVnni ? fused_direct_for<cpu::DotAvxVnni>(type)
+                                          : fused_direct_for<cpu::DotAvx2>(type);
 #endif
   (void)type, (void)m;
   return {nullptr, nullptr};
