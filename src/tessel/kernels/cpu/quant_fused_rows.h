@@ -1,18 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// The SIMD fused kernels of Q4_K, Q5_K and Q6_K (and Q4_0's one-row kernel) (quant_fused.h has the
-// formats' split and the per-row scales): kRows weight rows per pass against one activation row, as
-// Q8_0's rows do (quant_dot.h). Each activation block is loaded once and shared by the rows, the
-// rows' loads are independent streams and each row keeps its own two accumulators, so the FMA
-// latency of one row's chain no longer bounds the pass (one row at a time ran at about half of the
-// read bandwidth, bound by that chain and its per-row work). Per block and row what is left: the
-// unpacking, one byte dot product, one conversion and one FMA with the block's scale already
-// multiplied by the activation's (`sdx`, worked out per row and activation row, 8 at a time).
-// Q6_K's zero point (32 per code, scaled like the codes) is subtracted inside the integer sums:
-// the dot products start from `zx`, -32 times the activation codes' sums per 4 bytes, shared by
-// every row; Q4_K / Q5_K's mins have their own scale and stay in offset_sum.
-// A row's operations and their order do not depend on how many rows share the pass, so a row
-// alone gives the bits it gives in a group (the matmul's tails use kRows = 1) and in a batch.
-// Kernel-private: include inside TESSEL_ISA_BEGIN, after quant_fused.h.
+// The SIMD fused kernels of Q4_K, Q5_K and Q6_K (and Q4_0's rows, plain and regrouped)
+// (quant_fused.h has the formats' split and the per-row scales): kRows weight rows per pass against
+// one activation row, as Q8_0's rows do (quant_dot.h). Each activation block is loaded once and
+// shared by the rows, the rows' loads are independent streams and each row keeps its own two
+// accumulators, so the FMA latency of one row's chain no longer bounds the pass (one row at a time
+// ran at about half of the read bandwidth, bound by that chain and its per-row work). Per block and
+// row what is left: the unpacking, one byte dot product, one conversion and one FMA with the
+// block's scale already multiplied by the activation's (`sdx`, worked out per row and activation
+// row, 8 at a time). Q6_K's zero point (32 per code, scaled like the codes) is subtracted inside
+// the integer sums: the dot products start from `zx`, -32 times the activation codes' sums per 4
+// bytes, shared by every row; Q4_K / Q5_K's mins have their own scale and stay in offset_sum. A
+// row's operations and their order do not depend on how many rows share the pass, so a row alone
+// gives the bits it gives in a group (the matmul's tails use kRows = 1) and in a batch. Below four
+// activation rows the k-quant rows take their scales straight from each super-block (kDirect:
+// q4_k_direct, q6_k_direct) instead of per-row lists, in the same operations. Kernel-private:
+// include inside TESSEL_ISA_BEGIN, after quant_fused.h.
 #pragma once
 
 namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
