@@ -29,9 +29,10 @@ TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/quant_fused_direct512.h"
 #include "tessel/kernels/cpu/quant_k_tiles.h"
 #include "tessel/kernels/cpu/quant_k_tiles512.h"
-#include "tessel/kernels/cpu/quant_q4_tiles.h"
 #include "tessel/kernels/cpu/quant_q8_tiles.h"
 #include "tessel/kernels/cpu/quant_q8_tiles512.h"
+// After quant_q8_tiles.h, whose tile loop it uses.
+#include "tessel/kernels/cpu/quant_q4_tiles.h"
 // After quant_dot.h and the 512-bit rows, whose helpers it uses.
 #include "tessel/kernels/cpu/quant_q8_rows512.h"
 

@@ -27,9 +27,6 @@ namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
 inline constexpr int kQ4TileN = 4, kQ4TileCols = 4;
 inline constexpr int kQ4TileM = 2;
 
-// Activation codes per chunk: an L2-sized share, re-read from L2 for every weight group.
-inline constexpr int64_t kQ4ChunkBytes = int64_t(1) << 19;
-
 // Where block g of a tile's weight row j lies, from the tile's first row at w: Q4_0 rows
 // row_bytes apart (each block its scale, then its codes), or one regrouped group of four
 // (quant/q4_0_groups.h: per block the four scales, then the four rows' codes). The arithmetic
@@ -105,26 +102,6 @@ inline void q4_0_tile_rows(int64_t rows, const uint8_t* w, Rows layout, const in
   q4_0_tile<Dot, 1, kN>(w, layout, x, k, dx, xs32, blocks, y, ldy);
 }
 
-// The loop of both Q4_0 tile kernels: whole groups of kN weight rows per task (so no output
-// depends on the split), the activations in L2-sized chunks re-read from L2 for every group,
-// kM rows a step: tile(i, rows, j0, cols) multiplies activation rows [i, i + rows) by weight
-// rows [j0, j0 + cols).
-template <class Tile>
-void q4_0_tile_loop(int64_t m, int64_t n, int64_t k, int64_t kM, int64_t kN, int64_t group_grain,
-                    Tile&& tile) {
-  const int64_t chunk = std::max<int64_t>(kM, kQ4ChunkBytes / k / kM * kM);
-  const int64_t groups = (n + kN - 1) / kN;
-  parallel_for(0, groups, group_grain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i0 = 0; i0 < m; i0 += chunk) {
-      const int64_t i1 = std::min(m, i0 + chunk);
-      for (int64_t gj = lo; gj < hi; ++gj) {
-        const int64_t j0 = gj * kN, cols = std::min(kN, n - j0);
-        for (int64_t i = i0; i < i1; i += kM) tile(i, std::min(kM, i1 - i), j0, cols);
-      }
-    }
-  });
-}
-
 // y[m, n] = x[m, k] W[n, k]^T for Q4_0 rows of W (row_bytes apart; kGrouped: regrouped four rows
 // at a time, quant/q4_0_groups.h), x already rounded to int8 blocks (xq, dx) with its block sums
 // xs32 (activation_block_sums). Whole groups of kQ4TileN weight rows per task, so no output
@@ -137,7 +114,7 @@ void q4_0_tiles(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t
                 "a regrouped group is one tile's weight rows");
   constexpr int64_t kN = kQ4TileN;
   const int64_t blocks = k / kActBlock;
-  q4_0_tile_loop(
+  int8_tile_loop(
       m, n, k, kQ4TileM, kN, group_grain, [&](int64_t i, int64_t rows, int64_t j0, int64_t cols) {
         const int8_t* xi = xq + i * k;
         const float* dxi = dx + i * blocks;
@@ -315,7 +292,7 @@ void q4_0_group_tiles512(int64_t m, int64_t n, int64_t k, int64_t row_bytes, con
                          const float* dx, const float* xs32, const uint8_t* w, float* y,
                          int64_t group_grain) {
   const int64_t blocks = k / kActBlock;
-  q4_0_tile_loop(
+  int8_tile_loop(
       m, n, k, kQ4GroupTileM, 4, group_grain,
       [&](int64_t i, int64_t rows, int64_t j0, int64_t cols) {
         const int8_t* xi = xq + i * k;

@@ -148,15 +148,13 @@ struct Q8Tiles256 {
   }
 };
 
-// y[m, n] = x[m, k] W[n, k]^T for Q8_0 rows of W (row_bytes apart) and x already rounded to
-// int8 blocks (xq, dx: quantize_activation_row per row), in Tiles (Q8Tiles256 or the avx512
-// set's Q8Tiles512). Whole groups of kQ8TileN weight rows per task, so no output depends on the
-// split.
-template <class Tiles>
-void q8_0_tiles(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t* xq,
-                const float* dx, const uint8_t* w, float* y, int64_t group_grain) {
-  constexpr int64_t kM = Tiles::kRows, kN = kQ8TileN;
-  const int64_t blocks = k / kActBlock;
+// The loop of the tile kernels over int8 activation rows (Q8_0 here, Q4_0 in quant_q4_tiles.h):
+// whole groups of kN weight rows per task (so no output depends on the split), the activations
+// in L2-sized chunks re-read from L2 for every group, kM rows a step: tile(i, rows, j0, cols)
+// multiplies activation rows [i, i + rows) by weight rows [j0, j0 + cols).
+template <class Tile>
+void int8_tile_loop(int64_t m, int64_t n, int64_t k, int64_t kM, int64_t kN, int64_t group_grain,
+                    Tile&& tile) {
   const int64_t chunk = std::max<int64_t>(kM, kQ8ChunkBytes / k / kM * kM);
   const int64_t groups = (n + kN - 1) / kN;
   parallel_for(0, groups, group_grain, [&](int64_t lo, int64_t hi) {
@@ -164,22 +162,33 @@ void q8_0_tiles(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t
       const int64_t i1 = std::min(m, i0 + chunk);
       for (int64_t gj = lo; gj < hi; ++gj) {
         const int64_t j0 = gj * kN, cols = std::min(kN, n - j0);
-        for (int64_t i = i0; i < i1; i += kM) {
-          const int64_t rows = std::min(kM, i1 - i);
-          const int8_t* xi = xq + i * k;
-          const float* dxi = dx + i * blocks;
-          float* yi = y + i * n + j0;
-          if (cols == kN) {
-            Tiles::group(rows, w + j0 * row_bytes, row_bytes, xi, k, dxi, blocks, yi, n);
-          } else {
-            for (int64_t c = 0; c < cols; ++c)
-              Tiles::column(rows, w + (j0 + c) * row_bytes, row_bytes, xi, k, dxi, blocks, yi + c,
-                            n);
-          }
-        }
+        for (int64_t i = i0; i < i1; i += kM) tile(i, std::min(kM, i1 - i), j0, cols);
       }
     }
   });
+}
+
+// y[m, n] = x[m, k] W[n, k]^T for Q8_0 rows of W (row_bytes apart) and x already rounded to
+// int8 blocks (xq, dx: quantize_activation_row per row), in Tiles (Q8Tiles256 or the avx512
+// set's Q8Tiles512), through int8_tile_loop.
+template <class Tiles>
+void q8_0_tiles(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t* xq,
+                const float* dx, const uint8_t* w, float* y, int64_t group_grain) {
+  constexpr int64_t kN = kQ8TileN;
+  const int64_t blocks = k / kActBlock;
+  int8_tile_loop(m, n, k, Tiles::kRows, kN, group_grain,
+                 [&](int64_t i, int64_t rows, int64_t j0, int64_t cols) {
+                   const int8_t* xi = xq + i * k;
+                   const float* dxi = dx + i * blocks;
+                   float* yi = y + i * n + j0;
+                   if (cols == kN) {
+                     Tiles::group(rows, w + j0 * row_bytes, row_bytes, xi, k, dxi, blocks, yi, n);
+                   } else {
+                     for (int64_t c = 0; c < cols; ++c)
+                       Tiles::column(rows, w + (j0 + c) * row_bytes, row_bytes, xi, k, dxi, blocks,
+                                     yi + c, n);
+                   }
+                 });
 }
 
 #endif
