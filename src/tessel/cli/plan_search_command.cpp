@@ -146,49 +146,39 @@ std::vector<std::pair<std::string, plan::SearchRequest::PlanScope>> write_shard_
         if (rows % mb == 0 && (request.max_micro_batch <= 0 || mb <= request.max_micro_batch))
           micro_batches.insert(mb);
     }
-    // Each distinct plan (its rules: the "# about" line names the micro-batch) with the text of
-    // its first micro-batch and every micro-batch it was solved for, in the order first met.
-    struct Solved {
-      nlohmann::json rules;
-      std::string text;
-      std::set<int64_t> micro_batches;
-    };
-    std::vector<Solved> plans;
+    // Each distinct plan's rules with every micro-batch they were solved for, in the order first
+    // met.
+    std::vector<std::pair<std::vector<plan::ShardPlanRule>, std::set<int64_t>>> plans;
+    ShardRequest r;
+    r.tp = tp;
+    r.seq = request.seq;
+    r.dtype = std::string(dtype_name(request.compute_dtype));
     for (int64_t mb : micro_batches) {
-      ShardRequest r;
-      r.tp = tp;
       r.batch = mb;
-      r.seq = request.seq;
-      r.dtype = std::string(dtype_name(request.compute_dtype));
-      std::string text;
+      std::vector<plan::ShardPlanRule> rules;
       try {
-        text = solve_shard_plan(config, cluster, r, nullptr);
+        rules = solve_shard_rules(config, cluster, r, nullptr);
       } catch (const Error& e) {
         std::fprintf(stderr,
                      "plan search: no sharding ILP plan for tp %d at micro-batch %lld: %s\n", tp,
                      static_cast<long long>(mb), e.what());
         continue;
       }
-      nlohmann::json rules = nlohmann::json::parse(text);
-      rules.erase("# about");
-      auto same = std::find_if(plans.begin(), plans.end(),
-                               [&](const Solved& p) { return p.rules == rules; });
-      if (same == plans.end()) same = plans.insert(plans.end(), {std::move(rules), text, {}});
-      same->micro_batches.insert(mb);
+      auto same =
+          std::find_if(plans.begin(), plans.end(), [&](const auto& p) { return p.first == rules; });
+      if (same == plans.end()) same = plans.insert(plans.end(), {std::move(rules), {}});
+      same->second.insert(mb);
     }
-    for (Solved& solved : plans) {
-      const std::set<int64_t>& mbs = solved.micro_batches;
+    for (const auto& [rules, mbs] : plans) {
       const std::string name = "tp" + std::to_string(tp) +
                                (plans.size() == 1 ? "" : "-mb" + std::to_string(*mbs.begin())) +
                                ".json";
       const std::string path = (std::filesystem::path(dir) / name);
       std::string list;
       for (int64_t mb : mbs) list += (list.empty() ? "" : ", ") + std::to_string(mb);
-      // The about line names every micro-batch the plan holds for, not only the first's.
-      std::string& text = solved.text;
-      const std::string first = ", batch " + std::to_string(*mbs.begin()) + " x ";
-      if (const size_t at = text.find(first); mbs.size() > 1 && at != std::string::npos)
-        text.replace(at, first.size(), ", micro-batches " + list + " x ");
+      r.batch = *mbs.begin();
+      const std::string text =
+          shard_plan_text(config, cluster, r, rules, mbs.size() > 1 ? list : std::string());
       io::write_file_atomic(path, text.data(), text.size());
       std::fprintf(stderr,
                    "plan search: the sharding ILP's plan for tp %d (micro-batch%s %s): %s\n", tp,

@@ -9,8 +9,9 @@
 
 namespace tessel::cli {
 
-std::string solve_shard_plan(const models::ModelConfig& config, const plan::Cluster& cluster,
-                             const ShardRequest& a, std::FILE* summary) {
+std::vector<plan::ShardPlanRule> solve_shard_rules(const models::ModelConfig& config,
+                                                   const plan::Cluster& cluster,
+                                                   const ShardRequest& a, std::FILE* summary) {
   const models::TensorParallelSpec spec = config.tensor_parallel(a.tp);
   plan::TraceOptions trace;
   trace.batch = a.batch;
@@ -49,10 +50,24 @@ std::string solve_shard_plan(const models::ModelConfig& config, const plan::Clus
     for (const plan::ShardPlanRule& r : rules)
       std::fprintf(summary, "  %-24s %s\n", r.pattern.c_str(), r.style.c_str());
   }
+  return rules;
+}
+
+std::string shard_plan_text(const models::ModelConfig& config, const plan::Cluster& cluster,
+                            const ShardRequest& a, const std::vector<plan::ShardPlanRule>& rules,
+                            const std::string& micro_batches) {
+  const int64_t seq = a.seq > 0 ? a.seq : config.max_positions();
+  const std::string batch =
+      micro_batches.empty() ? "batch " + std::to_string(a.batch) : "micro-batches " + micro_batches;
   return plan::shard_plan_json(
       rules, "tensor-parallel plan found by `tessel plan shard` (sharding ILP solved by CBC) for " +
-                 config.summary() + ", tp = " + std::to_string(a.tp) + ", batch " +
-                 std::to_string(a.batch) + " x " + std::to_string(seq) + " on " + cluster.name);
+                 config.summary() + ", tp = " + std::to_string(a.tp) + ", " + batch + " x " +
+                 std::to_string(seq) + " on " + cluster.name);
+}
+
+std::string solve_shard_plan(const models::ModelConfig& config, const plan::Cluster& cluster,
+                             const ShardRequest& a, std::FILE* summary) {
+  return shard_plan_text(config, cluster, a, solve_shard_rules(config, cluster, a, summary));
 }
 
 }  // namespace tessel::cli

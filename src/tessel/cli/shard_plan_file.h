@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "tessel/models/causal_lm.h"
 #include "tessel/plan/cluster.h"
+#include "tessel/plan/shard_plan.h"
 
 namespace tessel::cli {
 
@@ -26,5 +28,14 @@ struct ShardRequest {
 // when given, one line per rule after a header.
 std::string solve_shard_plan(const models::ModelConfig& config, const plan::Cluster& cluster,
                              const ShardRequest& request, std::FILE* summary);
+// The same in two steps: the ILP's rules, then their JSON, whose about line names the request's
+// batch or, when given, the micro-batches ("2, 3, 6") the rules were solved for.
+std::vector<plan::ShardPlanRule> solve_shard_rules(const models::ModelConfig& config,
+                                                   const plan::Cluster& cluster,
+                                                   const ShardRequest& request, std::FILE* summary);
+std::string shard_plan_text(const models::ModelConfig& config, const plan::Cluster& cluster,
+                            const ShardRequest& request,
+                            const std::vector<plan::ShardPlanRule>& rules,
+                            const std::string& micro_batches = "");
 
 }  // namespace tessel::cli
