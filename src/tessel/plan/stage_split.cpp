@@ -47,6 +47,42 @@ void check_request(const std::vector<LayerCost>& layers, const StageSplitRequest
                "split_stages: ", r.in_flight.size(), " in-flight counts for ", r.stages, " stages");
 }
 
+// The figures of a split whose boundaries are known to be valid, from the layers' prefix sums
+// (built once per search: the enumeration and the descent evaluate thousands of splits).
+StageSplit evaluate(const Prefix& p, const StageSplitRequest& r,
+                    const std::vector<int>& first_layer) {
+  const int chunks = r.stages * r.chunks_per_rank;
+  StageSplit s;
+  s.first_layer = first_layer;
+  s.feasible = true;
+  s.rank_seconds.assign(size_t(r.stages), 0.0);
+  s.rank_bytes.assign(size_t(r.stages), 0.0);
+  double sum = 0;
+  for (int k = 0; k < chunks; ++k) {
+    const int a = first_layer[size_t(k)], b = first_layer[size_t(k) + 1];
+    const double t = p.time(a, b), bytes = p.bytes(a, b, in_flight_of(r, k));
+    s.stage_seconds.push_back(t);
+    s.stage_bytes.push_back(bytes);
+    s.rank_seconds[size_t(k % r.stages)] += t;
+    s.rank_bytes[size_t(k % r.stages)] += bytes;
+    s.max_stage_seconds = std::max(s.max_stage_seconds, t);
+    sum += t;
+  }
+  for (double bytes : s.rank_bytes)
+    if (r.memory_bytes > 0 && bytes > r.memory_bytes) s.feasible = false;
+  if (r.chunks_per_rank == 1) {
+    s.pipeline_seconds = sum + double(r.micro_batches - 1) * s.max_stage_seconds;
+  } else {
+    double before = 0;
+    for (int rank = 0; rank < r.stages; ++rank) {
+      s.pipeline_seconds = std::max(
+          s.pipeline_seconds, before + double(r.micro_batches) * s.rank_seconds[size_t(rank)]);
+      before += s.stage_seconds[size_t(rank)];
+    }
+  }
+  return s;
+}
+
 // The descent's order on splits: the fullest rank's overflow of the memory bound first, then the
 // ranks' finishing times (sum of the chunks before the rank's first + B * its chunks) from the
 // latest down, so a move that only relieves the second-slowest rank still counts.
@@ -77,13 +113,14 @@ int64_t choose_capped(int64_t n, int64_t k, int64_t cap) {
 // Every split, the one of least key (descent_key's order).
 StageSplit enumerate_interleaved(const std::vector<LayerCost>& layers, const StageSplitRequest& r) {
   const int n = int(layers.size()), chunks = r.stages * r.chunks_per_rank;
+  const Prefix p(layers);
   std::vector<int> first(size_t(chunks) + 1, 0);
   first.back() = n;
   StageSplit best;
   std::vector<double> best_key;
   std::function<void(int)> place = [&](int c) {  // boundary c: the first layer of chunk c
     if (c == chunks) {
-      StageSplit s = evaluate_split(layers, r, first);
+      StageSplit s = evaluate(p, r, first);
       std::vector<double> key = descent_key(s, r);
       if (best_key.empty() || key < best_key) {
         best_key = std::move(key);
@@ -115,7 +152,8 @@ StageSplit split_interleaved(const std::vector<LayerCost>& layers, const StageSp
   StageSplitRequest flat;
   flat.stages = chunks;
   flat.micro_batches = r.micro_batches * r.chunks_per_rank;
-  StageSplit best = evaluate_split(layers, r, split_stages(layers, flat).first_layer);
+  const Prefix p(layers);
+  StageSplit best = evaluate(p, r, split_stages(layers, flat).first_layer);
   std::vector<double> best_key = descent_key(best, r);
   // Steepest descent over single-layer shifts of a run of consecutive boundaries (one boundary
   // trades a layer between neighbouring chunks, which live on neighbouring ranks; a run hands a
@@ -134,7 +172,7 @@ StageSplit split_interleaved(const std::vector<LayerCost>& layers, const StageSp
     StageSplit step_split;
     const auto consider = [&](const std::vector<int>& f) {
       if (!valid(f)) return;
-      StageSplit s = evaluate_split(layers, r, f);
+      StageSplit s = evaluate(p, r, f);
       std::vector<double> key = descent_key(s, r);
       if (key < step_key) {
         step_key = std::move(key);
@@ -190,37 +228,10 @@ StageSplit evaluate_split(const std::vector<LayerCost>& layers, const StageSplit
                    first_layer.back() == int(layers.size()),
                "evaluate_split: boundaries must run from 0 to ", layers.size(), " in ", chunks + 1,
                " entries");
-  const Prefix p(layers);
-  StageSplit s;
-  s.first_layer = first_layer;
-  s.feasible = true;
-  s.rank_seconds.assign(size_t(r.stages), 0.0);
-  s.rank_bytes.assign(size_t(r.stages), 0.0);
-  double sum = 0;
-  for (int k = 0; k < chunks; ++k) {
-    const int a = first_layer[size_t(k)], b = first_layer[size_t(k) + 1];
-    TESSEL_CHECK(a < b, "evaluate_split: stage ", k, " is empty (", a, " .. ", b, ")");
-    const double t = p.time(a, b), bytes = p.bytes(a, b, in_flight_of(r, k));
-    s.stage_seconds.push_back(t);
-    s.stage_bytes.push_back(bytes);
-    s.rank_seconds[size_t(k % r.stages)] += t;
-    s.rank_bytes[size_t(k % r.stages)] += bytes;
-    s.max_stage_seconds = std::max(s.max_stage_seconds, t);
-    sum += t;
-  }
-  for (double bytes : s.rank_bytes)
-    if (r.memory_bytes > 0 && bytes > r.memory_bytes) s.feasible = false;
-  if (r.chunks_per_rank == 1) {
-    s.pipeline_seconds = sum + double(r.micro_batches - 1) * s.max_stage_seconds;
-  } else {
-    double before = 0;
-    for (int rank = 0; rank < r.stages; ++rank) {
-      s.pipeline_seconds = std::max(
-          s.pipeline_seconds, before + double(r.micro_batches) * s.rank_seconds[size_t(rank)]);
-      before += s.stage_seconds[size_t(rank)];
-    }
-  }
-  return s;
+  for (int k = 0; k < chunks; ++k)
+    TESSEL_CHECK(first_layer[size_t(k)] < first_layer[size_t(k) + 1], "evaluate_split: stage ", k,
+                 " is empty (", first_layer[size_t(k)], " .. ", first_layer[size_t(k) + 1], ")");
+  return evaluate(Prefix(layers), r, first_layer);
 }
 
 StageSplit split_stages(const std::vector<LayerCost>& layers, const StageSplitRequest& r) {
@@ -270,7 +281,7 @@ StageSplit split_stages(const std::vector<LayerCost>& layers, const StageSplitRe
     std::vector<int> first{0};
     for (int s = 0; s < S; ++s) first.push_back(next[size_t(s)][size_t(first.back())]);
     // Its own slowest stage may be below t_max: the split's true time.
-    StageSplit split = evaluate_split(layers, r, first);
+    StageSplit split = evaluate(p, r, first);
     if (split.pipeline_seconds < best_total) {
       best_total = split.pipeline_seconds;
       best = std::move(split);
