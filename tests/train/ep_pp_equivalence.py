@@ -21,7 +21,8 @@ the same checks but no drops to expect, at ep 2 x pp 2 1F1B and ep 2 x pp 2 GPip
 
 With `fp16` the GPT-2-MoE trains at train.precision=fp16 from a loss scale its gradients overflow
 (2^18, window 4) on the same two layouts against one rank at fp16: every step's overflow, skip and
-loss scale as one rank's, the steps up to the first update exactly equal (loss, routing) and
+loss scale as one rank's, the steps up to the first update exactly equal (loss, routing: with
+batch-invariant products, as ep_zero_equivalence.py's 16-bit runs, whose docstring says why) and
 their auxiliary losses within 1e-6 (each stage's routers stay f32 like one rank's; 16-bit routers
 were 4e-4 off), ep_zero_equivalence.py's fp16 bounds after them, and the all-to-all bytes as the
 formula with 2-byte rows (half of f32's per kept row).
@@ -130,6 +131,8 @@ def main():
                         mixtral_config(vocab) if mixtral else
                         moe_config(vocab, resid_pdrop=DROPOUT, embd_pdrop=DROPOUT))
     env = single_thread_env()
+    if fp16:  # the initial weights' exact equality stands on row-invariant products
+        env["TESSEL_BATCH_INVARIANT"] = "1"
     mpi = mpi_prefix(mpirun)
 
     def common(d, extra=()):

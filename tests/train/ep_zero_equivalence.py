@@ -14,8 +14,12 @@ ranks, ep 4 ZeRO-2 -> one rank, one rank -> ep 2 ZeRO-2) and continue the trajec
 With `bf16` as the last argument, layouts (np 2 ep 2; np 4 ep 2 with ZeRO-2 and with ZeRO-3, whose
 16-bit expert copies are made after each gather) run under train.precision=bf16 against one rank
 at bf16 with the same flags. The first step (the same weights) must give the same loss and routing
-exactly: the router is f32 on every layout and the rows' expert GEMMs do not depend on the other
-rows. Later steps differ by the rounding of gradient sums taken in another order, which the
+exactly: the router is f32 on every layout, and the 16-bit runs take batch-invariant products
+(TESSEL_BATCH_INVARIANT=1, docs/KERNELS.md), so a row's expert GEMM does not depend on the other
+rows. Without them it can: an expert multiplies one micro-batch's rows on one rank but every
+source rank's rows at once under ep, and the CPU backend picks its f32 kernel by row count (lane
+tiles, register tiles, oneDNN) at thresholds that differ between the avx2 and avx512 sets; the
+avx2 set's fp16 run differed in the 7th digit of the first loss. Later steps differ by the rounding of gradient sums taken in another order, which the
 16-bit copies of the weights can turn into a flipped near-tie of the router, so the bounds are
 bf16's: every loss within 1e-3 (relative; a quarter of bf16's unit roundoff) and the final
 parameters nearer to one rank's bf16 run than half the distance between one rank's bf16 and f32
@@ -126,6 +130,8 @@ def main():
     vocab = prepare_workdir(tessel, work)
     config = write_json(os.path.join(work, "config.json"), moe_config(vocab))
     env = single_thread_env()
+    if low:  # the first step's exactness stands on row-invariant products (the docstring)
+        env["TESSEL_BATCH_INVARIANT"] = "1"
     mpi = mpi_prefix(mpirun)
     # A later fp32 in `extra` wins. fp16 starts at a loss scale its gradients overflow (2^18), so
     # the first steps are skipped while the scale halves, and doubles again every 4 clean steps.
