@@ -15,6 +15,7 @@
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/autograd/scope.h"
 #include "tessel/dist/meta/meta_communicator.h"
+#include "tessel/kernels/bf16_gemm_path.h"
 #include "tessel/kernels/kernel_observer.h"
 #include "tessel/plan/graph.h"
 #include "tessel/plan/unfused_attention.h"
@@ -22,12 +23,25 @@
 
 namespace tessel::plan {
 
+// A GEMM's rows (GemmDesc::m) from what the meta backend reports (a, b; c): a 2-D c is [m, n];
+// a c of more dimensions is a Linear's [..., n] over a 2-D weight (m its leading dimensions
+// flattened) or a batched product's [batch..., m, n].
+inline int64_t gemm_rows(const std::vector<kernels::TensorDesc>& inputs,
+                         const std::vector<kernels::TensorDesc>& outputs) {
+  if (outputs.empty() || outputs.front().shape.ndim() < 2) return 1;
+  const Shape& c = outputs.front().shape;
+  if (c.ndim() == 2) return c[0];
+  if (inputs.size() >= 2 && inputs[1].shape.ndim() <= 2) return c.numel() / c[c.ndim() - 1];
+  return c[c.ndim() - 2];
+}
+
 // The f32 stand-ins the CPU backend allocates for the duration of a kernel on 16-bit tensors: 4
 // bytes an element of every 16-bit operand and output the meta backend reports, for the kernel
-// families the CPU backend runs that way (kernels/cpu/half_kernels.h). GEMMs widen in f16 only
-// (bf16 GEMMs run natively); an embedding's backward adds its rows in f32 a row at a time (no
-// stand-in of the table). Not counted: an f16 grouped GEMM widens one group at a time, whose
-// rows the meta device does not know (the experts' routing is data).
+// families the CPU backend runs that way (kernels/cpu/half_kernels.h). GEMMs widen in f16, and in
+// bf16 where this CPU has no native bf16 product of their rows (kernels/bf16_gemm_path.h: no
+// AVX-512-BF16, or from 64 rows without AMX); an embedding's backward adds its rows in f32 a row
+// at a time (no stand-in of the table). Not counted: a widened grouped GEMM widens one group at
+// a time, whose rows the meta device does not know (the experts' routing is data).
 // tests/plan/half_stand_ins_test.cpp holds the CPU backend to it, family by family.
 inline double half_stand_in_bytes(std::string_view kernel,
                                   const std::vector<kernels::TensorDesc>& inputs,
@@ -37,8 +51,12 @@ inline double half_stand_in_bytes(std::string_view kernel,
       "softmax",       "softmax_backward",       "layer_norm", "layer_norm_backward",
       "rms_norm",      "rms_norm_backward",      "attention",  "attention_backward",
       "cross_entropy", "cross_entropy_backward", "dropout"};
-  const bool f16_gemm = kernel == "gemm" && !inputs.empty() && inputs.front().dtype == DType::F16;
-  if (!f16_gemm && !widened.contains(kernel)) return 0;
+  const DType dt = inputs.empty() ? DType::F32 : inputs.front().dtype;
+  const bool widened_gemm =
+      kernel == "gemm" &&
+      (dt == DType::F16 ||
+       (dt == DType::BF16 && kernels::cpu_bf16_gemm_widens(gemm_rows(inputs, outputs))));
+  if (!widened_gemm && !widened.contains(kernel)) return 0;
   double bytes = 0;
   for (const auto* list : {&inputs, &outputs})
     for (const kernels::TensorDesc& t : *list)
