@@ -19,10 +19,15 @@ With `mixtral` as the last argument the model is a Mixtral of the same width, de
 count (SwiGLU experts, renormalised top-2 gates, no capacity, grouped-query attention, RoPE), with
 the same checks but no drops to expect, at ep 2 x pp 2 1F1B and ep 2 x pp 2 GPipe with ZeRO-3.
 
+Every run takes batch-invariant products (TESSEL_BATCH_INVARIANT=1): a row's GEMM then does not
+depend on the other rows, whose count differs between a stage's micro-batch and one rank's
+(ep_zero_equivalence.py's docstring). Without them, with the avx2 kernel set and oneDNN limited
+to AVX2 (as on a CPU without AVX-512), ep 2 x pp 2 GPipe drifted to 1.27e-5 at step 7; with them
+it stays within 2.5e-8.
+
 With `fp16` the GPT-2-MoE trains at train.precision=fp16 from a loss scale its gradients overflow
 (2^18, window 4) on the same two layouts against one rank at fp16: every step's overflow, skip and
-loss scale as one rank's, the steps up to the first update exactly equal (loss, routing: with
-batch-invariant products, as ep_zero_equivalence.py's 16-bit runs, whose docstring says why) and
+loss scale as one rank's, the steps up to the first update exactly equal (loss, routing) and
 their auxiliary losses within 1e-6 (each stage's routers stay f32 like one rank's; 16-bit routers
 were 4e-4 off), ep_zero_equivalence.py's fp16 bounds after them, and the all-to-all bytes as the
 formula with 2-byte rows (half of f32's per kept row).
@@ -130,9 +135,9 @@ def main():
     config = write_json(os.path.join(work, "config.json"),
                         mixtral_config(vocab) if mixtral else
                         moe_config(vocab, resid_pdrop=DROPOUT, embd_pdrop=DROPOUT))
-    env = single_thread_env()
-    if fp16:  # the initial weights' exact equality stands on row-invariant products
-        env["TESSEL_BATCH_INVARIANT"] = "1"
+    # Row-invariant products (the docstring): fp16's initial weights equal exactly, and f32's
+    # 1e-5 does not rest on which kernel the CPU picks for a GEMM's row count.
+    env = dict(single_thread_env(), TESSEL_BATCH_INVARIANT="1")
     mpi = mpi_prefix(mpirun)
 
     def common(d, extra=()):
