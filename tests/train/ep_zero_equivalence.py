@@ -19,8 +19,9 @@ exactly: the router is f32 on every layout, and the 16-bit runs take batch-invar
 rows. Without them it can: an expert multiplies one micro-batch's rows on one rank but every
 source rank's rows at once under ep, and the CPU backend picks its f32 kernel by row count (lane
 tiles, register tiles, oneDNN) at thresholds that differ between the avx2 and avx512 sets; the
-avx2 set's fp16 run differed in the 7th digit of the first loss. Later steps differ by the rounding of gradient sums taken in another order, which the
-16-bit copies of the weights can turn into a flipped near-tie of the router, so the bounds are
+avx2 set's fp16 run differed in the 7th digit of the first loss. Later steps differ by the
+rounding of gradient sums taken in another order, which the 16-bit copies of the weights can
+turn into a flipped near-tie of the router, so the bounds are
 bf16's: every loss within 1e-3 (relative; a quarter of bf16's unit roundoff) and the final
 parameters nearer to one rank's bf16 run than half the distance between one rank's bf16 and f32
 runs (a wrongly scaled or missing gradient moves them farther than the precision does).
