@@ -58,11 +58,12 @@ struct Trace {
 // temporaries, not the gradient buffers themselves.
 // With `own_generator` the model's init and dropout draw from a generator of the test's; without,
 // from the process-wide one (which checkpoint restores without being told).
-Trace train_twice(Recompute mode, bool own_generator = true) {
+// `count`: the mode on the first blocks only (train.recompute's `mode:N`).
+Trace train_twice(Recompute mode, bool own_generator = true, int64_t count = nn::kAllBlocks) {
   Generator g(20261129);
   default_generator().set_state(20261129, 0);
   auto model = own_generator ? GPT2::random(odd_config(), g) : std::make_shared<GPT2>(odd_config());
-  model->set_recompute(mode);
+  set_rank_recompute(*model, mode, count, {0, 1, 2});
   model->train();
   Trace run;
   for (int s = 0; s < 2; ++s) {
@@ -124,6 +125,51 @@ TEST(GPT2Recompute, MeasuredActivationMemoryFallsFromNoneToSelectiveToFull) {
   EXPECT_GT(measured[1].saved, measured[2].saved);
   EXPECT_GT(measured[0].peak, measured[1].peak);
   EXPECT_GT(measured[1].peak, measured[2].peak);
+}
+
+// A mode on the first N blocks only (train.recompute = "full:2"): bitwise the gradients of none,
+// and activation memory between none and the mode on every block, falling with N.
+TEST(GPT2Recompute, TheFirstBlocksOnlyGiveBitwiseTheGradientsOfNoneAndMemoryBetween) {
+  const Trace none = train_twice(Recompute::None);
+  for (Recompute mode : {Recompute::Selective, Recompute::Full}) {
+    std::vector<int64_t> saved = {none.steps.back().saved};
+    for (int64_t count : {int64_t(1), int64_t(2), nn::kAllBlocks}) {
+      const Trace t = train_twice(mode, true, count);
+      const std::string name = std::string(nn::recompute_name(mode)) + ":" + std::to_string(count);
+      EXPECT_EQ(t.generator_offset, none.generator_offset) << name;
+      for (size_t s = 0; s < none.steps.size(); ++s) {
+        EXPECT_EQ(std::memcmp(&t.steps[s].loss, &none.steps[s].loss, sizeof(double)), 0) << name;
+        for (size_t i = 0; i < none.steps[s].grads.size(); ++i)
+          EXPECT_TRUE(t.steps[s].grads[i] == none.steps[s].grads[i])
+              << name << " step " << s << ": gradient of parameter " << i << " differs";
+      }
+      saved.push_back(t.steps.back().saved);
+      std::cout << "recompute=" << name << " saved=" << saved.back() << " B\n";
+    }
+    for (size_t i = 1; i < saved.size(); ++i) EXPECT_GT(saved[i - 1], saved[i]) << i;
+  }
+}
+
+TEST(GPT2Recompute, SetRankRecomputeTakesTheRanksFirstBlocks) {
+  Generator g(1);
+  auto model = GPT2::random(odd_config(), g);
+  model->set_recompute(Recompute::Selective);
+  // A rank running blocks 2 and 0 (in that order): block 2 only, every other block none.
+  set_rank_recompute(*model, Recompute::Full, 1, {2, 0});
+  EXPECT_EQ(model->blocks[0]->recompute(), Recompute::None);
+  EXPECT_EQ(model->blocks[1]->recompute(), Recompute::None);
+  EXPECT_EQ(model->blocks[2]->recompute(), Recompute::Full);
+  set_rank_recompute(*model, Recompute::Selective, nn::kAllBlocks, {});
+  for (auto& block : model->blocks) EXPECT_EQ(block->recompute(), Recompute::Selective);
+  try {
+    set_rank_recompute(*model, Recompute::Full, 3, {1, 2});
+    FAIL() << "three blocks of two were taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("full:3 names more blocks than the 2 this rank runs"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(model->set_block_recompute(3, Recompute::Full), Error);
 }
 
 TEST(GPT2Recompute, WithoutGradModeEveryModeRunsTheBlockOnceWithTheSameOutput) {

@@ -58,6 +58,11 @@ def main():
                     i += 1
     cases.append(("llama:tiny", 2, "1f1b", 5, "selective", "bf16", []))
     cases.append(("llama:tiny", 2, "interleaved:2", 4, "none", "fp32", ["--dp", "2", "--zero", "2"]))
+    # A mode on a rank's first blocks only: each stage recomputes its share of the count, in
+    # order (7 blocks over pp 3 interleaved: rank 0 runs two stages of one or two blocks).
+    cases.append((gpt, 2, "1f1b", 3, "full:2,selective:1", "fp32", []))
+    cases.append((gpt, 3, "interleaved:2", 6, "full:2,selective:1,none", "bf16", []))
+    cases.append((gpt, 2, "gpipe", 2, "selective:3", "fp32", []))
 
     worst_exact = worst_step = 0.0
     zero3_low, zero3_high = 1.0, 0.0  # the bounded cases' ratios

@@ -59,6 +59,12 @@ LAYOUTS = [
     # A recompute mode per pipeline rank (train.recompute = "full,none"): each rank its own.
     (1, 0, "full,none", "fp32", 2, 1, 2, "1f1b", 4),
     (1, 0, "none,selective", "bf16", 2, 1, 2, "gpipe", 4),
+    # A mode on a rank's first blocks only (train.recompute = "full:2"), the others none.
+    (1, 0, "full:2", "fp32", 3),
+    (1, 0, "selective:1", "bf16", 3),
+    (2, 1, "full:1", "fp32", 3),
+    (1, 0, "full:1,none", "fp32", 2, 1, 2, "1f1b", 4),
+    (1, 0, "selective:1", "fp32", 2, 1, 2, "interleaved", 4),
     # ZeRO-2 and ZeRO-3 by the runtime's own code on meta, with accumulation, tp and pp. Before
     # the runtime freed gradient buffers at fixed points their peak moved by up to a whole buffer
     # from run to run (ZeRO-2, one bucket, full recompute: -15.9% and +15.9% of the same

@@ -147,7 +147,8 @@ def rank_recompute_against_plan_memory(tessel, config, every, work, env):
     cluster = write(os.path.join(work, "ranks.toml"), NODE.format(memory=memory))
     extra = ["--top", "1000", "--schedules", schedule, "--stage-split", "balanced"]
     res = json.loads(search(tessel, config, cluster, env, extra=extra).stdout)
-    rows = [r for r in res["ranked"] if r["pp"] == 2 and r["micro_batch"] == mb and "," in r["recompute"]]
+    rows = [r for r in res["ranked"] if r["pp"] == 2 and r["micro_batch"] == mb
+            and "," in r["recompute"] and ":" not in r["recompute"]]
     if len(rows) != 1 or rows[0]["recompute"] != spec:
         fail(f"{schedule} micro-batch {mb} at {memory} bytes: expected one row with recompute "
              f"{spec}, got {[x['layout'] for x in rows]}")
@@ -166,15 +167,41 @@ def rank_recompute_against_plan_memory(tessel, config, every, work, env):
         fail(f"{r['layout']}: search {r['mem_peak_bytes']} bytes {r['step_ms']} ms, plan memory "
              f"--recompute {spec} {m['mem_peak_bytes']} bytes {m['step_ms']} ms {m['pp_ranks']}")
     uniform = [x for x in res["ranked"] if x["pp"] == 2 and x["micro_batch"] == mb
-               and "," not in x["recompute"]]
+               and "," not in x["recompute"] and ":" not in x["recompute"]]
     if any(x["step_ms"] < r["step_ms"] for x in uniform):
         fail(f"{r['layout']} ({r['step_ms']} ms) slower than a one-mode layout that fits: "
              f"{[(x['layout'], x['step_ms']) for x in uniform]}")
     print(f"{r['layout']} at {memory} bytes: ranks {want} bytes, {r['step_ms']:.3f} ms against "
           f"{[(x['recompute'], round(x['step_ms'], 3)) for x in uniform]}, as plan memory")
-    off = json.loads(search(tessel, config, cluster, env, extra=extra + ["--rank-recompute", "off"]).stdout)
+    # A mode on a rank's first blocks only (train.recompute = "full:1,none"): `plan memory`'s
+    # figures, within the node, no slower than the same layout's other rows.
+    blocks = [x for x in res["ranked"] if x["pp"] == 2 and ":" in x["recompute"]]
+    for x in blocks:
+        m = json.loads(run([tessel, "plan", "memory", "--model", config, "--cluster", cluster,
+                            "--json", "--pp", "2", "--schedule", x["schedule"], "--recompute",
+                            x["recompute"], "--micro-batch", str(x["micro_batch"]),
+                            "--grad-accum", str(x["grad_accum"]), "--seq", "15"], env=env).stdout)
+        if m["mem_peak_bytes"] != x["mem_peak_bytes"] or x["mem_peak_bytes"] > memory \
+                or abs(m["step_ms"] - x["step_ms"]) > 1e-9 * x["step_ms"]:
+            fail(f"{x['layout']}: search {x['mem_peak_bytes']} bytes {x['step_ms']} ms, plan memory "
+                 f"--recompute {x['recompute']} {m['mem_peak_bytes']} bytes {m['step_ms']} ms")
+        if f"train.recompute={x['recompute']}" not in x["train_args"]:
+            fail(f"{x['layout']}: train_args {x['train_args']} without its train.recompute")
+        same = [y for y in res["ranked"] if y["pp"] == 2 and y["micro_batch"] == x["micro_batch"]
+                and y["schedule"] == x["schedule"] and not y["pipeline_split"]
+                and ":" not in y["recompute"]]
+        if any(y["step_ms"] < x["step_ms"] for y in same):
+            fail(f"{x['layout']} ({x['step_ms']} ms) slower than a row without counts: "
+                 f"{[(y['layout'], y['step_ms']) for y in same]}")
+    print(f"{len(blocks)} rows with a mode on a rank's first blocks, as plan memory: "
+          f"{[x['recompute'] for x in blocks]}")
+    off = json.loads(search(tessel, config, cluster, env,
+                            extra=extra + ["--rank-recompute", "off", "--block-recompute", "off"]).stdout)
     if any("," in x["recompute"] for x in off["ranked"] + off["pruned"]):
         fail("--rank-recompute off ranked a mode per rank")
+    off = json.loads(search(tessel, config, cluster, env, extra=extra + ["--block-recompute", "off"]).stdout)
+    if any(":" in x["recompute"] for x in off["ranked"] + off["pruned"]):
+        fail("--block-recompute off ranked a count of blocks")
 
 
 def dp_split_against_plan_memory(tessel, cluster, env):

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iostream>
 #include <limits>
 #include <map>
 #include <set>
@@ -45,6 +46,9 @@ SearchRequest request(int devices) {
   // The hand-made pipeline ranks below cut only the balanced stages; the DP's split has a test
   // of its own (TheInterOperatorDpsSplitIsALayoutOfItsOwn).
   r.dp_stages = false;
+  // Counts of recomputed blocks add rows where memory is short; a test of their own
+  // (ARankRecomputesOnlyTheBlocksItsMemoryNeeds) turns them on.
+  r.block_recompute = false;
   return r;
 }
 
@@ -485,6 +489,122 @@ TEST(PlanSearch, EachPipelineRankTakesTheLeastRecomputationThatFits) {
   l.schedule = "1f1b";
   l.rank_recompute = {nn::Recompute::Full, nn::Recompute::None, nn::Recompute::None};
   EXPECT_NE(model_coverage(l).find("3 modes for pp 2"), std::string::npos) << model_coverage(l);
+}
+
+// Finer than a rank (SearchRequest::block_recompute): where a layout needs recomputation, the
+// search also ranks its least fitting mode on only the fewest of its first blocks that fit
+// (train.recompute = "selective:2", the other blocks none): that count fits, one fewer does not,
+// it is no slower than the mode on every block, predict_layout gives its figures and the flags
+// carry it; with block_recompute off no such row.
+TEST(PlanSearch, ARankRecomputesOnlyTheBlocksItsMemoryNeeds) {
+  const auto config = tiny_gpt2();  // 4 blocks
+  SearchRequest req = request(1);
+  req.block_recompute = false;
+  const SearchResult roomy = search_plans(*config, node(int64_t(1) << 40, 1), req);
+  std::map<int64_t, std::map<nn::Recompute, const PlanResult*>> by_mode;
+  for (const PlanResult& r : roomy.ranked) {
+    EXPECT_TRUE(r.layout.recompute_blocks.empty()) << r.layout.str();
+    by_mode[r.layout.micro_batch][r.layout.recompute] = &r;
+  }
+  // Just below the largest micro-batch's peak without recomputation.
+  const int64_t largest = by_mode.rbegin()->first;
+  const double memory = by_mode[largest].at(nn::Recompute::None)->memory.peak() - 1;
+  ASSERT_LT(by_mode[largest].at(nn::Recompute::Full)->memory.peak(), memory);
+  const Cluster cluster = node(int64_t(memory), 1);
+  req.block_recompute = true;
+  const SearchResult res = search_plans(*config, cluster, req);
+  int rows = 0;
+  for (const PlanResult& r : res.ranked) {
+    if (r.layout.recompute_blocks.empty()) continue;
+    ++rows;
+    const auto& modes = by_mode.at(r.layout.micro_batch);
+    // The least mode that fits on every block.
+    nn::Recompute least = nn::Recompute::Full;
+    for (const auto& [mode, p] : modes)
+      if (p->memory.peak() <= memory) {
+        least = mode;
+        break;
+      }
+    EXPECT_EQ(r.layout.recompute, least) << r.layout.str();
+    ASSERT_EQ(r.layout.recompute_blocks.size(), 1u);
+    const int64_t n = r.layout.recompute_blocks[0];
+    std::cout << r.layout.str() << ": " << r.memory.peak() << " bytes of " << memory << ", "
+              << r.step_seconds << " s against " << modes.at(least)->step_seconds << " s\n";
+    EXPECT_GE(n, 1);
+    EXPECT_LT(n, 4);
+    EXPECT_LE(r.memory.peak(), memory);
+    const std::string spec = std::string(nn::recompute_name(least)) + ":" + std::to_string(n);
+    EXPECT_EQ(r.layout.recompute_spec(), spec);
+    const std::vector<std::string> args = r.layout.train_args();
+    EXPECT_NE(std::find(args.begin(), args.end(), "train.recompute=" + spec), args.end());
+    EXPECT_EQ(memory_layout(r.layout, req).recompute_blocks, n);
+    const PlanResult again = predict_layout(*config, cluster, req, r.layout);
+    EXPECT_DOUBLE_EQ(again.step_seconds, r.step_seconds);
+    EXPECT_DOUBLE_EQ(again.memory.peak(), r.memory.peak());
+    Layout fewer = r.layout;
+    if (n > 1) {
+      fewer.recompute_blocks = {n - 1};
+    } else {
+      fewer.recompute = nn::Recompute::None;
+      fewer.recompute_blocks.clear();
+    }
+    EXPECT_GT(predict_layout(*config, cluster, req, fewer).memory.peak(), memory) << fewer.str();
+    EXPECT_LE(r.step_seconds, modes.at(least)->step_seconds) << r.layout.str();
+    EXPECT_LT(r.memory.peak(), modes.at(nn::Recompute::None)->memory.peak());
+  }
+  EXPECT_GT(rows, 0);
+  req.block_recompute = false;
+  for (const PlanResult& r : search_plans(*config, cluster, req).ranked)
+    EXPECT_TRUE(r.layout.recompute_blocks.empty()) << r.layout.str();
+  // Under pp each rank's count on its own (two_rank: blocks 0-1 on rank 0, 2-3 on rank 1): just
+  // below rank 0's peak without recomputation, rank 0 recomputes one block and rank 1, which
+  // holds fewer micro-batches under 1F1B, none.
+  SearchRequest pipe = request(2);
+  pipe.schedules = {"1f1b"};
+  pipe.pipeline_rank = [](const std::string& schedule, int, int m, int rank, const std::string&) {
+    return two_rank(schedule, m, rank);
+  };
+  std::map<int64_t, const PlanResult*> plain;
+  const SearchResult pipe_roomy = search_plans(*config, node(int64_t(1) << 40, 2), pipe);
+  for (const PlanResult& r : pipe_roomy.ranked)
+    if (r.layout.pp == 2 && r.layout.recompute == nn::Recompute::None)
+      plain[r.layout.micro_batch] = &r;
+  const PlanResult& widest = *plain.begin()->second;  // micro-batch 1: nine in flight
+  ASSERT_GT(widest.rank_peaks[0], widest.rank_peaks[1]);
+  const double pipe_memory = widest.rank_peaks[0] - 1;
+  pipe.block_recompute = true;
+  const Cluster two = node(int64_t(pipe_memory), 2);
+  int pipe_rows = 0;
+  for (const PlanResult& r : search_plans(*config, two, pipe).ranked) {
+    if (r.layout.recompute_blocks.empty() || r.layout.pp != 2) continue;
+    ++pipe_rows;
+    std::cout << r.layout.str() << ": ranks " << r.rank_peaks[0] << ", " << r.rank_peaks[1]
+              << " bytes of " << pipe_memory << "\n";
+    ASSERT_EQ(r.layout.rank_recompute.size(), 2u);
+    ASSERT_EQ(r.layout.recompute_blocks.size(), 2u);
+    EXPECT_LE(r.memory.peak(), pipe_memory);
+    const PlanResult again = predict_layout(*config, two, pipe, r.layout);
+    EXPECT_DOUBLE_EQ(again.step_seconds, r.step_seconds);
+    EXPECT_EQ(again.rank_peaks, r.rank_peaks);
+    for (int rank = 0; rank < 2; ++rank) {
+      const int64_t n = r.layout.recompute_blocks[size_t(rank)];
+      EXPECT_EQ(memory_layout(r.layout, pipe, rank).recompute_blocks, n);
+      if (n == nn::kAllBlocks) continue;
+      EXPECT_GE(n, 1);
+      EXPECT_LT(n, 2);
+      Layout fewer = r.layout;
+      fewer.rank_recompute[size_t(rank)] = nn::Recompute::None;
+      fewer.recompute_blocks[size_t(rank)] = nn::kAllBlocks;
+      EXPECT_GT(predict_layout(*config, two, pipe, fewer).rank_peaks[size_t(rank)], pipe_memory);
+    }
+  }
+  EXPECT_GT(pipe_rows, 0);
+  // A count for each of two modes where one mode is given is not a layout the models predict.
+  Layout l;
+  l.recompute = nn::Recompute::Full;
+  l.recompute_blocks = {1, 2};
+  EXPECT_NE(model_coverage(l).find("2 block counts for 1 modes"), std::string::npos)
+      << model_coverage(l);
 }
 
 // Tensor-parallel plan files are searched beside the family's built-in plan: every tp layout once

@@ -87,6 +87,9 @@ class DeferredModel final : public models::CausalLM, public PipelinedForward {
   std::vector<std::string> unit_paths() const override { return inner_->unit_paths(); }
   std::vector<double> layer_costs() const override { return inner_->layer_costs(); }
   void set_recompute(nn::Recompute m) override { inner_->set_recompute(m); }
+  void set_block_recompute(int64_t i, nn::Recompute m) override {
+    inner_->set_block_recompute(i, m);
+  }
   nn::Recompute recompute() const override { return inner_->recompute(); }
 
   int64_t most_in_flight = 0;  // read after the engine has stopped

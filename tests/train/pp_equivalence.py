@@ -8,9 +8,10 @@ each schedule, M in {1, 3, 8} (a subset covering every value), and pp=2 x dp=2 w
 and 2; and stages cut unevenly by parallel.pipeline_split (one block on the first stage and five on
 the last; the head alone on the last; an interleaved 2,1,1,2), which the run's pipeline line must
 show. A mode of train.recompute per pipeline rank (full, selective, none, none over pp 4 1F1B;
-selective, full over interleaved) gives bitwise the losses and parameters of the same layout
-without recomputation, with HFU above MFU in its records; a list of the wrong length is refused at
-start. A pp=2 x dp=2
+selective, full over interleaved), and one on a rank's first blocks only (full:1 and selective:1
+over 1F1B, full:2 and selective:1 over interleaved), gives bitwise the losses and parameters of
+the same layout without recomputation, with HFU above MFU in its records; a list of the wrong
+length, or a count above the rank's blocks, is refused at start. A pp=2 x dp=2
 checkpoint resumed on one rank continues the same trajectory. Dropout is on
 (0.1): each stage draws the masks one process draws for the same micro-batch (docs/PARALLEL.md,
 "Dropout"), and the resumed run continues them.
@@ -82,8 +83,13 @@ def main():
     # (recomputation replays the forward and its dropout masks exactly).
     for pp, schedule, m, modes, plain in [
             (4, "1f1b", 3, "full,selective,none,none", "pp4_dp1_1f1b_m3_zero0"),
-            (2, "interleaved:2", 8, "selective,full", "pp2_dp1_interleaved2_m8_zero0_split2112")]:
-        d = os.path.join(work, f"pp{pp}_{schedule.replace(':', '')}_recompute_{modes.replace(',', '_')}")
+            (2, "interleaved:2", 8, "selective,full", "pp2_dp1_interleaved2_m8_zero0_split2112"),
+            # Finer than a rank: a mode on the rank's first blocks only (mode:N), across the
+            # interleaved rank's two stages (rank 0 runs blocks 0, 1 and 3; rank 1 2, 4 and 5).
+            (4, "1f1b", 3, "full:1,selective:1*2,none", "pp4_dp1_1f1b_m3_zero0"),
+            (2, "interleaved:2", 8, "full:2,selective:1", "pp2_dp1_interleaved2_m8_zero0_split2112")]:
+        tag = modes.replace(',', '_').replace(':', 'x').replace('*', 'r')
+        d = os.path.join(work, f"pp{pp}_{schedule.replace(':', '')}_recompute_{tag}")
         extra = ["--set", "parallel.pipeline_split=2,1,1,2"] if pp == 2 else []
         run(mpi + ["-np", str(pp), tessel] + common +
             ["--pp", str(pp), "--schedule", schedule, "--microbatches", str(m),
@@ -102,12 +108,16 @@ def main():
         if not all(r.get("hfu", 0) > r["mfu"] > 0 for r in records if "mfu" in r):
             fail(f"{what}: every step's hfu should exceed its mfu: {records[-1]}")
         print(f"{what}: losses and parameters bitwise those without recomputation")
-    p = subprocess.run(mpi + ["-np", "2", tessel] + common +
-                       ["--pp", "2", "--microbatches", "2", "--set", "train.recompute=full,none,none",
-                        "--set", "checkpoint.dir=" + os.path.join(work, "recompute_count")],
-                       capture_output=True, text=True, env=env)
-    if p.returncode == 0 or "gives 3 modes for --pp 2" not in p.stderr:
-        fail(f"three recompute modes at pp 2: exit {p.returncode}\n{p.stderr[-2000:]}")
+    # Refused at start: three modes for two ranks, and more blocks than a rank runs (6 blocks
+    # over pp 2: three each).
+    for spec, message in [("full,none,none", "gives 3 modes for --pp 2"),
+                          ("full:4", "names more blocks than the 3 this rank runs")]:
+        p = subprocess.run(mpi + ["-np", "2", tessel] + common +
+                           ["--pp", "2", "--microbatches", "2", "--set", f"train.recompute={spec}",
+                            "--set", "checkpoint.dir=" + os.path.join(work, "recompute_refused")],
+                           capture_output=True, text=True, env=env)
+        if p.returncode == 0 or message not in p.stderr:
+            fail(f"train.recompute={spec} at pp 2: exit {p.returncode}\n{p.stderr[-2000:]}")
     # A pp=2 x dp=2 ZeRO-1 checkpoint is the usual whole-model checkpoint: resumed on one rank at
     # step 10, it continues the same trajectory.
     src = os.path.join(work, "pp2_dp2_1f1b_m3_zero1")

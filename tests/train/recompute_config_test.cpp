@@ -59,6 +59,32 @@ TEST(RecomputeConfig, RejectsUnknownModesAndWrongTypes) {
   EXPECT_NE(e.find("train.recompute"), std::string::npos) << e;
 }
 
+// A mode on a rank's first blocks only ("full:3"): the count parsed beside the mode, named back,
+// handed to each rank; malformed counts named.
+TEST(RecomputeConfig, ACountOfTheRanksFirstBlocks) {
+  const TrainConfig c = TrainConfig::parse("", {"train.recompute=full:3,selective:1*2,none"});
+  const std::vector<Recompute> modes = nn::parse_recompute_list(c.train.recompute);
+  const std::vector<int64_t> blocks = nn::parse_recompute_blocks(c.train.recompute);
+  EXPECT_EQ(modes, (std::vector<Recompute>{Recompute::Full, Recompute::Selective,
+                                           Recompute::Selective, Recompute::None}));
+  EXPECT_EQ(blocks, (std::vector<int64_t>{3, 1, 1, nn::kAllBlocks}));
+  EXPECT_EQ(nn::recompute_list_name(modes, blocks), "full:3,selective:1*2,none");
+  EXPECT_EQ(nn::recompute_list_name(modes), "full,selective*2,none");
+  for (int r = 0; r < 4; ++r)
+    EXPECT_EQ(nn::recompute_blocks_of_rank(blocks, r, 4), blocks[size_t(r)]);
+  EXPECT_EQ(nn::parse_recompute_blocks("selective"), (std::vector<int64_t>{nn::kAllBlocks}));
+  EXPECT_EQ(nn::recompute_blocks_of_rank(nn::parse_recompute_blocks("full:2"), 3, 4), 2);
+  EXPECT_EQ(nn::recompute_list_name({Recompute::Full, Recompute::Full}, {2, nn::kAllBlocks}),
+            "full:2,full");
+  for (const std::string bad :
+       {"full:0", "full:", "full:x", "none:2", "full:2:3", "full:-1", "full:1234567"}) {
+    const std::string e = error_of("", {"train.recompute=\"" + bad + "\""});
+    EXPECT_NE(e.find("train.recompute"), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find("how many of the rank's blocks recompute"), std::string::npos)
+        << bad << ": " << e;
+  }
+}
+
 // One mode per pipeline rank: parsed, named back, and handed to each rank by its index.
 TEST(RecomputeConfig, AModePerPipelineRank) {
   const TrainConfig c = TrainConfig::parse("", {"train.recompute=full,selective,none"});

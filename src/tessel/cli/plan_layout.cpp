@@ -237,13 +237,18 @@ DType precision_dtype(const std::string& precision) {
   return DType::F32;
 }
 
+void set_rank_recompute(plan::MemoryLayout& layout, const std::string& spec, int r, int pp) {
+  layout.recompute = nn::recompute_of_rank(nn::parse_recompute_list(spec), r, pp);
+  layout.recompute_blocks = nn::recompute_blocks_of_rank(nn::parse_recompute_blocks(spec), r, pp);
+}
+
 RankTraces trace_ranks(const models::ModelConfig& config, const plan::MemoryLayout& layout,
                        const std::string& schedule, int pp, const std::string& split,
-                       const std::vector<nn::Recompute>& rank_recompute) {
+                       const std::string& recompute) {
   RankTraces out;
   for (int r = 0; r < pp; ++r) {
     plan::MemoryLayout l = layout;
-    if (!rank_recompute.empty()) l.recompute = nn::recompute_of_rank(rank_recompute, r, pp);
+    if (!recompute.empty()) set_rank_recompute(l, recompute, r, pp);
     if (pp > 1) l.pipeline = pipeline_rank(config, schedule, pp, int(layout.grad_accum), r, split);
     out.graphs.push_back(plan::trace_for_layout(config, l));
     out.memory.push_back(plan::estimate_memory(config, l, out.graphs.back()));

@@ -86,15 +86,17 @@ plan::OffloadInput offload_input_for(const models::ModelConfig& config,
 DType precision_dtype(const std::string& precision);
 
 // Every pipeline rank of `layout` traced and its memory estimated (rank r with the pipeline of
-// `schedule` over `pp` ranks and layout.grad_accum micro-batches, and `rank_recompute[r]` when
-// given: train.recompute per rank); with pp 1, the layout itself.
+// `schedule` over `pp` ranks and layout.grad_accum micro-batches, and its entry of `recompute`
+// when given: train.recompute, one entry or one per rank); with pp 1, the layout itself.
 struct RankTraces {
   std::vector<plan::Graph> graphs;
   std::vector<plan::MemoryEstimate> memory;
 };
 RankTraces trace_ranks(const models::ModelConfig& config, const plan::MemoryLayout& layout,
                        const std::string& schedule, int pp, const std::string& split = "",
-                       const std::vector<nn::Recompute>& rank_recompute = {});
+                       const std::string& recompute = "");
+// Rank r's entry of train.recompute `spec` (one, or one per rank of pp) in `layout`.
+void set_rank_recompute(plan::MemoryLayout& layout, const std::string& spec, int r, int pp);
 
 // The step time of `layout` on `cluster`: the pipeline schedule's over every rank's trace, or
 // with pp 1 the one rank's step.

@@ -50,8 +50,7 @@ struct ComposedRanks {
 };
 ComposedRanks compose_ranks(const models::ModelConfig& config, const plan::MemoryLayout& layout,
                             const std::string& schedule, const std::string& split, int pp,
-                            const std::vector<nn::Recompute>& rank_recompute,
-                            const plan::Cluster* cluster) {
+                            const std::string& recompute, const plan::Cluster* cluster) {
   ComposedRanks out;
   plan::StageTraces stages(cluster, config);
   std::vector<plan::PipelineRankCost> costs;
@@ -59,7 +58,7 @@ ComposedRanks compose_ranks(const models::ModelConfig& config, const plan::Memor
   plan::MemoryLayout first;
   for (int r = 0; r < pp; ++r) {
     plan::MemoryLayout l = layout;
-    l.recompute = nn::recompute_of_rank(rank_recompute, r, pp);
+    set_rank_recompute(l, recompute, r, pp);
     l.pipeline = pipeline_rank(config, schedule, pp, int(layout.grad_accum), r, split);
     if (r == 0) first = l;
     composed.push_back(plan::compose_pipeline_rank(stages, config, l));
@@ -83,8 +82,7 @@ ComposedRanks compose_ranks(const models::ModelConfig& config, const plan::Memor
 void run_memory(MemoryArgs a) {
   const models::ConfigPtr config = train::resolve_model_config(a.model, "plan memory --model");
   // One mode, or one per pipeline rank ("full,none"); the layout carries rank 0's.
-  const std::vector<nn::Recompute> modes = nn::parse_recompute_list(a.recompute);
-  a.layout.recompute = nn::recompute_of_rank(modes, 0, a.pp);
+  set_rank_recompute(a.layout, a.recompute, 0, a.pp);
   a.layout.compute_dtype = precision_dtype(a.precision);
   a.layout.bucket_bytes = int64_t(a.bucket_mb * double(1 << 20));
   a.layout.unfused_attention = a.attention == "unfused";
@@ -106,10 +104,10 @@ void run_memory(MemoryArgs a) {
   RankTraces traced;
   ComposedRanks composed;
   if (a.composed)
-    composed = compose_ranks(*config, a.layout, a.schedule, a.split, a.pp, modes,
+    composed = compose_ranks(*config, a.layout, a.schedule, a.split, a.pp, a.recompute,
                              cluster ? &*cluster : nullptr);
   else
-    traced = trace_ranks(*config, a.layout, a.schedule, a.pp, a.split, modes);
+    traced = trace_ranks(*config, a.layout, a.schedule, a.pp, a.split, a.recompute);
   const std::vector<plan::MemoryEstimate>& ranks = a.composed ? composed.memory : traced.memory;
   size_t worst = 0;
   for (size_t r = 1; r < ranks.size(); ++r)
@@ -228,8 +226,8 @@ void add_plan_memory_command(CLI::App& plan) {
       ->check(CLI::Range(0, 3))
       ->capture_default_str();
   cmd->add_option("--recompute", args->recompute,
-                  "none, selective or full; or one per pipeline rank, e.g. full,none (as "
-                  "train.recompute)")
+                  "none, selective or full; or one per pipeline rank, e.g. full,none; "
+                  "full:3 recomputes a rank's first three blocks only (as train.recompute)")
       ->capture_default_str();
   cmd->add_option("--precision", args->precision, "fp32, or bf16 / fp16 over f32 master weights")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))

@@ -102,11 +102,12 @@ struct SearchArgs {
   std::vector<std::string> recompute = {"none", "selective", "full"};
   std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved"};
   std::string sequence_parallel = "both";
-  std::string attention = "fused";    // or "unfused" (plan/unfused_attention.h)
-  std::string stage_split = "both";   // balanced, dp or both (SearchRequest::dp_stages)
-  std::string rank_recompute = "on";  // SearchRequest::rank_recompute
-  std::vector<std::string> tp_plans;  // plan files searched beside the built-in plan
-  std::string shard_plans;            // a folder: the sharding ILP's plan for each tp, searched too
+  std::string attention = "fused";     // or "unfused" (plan/unfused_attention.h)
+  std::string stage_split = "both";    // balanced, dp or both (SearchRequest::dp_stages)
+  std::string rank_recompute = "on";   // SearchRequest::rank_recompute
+  std::string block_recompute = "on";  // SearchRequest::block_recompute
+  std::vector<std::string> tp_plans;   // plan files searched beside the built-in plan
+  std::string shard_plans;  // a folder: the sharding ILP's plan for each tp, searched too
   double bucket_mb = 25;
   bool offload = false;
   std::string offload_host = "0", offload_chunk = "64MiB", offload_nvme_dir;
@@ -212,6 +213,7 @@ void run_search(SearchArgs a) {
   a.request.balanced_stages = a.stage_split != "dp";
   a.request.dp_stages = a.stage_split != "balanced";
   a.request.rank_recompute = a.rank_recompute == "on";
+  a.request.block_recompute = a.block_recompute == "on";
   TESSEL_CHECK(!a.request.unfused_attention || !a.check || !a.check->enabled,
                "plan: --check measures tessel's runtime, whose attention is one fused kernel; "
                "it cannot check predictions made with --attention unfused");
@@ -375,13 +377,17 @@ plan::Layout train_layout_of(const train::TrainConfig& c, int dp, int tp, int pp
   l.sp = tp > 1 && c.parallel.sequence_parallel;
   if (tp > 1) l.tp_plan = c.parallel.tp_plan;
   l.zero_stage = int(c.parallel.zero_stage);
-  // One mode, or one per pipeline rank (Layout::rank_recompute).
+  // One mode, or one per pipeline rank (Layout::rank_recompute), each perhaps on its rank's first
+  // blocks only (Layout::recompute_blocks).
   const std::vector<nn::Recompute> modes = nn::parse_recompute_list(c.train.recompute);
   if (modes.size() == 1) {
     l.recompute = modes[0];
   } else {
     l.rank_recompute = modes;
   }
+  const std::vector<int64_t> counts = nn::parse_recompute_blocks(c.train.recompute);
+  if (std::any_of(counts.begin(), counts.end(), [](int64_t n) { return n != nn::kAllBlocks; }))
+    l.recompute_blocks = counts;
   l.micro_batch = c.train.micro_batch;
   l.grad_accum = c.train.grad_accum;
   if (pp > 1) {
@@ -451,6 +457,11 @@ void add_search_options(CLI::App* cmd, const std::shared_ptr<SearchArgs>& args, 
   cmd->add_option("--rank-recompute", args->rank_recompute,
                   "With pp > 1, also each pipeline rank's least recomputation that fits "
                   "(train.recompute = \"full,none\"): on or off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--block-recompute", args->block_recompute,
+                  "Also a rank's mode on only as many of its first blocks as its memory needs "
+                  "(train.recompute = \"full:3\"): on or off")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   add_attention_option(cmd, args->attention);

@@ -33,6 +33,19 @@ TensorParallelSpec inference_tensor_parallel(const ModelConfig& config, int tp) 
   return spec;
 }
 
+void set_rank_recompute(CausalLM& model, nn::Recompute mode, int64_t count,
+                        const std::vector<int64_t>& blocks) {
+  if (count == nn::kAllBlocks) {
+    model.set_recompute(mode);
+    return;
+  }
+  TESSEL_CHECK(count >= 0 && count <= int64_t(blocks.size()), "recompute ",
+               nn::recompute_name(mode), ":", count, " names more blocks than the ", blocks.size(),
+               " this rank runs");
+  model.set_recompute(nn::Recompute::None);
+  for (int64_t i = 0; i < count; ++i) model.set_block_recompute(blocks[size_t(i)], mode);
+}
+
 Tensor CausalLM::trunk(const Tensor& ids) {
   TESSEL_CHECK(ids.ndim() == 2 && (ids.dtype() == DType::I64 || ids.dtype() == DType::I32),
                type_name(), ".forward: ids ", ids.shape(), " ", dtype_name(ids.dtype()),

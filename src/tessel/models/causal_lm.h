@@ -104,6 +104,13 @@ TensorParallelSpec inference_tensor_parallel(const ModelConfig& config, int tp);
 
 using ConfigPtr = std::shared_ptr<const ModelConfig>;
 
+class CausalLM;
+// One rank's recomputation (train.recompute's entry, nn/recompute.h): `mode` on the first `count`
+// of `blocks` (the block indices the rank runs, in forward order) and none on every other block,
+// or with count nn::kAllBlocks `mode` on every block. An Error when count exceeds blocks.size().
+void set_rank_recompute(CausalLM& model, nn::Recompute mode, int64_t count,
+                        const std::vector<int64_t>& blocks);
+
 // What one mixture-of-experts layer routed in the model's last forward: its block index and the
 // layer's statistics (tokens per expert, dropped pairs, the auxiliary losses).
 struct ExpertLayerStats {
@@ -165,7 +172,10 @@ class CausalLM : public nn::Module {
   // The cost of each pipeline layer for the partitioner: the weights its forward multiplies with.
   virtual std::vector<double> layer_costs() const = 0;
 
+  // Activation recomputation of every block, or of block `index` (0 .. num_layers() - 1) alone;
+  // gradients stay bitwise the same. recompute() is the last mode every block was given.
   virtual void set_recompute(nn::Recompute mode) = 0;
+  virtual void set_block_recompute(int64_t index, nn::Recompute mode) = 0;
   virtual nn::Recompute recompute() const = 0;
 
   // Mixture-of-experts models (nn/moe.h): the sum of the auxiliary losses (load balancing and

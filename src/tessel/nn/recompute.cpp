@@ -36,52 +36,109 @@ Recompute parse_recompute(std::string_view name) {
   return *m;
 }
 
-// An entry is a mode or `mode*N`, N consecutive ranks of it ("selective*8,none*8": a pp 16
-// layout's list without sixteen entries).
-std::vector<Recompute> parse_recompute_list(std::string_view spec) {
-  constexpr int kMaxRepeat = 1 << 16;  // far above any pipeline's ranks
-  std::vector<Recompute> out;
+namespace {
+
+// A whole number of up to six digits from 1 to `most`, or nullopt.
+std::optional<int64_t> count_of(std::string_view text, int64_t most) {
+  if (text.empty() || text.size() > 6) return std::nullopt;
+  int64_t n = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + (c - '0');
+  }
+  if (n < 1 || n > most) return std::nullopt;
+  return n;
+}
+
+struct Entry {
+  Recompute mode = Recompute::None;
+  int64_t blocks = kAllBlocks;
+};
+
+// An entry is `mode[:N][*R]`: the mode, the first N of the rank's blocks it applies to, and R
+// consecutive ranks of it ("selective*8,none*8": a pp 16 layout's list without sixteen entries).
+std::vector<Entry> parse_entries(std::string_view spec) {
+  constexpr int kMaxRepeat = 1 << 16;      // far above any pipeline's ranks
+  constexpr int64_t kMaxBlocks = 999'999;  // far above any model's blocks
+  std::vector<Entry> out;
   size_t begin = 0;
   for (int entry = 1;; ++entry) {
     const size_t comma = spec.find(',', begin);
     const std::string_view item = spec.substr(
         begin, comma == std::string_view::npos ? std::string_view::npos : comma - begin);
     const size_t star = item.find('*');
-    const std::string_view name = item.substr(0, star);
+    const std::string_view head = item.substr(0, star);
+    const size_t colon = head.find(':');
+    const std::string_view name = head.substr(0, colon);
     const std::optional<Recompute> m = mode_named(name);
     TESSEL_CHECK(m, "recompute mode \"", name, "\" (entry ", entry, " of \"", spec,
                  "\") is not one of none, selective, full");
-    int repeat = 1;
-    if (star != std::string_view::npos) {
-      const std::string_view count = item.substr(star + 1);
-      repeat = 0;
-      bool digits = !count.empty() && count.size() <= 6;
-      for (char c : count) {
-        digits = digits && c >= '0' && c <= '9';
-        if (digits) repeat = repeat * 10 + (c - '0');
-      }
-      TESSEL_CHECK(digits && repeat >= 1 && repeat <= kMaxRepeat, "recompute entry \"", item,
-                   "\" (entry ", entry, " of \"", spec, "\"): the count after '*' must be a ",
-                   "whole number from 1 to ", kMaxRepeat);
+    Entry e{*m, kAllBlocks};
+    if (colon != std::string_view::npos) {
+      const std::optional<int64_t> n = count_of(head.substr(colon + 1), kMaxBlocks);
+      TESSEL_CHECK(n && *m != Recompute::None, "recompute entry \"", item, "\" (entry ", entry,
+                   " of \"", spec, "\"): after ':' comes how many of the rank's blocks ",
+                   "recompute, a whole number from 1 to ", kMaxBlocks,
+                   ", after selective or full only");
+      e.blocks = *n;
     }
-    out.insert(out.end(), size_t(repeat), *m);
+    int64_t repeat = 1;
+    if (star != std::string_view::npos) {
+      const std::optional<int64_t> r = count_of(item.substr(star + 1), kMaxRepeat);
+      TESSEL_CHECK(r, "recompute entry \"", item, "\" (entry ", entry, " of \"", spec,
+                   "\"): the count after '*' must be a whole number from 1 to ", kMaxRepeat);
+      repeat = *r;
+    }
+    out.insert(out.end(), size_t(repeat), e);
     if (comma == std::string_view::npos) break;
     begin = comma + 1;
   }
   return out;
 }
 
-// Runs of one mode as `mode*N`, so a long pipeline's list stays short.
+}  // namespace
+
+std::vector<Recompute> parse_recompute_list(std::string_view spec) {
+  std::vector<Recompute> out;
+  for (const Entry& e : parse_entries(spec)) out.push_back(e.mode);
+  return out;
+}
+
+std::vector<int64_t> parse_recompute_blocks(std::string_view spec) {
+  std::vector<int64_t> out;
+  for (const Entry& e : parse_entries(spec)) out.push_back(e.blocks);
+  return out;
+}
+
 std::string recompute_list_name(const std::vector<Recompute>& modes) {
+  return recompute_list_name(modes, {});
+}
+
+// Runs of one entry as `mode*N`, so a long pipeline's list stays short.
+std::string recompute_list_name(const std::vector<Recompute>& modes,
+                                const std::vector<int64_t>& blocks) {
+  TESSEL_CHECK(blocks.empty() || blocks.size() == modes.size(),
+               "recompute_list_name: ", blocks.size(), " block counts for ", modes.size(),
+               " modes");
+  auto count = [&](size_t i) { return blocks.empty() ? kAllBlocks : blocks[i]; };
   std::string out;
   for (size_t i = 0; i < modes.size();) {
     size_t run = 1;
-    while (i + run < modes.size() && modes[i + run] == modes[i]) ++run;
+    while (i + run < modes.size() && modes[i + run] == modes[i] && count(i + run) == count(i))
+      ++run;
     out += (out.empty() ? "" : ",") + std::string(recompute_name(modes[i]));
+    if (count(i) != kAllBlocks) out += ":" + std::to_string(count(i));
     if (run > 1) out += "*" + std::to_string(run);
     i += run;
   }
   return out;
+}
+
+int64_t recompute_blocks_of_rank(const std::vector<int64_t>& blocks, int rank, int ranks) {
+  TESSEL_CHECK(blocks.size() == 1 || int(blocks.size()) == ranks, "recompute gives ", blocks.size(),
+               " entries for --pp ", ranks, ": give one mode, or one per pipeline rank");
+  TESSEL_CHECK(rank >= 0 && rank < ranks, "recompute_blocks_of_rank: rank ", rank, " of ", ranks);
+  return blocks.size() == 1 ? blocks[0] : blocks[size_t(rank)];
 }
 
 Recompute recompute_of_rank(const std::vector<Recompute>& modes, int rank, int ranks) {

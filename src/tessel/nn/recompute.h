@@ -3,6 +3,7 @@
 // Every family's block implements them; what each mode keeps is the block's own business.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,5 +41,19 @@ std::string recompute_list_name(const std::vector<Recompute>& modes);  // "full,
 // Pipeline rank `rank`'s mode of `ranks`: the one mode, or the rank's own; an Error when the
 // list has neither 1 nor `ranks` entries.
 Recompute recompute_of_rank(const std::vector<Recompute>& modes, int rank, int ranks);
+
+// Finer than a rank: an entry `mode:N` recomputes the first N of its rank's blocks (in forward
+// order) with `mode` and none of the others (Megatron-LM's --recompute-method block
+// --recompute-num-layers N), so a rank recomputes only as many blocks as its memory needs.
+// parse_recompute_list reads such an entry as its mode; parse_recompute_blocks gives each
+// entry's N (kAllBlocks for an entry without one), expanded in the same way ("full:2*4" is four
+// ranks of full:2). N is a whole number from 1; `none` takes no count.
+inline constexpr int64_t kAllBlocks = -1;
+std::vector<int64_t> parse_recompute_blocks(std::string_view spec);
+// "full:3,none" (runs as `mode:N*R`); `blocks` empty or of modes' length.
+std::string recompute_list_name(const std::vector<Recompute>& modes,
+                                const std::vector<int64_t>& blocks);
+// Pipeline rank `rank`'s count of `ranks`, as recompute_of_rank picks its mode.
+int64_t recompute_blocks_of_rank(const std::vector<int64_t>& blocks, int rank, int ranks);
 
 }  // namespace tessel::nn

@@ -97,6 +97,7 @@ TraceOptions trace_options(const models::ModelConfig& config, const MemoryLayout
   options.batch = layout.micro_batch;
   options.seq = layout.seq;
   options.recompute = layout.recompute;
+  options.recompute_blocks = layout.recompute_blocks;
   options.compute_dtype = layout.compute_dtype;
   // In the buckets, or in ZeRO-2/3's full buffers; or in offload's chunks.
   options.gradients_held = layout.dp > 1 || layout.gradients_held;
@@ -248,9 +249,17 @@ MemoryEstimate with_step(const models::ModelConfig& config, const MemoryLayout& 
   }
   m.saved_activation_bytes = saved_bytes;
   const int64_t seq = layout.seq > 0 ? layout.seq : config.max_positions();
-  m.korthikanti_bytes = double(config.num_layers()) *
-                        korthikanti_layer_bytes(seq, layout.micro_batch, config.hidden_size(),
-                                                config.num_heads(), layout.recompute);
+  // Under `mode:N` N blocks keep the mode's bytes and the others all of theirs.
+  const auto layer = [&](nn::Recompute mode) {
+    return korthikanti_layer_bytes(seq, layout.micro_batch, config.hidden_size(),
+                                   config.num_heads(), mode);
+  };
+  const double blocks = double(config.num_layers());
+  const double recomputed = layout.recompute_blocks == nn::kAllBlocks
+                                ? blocks
+                                : std::min(blocks, double(layout.recompute_blocks));
+  m.korthikanti_bytes =
+      recomputed * layer(layout.recompute) + (blocks - recomputed) * layer(nn::Recompute::None);
   return m;
 }
 

@@ -33,6 +33,9 @@ struct MemoryLayout {
   int64_t seq = 0;          // tokens per row; 0: the model's context
   int64_t grad_accum = 1;   // micro-batches per step
   nn::Recompute recompute = nn::Recompute::None;
+  // `recompute` on the first N of the rank's blocks only (train.recompute's `mode:N`; under a
+  // pipeline the rank's blocks in forward order); nn::kAllBlocks: on every block.
+  int64_t recompute_blocks = nn::kAllBlocks;
   DType compute_dtype = DType::F32;          // f32, or bf16 / f16 autocast over f32 master weights
   int64_t bucket_bytes = int64_t(25) << 20;  // gradient bucket cap (parallel.bucket_mb)
   // Tensor parallelism: the runtime's transform of the model and its vocab-parallel loss, which

@@ -56,7 +56,8 @@ StageTrace trace_stage(const Cluster* cluster, const models::ModelConfig& config
   DefaultDeviceScope meta(Device::meta());
   std::shared_ptr<models::CausalLM> model = config.build_empty();
   if (options.transform) options.transform(*model);
-  model->set_recompute(options.recompute);
+  models::set_rank_recompute(*model, options.recompute, options.recompute_blocks,
+                             blocks_of_layers(*model, begin, end));
   model->train(options.dropout);
   const int64_t blocks = model->num_layers();
   TESSEL_CHECK(begin >= 0 && begin < end && end <= blocks + 2, "stage trace: layers [", begin, ", ",
@@ -195,9 +196,9 @@ StageTraces::StageTraces(const Cluster* cluster, const models::ModelConfig& conf
 const StageTrace& StageTraces::get(const MemoryLayout& m, int64_t begin, int64_t end) {
   const int64_t layers = config_.num_layers() + 2;
   std::string key = std::to_string(m.micro_batch) + "/" + std::to_string(m.seq) + "/" +
-                    std::to_string(int(m.recompute)) + "/" +
-                    std::string(dtype_name(m.compute_dtype)) + "/" + std::to_string(m.tp) + "/" +
-                    std::to_string(m.message_seq) + "/" +
+                    std::to_string(int(m.recompute)) + ":" + std::to_string(m.recompute_blocks) +
+                    "/" + std::string(dtype_name(m.compute_dtype)) + "/" + std::to_string(m.tp) +
+                    "/" + std::to_string(m.message_seq) + "/" +
                     std::to_string(m.dp > 1 || m.gradients_held) + "/" + m.tp_plan;
   if (m.dp > 1 && m.zero_stage >= 2 && m.dp_transform)
     key += "/zero" + std::to_string(m.zero_stage) + "/" + std::to_string(m.dp);
@@ -219,10 +220,23 @@ ComposedRank compose_pipeline_rank(StageTraces& stages, const models::ModelConfi
   ComposedRank out;
   std::vector<const StageTrace*> trace(size_t(pr.num_stages()), nullptr);
   double released_at_end = 0, finish_peak = 0, tied = 0, largest_unit = 0;
+  // `mode:N` over the rank's blocks: each stage recomputes its share of the first N, in order.
+  int64_t recompute_left = layout.recompute_blocks;
   for (int s = 0; s <= last_stage; ++s) {
     if (pr.owner(s) != pr.rank) continue;
     const auto [begin, end] = pr.stage_layers[size_t(s)];
-    const StageTrace& t = stages.get(layout, begin, end);
+    MemoryLayout stage_layout = layout;
+    if (recompute_left != nn::kAllBlocks) {
+      const int64_t blocks = std::max<int64_t>(
+          0, std::min(end, config.num_layers() + 1) - std::max<int64_t>(begin, 1));
+      const int64_t n = std::min(blocks, recompute_left);
+      recompute_left -= n;
+      // The same trace as a stage without the count, or without recomputation.
+      stage_layout.recompute_blocks = n == blocks ? nn::kAllBlocks : n;
+      if (n == 0) stage_layout.recompute = nn::Recompute::None;
+      if (n == 0) stage_layout.recompute_blocks = nn::kAllBlocks;
+    }
+    const StageTrace& t = stages.get(stage_layout, begin, end);
     trace[size_t(s)] = &t;
     add(out.compute, t.compute_start, 1.0);
     add(out.compute, t.compute_first, 1.0);
@@ -235,6 +249,9 @@ ComposedRank compose_pipeline_rank(StageTraces& stages, const models::ModelConfi
     largest_unit = std::max(largest_unit, t.largest_unit_bytes);
     if (s == 0 && pr.owner(last_stage) != pr.rank) tied = t.tied_bytes;
   }
+  TESSEL_CHECK(recompute_left == nn::kAllBlocks || recompute_left == 0, "recompute ",
+               nn::recompute_name(layout.recompute), ":", layout.recompute_blocks,
+               " names more blocks than pipeline rank ", pr.rank, " runs");
   const double message = message_bytes(config, layout);
 
   // The bytes live, by handles that give theirs back when the last holder lets go, as tensors

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <list>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -167,6 +168,86 @@ std::vector<nn::Recompute> least_recompute_per_rank(
   return modes;
 }
 
+// The blocks pipeline rank `r` of `l` runs (pp 1: the model's).
+int64_t rank_block_count(const models::ModelConfig& config, const SearchRequest& request,
+                         const Layout& l, int r) {
+  if (l.pp == 1) return config.num_layers();
+  const PipelineRank pr =
+      request.pipeline_rank(l.schedule, l.pp, int(l.grad_accum), r, l.pipeline_split);
+  int64_t n = 0;
+  for (int s = 0; s < pr.num_stages(); ++s) {
+    if (pr.owner(s) != r) continue;
+    const auto [begin, end] = pr.stage_layers[size_t(s)];
+    n += std::max<int64_t>(0, std::min(end, config.num_layers() + 1) - std::max<int64_t>(begin, 1));
+  }
+  return n;
+}
+
+// `l` with `modes` per rank (one under pp 1), each on the first `counts[r]` of the rank's
+// `blocks[r]` blocks.
+Layout with_block_recompute(Layout l, const std::vector<nn::Recompute>& modes,
+                            const std::vector<int64_t>& counts,
+                            const std::vector<int64_t>& blocks) {
+  std::vector<int64_t> n(counts.size());
+  for (size_t r = 0; r < counts.size(); ++r)
+    n[r] = modes[r] == nn::Recompute::None || counts[r] >= blocks[r] ? nn::kAllBlocks : counts[r];
+  if (l.pp == 1) {
+    l.recompute = modes[0];
+    l.rank_recompute.clear();
+  } else {
+    l.rank_recompute = modes;
+  }
+  l.recompute_blocks = n;
+  return l;
+}
+
+// SearchRequest::block_recompute for `l`, whose modes were predicted on every rank with the
+// ranks' peaks `peaks`: each rank's least mode that fits, on the fewest of its first blocks that
+// fit (bisection between a count that does not fit, 0 being the rank without recomputation, and
+// one that does, every rank at once); nullopt when some rank fits under no mode, or when no rank
+// can leave a block out.
+std::optional<PlanResult> fewest_recomputed_blocks(
+    const models::ModelConfig& config, const Cluster& cluster, const SearchRequest& request,
+    const Layout& l, const std::map<nn::Recompute, std::vector<double>>& peaks, double memory,
+    Kept& kept) {
+  const int pp = l.pp;
+  std::vector<nn::Recompute> modes;
+  for (int r = 0; r < pp; ++r) {
+    const auto fits = std::find_if(peaks.begin(), peaks.end(), [&](const auto& mode_peaks) {
+      const std::vector<double>& p = mode_peaks.second;
+      return int(p.size()) == pp && p[size_t(r)] <= memory;
+    });
+    if (fits == peaks.end()) return std::nullopt;
+    modes.push_back(fits->first);
+  }
+  const size_t n = size_t(pp);
+  std::vector<int64_t> blocks(n, 0), lo(n, 0), hi(n, 0);
+  for (int r = 0; r < pp; ++r) {
+    blocks[size_t(r)] = hi[size_t(r)] = rank_block_count(config, request, l, r);
+    if (modes[size_t(r)] == nn::Recompute::None) lo[size_t(r)] = hi[size_t(r)];
+  }
+  std::vector<int64_t> counts = hi;
+  for (;;) {
+    bool open = false;
+    for (size_t r = 0; r < size_t(pp); ++r) {
+      open = open || hi[r] - lo[r] > 1;
+      counts[r] = hi[r] - lo[r] > 1 ? (lo[r] + hi[r]) / 2 : hi[r];
+    }
+    if (!open) break;
+    const PlanResult probe = predict_traced(config, cluster, request,
+                                            with_block_recompute(l, modes, counts, blocks), kept);
+    const std::vector<double> rank_peaks =
+        pp == 1 ? std::vector<double>{probe.memory.peak()} : probe.rank_peaks;
+    for (size_t r = 0; r < size_t(pp); ++r)
+      if (hi[r] - lo[r] > 1) (rank_peaks.at(r) <= memory ? hi[r] : lo[r]) = counts[r];
+  }
+  bool fewer = false;
+  for (size_t r = 0; r < size_t(pp); ++r)
+    fewer = fewer || (modes[r] != nn::Recompute::None && hi[r] < blocks[r]);
+  if (!fewer) return std::nullopt;
+  return predict_traced(config, cluster, request, with_block_recompute(l, modes, hi, blocks), kept);
+}
+
 SearchRequest resolved(const models::ModelConfig& config, const Cluster& description,
                        SearchRequest request) {
   if (request.devices <= 0) request.devices = description.num_devices();
@@ -242,6 +323,7 @@ class DpSplits {
     one.grad_accum = 1;
     one.schedule.clear();
     one.pipeline_split.clear();
+    one.recompute_blocks.clear();
     one.tp_plan.clear();
     // A pipeline rank casts its stages' weights to 16 bits and their gradients back once a step
     // (one autocast scope spans the schedule), a rank without one once a micro-batch: the casts,
@@ -317,8 +399,10 @@ std::vector<std::string> Layout::train_args() const {
 }
 
 std::string Layout::recompute_spec() const {
-  return rank_recompute.empty() ? std::string(nn::recompute_name(recompute))
-                                : nn::recompute_list_name(rank_recompute);
+  const std::vector<nn::Recompute> modes =
+      rank_recompute.empty() ? std::vector<nn::Recompute>{recompute} : rank_recompute;
+  if (recompute_blocks.size() != modes.size()) return nn::recompute_list_name(modes);
+  return nn::recompute_list_name(modes, recompute_blocks);
 }
 
 std::string model_coverage(const Layout& layout) {
@@ -326,6 +410,13 @@ std::string model_coverage(const Layout& layout) {
     return "recompute " + layout.recompute_spec() + ": " +
            std::to_string(layout.rank_recompute.size()) + " modes for pp " +
            std::to_string(layout.pp) + " (one per pipeline rank)";
+  if (!layout.recompute_blocks.empty() &&
+      layout.recompute_blocks.size() !=
+          (layout.rank_recompute.empty() ? 1 : layout.rank_recompute.size()))
+    return "recompute " + layout.recompute_spec() + ": " +
+           std::to_string(layout.recompute_blocks.size()) + " block counts for " +
+           std::to_string(layout.rank_recompute.empty() ? 1 : layout.rank_recompute.size()) +
+           " modes";
   if (layout.sp && layout.tp < 2)
     return "sequence parallelism splits the sequence over the tp ranks: it needs tp > 1";
   if (layout.pp > 1 && layout.schedule != "gpipe" && layout.schedule != "1f1b" &&
@@ -342,6 +433,7 @@ MemoryLayout memory_layout(const Layout& layout, const SearchRequest& request, i
   m.seq = request.seq;
   m.grad_accum = layout.grad_accum;
   m.recompute = layout.recompute_of(pp_rank);
+  m.recompute_blocks = layout.recompute_blocks_of(pp_rank);
   m.compute_dtype = request.compute_dtype;
   m.bucket_bytes = request.bucket_bytes;
   m.unfused_attention = request.unfused_attention;
@@ -523,7 +615,8 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
             out.pruned.push_back(std::move(r));
             return false;
           }
-          if (balanced_peaks && cut.pipeline_split.empty()) *balanced_peaks = r.rank_peaks;
+          if (balanced_peaks && cut.pipeline_split.empty())
+            *balanced_peaks = cut.pp == 1 ? std::vector<double>{r.memory.peak()} : r.rank_peaks;
           (r.status == PlanStatus::Ranked ? out.ranked : out.pruned).push_back(std::move(r));
         }
         return true;
@@ -591,6 +684,11 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
                     l.recompute = rc;
                     if (!predict_cuts(l, &peaks[rc])) failed_plans.insert(plan);
                   }
+                  if (request.block_recompute && !failed_plans.count(plan))
+                    if (std::optional<PlanResult> r = fewest_recomputed_blocks(
+                            config, cluster, request, l, peaks, memory_bytes, kept))
+                      (r->status == PlanStatus::Ranked ? out.ranked : out.pruned)
+                          .push_back(std::move(*r));
                   if (pp == 1 || !request.rank_recompute || failed_plans.count(plan)) continue;
                   l.rank_recompute = least_recompute_per_rank(peaks, int(pp), memory_bytes);
                   if (l.rank_recompute.empty()) continue;

@@ -45,6 +45,11 @@ struct SearchRequest {
   // modes, and less recomputation never slows a rank), and where the ranks then differ that
   // layout is predicted too. On the runtime's balanced stage cut.
   bool rank_recompute = true;
+  // Finer still, within a rank (train.recompute = "full:3"): a rank that needs a mode takes it on
+  // only as many of its blocks, the first ones, as its memory needs, the others recomputing
+  // nothing (Megatron-LM's --recompute-num-layers): the fewest found by bisection over the count,
+  // every rank at once, each probe a prediction of the layout. On the runtime's balanced cut.
+  bool block_recompute = true;
   // Searched when pp > 1; "interleaved" stands for every "interleaved:V" whose pp·V stages the
   // model's pipeline layers hold (V >= 2), with micro-batch counts that are multiples of pp.
   std::vector<std::string> schedules = {"1f1b", "gpipe", "interleaved"};
@@ -126,6 +131,10 @@ struct Layout {
   // pp > 1: one mode per pipeline rank (train.recompute = "full,none"), which then replaces
   // `recompute` (left unread); empty: `recompute` on every rank.
   std::vector<nn::Recompute> rank_recompute;
+  // How many of a rank's blocks (its first, in forward order) take its mode, the others none:
+  // empty, every block; one count for every rank, or one per pipeline rank (nn::kAllBlocks for
+  // a rank whose every block does).
+  std::vector<int64_t> recompute_blocks;
   int64_t micro_batch = 1;  // rows per micro-batch on each dp rank
   int64_t grad_accum = 1;   // micro-batches per step (the pipeline's micro-batches under pp)
   std::string schedule;     // pp > 1 only
@@ -140,7 +149,13 @@ struct Layout {
   nn::Recompute recompute_of(int pp_rank) const {
     return rank_recompute.empty() ? recompute : rank_recompute.at(size_t(pp_rank));
   }
-  // train.recompute's value: "selective", or per rank "full,selective,none".
+  int64_t recompute_blocks_of(int pp_rank) const {
+    if (recompute_blocks.empty()) return nn::kAllBlocks;
+    return recompute_blocks.size() == 1 ? recompute_blocks[0]
+                                        : recompute_blocks.at(size_t(pp_rank));
+  }
+  // train.recompute's value: "selective", or per rank "full,selective,none"; "full:3" when a
+  // count of blocks is given.
   std::string recompute_spec() const;
   // "dp=2 tp=1 pp=1 zero=1 recompute=none micro_batch=4 grad_accum=2" (" sp" after tp=N with
   // sequence parallelism, " tp_plan=FILE" after it with a plan file; " split=3,4" after the

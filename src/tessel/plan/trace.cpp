@@ -19,6 +19,13 @@
 
 namespace tessel::plan {
 
+std::vector<int64_t> blocks_of_layers(const models::CausalLM& model, int64_t begin, int64_t end) {
+  std::vector<int64_t> out;
+  for (int64_t l = std::max<int64_t>(begin, 1); l < std::min(end, model.num_layers() + 1); ++l)
+    out.push_back(l - 1);
+  return out;
+}
+
 Graph trace_training_step(const models::ModelConfig& config, const TraceOptions& options) {
   const int64_t seq = options.seq > 0 ? options.seq : config.max_positions();
   TESSEL_CHECK(options.batch >= 1, "trace: batch ", options.batch, " must be >= 1");
@@ -32,7 +39,8 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
   DefaultDeviceScope meta(Device::meta());
   std::shared_ptr<models::CausalLM> model = config.build_empty();
   if (options.transform) options.transform(*model);
-  model->set_recompute(options.recompute);
+  models::set_rank_recompute(*model, options.recompute, options.recompute_blocks,
+                             blocks_of_layers(*model, 1, model->num_layers() + 1));
   model->train(options.dropout);
 
   Graph graph;

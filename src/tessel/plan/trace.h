@@ -49,6 +49,9 @@ struct TraceOptions {
   int64_t batch = 1;  // sequences per micro-batch
   int64_t seq = 0;    // tokens per sequence; 0: the model's max_positions
   nn::Recompute recompute = nn::Recompute::None;
+  // `recompute` on the first N of the blocks the trace runs (the model's, a pipeline rank's, a
+  // stage's; forward order) and none on the rest: train.recompute's `mode:N` (nn/recompute.h).
+  int64_t recompute_blocks = nn::kAllBlocks;
   // The layers' compute dtype: f32, or bf16 / f16 under autocast (nn::LowPrecisionScope; the
   // masters stay f32, as the trainer's --precision runs them).
   DType compute_dtype = DType::F32;
@@ -90,6 +93,9 @@ struct TraceOptions {
   // graph and its bytes are the last step's.
   int steps = 1;
 };
+
+// The block indices of pipeline layers [begin, end) (layer l >= 1 is block l - 1), in order.
+std::vector<int64_t> blocks_of_layers(const models::CausalLM& model, int64_t begin, int64_t end);
 
 // Forward + loss + backward of one micro-batch of `config`'s model, as a graph.
 Graph trace_training_step(const models::ModelConfig& config, const TraceOptions& options);

@@ -211,6 +211,10 @@ std::vector<double> PipelineStageModel::layer_costs() const {
 void PipelineStageModel::set_recompute(nn::Recompute mode) {
   inner_->set_recompute(mode);
 }
+
+void PipelineStageModel::set_block_recompute(int64_t index, nn::Recompute mode) {
+  inner_->set_block_recompute(index, mode);
+}
 nn::Recompute PipelineStageModel::recompute() const {
   return inner_->recompute();
 }

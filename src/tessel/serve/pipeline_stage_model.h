@@ -89,6 +89,7 @@ class PipelineStageModel final : public models::CausalLM, public PipelinedForwar
   std::vector<std::string> unit_paths() const override;
   std::vector<double> layer_costs() const override;
   void set_recompute(nn::Recompute mode) override;
+  void set_block_recompute(int64_t index, nn::Recompute mode) override;
   nn::Recompute recompute() const override;
 
   static constexpr int kHiddenTag = 7401, kLogitsTag = 7402;

@@ -94,7 +94,8 @@ std::vector<KeyDef> build_key_table() {
       TESSEL_CONFIG_KEY(train, recompute, non_empty(),
                         "Activation recomputation per block: none, selective (attention) or "
                         "full; or one per pipeline rank, \"full,selective,none\" (a run of "
-                        "ranks as mode*N, \"selective*8,none*8\")"),
+                        "ranks as mode*N, \"selective*8,none*8\"); mode:N recomputes only the "
+                        "rank's first N blocks (\"full:3\")"),
       TESSEL_CONFIG_KEY(train, precision, one_of({"fp32", "bf16", "fp16"}),
                         "Forward/backward dtype over f32 master weights: fp32, bf16 or fp16"),
       TESSEL_CONFIG_KEY(train, device, non_empty(),

@@ -183,13 +183,25 @@ void Trainer::build(const std::string& resume) {
   }
   model_->train();
   // One mode for every block, or this pipeline rank's (train.recompute = "full,none");
-  // recompute_of_rank refuses a list of neither one nor pp modes.
+  // recompute_of_rank refuses a list of neither one nor pp modes. An entry `full:3` gives the mode
+  // to the rank's first three blocks only, once the pipeline has chosen them.
   const std::vector<nn::Recompute> recompute_modes = nn::parse_recompute_list(t.recompute);
-  model_->set_recompute(
-      nn::recompute_of_rank(recompute_modes, layout_.pp_rank(), layout_.pp_size()));
+  const std::vector<int64_t> recompute_blocks = nn::parse_recompute_blocks(t.recompute);
+  const nn::Recompute rank_mode =
+      nn::recompute_of_rank(recompute_modes, layout_.pp_rank(), layout_.pp_size());
+  const int64_t rank_count =
+      nn::recompute_blocks_of_rank(recompute_blocks, layout_.pp_rank(), layout_.pp_size());
+  model_->set_recompute(rank_count == nn::kAllBlocks ? rank_mode : nn::Recompute::None);
   // The layout's axes: tp splits the full weights in hand, pp chooses this rank's stages, dp and
   // ZeRO (and the optimizer below) see only those.
   build_strategies(init);
+  if (rank_count != nn::kAllBlocks)
+    models::set_rank_recompute(*model_, rank_mode, rank_count, [&] {
+      if (pipeline_) return pipeline_->rank_blocks();
+      std::vector<int64_t> all(size_t(mc.num_layers()));
+      for (size_t b = 0; b < all.size(); ++b) all[b] = int64_t(b);
+      return all;
+    }());
   build_memory.param_bytes = held_parameter_bytes();
   // Offloaded under dp, the shards are laid out in chunks with ZeRO's optimizer, which is
   // therefore built here, --build-only included: the build's record covers the shards' layout,
@@ -230,17 +242,22 @@ void Trainer::build(const std::string& resume) {
   schedule_ = LrSchedule{o.lr, o.min_lr_ratio, o.warmup_steps, t.steps, parse_decay(o.decay)};
   // The whole model's count (this rank may hold a tensor-parallel piece of it).
   flops_per_token_ = mc.flops_per_token(t.seq_len);
-  if (recompute_modes.size() == 1) {
+  // Each rank's mode repeats its share of the blocks' work (the count is linear in the blocks):
+  // its blocks, or the first N of them under `mode:N`.
+  const std::vector<int64_t> blocks =
+      pipeline_ ? pipeline_->blocks_per_rank() : std::vector<int64_t>{mc.num_layers()};
+  recompute_flops_per_token_ = 0;
+  if (recompute_modes.size() == 1 && recompute_blocks[0] == nn::kAllBlocks)
     recompute_flops_per_token_ = mc.recompute_flops_per_token(recompute_modes[0], t.seq_len);
-  } else {
-    // Per pipeline rank: each mode repeats its share of the blocks' work (the count is linear in
-    // the blocks).
-    const std::vector<int64_t>& blocks = pipeline_->blocks_per_rank();
-    recompute_flops_per_token_ = 0;
-    for (size_t r = 0; r < blocks.size(); ++r)
-      recompute_flops_per_token_ += mc.recompute_flops_per_token(recompute_modes[r], t.seq_len) *
-                                    double(blocks[r]) / double(mc.num_layers());
-  }
+  else
+    for (size_t r = 0; r < blocks.size(); ++r) {
+      const int pp = int(blocks.size());
+      const int64_t count = nn::recompute_blocks_of_rank(recompute_blocks, int(r), pp);
+      recompute_flops_per_token_ +=
+          mc.recompute_flops_per_token(nn::recompute_of_rank(recompute_modes, int(r), pp),
+                                       t.seq_len) *
+          double(count == nn::kAllBlocks ? blocks[r] : count) / double(mc.num_layers());
+    }
 
   if (!resume.empty()) load_checkpoint(resume);
   move_to_run_device();  // train.device: after the values are in place on the host

@@ -50,6 +50,12 @@ void GPT2::set_recompute(nn::Recompute mode) {
   for (auto& block : blocks) block->set_recompute(mode);
 }
 
+void GPT2::set_block_recompute(int64_t index, nn::Recompute mode) {
+  TESSEL_CHECK(index >= 0 && index < int64_t(blocks.size()), "GPT2: block ", index, " of ",
+               blocks.size());
+  blocks[size_t(index)]->set_recompute(mode);
+}
+
 Tensor GPT2::auxiliary_loss() const {
   Tensor total;
   for (const auto& b : blocks) {

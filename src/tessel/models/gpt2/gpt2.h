@@ -34,6 +34,7 @@ class GPT2 : public CausalLM, public StagedDecode {
   Tensor lm_head_weight() const;
   // Activation recomputation for every block (nn::Recompute); gradients stay bitwise the same.
   void set_recompute(nn::Recompute mode) override;
+  void set_block_recompute(int64_t index, nn::Recompute mode) override;
   nn::Recompute recompute() const override { return recompute_; }
   // GPT-2-MoE: the MoE blocks' auxiliary losses and routing of the last forward.
   Tensor auxiliary_loss() const override;

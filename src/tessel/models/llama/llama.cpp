@@ -40,6 +40,12 @@ void Llama::set_recompute(nn::Recompute mode) {
   for (auto& layer : decoder_layers) layer->set_recompute(mode);
 }
 
+void Llama::set_block_recompute(int64_t index, nn::Recompute mode) {
+  TESSEL_CHECK(index >= 0 && index < int64_t(decoder_layers.size()), "Llama: layer ", index, " of ",
+               decoder_layers.size());
+  decoder_layers[size_t(index)]->set_recompute(mode);
+}
+
 Tensor Llama::auxiliary_loss() const {
   Tensor total;
   for (const auto& layer : decoder_layers) {

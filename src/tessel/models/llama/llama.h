@@ -47,6 +47,7 @@ class Llama : public CausalLM, public StagedDecode {
   std::vector<double> layer_costs() const override;
 
   void set_recompute(nn::Recompute mode) override;
+  void set_block_recompute(int64_t index, nn::Recompute mode) override;
   nn::Recompute recompute() const override { return recompute_; }
   // Mixtral: the decoder layers' MoE auxiliary losses and routing of the last forward.
   Tensor auxiliary_loss() const override;

@@ -78,6 +78,8 @@ class PipelineStrategy : public AxisStrategy {
   }
   // The transformer blocks each pipeline rank's stages hold, by rank.
   const std::vector<int64_t>& blocks_per_rank() const { return blocks_per_rank_; }
+  // This rank's blocks (their indices, in forward order: stage by stage).
+  const std::vector<int64_t>& rank_blocks() const { return rank_blocks_; }
   // Parameters the last stage multiplies with although the first stage trains them.
   const std::vector<std::string>& tied() const { return tied_; }
   // Every parameter, on every rank, from the rank that trains it (for evaluation and samples).
@@ -97,6 +99,7 @@ class PipelineStrategy : public AxisStrategy {
   std::unordered_map<std::string, int> owner_;  // parameter name -> pp rank that trains it
   std::vector<std::string> tied_;
   std::vector<int64_t> blocks_per_rank_;
+  std::vector<int64_t> rank_blocks_;
   std::vector<nn::Module*> modules_;
   std::optional<parallel::pipeline::ExecutionResult> last_;
   std::vector<parallel::Zero3Parameters*> zero3_;
