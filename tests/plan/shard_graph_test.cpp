@@ -112,14 +112,14 @@ INSTANTIATE_TEST_SUITE_P(Tp, ShardGraphTp, ::testing::Values(2, 4));
 
 // A LLaMA with as many K/V heads as query heads (grouped-query attention stays whole), 2 blocks,
 // 24 wide, 4 heads of 6, SwiGLU MLP of 36.
-models::ConfigPtr tiny_llama() {
+models::ConfigPtr tiny_llama(int64_t kv_heads = 4) {
   models::LlamaConfig c;
   c.vocab_size = 257;
   c.hidden = 24;
   c.intermediate_size = 36;
   c.num_hidden_layers = 2;
   c.num_attention_heads = 4;
-  c.num_key_value_heads = 4;
+  c.num_key_value_heads = kv_heads;
   c.head_dim = 6;
   c.max_position_embeddings = 32;
   return std::make_shared<models::LlamaConfig>(c);
@@ -157,6 +157,37 @@ TEST_P(ShardGraphTp, RediscoversMegatronForLlamasSwiGlu) {
   EXPECT_TRUE(has("layers.*.mlp.gate_proj", "Colwise"));
   EXPECT_TRUE(has("layers.*.mlp.up_proj", "Colwise"));
   EXPECT_TRUE(has("layers.*.mlp.down_proj", "Rowwise"));
+}
+
+// Grouped-query attention (4 query heads, 2 K/V heads): at tp 2 the heads split together, as
+// Megatron splits them (q, k and v by columns, the output projection by rows); at tp 4 the two
+// K/V heads cannot be shared out, so attention stays whole and its projections do not split.
+TEST(ShardGraph, GroupedQueryAttentionSplitsByHeadsWhereTpDividesBothCounts) {
+  TraceOptions t;
+  t.batch = 3;
+  t.seq = 13;
+  const Graph g = trace_training_step(*tiny_llama(2), t);
+  for (int tp : {2, 4}) {
+    ShardGraphOptions o;
+    o.tp = tp;
+    const ShardModel m = build_shard_model(g, slow_devices(), o);
+    const ShardSolution s = solve_shard_ilp(m.problem);
+    for (const char* block : {"layers.0", "layers.1"}) {
+      const std::string b = block;
+      if (tp == 2) {
+        for (const char* proj : {"q_proj", "k_proj", "v_proj"})
+          EXPECT_EQ(style_of(m, s, b + ".self_attn." + proj, "linear"), "Colwise") << b << proj;
+        EXPECT_EQ(style_of(m, s, b + ".self_attn", "attention"), "heads") << b;
+        EXPECT_EQ(style_of(m, s, b + ".self_attn.o_proj", "linear"), "Rowwise") << b;
+      } else {
+        EXPECT_EQ(style_of(m, s, b + ".self_attn", "attention"), "replicated") << b;
+        for (const char* proj : {"k_proj", "v_proj"})
+          EXPECT_NE(style_of(m, s, b + ".self_attn." + proj, "linear"), "Colwise") << b << proj;
+      }
+      // The MLP splits either way.
+      EXPECT_EQ(style_of(m, s, b + ".mlp.down_proj", "linear"), "Rowwise") << b << " tp " << tp;
+    }
+  }
 }
 
 TEST(ShardGraph, SmallProductsStayWholeWhenLinksCostMore) {

@@ -111,41 +111,46 @@ def main():
             check_same_tensors(pa, pb, what)
             rel = compare_params(pa, pb, what)[0]
             print(f"{what}: losses within {worst:.1e}, final parameters within {rel:.1e}")
-        # A LLaMA with as many KV heads as query heads (the attention rule wants equal shapes):
-        # attention splits Megatron's way; SwiGLU's product has no rule, so the MLP takes what
-        # stays runnable around it (Rowwise products of whole inputs). It trains as one rank.
-        llama = write_json(os.path.join(work, "llama.json"), {
-            "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab,
-            "hidden_size": 24, "intermediate_size": 40, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 32,
-            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True})
-        llama_common = [a.replace(config, llama) if a.startswith("model.config=") else a
-                        for a in common]
-        llama_ref = os.path.join(work, "llama_tp1")
-        run([tessel] + llama_common + ["--set", "checkpoint.dir=" + llama_ref], env=env)
-        plan = os.path.join(work, "plan_llama.json")
-        run([tessel, "plan", "shard", "--model", llama, "--tp", "2", "--batch", "6", "--seq", "15",
-             "--cluster", cluster, "-o", plan], env=env)
-        with open(plan) as f:
-            rules = {k: v for k, v in json.load(f).items() if not k.startswith("#")}
-        for name, want in (("layers.*.self_attn.q_proj", {"style": "Colwise", "unit": 6}),
-                           ("layers.*.self_attn.v_proj", {"style": "Colwise", "unit": 6}),
-                           ("layers.*.self_attn.o_proj", "Rowwise"),
-                           # SwiGLU through the op table's mul rule: Megatron's MLP.
-                           ("layers.*.mlp.gate_proj", "Colwise"),
-                           ("layers.*.mlp.up_proj", "Colwise"),
-                           ("layers.*.mlp.down_proj", "Rowwise")):
-            if rules.get(name) != want:
-                fail(f"LLaMA: the ILP's plan has {name}: {rules.get(name)!r}, expected {want!r}: {rules}")
-        d = os.path.join(work, "llama_tp2")
-        run(mpi_prefix(mpirun) + ["-np", "2", tessel] + llama_common +
-            ["--tp", "2", "--tp-plan", plan, "--set", "checkpoint.dir=" + d], env=env)
-        what = f"LLaMA tp=2, plan {rules}"
-        worst = compare_losses(llama_ref, d, what, steps)
-        pa, pb = final_params(llama_ref, steps), final_params(d, steps)
-        check_same_tensors(pa, pb, what)
-        rel = compare_params(pa, pb, what)[0]
-        print(f"{what}: losses within {worst:.1e}, final parameters within {rel:.1e}")
+        # LLaMAs with as many K/V heads as query heads and with half as many (grouped-query):
+        # attention splits Megatron's way, K/V heads with their query heads (the attention rule
+        # takes K/V heads that divide the query heads, and tp 2 divides both counts), and
+        # SwiGLU's product through the op table's mul rule gives Megatron's MLP. Each trains
+        # as one rank does.
+        for kv_heads in (4, 2):
+            llama = write_json(os.path.join(work, f"llama_kv{kv_heads}.json"), {
+                "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab,
+                "hidden_size": 24, "intermediate_size": 40, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": kv_heads,
+                "max_position_embeddings": 32, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+                "tie_word_embeddings": True})
+            llama_common = [a.replace(config, llama) if a.startswith("model.config=") else a
+                            for a in common]
+            llama_ref = os.path.join(work, f"llama_kv{kv_heads}_tp1")
+            run([tessel] + llama_common + ["--set", "checkpoint.dir=" + llama_ref], env=env)
+            plan = os.path.join(work, f"plan_llama_kv{kv_heads}.json")
+            run([tessel, "plan", "shard", "--model", llama, "--tp", "2", "--batch", "6", "--seq",
+                 "15", "--cluster", cluster, "-o", plan], env=env)
+            with open(plan) as f:
+                rules = {k: v for k, v in json.load(f).items() if not k.startswith("#")}
+            for name, want in (("layers.*.self_attn.q_proj", {"style": "Colwise", "unit": 6}),
+                               ("layers.*.self_attn.k_proj", {"style": "Colwise", "unit": 6}),
+                               ("layers.*.self_attn.v_proj", {"style": "Colwise", "unit": 6}),
+                               ("layers.*.self_attn.o_proj", "Rowwise"),
+                               ("layers.*.mlp.gate_proj", "Colwise"),
+                               ("layers.*.mlp.up_proj", "Colwise"),
+                               ("layers.*.mlp.down_proj", "Rowwise")):
+                if rules.get(name) != want:
+                    fail(f"LLaMA with {kv_heads} K/V heads: the ILP's plan has {name}: "
+                         f"{rules.get(name)!r}, expected {want!r}: {rules}")
+            d = os.path.join(work, f"llama_kv{kv_heads}_tp2")
+            run(mpi_prefix(mpirun) + ["-np", "2", tessel] + llama_common +
+                ["--tp", "2", "--tp-plan", plan, "--set", "checkpoint.dir=" + d], env=env)
+            what = f"LLaMA with {kv_heads} K/V heads tp=2, plan {rules}"
+            worst = compare_losses(llama_ref, d, what, steps)
+            pa, pb = final_params(llama_ref, steps), final_params(d, steps)
+            check_same_tensors(pa, pb, what)
+            rel = compare_params(pa, pb, what)[0]
+            print(f"{what}: losses within {worst:.1e}, final parameters within {rel:.1e}")
         # A budget nothing fits: one error line, no plan file.
         plan = os.path.join(work, "too_small.json")
         p = subprocess.run([tessel, "plan", "shard", "--model", config, "--tp", "2", "--batch", "6",

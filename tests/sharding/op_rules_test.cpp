@@ -111,6 +111,42 @@ TEST(OpRules, EverySignatureMatchesTheOpOnFullTensors) {
   EXPECT_GE(checked, 2 * 24);
 }
 
+// Grouped-query attention (12 query heads, 6 K/V heads) split by heads over 2 and 3 ranks, which
+// divide both counts: each rank's output heads are its piece of the serial result. Head counts
+// that do not divide are refused by the shape rule.
+TEST(OpRules, GroupedQueryAttentionSplitsByHeads) {
+  const std::vector<Tensor> x = {random({3, 13, 12, 5}, 21), random({3, 13, 6, 5}, 22),
+                                 random({3, 13, 6, 5}, 23)};
+  const std::vector<Shape> shapes = {x[0].shape(), x[1].shape(), x[2].shape()};
+  const Shape out_shape = op_rule("attention").shape(shapes);
+  const Tensor want = ops::attention(x[0], x[1], x[2], true);
+  ASSERT_EQ(want.shape(), out_shape);
+  const Placement H = Placement::shard(2);
+  const auto sig = find_signature("attention", std::vector<Placement>{H, H, H}, shapes);
+  ASSERT_TRUE(sig.has_value());
+  const double tol = tessel::test::reorder_tolerance(DType::F32, 13, 2) *
+                     std::max(1.0, tessel::test::max_abs_of(want.to_vector<double>()));
+  for (int n : {2, 3}) {
+    Checks checks;
+    run_world(n, [&](dist::CommPtr comm) {
+      std::vector<Tensor> local;
+      for (const Tensor& t : x) local.push_back(DistTensor::from_global(t, comm, H).local());
+      const Tensor out = ops::attention(local[0], local[1], local[2], true);
+      const Tensor full = redistribute_local(out, *comm, H, Placement::replicate(), out_shape);
+      checks.expect_close(full, want, tol,
+                          "grouped-query heads over " + std::to_string(n) + ", rank " +
+                              std::to_string(comm->rank()));
+    });
+    checks.verify();
+  }
+  EXPECT_THROW(
+      op_rule("attention").shape(std::vector<Shape>{{3, 13, 12, 5}, {3, 13, 5, 5}, {3, 13, 5, 5}}),
+      Error);
+  EXPECT_THROW(
+      op_rule("attention").shape(std::vector<Shape>{{3, 13, 12, 5}, {3, 13, 6, 5}, {3, 13, 6, 4}}),
+      Error);
+}
+
 TEST(OpRules, StylesAreSignatures) {
   const Placement R = Placement::replicate(), P = Placement::partial();
   const std::vector<Shape> lin = {{3, 13, 7}, {9, 7}};

@@ -282,8 +282,8 @@ struct Builder {
     if (rule == "add" || rule == "mul")
       shapes[1] = shapes[0];  // the rule's shapes; a broadcast keeps the dims
     if (!rule.empty()) {
-      // Shapes the rule does not cover (grouped-query attention's fewer K and V heads): the op
-      // stays whole.
+      // Shapes the rule does not cover (K and V heads that do not divide the query heads): the
+      // op stays whole.
       try {
         sharding::op_rule(rule).shape(shapes);
       } catch (const Error&) {
@@ -310,6 +310,11 @@ struct Builder {
           st.split = st.split || p.is_shard();
         }
         if (!ok || !fits(output, op.outputs[0].shape, o.tp)) continue;
+        // Grouped-query attention split by heads: each rank's query heads must find their K/V
+        // heads on the rank, so tp divides both counts (sharding/op_rules.cpp).
+        if (rule == "attention" && st.split && shapes[1][2] != shapes[0][2] &&
+            (shapes[0][2] % o.tp != 0 || shapes[1][2] % o.tp != 0))
+          continue;
         st.split = st.split || output.is_shard();
       } else {
         st.inputs.assign(op.inputs.size(), R);

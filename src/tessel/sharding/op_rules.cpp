@@ -102,13 +102,21 @@ std::vector<OpRule> make_rules() {
         {{R, S(0)}, S(0), "batch"},
         {{R, S(-1)}, S(-2), "sequence"},
         {{S(0), R}, P, "VocabParallel: ids outside the rank's rows look up zeros", true}}});
-  // attention(q, k, v [B, T, H, D]) -> [B, T, H, D].
+  // attention(q [B, T, H, D], k, v [B, T, Hkv, D]) -> [B, T, H, D], Hkv dividing H (grouped-
+  // query attention: query head h reads K/V head h / (H / Hkv)). Split by heads, each rank's
+  // query heads read its own K/V heads only where the ranks divide both counts evenly (the
+  // contiguous pieces then keep the grouping); with Hkv < H the caller checks that.
   rules.push_back({"attention",
                    3,
                    [](std::span<const Shape> s) {
                      need(s, 3, "attention");
-                     TESSEL_CHECK(s[0].ndim() == 4 && s[0] == s[1] && s[1] == s[2], "attention: q ",
-                                  s[0], " k ", s[1], " v ", s[2], " must be equal [B, T, H, D]");
+                     const bool shapes = s[0].ndim() == 4 && s[1] == s[2] && s[1].ndim() == 4 &&
+                                         s[0][0] == s[1][0] && s[0][1] == s[1][1] &&
+                                         s[0][3] == s[1][3] && s[1][2] >= 1 &&
+                                         s[0][2] % s[1][2] == 0;
+                     TESSEL_CHECK(shapes, "attention: q ", s[0], " k ", s[1], " v ", s[2],
+                                  " must be [B, T, H, D] and k = v [B, T, Hkv, D] with Hkv "
+                                  "dividing H");
                      return s[0];
                    },
                    {{{R, R, R}, R, "replicated"},
