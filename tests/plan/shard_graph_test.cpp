@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "tessel/models/family.h"
 #include "tessel/models/gpt2/gpt2_config.h"
 #include "tessel/models/llama/llama_config.h"
@@ -72,6 +74,27 @@ std::string style_of(const ShardModel& m, const ShardSolution& s, const std::str
   return "<none>";
 }
 
+// The ILP's choice for one training step of `config` (3 x 13 tokens) at `tp`, on devices whose
+// arithmetic is slow next to their links (so that splitting pays). The model points into the
+// graph, so the three live together.
+struct Solved {
+  Graph g;
+  ShardModel m;
+  ShardSolution s;
+};
+std::unique_ptr<Solved> solve_slow(const models::ModelConfig& config, int tp) {
+  auto out = std::make_unique<Solved>();
+  TraceOptions t;
+  t.batch = 3;
+  t.seq = 13;
+  out->g = trace_training_step(config, t);
+  ShardGraphOptions o;
+  o.tp = tp;
+  out->m = build_shard_model(out->g, slow_devices(), o);
+  out->s = solve_shard_ilp(out->m.problem);
+  return out;
+}
+
 class ShardGraphTp : public ::testing::TestWithParam<int> {};
 
 TEST_P(ShardGraphTp, RediscoversMegatronForGpt2) {
@@ -126,16 +149,9 @@ models::ConfigPtr tiny_llama(int64_t kv_heads = 4) {
 }
 
 TEST_P(ShardGraphTp, RediscoversMegatronForLlamasSwiGlu) {
-  const int tp = GetParam();
-  TraceOptions t;
-  t.batch = 3;
-  t.seq = 13;
-  const models::ConfigPtr config = tiny_llama();
-  const Graph g = trace_training_step(*config, t);
-  ShardGraphOptions o;
-  o.tp = tp;
-  const ShardModel m = build_shard_model(g, slow_devices(), o);
-  const ShardSolution s = solve_shard_ilp(m.problem);
+  const auto solved = solve_slow(*tiny_llama(), GetParam());
+  const ShardModel& m = solved->m;
+  const ShardSolution& s = solved->s;
   for (const char* block : {"layers.0", "layers.1"}) {
     const std::string b = block;
     for (const char* proj : {"q_proj", "k_proj", "v_proj"})
@@ -163,15 +179,10 @@ TEST_P(ShardGraphTp, RediscoversMegatronForLlamasSwiGlu) {
 // Megatron splits them (q, k and v by columns, the output projection by rows); at tp 4 the two
 // K/V heads cannot be shared out, so attention stays whole and its projections do not split.
 TEST(ShardGraph, GroupedQueryAttentionSplitsByHeadsWhereTpDividesBothCounts) {
-  TraceOptions t;
-  t.batch = 3;
-  t.seq = 13;
-  const Graph g = trace_training_step(*tiny_llama(2), t);
   for (int tp : {2, 4}) {
-    ShardGraphOptions o;
-    o.tp = tp;
-    const ShardModel m = build_shard_model(g, slow_devices(), o);
-    const ShardSolution s = solve_shard_ilp(m.problem);
+    const auto solved = solve_slow(*tiny_llama(2), tp);
+    const ShardModel& m = solved->m;
+    const ShardSolution& s = solved->s;
     for (const char* block : {"layers.0", "layers.1"}) {
       const std::string b = block;
       if (tp == 2) {

@@ -57,6 +57,17 @@ def least_memory(tessel, config, cluster, env):
     return float(m.group(1)) * {"B": 1, "KiB": 1024, "MiB": 1 << 20, "GiB": 1 << 30}[m.group(2)]
 
 
+def train_like_one_rank(tessel, mpirun, env, common, ref, d, plan, tp, what, steps):
+    """`mpirun -np TP tessel train --tp TP --tp-plan PLAN` into d, its losses and final parameters
+    against the one-rank run in ref; returns the worst loss and parameter differences."""
+    run(mpi_prefix(mpirun) + ["-np", str(tp), tessel] + common +
+        ["--tp", str(tp), "--tp-plan", plan, "--set", "checkpoint.dir=" + d], env=env)
+    worst = compare_losses(ref, d, what, steps)
+    pa, pb = final_params(ref, steps), final_params(d, steps)
+    check_same_tensors(pa, pb, what)
+    return worst, compare_params(pa, pb, what)[0]
+
+
 def main():
     tessel, mpirun, tps = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3:]]
     env = single_thread_env()
@@ -82,14 +93,9 @@ def main():
                 rules = {k: v for k, v in json.load(f).items() if not k.startswith("#")}
             if rules != MEGATRON:
                 fail(f"tp={tp}: the ILP's plan {rules} is not Megatron's {MEGATRON}\n{p.stderr}")
-            d = os.path.join(work, f"tp{tp}")
-            run(mpi_prefix(mpirun) + ["-np", str(tp), tessel] + common +
-                ["--tp", str(tp), "--tp-plan", plan, "--set", "checkpoint.dir=" + d], env=env)
             what = f"tp={tp} with the ILP's plan"
-            worst = compare_losses(ref, d, what, steps)
-            pa, pb = final_params(ref, steps), final_params(d, steps)
-            check_same_tensors(pa, pb, what)
-            rel = compare_params(pa, pb, what)[0]
+            worst, rel = train_like_one_rank(tessel, mpirun, env, common, ref,
+                                             os.path.join(work, f"tp{tp}"), plan, tp, what, steps)
             print(f"{what}: {steps}-step losses within {worst:.1e}, final parameters within "
                   f"{rel:.1e} (tolerance {RUN_REL_TOL})")
         # A budget just above the least any choice needs: whatever mix of splits the ILP picks
@@ -102,14 +108,10 @@ def main():
                  "--seq", "15", "--memory", str(budget), "-o", plan], env=env)
             with open(plan) as f:
                 rules = {k: v for k, v in json.load(f).items() if not k.startswith("#")}
-            d = os.path.join(work, f"budget_{budget}")
-            run(mpi_prefix(mpirun) + ["-np", "2", tessel] + common +
-                ["--tp", "2", "--tp-plan", plan, "--set", "checkpoint.dir=" + d], env=env)
             what = f"tp=2 under a budget of {budget} bytes, plan {rules}"
-            worst = compare_losses(ref, d, what, steps)
-            pa, pb = final_params(ref, steps), final_params(d, steps)
-            check_same_tensors(pa, pb, what)
-            rel = compare_params(pa, pb, what)[0]
+            worst, rel = train_like_one_rank(tessel, mpirun, env, common, ref,
+                                             os.path.join(work, f"budget_{budget}"), plan, 2,
+                                             what, steps)
             print(f"{what}: losses within {worst:.1e}, final parameters within {rel:.1e}")
         # LLaMAs with as many K/V heads as query heads and with half as many (grouped-query):
         # attention splits Megatron's way, K/V heads with their query heads (the attention rule
@@ -142,14 +144,10 @@ def main():
                 if rules.get(name) != want:
                     fail(f"LLaMA with {kv_heads} K/V heads: the ILP's plan has {name}: "
                          f"{rules.get(name)!r}, expected {want!r}: {rules}")
-            d = os.path.join(work, f"llama_kv{kv_heads}_tp2")
-            run(mpi_prefix(mpirun) + ["-np", "2", tessel] + llama_common +
-                ["--tp", "2", "--tp-plan", plan, "--set", "checkpoint.dir=" + d], env=env)
             what = f"LLaMA with {kv_heads} K/V heads tp=2, plan {rules}"
-            worst = compare_losses(llama_ref, d, what, steps)
-            pa, pb = final_params(llama_ref, steps), final_params(d, steps)
-            check_same_tensors(pa, pb, what)
-            rel = compare_params(pa, pb, what)[0]
+            worst, rel = train_like_one_rank(tessel, mpirun, env, llama_common, llama_ref,
+                                             os.path.join(work, f"llama_kv{kv_heads}_tp2"), plan,
+                                             2, what, steps)
             print(f"{what}: losses within {worst:.1e}, final parameters within {rel:.1e}")
         # A budget nothing fits: one error line, no plan file.
         plan = os.path.join(work, "too_small.json")
