@@ -24,7 +24,7 @@
 // backward where something must come first or shares their lane: a tp sum of the experts'
 // gradients (sequence parallelism), ZeRO-3 (the expert units' gathers run on the same ep_dp lane,
 // and a rank without rows would issue its reductions after gathers its peers issued after them),
-// memory offload (each in-flight reduction holds its shard in the device tier), the pipeline
+// memory offload (each in-flight reduction holds its shard's chunk, in the host tier), the pipeline
 // schedule (as for the dense buckets) and `parallel.overlap=false`.
 //
 // With pipeline parallelism each stage's MoE layers use the ep and expert-dp groups of that stage
