@@ -57,7 +57,7 @@ StageTrace trace_stage(const Cluster* cluster, const models::ModelConfig& config
   std::shared_ptr<models::CausalLM> model = config.build_empty();
   if (options.transform) options.transform(*model);
   models::set_rank_recompute(*model, options.recompute, options.recompute_blocks,
-                             blocks_of_layers(*model, begin, end));
+                             blocks_of_layers(model->num_layers(), begin, end));
   model->train(options.dropout);
   const int64_t blocks = model->num_layers();
   TESSEL_CHECK(begin >= 0 && begin < end && end <= blocks + 2, "stage trace: layers [", begin, ", ",
@@ -227,14 +227,12 @@ ComposedRank compose_pipeline_rank(StageTraces& stages, const models::ModelConfi
     const auto [begin, end] = pr.stage_layers[size_t(s)];
     MemoryLayout stage_layout = layout;
     if (recompute_left != nn::kAllBlocks) {
-      const int64_t blocks = std::max<int64_t>(
-          0, std::min(end, config.num_layers() + 1) - std::max<int64_t>(begin, 1));
+      const int64_t blocks = int64_t(blocks_of_layers(config.num_layers(), begin, end).size());
       const int64_t n = std::min(blocks, recompute_left);
       recompute_left -= n;
       // The same trace as a stage without the count, or without recomputation.
-      stage_layout.recompute_blocks = n == blocks ? nn::kAllBlocks : n;
+      stage_layout.recompute_blocks = n == blocks || n == 0 ? nn::kAllBlocks : n;
       if (n == 0) stage_layout.recompute = nn::Recompute::None;
-      if (n == 0) stage_layout.recompute_blocks = nn::kAllBlocks;
     }
     const StageTrace& t = stages.get(stage_layout, begin, end);
     trace[size_t(s)] = &t;

@@ -129,14 +129,8 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
   DefaultDeviceScope meta(Device::meta());
   std::shared_ptr<models::CausalLM> model = config.build_empty();
   if (options.transform) options.transform(*model);
-  std::vector<int64_t> rank_blocks;  // the rank's stages' blocks, in forward order
-  for (int s = 0; s < pr.num_stages(); ++s)
-    if (pr.owner(s) == pr.rank) {
-      const std::vector<int64_t> b = blocks_of_layers(*model, pr.stage_layers[size_t(s)].first,
-                                                      pr.stage_layers[size_t(s)].second);
-      rank_blocks.insert(rank_blocks.end(), b.begin(), b.end());
-    }
-  models::set_rank_recompute(*model, options.recompute, options.recompute_blocks, rank_blocks);
+  models::set_rank_recompute(*model, options.recompute, options.recompute_blocks,
+                             rank_blocks(pr, model->num_layers()));
   model->train(options.dropout);
   const int64_t blocks = model->num_layers();
   const int last_stage = pr.num_stages() - 1;

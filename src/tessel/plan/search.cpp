@@ -150,9 +150,8 @@ PlanResult predict_traced(const models::ModelConfig& config, const Cluster& clus
 
 // Each pipeline rank's least recomputation under which it fits `memory`, from the ranks' peaks
 // of a layout predicted with each mode on every rank (by mode; the enum orders them by the work
-// they repeat); empty when some rank fits under none, or when every rank takes the same mode
-// (that layout is predicted already).
-std::vector<nn::Recompute> least_recompute_per_rank(
+// they repeat); empty when some rank fits under none.
+std::vector<nn::Recompute> least_fitting_modes(
     const std::map<nn::Recompute, std::vector<double>>& peaks, int pp, double memory) {
   std::vector<nn::Recompute> modes;
   for (int r = 0; r < pp; ++r) {
@@ -163,6 +162,15 @@ std::vector<nn::Recompute> least_recompute_per_rank(
     if (fits == peaks.end()) return {};
     modes.push_back(fits->first);
   }
+  return modes;
+}
+
+// least_fitting_modes, and empty too when every rank takes the same mode (that layout is
+// predicted already).
+std::vector<nn::Recompute> least_recompute_per_rank(
+    const std::map<nn::Recompute, std::vector<double>>& peaks, int pp, double memory) {
+  const std::vector<nn::Recompute> modes = least_fitting_modes(peaks, pp, memory);
+  if (modes.empty()) return {};
   if (std::all_of(modes.begin(), modes.end(), [&](nn::Recompute m) { return m == modes[0]; }))
     return {};
   return modes;
@@ -172,15 +180,10 @@ std::vector<nn::Recompute> least_recompute_per_rank(
 int64_t rank_block_count(const models::ModelConfig& config, const SearchRequest& request,
                          const Layout& l, int r) {
   if (l.pp == 1) return config.num_layers();
-  const PipelineRank pr =
-      request.pipeline_rank(l.schedule, l.pp, int(l.grad_accum), r, l.pipeline_split);
-  int64_t n = 0;
-  for (int s = 0; s < pr.num_stages(); ++s) {
-    if (pr.owner(s) != r) continue;
-    const auto [begin, end] = pr.stage_layers[size_t(s)];
-    n += std::max<int64_t>(0, std::min(end, config.num_layers() + 1) - std::max<int64_t>(begin, 1));
-  }
-  return n;
+  return int64_t(
+      rank_blocks(request.pipeline_rank(l.schedule, l.pp, int(l.grad_accum), r, l.pipeline_split),
+                  config.num_layers())
+          .size());
 }
 
 // `l` with `modes` per rank (one under pp 1), each on the first `counts[r]` of the rank's
@@ -211,15 +214,8 @@ std::optional<PlanResult> fewest_recomputed_blocks(
     const Layout& l, const std::map<nn::Recompute, std::vector<double>>& peaks, double memory,
     Kept& kept) {
   const int pp = l.pp;
-  std::vector<nn::Recompute> modes;
-  for (int r = 0; r < pp; ++r) {
-    const auto fits = std::find_if(peaks.begin(), peaks.end(), [&](const auto& mode_peaks) {
-      const std::vector<double>& p = mode_peaks.second;
-      return int(p.size()) == pp && p[size_t(r)] <= memory;
-    });
-    if (fits == peaks.end()) return std::nullopt;
-    modes.push_back(fits->first);
-  }
+  const std::vector<nn::Recompute> modes = least_fitting_modes(peaks, pp, memory);
+  if (modes.empty()) return std::nullopt;
   const size_t n = size_t(pp);
   std::vector<int64_t> blocks(n, 0), lo(n, 0), hi(n, 0);
   for (int r = 0; r < pp; ++r) {

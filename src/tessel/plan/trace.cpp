@@ -19,10 +19,21 @@
 
 namespace tessel::plan {
 
-std::vector<int64_t> blocks_of_layers(const models::CausalLM& model, int64_t begin, int64_t end) {
+std::vector<int64_t> blocks_of_layers(int64_t num_layers, int64_t begin, int64_t end) {
   std::vector<int64_t> out;
-  for (int64_t l = std::max<int64_t>(begin, 1); l < std::min(end, model.num_layers() + 1); ++l)
+  for (int64_t l = std::max<int64_t>(begin, 1); l < std::min(end, num_layers + 1); ++l)
     out.push_back(l - 1);
+  return out;
+}
+
+std::vector<int64_t> rank_blocks(const PipelineRank& rank, int64_t num_layers) {
+  std::vector<int64_t> out;
+  for (int s = 0; s < rank.num_stages(); ++s) {
+    if (rank.owner(s) != rank.rank) continue;
+    const auto [begin, end] = rank.stage_layers[size_t(s)];
+    const std::vector<int64_t> b = blocks_of_layers(num_layers, begin, end);
+    out.insert(out.end(), b.begin(), b.end());
+  }
   return out;
 }
 
@@ -40,7 +51,7 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
   std::shared_ptr<models::CausalLM> model = config.build_empty();
   if (options.transform) options.transform(*model);
   models::set_rank_recompute(*model, options.recompute, options.recompute_blocks,
-                             blocks_of_layers(*model, 1, model->num_layers() + 1));
+                             blocks_of_layers(model->num_layers(), 1, model->num_layers() + 1));
   model->train(options.dropout);
 
   Graph graph;

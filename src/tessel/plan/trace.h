@@ -94,8 +94,10 @@ struct TraceOptions {
   int steps = 1;
 };
 
-// The block indices of pipeline layers [begin, end) (layer l >= 1 is block l - 1), in order.
-std::vector<int64_t> blocks_of_layers(const models::CausalLM& model, int64_t begin, int64_t end);
+// The block indices of pipeline layers [begin, end) of a model of `num_layers` blocks (layer
+// l >= 1 is block l - 1), in order; and those of pipeline rank `rank`'s stages, stage by stage.
+std::vector<int64_t> blocks_of_layers(int64_t num_layers, int64_t begin, int64_t end);
+std::vector<int64_t> rank_blocks(const PipelineRank& rank, int64_t num_layers);
 
 // Forward + loss + backward of one micro-batch of `config`'s model, as a graph.
 Graph trace_training_step(const models::ModelConfig& config, const TraceOptions& options);

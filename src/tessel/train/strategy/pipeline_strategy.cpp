@@ -60,11 +60,11 @@ PipelineStrategy::PipelineStrategy(models::CausalLM& model, const TrainLayout& l
   for (int64_t s = 0; s < stages_->partition().num_stages(); ++s) {
     const auto [begin, end] = stages_->partition().layers_of(s);
     // Pipeline layers 1..L are the blocks; 0 the embedding, L + 1 the head.
-    blocks_per_rank_[size_t(schedule.owner(int(s)))] +=
-        std::min(end, model_.num_layers() + 1) - std::max<int64_t>(begin, 1);
+    const int64_t first = std::max<int64_t>(begin, 1),
+                  stop = std::min(end, model_.num_layers() + 1);
+    blocks_per_rank_[size_t(schedule.owner(int(s)))] += stop - first;
     if (schedule.owner(int(s)) == layout_.pp_rank())
-      for (int64_t l = std::max<int64_t>(begin, 1); l < std::min(end, model_.num_layers() + 1); ++l)
-        rank_blocks_.push_back(l - 1);
+      for (int64_t l = first; l < stop; ++l) rank_blocks_.push_back(l - 1);
   }
   tied_ = model_.head_tied_parameters();
   {
