@@ -246,12 +246,14 @@ void Trainer::build(const std::string& resume) {
   // its blocks, or the first N of them under `mode:N`.
   const std::vector<int64_t> blocks =
       pipeline_ ? pipeline_->blocks_per_rank() : std::vector<int64_t>{mc.num_layers()};
+  // One mode on every block: the family's count itself (the shares need not sum back to it
+  // bit for bit).
   recompute_flops_per_token_ = 0;
+  const int pp = int(blocks.size());
   if (recompute_modes.size() == 1 && recompute_blocks[0] == nn::kAllBlocks)
     recompute_flops_per_token_ = mc.recompute_flops_per_token(recompute_modes[0], t.seq_len);
   else
     for (size_t r = 0; r < blocks.size(); ++r) {
-      const int pp = int(blocks.size());
       const int64_t count = nn::recompute_blocks_of_rank(recompute_blocks, int(r), pp);
       recompute_flops_per_token_ +=
           mc.recompute_flops_per_token(nn::recompute_of_rank(recompute_modes, int(r), pp),
