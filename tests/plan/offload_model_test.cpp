@@ -3,8 +3,8 @@
 // places, the copies' own list), the start-up placement, a state that fits the device tier moving
 // nothing, a host tier holding everything moving nothing to NVMe, MIN never reading more than LRU
 // in the steady state of a loop, the trainer's refusals with the smallest budgets, a pipeline
-// rank's recorded holds under dp (its replicas' copies among them), the disk time (reads and writes
-// share the disk). Against measured runs: tests/plan/offload_plan_check.py.
+// rank's recorded holds under dp (its replicas' copies among them), an expert-parallel rank's two
+// axes of shards, the disk time (reads and writes share the disk). Against measured runs: tests/plan/offload_plan_check.py.
 #include "tessel/plan/offload_model.h"
 
 #include <gtest/gtest.h>
@@ -326,7 +326,8 @@ TEST(OffloadModel, PipelineRanksUnderDpReplayTheirRecordedHolds) {
   in.recorded_holds[1][0].bucket = 0;
   in.pipeline.ranks = 1;
   e = error_of(in);
-  EXPECT_NE(e.find("recorded holds are read for a pipeline rank under dp only"), std::string::npos)
+  EXPECT_NE(e.find("recorded holds are read for a pipeline or expert-parallel rank under dp only"),
+            std::string::npos)
       << e;
   // ZeRO-1/2's replica copies: the offload layer's unit spans, recorded among the holds. Three
   // units whose 3,000-byte copies take a chunk each: one process holds the root's with one other
@@ -366,6 +367,62 @@ TEST(OffloadModel, PipelineRanksUnderDpReplayTheirRecordedHolds) {
   e = error_of(in);
   EXPECT_NE(e.find("unit 0's 16-bit copies, which this rank's state does not have"),
             std::string::npos)
+      << e;
+}
+
+// An expert-parallel rank: its experts' shards (over dp / ep ranks, one ZeRO-3 unit per MoE layer)
+// after the dense ones (over dp), no full buffer in chunks, each axis's gathers counted on their
+// own in the working set, and the step's holds recorded with the axis they belong to.
+TEST(OffloadModel, ExpertParallelRanksLayOutTheirExpertsAfterTheDenseShards) {
+  OffloadInput in = input(3, 1, 1000);  // dense shards of 250 floats at dp 4
+  for (int layer = 0; layer < 2; ++layer) {
+    in.units[size_t(layer) + 1].tensors.push_back(in.tensors.size());
+    in.tensors.push_back({"e" + std::to_string(layer), 599, false, layer});  // 300 at dp / ep 2
+  }
+  in.dp = 4;
+  in.ep = 2;
+  in.zero_stage = 3;
+  in.budgets.device_budget = in.budgets.host_budget = 100 * kChunk;
+  std::string e = error_of(in);
+  EXPECT_NE(e.find("an expert-parallel rank (ep 2) needs"), std::string::npos) << e;
+  using H = ShardHoldEvent;
+  // Every step gathers expert bucket 0 (the last MoE layer's unit) once.
+  const std::vector<ShardHoldEvent> gather = {{H::Hold, H::Param, 0, true, false, true},
+                                              {H::Release, H::Param, 0, false, false, true}};
+  in.recorded_holds = {gather, gather};
+  OffloadPrediction p = predict_offload(in, 4);
+  ASSERT_EQ(p.groups.size(), 4u);  // no grad_bucket: the full buffers stay plain memory
+  // Dense shards of 1,000 bytes (three to a chunk), the experts' of 1,200 in a chunk of their own.
+  EXPECT_EQ(p.groups[0].chunks, 2);
+  EXPECT_EQ(p.state_bytes, 4 * (3 * 1000 + 2 * 1200));
+  EXPECT_EQ(p.device_working_set, 2);  // one parameter chunk per axis
+  EXPECT_EQ(p.steps[0].h2d_bytes, 0);  // the update then moves every parameter shard to the host
+  for (size_t s = 1; s < 4; ++s) EXPECT_EQ(p.steps[s].h2d_bytes, kChunk) << "step " << s + 1;
+  in.recorded_holds[1][0].bucket = 2;
+  e = error_of(in);
+  EXPECT_NE(e.find("a recorded hold of expert bucket 2 of 2"), std::string::npos) << e;
+  in.recorded_holds[1][0].bucket = 0;
+  in.ep = 3;
+  e = error_of(in);
+  EXPECT_NE(e.find("ep 3 must divide dp 4"), std::string::npos) << e;
+  // ZeRO-2: the experts' own buckets (here one, of 1,198 floats over 2 ranks: 2,396-byte gradient
+  // and moments' shards) follow the dense ones (one of 3,000 floats over 4: 3,000 bytes each);
+  // neither's full buffer is in chunks under ep.
+  in.ep = 2;
+  in.zero_stage = 2;
+  in.bucket_bytes = 1 << 20;
+  in.recorded_holds = {{{H::Hold, H::GradShard, 0, false, true, true},
+                        {H::Release, H::GradShard, 0, false, false, true}}};
+  p = predict_offload(in, 3);
+  ASSERT_EQ(p.groups.size(), 3u);
+  EXPECT_EQ(p.groups[0].name, "grad");
+  EXPECT_EQ(p.groups[0].chunks, 2);
+  EXPECT_EQ(p.state_bytes, 3 * (3000 + 2396));
+  EXPECT_EQ(p.device_working_set, 0);
+  in.tensors[3].expert_layer = -1;
+  in.tensors[4].expert_layer = -1;
+  e = error_of(in);
+  EXPECT_NE(e.find("an expert-parallel rank (ep 2) needs its experts' tensors"), std::string::npos)
       << e;
 }
 

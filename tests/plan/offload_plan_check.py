@@ -23,10 +23,13 @@ unit spans), whose schedule's holds the plan records from the runtime's own obje
 `--pp 2 --tp 2` (1F1B in f32, GPipe in bf16 with --sp) and of `--dp 2 --pp 2 --tp 2` at ZeRO-3;
 and
 memory.nvme_budget at the fewest slots the runtime accepts (one process, ZeRO-2), the swap file
-that size. A GPT-2 with C = 26, 2 heads, 5 blocks and sequences of 9; for ZeRO-1/2 one with
+that size. With "ep" (its own CTest, plan.offload_traffic_ep): rank 0 of `--dp 2` and `--dp 4`
+with `--ep 2` at ZeRO-1, 2 and 3 (its dense shards over dp, its experts' over the ranks holding
+the same ones), f32 and bf16, on a GPT-2-MoE and one of wide experts whose gradient shards leave
+memory before their 1 / ep scaling. A GPT-2 with C = 26, 2 heads, 5 blocks and sequences of 9; for ZeRO-1/2 one with
 C = 128, 4 heads, 4 blocks (four buckets), and under dp x pp one of 8 blocks.
 
-Usage: offload_plan_check.py TESSEL WORKDIR [MPIRUN]
+Usage: offload_plan_check.py TESSEL WORKDIR [MPIRUN [ep]]  (ep: the expert-parallel cases alone)
 """
 import json
 import os
@@ -35,6 +38,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+from ep_equivalence import moe_config  # noqa: E402
 from offload_runs import small_gpt2  # noqa: E402
 from tessel_runs import (fail, gpt2_config, mpi_prefix, prepare_workdir,  # noqa: E402
                          remove_workdir, run, single_thread_env, step_records, train_sets,
@@ -132,6 +137,27 @@ CASES = [
      "min"),
 ]
 
+# Expert parallelism (--ep 2, rank 0 of --dp 2 or 4): its ZeRO shards of the dense parameters over
+# dp and of its experts over the ranks holding the same ones (the GPT-2-MoE of
+# train.ep_equivalence: 2 blocks, 4 experts each, top-2), the holds of both axes' runtime objects
+# recorded on meta. ZeRO-3: 40 KiB holds an MoE layer's expert shard; ZeRO-1/2: 80 KiB a bucket's.
+EP_CASES = [
+    ("dp 2 ep 2 ZeRO-3, rank 0", "fp32", 0, 4, True, 0, 1, "moe", "ep2z3", 40),
+    ("dp 4 ep 2 ZeRO-3, two micro-batches", "fp32", 1, 4, True, 0, 2, "moe", "ep4z3", 40),
+    ("dp 4 ep 2 ZeRO-3, bf16", "bf16", 0, 4, True, 0, 1, "moe", "ep4z3", 40),
+    ("dp 2 ep 2 ZeRO-2, two micro-batches, clipped", "fp32", 1, 3, True, 0, 2, "moe",
+     "ep2z2-clip", 80),
+    ("dp 4 ep 2 ZeRO-2, bf16", "bf16", 0, 3, True, 0, 1, "moe", "ep4z2", 80),
+    ("dp 2 ep 2 ZeRO-1, all-reduced buckets in chunks", "fp32", 0, 3, True, 0, 1, "moe",
+     "ep2z1", 80),
+    ("dp 2 ep 2 ZeRO-1, bf16, prefetch 4", "bf16", 1, 3, True, 4, 1, "moe", "ep2z1", 80),
+    # Wide experts in 8 blocks, chunks of 944 KiB (an expert bucket's shard): the experts'
+    # gradient shards leave memory between their reductions and the 1/ep scaling, whose holds
+    # then change the step's traffic (a model without them predicts other figures).
+    ("dp 2 ep 2 ZeRO-2, wide experts", "fp32", 1, 3, True, 0, 1, "moew", "ep2z2", 944),
+    ("dp 4 ep 2 ZeRO-3, wide experts", "fp32", 0, 4, True, 0, 1, "moew", "ep4z3", 944),
+]
+
 FIELDS = ["nvme_read_bytes", "nvme_write_bytes", "h2d_bytes", "d2h_bytes", "evictions",
           "clean_evictions"]
 
@@ -143,12 +169,20 @@ def llama(work, vocab):
         "max_position_embeddings": 17, "tie_word_embeddings": False, "rms_norm_eps": 1e-5})
 
 
+def expert(layout):
+    """(ranks, ZeRO stage, clipped) for layouts "epNzS[-clip]" (--dp N --ep 2), else None."""
+    m = re.fullmatch(r"ep(\d)z(\d)(-clip)?", layout)
+    return (int(m.group(1)), m.group(2), bool(m.group(3))) if m else None
+
+
 def zero12(layout):
     """ZeRO-1 or 2 for layouts "z1", "z2" (and their "-clip"), else None."""
     return int(layout[1]) if layout[:2] in ("z1", "z2") else None
 
 
 def ranks(layout):
+    if expert(layout):
+        return expert(layout)[0]
     if layout.startswith("ptz"):
         return 8
     return 4 if layout[:2] in ("tz", "pz", "pt") else 2 if layout else 1
@@ -174,6 +208,10 @@ def pipeline_dp(layout):
 
 
 def plan_flags(layout, precision):
+    if expert(layout):
+        np_, stage, clipped = expert(layout)
+        return ["--dp", str(np_), "--ep", "2", "--zero", stage, "--bucket-mb", "1"] + (
+            ["--clipped"] if clipped else [])
     if pipeline_tp(layout):
         stage, schedule, sp = pipeline_tp(layout)
         return ["--pp", "2", "--tp", "2", "--schedule", schedule] + (["--sp"] if sp else []) + (
@@ -198,6 +236,10 @@ def plan_flags(layout, precision):
 
 
 def train_flags(layout, precision):
+    if expert(layout):
+        np_, stage, clipped = expert(layout)
+        return ["--dp", str(np_), "--ep", "2", "--set", f"parallel.zero_stage={stage}", "--set",
+                "parallel.bucket_mb=1", "--set", f"optim.grad_clip={1e-9 if clipped else 0}"]
     if pipeline_tp(layout):
         stage, schedule, sp = pipeline_tp(layout)
         return ["--pp", "2", "--tp", "2", "--schedule", schedule] + (["--sp"] if sp else []) + (
@@ -256,6 +298,7 @@ def train(tessel, work, tag, config, precision, device, host, nvme, prefetch, mi
 def main():
     tessel, work = sys.argv[1], sys.argv[2]
     mpirun = sys.argv[3] if len(sys.argv) > 3 else None
+    experts = len(sys.argv) > 4 and sys.argv[4] == "ep"  # the expert-parallel cases alone
     vocab = prepare_workdir(tessel, work)
     env = single_thread_env()
     configs = {"gpt2": small_gpt2(work, vocab), "llama": llama(work, vocab),
@@ -265,9 +308,12 @@ def main():
                # Eight blocks: a pipeline stage's four make several 1 MiB buckets.
                "gpt2p": write_json(os.path.join(work, "gpt2p.json"),
                                    gpt2_config(vocab, n_positions=17, n_embd=128, n_layer=8,
-                                               n_head=4))}
+                                               n_head=4)),
+               "moe": write_json(os.path.join(work, "moe.json"), moe_config(vocab)),
+               "moew": write_json(os.path.join(work, "moew.json"),
+                                  moe_config(vocab, n_inner=700, n_layer=8))}
     for i, (what, precision, extra, host, nvme, prefetch, mb, model, layout, kib,
-            *slots) in enumerate(CASES):
+            *slots) in enumerate(EP_CASES if experts else CASES):
         if layout and not mpirun:
             print(f"{what}: skipped (no mpirun)")
             continue
@@ -317,23 +363,28 @@ def main():
               f"{s['nvme_write_bytes']}, h2d {s['h2d_bytes']}, d2h {s['d2h_bytes']} bytes, "
               f"{s['evictions']} evictions of which {s['clean_evictions']} clean)")
 
-    # Below the working set: both refuse, naming the same smallest device budget.
-    ws = plan(tessel, configs["gpt2"], "fp32", 256, 256, True, 1)["device_working_set"]
+    # Below the working set: both refuse, naming the same smallest device budget (one process;
+    # with the expert-parallel cases, rank 0 of --dp 2 --ep 2 at ZeRO-3, both axes' gathers).
+    model, layout, kib = ("moe", "ep2z3", 40) if experts else ("gpt2", "", 32)
+    chunk = kib << 10
+    launch = mpi_prefix(mpirun) + ["-np", str(ranks(layout))] if layout else None
+    ws = plan(tessel, configs[model], "fp32", 256, 256, True, 1, layout, chunk)["device_working_set"]
     names = []
-    for cmd in ([tessel, "plan", "offload", "-m", configs["gpt2"], "--chunk-size", str(CHUNK),
-                 "--device-budget", str((ws - 1) * CHUNK), "--host-budget", str(6 * CHUNK),
-                 "--nvme"],
-                train(tessel, work, "refused", configs["gpt2"], "fp32", ws - 1, 6, True, 4, 1,
-                      env)[0]):
+    for cmd in ([tessel, "plan", "offload", "-m", configs[model], "--chunk-size", str(chunk),
+                 "--device-budget", str((ws - 1) * chunk), "--host-budget", str(6 * chunk),
+                 "--nvme"] + plan_flags(layout, "fp32"),
+                train(tessel, work, "refused", configs[model], "fp32", ws - 1, 6, True, 4, 1,
+                      env, launch, layout, chunk)[0]):
         r = subprocess.run(cmd, env=env, capture_output=True, text=True)
         m = re.search(r"smallest device budget that works is (\d+) bytes", r.stdout + r.stderr)
         if r.returncode == 0 or not m:
             fail(f"a device tier of {ws - 1} chunks: expected a refusal, rc {r.returncode}: "
                  f"{r.stderr[-800:]}")
         names.append(int(m.group(1)))
-    if names != [ws * CHUNK] * 2:
-        fail(f"smallest device budgets named by plan and train: {names}, expected {ws * CHUNK}")
-    print(f"a device tier of {ws - 1} chunks: plan and train both name {ws * CHUNK} bytes")
+    if names != [ws * chunk] * 2:
+        fail(f"smallest device budgets named by plan and train: {names}, expected {ws * chunk}")
+    print(f"a device tier of {ws - 1} chunks{' (' + layout + ')' if layout else ''}: plan and "
+          f"train both name {ws * chunk} bytes")
     remove_workdir(work)
 
 

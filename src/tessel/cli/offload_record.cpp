@@ -8,19 +8,28 @@
 // is state of those objects, not a formula, so the planner reads it from them (docs/PLANNER.md,
 // "Offload"). At ZeRO-1/2 under mixed precision the offload layer's unit spans
 // (train/strategy/unit_hooks.h), which hold the replicas' 16-bit copies, are recorded among them.
+// An expert-parallel rank's holds likewise (record_ep_holds): the dense axis's objects over dp and
+// the experts' own over the ranks holding the same experts, run through the trainer's micro-batch
+// loop on the model split over ep with a stand-in exchange (cli/expert_meta.cpp).
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <utility>
 
+#include "tessel/autograd/engine.h"
+#include "tessel/autograd/grad_mode.h"
 #include "tessel/cli/plan_layout.h"
 #include "tessel/core/error.h"
 #include "tessel/dist/meta/meta_communicator.h"
 #include "tessel/nn/autocast.h"
+#include "tessel/ops/elementwise.h"
 #include "tessel/parallel/data/data_parallel.h"
 #include "tessel/parallel/zero/zero3.h"
 #include "tessel/plan/trace.h"
+#include "tessel/tensor/default_device.h"
+#include "tessel/train/strategy/expert_parallel_strategy.h"
 #include "tessel/train/strategy/unit_hooks.h"
 
 namespace tessel::cli {
@@ -49,7 +58,115 @@ struct CopyHolds final : train::UnitHooks::Listener {
   void forward_end(size_t k) override { add(plan::ShardHoldEvent::Release, k); }
   void backward_begin(size_t k) override { add(plan::ShardHoldEvent::Hold, k); }
   void backward_end(size_t k) override { add(plan::ShardHoldEvent::Release, k); }
+
+  // Hooks the units the model laid the copies out by (checked against the offload model's), after
+  // DataParallel's grad-ready hooks, as the trainer builds the offload after the dp axis.
+  std::unique_ptr<train::UnitHooks> hook(models::CausalLM& model,
+                                         const std::vector<parallel::Zero3Unit>& units,
+                                         const std::vector<plan::OffloadUnit>& expected,
+                                         std::set<const TensorImpl*>& covered) {
+    TESSEL_CHECK(units.size() == expected.size(), "offload record: ", units.size(),
+                 " units hooked, the offload model has ", expected.size());
+    for (const Tensor& m : nn::LowPrecisionScope::masters({&model}))
+      covered.insert(m.impl_ptr().get());
+    std::vector<train::UnitHooks::Unit> hooked;
+    for (size_t k = 0; k < units.size(); ++k) {
+      TESSEL_CHECK(units[k].name == expected[k].name, "offload record: unit ", k, " is '",
+                   units[k].name, "', the offload model's is '", expected[k].name, "'");
+      train::UnitHooks::Unit& u = hooked.emplace_back();
+      u.module = units[k].module;
+      std::vector<Tensor>& with_copies = masters.emplace_back();
+      for (const std::string& name : units[k].params) {
+        const Tensor p = model.find(name);
+        u.params.push_back(p);
+        if (covered.count(p.impl_ptr().get())) with_copies.push_back(p);
+      }
+    }
+    return std::make_unique<train::UnitHooks>(std::move(hooked), *this);
+  }
 };
+
+// The holds DataParallels and Zero3Parameters take of their bucket tensors, written into the
+// record as OffloadStrategy::shard_hold's tiers would see them.
+class HoldRecorder {
+ public:
+  explicit HoldRecorder(std::shared_ptr<Record> record) : record_(std::move(record)) {}
+
+  // Names `ddp`'s buffers, gradient shards (stage 2 and 3) and `zero3`'s parameter shards as
+  // parts of its buckets (`expert`: the experts' own).
+  void add(parallel::DataParallel& ddp, parallel::Zero3Parameters* zero3, int stage, bool expert) {
+    using plan::ShardHoldEvent;
+    for (int64_t b = 0; b < ddp.bucket_count(); ++b) {
+      parts_[ddp.bucket_buffer(b).impl_ptr().get()] = {ShardHoldEvent::Buffer, b, expert};
+      if (stage >= 2)
+        parts_[ddp.gradient_shard(b).impl_ptr().get()] = {ShardHoldEvent::GradShard, b, expert};
+      if (zero3)
+        parts_[zero3->parameter_shard(b).impl_ptr().get()] = {ShardHoldEvent::Param, b, expert};
+    }
+  }
+
+  parallel::ShardHold hold() const {
+    using plan::ShardHoldEvent;
+    const auto parts = &parts_;
+    const std::shared_ptr<Record> record = record_;
+    return [parts, record](const Tensor& t, parallel::ShardUse use) -> std::shared_ptr<void> {
+      auto it = parts->find(t.impl_ptr().get());
+      TESSEL_CHECK(it != parts->end(),
+                   "offload record: a hold of a tensor that is no bucket's buffer or shard");
+      TESSEL_CHECK(!record->empty(), "offload record: a hold before the first step");
+      const Part p = it->second;
+      if (use == parallel::ShardUse::Discard) {
+        record->back().push_back(
+            {ShardHoldEvent::Discard, p.part, p.bucket, false, false, p.expert});
+        return nullptr;
+      }
+      // OffloadStrategy::shard_hold's tiers: a gather reads and backward's accumulation writes
+      // in the device tier; reductions and the update write, the norm reads, in the host tier.
+      const bool device =
+          use == parallel::ShardUse::Gather || use == parallel::ShardUse::Accumulate;
+      const bool write = use != parallel::ShardUse::Gather && use != parallel::ShardUse::Read;
+      record->back().push_back({ShardHoldEvent::Hold, p.part, p.bucket, device, write, p.expert});
+      return std::shared_ptr<void>(static_cast<void*>(record.get()), [record, p](void*) {
+        record->back().push_back(
+            {ShardHoldEvent::Release, p.part, p.bucket, false, false, p.expert});
+      });
+    };
+  }
+
+ private:
+  struct Part {
+    plan::ShardHoldEvent::Part part;
+    int64_t bucket;
+    bool expert;
+  };
+  std::shared_ptr<Record> record_;
+  std::map<const TensorImpl*, Part> parts_;
+};
+
+parallel::DataParallelOptions recorded_options(int stage, int64_t bucket_bytes) {
+  parallel::DataParallelOptions o;
+  o.bucket_bytes = bucket_bytes;
+  o.reduction =
+      stage >= 2 ? parallel::GradReduction::ReduceScatter : parallel::GradReduction::AllReduce;
+  // Laid out by the caller, as the trainer's offload lays them out in chunks (a layout whose
+  // buffers stay plain memory holds the same shards; the model drops the buffers' holds).
+  o.allocate_buckets = false;
+  o.allocate_gradient_shards = false;
+  return o;
+}
+
+std::unique_ptr<parallel::Zero3Parameters> recorded_zero3(parallel::DataParallel& ddp,
+                                                          std::vector<parallel::Zero3Unit> units) {
+  parallel::Zero3Options zo;
+  zo.copy_values = false;
+  zo.allocate_shards = false;
+  auto zero3 = std::make_unique<parallel::Zero3Parameters>(ddp, std::move(units), zo);
+  for (size_t k = 0; k < zero3->unit_count(); ++k)
+    TESSEL_CHECK(zero3->unit_bucket(k) == int64_t(zero3->unit_count() - 1 - k),
+                 "offload record: unit ", k, " has bucket ", zero3->unit_bucket(k),
+                 "; the offload model expects units in reverse bucket order");
+  return zero3;
+}
 
 }  // namespace
 
@@ -80,23 +197,16 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
     struct State {
       std::unique_ptr<parallel::DataParallel> ddp;
       std::unique_ptr<parallel::Zero3Parameters> zero3;
-      std::map<const TensorImpl*, std::pair<ShardHoldEvent::Part, int64_t>> parts;
       std::vector<std::string> tied;
       CopyHolds copy_holds;
       std::unique_ptr<train::UnitHooks> hooks;
       std::set<const TensorImpl*> covered;
+      std::unique_ptr<HoldRecorder> holds;
     };
     auto state = std::make_shared<State>();
     nn::NamedTensors params;
     for (const std::string& name : trained) params.emplace_back(name, model.find(name));
-    parallel::DataParallelOptions o;
-    o.bucket_bytes = bucket_bytes;
-    o.reduction =
-        stage >= 2 ? parallel::GradReduction::ReduceScatter : parallel::GradReduction::AllReduce;
-    // Laid out by the caller, as the trainer's offload lays them out in chunks (a layout whose
-    // buffers stay plain memory holds the same shards; the model drops the buffers' holds).
-    o.allocate_buckets = false;
-    o.allocate_gradient_shards = false;
+    parallel::DataParallelOptions o = recorded_options(stage, bucket_bytes);
     // The trainer's units: ZeRO-3's gathers, or under mixed precision ZeRO-1/2's copies' spans.
     std::vector<parallel::Zero3Unit> units;
     if (stage == 3 || copies) units = zero3_rank_units(model, trained, /*stages=*/true);
@@ -104,77 +214,19 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
     state->ddp = std::make_unique<parallel::DataParallel>(
         params, dist::make_meta_communicator(dp, 0, "dp"), o);
     parallel::DataParallel& ddp = *state->ddp;
-    if (stage == 3) {
-      parallel::Zero3Options zo;
-      zo.copy_values = false;
-      zo.allocate_shards = false;
-      state->zero3 = std::make_unique<parallel::Zero3Parameters>(ddp, units, zo);
-      for (size_t k = 0; k < state->zero3->unit_count(); ++k)
-        TESSEL_CHECK(state->zero3->unit_bucket(k) == int64_t(units.size() - 1 - k),
-                     "record_pipeline_holds: unit ", k, " has bucket ",
-                     state->zero3->unit_bucket(k),
-                     "; the offload model expects units in "
-                     "reverse bucket order");
-    }
-    for (int64_t b = 0; b < ddp.bucket_count(); ++b) {
-      state->parts[ddp.bucket_buffer(b).impl_ptr().get()] = {ShardHoldEvent::Buffer, b};
-      if (stage >= 2)
-        state->parts[ddp.gradient_shard(b).impl_ptr().get()] = {ShardHoldEvent::GradShard, b};
-      if (state->zero3)
-        state->parts[state->zero3->parameter_shard(b).impl_ptr().get()] = {ShardHoldEvent::Param,
-                                                                           b};
-    }
+    if (stage == 3) state->zero3 = recorded_zero3(ddp, units);
+    state->holds = std::make_unique<HoldRecorder>(record);
+    state->holds->add(ddp, state->zero3.get(), stage, false);
     if (copies) {
-      // The units the model laid the copies out by, hooked after DataParallel's grad-ready
-      // hooks, as the trainer builds the offload after the dp axis.
-      TESSEL_CHECK(units.size() == expected_units.size(), "record_pipeline_holds: ", units.size(),
-                   " units hooked, the offload model has ", expected_units.size());
-      for (const Tensor& m : nn::LowPrecisionScope::masters({&model}))
-        state->covered.insert(m.impl_ptr().get());
-      std::vector<train::UnitHooks::Unit> hooked;
       state->copy_holds.record = record;
-      for (size_t k = 0; k < units.size(); ++k) {
-        TESSEL_CHECK(units[k].name == expected_units[k].name, "record_pipeline_holds: unit ", k,
-                     " is '", units[k].name, "', the offload model's is '", expected_units[k].name,
-                     "'");
-        train::UnitHooks::Unit& u = hooked.emplace_back();
-        u.module = units[k].module;
-        std::vector<Tensor>& with_copies = state->copy_holds.masters.emplace_back();
-        for (const std::string& name : units[k].params) {
-          const Tensor p = model.find(name);
-          u.params.push_back(p);
-          if (state->covered.count(p.impl_ptr().get())) with_copies.push_back(p);
-        }
-      }
-      state->hooks = std::make_unique<train::UnitHooks>(std::move(hooked), state->copy_holds);
+      state->hooks = state->copy_holds.hook(model, units, expected_units, state->covered);
     }
     if (adds_tied)
       for (const std::string& name : model.head_tied_parameters())
         if (std::find(trained.begin(), trained.end(), name) != trained.end())
           state->tied.push_back(name);
     State* st = state.get();
-    const parallel::ShardHold hold = [st, record](const Tensor& t,
-                                                  parallel::ShardUse use) -> std::shared_ptr<void> {
-      auto it = st->parts.find(t.impl_ptr().get());
-      TESSEL_CHECK(it != st->parts.end(),
-                   "record_pipeline_holds: a hold of a tensor that is no "
-                   "bucket's buffer or shard");
-      TESSEL_CHECK(!record->empty(), "record_pipeline_holds: a hold before the first step");
-      const auto [part, bucket] = it->second;
-      if (use == parallel::ShardUse::Discard) {
-        record->back().push_back({ShardHoldEvent::Discard, part, bucket});
-        return nullptr;
-      }
-      // OffloadStrategy::shard_hold's tiers: a gather reads and backward's accumulation writes
-      // in the device tier; reductions and the update write, the norm reads, in the host tier.
-      const bool device =
-          use == parallel::ShardUse::Gather || use == parallel::ShardUse::Accumulate;
-      const bool write = use != parallel::ShardUse::Gather && use != parallel::ShardUse::Read;
-      record->back().push_back({ShardHoldEvent::Hold, part, bucket, device, write});
-      return std::shared_ptr<void>(static_cast<void*>(record.get()), [record, part, bucket](void*) {
-        record->back().push_back({ShardHoldEvent::Release, part, bucket});
-      });
-    };
+    const parallel::ShardHold hold = state->holds->hold();
     ddp.set_shard_hold(hold);
     if (state->zero3) state->zero3->set_shard_hold(hold);
 
@@ -209,6 +261,131 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
   plan::trace_pipeline_rank(config, options, pr);
   TESSEL_CHECK(int(record->size()) == steps, "record_pipeline_holds: ", record->size(),
                " steps recorded of ", steps);
+  return std::move(*record);
+}
+
+std::vector<std::vector<plan::ShardHoldEvent>> record_ep_holds(
+    const models::ModelConfig& config, const plan::MemoryLayout& layout, int ep, int steps,
+    const std::vector<plan::OffloadUnit>& expected_units) {
+  const int dp = layout.dp, stage = layout.zero_stage;
+  TESSEL_CHECK(ep > 1 && dp % ep == 0 && stage >= 1 && stage <= 3 && !layout.pipeline.active() &&
+                   !layout.tp_transform,
+               "record_ep_holds: an expert-parallel rank under dp at ZeRO-1, 2 or 3 without pp "
+               "or tp (ep ",
+               ep, ", dp ", dp, ", ZeRO-", stage, ")");
+  TESSEL_CHECK(steps >= 1, "record_ep_holds: steps ", steps, " must be >= 1");
+  const DType compute = layout.compute_dtype;
+  const bool copies = stage < 3 && compute != DType::F32;
+  DefaultDeviceScope meta(Device::meta());
+  std::shared_ptr<models::CausalLM> model = config.build_empty();
+  const std::vector<std::string> expert_names = split_experts_on_meta(*model, ep);
+  const std::set<std::string> is_expert(expert_names.begin(), expert_names.end());
+  model->train();
+  nn::NamedTensors expert_params, dense_params;
+  std::vector<std::string> all, dense;
+  for (const auto& [name, p] : model->named_parameters()) {
+    all.push_back(name);
+    if (is_expert.count(name)) {
+      expert_params.emplace_back(name, p);
+    } else {
+      dense_params.emplace_back(name, p);
+      dense.push_back(name);
+    }
+  }
+  auto record = std::make_shared<Record>();
+  HoldRecorder holds(record);
+  // The experts' axis first, as the trainer builds it (ExpertParallelStrategy before the dp
+  // axis): their buckets over the dp / ep ranks holding the same experts, reduced after backward
+  // (offloaded, nothing overlaps), ZeRO-3's units one per MoE layer.
+  parallel::DataParallelOptions eo = recorded_options(stage, layout.bucket_bytes);
+  eo.overlap = false;
+  std::vector<parallel::Zero3Unit> expert_units;
+  if (stage == 3) {
+    expert_units = train::expert_zero3_units(*model, is_expert);
+    eo.groups = parallel::zero3_groups(expert_params, expert_units);
+  }
+  parallel::DataParallel experts(expert_params, dist::make_meta_communicator(dp / ep, 0, "ep_dp"),
+                                 eo);
+  std::unique_ptr<parallel::Zero3Parameters> expert_zero3;
+  if (stage == 3) expert_zero3 = recorded_zero3(experts, expert_units);
+  // The dense parameters over dp: ZeRO-3's units without the experts.
+  parallel::DataParallelOptions o = recorded_options(stage, layout.bucket_bytes);
+  std::vector<parallel::Zero3Unit> units;
+  if (stage == 3) {
+    units = zero3_rank_units(*model, dense, /*stages=*/false);
+    o.groups = parallel::zero3_groups(dense_params, units);
+  }
+  parallel::DataParallel ddp(dense_params, dist::make_meta_communicator(dp, 0, "dp"), o);
+  std::unique_ptr<parallel::Zero3Parameters> zero3;
+  if (stage == 3) zero3 = recorded_zero3(ddp, units);
+  holds.add(ddp, zero3.get(), stage, false);
+  holds.add(experts, expert_zero3.get(), stage, true);
+  const parallel::ShardHold hold = holds.hold();
+  for (parallel::DataParallel* d : {&ddp, &experts}) d->set_shard_hold(hold);
+  for (parallel::Zero3Parameters* z : {zero3.get(), expert_zero3.get()})
+    if (z) z->set_shard_hold(hold);
+  // ZeRO-1/2 under mixed precision: the copies' spans over the whole model's units (experts in
+  // their blocks').
+  CopyHolds copy_holds;
+  std::set<const TensorImpl*> covered;
+  std::unique_ptr<train::UnitHooks> hooks;
+  if (copies) {
+    copy_holds.record = record;
+    hooks = copy_holds.hook(*model, zero3_rank_units(*model, all, /*stages=*/false), expected_units,
+                            covered);
+  }
+
+  // Enough tokens that the meta routing reaches every expert.
+  const int64_t tokens = tokens_for_every_expert(*model);
+  const int64_t seq = std::min(tokens, config.max_positions());
+  const int64_t rows = (tokens + seq - 1) / seq;
+  for (int step = 0; step < steps; ++step) {
+    record->emplace_back();
+    for (int64_t m = 0; m < layout.grad_accum; ++m) {
+      // Trainer::forward_backward: the axes' micro-batch scope (the 16-bit copies), the loss
+      // with the experts' auxiliary losses, the axes' before_backward, backward, after_backward.
+      std::optional<nn::LowPrecisionScope> scope;
+      if (compute != DType::F32) {
+        if (stage == 3) {
+          scope.emplace(std::vector<nn::Module*>{model.get()}, compute,
+                        [&](const Tensor& p) { return zero3->holds(p) || expert_zero3->holds(p); });
+          for (parallel::Zero3Parameters* z : {zero3.get(), expert_zero3.get()})
+            z->set_low_precision(&*scope);
+        } else {
+          scope.emplace(std::vector<nn::Module*>{model.get()}, compute,
+                        [&](const Tensor& p) { return covered.count(p.impl_ptr().get()) > 0; });
+          copy_holds.scope = &*scope;
+        }
+      }
+      const Tensor ids = empty({rows, seq}, DType::I64), targets = empty({rows, seq}, DType::I64);
+      Tensor start = model->loss(ids, targets);
+      if (const Tensor aux = model->auxiliary_loss(); aux.defined())
+        start = ops::add(start, aux.to(start.dtype()));
+      ddp.set_sync(m == layout.grad_accum - 1);
+      experts.set_sync(false);
+      Tensor seed;
+      {
+        autograd::NoGradGuard no_grad;
+        seed = ones(start.shape(), start.dtype());
+      }
+      autograd::backward({start}, {seed});
+      for (parallel::Zero3Parameters* z : {zero3.get(), expert_zero3.get()})
+        if (z) z->finish_backward();
+      if (hooks) hooks->end_backwards();
+      for (parallel::Zero3Parameters* z : {zero3.get(), expert_zero3.get()})
+        if (z && scope) z->set_low_precision(nullptr);
+      copy_holds.scope = nullptr;
+    }
+    // The gradient sync: the dense axis's, then the experts', whose shards then take their 1/ep
+    // (ExpertParallelStrategy::sync_gradients; ZeRO-1's all-reduced buckets are plain memory).
+    for (parallel::DataParallel* d : {&ddp, &experts}) {
+      d->set_sync(true);
+      d->finish_gradient_sync();
+    }
+    if (stage >= 2)
+      for (int64_t b = 0; b < experts.bucket_count(); ++b)
+        hold(experts.gradient_shard(b), parallel::ShardUse::Update);
+  }
   return std::move(*record);
 }
 

@@ -138,10 +138,21 @@ bool tp_sums_gradients(const models::ModelConfig& config, int tp, int tp_rank,
 plan::OffloadInput offload_input_for(const models::ModelConfig& config,
                                      const plan::MemoryLayout& layout,
                                      const plan::OffloadBudgets& budgets, bool tp_sums,
-                                     bool clipped) {
-  plan::OffloadInput input =
-      plan::offload_input(config, layout.compute_dtype, budgets, layout.grad_accum,
-                          layout.tp_transform, layout.pipeline);
+                                     bool clipped, int ep) {
+  // Under ep the rank's experts only (the trainer refuses offload with ep and tp or pp).
+  TESSEL_CHECK(ep == 1 || (!layout.tp_transform && !layout.pipeline.active()),
+               "plan offload: --ep ", ep,
+               " with tensor or pipeline parallelism (the trainer "
+               "offloads an expert-parallel rank under dp only)");
+  TESSEL_CHECK(ep == 1 || (layout.dp > 1 && layout.dp % ep == 0 && layout.zero_stage >= 1),
+               "plan offload: --ep ", ep, " must divide --dp ", layout.dp,
+               " (ZeRO-1, 2 or 3: each rank offloads its shards)");
+  std::vector<std::string> experts;
+  std::function<void(models::CausalLM&)> transform = layout.tp_transform;
+  if (ep > 1)
+    transform = [&experts, ep](models::CausalLM& m) { experts = split_experts_on_meta(m, ep); };
+  plan::OffloadInput input = plan::offload_input(config, layout.compute_dtype, budgets,
+                                                 layout.grad_accum, transform, layout.pipeline);
   input.dp = layout.dp;
   input.zero_stage = layout.dp > 1 ? layout.zero_stage : 0;
   input.scaled = clipped || layout.compute_dtype == DType::F16;
@@ -149,6 +160,21 @@ plan::OffloadInput offload_input_for(const models::ModelConfig& config,
   // Under dp x tp each rank offloads its ZeRO shards of its own pieces; where tp sums gradients
   // the trainer keeps the buckets in plain memory and reduces after backward.
   input.tp_sums = layout.dp > 1 && tp_sums;
+  if (ep > 1) {
+    // Each expert tensor's MoE layer, in model order ("<layer>.experts.<name>").
+    input.ep = ep;
+    std::map<std::string, int> layer_of;
+    for (const std::string& name : experts) {
+      const std::string layer = name.substr(0, name.find(".experts."));
+      layer_of.emplace(layer, int(layer_of.size()));
+    }
+    const std::set<std::string> is_expert(experts.begin(), experts.end());
+    for (plan::OffloadTensor& t : input.tensors)
+      if (is_expert.count(t.name))
+        t.expert_layer = layer_of.at(t.name.substr(0, t.name.find(".experts.")));
+    input.recorded_holds = record_ep_holds(config, layout, ep, 3, input.units);
+    return input;
+  }
   // A pipeline rank's shards: the holds of the runtime's own objects over its schedule. Otherwise
   // ZeRO-1/2's buckets complete as backward makes their gradients ready.
   if (layout.dp > 1 && layout.pipeline.active())

@@ -70,17 +70,35 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
     const models::ModelConfig& config, const plan::MemoryLayout& layout, int steps,
     const std::vector<plan::OffloadUnit>& units);
 
+// Expert parallelism on `model` built on meta, as rank 0 of `ep` holds it: the runtime's split
+// of every MoE layer's experts, with a stand-in for the all-to-all that runs this rank's experts
+// on the rows routed to them (cli/expert_meta.cpp). Returns the parameters holding its experts.
+std::vector<std::string> split_experts_on_meta(models::CausalLM& model, int ep);
+// Tokens enough for the meta routing to reach every expert of every MoE layer of `model`.
+int64_t tokens_for_every_expert(models::CausalLM& model);
+
+// The holds an expert-parallel rank (ep dividing layout.dp, ZeRO-1/2/3, no pp or tp) takes of its
+// bucket tensors in `steps` steps from the first: the dense axis's DataParallel and
+// Zero3Parameters over dp and the experts' own over dp / ep, set up as the trainer sets them up
+// under memory offload, run through the trainer's micro-batches (layout.grad_accum) and gradient
+// sync with the experts' 1/ep scaling, on the meta device (cli/offload_record.cpp). `units` as for
+// record_pipeline_holds.
+std::vector<std::vector<plan::ShardHoldEvent>> record_ep_holds(
+    const models::ModelConfig& config, const plan::MemoryLayout& layout, int ep, int steps,
+    const std::vector<plan::OffloadUnit>& units);
+
 // The offload model's input for one rank of `layout` under `budgets`: its tensor-parallel rank's
 // pieces (layout.tp_transform), its data-parallel rank's ZeRO shards and buckets (layout.dp,
 // zero_stage, bucket_bytes; under ZeRO-1/2 the gradient order the model's backward makes), its
 // pipeline rank's stages (layout.pipeline). `tp_sums`: that tensor parallelism sums gradients
 // (tp_sums_gradients), which under dp keeps the buckets in plain memory; `clipped`: the steps
-// scale their gradient shards (clipping that triggers; fp16 always does). What `tessel plan
-// offload` and the plan search's offloaded layouts predict.
+// scale their gradient shards (clipping that triggers; fp16 always does); `ep` > 1: rank 0 of
+// expert parallelism over ep (its experts' shards after the dense ones, the holds recorded).
+// What `tessel plan offload` and the plan search's offloaded layouts predict.
 plan::OffloadInput offload_input_for(const models::ModelConfig& config,
                                      const plan::MemoryLayout& layout,
                                      const plan::OffloadBudgets& budgets, bool tp_sums,
-                                     bool clipped);
+                                     bool clipped, int ep = 1);
 
 // "bf16" / "fp16" (the trainer's train.precision): the compute dtype over f32 masters; else f32.
 DType precision_dtype(const std::string& precision);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // `tessel plan offload`: the offload model's prediction for one process, one tensor-parallel rank,
 // one data-parallel rank (ZeRO-1, 2 or 3), one pipeline rank, or one rank of their products
-// (dp x tp, dp x pp, pp x tp, dp x pp x tp) training with memory.* budgets (docs/PLANNER.md,
+// (dp x tp, dp x pp, pp x tp, dp x pp x tp), or an expert-parallel rank under dp, training with
+// memory.* budgets (docs/PLANNER.md,
 // "Offload"): where every chunk list lives at start, the device working set, the per-step traffic
 // between the tiers (train.jsonl's offload_* names) and, with a cluster description, the step
 // time the disk allows beside the compute's.
@@ -37,6 +38,7 @@ struct OffloadArgs {
   int64_t micro_batch = 1, seq = 0, grad_accum = 1;
   int tp = 1, tp_rank = 0;
   int dp = 1, zero = 3;
+  int ep = 1;
   int64_t bucket_mb = 25;  // parallel.bucket_mb
   int pp = 1, pp_rank = 0;
   std::string schedule = "1f1b";
@@ -79,7 +81,7 @@ void run_offload(const OffloadArgs& a) {
     layout.pipeline = pipeline_rank(*config, a.schedule, a.pp, int(a.grad_accum), a.pp_rank);
   const bool tp_sums =
       a.dp > 1 && a.tp > 1 && tp_sums_gradients(*config, a.tp, a.tp_rank, a.tp_plan, a.sp);
-  const plan::OffloadInput input = offload_input_for(*config, layout, b, tp_sums, a.clipped);
+  const plan::OffloadInput input = offload_input_for(*config, layout, b, tp_sums, a.clipped, a.ep);
   const plan::OffloadPrediction p = plan::predict_offload(input, a.steps);
   const plan::OffloadTraffic& s = p.steady();
 
@@ -94,10 +96,13 @@ void run_offload(const OffloadArgs& a) {
       const plan::Cluster cluster = plan::Cluster::load(a.cluster).with_devices(a.tp * a.dp * a.pp);
       if (cluster.storage && read_bw <= 0) read_bw = cluster.storage->read_bandwidth;
       if (cluster.storage && write_bw <= 0) write_bw = cluster.storage->write_bandwidth;
-      compute_s = predict_step_time(cluster, *config, layout, a.schedule, a.pp,
-                                    trace_ranks(*config, layout, a.schedule, a.pp))
-                      .total();
-      times["compute_ms"] = 1e3 * compute_s;
+      // The step time model has no expert parallelism: under --ep the disk's time alone.
+      if (a.ep == 1) {
+        compute_s = predict_step_time(cluster, *config, layout, a.schedule, a.pp,
+                                      trace_ranks(*config, layout, a.schedule, a.pp))
+                        .total();
+        times["compute_ms"] = 1e3 * compute_s;
+      }
     }
     TESSEL_CHECK(read_bw > 0 && write_bw > 0, "plan offload: ", a.cluster,
                  " has no [storage] table (read_bandwidth, write_bandwidth): give the disk's "
@@ -184,6 +189,10 @@ void add_plan_offload_command(CLI::App& plan) {
       ->capture_default_str();
   cmd->add_option("-t,--seq", a->seq, "Tokens per row (step time only; default the context)");
   cmd->add_option("--dp", a->dp, "Data-parallel ranks (each offloads its own ZeRO shards; rank 0)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--ep", a->ep,
+                  "Expert-parallel ranks dividing --dp (rank 0: 1/ep of every MoE layer's experts)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--zero", a->zero, "ZeRO stage under --dp (f32 or bf16)")

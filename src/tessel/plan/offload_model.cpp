@@ -274,8 +274,21 @@ OffloadPrediction predict_offload(const OffloadInput& in, int steps) {
                "offload model: a pipeline rank under dp ", in.dp,
                " needs the holds its DataParallel and Zero3Parameters take over the schedule "
                "(OffloadInput::recorded_holds)");
-  TESSEL_CHECK(in.recorded_holds.empty() || (in.pipeline.active() && in.dp > 1 && !in.tp_sums),
-               "offload model: recorded holds are read for a pipeline rank under dp only");
+  TESSEL_CHECK(in.ep >= 1 && in.dp % in.ep == 0, "offload model: ep ", in.ep, " must divide dp ",
+               in.dp);
+  const bool has_experts = std::any_of(in.tensors.begin(), in.tensors.end(),
+                                       [](const OffloadTensor& t) { return t.expert_layer >= 0; });
+  TESSEL_CHECK(in.ep == 1 || (has_experts && in.zero_stage >= 1 && !in.pipeline.active() &&
+                              !in.tp_sums && !in.recorded_holds.empty()),
+               "offload model: an expert-parallel rank (ep ", in.ep,
+               ") needs its experts' tensors, ZeRO-1, 2 or 3, no pipeline and no tp sums, and "
+               "the holds its DataParallels and Zero3Parameters take (recorded_holds)");
+  TESSEL_CHECK(in.ep > 1 || !has_experts,
+               "offload model: tensors of an expert layer without expert parallelism");
+  TESSEL_CHECK(in.recorded_holds.empty() ||
+                   ((in.pipeline.active() || in.ep > 1) && in.dp > 1 && !in.tp_sums),
+               "offload model: recorded holds are read for a pipeline or expert-parallel rank "
+               "under dp only");
   OffloadPrediction p;
   const int64_t cb = offload::round_up(in.budgets.chunk_bytes, offload::kIoAlignment);
   p.chunk_bytes = cb;

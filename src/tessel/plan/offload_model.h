@@ -43,6 +43,9 @@ struct OffloadTensor {
   std::string name;
   int64_t numel = 0;
   bool copy = false;  // mixed precision: it has a 16-bit compute copy
+  // Expert parallelism: the MoE layer (0, 1, ... in model order) whose local experts it holds;
+  // -1: a dense parameter.
+  int expert_layer = -1;
 };
 
 // Parameters held together around a module's forward and backward (the trainer's units: one per
@@ -69,6 +72,7 @@ struct ShardHoldEvent {
   Part part = Param;
   int64_t bucket = 0;  // DataParallel's bucket index; for Copies the unit's (OffloadInput::units)
   bool device = false, write = false;
+  bool expert = false;  // the experts' own buckets (OffloadInput::ep), not the dense ones
   bool operator==(const ShardHoldEvent&) const = default;
 };
 
@@ -99,14 +103,24 @@ struct OffloadInput {
   // stage's rank: it receives their gradient and sends their update).
   PipelineRank pipeline;
   std::vector<size_t> tied;
-  // A pipeline rank under dp: the holds the runtime's own DataParallel and Zero3Parameters take
-  // of this rank's bucket tensors over the schedule, the tied embedding's gradient and the
-  // gradient sync, step by step from the first (ZeRO-3's prefetch follows the order the last
-  // forward ran the units, across micro-batches and steps, so the first step differs), recorded
-  // on the meta device by a layer that links them (cli/offload_record.h) with the buffers in
-  // chunks; later steps repeat the last. The norm, the update and the frees follow as without a
-  // pipeline.
+  // A pipeline rank under dp (and an expert-parallel rank, below): the holds the runtime's own
+  // DataParallel and Zero3Parameters take of this rank's bucket tensors over the schedule, the tied
+  // embedding's gradient and the gradient sync, step by step from the first (ZeRO-3's prefetch
+  // follows the order the last forward ran the units, across micro-batches and steps, so the first
+  // step differs), recorded on the meta device by a layer that links them (cli/offload_record.h)
+  // with the buffers in chunks; later steps repeat the last. The norm, the update and the frees
+  // follow as without a pipeline.
   std::vector<std::vector<ShardHoldEvent>> recorded_holds;
+  // Expert parallelism (--ep, dividing dp): this rank holds 1/ep of every MoE layer's experts
+  // (the tensors with an expert_layer), partitioned over the dp / ep ranks holding the same
+  // experts in buckets of their own, laid out after the dense rows: ZeRO-3 one unit per MoE
+  // layer (parameter, gradient and moments' shards), ZeRO-1/2 buckets of bucket_bytes (their
+  // moments' shards; stage 2's gradient shards); their full and ZeRO-1's all-reduced buffers
+  // stay plain memory, as do the dense ones at ZeRO-2/3 (train/trainer_strategies.cpp). The
+  // step's holds (both axes' gathers and reductions, the experts' 1/ep scaling, the copies'
+  // spans) are recorded (recorded_holds); the norm, the scaling, the update and the frees take
+  // the dense shards, then the experts'.
+  int ep = 1;
 };
 
 // One chunk list ("param16", "param", "grad", "adam_m", "adam_v") and where its chunks are at

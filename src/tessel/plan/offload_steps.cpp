@@ -166,7 +166,7 @@ int working_set(const OffloadInput& in, const std::vector<std::vector<int>>& hel
 }
 
 void append_recorded(const std::vector<ShardHoldEvent>& holds,
-                     const std::function<int(ShardHoldEvent::Part, int64_t)>& chunk_of,
+                     const std::function<int(const ShardHoldEvent&)>& chunk_of,
                      const std::map<int, int>& buffers, EventWriter& out,
                      const std::function<void(int64_t unit, bool hold)>& copies) {
   std::map<int, int> discarded;
@@ -178,7 +178,7 @@ void append_recorded(const std::vector<ShardHoldEvent>& holds,
       copies(h.bucket, h.kind == ShardHoldEvent::Hold);
       continue;
     }
-    const int c = chunk_of(h.part, h.bucket);
+    const int c = chunk_of(h);
     if (c < 0) continue;  // plain memory: the runtime holds nothing
     if (h.kind == ShardHoldEvent::Hold) {
       out.access(c, h.device ? Tier::Device : Tier::Host, h.write);

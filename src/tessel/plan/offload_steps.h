@@ -87,12 +87,12 @@ struct RankSteps {
 int working_set(const OffloadInput& in, const std::vector<std::vector<int>>& held);
 
 // Appends one step's recorded holds (OffloadInput::recorded_holds) as chunk events:
-// `chunk_of(part, bucket)` is the chunk of that bucket tensor, or -1 where it is plain memory
+// `chunk_of(hold)` is the chunk of the bucket tensor held, or -1 where it is plain memory
 // (a hold of it is none); a chunk of full buffers is freed once all `buffers[chunk]` in it are
 // discarded. A unit's copies (ShardHoldEvent::Copies) go to `copies` (unit, hold or release),
 // which writes their chunks' events; none are expected without it.
 void append_recorded(const std::vector<ShardHoldEvent>& holds,
-                     const std::function<int(ShardHoldEvent::Part, int64_t)>& chunk_of,
+                     const std::function<int(const ShardHoldEvent&)>& chunk_of,
                      const std::map<int, int>& buffers, EventWriter& out,
                      const std::function<void(int64_t unit, bool hold)>& copies = {});
 

@@ -14,7 +14,8 @@
 // the replicas' 16-bit copies come first, in chunks of their own unit by unit (offload_copies.cpp):
 // each unit holds its copies in the device tier around its forward and through its backward until
 // its last gradient is ready (a pipeline rank: over the spans recorded with its ZeRO holds), and
-// after the update every copy is rounded again in the host tier.
+// after the update every copy is rounded again in the host tier. Under expert parallelism the
+// experts' buckets over their own group follow the dense ones (the step's holds recorded).
 #include <algorithm>
 #include <map>
 #include <set>
@@ -30,8 +31,10 @@ namespace {
 struct Bucket {
   std::vector<size_t> tensors;  // in the order they were added (reverse model order)
   int64_t numel = 0, padded = 0;
-  int flat = -1;   // the buffer backward writes (stage 2: full; stage 1: the all-reduced one)
-  int shard = -1;  // stage 2: this rank's gradient shard; stage 1: -1
+  bool expert = false;  // the experts' own buckets, over their group of dp / ep ranks
+  int64_t group = 1;    // ranks it is sharded over
+  int flat = -1;        // the buffer backward writes (stage 2: full; stage 1: the all-reduced one)
+  int shard = -1;       // stage 2: this rank's gradient shard; stage 1: -1
   int m = -1, v = -1;
 };
 
@@ -48,32 +51,44 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
   TESSEL_CHECK(!in.recorded_holds.empty() || in.grad_order.size() == n,
                "offload model: the gradient order names ", in.grad_order.size(), " tensors of ", n);
   // DataParallel's buckets (plan_buckets: from the last parameter back, a new one when the next
-  // would pass the bucket size), each tensor's place in its bucket's buffer.
-  std::vector<std::pair<std::string, int64_t>> named;
-  std::map<std::string, size_t> index;
-  for (size_t t = 0; t < n; ++t) {
-    named.emplace_back(in.tensors[t].name, in.tensors[t].numel);
-    index[in.tensors[t].name] = t;
-  }
+  // would pass the bucket size), each tensor's place in its bucket's buffer: the dense
+  // parameters' over dp, then under ep the experts' over their own group.
   std::vector<Bucket> buckets;
   std::vector<size_t> bucket_of(n);
   std::vector<int64_t> offset(n);
-  for (const BucketPlan& plan : plan_buckets(named, int(dp), in.bucket_bytes, true)) {
-    Bucket& b = buckets.emplace_back();
-    b.padded = plan.padded;
-    for (const std::string& name : plan.params) {
-      const size_t t = index.at(name);
-      bucket_of[t] = buckets.size() - 1;
-      offset[t] = b.numel;
-      b.tensors.push_back(t);
-      b.numel += in.tensors[t].numel;
+  std::map<std::string, size_t> index;
+  for (size_t t = 0; t < n; ++t) index[in.tensors[t].name] = t;
+  for (const bool expert : {false, true}) {
+    std::vector<std::pair<std::string, int64_t>> named;
+    for (size_t t = 0; t < n; ++t)
+      if ((in.tensors[t].expert_layer >= 0) == expert)
+        named.emplace_back(in.tensors[t].name, in.tensors[t].numel);
+    const int64_t group = expert ? dp / in.ep : dp;
+    if (named.empty()) continue;
+    for (const BucketPlan& plan : plan_buckets(named, int(group), in.bucket_bytes, true)) {
+      Bucket& b = buckets.emplace_back();
+      b.padded = plan.padded;
+      b.expert = expert;
+      b.group = group;
+      for (const std::string& name : plan.params) {
+        const size_t t = index.at(name);
+        bucket_of[t] = buckets.size() - 1;
+        offset[t] = b.numel;
+        b.tensors.push_back(t);
+        b.numel += in.tensors[t].numel;
+      }
     }
   }
-  // The buffers go into chunks when the largest fits one (Trainer::buckets_fit).
+  const size_t dense_buckets = size_t(
+      std::count_if(buckets.begin(), buckets.end(), [](const Bucket& b) { return !b.expert; }));
+  // The dense buffers go into chunks when the largest fits one (Trainer::buckets_fit); under ep
+  // at stage 2 they stay plain memory, as the experts' always do.
   int64_t largest = 0;
   for (const Bucket& b : buckets)
-    largest = std::max(largest, round_up(4 * (stage == 2 ? b.padded : b.numel), kTensorAlignment));
-  const bool in_chunks = !in.tp_sums && largest <= cb;
+    if (!b.expert)
+      largest =
+          std::max(largest, round_up(4 * (stage == 2 ? b.padded : b.numel), kTensorAlignment));
+  const bool in_chunks = !in.tp_sums && (stage == 1 || in.ep == 1) && largest <= cb;
 
   // The replicas' copies first, unit by unit in forward order (add_replica_copies), then the
   // buckets' rows (offload_shards.cpp): full buffer, gradient, both moments.
@@ -100,12 +115,14 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
   const bool copies = std::any_of(copy_of.begin(), copy_of.end(), [](int c) { return c >= 0; });
   for (size_t k = 0; k < buckets.size(); ++k) {
     Bucket& b = buckets[k];
-    const std::string name = "bucket " + std::to_string(k);
-    const int64_t shard = 4 * b.padded / dp;
+    const std::string name = b.expert ? "expert bucket " + std::to_string(k - dense_buckets)
+                                      : "bucket " + std::to_string(k);
+    const int64_t shard = 4 * b.padded / b.group;
     if (stage == 2) {
-      if (in_chunks) b.flat = lists.add(kBucket, 4 * b.padded, name + " gradient bucket");
+      if (in_chunks && !b.expert)
+        b.flat = lists.add(kBucket, 4 * b.padded, name + " gradient bucket");
       b.shard = lists.add(kGrad, shard, name + " gradient shard");
-    } else if (in_chunks) {
+    } else if (in_chunks && !b.expert) {
       b.flat = lists.add(kGrad, 4 * b.numel, name + " gradient shard");
     }
     b.m = lists.add(kMomentM, shard, name + " exp_avg shard");
@@ -221,12 +238,15 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
         };
       append_recorded(
           *recorded,
-          [&](ShardHoldEvent::Part part, int64_t b) {
-            TESSEL_CHECK(b >= 0 && b < int64_t(buckets.size()) && part != ShardHoldEvent::Param,
-                         "offload model: a recorded hold of bucket ", b, " of ", buckets.size(),
-                         " (part ", int(part), ") at ZeRO-", stage);
-            return part == ShardHoldEvent::Buffer ? buckets[size_t(b)].flat
-                                                  : buckets[size_t(b)].shard;
+          [&](const ShardHoldEvent& h) {
+            const size_t first = h.expert ? dense_buckets : 0;
+            const size_t count = h.expert ? buckets.size() - dense_buckets : dense_buckets;
+            TESSEL_CHECK(
+                h.bucket >= 0 && h.bucket < int64_t(count) && h.part != ShardHoldEvent::Param,
+                "offload model: a recorded hold of ", h.expert ? "expert " : "", "bucket ",
+                h.bucket, " of ", count, " (part ", int(h.part), ") at ZeRO-", stage);
+            const Bucket& b = buckets[first + size_t(h.bucket)];
+            return h.part == ShardHoldEvent::Buffer ? b.flat : b.shard;
           },
           buffers, w, copy_span);
     } else {
@@ -289,18 +309,19 @@ RankSteps zero12_steps(const OffloadInput& in, int64_t cb) {
     // Whose gradients the norm, the scaling and the update read: stage 1's whole buffer, stage 2's
     // shard; none in chunks when stage 1's buffers are plain memory.
     const auto gradient = [&](const Bucket& b) { return stage == 2 ? b.shard : b.flat; };
-    // The norm: the parameters in model order, a run of one chunk held at a time (stage 2: the
-    // parameters that overlap rank 0's block of their bucket).
+    // The norm: the parameters in model order (the dense ones, then the experts'), a run of one
+    // chunk held at a time (stage 2: the parameters that overlap rank 0's block of their bucket).
     int last = -1;
-    for (size_t t = 0; t < n; ++t) {
-      const Bucket& b = buckets[bucket_of[t]];
-      if (stage == 2 && offset[t] >= b.padded / dp) continue;
-      const int c = gradient(b);
-      if (c < 0 || c == last) continue;
-      w.access(c, Tier::Host, false);
-      w.release(c);
-      last = c;
-    }
+    for (const bool expert : {false, true})
+      for (size_t t = 0; t < n; ++t) {
+        const Bucket& b = buckets[bucket_of[t]];
+        if (b.expert != expert || (stage == 2 && offset[t] >= b.padded / b.group)) continue;
+        const int c = gradient(b);
+        if (c < 0 || c == last) continue;
+        w.access(c, Tier::Host, false);
+        w.release(c);
+        last = c;
+      }
     // The scaling (1/grad_accum, a loss scale, clipping): each bucket's gradients, in bucket order.
     if (in.micro_batches > 1 || in.scaled)
       for (const Bucket& b : buckets)

@@ -54,7 +54,7 @@ ExpertParallelStrategy::ExpertParallelStrategy(models::CausalLM& model, dist::Co
   if (overlap_) options.max_pending_reductions = int64_t(1) << 30;
   std::vector<parallel::Zero3Unit> units;
   if (zero_stage_ == 3) {
-    units = expert_units();
+    units = expert_zero3_units(model_, trained_);
     options.groups = parallel::zero3_groups(params, units);
   }
   ddp_ = std::make_unique<parallel::DataParallel>(std::move(params), zero_group_, options);
@@ -66,17 +66,16 @@ ExpertParallelStrategy::ExpertParallelStrategy(models::CausalLM& model, dist::Co
   }
 }
 
-// One unit per MoE layer: its local experts, hooked on the MoE module itself (not the experts'
-// module, whose forward a rank skips when no row reached its experts).
-std::vector<parallel::Zero3Unit> ExpertParallelStrategy::expert_units() {
+std::vector<parallel::Zero3Unit> expert_zero3_units(nn::Module& model,
+                                                    const std::set<std::string>& trained) {
   std::vector<parallel::Zero3Unit> units;
-  for (auto& [name, module] : model_.named_modules()) {
+  for (auto& [name, module] : model.named_modules()) {
     auto* moe = dynamic_cast<nn::MoE*>(module);
     if (moe == nullptr) continue;
     parallel::Zero3Unit u{name + ".experts", moe, {}};
     const std::string prefix = (name.empty() ? "" : name + ".") + "experts.";
     for (const auto& [param, t] : moe->experts->named_parameters())
-      if (trained_.count(prefix + param)) u.params.push_back(prefix + param);
+      if (trained.count(prefix + param)) u.params.push_back(prefix + param);
     if (!u.params.empty()) units.push_back(std::move(u));  // another stage's layer: not here
   }
   return units;

@@ -56,6 +56,12 @@
 
 namespace tessel::train {
 
+// ZeRO-3's units of `model`'s experts: one per MoE layer with its experts among `trained`, named
+// "<layer>.experts" and hooked on the MoE module itself (not the experts' module, whose forward a
+// rank skips when no row reached its experts).
+std::vector<parallel::Zero3Unit> expert_zero3_units(nn::Module& model,
+                                                    const std::set<std::string>& trained);
+
 class ExpertParallelStrategy : public AxisStrategy {
  public:
   // Splits `model`'s experts over `ep` (the full experts on every rank before). `ep_dp`: the ranks
@@ -110,8 +116,6 @@ class ExpertParallelStrategy : public AxisStrategy {
   int zero_stage() const { return zero_stage_; }
 
  private:
-  std::vector<parallel::Zero3Unit> expert_units();
-
   models::CausalLM& model_;
   dist::CommPtr ep_, ep_dp_, pp_, tp_;
   int dp_size_;
