@@ -285,7 +285,8 @@ def train(tessel, work, tag, config, precision, device, host, nvme, prefetch, mi
             f"memory.host_budget={host * chunk}", f"memory.prefetch={prefetch}",
             f"memory.nvme_budget={nvme_budget}",
             f"train.precision={precision}", f"train.grad_accum={micro_batches}",
-            "train.micro_batch=2", f"checkpoint.dir={d}", "checkpoint.interval=0"]
+            "train.micro_batch=2", f"checkpoint.dir={d}", "checkpoint.interval=0",
+            "machine.peak_gflops=100", "eval.batches=1"]
     if nvme:
         os.makedirs(os.path.join(work, tag + "_nvme"))
         sets.append("memory.nvme_dir=" + os.path.join(work, tag + "_nvme"))

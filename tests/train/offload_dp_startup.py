@@ -80,7 +80,8 @@ def main():
     cfg = gpt2_config(vocab, n_positions=32, n_embd=C, n_layer=LAYERS, n_head=8)
     config = write_json(os.path.join(work, "config.json"), cfg)
     common = ["train"] + train_sets(config, os.path.join(work, "data"), 1, seq_len=16,
-                                    extra=["train.micro_batch=1", "optim.warmup_steps=1"])
+                                    extra=["train.micro_batch=1", "optim.warmup_steps=1",
+                                           "machine.peak_gflops=100", "eval.batches=1"])
     mpi = mpi_prefix(mpirun) + ["-np", "2", tessel]
     for stage, precision, micro in SETUP:
         chunk, device_chunks, host_chunks, bucket = SETUP[(stage, precision, micro)]

@@ -347,7 +347,9 @@ TrainSummary Trainer::run() {
           " until machine.peak_gflops gives the device's dense peak (an H100 / H200: 989000 in "
           "bf16)");
   } else if (config_.machine.peak_gflops <= 0) {
-    config_.machine.peak_gflops = kernels::gemm_gflops(1024, 1024, 1024, false, false, 1.0);
+    // A quarter second is a median of tens of 1024-cubed products here (a few on a slow core):
+    // enough for MFU's denominator, and a short run's start-up is not spent measuring.
+    config_.machine.peak_gflops = kernels::gemm_gflops(1024, 1024, 1024, false, false, 0.25);
     print("machine: measured f32 GEMM peak " + std::to_string(int(config_.machine.peak_gflops)) +
           " GFLOP/s (MFU is a fraction of it; set machine.peak_gflops to fix it)");
   }
