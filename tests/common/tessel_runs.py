@@ -98,10 +98,12 @@ def write_json(path, obj):
 
 def train_sets(config, data_dir, steps, seq_len, extra=()):
     """The `--set` arguments every equivalence run shares (warmup 3, lr 3e-3, no evaluation or
-    samples, a log line every 10 steps), then `--set` for each KEY=VALUE string in extra."""
+    samples, a log line every 10 steps, a given GEMM peak: the start-up measurement of MFU's
+    denominator is most of a small run's time), then `--set` for each KEY=VALUE string in extra."""
     sets = [f"model.config={config}", f"data.dir={data_dir}", f"train.steps={steps}",
             f"train.seq_len={seq_len}", "optim.warmup_steps=3", "optim.lr=3e-3",
-            "eval.interval=0", "sample.tokens=0", "log.interval=10"] + list(extra)
+            "eval.interval=0", "sample.tokens=0", "log.interval=10",
+            "machine.peak_gflops=100"] + list(extra)
     return [a for s in sets for a in ("--set", s)]
 
 
