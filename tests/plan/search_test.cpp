@@ -404,6 +404,62 @@ TEST(PlanSearch, TheInterOperatorDpsSplitIsALayoutOfItsOwn) {
       }
 }
 
+// The DP's cut gets recomputation per rank and on a count of blocks too: with the memory just
+// below a DP-cut layout's peak without recomputation (full recomputation fitting on that cut),
+// the search ranks that cut with each rank's least mode, or on its fewest blocks, which fit and
+// which predict_layout predicts alike; with room for everything, no such row on any cut.
+TEST(PlanSearch, TheDpsCutRecomputesPerRankAndPerBlockToo) {
+  models::GPT2Config c;
+  c.vocab_size = 97;
+  c.n_positions = 13;
+  c.n_embd = 36;
+  c.n_layer = 7;
+  c.n_head = 4;
+  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
+  const models::ConfigPtr config = std::make_shared<models::GPT2Config>(c);
+  SearchRequest req = request(2);
+  req.dp_stages = true;
+  req.schedules = {"1f1b"};
+  req.pipeline_rank = [](const std::string& schedule, int, int m, int rank,
+                         const std::string& split) {
+    PipelineRank pr = two_rank(schedule, m, rank);
+    const int first = split.empty() ? 2 : 1 + std::stoi(split.substr(0, split.find(',')));
+    pr.stage_layers = {{0, first}, {first, 9}};
+    return pr;
+  };
+  req.block_recompute = req.rank_recompute = true;
+  const SearchResult roomy = search_plans(*config, node(int64_t(1) << 40, 2), req);
+  const PlanResult* plain = nullptr;
+  for (const PlanResult& r : roomy.ranked) {
+    EXPECT_TRUE(r.layout.recompute_blocks.empty() && r.layout.rank_recompute.empty())
+        << r.layout.str();
+    if (!plain && r.layout.pp == 2 && !r.layout.pipeline_split.empty() &&
+        r.layout.recompute == nn::Recompute::None)
+      plain = &r;
+  }
+  ASSERT_NE(plain, nullptr) << "the test needs a DP cut";
+  const double memory = plain->memory.peak() - 1;
+  Layout full = plain->layout;
+  full.recompute = nn::Recompute::Full;
+  const Cluster cluster = node(int64_t(memory), 2);
+  ASSERT_LE(predict_layout(*config, cluster, req, full).memory.peak(), memory)
+      << "the test needs full recomputation to fit on the cut";
+  int rows = 0;
+  for (const PlanResult& r : search_plans(*config, cluster, req).ranked) {
+    if (r.layout.pipeline_split != plain->layout.pipeline_split ||
+        r.layout.micro_batch != plain->layout.micro_batch || r.layout.rank_recompute.empty())
+      continue;
+    ++rows;
+    std::cout << r.layout.str() << ": ranks " << r.rank_peaks[0] << ", " << r.rank_peaks[1]
+              << " bytes of " << memory << "\n";
+    EXPECT_LE(r.memory.peak(), memory);
+    const PlanResult again = predict_layout(*config, cluster, req, r.layout);
+    EXPECT_DOUBLE_EQ(again.step_seconds, r.step_seconds);
+    EXPECT_EQ(again.rank_peaks, r.rank_peaks);
+  }
+  EXPECT_GT(rows, 0);
+}
+
 // train.recompute per pipeline rank: with the device's memory between the ranks' peaks, each rank
 // takes its least recomputation that fits; the layout is ranked with those modes (in its name and
 // flags), each rank's peak that of the layout with the rank's mode on every rank, its figures

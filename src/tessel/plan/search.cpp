@@ -589,8 +589,11 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
       // both) into `out`; false when the runtime refuses its tp plan file, which is then one
       // invalid entry with the runtime's reason.
       std::set<std::string> failed_plans;
-      // `balanced_peaks`: the ranks' peaks of the balanced cut's prediction, when there is one.
-      const auto predict_cuts = [&](const Layout& l, std::vector<double>* balanced_peaks) {
+      // `balanced_peaks`: the ranks' peaks of the balanced cut's prediction, when there is one;
+      // `dp_peaks`: the DP cut's by its split and mode.
+      using PeaksByMode = std::map<nn::Recompute, std::vector<double>>;
+      const auto predict_cuts = [&](const Layout& l, std::vector<double>* balanced_peaks,
+                                    std::map<std::string, PeaksByMode>* dp_peaks) {
         const std::string split =
             l.pp > 1 && request.dp_stages ? dp_splits.split(l) : std::string();
         std::vector<Layout> cuts;
@@ -613,6 +616,8 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
           }
           if (balanced_peaks && cut.pipeline_split.empty())
             *balanced_peaks = cut.pp == 1 ? std::vector<double>{r.memory.peak()} : r.rank_peaks;
+          if (dp_peaks && !cut.pipeline_split.empty())
+            (*dp_peaks)[cut.pipeline_split][cut.recompute] = r.rank_peaks;
           (r.status == PlanStatus::Ranked ? out.ranked : out.pruned).push_back(std::move(r));
         }
         return true;
@@ -674,23 +679,55 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
                   l.zero_stage = zero;
                   l.micro_batch = mb;
                   l.grad_accum = rows / mb;
-                  std::map<nn::Recompute, std::vector<double>> peaks;
+                  PeaksByMode peaks;
+                  std::map<std::string, PeaksByMode> dp_peaks;
                   for (nn::Recompute rc : request.recompute) {
                     if (failed_plans.count(plan)) continue;
                     l.recompute = rc;
-                    if (!predict_cuts(l, &peaks[rc])) failed_plans.insert(plan);
+                    if (!predict_cuts(l, &peaks[rc], &dp_peaks)) failed_plans.insert(plan);
                   }
-                  if (request.block_recompute && !failed_plans.count(plan))
-                    if (std::optional<PlanResult> r = fewest_recomputed_blocks(
-                            config, cluster, request, l, peaks, memory_bytes, kept))
-                      (r->status == PlanStatus::Ranked ? out.ranked : out.pruned)
-                          .push_back(std::move(*r));
-                  if (pp == 1 || !request.rank_recompute || failed_plans.count(plan)) continue;
-                  l.rank_recompute = least_recompute_per_rank(peaks, int(pp), memory_bytes);
-                  if (l.rank_recompute.empty()) continue;
-                  PlanResult r = predict_traced(config, cluster, request, l, kept);
-                  (r.status == PlanStatus::Ranked ? out.ranked : out.pruned)
-                      .push_back(std::move(r));
+                  if (failed_plans.count(plan)) continue;
+                  // Recomputation finer than the layout's one mode, on the balanced cut and on
+                  // each of the DP's (whose cut depends on the mode it was found with: every mode
+                  // is predicted on it first, where some rank needs recomputation there).
+                  const auto finer = [&](const Layout& cut, const PeaksByMode& by_mode) {
+                    if (request.block_recompute)
+                      if (std::optional<PlanResult> r = fewest_recomputed_blocks(
+                              config, cluster, request, cut, by_mode, memory_bytes, kept))
+                        (r->status == PlanStatus::Ranked ? out.ranked : out.pruned)
+                            .push_back(std::move(*r));
+                    if (pp == 1 || !request.rank_recompute) return;
+                    Layout ranks = cut;
+                    ranks.rank_recompute = least_recompute_per_rank(by_mode, int(pp), memory_bytes);
+                    if (ranks.rank_recompute.empty()) return;
+                    PlanResult r = predict_traced(config, cluster, request, ranks, kept);
+                    (r.status == PlanStatus::Ranked ? out.ranked : out.pruned)
+                        .push_back(std::move(r));
+                  };
+                  finer(l, peaks);
+                  if (!request.block_recompute && !request.rank_recompute) continue;
+                  for (auto& [split, by_mode] : dp_peaks) {
+                    Layout cut = l;
+                    cut.pipeline_split = split;
+                    const auto fits = [&](const std::vector<double>& p) {
+                      return std::all_of(p.begin(), p.end(),
+                                         [&](double b) { return b <= memory_bytes; });
+                    };
+                    // Every mode on this cut, once some rank needs recomputation on it; each a
+                    // layout of its own.
+                    bool needs = !by_mode.count(nn::Recompute::None) ||
+                                 !fits(by_mode.at(nn::Recompute::None));
+                    for (nn::Recompute rc : request.recompute) {
+                      if (!needs || by_mode.count(rc)) continue;
+                      cut.recompute = rc;
+                      PlanResult r = predict_traced(config, cluster, request, cut, kept);
+                      by_mode[rc] = r.rank_peaks;
+                      if (rc == nn::Recompute::None) needs = !fits(r.rank_peaks);
+                      (r.status == PlanStatus::Ranked ? out.ranked : out.pruned)
+                          .push_back(std::move(r));
+                    }
+                    if (needs) finer(cut, by_mode);
+                  }
                 }
         }
       }

@@ -43,12 +43,14 @@ struct SearchRequest {
   // has been predicted with each of `recompute` on every rank, each rank takes the least
   // recomputation under which it fits the device (a rank's bytes do not depend on the others'
   // modes, and less recomputation never slows a rank), and where the ranks then differ that
-  // layout is predicted too. On the runtime's balanced stage cut.
+  // layout is predicted too. On the runtime's balanced stage cut, and on each cut the
+  // inter-operator DP found (with one of the modes: where some rank needs recomputation on it,
+  // the other modes are predicted on that cut first, each a layout of its own).
   bool rank_recompute = true;
   // Finer still, within a rank (train.recompute = "full:3"): a rank that needs a mode takes it on
   // only as many of its blocks, the first ones, as its memory needs, the others recomputing
   // nothing (Megatron-LM's --recompute-num-layers): the fewest found by bisection over the count,
-  // every rank at once, each probe a prediction of the layout. On the runtime's balanced cut.
+  // every rank at once, each probe a prediction of the layout. On the cuts rank_recompute uses.
   bool block_recompute = true;
   // Searched when pp > 1; "interleaved" stands for every "interleaved:V" whose pp·V stages the
   // model's pipeline layers hold (V >= 2), with micro-batch counts that are multiples of pp.
