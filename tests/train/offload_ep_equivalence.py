@@ -22,8 +22,11 @@ experts, top-2 with capacity drops), sequences of 13, two micro-batches per step
   it (without the hold the offloaded run stops with `storage of 1126400 bytes is released`;
   with the model of the cases above its one expert bucket is still in memory and the test passed
   without the hold);
-- offload with --ep and --pp, and with --ep and --tp, is refused before any step, each with one
-  line naming the layouts that work.
+- --ep 2 with --pp 2 at np 4 (dp 2 inside each stage): ZeRO-3 1F1B in f32 and ZeRO-2 GPipe in
+  bf16, each stage's dense and expert shards in chunks with NVMe read and written every step, the
+  records and both checkpoints bitwise the in-memory run's;
+- offload with --ep and --tp is refused before any step, with one line naming the layouts that
+  work.
 Usage: offload_ep_equivalence.py TESSEL MPIRUN WORKDIR
 """
 import os
@@ -74,15 +77,29 @@ def main():
         os.makedirs(d)
         return d
 
-    # Refused: --ep with --pp (a stage's state is not laid out in chunks yet).
-    p = subprocess.run(mpi_prefix(mpirun) + ["-np", "4", tessel] + common(4, 3) +
-                       ["--pp", "2", "--set", "checkpoint.dir=" + os.path.join(work, "ep_pp")] +
-                       offload_sets(nvme("ep_pp"), 4, 3, CHUNK[3]),
-                       env=env, capture_output=True, text=True)
-    if p.returncode == 0 or "memory offload (memory.device_budget) with --pp 2 and --ep 2 " \
-            "together is not supported yet" not in p.stdout + p.stderr:
-        fail(f"offload with --ep 2 --pp 2: rc {p.returncode}, {p.stderr[-800:]}")
-    print("offload with --ep 2 --pp 2: refused before any step")
+    # --ep 2 --pp 2 (dp 2 at np 4): each stage's rank offloads its ZeRO shards of the stage's dense
+    # parameters and of the stage's experts (one MoE layer a stage), NVMe read and written every
+    # step after the first.
+    for stage, schedule, precision, host, device in ((3, "1f1b", "fp32", 4, 3),
+                                                     (2, "gpipe", "bf16", 3, 1)):
+        what = f"--ep 2 --pp 2 {schedule} at np 4, ZeRO-{stage} {precision} offloaded"
+        tag = f"ep_pp_zero{stage}"
+        mpi = mpi_prefix(mpirun) + ["-np", "4", tessel]
+        layout = common(4, stage) + ["--pp", "2", "--schedule", schedule, "--set",
+                                     f"train.precision={precision}"]
+        ref, off = (os.path.join(work, f"{k}_{tag}") for k in ("memory", "offload"))
+        run(mpi + layout + ["--set", "checkpoint.dir=" + ref], env=env)
+        run(mpi + layout + ["--set", "checkpoint.dir=" + off] +
+            offload_sets(nvme(tag), host, device, 40 << 10), env=env)
+        same_records(ref, off, what, STEPS)
+        io = [(r["offload"]["nvme_read_bytes"], r["offload"]["nvme_write_bytes"])
+              for r in step_records(off)]
+        if len(io) != STEPS or not all(rd > 0 and wr > 0 for rd, wr in io[1:]):
+            fail(f"{what}: a step after the first without NVMe reads and writes: {io}")
+        files = [f for step in (SAVE, STEPS) for f in same_checkpoint(ref, off, step, what)]
+        print(f"{what}: {STEPS} steps' losses and norms bitwise the in-memory run's, NVMe read "
+              f"and written every step; checkpoints at steps {SAVE} and {STEPS} byte for byte "
+              f"({len(files)} files)")
     # Block 0 dense (tp's plan splits its MLP), block 1 MoE.
     half = write_json(os.path.join(work, "half_moe.json"), moe_config(vocab, moe_every=2))
     p = subprocess.run(mpi_prefix(mpirun) + ["-np", "4", tessel] + common(2, 2) +

@@ -19,14 +19,8 @@ void Trainer::check_offload_layout() const {
   // ZeRO shards of them. Expert parallelism lies inside dp: each rank offloads its ZeRO shards of
   // the dense parameters and of its experts. Pipeline stages: each stage offloads its own
   // parameters (its tp pieces under tp) as one process does; with dp, each rank its ZeRO shards of
-  // its stage's state. pp with ep, like ep with tp, is not built: a stage's experts would need
-  // their own shards' layout beside the stage's units.
-  TESSEL_CHECK(!(layout_.ep && layout_.pp_size() > 1),
-               "train: memory offload (memory.device_budget) with --pp ", layout_.pp_size(),
-               " and --ep ", layout_.ep_size(),
-               " together is not supported yet; offload works with --pp, --tp and --dp in any "
-               "combination, or with --ep inside dp (no --pp, no --tp); this layout is ",
-               layout_.str());
+  // its stage's state, under ep its stage's experts' too (the expert axis trains the stage's
+  // experts only, so add_expert_offload_shards lays out just those).
   TESSEL_CHECK(!dp_ || config_.parallel.zero_stage > 0, "train: memory offload with --dp ",
                layout_.dp_size(),
                " needs parallel.zero_stage 1, 2 or 3 (each rank offloads its own shard of the "
