@@ -25,7 +25,7 @@ and
 memory.nvme_budget at the fewest slots the runtime accepts (one process, ZeRO-2), the swap file
 that size. With "ep" (its own CTest, plan.offload_traffic_ep): rank 0 of `--dp 2` and `--dp 4`
 with `--ep 2` at ZeRO-1, 2 and 3 (its dense shards over dp, its experts' over the ranks holding
-the same ones), f32 and bf16, on a GPT-2-MoE and one of wide experts whose gradient shards leave
+the same ones), f32 and bf16, and of `--dp 2 --pp 2 --ep 2` (its stage's), on a GPT-2-MoE and one of wide experts whose gradient shards leave
 memory before their 1 / ep scaling. A GPT-2 with C = 26, 2 heads, 5 blocks and sequences of 9; for ZeRO-1/2 one with
 C = 128, 4 heads, 4 blocks (four buckets), and under dp x pp one of 8 blocks.
 
@@ -156,6 +156,11 @@ EP_CASES = [
     # then change the step's traffic (a model without them predicts other figures).
     ("dp 2 ep 2 ZeRO-2, wide experts", "fp32", 1, 3, True, 0, 1, "moew", "ep2z2", 944),
     ("dp 4 ep 2 ZeRO-3, wide experts", "fp32", 0, 4, True, 0, 1, "moew", "ep4z3", 944),
+    # With --pp 2 too (dp 2 inside each stage, four ranks): rank 0's stage's dense and expert
+    # shards, the holds recorded over its schedule.
+    ("dp 2 pp 2 ep 2 ZeRO-3 1F1B", "fp32", 0, 4, True, 0, 4, "moe", "eppz3-1f1b", 40),
+    ("dp 2 pp 2 ep 2 ZeRO-2 GPipe, bf16", "bf16", 0, 3, True, 0, 4, "moe", "eppz2-gpipe", 40),
+    ("dp 2 pp 2 ep 2 ZeRO-1 1F1B", "fp32", 0, 3, True, 0, 4, "moe", "eppz1-1f1b", 40),
 ]
 
 FIELDS = ["nvme_read_bytes", "nvme_write_bytes", "h2d_bytes", "d2h_bytes", "evictions",
@@ -170,9 +175,13 @@ def llama(work, vocab):
 
 
 def expert(layout):
-    """(ranks, ZeRO stage, clipped) for layouts "epNzS[-clip]" (--dp N --ep 2), else None."""
+    """(ranks, ZeRO stage, clipped, schedule) for layouts "epNzS[-clip]" (--dp N --ep 2) and
+    "eppzS-SCHEDULE" (--dp 2 --pp 2 --ep 2, four ranks), else None."""
     m = re.fullmatch(r"ep(\d)z(\d)(-clip)?", layout)
-    return (int(m.group(1)), m.group(2), bool(m.group(3))) if m else None
+    if m:
+        return int(m.group(1)), m.group(2), bool(m.group(3)), None
+    m = re.fullmatch(r"eppz(\d)-(\w+)", layout)
+    return (4, m.group(1), False, m.group(2)) if m else None
 
 
 def zero12(layout):
@@ -209,9 +218,10 @@ def pipeline_dp(layout):
 
 def plan_flags(layout, precision):
     if expert(layout):
-        np_, stage, clipped = expert(layout)
-        return ["--dp", str(np_), "--ep", "2", "--zero", stage, "--bucket-mb", "1"] + (
-            ["--clipped"] if clipped else [])
+        np_, stage, clipped, schedule = expert(layout)
+        pp = ["--pp", "2", "--schedule", schedule] if schedule else []
+        return ["--dp", str(np_ // (2 if schedule else 1)), "--ep", "2", "--zero", stage,
+                "--bucket-mb", "1"] + pp + (["--clipped"] if clipped else [])
     if pipeline_tp(layout):
         stage, schedule, sp = pipeline_tp(layout)
         return ["--pp", "2", "--tp", "2", "--schedule", schedule] + (["--sp"] if sp else []) + (
@@ -237,9 +247,11 @@ def plan_flags(layout, precision):
 
 def train_flags(layout, precision):
     if expert(layout):
-        np_, stage, clipped = expert(layout)
-        return ["--dp", str(np_), "--ep", "2", "--set", f"parallel.zero_stage={stage}", "--set",
-                "parallel.bucket_mb=1", "--set", f"optim.grad_clip={1e-9 if clipped else 0}"]
+        np_, stage, clipped, schedule = expert(layout)
+        pp = ["--pp", "2", "--schedule", schedule] if schedule else []
+        return ["--dp", str(np_ // (2 if schedule else 1)), "--ep", "2", "--set",
+                f"parallel.zero_stage={stage}", "--set", "parallel.bucket_mb=1", "--set",
+                f"optim.grad_clip={1e-9 if clipped else 0}"] + pp
     if pipeline_tp(layout):
         stage, schedule, sp = pipeline_tp(layout)
         return ["--pp", "2", "--tp", "2", "--schedule", schedule] + (["--sp"] if sp else []) + (

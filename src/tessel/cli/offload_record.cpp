@@ -172,13 +172,15 @@ std::unique_ptr<parallel::Zero3Parameters> recorded_zero3(parallel::DataParallel
 
 std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
     const models::ModelConfig& config, const plan::MemoryLayout& layout, int steps,
-    const std::vector<plan::OffloadUnit>& expected_units) {
+    const std::vector<plan::OffloadUnit>& expected_units, int ep) {
   using plan::ShardHoldEvent;
   const plan::PipelineRank& pr = layout.pipeline;
   TESSEL_CHECK(pr.active() && layout.dp > 1 && layout.zero_stage >= 1 && layout.zero_stage <= 3,
                "record_pipeline_holds: a pipeline rank under dp at ZeRO-1, 2 or 3 (pp ", pr.ranks,
                ", dp ", layout.dp, ", ZeRO-", layout.zero_stage, ")");
   TESSEL_CHECK(steps >= 1, "record_pipeline_holds: steps ", steps, " must be >= 1");
+  TESSEL_CHECK(ep == 1 || (layout.dp % ep == 0 && !layout.tp_transform),
+               "record_pipeline_holds: ep ", ep, " must divide dp ", layout.dp, ", without tp");
   auto record = std::make_shared<Record>();
   const int dp = layout.dp, stage = layout.zero_stage;
   const int64_t bucket_bytes = layout.bucket_bytes;
@@ -191,12 +193,23 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
   options.seq = 2;  // the holds follow the schedule and the units, not the activations' sizes
   options.compute_dtype = layout.compute_dtype;
   options.transform = layout.tp_transform;
+  // Under ep the rank's experts, and tokens enough that the meta routing reaches every one.
+  auto experts = std::make_shared<std::set<std::string>>();
+  if (ep > 1) {
+    options.transform = [experts, ep](models::CausalLM& model) {
+      for (const std::string& name : split_experts_on_meta(model, ep)) experts->insert(name);
+    };
+    DefaultDeviceScope meta(Device::meta());
+    const int64_t tokens = tokens_for_every_expert(*config.build_empty());
+    options.seq = std::min(std::max(tokens, options.seq), config.max_positions());
+    options.batch = (tokens + options.seq - 1) / options.seq;
+  }
   options.loss = layout.tp_loss;
   options.steps = steps;
   options.data_parallel = [=](models::CausalLM& model, const std::vector<std::string>& trained) {
     struct State {
-      std::unique_ptr<parallel::DataParallel> ddp;
-      std::unique_ptr<parallel::Zero3Parameters> zero3;
+      std::unique_ptr<parallel::DataParallel> experts, ddp;
+      std::unique_ptr<parallel::Zero3Parameters> expert_zero3, zero3;
       std::vector<std::string> tied;
       CopyHolds copy_holds;
       std::unique_ptr<train::UnitHooks> hooks;
@@ -204,18 +217,45 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
       std::unique_ptr<HoldRecorder> holds;
     };
     auto state = std::make_shared<State>();
-    nn::NamedTensors params;
-    for (const std::string& name : trained) params.emplace_back(name, model.find(name));
+    state->holds = std::make_unique<HoldRecorder>(record);
+    // Under ep the experts' axis first, over the stage's experts (ExpertParallelStrategy before
+    // the dp axis): their own buckets over dp / ep, reduced after the schedule.
+    std::vector<std::string> dense;
+    nn::NamedTensors params, expert_params;
+    std::set<std::string> trained_experts;
+    for (const std::string& name : trained) {
+      if (experts->count(name)) {
+        expert_params.emplace_back(name, model.find(name));
+        trained_experts.insert(name);
+      } else {
+        params.emplace_back(name, model.find(name));
+        dense.push_back(name);
+      }
+    }
+    if (!expert_params.empty()) {
+      parallel::DataParallelOptions eo = recorded_options(stage, bucket_bytes);
+      eo.overlap = false;
+      std::vector<parallel::Zero3Unit> expert_units;
+      if (stage == 3) {
+        expert_units = train::expert_zero3_units(model, trained_experts);
+        eo.groups = parallel::zero3_groups(expert_params, expert_units);
+      }
+      state->experts = std::make_unique<parallel::DataParallel>(
+          expert_params, dist::make_meta_communicator(dp / ep, 0, "ep_dp"), eo);
+      if (stage == 3) state->expert_zero3 = recorded_zero3(*state->experts, expert_units);
+      state->holds->add(*state->experts, state->expert_zero3.get(), stage, true);
+    }
     parallel::DataParallelOptions o = recorded_options(stage, bucket_bytes);
-    // The trainer's units: ZeRO-3's gathers, or under mixed precision ZeRO-1/2's copies' spans.
+    // The trainer's units: ZeRO-3's gathers (the dense parameters'), or under mixed precision
+    // ZeRO-1/2's copies' spans (every parameter's, the experts' in their blocks).
     std::vector<parallel::Zero3Unit> units;
-    if (stage == 3 || copies) units = zero3_rank_units(model, trained, /*stages=*/true);
+    if (stage == 3) units = zero3_rank_units(model, dense, /*stages=*/true);
+    if (copies) units = zero3_rank_units(model, trained, /*stages=*/true);
     if (stage == 3) o.groups = parallel::zero3_groups(params, units);
     state->ddp = std::make_unique<parallel::DataParallel>(
         params, dist::make_meta_communicator(dp, 0, "dp"), o);
     parallel::DataParallel& ddp = *state->ddp;
     if (stage == 3) state->zero3 = recorded_zero3(ddp, units);
-    state->holds = std::make_unique<HoldRecorder>(record);
     state->holds->add(ddp, state->zero3.get(), stage, false);
     if (copies) {
       state->copy_holds.record = record;
@@ -227,30 +267,47 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
           state->tied.push_back(name);
     State* st = state.get();
     const parallel::ShardHold hold = state->holds->hold();
-    ddp.set_shard_hold(hold);
-    if (state->zero3) state->zero3->set_shard_hold(hold);
+    for (parallel::DataParallel* d : {state->ddp.get(), state->experts.get()})
+      if (d) d->set_shard_hold(hold);
+    for (parallel::Zero3Parameters* z : {state->zero3.get(), state->expert_zero3.get()})
+      if (z) z->set_shard_hold(hold);
 
     plan::DataParallelRun run;
     parallel::Zero3Parameters* zero3 = state->zero3.get();
     run.before_backward = [st, record](bool last) {
       record->emplace_back();  // a step's schedule begins
       st->ddp->set_sync(last);
+      if (st->experts) st->experts->set_sync(false);
     };
     run.after_backward = [st] {
       // PipelineStrategy::forward_backward: the head's gradient added into the bucket's chunk.
       for (const std::string& name : st->tied)
         for (const parallel::DataParallel::Place& p : st->ddp->places())
           if (p.name == name) st->ddp->add_to_gradient(name, zeros(p.param.shape(), DType::F32));
-      if (st->zero3) st->zero3->finish_backward();
+      for (parallel::Zero3Parameters* z : {st->zero3.get(), st->expert_zero3.get()})
+        if (z) z->finish_backward();
       if (st->hooks) st->hooks->end_backwards();  // OffloadStrategy::after_backward
     };
-    run.finish = [st] {
-      st->ddp->set_sync(true);
-      st->ddp->finish_gradient_sync();
+    run.finish = [st, stage, hold] {
+      // The dense axis's sync, then the experts' with their 1/ep (ExpertParallelStrategy).
+      for (parallel::DataParallel* d : {st->ddp.get(), st->experts.get()}) {
+        if (!d) continue;
+        d->set_sync(true);
+        d->finish_gradient_sync();
+      }
+      if (st->experts && stage >= 2)
+        for (int64_t b = 0; b < st->experts->bucket_count(); ++b)
+          hold(st->experts->gradient_shard(b), parallel::ShardUse::Update);
     };
     if (zero3) {
-      run.defer = [zero3](const Tensor& p) { return zero3->holds(p); };
-      run.set_low_precision = [zero3](nn::LowPrecisionScope* s) { zero3->set_low_precision(s); };
+      parallel::Zero3Parameters* expert_zero3 = st->expert_zero3.get();
+      run.defer = [zero3, expert_zero3](const Tensor& p) {
+        return zero3->holds(p) || (expert_zero3 && expert_zero3->holds(p));
+      };
+      run.set_low_precision = [zero3, expert_zero3](nn::LowPrecisionScope* s) {
+        zero3->set_low_precision(s);
+        if (expert_zero3) expert_zero3->set_low_precision(s);
+      };
     } else if (st->hooks) {  // the kept copies: every covered master deferred to its unit
       run.defer = [st](const Tensor& p) { return st->covered.count(p.impl_ptr().get()) > 0; };
       run.set_low_precision = [st](nn::LowPrecisionScope* s) { st->copy_holds.scope = s; };

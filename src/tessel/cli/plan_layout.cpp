@@ -139,11 +139,9 @@ plan::OffloadInput offload_input_for(const models::ModelConfig& config,
                                      const plan::MemoryLayout& layout,
                                      const plan::OffloadBudgets& budgets, bool tp_sums,
                                      bool clipped, int ep) {
-  // Under ep the rank's experts only (the trainer refuses offload with ep and tp or pp).
-  TESSEL_CHECK(ep == 1 || (!layout.tp_transform && !layout.pipeline.active()),
-               "plan offload: --ep ", ep,
-               " with tensor or pipeline parallelism (the trainer "
-               "offloads an expert-parallel rank under dp only)");
+  // Under ep the rank's experts only (the trainer refuses offload with ep and tp).
+  TESSEL_CHECK(ep == 1 || !layout.tp_transform, "plan offload: --ep ", ep,
+               " with tensor parallelism (the trainer refuses memory offload with --ep and --tp)");
   TESSEL_CHECK(ep == 1 || (layout.dp > 1 && layout.dp % ep == 0 && layout.zero_stage >= 1),
                "plan offload: --ep ", ep, " must divide --dp ", layout.dp,
                " (ZeRO-1, 2 or 3: each rank offloads its shards)");
@@ -172,7 +170,9 @@ plan::OffloadInput offload_input_for(const models::ModelConfig& config,
     for (plan::OffloadTensor& t : input.tensors)
       if (is_expert.count(t.name))
         t.expert_layer = layer_of.at(t.name.substr(0, t.name.find(".experts.")));
-    input.recorded_holds = record_ep_holds(config, layout, ep, 3, input.units);
+    input.recorded_holds = layout.pipeline.active()
+                               ? record_pipeline_holds(config, layout, 3, input.units, ep)
+                               : record_ep_holds(config, layout, ep, 3, input.units);
     return input;
   }
   // A pipeline rank's shards: the holds of the runtime's own objects over its schedule. Otherwise

@@ -66,9 +66,10 @@ std::vector<parallel::Zero3Unit> zero3_rank_units(models::CausalLM& model,
 // (cli/offload_record.cpp). Under mixed precision at ZeRO-1/2 the offload layer's unit hooks
 // (train/strategy/unit_hooks.h) record each unit's copies' holds among them; `units`: the model's
 // units (plan::offload_input's), which the recorded ones must match.
+// With `ep` > 1 (no tp) the rank's stages' experts over dp / ep beside them, as record_ep_holds.
 std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
     const models::ModelConfig& config, const plan::MemoryLayout& layout, int steps,
-    const std::vector<plan::OffloadUnit>& units);
+    const std::vector<plan::OffloadUnit>& units, int ep = 1);
 
 // Expert parallelism on `model` built on meta, as rank 0 of `ep` holds it: the runtime's split
 // of every MoE layer's experts, with a stand-in for the all-to-all that runs this rank's experts

@@ -278,11 +278,11 @@ OffloadPrediction predict_offload(const OffloadInput& in, int steps) {
                in.dp);
   const bool has_experts = std::any_of(in.tensors.begin(), in.tensors.end(),
                                        [](const OffloadTensor& t) { return t.expert_layer >= 0; });
-  TESSEL_CHECK(in.ep == 1 || (has_experts && in.zero_stage >= 1 && !in.pipeline.active() &&
-                              !in.tp_sums && !in.recorded_holds.empty()),
+  TESSEL_CHECK(in.ep == 1 ||
+                   (has_experts && in.zero_stage >= 1 && !in.tp_sums && !in.recorded_holds.empty()),
                "offload model: an expert-parallel rank (ep ", in.ep,
-               ") needs its experts' tensors, ZeRO-1, 2 or 3, no pipeline and no tp sums, and "
-               "the holds its DataParallels and Zero3Parameters take (recorded_holds)");
+               ") needs its experts' tensors, ZeRO-1, 2 or 3, no tp sums, and the holds its "
+               "DataParallels and Zero3Parameters take (recorded_holds)");
   TESSEL_CHECK(in.ep > 1 || !has_experts,
                "offload model: tensors of an expert layer without expert parallelism");
   TESSEL_CHECK(in.recorded_holds.empty() ||
