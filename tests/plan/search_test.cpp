@@ -322,12 +322,10 @@ TEST(PlanSearch, ComposedPipelinesRankTheSame) {
 
 // The search asks for interleaved:V for every V whose 2 x V stages the 6 pipeline layers hold (2
 // and 3) and only micro-batch counts that are multiples of pp (8 rows: 8, 4 and 2, never 1).
-// Alpa's inter-operator DP (plan/stage_split.h) over one micro-batch's traced layers: where its
-// stages differ from the runtime's cut and each keeps a block, the search predicts the layout
-// again with that split (parallel.pipeline_split in its train flags), beside the balanced one;
-// with balanced_stages off, only the split. A GPT-2 of 7 blocks and a small vocabulary, whose
-// "runtime" here cuts {embedding, h.0} | {h.1..h.6, head}, which the DP, balancing compute, moves.
-TEST(PlanSearch, TheInterOperatorDpsSplitIsALayoutOfItsOwn) {
+// A GPT-2 of 7 blocks and a small vocabulary, and a request over two pipeline ranks (1F1B) with
+// the inter-operator DP's splits, whose "runtime" cuts {embedding, h.0} | {h.1..h.6, head} or
+// where a split puts the first stage's end; `asked` (if given) receives every split asked for.
+models::ConfigPtr seven_block_gpt2() {
   models::GPT2Config c;
   c.vocab_size = 97;
   c.n_positions = 13;
@@ -335,20 +333,34 @@ TEST(PlanSearch, TheInterOperatorDpsSplitIsALayoutOfItsOwn) {
   c.n_layer = 7;
   c.n_head = 4;
   c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
-  const models::ConfigPtr config = std::make_shared<models::GPT2Config>(c);
+  return std::make_shared<models::GPT2Config>(c);
+}
+
+SearchRequest dp_split_request(std::set<std::string>* asked = nullptr) {
   SearchRequest req = request(2);
   req.dp_stages = true;
   req.schedules = {"1f1b"};
-  req.recompute = {nn::Recompute::None};
-  std::set<std::string> asked;
-  req.pipeline_rank = [&](const std::string& schedule, int, int m, int rank,
-                          const std::string& split) {
-    asked.insert(split);
+  req.pipeline_rank = [asked](const std::string& schedule, int, int m, int rank,
+                              const std::string& split) {
+    if (asked) asked->insert(split);
     PipelineRank pr = two_rank(schedule, m, rank);
     const int first = split.empty() ? 2 : 1 + std::stoi(split.substr(0, split.find(',')));
     pr.stage_layers = {{0, first}, {first, 9}};
     return pr;
   };
+  return req;
+}
+
+// Alpa's inter-operator DP (plan/stage_split.h) over one micro-batch's traced layers: where its
+// stages differ from the runtime's cut and each keeps a block, the search predicts the layout
+// again with that split (parallel.pipeline_split in its train flags), beside the balanced one;
+// with balanced_stages off, only the split. A GPT-2 of 7 blocks and a small vocabulary, whose
+// "runtime" here cuts {embedding, h.0} | {h.1..h.6, head}, which the DP, balancing compute, moves.
+TEST(PlanSearch, TheInterOperatorDpsSplitIsALayoutOfItsOwn) {
+  const models::ConfigPtr config = seven_block_gpt2();
+  std::set<std::string> asked;
+  SearchRequest req = dp_split_request(&asked);
+  req.recompute = {nn::Recompute::None};
   const Cluster cluster = node(int64_t(1) << 40, 2);
   const SearchResult res = search_plans(*config, cluster, req);
   // The DP's split, worked out here from the same trace.
@@ -409,24 +421,8 @@ TEST(PlanSearch, TheInterOperatorDpsSplitIsALayoutOfItsOwn) {
 // the search ranks that cut with each rank's least mode, or on its fewest blocks, which fit and
 // which predict_layout predicts alike; with room for everything, no such row on any cut.
 TEST(PlanSearch, TheDpsCutRecomputesPerRankAndPerBlockToo) {
-  models::GPT2Config c;
-  c.vocab_size = 97;
-  c.n_positions = 13;
-  c.n_embd = 36;
-  c.n_layer = 7;
-  c.n_head = 4;
-  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
-  const models::ConfigPtr config = std::make_shared<models::GPT2Config>(c);
-  SearchRequest req = request(2);
-  req.dp_stages = true;
-  req.schedules = {"1f1b"};
-  req.pipeline_rank = [](const std::string& schedule, int, int m, int rank,
-                         const std::string& split) {
-    PipelineRank pr = two_rank(schedule, m, rank);
-    const int first = split.empty() ? 2 : 1 + std::stoi(split.substr(0, split.find(',')));
-    pr.stage_layers = {{0, first}, {first, 9}};
-    return pr;
-  };
+  const models::ConfigPtr config = seven_block_gpt2();
+  SearchRequest req = dp_split_request();
   req.block_recompute = req.rank_recompute = true;
   const SearchResult roomy = search_plans(*config, node(int64_t(1) << 40, 2), req);
   const PlanResult* plain = nullptr;
