@@ -23,15 +23,15 @@ experts, top-2 with capacity drops), sequences of 13, two micro-batches per step
   with the model of the cases above its one expert bucket is still in memory and the test passed
   without the hold);
 - --ep 2 with --pp 2 at np 4 (dp 2 inside each stage): ZeRO-3 1F1B in f32 and ZeRO-2 GPipe in
-  bf16, each stage's dense and expert shards in chunks with NVMe read and written every step, the
-  records and both checkpoints bitwise the in-memory run's;
-- offload with --ep and --tp is refused before any step, with one line naming the layouts that
-  work.
+  bf16, each stage's dense and expert shards in chunks; --ep 2 with --tp 2 at np 4 (a GPT-2-MoE
+  whose first block is dense, so tp's plan splits its MLP): ZeRO-3 with --sp in f32 and ZeRO-2
+  with --etp in bf16, each rank's shards of its tp pieces and of its experts in chunks; every one
+  with NVMe read and written every step, the records and both checkpoints bitwise the in-memory
+  run's.
 Usage: offload_ep_equivalence.py TESSEL MPIRUN WORKDIR
 """
 import os
 import re
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -80,17 +80,25 @@ def main():
     # --ep 2 --pp 2 (dp 2 at np 4): each stage's rank offloads its ZeRO shards of the stage's dense
     # parameters and of the stage's experts (one MoE layer a stage), NVMe read and written every
     # step after the first.
-    for stage, schedule, precision, host, device in ((3, "1f1b", "fp32", 4, 3),
-                                                     (2, "gpipe", "bf16", 3, 1)):
-        what = f"--ep 2 --pp 2 {schedule} at np 4, ZeRO-{stage} {precision} offloaded"
-        tag = f"ep_pp_zero{stage}"
+    # --ep 2 --tp 2 likewise (dp 2 inside each tp rank's group): each rank its ZeRO shards of its
+    # tp pieces and of its experts (whole, or with --etp their FFN columns), with --sp too.
+    # Block 0 dense (tp's plan splits its MLP), block 1 MoE.
+    half = write_json(os.path.join(work, "half_moe.json"), moe_config(vocab, moe_every=2))
+    for stage, flags, precision, host, device, chunk, desc in (
+            (3, ["--pp", "2", "--schedule", "1f1b"], "fp32", 4, 3, 40, "--pp 2 1F1B"),
+            (2, ["--pp", "2", "--schedule", "gpipe"], "bf16", 3, 1, 40, "--pp 2 GPipe"),
+            (3, ["--tp", "2", "--sp", "--set", f"model.config={half}"], "fp32", 4, 3, 40,
+             "--tp 2 --sp"),
+            (2, ["--tp", "2", "--etp", "--set", f"model.config={half}"], "bf16", 3, 2, 20,
+             "--tp 2 --etp")):
+        what = f"--ep 2 {desc} at np 4, ZeRO-{stage} {precision} offloaded"
+        tag = f"ep_{flags[0][2:]}_zero{stage}"
         mpi = mpi_prefix(mpirun) + ["-np", "4", tessel]
-        layout = common(4, stage) + ["--pp", "2", "--schedule", schedule, "--set",
-                                     f"train.precision={precision}"]
+        layout = common(4, stage) + flags + ["--set", f"train.precision={precision}"]
         ref, off = (os.path.join(work, f"{k}_{tag}") for k in ("memory", "offload"))
         run(mpi + layout + ["--set", "checkpoint.dir=" + ref], env=env)
         run(mpi + layout + ["--set", "checkpoint.dir=" + off] +
-            offload_sets(nvme(tag), host, device, 40 << 10), env=env)
+            offload_sets(nvme(tag), host, device, chunk << 10), env=env)
         same_records(ref, off, what, STEPS)
         io = [(r["offload"]["nvme_read_bytes"], r["offload"]["nvme_write_bytes"])
               for r in step_records(off)]
@@ -100,17 +108,6 @@ def main():
         print(f"{what}: {STEPS} steps' losses and norms bitwise the in-memory run's, NVMe read "
               f"and written every step; checkpoints at steps {SAVE} and {STEPS} byte for byte "
               f"({len(files)} files)")
-    # Block 0 dense (tp's plan splits its MLP), block 1 MoE.
-    half = write_json(os.path.join(work, "half_moe.json"), moe_config(vocab, moe_every=2))
-    p = subprocess.run(mpi_prefix(mpirun) + ["-np", "4", tessel] + common(2, 2) +
-                       ["--tp", "2", "--set", f"model.config={half}",
-                        "--set", "checkpoint.dir=" + os.path.join(work, "ep_tp")] +
-                       offload_sets(nvme("ep_tp"), 3, 1, CHUNK[2]),
-                       env=env, capture_output=True, text=True)
-    if p.returncode == 0 or "memory offload (memory.device_budget) with --ep 2 and --tp 2 " \
-            "together is not supported yet" not in p.stdout + p.stderr:
-        fail(f"offload with --ep 2 --tp 2: rc {p.returncode}, {p.stderr[-800:]}")
-    print("offload with --ep 2 --tp 2: refused before any step")
 
     # Wide experts: the expert gradient shards' chunks leave memory before they are scaled.
     wide = write_json(os.path.join(work, "wide.json"), moe_config(vocab, n_inner=WIDE_FFN,
