@@ -25,7 +25,8 @@ and
 memory.nvme_budget at the fewest slots the runtime accepts (one process, ZeRO-2), the swap file
 that size. With "ep" (its own CTest, plan.offload_traffic_ep): rank 0 of `--dp 2` and `--dp 4`
 with `--ep 2` at ZeRO-1, 2 and 3 (its dense shards over dp, its experts' over the ranks holding
-the same ones), f32 and bf16, and of `--dp 2 --pp 2 --ep 2` (its stage's), on a GPT-2-MoE and one of wide experts whose gradient shards leave
+the same ones), f32 and bf16, of `--dp 2 --pp 2 --ep 2` (its stage's) and of `--dp 2 --tp 2
+--ep 2` (its tp pieces' and its experts'), on a GPT-2-MoE and one of wide experts whose gradient shards leave
 memory before their 1 / ep scaling. A GPT-2 with C = 26, 2 heads, 5 blocks and sequences of 9; for ZeRO-1/2 one with
 C = 128, 4 heads, 4 blocks (four buckets), and under dp x pp one of 8 blocks.
 
@@ -161,6 +162,12 @@ EP_CASES = [
     ("dp 2 pp 2 ep 2 ZeRO-3 1F1B", "fp32", 0, 4, True, 0, 4, "moe", "eppz3-1f1b", 40),
     ("dp 2 pp 2 ep 2 ZeRO-2 GPipe, bf16", "bf16", 0, 3, True, 0, 4, "moe", "eppz2-gpipe", 40),
     ("dp 2 pp 2 ep 2 ZeRO-1 1F1B", "fp32", 0, 3, True, 0, 4, "moe", "eppz1-1f1b", 40),
+    # With --tp 2 (dp 2 inside each tp rank's group): its tp pieces' and its experts' shards, on
+    # a GPT-2-MoE whose first block is dense (tp's plan splits its MLP).
+    ("dp 2 tp 2 ep 2 ZeRO-3", "fp32", 0, 4, True, 0, 1, "moeh", "eptz3", 40),
+    ("dp 2 tp 2 ep 2 ZeRO-2, bf16, two micro-batches", "bf16", 0, 3, True, 0, 2, "moeh", "eptz2",
+     40),
+    ("dp 2 tp 2 ep 2 ZeRO-1", "fp32", 0, 3, True, 0, 1, "moeh", "eptz1", 40),
 ]
 
 FIELDS = ["nvme_read_bytes", "nvme_write_bytes", "h2d_bytes", "d2h_bytes", "evictions",
@@ -175,13 +182,17 @@ def llama(work, vocab):
 
 
 def expert(layout):
-    """(ranks, ZeRO stage, clipped, schedule) for layouts "epNzS[-clip]" (--dp N --ep 2) and
-    "eppzS-SCHEDULE" (--dp 2 --pp 2 --ep 2, four ranks), else None."""
+    """(ranks, ZeRO stage, clipped, the other axis' flags) for layouts "epNzS[-clip]" (--dp N
+    --ep 2), "eppzS-SCHEDULE" (--dp 2 --pp 2 --ep 2) and "eptzS" (--dp 2 --tp 2 --ep 2), else
+    None."""
     m = re.fullmatch(r"ep(\d)z(\d)(-clip)?", layout)
     if m:
-        return int(m.group(1)), m.group(2), bool(m.group(3)), None
+        return int(m.group(1)), m.group(2), bool(m.group(3)), []
     m = re.fullmatch(r"eppz(\d)-(\w+)", layout)
-    return (4, m.group(1), False, m.group(2)) if m else None
+    if m:
+        return 4, m.group(1), False, ["--pp", "2", "--schedule", m.group(2)]
+    m = re.fullmatch(r"eptz(\d)", layout)
+    return (4, m.group(1), False, ["--tp", "2"]) if m else None
 
 
 def zero12(layout):
@@ -218,10 +229,9 @@ def pipeline_dp(layout):
 
 def plan_flags(layout, precision):
     if expert(layout):
-        np_, stage, clipped, schedule = expert(layout)
-        pp = ["--pp", "2", "--schedule", schedule] if schedule else []
-        return ["--dp", str(np_ // (2 if schedule else 1)), "--ep", "2", "--zero", stage,
-                "--bucket-mb", "1"] + pp + (["--clipped"] if clipped else [])
+        np_, stage, clipped, other = expert(layout)
+        return ["--dp", str(np_ // (2 if other else 1)), "--ep", "2", "--zero", stage,
+                "--bucket-mb", "1"] + other + (["--clipped"] if clipped else [])
     if pipeline_tp(layout):
         stage, schedule, sp = pipeline_tp(layout)
         return ["--pp", "2", "--tp", "2", "--schedule", schedule] + (["--sp"] if sp else []) + (
@@ -247,11 +257,10 @@ def plan_flags(layout, precision):
 
 def train_flags(layout, precision):
     if expert(layout):
-        np_, stage, clipped, schedule = expert(layout)
-        pp = ["--pp", "2", "--schedule", schedule] if schedule else []
-        return ["--dp", str(np_ // (2 if schedule else 1)), "--ep", "2", "--set",
+        np_, stage, clipped, other = expert(layout)
+        return ["--dp", str(np_ // (2 if other else 1)), "--ep", "2", "--set",
                 f"parallel.zero_stage={stage}", "--set", "parallel.bucket_mb=1", "--set",
-                f"optim.grad_clip={1e-9 if clipped else 0}"] + pp
+                f"optim.grad_clip={1e-9 if clipped else 0}"] + other
     if pipeline_tp(layout):
         stage, schedule, sp = pipeline_tp(layout)
         return ["--pp", "2", "--tp", "2", "--schedule", schedule] + (["--sp"] if sp else []) + (
@@ -324,7 +333,8 @@ def main():
                                                n_head=4)),
                "moe": write_json(os.path.join(work, "moe.json"), moe_config(vocab)),
                "moew": write_json(os.path.join(work, "moew.json"),
-                                  moe_config(vocab, n_inner=700, n_layer=8))}
+                                  moe_config(vocab, n_inner=700, n_layer=8)),
+               "moeh": write_json(os.path.join(work, "moeh.json"), moe_config(vocab, moe_every=2))}
     for i, (what, precision, extra, host, nvme, prefetch, mb, model, layout, kib,
             *slots) in enumerate(EP_CASES if experts else CASES):
         if layout and not mpirun:

@@ -325,16 +325,17 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_ep_holds(
     const models::ModelConfig& config, const plan::MemoryLayout& layout, int ep, int steps,
     const std::vector<plan::OffloadUnit>& expected_units) {
   const int dp = layout.dp, stage = layout.zero_stage;
-  TESSEL_CHECK(ep > 1 && dp % ep == 0 && stage >= 1 && stage <= 3 && !layout.pipeline.active() &&
-                   !layout.tp_transform,
+  TESSEL_CHECK(ep > 1 && dp % ep == 0 && stage >= 1 && stage <= 3 && !layout.pipeline.active(),
                "record_ep_holds: an expert-parallel rank under dp at ZeRO-1, 2 or 3 without pp "
-               "or tp (ep ",
+               "(ep ",
                ep, ", dp ", dp, ", ZeRO-", stage, ")");
   TESSEL_CHECK(steps >= 1, "record_ep_holds: steps ", steps, " must be >= 1");
   const DType compute = layout.compute_dtype;
   const bool copies = stage < 3 && compute != DType::F32;
   DefaultDeviceScope meta(Device::meta());
   std::shared_ptr<models::CausalLM> model = config.build_empty();
+  // Under tp the rank's pieces first (the trainer's tensor axis comes before its expert axis).
+  if (layout.tp_transform) layout.tp_transform(*model);
   const std::vector<std::string> expert_names = split_experts_on_meta(*model, ep);
   const std::set<std::string> is_expert(expert_names.begin(), expert_names.end());
   model->train();
@@ -415,7 +416,8 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_ep_holds(
         }
       }
       const Tensor ids = empty({rows, seq}, DType::I64), targets = empty({rows, seq}, DType::I64);
-      Tensor start = model->loss(ids, targets);
+      Tensor start =
+          layout.tp_loss ? layout.tp_loss(model->forward(ids), targets) : model->loss(ids, targets);
       if (const Tensor aux = model->auxiliary_loss(); aux.defined())
         start = ops::add(start, aux.to(start.dtype()));
       ddp.set_sync(m == layout.grad_accum - 1);

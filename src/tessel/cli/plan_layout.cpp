@@ -139,17 +139,24 @@ plan::OffloadInput offload_input_for(const models::ModelConfig& config,
                                      const plan::MemoryLayout& layout,
                                      const plan::OffloadBudgets& budgets, bool tp_sums,
                                      bool clipped, int ep) {
-  // Under ep the rank's experts only; with tp too the rank's pieces beside them, which the
-  // recording does not build yet (the trainer offloads that layout).
-  TESSEL_CHECK(ep == 1 || !layout.tp_transform, "plan offload: --ep ", ep,
-               " with --tp is not modelled yet (the offload model covers --ep with --dp and --pp)");
+  // Under ep the rank's experts only (with tp its pieces first, as the trainer cuts them). Not
+  // with tp and pp at once, which the pipeline recording does not build, nor where tp sums
+  // gradients (sequence parallelism: its MoE layers route pieces whose choices a meta run
+  // cannot exchange).
+  TESSEL_CHECK(ep == 1 || ((!layout.tp_transform || !layout.pipeline.active()) && !tp_sums),
+               "plan offload: --ep ", ep,
+               " with --tp and --pp together, or with --sp, is not modelled yet (the offload "
+               "model covers --ep with --dp and either --tp or --pp)");
   TESSEL_CHECK(ep == 1 || (layout.dp > 1 && layout.dp % ep == 0 && layout.zero_stage >= 1),
                "plan offload: --ep ", ep, " must divide --dp ", layout.dp,
                " (ZeRO-1, 2 or 3: each rank offloads its shards)");
   std::vector<std::string> experts;
   std::function<void(models::CausalLM&)> transform = layout.tp_transform;
   if (ep > 1)
-    transform = [&experts, ep](models::CausalLM& m) { experts = split_experts_on_meta(m, ep); };
+    transform = [&experts, ep, &layout](models::CausalLM& m) {
+      if (layout.tp_transform) layout.tp_transform(m);
+      experts = split_experts_on_meta(m, ep);
+    };
   plan::OffloadInput input = plan::offload_input(config, layout.compute_dtype, budgets,
                                                  layout.grad_accum, transform, layout.pipeline);
   input.dp = layout.dp;

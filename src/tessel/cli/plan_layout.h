@@ -78,8 +78,9 @@ std::vector<std::string> split_experts_on_meta(models::CausalLM& model, int ep);
 // Tokens enough for the meta routing to reach every expert of every MoE layer of `model`.
 int64_t tokens_for_every_expert(models::CausalLM& model);
 
-// The holds an expert-parallel rank (ep dividing layout.dp, ZeRO-1/2/3, no pp or tp) takes of its
-// bucket tensors in `steps` steps from the first: the dense axis's DataParallel and
+// The holds an expert-parallel rank (ep dividing layout.dp, ZeRO-1/2/3, no pp; under tp its
+// pieces, layout.tp_transform, and its loss; not where tp sums gradients) takes of its bucket
+// tensors in `steps` steps from the first: the dense axis's DataParallel and
 // Zero3Parameters over dp and the experts' own over dp / ep, set up as the trainer sets them up
 // under memory offload, run through the trainer's micro-batches (layout.grad_accum) and gradient
 // sync with the experts' 1/ep scaling, on the meta device (cli/offload_record.cpp). `units` as for
