@@ -4,7 +4,8 @@
 // nothing, a host tier holding everything moving nothing to NVMe, MIN never reading more than LRU
 // in the steady state of a loop, the trainer's refusals with the smallest budgets, a pipeline
 // rank's recorded holds under dp (its replicas' copies among them), an expert-parallel rank's two
-// axes of shards, the disk time (reads and writes share the disk). Against measured runs: tests/plan/offload_plan_check.py.
+// axes of shards, the disk time (reads and writes share the disk). Against measured runs:
+// tests/plan/offload_plan_check.py.
 #include "tessel/plan/offload_model.h"
 
 #include <gtest/gtest.h>
