@@ -386,6 +386,21 @@ def main():
               f"{s['nvme_write_bytes']}, h2d {s['h2d_bytes']}, d2h {s['d2h_bytes']} bytes, "
               f"{s['evictions']} evictions of which {s['clean_evictions']} clean)")
 
+    if experts:
+        # The last pipeline rank holds the second MoE layer only: its experts are numbered over
+        # the layers it holds (the run's records carry rank 0's traffic, so this one is planned
+        # only; numbering the model's layers left its first layer without experts).
+        p = plan(tessel, configs["moe"], "fp32", 4, 4, True, 4, "eppz3-1f1b", 40 << 10)
+        last = json.loads(run([tessel, "plan", "offload", "-m", configs["moe"], "--chunk-size",
+                               str(40 << 10), "--device-budget", str(4 * (40 << 10)),
+                               "--host-budget", str(4 * (40 << 10)), "--grad-accum", "4",
+                               "--nvme", "--json", "--pp-rank", "1"] +
+                              plan_flags("eppz3-1f1b", "fp32")).stdout)
+        if last["chunks"] < 4 or last["state_bytes"] == p["state_bytes"]:
+            fail(f"pipeline rank 1 of --dp 2 --pp 2 --ep 2: {last['chunks']} chunks, "
+                 f"{last['state_bytes']} bytes of state (rank 0: {p['state_bytes']})")
+        print(f"pipeline rank 1 of --dp 2 --pp 2 --ep 2 planned: {last['chunks']} chunks, "
+              f"{last['state_bytes']} bytes of state")
     # Below the working set: both refuse, naming the same smallest device budget (one process;
     # with the expert-parallel cases, rank 0 of --dp 2 --ep 2 at ZeRO-3, both axes' gathers).
     model, layout, kib = ("moe", "ep2z3", 40) if experts else ("gpt2", "", 32)

@@ -7,7 +7,9 @@
 // every local expert is run, and its parameters get their gradients, as in a run whose experts
 // all receive rows.
 #include <algorithm>
+#include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,14 @@ std::vector<std::string> split_experts_on_meta(models::CausalLM& model, int ep) 
   for (auto& [name, module] : model.named_modules())
     if (auto* moe = dynamic_cast<nn::MoE*>(module)) moe->set_dispatch(dispatch);
   return split.params;
+}
+
+std::function<void(models::CausalLM&)> expert_rank_transform(
+    const plan::MemoryLayout& layout, int ep, std::shared_ptr<std::set<std::string>> experts) {
+  return [tp = layout.tp_transform, ep, experts](models::CausalLM& model) {
+    if (tp) tp(model);  // the trainer's tensor axis comes before its expert axis
+    for (const std::string& name : split_experts_on_meta(model, ep)) experts->insert(name);
+  };
 }
 
 int64_t tokens_for_every_expert(models::CausalLM& model) {

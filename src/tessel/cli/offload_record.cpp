@@ -168,12 +168,108 @@ std::unique_ptr<parallel::Zero3Parameters> recorded_zero3(parallel::DataParallel
   return zero3;
 }
 
+// A rank's data-parallel objects as the trainer builds them under memory offload, every hold of
+// their bucket tensors recorded. Under ep the experts' axis comes first (ExpertParallelStrategy
+// before the dp axis): their buckets over the dp / ep ranks holding the same experts, reduced
+// after backward (offloaded, nothing overlaps), ZeRO-3's units one per MoE layer; then the dense
+// parameters' over dp, ZeRO-3's units without the experts. `stages`: a pipeline rank's units.
+class RecordedAxes {
+ public:
+  RecordedAxes(models::CausalLM& model, const std::vector<std::string>& trained,
+               const std::set<std::string>& experts, const plan::MemoryLayout& layout, int ep,
+               bool stages, std::shared_ptr<Record> record)
+      : stage_(layout.zero_stage), holds_(std::move(record)) {
+    std::vector<std::string> dense;
+    nn::NamedTensors params, expert_params;
+    std::set<std::string> trained_experts;
+    for (const std::string& name : trained) {
+      if (experts.count(name)) {
+        expert_params.emplace_back(name, model.find(name));
+        trained_experts.insert(name);
+      } else {
+        params.emplace_back(name, model.find(name));
+        dense.push_back(name);
+      }
+    }
+    if (!expert_params.empty()) {
+      parallel::DataParallelOptions eo = recorded_options(stage_, layout.bucket_bytes);
+      eo.overlap = false;
+      std::vector<parallel::Zero3Unit> units;
+      if (stage_ == 3) {
+        units = train::expert_zero3_units(model, trained_experts);
+        eo.groups = parallel::zero3_groups(expert_params, units);
+      }
+      experts_ = std::make_unique<parallel::DataParallel>(
+          expert_params, dist::make_meta_communicator(layout.dp / ep, 0, "ep_dp"), eo);
+      if (stage_ == 3) expert_zero3_ = recorded_zero3(*experts_, std::move(units));
+      holds_.add(*experts_, expert_zero3_.get(), stage_, true);
+    }
+    parallel::DataParallelOptions o = recorded_options(stage_, layout.bucket_bytes);
+    std::vector<parallel::Zero3Unit> units;
+    if (stage_ == 3) {
+      units = zero3_rank_units(model, dense, stages);
+      o.groups = parallel::zero3_groups(params, units);
+    }
+    dense_ = std::make_unique<parallel::DataParallel>(
+        params, dist::make_meta_communicator(layout.dp, 0, "dp"), o);
+    if (stage_ == 3) zero3_ = recorded_zero3(*dense_, std::move(units));
+    holds_.add(*dense_, zero3_.get(), stage_, false);
+    hold_ = holds_.hold();
+    for (parallel::DataParallel* d : {dense_.get(), experts_.get()})
+      if (d) d->set_shard_hold(hold_);
+    for (parallel::Zero3Parameters* z : {zero3_.get(), expert_zero3_.get()})
+      if (z) z->set_shard_hold(hold_);
+  }
+  RecordedAxes(const RecordedAxes&) = delete;  // the holds point into it
+  RecordedAxes& operator=(const RecordedAxes&) = delete;
+
+  parallel::DataParallel& dense() { return *dense_; }
+  // The axes' before_backward: the last micro-batch syncs the dense buckets, the experts never.
+  void before_backward(bool last) {
+    dense_->set_sync(last);
+    if (experts_) experts_->set_sync(false);
+  }
+  void after_backward() {  // no unit stays gathered
+    for (parallel::Zero3Parameters* z : {zero3_.get(), expert_zero3_.get()})
+      if (z) z->finish_backward();
+  }
+  // The gradient sync: the dense axis's, then the experts', whose shards then take their 1 / ep,
+  // each held while written (ExpertParallelStrategy::sync_gradients; ZeRO-1's all-reduced
+  // buckets are plain memory).
+  void sync() {
+    for (parallel::DataParallel* d : {dense_.get(), experts_.get()}) {
+      if (!d) continue;
+      d->set_sync(true);
+      d->finish_gradient_sync();
+    }
+    if (experts_ && stage_ >= 2)
+      for (int64_t b = 0; b < experts_->bucket_count(); ++b)
+        hold_(experts_->gradient_shard(b), parallel::ShardUse::Update);
+  }
+  // ZeRO-3 under mixed precision: the masters whose copies wait for their unit's gather, and the
+  // scope both axes make them from (null: none).
+  bool gathers() const { return zero3_ != nullptr; }
+  bool defers(const Tensor& p) const {
+    return zero3_->holds(p) || (expert_zero3_ && expert_zero3_->holds(p));
+  }
+  void set_low_precision(nn::LowPrecisionScope* scope) {
+    for (parallel::Zero3Parameters* z : {zero3_.get(), expert_zero3_.get()})
+      if (z) z->set_low_precision(scope);
+  }
+
+ private:
+  int stage_;
+  HoldRecorder holds_;
+  parallel::ShardHold hold_;
+  std::unique_ptr<parallel::DataParallel> experts_, dense_;
+  std::unique_ptr<parallel::Zero3Parameters> expert_zero3_, zero3_;
+};
+
 }  // namespace
 
 std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
     const models::ModelConfig& config, const plan::MemoryLayout& layout, int steps,
     const std::vector<plan::OffloadUnit>& expected_units, int ep) {
-  using plan::ShardHoldEvent;
   const plan::PipelineRank& pr = layout.pipeline;
   TESSEL_CHECK(pr.active() && layout.dp > 1 && layout.zero_stage >= 1 && layout.zero_stage <= 3,
                "record_pipeline_holds: a pipeline rank under dp at ZeRO-1, 2 or 3 (pp ", pr.ranks,
@@ -182,8 +278,6 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
   TESSEL_CHECK(ep == 1 || (layout.dp % ep == 0 && !layout.tp_transform),
                "record_pipeline_holds: ep ", ep, " must divide dp ", layout.dp, ", without tp");
   auto record = std::make_shared<Record>();
-  const int dp = layout.dp, stage = layout.zero_stage;
-  const int64_t bucket_bytes = layout.bucket_bytes;
   // The first stage's rank receives the head's gradient of a tied embedding after the schedule.
   const bool adds_tied = pr.owner(0) == pr.rank && pr.owner(pr.num_stages() - 1) != pr.rank;
   const bool copies = layout.zero_stage < 3 && layout.compute_dtype != DType::F32;
@@ -196,9 +290,7 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
   // Under ep the rank's experts, and tokens enough that the meta routing reaches every one.
   auto experts = std::make_shared<std::set<std::string>>();
   if (ep > 1) {
-    options.transform = [experts, ep](models::CausalLM& model) {
-      for (const std::string& name : split_experts_on_meta(model, ep)) experts->insert(name);
-    };
+    options.transform = expert_rank_transform(layout, ep, experts);
     DefaultDeviceScope meta(Device::meta());
     const int64_t tokens = tokens_for_every_expert(*config.build_empty());
     options.seq = std::min(std::max(tokens, options.seq), config.max_positions());
@@ -208,106 +300,45 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
   options.steps = steps;
   options.data_parallel = [=](models::CausalLM& model, const std::vector<std::string>& trained) {
     struct State {
-      std::unique_ptr<parallel::DataParallel> experts, ddp;
-      std::unique_ptr<parallel::Zero3Parameters> expert_zero3, zero3;
+      std::unique_ptr<RecordedAxes> axes;
       std::vector<std::string> tied;
       CopyHolds copy_holds;
       std::unique_ptr<train::UnitHooks> hooks;
       std::set<const TensorImpl*> covered;
-      std::unique_ptr<HoldRecorder> holds;
     };
     auto state = std::make_shared<State>();
-    state->holds = std::make_unique<HoldRecorder>(record);
-    // Under ep the experts' axis first, over the stage's experts (ExpertParallelStrategy before
-    // the dp axis): their own buckets over dp / ep, reduced after the schedule.
-    std::vector<std::string> dense;
-    nn::NamedTensors params, expert_params;
-    std::set<std::string> trained_experts;
-    for (const std::string& name : trained) {
-      if (experts->count(name)) {
-        expert_params.emplace_back(name, model.find(name));
-        trained_experts.insert(name);
-      } else {
-        params.emplace_back(name, model.find(name));
-        dense.push_back(name);
-      }
-    }
-    if (!expert_params.empty()) {
-      parallel::DataParallelOptions eo = recorded_options(stage, bucket_bytes);
-      eo.overlap = false;
-      std::vector<parallel::Zero3Unit> expert_units;
-      if (stage == 3) {
-        expert_units = train::expert_zero3_units(model, trained_experts);
-        eo.groups = parallel::zero3_groups(expert_params, expert_units);
-      }
-      state->experts = std::make_unique<parallel::DataParallel>(
-          expert_params, dist::make_meta_communicator(dp / ep, 0, "ep_dp"), eo);
-      if (stage == 3) state->expert_zero3 = recorded_zero3(*state->experts, expert_units);
-      state->holds->add(*state->experts, state->expert_zero3.get(), stage, true);
-    }
-    parallel::DataParallelOptions o = recorded_options(stage, bucket_bytes);
-    // The trainer's units: ZeRO-3's gathers (the dense parameters'), or under mixed precision
-    // ZeRO-1/2's copies' spans (every parameter's, the experts' in their blocks).
-    std::vector<parallel::Zero3Unit> units;
-    if (stage == 3) units = zero3_rank_units(model, dense, /*stages=*/true);
-    if (copies) units = zero3_rank_units(model, trained, /*stages=*/true);
-    if (stage == 3) o.groups = parallel::zero3_groups(params, units);
-    state->ddp = std::make_unique<parallel::DataParallel>(
-        params, dist::make_meta_communicator(dp, 0, "dp"), o);
-    parallel::DataParallel& ddp = *state->ddp;
-    if (stage == 3) state->zero3 = recorded_zero3(ddp, units);
-    state->holds->add(ddp, state->zero3.get(), stage, false);
-    if (copies) {
+    state->axes = std::make_unique<RecordedAxes>(model, trained, *experts, layout, ep,
+                                                 /*stages=*/true, record);
+    if (copies) {  // the units of every parameter, the experts' in their blocks'
       state->copy_holds.record = record;
-      state->hooks = state->copy_holds.hook(model, units, expected_units, state->covered);
+      state->hooks = state->copy_holds.hook(
+          model, zero3_rank_units(model, trained, /*stages=*/true), expected_units, state->covered);
     }
     if (adds_tied)
       for (const std::string& name : model.head_tied_parameters())
         if (std::find(trained.begin(), trained.end(), name) != trained.end())
           state->tied.push_back(name);
     State* st = state.get();
-    const parallel::ShardHold hold = state->holds->hold();
-    for (parallel::DataParallel* d : {state->ddp.get(), state->experts.get()})
-      if (d) d->set_shard_hold(hold);
-    for (parallel::Zero3Parameters* z : {state->zero3.get(), state->expert_zero3.get()})
-      if (z) z->set_shard_hold(hold);
+    RecordedAxes* axes = state->axes.get();
 
     plan::DataParallelRun run;
-    parallel::Zero3Parameters* zero3 = state->zero3.get();
-    run.before_backward = [st, record](bool last) {
+    run.before_backward = [axes, record](bool last) {
       record->emplace_back();  // a step's schedule begins
-      st->ddp->set_sync(last);
-      if (st->experts) st->experts->set_sync(false);
+      axes->before_backward(last);
     };
-    run.after_backward = [st] {
+    run.after_backward = [st, axes] {
       // PipelineStrategy::forward_backward: the head's gradient added into the bucket's chunk.
+      parallel::DataParallel& ddp = axes->dense();
       for (const std::string& name : st->tied)
-        for (const parallel::DataParallel::Place& p : st->ddp->places())
-          if (p.name == name) st->ddp->add_to_gradient(name, zeros(p.param.shape(), DType::F32));
-      for (parallel::Zero3Parameters* z : {st->zero3.get(), st->expert_zero3.get()})
-        if (z) z->finish_backward();
+        for (const parallel::DataParallel::Place& p : ddp.places())
+          if (p.name == name) ddp.add_to_gradient(name, zeros(p.param.shape(), DType::F32));
+      axes->after_backward();
       if (st->hooks) st->hooks->end_backwards();  // OffloadStrategy::after_backward
     };
-    run.finish = [st, stage, hold] {
-      // The dense axis's sync, then the experts' with their 1/ep (ExpertParallelStrategy).
-      for (parallel::DataParallel* d : {st->ddp.get(), st->experts.get()}) {
-        if (!d) continue;
-        d->set_sync(true);
-        d->finish_gradient_sync();
-      }
-      if (st->experts && stage >= 2)
-        for (int64_t b = 0; b < st->experts->bucket_count(); ++b)
-          hold(st->experts->gradient_shard(b), parallel::ShardUse::Update);
-    };
-    if (zero3) {
-      parallel::Zero3Parameters* expert_zero3 = st->expert_zero3.get();
-      run.defer = [zero3, expert_zero3](const Tensor& p) {
-        return zero3->holds(p) || (expert_zero3 && expert_zero3->holds(p));
-      };
-      run.set_low_precision = [zero3, expert_zero3](nn::LowPrecisionScope* s) {
-        zero3->set_low_precision(s);
-        if (expert_zero3) expert_zero3->set_low_precision(s);
-      };
+    run.finish = [axes] { axes->sync(); };
+    if (axes->gathers()) {
+      run.defer = [axes](const Tensor& p) { return axes->defers(p); };
+      run.set_low_precision = [axes](nn::LowPrecisionScope* s) { axes->set_low_precision(s); };
     } else if (st->hooks) {  // the kept copies: every covered master deferred to its unit
       run.defer = [st](const Tensor& p) { return st->covered.count(p.impl_ptr().get()) > 0; };
       run.set_low_precision = [st](nn::LowPrecisionScope* s) { st->copy_holds.scope = s; };
@@ -334,54 +365,13 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_ep_holds(
   const bool copies = stage < 3 && compute != DType::F32;
   DefaultDeviceScope meta(Device::meta());
   std::shared_ptr<models::CausalLM> model = config.build_empty();
-  // Under tp the rank's pieces first (the trainer's tensor axis comes before its expert axis).
-  if (layout.tp_transform) layout.tp_transform(*model);
-  const std::vector<std::string> expert_names = split_experts_on_meta(*model, ep);
-  const std::set<std::string> is_expert(expert_names.begin(), expert_names.end());
+  auto experts = std::make_shared<std::set<std::string>>();
+  expert_rank_transform(layout, ep, experts)(*model);
   model->train();
-  nn::NamedTensors expert_params, dense_params;
-  std::vector<std::string> all, dense;
-  for (const auto& [name, p] : model->named_parameters()) {
-    all.push_back(name);
-    if (is_expert.count(name)) {
-      expert_params.emplace_back(name, p);
-    } else {
-      dense_params.emplace_back(name, p);
-      dense.push_back(name);
-    }
-  }
+  std::vector<std::string> all;
+  for (const auto& [name, p] : model->named_parameters()) all.push_back(name);
   auto record = std::make_shared<Record>();
-  HoldRecorder holds(record);
-  // The experts' axis first, as the trainer builds it (ExpertParallelStrategy before the dp
-  // axis): their buckets over the dp / ep ranks holding the same experts, reduced after backward
-  // (offloaded, nothing overlaps), ZeRO-3's units one per MoE layer.
-  parallel::DataParallelOptions eo = recorded_options(stage, layout.bucket_bytes);
-  eo.overlap = false;
-  std::vector<parallel::Zero3Unit> expert_units;
-  if (stage == 3) {
-    expert_units = train::expert_zero3_units(*model, is_expert);
-    eo.groups = parallel::zero3_groups(expert_params, expert_units);
-  }
-  parallel::DataParallel experts(expert_params, dist::make_meta_communicator(dp / ep, 0, "ep_dp"),
-                                 eo);
-  std::unique_ptr<parallel::Zero3Parameters> expert_zero3;
-  if (stage == 3) expert_zero3 = recorded_zero3(experts, expert_units);
-  // The dense parameters over dp: ZeRO-3's units without the experts.
-  parallel::DataParallelOptions o = recorded_options(stage, layout.bucket_bytes);
-  std::vector<parallel::Zero3Unit> units;
-  if (stage == 3) {
-    units = zero3_rank_units(*model, dense, /*stages=*/false);
-    o.groups = parallel::zero3_groups(dense_params, units);
-  }
-  parallel::DataParallel ddp(dense_params, dist::make_meta_communicator(dp, 0, "dp"), o);
-  std::unique_ptr<parallel::Zero3Parameters> zero3;
-  if (stage == 3) zero3 = recorded_zero3(ddp, units);
-  holds.add(ddp, zero3.get(), stage, false);
-  holds.add(experts, expert_zero3.get(), stage, true);
-  const parallel::ShardHold hold = holds.hold();
-  for (parallel::DataParallel* d : {&ddp, &experts}) d->set_shard_hold(hold);
-  for (parallel::Zero3Parameters* z : {zero3.get(), expert_zero3.get()})
-    if (z) z->set_shard_hold(hold);
+  RecordedAxes axes(*model, all, *experts, layout, ep, /*stages=*/false, record);
   // ZeRO-1/2 under mixed precision: the copies' spans over the whole model's units (experts in
   // their blocks').
   CopyHolds copy_holds;
@@ -404,11 +394,10 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_ep_holds(
       // with the experts' auxiliary losses, the axes' before_backward, backward, after_backward.
       std::optional<nn::LowPrecisionScope> scope;
       if (compute != DType::F32) {
-        if (stage == 3) {
+        if (axes.gathers()) {
           scope.emplace(std::vector<nn::Module*>{model.get()}, compute,
-                        [&](const Tensor& p) { return zero3->holds(p) || expert_zero3->holds(p); });
-          for (parallel::Zero3Parameters* z : {zero3.get(), expert_zero3.get()})
-            z->set_low_precision(&*scope);
+                        [&](const Tensor& p) { return axes.defers(p); });
+          axes.set_low_precision(&*scope);
         } else {
           scope.emplace(std::vector<nn::Module*>{model.get()}, compute,
                         [&](const Tensor& p) { return covered.count(p.impl_ptr().get()) > 0; });
@@ -420,30 +409,19 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_ep_holds(
           layout.tp_loss ? layout.tp_loss(model->forward(ids), targets) : model->loss(ids, targets);
       if (const Tensor aux = model->auxiliary_loss(); aux.defined())
         start = ops::add(start, aux.to(start.dtype()));
-      ddp.set_sync(m == layout.grad_accum - 1);
-      experts.set_sync(false);
+      axes.before_backward(m == layout.grad_accum - 1);
       Tensor seed;
       {
         autograd::NoGradGuard no_grad;
         seed = ones(start.shape(), start.dtype());
       }
       autograd::backward({start}, {seed});
-      for (parallel::Zero3Parameters* z : {zero3.get(), expert_zero3.get()})
-        if (z) z->finish_backward();
+      axes.after_backward();
       if (hooks) hooks->end_backwards();
-      for (parallel::Zero3Parameters* z : {zero3.get(), expert_zero3.get()})
-        if (z && scope) z->set_low_precision(nullptr);
+      if (scope && axes.gathers()) axes.set_low_precision(nullptr);
       copy_holds.scope = nullptr;
     }
-    // The gradient sync: the dense axis's, then the experts', whose shards then take their 1/ep
-    // (ExpertParallelStrategy::sync_gradients; ZeRO-1's all-reduced buckets are plain memory).
-    for (parallel::DataParallel* d : {&ddp, &experts}) {
-      d->set_sync(true);
-      d->finish_gradient_sync();
-    }
-    if (stage >= 2)
-      for (int64_t b = 0; b < experts.bucket_count(); ++b)
-        hold(experts.gradient_shard(b), parallel::ShardUse::Update);
+    axes.sync();
   }
   return std::move(*record);
 }

@@ -150,13 +150,9 @@ plan::OffloadInput offload_input_for(const models::ModelConfig& config,
   TESSEL_CHECK(ep == 1 || (layout.dp > 1 && layout.dp % ep == 0 && layout.zero_stage >= 1),
                "plan offload: --ep ", ep, " must divide --dp ", layout.dp,
                " (ZeRO-1, 2 or 3: each rank offloads its shards)");
-  std::vector<std::string> experts;
-  std::function<void(models::CausalLM&)> transform = layout.tp_transform;
-  if (ep > 1)
-    transform = [&experts, ep, &layout](models::CausalLM& m) {
-      if (layout.tp_transform) layout.tp_transform(m);
-      experts = split_experts_on_meta(m, ep);
-    };
+  auto experts = std::make_shared<std::set<std::string>>();
+  const std::function<void(models::CausalLM&)> transform =
+      ep > 1 ? expert_rank_transform(layout, ep, experts) : layout.tp_transform;
   plan::OffloadInput input = plan::offload_input(config, layout.compute_dtype, budgets,
                                                  layout.grad_accum, transform, layout.pipeline);
   input.dp = layout.dp;
@@ -167,17 +163,15 @@ plan::OffloadInput offload_input_for(const models::ModelConfig& config,
   // the trainer keeps the buckets in plain memory and reduces after backward.
   input.tp_sums = layout.dp > 1 && tp_sums;
   if (ep > 1) {
-    // Each expert tensor's MoE layer, in model order ("<layer>.experts.<name>").
+    // Each expert tensor's MoE layer ("<layer>.experts.<name>"), numbered in model order over
+    // the layers this rank holds (a pipeline rank's stages').
     input.ep = ep;
     std::map<std::string, int> layer_of;
-    for (const std::string& name : experts) {
-      const std::string layer = name.substr(0, name.find(".experts."));
-      layer_of.emplace(layer, int(layer_of.size()));
-    }
-    const std::set<std::string> is_expert(experts.begin(), experts.end());
     for (plan::OffloadTensor& t : input.tensors)
-      if (is_expert.count(t.name))
-        t.expert_layer = layer_of.at(t.name.substr(0, t.name.find(".experts.")));
+      if (experts->count(t.name)) {
+        const std::string layer = t.name.substr(0, t.name.find(".experts."));
+        t.expert_layer = layer_of.emplace(layer, int(layer_of.size())).first->second;
+      }
     input.recorded_holds = layout.pipeline.active()
                                ? record_pipeline_holds(config, layout, 3, input.units, ep)
                                : record_ep_holds(config, layout, ep, 3, input.units);

@@ -7,6 +7,9 @@
 // them; so can any command that plans a (dp, tp, pp) layout.
 #pragma once
 
+#include <functional>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -75,6 +78,11 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
 // of every MoE layer's experts, with a stand-in for the all-to-all that runs this rank's experts
 // on the rows routed to them (cli/expert_meta.cpp). Returns the parameters holding its experts.
 std::vector<std::string> split_experts_on_meta(models::CausalLM& model, int ep);
+// The model transform of rank 0 of `ep` in `layout`: its tensor-parallel rank's pieces
+// (layout.tp_transform, as the trainer's tensor axis comes first), then split_experts_on_meta;
+// the experts' parameters go into `experts`.
+std::function<void(models::CausalLM&)> expert_rank_transform(
+    const plan::MemoryLayout& layout, int ep, std::shared_ptr<std::set<std::string>> experts);
 // Tokens enough for the meta routing to reach every expert of every MoE layer of `model`.
 int64_t tokens_for_every_expert(models::CausalLM& model);
 
