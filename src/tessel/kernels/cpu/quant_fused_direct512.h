@@ -26,12 +26,55 @@ inline __m512i lane_index(int shift, int add) {
   return idx;
 }
 
-// w: R weight rows row_bytes apart; x, dx the activation row's codes and scales; xs32 dx times
-// its code sums per 32 (Q4_K / Q5_K's mins); zx its zero-point lanes (Q6_K);
-// out[r] = the row's output.
+// w: groups * R consecutive weight rows row_bytes apart, taken R at a time; x, dx the
+// activation row's codes and scales; xs32 dx times its code sums per 32 (Q4_K / Q5_K's mins);
+// zx its zero-point lanes (Q6_K); out[j] = row j's output. A call covers a task's rows, not one
+// group: the index vectors below are put together once per call (about 80 instructions, an
+// eighth of a 768-wide group's time when a call was one group).
 #define TESSEL_FUSED_DIRECT_ARGS                                                            \
   const uint8_t *w, int64_t row_bytes, const int8_t *x, const float *dx, const float *xs32, \
-      const int32_t *zx, int64_t blocks, float *out
+      const int32_t *zx, int64_t blocks, int64_t groups, float *out
+
+// _mm512_shuffle_f32x4 in its zero-masking form (quant_fused_rows512.h's to_float says why).
+template <int kImm>
+inline __m512 shuffle_lanes(__m512 a, __m512 b) {
+  return _mm512_maskz_shuffle_f32x4(__mmask16(0xFFFF), a, b, kImm);
+}
+
+// hsum's last two additions (s0 + s2, s1 + s3, then their sum) in every 128-bit lane at once:
+// element 0 of lane r ends with lane r's sum.
+inline __m512 lane_sums(__m512 s) {
+  s = _mm512_add_ps(s, _mm512_maskz_permute_ps(__mmask16(0xFFFF), s, _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm512_add_ps(s, _mm512_maskz_permute_ps(__mmask16(0xFFFF), s, _MM_SHUFFLE(1, 1, 1, 1)));
+}
+
+// Four rows' hsum_halves at once (element 0 of 128-bit lane r: row r's), each row's additions
+// those of hsum_halves in its order: the halves added lane by lane, then the two 128-bit lanes
+// of that sum, then lane_sums. Per row the one-row form took about twenty instructions, a fifth
+// of a 768-wide group's time.
+inline __m512 hsum_halves4(const __m512 a[4]) {
+  const __m512 ab = _mm512_add_ps(shuffle_lanes<_MM_SHUFFLE(1, 0, 1, 0)>(a[0], a[1]),
+                                  shuffle_lanes<_MM_SHUFFLE(3, 2, 3, 2)>(a[0], a[1]));
+  const __m512 cd = _mm512_add_ps(shuffle_lanes<_MM_SHUFFLE(1, 0, 1, 0)>(a[2], a[3]),
+                                  shuffle_lanes<_MM_SHUFFLE(3, 2, 3, 2)>(a[2], a[3]));
+  return lane_sums(_mm512_add_ps(shuffle_lanes<_MM_SHUFFLE(2, 0, 2, 0)>(ab, cd),
+                                 shuffle_lanes<_MM_SHUFFLE(3, 1, 3, 1)>(ab, cd)));
+}
+
+// Four rows' hsum of their high 256 bits, as hsum_halves4 (the two high 128-bit lanes added,
+// then lane_sums).
+inline __m512 hsum_high4(const __m512 a[4]) {
+  const __m512 ab = shuffle_lanes<_MM_SHUFFLE(3, 2, 3, 2)>(a[0], a[1]);
+  const __m512 cd = shuffle_lanes<_MM_SHUFFLE(3, 2, 3, 2)>(a[2], a[3]);
+  return lane_sums(_mm512_add_ps(shuffle_lanes<_MM_SHUFFLE(2, 0, 2, 0)>(ab, cd),
+                                 shuffle_lanes<_MM_SHUFFLE(3, 1, 3, 1)>(ab, cd)));
+}
+
+// Element 0 of each 128-bit lane of v to out[0..3].
+inline void store_lane_firsts(__m512 v, float* out) {
+  _mm_storeu_ps(out, _mm512_maskz_extractf32x4_ps(
+                         __mmask8(0xF), _mm512_maskz_compress_ps(__mmask16(0x1111), v), 0));
+}
 
 // Q4_K / Q5_K's 12 bytes of 6-bit scales and mins (k_scales' words w0, w1, w2) decoded in one
 // vector: the 32-bit lanes become scales 0-3, scales 4-7, mins 0-3, mins 4-7, one per byte, the
@@ -109,45 +152,52 @@ inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
   (void)fifth;
   const __m512i pair[4] = {lane_index(3, 0), lane_index(3, 2), lane_index(3, 4), lane_index(3, 6)};
   (void)zx;
-  __m512 acc[R], mins[R];
-  for (int r = 0; r < R; ++r) acc[r] = mins[r] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < blocks / 8; ++b) {
-    const __m256 dx8 = _mm256_loadu_ps(dx + 8 * b);
-    // The block sums in the high half, for the mins' lanes.
-    const __m512 xs16 =
-        _mm512_maskz_broadcast_f32x8(__mmask16(0xFF00), _mm256_loadu_ps(xs32 + 8 * b));
-    __m512i fields4 = zero;
-    if constexpr (R == 4) fields4 = six_bit_fields4(w + b * kBytes + 4, row_bytes);
-    __m512 sdx[R];
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* p = w + r * row_bytes + b * kBytes;
-      __m128i fields;
-      if constexpr (R == 4) {
-        fields = lane128(fields4, r);
-      } else {
-        fields = six_bit_fields(p + 4);
-      }
-      const __m512 sm = scales_and_mins(fields, p, pair[0]);
-      sdx[r] = _mm512_castps256_ps512(
-          _mm256_mul_ps(_mm512_maskz_extractf32x8_ps(__mmask8(0xFF), sm, 0), dx8));
-      mins[r] = _mm512_fmadd_ps(sm, xs16, mins[r]);
-    }
-    for (int c = 0; c < 4; ++c) {
-      const __m512i xx = load512(x + 32 * (8 * b + 2 * c));
+  for (int64_t group = 0; group < groups; ++group, w += R * row_bytes, out += R) {
+    __m512 acc[R], mins[R];
+    for (int r = 0; r < R; ++r) acc[r] = mins[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < blocks / 8; ++b) {
+      const __m256 dx8 = _mm256_loadu_ps(dx + 8 * b);
+      // The block sums in the high half, for the mins' lanes.
+      const __m512 xs16 =
+          _mm512_maskz_broadcast_f32x8(__mmask16(0xFF00), _mm256_loadu_ps(xs32 + 8 * b));
+      __m512i fields4 = zero;
+      if constexpr (R == 4) fields4 = six_bit_fields4(w + b * kBytes + 4, row_bytes);
+      __m512 sdx[R];
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w + r * row_bytes + b * kBytes;
-        _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + kDecodeAheadRows * row_bytes),
-                     _MM_HINT_T0);
-        const __m512i v = load256_twice(p + (kFive ? 48 : 16) + 32 * c);
-        __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(v, kHighWords, v, 4), mask);
-        if constexpr (kFive) u = fifth_bits(u, load256_twice(p + 16), fifth[c]);
-        const __m512 s2 = _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), pair[c], sdx[r]);
-        acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(zero, u, xx)), s2, acc[r]);
+        __m128i fields;
+        if constexpr (R == 4) {
+          fields = lane128(fields4, r);
+        } else {
+          fields = six_bit_fields(p + 4);
+        }
+        const __m512 sm = scales_and_mins(fields, p, pair[0]);
+        sdx[r] = _mm512_castps256_ps512(
+            _mm256_mul_ps(_mm512_maskz_extractf32x8_ps(__mmask8(0xFF), sm, 0), dx8));
+        mins[r] = _mm512_fmadd_ps(sm, xs16, mins[r]);
+      }
+      for (int c = 0; c < 4; ++c) {
+        const __m512i xx = load512(x + 32 * (8 * b + 2 * c));
+        for (int r = 0; r < R; ++r) {
+          const uint8_t* p = w + r * row_bytes + b * kBytes;
+          _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + kDecodeAheadRows * row_bytes),
+                       _MM_HINT_T0);
+          const __m512i v = load256_twice(p + (kFive ? 48 : 16) + 32 * c);
+          __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(v, kHighWords, v, 4), mask);
+          if constexpr (kFive) u = fifth_bits(u, load256_twice(p + 16), fifth[c]);
+          const __m512 s2 = _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), pair[c], sdx[r]);
+          acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(zero, u, xx)), s2, acc[r]);
+        }
       }
     }
+    if constexpr (R == 4) {
+      store_lane_firsts(_mm512_sub_ps(hsum_halves4(acc), hsum_high4(mins)), out);
+    } else {
+      for (int r = 0; r < R; ++r)
+        out[r] =
+            hsum_halves(acc[r]) - hsum(_mm512_maskz_extractf32x8_ps(__mmask8(0xFF), mins[r], 1));
+    }
   }
-  for (int r = 0; r < R; ++r)
-    out[r] = hsum_halves(acc[r]) - hsum(_mm512_maskz_extractf32x8_ps(__mmask8(0xFF), mins[r], 1));
 }
 
 // Q6_K: q6_k_scales' sixteen scales (int8 times d) in one register, times dx per pair of
@@ -158,43 +208,52 @@ inline void q6_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
   const __m512i twice = lane_index(1, 0);  // dx[l / 2]
   const __m512i quad[4] = {lane_index(2, 0), lane_index(2, 4), lane_index(2, 8), lane_index(2, 12)};
   (void)xs32;
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < blocks / 8; ++b) {
-    const __m512 dx16 = _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), twice,
-                                                    _mm512_maskz_loadu_ps(0x00FF, dx + 8 * b));
-    __m512 sdx[R];
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* p = w + r * row_bytes + b * int64_t(sizeof(quant::BlockQ6_K));
-      const __m512i s = _mm512_maskz_cvtepi8_epi32(
-          __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)));
-      sdx[r] = _mm512_mul_ps(_mm512_mul_ps(to_float(s), _mm512_set1_ps(load_half(p + 208))), dx16);
-    }
-    for (int h = 0; h < 2; ++h) {
-      const int64_t g = 8 * b + 4 * h;
-      const __m512i x01 = load512(x + 32 * g), x23 = load512(x + 32 * g + 64);
-      const __m512i z01 = load512(zx + 8 * g), z23 = load512(zx + 8 * g + 16);
+  for (int64_t group = 0; group < groups; ++group, w += R * row_bytes, out += R) {
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < blocks / 8; ++b) {
+      const __m512 dx16 = _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), twice,
+                                                      _mm512_maskz_loadu_ps(0x00FF, dx + 8 * b));
+      __m512 sdx[R];
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w + r * row_bytes + b * int64_t(sizeof(quant::BlockQ6_K));
-        const char* next =
-            reinterpret_cast<const char*>(p + kDecodeAheadRows * row_bytes + 128 * h);
-        _mm_prefetch(next, _MM_HINT_T0);
-        _mm_prefetch(next + 64, _MM_HINT_T0);
-        const __m512i ab = load512(p + 64 * h);
-        const __m512i hv = load256_twice(p + 128 + 32 * h);
-        const __m512i h01 = _mm512_mask_slli_epi16(_mm512_slli_epi16(hv, 2), kLowWords, hv, 4);
-        const __m512i h23 = _mm512_mask_srli_epi16(hv, kHighWords, hv, 2);
-        const __m512i u01 = _mm512_or_si512(_mm512_and_si512(ab, mask), _mm512_and_si512(h01, top));
-        const __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ab, 4), mask),
-                                            _mm512_and_si512(h23, top));
-        const __m512 s01 = _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), quad[2 * h], sdx[r]);
-        const __m512 s23 = _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), quad[2 * h + 1], sdx[r]);
-        acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z01, u01, x01)), s01, acc[r]);
-        acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z23, u23, x23)), s23, acc[r]);
+        const __m512i s = _mm512_maskz_cvtepi8_epi32(
+            __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)));
+        sdx[r] =
+            _mm512_mul_ps(_mm512_mul_ps(to_float(s), _mm512_set1_ps(load_half(p + 208))), dx16);
+      }
+      for (int h = 0; h < 2; ++h) {
+        const int64_t g = 8 * b + 4 * h;
+        const __m512i x01 = load512(x + 32 * g), x23 = load512(x + 32 * g + 64);
+        const __m512i z01 = load512(zx + 8 * g), z23 = load512(zx + 8 * g + 16);
+        for (int r = 0; r < R; ++r) {
+          const uint8_t* p = w + r * row_bytes + b * int64_t(sizeof(quant::BlockQ6_K));
+          const char* next =
+              reinterpret_cast<const char*>(p + kDecodeAheadRows * row_bytes + 128 * h);
+          _mm_prefetch(next, _MM_HINT_T0);
+          _mm_prefetch(next + 64, _MM_HINT_T0);
+          const __m512i ab = load512(p + 64 * h);
+          const __m512i hv = load256_twice(p + 128 + 32 * h);
+          const __m512i h01 = _mm512_mask_slli_epi16(_mm512_slli_epi16(hv, 2), kLowWords, hv, 4);
+          const __m512i h23 = _mm512_mask_srli_epi16(hv, kHighWords, hv, 2);
+          const __m512i u01 =
+              _mm512_or_si512(_mm512_and_si512(ab, mask), _mm512_and_si512(h01, top));
+          const __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ab, 4), mask),
+                                              _mm512_and_si512(h23, top));
+          const __m512 s01 = _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), quad[2 * h], sdx[r]);
+          const __m512 s23 =
+              _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), quad[2 * h + 1], sdx[r]);
+          acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z01, u01, x01)), s01, acc[r]);
+          acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z23, u23, x23)), s23, acc[r]);
+        }
       }
     }
+    if constexpr (R == 4) {
+      store_lane_firsts(hsum_halves4(acc), out);
+    } else {
+      for (int r = 0; r < R; ++r) out[r] = hsum_halves(acc[r]);
+    }
   }
-  for (int r = 0; r < R; ++r) out[r] = hsum_halves(acc[r]);
 }
 
 #undef TESSEL_FUSED_DIRECT_ARGS
@@ -204,6 +263,6 @@ inline void q6_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
 // The direct kernels' signature (declared in every set: the avx2 set's matmul asks for them and
 // gets none).
 using FusedDirect = void (*)(const uint8_t*, int64_t, const int8_t*, const float*, const float*,
-                             const int32_t*, int64_t, float*);
+                             const int32_t*, int64_t, int64_t, float*);
 
 }  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu

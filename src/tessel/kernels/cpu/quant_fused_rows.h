@@ -243,6 +243,26 @@ inline void q4_0_group_rows(const uint8_t* group, const int8_t* x, const float* 
 // offset_sum), and the mins come off at the end: the outputs of row_scales -> scales_times_dx ->
 // the rows -> offset_sum, bit for bit, without writing the per-row lists to memory first (which
 // at m = 1 took about as long as the rows themselves: quant_fused_direct512.h).
+// Q4_K / Q5_K's 12 bytes of 6-bit scales and mins at p (k_scales' words w0, w1, w2) as the
+// 32-bit lanes scales 0-3, scales 4-7, mins 0-3, mins 4-7, one per byte: the bytes k_scales puts
+// together in general-purpose registers, in a dozen vector instructions (the decode rows' scalar
+// form took as many instructions per super-block as its dot products). Reads 16 bytes at p.
+inline __m128i k_scale_fields(const uint8_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i t = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));   // w0, w2, w1, w2
+  const __m128i t2 = _mm_blend_epi32(t, _mm_srli_epi32(t, 4), 0x8);  // ..., w2 >> 4
+  const __m128i low = _mm_blend_epi32(_mm_and_si128(t2, _mm_set1_epi8(0x0F)),
+                                      _mm_and_si128(t2, _mm_set1_epi8(0x3F)), 0x5);
+  const __m128i top = _mm_and_si128(_mm_srli_epi32(t, 2), _mm_set1_epi8(0x30));
+  return _mm_blend_epi32(low, _mm_or_si128(low, _mm_shuffle_epi32(top, _MM_SHUFFLE(2, 2, 0, 0))),
+                         0xA);
+}
+
+// The low eight bytes of fields widened and times f: k_scales' `widen`.
+inline __m256 widen_fields(__m128i fields, float f) {
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(fields)), _mm256_set1_ps(f));
+}
+
 template <class Dot, bool kFive, int R, bool kDirect>
 inline void q4_k_core(const uint8_t* w, int64_t row_bytes, const float* sdx, int64_t sdx_stride,
                       const float* dx, const float* xs32, const int8_t* x, int64_t blocks,
@@ -250,21 +270,33 @@ inline void q4_k_core(const uint8_t* w, int64_t row_bytes, const float* sdx, int
   constexpr int64_t kBytes = kFive ? 176 : 144;
   const __m256i mask = _mm256_set1_epi8(0xF), bit4 = _mm256_set1_epi8(0x10);
   const __m256i zero = _mm256_setzero_si256();
-  __m256 acc[2][R], mins[R];
-  alignas(32) float local[R][8];
-  for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = mins[r] = _mm256_setzero_ps();
+  __m256 acc[2][R];
+  // The direct rows' mins and scales live in memory, touched once per super-block: in registers
+  // they left too few of the sixteen for the eight accumulators, which the compiler then stored
+  // on every multiply-add.
+  alignas(32) float local[R][8], minacc[R][8];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    acc[0][r] = acc[1][r] = _mm256_setzero_ps();
+    if constexpr (kDirect) _mm256_store_ps(minacc[r], _mm256_setzero_ps());
+  }
   for (int64_t b = 0; b < blocks / 8; ++b) {
     if constexpr (kDirect)
+#pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w + r * row_bytes + b * kBytes;
-        alignas(32) float sc[8], off[8];
-        k_scales(p + 4, load_half(p), load_half(p + 2), sc, off);
-        _mm256_store_ps(local[r], _mm256_mul_ps(_mm256_load_ps(sc), _mm256_loadu_ps(dx + 8 * b)));
-        mins[r] = _mm256_fmadd_ps(_mm256_load_ps(off), _mm256_loadu_ps(xs32 + 8 * b), mins[r]);
+        const __m128i fields = k_scale_fields(p + 4);
+        _mm256_store_ps(local[r], _mm256_mul_ps(widen_fields(fields, load_half(p)),
+                                                _mm256_loadu_ps(dx + 8 * b)));
+        _mm256_store_ps(minacc[r],
+                        _mm256_fmadd_ps(widen_fields(_mm_srli_si128(fields, 8), load_half(p + 2)),
+                                        _mm256_loadu_ps(xs32 + 8 * b), _mm256_load_ps(minacc[r])));
       }
+#pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
       const int64_t g = 8 * b + 2 * c;
       const __m256i xa = load256(x + 32 * g), xb = load256(x + 32 * g + 32);
+#pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w + r * row_bytes + b * kBytes;
         _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + decode_ahead(R) * row_bytes),
@@ -285,9 +317,10 @@ inline void q4_k_core(const uint8_t* w, int64_t row_bytes, const float* sdx, int
       }
     }
   }
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     out[r] = hsum(_mm256_add_ps(acc[0][r], acc[1][r]));
-    if constexpr (kDirect) out[r] -= hsum(mins[r]);
+    if constexpr (kDirect) out[r] -= hsum(_mm256_load_ps(minacc[r]));
   }
 }
 
@@ -308,10 +341,12 @@ inline void q6_k_core(const uint8_t* w, int64_t row_bytes, const float* sdx, int
                       float* out) {
   const __m256i mask = _mm256_set1_epi8(0xF), top = _mm256_set1_epi8(0x30);
   __m256 acc[2][R];
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
   alignas(32) float local[R][16];
   for (int64_t b = 0; b < blocks / 8; ++b) {
     if constexpr (kDirect)
+#pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w + r * row_bytes + b * int64_t(sizeof(quant::BlockQ6_K));
         alignas(32) float sc[16];
@@ -323,8 +358,10 @@ inline void q6_k_core(const uint8_t* w, int64_t row_bytes, const float* sdx, int
           _mm256_store_ps(local[r] + 8 * q, _mm256_mul_ps(_mm256_load_ps(sc + 8 * q), d));
         }
       }
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const int64_t g = 8 * b + 4 * h;
+#pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w + r * row_bytes + b * int64_t(sizeof(quant::BlockQ6_K));
         const char* next = reinterpret_cast<const char*>(p + decode_ahead(R) * row_bytes + 128 * h);
@@ -352,6 +389,7 @@ inline void q6_k_core(const uint8_t* w, int64_t row_bytes, const float* sdx, int
       }
     }
   }
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r) out[r] = hsum(_mm256_add_ps(acc[0][r], acc[1][r]));
 }
 
@@ -360,16 +398,23 @@ inline void q6_k_rows(TESSEL_FUSED_ROWS_ARGS) {
   q6_k_core<Dot, R, false>(w, row_bytes, sdx, sdx_stride, nullptr, x, zx, blocks, out);
 }
 
-// The decode step's direct rows (m < 4) in the avx2 set: the FusedDirect signature below.
+// The decode step's direct rows (m < 4) in the avx2 set: the FusedDirect signature
+// (quant_fused_direct512.h: groups of R consecutive rows).
 template <class Dot, bool kFive, int R>
 inline void q4_k_direct(const uint8_t* w, int64_t row_bytes, const int8_t* x, const float* dx,
-                        const float* xs32, const int32_t*, int64_t blocks, float* out) {
-  q4_k_core<Dot, kFive, R, true>(w, row_bytes, nullptr, 0, dx, xs32, x, blocks, out);
+                        const float* xs32, const int32_t*, int64_t blocks, int64_t groups,
+                        float* out) {
+  for (int64_t g = 0; g < groups; ++g)
+    q4_k_core<Dot, kFive, R, true>(w + g * R * row_bytes, row_bytes, nullptr, 0, dx, xs32, x,
+                                   blocks, out + g * R);
 }
 template <class Dot, int R>
 inline void q6_k_direct(const uint8_t* w, int64_t row_bytes, const int8_t* x, const float* dx,
-                        const float*, const int32_t* zx, int64_t blocks, float* out) {
-  q6_k_core<Dot, R, true>(w, row_bytes, nullptr, 0, dx, x, zx, blocks, out);
+                        const float*, const int32_t* zx, int64_t blocks, int64_t groups,
+                        float* out) {
+  for (int64_t g = 0; g < groups; ++g)
+    q6_k_core<Dot, R, true>(w + g * R * row_bytes, row_bytes, nullptr, 0, dx, x, zx, blocks,
+                            out + g * R);
 }
 
 #undef TESSEL_FUSED_ROWS_ARGS

@@ -310,23 +310,25 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
                           std::max<int64_t>(1, task_grain(s) / cpu::kKTileN)});
   constexpr int64_t kR = cpu::kFusedRows;
   if (const auto direct = choose_fused_direct(type, s.m); direct[0] != nullptr) {
-    const int64_t groups = (s.n + kR - 1) / kR;
+    // Each task's whole groups in one call per activation row (for m > 1 a few groups at a
+    // time, so the other rows find them in cache), the last partial group a row per call; each
+    // output written where it goes.
+    const int64_t full = s.n / kR, groups = (s.n + kR - 1) / kR;
+    const int64_t step = s.m == 1 ? groups : 4;
     parallel_for(0, groups, std::max<int64_t>(1, task_grain(s) / kR), [&](int64_t lo, int64_t hi) {
-      float out[kR];
-      for (int64_t gj = lo; gj < hi; ++gj) {
-        const int64_t j0 = gj * kR, rows = std::min(kR, s.n - j0);
+      for (int64_t g0 = lo; g0 < hi; g0 += step) {
+        const int64_t g1 = std::min(hi, g0 + step), whole = std::min(g1, full) - g0;
         for (int64_t i = 0; i < s.m; ++i) {
           const int8_t* xq = act.q.data() + i * s.k;
           const float* dx = act.d.data() + i * blocks;
           const float* xs = mins ? sums.xs32.data() + i * blocks : nullptr;
           const int32_t* zxi = mins ? nullptr : zx.data() + i * 8 * blocks;
-          if (rows == kR) {
-            direct[0](w + j0 * s.row_bytes, s.row_bytes, xq, dx, xs, zxi, blocks, out);
-          } else {
-            for (int64_t r = 0; r < rows; ++r)
-              direct[1](w + (j0 + r) * s.row_bytes, s.row_bytes, xq, dx, xs, zxi, blocks, out + r);
-          }
-          for (int64_t r = 0; r < rows; ++r) y[i * s.n + j0 + r] = out[r];
+          float* yi = y + i * s.n;
+          if (whole > 0)
+            direct[0](w + g0 * kR * s.row_bytes, s.row_bytes, xq, dx, xs, zxi, blocks, whole,
+                      yi + g0 * kR);
+          for (int64_t j = std::max(g0, full) * kR; j < std::min(g1 * kR, s.n); ++j)
+            direct[1](w + j * s.row_bytes, s.row_bytes, xq, dx, xs, zxi, blocks, 1, yi + j);
         }
       }
     });
