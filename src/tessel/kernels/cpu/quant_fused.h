@@ -44,7 +44,36 @@ struct RowScales {
 // dmin. Four at a time in 32-bit words: bytes 0-3 hold scales 0-3 in their low 6 bits and the
 // top 2 bits of scales 4-7, bytes 4-7 the same for the mins, bytes 8-11 the low 4 bits of
 // scale 4-7 (low nibbles) and min 4-7 (high nibbles). The shifts keep every bit in its byte.
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+// The 12 bytes at p (words w0, w1, w2) as the 32-bit lanes scales 0-3, scales 4-7, mins 0-3,
+// mins 4-7, one per byte, with vector shuffles and blends (a dozen instructions: the same
+// bytes in general-purpose registers took as many per super-block as the decode rows' dot
+// products). Reads 16 bytes at p (a super-block continues past its scales).
+inline __m128i k_scale_fields(const uint8_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i t = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));   // w0, w2, w1, w2
+  const __m128i t2 = _mm_blend_epi32(t, _mm_srli_epi32(t, 4), 0x8);  // ..., w2 >> 4
+  const __m128i low = _mm_blend_epi32(_mm_and_si128(t2, _mm_set1_epi8(0x0F)),
+                                      _mm_and_si128(t2, _mm_set1_epi8(0x3F)), 0x5);
+  const __m128i top = _mm_and_si128(_mm_srli_epi32(t, 2), _mm_set1_epi8(0x30));
+  return _mm_blend_epi32(low, _mm_or_si128(low, _mm_shuffle_epi32(top, _MM_SHUFFLE(2, 2, 0, 0))),
+                         0xA);
+}
+
+// The low eight bytes of fields as f32, times f (an exact conversion, then one multiply).
+inline __m256 widen_fields(__m128i fields, float f) {
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(fields)), _mm256_set1_ps(f));
+}
+#endif
+
+// Those bytes times d (sc, the scales) and dmin (off, the mins). The SIMD sets read s12 16
+// bytes wide.
 inline void k_scales(const uint8_t* s12, float d, float dmin, float* sc, float* off) {
+#if TESSEL_KERNEL_ISA_LEVEL >= 1
+  const __m128i fields = k_scale_fields(s12);
+  _mm256_storeu_ps(sc, widen_fields(fields, d));
+  _mm256_storeu_ps(off, widen_fields(_mm_srli_si128(fields, 8), dmin));
+#else
   uint32_t w[3];
   std::memcpy(w, s12, 12);
   const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
@@ -52,14 +81,6 @@ inline void k_scales(const uint8_t* s12, float d, float dmin, float* sc, float* 
                                                     << 32;
   const uint64_t mins =
       uint64_t(w[1] & m6) | uint64_t(((w[2] >> 4) & m4) | (((w[1] >> 6) & m2) << 4)) << 32;
-#if TESSEL_KERNEL_ISA_LEVEL >= 1
-  auto widen = [](uint64_t bytes, float f, float* out) {
-    const __m256i v = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(bytes)));
-    _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(f)));
-  };
-  widen(scales, d, sc);
-  widen(mins, dmin, off);
-#else
   for (int s = 0; s < 8; ++s) {
     sc[s] = d * float((scales >> (8 * s)) & 0xFF);
     off[s] = dmin * float((mins >> (8 * s)) & 0xFF);

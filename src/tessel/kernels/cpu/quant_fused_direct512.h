@@ -76,25 +76,9 @@ inline void store_lane_firsts(__m512 v, float* out) {
                          __mmask8(0xF), _mm512_maskz_compress_ps(__mmask16(0x1111), v), 0));
 }
 
-// Q4_K / Q5_K's 12 bytes of 6-bit scales and mins (k_scales' words w0, w1, w2) decoded in one
-// vector: the 32-bit lanes become scales 0-3, scales 4-7, mins 0-3, mins 4-7, one per byte, the
-// same bytes k_scales makes with general-purpose registers (which took as many instructions per
-// super-block as the block's dot products). Reads 16 bytes at p (the block continues past them).
-inline __m128i six_bit_fields(const uint8_t* p) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i t = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  // w0, w2, w1, w2
-  const __m128i t2 = _mm_mask_srli_epi32(t, __mmask8(0x8), t, 4);   // w0, w2, w1, w2 >> 4
-  // Lanes 0, 2: the low 6 bits of each byte; lanes 1, 3: the low 4 bits ...
-  const __m128i low = _mm_mask_and_epi32(_mm_and_si128(t2, _mm_set1_epi8(0x0F)), __mmask8(0x5), t2,
-                                         _mm_set1_epi8(0x3F));
-  // ... and bits 4-5 from the top two bits of w0's / w1's bytes.
-  const __m128i top = _mm_and_si128(_mm_srli_epi32(t, 2), _mm_set1_epi8(0x30));
-  return _mm_mask_or_epi32(low, __mmask8(0xA), low,
-                           _mm_shuffle_epi32(top, _MM_SHUFFLE(2, 2, 0, 0)));
-}
-
-// six_bit_fields for four weight rows at once, one row per 128-bit lane (the same operations on
-// a zmm; vpshufd and the masks act per lane): four rows cost one decoding.
+// Q4_K / Q5_K's 12 scale bytes of four weight rows decoded at once, one row per 128-bit lane:
+// k_scale_fields' bytes (quant_fused.h), the same operations on a zmm (vpshufd and the masks act
+// per lane, masked shifts and ands in place of blends), so four rows cost one decoding.
 inline __m512i six_bit_fields4(const uint8_t* p, int64_t row_bytes) {
   __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   for (int r = 1; r < 4; ++r)
@@ -128,7 +112,7 @@ inline __m128i lane128(__m512i v, int r) {
 }
 
 // Lane l < 8: scale l of the super-block times d; lane 8 + l: min l times dmin. fields: the 16
-// bytes six_bit_fields makes (scales, then mins); pair: lane_index(3, 0). The same products as
+// bytes k_scale_fields makes (scales, then mins); pair: lane_index(3, 0). The same products as
 // k_scales' two `widen`s (an exact conversion, then one multiply by d or dmin), one vector.
 inline __m512 scales_and_mins(__m128i fields, const uint8_t* p, __m512i pair) {
   uint32_t dd;
@@ -138,7 +122,7 @@ inline __m512 scales_and_mins(__m128i fields, const uint8_t* p, __m512i pair) {
   return _mm512_mul_ps(to_float(_mm512_maskz_cvtepu8_epi32(__mmask16(0xFFFF), fields)), d_dmin);
 }
 
-// Q4_K / Q5_K: k_scales' bytes (six_bit_fields, four rows per decoding), widened with d and dmin
+// Q4_K / Q5_K: k_scales' bytes (k_scale_fields, four rows per decoding), widened with d and dmin
 // as its `widen` does (scales_and_mins), the scales times dx as scales_times_dx does; the mins
 // times xs32 accumulated as offset_sum does (eight at a time, in super-block order, reduced at
 // the end) in the high half of a 512-bit accumulator whose low half is discarded.
@@ -169,7 +153,7 @@ inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
         if constexpr (R == 4) {
           fields = lane128(fields4, r);
         } else {
-          fields = six_bit_fields(p + 4);
+          fields = k_scale_fields(p + 4);
         }
         const __m512 sm = scales_and_mins(fields, p, pair[0]);
         sdx[r] = _mm512_castps256_ps512(
@@ -204,7 +188,6 @@ inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
 // 16-weight halves as scales_times_dx does; the zero point stays in the integer sums (zx).
 template <class Dot, int R>
 inline void q6_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
-  const __m512i mask = _mm512_set1_epi8(0xF), top = _mm512_set1_epi8(0x30);
   const __m512i twice = lane_index(1, 0);  // dx[l / 2]
   const __m512i quad[4] = {lane_index(2, 0), lane_index(2, 4), lane_index(2, 8), lane_index(2, 12)};
   (void)xs32;
@@ -232,19 +215,12 @@ inline void q6_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
               reinterpret_cast<const char*>(p + kDecodeAheadRows * row_bytes + 128 * h);
           _mm_prefetch(next, _MM_HINT_T0);
           _mm_prefetch(next + 64, _MM_HINT_T0);
-          const __m512i ab = load512(p + 64 * h);
-          const __m512i hv = load256_twice(p + 128 + 32 * h);
-          const __m512i h01 = _mm512_mask_slli_epi16(_mm512_slli_epi16(hv, 2), kLowWords, hv, 4);
-          const __m512i h23 = _mm512_mask_srli_epi16(hv, kHighWords, hv, 2);
-          const __m512i u01 =
-              _mm512_or_si512(_mm512_and_si512(ab, mask), _mm512_and_si512(h01, top));
-          const __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ab, 4), mask),
-                                              _mm512_and_si512(h23, top));
+          const Q6Codes512 u = q6_k_codes512(p, h);
           const __m512 s01 = _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), quad[2 * h], sdx[r]);
           const __m512 s23 =
               _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), quad[2 * h + 1], sdx[r]);
-          acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z01, u01, x01)), s01, acc[r]);
-          acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z23, u23, x23)), s23, acc[r]);
+          acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z01, u.q01, x01)), s01, acc[r]);
+          acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z23, u.q23, x23)), s23, acc[r]);
         }
       }
     }

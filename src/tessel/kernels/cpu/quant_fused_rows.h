@@ -243,26 +243,6 @@ inline void q4_0_group_rows(const uint8_t* group, const int8_t* x, const float* 
 // offset_sum), and the mins come off at the end: the outputs of row_scales -> scales_times_dx ->
 // the rows -> offset_sum, bit for bit, without writing the per-row lists to memory first (which
 // at m = 1 took about as long as the rows themselves: quant_fused_direct512.h).
-// Q4_K / Q5_K's 12 bytes of 6-bit scales and mins at p (k_scales' words w0, w1, w2) as the
-// 32-bit lanes scales 0-3, scales 4-7, mins 0-3, mins 4-7, one per byte: the bytes k_scales puts
-// together in general-purpose registers, in a dozen vector instructions (the decode rows' scalar
-// form took as many instructions per super-block as its dot products). Reads 16 bytes at p.
-inline __m128i k_scale_fields(const uint8_t* p) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i t = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));   // w0, w2, w1, w2
-  const __m128i t2 = _mm_blend_epi32(t, _mm_srli_epi32(t, 4), 0x8);  // ..., w2 >> 4
-  const __m128i low = _mm_blend_epi32(_mm_and_si128(t2, _mm_set1_epi8(0x0F)),
-                                      _mm_and_si128(t2, _mm_set1_epi8(0x3F)), 0x5);
-  const __m128i top = _mm_and_si128(_mm_srli_epi32(t, 2), _mm_set1_epi8(0x30));
-  return _mm_blend_epi32(low, _mm_or_si128(low, _mm_shuffle_epi32(top, _MM_SHUFFLE(2, 2, 0, 0))),
-                         0xA);
-}
-
-// The low eight bytes of fields widened and times f: k_scales' `widen`.
-inline __m256 widen_fields(__m128i fields, float f) {
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(fields)), _mm256_set1_ps(f));
-}
-
 template <class Dot, bool kFive, int R, bool kDirect>
 inline void q4_k_core(const uint8_t* w, int64_t row_bytes, const float* sdx, int64_t sdx_stride,
                       const float* dx, const float* xs32, const int8_t* x, int64_t blocks,

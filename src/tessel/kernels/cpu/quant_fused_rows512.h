@@ -143,10 +143,24 @@ inline void q4_k_rows512(TESSEL_FUSED_ROWS_ARGS) {
 
 // Q6_K (q6_k_rows' layout): per half of 128 weights, ql's 64 bytes A, B as one vector and qh's
 // 32 bytes H in both halves: quarters 0 | 1 are A | B's low nibbles with H << 4 | H << 2 as bits
-// 4-5, quarters 2 | 3 their high nibbles with H | H >> 2.
+// 4-5, quarters 2 | 3 their high nibbles with H | H >> 2. q6_k_codes512: half h of the
+// super-block at p as those two vectors of codes (shared by q6_k_rows512 and q6_k_direct512).
+struct Q6Codes512 {
+  __m512i q01, q23;
+};
+inline Q6Codes512 q6_k_codes512(const uint8_t* p, int h) {
+  const __m512i mask = _mm512_set1_epi8(0xF), top = _mm512_set1_epi8(0x30);
+  const __m512i ab = load512(p + 64 * h);
+  const __m512i hv = load256_twice(p + 128 + 32 * h);
+  const __m512i h01 = _mm512_mask_slli_epi16(_mm512_slli_epi16(hv, 2), kLowWords, hv, 4);
+  const __m512i h23 = _mm512_mask_srli_epi16(hv, kHighWords, hv, 2);
+  return {_mm512_or_si512(_mm512_and_si512(ab, mask), _mm512_and_si512(h01, top)),
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ab, 4), mask),
+                          _mm512_and_si512(h23, top))};
+}
+
 template <class Dot, int R>
 inline void q6_k_rows512(TESSEL_FUSED_ROWS_ARGS) {
-  const __m512i mask = _mm512_set1_epi8(0xF), top = _mm512_set1_epi8(0x30);
   const __m512i idx = quad_index();
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -160,17 +174,11 @@ inline void q6_k_rows512(TESSEL_FUSED_ROWS_ARGS) {
         const char* next = reinterpret_cast<const char*>(p + R * row_bytes + 128 * h);
         _mm_prefetch(next, _MM_HINT_T0);
         _mm_prefetch(next + 64, _MM_HINT_T0);
-        const __m512i ab = load512(p + 64 * h);
-        const __m512i hv = load256_twice(p + 128 + 32 * h);
-        const __m512i h01 = _mm512_mask_slli_epi16(_mm512_slli_epi16(hv, 2), kLowWords, hv, 4);
-        const __m512i h23 = _mm512_mask_srli_epi16(hv, kHighWords, hv, 2);
-        const __m512i u01 = _mm512_or_si512(_mm512_and_si512(ab, mask), _mm512_and_si512(h01, top));
-        const __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ab, 4), mask),
-                                            _mm512_and_si512(h23, top));
+        const Q6Codes512 u = q6_k_codes512(p, h);
         const float* s = sdx + r * sdx_stride + 2 * g;
-        acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z01, u01, x01)), quad_scales(idx, s), acc[r]);
+        acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z01, u.q01, x01)), quad_scales(idx, s), acc[r]);
         acc[r] =
-            _mm512_fmadd_ps(to_float(Dot::dot(z23, u23, x23)), quad_scales(idx, s + 4), acc[r]);
+            _mm512_fmadd_ps(to_float(Dot::dot(z23, u.q23, x23)), quad_scales(idx, s + 4), acc[r]);
       }
     }
   }
