@@ -8,7 +8,9 @@
 // the cache (QUANT_BENCH_HOT=1 keeps one copy: the kernel's compute rate on cache-resident
 // weights). Both report "GB/s" of weight bytes read (for read_bandwidth: of the buffer).
 // (q4_0x4 is Q4_0 regrouped four rows at a time, as a model holds it where the CPU's 512-bit decode
-// rows read that layout: quant/q4_0_groups.h.) `quant_matmul/<type>/<k>x<n>/m<M>` multiplies M
+// rows read that layout: quant/q4_0_groups.h; q4_Kx4, q5_Kx4, q6_Kx4 the k-quants interleaved
+// four rows at a time, as a model holds them where the SIMD rows read them:
+// quant/row_interleave.h.) `quant_matmul/<type>/<k>x<n>/m<M>` multiplies M
 // activation rows (a small decode batch, or a prompt's M tokens) and `f32_matmul/<k>x<n>/m<M>` does
 // the same through the f32 GEMM; they also report "GFLOP/s". QUANT_BENCH_DOT=avx2|avx_vnni caps the
 // byte dot product (kernel_set.h's limit_quant_dot) to compare them;
@@ -30,6 +32,7 @@
 #include "tessel/kernels/kernel_set.h"
 #include "tessel/kernels/quant/q4_0_groups.h"
 #include "tessel/kernels/quant/quantize.h"
+#include "tessel/kernels/quant/row_interleave.h"
 #include "tessel/tensor/tensor.h"
 
 namespace {
@@ -68,11 +71,14 @@ void bm_quant_matmul(benchmark::State& state, QuantType type, int64_t m, int64_t
   namespace quant = tessel::kernels::quant;
   // q4_0x4: Q4_0's rows regrouped four at a time (quant/q4_0_groups.h), as a model holds them.
   const bool grouped = type == QuantType::Q4_0x4;
-  std::vector<uint8_t> bytes =
-      quant::quantize_rows(grouped ? QuantType::Q4_0 : type, wf.data<float>(), n, k);
+  const QuantType stored = grouped ? QuantType::Q4_0 : quant::plain_form(type);
+  std::vector<uint8_t> bytes = quant::quantize_rows(stored, wf.data<float>(), n, k);
   if (grouped) {
     std::vector<uint8_t> plain = bytes;
     quant::regroup_q4_0(plain.data(), n, k, bytes.data());
+  } else if (quant::is_interleaved(type)) {
+    std::vector<uint8_t> plain = bytes;
+    quant::interleave_rows(stored, plain.data(), n, k, bytes.data());
   }
   const int64_t rb = tessel::kernels::quant::row_bytes(type, k);
   const int64_t copies = weight_copies(int64_t(bytes.size()));
@@ -122,9 +128,10 @@ struct Registrar {
     if (const char* bits = std::getenv("QUANT_BENCH_BITS"); bits != nullptr)
       tessel::kernels::limit_quant_vector_bits(std::atoi(bits));
     benchmark::RegisterBenchmark("read_bandwidth", bm_read_bandwidth)->UseRealTime();
-    const QuantType kTypes[] = {QuantType::Q4_0, QuantType::Q4_0x4, QuantType::Q4_K,
-                                QuantType::Q5_K, QuantType::Q6_K,   QuantType::Q8_0,
-                                QuantType::BF16, QuantType::F16};
+    const QuantType kTypes[] = {QuantType::Q4_0,   QuantType::Q4_0x4, QuantType::Q4_K,
+                                QuantType::Q4_Kx4, QuantType::Q5_K,   QuantType::Q5_Kx4,
+                                QuantType::Q6_K,   QuantType::Q6_Kx4, QuantType::Q8_0,
+                                QuantType::BF16,   QuantType::F16};
     // [out, in]: GPT-2's MLP up-projection (768 -> 3072) and a 7B model's square projection.
     std::vector<std::array<int64_t, 2>> shapes = {{3072, 768}, {4096, 4096}};
     // QUANT_BENCH_SHAPES="IN1xOUT1,IN2xOUT2,...": other GEMV shapes (a model's own), named as

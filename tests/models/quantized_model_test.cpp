@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -302,21 +303,25 @@ TEST_F(QuantizedModel, RowsNotAMultipleOfTheBlockStayF16) {
   EXPECT_LT(nmse(loaded->forward(ids), model->forward(ids)), 1e-4);
 }
 
-// Where the backend reads Q4_0 regrouped four rows at a time (Backend::quant_layout: the CPU's
-// 512-bit decode rows), converting a loaded Q4_0 model for inference rebinds every Q4_0 matrix
-// to Q4_0x4, a tied table once, and the model gives bitwise the same prompt logits (the tiles),
-// decode-step logits (the decode rows) and greedy ids as before; elsewhere nothing changes. An
-// odd vocabulary leaves a partial last group in the embedding table and head.
-TEST_F(QuantizedModel, Q4_0MatricesTakeTheBackendsLayoutWithTheSameBits) {
+// Where the backend reads a type in a layout of its own (Backend::quant_layout: Q4_0 regrouped
+// for the CPU's 512-bit decode rows, the k-quants interleaved four rows at a time for the SIMD
+// rows), converting a loaded Q4_0 or Q4_K_M model for inference rebinds every such matrix, a
+// tied table once, and the model gives bitwise the same prompt logits (the tiles), decode-step
+// logits (the decode rows), embedding lookups and greedy ids as before; elsewhere nothing
+// changes. An odd vocabulary leaves a partial last group in the embedding table and head.
+TEST_F(QuantizedModel, QuantizedMatricesTakeTheBackendsLayoutWithTheSameBits) {
   autograd::NoGradGuard no_grad;
   Generator gen(13);
   std::vector<std::shared_ptr<CausalLM>> models = {gpt2_config().build_random(gen),
                                                    llama_config().build_random(gen)};
-  const QuantType layout = kernels::backend_for(Device::cpu()).quant_layout(QuantType::Q4_0);
-  for (size_t i = 0; i < models.size(); ++i) {
+  const kernels::Backend& backend = kernels::backend_for(Device::cpu());
+  for (size_t run_index = 0; run_index < 2 * models.size(); ++run_index) {
+    const size_t i = run_index % models.size();
+    const std::string file_type = run_index < models.size() ? "q4_0" : "q4_k_m";
+    SCOPED_TRACE(file_type);
+    const std::string file = path("q" + std::to_string(run_index) + ".gguf");
     models[i]->eval();
-    const std::string file = path("q" + std::to_string(i) + ".gguf");
-    save_gguf_model(*models[i], file, {"q4_0", "q", nullptr});
+    save_gguf_model(*models[i], file, {file_type, "q", nullptr});
     auto loaded = load_gguf_model(file);
     const Tensor ids = prompt_ids(loaded->model_config().vocabulary_size());
     auto run = [&] {
@@ -327,7 +332,7 @@ TEST_F(QuantizedModel, Q4_0MatricesTakeTheBackendsLayoutWithTheSameBits) {
                              greedy(*loaded, 16));
     };
     const auto [logits, step, tokens] = run();
-    std::set<const void*> q4_0;
+    std::map<const void*, QuantType> stored;  // matrices whose type the backend lays out anew
     auto for_matrices = [&](auto&& fn) {
       for (auto& [name, module] : loaded->named_modules()) {
         if (auto* linear = dynamic_cast<nn::Linear*>(module))
@@ -336,15 +341,19 @@ TEST_F(QuantizedModel, Q4_0MatricesTakeTheBackendsLayoutWithTheSameBits) {
           fn(name, table->quant_type(), table->weight);
       }
     };
+    int64_t quantized = 0, relaid = 0;
     for_matrices([&](const std::string&, std::optional<QuantType> t, const Tensor& w) {
-      if (t == QuantType::Q4_0) q4_0.insert(w.impl_ptr().get());
+      if (!t || *t == QuantType::F16 || !stored.emplace(w.impl_ptr().get(), *t).second) return;
+      ++quantized;
+      relaid += backend.quant_layout(*t) != *t;
     });
-    ASSERT_GE(q4_0.size(), 8u) << i;
+    ASSERT_GE(quantized, 8) << i;
     const WeightConversion c = convert_inference_weights(*loaded, InferenceWeights::Stored);
     EXPECT_EQ(c.converted, 0);
-    EXPECT_EQ(c.regrouped, layout == QuantType::Q4_0 ? 0 : int64_t(q4_0.size())) << i;
+    EXPECT_EQ(c.regrouped, relaid) << i;
     for_matrices([&](const std::string& name, std::optional<QuantType> t, const Tensor& w) {
-      if (q4_0.count(w.impl_ptr().get())) EXPECT_EQ(t, layout) << name;
+      if (const auto it = stored.find(w.impl_ptr().get()); it != stored.end())
+        EXPECT_EQ(t, backend.quant_layout(it->second)) << name;
     });
     const auto [logits2, step2, tokens2] = run();
     EXPECT_EQ(std::memcmp(logits.data_ptr(), logits2.data_ptr(), logits.nbytes()), 0) << i;

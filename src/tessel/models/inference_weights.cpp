@@ -11,6 +11,7 @@
 #include "tessel/core/error.h"
 #include "tessel/kernels/backend.h"
 #include "tessel/kernels/quant/q4_0_groups.h"
+#include "tessel/kernels/quant/row_interleave.h"
 #include "tessel/nn/layers.h"
 #include "tessel/nn/quantized.h"
 
@@ -55,7 +56,8 @@ void convert(Layer& layer, QuantType type, std::set<const void*>& seen, WeightCo
 }
 
 // Rebinds each quantized matrix to the layout its backend reads fastest (Backend::quant_layout;
-// today Q4_0 -> Q4_0x4 on CPUs whose 512-bit decode rows read the regrouped form): the same
+// today Q4_0 -> Q4_0x4 on CPUs whose 512-bit decode rows read the regrouped form, and the
+// k-quants -> their x4 forms where the SIMD rows read them, quant/row_interleave.h): the same
 // values, another order of the bytes, a copy made once (a view of a mapped file is left to the
 // page cache). A weight shared by two layers is regrouped once and both layers told.
 template <class Layer>
@@ -71,17 +73,23 @@ void use_backend_layout(Layer& layer, std::map<const void*, QuantType>& done,
   const QuantType want = kernels::backend_for(layer.weight.device()).quant_layout(*type);
   done.emplace(impl, want);
   if (want == *type) return;
-  TESSEL_CHECK(*type == QuantType::Q4_0 && want == QuantType::Q4_0x4,
-               "convert_inference_weights: no conversion from ",
-               kernels::quant::quant_type_name(*type), " to ",
-               kernels::quant::quant_type_name(want));
+  const bool regroup = *type == QuantType::Q4_0 && want == QuantType::Q4_0x4;
+  TESSEL_CHECK(
+      regroup ||
+          (kernels::quant::is_interleaved(want) && kernels::quant::plain_form(want) == *type),
+      "convert_inference_weights: no conversion from ", kernels::quant::quant_type_name(*type),
+      " to ", kernels::quant::quant_type_name(want));
   const Tensor& blocks = layer.weight;  // contiguous, as every tensor
   Tensor grouped = empty(blocks.shape(), DType::I8, blocks.device());
   const int64_t n = blocks.size(0);
-  const int64_t k = blocks.size(1) / kernels::quant::block_bytes(QuantType::Q4_0) *
-                    kernels::quant::block_elements(QuantType::Q4_0);
-  kernels::quant::regroup_q4_0(static_cast<const uint8_t*>(blocks.data_ptr()), n, k,
-                               static_cast<uint8_t*>(grouped.data_ptr()));
+  const int64_t k =
+      blocks.size(1) / kernels::quant::block_bytes(*type) * kernels::quant::block_elements(*type);
+  const auto* src = static_cast<const uint8_t*>(blocks.data_ptr());
+  auto* dst = static_cast<uint8_t*>(grouped.data_ptr());
+  if (regroup)
+    kernels::quant::regroup_q4_0(src, n, k, dst);
+  else
+    kernels::quant::interleave_rows(*type, src, n, k, dst);
   layer.set_quantized_layout(want, grouped);
   ++out.regrouped;
 }

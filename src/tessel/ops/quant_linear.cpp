@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "tessel/kernels/quant/dequantize.h"
+#include "tessel/kernels/quant/row_interleave.h"
 #include "tessel/ops/common.h"
 
 namespace tessel::ops {
@@ -55,8 +56,9 @@ void quant_matmul_rows(QuantType type, const Tensor& x, const Tensor& weight, Te
   // The kernel's tested range is 1..kQuantMatmulRows rows (the tiled types:
   // kQuantMatmulTiledRows); each chunk reads the weight once.
   const int64_t rows = x.size(0);
-  const bool tiled = type == QuantType::Q8_0 || type == QuantType::Q4_K ||
-                     type == QuantType::Q5_K || type == QuantType::Q6_K;
+  const QuantType plain = kernels::quant::plain_form(type);  // Q4_Kx4 tiles as Q4_K
+  const bool tiled = plain == QuantType::Q8_0 || plain == QuantType::Q4_K ||
+                     plain == QuantType::Q5_K || plain == QuantType::Q6_K;
   const int64_t chunk = tiled ? kQuantMatmulTiledRows : kQuantMatmulRows;
   for (int64_t r = 0; r < rows; r += chunk) {
     const int64_t end = std::min(rows, r + chunk);

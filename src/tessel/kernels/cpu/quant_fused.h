@@ -107,7 +107,11 @@ inline void q6_k_scales(const uint8_t* s16, float d, float* sc, float* off) {
 #endif
 }
 
-inline void row_scales(quant::QuantType type, const uint8_t* row, int64_t k, RowScales& out) {
+// A row's f32 block scales (and Q4_0 / Q4_K / Q5_K's offsets). block_stride: bytes from one
+// super-block of the row to the next, when the row's blocks are interleaved with other rows'
+// (quant/row_interleave.h); 0 for a plain row.
+inline void row_scales(quant::QuantType type, const uint8_t* row, int64_t k, RowScales& out,
+                       int64_t block_stride = 0) {
   using quant::QuantType;
   out.per16 = type == QuantType::Q6_K;
   // The SIMD rows (quant_fused_rows.h) subtract Q6_K's zero points inside the integer sums: no
@@ -125,15 +129,17 @@ inline void row_scales(quant::QuantType type, const uint8_t* row, int64_t k, Row
       if (off) off[g] = 8.0f * sc[g];
     }
   } else if (type == QuantType::Q4_K || type == QuantType::Q5_K) {
-    const int64_t bytes =
-        type == QuantType::Q4_K ? sizeof(quant::BlockQ4_K) : sizeof(quant::BlockQ5_K);
+    const int64_t bytes = block_stride > 0          ? block_stride
+                          : type == QuantType::Q4_K ? int64_t(sizeof(quant::BlockQ4_K))
+                                                    : int64_t(sizeof(quant::BlockQ5_K));
     for (int64_t b = 0; b < k / 256; ++b) {
       const uint8_t* p = row + b * bytes;
       k_scales(p + 4, load_half(p), load_half(p + 2), sc + 8 * b, off + 8 * b);
     }
   } else if (type == QuantType::Q6_K) {
     for (int64_t b = 0; b < k / 256; ++b) {
-      const uint8_t* p = row + b * int64_t(sizeof(quant::BlockQ6_K));
+      const uint8_t* p =
+          row + b * (block_stride > 0 ? block_stride : int64_t(sizeof(quant::BlockQ6_K)));
       q6_k_scales(p + 192, load_half(p + 208), sc + 16 * b, off ? off + 16 * b : nullptr);
     }
   } else {

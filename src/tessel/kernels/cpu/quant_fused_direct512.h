@@ -26,13 +26,14 @@ inline __m512i lane_index(int shift, int add) {
   return idx;
 }
 
-// w: groups * R consecutive weight rows row_bytes apart, taken R at a time; x, dx the
+// w: groups * R consecutive weight rows taken R at a time (a group R rows' bytes long, block b of
+// its row r at r * st.row + b * st.block: plain or interleaved, quant/row_interleave.h); x, dx the
 // activation row's codes and scales; xs32 dx times its code sums per 32 (Q4_K / Q5_K's mins);
 // zx its zero-point lanes (Q6_K); out[j] = row j's output. A call covers a task's rows, not one
 // group: the index vectors below are put together once per call (about 80 instructions, an
 // eighth of a 768-wide group's time when a call was one group).
-#define TESSEL_FUSED_DIRECT_ARGS                                                            \
-  const uint8_t *w, int64_t row_bytes, const int8_t *x, const float *dx, const float *xs32, \
+#define TESSEL_FUSED_DIRECT_ARGS                                                               \
+  const uint8_t *w, quant::RowStrides st, const int8_t *x, const float *dx, const float *xs32, \
       const int32_t *zx, int64_t blocks, int64_t groups, float *out
 
 // _mm512_shuffle_f32x4 in its zero-masking form (quant_fused_rows512.h's to_float says why).
@@ -79,10 +80,10 @@ inline void store_lane_firsts(__m512 v, float* out) {
 // Q4_K / Q5_K's 12 scale bytes of four weight rows decoded at once, one row per 128-bit lane:
 // k_scale_fields' bytes (quant_fused.h), the same operations on a zmm (vpshufd and the masks act
 // per lane, masked shifts and ands in place of blends), so four rows cost one decoding.
-inline __m512i six_bit_fields4(const uint8_t* p, int64_t row_bytes) {
+inline __m512i six_bit_fields4(const uint8_t* p, int64_t row_stride) {
   __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   for (int r = 1; r < 4; ++r)
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * row_bytes)),
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * row_stride)),
                            r);
   const __m512i t =
       _mm512_maskz_shuffle_epi32(__mmask16(0xFFFF), v, _MM_PERM_CBCA);  // w0, w2, w1, w2
@@ -136,6 +137,7 @@ inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
   (void)fifth;
   const __m512i pair[4] = {lane_index(3, 0), lane_index(3, 2), lane_index(3, 4), lane_index(3, 6)};
   (void)zx;
+  const int64_t row_bytes = (blocks / 8) * kBytes;
   for (int64_t group = 0; group < groups; ++group, w += R * row_bytes, out += R) {
     __m512 acc[R], mins[R];
     for (int r = 0; r < R; ++r) acc[r] = mins[r] = _mm512_setzero_ps();
@@ -145,10 +147,10 @@ inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
       const __m512 xs16 =
           _mm512_maskz_broadcast_f32x8(__mmask16(0xFF00), _mm256_loadu_ps(xs32 + 8 * b));
       __m512i fields4 = zero;
-      if constexpr (R == 4) fields4 = six_bit_fields4(w + b * kBytes + 4, row_bytes);
+      if constexpr (R == 4) fields4 = six_bit_fields4(w + b * st.block + 4, st.row);
       __m512 sdx[R];
       for (int r = 0; r < R; ++r) {
-        const uint8_t* p = w + r * row_bytes + b * kBytes;
+        const uint8_t* p = w + r * st.row + b * st.block;
         __m128i fields;
         if constexpr (R == 4) {
           fields = lane128(fields4, r);
@@ -163,7 +165,7 @@ inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
       for (int c = 0; c < 4; ++c) {
         const __m512i xx = load512(x + 32 * (8 * b + 2 * c));
         for (int r = 0; r < R; ++r) {
-          const uint8_t* p = w + r * row_bytes + b * kBytes;
+          const uint8_t* p = w + r * st.row + b * st.block;
           _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + kDecodeAheadRows * row_bytes),
                        _MM_HINT_T0);
           const __m512i v = load256_twice(p + (kFive ? 48 : 16) + 32 * c);
@@ -191,6 +193,7 @@ inline void q6_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
   const __m512i twice = lane_index(1, 0);  // dx[l / 2]
   const __m512i quad[4] = {lane_index(2, 0), lane_index(2, 4), lane_index(2, 8), lane_index(2, 12)};
   (void)xs32;
+  const int64_t row_bytes = (blocks / 8) * int64_t(sizeof(quant::BlockQ6_K));
   for (int64_t group = 0; group < groups; ++group, w += R * row_bytes, out += R) {
     __m512 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -199,7 +202,7 @@ inline void q6_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
                                                       _mm512_maskz_loadu_ps(0x00FF, dx + 8 * b));
       __m512 sdx[R];
       for (int r = 0; r < R; ++r) {
-        const uint8_t* p = w + r * row_bytes + b * int64_t(sizeof(quant::BlockQ6_K));
+        const uint8_t* p = w + r * st.row + b * st.block;
         const __m512i s = _mm512_maskz_cvtepi8_epi32(
             __mmask16(0xFFFF), _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)));
         sdx[r] =
@@ -210,7 +213,7 @@ inline void q6_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
         const __m512i x01 = load512(x + 32 * g), x23 = load512(x + 32 * g + 64);
         const __m512i z01 = load512(zx + 8 * g), z23 = load512(zx + 8 * g + 16);
         for (int r = 0; r < R; ++r) {
-          const uint8_t* p = w + r * row_bytes + b * int64_t(sizeof(quant::BlockQ6_K));
+          const uint8_t* p = w + r * st.row + b * st.block;
           const char* next =
               reinterpret_cast<const char*>(p + kDecodeAheadRows * row_bytes + 128 * h);
           _mm_prefetch(next, _MM_HINT_T0);
@@ -238,7 +241,7 @@ inline void q6_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
 
 // The direct kernels' signature (declared in every set: the avx2 set's matmul asks for them and
 // gets none).
-using FusedDirect = void (*)(const uint8_t*, int64_t, const int8_t*, const float*, const float*,
-                             const int32_t*, int64_t, int64_t, float*);
+using FusedDirect = void (*)(const uint8_t*, quant::RowStrides, const int8_t*, const float*,
+                             const float*, const int32_t*, int64_t, int64_t, float*);
 
 }  // namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu

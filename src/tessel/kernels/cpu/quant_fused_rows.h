@@ -120,11 +120,12 @@ inline float q4_0_finish(__m256 acc, float offsets) {
   return std::fma(-8.0f, offsets, hsum(acc));
 }
 
-// The fused rows' signature: R rows row_bytes apart starting at w; row r's scales times dx at
-// sdx + r * sdx_stride; x the activation codes, zx their zero-point lanes (Q6_K);
-// out[r] = sum over blocks of sdx * (u . x - zero point share).
-#define TESSEL_FUSED_ROWS_ARGS                                                                \
-  const uint8_t *w, int64_t row_bytes, const float *sdx, int64_t sdx_stride, const int8_t *x, \
+// The fused rows' signature: R rows starting at w, block b of row r at w + r * st.row +
+// b * st.block (plain rows or a group interleaved four rows at a time: quant/row_interleave.h);
+// row r's scales times dx at sdx + r * sdx_stride; x the activation codes, zx their zero-point
+// lanes (Q6_K); out[r] = sum over blocks of sdx * (u . x - zero point share).
+#define TESSEL_FUSED_ROWS_ARGS                                                                   \
+  const uint8_t *w, quant::RowStrides st, const float *sdx, int64_t sdx_stride, const int8_t *x, \
       const int32_t *zx, int64_t blocks, float *out
 
 // Rows of the avx2 set's Q4_0 kernel at a time (q4_0_rows; a remainder row runs alone, R = 1).
@@ -244,10 +245,12 @@ inline void q4_0_group_rows(const uint8_t* group, const int8_t* x, const float* 
 // the rows -> offset_sum, bit for bit, without writing the per-row lists to memory first (which
 // at m = 1 took about as long as the rows themselves: quant_fused_direct512.h).
 template <class Dot, bool kFive, int R, bool kDirect>
-inline void q4_k_core(const uint8_t* w, int64_t row_bytes, const float* sdx, int64_t sdx_stride,
+inline void q4_k_core(const uint8_t* w, quant::RowStrides st, const float* sdx, int64_t sdx_stride,
                       const float* dx, const float* xs32, const int8_t* x, int64_t blocks,
                       float* out) {
   constexpr int64_t kBytes = kFive ? 176 : 144;
+  // decode_ahead(R) rows' bytes ahead, in either layout the same place of a later group.
+  const int64_t ahead = decode_ahead(R) * (blocks / 8) * kBytes;
   const __m256i mask = _mm256_set1_epi8(0xF), bit4 = _mm256_set1_epi8(0x10);
   const __m256i zero = _mm256_setzero_si256();
   __m256 acc[2][R];
@@ -264,7 +267,7 @@ inline void q4_k_core(const uint8_t* w, int64_t row_bytes, const float* sdx, int
     if constexpr (kDirect)
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const uint8_t* p = w + r * row_bytes + b * kBytes;
+        const uint8_t* p = w + r * st.row + b * st.block;
         const __m128i fields = k_scale_fields(p + 4);
         _mm256_store_ps(local[r], _mm256_mul_ps(widen_fields(fields, load_half(p)),
                                                 _mm256_loadu_ps(dx + 8 * b)));
@@ -278,9 +281,8 @@ inline void q4_k_core(const uint8_t* w, int64_t row_bytes, const float* sdx, int
       const __m256i xa = load256(x + 32 * g), xb = load256(x + 32 * g + 32);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const uint8_t* p = w + r * row_bytes + b * kBytes;
-        _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + decode_ahead(R) * row_bytes),
-                     _MM_HINT_T0);
+        const uint8_t* p = w + r * st.row + b * st.block;
+        _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + ahead), _MM_HINT_T0);
         const __m256i v = load256(p + (kFive ? 48 : 16) + 32 * c);
         __m256i lo = _mm256_and_si256(v, mask),
                 hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
@@ -307,7 +309,7 @@ inline void q4_k_core(const uint8_t* w, int64_t row_bytes, const float* sdx, int
 template <class Dot, bool kFive, int R>
 inline void q4_k_rows(TESSEL_FUSED_ROWS_ARGS) {
   (void)zx;
-  q4_k_core<Dot, kFive, R, false>(w, row_bytes, sdx, sdx_stride, nullptr, nullptr, x, blocks, out);
+  q4_k_core<Dot, kFive, R, false>(w, st, sdx, sdx_stride, nullptr, nullptr, x, blocks, out);
 }
 
 // Q6_K: each half of 128 weights reads ql[64h..64h+63] (A, B) and qh[32h..32h+31] (H); quarter
@@ -316,9 +318,10 @@ inline void q4_k_rows(TESSEL_FUSED_ROWS_ARGS) {
 // kDirect as for q4_k_core: each super-block's sixteen scales from its bytes (q6_k_scales), times
 // dx in the pairs scales_times_dx makes.
 template <class Dot, int R, bool kDirect>
-inline void q6_k_core(const uint8_t* w, int64_t row_bytes, const float* sdx, int64_t sdx_stride,
+inline void q6_k_core(const uint8_t* w, quant::RowStrides st, const float* sdx, int64_t sdx_stride,
                       const float* dx, const int8_t* x, const int32_t* zx, int64_t blocks,
                       float* out) {
+  const int64_t ahead = decode_ahead(R) * (blocks / 8) * int64_t(sizeof(quant::BlockQ6_K));
   const __m256i mask = _mm256_set1_epi8(0xF), top = _mm256_set1_epi8(0x30);
   __m256 acc[2][R];
 #pragma GCC unroll 4
@@ -328,7 +331,7 @@ inline void q6_k_core(const uint8_t* w, int64_t row_bytes, const float* sdx, int
     if constexpr (kDirect)
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const uint8_t* p = w + r * row_bytes + b * int64_t(sizeof(quant::BlockQ6_K));
+        const uint8_t* p = w + r * st.row + b * st.block;
         alignas(32) float sc[16];
         q6_k_scales(p + 192, load_half(p + 208), sc, nullptr);
         const __m256i pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
@@ -343,8 +346,8 @@ inline void q6_k_core(const uint8_t* w, int64_t row_bytes, const float* sdx, int
       const int64_t g = 8 * b + 4 * h;
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const uint8_t* p = w + r * row_bytes + b * int64_t(sizeof(quant::BlockQ6_K));
-        const char* next = reinterpret_cast<const char*>(p + decode_ahead(R) * row_bytes + 128 * h);
+        const uint8_t* p = w + r * st.row + b * st.block;
+        const char* next = reinterpret_cast<const char*>(p + ahead + 128 * h);
         _mm_prefetch(next, _MM_HINT_T0);
         _mm_prefetch(next + 64, _MM_HINT_T0);
         const __m256i a = load256(p + 64 * h), bb = load256(p + 64 * h + 32);
@@ -375,31 +378,32 @@ inline void q6_k_core(const uint8_t* w, int64_t row_bytes, const float* sdx, int
 
 template <class Dot, int R>
 inline void q6_k_rows(TESSEL_FUSED_ROWS_ARGS) {
-  q6_k_core<Dot, R, false>(w, row_bytes, sdx, sdx_stride, nullptr, x, zx, blocks, out);
+  q6_k_core<Dot, R, false>(w, st, sdx, sdx_stride, nullptr, x, zx, blocks, out);
 }
 
 // The decode step's direct rows (m < 4) in the avx2 set: the FusedDirect signature
-// (quant_fused_direct512.h: groups of R consecutive rows).
+// (quant_fused_direct512.h: groups of R consecutive rows, a group R rows' bytes long).
 template <class Dot, bool kFive, int R>
-inline void q4_k_direct(const uint8_t* w, int64_t row_bytes, const int8_t* x, const float* dx,
+inline void q4_k_direct(const uint8_t* w, quant::RowStrides st, const int8_t* x, const float* dx,
                         const float* xs32, const int32_t*, int64_t blocks, int64_t groups,
                         float* out) {
+  const int64_t group_bytes = R * (blocks / 8) * (kFive ? 176 : 144);
   for (int64_t g = 0; g < groups; ++g)
-    q4_k_core<Dot, kFive, R, true>(w + g * R * row_bytes, row_bytes, nullptr, 0, dx, xs32, x,
-                                   blocks, out + g * R);
+    q4_k_core<Dot, kFive, R, true>(w + g * group_bytes, st, nullptr, 0, dx, xs32, x, blocks,
+                                   out + g * R);
 }
 template <class Dot, int R>
-inline void q6_k_direct(const uint8_t* w, int64_t row_bytes, const int8_t* x, const float* dx,
+inline void q6_k_direct(const uint8_t* w, quant::RowStrides st, const int8_t* x, const float* dx,
                         const float*, const int32_t* zx, int64_t blocks, int64_t groups,
                         float* out) {
+  const int64_t group_bytes = R * (blocks / 8) * int64_t(sizeof(quant::BlockQ6_K));
   for (int64_t g = 0; g < groups; ++g)
-    q6_k_core<Dot, R, true>(w + g * R * row_bytes, row_bytes, nullptr, 0, dx, x, zx, blocks,
-                            out + g * R);
+    q6_k_core<Dot, R, true>(w + g * group_bytes, st, nullptr, 0, dx, x, zx, blocks, out + g * R);
 }
 
 #undef TESSEL_FUSED_ROWS_ARGS
 
-using FusedRows = void (*)(const uint8_t*, int64_t, const float*, int64_t, const int8_t*,
+using FusedRows = void (*)(const uint8_t*, quant::RowStrides, const float*, int64_t, const int8_t*,
                            const int32_t*, int64_t, float*);
 #endif
 

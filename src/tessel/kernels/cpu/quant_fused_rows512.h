@@ -104,8 +104,9 @@ inline __m512i fifth_bits(__m512i u, __m512i qh, __m512i bits) {
   return _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(qh, bits), u, _mm512_set1_epi8(0x10));
 }
 
-#define TESSEL_FUSED_ROWS_ARGS                                                                \
-  const uint8_t *w, int64_t row_bytes, const float *sdx, int64_t sdx_stride, const int8_t *x, \
+// As quant_fused_rows.h's (block b of row r at w + r * st.row + b * st.block).
+#define TESSEL_FUSED_ROWS_ARGS                                                                   \
+  const uint8_t *w, quant::RowStrides st, const float *sdx, int64_t sdx_stride, const int8_t *x, \
       const int32_t *zx, int64_t blocks, float *out
 
 // Q4_K / Q5_K (q4_k_rows' layout): the 32 bytes of chunk c in both halves, the high half shifted
@@ -121,6 +122,7 @@ inline void q4_k_rows512(TESSEL_FUSED_ROWS_ARGS) {
                             fifth_bit_mask(3)};
   (void)fifth;
   (void)zx;
+  const int64_t ahead = R * (blocks / 8) * kBytes;  // the next group's bytes, either layout
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks / 8; ++b) {
@@ -128,8 +130,8 @@ inline void q4_k_rows512(TESSEL_FUSED_ROWS_ARGS) {
       const int64_t g = 8 * b + 2 * c;
       const __m512i xx = load512(x + 32 * g);
       for (int r = 0; r < R; ++r) {
-        const uint8_t* p = w + r * row_bytes + b * kBytes;
-        _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + R * row_bytes), _MM_HINT_T0);
+        const uint8_t* p = w + r * st.row + b * st.block;
+        _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + ahead), _MM_HINT_T0);
         const __m512i v = load256_twice(p + (kFive ? 48 : 16) + 32 * c);
         __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(v, kHighWords, v, 4), mask);
         if constexpr (kFive) u = fifth_bits(u, load256_twice(p + 16), fifth[c]);
@@ -162,6 +164,7 @@ inline Q6Codes512 q6_k_codes512(const uint8_t* p, int h) {
 template <class Dot, int R>
 inline void q6_k_rows512(TESSEL_FUSED_ROWS_ARGS) {
   const __m512i idx = quad_index();
+  const int64_t ahead = R * (blocks / 8) * int64_t(sizeof(quant::BlockQ6_K));
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks / 8; ++b) {
@@ -170,8 +173,8 @@ inline void q6_k_rows512(TESSEL_FUSED_ROWS_ARGS) {
       const __m512i x01 = load512(x + 32 * g), x23 = load512(x + 32 * g + 64);
       const __m512i z01 = load512(zx + 8 * g), z23 = load512(zx + 8 * g + 16);
       for (int r = 0; r < R; ++r) {
-        const uint8_t* p = w + r * row_bytes + b * int64_t(sizeof(quant::BlockQ6_K));
-        const char* next = reinterpret_cast<const char*>(p + R * row_bytes + 128 * h);
+        const uint8_t* p = w + r * st.row + b * st.block;
+        const char* next = reinterpret_cast<const char*>(p + ahead + 128 * h);
         _mm_prefetch(next, _MM_HINT_T0);
         _mm_prefetch(next + 64, _MM_HINT_T0);
         const Q6Codes512 u = q6_k_codes512(p, h);

@@ -42,13 +42,14 @@ inline constexpr int kKTileM = 2, kKTileCols = 2;
 // Activation codes per chunk: an L2-sized share, re-read from L2 for every weight group.
 inline constexpr int64_t kKChunkBytes = int64_t(1) << 19;
 
-// What a tile reads and writes: its first weight row (the next ones row_bytes apart) and their
-// f32 block scales (RowScales::scale, sc_stride apart), its first activation row's codes (rows
-// k apart), block scales (rows `blocks` apart) and, for Q6_K, zero-point lanes (rows 8 * blocks
-// apart), and y (rows ldy apart).
+// What a tile reads and writes: its first weight row (block b of row j at j * st.row +
+// b * st.block: plain rows or a group interleaved four rows at a time, quant/row_interleave.h)
+// and their f32 block scales (RowScales::scale, sc_stride apart), its first activation row's codes
+// (rows k apart), block scales (rows `blocks` apart) and, for Q6_K, zero-point lanes (rows 8 *
+// blocks apart), and y (rows ldy apart).
 struct KTile {
   const uint8_t* w;
-  int64_t row_bytes;
+  quant::RowStrides st;
   const float* sc;
   int64_t sc_stride;
   const int8_t* x;
@@ -61,7 +62,7 @@ struct KTile {
 
   KTile cols(int64_t j) const {
     KTile t = *this;
-    t.w += j * row_bytes, t.sc += j * sc_stride, t.y += j;
+    t.w += j * st.row, t.sc += j * sc_stride, t.y += j;
     return t;
   }
   KTile rows(int64_t i) const {
@@ -105,7 +106,6 @@ inline __m256i q6_k_codes(const uint8_t* p, int h, int q) {
 template <class Dot, quant::QuantType kType, int kM, int kN>
 inline void k_tile(const KTile& t) {
   constexpr bool kSix = kType == quant::QuantType::Q6_K;
-  constexpr int64_t kBytes = kSix ? 210 : kType == quant::QuantType::Q5_K ? 176 : 144;
   const int64_t per_row = kSix ? 2 * t.blocks : t.blocks;
   thread_local std::vector<float> buffer;
   buffer.resize(size_t(std::max<int64_t>(int64_t(buffer.size()), kM * kN * per_row)));
@@ -123,7 +123,7 @@ inline void k_tile(const KTile& t) {
       const int64_t g = 8 * b + s;
       __m256i u[kN];
       for (int j = 0; j < kN; ++j) {
-        const uint8_t* p = t.w + j * t.row_bytes + b * kBytes;
+        const uint8_t* p = t.w + j * t.st.row + b * t.st.block;
         if constexpr (kSix)
           u[j] = q6_k_codes(p, s / 4, s % 4);
         else
@@ -169,10 +169,12 @@ struct KTiles256 {
 };
 
 // The driver's inputs: the activations rounded once per call (xq, dx), their per-block sums
-// (xs32: Q4_K / Q5_K's offsets) or zero-point lanes (zx: Q6_K), W's rows row_bytes apart.
+// (xs32: Q4_K / Q5_K's offsets) or zero-point lanes (zx: Q6_K), W's rows row_bytes apart or,
+// with `interleaved`, in groups of four interleaved by super-block (quant/row_interleave.h).
 struct KTilesArgs {
   quant::QuantType type;
   int64_t m, n, k, row_bytes;
+  bool interleaved;
   const int8_t* xq;
   const float* dx;
   const float* xs32;
@@ -193,6 +195,8 @@ void k_quant_tiles(const KTilesArgs& a) {
   const int64_t per_row = mins ? blocks : 2 * blocks;
   const int64_t chunk = std::max<int64_t>(kM, kKChunkBytes / a.k / kM * kM);
   const int64_t groups = (a.n + kN - 1) / kN;
+  static_assert(kN == quant::kInterleaveRows, "a tile group is an interleaved group");
+  const int64_t block_bytes = a.row_bytes / (a.k / 256);
   parallel_for(0, groups, a.group_grain, [&](int64_t lo, int64_t hi) {
     RowScales rs[kN];
     std::vector<float> sc(size_t(kN * per_row));
@@ -200,13 +204,17 @@ void k_quant_tiles(const KTilesArgs& a) {
       const int64_t i1 = std::min(a.m, i0 + chunk);
       for (int64_t gj = lo; gj < hi; ++gj) {
         const int64_t j0 = gj * kN, cols = std::min(kN, a.n - j0);
+        // A whole group of an interleaved matrix is interleaved; the rows after it are plain.
+        const quant::RowStrides st = a.interleaved && cols == kN
+                                         ? quant::interleaved_strides(block_bytes)
+                                         : quant::plain_strides(a.row_bytes, block_bytes);
         for (int64_t c = 0; c < cols; ++c) {
-          row_scales(a.type, a.w + (j0 + c) * a.row_bytes, a.k, rs[c]);
+          row_scales(a.type, a.w + j0 * a.row_bytes + c * st.row, a.k, rs[c], st.block);
           std::copy(rs[c].scale.begin(), rs[c].scale.end(), sc.begin() + c * per_row);
         }
         for (int64_t i = i0; i < i1; i += kM) {
           const KTile t{a.w + j0 * a.row_bytes,
-                        a.row_bytes,
+                        st,
                         sc.data(),
                         per_row,
                         a.xq + i * a.k,

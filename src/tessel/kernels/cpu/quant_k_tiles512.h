@@ -48,7 +48,6 @@ inline __m512i q6_k_codes512(const uint8_t* p, int h, int r) {
 template <class Dot, quant::QuantType kType, int kM, int kN>
 inline void k_tile512(const KTile& t) {
   constexpr bool kSix = kType == quant::QuantType::Q6_K;
-  constexpr int64_t kBytes = kSix ? 210 : kType == quant::QuantType::Q5_K ? 176 : 144;
   const __m512i idx = quad_index();
   (void)idx;
   __m512 acc[kM][kN];
@@ -60,7 +59,7 @@ inline void k_tile512(const KTile& t) {
       __m512i u[kN];
       __m512 sw[kN];
       for (int j = 0; j < kN; ++j) {
-        const uint8_t* p = t.w + j * t.row_bytes + b * kBytes;
+        const uint8_t* p = t.w + j * t.st.row + b * t.st.block;
         if constexpr (kSix) {
           u[j] = q6_k_codes512(p, s / 2, s % 2);
           sw[j] = quad_scales(idx, t.sc + j * t.sc_stride + 2 * g);

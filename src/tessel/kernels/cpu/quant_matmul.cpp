@@ -18,6 +18,7 @@
 #include "tessel/kernels/kernel_set.h"
 #include "tessel/kernels/quant/q4_0_groups.h"
 #include "tessel/kernels/quant/quant_blocks.h"
+#include "tessel/kernels/quant/row_interleave.h"
 #include "tessel/kernels/quant_amx.h"
 TESSEL_ISA_BEGIN
 #include "tessel/kernels/cpu/cpu_backend.h"
@@ -282,11 +283,18 @@ void k_quant_tiled(const cpu::KTilesArgs& a) {
 // Q4_K, Q5_K, Q6_K: per group of kFusedRows weight rows their f32 block scales (and offsets),
 // per activation row the scales times its dx, then the group's fused pass (quant_fused_rows.h)
 // minus the offsets. Whole groups per task, the same operations per row in a group or alone, so
-// no output depends on the split, the group or m.
+// no output depends on the split, the group or m. `interleaved`: W's whole groups of four rows
+// are interleaved by super-block (quant/row_interleave.h), which every kernel here reads in
+// place with the same arithmetic, so the outputs are the plain layout's bit for bit.
 void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, const uint8_t* w,
-                  float* y) {
+                  float* y, bool interleaved = false) {
   if (type == QuantType::Q4_0) return q4_0_matmul(s, x, w, y);
   const int64_t blocks = s.k / cpu::kActBlock;
+  const int64_t block_bytes = s.row_bytes / (s.k / quant::kKBlock);
+  static_assert(cpu::kFusedRows == quant::kInterleaveRows && cpu::kKTileN == cpu::kFusedRows,
+                "a kernel's group of rows is an interleaved group");
+  const quant::RowStrides plain = quant::plain_strides(s.row_bytes, block_bytes);
+  const quant::RowStrides group = interleaved ? quant::interleaved_strides(block_bytes) : plain;
   const cpu::QuantizedRows act = quantize_activations(s, x);
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
   if (amx_takes(s.m))  // AMX-INT8 tiles, in their own f32 order (quant_amx_k.cpp)
@@ -305,7 +313,7 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
       cpu::zero_point_lanes(act.q.data() + i * s.k, blocks, 32, zx.data() + i * 8 * blocks);
   }
   if (s.m >= cpu::kKTilesFrom)
-    return k_quant_tiled({type, s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(),
+    return k_quant_tiled({type, s.m, s.n, s.k, s.row_bytes, interleaved, act.q.data(), act.d.data(),
                           mins ? sums.xs32.data() : nullptr, mins ? nullptr : zx.data(), w, y,
                           std::max<int64_t>(1, task_grain(s) / cpu::kKTileN)});
   constexpr int64_t kR = cpu::kFusedRows;
@@ -325,10 +333,10 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
           const int32_t* zxi = mins ? nullptr : zx.data() + i * 8 * blocks;
           float* yi = y + i * s.n;
           if (whole > 0)
-            direct[0](w + g0 * kR * s.row_bytes, s.row_bytes, xq, dx, xs, zxi, blocks, whole,
+            direct[0](w + g0 * kR * s.row_bytes, group, xq, dx, xs, zxi, blocks, whole,
                       yi + g0 * kR);
           for (int64_t j = std::max(g0, full) * kR; j < std::min(g1 * kR, s.n); ++j)
-            direct[1](w + j * s.row_bytes, s.row_bytes, xq, dx, xs, zxi, blocks, 1, yi + j);
+            direct[1](w + j * s.row_bytes, plain, xq, dx, xs, zxi, blocks, 1, yi + j);
         }
       }
     });
@@ -343,19 +351,20 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
     float out[kR];
     for (int64_t gj = lo; gj < hi; ++gj) {
       const int64_t j0 = gj * kR, rows = std::min(kR, s.n - j0);
+      const quant::RowStrides st = rows == kR ? group : plain;
       for (int64_t r = 0; r < rows; ++r)
-        cpu::row_scales(type, w + (j0 + r) * s.row_bytes, s.k, rs[r]);
+        cpu::row_scales(type, w + j0 * s.row_bytes + r * st.row, s.k, rs[r], st.block);
       for (int64_t i = 0; i < s.m; ++i) {
         const int8_t* xq = act.q.data() + i * s.k;
         const int32_t* zxi = mins ? nullptr : zx.data() + i * 8 * blocks;
         for (int64_t r = 0; r < rows; ++r)
           cpu::scales_times_dx(rs[r], act.d.data() + i * blocks, blocks, sdx.data() + r * per_row);
         if (rows == kR) {
-          rows_fn[0](w + j0 * s.row_bytes, s.row_bytes, sdx.data(), per_row, xq, zxi, blocks, out);
+          rows_fn[0](w + j0 * s.row_bytes, st, sdx.data(), per_row, xq, zxi, blocks, out);
         } else {
           for (int64_t r = 0; r < rows; ++r)
-            rows_fn[1](w + (j0 + r) * s.row_bytes, s.row_bytes, sdx.data() + r * per_row, per_row,
-                       xq, zxi, blocks, out + r);
+            rows_fn[1](w + (j0 + r) * s.row_bytes, plain, sdx.data() + r * per_row, per_row, xq,
+                       zxi, blocks, out + r);
         }
         for (int64_t r = 0; r < rows; ++r)
           y[i * s.n + j0 + r] = mins
@@ -381,9 +390,10 @@ cpu::FusedRow choose_fused_row(QuantType type) {
 }
 
 // Plain loops: per weight row its f32 block scales and offsets (k/32 or k/16 floats), then per
-// activation row the fused integer dot minus the zero points' share.
+// activation row the fused integer dot minus the zero points' share. Plain rows only.
 void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, const uint8_t* w,
-                  float* y) {
+                  float* y, bool interleaved = false) {
+  TESSEL_CHECK(!interleaved, "quant_matmul: the plain loops read no interleaved rows");
   const int64_t blocks = s.k / cpu::kActBlock;
   const cpu::QuantizedRows act = quantize_activations(s, x);
   const auto [xs32, xs16] = activation_sums(s, act);
@@ -571,9 +581,32 @@ void q4_0_grouped_matmul(const QuantMatmulShape& s, const float* x, const uint8_
   fused_matmul(QuantType::Q4_0, s, x, plain.data(), y);
 }
 
+// The k-quants interleaved four rows at a time (quant/row_interleave.h): the SIMD sets' direct
+// rows, rows and tiles read them in place; the AMX tiles and the plain loops, which have no
+// interleaved form, read a copy put back in plain order, made per call. quant_layout asks for the
+// interleaved forms only where they are read in place, so the copy is paid only when the kernels
+// changed after a model's matrices were interleaved (a test forcing another set, AMX switched).
+void interleaved_matmul(QuantType type, const QuantMatmulShape& s, const float* x, const uint8_t* w,
+                        float* y) {
+  if (TESSEL_KERNEL_ISA_LEVEL >= 1 && !amx_takes(s.m))
+    return fused_matmul(quant::plain_form(type), s, x, w, y, true);
+  std::vector<uint8_t> plain(size_t(s.n * s.row_bytes));
+  quant::deinterleave_rows(type, w, s.n, s.k, plain.data());
+  fused_matmul(quant::plain_form(type), s, x, plain.data(), y);
+}
+
+// Whether the k-quants are read faster interleaved here: the SIMD sets without AMX, whose decode
+// rows multiply four weight rows at a time.
+bool k_quant_interleave_pays() {
+  return TESSEL_KERNEL_ISA_LEVEL >= 1 && !quant_amx_enabled();
+}
+
 }  // namespace
 
 quant::QuantType CpuBackend::quant_layout(quant::QuantType type) const {
+  if ((type == QuantType::Q4_K || type == QuantType::Q5_K || type == QuantType::Q6_K) &&
+      quant_backend_layouts() && k_quant_interleave_pays())
+    return quant::interleaved_form(type);
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
   if (type == QuantType::Q4_0 && quant_backend_layouts() && !quant_amx_enabled() &&
       q4_0_decode_rows_512())
@@ -602,6 +635,8 @@ void CpuBackend::quant_matmul(QuantType type, const Tensor& x, const Tensor& w, 
     q8_0_matmul(s, xp, wp, yp);
   else if (type == QuantType::Q4_0x4)
     q4_0_grouped_matmul(s, xp, wp, yp);
+  else if (quant::is_interleaved(type))
+    interleaved_matmul(type, s, xp, wp, yp);
   else
     fused_matmul(type, s, xp, wp, yp);
 }

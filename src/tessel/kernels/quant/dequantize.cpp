@@ -8,6 +8,7 @@
 #include "tessel/core/error.h"
 #include "tessel/kernels/quant/q4_0_groups.h"
 #include "tessel/kernels/quant/quant_blocks.h"
+#include "tessel/kernels/quant/row_interleave.h"
 
 namespace tessel::kernels::quant {
 
@@ -26,6 +27,9 @@ void dequantize_row_as(QuantType type, const uint8_t* src, T* dst, int64_t k) {
   TESSEL_CHECK(type != QuantType::Q4_0x4,
                "dequantize_row: a q4_0x4 row is spread over its group of four "
                "(q4_0_groups.h): use dequantize_matrix_row (or q4_0_group_row, then q4_0)");
+  TESSEL_CHECK(!is_interleaved(type), "dequantize_row: a ", quant_type_name(type),
+               " row is spread over its group of four (row_interleave.h): use "
+               "dequantize_matrix_row");
   if (type == QuantType::Int8) {
     row_bytes(type, k);  // refuses a negative k
     float d;
@@ -101,17 +105,27 @@ void dequantize_row_as(QuantType type, const uint8_t* src, T* dst, int64_t k) {
       return;
     case QuantType::Int8:
     case QuantType::Q4_0x4:
+    case QuantType::Q4_Kx4:
+    case QuantType::Q5_Kx4:
+    case QuantType::Q6_Kx4:
       break;  // above
   }
   TESSEL_FAIL("dequantize_row: unknown quant type ", uint32_t(type));
 }
 
-// Q4_0x4's row gathered block by block from its group into an 18-byte Q4_0 block, then as Q4_0.
+// Q4_0x4's row gathered block by block from its group into an 18-byte Q4_0 block, then as Q4_0;
+// an interleaved k-quant row's blocks read where they lie in their group.
 template <class T>
 void dequantize_matrix_row_as(QuantType type, const uint8_t* matrix, int64_t n, int64_t k,
                               int64_t row, T* dst) {
   const int64_t rb = row_bytes(type, k);
   TESSEL_CHECK(row >= 0 && row < n, "dequantize_matrix_row: row ", row, " outside [0, ", n, ")");
+  if (is_interleaved(type)) {
+    for (int64_t b = 0; b < k / kKBlock; ++b)
+      dequantize_row_as(plain_form(type), matrix + interleaved_block_offset(type, n, k, row, b),
+                        dst + b * kKBlock, kKBlock);
+    return;
+  }
   if (type != QuantType::Q4_0x4) return dequantize_row_as(type, matrix + row * rb, dst, k);
   uint8_t block[sizeof(BlockQ4_0)];
   for (int64_t g = 0; g < k / kQBlock; ++g) {
@@ -150,9 +164,10 @@ Tensor dequantize(QuantType type, std::span<const uint8_t> bytes, const Shape& s
                " tensor of shape ", shape, " takes ", rows * rb, " bytes, got ", bytes.size());
   Tensor out = empty(shape, DType::F32);
   float* o = out.data<float>();
-  // Row by row of each matrix (the last two dims: Q4_0x4 is regrouped per matrix).
-  TESSEL_CHECK(type != QuantType::Q4_0x4 || shape.ndim() >= 2,
-               "dequantize: q4_0x4 needs a matrix shape, got ", shape);
+  // Row by row of each matrix (the last two dims: Q4_0x4 and the x4 k-quants are regrouped per
+  // matrix).
+  TESSEL_CHECK((type != QuantType::Q4_0x4 && !is_interleaved(type)) || shape.ndim() >= 2,
+               "dequantize: ", quant_type_name(type), " needs a matrix shape, got ", shape);
   const int64_t n = shape.ndim() >= 2 ? shape[shape.ndim() - 2] : rows;
   for (int64_t r0 = 0; n > 0 && r0 < rows; r0 += n)
     for (int64_t r = 0; r < n; ++r)

@@ -27,6 +27,12 @@ std::string_view quant_type_name(QuantType type) {
       return "int8";
     case QuantType::Q4_0x4:
       return "q4_0x4";
+    case QuantType::Q4_Kx4:
+      return "q4_Kx4";
+    case QuantType::Q5_Kx4:
+      return "q5_Kx4";
+    case QuantType::Q6_Kx4:
+      return "q6_Kx4";
   }
   TESSEL_FAIL("quant_type_name: unknown quant type ", uint32_t(type));
 }
@@ -57,6 +63,9 @@ int64_t block_elements(QuantType type) {
     case QuantType::Q4_K:
     case QuantType::Q5_K:
     case QuantType::Q6_K:
+    case QuantType::Q4_Kx4:
+    case QuantType::Q5_Kx4:
+    case QuantType::Q6_Kx4:
       return kKBlock;
   }
   TESSEL_FAIL("block_elements: unknown quant type ", uint32_t(type));
@@ -75,10 +84,13 @@ int64_t block_bytes(QuantType type) {
     case QuantType::Q4_0x4:
       return sizeof(BlockQ4_0);
     case QuantType::Q4_K:
+    case QuantType::Q4_Kx4:
       return sizeof(BlockQ4_K);
     case QuantType::Q5_K:
+    case QuantType::Q5_Kx4:
       return sizeof(BlockQ5_K);
     case QuantType::Q6_K:
+    case QuantType::Q6_Kx4:
       return sizeof(BlockQ6_K);
   }
   TESSEL_FAIL("block_bytes: unknown quant type ", uint32_t(type));

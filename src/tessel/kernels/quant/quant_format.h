@@ -3,8 +3,9 @@
 // Q4_K, Q5_K and Q6_K of the k-quants, and F16 / BF16 rows), identified by their ggml type ids,
 // and tessel's own Int8 rows for weight-only int8 inference of float models. A
 // quantized matrix is stored row by row; each row of k weights is k / block_elements blocks laid
-// out exactly as ggml writes them, so GGUF tensor bytes are used as they are (the one exception,
-// Q4_0x4, is a regrouping the CPU backend asks for when a model is prepared for inference). The
+// out exactly as ggml writes them, so GGUF tensor bytes are used as they are (the exceptions,
+// Q4_0x4 and the k-quants' x4 forms, are regroupings the CPU backend asks for when a model is
+// prepared for inference). The
 // byte layouts are in quant_blocks.h, the scalar (de)quantizers in quantize.h / dequantize.h and
 // docs/KERNELS.md ("Quantized weights").
 #pragma once
@@ -32,6 +33,12 @@ enum class QuantType : uint32_t {
   // same bytes per row and the same values, made in memory from a Q4_0 matrix where the backend
   // asks for it (Backend::quant_layout), never read from or written to a file.
   Q4_0x4 = 0x10001,
+  // The k-quants' super-blocks interleaved four rows at a time (row_interleave.h): each block
+  // kept whole, block b of rows 4G..4G+3 side by side, so a kernel multiplying four rows reads
+  // one sequential stream. Made in memory like Q4_0x4, never read from or written to a file.
+  Q4_Kx4 = 0x10002,
+  Q5_Kx4 = 0x10003,
+  Q6_Kx4 = 0x10004,
 };
 
 // Bytes of an Int8 row's scale, before its codes.
@@ -42,7 +49,8 @@ inline constexpr QuantType kAllQuantTypes[] = {QuantType::F16,  QuantType::BF16,
                                                QuantType::Q4_0, QuantType::Q4_K, QuantType::Q5_K,
                                                QuantType::Q6_K};
 
-std::string_view quant_type_name(QuantType type);  // "q4_K", as ggml spells it; "int8", "q4_0x4"
+// "q4_K", as ggml spells it; "int8", "q4_0x4", "q4_Kx4".
+std::string_view quant_type_name(QuantType type);
 // The type for a ggml type id; an Error names ids that are not (yet) supported here.
 QuantType quant_type_from_ggml(uint32_t ggml_type);
 bool is_ggml_type_supported(uint32_t ggml_type);

@@ -11,6 +11,7 @@
 #include "tessel/core/dtype.h"
 #include "tessel/core/error.h"
 #include "tessel/kernels/quant/quant_blocks.h"
+#include "tessel/kernels/quant/row_interleave.h"
 
 namespace tessel::kernels::quant {
 
@@ -123,6 +124,12 @@ void quantize_row(QuantType type, const float* src, void* dst, int64_t k) {
       TESSEL_FAIL(
           "quantize_row: q4_0x4 is a layout of whole matrices: quantize the rows as q4_0, "
           "then regroup them (q4_0_groups.h)");
+    case QuantType::Q4_Kx4:
+    case QuantType::Q5_Kx4:
+    case QuantType::Q6_Kx4:
+      TESSEL_FAIL("quantize_row: ", quant_type_name(type),
+                  " is a layout of whole matrices: quantize the rows as ",
+                  quant_type_name(plain_form(type)), ", then interleave them (row_interleave.h)");
   }
   TESSEL_FAIL("quantize_row: unknown quant type ", uint32_t(type));
 }
