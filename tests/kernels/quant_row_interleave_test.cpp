@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// The k-quants interleaved four rows at a time (kernels/quant/row_interleave.h, QuantType::Q4_Kx4,
-// Q5_Kx4, Q6_Kx4): the layout as documented (whole blocks side by side per group; rows past the
-// last whole group left plain), interleaving and back giving the bytes again; every kernel set,
-// dot product, vector width, the AMX switch and batch-invariant mode giving an interleaved
-// matrix's products the same bits as the plain matrix's at odd sizes (m = 1-3, the direct decode
-// rows; 4-7, the rows; 8 and more, the tiles; n with a partial last group); the fp64 reference
-// and the dequantizer agreeing with the plain type's; the row-wise entry points refusing the
-// layout; and quant_layout asking for it exactly where the SIMD rows read it.
+// The k-quants and Q8_0 interleaved four rows at a time (kernels/quant/row_interleave.h,
+// QuantType::Q4_Kx4, Q5_Kx4, Q6_Kx4, Q8_0x4): the layout as documented (whole blocks side by side
+// per group; rows past the last whole group left plain), interleaving and back giving the bytes
+// again; every kernel set, dot product, vector width, the AMX switch and batch-invariant mode
+// giving an interleaved matrix's products the same bits as the plain matrix's at odd sizes (m =
+// 1-3, the direct decode rows; 4-7, the rows; 8 and more, the tiles; n with a partial last group);
+// the fp64 reference and the dequantizer agreeing with the plain type's; the row-wise entry points
+// refusing the layout; and quant_layout asking for it exactly where the SIMD rows read it.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -35,7 +35,8 @@ using testing_limits::BitsLimit;
 using testing_limits::DotLimit;
 using testing_quant::activations;
 
-constexpr QuantType kKQuants[] = {QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K};
+constexpr QuantType kKQuants[] = {QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K,
+                                  QuantType::Q8_0};
 
 // Rows quantized from random weights whose scale changes block by block, so every super-block
 // has its own scales and mins.
@@ -74,7 +75,7 @@ TEST(RowInterleave, TheLayoutIsFourWholeBlocksSideBySide) {
   std::mt19937 rng(1);
   constexpr int64_t n = 6, k = 768;  // one group and two plain rows; three super-blocks a row
   for (QuantType t : kKQuants) {
-    const int64_t bb = quant::block_bytes(t), rb = 3 * bb;
+    const int64_t bb = quant::block_bytes(t), rb = quant::row_bytes(t, k);
     const std::vector<uint8_t> plain = random_rows(t, n, k, rng);
     const std::vector<uint8_t> g = interleaved(t, plain, n, k);
     const QuantType x4 = quant::interleaved_form(t);
@@ -105,15 +106,16 @@ TEST(RowInterleave, BackAgainAndNames) {
   EXPECT_EQ(quant::quant_type_name(QuantType::Q4_Kx4), "q4_Kx4");
   EXPECT_EQ(quant::quant_type_name(QuantType::Q5_Kx4), "q5_Kx4");
   EXPECT_EQ(quant::quant_type_name(QuantType::Q6_Kx4), "q6_Kx4");
+  EXPECT_EQ(quant::quant_type_name(QuantType::Q8_0x4), "q8_0x4");
   for (QuantType t : kKQuants) {
     const QuantType x4 = quant::interleaved_form(t);
     EXPECT_TRUE(quant::is_interleaved(x4));
     EXPECT_FALSE(quant::is_interleaved(t));
     EXPECT_EQ(quant::plain_form(x4), t);
     EXPECT_EQ(quant::row_bytes(x4, 512), quant::row_bytes(t, 512));
-    EXPECT_EQ(quant::block_elements(x4), 256);
+    EXPECT_EQ(quant::block_elements(x4), quant::block_elements(t));
   }
-  EXPECT_EQ(quant::plain_form(QuantType::Q8_0), QuantType::Q8_0);
+  EXPECT_EQ(quant::plain_form(QuantType::Q4_0x4), QuantType::Q4_0x4);
   test::expect_error([] { quant::interleaved_form(QuantType::Q4_0); },
                      {"q4_0 has no interleaved form"});
   std::vector<uint8_t> bytes(144 * 4);
@@ -128,8 +130,9 @@ struct Size {
   int64_t m, n, k;
 };
 // m = 1-3: the direct decode rows (whole groups, a partial last one, four groups at a time for
-// m = 2, 3); m = 4-7: the rows with their scales beforehand; m >= 8: the tiles (partial tiles of
-// activation rows, two chunks of activation rows at k = 4096); n from one row to many groups.
+// m = 2, 3; Q8_0: its rows for m < 8); m = 4-7: the rows with their scales beforehand; m >= 8:
+// the tiles (partial tiles of activation rows, two chunks of activation rows at k = 4096); n from
+// one row to many groups.
 constexpr Size kSizes[] = {{1, 13, 256},  {1, 4, 768},  {1, 33, 768},  {1, 7, 4096},  {2, 7, 512},
                            {3, 17, 1024}, {4, 13, 256}, {5, 7, 768},   {7, 33, 512},  {8, 5, 256},
                            {13, 17, 768}, {1, 1, 256},  {33, 13, 512}, {133, 7, 4096}};
@@ -220,7 +223,7 @@ TEST(RowInterleave, QuantLayoutAsksForItWhereTheRowsReadIt) {
       EXPECT_EQ(backend.quant_layout(t), simd ? quant::interleaved_form(t) : t)
           << kernel_set_name(set);
     }
-    for (QuantType t : {QuantType::F16, QuantType::BF16, QuantType::Q8_0, QuantType::Int8})
+    for (QuantType t : {QuantType::F16, QuantType::BF16, QuantType::Int8})
       EXPECT_EQ(backend.quant_layout(t), t);
   }
   EXPECT_EQ(reference_backend().quant_layout(QuantType::Q4_K), QuantType::Q4_K);

@@ -305,19 +305,21 @@ TEST_F(QuantizedModel, RowsNotAMultipleOfTheBlockStayF16) {
 
 // Where the backend reads a type in a layout of its own (Backend::quant_layout: Q4_0 regrouped
 // for the CPU's 512-bit decode rows, the k-quants interleaved four rows at a time for the SIMD
-// rows), converting a loaded Q4_0 or Q4_K_M model for inference rebinds every such matrix, a
-// tied table once, and the model gives bitwise the same prompt logits (the tiles), decode-step
-// logits (the decode rows), embedding lookups and greedy ids as before; elsewhere nothing
-// changes. An odd vocabulary leaves a partial last group in the embedding table and head.
+// rows, Q8_0 likewise), converting a loaded Q4_0, Q4_K_M or Q8_0 model for inference rebinds
+// every such matrix, a tied table once, and the model gives bitwise the same prompt logits (the
+// tiles), decode-step logits (the decode rows), embedding lookups and greedy ids as before;
+// elsewhere nothing changes. An odd vocabulary leaves a partial last group in the embedding
+// table and head.
 TEST_F(QuantizedModel, QuantizedMatricesTakeTheBackendsLayoutWithTheSameBits) {
   autograd::NoGradGuard no_grad;
   Generator gen(13);
   std::vector<std::shared_ptr<CausalLM>> models = {gpt2_config().build_random(gen),
                                                    llama_config().build_random(gen)};
   const kernels::Backend& backend = kernels::backend_for(Device::cpu());
-  for (size_t run_index = 0; run_index < 2 * models.size(); ++run_index) {
+  const char* const kFileTypes[] = {"q4_0", "q4_k_m", "q8_0"};
+  for (size_t run_index = 0; run_index < 3 * models.size(); ++run_index) {
     const size_t i = run_index % models.size();
-    const std::string file_type = run_index < models.size() ? "q4_0" : "q4_k_m";
+    const std::string file_type = kFileTypes[run_index / models.size()];
     SCOPED_TRACE(file_type);
     const std::string file = path("q" + std::to_string(run_index) + ".gguf");
     models[i]->eval();

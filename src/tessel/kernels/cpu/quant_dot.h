@@ -59,8 +59,9 @@ inline float dot_row_scalar(const int8_t* w, const float* ws, const int8_t* x, c
 // Q8_0 weight rows multiplied where they lie (no decoded row: a block is its f16 scale and 32
 // codes, the form the dot product takes already): out[r] = sum over blocks g of
 // d_r[g] * dx[g] * (codes . x codes) for `rows` rows row_bytes apart, all against one activation
-// row. Plain loops; the SIMD versions below take kQ8Rows rows at a time (four streams of W in
-// flight, each row its own accumulator).
+// row. Plain loops; the SIMD versions below take kQ8Rows rows at a time (each row its own
+// accumulator), block g of row r at w + r * st.row + g * st.block: plain rows (four streams of W
+// in flight) or a group interleaved four rows at a time (one stream, quant/row_interleave.h).
 inline constexpr int kQ8Rows = 4;
 inline constexpr int64_t kQ8Bytes = 34;  // sizeof(quant::BlockQ8_0)
 // How far ahead the 512-bit decode rows (one activation row, each weight read once) prefetch:
@@ -151,11 +152,11 @@ inline float dot_row_avx2(const int8_t* w, const float* ws, const int8_t* x, con
 // The rows' f16 scales of block g widened together and times dx (lane r: row r; kRows <= 4):
 // one conversion and one product for the rows instead of one each, the same f32 products.
 template <int kRows>
-inline __m128 q8_0_block_scales(const uint8_t* w, int64_t row_bytes, int64_t g, float dx) {
+inline __m128 q8_0_block_scales(const uint8_t* w, quant::RowStrides st, int64_t g, float dx) {
   __m128i h = _mm_setzero_si128();
   for (int r = 0; r < kRows; ++r) {
     uint16_t bits;
-    std::memcpy(&bits, w + r * row_bytes + g * kQ8Bytes, 2);
+    std::memcpy(&bits, w + r * st.row + g * st.block, 2);
     h = _mm_insert_epi16(h, bits, r);
   }
   return _mm_mul_ps(_mm_cvtph_ps(h), _mm_set1_ps(dx));
@@ -168,12 +169,13 @@ inline __m128 q8_0_block_scales(const uint8_t* w, int64_t row_bytes, int64_t g, 
   __m256 acc[kRows];                                                                              \
   __m256i lane[kRows];                                                                            \
   for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps(), lane[r] = _mm256_set1_epi32(r);   \
+  /* decode_ahead(kRows) rows' bytes on: in either layout the same place of a later group */      \
+  const int64_t ahead = decode_ahead(kRows) * blocks * kQ8Bytes;                                  \
   for (int64_t g = 0; g < blocks; ++g) {                                                          \
-    const __m256 s = _mm256_castps128_ps256(q8_0_block_scales<kRows>(w, row_bytes, g, dx[g]));    \
+    const __m256 s = _mm256_castps128_ps256(q8_0_block_scales<kRows>(w, st, g, dx[g]));           \
     for (int r = 0; r < kRows; ++r) {                                                             \
-      const uint8_t* p = w + r * row_bytes + g * kQ8Bytes;                                        \
-      _mm_prefetch(reinterpret_cast<const char*>(p + decode_ahead(kRows) * row_bytes),            \
-                   _MM_HINT_T0);                                                                  \
+      const uint8_t* p = w + r * st.row + g * st.block;                                           \
+      _mm_prefetch(reinterpret_cast<const char*>(p + ahead), _MM_HINT_T0);                        \
       const __m256i dot = DOT(reinterpret_cast<const int8_t*>(p + 2), x + 32 * g);                \
       acc[r] =                                                                                    \
           _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(s, lane[r]), acc[r]); \
@@ -182,14 +184,14 @@ inline __m128 q8_0_block_scales(const uint8_t* w, int64_t row_bytes, int64_t g, 
   for (int r = 0; r < kRows; ++r) out[r] = hsum(acc[r]);
 
 template <int kRows>
-inline void q8_0_rows_avx2(const uint8_t* w, int64_t row_bytes, const int8_t* x, const float* dx,
+inline void q8_0_rows_avx2(const uint8_t* w, quant::RowStrides st, const int8_t* x, const float* dx,
                            int64_t blocks, float* out) {
   TESSEL_Q8_0_ROWS_BODY(dot32_avx2)
 }
 
 template <int kRows>
-inline void q8_0_rows_avxvnni(const uint8_t* w, int64_t row_bytes, const int8_t* x, const float* dx,
-                              int64_t blocks, float* out) {
+inline void q8_0_rows_avxvnni(const uint8_t* w, quant::RowStrides st, const int8_t* x,
+                              const float* dx, int64_t blocks, float* out) {
   TESSEL_Q8_0_ROWS_BODY(dot32_avxvnni)
 }
 #endif
@@ -225,8 +227,9 @@ TESSEL_VNNI_TARGET inline float dot_row_vnni(const int8_t* w, const float* ws, c
 }
 
 template <int kRows>
-TESSEL_VNNI_TARGET inline void q8_0_rows_vnni(const uint8_t* w, int64_t row_bytes, const int8_t* x,
-                                              const float* dx, int64_t blocks, float* out) {
+TESSEL_VNNI_TARGET inline void q8_0_rows_vnni(const uint8_t* w, quant::RowStrides st,
+                                              const int8_t* x, const float* dx, int64_t blocks,
+                                              float* out) {
   TESSEL_Q8_0_ROWS_BODY(dot32_vnni)
 }
 #undef TESSEL_VNNI_TARGET

@@ -415,7 +415,8 @@ void fused_matmul(QuantType type, const QuantMatmulShape& s, const float* x, con
 #endif
 
 // Q8_0 rows: q8_0_rows (quant_dot.h) reads each block in place, kQ8Rows rows at a time.
-using Q8Rows = void (*)(const uint8_t*, int64_t, const int8_t*, const float*, int64_t, float*);
+using Q8Rows = void (*)(const uint8_t*, quant::RowStrides, const int8_t*, const float*, int64_t,
+                        float*);
 
 std::array<Q8Rows, 2> choose_q8_0_rows() {  // {kQ8Rows rows, one row}
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
@@ -431,10 +432,12 @@ std::array<Q8Rows, 2> choose_q8_0_rows() {  // {kQ8Rows rows, one row}
     return {cpu::q8_0_rows_avxvnni<cpu::kQ8Rows>, cpu::q8_0_rows_avxvnni<1>};
   return {cpu::q8_0_rows_avx2<cpu::kQ8Rows>, cpu::q8_0_rows_avx2<1>};
 #else
-  return {[](const uint8_t* w, int64_t rb, const int8_t* x, const float* dx, int64_t blocks,
-             float* out) { cpu::q8_0_rows_scalar(w, rb, cpu::kQ8Rows, x, dx, blocks, out); },
-          [](const uint8_t* w, int64_t rb, const int8_t* x, const float* dx, int64_t blocks,
-             float* out) { cpu::q8_0_rows_scalar(w, rb, 1, x, dx, blocks, out); }};
+  // Plain rows only (quant_layout asks for no interleaved form here).
+  return {
+      [](const uint8_t* w, quant::RowStrides st, const int8_t* x, const float* dx, int64_t blocks,
+         float* out) { cpu::q8_0_rows_scalar(w, st.row, cpu::kQ8Rows, x, dx, blocks, out); },
+      [](const uint8_t* w, quant::RowStrides st, const int8_t* x, const float* dx, int64_t blocks,
+         float* out) { cpu::q8_0_rows_scalar(w, st.row, 1, x, dx, blocks, out); }};
 #endif
 }
 
@@ -442,10 +445,11 @@ std::array<Q8Rows, 2> choose_q8_0_rows() {  // {kQ8Rows rows, one row}
 // A prompt's rows (m >= kQ8TilesFrom) in register tiles (quant_q8_tiles.h): the same bits per
 // output as the row kernel, each weight block prepared once per tile instead of once per row.
 void q8_0_tiled(const QuantMatmulShape& s, const cpu::QuantizedRows& act, const uint8_t* w,
-                float* y) {
+                float* y, bool interleaved) {
   const int64_t grain = std::max<int64_t>(1, task_grain(s) / cpu::kQ8TileN);
   auto run = [&]<class Tiles>(Tiles) {
-    cpu::q8_0_tiles<Tiles>(s.m, s.n, s.k, s.row_bytes, act.q.data(), act.d.data(), w, y, grain);
+    cpu::q8_0_tiles<Tiles>(s.m, s.n, s.k, s.row_bytes, interleaved, act.q.data(), act.d.data(), w,
+                           y, grain);
   };
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
   if (set_dot() == QuantDot::Avx512Vnni) {
@@ -459,8 +463,16 @@ void q8_0_tiled(const QuantMatmulShape& s, const cpu::QuantizedRows& act, const 
 }
 #endif
 
-void q8_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y) {
+// `interleaved`: W's whole groups of four rows interleaved by block (quant/row_interleave.h),
+// read in place by the rows and the tiles with the same arithmetic (the plain layout's bits).
+void q8_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, float* y,
+                 bool interleaved = false) {
   const int64_t blocks = s.k / cpu::kActBlock;
+  static_assert(cpu::kQ8Rows == quant::kInterleaveRows, "a group of rows is an interleaved group");
+  const quant::RowStrides plain = quant::plain_strides(s.row_bytes, cpu::kQ8Bytes);
+  const quant::RowStrides group = interleaved ? quant::interleaved_strides(cpu::kQ8Bytes) : plain;
+  TESSEL_CHECK(TESSEL_KERNEL_ISA_LEVEL >= 1 || !interleaved,
+               "quant_matmul: the plain loops read no interleaved rows");
   const cpu::QuantizedRows act = quantize_activations(s, x);
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
   // AMX-INT8 tiles (their f32 order is not the row kernel's: quant_amx.cpp).
@@ -469,7 +481,7 @@ void q8_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, fl
                                          y, std::max<int64_t>(1, task_grain(s) / 16));
 #endif
 #if TESSEL_KERNEL_ISA_LEVEL >= 1
-  if (s.m >= cpu::kQ8TilesFrom) return q8_0_tiled(s, act, w, y);
+  if (s.m >= cpu::kQ8TilesFrom) return q8_0_tiled(s, act, w, y, interleaved);
 #endif
   const std::array<Q8Rows, 2> rows_fn = choose_q8_0_rows();
   constexpr int64_t kR = cpu::kQ8Rows;
@@ -483,10 +495,10 @@ void q8_0_matmul(const QuantMatmulShape& s, const float* x, const uint8_t* w, fl
         const int8_t* xq = act.q.data() + i * s.k;
         const float* dx = act.d.data() + i * blocks;
         if (rows == kR) {
-          rows_fn[0](w + j0 * s.row_bytes, s.row_bytes, xq, dx, blocks, out);
+          rows_fn[0](w + j0 * s.row_bytes, group, xq, dx, blocks, out);
         } else {
           for (int64_t r = 0; r < rows; ++r)
-            rows_fn[1](w + (j0 + r) * s.row_bytes, s.row_bytes, xq, dx, blocks, out + r);
+            rows_fn[1](w + (j0 + r) * s.row_bytes, plain, xq, dx, blocks, out + r);
         }
         for (int64_t r = 0; r < rows; ++r) y[i * s.n + j0 + r] = out[r];
       }
@@ -581,32 +593,37 @@ void q4_0_grouped_matmul(const QuantMatmulShape& s, const float* x, const uint8_
   fused_matmul(QuantType::Q4_0, s, x, plain.data(), y);
 }
 
-// The k-quants interleaved four rows at a time (quant/row_interleave.h): the SIMD sets' direct
-// rows, rows and tiles read them in place; the AMX tiles and the plain loops, which have no
-// interleaved form, read a copy put back in plain order, made per call. quant_layout asks for the
-// interleaved forms only where they are read in place, so the copy is paid only when the kernels
-// changed after a model's matrices were interleaved (a test forcing another set, AMX switched).
+// The k-quants and Q8_0 interleaved four rows at a time (quant/row_interleave.h): the SIMD sets'
+// direct rows, rows and tiles read them in place; the AMX tiles and the plain loops, which have
+// no interleaved form, read a copy put back in plain order, made per call. quant_layout asks for
+// the interleaved forms only where they are read in place, so the copy is paid only when the
+// kernels changed after a model's matrices were interleaved (a test forcing another set, AMX
+// switched).
 void interleaved_matmul(QuantType type, const QuantMatmulShape& s, const float* x, const uint8_t* w,
                         float* y) {
-  if (TESSEL_KERNEL_ISA_LEVEL >= 1 && !amx_takes(s.m))
-    return fused_matmul(quant::plain_form(type), s, x, w, y, true);
+  const QuantType plain_type = quant::plain_form(type);
+  auto run = [&](const uint8_t* rows, bool interleaved) {
+    if (plain_type == QuantType::Q8_0) return q8_0_matmul(s, x, rows, y, interleaved);
+    fused_matmul(plain_type, s, x, rows, y, interleaved);
+  };
+  if (TESSEL_KERNEL_ISA_LEVEL >= 1 && !amx_takes(s.m)) return run(w, true);
   std::vector<uint8_t> plain(size_t(s.n * s.row_bytes));
   quant::deinterleave_rows(type, w, s.n, s.k, plain.data());
-  fused_matmul(quant::plain_form(type), s, x, plain.data(), y);
+  run(plain.data(), false);
 }
 
-// Whether the k-quants are read faster interleaved here: the SIMD sets without AMX, whose decode
-// rows multiply four weight rows at a time.
-bool k_quant_interleave_pays() {
-  return TESSEL_KERNEL_ISA_LEVEL >= 1 && !quant_amx_enabled();
+// Whether a type is read faster interleaved here: the SIMD sets without AMX, whose k-quant and
+// Q8_0 kernels multiply four weight rows at a time.
+bool interleave_pays(QuantType type) {
+  const bool four_rows = type == QuantType::Q4_K || type == QuantType::Q5_K ||
+                         type == QuantType::Q6_K || type == QuantType::Q8_0;
+  return four_rows && TESSEL_KERNEL_ISA_LEVEL >= 1 && !quant_amx_enabled();
 }
 
 }  // namespace
 
 quant::QuantType CpuBackend::quant_layout(quant::QuantType type) const {
-  if ((type == QuantType::Q4_K || type == QuantType::Q5_K || type == QuantType::Q6_K) &&
-      quant_backend_layouts() && k_quant_interleave_pays())
-    return quant::interleaved_form(type);
+  if (interleave_pays(type) && quant_backend_layouts()) return quant::interleaved_form(type);
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
   if (type == QuantType::Q4_0 && quant_backend_layouts() && !quant_amx_enabled() &&
       q4_0_decode_rows_512())

@@ -32,20 +32,21 @@ inline __m512i two_blocks(const uint8_t* r0, const uint8_t* r1) {
                                   1);
 }
 
-// kQ8Rows (4) rows of Q8_0 against one activation row; only where cpu_features().avx512_vnni
-// holds (Dot512Vnni). The rows kDecodeAheadRows on are prefetched at the same block.
-inline void q8_0_rows_vnni512(const uint8_t* w, int64_t row_bytes, const int8_t* x, const float* dx,
-                              int64_t blocks, float* out) {
+// kQ8Rows (4) rows of Q8_0 against one activation row (block g of row r at w + r * st.row +
+// g * st.block: plain rows or an interleaved group); only where cpu_features().avx512_vnni holds
+// (Dot512Vnni). The rows kDecodeAheadRows on are prefetched at the same block.
+inline void q8_0_rows_vnni512(const uint8_t* w, quant::RowStrides st, const int8_t* x,
+                              const float* dx, int64_t blocks, float* out) {
   const __m512i bias = _mm512_set1_epi8(char(0x80));
   const __m512i idx01 = pair_index(0), idx23 = pair_index(2);
   const uint8_t* r0 = w + 2;  // the codes; the f16 scale is the 2 bytes before each block
-  const uint8_t* r1 = r0 + row_bytes;
-  const uint8_t* r2 = r1 + row_bytes;
-  const uint8_t* r3 = r2 + row_bytes;
+  const uint8_t* r1 = r0 + st.row;
+  const uint8_t* r2 = r1 + st.row;
+  const uint8_t* r3 = r2 + st.row;
   __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
   for (int64_t g = 0; g < blocks; ++g) {
-    const int64_t o = g * kQ8Bytes;
-    const int64_t ahead = o + kDecodeAheadRows * row_bytes;
+    const int64_t o = g * st.block;
+    const int64_t ahead = o + kDecodeAheadRows * blocks * kQ8Bytes;
     _mm_prefetch(reinterpret_cast<const char*>(r0 + ahead), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(r1 + ahead), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(r2 + ahead), _MM_HINT_T0);
@@ -54,7 +55,7 @@ inline void q8_0_rows_vnni512(const uint8_t* w, int64_t row_bytes, const int8_t*
     // -128 * (each lane's 4 activation codes summed): exact, |sum| <= 4 * 128 * 128.
     const __m512i start =
         _mm512_sub_epi32(_mm512_setzero_si512(), Dot512Vnni::dot(_mm512_setzero_si512(), bias, xv));
-    const __m512 s = _mm512_zextps128_ps512(q8_0_block_scales<4>(w, row_bytes, g, dx[g]));
+    const __m512 s = _mm512_zextps128_ps512(q8_0_block_scales<4>(w, st, g, dx[g]));
     const __m512i d01 =
         Dot512Vnni::dot(start, _mm512_xor_si512(two_blocks(r0 + o, r1 + o), bias), xv);
     const __m512i d23 =

@@ -80,9 +80,9 @@ struct Q8PairOffset {
 };
 
 // y[i * ldy + j] for kM activation rows (codes k apart, scales `blocks` apart) and kN weight
-// rows (row_bytes apart), over all blocks.
+// rows (block g of row j at w + j * st.row + g * st.block), over all blocks.
 template <class Pair, int kM, int kN>
-inline void q8_0_tile(const uint8_t* w, int64_t row_bytes, const int8_t* x, int64_t k,
+inline void q8_0_tile(const uint8_t* w, quant::RowStrides st, const int8_t* x, int64_t k,
                       const float* dx, int64_t blocks, float* y, int64_t ldy) {
   __m256 acc[kM][kN];
   for (int i = 0; i < kM; ++i)
@@ -91,7 +91,7 @@ inline void q8_0_tile(const uint8_t* w, int64_t row_bytes, const int8_t* x, int6
     typename Pair::Weight wv[kN];
     __m256 sw[kN];
     for (int j = 0; j < kN; ++j) {
-      const uint8_t* p = w + j * row_bytes + g * kQ8Bytes;
+      const uint8_t* p = w + j * st.row + g * st.block;
       wv[j] = Pair::weight(p + 2);
       sw[j] = _mm256_set1_ps(load_half(p));
       // Hidden from the optimiser, which would otherwise turn each pair's product of two
@@ -112,21 +112,21 @@ inline void q8_0_tile(const uint8_t* w, int64_t row_bytes, const int8_t* x, int6
 
 // The tile for `rows` (1..kQ8TileM) activation rows and kN weight rows.
 template <class Pair, int kN>
-inline void q8_0_tile_rows(int64_t rows, const uint8_t* w, int64_t row_bytes, const int8_t* x,
+inline void q8_0_tile_rows(int64_t rows, const uint8_t* w, quant::RowStrides st, const int8_t* x,
                            int64_t k, const float* dx, int64_t blocks, float* y, int64_t ldy) {
   switch (rows) {
     case 1:
-      return q8_0_tile<Pair, 1, kN>(w, row_bytes, x, k, dx, blocks, y, ldy);
+      return q8_0_tile<Pair, 1, kN>(w, st, x, k, dx, blocks, y, ldy);
     case 2:
-      return q8_0_tile<Pair, 2, kN>(w, row_bytes, x, k, dx, blocks, y, ldy);
+      return q8_0_tile<Pair, 2, kN>(w, st, x, k, dx, blocks, y, ldy);
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
     case 3:
-      return q8_0_tile<Pair, 3, kN>(w, row_bytes, x, k, dx, blocks, y, ldy);
+      return q8_0_tile<Pair, 3, kN>(w, st, x, k, dx, blocks, y, ldy);
     default:
-      return q8_0_tile<Pair, 4, kN>(w, row_bytes, x, k, dx, blocks, y, ldy);
+      return q8_0_tile<Pair, 4, kN>(w, st, x, k, dx, blocks, y, ldy);
 #else
     default:
-      return q8_0_tile<Pair, 2, kN>(w, row_bytes, x, k, dx, blocks, y, ldy);
+      return q8_0_tile<Pair, 2, kN>(w, st, x, k, dx, blocks, y, ldy);
 #endif
   }
 }
@@ -136,15 +136,14 @@ inline void q8_0_tile_rows(int64_t rows, const uint8_t* w, int64_t row_bytes, co
 template <class Pair>
 struct Q8Tiles256 {
   static constexpr int64_t kRows = kQ8TileM;
-  static void group(int64_t rows, const uint8_t* w, int64_t row_bytes, const int8_t* x, int64_t k,
-                    const float* dx, int64_t blocks, float* y, int64_t ldy) {
+  static void group(int64_t rows, const uint8_t* w, quant::RowStrides st, const int8_t* x,
+                    int64_t k, const float* dx, int64_t blocks, float* y, int64_t ldy) {
     for (int j = 0; j < kQ8TileN; j += kQ8TileCols)
-      q8_0_tile_rows<Pair, kQ8TileCols>(rows, w + j * row_bytes, row_bytes, x, k, dx, blocks, y + j,
-                                        ldy);
+      q8_0_tile_rows<Pair, kQ8TileCols>(rows, w + j * st.row, st, x, k, dx, blocks, y + j, ldy);
   }
-  static void column(int64_t rows, const uint8_t* w, int64_t row_bytes, const int8_t* x, int64_t k,
-                     const float* dx, int64_t blocks, float* y, int64_t ldy) {
-    q8_0_tile_rows<Pair, 1>(rows, w, row_bytes, x, k, dx, blocks, y, ldy);
+  static void column(int64_t rows, const uint8_t* w, quant::RowStrides st, const int8_t* x,
+                     int64_t k, const float* dx, int64_t blocks, float* y, int64_t ldy) {
+    q8_0_tile_rows<Pair, 1>(rows, w, st, x, k, dx, blocks, y, ldy);
   }
 };
 
@@ -168,24 +167,29 @@ void int8_tile_loop(int64_t m, int64_t n, int64_t k, int64_t kM, int64_t kN, int
   });
 }
 
-// y[m, n] = x[m, k] W[n, k]^T for Q8_0 rows of W (row_bytes apart) and x already rounded to
-// int8 blocks (xq, dx: quantize_activation_row per row), in Tiles (Q8Tiles256 or the avx512
-// set's Q8Tiles512), through int8_tile_loop.
+// y[m, n] = x[m, k] W[n, k]^T for Q8_0 rows of W (row_bytes apart, or with `interleaved` in
+// groups of four interleaved by block: quant/row_interleave.h) and x already rounded to int8
+// blocks (xq, dx: quantize_activation_row per row), in Tiles (Q8Tiles256 or the avx512 set's
+// Q8Tiles512), through int8_tile_loop.
 template <class Tiles>
-void q8_0_tiles(int64_t m, int64_t n, int64_t k, int64_t row_bytes, const int8_t* xq,
-                const float* dx, const uint8_t* w, float* y, int64_t group_grain) {
+void q8_0_tiles(int64_t m, int64_t n, int64_t k, int64_t row_bytes, bool interleaved,
+                const int8_t* xq, const float* dx, const uint8_t* w, float* y,
+                int64_t group_grain) {
   constexpr int64_t kN = kQ8TileN;
+  static_assert(kN == quant::kInterleaveRows, "a tile group is an interleaved group");
   const int64_t blocks = k / kActBlock;
+  const quant::RowStrides plain = quant::plain_strides(row_bytes, kQ8Bytes);
+  const quant::RowStrides group = interleaved ? quant::interleaved_strides(kQ8Bytes) : plain;
   int8_tile_loop(m, n, k, Tiles::kRows, kN, group_grain,
                  [&](int64_t i, int64_t rows, int64_t j0, int64_t cols) {
                    const int8_t* xi = xq + i * k;
                    const float* dxi = dx + i * blocks;
                    float* yi = y + i * n + j0;
                    if (cols == kN) {
-                     Tiles::group(rows, w + j0 * row_bytes, row_bytes, xi, k, dxi, blocks, yi, n);
+                     Tiles::group(rows, w + j0 * row_bytes, group, xi, k, dxi, blocks, yi, n);
                    } else {
                      for (int64_t c = 0; c < cols; ++c)
-                       Tiles::column(rows, w + (j0 + c) * row_bytes, row_bytes, xi, k, dxi, blocks,
+                       Tiles::column(rows, w + (j0 + c) * row_bytes, plain, xi, k, dxi, blocks,
                                      yi + c, n);
                    }
                  });

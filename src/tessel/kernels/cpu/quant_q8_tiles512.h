@@ -20,9 +20,10 @@ namespace tessel::kernels::TESSEL_KERNEL_ISA::cpu {
 // pairs' codes, offsets and scales within the 32 registers.
 inline constexpr int kQ8Tile512M = 8;
 
-// y[i * ldy + j] for kM activation rows and the kQ8TileN (= 2 * kPairs) weight rows at w.
+// y[i * ldy + j] for kM activation rows and the kQ8TileN (= 2 * kPairs) weight rows at w (block
+// g of row j at w + j * st.row + g * st.block).
 template <int kM>
-inline void q8_0_tile512(const uint8_t* w, int64_t row_bytes, const int8_t* x, int64_t k,
+inline void q8_0_tile512(const uint8_t* w, quant::RowStrides st, const int8_t* x, int64_t k,
                          const float* dx, int64_t blocks, float* y, int64_t ldy) {
   constexpr int kPairs = int(kQ8TileN) / 2;
   const __m512i bias = _mm512_set1_epi8(char(0x80));
@@ -33,8 +34,8 @@ inline void q8_0_tile512(const uint8_t* w, int64_t row_bytes, const int8_t* x, i
     __m512i codes[kPairs], minus_offset[kPairs];
     __m512 sw[kPairs];
     for (int p = 0; p < kPairs; ++p) {
-      const uint8_t* lo = w + 2 * p * row_bytes + g * kQ8Bytes;
-      const uint8_t* hi = lo + row_bytes;
+      const uint8_t* lo = w + 2 * p * st.row + g * st.block;
+      const uint8_t* hi = lo + st.row;
       codes[p] =
           _mm512_mask_broadcast_i64x4(load256_twice(lo + 2), __mmask8(0xF0), load256(hi + 2));
       const __m512i offset = Dot512Vnni::dot(_mm512_setzero_si512(), bias, codes[p]);
@@ -61,32 +62,32 @@ inline void q8_0_tile512(const uint8_t* w, int64_t row_bytes, const int8_t* x, i
 // split gives the same bits), single weight rows in the 256-bit VNNI tile.
 struct Q8Tiles512 {
   static constexpr int64_t kRows = kQ8Tile512M;
-  static void group(int64_t rows, const uint8_t* w, int64_t row_bytes, const int8_t* x, int64_t k,
-                    const float* dx, int64_t blocks, float* y, int64_t ldy) {
+  static void group(int64_t rows, const uint8_t* w, quant::RowStrides st, const int8_t* x,
+                    int64_t k, const float* dx, int64_t blocks, float* y, int64_t ldy) {
     for (int64_t i = 0; i < rows;) {
       const int8_t* xi = x + i * k;
       const float* dxi = dx + i * blocks;
       float* yi = y + i * ldy;
       const int64_t left = rows - i;
       if (left >= 8) {
-        q8_0_tile512<8>(w, row_bytes, xi, k, dxi, blocks, yi, ldy);
+        q8_0_tile512<8>(w, st, xi, k, dxi, blocks, yi, ldy);
         i += 8;
       } else if (left >= 4) {
-        q8_0_tile512<4>(w, row_bytes, xi, k, dxi, blocks, yi, ldy);
+        q8_0_tile512<4>(w, st, xi, k, dxi, blocks, yi, ldy);
         i += 4;
       } else if (left >= 2) {
-        q8_0_tile512<2>(w, row_bytes, xi, k, dxi, blocks, yi, ldy);
+        q8_0_tile512<2>(w, st, xi, k, dxi, blocks, yi, ldy);
         i += 2;
       } else {
-        q8_0_tile512<1>(w, row_bytes, xi, k, dxi, blocks, yi, ldy);
+        q8_0_tile512<1>(w, st, xi, k, dxi, blocks, yi, ldy);
         i += 1;
       }
     }
   }
-  static void column(int64_t rows, const uint8_t* w, int64_t row_bytes, const int8_t* x, int64_t k,
-                     const float* dx, int64_t blocks, float* y, int64_t ldy) {
+  static void column(int64_t rows, const uint8_t* w, quant::RowStrides st, const int8_t* x,
+                     int64_t k, const float* dx, int64_t blocks, float* y, int64_t ldy) {
     for (int64_t i = 0; i < rows; i += kQ8TileM)
-      q8_0_tile_rows<Q8PairOffset<DotVnni>, 1>(std::min<int64_t>(kQ8TileM, rows - i), w, row_bytes,
+      q8_0_tile_rows<Q8PairOffset<DotVnni>, 1>(std::min<int64_t>(kQ8TileM, rows - i), w, st,
                                                x + i * k, k, dx + i * blocks, blocks, y + i * ldy,
                                                ldy);
   }

@@ -108,6 +108,7 @@ void dequantize_row_as(QuantType type, const uint8_t* src, T* dst, int64_t k) {
     case QuantType::Q4_Kx4:
     case QuantType::Q5_Kx4:
     case QuantType::Q6_Kx4:
+    case QuantType::Q8_0x4:
       break;  // above
   }
   TESSEL_FAIL("dequantize_row: unknown quant type ", uint32_t(type));
@@ -121,9 +122,10 @@ void dequantize_matrix_row_as(QuantType type, const uint8_t* matrix, int64_t n, 
   const int64_t rb = row_bytes(type, k);
   TESSEL_CHECK(row >= 0 && row < n, "dequantize_matrix_row: row ", row, " outside [0, ", n, ")");
   if (is_interleaved(type)) {
-    for (int64_t b = 0; b < k / kKBlock; ++b)
+    const int64_t be = block_elements(type);
+    for (int64_t b = 0; b < k / be; ++b)
       dequantize_row_as(plain_form(type), matrix + interleaved_block_offset(type, n, k, row, b),
-                        dst + b * kKBlock, kKBlock);
+                        dst + b * be, be);
     return;
   }
   if (type != QuantType::Q4_0x4) return dequantize_row_as(type, matrix + row * rb, dst, k);

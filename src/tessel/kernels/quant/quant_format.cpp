@@ -33,6 +33,8 @@ std::string_view quant_type_name(QuantType type) {
       return "q5_Kx4";
     case QuantType::Q6_Kx4:
       return "q6_Kx4";
+    case QuantType::Q8_0x4:
+      return "q8_0x4";
   }
   TESSEL_FAIL("quant_type_name: unknown quant type ", uint32_t(type));
 }
@@ -57,6 +59,7 @@ int64_t block_elements(QuantType type) {
     case QuantType::Int8:
       return 1;
     case QuantType::Q8_0:
+    case QuantType::Q8_0x4:
     case QuantType::Q4_0:
     case QuantType::Q4_0x4:
       return kQBlock;
@@ -79,6 +82,7 @@ int64_t block_bytes(QuantType type) {
     case QuantType::BF16:
       return 2;
     case QuantType::Q8_0:
+    case QuantType::Q8_0x4:
       return sizeof(BlockQ8_0);
     case QuantType::Q4_0:
     case QuantType::Q4_0x4:

@@ -33,12 +33,14 @@ enum class QuantType : uint32_t {
   // same bytes per row and the same values, made in memory from a Q4_0 matrix where the backend
   // asks for it (Backend::quant_layout), never read from or written to a file.
   Q4_0x4 = 0x10001,
-  // The k-quants' super-blocks interleaved four rows at a time (row_interleave.h): each block
-  // kept whole, block b of rows 4G..4G+3 side by side, so a kernel multiplying four rows reads
-  // one sequential stream. Made in memory like Q4_0x4, never read from or written to a file.
+  // The k-quants' super-blocks and Q8_0's blocks interleaved four rows at a time
+  // (row_interleave.h): each block kept whole, block b of rows 4G..4G+3 side by side, so a
+  // kernel multiplying four rows reads one sequential stream. Made in memory like Q4_0x4, never
+  // read from or written to a file.
   Q4_Kx4 = 0x10002,
   Q5_Kx4 = 0x10003,
   Q6_Kx4 = 0x10004,
+  Q8_0x4 = 0x10005,
 };
 
 // Bytes of an Int8 row's scale, before its codes.

@@ -127,6 +127,7 @@ void quantize_row(QuantType type, const float* src, void* dst, int64_t k) {
     case QuantType::Q4_Kx4:
     case QuantType::Q5_Kx4:
     case QuantType::Q6_Kx4:
+    case QuantType::Q8_0x4:
       TESSEL_FAIL("quantize_row: ", quant_type_name(type),
                   " is a layout of whole matrices: quantize the rows as ",
                   quant_type_name(plain_form(type)), ", then interleave them (row_interleave.h)");

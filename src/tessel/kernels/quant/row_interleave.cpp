@@ -9,7 +9,8 @@
 namespace tessel::kernels::quant {
 
 bool is_interleaved(QuantType type) {
-  return type == QuantType::Q4_Kx4 || type == QuantType::Q5_Kx4 || type == QuantType::Q6_Kx4;
+  return type == QuantType::Q4_Kx4 || type == QuantType::Q5_Kx4 || type == QuantType::Q6_Kx4 ||
+         type == QuantType::Q8_0x4;
 }
 
 QuantType interleaved_form(QuantType plain) {
@@ -20,9 +21,11 @@ QuantType interleaved_form(QuantType plain) {
       return QuantType::Q5_Kx4;
     case QuantType::Q6_K:
       return QuantType::Q6_Kx4;
+    case QuantType::Q8_0:
+      return QuantType::Q8_0x4;
     default:
       TESSEL_FAIL("interleaved_form: ", quant_type_name(plain),
-                  " has no interleaved form (q4_K, q5_K and q6_K have)");
+                  " has no interleaved form (q4_K, q5_K, q6_K and q8_0 have)");
   }
 }
 
@@ -34,6 +37,8 @@ QuantType plain_form(QuantType type) {
       return QuantType::Q5_K;
     case QuantType::Q6_Kx4:
       return QuantType::Q6_K;
+    case QuantType::Q8_0x4:
+      return QuantType::Q8_0;
     default:
       return type;
   }

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// The k-quants (Q4_K, Q5_K, Q6_K) with their super-blocks interleaved four rows at a time
-// (QuantType::Q4_Kx4, Q5_Kx4, Q6_Kx4: a layout of tessel's own, made in memory where the CPU
-// backend asks for it, never read from or written to a file). GGUF stores a matrix row after row,
-// so the decode rows, which multiply four weight rows with one activation row, read four streams
-// a row apart; on one core that access pattern, not the bytes, held the Q4_K_M decode at 0.61-0.71
-// of the read bandwidth's floor, and the same work on one interleaved stream ran 10-20% faster
-// (docs/BENCHMARKS.md, "k-quant direct rows"). Interleaved, block b of rows 4G..4G+3 are the four
-// rows' whole blocks side by side, so a group of four rows is one sequential stream. Unlike
+// The k-quants (Q4_K, Q5_K, Q6_K) and Q8_0 with their blocks interleaved four rows at a time
+// (QuantType::Q4_Kx4, Q5_Kx4, Q6_Kx4, Q8_0x4: a layout of tessel's own, made in memory where the
+// CPU backend asks for it, never read from or written to a file). GGUF stores a matrix row after
+// row, so the decode rows, which multiply four weight rows with one activation row, read four
+// streams a row apart; on one core that access pattern, not the bytes, held the Q4_K_M decode at
+// 0.61-0.71 of the read bandwidth's floor, and the same work on one interleaved stream ran 10-20%
+// faster (docs/BENCHMARKS.md, "k-quant direct rows"). Interleaved, block b of rows 4G..4G+3 are the
+// four rows' whole blocks side by side, so a group of four rows is one sequential stream. Unlike
 // Q4_0x4 (q4_0_groups.h) no block is taken apart: every kernel reads a block where it lies, with a
 // stride between rows and another between blocks (InterleavedStrides).
 //
@@ -23,9 +23,9 @@ namespace tessel::kernels::quant {
 
 inline constexpr int64_t kInterleaveRows = 4;
 
-// Q4_Kx4, Q5_Kx4, Q6_Kx4.
+// Q4_Kx4, Q5_Kx4, Q6_Kx4, Q8_0x4.
 bool is_interleaved(QuantType type);
-// Q4_K -> Q4_Kx4 (Q5_K, Q6_K likewise); an Error for a type that has no interleaved form.
+// Q4_K -> Q4_Kx4 (Q5_K, Q6_K, Q8_0 likewise); an Error for a type that has no interleaved form.
 QuantType interleaved_form(QuantType plain);
 // Q4_Kx4 -> Q4_K (likewise); any other type itself.
 QuantType plain_form(QuantType type);
@@ -45,7 +45,7 @@ inline RowStrides interleaved_strides(int64_t block_bytes) {
 
 // `n` rows of `k` weights of the plain type at `src` interleaved into `dst` (the same number of
 // bytes; src and dst must not overlap), and back. An Error names the type when it has no
-// interleaved form, k when it is not a multiple of 256, n when it is negative.
+// interleaved form, k when it is not a multiple of the type's block, n when it is negative.
 void interleave_rows(QuantType plain, const uint8_t* src, int64_t n, int64_t k, uint8_t* dst);
 void deinterleave_rows(QuantType interleaved, const uint8_t* src, int64_t n, int64_t k,
                        uint8_t* dst);
