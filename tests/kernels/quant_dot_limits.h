@@ -4,6 +4,7 @@
 // products this CPU has.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "tessel/core/cpu_features.h"
@@ -37,6 +38,22 @@ inline std::vector<QuantDot> dots_here() {
   if (cpu_features().avx_vnni) out.push_back(QuantDot::AvxVnni);
   out.push_back(QuantDot::Avx2);
   return out;
+}
+
+// fn(what) with every choice of kernel the backend makes on this CPU: AMX allowed and switched
+// off, then (AMX off) each dot product in turn and the avx512 set's vectors at 256 bits.
+inline void for_each_kernel_choice(const std::function<void(const char*)>& fn) {
+  for (bool amx : {true, false}) {
+    const AmxLimit limit(amx);
+    fn(amx ? "amx allowed" : "amx off");
+  }
+  const AmxLimit off(false);
+  for (QuantDot dot : dots_here()) {
+    const DotLimit limit(dot);
+    fn("dot limited");
+  }
+  const BitsLimit bits(256);
+  fn("256-bit");
 }
 
 }  // namespace tessel::kernels::testing_limits

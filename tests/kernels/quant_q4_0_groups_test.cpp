@@ -35,24 +35,14 @@ using testing_limits::AmxLimit;
 using testing_limits::BitsLimit;
 using testing_limits::DotLimit;
 using testing_quant::activations;
+using testing_quant::backend_product;
 using testing_quant::random_q4_0;
+using testing_quant::same_bits;
 
 std::vector<uint8_t> regrouped(const std::vector<uint8_t>& plain, int64_t n, int64_t k) {
   std::vector<uint8_t> out(plain.size());
   quant::regroup_q4_0(plain.data(), n, k, out.data());
   return out;
-}
-
-Tensor product(Backend& backend, QuantType type, const Tensor& x, const std::vector<uint8_t>& w,
-               int64_t n) {
-  const int64_t k = x.size(1);
-  Tensor y = zeros({x.size(0), n}, x.dtype());
-  backend.quant_matmul(type, x, quant::quantized_weight(type, w, n, k), y);
-  return y;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
 }
 
 TEST(Q4_0Groups, TheLayoutIsFourScalesThenFourRowsOfCodesPerBlock) {
@@ -112,8 +102,9 @@ void expect_same_bits_as_q4_0(const char* what) {
       std::mt19937 rng(uint32_t(s.m * 7919 + s.n * 31 + s.k));
       const std::vector<uint8_t> plain = random_q4_0(s.n, s.k, rng);
       const Tensor x = activations(s.m, s.k, rng);
-      const Tensor want = product(backend, QuantType::Q4_0, x, plain, s.n);
-      const Tensor got = product(backend, QuantType::Q4_0x4, x, regrouped(plain, s.n, s.k), s.n);
+      const Tensor want = backend_product(backend, QuantType::Q4_0, x, plain, s.n);
+      const Tensor got =
+          backend_product(backend, QuantType::Q4_0x4, x, regrouped(plain, s.n, s.k), s.n);
       ASSERT_TRUE(same_bits(got, want))
           << what << " " << kernel_set_name(set) << " m" << s.m << " n" << s.n << " k" << s.k;
     }
@@ -121,17 +112,7 @@ void expect_same_bits_as_q4_0(const char* what) {
 }
 
 TEST(Q4_0Groups, EveryKernelGivesTheBitsOfTheRowsInPlace) {
-  for (bool amx : {true, false}) {
-    const AmxLimit limit(amx);
-    expect_same_bits_as_q4_0(amx ? "amx allowed" : "amx off");
-  }
-  const AmxLimit off(false);
-  for (QuantDot dot : testing_limits::dots_here()) {
-    const DotLimit limit(dot);
-    expect_same_bits_as_q4_0("dot limited");
-  }
-  const BitsLimit bits(256);
-  expect_same_bits_as_q4_0("256-bit");
+  testing_limits::for_each_kernel_choice(expect_same_bits_as_q4_0);
 }
 
 TEST(Q4_0Groups, ReferenceDequantizerAndLookupAgreeWithQ4_0) {
@@ -142,8 +123,8 @@ TEST(Q4_0Groups, ReferenceDequantizerAndLookupAgreeWithQ4_0) {
   // The fp64 reference.
   const Tensor x = activations(m, k, rng).to(DType::F64);
   Backend& reference = reference_backend();
-  EXPECT_TRUE(same_bits(product(reference, QuantType::Q4_0x4, x, g, n),
-                        product(reference, QuantType::Q4_0, x, plain, n)));
+  EXPECT_TRUE(same_bits(backend_product(reference, QuantType::Q4_0x4, x, g, n),
+                        backend_product(reference, QuantType::Q4_0, x, plain, n)));
   // The whole matrix widened, also as a stack of two.
   EXPECT_TRUE(same_bits(quant::dequantize(QuantType::Q4_0x4, g, Shape({n, k})),
                         quant::dequantize(QuantType::Q4_0, plain, Shape({n, k}))));

@@ -34,6 +34,8 @@ using testing_limits::AmxLimit;
 using testing_limits::BitsLimit;
 using testing_limits::DotLimit;
 using testing_quant::activations;
+using testing_quant::backend_product;
+using testing_quant::same_bits;
 
 constexpr QuantType kKQuants[] = {QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K,
                                   QuantType::Q8_0};
@@ -57,18 +59,6 @@ std::vector<uint8_t> interleaved(QuantType t, const std::vector<uint8_t>& plain,
   std::vector<uint8_t> out(plain.size());
   quant::interleave_rows(t, plain.data(), n, k, out.data());
   return out;
-}
-
-Tensor product(Backend& backend, QuantType type, const Tensor& x, const std::vector<uint8_t>& w,
-               int64_t n) {
-  const int64_t k = x.size(1);
-  Tensor y = zeros({x.size(0), n}, x.dtype());
-  backend.quant_matmul(type, x, quant::quantized_weight(type, w, n, k), y);
-  return y;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
 }
 
 TEST(RowInterleave, TheLayoutIsFourWholeBlocksSideBySide) {
@@ -146,9 +136,9 @@ void expect_same_bits_as_plain(const char* what) {
         std::mt19937 rng(uint32_t(s.m * 7919 + s.n * 31 + s.k + int(t)));
         const std::vector<uint8_t> plain = random_rows(t, s.n, s.k, rng);
         const Tensor x = activations(s.m, s.k, rng);
-        const Tensor want = product(backend, t, x, plain, s.n);
-        const Tensor got =
-            product(backend, quant::interleaved_form(t), x, interleaved(t, plain, s.n, s.k), s.n);
+        const Tensor want = backend_product(backend, t, x, plain, s.n);
+        const Tensor got = backend_product(backend, quant::interleaved_form(t), x,
+                                           interleaved(t, plain, s.n, s.k), s.n);
         ASSERT_TRUE(same_bits(got, want))
             << what << " " << kernel_set_name(set) << " " << quant::quant_type_name(t) << " m"
             << s.m << " n" << s.n << " k" << s.k;
@@ -157,25 +147,15 @@ void expect_same_bits_as_plain(const char* what) {
 }
 
 TEST(RowInterleave, EveryKernelGivesTheBitsOfTheRowsInPlace) {
-  for (bool amx : {true, false}) {
-    const AmxLimit limit(amx);
-    expect_same_bits_as_plain(amx ? "amx allowed" : "amx off");
-  }
-  const AmxLimit off(false);
-  for (QuantDot dot : testing_limits::dots_here()) {
-    const DotLimit limit(dot);
-    expect_same_bits_as_plain("dot limited");
-  }
-  {
-    const BitsLimit bits(256);
-    expect_same_bits_as_plain("256-bit");
-  }
+  testing_limits::for_each_kernel_choice(expect_same_bits_as_plain);
   struct Invariant {
     bool before = batch_invariant();
     Invariant() { set_batch_invariant(true); }
     ~Invariant() { set_batch_invariant(before); }
   } invariant;
-  expect_same_bits_as_plain("batch-invariant");
+  testing_limits::for_each_kernel_choice([](const char* what) {
+    expect_same_bits_as_plain(("batch-invariant, " + std::string(what)).c_str());
+  });
 }
 
 TEST(RowInterleave, ReferenceAndDequantizerAgreeWithThePlainType) {
@@ -187,7 +167,8 @@ TEST(RowInterleave, ReferenceAndDequantizerAgreeWithThePlainType) {
     const std::vector<uint8_t> g = interleaved(t, plain, n, k);
     const Tensor x = activations(m, k, rng).to(DType::F64);
     Backend& reference = reference_backend();
-    EXPECT_TRUE(same_bits(product(reference, x4, x, g, n), product(reference, t, x, plain, n)));
+    EXPECT_TRUE(same_bits(backend_product(reference, x4, x, g, n),
+                          backend_product(reference, t, x, plain, n)));
     // The whole matrix widened, also as a stack of two.
     EXPECT_TRUE(same_bits(quant::dequantize(x4, g, Shape({n, k})),
                           quant::dequantize(t, plain, Shape({n, k}))));

@@ -17,12 +17,25 @@
 #include <vector>
 
 #include "tessel/core/dtype.h"
+#include "tessel/kernels/backend.h"
 #include "tessel/kernels/quant/dequantize.h"
 #include "tessel/kernels/quant/quant_blocks.h"
 #include "tessel/kernels/quant/quant_format.h"
 #include "tessel/tensor/tensor.h"
 
 namespace tessel::kernels::testing_quant {
+
+// y [m, n] = x W^T through `backend`, W the n rows `bytes` of `type` (k = x's columns).
+inline Tensor backend_product(Backend& backend, quant::QuantType type, const Tensor& x,
+                              const std::vector<uint8_t>& bytes, int64_t n) {
+  Tensor y = zeros({x.size(0), n}, x.dtype());
+  backend.quant_matmul(type, x, quant::quantized_weight(type, bytes, n, x.size(1)), y);
+  return y;
+}
+
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+}
 
 // n rows of k / 32 Q8_0 blocks: every code -128..127, f16 scales of both signs.
 inline std::vector<uint8_t> random_q8_0(int64_t n, int64_t k, std::mt19937& rng) {
