@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The k-quants' super-blocks interleaved four rows at a time and back (row_interleave.h).
+// The k-quants' super-blocks and Q8_0's blocks interleaved four rows at a time and back
+// (row_interleave.h).
 #include "tessel/kernels/quant/row_interleave.h"
 
 #include <cstring>
@@ -44,34 +45,43 @@ QuantType plain_form(QuantType type) {
   }
 }
 
-int64_t interleaved_block_offset(QuantType interleaved, int64_t n, int64_t k, int64_t row,
-                                 int64_t b) {
-  TESSEL_CHECK(is_interleaved(interleaved),
-               "interleaved_block_offset: ", quant_type_name(interleaved),
-               " is not an interleaved type");
-  const int64_t rb = row_bytes(interleaved, k), bb = block_bytes(interleaved);
-  const int64_t blocks = rb / bb;
-  TESSEL_CHECK(row >= 0 && row < n && b >= 0 && b < blocks, "interleaved_block_offset: row ", row,
-               " block ", b, " outside [0, ", n, ") x [0, ", blocks, ")");
-  const int64_t whole = n / kInterleaveRows * kInterleaveRows;
-  if (row >= whole) return row * rb + b * bb;
-  const RowStrides s = interleaved_strides(bb);
-  return (row - row % kInterleaveRows) * rb + (row % kInterleaveRows) * s.row + b * s.block;
-}
-
 namespace {
+
+// Where the blocks of an interleaved matrix of n rows lie, its sizes worked out once.
+struct Placement {
+  int64_t rb, bb, whole;
+  Placement(QuantType interleaved, int64_t n, int64_t k)
+      : rb(row_bytes(interleaved, k)),
+        bb(block_bytes(interleaved)),
+        whole(n / kInterleaveRows * kInterleaveRows) {}
+  int64_t offset(int64_t row, int64_t b) const {
+    if (row >= whole) return row * rb + b * bb;
+    const RowStrides s = interleaved_strides(bb);
+    return (row - row % kInterleaveRows) * rb + (row % kInterleaveRows) * s.row + b * s.block;
+  }
+};
 
 // Every block of the matrix in the two layouts: plain offset -> interleaved offset.
 template <class Copy>
 void each_block(QuantType interleaved, int64_t n, int64_t k, const char* what, Copy copy) {
   TESSEL_CHECK(n >= 0, what, ": ", n, " rows");
-  const int64_t rb = row_bytes(interleaved, k), bb = block_bytes(interleaved);
+  const Placement at(interleaved, n, k);
   for (int64_t r = 0; r < n; ++r)
-    for (int64_t b = 0; b < rb / bb; ++b)
-      copy(r * rb + b * bb, interleaved_block_offset(interleaved, n, k, r, b), bb);
+    for (int64_t b = 0; b < at.rb / at.bb; ++b) copy(r * at.rb + b * at.bb, at.offset(r, b), at.bb);
 }
 
 }  // namespace
+
+int64_t interleaved_block_offset(QuantType interleaved, int64_t n, int64_t k, int64_t row,
+                                 int64_t b) {
+  TESSEL_CHECK(is_interleaved(interleaved),
+               "interleaved_block_offset: ", quant_type_name(interleaved),
+               " is not an interleaved type");
+  const Placement at(interleaved, n, k);
+  TESSEL_CHECK(row >= 0 && row < n && b >= 0 && b < at.rb / at.bb, "interleaved_block_offset: row ",
+               row, " block ", b, " outside [0, ", n, ") x [0, ", at.rb / at.bb, ")");
+  return at.offset(row, b);
+}
 
 void interleave_rows(QuantType plain, const uint8_t* src, int64_t n, int64_t k, uint8_t* dst) {
   each_block(interleaved_form(plain), n, k, "interleave_rows",

@@ -8,7 +8,7 @@
 // faster (docs/BENCHMARKS.md, "k-quant direct rows"). Interleaved, block b of rows 4G..4G+3 are the
 // four rows' whole blocks side by side, so a group of four rows is one sequential stream. Unlike
 // Q4_0x4 (q4_0_groups.h) no block is taken apart: every kernel reads a block where it lies, with a
-// stride between rows and another between blocks (InterleavedStrides).
+// stride between rows and another between blocks (RowStrides).
 //
 // Rows past the last whole group of four (n % 4 of them) stay plain rows after the groups, so an
 // interleaved matrix has exactly the bytes and shape [n, row_bytes] of the one it came from: the
