@@ -251,8 +251,8 @@ class Backend {
 
   // The layout this backend's kernels read a `type` matrix fastest in: `type` itself, or a layout
   // of tessel's own with the same values that quant_matmul also takes (the CPU backend: Q4_0 ->
-  // Q4_0x4 where its 512-bit decode rows run, quant/q4_0_groups.h; Q4_K, Q5_K, Q6_K -> their
-  // rows interleaved by super-block, quant/row_interleave.h). Models converted for
+  // Q4_0x4 where its 512-bit decode rows run, quant/q4_0_groups.h; Q4_K, Q5_K, Q6_K, Q8_0 ->
+  // their rows interleaved by block, quant/row_interleave.h). Models converted for
   // inference take it (models/inference_weights.h); a matrix in either layout gives the same
   // outputs, bit for bit.
   virtual quant::QuantType quant_layout(quant::QuantType type) const { return type; }

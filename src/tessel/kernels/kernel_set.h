@@ -70,8 +70,8 @@ int quant_vector_bits_for(KernelSet set);
 void limit_quant_vector_bits(int bits);
 
 // Whether quantized matrices may take a layout of the CPU backend's own (Backend::quant_layout:
-// Q4_0 regrouped four rows at a time, quant/q4_0_groups.h; the k-quants interleaved four rows at
-// a time, quant/row_interleave.h). TESSEL_QUANT_LAYOUT=file keeps them
+// Q4_0 regrouped four rows at a time, quant/q4_0_groups.h; the k-quants and Q8_0 interleaved
+// four rows at a time, quant/row_interleave.h). TESSEL_QUANT_LAYOUT=file keeps them
 // as their file stores them, to compare the kernels that read each; "auto" (the default) lets the
 // backend choose; anything else is an Error naming both. Read once.
 bool quant_backend_layouts();

@@ -57,9 +57,9 @@ void convert(Layer& layer, QuantType type, std::set<const void*>& seen, WeightCo
 
 // Rebinds each quantized matrix to the layout its backend reads fastest (Backend::quant_layout;
 // today Q4_0 -> Q4_0x4 on CPUs whose 512-bit decode rows read the regrouped form, and the
-// k-quants -> their x4 forms where the SIMD rows read them, quant/row_interleave.h): the same
-// values, another order of the bytes, a copy made once (a view of a mapped file is left to the
-// page cache). A weight shared by two layers is regrouped once and both layers told.
+// k-quants and Q8_0 -> their x4 forms where the SIMD rows read them, quant/row_interleave.h):
+// the same values, another order of the bytes, a copy made once (a view of a mapped file is left
+// to the page cache). A weight shared by two layers is regrouped once and both layers told.
 template <class Layer>
 void use_backend_layout(Layer& layer, std::map<const void*, QuantType>& done,
                         WeightConversion& out) {

@@ -8,7 +8,7 @@
 // values are released as each matrix is bound, so no f32 copy stays alongside. Norms and biases
 // stay as they are. Matrices already held as GGUF blocks are kept, in the layout the backend
 // asks for (Q4_0 regrouped four rows at a time for the CPU's decode rows: quant/q4_0_groups.h;
-// the k-quants interleaved four rows at a time: quant/row_interleave.h).
+// the k-quants and Q8_0 interleaved four rows at a time: quant/row_interleave.h).
 #pragma once
 
 #include <cstdint>

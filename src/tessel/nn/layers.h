@@ -42,7 +42,7 @@ class Linear : public Module {
   // tensor-parallel rank's piece (whose forward override then multiplies through them).
   void set_quantized(kernels::quant::QuantType type, const Tensor& blocks);
   // The blocks rebound to another layout of the same values (a quantized layer only:
-  // Backend::quant_layout's Q4_0 -> Q4_0x4 or Q4_K -> Q4_Kx4, models/inference_weights.h).
+  // Backend::quant_layout's Q4_0 -> Q4_0x4 or Q8_0 -> Q8_0x4, models/inference_weights.h).
   void set_quantized_layout(kernels::quant::QuantType type, const Tensor& blocks);
   void dequantize();
   std::optional<kernels::quant::QuantType> quant_type() const { return quant_; }

@@ -4,7 +4,7 @@
 // and tessel's own Int8 rows for weight-only int8 inference of float models. A
 // quantized matrix is stored row by row; each row of k weights is k / block_elements blocks laid
 // out exactly as ggml writes them, so GGUF tensor bytes are used as they are (the exceptions,
-// Q4_0x4 and the k-quants' x4 forms, are regroupings the CPU backend asks for when a model is
+// Q4_0x4 and the x4 forms of the k-quants and Q8_0, are regroupings the CPU backend asks for when a model is
 // prepared for inference). The
 // byte layouts are in quant_blocks.h, the scalar (de)quantizers in quantize.h / dequantize.h and
 // docs/KERNELS.md ("Quantized weights").
