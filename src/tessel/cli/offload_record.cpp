@@ -67,8 +67,14 @@ struct CopyHolds final : train::UnitHooks::Listener {
                                          std::set<const TensorImpl*>& covered) {
     TESSEL_CHECK(units.size() == expected.size(), "offload record: ", units.size(),
                  " units hooked, the offload model has ", expected.size());
+    // Only the units' masters wait for a unit: a pipeline rank's other ones (the last stage's
+    // tied head weight, trained by the first stage) are cast when the scope opens, as the
+    // trainer's offload casts what it does not hold in chunks.
+    std::set<const TensorImpl*> in_units;
+    for (const parallel::Zero3Unit& u : units)
+      for (const std::string& name : u.params) in_units.insert(model.find(name).impl_ptr().get());
     for (const Tensor& m : nn::LowPrecisionScope::masters({&model}))
-      covered.insert(m.impl_ptr().get());
+      if (in_units.count(m.impl_ptr().get())) covered.insert(m.impl_ptr().get());
     std::vector<train::UnitHooks::Unit> hooked;
     for (size_t k = 0; k < units.size(); ++k) {
       TESSEL_CHECK(units[k].name == expected[k].name, "offload record: unit ", k, " is '",
@@ -275,8 +281,8 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
                "record_pipeline_holds: a pipeline rank under dp at ZeRO-1, 2 or 3 (pp ", pr.ranks,
                ", dp ", layout.dp, ", ZeRO-", layout.zero_stage, ")");
   TESSEL_CHECK(steps >= 1, "record_pipeline_holds: steps ", steps, " must be >= 1");
-  TESSEL_CHECK(ep == 1 || (layout.dp % ep == 0 && !layout.tp_transform),
-               "record_pipeline_holds: ep ", ep, " must divide dp ", layout.dp, ", without tp");
+  TESSEL_CHECK(ep == 1 || layout.dp % ep == 0, "record_pipeline_holds: ep ", ep, " must divide dp ",
+               layout.dp);
   auto record = std::make_shared<Record>();
   // The first stage's rank receives the head's gradient of a tied embedding after the schedule.
   const bool adds_tied = pr.owner(0) == pr.rank && pr.owner(pr.num_stages() - 1) != pr.rank;

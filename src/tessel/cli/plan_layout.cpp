@@ -8,6 +8,7 @@
 #include "tessel/core/error.h"
 #include "tessel/dist/meta/meta_communicator.h"
 #include "tessel/parallel/data/data_parallel.h"
+#include "tessel/parallel/expert/expert_tensor_parallel.h"
 #include "tessel/parallel/pipeline/generators.h"
 #include "tessel/parallel/pipeline/partition.h"
 #include "tessel/parallel/tensor/vocab_parallel.h"
@@ -44,21 +45,25 @@ plan::PipelineActionKind kind_of(pp::ActionKind k) {
 }  // namespace
 
 plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::string& schedule,
-                                 int pp_size, int microbatches, int rank,
-                                 const std::string& split) {
+                                 int pp_size, int microbatches, int rank, const std::string& split,
+                                 const std::function<void(models::CausalLM&)>& tp_transform,
+                                 const std::string& tp_key) {
   TESSEL_CHECK(rank >= 0 && rank < pp_size, "pipeline rank ", rank, " of pp ", pp_size);
   // The schedule is made for every rank at once: callers ask for each rank of one layout in
   // turn (a search at pp 64 over 512 micro-batches would otherwise make it 64 times).
   thread_local std::string last_key;
   thread_local std::vector<plan::PipelineRank> last;
   const std::string key = config.to_json() + "\n" + schedule + "/" + std::to_string(pp_size) + "/" +
-                          std::to_string(microbatches) + "/" + split;
+                          std::to_string(microbatches) + "/" + split + "/" +
+                          (tp_transform ? tp_key : std::string());
   if (key == last_key) return last.at(size_t(rank));
   const pp::Schedule s = train::schedule_from_spec(schedule, pp_size, microbatches);
   std::vector<pp::LayerCost> costs;
   {
     DefaultDeviceScope meta(Device::meta());
-    costs = train::pipeline_layer_costs(*config.build_empty());
+    std::shared_ptr<models::CausalLM> model = config.build_empty();
+    if (tp_transform) tp_transform(*model);
+    costs = train::pipeline_layer_costs(*model);
   }
   TESSEL_CHECK(int64_t(costs.size()) >= s.num_stages(), "pipeline: ", schedule, " at pp ", pp_size,
                " needs ", s.num_stages(), " stages, the model has ", costs.size(),
@@ -92,7 +97,7 @@ void add_attention_option(CLI::App* cmd, std::string& attention) {
 }
 
 void set_tensor_parallel(plan::MemoryLayout& layout, int tp, int tp_rank,
-                         const std::string& plan_path, bool sp, int64_t seq) {
+                         const std::string& plan_path, bool sp, int64_t seq, bool etp) {
   TESSEL_CHECK(tp >= 1 && tp_rank >= 0 && tp_rank < tp, "tensor-parallel rank ", tp_rank, " of tp ",
                tp);
   TESSEL_CHECK(!sp || tp > 1,
@@ -113,9 +118,14 @@ void set_tensor_parallel(plan::MemoryLayout& layout, int tp, int tp_rank,
   // One state per transformed model: the memory model builds the model more than once, and each
   // build is parallelized afresh before anything reads the state.
   auto state = std::make_shared<train::ModelTensorParallel>();
-  layout.tp_transform = [state, tp, tp_rank, plan_path, sp, seq](models::CausalLM& model) {
+  layout.tp_transform = [state, tp, tp_rank, plan_path, sp, seq, etp](models::CausalLM& model) {
     *state = train::parallelize_model(model, dist::make_meta_communicator(tp, tp_rank, "tp"),
                                       plan_path, sp);
+    if (etp) {
+      parallel::ExpertTensorParallelResult split =
+          parallel::parallelize_expert_ffn(model, state->tp);
+      for (auto& entry : split.sharded) state->result.sharded.push_back(std::move(entry));
+    }
     // As the pipeline trainer does: a stage without the embedding never records the length.
     if (sp && state->result.sequence) state->result.sequence->length = seq;
   };
@@ -139,14 +149,12 @@ plan::OffloadInput offload_input_for(const models::ModelConfig& config,
                                      const plan::MemoryLayout& layout,
                                      const plan::OffloadBudgets& budgets, bool tp_sums,
                                      bool clipped, int ep) {
-  // Under ep the rank's experts only (with tp its pieces first, as the trainer cuts them). Not
-  // with tp and pp at once, which the pipeline recording does not build, nor where tp sums
-  // gradients (sequence parallelism: its MoE layers route pieces whose choices a meta run
-  // cannot exchange).
-  TESSEL_CHECK(ep == 1 || ((!layout.tp_transform || !layout.pipeline.active()) && !tp_sums),
-               "plan offload: --ep ", ep,
-               " with --tp and --pp together, or with --sp, is not modelled yet (the offload "
-               "model covers --ep with --dp and either --tp or --pp)");
+  // Under ep the rank's experts only (with tp its pieces first, as the trainer cuts them; with
+  // pp as well, its stages' pieces). Not where tp sums gradients (sequence parallelism: its MoE
+  // layers route pieces whose choices a meta run cannot exchange).
+  TESSEL_CHECK(ep == 1 || !tp_sums, "plan offload: --ep ", ep,
+               " with --sp is not modelled yet (the offload model covers --ep with --dp, --tp "
+               "and --pp)");
   TESSEL_CHECK(ep == 1 || (layout.dp > 1 && layout.dp % ep == 0 && layout.zero_stage >= 1),
                "plan offload: --ep ", ep, " must divide --dp ", layout.dp,
                " (ZeRO-1, 2 or 3: each rank offloads its shards)");

@@ -27,9 +27,14 @@ namespace tessel::cli {
 
 // Pipeline rank `rank` of `pp` running `schedule` ("gpipe", "1f1b", "interleaved[:V]") over
 // `microbatches`, the stages cut as the trainer cuts them: by `split` (parallel.pipeline_split,
-// blocks per stage) or, when empty, balanced (train::pipeline_partition).
+// blocks per stage) or, when empty, balanced (train::pipeline_partition). `tp_transform`: the
+// balanced cut weighs the layers as tp's pieces (the trainer cuts the model its tensor axis has
+// already split: an MoE layer's experts stay whole under tp, so their layers weigh more than
+// whole-model costs say); `tp_key` names that transform in the cache (e.g. "tp2").
 plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::string& schedule,
-                                 int pp, int microbatches, int rank, const std::string& split = "");
+                                 int pp, int microbatches, int rank, const std::string& split = "",
+                                 const std::function<void(models::CausalLM&)>& tp_transform = {},
+                                 const std::string& tp_key = "");
 
 // `--attention fused|unfused` on `cmd` into `attention` (plan/unfused_attention.h): how `plan
 // memory` and `plan search` cost attention.
@@ -39,9 +44,10 @@ void add_attention_option(CLI::App* cmd, std::string& attention);
 // family's built-in plan or the plan JSON at `plan_path`, and sequence parallelism when `sp`
 // over rows of `seq` tokens (required with sp: a pipeline's messages carry the rank's piece of
 // them, and stages after the first, which run no embedding, take the length from here as the
-// trainer sets it).
+// trainer sets it). `etp`: each MoE expert's FFN split over tp as well, as the trainer's --etp
+// splits it after the plan (train/strategy/tensor_parallel_strategy.h).
 void set_tensor_parallel(plan::MemoryLayout& layout, int tp, int tp_rank,
-                         const std::string& plan_path, bool sp, int64_t seq = 0);
+                         const std::string& plan_path, bool sp, int64_t seq = 0, bool etp = false);
 
 // Whether that rank's tensor parallelism sums gradients (sequence parallelism's whole parameters,
 // replicated K/V pieces), which the trainer then keeps its dp buckets in plain memory for and

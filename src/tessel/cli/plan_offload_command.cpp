@@ -45,6 +45,7 @@ struct OffloadArgs {
   bool clipped = false;
   std::string tp_plan;
   bool sp = false;
+  bool etp = false;
   int steps = 4;
   std::string cluster;
   double disk_read_gbps = 0, disk_write_gbps = 0;  // override the cluster's [storage]
@@ -69,8 +70,12 @@ void run_offload(const OffloadArgs& a) {
   layout.seq = a.seq;
   layout.grad_accum = a.grad_accum;
   layout.compute_dtype = compute;
+  TESSEL_CHECK(!a.etp || (a.tp > 1 && config->has_experts()),
+               "plan offload: --etp splits each expert's FFN over --tp, so it needs --tp 2 or "
+               "more and a mixture-of-experts model (got --tp ",
+               a.tp, ", ", config->summary(), ")");
   set_tensor_parallel(layout, a.tp, a.tp_rank, a.tp_plan, a.sp,
-                      a.seq > 0 ? a.seq : config->max_positions());
+                      a.seq > 0 ? a.seq : config->max_positions(), a.etp);
   layout.dp = a.dp;
   layout.zero_stage = a.dp > 1 ? a.zero : 0;
   layout.bucket_bytes = a.bucket_mb << 20;
@@ -78,7 +83,9 @@ void run_offload(const OffloadArgs& a) {
   TESSEL_CHECK(a.pp_rank >= 0 && a.pp_rank < a.pp, "plan offload: --pp-rank ", a.pp_rank,
                " is not a rank of --pp ", a.pp);
   if (a.pp > 1)
-    layout.pipeline = pipeline_rank(*config, a.schedule, a.pp, int(a.grad_accum), a.pp_rank);
+    layout.pipeline = pipeline_rank(
+        *config, a.schedule, a.pp, int(a.grad_accum), a.pp_rank, "", layout.tp_transform,
+        "tp" + std::to_string(a.tp) + (a.etp ? "etp" : "") + (a.sp ? "sp" : "") + a.tp_plan);
   const bool tp_sums =
       a.dp > 1 && a.tp > 1 && tp_sums_gradients(*config, a.tp, a.tp_rank, a.tp_plan, a.sp);
   const plan::OffloadInput input = offload_input_for(*config, layout, b, tp_sums, a.clipped, a.ep);
@@ -220,6 +227,9 @@ void add_plan_offload_command(CLI::App& plan) {
   cmd->add_option("--tp-plan", a->tp_plan,
                   "Tensor-parallel plan JSON (default: the family's built-in plan)");
   cmd->add_flag("--sp", a->sp, "Sequence parallelism with --tp");
+  cmd->add_flag("--etp", a->etp,
+                "Expert tensor parallelism with --tp: each expert's FFN split over the tp ranks "
+                "(parallel.expert_tensor_parallel)");
   cmd->add_option("--grad-accum", a->grad_accum, "Micro-batches per step")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
