@@ -18,11 +18,13 @@
 #include "common/thread_checks.h"
 #include "moe_test_util.h"
 #include "tessel/autograd/engine.h"
+#include "tessel/dist/meta/meta_communicator.h"
 #include "tessel/nn/moe.h"
 #include "tessel/ops/ops.h"
 #include "tessel/parallel/expert/expert_parallel.h"
 #include "tessel/parallel/expert/expert_tensor_parallel.h"
 #include "tessel/sharding/placement.h"
+#include "tessel/tensor/default_device.h"
 
 namespace tessel::parallel {
 namespace {
@@ -209,6 +211,35 @@ TEST(ExpertSequenceParallel, ExpertTensorParallelismGathersTheSequence) {
                   "rank " + std::to_string(tp->rank()) + ": it gathers the sequence");
   });
   checks.verify();
+}
+
+// A shape-only run (the planner's, on meta communicators) has no values to gather: each peer's
+// piece is laid out as its own meta routing of its token count (token t of a piece to experts
+// t k, ..., t k + k - 1 mod E), so the layer routes the whole call of 2 x 13 tokens on every rank
+// of tp 3 (pieces 5, 4, 4), 3 experts so that the pieces' counts differ.
+TEST(ExpertSequenceParallel, OnMetaEachPeersPieceIsItsMetaRouting) {
+  DefaultDeviceScope meta(Device::meta());
+  nn::MoEConfig c = config();
+  c.num_experts = 3;
+  const int tp_size = 3;
+  std::vector<int64_t> routed(3, 0);
+  for (int p = 0; p < tp_size; ++p)
+    for (int64_t t = 0; t < kBatch * sharding::shard_size(kLength, tp_size, p); ++t)
+      for (int64_t j = 0; j < c.top_k; ++j) ++routed[size_t((t * c.top_k + j) % c.num_experts)];
+  for (int rank = 0; rank < tp_size; ++rank) {
+    auto piece = std::make_shared<nn::MoE>(c, nn::Init::none());
+    auto sequence = std::make_shared<SequenceState>();
+    sequence->length = kLength;
+    gather_moe_tokens_over_sequence(*piece, dist::make_meta_communicator(tp_size, rank, "tp"),
+                                    sequence);
+    ASSERT_TRUE(piece->routes_pieces());
+    const int64_t size = sharding::shard_size(kLength, tp_size, rank);
+    const nn::MoE::Output out = piece->forward(empty({kBatch, size, kHidden}, DType::F32));
+    EXPECT_EQ(out.output.shape(), (Shape{kBatch, size, kHidden})) << "rank " << rank;
+    const nn::MoEStats& s = piece->last_stats();
+    EXPECT_EQ(s.tokens, kBatch * kLength) << "rank " << rank << ": the whole call";
+    EXPECT_EQ(s.routed_per_expert, routed) << "rank " << rank;
+  }
 }
 
 }  // namespace

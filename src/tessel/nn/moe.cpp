@@ -98,7 +98,7 @@ void MoE::set_positional(int64_t part, int64_t parts) {
 }
 
 std::vector<int64_t> TokenRegion::whole_choices(const Tensor&, const std::vector<int64_t>&, int64_t,
-                                                std::vector<int64_t>&) {
+                                                std::vector<int64_t>&, const MetaChoices&) {
   TESSEL_CHECK(false, "MoE: this token region does not route pieces");
   return {};
 }
@@ -137,6 +137,12 @@ MoE::Output MoE::forward_tokens(const Tensor& x, TokenRegion* pieces) {
     // keeps its f32 weight (autocast.cpp leaves it), so its input is cast up and the
     // probabilities, gates and auxiliary losses stay f32: the choice of experts does not hang on
     // 16-bit ties, and layouts that round the weights alike route alike.
+    MoEConfig routing_config = config_;
+    if (!is_training() && !config_.drop_in_eval) routing_config.drop_tokens = false;
+    // A piece's peers' choices on the meta device (TokenRegion::whole_choices).
+    const auto meta_choices = [&](int64_t n) {
+      return route_tokens(meta_probabilities(n, e_count, k), n, routing_config).choice;
+    };
     const bool upcast = router->weight.dtype() == DType::F32 && x2.dtype() != DType::F32;
     Tensor router_in = upcast ? ops::cast(x2, DType::F32) : x2;
     if (pieces != nullptr && is_training() && config_.jitter != 0) {
@@ -144,10 +150,11 @@ MoE::Output MoE::forward_tokens(const Tensor& x, TokenRegion* pieces) {
       // so each token gets one process's noise. Their places in the call come from the region's
       // layout of the whole call's choices (one all-gather of k integers a token, placeholders).
       std::vector<int64_t> positions;
-      const int64_t whole =
-          int64_t(pieces->whole_choices(x, std::vector<int64_t>(size_t(tokens * k)), k, positions)
-                      .size()) /
-          k;
+      const int64_t whole = int64_t(pieces
+                                        ->whole_choices(x, std::vector<int64_t>(size_t(tokens * k)),
+                                                        k, positions, meta_choices)
+                                        .size()) /
+                            k;
       Generator& gen = jitter_generator_ != nullptr ? *jitter_generator_ : default_generator();
       const uint64_t n = uint64_t(whole * c);
       const auto [seed, offset] = positional_ ? positional_stream(gen, *positional_, n)
@@ -166,15 +173,14 @@ MoE::Output MoE::forward_tokens(const Tensor& x, TokenRegion* pieces) {
     }
     Tensor logits = router->forward(router_in);
     Tensor probs = ops::softmax(logits);
-    MoEConfig routing_config = config_;
-    if (!is_training() && !config_.drop_in_eval) routing_config.drop_tokens = false;
     routing_ =
         route_tokens(probs.device().is_meta() ? meta_probabilities(tokens, e_count, k)
                                               : probs.detach().to(DType::F64).to_vector<double>(),
                      tokens, routing_config);
     if (pieces != nullptr) {  // admitted over the whole call's choices, as one process admits
       std::vector<int64_t> positions;
-      const std::vector<int64_t> all = pieces->whole_choices(x, routing_.choice, k, positions);
+      const std::vector<int64_t> all =
+          pieces->whole_choices(x, routing_.choice, k, positions, meta_choices);
       routing_ = route_piece(all, int64_t(all.size()) / k, positions, routing_config, &whole_);
     }
     const Routing& r = routing_;

@@ -9,6 +9,7 @@
 // residual form (a dense MLP plus the one chosen expert). docs/MOE.md describes it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,9 +66,13 @@ class TokenRegion {
   // Whether the tokens given are a piece now (false: they are the whole call).
   virtual bool pieces_active() const { return false; }
   // Every token's top-k choices [whole tokens, k] in one process's token order, from this piece's
-  // `choices` [x's tokens, k]; `positions` receives the piece's tokens' indices among them.
+  // `choices` [x's tokens, k]; `positions` receives the piece's tokens' indices among them. On the
+  // meta device, which exchanges no values, each other piece's choices are `meta_choices` of its
+  // token count (the layer's meta routing, which every rank of a shape-only run computes alike).
+  using MetaChoices = std::function<std::vector<int64_t>(int64_t tokens)>;
   virtual std::vector<int64_t> whole_choices(const Tensor& x, const std::vector<int64_t>& choices,
-                                             int64_t k, std::vector<int64_t>& positions);
+                                             int64_t k, std::vector<int64_t>& positions,
+                                             const MetaChoices& meta_choices = {});
   // `part` (this piece's addend of a sum over the call's tokens) with the whole sum's value and
   // part's gradient: each rank's backward then reaches its own tokens only.
   virtual Tensor whole_value(const Tensor& part);

@@ -48,7 +48,8 @@ class SequenceTokens final : public nn::TokenRegion {
   // Every piece's choices (k integers a token) gathered over tp and laid out as one process's
   // tokens: [lead, sequence, k], rank r's positions at its offset in every row of the lead dims.
   std::vector<int64_t> whole_choices(const Tensor& x, const std::vector<int64_t>& choices,
-                                     int64_t k, std::vector<int64_t>& positions) override {
+                                     int64_t k, std::vector<int64_t>& positions,
+                                     const MetaChoices& meta_choices) override {
     const int d = dim(x), parts = tp_->size(), rank = tp_->rank();
     const int64_t n = sequence_->length, size = x.size(d);
     TESSEL_CHECK(size == sharding::shard_size(n, parts, rank), "MoE '", layer_,
@@ -62,9 +63,21 @@ class SequenceTokens final : public nn::TokenRegion {
       counts[size_t(p)] = lead * sharding::shard_size(n, parts, p) * k;
       offsets[size_t(p)] = sharding::shard_offset(n, parts, p);
     }
-    Tensor all = empty(Shape{lead * n * k}, DType::I64);
-    tp_->all_gather_v(from_data(choices, Shape{int64_t(choices.size())}), all, counts);
-    const std::vector<int64_t> got = all.to_vector<int64_t>();
+    std::vector<int64_t> got;
+    if (x.device().is_meta()) {
+      // A shape-only run (the planner's): every piece's choices as its rank's meta routing makes
+      // them, in the gather's order.
+      TESSEL_CHECK(bool(meta_choices), "MoE '", layer_,
+                   "' under sequence parallelism on the meta device: no meta routing given");
+      for (int p = 0; p < parts; ++p) {
+        const std::vector<int64_t> piece = meta_choices(counts[size_t(p)] / k);
+        got.insert(got.end(), piece.begin(), piece.end());
+      }
+    } else {
+      Tensor all = empty(Shape{lead * n * k}, DType::I64);
+      tp_->all_gather_v(from_data(choices, Shape{int64_t(choices.size())}), all, counts);
+      got = all.to_vector<int64_t>();
+    }
     std::vector<int64_t> whole(got.size());
     int64_t at = 0;  // rank p's block: [lead, its piece, k]
     for (int p = 0; p < parts; ++p) {
