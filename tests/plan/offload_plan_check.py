@@ -26,8 +26,9 @@ memory.nvme_budget at the fewest slots the runtime accepts (one process, ZeRO-2)
 that size. With "ep" (its own CTest, plan.offload_traffic_ep): rank 0 of `--dp 2` and `--dp 4`
 with `--ep 2` at ZeRO-1, 2 and 3 (its dense shards over dp, its experts' over the ranks holding
 the same ones), f32 and bf16, of `--dp 2 --pp 2 --ep 2` (its stage's), of `--dp 2 --tp 2
---ep 2` (its tp pieces' and its experts', whole or with --etp their columns) and of `--dp 2 --tp 2
---pp 2 --ep 2` (eight ranks), on a GPT-2-MoE and one of wide experts whose gradient shards leave
+--ep 2` (its tp pieces' and its experts', whole or with --etp their columns, with --sp too: each
+piece routed on its own, the dense reductions after tp's sums) and of `--dp 2 --tp 2 --pp 2
+--ep 2` (eight ranks), on a GPT-2-MoE and one of wide experts whose gradient shards leave
 memory before their 1 / ep scaling. A GPT-2 with C = 26, 2 heads, 5 blocks and sequences of 9; for ZeRO-1/2 one with
 C = 128, 4 heads, 4 blocks (four buckets), and under dp x pp one of 8 blocks.
 
@@ -172,6 +173,19 @@ EP_CASES = [
     # With --etp (each expert's FFN split over the tp pair): the rank's columns of its experts.
     ("dp 2 tp 2 ep 2 --etp ZeRO-3", "fp32", 0, 4, True, 0, 1, "moeh", "eptz3-etp", 20),
     ("dp 2 tp 2 ep 2 --etp ZeRO-2, bf16", "bf16", 0, 4, True, 0, 1, "moeh", "eptz2-etp", 20),
+    # With --sp (tp sums the sequence-parallel gradients, and without --etp each tp rank routes
+    # its own piece of the sequence): the dense reductions wait for tp's sums.
+    ("dp 2 tp 2 ep 2 --sp ZeRO-3", "fp32", 0, 4, True, 0, 1, "moeh", "eptz3-sp", 40),
+    ("dp 2 tp 2 ep 2 --sp ZeRO-2, bf16, two micro-batches", "bf16", 0, 3, True, 0, 2, "moeh",
+     "eptz2-sp", 40),
+    ("dp 2 tp 2 ep 2 --sp ZeRO-1", "fp32", 1, 3, True, 0, 1, "moeh", "eptz1-sp", 40),
+    ("dp 2 tp 2 ep 2 --etp --sp ZeRO-3, bf16", "bf16", 0, 4, True, 0, 1, "moeh", "eptz3-etp-sp",
+     20),
+    # Wide experts every other block (944 KiB chunks): the dense shards' reductions wait for
+    # tp's sums, which moves their holds after backward (a recording that let them launch during
+    # backward predicts 8.7 MB read a step where the run reads 7.7 MB).
+    ("dp 2 tp 2 ep 2 --sp ZeRO-3, wide experts", "fp32", 0, 4, True, 0, 1, "moewh", "eptz3-sp",
+     944),
     # With --tp 2 and --pp 2 at once (eight ranks): rank 0's stage's tp pieces and experts'
     # shards over the schedule, on a GPT-2-MoE of four blocks whose first stage holds a dense
     # block and an MoE one.
@@ -204,9 +218,10 @@ def expert(layout):
     m = re.fullmatch(r"eppz(\d)-(\w+)", layout)
     if m:
         return 4, 2, m.group(1), False, ["--pp", "2", "--schedule", m.group(2)]
-    m = re.fullmatch(r"eptz(\d)(-etp)?", layout)
+    m = re.fullmatch(r"eptz(\d)(-etp)?(-sp)?", layout)
     if m:
-        return 4, 2, m.group(1), False, ["--tp", "2"] + (["--etp"] if m.group(2) else [])
+        return 4, 2, m.group(1), False, ["--tp", "2"] + (["--etp"] if m.group(2) else []) + (
+            ["--sp"] if m.group(3) else [])
     m = re.fullmatch(r"eptpz(\d)-(\w+?)(-etp)?", layout)
     if m:
         return 8, 2, m.group(1), False, ["--tp", "2", "--pp", "2", "--schedule", m.group(2)] + (
@@ -354,6 +369,8 @@ def main():
                "moew": write_json(os.path.join(work, "moew.json"),
                                   moe_config(vocab, n_inner=700, n_layer=8)),
                "moeh": write_json(os.path.join(work, "moeh.json"), moe_config(vocab, moe_every=2)),
+               "moewh": write_json(os.path.join(work, "moewh.json"),
+                                   moe_config(vocab, n_inner=700, n_layer=8, moe_every=2)),
                "moeq": write_json(os.path.join(work, "moeq.json"),
                                   moe_config(vocab, moe_every=2, n_layer=4))}
     for i, (what, precision, extra, host, nvme, prefetch, mb, model, layout, kib,
@@ -436,10 +453,11 @@ def main():
                 fail(f"pipeline rank 1 of {layout} in bf16: {last['chunks']} chunks")
             print(f"pipeline rank 1 of {' '.join(plan_flags(layout, 'bf16'))} in bf16 planned: "
                   f"{last['chunks']} chunks")
-        # What is not modelled is refused by name: --ep with --sp; --etp without --tp.
+        # What is not modelled is refused by name: --ep with --sp and --pp; --etp without --tp.
         base = [tessel, "plan", "offload", "-m", configs["moeh"], "--chunk-size", str(40 << 10),
                 "--device-budget", str(4 * (40 << 10)), "--nvme", "--dp", "2", "--ep", "2"]
-        for flags, expected in [(["--tp", "2", "--sp"], "--ep 2 with --sp is not modelled"),
+        for flags, expected in [(["--tp", "2", "--sp", "--pp", "2"],
+                                 "--ep 2 with --sp and --pp together is not modelled"),
                                 (["--etp"], "--etp splits each expert's FFN over --tp")]:
             r = subprocess.run(base + flags, env=env, capture_output=True, text=True)
             if r.returncode == 0 or expected not in r.stderr or r.stderr.count("\n") > 1:

@@ -183,8 +183,10 @@ class RecordedAxes {
  public:
   RecordedAxes(models::CausalLM& model, const std::vector<std::string>& trained,
                const std::set<std::string>& experts, const plan::MemoryLayout& layout, int ep,
-               bool stages, std::shared_ptr<Record> record)
-      : stage_(layout.zero_stage), holds_(std::move(record)) {
+               bool stages, std::shared_ptr<Record> record, bool tp_sums = false)
+      : stage_(layout.zero_stage),
+        after_tp_sums_(tp_sums && layout.zero_stage >= 2),
+        holds_(std::move(record)) {
     std::vector<std::string> dense;
     nn::NamedTensors params, expert_params;
     std::set<std::string> trained_experts;
@@ -231,8 +233,10 @@ class RecordedAxes {
 
   parallel::DataParallel& dense() { return *dense_; }
   // The axes' before_backward: the last micro-batch syncs the dense buckets, the experts never.
+  // Where tp sums gradients (sequence parallelism) ZeRO-2/3's dense reductions wait for the sums
+  // (DataParallelSetup::after_other_sums): nothing launches before the step's sync.
   void before_backward(bool last) {
-    dense_->set_sync(last);
+    dense_->set_sync(last && !after_tp_sums_);
     if (experts_) experts_->set_sync(false);
   }
   void after_backward() {  // no unit stays gathered
@@ -265,6 +269,7 @@ class RecordedAxes {
 
  private:
   int stage_;
+  bool after_tp_sums_;
   HoldRecorder holds_;
   parallel::ShardHold hold_;
   std::unique_ptr<parallel::DataParallel> experts_, dense_;
@@ -275,7 +280,7 @@ class RecordedAxes {
 
 std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
     const models::ModelConfig& config, const plan::MemoryLayout& layout, int steps,
-    const std::vector<plan::OffloadUnit>& expected_units, int ep) {
+    const std::vector<plan::OffloadUnit>& expected_units, int ep, bool tp_sums) {
   const plan::PipelineRank& pr = layout.pipeline;
   TESSEL_CHECK(pr.active() && layout.dp > 1 && layout.zero_stage >= 1 && layout.zero_stage <= 3,
                "record_pipeline_holds: a pipeline rank under dp at ZeRO-1, 2 or 3 (pp ", pr.ranks,
@@ -314,7 +319,7 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
     };
     auto state = std::make_shared<State>();
     state->axes = std::make_unique<RecordedAxes>(model, trained, *experts, layout, ep,
-                                                 /*stages=*/true, record);
+                                                 /*stages=*/true, record, tp_sums);
     if (copies) {  // the units of every parameter, the experts' in their blocks'
       state->copy_holds.record = record;
       state->hooks = state->copy_holds.hook(
@@ -360,7 +365,7 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
 
 std::vector<std::vector<plan::ShardHoldEvent>> record_ep_holds(
     const models::ModelConfig& config, const plan::MemoryLayout& layout, int ep, int steps,
-    const std::vector<plan::OffloadUnit>& expected_units) {
+    const std::vector<plan::OffloadUnit>& expected_units, bool tp_sums) {
   const int dp = layout.dp, stage = layout.zero_stage;
   TESSEL_CHECK(ep > 1 && dp % ep == 0 && stage >= 1 && stage <= 3 && !layout.pipeline.active(),
                "record_ep_holds: an expert-parallel rank under dp at ZeRO-1, 2 or 3 without pp "
@@ -377,7 +382,7 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_ep_holds(
   std::vector<std::string> all;
   for (const auto& [name, p] : model->named_parameters()) all.push_back(name);
   auto record = std::make_shared<Record>();
-  RecordedAxes axes(*model, all, *experts, layout, ep, /*stages=*/false, record);
+  RecordedAxes axes(*model, all, *experts, layout, ep, /*stages=*/false, record, tp_sums);
   // ZeRO-1/2 under mixed precision: the copies' spans over the whole model's units (experts in
   // their blocks').
   CopyHolds copy_holds;
@@ -390,7 +395,9 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_ep_holds(
   }
 
   // Enough tokens that the meta routing reaches every expert.
-  const int64_t tokens = tokens_for_every_expert(*model);
+  // Under sequence parallelism each tp rank routes its piece of them: tp times as many.
+  const int64_t tokens =
+      tokens_for_every_expert(*model) * (layout.message_seq > 0 ? int64_t(layout.tp) : 1);
   const int64_t seq = std::min(tokens, config.max_positions());
   const int64_t rows = (tokens + seq - 1) / seq;
   for (int step = 0; step < steps; ++step) {

@@ -150,11 +150,12 @@ plan::OffloadInput offload_input_for(const models::ModelConfig& config,
                                      const plan::OffloadBudgets& budgets, bool tp_sums,
                                      bool clipped, int ep) {
   // Under ep the rank's experts only (with tp its pieces first, as the trainer cuts them; with
-  // pp as well, its stages' pieces). Not where tp sums gradients (sequence parallelism: its MoE
-  // layers route pieces whose choices a meta run cannot exchange).
-  TESSEL_CHECK(ep == 1 || !tp_sums, "plan offload: --ep ", ep,
-               " with --sp is not modelled yet (the offload model covers --ep with --dp, --tp "
-               "and --pp)");
+  // pp as well, its stages' pieces). Not with sequence parallelism and pp at once: the pipeline
+  // recording's messages would carry pieces of its own short rows, not the layout's.
+  TESSEL_CHECK(ep == 1 || !tp_sums || !layout.pipeline.active(), "plan offload: --ep ", ep,
+               " with --sp and --pp together is not modelled yet (the offload model covers --ep "
+               "with --dp, --tp, --sp and --pp, but not --sp with --pp)");
+
   TESSEL_CHECK(ep == 1 || (layout.dp > 1 && layout.dp % ep == 0 && layout.zero_stage >= 1),
                "plan offload: --ep ", ep, " must divide --dp ", layout.dp,
                " (ZeRO-1, 2 or 3: each rank offloads its shards)");
@@ -180,9 +181,10 @@ plan::OffloadInput offload_input_for(const models::ModelConfig& config,
         const std::string layer = t.name.substr(0, t.name.find(".experts."));
         t.expert_layer = layer_of.emplace(layer, int(layer_of.size())).first->second;
       }
-    input.recorded_holds = layout.pipeline.active()
-                               ? record_pipeline_holds(config, layout, 3, input.units, ep)
-                               : record_ep_holds(config, layout, ep, 3, input.units);
+    input.recorded_holds =
+        layout.pipeline.active()
+            ? record_pipeline_holds(config, layout, 3, input.units, ep, input.tp_sums)
+            : record_ep_holds(config, layout, ep, 3, input.units, input.tp_sums);
     return input;
   }
   // A pipeline rank's shards: the holds of the runtime's own objects over its schedule. Otherwise

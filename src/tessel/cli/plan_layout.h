@@ -75,10 +75,11 @@ std::vector<parallel::Zero3Unit> zero3_rank_units(models::CausalLM& model,
 // (cli/offload_record.cpp). Under mixed precision at ZeRO-1/2 the offload layer's unit hooks
 // (train/strategy/unit_hooks.h) record each unit's copies' holds among them; `units`: the model's
 // units (plan::offload_input's), which the recorded ones must match.
-// With `ep` > 1 (no tp) the rank's stages' experts over dp / ep beside them, as record_ep_holds.
+// With `ep` > 1 the rank's stages' experts over dp / ep beside them, as record_ep_holds.
+// `tp_sums`: tp sums gradients (tp_sums_gradients), so ZeRO-2/3's dense reductions wait for it.
 std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
     const models::ModelConfig& config, const plan::MemoryLayout& layout, int steps,
-    const std::vector<plan::OffloadUnit>& units, int ep = 1);
+    const std::vector<plan::OffloadUnit>& units, int ep = 1, bool tp_sums = false);
 
 // Expert parallelism on `model` built on meta, as rank 0 of `ep` holds it: the runtime's split
 // of every MoE layer's experts, with a stand-in for the all-to-all that runs this rank's experts
@@ -98,10 +99,10 @@ int64_t tokens_for_every_expert(models::CausalLM& model);
 // Zero3Parameters over dp and the experts' own over dp / ep, set up as the trainer sets them up
 // under memory offload, run through the trainer's micro-batches (layout.grad_accum) and gradient
 // sync with the experts' 1/ep scaling, on the meta device (cli/offload_record.cpp). `units` as for
-// record_pipeline_holds.
+// record_pipeline_holds; so is `tp_sums`.
 std::vector<std::vector<plan::ShardHoldEvent>> record_ep_holds(
     const models::ModelConfig& config, const plan::MemoryLayout& layout, int ep, int steps,
-    const std::vector<plan::OffloadUnit>& units);
+    const std::vector<plan::OffloadUnit>& units, bool tp_sums = false);
 
 // The offload model's input for one rank of `layout` under `budgets`: its tensor-parallel rank's
 // pieces (layout.tp_transform), its data-parallel rank's ZeRO shards and buckets (layout.dp,
