@@ -20,7 +20,8 @@ gradient sums: buffers in plain memory, reductions after backward); rank 0 of `-
 at ZeRO-1, 2 and 3 (1F1B, GPipe, interleaved; bf16 at ZeRO-3; buffers in chunks and in plain
 memory; prefetch; bf16 at ZeRO-1 and 2, the replicas' copies held over the offload layer's
 unit spans), whose schedule's holds the plan records from the runtime's own objects; rank 0 of
-`--pp 2 --tp 2` (1F1B in f32, GPipe in bf16 with --sp) and of `--dp 2 --pp 2 --tp 2` at ZeRO-3;
+`--pp 2 --tp 2` (1F1B in f32, GPipe in bf16 with --sp) and of `--dp 2 --pp 2 --tp 2` at ZeRO-3
+(with --sp too, and at ZeRO-2 in bf16 with --sp);
 and
 memory.nvme_budget at the fewest slots the runtime accepts (one process, ZeRO-2), the swap file
 that size. With "ep" (its own CTest, plan.offload_traffic_ep): rank 0 of `--dp 2` and `--dp 4`
@@ -57,8 +58,8 @@ CHUNK = 32 << 10  # the largest tensor, the 257 x 26 embedding (26,728 bytes), f
 # step clipped (a scaling pass over the gradient shards); "z1", "z2" (and "-clip"): rank 0 of
 # --dp 2 at ZeRO-1 or 2 with buckets of 1 MiB; "tz1", "tz2", "tz3" (and "-sp"): rank 0 of
 # --dp 2 --tp 2 at that ZeRO stage; "pp[-SCHEDULE]": rank 0 of --pp 2; "pzN[-SCHEDULE]": rank 0
-# of --dp 2 --pp 2 at ZeRO-N; "pt[-SCHEDULE][-sp]": rank 0 of --pp 2 --tp 2; "ptzN": rank 0 of
-# --dp 2 --pp 2 --tp 2 at ZeRO-N. An eleventh
+# of --dp 2 --pp 2 at ZeRO-N; "pt[-SCHEDULE][-sp]": rank 0 of --pp 2 --tp 2;
+# "ptzN[-SCHEDULE][-sp]": rank 0 of --dp 2 --pp 2 --tp 2 at ZeRO-N. An eleventh
 # field "min": memory.nvme_budget of the fewest slots the runtime accepts (default: one a chunk).
 CASES = [
     ("f32, every tier", "fp32", 0, 6, True, 0, 1, "gpt2", "", 32),
@@ -133,6 +134,10 @@ CASES = [
     ("pp 2 x tp 2 1F1B, rank 0", "fp32", 0, 5, True, 0, 4, "gpt2", "pt", 32),
     ("pp 2 x tp 2 GPipe --sp, bf16", "bf16", 1, 5, True, 0, 3, "gpt2", "pt-gpipe-sp", 32),
     ("dp 2 x pp 2 x tp 2 ZeRO-3 1F1B, rank 0", "fp32", 0, 4, True, 0, 4, "gpt2", "ptz3", 12),
+    # With --sp (tp sums gradients): ZeRO-2/3's reductions wait for the sums.
+    ("dp 2 x pp 2 x tp 2 --sp ZeRO-3 1F1B", "fp32", 0, 4, True, 0, 4, "gpt2", "ptz3-sp", 12),
+    ("dp 2 x pp 2 x tp 2 --sp ZeRO-2 GPipe, bf16", "bf16", 0, 3, True, 0, 4, "gpt2p",
+     "ptz2-gpipe-sp", 768),
     # memory.nvme_budget at its smallest, n - M + 1 slots (M: the host tier's chunks): slots
     # taken back from chunks in memory.
     ("f32, the smallest NVMe budget", "fp32", 0, 6, True, 0, 1, "gpt2", "", 32, "min"),
@@ -194,6 +199,10 @@ EP_CASES = [
      "eptpz2-gpipe", 40),
     ("dp 2 tp 2 pp 2 ep 2 --etp ZeRO-1 1F1B", "fp32", 1, 3, True, 0, 4, "moeq",
      "eptpz1-1f1b-etp", 40),
+    ("dp 2 tp 2 pp 2 ep 2 --sp ZeRO-3 1F1B", "fp32", 0, 4, True, 0, 4, "moeq", "eptpz3-1f1b-sp",
+     40),
+    ("dp 2 tp 2 pp 2 ep 2 --sp ZeRO-2 GPipe, bf16", "bf16", 0, 3, True, 0, 4, "moeq",
+     "eptpz2-gpipe-sp", 40),
 ]
 
 FIELDS = ["nvme_read_bytes", "nvme_write_bytes", "h2d_bytes", "d2h_bytes", "evictions",
@@ -222,10 +231,10 @@ def expert(layout):
     if m:
         return 4, 2, m.group(1), False, ["--tp", "2"] + (["--etp"] if m.group(2) else []) + (
             ["--sp"] if m.group(3) else [])
-    m = re.fullmatch(r"eptpz(\d)-(\w+?)(-etp)?", layout)
+    m = re.fullmatch(r"eptpz(\d)-(\w+?)(-etp)?(-sp)?", layout)
     if m:
         return 8, 2, m.group(1), False, ["--tp", "2", "--pp", "2", "--schedule", m.group(2)] + (
-            ["--etp"] if m.group(3) else [])
+            ["--etp"] if m.group(3) else []) + (["--sp"] if m.group(4) else [])
     return None
 
 
@@ -453,12 +462,10 @@ def main():
                 fail(f"pipeline rank 1 of {layout} in bf16: {last['chunks']} chunks")
             print(f"pipeline rank 1 of {' '.join(plan_flags(layout, 'bf16'))} in bf16 planned: "
                   f"{last['chunks']} chunks")
-        # What is not modelled is refused by name: --ep with --sp and --pp; --etp without --tp.
+        # --etp without --tp is refused by name.
         base = [tessel, "plan", "offload", "-m", configs["moeh"], "--chunk-size", str(40 << 10),
                 "--device-budget", str(4 * (40 << 10)), "--nvme", "--dp", "2", "--ep", "2"]
-        for flags, expected in [(["--tp", "2", "--sp", "--pp", "2"],
-                                 "--ep 2 with --sp and --pp together is not modelled"),
-                                (["--etp"], "--etp splits each expert's FFN over --tp")]:
+        for flags, expected in [(["--etp"], "--etp splits each expert's FFN over --tp")]:
             r = subprocess.run(base + flags, env=env, capture_output=True, text=True)
             if r.returncode == 0 or expected not in r.stderr or r.stderr.count("\n") > 1:
                 fail(f"plan offload {' '.join(flags)}: expected one line naming '{expected}', "

@@ -300,11 +300,20 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
   options.transform = layout.tp_transform;
   // Under ep the rank's experts, and tokens enough that the meta routing reaches every one.
   auto experts = std::make_shared<std::set<std::string>>();
+  // Under sequence parallelism the layout's rows (set_tensor_parallel's length, which a stage
+  // without the embedding reads) and its messages of the rank's piece of them.
+  const bool sp = layout.message_seq > 0;
+  if (sp) {
+    options.seq = layout.seq > 0 ? layout.seq : config.max_positions();
+    options.message_seq = layout.message_seq;
+  }
   if (ep > 1) {
     options.transform = expert_rank_transform(layout, ep, experts);
     DefaultDeviceScope meta(Device::meta());
-    const int64_t tokens = tokens_for_every_expert(*config.build_empty());
-    options.seq = std::min(std::max(tokens, options.seq), config.max_positions());
+    // Each tp rank routes its piece under sequence parallelism: tp times as many.
+    const int64_t tokens =
+        tokens_for_every_expert(*config.build_empty()) * (sp ? int64_t(layout.tp) : 1);
+    if (!sp) options.seq = std::min(std::max(tokens, options.seq), config.max_positions());
     options.batch = (tokens + options.seq - 1) / options.seq;
   }
   options.loss = layout.tp_loss;

@@ -150,11 +150,7 @@ plan::OffloadInput offload_input_for(const models::ModelConfig& config,
                                      const plan::OffloadBudgets& budgets, bool tp_sums,
                                      bool clipped, int ep) {
   // Under ep the rank's experts only (with tp its pieces first, as the trainer cuts them; with
-  // pp as well, its stages' pieces). Not with sequence parallelism and pp at once: the pipeline
-  // recording's messages would carry pieces of its own short rows, not the layout's.
-  TESSEL_CHECK(ep == 1 || !tp_sums || !layout.pipeline.active(), "plan offload: --ep ", ep,
-               " with --sp and --pp together is not modelled yet (the offload model covers --ep "
-               "with --dp, --tp, --sp and --pp, but not --sp with --pp)");
+  // pp as well, its stages' pieces).
 
   TESSEL_CHECK(ep == 1 || (layout.dp > 1 && layout.dp % ep == 0 && layout.zero_stage >= 1),
                "plan offload: --ep ", ep, " must divide --dp ", layout.dp,
@@ -190,7 +186,7 @@ plan::OffloadInput offload_input_for(const models::ModelConfig& config,
   // A pipeline rank's shards: the holds of the runtime's own objects over its schedule. Otherwise
   // ZeRO-1/2's buckets complete as backward makes their gradients ready.
   if (layout.dp > 1 && layout.pipeline.active())
-    input.recorded_holds = record_pipeline_holds(config, layout, 3, input.units);
+    input.recorded_holds = record_pipeline_holds(config, layout, 3, input.units, 1, input.tp_sums);
   else if (layout.dp > 1 && input.zero_stage < 3)
     input.grad_order =
         plan::gradient_ready_order(config, input, layout.tp_transform, layout.tp_loss);

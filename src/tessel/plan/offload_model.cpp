@@ -278,17 +278,15 @@ OffloadPrediction predict_offload(const OffloadInput& in, int steps) {
                in.dp);
   const bool has_experts = std::any_of(in.tensors.begin(), in.tensors.end(),
                                        [](const OffloadTensor& t) { return t.expert_layer >= 0; });
-  TESSEL_CHECK(in.ep == 1 || (has_experts && in.zero_stage >= 1 && !in.recorded_holds.empty() &&
-                              (!in.tp_sums || !in.pipeline.active())),
+  TESSEL_CHECK(in.ep == 1 || (has_experts && in.zero_stage >= 1 && !in.recorded_holds.empty()),
                "offload model: an expert-parallel rank (ep ", in.ep,
-               ") needs its experts' tensors, ZeRO-1, 2 or 3, the holds its DataParallels and "
-               "Zero3Parameters take (recorded_holds), and no tp sums under a pipeline");
+               ") needs its experts' tensors, ZeRO-1, 2 or 3, and the holds its DataParallels and "
+               "Zero3Parameters take (recorded_holds)");
   TESSEL_CHECK(in.ep > 1 || !has_experts,
                "offload model: tensors of an expert layer without expert parallelism");
-  TESSEL_CHECK(in.recorded_holds.empty() || ((in.pipeline.active() || in.ep > 1) && in.dp > 1 &&
-                                             (!in.tp_sums || (in.ep > 1 && !in.pipeline.active()))),
+  TESSEL_CHECK(in.recorded_holds.empty() || ((in.pipeline.active() || in.ep > 1) && in.dp > 1),
                "offload model: recorded holds are read for a pipeline or expert-parallel rank "
-               "under dp only (with tp sums: an expert-parallel rank without a pipeline)");
+               "under dp only");
   OffloadPrediction p;
   const int64_t cb = offload::round_up(in.budgets.chunk_bytes, offload::kIoAlignment);
   p.chunk_bytes = cb;
