@@ -13,7 +13,11 @@
 
 #include "tessel/autograd/engine.h"
 #include "tessel/core/error.h"
+#include "tessel/dist/meta/meta_communicator.h"
 #include "tessel/models/gpt2/gpt2.h"
+#include "tessel/tensor/default_device.h"
+#include "tessel/train/model_presets.h"
+#include "tessel/train/model_tensor_parallel.h"
 
 namespace tessel::train {
 namespace {
@@ -141,6 +145,33 @@ TEST(PipelinePartition, TakesTheSplitOrBalancesAndGivesTheSplitBack) {
   EXPECT_NE(message(3, "1,0,6").find("stage 1 has no block"), std::string::npos);
   EXPECT_NE(message(3, "1,x,5").find("not a block count"), std::string::npos);
   EXPECT_NE(message(3, "1,4,2,").find("ends with a comma"), std::string::npos);
+}
+
+// The trainer cuts the model its tensor axis has already split, so the layers' costs are tp's
+// pieces; the head counts its vocabulary piece as the blocks count theirs, and a dense model is
+// cut where the whole model is (what the planner and the serving layouts assume). Before, the
+// head counted the whole vocabulary against halved blocks: GPT-2 124M at tp 2 x pp 2 was cut
+// after block 10, the whole model after block 8.
+TEST(PipelinePartition, TensorParallelPiecesAreCutWhereTheWholeModelIs) {
+  DefaultDeviceScope meta(Device::meta());
+  for (const std::string spec : {"124M", "355M", "llama:llama2-7b", "llama:mistral-7b"}) {
+    const models::ConfigPtr config = resolve_model_config(spec, "model");
+    const std::vector<pp::LayerCost> whole = pipeline_layer_costs(*config->build_empty());
+    for (int tp : {2, 4}) {
+      std::shared_ptr<models::CausalLM> model = config->build_empty();
+      parallelize_model(*model, dist::make_meta_communicator(tp, 0, "tp"), "", false, {},
+                        /*copy_values=*/false);
+      const std::vector<pp::LayerCost> pieces = pipeline_layer_costs(*model);
+      EXPECT_LT(pieces.back().cost, whole.back().cost / tp * 1.01) << spec << " tp " << tp;
+      for (int64_t stages : {2, 3, 4}) {
+        const pp::StagePartition a = pipeline_partition(whole, stages, "");
+        const pp::StagePartition b = pipeline_partition(pieces, stages, "");
+        for (int64_t s = 0; s < stages; ++s)
+          EXPECT_EQ(a.layers_of(s), b.layers_of(s))
+              << spec << " tp " << tp << " pp " << stages << " stage " << s;
+      }
+    }
+  }
 }
 
 TEST(ScheduleFromSpec, ParsesTheThreeSchedulesAndRefusesOthers) {

@@ -131,10 +131,15 @@ std::vector<std::string> GPT2::unit_paths() const {
 
 std::vector<double> GPT2::layer_costs() const {
   // Weights each layer's forward multiplies with: none for the lookups, a block's parameters,
-  // and the LM head matrix (the tied wte when tied) plus ln_f.
+  // and the LM head matrix (the tied wte when tied) plus ln_f. The head counts the rows this
+  // model holds, as the blocks count theirs: under tensor parallelism its vocabulary piece, so a
+  // pipeline cut of tp's pieces weighs the head as it weighs the blocks (the whole head against
+  // halved blocks cut GPT-2 124M at tp 2 x pp 2 after block 10, the whole model after block 8).
   std::vector<double> costs{0.0};
   for (const auto& b : blocks) costs.push_back(double(b->parameter_count()));
-  costs.push_back(double(config_.vocab_size * config_.n_embd) + double(ln_f->parameter_count()));
+  const Tensor head = lm_head_weight();
+  const int64_t rows = head.defined() && head.ndim() == 2 ? head.size(0) : config_.vocab_size;
+  costs.push_back(double(rows * config_.n_embd) + double(ln_f->parameter_count()));
   return costs;
 }
 

@@ -120,10 +120,13 @@ std::vector<std::string> Llama::unit_paths() const {
 
 std::vector<double> Llama::layer_costs() const {
   // Weights each layer's forward multiplies with: none for the lookup, a decoder layer's
-  // parameters, the head's matrix (the embedding when tied) and the norm.
+  // parameters, the head's matrix (the embedding when tied) and the norm. The head counts the
+  // rows this model holds (under tensor parallelism its vocabulary piece), as the layers do.
   std::vector<double> costs{0.0};
   for (const auto& layer : decoder_layers) costs.push_back(double(layer->parameter_count()));
-  costs.push_back(double(config_.vocab_size * config_.hidden) + double(norm->parameter_count()));
+  const Tensor head = lm_head_weight();
+  const int64_t rows = head.defined() && head.ndim() == 2 ? head.size(0) : config_.vocab_size;
+  costs.push_back(double(rows * config_.hidden) + double(norm->parameter_count()));
   return costs;
 }
 
