@@ -151,7 +151,6 @@ plan::OffloadInput offload_input_for(const models::ModelConfig& config,
                                      bool clipped, int ep) {
   // Under ep the rank's experts only (with tp its pieces first, as the trainer cuts them; with
   // pp as well, its stages' pieces).
-
   TESSEL_CHECK(ep == 1 || (layout.dp > 1 && layout.dp % ep == 0 && layout.zero_stage >= 1),
                "plan offload: --ep ", ep, " must divide --dp ", layout.dp,
                " (ZeRO-1, 2 or 3: each rank offloads its shards)");
