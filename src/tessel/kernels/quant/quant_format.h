@@ -1,13 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Weight formats of GGUF files (ggml's block quantization: Q8_0 and Q4_0 of the original ggml,
 // Q4_K, Q5_K and Q6_K of the k-quants, and F16 / BF16 rows), identified by their ggml type ids,
-// and tessel's own Int8 rows for weight-only int8 inference of float models. A
-// quantized matrix is stored row by row; each row of k weights is k / block_elements blocks laid
-// out exactly as ggml writes them, so GGUF tensor bytes are used as they are (the exceptions,
-// Q4_0x4 and the x4 forms of the k-quants and Q8_0, are regroupings the CPU backend asks for when a model is
-// prepared for inference). The
-// byte layouts are in quant_blocks.h, the scalar (de)quantizers in quantize.h / dequantize.h and
-// docs/KERNELS.md ("Quantized weights").
+// and tessel's own Int8 rows for weight-only int8 inference of float models. A quantized matrix
+// is stored row by row; each row of k weights is k / block_elements blocks laid out exactly as
+// ggml writes them, so GGUF tensor bytes are used as they are (the exceptions, Q4_0x4 and the x4
+// forms of the k-quants and Q8_0, are regroupings the CPU backend asks for when a model is
+// prepared for inference). The byte layouts are in quant_blocks.h, the scalar (de)quantizers in
+// quantize.h / dequantize.h and docs/KERNELS.md ("Quantized weights").
 #pragma once
 
 #include <cstdint>
