@@ -63,7 +63,7 @@ std::function<void(models::CausalLM&)> expert_rank_transform(
   };
 }
 
-int64_t tokens_for_every_expert(models::CausalLM& model) {
+int64_t tokens_for_every_expert(models::CausalLM& model, const plan::MemoryLayout& layout) {
   // nn::MoE's meta routing sends token t to experts t k, ..., t k + k - 1 (mod E).
   int64_t tokens = 2;
   for (auto& [name, module] : model.named_modules())
@@ -71,7 +71,7 @@ int64_t tokens_for_every_expert(models::CausalLM& model) {
       const nn::MoEConfig& c = moe->config();
       tokens = std::max(tokens, (c.num_experts + c.top_k - 1) / c.top_k);
     }
-  return tokens;
+  return tokens * (layout.message_seq > 0 ? int64_t(layout.tp) : 1);
 }
 
 }  // namespace tessel::cli

@@ -298,8 +298,6 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
   options.seq = 2;  // the holds follow the schedule and the units, not the activations' sizes
   options.compute_dtype = layout.compute_dtype;
   options.transform = layout.tp_transform;
-  // Under ep the rank's experts, and tokens enough that the meta routing reaches every one.
-  auto experts = std::make_shared<std::set<std::string>>();
   // Under sequence parallelism the layout's rows (set_tensor_parallel's length, which a stage
   // without the embedding reads) and its messages of the rank's piece of them.
   const bool sp = layout.message_seq > 0;
@@ -307,12 +305,12 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_pipeline_holds(
     options.seq = layout.seq > 0 ? layout.seq : config.max_positions();
     options.message_seq = layout.message_seq;
   }
+  // Under ep the rank's experts, and tokens enough that the meta routing reaches every one.
+  auto experts = std::make_shared<std::set<std::string>>();
   if (ep > 1) {
     options.transform = expert_rank_transform(layout, ep, experts);
     DefaultDeviceScope meta(Device::meta());
-    // Each tp rank routes its piece under sequence parallelism: tp times as many.
-    const int64_t tokens =
-        tokens_for_every_expert(*config.build_empty()) * (sp ? int64_t(layout.tp) : 1);
+    const int64_t tokens = tokens_for_every_expert(*config.build_empty(), layout);
     if (!sp) options.seq = std::min(std::max(tokens, options.seq), config.max_positions());
     options.batch = (tokens + options.seq - 1) / options.seq;
   }
@@ -404,9 +402,7 @@ std::vector<std::vector<plan::ShardHoldEvent>> record_ep_holds(
   }
 
   // Enough tokens that the meta routing reaches every expert.
-  // Under sequence parallelism each tp rank routes its piece of them: tp times as many.
-  const int64_t tokens =
-      tokens_for_every_expert(*model) * (layout.message_seq > 0 ? int64_t(layout.tp) : 1);
+  const int64_t tokens = tokens_for_every_expert(*model, layout);
   const int64_t seq = std::min(tokens, config.max_positions());
   const int64_t rows = (tokens + seq - 1) / seq;
   for (int step = 0; step < steps; ++step) {

@@ -46,17 +46,18 @@ plan::PipelineActionKind kind_of(pp::ActionKind k) {
 
 plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::string& schedule,
                                  int pp_size, int microbatches, int rank, const std::string& split,
-                                 const std::function<void(models::CausalLM&)>& tp_transform,
-                                 const std::string& tp_key) {
+                                 const std::function<void(models::CausalLM&)>& tp_transform) {
   TESSEL_CHECK(rank >= 0 && rank < pp_size, "pipeline rank ", rank, " of pp ", pp_size);
   // The schedule is made for every rank at once: callers ask for each rank of one layout in
-  // turn (a search at pp 64 over 512 micro-batches would otherwise make it 64 times).
+  // turn (a search at pp 64 over 512 micro-batches would otherwise make it 64 times). A cut of
+  // tp's pieces (one rank asked for, by plan offload) is made afresh: a transform has no key.
   thread_local std::string last_key;
   thread_local std::vector<plan::PipelineRank> last;
-  const std::string key = config.to_json() + "\n" + schedule + "/" + std::to_string(pp_size) + "/" +
-                          std::to_string(microbatches) + "/" + split + "/" +
-                          (tp_transform ? tp_key : std::string());
-  if (key == last_key) return last.at(size_t(rank));
+  const std::string key = tp_transform
+                              ? std::string()
+                              : config.to_json() + "\n" + schedule + "/" + std::to_string(pp_size) +
+                                    "/" + std::to_string(microbatches) + "/" + split;
+  if (!key.empty() && key == last_key) return last.at(size_t(rank));
   const pp::Schedule s = train::schedule_from_spec(schedule, pp_size, microbatches);
   std::vector<pp::LayerCost> costs;
   {
@@ -83,7 +84,7 @@ plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::s
       out.actions.push_back({kind_of(a.kind), a.microbatch, a.stage});
   }
   last = std::move(ranks);
-  last_key = key;
+  last_key = key;  // empty after a transform's cut: never matched
   return last.at(size_t(rank));
 }
 

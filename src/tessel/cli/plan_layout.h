@@ -30,11 +30,10 @@ namespace tessel::cli {
 // blocks per stage) or, when empty, balanced (train::pipeline_partition). `tp_transform`: the
 // balanced cut weighs the layers as tp's pieces (the trainer cuts the model its tensor axis has
 // already split: an MoE layer's experts stay whole under tp, so their layers weigh more than
-// whole-model costs say); `tp_key` names that transform in the cache (e.g. "tp2").
+// whole-model costs say).
 plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::string& schedule,
                                  int pp, int microbatches, int rank, const std::string& split = "",
-                                 const std::function<void(models::CausalLM&)>& tp_transform = {},
-                                 const std::string& tp_key = "");
+                                 const std::function<void(models::CausalLM&)>& tp_transform = {});
 
 // `--attention fused|unfused` on `cmd` into `attention` (plan/unfused_attention.h): how `plan
 // memory` and `plan search` cost attention.
@@ -90,8 +89,10 @@ std::vector<std::string> split_experts_on_meta(models::CausalLM& model, int ep);
 // the experts' parameters go into `experts`.
 std::function<void(models::CausalLM&)> expert_rank_transform(
     const plan::MemoryLayout& layout, int ep, std::shared_ptr<std::set<std::string>> experts);
-// Tokens enough for the meta routing to reach every expert of every MoE layer of `model`.
-int64_t tokens_for_every_expert(models::CausalLM& model);
+// Tokens enough for the meta routing to reach every expert of every MoE layer of `model`; under
+// the layout's sequence parallelism (message_seq > 0) each tp rank routes its own piece of them,
+// so tp times as many.
+int64_t tokens_for_every_expert(models::CausalLM& model, const plan::MemoryLayout& layout);
 
 // The holds an expert-parallel rank (ep dividing layout.dp, ZeRO-1/2/3, no pp; under tp its
 // pieces, layout.tp_transform, and its loss; not where tp sums gradients) takes of its bucket

@@ -83,9 +83,8 @@ void run_offload(const OffloadArgs& a) {
   TESSEL_CHECK(a.pp_rank >= 0 && a.pp_rank < a.pp, "plan offload: --pp-rank ", a.pp_rank,
                " is not a rank of --pp ", a.pp);
   if (a.pp > 1)
-    layout.pipeline = pipeline_rank(
-        *config, a.schedule, a.pp, int(a.grad_accum), a.pp_rank, "", layout.tp_transform,
-        "tp" + std::to_string(a.tp) + (a.etp ? "etp" : "") + (a.sp ? "sp" : "") + a.tp_plan);
+    layout.pipeline = pipeline_rank(*config, a.schedule, a.pp, int(a.grad_accum), a.pp_rank, "",
+                                    layout.tp_transform);
   const bool tp_sums =
       a.dp > 1 && a.tp > 1 && tp_sums_gradients(*config, a.tp, a.tp_rank, a.tp_plan, a.sp);
   const plan::OffloadInput input = offload_input_for(*config, layout, b, tp_sums, a.clipped, a.ep);
