@@ -58,12 +58,13 @@ struct Trace {
 // temporaries, not the gradient buffers themselves.
 // With `own_generator` the model's init and dropout draw from a generator of the test's; without,
 // from the process-wide one (which checkpoint restores without being told).
-// `count`: the mode on the first blocks only (train.recompute's `mode:N`).
-Trace train_twice(Recompute mode, bool own_generator = true, int64_t count = nn::kAllBlocks) {
+// `count`: the mode on the first blocks only (train.recompute's `mode:N`), `rest` on the others.
+Trace train_twice(Recompute mode, bool own_generator = true, int64_t count = nn::kAllBlocks,
+                  Recompute rest = Recompute::None) {
   Generator g(20261129);
   default_generator().set_state(20261129, 0);
   auto model = own_generator ? GPT2::random(odd_config(), g) : std::make_shared<GPT2>(odd_config());
-  set_rank_recompute(*model, mode, count, {0, 1, 2});
+  set_rank_recompute(*model, mode, count, {0, 1, 2}, rest);
   model->train();
   Trace run;
   for (int s = 0; s < 2; ++s) {
@@ -150,6 +151,33 @@ TEST(GPT2Recompute, TheFirstBlocksOnlyGiveBitwiseTheGradientsOfNoneAndMemoryBetw
   }
 }
 
+// A stronger mode on the first blocks and a weaker one on the others (train.recompute =
+// "full:1+selective"): bitwise the gradients of none, and activation memory strictly between the
+// weaker mode on every block and the stronger one on every block, falling with the count.
+TEST(GPT2Recompute, AStrongerModeOnTheFirstBlocksAndAWeakerOnTheRestGiveTheGradientsOfNone) {
+  const Trace none = train_twice(Recompute::None);
+  const int64_t selective = train_twice(Recompute::Selective).steps.back().saved;
+  const int64_t full = train_twice(Recompute::Full).steps.back().saved;
+  std::vector<int64_t> saved = {selective};
+  for (int64_t count : {int64_t(1), int64_t(2)}) {
+    const Trace t = train_twice(Recompute::Full, true, count, Recompute::Selective);
+    const std::string name = "full:" + std::to_string(count) + "+selective";
+    EXPECT_EQ(t.generator_offset, none.generator_offset) << name;
+    for (size_t s = 0; s < none.steps.size(); ++s) {
+      EXPECT_EQ(std::memcmp(&t.steps[s].loss, &none.steps[s].loss, sizeof(double)), 0) << name;
+      for (size_t i = 0; i < none.steps[s].grads.size(); ++i)
+        EXPECT_TRUE(t.steps[s].grads[i] == none.steps[s].grads[i])
+            << name << " step " << s << ": gradient of parameter " << i << " differs";
+    }
+    saved.push_back(t.steps.back().saved);
+    std::cout << "recompute=" << name << " saved=" << saved.back() << " B\n";
+    // Not the same as the stronger mode on these blocks alone (the others none).
+    EXPECT_LT(saved.back(), train_twice(Recompute::Full, true, count).steps.back().saved) << name;
+  }
+  saved.push_back(full);
+  for (size_t i = 1; i < saved.size(); ++i) EXPECT_GT(saved[i - 1], saved[i]) << i;
+}
+
 TEST(GPT2Recompute, SetRankRecomputeTakesTheRanksFirstBlocks) {
   Generator g(1);
   auto model = GPT2::random(odd_config(), g);
@@ -161,6 +189,13 @@ TEST(GPT2Recompute, SetRankRecomputeTakesTheRanksFirstBlocks) {
   EXPECT_EQ(model->blocks[2]->recompute(), Recompute::Full);
   set_rank_recompute(*model, Recompute::Selective, nn::kAllBlocks, {});
   for (auto& block : model->blocks) EXPECT_EQ(block->recompute(), Recompute::Selective);
+  // The others take the rest's mode: blocks this rank does not run too (they never run).
+  set_rank_recompute(*model, Recompute::Full, 1, {2, 0}, Recompute::Selective);
+  EXPECT_EQ(model->blocks[0]->recompute(), Recompute::Selective);
+  EXPECT_EQ(model->blocks[2]->recompute(), Recompute::Full);
+  // A count of every block leaves no block to the rest.
+  set_rank_recompute(*model, Recompute::Full, nn::kAllBlocks, {}, Recompute::Selective);
+  for (auto& block : model->blocks) EXPECT_EQ(block->recompute(), Recompute::Full);
   try {
     set_rank_recompute(*model, Recompute::Full, 3, {1, 2});
     FAIL() << "three blocks of two were taken";

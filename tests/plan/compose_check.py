@@ -63,6 +63,9 @@ def main():
     cases.append((gpt, 2, "1f1b", 3, "full:2,selective:1", "fp32", []))
     cases.append((gpt, 3, "interleaved:2", 6, "full:2,selective:1,none", "bf16", []))
     cases.append((gpt, 2, "gpipe", 2, "selective:3", "fp32", []))
+    # And the other blocks under another mode: a stage past the count takes it on every block.
+    cases.append((gpt, 2, "1f1b", 3, "full:1+selective", "fp32", []))
+    cases.append((gpt, 3, "interleaved:2", 6, "full:1+selective,selective:1+full,none", "bf16", []))
 
     worst_exact = worst_step = 0.0
     zero3_low, zero3_high = 1.0, 0.0  # the bounded cases' ratios

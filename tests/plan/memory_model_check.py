@@ -65,6 +65,9 @@ LAYOUTS = [
     (2, 1, "full:1", "fp32", 3),
     (1, 0, "full:1,none", "fp32", 2, 1, 2, "1f1b", 4),
     (1, 0, "selective:1", "fp32", 2, 1, 2, "interleaved", 4),
+    # A stronger mode on the first blocks, a weaker one on the others ("full:1+selective").
+    (1, 0, "full:1+selective", "fp32", 3),
+    (1, 0, "full:1+selective,selective", "bf16", 2, 1, 2, "1f1b", 4),
     # ZeRO-2 and ZeRO-3 by the runtime's own code on meta, with accumulation, tp and pp. Before
     # the runtime freed gradient buffers at fixed points their peak moved by up to a whole buffer
     # from run to run (ZeRO-2, one bucket, full recompute: -15.9% and +15.9% of the same

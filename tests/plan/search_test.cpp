@@ -567,7 +567,8 @@ TEST(PlanSearch, ARankRecomputesOnlyTheBlocksItsMemoryNeeds) {
   const SearchResult res = search_plans(*config, cluster, req);
   int rows = 0;
   for (const PlanResult& r : res.ranked) {
-    if (r.layout.recompute_blocks.empty()) continue;
+    // Rows with another mode on the other blocks: StrongerModeOnTheFirstBlocksWeakerOnTheRest.
+    if (r.layout.recompute_blocks.empty() || !r.layout.recompute_rest.empty()) continue;
     ++rows;
     const auto& modes = by_mode.at(r.layout.micro_batch);
     // The least mode that fits on every block.
@@ -657,6 +658,79 @@ TEST(PlanSearch, ARankRecomputesOnlyTheBlocksItsMemoryNeeds) {
   l.recompute_blocks = {1, 2};
   EXPECT_NE(model_coverage(l).find("2 block counts for 1 modes"), std::string::npos)
       << model_coverage(l);
+}
+
+// Where selective recomputation on every block does not fit and full does, the search also ranks
+// full on the fewest of the first blocks with selective on the others (train.recompute =
+// "full:2+selective"): that count fits and one fewer does not (0: selective everywhere), it needs
+// no more fully recomputed blocks than the count without selective on the rest, is no slower than
+// full on every block, predict_layout gives its figures, memory_layout hands the rest on and the
+// flags carry it.
+TEST(PlanSearch, StrongerModeOnTheFirstBlocksWeakerOnTheRest) {
+  const auto config = tiny_gpt2();  // 4 blocks
+  SearchRequest req = request(1);
+  const SearchResult roomy = search_plans(*config, node(int64_t(1) << 40, 1), req);
+  std::map<int64_t, std::map<nn::Recompute, const PlanResult*>> by_mode;
+  for (const PlanResult& r : roomy.ranked) by_mode[r.layout.micro_batch][r.layout.recompute] = &r;
+  // Just below the largest micro-batch's peak under selective recomputation.
+  const int64_t largest = by_mode.rbegin()->first;
+  const auto& modes = by_mode[largest];
+  const double memory = modes.at(nn::Recompute::Selective)->memory.peak() - 1;
+  ASSERT_LT(modes.at(nn::Recompute::Full)->memory.peak(), memory);
+  const Cluster cluster = node(int64_t(memory), 1);
+  req.block_recompute = true;
+  const SearchResult res = search_plans(*config, cluster, req);
+  const PlanResult* rest = nullptr;
+  const PlanResult* alone = nullptr;
+  for (const PlanResult& r : res.ranked) {
+    if (r.layout.micro_batch != largest || r.layout.recompute_blocks.empty()) continue;
+    (r.layout.recompute_rest.empty() ? alone : rest) = &r;
+  }
+  ASSERT_NE(rest, nullptr);
+  ASSERT_NE(alone, nullptr);
+  const Layout& l = rest->layout;
+  ASSERT_EQ(l.recompute_blocks.size(), 1u);
+  ASSERT_EQ(l.recompute_rest.size(), 1u);
+  EXPECT_EQ(l.recompute, nn::Recompute::Full);
+  EXPECT_EQ(l.recompute_rest[0], nn::Recompute::Selective);
+  const int64_t n = l.recompute_blocks[0];
+  std::cout << l.str() << ": " << rest->memory.peak() << " bytes of " << memory << ", "
+            << rest->step_seconds << " s; " << alone->layout.str() << ": " << alone->step_seconds
+            << " s; full: " << modes.at(nn::Recompute::Full)->step_seconds << " s\n";
+  EXPECT_GE(n, 1);
+  EXPECT_LT(n, 4);
+  EXPECT_LE(n, alone->layout.recompute_blocks[0]);
+  EXPECT_LE(rest->memory.peak(), memory);
+  const std::string spec = "full:" + std::to_string(n) + "+selective";
+  EXPECT_EQ(l.recompute_spec(), spec);
+  const std::vector<std::string> args = l.train_args();
+  EXPECT_NE(std::find(args.begin(), args.end(), "train.recompute=" + spec), args.end());
+  const MemoryLayout m = memory_layout(l, req);
+  EXPECT_EQ(m.recompute_blocks, n);
+  EXPECT_EQ(m.recompute_rest, nn::Recompute::Selective);
+  const PlanResult again = predict_layout(*config, cluster, req, l);
+  EXPECT_DOUBLE_EQ(again.step_seconds, rest->step_seconds);
+  EXPECT_DOUBLE_EQ(again.memory.peak(), rest->memory.peak());
+  Layout fewer = l;
+  if (n > 1) {
+    fewer.recompute_blocks = {n - 1};
+  } else {
+    fewer.recompute = nn::Recompute::Selective;
+    fewer.recompute_blocks.clear();
+    fewer.recompute_rest.clear();
+  }
+  EXPECT_GT(predict_layout(*config, cluster, req, fewer).memory.peak(), memory) << fewer.str();
+  EXPECT_LE(rest->step_seconds, modes.at(nn::Recompute::Full)->step_seconds);
+  // Without selective among the searched modes, no such row.
+  req.recompute = {nn::Recompute::None, nn::Recompute::Full};
+  for (const PlanResult& r : search_plans(*config, cluster, req).ranked)
+    EXPECT_TRUE(r.layout.recompute_rest.empty()) << r.layout.str();
+  // A rest for each of two counts where one is given is not a layout the models predict.
+  Layout two = l;
+  two.recompute_rest = {nn::Recompute::Selective, nn::Recompute::Selective};
+  EXPECT_NE(model_coverage(two).find("2 modes of the other blocks for 1 block counts"),
+            std::string::npos)
+      << model_coverage(two);
 }
 
 // Tensor-parallel plan files are searched beside the family's built-in plan: every tp layout once

@@ -9,7 +9,8 @@ and 2; and stages cut unevenly by parallel.pipeline_split (one block on the firs
 the last; the head alone on the last; an interleaved 2,1,1,2), which the run's pipeline line must
 show. A mode of train.recompute per pipeline rank (full, selective, none, none over pp 4 1F1B;
 selective, full over interleaved), and one on a rank's first blocks only (full:1 and selective:1
-over 1F1B, full:2 and selective:1 over interleaved), gives bitwise the losses and parameters of
+over 1F1B, full:2 and selective:1 over interleaved; full:1+selective and selective:2+full, another
+mode on the others, over interleaved), gives bitwise the losses and parameters of
 the same layout without recomputation, with HFU above MFU in its records; a list of the wrong
 length, or a count above the rank's blocks, is refused at start. A pp=2 x dp=2
 checkpoint resumed on one rank continues the same trajectory. Dropout is on
@@ -87,8 +88,12 @@ def main():
             # Finer than a rank: a mode on the rank's first blocks only (mode:N), across the
             # interleaved rank's two stages (rank 0 runs blocks 0, 1 and 3; rank 1 2, 4 and 5).
             (4, "1f1b", 3, "full:1,selective:1*2,none", "pp4_dp1_1f1b_m3_zero0"),
-            (2, "interleaved:2", 8, "full:2,selective:1", "pp2_dp1_interleaved2_m8_zero0_split2112")]:
-        tag = modes.replace(',', '_').replace(':', 'x').replace('*', 'r')
+            (2, "interleaved:2", 8, "full:2,selective:1", "pp2_dp1_interleaved2_m8_zero0_split2112"),
+            # And another mode on the rank's other blocks (mode:N+rest): rank 0 full on block 0,
+            # selective on 1 and 3; rank 1 selective on 2 and 4, full on 5.
+            (2, "interleaved:2", 8, "full:1+selective,selective:2+full",
+             "pp2_dp1_interleaved2_m8_zero0_split2112")]:
+        tag = modes.replace(',', '_').replace(':', 'x').replace('*', 'r').replace('+', 'p')
         d = os.path.join(work, f"pp{pp}_{schedule.replace(':', '')}_recompute_{tag}")
         extra = ["--set", "parallel.pipeline_split=2,1,1,2"] if pp == 2 else []
         run(mpi + ["-np", str(pp), tessel] + common +

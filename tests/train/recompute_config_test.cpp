@@ -85,6 +85,44 @@ TEST(RecomputeConfig, ACountOfTheRanksFirstBlocks) {
   }
 }
 
+// A stronger mode on a rank's first blocks and another on the rest ("full:3+selective"): parsed
+// beside the count, named back, handed to each rank; a rest without a count, or the entry's own
+// mode, or an unknown one, named.
+TEST(RecomputeConfig, AModeForTheRanksOtherBlocks) {
+  const TrainConfig c =
+      TrainConfig::parse("", {"train.recompute=full:3+selective,selective:1+full*2,full:2+none"});
+  const std::string& spec = c.train.recompute;
+  const std::vector<Recompute> modes = nn::parse_recompute_list(spec);
+  const std::vector<int64_t> blocks = nn::parse_recompute_blocks(spec);
+  const std::vector<Recompute> rests = nn::parse_recompute_rest(spec);
+  EXPECT_EQ(modes, (std::vector<Recompute>{Recompute::Full, Recompute::Selective,
+                                           Recompute::Selective, Recompute::Full}));
+  EXPECT_EQ(blocks, (std::vector<int64_t>{3, 1, 1, 2}));
+  EXPECT_EQ(rests, (std::vector<Recompute>{Recompute::Selective, Recompute::Full, Recompute::Full,
+                                           Recompute::None}));
+  EXPECT_EQ(nn::recompute_list_name(modes, blocks, rests),
+            "full:3+selective,selective:1+full*2,full:2");
+  EXPECT_EQ(nn::recompute_list_name(modes, blocks), "full:3,selective:1*2,full:2");
+  for (int r = 0; r < 4; ++r) {
+    const nn::RankRecompute rc = nn::rank_recompute(spec, r, 4);
+    EXPECT_EQ(rc.mode, modes[size_t(r)]) << r;
+    EXPECT_EQ(rc.blocks, blocks[size_t(r)]) << r;
+    EXPECT_EQ(rc.rest, rests[size_t(r)]) << r;
+  }
+  const nn::RankRecompute one = nn::rank_recompute("full:2+selective", 3, 4);
+  EXPECT_EQ(one.mode, Recompute::Full);
+  EXPECT_EQ(one.blocks, 2);
+  EXPECT_EQ(one.rest, Recompute::Selective);
+  EXPECT_EQ(nn::parse_recompute_rest("full"), (std::vector<Recompute>{Recompute::None}));
+  EXPECT_THROW((void)nn::rank_recompute(spec, 0, 3), Error);
+  for (const std::string bad :
+       {"full+selective", "full:2+full", "full:2+", "full:2+partial", "selective:1+selective"}) {
+    const std::string e = error_of("", {"train.recompute=\"" + bad + "\""});
+    EXPECT_NE(e.find("train.recompute"), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find("after '+'"), std::string::npos) << bad << ": " << e;
+  }
+}
+
 // One mode per pipeline rank: parsed, named back, and handed to each rank by its index.
 TEST(RecomputeConfig, AModePerPipelineRank) {
   const TrainConfig c = TrainConfig::parse("", {"train.recompute=full,selective,none"});

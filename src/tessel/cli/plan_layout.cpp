@@ -272,8 +272,10 @@ DType precision_dtype(const std::string& precision) {
 }
 
 void set_rank_recompute(plan::MemoryLayout& layout, const std::string& spec, int r, int pp) {
-  layout.recompute = nn::recompute_of_rank(nn::parse_recompute_list(spec), r, pp);
-  layout.recompute_blocks = nn::recompute_blocks_of_rank(nn::parse_recompute_blocks(spec), r, pp);
+  const nn::RankRecompute rc = nn::rank_recompute(spec, r, pp);
+  layout.recompute = rc.mode;
+  layout.recompute_blocks = rc.blocks;
+  layout.recompute_rest = rc.rest;
 }
 
 RankTraces trace_ranks(const models::ModelConfig& config, const plan::MemoryLayout& layout,

@@ -227,7 +227,8 @@ void add_plan_memory_command(CLI::App& plan) {
       ->capture_default_str();
   cmd->add_option("--recompute", args->recompute,
                   "none, selective or full; or one per pipeline rank, e.g. full,none; "
-                  "full:3 recomputes a rank's first three blocks only (as train.recompute)")
+                  "full:3 recomputes a rank's first three blocks only, full:3+selective the "
+                  "others selectively (as train.recompute)")
       ->capture_default_str();
   cmd->add_option("--precision", args->precision, "fp32, or bf16 / fp16 over f32 master weights")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))

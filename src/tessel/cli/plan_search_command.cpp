@@ -378,7 +378,7 @@ plan::Layout train_layout_of(const train::TrainConfig& c, int dp, int tp, int pp
   if (tp > 1) l.tp_plan = c.parallel.tp_plan;
   l.zero_stage = int(c.parallel.zero_stage);
   // One mode, or one per pipeline rank (Layout::rank_recompute), each perhaps on its rank's first
-  // blocks only (Layout::recompute_blocks).
+  // blocks only (Layout::recompute_blocks), the others perhaps with another (recompute_rest).
   const std::vector<nn::Recompute> modes = nn::parse_recompute_list(c.train.recompute);
   if (modes.size() == 1) {
     l.recompute = modes[0];
@@ -386,8 +386,12 @@ plan::Layout train_layout_of(const train::TrainConfig& c, int dp, int tp, int pp
     l.rank_recompute = modes;
   }
   const std::vector<int64_t> counts = nn::parse_recompute_blocks(c.train.recompute);
+  const std::vector<nn::Recompute> rests = nn::parse_recompute_rest(c.train.recompute);
   if (std::any_of(counts.begin(), counts.end(), [](int64_t n) { return n != nn::kAllBlocks; }))
     l.recompute_blocks = counts;
+  if (std::any_of(rests.begin(), rests.end(),
+                  [](nn::Recompute m) { return m != nn::Recompute::None; }))
+    l.recompute_rest = rests;
   l.micro_batch = c.train.micro_batch;
   l.grad_accum = c.train.grad_accum;
   if (pp > 1) {
@@ -461,7 +465,8 @@ void add_search_options(CLI::App* cmd, const std::shared_ptr<SearchArgs>& args, 
       ->capture_default_str();
   cmd->add_option("--block-recompute", args->block_recompute,
                   "Also a rank's mode on only as many of its first blocks as its memory needs "
-                  "(train.recompute = \"full:3\"): on or off")
+                  "(train.recompute = \"full:3\"), and full on as few with the others "
+                  "selective (\"full:2+selective\"): on or off")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   add_attention_option(cmd, args->attention);

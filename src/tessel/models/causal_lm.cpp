@@ -34,7 +34,7 @@ TensorParallelSpec inference_tensor_parallel(const ModelConfig& config, int tp) 
 }
 
 void set_rank_recompute(CausalLM& model, nn::Recompute mode, int64_t count,
-                        const std::vector<int64_t>& blocks) {
+                        const std::vector<int64_t>& blocks, nn::Recompute rest) {
   if (count == nn::kAllBlocks) {
     model.set_recompute(mode);
     return;
@@ -42,7 +42,7 @@ void set_rank_recompute(CausalLM& model, nn::Recompute mode, int64_t count,
   TESSEL_CHECK(count >= 0 && count <= int64_t(blocks.size()), "recompute ",
                nn::recompute_name(mode), ":", count, " names more blocks than the ", blocks.size(),
                " this rank runs");
-  model.set_recompute(nn::Recompute::None);
+  model.set_recompute(rest);
   for (int64_t i = 0; i < count; ++i) model.set_block_recompute(blocks[size_t(i)], mode);
 }
 

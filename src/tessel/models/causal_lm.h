@@ -106,10 +106,12 @@ using ConfigPtr = std::shared_ptr<const ModelConfig>;
 
 class CausalLM;
 // One rank's recomputation (train.recompute's entry, nn/recompute.h): `mode` on the first `count`
-// of `blocks` (the block indices the rank runs, in forward order) and none on every other block,
-// or with count nn::kAllBlocks `mode` on every block. An Error when count exceeds blocks.size().
+// of `blocks` (the block indices the rank runs, in forward order) and `rest` on every other
+// block, or with count nn::kAllBlocks `mode` on every block. An Error when count exceeds
+// blocks.size().
 void set_rank_recompute(CausalLM& model, nn::Recompute mode, int64_t count,
-                        const std::vector<int64_t>& blocks);
+                        const std::vector<int64_t>& blocks,
+                        nn::Recompute rest = nn::Recompute::None);
 
 // What one mixture-of-experts layer routed in the model's last forward: its block index and the
 // layer's statistics (tokens per expert, dropped pairs, the auxiliary losses).

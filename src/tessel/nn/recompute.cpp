@@ -53,10 +53,12 @@ std::optional<int64_t> count_of(std::string_view text, int64_t most) {
 struct Entry {
   Recompute mode = Recompute::None;
   int64_t blocks = kAllBlocks;
+  Recompute rest = Recompute::None;
 };
 
-// An entry is `mode[:N][*R]`: the mode, the first N of the rank's blocks it applies to, and R
-// consecutive ranks of it ("selective*8,none*8": a pp 16 layout's list without sixteen entries).
+// An entry is `mode[:N[+rest]][*R]`: the mode, the first N of the rank's blocks it applies to,
+// the mode of the rank's other blocks, and R consecutive ranks of it ("selective*8,none*8": a
+// pp 16 layout's list without sixteen entries).
 std::vector<Entry> parse_entries(std::string_view spec) {
   constexpr int kMaxRepeat = 1 << 16;      // far above any pipeline's ranks
   constexpr int64_t kMaxBlocks = 999'999;  // far above any model's blocks
@@ -67,7 +69,9 @@ std::vector<Entry> parse_entries(std::string_view spec) {
     const std::string_view item = spec.substr(
         begin, comma == std::string_view::npos ? std::string_view::npos : comma - begin);
     const size_t star = item.find('*');
-    const std::string_view head = item.substr(0, star);
+    const std::string_view with_rest = item.substr(0, star);
+    const size_t plus = with_rest.find('+');
+    const std::string_view head = with_rest.substr(0, plus);
     const size_t colon = head.find(':');
     const std::string_view name = head.substr(0, colon);
     const std::optional<Recompute> m = mode_named(name);
@@ -81,6 +85,18 @@ std::vector<Entry> parse_entries(std::string_view spec) {
                    "recompute, a whole number from 1 to ", kMaxBlocks,
                    ", after selective or full only");
       e.blocks = *n;
+    }
+    if (plus != std::string_view::npos) {
+      const std::string_view rest = with_rest.substr(plus + 1);
+      const std::optional<Recompute> r = mode_named(rest);
+      TESSEL_CHECK(r, "recompute entry \"", item, "\" (entry ", entry, " of \"", spec,
+                   "\"): the mode after '+' (the rank's other blocks) \"", rest,
+                   "\" is not one of none, selective, full");
+      TESSEL_CHECK(colon != std::string_view::npos && *r != *m, "recompute entry \"", item,
+                   "\" (entry ", entry, " of \"", spec, "\"): the mode after '+' (\"", rest,
+                   "\") is the mode of the rank's blocks after the first N: it needs a count ",
+                   "(mode:N+rest) and a mode other than the entry's own, ", name);
+      e.rest = *r;
     }
     int64_t repeat = 1;
     if (star != std::string_view::npos) {
@@ -110,24 +126,42 @@ std::vector<int64_t> parse_recompute_blocks(std::string_view spec) {
   return out;
 }
 
+std::vector<Recompute> parse_recompute_rest(std::string_view spec) {
+  std::vector<Recompute> out;
+  for (const Entry& e : parse_entries(spec)) out.push_back(e.rest);
+  return out;
+}
+
 std::string recompute_list_name(const std::vector<Recompute>& modes) {
-  return recompute_list_name(modes, {});
+  return recompute_list_name(modes, {}, {});
+}
+
+std::string recompute_list_name(const std::vector<Recompute>& modes,
+                                const std::vector<int64_t>& blocks) {
+  return recompute_list_name(modes, blocks, {});
 }
 
 // Runs of one entry as `mode*N`, so a long pipeline's list stays short.
 std::string recompute_list_name(const std::vector<Recompute>& modes,
-                                const std::vector<int64_t>& blocks) {
-  TESSEL_CHECK(blocks.empty() || blocks.size() == modes.size(),
-               "recompute_list_name: ", blocks.size(), " block counts for ", modes.size(),
-               " modes");
+                                const std::vector<int64_t>& blocks,
+                                const std::vector<Recompute>& rests) {
+  TESSEL_CHECK((blocks.empty() || blocks.size() == modes.size()) &&
+                   (rests.empty() || rests.size() == modes.size()),
+               "recompute_list_name: ", blocks.size(), " block counts and ", rests.size(),
+               " rests for ", modes.size(), " modes");
   auto count = [&](size_t i) { return blocks.empty() ? kAllBlocks : blocks[i]; };
+  auto rest = [&](size_t i) {
+    return rests.empty() || count(i) == kAllBlocks ? Recompute::None : rests[i];
+  };
   std::string out;
   for (size_t i = 0; i < modes.size();) {
     size_t run = 1;
-    while (i + run < modes.size() && modes[i + run] == modes[i] && count(i + run) == count(i))
+    while (i + run < modes.size() && modes[i + run] == modes[i] && count(i + run) == count(i) &&
+           rest(i + run) == rest(i))
       ++run;
     out += (out.empty() ? "" : ",") + std::string(recompute_name(modes[i]));
     if (count(i) != kAllBlocks) out += ":" + std::to_string(count(i));
+    if (rest(i) != Recompute::None) out += "+" + std::string(recompute_name(rest(i)));
     if (run > 1) out += "*" + std::to_string(run);
     i += run;
   }
@@ -139,6 +173,15 @@ int64_t recompute_blocks_of_rank(const std::vector<int64_t>& blocks, int rank, i
                " entries for --pp ", ranks, ": give one mode, or one per pipeline rank");
   TESSEL_CHECK(rank >= 0 && rank < ranks, "recompute_blocks_of_rank: rank ", rank, " of ", ranks);
   return blocks.size() == 1 ? blocks[0] : blocks[size_t(rank)];
+}
+
+RankRecompute rank_recompute(std::string_view spec, int rank, int ranks) {
+  const std::vector<Entry> entries = parse_entries(spec);
+  std::vector<Recompute> modes;
+  for (const Entry& e : entries) modes.push_back(e.mode);
+  (void)recompute_of_rank(modes, rank, ranks);  // the list's length and the rank checked
+  const Entry& e = entries.size() == 1 ? entries[0] : entries[size_t(rank)];
+  return {e.mode, e.blocks, e.rest};
 }
 
 Recompute recompute_of_rank(const std::vector<Recompute>& modes, int rank, int ranks) {

@@ -98,6 +98,7 @@ TraceOptions trace_options(const models::ModelConfig& config, const MemoryLayout
   options.seq = layout.seq;
   options.recompute = layout.recompute;
   options.recompute_blocks = layout.recompute_blocks;
+  options.recompute_rest = layout.recompute_rest;
   options.compute_dtype = layout.compute_dtype;
   // In the buckets, or in ZeRO-2/3's full buffers; or in offload's chunks.
   options.gradients_held = layout.dp > 1 || layout.gradients_held;
@@ -249,7 +250,7 @@ MemoryEstimate with_step(const models::ModelConfig& config, const MemoryLayout& 
   }
   m.saved_activation_bytes = saved_bytes;
   const int64_t seq = layout.seq > 0 ? layout.seq : config.max_positions();
-  // Under `mode:N` N blocks keep the mode's bytes and the others all of theirs.
+  // Under `mode:N+rest` N blocks keep the mode's bytes and the others the rest's.
   const auto layer = [&](nn::Recompute mode) {
     return korthikanti_layer_bytes(seq, layout.micro_batch, config.hidden_size(),
                                    config.num_heads(), mode);
@@ -258,8 +259,10 @@ MemoryEstimate with_step(const models::ModelConfig& config, const MemoryLayout& 
   const double recomputed = layout.recompute_blocks == nn::kAllBlocks
                                 ? blocks
                                 : std::min(blocks, double(layout.recompute_blocks));
-  m.korthikanti_bytes =
-      recomputed * layer(layout.recompute) + (blocks - recomputed) * layer(nn::Recompute::None);
+  m.korthikanti_bytes = recomputed * layer(layout.recompute) +
+                        (blocks - recomputed) * layer(layout.recompute_blocks == nn::kAllBlocks
+                                                          ? nn::Recompute::None
+                                                          : layout.recompute_rest);
   return m;
 }
 

@@ -36,6 +36,8 @@ struct MemoryLayout {
   // `recompute` on the first N of the rank's blocks only (train.recompute's `mode:N`; under a
   // pipeline the rank's blocks in forward order); nn::kAllBlocks: on every block.
   int64_t recompute_blocks = nn::kAllBlocks;
+  // The mode of the rank's other blocks under `mode:N+rest` (read only with a count).
+  nn::Recompute recompute_rest = nn::Recompute::None;
   DType compute_dtype = DType::F32;          // f32, or bf16 / f16 autocast over f32 master weights
   int64_t bucket_bytes = int64_t(25) << 20;  // gradient bucket cap (parallel.bucket_mb)
   // Tensor parallelism: the runtime's transform of the model and its vocab-parallel loss, which

@@ -57,7 +57,8 @@ StageTrace trace_stage(const Cluster* cluster, const models::ModelConfig& config
   std::shared_ptr<models::CausalLM> model = config.build_empty();
   if (options.transform) options.transform(*model);
   models::set_rank_recompute(*model, options.recompute, options.recompute_blocks,
-                             blocks_of_layers(model->num_layers(), begin, end));
+                             blocks_of_layers(model->num_layers(), begin, end),
+                             options.recompute_rest);
   model->train(options.dropout);
   const int64_t blocks = model->num_layers();
   TESSEL_CHECK(begin >= 0 && begin < end && end <= blocks + 2, "stage trace: layers [", begin, ", ",
@@ -197,8 +198,9 @@ const StageTrace& StageTraces::get(const MemoryLayout& m, int64_t begin, int64_t
   const int64_t layers = config_.num_layers() + 2;
   std::string key = std::to_string(m.micro_batch) + "/" + std::to_string(m.seq) + "/" +
                     std::to_string(int(m.recompute)) + ":" + std::to_string(m.recompute_blocks) +
-                    "/" + std::string(dtype_name(m.compute_dtype)) + "/" + std::to_string(m.tp) +
-                    "/" + std::to_string(m.message_seq) + "/" +
+                    "+" + std::to_string(int(m.recompute_rest)) + "/" +
+                    std::string(dtype_name(m.compute_dtype)) + "/" + std::to_string(m.tp) + "/" +
+                    std::to_string(m.message_seq) + "/" +
                     std::to_string(m.dp > 1 || m.gradients_held) + "/" + m.tp_plan;
   if (m.dp > 1 && m.zero_stage >= 2 && m.dp_transform)
     key += "/zero" + std::to_string(m.zero_stage) + "/" + std::to_string(m.dp);
@@ -220,7 +222,8 @@ ComposedRank compose_pipeline_rank(StageTraces& stages, const models::ModelConfi
   ComposedRank out;
   std::vector<const StageTrace*> trace(size_t(pr.num_stages()), nullptr);
   double released_at_end = 0, finish_peak = 0, tied = 0, largest_unit = 0;
-  // `mode:N` over the rank's blocks: each stage recomputes its share of the first N, in order.
+  // `mode:N+rest` over the rank's blocks: each stage recomputes its share of the first N, in
+  // order, with `mode`, and its other blocks with `rest`.
   int64_t recompute_left = layout.recompute_blocks;
   for (int s = 0; s <= last_stage; ++s) {
     if (pr.owner(s) != pr.rank) continue;
@@ -230,9 +233,10 @@ ComposedRank compose_pipeline_rank(StageTraces& stages, const models::ModelConfi
       const int64_t blocks = int64_t(blocks_of_layers(config.num_layers(), begin, end).size());
       const int64_t n = std::min(blocks, recompute_left);
       recompute_left -= n;
-      // The same trace as a stage without the count, or without recomputation.
+      // The same trace as a stage without the count, or with the rest's mode on every block.
       stage_layout.recompute_blocks = n == blocks || n == 0 ? nn::kAllBlocks : n;
-      if (n == 0) stage_layout.recompute = nn::Recompute::None;
+      if (n == 0) stage_layout.recompute = layout.recompute_rest;
+      if (n == 0 || n == blocks) stage_layout.recompute_rest = nn::Recompute::None;
     }
     const StageTrace& t = stages.get(stage_layout, begin, end);
     trace[size_t(s)] = &t;

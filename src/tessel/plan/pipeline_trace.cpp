@@ -130,7 +130,7 @@ Graph trace_pipeline_rank(const models::ModelConfig& config, const TraceOptions&
   std::shared_ptr<models::CausalLM> model = config.build_empty();
   if (options.transform) options.transform(*model);
   models::set_rank_recompute(*model, options.recompute, options.recompute_blocks,
-                             rank_blocks(pr, model->num_layers()));
+                             rank_blocks(pr, model->num_layers()), options.recompute_rest);
   model->train(options.dropout);
   const int64_t blocks = model->num_layers();
   const int last_stage = pr.num_stages() - 1;

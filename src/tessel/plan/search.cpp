@@ -187,13 +187,18 @@ int64_t rank_block_count(const models::ModelConfig& config, const SearchRequest&
 }
 
 // `l` with `modes` per rank (one under pp 1), each on the first `counts[r]` of the rank's
-// `blocks[r]` blocks.
+// `blocks[r]` blocks and `rests[r]` on its others.
 Layout with_block_recompute(Layout l, const std::vector<nn::Recompute>& modes,
-                            const std::vector<int64_t>& counts,
-                            const std::vector<int64_t>& blocks) {
+                            const std::vector<int64_t>& counts, const std::vector<int64_t>& blocks,
+                            const std::vector<nn::Recompute>& rests) {
   std::vector<int64_t> n(counts.size());
-  for (size_t r = 0; r < counts.size(); ++r)
+  std::vector<nn::Recompute> rest(counts.size(), nn::Recompute::None);
+  bool any_rest = false;
+  for (size_t r = 0; r < counts.size(); ++r) {
     n[r] = modes[r] == nn::Recompute::None || counts[r] >= blocks[r] ? nn::kAllBlocks : counts[r];
+    if (n[r] != nn::kAllBlocks) rest[r] = rests[r];
+    any_rest = any_rest || rest[r] != nn::Recompute::None;
+  }
   if (l.pp == 1) {
     l.recompute = modes[0];
     l.rank_recompute.clear();
@@ -201,22 +206,32 @@ Layout with_block_recompute(Layout l, const std::vector<nn::Recompute>& modes,
     l.rank_recompute = modes;
   }
   l.recompute_blocks = n;
+  l.recompute_rest.clear();
+  if (any_rest) l.recompute_rest = rest;
   return l;
 }
 
 // SearchRequest::block_recompute for `l`, whose modes were predicted on every rank with the
 // ranks' peaks `peaks`: each rank's least mode that fits, on the fewest of its first blocks that
-// fit (bisection between a count that does not fit, 0 being the rank without recomputation, and
-// one that does, every rank at once); nullopt when some rank fits under no mode, or when no rank
-// can leave a block out.
+// fit, the others taking `rest` where the mode is stronger than it (none otherwise): bisection
+// between a count that does not fit (0 is the rank with `rest` or none on every block, weaker
+// than its least mode that fits) and one that does, every rank at once. nullopt when some rank
+// fits under no mode, when no rank can leave a block out, or with a `rest` no rank is stronger
+// than.
 std::optional<PlanResult> fewest_recomputed_blocks(
     const models::ModelConfig& config, const Cluster& cluster, const SearchRequest& request,
     const Layout& l, const std::map<nn::Recompute, std::vector<double>>& peaks, double memory,
-    Kept& kept) {
+    Kept& kept, nn::Recompute rest) {
   const int pp = l.pp;
   const std::vector<nn::Recompute> modes = least_fitting_modes(peaks, pp, memory);
   if (modes.empty()) return std::nullopt;
   const size_t n = size_t(pp);
+  std::vector<nn::Recompute> rests(n, nn::Recompute::None);
+  for (size_t r = 0; r < n; ++r)
+    if (modes[r] > rest) rests[r] = rest;
+  if (rest != nn::Recompute::None &&
+      std::none_of(rests.begin(), rests.end(), [&](nn::Recompute m) { return m == rest; }))
+    return std::nullopt;
   std::vector<int64_t> blocks(n, 0), lo(n, 0), hi(n, 0);
   for (int r = 0; r < pp; ++r) {
     blocks[size_t(r)] = hi[size_t(r)] = rank_block_count(config, request, l, r);
@@ -230,18 +245,22 @@ std::optional<PlanResult> fewest_recomputed_blocks(
       counts[r] = hi[r] - lo[r] > 1 ? (lo[r] + hi[r]) / 2 : hi[r];
     }
     if (!open) break;
-    const PlanResult probe = predict_traced(config, cluster, request,
-                                            with_block_recompute(l, modes, counts, blocks), kept);
+    const PlanResult probe = predict_traced(
+        config, cluster, request, with_block_recompute(l, modes, counts, blocks, rests), kept);
     const std::vector<double> rank_peaks =
         pp == 1 ? std::vector<double>{probe.memory.peak()} : probe.rank_peaks;
     for (size_t r = 0; r < size_t(pp); ++r)
       if (hi[r] - lo[r] > 1) (rank_peaks.at(r) <= memory ? hi[r] : lo[r]) = counts[r];
   }
+  // With a rest, only a rank that gives some blocks the rest makes a layout the search without
+  // one does not meet.
   bool fewer = false;
   for (size_t r = 0; r < size_t(pp); ++r)
-    fewer = fewer || (modes[r] != nn::Recompute::None && hi[r] < blocks[r]);
+    fewer = fewer || (modes[r] != nn::Recompute::None && hi[r] < blocks[r] &&
+                      (rest == nn::Recompute::None || rests[r] == rest));
   if (!fewer) return std::nullopt;
-  return predict_traced(config, cluster, request, with_block_recompute(l, modes, hi, blocks), kept);
+  return predict_traced(config, cluster, request, with_block_recompute(l, modes, hi, blocks, rests),
+                        kept);
 }
 
 SearchRequest resolved(const models::ModelConfig& config, const Cluster& description,
@@ -320,6 +339,7 @@ class DpSplits {
     one.schedule.clear();
     one.pipeline_split.clear();
     one.recompute_blocks.clear();
+    one.recompute_rest.clear();
     one.tp_plan.clear();
     // A pipeline rank casts its stages' weights to 16 bits and their gradients back once a step
     // (one autocast scope spans the schedule), a rank without one once a micro-batch: the casts,
@@ -398,7 +418,9 @@ std::string Layout::recompute_spec() const {
   const std::vector<nn::Recompute> modes =
       rank_recompute.empty() ? std::vector<nn::Recompute>{recompute} : rank_recompute;
   if (recompute_blocks.size() != modes.size()) return nn::recompute_list_name(modes);
-  return nn::recompute_list_name(modes, recompute_blocks);
+  if (recompute_rest.size() != modes.size())
+    return nn::recompute_list_name(modes, recompute_blocks);
+  return nn::recompute_list_name(modes, recompute_blocks, recompute_rest);
 }
 
 std::string model_coverage(const Layout& layout) {
@@ -413,6 +435,11 @@ std::string model_coverage(const Layout& layout) {
            std::to_string(layout.recompute_blocks.size()) + " block counts for " +
            std::to_string(layout.rank_recompute.empty() ? 1 : layout.rank_recompute.size()) +
            " modes";
+  if (!layout.recompute_rest.empty() &&
+      layout.recompute_rest.size() != std::max<size_t>(1, layout.recompute_blocks.size()))
+    return "recompute " + layout.recompute_spec() + ": " +
+           std::to_string(layout.recompute_rest.size()) + " modes of the other blocks for " +
+           std::to_string(layout.recompute_blocks.size()) + " block counts";
   if (layout.sp && layout.tp < 2)
     return "sequence parallelism splits the sequence over the tp ranks: it needs tp > 1";
   if (layout.pp > 1 && layout.schedule != "gpipe" && layout.schedule != "1f1b" &&
@@ -430,6 +457,7 @@ MemoryLayout memory_layout(const Layout& layout, const SearchRequest& request, i
   m.grad_accum = layout.grad_accum;
   m.recompute = layout.recompute_of(pp_rank);
   m.recompute_blocks = layout.recompute_blocks_of(pp_rank);
+  m.recompute_rest = layout.recompute_rest_of(pp_rank);
   m.compute_dtype = request.compute_dtype;
   m.bucket_bytes = request.bucket_bytes;
   m.unfused_attention = request.unfused_attention;
@@ -692,10 +720,13 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
                   // is predicted on it first, where some rank needs recomputation there).
                   const auto finer = [&](const Layout& cut, const PeaksByMode& by_mode) {
                     if (request.block_recompute)
-                      if (std::optional<PlanResult> r = fewest_recomputed_blocks(
-                              config, cluster, request, cut, by_mode, memory_bytes, kept))
-                        (r->status == PlanStatus::Ranked ? out.ranked : out.pruned)
-                            .push_back(std::move(*r));
+                      for (nn::Recompute rest : {nn::Recompute::None, nn::Recompute::Selective}) {
+                        if (rest != nn::Recompute::None && !by_mode.count(rest)) continue;
+                        if (std::optional<PlanResult> r = fewest_recomputed_blocks(
+                                config, cluster, request, cut, by_mode, memory_bytes, kept, rest))
+                          (r->status == PlanStatus::Ranked ? out.ranked : out.pruned)
+                              .push_back(std::move(*r));
+                      }
                     if (pp == 1 || !request.rank_recompute) return;
                     Layout ranks = cut;
                     ranks.rank_recompute = least_recompute_per_rank(by_mode, int(pp), memory_bytes);

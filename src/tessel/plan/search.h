@@ -51,6 +51,10 @@ struct SearchRequest {
   // only as many of its blocks, the first ones, as its memory needs, the others recomputing
   // nothing (Megatron-LM's --recompute-num-layers): the fewest found by bisection over the count,
   // every rank at once, each probe a prediction of the layout. On the cuts rank_recompute uses.
+  // Where some rank needs full recomputation (selective on every block does not fit it) and
+  // selective is searched, the same bisection with the rank's other blocks selective is a layout
+  // too ("full:2+selective"): fewer fully recomputed blocks for selective's cheaper recomputation
+  // on the rest.
   bool block_recompute = true;
   // Searched when pp > 1; "interleaved" stands for every "interleaved:V" whose pp·V stages the
   // model's pipeline layers hold (V >= 2), with micro-batch counts that are multiples of pp.
@@ -137,6 +141,10 @@ struct Layout {
   // empty, every block; one count for every rank, or one per pipeline rank (nn::kAllBlocks for
   // a rank whose every block does).
   std::vector<int64_t> recompute_blocks;
+  // The mode of a rank's other blocks where a count is given (train.recompute =
+  // "full:3+selective"): empty, none; one for every rank, or one per pipeline rank, as
+  // recompute_blocks.
+  std::vector<nn::Recompute> recompute_rest;
   int64_t micro_batch = 1;  // rows per micro-batch on each dp rank
   int64_t grad_accum = 1;   // micro-batches per step (the pipeline's micro-batches under pp)
   std::string schedule;     // pp > 1 only
@@ -156,8 +164,12 @@ struct Layout {
     return recompute_blocks.size() == 1 ? recompute_blocks[0]
                                         : recompute_blocks.at(size_t(pp_rank));
   }
+  nn::Recompute recompute_rest_of(int pp_rank) const {
+    if (recompute_rest.empty()) return nn::Recompute::None;
+    return recompute_rest.size() == 1 ? recompute_rest[0] : recompute_rest.at(size_t(pp_rank));
+  }
   // train.recompute's value: "selective", or per rank "full,selective,none"; "full:3" when a
-  // count of blocks is given.
+  // count of blocks is given, "full:3+selective" with the other blocks' mode.
   std::string recompute_spec() const;
   // "dp=2 tp=1 pp=1 zero=1 recompute=none micro_batch=4 grad_accum=2" (" sp" after tp=N with
   // sequence parallelism, " tp_plan=FILE" after it with a plan file; " split=3,4" after the

@@ -9,7 +9,8 @@ namespace tessel::plan {
 
 const Graph& Traces::get(const MemoryLayout& m) {
   std::string key = std::to_string(m.micro_batch) + "/" + std::to_string(int(m.recompute)) + ":" +
-                    std::to_string(m.recompute_blocks) + "/" + std::to_string(m.dp > 1) + "/" +
+                    std::to_string(m.recompute_blocks) + "+" +
+                    std::to_string(int(m.recompute_rest)) + "/" + std::to_string(m.dp > 1) + "/" +
                     std::to_string(m.dp > 1 && m.zero_stage == 2) + "/" + std::to_string(m.tp) +
                     "/" + std::to_string(m.message_seq) + "/" + m.tp_plan;
   // The runtime's ZeRO-2/3 on meta: its stage, dp size and micro-batches change the step.

@@ -51,7 +51,8 @@ Graph trace_training_step(const models::ModelConfig& config, const TraceOptions&
   std::shared_ptr<models::CausalLM> model = config.build_empty();
   if (options.transform) options.transform(*model);
   models::set_rank_recompute(*model, options.recompute, options.recompute_blocks,
-                             blocks_of_layers(model->num_layers(), 1, model->num_layers() + 1));
+                             blocks_of_layers(model->num_layers(), 1, model->num_layers() + 1),
+                             options.recompute_rest);
   model->train(options.dropout);
 
   Graph graph;

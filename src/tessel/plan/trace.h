@@ -50,8 +50,10 @@ struct TraceOptions {
   int64_t seq = 0;    // tokens per sequence; 0: the model's max_positions
   nn::Recompute recompute = nn::Recompute::None;
   // `recompute` on the first N of the blocks the trace runs (the model's, a pipeline rank's, a
-  // stage's; forward order) and none on the rest: train.recompute's `mode:N` (nn/recompute.h).
+  // stage's; forward order) and recompute_rest on the others: train.recompute's `mode:N+rest`
+  // (nn/recompute.h).
   int64_t recompute_blocks = nn::kAllBlocks;
+  nn::Recompute recompute_rest = nn::Recompute::None;  // the other blocks' (`mode:N+rest`)
   // The layers' compute dtype: f32, or bf16 / f16 under autocast (nn::LowPrecisionScope; the
   // masters stay f32, as the trainer's --precision runs them).
   DType compute_dtype = DType::F32;

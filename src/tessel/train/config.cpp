@@ -95,7 +95,8 @@ std::vector<KeyDef> build_key_table() {
                         "Activation recomputation per block: none, selective (attention) or "
                         "full; or one per pipeline rank, \"full,selective,none\" (a run of "
                         "ranks as mode*N, \"selective*8,none*8\"); mode:N recomputes only the "
-                        "rank's first N blocks (\"full:3\")"),
+                        "rank's first N blocks (\"full:3\"), mode:N+rest gives the others `rest` "
+                        "(\"full:3+selective\")"),
       TESSEL_CONFIG_KEY(train, precision, one_of({"fp32", "bf16", "fp16"}),
                         "Forward/backward dtype over f32 master weights: fp32, bf16 or fp16"),
       TESSEL_CONFIG_KEY(train, device, non_empty(),

@@ -183,25 +183,25 @@ void Trainer::build(const std::string& resume) {
   }
   model_->train();
   // One mode for every block, or this pipeline rank's (train.recompute = "full,none");
-  // recompute_of_rank refuses a list of neither one nor pp modes. An entry `full:3` gives the mode
-  // to the rank's first three blocks only, once the pipeline has chosen them.
-  const std::vector<nn::Recompute> recompute_modes = nn::parse_recompute_list(t.recompute);
-  const std::vector<int64_t> recompute_blocks = nn::parse_recompute_blocks(t.recompute);
-  const nn::Recompute rank_mode =
-      nn::recompute_of_rank(recompute_modes, layout_.pp_rank(), layout_.pp_size());
-  const int64_t rank_count =
-      nn::recompute_blocks_of_rank(recompute_blocks, layout_.pp_rank(), layout_.pp_size());
-  model_->set_recompute(rank_count == nn::kAllBlocks ? rank_mode : nn::Recompute::None);
+  // rank_recompute refuses a list of neither one nor pp modes. An entry `full:3` gives the mode
+  // to the rank's first three blocks only, once the pipeline has chosen them (`full:3+selective`:
+  // the others selective).
+  const nn::RankRecompute rank_rc =
+      nn::rank_recompute(t.recompute, layout_.pp_rank(), layout_.pp_size());
+  model_->set_recompute(rank_rc.blocks == nn::kAllBlocks ? rank_rc.mode : rank_rc.rest);
   // The layout's axes: tp splits the full weights in hand, pp chooses this rank's stages, dp and
   // ZeRO (and the optimizer below) see only those.
   build_strategies(init);
-  if (rank_count != nn::kAllBlocks)
-    models::set_rank_recompute(*model_, rank_mode, rank_count, [&] {
-      if (pipeline_) return pipeline_->rank_blocks();
-      std::vector<int64_t> all(size_t(mc.num_layers()));
-      for (size_t b = 0; b < all.size(); ++b) all[b] = int64_t(b);
-      return all;
-    }());
+  if (rank_rc.blocks != nn::kAllBlocks)
+    models::set_rank_recompute(
+        *model_, rank_rc.mode, rank_rc.blocks,
+        [&] {
+          if (pipeline_) return pipeline_->rank_blocks();
+          std::vector<int64_t> all(size_t(mc.num_layers()));
+          for (size_t b = 0; b < all.size(); ++b) all[b] = int64_t(b);
+          return all;
+        }(),
+        rank_rc.rest);
   build_memory.param_bytes = held_parameter_bytes();
   // Offloaded under dp, the shards are laid out in chunks with ZeRO's optimizer, which is
   // therefore built here, --build-only included: the build's record covers the shards' layout,
@@ -243,22 +243,24 @@ void Trainer::build(const std::string& resume) {
   // The whole model's count (this rank may hold a tensor-parallel piece of it).
   flops_per_token_ = mc.flops_per_token(t.seq_len);
   // Each rank's mode repeats its share of the blocks' work (the count is linear in the blocks):
-  // its blocks, or the first N of them under `mode:N`.
+  // its blocks, or the first N of them under `mode:N` and the others' under `mode:N+rest`.
   const std::vector<int64_t> blocks =
       pipeline_ ? pipeline_->blocks_per_rank() : std::vector<int64_t>{mc.num_layers()};
   // One mode on every block: the family's count itself (the shares need not sum back to it
   // bit for bit).
   recompute_flops_per_token_ = 0;
   const int pp = int(blocks.size());
-  if (recompute_modes.size() == 1 && recompute_blocks[0] == nn::kAllBlocks)
-    recompute_flops_per_token_ = mc.recompute_flops_per_token(recompute_modes[0], t.seq_len);
+  const nn::RankRecompute first = nn::rank_recompute(t.recompute, 0, pp);
+  if (nn::parse_recompute_list(t.recompute).size() == 1 && first.blocks == nn::kAllBlocks)
+    recompute_flops_per_token_ = mc.recompute_flops_per_token(first.mode, t.seq_len);
   else
     for (size_t r = 0; r < blocks.size(); ++r) {
-      const int64_t count = nn::recompute_blocks_of_rank(recompute_blocks, int(r), pp);
+      const nn::RankRecompute rc = nn::rank_recompute(t.recompute, int(r), pp);
+      const double n = double(rc.blocks == nn::kAllBlocks ? blocks[r] : rc.blocks);
       recompute_flops_per_token_ +=
-          mc.recompute_flops_per_token(nn::recompute_of_rank(recompute_modes, int(r), pp),
-                                       t.seq_len) *
-          double(count == nn::kAllBlocks ? blocks[r] : count) / double(mc.num_layers());
+          (mc.recompute_flops_per_token(rc.mode, t.seq_len) * n +
+           mc.recompute_flops_per_token(rc.rest, t.seq_len) * (double(blocks[r]) - n)) /
+          double(mc.num_layers());
     }
 
   if (!resume.empty()) load_checkpoint(resume);
