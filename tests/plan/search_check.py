@@ -12,7 +12,8 @@ layouts' predicted peaks, so some layouts do not fit:
 - `--tp-plan FILE`: an MLP-only plan searched beside the built-in one, its rows flagged with the
   file and holding `plan memory --tp-plan`'s figures; a plan the runtime refuses, one invalid row;
   `--shard-plans DIR`: the sharding ILP's plan for tp 2 written there (as `plan shard` writes it)
-  and searched the same way;
+  and searched the same way; under sequence parallelism its own plan (`plan shard --sp`'s, with
+  the Sequence modules), searched with the sp layouts only and predicted as the built-in plan;
 - a node whose memory lies between a pipeline layout's ranks' peaks: that layout with each rank's
   least recomputation that fits (train.recompute = "full,none"), with `plan memory`'s figures;
 - GPT-2 124M at 1,024 tokens: the inter-operator DP's stage split is ranked beside the balanced
@@ -394,6 +395,50 @@ def shard_plans_searched(tessel, config, cluster, work, env):
         fail(f"--shard-plans: expected one plan for micro-batch 1 and one for 2, 3, 6: {files}")
 
 
+def shard_plans_searched_with_sp(tessel, config, cluster, work, env):
+    """Under sequence parallelism `--shard-plans DIR` solves the ILP with the styles' sequence
+    transitions: one file, DIR/tp2-sp.json (the runtime's styles leave no other split under --sp,
+    so every micro-batch agrees), holding `tessel plan shard --sp`'s rules with the Sequence
+    modules, searched with the sp layouts only, each ranked row with the figures of the built-in
+    plan's same layout (the same split)."""
+    folder = os.path.join(work, "shard-plans-sp")
+    shutil.rmtree(folder, ignore_errors=True)
+    p = search(tessel, config, cluster, env,
+               extra=["--shard-plans", folder, "--top", "1000", "--sequence-parallel", "on",
+                      "--recompute", "none"])
+    files = re.findall(r"sharding ILP's plan for tp 2 with sequence parallelism "
+                       r"\(micro-batch(?:es)? ([0-9, ]+)\): (\S+)", p.stderr)
+    plan = os.path.join(folder, "tp2-sp.json")
+    if [f for _, f in files] != [plan] or files[0][0] != "1, 2, 3, 6":
+        fail(f"--shard-plans under sp: expected {plan} for micro-batches 1, 2, 3, 6: {files}\n"
+             f"{p.stderr[-1000:]}")
+    with open(plan) as f:
+        written = json.load(f)
+    if "with sequence parallelism" not in written.pop("# about"):
+        fail(f"{plan}: its about line does not say it runs with --sp")
+    direct = json.loads(run([tessel, "plan", "shard", "--model", config, "--tp", "2", "--batch",
+                             "6", "--seq", "15", "--cluster", cluster, "--sp"], env=env).stdout)
+    direct.pop("# about")
+    if written != direct or written.get("h.*.ln_1") != "Sequence":
+        fail(f"{plan}: {written}, `plan shard --sp`: {direct}")
+    res = json.loads(p.stdout)
+    rows = [r for r in res["ranked"] + res["pruned"] if r.get("tp_plan") == plan]
+    if not rows or any(not r["sp"] for r in rows):
+        fail(f"{plan}: searched with layouts without sp: {[r['layout'] for r in rows]}")
+    ranked = [r for r in res["ranked"] if r.get("tp_plan") == plan]
+    if not ranked:
+        fail(f"{plan}: no layout ranked: {[(r['layout'], r.get('reason')) for r in rows][:3]}")
+    for r in ranked:
+        same = [b for b in res["ranked"] if not b["tp_plan"] and b["tp"] == 2 and b["sp"] and
+                b["layout"] == r["layout"].replace(f" tp_plan={plan}", "")]
+        if len(same) != 1 or same[0]["mem_peak_bytes"] != r["mem_peak_bytes"] or \
+                abs(same[0]["step_ms"] - r["step_ms"]) > 1e-9 * r["step_ms"]:
+            fail(f"{r['layout']}: {r['mem_peak_bytes']} bytes {r['step_ms']} ms, the built-in "
+                 f"plan's {[(b['mem_peak_bytes'], b['step_ms']) for b in same]}")
+    print(f"--shard-plans under sp: {os.path.basename(plan)} ranked in {len(ranked)} layouts, "
+          f"each as the built-in plan's")
+
+
 def auto_equals_explicit(tessel, mpirun, cluster, sets, steps, best, res, work, tag, env):
     """`train --plan auto` runs the search's best plan for the launch, and the printed explicit
     flags give the same losses and gradient norms; both JSONL carry the plan's prediction."""
@@ -488,6 +533,7 @@ def main():
         dp_split_against_plan_memory(tessel, roomy, env)
         tp_plan_files(tessel, config, roomy, work, env)
         shard_plans_searched(tessel, config, roomy, work, env)
+        shard_plans_searched_with_sp(tessel, config, roomy, work, env)
 
         steps = 6
         sets = train_sets(config, data, steps, 15, [

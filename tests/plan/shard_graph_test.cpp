@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "tessel/models/family.h"
@@ -82,7 +83,9 @@ struct Solved {
   ShardModel m;
   ShardSolution s;
 };
-std::unique_ptr<Solved> solve_slow(const models::ModelConfig& config, int tp) {
+std::unique_ptr<Solved> solve_slow(const models::ModelConfig& config, int tp,
+                                   bool sequence_parallel = false,
+                                   std::vector<std::string> vocab_parallel = {}) {
   auto out = std::make_unique<Solved>();
   TraceOptions t;
   t.batch = 3;
@@ -90,6 +93,8 @@ std::unique_ptr<Solved> solve_slow(const models::ModelConfig& config, int tp) {
   out->g = trace_training_step(config, t);
   ShardGraphOptions o;
   o.tp = tp;
+  o.sequence_parallel = sequence_parallel;
+  o.vocab_parallel_modules = std::move(vocab_parallel);
   out->m = build_shard_model(out->g, slow_devices(), o);
   out->s = solve_shard_ilp(out->m.problem);
   return out;
@@ -129,6 +134,51 @@ TEST_P(ShardGraphTp, RediscoversMegatronForGpt2) {
   // and nothing else there: every other edge of the blocks is free.
   EXPECT_GT(s.communication_seconds, 0);
   EXPECT_LE(s.memory_bytes, m.problem.memory_budget);
+}
+
+// Under sequence parallelism the styles move activations otherwise (a Colwise product gathers its
+// input from sequence pieces, a pending sum is reduce-scattered into them), and the ILP finds
+// Megatron-LM's sequence-parallel plan, the family's built-in one (configs/gpt2-tp.json): the
+// norms, the position embedding and the dropouts between the tensor-parallel regions on sequence
+// pieces, the products split as without sp. The sequence dim of 13 tokens splits unevenly over 2
+// and 4 ranks.
+TEST_P(ShardGraphTp, UnderSequenceParallelismRediscoversMegatronsSequencePlanForGpt2) {
+  const int tp = GetParam();
+  const auto solved = solve_slow(*tiny_gpt2(), tp, true, {"wte"});
+  const ShardModel& m = solved->m;
+  const ShardSolution& s = solved->s;
+  EXPECT_TRUE(m.sequence_parallel);
+  for (const char* block : {"h.0", "h.1"}) {
+    const std::string b = block;
+    EXPECT_EQ(style_of(m, s, b + ".ln_1", "layer_norm"), "Sequence") << b;
+    EXPECT_EQ(style_of(m, s, b + ".ln_2", "layer_norm"), "Sequence") << b;
+    EXPECT_EQ(style_of(m, s, b + ".attn", "attention"), "heads") << b;
+  }
+  EXPECT_EQ(style_of(m, s, "wpe", "embedding"), "Sequence");
+  EXPECT_EQ(style_of(m, s, "ln_f", "layer_norm"), "Sequence");
+  std::vector<ShardPlanRule> rules = shard_plan_rules(m, s);
+  std::vector<ShardPlanRule> want = {{"wte", "VocabParallel"},
+                                     {"wpe", "Sequence"},
+                                     {"drop", "Sequence"},
+                                     {"h.*.ln_1", "Sequence"},
+                                     {"h.*.attn.c_attn", "Colwise", 3, 6},
+                                     {"h.*.attn.c_proj", "Rowwise"},
+                                     {"h.*.attn.resid_dropout", "Sequence"},
+                                     {"h.*.ln_2", "Sequence"},
+                                     {"h.*.mlp.c_fc", "Colwise"},
+                                     {"h.*.mlp.c_proj", "Rowwise"},
+                                     {"h.*.mlp.dropout", "Sequence"},
+                                     {"ln_f", "Sequence", 1, 1, true, true}};
+  const auto by_pattern = [](const ShardPlanRule& a, const ShardPlanRule& b) {
+    return a.pattern < b.pattern;
+  };
+  std::sort(rules.begin(), rules.end(), by_pattern);
+  std::sort(want.begin(), want.end(), by_pattern);
+  EXPECT_EQ(rules, want);
+  // The same products without sp, whose activations between the regions are whole: more memory.
+  const auto whole = solve_slow(*tiny_gpt2(), tp, false, {"wte"});
+  EXPECT_LT(s.memory_bytes, whole->s.memory_bytes);
+  EXPECT_GT(s.communication_seconds, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tp, ShardGraphTp, ::testing::Values(2, 4));
@@ -173,6 +223,41 @@ TEST_P(ShardGraphTp, RediscoversMegatronForLlamasSwiGlu) {
   EXPECT_TRUE(has("layers.*.mlp.gate_proj", "Colwise"));
   EXPECT_TRUE(has("layers.*.mlp.up_proj", "Colwise"));
   EXPECT_TRUE(has("layers.*.mlp.down_proj", "Rowwise"));
+}
+
+// LLaMA under sequence parallelism: the norms on sequence pieces (the op table's rms_norm rule),
+// the products Megatron's; the final norm hands the untied head its pieces, which the Colwise head
+// gathers itself.
+TEST_P(ShardGraphTp, UnderSequenceParallelismLlamasNormsRunOnSequencePieces) {
+  const auto solved = solve_slow(*tiny_llama(), GetParam(), true, {"lm_head"});
+  const ShardModel& m = solved->m;
+  const ShardSolution& s = solved->s;
+  for (const char* block : {"layers.0", "layers.1"}) {
+    const std::string b = block;
+    EXPECT_EQ(style_of(m, s, b + ".input_layernorm", "rms_norm"), "Sequence") << b;
+    EXPECT_EQ(style_of(m, s, b + ".post_attention_layernorm", "rms_norm"), "Sequence") << b;
+    for (const char* proj : {"q_proj", "k_proj", "v_proj"})
+      EXPECT_EQ(style_of(m, s, b + ".self_attn." + proj, "linear"), "Colwise") << b << " " << proj;
+    EXPECT_EQ(style_of(m, s, b + ".self_attn.o_proj", "linear"), "Rowwise") << b;
+    EXPECT_EQ(style_of(m, s, b + ".mlp.down_proj", "linear"), "Rowwise") << b;
+  }
+  EXPECT_EQ(style_of(m, s, "norm", "rms_norm"), "Sequence");
+  EXPECT_EQ(style_of(m, s, "lm_head", "linear"), "Colwise");
+  // The token embedding is either split by vocabulary (its sum reduce-scattered) or looks up the
+  // rank's tokens only: either way the residual stream is in pieces from the start.
+  const std::string embed = style_of(m, s, "embed_tokens", "embedding");
+  EXPECT_TRUE(embed == "VocabParallel" || embed == "Sequence") << embed;
+  const std::vector<ShardPlanRule> rules = shard_plan_rules(m, s);
+  auto has = [&](const std::string& pattern, const std::string& style) {
+    for (const ShardPlanRule& r : rules)
+      if (r.pattern == pattern && r.style == style && !r.gather_output) return true;
+    return false;
+  };
+  EXPECT_TRUE(has("layers.*.input_layernorm", "Sequence"));
+  EXPECT_TRUE(has("layers.*.post_attention_layernorm", "Sequence"));
+  EXPECT_TRUE(has("norm", "Sequence"));
+  EXPECT_TRUE(has("lm_head", "Colwise"));
+  EXPECT_TRUE(has("embed_tokens", embed));
 }
 
 // Grouped-query attention (4 query heads, 2 K/V heads): at tp 2 the heads split together, as

@@ -45,6 +45,12 @@ MEGATRON = {
     "h.*.mlp.c_proj": "Rowwise",
     "ln_f": {"style": "Sequence", "gather_output": True},
 }
+# Under sequence parallelism (`plan shard --sp`): Megatron-LM's sequence-parallel plan, the
+# family's built-in one (configs/gpt2-tp.json), the dropouts included.
+MEGATRON_SP = dict(MEGATRON, **{
+    "wpe": "Sequence", "drop": "Sequence", "h.*.ln_1": "Sequence",
+    "h.*.attn.resid_dropout": "Sequence", "h.*.ln_2": "Sequence", "h.*.mlp.dropout": "Sequence",
+})
 
 
 def least_memory(tessel, config, cluster, env):
@@ -57,11 +63,12 @@ def least_memory(tessel, config, cluster, env):
     return float(m.group(1)) * {"B": 1, "KiB": 1024, "MiB": 1 << 20, "GiB": 1 << 30}[m.group(2)]
 
 
-def train_like_one_rank(tessel, mpirun, env, common, ref, d, plan, tp, what, steps):
-    """`mpirun -np TP tessel train --tp TP --tp-plan PLAN` into d, its losses and final parameters
-    against the one-rank run in ref; returns the worst loss and parameter differences."""
+def train_like_one_rank(tessel, mpirun, env, common, ref, d, plan, tp, what, steps, extra=()):
+    """`mpirun -np TP tessel train --tp TP --tp-plan PLAN [EXTRA]` into d, its losses and final
+    parameters against the one-rank run in ref; returns the worst loss and parameter
+    differences."""
     run(mpi_prefix(mpirun) + ["-np", str(tp), tessel] + common +
-        ["--tp", str(tp), "--tp-plan", plan, "--set", "checkpoint.dir=" + d], env=env)
+        ["--tp", str(tp), "--tp-plan", plan, "--set", "checkpoint.dir=" + d, *extra], env=env)
     worst = compare_losses(ref, d, what, steps)
     pa, pb = final_params(ref, steps), final_params(d, steps)
     check_same_tensors(pa, pb, what)
@@ -149,6 +156,36 @@ def main():
                                              os.path.join(work, f"llama_kv{kv_heads}_tp2"), plan,
                                              2, what, steps)
             print(f"{what}: losses within {worst:.1e}, final parameters within {rel:.1e}")
+        # Sequence parallelism, dropout on (each rank draws its piece of one process's masks):
+        # `plan shard --sp` writes Megatron's sequence-parallel plan for GPT-2, and LLaMA's norms
+        # on sequence pieces; `train --sp` with each plan equals one rank.
+        drop = write_json(os.path.join(work, "config_dropout.json"),
+                          gpt2_config(vocab, n_positions=32, n_embd=24, n_layer=2, n_head=4,
+                                      dropout=0.1))
+        llama4 = os.path.join(work, "llama_kv4.json")
+        for model, name in ((drop, "GPT-2"), (llama4, "LLaMA")):
+            sp_common = [a.replace(config, model) if a.startswith("model.config=") else a
+                         for a in common]
+            sp_ref = os.path.join(work, f"sp_{name}_tp1")
+            run([tessel] + sp_common + ["--set", "checkpoint.dir=" + sp_ref], env=env)
+            for tp in (tps if name == "GPT-2" else [2]):
+                plan = os.path.join(work, f"plan_sp_{name}_tp{tp}.json")
+                p = run([tessel, "plan", "shard", "--model", model, "--tp", str(tp), "--batch",
+                         "6", "--seq", "15", "--cluster", cluster, "--sp", "-o", plan], env=env)
+                with open(plan) as f:
+                    rules = {k: v for k, v in json.load(f).items() if not k.startswith("#")}
+                if name == "GPT-2" and rules != MEGATRON_SP:
+                    fail(f"--sp tp={tp}: the ILP's plan {rules} is not Megatron's {MEGATRON_SP}"
+                         f"\n{p.stderr}")
+                if name == "LLaMA" and any(rules.get(k) != "Sequence" for k in (
+                        "layers.*.input_layernorm", "layers.*.post_attention_layernorm")):
+                    fail(f"LLaMA --sp: the ILP's plan {rules} does not run its norms on sequence "
+                         f"pieces")
+                what = f"{name} --sp tp={tp} with the ILP's plan {rules}"
+                worst, rel = train_like_one_rank(tessel, mpirun, env, sp_common, sp_ref,
+                                                 os.path.join(work, f"sp_{name}_tp{tp}"), plan,
+                                                 tp, what, steps, extra=["--sp"])
+                print(f"{what}: losses within {worst:.1e}, final parameters within {rel:.1e}")
         # A budget nothing fits: one error line, no plan file.
         plan = os.path.join(work, "too_small.json")
         p = subprocess.run([tessel, "plan", "shard", "--model", config, "--tp", "2", "--batch", "6",

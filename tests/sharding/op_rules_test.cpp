@@ -46,6 +46,8 @@ std::map<std::string, Example> examples() {
   e["gelu"] = {{random({3, 13, 7}, 5)}, [](const auto& x) { return ops::gelu(x[0]); }};
   e["layer_norm"] = {{random({3, 13, 7}, 6), random({7}, 7), random({7}, 8)},
                      [](const auto& x) { return ops::layer_norm(x[0], x[1], x[2]); }};
+  e["rms_norm"] = {{random({3, 13, 7}, 16), random({7}, 17)},
+                   [](const auto& x) { return ops::rms_norm(x[0], x[1], 1e-5); }};
   e["embedding"] = {{random({11, 7}, 9), ids({3, 13}, 11)},
                     [](const auto& x) { return ops::embedding(x[0], x[1]); }};
   e["attention"] = {
@@ -108,7 +110,7 @@ TEST(OpRules, EverySignatureMatchesTheOpOnFullTensors) {
       }
     }
   }
-  EXPECT_GE(checked, 2 * 24);
+  EXPECT_GE(checked, 2 * 27);
 }
 
 // Grouped-query attention (12 query heads, 6 K/V heads) split by heads over 2 and 3 ranks, which

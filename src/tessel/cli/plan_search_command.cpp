@@ -116,15 +116,16 @@ struct SearchArgs {
   std::shared_ptr<PlanCheckOptions> check;  // bare `tessel plan` only: --check and its options
 };
 
-// The sharding ILP's tensor-parallel plans (shard_plan_file.h) for each layout's tp and
-// micro-batch the search meets (a tp that divides the devices and the heads; every micro-batch
-// that divides a dp rank's rows at some pp, up to --max-micro-batch), on the search's cluster and
-// precision. The ILP's choice can change with the micro-batch (its activations against the
-// weights, its memory), so each is solved; micro-batches whose plans are the same share one file:
-// DIR/tpN.json when every micro-batch of the tp has the same plan, else DIR/tpN-mbM.json (M the
-// smallest of its micro-batches). Returns the files, each with the tp and micro-batches it holds
-// for (SearchRequest::tp_plan_scopes). A micro-batch where no placement fits the device is
-// reported and left out.
+// The sharding ILP's tensor-parallel plans (shard_plan_file.h) for each layout's tp, micro-batch
+// and sequence parallelism the search meets (a tp that divides the devices and the heads; every
+// micro-batch that divides a dp rank's rows at some pp, up to --max-micro-batch; each of
+// --sequence-parallel's values), on the search's cluster and precision. The ILP's choice can
+// change with the micro-batch (its activations against the weights, its memory), so each is
+// solved; micro-batches whose plans are the same share one file: DIR/tpN.json when every
+// micro-batch of the tp has the same plan, else DIR/tpN-mbM.json (M the smallest of its
+// micro-batches), with "-sp" before ".json" for sequence parallelism. Returns the files, each
+// with the tp, micro-batches and sp it holds for (SearchRequest::tp_plan_scopes). A micro-batch
+// where no placement fits the device is reported and left out.
 std::vector<std::pair<std::string, plan::SearchRequest::PlanScope>> write_shard_plans(
     const models::ModelConfig& config, const plan::Cluster& description,
     const plan::SearchRequest& request, const std::string& dir) {
@@ -147,44 +148,50 @@ std::vector<std::pair<std::string, plan::SearchRequest::PlanScope>> write_shard_
         if (rows % mb == 0 && (request.max_micro_batch <= 0 || mb <= request.max_micro_batch))
           micro_batches.insert(mb);
     }
-    // Each distinct plan's rules with every micro-batch they were solved for, in the order first
-    // met.
-    std::vector<std::pair<std::vector<plan::ShardPlanRule>, std::set<int64_t>>> plans;
-    ShardRequest r;
-    r.tp = tp;
-    r.seq = request.seq;
-    r.dtype = std::string(dtype_name(request.compute_dtype));
-    for (int64_t mb : micro_batches) {
-      r.batch = mb;
-      std::vector<plan::ShardPlanRule> rules;
-      try {
-        rules = solve_shard_rules(config, cluster, r, nullptr);
-      } catch (const Error& e) {
-        std::fprintf(stderr,
-                     "plan search: no sharding ILP plan for tp %d at micro-batch %lld: %s\n", tp,
-                     static_cast<long long>(mb), e.what());
-        continue;
+    // Under sequence parallelism the styles move activations otherwise, and the plan must name
+    // the Sequence modules: a plan of its own for each value searched.
+    for (bool sp : request.sequence_parallel) {
+      // Each distinct plan's rules with every micro-batch they were solved for, in the order
+      // first met.
+      std::vector<std::pair<std::vector<plan::ShardPlanRule>, std::set<int64_t>>> plans;
+      ShardRequest r;
+      r.tp = tp;
+      r.seq = request.seq;
+      r.dtype = std::string(dtype_name(request.compute_dtype));
+      r.sequence_parallel = sp;
+      const char* with = sp ? " with sequence parallelism" : "";
+      for (int64_t mb : micro_batches) {
+        r.batch = mb;
+        std::vector<plan::ShardPlanRule> rules;
+        try {
+          rules = solve_shard_rules(config, cluster, r, nullptr);
+        } catch (const Error& e) {
+          std::fprintf(stderr,
+                       "plan search: no sharding ILP plan for tp %d%s at micro-batch %lld: %s\n",
+                       tp, with, static_cast<long long>(mb), e.what());
+          continue;
+        }
+        auto same = std::find_if(plans.begin(), plans.end(),
+                                 [&](const auto& p) { return p.first == rules; });
+        if (same == plans.end()) same = plans.insert(plans.end(), {std::move(rules), {}});
+        same->second.insert(mb);
       }
-      auto same =
-          std::find_if(plans.begin(), plans.end(), [&](const auto& p) { return p.first == rules; });
-      if (same == plans.end()) same = plans.insert(plans.end(), {std::move(rules), {}});
-      same->second.insert(mb);
-    }
-    for (const auto& [rules, mbs] : plans) {
-      const std::string name = "tp" + std::to_string(tp) +
-                               (plans.size() == 1 ? "" : "-mb" + std::to_string(*mbs.begin())) +
-                               ".json";
-      const std::string path = (std::filesystem::path(dir) / name);
-      std::string list;
-      for (int64_t mb : mbs) list += (list.empty() ? "" : ", ") + std::to_string(mb);
-      r.batch = *mbs.begin();
-      const std::string text =
-          shard_plan_text(config, cluster, r, rules, mbs.size() > 1 ? list : std::string());
-      io::write_file_atomic(path, text.data(), text.size());
-      std::fprintf(stderr,
-                   "plan search: the sharding ILP's plan for tp %d (micro-batch%s %s): %s\n", tp,
-                   mbs.size() == 1 ? "" : "es", list.c_str(), path.c_str());
-      out.push_back({path, {tp, mbs}});
+      for (const auto& [rules, mbs] : plans) {
+        const std::string name = "tp" + std::to_string(tp) +
+                                 (plans.size() == 1 ? "" : "-mb" + std::to_string(*mbs.begin())) +
+                                 (sp ? "-sp" : "") + ".json";
+        const std::string path = (std::filesystem::path(dir) / name);
+        std::string list;
+        for (int64_t mb : mbs) list += (list.empty() ? "" : ", ") + std::to_string(mb);
+        r.batch = *mbs.begin();
+        const std::string text =
+            shard_plan_text(config, cluster, r, rules, mbs.size() > 1 ? list : std::string());
+        io::write_file_atomic(path, text.data(), text.size());
+        std::fprintf(stderr,
+                     "plan search: the sharding ILP's plan for tp %d%s (micro-batch%s %s): %s\n",
+                     tp, with, mbs.size() == 1 ? "" : "es", list.c_str(), path.c_str());
+        out.push_back({path, {tp, mbs, sp}});
+      }
     }
   }
   return out;

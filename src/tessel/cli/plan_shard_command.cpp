@@ -99,6 +99,9 @@ void add_plan_shard_command(CLI::App& plan) {
   cmd->add_option("--dtype", args->request.dtype, "Compute dtype whose peak the cost model uses")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}))
       ->capture_default_str();
+  cmd->add_flag("--sp", args->request.sequence_parallel,
+                "Plan for sequence parallelism (the plan then runs with --sp: norms, residual "
+                "adds and dropouts on sequence pieces)");
   cmd->add_option("-o,--output", args->output, "Plan file to write (default: standard output)");
   cmd->callback([args] { run_shard(*args); });
 }

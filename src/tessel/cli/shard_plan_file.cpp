@@ -23,6 +23,7 @@ std::vector<plan::ShardPlanRule> solve_shard_rules(const models::ModelConfig& co
   options.tp = a.tp;
   options.dtype = a.dtype;
   options.memory_budget = a.memory;
+  options.sequence_parallel = a.sequence_parallel;
   const std::string& w = spec.vocab_parallel_weight;
   options.vocab_parallel_modules = {w.substr(0, w.rfind('.'))};
   const plan::ShardModel model = plan::build_shard_model(graph, cluster, options);
@@ -32,13 +33,14 @@ std::vector<plan::ShardPlanRule> solve_shard_rules(const models::ModelConfig& co
   const int64_t seq = a.seq > 0 ? a.seq : config.max_positions();
   if (summary) {
     std::fprintf(summary,
-                 "plan shard: %s, batch %lld x %lld, tp = %d on %s\n"
+                 "plan shard: %s, batch %lld x %lld, tp = %d%s on %s\n"
                  "  %zu forward ops merged into %zu nodes, %zu edges; ILP: %d variables (%d "
                  "integer), %d constraints; CBC %.3f s, %lld branch nodes\n"
                  "  predicted step: %.3f ms compute + %.3f ms communication; %.5g MiB per rank "
                  "(budget %.5g MiB)\n",
                  config.summary().c_str(), static_cast<long long>(a.batch),
-                 static_cast<long long>(seq), a.tp, cluster.name.c_str(),
+                 static_cast<long long>(seq), a.tp,
+                 a.sequence_parallel ? " with sequence parallelism" : "", cluster.name.c_str(),
                  static_cast<size_t>(std::count_if(
                      graph.ops.begin(), graph.ops.end(),
                      [](const plan::OpNode& op) { return op.phase == plan::Phase::Forward; })),
@@ -61,8 +63,9 @@ std::string shard_plan_text(const models::ModelConfig& config, const plan::Clust
       micro_batches.empty() ? "batch " + std::to_string(a.batch) : "micro-batches " + micro_batches;
   return plan::shard_plan_json(
       rules, "tensor-parallel plan found by `tessel plan shard` (sharding ILP solved by CBC) for " +
-                 config.summary() + ", tp = " + std::to_string(a.tp) + ", " + batch + " x " +
-                 std::to_string(seq) + " on " + cluster.name);
+                 config.summary() + ", tp = " + std::to_string(a.tp) +
+                 (a.sequence_parallel ? " with sequence parallelism (run it with --sp)" : "") +
+                 ", " + batch + " x " + std::to_string(seq) + " on " + cluster.name);
 }
 
 std::string solve_shard_plan(const models::ModelConfig& config, const plan::Cluster& cluster,

@@ -21,6 +21,8 @@ struct ShardRequest {
   int64_t seq = 0;    // 0: the model's context
   double memory = 0;  // budget per rank in bytes; 0: the cluster's device memory
   std::string dtype = "f32";
+  // Solved for sequence parallelism: the plan then holds the Sequence rules `--sp` runs with.
+  bool sequence_parallel = false;
 };
 
 // Traces `config`'s step, solves the ILP on `cluster` and returns the plan's JSON; its summary

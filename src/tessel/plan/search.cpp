@@ -699,7 +699,8 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
             for (bool sp : tp > 1 ? request.sequence_parallel : std::vector<bool>{false})
               if (const auto scope = request.tp_plan_scopes.find(plan);
                   scope == request.tp_plan_scopes.end() ||
-                  (scope->second.tp == tp && scope->second.micro_batches.count(mb)))
+                  (scope->second.tp == tp && scope->second.micro_batches.count(mb) &&
+                   scope->second.sp == sp))
                 for (int zero : zeros) {
                   Layout l = sched;
                   l.tp_plan = plan;

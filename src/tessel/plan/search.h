@@ -84,11 +84,13 @@ struct SearchRequest {
   // split the model at a tp is listed as invalid with the runtime's reason.
   std::vector<std::string> tp_plans = {""};
   // Plan files that hold for some layouts only (the sharding ILP's, which `plan search
-  // --shard-plans` solves per tp and micro-batch): a file named here is searched with the layouts
-  // of its tp and micro-batches only; a file not named here, with every tp > 1 layout.
+  // --shard-plans` solves per tp, micro-batch and sequence parallelism): a file named here is
+  // searched with the layouts of its tp, micro-batches and sequence parallelism only; a file not
+  // named here, with every tp > 1 layout.
   struct PlanScope {
     int tp = 0;
     std::set<int64_t> micro_batches;
+    bool sp = false;
   };
   std::map<std::string, PlanScope> tp_plan_scopes;
   // Sequence parallelism (Korthikanti et al. 2022) searched with each tp > 1 layout: without,

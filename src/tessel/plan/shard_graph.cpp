@@ -29,19 +29,36 @@ struct StyleSignature {
   std::vector<Placement> inputs;
 };
 
-const std::vector<StyleSignature>& style_signatures(const std::string& op) {
+// With `sequence_parallel`, also the Sequence style's placements (the sequence is the dim before
+// the features, S(-2)): a norm or a residual add on the rank's piece, an embedding that looks up
+// only the rank's positions.
+std::vector<StyleSignature> style_signatures(const std::string& op, bool sequence_parallel) {
   static const std::map<std::string, std::vector<StyleSignature>> table = {
       {"linear", {{"replicated", {R, R}}, {"Colwise", {R, S(0)}}, {"Rowwise", {S(-1), S(1)}}}},
       {"embedding", {{"replicated", {R, R}}, {"VocabParallel", {S(0), R}}}},
       {"layer_norm", {{"replicated", {R, R, R}}}},
+      {"rms_norm", {{"replicated", {R, R}}}},
       {"attention", {{"replicated", {R, R, R}}, {"heads", {S(2), S(2), S(2)}}}},
       {"cross_entropy", {{"replicated", {R, R}}, {"vocab-parallel", {S(1), R}}}},
       {"add", {{"replicated", {R, R}}, {"features", {S(-1), S(-1)}}, {"pending sum", {P, P}}}},
       {"mul", {{"replicated", {R, R}}, {"features", {S(-1), S(-1)}}}},
   };
-  static const std::vector<StyleSignature> none;
-  auto it = table.find(op);
-  return it == table.end() ? none : it->second;
+  static const std::map<std::string, std::vector<StyleSignature>> sequence = {
+      {"embedding", {{"Sequence", {R, S(-1)}}}},
+      {"layer_norm", {{"Sequence", {S(-2), R, R}}}},
+      {"rms_norm", {{"Sequence", {S(-2), R}}}},
+      {"add", {{"sequence", {S(-2), S(-2)}}}},
+  };
+  std::vector<StyleSignature> out;
+  if (auto it = table.find(op); it != table.end()) out = it->second;
+  if (auto it = sequence.find(op); sequence_parallel && it != sequence.end())
+    out.insert(out.end(), it->second.begin(), it->second.end());
+  return out;
+}
+
+// S(-2) resolved on `shape`: the sequence pieces of sequence parallelism.
+bool is_sequence_shard(Placement p, const Shape& shape) {
+  return p.is_shard() && shape.ndim() >= 2 && p.dim == int(shape.ndim()) - 2;
 }
 
 // A forward op computed from model state alone (a family's rotary tables converted to the compute
@@ -80,8 +97,8 @@ int activation_count(const OpNode& op, const Graph& g) {
 
 // The sharding rule an op starts a group with, or "" for ops that follow their producer.
 std::string anchor_rule(const OpNode& op, const Graph& g) {
-  if (op.kernel == "embedding" || op.kernel == "layer_norm" || op.kernel == "attention" ||
-      op.kernel == "cross_entropy")
+  if (op.kernel == "embedding" || op.kernel == "layer_norm" || op.kernel == "rms_norm" ||
+      op.kernel == "attention" || op.kernel == "cross_entropy")
     return op.kernel;
   if (op.kernel == "gemm")
     return op.inputs.size() == 2 && is_parameter(op, 1, g) && op.inputs[1].shape.ndim() == 2
@@ -139,10 +156,19 @@ struct Builder {
   // kForbidden otherwise): nothing (R, or the same shard), a local slice of a whole input by a
   // Rowwise product (`into_linear`; attention or an add cannot slice what they are given), and
   // the all-reduce that completes a pending sum right where it is made (Rowwise, VocabParallel):
-  // a pending sum never travels further.
+  // a pending sum never travels further. Under sequence parallelism the styles move activations
+  // differently: a pending sum is reduce-scattered into sequence pieces where it is made, a
+  // Colwise product (`into_colwise`) all-gathers its input from sequence pieces and takes no whole
+  // one, and nothing is sliced.
   enum class Rule { Any, Styles, StylesIntoLinear };
-  double transfer(Placement from, Placement to, const Shape& shape, DType dtype, Rule rule) const {
-    if (rule != Rule::Any) {
+  double transfer(Placement from, Placement to, const Shape& shape, DType dtype, Rule rule,
+                  bool into_colwise = false) const {
+    if (rule != Rule::Any && o.sequence_parallel) {
+      const bool reduce_scatter = from.is_partial() && is_sequence_shard(to, shape);
+      const bool gather = into_colwise && is_sequence_shard(from, shape) && to.is_replicate();
+      const bool keep = from == to && !from.is_partial() && !into_colwise;
+      if (!reduce_scatter && !gather && !keep) return kForbidden;
+    } else if (rule != Rule::Any) {
       if (from.is_partial() && !to.is_replicate()) return kForbidden;
       const bool slice = from.is_replicate() && to.is_shard() && rule == Rule::StylesIntoLinear;
       if (!(from == to) && !slice && !(from.is_partial() && to.is_replicate())) return kForbidden;
@@ -290,7 +316,7 @@ struct Builder {
         rule.clear();
       }
     }
-    std::vector<StyleSignature> candidates = style_signatures(rule);
+    std::vector<StyleSignature> candidates = style_signatures(rule, o.sequence_parallel);
     if (candidates.empty()) candidates.push_back({"replicated", {}});
     std::vector<GroupStrategy> out;
     for (const StyleSignature& cand : candidates) {
@@ -430,7 +456,8 @@ struct Builder {
             }
             const Placement grad_out = from->is_partial() ? R : *from;
             const Rule rule = cg.op == "linear" ? Rule::StylesIntoLinear : Rule::Styles;
-            row.push_back(transfer(*from, b.inputs[k], shape, dtype, rule) +
+            const bool into_colwise = cg.op == "linear" && k == 0 && b.style == "Colwise";
+            row.push_back(transfer(*from, b.inputs[k], shape, dtype, rule, into_colwise) +
                           transfer(b.grads[k], grad_out, shape, dtype, Rule::Any));
           }
           e.cost.push_back(std::move(row));
@@ -474,6 +501,7 @@ ShardModel build_shard_model(const Graph& graph, const Cluster& cluster,
   TESSEL_CHECK(options.tp >= 1, "shard ILP: tp = ", options.tp, " must be >= 1");
   Builder b(graph, cluster, options);
   b.m.tp = options.tp;
+  b.m.sequence_parallel = options.sequence_parallel;
   b.m.graph = &graph;
   b.build();
   b.m.problem.memory_budget =

@@ -16,7 +16,10 @@
 //    (sharding::redistribute_cost names the collective, plan/comm_cost.h times it on the cluster);
 //    transitions no style runs (an all-gather after a Colwise product, ...) are forbidden, so every
 //    solution is a plan the runtime can apply; two uses of one parameter (GPT-2's tied embedding
-//    and LM head) must place it alike.
+//    and LM head) must place it alike;
+//  - under sequence parallelism the styles' other transitions (reduce-scatter into, all-gather
+//    out of sequence pieces) replace the all-reduces, and the norms, adds and embeddings between
+//    the tensor-parallel regions gain a sequence placement (Korthikanti et al. 2022).
 // docs/PLANNER.md, "Intra-operator sharding", has the formulation and the figures.
 #pragma once
 
@@ -41,6 +44,12 @@ struct ShardGraphOptions {
   // Module paths whose parameter must be split by vocabulary (the trainer's loss is
   // vocab-parallel: the family's TensorParallelSpec::vocab_parallel_weight).
   std::vector<std::string> vocab_parallel_modules;
+  // Sequence parallelism (`--sp`, Korthikanti et al. 2022), as the runtime's styles run it: norms,
+  // residual adds and the position embedding may hold the rank's piece of the sequence (the dim
+  // before the features); a Colwise product gathers its input from those pieces (all-gather, and
+  // reduce-scatter of its gradient) and a Rowwise or VocabParallel pending sum is reduce-scattered
+  // into them, where without sp the one is copied into the region and the other all-reduced.
+  bool sequence_parallel = false;
 };
 
 // One choice for a group: where each tensor it reads and writes lies along the tp axis.
@@ -71,6 +80,7 @@ struct ShardUse {
 
 struct ShardModel {
   int tp = 1;
+  bool sequence_parallel = false;
   std::vector<ShardGroup> groups;
   std::vector<ShardUse> uses;
   std::vector<int> group_of;  // per Graph op: its group, -1 for ops outside the forward

@@ -11,6 +11,8 @@
 namespace tessel::plan {
 namespace {
 
+using sharding::Placement;
+
 // "h.11.mlp.c_fc" -> "h.*.mlp.c_fc": every all-digit component becomes '*'.
 std::string layer_pattern(const std::string& path) {
   std::string out, part;
@@ -60,6 +62,36 @@ int64_t colwise_unit(const ShardModel& m, int group, const GroupStrategy& st) {
   return unit;
 }
 
+// Under sequence parallelism, the Sequence style on every module that runs on the rank's piece of
+// the sequence: the norms and embeddings the solution places so, and each Dropout whose input is
+// such a piece at run time (a sequence piece in the solution, or a pending sum, which the style
+// of the product that made it reduce-scatters into pieces before the dropout runs).
+void sequence_rules(const ShardModel& m, const ShardSolution& solution,
+                    std::vector<ShardPlanRule>& rules) {
+  const Graph& g = *m.graph;
+  std::set<std::string> seen;
+  auto add = [&](const std::string& module) {
+    if (!module.empty() && seen.insert(module).second) rules.push_back({module, "Sequence"});
+  };
+  for (size_t v = 0; v < m.groups.size(); ++v) {
+    const ShardGroup& group = m.groups[v];
+    const GroupStrategy& st = group.strategies[size_t(solution.choice[v])];
+    if ((group.op == "layer_norm" || group.op == "rms_norm" || group.op == "embedding") &&
+        st.style == "Sequence")
+      add(group.module);
+    for (int id : group.members) {
+      const OpNode& op = g.ops[size_t(id)];
+      if (op.kernel != "dropout" || op.module < 0) continue;
+      const ModuleInfo& mod = g.modules[size_t(op.module)];
+      const Placement p = st.outputs.at({id, 0});
+      const Shape& shape = op.outputs[0].shape;
+      const bool piece =
+          p.is_partial() || (p.is_shard() && shape.ndim() >= 2 && p.dim == int(shape.ndim()) - 2);
+      if (mod.type == "Dropout" && piece) add(mod.path);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<ShardPlanRule> shard_plan_rules(const ShardModel& m, const ShardSolution& solution) {
@@ -76,6 +108,7 @@ std::vector<ShardPlanRule> shard_plan_rules(const ShardModel& m, const ShardSolu
       vocab_parallel.insert(group.module);
     }
   }
+  if (m.sequence_parallel) sequence_rules(m, solution, rules);
   for (size_t v = 0; v < m.groups.size(); ++v) {
     const ShardGroup& group = m.groups[v];
     const GroupStrategy& st = group.strategies[size_t(solution.choice[v])];
@@ -102,6 +135,7 @@ std::vector<ShardPlanRule> shard_plan_rules(const ShardModel& m, const ShardSolu
                      "); only a norm can hand it its input (Sequence with gather_output)");
         ShardPlanRule entry{norm.module, "Sequence"};
         entry.gather_output = true;
+        std::erase_if(rules, [&](const ShardPlanRule& r) { return r.pattern == norm.module; });
         rules.push_back(entry);
       }
       continue;

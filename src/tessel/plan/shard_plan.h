@@ -4,9 +4,10 @@
 // Linear module's Colwise or Rowwise rule (a Colwise product whose output is split into blocks,
 // and whose blocks are viewed as heads, gets "blocks" and "unit"), a vocabulary-split embedding
 // VocabParallel, and the norm that feeds an LM head multiplying with its rows Sequence with
-// gather_output (the head's input enters the tensor-parallel region there). Layers that chose
-// alike are folded into one pattern ("h.*.mlp.c_fc"). The rest (attention per head, adds, the
-// loss) follows from its neighbours at run time and needs no rule.
+// gather_output (the head's input enters the tensor-parallel region there). Under sequence
+// parallelism the norms, embeddings and dropouts that run on sequence pieces get Sequence. Layers
+// that chose alike are folded into one pattern ("h.*.mlp.c_fc"). The rest (attention per head,
+// adds, the loss) follows from its neighbours at run time and needs no rule.
 #pragma once
 
 #include <cstdint>

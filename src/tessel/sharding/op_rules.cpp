@@ -87,6 +87,18 @@ std::vector<OpRule> make_rules() {
                    {{{R, R, R}, R, "replicated"},
                     {{S(0), R, R}, S(0), "batch"},
                     {{S(-2), R, R}, S(-2), "Sequence (parameter gradients are pending sums)"}}});
+  // rms_norm(x [..., C], w [C]) over the last dim (LLaMA's norms).
+  rules.push_back({"rms_norm",
+                   2,
+                   [](std::span<const Shape> s) {
+                     need(s, 2, "rms_norm");
+                     const int64_t c = s[0].ndim() >= 1 ? s[0][s[0].ndim() - 1] : -1;
+                     TESSEL_CHECK(s[1] == Shape({c}), "rms_norm: x ", s[0], " with weight ", s[1]);
+                     return s[0];
+                   },
+                   {{{R, R}, R, "replicated"},
+                    {{S(0), R}, S(0), "batch"},
+                    {{S(-2), R}, S(-2), "Sequence (the weight's gradient is a pending sum)"}}});
   // embedding(w [V, C], ids [...]) -> [..., C].
   rules.push_back(
       {"embedding",
