@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 
 #include "tessel/plan/shard_plan.h"
 #include "tessel/plan/trace.h"
@@ -27,7 +28,26 @@ std::vector<plan::ShardPlanRule> solve_shard_rules(const models::ModelConfig& co
   const std::string& w = spec.vocab_parallel_weight;
   options.vocab_parallel_modules = {w.substr(0, w.rfind('.'))};
   const plan::ShardModel model = plan::build_shard_model(graph, cluster, options);
-  const plan::ShardSolution solution = plan::solve_shard_ilp(model.problem);
+  plan::ShardSolution solution;
+  try {
+    solution = plan::solve_shard_ilp(model.problem);
+  } catch (const Error& e) {
+    if (!a.sequence_parallel) throw;
+    // Under --sp the stream between the tensor-parallel regions is in sequence pieces, which an
+    // op without a sharding rule (replicated only) cannot take: name them.
+    std::set<std::string> whole;
+    for (const plan::ShardGroup& g : model.groups)
+      if (g.op.empty() && !g.module.empty()) whole.insert(g.module);
+    std::string names;
+    for (const std::string& m : whole)
+      if (names.size() < 200) names += (names.empty() ? "" : ", ") + m;
+    TESSEL_FAIL(e.what(),
+                whole.empty()
+                    ? std::string()
+                    : " (under --sp the activations between the tensor-parallel regions are "
+                      "sequence pieces, and these modules' ops have no sequence placement: " +
+                          names + ")");
+  }
   const auto rules = plan::shard_plan_rules(model, solution);
 
   const int64_t seq = a.seq > 0 ? a.seq : config.max_positions();

@@ -115,8 +115,10 @@ double fraction(Placement p, const Shape& shape, int tp) {
   return double((n + tp - 1) / tp) / double(std::max<int64_t>(n, 1));
 }
 
+// A shard of a dim the tensor has (a scalar, such as an MoE layer's auxiliary loss, has none) and
+// at least one element per rank.
 bool fits(Placement p, const Shape& shape, int tp) {
-  return !p.is_shard() || (p.dim < int(shape.ndim()) && shape[size_t(p.dim)] >= tp);
+  return !p.is_shard() || (p.dim >= 0 && p.dim < int(shape.ndim()) && shape[size_t(p.dim)] >= tp);
 }
 
 struct Builder {
