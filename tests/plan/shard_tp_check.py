@@ -197,7 +197,7 @@ def main():
             fail(f"MoE without --sp: {p.stdout}")
         p = subprocess.run([tessel, "plan", "shard", "--model", moe, "--tp", "2", "--batch", "2",
                             "--seq", "13", "--sp"], capture_output=True, text=True, env=env)
-        if p.returncode == 0 or "no sequence placement: h.1.moe" not in p.stderr:
+        if p.returncode == 0 or "no sequence placement: h.*.moe" not in p.stderr:
             fail(f"MoE with --sp: exit {p.returncode}, {p.stderr!r}")
         print("MoE --sp:", p.stderr.strip().splitlines()[-1][-160:])
         # A budget nothing fits: one error line, no plan file.

@@ -35,12 +35,24 @@ std::vector<plan::ShardPlanRule> solve_shard_rules(const models::ModelConfig& co
     if (!a.sequence_parallel) throw;
     // Under --sp the stream between the tensor-parallel regions is in sequence pieces, which an
     // op without a sharding rule (replicated only) cannot take: name them.
+    // Layer indices folded ("h.*.moe"), as the plan's patterns are.
     std::set<std::string> whole;
-    for (const plan::ShardGroup& g : model.groups)
-      if (g.op.empty() && !g.module.empty()) whole.insert(g.module);
+    for (const plan::ShardGroup& g : model.groups) {
+      if (!g.op.empty() || g.module.empty()) continue;
+      std::string pattern, part;
+      for (char c : g.module + ".") {
+        if (c != '.') {
+          part += c;
+          continue;
+        }
+        const bool index = part.find_first_not_of("0123456789") == std::string::npos;
+        pattern += (pattern.empty() ? "" : ".") + (index ? std::string("*") : part);
+        part.clear();
+      }
+      whole.insert(pattern);
+    }
     std::string names;
-    for (const std::string& m : whole)
-      if (names.size() < 200) names += (names.empty() ? "" : ", ") + m;
+    for (const std::string& m : whole) names += (names.empty() ? "" : ", ") + m;
     TESSEL_FAIL(e.what(),
                 whole.empty()
                     ? std::string()
