@@ -733,6 +733,30 @@ TEST(PlanSearch, StrongerModeOnTheFirstBlocksWeakerOnTheRest) {
       << model_coverage(two);
 }
 
+// A mixture of experts refuses full recomputation (its replay would route again): the search
+// leaves that mode out, with one entry that gives the model's reason, and ranks the others; a
+// request of only modes the model refuses is one error.
+TEST(PlanSearch, RecomputeModesTheModelRefusesAreNotSearched) {
+  const auto config = models::family_named("mixtral").preset("tiny");
+  SearchRequest req = request(1);
+  const SearchResult res = search_plans(*config, node(int64_t(1) << 40, 1), req);
+  ASSERT_FALSE(res.ranked.empty());
+  std::set<nn::Recompute> ranked;
+  for (const PlanResult& r : res.ranked) ranked.insert(r.layout.recompute);
+  EXPECT_EQ(ranked, (std::set<nn::Recompute>{nn::Recompute::None, nn::Recompute::Selective}));
+  int notes = 0;
+  for (const PlanResult& r : res.pruned)
+    if (r.reason.find("recompute full is not searched") != std::string::npos) {
+      ++notes;
+      EXPECT_EQ(r.status, PlanStatus::NotModelled);
+      EXPECT_NE(r.reason.find("mixture-of-experts"), std::string::npos) << r.reason;
+    }
+  EXPECT_EQ(notes, 1);
+  req.recompute = {nn::Recompute::Full};
+  test::expect_error([&] { (void)search_plans(*config, node(int64_t(1) << 40, 1), req); },
+                     {"accepts none of the recompute modes searched"});
+}
+
 // Tensor-parallel plan files are searched beside the family's built-in plan: every tp layout once
 // per plan, the file in its name and flags (parallel.tp_plan); a plan the runtime refuses at a tp
 // is one invalid entry with the runtime's reason, not an aborted search. The callback stands in

@@ -540,7 +540,7 @@ std::vector<LayerCost> traced_layer_costs(const Cluster& cluster, const Graph& g
 
 SearchResult search_plans(const models::ModelConfig& config, const Cluster& description,
                           const SearchRequest& request_in) {
-  const SearchRequest request = resolved(config, description, request_in);
+  SearchRequest request = resolved(config, description, request_in);
   const Cluster cluster = description.with_devices(request.devices);
 
   SearchResult out;
@@ -555,6 +555,29 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
   {
     DefaultDeviceScope meta(Device::meta());
     meta_model = config.build_empty();
+  }
+  // Recomputation modes the model's blocks refuse (a mixture of experts' full recomputation,
+  // whose replay would route again) are not searched: one entry each, with the model's reason.
+  {
+    std::vector<nn::Recompute> accepted;
+    for (nn::Recompute mode : request.recompute) {
+      try {
+        meta_model->set_recompute(mode);
+        accepted.push_back(mode);
+      } catch (const Error& e) {
+        PlanResult r;
+        r.layout.recompute = mode;
+        r.status = PlanStatus::NotModelled;
+        r.reason =
+            "recompute " + std::string(nn::recompute_name(mode)) + " is not searched: " + e.what();
+        out.pruned.push_back(std::move(r));
+      }
+    }
+    meta_model->set_recompute(nn::Recompute::None);
+    TESSEL_CHECK(!accepted.empty(), "plan: ", config.summary(),
+                 " accepts none of the recompute modes searched: ",
+                 out.pruned.empty() ? std::string() : out.pruned.back().reason);
+    request.recompute = accepted;
   }
   DpSplits dp_splits(cluster, request, kept, *meta_model);
   const double memory_bytes = double(cluster.device.memory_bytes);
