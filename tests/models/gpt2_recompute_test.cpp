@@ -90,21 +90,25 @@ Trace train_twice(Recompute mode, bool own_generator = true, int64_t count = nn:
   return run;
 }
 
+// `t`'s losses, gradients and generator position bit for bit those of `none`.
+void expect_bitwise_equal(const Trace& t, const Trace& none, const std::string& name) {
+  EXPECT_EQ(t.generator_offset, none.generator_offset) << name;
+  ASSERT_EQ(t.steps.size(), none.steps.size()) << name;
+  for (size_t s = 0; s < none.steps.size(); ++s) {
+    EXPECT_EQ(std::memcmp(&t.steps[s].loss, &none.steps[s].loss, sizeof(double)), 0)
+        << name << " step " << s;
+    ASSERT_EQ(t.steps[s].grads.size(), none.steps[s].grads.size()) << name;
+    for (size_t i = 0; i < none.steps[s].grads.size(); ++i)
+      EXPECT_TRUE(t.steps[s].grads[i] == none.steps[s].grads[i])
+          << name << " step " << s << ": gradient of parameter " << i << " differs";
+  }
+}
+
 void expect_bitwise_equal_to_none(bool own_generator) {
   const Trace none = train_twice(Recompute::None, own_generator);
-  for (Recompute mode : {Recompute::Selective, Recompute::Full}) {
-    const Trace other = train_twice(mode, own_generator);
-    const std::string name(nn::recompute_name(mode));
-    EXPECT_EQ(other.generator_offset, none.generator_offset) << name;
-    for (size_t s = 0; s < none.steps.size(); ++s) {
-      EXPECT_EQ(std::memcmp(&other.steps[s].loss, &none.steps[s].loss, sizeof(double)), 0)
-          << name << " step " << s;
-      ASSERT_EQ(other.steps[s].grads.size(), none.steps[s].grads.size());
-      for (size_t i = 0; i < none.steps[s].grads.size(); ++i)
-        EXPECT_TRUE(other.steps[s].grads[i] == none.steps[s].grads[i])
-            << name << " step " << s << ": gradient of parameter " << i << " differs";
-    }
-  }
+  for (Recompute mode : {Recompute::Selective, Recompute::Full})
+    expect_bitwise_equal(train_twice(mode, own_generator), none,
+                         std::string(nn::recompute_name(mode)));
 }
 
 TEST(GPT2Recompute, EveryModeGivesBitwiseTheGradientsOfNone) {
@@ -137,13 +141,7 @@ TEST(GPT2Recompute, TheFirstBlocksOnlyGiveBitwiseTheGradientsOfNoneAndMemoryBetw
     for (int64_t count : {int64_t(1), int64_t(2), nn::kAllBlocks}) {
       const Trace t = train_twice(mode, true, count);
       const std::string name = std::string(nn::recompute_name(mode)) + ":" + std::to_string(count);
-      EXPECT_EQ(t.generator_offset, none.generator_offset) << name;
-      for (size_t s = 0; s < none.steps.size(); ++s) {
-        EXPECT_EQ(std::memcmp(&t.steps[s].loss, &none.steps[s].loss, sizeof(double)), 0) << name;
-        for (size_t i = 0; i < none.steps[s].grads.size(); ++i)
-          EXPECT_TRUE(t.steps[s].grads[i] == none.steps[s].grads[i])
-              << name << " step " << s << ": gradient of parameter " << i << " differs";
-      }
+      expect_bitwise_equal(t, none, name);
       saved.push_back(t.steps.back().saved);
       std::cout << "recompute=" << name << " saved=" << saved.back() << " B\n";
     }
@@ -162,13 +160,7 @@ TEST(GPT2Recompute, AStrongerModeOnTheFirstBlocksAndAWeakerOnTheRestGiveTheGradi
   for (int64_t count : {int64_t(1), int64_t(2)}) {
     const Trace t = train_twice(Recompute::Full, true, count, Recompute::Selective);
     const std::string name = "full:" + std::to_string(count) + "+selective";
-    EXPECT_EQ(t.generator_offset, none.generator_offset) << name;
-    for (size_t s = 0; s < none.steps.size(); ++s) {
-      EXPECT_EQ(std::memcmp(&t.steps[s].loss, &none.steps[s].loss, sizeof(double)), 0) << name;
-      for (size_t i = 0; i < none.steps[s].grads.size(); ++i)
-        EXPECT_TRUE(t.steps[s].grads[i] == none.steps[s].grads[i])
-            << name << " step " << s << ": gradient of parameter " << i << " differs";
-    }
+    expect_bitwise_equal(t, none, name);
     saved.push_back(t.steps.back().saved);
     std::cout << "recompute=" << name << " saved=" << saved.back() << " B\n";
     // Not the same as the stronger mode on these blocks alone (the others none).

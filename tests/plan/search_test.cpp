@@ -25,6 +25,8 @@
 namespace tessel::plan {
 namespace {
 
+using TpTransform = std::function<void(models::CausalLM&)>;
+
 models::ConfigPtr tiny_gpt2() {
   return models::family_named("gpt2").preset("tiny");
 }
@@ -192,7 +194,8 @@ TEST(PlanSearch, PipelineLayoutsCarryTheModelsOwnFigures) {
   const auto config = tiny_gpt2();
   SearchRequest req = request(2);
   req.schedules = {"1f1b", "gpipe"};  // two_rank makes these two
-  req.pipeline_rank = [](const std::string& schedule, int pp, int m, int rank, const std::string&) {
+  req.pipeline_rank = [](const std::string& schedule, int pp, int m, int rank, const std::string&,
+                         const TpTransform&) {
     EXPECT_EQ(pp, 2);
     return two_rank(schedule, m, rank);
   };
@@ -266,9 +269,8 @@ TEST(PlanSearch, ATraceCacheOfOneGraphRanksTheSame) {
   SearchRequest req = request(2);
   req.global_batch = 8;  // dp 2 too, whose ZeRO stages 0, 1 and 3 share one trace
   req.schedules = {"1f1b", "gpipe"};
-  req.pipeline_rank = [](const std::string& schedule, int, int m, int rank, const std::string&) {
-    return two_rank(schedule, m, rank);
-  };
+  req.pipeline_rank = [](const std::string& schedule, int, int m, int rank, const std::string&,
+                         const TpTransform&) { return two_rank(schedule, m, rank); };
   const Cluster cluster = node(int64_t(1) << 40, 2);
   const SearchResult all = search_plans(*config, cluster, req);
   req.trace_cache_ops = 1;
@@ -291,9 +293,8 @@ TEST(PlanSearch, ComposedPipelinesRankTheSame) {
   const auto config = tiny_gpt2();
   SearchRequest req = request(2);
   req.schedules = {"1f1b", "gpipe"};
-  req.pipeline_rank = [](const std::string& schedule, int, int m, int rank, const std::string&) {
-    return two_rank(schedule, m, rank);
-  };
+  req.pipeline_rank = [](const std::string& schedule, int, int m, int rank, const std::string&,
+                         const TpTransform&) { return two_rank(schedule, m, rank); };
   const Cluster cluster = node(int64_t(1) << 40, 2);
   req.compose_above = -1;
   const SearchResult whole = search_plans(*config, cluster, req);
@@ -341,7 +342,7 @@ SearchRequest dp_split_request(std::set<std::string>* asked = nullptr) {
   req.dp_stages = true;
   req.schedules = {"1f1b"};
   req.pipeline_rank = [asked](const std::string& schedule, int, int m, int rank,
-                              const std::string& split) {
+                              const std::string& split, const TpTransform&) {
     if (asked) asked->insert(split);
     PipelineRank pr = two_rank(schedule, m, rank);
     const int first = split.empty() ? 2 : 1 + std::stoi(split.substr(0, split.find(',')));
@@ -464,9 +465,8 @@ TEST(PlanSearch, EachPipelineRankTakesTheLeastRecomputationThatFits) {
   const auto config = tiny_gpt2();
   SearchRequest req = request(2);
   req.schedules = {"1f1b", "gpipe"};
-  req.pipeline_rank = [](const std::string& schedule, int, int m, int rank, const std::string&) {
-    return two_rank(schedule, m, rank);
-  };
+  req.pipeline_rank = [](const std::string& schedule, int, int m, int rank, const std::string&,
+                         const TpTransform&) { return two_rank(schedule, m, rank); };
   req.rank_recompute = false;
   const SearchResult roomy = search_plans(*config, node(int64_t(1) << 40, 2), req);
   // The ranks' peaks by layout (schedule, micro-batch) and mode.
@@ -614,9 +614,8 @@ TEST(PlanSearch, ARankRecomputesOnlyTheBlocksItsMemoryNeeds) {
   // holds fewer micro-batches under 1F1B, none.
   SearchRequest pipe = request(2);
   pipe.schedules = {"1f1b"};
-  pipe.pipeline_rank = [](const std::string& schedule, int, int m, int rank, const std::string&) {
-    return two_rank(schedule, m, rank);
-  };
+  pipe.pipeline_rank = [](const std::string& schedule, int, int m, int rank, const std::string&,
+                          const TpTransform&) { return two_rank(schedule, m, rank); };
   std::map<int64_t, const PlanResult*> plain;
   const SearchResult pipe_roomy = search_plans(*config, node(int64_t(1) << 40, 2), pipe);
   for (const PlanResult& r : pipe_roomy.ranked)
@@ -844,8 +843,8 @@ TEST(PlanSearch, InterleavedSchedulesByChunksAndMicroBatchGroups) {
   req.schedules = {"interleaved"};
   req.recompute = {nn::Recompute::None};
   std::set<std::pair<std::string, int>> asked;
-  req.pipeline_rank = [&](const std::string& schedule, int pp, int m, int rank,
-                          const std::string&) {
+  req.pipeline_rank = [&](const std::string& schedule, int pp, int m, int rank, const std::string&,
+                          const TpTransform&) {
     EXPECT_EQ(pp, 2);
     asked.insert({schedule, m});
     // The two-rank 1F1B list stands in for the runtime's generator (above plan/), which

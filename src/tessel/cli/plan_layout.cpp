@@ -53,7 +53,8 @@ plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::s
   // tp's pieces (one rank asked for, by plan offload) is made afresh: a transform has no key.
   thread_local std::string last_key;
   thread_local std::vector<plan::PipelineRank> last;
-  const std::string key = tp_transform
+  const bool pieces = tp_transform && config.has_experts();
+  const std::string key = pieces
                               ? std::string()
                               : config.to_json() + "\n" + schedule + "/" + std::to_string(pp_size) +
                                     "/" + std::to_string(microbatches) + "/" + split;
@@ -63,7 +64,7 @@ plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::s
   {
     DefaultDeviceScope meta(Device::meta());
     std::shared_ptr<models::CausalLM> model = config.build_empty();
-    if (tp_transform) tp_transform(*model);
+    if (pieces) tp_transform(*model);
     costs = train::pipeline_layer_costs(*model);
   }
   TESSEL_CHECK(int64_t(costs.size()) >= s.num_stages(), "pipeline: ", schedule, " at pp ", pp_size,
@@ -285,7 +286,9 @@ RankTraces trace_ranks(const models::ModelConfig& config, const plan::MemoryLayo
   for (int r = 0; r < pp; ++r) {
     plan::MemoryLayout l = layout;
     if (!recompute.empty()) set_rank_recompute(l, recompute, r, pp);
-    if (pp > 1) l.pipeline = pipeline_rank(config, schedule, pp, int(layout.grad_accum), r, split);
+    if (pp > 1)
+      l.pipeline = pipeline_rank(config, schedule, pp, int(layout.grad_accum), r, split,
+                                 layout.tp_transform);
     out.graphs.push_back(plan::trace_for_layout(config, l));
     out.memory.push_back(plan::estimate_memory(config, l, out.graphs.back()));
   }
@@ -298,7 +301,8 @@ plan::StepTime predict_step_time(const plan::Cluster& cluster, const models::Mod
   if (pp == 1)
     return plan::estimate_step_time(cluster, traced.graphs.at(0), traced.memory.at(0), layout);
   plan::MemoryLayout first = layout;
-  first.pipeline = pipeline_rank(config, schedule, pp, int(layout.grad_accum), 0, split);
+  first.pipeline =
+      pipeline_rank(config, schedule, pp, int(layout.grad_accum), 0, split, layout.tp_transform);
   return plan::estimate_pipeline_step_time(cluster, traced.graphs, traced.memory, first);
 }
 

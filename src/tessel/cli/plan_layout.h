@@ -30,7 +30,8 @@ namespace tessel::cli {
 // blocks per stage) or, when empty, balanced (train::pipeline_partition). `tp_transform`: the
 // balanced cut weighs the layers as tp's pieces (the trainer cuts the model its tensor axis has
 // already split: an MoE layer's experts stay whole under tp, so their layers weigh more than
-// whole-model costs say).
+// whole-model costs say). A model without experts is cut where its whole model is (every layer's
+// cost scales alike under tp), so the transform is not applied to it.
 plan::PipelineRank pipeline_rank(const models::ModelConfig& config, const std::string& schedule,
                                  int pp, int microbatches, int rank, const std::string& split = "",
                                  const std::function<void(models::CausalLM&)>& tp_transform = {});

@@ -19,6 +19,7 @@
 #include "tessel/plan/pipeline_compose.h"
 #include "tessel/plan/step_cost.h"
 #include "tessel/train/model_presets.h"
+#include "tessel/train/pipeline_stage.h"
 
 namespace tessel::cli {
 
@@ -59,7 +60,8 @@ ComposedRanks compose_ranks(const models::ModelConfig& config, const plan::Memor
   for (int r = 0; r < pp; ++r) {
     plan::MemoryLayout l = layout;
     set_rank_recompute(l, recompute, r, pp);
-    l.pipeline = pipeline_rank(config, schedule, pp, int(layout.grad_accum), r, split);
+    l.pipeline =
+        pipeline_rank(config, schedule, pp, int(layout.grad_accum), r, split, layout.tp_transform);
     if (r == 0) first = l;
     composed.push_back(plan::compose_pipeline_rank(stages, config, l));
     const plan::ComposedRank& c = composed.back();
@@ -109,6 +111,14 @@ void run_memory(MemoryArgs a) {
   else
     traced = trace_ranks(*config, a.layout, a.schedule, a.pp, a.split, a.recompute);
   const std::vector<plan::MemoryEstimate>& ranks = a.composed ? composed.memory : traced.memory;
+  // The stage cut every rank shares, named as the trainer's pipeline line names it.
+  const std::string stages =
+      a.pp > 1 ? train::pipeline_stages_line(
+                     pipeline_rank(*config, a.schedule, a.pp, int(a.layout.grad_accum), 0, a.split,
+                                   a.layout.tp_transform)
+                         .stage_layers,
+                     config->num_layers())
+               : std::string();
   size_t worst = 0;
   for (size_t r = 1; r < ranks.size(); ++r)
     if (ranks[r].peak() > ranks[worst].peak()) worst = r;
@@ -173,6 +183,7 @@ void run_memory(MemoryArgs a) {
     if (a.pp > 1) {
       out["schedule"] = a.schedule;
       out["pipeline_split"] = a.split;
+      out["stages"] = stages;
       out["pp_rank"] = int(worst);
       for (const plan::MemoryEstimate& e : ranks)
         out["pp_ranks"].push_back({{"state_bytes", int64_t(e.state())},
@@ -191,6 +202,7 @@ void run_memory(MemoryArgs a) {
   for (const auto& [name, v] : terms)
     std::printf("%-24s %14.0f  %10.3f MiB\n", name, v, v / 1048576);
   for (const auto& [name, v] : times) std::printf("%-24s %14.3f\n", name, v);
+  if (a.pp > 1) std::printf("stages %s\n", stages.c_str());
   if (a.pp > 1)
     for (size_t r = 0; r < ranks.size(); ++r)
       std::printf("pp rank %-16zu %14.0f  %10.3f MiB\n", r, ranks[r].peak(),

@@ -356,8 +356,9 @@ void set_runtime_layouts(plan::SearchRequest& request, const models::ConfigPtr& 
     set_tensor_parallel(layout, tp, 0, plan, sp, layout.seq);
   };
   request.pipeline_rank = [model](const std::string& schedule, int pp, int microbatches, int rank,
-                                  const std::string& split) {
-    return pipeline_rank(*model, schedule, pp, microbatches, rank, split);
+                                  const std::string& split,
+                                  const std::function<void(models::CausalLM&)>& tp_transform) {
+    return pipeline_rank(*model, schedule, pp, microbatches, rank, split, tp_transform);
   };
   request.data_parallel = [](plan::MemoryLayout& layout) { set_data_parallel(layout); };
 }

@@ -180,10 +180,7 @@ std::vector<nn::Recompute> least_recompute_per_rank(
 int64_t rank_block_count(const models::ModelConfig& config, const SearchRequest& request,
                          const Layout& l, int r) {
   if (l.pp == 1) return config.num_layers();
-  return int64_t(
-      rank_blocks(request.pipeline_rank(l.schedule, l.pp, int(l.grad_accum), r, l.pipeline_split),
-                  config.num_layers())
-          .size());
+  return int64_t(rank_blocks(memory_layout(l, request, r).pipeline, config.num_layers()).size());
 }
 
 // `l` with `modes` per rank (one under pp 1), each on the first `counts[r]` of the rank's
@@ -312,7 +309,7 @@ class DpSplits {
     if (auto it = splits_.find(key); it != splits_.end()) return it->second;
     const StageSplit dp = stages(l);
     const PipelineRank balanced =
-        request_.pipeline_rank(l.schedule, l.pp, int(l.grad_accum), 0, "");
+        request_.pipeline_rank(l.schedule, l.pp, int(l.grad_accum), 0, "", {});
     const int chunks = int(dp.first_layer.size()) - 1;
     bool same = balanced.num_stages() == chunks;
     for (int s = 0; s < chunks && same; ++s)
@@ -470,7 +467,7 @@ MemoryLayout memory_layout(const Layout& layout, const SearchRequest& request, i
     TESSEL_CHECK(bool(request.pipeline_rank), "plan: ", layout.str(),
                  " needs the runtime's pipeline stages in the request");
     m.pipeline = request.pipeline_rank(layout.schedule, layout.pp, int(layout.grad_accum), pp_rank,
-                                       layout.pipeline_split);
+                                       layout.pipeline_split, m.tp_transform);
   }
   if (request.data_parallel) request.data_parallel(m);
   return m;

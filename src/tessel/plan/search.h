@@ -100,9 +100,11 @@ struct SearchRequest {
   // runtime without a fused attention kernel would run them.
   bool unfused_attention = false;
   // Pipeline rank `rank`'s stages and actions; `split`: blocks per stage as
-  // parallel.pipeline_split gives them ("3,4,4,2"), "" the runtime's balanced cut.
+  // parallel.pipeline_split gives them ("3,4,4,2"), "" the runtime's balanced cut, which the
+  // trainer makes on the pieces `tp_transform` (empty without tp) leaves on a rank.
   std::function<PipelineRank(const std::string& schedule, int pp, int microbatches, int rank,
-                             const std::string& split)>
+                             const std::string& split,
+                             const std::function<void(models::CausalLM&)>& tp_transform)>
       pipeline_rank;
   // Stage boundaries of pipeline layouts (interleaved: every chunk's): the runtime's balanced
   // cut (by parameters), Alpa's inter-operator DP over the layers' traced compute

@@ -15,16 +15,35 @@ namespace tessel::train {
 
 namespace pp = parallel::pipeline;
 
+namespace {
+
+std::string layer_name(int64_t layer, int64_t blocks) {
+  if (layer == 0) return "embedding";
+  return layer > blocks ? "head" : "block." + std::to_string(layer - 1);
+}
+
+}  // namespace
+
 std::vector<pp::LayerCost> pipeline_layer_costs(const models::CausalLM& model) {
   const std::vector<double> cost = model.layer_costs();
   const int64_t blocks = model.num_layers();
   TESSEL_CHECK(int64_t(cost.size()) == blocks + 2, "pipeline: ", model.type_name(), " costs ",
                cost.size(), " layers, expected its ", blocks, " blocks + 2");
-  std::vector<pp::LayerCost> costs{{"embedding", cost[0]}};
-  for (int64_t i = 0; i < blocks; ++i)
-    costs.push_back({"block." + std::to_string(i), cost[size_t(i + 1)]});
-  costs.push_back({"head", cost.back()});
+  std::vector<pp::LayerCost> costs;
+  for (int64_t layer = 0; layer < blocks + 2; ++layer)
+    costs.push_back({layer_name(layer, blocks), cost[size_t(layer)]});
   return costs;
+}
+
+std::string pipeline_stages_line(const std::vector<std::pair<int64_t, int64_t>>& stage_layers,
+                                 int64_t blocks) {
+  std::string line;  // a stage may hold no block at all
+  for (size_t s = 0; s < stage_layers.size(); ++s) {
+    const auto [begin, end] = stage_layers[s];
+    line += (s > 0 ? " | " : "") + layer_name(begin, blocks);
+    if (end - begin > 1) line += ".." + layer_name(end - 1, blocks);
+  }
+  return line;
 }
 
 pp::StagePartition pipeline_partition(const std::vector<pp::LayerCost>& costs, int64_t stages,

@@ -39,6 +39,10 @@ parallel::pipeline::StagePartition pipeline_partition(
     const std::string& split);
 // The split that gives `partition` back ("3,4,4,2"; every contiguous partition has one).
 std::string pipeline_split_of(const parallel::pipeline::StagePartition& partition);
+// The layers of each stage (pipeline layers [begin, end) of a model of `blocks` blocks) as the
+// trainer reports its cut: "embedding..block.2 | block.3..head".
+std::string pipeline_stages_line(const std::vector<std::pair<int64_t, int64_t>>& stage_layers,
+                                 int64_t blocks);
 
 // The module that holds parameter `name` ("h.0.attn.c_attn.weight" -> h.0.attn.c_attn) directly.
 nn::Module* owner_module(nn::Module& root, const std::string& name);

@@ -109,12 +109,10 @@ PipelineStrategy::PipelineStrategy(models::CausalLM& model, const TrainLayout& l
   options.activation_shapes = {
       Shape{setup_.micro_batch, message_seq, model_.model_config().hidden_size()}};
   options.dtype = setup_.dtype;  // bf16/fp16: the stages' activations cross in 16 bits
-  std::string layers;            // "embedding..h.2 | h.3..head": a stage may hold no block at all
-  for (int64_t s = 0; s < stages_->partition().num_stages(); ++s) {
-    const auto [begin, end] = stages_->partition().layers_of(s);
-    layers += (s > 0 ? " | " : "") + costs[size_t(begin)].name;
-    if (end - begin > 1) layers += ".." + costs[size_t(end - 1)].name;
-  }
+  std::vector<std::pair<int64_t, int64_t>> stage_layers;
+  for (int64_t s = 0; s < stages_->partition().num_stages(); ++s)
+    stage_layers.push_back(stages_->partition().layers_of(s));
+  const std::string layers = pipeline_stages_line(stage_layers, int64_t(costs.size()) - 2);
   executor_ =
       std::make_unique<pp::PipelineExecutor>(std::move(schedule), layout_.pp, std::move(options));
   if (setup_.print)
