@@ -132,6 +132,32 @@ TEST(StepCost, DataParallelStep) {
   EXPECT_DOUBLE_EQ(t.total(), t.compute_seconds + t.optimizer_seconds + t.dp_exposed_seconds);
 }
 
+// Two buckets, the first ready half-way through the backward: overlapped, only what the second
+// outlasts the backward's end is exposed; with the reductions after the backward (Megatron-LM's
+// local DDP before 2023), all of both.
+TEST(StepCost, GradientReductionsAfterTheBackwardAreAllExposed) {
+  const Cluster c = toy_cluster();
+  Graph graph;
+  graph.ops = {gemm_node(1, 512, 512, 512), gemm_node(1, 512, 512, 512)};
+  graph.ops[1].phase = Phase::Backward;
+  MemoryEstimate m;
+  m.parameter_count = 2002;
+  m.buckets = {{{"b1"}, 1001, 1001}, {{"b0"}, 1001, 1001}};
+  MemoryLayout layout;
+  layout.dp = 2;
+  const StepTime overlapped = estimate_step_time(c, graph, m, layout);
+  layout.overlap_grad_reduce = false;
+  const StepTime after = estimate_step_time(c, graph, m, layout);
+  const int ranks[] = {0, 1};
+  const double one = collective_cost(c, Collective::AllReduce, ranks, 4 * 1001).seconds;
+  EXPECT_DOUBLE_EQ(after.dp_comm_seconds, 2 * one);
+  EXPECT_DOUBLE_EQ(after.dp_exposed_seconds, 2 * one);
+  EXPECT_DOUBLE_EQ(overlapped.dp_comm_seconds, 2 * one);
+  EXPECT_LT(overlapped.dp_exposed_seconds, after.dp_exposed_seconds);
+  EXPECT_NEAR(after.total() - overlapped.total(),
+              after.dp_exposed_seconds - overlapped.dp_exposed_seconds, 1e-12 * after.total());
+}
+
 // The toy device calibrated: an "nt" GEMM point at half the "nn" rate, a measured curve for
 // "binary" and "adamw" calls, 3 us per op outside its kernel, and a measured all-reduce of two
 // ranks (t = 50 us + 1 ns/B) that replaces the link model.

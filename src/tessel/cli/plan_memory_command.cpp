@@ -38,7 +38,8 @@ struct MemoryArgs {
   double bucket_mb = 25;
   std::string cluster;    // with it, the step time too
   bool composed = false;  // pipeline ranks from their stages' traces (plan/pipeline_compose.h)
-  std::string attention = "fused";  // or "unfused" (plan/unfused_attention.h)
+  std::string attention = "fused";         // or "unfused" (plan/unfused_attention.h)
+  std::string grad_reduce = "overlapped";  // or "after-backward" (MemoryLayout)
   bool json = false;
 };
 
@@ -88,6 +89,7 @@ void run_memory(MemoryArgs a) {
   a.layout.compute_dtype = precision_dtype(a.precision);
   a.layout.bucket_bytes = int64_t(a.bucket_mb * double(1 << 20));
   a.layout.unfused_attention = a.attention == "unfused";
+  a.layout.overlap_grad_reduce = a.grad_reduce == "overlapped";
   const int64_t seq = a.layout.seq > 0 ? a.layout.seq : config->max_positions();
   set_tensor_parallel(a.layout, a.tp, 0, a.tp_plan, a.sp, seq);
   set_data_parallel(a.layout);
@@ -175,6 +177,7 @@ void run_memory(MemoryArgs a) {
                           {"precision", a.precision},
                           {"composed", a.composed},
                           {"attention", a.attention},
+                          {"grad_reduce", a.grad_reduce},
                           {"parameter_count", m.parameter_count},
                           {"buckets", int64_t(m.buckets.size())}};
     for (const auto& [name, v] : terms) out[name] = int64_t(v);
@@ -198,7 +201,9 @@ void run_memory(MemoryArgs a) {
             << (a.pp > 1 ? " (" + a.schedule + ", rank " + std::to_string(worst) + ")" : "")
             << ", ZeRO " << a.layout.zero_stage << ", micro-batch " << a.layout.micro_batch
             << ", recompute " << a.recompute << ", " << a.precision
-            << (a.layout.unfused_attention ? ", unfused attention" : "") << " (bytes per rank)\n";
+            << (a.layout.unfused_attention ? ", unfused attention" : "")
+            << (a.layout.overlap_grad_reduce ? "" : ", gradients reduced after backward")
+            << " (bytes per rank)\n";
   for (const auto& [name, v] : terms)
     std::printf("%-24s %14.0f  %10.3f MiB\n", name, v, v / 1048576);
   for (const auto& [name, v] : times) std::printf("%-24s %14.3f\n", name, v);
@@ -258,6 +263,12 @@ void add_plan_memory_command(CLI::App& plan) {
   cmd->add_option("--cluster", args->cluster,
                   "Cluster description (TOML, docs/PLANNER.md): also predict the step time");
   add_attention_option(cmd, args->attention);
+  cmd->add_option("--grad-reduce", args->grad_reduce,
+                  "When dp's gradient reductions run: overlapped (with the backward, bucket by "
+                  "bucket, as tessel runs them) or after-backward (all once it ends, as "
+                  "Megatron-LM's local DDP ran them before 2023; time only)")
+      ->check(CLI::IsMember({"overlapped", "after-backward"}))
+      ->capture_default_str();
   cmd->add_flag("--composed", args->composed,
                 "With --pp: compose each rank from one trace per distinct stage instead of "
                 "tracing its whole schedule (fast at thousands of micro-batches; as `plan search` "

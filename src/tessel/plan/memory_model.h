@@ -63,6 +63,11 @@ struct MemoryLayout {
   bool gradients_held = false;
   // Attention costed as unfused kernels (unfused_attention.h, TraceOptions::unfused_attention).
   bool unfused_attention = false;
+  // The data-parallel gradient reductions overlap the backward, bucket by bucket, as tessel's
+  // runtime runs them; false: they all start once the backward has ended, as Megatron-LM's local
+  // DDP ran them until its --overlap-grad-reduce (2023), the runtime of the published Megatron
+  // rows (time only).
+  bool overlap_grad_reduce = true;
 };
 
 // One gradient bucket as the runtime builds it (parameters in reverse model order).

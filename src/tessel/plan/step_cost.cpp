@@ -127,7 +127,8 @@ StepTime estimate_step_time(const Cluster& cluster, const ComputeTime& compute, 
                                  : cost(Collective::AllReduce, 4 * double(b.numel)));
   }
   for (double x : seconds) s.dp_comm_seconds += x;
-  s.dp_exposed_seconds = exposed_after(ready, seconds, backward);
+  s.dp_exposed_seconds =
+      layout.overlap_grad_reduce ? exposed_after(ready, seconds, backward) : s.dp_comm_seconds;
   if (stage == 1 || stage == 2) {
     // The updated blocks all-gathered after the update: nothing left to overlap with.
     for (const BucketPlan& b : memory.buckets) {
