@@ -109,11 +109,17 @@ TEST(StepCost, BucketsOverlapTheBackward) {
   EXPECT_THROW(exposed_after({1}, {1, 2}, 3), Error);
 }
 
-TEST(StepCost, DataParallelStep) {
-  const Cluster c = toy_cluster();
+// One 512-cube product in the forward and one in the backward.
+Graph forward_and_backward() {
   Graph graph;
   graph.ops = {gemm_node(1, 512, 512, 512), gemm_node(1, 512, 512, 512)};
   graph.ops[1].phase = Phase::Backward;
+  return graph;
+}
+
+TEST(StepCost, DataParallelStep) {
+  const Cluster c = toy_cluster();
+  const Graph graph = forward_and_backward();
   MemoryEstimate m;
   m.parameter_count = 1001;
   m.buckets = {{{"b"}, 1001, 1001}};  // one bucket: ready at the end of backward
@@ -137,9 +143,7 @@ TEST(StepCost, DataParallelStep) {
 // local DDP before 2023), all of both.
 TEST(StepCost, GradientReductionsAfterTheBackwardAreAllExposed) {
   const Cluster c = toy_cluster();
-  Graph graph;
-  graph.ops = {gemm_node(1, 512, 512, 512), gemm_node(1, 512, 512, 512)};
-  graph.ops[1].phase = Phase::Backward;
+  const Graph graph = forward_and_backward();
   MemoryEstimate m;
   m.parameter_count = 2002;
   m.buckets = {{{"b1"}, 1001, 1001}, {{"b0"}, 1001, 1001}};
