@@ -13,6 +13,7 @@
 #include "tessel/core/error.h"
 #include "tessel/plan/compute_cost.h"
 #include "tessel/plan/search_offload.h"
+#include "tessel/plan/search_recompute.h"
 #include "tessel/plan/search_traces.h"
 #include "tessel/tensor/default_device.h"
 
@@ -146,118 +147,6 @@ PlanResult predict_traced(const models::ModelConfig& config, const Cluster& clus
   r.memory.buckets.clear();
   r.memory.buckets.shrink_to_fit();
   return r;
-}
-
-// Each pipeline rank's least recomputation under which it fits `memory`, from the ranks' peaks
-// of a layout predicted with each mode on every rank (by mode; the enum orders them by the work
-// they repeat); empty when some rank fits under none.
-std::vector<nn::Recompute> least_fitting_modes(
-    const std::map<nn::Recompute, std::vector<double>>& peaks, int pp, double memory) {
-  std::vector<nn::Recompute> modes;
-  for (int r = 0; r < pp; ++r) {
-    const auto fits = std::find_if(peaks.begin(), peaks.end(), [&](const auto& mode_peaks) {
-      const std::vector<double>& p = mode_peaks.second;
-      return int(p.size()) == pp && p[size_t(r)] <= memory;
-    });
-    if (fits == peaks.end()) return {};
-    modes.push_back(fits->first);
-  }
-  return modes;
-}
-
-// least_fitting_modes, and empty too when every rank takes the same mode (that layout is
-// predicted already).
-std::vector<nn::Recompute> least_recompute_per_rank(
-    const std::map<nn::Recompute, std::vector<double>>& peaks, int pp, double memory) {
-  const std::vector<nn::Recompute> modes = least_fitting_modes(peaks, pp, memory);
-  if (modes.empty()) return {};
-  if (std::all_of(modes.begin(), modes.end(), [&](nn::Recompute m) { return m == modes[0]; }))
-    return {};
-  return modes;
-}
-
-// The blocks pipeline rank `r` of `l` runs (pp 1: the model's).
-int64_t rank_block_count(const models::ModelConfig& config, const SearchRequest& request,
-                         const Layout& l, int r) {
-  if (l.pp == 1) return config.num_layers();
-  return int64_t(rank_blocks(memory_layout(l, request, r).pipeline, config.num_layers()).size());
-}
-
-// `l` with `modes` per rank (one under pp 1), each on the first `counts[r]` of the rank's
-// `blocks[r]` blocks and `rests[r]` on its others.
-Layout with_block_recompute(Layout l, const std::vector<nn::Recompute>& modes,
-                            const std::vector<int64_t>& counts, const std::vector<int64_t>& blocks,
-                            const std::vector<nn::Recompute>& rests) {
-  std::vector<int64_t> n(counts.size());
-  std::vector<nn::Recompute> rest(counts.size(), nn::Recompute::None);
-  bool any_rest = false;
-  for (size_t r = 0; r < counts.size(); ++r) {
-    n[r] = modes[r] == nn::Recompute::None || counts[r] >= blocks[r] ? nn::kAllBlocks : counts[r];
-    if (n[r] != nn::kAllBlocks) rest[r] = rests[r];
-    any_rest = any_rest || rest[r] != nn::Recompute::None;
-  }
-  if (l.pp == 1) {
-    l.recompute = modes[0];
-    l.rank_recompute.clear();
-  } else {
-    l.rank_recompute = modes;
-  }
-  l.recompute_blocks = n;
-  l.recompute_rest.clear();
-  if (any_rest) l.recompute_rest = rest;
-  return l;
-}
-
-// SearchRequest::block_recompute for `l`, whose modes were predicted on every rank with the
-// ranks' peaks `peaks`: each rank's least mode that fits, on the fewest of its first blocks that
-// fit, the others taking `rest` where the mode is stronger than it (none otherwise): bisection
-// between a count that does not fit (0 is the rank with `rest` or none on every block, weaker
-// than its least mode that fits) and one that does, every rank at once. nullopt when some rank
-// fits under no mode, when no rank can leave a block out, or with a `rest` no rank is stronger
-// than.
-std::optional<PlanResult> fewest_recomputed_blocks(
-    const models::ModelConfig& config, const Cluster& cluster, const SearchRequest& request,
-    const Layout& l, const std::map<nn::Recompute, std::vector<double>>& peaks, double memory,
-    Kept& kept, nn::Recompute rest) {
-  const int pp = l.pp;
-  const std::vector<nn::Recompute> modes = least_fitting_modes(peaks, pp, memory);
-  if (modes.empty()) return std::nullopt;
-  const size_t n = size_t(pp);
-  std::vector<nn::Recompute> rests(n, nn::Recompute::None);
-  for (size_t r = 0; r < n; ++r)
-    if (modes[r] > rest) rests[r] = rest;
-  if (rest != nn::Recompute::None &&
-      std::none_of(rests.begin(), rests.end(), [&](nn::Recompute m) { return m == rest; }))
-    return std::nullopt;
-  std::vector<int64_t> blocks(n, 0), lo(n, 0), hi(n, 0);
-  for (int r = 0; r < pp; ++r) {
-    blocks[size_t(r)] = hi[size_t(r)] = rank_block_count(config, request, l, r);
-    if (modes[size_t(r)] == nn::Recompute::None) lo[size_t(r)] = hi[size_t(r)];
-  }
-  std::vector<int64_t> counts = hi;
-  for (;;) {
-    bool open = false;
-    for (size_t r = 0; r < size_t(pp); ++r) {
-      open = open || hi[r] - lo[r] > 1;
-      counts[r] = hi[r] - lo[r] > 1 ? (lo[r] + hi[r]) / 2 : hi[r];
-    }
-    if (!open) break;
-    const PlanResult probe = predict_traced(
-        config, cluster, request, with_block_recompute(l, modes, counts, blocks, rests), kept);
-    const std::vector<double> rank_peaks =
-        pp == 1 ? std::vector<double>{probe.memory.peak()} : probe.rank_peaks;
-    for (size_t r = 0; r < size_t(pp); ++r)
-      if (hi[r] - lo[r] > 1) (rank_peaks.at(r) <= memory ? hi[r] : lo[r]) = counts[r];
-  }
-  // With a rest, only a rank that gives some blocks the rest makes a layout the search without
-  // one does not meet.
-  bool fewer = false;
-  for (size_t r = 0; r < size_t(pp); ++r)
-    fewer = fewer || (modes[r] != nn::Recompute::None && hi[r] < blocks[r] &&
-                      (rest == nn::Recompute::None || rests[r] == rest));
-  if (!fewer) return std::nullopt;
-  return predict_traced(config, cluster, request, with_block_recompute(l, modes, hi, blocks, rests),
-                        kept);
 }
 
 SearchRequest resolved(const models::ModelConfig& config, const Cluster& description,
@@ -639,7 +528,9 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
       std::set<std::string> failed_plans;
       // `balanced_peaks`: the ranks' peaks of the balanced cut's prediction, when there is one;
       // `dp_peaks`: the DP cut's by its split and mode.
-      using PeaksByMode = std::map<nn::Recompute, std::vector<double>>;
+      const auto predict = [&](const Layout& l) {
+        return predict_traced(config, cluster, request, l, kept);
+      };
       const auto predict_cuts = [&](const Layout& l, std::vector<double>* balanced_peaks,
                                     std::map<std::string, PeaksByMode>* dp_peaks) {
         const std::string split =
@@ -744,7 +635,7 @@ SearchResult search_plans(const models::ModelConfig& config, const Cluster& desc
                       for (nn::Recompute rest : {nn::Recompute::None, nn::Recompute::Selective}) {
                         if (rest != nn::Recompute::None && !by_mode.count(rest)) continue;
                         if (std::optional<PlanResult> r = fewest_recomputed_blocks(
-                                config, cluster, request, cut, by_mode, memory_bytes, kept, rest))
+                                config, request, cut, by_mode, memory_bytes, predict, rest))
                           (r->status == PlanStatus::Ranked ? out.ranked : out.pruned)
                               .push_back(std::move(*r));
                       }
