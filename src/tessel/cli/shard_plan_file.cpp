@@ -37,20 +37,8 @@ std::vector<plan::ShardPlanRule> solve_shard_rules(const models::ModelConfig& co
     // op without a sharding rule (replicated only) cannot take: name them.
     // Layer indices folded ("h.*.moe"), as the plan's patterns are.
     std::set<std::string> whole;
-    for (const plan::ShardGroup& g : model.groups) {
-      if (!g.op.empty() || g.module.empty()) continue;
-      std::string pattern, part;
-      for (char c : g.module + ".") {
-        if (c != '.') {
-          part += c;
-          continue;
-        }
-        const bool index = part.find_first_not_of("0123456789") == std::string::npos;
-        pattern += (pattern.empty() ? "" : ".") + (index ? std::string("*") : part);
-        part.clear();
-      }
-      whole.insert(pattern);
-    }
+    for (const plan::ShardGroup& g : model.groups)
+      if (g.op.empty() && !g.module.empty()) whole.insert(plan::layer_pattern(g.module));
     std::string names;
     for (const std::string& m : whole) names += (names.empty() ? "" : ", ") + m;
     TESSEL_FAIL(e.what(),

@@ -13,26 +13,6 @@ namespace {
 
 using sharding::Placement;
 
-// "h.11.mlp.c_fc" -> "h.*.mlp.c_fc": every all-digit component becomes '*'.
-std::string layer_pattern(const std::string& path) {
-  std::string out, part;
-  auto flush = [&] {
-    const bool digits = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
-    out += digits ? "*" : part;
-    part.clear();
-  };
-  for (char c : path) {
-    if (c == '.') {
-      flush();
-      out += '.';
-    } else {
-      part += c;
-    }
-  }
-  flush();
-  return out;
-}
-
 // The unit of a Colwise split whose output is viewed with its cut dim broken into smaller dims
 // (heads of head_dim), by a merged op (RoPE) or by the next group (attention): the elements of
 // one piece of the view's cut dim.
@@ -93,6 +73,25 @@ void sequence_rules(const ShardModel& m, const ShardSolution& solution,
 }
 
 }  // namespace
+
+std::string layer_pattern(const std::string& path) {
+  std::string out, part;
+  auto flush = [&] {
+    const bool digits = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
+    out += digits ? "*" : part;
+    part.clear();
+  };
+  for (char c : path) {
+    if (c == '.') {
+      flush();
+      out += '.';
+    } else {
+      part += c;
+    }
+  }
+  flush();
+  return out;
+}
 
 std::vector<ShardPlanRule> shard_plan_rules(const ShardModel& m, const ShardSolution& solution) {
   TESSEL_CHECK(solution.choice.size() == m.groups.size(), "shard plan: a solution of ",

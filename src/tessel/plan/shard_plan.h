@@ -27,6 +27,10 @@ struct ShardPlanRule {
   bool operator==(const ShardPlanRule&) const = default;
 };
 
+// "h.11.mlp.c_fc" -> "h.*.mlp.c_fc": every all-digit component of a module path becomes '*' (the
+// patterns a plan's rules fold layers into).
+std::string layer_pattern(const std::string& path);
+
 // The rules of `solution` (one per module, then folded over layer indices). Throws when the
 // solution splits a product that no style can split (not inside an nn::Linear, not tied to a
 // vocab-parallel embedding).

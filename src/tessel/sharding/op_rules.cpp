@@ -87,7 +87,7 @@ std::vector<OpRule> make_rules() {
                    {{{R, R, R}, R, "replicated"},
                     {{S(0), R, R}, S(0), "batch"},
                     {{S(-2), R, R}, S(-2), "Sequence (parameter gradients are pending sums)"}}});
-  // rms_norm(x [..., C], w [C]) over the last dim (LLaMA's norms).
+  // rms_norm(x [..., C], w [C]) over the last dim: x / rms(x) * w, no bias.
   rules.push_back({"rms_norm",
                    2,
                    [](std::span<const Shape> s) {
