@@ -71,9 +71,9 @@ TEST(RecomputeConfig, ACountOfTheRanksFirstBlocks) {
   EXPECT_EQ(nn::recompute_list_name(modes, blocks), "full:3,selective:1*2,none");
   EXPECT_EQ(nn::recompute_list_name(modes), "full,selective*2,none");
   for (int r = 0; r < 4; ++r)
-    EXPECT_EQ(nn::recompute_blocks_of_rank(blocks, r, 4), blocks[size_t(r)]);
+    EXPECT_EQ(nn::rank_recompute(c.train.recompute, r, 4).blocks, blocks[size_t(r)]);
   EXPECT_EQ(nn::parse_recompute_blocks("selective"), (std::vector<int64_t>{nn::kAllBlocks}));
-  EXPECT_EQ(nn::recompute_blocks_of_rank(nn::parse_recompute_blocks("full:2"), 3, 4), 2);
+  EXPECT_EQ(nn::rank_recompute("full:2", 3, 4).blocks, 2);
   EXPECT_EQ(nn::recompute_list_name({Recompute::Full, Recompute::Full}, {2, nn::kAllBlocks}),
             "full:2,full");
   for (const std::string bad :
@@ -94,7 +94,8 @@ TEST(RecomputeConfig, AModeForTheRanksOtherBlocks) {
   const std::string& spec = c.train.recompute;
   const std::vector<Recompute> modes = nn::parse_recompute_list(spec);
   const std::vector<int64_t> blocks = nn::parse_recompute_blocks(spec);
-  const std::vector<Recompute> rests = nn::parse_recompute_rest(spec);
+  std::vector<Recompute> rests;
+  for (const nn::RankRecompute& e : nn::parse_recompute_entries(spec)) rests.push_back(e.rest);
   EXPECT_EQ(modes, (std::vector<Recompute>{Recompute::Full, Recompute::Selective,
                                            Recompute::Selective, Recompute::Full}));
   EXPECT_EQ(blocks, (std::vector<int64_t>{3, 1, 1, 2}));
@@ -113,7 +114,8 @@ TEST(RecomputeConfig, AModeForTheRanksOtherBlocks) {
   EXPECT_EQ(one.mode, Recompute::Full);
   EXPECT_EQ(one.blocks, 2);
   EXPECT_EQ(one.rest, Recompute::Selective);
-  EXPECT_EQ(nn::parse_recompute_rest("full"), (std::vector<Recompute>{Recompute::None}));
+  ASSERT_EQ(nn::parse_recompute_entries("full").size(), 1u);
+  EXPECT_EQ(nn::parse_recompute_entries("full")[0].rest, Recompute::None);
   EXPECT_THROW((void)nn::rank_recompute(spec, 0, 3), Error);
   for (const std::string bad :
        {"full+selective", "full:2+full", "full:2+", "full:2+partial", "selective:1+selective"}) {

@@ -387,14 +387,18 @@ plan::Layout train_layout_of(const train::TrainConfig& c, int dp, int tp, int pp
   l.zero_stage = int(c.parallel.zero_stage);
   // One mode, or one per pipeline rank (Layout::rank_recompute), each perhaps on its rank's first
   // blocks only (Layout::recompute_blocks), the others perhaps with another (recompute_rest).
-  const std::vector<nn::Recompute> modes = nn::parse_recompute_list(c.train.recompute);
+  std::vector<nn::Recompute> modes, rests;
+  std::vector<int64_t> counts;
+  for (const nn::RankRecompute& e : nn::parse_recompute_entries(c.train.recompute)) {
+    modes.push_back(e.mode);
+    counts.push_back(e.blocks);
+    rests.push_back(e.rest);
+  }
   if (modes.size() == 1) {
     l.recompute = modes[0];
   } else {
     l.rank_recompute = modes;
   }
-  const std::vector<int64_t> counts = nn::parse_recompute_blocks(c.train.recompute);
-  const std::vector<nn::Recompute> rests = nn::parse_recompute_rest(c.train.recompute);
   if (std::any_of(counts.begin(), counts.end(), [](int64_t n) { return n != nn::kAllBlocks; }))
     l.recompute_blocks = counts;
   if (std::any_of(rests.begin(), rests.end(),

@@ -50,19 +50,13 @@ std::optional<int64_t> count_of(std::string_view text, int64_t most) {
   return n;
 }
 
-struct Entry {
-  Recompute mode = Recompute::None;
-  int64_t blocks = kAllBlocks;
-  Recompute rest = Recompute::None;
-};
-
 // An entry is `mode[:N[+rest]][*R]`: the mode, the first N of the rank's blocks it applies to,
 // the mode of the rank's other blocks, and R consecutive ranks of it ("selective*8,none*8": a
 // pp 16 layout's list without sixteen entries).
-std::vector<Entry> parse_entries(std::string_view spec) {
+std::vector<RankRecompute> parse_entries(std::string_view spec) {
   constexpr int kMaxRepeat = 1 << 16;      // far above any pipeline's ranks
   constexpr int64_t kMaxBlocks = 999'999;  // far above any model's blocks
-  std::vector<Entry> out;
+  std::vector<RankRecompute> out;
   size_t begin = 0;
   for (int entry = 1;; ++entry) {
     const size_t comma = spec.find(',', begin);
@@ -77,7 +71,7 @@ std::vector<Entry> parse_entries(std::string_view spec) {
     const std::optional<Recompute> m = mode_named(name);
     TESSEL_CHECK(m, "recompute mode \"", name, "\" (entry ", entry, " of \"", spec,
                  "\") is not one of none, selective, full");
-    Entry e{*m, kAllBlocks};
+    RankRecompute e{*m, kAllBlocks, Recompute::None};
     if (colon != std::string_view::npos) {
       const std::optional<int64_t> n = count_of(head.substr(colon + 1), kMaxBlocks);
       TESSEL_CHECK(n && *m != Recompute::None, "recompute entry \"", item, "\" (entry ", entry,
@@ -114,21 +108,19 @@ std::vector<Entry> parse_entries(std::string_view spec) {
 
 }  // namespace
 
+std::vector<RankRecompute> parse_recompute_entries(std::string_view spec) {
+  return parse_entries(spec);
+}
+
 std::vector<Recompute> parse_recompute_list(std::string_view spec) {
   std::vector<Recompute> out;
-  for (const Entry& e : parse_entries(spec)) out.push_back(e.mode);
+  for (const RankRecompute& e : parse_entries(spec)) out.push_back(e.mode);
   return out;
 }
 
 std::vector<int64_t> parse_recompute_blocks(std::string_view spec) {
   std::vector<int64_t> out;
-  for (const Entry& e : parse_entries(spec)) out.push_back(e.blocks);
-  return out;
-}
-
-std::vector<Recompute> parse_recompute_rest(std::string_view spec) {
-  std::vector<Recompute> out;
-  for (const Entry& e : parse_entries(spec)) out.push_back(e.rest);
+  for (const RankRecompute& e : parse_entries(spec)) out.push_back(e.blocks);
   return out;
 }
 
@@ -168,20 +160,12 @@ std::string recompute_list_name(const std::vector<Recompute>& modes,
   return out;
 }
 
-int64_t recompute_blocks_of_rank(const std::vector<int64_t>& blocks, int rank, int ranks) {
-  TESSEL_CHECK(blocks.size() == 1 || int(blocks.size()) == ranks, "recompute gives ", blocks.size(),
-               " entries for --pp ", ranks, ": give one mode, or one per pipeline rank");
-  TESSEL_CHECK(rank >= 0 && rank < ranks, "recompute_blocks_of_rank: rank ", rank, " of ", ranks);
-  return blocks.size() == 1 ? blocks[0] : blocks[size_t(rank)];
-}
-
 RankRecompute rank_recompute(std::string_view spec, int rank, int ranks) {
-  const std::vector<Entry> entries = parse_entries(spec);
+  const std::vector<RankRecompute> entries = parse_entries(spec);
   std::vector<Recompute> modes;
-  for (const Entry& e : entries) modes.push_back(e.mode);
+  for (const RankRecompute& e : entries) modes.push_back(e.mode);
   (void)recompute_of_rank(modes, rank, ranks);  // the list's length and the rank checked
-  const Entry& e = entries.size() == 1 ? entries[0] : entries[size_t(rank)];
-  return {e.mode, e.blocks, e.rest};
+  return entries.size() == 1 ? entries[0] : entries[size_t(rank)];
 }
 
 Recompute recompute_of_rank(const std::vector<Recompute>& modes, int rank, int ranks) {

@@ -53,29 +53,27 @@ std::vector<int64_t> parse_recompute_blocks(std::string_view spec);
 // "full:3,none" (runs as `mode:N*R`); `blocks` empty or of modes' length.
 std::string recompute_list_name(const std::vector<Recompute>& modes,
                                 const std::vector<int64_t>& blocks);
-// Pipeline rank `rank`'s count of `ranks`, as recompute_of_rank picks its mode.
-int64_t recompute_blocks_of_rank(const std::vector<int64_t>& blocks, int rank, int ranks);
 
 // A stronger mode on some blocks and a weaker one on the others: `mode:N+rest` recomputes the
 // rank's first N blocks with `mode` and the others with `rest` ("full:3+selective": the first
 // three blocks keep only their inputs, the others drop their attention's inputs), so a rank that
 // selective alone does not fit pays full recomputation on as few blocks as its memory needs.
-// parse_recompute_rest gives each entry's `rest` (none for an entry without one), expanded as
-// parse_recompute_list is. `+rest` needs a count and a mode other than the entry's own.
-std::vector<Recompute> parse_recompute_rest(std::string_view spec);
-// "full:3+selective,none"; `rests` empty or of modes' length (an entry whose rest is none, or
-// that has no count, prints none).
-std::string recompute_list_name(const std::vector<Recompute>& modes,
-                                const std::vector<int64_t>& blocks,
-                                const std::vector<Recompute>& rests);
-
-// One pipeline rank's entry of train.recompute: `mode` on its first `blocks` blocks (every block
-// with kAllBlocks), `rest` on the others.
+// `+rest` needs a count and a mode other than the entry's own.
+// One entry of train.recompute: `mode` on the rank's first `blocks` blocks (every block with
+// kAllBlocks), `rest` on the others (none for an entry without `+rest`).
 struct RankRecompute {
   Recompute mode = Recompute::None;
   int64_t blocks = kAllBlocks;
   Recompute rest = Recompute::None;
 };
+// Every entry of `spec`, expanded as parse_recompute_list is; parse_recompute_list and
+// parse_recompute_blocks are its modes and its counts.
+std::vector<RankRecompute> parse_recompute_entries(std::string_view spec);
+// "full:3+selective,none"; `rests` empty or of modes' length (an entry whose rest is none, or
+// that has no count, prints none).
+std::string recompute_list_name(const std::vector<Recompute>& modes,
+                                const std::vector<int64_t>& blocks,
+                                const std::vector<Recompute>& rests);
 // Pipeline rank `rank` of `ranks`'s entry of `spec`; an Error as recompute_of_rank gives one.
 RankRecompute rank_recompute(std::string_view spec, int rank, int ranks);
 
