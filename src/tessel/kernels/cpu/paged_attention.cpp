@@ -181,9 +181,9 @@ void update_state(const Acc* q, const Elem* const* krow, const Elem* const* vrow
 
 // Asks for the next tile's rows of one kv head into L2, head by head as the tile before is
 // computed, so the requests are spread over the work instead of issued in one burst. Measured on a
-// Zen 4 EPYC (GPT-2's shape, 16 sequences of 128-1024 keys, K and V from memory, one thread):
-// 9.2-10.9 GB/s with the whole next tile asked into L1 at once, 10.4-12.5 GB/s into L2 at once,
-// 10.3-14.2 GB/s this way, and for a bf16 pool at two threads 11-14 against 15-21 GB/s.
+// Zen 4 EPYC (GPT-2's shape, 16 sequences of 128-1024 keys, K and V from memory): f32 at one
+// thread 11.0-12.3 GB/s this way, 10.1-12.5 with the whole next tile asked into L2 at once,
+// 8.2-9.6 into L1 head by head; bf16 at two threads 15.5-18.6 against 11-14 and 9.2-10.7.
 template <typename T>
 void prefetch_row(const T* row, int64_t n) {
   const char* p = reinterpret_cast<const char*>(row);
