@@ -131,7 +131,7 @@ struct Registrar {
     const QuantType kTypes[] = {QuantType::Q4_0,   QuantType::Q4_0x4, QuantType::Q4_K,
                                 QuantType::Q4_Kx4, QuantType::Q5_K,   QuantType::Q5_Kx4,
                                 QuantType::Q6_K,   QuantType::Q6_Kx4, QuantType::Q8_0,
-                                QuantType::BF16,   QuantType::F16};
+                                QuantType::Q8_0x4, QuantType::BF16,   QuantType::F16};
     // [out, in]: GPT-2's MLP up-projection (768 -> 3072) and a 7B model's square projection.
     std::vector<std::array<int64_t, 2>> shapes = {{3072, 768}, {4096, 4096}};
     // QUANT_BENCH_SHAPES="IN1xOUT1,IN2xOUT2,...": other GEMV shapes (a model's own), named as

@@ -75,6 +75,22 @@ inline constexpr int64_t kDecodeAheadRows = 8;
 constexpr int64_t decode_ahead(int64_t rows) {
   return rows >= 4 ? kDecodeAheadRows : rows;
 }
+// At most this many bytes ahead, whatever the rows' length: eight rows of a long matrix are more
+// than an L1 holds (a 5632-wide Q6_K row is 4.6 KiB, eight 37 KiB against a Zen 4's 32 KiB), and
+// lines prefetched that far were evicted before their use. On a Zen 4 EPYC, one thread, 512-bit
+// set, weights from memory, three rounds against the uncapped distance: Q4_K 5632 x 2048
+// 12.8-15.1 -> 17.0-18.2 GB/s, Q8_0 (interleaved) 4096 x 4096 13.7-15.0 -> 16.3-17.5, Q6_K
+// 10.6-11.4 -> 11.9-12.4; GPT-2's rows (eight of them 3.4-6.5 KiB) are below the cap and
+// unchanged. A 4 KiB cap measured the same as 8 KiB there, and 8 KiB is where a sequential stream
+// of Q4_0 groups stopped waiting on memory on a Zen 5 (kQ4GroupAheadBytes), whose memory is
+// faster. docs/BENCHMARKS.md, "Decode prefetch distance capped".
+inline constexpr int64_t kDecodeAheadMaxBytes = 8192;
+// Bytes from a row's block in use to the block it prefetches: `rows` rows on, capped. A capped
+// distance lands further along the same row in the plain layout and further along the group's
+// one stream in the interleaved one.
+constexpr int64_t decode_ahead_bytes(int64_t rows, int64_t row_bytes) {
+  return std::min(rows * row_bytes, kDecodeAheadMaxBytes);
+}
 
 inline void q8_0_rows_scalar(const uint8_t* w, int64_t row_bytes, int rows, const int8_t* x,
                              const float* dx, int64_t blocks, float* out) {
@@ -169,8 +185,8 @@ inline __m128 q8_0_block_scales(const uint8_t* w, quant::RowStrides st, int64_t 
   __m256 acc[kRows];                                                                              \
   __m256i lane[kRows];                                                                            \
   for (int r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps(), lane[r] = _mm256_set1_epi32(r);   \
-  /* decode_ahead(kRows) rows' bytes on: in either layout the same place of a later group */      \
-  const int64_t ahead = decode_ahead(kRows) * blocks * kQ8Bytes;                                  \
+  /* decode_ahead(kRows) rows' bytes on (capped): in either layout further along the stream */    \
+  const int64_t ahead = decode_ahead_bytes(decode_ahead(kRows), blocks * kQ8Bytes);               \
   for (int64_t g = 0; g < blocks; ++g) {                                                          \
     const __m256 s = _mm256_castps128_ps256(q8_0_block_scales<kRows>(w, st, g, dx[g]));           \
     for (int r = 0; r < kRows; ++r) {                                                             \

@@ -138,6 +138,7 @@ inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
   const __m512i pair[4] = {lane_index(3, 0), lane_index(3, 2), lane_index(3, 4), lane_index(3, 6)};
   (void)zx;
   const int64_t row_bytes = (blocks / 8) * kBytes;
+  const int64_t ahead = decode_ahead_bytes(kDecodeAheadRows, row_bytes);
   for (int64_t group = 0; group < groups; ++group, w += R * row_bytes, out += R) {
     __m512 acc[R], mins[R];
     for (int r = 0; r < R; ++r) acc[r] = mins[r] = _mm512_setzero_ps();
@@ -166,8 +167,7 @@ inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
         const __m512i xx = load512(x + 32 * (8 * b + 2 * c));
         for (int r = 0; r < R; ++r) {
           const uint8_t* p = w + r * st.row + b * st.block;
-          _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + kDecodeAheadRows * row_bytes),
-                       _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + ahead), _MM_HINT_T0);
           const __m512i v = load256_twice(p + (kFive ? 48 : 16) + 32 * c);
           __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(v, kHighWords, v, 4), mask);
           if constexpr (kFive) u = fifth_bits(u, load256_twice(p + 16), fifth[c]);
@@ -194,6 +194,7 @@ inline void q6_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
   const __m512i quad[4] = {lane_index(2, 0), lane_index(2, 4), lane_index(2, 8), lane_index(2, 12)};
   (void)xs32;
   const int64_t row_bytes = (blocks / 8) * int64_t(sizeof(quant::BlockQ6_K));
+  const int64_t ahead = decode_ahead_bytes(kDecodeAheadRows, row_bytes);
   for (int64_t group = 0; group < groups; ++group, w += R * row_bytes, out += R) {
     __m512 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -214,8 +215,7 @@ inline void q6_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
         const __m512i z01 = load512(zx + 8 * g), z23 = load512(zx + 8 * g + 16);
         for (int r = 0; r < R; ++r) {
           const uint8_t* p = w + r * st.row + b * st.block;
-          const char* next =
-              reinterpret_cast<const char*>(p + kDecodeAheadRows * row_bytes + 128 * h);
+          const char* next = reinterpret_cast<const char*>(p + ahead + 128 * h);
           _mm_prefetch(next, _MM_HINT_T0);
           _mm_prefetch(next + 64, _MM_HINT_T0);
           const Q6Codes512 u = q6_k_codes512(p, h);

@@ -158,13 +158,14 @@ inline void q4_0_rows(const uint8_t* w, int64_t row_bytes, const int8_t* x, cons
     acc = _mm256_fmadd_ps(dot, _mm256_set1_ps(d * dx[g]), acc);
     off = std::fma(d, xs32[g], off);
   };
+  const int64_t ahead = decode_ahead_bytes(decode_ahead(R), row_bytes);
   int64_t g = 0;
   for (; g + 2 <= blocks; g += 2) {
     const __m256i x0 = load256(x + 32 * g), x1 = load256(x + 32 * g + 32);
     for (int r = 0; r < R; ++r) {
-      // 36 bytes a pair per row: one line of the rows R below every other pair.
+      // 36 bytes a pair per row: one line `ahead` on every other pair.
       if (g % 4 == 0)
-        _mm_prefetch(reinterpret_cast<const char*>(w + (r + decode_ahead(R)) * row_bytes + 18 * g),
+        _mm_prefetch(reinterpret_cast<const char*>(w + r * row_bytes + 18 * g + ahead),
                      _MM_HINT_T0);
       block(g, r, x0, acc0[r], off0[r]);
       block(g + 1, r, x1, acc1[r], off1[r]);
@@ -249,8 +250,8 @@ inline void q4_k_core(const uint8_t* w, quant::RowStrides st, const float* sdx, 
                       const float* dx, const float* xs32, const int8_t* x, int64_t blocks,
                       float* out) {
   constexpr int64_t kBytes = kFive ? 176 : 144;
-  // decode_ahead(R) rows' bytes ahead, in either layout the same place of a later group.
-  const int64_t ahead = decode_ahead(R) * (blocks / 8) * kBytes;
+  // decode_ahead(R) rows' bytes ahead (capped), in either layout further along the stream.
+  const int64_t ahead = decode_ahead_bytes(decode_ahead(R), (blocks / 8) * kBytes);
   const __m256i mask = _mm256_set1_epi8(0xF), bit4 = _mm256_set1_epi8(0x10);
   const __m256i zero = _mm256_setzero_si256();
   __m256 acc[2][R];
@@ -321,7 +322,8 @@ template <class Dot, int R, bool kDirect>
 inline void q6_k_core(const uint8_t* w, quant::RowStrides st, const float* sdx, int64_t sdx_stride,
                       const float* dx, const int8_t* x, const int32_t* zx, int64_t blocks,
                       float* out) {
-  const int64_t ahead = decode_ahead(R) * (blocks / 8) * int64_t(sizeof(quant::BlockQ6_K));
+  const int64_t ahead =
+      decode_ahead_bytes(decode_ahead(R), (blocks / 8) * int64_t(sizeof(quant::BlockQ6_K)));
   const __m256i mask = _mm256_set1_epi8(0xF), top = _mm256_set1_epi8(0x30);
   __m256 acc[2][R];
 #pragma GCC unroll 4

@@ -222,19 +222,19 @@ inline void q4_quad_blocks(int64_t blocks, Block&& block) {
 // The decode step (m = 1) on Q4_0's rows in place: per block and four rows, four 128-bit loads and
 // three inserts gather the codes and four scalar conversions the scales, where the 1 x 4 tile
 // spends per row a shift, a mask, an insert, a vpdpbusd, a conversion, a broadcast and an FMA; the
-// rows kDecodeAheadRows on are prefetched (the tiles' hardware-only prefetch left a decode from
-// memory at half Q8_0's bytes per second).
+// rows kDecodeAheadRows on are prefetched, or a capped distance along the row (decode_ahead_bytes;
+// the tiles' hardware-only prefetch left a decode from memory at half Q8_0's bytes per second).
 template <class Dot512>
 inline void q4_0_rows4_512(const uint8_t* w, int64_t row_bytes, const int8_t* x, const float* dx,
                            const float* xs32, int64_t blocks, float* y) {
   const Q4QuadConsts k = q4_quad_consts();
   Q4Quad512 a;
   q4_quad_zero(a);
+  const int64_t ahead = decode_ahead_bytes(kDecodeAheadRows, row_bytes);
   q4_quad_blocks(blocks, [&](int64_t g, int c) {
     const uint8_t* p = w + 18 * g;
     for (int r = 0; r < 4; ++r)
-      _mm_prefetch(reinterpret_cast<const char*>(p + (kDecodeAheadRows + r) * row_bytes),
-                   _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + r * row_bytes + ahead), _MM_HINT_T0);
     // Row r's 16 code bytes (after its 2-byte scale).
     auto codes = [&](int r) {
       return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * row_bytes + 2));

@@ -34,7 +34,8 @@ inline __m512i two_blocks(const uint8_t* r0, const uint8_t* r1) {
 
 // kQ8Rows (4) rows of Q8_0 against one activation row (block g of row r at w + r * st.row +
 // g * st.block: plain rows or an interleaved group); only where cpu_features().avx512_vnni holds
-// (Dot512Vnni). The rows kDecodeAheadRows on are prefetched at the same block.
+// (Dot512Vnni). Each row prefetches decode_ahead_bytes on (the rows kDecodeAheadRows on at the
+// same block, or further along the row when those are too far).
 inline void q8_0_rows_vnni512(const uint8_t* w, quant::RowStrides st, const int8_t* x,
                               const float* dx, int64_t blocks, float* out) {
   const __m512i bias = _mm512_set1_epi8(char(0x80));
@@ -46,7 +47,7 @@ inline void q8_0_rows_vnni512(const uint8_t* w, quant::RowStrides st, const int8
   __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
   for (int64_t g = 0; g < blocks; ++g) {
     const int64_t o = g * st.block;
-    const int64_t ahead = o + kDecodeAheadRows * blocks * kQ8Bytes;
+    const int64_t ahead = o + decode_ahead_bytes(kDecodeAheadRows, blocks * kQ8Bytes);
     _mm_prefetch(reinterpret_cast<const char*>(r0 + ahead), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(r1 + ahead), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(r2 + ahead), _MM_HINT_T0);
