@@ -245,14 +245,12 @@ void run_unit(const PagedArgs& g, int64_t seq, int64_t h0, int64_t h1, int64_t r
     // compute them against zeros, then mask them).
     const int64_t t_lo = std::max(t0, lo), t1 = std::min(t0 + kTile, hi);
     for (int64_t i = 0; i < kTile; ++i) krow[i] = vrow[i] = buf.zero.data();
+    // The next tile's rows (it starts past lo, which the first tile holds), asked for head by head.
+    const int64_t next_n = std::min(kTile, hi - t0 - kTile);
     for (int64_t kvh = 0; kvh < kvs; ++kvh) {
-      if (t0 + kTile < hi) {
-        const int64_t n_lo = std::max(t0 + kTile, lo) - t0 - kTile;
-        const int64_t n_hi = std::min(t0 + 2 * kTile, hi) - t0 - kTile;
-        for (int64_t i = n_lo; i < n_hi; ++i) {
-          prefetch_row(kraw[cur ^ 1][i] + kvh * dim, dim);
-          prefetch_row(vraw[cur ^ 1][i] + kvh * dim, dim);
-        }
+      for (int64_t i = 0; i < next_n; ++i) {
+        prefetch_row(kraw[cur ^ 1][i] + kvh * dim, dim);
+        prefetch_row(vraw[cur ^ 1][i] + kvh * dim, dim);
       }
       for (int64_t i = t_lo - t0; i < t1 - t0; ++i) {
         krow[i] = kraw[cur][i] + kvh * dim;
