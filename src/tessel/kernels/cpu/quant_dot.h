@@ -91,6 +91,25 @@ inline constexpr int64_t kDecodeAheadMaxBytes = 8192;
 constexpr int64_t decode_ahead_bytes(int64_t rows, int64_t row_bytes) {
   return std::min(rows * row_bytes, kDecodeAheadMaxBytes);
 }
+// Where a decode row kernel's software prefetch puts the lines it asks for, per format. On a Zen 4
+// EPYC (one thread, weights from memory, read probe 17-21 GB/s), Q6_K's rows prefetching into L1
+// read at 11-15 GB/s although they compute at 30 GB/s from the caches, as if reading and computing
+// did not overlap; into L2 they read at 16-21 (interleaved) and the plain rows went from 7 to
+// 15-16. Q8_0 gained less (interleaved 17-22 -> 18-23, plain 8-9 -> 18-21); Q4_K was unchanged
+// and Q4_0's groups halved (18-21 -> 10), so those two keep L1. On a Zen 5, Q8_0 and Q6_K into
+// L2 had measured the same as into L1. docs/BENCHMARKS.md, "Decode prefetch into L2".
+enum class PrefetchTo { L1, L2 };
+inline constexpr PrefetchTo kQ8DecodeTo = PrefetchTo::L2;
+inline constexpr PrefetchTo kQ6DecodeTo = PrefetchTo::L2;
+inline constexpr PrefetchTo kQ4DecodeTo = PrefetchTo::L1;  // Q4_0, Q4_K and Q5_K
+template <PrefetchTo kTo>
+inline void decode_prefetch(const void* p) {
+  if constexpr (kTo == PrefetchTo::L1) {
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+  } else {
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
+  }
+}
 
 inline void q8_0_rows_scalar(const uint8_t* w, int64_t row_bytes, int rows, const int8_t* x,
                              const float* dx, int64_t blocks, float* out) {
@@ -191,7 +210,7 @@ inline __m128 q8_0_block_scales(const uint8_t* w, quant::RowStrides st, int64_t 
     const __m256 s = _mm256_castps128_ps256(q8_0_block_scales<kRows>(w, st, g, dx[g]));           \
     for (int r = 0; r < kRows; ++r) {                                                             \
       const uint8_t* p = w + r * st.row + g * st.block;                                           \
-      _mm_prefetch(reinterpret_cast<const char*>(p + ahead), _MM_HINT_T0);                        \
+      decode_prefetch<kQ8DecodeTo>(p + ahead);                                                    \
       const __m256i dot = DOT(reinterpret_cast<const int8_t*>(p + 2), x + 32 * g);                \
       acc[r] =                                                                                    \
           _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(s, lane[r]), acc[r]); \

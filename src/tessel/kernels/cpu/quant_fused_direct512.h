@@ -167,7 +167,7 @@ inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
         const __m512i xx = load512(x + 32 * (8 * b + 2 * c));
         for (int r = 0; r < R; ++r) {
           const uint8_t* p = w + r * st.row + b * st.block;
-          _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + ahead), _MM_HINT_T0);
+          decode_prefetch<kQ4DecodeTo>(p + 48 * c + ahead);
           const __m512i v = load256_twice(p + (kFive ? 48 : 16) + 32 * c);
           __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(v, kHighWords, v, 4), mask);
           if constexpr (kFive) u = fifth_bits(u, load256_twice(p + 16), fifth[c]);
@@ -216,8 +216,8 @@ inline void q6_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
         for (int r = 0; r < R; ++r) {
           const uint8_t* p = w + r * st.row + b * st.block;
           const char* next = reinterpret_cast<const char*>(p + ahead + 128 * h);
-          _mm_prefetch(next, _MM_HINT_T0);
-          _mm_prefetch(next + 64, _MM_HINT_T0);
+          decode_prefetch<kQ6DecodeTo>(next);
+          decode_prefetch<kQ6DecodeTo>(next + 64);
           const Q6Codes512 u = q6_k_codes512(p, h);
           const __m512 s01 = _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), quad[2 * h], sdx[r]);
           const __m512 s23 =

@@ -164,9 +164,7 @@ inline void q4_0_rows(const uint8_t* w, int64_t row_bytes, const int8_t* x, cons
     const __m256i x0 = load256(x + 32 * g), x1 = load256(x + 32 * g + 32);
     for (int r = 0; r < R; ++r) {
       // 36 bytes a pair per row: one line `ahead` on every other pair.
-      if (g % 4 == 0)
-        _mm_prefetch(reinterpret_cast<const char*>(w + r * row_bytes + 18 * g + ahead),
-                     _MM_HINT_T0);
+      if (g % 4 == 0) decode_prefetch<kQ4DecodeTo>(w + r * row_bytes + 18 * g + ahead);
       block(g, r, x0, acc0[r], off0[r]);
       block(g + 1, r, x1, acc1[r], off1[r]);
     }
@@ -283,7 +281,7 @@ inline void q4_k_core(const uint8_t* w, quant::RowStrides st, const float* sdx, 
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w + r * st.row + b * st.block;
-        _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + ahead), _MM_HINT_T0);
+        decode_prefetch<kQ4DecodeTo>(p + 48 * c + ahead);
         const __m256i v = load256(p + (kFive ? 48 : 16) + 32 * c);
         __m256i lo = _mm256_and_si256(v, mask),
                 hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
@@ -350,8 +348,8 @@ inline void q6_k_core(const uint8_t* w, quant::RowStrides st, const float* sdx, 
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w + r * st.row + b * st.block;
         const char* next = reinterpret_cast<const char*>(p + ahead + 128 * h);
-        _mm_prefetch(next, _MM_HINT_T0);
-        _mm_prefetch(next + 64, _MM_HINT_T0);
+        decode_prefetch<kQ6DecodeTo>(next);
+        decode_prefetch<kQ6DecodeTo>(next + 64);
         const __m256i a = load256(p + 64 * h), bb = load256(p + 64 * h + 32);
         const __m256i hv = load256(p + 128 + 32 * h);
         const __m256i u[4] = {_mm256_or_si256(_mm256_and_si256(a, mask),

@@ -131,7 +131,7 @@ inline void q4_k_rows512(TESSEL_FUSED_ROWS_ARGS) {
       const __m512i xx = load512(x + 32 * g);
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w + r * st.row + b * st.block;
-        _mm_prefetch(reinterpret_cast<const char*>(p + 48 * c + ahead), _MM_HINT_T0);
+        decode_prefetch<kQ4DecodeTo>(p + 48 * c + ahead);
         const __m512i v = load256_twice(p + (kFive ? 48 : 16) + 32 * c);
         __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(v, kHighWords, v, 4), mask);
         if constexpr (kFive) u = fifth_bits(u, load256_twice(p + 16), fifth[c]);
@@ -175,8 +175,8 @@ inline void q6_k_rows512(TESSEL_FUSED_ROWS_ARGS) {
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w + r * st.row + b * st.block;
         const char* next = reinterpret_cast<const char*>(p + ahead + 128 * h);
-        _mm_prefetch(next, _MM_HINT_T0);
-        _mm_prefetch(next + 64, _MM_HINT_T0);
+        decode_prefetch<kQ6DecodeTo>(next);
+        decode_prefetch<kQ6DecodeTo>(next + 64);
         const Q6Codes512 u = q6_k_codes512(p, h);
         const float* s = sdx + r * sdx_stride + 2 * g;
         acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(z01, u.q01, x01)), quad_scales(idx, s), acc[r]);

@@ -233,8 +233,7 @@ inline void q4_0_rows4_512(const uint8_t* w, int64_t row_bytes, const int8_t* x,
   const int64_t ahead = decode_ahead_bytes(kDecodeAheadRows, row_bytes);
   q4_quad_blocks(blocks, [&](int64_t g, int c) {
     const uint8_t* p = w + 18 * g;
-    for (int r = 0; r < 4; ++r)
-      _mm_prefetch(reinterpret_cast<const char*>(p + r * row_bytes + ahead), _MM_HINT_T0);
+    for (int r = 0; r < 4; ++r) decode_prefetch<kQ4DecodeTo>(p + r * row_bytes + ahead);
     // Row r's 16 code bytes (after its 2-byte scale).
     auto codes = [&](int r) {
       return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * row_bytes + 2));
@@ -272,8 +271,7 @@ inline void q4_0_group_tile512(const uint8_t* w, const int8_t* x, int64_t k, con
   for (Q4Quad512& ai : a) q4_quad_zero(ai);
   q4_quad_blocks(blocks, [&](int64_t g, int c) {
     const uint8_t* p = w + quant::kQ4GroupBlockBytes * g;
-    if constexpr (kPrefetch)
-      _mm_prefetch(reinterpret_cast<const char*>(p + kQ4GroupAheadBytes), _MM_HINT_T0);
+    if constexpr (kPrefetch) decode_prefetch<kQ4DecodeTo>(p + kQ4GroupAheadBytes);
     const __m512i b = load512(p + quant::kQ4GroupCodesAt);
     // The four f16 scales, exactly as load_half converts each.
     const __m128 dv = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));

@@ -48,10 +48,10 @@ inline void q8_0_rows_vnni512(const uint8_t* w, quant::RowStrides st, const int8
   for (int64_t g = 0; g < blocks; ++g) {
     const int64_t o = g * st.block;
     const int64_t ahead = o + decode_ahead_bytes(kDecodeAheadRows, blocks * kQ8Bytes);
-    _mm_prefetch(reinterpret_cast<const char*>(r0 + ahead), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(r1 + ahead), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(r2 + ahead), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(r3 + ahead), _MM_HINT_T0);
+    decode_prefetch<kQ8DecodeTo>(r0 + ahead);
+    decode_prefetch<kQ8DecodeTo>(r1 + ahead);
+    decode_prefetch<kQ8DecodeTo>(r2 + ahead);
+    decode_prefetch<kQ8DecodeTo>(r3 + ahead);
     const __m512i xv = load256_twice(x + 32 * g);
     // -128 * (each lane's 4 activation codes summed): exact, |sum| <= 4 * 128 * 128.
     const __m512i start =
