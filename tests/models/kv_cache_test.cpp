@@ -112,6 +112,45 @@ TEST(KVCache, LogitsDoNotDependOnTheCacheCapacity) {
   EXPECT_EQ(max_abs_diff(a, b), 0.0);
 }
 
+// Decode steps (fewer than four new tokens, no gradient) read the cache in place through the
+// paged kernel, one block of `capacity` rows per sequence: their bits do not depend on the
+// capacity, a batch's first row follows the sequence decoded alone, and both agree with the flash
+// kernel that runs when a gradient is asked for.
+TEST(KVCache, DecodeStepsReadTheCacheInPlace) {
+  Generator g(8);
+  auto model = GPT2::random(odd_config(), g);
+  model->eval();
+  const int64_t batch = 3, prompt = 7, steps = 5, total = prompt + steps;
+  const auto ids = random_ids(batch * total, 37, 8);
+  auto run = [&](int64_t rows, int64_t capacity, bool grad) {
+    KVCache cache = model->make_cache(rows, capacity);
+    std::vector<Tensor> out;
+    autograd::NoGradGuard no_grad;
+    model->forward_step(columns(ids, rows, total, 0, prompt), cache);
+    for (int64_t t = prompt; t < total; t += 2) {
+      const int64_t len = std::min<int64_t>(2, total - t);
+      if (grad) {
+        autograd::GradModeGuard on(true);
+        out.push_back(model->forward_step(columns(ids, rows, total, t, len), cache));
+      } else {
+        out.push_back(model->forward_step(columns(ids, rows, total, t, len), cache));
+      }
+    }
+    return out;
+  };
+  const auto batched = run(batch, 0, false), roomy = run(batch, 20, false),
+             tight = run(batch, total, false), flash = run(batch, 0, true),
+             alone = run(1, 0, false);
+  for (size_t i = 0; i < batched.size(); ++i) {
+    EXPECT_EQ(max_abs_diff(batched[i], roomy[i]), 0.0) << "step " << i;
+    EXPECT_EQ(max_abs_diff(batched[i], tight[i]), 0.0) << "step " << i;
+    // The products run on 3 or 1 rows (their blocking may round differently): step_tol.
+    EXPECT_LE(max_abs_diff(batched[i].slice(0, 0, 1), alone[i]), step_tol(alone[i]))
+        << "step " << i;
+    EXPECT_LE(max_abs_diff(batched[i], flash[i]), step_tol(flash[i])) << "step " << i;
+  }
+}
+
 TEST(KVCache, LastOnlyReturnsTheLastRowOfEachSequence) {
   Generator g(7);
   auto model = GPT2::random(odd_config(), g);

@@ -81,15 +81,16 @@ TEST(ServeCost, DecodeOnOneChipByHand) {
   EXPECT_DOUBLE_EQ(c.chip_seconds_per_token, 11136e-9 / 3);
   EXPECT_DOUBLE_EQ(c.mfu, 1.0);
   // Memory: 1536 f32 weights; 3 sequences x 16 tokens x 64 B; the workspace of the last decode
-  // step (ServeMemory.FormulaByHand): 688 B a sequence from two on. (1e6 - 6144) / (1024 + 688)
-  // = 580 sequences fit, to the byte (970 counting the cache alone).
+  // step (ServeMemory.FormulaByHand): 552 B a sequence, the MLP's statement's 480, the logits
+  // twice and the id (the cache is read in place). (1e6 - 6144) / (1024 + 552) = 630 sequences
+  // fit, to the byte (970 counting the cache alone).
   EXPECT_DOUBLE_EQ(c.weight_bytes_per_rank, 6144);
   EXPECT_DOUBLE_EQ(c.kv_bytes_per_token_per_rank, 64);
   EXPECT_DOUBLE_EQ(c.kv_bytes_per_rank, 3072);
-  EXPECT_DOUBLE_EQ(c.workspace_bytes_per_rank, 2064);
+  EXPECT_DOUBLE_EQ(c.workspace_bytes_per_rank, 1656);
   EXPECT_FALSE(c.workspace_traced);
-  EXPECT_DOUBLE_EQ(c.peak_bytes_per_rank, 6144 + 3072 + 2064);
-  EXPECT_EQ(c.max_batch, 580);
+  EXPECT_DOUBLE_EQ(c.peak_bytes_per_rank, 6144 + 3072 + 1656);
+  EXPECT_EQ(c.max_batch, 630);
   EXPECT_TRUE(c.fits);
 }
 
@@ -110,10 +111,10 @@ TEST(ServeCost, MultiHeadKvCostsMemoryAndBandwidth) {
   const ServeCost mqa = serve_cost(small_cluster(), small_shape(1), {}, decode3());
   const ServeCost mha = serve_cost(small_cluster(), small_shape(2), {}, decode3());
   EXPECT_DOUBLE_EQ(mha.kv_bytes_per_token_per_rank, 128);
-  // 993856 / (2048 + 1200): the attention's statement with two KV heads of each sequence's
-  // context gathered, (8 + 24 + 8 + 2·15·8)·4 B, and its softmax statistics, 2·4 B, its logits
-  // twice and its id, 8 B.
-  EXPECT_EQ(mha.max_batch, 305);
+  // 993856 / (2048 + 584): the MLP's statement with q, k, v 24 wide, (2·8 + 24 + 8 + 2·32 +
+  // 2·8)·4 B, its logits twice and its id, 8 B (decode reads the cache in place, so the
+  // context's width does not enter the workspace).
+  EXPECT_EQ(mha.max_batch, 377);
   EXPECT_DOUBLE_EQ(mha.memory_bytes - mqa.memory_bytes, 1728 + 192);
 }
 
@@ -228,8 +229,9 @@ namespace {
 // 3 sequences, a 1-token prompt, 16 tokens of cache, f32, in elements a row: residual 8, the
 // projected q, k, v 16 and y 8 held through the block; the MLP's statement adds the normalised
 // input 8, up and activation 2·32, its output and the new residual 2·8 (120 a row); the
-// attention's statement the context's keys and values gathered for 3 sequences, 2·3·context·4,
-// and the softmax statistics of 2 heads a row; the logits 16 a sequence, twice in decode. Held
+// attention's statement reads the cache in place (steps of fewer than four tokens a sequence go
+// through the paged kernel), beside its block table and lengths (68 B for 3 sequences), which
+// leaves the MLP's statement the largest; the logits 16 a sequence, twice in decode. Held
 // throughout: the step's ids, 8 B a token, and in the prefill the index of each sequence's last
 // row, 8 B a sequence (learned positions: their indices are a temporary of the embedding's
 // statement).
@@ -237,10 +239,9 @@ TEST(ServeMemory, FormulaByHand) {
   const ServeMemory m = serve_memory_formula(small_shape(), 1, 3, 1, 16, 4, 4);
   EXPECT_DOUBLE_EQ(m.kv_bytes, 3072);
   EXPECT_DOUBLE_EQ(m.prefill_bytes, 3 * 120 * 4 + 3 * 8 + 3 * 8);  // the MLP's statement
-  EXPECT_DOUBLE_EQ(m.decode_bytes,
-                   (3 * (8 + 16 + 8 + 2) + 2 * 3 * 15 * 4) * 4 + 3 * 16 * 4 + 3 * 8);
-  EXPECT_DOUBLE_EQ(m.workspace(), 2064);
-  // One sequence reads its cache in place; tp 2 halves the heads' and the MLP's tensors (the one
+  EXPECT_DOUBLE_EQ(m.decode_bytes, 3 * 120 * 4 + 3 * 16 * 4 + 3 * 8);
+  EXPECT_DOUBLE_EQ(m.workspace(), 1656);
+  // One sequence alike; tp 2 halves the heads' and the MLP's tensors (the one
   // KV head is whole on each rank) and adds the gathered logits beside the rank's columns.
   const ServeMemory one = serve_memory_formula(small_shape(), 1, 1, 1, 16, 4, 4);
   EXPECT_DOUBLE_EQ(one.decode_bytes, 120 * 4 + 16 * 4 + 8);
@@ -297,9 +298,12 @@ TEST(ServeMemory, TracedGrowsWithBatchAndContextAndTheFormulaEqualsIt) {
   // Rotary tables: 2 x 64 positions x 4 frequencies x 4 B; none for learned positions.
   EXPECT_EQ(serve_shape(*tiny_llama(2, 64)).rotary_bytes_per_position, 32);
   EXPECT_EQ(serve_shape(*gpt2).rotary_bytes_per_position, 0);
+  // A longer context takes more cache, not more workspace: decode steps read it in place.
   const models::ConfigPtr llama = tiny_llama(2, 64);
-  EXPECT_GT(trace_serve_memory(*llama, 3, 7, 33).decode_bytes,
-            trace_serve_memory(*llama, 3, 7, 20).decode_bytes);
+  const ServeMemory longer = trace_serve_memory(*llama, 3, 7, 33),
+                    shorter = trace_serve_memory(*llama, 3, 7, 20);
+  EXPECT_GT(longer.kv_bytes, shorter.kv_bytes);
+  EXPECT_DOUBLE_EQ(longer.decode_bytes, shorter.decode_bytes);
 }
 
 }  // namespace

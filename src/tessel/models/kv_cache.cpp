@@ -4,7 +4,9 @@
 
 #include <cstring>
 
+#include "tessel/autograd/meta.h"
 #include "tessel/ops/attention.h"
+#include "tessel/ops/paged_attention.h"
 #include "tessel/tensor/device_memory.h"
 
 namespace tessel::models {
@@ -30,6 +32,12 @@ KVCache::KVCache(int64_t n_layer, int64_t batch, int64_t capacity, int64_t n_hea
 }
 
 std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const Tensor& v) {
+  const int64_t end = store(layer, k, v);
+  if (batch_ == 1) return {keys_[layer].narrow(1, 0, end), values_[layer].narrow(1, 0, end)};
+  return {keys_[layer].slice(1, 0, end), values_[layer].slice(1, 0, end)};
+}
+
+int64_t KVCache::store(int64_t layer, const Tensor& k, const Tensor& v) {
   TESSEL_CHECK(layer >= 0 && layer < n_layer(), "KVCache.append: layer ", layer, " outside [0, ",
                n_layer(), ")");
   TESSEL_CHECK(k.shape() == v.shape() && k.ndim() == 4 && k.size(0) == batch_ &&
@@ -45,7 +53,7 @@ std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const 
   // Row b of a [B, T, H, D] input is one contiguous run; it lands at position `length_` of row b.
   const size_t row = size_t(t * n_head_ * head_dim_) * dtype_size(dtype_);
   const size_t token = size_t(n_head_ * head_dim_) * dtype_size(dtype_);
-  auto store = [&](const Tensor& src, const Tensor& dst) {
+  auto write = [&](const Tensor& src, const Tensor& dst) {
     if (dst.device().is_meta()) return;  // shape-only (the planner's serving memory trace)
     TESSEL_CHECK(src.device() == dst.device(), "KVCache.append: k / v on ", src.device().str(),
                  ", the cache on ", dst.device().str());
@@ -62,10 +70,9 @@ std::pair<Tensor, Tensor> KVCache::append(int64_t layer, const Tensor& k, const 
       std::memcpy(d + (size_t(b * capacity_) + size_t(length_)) * token, s + size_t(b) * row, row);
     }
   };
-  store(k, keys_[layer]);
-  store(v, values_[layer]);
-  if (batch_ == 1) return {keys_[layer].narrow(1, 0, end), values_[layer].narrow(1, 0, end)};
-  return {keys_[layer].slice(1, 0, end), values_[layer].slice(1, 0, end)};
+  write(k, keys_[layer]);
+  write(v, values_[layer]);
+  return end;
 }
 
 void KVCache::advance(int64_t tokens) {
@@ -96,9 +103,33 @@ int64_t KVCache::position_end(int64_t batch, int64_t tokens) const {
 
 Tensor KVCache::attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
                        int64_t window) {
-  auto [keys, values] = append(layer, k, v);
-  // Tq < Tk: query i sits at position length + i (causal and windowed from there).
-  return ops::attention(q, keys, values, /*causal=*/true, Tensor(), 0.0, window);
+  const int64_t t = q.size(1);
+  if (t >= kPagedRows || keys_[layer].device().type == DeviceType::CUDA ||
+      autograd::needs_grad({q, k, v})) {
+    auto [keys, values] = append(layer, k, v);
+    // Tq < Tk: query i sits at position length + i (causal and windowed from there).
+    return ops::attention(q, keys, values, /*causal=*/true, Tensor(), 0.0, window);
+  }
+  // A decode step: the buffers are the paged kernel's pools with one block of `capacity` rows
+  // per sequence, so the keys are read in place (no copy of the cache when B > 1) by the kernel
+  // the serving engine decodes with, which reads a position's heads as one run.
+  const int64_t end = store(layer, k, v);
+  // The buffers' device: meta under the planner's trace even when the model's is the host.
+  const Device device = keys_[layer].device();
+  Tensor tables = empty({batch_, 1}, DType::I32, device);
+  Tensor lens = empty({batch_}, DType::I64, device);
+  Tensor starts = empty({batch_ + 1}, DType::I64, device);
+  if (!device.is_meta()) {  // shape-only on meta (the planner's serving memory trace)
+    for (int64_t b = 0; b < batch_; ++b) {
+      tables.data<int32_t>()[b] = int32_t(b);
+      lens.data<int64_t>()[b] = end;
+    }
+    for (int64_t b = 0; b <= batch_; ++b) starts.data<int64_t>()[b] = b * t;
+  }
+  const int64_t heads = q.size(2);
+  Tensor out = ops::paged_attention(q.reshape({batch_ * t, heads, head_dim_}), keys_[layer],
+                                    values_[layer], tables, lens, starts, {0.0, window});
+  return out.reshape({batch_, t, heads, head_dim_});
 }
 
 size_t KVCache::nbytes() const {

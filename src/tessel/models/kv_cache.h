@@ -38,8 +38,10 @@ class KVCache final : public DecodeCache {
   std::pair<Tensor, Tensor> append(int64_t layer, const Tensor& k, const Tensor& v);
   void advance(int64_t tokens);
 
-  // DecodeCache: positions [length, length + T) for every row; attend() appends, then runs causal
-  // attention with the query at position length + i. The caller advances after the step.
+  // DecodeCache: positions [length, length + T) for every row; attend() stores k and v, then runs
+  // causal attention with the query at position length + i: through ops::paged_attention over
+  // the buffers in place when T < kPagedRows (decode; no gradient, host or meta), else through
+  // ops::attention over append()'s keys and values. The caller advances after the step.
   Tensor positions(int64_t batch, int64_t tokens) const override;
   int64_t position_end(int64_t batch, int64_t tokens) const override;
   Tensor attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -50,6 +52,11 @@ class KVCache final : public DecodeCache {
   size_t nbytes() const;
 
  private:
+  // Steps of fewer new tokens than this attend through ops::paged_attention (on the host).
+  static constexpr int64_t kPagedRows = 4;
+  // Writes k, v at [length, length + T) of `layer`; returns length + T.
+  int64_t store(int64_t layer, const Tensor& k, const Tensor& v);
+
   std::vector<Tensor> keys_, values_;
   int64_t batch_ = 0, capacity_ = 0, n_head_ = 0, head_dim_ = 0, length_ = 0;
   DType dtype_ = DType::F32;

@@ -73,7 +73,7 @@ ServeMemory serve_memory_formula(const ServeShape& s, int tp, int64_t batch, int
   // rows (one sequence reads a view), each copy cutting the whole layer's rows into pieces
   // (Tensor::slice is a split: while the values are cut the keys' context is held), then the
   // attention's output and its softmax statistics (one stat-dtype value per query and head,
-  // ops/attention.cpp) beside them. The head holds the last hidden rows, their normalised copy and
+  // ops/attention.cpp) beside them; decode steps read the cache in place (`paged` below). The head holds the last hidden rows, their normalised copy and
   // the logits: the rank's vocabulary columns and, under tp, the gathered row; in decode the
   // previous step's logits are still held. Held through every moment: the step's ids (8 bytes a
   // token; the prefill's index of each sequence's last row, 8 bytes a sequence), a rotary model's
@@ -94,11 +94,17 @@ ServeMemory serve_memory_formula(const ServeShape& s, int tp, int64_t batch, int
   const bool gated = double(s.block_matrix_params) - attn_params > 2.5 * E * double(s.d_ff);
   const double qkv = hd + 2 * kvd;
   // A block's moments in bytes, for `rows` tokens whose sequences' context is `context` long.
+  // A step of fewer than four tokens a sequence (models/kv_cache.h) reads the cache in place
+  // through the paged kernel: no copies of the context and no statistics, but its block table
+  // (i32 a sequence), lengths (i64 a sequence) and query starts (i64, one more).
   auto block = [&](double rows, double context) {
+    const bool paged = rows < 4 * b;
     const double project = rows * (2 * E + 2 * qkv) * a;
-    const double cut = batch > 1 ? rows * (E + qkv) * a + b * (context + capacity) * kvd * kv : 0;
-    const double gathered = batch > 1 ? 2 * b * context * kvd * kv : 0;
-    const double attend = rows * (E + qkv + hd) * a + rows * heads * stat + gathered;
+    const double cut =
+        batch > 1 && !paged ? rows * (E + qkv) * a + b * (context + capacity) * kvd * kv : 0;
+    const double gathered = batch > 1 && !paged ? 2 * b * context * kvd * kv : 0;
+    const double attend = rows * (E + qkv + hd) * a +
+                          (paged ? 4 * b + 8 * b + 8 * (b + 1) : rows * heads * stat + gathered);
     const double mlp = (rows * (2 * E + qkv + hd) + rows * (gated ? 4 * F : 2 * F + 2 * E)) * a;
     return std::max({project, cut, attend, mlp});
   };
