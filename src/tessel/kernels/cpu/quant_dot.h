@@ -96,12 +96,15 @@ constexpr int64_t decode_ahead_bytes(int64_t rows, int64_t row_bytes) {
 // read at 11-15 GB/s although they compute at 30 GB/s from the caches, as if reading and computing
 // did not overlap; into L2 they read at 16-21 (interleaved) and the plain rows went from 7 to
 // 15-16. Q8_0 gained less (interleaved 17-22 -> 18-23, plain 8-9 -> 18-21); Q4_K was unchanged
-// and Q4_0's groups halved (18-21 -> 10), so those two keep L1. On a Zen 5, Q8_0 and Q6_K into
-// L2 had measured the same as into L1. docs/BENCHMARKS.md, "Decode prefetch into L2".
+// and Q4_0's groups halved (18-21 -> 10), so those two keep L1; Q5_K, whose high bits are a
+// second array as Q6_K's are, gained about 10% in L2 (5632 x 2048 12.5-14.1 -> 14.1-16.5). On a
+// Zen 5, Q8_0 and Q6_K into L2 had measured the same as into L1. docs/BENCHMARKS.md, "Decode
+// prefetch into L2".
 enum class PrefetchTo { L1, L2 };
 inline constexpr PrefetchTo kQ8DecodeTo = PrefetchTo::L2;
 inline constexpr PrefetchTo kQ6DecodeTo = PrefetchTo::L2;
-inline constexpr PrefetchTo kQ4DecodeTo = PrefetchTo::L1;  // Q4_0, Q4_K and Q5_K
+inline constexpr PrefetchTo kQ5DecodeTo = PrefetchTo::L2;
+inline constexpr PrefetchTo kQ4DecodeTo = PrefetchTo::L1;  // Q4_0 and Q4_K
 template <PrefetchTo kTo>
 inline void decode_prefetch(const void* p) {
   if constexpr (kTo == PrefetchTo::L1) {
