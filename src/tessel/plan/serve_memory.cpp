@@ -73,14 +73,15 @@ ServeMemory serve_memory_formula(const ServeShape& s, int tp, int64_t batch, int
   // rows (one sequence reads a view), each copy cutting the whole layer's rows into pieces
   // (Tensor::slice is a split: while the values are cut the keys' context is held), then the
   // attention's output and its softmax statistics (one stat-dtype value per query and head,
-  // ops/attention.cpp) beside them; decode steps read the cache in place (`paged` below). The head holds the last hidden rows, their normalised copy and
-  // the logits: the rank's vocabulary columns and, under tp, the gathered row; in decode the
-  // previous step's logits are still held. Held through every moment: the step's ids (8 bytes a
-  // token; the prefill's index of each sequence's last row, 8 bytes a sequence), a rotary model's
-  // positions (8 bytes a token, named for the layers; a learned embedding's are a temporary of the
-  // embedding's statement) and its cos/sin tables, made on first use and grown by the models' rule
-  // (models/rotary_rows.h): in f64, converted to the stat dtype, all four held at once in the first
-  // layer's projection of the step that makes them.
+  // ops/attention.cpp) beside them; decode steps read the cache in place (`paged` below). The head
+  // holds the last hidden rows, their normalised copy and the logits: the rank's vocabulary columns
+  // and, under tp, the gathered row; in decode the previous step's logits are still held. Held
+  // through every moment: the step's ids (8 bytes a token; the prefill's index of each sequence's
+  // last row, 8 bytes a sequence), a rotary model's positions (8 bytes a token, named for the
+  // layers; a learned embedding's are a temporary of the embedding's statement) and its cos/sin
+  // tables, made on first use and grown by the models' rule (models/rotary_rows.h): in f64,
+  // converted to the stat dtype, all four held at once in the first layer's projection of the step
+  // that makes them.
   const double n = double(tp), b = double(batch), E = double(s.d_model);
   const double hd = double(s.heads * s.head_dim) / n;
   const double heads = hd / double(s.head_dim);
