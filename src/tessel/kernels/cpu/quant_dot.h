@@ -105,6 +105,10 @@ inline constexpr PrefetchTo kQ8DecodeTo = PrefetchTo::L2;
 inline constexpr PrefetchTo kQ6DecodeTo = PrefetchTo::L2;
 inline constexpr PrefetchTo kQ5DecodeTo = PrefetchTo::L2;
 inline constexpr PrefetchTo kQ4DecodeTo = PrefetchTo::L1;  // Q4_0 and Q4_K
+// The Q4_K / Q5_K kernels' (kFive: Q5_K).
+constexpr PrefetchTo q4_k_decode_to(bool five) {
+  return five ? kQ5DecodeTo : kQ4DecodeTo;
+}
 template <PrefetchTo kTo>
 inline void decode_prefetch(const void* p) {
   if constexpr (kTo == PrefetchTo::L1) {

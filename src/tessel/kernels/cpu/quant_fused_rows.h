@@ -281,7 +281,7 @@ inline void q4_k_core(const uint8_t* w, quant::RowStrides st, const float* sdx, 
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w + r * st.row + b * st.block;
-        decode_prefetch<kFive ? kQ5DecodeTo : kQ4DecodeTo>(p + 48 * c + ahead);
+        decode_prefetch<q4_k_decode_to(kFive)>(p + 48 * c + ahead);
         const __m256i v = load256(p + (kFive ? 48 : 16) + 32 * c);
         __m256i lo = _mm256_and_si256(v, mask),
                 hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);

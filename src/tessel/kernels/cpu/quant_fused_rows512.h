@@ -131,7 +131,7 @@ inline void q4_k_rows512(TESSEL_FUSED_ROWS_ARGS) {
       const __m512i xx = load512(x + 32 * g);
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = w + r * st.row + b * st.block;
-        decode_prefetch<kFive ? kQ5DecodeTo : kQ4DecodeTo>(p + 48 * c + ahead);
+        decode_prefetch<q4_k_decode_to(kFive)>(p + 48 * c + ahead);
         const __m512i v = load256_twice(p + (kFive ? 48 : 16) + 32 * c);
         __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(v, kHighWords, v, 4), mask);
         if constexpr (kFive) u = fifth_bits(u, load256_twice(p + 16), fifth[c]);
