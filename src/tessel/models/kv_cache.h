@@ -46,14 +46,16 @@ class KVCache final : public DecodeCache {
   int64_t position_end(int64_t batch, int64_t tokens) const override;
   Tensor attend(int64_t layer, const Tensor& q, const Tensor& k, const Tensor& v,
                 int64_t window) override;
+  // Steps of fewer new tokens a sequence than this attend through ops::paged_attention (decode;
+  // the planner's serving memory formula counts them so).
+  static constexpr int64_t kPagedRows = 4;
+
   // Forgets every token (the buffers are kept).
   void reset() { length_ = 0; }
   // Bytes held by the buffers.
   size_t nbytes() const;
 
  private:
-  // Steps of fewer new tokens than this attend through ops::paged_attention (on the host).
-  static constexpr int64_t kPagedRows = 4;
   // Writes k, v at [length, length + T) of `layer`; returns length + T.
   int64_t store(int64_t layer, const Tensor& k, const Tensor& v);
 

@@ -6,6 +6,7 @@
 
 #include "tessel/autograd/grad_mode.h"
 #include "tessel/core/error.h"
+#include "tessel/models/kv_cache.h"
 #include "tessel/models/rotary_rows.h"
 #include "tessel/plan/serve_cost.h"
 #include "tessel/tensor/default_device.h"
@@ -95,11 +96,11 @@ ServeMemory serve_memory_formula(const ServeShape& s, int tp, int64_t batch, int
   const bool gated = double(s.block_matrix_params) - attn_params > 2.5 * E * double(s.d_ff);
   const double qkv = hd + 2 * kvd;
   // A block's moments in bytes, for `rows` tokens whose sequences' context is `context` long.
-  // A step of fewer than four tokens a sequence (models/kv_cache.h) reads the cache in place
+  // A step of fewer than KVCache::kPagedRows tokens a sequence reads the cache in place
   // through the paged kernel: no copies of the context and no statistics, but its block table
   // (i32 a sequence), lengths (i64 a sequence) and query starts (i64, one more).
   auto block = [&](double rows, double context) {
-    const bool paged = rows < 4 * b;
+    const bool paged = rows < double(models::KVCache::kPagedRows) * b;
     const double project = rows * (2 * E + 2 * qkv) * a;
     const double cut =
         batch > 1 && !paged ? rows * (E + qkv) * a + b * (context + capacity) * kvd * kv : 0;
