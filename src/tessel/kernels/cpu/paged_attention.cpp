@@ -139,12 +139,13 @@ Acc dot(const Acc* x, const Acc* y, int64_t n) {
 // same bits whichever unit or thread runs it.
 template <typename Acc, typename Load, typename Elem>
 void update_state(const Acc* q, const Elem* const* krow, const Elem* const* vrow, int64_t dim,
-                  int64_t a, int64_t b, Acc scale, Acc& m, Acc& l, Acc* acc) {
+                  int64_t a, int64_t b, Acc scale, Acc& m, Acc& l, Acc* acc, const Elem* const* pk,
+                  const Elem* const* pv) {
   constexpr Acc kNegInf = -std::numeric_limits<Acc>::infinity();
   constexpr int kSumLanes = 8;
   alignas(64) Acc s[kTile];
   if constexpr (std::is_same_v<Acc, float>) {
-    cpu::paged::tile_scores<kTile, Load>(q, krow, dim, a, b, scale, s);
+    cpu::paged::tile_scores<kTile, Load>(q, krow, dim, a, b, scale, s, pk);
   } else {
     for (int64_t t = 0; t < kTile; ++t) s[t] = kNegInf;
     for (int64_t t = a; t < b; ++t) s[t] = dot(q, krow[t], dim) * scale;
@@ -166,7 +167,7 @@ void update_state(const Acc* q, const Elem* const* krow, const Elem* const* vrow
   l = l * corr + part[0];
   m = m_new;
   if constexpr (std::is_same_v<Acc, float>) {
-    cpu::paged::accumulate_values<Load>(acc, s, vrow, dim, a, b, corr);
+    cpu::paged::accumulate_values<Load>(acc, s, vrow, dim, a, b, corr, pv);
   } else {
 #pragma omp simd
     for (int64_t d = 0; d < dim; ++d) acc[d] *= corr;
@@ -179,25 +180,79 @@ void update_state(const Acc* q, const Elem* const* krow, const Elem* const* vrow
   }
 }
 
-// Asks for the next tile's rows of one kv head into L2, head by head as the tile before is
-// computed, so the requests are spread over the work instead of issued in one burst. Measured on a
-// Zen 4 EPYC (GPT-2's shape, 16 sequences of 128-1024 keys, K and V from memory): f32 at one
-// thread 11.0-12.3 GB/s this way, 10.1-12.5 with the whole next tile asked into L2 at once,
-// 8.2-9.6 into L1 head by head; bf16 at two threads 15.5-18.6 against 11-14 and 9.2-10.7.
-template <typename T>
-void prefetch_row(const T* row, int64_t n) {
-  const char* p = reinterpret_cast<const char*>(row);
-  for (int64_t at = 0; at < n * int64_t(sizeof(T)); at += 64) _mm_prefetch(p + at, _MM_HINT_T1);
+using cpu::paged::prefetch_row;
+
+// A work unit: the rows [r0, r1) of sequence seq, for kv heads [h0, h1) and every query head of
+// their groups.
+struct Unit {
+  int64_t seq, h0, h1, r0, r1;
+};
+
+// The keys a unit's rows see: [lo, hi).
+struct KeyRange {
+  int64_t lo, hi;
+};
+KeyRange unit_keys(const PagedArgs& g, const Unit& u) {
+  const int64_t len = g.lens[u.seq], n = g.starts[u.seq + 1] - g.starts[u.seq], first = len - n;
+  const int64_t p = first + u.r0;
+  return {g.window > 0 ? std::max<int64_t>(p - g.window + 1, 0) : int64_t(0), first + u.r1};
 }
 
-// Pool element type T, accumulation type Acc (f32, or f64 for f64 pools). One unit: the rows
-// [r0, r1) of a sequence, for kv heads [h0, h1) and every query head of their groups.
+// Tile t0's keys of [keys.lo, keys.hi), located through the unit's block table (one division per
+// tile): kr[t - t0] and vr[t - t0] point at key t's kv heads [h0, h1), which lie side by side in
+// the pool, so a unit of several heads reads each key's row as one run of (h1 - h0) * dim elements.
+template <typename Elem>
+void locate(const PagedArgs& g, const Unit& u, KeyRange keys, int64_t t0, const Elem** kr,
+            const Elem** vr) {
+  const Elem* kp = static_cast<const Elem*>(g.k_pool);
+  const Elem* vp = static_cast<const Elem*>(g.v_pool);
+  const int32_t* table = g.table + u.seq * g.max_blocks;
+  const int64_t t_lo = std::max(t0, keys.lo), t1 = std::min(t0 + kTile, keys.hi);
+  int64_t block = t_lo / g.block_size, off = t_lo % g.block_size;
+  for (int64_t t = t_lo; t < t1; ++t) {
+    const int64_t at = ((int64_t(table[block]) * g.block_size + off) * g.kv_heads + u.h0) * g.dim;
+    kr[t - t0] = kp + at;
+    vr[t - t0] = vp + at;
+    if (++off == g.block_size) off = 0, ++block;
+  }
+}
+
+// The next tile's rows of one head that update_state did not ask for while it computed keys
+// [a, b) of this tile: the f32 scores ask for whole groups of keys, the value sums for [a, b);
+// the f64 loops ask for none.
+template <typename Acc, typename Elem>
+void ask_rest(const Elem* const* pk, const Elem* const* pv, int64_t n, int64_t dim, int64_t a,
+              int64_t b) {
+  int64_t ka = 0, kb = 0, va = 0, vb = 0;
+  if constexpr (std::is_same_v<Acc, float>) {
+    if (a < b) {
+      constexpr int64_t kG = cpu::paged::kGroup;
+      ka = a / kG * kG, kb = (b + kG - 1) / kG * kG, va = a, vb = b;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (i < ka || i >= kb) prefetch_row(pk[i], dim);
+    if (i < va || i >= vb) prefetch_row(pv[i], dim);
+  }
+}
+
+// Pool element type T, accumulation type Acc (f32, or f64 for f64 pools). Runs unit u; `next`
+// (or null) is the unit this thread runs after it, whose first tile is asked for during u's last.
+//
+// Prefetch: every tile's rows are asked into L2 (prefetcht1) while the tile before is computed,
+// interleaved with that computation: the scores of a group of keys ask for the same keys' lines of
+// the next tile one line per step of the head dim, the value sums one row per key. Asked for in
+// bursts (a head's rows of the next tile before computing the head), the requests filled the
+// core's miss buffers, stalling it, and then left memory idle while it computed: measured on a
+// Zen 4 EPYC (GPT-2's shape, f32, one thread, K and V from memory), 11-12 GB/s in bursts against
+// 14-16 interleaved, and 44-51 GB/s with everything in cache.
 template <typename T, typename Acc>
-void run_unit(const PagedArgs& g, int64_t seq, int64_t h0, int64_t h1, int64_t r0, int64_t r1,
+void run_unit(const PagedArgs& g, const Unit& u, const Unit* next,
               UnitBuffers<Acc, typename PoolRead<T>::Elem>& buf) {
   using Elem = typename PoolRead<T>::Elem;
   using Load = typename PoolRead<T>::Load;
-  const int64_t dim = g.dim, group = g.heads / g.kv_heads, kvs = h1 - h0;
+  const int64_t seq = u.seq, h0 = u.h0, r0 = u.r0, r1 = u.r1;
+  const int64_t dim = g.dim, group = g.heads / g.kv_heads, kvs = u.h1 - h0;
   const int64_t per_row = kvs * group, states = (r1 - r0) * per_row;
   const int64_t len = g.lens[seq], n = g.starts[seq + 1] - g.starts[seq], first = len - n;
   buf.q.resize(size_t(states * dim));
@@ -213,49 +268,49 @@ void run_unit(const PagedArgs& g, int64_t seq, int64_t h0, int64_t h1, int64_t r
   const auto row_begin = [&](int64_t p) {
     return g.window > 0 ? std::max<int64_t>(p - g.window + 1, 0) : int64_t(0);
   };
-  const Elem* kp = static_cast<const Elem*>(g.k_pool);
-  const Elem* vp = static_cast<const Elem*>(g.v_pool);
-  const int32_t* table = g.table + seq * g.max_blocks;
-  const int64_t lo = row_begin(first + r0), hi = first + r1;  // keys the chunk sees: [lo, hi)
+  const KeyRange keys = unit_keys(g, u);
+  const int64_t lo = keys.lo, hi = keys.hi;
   const Acc scale = Acc(g.scale);
-  // Tile t0's keys that the chunk sees, located through the block table (one division per tile)
-  // one tile ahead of its use, so that its rows can be prefetched while the tile before is
-  // computed. A key's kv heads [h0, h1) lie side by side in the pool, so a unit of several heads
-  // reads each key's row as one run of kvs * dim elements.
-  const auto locate = [&](int64_t t0, const Elem** kr, const Elem** vr) {
-    const int64_t t_lo = std::max(t0, lo), t1 = std::min(t0 + kTile, hi);
-    int64_t block = t_lo / g.block_size, off = t_lo % g.block_size;
-    for (int64_t t = t_lo; t < t1; ++t) {
-      const int64_t at = ((int64_t(table[block]) * g.block_size + off) * g.kv_heads + h0) * dim;
-      kr[t - t0] = kp + at;
-      vr[t - t0] = vp + at;
-      if (++off == g.block_size) off = 0, ++block;
-    }
-  };
   const Elem* kraw[2][kTile];
   const Elem* vraw[2][kTile];
   const Elem* krow[kTile];
   const Elem* vrow[kTile];
+  // The next unit's first tile, asked for a share of its keys per head of this unit's last tile.
+  const Elem* knext[kTile] = {};
+  const Elem* vnext[kTile] = {};
+  const int64_t next_len = next != nullptr ? (next->h1 - next->h0) * dim : 0;
+  if (next != nullptr) {
+    const KeyRange nk = unit_keys(g, *next);
+    if (nk.lo < nk.hi) locate(g, *next, nk, nk.lo / kTile * kTile, knext, vnext);
+  }
   buf.zero.assign(size_t(dim), Elem(0));  // 0.0 in every format
   const int64_t first_tile = lo / kTile * kTile;
-  if (first_tile < hi) locate(first_tile, kraw[0], vraw[0]);
+  if (first_tile < hi) locate(g, u, keys, first_tile, kraw[0], vraw[0]);
   for (int64_t t0 = first_tile, cur = 0; t0 < hi; t0 += kTile, cur ^= 1) {
-    if (t0 + kTile < hi) locate(t0 + kTile, kraw[cur ^ 1], vraw[cur ^ 1]);
+    if (t0 + kTile < hi) locate(g, u, keys, t0 + kTile, kraw[cur ^ 1], vraw[cur ^ 1]);
     // The tile's rows the chunk can see; the others are never read (the score loop's groups may
     // compute them against zeros, then mask them).
     const int64_t t_lo = std::max(t0, lo), t1 = std::min(t0 + kTile, hi);
     for (int64_t i = 0; i < kTile; ++i) krow[i] = vrow[i] = buf.zero.data();
-    // The next tile's rows (it starts past lo, which the first tile holds), asked for head by head.
+    // The next tile's rows (it starts past lo, which the first tile holds).
     const int64_t next_n = std::min(kTile, hi - t0 - kTile);
     for (int64_t kvh = 0; kvh < kvs; ++kvh) {
+      const Elem* pk[kTile] = {};
+      const Elem* pv[kTile] = {};
       for (int64_t i = 0; i < next_n; ++i) {
-        prefetch_row(kraw[cur ^ 1][i] + kvh * dim, dim);
-        prefetch_row(vraw[cur ^ 1][i] + kvh * dim, dim);
+        pk[i] = kraw[cur ^ 1][i] + kvh * dim;
+        pv[i] = vraw[cur ^ 1][i] + kvh * dim;
       }
+      if (next_n <= 0)  // the last tile: a share of the next unit's first
+        for (int64_t i = kvh * kTile / kvs; i < (kvh + 1) * kTile / kvs; ++i) {
+          prefetch_row(knext[i], next_len);
+          prefetch_row(vnext[i], next_len);
+        }
       for (int64_t i = t_lo - t0; i < t1 - t0; ++i) {
         krow[i] = kraw[cur][i] + kvh * dim;
         vrow[i] = vraw[cur][i] + kvh * dim;
       }
+      bool asked = next_n <= 0;  // the next tile's rows of this head asked for
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t p = first + r;
         const int64_t a = std::max(row_begin(p), t0) - t0, b = std::min(p + 1, t0 + kTile) - t0;
@@ -263,9 +318,13 @@ void run_unit(const PagedArgs& g, int64_t seq, int64_t h0, int64_t h1, int64_t r
         for (int64_t h = 0; h < group; ++h) {
           const size_t st = size_t((r - r0) * per_row + kvh * group + h);
           update_state<Acc, Load>(&buf.q[st * size_t(dim)], krow, vrow, dim, a, b, scale, buf.m[st],
-                                  buf.l[st], &buf.acc[st * size_t(dim)]);
+                                  buf.l[st], &buf.acc[st * size_t(dim)], asked ? nullptr : pk,
+                                  asked ? nullptr : pv);
+          if (!asked) ask_rest<Acc>(pk, pv, next_n, dim, a, b);
+          asked = true;
         }
       }
+      if (!asked) ask_rest<Acc>(pk, pv, next_n, dim, 0, 0);
     }
   }
   for (int64_t r = r0; r < r1; ++r) {
@@ -281,9 +340,6 @@ void run_unit(const PagedArgs& g, int64_t seq, int64_t h0, int64_t h1, int64_t r
 template <typename T, typename Acc>
 void paged_attention_typed(const PagedArgs& g, int64_t sequences) {
   // Units in sequence order; the pool takes them one at a time (causal rows differ in cost).
-  struct Unit {
-    int64_t seq, h0, h1, r0, r1;
-  };
   // A unit covers as many kv heads as leaves every thread about four units: a decode step of
   // many sequences then reads each key's heads as one run (the pool's row), which the hardware
   // prefetchers follow (one head per unit read 256-byte pieces 3 KiB apart: 7.9 GB/s at one
@@ -314,9 +370,12 @@ void paged_attention_typed(const PagedArgs& g, int64_t sequences) {
   // another on the same thread finds nothing left.
   parallel_for(0, threads, 1, [&](int64_t, int64_t) {
     UnitBuffers<Acc, typename PoolRead<T>::Elem> buf;
-    for (int64_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
-      const Unit& u = units[size_t(i)];
-      run_unit<T, Acc>(g, u.seq, u.h0, u.h1, u.r0, u.r1, buf);
+    // Each unit is claimed one ahead, so its first tile can be asked for during the last tile
+    // of the unit before.
+    for (int64_t i = next.fetch_add(1); i < count;) {
+      const int64_t j = next.fetch_add(1);
+      run_unit<T, Acc>(g, units[size_t(i)], j < count ? &units[size_t(j)] : nullptr, buf);
+      i = j;
     }
   });
 }

@@ -109,14 +109,28 @@ inline Vec load_at(const typename Load::T* p, int64_t d, int64_t dim) {
   return d + kL <= dim ? Load::load(p + d) : Load::load_part(p + d, int(dim - d));
 }
 
-// dots[j] = q . key[j] over dim for the kGroup keys of one group.
+// Asks for every cache line of row[0, n) into L2 (prefetcht1); nothing for a null row.
+template <typename T>
+inline void prefetch_row(const T* row, int64_t n) {
+  if (row == nullptr) return;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(row + n);
+  for (uintptr_t at = reinterpret_cast<uintptr_t>(row) & ~uintptr_t(63); at < end; at += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(at), _MM_HINT_T1);
+}
+
+// dots[j] = q . key[j] over dim for the kGroup keys of one group. With pf, the rows pf[j] (null:
+// none) are asked for, a share of them per step of the head dim, interleaved with the arithmetic.
 template <typename Load>
-inline void group_dots(const float* q, const typename Load::T* const* key, int64_t dim,
-                       float* dots) {
+inline void group_dots(const float* q, const typename Load::T* const* key, int64_t dim, float* dots,
+                       const typename Load::T* const* pf) {
   Vec acc[kGroup];
 #pragma GCC unroll 16
   for (int j = 0; j < kGroup; ++j) acc[j] = Lanes::zero();
-  for (int64_t d = 0; d < dim; d += kL) {
+  const int64_t steps = (dim + kL - 1) / kL;
+  for (int64_t d = 0, step = 0; d < dim; d += kL, ++step) {
+    if (pf != nullptr)
+      for (int64_t j = step * kGroup / steps; j < (step + 1) * kGroup / steps; ++j)
+        prefetch_row(pf[j], dim);
     const Vec qv = load_at(q, d, dim);
 #pragma GCC unroll 16
     for (int j = 0; j < kGroup; ++j) acc[j] = Lanes::fma(qv, load_at<Load>(key[j], d, dim), acc[j]);
@@ -125,23 +139,26 @@ inline void group_dots(const float* q, const typename Load::T* const* key, int64
 }
 
 // s[t] for the tile's kTile keys: scale * q . key[t] for t in [a, b), -inf elsewhere. key[t]
-// must be readable (dim elements) for every t of a group that meets [a, b).
+// must be readable (dim elements) for every t of a group that meets [a, b). With pf, the rows
+// pf[t] of every group computed are asked for (group_dots).
 template <int64_t kTile, typename Load>
 void tile_scores(const float* q, const typename Load::T* const* key, int64_t dim, int64_t a,
-                 int64_t b, float scale, float* s) {
+                 int64_t b, float scale, float* s, const typename Load::T* const* pf) {
   static_assert(kTile % kGroup == 0, "groups sit at fixed offsets of the tile");
   alignas(64) float dots[kTile];
   for (int64_t g = a / kGroup * kGroup; g < b; g += kGroup)
-    group_dots<Load>(q, key + g, dim, dots + g);
+    group_dots<Load>(q, key + g, dim, dots + g, pf ? pf + g : nullptr);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 #pragma omp simd
   for (int64_t t = 0; t < kTile; ++t) s[t] = t >= a && t < b ? dots[t] * scale : kNegInf;
 }
 
-// acc[0, dim) = acc * corr + sum over t in [a, b), in order, of p[t] * value[t].
+// acc[0, dim) = acc * corr + sum over t in [a, b), in order, of p[t] * value[t]. With pf, the
+// rows pf[t] for t in [a, b) are asked for, one per key summed.
 template <typename Load>
 void accumulate_values(float* acc, const float* p, const typename Load::T* const* value,
-                       int64_t dim, int64_t a, int64_t b, float corr) {
+                       int64_t dim, int64_t a, int64_t b, float corr,
+                       const typename Load::T* const* pf) {
   const Vec c = broadcast(corr);
   for (int64_t d0 = 0; d0 < dim; d0 += kValueVecs * kL) {
     const int64_t rest = std::min<int64_t>(dim - d0, kValueVecs * kL);
@@ -151,6 +168,7 @@ void accumulate_values(float* acc, const float* p, const typename Load::T* const
 #pragma GCC unroll 4
       for (int i = 0; i < kValueVecs; ++i) r[i] = mul(Lanes::load(acc + d0 + i * kL), c);
       for (int64_t t = a; t < b; ++t) {
+        if (pf != nullptr && d0 == 0) prefetch_row(pf[t], dim);
         const Vec pv = broadcast(p[t]);
         const typename Load::T* v = value[t] + d0;
 #pragma GCC unroll 4
@@ -163,8 +181,10 @@ void accumulate_values(float* acc, const float* p, const typename Load::T* const
       for (int i = 0; i < vecs; ++i) {
         const int64_t d = d0 + i * kL;
         Vec r = mul(load_at(acc, d, dim), c);
-        for (int64_t t = a; t < b; ++t)
+        for (int64_t t = a; t < b; ++t) {
+          if (pf != nullptr && d == 0) prefetch_row(pf[t], dim);
           r = Lanes::fma(broadcast(p[t]), load_at<Load>(value[t], d, dim), r);
+        }
         store_part(acc + d, r, int(std::min<int64_t>(kL, dim - d)));
       }
     }
