@@ -112,5 +112,29 @@ TEST(KernelSets, VendorIsReadInOrder) {
       << kernels::kernel_set_summary();
 }
 
+// The display family and model, as the kernel derives them from the same CPUID leaf for
+// /proc/cpuinfo ("cpu family", "model"); compared only where that file describes this CPU (its
+// vendor is CPUID's: not the host's under a user-mode emulator).
+TEST(KernelSets, FamilyAndModelAreTheSystems) {
+  const CpuFeatures& f = cpu_features();
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, vendor;
+  int family = -1, model = -1;
+  const auto value = [&] { return line.substr(line.find_first_not_of(" \t", line.find(':') + 1)); };
+  while (std::getline(in, line) && !line.empty()) {
+    if (line.rfind("vendor_id", 0) == 0) vendor = value();
+    if (line.rfind("cpu family", 0) == 0) family = std::stoi(value());
+    if (line.rfind("model", 0) == 0 && line.rfind("model name", 0) != 0) model = std::stoi(value());
+  }
+  if (vendor != f.vendor || family < 0 || model < 0)
+    GTEST_SKIP() << "/proc/cpuinfo does not describe CPUID's CPU (" << vendor << ")";
+  EXPECT_EQ(f.family, family);
+  EXPECT_EQ(f.model, model);
+  EXPECT_NE(kernels::kernel_set_summary().find(" family " + std::to_string(family) + " model " +
+                                               std::to_string(model) + " "),
+            std::string::npos)
+      << kernels::kernel_set_summary();
+}
+
 }  // namespace
 }  // namespace tessel::testing

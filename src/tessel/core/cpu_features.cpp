@@ -36,6 +36,10 @@ CpuFeatures probe() {
   std::memcpy(vendor + 8, &c, 4);
   f.vendor.assign(vendor, 12);
   __cpuid_count(1, 0, a, b, c, d);
+  const int base_family = int((a >> 8) & 0xf), base_model = int((a >> 4) & 0xf);
+  f.family = base_family == 0xf ? base_family + int((a >> 20) & 0xff) : base_family;
+  f.model = base_family == 0x6 || base_family == 0xf ? (int((a >> 16) & 0xf) << 4) + base_model
+                                                     : base_model;
   f.sse42 = bit(c, 20);
   f.popcnt = bit(c, 23);
   f.movbe = bit(c, 22);

@@ -19,6 +19,10 @@ struct CpuFeatures {
   // read it only for tuning that measured differently on the two (a prefetch's cache level),
   // never for what may run.
   std::string vendor;
+  // CPUID leaf 1's display family and model (the extended fields folded in as both vendors
+  // document: family 0xF adds the extended family, families 6 and 0xF prefix the extended model):
+  // Zen 4 is AMD family 0x19, Zen 5 0x1A. Tuning only, as the vendor.
+  int family = 0, model = 0;
 
   // The x86-64 micro-architecture levels (psABI): v3 = AVX2 + FMA + F16C + BMI1/2 + LZCNT + MOVBE,
   // v4 = v3 + AVX-512 F/CD/BW/DQ/VL.

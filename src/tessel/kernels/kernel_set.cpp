@@ -278,8 +278,12 @@ std::string kernel_set_summary() {
          (c.set == KernelSet::Avx512
               ? quant_amx_status()
               : "none (kernel set " + std::string(kernel_set_name(c.set)) + ")");
-  out += "; cpu: " + (cpu_features().vendor.empty() ? std::string() : cpu_features().vendor + " ") +
-         cpu_features().names();
+  const CpuFeatures& f = cpu_features();
+  out += "; cpu: " +
+         (f.vendor.empty() ? std::string()
+                           : f.vendor + " family " + std::to_string(f.family) + " model " +
+                                 std::to_string(f.model) + " ") +
+         f.names();
   return out;
 }
 
