@@ -241,6 +241,15 @@ void limit_quant_vector_bits(int bits) {
   vector_bits_limit.store(bits);
 }
 
+PrefetchFamily prefetch_family() {
+  static const PrefetchFamily family = [] {
+    const CpuFeatures& f = cpu_features();
+    if (f.vendor != "AuthenticAMD") return PrefetchFamily::Other;
+    return f.family >= 0x1a ? PrefetchFamily::AmdZen5On : PrefetchFamily::AmdBeforeZen5;
+  }();
+  return family;
+}
+
 bool quant_backend_layouts() {
   static const bool allowed = [] {
     const char* v = std::getenv("TESSEL_QUANT_LAYOUT");

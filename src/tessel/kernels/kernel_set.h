@@ -69,6 +69,14 @@ QuantDot quant_dot_limit();
 int quant_vector_bits_for(KernelSet set);
 void limit_quant_vector_bits(int bits);
 
+// Which cache level the kernels' software prefetch of streamed weight rows asks for differs by
+// micro-architecture, and where the two were measured apart the choice follows this (CPUID's
+// vendor and display family; docs/KERNELS.md, "Prefetch level by CPU"): AMD's cores before
+// Zen 5 (family 0x19 and below: Zen 4's L1 keeps too few misses in flight for many streams), Zen 5
+// and later (0x1A on), and every other CPU. Read once.
+enum class PrefetchFamily { AmdBeforeZen5, AmdZen5On, Other };
+PrefetchFamily prefetch_family();
+
 // Whether quantized matrices may take a layout of the CPU backend's own (Backend::quant_layout:
 // Q4_0 regrouped four rows at a time, quant/q4_0_groups.h; the k-quants and Q8_0 interleaved
 // four rows at a time, quant/row_interleave.h). TESSEL_QUANT_LAYOUT=file keeps them

@@ -200,6 +200,16 @@ struct F16Load {
 };
 #endif
 
+// Where the short rows' prefetch below asks for lines: L2 on AMD's cores before Zen 5, L1
+// elsewhere (kernel_set.h's prefetch_family). On a Zen 4 EPYC GPT-2 124M's one-row decode step of
+// f32 products from memory took 29.3-30.3 ms at one thread into L1 and 20.9-21.3 into L2 (19.1
+// and 16.2 at two threads; docs/KERNELS.md, "Prefetch level by CPU"). Elsewhere it keeps the L1
+// it was first measured with ("Prefetch of short rows").
+inline bool short_rows_into_l2() {
+  static const bool l2 = prefetch_family() == PrefetchFamily::AmdBeforeZen5;
+  return l2;
+}
+
 // out[r * NR + c] = dot(a row r, w row c) over k, for A loaded by ALoad and W by WLoad.
 template <typename ALoad, typename WLoad, int MR, int NR>
 void tile(const typename ALoad::T* a, int64_t lda, const typename WLoad::T* w, int64_t ldw,
@@ -211,6 +221,7 @@ void tile(const typename ALoad::T* a, int64_t lda, const typename WLoad::T* w, i
 #pragma GCC unroll 8
     for (int c = 0; c < NR; ++c) acc[r][c] = S::zero();
   const bool short_rows = ldw * int64_t(sizeof(typename WLoad::T)) <= 4096;
+  const bool into_l2 = short_rows_into_l2();
   auto step = [&](int64_t p, int part) {
     typename S::V av[MR];
 #pragma GCC unroll 8
@@ -221,8 +232,13 @@ void tile(const typename ALoad::T* a, int64_t lda, const typename WLoad::T* w, i
       // The same place in the next tile's rows of W (the rows a pass over W reads next): rows of
       // at most 4 KiB are too few cache lines for the hardware prefetcher to ramp up on each
       // (measured: 1.2-1.6x on a 768-wide GEMV from memory; longer rows gain nothing).
-      if (short_rows)
-        _mm_prefetch(reinterpret_cast<const char*>(w + (c + NR) * ldw + p), _MM_HINT_T0);
+      if (short_rows) {
+        const char* next = reinterpret_cast<const char*>(w + (c + NR) * ldw + p);
+        if (into_l2)
+          _mm_prefetch(next, _MM_HINT_T1);
+        else
+          _mm_prefetch(next, _MM_HINT_T0);
+      }
       const typename S::V wv =
           part ? WLoad::load_part(w + c * ldw + p, part) : WLoad::load(w + c * ldw + p);
 #pragma GCC unroll 8

@@ -49,14 +49,12 @@ constexpr int64_t kLine = 16;  // floats per cache line
 // 1.0-1.1x slower on the Xeons) and on AMD's Zen 4 (a 16-row decode step's products at two
 // threads 27.1-28.5 ms into L1, 23.1-24.9 into L2, family 0x19 model 0x11), into L1 on AMD's
 // Zen 5 and later (family 0x1A: the step took 0.81-0.91x the time that way at two threads,
-// 0.91-0.96x at one). docs/KERNELS.md, "Rows across the lanes".
+// 0.91-0.96x at one; kernel_set.h's prefetch_family). docs/KERNELS.md, "Rows across the lanes".
 constexpr int64_t kAhead = 8 * kLine;
-constexpr int kL1PrefetchFamily = 0x1a;
 bool prefetch_to_l1() {
-  static const bool l1 =
-      cpu_features().vendor == "AuthenticAMD" && cpu_features().family >= kL1PrefetchFamily;
-  return l1;
+  return prefetch_family() == PrefetchFamily::AmdZen5On;
 }
+
 // Weights per task at least: below this the fork/join costs more than the work.
 constexpr int64_t kTaskWeights = int64_t(1) << 16;
 // Skew classes for rows a multiple of 4 KiB apart (below): 4, or 2 on AMD's cores, where the

@@ -35,6 +35,7 @@
 #include "tessel/core/error.h"
 #include "tessel/core/threads.h"
 #include "tessel/kernels/backend.h"
+#include "tessel/kernels/kernel_set.h"
 #include "tessel/tensor/tensor.h"
 
 // Level 1 adds x86-64-v3's instructions (AVX2, FMA, F16C, BMI), level 2 x86-64-v4's (AVX-512 F,
