@@ -240,9 +240,9 @@ void ask_rest(const Elem* const* pk, const Elem* const* pv, int64_t n, int64_t d
 // (or null) is the unit this thread runs after it, whose first tile is asked for during u's last.
 //
 // Prefetch: every tile's rows are asked into L2 (prefetcht1) while the tile before is computed,
-// interleaved with that computation: the scores of a group of keys ask for the same keys' lines of
-// the next tile one line per step of the head dim, the value sums one row per key. Asked for in
-// bursts (a head's rows of the next tile before computing the head), the requests filled the
+// interleaved with that computation: the scores of a group of keys ask for the same keys' rows of
+// the next tile, a share of them per step of the head dim, the value sums one row per key. Asked
+// for in bursts (a head's rows of the next tile before computing the head), the requests filled the
 // core's miss buffers, stalling it, and then left memory idle while it computed: measured on a
 // Zen 4 EPYC (GPT-2's shape, f32, one thread, K and V from memory), 11-12 GB/s in bursts against
 // 14-16 interleaved, and 44-51 GB/s with everything in cache.
@@ -278,10 +278,11 @@ void run_unit(const PagedArgs& g, const Unit& u, const Unit* next,
   // The next unit's first tile, asked for a share of its keys per head of this unit's last tile.
   const Elem* knext[kTile] = {};
   const Elem* vnext[kTile] = {};
-  const int64_t next_len = next != nullptr ? (next->h1 - next->h0) * dim : 0;
+  int64_t next_len = 0;
   if (next != nullptr) {
     const KeyRange nk = unit_keys(g, *next);
     if (nk.lo < nk.hi) locate(g, *next, nk, nk.lo / kTile * kTile, knext, vnext);
+    next_len = (next->h1 - next->h0) * dim;
   }
   buf.zero.assign(size_t(dim), Elem(0));  // 0.0 in every format
   const int64_t first_tile = lo / kTile * kTile;
