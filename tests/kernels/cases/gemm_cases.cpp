@@ -171,6 +171,12 @@ std::vector<GemmSpec> gemm_specs() {
     skew.beta = -0.75;
     specs.push_back({"lanes_skew_m" + std::to_string(m), skew});
   }
+  // Padded rows of A, B and C: the sums go back to C transposed a block at a time, ldc apart.
+  kernels::GemmDesc lpad = kernels::dense_gemm_desc(1, 19, 45, 70, false, true);
+  lpad.lda = 75;
+  lpad.ldb = 71;
+  lpad.ldc = 51;
+  specs.push_back({"lanes_padded", lpad});
   specs.push_back({"lanes_shared_b", kernels::dense_gemm_desc(3, 9, 29, 65, false, true, false)});
   specs.push_back(
       {"lanes_beta0_nan_c", kernels::dense_gemm_desc(1, 12, 30, 20, false, true), true});
