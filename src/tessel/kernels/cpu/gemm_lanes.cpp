@@ -45,13 +45,19 @@ constexpr int kOutFloats = std::max({rows_for(1), 2 * rows_for(2), 3 * rows_for(
 // each against one whole FMA here) and win; measured in docs/KERNELS.md.
 constexpr int64_t kMinRows = kLanes / 2;
 constexpr int64_t kLine = 16;  // floats per cache line
-// Weights ahead of the step that each row prefetches: 8 cache lines. Into L2 on Intel's cores
-// (the L1 fill buffers are fewer than R rows' lines in flight; into L1 at 2 and 4 lines measured
-// 1.0-1.1x slower on the Xeons) and on AMD's Zen 4 (a 16-row decode step's products at two
-// threads 27.1-28.5 ms into L1, 23.1-24.9 into L2, family 0x19 model 0x11), into L1 on AMD's
-// Zen 5 and later (family 0x1A: the step took 0.81-0.91x the time that way at two threads,
-// 0.91-0.96x at one; kernel_set.h's prefetch_family). docs/KERNELS.md, "Rows across the lanes".
-constexpr int64_t kAhead = 8 * kLine;
+// Weights ahead of the step that each row prefetches: 8 cache lines, 16 on AMD before Zen 5.
+// Into L2 on Intel's cores (the L1 fill buffers are fewer than R rows' lines in flight; into L1
+// at 2 and 4 lines measured 1.0-1.1x slower on the Xeons) and on AMD's Zen 4 (a 16-row decode
+// step's products at two threads 27.1-28.5 ms into L1, 23.1-24.9 into L2, family 0x19 model
+// 0x11), into L1 on AMD's Zen 5 and later (family 0x1A: the step took 0.81-0.91x the time that
+// way at two threads, 0.91-0.96x at one; kernel_set.h's prefetch_family). On the Zen 5, 16
+// lines were no better than 8; on the Zen 4, 16 took the same step 21.2-21.4 ms against
+// 22.1-23.0 at two threads, 40.6-41.5 against 42.4-43.4 at one. docs/KERNELS.md, "Rows across
+// the lanes".
+int64_t ahead_floats() {
+  static const int64_t lines = prefetch_family() == PrefetchFamily::AmdBeforeZen5 ? 16 : 8;
+  return lines * kLine;
+}
 bool prefetch_to_l1() {
   return prefetch_family() == PrefetchFamily::AmdZen5On;
 }
@@ -103,10 +109,11 @@ void tile(const float* pa, const float* w, int64_t ldw, int64_t k, const float* 
     for (int g = 0; g < G; ++g) acc[g][r] = Lanes::zero();
   // Every class runs p over [0, body); class c covers [c kLine, body + c kLine) of k.
   const int64_t body = (k - (S - 1) * kLine) / kLine * kLine;
+  const int64_t distance = ahead_floats();
   for (int64_t p = 0; p < body; p += kLine) {
 #pragma GCC unroll 32
     for (int r = 0; r < R; ++r) {
-      const int64_t ahead = p + (r % S) * kLine + kAhead;
+      const int64_t ahead = p + (r % S) * kLine + distance;
       const float* target = ahead < k ? w + r * ldw + ahead
                             : next    ? next + r * ldw + (ahead - k)
                                       : nullptr;
