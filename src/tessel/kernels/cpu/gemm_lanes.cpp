@@ -178,6 +178,33 @@ TileFn tile_fn(int groups, int rows) {
   return kTiles3[size_t(rows - 1)];
 }
 
+// Within each 128-bit lane: unpack_lo(a, b) = a0 b0 a1 b1, unpack_hi = a2 b2 a3 b3, pairs<imm>
+// two elements of a and two of b chosen by imm (shufps).
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
+// Masked forms: GCC 12 warns that the unmasked ones use an uninitialized pass-through operand.
+inline V unpack_lo(V a, V b) {
+  return _mm512_maskz_unpacklo_ps(__mmask16(0xffff), a, b);
+}
+inline V unpack_hi(V a, V b) {
+  return _mm512_maskz_unpackhi_ps(__mmask16(0xffff), a, b);
+}
+template <int kImm>
+V pairs(V a, V b) {
+  return _mm512_shuffle_ps(a, b, kImm);
+}
+#else
+inline V unpack_lo(V a, V b) {
+  return _mm256_unpacklo_ps(a, b);
+}
+inline V unpack_hi(V a, V b) {
+  return _mm256_unpackhi_ps(a, b);
+}
+template <int kImm>
+V pairs(V a, V b) {
+  return _mm256_shuffle_ps(a, b, kImm);
+}
+#endif
+
 // An L x L block transposed in registers (unpack within 128-bit lanes, then exchange the lanes):
 // column j of the L rows at `a` (lda apart; rows from `rows` on read as zeros) becomes the vector
 // at p + j width, for the columns j < cols. It packs A into P and turns a tile's sums back into
@@ -186,54 +213,36 @@ inline void transpose_block(const float* a, int64_t lda, int64_t rows, float* p,
                             int64_t cols = kLanes) {
   V r[kLanes];
   for (int i = 0; i < kLanes; ++i) r[i] = i < rows ? Lanes::load(a + i * lda) : Lanes::zero();
-#if TESSEL_KERNEL_ISA_LEVEL >= 2
-  // Masked forms: GCC 12 warns that the unmasked ones use an uninitialized pass-through operand.
-  constexpr __mmask16 kAll = 0xffff;
-  V t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_maskz_unpacklo_ps(kAll, r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_maskz_unpackhi_ps(kAll, r[2 * i], r[2 * i + 1]);
+  V t[kLanes], u[kLanes];
+  for (int i = 0; i < kLanes / 2; ++i) {
+    t[2 * i] = unpack_lo(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = unpack_hi(r[2 * i], r[2 * i + 1]);
   }
   // u[4b + j], 128-bit lane c: rows 4b..4b+3 of column 4c + j.
-  for (int b = 0; b < 4; ++b) {
-    u[4 * b + 0] = _mm512_shuffle_ps(t[4 * b], t[4 * b + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * b + 1] = _mm512_shuffle_ps(t[4 * b], t[4 * b + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    u[4 * b + 2] = _mm512_shuffle_ps(t[4 * b + 1], t[4 * b + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * b + 3] = _mm512_shuffle_ps(t[4 * b + 1], t[4 * b + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  for (int b = 0; b < kLanes / 4; ++b) {
+    u[4 * b + 0] = pairs<_MM_SHUFFLE(1, 0, 1, 0)>(t[4 * b], t[4 * b + 2]);
+    u[4 * b + 1] = pairs<_MM_SHUFFLE(3, 2, 3, 2)>(t[4 * b], t[4 * b + 2]);
+    u[4 * b + 2] = pairs<_MM_SHUFFLE(1, 0, 1, 0)>(t[4 * b + 1], t[4 * b + 3]);
+    u[4 * b + 3] = pairs<_MM_SHUFFLE(3, 2, 3, 2)>(t[4 * b + 1], t[4 * b + 3]);
   }
-  // Column 4c + j gathers lane c of u[j], u[4 + j], u[8 + j], u[12 + j].
+  // Column 4c + j gathers lane c of u[j], u[4 + j], ... (one u per four rows).
   for (int j = 0; j < 4; ++j) {
+#if TESSEL_KERNEL_ISA_LEVEL >= 2
     const V x0 = Lanes::shuffle_quarters<_MM_SHUFFLE(2, 0, 2, 0)>(u[j], u[4 + j]);
     const V x1 = Lanes::shuffle_quarters<_MM_SHUFFLE(3, 1, 3, 1)>(u[j], u[4 + j]);
     const V y0 = Lanes::shuffle_quarters<_MM_SHUFFLE(2, 0, 2, 0)>(u[8 + j], u[12 + j]);
     const V y1 = Lanes::shuffle_quarters<_MM_SHUFFLE(3, 1, 3, 1)>(u[8 + j], u[12 + j]);
-    if (j < cols)
-      Lanes::store(p + j * width, Lanes::shuffle_quarters<_MM_SHUFFLE(2, 0, 2, 0)>(x0, y0));
-    if (8 + j < cols)
-      Lanes::store(p + (8 + j) * width, Lanes::shuffle_quarters<_MM_SHUFFLE(3, 1, 3, 1)>(x0, y0));
-    if (4 + j < cols)
-      Lanes::store(p + (4 + j) * width, Lanes::shuffle_quarters<_MM_SHUFFLE(2, 0, 2, 0)>(x1, y1));
-    if (12 + j < cols)
-      Lanes::store(p + (12 + j) * width, Lanes::shuffle_quarters<_MM_SHUFFLE(3, 1, 3, 1)>(x1, y1));
-  }
+    const V c[4] = {Lanes::shuffle_quarters<_MM_SHUFFLE(2, 0, 2, 0)>(x0, y0),
+                    Lanes::shuffle_quarters<_MM_SHUFFLE(2, 0, 2, 0)>(x1, y1),
+                    Lanes::shuffle_quarters<_MM_SHUFFLE(3, 1, 3, 1)>(x0, y0),
+                    Lanes::shuffle_quarters<_MM_SHUFFLE(3, 1, 3, 1)>(x1, y1)};
 #else
-  V t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int b = 0; b < 2; ++b) {
-    u[4 * b + 0] = _mm256_shuffle_ps(t[4 * b], t[4 * b + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * b + 1] = _mm256_shuffle_ps(t[4 * b], t[4 * b + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    u[4 * b + 2] = _mm256_shuffle_ps(t[4 * b + 1], t[4 * b + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * b + 3] = _mm256_shuffle_ps(t[4 * b + 1], t[4 * b + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int j = 0; j < 4; ++j) {
-    if (j < cols) Lanes::store(p + j * width, _mm256_permute2f128_ps(u[j], u[4 + j], 0x20));
-    if (4 + j < cols)
-      Lanes::store(p + (4 + j) * width, _mm256_permute2f128_ps(u[j], u[4 + j], 0x31));
-  }
+    const V c[2] = {_mm256_permute2f128_ps(u[j], u[4 + j], 0x20),
+                    _mm256_permute2f128_ps(u[j], u[4 + j], 0x31)};
 #endif
+    for (int lane = 0; lane < kLanes / 4; ++lane)
+      if (4 * lane + j < cols) Lanes::store(p + (4 * lane + j) * width, c[lane]);
+  }
 }
 
 // P[p][g][l] = A[g L + l, p], zero past row m, at a 64-byte boundary of `buffer` (a vector of P
