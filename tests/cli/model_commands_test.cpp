@@ -345,7 +345,8 @@ TEST(EvalCommand, MatchesPerWindowCrossEntropy) {
 
 // `bench generate --profile` splits a decode step's time by kernel: every figure is there, the
 // products of a decode step appear as one-row GEMMs (the small-m path), the total is the sum of
-// the rows, and a LLaMA config is measured like a GPT-2 one.
+// the rows, the floor's fraction is over the probe taken beside the run, and a LLaMA config is
+// measured like a GPT-2 one.
 TEST(BenchGenerate, ProfileSplitsTheDecodeByKernel) {
   const fs::path d = scratch("bench_generate");
   std::ofstream(d / "gpt2.json") << R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
@@ -376,6 +377,15 @@ TEST(BenchGenerate, ProfileSplitsTheDecodeByKernel) {
       } else if (figure == "decode_profile_total") {
         total_ms = j["ms_per_token"];
         kernels_total_ms = j["kernels_ms_per_token"];
+      } else if (figure == "decode_bandwidth") {
+        // One timed run (--seconds 0), one probe right after it: the fraction is that run's
+        // rate over that probe's, not over the start-up probe's.
+        EXPECT_EQ(j["probes"].get<int>(), 1) << line;
+        EXPECT_GT(j["read_bandwidth_gbs"].get<double>(), 0) << line;
+        EXPECT_GT(j["read_bandwidth_gbs_at_start"].get<double>(), 0) << line;
+        EXPECT_DOUBLE_EQ(j["fraction_of_read_bandwidth"].get<double>(),
+                         j["gbs"].get<double>() / j["read_bandwidth_gbs"].get<double>())
+            << line;
       }
     }
     EXPECT_EQ(figures["prefill"], 1) << r.out;

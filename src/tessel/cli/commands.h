@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tessel/tensor/tensor.h"
+
 namespace tessel::cli {
 
 void add_bench_command(CLI::App& app);
@@ -39,5 +41,18 @@ struct BenchLimits {
   double read_gbs = 0;
 };
 BenchLimits bench_peak(double budget_s);
+
+// The read-bandwidth probe of bench_peak (a streaming sum over a buffer far larger than the
+// caches), holding its buffer so that it can be measured again beside each timed run: on a shared
+// host the memory's rate moves between minutes, and a fraction of the floor is only meaningful
+// against the rate of the same moments.
+class ReadProbe {
+ public:
+  ReadProbe();
+  double gbs(double budget_s);  // median of at least three reads
+
+ private:
+  Tensor buffer_;
+};
 
 }  // namespace tessel::cli
