@@ -17,8 +17,9 @@
 // QUANT_BENCH_SHAPES=2048x5632,... adds GEMV shapes (in x out, a model's own);
 // QUANT_BENCH_ROWS=1,4,7 runs only quant_matmul at 4096 x 4096 for those m (CPU time: run with one
 // thread); QUANT_BENCH_BITS=256 keeps the avx512 set's fused k-quant rows on 256-bit vectors
-// (limit_quant_vector_bits); TESSEL_KERNELS chooses the kernel set. docs/BENCHMARKS.md has the
-// figures and the command.
+// (limit_quant_vector_bits); QUANT_BENCH_GFNI=0 keeps the Q4_K decode rows' shift-and-mask nibbles
+// on a CPU with GFNI (limit_quant_gfni); TESSEL_KERNELS chooses the kernel set. docs/BENCHMARKS.md
+// has the figures and the command.
 #include <benchmark/benchmark.h>
 
 #include <array>
@@ -127,6 +128,8 @@ struct Registrar {
     }
     if (const char* bits = std::getenv("QUANT_BENCH_BITS"); bits != nullptr)
       tessel::kernels::limit_quant_vector_bits(std::atoi(bits));
+    if (const char* gfni = std::getenv("QUANT_BENCH_GFNI"); gfni != nullptr && gfni[0] == '0')
+      tessel::kernels::limit_quant_gfni(false);
     benchmark::RegisterBenchmark("read_bandwidth", bm_read_bandwidth)->UseRealTime();
     const QuantType kTypes[] = {QuantType::Q4_0,   QuantType::Q4_0x4, QuantType::Q4_K,
                                 QuantType::Q4_Kx4, QuantType::Q5_K,   QuantType::Q5_Kx4,

@@ -65,6 +65,7 @@ CpuFeatures probe() {
     f.avx512bw = f.avx512f && bit(b, 30);
     f.avx512vl = f.avx512f && bit(b, 31);
     f.avx512_vnni = f.avx512f && bit(c, 11);
+    f.gfni = bit(c, 8);
     f.avx512_fp16 = f.avx512f && bit(d, 23);
     f.amx_bf16 = os_amx && bit(d, 22);
     f.amx_tile = os_amx && bit(d, 24);
@@ -114,7 +115,8 @@ std::string CpuFeatures::names() const {
                                               {avx_vnni, "avx_vnni"},
                                               {amx_tile, "amx_tile"},
                                               {amx_bf16, "amx_bf16"},
-                                              {amx_int8, "amx_int8"}};
+                                              {amx_int8, "amx_int8"},
+                                              {gfni, "gfni"}};
   std::string out;
   for (const auto& [has, name] : all) {
     if (!has) continue;

@@ -15,6 +15,9 @@ struct CpuFeatures {
   bool avx512f = false, avx512cd = false, avx512bw = false, avx512dq = false, avx512vl = false;
   bool avx512_bf16 = false, avx512_vnni = false, avx512_fp16 = false, avx_vnni = false;
   bool amx_tile = false, amx_bf16 = false, amx_int8 = false;
+  // Galois-field byte transforms (GFNI): any bit matrix applied to every byte, one instruction
+  // (the Q4_K decode rows take nibbles with it).
+  bool gfni = false;
   // CPUID leaf 0's vendor ("GenuineIntel", "AuthenticAMD", ...; empty without CPUID). Kernels
   // read it only for tuning that measured differently on the two (a prefetch's cache level),
   // never for what may run.

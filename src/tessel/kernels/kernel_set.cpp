@@ -241,6 +241,18 @@ void limit_quant_vector_bits(int bits) {
   vector_bits_limit.store(bits);
 }
 
+namespace {
+std::atomic<bool> gfni_allowed{true};
+}  // namespace
+
+bool quant_nibbles_gfni() {
+  return cpu_features().gfni && gfni_allowed.load();
+}
+
+void limit_quant_gfni(bool allow) {
+  gfni_allowed.store(allow);
+}
+
 PrefetchFamily prefetch_family() {
   static const PrefetchFamily family = [] {
     const CpuFeatures& f = cpu_features();

@@ -68,6 +68,13 @@ QuantDot quant_dot_limit();
 // the default, or 256) is not to be changed while a product runs.
 int quant_vector_bits_for(KernelSet set);
 void limit_quant_vector_bits(int bits);
+// Whether the avx512 set's 512-bit Q4_K decode rows take a block's nibbles with one GFNI byte
+// transform (vgf2p8affineqb) instead of a shift and a mask: on a CPU with GFNI unless limited
+// off. The codes are the same bytes, so the outputs are the same bits (tests compare the two
+// through the limit; quant_bench's QUANT_BENCH_GFNI=0 times them). Not to be changed while a
+// product runs.
+bool quant_nibbles_gfni();
+void limit_quant_gfni(bool allow);
 
 // Which cache level the kernels' software prefetch of streamed weight rows asks for differs by
 // micro-architecture, and where the two were measured apart the choice follows this (CPUID's

@@ -143,6 +143,9 @@ std::array<cpu::FusedDirect, 2> fused_direct512_for(QuantType type) {
   constexpr int kR = cpu::kFusedRows;
   switch (type) {
     case QuantType::Q4_K:
+      if (quant_nibbles_gfni())
+        return {cpu::q4_k_direct512<Dot, false, kR, true>,
+                cpu::q4_k_direct512<Dot, false, 1, true>};
       return {cpu::q4_k_direct512<Dot, false, kR>, cpu::q4_k_direct512<Dot, false, 1>};
     case QuantType::Q5_K:
       return {cpu::q4_k_direct512<Dot, true, kR>, cpu::q4_k_direct512<Dot, true, 1>};
