@@ -135,10 +135,11 @@ TEST(QuantFused512, EqualsThe256BitRowsBitForBit) {
   }
 }
 
-// The Q4_K decode rows with each chunk's nibbles taken by one GFNI byte transform (kernel_set.h's
-// quant_nibbles_gfni, on by default where the CPU has GFNI) against the shift-and-mask form: the
-// same code bytes, so every output equal bit for bit, in the file's rows and in the layout of four
-// rows interleaved, under each byte dot product, at 1-3 activation rows (the direct rows).
+// The Q4_K and Q5_K decode rows with each chunk's nibbles taken by one GFNI byte transform
+// (kernel_set.h's quant_nibbles_gfni, on by default where the CPU has GFNI) against the
+// shift-and-mask form: the same code bytes, so every output equal bit for bit, in the file's rows
+// and in the layout of four rows interleaved, under each byte dot product, at 1-3 activation rows
+// (the direct rows).
 TEST(QuantFused512, GfniNibblesEqualTheShiftAndMaskBitForBit) {
   const AmxLimit no_amx(false);
   if (const std::string why = missing_avx512(); !why.empty()) GTEST_SKIP() << why;
@@ -149,29 +150,29 @@ TEST(QuantFused512, GfniNibblesEqualTheShiftAndMaskBitForBit) {
   uint32_t seed = 900;
   for (QuantDot dot : dots) {
     limit_quant_dot(dot);
-    for (int64_t n : {7, 13, 33})
-      for (int64_t blocks : {1, 3, 5})
-        for (int64_t m : {1, 2, 3}) {
-          std::mt19937 rng(seed++);
-          const int64_t k = 256 * blocks;
-          const std::vector<uint8_t> bytes = random_rows(QuantType::Q4_K, n, k, rng);
-          std::vector<uint8_t> grouped(bytes.size());
-          quant::interleave_rows(QuantType::Q4_K, bytes.data(), n, k, grouped.data());
-          const Tensor x = activations(m, k, rng);
-          for (QuantType t : {QuantType::Q4_K, QuantType::Q4_Kx4}) {
-            const Tensor w =
-                quant::quantized_weight(t, t == QuantType::Q4_K ? bytes : grouped, n, k);
-            limit_quant_gfni(false);
-            ASSERT_FALSE(quant_nibbles_gfni());
-            const Tensor shifted = product(t, x, w, n, 512);
-            limit_quant_gfni(true);
-            ASSERT_TRUE(quant_nibbles_gfni());
-            const Tensor gfni = product(t, x, w, n, 512);
-            ASSERT_EQ(std::memcmp(shifted.data_ptr(), gfni.data_ptr(), size_t(m * n) * 4), 0)
-                << quant_dot_name(dot) << " " << quant::quant_type_name(t) << " m" << m << " n" << n
-                << " k" << k;
+    for (QuantType plain : {QuantType::Q4_K, QuantType::Q5_K})
+      for (int64_t n : {7, 13, 33})
+        for (int64_t blocks : {1, 3, 5})
+          for (int64_t m : {1, 2, 3}) {
+            std::mt19937 rng(seed++);
+            const int64_t k = 256 * blocks;
+            const std::vector<uint8_t> bytes = random_rows(plain, n, k, rng);
+            std::vector<uint8_t> grouped(bytes.size());
+            quant::interleave_rows(plain, bytes.data(), n, k, grouped.data());
+            const Tensor x = activations(m, k, rng);
+            for (QuantType t : {plain, quant::interleaved_form(plain)}) {
+              const Tensor w = quant::quantized_weight(t, t == plain ? bytes : grouped, n, k);
+              limit_quant_gfni(false);
+              ASSERT_FALSE(quant_nibbles_gfni());
+              const Tensor shifted = product(t, x, w, n, 512);
+              limit_quant_gfni(true);
+              ASSERT_TRUE(quant_nibbles_gfni());
+              const Tensor gfni = product(t, x, w, n, 512);
+              ASSERT_EQ(std::memcmp(shifted.data_ptr(), gfni.data_ptr(), size_t(m * n) * 4), 0)
+                  << quant_dot_name(dot) << " " << quant::quant_type_name(t) << " m" << m << " n"
+                  << n << " k" << k;
+            }
           }
-        }
   }
 }
 

@@ -144,11 +144,10 @@ inline __m512i nibble_matrix() {
 // Q4_K / Q5_K: k_scales' bytes (k_scale_fields, four rows per decoding), widened with d and dmin
 // as its `widen` does (scales_and_mins), the scales times dx as scales_times_dx does; the mins
 // times xs32 accumulated as offset_sum does (eight at a time, in super-block order, reduced at
-// the end) in the high half of a 512-bit accumulator whose low half is discarded. kGfni (Q4_K
-// only): the nibbles by nibbles_gfni.
+// the end) in the high half of a 512-bit accumulator whose low half is discarded. kGfni: the
+// nibbles by nibbles_gfni (Q5_K's fifth bits are added to them as before).
 template <class Dot, bool kFive, int R, bool kGfni = false>
 inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
-  static_assert(!(kFive && kGfni), "Q5_K's fifth bits take the shift-and-mask form");
   constexpr int64_t kBytes = kFive ? 176 : 144;
   const __m512i mask = _mm512_set1_epi8(0xF);
   const __m512i matrix = kGfni ? nibble_matrix() : mask;

@@ -148,6 +148,8 @@ std::array<cpu::FusedDirect, 2> fused_direct512_for(QuantType type) {
                 cpu::q4_k_direct512<Dot, false, 1, true>};
       return {cpu::q4_k_direct512<Dot, false, kR>, cpu::q4_k_direct512<Dot, false, 1>};
     case QuantType::Q5_K:
+      if (quant_nibbles_gfni())
+        return {cpu::q4_k_direct512<Dot, true, kR, true>, cpu::q4_k_direct512<Dot, true, 1, true>};
       return {cpu::q4_k_direct512<Dot, true, kR>, cpu::q4_k_direct512<Dot, true, 1>};
     default:
       return {cpu::q6_k_direct512<Dot, kR>, cpu::q6_k_direct512<Dot, 1>};
