@@ -139,7 +139,7 @@ TEST(QuantFused512, EqualsThe256BitRowsBitForBit) {
 // (kernel_set.h's quant_nibbles_gfni, on by default where the CPU has GFNI) against the
 // shift-and-mask form: the same code bytes, so every output equal bit for bit, in the file's rows
 // and in the layout of four rows interleaved, under each byte dot product, at 1-3 activation rows
-// (the direct rows).
+// (the direct rows) and 5 and 7 (the rows).
 TEST(QuantFused512, GfniNibblesEqualTheShiftAndMaskBitForBit) {
   const AmxLimit no_amx(false);
   if (const std::string why = missing_avx512(); !why.empty()) GTEST_SKIP() << why;
@@ -153,7 +153,7 @@ TEST(QuantFused512, GfniNibblesEqualTheShiftAndMaskBitForBit) {
     for (QuantType plain : {QuantType::Q4_K, QuantType::Q5_K})
       for (int64_t n : {7, 13, 33})
         for (int64_t blocks : {1, 3, 5})
-          for (int64_t m : {1, 2, 3}) {
+          for (int64_t m : {1, 2, 3, 5, 7}) {
             std::mt19937 rng(seed++);
             const int64_t k = 256 * blocks;
             const std::vector<uint8_t> bytes = random_rows(plain, n, k, rng);

@@ -123,29 +123,11 @@ inline __m512 scales_and_mins(__m128i fields, const uint8_t* p, __m512i pair) {
   return _mm512_mul_ps(to_float(_mm512_maskz_cvtepu8_epi32(__mmask16(0xFFFF), fields)), d_dmin);
 }
 
-// The codes of a chunk loaded into both halves (load256_twice): each byte's low nibble in the
-// low half, its high nibble in the high half, by one GFNI affine transform per byte, the 8 x 8
-// bit matrix per 64-bit lane (output bit i = parity(matrix byte 7 - i AND input)): bits 0-3 kept
-// in the low half, bits 4-7 moved to 0-3 in the high half, 0 above. The same bytes as the
-// shift-and-mask form, one instruction instead of two. Issued as an instruction so that the
-// set needs no -mgfni (the caller runs it only where cpu_features().gfni).
-inline __m512i nibbles_gfni(__m512i v, __m512i matrix) {
-  __m512i u;
-  asm("vgf2p8affineqb $0, %2, %1, %0" : "=v"(u) : "v"(v), "v"(matrix));
-  return u;
-}
-// nibbles_gfni's matrix; built from uniform constants under a mask (GCC 12.2's AVX-512 constant
-// defect, above).
-inline __m512i nibble_matrix() {
-  return _mm512_mask_set1_epi64(_mm512_set1_epi64(int64_t(0x0102040800000000)), __mmask8(0xF0),
-                                int64_t(0x1020408000000000));
-}
-
 // Q4_K / Q5_K: k_scales' bytes (k_scale_fields, four rows per decoding), widened with d and dmin
 // as its `widen` does (scales_and_mins), the scales times dx as scales_times_dx does; the mins
 // times xs32 accumulated as offset_sum does (eight at a time, in super-block order, reduced at
 // the end) in the high half of a 512-bit accumulator whose low half is discarded. kGfni: the
-// nibbles by nibbles_gfni (Q5_K's fifth bits are added to them as before).
+// nibbles by nibbles_gfni (quant_fused_rows512.h; Q5_K's fifth bits are added to them as before).
 template <class Dot, bool kFive, int R, bool kGfni = false>
 inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
   constexpr int64_t kBytes = kFive ? 176 : 144;

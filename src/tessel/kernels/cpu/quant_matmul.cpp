@@ -124,8 +124,12 @@ std::array<cpu::FusedRows, 2> fused_rows512_for(QuantType type) {
   constexpr int kR = cpu::kFusedRows;
   switch (type) {
     case QuantType::Q4_K:
+      if (quant_nibbles_gfni())
+        return {cpu::q4_k_rows512<Dot, false, kR, true>, cpu::q4_k_rows512<Dot, false, 1, true>};
       return {cpu::q4_k_rows512<Dot, false, kR>, cpu::q4_k_rows512<Dot, false, 1>};
     case QuantType::Q5_K:
+      if (quant_nibbles_gfni())
+        return {cpu::q4_k_rows512<Dot, true, kR, true>, cpu::q4_k_rows512<Dot, true, 1, true>};
       return {cpu::q4_k_rows512<Dot, true, kR>, cpu::q4_k_rows512<Dot, true, 1>};
     default:
       return {cpu::q6_k_rows512<Dot, kR>, cpu::q6_k_rows512<Dot, 1>};
