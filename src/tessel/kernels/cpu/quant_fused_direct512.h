@@ -127,12 +127,11 @@ inline __m512 scales_and_mins(__m128i fields, const uint8_t* p, __m512i pair) {
 // as its `widen` does (scales_and_mins), the scales times dx as scales_times_dx does; the mins
 // times xs32 accumulated as offset_sum does (eight at a time, in super-block order, reduced at
 // the end) in the high half of a 512-bit accumulator whose low half is discarded. kGfni: the
-// nibbles by nibbles_gfni (quant_fused_rows512.h; Q5_K's fifth bits are added to them as before).
+// nibbles by GFNI (chunk_nibbles, quant_fused_rows512.h; Q5_K's fifth bits are added after).
 template <class Dot, bool kFive, int R, bool kGfni = false>
 inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
   constexpr int64_t kBytes = kFive ? 176 : 144;
-  const __m512i mask = _mm512_set1_epi8(0xF);
-  const __m512i matrix = kGfni ? nibble_matrix() : mask;
+  const __m512i matrix = nibble_matrix();
   const __m512i zero = _mm512_setzero_si512();
   const __m512i fifth[4] = {fifth_bit_mask(0), fifth_bit_mask(1), fifth_bit_mask(2),
                             fifth_bit_mask(3)};
@@ -171,8 +170,7 @@ inline void q4_k_direct512(TESSEL_FUSED_DIRECT_ARGS) {
           const uint8_t* p = w + r * st.row + b * st.block;
           decode_prefetch<q4_k_decode_to(kFive)>(p + 48 * c + ahead);
           const __m512i v = load256_twice(p + (kFive ? 48 : 16) + 32 * c);
-          __m512i u = kGfni ? nibbles_gfni(v, matrix)
-                            : _mm512_and_si512(_mm512_mask_srli_epi16(v, kHighWords, v, 4), mask);
+          __m512i u = chunk_nibbles<kGfni>(v, matrix);
           if constexpr (kFive) u = fifth_bits(u, load256_twice(p + 16), fifth[c]);
           const __m512 s2 = _mm512_maskz_permutexvar_ps(__mmask16(0xFFFF), pair[c], sdx[r]);
           acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(zero, u, xx)), s2, acc[r]);

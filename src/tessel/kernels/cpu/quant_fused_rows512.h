@@ -110,17 +110,24 @@ inline __m512i fifth_bits(__m512i u, __m512i qh, __m512i bits) {
       const int32_t *zx, int64_t blocks, float *out
 
 // The codes of a chunk loaded into both halves (load256_twice): each byte's low nibble in the
-// low half, its high nibble in the high half, by one GFNI affine transform per byte, the 8 x 8
-// bit matrix per 64-bit lane (output bit i = parity(matrix byte 7 - i AND input)): bits 0-3 kept
-// in the low half, bits 4-7 moved to 0-3 in the high half, 0 above. The same bytes as the
-// shift-and-mask form, one instruction instead of two. Issued as an instruction so that the
-// set needs no -mgfni (the caller runs it only where cpu_features().gfni).
-inline __m512i nibbles_gfni(__m512i v, __m512i matrix) {
-  __m512i u;
-  asm("vgf2p8affineqb $0, %2, %1, %0" : "=v"(u) : "v"(v), "v"(matrix));
-  return u;
+// low half, its high nibble in the high half. With kGfni, one GFNI affine transform per byte,
+// `matrix` (nibble_matrix) an 8 x 8 bit matrix per 64-bit lane (output bit i = parity(matrix
+// byte 7 - i AND input)) that keeps bits 0-3 in the low half and moves bits 4-7 to 0-3 in the
+// high half; otherwise the high half shifted down by 4 and both masked, two instructions (matrix
+// unread). The same bytes either way. The transform is issued as an instruction so that the set
+// needs no -mgfni (kGfni only where cpu_features().gfni: kernel_set.h's quant_nibbles_gfni).
+template <bool kGfni>
+inline __m512i chunk_nibbles(__m512i v, __m512i matrix) {
+  if constexpr (kGfni) {
+    __m512i u;
+    asm("vgf2p8affineqb $0, %2, %1, %0" : "=v"(u) : "v"(v), "v"(matrix));
+    return u;
+  } else {
+    (void)matrix;
+    return _mm512_and_si512(_mm512_mask_srli_epi16(v, kHighWords, v, 4), _mm512_set1_epi8(0xF));
+  }
 }
-// nibbles_gfni's matrix; built from uniform constants under a mask (GCC 12.2's AVX-512 constant
+// chunk_nibbles' matrix; built from uniform constants under a mask (GCC 12.2's AVX-512 constant
 // defect: quant_fused_direct512.h's lane_index).
 inline __m512i nibble_matrix() {
   return _mm512_mask_set1_epi64(_mm512_set1_epi64(int64_t(0x0102040800000000)), __mmask8(0xF0),
@@ -130,12 +137,11 @@ inline __m512i nibble_matrix() {
 // Q4_K / Q5_K (q4_k_rows' layout): the 32 bytes of chunk c in both halves, the high half shifted
 // down by 4, masked: sub-block 2c in the low half, 2c+1 in the high one, against the 64
 // activation codes of those two blocks. Q5_K's fifth bits (fifth_bits): bit 2c of qh to bit 4 in
-// the low half, bit 2c+1 in the high half. kGfni: the nibbles by nibbles_gfni.
+// the low half, bit 2c+1 in the high half. kGfni: the nibbles by GFNI (chunk_nibbles).
 template <class Dot, bool kFive, int R, bool kGfni = false>
 inline void q4_k_rows512(TESSEL_FUSED_ROWS_ARGS) {
   constexpr int64_t kBytes = kFive ? 176 : 144;
-  const __m512i mask = _mm512_set1_epi8(0xF);
-  const __m512i matrix = kGfni ? nibble_matrix() : mask;
+  const __m512i matrix = nibble_matrix();
   const __m512i zero = _mm512_setzero_si512();
   const __m512i fifth[4] = {fifth_bit_mask(0), fifth_bit_mask(1), fifth_bit_mask(2),
                             fifth_bit_mask(3)};
@@ -152,8 +158,7 @@ inline void q4_k_rows512(TESSEL_FUSED_ROWS_ARGS) {
         const uint8_t* p = w + r * st.row + b * st.block;
         decode_prefetch<q4_k_decode_to(kFive)>(p + 48 * c + ahead);
         const __m512i v = load256_twice(p + (kFive ? 48 : 16) + 32 * c);
-        __m512i u = kGfni ? nibbles_gfni(v, matrix)
-                          : _mm512_and_si512(_mm512_mask_srli_epi16(v, kHighWords, v, 4), mask);
+        __m512i u = chunk_nibbles<kGfni>(v, matrix);
         if constexpr (kFive) u = fifth_bits(u, load256_twice(p + 16), fifth[c]);
         acc[r] = _mm512_fmadd_ps(to_float(Dot::dot(zero, u, xx)),
                                  two_scales(sdx + r * sdx_stride + g), acc[r]);

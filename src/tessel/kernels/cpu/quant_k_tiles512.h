@@ -24,8 +24,7 @@ inline constexpr int kKTile512M = 4;
 template <bool kFive>
 inline __m512i q4_k_codes512(const uint8_t* p, int c) {
   const __m512i v = load256_twice(p + (kFive ? 48 : 16) + 32 * c);
-  const __m512i u =
-      _mm512_and_si512(_mm512_mask_srli_epi16(v, kHighWords, v, 4), _mm512_set1_epi8(0xF));
+  const __m512i u = chunk_nibbles<false>(v, _mm512_setzero_si512());
   if constexpr (kFive) return fifth_bits(u, load256_twice(p + 16), fifth_bit_mask(c));
   return u;
 }
