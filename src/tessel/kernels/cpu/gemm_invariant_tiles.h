@@ -200,14 +200,26 @@ struct F16Load {
 };
 #endif
 
-// Where the short rows' prefetch below asks for lines: L2 on AMD's cores before Zen 5, L1
-// elsewhere (kernel_set.h's prefetch_family). On a Zen 4 EPYC GPT-2 124M's one-row decode step of
-// f32 products from memory took 29.3-30.3 ms at one thread into L1 and 20.9-21.3 into L2 (19.1
-// and 16.2 at two threads; docs/KERNELS.md, "Prefetch level by CPU"). Elsewhere it keeps the L1
-// it was first measured with ("Prefetch of short rows").
-inline bool short_rows_into_l2() {
-  static const bool l2 = prefetch_family() == PrefetchFamily::AmdBeforeZen5;
-  return l2;
+// How the tiles below prefetch W's rows, by CPU (kernel_set.h's prefetch_family): each step asks
+// for the same place in the next tile's rows (the rows a pass over W reads next), into L2 or L1,
+// in rows of at most 4 KiB (a few dozen lines per row end before the hardware prefetcher ramps up
+// on each: "Prefetch of short rows", docs/KERNELS.md) and, where `long_rows`, in every row of the
+// tiles of fewer than kMaxRows activation rows (the one pass over W of a decode step; from
+// kMaxRows rows on, W's block is re-read from L2 and needs no prefetch).
+//  - AMD's cores before Zen 5: into L2, long rows too. On a Zen 4 EPYC GPT-2 124M's one-row
+//    decode step of f32 products from memory took 29.3-30.3 ms at one thread into L1 and
+//    20.9-21.3 into L2 (docs/KERNELS.md, "Prefetch level by CPU"); with the long rows too, a
+//    TinyLlama-shaped f32 decode went from 4.30-5.04 to 5.43-5.85 tokens/s (docs/BENCHMARKS.md,
+//    "The invariant tiles' prefetch of long rows").
+//  - Elsewhere: into L1, short rows only, as first measured (longer rows gained nothing there).
+struct TilePrefetch {
+  bool into_l2, long_rows;
+};
+inline const TilePrefetch& tile_prefetch() {
+  static const TilePrefetch plan = prefetch_family() == PrefetchFamily::AmdBeforeZen5
+                                       ? TilePrefetch{true, true}
+                                       : TilePrefetch{false, false};
+  return plan;
 }
 
 // out[r * NR + c] = dot(a row r, w row c) over k, for A loaded by ALoad and W by WLoad.
@@ -220,8 +232,10 @@ void tile(const typename ALoad::T* a, int64_t lda, const typename WLoad::T* w, i
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
     for (int c = 0; c < NR; ++c) acc[r][c] = S::zero();
-  const bool short_rows = ldw * int64_t(sizeof(typename WLoad::T)) <= 4096;
-  const bool into_l2 = short_rows_into_l2();
+  const TilePrefetch& plan = tile_prefetch();
+  const bool prefetch =
+      ldw * int64_t(sizeof(typename WLoad::T)) <= 4096 || (plan.long_rows && MR < kMaxRows);
+  const bool into_l2 = plan.into_l2;
   auto step = [&](int64_t p, int part) {
     typename S::V av[MR];
 #pragma GCC unroll 8
@@ -229,10 +243,8 @@ void tile(const typename ALoad::T* a, int64_t lda, const typename WLoad::T* w, i
       av[r] = part ? ALoad::load_part(a + r * lda + p, part) : ALoad::load(a + r * lda + p);
 #pragma GCC unroll 8
     for (int c = 0; c < NR; ++c) {
-      // The same place in the next tile's rows of W (the rows a pass over W reads next): rows of
-      // at most 4 KiB are too few cache lines for the hardware prefetcher to ramp up on each
-      // (measured: 1.2-1.6x on a 768-wide GEMV from memory; longer rows gain nothing).
-      if (short_rows) {
+      // The same place in the next tile's rows of W (tile_prefetch).
+      if (prefetch) {
         const char* next = reinterpret_cast<const char*>(w + (c + NR) * ldw + p);
         if (into_l2)
           _mm_prefetch(next, _MM_HINT_T1);
