@@ -118,19 +118,25 @@ std::array<cpu::FusedRows, 2> fused_rows_for(QuantType type) {
 }
 
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
-// The same on 512-bit vectors (quant_fused_rows512.h: equal outputs, half the instructions).
+// Q4_K's (kFive false) or Q5_K's 512-bit rows, {kFusedRows rows, one row}, with each chunk's
+// nibbles by GFNI where quant_nibbles_gfni (the same bits either way).
+template <class Dot, bool kFive>
+std::array<cpu::FusedRows, 2> q4_k_rows512_for() {
+  constexpr int kR = cpu::kFusedRows;
+  if (quant_nibbles_gfni())
+    return {cpu::q4_k_rows512<Dot, kFive, kR, true>, cpu::q4_k_rows512<Dot, kFive, 1, true>};
+  return {cpu::q4_k_rows512<Dot, kFive, kR>, cpu::q4_k_rows512<Dot, kFive, 1>};
+}
+
+// fused_rows_for on 512-bit vectors (quant_fused_rows512.h: equal outputs, half the instructions).
 template <class Dot>
 std::array<cpu::FusedRows, 2> fused_rows512_for(QuantType type) {
   constexpr int kR = cpu::kFusedRows;
   switch (type) {
     case QuantType::Q4_K:
-      if (quant_nibbles_gfni())
-        return {cpu::q4_k_rows512<Dot, false, kR, true>, cpu::q4_k_rows512<Dot, false, 1, true>};
-      return {cpu::q4_k_rows512<Dot, false, kR>, cpu::q4_k_rows512<Dot, false, 1>};
+      return q4_k_rows512_for<Dot, false>();
     case QuantType::Q5_K:
-      if (quant_nibbles_gfni())
-        return {cpu::q4_k_rows512<Dot, true, kR, true>, cpu::q4_k_rows512<Dot, true, 1, true>};
-      return {cpu::q4_k_rows512<Dot, true, kR>, cpu::q4_k_rows512<Dot, true, 1>};
+      return q4_k_rows512_for<Dot, true>();
     default:
       return {cpu::q6_k_rows512<Dot, kR>, cpu::q6_k_rows512<Dot, 1>};
   }
@@ -142,19 +148,23 @@ std::array<cpu::FusedRows, 2> fused_rows512_for(QuantType type) {
 constexpr int64_t kDirectRowsBelow = 4;
 
 #if TESSEL_KERNEL_ISA_LEVEL >= 2
+// Q4_K's or Q5_K's direct rows, as q4_k_rows512_for.
+template <class Dot, bool kFive>
+std::array<cpu::FusedDirect, 2> q4_k_direct512_for() {
+  constexpr int kR = cpu::kFusedRows;
+  if (quant_nibbles_gfni())
+    return {cpu::q4_k_direct512<Dot, kFive, kR, true>, cpu::q4_k_direct512<Dot, kFive, 1, true>};
+  return {cpu::q4_k_direct512<Dot, kFive, kR>, cpu::q4_k_direct512<Dot, kFive, 1>};
+}
+
 template <class Dot>
 std::array<cpu::FusedDirect, 2> fused_direct512_for(QuantType type) {
   constexpr int kR = cpu::kFusedRows;
   switch (type) {
     case QuantType::Q4_K:
-      if (quant_nibbles_gfni())
-        return {cpu::q4_k_direct512<Dot, false, kR, true>,
-                cpu::q4_k_direct512<Dot, false, 1, true>};
-      return {cpu::q4_k_direct512<Dot, false, kR>, cpu::q4_k_direct512<Dot, false, 1>};
+      return q4_k_direct512_for<Dot, false>();
     case QuantType::Q5_K:
-      if (quant_nibbles_gfni())
-        return {cpu::q4_k_direct512<Dot, true, kR, true>, cpu::q4_k_direct512<Dot, true, 1, true>};
-      return {cpu::q4_k_direct512<Dot, true, kR>, cpu::q4_k_direct512<Dot, true, 1>};
+      return q4_k_direct512_for<Dot, true>();
     default:
       return {cpu::q6_k_direct512<Dot, kR>, cpu::q6_k_direct512<Dot, 1>};
   }
