@@ -209,7 +209,7 @@ struct F16Load {
 //  - AMD's cores before Zen 5: into L2, long rows too. On a Zen 4 EPYC GPT-2 124M's one-row
 //    decode step of f32 products from memory took 29.3-30.3 ms at one thread into L1 and
 //    20.9-21.3 into L2 (docs/KERNELS.md, "Prefetch level by CPU"); with the long rows too, a
-//    TinyLlama-shaped f32 decode went from 4.30-5.04 to 5.43-5.85 tokens/s (docs/BENCHMARKS.md,
+//    TinyLlama-shaped f32 decode went from 4.82-5.16 to 5.59-5.83 tokens/s (docs/BENCHMARKS.md,
 //    "The invariant tiles' prefetch of long rows").
 //  - Elsewhere: into L1, short rows only, as first measured (longer rows gained nothing there).
 struct TilePrefetch {
